@@ -1,0 +1,19 @@
+"""The braze exception hierarchy: every error a user can meet is a `braze.Error`."""
+
+from __future__ import annotations
+
+
+class Error(Exception):
+    """Base class of every error raised by braze."""
+
+
+class FusionDefinitionError(Error, ValueError):
+    """A fusion was defined wrongly: shapes that cannot broadcast, an axis out of range, a bad dtype."""
+
+
+class InputError(Error, ValueError):
+    """The inputs given to `execute` (or a jitted function) do not match the definition."""
+
+
+class UnsupportedError(Error, NotImplementedError):
+    """A construct or op that braze does not support (yet)."""
