@@ -164,3 +164,9 @@ def normal(shape: tuple[int, ...], dtype: object, seed: int, offset: int) -> np.
     n = _check_count(math.prod(shape))
     pairs = _blocks(words_needed(n, "normal"), seed, offset).reshape(-1, 2)[:n]
     return bits_to_normal(pairs[:, 0], pairs[:, 1], dtype).reshape(shape)
+
+
+def check_seed_offset(seed: int, offset: int) -> None:
+    """Raises InputError unless seed and offset are ints in [0, 2**64)."""
+    _check_u64("seed", seed)
+    _check_u64("offset", offset)

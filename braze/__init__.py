@@ -1,0 +1,25 @@
+"""braze: a Python JIT compiler that fuses tensor programs and parallel loops into few kernels."""
+
+from braze import ops
+from braze.dtypes import (
+    DType,
+    bfloat16,
+    bool_,
+    float16,
+    float32,
+    float64,
+    int8,
+    int32,
+    int64,
+)
+from braze.errors import Error, FusionDefinitionError, InputError, UnsupportedError
+from braze.frontend import Fusion, jit
+from braze.ir.tensor import TensorView
+from braze.runtime.rng import manual_seed
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DType", "Error", "Fusion", "FusionDefinitionError", "InputError", "TensorView", "UnsupportedError",
+    "bfloat16", "bool_", "float16", "float32", "float64", "int8", "int32", "int64", "jit", "manual_seed", "ops",
+]

@@ -1,0 +1,145 @@
+"""braze dtypes and type promotion (the Python array API rules, with weak Python scalars)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+from braze.errors import UnsupportedError
+
+# Category order for promotion across kinds: bool < integer < floating.
+_KIND_RANK = {"b": 0, "i": 1, "f": 2}
+
+
+@dataclass(frozen=True)
+class DType:
+    """A braze element type: a name, a kind (b: bool, i: signed integer, f: floating) and a size."""
+
+    name: str
+    kind: str
+    itemsize: int
+
+    @property
+    def numpy(self) -> np.dtype:
+        """The NumPy dtype that stores this type (bfloat16 comes from ml_dtypes)."""
+        return _NUMPY[self.name]
+
+    @property
+    def is_floating(self) -> bool:
+        return self.kind == "f"
+
+    @property
+    def is_integer(self) -> bool:
+        return self.kind == "i"
+
+    @property
+    def is_bool(self) -> bool:
+        return self.kind == "b"
+
+    def __repr__(self) -> str:
+        return f"bz.{self.name}"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+bool_ = DType("bool", "b", 1)
+int8 = DType("int8", "i", 1)
+int32 = DType("int32", "i", 4)
+int64 = DType("int64", "i", 8)
+float16 = DType("float16", "f", 2)
+bfloat16 = DType("bfloat16", "f", 2)
+float32 = DType("float32", "f", 4)
+float64 = DType("float64", "f", 8)
+
+ALL_DTYPES: tuple[DType, ...] = (bool_, int8, int32, int64, float16, bfloat16, float32, float64)
+FLOAT_DTYPES: tuple[DType, ...] = tuple(d for d in ALL_DTYPES if d.is_floating)
+INT_DTYPES: tuple[DType, ...] = tuple(d for d in ALL_DTYPES if d.is_integer)
+_BY_NAME = {d.name: d for d in ALL_DTYPES}
+_NUMPY = {d.name: np.dtype(ml_dtypes.bfloat16 if d is bfloat16 else d.name) for d in ALL_DTYPES}
+_PYTHON_TYPES = {bool: bool_, int: int64, float: float64}
+# The dtype a weak Python scalar takes when it raises a tensor's category (torch and JAX agree).
+_WEAK_DEFAULT = {"b": bool_, "i": int64, "f": float32}
+
+
+def _expected_names() -> str:
+    return ", ".join(d.name for d in ALL_DTYPES)
+
+
+def as_dtype(obj: object) -> DType:
+    """Converts a DType, a name, a NumPy dtype or type, a torch dtype or a Python type to a DType."""
+    if isinstance(obj, DType):
+        return obj
+    if obj in _PYTHON_TYPES:
+        return _PYTHON_TYPES[obj]
+    if isinstance(obj, str) and obj.removeprefix("torch.") in _BY_NAME:
+        return _BY_NAME[obj.removeprefix("torch.")]
+    if type(obj).__module__ == "torch":  # a torch.dtype, without importing torch
+        return as_dtype(str(obj))
+    try:
+        return from_numpy(np.dtype(obj))
+    except TypeError:
+        pass
+    raise UnsupportedError(f"dtype: expected one of {_expected_names()}, got {obj!r}")
+
+
+def from_numpy(dtype: np.dtype) -> DType:
+    """The braze dtype of a NumPy dtype; raises UnsupportedError for dtypes braze has no type for."""
+    for d in ALL_DTYPES:
+        if _NUMPY[d.name] == dtype:
+            return d
+    raise UnsupportedError(f"dtype: expected one of {_expected_names()}, got {dtype}")
+
+
+def promote_types(a: DType, b: DType) -> DType:
+    """Promotes two strong dtypes: the wider of one kind, the floating one across kinds.
+
+    float16 with bfloat16 gives float32, as in torch and JAX; the array API leaves cross-kind
+    pairs to the implementation, and braze takes the higher kind's type as JAX does.
+    """
+    if a == b:
+        return a
+    if a.kind != b.kind:
+        return a if _KIND_RANK[a.kind] > _KIND_RANK[b.kind] else b
+    if {a, b} == {float16, bfloat16}:
+        return float32
+    return a if a.itemsize > b.itemsize else b
+
+
+def result_type(*operands: tuple[DType, bool]) -> DType:
+    """The result dtype of an elementwise op over `(dtype, weak)` operands.
+
+    Weak operands (Python scalars) never widen a strong operand's dtype; they only raise its
+    category (an integer tensor times 0.5 is float32).
+    """
+    strong = [d for d, weak in operands if not weak]
+    weak = [d for d, is_weak in operands if is_weak]
+    if not strong:
+        strong, weak = weak, []
+    result = strong[0]
+    for d in strong[1:]:
+        result = promote_types(result, d)
+    for d in weak:
+        if _KIND_RANK[d.kind] > _KIND_RANK[result.kind]:
+            result = _WEAK_DEFAULT[d.kind]
+    return result
+
+
+def python_scalar_dtype(value: object) -> DType:
+    """The dtype of a Python scalar literal, used when no tensor decides the result type."""
+    for py_type in (bool, int, float):  # bool first: True is also an int
+        if isinstance(value, py_type):
+            return _PYTHON_TYPES[py_type]
+    raise UnsupportedError(f"scalar: expected bool, int or float, got {type(value).__name__}")
+
+
+def compute_dtype(dtype: DType) -> DType:
+    """The type arithmetic is done in: float32 for the half types, the dtype itself otherwise."""
+    return float32 if dtype in (float16, bfloat16) else dtype
+
+
+def finfo_eps(dtype: DType) -> float:
+    """Machine epsilon of a floating dtype (for tolerances)."""
+    return float(ml_dtypes.finfo(dtype.numpy).eps)

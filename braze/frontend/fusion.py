@@ -1,0 +1,125 @@
+"""`bz.Fusion`: the nvFuser-style builder. Define inputs, apply ops, add outputs, execute."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import ExitStack
+
+from braze import dtypes as dt
+from braze import engine
+from braze.errors import FusionDefinitionError
+from braze.ir import fusion as ir
+from braze.ir.domain import IterDomain, IterType
+from braze.ir.scalar import symbol
+from braze.ir.tensor import TensorView
+
+# Ops whose output is a strided view of their input: an output reached from an input through
+# these only is an `evaluate` alias (no kernel, no copy).
+VIEW_OPS = frozenset({"permute", "slice", "squeeze", "broadcast", "expand", "flip"})
+
+
+class Fusion(ir.Fusion):
+    """A tensor program. Use it as a context manager while defining it:
+
+        with bz.Fusion() as f:
+            x = f.define_tensor(shape=(-1, -1), dtype=bz.float32)
+            f.add_output(bz.ops.exp(x))
+        (y,) = f.execute([x_array])
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._scope = ExitStack()
+
+    def __enter__(self) -> Fusion:
+        self._scope.enter_context(ir.defining(self))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._scope.close()
+
+    # --- inputs --------------------------------------------------------------------------------
+    def define_tensor(self, shape: Sequence[int], dtype: object = dt.float32,
+                      stride_order: Sequence[int] | None = None, name: str | None = None) -> TensorView:
+        """An input tensor. Extents: -1 symbolic, 1 broadcast, n static. `name` labels error messages."""
+        shape = _check_shape(shape)
+        dtype = dt.as_dtype(dtype)
+        tv = TensorView(self, [], dtype)
+        tv.logical = [self._input_dim(tv, axis, e) for axis, e in enumerate(shape)]
+        tv.allocation, tv.loop = list(tv.logical), list(tv.logical)
+        tv.label = name
+        if stride_order is not None:
+            tv.set_stride_order(stride_order)
+        return self.add_input(tv)
+
+    @staticmethod
+    def _input_dim(tv: TensorView, axis: int, extent: int) -> IterDomain:
+        if extent == -1:
+            return IterDomain(symbol(f"{tv.name}_s{axis}"))
+        return IterDomain(extent, IterType.BROADCAST if extent == 1 else IterType.ITERATION)
+
+    def define_scalar(self, value: bool | int | float | None = None, dtype: object = None,
+                      name: str | None = None) -> TensorView:
+        """A weak scalar: a constant when `value` is given, else an input passed to execute()."""
+        if value is None and dtype is None:
+            raise FusionDefinitionError("define_scalar: expected a value or a dtype, got neither")
+        if value is not None and not isinstance(value, (bool, int, float)):
+            raise FusionDefinitionError(f"define_scalar: value: expected bool, int or float, got {value!r}")
+        dtype = dt.as_dtype(dtype) if dtype is not None else dt.python_scalar_dtype(value)
+        if value is not None:
+            return TensorView(self, [], dtype, scalar="const", value=value)
+        tv = TensorView(self, [], dtype, scalar="input")
+        tv.label = name
+        return self.add_input(tv)
+
+    # --- outputs -------------------------------------------------------------------------------
+    def add_output(self, t: TensorView, alias: TensorView | None = None, hidden: bool = False,
+                   stride_order: Sequence[int] | None = None) -> None:
+        """Marks `t` an output. `alias=inp` writes it in place into input `inp` (reuse_buffer);
+        `hidden=True` computes it without returning it; `stride_order` sets its memory layout."""
+        self.check_owned(t, "add_output")
+        if stride_order is not None:
+            t.set_stride_order(stride_order)
+        if alias is not None:
+            self.add_output_record(self._reuse_buffer(t, alias, hidden))
+            return
+        source = self._viewed_input(t)
+        kind = ir.AliasKind.EVALUATE if source is not None and stride_order is None else ir.AliasKind.NEW
+        self.add_output_record(ir.Output(t, kind, source if kind is ir.AliasKind.EVALUATE else None, hidden))
+
+    def _reuse_buffer(self, t: TensorView, target: TensorView, hidden: bool) -> ir.Output:
+        self.check_owned(target, "add_output alias")
+        if not any(target is i for i in self.inputs) or target.scalar is not None:
+            raise FusionDefinitionError(
+                f"add_output: alias: expected an input tensor of this fusion, got {target.name}"
+            )
+        if t.dtype != target.dtype or t.ndim != target.ndim:
+            raise FusionDefinitionError(
+                f"add_output: alias between incompatible shapes: {t.name} is {t.type_text()}, "
+                f"input {target.describe()} is {target.type_text()}"
+            )
+        for axis, (a, b) in enumerate(zip(t.shape, target.shape)):
+            self.require_equal(a, b, f"add_output: alias between incompatible shapes: dimension {axis} of "
+                                     f"{t.name} and input {target.describe()}")
+        return ir.Output(t, ir.AliasKind.REUSE_BUFFER, target, hidden)
+
+    def _viewed_input(self, t: TensorView) -> TensorView | None:
+        """The input that `t` is a strided view of, if only view ops lead to it."""
+        while t.definition is not None and t.definition.op in VIEW_OPS:
+            t = t.definition.inputs[0]
+        is_input = t.definition is None and t.scalar is None and any(t is i for i in self.inputs)
+        return t if is_input else None
+
+    # --- running -------------------------------------------------------------------------------
+    def execute(self, inputs: Sequence[object], backend: str | None = None, device: str | None = None) -> list:
+        """Runs the fusion. NumPy (or torch CPU) arrays in, the same kind out, one per visible output."""
+        return engine.execute(self, inputs, backend=backend, device=device)
+
+
+def _check_shape(shape: Sequence[int]) -> tuple[int, ...]:
+    if isinstance(shape, int) or not isinstance(shape, Sequence):
+        raise FusionDefinitionError(f"define_tensor: shape: expected a sequence of ints, got {shape!r}")
+    for axis, e in enumerate(shape):
+        if not isinstance(e, int) or isinstance(e, bool) or e < -1:
+            raise FusionDefinitionError(f"define_tensor: shape[{axis}]: expected -1 or an extent >= 0, got {e!r}")
+    return tuple(shape)

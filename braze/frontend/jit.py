@@ -1,0 +1,89 @@
+"""`@bz.jit`: traces a function of tensors into a Fusion, once per input signature."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from braze import dtypes as dt
+from braze.errors import FusionDefinitionError, InputError
+from braze.frontend.fusion import Fusion
+from braze.ir.tensor import TensorView
+from braze.runtime.arrays import as_host_array
+from braze.runtime.inputs import stride_order_of
+
+_SCALARS = (bool, int, float)
+
+
+def _is_default_order(order: tuple[int, ...]) -> bool:
+    return order == tuple(reversed(range(len(order))))
+
+
+def _tensor_signature(array: np.ndarray, kind: str) -> tuple:
+    """Rank, dtype, which extents are 1 (they broadcast), stride order and array kind."""
+    order = stride_order_of(array)
+    return ("tensor", dt.from_numpy(array.dtype), tuple(s == 1 for s in array.shape),
+            None if _is_default_order(order) else order, kind)
+
+
+def _arg_signature(value: object, name: str) -> tuple:
+    if isinstance(value, _SCALARS) or isinstance(value, np.generic):
+        value = value.item() if isinstance(value, np.generic) else value
+        return ("const", type(value), value)  # Python scalars are weak constants, baked into the trace
+    array, kind = as_host_array(value, f"argument {name!r}")
+    return _tensor_signature(array, kind)
+
+
+class JitFunction:
+    """A traced function. Calling it looks up (or traces) the fusion for the arguments' signature."""
+
+    def __init__(self, fn: Callable, backend: str | None = None) -> None:
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.backend = backend
+        self.names = list(inspect.signature(fn).parameters)
+        self.fusions: dict[tuple, tuple[Fusion, bool]] = {}
+
+    def __call__(self, *args: Any) -> Any:
+        if len(args) != len(self.names):
+            raise InputError(f"{self.fn.__name__}: expected {len(self.names)} arguments, got {len(args)}")
+        key = tuple(_arg_signature(a, n) for a, n in zip(args, self.names))
+        if key not in self.fusions:
+            self.fusions[key] = self._trace(key)
+        fusion, returns_sequence = self.fusions[key]
+        tensors = [a for a, sig in zip(args, key) if sig[0] == "tensor"]
+        outputs = fusion.execute(tensors, backend=self.backend)
+        return tuple(outputs) if returns_sequence else outputs[0]
+
+    def _trace(self, key: tuple) -> tuple[Fusion, bool]:
+        with Fusion() as f:
+            traced_args = [self._define(f, sig, name) for sig, name in zip(key, self.names)]
+            result = self.fn(*traced_args)
+            returns_sequence = isinstance(result, Sequence)
+            results = list(result) if returns_sequence else [result]
+            for position, out in enumerate(results):
+                if not isinstance(out, TensorView):
+                    raise FusionDefinitionError(
+                        f"{self.fn.__name__}: result {position}: expected a TensorView, got {type(out).__name__}"
+                    )
+                f.add_output(out)
+        return f, returns_sequence
+
+    @staticmethod
+    def _define(f: Fusion, sig: tuple, name: str) -> object:
+        if sig[0] == "const":
+            return sig[2]
+        _, dtype, is_one, order, _kind = sig
+        shape = [1 if one else -1 for one in is_one]
+        return f.define_tensor(shape, dtype, stride_order=order, name=name)
+
+
+def jit(fn: Callable | None = None, *, backend: str | None = None) -> JitFunction | Callable:
+    """Decorator: `@bz.jit` or `@bz.jit(backend="reference")`."""
+    if fn is None:
+        return lambda f: JitFunction(f, backend)
+    return JitFunction(fn, backend)

@@ -1,0 +1,169 @@
+"""The Fusion container: inputs, expressions, outputs with their aliases, and a stable printer."""
+
+from __future__ import annotations
+
+import enum
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from braze.errors import FusionDefinitionError
+from braze.ir.scalar import Scalar
+from braze.ir.tensor import TensorView, Val
+
+
+class AliasKind(enum.Enum):
+    """How an output's memory relates to the inputs (DESIGN section 4)."""
+
+    NEW = "new"  # a fresh buffer
+    REUSE_BUFFER = "reuse_buffer"  # written in place into an input
+    EVALUATE = "evaluate"  # a view of an input, computed on the host with no kernel
+
+
+@dataclass(eq=False)
+class Expr:
+    """One op application: `outputs = op(inputs, **attrs)`. `op` names an entry of the op table."""
+
+    op: str
+    inputs: tuple[TensorView, ...]
+    outputs: tuple[TensorView, ...]
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    def text(self) -> str:
+        outs = ", ".join(f"{o.name}: {o.type_text()}" for o in self.outputs)
+        args = [i.name for i in self.inputs] + [f"{k}={_attr_text(v)}" for k, v in self.attrs.items()]
+        return f"{outs} = {self.op}({', '.join(args)})"
+
+
+def _attr_text(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(_attr_text(v) for v in value)
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    if isinstance(value, enum.Enum):
+        return value.value
+    return str(value) if isinstance(value, Scalar) else repr(value)
+
+
+@dataclass(eq=False)
+class Output:
+    """A fusion output: the tensor, how its memory is obtained and whether it is returned."""
+
+    tv: TensorView
+    alias: AliasKind = AliasKind.NEW
+    aliased_input: TensorView | None = None
+    hidden: bool = False
+
+
+@dataclass(frozen=True)
+class ExtentCheck:
+    """Two extents that must be equal at run time (symbolic extents met in a broadcast, a cat...)."""
+
+    lhs: Scalar
+    rhs: Scalar
+    why: str  # "dimension 1 of T0 ('x') and dimension 0 of T1 ('b') must match"
+
+
+class Fusion:
+    """A graph of tensor ops: inputs, expressions in definition order, and outputs."""
+
+    def __init__(self) -> None:
+        self.inputs: list[TensorView] = []
+        self.exprs: list[Expr] = []
+        self.outputs: list[Output] = []
+        self.extent_checks: list[ExtentCheck] = []
+        self._vals: list[Val] = []
+
+    # --- building ------------------------------------------------------------------------------
+    def new_name(self, val: Val) -> str:
+        """Names every value `T<n>` in creation order, which keeps the printer stable."""
+        self._vals.append(val)
+        return f"T{len(self._vals) - 1}"
+
+    def add_input(self, tv: TensorView) -> TensorView:
+        self.inputs.append(tv)
+        return tv
+
+    def add_expr(self, op: str, inputs: tuple[TensorView, ...], outputs: tuple[TensorView, ...], **attrs) -> Expr:
+        for tv in inputs:
+            self.check_owned(tv, op)
+        expr = Expr(op, inputs, outputs, attrs)
+        for out in outputs:
+            out.definition = expr
+        self.exprs.append(expr)
+        return expr
+
+    def require_equal(self, lhs: Scalar, rhs: Scalar, why: str) -> None:
+        """Records that two extents must match; static mismatches fail now, symbolic ones at run time."""
+        if lhs == rhs:
+            return
+        if lhs.is_const and rhs.is_const:
+            raise FusionDefinitionError(f"{why}: got extents {lhs} and {rhs}")
+        self.extent_checks.append(ExtentCheck(lhs, rhs, why))
+
+    def check_owned(self, tv: TensorView, what: str) -> None:
+        if not isinstance(tv, TensorView):
+            raise FusionDefinitionError(f"{what}: expected a TensorView, got {type(tv).__name__}")
+        if tv.fusion is not self:
+            raise FusionDefinitionError(f"{what}: {tv.name} belongs to another fusion")
+
+    def add_output_record(self, output: Output) -> None:
+        self.check_owned(output.tv, "add_output")
+        self.outputs.append(output)
+
+    # --- queries -------------------------------------------------------------------------------
+    @property
+    def returned_outputs(self) -> list[Output]:
+        return [o for o in self.outputs if not o.hidden]
+
+    def __str__(self) -> str:
+        lines = ["Fusion("]
+        lines += ["  inputs:"] + [f"    {_input_text(tv)}" for tv in self.inputs]
+        lines += ["  exprs:"] + [f"    {e.text()}" for e in self.exprs]
+        lines += ["  extent checks:"] * bool(self.extent_checks)
+        lines += [f"    {c.lhs} == {c.rhs}" for c in self.extent_checks]
+        lines += ["  outputs:"] + [f"    {_output_text(o)}" for o in self.outputs]
+        return "\n".join(lines + [")"])
+
+
+def _input_text(tv: TensorView) -> str:
+    if tv.scalar is not None:
+        return f"{tv.name}: {tv.dtype.name} scalar"
+    text = f"{tv.name}: {tv.type_text()}"
+    text += f" label={tv.label!r}" if tv.label else ""
+    return text + (f" stride_order={tv.stride_order}" if tv.stride_order else "")
+
+
+def _output_text(out: Output) -> str:
+    text = f"{out.tv.name}: {out.tv.type_text()} {out.alias.value}"
+    if out.aliased_input is not None:
+        text += f" of {out.aliased_input.name}"
+    if out.tv.stride_order:
+        text += f" stride_order={out.tv.stride_order}"
+    elif not out.tv.has_default_allocation:
+        text += f" allocation={TensorView.domain_text(out.tv.allocation)}"
+    return text + " hidden" * out.hidden
+
+
+# --- the fusion being defined (ops without tensor operands, like `zeros`, land in it) --------------
+_active = threading.local()
+
+
+@contextmanager
+def defining(fusion: Fusion) -> Iterator[Fusion]:
+    """Makes `fusion` the one that creation ops add to, on this thread, for the `with` body."""
+    stack = _active.__dict__.setdefault("stack", [])
+    stack.append(fusion)
+    try:
+        yield fusion
+    finally:
+        stack.pop()
+
+
+def active_fusion(what: str) -> Fusion:
+    """The fusion being defined on this thread, or an error naming the op that needed one."""
+    stack = getattr(_active, "stack", [])
+    if not stack:
+        raise FusionDefinitionError(f"{what}: no fusion is being defined; call it inside `with bz.Fusion() as f:`")
+    return stack[-1]

@@ -1,0 +1,50 @@
+"""The op surface: every op of the op table as a function over TensorViews and Python scalars.
+
+`bz.ops.gelu(x + b)`, `bz.ops.sum(y, axes=[1])`, `bz.ops.where(x > 0, x, 0.0)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from braze.errors import FusionDefinitionError
+from braze.ops import methods as _methods
+from braze.ops.broadcast import broadcast, broadcast_in_dim, expand
+from braze.ops.composites import cross_entropy, layer_norm, log_softmax, rms_norm, softmax
+from braze.ops.creation import arange, full, ones, rand, randn, zeros
+from braze.ops.elementwise import BINARY, TERNARY, UNARY, cast, elementwise
+from braze.ops.reductions import all, any, argmax, argmin, max, mean, min, prod, std, sum, var  # noqa: A004
+from braze.ops.table import OPS, OpDef
+from braze.ops.views import cat, flip, pad, permute, reshape, slice_tensor, squeeze, transpose, unsqueeze
+
+
+def _elementwise_function(name: str, arity: int) -> Callable:
+    def op(*operands, **attrs):
+        return elementwise(name, *operands, **attrs)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = f"Elementwise `{name}` over {arity} operand(s), broadcast with NumPy's rules."
+    return op
+
+
+_GENERATED = {name: _elementwise_function(name, arity)
+              for table, arity in ((UNARY, 1), (BINARY, 2), (TERNARY, 3)) for name in table}
+globals().update(_GENERATED)
+_methods.install()
+
+
+def gelu(x, approximate: str = "none"):
+    """GELU: x * Phi(x) exactly (`approximate="none"`) or with the tanh approximation (`"tanh"`)."""
+    if approximate not in ("none", "tanh"):
+        raise FusionDefinitionError(f"gelu: approximate: expected 'none' or 'tanh', got {approximate!r}")
+    return elementwise("gelu", x, approximate=approximate)
+
+
+slice = slice_tensor  # noqa: A001  (bz.ops.slice(x, [...]) reads like the other ops)
+
+__all__ = sorted(
+    [*_GENERATED, "OPS", "OpDef", "all", "any", "arange", "argmax", "argmin", "broadcast", "broadcast_in_dim",
+     "cast", "cat", "cross_entropy", "expand", "flip", "full", "layer_norm", "log_softmax", "max", "mean", "min",
+     "ones", "pad", "permute", "prod", "rand", "randn", "reshape", "rms_norm", "slice", "softmax", "squeeze",
+     "std", "sum", "transpose", "unsqueeze", "var", "zeros"]
+)

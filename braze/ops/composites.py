@@ -1,0 +1,95 @@
+"""Composites: ops built from primitives, so the schedulers see (and fuse) their parts.
+
+Half-precision inputs are computed in float32 and rounded once at the end, as torch does.
+"""
+
+from __future__ import annotations
+
+from braze import dtypes as dt
+from braze.errors import FusionDefinitionError
+from braze.ir.fusion import defining
+from braze.ir.tensor import TensorView
+from braze.ops import reductions as red
+from braze.ops.creation import arange
+from braze.ops.elementwise import cast, elementwise
+from braze.ops.views import unsqueeze
+
+
+def _compute(x: TensorView, op: str) -> tuple[TensorView, dt.DType]:
+    """x in its compute type, and the type to return (floats keep theirs, integers become float32)."""
+    if not isinstance(x, TensorView):
+        raise FusionDefinitionError(f"{op}: expected a TensorView, got {type(x).__name__}")
+    result = x.dtype if x.dtype.is_floating else dt.float32
+    return cast(x, dt.compute_dtype(result)), result
+
+
+def _shifted(x: TensorView, axis: int) -> TensorView:
+    """x - max(x) along axis: exp of it cannot overflow."""
+    return elementwise("sub", x, red.max(x, axis, keepdim=True))
+
+
+def softmax(x: TensorView, axis: int = -1) -> TensorView:
+    """exp(x) / sum(exp(x)) along `axis`, computed stably."""
+    xf, result = _compute(x, "softmax")
+    e = elementwise("exp", _shifted(xf, axis))
+    return cast(elementwise("truediv", e, red.sum(e, axis, keepdim=True)), result)
+
+
+def log_softmax(x: TensorView, axis: int = -1) -> TensorView:
+    """x - log(sum(exp(x))) along `axis`, computed stably."""
+    xf, result = _compute(x, "log_softmax")
+    shifted = _shifted(xf, axis)
+    total = red.sum(elementwise("exp", shifted), axis, keepdim=True)
+    return cast(elementwise("sub", shifted, elementwise("log", total)), result)
+
+
+def _affine(y: TensorView, weight: TensorView | None, bias: TensorView | None) -> TensorView:
+    if weight is not None:
+        y = elementwise("mul", y, weight)
+    if bias is not None:
+        y = elementwise("add", y, bias)
+    return y
+
+
+def layer_norm(x: TensorView, weight: TensorView | None = None, bias: TensorView | None = None,
+               eps: float = 1e-5, axes=-1) -> TensorView:
+    """(x - mean) / sqrt(var + eps) over `axes` (the last by default), then `* weight + bias`."""
+    xf, result = _compute(x, "layer_norm")
+    centered = elementwise("sub", xf, red.mean(xf, axes, keepdim=True))
+    variance = red.var(xf, axes, keepdim=True)
+    y = elementwise("mul", centered, elementwise("rsqrt", elementwise("add", variance, eps)))
+    return cast(_affine(y, weight, bias), result)
+
+
+def rms_norm(x: TensorView, weight: TensorView | None = None, eps: float = 1e-6, axes=-1) -> TensorView:
+    """x / sqrt(mean(x^2) + eps) over `axes` (the last by default), then `* weight`."""
+    xf, result = _compute(x, "rms_norm")
+    mean_square = red.mean(elementwise("mul", xf, xf), axes, keepdim=True)
+    y = elementwise("mul", xf, elementwise("rsqrt", elementwise("add", mean_square, eps)))
+    return cast(_affine(y, weight, None), result)
+
+
+def cross_entropy(logits: TensorView, target: TensorView, reduction: str = "mean") -> TensorView:
+    """Negative log-likelihood of integer class `target` under softmax(logits) over the last axis.
+
+    `reduction` is "mean", "sum" or "none" (one loss per row).
+    """
+    if reduction not in ("mean", "sum", "none"):
+        raise FusionDefinitionError(f"cross_entropy: reduction: expected 'mean', 'sum' or 'none', got {reduction!r}")
+    if not isinstance(target, TensorView) or not target.dtype.is_integer:
+        got = target.dtype.name if isinstance(target, TensorView) else type(target).__name__
+        raise FusionDefinitionError(f"cross_entropy: target: expected an integer tensor of class indices, got {got}")
+    if not isinstance(logits, TensorView) or target.ndim != logits.ndim - 1:
+        raise FusionDefinitionError(
+            f"cross_entropy: target: expected rank {logits.ndim - 1} for logits of rank {logits.ndim}, "
+            f"got {target.ndim}"
+        )
+    log_probs = log_softmax(logits, -1)
+    with defining(logits.fusion):
+        classes = arange(logits.shape[-1], dtype=target.dtype)
+    chosen = elementwise("eq", classes, unsqueeze(target, -1))
+    picked = red.sum(elementwise("where", chosen, log_probs, 0.0), -1)
+    loss = elementwise("neg", picked)
+    if reduction == "none":
+        return loss
+    return red.mean(loss) if reduction == "mean" else red.sum(loss)

@@ -1,0 +1,110 @@
+"""Creation ops: full, arange, and rand/randn from the Philox stream of `braze.ops.philox`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from braze import dtypes as dt
+from braze.errors import FusionDefinitionError
+from braze.ir.domain import IterDomain, IterType
+from braze.ir.fusion import active_fusion
+from braze.ir.scalar import Scalar, as_scalar, ceildiv, smax
+from braze.ir.tensor import TensorView
+from braze.ops import philox
+from braze.ops.elementwise import as_operand
+from braze.ops.table import OpDef, RefContext, apply, register
+
+_attr_dtype = lambda ins, a: a["dtype"]
+
+
+def _shape_domain(ins, a) -> list[IterDomain]:
+    return [IterDomain(e, IterType.BROADCAST if e == 1 else IterType.ITERATION) for e in a["shape"]]
+
+
+def _full_reference(ctx: RefContext, args, out: TensorView, a: dict) -> np.ndarray:
+    return np.full(ctx.shape(out.logical), args[0], dtype=out.dtype.numpy)
+
+
+def _arange_reference(ctx: RefContext, args, out: TensorView, a: dict) -> np.ndarray:
+    n = ctx.extent(out.logical[0].extent)
+    return (a["start"] + a["step"] * np.arange(n, dtype=np.int64)).astype(out.dtype.numpy)
+
+
+def _random_reference(kind: str):
+    draw = {"uniform": philox.uniform, "normal": philox.normal}[kind]
+
+    def reference(ctx: RefContext, args, out: TensorView, a: dict) -> np.ndarray:
+        seed, offset = (a["seed"], a["offset"]) if a["seed"] is not None else ctx.next_rng()
+        return draw(ctx.shape(out.logical), out.dtype.numpy, seed, offset)
+
+    return reference
+
+
+register(OpDef("full", "creation", _shape_domain, _attr_dtype, _full_reference))
+register(OpDef("arange", "creation", lambda ins, a: [IterDomain(a["extent"])], _attr_dtype, _arange_reference))
+register(OpDef("rand", "creation", _shape_domain, _attr_dtype, _random_reference("uniform")))
+register(OpDef("randn", "creation", _shape_domain, _attr_dtype, _random_reference("normal")))
+
+
+def _shape_arg(shape: Sequence[int | Scalar] | int, op: str) -> tuple[Scalar, ...]:
+    listed = [shape] if isinstance(shape, (int, Scalar)) else list(shape)
+    for i, e in enumerate(listed):
+        if not isinstance(e, (int, Scalar)) or isinstance(e, bool) or (isinstance(e, int) and e < 0):
+            raise FusionDefinitionError(f"{op}: shape[{i}]: expected a non-negative int or extent, got {e!r}")
+    return tuple(as_scalar(e) for e in listed)
+
+
+def _float_dtype(dtype: object, op: str) -> dt.DType:
+    d = dt.as_dtype(dtype)
+    if not d.is_floating:
+        raise FusionDefinitionError(f"{op}: dtype: expected a floating dtype, got {d.name}")
+    return d
+
+
+def full(shape, value: bool | int | float, dtype: object = None) -> TensorView:
+    """A tensor of `shape` filled with `value` (dtype defaults to the value's Python type)."""
+    fusion = active_fusion("full")
+    fill = as_operand("full", fusion, value, 1)
+    target = dt.as_dtype(dtype) if dtype is not None else fill.dtype
+    return apply("full", [fill], fusion, shape=_shape_arg(shape, "full"), dtype=target)
+
+
+def zeros(shape, dtype: object = dt.float32) -> TensorView:
+    return full(shape, 0, dtype)
+
+
+def ones(shape, dtype: object = dt.float32) -> TensorView:
+    return full(shape, 1, dtype)
+
+
+def arange(start: int | Scalar, stop: int | Scalar | None = None, step: int = 1, dtype: object = dt.int64):
+    """`start, start + step, ...` below `stop` (or `0 .. start` with one argument)."""
+    if stop is None:
+        start, stop = 0, start
+    if not isinstance(step, int) or isinstance(step, bool) or step == 0:
+        raise FusionDefinitionError(f"arange: step: expected a non-zero int, got {step!r}")
+    if not isinstance(start, int) or isinstance(start, bool):
+        raise FusionDefinitionError(f"arange: start: expected an int, got {start!r}")
+    span = as_scalar(stop) - start if step > 0 else start - as_scalar(stop)
+    extent = smax(ceildiv(span, abs(step)), 0)
+    return apply("arange", [], active_fusion("arange"), start=start, step=step, extent=extent,
+                 dtype=dt.as_dtype(dtype))
+
+
+def _random(op: str, shape, dtype, seed: int | None, offset: int) -> TensorView:
+    if seed is not None:
+        philox.check_seed_offset(seed, offset)
+    return apply(op, [], active_fusion(op), shape=_shape_arg(shape, op), dtype=_float_dtype(dtype, op),
+                 seed=seed, offset=offset)
+
+
+def rand(shape, dtype: object = dt.float32, seed: int | None = None, offset: int = 0) -> TensorView:
+    """Uniform [0, 1) numbers. With no seed, each execution draws from the global generator."""
+    return _random("rand", shape, dtype, seed, offset)
+
+
+def randn(shape, dtype: object = dt.float32, seed: int | None = None, offset: int = 0) -> TensorView:
+    """Standard normal numbers (Box-Muller over Philox). With no seed, see `rand`."""
+    return _random("randn", shape, dtype, seed, offset)

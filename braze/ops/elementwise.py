@@ -1,0 +1,241 @@
+"""Elementwise ops: unary, binary and ternary entries of the op table, and `cast`.
+
+Each table row names the dtype kinds an op accepts, how its result type follows from the
+promoted operand type, and the NumPy function of its reference rule. The reference computes in
+`compute_dtype` (float32 for the half types) and rounds once to the result type, as a fused
+kernel does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from braze import dtypes as dt
+from braze.dtypes import DType
+from braze.errors import FusionDefinitionError
+from braze.ir.fusion import Fusion
+from braze.ir.tensor import TensorView
+from braze.ops.broadcast import align_ranks, broadcast_domains
+from braze.ops.table import OpDef, RefContext, apply, register, reject_kinds
+
+Operand = TensorView | bool | int | float
+
+# Result-type rules: promoted operand dtype -> result dtype.
+SAME: Callable[[DType], DType] = lambda d: d
+TO_FLOAT: Callable[[DType], DType] = lambda d: d if d.is_floating else dt.float32
+TO_BOOL: Callable[[DType], DType] = lambda d: dt.bool_
+TO_INT64: Callable[[DType], DType] = lambda d: dt.int64
+
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """Elementwise erf (NumPy has none); exact to the double rounding of `math.erf`."""
+    return _erf(x).astype(x.dtype) if x.size else x.copy()
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1 / (1 + np.exp(-x))
+
+
+def gelu(x: np.ndarray, approximate: str = "none") -> np.ndarray:
+    if approximate == "tanh":
+        inner = np.sqrt(x.dtype.type(2 / math.pi)) * (x + x.dtype.type(0.044715) * x * x * x)
+        return x.dtype.type(0.5) * x * (1 + np.tanh(inner))
+    return x.dtype.type(0.5) * x * (1 + erf(x / x.dtype.type(math.sqrt(2))))
+
+
+def int_power(base: np.ndarray, exponent: np.ndarray) -> np.ndarray:
+    """Integer power with wrap-around; a negative exponent gives 0 except for bases 1 and -1."""
+    base, exponent = np.broadcast_arrays(base, exponent)
+    result = np.ones_like(base)
+    b, e = base.copy(), np.maximum(exponent, 0)
+    while np.any(e > 0):  # square-and-multiply: at most 64 rounds
+        result = np.where(e & 1 == 1, result * b, result)
+        b, e = b * b, e >> 1
+    negative = exponent < 0
+    odd = (exponent & 1) == 1
+    at_negative = np.where(base == 1, 1, np.where(base == -1, np.where(odd, -1, 1), 0)).astype(base.dtype)
+    return np.where(negative, at_negative, result)
+
+
+def power(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return int_power(a, b) if a.dtype.kind == "i" else np.power(a, b)
+
+
+def shift(direction: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """Shifts that are defined for every amount: past the bit width, left gives 0, right gives the sign."""
+
+    def shifted(a: np.ndarray, s: np.ndarray) -> np.ndarray:
+        bits = a.dtype.itemsize * 8
+        in_range = (s >= 0) & (s < bits)
+        safe = np.where(in_range, s, 0).astype(a.dtype)
+        if direction == "left":
+            return np.where(in_range, np.left_shift(a, safe), 0).astype(a.dtype)
+        return np.where(in_range, np.right_shift(a, safe), np.where(a < 0, -1, 0)).astype(a.dtype)
+
+    return shifted
+
+
+def _bool_is(fn: Callable) -> Callable:
+    """Runs `fn` on bool arrays as on their truth values (logical ops take any dtype)."""
+    return lambda *xs: fn(*[x.astype(bool) for x in xs])
+
+
+# name: (accepted kinds, result rule, reference function)
+UNARY: dict[str, tuple[str, Callable, Callable]] = {
+    "neg": ("if", SAME, np.negative),
+    "abs": ("if", SAME, np.abs),
+    "exp": ("bif", TO_FLOAT, np.exp),
+    "exp2": ("bif", TO_FLOAT, np.exp2),
+    "expm1": ("bif", TO_FLOAT, np.expm1),
+    "log": ("bif", TO_FLOAT, np.log),
+    "log2": ("bif", TO_FLOAT, np.log2),
+    "log1p": ("bif", TO_FLOAT, np.log1p),
+    "sqrt": ("bif", TO_FLOAT, np.sqrt),
+    "rsqrt": ("bif", TO_FLOAT, lambda x: 1 / np.sqrt(x)),
+    "reciprocal": ("bif", TO_FLOAT, lambda x: 1 / x),
+    "sin": ("bif", TO_FLOAT, np.sin),
+    "cos": ("bif", TO_FLOAT, np.cos),
+    "tan": ("bif", TO_FLOAT, np.tan),
+    "tanh": ("bif", TO_FLOAT, np.tanh),
+    "sigmoid": ("bif", TO_FLOAT, sigmoid),
+    "relu": ("if", SAME, lambda x: np.where(x > 0, x, x * 0)),  # x * 0 keeps NaN, as torch does
+    "gelu": ("bif", TO_FLOAT, gelu),
+    "silu": ("bif", TO_FLOAT, lambda x: x * sigmoid(x)),
+    "erf": ("bif", TO_FLOAT, erf),
+    "floor": ("if", SAME, lambda x: np.floor(x) if x.dtype.kind == "f" else x),
+    "ceil": ("if", SAME, lambda x: np.ceil(x) if x.dtype.kind == "f" else x),
+    "round": ("if", SAME, lambda x: np.round(x) if x.dtype.kind == "f" else x),  # halves to even
+    "trunc": ("if", SAME, lambda x: np.trunc(x) if x.dtype.kind == "f" else x),
+    "sign": ("if", SAME, np.sign),
+    "isnan": ("bif", TO_BOOL, np.isnan),
+    "isinf": ("bif", TO_BOOL, np.isinf),
+    "isfinite": ("bif", TO_BOOL, np.isfinite),
+    "logical_not": ("bif", TO_BOOL, _bool_is(np.logical_not)),
+    "bitwise_not": ("bi", SAME, np.invert),
+}
+
+BINARY: dict[str, tuple[str, Callable, Callable]] = {
+    "add": ("bif", SAME, np.add),
+    "sub": ("if", SAME, np.subtract),
+    "mul": ("bif", SAME, np.multiply),
+    "truediv": ("bif", TO_FLOAT, np.true_divide),
+    "floordiv": ("if", SAME, np.floor_divide),  # integer division by zero gives 0
+    "remainder": ("if", SAME, np.remainder),  # the sign of the divisor, as in Python
+    "pow": ("if", SAME, power),
+    "maximum": ("bif", SAME, np.maximum),  # NaN-propagating
+    "minimum": ("bif", SAME, np.minimum),
+    "atan2": ("bif", TO_FLOAT, np.arctan2),
+    "eq": ("bif", TO_BOOL, np.equal),
+    "ne": ("bif", TO_BOOL, np.not_equal),
+    "lt": ("bif", TO_BOOL, np.less),
+    "le": ("bif", TO_BOOL, np.less_equal),
+    "gt": ("bif", TO_BOOL, np.greater),
+    "ge": ("bif", TO_BOOL, np.greater_equal),
+    "logical_and": ("bif", TO_BOOL, _bool_is(np.logical_and)),
+    "logical_or": ("bif", TO_BOOL, _bool_is(np.logical_or)),
+    "logical_xor": ("bif", TO_BOOL, _bool_is(np.logical_xor)),
+    "bitwise_and": ("bi", SAME, np.bitwise_and),
+    "bitwise_or": ("bi", SAME, np.bitwise_or),
+    "bitwise_xor": ("bi", SAME, np.bitwise_xor),
+    "left_shift": ("i", SAME, shift("left")),
+    "right_shift": ("i", SAME, shift("right")),
+}
+
+TERNARY: dict[str, tuple[str, Callable, Callable]] = {
+    "where": ("bif", SAME, lambda c, a, b: np.where(c.astype(bool), a, b)),
+    "clamp": ("bif", SAME, lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi)),
+    "lerp": ("bif", TO_FLOAT, lambda a, b, w: a + w * (b - a)),
+    "fma": ("if", SAME, lambda a, b, c: a * b + c),
+}
+
+
+def operand_type(tensors: Sequence[TensorView]) -> DType:
+    """The promoted type of an op's value operands (weak scalars never widen it)."""
+    return dt.result_type(*[(t.dtype, t.weak) for t in tensors])
+
+
+def _elementwise_entry(name: str, kinds: str, result: Callable, fn: Callable, value_operands: slice) -> OpDef:
+    def dtype_rule(inputs: Sequence[TensorView], attrs: dict) -> DType:
+        values = inputs[value_operands]
+        for tv in values:
+            reject_kinds(name, tv, kinds if not tv.weak else "bif")
+        promoted = operand_type(values)
+        reject_kinds(name, _Typed(promoted, f"the promoted type {promoted.name}"), kinds)
+        return result(promoted)
+
+    def reference(ctx: RefContext, args: Sequence[np.ndarray], out: TensorView, attrs: dict) -> np.ndarray:
+        compute = dt.compute_dtype(operand_type(out.definition.inputs[value_operands])).numpy
+        cast = [a if i < value_operands.start else a.astype(compute) for i, a in enumerate(args)]
+        with np.errstate(all="ignore"):
+            return np.asarray(fn(*cast, **attrs)).astype(out.dtype.numpy, copy=False)
+
+    shape_rule = lambda inputs, attrs: broadcast_domains(name, inputs)
+    return OpDef(name, "elementwise", shape_rule, dtype_rule, reference)
+
+
+class _Typed:
+    """Stands in for a tensor in `reject_kinds` when checking a promoted type."""
+
+    def __init__(self, dtype: DType, text: str) -> None:
+        self.dtype, self.text = dtype, text
+
+    def describe(self) -> str:
+        return self.text
+
+
+for _table in (UNARY, BINARY):
+    for _name, (_kinds, _result, _fn) in _table.items():
+        register(_elementwise_entry(_name, _kinds, _result, _fn, slice(0, None)))
+for _name, (_kinds, _result, _fn) in TERNARY.items():
+    # `where`'s condition is not a value operand: it neither promotes nor gets cast.
+    register(_elementwise_entry(_name, _kinds, _result, _fn, slice(1 if _name == "where" else 0, None)))
+
+
+# --- building elementwise ops from tensors and Python scalars -------------------------------------
+def owning_fusion(op: str, operands: Sequence[Operand]) -> Fusion:
+    for x in operands:
+        if isinstance(x, TensorView):
+            return x.fusion
+    raise FusionDefinitionError(f"{op}: expected at least one TensorView operand, got only Python scalars")
+
+
+def as_operand(op: str, fusion: Fusion, x: Operand, position: int) -> TensorView:
+    """Wraps a Python scalar as a weak constant of the fusion; passes tensors through."""
+    if isinstance(x, TensorView):
+        return x
+    if isinstance(x, (bool, int, float, np.bool_, np.integer, np.floating)):
+        value = x.item() if isinstance(x, np.generic) else x
+        tv = TensorView(fusion, [], dt.python_scalar_dtype(value), scalar="const", value=value)
+        return tv
+    raise FusionDefinitionError(
+        f"{op}: operand {position}: expected a TensorView or a Python scalar, got {type(x).__name__}"
+    )
+
+
+def elementwise(op: str, *operands: Operand, **attrs) -> TensorView:
+    """Applies elementwise op `op`, broadcasting its operands with NumPy's rules."""
+    fusion = owning_fusion(op, operands)
+    tensors = align_ranks([as_operand(op, fusion, x, i) for i, x in enumerate(operands)])
+    return apply(op, tensors, fusion, **attrs)
+
+
+def cast(x: TensorView, dtype: object) -> TensorView:
+    """Converts x to `dtype` (floats to integers truncate toward zero; to bool is `!= 0`)."""
+    target = dt.as_dtype(dtype)
+    if not isinstance(x, TensorView):
+        raise FusionDefinitionError(f"cast: expected a TensorView, got {type(x).__name__}")
+    return x if x.dtype == target else apply("cast", [x], dtype=target)
+
+
+def _cast_reference(ctx: RefContext, args, out: TensorView, attrs: dict) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return args[0].astype(out.dtype.numpy)
+
+
+register(OpDef("cast", "cast", lambda ins, a: [d.clone() for d in ins[0].visible], lambda ins, a: a["dtype"],
+               _cast_reference))

@@ -1,0 +1,91 @@
+"""Python operators and methods on TensorView (`x + b`, `x.sum(1)`, `x[:, ::2]`, `x.T`).
+
+They live here rather than in `braze.ir` because the IR imports no op; installing them when the
+op table loads keeps that rule.
+"""
+
+from __future__ import annotations
+
+from braze.errors import FusionDefinitionError, UnsupportedError
+from braze.ir.tensor import TensorView
+from braze.ops import reductions as red
+from braze.ops import views
+from braze.ops.elementwise import cast, elementwise
+
+_BINARY_OPERATORS = {
+    "add": "add", "sub": "sub", "mul": "mul", "truediv": "truediv", "floordiv": "floordiv",
+    "mod": "remainder", "pow": "pow", "and": "bitwise_and", "or": "bitwise_or", "xor": "bitwise_xor",
+    "lshift": "left_shift", "rshift": "right_shift",
+}
+_COMPARISONS = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
+_UNARY_OPERATORS = {"neg": "neg", "abs": "abs", "invert": "bitwise_not"}
+_REDUCTION_METHODS = ("sum", "prod", "max", "min", "mean", "var", "any", "all", "argmax", "argmin")
+
+
+def _binary(op: str, reflected: bool = False):
+    if reflected:
+        return lambda self, other: elementwise(op, other, self)
+    return lambda self, other: elementwise(op, self, other)
+
+
+def _getitem(x: TensorView, index) -> TensorView:
+    """Basic indexing: ints, slices, None (new axis) and one Ellipsis."""
+    items = list(index) if isinstance(index, tuple) else [index]
+    if sum(i is Ellipsis for i in items) > 1:
+        raise FusionDefinitionError(f"indexing {x.describe()}: expected at most one '...', got {index!r}")
+    consumed = sum(i is not None and i is not Ellipsis for i in items)
+    if consumed > x.ndim:
+        raise FusionDefinitionError(f"indexing {x.describe()}: {consumed} indices for {x.ndim} dimensions")
+    if Ellipsis in items:
+        at = items.index(Ellipsis)
+        items[at : at + 1] = [slice(None)] * (x.ndim - consumed)
+    slices, new_axes, dropped, out_axis = [], [], [], 0
+    for item in items:
+        if item is None:
+            new_axes.append(out_axis)
+            out_axis += 1
+        elif isinstance(item, int) and not isinstance(item, bool):
+            stop = item + 1 if item != -1 else None
+            slices.append(slice(item, stop, 1))
+            dropped.append(len(slices) - 1)
+        elif isinstance(item, slice):
+            slices.append(item)
+            out_axis += 1
+        else:
+            raise UnsupportedError(f"indexing {x.describe()}: expected ints, slices, None or '...', got {item!r}")
+    y = views.slice_tensor(x, slices)
+    y = views.squeeze(y, dropped) if dropped else y
+    for axis in new_axes:
+        y = views.unsqueeze(y, axis)
+    return y
+
+
+def _matmul(self, other):
+    raise UnsupportedError("matmul (@): not yet supported by braze")
+
+
+def install(cls: type = TensorView) -> None:
+    """Puts the operators and methods on TensorView."""
+    for dunder, op in {**_BINARY_OPERATORS, **_COMPARISONS}.items():
+        setattr(cls, f"__{dunder}__", _binary(op))
+    for dunder, op in _BINARY_OPERATORS.items():
+        setattr(cls, f"__r{dunder}__", _binary(op, reflected=True))
+    for dunder, op in _UNARY_OPERATORS.items():
+        setattr(cls, f"__{dunder}__", lambda self, op=op: elementwise(op, self))
+    cls.__hash__ = object.__hash__  # __eq__ builds an expression; identity stays the hash
+    cls.__pos__ = lambda self: self
+    cls.__matmul__ = cls.__rmatmul__ = _matmul
+    cls.__getitem__ = _getitem
+    for name in _REDUCTION_METHODS:
+        setattr(cls, name, getattr(red, name))
+    cls.std = red.std
+    cls.T = property(lambda self: views.permute(self, tuple(reversed(range(self.ndim)))))
+    cls.reshape = lambda self, *shape: views.reshape(self, shape[0] if len(shape) == 1 and
+                                                     isinstance(shape[0], (list, tuple)) else shape)
+    cls.permute = lambda self, *dims: views.permute(self, dims[0] if len(dims) == 1 and
+                                                    isinstance(dims[0], (list, tuple)) else dims)
+    cls.transpose = views.transpose
+    cls.squeeze = views.squeeze
+    cls.unsqueeze = views.unsqueeze
+    cls.flip = views.flip
+    cls.astype = cast

@@ -1,0 +1,151 @@
+"""Reductions. The output keeps reduced dimensions in its logical domain as reduction dimensions
+(as nvFuser does); `keepdim` adds broadcast dimensions back after the reduction."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from braze import dtypes as dt
+from braze.dtypes import DType
+from braze.errors import FusionDefinitionError, InputError
+from braze.ir.domain import IterType
+from braze.ir.tensor import TensorView, normalize_axis
+from braze.ops.broadcast import broadcast
+from braze.ops.elementwise import SAME, TO_BOOL, TO_FLOAT, TO_INT64, elementwise
+from braze.ops.table import OpDef, RefContext, apply, register, reject_kinds
+
+_SUM_TYPE: Callable[[DType], DType] = lambda d: d if d.is_floating else dt.int64
+
+
+def _argreduce(fn: Callable) -> Callable:
+    def reduce(x: np.ndarray, axis: tuple[int, ...]) -> np.ndarray:
+        # argmax over several axes indexes them flattened, row-major, like torch on a reshape.
+        kept = [a for a in range(x.ndim) if a not in axis]
+        moved = np.transpose(x, kept + list(axis))
+        flat = moved.reshape(moved.shape[: len(kept)] + (-1,))
+        return fn(flat, axis=-1)
+
+    return reduce
+
+
+def _var(x: np.ndarray, axis: tuple[int, ...], correction: float = 0) -> np.ndarray:
+    return np.var(x, axis=axis, ddof=correction)
+
+
+# name: (accepted kinds, result rule, reference, whether an empty reduction has no value)
+REDUCTIONS: dict[str, tuple[str, Callable, Callable, bool]] = {
+    "sum": ("bif", _SUM_TYPE, np.sum, False),
+    "prod": ("bif", _SUM_TYPE, np.prod, False),
+    "max": ("bif", SAME, np.max, True),
+    "min": ("bif", SAME, np.min, True),
+    "mean": ("bif", TO_FLOAT, np.mean, False),
+    "var": ("bif", TO_FLOAT, _var, False),
+    "any": ("bif", TO_BOOL, np.any, False),
+    "all": ("bif", TO_BOOL, np.all, False),
+    "argmax": ("bif", TO_INT64, _argreduce(np.argmax), True),
+    "argmin": ("bif", TO_INT64, _argreduce(np.argmin), True),
+}
+
+
+def _accumulator(name: str, result: DType) -> DType | None:
+    """Floats accumulate in their compute type (float32 for half types), integer sums in int64."""
+    if result.is_floating:
+        return dt.compute_dtype(result)
+    return dt.int64 if name in ("sum", "prod") else None
+
+
+def _reduction_shape(inputs: Sequence[TensorView], attrs: dict):
+    axes = attrs["axes"]
+    return [d.clone(IterType.REDUCTION) if i in axes else d.clone() for i, d in enumerate(inputs[0].visible)]
+
+
+def _reduction_entry(name: str, kinds: str, result: Callable, fn: Callable, needs_values: bool) -> OpDef:
+    def dtype_rule(inputs: Sequence[TensorView], attrs: dict) -> DType:
+        reject_kinds(name, inputs[0], kinds)
+        return result(inputs[0].dtype)
+
+    def reference(ctx: RefContext, args: Sequence[np.ndarray], out: TensorView, attrs: dict) -> np.ndarray:
+        x, axes = args[0], attrs["axes"]
+        if needs_values and any(x.shape[a] == 0 for a in axes):
+            raise InputError(f"{name}: {out.definition.inputs[0].describe()} has an empty dimension among axes {axes}")
+        accumulator = _accumulator(name, result(dt.from_numpy(x.dtype)))
+        x = x if accumulator is None else x.astype(accumulator.numpy)
+        extra = {"correction": attrs["correction"]} if "correction" in attrs else {}
+        with np.errstate(all="ignore"):
+            return np.asarray(fn(x, axis=axes, **extra)).astype(out.dtype.numpy, copy=False)
+
+    return OpDef(name, "reduction", _reduction_shape, dtype_rule, reference)
+
+
+for _name, _row in REDUCTIONS.items():
+    register(_reduction_entry(_name, *_row))
+
+
+def normalize_axes(x: TensorView, axes: int | Sequence[int] | None, op: str) -> tuple[int, ...]:
+    """Axes as sorted non-negative ints; None means all. Duplicates are an error."""
+    if axes is None:
+        return tuple(range(x.ndim))
+    listed = [axes] if isinstance(axes, int) else list(axes)
+    normalized = [normalize_axis(a, x.ndim, f"{op} axes") for a in listed]
+    if len(set(normalized)) != len(normalized):
+        raise FusionDefinitionError(f"{op}: expected distinct axes, got {listed}")
+    return tuple(sorted(normalized))
+
+
+def reduce(op: str, x: TensorView, axes=None, keepdim: bool = False, **attrs) -> TensorView:
+    """Reduces x over `axes` with op; `keepdim` keeps them as size-1 dimensions."""
+    if not isinstance(x, TensorView):
+        raise FusionDefinitionError(f"{op}: expected a TensorView, got {type(x).__name__}")
+    normalized = normalize_axes(x, axes, op)
+    out = apply(op, [x], axes=normalized, **attrs)
+    return broadcast(out, [i in normalized for i in range(x.ndim)]) if keepdim else out
+
+
+def sum(x: TensorView, axes=None, keepdim: bool = False) -> TensorView:  # noqa: A001
+    """Sum over axes; integers and bools accumulate in int64, half types in float32."""
+    return reduce("sum", x, axes, keepdim)
+
+
+def prod(x: TensorView, axes=None, keepdim: bool = False) -> TensorView:
+    return reduce("prod", x, axes, keepdim)
+
+
+def max(x: TensorView, axes=None, keepdim: bool = False) -> TensorView:  # noqa: A001
+    return reduce("max", x, axes, keepdim)
+
+
+def min(x: TensorView, axes=None, keepdim: bool = False) -> TensorView:  # noqa: A001
+    return reduce("min", x, axes, keepdim)
+
+
+def mean(x: TensorView, axes=None, keepdim: bool = False) -> TensorView:
+    return reduce("mean", x, axes, keepdim)
+
+
+def var(x: TensorView, axes=None, keepdim: bool = False, correction: float = 0) -> TensorView:
+    """Variance with `correction` degrees of freedom removed (0: population, 1: sample)."""
+    return reduce("var", x, axes, keepdim, correction=correction)
+
+
+def any(x: TensorView, axes=None, keepdim: bool = False) -> TensorView:  # noqa: A001
+    return reduce("any", x, axes, keepdim)
+
+
+def all(x: TensorView, axes=None, keepdim: bool = False) -> TensorView:  # noqa: A001
+    return reduce("all", x, axes, keepdim)
+
+
+def argmax(x: TensorView, axes=None, keepdim: bool = False) -> TensorView:
+    """Index of the first maximum; several axes are indexed as one flattened, row-major axis."""
+    return reduce("argmax", x, axes, keepdim)
+
+
+def argmin(x: TensorView, axes=None, keepdim: bool = False) -> TensorView:
+    return reduce("argmin", x, axes, keepdim)
+
+
+def std(x: TensorView, axes=None, keepdim: bool = False, correction: float = 0) -> TensorView:
+    """Standard deviation: sqrt(var(x, axes, correction=correction))."""
+    return elementwise("sqrt", var(x, axes, keepdim, correction))

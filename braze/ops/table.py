@@ -1,0 +1,89 @@
+"""The op table: one `OpDef` per op, holding its shape, dtype and reference rules.
+
+Later backends add their rules (`cuda`, `llvm`) to the same entries, so adding an op is one entry
+here plus its user-facing function, never edits across the pipeline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from braze.dtypes import DType
+from braze.errors import FusionDefinitionError, UnsupportedError
+from braze.ir.domain import IterDomain
+from braze.ir.fusion import Fusion, active_fusion
+from braze.ir.scalar import Scalar
+from braze.ir.tensor import TensorView
+
+ShapeRule = Callable[[Sequence[TensorView], dict], list[IterDomain]]
+DTypeRule = Callable[[Sequence[TensorView], dict], DType]
+
+
+class RefContext:
+    """What a reference rule may need beyond its operands: bound extents and random state."""
+
+    def __init__(self, bindings: dict[str, int], rng_state: Callable[[], tuple[int, int]]) -> None:
+        self.bindings = bindings
+        self.next_rng = rng_state  # -> (seed, offset) for an op that did not fix its own
+
+    def extent(self, value: Scalar) -> int:
+        return value.evaluate(self.bindings)
+
+    def shape(self, domain: Sequence[IterDomain]) -> tuple[int, ...]:
+        return tuple(self.extent(d.extent) for d in domain if not d.is_reduction)
+
+
+ReferenceRule = Callable[[RefContext, Sequence[np.ndarray], TensorView, dict], np.ndarray]
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """One op: how its output's shape and dtype follow from the operands, and what it computes."""
+
+    name: str
+    category: str  # unary, binary, ternary, cast, reduction, view, creation
+    shape: ShapeRule
+    dtype: DTypeRule
+    reference: ReferenceRule
+    backend_rules: dict[str, Any] = field(default_factory=dict)  # "cuda", "llvm": added by backends
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def register(op: OpDef) -> OpDef:
+    if op.name in OPS:
+        raise ValueError(f"op {op.name!r} is registered twice")
+    OPS[op.name] = op
+    return op
+
+
+def lookup(name: str) -> OpDef:
+    if name not in OPS:
+        raise UnsupportedError(f"op {name!r} is not in the op table")
+    return OPS[name]
+
+
+def apply(name: str, inputs: Sequence[TensorView], fusion: Fusion | None = None, **attrs: Any) -> TensorView:
+    """Adds `name(inputs, **attrs)` to the fusion and returns its output tensor."""
+    op = lookup(name)
+    if fusion is None:
+        fusion = inputs[0].fusion if inputs else active_fusion(name)
+    for tv in inputs:
+        fusion.check_owned(tv, name)
+    dtype = op.dtype(inputs, attrs)
+    out = TensorView(fusion, op.shape(inputs, attrs), dtype)
+    fusion.add_expr(name, tuple(inputs), (out,), **attrs)
+    return out
+
+
+def reject_kinds(op: str, tv: TensorView, allowed: str) -> None:
+    """Raises when `tv`'s dtype kind is not among `allowed` ('b', 'i', 'f')."""
+    if tv.dtype.kind not in allowed:
+        names = {"b": "bool", "i": "integer", "f": "floating"}
+        expected = " or ".join(names[k] for k in allowed)
+        raise FusionDefinitionError(f"{op}: {tv.describe()}: expected a {expected} dtype, got {tv.dtype.name}")

@@ -1,0 +1,242 @@
+"""Views and layout ops: permute, reshape, squeeze, slice, pad, cat, flip (and the helpers built
+on them: transpose, unsqueeze)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from braze import dtypes as dt
+from braze.errors import FusionDefinitionError
+from braze.ir.domain import IterDomain, IterType
+from braze.ir.scalar import Scalar, as_scalar, ceildiv, smax, smin
+from braze.ir.tensor import TensorView, normalize_axis
+from braze.ops.broadcast import broadcast
+from braze.ops.elementwise import as_operand
+from braze.ops.reductions import normalize_axes
+from braze.ops.table import OpDef, RefContext, apply, register
+
+_first_dtype = lambda inputs, attrs: inputs[0].dtype
+
+
+def _entry(name: str, shape, reference, dtype=_first_dtype) -> None:
+    register(OpDef(name, "view", shape, dtype, reference))
+
+
+def _check_tensor(op: str, x: object) -> TensorView:
+    if not isinstance(x, TensorView):
+        raise FusionDefinitionError(f"{op}: expected a TensorView, got {type(x).__name__}")
+    return x
+
+
+# --- permute ----------------------------------------------------------------------------------
+_entry(
+    "permute",
+    lambda ins, a: [ins[0].visible[d].clone() for d in a["dims"]],
+    lambda ctx, args, out, a: np.transpose(args[0], a["dims"]),
+)
+
+
+def permute(x: TensorView, dims: Sequence[int]) -> TensorView:
+    """Output dimension i is x's dimension dims[i]."""
+    x = _check_tensor("permute", x)
+    normalized = tuple(normalize_axis(d, x.ndim, "permute dims") for d in dims)
+    if sorted(normalized) != list(range(x.ndim)):
+        raise FusionDefinitionError(f"permute: expected a permutation of {x.ndim} dimensions, got {tuple(dims)}")
+    return x if normalized == tuple(range(x.ndim)) else apply("permute", [x], dims=normalized)
+
+
+def transpose(x: TensorView, dim0: int = -2, dim1: int = -1) -> TensorView:
+    """Swaps two dimensions (the last two by default)."""
+    x = _check_tensor("transpose", x)
+    dims = list(range(x.ndim))
+    a, b = normalize_axis(dim0, x.ndim, "transpose dim0"), normalize_axis(dim1, x.ndim, "transpose dim1")
+    dims[a], dims[b] = dims[b], dims[a]
+    return permute(x, dims)
+
+
+# --- reshape ----------------------------------------------------------------------------------
+def _product(extents: Sequence[Scalar]) -> Scalar:
+    total = as_scalar(1)
+    for e in extents:
+        total = total * e
+    return total
+
+
+_entry(
+    "reshape",
+    lambda ins, a: [IterDomain(e, IterType.BROADCAST if e == 1 else IterType.ITERATION) for e in a["shape"]],
+    lambda ctx, args, out, a: np.reshape(args[0], ctx.shape(out.logical)),
+)
+
+
+def reshape(x: TensorView, shape: Sequence[int | Scalar]) -> TensorView:
+    """Same elements, row-major, in a new shape; one extent may be -1 (inferred)."""
+    x = _check_tensor("reshape", x)
+    shape = list(shape)
+    inferred = [i for i, e in enumerate(shape) if isinstance(e, int) and e == -1]
+    if len(inferred) > 1 or any(isinstance(e, int) and e < -1 for e in shape):
+        raise FusionDefinitionError(f"reshape: expected non-negative extents and at most one -1, got {shape}")
+    numel = _product(x.shape)
+    if inferred:
+        known = _product([as_scalar(e) for i, e in enumerate(shape) if i != inferred[0]])
+        if known.is_const and known.value == 0:
+            raise FusionDefinitionError(f"reshape: cannot infer -1 in {shape} when the other extents multiply to 0")
+        shape[inferred[0]] = numel // known
+    extents = tuple(as_scalar(e) for e in shape)
+    x.fusion.require_equal(numel, _product(extents), f"reshape of {x.describe()} to {shape}: element counts")
+    if len(extents) == x.ndim and all(a == b for a, b in zip(extents, x.shape)):
+        return x
+    return apply("reshape", [x], shape=extents)
+
+
+# --- squeeze / unsqueeze ------------------------------------------------------------------------
+_entry(
+    "squeeze",
+    lambda ins, a: [d.clone() for i, d in enumerate(ins[0].visible) if i not in a["axes"]],
+    lambda ctx, args, out, a: np.squeeze(args[0], a["axes"]) if a["axes"] else args[0],
+)
+
+
+def squeeze(x: TensorView, axes: int | Sequence[int] | None = None) -> TensorView:
+    """Removes size-1 dimensions: the given ones (which must have extent 1), or all static ones."""
+    x = _check_tensor("squeeze", x)
+    if axes is None:
+        normalized = tuple(i for i, e in enumerate(x.shape) if e.is_const and e.value == 1)
+    else:
+        normalized = normalize_axes(x, axes, "squeeze")
+    for axis in normalized:
+        x.fusion.require_equal(x.shape[axis], as_scalar(1), f"squeeze: dimension {axis} of {x.describe()}")
+    return apply("squeeze", [x], axes=normalized) if normalized else x
+
+
+def unsqueeze(x: TensorView, axis: int) -> TensorView:
+    """Inserts a size-1 dimension at `axis` (negative counts from the end of the result)."""
+    x = _check_tensor("unsqueeze", x)
+    axis = normalize_axis(axis, x.ndim + 1, "unsqueeze axis")
+    return broadcast(x, [i == axis for i in range(x.ndim + 1)])
+
+
+# --- slice --------------------------------------------------------------------------------------
+def _slice_extent(n: Scalar, start: int | None, stop: int | None, step: int) -> tuple[Scalar, Scalar]:
+    """Python's slice rules on a symbolic extent: (first index, number of elements)."""
+    def clamp(i: int | None, default: Scalar, low: int, high: Scalar) -> Scalar:
+        if i is None:
+            return default
+        return smin(smax(n + i if i < 0 else as_scalar(i), low), high)
+
+    if step > 0:
+        first, end = clamp(start, as_scalar(0), 0, n), clamp(stop, n, 0, n)
+        return first, smax(ceildiv(end - first, step), 0)
+    first, end = clamp(start, n - 1, -1, n - 1), clamp(stop, as_scalar(-1), -1, n - 1)
+    return first, smax(ceildiv(first - end, -step), 0)
+
+
+def _slice_shape(ins, a):
+    out = []
+    for d, (start, stop, step) in zip(ins[0].visible, a["slices"]):
+        extent = _slice_extent(d.extent, start, stop, step)[1]
+        out.append(d.clone(extent=extent) if not d.is_broadcast or extent != 1 else d.clone())
+    return out
+
+
+_entry("slice", _slice_shape, lambda ctx, args, out, a: args[0][tuple(slice(*s) for s in a["slices"])])
+
+
+def slice_tensor(x: TensorView, slices: Sequence[slice | tuple]) -> TensorView:
+    """`x[s0, s1, ...]` for Python slices (steps may be negative); missing trailing dims are kept."""
+    x = _check_tensor("slice", x)
+    if len(slices) > x.ndim:
+        raise FusionDefinitionError(f"slice: {x.describe()} has {x.ndim} dimensions, got {len(slices)} slices")
+    triples = []
+    for axis, s in enumerate(list(slices) + [slice(None)] * (x.ndim - len(slices))):
+        start, stop, step = (s.start, s.stop, s.step) if isinstance(s, slice) else tuple(s)
+        step = 1 if step is None else step
+        for what, v in (("start", start), ("stop", stop), ("step", step)):
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
+                raise FusionDefinitionError(f"slice: {what} of dimension {axis}: expected an int, got {v!r}")
+        if step == 0:
+            raise FusionDefinitionError(f"slice: step of dimension {axis}: expected a non-zero int, got 0")
+        triples.append((start, stop, step))
+    if all(t == (None, None, 1) for t in triples):
+        return x
+    return apply("slice", [x], slices=tuple(triples))
+
+
+# --- pad --------------------------------------------------------------------------------------
+def _pad_reference(ctx: RefContext, args, out: TensorView, a: dict) -> np.ndarray:
+    return np.pad(args[0], a["widths"], constant_values=args[1])
+
+
+_entry(
+    "pad",
+    lambda ins, a: [d.clone(IterType.ITERATION, d.extent + lo + hi) if lo or hi else d.clone()
+                    for d, (lo, hi) in zip(ins[0].visible, a["widths"])],
+    _pad_reference,
+)
+
+
+def pad(x: TensorView, widths: Sequence[tuple[int, int]], value: float | int | bool = 0) -> TensorView:
+    """Pads with `value`: widths[i] = (before, after) for dimension i (missing leading dims get none)."""
+    x = _check_tensor("pad", x)
+    widths = [tuple(w) for w in widths]
+    if len(widths) > x.ndim or any(len(w) != 2 or min(w) < 0 for w in widths):
+        raise FusionDefinitionError(
+            f"pad: expected at most {x.ndim} pairs of non-negative (before, after) widths, got {widths}"
+        )
+    widths = [(0, 0)] * (x.ndim - len(widths)) + widths
+    fill = as_operand("pad", x.fusion, value, 1)
+    if fill.ndim != 0:
+        raise FusionDefinitionError(f"pad: value: expected a scalar, got a tensor of rank {fill.ndim}")
+    return apply("pad", [x, fill], widths=tuple(widths))
+
+
+# --- cat --------------------------------------------------------------------------------------
+def _cat_shape(ins, a):
+    axis = a["axis"]
+    first = ins[0]
+    for tv in ins[1:]:
+        for i in range(first.ndim):
+            if i != axis:
+                why = f"cat: dimension {i} of {first.describe()} and {tv.describe()} must match"
+                first.fusion.require_equal(first.shape[i], tv.shape[i], why)
+    total = as_scalar(0)
+    for tv in ins:
+        total = total + tv.shape[axis]
+    return [IterDomain(total) if i == axis else d.clone(IterType.ITERATION) for i, d in enumerate(first.visible)]
+
+
+def _cat_reference(ctx: RefContext, args, out: TensorView, a: dict) -> np.ndarray:
+    return np.concatenate([x.astype(out.dtype.numpy) for x in args], axis=a["axis"])
+
+
+_entry("cat", _cat_shape, _cat_reference,
+       dtype=lambda ins, a: dt.result_type(*[(t.dtype, False) for t in ins]))
+
+
+def cat(tensors: Sequence[TensorView], axis: int = 0) -> TensorView:
+    """Concatenates along `axis`; the other extents must match. The dtype is their promoted type."""
+    tensors = [_check_tensor("cat", t) for t in tensors]
+    if not tensors:
+        raise FusionDefinitionError("cat: expected at least one tensor, got none")
+    ranks = {t.ndim for t in tensors}
+    if len(ranks) != 1 or 0 in ranks:
+        raise FusionDefinitionError(f"cat: expected tensors of one rank >= 1, got ranks {[t.ndim for t in tensors]}")
+    axis = normalize_axis(axis, tensors[0].ndim, "cat axis")
+    return tensors[0] if len(tensors) == 1 else apply("cat", tensors, axis=axis)
+
+
+# --- flip -------------------------------------------------------------------------------------
+_entry(
+    "flip",
+    lambda ins, a: [d.clone() for d in ins[0].visible],
+    lambda ctx, args, out, a: np.flip(args[0], a["axes"]),
+)
+
+
+def flip(x: TensorView, axes: int | Sequence[int] | None = None) -> TensorView:
+    """Reverses the order of elements along `axes` (all by default)."""
+    x = _check_tensor("flip", x)
+    normalized = normalize_axes(x, axes, "flip")
+    return apply("flip", [x], axes=normalized) if normalized else x

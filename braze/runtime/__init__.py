@@ -1,0 +1,1 @@
+"""Runtime: array interop, input binding, the reference backend and random state."""

@@ -1,0 +1,58 @@
+"""Array interop: reading inputs as NumPy views without copies, and giving outputs back in the
+inputs' own kind (a torch tensor in, a torch tensor out)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from braze import dtypes as dt
+from braze.errors import InputError, UnsupportedError
+
+_DLPACK_CPU = 1
+
+
+def _is_torch(obj: object) -> bool:
+    return type(obj).__module__.startswith("torch") and type(obj).__name__ in ("Tensor", "Parameter")
+
+
+def _torch_to_numpy(t: Any, where: str) -> np.ndarray:
+    if t.device.type != "cpu":
+        raise UnsupportedError(f"{where}: expected a CPU tensor, got one on {t.device}; the CUDA backend is not "
+                               "available in this build yet")
+    t = t.detach()
+    if str(t.dtype) == "torch.bfloat16":  # NumPy has no bfloat16; reinterpret the bits
+        return t.view(__import__("torch").int16).numpy().view(dt.bfloat16.numpy)
+    return t.numpy()
+
+
+def as_host_array(obj: object, where: str) -> tuple[np.ndarray, str]:
+    """A NumPy view of `obj` and the kind it came as ("numpy", "torch"). `where` names the input."""
+    if isinstance(obj, np.ndarray):
+        return obj, "numpy"
+    if _is_torch(obj):
+        return _torch_to_numpy(obj, where), "torch"
+    if hasattr(obj, "__cuda_array_interface__"):
+        raise UnsupportedError(f"{where}: expected a host array, got a CUDA array ({type(obj).__name__}); "
+                               "the CUDA backend is not available in this build yet")
+    if hasattr(obj, "__array_interface__"):
+        return np.asarray(obj), "numpy"
+    if hasattr(obj, "__dlpack__"):
+        device = obj.__dlpack_device__()[0] if hasattr(obj, "__dlpack_device__") else _DLPACK_CPU
+        if device != _DLPACK_CPU:
+            raise UnsupportedError(f"{where}: expected a host array, got a DLPack array on device type {device}")
+        return np.from_dlpack(obj), "numpy"
+    raise InputError(f"{where}: expected an array (NumPy, torch, or with __array_interface__ or __dlpack__), "
+                     f"got {type(obj).__name__}")
+
+
+def to_kind(array: np.ndarray, kind: str) -> Any:
+    """Gives `array` back as the kind of the inputs (sharing memory)."""
+    if kind != "torch":
+        return array
+    import torch
+
+    if array.dtype == dt.bfloat16.numpy:
+        return torch.from_numpy(np.ascontiguousarray(array).view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)

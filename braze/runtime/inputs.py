@@ -1,0 +1,103 @@
+"""Checking execute() inputs against a fusion's definition and binding its symbolic extents."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from braze import dtypes as dt
+from braze.errors import Error, InputError
+from braze.ir.fusion import Fusion
+from braze.ir.tensor import TensorView
+from braze.runtime.arrays import as_host_array
+
+
+@dataclass
+class BoundInputs:
+    """Inputs as NumPy arrays (scalars as 0-d arrays), the value of every input extent symbol, and
+    the kind of array the outputs go back as."""
+
+    arrays: list[np.ndarray]
+    bindings: dict[str, int]
+    kind: str
+
+
+def stride_order_of(array: np.ndarray) -> tuple[int, ...]:
+    """stride_order[i] = rank of dimension i's stride (0 the fastest); ties keep row-major order."""
+    by_speed = sorted(range(array.ndim), key=lambda i: (abs(array.strides[i]), -i))
+    order = [0] * array.ndim
+    for rank, axis in enumerate(by_speed):
+        order[axis] = rank
+    return tuple(order)
+
+
+def _matches_stride_order(array: np.ndarray, expected: tuple[int, ...]) -> bool:
+    """True when every dimension of extent > 1 is laid out no faster than the ones ranked below it."""
+    dims = [i for i in range(array.ndim) if array.shape[i] > 1]
+    dims.sort(key=lambda i: expected[i])
+    strides = [abs(array.strides[i]) for i in dims]
+    return all(a <= b for a, b in zip(strides, strides[1:]))
+
+
+def _bind_scalar(tv: TensorView, value: object, where: str) -> np.ndarray:
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()
+    if isinstance(value, np.generic):
+        value = value.item()
+    if not isinstance(value, (bool, int, float)):
+        raise InputError(f"{where}: expected a {tv.dtype.name} scalar, got {type(value).__name__}")
+    kind = dt.python_scalar_dtype(value).kind
+    if "bif".index(kind) > "bif".index(tv.dtype.kind):
+        raise InputError(f"{where}: expected a {tv.dtype.name} scalar, got {type(value).__name__} {value!r}")
+    return np.asarray(value, dtype=tv.dtype.numpy)
+
+
+def _bind_tensor(tv: TensorView, value: object, where: str, bindings: dict[str, int]) -> tuple[np.ndarray, str]:
+    array, kind = as_host_array(value, where)
+    try:
+        actual = dt.from_numpy(array.dtype)
+    except Error:
+        actual = None
+    if actual != tv.dtype:
+        raise InputError(f"{where}: expected {tv.dtype.name}, got {array.dtype}")
+    if array.ndim != tv.ndim:
+        raise InputError(f"{where}: expected rank {tv.ndim} (shape {tv.type_text()}), got rank {array.ndim} "
+                         f"(shape {array.shape})")
+    for axis, (extent, size) in enumerate(zip(tv.shape, array.shape)):
+        if extent.is_const and extent.value != size:
+            raise InputError(f"{where}: expected extent {extent.value} at dimension {axis}, got {size} "
+                             f"(shape {array.shape})")
+        if extent.is_symbol:
+            bindings[extent.name] = int(size)
+    if tv.stride_order and not _matches_stride_order(array, tv.stride_order):
+        raise InputError(f"{where}: expected stride_order {tv.stride_order}, got strides {array.strides} "
+                         f"(stride_order {stride_order_of(array)})")
+    return array, kind
+
+
+def bind_inputs(fusion: Fusion, values: Sequence[object]) -> BoundInputs:
+    """Checks count, dtype, rank, static extents and layout of each input; binds extent symbols."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        raise InputError(f"inputs: expected a list of {len(fusion.inputs)} inputs, got {type(values).__name__}")
+    if len(values) != len(fusion.inputs):
+        raise InputError(f"inputs: expected {len(fusion.inputs)} inputs, got {len(values)}")
+    arrays, bindings, kinds = [], {}, set()
+    for position, (tv, value) in enumerate(zip(fusion.inputs, values)):
+        where = f"input {position} ({tv.label!r})" if tv.label else f"input {position} ({tv.name})"
+        if tv.scalar is not None:
+            arrays.append(_bind_scalar(tv, value, where))
+            continue
+        array, kind = _bind_tensor(tv, value, where, bindings)
+        arrays.append(array)
+        kinds.add(kind)
+    _check_extents(fusion, bindings)
+    return BoundInputs(arrays, bindings, "torch" if "torch" in kinds else "numpy")
+
+
+def _check_extents(fusion: Fusion, bindings: dict[str, int]) -> None:
+    for check in fusion.extent_checks:
+        lhs, rhs = check.lhs.evaluate(bindings), check.rhs.evaluate(bindings)
+        if lhs != rhs:
+            raise InputError(f"{check.why}: got extents {lhs} and {rhs}")
