@@ -1,0 +1,5 @@
+import sys
+
+from braze.cli import main
+
+sys.exit(main())

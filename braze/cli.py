@@ -1,0 +1,57 @@
+"""The `braze` command: `braze demo` runs the gallery, `braze info` shows what braze found."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import sys
+
+from braze import config, engine
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    line = lambda cells: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def demo(args: argparse.Namespace) -> int:
+    from braze.demo import run_gallery
+
+    rows = run_gallery(args.backend)
+    print(_table(["fusion", "ops", "max error vs NumPy", "backend", "ms/call"],
+                 [[r.name, str(r.ops), f"{r.max_error:.2e}", r.backend, f"{r.ms_per_call:.2f}"] for r in rows]))
+    worst = max(r.max_error for r in rows)
+    print(f"\n{len(rows)} fusions, worst error {worst:.2e}")
+    return 0 if worst < 1e-3 else 1
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def info(args: argparse.Namespace) -> int:
+    packages = ["braze", "numpy", "llvmlite", "ml_dtypes", "cuda-bindings", "torch", "cupy"]
+    rows = [[p, _version(p)] for p in packages]
+    rows += [["backends", ", ".join(sorted(engine.BACKENDS))], ["default backend", engine.DEFAULT_BACKEND],
+             ["cache folder", str(config.current.cache_dir)], ["python", sys.version.split()[0]]]
+    print(_table(["item", "value"], rows))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="braze", description="braze: fused tensor kernels from Python")
+    commands = parser.add_subparsers(dest="command", required=True)
+    demo_parser = commands.add_parser("demo", help="run the gallery of fusions and check them against NumPy")
+    demo_parser.add_argument("--backend", default=None, help="backend to run on (default: the default backend)")
+    demo_parser.set_defaults(run=demo)
+    commands.add_parser("info", help="show versions, backends and the cache folder").set_defaults(run=info)
+    args = parser.parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""The demo gallery: small fusions users write, each checked against a float64 NumPy version."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+import braze as bz
+from braze import engine
+
+
+@dataclass
+class GalleryEntry:
+    name: str
+    build: Callable[[bz.Fusion], None]  # defines inputs, ops and outputs
+    inputs: Callable[[np.random.Generator], list[np.ndarray]]
+    expected: Callable[..., np.ndarray]  # float64 NumPy, from the same inputs
+
+
+@dataclass
+class DemoRow:
+    name: str
+    ops: int
+    max_error: float
+    backend: str
+    ms_per_call: float
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    return np.vectorize(math.erf)(x)
+
+
+def _gelu_bias(f: bz.Fusion) -> None:
+    x, b = f.define_tensor((-1, -1), name="x"), f.define_tensor((-1,), name="b")
+    f.add_output(bz.ops.gelu(x + b))
+
+
+def _rope(f: bz.Fusion) -> None:
+    x = f.define_tensor((-1, -1, 64), name="x")  # (batch, tokens, head_dim)
+    cos, sin = f.define_tensor((-1, 32), name="cos"), f.define_tensor((-1, 32), name="sin")
+    x1, x2 = x[..., :32], x[..., 32:]
+    f.add_output(bz.ops.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1))
+
+
+def _rope_expected(x, cos, sin):
+    x1, x2 = x[..., :32], x[..., 32:]
+    return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+
+def _layer_norm(f: bz.Fusion) -> None:
+    x = f.define_tensor((-1, -1), name="x")
+    w, b = f.define_tensor((-1,), name="weight"), f.define_tensor((-1,), name="bias")
+    f.add_output(bz.ops.layer_norm(x, w, b))
+
+
+def _layer_norm_expected(x, w, b):
+    mean = x.mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(x.var(-1, keepdims=True) + 1e-5) * w + b
+
+
+def _softmax_expected(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def _cross_entropy_expected(logits, target):
+    log_probs = np.log(_softmax_expected(logits))
+    return -log_probs[np.arange(len(target)), target].mean()
+
+
+def _normal(*shape):
+    return lambda rng: rng.standard_normal(shape).astype(np.float32)
+
+
+GALLERY = [
+    GalleryEntry("gelu_bias", _gelu_bias, lambda r: [_normal(256, 512)(r), _normal(512)(r)],
+                 lambda x, b: 0.5 * (x + b) * (1 + _erf((x + b) / math.sqrt(2)))),
+    GalleryEntry("rope", _rope, lambda r: [_normal(4, 128, 64)(r), _normal(128, 32)(r), _normal(128, 32)(r)],
+                 _rope_expected),
+    GalleryEntry("layer_norm", _layer_norm, lambda r: [_normal(256, 512)(r), _normal(512)(r), _normal(512)(r)],
+                 _layer_norm_expected),
+    GalleryEntry("rms_norm", lambda f: f.add_output(bz.ops.rms_norm(f.define_tensor((-1, -1)))),
+                 lambda r: [_normal(256, 512)(r)],
+                 lambda x: x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6)),
+    GalleryEntry("softmax", lambda f: f.add_output(bz.ops.softmax(f.define_tensor((-1, -1)))),
+                 lambda r: [_normal(256, 512)(r)], _softmax_expected),
+    GalleryEntry("cross_entropy",
+                 lambda f: f.add_output(bz.ops.cross_entropy(f.define_tensor((-1, -1)),
+                                                             f.define_tensor((-1,), dtype=bz.int64))),
+                 lambda r: [_normal(256, 100)(r), r.integers(0, 100, 256)], _cross_entropy_expected),
+]
+
+
+def run_entry(entry: GalleryEntry, backend: str, seed: int = 0, repeats: int = 3) -> DemoRow:
+    """Builds and runs one fusion; the error is the max |braze - float64 NumPy| over the output."""
+    with bz.Fusion() as f:
+        entry.build(f)
+    inputs = entry.inputs(np.random.default_rng(seed))
+    (result,) = f.execute(inputs, backend=backend)
+    expected = entry.expected(*[a.astype(np.float64) if a.dtype.kind == "f" else a for a in inputs])
+    start = time.perf_counter()
+    for _ in range(repeats):
+        f.execute(inputs, backend=backend)
+    elapsed = (time.perf_counter() - start) / repeats
+    error = float(np.max(np.abs(result.astype(np.float64) - expected)))
+    return DemoRow(entry.name, len(f.exprs), error, backend, elapsed * 1e3)
+
+
+def run_gallery(backend: str | None = None) -> list[DemoRow]:
+    """Every gallery fusion on `backend` (the default backend when None)."""
+    return [run_entry(entry, backend or engine.DEFAULT_BACKEND) for entry in GALLERY]
