@@ -134,8 +134,26 @@ def merge(outer: IterDomain, inner: IterDomain) -> Merge:
     return transform
 
 
-def logical_roots(domain: IterDomain) -> list[IterDomain]:
-    """The dimensions with no definition that `domain` was derived from, in order."""
-    if domain.definition is None:
-        return [domain]
-    return [root for inp in domain.definition.inputs for root in logical_roots(inp)]
+def covers_exactly(domain: list[IterDomain], roots: list[IterDomain]) -> bool:
+    """Whether `domain`, undone transform by transform, gives back exactly `roots`.
+
+    A split undoes only when both its halves are present, so a layout that keeps half of a
+    split dimension (or one dimension twice) is rejected.
+    """
+    frontier = {id(d): d for d in domain}
+    if len(frontier) != len(domain):
+        return False
+    changed = True
+    while changed:
+        changed = False
+        for d in list(frontier.values()):
+            t = d.definition
+            if isinstance(t, Merge) and id(d) in frontier:
+                del frontier[id(d)]
+                frontier.update({id(t.outer): t.outer, id(t.inner): t.inner})
+                changed = True
+            elif isinstance(t, Split) and id(t.outer) in frontier and id(t.inner) in frontier:
+                del frontier[id(t.outer)], frontier[id(t.inner)]
+                frontier[id(t.inp)] = t.inp
+                changed = True
+    return sorted(frontier) == sorted(id(r) for r in roots)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from braze.dtypes import DType
 from braze.errors import FusionDefinitionError
-from braze.ir.domain import IterDomain, Merge, Reorder, Split, logical_roots, merge, split
+from braze.ir.domain import IterDomain, Merge, Reorder, Split, covers_exactly, merge, split
 from braze.ir.scalar import Scalar
 
 if TYPE_CHECKING:
@@ -119,9 +119,7 @@ class TensorView(Val):
     def set_allocation_domain(self, domain: Sequence[IterDomain]) -> TensorView:
         """Sets the memory layout: dimensions derived from the logical domain, outermost first."""
         domain = list(domain)
-        covered = [root for d in domain for root in logical_roots(d)]
-        wanted = [d for d in self.logical if not d.is_reduction]
-        if len(set(map(id, domain))) != len(domain) or sorted(map(id, covered)) != sorted(map(id, wanted)):
+        if not covers_exactly(domain, self.visible):
             raise FusionDefinitionError(
                 f"set_allocation_domain of {self.name}: expected dimensions that cover the logical domain "
                 f"{self.domain_text(self.logical)} exactly once, got {self.domain_text(domain)}"

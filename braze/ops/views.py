@@ -136,6 +136,9 @@ def _slice_extent(n: Scalar, start: int | None, stop: int | None, step: int) -> 
 def _slice_shape(ins, a):
     out = []
     for d, (start, stop, step) in zip(ins[0].visible, a["slices"]):
+        if (start, stop, step) == (None, None, 1):
+            out.append(d.clone())
+            continue
         extent = _slice_extent(d.extent, start, stop, step)[1]
         out.append(d.clone(extent=extent) if not d.is_broadcast or extent != 1 else d.clone())
     return out
