@@ -1,0 +1,275 @@
+"""Kernel IR (DESIGN section 5): what both frontends lower to and both code generators read.
+
+A `Kernel` is parameters plus tasks; each `Task` is one top-level loop (a launch on a GPU, a
+parallel-for on the CPU). Expressions are immutable and hashable, so passes can compare and
+deduplicate them structurally. Arithmetic nodes name their op by its op-table name ("add",
+"exp", ...); the code generators look up how to emit it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from braze.dtypes import DType, bool_, int64
+
+
+# --- parameters ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ArrayParam:
+    """An array argument: data pointer, extents and strides (in elements).
+
+    `static_strides[k]` is a stride known at compile time (1 for a contiguous innermost dimension,
+    0 for a broadcast one) or None when it is read at run time.
+    """
+
+    name: str
+    dtype: DType
+    ndim: int
+    static_strides: tuple[int | None, ...] = ()
+
+    def static_stride(self, axis: int) -> int | None:
+        return self.static_strides[axis] if self.static_strides else None
+
+
+@dataclass(frozen=True)
+class ScalarParam:
+    name: str
+    dtype: DType
+
+
+Param = ArrayParam | ScalarParam
+
+
+# --- expressions ----------------------------------------------------------------------------------
+class Expr:
+    """Base of expressions; every expression has a dtype."""
+
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class Const(Expr):
+    value: Any
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class Var(Expr):
+    """A loop index or a local variable."""
+
+    name: str
+    dtype: DType = int64
+
+
+@dataclass(frozen=True)
+class ScalarRef(Expr):
+    param: ScalarParam
+
+    @property
+    def dtype(self) -> DType:  # type: ignore[override]
+        return self.param.dtype
+
+
+@dataclass(frozen=True)
+class ArrayExtent(Expr):
+    param: ArrayParam
+    axis: int
+    dtype: DType = int64
+
+
+@dataclass(frozen=True)
+class ArrayStride(Expr):
+    param: ArrayParam
+    axis: int
+    dtype: DType = int64
+
+
+@dataclass(frozen=True)
+class Load(Expr):
+    """`param[indices]`: one index per dimension."""
+
+    param: ArrayParam
+    indices: tuple[Expr, ...]
+
+    @property
+    def dtype(self) -> DType:  # type: ignore[override]
+        return self.param.dtype
+
+
+@dataclass(frozen=True)
+class LoadLocal(Expr):
+    """Element `index` of a local array made by `Alloc`."""
+
+    array: Var
+    index: Expr
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class Unary(Expr):
+    op: str
+    x: Expr
+    dtype: DType
+    attrs: tuple[tuple[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class Binary(Expr):
+    op: str
+    a: Expr
+    b: Expr
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class Ternary(Expr):
+    op: str  # "where" (select), "clamp", "lerp", "fma"
+    a: Expr
+    b: Expr
+    c: Expr
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class Cast(Expr):
+    x: Expr
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class Philox(Expr):
+    """One 32-bit word of the Philox4x32-10 stream (see braze.ops.philox): counter group, word."""
+
+    seed: Expr
+    offset: Expr
+    group: Expr
+    word: int
+    dtype: DType = int64
+
+
+# --- statements ---------------------------------------------------------------------------------
+class Stmt:
+    """Base of statements."""
+
+
+@dataclass(frozen=True)
+class Let(Stmt):
+    """Defines local variable `var` (it may be reassigned with `Assign`)."""
+
+    var: Var
+    value: Expr
+
+
+@dataclass(frozen=True)
+class Assign(Stmt):
+    var: Var
+    value: Expr
+
+
+@dataclass(frozen=True)
+class Store(Stmt):
+    param: ArrayParam
+    indices: tuple[Expr, ...]
+    value: Expr
+
+
+@dataclass(frozen=True)
+class StoreLocal(Stmt):
+    array: Var
+    index: Expr
+    value: Expr
+
+
+@dataclass(frozen=True)
+class AtomicRMW(Stmt):
+    """`result = param[indices]; param[indices] = op(result, value)` atomically; result may be None."""
+
+    op: str  # add, sub, min, max
+    param: ArrayParam
+    indices: tuple[Expr, ...]
+    value: Expr
+    result: Var | None = None
+
+
+@dataclass(frozen=True)
+class If(Stmt):
+    cond: Expr
+    then: tuple[Stmt, ...]
+    orelse: tuple[Stmt, ...] = ()
+
+
+@dataclass(frozen=True)
+class For(Stmt):
+    """A serial loop: `for var in range(begin, end, step)`."""
+
+    var: Var
+    begin: Expr
+    end: Expr
+    body: tuple[Stmt, ...]
+    step: int = 1
+    vectorize: bool = False  # a hint: the code generator may vectorize this innermost loop
+
+
+@dataclass(frozen=True)
+class While(Stmt):
+    cond: Expr
+    body: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True)
+class Break(Stmt):
+    pass
+
+
+@dataclass(frozen=True)
+class Continue(Stmt):
+    pass
+
+
+@dataclass(frozen=True)
+class Alloc(Stmt):
+    """A local (per-thread) or shared (per-block) array of `size` elements."""
+
+    var: Var
+    dtype: DType
+    size: int
+    memory: str = "local"
+
+
+@dataclass(frozen=True)
+class Sync(Stmt):
+    pass
+
+
+@dataclass(frozen=True)
+class Assert(Stmt):
+    cond: Expr
+    message: str
+
+
+# --- kernels --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Task:
+    """One top-level loop. `range_for` runs `body` for var in [begin, end) in parallel; `serial`
+    runs `body` once."""
+
+    name: str
+    kind: str  # "range_for" or "serial"
+    body: tuple[Stmt, ...]
+    var: Var | None = None
+    begin: Expr = Const(0, int64)
+    end: Expr = Const(1, int64)
+    block_dim: int | None = None
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    params: tuple[Param, ...]
+    tasks: tuple[Task, ...]
+    source: str = ""  # where the kernel came from (a fusion's name, a Python file:line)
+    meta: dict = field(default_factory=dict, compare=False, hash=False)
+
+
+TRUE = Const(True, bool_)
