@@ -1,0 +1,280 @@
+"""`@bz.jit`: one trace per input signature, results, and errors."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+
+import braze as bz
+
+
+class Counted:
+    """A jitted function that counts how often its Python body runs (once per trace)."""
+
+    def __init__(self, body, **jit_kwargs) -> None:
+        self.traces = 0
+
+        def fn(*args):
+            self.traces += 1
+            return body(*args)
+
+        fn.__name__ = body.__name__
+        fn.__signature__ = inspect.signature(body)
+        self.jitted = bz.jit(**jit_kwargs)(fn) if jit_kwargs else bz.jit(fn)
+
+    def __call__(self, *args):
+        return self.jitted(*args)
+
+
+def axpb(x, k, b):
+    return x * k + b
+
+
+def f32(*shape: int) -> np.ndarray:
+    return np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+
+
+def test_traced_once_per_signature() -> None:
+    g = Counted(axpb)
+    for _ in range(3):
+        y = g(f32(3, 4), 2.0, f32(4))
+        np.testing.assert_array_equal(y, f32(3, 4) * 2 + f32(4))
+    assert g.traces == 1
+
+
+def test_no_retrace_on_a_different_extent() -> None:
+    g = Counted(axpb)
+    for m, n in [(3, 4), (5, 7), (2, 2), (9, 3)]:
+        y = g(f32(m, n), 2.0, f32(n))
+        np.testing.assert_array_equal(y, f32(m, n) * 2 + f32(n))
+    assert g.traces == 1
+
+
+def test_no_retrace_on_different_values() -> None:
+    g = Counted(axpb)
+    x = f32(2, 3)
+    g(x, 2.0, f32(3))
+    y = g(x + 1, 2.0, f32(3) - 1)
+    np.testing.assert_array_equal(y, (x + 1) * 2 + f32(3) - 1)
+    assert g.traces == 1
+
+
+def test_retrace_on_dtype_change() -> None:
+    g = Counted(axpb)
+    g(f32(2, 3), 2, f32(3))
+    y = g(f32(2, 3).astype(np.float64), 2, f32(3))
+    assert y.dtype == np.float64
+    assert g.traces == 2
+    y = g(f32(2, 3).astype(np.int32), 2, np.arange(3, dtype=np.int32))
+    assert y.dtype == np.int32
+    np.testing.assert_array_equal(y, np.arange(6).reshape(2, 3) * 2 + np.arange(3))
+    assert g.traces == 3
+
+
+def test_retrace_on_rank_change() -> None:
+    g = Counted(axpb)
+    g(f32(2, 3), 2.0, f32(3))
+    y = g(f32(4, 2, 3), 2.0, f32(3))
+    assert y.shape == (4, 2, 3)
+    np.testing.assert_array_equal(y, f32(4, 2, 3) * 2 + f32(3))
+    assert g.traces == 2
+
+
+def test_retrace_when_a_dim_becomes_size_1() -> None:
+    """A size-1 dimension broadcasts; the trace defines it static 1, so (3, 4) + (1, 4) is a new signature."""
+    def add(x, y):
+        return x + y
+
+    g = Counted(add)
+    g(f32(3, 4), f32(3, 4))
+    y = g(f32(3, 4), f32(1, 4))
+    np.testing.assert_array_equal(y, f32(3, 4) + f32(1, 4))
+    assert g.traces == 2
+    g(f32(5, 4), f32(1, 4))  # the same pattern of ones: no retrace
+    assert g.traces == 2
+    y = g(f32(3, 1), f32(1, 4))
+    assert y.shape == (3, 4)
+    np.testing.assert_array_equal(y, f32(3, 1) + f32(1, 4))
+    assert g.traces == 3
+
+
+def test_retrace_on_a_different_scalar_constant() -> None:
+    g = Counted(axpb)
+    x, b = f32(2, 3), f32(3)
+    np.testing.assert_array_equal(g(x, 2.0, b), x * 2 + b)
+    np.testing.assert_array_equal(g(x, 3.0, b), x * 3 + b)
+    np.testing.assert_array_equal(g(x, 2.0, b), x * 2 + b)
+    assert g.traces == 2
+
+
+def test_scalar_type_is_part_of_the_key() -> None:
+    def scale(x, k):
+        return x * k
+
+    g = Counted(scale)
+    i8 = np.arange(4, dtype=np.int8)
+    assert g(i8, 2).dtype == np.int8
+    assert g(i8, 2.0).dtype == np.float32  # 2 == 2.0, but the float raises the category
+    assert g(i8, True).dtype == np.int8
+    assert g.traces == 3
+
+
+def test_numpy_scalars_are_weak_constants() -> None:
+    def scale(x, k):
+        return x * k
+
+    g = Counted(scale)
+    h16 = np.ones(3, np.float16)
+    y = g(h16, np.float64(2.5))
+    assert y.dtype == np.float16
+    np.testing.assert_array_equal(y, np.full(3, 2.5, np.float16))
+    g(h16, 2.5)
+    assert g.traces == 1
+
+
+@pytest.mark.xfail(strict=True, reason="jit._arg_signature keys constants by value and -0.0 == 0.0, so f(x, -0.0) "
+                                       "reuses the trace that baked in +0.0 (x / -0.0 gives +inf)")
+def test_negative_zero_constant_is_not_confused_with_zero() -> None:
+    @bz.jit
+    def div(x, k):
+        return x / k
+
+    x = np.ones(2, np.float32)
+    np.testing.assert_array_equal(div(x, 0.0), np.full(2, np.inf, np.float32))
+    np.testing.assert_array_equal(div(x, -0.0), np.full(2, -np.inf, np.float32))
+
+
+@pytest.mark.xfail(strict=True, reason="jit._arg_signature keys constants by value and nan != nan, so every call "
+                                       "with a NaN constant misses the cache, retraces and adds a fusion")
+def test_nan_constant_is_traced_once() -> None:
+    g = Counted(axpb)
+    for _ in range(3):
+        y = g(f32(2), float("nan"), f32(2))
+        assert np.isnan(y).all()
+    assert g.traces == 1
+    assert len(g.jitted.fusions) == 1
+
+
+def test_retrace_on_stride_order() -> None:
+    def double(x):
+        return x * 2
+
+    g = Counted(double)
+    a = f32(3, 4)
+    g(a)
+    y = g(a.T)  # column-major: a new signature with stride_order (0, 1)
+    np.testing.assert_array_equal(y, a.T * 2)
+    assert g.traces == 2
+    g(f32(5, 2).T)
+    assert g.traces == 2
+
+
+def test_returns_tuple_for_tuple_results() -> None:
+    @bz.jit
+    def two(x):
+        return x + 1, bz.ops.sum(x, axes=[0])
+
+    result = two(f32(2, 3))
+    assert isinstance(result, tuple) and len(result) == 2
+    np.testing.assert_array_equal(result[0], f32(2, 3) + 1)
+    np.testing.assert_array_equal(result[1], f32(2, 3).sum(0))
+
+
+def test_returns_tuple_for_list_and_one_element_tuple() -> None:
+    @bz.jit
+    def as_list(x):
+        return [x * 2]
+
+    @bz.jit
+    def single(x):
+        return (x * 3,)
+
+    @bz.jit
+    def bare(x):
+        return x * 4
+
+    out = as_list(f32(2))
+    assert isinstance(out, tuple) and len(out) == 1
+    np.testing.assert_array_equal(out[0], f32(2) * 2)
+    out = single(f32(2))
+    assert isinstance(out, tuple) and len(out) == 1
+    out = bare(f32(2))
+    assert isinstance(out, np.ndarray)
+    np.testing.assert_array_equal(out, f32(2) * 4)
+
+
+@pytest.mark.parametrize("body, position, kind", [
+    (lambda x: 1.0, 0, "float"),
+    (lambda x: None, 0, "NoneType"),
+    (lambda x: (x + 1, 2), 1, "int"),
+    (lambda x: [x, "y"], 1, "str"),
+])
+def test_non_tensor_result(body, position: int, kind: str) -> None:
+    def bad(x):
+        return body(x)
+
+    g = bz.jit(bad)
+    with pytest.raises(bz.FusionDefinitionError, match=rf"^bad: result {position}: expected a TensorView, got {kind}$"):
+        g(f32(2))
+
+
+@pytest.mark.parametrize("args", [(), (f32(2),), (f32(2), 1.0, f32(2), 3)])
+def test_wrong_number_of_arguments(args: tuple) -> None:
+    g = bz.jit(axpb)
+    with pytest.raises(bz.InputError, match=rf"^axpb: expected 3 arguments, got {len(args)}$"):
+        g(*args)
+
+
+@pytest.mark.parametrize("value, kind", [("abc", "str"), ([1.0, 2.0], "list"), (None, "NoneType")])
+def test_non_array_argument(value: object, kind: str) -> None:
+    g = bz.jit(axpb)
+    with pytest.raises(bz.InputError, match=rf"^argument 'b': expected an array .*got {kind}$"):
+        g(f32(2), 1.0, value)
+
+
+def test_jit_with_backend_argument() -> None:
+    @bz.jit(backend="reference")
+    def gelu_bias(x, b):
+        return bz.ops.gelu(x + b)
+
+    assert gelu_bias.backend == "reference"
+    assert gelu_bias.__name__ == "gelu_bias"
+    x = np.linspace(-2, 2, 12, dtype=np.float64).reshape(3, 4)
+    b = np.linspace(0, 1, 4)
+    y = gelu_bias(x, b)
+    from math import erf, sqrt
+
+    z = x + b
+    expected = np.vectorize(lambda v: 0.5 * v * (1 + erf(v / sqrt(2))))(z)
+    np.testing.assert_allclose(y, expected, rtol=1e-12, atol=1e-15)
+
+
+def test_jit_with_an_unknown_backend() -> None:
+    @bz.jit(backend="nope")
+    def double(x):
+        return x * 2
+
+    with pytest.raises(bz.UnsupportedError, match=r"backend: expected one of \['reference'\], got 'nope'"):
+        double(f32(2))
+
+
+def test_jit_identity_returns_a_view_of_the_input() -> None:
+    @bz.jit
+    def transpose(x):
+        return x.T
+
+    a = f32(2, 3)
+    y = transpose(a)
+    assert np.shares_memory(y, a)
+    np.testing.assert_array_equal(y, a.T)
+
+
+def test_jit_zero_dim_and_zero_size() -> None:
+    g = Counted(axpb)
+    y = g(np.array(2.0, np.float32), 3.0, np.array(1.0, np.float32))
+    assert y.shape == () and float(y) == 7.0
+    y = g(np.zeros((0, 3), np.float32), 3.0, f32(3))
+    assert y.shape == (0, 3)
+    assert g.traces == 2
