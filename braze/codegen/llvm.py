@@ -188,9 +188,8 @@ _EXPR: dict[type, Callable[[TaskEmitter, k.Expr], ir.Value]] = {
     k.Binary: lambda cg, e: cg.apply(e.op, [e.a, e.b], e.dtype),
     k.Ternary: lambda cg, e: cg.apply(e.op, [e.a, e.b, e.c], e.dtype),
     k.Cast: lambda cg, e: cg.apply("cast", [e.x], e.dtype),
-    k.Philox: lambda cg, e: RULES["__philox"](cg, [cg.expr(e.seed), cg.expr(e.offset), cg.expr(e.group)],
-                                              [e.seed.dtype, e.offset.dtype, e.group.dtype], e.dtype,
-                                              {"word": e.word}),
+    k.Philox: lambda cg, e: RULES["__philox"](cg, [cg.expr(x) for x in (e.seed, e.offset, e.group, e.word)],
+                                              [x.dtype for x in (e.seed, e.offset, e.group, e.word)], e.dtype, {}),
 }
 
 

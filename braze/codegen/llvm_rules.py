@@ -404,8 +404,8 @@ def _philox(cg, a, dts, out, attrs):
         fn = ir.Function(cg.module, ir.FunctionType(I64, [I64, I64, I64, I32]), name="braze_philox")
         fn.linkage = "internal"
         _build_philox(fn)
-    args = [cg.to_i64(v, d) for v, d in zip(a, dts)]
-    return cg.b.call(fn, [*args, ir.Constant(I32, attrs["word"])])
+    seed, offset, group, word = (cg.to_i64(v, d) for v, d in zip(a, dts))
+    return cg.b.call(fn, [seed, offset, group, cg.b.trunc(word, I32)])
 
 
 RULES.update(UNARY_RULES)

@@ -144,7 +144,7 @@ class Philox(Expr):
     seed: Expr
     offset: Expr
     group: Expr
-    word: int
+    word: Expr  # 0..3
     dtype: DType = int64
 
 

@@ -23,7 +23,7 @@ _EXPR: dict[type, Callable] = {
     k.Binary: lambda e: f"{e.op}({expr(e.a)}, {expr(e.b)})",
     k.Ternary: lambda e: f"{e.op}({expr(e.a)}, {expr(e.b)}, {expr(e.c)})",
     k.Cast: lambda e: f"{e.dtype.name}({expr(e.x)})",
-    k.Philox: lambda e: f"philox({expr(e.seed)}, {expr(e.offset)}, {expr(e.group)})[{e.word}]",
+    k.Philox: lambda e: f"philox({expr(e.seed)}, {expr(e.offset)}, {expr(e.group)})[{expr(e.word)}]",
 }
 
 

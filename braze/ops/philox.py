@@ -9,7 +9,7 @@ Per-element mapping (all words uint32; `lo32(x) = x & 0xffffffff`, `hi32(x) = x 
     key          = (lo32(seed), hi32(seed))
     block(g)     = philox4x32(counter=(lo32(g), hi32(g), lo32(offset), hi32(offset)), key)
     uniform_bits : word i = block(i // 4)[i % 4]
-    uniform      : w = word i; m = _UNIFORM_BITS[dtype]; value = (w >> (32 - m)) * 2**-m
+    uniform      : w = word i; m = UNIFORM_BITS[dtype]; value = (w >> (32 - m)) * 2**-m
                    (exact in every dtype, so the result lies in [0, 1) and is never 1.0)
     normal       : out = block(i // 2); k = i % 2; a = out[2k]; b = out[2k + 1]
                    u1 = ((a >> 8) + 1) * 2**-24   in (0, 1], so log(u1) is finite
@@ -41,7 +41,7 @@ _U64_LIMIT = 2**64
 
 # Bits of a word kept per dtype: mantissa bits + 1, so every value is exactly representable.
 # float64 takes 24 bits from one word (not 53 from two) so that every backend computes it alike.
-_UNIFORM_BITS: dict[str, int] = {"float16": 11, "bfloat16": 8, "float32": 24, "float64": 24}
+UNIFORM_BITS: dict[str, int] = {"float16": 11, "bfloat16": 8, "float32": 24, "float64": 24}
 
 # Elements produced per counter group (one Philox block of four words).
 _ELEMENTS_PER_GROUP: dict[str, int] = {"uniform": 4, "normal": 2}
@@ -133,7 +133,7 @@ def _dtype_name(dtype: object) -> str:
 def bits_to_uniform(words: np.ndarray, dtype: object) -> np.ndarray:
     """Map uint32 words to `dtype` values in [0, 1): keep the top m bits, scale by 2**-m, exactly."""
     name = _dtype_name(dtype)
-    m = _UNIFORM_BITS[name]
+    m = UNIFORM_BITS[name]
     kept = np.asarray(words, dtype=np.uint32) >> np.uint32(32 - m)
     # m <= 24, so the float64 product is exact and so is the cast: the value can never round to 1.0.
     return (kept.astype(np.float64) * 2.0**-m).astype(_SUPPORTED_DTYPES[name])

@@ -1,0 +1,116 @@
+"""Lowering a fusion to one Kernel: a task per written tensor, in dependency order.
+
+Each written tensor (an output, or an intermediate the segmenter materialized) gets a loop nest
+over its dimensions in the scheduler's loop order: a parallel task over the outer dimensions and
+a serial, vectorizable loop over the innermost one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from braze import dtypes as dt
+from braze.ir.fusion import Fusion
+from braze.ir.tensor import TensorView
+from braze.kir import nodes as k
+from braze.lower import random as _random  # noqa: F401  (registers rand/randn)
+from braze.lower.scope import ScopeStack
+from braze.lower.values import INDEX, ZERO, ValueEmitter, cast, index_op
+
+
+@dataclass
+class KernelParams:
+    """The kernel's parameters and which fusion value each one carries."""
+
+    arrays: dict[int, k.ArrayParam] = field(default_factory=dict)  # id(tv) -> param (inputs and writes)
+    scalars: dict[int, k.ScalarParam] = field(default_factory=dict)  # id(scalar input tv) -> param
+    symbols: dict[str, k.ScalarParam] = field(default_factory=dict)  # extent symbol -> param
+    seeds: dict[int, tuple[k.ScalarParam, k.ScalarParam]] = field(default_factory=dict)
+    written: set[int] = field(default_factory=set)  # tensors computed by tasks emitted so far
+
+    def readable(self, tv: TensorView) -> k.Param | None:
+        """The parameter to read `tv` from, if it is an input or was written by an earlier task."""
+        if id(tv) in self.scalars:
+            return self.scalars[id(tv)]
+        if id(tv) in self.arrays and (tv.definition is None or id(tv) in self.written):
+            return self.arrays[id(tv)]
+        return None
+
+    def symbol(self, name: str) -> k.ScalarParam:
+        return self.symbols.setdefault(name, k.ScalarParam(name, INDEX))
+
+    def rng(self, tv: TensorView) -> tuple[k.ScalarParam, k.ScalarParam]:
+        if id(tv) not in self.seeds:
+            self.seeds[id(tv)] = (k.ScalarParam(f"{tv.name}_seed", dt.int64),
+                                  k.ScalarParam(f"{tv.name}_offset", dt.int64))
+        return self.seeds[id(tv)]
+
+    def ordered(self) -> tuple[k.Param, ...]:
+        seeds = [p for pair in self.seeds.values() for p in pair]
+        return (*self.arrays.values(), *self.scalars.values(), *self.symbols.values(), *seeds)
+
+
+def array_param(tv: TensorView, static_strides: tuple[int | None, ...] | None = None) -> k.ArrayParam:
+    return k.ArrayParam(tv.name, tv.dtype, tv.ndim, static_strides or (None,) * tv.ndim)
+
+
+def written_strides(tv: TensorView) -> tuple[int | None, ...]:
+    """Strides known when braze allocates a tensor: the innermost allocation dimension has stride 1."""
+    order = tv.stride_order or tuple(reversed(range(tv.ndim)))
+    return tuple(1 if rank == 0 else None for rank in order)
+
+
+def _task_for(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, order: Sequence[int], name: str) -> k.Task:
+    scopes = em.scopes
+    extents = em.shape(tv)
+    if not order:
+        scopes.push("task")
+        scopes.emit(k.Store(param, (), cast(em.value(tv, ()), tv.dtype)))
+        return k.Task(name, "serial", tuple(scopes.pop().stmts))
+    outer, inner = list(order[:-1]), order[-1]
+    task_var = scopes.fresh("p", INDEX)
+    scopes.push("task", {task_var})
+    idx: list[k.Expr | None] = [None] * tv.ndim
+    rest = task_var
+    for n, axis in enumerate(reversed(outer)):  # decompose the flat task index, innermost first
+        position = scopes.fresh("i", INDEX)
+        outermost = n == len(outer) - 1
+        scopes.emit(k.Let(position, rest if outermost else index_op("remainder", rest, extents[axis])))
+        idx[axis] = position
+        rest = index_op("floordiv", rest, extents[axis])
+    if not outer:
+        idx[inner] = task_var
+        scopes.emit(k.Store(param, tuple(idx), cast(em.value(tv, tuple(idx)), tv.dtype)))
+        end = extents[inner]
+    else:
+        j = scopes.fresh("j", INDEX)
+        scopes.push("element", {j})
+        idx[inner] = j
+        scopes.emit(k.Store(param, tuple(idx), cast(em.value(tv, tuple(idx)), tv.dtype)))
+        scopes.emit(k.For(j, ZERO, extents[inner], tuple(scopes.pop().stmts), vectorize=True))
+        end = k.Const(1, INDEX)
+        for axis in outer:
+            end = index_op("mul", end, extents[axis])
+    return k.Task(name, "range_for", tuple(scopes.pop().stmts), task_var, ZERO, end)
+
+
+def lower(fusion: Fusion, writes: Sequence[TensorView], loop_orders: dict[int, tuple[int, ...]],
+          input_strides: dict[int, tuple[int | None, ...]], name: str) -> tuple[k.Kernel, KernelParams]:
+    """One kernel writing each of `writes` (in order) with its own task."""
+    params = KernelParams()
+    for tv in fusion.inputs:
+        if tv.scalar is not None:
+            params.scalars[id(tv)] = k.ScalarParam(tv.name, tv.dtype)
+        else:
+            params.arrays[id(tv)] = array_param(tv, input_strides.get(id(tv)))
+    for tv in writes:
+        if id(tv) not in params.arrays:
+            params.arrays[id(tv)] = array_param(tv, written_strides(tv))
+    tasks = []
+    for position, tv in enumerate(writes):
+        em = ValueEmitter(ScopeStack(), params)
+        order = loop_orders.get(id(tv), tuple(range(tv.ndim)))
+        tasks.append(_task_for(em, tv, params.arrays[id(tv)], order, f"{name}_t{position}_{tv.name}"))
+        params.written.add(id(tv))
+    return k.Kernel(name, params.ordered(), tuple(tasks), source=name), params

@@ -1,0 +1,47 @@
+"""rand/randn as Kernel IR: the per-element mapping of `braze.ops.philox`, word for word."""
+
+from __future__ import annotations
+
+import math
+
+from braze import dtypes as dt
+from braze.ir.tensor import TensorView
+from braze.kir import nodes as k
+from braze.lower.values import INDEX, ValueEmitter, _linear, cast, index_op, register_view_rule
+from braze.ops.philox import UNIFORM_BITS
+
+
+def _word(em: ValueEmitter, tv: TensorView, group: k.Expr, word: k.Expr) -> k.Expr:
+    seed, offset = em.params.rng(tv)
+    return k.Philox(k.ScalarRef(seed), k.ScalarRef(offset), group, word)
+
+
+def _scaled(bits: k.Expr, shift: int, scale_bits: int, compute: dt.DType, plus_one: bool = False) -> k.Expr:
+    kept = k.Binary("right_shift", bits, k.Const(shift, INDEX), INDEX)
+    if plus_one:
+        kept = k.Binary("add", kept, k.Const(1, INDEX), INDEX)
+    return k.Binary("mul", cast(kept, compute), k.Const(2.0**-scale_bits, compute), compute)
+
+
+def _rand(em: ValueEmitter, tv: TensorView, idx) -> k.Expr:
+    flat = _linear(em, idx, em.shape(tv))
+    bits = _word(em, tv, index_op("floordiv", flat, k.Const(4, INDEX)), index_op("remainder", flat, k.Const(4, INDEX)))
+    m = UNIFORM_BITS[tv.dtype.name]
+    compute = dt.float64 if tv.dtype == dt.float64 else dt.float32
+    return cast(_scaled(bits, 32 - m, m, compute), tv.dtype)
+
+
+def _randn(em: ValueEmitter, tv: TensorView, idx) -> k.Expr:
+    flat = _linear(em, idx, em.shape(tv))
+    group = index_op("floordiv", flat, k.Const(2, INDEX))
+    first = index_op("mul", index_op("remainder", flat, k.Const(2, INDEX)), k.Const(2, INDEX))
+    compute = dt.float64 if tv.dtype == dt.float64 else dt.float32
+    u1 = _scaled(_word(em, tv, group, first), 8, 24, compute, plus_one=True)
+    u2 = _scaled(_word(em, tv, group, index_op("add", first, k.Const(1, INDEX))), 8, 24, compute)
+    radius = k.Unary("sqrt", k.Binary("mul", k.Const(-2.0, compute), k.Unary("log", u1, compute), compute), compute)
+    angle = k.Binary("mul", k.Const(2.0 * math.pi, compute), u2, compute)
+    return cast(k.Binary("mul", radius, k.Unary("cos", angle, compute), compute), tv.dtype)
+
+
+register_view_rule("rand", _rand)
+register_view_rule("randn", _randn)

@@ -1,0 +1,143 @@
+"""Reductions as loops over the reduced dimensions, accumulating in the op's accumulator type."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from braze import dtypes as dt
+from braze.dtypes import DType
+from braze.ir.tensor import TensorView
+from braze.kir import nodes as k
+from braze.lower.values import INDEX, ZERO, ValueEmitter, cast, index_op
+from braze.ops.reductions import _accumulator
+
+
+def _extreme(dtype: DType, largest: bool) -> k.Const:
+    if dtype.is_floating:
+        return k.Const(float("inf") if largest else float("-inf"), dtype)
+    if dtype.is_bool:
+        return k.Const(largest, dtype)
+    bits = dtype.itemsize * 8
+    return k.Const(2 ** (bits - 1) - 1 if largest else -(2 ** (bits - 1)), dtype)
+
+
+# op: (initial value for an accumulator dtype, combine op name)
+_FOLDS: dict[str, tuple[Callable[[DType], k.Const], str]] = {
+    "sum": (lambda d: k.Const(0, d) if not d.is_bool else k.Const(False, d), "add"),
+    "prod": (lambda d: k.Const(1, d), "mul"),
+    "max": (lambda d: _extreme(d, largest=False), "maximum"),
+    "min": (lambda d: _extreme(d, largest=True), "minimum"),
+    "any": (lambda d: k.Const(False, dt.bool_), "logical_or"),
+    "all": (lambda d: k.Const(True, dt.bool_), "logical_and"),
+}
+
+
+class ReductionLoops:
+    """Loops over the reduced dimensions of `tv`'s input at output index `idx`."""
+
+    def __init__(self, em: ValueEmitter, tv: TensorView, idx: tuple[k.Expr, ...]) -> None:
+        self.em, self.tv, self.idx = em, tv, idx
+        self.x = tv.definition.inputs[0]
+        self.axes = tv.definition.attrs["axes"]
+        self.extents = [em.extent(self.x.visible[a].extent) for a in self.axes]
+
+    def count(self) -> k.Expr:
+        n = k.Const(1, INDEX)
+        for e in self.extents:
+            n = index_op("mul", n, e)
+        return n
+
+    def run(self, body: Callable[[k.Expr, k.Expr], list[k.Stmt] | None]) -> None:
+        """Emits nested loops; `body(element, flat_index)` is called inside with the input's element."""
+        scopes = self.em.scopes
+        loop_vars = [scopes.fresh("r", INDEX) for _ in self.axes]
+        for var in loop_vars:
+            scopes.push("reduction", {var})
+        kept = iter(self.idx)
+        full = tuple(loop_vars[self.axes.index(a)] if a in self.axes else next(kept) for a in range(self.x.ndim))
+        flat = ZERO
+        for var, n in zip(loop_vars, self.extents):
+            flat = index_op("add", index_op("mul", flat, n), var)
+        body(self.em.value(self.x, full), flat)
+        for var, n in reversed(list(zip(loop_vars, self.extents))):
+            inner = scopes.pop()
+            scopes.emit(k.For(var, ZERO, n, tuple(inner.stmts)))
+
+
+def _fold(em: ValueEmitter, tv: TensorView, idx, op: str, acc_dtype: DType) -> k.Var:
+    init, combine = _FOLDS[op]
+    acc = em.scopes.fresh("acc", acc_dtype)
+    em.scopes.emit(k.Let(acc, init(acc_dtype)))
+    loops = ReductionLoops(em, tv, idx)
+    loops.run(lambda v, flat: em.scopes.emit(k.Assign(acc, k.Binary(combine, acc, cast(v, acc_dtype), acc_dtype))))
+    return acc
+
+
+def _value_dtype(tv: TensorView) -> DType:
+    return dt.compute_dtype(tv.definition.inputs[0].dtype)
+
+
+def _simple(op: str) -> Callable:
+    def emit(em: ValueEmitter, tv: TensorView, idx) -> k.Expr:
+        acc_dtype = _accumulator(op, tv.dtype) or (dt.bool_ if op in ("any", "all") else _value_dtype(tv))
+        return cast(_fold(em, tv, idx, op, acc_dtype), tv.dtype)
+    return emit
+
+
+def _mean(em: ValueEmitter, tv: TensorView, idx) -> k.Expr:
+    acc_dtype = _accumulator("mean", tv.dtype)
+    total = _fold(em, tv, idx, "sum", acc_dtype)
+    count = cast(ReductionLoops(em, tv, idx).count(), acc_dtype)
+    return cast(k.Binary("truediv", total, count, acc_dtype), tv.dtype)
+
+
+def _var(em: ValueEmitter, tv: TensorView, idx) -> k.Expr:
+    """Two passes (mean, then squared deviations): as accurate as NumPy's."""
+    acc_dtype = _accumulator("var", tv.dtype)
+    loops = ReductionLoops(em, tv, idx)
+    count = cast(loops.count(), acc_dtype)
+    mean = em.scopes.fresh("mean", acc_dtype)
+    em.scopes.emit(k.Let(mean, k.Binary("truediv", _fold(em, tv, idx, "sum", acc_dtype), count, acc_dtype)))
+    squares = em.scopes.fresh("acc", acc_dtype)
+    em.scopes.emit(k.Let(squares, k.Const(0.0, acc_dtype)))
+
+    def accumulate(v: k.Expr, flat: k.Expr) -> None:
+        deviation = k.Binary("sub", cast(v, acc_dtype), mean, acc_dtype)
+        square = k.Binary("mul", deviation, deviation, acc_dtype)
+        em.scopes.emit(k.Assign(squares, k.Binary("add", squares, square, acc_dtype)))
+
+    loops.run(accumulate)
+    correction = k.Const(float(tv.definition.attrs.get("correction", 0)), acc_dtype)
+    divisor = k.Binary("maximum", k.Binary("sub", count, correction, acc_dtype), k.Const(0.0, acc_dtype), acc_dtype)
+    return cast(k.Binary("truediv", squares, divisor, acc_dtype), tv.dtype)
+
+
+def _arg(largest: bool) -> Callable:
+    def emit(em: ValueEmitter, tv: TensorView, idx) -> k.Expr:
+        value_dtype = dt.compute_dtype(tv.definition.inputs[0].dtype)
+        value_dtype = dt.int32 if value_dtype.is_bool else value_dtype
+        best = em.scopes.fresh("best", value_dtype)
+        where = em.scopes.fresh("at", INDEX)
+        em.scopes.emit(k.Let(best, _extreme(value_dtype, largest=not largest)))
+        em.scopes.emit(k.Let(where, ZERO))
+
+        def consider(v: k.Expr, flat: k.Expr) -> None:
+            v = cast(v, value_dtype)
+            better = k.Binary("gt" if largest else "lt", v, best, dt.bool_)
+            if value_dtype.is_floating:  # the first NaN wins, as in NumPy
+                first_nan = k.Binary("logical_and", k.Unary("isnan", v, dt.bool_),
+                                     k.Unary("logical_not", k.Unary("isnan", best, dt.bool_), dt.bool_), dt.bool_)
+                better = k.Binary("logical_or", better, first_nan, dt.bool_)
+            em.scopes.emit(k.If(better, (k.Assign(best, v), k.Assign(where, flat))))
+
+        ReductionLoops(em, tv, idx).run(consider)
+        return cast(where, tv.dtype)
+    return emit
+
+
+_EMIT = {**{op: _simple(op) for op in _FOLDS}, "mean": _mean, "var": _var, "argmax": _arg(True),
+         "argmin": _arg(False)}
+
+
+def emit_reduction(em: ValueEmitter, tv: TensorView, idx: tuple[k.Expr, ...]) -> k.Expr:
+    return _EMIT[tv.definition.op](em, tv, idx)

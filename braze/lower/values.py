@@ -1,0 +1,278 @@
+"""The value of a fusion tensor at an index, as Kernel IR: the heart of the lowering.
+
+`ValueEmitter.value(tv, idx)` returns an expression for element `idx` of `tv` (one index per
+visible dimension). Elementwise ops and index-remapping views become expressions; reductions
+become loops, emitted at the outermost scope their index allows, so a row reduction of a
+normalization runs once per row. A reduction that would run once per *element* of an output
+raises `NeedsCut`: the segmenter then materializes it as an intermediate tensor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from braze import dtypes as dt
+from braze.dtypes import DType
+from braze.ir.scalar import Scalar
+from braze.ir.tensor import TensorView
+from braze.kir import nodes as k
+from braze.lower.scope import ScopeStack
+from braze.ops.elementwise import operand_type
+from braze.ops.table import lookup
+
+INDEX = dt.int64
+ZERO, ONE = k.Const(0, INDEX), k.Const(1, INDEX)
+
+
+class NeedsCut(Exception):
+    """Raised when `tv` (a reduction) must be computed by a kernel of its own."""
+
+    def __init__(self, tv: TensorView) -> None:
+        super().__init__(tv.name)
+        self.tv = tv
+
+
+def cast(e: k.Expr, dtype: DType) -> k.Expr:
+    if e.dtype == dtype:
+        return e
+    if isinstance(e, k.Const) and not dtype.name == "bfloat16":
+        value = bool(e.value) if dtype.is_bool else (float(e.value) if dtype.is_floating else int(e.value))
+        return k.Const(value, dtype)
+    return k.Cast(e, dtype)
+
+
+def index_op(op: str, a: k.Expr, b: k.Expr) -> k.Expr:
+    """Index arithmetic with constant folding (extents are often static)."""
+    if isinstance(a, k.Const) and isinstance(b, k.Const):
+        return k.Const(_FOLD[op](a.value, b.value), INDEX)
+    if op in ("mul", "floordiv") and b == ONE or op in ("add", "sub") and b == ZERO:
+        return a
+    if op == "mul" and a == ONE or op == "add" and a == ZERO:
+        return b
+    if op == "mul" and (a == ZERO or b == ZERO):
+        return ZERO
+    return k.Binary(op, a, b, INDEX)
+
+
+_FOLD: dict[str, Callable[[int, int], int]] = {
+    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+    "floordiv": lambda a, b: a // b if b else 0, "remainder": lambda a, b: a % b if b else 0,
+    "minimum": min, "maximum": max,
+}
+_SCALAR_OPS = {"+": "add", "-": "sub", "*": "mul", "//": "floordiv", "%": "remainder", "min": "minimum",
+               "max": "maximum"}
+
+
+class ValueEmitter:
+    """Emits values of one segment's tensors into a stack of scopes."""
+
+    def __init__(self, scopes: ScopeStack, params) -> None:
+        self.scopes = scopes
+        self.params = params  # braze.lower.kernel.KernelParams
+
+    # --- symbolic extents -------------------------------------------------------------------------
+    def extent(self, s: Scalar) -> k.Expr:
+        if s.is_const:
+            return k.Const(s.value, INDEX)
+        if s.is_symbol:
+            return k.ScalarRef(self.params.symbol(s.name))
+        a, b = (self.extent(x) for x in s.args)
+        if s.op == "ceildiv":
+            return index_op("floordiv", index_op("sub", index_op("add", a, b), ONE), b)
+        return index_op(_SCALAR_OPS[s.op], a, b)
+
+    def shape(self, tv: TensorView) -> list[k.Expr]:
+        return [self.extent(d.extent) for d in tv.visible]
+
+    # --- values ---------------------------------------------------------------------------------
+    def value(self, tv: TensorView, idx: tuple[k.Expr, ...]) -> k.Expr:
+        idx = tuple(ZERO if d.is_broadcast else i for d, i in zip(tv.visible, idx))
+        key = (id(tv), idx)
+        found = self.scopes.lookup(key)
+        if found is not None:
+            return found
+        result = self._compute(tv, idx)
+        # Remember it where everything it reads is defined, so sibling loops can reuse it.
+        self.scopes.scopes[self.scopes.home_of((result,))].memo[key] = result
+        return result
+
+    def _compute(self, tv: TensorView, idx: tuple[k.Expr, ...]) -> k.Expr:
+        if tv.scalar == "const":
+            return k.Const(tv.value, tv.dtype) if tv.dtype.name != "bfloat16" else cast(
+                k.Const(float(tv.value), dt.float32), tv.dtype)
+        source = self.params.readable(tv)
+        if source is not None:
+            return k.ScalarRef(source) if isinstance(source, k.ScalarParam) else k.Load(source, idx)
+        expr = tv.definition
+        category = lookup(expr.op).category
+        if category == "elementwise":
+            return self._elementwise(tv, idx)
+        if category == "reduction":
+            return self.reduction(tv, idx)
+        return _RULES[expr.op](self, tv, idx)
+
+    def _elementwise(self, tv: TensorView, idx: tuple[k.Expr, ...]) -> k.Expr:
+        expr = tv.definition
+        first_value = 1 if expr.op == "where" else 0
+        values = expr.inputs[first_value:]
+        promoted = operand_type(values)
+        compute = dt.compute_dtype(tv.dtype if tv.dtype.is_floating else promoted)
+        operands = [self.value(inp, idx if inp.ndim else ()) for inp in expr.inputs]
+        operands = operands[:first_value] + [cast(o, compute) for o in operands[first_value:]]
+        result_dtype = dt.bool_ if tv.dtype.is_bool else compute
+        node = {1: lambda: k.Unary(expr.op, operands[0], result_dtype, tuple(expr.attrs.items())),
+                2: lambda: k.Binary(expr.op, *operands, result_dtype),
+                3: lambda: k.Ternary(expr.op, *operands, result_dtype)}[len(operands)]()
+        return cast(node, tv.dtype)
+
+    def reduction(self, tv: TensorView, idx: tuple[k.Expr, ...]) -> k.Expr:
+        from braze.lower.reductions import emit_reduction
+
+        home = self.scopes.home_of(idx)
+        if self.scopes.scopes[home].kind == "element":
+            raise NeedsCut(tv)
+        saved = self.scopes.scopes
+        self.scopes.scopes = saved[: home + 1]
+        try:
+            result = emit_reduction(self, tv, idx)
+        finally:
+            self.scopes.scopes = saved
+        return result
+
+    # --- conditional values (pad, cat): statements, so no out-of-bounds load is ever executed -------
+    def select_value(self, tv: TensorView, cases: list[tuple[k.Expr | None, Callable[[], k.Expr]]]) -> k.Expr:
+        """`if cond0: v0 elif cond1: v1 ... else: v_last` into a fresh variable."""
+        result = self.scopes.fresh("sel", tv.dtype)
+        self.scopes.emit(k.Let(result, k.Const(0, tv.dtype) if tv.dtype.name != "bfloat16" else
+                                 cast(k.Const(0.0, dt.float32), tv.dtype)))
+        self._emit_cases(result, cases)
+        return result
+
+    def _emit_cases(self, result: k.Var, cases) -> None:
+        (cond, make), rest = cases[0], cases[1:]
+        branch = self._branch(lambda: self.scopes.emit(k.Assign(result, cast(make(), result.dtype))))
+        if cond is None:
+            self.scopes.current.stmts.extend(branch)
+            return
+        orelse = self._branch(lambda: self._emit_cases(result, rest)) if rest else []
+        self.scopes.emit(k.If(cond, tuple(branch), tuple(orelse)))
+
+    def _branch(self, body: Callable[[], None]) -> list[k.Stmt]:
+        self.scopes.push("branch")
+        body()
+        return self.scopes.pop().stmts
+
+
+def _linear(emitter: ValueEmitter, idx: tuple[k.Expr, ...], shape: list[k.Expr]) -> k.Expr:
+    flat = ZERO
+    for i, n in zip(idx, shape):
+        flat = index_op("add", index_op("mul", flat, n), i)
+    return flat
+
+
+def _delinear(flat: k.Expr, shape: list[k.Expr]) -> tuple[k.Expr, ...]:
+    out = []
+    for n in reversed(shape):
+        out.append(index_op("remainder", flat, n))
+        flat = index_op("floordiv", flat, n)
+    return tuple(reversed(out))
+
+
+def _broadcast(em: ValueEmitter, tv, idx):
+    kept = tuple(i for i, new in zip(idx, tv.definition.attrs["is_new"]) if not new)
+    return em.value(tv.definition.inputs[0], kept)
+
+
+def _permute(em: ValueEmitter, tv, idx):
+    dims = tv.definition.attrs["dims"]
+    source = [None] * len(dims)
+    for out_axis, in_axis in enumerate(dims):
+        source[in_axis] = idx[out_axis]
+    return em.value(tv.definition.inputs[0], tuple(source))
+
+
+def _squeeze(em: ValueEmitter, tv, idx):
+    inp = tv.definition.inputs[0]
+    rest = iter(idx)
+    return em.value(inp, tuple(ZERO if a in tv.definition.attrs["axes"] else next(rest) for a in range(inp.ndim)))
+
+
+def _reshape(em: ValueEmitter, tv, idx):
+    inp = tv.definition.inputs[0]
+    flat = _linear(em, idx, em.shape(tv))
+    return em.value(inp, _delinear(flat, em.shape(inp)))
+
+
+def _slice(em: ValueEmitter, tv, idx):
+    from braze.ops.views import _slice_extent
+
+    inp = tv.definition.inputs[0]
+    source = []
+    for i, d, (start, stop, step) in zip(idx, inp.visible, tv.definition.attrs["slices"]):
+        first = em.extent(_slice_extent(d.extent, start, stop, step)[0]) if (start, stop, step) != (
+            None, None, 1) else ZERO
+        source.append(index_op("add", first, index_op("mul", k.Const(step, INDEX), i)))
+    return em.value(inp, tuple(source))
+
+
+def _flip(em: ValueEmitter, tv, idx):
+    inp = tv.definition.inputs[0]
+    shape = em.shape(inp)
+    axes = tv.definition.attrs["axes"]
+    return em.value(inp, tuple(index_op("sub", index_op("sub", shape[a], ONE), i) if a in axes else i
+                               for a, i in enumerate(idx)))
+
+
+def _in_range(i: k.Expr, n: k.Expr) -> k.Expr:
+    return k.Binary("logical_and", k.Binary("ge", i, ZERO, dt.bool_), k.Binary("lt", i, n, dt.bool_), dt.bool_)
+
+
+def _pad(em: ValueEmitter, tv, idx):
+    inp, fill = tv.definition.inputs
+    shape = em.shape(inp)
+    source = tuple(index_op("sub", i, k.Const(lo, INDEX)) for i, (lo, _) in zip(idx, tv.definition.attrs["widths"]))
+    inside = None
+    for axis, ((lo, hi), i) in enumerate(zip(tv.definition.attrs["widths"], source)):
+        if lo or hi:
+            test = _in_range(i, shape[axis])
+            inside = test if inside is None else k.Binary("logical_and", inside, test, dt.bool_)
+    if inside is None:
+        return em.value(inp, source)
+    return em.select_value(tv, [(inside, lambda: em.value(inp, source)), (None, lambda: em.value(fill, ()))])
+
+
+def _cat(em: ValueEmitter, tv, idx):
+    axis = tv.definition.attrs["axis"]
+    cases, offset = [], ZERO
+    for position, inp in enumerate(tv.definition.inputs):
+        start = offset
+        offset = index_op("add", offset, em.shape(inp)[axis])
+        source = tuple(index_op("sub", i, start) if a == axis else i for a, i in enumerate(idx))
+        last = position == len(tv.definition.inputs) - 1
+        cond = None if last else k.Binary("lt", idx[axis], offset, dt.bool_)
+        cases.append((cond, lambda inp=inp, source=source: em.value(inp, source)))
+    return em.select_value(tv, cases)
+
+
+def _expand(em: ValueEmitter, tv, idx):
+    return em.value(tv.definition.inputs[0], idx)
+
+
+def _full(em: ValueEmitter, tv, idx):
+    return cast(em.value(tv.definition.inputs[0], ()), tv.dtype)
+
+
+def _arange(em: ValueEmitter, tv, idx):
+    attrs = tv.definition.attrs
+    value = index_op("add", k.Const(attrs["start"], INDEX), index_op("mul", k.Const(attrs["step"], INDEX), idx[0]))
+    return cast(value, tv.dtype)
+
+
+_RULES: dict[str, Callable[[ValueEmitter, TensorView, tuple], k.Expr]] = {
+    "broadcast": _broadcast, "permute": _permute, "squeeze": _squeeze, "reshape": _reshape, "slice": _slice,
+    "flip": _flip, "pad": _pad, "cat": _cat, "expand": _expand, "full": _full, "arange": _arange,
+}
+
+
+def register_view_rule(op: str, rule: Callable) -> None:
+    _RULES[op] = rule
