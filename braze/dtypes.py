@@ -72,7 +72,9 @@ def as_dtype(obj: object) -> DType:
     """Converts a DType, a name, a NumPy dtype or type, a torch dtype or a Python type to a DType."""
     if isinstance(obj, DType):
         return obj
-    if obj in _PYTHON_TYPES:
+    if obj is None or isinstance(obj, (list, dict, set, tuple)):
+        raise UnsupportedError(f"dtype: expected one of {_expected_names()}, got {obj!r}")
+    if isinstance(obj, type) and obj in _PYTHON_TYPES:
         return _PYTHON_TYPES[obj]
     if isinstance(obj, str) and obj.removeprefix("torch.") in _BY_NAME:
         return _BY_NAME[obj.removeprefix("torch.")]
@@ -108,16 +110,16 @@ def promote_types(a: DType, b: DType) -> DType:
     return a if a.itemsize > b.itemsize else b
 
 
-def result_type(*operands: tuple[DType, bool]) -> DType:
-    """The result dtype of an elementwise op over `(dtype, weak)` operands.
+def result_type(*operands: tuple[DType, bool | int]) -> DType:
+    """The result dtype of an elementwise op over `(dtype, weakness)` operands.
 
-    Weak operands (Python scalars) never widen a strong operand's dtype; they only raise its
-    category (an integer tensor times 0.5 is float32).
+    Weak operands never widen a stronger operand's dtype; they only raise its category (an integer
+    tensor times 0.5 is float32). Weakness 0 (False) is a tensor, 1 (True) a typed scalar, 2 a
+    Python literal: among scalars alone, a typed scalar input decides over a literal.
     """
-    strong = [d for d, weak in operands if not weak]
-    weak = [d for d, is_weak in operands if is_weak]
-    if not strong:
-        strong, weak = weak, []
+    strongest = min(int(w) for _, w in operands)
+    strong = [d for d, w in operands if int(w) == strongest]
+    weak = [d for d, w in operands if int(w) != strongest]
     result = strong[0]
     for d in strong[1:]:
         result = promote_types(result, d)

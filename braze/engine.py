@@ -6,6 +6,7 @@ behind the same `execute`.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -20,7 +21,7 @@ from braze.runtime.inputs import BoundInputs, bind_inputs
 Backend = Callable[[Fusion, BoundInputs], list[np.ndarray]]
 BACKENDS: dict[str, Backend] = {"reference": reference.run}
 DEFAULT_BACKEND = "reference"
-_dumped: set[int] = set()
+_dumped: weakref.WeakSet = weakref.WeakSet()  # fusions whose IR was dumped
 
 
 def _pick_backend(backend: str | None, device: str | None) -> Backend:
@@ -37,8 +38,8 @@ def execute(fusion: Fusion, inputs: Sequence[object], backend: str | None = None
             device: str | None = None) -> list:
     """Runs `fusion` on `inputs`; returns the non-hidden outputs as the inputs' kind of array."""
     run = _pick_backend(backend, device)
-    if config.dumping("fusion_ir") and id(fusion) not in _dumped:
-        _dumped.add(id(fusion))
+    if config.dumping("fusion_ir") and fusion not in _dumped:
+        _dumped.add(fusion)
         config.dump("fusion_ir", str(fusion))
     bound = bind_inputs(fusion, inputs)
     results = run(fusion, bound)

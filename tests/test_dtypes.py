@@ -202,7 +202,6 @@ def test_as_dtype_rejects_with_the_supported_list(obj: object, shown: str) -> No
     assert supported in message
 
 
-@pytest.mark.xfail(strict=True, reason="as_dtype: `obj in _PYTHON_TYPES` raises TypeError for unhashable values")
 @pytest.mark.parametrize("obj", [[1], {}], ids=["list", "dict"])
 def test_as_dtype_rejects_unhashable_values_with_unsupported_error(obj: object) -> None:
     with pytest.raises(bz.UnsupportedError, match="expected one of"):

@@ -12,6 +12,7 @@ from braze.ir import fusion as ir
 from braze.ir.domain import IterDomain, IterType
 from braze.ir.scalar import symbol
 from braze.ir.tensor import TensorView
+from braze.runtime.inputs import check_scalar_fits
 
 # Ops whose output is a strided view of their input: an output reached from an input through
 # these only is an `evaluate` alias (no kernel, no copy).
@@ -67,6 +68,7 @@ class Fusion(ir.Fusion):
             raise FusionDefinitionError(f"define_scalar: value: expected bool, int or float, got {value!r}")
         dtype = dt.as_dtype(dtype) if dtype is not None else dt.python_scalar_dtype(value)
         if value is not None:
+            check_scalar_fits(value, dtype, "define_scalar: value", FusionDefinitionError)
             return TensorView(self, [], dtype, scalar="const", value=value)
         tv = TensorView(self, [], dtype, scalar="input")
         tv.label = name
@@ -89,6 +91,10 @@ class Fusion(ir.Fusion):
 
     def _reuse_buffer(self, t: TensorView, target: TensorView, hidden: bool) -> ir.Output:
         self.check_owned(target, "add_output alias")
+        if any(o.aliased_input is target and o.alias is ir.AliasKind.REUSE_BUFFER for o in self.outputs):
+            raise FusionDefinitionError(
+                f"add_output: alias: input {target.describe()} is already written in place by another output"
+            )
         if not any(target is i for i in self.inputs) or target.scalar is not None:
             raise FusionDefinitionError(
                 f"add_output: alias: expected an input tensor of this fusion, got {target.name}"

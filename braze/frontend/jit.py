@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from braze import dtypes as dt
-from braze.errors import FusionDefinitionError, InputError
+from braze.errors import Error, FusionDefinitionError, InputError
 from braze.frontend.fusion import Fusion
 from braze.ir.tensor import TensorView
 from braze.runtime.arrays import as_host_array
@@ -33,9 +33,16 @@ def _tensor_signature(array: np.ndarray, kind: str) -> tuple:
 def _arg_signature(value: object, name: str) -> tuple:
     if isinstance(value, _SCALARS) or isinstance(value, np.generic):
         value = value.item() if isinstance(value, np.generic) else value
-        return ("const", type(value), value)  # Python scalars are weak constants, baked into the trace
-    array, kind = as_host_array(value, f"argument {name!r}")
-    return _tensor_signature(array, kind)
+        # Python scalars are weak constants baked into the trace. Floats key by their bits, so
+        # -0.0 and 0.0 get traces of their own and a NaN finds its trace again.
+        identity = value.hex() if isinstance(value, float) else value
+        return ("const", type(value), identity)
+    where = f"argument {name!r}"
+    array, kind = as_host_array(value, where)
+    try:
+        return _tensor_signature(array, kind)
+    except Error as error:
+        raise type(error)(f"{where}: {error}") from None
 
 
 class JitFunction:
@@ -45,23 +52,29 @@ class JitFunction:
         functools.update_wrapper(self, fn)
         self.fn = fn
         self.backend = backend
-        self.names = list(inspect.signature(fn).parameters)
+        self.signature = inspect.signature(fn)
+        self.names = list(self.signature.parameters)
         self.fusions: dict[tuple, tuple[Fusion, bool]] = {}
 
-    def __call__(self, *args: Any) -> Any:
-        if len(args) != len(self.names):
-            raise InputError(f"{self.fn.__name__}: expected {len(self.names)} arguments, got {len(args)}")
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError:
+            given = len(args) + len(kwargs)
+            raise InputError(f"{self.fn.__name__}: expected {len(self.names)} arguments, got {given}") from None
+        bound.apply_defaults()
+        args = tuple(bound.arguments[name] for name in self.names)
         key = tuple(_arg_signature(a, n) for a, n in zip(args, self.names))
         if key not in self.fusions:
-            self.fusions[key] = self._trace(key)
+            self.fusions[key] = self._trace(key, args)
         fusion, returns_sequence = self.fusions[key]
         tensors = [a for a, sig in zip(args, key) if sig[0] == "tensor"]
         outputs = fusion.execute(tensors, backend=self.backend)
         return tuple(outputs) if returns_sequence else outputs[0]
 
-    def _trace(self, key: tuple) -> tuple[Fusion, bool]:
+    def _trace(self, key: tuple, args: tuple) -> tuple[Fusion, bool]:
         with Fusion() as f:
-            traced_args = [self._define(f, sig, name) for sig, name in zip(key, self.names)]
+            traced_args = [self._define(f, sig, name, a) for sig, name, a in zip(key, self.names, args)]
             result = self.fn(*traced_args)
             returns_sequence = isinstance(result, Sequence)
             results = list(result) if returns_sequence else [result]
@@ -74,9 +87,9 @@ class JitFunction:
         return f, returns_sequence
 
     @staticmethod
-    def _define(f: Fusion, sig: tuple, name: str) -> object:
+    def _define(f: Fusion, sig: tuple, name: str, value: object) -> object:
         if sig[0] == "const":
-            return sig[2]
+            return value.item() if isinstance(value, np.generic) else value
         _, dtype, is_one, order, _kind = sig
         shape = [1 if one else -1 for one in is_one]
         return f.define_tensor(shape, dtype, stride_order=order, name=name)

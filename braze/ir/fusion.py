@@ -106,7 +106,7 @@ class Fusion:
         if not isinstance(tv, TensorView):
             raise FusionDefinitionError(f"{what}: expected a TensorView, got {type(tv).__name__}")
         if tv.fusion is not self:
-            raise FusionDefinitionError(f"{what}: {tv.name} belongs to another fusion")
+            raise FusionDefinitionError(f"{what}: {tv.describe()} belongs to another fusion, not this one")
 
     def add_output_record(self, output: Output) -> None:
         self.check_owned(output.tv, "add_output")

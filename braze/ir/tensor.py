@@ -73,9 +73,16 @@ class TensorView(Val):
         return len(self.visible)
 
     @property
-    def weak(self) -> bool:
-        """Weak values (Python scalars, `define_scalar`) never widen a tensor's dtype."""
-        return self.scalar is not None
+    def weak(self) -> int:
+        """How weak the value is in type promotion: 0 a tensor, 1 a typed scalar, 2 a Python literal.
+
+        Weak values never widen a stronger one's dtype."""
+        return {None: 0, "input": 1, "const": 1, "literal": 2}[self.scalar]
+
+    @property
+    def is_constant(self) -> bool:
+        """A scalar whose value is known while defining (a Python literal or `define_scalar(v)`)."""
+        return self.scalar in ("const", "literal")
 
     def describe(self) -> str:
         """`T0 ('x')` for error messages."""

@@ -97,7 +97,7 @@ class ValueEmitter:
         return result
 
     def _compute(self, tv: TensorView, idx: tuple[k.Expr, ...]) -> k.Expr:
-        if tv.scalar == "const":
+        if tv.is_constant:
             return k.Const(tv.value, tv.dtype) if tv.dtype.name != "bfloat16" else cast(
                 k.Const(float(tv.value), dt.float32), tv.dtype)
         source = self.params.readable(tv)

@@ -103,7 +103,7 @@ UNARY: dict[str, tuple[str, Callable, Callable]] = {
     "tan": ("bif", TO_FLOAT, np.tan),
     "tanh": ("bif", TO_FLOAT, np.tanh),
     "sigmoid": ("bif", TO_FLOAT, sigmoid),
-    "relu": ("if", SAME, lambda x: np.where(x > 0, x, x * 0)),  # x * 0 keeps NaN, as torch does
+    "relu": ("if", SAME, lambda x: np.where((x > 0) | (x != x), x, 0)),  # keeps NaN; -inf gives 0 (torch)
     "gelu": ("bif", TO_FLOAT, gelu),
     "silu": ("bif", TO_FLOAT, lambda x: x * sigmoid(x)),
     "erf": ("bif", TO_FLOAT, erf),
@@ -159,6 +159,12 @@ def operand_type(tensors: Sequence[TensorView]) -> DType:
     return dt.result_type(*[(t.dtype, t.weak) for t in tensors])
 
 
+def compute_type(promoted: DType, result: DType) -> DType:
+    """The type an op computes in: a float result's, even from integer or bool operands (NumPy
+    would compute exp(int8) in float16 and refuses `-x` on bools)."""
+    return dt.compute_dtype(result if result.is_floating else promoted)
+
+
 def _elementwise_entry(name: str, kinds: str, result: Callable, fn: Callable, value_operands: slice) -> OpDef:
     def dtype_rule(inputs: Sequence[TensorView], attrs: dict) -> DType:
         values = inputs[value_operands]
@@ -169,7 +175,7 @@ def _elementwise_entry(name: str, kinds: str, result: Callable, fn: Callable, va
         return result(promoted)
 
     def reference(ctx: RefContext, args: Sequence[np.ndarray], out: TensorView, attrs: dict) -> np.ndarray:
-        compute = dt.compute_dtype(operand_type(out.definition.inputs[value_operands])).numpy
+        compute = compute_type(operand_type(out.definition.inputs[value_operands]), out.dtype).numpy
         cast = [a if i < value_operands.start else a.astype(compute) for i, a in enumerate(args)]
         with np.errstate(all="ignore"):
             return np.asarray(fn(*cast, **attrs)).astype(out.dtype.numpy, copy=False)
@@ -210,8 +216,7 @@ def as_operand(op: str, fusion: Fusion, x: Operand, position: int) -> TensorView
         return x
     if isinstance(x, (bool, int, float, np.bool_, np.integer, np.floating)):
         value = x.item() if isinstance(x, np.generic) else x
-        tv = TensorView(fusion, [], dt.python_scalar_dtype(value), scalar="const", value=value)
-        return tv
+        return TensorView(fusion, [], dt.python_scalar_dtype(value), scalar="literal", value=value)
     raise FusionDefinitionError(
         f"{op}: operand {position}: expected a TensorView or a Python scalar, got {type(x).__name__}"
     )

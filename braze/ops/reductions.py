@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -24,7 +26,8 @@ def _argreduce(fn: Callable) -> Callable:
         # argmax over several axes indexes them flattened, row-major, like torch on a reshape.
         kept = [a for a in range(x.ndim) if a not in axis]
         moved = np.transpose(x, kept + list(axis))
-        flat = moved.reshape(moved.shape[: len(kept)] + (-1,))
+        # An explicit extent, not -1: NumPy cannot infer it when a kept dimension is empty.
+        flat = moved.reshape(moved.shape[: len(kept)] + (math.prod(moved.shape[len(kept) :]),))
         return fn(flat, axis=-1)
 
     return reduce
@@ -73,7 +76,9 @@ def _reduction_entry(name: str, kinds: str, result: Callable, fn: Callable, need
         accumulator = _accumulator(name, result(dt.from_numpy(x.dtype)))
         x = x if accumulator is None else x.astype(accumulator.numpy)
         extra = {"correction": attrs["correction"]} if "correction" in attrs else {}
-        with np.errstate(all="ignore"):
+        # An empty mean or a correction >= n is NaN or inf by definition, not a warning to the user.
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
             return np.asarray(fn(x, axis=axes, **extra)).astype(out.dtype.numpy, copy=False)
 
     return OpDef(name, "reduction", _reduction_shape, dtype_rule, reference)

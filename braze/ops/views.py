@@ -140,7 +140,8 @@ def _slice_shape(ins, a):
             out.append(d.clone())
             continue
         extent = _slice_extent(d.extent, start, stop, step)[1]
-        out.append(d.clone(extent=extent) if not d.is_broadcast or extent != 1 else d.clone())
+        # A broadcast dimension sliced to nothing is no longer a broadcast: it has extent 0.
+        out.append(d.clone() if d.is_broadcast and extent == 1 else d.clone(IterType.ITERATION, extent))
     return out
 
 

@@ -53,6 +53,8 @@ def to_kind(array: np.ndarray, kind: str) -> Any:
         return array
     import torch
 
+    if any(s < 0 for s in array.strides):  # torch has no negative strides: a flipped view becomes a copy
+        array = array.copy()
     if array.dtype == dt.bfloat16.numpy:
-        return torch.from_numpy(np.ascontiguousarray(array).view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(array)

@@ -9,7 +9,7 @@ import numpy as np
 
 from braze import dtypes as dt
 from braze.errors import Error, InputError
-from braze.ir.fusion import Fusion
+from braze.ir.fusion import AliasKind, Fusion
 from braze.ir.tensor import TensorView
 from braze.runtime.arrays import as_host_array
 
@@ -35,10 +35,23 @@ def stride_order_of(array: np.ndarray) -> tuple[int, ...]:
 
 def _matches_stride_order(array: np.ndarray, expected: tuple[int, ...]) -> bool:
     """True when every dimension of extent > 1 is laid out no faster than the ones ranked below it."""
-    dims = [i for i in range(array.ndim) if array.shape[i] > 1]
+    dims = [i for i in range(array.ndim) if array.shape[i] > 1 and array.strides[i] != 0]
     dims.sort(key=lambda i: expected[i])
     strides = [abs(array.strides[i]) for i in dims]
     return all(a <= b for a, b in zip(strides, strides[1:]))
+
+
+def check_scalar_fits(value: object, dtype: dt.DType, where: str, error: type[Exception] = InputError) -> None:
+    """Raises `error` unless `value` is a bool/int/float that `dtype` holds without a change of kind or range."""
+    if not isinstance(value, (bool, int, float)):
+        raise error(f"{where}: expected a {dtype.name} scalar, got {type(value).__name__}")
+    kind = dt.python_scalar_dtype(value).kind
+    if "bif".index(kind) > "bif".index(dtype.kind):
+        raise error(f"{where}: expected a {dtype.name} scalar, got {type(value).__name__} {value!r}")
+    if dtype.is_integer and not isinstance(value, bool):
+        info = np.iinfo(dtype.numpy)
+        if not info.min <= value <= info.max:
+            raise error(f"{where}: expected a {dtype.name} scalar in [{info.min}, {info.max}], got {value}")
 
 
 def _bind_scalar(tv: TensorView, value: object, where: str) -> np.ndarray:
@@ -46,11 +59,7 @@ def _bind_scalar(tv: TensorView, value: object, where: str) -> np.ndarray:
         value = value.item()
     if isinstance(value, np.generic):
         value = value.item()
-    if not isinstance(value, (bool, int, float)):
-        raise InputError(f"{where}: expected a {tv.dtype.name} scalar, got {type(value).__name__}")
-    kind = dt.python_scalar_dtype(value).kind
-    if "bif".index(kind) > "bif".index(tv.dtype.kind):
-        raise InputError(f"{where}: expected a {tv.dtype.name} scalar, got {type(value).__name__} {value!r}")
+    check_scalar_fits(value, tv.dtype, where)
     return np.asarray(value, dtype=tv.dtype.numpy)
 
 
@@ -93,7 +102,18 @@ def bind_inputs(fusion: Fusion, values: Sequence[object]) -> BoundInputs:
         arrays.append(array)
         kinds.add(kind)
     _check_extents(fusion, bindings)
+    _check_writable(fusion, arrays)
     return BoundInputs(arrays, bindings, "torch" if "torch" in kinds else "numpy")
+
+
+def _check_writable(fusion: Fusion, arrays: list[np.ndarray]) -> None:
+    for out in fusion.outputs:
+        if out.alias is AliasKind.REUSE_BUFFER:
+            position = next(i for i, tv in enumerate(fusion.inputs) if tv is out.aliased_input)
+            if not arrays[position].flags.writeable:
+                raise InputError(f"input {position} ({out.aliased_input.label or out.aliased_input.name!r}): "
+                                 "expected a writable array (an output is written into it in place), "
+                                 "got a read-only one")
 
 
 def _check_extents(fusion: Fusion, bindings: dict[str, int]) -> None:

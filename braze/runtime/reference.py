@@ -55,10 +55,20 @@ def _materialize(output: Output, value: np.ndarray, fusion: Fusion, bound: Bound
 
 
 def run(fusion: Fusion, bound: BoundInputs) -> list[np.ndarray]:
-    """Every output's array (hidden ones included), in add_output order."""
+    """Every output's array (hidden ones included), in add_output order.
+
+    Outputs written in place are written last, from copies, so no output sees an input that
+    another in-place output already overwrote.
+    """
     values = evaluate(fusion, bound)
-    results = []
-    for output in fusion.outputs:
+    in_place = [o.alias is AliasKind.REUSE_BUFFER for o in fusion.outputs]
+    results: list[np.ndarray | None] = []
+    for output, written in zip(fusion.outputs, in_place):
         value = values[id(output.tv)] if id(output.tv) in values else _constant(output.tv)
-        results.append(_materialize(output, value, fusion, bound))
+        value = np.array(value) if written else value  # `evaluate` views keep aliasing: they see the update
+        results.append(None if written else _materialize(output, value, fusion, bound))
+        values[id(output.tv)] = value
+    for i, (output, written) in enumerate(zip(fusion.outputs, in_place)):
+        if written:
+            results[i] = _materialize(output, values[id(output.tv)], fusion, bound)
     return results

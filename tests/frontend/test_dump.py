@@ -94,8 +94,6 @@ def test_jit_dumps_each_traced_fusion_once(capsys) -> None:
     assert "float64" in err.split(HEADER)[2]
 
 
-@pytest.mark.xfail(strict=True, reason="engine._dumped keys fusions by id(); a freed fusion's id is reused by a new "
-                                       "fusion, whose dump is then skipped (and the set grows forever)")
 def test_dump_for_every_new_fusion_even_when_ids_are_reused(capsys) -> None:
     """engine.execute remembers dumped fusions by id(); a fusion freed and replaced at the same address
     must still be dumped (each one is a new fusion)."""

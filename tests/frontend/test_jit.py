@@ -134,8 +134,6 @@ def test_numpy_scalars_are_weak_constants() -> None:
     assert g.traces == 1
 
 
-@pytest.mark.xfail(strict=True, reason="jit._arg_signature keys constants by value and -0.0 == 0.0, so f(x, -0.0) "
-                                       "reuses the trace that baked in +0.0 (x / -0.0 gives +inf)")
 def test_negative_zero_constant_is_not_confused_with_zero() -> None:
     @bz.jit
     def div(x, k):
@@ -146,8 +144,6 @@ def test_negative_zero_constant_is_not_confused_with_zero() -> None:
     np.testing.assert_array_equal(div(x, -0.0), np.full(2, -np.inf, np.float32))
 
 
-@pytest.mark.xfail(strict=True, reason="jit._arg_signature keys constants by value and nan != nan, so every call "
-                                       "with a NaN constant misses the cache, retraces and adds a fusion")
 def test_nan_constant_is_traced_once() -> None:
     g = Counted(axpb)
     for _ in range(3):
