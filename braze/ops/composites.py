@@ -76,10 +76,12 @@ def cross_entropy(logits: TensorView, target: TensorView, reduction: str = "mean
     """
     if reduction not in ("mean", "sum", "none"):
         raise FusionDefinitionError(f"cross_entropy: reduction: expected 'mean', 'sum' or 'none', got {reduction!r}")
+    if not isinstance(logits, TensorView):  # checked first: the rank check below reads logits.ndim
+        raise FusionDefinitionError(f"cross_entropy: logits: expected a TensorView, got {type(logits).__name__}")
     if not isinstance(target, TensorView) or not target.dtype.is_integer:
         got = target.dtype.name if isinstance(target, TensorView) else type(target).__name__
         raise FusionDefinitionError(f"cross_entropy: target: expected an integer tensor of class indices, got {got}")
-    if not isinstance(logits, TensorView) or target.ndim != logits.ndim - 1:
+    if target.ndim != logits.ndim - 1:
         raise FusionDefinitionError(
             f"cross_entropy: target: expected rank {logits.ndim - 1} for logits of rank {logits.ndim}, "
             f"got {target.ndim}"

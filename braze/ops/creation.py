@@ -7,13 +7,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from braze import dtypes as dt
-from braze.errors import FusionDefinitionError
+from braze.errors import FusionDefinitionError, InputError
 from braze.ir.domain import IterDomain, IterType
 from braze.ir.fusion import active_fusion
 from braze.ir.scalar import Scalar, as_scalar, ceildiv, smax
 from braze.ir.tensor import TensorView
 from braze.ops import philox
-from braze.ops.elementwise import as_operand
+from braze.ops.elementwise import as_operand, check_fill
 from braze.ops.table import OpDef, RefContext, apply, register
 
 _attr_dtype = lambda ins, a: a["dtype"]
@@ -24,7 +24,8 @@ def _shape_domain(ins, a) -> list[IterDomain]:
 
 
 def _full_reference(ctx: RefContext, args, out: TensorView, a: dict) -> np.ndarray:
-    return np.full(ctx.shape(out.logical), args[0], dtype=out.dtype.numpy)
+    with np.errstate(all="ignore"):  # 1e6 in float16 is inf, as a cast gives
+        return np.full(ctx.shape(out.logical), args[0], dtype=out.dtype.numpy)
 
 
 def _arange_reference(ctx: RefContext, args, out: TensorView, a: dict) -> np.ndarray:
@@ -68,6 +69,7 @@ def full(shape, value: bool | int | float, dtype: object = None) -> TensorView:
     fusion = active_fusion("full")
     fill = as_operand("full", fusion, value, 1)
     target = dt.as_dtype(dtype) if dtype is not None else fill.dtype
+    check_fill("full", value, target)
     return apply("full", [fill], fusion, shape=_shape_arg(shape, "full"), dtype=target)
 
 
@@ -95,7 +97,10 @@ def arange(start: int | Scalar, stop: int | Scalar | None = None, step: int = 1,
 
 def _random(op: str, shape, dtype, seed: int | None, offset: int) -> TensorView:
     if seed is not None:
-        philox.check_seed_offset(seed, offset)
+        try:
+            philox.check_seed_offset(seed, offset)
+        except InputError as e:  # a seed fixed in the definition is a definition error, not an input's
+            raise FusionDefinitionError(f"{op}: {e}") from None
     return apply(op, [], active_fusion(op), shape=_shape_arg(shape, op), dtype=_float_dtype(dtype, op),
                  seed=seed, offset=offset)
 

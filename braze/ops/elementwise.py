@@ -176,8 +176,8 @@ def _elementwise_entry(name: str, kinds: str, result: Callable, fn: Callable, va
 
     def reference(ctx: RefContext, args: Sequence[np.ndarray], out: TensorView, attrs: dict) -> np.ndarray:
         compute = compute_type(operand_type(out.definition.inputs[value_operands]), out.dtype).numpy
-        cast = [a if i < value_operands.start else a.astype(compute) for i, a in enumerate(args)]
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"):  # casting a weak 1e300 to float32 overflows to inf, quietly
+            cast = [a if i < value_operands.start else a.astype(compute) for i, a in enumerate(args)]
             return np.asarray(fn(*cast, **attrs)).astype(out.dtype.numpy, copy=False)
 
     shape_rule = lambda inputs, attrs: broadcast_domains(name, inputs)
@@ -216,10 +216,18 @@ def as_operand(op: str, fusion: Fusion, x: Operand, position: int) -> TensorView
         return x
     if isinstance(x, (bool, int, float, np.bool_, np.integer, np.floating)):
         value = x.item() if isinstance(x, np.generic) else x
+        if isinstance(value, int) and not -(2**63) <= value < 2**63:  # no braze dtype holds it
+            raise FusionDefinitionError(f"{op}: operand {position}: expected an int in [-2**63, 2**63), got {value}")
         return TensorView(fusion, [], dt.python_scalar_dtype(value), scalar="literal", value=value)
     raise FusionDefinitionError(
         f"{op}: operand {position}: expected a TensorView or a Python scalar, got {type(x).__name__}"
     )
+
+
+def check_fill(op: str, value: object, dtype: DType) -> None:
+    """Raises unless `value` can fill a tensor of `dtype`: NaN and infinities have no integer value."""
+    if dtype.is_integer and isinstance(value, float) and not math.isfinite(value):
+        raise FusionDefinitionError(f"{op}: value: expected a finite number for {dtype.name}, got {value!r}")
 
 
 def elementwise(op: str, *operands: Operand, **attrs) -> TensorView:

@@ -13,7 +13,7 @@ from braze.ir.domain import IterDomain, IterType
 from braze.ir.scalar import Scalar, as_scalar, ceildiv, smax, smin
 from braze.ir.tensor import TensorView, normalize_axis
 from braze.ops.broadcast import broadcast
-from braze.ops.elementwise import as_operand
+from braze.ops.elementwise import as_operand, check_fill
 from braze.ops.reductions import normalize_axes
 from braze.ops.table import OpDef, RefContext, apply, register
 
@@ -170,7 +170,9 @@ def slice_tensor(x: TensorView, slices: Sequence[slice | tuple]) -> TensorView:
 
 # --- pad --------------------------------------------------------------------------------------
 def _pad_reference(ctx: RefContext, args, out: TensorView, a: dict) -> np.ndarray:
-    return np.pad(args[0], a["widths"], constant_values=args[1])
+    with np.errstate(all="ignore"):  # the fill converts as a cast does (1e6 in float16 is inf)
+        fill = args[1].astype(args[0].dtype)
+    return np.pad(args[0], a["widths"], constant_values=fill)
 
 
 _entry(
@@ -190,6 +192,7 @@ def pad(x: TensorView, widths: Sequence[tuple[int, int]], value: float | int | b
             f"pad: expected at most {x.ndim} pairs of non-negative (before, after) widths, got {widths}"
         )
     widths = [(0, 0)] * (x.ndim - len(widths)) + widths
+    check_fill("pad", value, x.dtype)
     fill = as_operand("pad", x.fusion, value, 1)
     if fill.ndim != 0:
         raise FusionDefinitionError(f"pad: value: expected a scalar, got a tensor of rank {fill.ndim}")

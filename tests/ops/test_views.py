@@ -1,0 +1,221 @@
+"""Views, layout and broadcast ops against NumPy's own indexing and shape functions (their spec):
+permute, transpose, reshape, squeeze, unsqueeze, slice and `x[...]`, pad, cat, flip, broadcast,
+expand and broadcast_in_dim, on every dtype, with static and symbolic extents. Data movement is
+checked bit for bit."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from oracle import ALL_DTYPES, assert_same, define, execute, rng_for, run
+
+import braze as bz
+
+# NumPy warnings (overflow, invalid casts, empty means) must not leak out of braze.
+pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")
+
+OPS_COVERED = frozenset({"permute", "reshape", "squeeze", "slice", "pad", "cat", "flip", "broadcast", "expand"})
+
+
+def sample(dtype: bz.DType, shape: tuple[int, ...], *salt: object) -> np.ndarray:
+    rng = rng_for("views", dtype.name, shape, *salt)
+    if dtype.kind == "b":
+        return rng.integers(0, 2, shape).astype(bool)
+    if dtype.kind == "i":
+        return rng.integers(-100, 100, shape).astype(dtype.numpy)
+    values = rng.uniform(-10, 10, shape)
+    if values.size:
+        values.reshape(-1)[0] = math.nan  # carried through bit for bit
+    return values.astype(dtype.numpy)
+
+
+# (id, input shape, braze function, NumPy function)
+CASES = [
+    ("permute", (2, 3, 4), lambda t: bz.ops.permute(t, (2, 0, 1)), lambda a: a.transpose(2, 0, 1)),
+    ("permute_negative", (2, 3, 4), lambda t: bz.ops.permute(t, (-1, 0, 1)), lambda a: a.transpose(2, 0, 1)),
+    ("permute_method", (2, 3, 4), lambda t: t.permute(1, 0, 2), lambda a: a.transpose(1, 0, 2)),
+    ("transpose", (2, 3, 4), bz.ops.transpose, lambda a: np.swapaxes(a, -2, -1)),
+    ("transpose_dims", (2, 3, 4), lambda t: bz.ops.transpose(t, 0, 2), lambda a: np.swapaxes(a, 0, 2)),
+    ("T", (2, 3, 4), lambda t: t.T, lambda a: a.T),
+    ("reshape", (2, 3, 4), lambda t: bz.ops.reshape(t, (6, 4)), lambda a: a.reshape(6, 4)),
+    ("reshape_infer", (2, 3, 4), lambda t: bz.ops.reshape(t, (4, -1)), lambda a: a.reshape(4, -1)),
+    ("reshape_flat", (2, 3, 4), lambda t: t.reshape(-1), lambda a: a.reshape(-1)),
+    ("reshape_ones", (2, 3, 4), lambda t: t.reshape(1, 24, 1), lambda a: a.reshape(1, 24, 1)),
+    ("reshape_method_tuple", (2, 3, 4), lambda t: t.reshape((3, 8)), lambda a: a.reshape(3, 8)),
+    ("reshape_empty", (0, 3), lambda t: t.reshape(3, 0), lambda a: a.reshape(3, 0)),
+    ("reshape_empty_infer", (0, 3), lambda t: t.reshape(-1, 3, 1), lambda a: a.reshape(-1, 3, 1)),
+    ("reshape_0d", (1, 1), lambda t: t.reshape(()), lambda a: a.reshape(())),
+    ("squeeze_all", (1, 3, 1), bz.ops.squeeze, np.squeeze),
+    ("squeeze_axis", (1, 3, 1), lambda t: bz.ops.squeeze(t, 0), lambda a: np.squeeze(a, 0)),
+    ("squeeze_negative", (1, 3, 1), lambda t: t.squeeze(-1), lambda a: np.squeeze(a, -1)),
+    ("squeeze_list", (1, 3, 1), lambda t: bz.ops.squeeze(t, [0, 2]), lambda a: np.squeeze(a, (0, 2))),
+    ("unsqueeze_front", (3, 4), lambda t: bz.ops.unsqueeze(t, 0), lambda a: a[None]),
+    ("unsqueeze_middle", (3, 4), lambda t: t.unsqueeze(1), lambda a: a[:, None]),
+    ("unsqueeze_back", (3, 4), lambda t: bz.ops.unsqueeze(t, -1), lambda a: a[..., None]),
+    ("unsqueeze_negative", (3, 4), lambda t: bz.ops.unsqueeze(t, -3), lambda a: a[None]),
+    ("slice", (5, 6), lambda t: bz.ops.slice(t, [slice(1, None), slice(None, None, -2)]), lambda a: a[1:, ::-2]),
+    ("slice_tuples", (5, 6), lambda t: bz.ops.slice(t, [(4, 0, -1), (1, 5, 3)]), lambda a: a[4:0:-1, 1:5:3]),
+    ("slice_leading", (5, 6), lambda t: bz.ops.slice(t, [slice(-2, None)]), lambda a: a[-2:]),
+    ("getitem_mixed", (6, 7, 2), lambda t: t[1:5, ::-2, None, ...], lambda a: a[1:5, ::-2, None, ...]),
+    ("getitem_int", (4, 5), lambda t: t[1], lambda a: a[1]),
+    ("getitem_negative_int", (4, 5), lambda t: t[-1], lambda a: a[-1]),
+    ("getitem_last_axis", (4, 5), lambda t: t[..., -2], lambda a: a[..., -2]),
+    ("getitem_none", (4, 5), lambda t: t[None], lambda a: a[None]),
+    ("getitem_none_inside", (4, 5), lambda t: t[:, None, 1:3], lambda a: a[:, None, 1:3]),
+    ("getitem_trailing_none", (4, 5), lambda t: t[..., None], lambda a: a[..., None]),
+    ("getitem_to_0d", (2, 3, 4), lambda t: t[-1, 0, 2], lambda a: a[-1, 0, 2]),
+    ("getitem_ellipsis_middle", (2, 3, 4), lambda t: t[1, ..., ::-1], lambda a: a[1, ..., ::-1]),
+    ("pad", (2, 3), lambda t: bz.ops.pad(t, [(1, 2), (0, 3)]), lambda a: np.pad(a, [(1, 2), (0, 3)])),
+    ("pad_last_only", (2, 3), lambda t: bz.ops.pad(t, [(2, 1)], 1), lambda a: np.pad(a, [(0, 0), (2, 1)],
+                                                                                     constant_values=1)),
+    ("pad_empty", (0, 2), lambda t: bz.ops.pad(t, [(1, 0), (1, 1)]), lambda a: np.pad(a, [(1, 0), (1, 1)])),
+    ("flip_all", (2, 3, 4), bz.ops.flip, np.flip),
+    ("flip_axis", (2, 3, 4), lambda t: bz.ops.flip(t, 0), lambda a: np.flip(a, 0)),
+    ("flip_axes", (2, 3, 4), lambda t: t.flip((0, -1)), lambda a: np.flip(a, (0, 2))),
+    ("broadcast", (3, 4), lambda t: bz.ops.broadcast(t, [True, False, True, False]), lambda a: a[None, :, None]),
+    ("expand", (1, 3), lambda t: bz.ops.expand(t, (4, 3)), lambda a: np.broadcast_to(a, (4, 3))),
+    ("expand_keep", (1, 3), lambda t: bz.ops.expand(t, (4, -1)), lambda a: np.broadcast_to(a, (4, 3))),
+    ("expand_several", (2, 1, 1), lambda t: bz.ops.expand(t, (2, 5, 3)), lambda a: np.broadcast_to(a, (2, 5, 3))),
+    ("broadcast_in_dim", (3,), lambda t: bz.ops.broadcast_in_dim(t, (2, 3), [1]),
+     lambda a: np.broadcast_to(a, (2, 3))),
+    ("broadcast_in_dim_inner", (3, 1), lambda t: bz.ops.broadcast_in_dim(t, (2, 3, 4), [1, 2]),
+     lambda a: np.broadcast_to(a[None], (2, 3, 4))),
+    ("broadcast_in_dim_0d", (), lambda t: bz.ops.broadcast_in_dim(t, (2, 2), []),
+     lambda a: np.broadcast_to(a, (2, 2))),
+    ("chain", (4, 6), lambda t: t.T[1:, ::2].reshape(-1)[None, :].flip(1),
+     lambda a: np.flip(a.T[1:, ::2].reshape(-1)[None, :], 1)),
+]
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["symbolic", "static"])
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c[0])
+def test_view(case, dtype, static):
+    name, shape, bz_fn, np_fn = case
+    x = sample(dtype, shape, name)
+    (out,) = execute(lambda f: bz_fn(define(f, x, static)), [x])
+    expected = np_fn(x)
+    if name.startswith("pad"):  # np.pad's fill is the value converted to x's dtype
+        expected = expected.astype(x.dtype)
+    assert_same(out, expected, name)
+
+
+# --- slices: every start, stop and step against Python's rules --------------------------------------
+BOUNDS = [None, -7, -3, -1, 0, 1, 2, 4, 7]
+STEPS = [1, 2, 3, -1, -2, -4]
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["symbolic", "static"])
+@pytest.mark.parametrize("n", [0, 1, 2, 5])
+def test_slice_extents_follow_python(n, static):
+    x = np.arange(n, dtype=np.int32)
+    triples = list(itertools.product(BOUNDS, BOUNDS, STEPS))
+    with bz.Fusion() as f:
+        t = f.define_tensor(shape=(n,) if static else (-1,), dtype=bz.int32)  # -1 even for n = 1
+        for start, stop, step in triples:
+            f.add_output(t[start:stop:step])
+    outs = run(f, [x])
+    for (start, stop, step), out in zip(triples, outs):
+        np.testing.assert_array_equal(out, x[start:stop:step], err_msg=f"[{start}:{stop}:{step}] of {n}")
+        assert out.shape == x[start:stop:step].shape
+
+
+def test_slice_of_a_broadcast_dim_to_nothing_no_longer_broadcasts():
+    x = np.ones((1, 4), np.float32)
+    with bz.Fusion() as f:
+        t = f.define_tensor(shape=(1, 4))
+        y = f.define_tensor(shape=(-1, 4))
+        empty = t[1:]
+        f.add_output(empty + y)
+    (out,) = run(f, [x, np.ones((0, 4), np.float32)])
+    assert out.shape == (0, 4)
+    with pytest.raises(bz.InputError):  # (0, 4) + (3, 4) does not broadcast
+        run(f, [x, np.ones((3, 4), np.float32)])
+
+
+def test_pad_fill_converts_as_a_cast():
+    x = np.array([1.0, 2.0], np.float16)
+    (out,) = execute(lambda f: bz.ops.pad(define(f, x), [(1, 0)], 1e6), [x])
+    assert_same(out, np.array([np.inf, 1.0, 2.0], np.float16))
+    with bz.Fusion() as f:
+        with pytest.raises(bz.FusionDefinitionError, match="pad.*nan"):
+            bz.ops.pad(f.define_tensor(shape=(-1,), dtype=bz.int8), [(1, 1)], math.nan)
+
+
+# --- cat --------------------------------------------------------------------------------------
+CAT_CASES = [
+    ([(2, 3), (4, 3)], 0, [bz.float32, bz.float32]),
+    ([(2, 3), (2, 1), (2, 2)], 1, [bz.int8, bz.int8, bz.int8]),
+    ([(2, 3), (2, 1), (2, 2)], -1, [bz.int8, bz.int32, bz.int8]),
+    ([(3,), (2,)], 0, [bz.int32, bz.float16]),
+    ([(3,), (0,), (2,)], 0, [bz.bool_, bz.int8, bz.bool_]),
+    ([(2, 2), (1, 2)], 0, [bz.bfloat16, bz.float16]),
+    ([(1, 2, 3), (1, 2, 3)], 1, [bz.float64, bz.bool_]),
+]
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["symbolic", "static"])
+@pytest.mark.parametrize("case", CAT_CASES, ids=str)
+def test_cat(case, static):
+    shapes, axis, dtypes = case
+    xs = [sample(d, s, "cat", i) for i, (d, s) in enumerate(zip(dtypes, shapes))]
+    (out,) = execute(lambda f: bz.ops.cat([define(f, x, static) for x in xs], axis), xs)
+    result = dtypes[0]
+    for d in dtypes[1:]:
+        result = bz.dtypes.promote_types(result, d)
+    expected = np.concatenate([x.astype(np.float64) for x in xs], axis).astype(result.numpy)
+    assert_same(out, expected, f"cat {shapes}")
+
+
+# --- definition errors ------------------------------------------------------------------------
+ERRORS = [
+    ("permute", lambda t: bz.ops.permute(t, (0, 0, 1))),
+    ("permute", lambda t: bz.ops.permute(t, (0, 1))),
+    ("transpose", lambda t: bz.ops.transpose(t, 0, 3)),
+    ("reshape", lambda t: bz.ops.reshape(t, (5, 5))),
+    ("reshape", lambda t: bz.ops.reshape(t, (-1, -1))),
+    ("reshape", lambda t: bz.ops.reshape(t, (0, -1))),
+    ("squeeze", lambda t: bz.ops.squeeze(t, 1)),
+    ("unsqueeze", lambda t: bz.ops.unsqueeze(t, 4)),
+    ("slice", lambda t: bz.ops.slice(t, [slice(None, None, 0)])),
+    ("slice", lambda t: bz.ops.slice(t, [slice(None)] * 4)),
+    ("slice", lambda t: bz.ops.slice(t, [slice(0.5, None)])),
+    ("indexing", lambda t: t[..., 0, ...]),
+    ("indexing", lambda t: t[0, 0, 0, 0]),
+    ("squeeze", lambda t: t[5]),  # out of range: a 0-extent slice cannot be squeezed
+    ("pad", lambda t: bz.ops.pad(t, [(-1, 0)])),
+    ("pad", lambda t: bz.ops.pad(t, [(0, 0)] * 4)),
+    ("cat", lambda t: bz.ops.cat([])),
+    ("cat", lambda t: bz.ops.cat([t, t[0]])),
+    ("cat", lambda t: bz.ops.cat([t, t[:, :1]], 0)),
+    ("flip", lambda t: bz.ops.flip(t, (0, 0))),
+    ("expand", lambda t: bz.ops.expand(t, (2, 3, 5))),
+    ("expand", lambda t: bz.ops.expand(t, (2, 3))),
+    ("broadcast_in_dim", lambda t: bz.ops.broadcast_in_dim(t, (2, 3, 4, 5), [2, 1, 0])),
+    ("broadcast", lambda t: bz.ops.broadcast(t, [True, False])),
+]
+
+
+@pytest.mark.parametrize("op,build", ERRORS, ids=[f"{op}-{i}" for i, (op, _) in enumerate(ERRORS)])
+def test_definition_errors(op, build):
+    with bz.Fusion() as f:
+        t = f.define_tensor(shape=(2, 3, 4), name="x")
+        with pytest.raises(bz.FusionDefinitionError, match=op):
+            build(t)
+
+
+@pytest.mark.parametrize("build,bad_shape", [
+    (lambda t: bz.ops.reshape(t, (6, -1)), (5, 5)),  # 25 elements: no integer second extent
+    (lambda t: bz.ops.reshape(t, (2, 3)), (3, 3)),
+    (lambda t: bz.ops.squeeze(t, 0), (3, 2)),
+    (lambda t: bz.ops.expand(t, (4, 2)), (3, 2)),
+    (lambda t: bz.ops.cat([t, t.T], 0), (2, 3)),
+])
+def test_symbolic_extents_checked_at_execute(build, bad_shape):
+    with bz.Fusion() as f:
+        f.add_output(build(f.define_tensor(shape=(-1, -1), name="x")))
+    with pytest.raises(bz.InputError):
+        run(f, [np.zeros(bad_shape, np.float32)])
