@@ -34,7 +34,7 @@ _erf = np.frompyfunc(math.erf, 1, 1)
 
 def erf(x: np.ndarray) -> np.ndarray:
     """Elementwise erf (NumPy has none); exact to the double rounding of `math.erf`."""
-    return _erf(x).astype(x.dtype) if x.size else x.copy()
+    return np.asarray(_erf(x), dtype=x.dtype)  # asarray: on a 0-d array frompyfunc gives a Python float
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:

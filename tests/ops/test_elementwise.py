@@ -119,6 +119,14 @@ def _broadcast_dtype(name: str) -> bz.DType:
     return bz.float32 if "f" in kinds else bz.int32
 
 
+@pytest.mark.parametrize("shape", [(0, 3), ()], ids=str)
+@pytest.mark.parametrize("name", list(UNARY))
+def test_unary_zero_size_and_0d(name, shape):
+    operands = _inputs(name, _broadcast_dtype(name), [shape], rng_for("unary shapes", name, shape))
+    check(name, operands, what=f"{name}{shape}")
+    assert run_op(op_fn(name), operands).shape == shape
+
+
 @pytest.mark.parametrize("static", [False, True], ids=["symbolic", "static"])
 @pytest.mark.parametrize("shapes", SHAPE_PAIRS, ids=str)
 @pytest.mark.parametrize("name", list(BINARY))
