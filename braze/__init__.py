@@ -15,6 +15,7 @@ from braze.dtypes import (
 from braze.errors import Error, FusionDefinitionError, InputError, UnsupportedError
 from braze.frontend import Fusion, jit
 from braze.ir.tensor import TensorView
+from braze.runtime.record import record
 from braze.runtime.rng import manual_seed
 
 __version__ = "0.1.0"
@@ -22,4 +23,5 @@ __version__ = "0.1.0"
 __all__ = [
     "DType", "Error", "Fusion", "FusionDefinitionError", "InputError", "TensorView", "UnsupportedError",
     "bfloat16", "bool_", "float16", "float32", "float64", "int8", "int32", "int64", "jit", "manual_seed", "ops",
+    "record",
 ]

@@ -8,51 +8,19 @@ a serial, vectorizable loop over the innermost one.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
-from braze import dtypes as dt
 from braze.ir.fusion import Fusion
 from braze.ir.tensor import TensorView
 from braze.kir import nodes as k
+from braze.kir.params import KernelParams
 from braze.lower import random as _random  # noqa: F401  (registers rand/randn)
 from braze.lower.scope import ScopeStack
 from braze.lower.values import INDEX, ZERO, ValueEmitter, cast, index_op
 
 
-@dataclass
-class KernelParams:
-    """The kernel's parameters and which fusion value each one carries."""
-
-    arrays: dict[int, k.ArrayParam] = field(default_factory=dict)  # id(tv) -> param (inputs and writes)
-    scalars: dict[int, k.ScalarParam] = field(default_factory=dict)  # id(scalar input tv) -> param
-    symbols: dict[str, k.ScalarParam] = field(default_factory=dict)  # extent symbol -> param
-    seeds: dict[int, tuple[k.ScalarParam, k.ScalarParam]] = field(default_factory=dict)
-    written: set[int] = field(default_factory=set)  # tensors computed by tasks emitted so far
-
-    def readable(self, tv: TensorView) -> k.Param | None:
-        """The parameter to read `tv` from, if it is an input or was written by an earlier task."""
-        if id(tv) in self.scalars:
-            return self.scalars[id(tv)]
-        if id(tv) in self.arrays and (tv.definition is None or id(tv) in self.written):
-            return self.arrays[id(tv)]
-        return None
-
-    def symbol(self, name: str) -> k.ScalarParam:
-        return self.symbols.setdefault(name, k.ScalarParam(name, INDEX))
-
-    def rng(self, tv: TensorView) -> tuple[k.ScalarParam, k.ScalarParam]:
-        if id(tv) not in self.seeds:
-            self.seeds[id(tv)] = (k.ScalarParam(f"{tv.name}_seed", dt.int64),
-                                  k.ScalarParam(f"{tv.name}_offset", dt.int64))
-        return self.seeds[id(tv)]
-
-    def ordered(self) -> tuple[k.Param, ...]:
-        seeds = [p for pair in self.seeds.values() for p in pair]
-        return (*self.arrays.values(), *self.scalars.values(), *self.symbols.values(), *seeds)
-
-
 def array_param(tv: TensorView, static_strides: tuple[int | None, ...] | None = None) -> k.ArrayParam:
     return k.ArrayParam(tv.name, tv.dtype, tv.ndim, static_strides or (None,) * tv.ndim)
+
 
 
 def written_strides(tv: TensorView) -> tuple[int | None, ...]:
@@ -105,12 +73,13 @@ def lower(fusion: Fusion, writes: Sequence[TensorView], loop_orders: dict[int, t
         else:
             params.arrays[id(tv)] = array_param(tv, input_strides.get(id(tv)))
     for tv in writes:
-        if id(tv) not in params.arrays:
-            params.arrays[id(tv)] = array_param(tv, written_strides(tv))
+        # An input that is also an output (a copy, or written in place) gets a parameter of its own.
+        name = f"{tv.name}_out" if id(tv) in params.arrays or tv.scalar is not None else tv.name
+        params.writes[id(tv)] = k.ArrayParam(name, tv.dtype, tv.ndim, written_strides(tv))
     tasks = []
     for position, tv in enumerate(writes):
         em = ValueEmitter(ScopeStack(), params)
         order = loop_orders.get(id(tv), tuple(range(tv.ndim)))
-        tasks.append(_task_for(em, tv, params.arrays[id(tv)], order, f"{name}_t{position}_{tv.name}"))
+        tasks.append(_task_for(em, tv, params.writes[id(tv)], order, f"{name}_t{position}_{tv.name}"))
         params.written.add(id(tv))
     return k.Kernel(name, params.ordered(), tuple(tasks), source=name), params

@@ -164,7 +164,7 @@ def test_runtime_extent_mismatch_names_both_inputs() -> None:
 
 
 @pytest.mark.parametrize("kwargs, text", [
-    ({"backend": "nope"}, r"backend: expected one of \['reference'\], got 'nope'"),
+    ({"backend": "nope"}, r"backend: expected one of \['llvm', 'reference'\], got 'nope'"),
     ({"device": "cuda"}, r"device: expected None or 'cpu', got 'cuda'"),
     ({"device": "gpu"}, r"device: expected None or 'cpu', got 'gpu'"),
 ])

@@ -1,0 +1,45 @@
+"""The parameters of a lowered kernel, and which fusion value each one carries.
+
+Tensors are fusion TensorViews, known here only by `id()` and their `name`: Kernel IR imports
+no other braze package.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from braze.dtypes import int64
+from braze.kir import nodes as k
+
+
+@dataclass
+class KernelParams:
+    """The kernel's parameters and which fusion value each one carries."""
+
+    arrays: dict[int, k.ArrayParam] = field(default_factory=dict)  # id(input tv) -> param
+    writes: dict[int, k.ArrayParam] = field(default_factory=dict)  # id(written tv) -> param
+    scalars: dict[int, k.ScalarParam] = field(default_factory=dict)  # id(scalar input tv) -> param
+    symbols: dict[str, k.ScalarParam] = field(default_factory=dict)  # extent symbol -> param
+    seeds: dict[int, tuple[k.ScalarParam, k.ScalarParam]] = field(default_factory=dict)
+    written: set[int] = field(default_factory=set)  # tensors computed by tasks emitted so far
+
+    def readable(self, tv) -> k.Param | None:
+        """The parameter to read `tv` from, if it is an input or was written by an earlier task."""
+        if id(tv) in self.scalars:
+            return self.scalars[id(tv)]
+        if id(tv) in self.written:
+            return self.writes[id(tv)]
+        return self.arrays.get(id(tv))
+
+    def symbol(self, name: str) -> k.ScalarParam:
+        return self.symbols.setdefault(name, k.ScalarParam(name, int64))
+
+    def rng(self, tv) -> tuple[k.ScalarParam, k.ScalarParam]:
+        if id(tv) not in self.seeds:
+            self.seeds[id(tv)] = (k.ScalarParam(f"{tv.name}_seed", int64),
+                                  k.ScalarParam(f"{tv.name}_offset", int64))
+        return self.seeds[id(tv)]
+
+    def ordered(self) -> tuple[k.Param, ...]:
+        seeds = [p for pair in self.seeds.values() for p in pair]
+        return (*self.arrays.values(), *self.writes.values(), *self.scalars.values(), *self.symbols.values(), *seeds)

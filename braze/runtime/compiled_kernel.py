@@ -1,0 +1,73 @@
+"""CompiledKernel: Kernel IR, its source and its binary for one set of compile params.
+
+It has no execution state: executors hold the launch state. `recompile` gives a new
+CompiledKernel for other params.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from braze import config
+from braze.codegen import llvm as llvm_codegen
+from braze.kir import kernel_text
+from braze.kir import nodes as k
+from braze.runtime import cpu, disk_cache
+from braze.runtime.record import note_compile
+
+
+@dataclass(frozen=True)
+class CompileParams:
+    """What a compilation depends on besides the kernel itself."""
+
+    index_type: str = "int64"
+    block_size: int | None = None
+    max_registers: int | None = None
+    arch: str = "host"
+    fast_math: bool = False
+
+
+class CompiledKernel:
+    """One kernel compiled for the CPU (LLVM); `functions[i]` runs task i over [lo, hi)."""
+
+    def __init__(self, kernel: k.Kernel, params: CompileParams | None = None) -> None:
+        self.kernel = kernel
+        self.params = params or CompileParams(fast_math="fast_math" in config.current.enable)
+        self.source = llvm_codegen.generate(kernel, self.params.fast_math)
+        self.binary: bytes | None = None
+        self.from_disk = False
+        self._loaded: cpu.LoadedObject | None = None
+
+    @property
+    def cache_key(self) -> str:
+        return disk_cache.cache_key(source=self.source, params=self.params, toolchain=cpu.toolchain_id(),
+                                    braze=disk_cache.braze_source_hash())
+
+    def compile(self) -> CompiledKernel:
+        """Fills `binary` from the disk cache or by compiling; idempotent."""
+        if self.binary is not None:
+            return self
+        if config.dumping("kernel_ir"):
+            config.dump("kernel_ir", kernel_text(self.kernel))
+        cached = disk_cache.load(self.cache_key)
+        if cached is not None:
+            self.binary, self.from_disk = cached, True
+            return self
+        self.binary, optimized = cpu.compile_object(self.source, self.kernel.name)
+        if config.dumping("llvm_ir"):
+            config.dump("llvm_ir", optimized)
+        note_compile(self.kernel.name)
+        disk_cache.store(self.cache_key, self.binary)
+        return self
+
+    def recompile(self, **changes) -> CompiledKernel:
+        """A new CompiledKernel of the same Kernel IR with some compile params changed."""
+        return CompiledKernel(self.kernel, dataclasses.replace(self.params, **changes)).compile()
+
+    @property
+    def functions(self) -> list:
+        if self._loaded is None:
+            self.compile()
+            self._loaded = cpu.LoadedObject(self.binary, [t.name for t in self.kernel.tasks])
+        return [self._loaded.functions[t.name] for t in self.kernel.tasks]

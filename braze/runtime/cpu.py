@@ -1,0 +1,111 @@
+"""The CPU runtime: LLVM IR to native code with llvmlite, and a parallel-for over task ranges.
+
+Task functions are called through ctypes, which releases the GIL during the call, so the
+worker threads run the native code truly in parallel.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import llvmlite
+import llvmlite.binding as llvm
+
+from braze.errors import Error
+
+TASK_SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
+_lock = threading.Lock()
+
+
+class CompileError(Error):
+    """LLVM rejected or failed to compile a kernel; the message names the kernel and holds the log."""
+
+
+@functools.cache
+def target_machine() -> llvm.TargetMachine:
+    """The host's target machine (all its CPU features), created once."""
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    target = llvm.Target.from_default_triple()
+    return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
+                                        opt=3, reloc="default", codemodel="jitdefault", jit=True)
+
+
+def toolchain_id() -> str:
+    """What the compiled code depends on besides its source: for the disk cache key."""
+    return f"llvmlite {llvmlite.__version__} llvm {llvm.llvm_version_info} {llvm.get_process_triple()} " \
+           f"{llvm.get_host_cpu_name()} {llvm.get_host_cpu_features().flatten()}"
+
+
+def optimize(ir_text: str, name: str) -> llvm.ModuleRef:
+    """Parses, verifies and optimizes (O3 with loop and SLP vectorization) a module."""
+    tm = target_machine()
+    try:
+        module = llvm.parse_assembly(ir_text)
+        module.verify()
+    except RuntimeError as error:
+        raise CompileError(f"kernel {name!r}: LLVM rejected the generated IR:\n{error}") from None
+    module.triple = llvm.get_process_triple()
+    module.data_layout = str(tm.target_data)
+    tuning = llvm.create_pipeline_tuning_options(speed_level=3)
+    tuning.loop_vectorization = True
+    tuning.slp_vectorization = True
+    builder = llvm.create_pass_builder(tm, tuning)
+    builder.getModulePassManager().run(module, builder)
+    return module
+
+
+def compile_object(ir_text: str, name: str) -> tuple[bytes, str]:
+    """Native object code for the module, and the optimized IR (for `BRAZE_DUMP=llvm_ir`)."""
+    with _lock:  # LLVM's global state is not safe to drive from several threads at once
+        module = optimize(ir_text, name)
+        return target_machine().emit_object(module), str(module)
+
+
+class LoadedObject:
+    """Object code loaded into the process; holds the JIT engine alive while functions are in use."""
+
+    def __init__(self, obj: bytes, symbols: list[str]) -> None:
+        with _lock:
+            backing = llvm.parse_assembly("")
+            backing.triple = llvm.get_process_triple()
+            self.engine = llvm.create_mcjit_compiler(backing, target_machine())
+            self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+            self.engine.finalize_object()
+            self.functions = {s: TASK_SIGNATURE(self.engine.get_function_address(s)) for s in symbols}
+        missing = [s for s, f in self.functions.items() if not ctypes.cast(f, ctypes.c_void_p).value]
+        if missing:
+            raise CompileError(f"compiled object lacks functions {missing}")
+
+
+def worker_count() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+@functools.cache
+def _pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=worker_count(), thread_name_prefix="braze-cpu")
+
+
+def parallel_for(fn, begin: int, end: int, args: int, work_per_index: int, min_work: int = 1 << 16) -> int:
+    """Runs fn(lo, hi, args) over [begin, end) in chunks, one per worker, when there is enough work.
+
+    Returns the number of chunks (1 when the range ran on the calling thread).
+    """
+    total = end - begin
+    workers = min(worker_count(), total, max(1, total * work_per_index // min_work))
+    if workers <= 1:
+        if total > 0:
+            fn(begin, end, args)
+        return 1
+    step = -(-total // workers)
+    bounds = [(lo, min(lo + step, end)) for lo in range(begin, end, step)]
+    futures = [_pool().submit(fn, lo, hi, args) for lo, hi in bounds[1:]]
+    fn(bounds[0][0], bounds[0][1], args)  # the calling thread takes the first chunk
+    for future in futures:
+        future.result()
+    return len(bounds)

@@ -1,0 +1,84 @@
+"""The disk cache of compiled kernels (DESIGN section 6).
+
+Keys are sha256 hashes of named parts: the source, the compile params, the toolchain and a hash
+of braze's own source. Entries are written atomically (a temporary file, then a rename) and
+carry a checksum, so a corrupt or truncated file reads as a miss, never a crash.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+from braze import config
+
+_MAGIC = b"BRAZE1\n"
+
+
+@functools.cache
+def braze_source_hash() -> str:
+    """A hash of every Python file of the braze package: a change to braze invalidates the cache."""
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def cache_key(**parts: object) -> str:
+    """sha256 over named parts (sorted by name), so a miss can be explained part by part."""
+    digest = hashlib.sha256()
+    for name in sorted(parts):
+        digest.update(f"{name}={parts[name]!r}\n".encode())
+    return digest.hexdigest()
+
+
+def enabled() -> bool:
+    return "disk_cache" not in config.current.disable
+
+
+def _path(key: str) -> Path:
+    return config.current.cache_dir / key[:2] / f"{key}.bin"
+
+
+def load(key: str) -> bytes | None:
+    """The cached bytes for `key`, or None on a miss, a disabled cache or a damaged file."""
+    if not enabled():
+        return None
+    try:
+        blob = _path(key).read_bytes()
+    except OSError:
+        return None
+    header = len(_MAGIC) + 32
+    if len(blob) < header or not blob.startswith(_MAGIC):
+        return None
+    payload = blob[header:]
+    return payload if hashlib.sha256(payload).digest() == blob[len(_MAGIC):header] else None
+
+
+def store(key: str, payload: bytes) -> None:
+    """Writes atomically; a read-only or full disk only costs the cache entry."""
+    if not enabled():
+        return
+    path = _path(key)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".tmp") as tmp:
+            tmp.write(_MAGIC + hashlib.sha256(payload).digest() + payload)
+        os.replace(tmp.name, path)
+    except OSError:
+        pass
+
+
+def clear() -> int:
+    """Removes every cache entry; returns how many files were removed."""
+    root = config.current.cache_dir
+    removed = 0
+    for path in root.rglob("*.bin") if root.exists() else []:
+        path.unlink(missing_ok=True)
+        removed += 1
+    return removed

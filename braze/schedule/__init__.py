@@ -1,0 +1,111 @@
+"""Segmentation and scheduling: which tensors get a task of their own, and each task's loop order.
+
+The plan starts with one task per fusion output. The lowering reports a reduction that would
+be recomputed per output element (`NeedsCut`); the engine then adds it to `cuts`, and the plan
+gives it a task of its own whose result later tasks read: the fewest cuts, found greedily.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from braze.ir.fusion import AliasKind, Fusion
+from braze.ir.tensor import TensorView
+from braze.ops.table import lookup
+
+# Ops through which a dimension keeps its position (so a broadcast dimension can be traced).
+_POSITIONAL = {"elementwise", "cast"}
+
+
+@dataclass(frozen=True)
+class Heuristics:
+    """The frozen decisions for one task: its scheduler and its loop order (outer to inner)."""
+
+    scheduler: str  # pointwise, reduction or normalization
+    loop_order: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    writes: tuple[TensorView, ...]  # in dependency order: cut intermediates first, then outputs
+    heuristics: tuple[Heuristics, ...]
+
+    @property
+    def loop_orders(self) -> dict[int, tuple[int, ...]]:
+        return {id(tv): h.loop_order for tv, h in zip(self.writes, self.heuristics)}
+
+
+def _cone(tv: TensorView) -> list[TensorView]:
+    """`tv` and every tensor it is computed from, producers first."""
+    seen: dict[int, TensorView] = {}
+
+    def visit(t: TensorView) -> None:
+        if id(t) in seen:
+            return
+        for inp in t.definition.inputs if t.definition else ():
+            visit(inp)
+        seen[id(t)] = t
+
+    visit(tv)
+    return list(seen.values())
+
+
+def _is_reduction(tv: TensorView) -> bool:
+    return tv.definition is not None and lookup(tv.definition.op).category == "reduction"
+
+
+def _reduced_broadcast_dims(tv: TensorView) -> set[int]:
+    """Dimensions of `tv` along which a reduction's result is broadcast back (softmax's row axis)."""
+    dims: set[int] = set()
+    for t in _cone(tv):
+        expr = t.definition
+        if expr is None or expr.op != "broadcast" or not any(_is_reduction(c) for c in _cone(expr.inputs[0])):
+            continue
+        if t.ndim == tv.ndim and _positional_path(t, tv):
+            dims |= {i for i, new in enumerate(expr.attrs["is_new"]) if new}
+    return dims
+
+
+def _positional_path(source: TensorView, target: TensorView) -> bool:
+    """Whether `target` reaches `source` only through ops that keep dimension positions."""
+    if target is source:
+        return True
+    expr = target.definition
+    if expr is None or lookup(expr.op).category not in _POSITIONAL and expr.op != "expand":
+        return False
+    return any(_positional_path(source, inp) for inp in expr.inputs if inp.ndim == target.ndim)
+
+
+def heuristics_for(tv: TensorView) -> Heuristics:
+    """Loop order: a chosen layout first; else the dimensions a reduction is broadcast along go inside."""
+    cone = _cone(tv)
+    if not any(_is_reduction(t) for t in cone):
+        scheduler = "pointwise"
+    else:
+        scheduler = "reduction" if _is_reduction(tv) else "normalization"
+    if tv.stride_order is not None:
+        order = tuple(sorted(range(tv.ndim), key=lambda i: -tv.stride_order[i]))
+        return Heuristics(scheduler, order)
+    inner = _reduced_broadcast_dims(tv) if scheduler == "normalization" else set()
+    order = tuple(i for i in range(tv.ndim) if i not in inner) + tuple(sorted(inner))
+    return Heuristics(scheduler, order)
+
+
+def outputs_needing_kernels(fusion: Fusion) -> list[TensorView]:
+    """Outputs computed by a task: all but views of inputs (`evaluate`), each tensor once."""
+    writes: dict[int, TensorView] = {}
+    for out in fusion.outputs:
+        if out.alias is not AliasKind.EVALUATE:
+            writes.setdefault(id(out.tv), out.tv)
+    return list(writes.values())
+
+
+def plan(fusion: Fusion, cuts: set[int]) -> Plan:
+    """Tasks for the cut intermediates (in definition order) and then for the outputs."""
+    outputs = outputs_needing_kernels(fusion)
+    output_ids = {id(t) for t in outputs}
+    cut_tensors = [out for e in fusion.exprs for out in e.outputs if id(out) in cuts and id(out) not in output_ids]
+    position = {id(out): n for n, e in enumerate(fusion.exprs) for out in e.outputs}
+    # Producers first, so a later task reads what an earlier one wrote instead of recomputing it.
+    writes = tuple(sorted(cut_tensors + outputs, key=lambda t: position.get(id(t), -1)))
+    return Plan(writes, tuple(heuristics_for(tv) for tv in writes))
