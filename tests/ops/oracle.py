@@ -24,7 +24,6 @@ BACKEND = os.environ.get("BRAZE_OPS_BACKEND", "reference")
 
 ALL_DTYPES = bz.dtypes.ALL_DTYPES
 FLOAT_DTYPES = tuple(d for d in ALL_DTYPES if d.kind == "f")
-HALF_DTYPES = (bz.float16, bz.bfloat16)
 
 # --- tolerances: the one place that says how close a floating result must be -----------------------
 # (rtol, atol) per result dtype. Half types compute in float32 and round once, so they get about one
@@ -460,7 +459,3 @@ def elementwise_inputs(name: str, dtype: bz.DType, shapes: Sequence[tuple[int, .
         operand_dtype_ = bz.bool_ if name == "where" and position == 0 else dtype
         arrays.append(np.asarray(domain(rng, operand_dtype_, shape)))  # 0-d draws come back as NumPy scalars
     return arrays
-
-
-def accepted_kinds(table_row: tuple) -> str:
-    return table_row[0]
