@@ -15,6 +15,7 @@ import numpy as np
 from braze import config, schedule
 from braze.errors import UnsupportedError
 from braze.ir.fusion import Fusion
+from braze.kir import kernel_text
 from braze.lower.kernel import lower
 from braze.lower.values import NeedsCut
 from braze.runtime import reference
@@ -30,7 +31,7 @@ DEFAULT_BACKEND = "llvm"
 CACHE_ENTRIES = 64  # signatures kept per fusion
 _dumped: weakref.WeakSet = weakref.WeakSet()  # fusions whose IR was dumped
 _caches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # fusion -> FusionCache
-_kernels: dict[tuple, CompiledKernel] = {}  # (source, params) -> compiled kernel, shared by all fusions
+_kernels: dict[str, CompiledKernel] = {}  # Kernel IR text -> compiled kernel, shared by all fusions
 
 
 def signature(fusion: Fusion, bound: BoundInputs) -> tuple:
@@ -65,9 +66,11 @@ def compile_fusion(fusion: Fusion, key: tuple) -> FusionRuntime:
     if config.dumping("segments"):
         config.dump("segments", "\n".join(f"{tv.name}: {h}" for tv, h in zip(plan.writes, plan.heuristics)))
     note_segments([tv.name for tv in plan.writes])
-    compiled = CompiledKernel(kernel)
-    # Kernels are shared when their code and their parameter lists are the same.
-    compiled = _kernels.setdefault((compiled.source, kernel.params), compiled).compile()
+    # Kernels are shared when their Kernel IR is the same (the task bounds live there, not in the code).
+    text = kernel_text(kernel)
+    if text not in _kernels:
+        _kernels[text] = CompiledKernel(kernel)
+    compiled = _kernels[text].compile()
     return FusionRuntime(fusion, KernelExecutor(compiled), plan.writes, params)
 
 

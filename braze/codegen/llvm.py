@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 from llvmlite import ir
 
 from braze import dtypes as dt
@@ -113,7 +114,10 @@ class TaskEmitter:
         if dtype.name == "bfloat16":
             return RULES["__bf16_bits"](self, [ir.Constant(F32, float(value))], [dt.float32], dtype, {})
         ty = register_type(dtype)
-        return ir.Constant(ty, float(value) if dtype.is_floating else int(value))
+        if dtype.is_floating:  # round through the dtype first: 1e6 as float16 is inf, not an error
+            with np.errstate(over="ignore"):
+                return ir.Constant(ty, float(dtype.numpy.type(value)))
+        return ir.Constant(ty, int(value))
 
     def load_memory(self, pointer: ir.Value, dtype: DType) -> ir.Value:
         value = self.b.load(pointer)

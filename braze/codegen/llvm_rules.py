@@ -136,8 +136,9 @@ UNARY_RULES = {
     "reciprocal": lambda cg, a, d, o, t: cg.b.fdiv(fconst(1.0, a[0]), a[0]),
     "sin": intrinsic("sin"), "cos": intrinsic("cos"), "tan": libm("tan"), "tanh": libm("tanh"),
     "sigmoid": lambda cg, a, d, o, t: _sigmoid(cg, a[0]),
-    "relu": by_kind(lambda cg, a, d, o, t: cg.b.select(cg.b.fcmp_ordered(">", a[0], fconst(0.0, a[0])), a[0],
-                                                       cg.b.fmul(a[0], fconst(0.0, a[0]))),
+    # x > 0 or NaN keeps x (unordered compare); everything else, -inf and -0.0 included, gives +0.
+    "relu": by_kind(lambda cg, a, d, o, t: cg.b.select(cg.b.fcmp_unordered(">", a[0], fconst(0.0, a[0])), a[0],
+                                                       fconst(0.0, a[0])),
                     lambda cg, a, d, o, t: cg.b.select(cg.b.icmp_signed(">", a[0], ir.Constant(a[0].type, 0)),
                                                        a[0], ir.Constant(a[0].type, 0))),
     "gelu": _gelu,
@@ -219,7 +220,10 @@ def _build_int_power(fn: ir.Function, ty: ir.IntType) -> None:
     base, exponent = fn.args
     entry, loop, done = fn.append_basic_block("entry"), fn.append_basic_block("loop"), fn.append_basic_block("done")
     b = ir.IRBuilder(entry)
-    one, zero = ir.Constant(ty, 1), ir.Constant(ty, 0)
+    one, zero, minus_one = ir.Constant(ty, 1), ir.Constant(ty, 0), ir.Constant(ty, -1)
+    odd_exponent = b.icmp_signed("!=", b.and_(exponent, one), zero)
+    at_negative = b.select(b.icmp_signed("==", base, one), one,
+                           b.select(b.icmp_signed("==", base, minus_one), b.select(odd_exponent, minus_one, one), zero))
     negative = b.icmp_signed("<", exponent, zero)
     b.cbranch(negative, done, loop)
     b.position_at_end(loop)
@@ -233,10 +237,6 @@ def _build_int_power(fn: ir.Function, ty: ir.IntType) -> None:
     b.position_at_end(done)
     final = b.phi(ty)
     final.add_incoming(new_result, loop)
-    odd_exponent = b.icmp_signed("!=", b.and_(exponent, one), zero)
-    minus_one = ir.Constant(ty, -1)
-    at_negative = b.select(b.icmp_signed("==", base, one), one,
-                           b.select(b.icmp_signed("==", base, minus_one), b.select(odd_exponent, minus_one, one), zero))
     final.add_incoming(at_negative, entry)
     b.ret(final)
 

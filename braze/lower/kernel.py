@@ -38,22 +38,25 @@ def _task_for(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, order: Sequ
         return k.Task(name, "serial", tuple(scopes.pop().stmts))
     outer, inner = list(order[:-1]), order[-1]
     task_var = scopes.fresh("p", INDEX)
-    scopes.push("task", {task_var})
+    task_scope = scopes.push("task", {task_var})
+    iterates = [not d.is_broadcast for d in tv.visible]  # a size-1 dimension never repeats work
     idx: list[k.Expr | None] = [None] * tv.ndim
     rest = task_var
     for n, axis in enumerate(reversed(outer)):  # decompose the flat task index, innermost first
         position = scopes.fresh("i", INDEX)
         outermost = n == len(outer) - 1
         scopes.emit(k.Let(position, rest if outermost else index_op("remainder", rest, extents[axis])))
+        task_scope.iteration |= {position} if iterates[axis] else set()
         idx[axis] = position
         rest = index_op("floordiv", rest, extents[axis])
     if not outer:
         idx[inner] = task_var
+        task_scope.iteration |= {task_var} if iterates[inner] else set()
         scopes.emit(k.Store(param, tuple(idx), cast(em.value(tv, tuple(idx)), tv.dtype)))
         end = extents[inner]
     else:
         j = scopes.fresh("j", INDEX)
-        scopes.push("element", {j})
+        scopes.push("element", {j}).iteration |= {j} if iterates[inner] else set()
         idx[inner] = j
         scopes.emit(k.Store(param, tuple(idx), cast(em.value(tv, tuple(idx)), tv.dtype)))
         scopes.emit(k.For(j, ZERO, extents[inner], tuple(scopes.pop().stmts), vectorize=True))
@@ -74,8 +77,8 @@ def lower(fusion: Fusion, writes: Sequence[TensorView], loop_orders: dict[int, t
             params.arrays[id(tv)] = array_param(tv, input_strides.get(id(tv)))
     for tv in writes:
         # An input that is also an output (a copy, or written in place) gets a parameter of its own.
-        name = f"{tv.name}_out" if id(tv) in params.arrays or tv.scalar is not None else tv.name
-        params.writes[id(tv)] = k.ArrayParam(name, tv.dtype, tv.ndim, written_strides(tv))
+        param_name = f"{tv.name}_out" if id(tv) in params.arrays or tv.scalar is not None else tv.name
+        params.writes[id(tv)] = k.ArrayParam(param_name, tv.dtype, tv.ndim, written_strides(tv))
     tasks = []
     for position, tv in enumerate(writes):
         em = ValueEmitter(ScopeStack(), params)

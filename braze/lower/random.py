@@ -11,9 +11,18 @@ from braze.lower.values import INDEX, ValueEmitter, _linear, cast, index_op, reg
 from braze.ops.philox import UNIFORM_BITS
 
 
+def _as_int64(value: int) -> k.Const:
+    """A uint64 seed or offset as the int64 with the same bits."""
+    return k.Const(value - 2**64 if value >= 2**63 else value, dt.int64)
+
+
 def _word(em: ValueEmitter, tv: TensorView, group: k.Expr, word: k.Expr) -> k.Expr:
-    seed, offset = em.params.rng(tv)
-    return k.Philox(k.ScalarRef(seed), k.ScalarRef(offset), group, word)
+    attrs = tv.definition.attrs
+    if attrs["seed"] is not None:
+        seed, offset = _as_int64(attrs["seed"]), _as_int64(attrs["offset"])
+    else:  # drawn from the global generator at every run
+        seed, offset = (k.ScalarRef(p) for p in em.params.rng(tv))
+    return k.Philox(seed, offset, group, word)
 
 
 def _scaled(bits: k.Expr, shift: int, scale_bits: int, compute: dt.DType, plus_one: bool = False) -> k.Expr:
@@ -35,7 +44,7 @@ def _randn(em: ValueEmitter, tv: TensorView, idx) -> k.Expr:
     flat = _linear(em, idx, em.shape(tv))
     group = index_op("floordiv", flat, k.Const(2, INDEX))
     first = index_op("mul", index_op("remainder", flat, k.Const(2, INDEX)), k.Const(2, INDEX))
-    compute = dt.float64 if tv.dtype == dt.float64 else dt.float32
+    compute = dt.float64  # as braze.ops.philox.normal: float64 math, so backends agree bit for bit
     u1 = _scaled(_word(em, tv, group, first), 8, 24, compute, plus_one=True)
     u2 = _scaled(_word(em, tv, group, index_op("add", first, k.Const(1, INDEX))), 8, 24, compute)
     radius = k.Unary("sqrt", k.Binary("mul", k.Const(-2.0, compute), k.Unary("log", u1, compute), compute), compute)

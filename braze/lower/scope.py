@@ -16,6 +16,7 @@ class Scope:
     kind: str
     stmts: list[k.Stmt] = field(default_factory=list)
     defines: set[k.Var] = field(default_factory=set)
+    iteration: set[k.Var] = field(default_factory=set)  # the indices of the output element being computed
     memo: dict = field(default_factory=dict)
 
 
@@ -68,6 +69,12 @@ class ScopeStack:
             if key in scope.memo:
                 return scope.memo[key]
         return None
+
+    def recomputed(self, exprs: tuple[k.Expr, ...], depth: int) -> bool:
+        """Whether a value of `exprs`, emitted at `depth`, would run again for elements that differ
+        only in an index it does not read (a per-element recomputation of a reduction)."""
+        needed = set().union(*map(free_vars, exprs)) if exprs else set()
+        return any(scope.iteration - needed for scope in self.scopes[: depth + 1])
 
     def home_of(self, exprs: tuple[k.Expr, ...]) -> int:
         """The depth of the innermost scope defining a variable that `exprs` read (0: the task)."""

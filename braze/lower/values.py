@@ -129,7 +129,7 @@ class ValueEmitter:
         from braze.lower.reductions import emit_reduction
 
         home = self.scopes.home_of(idx)
-        if self.scopes.scopes[home].kind == "element":
+        if self.scopes.recomputed(idx, home):
             raise NeedsCut(tv)
         saved = self.scopes.scopes
         self.scopes.scopes = saved[: home + 1]
@@ -268,8 +268,12 @@ def _arange(em: ValueEmitter, tv, idx):
     return cast(value, tv.dtype)
 
 
+def _cast(em: ValueEmitter, tv, idx):
+    return cast(em.value(tv.definition.inputs[0], idx), tv.dtype)
+
+
 _RULES: dict[str, Callable[[ValueEmitter, TensorView, tuple], k.Expr]] = {
-    "broadcast": _broadcast, "permute": _permute, "squeeze": _squeeze, "reshape": _reshape, "slice": _slice,
+    "cast": _cast, "broadcast": _broadcast, "permute": _permute, "squeeze": _squeeze, "reshape": _reshape, "slice": _slice,
     "flip": _flip, "pad": _pad, "cat": _cat, "expand": _expand, "full": _full, "arange": _arange,
 }
 

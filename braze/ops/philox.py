@@ -15,7 +15,7 @@ Per-element mapping (all words uint32; `lo32(x) = x & 0xffffffff`, `hi32(x) = x 
                    u1 = ((a >> 8) + 1) * 2**-24   in (0, 1], so log(u1) is finite
                    u2 = (b >> 8) * 2**-24         in [0, 1)
                    z  = sqrt(-2 ln u1) * cos(2 pi u2)   (Box-Muller, cosine branch only)
-                   computed in float32 (float64 for a float64 output), then cast to the dtype.
+                   computed in float64, then cast to the dtype.
 
 The offset is the high 64 bits of the counter, so each offset owns 2**64 counter groups: a caller
 advances `offset` by 1 per call to get an independent stream. `words_needed` says how many groups
@@ -148,8 +148,9 @@ def uniform(shape: tuple[int, ...], dtype: object, seed: int, offset: int) -> np
 def bits_to_normal(a: np.ndarray, b: np.ndarray, dtype: object) -> np.ndarray:
     """Box-Muller (cosine branch) on word pairs (a, b): standard normal values of `dtype`."""
     name = _dtype_name(dtype)
-    # Narrow dtypes compute in float32 so CUDA/LLVM can match with float32 logf/cosf.
-    compute = np.float64 if name == "float64" else np.float32
+    # float64 for every dtype: log and cos of different math libraries then agree after rounding to
+    # the output dtype, so every backend gives the same numbers for a seed.
+    compute = np.float64
     a = np.asarray(a, dtype=np.uint32)
     b = np.asarray(b, dtype=np.uint32)
     scale = compute(2.0**-24)
