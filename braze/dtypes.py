@@ -130,10 +130,12 @@ def result_type(*operands: tuple[DType, bool | int]) -> DType:
 
 
 def python_scalar_dtype(value: object) -> DType:
-    """The dtype of a Python scalar literal, used when no tensor decides the result type."""
+    """The dtype of a Python scalar literal, used when no tensor decides the result type.
+
+    Floats are float32, as in torch and JAX (`where(c, 1.0, 0.0)` is float32)."""
     for py_type in (bool, int, float):  # bool first: True is also an int
         if isinstance(value, py_type):
-            return _PYTHON_TYPES[py_type]
+            return _WEAK_DEFAULT[_PYTHON_TYPES[py_type].kind]
     raise UnsupportedError(f"scalar: expected bool, int or float, got {type(value).__name__}")
 
 

@@ -128,6 +128,7 @@ def _rounding(name: str):
 
 
 UNARY_RULES = {
+    "set": _identity,
     "neg": by_kind(lambda cg, a, d, o, t: cg.b.fneg(a[0]), lambda cg, a, d, o, t: cg.b.neg(a[0])),
     "abs": by_kind(intrinsic("fabs"), _int_abs),
     "exp": intrinsic("exp"), "exp2": intrinsic("exp2"), "expm1": libm("expm1"), "log": intrinsic("log"),

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 
 from braze import dtypes as dt
-from braze import engine
+from braze import engine, ops
 from braze.errors import FusionDefinitionError
 from braze.ir import fusion as ir
 from braze.ir.domain import IterDomain, IterType
@@ -81,6 +81,8 @@ class Fusion(ir.Fusion):
         `hidden=True` computes it without returning it; `stride_order` sets its memory layout."""
         self.check_owned(t, "add_output")
         if stride_order is not None:
+            if t.definition is None or any(o.tv is t for o in self.outputs):
+                t = ops.elementwise("set", t)  # a layout of its own, leaving the input's (or output's) alone
             t.set_stride_order(stride_order)
         if alias is not None:
             self.add_output_record(self._reuse_buffer(t, alias, hidden))

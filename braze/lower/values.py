@@ -17,7 +17,7 @@ from braze.ir.scalar import Scalar
 from braze.ir.tensor import TensorView
 from braze.kir import nodes as k
 from braze.lower.scope import ScopeStack
-from braze.ops.elementwise import operand_type
+from braze.ops.elementwise import compute_type, operand_type
 from braze.ops.table import lookup
 
 INDEX = dt.int64
@@ -97,9 +97,10 @@ class ValueEmitter:
         return result
 
     def _compute(self, tv: TensorView, idx: tuple[k.Expr, ...]) -> k.Expr:
-        if tv.is_constant:
-            return k.Const(tv.value, tv.dtype) if tv.dtype.name != "bfloat16" else cast(
-                k.Const(float(tv.value), dt.float32), tv.dtype)
+        if tv.is_constant:  # a Python literal keeps its exact value until an op casts it
+            dtype = dt.as_dtype(type(tv.value)) if tv.scalar == "literal" else tv.dtype
+            return k.Const(tv.value, dtype) if dtype.name != "bfloat16" else cast(
+                k.Const(float(tv.value), dt.float32), dtype)
         source = self.params.readable(tv)
         if source is not None:
             return k.ScalarRef(source) if isinstance(source, k.ScalarParam) else k.Load(source, idx)
@@ -116,8 +117,10 @@ class ValueEmitter:
         first_value = 1 if expr.op == "where" else 0
         values = expr.inputs[first_value:]
         promoted = operand_type(values)
-        compute = dt.compute_dtype(tv.dtype if tv.dtype.is_floating else promoted)
+        compute = compute_type(promoted, tv.dtype)
         operands = [self.value(inp, idx if inp.ndim else ()) for inp in expr.inputs]
+        # Python literals round to the promoted type first (float16 x == 0.1 means float16(0.1)).
+        operands = [cast(o, promoted) if inp.scalar == "literal" else o for o, inp in zip(operands, expr.inputs)]
         operands = operands[:first_value] + [cast(o, compute) for o in operands[first_value:]]
         result_dtype = dt.bool_ if tv.dtype.is_bool else compute
         node = {1: lambda: k.Unary(expr.op, operands[0], result_dtype, tuple(expr.attrs.items())),
@@ -273,8 +276,8 @@ def _cast(em: ValueEmitter, tv, idx):
 
 
 _RULES: dict[str, Callable[[ValueEmitter, TensorView, tuple], k.Expr]] = {
-    "cast": _cast, "broadcast": _broadcast, "permute": _permute, "squeeze": _squeeze, "reshape": _reshape, "slice": _slice,
-    "flip": _flip, "pad": _pad, "cat": _cat, "expand": _expand, "full": _full, "arange": _arange,
+    "cast": _cast, "broadcast": _broadcast, "permute": _permute, "squeeze": _squeeze, "reshape": _reshape,
+    "slice": _slice, "flip": _flip, "pad": _pad, "cat": _cat, "expand": _expand, "full": _full, "arange": _arange,
 }
 
 

@@ -64,21 +64,23 @@ def _float_dtype(dtype: object, op: str) -> dt.DType:
     return d
 
 
-def full(shape, value: bool | int | float, dtype: object = None) -> TensorView:
+def full(shape, value: bool | int | float, dtype: object = None, *, _op: str = "full") -> TensorView:
     """A tensor of `shape` filled with `value` (dtype defaults to the value's Python type)."""
-    fusion = active_fusion("full")
-    fill = as_operand("full", fusion, value, 1)
+    fusion = active_fusion(_op)
+    fill = as_operand(_op, fusion, value, 1)
     target = dt.as_dtype(dtype) if dtype is not None else fill.dtype
-    check_fill("full", value, target)
-    return apply("full", [fill], fusion, shape=_shape_arg(shape, "full"), dtype=target)
+    check_fill(_op, value, target)
+    return apply("full", [fill], fusion, shape=_shape_arg(shape, _op), dtype=target)
 
 
 def zeros(shape, dtype: object = dt.float32) -> TensorView:
-    return full(shape, 0, dtype)
+    """A tensor of zeros."""
+    return full(shape, 0, dtype, _op="zeros")
 
 
 def ones(shape, dtype: object = dt.float32) -> TensorView:
-    return full(shape, 1, dtype)
+    """A tensor of ones."""
+    return full(shape, 1, dtype, _op="ones")
 
 
 def arange(start: int | Scalar, stop: int | Scalar | None = None, step: int = 1, dtype: object = dt.int64):

@@ -87,6 +87,7 @@ def _bool_is(fn: Callable) -> Callable:
 
 # name: (accepted kinds, result rule, reference function)
 UNARY: dict[str, tuple[str, Callable, Callable]] = {
+    "set": ("bif", SAME, np.copy),  # a copy: an output of its own layout, or one that is not an input
     "neg": ("if", SAME, np.negative),
     "abs": ("if", SAME, np.abs),
     "exp": ("bif", TO_FLOAT, np.exp),
@@ -175,8 +176,13 @@ def _elementwise_entry(name: str, kinds: str, result: Callable, fn: Callable, va
         return result(promoted)
 
     def reference(ctx: RefContext, args: Sequence[np.ndarray], out: TensorView, attrs: dict) -> np.ndarray:
-        compute = compute_type(operand_type(out.definition.inputs[value_operands]), out.dtype).numpy
+        promoted = operand_type(out.definition.inputs[value_operands])
+        compute = compute_type(promoted, out.dtype).numpy
         with np.errstate(all="ignore"):  # casting a weak 1e300 to float32 overflows to inf, quietly
+            # A Python literal takes the promoted type first: float16 x == 0.1 compares with
+            # float16(0.1), as torch does.
+            args = [a.astype(promoted.numpy) if tv.scalar == "literal" else a
+                    for a, tv in zip(args, out.definition.inputs)]
             cast = [a if i < value_operands.start else a.astype(compute) for i, a in enumerate(args)]
             return np.asarray(fn(*cast, **attrs)).astype(out.dtype.numpy, copy=False)
 

@@ -7,6 +7,7 @@ op table loads keeps that rule.
 from __future__ import annotations
 
 from braze.errors import FusionDefinitionError, UnsupportedError
+from braze.ir.scalar import as_scalar
 from braze.ir.tensor import TensorView
 from braze.ops import reductions as red
 from braze.ops import views
@@ -47,14 +48,17 @@ def _getitem(x: TensorView, index) -> TensorView:
         elif isinstance(item, int) and not isinstance(item, bool):
             stop = item + 1 if item != -1 else None
             slices.append(slice(item, stop, 1))
-            dropped.append(len(slices) - 1)
+            dropped.append((len(slices) - 1, item))
         elif isinstance(item, slice):
             slices.append(item)
             out_axis += 1
         else:
             raise UnsupportedError(f"indexing {x.describe()}: expected ints, slices, None or '...', got {item!r}")
     y = views.slice_tensor(x, slices)
-    y = views.squeeze(y, dropped) if dropped else y
+    for axis, item in dropped:  # an int index must select exactly one element
+        why = f"indexing {x.describe()}: index {item} of dimension {axis} must lie within its extent"
+        x.fusion.require_equal(y.shape[axis], as_scalar(1), why)
+    y = views.squeeze(y, [axis for axis, _ in dropped]) if dropped else y
     for axis in new_axes:
         y = views.unsqueeze(y, axis)
     return y

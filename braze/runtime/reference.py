@@ -15,7 +15,8 @@ from braze.runtime.rng import next_seed_offset
 
 
 def _constant(tv: TensorView) -> np.ndarray:
-    return np.asarray(tv.value, dtype=tv.dtype.numpy)
+    # A Python literal keeps its exact value (as float64 or int64) until an op casts it.
+    return np.asarray(tv.value) if tv.scalar == "literal" else np.asarray(tv.value, dtype=tv.dtype.numpy)
 
 
 def evaluate(fusion: Fusion, bound: BoundInputs) -> dict[int, np.ndarray]:

@@ -313,6 +313,7 @@ def DIVISORS(rng: np.random.Generator, dtype: bz.DType, shape: tuple[int, ...]) 
 
 
 UNARY_ORACLE: dict[str, ElementwiseOracle] = {
+    "set": _unary("same", lambda x: x, lambda x: x, full_range()),
     "neg": _unary("same", lambda x: -x, lambda x: -x, full_range()),
     "abs": _unary("same", np.abs, abs, full_range()),
     "exp": _unary("float", np.exp, None, WIDE),

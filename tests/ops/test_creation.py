@@ -41,8 +41,9 @@ def test_full_default_dtypes():
     flags, ints, floats, zeros, ones = execute(
         lambda f: [bz.ops.full((2,), True), bz.ops.full((2,), 3), bz.ops.full((2,), 0.5), bz.ops.zeros(2),
                    bz.ops.ones([2])], [])
-    # The value's Python type decides (so a Python float gives float64); zeros and ones are float32.
-    assert (flags.dtype, ints.dtype, floats.dtype) == (np.bool_, np.int64, np.float64)
+    # The value's Python type decides its kind (a Python float gives float32, as in torch and JAX);
+    # zeros and ones are float32.
+    assert (flags.dtype, ints.dtype, floats.dtype) == (np.bool_, np.int64, np.float32)
     assert zeros.dtype == ones.dtype == np.float32
     assert_same(ints, np.array([3, 3], np.int64))
 
@@ -171,7 +172,7 @@ def test_random_rejects_non_float_dtypes(op, dtype):
     (lambda: bz.ops.rand((2,), seed=-1), "rand"),
     (lambda: bz.ops.randn((2,), seed=1, offset=2**64), "randn"),
     (lambda: bz.ops.full((2, -3), 1.0), "full"),
-    (lambda: bz.ops.zeros((2.5,)), "full"),
+    (lambda: bz.ops.zeros((2.5,)), "zeros"),
     (lambda: bz.ops.full((2,), math.nan, bz.int32), "full.*nan"),
     (lambda: bz.ops.full((2,), -math.inf, bz.int8), "full.*inf"),
     (lambda: bz.ops.arange(0, 5, 0), "arange"),

@@ -185,7 +185,7 @@ ERRORS = [
     ("slice", lambda t: bz.ops.slice(t, [slice(0.5, None)])),
     ("indexing", lambda t: t[..., 0, ...]),
     ("indexing", lambda t: t[0, 0, 0, 0]),
-    ("squeeze", lambda t: t[5]),  # out of range: a 0-extent slice cannot be squeezed
+    ("index 5 of dimension 0", lambda t: t[5]),  # out of range: an int index selects no element
     ("pad", lambda t: bz.ops.pad(t, [(-1, 0)])),
     ("pad", lambda t: bz.ops.pad(t, [(0, 0)] * 4)),
     ("cat", lambda t: bz.ops.cat([])),
