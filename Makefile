@@ -15,8 +15,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/braze demo
 
+# The whole suite, then the op suite again on the compiled backend (checked against the same oracle).
 test: $(STAMP)
 	$(PY) -m pytest -q tests
+	BRAZE_OPS_BACKEND=llvm $(PY) -m pytest -q tests/ops
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check braze tests benchmarks

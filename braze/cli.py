@@ -19,8 +19,9 @@ def demo(args: argparse.Namespace) -> int:
     from braze.demo import run_gallery
 
     rows = run_gallery(args.backend)
-    print(_table(["fusion", "ops", "max error vs NumPy", "backend", "ms/call"],
-                 [[r.name, str(r.ops), f"{r.max_error:.2e}", r.backend, f"{r.ms_per_call:.2f}"] for r in rows]))
+    print(_table(["fusion", "ops", "kernels", "max error vs NumPy", "backend", "ms/call", "NumPy ms", "speed-up"],
+                 [[r.name, str(r.ops), str(r.kernels), f"{r.max_error:.2e}", r.backend, f"{r.ms_per_call:.3f}",
+                   f"{r.numpy_ms_per_call:.3f}", f"{r.speedup:.1f}x"] for r in rows]))
     worst = max(r.max_error for r in rows)
     print(f"\n{len(rows)} fusions, worst error {worst:.2e}")
     return 0 if worst < 1e-3 else 1
@@ -42,6 +43,18 @@ def info(args: argparse.Namespace) -> int:
     return 0
 
 
+def cache(args: argparse.Namespace) -> int:
+    from braze.runtime import disk_cache
+
+    if args.action == "clear":
+        print(f"removed {disk_cache.clear()} entries from {config.current.cache_dir}")
+    else:
+        entries = list(config.current.cache_dir.rglob("*.bin")) if config.current.cache_dir.exists() else []
+        size = sum(p.stat().st_size for p in entries)
+        print(f"{config.current.cache_dir}: {len(entries)} entries, {size / 1e6:.1f} MB")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="braze", description="braze: fused tensor kernels from Python")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -49,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     demo_parser.add_argument("--backend", default=None, help="backend to run on (default: the default backend)")
     demo_parser.set_defaults(run=demo)
     commands.add_parser("info", help="show versions, backends and the cache folder").set_defaults(run=info)
+    cache_parser = commands.add_parser("cache", help="show or clear the disk cache of compiled kernels")
+    cache_parser.add_argument("action", choices=["show", "clear"], nargs="?", default="show")
+    cache_parser.set_defaults(run=cache)
     args = parser.parse_args(argv)
     return args.run(args)
 

@@ -25,9 +25,15 @@ class GalleryEntry:
 class DemoRow:
     name: str
     ops: int
+    kernels: int  # tasks launched per call
     max_error: float
     backend: str
     ms_per_call: float
+    numpy_ms_per_call: float
+
+    @property
+    def speedup(self) -> float:
+        return self.numpy_ms_per_call / self.ms_per_call if self.ms_per_call else float("inf")
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
@@ -95,19 +101,30 @@ GALLERY = [
 ]
 
 
-def run_entry(entry: GalleryEntry, backend: str, seed: int = 0, repeats: int = 3) -> DemoRow:
+def _ms_per_call(fn: Callable[[], object], repeats: int) -> float:
+    """The median of `repeats` timed calls, in milliseconds (after the caller's warm-up)."""
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return sorted(samples)[len(samples) // 2] * 1e3
+
+
+def run_entry(entry: GalleryEntry, backend: str, seed: int = 0, repeats: int = 5) -> DemoRow:
     """Builds and runs one fusion; the error is the max |braze - float64 NumPy| over the output."""
     with bz.Fusion() as f:
         entry.build(f)
     inputs = entry.inputs(np.random.default_rng(seed))
-    (result,) = f.execute(inputs, backend=backend)
-    expected = entry.expected(*[a.astype(np.float64) if a.dtype.kind == "f" else a for a in inputs])
-    start = time.perf_counter()
-    for _ in range(repeats):
+    (result,) = f.execute(inputs, backend=backend)  # the warm-up: compiles on the first call
+    with bz.record() as rec:
         f.execute(inputs, backend=backend)
-    elapsed = (time.perf_counter() - start) / repeats
+    as_float64 = [a.astype(np.float64) if a.dtype.kind == "f" else a for a in inputs]
+    expected = entry.expected(*as_float64)
     error = float(np.max(np.abs(result.astype(np.float64) - expected)))
-    return DemoRow(entry.name, len(f.exprs), error, backend, elapsed * 1e3)
+    braze_ms = _ms_per_call(lambda: f.execute(inputs, backend=backend), repeats)
+    numpy_ms = _ms_per_call(lambda: entry.expected(*inputs), repeats)  # NumPy on the same float32 data
+    return DemoRow(entry.name, len(f.exprs), len(rec.launches), error, backend, braze_ms, numpy_ms)
 
 
 def run_gallery(backend: str | None = None) -> list[DemoRow]:
