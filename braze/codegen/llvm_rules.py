@@ -296,6 +296,27 @@ BINARY_RULES = {
 }
 
 
+def _reassociating(method: str, intrinsic_name: str | None = None):
+    """A reduction's combine: floats may be reassociated (and the sign of zero ignored), so LLVM can
+    vectorize the loop; integers and bools combine as usual."""
+    def rule(cg, a, dts, out, attrs):
+        if not dts[0].is_floating:
+            return BINARY_RULES[{"fadd": "add", "fmul": "mul"}.get(method, method)](cg, a, dts, out, attrs)
+        if intrinsic_name:
+            call = cg.b.call(callee(cg, f"llvm.{intrinsic_name}.{_suffix(a[0].type)}", a[0].type, [a[0].type] * 2), a)
+            return call
+        return getattr(cg.b, method)(a[0], a[1], flags=("reassoc", "nsz", *cg.fast_flags))
+    return rule
+
+
+REDUCTION_RULES = {
+    "reduce_add": _reassociating("fadd"),
+    "reduce_mul": _reassociating("fmul"),
+    "reduce_maximum": _reassociating("maximum", "maximum"),
+    "reduce_minimum": _reassociating("minimum", "minimum"),
+}
+
+
 def _lerp(cg, a, d, o, t):
     start, end, weight = a
     return cg.b.fadd(start, cg.b.fmul(weight, cg.b.fsub(end, start)))
@@ -412,6 +433,7 @@ def _philox(cg, a, dts, out, attrs):
 RULES.update(UNARY_RULES)
 RULES.update(BINARY_RULES)
 RULES.update(TERNARY_RULES)
+RULES.update(REDUCTION_RULES)
 RULES.update({"cast": _cast, "__bf16_bits": float_to_bf16, "__philox": _philox})
 for _name in (*UNARY_RULES, *BINARY_RULES, *TERNARY_RULES, "cast"):
     OPS[_name].backend_rules["llvm"] = RULES[_name]

@@ -21,12 +21,14 @@ def _extreme(dtype: DType, largest: bool) -> k.Const:
     return k.Const(2 ** (bits - 1) - 1 if largest else -(2 ** (bits - 1)), dtype)
 
 
-# op: (initial value for an accumulator dtype, combine op name)
+# op: (initial value for an accumulator dtype, combine op name). The `reduce_*` combines may be
+# reassociated by the code generators (as NumPy's pairwise sums are): that is what lets a
+# reduction loop use vector lanes and several accumulators.
 _FOLDS: dict[str, tuple[Callable[[DType], k.Const], str]] = {
-    "sum": (lambda d: k.Const(0, d) if not d.is_bool else k.Const(False, d), "add"),
-    "prod": (lambda d: k.Const(1, d), "mul"),
-    "max": (lambda d: _extreme(d, largest=False), "maximum"),
-    "min": (lambda d: _extreme(d, largest=True), "minimum"),
+    "sum": (lambda d: k.Const(0, d) if not d.is_bool else k.Const(False, d), "reduce_add"),
+    "prod": (lambda d: k.Const(1, d), "reduce_mul"),
+    "max": (lambda d: _extreme(d, largest=False), "reduce_maximum"),
+    "min": (lambda d: _extreme(d, largest=True), "reduce_minimum"),
     "any": (lambda d: k.Const(False, dt.bool_), "logical_or"),
     "all": (lambda d: k.Const(True, dt.bool_), "logical_and"),
 }
@@ -104,7 +106,7 @@ def _var(em: ValueEmitter, tv: TensorView, idx) -> k.Expr:
     def accumulate(v: k.Expr, flat: k.Expr) -> None:
         deviation = k.Binary("sub", cast(v, acc_dtype), mean, acc_dtype)
         square = k.Binary("mul", deviation, deviation, acc_dtype)
-        em.scopes.emit(k.Assign(squares, k.Binary("add", squares, square, acc_dtype)))
+        em.scopes.emit(k.Assign(squares, k.Binary("reduce_add", squares, square, acc_dtype)))
 
     loops.run(accumulate)
     correction = k.Const(float(tv.definition.attrs.get("correction", 0)), acc_dtype)
