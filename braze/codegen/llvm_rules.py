@@ -63,9 +63,58 @@ def _ib(method: str):
     return lambda cg, a, dts, out, attrs: getattr(cg.b, method)(a[0], a[1])
 
 
+# --- exp for float32: inline and branch-free, so loops that call it vectorize -------------------
+# (a libm call stays scalar). Cephes' expf: 2^n * p(r) with x = n ln2 + r, |r| <= ln2 / 2; about
+# one ulp, with inf, 0 and NaN at the ends as libm gives them.
+_EXPF_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
+
+
+def _pow2(b: ir.IRBuilder, n: ir.Value) -> ir.Value:
+    """2**n as float32, for n in [-126, 127]."""
+    return b.bitcast(b.shl(b.add(n, ir.Constant(I32, 127)), ir.Constant(I32, 23)), F32)
+
+
+def _build_expf(fn: ir.Function) -> None:
+    (x,) = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    clamped = b.call(callee_in(fn.module, "llvm.maxnum.f32", F32, [F32, F32]),
+                     [b.call(callee_in(fn.module, "llvm.minnum.f32", F32, [F32, F32]), [x, ir.Constant(F32, 89.0)]),
+                      ir.Constant(F32, -104.0)])
+    floor = callee_in(fn.module, "llvm.floor.f32", F32, [F32])
+    n_float = b.call(floor, [b.fadd(b.fmul(clamped, ir.Constant(F32, 1.44269504088896341)), ir.Constant(F32, 0.5))])
+    r = b.fsub(b.fsub(clamped, b.fmul(n_float, ir.Constant(F32, 0.693359375))),
+               b.fmul(n_float, ir.Constant(F32, -2.12194440e-4)))
+    p = ir.Constant(F32, _EXPF_POLY[0])
+    for c in _EXPF_POLY[1:]:
+        p = b.fadd(b.fmul(p, r), ir.Constant(F32, c))
+    p = b.fadd(b.fadd(b.fmul(p, b.fmul(r, r)), r), ir.Constant(F32, 1.0))
+    n = b.fptosi(n_float, I32)
+    half = b.ashr(n, ir.Constant(I32, 1))  # two steps, so results down to 2**-149 scale exactly
+    result = b.fmul(b.fmul(p, _pow2(b, half)), _pow2(b, b.sub(n, half)))
+    result = b.select(b.fcmp_ordered(">", x, ir.Constant(F32, 88.72283935546875)), ir.Constant(F32, math.inf), result)
+    result = b.select(b.fcmp_ordered("<", x, ir.Constant(F32, -103.97208)), ir.Constant(F32, 0.0), result)
+    b.ret(b.select(b.fcmp_unordered("uno", x, x), x, result))
+
+
+def callee_in(module: ir.Module, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+    existing = module.globals.get(name)
+    return existing if existing is not None else ir.Function(module, ir.FunctionType(ret, args), name=name)
+
+
+def _exp(cg: TaskEmitter, x: ir.Value) -> ir.Value:
+    if x.type != F32:
+        return cg.b.call(callee(cg, f"llvm.exp.{_suffix(x.type)}", x.type, [x.type]), [x])
+    fn = cg.module.globals.get("braze_expf")
+    if fn is None:
+        fn = ir.Function(cg.module, ir.FunctionType(F32, [F32]), name="braze_expf")
+        fn.linkage = "internal"
+        fn.attributes.add("alwaysinline")
+        _build_expf(fn)
+    return cg.b.call(fn, [x])
+
+
 def _sigmoid(cg: TaskEmitter, x: ir.Value) -> ir.Value:
-    exp = callee(cg, f"llvm.exp.{_suffix(x.type)}", x.type, [x.type])
-    denominator = cg.b.fadd(fconst(1.0, x), cg.b.call(exp, [cg.b.fneg(x)]))
+    denominator = cg.b.fadd(fconst(1.0, x), _exp(cg, cg.b.fneg(x)))
     return cg.b.fdiv(fconst(1.0, x), denominator)
 
 
@@ -131,7 +180,7 @@ UNARY_RULES = {
     "set": _identity,
     "neg": by_kind(lambda cg, a, d, o, t: cg.b.fneg(a[0]), lambda cg, a, d, o, t: cg.b.neg(a[0])),
     "abs": by_kind(intrinsic("fabs"), _int_abs),
-    "exp": intrinsic("exp"), "exp2": intrinsic("exp2"), "expm1": libm("expm1"), "log": intrinsic("log"),
+    "exp": lambda cg, a, d, o, t: _exp(cg, a[0]), "exp2": intrinsic("exp2"), "expm1": libm("expm1"), "log": intrinsic("log"),
     "log2": intrinsic("log2"), "log1p": libm("log1p"), "sqrt": intrinsic("sqrt"),
     "rsqrt": lambda cg, a, d, o, t: cg.b.fdiv(fconst(1.0, a[0]), intrinsic("sqrt")(cg, a, d, o, t)),
     "reciprocal": lambda cg, a, d, o, t: cg.b.fdiv(fconst(1.0, a[0]), a[0]),
