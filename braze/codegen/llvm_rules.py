@@ -18,10 +18,14 @@ from braze.dtypes import DType
 from braze.ops.table import OPS
 
 
-def callee(cg: TaskEmitter, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+def callee_in(module: ir.Module, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
     """The function `name` of the module, declared on first use (intrinsics and libm alike)."""
-    existing = cg.module.globals.get(name)
-    return existing if existing is not None else ir.Function(cg.module, ir.FunctionType(ret, args), name=name)
+    existing = module.globals.get(name)
+    return existing if existing is not None else ir.Function(module, ir.FunctionType(ret, args), name=name)
+
+
+def callee(cg: TaskEmitter, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+    return callee_in(cg.module, name, ret, args)
 
 
 def _suffix(ty: ir.Type) -> str:
@@ -94,11 +98,6 @@ def _build_expf(fn: ir.Function) -> None:
     result = b.select(b.fcmp_ordered(">", x, ir.Constant(F32, 88.72283935546875)), ir.Constant(F32, math.inf), result)
     result = b.select(b.fcmp_ordered("<", x, ir.Constant(F32, -103.97208)), ir.Constant(F32, 0.0), result)
     b.ret(b.select(b.fcmp_unordered("uno", x, x), x, result))
-
-
-def callee_in(module: ir.Module, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
-    existing = module.globals.get(name)
-    return existing if existing is not None else ir.Function(module, ir.FunctionType(ret, args), name=name)
 
 
 def _exp(cg: TaskEmitter, x: ir.Value) -> ir.Value:
@@ -180,7 +179,8 @@ UNARY_RULES = {
     "set": _identity,
     "neg": by_kind(lambda cg, a, d, o, t: cg.b.fneg(a[0]), lambda cg, a, d, o, t: cg.b.neg(a[0])),
     "abs": by_kind(intrinsic("fabs"), _int_abs),
-    "exp": lambda cg, a, d, o, t: _exp(cg, a[0]), "exp2": intrinsic("exp2"), "expm1": libm("expm1"), "log": intrinsic("log"),
+    "exp": lambda cg, a, d, o, t: _exp(cg, a[0]), "exp2": intrinsic("exp2"), "expm1": libm("expm1"),
+    "log": intrinsic("log"),
     "log2": intrinsic("log2"), "log1p": libm("log1p"), "sqrt": intrinsic("sqrt"),
     "rsqrt": lambda cg, a, d, o, t: cg.b.fdiv(fconst(1.0, a[0]), intrinsic("sqrt")(cg, a, d, o, t)),
     "reciprocal": lambda cg, a, d, o, t: cg.b.fdiv(fconst(1.0, a[0]), a[0]),
