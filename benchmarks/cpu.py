@@ -1,0 +1,159 @@
+"""CPU benchmarks of the compiled backend against NumPy and numexpr (prints a table, writes JSON).
+
+    .venv/bin/python benchmarks/cpu.py [--small]
+
+Each row: braze's median time per call after a warm-up, NumPy's and numexpr's on the same
+float32 data, the ratios, the cold compile time (first call, empty cache) and the warm-cache
+first call (a fresh fusion whose kernel is already on disk). Results are checked against NumPy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+import braze as bz
+from braze import config
+
+try:
+    import numexpr
+except ImportError:  # numexpr is a test extra; the table then leaves its column empty
+    numexpr = None
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def median_ms(fn: Callable[[], object], repeats: int = 9) -> float:
+    fn()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(samples)
+
+
+def _expr(f):
+    a, b, c, d = (f.define_tensor((-1,)) for _ in range(4))
+    f.add_output(a * b + c * d - bz.ops.sin(a))
+
+
+def _softmax(f):
+    f.add_output(bz.ops.softmax(f.define_tensor((-1, -1))))
+
+
+def _layer_norm(f):
+    f.add_output(bz.ops.layer_norm(f.define_tensor((-1, -1))))
+
+
+def _chain(f):
+    """GELU(x + bias), dropout by a mask, scaled, plus the residual: 12 ops."""
+    x, bias, mask, residual = (f.define_tensor(s) for s in ((-1, -1), (-1,), (-1, -1), (-1, -1)))
+    h = x + bias
+    g = 0.5 * h * (1.0 + bz.ops.tanh(0.7978845608 * (h + 0.044715 * h * h * h)))
+    f.add_output(bz.ops.where(mask > 0.1, g * (1.0 / 0.9), 0.0) + residual)
+
+
+def _numpy_softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def _numpy_layer_norm(x):
+    mean = x.mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(x.var(-1, keepdims=True) + np.float32(1e-5))
+
+
+def _numpy_chain(x, bias, mask, residual):
+    h = x + bias
+    g = np.float32(0.5) * h * (1 + np.tanh(np.float32(0.7978845608) * (h + np.float32(0.044715) * h * h * h)))
+    return np.where(mask > 0.1, g * np.float32(1 / 0.9), np.float32(0)) + residual
+
+
+def cases(small: bool) -> list[dict]:
+    r = np.random.default_rng(0)
+    n, rows, cols = (10_000_000, 4096, 4096) if not small else (1_000_000, 512, 512)
+    ln_rows, ln_cols = (8192, 1024) if not small else (1024, 256)
+    vec = [r.standard_normal(n, np.float32) for _ in range(4)]
+    mat = r.standard_normal((rows, cols), np.float32)
+    ln = r.standard_normal((ln_rows, ln_cols), np.float32)
+    chain = [mat, r.standard_normal(cols, np.float32), r.random((rows, cols), np.float32),
+             r.standard_normal((rows, cols), np.float32)]
+    return [
+        {"name": f"a*b + c*d - sin(a) [{n}]", "build": _expr, "inputs": vec,
+         "numpy": lambda a, b, c, d: a * b + c * d - np.sin(a), "numexpr": "a*b + c*d - sin(a)"},
+        {"name": f"softmax [{rows}, {cols}]", "build": _softmax, "inputs": [mat], "numpy": _numpy_softmax},
+        {"name": f"layer_norm [{ln_rows}, {ln_cols}]", "build": _layer_norm, "inputs": [ln],
+         "numpy": _numpy_layer_norm},
+        {"name": f"gelu-bias-dropout-residual [{rows}, {cols}]", "build": _chain, "inputs": chain,
+         "numpy": _numpy_chain,
+         "numexpr": "where(mask > 0.1, 0.5 * (x + bias) * (1 + tanh(0.7978845608 * ((x + bias) + 0.044715 * "
+                    "(x + bias) ** 3))) * (1 / 0.9), 0) + residual"},
+    ]
+
+
+def _fusion(build) -> bz.Fusion:
+    with bz.Fusion() as f:
+        build(f)
+    return f
+
+
+def run_case(case: dict) -> dict:
+    inputs, build = case["inputs"], case["build"]
+    with tempfile.TemporaryDirectory() as cache:
+        with config.scope(cache_dir=Path(cache)):
+            f = _fusion(build)
+            start = time.perf_counter()
+            (out,) = f.execute(inputs)
+            cold_ms = (time.perf_counter() - start) * 1e3
+            start = time.perf_counter()
+            _fusion(build).execute(inputs)  # a fresh fusion: its kernel comes from the disk cache
+            warm_ms = (time.perf_counter() - start) * 1e3
+    expected = case["numpy"](*inputs)
+    error = float(np.max(np.abs(out - expected)) / (np.max(np.abs(expected)) or 1))
+    row = {"case": case["name"], "braze_ms": median_ms(lambda: f.execute(inputs)),
+           "numpy_ms": median_ms(lambda: case["numpy"](*inputs)), "cold_compile_ms": cold_ms,
+           "warm_cache_first_call_ms": warm_ms, "max_rel_error": error}
+    if numexpr is not None and "numexpr" in case:
+        names = {"a": 0, "b": 1, "c": 2, "d": 3} if len(inputs) == 4 and inputs[0].ndim == 1 else \
+            {"x": 0, "bias": 1, "mask": 2, "residual": 3}
+        local = {k: inputs[v] for k, v in names.items()}
+        row["numexpr_ms"] = median_ms(lambda: numexpr.evaluate(case["numexpr"], local_dict=local))
+    row["x_numpy"] = row["numpy_ms"] / row["braze_ms"]
+    row["x_numexpr"] = row["numexpr_ms"] / row["braze_ms"] if "numexpr_ms" in row else math.nan
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--small", action="store_true", help="smaller problems, for a quick check")
+    args = parser.parse_args()
+    rows = [run_case(c) for c in cases(args.small)]
+    print(f"{'case':<44} {'braze ms':>9} {'numpy ms':>9} {'numexpr':>8} {'x numpy':>8} {'x numexpr':>9} "
+          f"{'cold ms':>8} {'warm ms':>8}")
+    for r in rows:
+        print(f"{r['case']:<44} {r['braze_ms']:9.2f} {r['numpy_ms']:9.2f} {r.get('numexpr_ms', math.nan):8.2f} "
+              f"{r['x_numpy']:8.2f} {r['x_numexpr']:9.2f} {r['cold_compile_ms']:8.1f} "
+              f"{r['warm_cache_first_call_ms']:8.1f}")
+    RESULTS.mkdir(exist_ok=True)
+    meta = {"machine": platform.machine(), "cpus": os.cpu_count(), "python": sys.version.split()[0],
+            "numpy": np.__version__, "small": args.small}
+    out = RESULTS / f"cpu{'-small' if args.small else ''}.json"
+    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    print(f"\nwrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
