@@ -121,7 +121,9 @@ class ValueEmitter:
         operands = [self.value(inp, idx if inp.ndim else ()) for inp in expr.inputs]
         # Python literals round to the promoted type first (float16 x == 0.1 means float16(0.1)).
         operands = [cast(o, promoted) if inp.scalar == "literal" else o for o, inp in zip(operands, expr.inputs)]
-        operands = operands[:first_value] + [cast(o, compute) for o in operands[first_value:]]
+        # where's condition becomes a bool (its truth, NaN true); the value operands take the compute type.
+        conditions = [cast(o, dt.bool_) for o in operands[:first_value]]
+        operands = conditions + [cast(o, compute) for o in operands[first_value:]]
         result_dtype = dt.bool_ if tv.dtype.is_bool else compute
         node = {1: lambda: k.Unary(expr.op, operands[0], result_dtype, tuple(expr.attrs.items())),
                 2: lambda: k.Binary(expr.op, *operands, result_dtype),
