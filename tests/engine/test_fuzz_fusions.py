@@ -28,7 +28,6 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -682,7 +681,7 @@ class RandomFusion:
         self.outputs = [computed[-1]]
         for _ in range(self.draw(st.integers(0, 2))):
             sink = self.coin(0.8)
-            node = self.pick(lambda n: n.tv.definition is not None and n not in self.outputs
+            node = self.pick(lambda n, sink=sink: n.tv.definition is not None and n not in self.outputs
                              and (id(n.tv) not in read or not sink))
             if node is not None:
                 self.outputs.append(node)
