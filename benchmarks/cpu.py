@@ -14,14 +14,13 @@ import json
 import math
 import os
 import platform
-import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from timing import median_ms
 
 import braze as bz
 from braze import config
@@ -32,16 +31,6 @@ except ImportError:  # numexpr is a test extra; the table then leaves its column
     numexpr = None
 
 RESULTS = Path(__file__).parent / "results"
-
-
-def median_ms(fn: Callable[[], object], repeats: int = 9) -> float:
-    fn()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(samples)
 
 
 def _expr(f):

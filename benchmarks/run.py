@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import platform
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
+from timing import median_ms
 
 import braze as bz
 from braze import engine
@@ -19,22 +18,12 @@ from braze.demo import GALLERY, GalleryEntry
 RESULTS = Path(__file__).parent / "results"
 
 
-def _median_ms(fn, repeats: int = 7) -> float:
-    fn()  # warm-up: tracing, compilation, caches
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(samples)
-
-
 def bench_entry(entry: GalleryEntry, backend: str) -> dict:
     with bz.Fusion() as f:
         entry.build(f)
     inputs = entry.inputs(np.random.default_rng(0))
-    braze_ms = _median_ms(lambda: f.execute(inputs, backend=backend))
-    numpy_ms = _median_ms(lambda: entry.expected(*inputs))
+    braze_ms = median_ms(lambda: f.execute(inputs, backend=backend))
+    numpy_ms = median_ms(lambda: entry.expected(*inputs))
     return {"fusion": entry.name, "backend": backend, "braze_ms": braze_ms, "numpy_ms": numpy_ms,
             "speedup_vs_numpy": numpy_ms / braze_ms}
 
