@@ -94,8 +94,8 @@ class FusionRuntime:
 
     # --- a run ------------------------------------------------------------------------------------
     def run(self, bound: BoundInputs) -> list[np.ndarray]:
+        self._check_empty_reductions(bound.bindings)  # before anything is allocated or drawn
         state = _RunState(bound, self)
-        self._check_empty_reductions(bound.bindings)
         block = np.zeros(self.layout.size, np.int64)
         for fill in self.fillers:
             fill(block, state)
