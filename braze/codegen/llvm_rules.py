@@ -81,8 +81,11 @@ def _pow2(b: ir.IRBuilder, n: ir.Value) -> ir.Value:
 def _build_expf(fn: ir.Function) -> None:
     (x,) = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    clamped = b.call(callee_in(fn.module, "llvm.maxnum.f32", F32, [F32, F32]),
-                     [b.call(callee_in(fn.module, "llvm.minnum.f32", F32, [F32, F32]), [x, ir.Constant(F32, 89.0)]),
+    # Clamping with NaN-propagating min/max keeps the code free of selects: 89 overflows to inf and
+    # -104 underflows to 0 by themselves, and NaN flows through. (Selects on x made LLVM's
+    # optimizer take time exponential in the nesting of exp(exp(...)).)
+    clamped = b.call(callee_in(fn.module, "llvm.maximum.f32", F32, [F32, F32]),
+                     [b.call(callee_in(fn.module, "llvm.minimum.f32", F32, [F32, F32]), [x, ir.Constant(F32, 89.0)]),
                       ir.Constant(F32, -104.0)])
     floor = callee_in(fn.module, "llvm.floor.f32", F32, [F32])
     n_float = b.call(floor, [b.fadd(b.fmul(clamped, ir.Constant(F32, 1.44269504088896341)), ir.Constant(F32, 0.5))])
@@ -92,16 +95,28 @@ def _build_expf(fn: ir.Function) -> None:
     for c in _EXPF_POLY[1:]:
         p = b.fadd(b.fmul(p, r), ir.Constant(F32, c))
     p = b.fadd(b.fadd(b.fmul(p, b.fmul(r, r)), r), ir.Constant(F32, 1.0))
-    n = b.fptosi(n_float, I32)
+    n = b.call(callee_in(fn.module, "llvm.fptosi.sat.i32.f32", I32, [F32]), [n_float])  # NaN gives 0
     half = b.ashr(n, ir.Constant(I32, 1))  # two steps, so results down to 2**-149 scale exactly
-    result = b.fmul(b.fmul(p, _pow2(b, half)), _pow2(b, b.sub(n, half)))
-    result = b.select(b.fcmp_ordered(">", x, ir.Constant(F32, 88.72283935546875)), ir.Constant(F32, math.inf), result)
-    result = b.select(b.fcmp_ordered("<", x, ir.Constant(F32, -103.97208)), ir.Constant(F32, 0.0), result)
-    b.ret(b.select(b.fcmp_unordered("uno", x, x), x, result))
+    b.ret(b.fmul(b.fmul(p, _pow2(b, half)), _pow2(b, b.sub(n, half))))
+
+
+def _inline_exp_depth(value: ir.Value, memo: dict[int, int]) -> int:
+    """How many inline exps `value` is computed through (exp(exp(x)) gives 2)."""
+    if id(value) in memo:
+        return memo[id(value)]
+    depth = 0
+    if isinstance(value, ir.Instruction):
+        below = max((_inline_exp_depth(v, memo) for v in value.operands), default=0)
+        is_exp = isinstance(value, ir.CallInstr) and getattr(value.callee, "name", "") == "braze_expf"
+        depth = below + is_exp
+    memo[id(value)] = depth
+    return depth
 
 
 def _exp(cg: TaskEmitter, x: ir.Value) -> ir.Value:
-    if x.type != F32:
+    # Nested inline exps make LLVM's optimizer take time exponential in the nesting, so an exp of an
+    # exp calls the C library instead (scalar, but compiled in no time).
+    if x.type != F32 or _inline_exp_depth(x, cg.__dict__.setdefault("exp_depths", {})) >= 1:
         return cg.b.call(callee(cg, f"llvm.exp.{_suffix(x.type)}", x.type, [x.type]), [x])
     fn = cg.module.globals.get("braze_expf")
     if fn is None:
