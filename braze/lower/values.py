@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+
 from braze import dtypes as dt
 from braze.dtypes import DType
 from braze.ir.scalar import Scalar
@@ -35,8 +37,10 @@ class NeedsCut(Exception):
 def cast(e: k.Expr, dtype: DType) -> k.Expr:
     if e.dtype == dtype:
         return e
-    if isinstance(e, k.Const) and not dtype.name == "bfloat16":
-        value = bool(e.value) if dtype.is_bool else (float(e.value) if dtype.is_floating else int(e.value))
+    if isinstance(e, k.Const) and dtype.name != "bfloat16" and e.dtype.name != "bfloat16":
+        # Fold, rounding as the cast would: 0.1 cast to float16 and back is not 0.1.
+        with np.errstate(all="ignore"):
+            value = np.asarray(e.value, dtype=e.dtype.numpy).astype(dtype.numpy).item()
         return k.Const(value, dtype)
     return k.Cast(e, dtype)
 
