@@ -826,3 +826,17 @@ def test_exp_chain_on_a_broadcast_input_compiles_quickly(tmp_path):
         subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=10)
     except subprocess.TimeoutExpired:
         pytest.fail("compiling 5 nested exps of a broadcast input took more than 10 s")
+
+
+def test_a_float_literal_rounds_to_a_half_type_before_the_op():
+    """`x == 0.1` for float16 x compares with float16(0.1), as the reference does: folding the literal's cast
+    must round (the compiled backend once compared with float32(0.1), and `fma(a, b, 0.1)` was 1 ulp off)."""
+    with bz.Fusion() as f:
+        x = f.define_tensor((-1,), dtype=bz.float16)
+        f.add_output(bz.ops.eq(x, 0.1))
+        f.add_output(bz.ops.fma(x, x, 0.1))
+    x = np.array([0.1, 0.25, 0.5, 1.0], dtype=np.float16)
+    want = f.execute([x], backend="reference")
+    np.testing.assert_array_equal(want[0], [True, False, False, False])
+    for got, expected in zip(f.execute([x], backend="llvm"), want):
+        np.testing.assert_array_equal(got, expected)
