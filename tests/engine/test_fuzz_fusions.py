@@ -70,9 +70,9 @@ def exp_nesting(tv: TensorView, memo: dict[int, int]) -> int:
 
 # Each op with a bfloat16 result rounds with integer code; a chain of them on a value that is the same all
 # along the innermost loop makes LLVM's loop vectorizer exponential (six `y * 0.5 + 0.25` take minutes:
-# test_bfloat16_chain_on_a_broadcast_input_compiles_quickly below). The generator picks no operand that
-# ends such a chain of five.
-MAX_BF16_CHAIN = 5
+# test_bfloat16_chain_on_a_broadcast_input_compiles_quickly below). The generator takes no operand that
+# ends such a chain of four.
+MAX_BF16_CHAIN = 4
 
 
 def bf16_chain(tv: TensorView, memo: dict[int, int]) -> int:
@@ -292,6 +292,8 @@ class RandomFusion:
         for equal operands (a few ulps of the compute type)."""
         shape = broadcast_shape(operands)
         assert shape is not None
+        if any(isinstance(x, Node) and bf16_chain(x.tv, self.chains) >= MAX_BF16_CHAIN for x in operands):
+            return None
         tv = getattr(bz.ops, op)(*[_value(x) for x in operands], **attrs)
         if approx and tv.dtype.is_floating:
             err += APPROX_ULPS * compute_ulp(tv.dtype) * bound
@@ -300,14 +302,16 @@ class RandomFusion:
 
     # --- inputs ----------------------------------------------------------------------------------
     def add_inputs(self) -> None:
-        rank = self.draw(st.integers(1, 3))
+        rank = self.choice((2, 3, 1))  # the first shrinks best and is drawn most
         universe = self.draw(st.lists(st.integers(1, 6), min_size=rank, max_size=rank))
         for _ in range(self.draw(st.integers(1, 3))):
             r = self.draw(st.integers(1, rank))
             extents = universe[rank - r:]
-            declared = [self.choice((-1, -1, n, 1)) for n in extents]
-            shape = tuple(1 if e == 1 else n for e, n in zip(declared, extents))
             dtype = self.choice(self.dtypes)
+            # No static extents > 1 for bfloat16: the same loop-vectorizer blowup as MAX_BF16_CHAIN's, after
+            # full unrolling (var(log_softmax(x)) of a bfloat16 (6,) takes 12 s to compile, (-1,) 0.2 s).
+            declared = [self.choice((-1, -1, n, 1) if dtype != dt.bfloat16 else (-1, -1, 1)) for n in extents]
+            shape = tuple(1 if e == 1 else n for e, n in zip(declared, extents))
             recipe = InputRecipe(
                 dtype, shape,
                 perm=tuple(self.draw(st.permutations(range(r)))) if self.coin(0.4) else tuple(range(r)),
@@ -701,18 +705,15 @@ class RandomFusion:
         return parts + [left]
 
     # --- the whole program ------------------------------------------------------------------------
-    def build(self, steps: int, max_reductions: int, reduction_weight: int = 1) -> None:
+    def build(self, steps: int, max_reductions: int, reduction_odds: float = 0.12) -> None:
         self.add_inputs()
         reductions = 0
         for _ in range(steps):
-            kind = self.choice(["unary"] * 4 + ["binary"] * 5 + ["ternary", "cast"] + ["view"] * 3
-                               + ["reduction"] * reduction_weight)
-            if kind == "reduction" and self.coin(0.15):
-                kind = "composite"
-            if kind in ("reduction", "composite"):
-                if reductions >= max_reductions:
-                    kind = "binary"
+            if reductions < max_reductions and self.coin(reduction_odds):
                 reductions += 1
+                kind = "composite" if self.coin(0.2) else "reduction"
+            else:
+                kind = self.choice(["unary"] * 4 + ["binary"] * 5 + ["ternary", "cast"] + ["view"] * 3)
             getattr(self, kind)()
         computed = [n for n in self.nodes if n.tv.definition is not None]
         if not computed:
@@ -765,10 +766,10 @@ def check_output(node: Node, got: np.ndarray, want: np.ndarray, what: str) -> No
 
 
 def run_random_fusion(data: st.DataObject, dtypes: list[dt.DType], steps: int, max_reductions: int,
-                      reduction_weight: int = 1) -> None:
+                      reduction_odds: float = 0.12) -> None:
     with bz.Fusion() as f:
         program = RandomFusion(data, f, dtypes)
-        program.build(steps, max_reductions, reduction_weight)
+        program.build(steps, max_reductions, reduction_odds)
     seed = data.draw(st.integers(0, 2**32 - 1))
     for attempt, rng in enumerate((np.random.default_rng(seed), np.random.default_rng(seed + 1))):
         inputs = [r.make(rng) for r in program.recipes]
@@ -808,7 +809,7 @@ def test_random_fusions_match_the_reference(data):
 @given(st.data())
 def test_random_float_fusions_with_reductions_match_the_reference(data):
     dtypes = data.draw(st.lists(st.sampled_from(dt.FLOAT_DTYPES), min_size=1, max_size=2, unique=True))
-    run_random_fusion(data, dtypes, steps=data.draw(st.integers(3, 10)), max_reductions=3, reduction_weight=4)
+    run_random_fusion(data, dtypes, steps=data.draw(st.integers(3, 10)), max_reductions=3, reduction_odds=0.35)
 
 
 # --- regressions: what the fuzzer found --------------------------------------------------------------
