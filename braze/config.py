@@ -11,7 +11,7 @@ from pathlib import Path
 
 DUMP_NAMES = frozenset({
     "fusion_ir", "segments", "scheduler_params", "kernel_ir", "cuda_kernel", "llvm_ir", "ptx",
-    "launch_params", "kernel_args", "host_program", "host_jit", "fusion_decisions",
+    "launch_params", "kernel_args", "host_program", "host_jit", "fusion_decisions", "cuda_to_file",
 })
 
 

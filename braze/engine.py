@@ -13,9 +13,11 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from braze import config, schedule
-from braze.errors import UnsupportedError
-from braze.ir.fusion import Fusion
+from braze.errors import InputError, UnsupportedError
+from braze.ir.fusion import AliasKind, Fusion
 from braze.kir import kernel_text
+from braze.kir import nodes as k
+from braze.kir.params import KernelParams
 from braze.lower.kernel import lower
 from braze.lower.values import NeedsCut
 from braze.runtime import reference
@@ -53,11 +55,11 @@ def _input_strides(fusion: Fusion, key: tuple) -> dict[int, tuple[int | None, ..
     return {id(tv): tuple(1 if unit else None for unit in units) for tv, (units, _) in zip(tensors, key)}
 
 
-def compile_fusion(fusion: Fusion, key: tuple) -> FusionRuntime:
-    """Plans, lowers and compiles `fusion` for one signature, cutting where the lowering asks to."""
+def plan_kernel(fusion: Fusion, key: tuple, views_on_host: bool = True) -> tuple[schedule.Plan, k.Kernel, KernelParams]:
+    """Plans and lowers `fusion` for one signature, cutting where the lowering asks to."""
     cuts: set[int] = set()
     while True:
-        plan = schedule.plan(fusion, cuts)
+        plan = schedule.plan(fusion, cuts, views_on_host)
         try:
             kernel, params = lower(fusion, plan.writes, plan.loop_orders, _input_strides(fusion, key), "fusion")
             break
@@ -66,12 +68,41 @@ def compile_fusion(fusion: Fusion, key: tuple) -> FusionRuntime:
     if config.dumping("segments"):
         config.dump("segments", "\n".join(f"{tv.name}: {h}" for tv, h in zip(plan.writes, plan.heuristics)))
     note_segments([tv.name for tv in plan.writes])
+    return plan, kernel, params
+
+
+def compile_fusion(fusion: Fusion, key: tuple) -> FusionRuntime:
+    plan, kernel, params = plan_kernel(fusion, key)
     # Kernels are shared when their Kernel IR is the same (the task bounds live there, not in the code).
     text = kernel_text(kernel)
     if text not in _kernels:
         _kernels[text] = CompiledKernel(kernel)
     compiled = _kernels[text].compile()
     return FusionRuntime(fusion, KernelExecutor(compiled), plan.writes, params)
+
+
+def compile_fusion_cuda(fusion: Fusion, key: tuple, device_index: int) -> FusionRuntime:
+    from braze.runtime import cuda_driver
+    from braze.runtime.cuda_fusion_runtime import CudaFusionRuntime
+    from braze.runtime.cuda_kernel import CudaCompiledKernel, CudaExecutor, default_params
+
+    device = cuda_driver.device(device_index)
+    plan, kernel, params = plan_kernel(fusion, key, views_on_host=False)
+    cache_key = ("cuda", device.arch, kernel_text(kernel))
+    if cache_key not in _kernels:
+        _kernels[cache_key] = CudaCompiledKernel(kernel, default_params(device), restrict=True)
+    compiled = _kernels[cache_key].compile()
+    return CudaFusionRuntime(fusion, CudaExecutor(compiled, device), plan.writes, params)
+
+
+def cuda_source(fusion: Fusion, inputs: Sequence[object]):
+    """The CUDA C++ (a CudaSource) braze generates for `fusion` on inputs like `inputs` (host
+    arrays will do)."""
+    from braze.codegen import cuda as cuda_codegen
+
+    bound = bind_inputs(fusion, inputs)
+    _, kernel, _ = plan_kernel(fusion, signature(fusion, bound), views_on_host=False)
+    return cuda_codegen.generate(kernel, restrict=True)
 
 
 class FusionCache:
@@ -82,13 +113,15 @@ class FusionCache:
 
     def runtime(self, fusion: Fusion, bound: BoundInputs) -> FusionRuntime:
         key = signature(fusion, bound)
-        entry = self.entries.get(key)
+        place = (key, bound.device)  # the same signature on another device is another entry
+        entry = self.entries.get(place)
         if entry is None:
-            entry = self.entries[key] = compile_fusion(fusion, key)
+            entry = self.entries[place] = (
+                compile_fusion(fusion, key) if bound.device is None else compile_fusion_cuda(fusion, key, bound.device))
             if len(self.entries) > CACHE_ENTRIES:
                 self.entries.popitem(last=False)
         else:
-            self.entries.move_to_end(key)
+            self.entries.move_to_end(place)
         return entry
 
 
@@ -99,26 +132,65 @@ def _run_compiled(fusion: Fusion, bound: BoundInputs) -> list[np.ndarray]:
     return cache.runtime(fusion, bound).run(bound)
 
 
-BACKENDS: dict[str, Backend] = {"reference": reference.run, "llvm": _run_compiled}
+def _run_cuda(fusion: Fusion, bound: BoundInputs) -> list:
+    if bound.device is None:
+        raise UnsupportedError("backend 'cuda': expected GPU arrays (torch, CuPy, DeviceArray), got host arrays; "
+                               "pass device='cuda' to copy host arrays in and out")
+    return _run_compiled(fusion, bound)
 
 
-def _pick_backend(backend: str | None, device: str | None) -> Backend:
-    if device not in (None, "cpu"):
-        raise UnsupportedError(f"device: expected None or 'cpu', got {device!r}; the CUDA backend is not available "
-                               "in this build yet")
-    name = backend or DEFAULT_BACKEND
+BACKENDS: dict[str, Backend] = {"reference": reference.run, "llvm": _run_compiled, "cuda": _run_cuda}
+
+
+def _device_index(device: str | None) -> int | None:
+    """None for the host, else the GPU index of "cuda" / "cuda:N"."""
+    if device in (None, "cpu"):
+        return None
+    if isinstance(device, str) and (device == "cuda" or device.startswith("cuda:") and device[5:].isdigit()):
+        return int(device[5:] or 0)
+    raise InputError(f"device: expected None, 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+
+
+def _pick_backend(backend: str | None, bound: BoundInputs) -> Backend:
+    name = backend or ("cuda" if bound.device is not None else DEFAULT_BACKEND)
     if name not in BACKENDS:
         raise UnsupportedError(f"backend: expected one of {sorted(BACKENDS)}, got {name!r}")
+    if bound.device is not None and name != "cuda":
+        raise InputError(f"backend {name!r} runs on the host: expected host arrays, got arrays on cuda:{bound.device}")
     return BACKENDS[name]
 
 
 def execute(fusion: Fusion, inputs: Sequence[object], backend: str | None = None,
             device: str | None = None) -> list:
-    """Runs `fusion` on `inputs`; returns the non-hidden outputs as the inputs' kind of array."""
-    run = _pick_backend(backend, device)
+    """Runs `fusion` on `inputs`; returns the non-hidden outputs as the inputs' kind of array.
+
+    GPU inputs (torch, CuPy, DeviceArray) run on their GPU. `device="cuda"` (or "cuda:N") runs
+    host inputs on a GPU: they are copied in, and the outputs copied back.
+    """
     if config.dumping("fusion_ir") and fusion not in _dumped:
         _dumped.add(fusion)
         config.dump("fusion_ir", str(fusion))
+    target = _device_index(device)
     bound = bind_inputs(fusion, inputs)
-    results = run(fusion, bound)
+    if target is not None and bound.device is None:
+        return _execute_copied(fusion, bound, target)
+    if target is not None and bound.device != target:
+        raise InputError(f"device: expected inputs on cuda:{target}, got inputs on cuda:{bound.device}")
+    results = _pick_backend(backend, bound)(fusion, bound)
     return [to_kind(r, bound.kind) for r, out in zip(results, fusion.outputs) if not out.hidden]
+
+
+def _execute_copied(fusion: Fusion, bound: BoundInputs, device: int) -> list:
+    """Runs host inputs on GPU `device`: copy in, run, copy the outputs back as NumPy arrays."""
+    from braze.runtime.device_arrays import DeviceArray, as_device_view
+
+    moved = [a if tv.scalar is not None else as_device_view(DeviceArray.from_numpy(a, device), f"input {i}")
+             for i, (tv, a) in enumerate(zip(fusion.inputs, bound.arrays))]
+    on_device = BoundInputs(moved, bound.bindings, "cuda", device, 0)
+    results = _run_compiled(fusion, on_device)
+    host = [r.owner.numpy() for r, out in zip(results, fusion.outputs) if not out.hidden]
+    for tv, original, copy in zip(fusion.inputs, bound.arrays, moved):  # in-place outputs land in the inputs
+        if tv.scalar is None and any(o.aliased_input is tv and o.alias is AliasKind.REUSE_BUFFER
+                                     for o in fusion.outputs):
+            np.copyto(original, copy.owner.numpy())
+    return [to_kind(h, bound.kind) for h in host]

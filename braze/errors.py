@@ -17,3 +17,11 @@ class InputError(Error, ValueError):
 
 class UnsupportedError(Error, NotImplementedError):
     """A construct or op that braze does not support (yet)."""
+
+
+class CompileError(Error, RuntimeError):
+    """A kernel failed to compile; the message names the kernel and holds the compiler's log."""
+
+
+class CudaError(Error, RuntimeError):
+    """A CUDA driver call failed; the message names the call and the driver's error."""

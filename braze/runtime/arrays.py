@@ -49,6 +49,8 @@ def as_host_array(obj: object, where: str) -> tuple[np.ndarray, str]:
 
 def to_kind(array: np.ndarray, kind: str) -> Any:
     """Gives `array` back as the kind of the inputs (sharing memory)."""
+    if hasattr(array, "owner") and hasattr(array, "ptr"):  # a GPU output: the library's own array
+        return array.owner
     if kind != "torch":
         return array
     import torch

@@ -36,7 +36,7 @@ def host_function(exprs: list[k.Expr]) -> Callable[[dict[str, int]], tuple[int, 
     return eval(f"lambda s: ({body},)")  # noqa: S307  (source built above from Kernel IR only)
 
 
-def _inner_extent(task: k.Task) -> k.Expr:
+def inner_extent(task: k.Task) -> k.Expr:
     loops = [s for s in task.body if isinstance(s, k.For)]
     return loops[-1].end if loops else k.Const(1, task.begin.dtype)
 
@@ -48,7 +48,7 @@ class KernelExecutor:
         self.compiled = compiled
         self.kernel = compiled.kernel
         self.functions = compiled.functions
-        self.bounds = [host_function([t.begin, t.end, _inner_extent(t)]) for t in self.kernel.tasks]
+        self.bounds = [host_function([t.begin, t.end, inner_extent(t)]) for t in self.kernel.tasks]
 
     def run(self, block: np.ndarray, scalars: dict[str, int]) -> None:
         """Runs all tasks with the argument block `block` (int64 slots); `scalars` holds extent values."""

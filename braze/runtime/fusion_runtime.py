@@ -17,6 +17,7 @@ from braze.ir.tensor import TensorView
 from braze.kir import nodes as k
 from braze.kir.params import KernelParams
 from braze.ops.table import RefContext, lookup
+from braze.runtime.device_arrays import DeviceView
 from braze.runtime.executor import KernelExecutor
 from braze.runtime.inputs import BoundInputs
 from braze.runtime.rng import next_seed_offset
@@ -86,8 +87,8 @@ class FusionRuntime:
         return fillers
 
     @staticmethod
-    def _pack_array(block: np.ndarray, slot: int, array: np.ndarray) -> None:
-        block[slot] = array.ctypes.data
+    def _pack_array(block: np.ndarray, slot: int, array) -> None:
+        block[slot] = array.ptr if isinstance(array, DeviceView) else array.ctypes.data
         n = array.ndim
         block[slot + 1 : slot + 1 + n] = array.shape
         block[slot + 1 + n : slot + 1 + 2 * n] = _element_strides(array)
@@ -95,12 +96,21 @@ class FusionRuntime:
     # --- a run ------------------------------------------------------------------------------------
     def run(self, bound: BoundInputs) -> list[np.ndarray]:
         self._check_empty_reductions(bound.bindings)  # before anything is allocated or drawn
-        state = _RunState(bound, self)
+        state = self._new_state(bound)
         block = np.zeros(self.layout.size, np.int64)
         for fill in self.fillers:
             fill(block, state)
-        self.executor.run(block, bound.bindings)
+        self._launch(block, state)
         return [self._output(out, state) for out in self.fusion.outputs]
+
+    def _new_state(self, bound: BoundInputs) -> _RunState:
+        state = _RunState(bound, self)
+        state.buffers = [allocate(state.context.shape(tv.logical), tv.dtype.numpy, tv.stride_order)
+                         for tv in self.writes]
+        return state
+
+    def _launch(self, block: np.ndarray, state: _RunState) -> None:
+        self.executor.run(block, state.bindings)
 
     def _check_empty_reductions(self, bindings: dict[str, int]) -> None:
         for op, x, extents, out in self.empty_checks:
@@ -130,12 +140,12 @@ class _RunState:
     """What one run binds: arrays, extents, random streams and the buffers it allocates."""
 
     def __init__(self, bound: BoundInputs, runtime: FusionRuntime) -> None:
-        self.arrays = [_addressable(a) for a in bound.arrays]
+        self.arrays = [a if isinstance(a, DeviceView) else _addressable(a) for a in bound.arrays]
         self.bindings = bound.bindings
+        self.stream = bound.stream
         self.rng = [next_seed_offset() for _ in runtime.random_ops]
         self.context = RefContext(bound.bindings, next_seed_offset)
-        self.buffers = [allocate(self.context.shape(tv.logical), tv.dtype.numpy, tv.stride_order)
-                        for tv in runtime.writes]
+        self.buffers: list = []  # the written tensors, allocated by the runtime
 
 
 def _addressable(array: np.ndarray) -> np.ndarray:

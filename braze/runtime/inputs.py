@@ -12,6 +12,7 @@ from braze.errors import Error, InputError
 from braze.ir.fusion import AliasKind, Fusion
 from braze.ir.tensor import TensorView
 from braze.runtime.arrays import as_host_array
+from braze.runtime.device_arrays import DeviceView, as_device_view, is_device_array
 
 
 @dataclass
@@ -19,9 +20,11 @@ class BoundInputs:
     """Inputs as NumPy arrays (scalars as 0-d arrays), the value of every input extent symbol, and
     the kind of array the outputs go back as."""
 
-    arrays: list[np.ndarray]
+    arrays: list  # np.ndarray, or DeviceView for GPU arrays
     bindings: dict[str, int]
-    kind: str
+    kind: str  # "numpy", "torch", "cupy" or "cuda": what the outputs are made as
+    device: int | None = None  # the GPU all array inputs live on; None for host arrays
+    stream: int = 0  # the stream GPU work runs on (the inputs' library's current stream)
 
 
 def stride_order_of(array: np.ndarray) -> tuple[int, ...]:
@@ -63,8 +66,15 @@ def _bind_scalar(tv: TensorView, value: object, where: str) -> np.ndarray:
     return np.asarray(value, dtype=tv.dtype.numpy)
 
 
+def _as_array(value: object, where: str) -> tuple[np.ndarray | DeviceView, str]:
+    if is_device_array(value):
+        view = as_device_view(value, where)
+        return view, view.kind
+    return as_host_array(value, where)
+
+
 def _bind_tensor(tv: TensorView, value: object, where: str, bindings: dict[str, int]) -> tuple[np.ndarray, str]:
-    array, kind = as_host_array(value, where)
+    array, kind = _as_array(value, where)
     try:
         actual = dt.from_numpy(array.dtype)
     except Error:
@@ -103,7 +113,28 @@ def bind_inputs(fusion: Fusion, values: Sequence[object]) -> BoundInputs:
         kinds.add(kind)
     _check_extents(fusion, bindings)
     _check_writable(fusion, arrays)
-    return BoundInputs(arrays, bindings, "torch" if "torch" in kinds else "numpy")
+    device, stream = _common_device(fusion, arrays)
+    if device is None:
+        return BoundInputs(arrays, bindings, "torch" if "torch" in kinds else "numpy")
+    kind = next((k for k in ("torch", "cupy") if k in kinds), "cuda")
+    return BoundInputs(arrays, bindings, kind, device, stream)
+
+
+def _common_device(fusion: Fusion, arrays: list) -> tuple[int | None, int]:
+    """The one GPU the array inputs live on (None: all on the host), and the stream to run on."""
+    places = []
+    for position, (tv, array) in enumerate(zip(fusion.inputs, arrays)):
+        if tv.scalar is None:
+            places.append((position, f"cuda:{array.device}" if isinstance(array, DeviceView) else "cpu"))
+    distinct = sorted({p for _, p in places})
+    if len(distinct) > 1:
+        first = {p: n for n, p in reversed(places)}
+        detail = ", ".join(f"input {first[p]} on {p}" for p in distinct)
+        raise InputError(f"inputs: expected every array on one device, got {detail}")
+    if not distinct or distinct[0] == "cpu":
+        return None, 0
+    views = [a for a in arrays if isinstance(a, DeviceView)]
+    return views[0].device, views[0].stream
 
 
 def _check_writable(fusion: Fusion, arrays: list[np.ndarray]) -> None:

@@ -91,18 +91,19 @@ def heuristics_for(tv: TensorView) -> Heuristics:
     return Heuristics(scheduler, order)
 
 
-def outputs_needing_kernels(fusion: Fusion) -> list[TensorView]:
-    """Outputs computed by a task: all but views of inputs (`evaluate`), each tensor once."""
+def outputs_needing_kernels(fusion: Fusion, views_on_host: bool = True) -> list[TensorView]:
+    """Outputs computed by a task: all but views of inputs (`evaluate`) when the host can make
+    those, each tensor once."""
     writes: dict[int, TensorView] = {}
     for out in fusion.outputs:
-        if out.alias is not AliasKind.EVALUATE:
+        if out.alias is not AliasKind.EVALUATE or not views_on_host:
             writes.setdefault(id(out.tv), out.tv)
     return list(writes.values())
 
 
-def plan(fusion: Fusion, cuts: set[int]) -> Plan:
+def plan(fusion: Fusion, cuts: set[int], views_on_host: bool = True) -> Plan:
     """Tasks for the cut intermediates (in definition order) and then for the outputs."""
-    outputs = outputs_needing_kernels(fusion)
+    outputs = outputs_needing_kernels(fusion, views_on_host)
     output_ids = {id(t) for t in outputs}
     cut_tensors = [out for e in fusion.exprs for out in e.outputs if id(out) in cuts and id(out) not in output_ids]
     position = {id(out): n for n, e in enumerate(fusion.exprs) for out in e.outputs}

@@ -163,13 +163,14 @@ def test_runtime_extent_mismatch_names_both_inputs() -> None:
         f.execute([np.ones((3, 4), np.float32), np.ones(5, np.float32)])
 
 
-@pytest.mark.parametrize("kwargs, text", [
-    ({"backend": "nope"}, r"backend: expected one of \['llvm', 'reference'\], got 'nope'"),
-    ({"device": "cuda"}, r"device: expected None or 'cpu', got 'cuda'"),
-    ({"device": "gpu"}, r"device: expected None or 'cpu', got 'gpu'"),
+@pytest.mark.parametrize("kwargs, error, text", [
+    ({"backend": "nope"}, bz.UnsupportedError, r"backend: expected one of \['cuda', 'llvm', 'reference'\], got 'nope'"),
+    ({"device": "gpu"}, bz.InputError, r"device: expected None, 'cpu', 'cuda' or 'cuda:N', got 'gpu'"),
+    ({"device": "cuda:x"}, bz.InputError, r"device: expected None, 'cpu', 'cuda' or 'cuda:N', got 'cuda:x'"),
+    ({"backend": "cuda"}, bz.UnsupportedError, r"backend 'cuda': expected GPU arrays .* got host arrays"),
 ])
-def test_unknown_backend_or_device(xb: bz.Fusion, kwargs: dict, text: str) -> None:
-    with pytest.raises(bz.UnsupportedError, match=text):
+def test_unknown_backend_or_device(xb: bz.Fusion, kwargs: dict, error: type, text: str) -> None:
+    with pytest.raises(error, match=text):
         xb.execute(good_inputs(), **kwargs)
 
 

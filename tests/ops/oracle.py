@@ -19,8 +19,12 @@ import braze as bz
 from braze import dtypes as dt
 
 # The backend every op test executes on: the NumPy reference by default. A compiled backend checks
-# itself against the same oracle with BRAZE_OPS_BACKEND=llvm (or any name in engine.BACKENDS).
+# itself against the same oracle with BRAZE_OPS_BACKEND=llvm (or any name in engine.BACKENDS);
+# `cuda` runs each fusion on the GPU (host inputs copied in, outputs poisoned before the kernels
+# write them); `nvrtc` needs no GPU: results come from the reference, and every fusion's CUDA
+# source is collected and compiled with NVRTC at the end of the session (tests/ops/conftest.py).
 BACKEND = os.environ.get("BRAZE_OPS_BACKEND", "reference")
+CUDA_SOURCES: list[tuple[str, object]] = []  # (test id, CudaSource) under BRAZE_OPS_BACKEND=nvrtc
 
 ALL_DTYPES = bz.dtypes.ALL_DTYPES
 FLOAT_DTYPES = tuple(d for d in ALL_DTYPES if d.kind == "f")
@@ -115,6 +119,14 @@ def execute(build: Callable[[bz.Fusion], object], inputs: Sequence[object]) -> l
 
 def run(f: bz.Fusion, inputs: Sequence[object]) -> list[np.ndarray]:
     """`f.execute(inputs)` on the backend under test."""
+    if BACKEND == "cuda":
+        with bz.config.scope(enable="poison_outputs"):
+            return f.execute(list(inputs), device="cuda")
+    if BACKEND == "nvrtc":
+        from braze import engine
+
+        CUDA_SOURCES.append((os.environ.get("PYTEST_CURRENT_TEST", "?"), engine.cuda_source(f, list(inputs))))
+        return f.execute(list(inputs), backend="reference")
     return f.execute(list(inputs), backend=BACKEND)
 
 

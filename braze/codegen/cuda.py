@@ -1,0 +1,376 @@
+"""CUDA C++ from Kernel IR: one `__global__` function per task, readable and named after it.
+
+Every task runs as a grid-stride loop over *rows*: the task index space, `lanes` threads per row.
+A task whose top-level loops walk a row (a normalization, an inner reduction, the innermost
+dimension of a pointwise task) may spread those loops over the lanes of a row, and then combines
+the partial reductions across lanes (warp shuffles, or shared memory when the whole block is one
+row). The runtime picks `lanes` per launch from the row length; `lanes = 1` is always valid, so
+one compiled kernel serves every shape of its signature.
+
+Every kernel takes the packed argument block of the CPU backend (`ArgLayout`: per array its data
+pointer, extents and strides; per scalar one slot) by value, plus `lanes`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from braze.codegen.llvm import ArgLayout
+from braze.dtypes import DType
+from braze.errors import UnsupportedError
+from braze.kir import nodes as k
+
+PRELUDE = (Path(__file__).with_name("prelude.cuh")).read_text()
+DEFAULT_BLOCK_SIZE = 256
+
+C_TYPE = {"bool": "bool", "int8": "signed char", "int32": "int", "int64": "long long", "float16": "__half",
+          "bfloat16": "__nv_bfloat16", "float32": "float", "float64": "double"}
+
+
+def c_type(dtype: DType) -> str:
+    return C_TYPE[dtype.name]
+
+
+# --- which loops a task may spread over the lanes of a row --------------------------------------
+# The combine ops of braze.lower.reductions, as prelude functors: partial results of lanes merge.
+LANE_COMBINES = {"reduce_add": "BzReduceAdd", "reduce_mul": "BzReduceMul", "reduce_maximum": "BzReduceMax",
+                 "reduce_minimum": "BzReduceMin", "logical_or": "BzReduceOr", "logical_and": "BzReduceAnd"}
+
+
+@dataclass(frozen=True)
+class LanePlan:
+    """For a task: the top-level loops spread over lanes, the accumulators each one combines after
+    it, and whether lanes help (the loops walk a unit-stride dimension, so lanes coalesce)."""
+
+    loops: dict[int, tuple[tuple[k.Var, str], ...]] = field(default_factory=dict)  # id(For) -> (acc, combine)
+    coalesces: bool = False
+
+
+def _children(s: k.Stmt) -> Iterator[k.Stmt]:
+    for name in ("body", "then", "orelse"):
+        yield from getattr(s, name, ())
+
+
+def walk(stmts: tuple[k.Stmt, ...]) -> Iterator[k.Stmt]:
+    for s in stmts:
+        yield s
+        yield from walk(tuple(_children(s)))
+
+
+def _exprs_of(s: k.Stmt) -> Iterator[k.Expr]:
+    for name in ("value", "cond", "begin", "end", "index"):
+        e = getattr(s, name, None)
+        if isinstance(e, k.Expr):
+            yield e
+    yield from getattr(s, "indices", ())
+
+
+def sub_exprs(e: k.Expr) -> Iterator[k.Expr]:
+    yield e
+    for name in getattr(e, "__dataclass_fields__", {}):
+        child = getattr(e, name)
+        if isinstance(child, k.Expr):
+            yield from sub_exprs(child)
+        elif isinstance(child, tuple):
+            for c in child:
+                if isinstance(c, k.Expr):
+                    yield from sub_exprs(c)
+
+
+def _accumulation(s: k.Assign) -> str | None:
+    """The combine op when `s` is `acc = combine(acc, x)` with x not reading acc."""
+    v = s.value
+    if isinstance(v, k.Binary) and v.op in LANE_COMBINES and v.a == s.var and s.var not in set(sub_exprs(v.b)):
+        return v.op
+    return None
+
+
+def _loop_accumulators(loop: k.For, task_vars: set[k.Var]) -> tuple[tuple[k.Var, str], ...] | None:
+    """The (acc, combine) pairs a top-level loop folds into task-scope variables, or None when the
+    loop does something lanes cannot split (another write to a task variable, an atomic, a sync)."""
+    found: dict[k.Var, str] = {}
+    for s in walk(loop.body):
+        if isinstance(s, (k.AtomicRMW, k.Sync, k.Alloc)):
+            return None
+        if isinstance(s, (k.Assign, k.Let)) and s.var in task_vars:
+            combine = _accumulation(s) if isinstance(s, k.Assign) else None
+            if combine is None or found.get(s.var, combine) != combine:
+                return None
+            found[s.var] = combine
+    accumulators = set(found)
+    for s in walk(loop.body):  # an accumulator must not be read except by its own fold
+        reads = [e for x in _exprs_of(s) for e in sub_exprs(x)]
+        own = s.value.a if isinstance(s, k.Assign) and s.var in accumulators else None
+        if any(isinstance(e, k.Var) and e in accumulators and e is not own for e in reads):
+            return None
+    return tuple(found.items())
+
+
+def _walks_unit_stride(loop: k.For) -> bool:
+    """Whether the loop's index addresses a unit-stride dimension of an array it reads or writes."""
+    def unit_stride_index(param: k.ArrayParam, indices) -> bool:
+        return any(param.static_stride(axis) == 1 and loop.var in set(sub_exprs(i)) for axis, i in enumerate(indices))
+    for s in walk(loop.body):
+        if isinstance(s, k.Store) and unit_stride_index(s.param, s.indices):
+            return True
+        for e in (e for x in _exprs_of(s) for e in sub_exprs(x)):
+            if isinstance(e, k.Load) and unit_stride_index(e.param, e.indices):
+                return True
+    return False
+
+
+def plan_lanes(task: k.Task) -> LanePlan:
+    loops = [s for s in task.body if isinstance(s, k.For)]
+    task_vars = {s.var for s in task.body if isinstance(s, k.Let)}
+    plan = {}
+    for loop in loops:
+        accumulators = _loop_accumulators(loop, task_vars)
+        if accumulators is None:
+            return LanePlan()
+        plan[id(loop)] = accumulators
+    return LanePlan(plan, any(_walks_unit_stride(loop) for loop in loops))
+
+
+# --- expressions ------------------------------------------------------------------------------------
+def _float_literal(value: float, dtype: DType) -> str:
+    if math.isnan(value):
+        return "__int_as_float(0x7fc00000)" if dtype.name == "float32" else "__longlong_as_double(0x7ff8000000000000LL)"
+    if math.isinf(value):
+        sign = "-" if value < 0 else ""
+        return f"({sign}__int_as_float(0x7f800000))" if dtype.name == "float32" else \
+            f"({sign}__longlong_as_double(0x7ff0000000000000LL))"
+    if dtype.name == "float32":
+        return f"{float(np.float32(value)).hex()}f"
+    return float(value).hex()
+
+
+def const_text(value, dtype: DType) -> str:
+    if dtype.is_bool:
+        return "true" if value else "false"
+    if dtype.name in ("float16", "bfloat16"):
+        with np.errstate(over="ignore"):
+            bits = int(np.asarray(value, dtype=dtype.numpy).view(np.uint16))
+        return f"__ushort_as_{'half' if dtype.name == 'float16' else 'bfloat16'}((unsigned short){bits:#06x})"
+    if dtype.is_floating:
+        with np.errstate(over="ignore"):
+            return _float_literal(float(dtype.numpy.type(value)), dtype)
+    value = int(value)
+    if dtype.name == "int64":
+        return f"{value}LL" if value != -(2**63) else "(-9223372036854775807LL - 1)"
+    if dtype.name == "int32":
+        return str(value) if value != -(2**31) else "(-2147483647 - 1)"
+    return f"((signed char){value})"
+
+
+# An op rule: (operand texts, operand dtypes, result dtype, attrs) -> C++ expression text.
+CudaRule = Callable[[list[str], list[DType], DType, dict], str]
+RULES: dict[str, CudaRule] = {}  # filled by braze.codegen.cuda_rules
+
+
+class TaskWriter:
+    """Writes one task as one `__global__` function."""
+
+    def __init__(self, kernel: k.Kernel, task: k.Task, layout: ArgLayout, block_size: int, restrict: bool) -> None:
+        self.kernel, self.task, self.layout = kernel, task, layout
+        self.block_size, self.restrict = block_size, restrict
+        self.lines: list[str] = []
+        self.depth = 1
+        self.loop_depth = 0
+        self.lanes = plan_lanes(task)
+        self.written = {s.param.name for s in walk(task.body) if isinstance(s, (k.Store, k.AtomicRMW))}
+
+    # --- text --------------------------------------------------------------------------------------
+    def line(self, text: str) -> None:
+        self.lines.append("  " * self.depth + text)
+
+    def field(self, param: k.Param, what: str, axis: int = 0) -> str:
+        offset = {"data": 0, "scalar": 0, "extent": 1 + axis, "stride": 1 + getattr(param, "ndim", 0) + axis}[what]
+        return f"a.s[{self.layout.slots[param.name] + offset}]"
+
+    def pointer(self, param: k.ArrayParam) -> str:
+        return f"{param.name}_"
+
+    def expr(self, e: k.Expr) -> str:
+        return _EXPR[type(e)](self, e)
+
+    def apply(self, op: str, args: list[k.Expr], out: DType, attrs: dict | None = None) -> str:
+        rule = RULES.get(op)
+        if rule is None:
+            raise UnsupportedError(f"CUDA codegen: op {op!r} has no CUDA rule")
+        return rule([self.expr(a) for a in args], [a.dtype for a in args], out, attrs or {})
+
+    def offset(self, param: k.ArrayParam, indices: tuple[k.Expr, ...]) -> str:
+        terms = []
+        for axis, index in enumerate(indices):
+            stride = param.static_stride(axis)
+            if stride == 0:
+                continue
+            i = f"(long long)({self.expr(index)})" if index.dtype.itemsize != 8 else self.expr(index)
+            terms.append(i if stride == 1 else f"{i} * {stride if stride is not None else self.field(param, 'stride', axis)}")
+        return " + ".join(terms) or "0"
+
+    # --- the function ----------------------------------------------------------------------------
+    def write(self) -> str:
+        t = self.task
+        self.lines.append(f"extern \"C\" __global__ void __launch_bounds__({self.block_size})")
+        self.lines.append(f"{t.name}(const BzArgs<{max(self.layout.size, 1)}> a, const long long lanes) {{")
+        self.declare_params()
+        begin = self.expr(t.begin) if t.kind == "range_for" else "0LL"
+        end = self.expr(t.end) if t.kind == "range_for" else "1LL"
+        self.line(f"const long long task_begin = {begin}, task_end = {end};")
+        self.line("const long long lane = threadIdx.x & (lanes - 1), rows_per_block = blockDim.x / lanes;")
+        self.line("for (long long row0 = task_begin + (long long)blockIdx.x * rows_per_block; row0 < task_end;")
+        self.line("     row0 += (long long)gridDim.x * rows_per_block) {")
+        self.depth += 1
+        # Rows past the end still run (clamped to the last row) so every lane reaches the shuffles
+        # and barriers of a lane reduction; only their stores are skipped.
+        self.line("const long long row = row0 + threadIdx.x / lanes;")
+        self.line("const bool active = row < task_end;")
+        if t.kind == "range_for":
+            self.line(f"const {c_type(t.var.dtype)} {t.var.name} = active ? row : task_end - 1;")
+        self.block(t.body)
+        self.depth -= 1
+        self.line("}")
+        self.lines.append("}")
+        return "\n".join(self.lines)
+
+    def declare_params(self) -> None:
+        used = self.used_params()
+        for p in self.kernel.params:
+            if p.name not in used:
+                continue
+            ty = c_type(p.dtype)
+            if isinstance(p, k.ArrayParam):
+                read_only = p.name not in self.written
+                qualifiers = "const " if read_only else ""
+                restrict = " __restrict__" if read_only and self.restrict else ""
+                self.line(f"{qualifiers}{ty}*{restrict} const {self.pointer(p)} = ({qualifiers}{ty}*){self.field(p, 'data')};")
+            else:
+                self.line(f"const {ty} {p.name} = {_scalar_from_slot(self.field(p, 'scalar'), p.dtype)};")
+
+    def used_params(self) -> set[str]:
+        names = {s.param.name for s in walk(self.task.body) if isinstance(s, (k.Store, k.AtomicRMW))}
+        roots = [x for s in walk(self.task.body) for x in _exprs_of(s)] + [self.task.begin, self.task.end]
+        for e in (e for x in roots for e in sub_exprs(x)):
+            if isinstance(e, (k.Load, k.ArrayExtent, k.ArrayStride)):
+                names.add(e.param.name)
+            elif isinstance(e, k.ScalarRef):
+                names.add(e.param.name)
+        return names
+
+    # --- statements ----------------------------------------------------------------------------
+    def block(self, stmts: tuple[k.Stmt, ...]) -> None:
+        for s in stmts:
+            _STMT[type(s)](self, s)
+
+    def nested(self, header: str, body: tuple[k.Stmt, ...], loop: bool = False) -> None:
+        self.line(header + " {")
+        self.depth += 1
+        self.loop_depth += loop
+        self.block(body)
+        self.loop_depth -= loop
+        self.depth -= 1
+        self.line("}")
+
+    def store_guard(self) -> str:
+        # A store outside every loop writes a row's single result: one lane does it.
+        return "if (active) " if self.loop_depth else "if (active && lane == 0) "
+
+    def emit_for(self, s: k.For) -> None:
+        var = f"{c_type(s.var.dtype)} {s.var.name}"
+        begin, end = self.expr(s.begin), self.expr(s.end)
+        accumulators = self.lanes.loops.get(id(s)) if self.loop_depth == 0 else None
+        if accumulators is None:
+            step = f"{s.var.name} += {s.step}" if s.step != 1 else f"++{s.var.name}"
+            compare = "<" if s.step > 0 else ">"
+            self.nested(f"for ({var} = {begin}; {s.var.name} {compare} {end}; {step})", s.body, loop=True)
+            return
+        self.nested(f"for ({var} = {begin} + lane; {s.var.name} < {end}; {s.var.name} += lanes)", s.body, loop=True)
+        for acc, combine in accumulators:
+            self.line(f"{acc.name} = bz_lane_reduce({acc.name}, lanes, {LANE_COMBINES[combine]}());")
+
+
+def _scalar_from_slot(slot: str, dtype: DType) -> str:
+    """A scalar parameter's value from its 8-byte slot (floats travel as their bits)."""
+    return {"bool": f"(({slot}) & 1) != 0", "int8": f"(signed char)({slot})", "int32": f"(int)({slot})",
+            "int64": slot, "float32": f"__int_as_float((int)({slot}))", "float64": f"__longlong_as_double({slot})",
+            "float16": f"__ushort_as_half((unsigned short)({slot}))",
+            "bfloat16": f"__ushort_as_bfloat16((unsigned short)({slot}))"}[dtype.name]
+
+
+def _emit_atomic(w: TaskWriter, s: k.AtomicRMW) -> None:
+    call = f"bz_atomic_{s.op}(&{w.pointer(s.param)}[{w.offset(s.param, s.indices)}], {w.expr(s.value)})"
+    if s.result is not None:
+        w.line(f"{c_type(s.result.dtype)} {s.result.name} = {call};")
+    else:
+        w.line(f"{call};")
+
+
+def _emit_if(w: TaskWriter, s: k.If) -> None:
+    w.nested(f"if ({w.expr(s.cond)})", s.then)
+    if s.orelse:
+        w.nested("else", s.orelse)
+
+
+_EXPR: dict[type, Callable[[TaskWriter, k.Expr], str]] = {
+    k.Const: lambda w, e: const_text(e.value, e.dtype),
+    k.Var: lambda w, e: e.name,
+    k.ScalarRef: lambda w, e: e.param.name,
+    k.ArrayExtent: lambda w, e: w.field(e.param, "extent", e.axis),
+    k.ArrayStride: lambda w, e: w.field(e.param, "stride", e.axis),
+    k.Load: lambda w, e: f"{w.pointer(e.param)}[{w.offset(e.param, e.indices)}]",
+    k.LoadLocal: lambda w, e: f"{e.array.name}[{w.expr(e.index)}]",
+    k.Unary: lambda w, e: w.apply(e.op, [e.x], e.dtype, dict(e.attrs)),
+    k.Binary: lambda w, e: w.apply(e.op, [e.a, e.b], e.dtype),
+    k.Ternary: lambda w, e: w.apply(e.op, [e.a, e.b, e.c], e.dtype),
+    k.Cast: lambda w, e: w.apply("cast", [e.x], e.dtype),
+    k.Philox: lambda w, e: f"bz_philox({', '.join(w.expr(x) for x in (e.seed, e.offset, e.group, e.word))})",
+}
+
+_STMT: dict[type, Callable[[TaskWriter, k.Stmt], None]] = {
+    k.Let: lambda w, s: w.line(f"{c_type(s.var.dtype)} {s.var.name} = {w.expr(s.value)};"),
+    k.Assign: lambda w, s: w.line(f"{s.var.name} = {w.expr(s.value)};"),
+    k.Store: lambda w, s: w.line(f"{w.store_guard()}{w.pointer(s.param)}[{w.offset(s.param, s.indices)}] = "
+                                 f"{w.expr(s.value)};"),
+    k.StoreLocal: lambda w, s: w.line(f"{s.array.name}[{w.expr(s.index)}] = {w.expr(s.value)};"),
+    k.AtomicRMW: _emit_atomic,
+    k.If: _emit_if,
+    k.For: TaskWriter.emit_for,
+    k.While: lambda w, s: w.nested(f"while ({w.expr(s.cond)})", s.body, loop=True),
+    k.Break: lambda w, s: w.line("break;"),
+    k.Continue: lambda w, s: w.line("continue;"),
+    k.Alloc: lambda w, s: w.line(f"{'__shared__ ' if s.memory == 'shared' else ''}{c_type(s.dtype)} "
+                                 f"{s.var.name}[{s.size}];"),
+    k.Sync: lambda w, s: w.line("__syncthreads();"),
+    k.Assert: lambda w, s: w.line(f"/* assert {s.message!r}: checked by the CPU backend's debug mode */"),
+}
+
+
+@dataclass(frozen=True)
+class CudaSource:
+    """The generated translation unit: the prelude, then one `__global__` per task."""
+
+    body: str
+    functions: tuple[str, ...]
+    lane_plans: tuple[LanePlan, ...]
+
+    @property
+    def text(self) -> str:
+        return PRELUDE + "\n" + self.body
+
+
+def generate(kernel: k.Kernel, block_size: int = DEFAULT_BLOCK_SIZE, restrict: bool = False) -> CudaSource:
+    """CUDA C++ for `kernel`. `restrict`: arrays a kernel only reads alias nothing it writes
+    (true of fusions, whose outputs are fresh buffers)."""
+    from braze.codegen import cuda_rules  # noqa: F401  (fills RULES)
+
+    layout = ArgLayout.of(kernel.params)
+    writers = [TaskWriter(kernel, task, layout, block_size, restrict) for task in kernel.tasks]
+    header = f"// {kernel.name}: {len(kernel.tasks)} task(s), from {kernel.source or 'Kernel IR'}"
+    body = "\n\n".join([header, *(w.write() for w in writers)]) + "\n"
+    return CudaSource(body, tuple(t.name for t in kernel.tasks), tuple(w.lanes for w in writers))

@@ -1,0 +1,137 @@
+"""The CUDA rules of the op table: how each op becomes a C++ expression.
+
+As for LLVM, operands arrive in their compute type (float32 for half types), so math rules see
+float32 or float64. The semantics live in the prelude (`prelude.cuh`) as templates over the
+operand type; a rule mostly names the prelude function or the CUDA math function to call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from braze import dtypes as dt
+from braze.codegen.cuda import RULES, c_type
+from braze.dtypes import DType
+from braze.ops.table import OPS
+
+
+def call(function: str) -> Callable:
+    """A rule calling a prelude template with the operands."""
+    return lambda a, d, o, t: f"{function}({', '.join(a)})"
+
+
+def math(name: str) -> Callable:
+    """A rule calling CUDA's math library: `namef` for float32, `name` for float64."""
+    return lambda a, d, o, t: f"{name}{'f' if d[0].name == 'float32' else ''}({', '.join(a)})"
+
+
+def by_kind(floating, integer, boolean=None) -> Callable:
+    def rule(a, d, o, t):
+        chosen = floating if d[0].is_floating else boolean if d[0].is_bool and boolean else integer
+        return chosen(a, d, o, t)
+    return rule
+
+
+def truth(x: str, dtype: DType) -> str:
+    return x if dtype.is_bool else f"bz_truth({x})"
+
+
+def _classify(test: str) -> Callable:
+    constant = "true" if test == "isfinite" else "false"
+    return lambda a, d, o, t: f"{test}({a[0]})" if d[0].is_floating else constant
+
+
+def _gelu(a, d, o, t):
+    return f"bz_gelu_{'tanh' if t.get('approximate', 'none') == 'tanh' else 'erf'}({a[0]})"
+
+
+def _one_over(inner: Callable) -> Callable:
+    return lambda a, d, o, t: f"({c_type(d[0])}(1) / {inner(a, d, o, t)})"
+
+
+_identity = lambda a, d, o, t: a[0]
+
+UNARY_RULES = {
+    "set": _identity,
+    "neg": call("bz_neg"),
+    "abs": call("bz_abs"),
+    "exp": math("exp"), "exp2": math("exp2"), "expm1": math("expm1"),
+    "log": math("log"), "log2": math("log2"), "log1p": math("log1p"),
+    "sqrt": math("sqrt"), "rsqrt": _one_over(math("sqrt")), "reciprocal": _one_over(_identity),
+    "sin": math("sin"), "cos": math("cos"), "tan": math("tan"), "tanh": math("tanh"),
+    "sigmoid": call("bz_sigmoid"), "relu": call("bz_relu"), "gelu": _gelu,
+    "silu": lambda a, d, o, t: f"({a[0]} * bz_sigmoid({a[0]}))",
+    "erf": math("erf"),
+    "floor": by_kind(math("floor"), _identity), "ceil": by_kind(math("ceil"), _identity),
+    "round": by_kind(math("rint"), _identity), "trunc": by_kind(math("trunc"), _identity),
+    "sign": call("bz_sign"),
+    "isnan": _classify("isnan"), "isinf": _classify("isinf"), "isfinite": _classify("isfinite"),
+    "logical_not": lambda a, d, o, t: f"(!{truth(a[0], d[0])})",
+    "bitwise_not": by_kind(None, lambda a, d, o, t: f"({c_type(o)})(~{a[0]})", lambda a, d, o, t: f"(!{a[0]})"),
+}
+
+
+def _infix(op: str) -> Callable:
+    return lambda a, d, o, t: f"({a[0]} {op} {a[1]})"
+
+
+def _logical(op: str) -> Callable:
+    return lambda a, d, o, t: f"({truth(a[0], d[0])} {op} {truth(a[1], d[1])})"
+
+
+def _bitwise(op: str) -> Callable:
+    return lambda a, d, o, t: f"({c_type(o)})({a[0]} {op} {a[1]})"
+
+
+BINARY_RULES = {
+    "add": call("bz_add"), "sub": call("bz_sub"), "mul": call("bz_mul"), "truediv": call("bz_truediv"),
+    "floordiv": call("bz_floordiv"), "remainder": call("bz_remainder"), "pow": call("bz_pow"),
+    "maximum": call("bz_maximum"), "minimum": call("bz_minimum"), "atan2": math("atan2"),
+    # C++ comparisons already are what NumPy's are: ordered, except != (true for NaN).
+    "eq": _infix("=="), "ne": _infix("!="), "lt": _infix("<"), "le": _infix("<="), "gt": _infix(">"),
+    "ge": _infix(">="),
+    "logical_and": _logical("&&"), "logical_or": _logical("||"), "logical_xor": _logical("!="),
+    "bitwise_and": _bitwise("&"), "bitwise_or": _bitwise("|"), "bitwise_xor": _bitwise("^"),
+    "left_shift": call("bz_left_shift"), "right_shift": call("bz_right_shift"),
+    # A reduction's combine (reassociation is the lane tree's business, not the expression's).
+    "reduce_add": call("bz_add"), "reduce_mul": call("bz_mul"),
+    "reduce_maximum": call("bz_maximum"), "reduce_minimum": call("bz_minimum"),
+}
+
+TERNARY_RULES = {
+    "where": lambda a, d, o, t: f"({truth(a[0], d[0])} ? {a[1]} : {a[2]})",
+    "clamp": call("bz_clamp"),
+    "lerp": call("bz_lerp"),
+    "fma": lambda a, d, o, t: f"bz_add(bz_mul({a[0]}, {a[1]}), {a[2]})",
+}
+
+
+# --- casts ------------------------------------------------------------------------------------------
+_TO_FLOAT32 = {"float16": "__half2float({})", "bfloat16": "__bfloat162float({})"}
+_FROM_FLOAT = {("float32", "float16"): "__float2half_rn({})", ("float64", "float16"): "__double2half({})",
+               ("float32", "bfloat16"): "__float2bfloat16_rn({})", ("float64", "bfloat16"): "__double2bfloat16({})"}
+
+
+def cast(x: str, source: DType, out: DType) -> str:
+    if source == out:
+        return x
+    if source.name in _TO_FLOAT32:
+        return cast(_TO_FLOAT32[source.name].format(x), dt.float32, out)
+    if out.name in ("float16", "bfloat16"):
+        if (source.name, out.name) in _FROM_FLOAT:
+            return _FROM_FLOAT[(source.name, out.name)].format(x)
+        return _FROM_FLOAT[("float32", out.name)].format(cast(x, source, dt.float32))
+    if out.is_bool:
+        return truth(x, source)
+    if source.is_floating and out.is_integer:
+        return f"bz_float_to_int<{c_type(out)}>({x})"
+    return f"(({c_type(out)})({x}))"
+
+
+RULES.update(UNARY_RULES)
+RULES.update(BINARY_RULES)
+RULES.update(TERNARY_RULES)
+RULES["cast"] = lambda a, d, o, t: cast(a[0], d[0], o)
+for _name in (*UNARY_RULES, *BINARY_RULES, *TERNARY_RULES, "cast"):
+    if _name in OPS:
+        OPS[_name].backend_rules["cuda"] = RULES[_name]

@@ -1,0 +1,217 @@
+// braze's CUDA prelude: the op table's semantics, shared by every generated kernel.
+//
+// The rules match the NumPy reference and the LLVM backend: NaN-propagating maximum/minimum,
+// Python-style floor division, integer division by zero giving 0, wrap-around integer
+// arithmetic, shifts defined for every amount, saturating float-to-int casts.
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+#define BZ_D __device__ __forceinline__
+
+// The packed argument block: per array its data pointer, extents and strides; per scalar one slot.
+template <int N> struct BzArgs { long long s[N]; };
+
+template <typename T> struct bz_unsigned_of { typedef T type; };
+template <> struct bz_unsigned_of<signed char> { typedef unsigned char type; };
+template <> struct bz_unsigned_of<int> { typedef unsigned int type; };
+template <> struct bz_unsigned_of<long long> { typedef unsigned long long type; };
+
+template <typename T> constexpr bool bz_is_float() { return sizeof(T) >= 4 && T(0.5) != T(0); }
+
+template <typename T> BZ_D bool bz_truth(T x) { return x != T(0); }  // NaN counts as true, as in NumPy
+BZ_D bool bz_truth(bool x) { return x; }
+
+// --- arithmetic: signed overflow is undefined in C++, so integers go through unsigned ----------
+template <typename T> BZ_D T bz_add(T a, T b) {
+  if constexpr (bz_is_float<T>()) return a + b;
+  else { typedef typename bz_unsigned_of<T>::type U; return (T)(U)((U)a + (U)b); }
+}
+BZ_D bool bz_add(bool a, bool b) { return a || b; }
+template <typename T> BZ_D T bz_sub(T a, T b) {
+  if constexpr (bz_is_float<T>()) return a - b;
+  else { typedef typename bz_unsigned_of<T>::type U; return (T)(U)((U)a - (U)b); }
+}
+template <typename T> BZ_D T bz_mul(T a, T b) {
+  if constexpr (bz_is_float<T>()) return a * b;
+  else { typedef typename bz_unsigned_of<T>::type U; return (T)(U)((U)a * (U)b); }
+}
+BZ_D bool bz_mul(bool a, bool b) { return a && b; }
+template <typename T> BZ_D T bz_neg(T a) { return bz_sub(T(0), a); }
+template <typename T> BZ_D T bz_truediv(T a, T b) { return a / b; }
+
+template <typename T> BZ_D T bz_maximum(T a, T b) {
+  if constexpr (bz_is_float<T>()) {
+    if (a != a || b != b) return a + b;  // NaN wins
+    if (a == b) return signbit(a) ? b : a;  // -0.0 < +0.0
+    return a > b ? a : b;
+  } else return a > b ? a : b;
+}
+BZ_D bool bz_maximum(bool a, bool b) { return a || b; }
+template <typename T> BZ_D T bz_minimum(T a, T b) {
+  if constexpr (bz_is_float<T>()) {
+    if (a != a || b != b) return a + b;
+    if (a == b) return signbit(a) ? a : b;
+    return a < b ? a : b;
+  } else return a < b ? a : b;
+}
+BZ_D bool bz_minimum(bool a, bool b) { return a && b; }
+
+// Python's floor division and remainder; x // 0 and x % 0 give 0, MIN // -1 wraps.
+template <typename T> BZ_D T bz_int_floordiv(T x, T y) {
+  if (y == T(0)) return T(0);
+  if (y == T(-1)) return bz_neg(x);
+  T q = x / y, r = x % y;
+  return (r != T(0) && ((r < T(0)) != (y < T(0)))) ? T(q - T(1)) : q;
+}
+template <typename T> BZ_D T bz_int_remainder(T x, T y) {
+  if (y == T(0) || y == T(-1)) return T(0);
+  T r = x % y;
+  return (r != T(0) && ((r < T(0)) != (y < T(0)))) ? T(r + y) : r;
+}
+// NumPy's npy_divmod for floats.
+template <typename T> BZ_D T bz_float_remainder(T x, T y) {
+  T mod = fmod(x, y);
+  return (mod != T(0) && ((y < T(0)) != (mod < T(0)))) ? mod + y : mod;
+}
+template <typename T> BZ_D T bz_float_floordiv(T x, T y) {
+  T mod = fmod(x, y);
+  T div = (x - mod) / y;
+  if (mod != T(0) && ((y < T(0)) != (mod < T(0)))) div = div - T(1);
+  T floored = floor(div);
+  if (div - floored > T(0.5)) floored = floored + T(1);
+  if (y == T(0)) return x / y;
+  if (div == T(0)) return copysign(T(0), x / y);
+  return floored;
+}
+template <typename T> BZ_D T bz_floordiv(T x, T y) {
+  if constexpr (bz_is_float<T>()) return bz_float_floordiv(x, y); else return bz_int_floordiv(x, y);
+}
+template <typename T> BZ_D T bz_remainder(T x, T y) {
+  if constexpr (bz_is_float<T>()) return bz_float_remainder(x, y); else return bz_int_remainder(x, y);
+}
+
+// Integer power by squaring (wrap-around); a negative exponent gives 1, -1 or 0 as the reference.
+template <typename T> BZ_D T bz_int_pow(T base, T e) {
+  if (e < T(0)) return base == T(1) ? T(1) : base == T(-1) ? ((e & T(1)) ? T(-1) : T(1)) : T(0);
+  typedef typename bz_unsigned_of<T>::type U;
+  T result = T(1);
+  for (U bits = (U)e;; bits >>= 1) {
+    if (bits & U(1)) result = bz_mul(result, base);
+    if ((bits >> 1) == U(0)) break;
+    base = bz_mul(base, base);
+  }
+  return result;
+}
+template <typename T> BZ_D T bz_pow(T a, T b) {
+  if constexpr (bz_is_float<T>()) return pow(a, b); else return bz_int_pow(a, b);
+}
+
+template <typename T> BZ_D T bz_left_shift(T x, T s) {
+  typedef typename bz_unsigned_of<T>::type U;
+  return (s >= T(0) && s < T(8 * sizeof(T))) ? (T)(U)((U)x << (int)s) : T(0);
+}
+template <typename T> BZ_D T bz_right_shift(T x, T s) {
+  return (s >= T(0) && s < T(8 * sizeof(T))) ? (T)(x >> (int)s) : (x < T(0) ? T(-1) : T(0));
+}
+
+template <typename T> BZ_D T bz_abs(T x) {
+  if constexpr (bz_is_float<T>()) return fabs(x); else return x < T(0) ? bz_neg(x) : x;
+}
+template <typename T> BZ_D T bz_sign(T x) {
+  if (x != x) return x;
+  return T((x > T(0)) - (x < T(0)));
+}
+template <typename T> BZ_D T bz_relu(T x) { return (x > T(0) || x != x) ? x : T(0); }
+template <typename T> BZ_D T bz_sigmoid(T x) { return T(1) / (T(1) + exp(-x)); }
+template <typename T> BZ_D T bz_gelu_erf(T x) { return T(0.5) * x * (T(1) + erf(x * T(0.70710678118654752440))); }
+template <typename T> BZ_D T bz_gelu_tanh(T x) {
+  return T(0.5) * x * (T(1) + tanh(T(0.79788456080286535588) * (x + T(0.044715) * (x * x * x))));
+}
+template <typename T> BZ_D T bz_lerp(T start, T end, T weight) { return start + weight * (end - start); }
+template <typename T> BZ_D T bz_clamp(T x, T lo, T hi) { return bz_minimum(bz_maximum(x, lo), hi); }
+
+// --- casts ------------------------------------------------------------------------------------
+// Float to integer saturates, and NaN gives 0 (as LLVM's fptosi.sat).
+template <typename T, typename F> BZ_D T bz_float_to_int(F x) {
+  if (x != x) return T(0);
+  constexpr T lo = T(sizeof(T) == 8 ? (-9223372036854775807LL - 1) : sizeof(T) == 4 ? (-2147483647 - 1) : -128);
+  constexpr T hi = T(sizeof(T) == 8 ? 9223372036854775807LL : sizeof(T) == 4 ? 2147483647 : 127);
+  if (x <= F(lo)) return lo;
+  if (x >= F(hi)) return hi;
+  return T(x);
+}
+
+// --- Philox4x32-10: one 32-bit word of counter (group, offset) under key seed ---------------
+BZ_D long long bz_philox(long long seed, long long offset, long long group, long long word) {
+  unsigned c0 = (unsigned)group, c1 = (unsigned)((unsigned long long)group >> 32);
+  unsigned c2 = (unsigned)offset, c3 = (unsigned)((unsigned long long)offset >> 32);
+  unsigned k0 = (unsigned)seed, k1 = (unsigned)((unsigned long long)seed >> 32);
+  for (int round = 0; round < 10; ++round) {
+    unsigned hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
+    unsigned hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
+    c0 = hi1 ^ c1 ^ k0; c1 = lo1; c2 = hi0 ^ c3 ^ k1; c3 = lo0;
+    k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
+  }
+  return (long long)(word == 0 ? c0 : word == 1 ? c1 : word == 2 ? c2 : c3);
+}
+
+// --- combining partial reductions across the lanes of a row -----------------------------------
+template <typename T> BZ_D T bz_shfl_xor(T v, int offset) { return __shfl_xor_sync(0xffffffffu, v, offset); }
+BZ_D bool bz_shfl_xor(bool v, int offset) { return __shfl_xor_sync(0xffffffffu, (int)v, offset) != 0; }
+BZ_D signed char bz_shfl_xor(signed char v, int offset) {
+  return (signed char)__shfl_xor_sync(0xffffffffu, (int)v, offset);
+}
+
+struct BzReduceAdd { template <typename T> BZ_D T operator()(T a, T b) const { return bz_add(a, b); } };
+struct BzReduceMul { template <typename T> BZ_D T operator()(T a, T b) const { return bz_mul(a, b); } };
+struct BzReduceMax { template <typename T> BZ_D T operator()(T a, T b) const { return bz_maximum(a, b); } };
+struct BzReduceMin { template <typename T> BZ_D T operator()(T a, T b) const { return bz_minimum(a, b); } };
+struct BzReduceOr { template <typename T> BZ_D T operator()(T a, T b) const { return a || b; } };
+struct BzReduceAnd { template <typename T> BZ_D T operator()(T a, T b) const { return a && b; } };
+
+// `lanes` threads (a power of two) share a row: up to a warp, a butterfly of shuffles; otherwise
+// the whole block is the row, and warps combine through shared memory in a fixed order, so the
+// result is the same from run to run. Every lane gets the result.
+template <typename T, typename Op> BZ_D T bz_lane_reduce(T v, long long lanes, Op op) {
+  const int width = lanes < 32 ? (int)lanes : 32;
+  for (int offset = width / 2; offset > 0; offset >>= 1) v = op(v, bz_shfl_xor(v, offset));
+  if (lanes <= 32) return v;
+  __shared__ T partial[32];
+  __syncthreads();  // an earlier reduction's readers are done with `partial`
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = v;
+  __syncthreads();
+  T total = partial[0];
+  for (int w = 1; w < (int)(blockDim.x >> 5); ++w) total = op(total, partial[w]);
+  return total;
+}
+
+// --- atomics (the loop language) ------------------------------------------------------------
+template <typename T> BZ_D T bz_atomic_add(T* p, T v) {
+  if constexpr (sizeof(T) == 8 && !bz_is_float<T>())
+    return (T)atomicAdd((unsigned long long*)p, (unsigned long long)v);
+  else return atomicAdd(p, v);
+}
+template <typename T> BZ_D T bz_atomic_sub(T* p, T v) { return bz_atomic_add(p, bz_neg(v)); }
+template <typename T, typename Op> BZ_D T bz_atomic_cas_loop(T* p, T v, Op op) {
+  if constexpr (sizeof(T) == 8) {
+    unsigned long long* bits = (unsigned long long*)p;
+    unsigned long long old = *bits, assumed;
+    do {
+      assumed = old;
+      T current = *(T*)&assumed, next = op(current, v);
+      old = atomicCAS(bits, assumed, *(unsigned long long*)&next);
+    } while (old != assumed);
+    return *(T*)&old;
+  } else {
+    unsigned* bits = (unsigned*)p;
+    unsigned old = *bits, assumed;
+    do {
+      assumed = old;
+      T current = *(T*)&assumed, next = op(current, v);
+      old = atomicCAS(bits, assumed, *(unsigned*)&next);
+    } while (old != assumed);
+    return *(T*)&old;
+  }
+}
+template <typename T> BZ_D T bz_atomic_max(T* p, T v) { return bz_atomic_cas_loop(p, v, BzReduceMax()); }
+template <typename T> BZ_D T bz_atomic_min(T* p, T v) { return bz_atomic_cas_loop(p, v, BzReduceMin()); }

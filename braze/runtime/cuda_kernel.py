@@ -1,0 +1,216 @@
+"""The CUDA side of the runtime objects (DESIGN section 6): a CompiledKernel through NVRTC, the
+executor that launches its tasks, and RtcKernel for a user's own CUDA source.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import functools
+
+import numpy as np
+
+from braze import config
+from braze.codegen import cuda as cuda_codegen
+from braze.errors import InputError
+from braze.kir import kernel_text
+from braze.kir import nodes as k
+from braze.runtime import cuda_driver as cuda
+from braze.runtime import disk_cache, nvrtc
+from braze.runtime.compiled_kernel import CompileParams
+from braze.runtime.executor import host_function, inner_extent
+from braze.runtime.record import Launch, note_compile, note_launch, recording
+
+BLOCKS_PER_SM = 8  # resident blocks of 256 threads an SM holds; grids beyond that loop instead
+
+
+class CudaCompiledKernel:
+    """One kernel compiled to a cubin for one architecture; no execution state."""
+
+    def __init__(self, kernel: k.Kernel, params: CompileParams, restrict: bool = False) -> None:
+        self.kernel, self.params, self.restrict = kernel, params, restrict
+        self.generated = cuda_codegen.generate(kernel, params.block_size or cuda_codegen.DEFAULT_BLOCK_SIZE, restrict)
+        self.source = self.generated.text
+        self.binary: bytes | None = None
+        self.from_disk = False
+        self._modules: dict[int, cuda.Module] = {}
+
+    @property
+    def cache_key(self) -> str:
+        return disk_cache.cache_key(source=self.source, params=self.params, toolchain=f"nvrtc{nvrtc.version()}",
+                                    braze=disk_cache.braze_source_hash())
+
+    def options(self) -> tuple[str, ...]:
+        opts = ("--use_fast_math",) if self.params.fast_math else ()
+        return opts + ((f"--maxrregcount={self.params.max_registers}",) if self.params.max_registers else ())
+
+    def compile(self) -> CudaCompiledKernel:
+        if self.binary is not None:
+            return self
+        if config.dumping("kernel_ir"):
+            config.dump("kernel_ir", kernel_text(self.kernel))
+        if config.dumping("cuda_kernel"):
+            config.dump("cuda_kernel", self.generated.body)
+        if config.dumping("cuda_to_file"):
+            self._dump_to_file()
+        cached = disk_cache.load(self.cache_key)
+        if cached is not None:
+            self.binary, self.from_disk = cached, True
+            return self
+        self.binary = nvrtc.compile_cubin(self.source, self.kernel.name, self.params.arch, self.options())
+        note_compile(self.kernel.name)
+        disk_cache.store(self.cache_key, self.binary)
+        return self
+
+    def _dump_to_file(self) -> None:
+        folder = config.current.cache_dir / "dump"
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in self.generated.functions:
+            (folder / f"{name}.cu").write_text(self.source)
+
+    def recompile(self, **changes) -> CudaCompiledKernel:
+        return CudaCompiledKernel(self.kernel, dataclasses.replace(self.params, **changes), self.restrict).compile()
+
+    def module(self, device: cuda.Device) -> cuda.Module:
+        if device.index not in self._modules:
+            self.compile()
+            self._modules[device.index] = cuda.Module(device, self.binary, self.generated.functions)
+        return self._modules[device.index]
+
+
+def lanes_for(row_length: int, block: int) -> int:
+    """Threads per row: enough that each does a few elements, a power of two up to a warp, or the
+    whole block for long rows."""
+    if row_length >= 1024:
+        return block
+    lanes = 1
+    while lanes < 32 and lanes * 4 < row_length:
+        lanes *= 2
+    return lanes
+
+
+@dataclasses.dataclass
+class _TaskLaunch:
+    name: str
+    function: object
+    bounds: object  # scalars -> (begin, end, row length)
+    uses_lanes: bool
+
+
+class CudaExecutor:
+    """Launches every task of one compiled kernel, in order, on one device and stream."""
+
+    def __init__(self, compiled: CudaCompiledKernel, device: cuda.Device) -> None:
+        self.compiled, self.device = compiled, device
+        self.kernel = compiled.kernel
+        module = compiled.module(device)
+        self.block = compiled.params.block_size or cuda_codegen.DEFAULT_BLOCK_SIZE
+        self.tasks = [
+            _TaskLaunch(t.name, module.functions[t.name], host_function([t.begin, t.end, inner_extent(t)]),
+                        bool(plan.loops) and plan.coalesces)
+            for t, plan in zip(self.kernel.tasks, compiled.generated.lane_plans)]
+        self.max_grid = device.sm_count * BLOCKS_PER_SM
+        # The kernel parameters: the argument block and `lanes`, each passed by address.
+        self.lanes = np.zeros(1, np.int64)
+        self.pointers = (ctypes.c_void_p * 2)()
+        self.pointers[1] = self.lanes.ctypes.data
+
+    def run(self, block: np.ndarray, scalars: dict[str, int], stream: int) -> None:
+        self.device.activate()
+        self.pointers[0] = block.ctypes.data
+        params = ctypes.addressof(self.pointers)
+        for task in self.tasks:
+            begin, end, row = task.bounds(scalars)
+            if end <= begin:
+                continue
+            lanes = lanes_for(row, self.block) if task.uses_lanes else 1
+            self.lanes[0] = lanes
+            grid = min(-(-(end - begin) * lanes // self.block), self.max_grid)
+            cuda.launch(task.function, (grid, 1, 1), (self.block, 1, 1), params, stream, name=task.name)
+            if recording():
+                note_launch(Launch(self.kernel.name, task.name, begin, end, grid))
+
+
+# --- a user's own CUDA --------------------------------------------------------------------------
+class RtcKernel:
+    """A user's CUDA C++ `source`, compiled with NVRTC for the device, and its `__global__` `name`
+    (declared `extern "C"`). Arguments may be GPU arrays (passed as pointers), ints (as int64 unless
+    the kernel is told otherwise) and floats (as float32)."""
+
+    def __init__(self, source: str, name: str, device: int = 0, options: tuple[str, ...] = ()) -> None:
+        self.source, self.name, self.options = source, name, tuple(options)
+        self.device = cuda.device(device)
+        key = disk_cache.cache_key(source=source, name=name, arch=self.device.arch, options=self.options,
+                                   toolchain=f"nvrtc{nvrtc.version()}")
+        binary = disk_cache.load(key)
+        if binary is None:
+            binary = nvrtc.compile_cubin(source, name, self.device.arch, self.options)
+            note_compile(name)
+            disk_cache.store(key, binary)
+        self.module = cuda.Module(self.device, binary, (name,))
+        self.function = self.module.functions[name]
+        self.parameter_sizes = _parameter_sizes(self.function)
+
+    def launch(self, grid, block, args, shared_mem: int = 0, stream: int | None = None) -> None:
+        sizes = self.parameter_sizes
+        if sizes is not None and len(args) != len(sizes):
+            raise InputError(f"RtcKernel {self.name}: expected {len(sizes)} arguments, got {len(args)}")
+        holders = [_argument(a, self.name, i, sizes[i] if sizes else 8) for i, a in enumerate(args)]
+        pointers = (ctypes.c_void_p * max(len(holders), 1))(*[ctypes.addressof(h) for h in holders])
+        self.device.activate()
+        cuda.launch(self.function, _dim3(grid), _dim3(block), ctypes.addressof(pointers),
+                    _stream_of(args) if stream is None else int(stream), shared_mem, self.name)
+
+
+def _dim3(value) -> tuple[int, int, int]:
+    dims = (value,) if isinstance(value, int) else tuple(value)
+    return tuple(int(d) for d in (*dims, 1, 1, 1)[:3])
+
+
+def _parameter_sizes(function) -> list[int] | None:
+    """The byte size of each kernel parameter (cuFuncGetParamInfo, CUDA 12.4 drivers and later)."""
+    d = cuda.driver()
+    if not hasattr(d, "cuFuncGetParamInfo"):
+        return None
+    sizes = []
+    while True:
+        result, _offset, size = d.cuFuncGetParamInfo(function, len(sizes))
+        if result != d.CUresult.CUDA_SUCCESS:
+            return sizes
+        sizes.append(int(size))
+
+
+_INTS = {1: ctypes.c_int8, 2: ctypes.c_int16, 4: ctypes.c_int32, 8: ctypes.c_int64}
+
+
+def _argument(value, kernel: str, position: int, size: int):
+    """A ctypes holder of one argument, sized as the kernel's parameter (4-byte ints, 8-byte doubles)."""
+    from braze.runtime.device_arrays import as_device_view, is_device_array
+
+    if is_device_array(value):
+        return ctypes.c_void_p(as_device_view(value, f"{kernel} argument {position}").ptr)
+    if isinstance(value, (bool, np.bool_)):
+        return ctypes.c_bool(bool(value))
+    if isinstance(value, (int, np.integer)):
+        return _INTS.get(size, ctypes.c_int64)(int(value))
+    if isinstance(value, (float, np.floating)):
+        return ctypes.c_double(float(value)) if size == 8 else ctypes.c_float(float(value))
+    if isinstance(value, np.generic):
+        return np.ctypeslib.as_ctypes(np.asarray(value).reshape(1))[0]
+    raise InputError(f"RtcKernel {kernel} argument {position}: expected a GPU array, int or float, "
+                     f"got {type(value).__name__}")
+
+
+def _stream_of(args) -> int:
+    from braze.runtime.device_arrays import as_device_view, is_device_array
+
+    for a in args:
+        if is_device_array(a):
+            return as_device_view(a, "argument").stream
+    return 0
+
+
+@functools.cache
+def default_params(device: cuda.Device) -> CompileParams:
+    return CompileParams(index_type="int64", block_size=cuda_codegen.DEFAULT_BLOCK_SIZE, arch=device.arch,
+                         fast_math="fast_math" in config.current.enable)

@@ -1,0 +1,217 @@
+"""GPU arrays: reading torch, CuPy and `__cuda_array_interface__` inputs without copies, braze's own
+`DeviceArray`, and making outputs with the inputs' own library (so they share its allocator and
+stream).
+
+A `DeviceView` is what the runtime sees of any GPU array: pointer, shape, byte strides, dtype,
+device, the library it came from, and the stream work on it runs on. It carries the few NumPy
+attributes input binding reads (dtype, ndim, shape, strides, itemsize, size, flags).
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+import numpy as np
+
+from braze import config
+from braze import dtypes as dt
+from braze.errors import InputError
+from braze.runtime import cuda_driver as cuda
+
+_WRITABLE = SimpleNamespace(writeable=True)
+
+
+@dataclass(eq=False)
+class DeviceView:
+    ptr: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]  # in bytes, as NumPy's
+    dtype: np.dtype
+    device: int
+    kind: str  # "torch", "cupy" or "cuda" (braze's DeviceArray or any __cuda_array_interface__)
+    stream: int = 0
+    owner: object = field(default=None, repr=False)
+    flags: SimpleNamespace = field(default_factory=lambda: _WRITABLE, repr=False)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+def is_device_array(obj: object) -> bool:
+    if _is_torch(obj):
+        return obj.device.type == "cuda"
+    return hasattr(obj, "__cuda_array_interface__")
+
+
+def _is_torch(obj: object) -> bool:
+    return type(obj).__module__.startswith("torch") and type(obj).__name__ in ("Tensor", "Parameter")
+
+
+def _torch_dtype_name(t) -> str:
+    return str(t.dtype).removeprefix("torch.")
+
+
+def as_device_view(obj: object, where: str) -> DeviceView:
+    """A view of a GPU array `obj` (torch, CuPy, DeviceArray, or any __cuda_array_interface__)."""
+    if _is_torch(obj):
+        import torch
+
+        name = _torch_dtype_name(obj)
+        try:
+            dtype = dt.as_dtype(name).numpy
+        except Exception:  # noqa: BLE001
+            raise InputError(f"{where}: expected a braze dtype, got torch.{name}") from None
+        stream = torch.cuda.current_stream(obj.device).cuda_stream
+        return DeviceView(obj.data_ptr(), tuple(obj.shape), tuple(s * obj.element_size() for s in obj.stride()),
+                          dtype, obj.device.index or 0, "torch", stream, obj)
+    cai = obj.__cuda_array_interface__
+    dtype = np.dtype(cai["typestr"])
+    shape = tuple(cai["shape"])
+    strides = cai.get("strides") or tuple(int(s) for s in _contiguous_strides(shape, dtype.itemsize))
+    kind = "cupy" if type(obj).__module__.startswith("cupy") else "cuda"
+    if isinstance(obj, DeviceArray):
+        return DeviceView(obj.ptr, obj.shape, obj.strides, obj.dtype, obj.device, "cuda", obj.stream, obj)
+    stream = _cupy_stream() if kind == "cupy" else 0
+    return DeviceView(int(cai["data"][0]), shape, tuple(strides), dtype, _device_of_pointer(int(cai["data"][0])),
+                      kind, stream, obj)
+
+
+def _cupy_stream() -> int:
+    import cupy
+
+    return cupy.cuda.get_current_stream().ptr
+
+
+def _device_of_pointer(pointer: int) -> int:
+    if pointer == 0:
+        return 0
+    d = cuda.driver()
+    attribute = d.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+    return int(cuda.call("cuPointerGetAttribute", d.cuPointerGetAttribute, attribute, pointer))
+
+
+def _contiguous_strides(shape: tuple[int, ...], itemsize: int, order: tuple[int, ...] | None = None) -> list[int]:
+    """Byte strides of a dense layout: row-major, or by `order` (stride_order: 0 the fastest)."""
+    order = order if order is not None else tuple(reversed(range(len(shape))))
+    strides = [0] * len(shape)
+    step = itemsize
+    for axis in sorted(range(len(shape)), key=lambda i: order[i]):
+        strides[axis] = step
+        step *= max(shape[axis], 1)
+    return strides
+
+
+class DeviceArray:
+    """braze's own GPU array, for NumPy users of the CUDA backend. Memory comes from the
+    stream-ordered allocator and goes back when the array is collected. It speaks
+    `__cuda_array_interface__`, so CuPy, Numba and torch can read it without a copy."""
+
+    def __init__(self, shape, dtype, device: int = 0, stream: int = 0,
+                 stride_order: tuple[int, ...] | None = None) -> None:
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = np.dtype(dtype)
+        self.device, self.stream = device, stream
+        self.strides = tuple(_contiguous_strides(self.shape, self.dtype.itemsize, stride_order))
+        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        cuda.device(device).activate()
+        self.ptr = cuda.alloc(self.nbytes, stream)
+        self._free = weakref.finalize(self, cuda.free, self.ptr, stream)
+
+    ndim = property(lambda self: len(self.shape))
+    size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
+
+    @classmethod
+    def from_numpy(cls, array: np.ndarray, device: int = 0, stream: int = 0) -> DeviceArray:
+        host = np.ascontiguousarray(array)
+        out = cls(host.shape, host.dtype, device, stream)
+        cuda.copy_to_device(out.ptr, host.ctypes.data, host.nbytes, stream)
+        cuda.synchronize(stream)  # the host copy may go away once this returns
+        return out
+
+    def numpy(self) -> np.ndarray:
+        """A host copy (waits for the work queued on the array's stream)."""
+        span = _span_bytes(self.shape, self.strides, self.dtype.itemsize)
+        storage = np.empty(span // self.dtype.itemsize, self.dtype)
+        cuda.device(self.device).activate()
+        cuda.copy_to_host(storage.ctypes.data, self.ptr, span, self.stream)
+        cuda.synchronize(self.stream)
+        return np.lib.stride_tricks.as_strided(storage, self.shape, self.strides).copy()
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False), "version": 3,
+                "strides": self.strides, "stream": None}
+
+    def __repr__(self) -> str:
+        return f"DeviceArray(shape={self.shape}, dtype={self.dtype}, device=cuda:{self.device})"
+
+
+def _span_bytes(shape, strides, itemsize: int) -> int:
+    if any(s == 0 for s in shape):
+        return 0
+    return sum((n - 1) * s for n, s in zip(shape, strides)) + itemsize
+
+
+# --- outputs, made by the inputs' library ---------------------------------------------------------
+def allocate(kind: str, shape: tuple[int, ...], dtype: dt.DType, device: int, stream: int,
+             stride_order: tuple[int, ...] | None) -> DeviceView:
+    """An uninitialized GPU array of `shape` laid out in `stride_order` (row-major when None).
+    Under BRAZE_ENABLE=poison_outputs its bytes are 0xFF (NaN, -1), so an element no kernel
+    writes shows."""
+    view = _allocate(kind, shape, dtype, device, stream, stride_order)
+    if "poison_outputs" in config.current.enable:
+        cuda.fill_bytes(view.ptr, 0xFF, _span_bytes(view.shape, view.strides, view.itemsize), stream)
+    return view
+
+
+def _allocate(kind: str, shape: tuple[int, ...], dtype: dt.DType, device: int, stream: int,
+              stride_order: tuple[int, ...] | None) -> DeviceView:
+    strides = tuple(_contiguous_strides(shape, dtype.itemsize, stride_order))
+    if kind == "torch":
+        import torch
+
+        tensor = torch.empty_strided(shape, [s // dtype.itemsize for s in strides],
+                                     dtype=getattr(torch, dtype.name), device=f"cuda:{device}")
+        return DeviceView(tensor.data_ptr(), shape, strides, dtype.numpy, device, kind, stream, tensor)
+    if kind == "cupy":
+        import cupy
+
+        with cupy.cuda.Device(device):
+            memory = cupy.cuda.alloc(max(_span_bytes(shape, strides, dtype.itemsize), 1))
+            array = cupy.ndarray(shape, dtype.numpy, memory, strides=strides)
+        return DeviceView(array.data.ptr, shape, strides, dtype.numpy, device, kind, stream, array)
+    array = DeviceArray(shape, dtype.numpy, device, stream, stride_order)
+    return DeviceView(array.ptr, shape, strides, dtype.numpy, device, "cuda", stream, array)
+
+
+def user_array(view: DeviceView) -> object:
+    """The object handed back to the user for an output."""
+    return view.owner
+
+
+def copy_into(target: DeviceView, source: DeviceView) -> None:
+    """Writes `source` into `target` (same shape; an in-place output)."""
+    if target.strides == source.strides or target.size <= 1:
+        cuda.copy_on_device(target.ptr, source.ptr, _span_bytes(source.shape, source.strides, source.itemsize),
+                            target.stream)
+        return
+    if target.kind == "torch":
+        target.owner.copy_(source.owner)
+    elif target.kind == "cupy":
+        import cupy
+
+        cupy.copyto(target.owner, cupy.asarray(source.owner))
+    else:
+        raise InputError(f"an in-place output into a {target.strides}-strided DeviceArray: expected the layout "
+                         f"{source.strides} of the computed result")

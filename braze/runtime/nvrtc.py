@@ -1,0 +1,99 @@
+"""CUDA C++ to a cubin with NVRTC (`cuda.bindings.nvrtc`); needs no GPU.
+
+The cubin is machine code (SASS) for one architecture, not PTX: a newer NVRTC then still works
+with an older driver. `cuda_fp16.h` and `cuda_bf16.h` are not in the NVRTC wheel; they ship in
+the CUDA runtime wheel, found with `cuda.pathfinder`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+from braze import config
+from braze.errors import CompileError, UnsupportedError
+
+INSTALL_HINT = "install braze's CUDA extra: pip install 'braze[cuda]' (cuda-bindings, NVRTC and the CUDA headers)"
+
+
+def _nvrtc():
+    try:
+        from cuda.bindings import nvrtc
+    except ImportError as e:
+        raise UnsupportedError(f"CUDA: cuda.bindings.nvrtc is not importable ({e}); {INSTALL_HINT}") from None
+    return nvrtc
+
+
+def available() -> bool:
+    try:
+        _nvrtc()
+        return bool(header_dirs())
+    except (UnsupportedError, CompileError):
+        return False
+
+
+@functools.cache
+def header_dirs() -> tuple[str, ...]:
+    """The folders holding cuda_fp16.h and cuda_bf16.h."""
+    try:
+        import cuda.pathfinder as pathfinder
+        found = pathfinder.find_nvidia_header_directory("cudart")
+    except Exception:  # noqa: BLE001  (any failure of the finder means: look elsewhere)
+        found = None
+    candidates = [found] if found else []
+    candidates += [str(Path(os.environ[v]) / "include") for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
+    dirs = tuple(d for d in candidates if d and (Path(d) / "cuda_fp16.h").exists())
+    if not dirs:
+        raise UnsupportedError(f"CUDA: cuda_fp16.h was not found; {INSTALL_HINT}")
+    return dirs
+
+
+@functools.cache
+def version() -> tuple[int, int]:
+    nvrtc = _nvrtc()
+    _check(nvrtc, nvrtc.nvrtcVersion()[0], "nvrtcVersion")
+    _, major, minor = nvrtc.nvrtcVersion()
+    return major, minor
+
+
+def _check(nvrtc, result, what: str) -> None:
+    if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise CompileError(f"NVRTC {what} failed: {nvrtc.nvrtcGetErrorString(result)[1].decode()}")
+
+
+def compile_cubin(source: str, name: str, arch: str, options: tuple[str, ...] = ()) -> bytes:
+    """Compiles `source` for `arch` ("sm_90"); on failure raises CompileError naming `name`, with the
+    compiler log, and saves the source where the message says."""
+    nvrtc = _nvrtc()
+    result, program = nvrtc.nvrtcCreateProgram(source.encode(), f"{name}.cu".encode(), 0, [], [])
+    _check(nvrtc, result, "nvrtcCreateProgram")
+    try:
+        flags = [f"--gpu-architecture={arch}", "-std=c++17", "--fmad=false", "-default-device", *options,
+                 *(f"-I{d}" for d in header_dirs())]
+        (result,) = nvrtc.nvrtcCompileProgram(program, len(flags), [f.encode() for f in flags])
+        if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise CompileError(f"CUDA kernel {name!r} failed to compile for {arch}:\n{_log(nvrtc, program)}\n"
+                               f"(source saved to {_save_failed(source, name)})")
+        result, size = nvrtc.nvrtcGetCUBINSize(program)
+        _check(nvrtc, result, "nvrtcGetCUBINSize")
+        cubin = b" " * size
+        _check(nvrtc, nvrtc.nvrtcGetCUBIN(program, cubin)[0], "nvrtcGetCUBIN")
+        return cubin
+    finally:
+        nvrtc.nvrtcDestroyProgram(program)
+
+
+def _log(nvrtc, program) -> str:
+    _, size = nvrtc.nvrtcGetProgramLogSize(program)
+    log = b" " * size
+    nvrtc.nvrtcGetProgramLog(program, log)
+    return log.rstrip(b"\x00").decode(errors="replace").strip()
+
+
+def _save_failed(source: str, name: str) -> Path:
+    folder = config.current.cache_dir / "failed"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.cu"
+    path.write_text(source)
+    return path
