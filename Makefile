@@ -1,34 +1,48 @@
 # The README's two commands, `make demo` and `make test`, set everything up on a fresh machine.
 PYTHON ?= python3
 VENV := .venv
+# SYSTEM=1 runs with the system Python and what it has installed (a GPU machine with no network
+# already has torch, CuPy, cuda-bindings and NVRTC): no virtual environment is made.
+ifdef SYSTEM
+PY := PYTHONPATH=$(CURDIR) $(PYTHON)
+STAMP :=
+else
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+endif
 
-.PHONY: demo test lint gpu-test bench clean
+.PHONY: demo test lint gpu-test bench gpu-bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test,cuda]'
 	touch $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/braze demo
 
-# The whole suite, then the op suite again on the compiled backend (checked against the same oracle).
+# The whole suite, then the op suite again on the compiled backend (checked against the same oracle),
+# then once more generating CUDA for every fusion and compiling it with NVRTC (no GPU needed).
 test: $(STAMP)
 	$(PY) -m pytest -q tests
 	BRAZE_OPS_BACKEND=llvm $(PY) -m pytest -q tests/ops
+	BRAZE_OPS_BACKEND=nvrtc $(PY) -m pytest -q tests/ops
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check braze tests benchmarks
 
-# The GPU suite: tests marked `cuda` (pytest exits 5 when none is collected yet).
+# The GPU suite: the tests marked `cuda`, then the op suite on the GPU against the same oracle.
+# JOBS=8 spreads the op suite over 8 processes (needs pytest-xdist).
 gpu-test: $(STAMP)
-	$(PY) -m pytest -q -m cuda tests; rc=$$?; test $$rc -eq 0 -o $$rc -eq 5
+	$(PY) -m pytest -q -m cuda tests
+	BRAZE_OPS_BACKEND=cuda $(PY) -m pytest -q $(if $(JOBS),-n $(JOBS)) tests/ops
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py
+
+gpu-bench: $(STAMP)
+	$(PY) benchmarks/gpu.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -12,16 +12,19 @@ from braze.dtypes import (
     int32,
     int64,
 )
-from braze.errors import Error, FusionDefinitionError, InputError, UnsupportedError
+from braze.errors import CompileError, CudaError, Error, FusionDefinitionError, InputError, UnsupportedError
 from braze.frontend import Fusion, jit
 from braze.ir.tensor import TensorView
+from braze.runtime.cuda_kernel import RtcKernel
+from braze.runtime.device_arrays import DeviceArray
 from braze.runtime.record import record
 from braze.runtime.rng import manual_seed
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "DType", "Error", "Fusion", "FusionDefinitionError", "InputError", "TensorView", "UnsupportedError",
+    "CompileError", "CudaError", "DType", "DeviceArray", "Error", "Fusion", "FusionDefinitionError", "InputError",
+    "RtcKernel", "TensorView", "UnsupportedError",
     "bfloat16", "bool_", "float16", "float32", "float64", "int8", "int32", "int64", "jit", "manual_seed", "ops",
     "record",
 ]

@@ -26,6 +26,10 @@ from braze.errors import UnsupportedError
 from braze.kir import nodes as k
 
 PRELUDE = (Path(__file__).with_name("prelude.cuh")).read_text()
+# The half-precision headers are large (most of a small kernel's compile time): only kernels that
+# touch float16 or bfloat16 include them.
+HALF_HEADERS = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"
+_HALF_MARKS = ("__half", "__nv_bfloat16", "bfloat16", "__ushort_as_")
 DEFAULT_BLOCK_SIZE = 256
 
 C_TYPE = {"bool": "bool", "int8": "signed char", "int32": "int", "int64": "long long", "float16": "__half",
@@ -223,13 +227,14 @@ class TaskWriter:
         begin = self.expr(t.begin) if t.kind == "range_for" else "0LL"
         end = self.expr(t.end) if t.kind == "range_for" else "1LL"
         self.line(f"const long long task_begin = {begin}, task_end = {end};")
-        self.line("const long long lane = threadIdx.x & (lanes - 1), rows_per_block = blockDim.x / lanes;")
+        self.line("const int lanes32 = (int)lanes, lane = threadIdx.x & (lanes32 - 1);")
+        self.line("const int row_in_block = threadIdx.x / lanes32, rows_per_block = blockDim.x / lanes32;")
         self.line("for (long long row0 = task_begin + (long long)blockIdx.x * rows_per_block; row0 < task_end;")
         self.line("     row0 += (long long)gridDim.x * rows_per_block) {")
         self.depth += 1
         # Rows past the end still run (clamped to the last row) so every lane reaches the shuffles
         # and barriers of a lane reduction; only their stores are skipped.
-        self.line("const long long row = row0 + threadIdx.x / lanes;")
+        self.line("const long long row = row0 + row_in_block;")
         self.line("const bool active = row < task_end;")
         if t.kind == "range_for":
             self.line(f"const {c_type(t.var.dtype)} {t.var.name} = active ? row : task_end - 1;")
@@ -290,9 +295,9 @@ class TaskWriter:
             compare = "<" if s.step > 0 else ">"
             self.nested(f"for ({var} = {begin}; {s.var.name} {compare} {end}; {step})", s.body, loop=True)
             return
-        self.nested(f"for ({var} = {begin} + lane; {s.var.name} < {end}; {s.var.name} += lanes)", s.body, loop=True)
+        self.nested(f"for ({var} = {begin} + lane; {s.var.name} < {end}; {s.var.name} += lanes32)", s.body, loop=True)
         for acc, combine in accumulators:
-            self.line(f"{acc.name} = bz_lane_reduce({acc.name}, lanes, {LANE_COMBINES[combine]}());")
+            self.line(f"{acc.name} = bz_lane_reduce({acc.name}, lanes32, {LANE_COMBINES[combine]}());")
 
 
 def _scalar_from_slot(slot: str, dtype: DType) -> str:
@@ -361,7 +366,12 @@ class CudaSource:
 
     @property
     def text(self) -> str:
-        return PRELUDE + "\n" + self.body
+        return with_prelude(self.body)
+
+
+def with_prelude(body: str) -> str:
+    headers = HALF_HEADERS if any(mark in body for mark in _HALF_MARKS) else ""
+    return headers + PRELUDE + "\n" + body
 
 
 def generate(kernel: k.Kernel, block_size: int = DEFAULT_BLOCK_SIZE, restrict: bool = False) -> CudaSource:

@@ -109,7 +109,7 @@ TERNARY_RULES = {
 # --- casts ------------------------------------------------------------------------------------------
 _TO_FLOAT32 = {"float16": "__half2float({})", "bfloat16": "__bfloat162float({})"}
 _FROM_FLOAT = {("float32", "float16"): "__float2half_rn({})", ("float64", "float16"): "__double2half({})",
-               ("float32", "bfloat16"): "__float2bfloat16_rn({})", ("float64", "bfloat16"): "__double2bfloat16({})"}
+               ("float32", "bfloat16"): "__ushort_as_bfloat16(bz_float_to_bf16_bits({}))"}
 
 
 def cast(x: str, source: DType, out: DType) -> str:

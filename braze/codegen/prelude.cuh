@@ -3,9 +3,6 @@
 // The rules match the NumPy reference and the LLVM backend: NaN-propagating maximum/minimum,
 // Python-style floor division, integer division by zero giving 0, wrap-around integer
 // arithmetic, shifts defined for every amount, saturating float-to-int casts.
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-
 #define BZ_D __device__ __forceinline__
 
 // The packed argument block: per array its data pointer, extents and strides; per scalar one slot.
@@ -141,6 +138,14 @@ template <typename T, typename F> BZ_D T bz_float_to_int(F x) {
   return T(x);
 }
 
+// float32 -> bfloat16 bits, rounding to nearest even; a NaN stays a quiet NaN with its payload's top
+// bits (as NumPy's ml_dtypes and the LLVM backend give it, where CUDA's conversion gives 0x7fff).
+BZ_D unsigned short bz_float_to_bf16_bits(float x) {
+  unsigned bits = __float_as_uint(x);
+  if (x != x) return (unsigned short)((bits >> 16) | 0x40);
+  return (unsigned short)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
 // --- Philox4x32-10: one 32-bit word of counter (group, offset) under key seed ---------------
 BZ_D long long bz_philox(long long seed, long long offset, long long group, long long word) {
   unsigned c0 = (unsigned)group, c1 = (unsigned)((unsigned long long)group >> 32);
@@ -172,8 +177,8 @@ struct BzReduceAnd { template <typename T> BZ_D T operator()(T a, T b) const { r
 // `lanes` threads (a power of two) share a row: up to a warp, a butterfly of shuffles; otherwise
 // the whole block is the row, and warps combine through shared memory in a fixed order, so the
 // result is the same from run to run. Every lane gets the result.
-template <typename T, typename Op> BZ_D T bz_lane_reduce(T v, long long lanes, Op op) {
-  const int width = lanes < 32 ? (int)lanes : 32;
+template <typename T, typename Op> BZ_D T bz_lane_reduce(T v, int lanes, Op op) {
+  const int width = lanes < 32 ? lanes : 32;
   for (int offset = width / 2; offset > 0; offset >>= 1) v = op(v, bz_shfl_xor(v, offset));
   if (lanes <= 32) return v;
   __shared__ T partial[32];

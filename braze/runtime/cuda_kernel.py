@@ -12,6 +12,7 @@ import numpy as np
 
 from braze import config
 from braze.codegen import cuda as cuda_codegen
+from braze.codegen.llvm import ArgLayout
 from braze.errors import InputError
 from braze.kir import kernel_text
 from braze.kir import nodes as k
@@ -19,7 +20,7 @@ from braze.runtime import cuda_driver as cuda
 from braze.runtime import disk_cache, nvrtc
 from braze.runtime.compiled_kernel import CompileParams
 from braze.runtime.executor import host_function, inner_extent
-from braze.runtime.record import Launch, note_compile, note_launch, recording
+from braze.runtime.record import Launch, note_compile, note_launch, profiling, recording
 
 BLOCKS_PER_SM = 8  # resident blocks of 256 threads an SM holds; grids beyond that loop instead
 
@@ -110,6 +111,7 @@ class CudaExecutor:
                         bool(plan.loops) and plan.coalesces)
             for t, plan in zip(self.kernel.tasks, compiled.generated.lane_plans)]
         self.max_grid = device.sm_count * BLOCKS_PER_SM
+        self.layout = ArgLayout.of(self.kernel.params)
         # The kernel parameters: the argument block and `lanes`, each passed by address.
         self.lanes = np.zeros(1, np.int64)
         self.pointers = (ctypes.c_void_p * 2)()
@@ -126,9 +128,33 @@ class CudaExecutor:
             lanes = lanes_for(row, self.block) if task.uses_lanes else 1
             self.lanes[0] = lanes
             grid = min(-(-(end - begin) * lanes // self.block), self.max_grid)
-            cuda.launch(task.function, (grid, 1, 1), (self.block, 1, 1), params, stream, name=task.name)
             if recording():
-                note_launch(Launch(self.kernel.name, task.name, begin, end, grid))
+                self._recorded_launch(task, grid, params, stream, block, (begin, end))
+            else:
+                cuda.launch(task.function, (grid, 1, 1), (self.block, 1, 1), params, stream, name=task.name)
+
+    def _recorded_launch(self, task: _TaskLaunch, grid: int, params: int, stream: int, block: np.ndarray,
+                         bounds: tuple[int, int]) -> None:
+        """A launch under bz.record(): noted, and timed with CUDA events when profiling."""
+        launch = Launch(self.kernel.name, task.name, *bounds, grid)
+        if profiling():
+            start, end = cuda.event(), cuda.event()
+            cuda.record_event(start, stream)
+        cuda.launch(task.function, (grid, 1, 1), (self.block, 1, 1), params, stream, name=task.name)
+        if profiling():
+            cuda.record_event(end, stream)
+            launch.device_ms = cuda.elapsed_ms(start, end)
+            launch.gbps = self._argument_bytes(block) / launch.device_ms / 1e6
+        note_launch(launch)
+
+    def _argument_bytes(self, block: np.ndarray) -> int:
+        """Bytes of the kernel's array arguments (extents from the argument block)."""
+        total = 0
+        for p in self.kernel.params:
+            if isinstance(p, k.ArrayParam):
+                at = self.layout.slots[p.name]
+                total += int(np.prod(block[at + 1: at + 1 + p.ndim])) * p.dtype.itemsize
+        return total
 
 
 # --- a user's own CUDA --------------------------------------------------------------------------

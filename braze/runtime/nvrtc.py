@@ -65,6 +65,16 @@ def _check(nvrtc, result, what: str) -> None:
 def compile_cubin(source: str, name: str, arch: str, options: tuple[str, ...] = ()) -> bytes:
     """Compiles `source` for `arch` ("sm_90"); on failure raises CompileError naming `name`, with the
     compiler log, and saves the source where the message says."""
+    return _compile(source, name, arch, options, "CUBIN")
+
+
+def compile_ptx(source: str, name: str, arch: str, options: tuple[str, ...] = ()) -> bytes:
+    """PTX for the virtual architecture of `arch`: the whole front end and optimizer, without the
+    assembler (for checking sources quickly)."""
+    return _compile(source, name, arch.replace("sm_", "compute_"), options, "PTX")
+
+
+def _compile(source: str, name: str, arch: str, options: tuple[str, ...], output: str) -> bytes:
     nvrtc = _nvrtc()
     result, program = nvrtc.nvrtcCreateProgram(source.encode(), f"{name}.cu".encode(), 0, [], [])
     _check(nvrtc, result, "nvrtcCreateProgram")
@@ -75,11 +85,11 @@ def compile_cubin(source: str, name: str, arch: str, options: tuple[str, ...] = 
         if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise CompileError(f"CUDA kernel {name!r} failed to compile for {arch}:\n{_log(nvrtc, program)}\n"
                                f"(source saved to {_save_failed(source, name)})")
-        result, size = nvrtc.nvrtcGetCUBINSize(program)
-        _check(nvrtc, result, "nvrtcGetCUBINSize")
-        cubin = b" " * size
-        _check(nvrtc, nvrtc.nvrtcGetCUBIN(program, cubin)[0], "nvrtcGetCUBIN")
-        return cubin
+        result, size = getattr(nvrtc, f"nvrtcGet{output}Size")(program)
+        _check(nvrtc, result, f"nvrtcGet{output}Size")
+        binary = b" " * size
+        _check(nvrtc, getattr(nvrtc, f"nvrtcGet{output}")(program, binary)[0], f"nvrtcGet{output}")
+        return binary
     finally:
         nvrtc.nvrtcDestroyProgram(program)
 

@@ -21,20 +21,24 @@ class Launch:
     task: str
     begin: int
     end: int
-    chunks: int = 1  # how many threads shared the range (CPU)
+    chunks: int = 1  # how many threads shared the range (CPU), or blocks in the grid (GPU)
+    device_ms: float | None = None  # under record(profile=True), on a GPU: the kernel's time
+    gbps: float | None = None  # and the bytes of its array arguments over that time
 
 
 @dataclass
 class Recording:
+    profile: bool = False
     launches: list[Launch] = field(default_factory=list)
     compiles: list[str] = field(default_factory=list)  # kernels compiled (not found in any cache)
     segments: list[list[str]] = field(default_factory=list)  # per fusion compiled: the tensors its tasks write
 
 
 @contextmanager
-def record() -> Iterator[Recording]:
-    """Records launches, compilations and segmentations on this thread for the `with` body."""
-    recording = Recording()
+def record(profile: bool = False) -> Iterator[Recording]:
+    """Records launches, compilations and segmentations on this thread for the `with` body.
+    `profile=True` also times each GPU kernel with CUDA events (which waits for each kernel)."""
+    recording = Recording(profile)
     stack = _local.__dict__.setdefault("stack", [])
     stack.append(recording)
     try:
@@ -54,6 +58,10 @@ def note_launch(launch: Launch) -> None:
 
 def recording() -> bool:
     return bool(getattr(_local, "stack", None))
+
+
+def profiling() -> bool:
+    return any(r.profile for r in _active())
 
 
 def note_compile(kernel: str) -> None:

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from oracle import ALL_DTYPES, FLOAT_DTYPES, assert_same, define, execute, run
+from oracle import ALL_DTYPES, BACKEND, FLOAT_DTYPES, assert_matches, assert_same, define, execute, run
 
 import braze as bz
 from braze.ops import philox
@@ -105,8 +105,11 @@ def test_seeded_random_is_the_philox_stream(op, dtype, shape, offset):
     first, again = execute(lambda f: [fn(shape, dtype, seed=1234, offset=offset),
                                       fn(shape, dtype, seed=1234, offset=offset)], [])
     expected = DRAW[op](shape, dtype.numpy, 1234, offset)
-    assert_same(first, expected)
-    assert_same(again, expected)  # the same seed and offset give the same numbers
+    if op == "randn" and BACKEND == "cuda":  # the GPU's log and cos differ from libm's in the last bits
+        assert_matches(first, expected, dtype)
+    else:
+        assert_same(first, expected)
+    assert_same(again, first)  # the same seed and offset give the same numbers
 
 
 @pytest.mark.parametrize("op", ["rand", "randn"])

@@ -301,12 +301,3 @@ def test_torch_strided_output_layout_and_in_place() -> None:
     assert torch.equal(doubled, (torch.arange(6.0).reshape(3, 2).T) * 2)
     assert updated.data_ptr() == t.data_ptr()
     assert torch.equal(t, torch.arange(6.0).reshape(3, 2).T + 1)
-
-
-@pytest.mark.cuda
-def test_torch_cuda_tensor_is_unsupported_for_now() -> None:
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    with pytest.raises(bz.UnsupportedError, match=r"input 0 \('x'\): expected a CPU tensor, got one on cuda"):
-        affine_fusion().execute([torch.ones(2, 2, device="cuda", dtype=torch.float64), base(2)])

@@ -1,0 +1,162 @@
+"""The CUDA backend on a GPU: interop, launches, RtcKernel, recompiles and the disk cache.
+
+Every test here needs an NVIDIA GPU (`make gpu-test`); without one they are skipped. The op suite
+itself runs on the GPU with BRAZE_OPS_BACKEND=cuda (outputs poisoned before the kernels write).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import braze as bz
+from braze import config, engine
+from braze.runtime import cuda_driver
+from braze.runtime.device_arrays import DeviceArray
+
+pytestmark = [pytest.mark.cuda,
+              pytest.mark.skipif(cuda_driver.device_count() == 0, reason="needs an NVIDIA GPU")]
+
+
+def softmax_fusion(dtype=bz.float32) -> bz.Fusion:
+    with bz.Fusion() as f:
+        x = f.define_tensor([-1, -1], dtype=dtype)
+        f.add_output(bz.ops.softmax(x, -1))
+    return f
+
+
+def reference_softmax(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float64)
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+@pytest.mark.parametrize("cols", [1, 7, 100, 513, 3000])
+def test_softmax_rows_of_any_length_in_one_launch(cols: int) -> None:
+    x = np.random.default_rng(cols).standard_normal((37, cols)).astype(np.float32)
+    f = softmax_fusion()
+    with bz.record() as rec, config.scope(enable="poison_outputs"):
+        (y,) = f.execute([x], device="cuda")
+    np.testing.assert_allclose(y, reference_softmax(x), rtol=1e-5, atol=1e-6)
+    assert len(rec.launches) == 1
+
+
+def test_torch_in_torch_out_on_the_current_stream() -> None:
+    torch = pytest.importorskip("torch")
+    x = torch.randn(64, 300, device="cuda")
+    b = torch.randn(300, device="cuda")
+    with bz.Fusion() as f:
+        tx, tb = f.define_tensor([-1, -1]), f.define_tensor([-1])
+        f.add_output(bz.ops.relu(tx * 2.0 + tb))
+        f.add_output(bz.ops.sum(tx, axes=[1]))
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        y, s = f.execute([x, b])
+    stream.synchronize()
+    assert isinstance(y, torch.Tensor) and y.device.type == "cuda"
+    torch.testing.assert_close(y, torch.relu(x * 2 + b))
+    torch.testing.assert_close(s, x.sum(1), rtol=1e-5, atol=1e-4)
+
+
+def test_torch_bfloat16_rms_norm() -> None:
+    torch = pytest.importorskip("torch")
+    x = torch.randn(32, 1024, device="cuda", dtype=torch.bfloat16)
+    with bz.Fusion() as f:
+        t = f.define_tensor([-1, -1], dtype=bz.bfloat16)
+        f.add_output(bz.ops.rms_norm(t))
+    (y,) = f.execute([x])
+    xf = x.float()
+    expected = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(torch.bfloat16)
+    assert y.dtype == torch.bfloat16
+    torch.testing.assert_close(y.float(), expected.float(), rtol=1e-2, atol=1e-2)
+
+
+def test_torch_in_place_output() -> None:
+    torch = pytest.importorskip("torch")
+    x = torch.randn(1000, device="cuda")
+    with bz.Fusion() as f:
+        t = f.define_tensor([-1])
+        f.add_output(t * 3.0, alias=t)
+    expected = x * 3
+    f.execute([x])
+    torch.testing.assert_close(x, expected)
+
+
+def test_cupy_in_cupy_out() -> None:
+    cupy = pytest.importorskip("cupy")
+    x = cupy.random.standard_normal((128, 64), dtype=cupy.float32)
+    f = softmax_fusion()
+    (y,) = f.execute([x])
+    assert isinstance(y, cupy.ndarray)
+    np.testing.assert_allclose(cupy.asnumpy(y), reference_softmax(cupy.asnumpy(x)), rtol=1e-5, atol=1e-6)
+
+
+def test_device_array_in_device_array_out() -> None:
+    host = np.random.default_rng(0).standard_normal((8, 33))
+    x = DeviceArray.from_numpy(host)
+    with bz.Fusion() as f:
+        t = f.define_tensor([-1, -1], dtype=bz.float64)
+        f.add_output(bz.ops.exp(t).sum(0))
+    (y,) = f.execute([x])
+    assert isinstance(y, DeviceArray)
+    np.testing.assert_allclose(y.numpy(), np.exp(host).sum(0), rtol=1e-12)
+
+
+def test_cpu_and_cuda_tensors_do_not_mix() -> None:
+    torch = pytest.importorskip("torch")
+    with bz.Fusion() as f:
+        a, b = f.define_tensor([-1]), f.define_tensor([-1])
+        f.add_output(a + b)
+    with pytest.raises(bz.InputError, match=r"expected every array on one device, got input 1 on cpu, "
+                                            r"input 0 on cuda:0"):
+        f.execute([torch.ones(3, device="cuda"), torch.ones(3)])
+
+
+def test_rtc_kernel() -> None:
+    source = r'''
+    extern "C" __global__ void saxpy(float a, const float* x, float* y, int n) {
+      int i = blockIdx.x * blockDim.x + threadIdx.x;
+      if (i < n) y[i] = a * x[i] + y[i];
+    }'''
+    kernel = bz.RtcKernel(source, "saxpy")
+    x, y = np.arange(1000, dtype=np.float32), np.ones(1000, np.float32)
+    dx, dy = DeviceArray.from_numpy(x), DeviceArray.from_numpy(y)
+    kernel.launch((4,), (256,), [2.0, dx, dy, 1000])
+    np.testing.assert_array_equal(dy.numpy(), 2 * x + 1)
+    with pytest.raises(bz.InputError, match=r"RtcKernel saxpy: expected 4 arguments, got 3"):
+        kernel.launch((4,), (256,), [2.0, dx, dy])
+
+
+def test_rtc_kernel_compile_error_names_the_kernel() -> None:
+    with pytest.raises(bz.CompileError, match=r"(?s)CUDA kernel 'broken' failed to compile .*undefined_thing"):
+        bz.RtcKernel('extern "C" __global__ void broken() { undefined_thing(); }', "broken")
+
+
+def test_recompile_for_a_larger_block() -> None:
+    x = np.random.default_rng(1).standard_normal((16, 2000)).astype(np.float32)
+    f = softmax_fusion()
+    f.execute([x], device="cuda")
+    runtime = next(iter(engine._caches[f].entries.values()))
+    bigger = runtime.executor.compiled.recompile(block_size=1024)
+    assert "__launch_bounds__(1024)" in bigger.source
+    runtime.executor = type(runtime.executor)(bigger, runtime.executor.device)
+    (y,) = f.execute([x], device="cuda")
+    np.testing.assert_allclose(y, reference_softmax(x), rtol=1e-5, atol=1e-6)
+
+
+def test_disk_cache_hit_and_corrupt_file(tmp_path) -> None:
+    x = np.random.default_rng(2).standard_normal((4, 50)).astype(np.float32)
+    with config.scope(cache_dir=tmp_path):
+        engine._kernels.clear()
+        with bz.record() as cold:
+            softmax_fusion().execute([x], device="cuda")
+        engine._kernels.clear()
+        with bz.record() as warm:
+            softmax_fusion().execute([x], device="cuda")
+        for path in tmp_path.rglob("*.bin"):
+            path.write_bytes(path.read_bytes()[:100])  # truncated: a miss, not a crash
+        engine._kernels.clear()
+        with bz.record() as damaged:
+            (y,) = softmax_fusion().execute([x], device="cuda")
+    assert len(cold.compiles) == 1 and warm.compiles == [] and len(damaged.compiles) == 1
+    np.testing.assert_allclose(y, reference_softmax(x), rtol=1e-5, atol=1e-6)
