@@ -17,7 +17,14 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
 
 def demo(args: argparse.Namespace) -> int:
     from braze.demo import run_gallery
+    from braze.demo_gpu import gpu_available
 
+    status = 0
+    if args.backend in (None, "cuda") and gpu_available():
+        status = gpu_demo(args)
+        print()
+    if args.backend == "cuda":
+        return status
     rows = run_gallery(args.backend)
     print(_table(["fusion", "ops", "kernels", "max error vs NumPy", "backend", "ms/call", "NumPy ms", "speed-up"],
                  [[r.name, str(r.ops), str(r.kernels), f"{r.max_error:.2e}", r.backend, f"{r.ms_per_call:.3f}",
@@ -25,7 +32,23 @@ def demo(args: argparse.Namespace) -> int:
     worst = max(r.max_error for r in rows)
     print(f"\n{len(rows)} fusions, worst error {worst:.2e}. NumPy has no erf: its gelu_bias time uses "
           "np.vectorize(math.erf).")
-    return 0 if worst < 1e-3 else 1
+    return status or (0 if worst < 1e-3 else 1)
+
+
+def gpu_demo(args: argparse.Namespace) -> int:
+    from braze.demo_gpu import ROWS_FACTOR, run_gpu_gallery
+    from braze.runtime import cuda_driver
+
+    rows = run_gpu_gallery(with_compile=not args.no_compile)
+    peers = sorted({p for r in rows for p in r.peers_us})
+    print(f"On {cuda_driver.device(0).name} (the gallery with {ROWS_FACTOR}x the rows; CUDA events, medians):")
+    print(_table(["fusion", "ops", "kernels", "max error vs NumPy", "us/call", "GB/s",
+                  *(f"{p} us" for p in peers), *(f"x {p}" for p in peers)],
+                 [[r.name, str(r.ops), str(r.kernels), f"{r.max_error:.2e}", f"{r.us_per_call:.1f}", f"{r.gbps:.0f}",
+                   *(f"{r.peers_us[p]:.1f}" if p in r.peers_us else "-" for p in peers),
+                   *(f"{r.peers_us[p] / r.us_per_call:.2f}" if p in r.peers_us else "-" for p in peers)]
+                  for r in rows]))
+    return 0 if max(r.max_error for r in rows) < 1e-3 else 1
 
 
 def _version(package: str) -> str:
@@ -36,8 +59,13 @@ def _version(package: str) -> str:
 
 
 def info(args: argparse.Namespace) -> int:
-    packages = ["braze", "numpy", "llvmlite", "ml_dtypes", "cuda-bindings", "torch", "cupy"]
+    from braze.runtime import cuda_driver, nvrtc
+
+    packages = ["braze", "numpy", "llvmlite", "ml_dtypes", "cuda-bindings", "nvidia-cuda-nvrtc", "torch", "cupy"]
     rows = [[p, _version(p)] for p in packages]
+    rows += [["NVRTC", ".".join(map(str, nvrtc.version())) if nvrtc.available() else "not found"]]
+    rows += [[f"cuda:{i}", f"{cuda_driver.device(i).name} ({cuda_driver.device(i).arch})"]
+             for i in range(cuda_driver.device_count())] or [["GPU", "none found"]]
     rows += [["backends", ", ".join(sorted(engine.BACKENDS))], ["default backend", engine.DEFAULT_BACKEND],
              ["cache folder", str(config.current.cache_dir)], ["python", sys.version.split()[0]]]
     print(_table(["item", "value"], rows))
@@ -60,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="braze", description="braze: fused tensor kernels from Python")
     commands = parser.add_subparsers(dest="command", required=True)
     demo_parser = commands.add_parser("demo", help="run the gallery of fusions and check them against NumPy")
-    demo_parser.add_argument("--backend", default=None, help="backend to run on (default: the default backend)")
+    demo_parser.add_argument("--backend", default=None,
+                             help="backend to run on (default: the GPU when there is one, then the CPU)")
+    demo_parser.add_argument("--no-compile", action="store_true", help="leave torch.compile out of the GPU table")
     demo_parser.set_defaults(run=demo)
     commands.add_parser("info", help="show versions, backends and the cache folder").set_defaults(run=info)
     cache_parser = commands.add_parser("cache", help="show or clear the disk cache of compiled kernels")

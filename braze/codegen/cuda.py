@@ -13,6 +13,7 @@ pointer, extents and strides; per scalar one slot) by value, plus `lanes`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -128,6 +129,93 @@ def _walks_unit_stride(loop: k.For) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class RowCache:
+    """A load that several lane loops repeat for the same element of a row: the first loop keeps
+    each value in shared memory, the later ones read it back, so the row crosses DRAM once. Each
+    lane reads back only the elements it stored itself, so no barrier is needed."""
+
+    key: tuple  # (param name, indices with the loop index replaced by a marker)
+    dtype: DType
+    loops: tuple[int, ...]  # id() of the lane loops that read it, in program order
+    position: int  # which top-level loop of the task is the first of them (its extent sizes the cache)
+
+
+_ROW_INDEX = k.Var("__row_index")
+
+
+def _replace_var(e: k.Expr, old: k.Var, new: k.Var) -> k.Expr:
+    if e == old:
+        return new
+    changes = {}
+    for name in getattr(e, "__dataclass_fields__", {}):
+        child = getattr(e, name)
+        if isinstance(child, k.Expr):
+            changes[name] = _replace_var(child, old, new)
+        elif isinstance(child, tuple) and any(isinstance(c, k.Expr) for c in child):
+            changes[name] = tuple(_replace_var(c, old, new) if isinstance(c, k.Expr) else c for c in child)
+    return dataclasses.replace(e, **changes) if changes else e
+
+
+def row_cache_key(load: k.Load, loop: k.For) -> tuple:
+    return (load.param.name, tuple(_replace_var(i, loop.var, _ROW_INDEX) for i in load.indices))
+
+
+def loads_in(stmts: tuple[k.Stmt, ...]) -> Iterator[k.Load]:
+    for s in walk(stmts):
+        for x in _exprs_of(s):
+            yield from (e for e in sub_exprs(x) if isinstance(e, k.Load))
+
+
+# Operands evaluated only when another operand says so: a load there may be out of bounds otherwise
+# (a `cat` reads each input only inside its own range).
+_CONDITIONAL_OPERANDS = {"where": ("b", "c"), "logical_and": ("b",), "logical_or": ("b",)}
+
+
+def unconditional_loads(stmts: tuple[k.Stmt, ...]) -> Iterator[k.Load]:
+    """The loads every iteration performs: none under an `if`, a `where` branch or a short circuit."""
+    def visit(e: k.Expr) -> Iterator[k.Load]:
+        if isinstance(e, k.Load):
+            yield e
+        skipped = _CONDITIONAL_OPERANDS.get(getattr(e, "op", None), ()) if isinstance(e, (k.Binary, k.Ternary)) else ()
+        for name in getattr(e, "__dataclass_fields__", {}):
+            child = getattr(e, name)
+            if name in skipped:
+                continue
+            if isinstance(child, k.Expr):
+                yield from visit(child)
+            elif isinstance(child, tuple):
+                for c in child:
+                    if isinstance(c, k.Expr):
+                        yield from visit(c)
+    for s in stmts:
+        if isinstance(s, (k.If, k.For, k.While)):
+            continue
+        for x in _exprs_of(s):
+            yield from visit(x)
+
+
+def plan_row_caches(task: k.Task, plan: LanePlan) -> tuple[RowCache, ...]:
+    """The loads worth keeping in shared memory: read by two or more lane loops over the same range."""
+    loops = [s for s in task.body if isinstance(s, k.For) and id(s) in plan.loops]
+    seen: dict[tuple, list] = {}
+    for loop in loops:
+        for load in unconditional_loads(loop.body):
+            index_vars = {v for i in load.indices for v in sub_exprs(i) if isinstance(v, k.Var)}
+            # Along the row, and different per row (a broadcast operand stays in L1 by itself).
+            if loop.var in index_vars and index_vars - {loop.var}:
+                entry = seen.setdefault(row_cache_key(load, loop), [load.param.dtype, []])
+                if id(loop) not in entry[1]:
+                    entry[1].append(id(loop))
+    ranges = {id(loop): (loop.begin, loop.end) for loop in loops}
+    position = {id(s): n for n, s in enumerate(s for s in task.body if isinstance(s, k.For))}
+    caches = []
+    for key, (dtype, users) in seen.items():
+        if len(users) >= 2 and len({ranges[u] for u in users}) == 1:
+            caches.append(RowCache(key, dtype, tuple(users), position[users[0]]))
+    return tuple(caches)
+
+
 def plan_lanes(task: k.Task) -> LanePlan:
     loops = [s for s in task.body if isinstance(s, k.For)]
     task_vars = {s.var for s in task.body if isinstance(s, k.Let)}
@@ -186,6 +274,8 @@ class TaskWriter:
         self.depth = 1
         self.loop_depth = 0
         self.lanes = plan_lanes(task)
+        self.caches = plan_row_caches(task, self.lanes) if self.lanes.loops else ()
+        self.substitutions: dict[k.Load, str] = {}  # loads read from a row cache in the current loop
         self.written = {s.param.name for s in walk(task.body) if isinstance(s, (k.Store, k.AtomicRMW))}
 
     # --- text --------------------------------------------------------------------------------------
@@ -200,6 +290,8 @@ class TaskWriter:
         return f"{param.name}_"
 
     def expr(self, e: k.Expr) -> str:
+        if e in self.substitutions:
+            return self.substitutions[e]
         return _EXPR[type(e)](self, e)
 
     def apply(self, op: str, args: list[k.Expr], out: DType, attrs: dict | None = None) -> str:
@@ -222,7 +314,8 @@ class TaskWriter:
     def write(self) -> str:
         t = self.task
         self.lines.append(f"extern \"C\" __global__ void __launch_bounds__({self.block_size})")
-        self.lines.append(f"{t.name}(const BzArgs<{max(self.layout.size, 1)}> a, const long long lanes) {{")
+        self.lines.append(f"{t.name}(const BzArgs<{max(self.layout.size, 1)}> a, const long long lanes,")
+        self.lines.append("    const long long cached_row) {")
         self.declare_params()
         begin = self.expr(t.begin) if t.kind == "range_for" else "0LL"
         end = self.expr(t.end) if t.kind == "range_for" else "1LL"
@@ -238,11 +331,39 @@ class TaskWriter:
         self.line("const bool active = row < task_end;")
         if t.kind == "range_for":
             self.line(f"const {c_type(t.var.dtype)} {t.var.name} = active ? row : task_end - 1;")
+        self.declare_row_caches()
         self.block(t.body)
         self.depth -= 1
         self.line("}")
         self.lines.append("}")
         return "\n".join(self.lines)
+
+    def declare_row_caches(self) -> None:
+        """Pointers to this row's part of each cache in dynamic shared memory. The runtime passes
+        `cached_row` (the row length) when the caches fit, else 0 and the loops read memory."""
+        if not self.caches:
+            return
+        self.line("extern __shared__ __align__(16) unsigned char bz_shared[];")
+        self.line("unsigned char* bz_region = bz_shared;")
+        for n, cache in enumerate(self.caches):
+            ty = c_type(cache.dtype)
+            self.line(f"{ty}* const row_cache{n} = ({ty}*)bz_region + row_in_block * cached_row;")
+            self.line(f"bz_region += (rows_per_block * cached_row * sizeof({ty}) + 15) & ~15LL;")
+
+    def emit_cached_loads(self, loop: k.For) -> None:
+        """At the top of a lane loop: each cached load, stored on its first loop, read back after."""
+        begin = self.expr(loop.begin)
+        for n, cache in enumerate(self.caches):
+            if id(loop) not in cache.loops:
+                continue
+            load = next(ld for ld in unconditional_loads(loop.body) if row_cache_key(ld, loop) == cache.key)
+            name, ty, slot = f"cached{n}_{loop.var.name}", c_type(cache.dtype), f"row_cache{n}[{loop.var.name} - {begin}]"
+            if cache.loops[0] == id(loop):
+                self.line(f"const {ty} {name} = {self.expr(load)};")
+                self.line(f"if (cached_row) {slot} = {name};")
+            else:
+                self.line(f"const {ty} {name} = cached_row ? {slot} : {self.expr(load)};")
+            self.substitutions[load] = name
 
     def declare_params(self) -> None:
         used = self.used_params()
@@ -295,7 +416,16 @@ class TaskWriter:
             compare = "<" if s.step > 0 else ">"
             self.nested(f"for ({var} = {begin}; {s.var.name} {compare} {end}; {step})", s.body, loop=True)
             return
-        self.nested(f"for ({var} = {begin} + lane; {s.var.name} < {end}; {s.var.name} += lanes32)", s.body, loop=True)
+        self.line("#pragma unroll 4")
+        self.line(f"for ({var} = {begin} + lane; {s.var.name} < {end}; {s.var.name} += lanes32) {{")
+        self.depth += 1
+        self.loop_depth += 1
+        self.emit_cached_loads(s)
+        self.block(s.body)
+        self.substitutions.clear()
+        self.loop_depth -= 1
+        self.depth -= 1
+        self.line("}")
         for acc, combine in accumulators:
             self.line(f"{acc.name} = bz_lane_reduce({acc.name}, lanes32, {LANE_COMBINES[combine]}());")
 
@@ -363,6 +493,7 @@ class CudaSource:
     body: str
     functions: tuple[str, ...]
     lane_plans: tuple[LanePlan, ...]
+    row_caches: tuple[tuple[RowCache, ...], ...]  # per task
 
     @property
     def text(self) -> str:
@@ -383,4 +514,5 @@ def generate(kernel: k.Kernel, block_size: int = DEFAULT_BLOCK_SIZE, restrict: b
     writers = [TaskWriter(kernel, task, layout, block_size, restrict) for task in kernel.tasks]
     header = f"// {kernel.name}: {len(kernel.tasks)} task(s), from {kernel.source or 'Kernel IR'}"
     body = "\n\n".join([header, *(w.write() for w in writers)]) + "\n"
-    return CudaSource(body, tuple(t.name for t in kernel.tasks), tuple(w.lanes for w in writers))
+    return CudaSource(body, tuple(t.name for t in kernel.tasks), tuple(w.lanes for w in writers),
+                      tuple(w.caches for w in writers))

@@ -146,6 +146,17 @@ BZ_D unsigned short bz_float_to_bf16_bits(float x) {
   return (unsigned short)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
 }
 
+// Half types to float32 exactly, NaN payloads included (CUDA's conversions give a canonical NaN).
+// Only kernels that use half types include cuda_fp16.h.
+BZ_D float bz_bf16_bits_to_float(unsigned short bits) { return __uint_as_float((unsigned)bits << 16); }
+#if defined(__CUDA_FP16_H__)
+BZ_D float bz_half_bits_to_float(unsigned short bits) {
+  if ((bits & 0x7c00u) == 0x7c00u && (bits & 0x3ffu))
+    return __uint_as_float(((bits & 0x8000u) << 16) | 0x7f800000u | ((bits & 0x3ffu) << 13));
+  return __half2float(__ushort_as_half(bits));
+}
+#endif
+
 // --- Philox4x32-10: one 32-bit word of counter (group, offset) under key seed ---------------
 BZ_D long long bz_philox(long long seed, long long offset, long long group, long long word) {
   unsigned c0 = (unsigned)group, c1 = (unsigned)((unsigned long long)group >> 32);

@@ -68,6 +68,7 @@ class Device:
     arch: str  # "sm_90"
     sm_count: int
     max_threads_per_block: int
+    shared_per_sm: int  # bytes of shared memory an SM has for blocks
 
     def activate(self) -> None:
         """Makes this device's context current on the calling thread (once per thread and device)."""
@@ -91,7 +92,8 @@ def device(index: int = 0) -> Device:
     name = call("cuDeviceGetName", cuda.cuDeviceGetName, 256, handle)
     return Device(index, handle, context, name.split(b"\0")[0].decode(), f"sm_{major}{minor}",
                   attribute(a.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
-                  attribute(a.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK))
+                  attribute(a.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK),
+                  attribute(a.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR))
 
 
 class Module:
@@ -104,6 +106,16 @@ class Module:
         self.handle = call("cuModuleLoadData", cuda.cuModuleLoadData, cubin)
         self.functions = {n: call(f"cuModuleGetFunction({n})", cuda.cuModuleGetFunction, self.handle, n.encode())
                           for n in names}
+
+    def allow_shared_memory(self, name: str, nbytes: int) -> None:
+        """Lets `name` take up to `nbytes` of dynamic shared memory (above 48 KiB needs asking)."""
+        a = driver().CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        call("cuFuncSetAttribute", driver().cuFuncSetAttribute, self.functions[name], a, nbytes)
+
+    def resident_blocks(self, name: str, block: int, shared_mem: int) -> int:
+        """How many blocks of `name` an SM runs at once (registers, shared memory and warps decide)."""
+        return int(call("cuOccupancyMaxActiveBlocksPerMultiprocessor",
+                        driver().cuOccupancyMaxActiveBlocksPerMultiprocessor, self.functions[name], block, shared_mem))
 
     def max_threads(self, name: str) -> int:
         """The most threads a block of `name` may have (its register use and launch bounds decide)."""

@@ -19,10 +19,11 @@ from braze.kir import nodes as k
 from braze.runtime import cuda_driver as cuda
 from braze.runtime import disk_cache, nvrtc
 from braze.runtime.compiled_kernel import CompileParams
-from braze.runtime.executor import host_function, inner_extent
+from braze.runtime.executor import host_function
 from braze.runtime.record import Launch, note_compile, note_launch, profiling, recording
 
 BLOCKS_PER_SM = 8  # resident blocks of 256 threads an SM holds; grids beyond that loop instead
+ROW_CACHE_BYTES = 96 * 1024  # the most shared memory a block's row caches may take (2 blocks an SM fit)
 
 
 class CudaCompiledKernel:
@@ -79,6 +80,11 @@ class CudaCompiledKernel:
         return self._modules[device.index]
 
 
+def loop_extents(task: k.Task) -> list[k.Expr]:
+    """The trip count of each top-level loop of a task (its row lengths)."""
+    return [k.Binary("sub", s.end, s.begin, s.end.dtype) for s in task.body if isinstance(s, k.For)]
+
+
 def lanes_for(row_length: int, block: int) -> int:
     """Threads per row: enough that each does a few elements, a power of two up to a warp, or the
     whole block for long rows."""
@@ -94,8 +100,14 @@ def lanes_for(row_length: int, block: int) -> int:
 class _TaskLaunch:
     name: str
     function: object
-    bounds: object  # scalars -> (begin, end, row length)
+    bounds: object  # scalars -> (begin, end, extent of each top-level loop...)
     uses_lanes: bool
+    cache_itemsizes: tuple[int, ...]  # per row cache of the task
+    cache_loops: tuple[int, ...]  # per row cache: the top-level loop whose extent is its length
+
+    def shared_bytes(self, rows_per_block: int, row: int) -> int:
+        """Dynamic shared memory for the row caches (each region rounded to 16 bytes)."""
+        return sum(-(-rows_per_block * row * size // 16) * 16 for size in self.cache_itemsizes)
 
 
 class CudaExecutor:
@@ -106,41 +118,59 @@ class CudaExecutor:
         self.kernel = compiled.kernel
         module = compiled.module(device)
         self.block = compiled.params.block_size or cuda_codegen.DEFAULT_BLOCK_SIZE
+        generated = compiled.generated
+        self.module = module
+        self.occupancy: dict[tuple[str, int], int] = {}
         self.tasks = [
-            _TaskLaunch(t.name, module.functions[t.name], host_function([t.begin, t.end, inner_extent(t)]),
-                        bool(plan.loops) and plan.coalesces)
-            for t, plan in zip(self.kernel.tasks, compiled.generated.lane_plans)]
-        self.max_grid = device.sm_count * BLOCKS_PER_SM
+            _TaskLaunch(t.name, module.functions[t.name], host_function([t.begin, t.end, *loop_extents(t)]),
+                        bool(plan.loops) and plan.coalesces, tuple(c.dtype.itemsize for c in caches),
+                        tuple(c.position for c in caches))
+            for t, plan, caches in zip(self.kernel.tasks, generated.lane_plans, generated.row_caches)]
+        for task in self.tasks:
+            if task.cache_itemsizes:
+                module.allow_shared_memory(task.name, ROW_CACHE_BYTES)
         self.layout = ArgLayout.of(self.kernel.params)
-        # The kernel parameters: the argument block and `lanes`, each passed by address.
-        self.lanes = np.zeros(1, np.int64)
-        self.pointers = (ctypes.c_void_p * 2)()
-        self.pointers[1] = self.lanes.ctypes.data
+        # The kernel parameters after the argument block, `lanes` and `cached_row`, each passed by address.
+        self.scalars = np.zeros(2, np.int64)
+        self.pointers = (ctypes.c_void_p * 3)()
+        self.pointers[1] = self.scalars.ctypes.data
+        self.pointers[2] = self.scalars.ctypes.data + 8
 
     def run(self, block: np.ndarray, scalars: dict[str, int], stream: int) -> None:
         self.device.activate()
         self.pointers[0] = block.ctypes.data
         params = ctypes.addressof(self.pointers)
         for task in self.tasks:
-            begin, end, row = task.bounds(scalars)
+            begin, end, *extents = task.bounds(scalars)
             if end <= begin:
                 continue
-            lanes = lanes_for(row, self.block) if task.uses_lanes else 1
-            self.lanes[0] = lanes
-            grid = min(-(-(end - begin) * lanes // self.block), self.max_grid)
+            lanes = lanes_for(max(extents, default=1), self.block) if task.uses_lanes else 1
+            cached = max((extents[n] for n in task.cache_loops), default=0)
+            shared = task.shared_bytes(self.block // lanes, cached)
+            if shared > ROW_CACHE_BYTES:
+                shared = 0  # the rows do not fit: the loops read memory again
+            self.scalars[0], self.scalars[1] = lanes, cached if shared else 0
+            # No more blocks than run at once: a second, partial wave would idle most SMs.
+            grid = min(-(-(end - begin) * lanes // self.block), self.device.sm_count * self._resident(task, shared))
             if recording():
-                self._recorded_launch(task, grid, params, stream, block, (begin, end))
+                self._recorded_launch(task, grid, shared, params, stream, block, (begin, end))
             else:
-                cuda.launch(task.function, (grid, 1, 1), (self.block, 1, 1), params, stream, name=task.name)
+                cuda.launch(task.function, (grid, 1, 1), (self.block, 1, 1), params, stream, shared, task.name)
 
-    def _recorded_launch(self, task: _TaskLaunch, grid: int, params: int, stream: int, block: np.ndarray,
-                         bounds: tuple[int, int]) -> None:
+    def _resident(self, task: _TaskLaunch, shared: int) -> int:
+        key = (task.name, shared)
+        if key not in self.occupancy:
+            self.occupancy[key] = max(1, min(BLOCKS_PER_SM, self.module.resident_blocks(task.name, self.block, shared)))
+        return self.occupancy[key]
+
+    def _recorded_launch(self, task: _TaskLaunch, grid: int, shared: int, params: int, stream: int,
+                         block: np.ndarray, bounds: tuple[int, int]) -> None:
         """A launch under bz.record(): noted, and timed with CUDA events when profiling."""
         launch = Launch(self.kernel.name, task.name, *bounds, grid)
         if profiling():
             start, end = cuda.event(), cuda.event()
             cuda.record_event(start, stream)
-        cuda.launch(task.function, (grid, 1, 1), (self.block, 1, 1), params, stream, name=task.name)
+        cuda.launch(task.function, (grid, 1, 1), (self.block, 1, 1), params, stream, shared, task.name)
         if profiling():
             cuda.record_event(end, stream)
             launch.device_ms = cuda.elapsed_ms(start, end)

@@ -1,0 +1,116 @@
+"""The generated CUDA C++ (no GPU needed): a golden kernel, the lane plan of each scheduler's
+shape of task, the row caches, and compiling with NVRTC where it is installed."""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pytest
+
+import braze as bz
+from braze import engine
+from braze.codegen import cuda
+from braze.runtime import nvrtc
+from braze.runtime.cuda_kernel import lanes_for
+
+
+def source(build, *inputs: np.ndarray) -> cuda.CudaSource:
+    with bz.Fusion() as f:
+        for out in build(f):
+            f.add_output(out)
+    return engine.cuda_source(f, list(inputs))
+
+
+def matrix(*shape, dtype=np.float32) -> np.ndarray:
+    return np.ones(shape, dtype)
+
+
+def test_pointwise_kernel_golden():
+    src = source(lambda f: [bz.ops.relu(f.define_tensor([-1]) * f.define_tensor([-1]) + 1.5)], matrix(4), matrix(4))
+    assert src.body == textwrap.dedent("""\
+        // fusion: 1 task(s), from fusion
+
+        extern "C" __global__ void __launch_bounds__(256)
+        fusion_t0_T5(const BzArgs<10> a, const long long lanes,
+            const long long cached_row) {
+          const float* __restrict__ const T0_ = (const float*)a.s[0];
+          const float* __restrict__ const T1_ = (const float*)a.s[3];
+          float* const T5_ = (float*)a.s[6];
+          const long long T0_s0 = a.s[9];
+          const long long task_begin = 0LL, task_end = T0_s0;
+          const int lanes32 = (int)lanes, lane = threadIdx.x & (lanes32 - 1);
+          const int row_in_block = threadIdx.x / lanes32, rows_per_block = blockDim.x / lanes32;
+          for (long long row0 = task_begin + (long long)blockIdx.x * rows_per_block; row0 < task_end;
+               row0 += (long long)gridDim.x * rows_per_block) {
+            const long long row = row0 + row_in_block;
+            const bool active = row < task_end;
+            const long long p1 = active ? row : task_end - 1;
+            if (active && lane == 0) T5_[p1] = bz_relu(bz_add(bz_mul(T0_[p1], T1_[p1]), 0x1.8000000000000p+0f));
+          }
+        }
+        """)
+    assert src.lane_plans[0].loops == {}
+
+
+def test_softmax_spreads_rows_over_lanes_and_caches_the_row():
+    src = source(lambda f: [bz.ops.softmax(f.define_tensor([-1, -1]), -1)], matrix(4, 8))
+    (plan,), (caches,) = src.lane_plans, src.row_caches
+    assert plan.coalesces and sorted(c for accs in plan.loops.values() for _, c in accs) == [
+        "reduce_add", "reduce_maximum"]
+    assert src.body.count("bz_lane_reduce(") == 2 and "BzReduceMax()" in src.body
+    assert len(caches) == 1 and caches[0].position == 0  # x, read by all three loops, from DRAM once
+    assert src.body.count("cached_row ? row_cache0[") == 2
+
+
+def test_outer_reduction_keeps_one_thread_per_output():
+    # sum over axis 0 of a row-major matrix: threads of a warp read neighbouring columns already.
+    src = source(lambda f: [bz.ops.sum(f.define_tensor([-1, -1]), axes=[0])], matrix(6, 5))
+    assert not src.lane_plans[0].coalesces
+
+
+def test_argmax_is_not_split_across_lanes():
+    src = source(lambda f: [bz.ops.argmax(f.define_tensor([-1, -1]), axes=[1])], matrix(3, 7))
+    assert src.lane_plans[0].loops == {} and "bz_lane_reduce" not in src.body
+
+
+def test_loads_under_a_condition_are_not_cached():
+    # cat reads each input only inside its own range: hoisting the read out of its branch would
+    # read out of bounds.
+    src = source(lambda f: [bz.ops.cat([(a := f.define_tensor([-1, -1])), f.define_tensor([-1, -1])], -1).sum(1) +
+                            bz.ops.cat([a, a], -1)[:, 0]], matrix(2, 3), matrix(2, 2))
+    assert all(not caches for caches in src.row_caches)
+
+
+def test_a_row_cache_is_sized_by_the_loop_that_fills_it():
+    # keepdim var: the reductions run over axis 0 (3 long), the store loop over a size-1 axis.
+    src = source(lambda f: [bz.ops.var(f.define_tensor([-1, -1, -1]), axes=0, keepdim=True)], matrix(3, 4, 5))
+    (caches,) = src.row_caches
+    assert [c.position for c in caches] == [0]
+
+
+@pytest.mark.parametrize("row, lanes", [(1, 1), (4, 1), (5, 2), (100, 32), (1023, 32), (1024, 256), (10**6, 256)])
+def test_lanes_for_row_lengths(row, lanes):
+    assert lanes_for(row, 256) == lanes
+
+
+def test_half_headers_only_where_needed():
+    plain = source(lambda f: [f.define_tensor([-1]) * 2.0], matrix(3))
+    half = source(lambda f: [f.define_tensor([-1], dtype=bz.float16) * 2.0], matrix(3, dtype=np.float16))
+    assert "#include <cuda_fp16.h>" not in plain.text and "#include <cuda_fp16.h>" in half.text
+
+
+@pytest.mark.skipif(not nvrtc.available(), reason="NVRTC is not installed")
+def test_compile_error_names_the_kernel_and_keeps_the_source(tmp_path):
+    with bz.config.scope(cache_dir=tmp_path), pytest.raises(bz.CompileError) as caught:
+        nvrtc.compile_cubin('extern "C" __global__ void k() { nope(); }', "my_kernel", "sm_90")
+    message = str(caught.value)
+    assert "CUDA kernel 'my_kernel' failed to compile for sm_90" in message and '"nope" is undefined' in message
+    assert (tmp_path / "failed" / "my_kernel.cu").read_text().startswith('extern "C"')
+
+
+@pytest.mark.skipif(not nvrtc.available(), reason="NVRTC is not installed")
+def test_softmax_compiles_to_a_cubin():
+    src = source(lambda f: [bz.ops.softmax(f.define_tensor([-1, -1], dtype=bz.bfloat16), -1)],
+                 matrix(4, 8, dtype=bz.bfloat16.numpy))
+    assert nvrtc.compile_cubin(src.text, "softmax", "sm_90")[:4] == b"\x7fELF"
