@@ -4,12 +4,15 @@ VENV := .venv
 # SYSTEM=1 runs with the system Python and what it has installed (a GPU machine with no network
 # already has torch, CuPy, cuda-bindings and NVRTC): no virtual environment is made.
 ifdef SYSTEM
-PY := PYTHONPATH=$(CURDIR) $(PYTHON)
+PYENV := PYTHONPATH=$(CURDIR)
+PYBIN := $(PYTHON)
 STAMP :=
 else
-PY := $(VENV)/bin/python
+PYENV :=
+PYBIN := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 endif
+PY := $(PYENV) $(PYBIN)
 
 .PHONY: demo test lint gpu-test bench gpu-bench clean
 
@@ -34,9 +37,14 @@ lint: $(STAMP)
 
 # The GPU suite: the tests marked `cuda`, then the op suite on the GPU against the same oracle.
 # JOBS=8 spreads the op suite over 8 processes (needs pytest-xdist).
+# Last, compute-sanitizer's memcheck over the GPU runtime tests (softmax rows of many lengths, torch,
+# CuPy, in-place outputs, RtcKernel, recompiles), where it is installed.
 gpu-test: $(STAMP)
 	$(PY) -m pytest -q -m cuda tests
 	BRAZE_OPS_BACKEND=cuda $(PY) -m pytest -q $(if $(JOBS),-n $(JOBS)) tests/ops
+	if command -v compute-sanitizer >/dev/null; then \
+	  $(PYENV) compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 $(PYBIN) -m pytest -q -p no:cacheprovider \
+	    tests/cuda -k "not compile_error and not disk_cache"; fi
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py

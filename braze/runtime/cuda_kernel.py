@@ -39,7 +39,7 @@ class CudaCompiledKernel:
 
     @property
     def cache_key(self) -> str:
-        return disk_cache.cache_key(source=self.source, params=self.params, toolchain=f"nvrtc{nvrtc.version()}",
+        return disk_cache.cache_key(source=self.source, params=self.params, toolchain=nvrtc.toolchain_id(),
                                     braze=disk_cache.braze_source_hash())
 
     def options(self) -> tuple[str, ...]:
@@ -197,7 +197,7 @@ class RtcKernel:
         self.source, self.name, self.options = source, name, tuple(options)
         self.device = cuda.device(device)
         key = disk_cache.cache_key(source=source, name=name, arch=self.device.arch, options=self.options,
-                                   toolchain=f"nvrtc{nvrtc.version()}")
+                                   toolchain=nvrtc.toolchain_id())
         binary = disk_cache.load(key)
         if binary is None:
             binary = nvrtc.compile_cubin(source, name, self.device.arch, self.options)

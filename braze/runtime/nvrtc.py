@@ -8,6 +8,7 @@ the CUDA runtime wheel, found with `cuda.pathfinder`.
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import os
 from pathlib import Path
 
@@ -47,6 +48,17 @@ def header_dirs() -> tuple[str, ...]:
     if not dirs:
         raise UnsupportedError(f"CUDA: cuda_fp16.h was not found; {INSTALL_HINT}")
     return dirs
+
+
+@functools.cache
+def toolchain_id() -> str:
+    """Names the NVRTC in cache keys. The wheel's version, when there is one, is read from its
+    metadata: loading the library to ask it costs tens of milliseconds, which a warm-cache first
+    call would otherwise pay for nothing."""
+    try:
+        return f"nvrtc-wheel-{importlib.metadata.version('nvidia-cuda-nvrtc')}"
+    except importlib.metadata.PackageNotFoundError:
+        return f"nvrtc-{version()}"
 
 
 @functools.cache
