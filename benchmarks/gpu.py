@@ -150,26 +150,27 @@ def compiled_peer(peer):
 
 
 def measure() -> list[dict]:
-    rows = []
     ceiling = copy_ceiling_gbps(256 << 20)
-    for name, fusion, inputs, peer, nbytes in workloads():
-        error = check(name, fusion, inputs, peer)
-        row = {"workload": name, "max_abs_error": error, "copy_gbps": ceiling}
-        row["braze_gbps"] = gbps(nbytes, device_ms(lambda: fusion.execute(inputs)))
-        row["braze_kernels"], kernel_ms = profiled_kernels_ms(fusion, inputs)
-        row["braze_kernel_gbps"] = gbps(nbytes, kernel_ms)
-        row["braze_call_us"] = host_us(lambda: fusion.execute(inputs))
-        row["torch_gbps"] = gbps(nbytes, device_ms(lambda: peer(*inputs)))
-        compiled = compiled_peer(peer)
-        if compiled is not None and not QUICK:
-            try:
-                row["torch_compile_gbps"] = gbps(nbytes, device_ms(lambda: compiled(*inputs)))
-            except Exception as e:  # noqa: BLE001
-                row["torch_compile_error"] = type(e).__name__
-        if name.startswith("relu"):
-            row.update(cupy_relu_fma(inputs, nbytes))
-        rows.append(row)
-    return rows
+    return [measure_one(*workload, ceiling) for workload in workloads()]
+
+
+def measure_one(name, fusion, inputs, peer, nbytes: int, ceiling: float) -> dict:
+    error = check(name, fusion, inputs, peer)
+    row = {"workload": name, "max_abs_error": error, "copy_gbps": ceiling}
+    row["braze_gbps"] = gbps(nbytes, device_ms(lambda: fusion.execute(inputs)))
+    row["braze_kernels"], kernel_ms = profiled_kernels_ms(fusion, inputs)
+    row["braze_kernel_gbps"] = gbps(nbytes, kernel_ms)
+    row["braze_call_us"] = host_us(lambda: fusion.execute(inputs))
+    row["torch_gbps"] = gbps(nbytes, device_ms(lambda: peer(*inputs)))
+    compiled = compiled_peer(peer)
+    if compiled is not None and not QUICK:
+        try:
+            row["torch_compile_gbps"] = gbps(nbytes, device_ms(lambda: compiled(*inputs)))
+        except Exception as e:  # noqa: BLE001
+            row["torch_compile_error"] = type(e).__name__
+    if name.startswith("relu"):
+        row.update(cupy_relu_fma(inputs, nbytes))
+    return row
 
 
 def cupy_relu_fma(inputs, nbytes) -> dict:

@@ -307,7 +307,8 @@ class TaskWriter:
             if stride == 0:
                 continue
             i = f"(long long)({self.expr(index)})" if index.dtype.itemsize != 8 else self.expr(index)
-            terms.append(i if stride == 1 else f"{i} * {stride if stride is not None else self.field(param, 'stride', axis)}")
+            step = stride if stride is not None else self.field(param, "stride", axis)
+            terms.append(i if stride == 1 else f"{i} * {step}")
         return " + ".join(terms) or "0"
 
     # --- the function ----------------------------------------------------------------------------
@@ -357,7 +358,8 @@ class TaskWriter:
             if id(loop) not in cache.loops:
                 continue
             load = next(ld for ld in unconditional_loads(loop.body) if row_cache_key(ld, loop) == cache.key)
-            name, ty, slot = f"cached{n}_{loop.var.name}", c_type(cache.dtype), f"row_cache{n}[{loop.var.name} - {begin}]"
+            name, ty = f"cached{n}_{loop.var.name}", c_type(cache.dtype)
+            slot = f"row_cache{n}[{loop.var.name} - {begin}]"
             if cache.loops[0] == id(loop):
                 self.line(f"const {ty} {name} = {self.expr(load)};")
                 self.line(f"if (cached_row) {slot} = {name};")
@@ -375,7 +377,8 @@ class TaskWriter:
                 read_only = p.name not in self.written
                 qualifiers = "const " if read_only else ""
                 restrict = " __restrict__" if read_only and self.restrict else ""
-                self.line(f"{qualifiers}{ty}*{restrict} const {self.pointer(p)} = ({qualifiers}{ty}*){self.field(p, 'data')};")
+                data = self.field(p, "data")
+                self.line(f"{qualifiers}{ty}*{restrict} const {self.pointer(p)} = ({qualifiers}{ty}*){data};")
             else:
                 self.line(f"const {ty} {p.name} = {_scalar_from_slot(self.field(p, 'scalar'), p.dtype)};")
 

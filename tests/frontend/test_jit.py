@@ -252,7 +252,8 @@ def test_jit_with_an_unknown_backend() -> None:
     def double(x):
         return x * 2
 
-    with pytest.raises(bz.UnsupportedError, match=r"backend: expected one of \['cuda', 'llvm', 'reference'\], got 'nope'"):
+    with pytest.raises(bz.UnsupportedError,
+                       match=r"backend: expected one of \['cuda', 'llvm', 'reference'\], got 'nope'"):
         double(f32(2))
 
 
