@@ -216,6 +216,17 @@ def plan_row_caches(task: k.Task, plan: LanePlan) -> tuple[RowCache, ...]:
     return tuple(caches)
 
 
+def spans_grid(task: k.Task, plan: LanePlan) -> bool:
+    """Whether a serial task (a reduction to one value) can spread its loop over the whole grid:
+    one lane loop, and after it only values and stores. The blocks' partial results then meet in
+    a workspace, and the last block to finish combines them in a fixed order."""
+    loops = [s for s in task.body if isinstance(s, (k.For, k.While))]
+    if task.kind != "serial" or len(loops) != 1 or id(loops[0]) not in plan.loops:
+        return False
+    after = task.body[task.body.index(loops[0]) + 1:]
+    return all(isinstance(s, (k.Let, k.Store)) for s in after)
+
+
 def plan_lanes(task: k.Task) -> LanePlan:
     loops = [s for s in task.body if isinstance(s, k.For)]
     task_vars = {s.var for s in task.body if isinstance(s, k.Let)}
@@ -274,7 +285,8 @@ class TaskWriter:
         self.depth = 1
         self.loop_depth = 0
         self.lanes = plan_lanes(task)
-        self.caches = plan_row_caches(task, self.lanes) if self.lanes.loops else ()
+        self.grid = spans_grid(task, self.lanes)
+        self.caches = plan_row_caches(task, self.lanes) if self.lanes.loops and not self.grid else ()
         self.substitutions: dict[k.Load, str] = {}  # loads read from a row cache in the current loop
         self.written = {s.param.name for s in walk(task.body) if isinstance(s, (k.Store, k.AtomicRMW))}
 
@@ -316,8 +328,12 @@ class TaskWriter:
         t = self.task
         self.lines.append(f"extern \"C\" __global__ void __launch_bounds__({self.block_size})")
         self.lines.append(f"{t.name}(const BzArgs<{max(self.layout.size, 1)}> a, const long long lanes,")
-        self.lines.append("    const long long cached_row) {")
+        self.lines.append("    const long long cached_row, unsigned char* const bz_partials, unsigned* const bz_finished) {")
         self.declare_params()
+        if self.grid:
+            self.write_grid_reduction()
+            self.lines.append("}")
+            return "\n".join(self.lines)
         begin = self.expr(t.begin) if t.kind == "range_for" else "0LL"
         end = self.expr(t.end) if t.kind == "range_for" else "1LL"
         self.line(f"const long long task_begin = {begin}, task_end = {end};")
@@ -338,6 +354,36 @@ class TaskWriter:
         self.line("}")
         self.lines.append("}")
         return "\n".join(self.lines)
+
+    def write_grid_reduction(self) -> None:
+        """A serial reduction task over the whole grid: every thread folds a grid-strided share of
+        the loop, each block's result goes to the workspace, and the last block to finish
+        combines the blocks' results in block order (the same result every run) and stores."""
+        t = self.task
+        loop = next(s for s in t.body if isinstance(s, k.For))
+        before, after = t.body[: t.body.index(loop)], t.body[t.body.index(loop) + 1:]
+        accumulators = self.lanes.loops[id(loop)]
+        initial = {s.var: s.value for s in before if isinstance(s, k.Let)}
+        self.line("const int lane = threadIdx.x;")
+        self.line("const bool active = true;")
+        self.block(before)
+        var, v = f"{c_type(loop.var.dtype)} {loop.var.name}", loop.var.name
+        self.loop_depth += 1
+        self.nested(f"for ({var} = {self.expr(loop.begin)} + (long long)blockIdx.x * blockDim.x + threadIdx.x; "
+                    f"{v} < {self.expr(loop.end)}; {v} += (long long)gridDim.x * blockDim.x)", loop.body)
+        self.loop_depth -= 1
+        for n, (acc, combine) in enumerate(accumulators):
+            ty, functor = c_type(acc.dtype), LANE_COMBINES[combine]
+            self.line(f"{acc.name} = bz_lane_reduce({acc.name}, (int)blockDim.x, {functor}());")
+            self.line(f"if (threadIdx.x == 0) (({ty}*)(bz_partials + {n} * 8 * gridDim.x))[blockIdx.x] = {acc.name};")
+        self.line("if (!bz_last_block(bz_finished)) return;")
+        for n, (acc, combine) in enumerate(accumulators):
+            ty, functor = c_type(acc.dtype), LANE_COMBINES[combine]
+            self.line(f"{acc.name} = {self.expr(initial[acc])};")
+            self.line(f"for (unsigned b = threadIdx.x; b < gridDim.x; b += blockDim.x) {acc.name} = {functor}()"
+                      f"({acc.name}, ((volatile {ty}*)(bz_partials + {n} * 8 * gridDim.x))[b]);")
+            self.line(f"{acc.name} = bz_lane_reduce({acc.name}, (int)blockDim.x, {functor}());")
+        self.block(after)
 
     def declare_row_caches(self) -> None:
         """Pointers to this row's part of each cache in dynamic shared memory. The runtime passes
@@ -497,6 +543,7 @@ class CudaSource:
     functions: tuple[str, ...]
     lane_plans: tuple[LanePlan, ...]
     row_caches: tuple[tuple[RowCache, ...], ...]  # per task
+    grid_reductions: tuple[int, ...]  # per task: how many accumulators meet across blocks (0: none)
 
     @property
     def text(self) -> str:
@@ -518,4 +565,5 @@ def generate(kernel: k.Kernel, block_size: int = DEFAULT_BLOCK_SIZE, restrict: b
     header = f"// {kernel.name}: {len(kernel.tasks)} task(s), from {kernel.source or 'Kernel IR'}"
     body = "\n\n".join([header, *(w.write() for w in writers)]) + "\n"
     return CudaSource(body, tuple(t.name for t in kernel.tasks), tuple(w.lanes for w in writers),
-                      tuple(w.caches for w in writers))
+                      tuple(w.caches for w in writers),
+                      tuple(len(next(iter(w.lanes.loops.values()))) if w.grid else 0 for w in writers))

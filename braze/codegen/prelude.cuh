@@ -201,6 +201,19 @@ template <typename T, typename Op> BZ_D T bz_lane_reduce(T v, int lanes, Op op) 
   return total;
 }
 
+// Whether this block is the last of the grid to get here (its writes before this are then seen by
+// that block); the last one resets the counter for the next launch.
+BZ_D bool bz_last_block(unsigned* finished) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(finished, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (last && threadIdx.x == 0) *finished = 0;
+  __threadfence();
+  return last;
+}
+
 // --- atomics (the loop language) ------------------------------------------------------------
 template <typename T> BZ_D T bz_atomic_add(T* p, T v) {
   if constexpr (sizeof(T) == 8 && !bz_is_float<T>())

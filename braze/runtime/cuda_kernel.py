@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
+import weakref
 
 import numpy as np
 
@@ -104,6 +105,7 @@ class _TaskLaunch:
     uses_lanes: bool
     cache_itemsizes: tuple[int, ...]  # per row cache of the task
     cache_loops: tuple[int, ...]  # per row cache: the top-level loop whose extent is its length
+    grid_accumulators: int  # a reduction over the whole grid: its accumulators (0: rows instead)
 
     def shared_bytes(self, rows_per_block: int, row: int) -> int:
         """Dynamic shared memory for the row caches (each region rounded to 16 bytes)."""
@@ -124,17 +126,22 @@ class CudaExecutor:
         self.tasks = [
             _TaskLaunch(t.name, module.functions[t.name], host_function([t.begin, t.end, *loop_extents(t)]),
                         bool(plan.loops) and plan.coalesces, tuple(c.dtype.itemsize for c in caches),
-                        tuple(c.position for c in caches))
-            for t, plan, caches in zip(self.kernel.tasks, generated.lane_plans, generated.row_caches)]
+                        tuple(c.position for c in caches), grid)
+            for t, plan, caches, grid in zip(self.kernel.tasks, generated.lane_plans, generated.row_caches,
+                                             generated.grid_reductions)]
         for task in self.tasks:
             if task.cache_itemsizes:
                 module.allow_shared_memory(task.name, ROW_CACHE_BYTES)
         self.layout = ArgLayout.of(self.kernel.params)
-        # The kernel parameters after the argument block, `lanes` and `cached_row`, each passed by address.
-        self.scalars = np.zeros(2, np.int64)
-        self.pointers = (ctypes.c_void_p * 3)()
-        self.pointers[1] = self.scalars.ctypes.data
-        self.pointers[2] = self.scalars.ctypes.data + 8
+        # The kernel parameters after the argument block: `lanes`, `cached_row`, and the workspace and
+        # finished-block counter of grid reductions, each passed by address.
+        self.scalars = np.zeros(4, np.int64)
+        self.pointers = (ctypes.c_void_p * 5)()
+        for n in range(4):
+            self.pointers[1 + n] = self.scalars.ctypes.data + 8 * n
+        accumulators = max((t.grid_accumulators for t in self.tasks), default=0)
+        self.max_grid = device.sm_count * BLOCKS_PER_SM
+        self.workspace = _Workspace(device, 8 * accumulators * self.max_grid) if accumulators else None
 
     def run(self, block: np.ndarray, scalars: dict[str, int], stream: int) -> None:
         self.device.activate()
@@ -144,18 +151,31 @@ class CudaExecutor:
             begin, end, *extents = task.bounds(scalars)
             if end <= begin:
                 continue
+            if task.grid_accumulators:
+                self._launch_grid_reduction(task, extents[0], params, stream, block, (begin, end))
+                continue
             lanes = lanes_for(max(extents, default=1), self.block) if task.uses_lanes else 1
             cached = max((extents[n] for n in task.cache_loops), default=0)
             shared = task.shared_bytes(self.block // lanes, cached)
             if shared > ROW_CACHE_BYTES:
                 shared = 0  # the rows do not fit: the loops read memory again
             self.scalars[0], self.scalars[1] = lanes, cached if shared else 0
+            self.scalars[2] = self.scalars[3] = 0
             # No more blocks than run at once: a second, partial wave would idle most SMs.
             grid = min(-(-(end - begin) * lanes // self.block), self.device.sm_count * self._resident(task, shared))
             if recording():
                 self._recorded_launch(task, grid, shared, params, stream, block, (begin, end))
             else:
                 cuda.launch(task.function, (grid, 1, 1), (self.block, 1, 1), params, stream, shared, task.name)
+
+    def _launch_grid_reduction(self, task: _TaskLaunch, length: int, params: int, stream: int, block: np.ndarray,
+                               bounds: tuple[int, int]) -> None:
+        self.scalars[:] = (self.block, 0, *self.workspace.pointers(stream))
+        grid = max(1, min(-(-length // self.block), self.device.sm_count * self._resident(task, 0)))
+        if recording():
+            self._recorded_launch(task, grid, 0, params, stream, block, bounds)
+        else:
+            cuda.launch(task.function, (grid, 1, 1), (self.block, 1, 1), params, stream, 0, task.name)
 
     def _resident(self, task: _TaskLaunch, shared: int) -> int:
         key = (task.name, shared)
@@ -185,6 +205,22 @@ class CudaExecutor:
                 at = self.layout.slots[p.name]
                 total += int(np.prod(block[at + 1: at + 1 + p.ndim])) * p.dtype.itemsize
         return total
+
+
+class _Workspace:
+    """Device memory for the blocks' partial results of grid reductions, and the counter of
+    finished blocks (zeroed once; the last block of each launch resets it)."""
+
+    def __init__(self, device: cuda.Device, nbytes: int) -> None:
+        self.device, self.nbytes = device, nbytes
+        self.address: int | None = None
+
+    def pointers(self, stream: int) -> tuple[int, int]:
+        if self.address is None:
+            self.address = cuda.alloc(self.nbytes + 16, stream)
+            cuda.fill_bytes(self.address + self.nbytes, 0, 16, stream)
+            weakref.finalize(self, cuda.free, self.address, stream)
+        return self.address, self.address + self.nbytes
 
 
 # --- a user's own CUDA --------------------------------------------------------------------------

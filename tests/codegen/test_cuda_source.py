@@ -33,7 +33,7 @@ def test_pointwise_kernel_golden():
 
         extern "C" __global__ void __launch_bounds__(256)
         fusion_t0_T5(const BzArgs<10> a, const long long lanes,
-            const long long cached_row) {
+            const long long cached_row, unsigned char* const bz_partials, unsigned* const bz_finished) {
           const float* __restrict__ const T0_ = (const float*)a.s[0];
           const float* __restrict__ const T1_ = (const float*)a.s[3];
           float* const T5_ = (float*)a.s[6];
@@ -87,6 +87,14 @@ def test_a_row_cache_is_sized_by_the_loop_that_fills_it():
     src = source(lambda f: [bz.ops.var(f.define_tensor([-1, -1, -1]), axes=0, keepdim=True)], matrix(3, 4, 5))
     (caches,) = src.row_caches
     assert [c.position for c in caches] == [0]
+
+
+def test_a_full_reduction_spans_the_grid():
+    total = source(lambda f: [bz.ops.sum(f.define_tensor([-1, -1]))], matrix(3, 4))
+    assert total.grid_reductions == (1,) and "bz_last_block(bz_finished)" in total.body
+    # Two passes (the mean, then squared deviations) would need the grid to meet twice: one block.
+    spread = source(lambda f: [bz.ops.var(f.define_tensor([-1]))], matrix(5))
+    assert spread.grid_reductions == (0,)
 
 
 @pytest.mark.parametrize("row, lanes", [(1, 1), (4, 1), (5, 2), (100, 32), (1023, 32), (1024, 256), (10**6, 256)])

@@ -160,3 +160,31 @@ def test_disk_cache_hit_and_corrupt_file(tmp_path) -> None:
             (y,) = softmax_fusion().execute([x], device="cuda")
     assert len(cold.compiles) == 1 and warm.compiles == [] and len(damaged.compiles) == 1
     np.testing.assert_allclose(y, reference_softmax(x), rtol=1e-5, atol=1e-6)
+
+
+def test_full_reductions_over_the_grid_are_deterministic():
+    x = np.random.default_rng(3).standard_normal(3_000_001).astype(np.float32)
+    with bz.Fusion() as f:
+        t = f.define_tensor([-1])
+        f.add_output(t.sum())
+        f.add_output(bz.ops.max(t))
+    with bz.record() as rec:
+        first = f.execute([x], device="cuda")
+    again = f.execute([x], device="cuda")
+    assert rec.launches[0].chunks > 1  # blocks of the grid shared the reduction
+    np.testing.assert_allclose(first[0], x.astype(np.float64).sum(), rtol=1e-5)
+    assert first[1] == x.max()
+    assert [a.tobytes() for a in first] == [a.tobytes() for a in again]
+
+
+def test_cross_entropy_on_the_gpu():
+    rng = np.random.default_rng(4)
+    logits = rng.standard_normal((5000, 37)).astype(np.float32)
+    target = rng.integers(0, 37, 5000)
+    with bz.Fusion() as f:
+        f.add_output(bz.ops.cross_entropy(f.define_tensor([-1, -1]), f.define_tensor([-1], dtype=bz.int64)))
+    (loss,) = f.execute([logits, target], device="cuda")
+    x = logits.astype(np.float64)
+    log_probs = x - x.max(1, keepdims=True)
+    log_probs -= np.log(np.exp(log_probs).sum(1, keepdims=True))
+    np.testing.assert_allclose(loss, -log_probs[np.arange(5000), target].mean(), rtol=1e-5)
