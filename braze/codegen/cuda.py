@@ -328,7 +328,8 @@ class TaskWriter:
         t = self.task
         self.lines.append(f"extern \"C\" __global__ void __launch_bounds__({self.block_size})")
         self.lines.append(f"{t.name}(const BzArgs<{max(self.layout.size, 1)}> a, const long long lanes,")
-        self.lines.append("    const long long cached_row, unsigned char* const bz_partials, unsigned* const bz_finished) {")
+        self.lines.append("    const long long cached_row, unsigned char* const bz_partials, "
+                          "unsigned* const bz_finished) {")
         self.declare_params()
         if self.grid:
             self.write_grid_reduction()
