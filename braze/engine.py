@@ -161,7 +161,7 @@ def _pick_backend(backend: str | None, bound: BoundInputs) -> Backend:
 
 
 def execute(fusion: Fusion, inputs: Sequence[object], backend: str | None = None,
-            device: str | None = None) -> list:
+            device: str | None = None, stream: object = None) -> list:
     """Runs `fusion` on `inputs`; returns the non-hidden outputs as the inputs' kind of array.
 
     GPU inputs (torch, CuPy, DeviceArray) run on their GPU. `device="cuda"` (or "cuda:N") runs
@@ -172,6 +172,8 @@ def execute(fusion: Fusion, inputs: Sequence[object], backend: str | None = None
         config.dump("fusion_ir", str(fusion))
     target = _device_index(device)
     bound = bind_inputs(fusion, inputs)
+    if stream is not None:
+        bound.stream = stream_handle(stream)
     if target is not None and bound.device is None:
         return _execute_copied(fusion, bound, target)
     if target is not None and bound.device != target:
@@ -180,13 +182,23 @@ def execute(fusion: Fusion, inputs: Sequence[object], backend: str | None = None
     return [to_kind(r, bound.kind) for r, out in zip(results, fusion.outputs) if not out.hidden]
 
 
+def stream_handle(stream: object) -> int:
+    """The CUstream of a torch or CuPy stream, or of an int handle."""
+    for attribute in ("cuda_stream", "ptr"):  # torch.cuda.Stream, cupy.cuda.Stream
+        if hasattr(stream, attribute):
+            return int(getattr(stream, attribute))
+    if isinstance(stream, int):
+        return stream
+    raise InputError(f"stream: expected a torch or CuPy stream or a CUstream handle, got {type(stream).__name__}")
+
+
 def _execute_copied(fusion: Fusion, bound: BoundInputs, device: int) -> list:
     """Runs host inputs on GPU `device`: copy in, run, copy the outputs back as NumPy arrays."""
     from braze.runtime.device_arrays import DeviceArray, as_device_view
 
     moved = [a if tv.scalar is not None else as_device_view(DeviceArray.from_numpy(a, device), f"input {i}")
              for i, (tv, a) in enumerate(zip(fusion.inputs, bound.arrays))]
-    on_device = BoundInputs(moved, bound.bindings, "cuda", device, 0)
+    on_device = BoundInputs(moved, bound.bindings, "cuda", device, bound.stream)
     results = _run_compiled(fusion, on_device)
     host = [r.owner.numpy() for r, out in zip(results, fusion.outputs) if not out.hidden]
     for tv, original, copy in zip(fusion.inputs, bound.arrays, moved):  # in-place outputs land in the inputs

@@ -119,9 +119,11 @@ class Fusion(ir.Fusion):
         return t if is_input else None
 
     # --- running -------------------------------------------------------------------------------
-    def execute(self, inputs: Sequence[object], backend: str | None = None, device: str | None = None) -> list:
-        """Runs the fusion. NumPy (or torch CPU) arrays in, the same kind out, one per visible output."""
-        return engine.execute(self, inputs, backend=backend, device=device)
+    def execute(self, inputs: Sequence[object], backend: str | None = None, device: str | None = None,
+                stream: object = None) -> list:
+        """Runs the fusion: arrays in, the same kind out, one per visible output. GPU arrays run on
+        their library's current stream, or on `stream` (a torch or CuPy stream, or a CUstream handle)."""
+        return engine.execute(self, inputs, backend=backend, device=device, stream=stream)
 
 
 def _check_shape(shape: Sequence[int]) -> tuple[int, ...]:

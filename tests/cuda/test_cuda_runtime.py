@@ -188,3 +188,15 @@ def test_cross_entropy_on_the_gpu():
     log_probs = x - x.max(1, keepdims=True)
     log_probs -= np.log(np.exp(log_probs).sum(1, keepdims=True))
     np.testing.assert_allclose(loss, -log_probs[np.arange(5000), target].mean(), rtol=1e-5)
+
+
+def test_stream_argument_overrides_the_current_stream():
+    torch = pytest.importorskip("torch")
+    x = torch.randn(4096, 512, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    (y,) = softmax_fusion().execute([x], stream=side)
+    side.synchronize()
+    torch.testing.assert_close(y, torch.softmax(x, -1))
+    with pytest.raises(bz.InputError, match="stream: expected a torch or CuPy stream"):
+        softmax_fusion().execute([x], stream="fast")
