@@ -227,6 +227,44 @@ def spans_grid(task: k.Task, plan: LanePlan) -> bool:
     return all(isinstance(s, (k.Let, k.Store)) for s in after)
 
 
+VECTOR_TYPE = {"float32": "float4", "int32": "int4"}
+
+
+@dataclass(frozen=True)
+class VectorAccesses:
+    loads: tuple[k.Load, ...]
+    stores: tuple[k.Store, ...]
+
+
+def _unit_stride_position(access, var: k.Var) -> bool:
+    """`var` indexes exactly one axis of the access, alone and with unit stride."""
+    uses = [axis for axis, i in enumerate(access.indices) if var in set(sub_exprs(i))]
+    return len(uses) == 1 and access.indices[uses[0]] == var and access.param.static_stride(uses[0]) == 1
+
+
+def _replace_var_in_access(access, var: k.Var, new: k.Expr) -> tuple[k.Expr, ...]:
+    return tuple(_replace_var(i, var, new) for i in access.indices)
+
+
+def vector_accesses(loop: k.For) -> VectorAccesses | None:
+    """The loads and stores of a lane loop that can move 16 bytes at a time, or None when the loop
+    cannot take that path: it must start at 0, hold no branches or inner loops, and touch memory
+    along the row only as `a[..., j]` of a 4-byte type."""
+    if loop.begin != k.Const(0, loop.begin.dtype) or any(
+            isinstance(s, (k.For, k.While, k.If, k.AtomicRMW, k.Alloc, k.Break, k.Continue)) for s in walk(loop.body)):
+        return None
+    loads = {e: None for x in (x for s in loop.body for x in _exprs_of(s)) for e in sub_exprs(x)
+             if isinstance(e, k.Load) and loop.var in {v for i in e.indices for v in sub_exprs(i)}}
+    stores = [s for s in loop.body if isinstance(s, k.Store) and any(loop.var in set(sub_exprs(i)) for i in s.indices)]
+    accesses = [*loads, *stores]
+    if not accesses or any(a.param.dtype.name not in VECTOR_TYPE or not _unit_stride_position(a, loop.var)
+                           for a in accesses):
+        return None
+    if set(unconditional_loads(loop.body)) < set(loads):
+        return None
+    return VectorAccesses(tuple(loads), tuple(stores))
+
+
 def plan_lanes(task: k.Task) -> LanePlan:
     loops = [s for s in task.body if isinstance(s, k.For)]
     task_vars = {s.var for s in task.body if isinstance(s, k.Let)}
@@ -287,7 +325,9 @@ class TaskWriter:
         self.lanes = plan_lanes(task)
         self.grid = spans_grid(task, self.lanes)
         self.caches = plan_row_caches(task, self.lanes) if self.lanes.loops and not self.grid else ()
+        self.vectors = self.plan_vectors()
         self.substitutions: dict[k.Load, str] = {}  # loads read from a row cache in the current loop
+        self.vector_stores: dict[int, str] = {}  # id(Store) -> the vector component it fills
         self.written = {s.param.name for s in walk(task.body) if isinstance(s, (k.Store, k.AtomicRMW))}
 
     # --- text --------------------------------------------------------------------------------------
@@ -398,6 +438,85 @@ class TaskWriter:
             self.line(f"{ty}* const row_cache{n} = ({ty}*)bz_region + row_in_block * cached_row;")
             self.line(f"bz_region += (rows_per_block * cached_row * sizeof({ty}) + 15) & ~15LL;")
 
+    # --- 16-byte accesses: each lane takes 4 neighbouring elements of a row at a time -----------
+    def plan_vectors(self) -> dict[int, VectorAccesses]:
+        """The lane loops that may move 16 bytes at a time. The loops sharing row caches take the
+        same path or none does: a lane reads back only the cache elements it wrote itself."""
+        loops = [s for s in self.task.body if isinstance(s, k.For) and id(s) in self.lanes.loops] if not self.grid else []
+        vectors = {id(loop): vector_accesses(loop) for loop in loops}
+        shared = {id_ for cache in self.caches for id_ in cache.loops}
+        if any(vectors.get(id_) is None for id_ in shared):
+            vectors = {id_: None if id_ in shared else v for id_, v in vectors.items()}
+        self.loops_by_id = {id(loop): loop for loop in loops}
+        return {id_: v for id_, v in vectors.items() if v is not None}
+
+    def vector_condition(self, loop: k.For) -> str:
+        """True for rows where the 16-byte path is valid: lengths that 4 divides, every vectorized
+        row start aligned to 16 bytes (checked per row: it depends on the strides). Loops sharing
+        row caches check each other's accesses too, so they agree."""
+        together = [loop]
+        if any(id(loop) in c.loops for c in self.caches):
+            together = [self.loops_by_id[i] for i in self.vectors if any(i in c.loops for c in self.caches)]
+        terms = ["(cached_row % 4 == 0)"] if len(together) > 1 or together[0] is not loop else []
+        for other in together:
+            terms.append(f"(({self.expr(other.end)}) % 4 == 0)")
+            vector = self.vectors[id(other)]
+            for access in (*vector.loads, *vector.stores):
+                start = _replace_var_in_access(access, other.var, k.Const(0, other.var.dtype))
+                address = f"&{self.pointer(access.param)}[{self.offset(access.param, start)}]"
+                terms.append(f"((reinterpret_cast<unsigned long long>({address}) & 15) == 0)")
+        return " && ".join(dict.fromkeys(terms))
+
+    def emit_vector_loop(self, loop: k.For, vector: VectorAccesses) -> None:
+        v = loop.var.name
+        base = k.Var(f"{v}_4", loop.var.dtype)
+        self.line(f"for (long long {base.name} = 4LL * lane; {base.name} < {self.expr(loop.end)}; "
+                  f"{base.name} += 4LL * lanes32) {{")
+        self.depth += 1
+        self.loop_depth += 1
+        names = {}
+        for n, load in enumerate(vector.loads):
+            names[load] = f"v{n}_{v}"
+            self.line(f"const {VECTOR_TYPE[load.param.dtype.name]} {names[load]} = {self.vector_load(load, loop, base)};")
+        stores = {}
+        for n, store in enumerate(vector.stores):
+            stores[id(store)] = f"w{n}_{v}"
+            self.line(f"{VECTOR_TYPE[store.param.dtype.name]} {stores[id(store)]};")
+        for lane_part, component in enumerate("xyzw"):
+            self.line("{")
+            self.depth += 1
+            self.line(f"const long long {v} = {base.name} + {lane_part};")
+            self.substitutions.update({load: f"{name}.{component}" for load, name in names.items()})
+            self.vector_stores = {key: f"{name}.{component}" for key, name in stores.items()}
+            self.block(loop.body)
+            self.depth -= 1
+            self.line("}")
+        self.substitutions.clear()
+        self.vector_stores = {}
+        for store in vector.stores:
+            target = self.offset(store.param, _replace_var_in_access(store, loop.var, base))
+            ty = VECTOR_TYPE[store.param.dtype.name]
+            self.line(f"if (active) *reinterpret_cast<{ty}*>(&{self.pointer(store.param)}[{target}]) = "
+                      f"{stores[id(store)]};")
+        self.loop_depth -= 1
+        self.depth -= 1
+        self.line("}")
+
+    def vector_load(self, load: k.Load, loop: k.For, base: k.Var) -> str:
+        """Four elements from memory, or from the row cache where an earlier loop kept them."""
+        ty = VECTOR_TYPE[load.param.dtype.name]
+        offset = self.offset(load.param, _replace_var_in_access(load, loop.var, base))
+        from_memory = f"*reinterpret_cast<const {ty}*>(&{self.pointer(load.param)}[{offset}])"
+        for n, cache in enumerate(self.caches):
+            if id(loop) in cache.loops and row_cache_key(load, loop) == cache.key:
+                slot = f"*reinterpret_cast<{ty}*>(&row_cache{n}[{base.name}])"
+                if cache.loops[0] == id(loop):  # the first loop fills the cache as it reads
+                    self.line(f"const {ty} m{n}_{loop.var.name} = {from_memory};")
+                    self.line(f"if (cached_row) {slot} = m{n}_{loop.var.name};")
+                    return f"m{n}_{loop.var.name}"
+                return f"cached_row ? {slot} : {from_memory}"
+        return from_memory
+
     def emit_cached_loads(self, loop: k.For) -> None:
         """At the top of a lane loop: each cached load, stored on its first loop, read back after."""
         begin = self.expr(loop.begin)
@@ -453,6 +572,13 @@ class TaskWriter:
         self.depth -= 1
         self.line("}")
 
+    def emit_store(self, s: k.Store) -> None:
+        if id(s) in self.vector_stores:  # one element of a 16-byte store, written after the four
+            self.line(f"{self.vector_stores[id(s)]} = {self.expr(s.value)};")
+            return
+        self.line(f"{self.store_guard()}{self.pointer(s.param)}[{self.offset(s.param, s.indices)}] = "
+                  f"{self.expr(s.value)};")
+
     def store_guard(self) -> str:
         # A store outside every loop writes a row's single result: one lane does it.
         return "if (active) " if self.loop_depth else "if (active && lane == 0) "
@@ -466,6 +592,14 @@ class TaskWriter:
             compare = "<" if s.step > 0 else ">"
             self.nested(f"for ({var} = {begin}; {s.var.name} {compare} {end}; {step})", s.body, loop=True)
             return
+        vector = self.vectors.get(id(s))
+        if vector is not None:
+            self.line(f"if ({self.vector_condition(s)}) {{")
+            self.depth += 1
+            self.emit_vector_loop(s, vector)
+            self.depth -= 1
+            self.line("} else {")
+            self.depth += 1
         self.line("#pragma unroll 4")
         self.line(f"for ({var} = {begin} + lane; {s.var.name} < {end}; {s.var.name} += lanes32) {{")
         self.depth += 1
@@ -476,6 +610,9 @@ class TaskWriter:
         self.loop_depth -= 1
         self.depth -= 1
         self.line("}")
+        if vector is not None:
+            self.depth -= 1
+            self.line("}")
         for acc, combine in accumulators:
             self.line(f"{acc.name} = bz_lane_reduce({acc.name}, lanes32, {LANE_COMBINES[combine]}());")
 
@@ -520,8 +657,7 @@ _EXPR: dict[type, Callable[[TaskWriter, k.Expr], str]] = {
 _STMT: dict[type, Callable[[TaskWriter, k.Stmt], None]] = {
     k.Let: lambda w, s: w.line(f"{c_type(s.var.dtype)} {s.var.name} = {w.expr(s.value)};"),
     k.Assign: lambda w, s: w.line(f"{s.var.name} = {w.expr(s.value)};"),
-    k.Store: lambda w, s: w.line(f"{w.store_guard()}{w.pointer(s.param)}[{w.offset(s.param, s.indices)}] = "
-                                 f"{w.expr(s.value)};"),
+    k.Store: lambda w, s: w.emit_store(s),
     k.StoreLocal: lambda w, s: w.line(f"{s.array.name}[{w.expr(s.index)}] = {w.expr(s.value)};"),
     k.AtomicRMW: _emit_atomic,
     k.If: _emit_if,
