@@ -227,7 +227,11 @@ def spans_grid(task: k.Task, plan: LanePlan) -> bool:
     return all(isinstance(s, (k.Let, k.Store)) for s in after)
 
 
-VECTOR_TYPE = {"float32": "float4", "int32": "int4"}
+# Four neighbouring elements as one access (16 bytes; 8 for half types, two 16-byte halves for
+# float64): the types of the prelude, each aligned to its size.
+VECTOR_TYPE = {"float32": "float4", "int32": "int4", "float64": "bz_double4", "float16": "bz_half4",
+               "bfloat16": "bz_bfloat164"}
+VECTOR_ALIGNMENT = {"float32": 16, "int32": 16, "float64": 16, "float16": 8, "bfloat16": 8}
 
 
 @dataclass(frozen=True)
@@ -464,7 +468,8 @@ class TaskWriter:
             for access in (*vector.loads, *vector.stores):
                 start = _replace_var_in_access(access, other.var, k.Const(0, other.var.dtype))
                 address = f"&{self.pointer(access.param)}[{self.offset(access.param, start)}]"
-                terms.append(f"((reinterpret_cast<unsigned long long>({address}) & 15) == 0)")
+                mask = VECTOR_ALIGNMENT[access.param.dtype.name] - 1
+                terms.append(f"((reinterpret_cast<unsigned long long>({address}) & {mask}) == 0)")
         return " && ".join(dict.fromkeys(terms))
 
     def emit_vector_loop(self, loop: k.For, vector: VectorAccesses) -> None:

@@ -146,6 +146,13 @@ BZ_D unsigned short bz_float_to_bf16_bits(float x) {
   return (unsigned short)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
 }
 
+// Four neighbouring elements moved as one access (float4 and int4 are CUDA's own).
+struct __align__(16) bz_double4 { double x, y, z, w; };
+#if defined(__CUDA_FP16_H__)
+struct __align__(8) bz_half4 { __half x, y, z, w; };
+struct __align__(8) bz_bfloat164 { __nv_bfloat16 x, y, z, w; };
+#endif
+
 // Half types to float32 exactly, NaN payloads included (CUDA's conversions give a canonical NaN).
 // Only kernels that use half types include cuda_fp16.h.
 BZ_D float bz_bf16_bits_to_float(unsigned short bits) { return __uint_as_float((unsigned)bits << 16); }

@@ -115,7 +115,7 @@ def _contiguous_strides(shape: tuple[int, ...], itemsize: int, order: tuple[int,
 class DeviceArray:
     """braze's own GPU array, for NumPy users of the CUDA backend. Memory comes from the
     stream-ordered allocator and goes back when the array is collected. It speaks
-    `__cuda_array_interface__`, so CuPy, Numba and torch can read it without a copy."""
+    `__cuda_array_interface__` and DLPack, so CuPy, Numba and torch take it without a copy."""
 
     def __init__(self, shape, dtype, device: int = 0, stream: int = 0,
                  stride_order: tuple[int, ...] | None = None) -> None:
@@ -147,6 +147,18 @@ class DeviceArray:
         cuda.copy_to_host(storage.ctypes.data, self.ptr, span, self.stream)
         cuda.synchronize(self.stream)
         return np.lib.stride_tricks.as_strided(storage, self.shape, self.strides).copy()
+
+    def __dlpack__(self, stream=None, **kwargs) -> object:
+        """A DLPack capsule (no copy). The work queued on the array's stream is waited for first,
+        unless the consumer's stream is this one."""
+        from braze.runtime.dlpack import to_capsule
+
+        if stream not in (None, -1) and stream != self.stream:
+            cuda.synchronize(self.stream)
+        return to_capsule(self)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return 2, self.device  # kDLCUDA
 
     @property
     def __cuda_array_interface__(self) -> dict:

@@ -200,3 +200,16 @@ def test_stream_argument_overrides_the_current_stream():
     torch.testing.assert_close(y, torch.softmax(x, -1))
     with pytest.raises(bz.InputError, match="stream: expected a torch or CuPy stream"):
         softmax_fusion().execute([x], stream="fast")
+
+
+def test_device_array_through_dlpack_and_cuda_array_interface():
+    torch = pytest.importorskip("torch")
+    host = np.arange(12, dtype=np.float32).reshape(3, 4)
+    array = DeviceArray.from_numpy(host)
+    t = torch.from_dlpack(array)
+    assert t.device.type == "cuda" and t.data_ptr() == array.ptr
+    torch.testing.assert_close(t.cpu(), torch.from_numpy(host))
+    t.mul_(2)  # the same memory
+    np.testing.assert_array_equal(array.numpy(), host * 2)
+    del t
+    assert torch.as_tensor(array, device="cuda").data_ptr() == array.ptr
