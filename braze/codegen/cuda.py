@@ -446,7 +446,8 @@ class TaskWriter:
     def plan_vectors(self) -> dict[int, VectorAccesses]:
         """The lane loops that may move 16 bytes at a time. The loops sharing row caches take the
         same path or none does: a lane reads back only the cache elements it wrote itself."""
-        loops = [s for s in self.task.body if isinstance(s, k.For) and id(s) in self.lanes.loops] if not self.grid else []
+        body = () if self.grid else self.task.body
+        loops = [s for s in body if isinstance(s, k.For) and id(s) in self.lanes.loops]
         vectors = {id(loop): vector_accesses(loop) for loop in loops}
         shared = {id_ for cache in self.caches for id_ in cache.loops}
         if any(vectors.get(id_) is None for id_ in shared):
@@ -482,7 +483,8 @@ class TaskWriter:
         names = {}
         for n, load in enumerate(vector.loads):
             names[load] = f"v{n}_{v}"
-            self.line(f"const {VECTOR_TYPE[load.param.dtype.name]} {names[load]} = {self.vector_load(load, loop, base)};")
+            ty = VECTOR_TYPE[load.param.dtype.name]
+            self.line(f"const {ty} {names[load]} = {self.vector_load(load, loop, base)};")
         stores = {}
         for n, store in enumerate(vector.stores):
             stores[id(store)] = f"w{n}_{v}"
