@@ -113,7 +113,7 @@ def _ms_per_call(fn: Callable[[], object], repeats: int) -> float:
 
 def run_entry(entry: GalleryEntry, backend: str, seed: int = 0, repeats: int = 5) -> DemoRow:
     """Builds and runs one fusion; the error is the max |braze - float64 NumPy| over the output."""
-    with bz.Fusion() as f:
+    with bz.Fusion(name=entry.name) as f:
         entry.build(f)
     inputs = entry.inputs(np.random.default_rng(seed))
     (result,) = f.execute(inputs, backend=backend)  # the warm-up: compiles on the first call

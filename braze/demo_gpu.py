@@ -77,7 +77,7 @@ def _to_host(value) -> np.ndarray:
 
 def run_gpu_entry(entry: GalleryEntry, with_compile: bool) -> GpuRow:
     timed, to_device, torch = _timer()
-    with bz.Fusion() as f:
+    with bz.Fusion(name=entry.name) as f:
         entry.build(f)
     host = _stacked(entry.inputs(np.random.default_rng(0)))
     inputs = [to_device(a) for a in host]

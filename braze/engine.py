@@ -61,7 +61,8 @@ def plan_kernel(fusion: Fusion, key: tuple, views_on_host: bool = True) -> tuple
     while True:
         plan = schedule.plan(fusion, cuts, views_on_host)
         try:
-            kernel, params = lower(fusion, plan.writes, plan.loop_orders, _input_strides(fusion, key), "fusion")
+            kernel, params = lower(fusion, plan.writes, plan.loop_orders, _input_strides(fusion, key),
+                                   getattr(fusion, "name", "fusion"))
             break
         except NeedsCut as cut:
             cuts.add(id(cut.tv))

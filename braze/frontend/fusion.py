@@ -28,8 +28,11 @@ class Fusion(ir.Fusion):
         (y,) = f.execute([x_array])
     """
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "fusion") -> None:
         super().__init__()
+        if not name.isidentifier():
+            raise FusionDefinitionError(f"name: expected an identifier (it names the kernels), got {name!r}")
+        self.name = name  # kernels are named after it: <name>_t<task>_<tensor>
         self._scope = ExitStack()
 
     def __enter__(self) -> Fusion:

@@ -73,7 +73,7 @@ class JitFunction:
         return tuple(outputs) if returns_sequence else outputs[0]
 
     def _trace(self, key: tuple, args: tuple) -> tuple[Fusion, bool]:
-        with Fusion() as f:
+        with Fusion(name=self.fn.__name__ if self.fn.__name__.isidentifier() else "jit") as f:
             traced_args = [self._define(f, sig, name, a) for sig, name, a in zip(key, self.names, args)]
             result = self.fn(*traced_args)
             returns_sequence = isinstance(result, Sequence)

@@ -122,3 +122,12 @@ def test_softmax_compiles_to_a_cubin():
     src = source(lambda f: [bz.ops.softmax(f.define_tensor([-1, -1], dtype=bz.bfloat16), -1)],
                  matrix(4, 8, dtype=bz.bfloat16.numpy))
     assert nvrtc.compile_cubin(src.text, "softmax", "sm_90")[:4] == b"\x7fELF"
+
+
+def test_kernels_are_named_after_their_fusion():
+    with bz.Fusion(name="my_softmax") as f:
+        f.add_output(bz.ops.softmax(f.define_tensor([-1, -1]), -1))
+    src = engine.cuda_source(f, [matrix(2, 3)])
+    assert src.functions == ("my_softmax_t0_T7",) and "void __launch_bounds__(256)\nmy_softmax_t0_T7(" in src.body
+    with pytest.raises(bz.FusionDefinitionError, match=r"name: expected an identifier .*got 'two words'"):
+        bz.Fusion(name="two words")
