@@ -8,6 +8,7 @@ says what to install.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import threading
 from dataclasses import dataclass
@@ -123,12 +124,34 @@ class Module:
         return call("cuFuncGetAttribute", driver().cuFuncGetAttribute, a, self.functions[name])
 
 
+@functools.cache
+def _raw_launch():
+    """libcuda's cuLaunchKernel through ctypes: a launch is on every call's path, and this costs a
+    few microseconds less than the cuda.bindings wrapper. None when libcuda cannot be opened so."""
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    fn = lib.cuLaunchKernel
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    return fn
+
+
 def launch(function, grid: tuple[int, int, int], block: tuple[int, int, int], params_address: int,
            stream: int = 0, shared_mem: int = 0, name: str = "kernel") -> None:
     """cuLaunchKernel with a prepared `void*[]` of parameter addresses."""
-    (result,) = driver().cuLaunchKernel(function, *grid, *block, shared_mem, stream, params_address, 0)
-    if result != driver().CUresult.CUDA_SUCCESS:
-        raise CudaError(f"CUDA launch of {name} (grid {grid}, block {block}) failed: {_error_text(driver(), result)}")
+    raw = _raw_launch()
+    if raw is not None:
+        code = raw(int(function), *grid, *block, shared_mem, stream, params_address, None)
+        if code == 0:
+            return
+        result = driver().CUresult(code)
+    else:
+        (result,) = driver().cuLaunchKernel(function, *grid, *block, shared_mem, stream, params_address, 0)
+        if result == driver().CUresult.CUDA_SUCCESS:
+            return
+    raise CudaError(f"CUDA launch of {name} (grid {grid}, block {block}) failed: {_error_text(driver(), result)}")
 
 
 # --- memory -------------------------------------------------------------------------------------

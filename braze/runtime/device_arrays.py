@@ -9,6 +9,8 @@ attributes input binding reads (dtype, ndim, shape, strides, itemsize, size, fla
 
 from __future__ import annotations
 
+import functools
+import math
 import weakref
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -45,7 +47,7 @@ class DeviceView:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
 
 def is_device_array(obj: object) -> bool:
@@ -72,9 +74,10 @@ def as_device_view(obj: object, where: str) -> DeviceView:
             dtype = dt.as_dtype(name).numpy
         except Exception:  # noqa: BLE001
             raise InputError(f"{where}: expected a braze dtype, got torch.{name}") from None
-        stream = torch.cuda.current_stream(obj.device).cuda_stream
-        return DeviceView(obj.data_ptr(), tuple(obj.shape), tuple(s * obj.element_size() for s in obj.stride()),
-                          dtype, obj.device.index or 0, "torch", stream, obj)
+        index = obj.device.index or 0
+        itemsize = obj.element_size()
+        return DeviceView(obj.data_ptr(), tuple(obj.shape), tuple(s * itemsize for s in obj.stride()),
+                          dtype, index, "torch", _torch_stream(torch, index), obj)
     cai = obj.__cuda_array_interface__
     dtype = np.dtype(cai["typestr"])
     shape = tuple(cai["shape"])
@@ -85,6 +88,12 @@ def as_device_view(obj: object, where: str) -> DeviceView:
     stream = _cupy_stream() if kind == "cupy" else 0
     return DeviceView(int(cai["data"][0]), shape, tuple(strides), dtype, _device_of_pointer(int(cai["data"][0])),
                       kind, stream, obj)
+
+
+def _torch_stream(torch, index: int) -> int:
+    """torch's current stream on device `index` (its raw handle: the public call costs ~10 µs)."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream
 
 
 def _cupy_stream() -> int:
@@ -194,7 +203,7 @@ def _allocate(kind: str, shape: tuple[int, ...], dtype: dt.DType, device: int, s
         import torch
 
         tensor = torch.empty_strided(shape, [s // dtype.itemsize for s in strides],
-                                     dtype=getattr(torch, dtype.name), device=f"cuda:{device}")
+                                     dtype=getattr(torch, dtype.name), device=_torch_device(torch, device))
         return DeviceView(tensor.data_ptr(), shape, strides, dtype.numpy, device, kind, stream, tensor)
     if kind == "cupy":
         import cupy
@@ -205,6 +214,11 @@ def _allocate(kind: str, shape: tuple[int, ...], dtype: dt.DType, device: int, s
         return DeviceView(array.data.ptr, shape, strides, dtype.numpy, device, kind, stream, array)
     array = DeviceArray(shape, dtype.numpy, device, stream, stride_order)
     return DeviceView(array.ptr, shape, strides, dtype.numpy, device, "cuda", stream, array)
+
+
+@functools.cache
+def _torch_device(torch, index: int):
+    return torch.device("cuda", index)
 
 
 def user_array(view: DeviceView) -> object:

@@ -213,3 +213,12 @@ def test_device_array_through_dlpack_and_cuda_array_interface():
     np.testing.assert_array_equal(array.numpy(), host * 2)
     del t
     assert torch.as_tensor(array, device="cuda").data_ptr() == array.ptr
+
+
+def test_a_failed_launch_names_the_kernel_and_the_error():
+    kernel = bz.RtcKernel('extern "C" __global__ void noop() {}', "noop")
+    with pytest.raises(bz.CudaError, match=r"CUDA launch of noop \(grid \(1, 1, 1\), block \(4096, 1, 1\)\) failed: "
+                                           r"CUDA_ERROR_INVALID_VALUE"):
+        kernel.launch((1,), (4096,), [])
+    kernel.launch((1,), (32,), [])  # the context is still usable
+    cuda_driver.synchronize()
