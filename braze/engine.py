@@ -25,7 +25,7 @@ from braze.runtime.arrays import to_kind
 from braze.runtime.compiled_kernel import CompiledKernel
 from braze.runtime.executor import KernelExecutor
 from braze.runtime.fusion_runtime import FusionRuntime
-from braze.runtime.inputs import BoundInputs, bind_inputs
+from braze.runtime.inputs import BoundInputs, TensorSpec, bind_inputs
 from braze.runtime.record import note_segments
 
 Backend = Callable[[Fusion, BoundInputs], list[np.ndarray]]
@@ -45,7 +45,8 @@ def signature(fusion: Fusion, bound: BoundInputs) -> tuple:
     parts = []
     for tv, array in zip(fusion.inputs, bound.arrays):
         if tv.scalar is None:
-            unit = tuple(s == array.itemsize and not d.is_broadcast for s, d in zip(array.strides, tv.visible))
+            broadcast = TensorSpec.of(tv).broadcast
+            unit = tuple(s == array.itemsize and not b for s, b in zip(array.strides, broadcast))
             parts.append((unit, array.size >= 2**31))
     return tuple(parts)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from braze import dtypes as dt
-from braze.errors import Error, InputError
+from braze.errors import InputError
 from braze.ir.fusion import AliasKind, Fusion
 from braze.ir.tensor import TensorView
 from braze.runtime.arrays import as_host_array
@@ -73,25 +73,45 @@ def _as_array(value: object, where: str) -> tuple[np.ndarray | DeviceView, str]:
     return as_host_array(value, where)
 
 
+@dataclass(frozen=True)
+class TensorSpec:
+    """What binding checks of one input, read from its TensorView once (not on every call)."""
+
+    dtype: dt.DType
+    numpy_dtype: np.dtype
+    ndim: int
+    extents: tuple[tuple[int | None, str | None], ...]  # per dimension: (static extent, symbol name)
+    stride_order: tuple[int, ...] | None
+    broadcast: tuple[bool, ...]  # per dimension: a broadcast (extent-1) dimension
+    type_text: str
+
+    @staticmethod
+    def of(tv: TensorView) -> TensorSpec:
+        spec = tv.__dict__.get("_binding_spec")
+        if spec is None:
+            extents = tuple((e.value if e.is_const else None, e.name if e.is_symbol else None) for e in tv.shape)
+            spec = TensorSpec(tv.dtype, tv.dtype.numpy, tv.ndim, extents, tv.stride_order,
+                              tuple(d.is_broadcast for d in tv.visible), tv.type_text())
+            tv.__dict__["_binding_spec"] = spec
+        return spec
+
+
 def _bind_tensor(tv: TensorView, value: object, where: str, bindings: dict[str, int]) -> tuple[np.ndarray, str]:
     array, kind = _as_array(value, where)
-    try:
-        actual = dt.from_numpy(array.dtype)
-    except Error:
-        actual = None
-    if actual != tv.dtype:
-        raise InputError(f"{where}: expected {tv.dtype.name}, got {array.dtype}")
-    if array.ndim != tv.ndim:
-        raise InputError(f"{where}: expected rank {tv.ndim} (shape {tv.type_text()}), got rank {array.ndim} "
+    spec = TensorSpec.of(tv)
+    if array.dtype != spec.numpy_dtype:
+        raise InputError(f"{where}: expected {spec.dtype.name}, got {array.dtype}")
+    if array.ndim != spec.ndim:
+        raise InputError(f"{where}: expected rank {spec.ndim} (shape {spec.type_text}), got rank {array.ndim} "
                          f"(shape {array.shape})")
-    for axis, (extent, size) in enumerate(zip(tv.shape, array.shape)):
-        if extent.is_const and extent.value != size:
-            raise InputError(f"{where}: expected extent {extent.value} at dimension {axis}, got {size} "
+    for axis, ((static, symbol_name), size) in enumerate(zip(spec.extents, array.shape)):
+        if static is not None and static != size:
+            raise InputError(f"{where}: expected extent {static} at dimension {axis}, got {size} "
                              f"(shape {array.shape})")
-        if extent.is_symbol:
-            bindings[extent.name] = int(size)
-    if tv.stride_order and not _matches_stride_order(array, tv.stride_order):
-        raise InputError(f"{where}: expected stride_order {tv.stride_order}, got strides {array.strides} "
+        if symbol_name is not None:
+            bindings[symbol_name] = int(size)
+    if spec.stride_order and not _matches_stride_order(array, spec.stride_order):
+        raise InputError(f"{where}: expected stride_order {spec.stride_order}, got strides {array.strides} "
                          f"(stride_order {stride_order_of(array)})")
     return array, kind
 
