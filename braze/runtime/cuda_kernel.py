@@ -61,6 +61,9 @@ class CudaCompiledKernel:
             self.binary, self.from_disk = cached, True
             return self
         self.binary = nvrtc.compile_cubin(self.source, self.kernel.name, self.params.arch, self.options())
+        if config.dumping("ptx"):
+            ptx = nvrtc.compile_ptx(self.source, self.kernel.name, self.params.arch, self.options())
+            config.dump("ptx", ptx.rstrip(b"\0").decode())
         note_compile(self.kernel.name)
         disk_cache.store(self.cache_key, self.binary)
         return self

@@ -222,3 +222,16 @@ def test_a_failed_launch_names_the_kernel_and_the_error():
         kernel.launch((1,), (4096,), [])
     kernel.launch((1,), (32,), [])  # the context is still usable
     cuda_driver.synchronize()
+
+
+def test_profiled_launches_carry_device_time_and_bandwidth():
+    x = np.random.default_rng(5).standard_normal((1024, 1024)).astype(np.float32)
+    f = softmax_fusion()
+    f.execute([x], device="cuda")
+    with bz.record(profile=True) as rec:
+        f.execute([x], device="cuda")
+    (launch,) = rec.launches
+    assert launch.device_ms > 0 and launch.gbps == pytest.approx(2 * x.nbytes / launch.device_ms / 1e6)
+    with bz.record() as plain:
+        f.execute([x], device="cuda")
+    assert plain.launches[0].device_ms is None
