@@ -8,19 +8,38 @@ row). The runtime picks `lanes` per launch from the row length; `lanes = 1` is a
 one compiled kernel serves every shape of its signature.
 
 Every kernel takes the packed argument block of the CPU backend (`ArgLayout`: per array its data
-pointer, extents and strides; per scalar one slot) by value, plus `lanes`.
+pointer, extents and strides; per scalar one slot) by value, then `lanes`, `cached_row` (the row
+length when the row caches fit in shared memory, else 0) and the workspace and finished-block
+counter of a grid reduction. What runs where is decided in `cuda_plan`; this module writes text.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from braze.codegen.cuda_plan import (
+    LANE_COMBINES,
+    VECTOR_ALIGNMENT,
+    VECTOR_TYPE,
+    LanePlan,
+    RowCache,
+    VectorAccesses,
+    exprs_of,
+    plan_lanes,
+    plan_row_caches,
+    replace_var_in_access,
+    row_cache_key,
+    spans_grid,
+    sub_exprs,
+    unconditional_loads,
+    vector_accesses,
+    walk,
+)
 from braze.codegen.llvm import ArgLayout
 from braze.dtypes import DType
 from braze.errors import UnsupportedError
@@ -39,246 +58,6 @@ C_TYPE = {"bool": "bool", "int8": "signed char", "int32": "int", "int64": "long 
 
 def c_type(dtype: DType) -> str:
     return C_TYPE[dtype.name]
-
-
-# --- which loops a task may spread over the lanes of a row --------------------------------------
-# The combine ops of braze.lower.reductions, as prelude functors: partial results of lanes merge.
-LANE_COMBINES = {"reduce_add": "BzReduceAdd", "reduce_mul": "BzReduceMul", "reduce_maximum": "BzReduceMax",
-                 "reduce_minimum": "BzReduceMin", "logical_or": "BzReduceOr", "logical_and": "BzReduceAnd"}
-
-
-@dataclass(frozen=True)
-class LanePlan:
-    """For a task: the top-level loops spread over lanes, the accumulators each one combines after
-    it, and whether lanes help (the loops walk a unit-stride dimension, so lanes coalesce)."""
-
-    loops: dict[int, tuple[tuple[k.Var, str], ...]] = field(default_factory=dict)  # id(For) -> (acc, combine)
-    coalesces: bool = False
-
-
-def _children(s: k.Stmt) -> Iterator[k.Stmt]:
-    for name in ("body", "then", "orelse"):
-        yield from getattr(s, name, ())
-
-
-def walk(stmts: tuple[k.Stmt, ...]) -> Iterator[k.Stmt]:
-    for s in stmts:
-        yield s
-        yield from walk(tuple(_children(s)))
-
-
-def _exprs_of(s: k.Stmt) -> Iterator[k.Expr]:
-    for name in ("value", "cond", "begin", "end", "index"):
-        e = getattr(s, name, None)
-        if isinstance(e, k.Expr):
-            yield e
-    yield from getattr(s, "indices", ())
-
-
-def sub_exprs(e: k.Expr) -> Iterator[k.Expr]:
-    yield e
-    for name in getattr(e, "__dataclass_fields__", {}):
-        child = getattr(e, name)
-        if isinstance(child, k.Expr):
-            yield from sub_exprs(child)
-        elif isinstance(child, tuple):
-            for c in child:
-                if isinstance(c, k.Expr):
-                    yield from sub_exprs(c)
-
-
-def _accumulation(s: k.Assign) -> str | None:
-    """The combine op when `s` is `acc = combine(acc, x)` with x not reading acc."""
-    v = s.value
-    if isinstance(v, k.Binary) and v.op in LANE_COMBINES and v.a == s.var and s.var not in set(sub_exprs(v.b)):
-        return v.op
-    return None
-
-
-def _loop_accumulators(loop: k.For, task_vars: set[k.Var]) -> tuple[tuple[k.Var, str], ...] | None:
-    """The (acc, combine) pairs a top-level loop folds into task-scope variables, or None when the
-    loop does something lanes cannot split (another write to a task variable, an atomic, a sync)."""
-    found: dict[k.Var, str] = {}
-    for s in walk(loop.body):
-        if isinstance(s, (k.AtomicRMW, k.Sync, k.Alloc)):
-            return None
-        if isinstance(s, (k.Assign, k.Let)) and s.var in task_vars:
-            combine = _accumulation(s) if isinstance(s, k.Assign) else None
-            if combine is None or found.get(s.var, combine) != combine:
-                return None
-            found[s.var] = combine
-    accumulators = set(found)
-    for s in walk(loop.body):  # an accumulator must not be read except by its own fold
-        reads = [e for x in _exprs_of(s) for e in sub_exprs(x)]
-        own = s.value.a if isinstance(s, k.Assign) and s.var in accumulators else None
-        if any(isinstance(e, k.Var) and e in accumulators and e is not own for e in reads):
-            return None
-    return tuple(found.items())
-
-
-def _walks_unit_stride(loop: k.For) -> bool:
-    """Whether the loop's index addresses a unit-stride dimension of an array it reads or writes."""
-    def unit_stride_index(param: k.ArrayParam, indices) -> bool:
-        return any(param.static_stride(axis) == 1 and loop.var in set(sub_exprs(i)) for axis, i in enumerate(indices))
-    for s in walk(loop.body):
-        if isinstance(s, k.Store) and unit_stride_index(s.param, s.indices):
-            return True
-        for e in (e for x in _exprs_of(s) for e in sub_exprs(x)):
-            if isinstance(e, k.Load) and unit_stride_index(e.param, e.indices):
-                return True
-    return False
-
-
-@dataclass(frozen=True)
-class RowCache:
-    """A load that several lane loops repeat for the same element of a row: the first loop keeps
-    each value in shared memory, the later ones read it back, so the row crosses DRAM once. Each
-    lane reads back only the elements it stored itself, so no barrier is needed."""
-
-    key: tuple  # (param name, indices with the loop index replaced by a marker)
-    dtype: DType
-    loops: tuple[int, ...]  # id() of the lane loops that read it, in program order
-    position: int  # which top-level loop of the task is the first of them (its extent sizes the cache)
-
-
-_ROW_INDEX = k.Var("__row_index")
-
-
-def _replace_var(e: k.Expr, old: k.Var, new: k.Var) -> k.Expr:
-    if e == old:
-        return new
-    changes = {}
-    for name in getattr(e, "__dataclass_fields__", {}):
-        child = getattr(e, name)
-        if isinstance(child, k.Expr):
-            changes[name] = _replace_var(child, old, new)
-        elif isinstance(child, tuple) and any(isinstance(c, k.Expr) for c in child):
-            changes[name] = tuple(_replace_var(c, old, new) if isinstance(c, k.Expr) else c for c in child)
-    return dataclasses.replace(e, **changes) if changes else e
-
-
-def row_cache_key(load: k.Load, loop: k.For) -> tuple:
-    return (load.param.name, tuple(_replace_var(i, loop.var, _ROW_INDEX) for i in load.indices))
-
-
-def loads_in(stmts: tuple[k.Stmt, ...]) -> Iterator[k.Load]:
-    for s in walk(stmts):
-        for x in _exprs_of(s):
-            yield from (e for e in sub_exprs(x) if isinstance(e, k.Load))
-
-
-# Operands evaluated only when another operand says so: a load there may be out of bounds otherwise
-# (a `cat` reads each input only inside its own range).
-_CONDITIONAL_OPERANDS = {"where": ("b", "c"), "logical_and": ("b",), "logical_or": ("b",)}
-
-
-def unconditional_loads(stmts: tuple[k.Stmt, ...]) -> Iterator[k.Load]:
-    """The loads every iteration performs: none under an `if`, a `where` branch or a short circuit."""
-    def visit(e: k.Expr) -> Iterator[k.Load]:
-        if isinstance(e, k.Load):
-            yield e
-        skipped = _CONDITIONAL_OPERANDS.get(getattr(e, "op", None), ()) if isinstance(e, (k.Binary, k.Ternary)) else ()
-        for name in getattr(e, "__dataclass_fields__", {}):
-            child = getattr(e, name)
-            if name in skipped:
-                continue
-            if isinstance(child, k.Expr):
-                yield from visit(child)
-            elif isinstance(child, tuple):
-                for c in child:
-                    if isinstance(c, k.Expr):
-                        yield from visit(c)
-    for s in stmts:
-        if isinstance(s, (k.If, k.For, k.While)):
-            continue
-        for x in _exprs_of(s):
-            yield from visit(x)
-
-
-def plan_row_caches(task: k.Task, plan: LanePlan) -> tuple[RowCache, ...]:
-    """The loads worth keeping in shared memory: read by two or more lane loops over the same range."""
-    loops = [s for s in task.body if isinstance(s, k.For) and id(s) in plan.loops]
-    seen: dict[tuple, list] = {}
-    for loop in loops:
-        for load in unconditional_loads(loop.body):
-            index_vars = {v for i in load.indices for v in sub_exprs(i) if isinstance(v, k.Var)}
-            # Along the row, and different per row (a broadcast operand stays in L1 by itself).
-            if loop.var in index_vars and index_vars - {loop.var}:
-                entry = seen.setdefault(row_cache_key(load, loop), [load.param.dtype, []])
-                if id(loop) not in entry[1]:
-                    entry[1].append(id(loop))
-    ranges = {id(loop): (loop.begin, loop.end) for loop in loops}
-    position = {id(s): n for n, s in enumerate(s for s in task.body if isinstance(s, k.For))}
-    caches = []
-    for key, (dtype, users) in seen.items():
-        if len(users) >= 2 and len({ranges[u] for u in users}) == 1:
-            caches.append(RowCache(key, dtype, tuple(users), position[users[0]]))
-    return tuple(caches)
-
-
-def spans_grid(task: k.Task, plan: LanePlan) -> bool:
-    """Whether a serial task (a reduction to one value) can spread its loop over the whole grid:
-    one lane loop, and after it only values and stores. The blocks' partial results then meet in
-    a workspace, and the last block to finish combines them in a fixed order."""
-    loops = [s for s in task.body if isinstance(s, (k.For, k.While))]
-    if task.kind != "serial" or len(loops) != 1 or id(loops[0]) not in plan.loops:
-        return False
-    after = task.body[task.body.index(loops[0]) + 1:]
-    return all(isinstance(s, (k.Let, k.Store)) for s in after)
-
-
-# Four neighbouring elements as one access (16 bytes; 8 for half types, two 16-byte halves for
-# float64): the types of the prelude, each aligned to its size.
-VECTOR_TYPE = {"float32": "float4", "int32": "int4", "float64": "bz_double4", "float16": "bz_half4",
-               "bfloat16": "bz_bfloat164"}
-VECTOR_ALIGNMENT = {"float32": 16, "int32": 16, "float64": 16, "float16": 8, "bfloat16": 8}
-
-
-@dataclass(frozen=True)
-class VectorAccesses:
-    loads: tuple[k.Load, ...]
-    stores: tuple[k.Store, ...]
-
-
-def _unit_stride_position(access, var: k.Var) -> bool:
-    """`var` indexes exactly one axis of the access, alone and with unit stride."""
-    uses = [axis for axis, i in enumerate(access.indices) if var in set(sub_exprs(i))]
-    return len(uses) == 1 and access.indices[uses[0]] == var and access.param.static_stride(uses[0]) == 1
-
-
-def _replace_var_in_access(access, var: k.Var, new: k.Expr) -> tuple[k.Expr, ...]:
-    return tuple(_replace_var(i, var, new) for i in access.indices)
-
-
-def vector_accesses(loop: k.For) -> VectorAccesses | None:
-    """The loads and stores of a lane loop that can move 16 bytes at a time, or None when the loop
-    cannot take that path: it must start at 0, hold no branches or inner loops, and touch memory
-    along the row only as `a[..., j]` of a 4-byte type."""
-    if loop.begin != k.Const(0, loop.begin.dtype) or any(
-            isinstance(s, (k.For, k.While, k.If, k.AtomicRMW, k.Alloc, k.Break, k.Continue)) for s in walk(loop.body)):
-        return None
-    loads = {e: None for x in (x for s in loop.body for x in _exprs_of(s)) for e in sub_exprs(x)
-             if isinstance(e, k.Load) and loop.var in {v for i in e.indices for v in sub_exprs(i)}}
-    stores = [s for s in loop.body if isinstance(s, k.Store) and any(loop.var in set(sub_exprs(i)) for i in s.indices)]
-    accesses = [*loads, *stores]
-    if not accesses or any(a.param.dtype.name not in VECTOR_TYPE or not _unit_stride_position(a, loop.var)
-                           for a in accesses):
-        return None
-    if set(unconditional_loads(loop.body)) < set(loads):
-        return None
-    return VectorAccesses(tuple(loads), tuple(stores))
-
-
-def plan_lanes(task: k.Task) -> LanePlan:
-    loops = [s for s in task.body if isinstance(s, k.For)]
-    task_vars = {s.var for s in task.body if isinstance(s, k.Let)}
-    plan = {}
-    for loop in loops:
-        accumulators = _loop_accumulators(loop, task_vars)
-        if accumulators is None:
-            return LanePlan()
-        plan[id(loop)] = accumulators
-    return LanePlan(plan, any(_walks_unit_stride(loop) for loop in loops))
 
 
 # --- expressions ------------------------------------------------------------------------------------
@@ -467,7 +246,7 @@ class TaskWriter:
             terms.append(f"(({self.expr(other.end)}) % 4 == 0)")
             vector = self.vectors[id(other)]
             for access in (*vector.loads, *vector.stores):
-                start = _replace_var_in_access(access, other.var, k.Const(0, other.var.dtype))
+                start = replace_var_in_access(access, other.var, k.Const(0, other.var.dtype))
                 address = f"&{self.pointer(access.param)}[{self.offset(access.param, start)}]"
                 mask = VECTOR_ALIGNMENT[access.param.dtype.name] - 1
                 terms.append(f"((reinterpret_cast<unsigned long long>({address}) & {mask}) == 0)")
@@ -501,7 +280,7 @@ class TaskWriter:
         self.substitutions.clear()
         self.vector_stores = {}
         for store in vector.stores:
-            target = self.offset(store.param, _replace_var_in_access(store, loop.var, base))
+            target = self.offset(store.param, replace_var_in_access(store, loop.var, base))
             ty = VECTOR_TYPE[store.param.dtype.name]
             self.line(f"if (active) *reinterpret_cast<{ty}*>(&{self.pointer(store.param)}[{target}]) = "
                       f"{stores[id(store)]};")
@@ -512,7 +291,7 @@ class TaskWriter:
     def vector_load(self, load: k.Load, loop: k.For, base: k.Var) -> str:
         """Four elements from memory, or from the row cache where an earlier loop kept them."""
         ty = VECTOR_TYPE[load.param.dtype.name]
-        offset = self.offset(load.param, _replace_var_in_access(load, loop.var, base))
+        offset = self.offset(load.param, replace_var_in_access(load, loop.var, base))
         from_memory = f"*reinterpret_cast<const {ty}*>(&{self.pointer(load.param)}[{offset}])"
         for n, cache in enumerate(self.caches):
             if id(loop) in cache.loops and row_cache_key(load, loop) == cache.key:
@@ -557,7 +336,7 @@ class TaskWriter:
 
     def used_params(self) -> set[str]:
         names = {s.param.name for s in walk(self.task.body) if isinstance(s, (k.Store, k.AtomicRMW))}
-        roots = [x for s in walk(self.task.body) for x in _exprs_of(s)] + [self.task.begin, self.task.end]
+        roots = [x for s in walk(self.task.body) for x in exprs_of(s)] + [self.task.begin, self.task.end]
         for e in (e for x in roots for e in sub_exprs(x)):
             if isinstance(e, (k.Load, k.ArrayExtent, k.ArrayStride)):
                 names.add(e.param.name)
