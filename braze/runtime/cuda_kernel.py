@@ -305,7 +305,12 @@ def _stream_of(args) -> int:
     return 0
 
 
+REGISTERS_PER_SM = 65536
+
+
 @functools.cache
 def default_params(device: cuda.Device) -> CompileParams:
-    return CompileParams(index_type="int64", block_size=cuda_codegen.DEFAULT_BLOCK_SIZE, arch=device.arch,
-                         fast_math="fast_math" in config.current.enable)
+    block = cuda_codegen.DEFAULT_BLOCK_SIZE
+    # Registers: as many as still let one block of `block` threads fit on an SM (255 at most).
+    return CompileParams(index_type="int64", block_size=block, max_registers=min(255, REGISTERS_PER_SM // block),
+                         arch=device.arch, fast_math="fast_math" in config.current.enable)

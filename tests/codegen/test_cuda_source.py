@@ -131,3 +131,21 @@ def test_kernels_are_named_after_their_fusion():
     assert src.functions == ("my_softmax_t0_T7",) and "void __launch_bounds__(256)\nmy_softmax_t0_T7(" in src.body
     with pytest.raises(bz.FusionDefinitionError, match=r"name: expected an identifier .*got 'two words'"):
         bz.Fusion(name="two words")
+
+
+@pytest.mark.skipif(not nvrtc.available(), reason="NVRTC is not installed")
+def test_cuda_to_file_writes_each_kernel_under_its_name(tmp_path):
+    from braze.runtime.compiled_kernel import CompileParams
+    from braze.runtime.cuda_kernel import CudaCompiledKernel
+
+    _, kernel, _ = engine.plan_kernel(_named_softmax(), (((False, True), False),), views_on_host=False)
+    with bz.config.scope(cache_dir=tmp_path, dump="cuda_to_file"):
+        compiled = CudaCompiledKernel(kernel, CompileParams(block_size=128, max_registers=64, arch="sm_90")).compile()
+    assert (tmp_path / "dump" / "dumped_t0_T7.cu").read_text() == compiled.source
+    assert "__launch_bounds__(128)" in compiled.source and compiled.options() == ("--maxrregcount=64",)
+
+
+def _named_softmax() -> bz.Fusion:
+    with bz.Fusion(name="dumped") as f:
+        f.add_output(bz.ops.softmax(f.define_tensor([-1, -1]), -1))
+    return f
