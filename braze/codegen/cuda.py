@@ -30,6 +30,7 @@ from braze.codegen.cuda_plan import (
     RowCache,
     VectorAccesses,
     exprs_of,
+    occurrences,
     plan_lanes,
     plan_row_caches,
     replace_var_in_access,
@@ -259,11 +260,18 @@ class TaskWriter:
                   f"{base.name} += 4LL * lanes32) {{")
         self.depth += 1
         self.loop_depth += 1
+        values = self.vector_values(loop, base)
+        covered = {e for expression in values for e in sub_exprs(expression)}
         names = {}
         for n, load in enumerate(vector.loads):
+            if load in covered and not any(load in set(sub_exprs(x)) for x in self.uncovered_exprs(loop, values)):
+                continue  # read only inside a value the row cache holds
             names[load] = f"v{n}_{v}"
             ty = VECTOR_TYPE[load.param.dtype.name]
             self.line(f"const {ty} {names[load]} = {self.vector_load(load, loop, base)};")
+        updates = self.cache_updates(loop, "update")
+        for n, cache, _ in updates:
+            self.line(f"{VECTOR_TYPE[cache.dtype.name]} u{n}_{v};")
         stores = {}
         for n, store in enumerate(vector.stores):
             stores[id(store)] = f"w{n}_{v}"
@@ -273,12 +281,20 @@ class TaskWriter:
             self.depth += 1
             self.line(f"const long long {v} = {base.name} + {lane_part};")
             self.substitutions.update({load: f"{name}.{component}" for load, name in names.items()})
+            self.substitutions.update({expression: f"{name}.{component}" for expression, name in values.items()})
+            for n, _cache, expression in updates:
+                self.substitutions.pop(expression, None)  # the previous component's value
+                self.line(f"u{n}_{v}.{component} = {self.expr(expression)};")
+                self.substitutions[expression] = f"u{n}_{v}.{component}"
             self.vector_stores = {key: f"{name}.{component}" for key, name in stores.items()}
             self.block(loop.body)
             self.depth -= 1
             self.line("}")
         self.substitutions.clear()
         self.vector_stores = {}
+        for n, cache, _ in updates:
+            ty = VECTOR_TYPE[cache.dtype.name]
+            self.line(f"if (cached_row) *reinterpret_cast<{ty}*>(&row_cache{n}[{base.name}]) = u{n}_{v};")
         for store in vector.stores:
             target = self.offset(store.param, replace_var_in_access(store, loop.var, base))
             ty = VECTOR_TYPE[store.param.dtype.name]
@@ -296,12 +312,58 @@ class TaskWriter:
         for n, cache in enumerate(self.caches):
             if id(loop) in cache.loops and row_cache_key(load, loop) == cache.key:
                 slot = f"*reinterpret_cast<{ty}*>(&row_cache{n}[{base.name}])"
-                if cache.loops[0] == id(loop):  # the first loop fills the cache as it reads
+                if cache.loops[0] != id(loop):
+                    return f"cached_row ? {slot} : {from_memory}"
+                if cache.role(id(loop)) == "load":  # the first loop fills the cache as it reads
                     self.line(f"const {ty} m{n}_{loop.var.name} = {from_memory};")
                     self.line(f"if (cached_row) {slot} = m{n}_{loop.var.name};")
                     return f"m{n}_{loop.var.name}"
-                return f"cached_row ? {slot} : {from_memory}"
         return from_memory
+
+    def vector_values(self, loop: k.For, base: k.Var) -> dict[k.Expr, str]:
+        """In a loop reading updated caches: four values from the cache, or computed from memory
+        when the rows did not fit in shared memory."""
+        values = {}
+        for n, cache, expression in self.cache_updates(loop, "value"):
+            name, ty = f"e{n}_{loop.var.name}", VECTOR_TYPE[cache.dtype.name]
+            values[expression] = name
+            self.line(f"{ty} {name};")
+            self.line(f"if (cached_row) {name} = *reinterpret_cast<{ty}*>(&row_cache{n}[{base.name}]);")
+            self.line("else {")
+            self.depth += 1
+            for load in {e for e in sub_exprs(expression) if isinstance(e, k.Load) and loop.var in set(sub_exprs(e))}:
+                offset = self.offset(load.param, replace_var_in_access(load, loop.var, base))
+                memory_ty = VECTOR_TYPE[load.param.dtype.name]
+                self.line(f"const {memory_ty} g{n}_{loop.var.name} = "
+                          f"*reinterpret_cast<const {memory_ty}*>(&{self.pointer(load.param)}[{offset}]);")
+                for lane_part, component in enumerate("xyzw"):
+                    self.substitutions[load] = f"g{n}_{loop.var.name}.{component}"
+                    self.line(f"{{ const long long {loop.var.name} = {base.name} + {lane_part}; "
+                              f"{name}.{component} = {self.expr(expression)}; }}")
+                self.substitutions.pop(load)
+            self.depth -= 1
+            self.line("}")
+        return values
+
+    def uncovered_exprs(self, loop: k.For, values: dict[k.Expr, str]) -> list[k.Expr]:
+        """The loop's expressions with the cached values cut out (what still reads memory)."""
+        def cut(e: k.Expr) -> list[k.Expr]:
+            if e in values:
+                return []
+            children = [c for name in getattr(e, "__dataclass_fields__", {}) for c in
+                        ((getattr(e, name),) if isinstance(getattr(e, name), k.Expr) else
+                         getattr(e, name) if isinstance(getattr(e, name), tuple) else ()) if isinstance(c, k.Expr)]
+            return [e] if isinstance(e, k.Load) else [x for c in children for x in cut(c)]
+        return [x for st in walk(loop.body) for root in exprs_of(st) for x in cut(root)]
+
+    def cache_updates(self, loop: k.For, role: str) -> list[tuple[int, RowCache, k.Expr]]:
+        """(cache number, cache, the updating expression as this loop writes it) for the caches
+        this loop updates (`role` "update") or reads the updated values of ("value")."""
+        found = []
+        for n, cache in enumerate(self.caches):
+            if cache.update is not None and id(loop) in cache.loops and cache.role(id(loop)) == role:
+                found.append((n, cache, occurrences(loop, cache.update)[0]))
+        return found
 
     def emit_cached_loads(self, loop: k.For) -> None:
         """At the top of a lane loop: each cached load, stored on its first loop, read back after."""
@@ -312,12 +374,24 @@ class TaskWriter:
             load = next(ld for ld in unconditional_loads(loop.body) if row_cache_key(ld, loop) == cache.key)
             name, ty = f"cached{n}_{loop.var.name}", c_type(cache.dtype)
             slot = f"row_cache{n}[{loop.var.name} - {begin}]"
+            role = cache.role(id(loop))
+            if role == "value":  # the cache holds the updated value: the load itself is not needed
+                expression = occurrences(loop, cache.update)[0]
+                self.line(f"const {ty} {name} = cached_row ? {slot} : {self.expr(expression)};")
+                self.substitutions[expression] = name
+                continue
             if cache.loops[0] == id(loop):
                 self.line(f"const {ty} {name} = {self.expr(load)};")
-                self.line(f"if (cached_row) {slot} = {name};")
+                if role == "load":
+                    self.line(f"if (cached_row) {slot} = {name};")
             else:
                 self.line(f"const {ty} {name} = cached_row ? {slot} : {self.expr(load)};")
             self.substitutions[load] = name
+            if role == "update":
+                expression = occurrences(loop, cache.update)[0]
+                self.line(f"const {ty} updated{n}_{loop.var.name} = {self.expr(expression)};")
+                self.line(f"if (cached_row) {slot} = updated{n}_{loop.var.name};")
+                self.substitutions[expression] = f"updated{n}_{loop.var.name}"
 
     def declare_params(self) -> None:
         used = self.used_params()

@@ -114,6 +114,18 @@ class RowCache:
     dtype: DType
     loops: tuple[int, ...]  # id() of the lane loops that read it, in program order
     position: int  # which top-level loop of the task is the first of them (its extent sizes the cache)
+    # When the later loops read the load only inside one expression (softmax's exp(x - max)), the
+    # loop `writer` replaces each element by that expression, and the loops after it read the value
+    # instead of computing it again. `update` is the expression with the row index as a marker.
+    update: k.Expr | None = None
+    writer: int | None = None
+
+    def role(self, loop_id: int) -> str:
+        """"load" (the loop reads the loaded element), "update" (it also stores the expression over
+        it) or "value" (it reads the expression's value)."""
+        if self.writer is None or self.loops.index(loop_id) < self.loops.index(self.writer):
+            return "load"
+        return "update" if loop_id == self.writer else "value"
 
 
 _ROW_INDEX = k.Var("__row_index")
@@ -181,8 +193,64 @@ def plan_row_caches(task: k.Task, plan: LanePlan) -> tuple[RowCache, ...]:
     caches = []
     for key, (dtype, users) in seen.items():
         if len(users) >= 2 and len({ranges[u] for u in users}) == 1:
-            caches.append(RowCache(key, dtype, tuple(users), position[users[0]]))
+            cache = RowCache(key, dtype, tuple(users), position[users[0]])
+            caches.append(_with_update(cache, task, {id(loop): loop for loop in loops}))
     return tuple(caches)
+
+
+def normalized(e: k.Expr, loop: k.For) -> k.Expr:
+    return _replace_var(e, loop.var, _ROW_INDEX)
+
+
+def occurrences(loop: k.For, key: k.Expr) -> list[k.Expr]:
+    """The expressions of the loop's statements equal to `key` once the loop index is marked."""
+    return [e for s in walk(loop.body) for x in exprs_of(s) for e in sub_exprs(x) if normalized(e, loop) == key]
+
+
+def _only_inside(loop: k.For, load_key: k.Expr, outer_key: k.Expr) -> bool:
+    """Every read of the load in the loop is part of `outer_key`'s expression."""
+    inside = sum(1 for outer in occurrences(loop, outer_key) for e in sub_exprs(outer)
+                 if normalized(e, loop) == load_key)
+    return inside == len(occurrences(loop, load_key))
+
+
+def _with_update(cache: RowCache, task: k.Task, loops: dict[int, k.For]) -> RowCache:
+    """The cache with an update (see RowCache) when one applies: the largest expression over the
+    load that the last loop reads it through, also computed by an earlier loop, of the cache's
+    type, over values defined before that loop."""
+    last = loops[cache.loops[-1]]
+    if any(isinstance(s, (k.If, k.For, k.While)) for s in walk(last.body)):
+        return cache
+    load_key = next(normalized(e, last) for e in unconditional_loads(last.body)
+                    if row_cache_key(e, last) == cache.key)
+    candidates = sorted({normalized(e, last): e for s in last.body for x in exprs_of(s) for e in sub_exprs(x)
+                         if e.dtype == cache.dtype and load_key in {normalized(c, last) for c in sub_exprs(e)}
+                         and normalized(e, last) != load_key}.items(), key=lambda item: -_size(item[0]))
+    defined_before = _defined_before(task)
+    for key, _ in candidates:
+        for writer_index in range(len(cache.loops) - 1):
+            writer = loops[cache.loops[writer_index]]
+            later = [loops[i] for i in cache.loops[writer_index + 1:]]
+            free = {v for v in sub_exprs(key) if isinstance(v, k.Var)} - {_ROW_INDEX}
+            if (occurrences(writer, key) and free <= defined_before[id(writer)]
+                    and not any(isinstance(s, (k.If, k.For, k.While)) for s in walk(writer.body))
+                    and all(_only_inside(loop, load_key, key) for loop in later)):
+                return dataclasses.replace(cache, update=key, writer=id(writer))
+    return cache
+
+
+def _size(e: k.Expr) -> int:
+    return sum(1 for _ in sub_exprs(e))
+
+
+def _defined_before(task: k.Task) -> dict[int, set[k.Var]]:
+    """For each top-level statement: the task variables defined before it."""
+    defined, before = set(), {}
+    for s in task.body:
+        before[id(s)] = set(defined)
+        if isinstance(s, k.Let):
+            defined.add(s.var)
+    return before
 
 
 def spans_grid(task: k.Task, plan: LanePlan) -> bool:

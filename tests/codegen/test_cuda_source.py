@@ -60,7 +60,11 @@ def test_softmax_spreads_rows_over_lanes_and_caches_the_row():
         "reduce_add", "reduce_maximum"]
     assert src.body.count("bz_lane_reduce(") == 2 and "BzReduceMax()" in src.body
     assert len(caches) == 1 and caches[0].position == 0  # x, read by all three loops, from DRAM once
-    assert src.body.count("cached_row ? row_cache0[") == 2
+    # The sum's loop replaces each x by exp(x - max); the last loop reads it instead of a second exp.
+    (cache,) = caches
+    assert cache.update.op == "exp" and [cache.role(i) for i in cache.loops] == ["load", "update", "value"]
+    last_loop = src.body[src.body.rindex("for (long long j"):]
+    assert "expf" not in last_loop.split("cached_row ?")[1].split(":")[0]
 
 
 def test_outer_reduction_keeps_one_thread_per_output():
