@@ -25,3 +25,7 @@ class CompileError(Error, RuntimeError):
 
 class CudaError(Error, RuntimeError):
     """A CUDA driver call failed; the message names the call and the driver's error."""
+
+
+class HostJitWarning(RuntimeWarning):
+    """The host JIT could not compile a shape function; braze runs it in Python instead (slower, same values)."""

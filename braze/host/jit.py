@@ -1,0 +1,173 @@
+"""The host JIT: a fusion's shape and stride program compiled to native code with llvmlite.
+
+The native function has the C signature `int32 shapes(const int64 *extents, int64 *out)`: it
+reads the input extents in `ShapeProgram.symbols` order, writes every output value and returns
+0, or `n + 1` when step n would divide by zero (the caller then raises an error naming it).
+Division follows Python's floor semantics, so native and Python results agree for any sign.
+
+Any failure to build the native function falls back to `PythonShapeFunction` with one warning
+per process; `BRAZE_DISABLE=host_jit` asks for Python directly, `BRAZE_DUMP=host_jit` prints
+the LLVM IR.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import re
+import threading
+import warnings
+from collections.abc import Sequence
+
+from llvmlite import ir
+
+from braze import config
+from braze.errors import HostJitWarning
+from braze.host.shapes import PythonShapeFunction, ShapeProgram, Step
+from braze.runtime import cpu, disk_cache
+
+I32, I64 = ir.IntType(32), ir.IntType(64)
+# PYFUNCTYPE keeps the GIL: releasing it would cost more than the few dozen instructions a call runs.
+SHAPE_SIGNATURE = ctypes.PYFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p)
+_INT64_MIN = -(2**63)
+_log = logging.getLogger(__name__)
+_warned = False  # one warning per process: later failures go to the log
+
+
+def function_name(program: ShapeProgram) -> str:
+    return "braze_shapes_" + re.sub(r"\W", "_", program.name)
+
+
+# --- LLVM IR -------------------------------------------------------------------------------------------
+class _Emitter:
+    """Emits one shape program as one LLVM function."""
+
+    def __init__(self, program: ShapeProgram) -> None:
+        self.module = ir.Module(name=f"shapes_{program.name}")
+        signature = ir.FunctionType(I32, [I64.as_pointer(), I64.as_pointer()])
+        self.fn = ir.Function(self.module, signature, name=function_name(program))
+        for arg in self.fn.args:
+            arg.add_attribute("noalias")
+        self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
+        self.values: list[ir.Value] = []
+
+    def emit(self, program: ShapeProgram) -> str:
+        for n, step in enumerate(program.steps):
+            self.values.append(self.step(n, step))
+        extents, out = self.fn.args
+        for position, index in enumerate(program.outputs):
+            self.b.store(self.values[index], self.b.gep(out, [I64(position)], inbounds=True))
+        self.b.ret(I32(0))
+        return str(self.module)
+
+    def step(self, n: int, step: Step) -> ir.Value:
+        if step.op == "const":
+            return I64(step.args[0])
+        if step.op == "input":
+            return self.b.load(self.b.gep(self.fn.args[0], [I64(step.args[0])], inbounds=True), name=f"e{n}")
+        a, b = (self.values[i] for i in step.args)
+        return _OPS[step.op](self, n, a, b)
+
+    def checked_divisor(self, n: int, a: ir.Value, b: ir.Value) -> None:
+        """Returns n + 1 when `a / b` is undefined: b is 0, or INT64_MIN / -1 overflows."""
+        zero = self.b.icmp_signed("==", b, I64(0))
+        overflow = self.b.and_(self.b.icmp_signed("==", a, I64(_INT64_MIN)), self.b.icmp_signed("==", b, I64(-1)))
+        fail = self.fn.append_basic_block(f"fail{n}")
+        ok = self.fn.append_basic_block(f"step{n}")
+        self.b.cbranch(self.b.or_(zero, overflow), fail, ok)
+        ir.IRBuilder(fail).ret(I32(n + 1))
+        self.b.position_at_end(ok)
+
+    def floor_divmod(self, n: int, a: ir.Value, b: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """Python's `a // b` and `a % b`: truncating division, moved down when the signs differ."""
+        self.checked_divisor(n, a, b)
+        q, r = self.b.sdiv(a, b), self.b.srem(a, b)
+        signs_differ = self.b.icmp_signed("<", self.b.xor(r, b), I64(0))
+        adjust = self.b.and_(self.b.icmp_signed("!=", r, I64(0)), signs_differ)
+        return self.b.sub(q, self.b.zext(adjust, I64)), self.b.add(r, self.b.select(adjust, b, I64(0)))
+
+    def select(self, predicate: str, a: ir.Value, b: ir.Value) -> ir.Value:
+        return self.b.select(self.b.icmp_signed(predicate, a, b), a, b)
+
+
+_OPS = {
+    "+": lambda e, n, a, b: e.b.add(a, b),
+    "-": lambda e, n, a, b: e.b.sub(a, b),
+    "*": lambda e, n, a, b: e.b.mul(a, b),
+    "//": lambda e, n, a, b: e.floor_divmod(n, a, b)[0],
+    "%": lambda e, n, a, b: e.floor_divmod(n, a, b)[1],
+    "ceildiv": lambda e, n, a, b: e.b.neg(e.floor_divmod(n, e.b.neg(a), b)[0]),
+    "min": lambda e, n, a, b: e.select("<", a, b),
+    "max": lambda e, n, a, b: e.select(">", a, b),
+}
+
+
+def llvm_source(program: ShapeProgram) -> str:
+    """The LLVM IR of the program's native shape function."""
+    return _Emitter(program).emit(program)
+
+
+# --- native functions ------------------------------------------------------------------------------------
+class NativeShapeFunction:
+    """A shape program compiled to native code, called through ctypes."""
+
+    native = True
+
+    def __init__(self, program: ShapeProgram) -> None:
+        self.program = program
+        self.source = llvm_source(program)
+        if config.dumping("host_jit"):
+            config.dump("host_jit", self.source)
+        name = function_name(program)
+        self._loaded = cpu.LoadedObject(_object_code(self.source, name), [name])  # keeps the code alive
+        address = ctypes.cast(self._loaded.functions[name], ctypes.c_void_p).value
+        self._fn = SHAPE_SIGNATURE(address)
+        self._buffers = threading.local()  # per thread: a call fills, runs and reads them back
+
+    def _new_buffers(self) -> tuple:
+        inputs = (ctypes.c_int64 * len(self.program.symbols))()
+        outputs = (ctypes.c_int64 * len(self.program.outputs))()
+        self._buffers.value = (inputs, outputs, ctypes.addressof(inputs), ctypes.addressof(outputs))
+        return self._buffers.value
+
+    def __call__(self, extents: Sequence[int]) -> list[int]:
+        try:
+            inputs, outputs, inputs_at, outputs_at = self._buffers.value
+        except AttributeError:
+            inputs, outputs, inputs_at, outputs_at = self._new_buffers()
+        inputs[:] = extents
+        if self._fn(inputs_at, outputs_at):
+            raise self.program.explain_failure(extents)
+        return outputs[:]
+
+
+def _object_code(source: str, name: str) -> bytes:
+    """Object code for `source`, from the disk cache when an earlier process compiled it."""
+    key = disk_cache.cache_key(source=source, toolchain=cpu.toolchain_id(), braze=disk_cache.braze_source_hash())
+    cached = disk_cache.load(key)
+    if cached is not None:
+        return cached
+    obj, _ = cpu.compile_object(source, name)
+    disk_cache.store(key, obj)
+    return obj
+
+
+def shape_function(program: ShapeProgram) -> NativeShapeFunction | PythonShapeFunction:
+    """The fastest working shape function for `program`: native unless disabled or failed."""
+    if "host_jit" in config.current.disable:
+        return PythonShapeFunction(program)
+    try:
+        return NativeShapeFunction(program)
+    except Exception as error:  # any JIT failure: the Python function computes the same values
+        _fall_back(program, error)
+        return PythonShapeFunction(program)
+
+
+def _fall_back(program: ShapeProgram, error: Exception) -> None:
+    global _warned
+    message = f"host JIT failed for the shapes of {program.name!r}, running them in Python: {error}"
+    if _warned:
+        _log.info(message)
+        return
+    _warned = True
+    warnings.warn(message + " (warned once; BRAZE_DISABLE=host_jit silences this)", HostJitWarning, stacklevel=3)

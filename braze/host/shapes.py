@@ -1,0 +1,255 @@
+"""Allocation shape and stride inference (DESIGN section 6).
+
+A tensor's allocation domain is derived from its logical domain by splits (the outer extent is
+a ceildiv, so a non-divisible extent is padded), merges (a product) and reorders. Memory is
+contiguous in allocation order; walking the transforms back gives each logical dimension its
+stride, so the tensor the user sees is a strided view of the (possibly padded) allocation.
+Broadcast dimensions get stride 0; reduction dimensions are not allocated at all.
+
+Everything here is symbolic (`Scalar`s over the input extents). `ShapeProgram` flattens the
+expressions of all of a fusion's allocated tensors into one straight-line program with shared
+subexpressions; `braze.host.jit` compiles it to native code, `PythonShapeFunction` runs it in
+Python.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from braze.errors import InputError, UnsupportedError
+from braze.ir.domain import Merge, Split
+from braze.ir.scalar import Scalar, const
+from braze.ir.tensor import TensorView
+
+_ONE = const(1)
+_ZERO = const(0)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The memory layout of one tensor, in elements, as expressions over the input extents."""
+
+    tensor: str
+    allocation_sizes: tuple[Scalar, ...]  # allocation order, outermost first; reductions dropped
+    allocation_strides: tuple[Scalar, ...]  # contiguous in allocation order
+    sizes: tuple[Scalar, ...]  # the visible logical dimensions
+    strides: tuple[Scalar, ...]  # of the logical dimensions; 0 for broadcasts
+    numel: Scalar  # elements to allocate, padding included
+
+    @property
+    def values(self) -> tuple[Scalar, ...]:
+        """What a shape function computes for this tensor: numel, then sizes, then strides."""
+        return (self.numel, *self.sizes, *self.strides)
+
+
+def contiguous_strides(sizes: Sequence[Scalar]) -> tuple[tuple[Scalar, ...], Scalar]:
+    """Row-major strides of `sizes` and the element count they span."""
+    strides: list[Scalar] = []
+    span = _ONE
+    for size in reversed(sizes):
+        strides.append(span)
+        span = span * size
+    return tuple(reversed(strides)), span
+
+
+def infer_layout(tv: TensorView) -> Layout:
+    """Allocation sizes and strides of `tv`, and the logical strides that view them.
+
+    Raises `UnsupportedError` when the allocation domain is no strided view of the logical one
+    (a split whose inner part is not laid out right inside its outer part, as in a blocked
+    NCHWc layout): the kernels index tensors by strides only.
+    """
+    allocation = [d for d in tv.allocation if not d.is_reduction]
+    sizes = tuple(_ONE if d.is_broadcast else d.extent for d in allocation)
+    allocation_strides, numel = contiguous_strides(sizes)
+    strides = {id(d): s for d, s in zip(allocation, allocation_strides)}
+    _strides_back_to_logical(tv, strides)
+    logical = tv.visible
+    return Layout(
+        tensor=tv.name,
+        allocation_sizes=sizes,
+        allocation_strides=allocation_strides,
+        sizes=tuple(d.extent for d in logical),
+        strides=tuple(_ZERO if d.is_broadcast else strides[id(d)] for d in logical),
+        numel=numel,
+    )
+
+
+def _strides_back_to_logical(tv: TensorView, strides: dict[int, Scalar]) -> None:
+    """Gives each dimension the allocation was derived from its stride, undoing transforms until none is left.
+
+    A merge hands its stride to its inner part and `stride * inner extent` to its outer part. A
+    split undoes once both parts have strides, which must satisfy `outer = inner * factor`.
+    """
+    pending = [d for d in tv.allocation if id(d) in strides and d.definition is not None]
+    while pending:
+        d = pending.pop()
+        t = d.definition
+        if isinstance(t, Merge) and id(t.out) in strides:
+            s = strides.pop(id(t.out))
+            strides[id(t.inner)], strides[id(t.outer)] = s, s * t.inner.extent
+            pending += [x for x in (t.outer, t.inner) if x.definition is not None]
+        elif isinstance(t, Split) and id(t.outer) in strides and id(t.inner) in strides and id(t.inp) not in strides:
+            strides[id(t.inp)] = _split_stride(tv, t, strides[id(t.outer)], strides[id(t.inner)])
+            if t.inp.definition is not None:
+                pending.append(t.inp)
+
+
+def _split_stride(tv: TensorView, t: Split, outer: Scalar, inner: Scalar) -> Scalar:
+    """The stride of a split dimension: index i sits at (i // f) * outer + (i % f) * inner = i * inner."""
+    if t.inp.is_broadcast or t.outer.extent == 1:
+        return inner  # only the inner part ever moves
+    if t.inner.extent == 1:
+        return outer
+    if not same_product(outer, inner * t.factor):
+        raise UnsupportedError(
+            f"allocation domain of {tv.describe()} {TensorView.domain_text(tv.allocation)}: the split of "
+            f"{t.inp.text()} by {t.factor} is no strided view (its outer part has stride {outer}, expected "
+            f"{inner * t.factor}, its inner part's stride times the factor); braze writes only allocation "
+            "domains that keep each split's outer part right outside its inner part"
+        )
+    return inner
+
+
+def _factors(x: Scalar) -> tuple[int, Counter]:
+    """`x` as a constant coefficient times a multiset of non-product factors."""
+    if x.is_const:
+        return x.value, Counter()
+    if x.op != "*":
+        return 1, Counter({x: 1})
+    (ca, fa), (cb, fb) = _factors(x.args[0]), _factors(x.args[1])
+    return ca * cb, fa + fb
+
+
+def same_product(a: Scalar, b: Scalar) -> bool:
+    """Whether two products are equal for every binding (same coefficient, same factors in any order)."""
+    return _factors(a) == _factors(b)
+
+
+# --- the straight-line program of all of a fusion's shape and stride expressions ---------------------
+@dataclass(frozen=True)
+class Step:
+    """One value of a shape program: an input extent, a constant, or an op over earlier steps."""
+
+    op: str  # "input", "const", or a Scalar op (+ - * // % ceildiv min max)
+    args: tuple[int, ...] = ()  # earlier step indices (ops) or (input position,) / (value,)
+    text: str = ""  # the expression it computes, for error messages
+
+
+@dataclass(frozen=True)
+class ShapeProgram:
+    """Expressions over named input extents, flattened with shared subexpressions computed once."""
+
+    name: str
+    symbols: tuple[str, ...]  # the input extents, in the order a shape function takes them
+    steps: tuple[Step, ...]
+    outputs: tuple[int, ...]  # the step holding each output value
+
+    @staticmethod
+    def of(name: str, values: Sequence[Scalar], symbols: Sequence[str] | None = None) -> ShapeProgram:
+        """The program computing `values`; `symbols` defaults to their free symbols, sorted."""
+        if symbols is None:
+            symbols = sorted(frozenset().union(*(v.free_symbols() for v in values)))
+        builder = _ProgramBuilder(tuple(symbols))
+        outputs = tuple(builder.step(v) for v in values)
+        return ShapeProgram(name, tuple(symbols), tuple(builder.steps), outputs)
+
+    def evaluate(self, extents: Sequence[int]) -> list[int]:
+        """The outputs for `extents`, step by step in Python (slow; for tests and error messages)."""
+        values: list[int] = []
+        for step in self.steps:
+            values.append(_evaluate_step(step, values, extents))
+        return [values[i] for i in self.outputs]
+
+    def explain_failure(self, extents: Sequence[int]) -> InputError:
+        """The error for extents that make a step divide by zero."""
+        values: list[int] = []
+        for step in self.steps:
+            try:
+                values.append(_evaluate_step(step, values, extents))
+            except ZeroDivisionError:
+                bound = ", ".join(f"{n} = {e}" for n, e in zip(self.symbols, extents))
+                return InputError(f"shapes of {self.name}: {step.text} divides by zero with {bound}")
+        return InputError(f"shapes of {self.name}: the shape function failed for extents {list(extents)}")
+
+
+class _ProgramBuilder:
+    def __init__(self, symbols: tuple[str, ...]) -> None:
+        self.position = {name: i for i, name in enumerate(symbols)}
+        self.steps: list[Step] = []
+        self.memo: dict[Scalar, int] = {}
+
+    def step(self, x: Scalar) -> int:
+        if x in self.memo:
+            return self.memo[x]
+        if x.is_const:
+            step = Step("const", (x.value,), str(x))
+        elif x.is_symbol:
+            if x.name not in self.position:
+                raise ValueError(f"shape program: symbol {x.name!r} is not among its inputs {sorted(self.position)}")
+            step = Step("input", (self.position[x.name],), str(x))
+        else:
+            step = Step(x.op, tuple(self.step(a) for a in x.args), str(x))
+        self.steps.append(step)
+        self.memo[x] = len(self.steps) - 1
+        return self.memo[x]
+
+
+# Python's floor semantics, as `Scalar.evaluate` has them (the native code matches them).
+_STEP_OPS: dict[str, Callable[[int, int], int]] = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "//": operator.floordiv, "%": operator.mod,
+    "ceildiv": lambda a, b: -(-a // b), "min": min, "max": max,
+}
+
+
+def _evaluate_step(step: Step, values: list[int], extents: Sequence[int]) -> int:
+    if step.op == "const":
+        return step.args[0]
+    if step.op == "input":
+        return int(extents[step.args[0]])
+    a, b = (values[i] for i in step.args)
+    return _STEP_OPS[step.op](a, b)
+
+
+# --- running a shape program in Python ------------------------------------------------------------------
+_PYTHON_OPS = {"+": "{} + {}", "-": "{} - {}", "*": "{} * {}", "//": "{} // {}", "%": "{} % {}",
+               "ceildiv": "-(-{} // {})", "min": "min({}, {})", "max": "max({}, {})"}
+
+
+def python_source(program: ShapeProgram) -> str:
+    """A Python function `shapes(extents) -> list` computing the program's outputs."""
+    lines = ["def shapes(e):"]
+    names: list[str] = []
+    for n, step in enumerate(program.steps):
+        if step.op == "const":
+            names.append(repr(step.args[0]))
+            continue
+        if step.op == "input":
+            expr = f"e[{step.args[0]}]"
+        else:
+            expr = _PYTHON_OPS[step.op].format(*(names[i] for i in step.args))
+        names.append(f"_t{n}")
+        lines.append(f"    _t{n} = {expr}")
+    lines.append(f"    return [{', '.join(names[i] for i in program.outputs)}]")
+    return "\n".join(lines)
+
+
+class PythonShapeFunction:
+    """A shape program run by Python: the fallback when the host JIT is off or failed."""
+
+    native = False
+
+    def __init__(self, program: ShapeProgram) -> None:
+        self.program = program
+        scope: dict = {}
+        exec(compile(python_source(program), f"<shapes of {program.name}>", "exec"), scope)  # noqa: S102
+        self._run = scope["shapes"]
+
+    def __call__(self, extents: Sequence[int]) -> list[int]:
+        try:
+            return self._run(extents)
+        except ZeroDivisionError:
+            raise self.program.explain_failure(extents) from None
