@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from braze.host.shapes import infer_layout
 from braze.ir.fusion import Fusion
 from braze.ir.tensor import TensorView
 from braze.kir import nodes as k
@@ -24,9 +25,11 @@ def array_param(tv: TensorView, static_strides: tuple[int | None, ...] | None = 
 
 
 def written_strides(tv: TensorView) -> tuple[int | None, ...]:
-    """Strides known when braze allocates a tensor: the innermost allocation dimension has stride 1."""
-    order = tv.stride_order or tuple(reversed(range(tv.ndim)))
-    return tuple(1 if rank == 0 else None for rank in order)
+    """Strides known when braze allocates a tensor: those its allocation domain makes 1.
+
+    The runtime allocates from the same inferred layout, so the kernel and the buffer agree.
+    """
+    return tuple(1 if stride == 1 else None for stride in infer_layout(tv).strides)
 
 
 def _task_for(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, order: Sequence[int], name: str) -> k.Task:

@@ -1,7 +1,9 @@
 """FusionRuntime: everything needed to run one compiled fusion for one input signature.
 
-Built once per signature. A run binds the inputs, allocates the written tensors, packs the
-argument block from a prepared list of slot fillers, runs the kernel and hands back the outputs.
+Built once per signature, as a `HostProgram`: allocate the written tensors (sized by the compiled
+shape function), launch the kernel on an argument block packed by a prepared list of slot
+fillers, free the intermediates, alias the outputs that are inputs. A run binds the inputs and
+runs the program.
 """
 
 from __future__ import annotations
@@ -10,9 +12,11 @@ from collections.abc import Callable
 
 import numpy as np
 
+from braze import config
 from braze.codegen.llvm import ArgLayout
 from braze.errors import InputError
-from braze.ir.fusion import AliasKind, Fusion
+from braze.host.program import Frame, Launch, OutputSpec, single_kernel_program
+from braze.ir.fusion import AliasKind, Fusion, Output
 from braze.ir.tensor import TensorView
 from braze.kir import nodes as k
 from braze.kir.params import KernelParams
@@ -23,15 +27,6 @@ from braze.runtime.inputs import BoundInputs
 from braze.runtime.rng import next_seed_offset
 
 _NEEDS_VALUES = ("max", "min", "argmax", "argmin")
-
-
-def allocate(shape: tuple[int, ...], dtype: np.dtype, stride_order: tuple[int, ...] | None) -> np.ndarray:
-    """An uninitialized array of `shape` laid out in `stride_order` (row-major when None)."""
-    if stride_order is None:
-        return np.empty(shape, dtype)
-    slow_to_fast = sorted(range(len(shape)), key=lambda i: -stride_order[i])
-    storage = np.empty([shape[i] for i in slow_to_fast], dtype)
-    return np.transpose(storage, np.argsort(slow_to_fast))
 
 
 def _element_strides(array: np.ndarray) -> list[int]:
@@ -56,34 +51,57 @@ class FusionRuntime:
         self.writes = writes
         self.layout = ArgLayout.of(executor.kernel.params)
         self.input_position = {id(tv): i for i, tv in enumerate(fusion.inputs)}
-        self.write_position = {id(tv): i for i, tv in enumerate(writes)}
         # Every unseeded random op draws a (seed, offset) per run, in definition order, as the
         # reference does, so both backends give the same numbers after bz.manual_seed.
         self.random_ops = [e.outputs[0] for e in fusion.exprs if e.op in ("rand", "randn") and e.attrs["seed"] is None]
-        self.fillers = self._fillers(params)
         self.empty_checks = [(e.op, e.inputs[0], [e.inputs[0].visible[a].extent for a in e.attrs["axes"]], e.outputs[0])
                              for e in fusion.exprs if e.op in _NEEDS_VALUES]
+        self.program = single_kernel_program(executor.kernel.name, fusion.inputs, writes,
+                                             lambda written: self._launch(params, written),
+                                             [self._output_spec(out) for out in fusion.outputs])
+        if config.dumping("host_program"):
+            config.dump("host_program", str(self.program))
 
-    def _fillers(self, params: KernelParams) -> list[Callable]:
-        """Functions (block, run state) that write each parameter's slots."""
+    def _output_spec(self, out: Output) -> OutputSpec:
+        if out.alias is AliasKind.REUSE_BUFFER:
+            return OutputSpec(out.tv, out.aliased_input, None)
+        if out.alias is AliasKind.EVALUATE:
+            view = lambda frame, tv=out.tv: self._view(tv, frame)
+            return OutputSpec(out.tv, out.aliased_input, _view_ops(out.tv), view)
+        return OutputSpec(out.tv, None, None)
+
+    def _launch(self, params: KernelParams, written: dict[int, int]) -> Launch:
+        fillers = self._fillers(params, written)
+        size = self.layout.size
+
+        def pack(frame: Frame) -> np.ndarray:
+            block = np.zeros(size, np.int64)
+            for fill in fillers:
+                fill(block, frame)
+            return block
+
+        ins = tuple(tv for tv in self.fusion.inputs if id(tv) in params.arrays or id(tv) in params.scalars)
+        return Launch(self.executor, ins, tuple(self.writes), pack)
+
+    def _fillers(self, params: KernelParams, written: dict[int, int]) -> list[Callable]:
+        """Functions (block, frame) that write each parameter's slots; `written`: the written tensors' frame slots."""
         slot = self.layout.slots
         fillers = []
         for tv_id, p in params.arrays.items():
-            where = self.input_position[tv_id]
-            fillers.append(lambda b, s, at=slot[p.name], w=where: self._pack_array(b, at, s.arrays[w]))
+            where = self.input_position[tv_id]  # inputs sit in the first frame slots, in order
+            fillers.append(lambda b, f, at=slot[p.name], w=where: self._pack_array(b, at, f.values[w]))
         for tv_id, p in params.writes.items():
-            where = self.write_position[tv_id]
-            fillers.append(lambda b, s, at=slot[p.name], w=where: self._pack_array(b, at, s.buffers[w]))
+            fillers.append(lambda b, f, at=slot[p.name], w=written[tv_id]: self._pack_array(b, at, f.values[w]))
         for tv_id, p in params.scalars.items():
             where = self.input_position[tv_id]
-            fillers.append(lambda b, s, at=slot[p.name], w=where, p=p: b.__setitem__(at, _scalar_bits(s.arrays[w], p)))
+            fillers.append(lambda b, f, at=slot[p.name], w=where, p=p: b.__setitem__(at, _scalar_bits(f.values[w], p)))
         for name, p in params.symbols.items():
-            fillers.append(lambda b, s, at=slot[p.name], name=name: b.__setitem__(at, s.bindings[name]))
+            fillers.append(lambda b, f, at=slot[p.name], name=name: b.__setitem__(at, f.bindings[name]))
         draws = {id(tv): n for n, tv in enumerate(self.random_ops)}
         for tv_id, pair in params.seeds.items():
             for part, p in enumerate(pair):
-                fillers.append(lambda b, s, at=slot[p.name], n=draws[tv_id], part=part:
-                               b.__setitem__(at, np.uint64(s.rng[n][part]).astype(np.int64)))
+                fillers.append(lambda b, f, at=slot[p.name], n=draws[tv_id], part=part:
+                               b.__setitem__(at, np.uint64(f.rng[n][part]).astype(np.int64)))
         return fillers
 
     @staticmethod
@@ -96,21 +114,10 @@ class FusionRuntime:
     # --- a run ------------------------------------------------------------------------------------
     def run(self, bound: BoundInputs) -> list[np.ndarray]:
         self._check_empty_reductions(bound.bindings)  # before anything is allocated or drawn
-        state = self._new_state(bound)
-        block = np.zeros(self.layout.size, np.int64)
-        for fill in self.fillers:
-            fill(block, state)
-        self._launch(block, state)
-        return [self._output(out, state) for out in self.fusion.outputs]
-
-    def _new_state(self, bound: BoundInputs) -> _RunState:
-        state = _RunState(bound, self)
-        state.buffers = [allocate(state.context.shape(tv.logical), tv.dtype.numpy, tv.stride_order)
-                         for tv in self.writes]
-        return state
-
-    def _launch(self, block: np.ndarray, state: _RunState) -> None:
-        self.executor.run(block, state.bindings)
+        frame = self.program.new_frame([_addressable(a) for a in bound.arrays], bound.bindings)
+        frame.rng = [next_seed_offset() for _ in self.random_ops]
+        frame.context = RefContext(bound.bindings, next_seed_offset)
+        return self.program.run(frame)
 
     def _check_empty_reductions(self, bindings: dict[str, int]) -> None:
         for op, x, extents, out in self.empty_checks:
@@ -118,34 +125,21 @@ class FusionRuntime:
                     d.extent.evaluate(bindings) for d in out.visible):
                 raise InputError(f"{op}: {x.describe()} has an empty dimension among the reduced axes")
 
-    def _output(self, out, state: _RunState) -> np.ndarray:
-        if out.alias is AliasKind.EVALUATE:
-            return self._view(out.tv, state)
-        value = state.buffers[self.write_position[id(out.tv)]]
-        if out.alias is AliasKind.REUSE_BUFFER:
-            target = state.arrays[self.input_position[id(out.aliased_input)]]
-            np.copyto(target, value)
-            return target
-        return value
-
-    def _view(self, tv: TensorView, state: _RunState) -> np.ndarray:
+    def _view(self, tv: TensorView, frame: Frame) -> np.ndarray:
         """An `evaluate` output: the view ops' reference rules applied to the input, on the host."""
         if tv.definition is None:
-            return state.arrays[self.input_position[id(tv)]]
-        args = [self._view(inp, state) for inp in tv.definition.inputs]
-        return lookup(tv.definition.op).reference(state.context, args, tv, tv.definition.attrs)
+            return frame.values[self.input_position[id(tv)]]
+        args = [self._view(inp, frame) for inp in tv.definition.inputs]
+        return lookup(tv.definition.op).reference(frame.context, args, tv, tv.definition.attrs)
 
 
-class _RunState:
-    """What one run binds: arrays, extents, random streams and the buffers it allocates."""
-
-    def __init__(self, bound: BoundInputs, runtime: FusionRuntime) -> None:
-        self.arrays = [a if isinstance(a, DeviceView) else _addressable(a) for a in bound.arrays]
-        self.bindings = bound.bindings
-        self.stream = bound.stream
-        self.rng = [next_seed_offset() for _ in runtime.random_ops]
-        self.context = RefContext(bound.bindings, next_seed_offset)
-        self.buffers: list = []  # the written tensors, allocated by the runtime
+def _view_ops(tv: TensorView) -> tuple[str, ...]:
+    """The view ops from an input to `tv`, first applied first."""
+    ops = []
+    while tv.definition is not None:
+        ops.append(tv.definition.op)
+        tv = tv.definition.inputs[0]
+    return tuple(reversed(ops))
 
 
 def _addressable(array: np.ndarray) -> np.ndarray:

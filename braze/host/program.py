@@ -1,0 +1,216 @@
+"""HostProgram: what the host does to run a compiled fusion, as a list of instructions.
+
+    Allocate(tv, zero_init)      a written tensor, sized by the compiled shape function
+    Launch(executor, ins, outs)  one kernel over its argument block
+    Alias(out, in, view)         an output that is an input: a view of it, or written back into it
+    Free(tv)                     an intermediate, right after its last use
+
+The interpreter (`HostProgram.run`) walks the instructions over a `Frame` that holds one run's
+values by slot. All shape and stride arithmetic happens in one call of the shape function
+(native when the host JIT works), so a run evaluates nothing symbolic for allocation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from itertools import count
+
+import numpy as np
+
+from braze.host.jit import shape_function
+from braze.host.shapes import Layout, ShapeProgram, infer_layout
+from braze.ir.tensor import TensorView
+
+
+@dataclass
+class Frame:
+    """One run's state: every tensor's array by slot, the bound extents and the shape function's values."""
+
+    values: list
+    bindings: dict[str, int]
+    extents: list[int] = field(default_factory=list)  # the shape function's values
+    rng: list = field(default_factory=list)  # (seed, offset) per random op, drawn for this run
+    context: object = None  # what view aliases' reference rules read (bound extents)
+
+
+@dataclass(eq=False)
+class Allocate:
+    """A fresh buffer for `tv`, laid out as its allocation domain says (padding included)."""
+
+    tv: TensorView
+    zero_init: bool
+    slot: int
+    layout: Layout
+    at: int  # where its numel, sizes and strides start in the shape function's output
+
+    def __post_init__(self) -> None:
+        rank = len(self.layout.sizes)
+        self._sizes = slice(self.at + 1, self.at + 1 + rank)
+        self._strides = slice(self.at + 1 + rank, self.at + 1 + 2 * rank)
+        self._dtype = self.tv.dtype.numpy
+        self._new = np.zeros if self.zero_init else np.empty
+
+    def run(self, frame: Frame) -> None:
+        extents = frame.extents
+        itemsize = self._dtype.itemsize
+        storage = self._new(extents[self.at], self._dtype)
+        strides = [s * itemsize for s in extents[self._strides]]
+        frame.values[self.slot] = np.ndarray(extents[self._sizes], self._dtype, storage, 0, strides)
+
+    def text(self) -> str:
+        layout = self.layout
+        return (f"Allocate {self.tv.name}: {self.tv.dtype.name} sizes {_list(layout.sizes)} "
+                f"strides {_list(layout.strides)} numel {layout.numel} zero_init={self.zero_init}")
+
+
+@dataclass(eq=False)
+class Launch:
+    """Runs `executor`'s kernel on an argument block packed from the frame."""
+
+    executor: object  # a KernelExecutor: run(block, bindings)
+    ins: tuple[TensorView, ...]
+    outs: tuple[TensorView, ...]
+    pack: Callable[[Frame], np.ndarray]
+
+    def run(self, frame: Frame) -> None:
+        self.executor.run(self.pack(frame), frame.bindings)
+
+    def text(self) -> str:
+        name = self.executor.kernel.name
+        return f"Launch {name}({', '.join(t.name for t in self.ins)}) -> ({', '.join(t.name for t in self.outs)})"
+
+
+@dataclass(eq=False)
+class Alias:
+    """Output `out` is input `inp`: a view of it (`view` names the view ops), or `out`'s buffer
+    written back into it (`view` is None)."""
+
+    out: TensorView
+    inp: TensorView
+    view: tuple[str, ...] | None
+    slot: int  # where the output goes
+    source: int  # the input's slot
+    written: int | None = None  # the slot of the buffer written back, for in-place outputs
+    compute: Callable[[Frame], np.ndarray] | None = None  # the view, for view aliases
+
+    def run(self, frame: Frame) -> None:
+        if self.view is None:
+            np.copyto(frame.values[self.source], frame.values[self.written])
+            frame.values[self.slot] = frame.values[self.source]
+        else:
+            frame.values[self.slot] = self.compute(frame)
+
+    def text(self) -> str:
+        if self.view is None:
+            return f"Alias {self.out.name} = {self.inp.name} written back"
+        return f"Alias {self.out.name} = {self.inp.name} view ({', '.join(self.view) or 'itself'})"
+
+
+@dataclass(eq=False)
+class Free:
+    """Drops an intermediate's buffer after its last use."""
+
+    tv: TensorView
+    slot: int
+
+    def run(self, frame: Frame) -> None:
+        frame.values[self.slot] = None
+
+    def text(self) -> str:
+        return f"Free {self.tv.name}"
+
+
+Instruction = Allocate | Launch | Alias | Free
+
+
+@dataclass(eq=False)
+class HostProgram:
+    """The instructions of one compiled fusion and the shape function that sizes its buffers."""
+
+    name: str
+    inputs: tuple[TensorView, ...]
+    instructions: list[Instruction]
+    outputs: tuple[int, ...]  # the slot of each fusion output
+    output_names: tuple[str, ...]
+    slots: int
+    shapes: ShapeProgram
+    shape_function: Callable[[Sequence[int]], list[int]]
+
+    def new_frame(self, arrays: Sequence[np.ndarray], bindings: dict[str, int]) -> Frame:
+        """A frame holding the inputs (slots 0..n-1) and the sizes of every buffer to allocate."""
+        values = list(arrays) + [None] * (self.slots - len(arrays))
+        frame = Frame(values, bindings)
+        frame.extents = self.shape_function([bindings[name] for name in self.shapes.symbols])
+        return frame
+
+    def run(self, frame: Frame) -> list[np.ndarray]:
+        """Runs every instruction in order; returns the outputs."""
+        for instruction in self.instructions:
+            instruction.run(frame)
+        return [frame.values[slot] for slot in self.outputs]
+
+    def __str__(self) -> str:
+        inputs = ", ".join(_input_text(tv) for tv in self.inputs)
+        lines = [f"HostProgram {self.name}({inputs})"]
+        lines += [f"  {instruction.text()}" for instruction in self.instructions]
+        lines.append(f"  return ({', '.join(self.output_names)})")
+        return "\n".join(lines)
+
+
+def _list(values: Sequence[object]) -> str:
+    return "[" + ", ".join(str(v) for v in values) + "]"
+
+
+def _input_text(tv: TensorView) -> str:
+    label = f" {tv.label!r}" if tv.label else ""
+    kind = f"{tv.dtype.name} scalar" if tv.scalar is not None else tv.type_text()
+    return f"{tv.name}{label}: {kind}"
+
+
+# --- building the program of a single-kernel fusion ----------------------------------------------------
+@dataclass(frozen=True)
+class OutputSpec:
+    """One fusion output as the program sees it: which tensor, how it aliases, whether it is a view."""
+
+    tv: TensorView
+    alias_of: TensorView | None  # the input it aliases, if any
+    view: tuple[str, ...] | None  # view op names for a view alias; None for written-back or new outputs
+    compute: Callable[[Frame], np.ndarray] | None = None
+
+
+def single_kernel_program(name: str, inputs: Sequence[TensorView], writes: Sequence[TensorView],
+                          launch: Callable[[dict[int, int]], Launch], outputs: Sequence[OutputSpec]) -> HostProgram:
+    """The program of one kernel writing `writes`: allocate them, launch, alias, and free each
+    buffer that is no output right after its last use (the launch, or its write back).
+
+    Inputs take the first frame slots, in order; `launch(written)` builds the Launch given the
+    slot of each written tensor (id(tv) -> slot: an input may be written too, into a buffer of its own).
+    """
+    layouts = [infer_layout(tv) for tv in writes]
+    shapes = ShapeProgram.of(name, [v for layout in layouts for v in layout.values])
+    fresh = count(len(inputs))
+    written = {id(tv): next(fresh) for tv in writes}
+    instructions: list[Instruction] = []
+    at = 0
+    for tv, layout in zip(writes, layouts):
+        instructions.append(Allocate(tv, False, written[id(tv)], layout, at))
+        at += len(layout.values)
+    instructions.append(launch(written))
+    returned = {id(o.tv) for o in outputs if o.alias_of is None}
+    written_back = {id(o.tv) for o in outputs if o.alias_of is not None and o.view is None} - returned
+    instructions += [Free(tv, written[id(tv)]) for tv in writes if id(tv) not in returned | written_back]
+    input_slot = {id(tv): n for n, tv in enumerate(inputs)}
+    output_slots = []
+    for spec in outputs:
+        if spec.alias_of is None:
+            output_slots.append(written[id(spec.tv)])
+            continue
+        output_slots.append(next(fresh))  # an alias gets a slot of its own: its tensor may be an output too
+        source = None if spec.view is not None else written[id(spec.tv)]
+        instructions.append(Alias(spec.tv, spec.alias_of, spec.view, output_slots[-1], input_slot[id(spec.alias_of)],
+                                  source, spec.compute))
+    instructions += [Free(tv, written[id(tv)]) for tv in writes if id(tv) in written_back]
+    names = tuple(o.tv.name for o in outputs)
+    return HostProgram(name, tuple(inputs), instructions, tuple(output_slots), names, next(fresh), shapes,
+                       shape_function(shapes))
