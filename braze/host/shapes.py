@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from braze.errors import InputError, UnsupportedError
 from braze.ir.domain import Merge, Split
-from braze.ir.scalar import Scalar, const
+from braze.ir.scalar import Scalar, as_scalar, const
 from braze.ir.tensor import TensorView
 
 _ONE = const(1)
@@ -149,8 +149,9 @@ class ShapeProgram:
     outputs: tuple[int, ...]  # the step holding each output value
 
     @staticmethod
-    def of(name: str, values: Sequence[Scalar], symbols: Sequence[str] | None = None) -> ShapeProgram:
+    def of(name: str, values: Sequence[Scalar | int], symbols: Sequence[str] | None = None) -> ShapeProgram:
         """The program computing `values`; `symbols` defaults to their free symbols, sorted."""
+        values = [as_scalar(v) for v in values]
         if symbols is None:
             symbols = sorted(frozenset().union(*(v.free_symbols() for v in values)))
         builder = _ProgramBuilder(tuple(symbols))

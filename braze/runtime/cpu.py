@@ -25,14 +25,19 @@ class CompileError(Error):
     """LLVM rejected or failed to compile a kernel; the message names the kernel and holds the log."""
 
 
-@functools.cache
-def target_machine() -> llvm.TargetMachine:
-    """The host's target machine (all its CPU features), created once."""
+def new_target_machine() -> llvm.TargetMachine:
+    """A target machine for the host (all its CPU features)."""
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     target = llvm.Target.from_default_triple()
     return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
                                         opt=3, reloc="default", codemodel="jitdefault", jit=True)
+
+
+@functools.cache
+def target_machine() -> llvm.TargetMachine:
+    """The host's target machine for optimizing and emitting code, created once (never give it to an engine)."""
+    return new_target_machine()
 
 
 def toolchain_id() -> str:
@@ -73,7 +78,9 @@ class LoadedObject:
         with _lock:
             backing = llvm.parse_assembly("")
             backing.triple = llvm.get_process_triple()
-            self.engine = llvm.create_mcjit_compiler(backing, target_machine())
+            # An engine owns its target machine and deletes it when freed: it gets one of its own,
+            # or freeing any loaded object would leave the shared one dangling.
+            self.engine = llvm.create_mcjit_compiler(backing, new_target_machine())
             self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
             self.engine.finalize_object()
             self.functions = {s: TASK_SIGNATURE(self.engine.get_function_address(s)) for s in symbols}
