@@ -13,6 +13,10 @@ DUMP_NAMES = frozenset({
     "fusion_ir", "segments", "scheduler_params", "kernel_ir", "cuda_kernel", "llvm_ir", "ptx",
     "launch_params", "kernel_args", "host_program", "host_jit", "fusion_decisions", "cuda_to_file",
 })
+# What BRAZE_ENABLE / BRAZE_DISABLE switch: `fast_math` (enable: fast-math flags in CPU kernels),
+# `disk_cache` (disable: no compiled code read from or written to disk), `host_jit` (disable:
+# shape functions run in Python instead of native code).
+FEATURE_NAMES = frozenset({"fast_math", "disk_cache", "host_jit"})
 
 
 def _names(value: str) -> frozenset[str]:
@@ -53,6 +57,11 @@ def scope(**overrides) -> Iterator[Config]:
         yield current
     finally:
         current = previous
+
+
+def disabled(name: str) -> bool:
+    """Whether `BRAZE_DISABLE` turns the feature `name` off."""
+    return name in current.disable
 
 
 def dumping(name: str) -> bool:

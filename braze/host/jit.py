@@ -154,7 +154,7 @@ def _object_code(source: str, name: str) -> bytes:
 
 def shape_function(program: ShapeProgram) -> NativeShapeFunction | PythonShapeFunction:
     """The fastest working shape function for `program`: native unless disabled or failed."""
-    if "host_jit" in config.current.disable:
+    if config.disabled("host_jit"):
         return PythonShapeFunction(program)
     try:
         return NativeShapeFunction(program)

@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from braze.errors import InputError, UnsupportedError
-from braze.ir.domain import Merge, Split
-from braze.ir.scalar import Scalar, as_scalar, const
+from braze.ir.domain import IterDomain, Merge, Split
+from braze.ir.scalar import Scalar, as_scalar, ceildiv, const
 from braze.ir.tensor import TensorView
 
 _ONE = const(1)
@@ -63,10 +63,11 @@ def infer_layout(tv: TensorView) -> Layout:
     NCHWc layout): the kernels index tensors by strides only.
     """
     allocation = [d for d in tv.allocation if not d.is_reduction]
-    sizes = tuple(_ONE if d.is_broadcast else d.extent for d in allocation)
+    extents = _AllocationExtents()
+    sizes = tuple(extents.of(d) for d in allocation)
     allocation_strides, numel = contiguous_strides(sizes)
     strides = {id(d): s for d, s in zip(allocation, allocation_strides)}
-    _strides_back_to_logical(tv, strides)
+    _strides_back_to_logical(tv, strides, extents)
     logical = tv.visible
     return Layout(
         tensor=tv.name,
@@ -78,7 +79,34 @@ def infer_layout(tv: TensorView) -> Layout:
     )
 
 
-def _strides_back_to_logical(tv: TensorView, strides: dict[int, Scalar]) -> None:
+class _AllocationExtents:
+    """How many elements each dimension takes in memory, replayed from the logical extents.
+
+    A split's outer part is ceildiv(extent, factor) (padding the remainder) and its inner part
+    the factor; a merge multiplies. Broadcast dimensions, and both parts of a split broadcast
+    dimension, take one element: they are never stored more than once.
+    """
+
+    def __init__(self) -> None:
+        self.memo: dict[int, Scalar] = {}
+
+    def of(self, d: IterDomain) -> Scalar:
+        if id(d) not in self.memo:
+            self.memo[id(d)] = self._compute(d)
+        return self.memo[id(d)]
+
+    def _compute(self, d: IterDomain) -> Scalar:
+        t = d.definition
+        if d.is_broadcast:
+            return _ONE
+        if isinstance(t, Merge):
+            return self.of(t.outer) * self.of(t.inner)
+        if isinstance(t, Split):
+            return ceildiv(self.of(t.inp), t.factor) if d is t.outer else t.factor
+        return d.extent
+
+
+def _strides_back_to_logical(tv: TensorView, strides: dict[int, Scalar], extents: _AllocationExtents) -> None:
     """Gives each dimension the allocation was derived from its stride, undoing transforms until none is left.
 
     A merge hands its stride to its inner part and `stride * inner extent` to its outer part. A
@@ -90,21 +118,21 @@ def _strides_back_to_logical(tv: TensorView, strides: dict[int, Scalar]) -> None
         t = d.definition
         if isinstance(t, Merge) and id(t.out) in strides:
             s = strides.pop(id(t.out))
-            strides[id(t.inner)], strides[id(t.outer)] = s, s * t.inner.extent
+            strides[id(t.inner)], strides[id(t.outer)] = s, s * extents.of(t.inner)
             pending += [x for x in (t.outer, t.inner) if x.definition is not None]
         elif isinstance(t, Split) and id(t.outer) in strides and id(t.inner) in strides and id(t.inp) not in strides:
-            strides[id(t.inp)] = _split_stride(tv, t, strides[id(t.outer)], strides[id(t.inner)])
+            strides[id(t.inp)] = _split_stride(tv, t, strides[id(t.outer)], strides[id(t.inner)], extents)
             if t.inp.definition is not None:
                 pending.append(t.inp)
 
 
-def _split_stride(tv: TensorView, t: Split, outer: Scalar, inner: Scalar) -> Scalar:
+def _split_stride(tv: TensorView, t: Split, outer: Scalar, inner: Scalar, extents: _AllocationExtents) -> Scalar:
     """The stride of a split dimension: index i sits at (i // f) * outer + (i % f) * inner = i * inner."""
-    if t.inp.is_broadcast or t.outer.extent == 1:
+    if extents.of(t.outer) == 1:
         return inner  # only the inner part ever moves
-    if t.inner.extent == 1:
+    if extents.of(t.inner) == 1:
         return outer
-    if not same_product(outer, inner * t.factor):
+    if not same_product(outer, inner * extents.of(t.inner)):
         raise UnsupportedError(
             f"allocation domain of {tv.describe()} {TensorView.domain_text(tv.allocation)}: the split of "
             f"{t.inp.text()} by {t.factor} is no strided view (its outer part has stride {outer}, expected "

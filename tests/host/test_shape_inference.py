@@ -1,0 +1,189 @@
+"""Allocation shape and stride inference: the named layouts, and Hypothesis against NumPy.
+
+The oracle builds the allocation by brute force: it replays the transforms on NumPy index grids
+(split: `i // f, i % f`; merge: `outer * inner_extent + inner`), numbers every element of the
+padded allocation by its offset, and reads off the offset of each logical element. Inference is
+right when the strided view it describes, taken over that allocation, gives the same offsets;
+the native (JIT) and the Python shape functions must both compute it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+import braze as bz
+from braze import config
+from braze.host.jit import NativeShapeFunction
+from braze.host.shapes import Layout, PythonShapeFunction, ShapeProgram, infer_layout, same_product
+from braze.ir import Merge, Split, TensorView
+from braze.ir.scalar import symbol
+
+
+def _tensor(shape, dtype=bz.float32) -> TensorView:
+    f = bz.Fusion()
+    return f.define_tensor(shape, dtype)
+
+
+def _evaluate(layout: Layout, bindings: dict[str, int]) -> tuple[list[int], list[int], int]:
+    values = [v.evaluate(bindings) for v in (*layout.sizes, *layout.strides, layout.numel)]
+    rank = len(layout.sizes)
+    return values[:rank], values[rank:2 * rank], values[-1]
+
+
+# --- the layouts that must work ---------------------------------------------------------------------------
+def test_channels_last() -> None:
+    t = _tensor((-1, -1, -1, -1), )
+    t.set_stride_order((3, 0, 2, 1))  # NCHW viewed over NHWC memory
+    sizes, strides, numel = _evaluate(infer_layout(t), {"T0_s0": 2, "T0_s1": 3, "T0_s2": 4, "T0_s3": 5})
+    assert (sizes, strides, numel) == ([2, 3, 4, 5], [60, 1, 15, 3], 120)
+    assert strides == [s // 4 for s in np.empty((2, 4, 5, 3), np.float32).transpose(0, 3, 1, 2).strides]
+
+
+def test_split_of_a_non_divisible_extent_pads_the_allocation() -> None:
+    t = _tensor((-1, -1))
+    t.split(1, 4)
+    t.set_allocation_domain(t.loop)
+    layout = infer_layout(t)
+    assert [str(s) for s in layout.allocation_sizes] == ["T0_s0", "ceildiv(T0_s1, 4)", "4"]
+    assert _evaluate(layout, {"T0_s0": 3, "T0_s1": 10}) == ([3, 10], [12, 1], 36)
+
+
+def test_merge_then_split() -> None:
+    t = _tensor((-1, -1))
+    t.merge(0).split(0, 8)
+    t.set_allocation_domain(t.loop)
+    layout = infer_layout(t)
+    assert [str(s) for s in layout.allocation_sizes] == ["ceildiv(T0_s0 * T0_s1, 8)", "8"]
+    assert _evaluate(layout, {"T0_s0": 3, "T0_s1": 5}) == ([3, 5], [5, 1], 16)
+
+
+def test_merge_then_reorder_makes_the_first_logical_dimension_fastest() -> None:
+    t = _tensor((-1, -1, -1))
+    t.merge(0).reorder({0: 1})  # [C, A*B]
+    t.set_allocation_domain(t.loop)
+    assert _evaluate(infer_layout(t), {"T0_s0": 2, "T0_s1": 3, "T0_s2": 4}) == ([2, 3, 4], [3, 1, 6], 24)
+
+
+def test_broadcast_dimensions_have_stride_zero_and_take_no_memory() -> None:
+    t = _tensor((-1, 1, -1))
+    t.split(0, 2)  # a split next to a broadcast keeps working
+    t.set_allocation_domain(t.loop)
+    assert _evaluate(infer_layout(t), {"T0_s0": 3, "T0_s2": 5}) == ([3, 1, 5], [5, 0, 1], 20)
+
+
+def test_reduction_dimensions_are_not_allocated() -> None:
+    with bz.Fusion() as f:
+        x = f.define_tensor((-1, -1, -1))
+        s = bz.ops.sum(x, axes=[1])
+    assert any(d.is_reduction for d in s.logical)
+    assert _evaluate(infer_layout(s), {"T0_s0": 2, "T0_s1": 3, "T0_s2": 4}) == ([2, 4], [4, 1], 8)
+
+
+def test_a_blocked_layout_is_no_strided_view() -> None:
+    t = _tensor((-1, -1))
+    t.split(1, 4).reorder({1: 0})  # [ceildiv(C, 4), N, 4]: NCHWc-style blocking
+    t.set_allocation_domain(t.loop)
+    with pytest.raises(bz.UnsupportedError, match=r"allocation domain of T0 .*the split of T0_s1 by 4 is no strided "
+                                                  r"view"):
+        infer_layout(t)
+
+
+def test_same_product_ignores_order() -> None:
+    a, b = symbol("a"), symbol("b")
+    assert same_product(a * b * 4, (b * 2) * (a * 2))
+    assert not same_product(a * b, a * a)
+
+
+# --- Hypothesis: inference against brute force --------------------------------------------------------------
+@st.composite
+def allocation_layouts(draw) -> tuple[TensorView, dict[str, int]]:
+    """A tensor with random symbolic, static and broadcast extents and a random split/merge/reorder layout."""
+    rank = draw(st.integers(1, 4))
+    shape = draw(st.lists(st.sampled_from([-1, -1, 0, 1, 2, 3, 5]), min_size=rank, max_size=rank))
+    t = _tensor(tuple(shape))
+    bindings = {d.extent.name: draw(st.integers(0, 7)) for d in t.logical if d.extent.is_symbol}
+    for _ in range(draw(st.integers(0, 4))):
+        if len(t.loop) > 1 and draw(st.booleans()):
+            t.merge(draw(st.integers(0, len(t.loop) - 2)))
+        else:
+            t.split(draw(st.integers(0, len(t.loop) - 1)), draw(st.integers(1, 5)))
+    if draw(st.booleans()):
+        permutation = draw(st.permutations(range(len(t.loop))))
+        t.reorder(dict(enumerate(permutation)))
+    t.set_allocation_domain(t.loop)
+    return t, bindings
+
+
+def brute_force_offsets(t: TensorView, bindings: dict[str, int]) -> tuple[np.ndarray, list[int]]:
+    """The offset in the padded allocation of every logical element, and the allocation's sizes."""
+    logical = t.visible
+    extent = {id(d): 1 if d.is_broadcast else d.extent.evaluate(bindings) for d in logical}
+    grids = np.indices([extent[id(d)] for d in logical], dtype=np.int64)
+    index = {id(d): grids[axis] for axis, d in enumerate(logical)}
+    for transform in t.transforms:  # replayed forward, in the order they were applied
+        if isinstance(transform, Split):
+            f, i = transform.factor.value, index[id(transform.inp)]
+            broadcast = transform.inp.is_broadcast
+            index[id(transform.outer)], index[id(transform.inner)] = i // f, i % f
+            extent[id(transform.outer)] = 1 if broadcast else -(-extent[id(transform.inp)] // f)
+            extent[id(transform.inner)] = 1 if broadcast else f
+        elif isinstance(transform, Merge):
+            inner = extent[id(transform.inner)]
+            index[id(transform.out)] = index[id(transform.outer)] * inner + index[id(transform.inner)]
+            extent[id(transform.out)] = extent[id(transform.outer)] * inner
+    sizes = [extent[id(d)] for d in t.allocation]
+    numbered = np.arange(math.prod(sizes), dtype=np.int64).reshape(sizes)  # each element holds its offset
+    return numbered[tuple(index[id(d)] for d in t.allocation)], sizes
+
+
+def _is_strided(offsets: np.ndarray) -> bool:
+    """Whether some strides give these offsets (checked against the first step along each axis)."""
+    if offsets.size == 0:
+        return True
+    strides = [int(np.take(offsets, 1, axis).flat[0] - offsets.flat[0]) if n > 1 else 0
+               for axis, n in enumerate(offsets.shape)]
+    expected = sum(g * s for g, s in zip(np.indices(offsets.shape), strides)) + offsets.flat[0]
+    return bool((offsets == expected).all())
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(allocation_layouts())
+def test_inference_matches_brute_force(case) -> None:
+    t, bindings = case
+    offsets, allocation_sizes = brute_force_offsets(t, bindings)
+    try:
+        layout = infer_layout(t)
+    except bz.UnsupportedError:
+        event("rejected: no strided view")
+        # Rejecting is conservative; a layout that is strided for every extent must not be rejected.
+        assert not _is_strided(offsets) or _degenerate(t, bindings)
+        return
+    event("accepted")
+    program = ShapeProgram.of("hypothesis", layout.values)
+    extents = [bindings[name] for name in program.symbols]
+    with config.scope(disable="disk_cache"):
+        native = NativeShapeFunction(program)(extents)
+    python = PythonShapeFunction(program)(extents)
+    assert native == python == program.evaluate(extents)
+    numel, rank = python[0], len(layout.sizes)
+    sizes, strides = python[1:1 + rank], python[1 + rank:]
+    assert numel == math.prod(allocation_sizes)  # the padded allocation, no more, no less
+    assert [s.evaluate(bindings) for s in layout.allocation_sizes] == allocation_sizes
+    assert sizes == list(offsets.shape)
+    storage = np.arange(max(numel, 1), dtype=np.int64)
+    view = np.lib.stride_tricks.as_strided(storage, sizes, [s * storage.itemsize for s in strides])
+    np.testing.assert_array_equal(view, offsets)
+    assert all(s == 0 for s, d in zip(strides, t.visible) if d.is_broadcast)
+
+
+def _degenerate(t: TensorView, bindings: dict[str, int]) -> bool:
+    """Whether these extents hide a non-strided layout: an empty tensor or a split with a part of extent 1."""
+    if any(d.extent.evaluate(bindings) in (0, 1) for d in t.logical):
+        return True
+    splits = [x for x in t.transforms if isinstance(x, Split)]
+    return any(x.factor.value == 1 or x.inp.extent.evaluate(bindings) <= x.factor.value for x in splits)
