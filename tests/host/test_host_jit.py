@@ -1,0 +1,128 @@
+"""The host JIT: native shape functions agree with Python (floor semantics included), fall back to
+Python with one warning when compiling fails, obey `BRAZE_DISABLE=host_jit` and `BRAZE_DUMP=host_jit`."""
+
+from __future__ import annotations
+
+import gc
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import braze as bz
+from braze import config, engine
+from braze.errors import HostJitWarning
+from braze.host import jit
+from braze.host.shapes import PythonShapeFunction, ShapeProgram
+from braze.ir.scalar import Scalar, ceildiv, smax, smin, symbol
+
+A, B, C = symbol("a"), symbol("b"), symbol("c")
+
+
+@pytest.fixture
+def fresh_warning():
+    """Each test sees the host JIT as if it had never warned in this process."""
+    jit._warned = False
+    yield
+    jit._warned = False
+
+
+def _program() -> ShapeProgram:
+    return ShapeProgram.of("demo", [A * B, ceildiv(A, 4) * 4, A // B, A % B, smin(A, C), smax(B, C) - 3, 7])
+
+
+def test_native_matches_python() -> None:
+    program = _program()
+    native, python = jit.shape_function(program), PythonShapeFunction(program)
+    assert native.native and not python.native
+    for extents in ([7, 3, 2], [0, 5, 9], [-7, 3, 1], [7, -3, 0], [-8, -3, 4]):
+        assert native(extents) == python(extents) == program.evaluate(extents)
+
+
+_EXPRESSIONS = st.recursive(
+    st.sampled_from([A, B, C]) | st.integers(-9, 9).map(Scalar.const),
+    # Built unsimplified, so constant divisors of zero and negative operands reach the shape function.
+    lambda inner: st.tuples(st.sampled_from(["+", "-", "*", "//", "%", "ceildiv", "min", "max"]), inner, inner).map(
+        lambda t: Scalar(t[0], (t[1], t[2]))),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_EXPRESSIONS, min_size=1, max_size=4), st.lists(st.integers(-20, 20), min_size=3, max_size=3))
+def test_native_matches_python_on_random_expressions(values, extents) -> None:
+    program = ShapeProgram.of("random", values, symbols=("a", "b", "c"))
+    with config.scope(disable="disk_cache"):
+        native = jit.NativeShapeFunction(program)
+    try:
+        expected = program.evaluate(extents)
+    except ZeroDivisionError:
+        for fn in (native, PythonShapeFunction(program)):
+            with pytest.raises(bz.InputError, match="divides by zero"):
+                fn(extents)
+        return
+    assert native(extents) == PythonShapeFunction(program)(extents) == expected
+
+
+def test_division_by_zero_names_the_expression() -> None:
+    program = ShapeProgram.of("div", [A + 1, ceildiv(A, B)])
+    for fn in (jit.shape_function(program), PythonShapeFunction(program)):
+        with pytest.raises(bz.InputError, match=r"^shapes of div: ceildiv\(a, b\) divides by zero with a = 5, b = 0$"):
+            fn([5, 0])
+
+
+def test_a_jit_failure_falls_back_with_one_warning(monkeypatch, fresh_warning) -> None:
+    monkeypatch.setattr(jit, "llvm_source", lambda program: "this is not LLVM IR")
+    with pytest.warns(HostJitWarning, match="host JIT failed for the shapes of 'demo'") as caught:
+        first = jit.shape_function(_program())
+        second = jit.shape_function(_program())
+    assert len(caught) == 1
+    assert not first.native and not second.native
+    assert first([7, 3, 2]) == _program().evaluate([7, 3, 2])
+
+
+def test_a_fusion_runs_after_a_jit_failure(monkeypatch, fresh_warning) -> None:
+    def broken(program):
+        raise RuntimeError("no native code today")
+
+    monkeypatch.setattr(jit, "llvm_source", broken)
+    with bz.Fusion() as f:
+        x = f.define_tensor((-1, -1))
+        y = bz.ops.exp(x)
+        y.split(1, 4)
+        y.set_allocation_domain(y.loop)
+        f.add_output(y)
+    a = np.linspace(0, 1, 15, dtype=np.float32).reshape(3, 5)
+    with pytest.warns(HostJitWarning, match="no native code today"):
+        (got,) = f.execute([a])
+    np.testing.assert_allclose(got, np.exp(a), rtol=1e-6)
+    (runtime,) = engine._caches[f].entries.values()
+    assert not runtime.program.shape_function.native
+
+
+def test_disable_host_jit_runs_python_without_warning(fresh_warning) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with config.scope(disable="host_jit"):
+            fn = jit.shape_function(_program())
+    assert not fn.native and fn([7, 3, 2]) == _program().evaluate([7, 3, 2])
+
+
+def test_dump_host_jit_prints_the_llvm_ir(capsys) -> None:
+    with config.scope(dump="host_jit", disable="disk_cache"):
+        jit.shape_function(_program())
+    err = capsys.readouterr().err
+    assert err.startswith("===== braze dump: host_jit =====\n")
+    assert 'define i32 @"braze_shapes_demo"(i64* noalias' in err and "sdiv i64" in err
+
+
+def test_freed_native_code_leaves_later_compiles_working() -> None:
+    # Each engine owns its target machine; freeing one must not free the one later compiles use.
+    for n in range(8):
+        with config.scope(disable="disk_cache"):
+            fn = jit.NativeShapeFunction(ShapeProgram.of(f"p{n}", [A * n + B], symbols=("a", "b")))
+        assert fn([3, 4]) == [3 * n + 4]
+        del fn
+        gc.collect()

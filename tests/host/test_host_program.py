@@ -1,0 +1,176 @@
+"""HostProgram: the printer (golden), `BRAZE_DUMP=host_program`, and compiled fusions whose
+outputs have split, merge and reorder allocation domains, checked against the reference backend."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import braze as bz
+from braze import config, engine
+from braze.host.program import Alias, Allocate, Free, Launch
+
+rng = np.random.default_rng(0)
+
+
+def _every_instruction_fusion() -> bz.Fusion:
+    """A cut intermediate (the mean), a view output, an in-place output and a hidden padded output."""
+    with bz.Fusion() as f:
+        x = f.define_tensor((-1, -1), name="x")
+        b = f.define_tensor((-1,), name="b")
+        k = f.define_scalar(dtype=bz.float32, name="k")
+        f.add_output(x - x.mean())
+        f.add_output(x.T)
+        f.add_output(x * k, alias=x)
+        y = bz.ops.relu(x + b)
+        y.split(1, 4)
+        y.set_allocation_domain(y.loop)
+        f.add_output(y, hidden=True)
+    return f
+
+
+GOLDEN = """\
+HostProgram fusion(T0 'x': float32[T0_s0, T0_s1], T1 'b': float32[T1_s0], T2 'k': float32 scalar)
+  Allocate T3: float32 sizes [] strides [] numel 1 zero_init=False
+  Allocate T4: float32 sizes [T0_s0, T0_s1] strides [T0_s1, 1] numel T0_s1 * T0_s0 zero_init=False
+  Allocate T6: float32 sizes [T0_s0, T0_s1] strides [T0_s1, 1] numel T0_s1 * T0_s0 zero_init=False
+  Allocate T9: float32 sizes [T0_s0, T0_s1] strides [ceildiv(T0_s1, 4) * 4, 1] numel ceildiv(T0_s1, 4) * 4 * T0_s0 \
+zero_init=False
+  Launch fusion(T0, T1, T2) -> (T3, T4, T6, T9)
+  Free T3
+  Alias T5 = T0 view (permute)
+  Alias T6 = T0 written back
+  Free T6
+  return (T4, T5, T6, T9)"""
+
+
+def _runtime(f: bz.Fusion):
+    (runtime,) = engine._caches[f].entries.values()
+    return runtime
+
+
+def _inputs() -> list:
+    return [rng.standard_normal((3, 5)).astype(np.float32), rng.standard_normal(5).astype(np.float32), 2.0]
+
+
+def test_printer_golden() -> None:
+    f = _every_instruction_fusion()
+    f.execute(_inputs())
+    assert str(_runtime(f).program) == GOLDEN
+
+
+def test_instruction_kinds_and_order() -> None:
+    f = _every_instruction_fusion()
+    f.execute(_inputs())
+    kinds = [type(i).__name__ for i in _runtime(f).program.instructions]
+    assert kinds == ["Allocate"] * 4 + ["Launch", "Free", "Alias", "Alias", "Free"]
+    assert {Allocate, Launch, Alias, Free} == {type(i) for i in _runtime(f).program.instructions}
+
+
+def test_dump_host_program_once_per_compile(capsys) -> None:
+    f = _every_instruction_fusion()
+    with config.scope(dump="host_program"):
+        f.execute(_inputs())
+        f.execute(_inputs())  # a cache hit builds and prints nothing
+    assert capsys.readouterr().err == f"===== braze dump: host_program =====\n{GOLDEN}\n"
+
+
+def test_every_instruction_computes_what_the_reference_does() -> None:
+    f = _every_instruction_fusion()
+    inputs = _inputs()
+    expected = f.execute([a.copy() if isinstance(a, np.ndarray) else a for a in inputs], backend="reference")
+    x = inputs[0]
+    outs = f.execute(inputs)
+    assert len(outs) == 3  # the hidden output is computed, not returned
+    for got, want in zip(outs, expected):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    assert outs[2] is x and np.shares_memory(outs[1], x)  # written in place; a view of the (updated) input
+
+
+# --- outputs with allocation domains, end to end ---------------------------------------------------------------
+def _split_inner(t):
+    t.split(1, 4)
+    return t.loop
+
+
+def _merge_split(t):
+    t.merge(0).split(0, 8)
+    return t.loop
+
+
+def _merge_reorder(t):
+    t.merge(0).reorder({0: 1})  # [W, N*C]: the last logical dimension is the slowest
+    return t.loop
+
+
+def _padded_channels_last(t):
+    t.split(2, 3).reorder({1: 3}).merge(1)  # [N, ceildiv(W, 3) * 3, C]: channels last, W padded to a multiple of 3
+    return t.loop
+
+
+def _channels_last(t):
+    t.set_stride_order((2, 0, 1))  # [N, C, W] over [N, W, C]
+    return None
+
+
+LAYOUTS = [_split_inner, _merge_split, _merge_reorder, _channels_last, _padded_channels_last]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda fn: fn.__name__.lstrip("_"))
+@pytest.mark.parametrize("shape", [(2, 3, 5), (1, 7, 4), (3, 0, 2)])
+def test_layouts_end_to_end(layout, shape) -> None:
+    with bz.Fusion() as f:
+        x = f.define_tensor((-1, -1, -1), name="x")
+        y = f.define_tensor((-1, -1, -1), name="y")
+        out = bz.ops.exp(x) * y + 1
+        domain = layout(out)
+        if domain is not None:
+            out.set_allocation_domain(domain)
+        f.add_output(out)
+    a, b = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
+    (got,) = f.execute([a, b])
+    (want,) = f.execute([a, b], backend="reference")
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    (allocate,) = [i for i in _runtime(f).program.instructions if isinstance(i, Allocate)]
+    bindings = dict(zip(("T0_s0", "T0_s1", "T0_s2"), shape))
+    assert list(got.strides) == [s.evaluate(bindings) * 4 for s in allocate.layout.strides]
+    assert got.base.size == allocate.layout.numel.evaluate(bindings)  # padding included
+
+
+def test_padded_allocation_size() -> None:
+    with bz.Fusion() as f:
+        x = f.define_tensor((-1, -1), name="x")
+        out = bz.ops.neg(x)
+        out.set_allocation_domain(_split_inner(out))
+        f.add_output(out)
+    (got,) = f.execute([np.ones((3, 10), np.float32)])
+    assert got.strides == (12 * 4, 4) and got.base.size == 36
+    np.testing.assert_array_equal(got, -np.ones((3, 10), np.float32))
+
+
+def test_a_blocked_output_layout_is_unsupported() -> None:
+    with bz.Fusion() as f:
+        x = f.define_tensor((-1, -1), name="x")
+        out = bz.ops.neg(x)
+        out.split(1, 4).reorder({1: 0})
+        out.set_allocation_domain(out.loop)
+        f.add_output(out)
+    with pytest.raises(bz.UnsupportedError, match="is no strided view"):
+        f.execute([np.ones((3, 8), np.float32)])
+
+
+def test_new_extents_reuse_the_shape_function() -> None:
+    with bz.Fusion() as f:
+        x = f.define_tensor((-1, -1), name="x")
+        out = bz.ops.abs(x)
+        out.set_allocation_domain(_merge_split(out))
+        f.add_output(out)
+    f.execute([np.ones((2, 3), np.float32)])
+    shapes = _runtime(f).program.shape_function
+    for shape in [(5, 7), (3, 4), (9, 8), (16, 3)]:  # one signature: extents of 1 or 0 change the strides
+        a = rng.standard_normal(shape).astype(np.float32)
+        with bz.record() as rec:
+            (got,) = f.execute([a])
+        assert rec.compiles == [] and _runtime(f).program.shape_function is shapes
+        np.testing.assert_array_equal(got, np.abs(a))
+        assert got.base.size == -(-a.size // 8) * 8
