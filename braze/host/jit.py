@@ -13,18 +13,21 @@ the LLVM IR.
 from __future__ import annotations
 
 import ctypes
+import functools
+import itertools
 import logging
 import re
 import threading
 import warnings
 from collections.abc import Sequence
 
+import llvmlite.binding as llvm
 from llvmlite import ir
 
 from braze import config
 from braze.errors import HostJitWarning
 from braze.host.shapes import PythonShapeFunction, ShapeProgram, Step
-from braze.runtime import cpu, disk_cache
+from braze.runtime import cpu
 
 I32, I64 = ir.IntType(32), ir.IntType(64)
 # PYFUNCTYPE keeps the GIL: releasing it would cost more than the few dozen instructions a call runs.
@@ -32,20 +35,22 @@ SHAPE_SIGNATURE = ctypes.PYFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_vo
 _INT64_MIN = -(2**63)
 _log = logging.getLogger(__name__)
 _warned = False  # one warning per process: later failures go to the log
+_serial = itertools.count()
 
 
 def function_name(program: ShapeProgram) -> str:
-    return "braze_shapes_" + re.sub(r"\W", "_", program.name)
+    """A name for the program's native function, unique in the process (all share one engine)."""
+    return f"braze_shapes_{re.sub(r'[^A-Za-z0-9_]', '_', program.name)}_{next(_serial)}"
 
 
 # --- LLVM IR -------------------------------------------------------------------------------------------
 class _Emitter:
     """Emits one shape program as one LLVM function."""
 
-    def __init__(self, program: ShapeProgram) -> None:
-        self.module = ir.Module(name=f"shapes_{program.name}")
+    def __init__(self, program: ShapeProgram, name: str) -> None:
+        self.module = ir.Module(name=name)
         signature = ir.FunctionType(I32, [I64.as_pointer(), I64.as_pointer()])
-        self.fn = ir.Function(self.module, signature, name=function_name(program))
+        self.fn = ir.Function(self.module, signature, name=name)
         for arg in self.fn.args:
             arg.add_attribute("noalias")
         self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
@@ -102,12 +107,41 @@ _OPS = {
 }
 
 
-def llvm_source(program: ShapeProgram) -> str:
-    """The LLVM IR of the program's native shape function."""
-    return _Emitter(program).emit(program)
+def llvm_source(program: ShapeProgram, name: str) -> str:
+    """The LLVM IR of the program's native shape function, called `name`."""
+    return _Emitter(program, name).emit(program)
 
 
 # --- native functions ------------------------------------------------------------------------------------
+@functools.cache
+def _engine() -> llvm.ExecutionEngine:
+    """One engine for every shape function of the process.
+
+    A shape function is a few dozen integer instructions: generating it at optimization level
+    0 into a shared engine costs a few milliseconds, where an engine (and a target machine) of
+    its own, or an optimized build, would cost several times that on every compiled signature.
+    """
+    backing = llvm.parse_assembly("")
+    backing.triple = llvm.get_process_triple()
+    return llvm.create_mcjit_compiler(backing, cpu.new_target_machine(opt=0))
+
+
+def _compile(source: str, name: str) -> int:
+    """The address of function `name` of `source`, compiled into the shared engine."""
+    with cpu.LLVM_LOCK:
+        module = llvm.parse_assembly(source)
+        module.verify()
+        module.triple = llvm.get_process_triple()
+        engine = _engine()
+        module.data_layout = str(engine.target_data)
+        engine.add_module(module)  # the engine owns it, and its code, for the rest of the process
+        engine.finalize_object()
+        address = engine.get_function_address(name)
+    if not address:
+        raise cpu.CompileError(f"shape function {name!r}: the engine has no code for it")
+    return address
+
+
 class NativeShapeFunction:
     """A shape program compiled to native code, called through ctypes."""
 
@@ -115,13 +149,11 @@ class NativeShapeFunction:
 
     def __init__(self, program: ShapeProgram) -> None:
         self.program = program
-        self.source = llvm_source(program)
+        name = function_name(program)
+        self.source = llvm_source(program, name)
         if config.dumping("host_jit"):
             config.dump("host_jit", self.source)
-        name = function_name(program)
-        self._loaded = cpu.LoadedObject(_object_code(self.source, name), [name])  # keeps the code alive
-        address = ctypes.cast(self._loaded.functions[name], ctypes.c_void_p).value
-        self._fn = SHAPE_SIGNATURE(address)
+        self._fn = SHAPE_SIGNATURE(_compile(self.source, name))
         self._buffers = threading.local()  # per thread: a call fills, runs and reads them back
 
     def _new_buffers(self) -> tuple:
@@ -139,17 +171,6 @@ class NativeShapeFunction:
         if self._fn(inputs_at, outputs_at):
             raise self.program.explain_failure(extents)
         return outputs[:]
-
-
-def _object_code(source: str, name: str) -> bytes:
-    """Object code for `source`, from the disk cache when an earlier process compiled it."""
-    key = disk_cache.cache_key(source=source, toolchain=cpu.toolchain_id(), braze=disk_cache.braze_source_hash())
-    cached = disk_cache.load(key)
-    if cached is not None:
-        return cached
-    obj, _ = cpu.compile_object(source, name)
-    disk_cache.store(key, obj)
-    return obj
 
 
 def shape_function(program: ShapeProgram) -> NativeShapeFunction | PythonShapeFunction:

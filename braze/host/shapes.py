@@ -101,16 +101,32 @@ class _AllocationExtents:
             return _ONE
         if isinstance(t, Merge):
             return self.of(t.outer) * self.of(t.inner)
+        if isinstance(t, Split) and d is t.inner:
+            return t.factor
         if isinstance(t, Split):
-            return ceildiv(self.of(t.inp), t.factor) if d is t.outer else t.factor
+            undone = undone_merge(t, self)
+            return self.of(undone.outer) if undone else ceildiv(self.of(t.inp), t.factor)
         return d.extent
+
+
+def undone_merge(t: Split, extents: _AllocationExtents) -> Merge | None:
+    """The merge that split `t` takes apart again (splitting it by its inner extent), if any.
+
+    Its outer part is then the merge's outer dimension and its inner part the merge's inner one,
+    with no padding, whatever the split's parts are reordered to.
+    """
+    merge = t.inp.definition
+    if isinstance(merge, Merge) and not t.inp.is_broadcast and same_product(extents.of(merge.inner), t.factor):
+        return merge
+    return None
 
 
 def _strides_back_to_logical(tv: TensorView, strides: dict[int, Scalar], extents: _AllocationExtents) -> None:
     """Gives each dimension the allocation was derived from its stride, undoing transforms until none is left.
 
     A merge hands its stride to its inner part and `stride * inner extent` to its outer part. A
-    split undoes once both parts have strides, which must satisfy `outer = inner * factor`.
+    split undoes once both parts have strides, which must satisfy `outer = inner * factor`
+    (unless it takes a merge apart again: its parts then hand their strides to the merged ones).
     """
     pending = [d for d in tv.allocation if id(d) in strides and d.definition is not None]
     while pending:
@@ -121,9 +137,21 @@ def _strides_back_to_logical(tv: TensorView, strides: dict[int, Scalar], extents
             strides[id(t.inner)], strides[id(t.outer)] = s, s * extents.of(t.inner)
             pending += [x for x in (t.outer, t.inner) if x.definition is not None]
         elif isinstance(t, Split) and id(t.outer) in strides and id(t.inner) in strides and id(t.inp) not in strides:
-            strides[id(t.inp)] = _split_stride(tv, t, strides[id(t.outer)], strides[id(t.inner)], extents)
+            outer, inner = strides[id(t.outer)], strides[id(t.inner)]
+            merge = undone_merge(t, extents)
+            if merge is not None and not _strided_split(t, outer, inner, extents):
+                strides[id(merge.outer)], strides[id(merge.inner)] = outer, inner
+                strides[id(t.inp)] = inner  # marks the split undone; the merged dimension has no single stride
+                pending += [x for x in (merge.outer, merge.inner) if x.definition is not None]
+                continue
+            strides[id(t.inp)] = _split_stride(tv, t, outer, inner, extents)
             if t.inp.definition is not None:
                 pending.append(t.inp)
+
+
+def _strided_split(t: Split, outer: Scalar, inner: Scalar, extents: _AllocationExtents) -> bool:
+    """Whether index i of the split dimension sits at a fixed multiple of i."""
+    return extents.of(t.outer) == 1 or extents.of(t.inner) == 1 or same_product(outer, inner * extents.of(t.inner))
 
 
 def _split_stride(tv: TensorView, t: Split, outer: Scalar, inner: Scalar, extents: _AllocationExtents) -> Scalar:
@@ -132,7 +160,7 @@ def _split_stride(tv: TensorView, t: Split, outer: Scalar, inner: Scalar, extent
         return inner  # only the inner part ever moves
     if extents.of(t.inner) == 1:
         return outer
-    if not same_product(outer, inner * extents.of(t.inner)):
+    if not _strided_split(t, outer, inner, extents):
         raise UnsupportedError(
             f"allocation domain of {tv.describe()} {TensorView.domain_text(tv.allocation)}: the split of "
             f"{t.inp.text()} by {t.factor} is no strided view (its outer part has stride {outer}, expected "

@@ -19,19 +19,20 @@ from braze.errors import Error
 
 TASK_SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
 _lock = threading.Lock()
+LLVM_LOCK = _lock  # held by everything that drives LLVM: its global state is not thread-safe
 
 
 class CompileError(Error):
     """LLVM rejected or failed to compile a kernel; the message names the kernel and holds the log."""
 
 
-def new_target_machine() -> llvm.TargetMachine:
-    """A target machine for the host (all its CPU features)."""
+def new_target_machine(opt: int = 3) -> llvm.TargetMachine:
+    """A target machine for the host (all its CPU features), generating code at optimization level `opt`."""
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     target = llvm.Target.from_default_triple()
     return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
-                                        opt=3, reloc="default", codemodel="jitdefault", jit=True)
+                                        opt=opt, reloc="default", codemodel="jitdefault", jit=True)
 
 
 @functools.cache

@@ -84,6 +84,15 @@ def test_reduction_dimensions_are_not_allocated() -> None:
     assert _evaluate(infer_layout(s), {"T0_s0": 2, "T0_s1": 3, "T0_s2": 4}) == ([2, 4], [4, 1], 8)
 
 
+def test_a_split_that_takes_a_merge_apart_is_a_transpose() -> None:
+    t = _tensor((-1, 5))
+    t.merge(0).split(0, 5).reorder({0: 1})  # [5, N]: the merge undone, then transposed
+    t.set_allocation_domain(t.loop)
+    layout = infer_layout(t)
+    assert [str(s) for s in layout.allocation_sizes] == ["5", "T0_s0"]  # no ceildiv: nothing is padded
+    assert _evaluate(layout, {"T0_s0": 3}) == ([3, 5], [1, 3], 15)
+
+
 def test_a_blocked_layout_is_no_strided_view() -> None:
     t = _tensor((-1, -1))
     t.split(1, 4).reorder({1: 0})  # [ceildiv(C, 4), N, 4]: NCHWc-style blocking
