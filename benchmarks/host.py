@@ -72,18 +72,19 @@ def _parts(f: bz.Fusion, inputs: list, name: str) -> list[dict]:
     (runtime,) = cache.entries.values()
     program = runtime.program
     bound = bind_inputs(f, inputs)
-    frame = program.new_frame(bound.arrays, bound.bindings)
     (allocate,) = [i for i in program.instructions if isinstance(i, Allocate)]
     (launch,) = [i for i in program.instructions if isinstance(i, Launch)]
+    scratch = program.new_frame(bound.arrays, bound.bindings)  # allocations replace each other here
+    frame = program.new_frame(bound.arrays, bound.bindings)  # ...not here: the block points into it
     allocate.run(frame)
-    extents = [bound.bindings[n] for n in program.shapes.symbols]
     block = launch.pack(frame)
+    extents = [bound.bindings[n] for n in program.shapes.symbols]
     steps = {
         "signature + lookup": lambda: cache.runtime(f, bound),
         "bind inputs": lambda: bind_inputs(f, inputs),
         f"shape function ({name})": lambda: program.shape_function(extents),
         "new frame (shape function included)": lambda: program.new_frame(bound.arrays, bound.bindings),
-        "allocate the output": lambda: allocate.run(frame),
+        "allocate the output": lambda: allocate.run(scratch),
         "pack the argument block": lambda: launch.pack(frame),
         "run the kernel (1024 elements)": lambda: launch.executor.run(block, bound.bindings),
     }

@@ -20,6 +20,7 @@ import numpy as np
 
 from braze.host.jit import shape_function
 from braze.host.shapes import Layout, ShapeProgram, infer_layout
+from braze.ir.scalar import Scalar
 from braze.ir.tensor import TensorView
 
 
@@ -136,6 +137,7 @@ class HostProgram:
     slots: int
     shapes: ShapeProgram
     shape_function: Callable[[Sequence[int]], list[int]]
+    extra_at: int  # where the caller's extra values start in the shape function's output
 
     def new_frame(self, arrays: Sequence[np.ndarray], bindings: dict[str, int]) -> Frame:
         """A frame holding the inputs (slots 0..n-1) and the sizes of every buffer to allocate."""
@@ -180,15 +182,18 @@ class OutputSpec:
 
 
 def single_kernel_program(name: str, inputs: Sequence[TensorView], writes: Sequence[TensorView],
-                          launch: Callable[[dict[int, int]], Launch], outputs: Sequence[OutputSpec]) -> HostProgram:
+                          launch: Callable[[dict[int, int]], Launch], outputs: Sequence[OutputSpec],
+                          extra_values: Sequence[Scalar] = ()) -> HostProgram:
     """The program of one kernel writing `writes`: allocate them, launch, alias, and free each
     buffer that is no output right after its last use (the launch, or its write back).
 
     Inputs take the first frame slots, in order; `launch(written)` builds the Launch given the
     slot of each written tensor (id(tv) -> slot: an input may be written too, into a buffer of its own).
+    The shape function also computes `extra_values`, from `frame.extents[program.extra_at]` on.
     """
     layouts = [infer_layout(tv) for tv in writes]
-    shapes = ShapeProgram.of(name, [v for layout in layouts for v in layout.values])
+    values = [v for layout in layouts for v in layout.values]
+    shapes = ShapeProgram.of(name, values + list(extra_values))
     fresh = count(len(inputs))
     written = {id(tv): next(fresh) for tv in writes}
     instructions: list[Instruction] = []
@@ -213,4 +218,4 @@ def single_kernel_program(name: str, inputs: Sequence[TensorView], writes: Seque
     instructions += [Free(tv, written[id(tv)]) for tv in writes if id(tv) in written_back]
     names = tuple(o.tv.name for o in outputs)
     return HostProgram(name, tuple(inputs), instructions, tuple(output_slots), names, next(fresh), shapes,
-                       shape_function(shapes))
+                       shape_function(shapes), len(values))

@@ -54,11 +54,19 @@ class FusionRuntime:
         # Every unseeded random op draws a (seed, offset) per run, in definition order, as the
         # reference does, so both backends give the same numbers after bz.manual_seed.
         self.random_ops = [e.outputs[0] for e in fusion.exprs if e.op in ("rand", "randn") and e.attrs["seed"] is None]
-        self.empty_checks = [(e.op, e.inputs[0], [e.inputs[0].visible[a].extent for a in e.attrs["axes"]], e.outputs[0])
-                             for e in fusion.exprs if e.op in _NEEDS_VALUES]
+        checked = [e for e in fusion.exprs if e.op in _NEEDS_VALUES]
+        # Extents of the reduced axes and of the result: the shape function computes them too.
+        extents = [([e.inputs[0].visible[a].extent for a in e.attrs["axes"]], e.outputs[0].shape) for e in checked]
         self.program = single_kernel_program(executor.kernel.name, fusion.inputs, writes,
                                              lambda written: self._launch(params, written),
-                                             [self._output_spec(out) for out in fusion.outputs])
+                                             [self._output_spec(out) for out in fusion.outputs],
+                                             [x for reduced, result in extents for x in (*reduced, *result)])
+        self.empty_checks = []
+        at = self.program.extra_at
+        for e, (reduced, result) in zip(checked, extents):
+            self.empty_checks.append((e.op, e.inputs[0], range(at, at + len(reduced)),
+                                      range(at + len(reduced), at + len(reduced) + len(result))))
+            at += len(reduced) + len(result)
         if config.dumping("host_program"):
             config.dump("host_program", str(self.program))
 
@@ -113,16 +121,16 @@ class FusionRuntime:
 
     # --- a run ------------------------------------------------------------------------------------
     def run(self, bound: BoundInputs) -> list[np.ndarray]:
-        self._check_empty_reductions(bound.bindings)  # before anything is allocated or drawn
         frame = self.program.new_frame([_addressable(a) for a in bound.arrays], bound.bindings)
+        self._check_empty_reductions(frame.extents)  # before anything is allocated or drawn
         frame.rng = [next_seed_offset() for _ in self.random_ops]
         frame.context = RefContext(bound.bindings, next_seed_offset)
         return self.program.run(frame)
 
-    def _check_empty_reductions(self, bindings: dict[str, int]) -> None:
-        for op, x, extents, out in self.empty_checks:
-            if any(e.evaluate(bindings) == 0 for e in extents) and all(
-                    d.extent.evaluate(bindings) for d in out.visible):
+    def _check_empty_reductions(self, extents: list[int]) -> None:
+        """max, min, argmax and argmin of nothing are undefined, unless the result is empty too."""
+        for op, x, reduced, result in self.empty_checks:
+            if any(extents[i] == 0 for i in reduced) and all(extents[i] for i in result):
                 raise InputError(f"{op}: {x.describe()} has an empty dimension among the reduced axes")
 
     def _view(self, tv: TensorView, frame: Frame) -> np.ndarray:
