@@ -33,6 +33,26 @@ class Frame:
     extents: list[int] = field(default_factory=list)  # the shape function's values
     rng: list = field(default_factory=list)  # (seed, offset) per random op, drawn for this run
     context: object = None  # what view aliases' reference rules read (bound extents)
+    bound: object = None  # the run's bound inputs (a GPU device reads their device and stream)
+
+
+class CpuDevice:
+    """Where a program's buffers live and its kernels run: host memory and CPU kernels.
+
+    A GPU runtime gives its program a subclass that allocates on the GPU and launches on a stream.
+    """
+
+    def allocate(self, frame: Frame, tv: TensorView, numel: int, sizes: list[int], strides: list[int]) -> object:
+        """An uninitialized buffer of `numel` elements, seen through `sizes` and (element) `strides`."""
+        dtype = tv.dtype.numpy
+        storage = np.empty(numel, dtype)
+        return np.ndarray(sizes, dtype, storage, 0, [s * dtype.itemsize for s in strides])
+
+    def launch(self, executor: object, block: np.ndarray, frame: Frame) -> None:
+        executor.run(block, frame.bindings)
+
+    def copy_into(self, target: object, source: object) -> None:
+        np.copyto(target, source)
 
 
 @dataclass(eq=False)
@@ -44,20 +64,18 @@ class Allocate:
     slot: int
     layout: Layout
     at: int  # where its numel, sizes and strides start in the shape function's output
+    device: CpuDevice
 
     def __post_init__(self) -> None:
+        if self.zero_init:
+            raise NotImplementedError("Allocate: no kernel needs zero-initialized buffers yet")
         rank = len(self.layout.sizes)
         self._sizes = slice(self.at + 1, self.at + 1 + rank)
         self._strides = slice(self.at + 1 + rank, self.at + 1 + 2 * rank)
-        self._dtype = self.tv.dtype.numpy
-        self._new = np.zeros if self.zero_init else np.empty
 
     def run(self, frame: Frame) -> None:
-        extents = frame.extents
-        itemsize = self._dtype.itemsize
-        storage = self._new(extents[self.at], self._dtype)
-        strides = [s * itemsize for s in extents[self._strides]]
-        frame.values[self.slot] = np.ndarray(extents[self._sizes], self._dtype, storage, 0, strides)
+        e = frame.extents
+        frame.values[self.slot] = self.device.allocate(frame, self.tv, e[self.at], e[self._sizes], e[self._strides])
 
     def text(self) -> str:
         layout = self.layout
@@ -69,13 +87,14 @@ class Allocate:
 class Launch:
     """Runs `executor`'s kernel on an argument block packed from the frame."""
 
-    executor: object  # a KernelExecutor: run(block, bindings)
+    executor: object  # a KernelExecutor (or a GPU one), run by the device
     ins: tuple[TensorView, ...]
     outs: tuple[TensorView, ...]
     pack: Callable[[Frame], np.ndarray]
+    device: CpuDevice
 
     def run(self, frame: Frame) -> None:
-        self.executor.run(self.pack(frame), frame.bindings)
+        self.device.launch(self.executor, self.pack(frame), frame)
 
     def text(self) -> str:
         name = self.executor.kernel.name
@@ -94,10 +113,11 @@ class Alias:
     source: int  # the input's slot
     written: int | None = None  # the slot of the buffer written back, for in-place outputs
     compute: Callable[[Frame], np.ndarray] | None = None  # the view, for view aliases
+    device: CpuDevice | None = None  # copies the written-back buffer
 
     def run(self, frame: Frame) -> None:
         if self.view is None:
-            np.copyto(frame.values[self.source], frame.values[self.written])
+            self.device.copy_into(frame.values[self.source], frame.values[self.written])
             frame.values[self.slot] = frame.values[self.source]
         else:
             frame.values[self.slot] = self.compute(frame)
@@ -183,14 +203,16 @@ class OutputSpec:
 
 def single_kernel_program(name: str, inputs: Sequence[TensorView], writes: Sequence[TensorView],
                           launch: Callable[[dict[int, int]], Launch], outputs: Sequence[OutputSpec],
-                          extra_values: Sequence[Scalar] = ()) -> HostProgram:
+                          extra_values: Sequence[Scalar] = (), device: CpuDevice | None = None) -> HostProgram:
     """The program of one kernel writing `writes`: allocate them, launch, alias, and free each
     buffer that is no output right after its last use (the launch, or its write back).
 
     Inputs take the first frame slots, in order; `launch(written)` builds the Launch given the
     slot of each written tensor (id(tv) -> slot: an input may be written too, into a buffer of its own).
     The shape function also computes `extra_values`, from `frame.extents[program.extra_at]` on.
+    `device` allocates and copies buffers (host memory by default).
     """
+    device = device or CpuDevice()
     layouts = [infer_layout(tv) for tv in writes]
     values = [v for layout in layouts for v in layout.values]
     shapes = ShapeProgram.of(name, values + list(extra_values))
@@ -199,7 +221,7 @@ def single_kernel_program(name: str, inputs: Sequence[TensorView], writes: Seque
     instructions: list[Instruction] = []
     at = 0
     for tv, layout in zip(writes, layouts):
-        instructions.append(Allocate(tv, False, written[id(tv)], layout, at))
+        instructions.append(Allocate(tv, False, written[id(tv)], layout, at, device))
         at += len(layout.values)
     instructions.append(launch(written))
     returned = {id(o.tv) for o in outputs if o.alias_of is None}
@@ -214,7 +236,7 @@ def single_kernel_program(name: str, inputs: Sequence[TensorView], writes: Seque
         output_slots.append(next(fresh))  # an alias gets a slot of its own: its tensor may be an output too
         source = None if spec.view is not None else written[id(spec.tv)]
         instructions.append(Alias(spec.tv, spec.alias_of, spec.view, output_slots[-1], input_slot[id(spec.alias_of)],
-                                  source, spec.compute))
+                                  source, spec.compute, device))
     instructions += [Free(tv, written[id(tv)]) for tv in writes if id(tv) in written_back]
     names = tuple(o.tv.name for o in outputs)
     return HostProgram(name, tuple(inputs), instructions, tuple(output_slots), names, next(fresh), shapes,

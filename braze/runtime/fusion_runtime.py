@@ -15,7 +15,7 @@ import numpy as np
 from braze import config
 from braze.codegen.llvm import ArgLayout
 from braze.errors import InputError
-from braze.host.program import Frame, Launch, OutputSpec, single_kernel_program
+from braze.host.program import CpuDevice, Frame, Launch, OutputSpec, single_kernel_program
 from braze.ir.fusion import AliasKind, Fusion, Output
 from braze.ir.tensor import TensorView
 from braze.kir import nodes as k
@@ -44,6 +44,8 @@ def _scalar_bits(value: object, param: k.ScalarParam) -> int:
 class FusionRuntime:
     """Runs one fusion for one input signature through one compiled kernel."""
 
+    device_type: type[CpuDevice] = CpuDevice  # a GPU runtime allocates and launches on its device
+
     def __init__(self, fusion: Fusion, executor: KernelExecutor, writes: tuple[TensorView, ...],
                  params: KernelParams) -> None:
         self.fusion = fusion
@@ -57,10 +59,12 @@ class FusionRuntime:
         checked = [e for e in fusion.exprs if e.op in _NEEDS_VALUES]
         # Extents of the reduced axes and of the result: the shape function computes them too.
         extents = [([e.inputs[0].visible[a].extent for a in e.attrs["axes"]], e.outputs[0].shape) for e in checked]
+        self.device = self.device_type()
         self.program = single_kernel_program(executor.kernel.name, fusion.inputs, writes,
                                              lambda written: self._launch(params, written),
                                              [self._output_spec(out) for out in fusion.outputs],
-                                             [x for reduced, result in extents for x in (*reduced, *result)])
+                                             [x for reduced, result in extents for x in (*reduced, *result)],
+                                             self.device)
         self.empty_checks = []
         at = self.program.extra_at
         for e, (reduced, result) in zip(checked, extents):
@@ -73,7 +77,7 @@ class FusionRuntime:
     def _output_spec(self, out: Output) -> OutputSpec:
         if out.alias is AliasKind.REUSE_BUFFER:
             return OutputSpec(out.tv, out.aliased_input, None)
-        if out.alias is AliasKind.EVALUATE:
+        if out.alias is AliasKind.EVALUATE and not any(tv is out.tv for tv in self.writes):  # else a copy task wrote it
             view = lambda frame, tv=out.tv: self._view(tv, frame)
             return OutputSpec(out.tv, out.aliased_input, _view_ops(out.tv), view)
         return OutputSpec(out.tv, None, None)
@@ -89,7 +93,7 @@ class FusionRuntime:
             return block
 
         ins = tuple(tv for tv in self.fusion.inputs if id(tv) in params.arrays or id(tv) in params.scalars)
-        return Launch(self.executor, ins, tuple(self.writes), pack)
+        return Launch(self.executor, ins, tuple(self.writes), pack, self.device)
 
     def _fillers(self, params: KernelParams, written: dict[int, int]) -> list[Callable]:
         """Functions (block, frame) that write each parameter's slots; `written`: the written tensors' frame slots."""
@@ -121,8 +125,10 @@ class FusionRuntime:
 
     # --- a run ------------------------------------------------------------------------------------
     def run(self, bound: BoundInputs) -> list[np.ndarray]:
-        frame = self.program.new_frame([_addressable(a) for a in bound.arrays], bound.bindings)
+        arrays = [a if isinstance(a, DeviceView) else _addressable(a) for a in bound.arrays]
+        frame = self.program.new_frame(arrays, bound.bindings)
         self._check_empty_reductions(frame.extents)  # before anything is allocated or drawn
+        frame.bound = bound
         frame.rng = [next_seed_offset() for _ in self.random_ops]
         frame.context = RefContext(bound.bindings, next_seed_offset)
         return self.program.run(frame)
