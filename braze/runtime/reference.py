@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from braze.host.shapes import infer_layout
 from braze.ir.fusion import AliasKind, Fusion, Output
 from braze.ir.tensor import TensorView
 from braze.ops.table import RefContext, lookup
@@ -33,14 +34,13 @@ def evaluate(fusion: Fusion, bound: BoundInputs) -> dict[int, np.ndarray]:
     return values
 
 
-def _in_layout(array: np.ndarray, tv: TensorView) -> np.ndarray:
-    """A fresh array holding `array`, laid out in the output's stride order."""
-    order = tv.stride_order
-    if order is None:
-        return np.array(array, order="C", copy=True)
-    slow_to_fast = sorted(range(array.ndim), key=lambda i: -order[i])
-    storage = np.empty([array.shape[i] for i in slow_to_fast], dtype=array.dtype)
-    view = np.transpose(storage, np.argsort(slow_to_fast))
+def _in_layout(array: np.ndarray, tv: TensorView, bindings: dict[str, int]) -> np.ndarray:
+    """A fresh array holding `array`, laid out as the output's allocation domain says (as the
+    compiled backends lay it out)."""
+    layout = infer_layout(tv)
+    strides = [s.evaluate(bindings) * array.itemsize for s in layout.strides]
+    storage = np.empty(layout.numel.evaluate(bindings), array.dtype)
+    view = np.ndarray(array.shape, array.dtype, storage, 0, strides)
     view[...] = array
     return view
 
@@ -52,7 +52,7 @@ def _materialize(output: Output, value: np.ndarray, fusion: Fusion, bound: Bound
         return target
     if output.alias is AliasKind.EVALUATE:
         return value  # the reference rules of view ops return NumPy views of the input
-    return _in_layout(value, output.tv)
+    return _in_layout(value, output.tv, bound.bindings)
 
 
 def run(fusion: Fusion, bound: BoundInputs) -> list[np.ndarray]:
