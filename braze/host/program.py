@@ -42,10 +42,11 @@ class CpuDevice:
     A GPU runtime gives its program a subclass that allocates on the GPU and launches on a stream.
     """
 
-    def allocate(self, frame: Frame, tv: TensorView, numel: int, sizes: list[int], strides: list[int]) -> object:
-        """An uninitialized buffer of `numel` elements, seen through `sizes` and (element) `strides`."""
+    def allocate(self, frame: Frame, tv: TensorView, numel: int, sizes: list[int], strides: list[int],
+                 zero: bool = False) -> object:
+        """A buffer of `numel` elements (zeros or uninitialized), seen through `sizes` and (element) `strides`."""
         dtype = tv.dtype.numpy
-        storage = np.empty(numel, dtype)
+        storage = np.zeros(numel, dtype) if zero else np.empty(numel, dtype)
         return np.ndarray(sizes, dtype, storage, 0, [s * dtype.itemsize for s in strides])
 
     def launch(self, executor: object, block: np.ndarray, frame: Frame) -> None:
@@ -67,15 +68,14 @@ class Allocate:
     device: CpuDevice
 
     def __post_init__(self) -> None:
-        if self.zero_init:
-            raise NotImplementedError("Allocate: no kernel needs zero-initialized buffers yet")
         rank = len(self.layout.sizes)
         self._sizes = slice(self.at + 1, self.at + 1 + rank)
         self._strides = slice(self.at + 1 + rank, self.at + 1 + 2 * rank)
 
     def run(self, frame: Frame) -> None:
         e = frame.extents
-        frame.values[self.slot] = self.device.allocate(frame, self.tv, e[self.at], e[self._sizes], e[self._strides])
+        frame.values[self.slot] = self.device.allocate(frame, self.tv, e[self.at], e[self._sizes], e[self._strides],
+                                                       self.zero_init)
 
     def text(self) -> str:
         layout = self.layout

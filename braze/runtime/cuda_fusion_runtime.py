@@ -8,6 +8,7 @@ import numpy as np
 from braze.errors import UnsupportedError
 from braze.host.program import CpuDevice, Frame
 from braze.ir.tensor import TensorView
+from braze.runtime import cuda_driver as cuda
 from braze.runtime import device_arrays
 from braze.runtime.cuda_kernel import CudaExecutor
 from braze.runtime.fusion_runtime import FusionRuntime
@@ -16,9 +17,13 @@ from braze.runtime.fusion_runtime import FusionRuntime
 class CudaDevice(CpuDevice):
     """GPU buffers from the inputs' library, kernels on the inputs' stream."""
 
-    def allocate(self, frame: Frame, tv: TensorView, numel: int, sizes: list[int], strides: list[int]) -> object:
+    def allocate(self, frame: Frame, tv: TensorView, numel: int, sizes: list[int], strides: list[int],
+                 zero: bool = False) -> object:
         bound = frame.bound
-        return device_arrays.allocate(bound.kind, tuple(sizes), tv.dtype, bound.device, bound.stream, tv.stride_order)
+        view = device_arrays.allocate(bound.kind, tuple(sizes), tv.dtype, bound.device, bound.stream, tv.stride_order)
+        if zero:
+            cuda.fill_bytes(view.ptr, 0, view.size * view.itemsize, bound.stream)  # dense: stride orders only
+        return view
 
     def launch(self, executor: CudaExecutor, block: np.ndarray, frame: Frame) -> None:
         executor.run(block, frame.bindings, frame.bound.stream)

@@ -8,7 +8,8 @@ import pytest
 
 import braze as bz
 from braze import config, engine
-from braze.host.program import Alias, Allocate, Free, Launch
+from braze.host.program import Alias, Allocate, CpuDevice, Frame, Free, Launch
+from braze.host.shapes import ShapeProgram, infer_layout
 
 rng = np.random.default_rng(0)
 
@@ -175,3 +176,36 @@ def test_new_extents_reuse_the_shape_function() -> None:
         assert rec.compiles == [] and _runtime(f).program.shape_function is shapes
         np.testing.assert_array_equal(got, np.abs(a))
         assert got.base.size == -(-a.size // 8) * 8
+
+
+def test_free_drops_the_intermediate_right_after_the_launch(monkeypatch) -> None:
+    with bz.Fusion() as f:
+        x = f.define_tensor((-1, -1), name="x")
+        f.add_output(x - x.mean())  # the mean is materialized by a task of its own
+    a = rng.standard_normal((4, 6)).astype(np.float32)
+    f.execute([a])
+    program = _runtime(f).program
+    (free,) = [i for i in program.instructions if isinstance(i, Free)]
+    assert program.instructions.index(free) == 1 + [type(i) for i in program.instructions].index(Launch)
+    freed = []
+    run = free.run
+    monkeypatch.setattr(free, "run", lambda frame: (freed.append(frame.values[free.slot]), run(frame),
+                                                    freed.append(frame.values[free.slot])))
+    (got,) = f.execute([a])
+    assert isinstance(freed[0], np.ndarray) and freed[0].shape == () and freed[1] is None
+    np.testing.assert_allclose(got, a - a.mean(), rtol=1e-5, atol=1e-6)
+
+
+def test_zero_initialized_allocation_is_padded_and_zero() -> None:
+    f = bz.Fusion()
+    t = f.define_tensor((-1, -1))
+    t.split(1, 4)
+    t.set_allocation_domain(t.loop)
+    layout = infer_layout(t)
+    allocate = Allocate(t, True, 0, layout, 0, CpuDevice())
+    frame = Frame([None], {}, ShapeProgram.of("zero", layout.values).evaluate([3, 5]))
+    allocate.run(frame)
+    (array,) = frame.values
+    assert array.shape == (3, 5) and array.strides == (8 * 4, 4) and array.base.size == 24
+    assert not array.base.any()
+    assert "zero_init=True" in allocate.text()
