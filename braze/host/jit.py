@@ -8,6 +8,10 @@ Division follows Python's floor semantics, so native and Python results agree fo
 Any failure to build the native function falls back to `PythonShapeFunction` with one warning
 per process; `BRAZE_DISABLE=host_jit` asks for Python directly, `BRAZE_DUMP=host_jit` prints
 the LLVM IR.
+
+A call through ctypes costs about half a microsecond before any work, so on its own a native
+shape function only beats the Python one for long programs (`benchmarks/host.py` measures
+both); the native code is the first step towards compiling the whole host program.
 """
 
 from __future__ import annotations
@@ -174,7 +178,7 @@ class NativeShapeFunction:
 
 
 def shape_function(program: ShapeProgram) -> NativeShapeFunction | PythonShapeFunction:
-    """The fastest working shape function for `program`: native unless disabled or failed."""
+    """The shape function for `program`: native, unless the host JIT is disabled or fails."""
     if config.disabled("host_jit"):
         return PythonShapeFunction(program)
     try:
