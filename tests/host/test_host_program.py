@@ -261,3 +261,18 @@ def test_cached_calls_hold_python_memory_steady() -> None:
         tracemalloc.stop()
     grown = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
     assert grown < 64 * 1024, f"10,000 cached calls grew Python memory by {grown} bytes"
+
+
+def test_a_split_by_an_input_extent_of_zero_is_an_input_error() -> None:
+    with bz.Fusion() as f:
+        x = f.define_tensor((-1, -1), name="x")
+        k = f.define_tensor((-1,), name="k")
+        y = bz.ops.neg(x)
+        y.split(1, k.shape[0])  # a symbolic factor: the padding depends on another input
+        y.set_allocation_domain(y.loop)
+        f.add_output(y)
+    (got,) = f.execute([np.ones((2, 5), np.float32), np.ones(3, np.float32)])
+    assert got.strides == (6 * 4, 4) and got.base.size == 12
+    with pytest.raises(bz.InputError, match=r"^shapes of fusion: ceildiv\(T0_s1, T1_s0\) divides by zero with "
+                                            r"T0_s0 = 2, T0_s1 = 5, T1_s0 = 0$"):
+        f.execute([np.ones((2, 5), np.float32), np.ones(0, np.float32)])
