@@ -55,8 +55,7 @@ _EXPRESSIONS = st.recursive(
 @given(st.lists(_EXPRESSIONS, min_size=1, max_size=4), st.lists(st.integers(-20, 20), min_size=3, max_size=3))
 def test_native_matches_python_on_random_expressions(values, extents) -> None:
     program = ShapeProgram.of("random", values, symbols=("a", "b", "c"))
-    with config.scope(disable="disk_cache"):
-        native = jit.NativeShapeFunction(program)
+    native = jit.NativeShapeFunction(program)
     try:
         expected = program.evaluate(extents)
     except ZeroDivisionError:
@@ -112,7 +111,7 @@ def test_disable_host_jit_runs_python_without_warning(fresh_warning) -> None:
 
 
 def test_dump_host_jit_prints_the_llvm_ir(capsys) -> None:
-    with config.scope(dump="host_jit", disable="disk_cache"):
+    with config.scope(dump="host_jit"):
         jit.shape_function(_program())
     err = capsys.readouterr().err
     assert err.startswith("===== braze dump: host_jit =====\n")

@@ -17,7 +17,6 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import braze as bz
-from braze import config
 from braze.host.jit import NativeShapeFunction
 from braze.host.shapes import Layout, PythonShapeFunction, ShapeProgram, infer_layout, same_product
 from braze.ir import Merge, Split, TensorView
@@ -175,8 +174,7 @@ def test_inference_matches_brute_force(case) -> None:
     event("accepted")
     program = ShapeProgram.of("hypothesis", layout.values)
     extents = [bindings[name] for name in program.symbols]
-    with config.scope(disable="disk_cache"):
-        native = NativeShapeFunction(program)(extents)
+    native = NativeShapeFunction(program)(extents)
     python = PythonShapeFunction(program)(extents)
     assert native == python == program.evaluate(extents)
     numel, rank = python[0], len(layout.sizes)
