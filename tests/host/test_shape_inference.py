@@ -36,7 +36,7 @@ def _evaluate(layout: Layout, bindings: dict[str, int]) -> tuple[list[int], list
 
 # --- the layouts that must work ---------------------------------------------------------------------------
 def test_channels_last() -> None:
-    t = _tensor((-1, -1, -1, -1), )
+    t = _tensor((-1, -1, -1, -1))
     t.set_stride_order((3, 0, 2, 1))  # NCHW viewed over NHWC memory
     sizes, strides, numel = _evaluate(infer_layout(t), {"T0_s0": 2, "T0_s1": 3, "T0_s2": 4, "T0_s3": 5})
     assert (sizes, strides, numel) == ([2, 3, 4, 5], [60, 1, 15, 3], 120)
