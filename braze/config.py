@@ -14,9 +14,10 @@ DUMP_NAMES = frozenset({
     "launch_params", "kernel_args", "host_program", "host_jit", "fusion_decisions", "cuda_to_file",
 })
 # What BRAZE_ENABLE / BRAZE_DISABLE switch: `fast_math` (enable: fast-math flags in CPU kernels),
-# `disk_cache` (disable: no compiled code read from or written to disk), `host_jit` (disable:
-# shape functions run in Python instead of native code).
-FEATURE_NAMES = frozenset({"fast_math", "disk_cache", "host_jit"})
+# `poison_outputs` (enable: new GPU outputs start as 0xFF bytes), `disk_cache` (disable: no
+# compiled code read from or written to disk), `host_jit` (disable: shape functions run in
+# Python instead of native code).
+FEATURE_NAMES = frozenset({"fast_math", "poison_outputs", "disk_cache", "host_jit"})
 
 
 def _names(value: str) -> frozenset[str]:
