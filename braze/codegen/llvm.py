@@ -276,11 +276,12 @@ def emit_task(module: ir.Module, kernel: k.Kernel, task: k.Task, layout: ArgLayo
 
 def generate(kernel: k.Kernel, fast_math: bool = False) -> str:
     """The LLVM IR text of `kernel`: one function per task, named after the task."""
-    from braze.codegen import llvm_rules  # noqa: F401  (fills RULES)
+    from braze.codegen import llvm_math, llvm_rules  # noqa: F401  (llvm_rules fills RULES)
 
     module = ir.Module(name=kernel.name)
     module.triple = ""  # the CPU runtime sets the host triple
     layout = ArgLayout.of(kernel.params)
     for task in kernel.tasks:
         emit_task(module, kernel, task, layout, fast_math)
+    llvm_math.isolate_tables(module)
     return str(module)

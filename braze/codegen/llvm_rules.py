@@ -13,19 +13,15 @@ import math
 from llvmlite import ir
 
 from braze import dtypes as dt
+from braze.codegen import llvm_math
 from braze.codegen.llvm import F32, F64, I1, I16, I32, I64, RULES, TaskEmitter, register_type
 from braze.dtypes import DType
 from braze.ops.table import OPS
 
 
-def callee_in(module: ir.Module, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
-    """The function `name` of the module, declared on first use (intrinsics and libm alike)."""
-    existing = module.globals.get(name)
-    return existing if existing is not None else ir.Function(module, ir.FunctionType(ret, args), name=name)
-
-
 def callee(cg: TaskEmitter, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
-    return callee_in(cg.module, name, ret, args)
+    """The function `name` of the kernel's module, declared on first use (intrinsics and libm alike)."""
+    return llvm_math.declare(cg.module, name, ret, args)
 
 
 def _suffix(ty: ir.Type) -> str:
@@ -67,64 +63,20 @@ def _ib(method: str):
     return lambda cg, a, dts, out, attrs: getattr(cg.b, method)(a[0], a[1])
 
 
-# --- exp for float32: inline and branch-free, so loops that call it vectorize -------------------
-# (a libm call stays scalar). Cephes' expf: 2^n * p(r) with x = n ln2 + r, |r| <= ln2 / 2; about
-# one ulp, with inf, 0 and NaN at the ends as libm gives them.
-_EXPF_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
-
-
-def _pow2(b: ir.IRBuilder, n: ir.Value) -> ir.Value:
-    """2**n as float32, for n in [-126, 127]."""
-    return b.bitcast(b.shl(b.add(n, ir.Constant(I32, 127)), ir.Constant(I32, 23)), F32)
-
-
-def _build_expf(fn: ir.Function) -> None:
-    (x,) = fn.args
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    # Clamping with NaN-propagating min/max keeps the code free of selects: 89 overflows to inf and
-    # -104 underflows to 0 by themselves, and NaN flows through. (Selects on x made LLVM's
-    # optimizer take time exponential in the nesting of exp(exp(...)).)
-    clamped = b.call(callee_in(fn.module, "llvm.maximum.f32", F32, [F32, F32]),
-                     [b.call(callee_in(fn.module, "llvm.minimum.f32", F32, [F32, F32]), [x, ir.Constant(F32, 89.0)]),
-                      ir.Constant(F32, -104.0)])
-    floor = callee_in(fn.module, "llvm.floor.f32", F32, [F32])
-    n_float = b.call(floor, [b.fadd(b.fmul(clamped, ir.Constant(F32, 1.44269504088896341)), ir.Constant(F32, 0.5))])
-    r = b.fsub(b.fsub(clamped, b.fmul(n_float, ir.Constant(F32, 0.693359375))),
-               b.fmul(n_float, ir.Constant(F32, -2.12194440e-4)))
-    p = ir.Constant(F32, _EXPF_POLY[0])
-    for c in _EXPF_POLY[1:]:
-        p = b.fadd(b.fmul(p, r), ir.Constant(F32, c))
-    p = b.fadd(b.fadd(b.fmul(p, b.fmul(r, r)), r), ir.Constant(F32, 1.0))
-    n = b.call(callee_in(fn.module, "llvm.fptosi.sat.i32.f32", I32, [F32]), [n_float])  # NaN gives 0
-    half = b.ashr(n, ir.Constant(I32, 1))  # two steps, so results down to 2**-149 scale exactly
-    b.ret(b.fmul(b.fmul(p, _pow2(b, half)), _pow2(b, b.sub(n, half))))
-
-
-def _inline_exp_depth(value: ir.Value, memo: dict[int, int]) -> int:
-    """How many inline exps `value` is computed through (exp(exp(x)) gives 2)."""
-    if id(value) in memo:
-        return memo[id(value)]
-    depth = 0
-    if isinstance(value, ir.Instruction):
-        below = max((_inline_exp_depth(v, memo) for v in value.operands), default=0)
-        is_exp = isinstance(value, ir.CallInstr) and getattr(value.callee, "name", "") == "braze_expf"
-        depth = below + is_exp
-    memo[id(value)] = depth
-    return depth
+# --- float32 exp, sin, cos, tanh, log: inline and branch-free (llvm_math), so loops vectorize ------
+def inline_math(name: str, fallback):
+    """A float rule: the inline float32 function `name` of llvm_math, or `fallback` for float64 and
+    for an inline function's result (nesting them made LLVM's optimizer exponential)."""
+    def rule(cg, a, dts, out, attrs):
+        x = a[0]
+        if x.type != F32 or llvm_math.nesting_depth(x, cg.__dict__.setdefault("math_depths", {})) >= 1:
+            return fallback(cg, a, dts, out, attrs)
+        return cg.b.call(llvm_math.inline_function(cg.module, name), [x])
+    return rule
 
 
 def _exp(cg: TaskEmitter, x: ir.Value) -> ir.Value:
-    # Nested inline exps make LLVM's optimizer take time exponential in the nesting, so an exp of an
-    # exp calls the C library instead (scalar, but compiled in no time).
-    if x.type != F32 or _inline_exp_depth(x, cg.__dict__.setdefault("exp_depths", {})) >= 1:
-        return cg.b.call(callee(cg, f"llvm.exp.{_suffix(x.type)}", x.type, [x.type]), [x])
-    fn = cg.module.globals.get("braze_expf")
-    if fn is None:
-        fn = ir.Function(cg.module, ir.FunctionType(F32, [F32]), name="braze_expf")
-        fn.linkage = "internal"
-        fn.attributes.add("alwaysinline")
-        _build_expf(fn)
-    return cg.b.call(fn, [x])
+    return UNARY_RULES["exp"](cg, [x], [], None, {})
 
 
 def _sigmoid(cg: TaskEmitter, x: ir.Value) -> ir.Value:
@@ -137,7 +89,7 @@ def _gelu(cg, a, dts, out, attrs):
     if attrs.get("approximate", "none") == "tanh":
         cube = b.fmul(b.fmul(x, x), x)
         inner = b.fmul(fconst(math.sqrt(2 / math.pi), x), b.fadd(x, b.fmul(fconst(0.044715, x), cube)))
-        tanh = libm("tanh")(cg, [inner], dts, out, attrs)
+        tanh = UNARY_RULES["tanh"](cg, [inner], dts, out, attrs)
         return b.fmul(b.fmul(fconst(0.5, x), x), b.fadd(fconst(1.0, x), tanh))
     erf = libm("erf")(cg, [b.fmul(x, fconst(1 / math.sqrt(2), x))], dts, out, attrs)
     return b.fmul(b.fmul(fconst(0.5, x), x), b.fadd(fconst(1.0, x), erf))
@@ -194,12 +146,13 @@ UNARY_RULES = {
     "set": _identity,
     "neg": by_kind(lambda cg, a, d, o, t: cg.b.fneg(a[0]), lambda cg, a, d, o, t: cg.b.neg(a[0])),
     "abs": by_kind(intrinsic("fabs"), _int_abs),
-    "exp": lambda cg, a, d, o, t: _exp(cg, a[0]), "exp2": intrinsic("exp2"), "expm1": libm("expm1"),
-    "log": intrinsic("log"),
+    "exp": inline_math("exp", intrinsic("exp")), "exp2": intrinsic("exp2"), "expm1": libm("expm1"),
+    "log": inline_math("log", intrinsic("log")),
     "log2": intrinsic("log2"), "log1p": libm("log1p"), "sqrt": intrinsic("sqrt"),
     "rsqrt": lambda cg, a, d, o, t: cg.b.fdiv(fconst(1.0, a[0]), intrinsic("sqrt")(cg, a, d, o, t)),
     "reciprocal": lambda cg, a, d, o, t: cg.b.fdiv(fconst(1.0, a[0]), a[0]),
-    "sin": intrinsic("sin"), "cos": intrinsic("cos"), "tan": libm("tan"), "tanh": libm("tanh"),
+    "sin": inline_math("sin", intrinsic("sin")), "cos": inline_math("cos", intrinsic("cos")), "tan": libm("tan"),
+    "tanh": inline_math("tanh", libm("tanh")),
     "sigmoid": lambda cg, a, d, o, t: _sigmoid(cg, a[0]),
     # x > 0 or NaN keeps x (unordered compare); everything else, -inf and -0.0 included, gives +0.
     "relu": by_kind(lambda cg, a, d, o, t: cg.b.select(cg.b.fcmp_unordered(">", a[0], fconst(0.0, a[0])), a[0],
