@@ -223,7 +223,8 @@ _TANHF_POLY = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.3331442
 def _build_tanh(m: Math, x: ir.Value) -> ir.Value:
     b = m.b
     z = b.fmul(x, x)
-    near_zero = b.fadd(b.fmul(b.fmul(m.poly(z, _TANHF_POLY), z), x), x)  # keeps -0.0
+    near_zero = b.fadd(b.fmul(b.fmul(m.poly(z, _TANHF_POLY), z), x), x)
+    near_zero = m.call("llvm.copysign.f32", near_zero, x)  # -0.0 + (+0.0) would give +0.0
     magnitude = m.fabs(x)
     grown = m.inline("exp", b.fadd(magnitude, magnitude))  # inf above 44: the quotient gives exactly 1
     far = b.fsub(f32(1.0), b.fdiv(f32(2.0), b.fadd(grown, f32(1.0))))

@@ -1,0 +1,126 @@
+"""The compiled backend's inline float32 math (braze/codegen/llvm_math.py): accurate over the whole
+float32 range, special values as the C library gives them, and vector code where it is used."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import braze as bz
+from braze import config
+from braze.codegen.llvm_math import reduction_table_row, two_over_pi_bits
+
+rng = np.random.default_rng(7)
+REFERENCE = {"sin": np.sin, "cos": np.cos, "tanh": np.tanh, "log": np.log, "exp": np.exp}
+MAX_ULPS = 2.0  # the C library's float32 functions are within 1 ulp; NumPy's SIMD ones within 4
+
+
+def compiled(op: str, x: np.ndarray) -> np.ndarray:
+    with bz.Fusion() as f:
+        f.add_output(getattr(bz.ops, op)(f.define_tensor((-1,))))
+    (out,) = f.execute([x], backend="llvm")
+    return out
+
+
+def every_exponent(size: int) -> np.ndarray:
+    """Finite float32 values with uniformly random bits: every exponent, both signs."""
+    bits = rng.integers(0, 2**32, size, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    return bits[np.isfinite(bits)]
+
+
+def near_multiples_of_half_pi(size: int) -> np.ndarray:
+    """The float32 values nearest to k * pi/2 for k up to 2**100: sin or cos of them is tiny, so
+    any error of the reduction shows as a large relative error."""
+    nearest = (np.floor(2.0 ** rng.uniform(0, 100, size)) * (math.pi / 2)).astype(np.float32)
+    above = (nearest.view(np.uint32) + 1).view(np.float32)
+    return np.concatenate([nearest, above, -nearest])
+
+
+def assert_within_ulps(op: str, x: np.ndarray) -> None:
+    got = compiled(op, x).astype(np.float64)
+    with np.errstate(all="ignore"):
+        want = REFERENCE[op](x.astype(np.float64))
+    finite = np.isfinite(want) & (np.abs(want) < np.finfo(np.float32).max)
+    ulp = np.spacing(np.abs(want[finite]).astype(np.float32)).astype(np.float64)
+    ulps = np.abs(got[finite] - want[finite]) / ulp
+    worst = int(np.argmax(ulps)) if ulps.size else 0
+    x, got, want = x[finite], got[finite], want[finite]
+    assert ulps.size == 0 or ulps[worst] <= MAX_ULPS, \
+        f"{op}({x[worst]!r}) = {got[worst]!r}, expected {want[worst]!r} ({ulps[worst]:.2f} ulps)"
+
+
+@pytest.mark.parametrize("op", ["sin", "cos"])
+def test_sin_and_cos_reduce_any_argument_exactly(op):
+    assert_within_ulps(op, every_exponent(200_000))
+    assert_within_ulps(op, near_multiples_of_half_pi(20_000))
+    assert_within_ulps(op, rng.uniform(-10, 10, 100_000).astype(np.float32))
+
+
+@pytest.mark.parametrize("op", ["tanh", "exp"])
+def test_tanh_and_exp_are_accurate_everywhere(op):
+    assert_within_ulps(op, every_exponent(200_000))
+    assert_within_ulps(op, rng.uniform(-12, 12, 100_000).astype(np.float32))
+
+
+def test_log_is_accurate_everywhere_subnormals_included():
+    assert_within_ulps("log", np.abs(every_exponent(200_000)))
+    assert_within_ulps("log", rng.uniform(0.5, 2, 100_000).astype(np.float32))  # results near 0 around 1
+    assert_within_ulps("log", np.float32(1) + np.arange(1, 1000, dtype=np.float32) * np.finfo(np.float32).eps)
+    assert_within_ulps("log", np.arange(1, 2**23, 4099, dtype=np.uint32).view(np.float32))  # subnormals
+
+
+SPECIALS = np.array([math.nan, math.inf, -math.inf, 0.0, -0.0, 1e-45, -1e-45, 2.0**-12, -(2.0**-13),
+                     3.4e38, -3.4e38, 1.0, -1.0, 0.625, -0.625], np.float32)
+
+
+@pytest.mark.parametrize("op", ["sin", "cos", "tanh", "log", "exp"])
+def test_special_values_match_the_c_library(op):
+    got = compiled(op, SPECIALS)
+    with np.errstate(all="ignore"):
+        want = REFERENCE[op](SPECIALS.astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    exact = ~np.isnan(want) & ((np.abs(want) == np.inf) | (want == 0) | (np.abs(SPECIALS) < 2.0**-12))
+    np.testing.assert_array_equal(got[exact], want[exact])
+    np.testing.assert_array_equal(np.signbit(got[exact]), np.signbit(want[exact]))  # -0.0 stays -0.0
+
+
+def test_reduction_table_holds_the_bits_of_two_over_pi():
+    assert two_over_pi_bits(128) == 0xA2F9836E4E441529FC2757D1F534DDC0  # 2/pi = 0.A2F9836E4E441529FC2757D1F534DDC0...
+    # Exponent 127 (|x| in [1, 2)): 2/pi * 2**-23 * 2**94, so the window starts at the 71st bit.
+    assert reduction_table_row(127) == ((two_over_pi_bits(71) >> 64) & 0xFFFFFFFF,
+                                        (two_over_pi_bits(71) >> 32) & 0xFFFFFFFF, two_over_pi_bits(71) & 0xFFFFFFFF)
+    assert reduction_table_row(255) == (0, 0, 0) and reduction_table_row(0) == (0, 0, 0)  # inf/NaN, subnormals
+
+
+def test_nested_inline_math_calls_the_c_library_and_stays_correct():
+    x = rng.uniform(-3, 3, 1000).astype(np.float32)
+    with bz.Fusion() as f:
+        t = f.define_tensor((-1,))
+        f.add_output(bz.ops.sin(bz.ops.tanh(bz.ops.exp(t))))
+    (out,) = f.execute([x], backend="llvm")
+    want = np.sin(np.tanh(np.exp(x.astype(np.float64))))
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+
+
+EXPRESSIONS = {
+    "sin": lambda a, b: bz.ops.sin(a), "cos": lambda a, b: bz.ops.cos(a), "tanh": lambda a, b: bz.ops.tanh(a),
+    "log": lambda a, b: bz.ops.log(a), "exp": lambda a, b: bz.ops.exp(a),
+    "a*b - sin(a)": lambda a, b: a * b - bz.ops.sin(a),
+    "gelu_tanh(a + b)": lambda a, b: bz.ops.gelu(a + b, approximate="tanh"),
+}
+
+
+@pytest.mark.parametrize("name", EXPRESSIONS)
+def test_loops_with_inline_math_are_vectorized(name, capsys, tmp_path):
+    with config.scope(dump="llvm_ir", cache_dir=tmp_path):
+        with bz.Fusion() as f:
+            a, b = f.define_tensor((-1,)), f.define_tensor((-1,))
+            f.add_output(EXPRESSIONS[name](a, b))
+        x = np.full(64, 0.5, np.float32)
+        f.execute([x, x], backend="llvm")
+    ir_text = capsys.readouterr().err
+    assert "x float>" in ir_text  # LLVM turned the loop into vector instructions
+    for libm in ("@sinf", "@cosf", "@tanhf", "@logf", "@expf", "@llvm.sin.", "@llvm.cos.", "@llvm.log.", "@llvm.exp."):
+        assert libm not in ir_text, f"{name}: the loop still calls {libm}"
