@@ -20,6 +20,7 @@ from braze.kir import nodes as k
 from braze.kir.params import KernelParams
 from braze.lower.kernel import lower
 from braze.lower.values import NeedsCut
+from braze.passes.simplify import simplify
 from braze.runtime import reference
 from braze.runtime.arrays import to_kind
 from braze.runtime.compiled_kernel import CompiledKernel
@@ -64,6 +65,7 @@ def plan_kernel(fusion: Fusion, key: tuple, views_on_host: bool = True) -> tuple
         try:
             kernel, params = lower(fusion, plan.writes, plan.loop_orders, _input_strides(fusion, key),
                                    getattr(fusion, "name", "fusion"))
+            kernel = simplify(kernel)
             break
         except NeedsCut as cut:
             cuts.add(id(cut.tv))

@@ -1,0 +1,245 @@
+"""Kernel IR simplification: constant folding, identities, index arithmetic, common subexpressions.
+
+Every rewrite gives the same bits on every input, so the pass can run before any code generator:
+- constant folding evaluates exact ops (add, mul, compares, ...) in the node's own dtype with NumPy,
+  which rounds and wraps as the generated code does; transcendental ops and casts are left alone
+  (their generated code may round differently from NumPy);
+- identities hold for every value of x, NaN, infinities and -0.0 included: x * 1.0 and x - 0.0
+  become x, but x + 0.0 does not (-0.0 + 0.0 is +0.0), nor x * 0.0 (NaN * 0.0 is NaN);
+- integer constants of an add or mul chain are combined (two's complement arithmetic is associative,
+  wrap-around included): (i + 1) + 2 is i + 3;
+- a compound expression used twice in one statement is computed once into a `Let`. Only statements
+  without side effects between the uses qualify, and never an expression that reads a variable
+  assigned more than once (an accumulator), so reduction loops keep their shape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import Counter
+from collections.abc import Callable
+
+import numpy as np
+
+from braze import config
+from braze.kir import nodes as k
+
+# Exact ops NumPy evaluates as the generated code does (in the operands' dtype, wrapping integers).
+_FOLD_BINARY: dict[str, Callable] = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "minimum": np.minimum, "maximum": np.maximum,
+    "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
+    "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+    "logical_and": np.logical_and, "logical_or": np.logical_or, "logical_xor": np.logical_xor,
+}
+_FOLD_FLOAT_BINARY: dict[str, Callable] = {"truediv": np.divide}
+_FOLD_UNARY: dict[str, Callable] = {"neg": np.negative, "abs": np.abs, "logical_not": np.logical_not,
+                                    "bitwise_not": np.invert}
+# bfloat16 and float16 values are computed in float32 by the code generators, and bfloat16 constants
+# travel as bits: their constants are left as they are.
+_FOLDABLE = frozenset({"bool", "int8", "int32", "int64", "float32", "float64"})
+_COMPOUND = (k.Unary, k.Binary, k.Ternary, k.Cast, k.Philox)
+
+
+# --- expressions ----------------------------------------------------------------------------------
+def _children(e: k.Expr) -> dict[str, object]:
+    """The fields of `e` holding sub-expressions (tuples of them for indices)."""
+    match e:
+        case k.Unary() | k.Cast():
+            return {"x": e.x}
+        case k.Binary():
+            return {"a": e.a, "b": e.b}
+        case k.Ternary():
+            return {"a": e.a, "b": e.b, "c": e.c}
+        case k.Load():
+            return {"indices": e.indices}
+        case k.LoadLocal():
+            return {"index": e.index}
+        case k.Philox():
+            return {"seed": e.seed, "offset": e.offset, "group": e.group, "word": e.word}
+    return {}
+
+
+def map_children(e: k.Expr, fn: Callable[[k.Expr], k.Expr]) -> k.Expr:
+    """`e` with `fn` applied to each direct sub-expression."""
+    fields = _children(e)
+    if not fields:
+        return e
+    changes = {name: tuple(map(fn, v)) if isinstance(v, tuple) else fn(v) for name, v in fields.items()}
+    return dataclasses.replace(e, **changes)
+
+
+def _array(c: k.Const) -> np.ndarray:
+    return np.asarray(c.value, dtype=c.dtype.numpy)
+
+
+def fold_constants(e: k.Expr) -> k.Expr:
+    """An exact op of constant operands as one constant (`e` itself when it is not one)."""
+    operands = list(_children(e).values())
+    if not operands or not all(isinstance(o, k.Const) and o.dtype.name in _FOLDABLE for o in operands) \
+            or e.dtype.name not in _FOLDABLE:
+        return e
+    if isinstance(e, k.Binary) and e.a.dtype == e.b.dtype:
+        fn = _FOLD_BINARY.get(e.op) or (_FOLD_FLOAT_BINARY.get(e.op) if e.a.dtype.is_floating else None)
+    elif isinstance(e, k.Unary) and not e.attrs:
+        fn = _FOLD_UNARY.get(e.op)
+        fn = None if e.op == "bitwise_not" and e.x.dtype.is_bool else fn  # ~True is not False in NumPy's ints
+    else:
+        fn = None
+    if fn is None:
+        return e
+    with np.errstate(all="ignore"):
+        value = np.asarray(fn(*map(_array, operands))).astype(e.dtype.numpy)
+    return k.Const(value.item(), e.dtype)
+
+
+def _is_const(e: k.Expr, value: float) -> bool:
+    """`e` is the constant `value` (0.0 and -0.0 told apart)."""
+    return isinstance(e, k.Const) and not isinstance(e.value, bool) and e.value == value and (
+        value != 0 or math.copysign(1.0, float(e.value)) == math.copysign(1.0, value))
+
+
+def apply_identities(e: k.Expr) -> k.Expr:
+    """Rewrites that hold for every operand value, NaN, infinities and -0.0 included."""
+    if isinstance(e, k.Ternary) and e.op == "where" and isinstance(e.a, k.Const):
+        return e.b if bool(e.a.value) or e.a.value != e.a.value else e.c  # NaN is true
+    if not isinstance(e, k.Binary) or e.a.dtype != e.dtype or e.b.dtype != e.dtype:
+        return e
+    a, b = e.a, e.b
+    if e.dtype.is_integer:
+        if e.op == "add" and _is_const(a, 0) or e.op == "mul" and _is_const(a, 1):
+            return b
+        if e.op in ("add", "sub") and _is_const(b, 0) or e.op in ("mul", "floordiv") and _is_const(b, 1):
+            return a
+        if e.op == "mul" and (_is_const(a, 0) or _is_const(b, 0)):
+            return k.Const(0, e.dtype)  # expressions have no side effects
+        return _combine_integer_constants(e)
+    if e.dtype.is_floating and e.dtype.name in _FOLDABLE:
+        if e.op == "mul" and _is_const(a, 1.0) or e.op == "add" and _is_const(a, -0.0):
+            return b
+        if e.op in ("mul", "truediv") and _is_const(b, 1.0) or e.op == "sub" and _is_const(b, 0.0) \
+                or e.op == "add" and _is_const(b, -0.0):
+            return a
+    return e
+
+
+def _combine_integer_constants(e: k.Binary) -> k.Expr:
+    """(x + c1) + c2 -> x + (c1 + c2) and (x * c1) * c2 -> x * (c1 * c2), constants kept on the right."""
+    if e.op not in ("add", "mul"):
+        return e
+    a, b = (e.b, e.a) if isinstance(e.a, k.Const) and not isinstance(e.b, k.Const) else (e.a, e.b)
+    if isinstance(b, k.Const) and isinstance(a, k.Binary) and a.op == e.op and a.dtype == e.dtype \
+            and isinstance(a.b, k.Const):
+        constant = fold_constants(k.Binary(e.op, a.b, b, e.dtype))
+        return simplify_expr(k.Binary(e.op, a.a, constant, e.dtype))
+    return k.Binary(e.op, a, b, e.dtype) if (a, b) != (e.a, e.b) else e
+
+
+def simplify_expr(e: k.Expr) -> k.Expr:
+    """`e` with constants folded and identities applied, bottom-up."""
+    e = map_children(e, simplify_expr)
+    folded = fold_constants(e)
+    return folded if folded is not e else apply_identities(e)
+
+
+# --- common subexpressions ----------------------------------------------------------------------
+def _subexpressions(e: k.Expr):
+    yield e
+    for child in _children(e).values():
+        for c in child if isinstance(child, tuple) else (child,):
+            yield from _subexpressions(c)
+
+
+def _reads_any(e: k.Expr, variables: frozenset[k.Var]) -> bool:
+    return any(isinstance(s, k.Var) and s in variables for s in _subexpressions(e))
+
+
+def _replace(e: k.Expr, target: k.Expr, var: k.Var) -> k.Expr:
+    return var if e == target else map_children(e, lambda c: _replace(c, target, var))
+
+
+_EXPRESSION_FIELDS = {k.Let: ("value",), k.Assign: ("value",), k.Store: ("indices", "value"),
+                      k.StoreLocal: ("index", "value"), k.AtomicRMW: ("indices", "value")}
+
+
+class _Namer:
+    def __init__(self, taken: set[str]) -> None:
+        self.taken, self.count = taken, 0
+
+    def fresh(self) -> str:
+        while f"cse{self.count}" in self.taken:
+            self.count += 1
+        self.taken.add(f"cse{self.count}")
+        return f"cse{self.count}"
+
+
+def _eliminate_in_statement(s: k.Stmt, assigned: frozenset[k.Var], namer: _Namer) -> list[k.Stmt]:
+    """`s`, preceded by a `Let` for each compound expression it computes twice (largest first)."""
+    fields = _EXPRESSION_FIELDS.get(type(s))
+    if fields is None:
+        return [s]
+    lets: list[k.Stmt] = []
+    while True:
+        roots = [v for f in fields for v in (getattr(s, f) if isinstance(getattr(s, f), tuple) else (getattr(s, f),))]
+        roots += [let.value for let in lets]
+        counts = Counter(x for root in roots for x in _subexpressions(root) if isinstance(x, _COMPOUND))
+        repeated = [x for x, n in counts.items() if n > 1 and not _reads_any(x, assigned)]
+        if not repeated:
+            return lets + [s]
+        target = max(repeated, key=lambda x: sum(1 for _ in _subexpressions(x)))
+        var = k.Var(namer.fresh(), target.dtype)
+        # Targets shrink, so earlier (larger) lets may hold this one, never the other way round.
+        lets = [k.Let(var, target), *(_with_replaced(let, target, var) for let in lets)]
+        s = _with_replaced(s, target, var)
+
+
+def _with_replaced(s: k.Stmt, target: k.Expr, var: k.Var) -> k.Stmt:
+    changes = {}
+    for f in _EXPRESSION_FIELDS[type(s)]:
+        value = getattr(s, f)
+        changes[f] = tuple(_replace(v, target, var) for v in value) if isinstance(value, tuple) else \
+            _replace(value, target, var)
+    return dataclasses.replace(s, **changes)
+
+
+# --- statements -----------------------------------------------------------------------------------
+_BODY_FIELDS = {k.If: ("then", "orelse"), k.For: ("body",), k.While: ("body",)}
+_STMT_EXPRESSIONS = {**_EXPRESSION_FIELDS, k.If: ("cond",), k.For: ("begin", "end"), k.While: ("cond",),
+                     k.Assert: ("cond",)}
+
+
+def _simplify_stmt(s: k.Stmt, assigned: frozenset[k.Var], namer: _Namer) -> list[k.Stmt]:
+    changes = {}
+    for f in _STMT_EXPRESSIONS.get(type(s), ()):
+        value = getattr(s, f)
+        changes[f] = tuple(map(simplify_expr, value)) if isinstance(value, tuple) else simplify_expr(value)
+    for f in _BODY_FIELDS.get(type(s), ()):
+        changes[f] = _simplify_block(getattr(s, f), assigned, namer)
+    s = dataclasses.replace(s, **changes) if changes else s
+    return _eliminate_in_statement(s, assigned, namer)
+
+
+def _simplify_block(stmts: tuple[k.Stmt, ...], assigned: frozenset[k.Var], namer: _Namer) -> tuple[k.Stmt, ...]:
+    return tuple(out for s in stmts for out in _simplify_stmt(s, assigned, namer))
+
+
+def _walk(stmts: tuple[k.Stmt, ...]):
+    for s in stmts:
+        yield s
+        for f in _BODY_FIELDS.get(type(s), ()):
+            yield from _walk(getattr(s, f))
+
+
+def simplify(kernel: k.Kernel) -> k.Kernel:
+    """`kernel` with every task simplified (see the module docstring); `BRAZE_DISABLE=simplify` skips it."""
+    if "simplify" in config.current.disable:
+        return kernel
+    statements = [s for t in kernel.tasks for s in _walk(t.body)]
+    assigned = frozenset(s.var for s in statements if isinstance(s, k.Assign)) | frozenset(
+        s.result for s in statements if isinstance(s, k.AtomicRMW) and s.result is not None)
+    names = {s.var.name for s in statements if isinstance(s, (k.Let, k.For, k.Alloc))}
+    names |= {t.var.name for t in kernel.tasks if t.var is not None}
+    namer = _Namer(names)
+    tasks = tuple(dataclasses.replace(t, begin=simplify_expr(t.begin), end=simplify_expr(t.end),
+                                      body=_simplify_block(t.body, assigned, namer)) for t in kernel.tasks)
+    return dataclasses.replace(kernel, tasks=tasks)

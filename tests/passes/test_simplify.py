@@ -1,0 +1,130 @@
+"""The Kernel IR simplifier (braze/passes/simplify.py): each rewrite on golden Kernel IR text, the
+rewrites it must not make, and compiled results that do not change by a bit."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import braze as bz
+from braze import config
+from braze import dtypes as dt
+from braze.kir import kernel_text
+from braze.kir import nodes as k
+from braze.passes.simplify import simplify, simplify_expr
+
+F32, I64, I32 = dt.float32, dt.int64, dt.int32
+X = k.ArrayParam("X", F32, 1, (1,))
+OUT = k.ArrayParam("OUT", F32, 1, (1,))
+INDEX = k.Var("i")
+x = k.Load(X, (INDEX,))
+
+
+def c(value, dtype=F32) -> k.Const:
+    return k.Const(value, dtype)
+
+
+def b(op: str, a: k.Expr, b_: k.Expr, dtype=F32) -> k.Binary:
+    return k.Binary(op, a, b_, dtype)
+
+
+def golden(*body: k.Stmt) -> str:
+    """The simplified kernel's text, without its header lines."""
+    task = k.Task("t", "range_for", tuple(body), INDEX, c(0, I64), k.ScalarRef(k.ScalarParam("n", I64)))
+    kernel = k.Kernel("kern", (X, OUT, k.ScalarParam("n", I64)), (task,))
+    return "\n".join(line.strip() for line in kernel_text(simplify(kernel)).splitlines()[2:])
+
+
+def test_constant_folding_of_exact_ops_in_their_dtype():
+    assert golden(k.Store(OUT, (INDEX,), b("add", x, b("mul", c(0.1), c(3.0))))) == \
+        f"OUT[i] = add(X[i], {float(np.float32(0.1) * np.float32(3.0))!r}:float32)"  # rounded as float32 would
+    assert simplify_expr(b("add", c(2**31 - 1, I32), c(1, I32), I32)) == c(-(2**31), I32)  # wraps
+    assert simplify_expr(b("lt", c(1.0), c(math.nan), dt.bool_)) == k.Const(False, dt.bool_)
+    negative_zero = simplify_expr(k.Unary("neg", c(0.0), F32))
+    assert negative_zero == c(-0.0) and math.copysign(1, negative_zero.value) == -1
+
+
+def test_transcendental_ops_casts_and_half_types_are_not_folded():
+    for e in (k.Unary("exp", c(1.0), F32), k.Cast(c(1.5), I32), b("add", c(1.0, dt.float16), c(2.0, dt.float16),
+                                                                    dt.float16)):
+        assert simplify_expr(e) == e
+
+
+def test_identities_that_hold_for_every_float():
+    assert golden(k.Store(OUT, (INDEX,), b("sub", b("mul", x, c(1.0)), c(0.0)))) == "OUT[i] = X[i]"
+    assert golden(k.Store(OUT, (INDEX,), b("truediv", b("add", c(-0.0), x), c(1.0)))) == "OUT[i] = X[i]"
+
+
+@pytest.mark.parametrize("expr", [b("add", x, c(0.0)), b("mul", x, c(0.0)), b("sub", x, c(-0.0)),
+                                  b("sub", c(0.0), x)])
+def test_float_rewrites_that_would_change_bits_are_not_made(expr):
+    assert simplify_expr(expr) == expr  # -0.0 + 0.0 is +0.0; NaN * 0.0 is NaN; x - -0.0 turns -0.0 into +0.0
+
+
+def test_index_arithmetic_drops_identities_and_combines_constants():
+    j = k.Var("j")
+    index = b("add", b("add", b("mul", b("add", j, c(0, I64), I64), c(1, I64), I64), c(3, I64), I64), c(4, I64), I64)
+    assert simplify_expr(index) == b("add", j, c(7, I64), I64)
+    assert simplify_expr(b("mul", c(2, I64), b("mul", j, c(5, I64), I64), I64)) == b("mul", j, c(10, I64), I64)
+    assert simplify_expr(b("mul", j, c(0, I64), I64)) == c(0, I64)
+
+
+def test_where_with_a_constant_condition_picks_its_branch():
+    assert simplify_expr(k.Ternary("where", k.TRUE, x, c(2.0), F32)) == x
+    assert simplify_expr(k.Ternary("where", k.Const(False, dt.bool_), x, c(2.0), F32)) == c(2.0)
+
+
+def test_common_subexpressions_of_a_statement_are_computed_once():
+    h = b("add", x, c(1.0))
+    square = b("mul", h, h)
+    assert golden(k.Store(OUT, (INDEX,), b("add", b("mul", square, h), k.Unary("exp", square, F32)))).splitlines() == [
+        "cse1: float32 = add(X[i], 1.0:float32)",  # the largest repeated expression is named first
+        "cse0: float32 = mul(cse1, cse1)",
+        "OUT[i] = add(mul(cse0, cse1), exp(cse0))",
+    ]
+
+
+def test_expressions_reading_an_accumulator_are_not_hoisted():
+    acc, r = k.Var("acc", F32), k.Var("r")
+    delta = b("sub", k.Load(X, (r,)), acc)
+    loop = k.For(r, c(0, I64), c(8, I64), (k.Assign(acc, b("add", acc, b("mul", delta, delta))),))
+    assert golden(k.Let(acc, c(0.0)), loop, k.Store(OUT, (INDEX,), acc)).splitlines() == [
+        "acc: float32 = 0.0:float32",
+        "for r in range(0, 8):",
+        "acc = add(acc, mul(sub(X[r], acc), sub(X[r], acc)))",
+        "OUT[i] = acc",
+    ]
+
+
+def _fusions():
+    def layer_norm(f):
+        f.add_output(bz.ops.layer_norm(f.define_tensor((-1, -1))))
+
+    def gelu_chain(f):
+        a, bias = f.define_tensor((-1, -1)), f.define_tensor((-1,))
+        h = a + bias
+        f.add_output(0.5 * h * (1.0 + bz.ops.tanh(0.7978845608 * (h + 0.044715 * h * h * h))) * 1.0 - 0.0)
+
+    def indexing(f):
+        a = f.define_tensor((-1, -1))
+        f.add_output(a.permute((1, 0))[1:, ::2] * bz.ops.flip(a, 0).permute((1, 0))[1:, ::2] + 2.0 * 3.0)
+
+    return {"layer_norm": (layer_norm, [(3, 4)]), "gelu_chain": (gelu_chain, [(3, 4), (4,)]),
+            "indexing": (indexing, [(4, 3)])}
+
+
+@pytest.mark.parametrize("name", ["layer_norm", "gelu_chain", "indexing"])
+def test_compiled_results_are_bit_for_bit_unchanged(name, tmp_path):
+    build, shapes = _fusions()[name]
+    rng = np.random.default_rng(3)
+    inputs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    inputs[0].flat[:3] = [-0.0, math.nan, -math.inf]  # where a wrong identity would show
+    results = []
+    for disable in (frozenset(), frozenset({"simplify"})):
+        with config.scope(disable=disable, cache_dir=tmp_path):
+            with bz.Fusion() as f:
+                build(f)
+            results.append(f.execute(inputs, backend="llvm")[0])
+    np.testing.assert_array_equal(results[0].view(np.uint32), results[1].view(np.uint32))
