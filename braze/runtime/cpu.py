@@ -26,12 +26,28 @@ class CompileError(Error):
     """LLVM rejected or failed to compile a kernel; the message names the kernel and holds the log."""
 
 
+# AVX-512 CPUs whose clock drops when 512-bit vectors run: LLVM's 256-bit preference stays for them.
+_THROTTLING_AVX512 = frozenset({"skylake-avx512", "cascadelake", "cooperlake", "cannonlake"})
+
+
+@functools.cache
+def host_features() -> str:
+    """The host's CPU features, plus full-width vectors where the CPU has AVX-512 and runs it at
+    speed (LLVM prefers 256-bit vectors on every AVX-512 CPU; 512-bit ones run the inline math's
+    loops about 1.2x faster on recent Xeons)."""
+    llvm.initialize_native_target()
+    features = llvm.get_host_cpu_features().flatten()
+    if "+avx512f" in features.split(",") and llvm.get_host_cpu_name() not in _THROTTLING_AVX512:
+        features += ",-prefer-256-bit"
+    return features
+
+
 def new_target_machine(opt: int = 3) -> llvm.TargetMachine:
     """A target machine for the host (all its CPU features), generating code at optimization level `opt`."""
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     target = llvm.Target.from_default_triple()
-    return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
+    return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=host_features(),
                                         opt=opt, reloc="default", codemodel="jitdefault", jit=True)
 
 
@@ -44,7 +60,7 @@ def target_machine() -> llvm.TargetMachine:
 def toolchain_id() -> str:
     """What the compiled code depends on besides its source: for the disk cache key."""
     return f"llvmlite {llvmlite.__version__} llvm {llvm.llvm_version_info} {llvm.get_process_triple()} " \
-           f"{llvm.get_host_cpu_name()} {llvm.get_host_cpu_features().flatten()}"
+           f"{llvm.get_host_cpu_name()} {host_features()}"
 
 
 def optimize(ir_text: str, name: str) -> llvm.ModuleRef:
