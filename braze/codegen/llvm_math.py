@@ -71,6 +71,9 @@ def i32(value: int) -> ir.Constant:
 _EXPF_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
 
 
+_ROUNDING_SHIFT = 1.5 * 2.0**23
+
+
 def _pow2(b: ir.IRBuilder, n: ir.Value) -> ir.Value:
     """2**n as float32, for n in [-126, 127]."""
     return b.bitcast(b.shl(b.add(n, i32(127)), i32(23)), F32)
@@ -81,11 +84,14 @@ def _build_exp(m: Math, x: ir.Value) -> ir.Value:
     # Clamping with NaN-propagating min/max keeps the code free of selects: 89 overflows to inf and
     # -104 underflows to 0 by themselves, and NaN flows through.
     clamped = m.call("llvm.maximum.f32", m.call("llvm.minimum.f32", x, f32(89.0)), f32(-104.0))
-    n_float = m.call("llvm.floor.f32", b.fadd(b.fmul(clamped, f32(1.44269504088896341)), f32(0.5)))
+    # n = round(x / ln2) by adding 1.5 * 2**23: the sum's low mantissa bits hold n as an integer. Cheaper
+    # than floor and a float-to-int conversion, and defined for NaN (whose p is NaN anyway).
+    shifted = m.call("llvm.fmuladd.f32", clamped, f32(1.44269504088896341), f32(_ROUNDING_SHIFT))
+    n_float = b.fsub(shifted, f32(_ROUNDING_SHIFT))
+    n = b.sub(m.bits(shifted), m.bits(f32(_ROUNDING_SHIFT)))
     r = b.fsub(b.fsub(clamped, b.fmul(n_float, f32(0.693359375))), b.fmul(n_float, f32(-2.12194440e-4)))
     p = m.poly(r, _EXPF_POLY)
     p = b.fadd(b.fadd(b.fmul(p, b.fmul(r, r)), r), f32(1.0))
-    n = b.call(declare(m.module, "llvm.fptosi.sat.i32.f32", I32, [F32]), [n_float])  # NaN gives 0
     half = b.ashr(n, i32(1))  # two steps, so results down to 2**-149 scale exactly
     return b.fmul(b.fmul(p, _pow2(b, half)), _pow2(b, b.sub(n, half)))
 
