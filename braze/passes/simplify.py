@@ -10,7 +10,9 @@ Every rewrite gives the same bits on every input, so the pass can run before any
   wrap-around included): (i + 1) + 2 is i + 3;
 - a compound expression used twice in one statement is computed once into a `Let`. Only statements
   without side effects between the uses qualify, and never an expression that reads a variable
-  assigned more than once (an accumulator), so reduction loops keep their shape.
+  assigned more than once (an accumulator), so reduction loops keep their shape;
+- a reduction loop computing what an earlier loop of the same block computed, with nothing written in
+  between, is dropped for the earlier accumulator (the same operations in the same order: the same bits).
 """
 
 from __future__ import annotations
@@ -163,8 +165,11 @@ _EXPRESSION_FIELDS = {k.Let: ("value",), k.Assign: ("value",), k.Store: ("indice
 
 
 class _Namer:
+    """Fresh variable names, and how often each variable is assigned (the pass's shared state)."""
+
     def __init__(self, taken: set[str]) -> None:
         self.taken, self.count = taken, 0
+        self.assignments: Counter = Counter()
 
     def fresh(self) -> str:
         while f"cse{self.count}" in self.taken:
@@ -220,7 +225,64 @@ def _simplify_stmt(s: k.Stmt, assigned: frozenset[k.Var], namer: _Namer) -> list
 
 
 def _simplify_block(stmts: tuple[k.Stmt, ...], assigned: frozenset[k.Var], namer: _Namer) -> tuple[k.Stmt, ...]:
-    return tuple(out for s in stmts for out in _simplify_stmt(s, assigned, namer))
+    simplified = tuple(out for s in stmts for out in _simplify_stmt(s, assigned, namer))
+    return _reuse_reductions(simplified, namer.assignments)
+
+
+# --- repeated reductions ------------------------------------------------------------------------
+def _reduction(stmts: tuple[k.Stmt, ...], i: int) -> tuple[k.Var, tuple] | None:
+    """(acc, what it computes) when stmts[i:i+2] are `acc = init; for r in ...: acc = combine(acc, x)`
+    with x not reading acc; what it computes leaves out the names of acc and r."""
+    if i + 1 >= len(stmts) or not isinstance(stmts[i], k.Let) or not isinstance(stmts[i + 1], k.For):
+        return None
+    let, loop = stmts[i], stmts[i + 1]
+    update = loop.body[0] if len(loop.body) == 1 else None
+    if not (isinstance(update, k.Assign) and update.var == let.var and isinstance(update.value, k.Binary)
+            and update.value.a == let.var and not _reads_any(update.value.b, frozenset({let.var}))):
+        return None
+    element = _replace(update.value.b, loop.var, k.Var("_", loop.var.dtype))
+    return let.var, (let.value, let.var.dtype, loop.begin, loop.end, loop.step, update.value.op, element)
+
+
+def _writes(s: k.Stmt) -> bool:
+    """Whether `s` stores to memory or reassigns a variable (so later reads may see other values)."""
+    return any(isinstance(x, (k.Store, k.StoreLocal, k.AtomicRMW, k.Assign)) for x in _walk((s,)))
+
+
+def _reuse_reductions(stmts: tuple[k.Stmt, ...], assignments: Counter) -> tuple[k.Stmt, ...]:
+    """Drops a reduction loop that computes what an earlier one of the block computed (layer_norm sums
+    its rows twice, once per mean), reading the earlier accumulator instead. Only while nothing in
+    between writes memory or reassigns a variable, and only accumulators assigned in their loop alone."""
+    seen: dict[tuple, k.Var] = {}
+    out: list[k.Stmt] = []
+    i = 0
+    while i < len(stmts):
+        found = _reduction(stmts, i)
+        if found is not None and assignments[found[0]] == 1:
+            acc, computes = found
+            if computes in seen:
+                rest = tuple(_substitute_stmt(s, acc, seen[computes]) for s in stmts[i + 2:])
+                return (*out, *_reuse_reductions(rest, assignments))
+            seen[computes] = acc
+            out += stmts[i:i + 2]
+            i += 2
+            continue
+        if _writes(stmts[i]):
+            seen.clear()
+        out.append(stmts[i])
+        i += 1
+    return tuple(out)
+
+
+def _substitute_stmt(s: k.Stmt, old: k.Var, new: k.Var) -> k.Stmt:
+    changes = {}
+    for f in _STMT_EXPRESSIONS.get(type(s), ()):
+        value = getattr(s, f)
+        changes[f] = tuple(_replace(v, old, new) for v in value) if isinstance(value, tuple) else \
+            _replace(value, old, new)
+    for f in _BODY_FIELDS.get(type(s), ()):
+        changes[f] = tuple(_substitute_stmt(x, old, new) for x in getattr(s, f))
+    return dataclasses.replace(s, **changes) if changes else s
 
 
 def _walk(stmts: tuple[k.Stmt, ...]):
@@ -240,6 +302,7 @@ def simplify(kernel: k.Kernel) -> k.Kernel:
     names = {s.var.name for s in statements if isinstance(s, (k.Let, k.For, k.Alloc))}
     names |= {t.var.name for t in kernel.tasks if t.var is not None}
     namer = _Namer(names)
+    namer.assignments = Counter(s.var for s in statements if isinstance(s, k.Assign))
     tasks = tuple(dataclasses.replace(t, begin=simplify_expr(t.begin), end=simplify_expr(t.end),
                                       body=_simplify_block(t.body, assigned, namer)) for t in kernel.tasks)
     return dataclasses.replace(kernel, tasks=tasks)

@@ -128,3 +128,28 @@ def test_compiled_results_are_bit_for_bit_unchanged(name, tmp_path):
                 build(f)
             results.append(f.execute(inputs, backend="llvm")[0])
     np.testing.assert_array_equal(results[0].view(np.uint32), results[1].view(np.uint32))
+
+
+def _sum_loop(acc: k.Var, r: k.Var, element=None) -> tuple[k.Stmt, k.Stmt]:
+    element = element if element is not None else k.Load(X, (r,))
+    return k.Let(acc, c(0.0)), k.For(r, c(0, I64), c(8, I64), (k.Assign(acc, b("reduce_add", acc, element)),))
+
+
+def test_a_reduction_computed_twice_reuses_the_first_accumulator():
+    (a, ra), (s, rs) = (k.Var("a", F32), k.Var("ra")), (k.Var("s", F32), k.Var("rs"))
+    assert golden(*_sum_loop(a, ra), *_sum_loop(s, rs), k.Store(OUT, (INDEX,), b("mul", a, s))).splitlines() == [
+        "a: float32 = 0.0:float32",
+        "for ra in range(0, 8):",
+        "a = reduce_add(a, X[ra])",
+        "OUT[i] = mul(a, a)",
+    ]
+
+
+def test_reductions_are_not_reused_across_a_write_or_when_they_differ():
+    (a, ra), (s, rs) = (k.Var("a", F32), k.Var("ra")), (k.Var("s", F32), k.Var("rs"))
+    store = k.Store(X, (INDEX,), c(1.0))  # the second loop reads what this wrote
+    kept = golden(*_sum_loop(a, ra), store, *_sum_loop(s, rs), k.Store(OUT, (INDEX,), b("mul", a, s)))
+    assert "s = reduce_add(s, X[rs])" in kept
+    other = golden(*_sum_loop(a, ra), *_sum_loop(s, rs, b("mul", k.Load(X, (rs,)), c(2.0))),
+                   k.Store(OUT, (INDEX,), b("mul", a, s)))
+    assert "s = reduce_add(s, mul(X[rs], 2.0:float32))" in other
