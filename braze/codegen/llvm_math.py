@@ -1,4 +1,4 @@
-"""Inline float32 math for the CPU: exp, sin, cos, tanh, log and erf as LLVM IR with no branches.
+"""Inline float32 math for the CPU: exp, expm1, sin, cos, tanh, log, log1p and erf as branch-free LLVM IR.
 
 A call to the C library stays scalar, so a loop that contains one does not vectorize; these
 functions are internal `alwaysinline` functions of the kernel's module, built only from
@@ -287,9 +287,30 @@ def _build_erf(m: Math, x: ir.Value) -> ir.Value:
     return b.select(b.fcmp_ordered("<", magnitude, f32(1.0)), near_zero, far)
 
 
+# --- expm1 and log1p: accurate near 0, where exp(x) - 1 and log(1 + x) cancel ------------------------
+_EXPM1_TAYLOR = tuple(1 / math.factorial(n + 1) for n in range(9, -1, -1))  # expm1(x) / x up to x**9 / 10!
+
+
+def _build_expm1(m: Math, x: ir.Value) -> ir.Value:
+    b = m.b
+    near_zero = b.fmul(x, m.poly(x, _EXPM1_TAYLOR))  # below 0.5, the series' tail is under 1e-9 of it
+    far = b.fsub(m.inline("exp", x), f32(1.0))  # -1 below -104, inf above 89, NaN stays NaN
+    return b.select(b.fcmp_ordered("<", m.fabs(x), f32(0.5)), near_zero, far)
+
+
+def _build_log1p(m: Math, x: ir.Value) -> ir.Value:
+    """log(u) * x / (u - 1) with u = 1 + x (Goldberg): the quotient undoes the rounding of u."""
+    b = m.b
+    u = b.fadd(x, f32(1.0))
+    corrected = b.fmul(m.inline("log", u), b.fdiv(x, b.fsub(u, f32(1.0))))
+    exact_one = b.fcmp_ordered("==", u, f32(1.0))  # tiny x (and -0.0): log1p(x) rounds to x
+    huge = b.fcmp_ordered("==", u, f32(math.inf))  # inf / inf would be NaN
+    return b.select(b.or_(exact_one, huge), x, corrected)
+
+
 BUILDERS: dict[str, Callable[[Math, ir.Value], ir.Value]] = {
     "exp": _build_exp, "sin": _build_sin, "cos": _build_cos, "tanh": _build_tanh, "log": _build_log,
-    "erf": _build_erf,
+    "erf": _build_erf, "expm1": _build_expm1, "log1p": _build_log1p,
 }
 
 

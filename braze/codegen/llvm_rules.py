@@ -63,7 +63,7 @@ def _ib(method: str):
     return lambda cg, a, dts, out, attrs: getattr(cg.b, method)(a[0], a[1])
 
 
-# --- float32 exp, sin, cos, tanh, log, erf: inline and branch-free (llvm_math), so loops vectorize ------
+# --- float32 exp, sin, cos, tanh, log, erf, ...: inline and branch-free (llvm_math), so loops vectorize ------
 def inline_math(name: str, fallback):
     """A float rule: the inline float32 function `name` of llvm_math, or `fallback` for float64 and
     for an inline function's result (nesting them made LLVM's optimizer exponential)."""
@@ -146,9 +146,10 @@ UNARY_RULES = {
     "set": _identity,
     "neg": by_kind(lambda cg, a, d, o, t: cg.b.fneg(a[0]), lambda cg, a, d, o, t: cg.b.neg(a[0])),
     "abs": by_kind(intrinsic("fabs"), _int_abs),
-    "exp": inline_math("exp", intrinsic("exp")), "exp2": intrinsic("exp2"), "expm1": libm("expm1"),
+    "exp": inline_math("exp", intrinsic("exp")), "exp2": intrinsic("exp2"),
+    "expm1": inline_math("expm1", libm("expm1")),
     "log": inline_math("log", intrinsic("log")),
-    "log2": intrinsic("log2"), "log1p": libm("log1p"), "sqrt": intrinsic("sqrt"),
+    "log2": intrinsic("log2"), "log1p": inline_math("log1p", libm("log1p")), "sqrt": intrinsic("sqrt"),
     "rsqrt": lambda cg, a, d, o, t: cg.b.fdiv(fconst(1.0, a[0]), intrinsic("sqrt")(cg, a, d, o, t)),
     "reciprocal": lambda cg, a, d, o, t: cg.b.fdiv(fconst(1.0, a[0]), a[0]),
     "sin": inline_math("sin", intrinsic("sin")), "cos": inline_math("cos", intrinsic("cos")), "tan": libm("tan"),

@@ -14,9 +14,9 @@ from braze.codegen.llvm_math import reduction_table_row, two_over_pi_bits
 
 rng = np.random.default_rng(7)
 REFERENCE = {"sin": np.sin, "cos": np.cos, "tanh": np.tanh, "log": np.log, "exp": np.exp,
-             "erf": np.vectorize(math.erf, otypes=[np.float64])}
+             "erf": np.vectorize(math.erf, otypes=[np.float64]), "expm1": np.expm1, "log1p": np.log1p}
 # The C library's float32 functions are within 1 ulp, NumPy's SIMD ones within 4.
-MAX_ULPS = {"erf": 3.0}  # its polynomial rounds seven times
+MAX_ULPS = {"erf": 3.0, "log1p": 3.0}  # erf's polynomial rounds seven times; log1p rounds 1 + x, then corrects
 DEFAULT_MAX_ULPS = 2.0
 
 
@@ -61,10 +61,15 @@ def test_sin_and_cos_reduce_any_argument_exactly(op):
     assert_within_ulps(op, rng.uniform(-10, 10, 100_000).astype(np.float32))
 
 
-@pytest.mark.parametrize("op", ["tanh", "exp", "erf"])
-def test_tanh_exp_and_erf_are_accurate_everywhere(op):
+@pytest.mark.parametrize("op", ["tanh", "exp", "erf", "expm1"])
+def test_tanh_exp_erf_and_expm1_are_accurate_everywhere(op):
     assert_within_ulps(op, every_exponent(200_000))
     assert_within_ulps(op, rng.uniform(-12, 12, 100_000).astype(np.float32))
+
+
+def test_log1p_is_accurate_near_zero_and_far_from_it():
+    assert_within_ulps("log1p", np.abs(every_exponent(200_000)))
+    assert_within_ulps("log1p", rng.uniform(-0.999, 2, 200_000).astype(np.float32))
 
 
 def test_log_is_accurate_everywhere_subnormals_included():
@@ -78,7 +83,7 @@ SPECIALS = np.array([math.nan, math.inf, -math.inf, 0.0, -0.0, 1e-45, -1e-45, 2.
                      3.4e38, -3.4e38, 1.0, -1.0, 0.625, -0.625], np.float32)
 
 
-@pytest.mark.parametrize("op", ["sin", "cos", "tanh", "log", "exp", "erf"])
+@pytest.mark.parametrize("op", ["sin", "cos", "tanh", "log", "exp", "erf", "expm1", "log1p"])
 def test_special_values_match_the_c_library(op):
     got = compiled(op, SPECIALS)
     with np.errstate(all="ignore"):
@@ -110,6 +115,7 @@ def test_nested_inline_math_calls_the_c_library_and_stays_correct():
 EXPRESSIONS = {
     "sin": lambda a, b: bz.ops.sin(a), "cos": lambda a, b: bz.ops.cos(a), "tanh": lambda a, b: bz.ops.tanh(a),
     "log": lambda a, b: bz.ops.log(a), "exp": lambda a, b: bz.ops.exp(a), "erf": lambda a, b: bz.ops.erf(a),
+    "expm1": lambda a, b: bz.ops.expm1(a), "log1p": lambda a, b: bz.ops.log1p(a),
     "gelu(a)": lambda a, b: bz.ops.gelu(a),
     "a*b - sin(a)": lambda a, b: a * b - bz.ops.sin(a),
     "gelu_tanh(a + b)": lambda a, b: bz.ops.gelu(a + b, approximate="tanh"),
@@ -126,6 +132,6 @@ def test_loops_with_inline_math_are_vectorized(name, capsys, tmp_path):
         f.execute([x, x], backend="llvm")
     ir_text = capsys.readouterr().err
     assert "x float>" in ir_text  # LLVM turned the loop into vector instructions
-    for libm in ("@sinf", "@cosf", "@tanhf", "@logf", "@expf", "@erff", "@llvm.sin.", "@llvm.cos.", "@llvm.log.",
-                 "@llvm.exp."):
+    for libm in ("@sinf", "@cosf", "@tanhf", "@logf", "@expf", "@erff", "@expm1f", "@log1pf", "@llvm.sin.",
+                 "@llvm.cos.", "@llvm.log.", "@llvm.exp."):
         assert libm not in ir_text, f"{name}: the loop still calls {libm}"
