@@ -328,13 +328,21 @@ def inline_function(module: ir.Module, name: str) -> ir.Function:
 
 
 def nesting_depth(value: ir.Value, memo: dict[int, int]) -> int:
-    """How many inline math functions `value` is computed through (sin(exp(x)) gives 2)."""
-    if id(value) in memo:
-        return memo[id(value)]
-    depth = 0
-    if isinstance(value, ir.Instruction):
-        below = max((nesting_depth(v, memo) for v in value.operands), default=0)
-        is_inline = isinstance(value, ir.CallInstr) and getattr(value.callee, "name", "").startswith(PREFIX)
-        depth = below + is_inline
-    memo[id(value)] = depth
-    return depth
+    """How many inline math functions `value` is computed through (sin(exp(x)) gives 2).
+
+    Iterative, so a long chain of ops does not exhaust Python's recursion limit."""
+    stack = [value]
+    while stack:
+        top = stack[-1]
+        if id(top) in memo:
+            stack.pop()
+            continue
+        operands = list(top.operands) if isinstance(top, ir.Instruction) else []
+        pending = [v for v in operands if id(v) not in memo]
+        if pending:
+            stack.extend(pending)
+            continue
+        stack.pop()
+        is_inline = isinstance(top, ir.CallInstr) and getattr(top.callee, "name", "").startswith(PREFIX)
+        memo[id(top)] = max((memo[id(v)] for v in operands), default=0) + is_inline
+    return memo[id(value)]
