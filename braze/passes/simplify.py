@@ -29,12 +29,14 @@ from braze.kir import nodes as k
 
 # Exact ops NumPy evaluates as the generated code does (in the operands' dtype, wrapping integers).
 _FOLD_BINARY: dict[str, Callable] = {
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "minimum": np.minimum, "maximum": np.maximum,
+    "add": np.add, "sub": np.subtract, "mul": np.multiply,
     "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
     "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
     "logical_and": np.logical_and, "logical_or": np.logical_or, "logical_xor": np.logical_xor,
 }
 _FOLD_FLOAT_BINARY: dict[str, Callable] = {"truediv": np.divide}
+# Not for floats: NumPy's maximum(0.0, -0.0) is -0.0, the code generators' is 0.0.
+_FOLD_INTEGER_BINARY: dict[str, Callable] = {"minimum": np.minimum, "maximum": np.maximum}
 _FOLD_UNARY: dict[str, Callable] = {"neg": np.negative, "abs": np.abs, "logical_not": np.logical_not,
                                     "bitwise_not": np.invert}
 # bfloat16 and float16 values are computed in float32 by the code generators, and bfloat16 constants
@@ -82,7 +84,7 @@ def fold_constants(e: k.Expr) -> k.Expr:
             or e.dtype.name not in _FOLDABLE:
         return e
     if isinstance(e, k.Binary) and e.a.dtype == e.b.dtype:
-        fn = _FOLD_BINARY.get(e.op) or (_FOLD_FLOAT_BINARY.get(e.op) if e.a.dtype.is_floating else None)
+        fn = _FOLD_BINARY.get(e.op) or (_FOLD_FLOAT_BINARY if e.a.dtype.is_floating else _FOLD_INTEGER_BINARY).get(e.op)
     elif isinstance(e, k.Unary) and not e.attrs:
         fn = _FOLD_UNARY.get(e.op)
         fn = None if e.op == "bitwise_not" and e.x.dtype.is_bool else fn  # ~True is not False in NumPy's ints
@@ -90,8 +92,11 @@ def fold_constants(e: k.Expr) -> k.Expr:
         fn = None
     if fn is None:
         return e
-    with np.errstate(all="ignore"):
-        value = np.asarray(fn(*map(_array, operands))).astype(e.dtype.numpy)
+    try:
+        with np.errstate(all="ignore"):
+            value = np.asarray(fn(*map(_array, operands))).astype(e.dtype.numpy)
+    except TypeError:  # an op NumPy refuses for the dtype (bool - bool): left to the code generator
+        return e
     return k.Const(value.item(), e.dtype)
 
 

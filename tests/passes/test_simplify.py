@@ -46,6 +46,12 @@ def test_constant_folding_of_exact_ops_in_their_dtype():
     assert negative_zero == c(-0.0) and math.copysign(1, negative_zero.value) == -1
 
 
+def test_float_maximum_is_not_folded_where_numpy_orders_signed_zeros_otherwise():
+    e = b("maximum", c(0.0), c(-0.0))
+    assert simplify_expr(e) == e
+    assert simplify_expr(b("maximum", c(3, I32), c(-5, I32), I32)) == c(3, I32)
+
+
 def test_transcendental_ops_casts_and_half_types_are_not_folded():
     for e in (k.Unary("exp", c(1.0), F32), k.Cast(c(1.5), I32), b("add", c(1.0, dt.float16), c(2.0, dt.float16),
                                                                     dt.float16)):
