@@ -150,11 +150,24 @@ def simplify_expr(e: k.Expr) -> k.Expr:
 
 
 # --- common subexpressions ----------------------------------------------------------------------
+def _flat_children(e: k.Expr) -> tuple[k.Expr, ...]:
+    return tuple(c for child in _children(e).values() for c in (child if isinstance(child, tuple) else (child,)))
+
+
 def _subexpressions(e: k.Expr):
     yield e
-    for child in _children(e).values():
-        for c in child if isinstance(child, tuple) else (child,):
-            yield from _subexpressions(c)
+    for c in _flat_children(e):
+        yield from _subexpressions(c)
+
+
+def _evaluated_always(e: k.Expr):
+    """The sub-expressions of `e` that every evaluation computes: not the branches of a `where` nor
+    the right side of `logical_and`/`logical_or`, which the CUDA C++ of `?:`, `&&` and `||` may skip."""
+    yield e
+    lazy = (isinstance(e, k.Ternary) and e.op == "where"
+            or isinstance(e, k.Binary) and e.op in ("logical_and", "logical_or"))
+    for c in (e.a,) if lazy else _flat_children(e):
+        yield from _evaluated_always(c)
 
 
 def _reads_any(e: k.Expr, variables: frozenset[k.Var]) -> bool:
@@ -192,7 +205,8 @@ def _eliminate_in_statement(s: k.Stmt, assigned: frozenset[k.Var], namer: _Namer
     while True:
         roots = [v for f in fields for v in (getattr(s, f) if isinstance(getattr(s, f), tuple) else (getattr(s, f),))]
         roots += [let.value for let in lets]
-        counts = Counter(x for root in roots for x in _subexpressions(root) if isinstance(x, _COMPOUND))
+        # Hoisting computes the expression up front: only what the statement computes anyway qualifies.
+        counts = Counter(x for root in roots for x in _evaluated_always(root) if isinstance(x, _COMPOUND))
         repeated = [x for x, n in counts.items() if n > 1 and not _reads_any(x, assigned)]
         if not repeated:
             return lets + [s]

@@ -92,6 +92,13 @@ def test_common_subexpressions_of_a_statement_are_computed_once():
     ]
 
 
+def test_expressions_only_a_branch_may_compute_are_not_hoisted():
+    costly = k.Unary("exp", x, F32)
+    chosen = k.Ternary("where", b("gt", x, c(0.0), dt.bool_), b("add", costly, costly), c(0.0), F32)
+    assert golden(k.Store(OUT, (INDEX,), chosen)) == \
+        "OUT[i] = where(gt(X[i], 0.0:float32), add(exp(X[i]), exp(X[i])), 0.0:float32)"
+
+
 def test_expressions_reading_an_accumulator_are_not_hoisted():
     acc, r = k.Var("acc", F32), k.Var("r")
     delta = b("sub", k.Load(X, (r,)), acc)
