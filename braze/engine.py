@@ -20,6 +20,7 @@ from braze.kir import nodes as k
 from braze.kir.params import KernelParams
 from braze.lower.kernel import lower
 from braze.lower.values import NeedsCut
+from braze.passes.output_cache import cache_rows_in_outputs
 from braze.passes.simplify import simplify
 from braze.runtime import reference
 from braze.runtime.arrays import to_kind
@@ -83,6 +84,7 @@ def forget_compiled_kernels() -> None:
 
 def compile_fusion(fusion: Fusion, key: tuple) -> FusionRuntime:
     plan, kernel, params = plan_kernel(fusion, key)
+    kernel = cache_rows_in_outputs(kernel)
     # Kernels are shared when their Kernel IR is the same (the task bounds live there, not in the code).
     text = kernel_text(kernel)
     if text not in _kernels:
