@@ -16,8 +16,8 @@ DUMP_NAMES = frozenset({
 # What BRAZE_ENABLE / BRAZE_DISABLE switch: `fast_math` (enable: fast-math flags in CPU kernels),
 # `poison_outputs` (enable: new GPU outputs start as 0xFF bytes), `disk_cache` (disable: no
 # compiled code read from or written to disk), `host_jit` (disable: shape functions run in
-# Python instead of native code).
-FEATURE_NAMES = frozenset({"fast_math", "poison_outputs", "disk_cache", "host_jit"})
+# Python instead of native code), `simplify` (disable: Kernel IR is not simplified).
+FEATURE_NAMES = frozenset({"fast_math", "poison_outputs", "disk_cache", "host_jit", "simplify"})
 
 
 def _names(value: str) -> frozenset[str]:
