@@ -12,8 +12,32 @@ from braze.dtypes import (
     int32,
     int64,
 )
-from braze.errors import CompileError, CudaError, Error, FusionDefinitionError, InputError, UnsupportedError
-from braze.frontend import Fusion, jit
+from braze.errors import (
+    CompileError,
+    CudaError,
+    Error,
+    FusionDefinitionError,
+    InputError,
+    KernelAssertionError,
+    KernelError,
+    KernelSyntaxError,
+    KernelTypeError,
+    UnsupportedError,
+)
+from braze.frontend import (
+    Array,
+    Fusion,
+    atomic_add,
+    atomic_max,
+    atomic_min,
+    atomic_sub,
+    func,
+    jit,
+    kernel,
+    math,
+    ndrange,
+    static,
+)
 from braze.ir.tensor import TensorView
 from braze.runtime.cuda_kernel import RtcKernel
 from braze.runtime.device_arrays import DeviceArray
@@ -23,8 +47,9 @@ from braze.runtime.rng import manual_seed
 __version__ = "0.1.0"
 
 __all__ = [
-    "CompileError", "CudaError", "DType", "DeviceArray", "Error", "Fusion", "FusionDefinitionError", "InputError",
-    "RtcKernel", "TensorView", "UnsupportedError",
-    "bfloat16", "bool_", "float16", "float32", "float64", "int8", "int32", "int64", "jit", "manual_seed", "ops",
-    "record",
+    "Array", "CompileError", "CudaError", "DType", "DeviceArray", "Error", "Fusion", "FusionDefinitionError",
+    "InputError", "KernelAssertionError", "KernelError", "KernelSyntaxError", "KernelTypeError", "RtcKernel",
+    "TensorView", "UnsupportedError", "atomic_add", "atomic_max", "atomic_min", "atomic_sub", "bfloat16", "bool_",
+    "float16", "float32", "float64", "func", "int8", "int32", "int64", "jit", "kernel", "manual_seed", "math",
+    "ndrange", "ops", "record", "static",
 ]

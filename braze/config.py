@@ -20,6 +20,13 @@ DUMP_NAMES = frozenset({
 FEATURE_NAMES = frozenset({"fast_math", "poison_outputs", "disk_cache", "host_jit", "simplify"})
 
 
+def _flag(value: str | None, default: bool) -> bool:
+    """An on/off knob: `0`, `false`, `off` and `no` turn it off; unset keeps the default."""
+    if value is None or not value.strip():
+        return default
+    return value.strip().lower() not in ("0", "false", "off", "no")
+
+
 def _names(value: str) -> frozenset[str]:
     return frozenset(part.strip() for part in value.split(",") if part.strip())
 
@@ -32,6 +39,10 @@ class Config:
     enable: frozenset[str] = frozenset()
     disable: frozenset[str] = frozenset()
     cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "braze")
+    fuse_tasks: bool = True  # BRAZE_FUSE_TASKS=0: the task-fusion pass is off
+    fuse_tasks_raw: bool = True  # BRAZE_FUSE_TASKS_RAW=0: only disjoint tasks fuse (no read-after-write rule)
+    fuse_tasks_diag: bool = False  # BRAZE_FUSE_TASKS_DIAG=1: one line per task pair to stderr
+    fuse_tasks_budget: int = 4000  # BRAZE_FUSE_TASKS_BUDGET: most Kernel IR nodes in a merged task body
 
     @classmethod
     def from_environment(cls, env: dict[str, str] | None = None) -> Config:
@@ -41,6 +52,10 @@ class Config:
             enable=_names(env.get("BRAZE_ENABLE", "")),
             disable=_names(env.get("BRAZE_DISABLE", "")),
             cache_dir=Path(env["BRAZE_CACHE_DIR"]) if env.get("BRAZE_CACHE_DIR") else cls().cache_dir,
+            fuse_tasks=_flag(env.get("BRAZE_FUSE_TASKS"), True),
+            fuse_tasks_raw=_flag(env.get("BRAZE_FUSE_TASKS_RAW"), True),
+            fuse_tasks_diag=_flag(env.get("BRAZE_FUSE_TASKS_DIAG"), False),
+            fuse_tasks_budget=int(env.get("BRAZE_FUSE_TASKS_BUDGET") or cls.fuse_tasks_budget),
         )
 
 
@@ -68,6 +83,11 @@ def disabled(name: str) -> bool:
 def dumping(name: str) -> bool:
     """Whether `BRAZE_DUMP` asks for the dump `name`."""
     return name in current.dump
+
+
+def diagnostic(line: str) -> None:
+    """One line of a diagnostic stream (`BRAZE_FUSE_TASKS_DIAG`) to stderr."""
+    sys.stderr.write(f"braze: {line}\n")
 
 
 def dump(name: str, text: str) -> None:

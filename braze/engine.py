@@ -20,6 +20,7 @@ from braze.kir import nodes as k
 from braze.kir.params import KernelParams
 from braze.lower.kernel import lower
 from braze.lower.values import NeedsCut
+from braze.passes.fuse_tasks import Decision, fuse_tasks
 from braze.passes.output_cache import cache_rows_in_outputs
 from braze.passes.simplify import simplify
 from braze.runtime import reference
@@ -218,3 +219,13 @@ def _execute_copied(fusion: Fusion, bound: BoundInputs, device: int) -> list:
                                      for o in fusion.outputs):
             np.copyto(original, copy.owner.numpy())
     return [to_kind(h, bound.kind) for h in host]
+
+
+def compile_loop_kernel(kernel: k.Kernel, fuse: bool = True) -> tuple[CompiledKernel, list[Decision]]:
+    """Runs the Kernel IR passes (task fusion) on a `@bz.kernel` and compiles it; kernels with the same
+    Kernel IR after the passes share one compiled kernel."""
+    fused, decisions = fuse_tasks(kernel, enabled=fuse)
+    text = kernel_text(fused)
+    if text not in _kernels:
+        _kernels[text] = CompiledKernel(fused)
+    return _kernels[text].compile(), decisions

@@ -29,3 +29,19 @@ class CudaError(Error, RuntimeError):
 
 class HostJitWarning(RuntimeWarning):
     """The host JIT could not compile a shape function; braze runs it in Python instead (slower, same values)."""
+
+
+class KernelError(Error):
+    """The source of a `@bz.kernel` cannot be compiled; the message names the file, line and source."""
+
+
+class KernelSyntaxError(KernelError, SyntaxError):
+    """A construct the kernel language does not support, an unknown function, an invalid assignment."""
+
+
+class KernelTypeError(KernelError, TypeError):
+    """A type mismatch in a kernel, or an index with the wrong number of dimensions."""
+
+
+class KernelAssertionError(Error, IndexError):
+    """A check of `@bz.kernel(debug=True)` failed while the kernel ran (an index out of bounds)."""

@@ -257,8 +257,23 @@ _STMT: dict[type, Callable[[TaskEmitter, k.Stmt], None]] = {
     k.Continue: lambda cg, s: cg.b.branch(cg.loops[-1][0]),
     k.Alloc: _emit_alloc,
     k.Sync: lambda cg, s: None,  # one CPU thread runs a whole task range: nothing to wait for
-    k.Assert: lambda cg, s: None,  # checked by the CPU runtime's debug mode (not yet)
+    k.Assert: lambda cg, s: _emit_assert(cg, s),
 }
+
+
+def _emit_assert(cg: TaskEmitter, s: k.Assert) -> None:
+    """A failed assert records its message number in the status array and returns from the task."""
+    status = next((p for p in cg.kernel.params if p.name == k.ASSERT_STATUS), None)
+    if status is None:
+        raise UnsupportedError(f"kernel {cg.kernel.name!r} has asserts but no {k.ASSERT_STATUS!r} parameter")
+    if "assert_codes" not in cg.__dict__:
+        cg.assert_codes = {m: n + 1 for n, m in enumerate(k.assert_messages(cg.kernel))}
+    ok, fail = cg.fn.append_basic_block("assert_ok"), cg.fn.append_basic_block("assert_fail")
+    cg.b.cbranch(cg.expr(s.cond), ok, fail)
+    cg.b.position_at_end(fail)
+    cg.b.store(I64(cg.assert_codes[s.message]), cg.field(status, "data"))
+    cg.b.ret_void()
+    cg.b.position_at_end(ok)
 
 
 def emit_task(module: ir.Module, kernel: k.Kernel, task: k.Task, layout: ArgLayout, fast_math: bool) -> None:

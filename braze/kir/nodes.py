@@ -244,6 +244,9 @@ class Sync(Stmt):
 
 @dataclass(frozen=True)
 class Assert(Stmt):
+    """Stops the running thread when `cond` is false, after writing the message's number into the
+    kernel's status array (see `ASSERT_STATUS` and `assert_messages`)."""
+
     cond: Expr
     message: str
 
@@ -273,3 +276,30 @@ class Kernel:
 
 
 TRUE = Const(True, bool_)
+
+ASSERT_STATUS = "assert_status"
+"""The name of the int64[1] array parameter a kernel with `Assert`s must have. A failing assert
+stores 1 + the index of its message in `assert_messages(kernel)` there; the runtime reads it back."""
+
+
+def _stmt_children(s: Stmt) -> tuple[Stmt, ...]:
+    if isinstance(s, If):
+        return s.then + s.orelse
+    if isinstance(s, (For, While)):
+        return s.body
+    return ()
+
+
+def assert_messages(kernel: Kernel) -> tuple[str, ...]:
+    """The distinct messages of the kernel's asserts, in program order (tasks, then statements)."""
+    found: dict[str, None] = {}
+
+    def visit(stmts: tuple[Stmt, ...]) -> None:
+        for s in stmts:
+            if isinstance(s, Assert):
+                found.setdefault(s.message)
+            visit(_stmt_children(s))
+
+    for task in kernel.tasks:
+        visit(task.body)
+    return tuple(found)

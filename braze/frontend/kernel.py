@@ -1,0 +1,198 @@
+"""`@bz.kernel`: loop kernels written in Python, compiled once per signature.
+
+    @bz.kernel
+    def step(x: bz.Array[bz.float32, 1], v: bz.Array[bz.float32, 1], dt: bz.float32):
+        for i in range(x.shape[0]):
+            x[i] += v[i] * dt
+
+A signature is each array's dtype, rank and whether its innermost stride is 1 (that makes loops
+vectorize), plus whether any two arrays overlap in memory: the task-fusion analysis treats
+parameters as distinct resources, so overlapping arguments get a kernel compiled without fusion.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from braze import dtypes as dt
+from braze import engine
+from braze.dtypes import DType
+from braze.errors import Error, InputError, KernelTypeError
+from braze.frontend.kernel_ast import ArrayHandle, Source, Translator
+from braze.frontend.kernel_lang import ArrayType, _ArrayTypes
+from braze.kir import kernel_text
+from braze.kir import nodes as k
+from braze.passes.fuse_tasks import Decision
+from braze.runtime.arrays import as_host_array
+from braze.runtime.kernel_launch import KernelLauncher
+
+_NUMPY_TO_DTYPE = {d.numpy: d for d in dt.ALL_DTYPES}
+
+
+@dataclass
+class KernelEntry:
+    """One compiled signature: the launcher and what task fusion decided."""
+
+    launcher: KernelLauncher
+    decisions: list[Decision]
+    written: tuple[int, ...]  # positions of the array arguments the kernel writes
+
+
+def _param_spec(name: str, annotation: object, fn: Callable) -> ArrayType | DType:
+    if isinstance(annotation, _ArrayTypes):
+        return ArrayType()
+    if isinstance(annotation, ArrayType):
+        return annotation
+    try:
+        return dt.as_dtype(annotation)
+    except Error:
+        pass
+    where = f"{inspect.getsourcefile(fn)}:{fn.__code__.co_firstlineno}"
+    raise KernelTypeError(f"{where}: kernel {fn.__name__}: parameter '{name}': expected an annotation "
+                          f"bz.Array[dtype, ndim], a braze dtype, int or float, got {annotation!r}")
+
+
+class KernelFunction:
+    """A `@bz.kernel`. Calling it binds the arguments, finds (or compiles) the signature's kernel and runs it."""
+
+    def __init__(self, fn: Callable, debug: bool = False, fuse_tasks: bool = True) -> None:
+        functools.update_wrapper(self, fn)
+        self.fn, self.debug, self.fuse = fn, debug, fuse_tasks
+        annotations = inspect.get_annotations(fn, eval_str=True)
+        names = list(inspect.signature(fn).parameters)
+        self.specs = [(n, _param_spec(n, annotations.get(n, inspect.Parameter.empty), fn)) for n in names]
+        self.array_positions = [i for i, (_, s) in enumerate(self.specs) if isinstance(s, ArrayType)]
+        self.entries: dict[tuple, KernelEntry] = {}
+        self.last_entry: KernelEntry | None = None
+
+    def __call__(self, *args: Any) -> None:
+        if len(args) != len(self.specs):
+            raise InputError(f"kernel {self.__name__}: expected {len(self.specs)} arguments, got {len(args)}")
+        arrays, scalars, key = self._bind(args)
+        entry = self.entries.get(key)
+        if entry is None:
+            entry = self.entries[key] = self._compile(key)
+        self.last_entry = entry
+        for position in entry.written:
+            if not arrays[position].flags.writeable:
+                raise InputError(f"kernel {self.__name__}: argument '{self.specs[self.array_positions[position]][0]}'"
+                                 ": the kernel writes it, but the array is read-only")
+        entry.launcher.launch(arrays, scalars)
+
+    # --- binding ----------------------------------------------------------------------------------
+    def _bind(self, args: Sequence[Any]) -> tuple[list[np.ndarray], list, tuple]:
+        arrays, scalars, key = [], [], []
+        for (name, spec), value in zip(self.specs, args):
+            if isinstance(spec, ArrayType):
+                array = self._array(name, spec, value)
+                arrays.append(array)
+                key.append((array.dtype, array.ndim, array.ndim > 0 and array.strides[-1] == array.itemsize))
+            else:
+                scalars.append(self._scalar(name, spec, value))
+        key.append(_overlapping(arrays))
+        return arrays, scalars, tuple(key)
+
+    def _array(self, name: str, spec: ArrayType, value: Any) -> np.ndarray:
+        where = f"kernel {self.__name__}: argument '{name}'"
+        array = value if type(value) is np.ndarray else as_host_array(value, where)[0]
+        dtype = _NUMPY_TO_DTYPE.get(array.dtype)
+        if dtype is None or spec.dtype is not None and dtype != spec.dtype:
+            raise InputError(f"{where}: expected {spec.dtype.name if spec.dtype else 'a braze dtype'}, "
+                             f"got {array.dtype}")
+        if spec.ndim is not None and array.ndim != spec.ndim:
+            raise InputError(f"{where}: expected {spec.ndim} dimension(s), got {array.ndim}")
+        if any(s % array.itemsize for s in array.strides):
+            raise InputError(f"{where}: strides {array.strides} are not whole elements")
+        return array
+
+    def _scalar(self, name: str, dtype: DType, value: Any):
+        allowed = (bool, np.bool_) if dtype.is_bool else (int, bool, np.integer, np.bool_) if dtype.is_integer \
+            else (int, float, np.integer, np.floating)
+        if not isinstance(value, allowed):
+            raise InputError(f"kernel {self.__name__}: argument '{name}': expected a {dtype.name} scalar, "
+                             f"got {type(value).__name__}")
+        return value
+
+    # --- compiling --------------------------------------------------------------------------------
+    def _compile(self, key: tuple) -> KernelEntry:
+        arrays: list[k.ArrayParam] = []
+        scalars: list[k.ScalarParam] = []
+        names: dict[str, object] = {}
+        parts = iter(key)
+        for name, spec in self.specs:
+            if isinstance(spec, ArrayType):
+                numpy_dtype, ndim, unit_inner = next(parts)
+                strides = tuple([None] * (ndim - 1) + [1 if unit_inner else None]) if ndim else ()
+                param = k.ArrayParam(name, _NUMPY_TO_DTYPE[numpy_dtype], ndim, strides)
+                arrays.append(param)
+                names[name] = ArrayHandle(param)
+            else:
+                param = k.ScalarParam(name, spec)
+                scalars.append(param)
+                names[name] = k.ScalarRef(param)
+        overlapping = next(parts)
+        source = Source.of(self.fn)
+        tasks = Translator(self.fn.__name__, source, names, self.debug).translate()
+        params = (*arrays, *scalars)
+        kernel = k.Kernel(self.fn.__name__, params, tuple(tasks), source=f"{source.file}:{source.first_line}")
+        if k.assert_messages(kernel):
+            kernel = k.Kernel(kernel.name, (*params, k.ArrayParam(k.ASSERT_STATUS, dt.int64, 1, (1,))),
+                              kernel.tasks, kernel.source)
+        compiled, decisions = engine.compile_loop_kernel(kernel, fuse=self.fuse and not overlapping)
+        written = {n.param.name for t in kernel.tasks for s in t.body for n in _statements(s)
+                   if isinstance(n, (k.Store, k.AtomicRMW))}
+        return KernelEntry(KernelLauncher(compiled, arrays, scalars), decisions,
+                           tuple(i for i, p in enumerate(arrays) if p.name in written))
+
+    # --- introspection --------------------------------------------------------------------------
+    def decisions(self) -> list[Decision]:
+        """Task fusion's decisions for the signature of the last call."""
+        return self.last_entry.decisions if self.last_entry else []
+
+    def kernel_ir(self) -> str:
+        """The Kernel IR (after task fusion) of the signature of the last call."""
+        return kernel_text(self.last_entry.launcher.kernel) if self.last_entry else ""
+
+
+def _statements(s: k.Stmt):
+    yield s
+    for child in (*getattr(s, "body", ()), *getattr(s, "then", ()), *getattr(s, "orelse", ())):
+        yield from _statements(child)
+
+
+def _overlapping(arrays: list[np.ndarray]) -> bool:
+    """Whether two arguments may share memory (arrays owning their data never do, unless passed twice)."""
+    if all(a.base is None for a in arrays):
+        return len({id(a) for a in arrays}) < len(arrays)
+    spans = sorted(s for s in map(_span, arrays) if s is not None)
+    return any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:]))
+
+
+def _span(array: np.ndarray) -> tuple[int, int] | None:
+    """[first byte, last byte + 1) of an array, or None when it is empty."""
+    if array.size == 0:
+        return None
+    lo = hi = array.__array_interface__["data"][0]
+    for n, stride in zip(array.shape, array.strides):
+        if stride < 0:
+            lo += (n - 1) * stride
+        else:
+            hi += (n - 1) * stride
+    return lo, hi + array.itemsize
+
+
+def kernel(fn: Callable | None = None, *, debug: bool = False, fuse_tasks: bool = True):
+    """Compiles a Python function of arrays and scalars into a loop kernel (DESIGN section 1).
+
+    `debug=True` checks every index against the array's extent; `fuse_tasks=False` keeps each
+    top-level loop its own launch.
+    """
+    if fn is None:
+        return lambda f: KernelFunction(f, debug=debug, fuse_tasks=fuse_tasks)
+    return KernelFunction(fn, debug=debug, fuse_tasks=fuse_tasks)

@@ -1,0 +1,730 @@
+"""`@bz.kernel` bodies: Python AST -> Kernel IR.
+
+Each top-level `for` over `range` or `bz.ndrange` becomes a parallel task; runs of other
+top-level statements become serial tasks. Inside a task, Python statements map one to one onto
+Kernel IR statements; `bz.static` values, globals and closure values are folded at compile time
+and `@bz.func` helpers are inlined. Every error names the file and line with the offending source.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import inspect
+import math
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from braze import dtypes as dt
+from braze.dtypes import DType
+from braze.errors import KernelSyntaxError, KernelTypeError
+from braze.frontend import kernel_lang as lang
+from braze.frontend import kernel_types as ty
+from braze.frontend.kernel_calls import call
+from braze.kir import nodes as k
+from braze.lower.values import index_op
+
+MAX_INLINE_DEPTH = 32
+
+
+# --- what a name can stand for ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class ArrayHandle:
+    param: k.ArrayParam
+
+
+@dataclass(frozen=True)
+class ShapeHandle:
+    param: k.ArrayParam
+
+
+@dataclass(frozen=True)
+class Local:
+    var: k.Var
+    loop_index: bool = False  # loop indices are read-only
+
+
+@dataclass
+class Source:
+    """One Python function's source: for error messages and global lookups."""
+
+    fn: Callable
+    tree: ast.FunctionDef
+    file: str
+    first_line: int
+    lines: list[str]
+    names: dict  # closure values, then globals
+
+    @staticmethod
+    def of(fn: Callable) -> Source:
+        try:
+            lines, first = inspect.getsourcelines(fn)
+        except (OSError, TypeError) as error:
+            raise KernelSyntaxError(f"{getattr(fn, '__name__', fn)}: cannot read its source ({error})") from None
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+        closure = {name: cell.cell_contents for name, cell in
+                   zip(fn.__code__.co_freevars, fn.__closure__ or ()) if _filled(cell)}
+        return Source(fn, tree.body[0], inspect.getsourcefile(fn) or "<unknown>", first, lines,
+                      {**fn.__globals__, **closure})
+
+    def where(self, node: ast.AST) -> tuple[str, str]:
+        """("file:line: ", the source line) of a node."""
+        line = getattr(node, "lineno", 1)
+        text = self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
+        return f"{self.file}:{self.first_line + line - 1}: ", text
+
+
+def _filled(cell) -> bool:
+    try:
+        return cell.cell_contents is not None or True
+    except ValueError:  # a closure variable not assigned yet
+        return False
+
+
+@dataclass
+class Frame:
+    """The names visible in one function body: a task's, or an inlined helper's."""
+
+    source: Source
+    names: dict = field(default_factory=dict)
+    outer: dict = field(default_factory=dict)  # the kernel's parameters and aliases (tasks only)
+
+
+class Translator:
+    """Builds the tasks of one kernel from its Python source."""
+
+    def __init__(self, name: str, source: Source, params: dict[str, object], debug: bool) -> None:
+        self.name, self.source, self.debug = name, source, debug
+        self.kernel_names: dict[str, object] = dict(params)
+        self.tasks: list[k.Task] = []
+        self.frames: list[Frame] = []
+        self.blocks: list[list[k.Stmt]] = []
+        self.prologue: list[k.Stmt] = []
+        self.used_names: set[str] = set()
+        self.depth = 0  # nesting of runtime if/for/while inside the current task
+        self.loops: list[str] = []  # "parallel", "serial", "static"
+        self.earlier_locals: set[str] = set()
+        self.serial: list[ast.stmt] = []
+
+    # --- errors -------------------------------------------------------------------------------
+    def error(self, node: ast.AST, message: str, kind: type = KernelSyntaxError):
+        place, text = self.frames[-1].source.where(node) if self.frames else self.source.where(node)
+        raise kind(f"{place}{message}\n    {text}")
+
+    def checked(self, node: ast.AST, thunk: Callable):
+        try:
+            return thunk()
+        except ty.TypeProblem as problem:
+            self.error(node, str(problem), KernelTypeError)
+
+    # --- the kernel body --------------------------------------------------------------------------
+    def translate(self) -> list[k.Task]:
+        self.top_level(self.source.tree.body)
+        self.flush_serial()
+        return self.tasks
+
+    def top_level(self, stmts: list[ast.stmt]) -> None:
+        for node in stmts:
+            if _is_docstring(node):
+                continue
+            if isinstance(node, ast.For) and self.parallel_range(node.iter):
+                self.flush_serial()
+                self.parallel_task(node)
+            elif isinstance(node, ast.For) and self.is_static_call(node.iter):
+                for value in self.compile_time(node.iter.args[0], kernel_scope=True):
+                    self.bind_target(node.target, value, self.kernel_names)
+                    self.top_level(node.body)
+            elif isinstance(node, ast.If) and self.try_compile_time(node.test) is not None:
+                self.top_level(node.body if self.try_compile_time(node.test)[0] else node.orelse)
+            elif isinstance(node, ast.Pass):
+                continue
+            elif self.try_alias(node):
+                continue
+            else:
+                self.serial.append(node)
+
+    def parallel_range(self, it: ast.expr) -> bool:
+        return isinstance(it, ast.Call) and self.resolve_callee(it.func, kernel_scope=True) in (range, lang.ndrange)
+
+    def is_static_call(self, e: ast.expr) -> bool:
+        return isinstance(e, ast.Call) and self.resolve_callee(e.func, kernel_scope=True) is lang.static
+
+    def try_alias(self, node: ast.stmt) -> bool:
+        """`n = x.shape[0] - 1` at top level: a name for a launch-time value, shared by all tasks."""
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
+            return False
+        name = node.targets[0].id
+        if name in self.kernel_names and isinstance(self.kernel_names[name], (ArrayHandle, k.ScalarRef)):
+            return False  # reported as an assignment to a parameter
+        value = self.in_scratch_task(lambda: self.expr(node.value))
+        if value is None or not (not isinstance(value, k.Expr) or host_evaluable(value)):
+            return False
+        self.kernel_names[name] = value
+        return True
+
+    def in_scratch_task(self, thunk: Callable):
+        """Evaluates an expression as if in a task of its own; None if it needed statements."""
+        saved = (self.frames, self.blocks, self.prologue, self.used_names)
+        self.frames, self.blocks, self.prologue, self.used_names = [Frame(self.source, {}, self.kernel_names)], [[]], \
+            [], set()
+        try:
+            value = thunk()
+            return None if self.blocks[0] or self.prologue else value
+        finally:
+            self.frames, self.blocks, self.prologue, self.used_names = saved
+
+    # --- tasks ------------------------------------------------------------------------------------
+    def begin_task(self) -> None:
+        self.frames = [Frame(self.source, {}, self.kernel_names)]
+        self.blocks, self.prologue, self.used_names, self.depth = [[]], [], set(), 0
+
+    def end_task(self) -> tuple[k.Stmt, ...]:
+        self.earlier_locals |= set(self.frames[0].names)
+        body = tuple(self.prologue + self.blocks[0])
+        self.frames, self.blocks = [], []
+        return body
+
+    def task_name(self) -> str:
+        return f"{self.name}_t{len(self.tasks)}"
+
+    def flush_serial(self) -> None:
+        if not self.serial:
+            return
+        stmts, self.serial = self.serial, []
+        self.begin_task()
+        self.loops = []
+        self.statements(stmts)
+        self.tasks.append(k.Task(self.task_name(), "serial", self.end_task()))
+
+    def parallel_task(self, node: ast.For) -> None:
+        if node.orelse:
+            self.error(node, "unsupported construct: for-else")
+        self.begin_task()
+        begin, end, indices = self.parallel_indices(node)
+        self.loops = ["parallel"]
+        self.statements(node.body)
+        self.tasks.append(k.Task(self.task_name(), "range_for", self.end_task(), indices, begin, end))
+
+    def parallel_indices(self, node: ast.For) -> tuple[k.Expr, k.Expr, k.Var]:
+        """The task's bounds and loop index; `bz.ndrange` indices are split from one flat index."""
+        extents = self.range_extents(node.iter)
+        names = self.target_names(node.target, len(extents))
+        if len(extents) == 1:
+            var = self.new_var(names[0], dt.int64)
+            self.frames[0].names[names[0]] = Local(var, loop_index=True)
+            return extents[0][0], extents[0][1], var
+        sizes = [index_op("maximum", index_op("sub", hi, lo), k.Const(0, dt.int64)) for lo, hi in extents]
+        flat = self.new_var("_".join(names) + "_flat", dt.int64)
+        end = k.Const(1, dt.int64)
+        for size in sizes:
+            end = index_op("mul", end, size)
+        inner = k.Const(1, dt.int64)
+        for axis in reversed(range(len(extents))):
+            position = flat if axis == len(extents) - 1 else index_op("floordiv", flat, inner)
+            if axis > 0:
+                position = index_op("remainder", position, sizes[axis])
+            var = self.new_var(names[axis], dt.int64)
+            self.prologue.insert(0, k.Let(var, index_op("add", extents[axis][0], position)))
+            self.frames[0].names[names[axis]] = Local(var, loop_index=True)
+            inner = index_op("mul", inner, sizes[axis])
+        return k.Const(0, dt.int64), end, flat
+
+    def range_extents(self, it: ast.Call) -> list[tuple[k.Expr, k.Expr]]:
+        """[(begin, end)] of a top-level range or ndrange, as host-evaluable int64 expressions."""
+        callee = self.resolve_callee(it.func, kernel_scope=True)
+        args = [self.expr(a) for a in it.args]
+        if callee is range:
+            if len(args) == 3:
+                self.error(it, "unsupported construct: a step in a parallel range")
+            pairs = [(0, args[0])] if len(args) == 1 else [tuple(args)] if len(args) == 2 else None
+            if pairs is None:
+                self.error(it, "range: expected 1 or 2 arguments")
+        else:
+            pairs = [(0, a) if not isinstance(a, tuple) else a for a in args]
+        out = []
+        for lo, hi in pairs:
+            lo, hi = (self.checked(it, lambda v=v: ty.index(v, "a parallel range bound")) for v in (lo, hi))
+            if not (host_evaluable(lo) and host_evaluable(hi)):
+                self.error(it, "unsupported construct: a parallel range bound must be computed from scalar "
+                               "parameters, shapes and constants")
+            out.append((lo, hi))
+        return out
+
+    def target_names(self, target: ast.expr, count: int) -> list[str]:
+        elements = target.elts if isinstance(target, ast.Tuple) else [target]
+        if len(elements) != count or not all(isinstance(e, ast.Name) for e in elements):
+            self.error(target, f"expected {count} loop index name(s)")
+        return [e.id for e in elements]
+
+    # --- names ----------------------------------------------------------------------------------
+    def new_var(self, name: str, dtype: DType) -> k.Var:
+        unique, n = name, 1
+        while unique in self.used_names:
+            n += 1
+            unique = f"{name}_{n}"
+        self.used_names.add(unique)
+        return k.Var(unique, dtype)
+
+    def lookup(self, node: ast.Name, kernel_scope: bool = False):
+        frame = self.frames[-1] if self.frames and not kernel_scope else None
+        for names in ((frame.names, frame.outer) if frame else (self.kernel_names,)):
+            if node.id in names:
+                return names[node.id]
+        source = frame.source if frame else self.source
+        if node.id in source.names:
+            return source.names[node.id]
+        if hasattr(builtins, node.id):
+            return getattr(builtins, node.id)
+        if node.id in self.earlier_locals:
+            self.error(node, f"'{node.id}' is a local of an earlier task; tasks share only arrays and parameters")
+        self.error(node, f"unknown name '{node.id}'")
+
+    def resolve_callee(self, e: ast.expr, kernel_scope: bool = False):
+        try:
+            return self.compile_time(e, kernel_scope)
+        except KernelSyntaxError:
+            return None
+
+    def compile_time(self, e: ast.expr, kernel_scope: bool = False):
+        """A Name or attribute chain (`bz.math.sin`), or a bz.static argument, evaluated at compile time."""
+        if isinstance(e, ast.Name):
+            return self.lookup(e, kernel_scope)
+        if isinstance(e, ast.Attribute):
+            base = self.compile_time(e.value, kernel_scope)
+            if isinstance(base, (ArrayHandle, ShapeHandle, Local, k.Expr)):
+                self.error(e, "not a compile-time value")
+            if not hasattr(base, e.attr):
+                self.error(e, f"unknown attribute '{e.attr}'")
+            return getattr(base, e.attr)
+        if kernel_scope or not self.frames:
+            value = self.in_scratch_task(lambda: self.expr(e)) if not self.frames else self.expr(e)
+        else:
+            value = self.expr(e)
+        if isinstance(value, (k.Expr, Local, ArrayHandle, ShapeHandle)):
+            self.error(e, "bz.static: expected a value known at compile time")
+        return value
+
+    def try_compile_time(self, e: ast.expr) -> tuple | None:
+        """(value,) when `e` is known at compile time (a bz.static call, a global), else None."""
+        if isinstance(e, ast.Call) and self.resolve_callee(e.func, kernel_scope=not self.frames) is lang.static:
+            return (self.compile_time(e.args[0], kernel_scope=not self.frames),)
+        try:
+            value = self.in_scratch_task(lambda: self.expr(e)) if not self.frames else None
+        except KernelSyntaxError:
+            return None
+        return (value,) if value is not None and not isinstance(value, (k.Expr, ArrayHandle, ShapeHandle)) else None
+
+    # --- statements -------------------------------------------------------------------------------
+    def emit(self, stmt: k.Stmt) -> None:
+        self.blocks[-1].append(stmt)
+
+    def nested(self, thunk: Callable, runtime: bool = True) -> tuple[k.Stmt, ...]:
+        self.blocks.append([])
+        self.depth += runtime
+        try:
+            thunk()
+        finally:
+            self.depth -= runtime
+        return tuple(self.blocks.pop())
+
+    def statements(self, stmts: list[ast.stmt]) -> None:
+        for node in stmts:
+            handler = getattr(self, f"stmt_{type(node).__name__}", None)
+            if handler is None:
+                self.error(node, f"unsupported construct: {type(node).__name__} statement")
+            handler(node)
+
+    def stmt_Pass(self, node: ast.Pass) -> None:
+        pass
+
+    def stmt_Expr(self, node: ast.Expr) -> None:
+        if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            return
+        self.expr(node.value)
+
+    def stmt_Assign(self, node: ast.Assign) -> None:
+        if len(node.targets) != 1:
+            self.error(node, "unsupported construct: chained assignment")
+        target = node.targets[0]
+        if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple):
+            if len(target.elts) != len(node.value.elts):
+                self.error(node, "tuple assignment: the two sides have different lengths")
+            values = [self.temporary(self.expr(v)) for v in node.value.elts]
+            for t, v in zip(target.elts, values):
+                self.assign(t, v, node)
+            return
+        self.assign(target, self.expr(node.value), node)
+
+    def temporary(self, value):
+        if not isinstance(value, k.Expr) or isinstance(value, k.Const):
+            return value
+        var = self.declare("tmp", value.dtype)
+        self.emit(k.Assign(var, value))
+        return var
+
+    def stmt_AugAssign(self, node: ast.AugAssign) -> None:
+        op = _BINARY_OPS.get(type(node.op))
+        if op is None:
+            self.error(node, f"unsupported operator {type(node.op).__name__}")
+        current = self.expr(node.target if not isinstance(node.target, ast.Name) else node.target)
+        value = self.checked(node, lambda: ty.binary(op, current, self.expr(node.value)))
+        self.assign(node.target, value, node)
+
+    def stmt_AnnAssign(self, node: ast.AnnAssign) -> None:
+        if node.value is None:
+            self.error(node, "unsupported construct: a declaration without a value")
+        value = self.expr(node.value)
+        annotation = self.compile_time(node.annotation)
+        self.assign(node.target, self.checked(node, lambda: ty.convert(value, dt.as_dtype(annotation))), node)
+
+    def assign(self, target: ast.expr, value, node: ast.AST) -> None:
+        if isinstance(target, ast.Subscript):
+            handle, indices = self.subscript(target)
+            stored = self.checked(node, lambda: ty.assignable(value, handle.param.dtype, f"'{handle.param.name}'"))
+            self.emit(k.Store(handle.param, indices, stored))
+            return
+        if not isinstance(target, ast.Name):
+            self.error(node, f"unsupported construct: assignment to {type(target).__name__}")
+        self.assign_name(target.id, value, node)
+
+    def assign_name(self, name: str, value, node: ast.AST) -> None:
+        frame = self.frames[-1]
+        bound = frame.names.get(name, frame.outer.get(name))
+        if isinstance(bound, k.ScalarRef):
+            self.error(node, f"assignment to scalar parameter '{name}'")
+        if isinstance(bound, ArrayHandle):
+            self.error(node, f"assignment to array parameter '{name}'; write its elements with {name}[...] = ...")
+        if isinstance(bound, Local) and bound.loop_index:
+            self.error(node, f"assignment to loop index '{name}'")
+        if isinstance(value, (ArrayHandle, ShapeHandle)):
+            frame.names[name] = value  # another name for a parameter
+            return
+        if not ty.is_value(value):
+            self.error(node, f"unsupported construct: a local holding {type(value).__name__}")
+        if name in frame.names and isinstance(frame.names[name], Local):
+            var = frame.names[name].var
+            self.emit(k.Assign(var, self.checked(node, lambda: ty.assignable(value, var.dtype, f"'{name}'"))))
+            return
+        dtype = ty.type_of(value)[0]
+        if self.depth == 0:
+            var = self.new_var(name, dtype)
+            self.emit(k.Let(var, ty.as_expr(value, dtype)))
+        else:
+            var = self.declare(name, dtype)
+            self.emit(k.Assign(var, ty.as_expr(value, dtype)))
+        frame.names[name] = Local(var)
+
+    def declare(self, name: str, dtype: DType) -> k.Var:
+        """A local declared at the top of the task (its first assignment is nested, its use may not be)."""
+        var = self.new_var(name, dtype)
+        self.prologue.append(k.Let(var, ty.as_expr(False if dtype.is_bool else 0, dtype)))
+        return var
+
+    def stmt_If(self, node: ast.If) -> None:
+        static = self.static_condition(node.test)
+        if static is not None:
+            self.statements(node.body if static else node.orelse)
+            return
+        cond = self.condition(node.test)
+        then = self.nested(lambda: self.statements(node.body))
+        orelse = self.nested(lambda: self.statements(node.orelse))
+        self.emit(k.If(cond, then, orelse))
+
+    def static_condition(self, test: ast.expr) -> bool | None:
+        if isinstance(test, ast.Call) and self.resolve_callee(test.func) is lang.static:
+            return bool(self.compile_time(test.args[0]))
+        value = self.expr(test) if _is_pure_constant(test) else None
+        return None if value is None or isinstance(value, k.Expr) else bool(value)
+
+    def condition(self, test: ast.expr) -> k.Expr:
+        value = self.expr(test)
+        return ty.as_expr(self.checked(test, lambda: ty.truth(value)), dt.bool_)
+
+    def stmt_While(self, node: ast.While) -> None:
+        if node.orelse:
+            self.error(node, "unsupported construct: while-else")
+        setup: tuple[k.Stmt, ...] = ()
+        cond_box = []
+        setup = self.nested(lambda: cond_box.append(self.condition(node.test)), runtime=False)
+        self.loops.append("serial")
+        body = self.nested(lambda: self.statements(node.body))
+        self.loops.pop()
+        if setup:  # the condition needed statements (bounds checks, short-circuits): test at the top
+            exit_check = k.If(ty.unary("logical_not", cond_box[0]), (k.Break(),))
+            self.emit(k.While(k.TRUE, setup + (exit_check,) + body))
+        else:
+            self.emit(k.While(cond_box[0], body))
+
+    def stmt_For(self, node: ast.For) -> None:
+        if node.orelse:
+            self.error(node, "unsupported construct: for-else")
+        if not isinstance(node.iter, ast.Call):
+            self.error(node, "unsupported loop: iterate over range(...), bz.ndrange(...) or bz.static(...)")
+        callee = self.resolve_callee(node.iter.func)
+        if callee is lang.static:
+            self.static_for(node)
+        elif callee is range:
+            self.serial_for(node, [self.range_args(node.iter)])
+        elif callee is lang.ndrange:
+            self.serial_for(node, [self.range_args(a, ndrange=True) for a in node.iter.args])
+        else:
+            self.error(node, "unsupported loop: iterate over range(...), bz.ndrange(...) or bz.static(...)")
+
+    def range_args(self, e: ast.expr, ndrange: bool = False) -> tuple[k.Expr, k.Expr, int]:
+        if ndrange:
+            parts = e.elts if isinstance(e, ast.Tuple) else [e]
+        else:
+            parts = e.args
+        values = [self.expr(p) for p in parts]
+        step = 1
+        if len(values) == 3:
+            step = values.pop()
+            if not isinstance(step, int) or step == 0:
+                self.error(e, "range: the step must be a non-zero integer constant")
+        if len(values) not in (1, 2):
+            self.error(e, "range: expected 1 to 3 arguments")
+        lo, hi = (0, values[0]) if len(values) == 1 else values
+        lo, hi = (self.checked(e, lambda v=v: ty.index(v, "a range bound")) for v in (lo, hi))
+        return lo, hi, step
+
+    def serial_for(self, node: ast.For, ranges: list[tuple[k.Expr, k.Expr, int]]) -> None:
+        names = self.target_names(node.target, len(ranges))
+        if len(ranges) > 1 and any(isinstance(n, ast.Break) for n in ast.walk(node)):
+            self.error(node, "unsupported construct: break in a multi-dimensional bz.ndrange loop")
+        variables = [self.new_var(n, dt.int64) for n in names]
+        for name, var in zip(names, variables):
+            self.frames[-1].names[name] = Local(var, loop_index=True)
+        self.loops.append("serial")
+        body = self.nested(lambda: self.statements(node.body))
+        self.loops.pop()
+        for var, (lo, hi, step) in reversed(list(zip(variables, ranges))):
+            body = (k.For(var, lo, hi, body, step),)
+        self.emit(body[0])
+
+    def static_for(self, node: ast.For) -> None:
+        self.loops.append("static")
+        for value in self.compile_time(node.iter.args[0]):
+            self.bind_target(node.target, value, self.frames[-1].names)
+            self.statements(node.body)
+        self.loops.pop()
+
+    def bind_target(self, target: ast.expr, value, names: dict) -> None:
+        if isinstance(target, ast.Name):
+            names[target.id] = value
+        elif isinstance(target, ast.Tuple) and len(target.elts) == len(value):
+            for t, v in zip(target.elts, value):
+                self.bind_target(t, v, names)
+        else:
+            self.error(target, "bz.static loop: cannot unpack the value into the loop target")
+
+    def stmt_Break(self, node: ast.Break) -> None:
+        self.jump(node, k.Break(), "break")
+
+    def stmt_Continue(self, node: ast.Continue) -> None:
+        self.jump(node, k.Continue(), "continue")
+
+    def jump(self, node: ast.AST, stmt: k.Stmt, word: str) -> None:
+        innermost = self.loops[-1] if self.loops else None
+        if innermost == "static":
+            self.error(node, f"unsupported construct: {word} in a bz.static loop")
+        if innermost is None or innermost == "parallel" and word == "break":
+            self.error(node, f"unsupported construct: {word} outside a serial loop")
+        self.emit(stmt)
+
+    def stmt_Return(self, node: ast.Return) -> None:
+        self.error(node, "unsupported construct: return (a kernel returns nothing; a @bz.func returns only as "
+                         "its last statement)")
+
+    def stmt_Assert(self, node: ast.Assert) -> None:
+        if not self.debug:
+            return
+        place, text = self.frames[-1].source.where(node)
+        self.emit(k.Assert(self.condition(node.test), f"{place}assertion failed: {text}"))
+
+    # --- expressions --------------------------------------------------------------------------------
+    def expr(self, node: ast.expr):
+        handler = getattr(self, f"expr_{type(node).__name__}", None)
+        if handler is None:
+            self.error(node, f"unsupported construct: {type(node).__name__} expression")
+        return handler(node)
+
+    def expr_Constant(self, node: ast.Constant):
+        if not isinstance(node.value, (*ty.PYTHON_SCALARS, str)):
+            self.error(node, f"unsupported constant {node.value!r}")
+        return node.value
+
+    def expr_Name(self, node: ast.Name):
+        value = self.lookup(node)
+        return value.var if isinstance(value, Local) else value
+
+    def expr_Tuple(self, node: ast.Tuple):
+        return tuple(self.expr(e) for e in node.elts)
+
+    def expr_Attribute(self, node: ast.Attribute):
+        base = self.expr(node.value)
+        if isinstance(base, ArrayHandle):
+            if node.attr == "shape":
+                return ShapeHandle(base.param)
+            if node.attr == "ndim":
+                return base.param.ndim
+            self.error(node, f"unsupported array attribute '{node.attr}' (shape and ndim are supported)")
+        if isinstance(base, k.Expr):
+            self.error(node, f"unsupported construct: attribute '{node.attr}' of a value")
+        return self.compile_time(node)
+
+    def expr_Subscript(self, node: ast.Subscript):
+        base = self.expr(node.value)
+        if isinstance(base, ShapeHandle):
+            axis = self.expr(node.slice)
+            if not isinstance(axis, int) or not -base.param.ndim <= axis < base.param.ndim:
+                self.error(node, f"shape: expected a constant axis in [0, {base.param.ndim}), got {axis!r}",
+                           KernelTypeError)
+            return k.ArrayExtent(base.param, axis % base.param.ndim)
+        if isinstance(base, ArrayHandle):
+            handle, indices = self.subscript(node)
+            return k.Load(handle.param, indices)
+        if isinstance(base, (tuple, list)) and not isinstance(self.expr(node.slice), k.Expr):
+            return base[self.expr(node.slice)]
+        self.error(node, "unsupported construct: subscript of a value that is not an array")
+
+    def subscript(self, node: ast.Subscript) -> tuple[ArrayHandle, tuple[k.Expr, ...]]:
+        handle = self.expr(node.value)
+        if not isinstance(handle, ArrayHandle):
+            self.error(node, "unsupported construct: subscript of a value that is not an array")
+        raw = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        if any(isinstance(r, ast.Slice) for r in raw):
+            self.error(node, "unsupported construct: slices (index one element at a time)")
+        param = handle.param
+        if len(raw) != param.ndim:
+            self.error(node, f"wrong number of indices: '{param.name}' has {param.ndim} dimension(s), "
+                             f"got {len(raw)} index(es)", KernelTypeError)
+        indices = tuple(self.checked(r, lambda r=r: ty.index(self.expr(r), f"index of '{param.name}'")) for r in raw)
+        if self.debug:
+            self.bounds_check(node, param, indices)
+        return handle, indices
+
+    def bounds_check(self, node: ast.AST, param: k.ArrayParam, indices: tuple[k.Expr, ...]) -> None:
+        place, text = self.frames[-1].source.where(node)
+        for axis, i in enumerate(indices):
+            inside = ty.binary("logical_and", ty.binary("ge", i, 0), ty.binary("lt", i, k.ArrayExtent(param, axis)))
+            self.emit(k.Assert(inside, f"{place}index out of bounds: axis {axis} of '{param.name}' in {text}"))
+
+    def expr_BinOp(self, node: ast.BinOp):
+        op = _BINARY_OPS.get(type(node.op))
+        if op is None:
+            self.error(node, f"unsupported operator {type(node.op).__name__}")
+        a, b = self.expr(node.left), self.expr(node.right)
+        return self.checked(node, lambda: ty.binary(op, a, b))
+
+    def expr_UnaryOp(self, node: ast.UnaryOp):
+        x = self.expr(node.operand)
+        if isinstance(node.op, ast.UAdd):
+            return x
+        op = {ast.USub: "neg", ast.Invert: "bitwise_not", ast.Not: "logical_not"}[type(node.op)]
+        return self.checked(node, lambda: ty.unary(op, x))
+
+    def expr_Compare(self, node: ast.Compare):
+        result, left = None, self.expr(node.left)
+        for op_node, right_node in zip(node.ops, node.comparators):
+            op = _COMPARE_OPS.get(type(op_node))
+            if op is None:
+                self.error(node, f"unsupported comparison {type(op_node).__name__}")
+            right = self.expr(right_node)
+            test = self.checked(node, lambda op=op, a=left, b=right: ty.binary(op, a, b))
+            result = test if result is None else self.checked(node, lambda t=test, r=result:
+                                                              ty.binary("logical_and", r, t))
+            left = right
+        return result
+
+    def expr_BoolOp(self, node: ast.BoolOp):
+        """`and`/`or` short-circuit: a right side that reads memory runs only when it must."""
+        op = "logical_and" if isinstance(node.op, ast.And) else "logical_or"
+        result = self.expr(node.values[0])
+        for value_node in node.values[1:]:
+            if not isinstance(result, k.Expr):  # a constant left side decides statically
+                if bool(result) == (op == "logical_or"):
+                    return bool(result)
+                result = self.expr(value_node)
+                continue
+            result = self.short_circuit(op, result, value_node)
+        return result
+
+    def short_circuit(self, op: str, left: k.Expr, right_node: ast.expr) -> k.Expr:
+        right_box = []
+        stmts = self.nested(lambda: right_box.append(self.expr(right_node)))
+        right = right_box[0]
+        if not stmts and not _reads_memory(right):
+            return self.checked(right_node, lambda: ty.binary(op, left, right))
+        var = self.declare("cond", dt.bool_)
+        self.emit(k.Assign(var, ty.as_expr(ty.truth(left), dt.bool_)))
+        evaluate = stmts + (k.Assign(var, ty.as_expr(ty.truth(right), dt.bool_)),)
+        self.emit(k.If(var, evaluate) if op == "logical_and" else k.If(var, (), evaluate))
+        return var
+
+    def expr_IfExp(self, node: ast.IfExp):
+        static = self.static_condition(node.test)
+        if static is not None:
+            return self.expr(node.body if static else node.orelse)
+        cond = self.condition(node.test)
+        boxes: list = [[], []]
+        branches = [self.nested(lambda b=b, box=box: box.append(self.expr(b))) for b, box in
+                    zip((node.body, node.orelse), boxes)]
+        a, b = boxes[0][0], boxes[1][0]
+        dtype = self.checked(node, lambda: ty.common_type(a, b))
+        if not any(branches) and not _reads_memory(a) and not _reads_memory(b):
+            return self.checked(node, lambda: ty.ternary("where", cond, ty.as_expr(a, dtype), ty.as_expr(b, dtype)))
+        var = self.declare("select", dtype)
+        self.emit(k.If(cond, branches[0] + (k.Assign(var, ty.as_expr(a, dtype)),),
+                       branches[1] + (k.Assign(var, ty.as_expr(b, dtype)),)))
+        return var
+
+    def expr_Call(self, node: ast.Call):
+        return call(self, node)
+
+
+def _is_docstring(node: ast.stmt) -> bool:
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+
+
+def _reads_memory(e) -> bool:
+    if not isinstance(e, k.Expr):
+        return False
+    if isinstance(e, (k.Load, k.LoadLocal)):
+        return True
+    return any(_reads_memory(getattr(e, f)) for f in getattr(e, "__dataclass_fields__", {}))
+
+
+def _is_pure_constant(node: ast.expr) -> bool:
+    """A condition made only of literals and names (resolved later): may be folded at compile time."""
+    return all(isinstance(n, (ast.Constant, ast.Name, ast.Attribute, ast.Load, ast.Compare, ast.BoolOp, ast.UnaryOp,
+                              ast.cmpop, ast.boolop, ast.unaryop, ast.BinOp, ast.operator)) for n in ast.walk(node))
+
+
+def host_evaluable(e) -> bool:
+    """Computable on the host before a launch: constants, scalar parameters, extents, integer arithmetic."""
+    if not isinstance(e, k.Expr):
+        return isinstance(e, (int, bool))
+    if isinstance(e, (k.Const, k.ScalarRef, k.ArrayExtent)):
+        return not e.dtype.is_floating
+    if isinstance(e, k.Cast):
+        return e.dtype.is_integer and host_evaluable(e.x)
+    if isinstance(e, k.Binary) and e.op in HOST_OPS:
+        return host_evaluable(e.a) and host_evaluable(e.b)
+    return False
+
+
+HOST_OPS = ("add", "sub", "mul", "floordiv", "remainder", "minimum", "maximum")
+
+_BINARY_OPS = {
+    ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "truediv", ast.FloorDiv: "floordiv",
+    ast.Mod: "remainder", ast.Pow: "pow", ast.LShift: "left_shift", ast.RShift: "right_shift",
+    ast.BitAnd: "bitwise_and", ast.BitOr: "bitwise_or", ast.BitXor: "bitwise_xor",
+}
+_COMPARE_OPS = {ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge"}
+
+STDLIB_MATH = {getattr(math, name): op for name, op in (
+    ("sqrt", "sqrt"), ("exp", "exp"), ("log", "log"), ("log2", "log2"), ("log1p", "log1p"), ("expm1", "expm1"),
+    ("sin", "sin"), ("cos", "cos"), ("tan", "tan"), ("tanh", "tanh"), ("floor", "floor"), ("ceil", "ceil"),
+    ("trunc", "trunc"), ("fabs", "abs"), ("erf", "erf"), ("atan2", "atan2"), ("pow", "pow"), ("exp2", "exp2"))
+    if hasattr(math, name)}

@@ -1,0 +1,224 @@
+"""Calls in a `@bz.kernel` body: conversions, `bz.math`, builtins, atomics and inlined `@bz.func` helpers.
+
+Each callee the language knows has a rule here, looked up by identity; any other callee is an
+error naming the function.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from braze import dtypes as dt
+from braze.dtypes import DType
+from braze.errors import KernelTypeError
+from braze.frontend import kernel_lang as lang
+from braze.frontend import kernel_types as ty
+from braze.kir import nodes as k
+
+if TYPE_CHECKING:
+    from braze.frontend.kernel_ast import Translator
+
+# Builtins that run at compile time on compile-time arguments (for bz.static loops and constants).
+_FOLDABLE = (range, enumerate, zip, reversed, tuple, list, len, min, max, abs, int, float, bool, round, sum)
+_ATOMICS = {lang.atomic_add: "add", lang.atomic_sub: "sub", lang.atomic_min: "min", lang.atomic_max: "max"}
+_ATOMIC_DTYPES = ("int32", "int64", "float32", "float64")
+
+
+def call(tr: Translator, node: ast.Call):
+    from braze.frontend.kernel_ast import STDLIB_MATH
+
+    callee = tr.resolve_callee(node.func)
+    name = ast.unparse(node.func)
+    if callee is None:
+        tr.error(node, f"call to unknown function '{name}'")
+    if callee in _ATOMICS:
+        return _atomic(tr, node, _ATOMICS[callee])
+    if callee is lang.static:
+        return tr.compile_time(node.args[0])
+    if isinstance(callee, lang.KernelFunc):
+        return inline(tr, node, callee)
+    if node.keywords:
+        tr.error(node, f"{name}: keyword arguments are not supported here")
+    args = [tr.expr(a) for a in node.args]
+    if all(not isinstance(a, k.Expr) and not _is_handle(a) for a in args) and _foldable(callee):
+        return callee(*args)
+    rule = _rule_for(callee, STDLIB_MATH)
+    if rule is None:
+        hint = " (decorate it with @bz.func to call it from a kernel)" if inspect.isfunction(callee) else ""
+        tr.error(node, f"call to unknown function '{name}'{hint}")
+    return tr.checked(node, lambda: rule(tr, node, args))
+
+
+def _is_handle(value) -> bool:
+    from braze.frontend.kernel_ast import ArrayHandle, ShapeHandle
+
+    return isinstance(value, (ArrayHandle, ShapeHandle))
+
+
+def _foldable(callee) -> bool:
+    try:
+        return callee in _FOLDABLE
+    except TypeError:  # an unhashable callee
+        return False
+
+
+def _rule_for(callee, stdlib_math: dict) -> Callable | None:
+    if isinstance(callee, DType):
+        return lambda tr, node, args: ty.convert(_one(node, args), callee)
+    if isinstance(callee, lang.MathFunction):
+        return lambda tr, node, args: _op(callee.op, args)
+    if callee in _BUILTIN_RULES:
+        return _BUILTIN_RULES[callee]
+    try:
+        op = stdlib_math.get(callee)
+    except TypeError:  # an unhashable callee
+        return None
+    return (lambda tr, node, args: _op(op, args)) if op else None
+
+
+def _one(node: ast.Call, args: list):
+    if len(args) != 1:
+        raise ty.TypeProblem(f"{ast.unparse(node.func)}: expected 1 argument, got {len(args)}")
+    return args[0]
+
+
+def _op(op: str, args: list):
+    arity = {1: ty.unary, 2: ty.binary, 3: ty.ternary}
+    if len(args) not in arity:
+        raise ty.TypeProblem(f"{op}: expected 1 to 3 arguments, got {len(args)}")
+    return arity[len(args)](op, *args)
+
+
+def _extreme(op: str):
+    def rule(tr, node, args):
+        if len(args) < 2:
+            raise ty.TypeProblem(f"{op}: expected at least 2 arguments in a kernel")
+        return functools.reduce(lambda a, b: ty.binary(op, a, b), args)
+    return rule
+
+
+def _len(tr, node, args):
+    from braze.frontend.kernel_ast import ArrayHandle
+
+    value = _one(node, args)
+    if isinstance(value, ArrayHandle):
+        return k.ArrayExtent(value.param, 0)
+    raise ty.TypeProblem("len: expected an array")
+
+
+_BUILTIN_RULES: dict[Callable, Callable] = {
+    int: lambda tr, node, args: ty.convert(_one(node, args), dt.int64),
+    float: lambda tr, node, args: ty.convert(_one(node, args), dt.float64),
+    bool: lambda tr, node, args: ty.convert(_one(node, args), dt.bool_),
+    abs: lambda tr, node, args: ty.unary("abs", _one(node, args)),
+    min: _extreme("minimum"),
+    max: _extreme("maximum"),
+    len: _len,
+}
+
+
+# --- atomics --------------------------------------------------------------------------------------
+def _atomic(tr: Translator, node: ast.Call, op: str) -> k.Var:
+    """`old = bz.atomic_add(a[i, j], value)`: the element's value before the update."""
+    if len(node.args) != 2 or not isinstance(node.args[0], ast.Subscript):
+        tr.error(node, f"atomic_{op}: expected (array[index], value)")
+    handle, indices = tr.subscript(node.args[0])
+    param = handle.param
+    if param.dtype.name not in _ATOMIC_DTYPES:
+        tr.error(node, f"atomic_{op}: expected an array of {', '.join(_ATOMIC_DTYPES)}, got {param.dtype.name}",
+                 KernelTypeError)
+    value = tr.checked(node, lambda: ty.assignable(tr.expr(node.args[1]), param.dtype, f"'{param.name}'"))
+    old = tr.new_var(f"{param.name}_old", param.dtype)
+    tr.prologue.append(k.Let(old, ty.as_expr(0, param.dtype)))
+    tr.emit(k.AtomicRMW(op, param, indices, value, old))
+    return old
+
+
+# --- @bz.func helpers -------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=256)
+def _source(fn: Callable):
+    from braze.frontend.kernel_ast import Source
+
+    return Source.of(fn)
+
+
+def inline(tr: Translator, node: ast.Call, helper: lang.KernelFunc):
+    """The helper's body, translated in place with its parameters bound to the arguments."""
+    from braze.frontend.kernel_ast import Frame, Local
+
+    if len(tr.frames) > 32:
+        tr.error(node, f"{helper.__name__}: @bz.func calls nest too deeply (recursion is not supported)")
+    source = _source(helper.fn)
+    args = [tr.expr(a) for a in node.args]
+    kwargs = {kw.arg: tr.expr(kw.value) for kw in node.keywords}
+    try:
+        bound = inspect.signature(helper.fn).bind(*args, **kwargs)
+    except TypeError as error:
+        tr.error(node, f"{helper.__name__}: {error}", KernelTypeError)
+    bound.apply_defaults()
+    frame = Frame(source)
+    for name, value in bound.arguments.items():
+        if isinstance(value, k.Expr) and not isinstance(value, k.Const):
+            var = tr.new_var(name, value.dtype)  # a local of its own, so the helper may reassign it
+            if tr.depth == 0:
+                tr.emit(k.Let(var, value))
+            else:
+                _assign_declared(tr, var, value)
+            frame.names[name] = Local(var)
+        else:
+            frame.names[name] = value
+    tr.frames.append(frame)
+    loops, tr.loops = tr.loops, []
+    try:
+        return _tail(tr, source.tree.body)
+    finally:
+        tr.frames.pop()
+        tr.loops = loops
+
+
+def _assign_declared(tr: Translator, var: k.Var, value: k.Expr) -> None:
+    tr.prologue.append(k.Let(var, ty.as_expr(False if var.dtype.is_bool else 0, var.dtype)))
+    tr.emit(k.Assign(var, value))
+
+
+def _tail(tr: Translator, stmts: list[ast.stmt]):
+    """Translates a helper body whose `return`s are all in tail position; gives the returned value."""
+    body = [s for s in stmts if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    if not body:
+        return None
+    tr.statements(body[:-1])
+    last = body[-1]
+    if isinstance(last, ast.Return):
+        return tr.expr(last.value) if last.value is not None else None
+    if isinstance(last, ast.If) and _returns(last):
+        static = tr.static_condition(last.test)
+        if static is not None:
+            return _tail(tr, last.body if static else last.orelse)
+        return _tail_if(tr, last)
+    tr.statements([last])
+    return None
+
+
+def _returns(node: ast.stmt) -> bool:
+    if isinstance(node, ast.Return):
+        return True
+    return isinstance(node, ast.If) and bool(node.body) and bool(node.orelse) and _returns(node.body[-1]) \
+        and _returns(node.orelse[-1])
+
+
+def _tail_if(tr: Translator, node: ast.If):
+    cond = tr.condition(node.test)
+    values: list = []
+    then = tr.nested(lambda: values.append(_tail(tr, node.body)))
+    orelse = tr.nested(lambda: values.append(_tail(tr, node.orelse)))
+    if any(v is None or not ty.is_value(v) for v in values):
+        tr.error(node, "a @bz.func that returns in both branches must return a number in both")
+    dtype = tr.checked(node, lambda: ty.common_type(*values))
+    result = tr.declare("result", dtype)
+    tr.emit(k.If(cond, then + (k.Assign(result, ty.as_expr(values[0], dtype)),),
+                 orelse + (k.Assign(result, ty.as_expr(values[1], dtype)),)))
+    return result

@@ -1,0 +1,115 @@
+"""The names a `@bz.kernel` body uses: array parameter types, `ndrange`, `static`, atomics, `bz.math`
+and `@bz.func`. The AST frontend (braze.frontend.kernel_ast) recognises these objects; called from
+plain Python, those that have a meaning outside a kernel work as Python.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from braze import dtypes as dt
+from braze.dtypes import DType
+from braze.errors import KernelSyntaxError
+from braze.ops.elementwise import BINARY, TERNARY, UNARY
+
+
+@dataclass(frozen=True)
+class ArrayType:
+    """The annotation `bz.Array[dtype, ndim]`; a part left out is taken from the argument."""
+
+    dtype: DType | None = None
+    ndim: int | None = None
+
+    def __repr__(self) -> str:
+        parts = [repr(self.dtype) if self.dtype else "?", str(self.ndim) if self.ndim is not None else "?"]
+        return f"bz.Array[{', '.join(parts)}]"
+
+
+class _ArrayTypes:
+    """`bz.Array`, `bz.Array[dtype]` and `bz.Array[dtype, ndim]`."""
+
+    def __getitem__(self, spec) -> ArrayType:
+        dtype, ndim = spec if isinstance(spec, tuple) else (spec, None)
+        return ArrayType(None if dtype is None else dt.as_dtype(dtype), ndim)
+
+    def __repr__(self) -> str:
+        return "bz.Array"
+
+
+Array = _ArrayTypes()
+
+
+def ndrange(*extents) -> Iterator[tuple[int, ...]]:
+    """`for i, j in bz.ndrange(n, m)`: every index pair; an extent may be a `(begin, end)` pair."""
+    ranges = [range(*e) if isinstance(e, tuple) else range(e) for e in extents]
+    return itertools.product(*ranges)
+
+
+def static(value):
+    """Marks a value as known at compile time: `if bz.static(c)` picks a branch, `for v in bz.static(s)` unrolls."""
+    return value
+
+
+def _kernel_only(name: str) -> Callable:
+    def outside(*args, **kwargs):
+        raise KernelSyntaxError(f"bz.{name} can only be called inside a @bz.kernel")
+
+    outside.__name__ = name
+    outside.kernel_atomic = name.removeprefix("atomic_")
+    return outside
+
+
+atomic_add = _kernel_only("atomic_add")
+atomic_sub = _kernel_only("atomic_sub")
+atomic_min = _kernel_only("atomic_min")
+atomic_max = _kernel_only("atomic_max")
+
+
+class MathFunction:
+    """`bz.math.<op>`: an op of the op table, usable in kernels (and on NumPy values outside)."""
+
+    def __init__(self, op: str, reference: Callable) -> None:
+        self.op, self.reference = op, reference
+        self.__name__ = op
+
+    def __call__(self, *args):
+        return self.reference(*[np.asarray(a) for a in args])
+
+    def __repr__(self) -> str:
+        return f"bz.math.{self.op}"
+
+
+class _MathNamespace:
+    """The op table's unary, binary and ternary functions, as `bz.math.sin`, `bz.math.atan2`, ..."""
+
+    def __init__(self) -> None:
+        for table in (UNARY, BINARY, TERNARY):
+            for name, (_, _, reference) in table.items():
+                setattr(self, name, MathFunction(name, reference))
+
+    def __repr__(self) -> str:
+        return "bz.math"
+
+
+math = _MathNamespace()
+
+
+class KernelFunc:
+    """A `@bz.func` helper: inlined where a kernel calls it; a plain function when called from Python."""
+
+    def __init__(self, fn: Callable) -> None:
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+
+    def __call__(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)
+
+
+def func(fn: Callable) -> KernelFunc:
+    """Decorates a helper that kernels call; its body is inlined at each call."""
+    return KernelFunc(fn)

@@ -1,0 +1,145 @@
+"""Typing of the kernel language: how operators, casts and assignments become typed Kernel IR.
+
+A value in a kernel is either a Python object known at compile time (a literal, a global, a
+closure value) or a Kernel IR expression. Operators follow the op table and braze's promotion
+rules: Python literals are weak (they never widen a typed operand), half types compute in
+float32 and round once to the result, as in fusions. Errors raise `_TypeProblem`; the AST
+frontend adds the file, line and source.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+
+from braze import dtypes as dt
+from braze.dtypes import DType
+from braze.kir import nodes as k
+from braze.lower.values import cast
+from braze.ops.elementwise import BINARY, TERNARY, UNARY, compute_type
+
+PYTHON_SCALARS = (bool, int, float)
+_KIND_NAMES = {"b": "bool", "i": "integer", "f": "floating"}
+_KIND_RANK = {"b": 0, "i": 1, "f": 2}
+
+
+class TypeProblem(Exception):
+    """A type error in a kernel expression (the frontend turns it into a KernelTypeError)."""
+
+
+def is_value(v: object) -> bool:
+    return isinstance(v, (k.Expr, *PYTHON_SCALARS))
+
+
+def type_of(v: k.Expr | bool | int | float) -> tuple[DType, int]:
+    """(dtype, weakness): typed expressions are strong (0), Python literals weak (2)."""
+    if isinstance(v, k.Expr):
+        return v.dtype, 0
+    return dt.python_scalar_dtype(v), 2
+
+
+def literal(value: bool | int | float, dtype: DType) -> k.Expr:
+    """A Python literal as a constant of `dtype`, rounded as a cast would round it."""
+    exact = k.Const(value, dt.as_dtype(type(value)))
+    if dtype.name == "bfloat16":
+        return cast(k.Const(float(value), dt.float32), dtype)
+    return cast(exact, dtype)
+
+
+def as_expr(v: k.Expr | bool | int | float, dtype: DType | None = None) -> k.Expr:
+    """`v` as an expression (of `dtype` when given: literals round to it, expressions are cast)."""
+    if isinstance(v, k.Expr):
+        return v if dtype is None else cast(v, dtype)
+    return literal(v, dtype or type_of(v)[0])
+
+
+def _check_kinds(op: str, dtype: DType, kinds: str) -> None:
+    if dtype.kind not in kinds:
+        expected = " or ".join(_KIND_NAMES[c] for c in kinds)
+        raise TypeProblem(f"{op}: expected {expected} operands, got {dtype.name}")
+
+
+def _apply(op: str, table: dict, operands: list, make: Callable[[list[k.Expr], DType], k.Expr]) -> k.Expr:
+    kinds, result_rule, _ = table[op]
+    first_value = 1 if op == "where" else 0
+    values = operands[first_value:]
+    for v in values:
+        if isinstance(v, k.Expr):
+            _check_kinds(op, v.dtype, kinds)
+    promoted = dt.result_type(*[type_of(v) for v in values])
+    _check_kinds(op, promoted, kinds)
+    result = result_rule(promoted)
+    compute = compute_type(promoted, result)
+    conditions = [as_expr(c, dt.bool_) for c in operands[:first_value]]
+    # Literals round to the promoted type first (float16 x + 0.1 adds float16(0.1)), then compute.
+    converted = [cast(as_expr(v, promoted), compute) for v in values]
+    node = make(conditions + converted, dt.bool_ if result.is_bool else compute)
+    return cast(node, result)
+
+
+_PYTHON_BINARY: dict[str, Callable] = {
+    "add": operator.add, "sub": operator.sub, "mul": operator.mul, "truediv": operator.truediv,
+    "floordiv": operator.floordiv, "remainder": operator.mod, "pow": operator.pow,
+    "left_shift": operator.lshift, "right_shift": operator.rshift, "bitwise_and": operator.and_,
+    "bitwise_or": operator.or_, "bitwise_xor": operator.xor, "eq": operator.eq, "ne": operator.ne,
+    "lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
+    "maximum": max, "minimum": min,
+}
+_PYTHON_UNARY: dict[str, Callable] = {"neg": operator.neg, "bitwise_not": operator.invert,
+                                      "logical_not": operator.not_, "abs": abs}
+
+
+def binary(op: str, a, b):
+    """`a <op> b`: folded when both are Python values, else typed Kernel IR."""
+    if not isinstance(a, k.Expr) and not isinstance(b, k.Expr) and op in _PYTHON_BINARY:
+        try:
+            return _PYTHON_BINARY[op](a, b)
+        except ArithmeticError as error:
+            raise TypeProblem(f"{op} of constants {a!r} and {b!r}: {error}") from None
+    return _apply(op, BINARY, [a, b], lambda x, dtype: k.Binary(op, x[0], x[1], dtype))
+
+
+def unary(op: str, x, attrs: tuple = ()):
+    if not isinstance(x, k.Expr) and op in _PYTHON_UNARY:
+        return _PYTHON_UNARY[op](x)
+    return _apply(op, UNARY, [x], lambda v, dtype: k.Unary(op, v[0], dtype, attrs))
+
+
+def ternary(op: str, a, b, c):
+    return _apply(op, TERNARY, [a, b, c], lambda v, dtype: k.Ternary(op, v[0], v[1], v[2], dtype))
+
+
+def convert(x, dtype: DType):
+    """`bz.float32(x)`, `int(x)`: an explicit conversion (floats to integers truncate)."""
+    return as_expr(x, dtype)
+
+
+def truth(x) -> k.Expr | bool:
+    """A condition as a bool (nonzero is true, NaN too)."""
+    return bool(x) if not isinstance(x, k.Expr) else cast(x, dt.bool_)
+
+
+def assignable(value, target: DType, what: str) -> k.Expr:
+    """`value` converted for storing into `target`: within a kind or up a kind (bool < int < float).
+
+    Going down a kind (a float into an integer) loses the value silently in C; here it is a type
+    mismatch, to be spelled out with a conversion such as `bz.int32(x)`.
+    """
+    source = type_of(value)[0]
+    if _KIND_RANK[source.kind] > _KIND_RANK[target.kind]:
+        raise TypeProblem(f"type mismatch: {what} is {target.name}, the value is {source.name}; "
+                          f"convert it explicitly, e.g. bz.{target.name}(...)")
+    return as_expr(value, target)
+
+
+def index(x, what: str) -> k.Expr:
+    """An array index as int64."""
+    dtype = type_of(x)[0]
+    if not dtype.is_integer:
+        raise TypeProblem(f"{what}: expected an integer index, got {dtype.name}")
+    return as_expr(x, dt.int64)
+
+
+def common_type(a, b) -> DType:
+    """The type of `a if c else b`."""
+    return dt.result_type(type_of(a), type_of(b))

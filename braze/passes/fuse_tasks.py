@@ -1,0 +1,355 @@
+"""Task fusion (DESIGN section 7): adjacent `range_for` tasks merge into one launch when provably race-free.
+
+Two tasks A then B run as one loop whose thread `t` runs A's body then B's body for index `t`.
+That is only the same program when no thread can see another thread's part of A from B:
+
+1. A and B have the same bounds (their begin/end read only constants, scalar parameters and
+   extents, none of which a task can write).
+2. Every global access is attributed to a resource (an array parameter).
+3. Each resource touched by both tasks and written by one of them is accessed, everywhere in
+   both bodies, at one and the same address fingerprint, and that fingerprint is injective in
+   the loop index and not indirect: thread `t` owns its elements.
+
+Anything the analysis does not recognise rejects the pair, so the pass can only change speed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from braze import config
+from braze.kir import nodes as k
+
+# --- decisions ----------------------------------------------------------------------------------
+FUSED_DISJOINT = "disjoint"
+FUSED_RAW = "same-thread read-after-write"
+REJECT_SERIAL = "serial task"
+REJECT_BOUNDS = "different bounds"
+REJECT_UNRECOGNISED = "unrecognised construct"
+REJECT_CONTINUE = "continue at task level"
+REJECT_INDIRECT = "indirect index"
+REJECT_NOT_INJECTIVE = "non-injective index"
+REJECT_ADDRESSES = "different addresses"
+REJECT_ATOMIC = "atomic on shared array"
+REJECT_RAW_OFF = "read-after-write rule off"
+REJECT_BUDGET = "size budget"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the pass decided for one adjacent pair of tasks."""
+
+    kernel: str
+    first: str
+    second: str
+    fused: bool
+    reason: str  # one of the FUSED_* / REJECT_* categories
+    detail: str = ""
+
+    def line(self) -> str:
+        verdict = "fused" if self.fused else "rejected"
+        detail = f" ({self.detail})" if self.detail else ""
+        return f"fuse_tasks {self.kernel}: {self.first} + {self.second}: {verdict}: {self.reason}{detail}"
+
+
+class _Reject(Exception):
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(reason)
+        self.reason, self.detail = reason, detail
+
+
+# --- generic traversal of Kernel IR nodes ---------------------------------------------------------
+def _children(node) -> Iterator:
+    for f in dataclasses.fields(node):
+        value = getattr(node, f.name)
+        if isinstance(value, tuple):
+            yield from (v for v in value if isinstance(v, (k.Expr, k.Stmt)))
+        elif isinstance(value, (k.Expr, k.Stmt)):
+            yield value
+
+
+def _walk(node) -> Iterator:
+    yield node
+    for child in _children(node):
+        yield from _walk(child)
+
+
+def _map(node, fn: Callable):
+    """Rebuilds `node` bottom-up, letting `fn` replace each rebuilt node."""
+    changes = {}
+    for f in dataclasses.fields(node):
+        value = getattr(node, f.name)
+        if isinstance(value, tuple) and any(isinstance(v, (k.Expr, k.Stmt)) for v in value):
+            changes[f.name] = tuple(_map(v, fn) if isinstance(v, (k.Expr, k.Stmt)) else v for v in value)
+        elif isinstance(value, (k.Expr, k.Stmt)):
+            changes[f.name] = _map(value, fn)
+    rebuilt = dataclasses.replace(node, **changes) if changes else node
+    return fn(rebuilt)
+
+
+def body_size(body: tuple[k.Stmt, ...]) -> int:
+    """Kernel IR nodes in a task body: the cost guard's measure of a merged body."""
+    return sum(1 for s in body for _ in _walk(s))
+
+
+# --- accesses and their address fingerprints -------------------------------------------------------
+@dataclass(frozen=True)
+class Access:
+    resource: str
+    writes: bool
+    atomic: bool
+    fingerprint: tuple[k.Expr, ...]  # the indices with single-assignment locals substituted
+    text: str
+
+
+_KNOWN_STMTS = (k.Let, k.Assign, k.Store, k.StoreLocal, k.AtomicRMW, k.If, k.For, k.While, k.Break, k.Continue,
+                k.Assert)
+_KNOWN_EXPRS = (k.Const, k.Var, k.ScalarRef, k.ArrayExtent, k.ArrayStride, k.Load, k.LoadLocal, k.Unary, k.Binary,
+                k.Ternary, k.Cast, k.Philox)
+
+
+def _single_assignment_defs(body: tuple[k.Stmt, ...]) -> dict[k.Var, k.Expr]:
+    """Locals defined once by `Let` and never changed after: their uses can be replaced by the definition."""
+    lets: Counter = Counter()
+    changed: set[k.Var] = set()
+    definition: dict[k.Var, k.Expr] = {}
+    for s in (n for stmt in body for n in _walk(stmt)):
+        if isinstance(s, k.Let):
+            lets[s.var] += 1
+            definition[s.var] = s.value
+        elif isinstance(s, k.Assign):
+            changed.add(s.var)
+        elif isinstance(s, (k.For, k.Alloc)):
+            changed.add(s.var)
+        elif isinstance(s, k.AtomicRMW) and s.result is not None:
+            changed.add(s.result)
+    return {v: e for v, e in definition.items() if lets[v] == 1 and v not in changed}
+
+
+class _Substituter:
+    def __init__(self, defs: dict[k.Var, k.Expr]) -> None:
+        self.defs, self.memo = defs, {}
+
+    def __call__(self, e: k.Expr) -> k.Expr:
+        if e not in self.memo:
+            self.memo[e] = _map(e, lambda n: self(self.defs[n]) if isinstance(n, k.Var) and n in self.defs else n)
+        return self.memo[e]
+
+
+def _collect(task: k.Task) -> list[Access]:
+    """Every global access of the task, or _Reject when something cannot be attributed."""
+    subst = _Substituter(_single_assignment_defs(task.body))
+    accesses = []
+    for stmt in task.body:
+        for node in _walk(stmt):
+            if isinstance(node, k.Alloc) and node.memory != "local":
+                raise _Reject(REJECT_UNRECOGNISED, f"{node.memory} memory")
+            if not isinstance(node, (*_KNOWN_STMTS, *_KNOWN_EXPRS, k.Alloc)):
+                raise _Reject(REJECT_UNRECOGNISED, type(node).__name__)
+            if isinstance(node, (k.Load, k.Store, k.AtomicRMW)):
+                fingerprint = tuple(subst(i) for i in node.indices)
+                text = f"{node.param.name}[{', '.join(_text(i) for i in node.indices)}]"
+                accesses.append(Access(node.param.name, not isinstance(node, k.Load),
+                                       isinstance(node, k.AtomicRMW), fingerprint, text))
+    return accesses
+
+
+def _text(e: k.Expr) -> str:
+    from braze.kir.printer import expr
+
+    return expr(e)
+
+
+# --- injectivity ----------------------------------------------------------------------------------
+def _uniform(e: k.Expr) -> bool:
+    """The same value in every thread and unchanged by any task (no memory, no locals)."""
+    if isinstance(e, (k.Const, k.ScalarRef, k.ArrayExtent, k.ArrayStride)):
+        return True
+    if isinstance(e, (k.Unary, k.Binary, k.Ternary, k.Cast)):
+        return all(_uniform(c) for c in _children(e))
+    return False
+
+
+def _nonzero_const(e: k.Expr) -> bool:
+    return isinstance(e, k.Const) and not e.dtype.is_floating and int(e.value) != 0
+
+
+def _shift_amount(e: k.Expr, x: k.Expr) -> bool:
+    return isinstance(e, k.Const) and 0 <= int(e.value) < 8 * x.dtype.itemsize
+
+
+def _either_side(e: k.Binary, t: k.Var, other_ok: Callable[[k.Expr], bool]) -> bool:
+    return injective(e.a, t) and other_ok(e.b) or injective(e.b, t) and other_ok(e.a)
+
+
+# The whitelist: index forms that keep an injective function of the loop index injective.
+_INJECTIVE_BINARY: dict[str, Callable[[k.Binary, k.Var], bool]] = {
+    "add": lambda e, t: _either_side(e, t, _uniform),
+    "sub": lambda e, t: _either_side(e, t, _uniform),
+    "bitwise_xor": lambda e, t: _either_side(e, t, _uniform),
+    "mul": lambda e, t: _either_side(e, t, _nonzero_const),
+    "left_shift": lambda e, t: injective(e.a, t) and _shift_amount(e.b, e.a),
+}
+_INJECTIVE_UNARY = ("neg", "bitwise_not")
+
+
+def injective(e: k.Expr, t: k.Var) -> bool:
+    """Whether `e` is an injective function of the loop index `t` (by the whitelist; False when unsure)."""
+    if isinstance(e, k.Var):
+        return e == t
+    if isinstance(e, k.Binary) and e.op in _INJECTIVE_BINARY:
+        return _INJECTIVE_BINARY[e.op](e, t)
+    if isinstance(e, k.Unary) and e.op in _INJECTIVE_UNARY:
+        return injective(e.x, t)
+    if isinstance(e, k.Cast):  # bit casts and widening integer casts keep distinct values distinct
+        return (e.dtype.is_integer and e.x.dtype.is_integer and e.dtype.itemsize >= e.x.dtype.itemsize
+                and injective(e.x, t))
+    return False
+
+
+def _strip_offset(e: k.Expr) -> k.Expr:
+    """`lo + x` -> x for a uniform lo (how `bz.ndrange` offsets its indices)."""
+    if isinstance(e, k.Binary) and e.op == "add" and _uniform(e.a):
+        return e.b
+    return e
+
+
+def _delinearized(indices: tuple[k.Expr, ...], t: k.Var) -> bool:
+    """(t // E, t % E) among the indices: the 2-d `bz.ndrange` split, injective as a pair."""
+    parts = [_strip_offset(i) for i in indices]
+    quotients = {p.b for p in parts if isinstance(p, k.Binary) and p.op == "floordiv" and p.a == t and _uniform(p.b)}
+    return any(isinstance(p, k.Binary) and p.op == "remainder" and p.a == t and p.b in quotients for p in parts)
+
+
+def _problem(access: Access, t: k.Var) -> str | None:
+    """Why this access's address does not name one element owned by thread t, or None."""
+    if any(isinstance(n, (k.Load, k.LoadLocal)) for i in access.fingerprint for n in _walk(i)):
+        return REJECT_INDIRECT
+    if not any(injective(i, t) for i in access.fingerprint) and not _delinearized(access.fingerprint, t):
+        return REJECT_NOT_INJECTIVE
+    return None
+
+
+# --- the pair decision ----------------------------------------------------------------------------
+def _check_shared(resource: str, accesses: list[Access], t: k.Var) -> None:
+    for access in accesses:
+        problem = _problem(access, t)
+        if problem is not None:
+            raise _Reject(REJECT_ATOMIC if access.atomic else problem, access.text)
+    if len({a.fingerprint for a in accesses}) > 1:
+        texts = sorted({a.text for a in accesses})
+        atomic = any(a.atomic for a in accesses)
+        raise _Reject(REJECT_ATOMIC if atomic else REJECT_ADDRESSES, " vs ".join(texts))
+
+
+def _has_task_level_jump(body: tuple[k.Stmt, ...]) -> bool:
+    """A continue/break outside any serial loop would skip the second body once merged."""
+    for s in body:
+        if isinstance(s, (k.Continue, k.Break)):
+            return True
+        if isinstance(s, k.If) and (_has_task_level_jump(s.then) or _has_task_level_jump(s.orelse)):
+            return True
+    return False
+
+
+def _renamed_second(a: k.Task, b: k.Task) -> k.Task:
+    """B's body with its loop index renamed to A's and its locals renamed away from A's names."""
+    taken = {n.name for s in a.body for n in _walk(s) if isinstance(n, k.Var)} | {a.var.name}
+    mapping: dict[k.Var, k.Var] = {b.var: a.var}
+    defined = {n.var if not isinstance(n, k.AtomicRMW) else n.result for s in b.body for n in _walk(s)
+               if isinstance(n, (k.Let, k.For, k.Alloc)) or isinstance(n, k.AtomicRMW) and n.result is not None}
+    names_in_b = {n.name for s in b.body for n in _walk(s) if isinstance(n, k.Var)}
+    for var in sorted(defined, key=lambda v: v.name):
+        if var.name in taken:
+            suffix = 1
+            while f"{var.name}_{suffix}" in taken | names_in_b:
+                suffix += 1
+            mapping[var] = k.Var(f"{var.name}_{suffix}", var.dtype)
+            taken.add(mapping[var].name)
+    rename = lambda n: mapping.get(n, n) if isinstance(n, k.Var) else n
+    return dataclasses.replace(b, body=tuple(_map(s, rename) for s in b.body), var=a.var)
+
+
+def _merged_name(a: k.Task, b: k.Task) -> str:
+    name = f"{a.name}__{b.name.rsplit('__', 1)[-1]}"
+    return name if len(name) <= 96 else f"{a.name.split('__')[0]}__merged{abs(hash(name)) % 10**8}"
+
+
+def decide(a: k.Task, b: k.Task, budget: int, raw: bool) -> tuple[str, str]:
+    """(fused reason, detail) for tasks A then B, or raises _Reject with the reason."""
+    if a.kind != "range_for" or b.kind != "range_for":
+        raise _Reject(REJECT_SERIAL)
+    if (a.begin, a.end, a.block_dim, a.var.dtype) != (b.begin, b.end, b.block_dim, b.var.dtype):
+        raise _Reject(REJECT_BOUNDS, f"[{_text(a.begin)}, {_text(a.end)}) vs [{_text(b.begin)}, {_text(b.end)})")
+    if _has_task_level_jump(a.body):
+        raise _Reject(REJECT_CONTINUE)
+    second = _renamed_second(a, b)
+    first_accesses, second_accesses = _collect(a), _collect(second)
+    touched_first = {x.resource for x in first_accesses}
+    touched_second = {x.resource for x in second_accesses}
+    written = {x.resource for x in first_accesses + second_accesses if x.writes}
+    shared = sorted(touched_first & touched_second & written)
+    if shared and not raw:
+        raise _Reject(REJECT_RAW_OFF, ", ".join(shared))
+    for resource in shared:
+        _check_shared(resource, [x for x in first_accesses + second_accesses if x.resource == resource], a.var)
+    size = body_size(a.body) + body_size(second.body)
+    if size > budget:
+        raise _Reject(REJECT_BUDGET, f"{size} nodes > {budget}")
+    return (FUSED_RAW, f"on {', '.join(shared)}; {size} nodes") if shared else (FUSED_DISJOINT, f"{size} nodes")
+
+
+def _merge(a: k.Task, b: k.Task) -> k.Task:
+    second = _renamed_second(a, b)
+    return dataclasses.replace(a, name=_merged_name(a, b), body=a.body + second.body)
+
+
+def fuse_tasks(kernel: k.Kernel, enabled: bool = True) -> tuple[k.Kernel, list[Decision]]:
+    """Merges adjacent tasks of `kernel` to a fixed point; returns the new kernel and every pair's decision.
+
+    Knobs (braze.config): `fuse_tasks` (kill switch), `fuse_tasks_raw`, `fuse_tasks_budget`, and
+    `fuse_tasks_diag`, which prints one line per pair and a count per reason.
+    """
+    knobs = config.current
+    if not (enabled and knobs.fuse_tasks):
+        return kernel, []
+    decisions: dict[tuple[str, str], Decision] = {}
+    tasks = list(kernel.tasks)
+    changed = True
+    while changed:
+        changed = False
+        merged: list[k.Task] = []
+        for task in tasks:
+            if merged and _try(kernel.name, merged[-1], task, knobs, decisions):
+                merged[-1] = _merge(merged[-1], task)
+                changed = True
+            else:
+                merged.append(task)
+        tasks = merged
+    result = dataclasses.replace(kernel, tasks=tuple(tasks))
+    if knobs.fuse_tasks_diag:
+        _print_diagnostics(kernel, result, list(decisions.values()))
+    return result, list(decisions.values())
+
+
+def _try(kernel: str, a: k.Task, b: k.Task, knobs: config.Config, decisions: dict) -> bool:
+    key = (a.name, b.name)
+    if key not in decisions:
+        try:
+            reason, detail = decide(a, b, knobs.fuse_tasks_budget, knobs.fuse_tasks_raw)
+            decisions[key] = Decision(kernel, a.name, b.name, True, reason, detail)
+        except _Reject as reject:
+            decisions[key] = Decision(kernel, a.name, b.name, False, reject.reason, reject.detail)
+    return decisions[key].fused
+
+
+def _print_diagnostics(before: k.Kernel, after: k.Kernel, decisions: list[Decision]) -> None:
+    for decision in decisions:
+        config.diagnostic(decision.line())
+    counts = Counter(("fused: " if d.fused else "rejected: ") + d.reason for d in decisions)
+    summary = ", ".join(f"{reason} x{n}" for reason, n in sorted(counts.items()))
+    tasks = f"{len(before.tasks)} tasks -> {len(after.tasks)}"
+    config.diagnostic(f"fuse_tasks {before.name}: {tasks}; {summary or 'no pairs'}")

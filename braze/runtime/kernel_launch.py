@@ -1,0 +1,120 @@
+"""KernelLauncher: runs a compiled loop kernel (`@bz.kernel`) on the CPU.
+
+Built once per signature. A launch packs the argument block (per array its data pointer,
+extents and strides; per scalar its bits), evaluates each task's bounds with a Python function
+compiled from Kernel IR when the launcher was built, and runs the tasks in order.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from braze.codegen.llvm import ArgLayout
+from braze.errors import KernelAssertionError
+from braze.kir import nodes as k
+from braze.runtime import cpu
+from braze.runtime.compiled_kernel import CompiledKernel
+from braze.runtime.fusion_runtime import _scalar_bits
+from braze.runtime.record import Launch, note_launch, recording
+
+_HOST_OPS = {"add": "({} + {})", "sub": "({} - {})", "mul": "({} * {})", "floordiv": "_floordiv({}, {})",
+             "remainder": "_remainder({}, {})", "minimum": "min({}, {})", "maximum": "max({}, {})"}
+
+
+def _floordiv(a: int, b: int) -> int:
+    return a // b if b else 0  # integer division by zero gives 0, as in the generated code
+
+
+def _remainder(a: int, b: int) -> int:
+    return a % b if b else 0
+
+
+def _bound_source(e: k.Expr, arrays: dict[str, int], scalars: dict[str, int]) -> str:
+    """Python source for a task bound: `A[n].shape[axis]` for extents, `S[n]` for scalar parameters."""
+    if isinstance(e, k.Const):
+        return repr(int(e.value))
+    if isinstance(e, k.ScalarRef):
+        return f"S[{scalars[e.param.name]}]"
+    if isinstance(e, k.ArrayExtent):
+        return f"A[{arrays[e.param.name]}].shape[{e.axis}]"
+    if isinstance(e, k.Cast) and e.dtype.is_integer:
+        return _bound_source(e.x, arrays, scalars)
+    if isinstance(e, k.Binary) and e.op in _HOST_OPS:
+        return _HOST_OPS[e.op].format(_bound_source(e.a, arrays, scalars), _bound_source(e.b, arrays, scalars))
+    raise TypeError(f"task bounds: cannot evaluate {type(e).__name__} on the host")
+
+
+def _scalar_packer(param: k.ScalarParam) -> Callable[[object], int]:
+    """value -> the int64 slot holding it (floats by their bits; narrower types in the low bytes)."""
+    name = param.dtype.name
+    if param.dtype.is_integer or param.dtype.is_bool:
+        return int
+    if name == "float64":
+        return lambda v: struct.unpack("<q", struct.pack("<d", v))[0]
+    if name == "float32":
+        return lambda v: struct.unpack("<i", struct.pack("<f", v))[0]
+    return lambda v: _scalar_bits(v, param)
+
+
+def _work_per_index(task: k.Task) -> int:
+    """A rough cost of one index of the task, so small loops stay on one thread."""
+    nodes = [task.body]
+    count = 0
+    while nodes:
+        for s in nodes.pop():
+            count += 1
+            nodes.extend(b for b in (getattr(s, "body", None), getattr(s, "then", None), getattr(s, "orelse", None))
+                         if b)
+    return 16 * count
+
+
+class KernelLauncher:
+    """Launches every task of one compiled loop kernel with arrays and scalars bound in parameter order."""
+
+    def __init__(self, compiled: CompiledKernel, arrays: Sequence[k.ArrayParam],
+                 scalars: Sequence[k.ScalarParam]) -> None:
+        self.compiled = compiled
+        self.kernel = compiled.kernel
+        self.functions = compiled.functions
+        layout = ArgLayout.of(self.kernel.params)
+        self.block_size = layout.size
+        self.array_slots = [(layout.slots[p.name], p.ndim) for p in arrays]
+        self.scalar_slots = [(layout.slots[p.name], _scalar_packer(p)) for p in scalars]
+        self.messages = k.assert_messages(self.kernel)
+        self.status_slot = layout.slots.get(k.ASSERT_STATUS)
+        array_index = {p.name: n for n, p in enumerate(arrays)}
+        scalar_index = {p.name: n for n, p in enumerate(scalars)}
+        bounds = ", ".join(f"({_bound_source(t.begin, array_index, scalar_index)}, "
+                           f"{_bound_source(t.end, array_index, scalar_index)})" for t in self.kernel.tasks)
+        namespace = {"_floordiv": _floordiv, "_remainder": _remainder}
+        self.bounds = eval(f"lambda A, S: ({bounds},)", namespace)  # noqa: S307  (built from Kernel IR only)
+        self.work = [_work_per_index(t) for t in self.kernel.tasks]
+
+    def launch(self, arrays: Sequence[np.ndarray], scalars: Sequence[object]) -> None:
+        """Runs the kernel once; raises KernelAssertionError when a debug check failed."""
+        block = [0] * self.block_size
+        for (slot, ndim), array in zip(self.array_slots, arrays):
+            itemsize = array.itemsize
+            block[slot] = array.__array_interface__["data"][0]
+            block[slot + 1: slot + 1 + ndim] = array.shape
+            block[slot + 1 + ndim: slot + 1 + 2 * ndim] = [s // itemsize for s in array.strides]
+        for (slot, pack), value in zip(self.scalar_slots, scalars):
+            block[slot] = pack(value)
+        status = None
+        if self.status_slot is not None:
+            status = np.zeros(1, np.int64)
+            block[self.status_slot: self.status_slot + 3] = [status.ctypes.data, 1, 1]
+        packed = np.array(block, dtype=np.int64)
+        self._run(packed, self.bounds(arrays, scalars), status)
+
+    def _run(self, packed: np.ndarray, bounds: tuple, status: np.ndarray | None) -> None:
+        address = packed.ctypes.data
+        for task, fn, (begin, end), work in zip(self.kernel.tasks, self.functions, bounds, self.work):
+            chunks = cpu.parallel_for(fn, begin, end, address, work)
+            if recording():
+                note_launch(Launch(self.kernel.name, task.name, begin, end, chunks))
+            if status is not None and status[0]:
+                raise KernelAssertionError(f"kernel {self.kernel.name!r}: {self.messages[int(status[0]) - 1]}")
