@@ -397,6 +397,8 @@ class Translator:
             self.error(node, f"assignment to array parameter '{name}'; write its elements with {name}[...] = ...")
         if isinstance(bound, Local) and bound.loop_index:
             self.error(node, f"assignment to loop index '{name}'")
+        if name not in frame.names and name in frame.outer:
+            self.error(node, f"assignment to '{name}', a top-level value every task reads; tasks share only arrays")
         if isinstance(value, (ArrayHandle, ShapeHandle)):
             frame.names[name] = value  # another name for a parameter
             return

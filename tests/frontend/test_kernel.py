@@ -1,0 +1,381 @@
+"""The `@bz.kernel` loop language on the CPU: each feature against NumPy or plain Python."""
+
+import math
+
+import numpy as np
+import pytest
+
+import braze as bz
+
+SCALE = 3  # a global: read as a compile-time constant
+rng = np.random.default_rng(0)
+
+
+def floats(*shape, dtype=np.float32):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def test_parallel_loops_over_range_and_bounds():
+    @bz.kernel
+    def fill(a: bz.Array[bz.float32, 1], lo: int, hi: int):
+        for i in range(a.shape[0]):
+            a[i] = 0.0
+        for i in range(lo, hi):
+            a[i] = i * 2.0
+
+    a = np.full(10, 7, np.float32)
+    fill(a, 3, 7)
+    assert a.tolist() == [0, 0, 0, 6, 8, 10, 12, 0, 0, 0]
+
+
+def test_ndrange_with_begin_end_pairs():
+    @bz.kernel
+    def border(a: bz.Array[bz.int32, 2]):
+        for i, j in bz.ndrange(a.shape[0], a.shape[1]):
+            a[i, j] = i * 10 + j
+        for i, j in bz.ndrange((1, a.shape[0] - 1), (1, a.shape[1] - 1)):
+            a[i, j] = -1
+
+    a = np.zeros((4, 5), np.int32)
+    border(a)
+    expected = np.add.outer(np.arange(4) * 10, np.arange(5)).astype(np.int32)
+    expected[1:-1, 1:-1] = -1
+    np.testing.assert_array_equal(a, expected)
+
+
+def test_serial_loops_while_break_continue_and_branches():
+    @bz.kernel
+    def collatz(n: bz.Array[bz.int64, 1], steps: bz.Array[bz.int64, 1], odd_sum: bz.Array[bz.int64, 1]):
+        for i in range(n.shape[0]):
+            x = n[i]
+            count = 0
+            while x != 1:
+                if x % 2 == 0:
+                    x = x // 2
+                elif x % 3 == 0:
+                    x = 3 * x + 1
+                else:
+                    x = 3 * x + 1
+                count += 1
+                if count > 1000:
+                    break
+            steps[i] = count
+            total = 0
+            for j in range(0, 20, 1):
+                if j % 2 == 0:
+                    continue
+                if j > 2 * n[i]:
+                    break
+                total += j
+            odd_sum[i] = total
+
+    n = np.arange(1, 30, dtype=np.int64)
+    steps, odd = np.zeros_like(n), np.zeros_like(n)
+    collatz(n, steps, odd)
+
+    def ref(x):
+        c = 0
+        while x != 1:
+            x = x // 2 if x % 2 == 0 else 3 * x + 1
+            c += 1
+        return c
+
+    assert steps.tolist() == [ref(int(x)) for x in n]
+    assert odd.tolist() == [sum(j for j in range(1, 20, 2) if j <= 2 * x) for x in n]
+
+
+def test_locals_infer_types_and_augmented_assignment():
+    @bz.kernel
+    def k(a: bz.Array[bz.float64, 1], out: bz.Array[bz.int32, 1]):
+        for i in range(a.shape[0]):
+            acc = a[i]       # float64
+            acc *= 2
+            acc -= 0.5
+            m = i            # int64
+            m <<= 2
+            m |= 1
+            a[i] = acc
+            out[i] = m
+
+    a = np.arange(5, dtype=np.float64)
+    out = np.zeros(5, np.int32)
+    k(a, out)
+    assert a.tolist() == [x * 2 - 0.5 for x in range(5)]
+    assert out.tolist() == [(i << 2) | 1 for i in range(5)]
+
+
+def test_three_dimensional_indexing_and_shape():
+    @bz.kernel
+    def transpose_sum(a: bz.Array[bz.float32, 3], out: bz.Array[bz.float32, 2]):
+        for i, j in bz.ndrange(a.shape[0], a.shape[1]):
+            s = 0.0
+            for t in range(a.shape[2]):
+                s += a[i, j, t]
+            out[j, i] = s
+
+    a = floats(3, 4, 5)
+    out = np.zeros((4, 3), np.float32)
+    transpose_sum(a, out)
+    expected = np.zeros((4, 3), np.float32)
+    for i in range(3):
+        for j in range(4):
+            s = np.float32(0)
+            for t in range(5):
+                s += a[i, j, t]
+            expected[j, i] = s
+    np.testing.assert_array_equal(out, expected)
+
+
+def test_strided_views_work():
+    @bz.kernel
+    def double(a: bz.Array[bz.float64, 2]):
+        for i, j in bz.ndrange(a.shape[0], a.shape[1]):
+            a[i, j] *= 2
+
+    base = np.arange(24, dtype=np.float64).reshape(4, 6)
+    view = base[::2, 1::2]
+    double(view)
+    expected = np.arange(24, dtype=np.float64).reshape(4, 6)
+    expected[::2, 1::2] *= 2
+    np.testing.assert_array_equal(base, expected)
+
+
+def test_math_functions_and_builtins():
+    @bz.kernel
+    def k(x: bz.Array[bz.float64, 1], y: bz.Array[bz.float64, 1]):
+        for i in range(x.shape[0]):
+            v = x[i]
+            y[i] = bz.math.sin(v) + bz.math.atan2(v, 2.0) + math.sqrt(abs(v)) + max(v, 0.25, -v) + min(v, 1.0) \
+                + bz.math.where(v > 0, v, -2 * v) + bz.math.clamp(v, -0.5, 0.5) + math.pi
+
+    x = np.linspace(-2, 2, 17)
+    y = np.zeros_like(x)
+    k(x, y)
+    expected = (np.sin(x) + np.arctan2(x, 2.0) + np.sqrt(np.abs(x)) + np.maximum(np.maximum(x, 0.25), -x)
+                + np.minimum(x, 1.0) + np.where(x > 0, x, -2 * x) + np.clip(x, -0.5, 0.5) + math.pi)
+    np.testing.assert_allclose(y, expected, rtol=1e-12)
+
+
+def test_casts_and_division():
+    @bz.kernel
+    def k(a: bz.Array[bz.int32, 1], f: bz.Array[bz.float32, 1], g: bz.Array[bz.int32, 1]):
+        for i in range(a.shape[0]):
+            f[i] = a[i] / 4          # true division: float32
+            g[i] = bz.int32(f[i] * 10.0) + a[i] // 3 + a[i] % 3
+
+    a = np.arange(-6, 7, dtype=np.int32)
+    f, g = np.zeros(13, np.float32), np.zeros(13, np.int32)
+    k(a, f, g)
+    np.testing.assert_array_equal(f, a.astype(np.float32) / 4)
+    np.testing.assert_array_equal(g, (f * 10).astype(np.int32) + a // 3 + a % 3)
+
+
+def test_half_precision_arrays_round_after_each_op():
+    @bz.kernel
+    def k(a: bz.Array[bz.float16, 1], b: bz.Array[bz.float16, 1]):
+        for i in range(a.shape[0]):
+            b[i] = a[i] * 0.1 + 1.0
+
+    a = np.linspace(-3, 3, 11).astype(np.float16)
+    b = np.zeros_like(a)
+    k(a, b)
+    expected = a * np.float16(0.1) + np.float16(1.0)  # NumPy's float16 ops round once per op too
+    np.testing.assert_array_equal(b, expected)
+
+
+def test_atomics_return_the_old_value():
+    @bz.kernel
+    def histogram(values: bz.Array[bz.int64, 1], bins: bz.Array[bz.int32, 1], olds: bz.Array[bz.int32, 1],
+                  extremes: bz.Array[bz.float64, 1]):
+        for i in range(values.shape[0]):
+            olds[i] = bz.atomic_add(bins[values[i] % bins.shape[0]], 1)
+            bz.atomic_sub(bins[0], 0)
+            bz.atomic_max(extremes[0], bz.float64(values[i]))
+            bz.atomic_min(extremes[1], bz.float64(values[i]))
+
+    values = np.arange(20, dtype=np.int64) * 7
+    bins = np.zeros(4, np.int32)
+    olds = np.zeros(20, np.int32)
+    extremes = np.array([-1e9, 1e9])
+    histogram(values, bins, olds, extremes)
+    np.testing.assert_array_equal(bins, np.bincount(values % 4, minlength=4))
+    # single-threaded for so few elements: each bin's old values count up from 0
+    for b in range(4):
+        assert sorted(olds[values % 4 == b].tolist()) == list(range(int(bins[b])))
+    assert extremes.tolist() == [133.0, 0.0]
+
+
+def test_static_branches_and_unrolled_loops():
+    @bz.kernel
+    def k(a: bz.Array[bz.float32, 2]):
+        for i in range(a.shape[0]):
+            for d in bz.static(range(SCALE)):
+                if bz.static(d == 1):
+                    a[i, d] = 100.0
+                else:
+                    a[i, d] = d * 1.0
+
+    a = np.zeros((2, 3), np.float32)
+    k(a)
+    assert a.tolist() == [[0, 100, 2]] * 2
+
+
+@bz.func
+def clamp01(x):
+    if x < 0.0:
+        return 0.0
+    elif x > 1.0:
+        return 1.0
+    else:
+        return x
+
+
+@bz.func
+def lerp_into(out, i, a, b, t):
+    t = clamp01(t)
+    out[i] = a + (b - a) * t
+
+
+def test_func_helpers_are_inlined():
+    @bz.kernel
+    def k(t: bz.Array[bz.float64, 1], out: bz.Array[bz.float64, 1]):
+        for i in range(t.shape[0]):
+            lerp_into(out, i, 10.0, 20.0, t[i])
+
+    t = np.linspace(-1, 2, 7)
+    out = np.zeros_like(t)
+    k(t, out)
+    np.testing.assert_allclose(out, 10 + 10 * np.clip(t, 0, 1))
+    assert clamp01(0.5) == 0.5  # still callable from Python
+
+
+def test_closure_values_are_compile_time_constants():
+    offset = 5
+
+    @bz.kernel
+    def k(a: bz.Array[bz.int64, 1]):
+        for i in range(a.shape[0]):
+            a[i] = i + offset * SCALE
+
+    a = np.zeros(4, np.int64)
+    k(a)
+    assert a.tolist() == [15, 16, 17, 18]
+
+
+def test_conditional_expressions_short_circuit():
+    @bz.kernel(debug=True)
+    def k(a: bz.Array[bz.float32, 1], out: bz.Array[bz.float32, 1]):
+        for i in range(a.shape[0]):
+            # a[i - 1] is only read when i > 0 (debug mode would catch a read of a[-1])
+            left = a[i - 1] if i > 0 else 0.0
+            both = i > 0 and a[i - 1] > 0.0
+            out[i] = left + (1.0 if both else 0.0)
+
+    a = np.array([1, -2, 3, 4], np.float32)
+    out = np.zeros(4, np.float32)
+    k(a, out)
+    assert out.tolist() == [0.0, 2.0, -2.0, 4.0]
+
+
+def test_top_level_statements_are_serial_tasks_and_aliases_are_shared():
+    @bz.kernel
+    def k(a: bz.Array[bz.int64, 1], total: bz.Array[bz.int64, 1]):
+        n = a.shape[0] - 1
+        total[0] = 0
+        for i in range(n):
+            a[i] = i * i
+        if n > 0:  # not a loop: a serial task, whose loops are serial
+            s = 0
+            for j in range(n):
+                s += a[j]
+            total[0] = s
+
+    a = np.zeros(6, np.int64)
+    total = np.zeros(1, np.int64)
+    with bz.record() as r:
+        k(a, total)
+    assert total[0] == sum(i * i for i in range(5))
+    assert [t.task for t in r.launches] == ["k_t0", "k_t1", "k_t2"]
+    assert [(t.begin, t.end) for t in r.launches] == [(0, 1), (0, 5), (0, 1)]
+
+
+def test_tuple_assignment_swaps():
+    @bz.kernel
+    def k(a: bz.Array[bz.int64, 2]):
+        for i in range(a.shape[0]):
+            x, y = a[i, 0], a[i, 1]
+            x, y = y, x
+            a[i, 0], a[i, 1] = x, y
+
+    a = np.array([[1, 2], [3, 4]], np.int64)
+    k(a)
+    assert a.tolist() == [[2, 1], [4, 3]]
+
+
+def test_compiled_once_per_signature():
+    @bz.kernel
+    def k(a: bz.Array, s: float):
+        for i in range(a.shape[0]):
+            a[i] = a[i] * s
+
+    a32, a64 = np.ones(8, np.float32), np.ones(8, np.float64)
+    k(a32, 2.0)
+    k(a32[:4], 3.0)       # same signature: new extents reuse the kernel
+    assert len(k.entries) == 1
+    k(a64, 2.0)           # a new dtype: a new signature
+    k(np.ones(8)[::2], 2.0)  # not contiguous: a new signature (the other vectorizes)
+    assert len(k.entries) == 3
+    assert a32.tolist() == [6] * 4 + [2] * 4
+
+
+def test_kernel_launches_are_recorded():
+    @bz.kernel
+    def k(a: bz.Array[bz.float32, 1], b: bz.Array[bz.float32, 1]):
+        for i in range(a.shape[0]):
+            a[i] = 1.0
+        for i in range(b.shape[0] - 1):
+            b[i] = 2.0
+
+    with bz.record() as r:
+        k(np.zeros(8, np.float32), np.zeros(8, np.float32))
+    assert [(t.kernel, t.begin, t.end) for t in r.launches] == [("k", 0, 8), ("k", 0, 7)]
+
+
+def test_debug_mode_reports_out_of_bounds_indices():
+    @bz.kernel(debug=True)
+    def shift(a: bz.Array[bz.float32, 1], b: bz.Array[bz.float32, 1]):
+        for i in range(b.shape[0]):
+            b[i] = a[i + 1]
+
+    a, b = np.ones(4, np.float32), np.zeros(4, np.float32)
+    with pytest.raises(bz.KernelAssertionError, match=r"test_kernel.py:\d+: index out of bounds: axis 0 of 'a'"):
+        shift(a, b)
+    shift(a, np.zeros(3, np.float32))  # in bounds: no error
+
+
+def test_without_debug_no_checks_are_compiled():
+    @bz.kernel
+    def shift(a: bz.Array[bz.float32, 1], b: bz.Array[bz.float32, 1]):
+        for i in range(b.shape[0]):
+            b[i] = a[i + 1]
+
+    shift(np.ones(4, np.float32), np.zeros(3, np.float32))
+    assert "assert" not in shift.kernel_ir()
+
+
+def test_arguments_are_checked():
+    @bz.kernel
+    def k(a: bz.Array[bz.float32, 1], n: bz.int32):
+        for i in range(n):
+            a[i] = 0.0
+
+    with pytest.raises(bz.InputError, match="argument 'a': expected float32, got float64"):
+        k(np.zeros(3), 1)
+    with pytest.raises(bz.InputError, match="argument 'a': expected 1 dimension"):
+        k(np.zeros((3, 1), np.float32), 1)
+    with pytest.raises(bz.InputError, match="argument 'n': expected a int32 scalar, got float"):
+        k(np.zeros(3, np.float32), 1.5)
+    readonly = np.zeros(3, np.float32)
+    readonly.flags.writeable = False
+    with pytest.raises(bz.InputError, match="read-only"):
+        k(readonly, 1)
