@@ -1,0 +1,123 @@
+"""Differential fuzzing of task fusion: random loop programs of 2 to 8 tasks over 1 to 4 arrays, with
+index expressions the fuser accepts and ones it must reject, random arithmetic and `if`s.
+
+Each program runs three ways: fused, with `BRAZE_FUSE_TASKS=0`, and as plain Python over NumPy
+(the kernel body is Python; its loops then run one index after another). All three must leave
+bit-identical arrays. The arrays are small, so the CPU runs every task on one thread in index
+order, and the unfused kernel is deterministic even where a task races with itself.
+"""
+
+import itertools
+import linecache
+
+import numpy as np
+from hypothesis import HealthCheck, event, given, note, settings
+from hypothesis import strategies as st
+
+import braze as bz
+from braze import config
+
+N = 16  # loop bound; a power of two so i ^ 5 < N
+SIZE = 2 * N + 8  # every index form below stays in [0, SIZE)
+INDICES = ["i", "i + 3", "2 * i", "n - 1 - i", "i ^ 5", "i << 1",  # injective
+           "i // 2", "i % 2", "min(i, 5)", "i & 1", "0", "i - 1", "ix[i]"]  # not, or indirect
+CONSTANTS = ["0.5", "2.0", "-1.25", "3.0"]
+_counter = itertools.count()
+
+
+@st.composite
+def indices(draw, favourite: str):
+    """Mostly the program's favourite index, so that some pairs can fuse; any index otherwise."""
+    return favourite if draw(st.integers(0, 19)) < 17 else draw(st.sampled_from(INDICES))
+
+
+@st.composite
+def expressions(draw, arrays: int, favourite: str, depth: int = 0):
+    if depth >= 2 or draw(st.booleans()):
+        if draw(st.integers(0, 3)) == 0:
+            return draw(st.sampled_from(CONSTANTS))
+        return f"a{draw(st.integers(0, arrays - 1))}[{draw(indices(favourite))}]"
+    op = draw(st.sampled_from(["+", "-", "*", "neg"]))
+    left = draw(expressions(arrays, favourite, depth + 1))
+    if op == "neg":
+        return f"-({left})"
+    return f"({left} {op} {draw(expressions(arrays, favourite, depth + 1))})"
+
+
+@st.composite
+def statements(draw, arrays: int, favourite: str, depth: int = 0):
+    kind = draw(st.sampled_from(["store", "store", "update", "atomic", "if"] if depth == 0 else ["store", "update"]))
+    target = f"a{draw(st.integers(0, arrays - 1))}[{draw(indices(favourite))}]"
+    value = draw(expressions(arrays, favourite))
+    if kind == "store":
+        return [f"{target} = {value}"]
+    if kind == "update":
+        return [f"{target} += {value}"]
+    if kind == "atomic":
+        return [f"@atomic h[{draw(indices(favourite))}]"]
+    condition = f"{value} > {draw(expressions(arrays, favourite))}"
+    then = draw(statements(arrays, favourite, depth + 1))
+    orelse = draw(statements(arrays, favourite, depth + 1))
+    return [f"if {condition}:", *[f"    {s}" for s in then], "else:", *[f"    {s}" for s in orelse]]
+
+
+@st.composite
+def programs(draw):
+    arrays = draw(st.integers(1, 4))
+    favourite = draw(st.sampled_from(INDICES[:6] * 2 + INDICES[6:]))  # injective ones more often
+    tasks = []
+    for _ in range(draw(st.integers(2, 8))):
+        bounds = draw(st.sampled_from(["1, n"] * 5 + ["1, n - 1"]))
+        body = [line for _ in range(draw(st.integers(1, 3))) for line in draw(statements(arrays, favourite))]
+        tasks.append((bounds, body))
+    return arrays, tasks
+
+
+def render(arrays: int, tasks, atomics: bool) -> str:
+    params = ", ".join(f"a{k}: F32" for k in range(arrays))
+    lines = [f"def program({params}, ix: I64, h: I64, n: int):"]
+    for bounds, body in tasks:
+        lines.append(f"    for i in range({bounds}):")
+        for line in body:
+            indent = line[: len(line) - len(line.lstrip())]
+            text = line.strip()
+            if text.startswith("@atomic "):
+                target = text.removeprefix("@atomic ")
+                text = f"bz.atomic_add({target}, 1)" if atomics else f"{target} += 1"
+            lines.append(f"        {indent}{text}")
+    return "\n".join(lines) + "\n"
+
+
+def load(source: str):
+    filename = f"<braze-fuzz {next(_counter)}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace = {"bz": bz, "F32": bz.Array[bz.float32, 1], "I64": bz.Array[bz.int64, 1]}
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace["program"]
+
+
+def inputs(arrays: int, seed: int):
+    rng = np.random.default_rng(seed)
+    data = [rng.uniform(-2, 2, SIZE).astype(np.float32) for _ in range(arrays)]
+    return data + [rng.integers(0, SIZE, SIZE).astype(np.int64), np.zeros(SIZE, np.int64), N]
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs(), st.integers(0, 2**31))
+def test_fused_unfused_and_python_agree(program, seed):
+    arrays, tasks = program
+    note(render(arrays, tasks, atomics=True))
+    kernel_fn = load(render(arrays, tasks, atomics=True))
+    python_fn = load(render(arrays, tasks, atomics=False))
+    fused, unfused, expected = inputs(arrays, seed), inputs(arrays, seed), inputs(arrays, seed)
+    kernel = bz.kernel(kernel_fn)
+    with bz.record() as rec:
+        kernel(*fused)
+    with config.scope(fuse_tasks=False):
+        bz.kernel(kernel_fn)(*unfused)
+    with np.errstate(all="ignore"):
+        python_fn(*expected)
+    event(f"launches {len(tasks)} -> {len(rec.launches)}")
+    for got, off, want in zip(fused[:-1], unfused[:-1], expected[:-1]):
+        np.testing.assert_array_equal(off, want)
+        np.testing.assert_array_equal(got, off)
