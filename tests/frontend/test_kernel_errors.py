@@ -1,0 +1,225 @@
+"""Errors of the kernel language: each names the Python file and line, and shows the offending source."""
+
+import inspect
+import re
+
+import numpy as np
+import pytest
+
+import braze as bz
+
+F32 = bz.Array[bz.float32, 1]
+
+
+def helper_without_decorator(x):
+    return x
+
+
+def _line_of(fn, text: str) -> int:
+    lines, first = inspect.getsourcelines(fn)
+    return first + next(n for n, line in enumerate(lines) if line.strip().startswith(text))
+
+
+def check(fn, args, error: type, message: str, culprit: str, **options):
+    kern = bz.kernel(**options)(fn)
+    with pytest.raises(error) as info:
+        kern(*args)
+    text = str(info.value)
+    where = f"test_kernel_errors.py:{_line_of(fn, culprit)}: "
+    assert where in text, text
+    assert re.search(message, text), text
+    assert text.splitlines()[-1].strip().startswith(culprit), text  # the offending source line is shown last
+
+
+def f32(n=4):
+    return np.zeros(n, np.float32)
+
+
+# --- unsupported constructs -----------------------------------------------------------------------
+def uses_with(a: F32):
+    for i in range(a.shape[0]):
+        with open("x"):
+            a[i] = 1.0
+
+
+def uses_lambda(a: F32):
+    for i in range(a.shape[0]):
+        g = lambda x: x  # noqa: E731
+        a[i] = g(1.0)
+
+
+def iterates_an_array(a: F32):
+    for i in range(a.shape[0]):
+        for x in a:
+            a[i] = x
+
+
+def slices(a: F32):
+    for i in range(a.shape[0]):
+        a[i] = a[1:3]
+
+
+def returns(a: F32):
+    for i in range(a.shape[0]):
+        a[i] = 1.0
+    return a
+
+
+def breaks_a_parallel_loop(a: F32):
+    for i in range(a.shape[0]):
+        break
+
+
+def steps_a_parallel_range(a: F32):
+    for i in range(0, a.shape[0], 2):
+        a[i] = 1.0
+
+
+@pytest.mark.parametrize("fn, message, culprit", [
+    (uses_with, "unsupported construct: With statement", 'with open("x"):'),
+    (uses_lambda, "unsupported construct: Lambda expression", "g = lambda x: x"),
+    (iterates_an_array, r"unsupported loop: iterate over range\(...\)", "for x in a:"),
+    (slices, "unsupported construct: slices", "a[i] = a[1:3]"),
+    (returns, "unsupported construct: return", "return a"),
+    (breaks_a_parallel_loop, "unsupported construct: break outside a serial loop", "break"),
+    (steps_a_parallel_range, "a step in a parallel range", "for i in range(0, a.shape[0], 2):"),
+])
+def test_unsupported_constructs(fn, message, culprit):
+    check(fn, [f32()], bz.KernelSyntaxError, message, culprit)
+
+
+# --- type mismatches ---------------------------------------------------------------------------------
+def int_local_takes_a_float(a: F32):
+    for i in range(a.shape[0]):
+        count = 0
+        count += 0.5
+        a[i] = count
+
+
+def float_into_int_array(a: F32, n: bz.Array[bz.int32, 1]):
+    for i in range(a.shape[0]):
+        n[i] = a[i] * 2.0
+
+
+def bitwise_on_floats(a: F32):
+    for i in range(a.shape[0]):
+        a[i] = a[i] & 1
+
+
+def float_index(a: F32):
+    for i in range(a.shape[0]):
+        a[i] = a[a[i]]
+
+
+@pytest.mark.parametrize("fn, args, message, culprit", [
+    (int_local_takes_a_float, [f32()], "type mismatch: 'count' is int64, the value is float32", "count += 0.5"),
+    (float_into_int_array, [f32(), np.zeros(4, np.int32)], "type mismatch: 'n' is int32, the value is float32",
+     "n[i] = a[i] * 2.0"),
+    (bitwise_on_floats, [f32()], "bitwise_and: expected bool or integer operands, got float32", "a[i] = a[i] & 1"),
+    (float_index, [f32()], "expected an integer index, got float32", "a[i] = a[a[i]]"),
+])
+def test_type_mismatches(fn, args, message, culprit):
+    check(fn, args, bz.KernelTypeError, message, culprit)
+
+
+# --- indices ---------------------------------------------------------------------------------------
+def too_few_indices(m: bz.Array[bz.float32, 2]):
+    for i in range(m.shape[0]):
+        m[i] = 0.0
+
+
+def too_many_indices(a: F32):
+    for i in range(a.shape[0]):
+        a[i, 0] = 0.0
+
+
+def bad_shape_axis(a: F32):
+    for i in range(a.shape[1]):
+        a[i] = 0.0
+
+
+@pytest.mark.parametrize("fn, args, message, culprit", [
+    (too_few_indices, [np.zeros((2, 2), np.float32)], r"wrong number of indices: 'm' has 2 dimension\(s\), got 1",
+     "m[i] = 0.0"),
+    (too_many_indices, [f32()], r"wrong number of indices: 'a' has 1 dimension\(s\), got 2", "a[i, 0] = 0.0"),
+    (bad_shape_axis, [f32()], r"shape: expected a constant axis in \[0, 1\), got 1", "for i in range(a.shape[1]):"),
+])
+def test_wrong_indices(fn, args, message, culprit):
+    check(fn, args, bz.KernelTypeError, message, culprit)
+
+
+# --- assignments ------------------------------------------------------------------------------------
+def assigns_a_scalar_parameter(a: F32, dt: bz.float32):
+    for i in range(a.shape[0]):
+        dt = 0.5
+        a[i] = dt
+
+
+def updates_a_scalar_parameter(a: F32, dt: float):
+    dt *= 2.0
+    for i in range(a.shape[0]):
+        a[i] = dt
+
+
+def assigns_an_array_parameter(a: F32, dt: float):
+    for i in range(a.shape[0]):
+        a = 1.0
+
+
+def assigns_the_loop_index(a: F32, dt: float):
+    for i in range(a.shape[0]):
+        i += 1
+
+
+def reads_a_local_of_an_earlier_task(a: F32, dt: float):
+    a[0] = 1.0
+    total = a[0] * 2.0
+    for i in range(a.shape[0]):
+        a[i] = total
+
+
+@pytest.mark.parametrize("fn, message, culprit", [
+    (assigns_a_scalar_parameter, "assignment to scalar parameter 'dt'", "dt = 0.5"),
+    (updates_a_scalar_parameter, "assignment to scalar parameter 'dt'", "dt *= 2.0"),
+    (assigns_an_array_parameter, "assignment to array parameter 'a'", "a = 1.0"),
+    (assigns_the_loop_index, "assignment to loop index 'i'", "i += 1"),
+    (reads_a_local_of_an_earlier_task, "'total' is a local of an earlier task", "a[i] = total"),
+])
+def test_invalid_assignments(fn, message, culprit):
+    check(fn, [f32(), 1.0], bz.KernelSyntaxError, message, culprit)
+
+
+# --- calls -------------------------------------------------------------------------------------------
+def calls_an_undefined_function(a: F32):
+    for i in range(a.shape[0]):
+        a[i] = no_such_function(1.0)  # noqa: F821
+
+
+def calls_a_plain_function(a: F32):
+    for i in range(a.shape[0]):
+        a[i] = helper_without_decorator(a[i])
+
+
+def calls_numpy(a: F32):
+    for i in range(a.shape[0]):
+        a[i] = np.sin(a[i])
+
+
+@pytest.mark.parametrize("fn, message, culprit", [
+    (calls_an_undefined_function, "call to unknown function 'no_such_function'", "a[i] = no_such_function(1.0)"),
+    (calls_a_plain_function, r"call to unknown function 'helper_without_decorator' \(decorate it with @bz.func",
+     "a[i] = helper_without_decorator(a[i])"),
+    (calls_numpy, "call to unknown function 'np.sin'", "a[i] = np.sin(a[i])"),
+])
+def test_unknown_functions(fn, message, culprit):
+    check(fn, [f32()], bz.KernelSyntaxError, message, culprit)
+
+
+def test_errors_are_braze_errors_and_annotations_are_checked():
+    assert issubclass(bz.KernelTypeError, bz.KernelError) and issubclass(bz.KernelError, bz.Error)
+    with pytest.raises(bz.KernelTypeError, match="parameter 'a': expected an annotation"):
+        @bz.kernel
+        def unannotated(a):
+            pass
+    with pytest.raises(bz.KernelSyntaxError, match="only be called inside a @bz.kernel"):
+        bz.atomic_add(1, 2)
