@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +31,7 @@ from braze.kir import kernel_text
 from braze.kir import nodes as k
 from braze.passes.fuse_tasks import Decision
 from braze.runtime.arrays import as_host_array
-from braze.runtime.kernel_launch import KernelLauncher
+from braze.runtime.kernel_launch import KernelLauncher, PackedArgs
 
 _NUMPY_TO_DTYPE = {d.numpy: d for d in dt.ALL_DTYPES}
 
@@ -68,12 +69,21 @@ class KernelFunction:
         names = list(inspect.signature(fn).parameters)
         self.specs = [(n, _param_spec(n, annotations.get(n, inspect.Parameter.empty), fn)) for n in names]
         self.array_positions = [i for i, (_, s) in enumerate(self.specs) if isinstance(s, ArrayType)]
+        self.scalar_specs = [(i, n, s) for i, (n, s) in enumerate(self.specs) if not isinstance(s, ArrayType)]
+        self._last = threading.local()
         self.entries: dict[tuple, KernelEntry] = {}
         self.last_entry: KernelEntry | None = None
 
     def __call__(self, *args: Any) -> None:
         if len(args) != len(self.specs):
             raise InputError(f"kernel {self.__name__}: expected {len(self.specs)} arguments, got {len(args)}")
+        replay = getattr(self._last, "call", None)
+        if replay is not None and replay.matches(args):
+            # The same array objects as last time on this thread, unchanged in shape and strides: their
+            # pointers are the same too (the packed block holds a reference, so none can be resized),
+            # so the packed block is replayed with only the scalars rewritten.
+            replay.entry.launcher.run(replay.packed, [self._scalar(n, s, args[i]) for i, n, s in self.scalar_specs])
+            return
         arrays, scalars, key = self._bind(args)
         entry = self.entries.get(key)
         if entry is None:
@@ -83,7 +93,10 @@ class KernelFunction:
             if not arrays[position].flags.writeable:
                 raise InputError(f"kernel {self.__name__}: argument '{self.specs[self.array_positions[position]][0]}'"
                                  ": the kernel writes it, but the array is read-only")
-        entry.launcher.launch(arrays, scalars)
+        packed = entry.launcher.pack(arrays)
+        self._last.call = _Replay(entry, packed, [args[i] for i in self.array_positions],
+                                  [(a.shape, a.strides) for a in arrays], self.array_positions)
+        entry.launcher.run(packed, scalars)
 
     # --- binding ----------------------------------------------------------------------------------
     def _bind(self, args: Sequence[Any]) -> tuple[list[np.ndarray], list, tuple]:
@@ -158,6 +171,25 @@ class KernelFunction:
     def kernel_ir(self) -> str:
         """The Kernel IR (after task fusion) of the signature of the last call."""
         return kernel_text(self.last_entry.launcher.kernel) if self.last_entry else ""
+
+
+@dataclass
+class _Replay:
+    """The last call's arguments on one thread, and its packed block."""
+
+    entry: KernelEntry
+    packed: PackedArgs
+    objects: list  # the array arguments as given
+    layouts: list[tuple]  # their (shape, strides) when packed
+    positions: list[int]
+
+    def matches(self, args: Sequence[Any]) -> bool:
+        for position, previous, (shape, strides) in zip(self.positions, self.objects, self.layouts):
+            value = args[position]
+            if value is not previous or type(value) is not np.ndarray or value.shape != shape \
+                    or value.strides != strides:
+                return False
+        return True
 
 
 def _statements(s: k.Stmt):

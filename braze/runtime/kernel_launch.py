@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -20,6 +21,7 @@ from braze.runtime.compiled_kernel import CompiledKernel
 from braze.runtime.fusion_runtime import _scalar_bits
 from braze.runtime.record import Launch, note_launch, recording
 
+MIN_PARALLEL_WORK = 1 << 16  # work units (about one statement per index) worth waking other threads for
 _HOST_OPS = {"add": "({} + {})", "sub": "({} - {})", "mul": "({} * {})", "floordiv": "_floordiv({}, {})",
              "remainder": "_remainder({}, {})", "minimum": "min({}, {})", "maximum": "max({}, {})"}
 
@@ -59,16 +61,17 @@ def _scalar_packer(param: k.ScalarParam) -> Callable[[object], int]:
     return lambda v: _scalar_bits(v, param)
 
 
-def _work_per_index(task: k.Task) -> int:
-    """A rough cost of one index of the task, so small loops stay on one thread."""
-    nodes = [task.body]
-    count = 0
-    while nodes:
-        for s in nodes.pop():
-            count += 1
-            nodes.extend(b for b in (getattr(s, "body", None), getattr(s, "then", None), getattr(s, "orelse", None))
-                         if b)
-    return 16 * count
+def _work_per_index(stmts: tuple[k.Stmt, ...], weight: int = 1) -> int:
+    """A rough cost of one index of a task (statements, with serial loop bodies counted 8 times), in
+    the units of `cpu.parallel_for`, so that small loops stay on the calling thread."""
+    total = 0
+    for s in stmts:
+        total += weight
+        if isinstance(s, (k.For, k.While)):
+            total += _work_per_index(s.body, weight * 8)
+        elif isinstance(s, k.If):
+            total += _work_per_index(s.then, weight) + _work_per_index(s.orelse, weight)
+    return total
 
 
 class KernelLauncher:
@@ -91,30 +94,54 @@ class KernelLauncher:
                            f"{_bound_source(t.end, array_index, scalar_index)})" for t in self.kernel.tasks)
         namespace = {"_floordiv": _floordiv, "_remainder": _remainder}
         self.bounds = eval(f"lambda A, S: ({bounds},)", namespace)  # noqa: S307  (built from Kernel IR only)
-        self.work = [_work_per_index(t) for t in self.kernel.tasks]
+        self.work = [max(1, _work_per_index(t.body)) for t in self.kernel.tasks]
 
-    def launch(self, arrays: Sequence[np.ndarray], scalars: Sequence[object]) -> None:
-        """Runs the kernel once; raises KernelAssertionError when a debug check failed."""
+    def pack(self, arrays: Sequence[np.ndarray]) -> PackedArgs:
+        """The argument block with the arrays' pointers, extents and strides (scalars are written per run)."""
         block = [0] * self.block_size
         for (slot, ndim), array in zip(self.array_slots, arrays):
             itemsize = array.itemsize
             block[slot] = array.__array_interface__["data"][0]
             block[slot + 1: slot + 1 + ndim] = array.shape
             block[slot + 1 + ndim: slot + 1 + 2 * ndim] = [s // itemsize for s in array.strides]
-        for (slot, pack), value in zip(self.scalar_slots, scalars):
-            block[slot] = pack(value)
         status = None
         if self.status_slot is not None:
             status = np.zeros(1, np.int64)
             block[self.status_slot: self.status_slot + 3] = [status.ctypes.data, 1, 1]
         packed = np.array(block, dtype=np.int64)
-        self._run(packed, self.bounds(arrays, scalars), status)
+        return PackedArgs(packed, packed.ctypes.data, tuple(arrays), status)
 
-    def _run(self, packed: np.ndarray, bounds: tuple, status: np.ndarray | None) -> None:
-        address = packed.ctypes.data
+    def launch(self, arrays: Sequence[np.ndarray], scalars: Sequence[object]) -> None:
+        """Runs the kernel once; raises KernelAssertionError when a debug check failed."""
+        self.run(self.pack(arrays), scalars)
+
+    def run(self, packed: PackedArgs, scalars: Sequence[object]) -> None:
+        """Runs the kernel on a packed block (kept by the caller while the same arrays come again)."""
+        block = packed.block
+        for (slot, pack), value in zip(self.scalar_slots, scalars):
+            block[slot] = pack(value)
+        if packed.status is not None:
+            packed.status[0] = 0
+        record = recording()
+        bounds = self.bounds(packed.arrays, scalars)
         for task, fn, (begin, end), work in zip(self.kernel.tasks, self.functions, bounds, self.work):
-            chunks = cpu.parallel_for(fn, begin, end, address, work)
-            if recording():
+            if (end - begin) * work < MIN_PARALLEL_WORK:  # small: the calling thread runs it
+                if end > begin:
+                    fn(begin, end, packed.address)
+                chunks = 1
+            else:
+                chunks = cpu.parallel_for(fn, begin, end, packed.address, work, MIN_PARALLEL_WORK)
+            if record:
                 note_launch(Launch(self.kernel.name, task.name, begin, end, chunks))
-            if status is not None and status[0]:
-                raise KernelAssertionError(f"kernel {self.kernel.name!r}: {self.messages[int(status[0]) - 1]}")
+            if packed.status is not None and packed.status[0]:
+                raise KernelAssertionError(f"kernel {self.kernel.name!r}: {self.messages[int(packed.status[0]) - 1]}")
+
+
+@dataclass(frozen=True)
+class PackedArgs:
+    """A packed argument block and the arrays whose pointers it holds (kept alive with it)."""
+
+    block: np.ndarray
+    address: int
+    arrays: tuple[np.ndarray, ...]
+    status: np.ndarray | None  # the debug checks' status word

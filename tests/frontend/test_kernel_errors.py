@@ -66,7 +66,7 @@ def returns(a: F32):
 
 
 def breaks_a_parallel_loop(a: F32):
-    for i in range(a.shape[0]):
+    for i in range(a.shape[0]):  # noqa: B007
         break
 
 
@@ -162,7 +162,7 @@ def updates_a_scalar_parameter(a: F32, dt: float):
 
 
 def assigns_an_array_parameter(a: F32, dt: float):
-    for i in range(a.shape[0]):
+    for i in range(a.shape[0]):  # noqa: B007
         a = 1.0
 
 
