@@ -8,7 +8,10 @@ That is only the same program when no thread can see another thread's part of A 
 2. Every global access is attributed to a resource (an array parameter).
 3. Each resource touched by both tasks and written by one of them is accessed, everywhere in
    both bodies, at one and the same address fingerprint, and that fingerprint is injective in
-   the loop index and not indirect: thread `t` owns its elements.
+   the loop index and not indirect: thread `t` owns its elements. For arrays of several
+   dimensions the fingerprint is the owner coordinate: one index, injective in the loop index,
+   that every access shares (`v[i, 0]` and `v[i, 1]` are both owned by thread i); the other
+   indices may be anything but indirect.
 
 Anything the analysis does not recognise rejects the pair, so the pass can only change speed.
 """
@@ -217,29 +220,44 @@ def _strip_offset(e: k.Expr) -> k.Expr:
     return e
 
 
-def _delinearized(indices: tuple[k.Expr, ...], t: k.Var) -> bool:
-    """(t // E, t % E) among the indices: the 2-d `bz.ndrange` split, injective as a pair."""
+def _delinearized(indices: tuple[k.Expr, ...], t: k.Var) -> set[tuple]:
+    """Owner keys of (t // E, t % E) pairs among the indices: the 2-d `bz.ndrange` split, injective as a pair."""
     parts = [_strip_offset(i) for i in indices]
-    quotients = {p.b for p in parts if isinstance(p, k.Binary) and p.op == "floordiv" and p.a == t and _uniform(p.b)}
-    return any(isinstance(p, k.Binary) and p.op == "remainder" and p.a == t and p.b in quotients for p in parts)
+    quotients = {p.b: axis for axis, p in enumerate(parts)
+                 if isinstance(p, k.Binary) and p.op == "floordiv" and p.a == t and _uniform(p.b)}
+    return {((quotients[p.b], axis), (indices[quotients[p.b]], indices[axis])) for axis, p in enumerate(parts)
+            if isinstance(p, k.Binary) and p.op == "remainder" and p.a == t and p.b in quotients}
+
+
+def owners(access: Access, t: k.Var) -> set[tuple]:
+    """The access's owner coordinates: (axis, index) for each index injective in t (and ndrange pairs).
+
+    Thread t touches only elements at that coordinate, and no other thread does; so when every
+    access to a resource shares one owner coordinate, each thread owns its part of the resource.
+    For a 1-d array the owner coordinate is the whole address fingerprint.
+    """
+    keys = {(axis, index) for axis, index in enumerate(access.fingerprint) if injective(index, t)}
+    return keys | _delinearized(access.fingerprint, t)
 
 
 def _problem(access: Access, t: k.Var) -> str | None:
-    """Why this access's address does not name one element owned by thread t, or None."""
+    """Why this access's address does not name elements owned by thread t, or None."""
     if any(isinstance(n, (k.Load, k.LoadLocal)) for i in access.fingerprint for n in _walk(i)):
         return REJECT_INDIRECT
-    if not any(injective(i, t) for i in access.fingerprint) and not _delinearized(access.fingerprint, t):
+    if not owners(access, t):
         return REJECT_NOT_INJECTIVE
     return None
 
 
 # --- the pair decision ----------------------------------------------------------------------------
 def _check_shared(resource: str, accesses: list[Access], t: k.Var) -> None:
+    """Every access to a shared, written resource must name the same injective, non-indirect owner."""
     for access in accesses:
         problem = _problem(access, t)
         if problem is not None:
             raise _Reject(REJECT_ATOMIC if access.atomic else problem, access.text)
-    if len({a.fingerprint for a in accesses}) > 1:
+    common = set.intersection(*(owners(a, t) for a in accesses))
+    if not common:
         texts = sorted({a.text for a in accesses})
         atomic = any(a.atomic for a in accesses)
         raise _Reject(REJECT_ATOMIC if atomic else REJECT_ADDRESSES, " vs ".join(texts))

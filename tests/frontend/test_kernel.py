@@ -379,3 +379,25 @@ def test_arguments_are_checked():
     readonly.flags.writeable = False
     with pytest.raises(bz.InputError, match="read-only"):
         k(readonly, 1)
+
+
+def test_repeated_calls_replay_the_packed_arguments_safely():
+    @bz.kernel
+    def axpy(x: bz.Array[bz.float64, 1], y: bz.Array[bz.float64, 1], a: float):
+        for i in range(x.shape[0]):
+            y[i] += a * x[i]
+
+    x, y = np.arange(6.0), np.zeros(6)
+    axpy(x, y, 1.0)
+    axpy(x, y, 2.0)            # replayed: only the scalar changes
+    assert y.tolist() == [3.0 * v for v in range(6)]
+    other = np.zeros(6)
+    axpy(x, other, 1.0)        # another array: packed again
+    assert other.tolist() == list(np.arange(6.0))
+    y.shape = (6,)
+    x.shape = (2, 3)           # the same object with a new shape is not replayed (and is now the wrong rank)
+    with pytest.raises(bz.InputError, match="expected 1 dimension"):
+        axpy(x, y, 1.0)
+    x.shape = (6,)
+    axpy(x[::2], y[:3], 1.0)   # views: new extents and strides
+    assert y[:3].tolist() == [0.0, 5.0, 10.0]

@@ -333,3 +333,31 @@ def test_locals_of_the_second_task_are_renamed_apart():
 
     _, fused, _ = run(clash, make)
     assert fused == 1
+
+
+def rows(x: bz.Array[bz.float32, 2], v: bz.Array[bz.float32, 2]):
+    for i in range(x.shape[0]):
+        for d in bz.static(range(3)):
+            v[i, d] = v[i, d] * 0.5
+    for i in range(x.shape[0]):
+        v[i, 1] -= 9.81
+        for d in range(3):
+            x[i, d] += v[i, d]
+
+
+def rows_shifted(x: bz.Array[bz.float32, 2], v: bz.Array[bz.float32, 2]):
+    for i in range(1, x.shape[0]):
+        v[i, 0] = 1.0
+    for i in range(1, x.shape[0]):
+        x[i, 0] = v[i - 1, 0]
+
+
+def test_rows_owned_by_one_thread_fuse_and_neighbour_rows_reject():
+    def make():
+        rng = np.random.default_rng(1)
+        return [rng.standard_normal((6, 3)).astype(np.float32), rng.standard_normal((6, 3)).astype(np.float32)]
+
+    d = only(run(rows, make)[0])
+    assert (d.fused, d.reason) == (True, ft.FUSED_RAW)
+    d = only(run(rows_shifted, make)[0])
+    assert (d.fused, d.reason) == (False, ft.REJECT_ADDRESSES)

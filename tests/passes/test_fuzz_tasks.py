@@ -25,39 +25,43 @@ CONSTANTS = ["0.5", "2.0", "-1.25", "3.0"]
 _counter = itertools.count()
 
 
+COLUMNS = ["0", "1", "i % 2", "1 - i % 2"]  # the second index of 2-d arrays
+
+
 @st.composite
-def indices(draw, favourite: str):
+def indices(draw, favourite: str, columns: bool):
     """Mostly the program's favourite index, so that some pairs can fuse; any index otherwise."""
-    return favourite if draw(st.integers(0, 19)) < 17 else draw(st.sampled_from(INDICES))
+    row = favourite if draw(st.integers(0, 19)) < 17 else draw(st.sampled_from(INDICES))
+    return f"{row}, {draw(st.sampled_from(COLUMNS))}" if columns else row
 
 
 @st.composite
-def expressions(draw, arrays: int, favourite: str, depth: int = 0):
+def expressions(draw, arrays: int, favourite: str, columns: bool, depth: int = 0):
     if depth >= 2 or draw(st.booleans()):
         if draw(st.integers(0, 3)) == 0:
             return draw(st.sampled_from(CONSTANTS))
-        return f"a{draw(st.integers(0, arrays - 1))}[{draw(indices(favourite))}]"
+        return f"a{draw(st.integers(0, arrays - 1))}[{draw(indices(favourite, columns))}]"
     op = draw(st.sampled_from(["+", "-", "*", "neg"]))
-    left = draw(expressions(arrays, favourite, depth + 1))
+    left = draw(expressions(arrays, favourite, columns, depth + 1))
     if op == "neg":
         return f"-({left})"
-    return f"({left} {op} {draw(expressions(arrays, favourite, depth + 1))})"
+    return f"({left} {op} {draw(expressions(arrays, favourite, columns, depth + 1))})"
 
 
 @st.composite
-def statements(draw, arrays: int, favourite: str, depth: int = 0):
+def statements(draw, arrays: int, favourite: str, columns: bool, depth: int = 0):
     kind = draw(st.sampled_from(["store", "store", "update", "atomic", "if"] if depth == 0 else ["store", "update"]))
-    target = f"a{draw(st.integers(0, arrays - 1))}[{draw(indices(favourite))}]"
-    value = draw(expressions(arrays, favourite))
+    target = f"a{draw(st.integers(0, arrays - 1))}[{draw(indices(favourite, columns))}]"
+    value = draw(expressions(arrays, favourite, columns))
     if kind == "store":
         return [f"{target} = {value}"]
     if kind == "update":
         return [f"{target} += {value}"]
     if kind == "atomic":
-        return [f"@atomic h[{draw(indices(favourite))}]"]
-    condition = f"{value} > {draw(expressions(arrays, favourite))}"
-    then = draw(statements(arrays, favourite, depth + 1))
-    orelse = draw(statements(arrays, favourite, depth + 1))
+        return [f"@atomic h[{draw(indices(favourite, False))}]"]
+    condition = f"{value} > {draw(expressions(arrays, favourite, columns))}"
+    then = draw(statements(arrays, favourite, columns, depth + 1))
+    orelse = draw(statements(arrays, favourite, columns, depth + 1))
     return [f"if {condition}:", *[f"    {s}" for s in then], "else:", *[f"    {s}" for s in orelse]]
 
 
@@ -65,16 +69,17 @@ def statements(draw, arrays: int, favourite: str, depth: int = 0):
 def programs(draw):
     arrays = draw(st.integers(1, 4))
     favourite = draw(st.sampled_from(INDICES[:6] * 2 + INDICES[6:]))  # injective ones more often
+    columns = draw(st.booleans())  # 2-d data arrays: a row index, then a column
     tasks = []
     for _ in range(draw(st.integers(2, 8))):
         bounds = draw(st.sampled_from(["1, n"] * 5 + ["1, n - 1"]))
-        body = [line for _ in range(draw(st.integers(1, 3))) for line in draw(statements(arrays, favourite))]
+        body = [line for _ in range(draw(st.integers(1, 3))) for line in draw(statements(arrays, favourite, columns))]
         tasks.append((bounds, body))
-    return arrays, tasks
+    return arrays, columns, tasks
 
 
-def render(arrays: int, tasks, atomics: bool) -> str:
-    params = ", ".join(f"a{k}: F32" for k in range(arrays))
+def render(arrays: int, columns: bool, tasks, atomics: bool) -> str:
+    params = ", ".join(f"a{k}: {'F32_2D' if columns else 'F32'}" for k in range(arrays))
     lines = [f"def program({params}, ix: I64, h: I64, n: int):"]
     for bounds, body in tasks:
         lines.append(f"    for i in range({bounds}):")
@@ -91,25 +96,26 @@ def render(arrays: int, tasks, atomics: bool) -> str:
 def load(source: str):
     filename = f"<braze-fuzz {next(_counter)}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    namespace = {"bz": bz, "F32": bz.Array[bz.float32, 1], "I64": bz.Array[bz.int64, 1]}
+    namespace = {"bz": bz, "F32": bz.Array[bz.float32, 1], "F32_2D": bz.Array[bz.float32, 2],
+                 "I64": bz.Array[bz.int64, 1]}
     exec(compile(source, filename, "exec"), namespace)
     return namespace["program"]
 
 
-def inputs(arrays: int, seed: int):
+def inputs(arrays: int, columns: bool, seed: int):
     rng = np.random.default_rng(seed)
-    data = [rng.uniform(-2, 2, SIZE).astype(np.float32) for _ in range(arrays)]
+    data = [rng.uniform(-2, 2, (SIZE, 2) if columns else SIZE).astype(np.float32) for _ in range(arrays)]
     return data + [rng.integers(0, SIZE, SIZE).astype(np.int64), np.zeros(SIZE, np.int64), N]
 
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(programs(), st.integers(0, 2**31))
 def test_fused_unfused_and_python_agree(program, seed):
-    arrays, tasks = program
-    note(render(arrays, tasks, atomics=True))
-    kernel_fn = load(render(arrays, tasks, atomics=True))
-    python_fn = load(render(arrays, tasks, atomics=False))
-    fused, unfused, expected = inputs(arrays, seed), inputs(arrays, seed), inputs(arrays, seed)
+    arrays, columns, tasks = program
+    note(render(arrays, columns, tasks, atomics=True))
+    kernel_fn = load(render(arrays, columns, tasks, atomics=True))
+    python_fn = load(render(arrays, columns, tasks, atomics=False))
+    fused, unfused, expected = (inputs(arrays, columns, seed) for _ in range(3))
     kernel = bz.kernel(kernel_fn)
     with bz.record() as rec:
         kernel(*fused)
