@@ -21,7 +21,8 @@ from braze.runtime.compiled_kernel import CompiledKernel
 from braze.runtime.fusion_runtime import _scalar_bits
 from braze.runtime.record import Launch, note_launch, recording
 
-MIN_PARALLEL_WORK = 1 << 16  # work units (about one statement per index) worth waking other threads for
+MIN_PARALLEL_WORK = 1 << 20  # statement-indices (a vectorized statement costs well under 1 ns per index)
+# worth waking other threads for: below it, handing chunks to the pool costs more than it saves
 _HOST_OPS = {"add": "({} + {})", "sub": "({} - {})", "mul": "({} * {})", "floordiv": "_floordiv({}, {})",
              "remainder": "_remainder({}, {})", "minimum": "min({}, {})", "maximum": "max({}, {})"}
 
