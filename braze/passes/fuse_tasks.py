@@ -292,8 +292,20 @@ def _renamed_second(a: k.Task, b: k.Task) -> k.Task:
 
 
 def _merged_name(a: k.Task, b: k.Task) -> str:
-    name = f"{a.name}__{b.name.rsplit('__', 1)[-1]}"
-    return name if len(name) <= 96 else f"{a.name.split('__')[0]}__merged{abs(hash(name)) % 10**8}"
+    """`first__last` of the merged run of tasks (names stay short and deterministic across processes)."""
+    return f"{a.name.split('__')[0]}__{b.name.split('__')[-1]}"
+
+
+def _unique_names(tasks: list[k.Task]) -> list[k.Task]:
+    """Renames tasks whose name repeats (possible only when original names contain `__`)."""
+    seen: set[str] = set()
+    out = []
+    for position, task in enumerate(tasks):
+        if task.name in seen:
+            task = dataclasses.replace(task, name=f"{task.name}_{position}")
+        seen.add(task.name)
+        out.append(task)
+    return out
 
 
 def decide(a: k.Task, b: k.Task, budget: int, raw: bool) -> tuple[str, str]:
@@ -347,7 +359,7 @@ def fuse_tasks(kernel: k.Kernel, enabled: bool = True) -> tuple[k.Kernel, list[D
             else:
                 merged.append(task)
         tasks = merged
-    result = dataclasses.replace(kernel, tasks=tuple(tasks))
+    result = dataclasses.replace(kernel, tasks=tuple(_unique_names(tasks)))
     if knobs.fuse_tasks_diag:
         _print_diagnostics(kernel, result, list(decisions.values()))
     return result, list(decisions.values())

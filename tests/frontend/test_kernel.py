@@ -401,3 +401,22 @@ def test_repeated_calls_replay_the_packed_arguments_safely():
     x.shape = (6,)
     axpy(x[::2], y[:3], 1.0)   # views: new extents and strides
     assert y[:3].tolist() == [0.0, 5.0, 10.0]
+
+
+def test_kernel_ir_of_loop_kernels_generates_cuda_source():
+    """The CUDA code generator reads the same Kernel IR (compiling it needs NVRTC: the GPU suite)."""
+    from braze.codegen import cuda
+
+    @bz.kernel
+    def k(a: bz.Array[bz.int64, 1], counts: bz.Array[bz.int32, 1]):
+        for i in range(a.shape[0]):
+            x = a[i]
+            while x > 1:
+                x = x // 2 if x % 2 == 0 else 3 * x + 1
+                if x == 4:
+                    break
+            bz.atomic_add(counts[x % counts.shape[0]], 1)
+
+    k(np.arange(1, 9, dtype=np.int64), np.zeros(4, np.int32))
+    source = cuda.generate(k.last_entry.launcher.kernel).body
+    assert "__global__" in source and "while" in source and "break;" in source

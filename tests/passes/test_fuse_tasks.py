@@ -368,3 +368,9 @@ def test_the_demo_particle_step_fuses_six_loops_into_one():
 
     row = run_particle_step(n=100, steps=3, seconds=0.01)
     assert (row.launches_unfused, row.launches_fused, row.max_error) == (6, 1, 0.0)
+
+
+def test_merged_tasks_are_named_after_their_first_and_last_task():
+    kern = bz.kernel(chain)
+    kern(*arrays())
+    assert "task chain_t0__chain_t4: range_for i in [0, 16)" in kern.kernel_ir()
