@@ -58,8 +58,15 @@ def _scalar_packer(param: k.ScalarParam) -> Callable[[object], int]:
     if name == "float64":
         return lambda v: struct.unpack("<q", struct.pack("<d", v))[0]
     if name == "float32":
-        return lambda v: struct.unpack("<i", struct.pack("<f", v))[0]
+        return lambda v: _float32_bits(v, param)
     return lambda v: _scalar_bits(v, param)
+
+
+def _float32_bits(value: object, param: k.ScalarParam) -> int:
+    try:
+        return struct.unpack("<i", struct.pack("<f", value))[0]
+    except OverflowError:  # beyond float32's range: round to infinity, as NumPy does
+        return _scalar_bits(value, param)
 
 
 def _work_per_index(stmts: tuple[k.Stmt, ...], weight: int = 1) -> int:
@@ -94,7 +101,7 @@ class KernelLauncher:
         bounds = ", ".join(f"({_bound_source(t.begin, array_index, scalar_index)}, "
                            f"{_bound_source(t.end, array_index, scalar_index)})" for t in self.kernel.tasks)
         namespace = {"_floordiv": _floordiv, "_remainder": _remainder}
-        self.bounds = eval(f"lambda A, S: ({bounds},)", namespace)  # noqa: S307  (built from Kernel IR only)
+        self.bounds = eval(f"lambda A, S: ({bounds}{',' if bounds else ''})", namespace)  # noqa: S307  (built from Kernel IR only)
         self.work = [max(1, _work_per_index(t.body)) for t in self.kernel.tasks]
 
     def pack(self, arrays: Sequence[np.ndarray]) -> PackedArgs:

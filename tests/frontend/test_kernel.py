@@ -420,3 +420,21 @@ def test_kernel_ir_of_loop_kernels_generates_cuda_source():
     k(np.arange(1, 9, dtype=np.int64), np.zeros(4, np.int32))
     source = cuda.generate(k.last_entry.launcher.kernel).body
     assert "__global__" in source and "while" in source and "break;" in source
+
+
+def test_an_empty_kernel_and_out_of_range_scalars():
+    @bz.kernel
+    def nothing(a: bz.Array[bz.float32, 1]):
+        """Only a docstring."""
+
+    nothing(np.zeros(2, np.float32))
+
+    @bz.kernel
+    def fill(a: bz.Array[bz.float32, 1], s: bz.float32):
+        for i in range(a.shape[0]):
+            a[i] = s
+
+    a = np.zeros(2, np.float32)
+    with np.errstate(over="ignore"):
+        fill(a, 1e300)  # rounds to float32 as NumPy would
+    assert a.tolist() == [np.inf, np.inf]
