@@ -25,8 +25,9 @@ from braze import dtypes as dt
 from braze import engine
 from braze.dtypes import DType
 from braze.errors import Error, InputError, KernelTypeError
-from braze.frontend.kernel_ast import ArrayHandle, Source, Translator
+from braze.frontend.kernel_ast import Translator
 from braze.frontend.kernel_lang import ArrayType, _ArrayTypes
+from braze.frontend.kernel_scope import ArrayHandle, Source
 from braze.kir import kernel_text
 from braze.kir import nodes as k
 from braze.passes.fuse_tasks import Decision

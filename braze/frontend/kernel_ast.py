@@ -10,88 +10,20 @@ from __future__ import annotations
 
 import ast
 import builtins
-import inspect
-import math
-import textwrap
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from braze import dtypes as dt
 from braze.dtypes import DType
 from braze.errors import KernelSyntaxError, KernelTypeError
 from braze.frontend import kernel_lang as lang
 from braze.frontend import kernel_types as ty
-from braze.frontend.kernel_calls import call
+from braze.frontend.kernel_exprs import BINARY_OPS, ExpressionTranslator, is_pure_constant
+from braze.frontend.kernel_scope import ArrayHandle, Frame, Local, ShapeHandle, Source, host_evaluable
 from braze.kir import nodes as k
 from braze.lower.values import index_op
 
-MAX_INLINE_DEPTH = 32
 
-
-# --- what a name can stand for ----------------------------------------------------------------------
-@dataclass(frozen=True)
-class ArrayHandle:
-    param: k.ArrayParam
-
-
-@dataclass(frozen=True)
-class ShapeHandle:
-    param: k.ArrayParam
-
-
-@dataclass(frozen=True)
-class Local:
-    var: k.Var
-    loop_index: bool = False  # loop indices are read-only
-
-
-@dataclass
-class Source:
-    """One Python function's source: for error messages and global lookups."""
-
-    fn: Callable
-    tree: ast.FunctionDef
-    file: str
-    first_line: int
-    lines: list[str]
-    names: dict  # closure values, then globals
-
-    @staticmethod
-    def of(fn: Callable) -> Source:
-        try:
-            lines, first = inspect.getsourcelines(fn)
-        except (OSError, TypeError) as error:
-            raise KernelSyntaxError(f"{getattr(fn, '__name__', fn)}: cannot read its source ({error})") from None
-        tree = ast.parse(textwrap.dedent("".join(lines)))
-        closure = {name: cell.cell_contents for name, cell in
-                   zip(fn.__code__.co_freevars, fn.__closure__ or ()) if _filled(cell)}
-        return Source(fn, tree.body[0], inspect.getsourcefile(fn) or "<unknown>", first, lines,
-                      {**fn.__globals__, **closure})
-
-    def where(self, node: ast.AST) -> tuple[str, str]:
-        """("file:line: ", the source line) of a node."""
-        line = getattr(node, "lineno", 1)
-        text = self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
-        return f"{self.file}:{self.first_line + line - 1}: ", text
-
-
-def _filled(cell) -> bool:
-    try:
-        return cell.cell_contents is not None or True
-    except ValueError:  # a closure variable not assigned yet
-        return False
-
-
-@dataclass
-class Frame:
-    """The names visible in one function body: a task's, or an inlined helper's."""
-
-    source: Source
-    names: dict = field(default_factory=dict)
-    outer: dict = field(default_factory=dict)  # the kernel's parameters and aliases (tasks only)
-
-
-class Translator:
+class Translator(ExpressionTranslator):
     """Builds the tasks of one kernel from its Python source."""
 
     def __init__(self, name: str, source: Source, params: dict[str, object], debug: bool) -> None:
@@ -297,10 +229,7 @@ class Translator:
             if not hasattr(base, e.attr):
                 self.error(e, f"unknown attribute '{e.attr}'")
             return getattr(base, e.attr)
-        if kernel_scope or not self.frames:
-            value = self.in_scratch_task(lambda: self.expr(e)) if not self.frames else self.expr(e)
-        else:
-            value = self.expr(e)
+        value = self.expr(e) if self.frames else self.in_scratch_task(lambda: self.expr(e))
         if isinstance(value, (k.Expr, Local, ArrayHandle, ShapeHandle)):
             self.error(e, "bz.static: expected a value known at compile time")
         return value
@@ -319,13 +248,14 @@ class Translator:
     def emit(self, stmt: k.Stmt) -> None:
         self.blocks[-1].append(stmt)
 
-    def nested(self, thunk: Callable, runtime: bool = True) -> tuple[k.Stmt, ...]:
+    def nested(self, thunk: Callable) -> tuple[k.Stmt, ...]:
+        """The statements `thunk` emits, as a block nested in the current one (an if, a loop body)."""
         self.blocks.append([])
-        self.depth += runtime
+        self.depth += 1
         try:
             thunk()
         finally:
-            self.depth -= runtime
+            self.depth -= 1
         return tuple(self.blocks.pop())
 
     def statements(self, stmts: list[ast.stmt]) -> None:
@@ -364,10 +294,10 @@ class Translator:
         return var
 
     def stmt_AugAssign(self, node: ast.AugAssign) -> None:
-        op = _BINARY_OPS.get(type(node.op))
+        op = BINARY_OPS.get(type(node.op))
         if op is None:
             self.error(node, f"unsupported operator {type(node.op).__name__}")
-        current = self.expr(node.target if not isinstance(node.target, ast.Name) else node.target)
+        current = self.expr(node.target)
         value = self.checked(node, lambda: ty.binary(op, current, self.expr(node.value)))
         self.assign(node.target, value, node)
 
@@ -436,7 +366,7 @@ class Translator:
     def static_condition(self, test: ast.expr) -> bool | None:
         if isinstance(test, ast.Call) and self.resolve_callee(test.func) is lang.static:
             return bool(self.compile_time(test.args[0]))
-        value = self.expr(test) if _is_pure_constant(test) else None
+        value = self.expr(test) if is_pure_constant(test) else None
         return None if value is None or isinstance(value, k.Expr) else bool(value)
 
     def condition(self, test: ast.expr) -> k.Expr:
@@ -446,9 +376,8 @@ class Translator:
     def stmt_While(self, node: ast.While) -> None:
         if node.orelse:
             self.error(node, "unsupported construct: while-else")
-        setup: tuple[k.Stmt, ...] = ()
-        cond_box = []
-        setup = self.nested(lambda: cond_box.append(self.condition(node.test)), runtime=False)
+        cond_box: list[k.Expr] = []
+        setup = self.nested(lambda: cond_box.append(self.condition(node.test)))
         self.loops.append("serial")
         body = self.nested(lambda: self.statements(node.body))
         self.loops.pop()
@@ -544,189 +473,6 @@ class Translator:
         place, text = self.frames[-1].source.where(node)
         self.emit(k.Assert(self.condition(node.test), f"{place}assertion failed: {text}"))
 
-    # --- expressions --------------------------------------------------------------------------------
-    def expr(self, node: ast.expr):
-        handler = getattr(self, f"expr_{type(node).__name__}", None)
-        if handler is None:
-            self.error(node, f"unsupported construct: {type(node).__name__} expression")
-        return handler(node)
-
-    def expr_Constant(self, node: ast.Constant):
-        if not isinstance(node.value, (*ty.PYTHON_SCALARS, str)):
-            self.error(node, f"unsupported constant {node.value!r}")
-        return node.value
-
-    def expr_Name(self, node: ast.Name):
-        value = self.lookup(node)
-        return value.var if isinstance(value, Local) else value
-
-    def expr_Tuple(self, node: ast.Tuple):
-        return tuple(self.expr(e) for e in node.elts)
-
-    def expr_Attribute(self, node: ast.Attribute):
-        base = self.expr(node.value)
-        if isinstance(base, ArrayHandle):
-            if node.attr == "shape":
-                return ShapeHandle(base.param)
-            if node.attr == "ndim":
-                return base.param.ndim
-            self.error(node, f"unsupported array attribute '{node.attr}' (shape and ndim are supported)")
-        if isinstance(base, k.Expr):
-            self.error(node, f"unsupported construct: attribute '{node.attr}' of a value")
-        return self.compile_time(node)
-
-    def expr_Subscript(self, node: ast.Subscript):
-        base = self.expr(node.value)
-        if isinstance(base, ShapeHandle):
-            axis = self.expr(node.slice)
-            if not isinstance(axis, int) or not -base.param.ndim <= axis < base.param.ndim:
-                self.error(node, f"shape: expected a constant axis in [0, {base.param.ndim}), got {axis!r}",
-                           KernelTypeError)
-            return k.ArrayExtent(base.param, axis % base.param.ndim)
-        if isinstance(base, ArrayHandle):
-            handle, indices = self.subscript(node)
-            return k.Load(handle.param, indices)
-        if isinstance(base, (tuple, list)) and not isinstance(self.expr(node.slice), k.Expr):
-            return base[self.expr(node.slice)]
-        self.error(node, "unsupported construct: subscript of a value that is not an array")
-
-    def subscript(self, node: ast.Subscript) -> tuple[ArrayHandle, tuple[k.Expr, ...]]:
-        handle = self.expr(node.value)
-        if not isinstance(handle, ArrayHandle):
-            self.error(node, "unsupported construct: subscript of a value that is not an array")
-        raw = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
-        if any(isinstance(r, ast.Slice) for r in raw):
-            self.error(node, "unsupported construct: slices (index one element at a time)")
-        param = handle.param
-        if len(raw) != param.ndim:
-            self.error(node, f"wrong number of indices: '{param.name}' has {param.ndim} dimension(s), "
-                             f"got {len(raw)} index(es)", KernelTypeError)
-        indices = tuple(self.checked(r, lambda r=r: ty.index(self.expr(r), f"index of '{param.name}'")) for r in raw)
-        if self.debug:
-            self.bounds_check(node, param, indices)
-        return handle, indices
-
-    def bounds_check(self, node: ast.AST, param: k.ArrayParam, indices: tuple[k.Expr, ...]) -> None:
-        place, text = self.frames[-1].source.where(node)
-        for axis, i in enumerate(indices):
-            inside = ty.binary("logical_and", ty.binary("ge", i, 0), ty.binary("lt", i, k.ArrayExtent(param, axis)))
-            self.emit(k.Assert(inside, f"{place}index out of bounds: axis {axis} of '{param.name}' in {text}"))
-
-    def expr_BinOp(self, node: ast.BinOp):
-        op = _BINARY_OPS.get(type(node.op))
-        if op is None:
-            self.error(node, f"unsupported operator {type(node.op).__name__}")
-        a, b = self.expr(node.left), self.expr(node.right)
-        return self.checked(node, lambda: ty.binary(op, a, b))
-
-    def expr_UnaryOp(self, node: ast.UnaryOp):
-        x = self.expr(node.operand)
-        if isinstance(node.op, ast.UAdd):
-            return x
-        op = {ast.USub: "neg", ast.Invert: "bitwise_not", ast.Not: "logical_not"}[type(node.op)]
-        return self.checked(node, lambda: ty.unary(op, x))
-
-    def expr_Compare(self, node: ast.Compare):
-        result, left = None, self.expr(node.left)
-        for op_node, right_node in zip(node.ops, node.comparators):
-            op = _COMPARE_OPS.get(type(op_node))
-            if op is None:
-                self.error(node, f"unsupported comparison {type(op_node).__name__}")
-            right = self.expr(right_node)
-            test = self.checked(node, lambda op=op, a=left, b=right: ty.binary(op, a, b))
-            result = test if result is None else self.checked(node, lambda t=test, r=result:
-                                                              ty.binary("logical_and", r, t))
-            left = right
-        return result
-
-    def expr_BoolOp(self, node: ast.BoolOp):
-        """`and`/`or` short-circuit: a right side that reads memory runs only when it must."""
-        op = "logical_and" if isinstance(node.op, ast.And) else "logical_or"
-        result = self.expr(node.values[0])
-        for value_node in node.values[1:]:
-            if not isinstance(result, k.Expr):  # a constant left side decides statically
-                if bool(result) == (op == "logical_or"):
-                    return bool(result)
-                result = self.expr(value_node)
-                continue
-            result = self.short_circuit(op, result, value_node)
-        return result
-
-    def short_circuit(self, op: str, left: k.Expr, right_node: ast.expr) -> k.Expr:
-        right_box = []
-        stmts = self.nested(lambda: right_box.append(self.expr(right_node)))
-        right = right_box[0]
-        if not stmts and not _reads_memory(right):
-            return self.checked(right_node, lambda: ty.binary(op, left, right))
-        var = self.declare("cond", dt.bool_)
-        self.emit(k.Assign(var, ty.as_expr(ty.truth(left), dt.bool_)))
-        evaluate = stmts + (k.Assign(var, ty.as_expr(ty.truth(right), dt.bool_)),)
-        self.emit(k.If(var, evaluate) if op == "logical_and" else k.If(var, (), evaluate))
-        return var
-
-    def expr_IfExp(self, node: ast.IfExp):
-        static = self.static_condition(node.test)
-        if static is not None:
-            return self.expr(node.body if static else node.orelse)
-        cond = self.condition(node.test)
-        boxes: list = [[], []]
-        branches = [self.nested(lambda b=b, box=box: box.append(self.expr(b))) for b, box in
-                    zip((node.body, node.orelse), boxes)]
-        a, b = boxes[0][0], boxes[1][0]
-        dtype = self.checked(node, lambda: ty.common_type(a, b))
-        if not any(branches) and not _reads_memory(a) and not _reads_memory(b):
-            return self.checked(node, lambda: ty.ternary("where", cond, ty.as_expr(a, dtype), ty.as_expr(b, dtype)))
-        var = self.declare("select", dtype)
-        self.emit(k.If(cond, branches[0] + (k.Assign(var, ty.as_expr(a, dtype)),),
-                       branches[1] + (k.Assign(var, ty.as_expr(b, dtype)),)))
-        return var
-
-    def expr_Call(self, node: ast.Call):
-        return call(self, node)
-
 
 def _is_docstring(node: ast.stmt) -> bool:
     return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
-
-
-def _reads_memory(e) -> bool:
-    if not isinstance(e, k.Expr):
-        return False
-    if isinstance(e, (k.Load, k.LoadLocal)):
-        return True
-    return any(_reads_memory(getattr(e, f)) for f in getattr(e, "__dataclass_fields__", {}))
-
-
-def _is_pure_constant(node: ast.expr) -> bool:
-    """A condition made only of literals and names (resolved later): may be folded at compile time."""
-    return all(isinstance(n, (ast.Constant, ast.Name, ast.Attribute, ast.Load, ast.Compare, ast.BoolOp, ast.UnaryOp,
-                              ast.cmpop, ast.boolop, ast.unaryop, ast.BinOp, ast.operator)) for n in ast.walk(node))
-
-
-def host_evaluable(e) -> bool:
-    """Computable on the host before a launch: constants, scalar parameters, extents, integer arithmetic."""
-    if not isinstance(e, k.Expr):
-        return isinstance(e, (int, bool))
-    if isinstance(e, (k.Const, k.ScalarRef, k.ArrayExtent)):
-        return not e.dtype.is_floating
-    if isinstance(e, k.Cast):
-        return e.dtype.is_integer and host_evaluable(e.x)
-    if isinstance(e, k.Binary) and e.op in HOST_OPS:
-        return host_evaluable(e.a) and host_evaluable(e.b)
-    return False
-
-
-HOST_OPS = ("add", "sub", "mul", "floordiv", "remainder", "minimum", "maximum")
-
-_BINARY_OPS = {
-    ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "truediv", ast.FloorDiv: "floordiv",
-    ast.Mod: "remainder", ast.Pow: "pow", ast.LShift: "left_shift", ast.RShift: "right_shift",
-    ast.BitAnd: "bitwise_and", ast.BitOr: "bitwise_or", ast.BitXor: "bitwise_xor",
-}
-_COMPARE_OPS = {ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge"}
-
-STDLIB_MATH = {getattr(math, name): op for name, op in (
-    ("sqrt", "sqrt"), ("exp", "exp"), ("log", "log"), ("log2", "log2"), ("log1p", "log1p"), ("expm1", "expm1"),
-    ("sin", "sin"), ("cos", "cos"), ("tan", "tan"), ("tanh", "tanh"), ("floor", "floor"), ("ceil", "ceil"),
-    ("trunc", "trunc"), ("fabs", "abs"), ("erf", "erf"), ("atan2", "atan2"), ("pow", "pow"), ("exp2", "exp2"))
-    if hasattr(math, name)}

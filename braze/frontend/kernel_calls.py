@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,7 @@ from braze.dtypes import DType
 from braze.errors import KernelTypeError
 from braze.frontend import kernel_lang as lang
 from braze.frontend import kernel_types as ty
+from braze.frontend.kernel_scope import ArrayHandle, Frame, Local, ShapeHandle, Source
 from braze.kir import nodes as k
 
 if TYPE_CHECKING:
@@ -26,11 +28,16 @@ if TYPE_CHECKING:
 _FOLDABLE = (range, enumerate, zip, reversed, tuple, list, len, min, max, abs, int, float, bool, round, sum)
 _ATOMICS = {lang.atomic_add: "add", lang.atomic_sub: "sub", lang.atomic_min: "min", lang.atomic_max: "max"}
 _ATOMIC_DTYPES = ("int32", "int64", "float32", "float64")
+MAX_INLINE_DEPTH = 32  # nested @bz.func calls; deeper is taken for recursion
+# Python's math functions, as the ops they are.
+STDLIB_MATH = {getattr(math, name): op for name, op in (
+    ("sqrt", "sqrt"), ("exp", "exp"), ("log", "log"), ("log2", "log2"), ("log1p", "log1p"), ("expm1", "expm1"),
+    ("sin", "sin"), ("cos", "cos"), ("tan", "tan"), ("tanh", "tanh"), ("floor", "floor"), ("ceil", "ceil"),
+    ("trunc", "trunc"), ("fabs", "abs"), ("erf", "erf"), ("atan2", "atan2"), ("pow", "pow"), ("exp2", "exp2"))
+    if hasattr(math, name)}
 
 
 def call(tr: Translator, node: ast.Call):
-    from braze.frontend.kernel_ast import STDLIB_MATH
-
     callee = tr.resolve_callee(node.func)
     name = ast.unparse(node.func)
     if callee is None:
@@ -46,7 +53,7 @@ def call(tr: Translator, node: ast.Call):
     args = [tr.expr(a) for a in node.args]
     if all(not isinstance(a, k.Expr) and not _is_handle(a) for a in args) and _foldable(callee):
         return callee(*args)
-    rule = _rule_for(callee, STDLIB_MATH)
+    rule = _rule_for(callee)
     if rule is None:
         hint = " (decorate it with @bz.func to call it from a kernel)" if inspect.isfunction(callee) else ""
         tr.error(node, f"call to unknown function '{name}'{hint}")
@@ -54,8 +61,6 @@ def call(tr: Translator, node: ast.Call):
 
 
 def _is_handle(value) -> bool:
-    from braze.frontend.kernel_ast import ArrayHandle, ShapeHandle
-
     return isinstance(value, (ArrayHandle, ShapeHandle))
 
 
@@ -66,7 +71,7 @@ def _foldable(callee) -> bool:
         return False
 
 
-def _rule_for(callee, stdlib_math: dict) -> Callable | None:
+def _rule_for(callee) -> Callable | None:
     if isinstance(callee, DType):
         return lambda tr, node, args: ty.convert(_one(node, args), callee)
     if isinstance(callee, lang.MathFunction):
@@ -74,7 +79,7 @@ def _rule_for(callee, stdlib_math: dict) -> Callable | None:
     if callee in _BUILTIN_RULES:
         return _BUILTIN_RULES[callee]
     try:
-        op = stdlib_math.get(callee)
+        op = STDLIB_MATH.get(callee)
     except TypeError:  # an unhashable callee
         return None
     return (lambda tr, node, args: _op(op, args)) if op else None
@@ -102,8 +107,6 @@ def _extreme(op: str):
 
 
 def _len(tr, node, args):
-    from braze.frontend.kernel_ast import ArrayHandle
-
     value = _one(node, args)
     if isinstance(value, ArrayHandle):
         return k.ArrayExtent(value.param, 0)
@@ -141,16 +144,12 @@ def _atomic(tr: Translator, node: ast.Call, op: str) -> k.Var:
 # --- @bz.func helpers -------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=256)
 def _source(fn: Callable):
-    from braze.frontend.kernel_ast import Source
-
     return Source.of(fn)
 
 
 def inline(tr: Translator, node: ast.Call, helper: lang.KernelFunc):
     """The helper's body, translated in place with its parameters bound to the arguments."""
-    from braze.frontend.kernel_ast import Frame, Local
-
-    if len(tr.frames) > 32:
+    if len(tr.frames) > MAX_INLINE_DEPTH:
         tr.error(node, f"{helper.__name__}: @bz.func calls nest too deeply (recursion is not supported)")
     source = _source(helper.fn)
     args = [tr.expr(a) for a in node.args]

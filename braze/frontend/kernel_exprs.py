@@ -1,0 +1,184 @@
+"""Expressions of a `@bz.kernel` body: Python AST -> typed Kernel IR expressions.
+
+A mixin of the Translator (braze.frontend.kernel_ast): names, attributes, subscripts (with the
+debug bounds checks), operators, short-circuit `and`/`or`, conditional expressions and calls.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from braze import dtypes as dt
+from braze.errors import KernelTypeError
+from braze.frontend import kernel_types as ty
+from braze.frontend.kernel_calls import call
+from braze.frontend.kernel_scope import ArrayHandle, Local, ShapeHandle
+from braze.kir import nodes as k
+
+
+class ExpressionTranslator:
+    """The expression half of the Translator; it relies on the Translator's error, checked,
+    lookup, compile_time, nested, declare, emit and condition methods."""
+
+    def expr(self, node: ast.expr):
+        handler = getattr(self, f"expr_{type(node).__name__}", None)
+        if handler is None:
+            self.error(node, f"unsupported construct: {type(node).__name__} expression")
+        return handler(node)
+
+    def expr_Constant(self, node: ast.Constant):
+        if not isinstance(node.value, (*ty.PYTHON_SCALARS, str)):
+            self.error(node, f"unsupported constant {node.value!r}")
+        return node.value
+
+    def expr_Name(self, node: ast.Name):
+        value = self.lookup(node)
+        return value.var if isinstance(value, Local) else value
+
+    def expr_Tuple(self, node: ast.Tuple):
+        return tuple(self.expr(e) for e in node.elts)
+
+    def expr_Attribute(self, node: ast.Attribute):
+        base = self.expr(node.value)
+        if isinstance(base, ArrayHandle):
+            if node.attr == "shape":
+                return ShapeHandle(base.param)
+            if node.attr == "ndim":
+                return base.param.ndim
+            self.error(node, f"unsupported array attribute '{node.attr}' (shape and ndim are supported)")
+        if isinstance(base, k.Expr):
+            self.error(node, f"unsupported construct: attribute '{node.attr}' of a value")
+        return self.compile_time(node)
+
+    def expr_Subscript(self, node: ast.Subscript):
+        base = self.expr(node.value)
+        if isinstance(base, ShapeHandle):
+            axis = self.expr(node.slice)
+            if not isinstance(axis, int) or not -base.param.ndim <= axis < base.param.ndim:
+                self.error(node, f"shape: expected a constant axis in [0, {base.param.ndim}), got {axis!r}",
+                           KernelTypeError)
+            return k.ArrayExtent(base.param, axis % base.param.ndim)
+        if isinstance(base, ArrayHandle):
+            handle, indices = self.subscript(node)
+            return k.Load(handle.param, indices)
+        if isinstance(base, (tuple, list)):
+            position = self.expr(node.slice)
+            if isinstance(position, int):
+                return base[position]
+        self.error(node, "unsupported construct: subscript of a value that is not an array")
+
+    def subscript(self, node: ast.Subscript) -> tuple[ArrayHandle, tuple[k.Expr, ...]]:
+        handle = self.expr(node.value)
+        if not isinstance(handle, ArrayHandle):
+            self.error(node, "unsupported construct: subscript of a value that is not an array")
+        raw = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        if any(isinstance(r, ast.Slice) for r in raw):
+            self.error(node, "unsupported construct: slices (index one element at a time)")
+        param = handle.param
+        if len(raw) != param.ndim:
+            self.error(node, f"wrong number of indices: '{param.name}' has {param.ndim} dimension(s), "
+                             f"got {len(raw)} index(es)", KernelTypeError)
+        indices = tuple(self.checked(r, lambda r=r: ty.index(self.expr(r), f"index of '{param.name}'")) for r in raw)
+        if self.debug:
+            self.bounds_check(node, param, indices)
+        return handle, indices
+
+    def bounds_check(self, node: ast.AST, param: k.ArrayParam, indices: tuple[k.Expr, ...]) -> None:
+        place, text = self.frames[-1].source.where(node)
+        for axis, i in enumerate(indices):
+            inside = ty.binary("logical_and", ty.binary("ge", i, 0), ty.binary("lt", i, k.ArrayExtent(param, axis)))
+            self.emit(k.Assert(inside, f"{place}index out of bounds: axis {axis} of '{param.name}' in {text}"))
+
+    def expr_BinOp(self, node: ast.BinOp):
+        op = BINARY_OPS.get(type(node.op))
+        if op is None:
+            self.error(node, f"unsupported operator {type(node.op).__name__}")
+        a, b = self.expr(node.left), self.expr(node.right)
+        return self.checked(node, lambda: ty.binary(op, a, b))
+
+    def expr_UnaryOp(self, node: ast.UnaryOp):
+        x = self.expr(node.operand)
+        if isinstance(node.op, ast.UAdd):
+            return x
+        op = {ast.USub: "neg", ast.Invert: "bitwise_not", ast.Not: "logical_not"}[type(node.op)]
+        return self.checked(node, lambda: ty.unary(op, x))
+
+    def expr_Compare(self, node: ast.Compare):
+        result, left = None, self.expr(node.left)
+        for op_node, right_node in zip(node.ops, node.comparators):
+            op = _COMPARE_OPS.get(type(op_node))
+            if op is None:
+                self.error(node, f"unsupported comparison {type(op_node).__name__}")
+            right = self.expr(right_node)
+            test = self.checked(node, lambda op=op, a=left, b=right: ty.binary(op, a, b))
+            result = test if result is None else self.checked(node, lambda t=test, r=result:
+                                                              ty.binary("logical_and", r, t))
+            left = right
+        return result
+
+    def expr_BoolOp(self, node: ast.BoolOp):
+        """`and`/`or` short-circuit: a right side that reads memory runs only when it must."""
+        op = "logical_and" if isinstance(node.op, ast.And) else "logical_or"
+        result = self.expr(node.values[0])
+        for value_node in node.values[1:]:
+            if not isinstance(result, k.Expr):  # a constant left side decides statically
+                if bool(result) == (op == "logical_or"):
+                    return bool(result)
+                result = self.expr(value_node)
+                continue
+            result = self.short_circuit(op, result, value_node)
+        return result
+
+    def short_circuit(self, op: str, left: k.Expr, right_node: ast.expr) -> k.Expr:
+        right_box = []
+        stmts = self.nested(lambda: right_box.append(self.expr(right_node)))
+        right = right_box[0]
+        if not stmts and not _reads_memory(right):
+            return self.checked(right_node, lambda: ty.binary(op, left, right))
+        var = self.declare("cond", dt.bool_)
+        self.emit(k.Assign(var, ty.as_expr(ty.truth(left), dt.bool_)))
+        evaluate = stmts + (k.Assign(var, ty.as_expr(ty.truth(right), dt.bool_)),)
+        self.emit(k.If(var, evaluate) if op == "logical_and" else k.If(var, (), evaluate))
+        return var
+
+    def expr_IfExp(self, node: ast.IfExp):
+        static = self.static_condition(node.test)
+        if static is not None:
+            return self.expr(node.body if static else node.orelse)
+        cond = self.condition(node.test)
+        boxes: list = [[], []]
+        branches = [self.nested(lambda b=b, box=box: box.append(self.expr(b))) for b, box in
+                    zip((node.body, node.orelse), boxes)]
+        a, b = boxes[0][0], boxes[1][0]
+        dtype = self.checked(node, lambda: ty.common_type(a, b))
+        if not any(branches) and not _reads_memory(a) and not _reads_memory(b):
+            return self.checked(node, lambda: ty.ternary("where", cond, ty.as_expr(a, dtype), ty.as_expr(b, dtype)))
+        var = self.declare("select", dtype)
+        self.emit(k.If(cond, branches[0] + (k.Assign(var, ty.as_expr(a, dtype)),),
+                       branches[1] + (k.Assign(var, ty.as_expr(b, dtype)),)))
+        return var
+
+    def expr_Call(self, node: ast.Call):
+        return call(self, node)
+
+
+def _reads_memory(e) -> bool:
+    if not isinstance(e, k.Expr):
+        return False
+    if isinstance(e, (k.Load, k.LoadLocal)):
+        return True
+    return any(_reads_memory(getattr(e, f)) for f in getattr(e, "__dataclass_fields__", {}))
+
+
+def is_pure_constant(node: ast.expr) -> bool:
+    """A condition made only of literals and names (resolved later): may be folded at compile time."""
+    return all(isinstance(n, (ast.Constant, ast.Name, ast.Attribute, ast.Load, ast.Compare, ast.BoolOp, ast.UnaryOp,
+                              ast.cmpop, ast.boolop, ast.unaryop, ast.BinOp, ast.operator)) for n in ast.walk(node))
+
+
+BINARY_OPS = {
+    ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "truediv", ast.FloorDiv: "floordiv",
+    ast.Mod: "remainder", ast.Pow: "pow", ast.LShift: "left_shift", ast.RShift: "right_shift",
+    ast.BitAnd: "bitwise_and", ast.BitOr: "bitwise_or", ast.BitXor: "bitwise_xor",
+}
+_COMPARE_OPS = {ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge"}

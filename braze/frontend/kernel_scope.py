@@ -1,0 +1,97 @@
+"""What names in a `@bz.kernel` body stand for, and where its source came from (for errors)."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from braze.errors import KernelSyntaxError
+from braze.kir import nodes as k
+
+
+# --- what a name can stand for ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class ArrayHandle:
+    """An array parameter's name: subscripts read and write it, `.shape` gives its extents."""
+
+    param: k.ArrayParam
+
+
+@dataclass(frozen=True)
+class ShapeHandle:
+    """`a.shape`: only indexed by a constant axis."""
+
+    param: k.ArrayParam
+
+
+@dataclass(frozen=True)
+class Local:
+    """A local variable of a task (or of an inlined helper)."""
+
+    var: k.Var
+    loop_index: bool = False  # loop indices are read-only
+
+
+@dataclass
+class Source:
+    """One Python function's source: for error messages and global lookups."""
+
+    fn: Callable
+    tree: ast.FunctionDef
+    file: str
+    first_line: int
+    lines: list[str]
+    names: dict  # closure values, then globals
+
+    @staticmethod
+    def of(fn: Callable) -> Source:
+        try:
+            lines, first = inspect.getsourcelines(fn)
+        except (OSError, TypeError) as error:
+            raise KernelSyntaxError(f"{getattr(fn, '__name__', fn)}: cannot read its source ({error})") from None
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+        closure = {name: cell.cell_contents for name, cell in
+                   zip(fn.__code__.co_freevars, fn.__closure__ or ()) if _filled(cell)}
+        return Source(fn, tree.body[0], inspect.getsourcefile(fn) or "<unknown>", first, lines,
+                      {**fn.__globals__, **closure})
+
+    def where(self, node: ast.AST) -> tuple[str, str]:
+        """("file:line: ", the source line) of a node."""
+        line = getattr(node, "lineno", 1)
+        text = self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
+        return f"{self.file}:{self.first_line + line - 1}: ", text
+
+
+def _filled(cell) -> bool:
+    try:
+        return cell.cell_contents is not None or True
+    except ValueError:  # a closure variable not assigned yet
+        return False
+
+
+@dataclass
+class Frame:
+    """The names visible in one function body: a task's, or an inlined helper's."""
+
+    source: Source
+    names: dict = field(default_factory=dict)
+    outer: dict = field(default_factory=dict)  # the kernel's parameters and aliases (tasks only)
+
+
+HOST_OPS = ("add", "sub", "mul", "floordiv", "remainder", "minimum", "maximum")
+
+
+def host_evaluable(e) -> bool:
+    """Computable on the host before a launch: constants, scalar parameters, extents, integer arithmetic."""
+    if not isinstance(e, k.Expr):
+        return isinstance(e, (int, bool))
+    if isinstance(e, (k.Const, k.ScalarRef, k.ArrayExtent)):
+        return not e.dtype.is_floating
+    if isinstance(e, k.Cast):
+        return e.dtype.is_integer and host_evaluable(e.x)
+    if isinstance(e, k.Binary) and e.op in HOST_OPS:
+        return host_evaluable(e.a) and host_evaluable(e.b)
+    return False
