@@ -152,6 +152,8 @@ def _collect(task: k.Task) -> list[Access]:
                 raise _Reject(REJECT_UNRECOGNISED, f"{node.memory} memory")
             if not isinstance(node, (*_KNOWN_STMTS, *_KNOWN_EXPRS, k.Alloc)):
                 raise _Reject(REJECT_UNRECOGNISED, type(node).__name__)
+            if task.var in (getattr(node, "var", None), getattr(node, "result", None)) and not isinstance(node, k.Var):
+                raise _Reject(REJECT_UNRECOGNISED, "the loop index is assigned")
             if isinstance(node, (k.Load, k.Store, k.AtomicRMW)):
                 fingerprint = tuple(subst(i) for i in node.indices)
                 text = f"{node.param.name}[{', '.join(_text(i) for i in node.indices)}]"

@@ -374,3 +374,17 @@ def test_merged_tasks_are_named_after_their_first_and_last_task():
     kern = bz.kernel(chain)
     kern(*arrays())
     assert "task chain_t0__chain_t4: range_for i in [0, 16)" in kern.kernel_ir()
+
+
+def test_a_body_that_assigns_the_loop_index_rejects():
+    from braze.kir import nodes as k
+
+    i = k.Var("i")
+    a = k.ArrayParam("a", bz.float32, 1, (1,))
+    store = k.Store(a, (i,), k.Const(1.0, bz.float32))
+    first = k.Task("t0", "range_for", (k.Assign(i, k.Const(0, bz.int64)), store), i, k.Const(0, bz.int64),
+                   k.Const(8, bz.int64))
+    second = k.Task("t1", "range_for", (store,), i, k.Const(0, bz.int64), k.Const(8, bz.int64))
+    kernel, decisions = ft.fuse_tasks(k.Kernel("manual", (a,), (first, second)))
+    assert len(kernel.tasks) == 2
+    assert (decisions[0].reason, decisions[0].detail) == (ft.REJECT_UNRECOGNISED, "the loop index is assigned")
