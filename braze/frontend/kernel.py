@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from braze import config, engine
 from braze import dtypes as dt
-from braze import engine
 from braze.dtypes import DType
 from braze.errors import Error, InputError, KernelTypeError
 from braze.frontend.kernel_ast import Translator
@@ -96,7 +96,7 @@ class KernelFunction:
                                  ": the kernel writes it, but the array is read-only")
         packed = entry.launcher.pack(arrays)
         self._last.call = _Replay(entry, packed, [args[i] for i in self.array_positions],
-                                  [(a.shape, a.strides) for a in arrays], self.array_positions)
+                                  [(a.shape, a.strides) for a in arrays], self.array_positions, config.current)
         entry.launcher.run(packed, scalars)
 
     # --- binding ----------------------------------------------------------------------------------
@@ -110,6 +110,8 @@ class KernelFunction:
             else:
                 scalars.append(self._scalar(name, spec, value))
         key.append(_overlapping(arrays))
+        knobs = config.current  # tests change the fusion knobs with config.scope: part of the key
+        key.append((knobs.fuse_tasks, knobs.fuse_tasks_raw, knobs.fuse_tasks_budget, knobs.fuse_tasks_diag))
         return arrays, scalars, tuple(key)
 
     def _array(self, name: str, spec: ArrayType, value: Any) -> np.ndarray:
@@ -151,6 +153,7 @@ class KernelFunction:
                 scalars.append(param)
                 names[name] = k.ScalarRef(param)
         overlapping = next(parts)
+        fuse = self.fuse and not overlapping and next(parts)[0]
         source = Source.of(self.fn)
         tasks = Translator(self.fn.__name__, source, names, self.debug).translate()
         params = (*arrays, *scalars)
@@ -158,7 +161,7 @@ class KernelFunction:
         if k.assert_messages(kernel):
             kernel = k.Kernel(kernel.name, (*params, k.ArrayParam(k.ASSERT_STATUS, dt.int64, 1, (1,))),
                               kernel.tasks, kernel.source)
-        compiled, decisions = engine.compile_loop_kernel(kernel, fuse=self.fuse and not overlapping)
+        compiled, decisions = engine.compile_loop_kernel(kernel, fuse=fuse)
         written = {n.param.name for t in kernel.tasks for s in t.body for n in _statements(s)
                    if isinstance(n, (k.Store, k.AtomicRMW))}
         return KernelEntry(KernelLauncher(compiled, arrays, scalars), decisions,
@@ -183,8 +186,11 @@ class _Replay:
     objects: list  # the array arguments as given
     layouts: list[tuple]  # their (shape, strides) when packed
     positions: list[int]
+    knobs: config.Config  # replaying is only right under the knobs the entry was chosen with
 
     def matches(self, args: Sequence[Any]) -> bool:
+        if config.current is not self.knobs:
+            return False
         for position, previous, (shape, strides) in zip(self.positions, self.objects, self.layouts):
             value = args[position]
             if value is not previous or type(value) is not np.ndarray or value.shape != shape \

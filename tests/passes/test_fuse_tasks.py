@@ -388,3 +388,13 @@ def test_a_body_that_assigns_the_loop_index_rejects():
     kernel, decisions = ft.fuse_tasks(k.Kernel("manual", (a,), (first, second)))
     assert len(kernel.tasks) == 2
     assert (decisions[0].reason, decisions[0].detail) == (ft.REJECT_UNRECOGNISED, "the loop index is assigned")
+
+
+def test_the_same_kernel_follows_the_knobs_it_is_called_under():
+    kern = bz.kernel(integrate)
+    args = arrays()
+    for knob, launches in ((True, 1), (False, 2), (True, 1)):
+        with config.scope(fuse_tasks=knob), bz.record() as rec:
+            kern(*args)
+            kern(*args)  # the replayed call too
+        assert len(rec.launches) == 2 * launches
