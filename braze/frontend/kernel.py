@@ -35,6 +35,7 @@ from braze.runtime.arrays import as_host_array
 from braze.runtime.kernel_launch import KernelLauncher, PackedArgs
 
 _NUMPY_TO_DTYPE = {d.numpy: d for d in dt.ALL_DTYPES}
+_INT_RANGES = {d.name: (int(np.iinfo(d.numpy).min), int(np.iinfo(d.numpy).max)) for d in dt.INT_DTYPES}
 
 
 @dataclass
@@ -133,6 +134,8 @@ class KernelFunction:
         if not isinstance(value, allowed):
             raise InputError(f"kernel {self.__name__}: argument '{name}': expected a {dtype.name} scalar, "
                              f"got {type(value).__name__}")
+        if dtype.is_integer and not _INT_RANGES[dtype.name][0] <= value <= _INT_RANGES[dtype.name][1]:
+            raise InputError(f"kernel {self.__name__}: argument '{name}': {value} does not fit in {dtype.name}")
         return value
 
     # --- compiling --------------------------------------------------------------------------------

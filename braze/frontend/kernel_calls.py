@@ -13,9 +13,11 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from braze import dtypes as dt
 from braze.dtypes import DType
-from braze.errors import KernelTypeError
+from braze.errors import Error, KernelTypeError
 from braze.frontend import kernel_lang as lang
 from braze.frontend import kernel_types as ty
 from braze.frontend.kernel_scope import ArrayHandle, Frame, Local, ShapeHandle, Source
@@ -42,7 +44,7 @@ def call(tr: Translator, node: ast.Call):
     name = ast.unparse(node.func)
     if callee is None:
         tr.error(node, f"call to unknown function '{name}'")
-    if callee in _ATOMICS:
+    if _lookup(_ATOMICS, callee):
         return _atomic(tr, node, _ATOMICS[callee])
     if callee is lang.static:
         return tr.compile_time(node.args[0])
@@ -51,8 +53,11 @@ def call(tr: Translator, node: ast.Call):
     if node.keywords:
         tr.error(node, f"{name}: keyword arguments are not supported here")
     args = [tr.expr(a) for a in node.args]
-    if all(not isinstance(a, k.Expr) and not _is_handle(a) for a in args) and _foldable(callee):
-        return callee(*args)
+    if all(not isinstance(a, k.Expr) and not _is_handle(a) for a in args) and _lookup(_FOLDABLE, callee):
+        try:
+            return callee(*args)
+        except Exception as error:  # noqa: BLE001  (any Python error of a constant expression)
+            tr.error(node, f"{name}: {error}", KernelTypeError)
     rule = _rule_for(callee)
     if rule is None:
         hint = " (decorate it with @bz.func to call it from a kernel)" if inspect.isfunction(callee) else ""
@@ -64,25 +69,29 @@ def _is_handle(value) -> bool:
     return isinstance(value, (ArrayHandle, ShapeHandle))
 
 
-def _foldable(callee) -> bool:
+def _lookup(table, callee) -> bool:
+    """Whether `callee` is in `table` (a callee may be unhashable, a list say: then it is in none)."""
     try:
-        return callee in _FOLDABLE
-    except TypeError:  # an unhashable callee
+        return callee in table
+    except TypeError:
         return False
 
 
 def _rule_for(callee) -> Callable | None:
-    if isinstance(callee, DType):
-        return lambda tr, node, args: ty.convert(_one(node, args), callee)
+    if isinstance(callee, DType) or isinstance(callee, type) and issubclass(callee, np.generic):
+        try:
+            target = dt.as_dtype(callee)  # bz.float32(x), np.float32(x)
+        except Error:  # a NumPy type braze has no dtype for
+            return None
+        return lambda tr, node, args: ty.convert(_one(node, args), target)
     if isinstance(callee, lang.MathFunction):
         return lambda tr, node, args: _op(callee.op, args)
-    if callee in _BUILTIN_RULES:
+    if _lookup(_BUILTIN_RULES, callee):
         return _BUILTIN_RULES[callee]
-    try:
-        op = STDLIB_MATH.get(callee)
-    except TypeError:  # an unhashable callee
-        return None
-    return (lambda tr, node, args: _op(op, args)) if op else None
+    if _lookup(STDLIB_MATH, callee):
+        op = STDLIB_MATH[callee]
+        return lambda tr, node, args: _op(op, args)
+    return None
 
 
 def _one(node: ast.Call, args: list):

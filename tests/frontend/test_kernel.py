@@ -375,6 +375,8 @@ def test_arguments_are_checked():
         k(np.zeros((3, 1), np.float32), 1)
     with pytest.raises(bz.InputError, match="argument 'n': expected a int32 scalar, got float"):
         k(np.zeros(3, np.float32), 1.5)
+    with pytest.raises(bz.InputError, match="argument 'n': 4294967296 does not fit in int32"):
+        k(np.zeros(3, np.float32), 2**32)
     readonly = np.zeros(3, np.float32)
     readonly.flags.writeable = False
     with pytest.raises(bz.InputError, match="read-only"):
@@ -438,3 +440,16 @@ def test_an_empty_kernel_and_out_of_range_scalars():
     with np.errstate(over="ignore"):
         fill(a, 1e300)  # rounds to float32 as NumPy would
     assert a.tolist() == [np.inf, np.inf]
+
+
+def test_numpy_scalar_types_convert():
+    @bz.kernel
+    def k(a: bz.Array[bz.float64, 1], b: bz.Array[bz.int32, 1]):
+        for i in range(a.shape[0]):
+            b[i] = np.int32(a[i] * 2.0)
+            a[i] = np.float32(a[i] / 3.0)
+
+    a, b = np.array([1.25, -2.75]), np.zeros(2, np.int32)
+    k(a, b)
+    assert b.tolist() == [2, -5]
+    np.testing.assert_array_equal(a, (np.array([1.25, -2.75]) / 3.0).astype(np.float32).astype(np.float64))
