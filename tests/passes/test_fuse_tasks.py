@@ -398,3 +398,18 @@ def test_the_same_kernel_follows_the_knobs_it_is_called_under():
             kern(*args)
             kern(*args)  # the replayed call too
         assert len(rec.launches) == 2 * launches
+
+
+def reassigned_local(a: F32, b: F32, c: F32, ix: I64):
+    for i in range(1, N):
+        r = i
+        a[r] = c[i]
+        r = i - 1  # r now names another thread's element: its first definition must not stand for it
+        a[r] = c[i] * 2.0
+    for i in range(1, N):
+        b[i] = a[i]
+
+
+def test_a_reassigned_local_is_not_taken_for_its_first_value():
+    d = only(run(reassigned_local)[0])
+    assert (d.fused, d.reason, d.detail) == (False, ft.REJECT_NOT_INJECTIVE, "a[r]")

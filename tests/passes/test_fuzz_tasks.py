@@ -50,11 +50,17 @@ def expressions(draw, arrays: int, favourite: str, columns: bool, depth: int = 0
 
 @st.composite
 def statements(draw, arrays: int, favourite: str, columns: bool, depth: int = 0):
-    kind = draw(st.sampled_from(["store", "store", "update", "atomic", "if"] if depth == 0 else ["store", "update"]))
+    kinds = ["store", "store", "update", "atomic", "if", "local"] if depth == 0 else ["store", "update", "local"]
+    kind = draw(st.sampled_from(kinds))
     target = f"a{draw(st.integers(0, arrays - 1))}[{draw(indices(favourite, columns))}]"
     value = draw(expressions(arrays, favourite, columns))
     if kind == "store":
         return [f"{target} = {value}"]
+    if kind == "local":  # the row index through a local (reused names are reassigned: opaque to the fuser)
+        name = f"r{draw(st.integers(0, 1))}"
+        row = draw(st.sampled_from([favourite, draw(st.sampled_from(INDICES))]))
+        column = f", {draw(st.sampled_from(COLUMNS))}" if columns else ""
+        return [f"{name} = {row}", f"a{draw(st.integers(0, arrays - 1))}[{name}{column}] = {value}"]
     if kind == "update":
         return [f"{target} += {value}"]
     if kind == "atomic":
