@@ -67,9 +67,10 @@ class Source:
 
 def _filled(cell) -> bool:
     try:
-        return cell.cell_contents is not None or True
+        _ = cell.cell_contents
     except ValueError:  # a closure variable not assigned yet
         return False
+    return True
 
 
 @dataclass
