@@ -413,3 +413,18 @@ def reassigned_local(a: F32, b: F32, c: F32, ix: I64):
 def test_a_reassigned_local_is_not_taken_for_its_first_value():
     d = only(run(reassigned_local)[0])
     assert (d.fused, d.reason, d.detail) == (False, ft.REJECT_NOT_INJECTIVE, "a[r]")
+
+
+def grid_rows(a: bz.Array[bz.float32, 2], rows: bz.Array[bz.float32, 1]):
+    for i, j in bz.ndrange(a.shape[0], a.shape[1]):
+        rows[i] = a[i, j]  # every j of row i writes rows[i]
+    for i, j in bz.ndrange(a.shape[0], a.shape[1]):
+        a[i, j] = rows[i] * 2.0
+
+
+def test_an_ndrange_row_index_alone_is_not_injective():
+    def make():
+        return [np.arange(35, dtype=np.float32).reshape(5, 7), np.zeros(5, np.float32)]
+
+    d = only(run(grid_rows, make)[0])
+    assert (d.fused, d.reason) == (False, ft.REJECT_NOT_INJECTIVE)
