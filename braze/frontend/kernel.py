@@ -24,7 +24,7 @@ import numpy as np
 from braze import config, engine
 from braze import dtypes as dt
 from braze.dtypes import DType
-from braze.errors import Error, InputError, KernelTypeError
+from braze.errors import Error, InputError, KernelTypeError, UnsupportedError
 from braze.frontend.kernel_ast import Translator
 from braze.frontend.kernel_lang import ArrayType, _ArrayTypes
 from braze.frontend.kernel_scope import ArrayHandle, Source
@@ -117,6 +117,9 @@ class KernelFunction:
 
     def _array(self, name: str, spec: ArrayType, value: Any) -> np.ndarray:
         where = f"kernel {self.__name__}: argument '{name}'"
+        if type(value) is not np.ndarray and hasattr(value, "__cuda_array_interface__"):
+            raise UnsupportedError(f"{where}: got a GPU array ({type(value).__name__}); loop kernels run on the "
+                                   "CPU for now (the CUDA code generator reads their Kernel IR already)")
         array = value if type(value) is np.ndarray else as_host_array(value, where)[0]
         dtype = _NUMPY_TO_DTYPE.get(array.dtype)
         if dtype is None or spec.dtype is not None and dtype != spec.dtype:

@@ -377,6 +377,11 @@ def test_arguments_are_checked():
         k(np.zeros(3, np.float32), 1.5)
     with pytest.raises(bz.InputError, match="argument 'n': 4294967296 does not fit in int32"):
         k(np.zeros(3, np.float32), 2**32)
+    class GpuArray:
+        __cuda_array_interface__ = {}
+
+    with pytest.raises(bz.UnsupportedError, match="argument 'a': got a GPU array"):
+        k(GpuArray(), 1)
     readonly = np.zeros(3, np.float32)
     readonly.flags.writeable = False
     with pytest.raises(bz.InputError, match="read-only"):
