@@ -384,4 +384,5 @@ def _print_diagnostics(before: k.Kernel, after: k.Kernel, decisions: list[Decisi
     counts = Counter(("fused: " if d.fused else "rejected: ") + d.reason for d in decisions)
     summary = ", ".join(f"{reason} x{n}" for reason, n in sorted(counts.items()))
     tasks = f"{len(before.tasks)} tasks -> {len(after.tasks)}"
-    config.diagnostic(f"fuse_tasks {before.name}: {tasks}; {summary or 'no pairs'}")
+    budget = f"budget {config.current.fuse_tasks_budget} nodes"
+    config.diagnostic(f"fuse_tasks {before.name}: {tasks}; {summary or 'no pairs'}; {budget}")

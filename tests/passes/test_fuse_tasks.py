@@ -302,10 +302,11 @@ def test_diag_prints_one_line_per_pair_and_counts(capsys):
     lines = [line for line in capsys.readouterr().err.splitlines() if "fuse_tasks" in line]
     assert lines[0] == "braze: fuse_tasks chain: chain_t0 + chain_t1: fused: same-thread read-after-write " \
                        "(on a; 9 nodes)"
-    assert "braze: fuse_tasks chain: 5 tasks -> 1; fused: same-thread read-after-write x4" in lines
+    assert "braze: fuse_tasks chain: 5 tasks -> 1; fused: same-thread read-after-write x4; budget 4000 nodes" in lines
     assert any(line.startswith("braze: fuse_tasks different_bounds: different_bounds_t0 + different_bounds_t1: "
                                "rejected: different bounds ([0, 16) vs [0, 15))") for line in lines)
-    assert "braze: fuse_tasks different_bounds: 2 tasks -> 2; rejected: different bounds x1" in lines
+    assert "braze: fuse_tasks different_bounds: 2 tasks -> 2; rejected: different bounds x1; budget 4000 nodes" \
+        in lines
 
 
 def test_environment_knobs_are_read():
