@@ -76,7 +76,9 @@ class KernelFunction:
         self.entries: dict[tuple, KernelEntry] = {}
         self.last_entry: KernelEntry | None = None
 
-    def __call__(self, *args: Any) -> None:
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        if kwargs:
+            args = self._positional(args, kwargs)
         if len(args) != len(self.specs):
             raise InputError(f"kernel {self.__name__}: expected {len(self.specs)} arguments, got {len(args)}")
         replay = getattr(self._last, "call", None)
@@ -101,6 +103,12 @@ class KernelFunction:
         entry.launcher.run(packed, scalars)
 
     # --- binding ----------------------------------------------------------------------------------
+    def _positional(self, args: tuple, kwargs: dict) -> tuple:
+        try:
+            return tuple(inspect.signature(self.fn).bind(*args, **kwargs).arguments.values())
+        except TypeError as error:
+            raise InputError(f"kernel {self.__name__}: {error}") from None
+
     def _bind(self, args: Sequence[Any]) -> tuple[list[np.ndarray], list, tuple]:
         arrays, scalars, key = [], [], []
         for (name, spec), value in zip(self.specs, args):

@@ -396,7 +396,7 @@ def test_repeated_calls_replay_the_packed_arguments_safely():
 
     x, y = np.arange(6.0), np.zeros(6)
     axpy(x, y, 1.0)
-    axpy(x, y, 2.0)            # replayed: only the scalar changes
+    axpy(x, y=y, a=2.0)        # replayed: only the scalar changes
     assert y.tolist() == [3.0 * v for v in range(6)]
     other = np.zeros(6)
     axpy(x, other, 1.0)        # another array: packed again
