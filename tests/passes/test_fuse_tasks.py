@@ -364,11 +364,13 @@ def test_rows_owned_by_one_thread_fuse_and_neighbour_rows_reject():
     assert (d.fused, d.reason) == (False, ft.REJECT_ADDRESSES)
 
 
-def test_the_demo_particle_step_fuses_six_loops_into_one():
-    from braze.demo_kernels import run_particle_step
+def test_the_demo_particle_steps_fuse_into_one_launch():
+    from braze.demo_kernels import TWELVE_LOOPS, run_particle_step
 
     row = run_particle_step(n=100, steps=3, seconds=0.01)
     assert (row.launches_unfused, row.launches_fused, row.max_error) == (6, 1, 0.0)
+    row = run_particle_step(n=100, steps=3, seconds=0.01, case=TWELVE_LOOPS)
+    assert (row.launches_unfused, row.launches_fused, row.max_error) == (12, 1, 0.0)
 
 
 def test_merged_tasks_are_named_after_their_first_and_last_task():
