@@ -34,6 +34,7 @@ class Frame:
     rng: list = field(default_factory=list)  # (seed, offset) per random op, drawn for this run
     context: object = None  # what view aliases' reference rules read (bound extents)
     bound: object = None  # the run's bound inputs (a GPU device reads their device and stream)
+    launched: list = field(default_factory=list)  # the argument blocks launched (a cached call copies them)
 
 
 class CpuDevice:
@@ -77,6 +78,10 @@ class Allocate:
         frame.values[self.slot] = self.device.allocate(frame, self.tv, e[self.at], e[self._sizes], e[self._strides],
                                                        self.zero_init)
 
+    def sizes(self, frame: Frame) -> tuple[int, ...]:
+        """The buffer's sizes in a run (its allocation domain's, padding included)."""
+        return tuple(frame.extents[self._sizes])
+
     def text(self) -> str:
         layout = self.layout
         return (f"Allocate {self.tv.name}: {self.tv.dtype.name} sizes {_list(layout.sizes)} "
@@ -94,7 +99,9 @@ class Launch:
     device: CpuDevice
 
     def run(self, frame: Frame) -> None:
-        self.device.launch(self.executor, self.pack(frame), frame)
+        block = self.pack(frame)
+        frame.launched.append(block)
+        self.device.launch(self.executor, block, frame)
 
     def text(self) -> str:
         name = self.executor.kernel.name

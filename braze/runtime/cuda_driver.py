@@ -146,11 +146,20 @@ def launch(function, grid: tuple[int, int, int], block: tuple[int, int, int], pa
         code = raw(int(function), *grid, *block, shared_mem, stream, params_address, None)
         if code == 0:
             return
-        result = driver().CUresult(code)
-    else:
-        (result,) = driver().cuLaunchKernel(function, *grid, *block, shared_mem, stream, params_address, 0)
-        if result == driver().CUresult.CUDA_SUCCESS:
-            return
+        raise_launch_error(code, name, grid, block)
+    (result,) = driver().cuLaunchKernel(function, *grid, *block, shared_mem, stream, params_address, 0)
+    if result != driver().CUresult.CUDA_SUCCESS:
+        raise_launch_error(int(result), name, grid, block)
+
+
+def raw_launch_function():
+    """libcuda's cuLaunchKernel (ctypes; returns the CUresult as an int), or None without libcuda."""
+    return _raw_launch()
+
+
+def raise_launch_error(code: int, name: str, grid: tuple[int, int, int], block: tuple[int, int, int]) -> None:
+    """Raises the CudaError of a raw launch that returned `code`."""
+    result = driver().CUresult(code)
     raise CudaError(f"CUDA launch of {name} (grid {grid}, block {block}) failed: {_error_text(driver(), result)}")
 
 

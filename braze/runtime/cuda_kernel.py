@@ -115,6 +115,20 @@ class _TaskLaunch:
         return sum(-(-rows_per_block * row * size // 16) * 16 for size in self.cache_itemsizes)
 
 
+@dataclasses.dataclass(frozen=True)
+class PlannedLaunch:
+    """One task's launch for given extents: its index range, grid, dynamic shared memory and the
+    four launch scalars (lanes and cached row length; or, for a grid reduction, the block size and
+    the workspace's two pointers)."""
+
+    task: _TaskLaunch
+    begin: int
+    end: int
+    grid: int
+    shared: int
+    scalars: tuple[int, int, int, int]
+
+
 class CudaExecutor:
     """Launches every task of one compiled kernel, in order, on one device and stream."""
 
@@ -150,35 +164,33 @@ class CudaExecutor:
         self.device.activate()
         self.pointers[0] = block.ctypes.data
         params = ctypes.addressof(self.pointers)
-        for task in self.tasks:
-            begin, end, *extents = task.bounds(scalars)
-            if end <= begin:
-                continue
-            if task.grid_accumulators:
-                self._launch_grid_reduction(task, extents[0], params, stream, block, (begin, end))
-                continue
-            lanes = lanes_for(max(extents, default=1), self.block) if task.uses_lanes else 1
-            cached = max((extents[n] for n in task.cache_loops), default=0)
-            shared = task.shared_bytes(self.block // lanes, cached)
-            if shared > ROW_CACHE_BYTES:
-                shared = 0  # the rows do not fit: the loops read memory again
-            self.scalars[0], self.scalars[1] = lanes, cached if shared else 0
-            self.scalars[2] = self.scalars[3] = 0
-            # No more blocks than run at once: a second, partial wave would idle most SMs.
-            grid = min(-(-(end - begin) * lanes // self.block), self.device.sm_count * self._resident(task, shared))
+        for planned in self.plan(scalars, stream):
+            self.scalars[:] = planned.scalars
             if recording():
-                self._recorded_launch(task, grid, shared, params, stream, block, (begin, end))
+                self._recorded_launch(planned, params, stream, block)
             else:
-                cuda.launch(task.function, (grid, 1, 1), (self.block, 1, 1), params, stream, shared, task.name)
+                cuda.launch(planned.task.function, (planned.grid, 1, 1), (self.block, 1, 1), params, stream,
+                            planned.shared, planned.task.name)
 
-    def _launch_grid_reduction(self, task: _TaskLaunch, length: int, params: int, stream: int, block: np.ndarray,
-                               bounds: tuple[int, int]) -> None:
-        self.scalars[:] = (self.block, 0, *self.workspace.pointers(stream))
-        grid = max(1, min(-(-length // self.block), self.device.sm_count * self._resident(task, 0)))
-        if recording():
-            self._recorded_launch(task, grid, 0, params, stream, block, bounds)
-        else:
-            cuda.launch(task.function, (grid, 1, 1), (self.block, 1, 1), params, stream, 0, task.name)
+    def plan(self, scalars: dict[str, int], stream: int) -> list[PlannedLaunch]:
+        """Each task's launch for the extents in `scalars` (tasks over nothing are left out)."""
+        return [p for p in (self._plan_task(task, scalars, stream) for task in self.tasks) if p is not None]
+
+    def _plan_task(self, task: _TaskLaunch, scalars: dict[str, int], stream: int) -> PlannedLaunch | None:
+        begin, end, *extents = task.bounds(scalars)
+        if end <= begin:
+            return None
+        if task.grid_accumulators:
+            grid = max(1, min(-(-extents[0] // self.block), self.device.sm_count * self._resident(task, 0)))
+            return PlannedLaunch(task, begin, end, grid, 0, (self.block, 0, *self.workspace.pointers(stream)))
+        lanes = lanes_for(max(extents, default=1), self.block) if task.uses_lanes else 1
+        cached = max((extents[n] for n in task.cache_loops), default=0)
+        shared = task.shared_bytes(self.block // lanes, cached)
+        if shared > ROW_CACHE_BYTES:
+            shared = 0  # the rows do not fit: the loops read memory again
+        # No more blocks than run at once: a second, partial wave would idle most SMs.
+        grid = min(-(-(end - begin) * lanes // self.block), self.device.sm_count * self._resident(task, shared))
+        return PlannedLaunch(task, begin, end, grid, shared, (lanes, cached if shared else 0, 0, 0))
 
     def _resident(self, task: _TaskLaunch, shared: int) -> int:
         key = (task.name, shared)
@@ -186,14 +198,14 @@ class CudaExecutor:
             self.occupancy[key] = max(1, min(BLOCKS_PER_SM, self.module.resident_blocks(task.name, self.block, shared)))
         return self.occupancy[key]
 
-    def _recorded_launch(self, task: _TaskLaunch, grid: int, shared: int, params: int, stream: int,
-                         block: np.ndarray, bounds: tuple[int, int]) -> None:
+    def _recorded_launch(self, planned: PlannedLaunch, params: int, stream: int, block: np.ndarray) -> None:
         """A launch under bz.record(): noted, and timed with CUDA events when profiling."""
-        launch = Launch(self.kernel.name, task.name, *bounds, grid)
+        task = planned.task
+        launch = Launch(self.kernel.name, task.name, planned.begin, planned.end, planned.grid)
         if profiling():
             start, end = cuda.event(), cuda.event()
             cuda.record_event(start, stream)
-        cuda.launch(task.function, (grid, 1, 1), (self.block, 1, 1), params, stream, shared, task.name)
+        cuda.launch(task.function, (planned.grid, 1, 1), (self.block, 1, 1), params, stream, planned.shared, task.name)
         if profiling():
             cuda.record_event(end, stream)
             launch.device_ms = cuda.elapsed_ms(start, end)

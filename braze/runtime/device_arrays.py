@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import math
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -81,7 +82,7 @@ def as_device_view(obj: object, where: str) -> DeviceView:
     cai = obj.__cuda_array_interface__
     dtype = np.dtype(cai["typestr"])
     shape = tuple(cai["shape"])
-    strides = cai.get("strides") or tuple(int(s) for s in _contiguous_strides(shape, dtype.itemsize))
+    strides = cai.get("strides") or tuple(int(s) for s in dense_strides(shape, dtype.itemsize))
     kind = "cupy" if type(obj).__module__.startswith("cupy") else "cuda"
     if isinstance(obj, DeviceArray):
         return DeviceView(obj.ptr, obj.shape, obj.strides, obj.dtype, obj.device, "cuda", obj.stream, obj)
@@ -110,7 +111,7 @@ def _device_of_pointer(pointer: int) -> int:
     return int(cuda.call("cuPointerGetAttribute", d.cuPointerGetAttribute, attribute, pointer))
 
 
-def _contiguous_strides(shape: tuple[int, ...], itemsize: int, order: tuple[int, ...] | None = None) -> list[int]:
+def dense_strides(shape: tuple[int, ...], itemsize: int, order: tuple[int, ...] | None = None) -> list[int]:
     """Byte strides of a dense layout: row-major, or by `order` (stride_order: 0 the fastest)."""
     order = order if order is not None else tuple(reversed(range(len(shape))))
     strides = [0] * len(shape)
@@ -131,7 +132,7 @@ class DeviceArray:
         self.shape = tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
         self.device, self.stream = device, stream
-        self.strides = tuple(_contiguous_strides(self.shape, self.dtype.itemsize, stride_order))
+        self.strides = tuple(dense_strides(self.shape, self.dtype.itemsize, stride_order))
         self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
         cuda.device(device).activate()
         self.ptr = cuda.alloc(self.nbytes, stream)
@@ -150,7 +151,7 @@ class DeviceArray:
 
     def numpy(self) -> np.ndarray:
         """A host copy (waits for the work queued on the array's stream)."""
-        span = _span_bytes(self.shape, self.strides, self.dtype.itemsize)
+        span = span_bytes(self.shape, self.strides, self.dtype.itemsize)
         storage = np.empty(span // self.dtype.itemsize, self.dtype)
         cuda.device(self.device).activate()
         cuda.copy_to_host(storage.ctypes.data, self.ptr, span, self.stream)
@@ -178,7 +179,7 @@ class DeviceArray:
         return f"DeviceArray(shape={self.shape}, dtype={self.dtype}, device=cuda:{self.device})"
 
 
-def _span_bytes(shape, strides, itemsize: int) -> int:
+def span_bytes(shape, strides, itemsize: int) -> int:
     if any(s == 0 for s in shape):
         return 0
     return sum((n - 1) * s for n, s in zip(shape, strides)) + itemsize
@@ -192,28 +193,49 @@ def allocate(kind: str, shape: tuple[int, ...], dtype: dt.DType, device: int, st
     writes shows."""
     view = _allocate(kind, shape, dtype, device, stream, stride_order)
     if "poison_outputs" in config.current.enable:
-        cuda.fill_bytes(view.ptr, 0xFF, _span_bytes(view.shape, view.strides, view.itemsize), stream)
+        cuda.fill_bytes(view.ptr, 0xFF, span_bytes(view.shape, view.strides, view.itemsize), stream)
     return view
 
 
 def _allocate(kind: str, shape: tuple[int, ...], dtype: dt.DType, device: int, stream: int,
               stride_order: tuple[int, ...] | None) -> DeviceView:
-    strides = tuple(_contiguous_strides(shape, dtype.itemsize, stride_order))
+    strides = tuple(dense_strides(shape, dtype.itemsize, stride_order))
+    owner = allocator(kind, shape, dtype, device, stream, stride_order)()
+    return DeviceView(pointer_of(owner), shape, strides, dtype.numpy, device, kind, stream, owner)
+
+
+def allocator(kind: str, shape: tuple[int, ...], dtype: dt.DType, device: int, stream: int,
+              stride_order: tuple[int, ...] | None) -> Callable[[], object]:
+    """A function that makes uninitialized arrays of `shape` in `stride_order` with the library of
+    `kind` (torch, CuPy, or braze's DeviceArray for "cuda"). The cached call keeps one per buffer."""
+    strides = tuple(dense_strides(shape, dtype.itemsize, stride_order))
     if kind == "torch":
         import torch
 
-        tensor = torch.empty_strided(shape, [s // dtype.itemsize for s in strides],
-                                     dtype=getattr(torch, dtype.name), device=_torch_device(torch, device))
-        return DeviceView(tensor.data_ptr(), shape, strides, dtype.numpy, device, kind, stream, tensor)
+        options = {"dtype": getattr(torch, dtype.name), "device": _torch_device(torch, device)}
+        if stride_order is None:  # row-major: torch.empty is the cheaper call
+            return functools.partial(torch.empty, shape, **options)
+        return functools.partial(torch.empty_strided, shape, [s // dtype.itemsize for s in strides], **options)
     if kind == "cupy":
         import cupy
 
-        with cupy.cuda.Device(device):
-            memory = cupy.cuda.alloc(max(_span_bytes(shape, strides, dtype.itemsize), 1))
-            array = cupy.ndarray(shape, dtype.numpy, memory, strides=strides)
-        return DeviceView(array.data.ptr, shape, strides, dtype.numpy, device, kind, stream, array)
-    array = DeviceArray(shape, dtype.numpy, device, stream, stride_order)
-    return DeviceView(array.ptr, shape, strides, dtype.numpy, device, "cuda", stream, array)
+        nbytes = max(span_bytes(shape, strides, dtype.itemsize), 1)
+
+        def cupy_array() -> object:
+            with cupy.cuda.Device(device):
+                return cupy.ndarray(shape, dtype.numpy, cupy.cuda.alloc(nbytes), strides=strides)
+
+        return cupy_array
+    return functools.partial(DeviceArray, shape, dtype.numpy, device, stream, stride_order)
+
+
+def pointer_of(owner: object) -> int:
+    """The device address of an array made by `allocator`."""
+    if isinstance(owner, DeviceArray):
+        return owner.ptr
+    if hasattr(owner, "data_ptr"):
+        return owner.data_ptr()
+    return owner.data.ptr
 
 
 @functools.cache
@@ -229,7 +251,7 @@ def user_array(view: DeviceView) -> object:
 def copy_into(target: DeviceView, source: DeviceView) -> None:
     """Writes `source` into `target` (same shape; an in-place output)."""
     if target.strides == source.strides or target.size <= 1:
-        cuda.copy_on_device(target.ptr, source.ptr, _span_bytes(source.shape, source.strides, source.itemsize),
+        cuda.copy_on_device(target.ptr, source.ptr, span_bytes(source.shape, source.strides, source.itemsize),
                             target.stream)
         return
     if target.kind == "torch":

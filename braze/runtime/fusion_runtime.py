@@ -51,6 +51,7 @@ class FusionRuntime:
         self.fusion = fusion
         self.executor = executor
         self.writes = writes
+        self.params = params
         self.layout = ArgLayout.of(executor.kernel.params)
         self.input_position = {id(tv): i for i, tv in enumerate(fusion.inputs)}
         # Every unseeded random op draws a (seed, offset) per run, in definition order, as the
@@ -125,13 +126,17 @@ class FusionRuntime:
 
     # --- a run ------------------------------------------------------------------------------------
     def run(self, bound: BoundInputs) -> list[np.ndarray]:
+        return self.program.run(self.new_frame(bound))
+
+    def new_frame(self, bound: BoundInputs) -> Frame:
+        """A run's frame: the inputs bound, every buffer sized, the random draws made."""
         arrays = [a if isinstance(a, DeviceView) else _addressable(a) for a in bound.arrays]
         frame = self.program.new_frame(arrays, bound.bindings)
         self._check_empty_reductions(frame.extents)  # before anything is allocated or drawn
         frame.bound = bound
         frame.rng = [next_seed_offset() for _ in self.random_ops]
         frame.context = RefContext(bound.bindings, next_seed_offset)
-        return self.program.run(frame)
+        return frame
 
     def _check_empty_reductions(self, extents: list[int]) -> None:
         """max, min, argmax and argmin of nothing are undefined, unless the result is empty too."""

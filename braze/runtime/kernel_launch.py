@@ -7,6 +7,7 @@ compiled from Kernel IR when the launcher was built, and runs the tasks in order
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -50,9 +51,13 @@ def _bound_source(e: k.Expr, arrays: dict[str, int], scalars: dict[str, int]) ->
     raise TypeError(f"task bounds: cannot evaluate {type(e).__name__} on the host")
 
 
-def _scalar_packer(param: k.ScalarParam) -> Callable[[object], int]:
-    """value -> the int64 slot holding it (floats by their bits; narrower types in the low bytes)."""
+def scalar_packer(param: k.ScalarParam, checked: bool = False) -> Callable[[object], int]:
+    """value -> the int64 slot holding it (floats by their bits; narrower types in the low bytes).
+    `checked`: an integer out of the dtype's range raises OverflowError."""
     name = param.dtype.name
+    if param.dtype.is_integer and checked:
+        info = np.iinfo(param.dtype.numpy)
+        return functools.partial(_checked_int, int(info.min), int(info.max))
     if param.dtype.is_integer or param.dtype.is_bool:
         return int
     if name == "float64":
@@ -60,6 +65,12 @@ def _scalar_packer(param: k.ScalarParam) -> Callable[[object], int]:
     if name == "float32":
         return lambda v: _float32_bits(v, param)
     return lambda v: _scalar_bits(v, param)
+
+
+def _checked_int(low: int, high: int, value: int) -> int:
+    if not low <= value <= high:
+        raise OverflowError(f"{value} is out of [{low}, {high}]")
+    return int(value)
 
 
 def _float32_bits(value: object, param: k.ScalarParam) -> int:
@@ -93,7 +104,7 @@ class KernelLauncher:
         layout = ArgLayout.of(self.kernel.params)
         self.block_size = layout.size
         self.array_slots = [(layout.slots[p.name], p.ndim) for p in arrays]
-        self.scalar_slots = [(layout.slots[p.name], _scalar_packer(p)) for p in scalars]
+        self.scalar_slots = [(layout.slots[p.name], scalar_packer(p)) for p in scalars]
         self.messages = k.assert_messages(self.kernel)
         self.status_slot = layout.slots.get(k.ASSERT_STATUS)
         array_index = {p.name: n for n, p in enumerate(arrays)}

@@ -32,6 +32,7 @@ class Recording:
     launches: list[Launch] = field(default_factory=list)
     compiles: list[str] = field(default_factory=list)  # kernels compiled (not found in any cache)
     segments: list[list[str]] = field(default_factory=list)  # per fusion compiled: the tensors its tasks write
+    entries: list[str] = field(default_factory=list)  # executor entries and prepared calls built (cache misses)
 
 
 @contextmanager
@@ -72,3 +73,8 @@ def note_compile(kernel: str) -> None:
 def note_segments(writes: list[str]) -> None:
     for recording in _active():
         recording.segments.append(writes)
+
+
+def note_entry(what: str) -> None:
+    for recording in _active():
+        recording.entries.append(what)

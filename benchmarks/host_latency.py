@@ -1,0 +1,245 @@
+"""Host time of a cached call on the GPU: braze against the raw launch and the peers installed,
+all in one run. Prints a table and writes benchmarks/results/host_latency.json.
+
+    python benchmarks/host_latency.py
+
+Rows (microseconds of host time per call: N asynchronous calls, one synchronize at the end, the
+median over repeats):
+- a cached single-kernel fusion `relu(x*y+z)` on 1024 float32 torch tensors, outputs allocated;
+- the floor: the same kernel through `cuda.bindings`' cuLaunchKernel with a prepacked argument
+  block (and through libcuda by ctypes, as braze launches);
+- CuPy ElementwiseKernel, Triton, torch eager and torch.compile on the same expression;
+- the parts of braze's cached call, each timed alone: signature (the inputs' description),
+  lookup, allocation, patching, launch;
+- a fusion of 12 segments (pointwise and full reductions, alternating; 12 launches);
+- shape inference of a 4-D output with a split/merge allocation domain, native against Python.
+Each result is checked against torch before it is timed.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import braze as bz
+from braze.host.jit import NativeShapeFunction
+from braze.host.shapes import PythonShapeFunction, ShapeProgram, infer_layout
+from braze.runtime import cuda_driver, fast_call
+
+RESULTS = Path(__file__).parent / "results"
+N = 1024
+CALLS = 2000
+REPEATS = 15
+
+
+def us_per_call(fn, calls: int = CALLS, repeats: int = REPEATS, sync: bool = True) -> float:
+    """Median over `repeats` of the host time of `calls` asynchronous calls, one synchronize at the end."""
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        if sync:
+            torch.cuda.synchronize()
+        samples.append((time.perf_counter() - start) / calls * 1e6)
+    return statistics.median(samples)
+
+
+def relu_fma() -> bz.Fusion:
+    with bz.Fusion(name="relu_fma") as f:
+        x, y, z = (f.define_tensor([-1]) for _ in range(3))
+        f.add_output(bz.ops.relu(x * y + z))
+    return f
+
+
+def alternating_segments(reductions: int = 11) -> bz.Fusion:
+    """Pointwise work and a full reduction broadcast back, repeated: each reduction ends a segment."""
+    with bz.Fusion(name="alternating") as f:
+        t = f.define_tensor([-1, -1])
+        for i in range(reductions):
+            t = bz.ops.relu(t * 1.01 + 0.01 * i)
+            t = t - bz.ops.sum(t, axes=[0, 1]) * 1e-6
+        f.add_output(t * 1.0)
+    return f
+
+
+def alternating_reference(x: torch.Tensor, reductions: int = 11) -> torch.Tensor:
+    t = x.double()
+    for i in range(reductions):
+        t = torch.relu(t * 1.01 + 0.01 * i)
+        t = t - t.sum() * 1e-6
+    return t.float()
+
+
+def prepared_call(f: bz.Fusion, inputs: list) -> fast_call.PreparedCall:
+    fast = f.__dict__["_fast_calls"]
+    return fast.prepared[fast_call.description(inputs, fast.scalar_positions)]
+
+
+def peers(x, y, z) -> dict[str, object]:
+    """The peers that are installed, each a function of no arguments computing relu(x*y+z)."""
+    found = {"torch eager": lambda: torch.relu(x * y + z)}
+    compiled = torch.compile(lambda a, b, c: torch.relu(a * b + c))
+    try:
+        compiled(x, y, z)
+        found["torch.compile"] = lambda: compiled(x, y, z)
+    except Exception as e:  # noqa: BLE001  (no compiler toolchain on this machine)
+        print(f"torch.compile unavailable: {type(e).__name__}: {e}", file=sys.stderr)
+    try:
+        import cupy
+
+        kernel = cupy.ElementwiseKernel("float32 x, float32 y, float32 z", "float32 o", "o = max(x * y + z, 0.0f)",
+                                        "bz_relu_fma")
+        cx, cy, cz = (cupy.asarray(t) for t in (x, y, z))
+        found["CuPy ElementwiseKernel"] = lambda: kernel(cx, cy, cz)
+    except ImportError:
+        pass
+    triton_call = _triton(x, y, z)
+    if triton_call is not None:
+        found["Triton"] = triton_call
+    return found
+
+
+def _triton(x, y, z):
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError:
+        return None
+
+    @triton.jit
+    def relu_fma_kernel(x_ptr, y_ptr, z_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n
+        value = tl.load(x_ptr + offsets, mask=mask) * tl.load(y_ptr + offsets, mask=mask) + tl.load(z_ptr + offsets,
+                                                                                                    mask=mask)
+        tl.store(out_ptr + offsets, tl.maximum(value, 0.0), mask=mask)
+
+    def call():
+        out = torch.empty_like(x)
+        relu_fma_kernel[(triton.cdiv(N, 1024),)](x, y, z, out, N, BLOCK=1024)
+        return out
+
+    try:
+        call()
+    except Exception as e:  # noqa: BLE001
+        print(f"Triton unavailable: {type(e).__name__}: {e}", file=sys.stderr)
+        return None
+    return call
+
+
+def check(name: str, got, expected: torch.Tensor) -> None:
+    got = torch.as_tensor(got, device="cuda")
+    if not torch.allclose(got, expected, rtol=1e-5, atol=1e-5):
+        raise SystemExit(f"{name}: wrong result")
+
+
+def floor_rows(prepared: fast_call.PreparedCall) -> dict[str, float]:
+    """The kernel launched with its prepacked block and nothing else: cuda.bindings and ctypes."""
+    driver = cuda_driver.driver()
+    function, grid, threads, shared, params, _ = prepared.calls[0]
+    cu_function = driver.CUfunction(function)
+    stream = torch.cuda.current_stream().cuda_stream
+    raw = cuda_driver.raw_launch_function()
+    return {
+        "floor: cuLaunchKernel (cuda.bindings), prepacked": us_per_call(
+            lambda: driver.cuLaunchKernel(cu_function, grid, 1, 1, threads, 1, 1, shared, stream, params, 0)),
+        "floor: cuLaunchKernel (ctypes), prepacked": us_per_call(
+            lambda: raw(function, grid, 1, 1, threads, 1, 1, shared, stream, params, None)),
+    }
+
+
+def part_rows(f: bz.Fusion, inputs: list, prepared: fast_call.PreparedCall) -> dict[str, float]:
+    """Each step of the cached call, timed alone (synchronizing only where it launches)."""
+    fast = f.__dict__["_fast_calls"]
+    key = fast_call.description(inputs, fast.scalar_positions)
+    buffers = [allocate() for allocate in prepared.allocations]
+
+    def patch() -> None:
+        block = prepared.block
+        for slot, position, pointer in prepared.input_pointers:
+            block[slot] = pointer(inputs[position])
+        for slot, n in prepared.buffer_pointers:
+            block[slot] = prepared.buffer_pointer(buffers[n])
+
+    def launch() -> None:
+        stream = prepared.stream(inputs[prepared.stream_input], prepared.device.index)
+        for function, grid, threads, shared, params, _ in prepared.calls:
+            fast_call._raw_launch(function, grid, 1, 1, threads, 1, 1, shared, stream, params, None)
+
+    return {
+        "  signature (describe the inputs)": us_per_call(lambda: fast_call.description(inputs, fast.scalar_positions),
+                                                         sync=False),
+        "  lookup": us_per_call(lambda: fast.prepared.get(key), sync=False),
+        "  allocation": us_per_call(lambda: [allocate() for allocate in prepared.allocations], sync=False),
+        "  patching": us_per_call(patch, sync=False),
+        "  launch (stream + cuLaunchKernel)": us_per_call(launch),
+    }
+
+
+def shape_rows() -> dict[str, float]:
+    t = bz.Fusion().define_tensor((-1, -1, -1, -1))
+    t.split(1, 4).merge(2).split(0, 2)
+    t.set_allocation_domain(t.loop)
+    program = ShapeProgram.of("split_merge_4d", infer_layout(t).values)
+    extents = [8, 30, 17, 33]
+    native, python = NativeShapeFunction(program), PythonShapeFunction(program)
+    assert native(extents) == python(extents)
+    return {"shape inference 4-D split/merge, native": us_per_call(lambda: native(extents), sync=False),
+            "shape inference 4-D split/merge, Python": us_per_call(lambda: python(extents), sync=False)}
+
+
+def main() -> int:
+    x, y, z = (torch.randn(N, device="cuda") for _ in range(3))
+    expected = torch.relu(x * y + z)
+    f = relu_fma()
+    inputs = [x, y, z]
+    check("braze", f.execute(inputs)[0], expected)
+    with bz.record() as rec:
+        check("braze (cached)", f.execute(inputs)[0], expected)
+    assert rec.entries == [] and rec.compiles == [] and len(rec.launches) == 1, "the cached call built something"
+    prepared = prepared_call(f, inputs)
+    rows = floor_rows(prepared)
+    rows["braze cached call, outputs allocated"] = us_per_call(lambda: f.execute(inputs))
+    for name, fn in peers(x, y, z).items():
+        check(name, fn(), expected)
+        rows[name] = us_per_call(fn)
+    rows.update(part_rows(f, inputs, prepared))
+
+    big = torch.randn(64, 256, device="cuda")
+    g = alternating_segments()
+    with bz.record() as rec:
+        got = g.execute([big])[0]
+    torch.testing.assert_close(got, alternating_reference(big), rtol=1e-4, atol=1e-4)
+    launches = len(rec.launches)
+    g.execute([big])
+    rows[f"12-segment fusion ({launches} launches), cached call"] = us_per_call(lambda: g.execute([big]), calls=500)
+    rows.update(shape_rows())
+
+    floor = rows["floor: cuLaunchKernel (cuda.bindings), prepacked"]
+    width = max(map(len, rows))
+    print(f"\nhost time per call on {torch.cuda.get_device_name()}, relu(x*y+z) on {N} float32\n")
+    print(f"{'':<{width}}  {'us/call':>8}  {'x floor':>7}")
+    for name, us in rows.items():
+        print(f"{name:<{width}}  {us:8.2f}  {us / floor:7.2f}")
+    twelve = next(v for k, v in rows.items() if k.startswith("12-segment"))
+    print(f"\ngoal: cached call <= 1.5x floor: {rows['braze cached call, outputs allocated'] / floor:.2f}x; "
+          f"12 segments <= 2 x floor x 12: {twelve / (12 * floor):.2f} x 12 x floor")
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / "host_latency.json"
+    out.write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                               "n": N, "us_per_call": rows}, indent=2))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
