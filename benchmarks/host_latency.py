@@ -18,6 +18,7 @@ Each result is checked against torch before it is timed.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import statistics
 import sys
@@ -38,12 +39,15 @@ REPEATS = 15
 
 
 def us_per_call(fn, calls: int = CALLS, repeats: int = REPEATS, sync: bool = True) -> float:
-    """Median over `repeats` of the host time of `calls` asynchronous calls, one synchronize at the end."""
+    """Median over `repeats` of the host time of `calls` asynchronous calls, one synchronize at the
+    end (`sync=False`: the synchronize comes before the clock starts instead, so a GPU slower
+    than the host does not show; keep calls x launches under the driver's queue of ~1000)."""
     for _ in range(50):
         fn()
     torch.cuda.synchronize()
     samples = []
     for _ in range(repeats):
+        torch.cuda.synchronize()
         start = time.perf_counter()
         for _ in range(calls):
             fn()
@@ -81,7 +85,7 @@ def alternating_reference(x: torch.Tensor, reductions: int = 11) -> torch.Tensor
 
 def prepared_call(f: bz.Fusion, inputs: list) -> fast_call.PreparedCall:
     fast = f.__dict__["_fast_calls"]
-    return fast.prepared[fast_call.description(inputs, fast.scalar_positions)]
+    return fast.prepared[fast.key(inputs)]
 
 
 def peers(x, y, z) -> dict[str, object]:
@@ -145,10 +149,17 @@ def check(name: str, got, expected: torch.Tensor) -> None:
 def floor_rows(prepared: fast_call.PreparedCall) -> dict[str, float]:
     """The kernel launched with its prepacked block and nothing else: cuda.bindings and ctypes."""
     driver = cuda_driver.driver()
-    function, grid, threads, shared, params, _ = prepared.calls[0]
+    function, grid, threads, shared, params = (prepared.launches[0].function, prepared.launches[0].grid,
+                                               prepared.launches[0].block, prepared.launches[0].shared,
+                                               prepared.launches[0].params_address)
     cu_function = driver.CUfunction(function)
     stream = torch.cuda.current_stream().cuda_stream
-    raw = cuda_driver.raw_launch_function()
+    raw = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
+    raw.restype = ctypes.c_int
+    raw.argtypes = [ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    (result,) = driver.cuLaunchKernel(cu_function, grid, 1, 1, threads, 1, 1, shared, stream, params, 0)
+    assert result == driver.CUresult.CUDA_SUCCESS, result
+    assert raw(function, grid, 1, 1, threads, 1, 1, shared, stream, params, None) == 0
     return {
         "floor: cuLaunchKernel (cuda.bindings), prepacked": us_per_call(
             lambda: driver.cuLaunchKernel(cu_function, grid, 1, 1, threads, 1, 1, shared, stream, params, 0)),
@@ -160,7 +171,7 @@ def floor_rows(prepared: fast_call.PreparedCall) -> dict[str, float]:
 def part_rows(f: bz.Fusion, inputs: list, prepared: fast_call.PreparedCall) -> dict[str, float]:
     """Each step of the cached call, timed alone (synchronizing only where it launches)."""
     fast = f.__dict__["_fast_calls"]
-    key = fast_call.description(inputs, fast.scalar_positions)
+    key = fast.key(inputs)
     buffers = [allocate() for allocate in prepared.allocations]
 
     def patch() -> None:
@@ -171,13 +182,10 @@ def part_rows(f: bz.Fusion, inputs: list, prepared: fast_call.PreparedCall) -> d
             block[slot] = prepared.buffer_pointer(buffers[n])
 
     def launch() -> None:
-        stream = prepared.stream(inputs[prepared.stream_input], prepared.device.index)
-        for function, grid, threads, shared, params, _ in prepared.calls:
-            fast_call._raw_launch(function, grid, 1, 1, threads, 1, 1, shared, stream, params, None)
+        prepared._launch(prepared.stream(inputs[prepared.stream_input], prepared.device.index))
 
     return {
-        "  signature (describe the inputs)": us_per_call(lambda: fast_call.description(inputs, fast.scalar_positions),
-                                                         sync=False),
+        "  signature (describe the inputs)": us_per_call(lambda: fast.key(inputs), sync=False),
         "  lookup": us_per_call(lambda: fast.prepared.get(key), sync=False),
         "  allocation": us_per_call(lambda: [allocate() for allocate in prepared.allocations], sync=False),
         "  patching": us_per_call(patch, sync=False),
@@ -221,7 +229,8 @@ def main() -> int:
     torch.testing.assert_close(got, alternating_reference(big), rtol=1e-4, atol=1e-4)
     launches = len(rec.launches)
     g.execute([big])
-    rows[f"12-segment fusion ({launches} launches), cached call"] = us_per_call(lambda: g.execute([big]), calls=500)
+    rows[f"12-segment fusion ({launches} launches), cached call"] = us_per_call(lambda: g.execute([big]), calls=50,
+                                                                                 sync=False)
     rows.update(shape_rows())
 
     floor = rows["floor: cuLaunchKernel (cuda.bindings), prepacked"]

@@ -218,7 +218,7 @@ def _run_cuda_and_prepare(fusion: Fusion, bound: BoundInputs, inputs: Sequence[o
     fast = fusion.__dict__.get("_fast_calls")
     if fast is None:
         scalars = frozenset(n for n, tv in enumerate(fusion.inputs) if tv.scalar is not None)
-        fast = fusion.__dict__["_fast_calls"] = FastCalls(scalars)
+        fast = fusion.__dict__["_fast_calls"] = FastCalls(len(fusion.inputs), scalars)
     fast.learn(inputs, prepared)
     return results
 

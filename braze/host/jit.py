@@ -130,7 +130,7 @@ def _engine() -> llvm.ExecutionEngine:
     return llvm.create_mcjit_compiler(backing, cpu.new_target_machine(opt=0))
 
 
-def _compile(source: str, name: str) -> int:
+def compile_function(source: str, name: str) -> int:
     """The address of function `name` of `source`, compiled into the shared engine."""
     with cpu.LLVM_LOCK:
         module = llvm.parse_assembly(source)
@@ -142,7 +142,7 @@ def _compile(source: str, name: str) -> int:
         engine.finalize_object()
         address = engine.get_function_address(name)
     if not address:
-        raise cpu.CompileError(f"shape function {name!r}: the engine has no code for it")
+        raise cpu.CompileError(f"host function {name!r}: the engine has no code for it")
     return address
 
 
@@ -157,7 +157,7 @@ class NativeShapeFunction:
         self.source = llvm_source(program, name)
         if config.dumping("host_jit"):
             config.dump("host_jit", self.source)
-        self._fn = SHAPE_SIGNATURE(_compile(self.source, name))
+        self._fn = SHAPE_SIGNATURE(compile_function(self.source, name))
         self._buffers = threading.local()  # per thread: a call fills, runs and reads them back
 
     def _new_buffers(self) -> tuple:
@@ -184,13 +184,14 @@ def shape_function(program: ShapeProgram) -> NativeShapeFunction | PythonShapeFu
     try:
         return NativeShapeFunction(program)
     except Exception as error:  # any JIT failure: the Python function computes the same values
-        _fall_back(program, error)
+        fall_back(f"the shapes of {program.name!r}", error)
         return PythonShapeFunction(program)
 
 
-def _fall_back(program: ShapeProgram, error: Exception) -> None:
+def fall_back(what: str, error: Exception) -> None:
+    """Warns, once per process, that the host JIT failed for `what`, which then runs in Python."""
     global _warned
-    message = f"host JIT failed for the shapes of {program.name!r}, running them in Python: {error}"
+    message = f"host JIT failed for {what}, running it in Python: {error}"
     if _warned:
         _log.info(message)
         return

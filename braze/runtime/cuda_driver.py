@@ -152,9 +152,18 @@ def launch(function, grid: tuple[int, int, int], block: tuple[int, int, int], pa
         raise_launch_error(int(result), name, grid, block)
 
 
-def raw_launch_function():
-    """libcuda's cuLaunchKernel (ctypes; returns the CUresult as an int), or None without libcuda."""
-    return _raw_launch()
+def launch_function_address() -> int | None:
+    """The address of libcuda's cuLaunchKernel (native code calls it), or None without libcuda."""
+    raw = _raw_launch()
+    return None if raw is None else ctypes.cast(raw, ctypes.c_void_p).value
+
+
+def launch_code(function: object, grid: int, block: int, shared: int, stream: int, params_address: int) -> int:
+    """A 1-D launch of a CUfunction through cuda.bindings; returns the CUresult as an int (0:
+    launched). The wrapper costs less per call than ctypes' argument conversion."""
+    d = driver()
+    (result,) = d.cuLaunchKernel(function, grid, 1, 1, block, 1, 1, shared, stream, params_address, 0)
+    return int(result)
 
 
 def raise_launch_error(code: int, name: str, grid: tuple[int, int, int], block: tuple[int, int, int]) -> None:

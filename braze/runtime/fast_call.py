@@ -19,6 +19,7 @@ thread, an unknown array type) answers `None`, and the caller takes the host pro
 from __future__ import annotations
 
 import ctypes
+import functools
 import struct
 import threading
 from collections import OrderedDict
@@ -26,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from braze import config
+from braze.host.launch_jit import native_launches
 from braze.runtime import cuda_driver as cuda
 from braze.runtime.record import Launch, note_launch, profiling, recording
 from braze.runtime.rng import next_seed_offset
@@ -120,7 +122,7 @@ def description(inputs: Sequence[object], scalar_positions: frozenset[int]) -> t
 
 
 # --- a prepared call ----------------------------------------------------------------------------
-@dataclass(frozen=True)
+@dataclass
 class PreparedLaunch:
     """One cuLaunchKernel: the function, its grid and block, and its parameter array (the argument
     block's address, then the addresses of its launch scalars)."""
@@ -137,6 +139,11 @@ class PreparedLaunch:
     def params_address(self) -> int:
         return ctypes.addressof(self.params)
 
+    @functools.cached_property
+    def handle(self) -> object:
+        """The function as cuda.bindings' CUfunction (for launches made from Python)."""
+        return cuda.driver().CUfunction(self.function)
+
 
 @dataclass(frozen=True)
 class ScalarSlot:
@@ -146,7 +153,12 @@ class ScalarSlot:
 
 
 class PreparedCall:
-    """A fusion's run on inputs of one description, with all host arithmetic done ahead."""
+    """A fusion's run on inputs of one description, with all host arithmetic done ahead.
+
+    Buffers that are not returned (intermediates, the results copied back into inputs) are kept
+    from one call to the next on the same stream: its order makes reusing them safe, and a call
+    then allocates only what it returns.
+    """
 
     def __init__(self, block: Sequence[int], allocations: list[Callable[[], object]],
                  input_pointers: list[tuple[int, int, Callable[[object], int]]],
@@ -160,11 +172,16 @@ class PreparedCall:
         self.allocations, self.input_pointers = allocations, input_pointers
         self.buffer_pointers, self.buffer_pointer = buffer_pointers, buffer_pointer
         self.scalars, self.seeds, self.launches = scalars, seeds, launches
-        # What each launch passes, as plain ints: the loop below does nothing else.
-        self.calls = [(x.function, x.grid, x.block, x.shared, x.params_address, x) for x in launches]
         self.copies_back, self.returned = copies_back, returned
         self.stream, self.stream_input, self.device = stream, stream_input, device
         self.busy = threading.Lock()  # the block is patched in place: one caller at a time
+        fresh = {n for where, n in returned if where == "buffer"}
+        self.fresh = [n in fresh for n in range(len(allocations))]
+        self.kept: list | None = None  # the kept buffers (None where a buffer is fresh per call)...
+        self.kept_stream: int | None = None  # ...and the stream they were last used on
+        self.launch_all = native_launches(cuda.launch_function_address(),
+                                          [(x.function, x.grid, x.block, x.shared, x.params_address)
+                                           for x in launches])
 
     def run(self, inputs: Sequence[object]) -> list | None:
         if not self.busy.acquire(blocking=False):
@@ -183,7 +200,10 @@ class PreparedCall:
                 block[s.slot] = s.pack(inputs[s.position])
             except (OverflowError, struct.error):  # out of the dtype's range: the host program says why
                 return None
-        buffers = [allocate() for allocate in self.allocations]
+        device = self.device
+        device.activate()
+        stream = self.stream(inputs[self.stream_input], device.index)
+        buffers = self._buffers(stream)
         pointer = self.buffer_pointer
         for slot, n in self.buffer_pointers:
             block[slot] = pointer(buffers[n])
@@ -191,24 +211,33 @@ class PreparedCall:
             seed, offset = next_seed_offset()
             if slots is not None:
                 block[slots[0]], block[slots[1]] = _signed(seed), _signed(offset)
-        device = self.device
-        device.activate()
-        stream = self.stream(inputs[self.stream_input], device.index)
-        launch = _raw_launch
-        for function, grid, threads, shared, params, _ in self.calls:
-            code = launch(function, grid, 1, 1, threads, 1, 1, shared, stream, params, None)
-            if code:
-                self._launch_failed(code, function)
-        if self.launches and recording():
-            for x in self.launches:
-                note_launch(Launch(*x.record))
+        self._launch(stream)
         for position, input_pointer, n, nbytes in self.copies_back:
             cuda.copy_on_device(input_pointer(inputs[position]), pointer(buffers[n]), nbytes, stream)
         return [buffers[n] if where == "buffer" else inputs[n] for where, n in self.returned]
 
+    def _buffers(self, stream: int) -> list:
+        if stream != self.kept_stream:
+            self.kept = [None if fresh else allocate() for allocate, fresh in zip(self.allocations, self.fresh)]
+            self.kept_stream = stream
+        return [allocate() if kept is None else kept for allocate, kept in zip(self.allocations, self.kept)]
 
-    def _launch_failed(self, code: int, function: int) -> None:
-        x = next(x for x in self.launches if x.function == function)
+    def _launch(self, stream: int) -> None:
+        if self.launch_all is not None:
+            failed = self.launch_all.call(stream)
+            if failed:
+                self._launch_failed(failed >> 16, failed & 0xFFFF)
+        else:
+            for n, x in enumerate(self.launches):
+                code = cuda.launch_code(x.handle, x.grid, x.block, x.shared, stream, x.params_address)
+                if code:
+                    self._launch_failed(n, code)
+        if recording():
+            for x in self.launches:
+                note_launch(Launch(*x.record))
+
+    def _launch_failed(self, n: int, code: int) -> None:
+        x = self.launches[n]
         cuda.raise_launch_error(code, x.record[1], (x.grid, 1, 1), (x.block, 1, 1))
 
 
@@ -216,39 +245,51 @@ def _signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-_raw_launch = None  # libcuda's cuLaunchKernel, bound when the first prepared call is made
-
-
 class FastCalls:
     """One fusion's prepared calls by input description (a `None` value: that description always
     takes the host program)."""
 
-    def __init__(self, scalar_positions: frozenset[int]) -> None:
+    def __init__(self, inputs: int, scalar_positions: frozenset[int]) -> None:
         self.scalar_positions = scalar_positions
         self.config = config.current
         self.prepared: OrderedDict[tuple, PreparedCall | None] = OrderedDict()
+        self.torch_key = _torch_key_function(inputs, scalar_positions)
+
+    def key(self, inputs: Sequence[object]) -> tuple | None:
+        """The description of `inputs`: first read as torch tensors (the common case, by one
+        generated function), else array by array."""
+        try:
+            return self.torch_key(*inputs)
+        except (AttributeError, TypeError):
+            return description(inputs, self.scalar_positions)
 
     def run(self, inputs: Sequence[object]) -> list | None:
         """The outputs of a prepared call, or None: take the host program."""
-        if config.current is not self.config or profiling():
+        if config.current is not self.config:
             return None
-        key = description(inputs, self.scalar_positions)
-        prepared = self.prepared.get(key)
-        return prepared.run(inputs) if prepared is not None else None
+        prepared = self.prepared.get(self.key(inputs))
+        if prepared is None or recording() and profiling():
+            return None
+        return prepared.run(inputs)
 
     def learn(self, inputs: Sequence[object], prepared: PreparedCall | None) -> None:
         """Keeps `prepared` for the description of `inputs` (after the host program ran them)."""
-        global _raw_launch
-        if config.current is not self.config:
+        key = self.key(inputs)
+        if config.current is not self.config or key is None:
             return
-        key = description(inputs, self.scalar_positions)
-        if key is None:
-            return
-        if prepared is not None and _raw_launch is None:
-            _raw_launch = cuda.raw_launch_function()
-            if _raw_launch is None:
-                return
         self.prepared[key] = prepared
         if len(self.prepared) > MAX_DESCRIPTIONS:
             self.prepared.popitem(last=False)
 
+
+def _torch_key_function(inputs: int, scalar_positions: frozenset[int]) -> Callable[..., tuple]:
+    """A function of the inputs giving their description, reading every array as a torch tensor
+    (raising AttributeError or TypeError on any other): per array its type, dtype, shape, strides
+    and device index (-1 on the host), per scalar its type."""
+    names = [f"a{n}" for n in range(inputs)]
+    parts = [f"type({a})" if n in scalar_positions else
+             f"type({a}), {a}.dtype, {a}.shape, {a}.stride(), {a}.get_device()" for n, a in enumerate(names)]
+    source = f"def torch_key({', '.join(names)}):\n    return ({', '.join(parts)},)\n"
+    namespace: dict = {}
+    exec(source, namespace)  # noqa: S102  (source built above from input positions only)
+    return namespace["torch_key"]

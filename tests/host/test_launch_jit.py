@@ -1,0 +1,58 @@
+"""The native launch sequence of a prepared call (`host/launch_jit.py`), checked without a GPU:
+its cuLaunchKernel is a Python callback with the same C signature that records every call."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+
+from braze import config
+from braze.host.launch_jit import native_launches
+
+CU_LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
+                             ctypes.c_void_p, ctypes.c_void_p)
+
+
+class FakeDriver:
+    """Records launches; answers `fail_at`'s launch with `code`."""
+
+    def __init__(self, fail_at: int | None = None, code: int = 0) -> None:
+        self.calls: list[tuple] = []
+        self.fail_at, self.code = fail_at, code
+        self.callback = CU_LAUNCH(self.launch)
+        self.address = ctypes.cast(self.callback, ctypes.c_void_p).value
+
+    def launch(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra) -> int:
+        self.calls.append((function, gx, gy, gz, bx, by, bz, shared, stream, params, extra))
+        return self.code if len(self.calls) - 1 == self.fail_at else 0
+
+
+LAUNCHES = [(0x1000 + n, 10 + n, 128 * (n + 1), 16 * n, 0x9000 + 8 * n) for n in range(12)]
+
+
+def test_every_launch_is_made_in_order_with_its_arguments() -> None:
+    driver = FakeDriver()
+    native = native_launches(driver.address, LAUNCHES)
+    assert native is not None
+    assert native.call(0xABC) == 0
+    assert driver.calls == [(f, g, 1, 1, b, 1, 1, s, 0xABC, p, None) for f, g, b, s, p in LAUNCHES]
+
+
+@pytest.mark.parametrize("fail_at", [0, 5, 11])
+def test_a_failed_launch_stops_the_sequence_and_says_which(fail_at: int) -> None:
+    driver = FakeDriver(fail_at, code=700)
+    native = native_launches(driver.address, LAUNCHES)
+    result = native.call(0)
+    assert (result >> 16, result & 0xFFFF) == (fail_at, 700)
+    assert len(driver.calls) == fail_at + 1
+
+
+def test_the_host_jit_can_be_disabled_and_dumped(capsys) -> None:
+    driver = FakeDriver()
+    with config.scope(disable="host_jit"):
+        assert native_launches(driver.address, LAUNCHES) is None
+    with config.scope(dump="host_jit"):
+        native_launches(driver.address, LAUNCHES[:1])
+    dumped = capsys.readouterr().err
+    assert "braze dump: host_jit" in dumped and "inttoptr i64 4096 to i8*" in dumped and "@braze_launch_all_" in dumped
