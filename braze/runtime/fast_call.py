@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import struct
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -57,27 +58,26 @@ class ArrayKind:
     stream: Callable[[object, int], int]  # (an input, its device) -> the stream to run on
 
 
-_KINDS: dict[type, ArrayKind] = {}
+_KINDS: dict[type, ArrayKind | None] = {}  # by type, filled as types are first seen
 _SCALARS = (int, float, bool)
 
 
-def _register_kinds() -> None:
-    """Fills `_KINDS` with the libraries that are already imported (none is imported for it)."""
-    import sys
-
+def _kind_of_type(cls: type) -> ArrayKind | None:
+    """How to read arrays of type `cls` (its library is imported, since an object of it exists)."""
     from braze.runtime.device_arrays import DeviceArray
 
-    _KINDS[DeviceArray] = ArrayKind(_describe_device_array, _device_array_pointer, lambda a, device: a.stream)
-    torch = sys.modules.get("torch")
-    if torch is not None and hasattr(torch._C, "_cuda_getCurrentRawStream"):
-        raw_stream = torch._C._cuda_getCurrentRawStream
-        kind = ArrayKind(_describe_torch, torch.Tensor.data_ptr, lambda t, device: raw_stream(device))
-        _KINDS[torch.Tensor] = kind
-        _KINDS[torch.nn.Parameter] = kind
-    cupy = sys.modules.get("cupy")
-    if cupy is not None:
-        _KINDS[cupy.ndarray] = ArrayKind(_describe_cupy, _cupy_pointer,
-                                         lambda a, device: cupy.cuda.get_current_stream().ptr)
+    if issubclass(cls, DeviceArray):
+        return ArrayKind(_describe_device_array, _device_array_pointer, lambda a, device: a.stream)
+    library = sys.modules.get(cls.__module__.partition(".")[0])
+    if library is None:
+        return None
+    if library.__name__ == "torch" and issubclass(cls, library.Tensor) \
+            and hasattr(library._C, "_cuda_getCurrentRawStream"):
+        raw_stream = library._C._cuda_getCurrentRawStream
+        return ArrayKind(_describe_torch, library.Tensor.data_ptr, lambda t, device: raw_stream(device))
+    if library.__name__ == "cupy" and issubclass(cls, library.ndarray):
+        return ArrayKind(_describe_cupy, _cupy_pointer, lambda a, device: library.cuda.get_current_stream().ptr)
+    return None
 
 
 def _device_array_pointer(a) -> int:
@@ -90,9 +90,10 @@ def _cupy_pointer(a) -> int:
 
 def array_kind(value: object) -> ArrayKind | None:
     """How to read `value` on the fast path; None for scalars and unknown types."""
-    if not _KINDS:
-        _register_kinds()
-    return _KINDS.get(type(value))
+    cls = type(value)
+    if cls not in _KINDS:
+        _KINDS[cls] = _kind_of_type(cls)
+    return _KINDS[cls]
 
 
 def buffer_pointer(kind: str) -> Callable[[object], int]:
@@ -107,11 +108,9 @@ def buffer_pointer(kind: str) -> Callable[[object], int]:
 def description(inputs: Sequence[object], scalar_positions: frozenset[int]) -> tuple | None:
     """The key of a call: per array input its description, per scalar its type; None when an
     input is of a type the fast path does not know."""
-    if not _KINDS:
-        _register_kinds()
     key = []
     for position, value in enumerate(inputs):
-        kind = _KINDS.get(type(value))
+        kind = array_kind(value)
         if kind is not None:
             key.append(kind.describe(value))
         elif position in scalar_positions and type(value) in _SCALARS:
