@@ -212,10 +212,9 @@ def allocator(kind: str, shape: tuple[int, ...], dtype: dt.DType, device: int, s
     if kind == "torch":
         import torch
 
-        options = {"dtype": getattr(torch, dtype.name), "device": _torch_device(torch, device)}
-        if stride_order is None:  # row-major: torch.empty is the cheaper call
-            return functools.partial(torch.empty, shape, **options)
-        return functools.partial(torch.empty_strided, shape, [s // dtype.itemsize for s in strides], **options)
+        # empty_strided, even for row-major layouts: it costs ~1.9 us a call where torch.empty costs ~3.
+        return functools.partial(torch.empty_strided, shape, tuple(s // dtype.itemsize for s in strides),
+                                 dtype=getattr(torch, dtype.name), device=_torch_device(torch, device))
     if kind == "cupy":
         import cupy
 
