@@ -213,14 +213,13 @@ def _reshape(em: ValueEmitter, tv, idx):
 
 
 def _slice(em: ValueEmitter, tv, idx):
-    from braze.ops.views import _slice_extent
+    from braze.ops.views import _slice_extent, is_whole
 
     inp = tv.definition.inputs[0]
     source = []
-    for i, d, (start, stop, step) in zip(idx, inp.visible, tv.definition.attrs["slices"]):
-        first = em.extent(_slice_extent(d.extent, start, stop, step)[0]) if (start, stop, step) != (
-            None, None, 1) else ZERO
-        source.append(index_op("add", first, index_op("mul", k.Const(step, INDEX), i)))
+    for i, d, bounds in zip(idx, inp.visible, tv.definition.attrs["slices"]):
+        first = ZERO if is_whole(bounds) else em.extent(_slice_extent(d.extent, *bounds)[0])
+        source.append(index_op("add", first, index_op("mul", k.Const(bounds[2], INDEX), i)))
     return em.value(inp, tuple(source))
 
 

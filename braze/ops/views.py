@@ -119,11 +119,17 @@ def unsqueeze(x: TensorView, axis: int) -> TensorView:
 
 
 # --- slice --------------------------------------------------------------------------------------
-def _slice_extent(n: Scalar, start: int | None, stop: int | None, step: int) -> tuple[Scalar, Scalar]:
-    """Python's slice rules on a symbolic extent: (first index, number of elements)."""
-    def clamp(i: int | None, default: Scalar, low: int, high: Scalar) -> Scalar:
+Bound = int | Scalar | None  # a slice bound: an int (Python's rules), an extent expression, or none
+
+
+def _slice_extent(n: Scalar, start: Bound, stop: Bound, step: int) -> tuple[Scalar, Scalar]:
+    """Python's slice rules on a symbolic extent: (first index, number of elements). An extent
+    expression as a bound counts from the start, clamped to the dimension (it never wraps)."""
+    def clamp(i: Bound, default: Scalar, low: int, high: Scalar) -> Scalar:
         if i is None:
             return default
+        if isinstance(i, Scalar):
+            return smin(smax(i, low), high)
         return smin(smax(n + i if i < 0 else as_scalar(i), low), high)
 
     if step > 0:
@@ -133,23 +139,40 @@ def _slice_extent(n: Scalar, start: int | None, stop: int | None, step: int) -> 
     return first, smax(ceildiv(first - end, -step), 0)
 
 
+def is_whole(bounds: tuple[Bound, Bound, int]) -> bool:
+    """Whether a (start, stop, step) slice keeps its dimension as it is."""
+    start, stop, step = bounds
+    return start is None and stop is None and step == 1
+
+
 def _slice_shape(ins, a):
     out = []
-    for d, (start, stop, step) in zip(ins[0].visible, a["slices"]):
-        if (start, stop, step) == (None, None, 1):
+    for d, bounds in zip(ins[0].visible, a["slices"]):
+        if is_whole(bounds):
             out.append(d.clone())
             continue
-        extent = _slice_extent(d.extent, start, stop, step)[1]
+        extent = _slice_extent(d.extent, *bounds)[1]
         # A broadcast dimension sliced to nothing is no longer a broadcast: it has extent 0.
         out.append(d.clone() if d.is_broadcast and extent == 1 else d.clone(IterType.ITERATION, extent))
     return out
 
 
-_entry("slice", _slice_shape, lambda ctx, args, out, a: args[0][tuple(slice(*s) for s in a["slices"])])
+def _slice_reference(ctx: RefContext, args, out: TensorView, a: dict) -> np.ndarray:
+    x = args[0]
+    index = []
+    for n, (start, stop, step) in zip(x.shape, a["slices"]):
+        bound = lambda b, n=n: min(max(ctx.extent(b), 0), n) if isinstance(b, Scalar) else b  # noqa: E731
+        index.append(slice(bound(start), bound(stop), step))
+    return x[tuple(index)]
+
+
+_entry("slice", _slice_shape, _slice_reference)
 
 
 def slice_tensor(x: TensorView, slices: Sequence[slice | tuple]) -> TensorView:
-    """`x[s0, s1, ...]` for Python slices (steps may be negative); missing trailing dims are kept."""
+    """`x[s0, s1, ...]` for Python slices (steps may be negative); missing trailing dims are kept.
+    Start and stop may also be extent expressions (`y.shape[0]`, `n - 2`) with a positive step:
+    the slice's bounds then come from the inputs' extents on each run."""
     x = _check_tensor("slice", x)
     if len(slices) > x.ndim:
         raise FusionDefinitionError(f"slice: {x.describe()} has {x.ndim} dimensions, got {len(slices)} slices")
@@ -157,13 +180,16 @@ def slice_tensor(x: TensorView, slices: Sequence[slice | tuple]) -> TensorView:
     for axis, s in enumerate(list(slices) + [slice(None)] * (x.ndim - len(slices))):
         start, stop, step = (s.start, s.stop, s.step) if isinstance(s, slice) else tuple(s)
         step = 1 if step is None else step
-        for what, v in (("start", start), ("stop", stop), ("step", step)):
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
-                raise FusionDefinitionError(f"slice: {what} of dimension {axis}: expected an int, got {v!r}")
-        if step == 0:
-            raise FusionDefinitionError(f"slice: step of dimension {axis}: expected a non-zero int, got 0")
+        for what, v in (("start", start), ("stop", stop)):
+            if v is not None and not isinstance(v, Scalar) and (not isinstance(v, int) or isinstance(v, bool)):
+                raise FusionDefinitionError(f"slice: {what} of dimension {axis}: expected an int or an extent, "
+                                            f"got {v!r}")
+        if not isinstance(step, int) or isinstance(step, bool) or step == 0:
+            raise FusionDefinitionError(f"slice: step of dimension {axis}: expected a non-zero int, got {step!r}")
+        if step < 0 and (isinstance(start, Scalar) or isinstance(stop, Scalar)):
+            raise FusionDefinitionError(f"slice: dimension {axis}: extent bounds need a positive step, got {step}")
         triples.append((start, stop, step))
-    if all(t == (None, None, 1) for t in triples):
+    if all(is_whole(t) for t in triples):
         return x
     return apply("slice", [x], slices=tuple(triples))
 

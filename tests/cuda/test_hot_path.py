@@ -12,6 +12,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from segments import alternating, reference
 
 import braze as bz
 from braze import config
@@ -215,3 +216,29 @@ def test_ten_thousand_cached_calls_hold_memory_steady() -> None:
     grown = sum(s.size_diff for s in after.compare_to(before, "filename"))
     assert grown < 64 * 1024, f"Python memory grew by {grown} bytes over 10,000 calls"
     assert torch.cuda.memory_allocated() - device_before <= 4096 * 2  # at most the last output
+
+
+def test_twelve_segments_launch_natively_and_from_python_alike() -> None:
+    x = randn(64, 300, seed=12)
+    results = {}
+    for disable in ("", "host_jit"):
+        with config.scope(disable=disable):
+            f = alternating()
+            for _ in range(3):  # the first through the host program, then cached calls
+                with bz.record() as rec:
+                    results[disable] = f.execute([x])[0]
+                assert len(rec.launches) == 12
+            native = f.__dict__["_fast_calls"].prepared[f.__dict__["_fast_calls"].key([x])].launch_all
+            assert (native is None) == (disable == "host_jit")
+    torch.testing.assert_close(results[""], results["host_jit"], rtol=0, atol=0)
+    np.testing.assert_allclose(results[""].cpu().numpy(), reference(x.cpu().numpy()), rtol=1e-4, atol=1e-4)
+
+
+def test_dynamic_alias_on_the_gpu() -> None:
+    with bz.Fusion() as f:
+        x, marker = f.define_tensor([-1, -1]), f.define_tensor([-1], dtype=bz.int8)
+        f.add_output(x[1:marker.shape[0]])
+    x = randn(10, 4)
+    for length in (3, 7, 3, 20):
+        (view,) = f.execute([x, torch.zeros(length, dtype=torch.int8, device="cuda")])
+        torch.testing.assert_close(view, x[1:length])

@@ -75,6 +75,38 @@ def test_evaluate_view_of_the_second_input() -> None:
     np.testing.assert_array_equal(y, a.T)
 
 
+# --- dynamic aliases: views whose bounds come from other inputs' extents ------------------------------
+@pytest.mark.parametrize("backend", ["reference", "llvm"])
+def test_dynamic_alias_slices_by_another_inputs_extent(backend: str) -> None:
+    with bz.Fusion() as f:
+        x, marker = f.define_tensor([-1, -1]), f.define_tensor([-1], dtype=bz.int8)
+        n = marker.shape[0]
+        f.add_output(x[1:n, n - 1:])
+    assert kinds(f) == [AliasKind.EVALUATE]
+    a = arange((10, 6))
+    for length in (4, 1, 8, 30):  # the bounds are clamped to the dimension, as Python's are
+        (view,) = f.execute([a, np.zeros(length, np.int8)], backend=backend)
+        np.testing.assert_array_equal(view, a[1:length, length - 1:])
+        assert view.size == 0 or np.shares_memory(view, a)
+
+
+def test_dynamic_alias_through_a_compiled_output() -> None:
+    with bz.Fusion() as f:
+        x, y = f.define_tensor([-1]), f.define_tensor([-1])
+        f.add_output(x[: y.shape[0]])
+        f.add_output(x[: y.shape[0]] * y)
+    a, b = arange((9,)), arange((5,)) + 1
+    view, product = f.execute([a, b])
+    assert np.shares_memory(view, a)
+    np.testing.assert_array_equal(product, a[:5] * b)
+
+
+def test_extent_bounds_need_a_positive_step() -> None:
+    with bz.Fusion() as f, pytest.raises(bz.FusionDefinitionError, match="positive step"):
+        x, y = f.define_tensor([-1]), f.define_tensor([-1])
+        x[y.shape[0]::-1]
+
+
 def test_computed_outputs_are_new_buffers() -> None:
     with bz.Fusion() as f:
         x = f.define_tensor((-1, -1), name="x")

@@ -55,4 +55,5 @@ def test_the_host_jit_can_be_disabled_and_dumped(capsys) -> None:
     with config.scope(dump="host_jit"):
         native_launches(driver.address, LAUNCHES[:1])
     dumped = capsys.readouterr().err
-    assert "braze dump: host_jit" in dumped and "inttoptr i64 4096 to i8*" in dumped and "define i32 @\"braze_launch_all_" in dumped
+    assert "braze dump: host_jit" in dumped and "inttoptr i64 4096 to i8*" in dumped
+    assert 'define i32 @"braze_launch_all_' in dumped
