@@ -249,7 +249,7 @@ def test_cached_calls_hold_python_memory_steady() -> None:
         f.add_output(y)
         f.add_output(x.T)
     inputs = [rng.standard_normal((3, 5)).astype(np.float32)]
-    for _ in range(200):  # warm up: compile, fill caches
+    for _ in range(2_000):  # warm up: compile, fill caches and the interpreter's free lists of small objects
         f.execute(inputs)
     tracemalloc.start()
     try:
