@@ -252,7 +252,7 @@ class FastCalls:
         self.scalar_positions = scalar_positions
         self.config = config.current
         self.prepared: OrderedDict[tuple, PreparedCall | None] = OrderedDict()
-        self.torch_key = _torch_key_function(inputs, scalar_positions)
+        self.torch_key = torch_key_function(inputs, scalar_positions)
 
     def key(self, inputs: Sequence[object]) -> tuple | None:
         """The description of `inputs`: first read as torch tensors (the common case, by one
@@ -281,7 +281,7 @@ class FastCalls:
             self.prepared.popitem(last=False)
 
 
-def _torch_key_function(inputs: int, scalar_positions: frozenset[int]) -> Callable[..., tuple]:
+def torch_key_function(inputs: int, scalar_positions: frozenset[int]) -> Callable[..., tuple]:
     """A function of the inputs giving their description, reading every array as a torch tensor
     (raising AttributeError or TypeError on any other): per array its type, dtype, shape, strides
     and device index (-1 on the host), per scalar its type."""

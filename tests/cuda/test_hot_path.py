@@ -242,3 +242,19 @@ def test_dynamic_alias_on_the_gpu() -> None:
     for length in (3, 7, 3, 20):
         (view,) = f.execute([x, torch.zeros(length, dtype=torch.int8, device="cuda")])
         torch.testing.assert_close(view, x[1:length])
+
+
+def test_jit_functions_run_on_the_gpu_and_cache_their_calls() -> None:
+    @bz.jit
+    def gelu_bias(x, b):
+        return bz.ops.gelu(x + b)
+
+    x, b = randn(32, 100), randn(100, seed=1)
+    expected = torch.nn.functional.gelu(x + b)
+    torch.testing.assert_close(gelu_bias(x, b), expected)
+    with bz.record() as rec:
+        out = gelu_bias(x, b)
+    assert rec.entries == [] and rec.compiles == [] and len(rec.launches) == 1
+    assert isinstance(out, torch.Tensor) and out.device.type == "cuda"
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(gelu_bias(x.cpu(), b.cpu()), expected.cpu())  # another device: another fusion
