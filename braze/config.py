@@ -16,8 +16,9 @@ DUMP_NAMES = frozenset({
 # What BRAZE_ENABLE / BRAZE_DISABLE switch: `fast_math` (enable: fast-math flags in CPU kernels),
 # `poison_outputs` (enable: new GPU outputs start as 0xFF bytes), `disk_cache` (disable: no
 # compiled code read from or written to disk), `host_jit` (disable: shape functions run in
-# Python instead of native code), `simplify` (disable: Kernel IR is not simplified).
-FEATURE_NAMES = frozenset({"fast_math", "poison_outputs", "disk_cache", "host_jit", "simplify"})
+# Python instead of native code), `simplify` (disable: Kernel IR is not simplified), `fast_call`
+# (disable: every call runs the host program; no prepared call is kept).
+FEATURE_NAMES = frozenset({"fast_math", "poison_outputs", "disk_cache", "host_jit", "simplify", "fast_call"})
 
 
 def _flag(value: str | None, default: bool) -> bool:

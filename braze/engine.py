@@ -202,23 +202,29 @@ def execute(fusion: Fusion, inputs: Sequence[object], backend: str | None = None
     if target is not None and bound.device != target:
         raise InputError(f"device: expected inputs on cuda:{target}, got inputs on cuda:{bound.device}")
     run = _pick_backend(backend, bound)
-    if run is _run_cuda and stream is None and bound.device is not None:
-        results = _run_cuda_and_prepare(fusion, bound, inputs)
+    if stream is None and (run is _run_cuda and bound.device is not None or run is _run_compiled
+                           and bound.kind == "numpy"):
+        results = _run_and_prepare(fusion, bound, inputs)
     else:
         results = run(fusion, bound)
     return [to_kind(r, bound.kind) for r, out in zip(results, fusion.outputs) if not out.hidden]
 
 
-def _run_cuda_and_prepare(fusion: Fusion, bound: BoundInputs, inputs: Sequence[object]) -> list:
-    """Runs GPU inputs through the host program and keeps the cached call it prepares, which later
+def _run_and_prepare(fusion: Fusion, bound: BoundInputs, inputs: Sequence[object]) -> list:
+    """Runs the inputs through the host program and keeps the cached call it prepares, which later
     calls with inputs of the same description take (`execute`'s first lines)."""
     from braze.runtime.fast_call import FastCalls
 
-    results, prepared = _cache_of(fusion).runtime(fusion, bound).run_and_prepare(bound, inputs)
+    runtime = _cache_of(fusion).runtime(fusion, bound)
+    if config.disabled("fast_call"):
+        return runtime.run(bound)
     fast = fusion.__dict__.get("_fast_calls")
     if fast is None:
         scalars = frozenset(n for n, tv in enumerate(fusion.inputs) if tv.scalar is not None)
         fast = fusion.__dict__["_fast_calls"] = FastCalls(len(fusion.inputs), scalars)
+    elif fast.declined(inputs):
+        return runtime.run(bound)
+    results, prepared = runtime.run_and_prepare(bound, inputs)
     fast.learn(inputs, prepared)
     return results
 

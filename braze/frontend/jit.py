@@ -15,7 +15,7 @@ from braze.frontend.fusion import Fusion
 from braze.ir.tensor import TensorView
 from braze.runtime.arrays import as_host_array
 from braze.runtime.device_arrays import as_device_view, is_device_array
-from braze.runtime.fast_call import MAX_DESCRIPTIONS, torch_key_function
+from braze.runtime.fast_call import MAX_DESCRIPTIONS, Describer
 from braze.runtime.inputs import stride_order_of
 
 _SCALARS = (bool, int, float)
@@ -61,9 +61,9 @@ class JitFunction:
         self.signature = inspect.signature(fn)
         self.names = list(self.signature.parameters)
         self.fusions: dict[tuple, tuple[Fusion, bool]] = {}
-        # Arguments by their full description (torch tensors only), so a repeated call skips
-        # binding and signatures: the fusion's own cached call does the rest.
-        self.describe = torch_key_function(len(self.names), frozenset())
+        # Arrays by their full description (dtype, shape, strides, device), so a repeated call
+        # skips binding and signatures: the fusion's own cached call does the rest.
+        self.describe = Describer(len(self.names), frozenset()).key
         self.described: dict[tuple, tuple[Fusion, bool]] = {}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -90,17 +90,12 @@ class JitFunction:
         return tuple(outputs) if returns_sequence else outputs[0]
 
     def _known(self, args: tuple) -> tuple[Fusion, bool] | None:
-        """The fusion of arguments that are all torch tensors described before (their dtype,
-        shape, strides and device, read without building a signature)."""
-        try:
-            return self.described.get(self.describe(*args))
-        except (AttributeError, TypeError):  # not all torch tensors, or another count
-            return None
+        """The fusion of arguments that are all arrays described before."""
+        return self.described.get(self.describe(args)) if len(args) == len(self.names) else None
 
     def _remember(self, args: tuple, entry: tuple[Fusion, bool]) -> None:
-        try:
-            key = self.describe(*args)
-        except (AttributeError, TypeError):
+        key = self.describe(args)
+        if key is None:
             return
         if len(self.described) >= MAX_DESCRIPTIONS:
             self.described.clear()

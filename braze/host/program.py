@@ -46,15 +46,20 @@ class CpuDevice:
     def allocate(self, frame: Frame, tv: TensorView, numel: int, sizes: list[int], strides: list[int],
                  zero: bool = False) -> object:
         """A buffer of `numel` elements (zeros or uninitialized), seen through `sizes` and (element) `strides`."""
-        dtype = tv.dtype.numpy
-        storage = np.zeros(numel, dtype) if zero else np.empty(numel, dtype)
-        return np.ndarray(sizes, dtype, storage, 0, [s * dtype.itemsize for s in strides])
+        return host_buffer(tv.dtype.numpy, numel, sizes, strides, zero)
 
     def launch(self, executor: object, block: np.ndarray, frame: Frame) -> None:
         executor.run(block, frame.bindings)
 
     def copy_into(self, target: object, source: object) -> None:
         np.copyto(target, source)
+
+
+def host_buffer(dtype: np.dtype, numel: int, sizes: Sequence[int], strides: Sequence[int],
+                zero: bool = False) -> np.ndarray:
+    """`numel` elements of host memory seen through `sizes` and element `strides`."""
+    storage = np.zeros(numel, dtype) if zero else np.empty(numel, dtype)
+    return np.ndarray(sizes, dtype, storage, 0, [s * dtype.itemsize for s in strides])
 
 
 @dataclass(eq=False)
@@ -81,6 +86,11 @@ class Allocate:
     def sizes(self, frame: Frame) -> tuple[int, ...]:
         """The buffer's sizes in a run (its allocation domain's, padding included)."""
         return tuple(frame.extents[self._sizes])
+
+    def extents(self, frame: Frame) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+        """The buffer's element count, sizes and element strides in a run."""
+        e = frame.extents
+        return e[self.at], tuple(e[self._sizes]), tuple(e[self._strides])
 
     def text(self) -> str:
         layout = self.layout

@@ -27,9 +27,12 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from braze import config
 from braze.host.launch_jit import native_launches
 from braze.runtime import cuda_driver as cuda
+from braze.runtime.cpu import parallel_for
 from braze.runtime.record import Launch, note_launch, profiling, recording
 from braze.runtime.rng import next_seed_offset
 
@@ -39,6 +42,29 @@ MAX_DESCRIPTIONS = 256  # prepared calls kept per fusion (new shapes beyond that
 # --- describing the inputs ----------------------------------------------------------------------
 def _describe_torch(t) -> tuple:
     return t.dtype, t.shape, t.stride(), t.get_device()
+
+
+def _describe_numpy(a) -> tuple:
+    return a.dtype, a.shape, a.strides
+
+
+def _numpy_pointer_reader() -> Callable[[np.ndarray], int]:
+    """The fastest reader of an ndarray's data pointer. NumPy's C struct keeps `data` right
+    after the object header (PyArrayObject_fields), so reading it there costs ~0.3 us where
+    `__array_interface__` builds a dict (~1-2 us); checked once against the public answer."""
+    from_address = ctypes.c_void_p.from_address
+    header = object.__basicsize__
+    probe = np.arange(3.0)[1:]
+
+    def read(a: np.ndarray) -> int:
+        return from_address(id(a) + header).value or 0
+
+    if read(probe) == probe.__array_interface__["data"][0]:
+        return read
+    return lambda a: a.__array_interface__["data"][0]
+
+
+numpy_pointer = _numpy_pointer_reader()
 
 
 def _describe_cupy(a) -> tuple:
@@ -66,6 +92,8 @@ def _kind_of_type(cls: type) -> ArrayKind | None:
     """How to read arrays of type `cls` (its library is imported, since an object of it exists)."""
     from braze.runtime.device_arrays import DeviceArray
 
+    if cls is np.ndarray:  # exactly: a subclass may mean something else by its strides or data
+        return ArrayKind(_describe_numpy, numpy_pointer, lambda a, device: 0)
     if issubclass(cls, DeviceArray):
         return ArrayKind(_describe_device_array, _device_array_pointer, lambda a, device: a.stream)
     library = sys.modules.get(cls.__module__.partition(".")[0])
@@ -151,36 +179,39 @@ class ScalarSlot:
     pack: Callable[[object], int]  # value -> the int64 the slot holds; raises on a value out of range
 
 
+@dataclass
+class CallPlan:
+    """What a prepared call patches and allocates, whatever the device."""
+
+    block: list[int]  # the argument block of the first run: every extent, stride and constant in place
+    allocations: list[Callable[[], object]]  # per buffer, a function making it
+    input_pointers: list[tuple[int, int, Callable[[object], int]]]  # (slot, input position, its pointer reader)
+    buffer_pointers: list[tuple[int, int]]  # (slot, buffer)
+    buffer_pointer: Callable[[object], int]  # reads a buffer's address
+    scalars: list[ScalarSlot]
+    seeds: list[tuple[int, int] | None]  # per random op: its (seed, offset) slots, if the kernel reads them
+    copies_back: list[tuple[int, Callable[[object], int], int, int]]  # (input, its pointer reader, buffer, bytes)
+    returned: list[tuple[str, int]]  # per visible output: ("buffer", n) or ("input", position)
+
+
 class PreparedCall:
     """A fusion's run on inputs of one description, with all host arithmetic done ahead.
 
     Buffers that are not returned (intermediates, the results copied back into inputs) are kept
-    from one call to the next on the same stream: its order makes reusing them safe, and a call
-    then allocates only what it returns.
+    from one call to the next in the same stream order (`_begin`'s answer): that order makes
+    reusing them safe, and a call then allocates only what it returns. A device's subclass
+    launches the kernels.
     """
 
-    def __init__(self, block: Sequence[int], allocations: list[Callable[[], object]],
-                 input_pointers: list[tuple[int, int, Callable[[object], int]]],
-                 buffer_pointers: list[tuple[int, int]], buffer_pointer: Callable[[object], int],
-                 scalars: list[ScalarSlot], seeds: list[tuple[int, int] | None], launches: list[PreparedLaunch],
-                 copies_back: list[tuple[int, Callable[[object], int], int, int]], returned: list[tuple[str, int]],
-                 stream: Callable[[object, int], int], stream_input: int, device: cuda.Device) -> None:
-        self.block = (ctypes.c_int64 * max(len(block), 1))(*block)
-        for launch in launches:
-            launch.params[0] = ctypes.addressof(self.block)
-        self.allocations, self.input_pointers = allocations, input_pointers
-        self.buffer_pointers, self.buffer_pointer = buffer_pointers, buffer_pointer
-        self.scalars, self.seeds, self.launches = scalars, seeds, launches
-        self.copies_back, self.returned = copies_back, returned
-        self.stream, self.stream_input, self.device = stream, stream_input, device
-        self.busy = threading.Lock()  # the block is patched in place: one caller at a time
-        fresh = {n for where, n in returned if where == "buffer"}
-        self.fresh = [n in fresh for n in range(len(allocations))]
+    def __init__(self, plan: CallPlan) -> None:
+        self.plan = plan
+        self.block = (ctypes.c_int64 * max(len(plan.block), 1))(*plan.block)
+        self.address = ctypes.addressof(self.block)
+        fresh = {n for where, n in plan.returned if where == "buffer"}
+        self.fresh = [n in fresh for n in range(len(plan.allocations))]
         self.kept: list | None = None  # the kept buffers (None where a buffer is fresh per call)...
-        self.kept_stream: int | None = None  # ...and the stream they were last used on
-        self.launch_all = native_launches(cuda.launch_function_address(),
-                                          [(x.function, x.grid, x.block, x.shared, x.params_address)
-                                           for x in launches])
+        self.kept_order: int | None = None  # ...and the stream they were last used on
+        self.busy = threading.Lock()  # the block is patched in place: one caller at a time
 
     def run(self, inputs: Sequence[object]) -> list | None:
         if not self.busy.acquire(blocking=False):
@@ -191,35 +222,61 @@ class PreparedCall:
             self.busy.release()
 
     def _run(self, inputs: Sequence[object]) -> list | None:
-        block = self.block
-        for slot, position, pointer in self.input_pointers:
+        plan, block = self.plan, self.block
+        for slot, position, pointer in plan.input_pointers:
             block[slot] = pointer(inputs[position])
-        for s in self.scalars:
+        for s in plan.scalars:
             try:
                 block[s.slot] = s.pack(inputs[s.position])
             except (OverflowError, struct.error):  # out of the dtype's range: the host program says why
                 return None
-        device = self.device
-        device.activate()
-        stream = self.stream(inputs[self.stream_input], device.index)
-        buffers = self._buffers(stream)
-        pointer = self.buffer_pointer
-        for slot, n in self.buffer_pointers:
+        order = self._begin(inputs)
+        buffers = self._buffers(order)
+        pointer = plan.buffer_pointer
+        for slot, n in plan.buffer_pointers:
             block[slot] = pointer(buffers[n])
-        for slots in self.seeds:  # every random op draws, as the host program does, used or not
+        for slots in plan.seeds:  # every random op draws, as the host program does, used or not
             seed, offset = next_seed_offset()
             if slots is not None:
                 block[slots[0]], block[slots[1]] = _signed(seed), _signed(offset)
-        self._launch(stream)
-        for position, input_pointer, n, nbytes in self.copies_back:
-            cuda.copy_on_device(input_pointer(inputs[position]), pointer(buffers[n]), nbytes, stream)
-        return [buffers[n] if where == "buffer" else inputs[n] for where, n in self.returned]
+        self._launch(order)
+        for position, input_pointer, n, nbytes in plan.copies_back:
+            cuda.copy_on_device(input_pointer(inputs[position]), pointer(buffers[n]), nbytes, order)
+        return [buffers[n] if where == "buffer" else inputs[n] for where, n in plan.returned]
 
-    def _buffers(self, stream: int) -> list:
-        if stream != self.kept_stream:
-            self.kept = [None if fresh else allocate() for allocate, fresh in zip(self.allocations, self.fresh)]
-            self.kept_stream = stream
-        return [allocate() if kept is None else kept for allocate, kept in zip(self.allocations, self.kept)]
+    def _buffers(self, order: int) -> list:
+        allocations = self.plan.allocations
+        if order != self.kept_order:
+            self.kept = [None if fresh else allocate() for allocate, fresh in zip(allocations, self.fresh)]
+            self.kept_order = order
+        return [allocate() if kept is None else kept for allocate, kept in zip(allocations, self.kept)]
+
+    def _begin(self, inputs: Sequence[object]) -> int:
+        """Readies the device; returns the stream the call runs on (0 on the host)."""
+        return 0
+
+    def _launch(self, order: int) -> None:
+        raise NotImplementedError
+
+
+class CudaPreparedCall(PreparedCall):
+    """Launches on the inputs' stream: all launches through one native function when the host JIT
+    builds it, else one by one through cuda.bindings."""
+
+    def __init__(self, plan: CallPlan, launches: list[PreparedLaunch], stream: Callable[[object, int], int],
+                 stream_input: int, device: cuda.Device) -> None:
+        super().__init__(plan)
+        for launch in launches:
+            launch.params[0] = self.address
+        self.launches, self.stream, self.stream_input, self.device = launches, stream, stream_input, device
+        self.launch_all = native_launches(cuda.launch_function_address(),
+                                          [(x.function, x.grid, x.block, x.shared, x.params_address)
+                                           for x in launches])
+
+    def _begin(self, inputs: Sequence[object]) -> int:
+        device = self.device
+        device.activate()
+        return self.stream(inputs[self.stream_input], device.index)
 
     def _launch(self, stream: int) -> None:
         if self.launch_all is not None:
@@ -240,8 +297,50 @@ class PreparedCall:
         cuda.raise_launch_error(code, x.record[1], (x.grid, 1, 1), (x.block, 1, 1))
 
 
+class CpuPreparedCall(PreparedCall):
+    """Runs the kernel's tasks on the host, each over its prepared range."""
+
+    def __init__(self, plan: CallPlan, tasks: list[tuple[Callable, int, int, int, tuple]]) -> None:
+        super().__init__(plan)
+        self.tasks = tasks  # (function, begin, end, work per index, (kernel, task) for bz.record())
+
+    def _launch(self, order: int) -> None:
+        record = recording()
+        for fn, begin, end, work, names in self.tasks:
+            chunks = parallel_for(fn, begin, end, self.address, work)
+            if record:
+                note_launch(Launch(*names, begin, end, chunks))
+
+
 def _signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
+
+
+class Describer:
+    """Computes the description of a call's inputs: by a function generated for the library of
+    the first array (all arrays of one library: the common case), else array by array."""
+
+    def __init__(self, inputs: int, scalar_positions: frozenset[int]) -> None:
+        self.inputs, self.scalar_positions = inputs, scalar_positions
+        self.first_array = min(set(range(inputs)) - scalar_positions, default=0)
+        self.keys: dict[type, Callable[..., tuple] | None] = {}  # by the first array's type
+
+    def key(self, inputs: Sequence[object]) -> tuple | None:
+        if len(inputs) <= self.first_array:
+            return None
+        cls = type(inputs[self.first_array])
+        read = self.keys.get(cls, _UNSEEN)
+        if read is _UNSEEN:
+            read = self.keys[cls] = key_function(cls, self.inputs, self.scalar_positions)
+        if read is not None:
+            try:
+                return read(*inputs)
+            except (AttributeError, TypeError):  # arrays of several libraries, or another count
+                pass
+        return description(inputs, self.scalar_positions)
+
+
+_UNSEEN = object()
 
 
 class FastCalls:
@@ -249,18 +348,9 @@ class FastCalls:
     takes the host program)."""
 
     def __init__(self, inputs: int, scalar_positions: frozenset[int]) -> None:
-        self.scalar_positions = scalar_positions
         self.config = config.current
         self.prepared: OrderedDict[tuple, PreparedCall | None] = OrderedDict()
-        self.torch_key = torch_key_function(inputs, scalar_positions)
-
-    def key(self, inputs: Sequence[object]) -> tuple | None:
-        """The description of `inputs`: first read as torch tensors (the common case, by one
-        generated function), else array by array."""
-        try:
-            return self.torch_key(*inputs)
-        except (AttributeError, TypeError):
-            return description(inputs, self.scalar_positions)
+        self.key = Describer(inputs, scalar_positions).key
 
     def run(self, inputs: Sequence[object]) -> list | None:
         """The outputs of a prepared call, or None: take the host program."""
@@ -270,6 +360,12 @@ class FastCalls:
         if prepared is None or recording() and profiling():
             return None
         return prepared.run(inputs)
+
+    def declined(self, inputs: Sequence[object]) -> bool:
+        """Whether inputs described like `inputs` were found not to fit a prepared call (their
+        calls run the host program without trying again)."""
+        key = self.key(inputs)
+        return key in self.prepared and self.prepared[key] is None
 
     def learn(self, inputs: Sequence[object], prepared: PreparedCall | None) -> None:
         """Keeps `prepared` for the description of `inputs` (after the host program ran them)."""
@@ -281,14 +377,23 @@ class FastCalls:
             self.prepared.popitem(last=False)
 
 
-def torch_key_function(inputs: int, scalar_positions: frozenset[int]) -> Callable[..., tuple]:
-    """A function of the inputs giving their description, reading every array as a torch tensor
-    (raising AttributeError or TypeError on any other): per array its type, dtype, shape, strides
-    and device index (-1 on the host), per scalar its type."""
+_KEY_PARTS = {  # per library: what describes one of its arrays (its type comes first)
+    "numpy": "{a}.dtype, {a}.shape, {a}.strides",
+    "torch": "{a}.dtype, {a}.shape, {a}.stride(), {a}.get_device()",  # the device index: -1 on the host
+}
+
+
+def key_function(cls: type, inputs: int, scalar_positions: frozenset[int]) -> Callable[..., tuple] | None:
+    """A function of the inputs giving their description, reading every array as one of `cls`'s
+    library (raising AttributeError or TypeError on another): per array its type and what
+    `_KEY_PARTS` reads, per scalar its type. None for a library without one."""
+    library = "numpy" if cls is np.ndarray else cls.__module__.partition(".")[0]
+    if library not in _KEY_PARTS:
+        return None
     names = [f"a{n}" for n in range(inputs)]
-    parts = [f"type({a})" if n in scalar_positions else
-             f"type({a}), {a}.dtype, {a}.shape, {a}.stride(), {a}.get_device()" for n, a in enumerate(names)]
-    source = f"def torch_key({', '.join(names)}):\n    return ({', '.join(parts)},)\n"
+    parts = [f"type({a})" if n in scalar_positions else f"type({a}), " + _KEY_PARTS[library].format(a=a)
+             for n, a in enumerate(names)]
+    source = f"def key({', '.join(names)}):\n    return ({', '.join(parts)},)\n"
     namespace: dict = {}
     exec(source, namespace)  # noqa: S102  (source built above from input positions only)
-    return namespace["torch_key"]
+    return namespace["key"]

@@ -8,37 +8,40 @@ runs the program.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from braze import config
 from braze.codegen.llvm import ArgLayout
 from braze.errors import InputError
-from braze.host.program import CpuDevice, Frame, Launch, OutputSpec, single_kernel_program
+from braze.host.program import Alias, Allocate, CpuDevice, Frame, Launch, OutputSpec, host_buffer, single_kernel_program
 from braze.ir.fusion import AliasKind, Fusion, Output
 from braze.ir.tensor import TensorView
-from braze.kir import nodes as k
 from braze.kir.params import KernelParams
 from braze.ops.table import RefContext, lookup
 from braze.runtime.device_arrays import DeviceView
 from braze.runtime.executor import KernelExecutor
+from braze.runtime.fast_call import (
+    CallPlan,
+    CpuPreparedCall,
+    PreparedCall,
+    ScalarSlot,
+    array_kind,
+    buffer_pointer,
+    numpy_pointer,
+)
 from braze.runtime.inputs import BoundInputs
+from braze.runtime.record import note_entry
 from braze.runtime.rng import next_seed_offset
+from braze.runtime.scalars import scalar_bits, scalar_packer
 
 _NEEDS_VALUES = ("max", "min", "argmax", "argmin")
 
 
 def _element_strides(array: np.ndarray) -> list[int]:
     return [s // array.itemsize for s in array.strides]
-
-
-def _scalar_bits(value: object, param: k.ScalarParam) -> int:
-    """The int64 slot holding a scalar parameter's value (floats by their bits)."""
-    array = np.asarray(value, dtype=param.dtype.numpy).reshape(1)
-    padded = np.zeros(8, np.uint8)
-    padded[: array.itemsize] = array.view(np.uint8)
-    return int(padded.view(np.int64)[0])
 
 
 class FusionRuntime:
@@ -107,7 +110,7 @@ class FusionRuntime:
             fillers.append(lambda b, f, at=slot[p.name], w=written[tv_id]: self._pack_array(b, at, f.values[w]))
         for tv_id, p in params.scalars.items():
             where = self.input_position[tv_id]
-            fillers.append(lambda b, f, at=slot[p.name], w=where, p=p: b.__setitem__(at, _scalar_bits(f.values[w], p)))
+            fillers.append(lambda b, f, at=slot[p.name], w=where, p=p: b.__setitem__(at, scalar_bits(f.values[w], p)))
         for name, p in params.symbols.items():
             fillers.append(lambda b, f, at=slot[p.name], name=name: b.__setitem__(at, f.bindings[name]))
         draws = {id(tv): n for n, tv in enumerate(self.random_ops)}
@@ -137,6 +140,87 @@ class FusionRuntime:
         frame.rng = [next_seed_offset() for _ in self.random_ops]
         frame.context = RefContext(bound.bindings, next_seed_offset)
         return frame
+
+    # --- preparing the cached call (runtime/fast_call.py) ------------------------------------------
+    def run_and_prepare(self, bound: BoundInputs, inputs: Sequence[object]) -> tuple[list, PreparedCall | None]:
+        """Runs the host program, then prepares the cached call for inputs described like
+        `inputs` (None where the fast path does not cover the run)."""
+        frame = self.new_frame(bound)
+        results = self.program.run(frame)
+        note_entry(f"prepared call {self.executor.kernel.name}")
+        return results, self._prepare(frame, inputs)
+
+    def _prepare(self, frame: Frame, inputs: Sequence[object]) -> PreparedCall | None:
+        kinds = [array_kind(value) for value in inputs]
+        arrays = [n for n, tv in enumerate(self.fusion.inputs) if tv.scalar is None]
+        if len(frame.launched) != 1 or not arrays or any(kinds[n] is None for n in arrays) \
+                or not self._can_prepare(frame, kinds):
+            return None
+        allocations, buffer_of = [], {}
+        for instruction in self.program.instructions:
+            if isinstance(instruction, Allocate):
+                buffer_of[instruction.slot] = len(allocations)
+                allocations.append(self._allocator(frame, instruction))
+        copies_back, returned = self._copies_back(frame, buffer_of, kinds), self._returned(buffer_of)
+        if copies_back is None or returned is None:
+            return None
+        slot = self.layout.slots
+        written = {id(i.tv): buffer_of[i.slot] for i in self.program.instructions if isinstance(i, Allocate)}
+        plan = CallPlan(
+            block=frame.launched[0].tolist(),
+            allocations=allocations,
+            input_pointers=[(slot[p.name], self.input_position[tv_id], kinds[self.input_position[tv_id]].pointer)
+                            for tv_id, p in self.params.arrays.items()],
+            buffer_pointers=[(slot[p.name], written[tv_id]) for tv_id, p in self.params.writes.items()],
+            buffer_pointer=self._buffer_pointer(frame),
+            scalars=[ScalarSlot(slot[p.name], self.input_position[tv_id], scalar_packer(p, checked=True))
+                     for tv_id, p in self.params.scalars.items()],
+            seeds=[self._seed_slots(tv) for tv in self.random_ops],
+            copies_back=copies_back,
+            returned=returned)
+        return self._prepared_call(frame, plan, kinds, arrays[0])
+
+    def _seed_slots(self, tv: TensorView) -> tuple[int, int] | None:
+        pair = self.params.seeds.get(id(tv))
+        return None if pair is None else (self.layout.slots[pair[0].name], self.layout.slots[pair[1].name])
+
+    def _returned(self, buffer_of: dict[int, int]) -> list[tuple[str, int]] | None:
+        """Where each visible output comes from: a buffer, or an input written in place."""
+        aliases = {i.slot: i for i in self.program.instructions if isinstance(i, Alias)}
+        returned = []
+        for out, slot in zip(self.fusion.outputs, self.program.outputs):
+            if out.hidden:
+                continue
+            if slot in buffer_of:
+                returned.append(("buffer", buffer_of[slot]))
+            elif slot in aliases and aliases[slot].view is None:
+                returned.append(("input", aliases[slot].source))
+            else:
+                return None
+        return returned
+
+    # The host's cached call: NumPy arrays whose strides are whole elements, no aliased outputs.
+    def _can_prepare(self, frame: Frame, kinds: list) -> bool:
+        return frame.bound.kind == "numpy" and all(a is b for a, b in zip(frame.values, frame.bound.arrays)) \
+            and not any(isinstance(i, Alias) for i in self.program.instructions)
+
+    def _allocator(self, frame: Frame, instruction: Allocate) -> Callable[[], object]:
+        numel, sizes, strides = instruction.extents(frame)
+        return functools.partial(host_buffer, instruction.tv.dtype.numpy, numel, sizes, strides)
+
+    def _buffer_pointer(self, frame: Frame) -> Callable[[object], int]:
+        return numpy_pointer if frame.bound.kind == "numpy" else buffer_pointer(frame.bound.kind)
+
+    def _copies_back(self, frame: Frame, buffer_of: dict[int, int], kinds: list) -> list[tuple] | None:
+        return []
+
+    def _prepared_call(self, frame: Frame, plan: CallPlan, kinds: list, first_array: int) -> PreparedCall:
+        executor, name = self.executor, self.executor.kernel.name
+        tasks = []
+        for task, fn, bounds in zip(executor.kernel.tasks, executor.functions, executor.bounds):
+            begin, end, work = bounds(frame.bindings)
+            tasks.append((fn, begin, end, max(work, 1), (name, task.name)))
+        return CpuPreparedCall(plan, tasks)
 
     def _check_empty_reductions(self, extents: list[int]) -> None:
         """max, min, argmax and argmin of nothing are undefined, unless the result is empty too."""

@@ -7,9 +7,7 @@ compiled from Kernel IR when the launcher was built, and runs the tasks in order
 
 from __future__ import annotations
 
-import functools
-import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,8 +17,8 @@ from braze.errors import KernelAssertionError
 from braze.kir import nodes as k
 from braze.runtime import cpu
 from braze.runtime.compiled_kernel import CompiledKernel
-from braze.runtime.fusion_runtime import _scalar_bits
 from braze.runtime.record import Launch, note_launch, recording
+from braze.runtime.scalars import scalar_packer
 
 MIN_PARALLEL_WORK = 1 << 20  # statement-indices (a vectorized statement costs well under 1 ns per index)
 # worth waking other threads for: below it, handing chunks to the pool costs more than it saves
@@ -49,35 +47,6 @@ def _bound_source(e: k.Expr, arrays: dict[str, int], scalars: dict[str, int]) ->
     if isinstance(e, k.Binary) and e.op in _HOST_OPS:
         return _HOST_OPS[e.op].format(_bound_source(e.a, arrays, scalars), _bound_source(e.b, arrays, scalars))
     raise TypeError(f"task bounds: cannot evaluate {type(e).__name__} on the host")
-
-
-def scalar_packer(param: k.ScalarParam, checked: bool = False) -> Callable[[object], int]:
-    """value -> the int64 slot holding it (floats by their bits; narrower types in the low bytes).
-    `checked`: an integer out of the dtype's range raises OverflowError."""
-    name = param.dtype.name
-    if param.dtype.is_integer and checked:
-        info = np.iinfo(param.dtype.numpy)
-        return functools.partial(_checked_int, int(info.min), int(info.max))
-    if param.dtype.is_integer or param.dtype.is_bool:
-        return int
-    if name == "float64":
-        return lambda v: struct.unpack("<q", struct.pack("<d", v))[0]
-    if name == "float32":
-        return lambda v: _float32_bits(v, param)
-    return lambda v: _scalar_bits(v, param)
-
-
-def _checked_int(low: int, high: int, value: int) -> int:
-    if not low <= value <= high:
-        raise OverflowError(f"{value} is out of [{low}, {high}]")
-    return int(value)
-
-
-def _float32_bits(value: object, param: k.ScalarParam) -> int:
-    try:
-        return struct.unpack("<i", struct.pack("<f", value))[0]
-    except OverflowError:  # beyond float32's range: round to infinity, as NumPy does
-        return _scalar_bits(value, param)
 
 
 def _work_per_index(stmts: tuple[k.Stmt, ...], weight: int = 1) -> int:
