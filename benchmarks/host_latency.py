@@ -168,28 +168,26 @@ def floor_rows(prepared: fast_call.PreparedCall) -> dict[str, float]:
     }
 
 
-def part_rows(f: bz.Fusion, inputs: list, prepared: fast_call.PreparedCall) -> dict[str, float]:
+def part_rows(f: bz.Fusion, inputs: list, prepared: fast_call.CudaPreparedCall) -> dict[str, float]:
     """Each step of the cached call, timed alone (synchronizing only where it launches)."""
     fast = f.__dict__["_fast_calls"]
     key = fast.key(inputs)
-    buffers = [allocate() for allocate in prepared.allocations]
+    plan = prepared.plan
+    buffers = [allocate() for allocate in plan.allocations]
 
     def patch() -> None:
         block = prepared.block
-        for slot, position, pointer in prepared.input_pointers:
+        for slot, position, pointer in plan.input_pointers:
             block[slot] = pointer(inputs[position])
-        for slot, n in prepared.buffer_pointers:
-            block[slot] = prepared.buffer_pointer(buffers[n])
-
-    def launch() -> None:
-        prepared._launch(prepared.stream(inputs[prepared.stream_input], prepared.device.index))
+        for slot, n in plan.buffer_pointers:
+            block[slot] = plan.buffer_pointer(buffers[n])
 
     return {
         "  signature (describe the inputs)": us_per_call(lambda: fast.key(inputs), sync=False),
         "  lookup": us_per_call(lambda: fast.prepared.get(key), sync=False),
-        "  allocation": us_per_call(lambda: [allocate() for allocate in prepared.allocations], sync=False),
+        "  allocation": us_per_call(lambda: [allocate() for allocate in plan.allocations], sync=False),
         "  patching": us_per_call(patch, sync=False),
-        "  launch (stream + cuLaunchKernel)": us_per_call(launch),
+        "  launch (stream + cuLaunchKernel)": us_per_call(lambda: prepared._launch(prepared._begin(inputs))),
     }
 
 
