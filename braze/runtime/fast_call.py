@@ -1,4 +1,4 @@
-"""The cached call of a fusion on a GPU (DESIGN section 6, "The hot path").
+"""The cached call of a fusion, on a GPU or the host (DESIGN section 6, "The hot path").
 
 The first run of a fusion on inputs of one *description* (per array: its type, dtype, shape,
 strides and device; per scalar: its type) goes through the host program. Afterwards a
@@ -10,7 +10,8 @@ launch's grid, shared memory and launch scalars. A later call with the same desc
     2. a dict lookup;
     3. allocate the outputs and intermediates, from the prepared sizes;
     4. patch the pointers, scalar values and random seeds into the argument block;
-    5. launch (libcuda's cuLaunchKernel through ctypes), and copy in-place outputs back.
+    5. launch, and copy in-place outputs back. On a GPU one native function (host/launch_jit.py)
+       calls cuLaunchKernel for every kernel; on the host each task runs over its prepared range.
 
 Anything the fast path does not cover (profiling, another configuration, a busy block on another
 thread, an unknown array type) answers `None`, and the caller takes the host program.
@@ -77,7 +78,7 @@ def _describe_device_array(a) -> tuple:
 
 @dataclass(frozen=True)
 class ArrayKind:
-    """How the fast path reads one library's GPU arrays."""
+    """How the fast path reads one library's arrays."""
 
     describe: Callable[[object], tuple]
     pointer: Callable[[object], int]
@@ -228,7 +229,7 @@ class PreparedCall:
         for s in plan.scalars:
             try:
                 block[s.slot] = s.pack(inputs[s.position])
-            except (OverflowError, struct.error):  # out of the dtype's range: the host program says why
+            except (OverflowError, struct.error, TypeError, ValueError):  # the host program says why
                 return None
         order = self._begin(inputs)
         buffers = self._buffers(order)
