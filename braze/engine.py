@@ -13,8 +13,12 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from braze import config, schedule
+from braze import dtypes as dt
+from braze.dtypes import DType
 from braze.errors import InputError, UnsupportedError
+from braze.host.shapes import infer_layout
 from braze.ir.fusion import AliasKind, Fusion
+from braze.ir.scalar import Scalar, as_scalar
 from braze.kir import kernel_text
 from braze.kir import nodes as k
 from braze.kir.params import KernelParams
@@ -39,24 +43,78 @@ _caches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # fusion -> Fu
 _kernels: dict[str, CompiledKernel] = {}  # Kernel IR text -> compiled kernel, shared by all fusions
 
 
+# A kernel indexes in int32 when every index of a call stays below this: a margin under 2**31, because
+# loop counters step past their end (by up to a grid's stride of rows on a GPU) before the exit test.
+INT32_INDEX_LIMIT = 2**31 - 2**24
+
+
+def reach(array) -> int:
+    """The farthest element of `array` from its first, as an element offset: the sum over dimensions
+    of (extent - 1) * |stride|. A broadcast or a strided view of a big buffer reaches past its size."""
+    if array.size == 0:
+        return 0
+    return sum((n - 1) * abs(s) for n, s in zip(array.shape, array.strides)) // array.itemsize
+
+
+def _tensor_sizes(fusion: Fusion) -> tuple[Scalar, ...]:
+    """The element counts (distinct, symbolic) of every tensor of the fusion: inputs, intermediates
+    and outputs, with the padding of an allocation domain where there is one. Kept on the fusion."""
+    cached = fusion.__dict__.get("_tensor_sizes")
+    if cached is not None and cached[0] == len(fusion.exprs):
+        return cached[1]
+    tensors = {id(tv): tv for e in fusion.exprs for tv in (*e.inputs, *e.outputs)}
+    tensors.update({id(tv): tv for tv in fusion.inputs})
+    sizes: dict[Scalar, None] = {}
+    for tv in tensors.values():
+        if tv.scalar is not None:
+            continue
+        numel = as_scalar(1)
+        for extent in tv.shape:
+            numel = numel * extent
+        sizes[numel] = None
+        if not tv.has_default_allocation:
+            try:
+                sizes[infer_layout(tv).numel] = None
+            except UnsupportedError:  # never allocated as such: its logical size bounds its indices
+                pass
+    found = tuple(size for size in sizes if not (size.is_const and size.value < INT32_INDEX_LIMIT))
+    fusion.__dict__["_tensor_sizes"] = (len(fusion.exprs), found)
+    return found
+
+
+def index_type(fusion: Fusion, bound: BoundInputs) -> DType:
+    """int32 when every index of the kernel fits in it for these inputs: every tensor's size (inputs,
+    intermediates, outputs; braze allocates the latter dense) and every input's reach; else int64.
+    A new shape past the limit is another signature, so it gets the int64 kernel."""
+    for tv, array in zip(fusion.inputs, bound.arrays):
+        if tv.scalar is None and (array.size >= INT32_INDEX_LIMIT or reach(array) >= INT32_INDEX_LIMIT):
+            return dt.int64
+    for size in _tensor_sizes(fusion):
+        try:
+            if size.evaluate(bound.bindings) >= INT32_INDEX_LIMIT:
+                return dt.int64
+        except ZeroDivisionError:  # the shape function reports it, naming the extents
+            continue
+    return dt.int32
+
+
 def signature(fusion: Fusion, bound: BoundInputs) -> tuple:
-    """The part of the inputs that changes the generated code: which strides are 1, index width.
+    """The part of the inputs that changes the generated code: which strides are 1, and the index type.
 
     Ranks and dtypes are fixed by the definition (the inputs were checked against it); extents
-    stay symbolic, so new shapes reuse the compiled kernel.
+    stay symbolic, so new shapes reuse the compiled kernel while they keep the index type.
     """
-    parts = []
+    units = []
     for tv, array in zip(fusion.inputs, bound.arrays):
         if tv.scalar is None:
             broadcast = TensorSpec.of(tv).broadcast
-            unit = tuple(s == array.itemsize and not b for s, b in zip(array.strides, broadcast))
-            parts.append((unit, array.size >= 2**31))
-    return tuple(parts)
+            units.append(tuple(s == array.itemsize and not b for s, b in zip(array.strides, broadcast)))
+    return tuple(units), index_type(fusion, bound).name
 
 
 def _input_strides(fusion: Fusion, key: tuple) -> dict[int, tuple[int | None, ...]]:
     tensors = [tv for tv in fusion.inputs if tv.scalar is None]
-    return {id(tv): tuple(1 if unit else None for unit in units) for tv, (units, _) in zip(tensors, key)}
+    return {id(tv): tuple(1 if unit else None for unit in units) for tv, units in zip(tensors, key[0])}
 
 
 def plan_kernel(fusion: Fusion, key: tuple, views_on_host: bool = True) -> tuple[schedule.Plan, k.Kernel, KernelParams]:
@@ -66,7 +124,7 @@ def plan_kernel(fusion: Fusion, key: tuple, views_on_host: bool = True) -> tuple
         plan = schedule.plan(fusion, cuts, views_on_host)
         try:
             kernel, params = lower(fusion, plan.writes, plan.loop_orders, _input_strides(fusion, key),
-                                   getattr(fusion, "name", "fusion"))
+                                   getattr(fusion, "name", "fusion"), dt.as_dtype(key[1]))
             kernel = simplify(kernel)
             break
         except NeedsCut as cut:

@@ -113,6 +113,10 @@ class TaskWriter:
         self.substitutions: dict[k.Load, str] = {}  # loads read from a row cache in the current loop
         self.vector_stores: dict[int, str] = {}  # id(Store) -> the vector component it fills
         self.written = {s.param.name for s in walk(task.body) if isinstance(s, (k.Store, k.AtomicRMW))}
+        # Index arithmetic (rows, loop indices, offsets) in the kernel's index type: int32 when every
+        # index fits (the argument block keeps 8-byte slots; strides are narrowed once, at entry).
+        self.index = c_type(kernel.index_type)
+        self.narrow = kernel.index_type.itemsize < 8
 
     # --- text --------------------------------------------------------------------------------------
     def line(self, text: str) -> None:
@@ -136,14 +140,22 @@ class TaskWriter:
             raise UnsupportedError(f"CUDA codegen: op {op!r} has no CUDA rule")
         return rule([self.expr(a) for a in args], [a.dtype for a in args], out, attrs or {})
 
+    def index_literal(self, value: int) -> str:
+        return f"{value}" if self.narrow else f"{value}LL"
+
+    def stride(self, param: k.ArrayParam, axis: int) -> str:
+        """A stride read at run time: narrowed once at entry (declare_params) in int32 kernels."""
+        return f"{param.name}_st{axis}" if self.narrow else self.field(param, "stride", axis)
+
     def offset(self, param: k.ArrayParam, indices: tuple[k.Expr, ...]) -> str:
         terms = []
         for axis, index in enumerate(indices):
             stride = param.static_stride(axis)
             if stride == 0:
                 continue
-            i = f"(long long)({self.expr(index)})" if index.dtype.itemsize != 8 else self.expr(index)
-            step = stride if stride is not None else self.field(param, "stride", axis)
+            wide = not self.narrow and index.dtype.itemsize != 8
+            i = f"(long long)({self.expr(index)})" if wide else self.expr(index)
+            step = stride if stride is not None else self.stride(param, axis)
             terms.append(i if stride == 1 else f"{i} * {step}")
         return " + ".join(terms) or "0"
 
@@ -159,17 +171,18 @@ class TaskWriter:
             self.write_grid_reduction()
             self.lines.append("}")
             return "\n".join(self.lines)
-        begin = self.expr(t.begin) if t.kind == "range_for" else "0LL"
-        end = self.expr(t.end) if t.kind == "range_for" else "1LL"
-        self.line(f"const long long task_begin = {begin}, task_end = {end};")
+        ix = self.index
+        begin = self.expr(t.begin) if t.kind == "range_for" else self.index_literal(0)
+        end = self.expr(t.end) if t.kind == "range_for" else self.index_literal(1)
+        self.line(f"const {ix} task_begin = {begin}, task_end = {end};")
         self.line("const int lanes32 = (int)lanes, lane = threadIdx.x & (lanes32 - 1);")
         self.line("const int row_in_block = threadIdx.x / lanes32, rows_per_block = blockDim.x / lanes32;")
-        self.line("for (long long row0 = task_begin + (long long)blockIdx.x * rows_per_block; row0 < task_end;")
-        self.line("     row0 += (long long)gridDim.x * rows_per_block) {")
+        self.line(f"for ({ix} row0 = task_begin + ({ix})blockIdx.x * rows_per_block; row0 < task_end;")
+        self.line(f"     row0 += ({ix})gridDim.x * rows_per_block) {{")
         self.depth += 1
         # Rows past the end still run (clamped to the last row) so every lane reaches the shuffles
         # and barriers of a lane reduction; only their stores are skipped.
-        self.line("const long long row = row0 + row_in_block;")
+        self.line(f"const {ix} row = row0 + row_in_block;")
         self.line("const bool active = row < task_end;")
         if t.kind == "range_for":
             self.line(f"const {c_type(t.var.dtype)} {t.var.name} = active ? row : task_end - 1;")
@@ -194,8 +207,9 @@ class TaskWriter:
         self.block(before)
         var, v = f"{c_type(loop.var.dtype)} {loop.var.name}", loop.var.name
         self.loop_depth += 1
-        self.nested(f"for ({var} = {self.expr(loop.begin)} + (long long)blockIdx.x * blockDim.x + threadIdx.x; "
-                    f"{v} < {self.expr(loop.end)}; {v} += (long long)gridDim.x * blockDim.x)", loop.body)
+        ix = self.index
+        self.nested(f"for ({var} = {self.expr(loop.begin)} + ({ix})blockIdx.x * blockDim.x + threadIdx.x; "
+                    f"{v} < {self.expr(loop.end)}; {v} += ({ix})gridDim.x * blockDim.x)", loop.body)
         self.loop_depth -= 1
         for n, (acc, combine) in enumerate(accumulators):
             ty, functor = c_type(acc.dtype), LANE_COMBINES[combine]
@@ -256,8 +270,9 @@ class TaskWriter:
     def emit_vector_loop(self, loop: k.For, vector: VectorAccesses) -> None:
         v = loop.var.name
         base = k.Var(f"{v}_4", loop.var.dtype)
-        self.line(f"for (long long {base.name} = 4LL * lane; {base.name} < {self.expr(loop.end)}; "
-                  f"{base.name} += 4LL * lanes32) {{")
+        four = self.index_literal(4)
+        self.line(f"for ({self.index} {base.name} = {four} * lane; {base.name} < {self.expr(loop.end)}; "
+                  f"{base.name} += {four} * lanes32) {{")
         self.depth += 1
         self.loop_depth += 1
         values = self.vector_values(loop, base)
@@ -279,7 +294,7 @@ class TaskWriter:
         for lane_part, component in enumerate("xyzw"):
             self.line("{")
             self.depth += 1
-            self.line(f"const long long {v} = {base.name} + {lane_part};")
+            self.line(f"const {self.index} {v} = {base.name} + {lane_part};")
             self.substitutions.update({load: f"{name}.{component}" for load, name in names.items()})
             self.substitutions.update({expression: f"{name}.{component}" for expression, name in values.items()})
             for n, _cache, expression in updates:
@@ -338,7 +353,7 @@ class TaskWriter:
                           f"*reinterpret_cast<const {memory_ty}*>(&{self.pointer(load.param)}[{offset}]);")
                 for lane_part, component in enumerate("xyzw"):
                     self.substitutions[load] = f"g{n}_{loop.var.name}.{component}"
-                    self.line(f"{{ const long long {loop.var.name} = {base.name} + {lane_part}; "
+                    self.line(f"{{ const {self.index} {loop.var.name} = {base.name} + {lane_part}; "
                               f"{name}.{component} = {self.expr(expression)}; }}")
                 self.substitutions.pop(load)
             self.depth -= 1
@@ -407,6 +422,18 @@ class TaskWriter:
                 self.line(f"{qualifiers}{ty}*{restrict} const {self.pointer(p)} = ({qualifiers}{ty}*){data};")
             else:
                 self.line(f"const {ty} {p.name} = {_scalar_from_slot(self.field(p, 'scalar'), p.dtype)};")
+        if self.narrow:
+            for param, axis in self.runtime_strides():
+                self.line(f"const int {self.stride(param, axis)} = (int){self.field(param, 'stride', axis)};")
+
+    def runtime_strides(self) -> list[tuple[k.ArrayParam, int]]:
+        """(array, axis) of every stride the task's accesses read at run time, in first-use order."""
+        accesses = [s for s in walk(self.task.body) if isinstance(s, (k.Store, k.AtomicRMW))]
+        roots = [x for s in walk(self.task.body) for x in exprs_of(s)]
+        accesses += [e for x in roots for e in sub_exprs(x) if isinstance(e, k.Load)]
+        found = {(a.param.name, axis): (a.param, axis) for a in accesses for axis in range(len(a.indices))
+                 if a.param.static_stride(axis) is None}
+        return list(found.values())
 
     def used_params(self) -> set[str]:
         names = {s.param.name for s in walk(self.task.body) if isinstance(s, (k.Store, k.AtomicRMW))}

@@ -273,6 +273,9 @@ class Kernel:
     tasks: tuple[Task, ...]
     source: str = ""  # where the kernel came from (a fusion's name, a Python file:line)
     meta: dict = field(default_factory=dict, compare=False, hash=False)
+    # The type of the kernel's index arithmetic (loop indices, extents, offsets): int32 when every
+    # index of every call it serves fits (engine.index_type), which halves the integer work on a GPU.
+    index_type: DType = int64
 
 
 TRUE = Const(True, bool_)

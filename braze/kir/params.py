@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from braze.dtypes import int64
+from braze.dtypes import DType, int64
 from braze.kir import nodes as k
 
 
@@ -22,6 +22,7 @@ class KernelParams:
     symbols: dict[str, k.ScalarParam] = field(default_factory=dict)  # extent symbol -> param
     seeds: dict[int, tuple[k.ScalarParam, k.ScalarParam]] = field(default_factory=dict)
     written: set[int] = field(default_factory=set)  # tensors computed by tasks emitted so far
+    index: DType = int64  # the kernel's index type: extent symbols are read as it
 
     def readable(self, tv) -> k.Param | None:
         """The parameter to read `tv` from, if it is an input or was written by an earlier task."""
@@ -32,7 +33,7 @@ class KernelParams:
         return self.arrays.get(id(tv))
 
     def symbol(self, name: str) -> k.ScalarParam:
-        return self.symbols.setdefault(name, k.ScalarParam(name, int64))
+        return self.symbols.setdefault(name, k.ScalarParam(name, self.index))
 
     def rng(self, tv) -> tuple[k.ScalarParam, k.ScalarParam]:
         if id(tv) not in self.seeds:

@@ -80,7 +80,8 @@ def _param(p: k.Param) -> str:
 
 
 def kernel(kern: k.Kernel) -> str:
-    lines = [f"kernel {kern.name}({', '.join(map(_param, kern.params))}):"]
+    index = f" index {kern.index_type.name}" if kern.index_type.name != "int64" else ""
+    lines = [f"kernel {kern.name}({', '.join(map(_param, kern.params))}){index}:"]
     for task in kern.tasks:
         if task.kind == "range_for":
             block = f", block_dim={task.block_dim}" if task.block_dim else ""

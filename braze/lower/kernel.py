@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from braze.dtypes import DType
 from braze.host.shapes import infer_layout
 from braze.ir.fusion import Fusion
 from braze.ir.tensor import TensorView
@@ -16,7 +17,7 @@ from braze.kir import nodes as k
 from braze.kir.params import KernelParams
 from braze.lower import random as _random  # noqa: F401  (registers rand/randn)
 from braze.lower.scope import ScopeStack
-from braze.lower.values import INDEX, ZERO, ValueEmitter, cast, index_op
+from braze.lower.values import INDEX, ValueEmitter, cast, index_op
 
 
 def array_param(tv: TensorView, static_strides: tuple[int | None, ...] | None = None) -> k.ArrayParam:
@@ -40,13 +41,13 @@ def _task_for(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, order: Sequ
         scopes.emit(k.Store(param, (), cast(em.value(tv, ()), tv.dtype)))
         return k.Task(name, "serial", tuple(scopes.pop().stmts))
     outer, inner = list(order[:-1]), order[-1]
-    task_var = scopes.fresh("p", INDEX)
+    task_var = scopes.fresh("p", em.index)
     task_scope = scopes.push("task", {task_var})
     iterates = [not d.is_broadcast for d in tv.visible]  # a size-1 dimension never repeats work
     idx: list[k.Expr | None] = [None] * tv.ndim
     rest = task_var
     for n, axis in enumerate(reversed(outer)):  # decompose the flat task index, innermost first
-        position = scopes.fresh("i", INDEX)
+        position = scopes.fresh("i", em.index)
         outermost = n == len(outer) - 1
         scopes.emit(k.Let(position, rest if outermost else index_op("remainder", rest, extents[axis])))
         task_scope.iteration |= {position} if iterates[axis] else set()
@@ -58,21 +59,23 @@ def _task_for(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, order: Sequ
         scopes.emit(k.Store(param, tuple(idx), cast(em.value(tv, tuple(idx)), tv.dtype)))
         end = extents[inner]
     else:
-        j = scopes.fresh("j", INDEX)
+        j = scopes.fresh("j", em.index)
         scopes.push("element", {j}).iteration |= {j} if iterates[inner] else set()
         idx[inner] = j
         scopes.emit(k.Store(param, tuple(idx), cast(em.value(tv, tuple(idx)), tv.dtype)))
-        scopes.emit(k.For(j, ZERO, extents[inner], tuple(scopes.pop().stmts), vectorize=True))
-        end = k.Const(1, INDEX)
+        scopes.emit(k.For(j, em.zero, extents[inner], tuple(scopes.pop().stmts), vectorize=True))
+        end = em.one
         for axis in outer:
             end = index_op("mul", end, extents[axis])
-    return k.Task(name, "range_for", tuple(scopes.pop().stmts), task_var, ZERO, end)
+    return k.Task(name, "range_for", tuple(scopes.pop().stmts), task_var, em.zero, end)
 
 
 def lower(fusion: Fusion, writes: Sequence[TensorView], loop_orders: dict[int, tuple[int, ...]],
-          input_strides: dict[int, tuple[int | None, ...]], name: str) -> tuple[k.Kernel, KernelParams]:
-    """One kernel writing each of `writes` (in order) with its own task."""
-    params = KernelParams()
+          input_strides: dict[int, tuple[int | None, ...]], name: str,
+          index: DType = INDEX) -> tuple[k.Kernel, KernelParams]:
+    """One kernel writing each of `writes` (in order) with its own task, its index arithmetic in `index`
+    (int32 only when every index of every call fits: see engine.index_type)."""
+    params = KernelParams(index=index)
     for tv in fusion.inputs:
         if tv.scalar is not None:
             params.scalars[id(tv)] = k.ScalarParam(tv.name, tv.dtype)
@@ -88,4 +91,4 @@ def lower(fusion: Fusion, writes: Sequence[TensorView], loop_orders: dict[int, t
         order = loop_orders.get(id(tv), tuple(range(tv.ndim)))
         tasks.append(_task_for(em, tv, params.writes[id(tv)], order, f"{name}_t{position}_{tv.name}"))
         params.written.add(id(tv))
-    return k.Kernel(name, params.ordered(), tuple(tasks), source=name), params
+    return k.Kernel(name, params.ordered(), tuple(tasks), source=name, index_type=index), params

@@ -7,8 +7,10 @@ import math
 from braze import dtypes as dt
 from braze.ir.tensor import TensorView
 from braze.kir import nodes as k
-from braze.lower.values import INDEX, ValueEmitter, _linear, cast, index_op, register_view_rule
+from braze.lower.values import ValueEmitter, _linear, cast, index_op, register_view_rule
 from braze.ops.philox import UNIFORM_BITS
+
+WIDE = dt.int64  # Philox counters and words are 64-bit whatever the kernel's index type
 
 
 def _as_int64(value: int) -> k.Const:
@@ -26,27 +28,27 @@ def _word(em: ValueEmitter, tv: TensorView, group: k.Expr, word: k.Expr) -> k.Ex
 
 
 def _scaled(bits: k.Expr, shift: int, scale_bits: int, compute: dt.DType, plus_one: bool = False) -> k.Expr:
-    kept = k.Binary("right_shift", bits, k.Const(shift, INDEX), INDEX)
+    kept = k.Binary("right_shift", bits, k.Const(shift, WIDE), WIDE)
     if plus_one:
-        kept = k.Binary("add", kept, k.Const(1, INDEX), INDEX)
+        kept = k.Binary("add", kept, k.Const(1, WIDE), WIDE)
     return k.Binary("mul", cast(kept, compute), k.Const(2.0**-scale_bits, compute), compute)
 
 
 def _rand(em: ValueEmitter, tv: TensorView, idx) -> k.Expr:
-    flat = _linear(em, idx, em.shape(tv))
-    bits = _word(em, tv, index_op("floordiv", flat, k.Const(4, INDEX)), index_op("remainder", flat, k.Const(4, INDEX)))
+    flat = cast(_linear(em, idx, em.shape(tv)), WIDE)
+    bits = _word(em, tv, index_op("floordiv", flat, k.Const(4, WIDE)), index_op("remainder", flat, k.Const(4, WIDE)))
     m = UNIFORM_BITS[tv.dtype.name]
     compute = dt.float64 if tv.dtype == dt.float64 else dt.float32
     return cast(_scaled(bits, 32 - m, m, compute), tv.dtype)
 
 
 def _randn(em: ValueEmitter, tv: TensorView, idx) -> k.Expr:
-    flat = _linear(em, idx, em.shape(tv))
-    group = index_op("floordiv", flat, k.Const(2, INDEX))
-    first = index_op("mul", index_op("remainder", flat, k.Const(2, INDEX)), k.Const(2, INDEX))
+    flat = cast(_linear(em, idx, em.shape(tv)), WIDE)
+    group = index_op("floordiv", flat, k.Const(2, WIDE))
+    first = index_op("mul", index_op("remainder", flat, k.Const(2, WIDE)), k.Const(2, WIDE))
     compute = dt.float64  # as braze.ops.philox.normal: float64 math, so backends agree bit for bit
     u1 = _scaled(_word(em, tv, group, first), 8, 24, compute, plus_one=True)
-    u2 = _scaled(_word(em, tv, group, index_op("add", first, k.Const(1, INDEX))), 8, 24, compute)
+    u2 = _scaled(_word(em, tv, group, index_op("add", first, k.Const(1, WIDE))), 8, 24, compute)
     radius = k.Unary("sqrt", k.Binary("mul", k.Const(-2.0, compute), k.Unary("log", u1, compute), compute), compute)
     angle = k.Binary("mul", k.Const(2.0 * math.pi, compute), u2, compute)
     return cast(k.Binary("mul", radius, k.Unary("cos", angle, compute), compute), tv.dtype)

@@ -8,7 +8,7 @@ from braze import dtypes as dt
 from braze.dtypes import DType
 from braze.ir.tensor import TensorView
 from braze.kir import nodes as k
-from braze.lower.values import INDEX, ZERO, ValueEmitter, cast, index_op
+from braze.lower.values import ValueEmitter, cast, index_op
 from braze.ops.reductions import _accumulator
 
 
@@ -44,7 +44,7 @@ class ReductionLoops:
         self.extents = [em.extent(self.x.visible[a].extent) for a in self.axes]
 
     def count(self) -> k.Expr:
-        n = k.Const(1, INDEX)
+        n = self.em.one
         for e in self.extents:
             n = index_op("mul", n, e)
         return n
@@ -52,18 +52,18 @@ class ReductionLoops:
     def run(self, body: Callable[[k.Expr, k.Expr], list[k.Stmt] | None]) -> None:
         """Emits nested loops; `body(element, flat_index)` is called inside with the input's element."""
         scopes = self.em.scopes
-        loop_vars = [scopes.fresh("r", INDEX) for _ in self.axes]
+        loop_vars = [scopes.fresh("r", self.em.index) for _ in self.axes]
         for var in loop_vars:
             scopes.push("reduction", {var})
         kept = iter(self.idx)
         full = tuple(loop_vars[self.axes.index(a)] if a in self.axes else next(kept) for a in range(self.x.ndim))
-        flat = ZERO
+        flat = self.em.zero
         for var, n in zip(loop_vars, self.extents):
             flat = index_op("add", index_op("mul", flat, n), var)
         body(self.em.value(self.x, full), flat)
         for var, n in reversed(list(zip(loop_vars, self.extents))):
             inner = scopes.pop()
-            scopes.emit(k.For(var, ZERO, n, tuple(inner.stmts)))
+            scopes.emit(k.For(var, self.em.zero, n, tuple(inner.stmts)))
 
 
 def _fold(em: ValueEmitter, tv: TensorView, idx, op: str, acc_dtype: DType) -> k.Var:
@@ -119,9 +119,9 @@ def _arg(largest: bool) -> Callable:
         value_dtype = dt.compute_dtype(tv.definition.inputs[0].dtype)
         value_dtype = dt.int32 if value_dtype.is_bool else value_dtype
         best = em.scopes.fresh("best", value_dtype)
-        where = em.scopes.fresh("at", INDEX)
+        where = em.scopes.fresh("at", em.index)
         em.scopes.emit(k.Let(best, _extreme(value_dtype, largest=not largest)))
-        em.scopes.emit(k.Let(where, ZERO))
+        em.scopes.emit(k.Let(where, em.zero))
 
         def consider(v: k.Expr, flat: k.Expr) -> None:
             v = cast(v, value_dtype)

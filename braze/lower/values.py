@@ -22,8 +22,7 @@ from braze.lower.scope import ScopeStack
 from braze.ops.elementwise import compute_type, operand_type
 from braze.ops.table import lookup
 
-INDEX = dt.int64
-ZERO, ONE = k.Const(0, INDEX), k.Const(1, INDEX)
+INDEX = dt.int64  # the index type of loop kernels, and of fusions too large for int32 (engine.index_type)
 
 
 class NeedsCut(Exception):
@@ -45,17 +44,22 @@ def cast(e: k.Expr, dtype: DType) -> k.Expr:
     return k.Cast(e, dtype)
 
 
+def _is_const(e: k.Expr, value: int) -> bool:
+    return isinstance(e, k.Const) and e.value == value
+
+
 def index_op(op: str, a: k.Expr, b: k.Expr) -> k.Expr:
-    """Index arithmetic with constant folding (extents are often static)."""
+    """Index arithmetic in the operands' (index) type, with constant folding (extents are often static)."""
+    dtype = a.dtype
     if isinstance(a, k.Const) and isinstance(b, k.Const):
-        return k.Const(_FOLD[op](a.value, b.value), INDEX)
-    if op in ("mul", "floordiv") and b == ONE or op in ("add", "sub") and b == ZERO:
+        return k.Const(_FOLD[op](a.value, b.value), dtype)
+    if op in ("mul", "floordiv") and _is_const(b, 1) or op in ("add", "sub") and _is_const(b, 0):
         return a
-    if op == "mul" and a == ONE or op == "add" and a == ZERO:
+    if op == "mul" and _is_const(a, 1) or op == "add" and _is_const(a, 0):
         return b
-    if op == "mul" and (a == ZERO or b == ZERO):
-        return ZERO
-    return k.Binary(op, a, b, INDEX)
+    if op == "mul" and (_is_const(a, 0) or _is_const(b, 0)):
+        return k.Const(0, dtype)
+    return k.Binary(op, a, b, dtype)
 
 
 _FOLD: dict[str, Callable[[int, int], int]] = {
@@ -72,17 +76,23 @@ class ValueEmitter:
 
     def __init__(self, scopes: ScopeStack, params) -> None:
         self.scopes = scopes
-        self.params = params  # braze.lower.kernel.KernelParams
+        self.params = params  # braze.kir.params.KernelParams
+        self.index = params.index  # the type of every index expression the emitter builds
+        self.zero, self.one = k.Const(0, self.index), k.Const(1, self.index)
+
+    def const(self, value: int) -> k.Const:
+        """An index constant."""
+        return k.Const(value, self.index)
 
     # --- symbolic extents -------------------------------------------------------------------------
     def extent(self, s: Scalar) -> k.Expr:
         if s.is_const:
-            return k.Const(s.value, INDEX)
+            return self.const(s.value)
         if s.is_symbol:
             return k.ScalarRef(self.params.symbol(s.name))
         a, b = (self.extent(x) for x in s.args)
         if s.op == "ceildiv":
-            return index_op("floordiv", index_op("sub", index_op("add", a, b), ONE), b)
+            return index_op("floordiv", index_op("sub", index_op("add", a, b), self.one), b)
         return index_op(_SCALAR_OPS[s.op], a, b)
 
     def shape(self, tv: TensorView) -> list[k.Expr]:
@@ -90,7 +100,7 @@ class ValueEmitter:
 
     # --- values ---------------------------------------------------------------------------------
     def value(self, tv: TensorView, idx: tuple[k.Expr, ...]) -> k.Expr:
-        idx = tuple(ZERO if d.is_broadcast else i for d, i in zip(tv.visible, idx))
+        idx = tuple(self.zero if d.is_broadcast else i for d, i in zip(tv.visible, idx))
         key = (id(tv), idx)
         found = self.scopes.lookup(key)
         if found is not None:
@@ -173,7 +183,7 @@ class ValueEmitter:
 
 
 def _linear(emitter: ValueEmitter, idx: tuple[k.Expr, ...], shape: list[k.Expr]) -> k.Expr:
-    flat = ZERO
+    flat = emitter.zero
     for i, n in zip(idx, shape):
         flat = index_op("add", index_op("mul", flat, n), i)
     return flat
@@ -203,7 +213,7 @@ def _permute(em: ValueEmitter, tv, idx):
 def _squeeze(em: ValueEmitter, tv, idx):
     inp = tv.definition.inputs[0]
     rest = iter(idx)
-    return em.value(inp, tuple(ZERO if a in tv.definition.attrs["axes"] else next(rest) for a in range(inp.ndim)))
+    return em.value(inp, tuple(em.zero if a in tv.definition.attrs["axes"] else next(rest) for a in range(inp.ndim)))
 
 
 def _reshape(em: ValueEmitter, tv, idx):
@@ -218,8 +228,8 @@ def _slice(em: ValueEmitter, tv, idx):
     inp = tv.definition.inputs[0]
     source = []
     for i, d, bounds in zip(idx, inp.visible, tv.definition.attrs["slices"]):
-        first = ZERO if is_whole(bounds) else em.extent(_slice_extent(d.extent, *bounds)[0])
-        source.append(index_op("add", first, index_op("mul", k.Const(bounds[2], INDEX), i)))
+        first = em.zero if is_whole(bounds) else em.extent(_slice_extent(d.extent, *bounds)[0])
+        source.append(index_op("add", first, index_op("mul", em.const(bounds[2]), i)))
     return em.value(inp, tuple(source))
 
 
@@ -227,18 +237,19 @@ def _flip(em: ValueEmitter, tv, idx):
     inp = tv.definition.inputs[0]
     shape = em.shape(inp)
     axes = tv.definition.attrs["axes"]
-    return em.value(inp, tuple(index_op("sub", index_op("sub", shape[a], ONE), i) if a in axes else i
+    return em.value(inp, tuple(index_op("sub", index_op("sub", shape[a], em.one), i) if a in axes else i
                                for a, i in enumerate(idx)))
 
 
 def _in_range(i: k.Expr, n: k.Expr) -> k.Expr:
-    return k.Binary("logical_and", k.Binary("ge", i, ZERO, dt.bool_), k.Binary("lt", i, n, dt.bool_), dt.bool_)
+    zero = k.Const(0, i.dtype)
+    return k.Binary("logical_and", k.Binary("ge", i, zero, dt.bool_), k.Binary("lt", i, n, dt.bool_), dt.bool_)
 
 
 def _pad(em: ValueEmitter, tv, idx):
     inp, fill = tv.definition.inputs
     shape = em.shape(inp)
-    source = tuple(index_op("sub", i, k.Const(lo, INDEX)) for i, (lo, _) in zip(idx, tv.definition.attrs["widths"]))
+    source = tuple(index_op("sub", i, em.const(lo)) for i, (lo, _) in zip(idx, tv.definition.attrs["widths"]))
     inside = None
     for axis, ((lo, hi), i) in enumerate(zip(tv.definition.attrs["widths"], source)):
         if lo or hi:
@@ -251,7 +262,7 @@ def _pad(em: ValueEmitter, tv, idx):
 
 def _cat(em: ValueEmitter, tv, idx):
     axis = tv.definition.attrs["axis"]
-    cases, offset = [], ZERO
+    cases, offset = [], em.zero
     for position, inp in enumerate(tv.definition.inputs):
         start = offset
         offset = index_op("add", offset, em.shape(inp)[axis])
@@ -272,7 +283,9 @@ def _full(em: ValueEmitter, tv, idx):
 
 def _arange(em: ValueEmitter, tv, idx):
     attrs = tv.definition.attrs
-    value = index_op("add", k.Const(attrs["start"], INDEX), index_op("mul", k.Const(attrs["step"], INDEX), idx[0]))
+    # In int64 whatever the index type: start + step * i may pass 2**31 though i does not.
+    start, step = k.Const(attrs["start"], dt.int64), k.Const(attrs["step"], dt.int64)
+    value = index_op("add", start, index_op("mul", step, cast(idx[0], dt.int64)))
     return cast(value, tv.dtype)
 
 

@@ -31,7 +31,8 @@ class CudaCompiledKernel:
     """One kernel compiled to a cubin for one architecture; no execution state."""
 
     def __init__(self, kernel: k.Kernel, params: CompileParams, restrict: bool = False) -> None:
-        self.kernel, self.params, self.restrict = kernel, params, restrict
+        self.kernel, self.restrict = kernel, restrict
+        self.params = dataclasses.replace(params, index_type=kernel.index_type.name)  # the Kernel IR decides
         self.generated = cuda_codegen.generate(kernel, params.block_size or cuda_codegen.DEFAULT_BLOCK_SIZE, restrict)
         self.source = self.generated.text
         self.binary: bytes | None = None

@@ -37,15 +37,15 @@ def test_pointwise_kernel_golden():
           const float* __restrict__ const T0_ = (const float*)a.s[0];
           const float* __restrict__ const T1_ = (const float*)a.s[3];
           float* const T5_ = (float*)a.s[6];
-          const long long T0_s0 = a.s[9];
-          const long long task_begin = 0LL, task_end = T0_s0;
+          const int T0_s0 = (int)(a.s[9]);
+          const int task_begin = 0, task_end = T0_s0;
           const int lanes32 = (int)lanes, lane = threadIdx.x & (lanes32 - 1);
           const int row_in_block = threadIdx.x / lanes32, rows_per_block = blockDim.x / lanes32;
-          for (long long row0 = task_begin + (long long)blockIdx.x * rows_per_block; row0 < task_end;
-               row0 += (long long)gridDim.x * rows_per_block) {
-            const long long row = row0 + row_in_block;
+          for (int row0 = task_begin + (int)blockIdx.x * rows_per_block; row0 < task_end;
+               row0 += (int)gridDim.x * rows_per_block) {
+            const int row = row0 + row_in_block;
             const bool active = row < task_end;
-            const long long p1 = active ? row : task_end - 1;
+            const int p1 = active ? row : task_end - 1;
             if (active && lane == 0) T5_[p1] = bz_relu(bz_add(bz_mul(T0_[p1], T1_[p1]), 0x1.8000000000000p+0f));
           }
         }
@@ -63,7 +63,7 @@ def test_softmax_spreads_rows_over_lanes_and_caches_the_row():
     # The sum's loop replaces each x by exp(x - max); the last loop reads it instead of a second exp.
     (cache,) = caches
     assert cache.update.op == "exp" and [cache.role(i) for i in cache.loops] == ["load", "update", "value"]
-    last_loop = src.body[src.body.rindex("for (long long j"):]
+    last_loop = src.body[src.body.rindex("for (int j"):]
     assert "expf" not in last_loop.split("cached_row ?")[1].split(":")[0]
 
 
@@ -142,7 +142,7 @@ def test_cuda_to_file_writes_each_kernel_under_its_name(tmp_path):
     from braze.runtime.compiled_kernel import CompileParams
     from braze.runtime.cuda_kernel import CudaCompiledKernel
 
-    _, kernel, _ = engine.plan_kernel(_named_softmax(), (((False, True), False),), views_on_host=False)
+    _, kernel, _ = engine.plan_kernel(_named_softmax(), (((False, True),), "int32"), views_on_host=False)
     with bz.config.scope(cache_dir=tmp_path, dump="cuda_to_file"):
         compiled = CudaCompiledKernel(kernel, CompileParams(block_size=128, max_registers=64, arch="sm_90")).compile()
     assert (tmp_path / "dump" / "dumped_t0_T7.cu").read_text() == compiled.source
