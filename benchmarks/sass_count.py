@@ -6,8 +6,8 @@ installed in any environment (--tool PATH names one). Without them it says so an
     python benchmarks/sass_count.py [--tool PATH] [--arch sm_90] [--json FILE] [--show NAME]
 
 For each innermost loop of a kernel (a backward branch and the code it jumps over) it counts the
-instructions of the shortest path through one iteration (the rare paths of a loop, a NaN operand or
-a division's slow path, are longer), and the elements one iteration covers: the fewest elements
+instructions of the longest path through one iteration that keeps off rare paths (a division's slow
+path), and the elements one iteration covers: the fewest elements
 moved by any one kind of memory access in it (a 16-byte LDG of float32 moves 4). A normalization's
 row runs the vectorized loops in turn, so its figure is their sum; with the row cached in shared
 memory (the benchmark shapes fit), the loops that touch shared memory. `outside` counts the
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import heapq
 import json
 import os
 import re
@@ -134,49 +133,46 @@ class Loop:
     head: int  # index of the first instruction
     latch: int  # index of the backward branch
     instructions: list[Instruction]
-    shortest: int  # instructions on the shortest path through one iteration
+    typical: int  # instructions on the typical path through one iteration (see _typical_iteration)
     elements: int  # elements one iteration covers
     shared: bool  # touches shared memory
     vector: bool  # moves more than one element per access
 
     @property
     def per_element(self) -> float:
-        return self.shortest / max(self.elements, 1)
+        return self.typical / max(self.elements, 1)
 
 
-def _shortest_iteration(body: list[Instruction], start: int, latch: int) -> int:
-    """Instructions on the shortest path from `start` to the backward branch at `latch` (Dijkstra
-    over instructions; a call counts as one)."""
+def _typical_iteration(body: list[Instruction], start: int, latch: int) -> int:
+    """Instructions on the longest path from `start` to the backward branch at `latch` that keeps off
+    rare paths: a forward branch over a call (a division's slow path, or an exact fallback that
+    holds one) is taken. A loop body without backward branches is a DAG: one pass in address order."""
     at = {ins.address: n for n, ins in enumerate(body)}
     best = {start: 1}
-    queue = [(1, start)]
-    while queue:
-        cost, n = heapq.heappop(queue)
-        if n == latch:
-            return cost
-        if cost > best.get(n, 1 << 30):
+    for n in range(start, latch):
+        if n not in best:
             continue
         ins = body[n]
-        successors = []
-        unconditional_jump = ins.opcode in ("EXIT", "RET", "BRA") and not ins.predicated
-        if not unconditional_jump and n + 1 <= latch:
-            successors.append(n + 1)
         target = ins.target
-        if target is not None and target in at and start <= at[target] <= latch and n != latch:
+        successors = []
+        jumps = target is not None and target in at and n < at[target] <= latch
+        over_call = jumps and any(i.opcode.startswith("CALL") for i in body[n + 1: at[target]])
+        if jumps:
             successors.append(at[target])
+        falls_through = not (ins.opcode in ("EXIT", "RET", "BRA") and not ins.predicated) and not over_call
+        if falls_through:
+            successors.append(n + 1)
         for m in successors:
-            if cost + 1 < best.get(m, 1 << 30):
-                best[m] = cost + 1
-                heapq.heappush(queue, (cost + 1, m))
-    return latch - start + 1
+            best[m] = max(best.get(m, 0), best[n] + 1)
+    return best.get(latch, latch - start + 1)
 
 
 _MEMORY = re.compile(r"^(LDG|STG|LDS|STS|LD|ST)\b")
 
 
 def _elements(body: list[Instruction], itemsize: int) -> tuple[int, bool]:
-    """The fewest elements any one kind of access moves in one iteration, and whether the widest
-    access moves several elements."""
+    """The fewest elements any one kind of access moves in one iteration, and whether an access
+    moves 8 bytes or more (the vector path: 4 elements of 2 or 4 bytes)."""
     moved: dict[str, int] = {}
     widest = 0
     for ins in body:
@@ -186,15 +182,15 @@ def _elements(body: list[Instruction], itemsize: int) -> tuple[int, bool]:
         bits = int(m.group(1)) if (m := re.search(r"\.(128|64|U16|16|U8|8)\b", ins.opcode.replace("U16", "16")
                                                              .replace("U8", "8"))) else 32
         elements = max(1, bits // (8 * itemsize))
-        widest = max(widest, elements)
+        widest = max(widest, bits)
         moved[kind.group(1)] = moved.get(kind.group(1), 0) + elements
-    return (min(moved.values()) if moved else 1), widest > 1
+    return (min(moved.values()) if moved else 1), widest >= 64
 
 
 def loops(body: list[Instruction], itemsize: int) -> list[Loop]:
     at = {ins.address: n for n, ins in enumerate(body)}
     edges = [(at[ins.target], n) for n, ins in enumerate(body) if ins.target is not None and ins.target in at
-             and at[ins.target] <= n]
+             and at[ins.target] < n]  # a branch to itself is the trap after the last EXIT
     found = []
     for head, latch in edges:
         if any(head <= h and end <= latch for h, end in edges if (h, end) != (head, latch)):
@@ -202,7 +198,7 @@ def loops(body: list[Instruction], itemsize: int) -> list[Loop]:
         region = body[head: latch + 1]
         elements, vector = _elements(region, itemsize)
         shared = any(ins.opcode.startswith(("LDS", "STS")) for ins in region)
-        found.append(Loop(head, latch, region, _shortest_iteration(body, head, latch), elements, shared, vector))
+        found.append(Loop(head, latch, region, _typical_iteration(body, head, latch), elements, shared, vector))
     return found
 
 
@@ -248,7 +244,7 @@ def count(name: str, tool: list[str], arch: str, show: bool = False) -> dict:
         outside = len(body) - in_loops
         result["kernels"][function] = {
             "instructions": len(body),
-            "loops": [{"shortest": lp.shortest, "static": len(lp.instructions), "elements": lp.elements,
+            "loops": [{"typical": lp.typical, "static": len(lp.instructions), "elements": lp.elements,
                        "per_element": round(lp.per_element, 2), "vector": lp.vector, "shared": lp.shared}
                       for lp in found],
             "loops_per_element": round(sum(lp.per_element for lp in hot), 2),
@@ -280,10 +276,10 @@ def main() -> int:
         return 0
     results = [count(name, tool, args.arch, show=name == args.show) for name in args.workloads]
     print(f"{'workload':<12} {'kernel':<28} {'SASS':>6} {'loops/elem':>10} {'outside':>8} {'outside/elem':>12}"
-          f"  loops (shortest path / elements per iteration)")
+          f"  loops (typical path / elements per iteration; v: 16-byte, s: shared memory)")
     for r in results:
         for function, c in r["kernels"].items():
-            detail = ", ".join(f"{lp['shortest']}/{lp['elements']}{'v' if lp['vector'] else ''}"
+            detail = ", ".join(f"{lp['typical']}/{lp['elements']}{'v' if lp['vector'] else ''}"
                                f"{'s' if lp['shared'] else ''}" for lp in c["loops"])
             print(f"{r['workload']:<12} {function:<28} {c['instructions']:>6} {c['loops_per_element']:>10} "
                   f"{c['outside']:>8} {c['outside_per_element']:>12}  {detail}")

@@ -45,6 +45,7 @@ from braze.codegen.llvm import ArgLayout
 from braze.dtypes import DType
 from braze.errors import UnsupportedError
 from braze.kir import nodes as k
+from braze.passes.hoist import hoist_invariants, reciprocal_divisions
 
 PRELUDE = (Path(__file__).with_name("prelude.cuh")).read_text()
 # The half-precision headers are large (most of a small kernel's compile time): only kernels that
@@ -112,6 +113,9 @@ class TaskWriter:
         self.vectors = self.plan_vectors()
         self.substitutions: dict[k.Load, str] = {}  # loads read from a row cache in the current loop
         self.vector_stores: dict[int, str] = {}  # id(Store) -> the vector component it fills
+        # Whether the rows are cached, as the vector loops test it: "cached_row" at run time, or "true"
+        # or "false" in each copy of a loop unswitched on it (no test per element then).
+        self.cached = "cached_row"
         self.written = {s.param.name for s in walk(task.body) if isinstance(s, (k.Store, k.AtomicRMW))}
         # Index arithmetic (rows, loop indices, offsets) in the kernel's index type: int32 when every
         # index fits (the argument block keeps 8-byte slots; strides are narrowed once, at entry).
@@ -175,6 +179,9 @@ class TaskWriter:
         begin = self.expr(t.begin) if t.kind == "range_for" else self.index_literal(0)
         end = self.expr(t.end) if t.kind == "range_for" else self.index_literal(1)
         self.line(f"const {ix} task_begin = {begin}, task_end = {end};")
+        if self.one_thread_per_row():
+            self.write_thread_rows()
+            return "\n".join(self.lines)
         self.line("const int lanes32 = (int)lanes, lane = threadIdx.x & (lanes32 - 1);")
         self.line("const int row_in_block = threadIdx.x / lanes32, rows_per_block = blockDim.x / lanes32;")
         self.line(f"for ({ix} row0 = task_begin + ({ix})blockIdx.x * rows_per_block; row0 < task_end;")
@@ -192,6 +199,26 @@ class TaskWriter:
         self.line("}")
         self.lines.append("}")
         return "\n".join(self.lines)
+
+    def one_thread_per_row(self) -> bool:
+        """A task with no lane loops (the runtime then runs one lane per row) and no barrier: a
+        thread past the end has nothing to wait for, so it may simply stop."""
+        return (self.task.kind == "range_for" and not self.lanes.loops
+                and not any(isinstance(s, k.Sync) for s in walk(self.task.body)))
+
+    def write_thread_rows(self) -> None:
+        """A plain grid-stride loop, one row per thread: no clamped rows, no lane test per store."""
+        t, ix = self.task, self.index
+        self.line(f"for ({ix} row = task_begin + ({ix})blockIdx.x * blockDim.x + threadIdx.x; row < task_end;")
+        self.line(f"     row += ({ix})gridDim.x * blockDim.x) {{")
+        self.depth += 1
+        self.line("const bool active = true;")
+        self.line("const int lane = 0;")
+        self.line(f"const {c_type(t.var.dtype)} {t.var.name} = row;")
+        self.block(t.body)
+        self.depth -= 1
+        self.line("}")
+        self.lines.append("}")
 
     def write_grid_reduction(self) -> None:
         """A serial reduction task over the whole grid: every thread folds a grid-strided share of
@@ -267,6 +294,26 @@ class TaskWriter:
                 terms.append(f"((reinterpret_cast<unsigned long long>({address}) & {mask}) == 0)")
         return " && ".join(dict.fromkeys(terms))
 
+    def emit_unswitched_vector_loop(self, loop: k.For, vector: VectorAccesses) -> None:
+        """The 16-byte loop, in two copies when it uses row caches: one for cached rows, one for rows
+        read from memory, so no element tests which."""
+        if not any(id(loop) in cache.loops for cache in self.caches):
+            self.emit_vector_loop(loop, vector)
+            return
+        for cached, header in (("true", "if (cached_row) {"), ("false", "} else {")):
+            self.line(header)
+            self.depth += 1
+            self.cached = cached
+            self.emit_vector_loop(loop, vector)
+            self.depth -= 1
+        self.cached = "cached_row"
+        self.line("}")
+
+    def cached_line(self, statement: str) -> None:
+        """`statement`, for cached rows only."""
+        if self.cached != "false":
+            self.line(statement if self.cached == "true" else f"if (cached_row) {statement}")
+
     def emit_vector_loop(self, loop: k.For, vector: VectorAccesses) -> None:
         v = loop.var.name
         base = k.Var(f"{v}_4", loop.var.dtype)
@@ -309,7 +356,7 @@ class TaskWriter:
         self.vector_stores = {}
         for n, cache, _ in updates:
             ty = VECTOR_TYPE[cache.dtype.name]
-            self.line(f"if (cached_row) *reinterpret_cast<{ty}*>(&row_cache{n}[{base.name}]) = u{n}_{v};")
+            self.cached_line(f"*reinterpret_cast<{ty}*>(&row_cache{n}[{base.name}]) = u{n}_{v};")
         for store in vector.stores:
             target = self.offset(store.param, replace_var_in_access(store, loop.var, base))
             ty = VECTOR_TYPE[store.param.dtype.name]
@@ -328,10 +375,10 @@ class TaskWriter:
             if id(loop) in cache.loops and row_cache_key(load, loop) == cache.key:
                 slot = f"*reinterpret_cast<{ty}*>(&row_cache{n}[{base.name}])"
                 if cache.loops[0] != id(loop):
-                    return f"cached_row ? {slot} : {from_memory}"
+                    return {"true": slot, "false": from_memory}.get(self.cached, f"cached_row ? {slot} : {from_memory}")
                 if cache.role(id(loop)) == "load":  # the first loop fills the cache as it reads
                     self.line(f"const {ty} m{n}_{loop.var.name} = {from_memory};")
-                    self.line(f"if (cached_row) {slot} = m{n}_{loop.var.name};")
+                    self.cached_line(f"{slot} = m{n}_{loop.var.name};")
                     return f"m{n}_{loop.var.name}"
         return from_memory
 
@@ -343,8 +390,10 @@ class TaskWriter:
             name, ty = f"e{n}_{loop.var.name}", VECTOR_TYPE[cache.dtype.name]
             values[expression] = name
             self.line(f"{ty} {name};")
-            self.line(f"if (cached_row) {name} = *reinterpret_cast<{ty}*>(&row_cache{n}[{base.name}]);")
-            self.line("else {")
+            self.cached_line(f"{name} = *reinterpret_cast<{ty}*>(&row_cache{n}[{base.name}]);")
+            if self.cached == "true":
+                continue
+            self.line("else {" if self.cached == "cached_row" else "{")
             self.depth += 1
             for load in {e for e in sub_exprs(expression) if isinstance(e, k.Load) and loop.var in set(sub_exprs(e))}:
                 offset = self.offset(load.param, replace_var_in_access(load, loop.var, base))
@@ -483,7 +532,7 @@ class TaskWriter:
         if vector is not None:
             self.line(f"if ({self.vector_condition(s)}) {{")
             self.depth += 1
-            self.emit_vector_loop(s, vector)
+            self.emit_unswitched_vector_loop(s, vector)
             self.depth -= 1
             self.line("} else {")
             self.depth += 1
@@ -584,6 +633,7 @@ def generate(kernel: k.Kernel, block_size: int = DEFAULT_BLOCK_SIZE, restrict: b
     (true of fusions, whose outputs are fresh buffers)."""
     from braze.codegen import cuda_rules  # noqa: F401  (fills RULES)
 
+    kernel = reciprocal_divisions(hoist_invariants(kernel))  # fewer instructions per element of a row
     layout = ArgLayout.of(kernel.params)
     writers = [TaskWriter(kernel, task, layout, block_size, restrict) for task in kernel.tasks]
     header = f"// {kernel.name}: {len(kernel.tasks)} task(s), from {kernel.source or 'Kernel IR'}"

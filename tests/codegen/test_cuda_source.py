@@ -39,13 +39,11 @@ def test_pointwise_kernel_golden():
           float* const T5_ = (float*)a.s[6];
           const int T0_s0 = (int)(a.s[9]);
           const int task_begin = 0, task_end = T0_s0;
-          const int lanes32 = (int)lanes, lane = threadIdx.x & (lanes32 - 1);
-          const int row_in_block = threadIdx.x / lanes32, rows_per_block = blockDim.x / lanes32;
-          for (int row0 = task_begin + (int)blockIdx.x * rows_per_block; row0 < task_end;
-               row0 += (int)gridDim.x * rows_per_block) {
-            const int row = row0 + row_in_block;
-            const bool active = row < task_end;
-            const int p1 = active ? row : task_end - 1;
+          for (int row = task_begin + (int)blockIdx.x * blockDim.x + threadIdx.x; row < task_end;
+               row += (int)gridDim.x * blockDim.x) {
+            const bool active = true;
+            const int lane = 0;
+            const int p1 = row;
             if (active && lane == 0) T5_[p1] = bz_relu(bz_add(bz_mul(T0_[p1], T1_[p1]), 0x1.8000000000000p+0f));
           }
         }
@@ -153,3 +151,30 @@ def _named_softmax() -> bz.Fusion:
     with bz.Fusion(name="dumped") as f:
         f.add_output(bz.ops.softmax(f.define_tensor([-1, -1]), -1))
     return f
+
+
+def test_layer_norm_computes_row_invariants_once_per_row():
+    def layer_norm(f):
+        x, w, b = f.define_tensor([-1, -1]), f.define_tensor([-1]), f.define_tensor([-1])
+        return [bz.ops.layer_norm(x, w, b, eps=1e-5)]
+
+    src = source(layer_norm, matrix(4, 64), matrix(64), matrix(64))
+    last_loops = src.body[src.body.index("for (int j3_4"):]
+    # mean and rsqrt(var + eps) are computed before the loops that write the row, not per element.
+    assert "sqrtf" not in last_loops and "bz_truediv" not in last_loops
+
+
+def test_softmax_divides_by_the_row_sum_once_and_tests_the_cache_once_per_row():
+    src = source(lambda f: [bz.ops.softmax(f.define_tensor([-1, -1]), -1)], matrix(4, 64))
+    assert "bz_truediv(0x1.0000000000000p+0f, acc" in src.body  # the reciprocal of the row sum
+    start = src.body.rindex("if (cached_row) {")
+    cached_copy = src.body[start:src.body.index("} else {", start)]
+    # In the copy of the last 16-byte loop for cached rows: exp(x - max) from the cache, times 1 / sum.
+    assert "expf" not in cached_copy and "cached_row" not in cached_copy[len("if (cached_row) {"):]
+    assert "bz_mul(" in cached_copy
+
+
+def test_maximum_of_float32_is_branch_free_on_sm80():
+    from braze.codegen.cuda import PRELUDE
+
+    assert "max.NaN.f32" in PRELUDE and "min.NaN.f32" in PRELUDE
