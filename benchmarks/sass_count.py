@@ -1,7 +1,8 @@
 """SASS instructions per element of the CUDA kernels braze generates for the GPU benchmark workloads
 (benchmarks/gpu.py), counted in the cubins NVRTC makes for sm_90. Needs no GPU, only NVRTC and
-`cuobjdump` (or `nvdisasm`): on PATH, under $CUDA_HOME/bin, or from the `nvidia-cuda-cuobjdump` wheel
-installed in any environment (--tool PATH names one). Without them it says so and exits 0.
+`cuobjdump` (or `nvdisasm`): --tool PATH or $CUOBJDUMP, on PATH, under $CUDA_HOME/bin, or from the
+`nvidia-cuda-cuobjdump` wheel in this environment (it is no dependency of braze: install it in a
+throw-away environment and name it). Without one it says so and exits 0.
 
     python benchmarks/sass_count.py [--tool PATH] [--arch sm_90] [--json FILE] [--show NAME]
 
@@ -76,12 +77,11 @@ WORKLOADS = {"relu_fma": relu_fma, "softmax": softmax, "layer_norm": layer_norm,
 # --- finding the disassembler --------------------------------------------------------------------------
 def find_tool(explicit: str | None) -> list[str] | None:
     """The command that prints SASS of a cubin file, or None."""
-    candidates = [explicit] if explicit else []
+    candidates = [explicit, os.environ.get("CUOBJDUMP")]
     for name in ("cuobjdump", "nvdisasm"):
         candidates.append(shutil.which(name))
         if os.environ.get("CUDA_HOME"):
             candidates.append(str(Path(os.environ["CUDA_HOME"]) / "bin" / name))
-        candidates += glob.glob(f"/tmp/*/lib/python3*/site-packages/nvidia/cu*/bin/{name}")
         candidates += glob.glob(f"{sys.prefix}/lib/python3*/site-packages/nvidia/cu*/bin/{name}")
     for path in candidates:
         if path and os.access(path, os.X_OK):
