@@ -280,7 +280,7 @@ def _run_and_prepare(fusion: Fusion, bound: BoundInputs, inputs: Sequence[object
     if fast is None:
         scalars = frozenset(n for n, tv in enumerate(fusion.inputs) if tv.scalar is not None)
         fast = fusion.__dict__["_fast_calls"] = FastCalls(len(fusion.inputs), scalars)
-    elif fast.declined(inputs):
+    elif fast.known(inputs):  # prepared but not taken (profiling, a busy call), or declined
         return runtime.run(bound)
     results, prepared = runtime.run_and_prepare(bound, inputs)
     fast.learn(inputs, prepared)

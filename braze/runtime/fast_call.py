@@ -362,16 +362,18 @@ class FastCalls:
             return None
         return prepared.run(inputs)
 
-    def declined(self, inputs: Sequence[object]) -> bool:
-        """Whether inputs described like `inputs` were found not to fit a prepared call (their
-        calls run the host program without trying again)."""
-        key = self.key(inputs)
-        return key in self.prepared and self.prepared[key] is None
+    def known(self, inputs: Sequence[object]) -> bool:
+        """Whether calls described like `inputs` were prepared, or found not to fit a prepared
+        call, under the current configuration (the host program then runs without preparing)."""
+        return config.current is self.config and self.key(inputs) in self.prepared
 
     def learn(self, inputs: Sequence[object], prepared: PreparedCall | None) -> None:
         """Keeps `prepared` for the description of `inputs` (after the host program ran them)."""
+        if config.current is not self.config:  # prepared under another configuration: they may not apply
+            self.config = config.current
+            self.prepared.clear()
         key = self.key(inputs)
-        if config.current is not self.config or key is None:
+        if key is None:
             return
         self.prepared[key] = prepared
         if len(self.prepared) > MAX_DESCRIPTIONS:

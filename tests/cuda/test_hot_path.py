@@ -258,3 +258,16 @@ def test_jit_functions_run_on_the_gpu_and_cache_their_calls() -> None:
     assert isinstance(out, torch.Tensor) and out.device.type == "cuda"
     torch.testing.assert_close(out, expected)
     torch.testing.assert_close(gelu_bias(x.cpu(), b.cpu()), expected.cpu())  # the same fusion, on the host
+
+
+def test_profiled_calls_take_the_host_program_without_preparing_again() -> None:
+    f = pointwise()
+    x = randn(4096)
+    with config.scope(enable="poison_outputs"):
+        f.execute([x, x, x])  # a configuration of its own: prepares nothing for later calls
+    f.execute([x, x, x])
+    for _ in range(2):
+        with bz.record(profile=True) as rec:
+            (out,) = f.execute([x, x, x])
+        assert rec.entries == [] and rec.launches[0].device_ms > 0
+    torch.testing.assert_close(out, torch.relu(x * x + x))

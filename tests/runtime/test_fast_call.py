@@ -201,3 +201,30 @@ def test_ten_thousand_cached_calls_hold_python_memory_steady() -> None:
         tracemalloc.stop()
     grown = sum(s.size_diff for s in after.compare_to(before, "filename"))
     assert grown < 64 * 1024, f"Python memory grew by {grown} bytes over 10,000 calls"
+
+
+def test_a_call_first_made_under_another_configuration_is_prepared_again() -> None:
+    f = pointwise()
+    x = randn(32)
+    with config.scope(disable="simplify"):
+        f.execute([x, x, x])  # prepared under this configuration only
+    with bz.record() as rec:
+        f.execute([x, x, x])
+    assert rec.entries == ["prepared call relu_fma"]
+    for _ in range(3):
+        with bz.record() as rec:
+            (out,) = f.execute([x, x, x])
+        assert rec.entries == []
+    np.testing.assert_array_equal(out, np.maximum(x * x + x, 0))
+
+
+def test_a_prepared_call_not_taken_is_not_prepared_again() -> None:
+    f = pointwise()
+    x = randn(32)
+    f.execute([x, x, x])
+    prepared = f.__dict__["_fast_calls"].prepared[f.__dict__["_fast_calls"].key([x, x, x])]
+    with prepared.busy:  # as if another thread were in it: this call takes the host program
+        with bz.record() as rec:
+            (out,) = f.execute([x, x, x])
+    assert rec.entries == [] and len(rec.launches) == 1
+    np.testing.assert_array_equal(out, np.maximum(x * x + x, 0))
