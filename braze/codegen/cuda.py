@@ -470,7 +470,7 @@ class TaskWriter:
                 data = self.field(p, "data")
                 self.line(f"{qualifiers}{ty}*{restrict} const {self.pointer(p)} = ({qualifiers}{ty}*){data};")
             else:
-                self.line(f"const {ty} {p.name} = {_scalar_from_slot(self.field(p, 'scalar'), p.dtype)};")
+                self.line(f"const {ty} {p.name} = {scalar_from_slot(self.field(p, 'scalar'), p.dtype)};")
         if self.narrow:
             for param, axis in self.runtime_strides():
                 self.line(f"const int {self.stride(param, axis)} = (int){self.field(param, 'stride', axis)};")
@@ -553,7 +553,7 @@ class TaskWriter:
             self.line(f"{acc.name} = bz_lane_reduce({acc.name}, lanes32, {LANE_COMBINES[combine]}());")
 
 
-def _scalar_from_slot(slot: str, dtype: DType) -> str:
+def scalar_from_slot(slot: str, dtype: DType) -> str:
     """A scalar parameter's value from its 8-byte slot (floats travel as their bits)."""
     return {"bool": f"(({slot}) & 1) != 0", "int8": f"(signed char)({slot})", "int32": f"(int)({slot})",
             "int64": slot, "float32": f"__int_as_float((int)({slot}))", "float64": f"__longlong_as_double({slot})",

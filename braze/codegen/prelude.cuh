@@ -236,33 +236,53 @@ BZ_D bool bz_last_block(unsigned* finished) {
   return last;
 }
 
-// --- atomics (the loop language) ------------------------------------------------------------
+// --- atomics (the loop language): each returns the element's value before the update ----------
+// The semantics are the CPU backend's (LLVM's atomicrmw): integers wrap, float min/max ignore a NaN
+// operand as fminf/fmaxf do, float sub adds the negated value (x - v is x + -v, also for zeros).
 template <typename T> BZ_D T bz_atomic_add(T* p, T v) {
   if constexpr (sizeof(T) == 8 && !bz_is_float<T>())
     return (T)atomicAdd((unsigned long long*)p, (unsigned long long)v);
   else return atomicAdd(p, v);
 }
-template <typename T> BZ_D T bz_atomic_sub(T* p, T v) { return bz_atomic_add(p, bz_neg(v)); }
-template <typename T, typename Op> BZ_D T bz_atomic_cas_loop(T* p, T v, Op op) {
-  if constexpr (sizeof(T) == 8) {
-    unsigned long long* bits = (unsigned long long*)p;
-    unsigned long long old = *bits, assumed;
-    do {
-      assumed = old;
-      T current = *(T*)&assumed, next = op(current, v);
-      old = atomicCAS(bits, assumed, *(unsigned long long*)&next);
-    } while (old != assumed);
-    return *(T*)&old;
-  } else {
-    unsigned* bits = (unsigned*)p;
-    unsigned old = *bits, assumed;
-    do {
-      assumed = old;
-      T current = *(T*)&assumed, next = op(current, v);
-      old = atomicCAS(bits, assumed, *(unsigned*)&next);
-    } while (old != assumed);
-    return *(T*)&old;
-  }
+template <typename T> BZ_D T bz_atomic_sub(T* p, T v) {
+  if constexpr (bz_is_float<T>()) return atomicAdd(p, -v);
+  else return bz_atomic_add(p, bz_neg(v));
 }
-template <typename T> BZ_D T bz_atomic_max(T* p, T v) { return bz_atomic_cas_loop(p, v, BzReduceMax()); }
-template <typename T> BZ_D T bz_atomic_min(T* p, T v) { return bz_atomic_cas_loop(p, v, BzReduceMin()); }
+// Where the hardware has no atomic for the type: compare-and-swap on the bits until no other
+// thread changed them in between. An update that changes nothing writes nothing.
+template <int Bytes> struct bz_bits_of_size;
+template <> struct bz_bits_of_size<4> { typedef unsigned type; };
+template <> struct bz_bits_of_size<8> { typedef unsigned long long type; };
+template <typename T, typename Op> BZ_D T bz_atomic_cas_loop(T* p, T v, Op op) {
+  typedef typename bz_bits_of_size<sizeof(T)>::type Bits;
+  Bits* bits = (Bits*)p;
+  Bits old = *(volatile Bits*)bits, assumed;
+  do {
+    assumed = old;
+    T current, next;
+    memcpy(&current, &assumed, sizeof(T));
+    next = op(current, v);
+    Bits next_bits;
+    memcpy(&next_bits, &next, sizeof(T));
+    if (next_bits == assumed) break;
+    old = atomicCAS(bits, assumed, next_bits);
+  } while (old != assumed);
+  T result;
+  memcpy(&result, &old, sizeof(T));
+  return result;
+}
+struct BzAtomicMax { template <typename T> BZ_D T operator()(T a, T b) const { return fmax(a, b); } };
+struct BzAtomicMin { template <typename T> BZ_D T operator()(T a, T b) const { return fmin(a, b); } };
+template <typename T> BZ_D T bz_atomic_max(T* p, T v) {
+  if constexpr (bz_is_float<T>()) return bz_atomic_cas_loop(p, v, BzAtomicMax());
+  else return atomicMax(p, v);
+}
+template <typename T> BZ_D T bz_atomic_min(T* p, T v) {
+  if constexpr (bz_is_float<T>()) return bz_atomic_cas_loop(p, v, BzAtomicMin());
+  else return atomicMin(p, v);
+}
+
+// A failed debug check (`@bz.kernel(debug=True)`): the first failure's message number stays.
+BZ_D void bz_assert_failed(long long* status, long long code) {
+  atomicCAS((unsigned long long*)status, 0ULL, (unsigned long long)code);
+}

@@ -24,7 +24,7 @@ import numpy as np
 from braze import config, engine
 from braze import dtypes as dt
 from braze.dtypes import DType
-from braze.errors import Error, InputError, KernelTypeError, UnsupportedError
+from braze.errors import Error, InputError, KernelTypeError
 from braze.frontend.kernel_ast import Translator
 from braze.frontend.kernel_lang import ArrayType, _ArrayTypes
 from braze.frontend.kernel_scope import ArrayHandle, Source
@@ -32,6 +32,7 @@ from braze.kir import kernel_text
 from braze.kir import nodes as k
 from braze.passes.fuse_tasks import Decision
 from braze.runtime.arrays import as_host_array
+from braze.runtime.device_arrays import is_device_array
 from braze.runtime.kernel_launch import KernelLauncher, PackedArgs
 
 _NUMPY_TO_DTYPE = {d.numpy: d for d in dt.ALL_DTYPES}
@@ -42,7 +43,7 @@ _INT_RANGES = {d.name: (int(np.iinfo(d.numpy).min), int(np.iinfo(d.numpy).max)) 
 class KernelEntry:
     """One compiled signature: the launcher and what task fusion decided."""
 
-    launcher: KernelLauncher
+    launcher: KernelLauncher  # or, for GPU arguments, a CudaKernelLauncher
     decisions: list[Decision]
     written: tuple[int, ...]  # positions of the array arguments the kernel writes
 
@@ -75,18 +76,29 @@ class KernelFunction:
         self._last = threading.local()
         self.entries: dict[tuple, KernelEntry] = {}
         self.last_entry: KernelEntry | None = None
+        self._gpu = None  # a kernel_gpu.GpuCalls, made at the first call with GPU arrays
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
         if kwargs:
             args = self._positional(args, kwargs)
         if len(args) != len(self.specs):
             raise InputError(f"kernel {self.__name__}: expected {len(self.specs)} arguments, got {len(args)}")
+        gpu = self._gpu
+        if gpu is not None and gpu.run(args):  # GPU arguments of a description seen before
+            return
         replay = getattr(self._last, "call", None)
         if replay is not None and replay.matches(args):
             # The same array objects as last time on this thread, unchanged in shape and strides: their
             # pointers are the same too (the packed block holds a reference, so none can be resized),
             # so the packed block is replayed with only the scalars rewritten.
             replay.entry.launcher.run(replay.packed, [self._scalar(n, s, args[i]) for i, n, s in self.scalar_specs])
+            return
+        if self.array_positions and _on_gpu(self, args):
+            from braze.frontend.kernel_gpu import GpuCalls
+
+            if self._gpu is None:
+                self._gpu = GpuCalls(self)
+            self._gpu.bind_and_run(args)
             return
         arrays, scalars, key = self._bind(args)
         entry = self.entries.get(key)
@@ -119,25 +131,32 @@ class KernelFunction:
             else:
                 scalars.append(self._scalar(name, spec, value))
         key.append(_overlapping(arrays))
-        knobs = config.current  # tests change the fusion knobs with config.scope: part of the key
-        key.append((knobs.fuse_tasks, knobs.fuse_tasks_raw, knobs.fuse_tasks_budget, knobs.fuse_tasks_diag))
+        key.extend(self.knob_key())
         return arrays, scalars, tuple(key)
+
+    @staticmethod
+    def knob_key() -> tuple:
+        """The fusion knobs, part of every signature (tests change them with config.scope)."""
+        knobs = config.current
+        return ((knobs.fuse_tasks, knobs.fuse_tasks_raw, knobs.fuse_tasks_budget, knobs.fuse_tasks_diag),)
 
     def _array(self, name: str, spec: ArrayType, value: Any) -> np.ndarray:
         where = f"kernel {self.__name__}: argument '{name}'"
-        if type(value) is not np.ndarray and hasattr(value, "__cuda_array_interface__"):
-            raise UnsupportedError(f"{where}: got a GPU array ({type(value).__name__}); loop kernels run on the "
-                                   "CPU for now (the CUDA code generator reads their Kernel IR already)")
         array = value if type(value) is np.ndarray else as_host_array(value, where)[0]
-        dtype = _NUMPY_TO_DTYPE.get(array.dtype)
-        if dtype is None or spec.dtype is not None and dtype != spec.dtype:
-            raise InputError(f"{where}: expected {spec.dtype.name if spec.dtype else 'a braze dtype'}, "
-                             f"got {array.dtype}")
-        if spec.ndim is not None and array.ndim != spec.ndim:
-            raise InputError(f"{where}: expected {spec.ndim} dimension(s), got {array.ndim}")
-        if any(s % array.itemsize for s in array.strides):
-            raise InputError(f"{where}: strides {array.strides} are not whole elements")
+        self.check_layout(where, spec, array.dtype, array.ndim, array.strides, array.itemsize)
         return array
+
+    @staticmethod
+    def check_layout(where: str, spec: ArrayType, dtype: np.dtype, ndim: int, strides: tuple[int, ...],
+                     itemsize: int) -> None:
+        """An array argument against its annotation: dtype, rank, and strides of whole elements."""
+        braze_dtype = _NUMPY_TO_DTYPE.get(dtype)
+        if braze_dtype is None or spec.dtype is not None and braze_dtype != spec.dtype:
+            raise InputError(f"{where}: expected {spec.dtype.name if spec.dtype else 'a braze dtype'}, got {dtype}")
+        if spec.ndim is not None and ndim != spec.ndim:
+            raise InputError(f"{where}: expected {spec.ndim} dimension(s), got {ndim}")
+        if any(s % itemsize for s in strides):
+            raise InputError(f"{where}: strides {strides} are not whole elements")
 
     def _scalar(self, name: str, dtype: DType, value: Any):
         allowed = (bool, np.bool_) if dtype.is_bool else (int, bool, np.integer, np.bool_) if dtype.is_integer \
@@ -151,6 +170,16 @@ class KernelFunction:
 
     # --- compiling --------------------------------------------------------------------------------
     def _compile(self, key: tuple) -> KernelEntry:
+        kernel, arrays, scalars, fuse, _ = self.signature_ir(key)
+        compiled, decisions = engine.compile_loop_kernel(kernel, fuse=fuse)
+        written = {n.param.name for t in kernel.tasks for s in t.body for n in _statements(s)
+                   if isinstance(n, (k.Store, k.AtomicRMW))}
+        return KernelEntry(KernelLauncher(compiled, arrays, scalars), decisions,
+                           tuple(i for i, p in enumerate(arrays) if p.name in written))
+
+    def signature_ir(self, key: tuple) -> tuple[k.Kernel, list[k.ArrayParam], list[k.ScalarParam], bool, bool]:
+        """The Kernel IR of a signature (before task fusion), its array and scalar parameters, whether
+        to fuse its tasks, and whether its arrays overlap."""
         arrays: list[k.ArrayParam] = []
         scalars: list[k.ScalarParam] = []
         names: dict[str, object] = {}
@@ -175,11 +204,7 @@ class KernelFunction:
         if k.assert_messages(kernel):
             kernel = k.Kernel(kernel.name, (*params, k.ArrayParam(k.ASSERT_STATUS, dt.int64, 1, (1,))),
                               kernel.tasks, kernel.source)
-        compiled, decisions = engine.compile_loop_kernel(kernel, fuse=fuse)
-        written = {n.param.name for t in kernel.tasks for s in t.body for n in _statements(s)
-                   if isinstance(n, (k.Store, k.AtomicRMW))}
-        return KernelEntry(KernelLauncher(compiled, arrays, scalars), decisions,
-                           tuple(i for i, p in enumerate(arrays) if p.name in written))
+        return kernel, arrays, scalars, fuse, overlapping
 
     # --- introspection --------------------------------------------------------------------------
     def decisions(self) -> list[Decision]:
@@ -211,6 +236,11 @@ class _Replay:
                     or value.strides != strides:
                 return False
         return True
+
+
+def _on_gpu(fn: KernelFunction, args: Sequence[Any]) -> bool:
+    """Whether any array argument is a GPU array (then all must be, on one GPU)."""
+    return any(type(args[p]) is not np.ndarray and is_device_array(args[p]) for p in fn.array_positions)
 
 
 def _statements(s: k.Stmt):

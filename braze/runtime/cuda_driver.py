@@ -152,6 +152,12 @@ def launch(function, grid: tuple[int, int, int], block: tuple[int, int, int], pa
         raise_launch_error(int(result), name, grid, block)
 
 
+def raw_launch_function():
+    """libcuda's cuLaunchKernel as a ctypes function (function handle as an int, grid x/y/z, block
+    x/y/z, shared bytes, stream, parameter array address, None), or None without libcuda."""
+    return _raw_launch()
+
+
 def launch_function_address() -> int | None:
     """The address of libcuda's cuLaunchKernel (native code calls it), or None without libcuda."""
     raw = _raw_launch()

@@ -33,11 +33,16 @@ class CudaCompiledKernel:
     def __init__(self, kernel: k.Kernel, params: CompileParams, restrict: bool = False) -> None:
         self.kernel, self.restrict = kernel, restrict
         self.params = dataclasses.replace(params, index_type=kernel.index_type.name)  # the Kernel IR decides
-        self.generated = cuda_codegen.generate(kernel, params.block_size or cuda_codegen.DEFAULT_BLOCK_SIZE, restrict)
+        self.generated = self.generate()
         self.source = self.generated.text
         self.binary: bytes | None = None
         self.from_disk = False
         self._modules: dict[int, cuda.Module] = {}
+
+    def generate(self):
+        """The generated source (a CudaSource: `text`, `body`, `functions`)."""
+        return cuda_codegen.generate(self.kernel, self.params.block_size or cuda_codegen.DEFAULT_BLOCK_SIZE,
+                                     self.restrict)
 
     @property
     def cache_key(self) -> str:
@@ -76,7 +81,7 @@ class CudaCompiledKernel:
             (folder / f"{name}.cu").write_text(self.source)
 
     def recompile(self, **changes) -> CudaCompiledKernel:
-        return CudaCompiledKernel(self.kernel, dataclasses.replace(self.params, **changes), self.restrict).compile()
+        return type(self)(self.kernel, dataclasses.replace(self.params, **changes), self.restrict).compile()
 
     def module(self, device: cuda.Device) -> cuda.Module:
         if device.index not in self._modules:

@@ -7,7 +7,7 @@ compiled from Kernel IR when the launcher was built, and runs the tasks in order
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,6 +49,18 @@ def _bound_source(e: k.Expr, arrays: dict[str, int], scalars: dict[str, int]) ->
     raise TypeError(f"task bounds: cannot evaluate {type(e).__name__} on the host")
 
 
+def bounds_function(kernel: k.Kernel, arrays: Sequence[k.ArrayParam],
+                    scalars: Sequence[k.ScalarParam]) -> Callable[[Sequence, Sequence], tuple]:
+    """`(arrays, scalars) -> ((begin, end) per task)`: Python compiled from the tasks' bounds, reading
+    `arrays[n].shape` and `scalars[n]` in parameter order."""
+    array_index = {p.name: n for n, p in enumerate(arrays)}
+    scalar_index = {p.name: n for n, p in enumerate(scalars)}
+    bounds = ", ".join(f"({_bound_source(t.begin, array_index, scalar_index)}, "
+                       f"{_bound_source(t.end, array_index, scalar_index)})" for t in kernel.tasks)
+    namespace = {"_floordiv": _floordiv, "_remainder": _remainder}
+    return eval(f"lambda A, S: ({bounds}{',' if bounds else ''})", namespace)  # noqa: S307  (built from Kernel IR only)
+
+
 def _work_per_index(stmts: tuple[k.Stmt, ...], weight: int = 1) -> int:
     """A rough cost of one index of a task (statements, with serial loop bodies counted 8 times), in
     the units of `cpu.parallel_for`, so that small loops stay on the calling thread."""
@@ -76,12 +88,7 @@ class KernelLauncher:
         self.scalar_slots = [(layout.slots[p.name], scalar_packer(p)) for p in scalars]
         self.messages = k.assert_messages(self.kernel)
         self.status_slot = layout.slots.get(k.ASSERT_STATUS)
-        array_index = {p.name: n for n, p in enumerate(arrays)}
-        scalar_index = {p.name: n for n, p in enumerate(scalars)}
-        bounds = ", ".join(f"({_bound_source(t.begin, array_index, scalar_index)}, "
-                           f"{_bound_source(t.end, array_index, scalar_index)})" for t in self.kernel.tasks)
-        namespace = {"_floordiv": _floordiv, "_remainder": _remainder}
-        self.bounds = eval(f"lambda A, S: ({bounds}{',' if bounds else ''})", namespace)  # noqa: S307  (built from Kernel IR only)
+        self.bounds = bounds_function(self.kernel, arrays, scalars)
         self.work = [max(1, _work_per_index(t.body)) for t in self.kernel.tasks]
 
     def pack(self, arrays: Sequence[np.ndarray]) -> PackedArgs:

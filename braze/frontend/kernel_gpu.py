@@ -1,0 +1,140 @@
+"""`@bz.kernel` calls with GPU arrays (torch, CuPy, braze's DeviceArray, any `__cuda_array_interface__`).
+
+The first call with arguments of one description binds and checks them, finds (or compiles) the
+signature's CUDA kernel, and prepares the call (`PreparedKernelCall`); later calls with the same
+description take the prepared call directly. A description is read with the cheapest attributes
+each library has: for torch, one generated function reads `dtype`, `shape`, `stride()` and
+`get_device()` of every tensor argument.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from braze import config, engine
+from braze.errors import Error, InputError
+from braze.runtime.device_arrays import DeviceView, as_device_view, is_device_array
+from braze.runtime.kernel_launch_cuda import CudaKernelLauncher, PreparedKernelCall, describe, views_overlap
+
+if TYPE_CHECKING:
+    from braze.frontend.kernel import KernelEntry, KernelFunction
+
+MAX_DESCRIPTIONS = 256  # prepared calls kept per kernel (new shapes beyond that evict the oldest)
+
+
+class GpuCalls:
+    """The GPU calls of one `@bz.kernel`: prepared calls by argument description."""
+
+    def __init__(self, fn: KernelFunction) -> None:
+        self.fn = fn
+        self.config = config.current
+        self.prepared: OrderedDict[tuple, PreparedKernelCall] = OrderedDict()
+        self.torch_key = _torch_key_function(len(fn.specs), set(fn.array_positions))
+
+    def key(self, args: Sequence[object]) -> tuple | None:
+        """The description of `args`: read as torch tensors by one generated function (the common
+        case), else argument by argument; None when an argument is of no library braze knows."""
+        try:
+            return self.torch_key(*args)
+        except (AttributeError, TypeError):
+            pass
+        key = []
+        for position, value in enumerate(args):
+            if position in self.fn.array_positions:
+                description = describe(value)
+                if description is None:
+                    return None
+                key.append(description)
+            else:
+                key.append(type(value))  # the first call checked the values of this type
+        return tuple(key)
+
+    def run(self, args: Sequence[object]) -> bool:
+        """The cached call: True when a prepared call ran `args`, else False (bind them)."""
+        if config.current is not self.config:
+            return False
+        prepared = self.prepared.get(self.key(args))
+        return prepared is not None and prepared.run(args)
+
+    def bind_and_run(self, args: Sequence[object]) -> None:
+        """The first call of a description: check the arguments, compile if needed, prepare and run."""
+        fn = self.fn
+        views = bind_arrays(fn, args)
+        scalars = [fn._scalar(n, s, args[i]) for i, n, s in fn.scalar_specs]
+        overlapping = views_overlap(views)
+        device = views[0].device
+        key = (*((v.dtype, v.ndim, v.ndim > 0 and v.strides[-1] == v.itemsize) for v in views), overlapping,
+               *fn.knob_key(), ("cuda", device))
+        entry = fn.entries.get(key)
+        if entry is None:
+            entry = fn.entries[key] = self.compile(key, device)
+        fn.last_entry = entry
+        prepared = entry.launcher.prepare(views, scalars, args, fn.array_positions,
+                                          [i for i, _, _ in fn.scalar_specs], overlapping)
+        if config.current is not self.config:
+            self.prepared.clear()
+            self.config = config.current
+        description = self.key(args)
+        if description is not None:
+            self.prepared[description] = prepared
+            if len(self.prepared) > MAX_DESCRIPTIONS:
+                self.prepared.popitem(last=False)
+        if not prepared.run(args):
+            raise Error(f"kernel {fn.__name__}: a freshly prepared call refused its own arguments")
+
+    def compile(self, key: tuple, device: int) -> KernelEntry:
+        from braze.frontend.kernel import KernelEntry
+
+        kernel, arrays, scalars, fuse, overlapping = self.fn.signature_ir(key)
+        compiled, decisions = engine.compile_loop_kernel_cuda(kernel, device, fuse=fuse, restrict=not overlapping)
+        from braze.runtime import cuda_driver
+
+        launcher = CudaKernelLauncher(compiled, cuda_driver.device(device), arrays, scalars)
+        return KernelEntry(launcher, decisions, ())
+
+
+def bind_arrays(fn: KernelFunction, args: Sequence[object]) -> list[DeviceView]:
+    """Views of the array arguments, all checked to be GPU arrays on one device."""
+    first = next(p for p in fn.array_positions if is_device_array(args[p]))
+    first_name = fn.specs[first][0]
+    views = []
+    device = None
+    for position in fn.array_positions:
+        name, spec = fn.specs[position]
+        where = f"kernel {fn.__name__}: argument '{name}'"
+        value = args[position]
+        if not is_device_array(value):
+            raise InputError(f"{where}: expected a GPU array (argument '{first_name}' is one), got a host array "
+                             f"({type(value).__name__}); pass every array on the same GPU")
+        view = _view(value, where)
+        if device is None:
+            device = view.device
+        elif view.device != device:
+            raise InputError(f"{where}: expected an array on cuda:{device} (where argument '{first_name}' is), "
+                             f"got one on cuda:{view.device}")
+        fn.check_layout(where, spec, view.dtype, view.ndim, view.strides, view.itemsize)
+        views.append(view)
+    return views
+
+
+def _view(value: object, where: str) -> DeviceView:
+    try:
+        return as_device_view(value, where)
+    except (KeyError, TypeError, ValueError) as error:
+        raise InputError(f"{where}: could not read the GPU array ({type(value).__name__}): "
+                         f"__cuda_array_interface__ is incomplete ({error!r})") from None
+
+
+def _torch_key_function(count: int, arrays: set[int]) -> Callable[..., tuple]:
+    """A function of the arguments giving their description, reading every array as a torch tensor
+    (an AttributeError or TypeError on any other): per tensor its dtype, shape, strides and device
+    (-1 on the host, whose calls then take the CPU), per scalar its type."""
+    names = [f"a{n}" for n in range(count)]
+    parts = [f"{a}.dtype, {a}.shape, {a}.stride(), {a}.get_device()" if n in arrays else f"type({a})"
+             for n, a in enumerate(names)]
+    source = f"def torch_key({', '.join(names)}):\n    return ({', '.join(parts)},)\n"
+    namespace: dict = {}
+    exec(source, namespace)  # noqa: S102  (source built above from argument positions only)
+    return namespace["torch_key"]

@@ -1,0 +1,316 @@
+"""Loop kernels (`@bz.kernel`) on a GPU: the compiled kernel, its launcher, and the cached call.
+
+`CudaLoopKernel` is a CudaCompiledKernel whose source comes from the loop-kernel code generator
+(NVRTC, disk cache and dumps as for fusions). `CudaKernelLauncher` holds the loaded functions of
+one kernel on one device. `PreparedKernelCall` is a call for arguments of one *description* (per
+array its library, dtype, shape, strides and device; per scalar its type): the argument block
+with every extent and stride filled in, and each task's grid. A call with that description only
+
+    1. reads each array's data pointer (the block is patched only when one changed);
+    2. writes the scalars into the block;
+    3. launches each task with libcuda's cuLaunchKernel through ctypes, on the stream of the
+       arguments' library.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from braze.codegen import cuda_loops
+from braze.codegen.cuda import DEFAULT_BLOCK_SIZE
+from braze.codegen.cuda_plan import sub_exprs
+from braze.codegen.llvm import ArgLayout
+from braze.errors import KernelAssertionError
+from braze.kir import nodes as k
+from braze.runtime import cuda_driver as cuda
+from braze.runtime.cuda_kernel import BLOCKS_PER_SM, CudaCompiledKernel
+from braze.runtime.device_arrays import DeviceArray, DeviceView
+from braze.runtime.kernel_launch import bounds_function
+from braze.runtime.record import Launch, note_launch, profiling, recording
+from braze.runtime.scalars import scalar_packer
+
+
+class CudaLoopKernel(CudaCompiledKernel):
+    """A loop kernel compiled for one architecture. Float arithmetic is not contracted into fused
+    multiply-adds (unless fast math is on), so `+ - *` round as they do on the CPU."""
+
+    def generate(self) -> cuda_loops.LoopCudaSource:
+        return cuda_loops.generate(self.kernel, self.params.block_size or DEFAULT_BLOCK_SIZE, self.restrict)
+
+    def options(self) -> tuple[str, ...]:
+        return super().options() + (() if self.params.fast_math else ("--fmad=false",))
+
+
+@dataclass(frozen=True)
+class TaskFunction:
+    """One task's `__global__` function on the device."""
+
+    name: str  # the task's name (bz.record() shows it)
+    function: str  # the C++ name
+    handle: object  # CUfunction
+    address: int  # the same, as an int for the raw launch
+    serial: bool
+    max_grid: int  # blocks the device runs at once: a grid-stride loop needs no more
+
+
+@dataclass(frozen=True)
+class PlannedLaunch:
+    task: TaskFunction
+    begin: int
+    end: int
+    grid: int  # 0: an empty range, nothing to launch
+    threads: int
+
+
+class CudaKernelLauncher:
+    """Launches the tasks of one compiled loop kernel on one device, arguments in parameter order."""
+
+    def __init__(self, compiled: CudaLoopKernel, device: cuda.Device, arrays: Sequence[k.ArrayParam],
+                 scalars: Sequence[k.ScalarParam]) -> None:
+        self.compiled, self.device = compiled, device
+        self.kernel = compiled.kernel
+        module = compiled.module(device)
+        self.block_size = compiled.params.block_size or DEFAULT_BLOCK_SIZE
+        self.tasks = [self._task(module, t, f) for t, f in zip(self.kernel.tasks, compiled.generated.functions)]
+        layout = ArgLayout.of(self.kernel.params)
+        self.block_slots = max(layout.size, 1)
+        self.array_slots = [(layout.slots[p.name], p.ndim) for p in arrays]
+        self.scalar_slots = [(layout.slots[p.name], scalar_packer(p, checked=True)) for p in scalars]
+        self.status_slot = layout.slots.get(k.ASSERT_STATUS)
+        self.messages = k.assert_messages(self.kernel)
+        self.bounds = bounds_function(self.kernel, arrays, scalars)
+        # Bounds read from scalar arguments change from call to call; bounds of extents do not.
+        self.bounds_read_scalars = any(isinstance(e, k.ScalarRef) for t in self.kernel.tasks
+                                       for bound in (t.begin, t.end) for e in sub_exprs(bound))
+
+    def _task(self, module: cuda.Module, task: k.Task, function: str) -> TaskFunction:
+        handle = module.functions[function]
+        resident = max(1, min(BLOCKS_PER_SM, module.resident_blocks(function, self.block_size, 0)))
+        return TaskFunction(task.name, function, handle, int(handle), task.kind != "range_for",
+                            self.device.sm_count * resident)
+
+    def plan(self, bounds: Sequence[tuple[int, int]]) -> list[PlannedLaunch]:
+        """Each task's launch: a serial task is one thread; a parallel one enough blocks to give each
+        index a thread, capped at what runs at once (the threads then loop)."""
+        planned = []
+        for task, (begin, end) in zip(self.tasks, bounds):
+            if task.serial:
+                planned.append(PlannedLaunch(task, 0, 1, 1, 1))
+                continue
+            blocks = -(-(end - begin) // self.block_size) if end > begin else 0
+            planned.append(PlannedLaunch(task, begin, end, min(blocks, task.max_grid), self.block_size))
+        return planned
+
+    def prepare(self, views: Sequence[DeviceView], scalars: Sequence[object], arguments: Sequence[object],
+                array_positions: Sequence[int], scalar_positions: Sequence[int],
+                overlapping: bool) -> PreparedKernelCall:
+        """The cached call for arguments described as `views` (the scalars only fix the launch when
+        the task bounds read them)."""
+        block = (ctypes.c_int64 * self.block_slots)()
+        for (slot, ndim), view in zip(self.array_slots, views):
+            block[slot + 1: slot + 1 + ndim] = list(view.shape)
+            block[slot + 1 + ndim: slot + 1 + 2 * ndim] = [s // view.itemsize for s in view.strides]
+        readers = [reader_of(arguments[p]) for p in array_positions]
+        launches = None if self.bounds_read_scalars else self.plan(self.bounds(views, scalars))
+        return PreparedKernelCall(self, block, views, readers, list(array_positions), list(scalar_positions),
+                                  launches, overlapping)
+
+
+# --- reading the arguments' libraries ---------------------------------------------------------
+@dataclass(frozen=True)
+class ArrayReader:
+    """How a cached call reads one library's arrays: the data pointer and the current stream."""
+
+    pointer: Callable[[object], int]
+    stream: Callable[[object, int], int]  # (the array, its device) -> the stream work runs on
+
+
+def _cai_pointer(a) -> int:
+    return int(a.__cuda_array_interface__["data"][0])
+
+
+def reader_of(value: object) -> ArrayReader:
+    """The reader of an array the slow path accepted."""
+    if isinstance(value, DeviceArray):
+        return ArrayReader(lambda a: a.ptr, lambda a, device: a.stream)
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        if raw_stream is None:
+            return ArrayReader(torch.Tensor.data_ptr, lambda t, device: torch.cuda.current_stream(device).cuda_stream)
+        return ArrayReader(torch.Tensor.data_ptr, lambda t, device: raw_stream(device))
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and isinstance(value, cupy.ndarray):
+        return ArrayReader(lambda a: a.data.ptr, lambda a, device: cupy.cuda.get_current_stream().ptr)
+    return ArrayReader(_cai_pointer, lambda a, device: 0)
+
+
+def describe(value: object) -> tuple | None:
+    """What fixes a cached call for one array of a known library (None for any other object)."""
+    if isinstance(value, DeviceArray):
+        return DeviceArray, value.dtype, value.shape, value.strides, value.device, value.stream
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        return torch.Tensor, value.dtype, value.shape, value.stride(), value.get_device()
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and isinstance(value, cupy.ndarray):
+        return cupy.ndarray, value.dtype, value.shape, value.strides, value.data.device_id
+    return None
+
+
+# --- the cached call ----------------------------------------------------------------------------
+class PreparedKernelCall:
+    """A loop kernel's call for arguments of one description, with the host arithmetic done ahead."""
+
+    def __init__(self, launcher: CudaKernelLauncher, block: ctypes.Array, views: Sequence[DeviceView],
+                 readers: list[ArrayReader], array_positions: list[int], scalar_positions: list[int],
+                 launches: list[PlannedLaunch] | None, overlapping: bool) -> None:
+        self.launcher, self.block, self.launches = launcher, block, launches
+        self.device = launcher.device
+        self.params = (ctypes.c_void_p * 1)(ctypes.addressof(block))  # the block is the one kernel parameter
+        self.params_address = ctypes.addressof(self.params)
+        self.pointers = [(slot, position, reader.pointer) for (slot, _), position, reader in
+                         zip(launcher.array_slots, array_positions, readers)]
+        self.scalars = [(slot, position, pack) for (slot, pack), position in zip(launcher.scalar_slots,
+                                                                                 scalar_positions)]
+        self.scalar_positions = scalar_positions
+        self.stream_of = readers[0].stream if readers else (lambda a, device: 0)
+        self.stream_position = array_positions[0] if array_positions else 0
+        self.spans = [_span_offsets(v) for v in views]
+        self.shapes = [_Shape(v.shape) for v in views]  # what the bounds function reads
+        self.overlapping = overlapping
+        self.last_pointers: list[int] | None = None
+        self.busy = threading.Lock()  # the block is patched in place: one caller at a time
+        self.status = None
+        if launcher.status_slot is not None:
+            self.status = _StatusWord(launcher.device)
+            block[launcher.status_slot: launcher.status_slot + 3] = [self.status.address, 1, 1]
+        self.raw_launch = cuda.raw_launch_function()
+
+    def run(self, args: Sequence[object]) -> bool:
+        """Runs the kernel on `args`; False when this call cannot take them (the caller binds them
+        again: another thread holds the block, the arguments now overlap, a scalar is out of range)."""
+        if not self.busy.acquire(blocking=False):
+            return False
+        try:
+            return self._run(args)
+        finally:
+            self.busy.release()
+
+    def _run(self, args: Sequence[object]) -> bool:
+        block = self.block
+        pointers = [pointer(args[position]) for _, position, pointer in self.pointers]
+        if pointers != self.last_pointers:
+            if self._overlap(pointers) != self.overlapping:
+                return False  # the kernel was compiled for arguments that do (or do not) share memory
+            for (slot, _, _), address in zip(self.pointers, pointers):
+                block[slot] = address
+            self.last_pointers = pointers
+        try:
+            for slot, position, pack in self.scalars:
+                block[slot] = pack(args[position])
+        except OverflowError:
+            return False
+        device = self.device
+        device.activate()
+        stream = self.stream_of(args[self.stream_position], device.index)
+        launches = self.launches
+        if launches is None:
+            launches = self.launcher.plan(self.launcher.bounds(self.shapes, [args[p] for p in self.scalar_positions]))
+        if self.status is not None:
+            self.status.reset(stream)
+        if recording():
+            self._recorded(launches, stream)
+            return True
+        raw = self.raw_launch
+        for x in launches:
+            if x.grid:
+                if raw is not None:
+                    code = raw(x.task.address, x.grid, 1, 1, x.threads, 1, 1, 0, stream, self.params_address, None)
+                    if code:
+                        cuda.raise_launch_error(code, x.task.function, (x.grid, 1, 1), (x.threads, 1, 1))
+                else:
+                    cuda.launch(x.task.handle, (x.grid, 1, 1), (x.threads, 1, 1), self.params_address, stream,
+                                0, x.task.function)
+            if self.status is not None:
+                self._check(stream)
+        return True
+
+    def _recorded(self, launches: list[PlannedLaunch], stream: int) -> None:
+        """The launches under bz.record(): each noted, and timed with CUDA events when profiling."""
+        for x in launches:
+            launch = Launch(self.launcher.kernel.name, x.task.name, x.begin, x.end, x.grid)
+            timed = profiling() and x.grid
+            if timed:
+                start, end = cuda.event(), cuda.event()
+                cuda.record_event(start, stream)
+            if x.grid:
+                cuda.launch(x.task.handle, (x.grid, 1, 1), (x.threads, 1, 1), self.params_address, stream, 0,
+                            x.task.function)
+            if timed:
+                cuda.record_event(end, stream)
+                launch.device_ms = cuda.elapsed_ms(start, end)
+            note_launch(launch)
+            if self.status is not None:
+                self._check(stream)
+
+    def _check(self, stream: int) -> None:
+        """After a task of a debug kernel: raise the first failed check's message, as the CPU does."""
+        code = self.status.read(stream)
+        if code:
+            raise KernelAssertionError(f"kernel {self.launcher.kernel.name!r}: {self.launcher.messages[code - 1]}")
+
+    def _overlap(self, pointers: list[int]) -> bool:
+        spans = sorted((p + lo, p + hi) for p, span in zip(pointers, self.spans) if span is not None
+                       for lo, hi in (span,))
+        return any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:]))
+
+
+@dataclass(frozen=True)
+class _Shape:
+    shape: tuple[int, ...]
+
+
+def _span_offsets(view: DeviceView) -> tuple[int, int] | None:
+    """[first byte, last byte + 1) of an array relative to its data pointer; None when empty."""
+    if view.size == 0:
+        return None
+    lo = hi = 0
+    for n, stride in zip(view.shape, view.strides):
+        if stride < 0:
+            lo += (n - 1) * stride
+        else:
+            hi += (n - 1) * stride
+    return lo, hi + view.itemsize
+
+
+def views_overlap(views: Sequence[DeviceView]) -> bool:
+    """Whether two arrays share memory."""
+    spans = sorted((v.ptr + s[0], v.ptr + s[1]) for v in views for s in (_span_offsets(v),) if s is not None)
+    return any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:]))
+
+
+class _StatusWord:
+    """The int64 a debug kernel's failed checks write their message number into."""
+
+    def __init__(self, device: cuda.Device) -> None:
+        device.activate()
+        self.address = cuda.alloc(8)
+        cuda.synchronize(0)  # allocated on the default stream; calls use others
+        self.host = np.zeros(1, np.int64)
+        weakref.finalize(self, cuda.free, self.address, 0)
+
+    def reset(self, stream: int) -> None:
+        cuda.fill_bytes(self.address, 0, 8, stream)
+
+    def read(self, stream: int) -> int:
+        cuda.copy_to_host(self.host.ctypes.data, self.address, 8, stream)
+        cuda.synchronize(stream)
+        return int(self.host[0])
