@@ -321,3 +321,26 @@ def compile_loop_kernel(kernel: k.Kernel, fuse: bool = True) -> tuple[CompiledKe
     if text not in _kernels:
         _kernels[text] = CompiledKernel(fused)
     return _kernels[text].compile(), decisions
+
+
+def compile_loop_kernel_cuda(kernel: k.Kernel, device_index: int, fuse: bool = True, restrict: bool = False):
+    """Task fusion, then CUDA for one GPU: (a compiled CudaLoopKernel, the fusion decisions). `restrict`:
+    no two array arguments share memory. Kernels with the same Kernel IR after the passes share one."""
+    from braze.runtime import cuda_driver
+    from braze.runtime.cuda_kernel import default_params
+    from braze.runtime.kernel_launch_cuda import CudaLoopKernel
+
+    device = cuda_driver.device(device_index)
+    fused, decisions = fuse_tasks(kernel, enabled=fuse)
+    cache_key = ("cuda-loop", device.arch, restrict, kernel_text(fused))
+    if cache_key not in _kernels:
+        _kernels[cache_key] = CudaLoopKernel(fused, default_params(device), restrict=restrict)
+    return _kernels[cache_key].compile(), decisions
+
+
+def loop_kernel_cuda_source(kernel: k.Kernel, fuse: bool = True, restrict: bool = False):
+    """The CUDA C++ (a LoopCudaSource) of a loop kernel after task fusion; needs no GPU."""
+    from braze.codegen import cuda_loops
+
+    fused, _ = fuse_tasks(kernel, enabled=fuse)
+    return cuda_loops.generate(fused, restrict=restrict)

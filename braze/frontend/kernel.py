@@ -211,6 +211,15 @@ class KernelFunction:
         """Task fusion's decisions for the signature of the last call."""
         return self.last_entry.decisions if self.last_entry else []
 
+    def cuda_source(self, *args: Any, **kwargs: Any):
+        """The CUDA C++ (a LoopCudaSource: `.body`, `.text`) braze generates for arguments like `args`
+        (host arrays will do: the source depends on dtypes, ranks and layouts only). Needs no GPU."""
+        if kwargs:
+            args = self._positional(args, kwargs)
+        _, _, key = self._bind(args)
+        kernel, _, _, fuse, overlapping = self.signature_ir(key)
+        return engine.loop_kernel_cuda_source(kernel, fuse=fuse, restrict=not overlapping)
+
     def kernel_ir(self) -> str:
         """The Kernel IR (after task fusion) of the signature of the last call."""
         return kernel_text(self.last_entry.launcher.kernel) if self.last_entry else ""
