@@ -229,19 +229,22 @@ class PreparedKernelCall:
         if recording():
             self._recorded(launches, stream)
             return True
-        raw = self.raw_launch
         for x in launches:
             if x.grid:
-                if raw is not None:
-                    code = raw(x.task.address, x.grid, 1, 1, x.threads, 1, 1, 0, stream, self.params_address, None)
-                    if code:
-                        cuda.raise_launch_error(code, x.task.function, (x.grid, 1, 1), (x.threads, 1, 1))
-                else:
-                    cuda.launch(x.task.handle, (x.grid, 1, 1), (x.threads, 1, 1), self.params_address, stream,
-                                0, x.task.function)
+                self._launch(x, stream)
             if self.status is not None:
                 self._check(stream)
         return True
+
+    def _launch(self, x: PlannedLaunch, stream: int) -> None:
+        raw = self.raw_launch
+        if raw is None:
+            cuda.launch(x.task.handle, (x.grid, 1, 1), (x.threads, 1, 1), self.params_address, stream, 0,
+                        x.task.function)
+            return
+        code = raw(x.task.address, x.grid, 1, 1, x.threads, 1, 1, 0, stream, self.params_address, None)
+        if code:
+            cuda.raise_launch_error(code, x.task.function, (x.grid, 1, 1), (x.threads, 1, 1))
 
     def _recorded(self, launches: list[PlannedLaunch], stream: int) -> None:
         """The launches under bz.record(): each noted, and timed with CUDA events when profiling."""
@@ -252,8 +255,7 @@ class PreparedKernelCall:
                 start, end = cuda.event(), cuda.event()
                 cuda.record_event(start, stream)
             if x.grid:
-                cuda.launch(x.task.handle, (x.grid, 1, 1), (x.threads, 1, 1), self.params_address, stream, 0,
-                            x.task.function)
+                self._launch(x, stream)
             if timed:
                 cuda.record_event(end, stream)
                 launch.device_ms = cuda.elapsed_ms(start, end)

@@ -1,0 +1,291 @@
+"""The GPU path of `@bz.kernel` with the GPU emulated on the CPU (no GPU needed): binding and checking
+GPU arguments, the prepared call (its argument block, grids, pointer and scalar patching, overlap
+checks), debug checks and bz.record(). The device is fake: "GPU arrays" are DeviceArrays over host
+memory, and a launch runs the CPU backend's function of the task on the same argument block (the
+CUDA and CPU code read the same layout), after checking its grid.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from kernel_cases import all_cases, poison
+
+import braze as bz
+from braze import engine
+from braze.codegen import cuda_loops
+from braze.codegen.llvm import ArgLayout
+from braze.kir import nodes as k
+from braze.passes.fuse_tasks import fuse_tasks
+from braze.runtime import cuda_driver, device_arrays
+from braze.runtime.compiled_kernel import CompiledKernel, CompileParams
+from braze.runtime.device_arrays import DeviceArray
+
+SMS = 2  # a small fake GPU, so that grids are capped and threads loop
+
+
+@dataclass(frozen=True)
+class FakeDevice:
+    index: int
+    sm_count: int = SMS
+    arch: str = "sm_90"
+
+    def activate(self) -> None:
+        pass
+
+
+class FakeFunction(int):
+    """A CUfunction handle: an int the fake launch looks up."""
+
+
+class FakeModule:
+    def __init__(self, functions: dict[str, FakeFunction]) -> None:
+        self.functions = functions
+
+    def resident_blocks(self, name: str, block: int, shared: int) -> int:
+        return 3
+
+
+# Every fake function made, by handle: kernels keep their compiled entries from test to test.
+_TASKS: dict[int, tuple[k.Kernel, k.Task, object]] = {}
+_COMPILED: list[CompiledKernel] = []  # their machine code stays loaded while these live
+
+
+class FakeGpu:
+    """Compiles loop kernels for the CPU and launches them there, checking each launch's grid."""
+
+    def __init__(self) -> None:
+        self.tasks = _TASKS
+        self.launches: list[tuple[str, int, int]] = []  # (task, grid, threads)
+
+    def compile(self, kernel, device_index, fuse=True, restrict=False):
+        fused, decisions = fuse_tasks(kernel, enabled=fuse)
+        cpu = CompiledKernel(fused).compile()
+        _COMPILED.append(cpu)
+        generated = cuda_loops.generate(fused, restrict=restrict)
+        functions = {}
+        for task, name, fn in zip(fused.tasks, generated.functions, cpu.functions):
+            handle = FakeFunction(1000 + len(self.tasks))
+            self.tasks[int(handle)] = (fused, task, fn)
+            functions[name] = handle
+        compiled = type("FakeCompiled", (), {"kernel": fused, "params": CompileParams(block_size=256),
+                                             "generated": generated, "module": lambda self, d: FakeModule(functions)})
+        return compiled(), decisions
+
+    def launch(self, function, gx, gy, gz, bx, by, bz_, shared, stream, params, extra) -> int:
+        kernel, task, fn = self.tasks[int(function)]
+        block = ctypes.c_void_p.from_address(params).value
+        slots = (ctypes.c_int64 * ArgLayout.of(kernel.params).size).from_address(block)
+        begin, end = (_evaluate(e, kernel, slots) for e in (task.begin, task.end))
+        if task.kind == "serial":
+            assert (gx, bx) == (1, 1)
+        else:
+            assert bx == 256 and gx == min(-(-(end - begin) // 256), SMS * 3), (gx, begin, end)
+        assert (gy, gz, by, bz_, shared) == (1, 1, 1, 1, 0)
+        self.launches.append((task.name, gx, bx))
+        if end > begin:
+            fn(begin, end, block)
+        return 0
+
+
+def _evaluate(e: k.Expr, kernel: k.Kernel, slots) -> int:
+    """A task bound, read from the argument block as the device would."""
+    layout = ArgLayout.of(kernel.params)
+    if isinstance(e, k.Const):
+        return int(e.value)
+    if isinstance(e, k.ArrayExtent):
+        return slots[layout.slots[e.param.name] + 1 + e.axis]
+    if isinstance(e, k.ScalarRef):
+        return slots[layout.slots[e.param.name]]
+    if isinstance(e, k.Cast):
+        return _evaluate(e.x, kernel, slots)
+    a, b = _evaluate(e.a, kernel, slots), _evaluate(e.b, kernel, slots)
+    return {"add": a + b, "sub": a - b, "mul": a * b, "maximum": max(a, b), "minimum": min(a, b),
+            "floordiv": a // b if b else 0, "remainder": a % b if b else 0}[e.op]
+
+
+class HostMemory:
+    """cuda_driver's memory calls on host memory."""
+
+    def __init__(self) -> None:
+        self.buffers: dict[int, np.ndarray] = {}
+
+    def alloc(self, nbytes: int, stream: int = 0) -> int:
+        buffer = np.zeros(max(nbytes, 1), np.uint8)
+        self.buffers[buffer.ctypes.data] = buffer
+        return buffer.ctypes.data
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    fake, memory = FakeGpu(), HostMemory()
+    devices = {}
+    monkeypatch.setattr(cuda_driver, "device", lambda index=0: devices.setdefault(index, FakeDevice(index)))
+    monkeypatch.setattr(cuda_driver, "raw_launch_function", lambda: fake.launch)
+    monkeypatch.setattr(cuda_driver, "alloc", memory.alloc)
+    monkeypatch.setattr(cuda_driver, "free", lambda pointer, stream=0: None)
+    monkeypatch.setattr(cuda_driver, "synchronize", lambda stream=0: None)
+    monkeypatch.setattr(cuda_driver, "fill_bytes", lambda p, byte, n, stream=0: ctypes.memset(p, byte, n))
+    monkeypatch.setattr(cuda_driver, "copy_to_host", lambda h, p, n, stream=0: ctypes.memmove(h, p, n))
+    monkeypatch.setattr(engine, "compile_loop_kernel_cuda", fake.compile)
+    return fake
+
+
+def on_gpu(array: np.ndarray, device: int = 0) -> DeviceArray:
+    """A DeviceArray over `array`'s host memory (it stays alive with it)."""
+    out = DeviceArray.__new__(DeviceArray)
+    out.shape, out.dtype, out.strides = array.shape, array.dtype, array.strides
+    out.device, out.stream, out.ptr, out.nbytes, out.host = device, 0, array.__array_interface__["data"][0], \
+        array.nbytes, array
+    return out
+
+
+def to_gpu(args: list) -> list:
+    return [on_gpu(a) if isinstance(a, np.ndarray) else a for a in args]
+
+
+@pytest.mark.parametrize("case", all_cases(), ids=lambda c: c.name)
+def test_every_case_matches_the_cpu(gpu, case):
+    rng = np.random.default_rng(1)
+    cpu_args = case.args(rng)
+    gpu_host = [a.copy() if isinstance(a, np.ndarray) else a for a in cpu_args]
+    for position in case.outputs:
+        poison(cpu_args[position])
+        poison(gpu_host[position])
+    case.kernel(*cpu_args)
+    with bz.record() as rec:
+        case.kernel(*to_gpu(gpu_host))
+    assert [launch.task for launch in rec.launches] == [t.name for t in case.kernel.last_entry.launcher.kernel.tasks]
+    results = [a for a in gpu_host if isinstance(a, np.ndarray)]
+    expected = [a for a in cpu_args if isinstance(a, np.ndarray)]
+    if case.compare is not None:
+        case.compare(gpu_host, cpu_args)
+    else:
+        for got, want in zip(results, expected):
+            np.testing.assert_array_equal(got, want)
+
+
+def test_the_cached_call_patches_pointers_extents_and_scalars(gpu):
+    @bz.kernel
+    def axpy(x: bz.Array[bz.float64, 1], y: bz.Array[bz.float64, 1], a: float):
+        for i in range(x.shape[0]):
+            y[i] += a * x[i]
+
+    x, y = np.arange(3000.0), np.zeros(3000)
+    gx, gy = on_gpu(x), on_gpu(y)
+    axpy(gx, gy, 1.0)
+    assert len(axpy._gpu.prepared) == 1
+    axpy(gx, gy, 2.0)  # the cached call: only the scalar changes
+    other = np.zeros(3000)
+    axpy(gx, on_gpu(other), 1.0)  # the same description, another pointer
+    assert len(axpy._gpu.prepared) == 1 and len(gpu.launches) == 3
+    np.testing.assert_array_equal(y, 3 * x)
+    np.testing.assert_array_equal(other, x)
+    short = np.zeros(10)
+    axpy(on_gpu(x[:10]), on_gpu(short), 5.0)  # new extents: a second prepared call, no recompile
+    assert len(axpy._gpu.prepared) == 2 and len(axpy.entries) == 1
+    np.testing.assert_array_equal(short, 5 * x[:10])
+    assert gpu.launches[-1] == ("axpy_t0", 1, 256) and gpu.launches[0] == ("axpy_t0", SMS * 3, 256)
+
+
+def test_scalar_bounds_are_read_per_call(gpu):
+    @bz.kernel
+    def fill(a: bz.Array[bz.float32, 1], lo: int, hi: int):
+        for i in range(lo, hi):
+            a[i] = i * 2.0
+
+    a = np.zeros(2000, np.float32)
+    ga = on_gpu(a)
+    fill(ga, 3, 7)
+    fill(ga, 1500, 1900)  # cached call: the grid follows the new bounds
+    expected = np.zeros(2000, np.float32)
+    expected[3:7] = np.arange(3, 7) * 2
+    expected[1500:1900] = np.arange(1500, 1900) * 2
+    np.testing.assert_array_equal(a, expected)
+    assert [g for _, g, _ in gpu.launches] == [1, 2]
+
+
+def test_arguments_that_start_to_overlap_get_the_unfused_kernel(gpu):
+    @bz.kernel
+    def shift(a: bz.Array[bz.float32, 1], b: bz.Array[bz.float32, 1]):
+        for i in range(b.shape[0]):
+            b[i] = a[i] + 1.0
+        for i in range(b.shape[0]):
+            a[i] = b[i] * 2.0
+
+    base = np.zeros(11, np.float32)
+    a, b = np.zeros(10, np.float32), np.zeros(10, np.float32)
+    with bz.record() as rec:
+        shift(on_gpu(a), on_gpu(b))
+    assert len(rec.launches) == 1
+    with bz.record() as rec:
+        shift(on_gpu(base[1:]), on_gpu(base[:10]))  # the same description, now sharing memory
+    assert len(rec.launches) == 2
+    reference = np.zeros(11, np.float32)
+    shift(reference[1:], reference[:10])
+    np.testing.assert_array_equal(base, reference)
+
+
+def test_host_and_gpu_arrays_do_not_mix_and_devices_must_agree(gpu):
+    @bz.kernel
+    def copy(a: bz.Array[bz.float32, 1], b: bz.Array[bz.float32, 1]):
+        for i in range(a.shape[0]):
+            b[i] = a[i]
+
+    a = np.zeros(4, np.float32)
+    with pytest.raises(bz.InputError, match=r"argument 'a': expected a GPU array \(argument 'b' is one\), "
+                                            r"got a host array \(ndarray\)"):
+        copy(a, on_gpu(a.copy()))
+    with pytest.raises(bz.InputError, match=r"argument 'b': expected an array on cuda:0 .*got one on cuda:1"):
+        copy(on_gpu(a), on_gpu(a.copy(), device=1))
+    with pytest.raises(bz.InputError, match="argument 'b': expected float32, got float64"):
+        copy(on_gpu(a), on_gpu(np.zeros(4)))
+    with pytest.raises(bz.InputError, match="argument 'b': expected 1 dimension"):
+        copy(on_gpu(a), on_gpu(np.zeros((4, 1), np.float32)))
+
+
+def test_scalars_are_checked_on_the_cached_call_too(gpu):
+    @bz.kernel
+    def add(a: bz.Array[bz.int32, 1], s: bz.int32):
+        for i in range(a.shape[0]):
+            a[i] += s
+
+    a = np.zeros(4, np.int32)
+    ga = on_gpu(a)
+    add(ga, 1)
+    with pytest.raises(bz.InputError, match="argument 's': 4294967296 does not fit in int32"):
+        add(ga, 2**32)
+    with pytest.raises(bz.InputError, match="argument 's': expected a int32 scalar, got float"):
+        add(ga, 1.5)
+    assert a.tolist() == [1] * 4
+
+
+def test_debug_checks_raise_after_the_launch(gpu):
+    @bz.kernel(debug=True)
+    def shift(a: bz.Array[bz.float32, 1], b: bz.Array[bz.float32, 1]):
+        for i in range(b.shape[0]):
+            b[i] = a[i + 1]
+
+    a, b = np.ones(4, np.float32), np.zeros(4, np.float32)
+    with pytest.raises(bz.KernelAssertionError, match=r"index out of bounds: axis 0 of 'a'"):
+        shift(on_gpu(a), on_gpu(b))
+    shift(on_gpu(a), on_gpu(np.zeros(3, np.float32)))  # in bounds: the status word was reset
+
+
+def test_six_loops_are_one_launch(gpu):
+    from braze.demo_kernels import particle_step, particle_step_unfused, particles
+
+    arrays = to_gpu(particles(1000))
+    with bz.record() as fused:
+        particle_step(*arrays, np.float32(1e-3))
+    with bz.record() as unfused:
+        particle_step_unfused(*arrays, np.float32(1e-3))
+    assert (len(fused.launches), len(unfused.launches)) == (1, 6)
+
+
+def test_device_views_of_fake_arrays_need_no_driver(monkeypatch):
+    view = device_arrays.as_device_view(on_gpu(np.zeros((2, 3), np.float32)), "x")
+    assert view.shape == (2, 3) and view.strides == (12, 4)
