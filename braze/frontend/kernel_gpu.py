@@ -17,6 +17,7 @@ from braze import config, engine
 from braze.errors import Error, InputError
 from braze.runtime.device_arrays import DeviceView, as_device_view, is_device_array
 from braze.runtime.kernel_launch_cuda import CudaKernelLauncher, PreparedKernelCall, describe, views_overlap
+from braze.runtime.record import note_entry
 
 if TYPE_CHECKING:
     from braze.frontend.kernel import KernelEntry, KernelFunction
@@ -71,6 +72,7 @@ class GpuCalls:
         if entry is None:
             entry = fn.entries[key] = self.compile(key, device)
         fn.last_entry = entry
+        note_entry(f"prepared call {fn.__name__}")
         prepared = entry.launcher.prepare(views, scalars, args, fn.array_positions,
                                           [i for i, _, _ in fn.scalar_specs], overlapping)
         if config.current is not self.config:
