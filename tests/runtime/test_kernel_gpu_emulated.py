@@ -32,6 +32,7 @@ class FakeDevice:
     index: int
     sm_count: int = SMS
     arch: str = "sm_90"
+    name: str = "fake GPU"
 
     def activate(self) -> None:
         pass
@@ -130,6 +131,7 @@ def gpu(monkeypatch):
     monkeypatch.setattr(cuda_driver, "synchronize", lambda stream=0: None)
     monkeypatch.setattr(cuda_driver, "fill_bytes", lambda p, byte, n, stream=0: ctypes.memset(p, byte, n))
     monkeypatch.setattr(cuda_driver, "copy_to_host", lambda h, p, n, stream=0: ctypes.memmove(h, p, n))
+    monkeypatch.setattr(cuda_driver, "copy_to_device", lambda p, h, n, stream=0: ctypes.memmove(p, h, n))
     monkeypatch.setattr(engine, "compile_loop_kernel_cuda", fake.compile)
     return fake
 
@@ -289,3 +291,13 @@ def test_six_loops_are_one_launch(gpu):
 def test_device_views_of_fake_arrays_need_no_driver(monkeypatch):
     view = device_arrays.as_device_view(on_gpu(np.zeros((2, 3), np.float32)), "x")
     assert view.shape == (2, 3) and view.strides == (12, 4)
+
+
+def test_the_gpu_particle_benchmark_runs(gpu):
+    from braze.demo_kernels import TWELVE_LOOPS
+    from braze.demo_kernels_gpu import run_particle_step_gpu
+
+    row = run_particle_step_gpu(1000, steps=3, seconds=0.01, with_torch=False)
+    assert (row.launches_fused, row.launches_unfused, row.max_error) == (1, 6, 0.0)
+    row = run_particle_step_gpu(1000, steps=3, seconds=0.01, case=TWELVE_LOOPS)
+    assert (row.launches_fused, row.launches_unfused, row.max_error) == (1, 12, 0.0)

@@ -1,0 +1,145 @@
+"""The particle step on a GPU: the `@bz.kernel` fused (one launch) and unfused (one launch per
+loop), next to the same step in torch eager and torch.compile where torch is installed.
+
+Used by `braze demo` and `benchmarks/sim_step.py`. Each result is checked against the NumPy step
+before anything is timed. A step is host-bound at these sizes (a few µs of GPU work), so the
+time per step is the wall time of many steps in a row, synchronized at both ends: what a
+simulation loop sees. The median of several such batches is reported.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import braze as bz
+from braze.demo_kernels import DAMPING, GRAVITY, RESTITUTION, SIX_LOOPS, StepCase
+from braze.runtime import cuda_driver
+from braze.runtime.device_arrays import DeviceArray
+
+
+@dataclass
+class GpuStepRow:
+    step: str
+    particles: int
+    device: str
+    launches_fused: int
+    launches_unfused: int
+    us_fused: float
+    us_unfused: float
+    peers_us: dict[str, float] = field(default_factory=dict)  # torch eager, torch.compile
+    max_error: float = 0.0  # max |braze - NumPy| over x and v after `steps` steps
+    peer_errors: dict[str, float] = field(default_factory=dict)
+
+
+def gpu_available() -> bool:
+    return cuda_driver.device_count() > 0
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+def torch_step(x, v, f, mass, dt: float) -> None:
+    """The six-loop step in torch, one tensor operation per loop (what a torch user writes)."""
+    import torch
+
+    f.zero_()
+    f[:, 1] -= GRAVITY * mass
+    v += f / mass[:, None] * dt
+    v *= DAMPING
+    x += v * dt
+    below = x[:, 1] < 0
+    x[:, 1] = torch.where(below, -x[:, 1] * RESTITUTION, x[:, 1])
+    v[:, 1] = torch.where(below, -v[:, 1] * RESTITUTION, v[:, 1])
+
+
+def us_per_step(step: Callable[[], None], synchronize: Callable[[], None], seconds: float,
+                batches: int = 7) -> float:
+    """The median over `batches` of the synchronized wall time of a run of steps, per step (after a warm-up)."""
+    step()
+    synchronize()
+    start = time.perf_counter()
+    step()
+    synchronize()
+    count = max(10, int(seconds / batches / max(time.perf_counter() - start, 1e-6)))
+    samples = []
+    for _ in range(batches):
+        synchronize()
+        start = time.perf_counter()
+        for _ in range(count):
+            step()
+        synchronize()
+        samples.append((time.perf_counter() - start) / count * 1e6)
+    return statistics.median(samples)
+
+
+def _arrays(case: StepCase, n: int, torch):
+    """Host arrays for the reference, and the same on the GPU (torch tensors, else DeviceArrays)."""
+    host = case.arrays(n)
+    if torch is not None:
+        return host, [torch.from_numpy(a.copy()).cuda() for a in host]
+    return host, [DeviceArray.from_numpy(a) for a in host]
+
+
+def _to_host(array) -> np.ndarray:
+    return array.numpy() if isinstance(array, DeviceArray) else array.cpu().numpy()
+
+
+def _error(gpu: list, host: list) -> float:
+    return max(float(np.max(np.abs(_to_host(g) - h))) for g, h in zip(gpu[:2], host[:2]))
+
+
+def run_particle_step_gpu(n: int = 8192, steps: int = 20, seconds: float = 1.0, case: StepCase = SIX_LOOPS,
+                          with_torch: bool = True, with_compile: bool = True) -> GpuStepRow:
+    """Launch counts, µs per step on the GPU (fused, unfused, torch peers) and errors against NumPy."""
+    torch = _torch()
+    dt = np.float32(1e-3)
+    reference, fused = _arrays(case, n, torch)
+    _, unfused = _arrays(case, n, torch)
+    with bz.record() as rec_fused:
+        case.fused(*fused, dt)
+    with bz.record() as rec_unfused:
+        case.unfused(*unfused, dt)
+    case.numpy(*reference, dt)
+    for _ in range(steps - 1):
+        case.fused(*fused, dt)
+        case.numpy(*reference, dt)
+    error = _error(fused, reference)  # before timing, which steps on
+    synchronize = torch.cuda.synchronize if torch is not None else (lambda: cuda_driver.synchronize(0))
+    us_fused = us_per_step(lambda: case.fused(*fused, dt), synchronize, seconds)
+    us_unfused = us_per_step(lambda: case.unfused(*unfused, dt), synchronize, seconds)
+    row = GpuStepRow(case.name, n, cuda_driver.device(0).name, len(rec_fused.launches), len(rec_unfused.launches),
+                     us_fused, us_unfused, max_error=error)
+    if torch is not None and with_torch and case is SIX_LOOPS:
+        _time_torch_peers(row, torch, case, n, steps, seconds, with_compile)
+    return row
+
+
+def _time_torch_peers(row: GpuStepRow, torch, case: StepCase, n: int, steps: int, seconds: float,
+                      with_compile: bool) -> None:
+    peers: dict[str, Callable] = {"torch eager": torch_step}
+    if with_compile:
+        try:
+            peers["torch.compile"] = torch.compile(torch_step)
+        except Exception:  # noqa: BLE001  (torch.compile unavailable here: leave it out)
+            pass
+    dt = float(np.float32(1e-3))
+    for name, step in peers.items():
+        reference, arrays = _arrays(case, n, torch)
+        try:
+            for _ in range(steps):
+                step(*arrays, dt)
+                case.numpy(*reference, np.float32(dt))
+        except Exception:  # noqa: BLE001  (a peer that fails to run here is left out of the table)
+            continue
+        row.peer_errors[name] = _error(arrays, reference)
+        row.peers_us[name] = us_per_step(lambda s=step, a=arrays: s(*a, dt), torch.cuda.synchronize, seconds)
