@@ -8,6 +8,9 @@
 A signature is each array's dtype, rank and whether its innermost stride is 1 (that makes loops
 vectorize), plus whether any two arrays overlap in memory: the task-fusion analysis treats
 parameters as distinct resources, so overlapping arguments get a kernel compiled without fusion.
+
+NumPy (and other host) arrays run on the CPU backend; GPU arrays (torch, CuPy, DeviceArray) run
+on their GPU, through `kernel_gpu` (the device is then part of the signature).
 """
 
 from __future__ import annotations
@@ -280,7 +283,8 @@ def _span(array: np.ndarray) -> tuple[int, int] | None:
 
 
 def kernel(fn: Callable | None = None, *, debug: bool = False, fuse_tasks: bool = True):
-    """Compiles a Python function of arrays and scalars into a loop kernel (DESIGN section 1).
+    """Compiles a Python function of arrays and scalars into a loop kernel (DESIGN section 1), run on
+    the CPU for host arrays and on the GPU for GPU arrays.
 
     `debug=True` checks every index against the array's extent; `fuse_tasks=False` keeps each
     top-level loop its own launch.

@@ -33,14 +33,26 @@ class GpuCalls:
         self.config = config.current
         self.prepared: OrderedDict[tuple, PreparedKernelCall] = OrderedDict()
         self.torch_key = _torch_key_function(len(fn.specs), set(fn.array_positions))
+        self.torch_first = True  # whether the last description read was of torch tensors
 
     def key(self, args: Sequence[object]) -> tuple | None:
         """The description of `args`: read as torch tensors by one generated function (the common
-        case), else argument by argument; None when an argument is of no library braze knows."""
-        try:
-            return self.torch_key(*args)
-        except (AttributeError, TypeError):
-            pass
+        case), else argument by argument; None when an argument is of no library braze knows.
+        The way that worked last time is tried first (a failed try raises, which costs)."""
+        if self.torch_first:
+            try:
+                return self.torch_key(*args)
+            except (AttributeError, TypeError):
+                pass
+        key = self.generic_key(args)
+        if key is None and not self.torch_first:
+            try:
+                return self.torch_key(*args)
+            except (AttributeError, TypeError):
+                pass
+        return key
+
+    def generic_key(self, args: Sequence[object]) -> tuple | None:
         key = []
         for position, value in enumerate(args):
             if position in self.fn.array_positions:
@@ -78,6 +90,11 @@ class GpuCalls:
         if config.current is not self.config:
             self.prepared.clear()
             self.config = config.current
+        try:
+            self.torch_key(*args)
+            self.torch_first = True
+        except (AttributeError, TypeError):
+            self.torch_first = False
         description = self.key(args)
         if description is not None:
             self.prepared[description] = prepared
