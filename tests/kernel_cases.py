@@ -320,8 +320,10 @@ def all_cases() -> list[Case]:
              outputs=(1,), tolerance=1e-6),
     ]
     cases += [Case(f"dtype_{d}", dtype_kernel(d), dtype_args(d), outputs=(1,)) for d in DTYPES]
+    # Integer and bool operands of exp, sin, ... compute in float32 (as the op table promotes
+    # them), where CUDA's libm and braze's CPU math may differ in the last bit.
     tolerances = {"float16": 1e-2, "bfloat16": 1e-2, "float32": 2e-6, "float64": 1e-13}
-    cases += [Case(f"math_{d}", math_kernel(d), math_args(d), outputs=(3,), tolerance=tolerances.get(d, 1e-13))
+    cases += [Case(f"math_{d}", math_kernel(d), math_args(d), outputs=(3,), tolerance=tolerances.get(d, 2e-6))
               for d in ("bool", "int8", "int32", "int64", "float32", "float64")]
     return cases
 
