@@ -8,8 +8,9 @@ with every extent and stride filled in, and each task's grid. A call with that d
 
     1. reads each array's data pointer (the block is patched only when one changed);
     2. writes the scalars into the block;
-    3. launches each task with libcuda's cuLaunchKernel through ctypes, on the stream of the
-       arguments' library.
+    3. launches every task on the stream of the arguments' library: through one native function
+       that calls cuLaunchKernel for each (host/launch_jit.py) when the grids are fixed, else task
+       by task with libcuda's cuLaunchKernel through ctypes.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from braze.codegen.cuda import DEFAULT_BLOCK_SIZE
 from braze.codegen.cuda_plan import sub_exprs
 from braze.codegen.llvm import ArgLayout
 from braze.errors import KernelAssertionError
+from braze.host.launch_jit import native_launches
 from braze.kir import nodes as k
 from braze.runtime import cuda_driver as cuda
 from braze.runtime.cuda_kernel import BLOCKS_PER_SM, CudaCompiledKernel
@@ -178,6 +180,8 @@ class PreparedKernelCall:
         self.params_address = ctypes.addressof(self.params)
         self.pointers = [(slot, position, reader.pointer) for (slot, _), position, reader in
                          zip(launcher.array_slots, array_positions, readers)]
+        self.read_pointers = _pointer_reader([(position, reader.pointer) for position, reader in
+                                              zip(array_positions, readers)])
         self.scalars = [(slot, position, pack) for (slot, pack), position in zip(launcher.scalar_slots,
                                                                                  scalar_positions)]
         self.scalar_positions = scalar_positions
@@ -186,13 +190,23 @@ class PreparedKernelCall:
         self.spans = [_span_offsets(v) for v in views]
         self.shapes = [_Shape(v.shape) for v in views]  # what the bounds function reads
         self.overlapping = overlapping
-        self.last_pointers: list[int] | None = None
+        self.last_pointers: tuple[int, ...] | None = None
         self.busy = threading.Lock()  # the block is patched in place: one caller at a time
         self.status = None
         if launcher.status_slot is not None:
             self.status = _StatusWord(launcher.device)
             block[launcher.status_slot: launcher.status_slot + 3] = [self.status.address, 1, 1]
         self.raw_launch = cuda.raw_launch_function()
+        self.native = self._native_launches()
+
+    def _native_launches(self) -> tuple[object, list[PlannedLaunch]] | None:
+        """Fixed grids and no debug checks: every launch of a call from one native function."""
+        if self.launches is None or self.status is not None:
+            return None
+        launched = [x for x in self.launches if x.grid]
+        native = native_launches(cuda.launch_function_address(),
+                                 [(x.task.address, x.grid, x.threads, 0, self.params_address) for x in launched])
+        return None if native is None else (native.call, launched)
 
     def run(self, args: Sequence[object]) -> bool:
         """Runs the kernel on `args`; False when this call cannot take them (the caller binds them
@@ -206,7 +220,7 @@ class PreparedKernelCall:
 
     def _run(self, args: Sequence[object]) -> bool:
         block = self.block
-        pointers = [pointer(args[position]) for _, position, pointer in self.pointers]
+        pointers = self.read_pointers(args)
         if pointers != self.last_pointers:
             if self._overlap(pointers) != self.overlapping:
                 return False  # the kernel was compiled for arguments that do (or do not) share memory
@@ -224,6 +238,13 @@ class PreparedKernelCall:
         launches = self.launches
         if launches is None:
             launches = self.launcher.plan(self.launcher.bounds(self.shapes, [args[p] for p in self.scalar_positions]))
+        native = self.native
+        if native is not None and not recording():
+            failed = native[0](stream)
+            if failed:
+                x = native[1][failed >> 16]
+                cuda.raise_launch_error(failed & 0xFFFF, x.task.function, (x.grid, 1, 1), (x.threads, 1, 1))
+            return True
         if self.status is not None:
             self.status.reset(stream)
         if recording():
@@ -269,10 +290,18 @@ class PreparedKernelCall:
         if code:
             raise KernelAssertionError(f"kernel {self.launcher.kernel.name!r}: {self.launcher.messages[code - 1]}")
 
-    def _overlap(self, pointers: list[int]) -> bool:
+    def _overlap(self, pointers: tuple[int, ...]) -> bool:
         spans = sorted((p + lo, p + hi) for p, span in zip(pointers, self.spans) if span is not None
                        for lo, hi in (span,))
         return any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:]))
+
+
+def _pointer_reader(readers: list[tuple[int, Callable[[object], int]]]) -> Callable[[Sequence], tuple[int, ...]]:
+    """`args -> (data pointer of each array argument)`, one generated function: a cached call
+    reads them all on every call, and a loop over readers costs more than the reads."""
+    names = {f"read{n}": reader for n, (_, reader) in enumerate(readers)}
+    reads = "".join(f"read{n}(args[{position}]), " for n, (position, _) in enumerate(readers))
+    return eval(f"lambda args: ({reads})", names)  # noqa: S307  (built from argument positions only)
 
 
 @dataclass(frozen=True)

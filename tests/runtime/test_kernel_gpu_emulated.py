@@ -24,6 +24,9 @@ from braze.runtime import cuda_driver, device_arrays
 from braze.runtime.compiled_kernel import CompiledKernel, CompileParams
 from braze.runtime.device_arrays import DeviceArray
 
+# cuLaunchKernel's C signature: function, grid x/y/z, block x/y/z, shared bytes, stream, params, extra.
+CU_LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
+                             ctypes.c_void_p, ctypes.c_void_p)
 SMS = 2  # a small fake GPU, so that grids are capped and threads loop
 
 
@@ -108,6 +111,13 @@ def _evaluate(e: k.Expr, kernel: k.Kernel, slots) -> int:
             "floordiv": a // b if b else 0, "remainder": a % b if b else 0}[e.op]
 
 
+# Prepared calls with fixed grids launch from native code, which calls the current test's fake
+# through this C pointer. It lives as long as the module: prepared calls outlive a test.
+_FAKES: list[FakeGpu] = []
+_NATIVE_LAUNCH = CU_LAUNCH(lambda *args: _FAKES[0].launch(*args))
+_NATIVE_LAUNCH_ADDRESS = ctypes.cast(_NATIVE_LAUNCH, ctypes.c_void_p).value
+
+
 class HostMemory:
     """cuda_driver's memory calls on host memory."""
 
@@ -126,6 +136,8 @@ def gpu(monkeypatch):
     devices = {}
     monkeypatch.setattr(cuda_driver, "device", lambda index=0: devices.setdefault(index, FakeDevice(index)))
     monkeypatch.setattr(cuda_driver, "raw_launch_function", lambda: fake.launch)
+    _FAKES[:] = [fake]
+    monkeypatch.setattr(cuda_driver, "launch_function_address", lambda: _NATIVE_LAUNCH_ADDRESS)
     monkeypatch.setattr(cuda_driver, "alloc", memory.alloc)
     monkeypatch.setattr(cuda_driver, "free", lambda pointer, stream=0: None)
     monkeypatch.setattr(cuda_driver, "synchronize", lambda stream=0: None)
@@ -301,3 +313,66 @@ def test_the_gpu_particle_benchmark_runs(gpu):
     assert (row.launches_fused, row.launches_unfused, row.max_error) == (1, 6, 0.0)
     row = run_particle_step_gpu(1000, steps=3, seconds=0.01, case=TWELVE_LOOPS)
     assert (row.launches_fused, row.launches_unfused, row.max_error) == (1, 12, 0.0)
+
+
+def _only_prepared(fn):
+    (prepared,) = fn._gpu.prepared.values()
+    return prepared
+
+
+def test_fixed_grids_launch_from_one_native_function(gpu):
+    from braze.demo_kernels import particle_step_unfused, particles
+
+    host = particles(1000)
+    expected = [a.copy() for a in host]
+    arrays = to_gpu(host)
+    particle_step_unfused(*arrays, np.float32(1e-3))  # binds and prepares
+    prepared = _only_prepared(particle_step_unfused)
+    assert prepared.native is not None and len(prepared.native[1]) == 6
+    before = len(gpu.launches)
+    particle_step_unfused(*arrays, np.float32(1e-3))  # the cached call: six launches, one native call
+    assert [name for name, _, _ in gpu.launches[before:]] == [t.name for t in prepared.launcher.kernel.tasks]
+    for _ in range(2):  # the same two steps on the host, through the CPU backend
+        particle_step_unfused(*expected, np.float32(1e-3))
+    for got, want in zip(host, expected):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_scalar_bounds_and_debug_checks_launch_from_python(gpu):
+    @bz.kernel
+    def fill(a: bz.Array[bz.float32, 1], hi: int):
+        for i in range(hi):
+            a[i] = 1.0
+
+    @bz.kernel(debug=True)
+    def copy(a: bz.Array[bz.float32, 1], b: bz.Array[bz.float32, 1]):
+        for i in range(a.shape[0]):
+            b[i] = a[i]
+
+    a = np.zeros(8, np.float32)
+    fill(on_gpu(a), 5)
+    copy(on_gpu(a), on_gpu(np.zeros(8, np.float32)))
+    assert _only_prepared(fill).native is None  # the grid follows `hi`, a scalar
+    assert _only_prepared(copy).native is None  # the status word is read after each task
+
+
+def test_a_failed_native_launch_names_the_task(gpu, monkeypatch):
+    @bz.kernel(fuse_tasks=False)
+    def two(a: bz.Array[bz.float32, 1]):
+        for i in range(a.shape[0]):
+            a[i] += 1.0
+        for i in range(a.shape[0]):
+            a[i] *= 2.0
+
+    a = on_gpu(np.zeros(8, np.float32))
+    two(a)
+    launch = gpu.launch
+    monkeypatch.setattr(gpu, "launch", lambda function, *rest: 701 if len(gpu.launches) >= 3 else
+                        launch(function, *rest))
+
+    def named_error(code, name, grid, block):  # the driver's text for the code needs a real driver
+        raise bz.CudaError(f"launch of {name} failed with {code}")
+
+    monkeypatch.setattr(cuda_driver, "raise_launch_error", named_error)
+    with pytest.raises(bz.CudaError, match=r"launch of two_t1\w* failed with 701"):
+        two(a)
