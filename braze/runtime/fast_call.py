@@ -222,28 +222,46 @@ class PreparedCall:
         finally:
             self.busy.release()
 
-    def _run(self, inputs: Sequence[object]) -> list | None:
-        plan, block = self.plan, self.block
-        for slot, position, pointer in plan.input_pointers:
-            block[slot] = pointer(inputs[position])
-        for s in plan.scalars:
-            try:
-                block[s.slot] = s.pack(inputs[s.position])
-            except (OverflowError, struct.error, TypeError, ValueError):  # the host program says why
-                return None
-        order = self._begin(inputs)
-        buffers = self._buffers(order)
-        pointer = plan.buffer_pointer
-        for slot, n in plan.buffer_pointers:
-            block[slot] = pointer(buffers[n])
+    @functools.cached_property
+    def _run(self) -> Callable[[Sequence[object]], list | None]:
+        """The call as one generated function of the inputs: straight-line patching and returns,
+        with every reader, packer and slot a constant (a loop over the plan's lists costs more
+        than the work it does)."""
+        plan = self.plan
+        names: dict[str, object] = {"block": self.block, "begin": self._begin, "buffers_of": self._buffers,
+                                    "launch": self._launch, "pointer": plan.buffer_pointer,
+                                    "draw": next_seed_offset, "signed": _signed, "copy": cuda.copy_on_device,
+                                    "Refused": (OverflowError, struct.error, TypeError, ValueError)}
+        lines = []
+        for n, (slot, position, reader) in enumerate(plan.input_pointers):
+            names[f"read{n}"] = reader
+            lines.append(f"block[{slot}] = read{n}(inputs[{position}])")
+        if plan.scalars:  # a value the packer refuses goes to the host program, which says why
+            lines.append("try:")
+            for n, s in enumerate(plan.scalars):
+                names[f"pack{n}"] = s.pack
+                lines.append(f"    block[{s.slot}] = pack{n}(inputs[{s.position}])")
+            lines += ["except Refused:", "    return None"]
+        lines.append("order = begin(inputs)")
+        if all(self.fresh):  # nothing kept between calls: allocate each buffer in place
+            names.update((f"allocate{n}", allocate) for n, allocate in enumerate(plan.allocations))
+            lines.append(f"buffers = ({''.join(f'allocate{n}(), ' for n in range(len(plan.allocations)))})")
+        else:
+            lines.append("buffers = buffers_of(order)")
+        lines += [f"block[{slot}] = pointer(buffers[{n}])" for slot, n in plan.buffer_pointers]
         for slots in plan.seeds:  # every random op draws, as the host program does, used or not
-            seed, offset = next_seed_offset()
+            lines.append("seed, offset = draw()")
             if slots is not None:
-                block[slots[0]], block[slots[1]] = _signed(seed), _signed(offset)
-        self._launch(order)
-        for position, input_pointer, n, nbytes in plan.copies_back:
-            cuda.copy_on_device(input_pointer(inputs[position]), pointer(buffers[n]), nbytes, order)
-        return [buffers[n] if where == "buffer" else inputs[n] for where, n in plan.returned]
+                lines.append(f"block[{slots[0]}], block[{slots[1]}] = signed(seed), signed(offset)")
+        lines.append("launch(order)")
+        for n, (position, reader, buffer, nbytes) in enumerate(plan.copies_back):
+            names[f"input{n}"] = reader
+            lines.append(f"copy(input{n}(inputs[{position}]), pointer(buffers[{buffer}]), {nbytes}, order)")
+        returned = ", ".join(f"buffers[{n}]" if where == "buffer" else f"inputs[{n}]" for where, n in plan.returned)
+        lines.append(f"return [{returned}]")
+        source = "def run(inputs):\n" + "".join(f"    {line}\n" for line in lines)
+        exec(source, names)  # noqa: S102  (built above from the plan's slots and positions only)
+        return names["run"]
 
     def _buffers(self, order: int) -> list:
         allocations = self.plan.allocations
