@@ -43,6 +43,19 @@ def test_chain_of_ten_elementwise_ops_with_broadcasts_is_one_kernel():
     assert len(rec.launches) == 1
 
 
+def test_index_remapping_views_fuse_with_elementwise_ops_into_one_kernel():
+    def build(f):
+        x, y, z = f.define_tensor((-1, -1)), f.define_tensor((-1, -1)), f.define_tensor((1, -1))
+        t = bz.ops.permute(x, [1, 0])[1:, :] * 2.0  # [7, 6]
+        t = bz.ops.pad(t, [(1, 0), (0, 0)], 0.5)  # [8, 6]
+        t = bz.ops.cat([t, bz.ops.flip(y, 0)], axis=1)  # [8, 9]
+        f.add_output(bz.ops.exp(t) + bz.ops.expand(z, [8, 9]))
+
+    _, rec = _run(build, [rng.standard_normal((6, 8), np.float32), rng.standard_normal((8, 3), np.float32),
+                          rng.standard_normal((1, 9), np.float32)])
+    assert len(rec.launches) == 1
+
+
 @pytest.mark.parametrize("composite", ["softmax", "layer_norm", "rms_norm"])
 def test_normalizations_are_one_kernel(composite):
     def build(f):
