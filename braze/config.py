@@ -17,8 +17,10 @@ DUMP_NAMES = frozenset({
 # `poison_outputs` (enable: new GPU outputs start as 0xFF bytes), `disk_cache` (disable: no
 # compiled code read from or written to disk), `host_jit` (disable: shape functions run in
 # Python instead of native code), `simplify` (disable: Kernel IR is not simplified), `fast_call`
-# (disable: every call runs the host program; no prepared call is kept).
-FEATURE_NAMES = frozenset({"fast_math", "poison_outputs", "disk_cache", "host_jit", "simplify", "fast_call"})
+# (disable: every call runs the host program; no prepared call is kept), `kernel_reuse` (disable:
+# each input signature of a fusion gets a runtime of its own, even where the Kernel IR is the same).
+FEATURE_NAMES = frozenset({"fast_math", "poison_outputs", "disk_cache", "host_jit", "simplify", "fast_call",
+                           "kernel_reuse"})
 
 
 def _flag(value: str | None, default: bool) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,7 +30,7 @@ from braze.passes.output_cache import cache_rows_in_outputs
 from braze.passes.simplify import simplify
 from braze.runtime import reference
 from braze.runtime.arrays import to_kind
-from braze.runtime.compiled_kernel import CompiledKernel
+from braze.runtime.compiled_kernel import CompiledKernel, CompileParams
 from braze.runtime.executor import KernelExecutor
 from braze.runtime.fusion_runtime import FusionRuntime
 from braze.runtime.inputs import BoundInputs, TensorSpec, bind_inputs
@@ -112,9 +113,14 @@ def signature(fusion: Fusion, bound: BoundInputs) -> tuple:
     return tuple(units), index_type(fusion, bound).name
 
 
-def _input_strides(fusion: Fusion, key: tuple) -> dict[int, tuple[int | None, ...]]:
+def _input_strides(fusion: Fusion, key: tuple, plan: schedule.Plan) -> dict[int, tuple[int | None, ...]]:
+    """The strides the signature fixes at 1, for the inputs the kernel reads: an input only viewed on
+    the host keeps every stride a parameter, so its layout leaves the Kernel IR (and the runtime,
+    see FusionCache) unchanged."""
+    read = schedule.kernel_tensors(plan.writes)
     tensors = [tv for tv in fusion.inputs if tv.scalar is None]
-    return {id(tv): tuple(1 if unit else None for unit in units) for tv, units in zip(tensors, key[0])}
+    return {id(tv): tuple(1 if unit else None for unit in units) for tv, units in zip(tensors, key[0])
+            if id(tv) in read}
 
 
 def plan_kernel(fusion: Fusion, key: tuple, views_on_host: bool = True) -> tuple[schedule.Plan, k.Kernel, KernelParams]:
@@ -123,7 +129,7 @@ def plan_kernel(fusion: Fusion, key: tuple, views_on_host: bool = True) -> tuple
     while True:
         plan = schedule.plan(fusion, cuts, views_on_host)
         try:
-            kernel, params = lower(fusion, plan.writes, plan.loop_orders, _input_strides(fusion, key),
+            kernel, params = lower(fusion, plan.writes, plan.loop_orders, _input_strides(fusion, key, plan),
                                    getattr(fusion, "name", "fusion"), dt.as_dtype(key[1]))
             kernel = simplify(kernel)
             break
@@ -141,24 +147,59 @@ def forget_compiled_kernels() -> None:
     _kernels.clear()
 
 
-def compile_fusion(fusion: Fusion, key: tuple) -> FusionRuntime:
+def cpu_kernel(kernel: k.Kernel) -> CompiledKernel:
+    """The compiled CPU code of `kernel`, shared by every fusion and loop kernel with the same Kernel
+    IR (the task bounds live there, not in the code) and the same compile params: a kernel first
+    compiled without the fast-math knob is not reused with it."""
+    params = CompileParams(fast_math="fast_math" in config.current.enable)
+    cache_key = (kernel_text(kernel), params)
+    if cache_key not in _kernels:
+        _kernels[cache_key] = CompiledKernel(kernel, params)
+    return _kernels[cache_key].compile()
+
+
+@dataclass(frozen=True)
+class Lowered:
+    """A fusion planned and lowered for one signature, before anything is compiled."""
+
+    plan: schedule.Plan
+    kernel: k.Kernel
+    params: KernelParams
+    in_place: frozenset[int]  # reuse_buffer outputs written straight into their input (CPU only)
+
+    @property
+    def reuse_key(self) -> tuple:
+        """Two signatures lowered to the same key run the same runtime: the Kernel IR holds the
+        heuristics' every decision (loop order, cuts, index type, the strides fixed at 1)."""
+        return kernel_text(self.kernel), self.in_place, tuple(id(tv) for tv in self.plan.writes)
+
+
+def lower_fusion(fusion: Fusion, key: tuple, device_index: int | None = None) -> Lowered:
+    """Plans and lowers `fusion` for one signature, for the CPU or (with `device_index`) a GPU."""
+    if device_index is not None:
+        plan, kernel, params = plan_kernel(fusion, key, views_on_host=False)
+        return Lowered(plan, kernel, params, frozenset())
     plan, kernel, params = plan_kernel(fusion, key)
-    kernel = cache_rows_in_outputs(kernel)
-    # Kernels are shared when their Kernel IR is the same (the task bounds live there, not in the code).
-    text = kernel_text(kernel)
-    if text not in _kernels:
-        _kernels[text] = CompiledKernel(kernel)
-    compiled = _kernels[text].compile()
-    return FusionRuntime(fusion, KernelExecutor(compiled), plan.writes, params)
+    return Lowered(plan, cache_rows_in_outputs(kernel), params, schedule.in_place_outputs(fusion, plan))
 
 
-def compile_fusion_cuda(fusion: Fusion, key: tuple, device_index: int) -> FusionRuntime:
+def compile_fusion(fusion: Fusion, key: tuple, lowered: Lowered | None = None) -> FusionRuntime:
+    """The CPU runtime of `fusion` for one signature (`lowered`, when the caller lowered it already)."""
+    lowered = lowered or lower_fusion(fusion, key)
+    compiled = cpu_kernel(lowered.kernel)
+    return FusionRuntime(fusion, KernelExecutor(compiled), lowered.plan.writes, lowered.params, lowered.in_place)
+
+
+def compile_fusion_cuda(fusion: Fusion, key: tuple, device_index: int, lowered: Lowered | None = None
+                        ) -> FusionRuntime:
+    """The runtime of `fusion` on GPU `device_index` for one signature."""
     from braze.runtime import cuda_driver
     from braze.runtime.cuda_fusion_runtime import CudaFusionRuntime
     from braze.runtime.cuda_kernel import CudaCompiledKernel, CudaExecutor, default_params
 
     device = cuda_driver.device(device_index)
-    plan, kernel, params = plan_kernel(fusion, key, views_on_host=False)
+    lowered = lowered or lower_fusion(fusion, key, device_index)
+    plan, kernel, params = lowered.plan, lowered.kernel, lowered.params
     cache_key = ("cuda", device.arch, kernel_text(kernel))
     if cache_key not in _kernels:
         _kernels[cache_key] = CudaCompiledKernel(kernel, default_params(device), restrict=True)
@@ -177,24 +218,41 @@ def cuda_source(fusion: Fusion, inputs: Sequence[object]):
 
 
 class FusionCache:
-    """Input signature -> FusionRuntime for one fusion, least recently used dropped first."""
+    """Input signature -> FusionRuntime for one fusion, least recently used dropped first.
+
+    A new signature that lowers to the Kernel IR of a runtime already held (its strides differ only
+    where the kernel does not read, say) shares that runtime: nothing is compiled or built again.
+    `BRAZE_DISABLE=kernel_reuse` builds a runtime per signature.
+    """
 
     def __init__(self) -> None:
         self.entries: OrderedDict[tuple, FusionRuntime] = OrderedDict()
+        self.by_kernel: dict[tuple, FusionRuntime] = {}  # (device, Lowered.reuse_key) -> runtime
 
     def runtime(self, fusion: Fusion, bound: BoundInputs) -> FusionRuntime:
         key = signature(fusion, bound)
         place = (key, bound.device)  # the same signature on another device is another entry
         entry = self.entries.get(place)
         if entry is None:
-            note_entry(f"runtime {getattr(fusion, 'name', 'fusion')}")
-            entry = self.entries[place] = (
-                compile_fusion(fusion, key) if bound.device is None else compile_fusion_cuda(fusion, key, bound.device))
+            entry = self.entries[place] = self._new_runtime(fusion, key, bound.device)
             if len(self.entries) > CACHE_ENTRIES:
                 self.entries.popitem(last=False)
+                held = {id(r) for r in self.entries.values()}
+                self.by_kernel = {k: r for k, r in self.by_kernel.items() if id(r) in held}
         else:
             self.entries.move_to_end(place)
         return entry
+
+    def _new_runtime(self, fusion: Fusion, key: tuple, device: int | None) -> FusionRuntime:
+        lowered = lower_fusion(fusion, key, device)
+        reuse_key = (device, lowered.reuse_key)
+        runtime = None if config.disabled("kernel_reuse") else self.by_kernel.get(reuse_key)
+        if runtime is None:
+            note_entry(f"runtime {getattr(fusion, 'name', 'fusion')}")
+            runtime = (compile_fusion(fusion, key, lowered) if device is None
+                       else compile_fusion_cuda(fusion, key, device, lowered))
+            self.by_kernel[reuse_key] = runtime
+        return runtime
 
 
 def _cache_of(fusion: Fusion) -> FusionCache:
@@ -317,10 +375,7 @@ def compile_loop_kernel(kernel: k.Kernel, fuse: bool = True) -> tuple[CompiledKe
     """Runs the Kernel IR passes (task fusion) on a `@bz.kernel` and compiles it; kernels with the same
     Kernel IR after the passes share one compiled kernel."""
     fused, decisions = fuse_tasks(kernel, enabled=fuse)
-    text = kernel_text(fused)
-    if text not in _kernels:
-        _kernels[text] = CompiledKernel(fused)
-    return _kernels[text].compile(), decisions
+    return cpu_kernel(fused), decisions
 
 
 def compile_loop_kernel_cuda(kernel: k.Kernel, device_index: int, fuse: bool = True, restrict: bool = False):

@@ -99,6 +99,44 @@ class Allocate:
 
 
 @dataclass(eq=False)
+class WriteInPlace(Allocate):
+    """The buffer of an output written in place into input `source` (`reuse_buffer`): the input
+    itself when the kernel can write through it, else a fresh buffer that `Alias` copies back.
+
+    The kernel was compiled with the strides braze allocates with; those it fixed at 1 must be 1 in
+    the input too. An input that overlaps another input (the same array passed twice) would be read
+    through the other after being written, so it gets a fresh buffer as well.
+    """
+
+    source: int = 0  # the input's slot
+    inputs: int = 0  # how many input slots the frame has
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._unit = tuple(s.is_const and s.value == 1 for s in self.layout.strides)
+
+    def run(self, frame: Frame) -> None:
+        target = frame.values[self.source]
+        if self.fits(target, frame):
+            frame.values[self.slot] = target
+        else:
+            super().run(frame)
+
+    def fits(self, target: object, frame: Frame) -> bool:
+        """Whether the kernel can write this run's output straight into `target`."""
+        if not isinstance(target, np.ndarray) or not target.flags.writeable or target.shape != self.sizes(frame):
+            return False
+        for extent, stride, unit in zip(target.shape, target.strides, self._unit):
+            if extent > 1 and (stride == 0 or unit and stride != target.itemsize):
+                return False
+        others = (frame.values[n] for n in range(self.inputs) if n != self.source)
+        return not any(isinstance(o, np.ndarray) and np.may_share_memory(o, target) for o in others)
+
+    def text(self) -> str:
+        return f"{super().text()} (or in place into input {self.source})"
+
+
+@dataclass(eq=False)
 class Launch:
     """Runs `executor`'s kernel on an argument block packed from the frame."""
 
@@ -134,7 +172,8 @@ class Alias:
 
     def run(self, frame: Frame) -> None:
         if self.view is None:
-            self.device.copy_into(frame.values[self.source], frame.values[self.written])
+            if frame.values[self.written] is not frame.values[self.source]:  # else written in place
+                self.device.copy_into(frame.values[self.source], frame.values[self.written])
             frame.values[self.slot] = frame.values[self.source]
         else:
             frame.values[self.slot] = self.compute(frame)
@@ -216,6 +255,7 @@ class OutputSpec:
     alias_of: TensorView | None  # the input it aliases, if any
     view: tuple[str, ...] | None  # view op names for a view alias; None for written-back or new outputs
     compute: Callable[[Frame], np.ndarray] | None = None
+    in_place: bool = False  # a written-back output the kernel may write straight into its input
 
 
 def single_kernel_program(name: str, inputs: Sequence[TensorView], writes: Sequence[TensorView],
@@ -225,7 +265,8 @@ def single_kernel_program(name: str, inputs: Sequence[TensorView], writes: Seque
     buffer that is no output right after its last use (the launch, or its write back).
 
     Inputs take the first frame slots, in order; `launch(written)` builds the Launch given the
-    slot of each written tensor (id(tv) -> slot: an input may be written too, into a buffer of its own).
+    slot of each written tensor (id(tv) -> slot: an input may be written too, into a buffer of its own,
+    or into the input itself for an output marked `in_place`).
     The shape function also computes `extra_values`, from `frame.extents[program.extra_at]` on.
     `device` allocates and copies buffers (host memory by default).
     """
@@ -235,16 +276,21 @@ def single_kernel_program(name: str, inputs: Sequence[TensorView], writes: Seque
     shapes = ShapeProgram.of(name, values + list(extra_values))
     fresh = count(len(inputs))
     written = {id(tv): next(fresh) for tv in writes}
+    input_slot = {id(tv): n for n, tv in enumerate(inputs)}
+    in_place = {id(o.tv): input_slot[id(o.alias_of)] for o in outputs if o.in_place}
     instructions: list[Instruction] = []
     at = 0
     for tv, layout in zip(writes, layouts):
-        instructions.append(Allocate(tv, False, written[id(tv)], layout, at, device))
+        if id(tv) in in_place:
+            instructions.append(WriteInPlace(tv, False, written[id(tv)], layout, at, device, in_place[id(tv)],
+                                             len(inputs)))
+        else:
+            instructions.append(Allocate(tv, False, written[id(tv)], layout, at, device))
         at += len(layout.values)
     instructions.append(launch(written))
     returned = {id(o.tv) for o in outputs if o.alias_of is None}
     written_back = {id(o.tv) for o in outputs if o.alias_of is not None and o.view is None} - returned
     instructions += [Free(tv, written[id(tv)]) for tv in writes if id(tv) not in returned | written_back]
-    input_slot = {id(tv): n for n, tv in enumerate(inputs)}
     output_slots = []
     for spec in outputs:
         if spec.alias_of is None:

@@ -65,20 +65,25 @@ def store(key: str, payload: bytes) -> None:
     if not enabled():
         return
     path = _path(key)
+    tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".tmp") as tmp:
             tmp.write(_MAGIC + hashlib.sha256(payload).digest() + payload)
         os.replace(tmp.name, path)
     except OSError:
-        pass
+        if tmp is not None:  # a failed write leaves no half-written file behind
+            Path(tmp.name).unlink(missing_ok=True)
 
 
 def clear() -> int:
-    """Removes every cache entry; returns how many files were removed."""
+    """Removes every cache entry, and any temporary file a killed writer left; returns how many
+    entries were removed."""
     root = config.current.cache_dir
     removed = 0
     for path in root.rglob("*.bin") if root.exists() else []:
         path.unlink(missing_ok=True)
         removed += 1
+    for path in root.rglob("*.tmp") if root.exists() else []:
+        path.unlink(missing_ok=True)
     return removed

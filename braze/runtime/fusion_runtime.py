@@ -50,8 +50,11 @@ class FusionRuntime:
     device_type: type[CpuDevice] = CpuDevice  # a GPU runtime allocates and launches on its device
 
     def __init__(self, fusion: Fusion, executor: KernelExecutor, writes: tuple[TensorView, ...],
-                 params: KernelParams) -> None:
+                 params: KernelParams, in_place: frozenset[int] = frozenset()) -> None:
+        """`in_place`: the `reuse_buffer` outputs (ids of their tensors) the kernel may write straight
+        into their input (`schedule.in_place_outputs`); the others are written back after the launch."""
         self.fusion = fusion
+        self.in_place = in_place
         self.executor = executor
         self.writes = writes
         self.params = params
@@ -80,7 +83,7 @@ class FusionRuntime:
 
     def _output_spec(self, out: Output) -> OutputSpec:
         if out.alias is AliasKind.REUSE_BUFFER:
-            return OutputSpec(out.tv, out.aliased_input, None)
+            return OutputSpec(out.tv, out.aliased_input, None, in_place=id(out.tv) in self.in_place)
         if out.alias is AliasKind.EVALUATE and not any(tv is out.tv for tv in self.writes):  # else a copy task wrote it
             view = lambda frame, tv=out.tv: self._view(tv, frame)
             return OutputSpec(out.tv, out.aliased_input, _view_ops(out.tv), view)

@@ -110,3 +110,48 @@ def plan(fusion: Fusion, cuts: set[int], views_on_host: bool = True) -> Plan:
     # Producers first, so a later task reads what an earlier one wrote instead of recomputing it.
     writes = tuple(sorted(cut_tensors + outputs, key=lambda t: position.get(id(t), -1)))
     return Plan(writes, tuple(heuristics_for(tv) for tv in writes))
+
+
+def kernel_tensors(writes: tuple[TensorView, ...]) -> dict[int, TensorView]:
+    """Every tensor a kernel writing `writes` computes or reads (the writes' cones), producers first."""
+    return {id(t): t for tv in writes for t in _cone(tv)}
+
+
+def _same_index_path(source: TensorView, target: TensorView, kernel: dict[int, TensorView]) -> bool:
+    """Whether every tensor of the kernel computed from `source` is `target` or leads only to it,
+    through elementwise ops and casts of one rank: element i of `target` then reads element i of
+    `source` and nothing else does, so `target` may overwrite `source` as it goes."""
+    derived = {id(source)}
+    for tv in kernel.values():  # producers first, so a tensor's inputs are classified before it
+        expr = tv.definition
+        if expr is None or not any(id(i) in derived for i in expr.inputs):
+            continue
+        if lookup(expr.op).category not in _POSITIONAL or tv.ndim != source.ndim:
+            return False
+        derived.add(id(tv))
+    return id(target) in derived
+
+
+def in_place_outputs(fusion: Fusion, plan: Plan) -> frozenset[int]:
+    """The `reuse_buffer` outputs (ids of their tensors) the kernel may write straight into their
+    input instead of into a buffer copied back afterwards.
+
+    That takes a pointwise task whose output reads its input only at the element it writes, and no
+    other task that reads the input (it would see the new values). Reductions are left out: their
+    tasks store row caches into the output (passes/output_cache.py) before reading the input.
+    """
+    kernel = kernel_tensors(plan.writes)
+    scheduler = {id(tv): h.scheduler for tv, h in zip(plan.writes, plan.heuristics)}
+    found = set()
+    for out in fusion.outputs:
+        tv, source = out.tv, out.aliased_input
+        if out.alias is not AliasKind.REUSE_BUFFER or scheduler.get(id(tv)) != "pointwise":
+            continue
+        if tv.definition is None or tv.dtype != source.dtype or not tv.has_default_allocation:
+            continue
+        if sum(o.tv is tv for o in fusion.outputs) > 1:  # also returned as a new buffer of its own
+            continue
+        readers = [w for w in plan.writes if w is not tv and any(t is source for t in _cone(w))]
+        if not readers and _same_index_path(source, tv, kernel):
+            found.add(id(tv))
+    return frozenset(found)

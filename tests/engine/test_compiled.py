@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import subprocess
 import sys
@@ -11,8 +12,8 @@ import numpy as np
 import pytest
 
 import braze as bz
-from braze import config
-from braze.runtime import disk_cache
+from braze import config, engine
+from braze.runtime import cpu, disk_cache
 
 rng = np.random.default_rng(7)
 
@@ -39,6 +40,19 @@ def test_chain_of_ten_elementwise_ops_with_broadcasts_is_one_kernel():
     f, rec = _run(build, [rng.standard_normal((64, 33), np.float32), rng.standard_normal(33, np.float32),
                           rng.standard_normal((64, 1), np.float32)])
     assert len(f.exprs) >= 10
+    assert len(rec.launches) == 1
+
+
+def test_index_remapping_views_fuse_with_elementwise_ops_into_one_kernel():
+    def build(f):
+        x, y, z = f.define_tensor((-1, -1)), f.define_tensor((-1, -1)), f.define_tensor((1, -1))
+        t = bz.ops.permute(x, [1, 0])[1:, :] * 2.0  # [7, 6]
+        t = bz.ops.pad(t, [(1, 0), (0, 0)], 0.5)  # [8, 6]
+        t = bz.ops.cat([t, bz.ops.flip(y, 0)], axis=1)  # [8, 9]
+        f.add_output(bz.ops.exp(t) + bz.ops.expand(z, [8, 9]))
+
+    _, rec = _run(build, [rng.standard_normal((6, 8), np.float32), rng.standard_normal((8, 3), np.float32),
+                          rng.standard_normal((1, 9), np.float32)])
     assert len(rec.launches) == 1
 
 
@@ -161,6 +175,31 @@ def test_large_problems_run_on_several_threads():
     np.testing.assert_array_equal(y, a * 2)
     expected_chunks = min(os.cpu_count() or 1, 2) if (os.cpu_count() or 1) > 1 else 1
     assert rec.launches[0].chunks >= expected_chunks
+
+
+def test_small_problems_run_on_the_calling_thread(monkeypatch):
+    def no_pool():
+        raise AssertionError("a small problem was handed to the worker threads")
+
+    monkeypatch.setattr(cpu, "_pool", no_pool)
+    with bz.Fusion() as f:
+        f.add_output(bz.ops.exp(f.define_tensor((-1, -1))) * 2.0)
+    a = rng.standard_normal((8, 8), np.float32)
+    with bz.record() as rec:
+        (y,) = f.execute([a])
+    np.testing.assert_allclose(y, np.exp(a) * 2, rtol=1e-6)
+    assert [launch.chunks for launch in rec.launches] == [1]
+
+
+def test_task_functions_release_the_gil():
+    # ctypes releases the GIL around calls through a CFUNCTYPE prototype, not a PYFUNCTYPE one: the
+    # worker threads then run the native code side by side.
+    assert not cpu.TASK_SIGNATURE._flags_ & ctypes._FUNCFLAG_PYTHONAPI
+    with bz.Fusion() as f:
+        f.add_output(f.define_tensor((-1,)) + 1.0)
+    f.execute([np.ones(4, np.float32)])
+    (runtime,) = engine._caches[f].entries.values()
+    assert all(isinstance(fn, cpu.TASK_SIGNATURE) for fn in runtime.executor.functions)
 
 
 def test_in_place_output_reads_the_original_values():

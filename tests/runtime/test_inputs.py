@@ -202,8 +202,7 @@ def test_stride_order_of() -> None:
     assert stride_order_of(np.zeros(())) == ()
 
 
-@pytest.mark.parametrize("dtype", [np.bool_, np.int8, np.int32, np.int64, np.float16, np.float32],
-                         ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", [d.numpy for d in bz.dtypes.ALL_DTYPES], ids=lambda d: np.dtype(d).name)
 def test_every_dtype_round_trips(dtype) -> None:
     d = bz.dtypes.from_numpy(np.dtype(dtype))
     with bz.Fusion() as f:
