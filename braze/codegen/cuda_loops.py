@@ -257,11 +257,12 @@ class LoopTaskWriter:
                 self.line(f"const {c_type(p.dtype)} {name} = {scalar_from_slot(f'{ARGS}.s[{slot}]', p.dtype)};")
                 continue
             ty = c_type(p.dtype)
-            if p.name in self.written:
-                self.line(f"{ty}* const {name} = ({ty}*){ARGS}.s[{slot}];")
-            else:
-                restrict = " __restrict__" if self.restrict else ""
-                self.line(f"const {ty}*{restrict} const {name} = (const {ty}*){ARGS}.s[{slot}];")
+            # With no two arrays sharing memory, written arrays are restrict too: a store to one
+            # then no longer forces reloading the others, so a fused body keeps each element in a
+            # register between its loops instead of a chain of dependent round trips to memory.
+            restrict = " __restrict__" if self.restrict else ""
+            const = "" if p.name in self.written else "const "
+            self.line(f"{const}{ty}*{restrict} const {name} = ({const}{ty}*){ARGS}.s[{slot}];")
             for (owner, what, axis), field in self.fields.items():
                 if owner == p.name:
                     at = slot + 1 + axis + (p.ndim if what == "stride" else 0)

@@ -49,9 +49,9 @@ def test_integrate_golden():
     assert body == textwrap.dedent("""\
         extern "C" __global__ void __launch_bounds__(256)
         integrate_t0__integrate_t1(const BzArgs<10> bz_args) {
-          float* const x = (float*)bz_args.s[0];
+          float* __restrict__ const x = (float*)bz_args.s[0];
           const long long x_shape0 = bz_args.s[1];
-          float* const v = (float*)bz_args.s[3];
+          float* __restrict__ const v = (float*)bz_args.s[3];
           const float* __restrict__ const f = (const float*)bz_args.s[6];
           const float dt = __int_as_float((int)(bz_args.s[9]));
           const long long bz_begin = 0LL, bz_end = x_shape0;
