@@ -32,6 +32,8 @@ class GpuStepRow:
     us_fused: float
     us_unfused: float
     peers_us: dict[str, float] = field(default_factory=dict)  # torch eager, torch.compile
+    kernel_us: float = 0.0  # the fused launch's device time (CUDA events, median)
+    host_us: float = 0.0  # host time of a fused call, not waiting for the GPU (median)
     max_error: float = 0.0  # max |braze - NumPy| over x and v after `steps` steps
     peer_errors: dict[str, float] = field(default_factory=dict)
 
@@ -118,10 +120,36 @@ def run_particle_step_gpu(n: int = 8192, steps: int = 20, seconds: float = 1.0, 
     us_fused = us_per_step(lambda: case.fused(*fused, dt), synchronize, seconds)
     us_unfused = us_per_step(lambda: case.unfused(*unfused, dt), synchronize, seconds)
     row = GpuStepRow(case.name, n, cuda_driver.device(0).name, len(rec_fused.launches), len(rec_unfused.launches),
-                     us_fused, us_unfused, max_error=error)
+                     us_fused, us_unfused, max_error=error,
+                     kernel_us=_kernel_us(lambda: case.fused(*fused, dt)),
+                     host_us=_host_us(lambda: case.fused(*fused, dt), synchronize))
     if torch is not None and with_torch and case is SIX_LOOPS:
         _time_torch_peers(row, torch, case, n, steps, seconds, with_compile)
     return row
+
+
+def _kernel_us(step: Callable[[], None], repeats: int = 21) -> float:
+    """The median device time of a step's launches, by CUDA events (bz.record(profile=True))."""
+    samples = []
+    for _ in range(repeats):
+        with bz.record(profile=True) as rec:
+            step()
+        samples.append(sum(launch.device_ms or 0.0 for launch in rec.launches) * 1e3)
+    return statistics.median(samples)
+
+
+def _host_us(step: Callable[[], None], synchronize: Callable[[], None], calls: int = 200, batches: int = 15) -> float:
+    """The median host time of a step, the GPU idle at the start of each batch: few enough calls
+    that the driver's launch queue never fills, so a slower GPU does not show."""
+    samples = []
+    for _ in range(batches):
+        synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            step()
+        samples.append((time.perf_counter() - start) / calls * 1e6)
+    synchronize()
+    return statistics.median(samples)
 
 
 def _time_torch_peers(row: GpuStepRow, torch, case: StepCase, n: int, steps: int, seconds: float,

@@ -97,6 +97,16 @@ def const_text(value, dtype: DType) -> str:
 CudaRule = Callable[[list[str], list[DType], DType, dict], str]
 RULES: dict[str, CudaRule] = {}  # filled by braze.codegen.cuda_rules
 
+BYTES_IN_FLIGHT = 32  # per thread and iteration of a 4-wide loop: two 16-byte loads of float32
+
+
+def vector_unroll(vector: VectorAccesses) -> int:
+    """How far to unroll a 4-wide loop so each thread has ~BYTES_IN_FLIGHT of loads in flight:
+    on an H100 one 16-byte load a thread keeps too few bytes moving (unrolling by 2 for float32
+    and 4 for bfloat16 took softmax, layer_norm and rms_norm from 72-81% to 80-88% of copy
+    bandwidth; more unrolling spilled registers and lost)."""
+    widest = max((load.param.dtype.itemsize for load in vector.loads), default=4)
+    return max(1, BYTES_IN_FLIGHT // (4 * widest))
 
 class TaskWriter:
     """Writes one task as one `__global__` function."""
@@ -318,6 +328,9 @@ class TaskWriter:
         v = loop.var.name
         base = k.Var(f"{v}_4", loop.var.dtype)
         four = self.index_literal(4)
+        unroll = vector_unroll(vector)
+        if unroll > 1:
+            self.line(f"#pragma unroll {unroll}")
         self.line(f"for ({self.index} {base.name} = {four} * lane; {base.name} < {self.expr(loop.end)}; "
                   f"{base.name} += {four} * lanes32) {{")
         self.depth += 1

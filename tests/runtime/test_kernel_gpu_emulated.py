@@ -145,6 +145,10 @@ def gpu(monkeypatch):
     monkeypatch.setattr(cuda_driver, "copy_to_host", lambda h, p, n, stream=0: ctypes.memmove(h, p, n))
     monkeypatch.setattr(cuda_driver, "copy_to_device", lambda p, h, n, stream=0: ctypes.memmove(p, h, n))
     monkeypatch.setattr(engine, "compile_loop_kernel_cuda", fake.compile)
+    # bz.record(profile=True) times launches with CUDA events; the fake GPU's take no time.
+    monkeypatch.setattr(cuda_driver, "event", object)
+    monkeypatch.setattr(cuda_driver, "record_event", lambda event, stream=0: None)
+    monkeypatch.setattr(cuda_driver, "elapsed_ms", lambda start, end: 0.0)
     return fake
 
 
