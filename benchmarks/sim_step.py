@@ -47,7 +47,8 @@ def gpu_section(with_compile: bool) -> None:
             for case, sizes in ((SIX_LOOPS, (8192, 65536)), (TWELVE_LOOPS, (8192,))) for n in sizes]
     peers = sorted({p for r in rows for p in r.peers_us})
     print(f"\nOn {rows[0].device} (synchronized wall time of many steps, medians):")
-    print(f"{'step':<9} {'particles':>9} {'launches':>9} {'fused us':>9} {'(kernel':>8} {'host)':>6} {'unfused us':>11} "
+    print(f"{'step':<9} {'particles':>9} {'launches':>9} {'fused us':>9} {'(kernel':>8} {'host)':>6} "
+          f"{'unfused us':>11} "
           + " ".join(f"{p + ' us':>16}" for p in peers) + f" {'max err':>8}")
     for r in rows:
         print(f"{r.step:<9} {r.particles:9d} {r.launches_unfused:>4d} -> {r.launches_fused:<2d} {r.us_fused:9.1f} "

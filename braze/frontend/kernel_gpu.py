@@ -68,7 +68,11 @@ class GpuCalls:
         """The cached call: True when a prepared call ran `args`, else False (bind them)."""
         if config.current is not self.config:
             return False
-        prepared = self.prepared.get(self.key(args))
+        try:  # torch tensors, the common case, read inline: each call saved counts here
+            key = self.torch_key(*args) if self.torch_first else self.key(args)
+        except (AttributeError, TypeError):
+            key = self.key(args)
+        prepared = self.prepared.get(key)
         return prepared is not None and prepared.run(args)
 
     def bind_and_run(self, args: Sequence[object]) -> None:

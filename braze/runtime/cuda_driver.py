@@ -78,6 +78,12 @@ class Device:
             _state.device = self
 
 
+def current_device_state() -> threading.local:
+    """The thread-local whose `device` attribute is the Device made current on this thread by
+    `Device.activate` (generated hot paths test it before calling activate)."""
+    return _state
+
+
 @functools.cache
 def device(index: int = 0) -> Device:
     cuda = driver()

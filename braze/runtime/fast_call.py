@@ -34,7 +34,7 @@ from braze import config
 from braze.host.launch_jit import native_launches
 from braze.runtime import cuda_driver as cuda
 from braze.runtime.cpu import parallel_for
-from braze.runtime.record import Launch, note_launch, profiling, recording
+from braze.runtime.record import Launch, note_launch, profiling, record_state, recording
 from braze.runtime.rng import next_seed_offset
 
 MAX_DESCRIPTIONS = 256  # prepared calls kept per fusion (new shapes beyond that evict the oldest)
@@ -228,8 +228,7 @@ class PreparedCall:
         with every reader, packer and slot a constant (a loop over the plan's lists costs more
         than the work it does)."""
         plan = self.plan
-        names: dict[str, object] = {"block": self.block, "begin": self._begin, "buffers_of": self._buffers,
-                                    "launch": self._launch, "pointer": plan.buffer_pointer,
+        names: dict[str, object] = {"block": self.block, "buffers_of": self._buffers, "pointer": plan.buffer_pointer,
                                     "draw": next_seed_offset, "signed": _signed, "copy": cuda.copy_on_device,
                                     "Refused": (OverflowError, struct.error, TypeError, ValueError)}
         lines = []
@@ -242,7 +241,7 @@ class PreparedCall:
                 names[f"pack{n}"] = s.pack
                 lines.append(f"    block[{s.slot}] = pack{n}(inputs[{s.position}])")
             lines += ["except Refused:", "    return None"]
-        lines.append("order = begin(inputs)")
+        lines += self._begin_source(names)
         if all(self.fresh):  # nothing kept between calls: allocate each buffer in place
             names.update((f"allocate{n}", allocate) for n, allocate in enumerate(plan.allocations))
             lines.append(f"buffers = ({''.join(f'allocate{n}(), ' for n in range(len(plan.allocations)))})")
@@ -253,7 +252,7 @@ class PreparedCall:
             lines.append("seed, offset = draw()")
             if slots is not None:
                 lines.append(f"block[{slots[0]}], block[{slots[1]}] = signed(seed), signed(offset)")
-        lines.append("launch(order)")
+        lines += self._launch_source(names)
         for n, (position, reader, buffer, nbytes) in enumerate(plan.copies_back):
             names[f"input{n}"] = reader
             lines.append(f"copy(input{n}(inputs[{position}]), pointer(buffers[{buffer}]), {nbytes}, order)")
@@ -273,6 +272,16 @@ class PreparedCall:
     def _begin(self, inputs: Sequence[object]) -> int:
         """Readies the device; returns the stream the call runs on (0 on the host)."""
         return 0
+
+    def _begin_source(self, names: dict[str, object]) -> list[str]:
+        """The generated call's lines setting `order` (`_begin`), with the names they use added."""
+        names["begin"] = self._begin
+        return ["order = begin(inputs)"]
+
+    def _launch_source(self, names: dict[str, object]) -> list[str]:
+        """The generated call's lines launching on `order` (`_launch`)."""
+        names["launch"] = self._launch
+        return ["launch(order)"]
 
     def _launch(self, order: int) -> None:
         raise NotImplementedError
@@ -297,19 +306,34 @@ class CudaPreparedCall(PreparedCall):
         device.activate()
         return self.stream(inputs[self.stream_input], device.index)
 
+    def _begin_source(self, names: dict[str, object]) -> list[str]:
+        names.update(device=self.device, current=cuda.current_device_state(), stream_of=self.stream)
+        return ["if current.__dict__.get('device') is not device:", "    device.activate()",
+                f"order = stream_of(inputs[{self.stream_input}], {self.device.index})"]
+
+    def _launch_source(self, names: dict[str, object]) -> list[str]:
+        if self.launch_all is None:
+            return super()._launch_source(names)
+        names.update(launch_all=self.launch_all.call, failed=self._native_failed, recorders=record_state(),
+                     note=self._note_launches)
+        return ["code = launch_all(order)", "if code:", "    failed(code)",
+                "if recorders.__dict__.get('stack'):", "    note()"]
+
+    def _native_failed(self, code: int) -> None:
+        self._launch_failed(code >> 16, code & 0xFFFF)
+
+    def _note_launches(self) -> None:
+        for x in self.launches:
+            note_launch(Launch(*x.record))
+
     def _launch(self, stream: int) -> None:
-        if self.launch_all is not None:
-            failed = self.launch_all.call(stream)
-            if failed:
-                self._launch_failed(failed >> 16, failed & 0xFFFF)
-        else:
-            for n, x in enumerate(self.launches):
-                code = cuda.launch_code(x.handle, x.grid, x.block, x.shared, stream, x.params_address)
-                if code:
-                    self._launch_failed(n, code)
+        """The launches one by one through cuda.bindings (the host JIT is off or failed)."""
+        for n, x in enumerate(self.launches):
+            code = cuda.launch_code(x.handle, x.grid, x.block, x.shared, stream, x.params_address)
+            if code:
+                self._launch_failed(n, code)
         if recording():
-            for x in self.launches:
-                note_launch(Launch(*x.record))
+            self._note_launches()
 
     def _launch_failed(self, n: int, code: int) -> None:
         x = self.launches[n]

@@ -35,7 +35,7 @@ from braze.runtime import cuda_driver as cuda
 from braze.runtime.cuda_kernel import BLOCKS_PER_SM, CudaCompiledKernel
 from braze.runtime.device_arrays import DeviceArray, DeviceView
 from braze.runtime.kernel_launch import bounds_function
-from braze.runtime.record import Launch, note_launch, profiling, recording
+from braze.runtime.record import Launch, note_launch, profiling, record_state, recording
 from braze.runtime.scalars import scalar_packer
 
 
@@ -198,6 +198,8 @@ class PreparedKernelCall:
             block[launcher.status_slot: launcher.status_slot + 3] = [self.status.address, 1, 1]
         self.raw_launch = cuda.raw_launch_function()
         self.native = self._native_launches()
+        if self.native is not None:
+            self.run = self._native_call()  # this instance's calls take the generated function
 
     def _native_launches(self) -> tuple[object, list[PlannedLaunch]] | None:
         """Fixed grids and no debug checks: every launch of a call from one native function."""
@@ -207,6 +209,46 @@ class PreparedKernelCall:
         native = native_launches(cuda.launch_function_address(),
                                  [(x.task.address, x.grid, x.threads, 0, self.params_address) for x in launched])
         return None if native is None else (native.call, launched)
+
+    def _native_call(self) -> Callable[[Sequence[object]], bool]:
+        """`run` as one generated function: read and patch, launch natively. Every reader, packer,
+        slot and position is a constant of its code; anything unusual (new pointers, bz.record())
+        goes to the general path. On a cached call Python's own overhead is most of the cost."""
+        launch_all, launched = self.native
+        names = {"acquire": self.busy.acquire, "release": self.busy.release, "read": self.read_pointers,
+                 "repoint": self._repoint, "general": self._run, "block": self.block, "device": self.device,
+                 "current": cuda.current_device_state(), "stream_of": self.stream_of, "launch_all": launch_all,
+                 "recorders": record_state(), "failed": self._native_failed, "state": self}
+        lines = ["if not acquire(False):", "    return False", "try:",
+                 "    pointers = read(args)",
+                 "    if pointers != state.last_pointers and not repoint(pointers):", "        return False"]
+        if self.scalars:
+            lines.append("    try:")
+            for n, (slot, position, pack) in enumerate(self.scalars):
+                names[f"pack{n}"] = pack
+                lines.append(f"        block[{slot}] = pack{n}(args[{position}])")
+            lines += ["    except OverflowError:", "        return False"]
+        lines += ["    if current.__dict__.get('device') is not device:", "        device.activate()",
+                  "    if recorders.__dict__.get('stack'):", "        return general(args)",
+                  f"    code = launch_all(stream_of(args[{self.stream_position}], {self.device.index}))",
+                  "    if code:", "        failed(code)", "    return True", "finally:", "    release()"]
+        source = "def run(args):\n" + "".join(f"    {line}\n" for line in lines)
+        exec(source, names)  # noqa: S102  (built above from slots and positions only)
+        return names["run"]
+
+    def _native_failed(self, code: int) -> None:
+        x = self.native[1][code >> 16]
+        cuda.raise_launch_error(code & 0xFFFF, x.task.function, (x.grid, 1, 1), (x.threads, 1, 1))
+
+    def _repoint(self, pointers: tuple[int, ...]) -> bool:
+        """Patches new data pointers into the block; False when the arguments' overlap changed (the
+        kernel was compiled for arguments that do, or do not, share memory)."""
+        if self._overlap(pointers) != self.overlapping:
+            return False
+        for (slot, _, _), address in zip(self.pointers, pointers):
+            self.block[slot] = address
+        self.last_pointers = pointers
+        return True
 
     def run(self, args: Sequence[object]) -> bool:
         """Runs the kernel on `args`; False when this call cannot take them (the caller binds them
@@ -221,12 +263,8 @@ class PreparedKernelCall:
     def _run(self, args: Sequence[object]) -> bool:
         block = self.block
         pointers = self.read_pointers(args)
-        if pointers != self.last_pointers:
-            if self._overlap(pointers) != self.overlapping:
-                return False  # the kernel was compiled for arguments that do (or do not) share memory
-            for (slot, _, _), address in zip(self.pointers, pointers):
-                block[slot] = address
-            self.last_pointers = pointers
+        if pointers != self.last_pointers and not self._repoint(pointers):
+            return False
         try:
             for slot, position, pack in self.scalars:
                 block[slot] = pack(args[position])
@@ -238,12 +276,10 @@ class PreparedKernelCall:
         launches = self.launches
         if launches is None:
             launches = self.launcher.plan(self.launcher.bounds(self.shapes, [args[p] for p in self.scalar_positions]))
-        native = self.native
-        if native is not None and not recording():
-            failed = native[0](stream)
-            if failed:
-                x = native[1][failed >> 16]
-                cuda.raise_launch_error(failed & 0xFFFF, x.task.function, (x.grid, 1, 1), (x.threads, 1, 1))
+        if self.native is not None and not recording():
+            code = self.native[0](stream)
+            if code:
+                self._native_failed(code)
             return True
         if self.status is not None:
             self.status.reset(stream)

@@ -57,6 +57,12 @@ def note_launch(launch: Launch) -> None:
         recording.launches.append(launch)
 
 
+def record_state() -> threading.local:
+    """The thread-local whose `stack` attribute lists the active recorders (generated hot paths
+    read it directly: a non-empty `__dict__.get("stack")` means something records)."""
+    return _local
+
+
 def recording() -> bool:
     return bool(getattr(_local, "stack", None))
 
