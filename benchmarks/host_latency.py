@@ -187,7 +187,8 @@ def part_rows(f: bz.Fusion, inputs: list, prepared: fast_call.CudaPreparedCall) 
         "  lookup": us_per_call(lambda: fast.prepared.get(key), sync=False),
         "  allocation": us_per_call(lambda: [allocate() for allocate in plan.allocations], sync=False),
         "  patching": us_per_call(patch, sync=False),
-        "  launch (stream + cuLaunchKernel)": us_per_call(lambda: prepared._launch(prepared._begin(inputs))),
+        "  launch (stream + native cuLaunchKernel)": us_per_call(lambda: prepared.launch_all.call(
+            prepared._begin(inputs))),
     }
 
 

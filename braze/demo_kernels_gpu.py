@@ -66,9 +66,14 @@ def torch_step(x, v, f, mass, dt: float) -> None:
 
 def us_per_step(step: Callable[[], None], synchronize: Callable[[], None], seconds: float,
                 batches: int = 7) -> float:
-    """The median over `batches` of the synchronized wall time of a run of steps, per step (after a warm-up)."""
-    step()
-    synchronize()
+    """The median over `batches` of the synchronized wall time of a run of steps, per step, after
+    a warm-up of about a fifth of a second (the first runs of a process are slower: without it, the
+    first case timed read 13-18 us where the same step timed later read 8)."""
+    warm_until = time.perf_counter() + 0.2
+    while time.perf_counter() < warm_until:
+        for _ in range(10):
+            step()
+        synchronize()
     start = time.perf_counter()
     step()
     synchronize()
