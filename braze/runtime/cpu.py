@@ -115,7 +115,14 @@ def _pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=worker_count(), thread_name_prefix="braze-cpu")
 
 
-def parallel_for(fn, begin: int, end: int, args: int, work_per_index: int, min_work: int = 1 << 16) -> int:
+# Elements of work a chunk needs before handing it to another thread pays: waking a pool thread
+# and waiting for its future costs tens of microseconds. On the 2-core machine a 256x512 rms_norm
+# took 112 us split in two and 21 us on one thread; at 1M elements splitting still wins (496 us
+# against 770).
+MIN_CHUNK_WORK = 1 << 19
+
+
+def parallel_for(fn, begin: int, end: int, args: int, work_per_index: int, min_work: int = MIN_CHUNK_WORK) -> int:
     """Runs fn(lo, hi, args) over [begin, end) in chunks, one per worker, when there is enough work.
 
     Returns the number of chunks (1 when the range ran on the calling thread).

@@ -169,7 +169,7 @@ def test_inner_loops_are_vectorized(capsys, tmp_path):
 def test_large_problems_run_on_several_threads():
     with bz.Fusion() as f:
         f.add_output(f.define_tensor((-1, -1)) * 2.0)
-    a = rng.standard_normal((512, 512), np.float32)
+    a = rng.standard_normal((1024, 1024), np.float32)
     with bz.record() as rec:
         (y,) = f.execute([a])
     np.testing.assert_array_equal(y, a * 2)
