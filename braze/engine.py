@@ -129,12 +129,14 @@ def plan_kernel(fusion: Fusion, key: tuple, views_on_host: bool = True) -> tuple
     while True:
         plan = schedule.plan(fusion, cuts, views_on_host)
         try:
-            kernel, params = lower(fusion, plan.writes, plan.loop_orders, _input_strides(fusion, key, plan),
+            kernel, params = lower(fusion, plan.writes, plan.scheduled, _input_strides(fusion, key, plan),
                                    getattr(fusion, "name", "fusion"), dt.as_dtype(key[1]))
             kernel = simplify(kernel)
             break
         except NeedsCut as cut:
             cuts.add(id(cut.tv))
+    if config.dumping("scheduler_params"):
+        config.dump("scheduler_params", plan.text())
     if config.dumping("segments"):
         config.dump("segments", "\n".join(f"{tv.name}: {h}" for tv, h in zip(plan.writes, plan.heuristics)))
     note_segments([tv.name for tv in plan.writes])

@@ -8,6 +8,7 @@ a serial, vectorizable loop over the innermost one.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from braze.dtypes import DType
 from braze.host.shapes import infer_layout
@@ -19,10 +20,12 @@ from braze.lower import random as _random  # noqa: F401  (registers rand/randn)
 from braze.lower.scope import ScopeStack
 from braze.lower.values import INDEX, ValueEmitter, cast, index_op
 
+if TYPE_CHECKING:
+    from braze.schedule.loops import ScheduledLoops
+
 
 def array_param(tv: TensorView, static_strides: tuple[int | None, ...] | None = None) -> k.ArrayParam:
     return k.ArrayParam(tv.name, tv.dtype, tv.ndim, static_strides or (None,) * tv.ndim)
-
 
 
 def written_strides(tv: TensorView) -> tuple[int | None, ...]:
@@ -33,14 +36,19 @@ def written_strides(tv: TensorView) -> tuple[int | None, ...]:
     return tuple(1 if stride == 1 else None for stride in infer_layout(tv).strides)
 
 
-def _task_for(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, order: Sequence[int], name: str) -> k.Task:
+def _task_for(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, loops: ScheduledLoops, name: str) -> k.Task:
+    """The task writing `tv`: a range over its scheduled parallel dimension (the outer axes merged,
+    decomposed back into indices), with the innermost axis as a vectorized loop inside when the
+    scheduler made it one."""
     scopes = em.scopes
     extents = em.shape(tv)
+    order = loops.loop_order
     if not order:
         scopes.push("task")
         scopes.emit(k.Store(param, (), cast(em.value(tv, ()), tv.dtype)))
         return k.Task(name, "serial", tuple(scopes.pop().stmts))
-    outer, inner = list(order[:-1]), order[-1]
+    # Without a vectorized loop (one axis) the task's range is that axis itself.
+    outer, inner = (list(loops.parallel_axes) if loops.vectorized else []), order[-1]
     task_var = scopes.fresh("p", em.index)
     task_scope = scopes.push("task", {task_var})
     iterates = [not d.is_broadcast for d in tv.visible]  # a size-1 dimension never repeats work
@@ -63,14 +71,14 @@ def _task_for(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, order: Sequ
         scopes.push("element", {j}).iteration |= {j} if iterates[inner] else set()
         idx[inner] = j
         scopes.emit(k.Store(param, tuple(idx), cast(em.value(tv, tuple(idx)), tv.dtype)))
-        scopes.emit(k.For(j, em.zero, extents[inner], tuple(scopes.pop().stmts), vectorize=True))
+        scopes.emit(k.For(j, em.zero, extents[inner], tuple(scopes.pop().stmts), vectorize=loops.vectorized))
         end = em.one
         for axis in outer:
             end = index_op("mul", end, extents[axis])
     return k.Task(name, "range_for", tuple(scopes.pop().stmts), task_var, em.zero, end)
 
 
-def lower(fusion: Fusion, writes: Sequence[TensorView], loop_orders: dict[int, tuple[int, ...]],
+def lower(fusion: Fusion, writes: Sequence[TensorView], scheduled: dict[int, ScheduledLoops],
           input_strides: dict[int, tuple[int | None, ...]], name: str,
           index: DType = INDEX) -> tuple[k.Kernel, KernelParams]:
     """One kernel writing each of `writes` (in order) with its own task, its index arithmetic in `index`
@@ -88,7 +96,6 @@ def lower(fusion: Fusion, writes: Sequence[TensorView], loop_orders: dict[int, t
     tasks = []
     for position, tv in enumerate(writes):
         em = ValueEmitter(ScopeStack(), params)
-        order = loop_orders.get(id(tv), tuple(range(tv.ndim)))
-        tasks.append(_task_for(em, tv, params.writes[id(tv)], order, f"{name}_t{position}_{tv.name}"))
+        tasks.append(_task_for(em, tv, params.writes[id(tv)], scheduled[id(tv)], f"{name}_t{position}_{tv.name}"))
         params.written.add(id(tv))
     return k.Kernel(name, params.ordered(), tuple(tasks), source=name, index_type=index), params

@@ -1,4 +1,5 @@
-"""Segmentation and scheduling: which tensors get a task of their own, and each task's loop order.
+"""Segmentation and scheduling: which tensors get a task of their own, and each task's loop order,
+applied as transforms to a loop domain of its own (`loops.py`).
 
 The plan starts with one task per fusion output. The lowering reports a reduction that would
 be recomputed per output element (`NeedsCut`); the engine then adds it to `cuts`, and the plan
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from braze.ir.fusion import AliasKind, Fusion
 from braze.ir.tensor import TensorView
 from braze.ops.table import lookup
+from braze.schedule.loops import ScheduledLoops, schedule_loops
 
 # Ops through which a dimension keeps its position (so a broadcast dimension can be traced).
 _POSITIONAL = {"elementwise", "cast"}
@@ -29,10 +31,17 @@ class Heuristics:
 class Plan:
     writes: tuple[TensorView, ...]  # in dependency order: cut intermediates first, then outputs
     heuristics: tuple[Heuristics, ...]
+    loops: tuple[ScheduledLoops, ...]  # each write's heuristics applied as transforms
 
     @property
-    def loop_orders(self) -> dict[int, tuple[int, ...]]:
-        return {id(tv): h.loop_order for tv, h in zip(self.writes, self.heuristics)}
+    def scheduled(self) -> dict[int, ScheduledLoops]:
+        """The scheduled loop domain of each write, by tensor id: what lowering reads."""
+        return {id(tv): loops for tv, loops in zip(self.writes, self.loops)}
+
+    def text(self) -> str:
+        """One line per task: the tensor, its heuristics and its scheduled loop domain."""
+        return "\n".join(f"{tv.name}: {h.scheduler} loop_order={h.loop_order} loops={loops.text()}"
+                         for tv, h, loops in zip(self.writes, self.heuristics, self.loops))
 
 
 def _cone(tv: TensorView) -> list[TensorView]:
@@ -109,7 +118,8 @@ def plan(fusion: Fusion, cuts: set[int], views_on_host: bool = True) -> Plan:
     position = {id(out): n for n, e in enumerate(fusion.exprs) for out in e.outputs}
     # Producers first, so a later task reads what an earlier one wrote instead of recomputing it.
     writes = tuple(sorted(cut_tensors + outputs, key=lambda t: position.get(id(t), -1)))
-    return Plan(writes, tuple(heuristics_for(tv) for tv in writes))
+    heuristics = tuple(heuristics_for(tv) for tv in writes)
+    return Plan(writes, heuristics, tuple(schedule_loops(tv, h.loop_order) for tv, h in zip(writes, heuristics)))
 
 
 def kernel_tensors(writes: tuple[TensorView, ...]) -> dict[int, TensorView]:

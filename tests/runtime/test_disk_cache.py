@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from braze import config
+from braze import config, schedule
 from braze.frontend.fusion import Fusion
 from braze.kir import nodes as k
 from braze.lower.kernel import lower
@@ -18,7 +18,8 @@ def _kernel(name: str = "keyed") -> k.Kernel:
     with Fusion() as f:
         x = f.define_tensor((-1,))
         f.add_output(x * 2.0)
-    kernel, _ = lower(f, [f.outputs[0].tv], {}, {}, name)
+    writes = [f.outputs[0].tv]
+    kernel, _ = lower(f, writes, schedule.plan(f, set()).scheduled, {}, name)
     return kernel
 
 
