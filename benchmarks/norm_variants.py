@@ -329,6 +329,12 @@ def plan_variant(v: Variant, task, scalars: dict, resident_blocks: Callable[[int
     resident = max(1, min(v.blocks_per_sm, resident_blocks(shared)))
     row_blocks = -(-(end - begin) * lanes // v.block)
     grid = row_blocks if v.grid == "rows" else min(row_blocks, sm_count * resident)
+    if getattr(task, "register_row", 0) and not v.registers:
+        # A task with a register-row copy has no grid-stride loop: one block per row group, and no
+        # shared memory when the row fits in registers (CudaExecutor._plan_register_task).
+        grid = row_blocks
+        if lanes == v.block and cached <= task.register_row * v.block // cuda_codegen.DEFAULT_BLOCK_SIZE:
+            shared, cached_arg = 0, 0
     return dict(grid=grid, block=v.block, lanes=lanes, shared=shared, cached_row=cached_arg, resident=resident)
 
 

@@ -5,7 +5,9 @@ A task whose top-level loops walk a row (a normalization, an inner reduction, th
 dimension of a pointwise task) may spread those loops over the lanes of a row, and then combines
 the partial reductions across lanes (warp shuffles, or shared memory when the whole block is one
 row). The runtime picks `lanes` per launch from the row length; `lanes = 1` is always valid, so
-one compiled kernel serves every shape of its signature.
+one compiled kernel serves every shape of its signature. A task whose row caches can live in
+registers has, for long rows on the whole block, a second copy of its loops that keeps the row in
+registers (body_with_register_row); such a task runs one block per group of rows, no grid loop.
 
 Every kernel takes the packed argument block of the CPU backend (`ArgLayout`: per array its data
 pointer, extents and strides; per scalar one slot) by value, then `lanes`, `cached_row` (the row
@@ -33,6 +35,7 @@ from braze.codegen.cuda_plan import (
     occurrences,
     plan_lanes,
     plan_row_caches,
+    register_row_vectors,
     replace_var_in_access,
     row_cache_key,
     spans_grid,
@@ -121,6 +124,11 @@ class TaskWriter:
         self.grid = spans_grid(task, self.lanes)
         self.caches = plan_row_caches(task, self.lanes) if self.lanes.loops and not self.grid else ()
         self.vectors = self.plan_vectors()
+        # Rows short enough run with their caches in registers (register_row_vectors 4-element
+        # vectors a thread, in fixed, fully unrolled loops): see declare_register_row.
+        self.register_vectors = register_row_vectors(self.caches, set(self.vectors))
+        self.register_index = ""  # in a register-row loop: its iteration counter
+        self.in_registers = False  # writing the register-row copy of a row (body_with_register_row)
         self.substitutions: dict[k.Load, str] = {}  # loads read from a row cache in the current loop
         self.vector_stores: dict[int, str] = {}  # id(Store) -> the vector component it fills
         # Whether the rows are cached, as the vector loops test it: "cached_row" at run time, or "true"
@@ -194,8 +202,16 @@ class TaskWriter:
             return "\n".join(self.lines)
         self.line("const int lanes32 = (int)lanes, lane = threadIdx.x & (lanes32 - 1);")
         self.line("const int row_in_block = threadIdx.x / lanes32, rows_per_block = blockDim.x / lanes32;")
-        self.line(f"for ({ix} row0 = task_begin + ({ix})blockIdx.x * rows_per_block; row0 < task_end;")
-        self.line(f"     row0 += ({ix})gridDim.x * rows_per_block) {{")
+        if self.register_vectors:
+            # One block per group of rows, no grid-stride loop: a loop around the two copies of
+            # body_with_register_row lets the compiler hoist the general copy's row-invariant
+            # addresses out of it, and those registers stay live across the register copy too
+            # (104 registers for softmax instead of 54).
+            self.line(f"{{ const {ix} row0 = task_begin + ({ix})blockIdx.x * rows_per_block;")
+            self.line("  if (row0 >= task_end) return;")
+        else:
+            self.line(f"for ({ix} row0 = task_begin + ({ix})blockIdx.x * rows_per_block; row0 < task_end;")
+            self.line(f"     row0 += ({ix})gridDim.x * rows_per_block) {{")
         self.depth += 1
         # Rows past the end still run (clamped to the last row) so every lane reaches the shuffles
         # and barriers of a lane reduction; only their stores are skipped.
@@ -204,7 +220,10 @@ class TaskWriter:
         if t.kind == "range_for":
             self.line(f"const {c_type(t.var.dtype)} {t.var.name} = active ? row : task_end - 1;")
         self.declare_row_caches()
-        self.block(t.body)
+        if self.register_vectors:
+            self.body_with_register_row(t.body)
+        else:
+            self.block(t.body)
         self.depth -= 1
         self.line("}")
         self.lines.append("}")
@@ -294,6 +313,11 @@ class TaskWriter:
         if any(id(loop) in c.loops for c in self.caches):
             together = [self.loops_by_id[i] for i in self.vectors if any(i in c.loops for c in self.caches)]
         terms = ["(cached_row % 4 == 0)"] if len(together) > 1 or together[0] is not loop else []
+        return " && ".join(dict.fromkeys(terms + self.vector_terms(together)))
+
+    def vector_terms(self, together: list[k.For]) -> list[str]:
+        """The 16-byte conditions of these loops: lengths that 4 divides, aligned row starts."""
+        terms = []
         for other in together:
             terms.append(f"(({self.expr(other.end)}) % 4 == 0)")
             vector = self.vectors[id(other)]
@@ -302,7 +326,72 @@ class TaskWriter:
                 address = f"&{self.pointer(access.param)}[{self.offset(access.param, start)}]"
                 mask = VECTOR_ALIGNMENT[access.param.dtype.name] - 1
                 terms.append(f"((reinterpret_cast<unsigned long long>({address}) & {mask}) == 0)")
-        return " && ".join(dict.fromkeys(terms))
+        return terms
+
+    # --- rows held in registers ------------------------------------------------------------------
+    def cache_loops(self) -> list[int]:
+        return [i for i in self.vectors if any(i in c.loops for c in self.caches)]
+
+    def body_with_register_row(self, body: tuple[k.Stmt, ...]) -> None:
+        """The row's statements, from the first loop of the row caches on in two copies: one with
+        the caches in registers, for rows that allow it, and the general one. Registers need the
+        whole block on the row (lanes == the compiled block size, so every address is the row
+        start plus a constant), rows of at most register_vectors vectors a thread, and every
+        cache loop's 16-byte conditions. Each loop then runs a fixed count of iterations, fully
+        unrolled (a register array needs constant indices), and the first one issues all its
+        loads before using any: one block per row with the whole row in flight is what reaches
+        copy bandwidth, where one or two 16-byte loads a thread at a time did not. Two copies,
+        not a test per loop, so the registers of one are not held across the other."""
+        loops = self.cache_loops()
+        first = next(n for n, s in enumerate(body) if id(s) in loops)
+        self.block(body[:first])
+        capacity = 4 * self.register_vectors * self.block_size
+        together = [self.loops_by_id[i] for i in loops]
+        terms = [f"(lanes32 == {self.block_size})"]
+        terms += [f"(({self.expr(loop.end)}) <= {capacity})" for loop in together]
+        self.line(f"if ({' && '.join(dict.fromkeys(terms + self.vector_terms(together)))}) {{")
+        self.depth += 1
+        for n, cache in enumerate(self.caches):
+            self.line(f"{VECTOR_TYPE[cache.dtype.name]} bz_rc{n}[{self.register_vectors}];")
+        self.in_registers = True
+        self.block(body[first:])
+        self.in_registers = False
+        self.depth -= 1
+        self.line("} else {")
+        self.depth += 1
+        self.block(body[first:])
+        self.depth -= 1
+        self.line("}")
+
+    def open_register_loop(self, loop: k.For, base: k.Var) -> None:
+        """`for` over this thread's vectors of a register row, `base` its first element; vectors
+        past the row's end are skipped."""
+        counter = self.register_index
+        self.line("#pragma unroll")
+        self.line(f"for (int {counter} = 0; {counter} < {self.register_vectors}; ++{counter}) {{")
+        self.line(f"  const {self.index} {base.name} = {self.index_literal(4)} * lane + "
+                  f"{counter} * {self.index_literal(4 * self.block_size)};")
+        self.line(f"  if ({base.name} >= {self.expr(loop.end)}) break;")
+
+    def preload_register_row(self, loop: k.For, vector: VectorAccesses, base: k.Var) -> None:
+        """The loads that fill register caches, all issued before the loop uses any of them."""
+        fills = [(n, load) for n, cache in enumerate(self.caches) if cache.loops[0] == id(loop)
+                 and cache.role(id(loop)) == "load" for load in vector.loads if row_cache_key(load, loop) == cache.key]
+        if not fills:
+            return
+        self.open_register_loop(loop, base)
+        for n, load in dict(fills).items():
+            ty = VECTOR_TYPE[load.param.dtype.name]
+            offset = self.offset(load.param, replace_var_in_access(load, loop.var, base))
+            self.line(f"  bz_rc{n}[{self.register_index}] = "
+                      f"*reinterpret_cast<const {ty}*>(&{self.pointer(load.param)}[{offset}]);")
+        self.line("}")
+
+    def cache_slot(self, n: int, ty: str, base: k.Var) -> str:
+        """Where the current vector of row cache `n` is: a register, or shared memory."""
+        if self.cached == "registers":
+            return f"bz_rc{n}[{self.register_index}]"
+        return f"*reinterpret_cast<{ty}*>(&row_cache{n}[{base.name}])"
 
     def emit_unswitched_vector_loop(self, loop: k.For, vector: VectorAccesses) -> None:
         """The 16-byte loop, in two copies when it uses row caches: one for cached rows, one for rows
@@ -322,17 +411,22 @@ class TaskWriter:
     def cached_line(self, statement: str) -> None:
         """`statement`, for cached rows only."""
         if self.cached != "false":
-            self.line(statement if self.cached == "true" else f"if (cached_row) {statement}")
+            self.line(f"if (cached_row) {statement}" if self.cached == "cached_row" else statement)
 
     def emit_vector_loop(self, loop: k.For, vector: VectorAccesses) -> None:
         v = loop.var.name
         base = k.Var(f"{v}_4", loop.var.dtype)
         four = self.index_literal(4)
-        unroll = vector_unroll(vector)
-        if unroll > 1:
-            self.line(f"#pragma unroll {unroll}")
-        self.line(f"for ({self.index} {base.name} = {four} * lane; {base.name} < {self.expr(loop.end)}; "
-                  f"{base.name} += {four} * lanes32) {{")
+        if self.cached == "registers":
+            self.register_index = f"{v}_k"
+            self.preload_register_row(loop, vector, base)
+            self.open_register_loop(loop, base)
+        else:
+            unroll = vector_unroll(vector)
+            if unroll > 1:
+                self.line(f"#pragma unroll {unroll}")
+            self.line(f"for ({self.index} {base.name} = {four} * lane; {base.name} < {self.expr(loop.end)}; "
+                      f"{base.name} += {four} * lanes32) {{")
         self.depth += 1
         self.loop_depth += 1
         values = self.vector_values(loop, base)
@@ -368,8 +462,7 @@ class TaskWriter:
         self.substitutions.clear()
         self.vector_stores = {}
         for n, cache, _ in updates:
-            ty = VECTOR_TYPE[cache.dtype.name]
-            self.cached_line(f"*reinterpret_cast<{ty}*>(&row_cache{n}[{base.name}]) = u{n}_{v};")
+            self.cached_line(f"{self.cache_slot(n, VECTOR_TYPE[cache.dtype.name], base)} = u{n}_{v};")
         for store in vector.stores:
             target = self.offset(store.param, replace_var_in_access(store, loop.var, base))
             ty = VECTOR_TYPE[store.param.dtype.name]
@@ -386,9 +479,12 @@ class TaskWriter:
         from_memory = f"*reinterpret_cast<const {ty}*>(&{self.pointer(load.param)}[{offset}])"
         for n, cache in enumerate(self.caches):
             if id(loop) in cache.loops and row_cache_key(load, loop) == cache.key:
-                slot = f"*reinterpret_cast<{ty}*>(&row_cache{n}[{base.name}])"
+                slot = self.cache_slot(n, ty, base)
                 if cache.loops[0] != id(loop):
-                    return {"true": slot, "false": from_memory}.get(self.cached, f"cached_row ? {slot} : {from_memory}")
+                    return {"true": slot, "registers": slot, "false": from_memory}.get(
+                        self.cached, f"cached_row ? {slot} : {from_memory}")
+                if cache.role(id(loop)) == "load" and self.cached == "registers":
+                    return slot  # filled by preload_register_row
                 if cache.role(id(loop)) == "load":  # the first loop fills the cache as it reads
                     self.line(f"const {ty} m{n}_{loop.var.name} = {from_memory};")
                     self.cached_line(f"{slot} = m{n}_{loop.var.name};")
@@ -403,8 +499,8 @@ class TaskWriter:
             name, ty = f"e{n}_{loop.var.name}", VECTOR_TYPE[cache.dtype.name]
             values[expression] = name
             self.line(f"{ty} {name};")
-            self.cached_line(f"{name} = *reinterpret_cast<{ty}*>(&row_cache{n}[{base.name}]);")
-            if self.cached == "true":
+            self.cached_line(f"{name} = {self.cache_slot(n, ty, base)};")
+            if self.cached in ("true", "registers"):
                 continue
             self.line("else {" if self.cached == "cached_row" else "{")
             self.depth += 1
@@ -542,6 +638,12 @@ class TaskWriter:
             self.nested(f"for ({var} = {begin}; {s.var.name} {compare} {end}; {step})", s.body, loop=True)
             return
         vector = self.vectors.get(id(s))
+        if self.in_registers and id(s) in self.cache_loops():
+            self.cached = "registers"
+            self.emit_vector_loop(s, vector)
+            self.cached = "cached_row"
+            self.lane_reduce(accumulators)
+            return
         if vector is not None:
             self.line(f"if ({self.vector_condition(s)}) {{")
             self.depth += 1
@@ -562,6 +664,9 @@ class TaskWriter:
         if vector is not None:
             self.depth -= 1
             self.line("}")
+        self.lane_reduce(accumulators)
+
+    def lane_reduce(self, accumulators) -> None:
         for acc, combine in accumulators:
             self.line(f"{acc.name} = bz_lane_reduce({acc.name}, lanes32, {LANE_COMBINES[combine]}());")
 
@@ -630,6 +735,8 @@ class CudaSource:
     lane_plans: tuple[LanePlan, ...]
     row_caches: tuple[tuple[RowCache, ...], ...]  # per task
     grid_reductions: tuple[int, ...]  # per task: how many accumulators meet across blocks (0: none)
+    # Per task: the longest row it keeps in registers when the whole block is the row (0: none).
+    register_rows: tuple[int, ...] = ()
 
     @property
     def text(self) -> str:
@@ -653,4 +760,5 @@ def generate(kernel: k.Kernel, block_size: int = DEFAULT_BLOCK_SIZE, restrict: b
     body = "\n\n".join([header, *(w.write() for w in writers)]) + "\n"
     return CudaSource(body, tuple(t.name for t in kernel.tasks), tuple(w.lanes for w in writers),
                       tuple(w.caches for w in writers),
-                      tuple(len(next(iter(w.lanes.loops.values()))) if w.grid else 0 for w in writers))
+                      tuple(len(next(iter(w.lanes.loops.values()))) if w.grid else 0 for w in writers),
+                      tuple(4 * w.register_vectors * block_size for w in writers))

@@ -198,6 +198,20 @@ def plan_row_caches(task: k.Task, plan: LanePlan) -> tuple[RowCache, ...]:
     return tuple(caches)
 
 
+# Per thread, the bytes of a row that the row caches may hold in registers: 32 registers, which
+# with the loop's own ~30 keeps a 256-thread block at <= 64 registers (4 blocks an SM).
+REGISTER_ROW_BYTES = 128
+
+
+def register_row_vectors(caches: tuple[RowCache, ...], vectorized: set[int]) -> int:
+    """How many 4-element vectors of each row cache a thread keeps in registers when the whole
+    block is one row and the row is short enough (0: the task has no such path). Every loop of
+    every cache must take the 16-byte path, since iteration k of each loop touches vector k."""
+    if not caches or any(id_ not in vectorized for cache in caches for id_ in cache.loops):
+        return 0
+    return max(1, REGISTER_ROW_BYTES // (4 * sum(cache.dtype.itemsize for cache in caches)))
+
+
 def normalized(e: k.Expr, loop: k.For) -> k.Expr:
     return _replace_var(e, loop.var, _ROW_INDEX)
 

@@ -56,13 +56,31 @@ def test_softmax_spreads_rows_over_lanes_and_caches_the_row():
     (plan,), (caches,) = src.lane_plans, src.row_caches
     assert plan.coalesces and sorted(c for accs in plan.loops.values() for _, c in accs) == [
         "reduce_add", "reduce_maximum"]
-    assert src.body.count("bz_lane_reduce(") == 2 and "BzReduceMax()" in src.body
+    # Twice each: the copy for rows held in registers and the general one.
+    assert src.body.count("bz_lane_reduce(") == 4 and "BzReduceMax()" in src.body
     assert len(caches) == 1 and caches[0].position == 0  # x, read by all three loops, from DRAM once
     # The sum's loop replaces each x by exp(x - max); the last loop reads it instead of a second exp.
     (cache,) = caches
     assert cache.update.op == "exp" and [cache.role(i) for i in cache.loops] == ["load", "update", "value"]
     last_loop = src.body[src.body.rindex("for (int j"):]
     assert "expf" not in last_loop.split("cached_row ?")[1].split(":")[0]
+
+
+def test_long_rows_of_softmax_are_held_in_registers():
+    src = source(lambda f: [bz.ops.softmax(f.define_tensor([-1, -1]), -1)], matrix(4, 8))
+    assert src.register_rows == (8192,)  # 8 float4 a thread of a 256-thread block
+    body = src.body
+    test = "if ((lanes32 == 256) && ((T0_s1) <= 8192) && ((T0_s1) % 4 == 0)"
+    assert body.count(test) == 1 and "float4 bz_rc0[8];" in body
+    assert "row0 +=" not in body  # one block per group of rows: no grid-stride loop
+    registers, general = body.split(test)[1].split("\n    } else {\n", 1)
+    assert "row_cache0" not in registers and "bz_rc0" not in general
+    # The first loop issues all its loads (fully unrolled, constant offsets) before using any.
+    preload, use = registers.split("bz_rc0[r5_k] = *reinterpret_cast<const float4*>(&T0_[i2 * T0_st0 + r5_4]);", 1)
+    assert "const int r5_4 = 4 * lane + r5_k * 1024;" in preload and "bz_maximum" not in preload
+    assert "const float4 v0_r5 = bz_rc0[r5_k];" in use
+    # exp(x - max) replaces x in its register; the last loop reads it back.
+    assert "bz_rc0[r7_k] = u0_r7;" in registers and "e0_j3 = bz_rc0[j3_k];" in registers
 
 
 def test_outer_reduction_keeps_one_thread_per_output():
