@@ -227,6 +227,21 @@ def edit_registers(src: str, ctx: Ctx) -> str:
     return src
 
 
+def edit_register_vectors(n: int):
+    """The register-row copy with n vectors a thread (braze picks REGISTER_ROW_BYTES' worth)."""
+    def edit(src: str, ctx: Ctx) -> str:
+        m = re.search(r"bz_rc0\[(\d+)\];", src)
+        if not m:
+            raise EditError("no register row")
+        old = int(m.group(1))
+        src = _sub(rf"bz_rc(\d)\[{old}\];", rf"bz_rc\1[{n}];", src, "register arrays")
+        src = _sub(rf"(\w+_k) < {old};", rf"\1 < {n};", src, "register loops")
+        cap = 4 * old * ctx.block
+        return _sub(rf"<= {cap}\)", f"<= {4 * n * ctx.block})", src, "register capacity")
+    edit.__name__ = f"register_vectors{n}"
+    return edit
+
+
 @dataclasses.dataclass(frozen=True)
 class Variant:
     name: str
@@ -284,6 +299,13 @@ VARIANTS = [
     Variant("warp_row_regs", "a warp per row, row in registers (128 values a lane for 4096 columns)",
             (edit_registers,), lanes=32, registers=True, only=("layer_norm", "rms_norm"),
             predict="rms ~ base or better, layer_norm spills or low occupancy"),
+    Variant("rk8", "register row of 8 vectors a thread", (edit_register_vectors(8),), only=("rms_norm",)),
+    Variant("rk16", "register row of 16 vectors a thread", (edit_register_vectors(16),), only=("rms_norm",)),
+    Variant("mb5", "base + __launch_bounds__(256, 5) (<= 48 registers)", (edit_min_blocks(5),)),
+    Variant("rk8_mb5", "rk8 + __launch_bounds__(256, 5)", (edit_register_vectors(8), edit_min_blocks(5)),
+            only=("rms_norm",)),
+    Variant("rk8_block128", "rk8, 128 threads a block", (edit_register_vectors(8),), block=128,
+            only=("rms_norm",)),
     Variant("fmad", "--fmad=true (braze compiles with --fmad=false)", options=("--fmad=true",),
             predict="+0-2% (compute is not the limit)"),
     Variant("fast_exp", "__expf instead of expf", (edit_fast_exp,), only=("softmax",),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import textwrap
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -81,6 +82,13 @@ def test_long_rows_of_softmax_are_held_in_registers():
     assert "const float4 v0_r5 = bz_rc0[r5_k];" in use
     # exp(x - max) replaces x in its register; the last loop reads it back.
     assert "bz_rc0[r7_k] = u0_r7;" in registers and "e0_j3 = bz_rc0[j3_k];" in registers
+
+
+def test_half_rows_in_registers_are_shorter():
+    # 8-byte vectors of four bfloat16: fewer registers a thread, more blocks resident.
+    src = source(lambda f: [bz.ops.softmax(f.define_tensor([-1, -1], dtype=bz.bfloat16), -1)],
+                 matrix(4, 8, dtype=ml_dtypes.bfloat16))
+    assert src.register_rows == (4096,) and "bz_bfloat164 bz_rc0[4];" in src.body
 
 
 def test_outer_reduction_keeps_one_thread_per_output():
