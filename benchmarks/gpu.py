@@ -28,13 +28,17 @@ QUICK = "--quick" in sys.argv
 
 
 def device_ms(fn, repeats: int = 30) -> float:
-    """Median time of `fn` in ms, by CUDA events on the current stream, after warm-up."""
+    """Median time of `fn` in ms, by CUDA events on the current stream, after warm-up. The GPU is
+    kept busy (a short sleep kernel) while the host enqueues the start event, the call and the end
+    event: on an idle GPU the start event fires at once and the window counts the call's host
+    time too, which for a 50 us kernel was a quarter of what was measured, for every library."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
     samples = []
     for _ in range(repeats):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(1_000_000)  # ~0.5 ms of GPU cycles: longer than any call's host time
         start.record()
         fn()
         end.record()
