@@ -75,7 +75,7 @@ class CudaFusionRuntime(FusionRuntime):
                                            planned.shared, params, scalars,
                                            (name, planned.task.name, planned.begin, planned.end, planned.grid)))
         # The stream is the first array input's library's, as binding picks it.
-        return CudaPreparedCall(plan, launches, kinds[first_array].stream, first_array, self.executor.device)
+        return CudaPreparedCall(plan, launches, kinds[first_array], first_array, self.executor.device)
 
     def _copies_back(self, frame: Frame, buffer_of: dict[int, int], kinds: list) -> list[tuple] | None:
         """(input position, its pointer reader, buffer, bytes) of each in-place output; None when a

@@ -83,6 +83,7 @@ class ArrayKind:
     describe: Callable[[object], tuple]
     pointer: Callable[[object], int]
     stream: Callable[[object, int], int]  # (an input, its device) -> the stream to run on
+    device_stream: Callable[[int], int] | None = None  # the same from the device alone, where it needs no input
 
 
 _KINDS: dict[type, ArrayKind | None] = {}  # by type, filled as types are first seen
@@ -103,7 +104,7 @@ def _kind_of_type(cls: type) -> ArrayKind | None:
     if library.__name__ == "torch" and issubclass(cls, library.Tensor) \
             and hasattr(library._C, "_cuda_getCurrentRawStream"):
         raw_stream = library._C._cuda_getCurrentRawStream
-        return ArrayKind(_describe_torch, library.Tensor.data_ptr, lambda t, device: raw_stream(device))
+        return ArrayKind(_describe_torch, library.Tensor.data_ptr, lambda t, device: raw_stream(device), raw_stream)
     if library.__name__ == "cupy" and issubclass(cls, library.ndarray):
         return ArrayKind(_describe_cupy, _cupy_pointer, lambda a, device: library.cuda.get_current_stream().ptr)
     return None
@@ -291,12 +292,14 @@ class CudaPreparedCall(PreparedCall):
     """Launches on the inputs' stream: all launches through one native function when the host JIT
     builds it, else one by one through cuda.bindings."""
 
-    def __init__(self, plan: CallPlan, launches: list[PreparedLaunch], stream: Callable[[object, int], int],
+    def __init__(self, plan: CallPlan, launches: list[PreparedLaunch], kind: ArrayKind,
                  stream_input: int, device: cuda.Device) -> None:
+        """`kind`: how the inputs' library is read, `stream_input` the input whose stream the call takes."""
         super().__init__(plan)
         for launch in launches:
             launch.params[0] = self.address
-        self.launches, self.stream, self.stream_input, self.device = launches, stream, stream_input, device
+        self.launches, self.stream, self.stream_input, self.device = launches, kind.stream, stream_input, device
+        self.device_stream = kind.device_stream
         self.launch_all = native_launches(cuda.launch_function_address(),
                                           [(x.function, x.grid, x.block, x.shared, x.params_address)
                                            for x in launches])
@@ -307,9 +310,11 @@ class CudaPreparedCall(PreparedCall):
         return self.stream(inputs[self.stream_input], device.index)
 
     def _begin_source(self, names: dict[str, object]) -> list[str]:
-        names.update(device=self.device, current=cuda.current_device_state(), stream_of=self.stream)
-        return ["if current.__dict__.get('device') is not device:", "    device.activate()",
-                f"order = stream_of(inputs[{self.stream_input}], {self.device.index})"]
+        names.update(device=self.device, current=cuda.current_device_state(), stream_of=self.stream,
+                     device_stream=self.device_stream)
+        stream = f"device_stream({self.device.index})" if self.device_stream is not None else \
+            f"stream_of(inputs[{self.stream_input}], {self.device.index})"
+        return ["if current.__dict__.get('device') is not device:", "    device.activate()", f"order = {stream}"]
 
     def _launch_source(self, names: dict[str, object]) -> list[str]:
         if self.launch_all is None:

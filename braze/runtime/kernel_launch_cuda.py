@@ -132,6 +132,7 @@ class ArrayReader:
 
     pointer: Callable[[object], int]
     stream: Callable[[object, int], int]  # (the array, its device) -> the stream work runs on
+    device_stream: Callable[[int], int] | None = None  # the same from the device alone, where it needs no array
 
 
 def _cai_pointer(a) -> int:
@@ -147,7 +148,7 @@ def reader_of(value: object) -> ArrayReader:
         raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
         if raw_stream is None:
             return ArrayReader(torch.Tensor.data_ptr, lambda t, device: torch.cuda.current_stream(device).cuda_stream)
-        return ArrayReader(torch.Tensor.data_ptr, lambda t, device: raw_stream(device))
+        return ArrayReader(torch.Tensor.data_ptr, lambda t, device: raw_stream(device), raw_stream)
     cupy = sys.modules.get("cupy")
     if cupy is not None and isinstance(value, cupy.ndarray):
         return ArrayReader(lambda a: a.data.ptr, lambda a, device: cupy.cuda.get_current_stream().ptr)
@@ -186,6 +187,7 @@ class PreparedKernelCall:
                                                                                  scalar_positions)]
         self.scalar_positions = scalar_positions
         self.stream_of = readers[0].stream if readers else (lambda a, device: 0)
+        self.device_stream = readers[0].device_stream if readers else None
         self.stream_position = array_positions[0] if array_positions else 0
         self.spans = [_span_offsets(v) for v in views]
         self.shapes = [_Shape(v.shape) for v in views]  # what the bounds function reads
@@ -215,12 +217,19 @@ class PreparedKernelCall:
         slot and position is a constant of its code; anything unusual (new pointers, bz.record())
         goes to the general path. On a cached call Python's own overhead is most of the cost."""
         launch_all, launched = self.native
-        names = {"acquire": self.busy.acquire, "release": self.busy.release, "read": self.read_pointers,
+        names = {"acquire": self.busy.acquire, "release": self.busy.release,
                  "repoint": self._repoint, "general": self._run, "block": self.block, "device": self.device,
                  "current": cuda.current_device_state(), "stream_of": self.stream_of, "launch_all": launch_all,
                  "recorders": record_state(), "failed": self._native_failed, "state": self}
+        reads = "".join(f"read{n}(args[{position}]), " for n, (_, position, _) in enumerate(self.pointers))
+        names.update((f"read{n}", reader) for n, (_, _, reader) in enumerate(self.pointers))
+        if self.device_stream is not None:  # torch: its current stream from the device index, one C call
+            names["device_stream"] = self.device_stream
+            stream = f"device_stream({self.device.index})"
+        else:
+            stream = f"stream_of(args[{self.stream_position}], {self.device.index})"
         lines = ["if not acquire(False):", "    return False", "try:",
-                 "    pointers = read(args)",
+                 f"    pointers = ({reads})",
                  "    if pointers != state.last_pointers and not repoint(pointers):", "        return False"]
         if self.scalars:
             lines.append("    try:")
@@ -230,7 +239,7 @@ class PreparedKernelCall:
             lines += ["    except OverflowError:", "        return False"]
         lines += ["    if current.__dict__.get('device') is not device:", "        device.activate()",
                   "    if recorders.__dict__.get('stack'):", "        return general(args)",
-                  f"    code = launch_all(stream_of(args[{self.stream_position}], {self.device.index}))",
+                  f"    code = launch_all({stream})",
                   "    if code:", "        failed(code)", "    return True", "finally:", "    release()"]
         source = "def run(args):\n" + "".join(f"    {line}\n" for line in lines)
         exec(source, names)  # noqa: S102  (built above from slots and positions only)
