@@ -1,4 +1,5 @@
-"""GPU time of the fused particle step alone: 100 steps captured in a CUDA graph and replayed."""
+"""GPU time of the fused particle steps alone: 100 steps captured in a CUDA graph and replayed (on a GPU,
+with torch): `python benchmarks/step_gpu_time.py`."""
 import statistics
 
 import numpy as np
