@@ -35,7 +35,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-import braze as bz
 from braze import config, engine
 from braze.codegen import cuda as cuda_codegen
 from braze.errors import CompileError
@@ -58,37 +57,13 @@ def log(msg: str) -> None:
 
 
 # --- the workloads: the same fusions as benchmarks/gpu.py -----------------------------------------
-def _local_softmax_fusion():
-    with bz.Fusion(name="softmax") as f:
-        f.add_output(bz.ops.softmax(f.define_tensor([-1, -1]), -1))
-    return f
-
-
-def _local_layer_norm_fusion():
-    with bz.Fusion(name="layer_norm") as f:
-        x = f.define_tensor([-1, -1])
-        w, b = f.define_tensor([-1]), f.define_tensor([-1])
-        f.add_output(bz.ops.layer_norm(x, w, b, eps=1e-5))
-    return f
-
-
-def _local_rms_norm_fusion():
-    with bz.Fusion(name="rms_norm") as f:
-        x = f.define_tensor([-1, -1], dtype=bz.bfloat16)
-        w = f.define_tensor([-1], dtype=bz.bfloat16)
-        f.add_output(bz.ops.rms_norm(x, w, eps=1e-6))
-    return f
-
-
 def fusion_builders() -> dict[str, Callable]:
-    """gpu.py's own builders when it imports (it needs torch); the copies above otherwise."""
-    try:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        import gpu  # noqa: PLC0415
-        return {"softmax": gpu.softmax_fusion, "layer_norm": gpu.layer_norm_fusion, "rms_norm": gpu.rms_norm_fusion}
-    except Exception:  # noqa: BLE001  (no torch here: --compile-only)
-        return {"softmax": _local_softmax_fusion, "layer_norm": _local_layer_norm_fusion,
-                "rms_norm": _local_rms_norm_fusion}
+    """The builders of benchmarks/gpu_fusions.py, shared with gpu.py."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import gpu_fusions  # noqa: PLC0415
+
+    return {"softmax": gpu_fusions.softmax_fusion, "layer_norm": gpu_fusions.layer_norm_fusion,
+            "rms_norm": gpu_fusions.rms_norm_fusion}
 
 
 @dataclasses.dataclass
