@@ -270,6 +270,7 @@ class PreparedKernelCall:
             self.busy.release()
 
     def _run(self, args: Sequence[object]) -> bool:
+        """The general call: grids that follow scalar arguments, debug checks, bz.record()."""
         block = self.block
         pointers = self.read_pointers(args)
         if pointers != self.last_pointers and not self._repoint(pointers):
@@ -285,11 +286,6 @@ class PreparedKernelCall:
         launches = self.launches
         if launches is None:
             launches = self.launcher.plan(self.launcher.bounds(self.shapes, [args[p] for p in self.scalar_positions]))
-        if self.native is not None and not recording():
-            code = self.native[0](stream)
-            if code:
-                self._native_failed(code)
-            return True
         if self.status is not None:
             self.status.reset(stream)
         if recording():
