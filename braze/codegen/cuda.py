@@ -101,7 +101,7 @@ class TaskWriter(RowLoopWriter):
         self.caches = plan_row_caches(task, self.lanes) if self.lanes.loops and not self.grid else ()
         self.vectors = self.plan_vectors()
         # Rows short enough run with their caches in registers (register_row_vectors 4-element
-        # vectors a thread, in fixed, fully unrolled loops): see declare_register_row.
+        # vectors a thread, in fixed, fully unrolled loops): see body_with_register_row.
         self.register_vectors = register_row_vectors(self.caches, set(self.vectors))
         self.register_index = ""  # in a register-row loop: its iteration counter
         self.in_registers = False  # writing the register-row copy of a row (body_with_register_row)

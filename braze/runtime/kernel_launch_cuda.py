@@ -181,8 +181,6 @@ class PreparedKernelCall:
         self.params_address = ctypes.addressof(self.params)
         self.pointers = [(slot, position, reader.pointer) for (slot, _), position, reader in
                          zip(launcher.array_slots, array_positions, readers)]
-        self.read_pointers = _pointer_reader([(position, reader.pointer) for position, reader in
-                                              zip(array_positions, readers)])
         self.scalars = [(slot, position, pack) for (slot, pack), position in zip(launcher.scalar_slots,
                                                                                  scalar_positions)]
         self.scalar_positions = scalar_positions
@@ -272,7 +270,7 @@ class PreparedKernelCall:
     def _run(self, args: Sequence[object]) -> bool:
         """The general call: grids that follow scalar arguments, debug checks, bz.record()."""
         block = self.block
-        pointers = self.read_pointers(args)
+        pointers = tuple(pointer(args[position]) for _, position, pointer in self.pointers)
         if pointers != self.last_pointers and not self._repoint(pointers):
             return False
         try:
@@ -335,14 +333,6 @@ class PreparedKernelCall:
         spans = sorted((p + lo, p + hi) for p, span in zip(pointers, self.spans) if span is not None
                        for lo, hi in (span,))
         return any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:]))
-
-
-def _pointer_reader(readers: list[tuple[int, Callable[[object], int]]]) -> Callable[[Sequence], tuple[int, ...]]:
-    """`args -> (data pointer of each array argument)`, one generated function: a cached call
-    reads them all on every call, and a loop over readers costs more than the reads."""
-    names = {f"read{n}": reader for n, (_, reader) in enumerate(readers)}
-    reads = "".join(f"read{n}(args[{position}]), " for n, (position, _) in enumerate(readers))
-    return eval(f"lambda args: ({reads})", names)  # noqa: S307  (built from argument positions only)
 
 
 @dataclass(frozen=True)

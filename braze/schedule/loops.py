@@ -9,7 +9,7 @@ reads the loop order and the vectorized loop back from this domain, through the 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from braze.ir.domain import IterDomain, Merge, ParallelType, Reorder, merge
@@ -27,15 +27,16 @@ class ScheduledLoops:
     @property
     def loop_order(self) -> tuple[int, ...]:
         """The tensor's axes from the outermost loop to the innermost, read back through the merges."""
-        axis = {id(root): n for n, root in enumerate(self.roots)}
-        return tuple(axis[id(leaf)] for d in self.domain for leaf in _leaves(d))
+        return self._axes(self.domain)
 
     @property
     def parallel_axes(self) -> tuple[int, ...]:
         """The axes the task's range covers (merged into its parallel dimension)."""
-        parallel = [d for d in self.domain if d.parallel is not ParallelType.VECTORIZE]
+        return self._axes(d for d in self.domain if d.parallel is not ParallelType.VECTORIZE)
+
+    def _axes(self, domain: Iterable[IterDomain]) -> tuple[int, ...]:
         axis = {id(root): n for n, root in enumerate(self.roots)}
-        return tuple(axis[id(leaf)] for d in parallel for leaf in _leaves(d))
+        return tuple(axis[id(leaf)] for d in domain for leaf in _leaves(d))
 
     @property
     def vectorized(self) -> bool:

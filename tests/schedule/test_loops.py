@@ -9,8 +9,13 @@ import pytest
 import braze as bz
 from braze import schedule
 from braze.ir.domain import Merge, ParallelType, Reorder
+from braze.kir import nodes as k
 from braze.lower.kernel import lower
 from braze.schedule.loops import schedule_loops
+
+
+def _loops(kernel: k.Kernel) -> list[k.For]:
+    return [s for task in kernel.tasks for s in task.body if isinstance(s, k.For)]
 
 
 def _fusion(rank: int, op=lambda t: t * 2.0, **output):
@@ -61,17 +66,11 @@ def test_lowering_follows_the_scheduled_domain():
     out = f.outputs[0].tv
     natural = lower(f, [out], {id(out): schedule_loops(out, (0, 1))}, {}, "natural")[0]
     swapped = lower(f, [out], {id(out): schedule_loops(out, (1, 0))}, {}, "swapped")[0]
-    inner_extent = [str(s.end) for s in k_loops(natural)], [str(s.end) for s in k_loops(swapped)]
+    inner_extent = [str(s.end) for s in _loops(natural)], [str(s.end) for s in _loops(swapped)]
     assert inner_extent[0] != inner_extent[1]  # the vectorized loop runs over the other axis
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
     (y,) = f.execute([x])
     np.testing.assert_array_equal(y, x * 2)
-
-
-def k_loops(kernel):
-    from braze.kir import nodes as k
-
-    return [s for task in kernel.tasks for s in task.body if isinstance(s, k.For)]
 
 
 def test_scheduling_leaves_the_users_tensor_alone():
