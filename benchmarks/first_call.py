@@ -1,6 +1,7 @@
 """Where the first call of a fusion goes, in a fresh process with a warm disk cache (on a GPU).
 
     python benchmarks/first_call.py          # cProfile of the first call, top 25 by cumulative time
+    python benchmarks/first_call.py --cold   # the same with an empty cache (NVRTC compiles)
 
 The probe is the one of benchmarks/gpu.py (`relu(a*b + 1)` on torch tensors): a first process fills
 the cache, a second one is profiled. Prints the modules braze imported during the call too.
@@ -27,14 +28,20 @@ f.execute([x, x]); torch.cuda.synchronize()
 profiler.disable()
 print(f"first call: {(time.perf_counter() - t0) * 1e3:.1f} ms")
 print("imported during the call:", sorted(m for m in set(sys.modules) - before if "." not in m))
-pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
+pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
+pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
 """
 
 
 def main() -> None:
+    from gpu import compile_bytecode
+
+    compile_bytecode()
+    cold = "--cold" in sys.argv[1:]
     with tempfile.TemporaryDirectory() as cache:
         env = {**os.environ, "BRAZE_CACHE_DIR": cache}
-        subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, check=True)  # fills the cache
+        if not cold:  # a first process fills the cache
+            subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, check=True)
         print(subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True,
                              check=True).stdout)
 

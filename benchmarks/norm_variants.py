@@ -958,9 +958,7 @@ def gpu_main() -> None:  # noqa: C901, PLR0915
 
 def _func_attr(cuda, function, name: str) -> int | None:
     try:
-        d = cuda.driver()
-        return int(cuda.call("cuFuncGetAttribute", d.cuFuncGetAttribute, getattr(d.CUfunction_attribute, name),
-                             function))
+        return cuda.function_attribute(function, name.removeprefix("CU_FUNC_ATTRIBUTE_"))
     except Exception:  # noqa: BLE001
         return None
 

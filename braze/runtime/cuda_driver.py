@@ -1,5 +1,11 @@
-"""The CUDA driver layer over `cuda.bindings.driver`: devices and their primary contexts (the
+"""The CUDA driver layer: libcuda's C API through ctypes. Devices and their primary contexts (the
 ones torch and CuPy use too), modules, launches, stream-ordered memory, copies and events.
+
+libcuda is called directly rather than through `cuda.bindings.driver`: importing that module costs
+25-30 ms (its library finder and its enum tables), more than everything else a first call with a
+warm disk cache does, and the few calls braze makes have plain C signatures. Each function is taken
+with cuGetProcAddress at the CUDA 12.0 ABI (so `cuMemcpyHtoDAsync` is the 64-bit `_v2` one). NVRTC
+still comes through `cuda.bindings.nvrtc`.
 
 Every driver call goes through `call`, which checks the return code and names the call and the
 error. Importing this module needs no CUDA library; using it without one raises an error that
@@ -10,50 +16,125 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import sys
 import threading
+from ctypes import POINTER, c_char_p, c_float, c_int, c_size_t, c_ubyte, c_uint, c_uint64, c_void_p
 from dataclasses import dataclass
 
 from braze.errors import CudaError, UnsupportedError
-from braze.runtime.nvrtc import INSTALL_HINT
 
 _state = threading.local()  # the device whose context is current on this thread
 
+_LIBRARY = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
+_ABI_VERSION = 12000  # the CUDA version whose signatures the table below has...
+_INTRODUCED = {"cuFuncGetParamInfo": 12040}  # ...or the one that introduced a function, if later
+
+# Driver functions braze calls: name -> argument types (every one returns a CUresult).
+_SIGNATURES: dict[str, tuple] = {
+    "cuInit": (c_uint,),
+    "cuGetErrorName": (c_int, POINTER(c_char_p)),
+    "cuGetErrorString": (c_int, POINTER(c_char_p)),
+    "cuDeviceGetCount": (POINTER(c_int),),
+    "cuDeviceGet": (POINTER(c_int), c_int),
+    "cuDeviceGetName": (c_char_p, c_int, c_int),
+    "cuDeviceGetAttribute": (POINTER(c_int), c_int, c_int),
+    "cuDevicePrimaryCtxRetain": (POINTER(c_void_p), c_int),
+    "cuCtxSetCurrent": (c_void_p,),
+    "cuModuleLoadData": (POINTER(c_void_p), c_char_p),
+    "cuModuleGetFunction": (POINTER(c_void_p), c_void_p, c_char_p),
+    "cuFuncGetAttribute": (POINTER(c_int), c_int, c_void_p),
+    "cuFuncSetAttribute": (c_void_p, c_int, c_int),
+    "cuFuncGetParamInfo": (c_void_p, c_size_t, POINTER(c_size_t), POINTER(c_size_t)),
+    "cuOccupancyMaxActiveBlocksPerMultiprocessor": (POINTER(c_int), c_void_p, c_int, c_size_t),
+    "cuLaunchKernel": (c_void_p, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_void_p, c_void_p, c_void_p),
+    "cuPointerGetAttribute": (POINTER(c_int), c_int, c_uint64),  # int attributes only
+    "cuMemAllocAsync": (POINTER(c_uint64), c_size_t, c_void_p),
+    "cuMemFreeAsync": (c_uint64, c_void_p),
+    "cuMemcpyHtoDAsync": (c_uint64, c_void_p, c_size_t, c_void_p),
+    "cuMemcpyDtoHAsync": (c_void_p, c_uint64, c_size_t, c_void_p),
+    "cuMemcpyDtoDAsync": (c_uint64, c_uint64, c_size_t, c_void_p),
+    "cuMemsetD8Async": (c_uint64, c_ubyte, c_size_t, c_void_p),
+    "cuStreamSynchronize": (c_void_p,),
+    "cuEventCreate": (POINTER(c_void_p), c_uint),
+    "cuEventDestroy": (c_void_p,),
+    "cuEventRecord": (c_void_p, c_void_p),
+    "cuEventSynchronize": (c_void_p,),
+    "cuEventElapsedTime": (POINTER(c_float), c_void_p, c_void_p),
+}
+
+# The attribute numbers of cuda.h that braze asks for.
+_DEVICE_ATTRIBUTES = {"max_threads_per_block": 1, "sm_count": 16, "major": 75, "minor": 76, "shared_per_sm": 81}
+FUNCTION_ATTRIBUTES = {"MAX_THREADS_PER_BLOCK": 0, "SHARED_SIZE_BYTES": 1, "LOCAL_SIZE_BYTES": 3, "NUM_REGS": 4,
+                       "MAX_DYNAMIC_SHARED_SIZE_BYTES": 8}
+_POINTER_DEVICE_ORDINAL = 9
+
+
+class Driver:
+    """libcuda's functions as attributes, each a ctypes function returning the CUresult as an int
+    (None where this driver lacks it); `address` holds their addresses, for native code."""
+
+    def __init__(self, library: ctypes.CDLL) -> None:
+        try:
+            lookup = library.cuGetProcAddress_v2
+        except AttributeError:
+            raise UnsupportedError("CUDA: the NVIDIA driver is older than CUDA 12 (no cuGetProcAddress_v2); "
+                                   "braze needs a driver for CUDA 12.0 or later") from None
+        lookup.restype = c_int
+        lookup.argtypes = (c_char_p, POINTER(c_void_p), c_int, c_uint64, POINTER(c_int))
+        self.address: dict[str, int] = {}
+        for name, arguments in _SIGNATURES.items():
+            pointer, found = c_void_p(), c_int()
+            version = _INTRODUCED.get(name, _ABI_VERSION)
+            code = lookup(name.encode(), ctypes.byref(pointer), version, 0, ctypes.byref(found))
+            if code or not pointer.value:
+                setattr(self, name, None)
+                continue
+            self.address[name] = pointer.value
+            setattr(self, name, ctypes.CFUNCTYPE(c_int, *arguments)(pointer.value))
+
 
 @functools.cache
-def driver():
-    """`cuda.bindings.driver`, initialized."""
+def driver() -> Driver:
+    """libcuda, initialized."""
     try:
-        from cuda.bindings import driver as cuda
-    except ImportError as e:
-        raise UnsupportedError(f"CUDA: cuda.bindings is not importable ({e}); {INSTALL_HINT}") from None
-    try:
-        (result,) = cuda.cuInit(0)
-    except Exception as e:  # noqa: BLE001  (cuda.bindings raises its own types when libcuda is missing)
-        raise UnsupportedError(f"CUDA: the NVIDIA driver (libcuda) was not found ({e}); braze needs an NVIDIA GPU "
-                               "and its driver to run on CUDA") from None
-    if result != cuda.CUresult.CUDA_SUCCESS:
-        raise CudaError(f"CUDA: cuInit failed ({_error_text(cuda, result)}); is there an NVIDIA GPU and driver?")
-    return cuda
+        library = ctypes.CDLL(_LIBRARY)
+    except OSError as e:
+        raise UnsupportedError(f"CUDA: the NVIDIA driver ({_LIBRARY}) was not found ({e}); braze needs an NVIDIA "
+                               "GPU and its driver to run on CUDA") from None
+    d = Driver(library)
+    code = d.cuInit(0)
+    if code:
+        raise CudaError(f"CUDA: cuInit failed ({error_text(code, d)}); is there an NVIDIA GPU and driver?")
+    return d
 
 
-def _error_text(cuda, result) -> str:
-    _, name = cuda.cuGetErrorName(result)
-    _, text = cuda.cuGetErrorString(result)
-    return f"{name.decode() if name else result}: {text.decode() if text else ''}"
+def error_text(code: int, d: Driver | None = None) -> str:
+    """`NAME: description` of a CUresult."""
+    d = d or driver()
+    name, text = c_char_p(), c_char_p()
+    if d.cuGetErrorName(code, ctypes.byref(name)) == 0:
+        d.cuGetErrorString(code, ctypes.byref(text))
+    return f"{name.value.decode() if name.value else f'CUresult {code}'}: {text.value.decode() if text.value else ''}"
 
 
-def call(what: str, fn, *args):
+def call(what: str, fn, *args) -> None:
     """Calls a driver function; raises CudaError naming `what` unless it returns CUDA_SUCCESS."""
-    result, *values = fn(*args)
-    if result != driver().CUresult.CUDA_SUCCESS:
-        raise CudaError(f"CUDA {what} failed: {_error_text(driver(), result)}")
-    return values[0] if len(values) == 1 else tuple(values) if values else None
+    code = fn(*args)
+    if code:
+        raise CudaError(f"CUDA {what} failed: {error_text(code)}")
+
+
+def _value(ctype, what: str, fn, *args):
+    """Calls a driver function whose first parameter is where its answer goes; returns the answer."""
+    answer = ctype()
+    call(what, fn, ctypes.byref(answer), *args)
+    return answer.value
 
 
 def device_count() -> int:
-    """GPUs visible to the driver; 0 when there is no driver or no CUDA library."""
+    """GPUs visible to the driver; 0 when there is no driver."""
     try:
-        return call("cuDeviceGetCount", driver().cuDeviceGetCount)
+        return _value(c_int, "cuDeviceGetCount", driver().cuDeviceGetCount)
     except (UnsupportedError, CudaError):
         return 0
 
@@ -63,8 +144,8 @@ class Device:
     """One GPU and its retained primary context."""
 
     index: int
-    handle: object
-    context: object
+    handle: int
+    context: int
     name: str
     arch: str  # "sm_90"
     sm_count: int
@@ -86,112 +167,103 @@ def current_device_state() -> threading.local:
 
 @functools.cache
 def device(index: int = 0) -> Device:
-    cuda = driver()
+    d = driver()
     count = device_count()
     if not 0 <= index < count:
         raise CudaError(f"device: expected a CUDA device index in [0, {count}), got {index}")
-    handle = call("cuDeviceGet", cuda.cuDeviceGet, index)
-    context = call("cuDevicePrimaryCtxRetain", cuda.cuDevicePrimaryCtxRetain, handle)
-    attribute = lambda a: call("cuDeviceGetAttribute", cuda.cuDeviceGetAttribute, a, handle)
-    a = cuda.CUdevice_attribute
-    major = attribute(a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
-    minor = attribute(a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
-    name = call("cuDeviceGetName", cuda.cuDeviceGetName, 256, handle)
-    return Device(index, handle, context, name.split(b"\0")[0].decode(), f"sm_{major}{minor}",
-                  attribute(a.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
-                  attribute(a.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK),
-                  attribute(a.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR))
+    handle = _value(c_int, "cuDeviceGet", d.cuDeviceGet, index)
+    context = _value(c_void_p, "cuDevicePrimaryCtxRetain", d.cuDevicePrimaryCtxRetain, handle)
+    attribute = {name: _value(c_int, "cuDeviceGetAttribute", d.cuDeviceGetAttribute, number, handle)
+                 for name, number in _DEVICE_ATTRIBUTES.items()}
+    name = ctypes.create_string_buffer(256)
+    call("cuDeviceGetName", d.cuDeviceGetName, name, len(name), handle)
+    return Device(index, handle, context, name.value.decode(), f"sm_{attribute['major']}{attribute['minor']}",
+                  attribute["sm_count"], attribute["max_threads_per_block"], attribute["shared_per_sm"])
 
 
 class Module:
-    """A cubin loaded into a device's context, and its functions by name."""
+    """A cubin loaded into a device's context, and its functions (CUfunction handles) by name."""
 
     def __init__(self, dev: Device, cubin: bytes, names: tuple[str, ...]) -> None:
         dev.activate()
-        cuda = driver()
+        d = driver()
         self.device = dev
-        self.handle = call("cuModuleLoadData", cuda.cuModuleLoadData, cubin)
-        self.functions = {n: call(f"cuModuleGetFunction({n})", cuda.cuModuleGetFunction, self.handle, n.encode())
+        self.handle = _value(c_void_p, "cuModuleLoadData", d.cuModuleLoadData, cubin)
+        self.functions = {n: _value(c_void_p, f"cuModuleGetFunction({n})", d.cuModuleGetFunction, self.handle,
+                                    n.encode())
                           for n in names}
 
     def allow_shared_memory(self, name: str, nbytes: int) -> None:
         """Lets `name` take up to `nbytes` of dynamic shared memory (above 48 KiB needs asking)."""
-        a = driver().CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-        call("cuFuncSetAttribute", driver().cuFuncSetAttribute, self.functions[name], a, nbytes)
+        call("cuFuncSetAttribute", driver().cuFuncSetAttribute, self.functions[name],
+             FUNCTION_ATTRIBUTES["MAX_DYNAMIC_SHARED_SIZE_BYTES"], nbytes)
 
     def resident_blocks(self, name: str, block: int, shared_mem: int) -> int:
         """How many blocks of `name` an SM runs at once (registers, shared memory and warps decide)."""
-        return int(call("cuOccupancyMaxActiveBlocksPerMultiprocessor",
-                        driver().cuOccupancyMaxActiveBlocksPerMultiprocessor, self.functions[name], block, shared_mem))
+        return _value(c_int, "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+                      driver().cuOccupancyMaxActiveBlocksPerMultiprocessor, self.functions[name], block, shared_mem)
 
     def max_threads(self, name: str) -> int:
         """The most threads a block of `name` may have (its register use and launch bounds decide)."""
-        a = driver().CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK
-        return call("cuFuncGetAttribute", driver().cuFuncGetAttribute, a, self.functions[name])
+        return function_attribute(self.functions[name], "MAX_THREADS_PER_BLOCK")
 
 
-@functools.cache
-def _raw_launch():
-    """libcuda's cuLaunchKernel through ctypes: a launch is on every call's path, and this costs a
-    few microseconds less than the cuda.bindings wrapper. None when libcuda cannot be opened so."""
-    try:
-        lib = ctypes.CDLL("libcuda.so.1")
-    except OSError:
+def function_attribute(function: int, name: str) -> int:
+    """A CUfunction's attribute by its name in cuda.h without the prefix ("NUM_REGS", ...)."""
+    return _value(c_int, f"cuFuncGetAttribute({name})", driver().cuFuncGetAttribute, FUNCTION_ATTRIBUTES[name],
+                  function)
+
+
+def parameter_sizes(function: int) -> list[int] | None:
+    """The byte size of each parameter of a CUfunction; None where the driver cannot tell (before
+    CUDA 12.4)."""
+    query = driver().cuFuncGetParamInfo
+    if query is None:
         return None
-    fn = lib.cuLaunchKernel
-    fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-    return fn
+    sizes = []
+    offset, size = c_size_t(), c_size_t()
+    while query(function, len(sizes), ctypes.byref(offset), ctypes.byref(size)) == 0:
+        sizes.append(size.value)
+    return sizes
 
 
-def launch(function, grid: tuple[int, int, int], block: tuple[int, int, int], params_address: int,
+def launch(function: int, grid: tuple[int, int, int], block: tuple[int, int, int], params_address: int,
            stream: int = 0, shared_mem: int = 0, name: str = "kernel") -> None:
     """cuLaunchKernel with a prepared `void*[]` of parameter addresses."""
-    raw = _raw_launch()
-    if raw is not None:
-        code = raw(int(function), *grid, *block, shared_mem, stream, params_address, None)
-        if code == 0:
-            return
+    code = driver().cuLaunchKernel(function, *grid, *block, shared_mem, stream, params_address, None)
+    if code:
         raise_launch_error(code, name, grid, block)
-    (result,) = driver().cuLaunchKernel(function, *grid, *block, shared_mem, stream, params_address, 0)
-    if result != driver().CUresult.CUDA_SUCCESS:
-        raise_launch_error(int(result), name, grid, block)
 
 
 def raw_launch_function():
     """libcuda's cuLaunchKernel as a ctypes function (function handle as an int, grid x/y/z, block
-    x/y/z, shared bytes, stream, parameter array address, None), or None without libcuda."""
-    return _raw_launch()
+    x/y/z, shared bytes, stream, parameter array address, None), returning the CUresult."""
+    return driver().cuLaunchKernel
 
 
-def launch_function_address() -> int | None:
-    """The address of libcuda's cuLaunchKernel (native code calls it), or None without libcuda."""
-    raw = _raw_launch()
-    return None if raw is None else ctypes.cast(raw, ctypes.c_void_p).value
-
-
-def launch_code(function: object, grid: int, block: int, shared: int, stream: int, params_address: int) -> int:
-    """A 1-D launch of a CUfunction through cuda.bindings; returns the CUresult as an int (0:
-    launched). The wrapper costs less per call than ctypes' argument conversion."""
-    d = driver()
-    (result,) = d.cuLaunchKernel(function, grid, 1, 1, block, 1, 1, shared, stream, params_address, 0)
-    return int(result)
+def launch_function_address() -> int:
+    """The address of libcuda's cuLaunchKernel (native code calls it)."""
+    return driver().address["cuLaunchKernel"]
 
 
 def raise_launch_error(code: int, name: str, grid: tuple[int, int, int], block: tuple[int, int, int]) -> None:
-    """Raises the CudaError of a raw launch that returned `code`."""
-    result = driver().CUresult(code)
-    raise CudaError(f"CUDA launch of {name} (grid {grid}, block {block}) failed: {_error_text(driver(), result)}")
+    """Raises the CudaError of a launch that returned `code`."""
+    raise CudaError(f"CUDA launch of {name} (grid {grid}, block {block}) failed: {error_text(code)}")
 
 
 # --- memory -------------------------------------------------------------------------------------
 def alloc(nbytes: int, stream: int = 0) -> int:
     """Device memory from the stream-ordered allocator (at least one byte, so the pointer is real)."""
-    return int(call("cuMemAllocAsync", driver().cuMemAllocAsync, max(nbytes, 1), stream))
+    return _value(c_uint64, "cuMemAllocAsync", driver().cuMemAllocAsync, max(nbytes, 1), stream)
 
 
 def free(pointer: int, stream: int = 0) -> None:
     call("cuMemFreeAsync", driver().cuMemFreeAsync, pointer, stream)
+
+
+def device_of_pointer(pointer: int) -> int:
+    """The ordinal of the device that owns a device address."""
+    return _value(c_int, "cuPointerGetAttribute", driver().cuPointerGetAttribute, _POINTER_DEVICE_ORDINAL, pointer)
 
 
 def copy_to_device(pointer: int, host_address: int, nbytes: int, stream: int = 0) -> None:
@@ -219,14 +291,25 @@ def synchronize(stream: int = 0) -> None:
 
 
 # --- events (profiling) ---------------------------------------------------------------------------
-def event() -> object:
-    return call("cuEventCreate", driver().cuEventCreate, 0)
+class Event:
+    """A CUDA event, destroyed with this object."""
+
+    def __init__(self) -> None:
+        self.handle = _value(c_void_p, "cuEventCreate", driver().cuEventCreate, 0)
+
+    def __del__(self) -> None:
+        if getattr(self, "handle", None):
+            driver().cuEventDestroy(self.handle)
 
 
-def record_event(ev: object, stream: int = 0) -> None:
-    call("cuEventRecord", driver().cuEventRecord, ev, stream)
+def event() -> Event:
+    return Event()
 
 
-def elapsed_ms(start: object, end: object) -> float:
-    call("cuEventSynchronize", driver().cuEventSynchronize, end)
-    return float(call("cuEventElapsedTime", driver().cuEventElapsedTime, start, end))
+def record_event(ev: Event, stream: int = 0) -> None:
+    call("cuEventRecord", driver().cuEventRecord, ev.handle, stream)
+
+
+def elapsed_ms(start: Event, end: Event) -> float:
+    call("cuEventSynchronize", driver().cuEventSynchronize, end.handle)
+    return _value(c_float, "cuEventElapsedTime", driver().cuEventElapsedTime, start.handle, end.handle)

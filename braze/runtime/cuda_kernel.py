@@ -280,13 +280,13 @@ class RtcKernel:
             disk_cache.store(key, binary)
         self.module = cuda.Module(self.device, binary, (name,))
         self.function = self.module.functions[name]
-        self.parameter_sizes = _parameter_sizes(self.function)
+        self.parameter_sizes = cuda.parameter_sizes(self.function)
 
     def launch(self, grid, block, args, shared_mem: int = 0, stream: int | None = None) -> None:
         sizes = self.parameter_sizes
         if sizes is not None and len(args) != len(sizes):
             raise InputError(f"RtcKernel {self.name}: expected {len(sizes)} arguments, got {len(args)}")
-        holders = [_argument(a, self.name, i, sizes[i] if sizes else 8) for i, a in enumerate(args)]
+        holders = [_argument(a, self.name, i, sizes[i] if sizes else 0) for i, a in enumerate(args)]
         pointers = (ctypes.c_void_p * max(len(holders), 1))(*[ctypes.addressof(h) for h in holders])
         self.device.activate()
         cuda.launch(self.function, _dim3(grid), _dim3(block), ctypes.addressof(pointers),
@@ -298,24 +298,12 @@ def _dim3(value) -> tuple[int, int, int]:
     return tuple(int(d) for d in (*dims, 1, 1, 1)[:3])
 
 
-def _parameter_sizes(function) -> list[int] | None:
-    """The byte size of each kernel parameter (cuFuncGetParamInfo, CUDA 12.4 drivers and later)."""
-    d = cuda.driver()
-    if not hasattr(d, "cuFuncGetParamInfo"):
-        return None
-    sizes = []
-    while True:
-        result, _offset, size = d.cuFuncGetParamInfo(function, len(sizes))
-        if result != d.CUresult.CUDA_SUCCESS:
-            return sizes
-        sizes.append(int(size))
-
-
 _INTS = {1: ctypes.c_int8, 2: ctypes.c_int16, 4: ctypes.c_int32, 8: ctypes.c_int64}
 
 
 def _argument(value, kernel: str, position: int, size: int):
-    """A ctypes holder of one argument, sized as the kernel's parameter (4-byte ints, 8-byte doubles)."""
+    """A ctypes holder of one argument, sized as the kernel's parameter (4-byte ints, 8-byte
+    doubles); of unknown `size` (0), an int64 or a float32."""
     from braze.runtime.device_arrays import as_device_view, is_device_array
 
     if is_device_array(value):

@@ -104,11 +104,7 @@ def _cupy_stream() -> int:
 
 
 def _device_of_pointer(pointer: int) -> int:
-    if pointer == 0:
-        return 0
-    d = cuda.driver()
-    attribute = d.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
-    return int(cuda.call("cuPointerGetAttribute", d.cuPointerGetAttribute, attribute, pointer))
+    return cuda.device_of_pointer(pointer) if pointer else 0
 
 
 def dense_strides(shape: tuple[int, ...], itemsize: int, order: tuple[int, ...] | None = None) -> list[int]:

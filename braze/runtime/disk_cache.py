@@ -20,17 +20,17 @@ _MAGIC = b"BRAZE1\n"
 
 @functools.cache
 def braze_source_hash() -> str:
-    """A hash of every Python file of the braze package: a change to braze invalidates the cache.
-    Walked with os.walk and plain strings: it runs in every process before its first kernel, and
-    pathlib's per-file work cost 20 ms there."""
+    """A fingerprint of braze's own Python files (each one's path, size and modification time): a
+    change to braze invalidates the cache. It runs in every process before its first kernel, so
+    it only stats the files: reading and hashing all of them cost 3 ms there."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    files = sorted(os.path.join(folder, name)[len(root) + 1:] for folder, _, names in os.walk(root)
-                   for name in names if name.endswith(".py"))
     digest = hashlib.sha256()
-    for relative in files:
-        digest.update(relative.replace(os.sep, "/").encode())
-        with open(os.path.join(root, relative), "rb") as file:
-            digest.update(file.read())
+    for folder, folders, names in os.walk(root):
+        folders.sort()
+        for name in sorted(n for n in names if n.endswith(".py")):
+            path = os.path.join(folder, name)
+            info = os.stat(path)
+            digest.update(f"{path[len(root) + 1:]}:{info.st_size}:{info.st_mtime_ns}\n".replace(os.sep, "/").encode())
     return digest.hexdigest()
 
 

@@ -20,7 +20,6 @@ thread, an unknown array type) answers `None`, and the caller takes the host pro
 from __future__ import annotations
 
 import ctypes
-import functools
 import struct
 import sys
 import threading
@@ -168,11 +167,6 @@ class PreparedLaunch:
     def params_address(self) -> int:
         return ctypes.addressof(self.params)
 
-    @functools.cached_property
-    def handle(self) -> object:
-        """The function as cuda.bindings' CUfunction (for launches made from Python)."""
-        return cuda.driver().CUfunction(self.function)
-
 
 @dataclass(frozen=True)
 class ScalarSlot:
@@ -214,23 +208,21 @@ class PreparedCall:
         self.kept: list | None = None  # the kept buffers (None where a buffer is fresh per call)...
         self.kept_order: int | None = None  # ...and the stream they were last used on
         self.busy = threading.Lock()  # the block is patched in place: one caller at a time
+        self.matches: Callable[[Sequence[object]], bool] = _never  # FastCalls.learn sets the guard
 
     def run(self, inputs: Sequence[object]) -> list | None:
-        if not self.busy.acquire(blocking=False):
-            return None
-        try:
-            return self._run(inputs)
-        finally:
-            self.busy.release()
+        """The outputs, or None when another thread is patching the block (take the host program)."""
+        self.run = self._generated()  # this instance's calls take the generated function from now on
+        return self.run(inputs)
 
-    @functools.cached_property
-    def _run(self) -> Callable[[Sequence[object]], list | None]:
+    def _generated(self) -> Callable[[Sequence[object]], list | None]:
         """The call as one generated function of the inputs: straight-line patching and returns,
         with every reader, packer and slot a constant (a loop over the plan's lists costs more
-        than the work it does)."""
+        than the work it does). It holds the lock while it patches the shared block and launches."""
         plan = self.plan
         names: dict[str, object] = {"block": self.block, "buffers_of": self._buffers, "pointer": plan.buffer_pointer,
                                     "draw": next_seed_offset, "signed": _signed, "copy": cuda.copy_on_device,
+                                    "acquire": self.busy.acquire, "release": self.busy.release,
                                     "Refused": (OverflowError, struct.error, TypeError, ValueError)}
         lines = []
         for n, (slot, position, reader) in enumerate(plan.input_pointers):
@@ -259,7 +251,8 @@ class PreparedCall:
             lines.append(f"copy(input{n}(inputs[{position}]), pointer(buffers[{buffer}]), {nbytes}, order)")
         returned = ", ".join(f"buffers[{n}]" if where == "buffer" else f"inputs[{n}]" for where, n in plan.returned)
         lines.append(f"return [{returned}]")
-        source = "def run(inputs):\n" + "".join(f"    {line}\n" for line in lines)
+        source = ("def run(inputs):\n    if not acquire(False):\n        return None\n    try:\n"
+                  + "".join(f"        {line}\n" for line in lines) + "    finally:\n        release()\n")
         exec(source, names)  # noqa: S102  (built above from the plan's slots and positions only)
         return names["run"]
 
@@ -290,7 +283,7 @@ class PreparedCall:
 
 class CudaPreparedCall(PreparedCall):
     """Launches on the inputs' stream: all launches through one native function when the host JIT
-    builds it, else one by one through cuda.bindings."""
+    builds it, else one by one through ctypes."""
 
     def __init__(self, plan: CallPlan, launches: list[PreparedLaunch], kind: ArrayKind,
                  stream_input: int, device: cuda.Device) -> None:
@@ -332,9 +325,10 @@ class CudaPreparedCall(PreparedCall):
             note_launch(Launch(*x.record))
 
     def _launch(self, stream: int) -> None:
-        """The launches one by one through cuda.bindings (the host JIT is off or failed)."""
+        """The launches one by one through ctypes (the host JIT is off or failed)."""
+        raw = cuda.raw_launch_function()
         for n, x in enumerate(self.launches):
-            code = cuda.launch_code(x.handle, x.grid, x.block, x.shared, stream, x.params_address)
+            code = raw(x.function, x.grid, 1, 1, x.block, 1, 1, x.shared, stream, x.params_address, None)
             if code:
                 self._launch_failed(n, code)
         if recording():
@@ -393,19 +387,30 @@ _UNSEEN = object()
 
 class FastCalls:
     """One fusion's prepared calls by input description (a `None` value: that description always
-    takes the host program)."""
+    takes the host program).
+
+    The call taken last is tried first, through its guard where the inputs' library has one (a
+    check in torch's C++ of every tensor's description: a third of the cost of reading the key).
+    """
 
     def __init__(self, inputs: int, scalar_positions: frozenset[int]) -> None:
         self.config = config.current
         self.prepared: OrderedDict[tuple, PreparedCall | None] = OrderedDict()
         self.key = Describer(inputs, scalar_positions).key
+        self.scalar_positions = scalar_positions
+        self.last: PreparedCall | None = None
+        self.recorders = record_state()
 
     def run(self, inputs: Sequence[object]) -> list | None:
         """The outputs of a prepared call, or None: take the host program."""
         if config.current is not self.config:
             return None
-        prepared = self.prepared.get(self.key(inputs))
-        if prepared is None or recording() and profiling():
+        prepared = self.last
+        if prepared is None or not prepared.matches(inputs):
+            prepared = self.last = self.prepared.get(self.key(inputs))
+            if prepared is None:
+                return None
+        if self.recorders.__dict__.get("stack") and profiling():
             return None
         return prepared.run(inputs)
 
@@ -419,12 +424,47 @@ class FastCalls:
         if config.current is not self.config:  # prepared under another configuration: they may not apply
             self.config = config.current
             self.prepared.clear()
+            self.last = None
         key = self.key(inputs)
         if key is None:
             return
+        if prepared is not None:
+            prepared.matches = guard(inputs, self.scalar_positions) or _never
         self.prepared[key] = prepared
         if len(self.prepared) > MAX_DESCRIPTIONS:
             self.prepared.popitem(last=False)
+
+
+def _never(inputs: Sequence[object]) -> bool:
+    return False
+
+
+def guard(inputs: Sequence[object], scalar_positions: frozenset[int]) -> Callable[[Sequence[object]], bool] | None:
+    """A function telling whether later inputs are described as `inputs` are, by torch's C++
+    tensor guards (dtype, device, shape, strides, and also the tensor type, dispatch keys and
+    requires_grad, so it may say no where the key would match: that call takes the key). None
+    where the arrays are not all torch tensors, or this torch has no such guards."""
+    arrays = [n for n in range(len(inputs)) if n not in scalar_positions]
+    torch = sys.modules.get("torch")
+    if torch is None or not all(isinstance(inputs[n], torch.Tensor) for n in arrays):
+        return None
+    try:
+        from torch._C._dynamo.guards import TensorGuards
+
+        tensors = [inputs[n] for n in arrays]
+        check = TensorGuards(*tensors, dynamic_dims_sizes=[list(t.shape) for t in tensors],
+                             dynamic_dims_strides=[list(t.stride()) for t in tensors]).check
+        if not check(*tensors):
+            return None
+    except Exception:  # noqa: BLE001  (a private API: where it differs, the key alone decides)
+        return None
+    namespace = {"check": check, **{f"scalar{n}": type(inputs[n]) for n in scalar_positions}}
+    scalars = "".join(f" and type(inputs[{n}]) is scalar{n}" for n in sorted(scalar_positions))
+    source = (f"def matches(inputs):\n    try:\n        return len(inputs) == {len(inputs)} and "
+              f"check({', '.join(f'inputs[{n}]' for n in arrays)}){scalars}\n"
+              f"    except (TypeError, IndexError):\n        return False\n")
+    exec(source, namespace)  # noqa: S102  (built above from input positions only)
+    return namespace["matches"]
 
 
 _KEY_PARTS = {  # per library: what describes one of its arrays (its type comes first)

@@ -56,8 +56,7 @@ class TaskFunction:
 
     name: str  # the task's name (bz.record() shows it)
     function: str  # the C++ name
-    handle: object  # CUfunction
-    address: int  # the same, as an int for the raw launch
+    address: int  # the CUfunction handle
     serial: bool
     max_grid: int  # blocks the device runs at once: a grid-stride loop needs no more
 
@@ -95,7 +94,7 @@ class CudaKernelLauncher:
     def _task(self, module: cuda.Module, task: k.Task, function: str) -> TaskFunction:
         handle = module.functions[function]
         resident = max(1, min(BLOCKS_PER_SM, module.resident_blocks(function, self.block_size, 0)))
-        return TaskFunction(task.name, function, handle, int(handle), task.kind != "range_for",
+        return TaskFunction(task.name, function, handle, task.kind != "range_for",
                             self.device.sm_count * resident)
 
     def plan(self, bounds: Sequence[tuple[int, int]]) -> list[PlannedLaunch]:
@@ -297,12 +296,7 @@ class PreparedKernelCall:
         return True
 
     def _launch(self, x: PlannedLaunch, stream: int) -> None:
-        raw = self.raw_launch
-        if raw is None:
-            cuda.launch(x.task.handle, (x.grid, 1, 1), (x.threads, 1, 1), self.params_address, stream, 0,
-                        x.task.function)
-            return
-        code = raw(x.task.address, x.grid, 1, 1, x.threads, 1, 1, 0, stream, self.params_address, None)
+        code = self.raw_launch(x.task.address, x.grid, 1, 1, x.threads, 1, 1, 0, stream, self.params_address, None)
         if code:
             cuda.raise_launch_error(code, x.task.function, (x.grid, 1, 1), (x.threads, 1, 1))
 

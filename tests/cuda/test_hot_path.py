@@ -69,6 +69,25 @@ def test_a_new_shape_prepares_a_call_but_compiles_nothing() -> None:
     torch.testing.assert_close(out, torch.relu(x * x + x))
 
 
+def test_alternating_descriptions_each_take_their_own_prepared_call() -> None:
+    """The last call's guard fails on the other description: the key finds the right one. A tensor
+    that requires grad has the key of one that does not, and fails the guard made from that one."""
+    f = pointwise()
+    small, strided = randn(300, seed=1), randn(600, seed=2)[::2]
+    grads = randn(300, seed=3).requires_grad_()
+    descriptions = ([small] * 3, [strided] * 3, [small, small, grads])
+    for inputs in descriptions:  # each prepared once
+        f.execute(inputs)
+    for inputs in (*descriptions, *descriptions):
+        with bz.record() as rec:
+            (out,) = f.execute(inputs)
+        assert rec.compiles == [] and rec.entries == [] and len(rec.launches) == 1
+        torch.testing.assert_close(out, torch.relu(inputs[0] * inputs[1] + inputs[2]).detach())
+    fast = f.__dict__["_fast_calls"]
+    assert fast.last is not None and fast.last.matches([small] * 3)
+    assert not fast.last.matches([strided] * 3) and not fast.last.matches([small, small, grads])
+
+
 def test_wrong_inputs_still_raise_on_a_hit() -> None:
     f = pointwise()
     x = randn(64)

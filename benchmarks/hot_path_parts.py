@@ -1,0 +1,76 @@
+"""Where the host time of braze's cached GPU call goes, layer by layer (host time only: the GPU is
+synchronized before each clock starts and not after, and each sample stays under the driver's
+queue depth).
+
+    python benchmarks/hot_path_parts.py
+
+Rows, outermost first: `Fusion.execute`, the fusion's FastCalls, the PreparedCall (its lock), the
+generated call alone; then the pieces the generated call is made of, each alone.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+import braze as bz
+
+CALLS, REPEATS = 400, 41
+
+
+def host_us(fn) -> float:
+    for _ in range(50):
+        fn()
+    samples = []
+    for _ in range(REPEATS):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(CALLS):
+            fn()
+        samples.append((time.perf_counter() - start) / CALLS * 1e6)
+    torch.cuda.synchronize()
+    return statistics.median(samples)
+
+
+def main() -> None:
+    x, y, z = (torch.randn(1024, device="cuda") for _ in range(3))
+    inputs = [x, y, z]
+    with bz.Fusion(name="relu_fma") as f:
+        a, b, c = (f.define_tensor([-1]) for _ in range(3))
+        f.add_output(bz.ops.relu(a * b + c))
+    f.execute(inputs)
+    f.execute(inputs)
+    fast = f.__dict__["_fast_calls"]
+    key = fast.key(inputs)
+    prepared = fast.prepared[key]
+    assert prepared.matches(inputs), "no torch guard"
+    stream = torch.cuda.current_stream().cuda_stream
+    launch = prepared.launches[0]
+    from cuda.bindings import driver  # the floor is cuda.bindings' launch
+    handle = driver.CUfunction(launch.function)
+    raw_stream = torch._C._cuda_getCurrentRawStream
+    rows = {
+        "Fusion.execute": lambda: f.execute(inputs),
+        "FastCalls.run": lambda: fast.run(inputs),
+        "PreparedCall.run (generated)": lambda: prepared.run(inputs),
+        "guard": lambda: prepared.matches(inputs),
+        "key": lambda: fast.key(inputs),
+        "key + lookup": lambda: fast.prepared.get(fast.key(inputs)),
+        "torch.empty_strided": lambda: torch.empty_strided((1024,), (1,), device="cuda"),
+        "allocation (prepared)": lambda: prepared.plan.allocations[0](),
+        "data_ptr x4": lambda: (x.data_ptr(), y.data_ptr(), z.data_ptr(), x.data_ptr()),
+        "current raw stream": lambda: raw_stream(0),
+        "native launch (ctypes call)": lambda: prepared.launch_all.call(stream),
+        "floor: cuda.bindings cuLaunchKernel": lambda: driver.cuLaunchKernel(
+            handle, launch.grid, 1, 1, launch.block, 1, 1, launch.shared, stream, launch.params_address, 0),
+    }
+    results = {name: host_us(fn) for name, fn in rows.items()}
+    print(f"\nhost us per call on {torch.cuda.get_device_name()} (GPU not waited for)\n")
+    for name, us in results.items():
+        print(f"{name:<40} {us:7.2f}")
+
+
+if __name__ == "__main__":
+    main()
