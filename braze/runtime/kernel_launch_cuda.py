@@ -207,16 +207,16 @@ class PreparedKernelCall:
         launched = [x for x in self.launches if x.grid]
         native = native_launches(cuda.launch_function_address(),
                                  [(x.task.address, x.grid, x.threads, 0, self.params_address) for x in launched])
-        return None if native is None else (native.call, launched)
+        return None if native is None else (native, launched)
 
     def _native_call(self) -> Callable[[Sequence[object]], bool]:
         """`run` as one generated function: read and patch, launch natively. Every reader, packer,
         slot and position is a constant of its code; anything unusual (new pointers, bz.record())
         goes to the general path. On a cached call Python's own overhead is most of the cost."""
-        launch_all, launched = self.native
+        native, _ = self.native  # self.native holds the launch table as long as this call lives
         names = {"acquire": self.busy.acquire, "release": self.busy.release,
                  "repoint": self._repoint, "general": self._run, "block": self.block, "device": self.device,
-                 "current": cuda.current_device_state(), "stream_of": self.stream_of, "launch_all": launch_all,
+                 "current": cuda.current_device_state(), "stream_of": self.stream_of, "launch_all": native.call,
                  "recorders": record_state(), "failed": self._native_failed, "state": self}
         reads = "".join(f"read{n}(args[{position}]), " for n, (_, position, _) in enumerate(self.pointers))
         names.update((f"read{n}", reader) for n, (_, _, reader) in enumerate(self.pointers))

@@ -48,6 +48,19 @@ def test_a_failed_launch_stops_the_sequence_and_says_which(fail_at: int) -> None
     assert len(driver.calls) == fail_at + 1
 
 
+def test_one_function_serves_every_table() -> None:
+    first, second = FakeDriver(), FakeDriver()
+    a, b = native_launches(first.address, LAUNCHES[:3]), native_launches(second.address, LAUNCHES[5:])
+    assert a.call.func is b.call.func
+    assert b.call(7) == 0 and a.call(8) == 0
+    assert [c[0] for c in first.calls] == [f for f, *_ in LAUNCHES[:3]] and len(second.calls) == 7
+
+
+def test_an_empty_table_launches_nothing() -> None:
+    driver = FakeDriver()
+    assert native_launches(driver.address, []).call(0) == 0 and driver.calls == []
+
+
 def test_the_host_jit_can_be_disabled_and_dumped(capsys) -> None:
     driver = FakeDriver()
     with config.scope(disable="host_jit"):
@@ -55,5 +68,4 @@ def test_the_host_jit_can_be_disabled_and_dumped(capsys) -> None:
     with config.scope(dump="host_jit"):
         native_launches(driver.address, LAUNCHES[:1])
     dumped = capsys.readouterr().err
-    assert "braze dump: host_jit" in dumped and "inttoptr i64 4096 to i8*" in dumped
-    assert 'define i32 @"braze_launch_all_' in dumped
+    assert "braze dump: host_jit" in dumped and "function 0x1000 grid 10 block 128 shared 0 params 0x9000" in dumped
