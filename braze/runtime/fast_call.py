@@ -441,8 +441,9 @@ def _never(inputs: Sequence[object]) -> bool:
 
 def guard(inputs: Sequence[object], scalar_positions: frozenset[int]) -> Callable[[Sequence[object]], bool] | None:
     """A function telling whether later inputs are described as `inputs` are, by torch's C++
-    tensor guards (dtype, device, shape, strides, and also the tensor type, dispatch keys and
-    requires_grad, so it may say no where the key would match: that call takes the key). None
+    tensor guards (dtype, device, shape, strides, and also the tensor type, dispatch keys,
+    requires_grad and that no object is passed twice, so it may say no where the key would match:
+    that call takes the key). None
     where the arrays are not all torch tensors, or this torch has no such guards."""
     arrays = [n for n in range(len(inputs)) if n not in scalar_positions]
     torch = sys.modules.get("torch")
@@ -451,7 +452,9 @@ def guard(inputs: Sequence[object], scalar_positions: frozenset[int]) -> Callabl
     try:
         from torch._C._dynamo.guards import TensorGuards
 
-        tensors = [inputs[n] for n in arrays]
+        # Detached views: the guards refuse a call that passes one object twice, so they are made
+        # from one object per position (and a later call passing one tensor twice takes the key).
+        tensors = [inputs[n].detach() for n in arrays]
         check = TensorGuards(*tensors, dynamic_dims_sizes=[list(t.shape) for t in tensors],
                              dynamic_dims_strides=[list(t.stride()) for t in tensors]).check
         if not check(*tensors):

@@ -71,12 +71,14 @@ def test_a_new_shape_prepares_a_call_but_compiles_nothing() -> None:
 
 def test_alternating_descriptions_each_take_their_own_prepared_call() -> None:
     """The last call's guard fails on the other description: the key finds the right one. A tensor
-    that requires grad has the key of one that does not, and fails the guard made from that one."""
+    that requires grad, or one tensor passed twice, has the key of a description learned without
+    and fails its guard."""
     f = pointwise()
-    small, strided = randn(300, seed=1), randn(600, seed=2)[::2]
-    grads = randn(300, seed=3).requires_grad_()
-    descriptions = ([small] * 3, [strided] * 3, [small, small, grads])
-    for inputs in descriptions:  # each prepared once
+    small = [randn(300, seed=n) for n in range(3)]
+    strided = [randn(600, seed=3 + n)[::2] for n in range(3)]
+    grads = [*small[:2], randn(300, seed=6).requires_grad_()]
+    descriptions = (small, strided, grads, [small[0]] * 3)
+    for inputs in descriptions:  # each prepared or found once
         f.execute(inputs)
     for inputs in (*descriptions, *descriptions):
         with bz.record() as rec:
@@ -84,8 +86,8 @@ def test_alternating_descriptions_each_take_their_own_prepared_call() -> None:
         assert rec.compiles == [] and rec.entries == [] and len(rec.launches) == 1
         torch.testing.assert_close(out, torch.relu(inputs[0] * inputs[1] + inputs[2]).detach())
     fast = f.__dict__["_fast_calls"]
-    assert fast.last is not None and fast.last.matches([small] * 3)
-    assert not fast.last.matches([strided] * 3) and not fast.last.matches([small, small, grads])
+    assert fast.last is not None and fast.last.matches(small)
+    assert not fast.last.matches(strided) and not fast.last.matches(grads) and not fast.last.matches([small[0]] * 3)
 
 
 def test_wrong_inputs_still_raise_on_a_hit() -> None:

@@ -26,6 +26,13 @@ def test_the_guard_matches_the_same_description_only() -> None:
         assert not matches(other), other
 
 
+def test_one_tensor_passed_twice_makes_a_guard_but_takes_the_key() -> None:
+    x = torch.randn(5)
+    matches = guard([x, x], frozenset())
+    assert matches is not None and matches([torch.randn(5), torch.randn(5)]) and not matches([x, x])
+    assert not matches([torch.randn(5).requires_grad_(), torch.randn(5)])
+
+
 def test_no_guard_for_inputs_of_other_libraries() -> None:
     np = pytest.importorskip("numpy")
     assert guard([np.zeros(3), torch.zeros(3)], frozenset()) is None
