@@ -10,10 +10,8 @@ generated call alone; then the pieces the generated call is made of, each alone.
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import torch
+from host_latency import us_per_call
 
 import braze as bz
 
@@ -21,17 +19,7 @@ CALLS, REPEATS = 400, 41
 
 
 def host_us(fn) -> float:
-    for _ in range(50):
-        fn()
-    samples = []
-    for _ in range(REPEATS):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(CALLS):
-            fn()
-        samples.append((time.perf_counter() - start) / CALLS * 1e6)
-    torch.cuda.synchronize()
-    return statistics.median(samples)
+    return us_per_call(fn, calls=CALLS, repeats=REPEATS, sync=False)
 
 
 def main() -> None:
