@@ -39,6 +39,7 @@ def main() -> None:
     from cuda.bindings import driver  # the floor is cuda.bindings' launch
     handle = driver.CUfunction(launch.function)
     raw_stream = torch._C._cuda_getCurrentRawStream
+    device = torch.device("cuda", 0)
     rows = {
         "Fusion.execute": lambda: f.execute(inputs),
         "FastCalls.run": lambda: fast.run(inputs),
@@ -47,6 +48,12 @@ def main() -> None:
         "key": lambda: fast.key(inputs),
         "key + lookup": lambda: fast.prepared.get(fast.key(inputs)),
         "torch.empty_strided": lambda: torch.empty_strided((1024,), (1,), device="cuda"),
+        "torch.empty_strided (device object)": lambda: torch.empty_strided((1024,), (1,), dtype=torch.float32,
+                                                                          device=device),
+        "torch.empty": lambda: torch.empty((1024,), dtype=torch.float32, device=device),
+        "torch.empty_like": lambda: torch.empty_like(x),
+        "Tensor.new_empty": lambda: x.new_empty((1024,)),
+        "Tensor.new_empty_strided": lambda: x.new_empty_strided((1024,), (1,)),
         "allocation (prepared)": lambda: prepared.plan.allocations[0](),
         "data_ptr x4": lambda: (x.data_ptr(), y.data_ptr(), z.data_ptr(), x.data_ptr()),
         "current raw stream": lambda: raw_stream(0),

@@ -9,6 +9,10 @@ Any failure to build the native function falls back to `PythonShapeFunction` wit
 per process; `BRAZE_DISABLE=host_jit` asks for Python directly, `BRAZE_DUMP=host_jit` prints
 the LLVM IR.
 
+Host functions are named after their content, so one process compiles each only once, and their
+object code goes to the disk cache like kernels: a later process loads it without running LLVM's
+code generator, whose first use in a process costs several milliseconds.
+
 A call through ctypes costs about half a microsecond before any work, so on its own a native
 shape function only beats the Python one for long programs (`benchmarks/host.py` measures
 both); the native code is the first step towards compiling the whole host program.
@@ -18,7 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import itertools
+import hashlib
 import logging
 import re
 import threading
@@ -31,7 +35,7 @@ from llvmlite import ir
 from braze import config
 from braze.errors import HostJitWarning
 from braze.host.shapes import PythonShapeFunction, ShapeProgram, Step
-from braze.runtime import cpu
+from braze.runtime import cpu, disk_cache
 
 I32, I64 = ir.IntType(32), ir.IntType(64)
 # PYFUNCTYPE keeps the GIL: releasing it would cost more than the few dozen instructions a call runs.
@@ -39,12 +43,13 @@ SHAPE_SIGNATURE = ctypes.PYFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_vo
 _INT64_MIN = -(2**63)
 _log = logging.getLogger(__name__)
 _warned = False  # one warning per process: later failures go to the log
-_serial = itertools.count()
 
 
 def function_name(program: ShapeProgram) -> str:
-    """A name for the program's native function, unique in the process (all share one engine)."""
-    return f"braze_shapes_{re.sub(r'[^A-Za-z0-9_]', '_', program.name)}_{next(_serial)}"
+    """The name of the program's native function: its fusion's name and a digest of what it
+    computes, the same in every process (the disk cache finds it by its IR, name included)."""
+    digest = hashlib.sha256(repr((program.symbols, program.steps, program.outputs)).encode()).hexdigest()
+    return f"braze_shapes_{re.sub(r'[^A-Za-z0-9_]', '_', program.name)}_{digest[:16]}"
 
 
 # --- LLVM IR -------------------------------------------------------------------------------------------
@@ -130,15 +135,37 @@ def _engine() -> llvm.ExecutionEngine:
     return llvm.create_mcjit_compiler(backing, cpu.new_target_machine(opt=0))
 
 
+@functools.cache
+def _object_writer() -> llvm.TargetMachine:
+    """The target machine generating host functions' object code (never given to an engine, which
+    would own and free it)."""
+    return cpu.new_target_machine(opt=0)
+
+
+def _object_code(source: str, name: str) -> bytes:
+    """The object code of `source`, from the disk cache or generated (and then cached)."""
+    key = disk_cache.cache_key(host_function=source, toolchain=cpu.toolchain_id(), braze=disk_cache.braze_source_hash())
+    cached = disk_cache.load(key)
+    if cached is not None:
+        return cached
+    module = llvm.parse_assembly(source)
+    module.verify()
+    module.triple = llvm.get_process_triple()
+    writer = _object_writer()
+    module.data_layout = str(writer.target_data)
+    code = writer.emit_object(module)
+    disk_cache.store(key, code)
+    return code
+
+
+@functools.cache
 def compile_function(source: str, name: str) -> int:
-    """The address of function `name` of `source`, compiled into the shared engine."""
+    """The address of function `name` of `source`, loaded into the shared engine (once per
+    process: a second load of the same symbols would clash)."""
     with cpu.LLVM_LOCK:
-        module = llvm.parse_assembly(source)
-        module.verify()
-        module.triple = llvm.get_process_triple()
+        code = _object_code(source, name)
         engine = _engine()
-        module.data_layout = str(engine.target_data)
-        engine.add_module(module)  # the engine owns it, and its code, for the rest of the process
+        engine.add_object_file(llvm.ObjectFileRef.from_data(code))  # the engine keeps it for the process
         engine.finalize_object()
         address = engine.get_function_address(name)
     if not address:

@@ -20,18 +20,25 @@ _MAGIC = b"BRAZE1\n"
 
 @functools.cache
 def braze_source_hash() -> str:
-    """A fingerprint of braze's own Python files (each one's path, size and modification time): a
+    """A fingerprint of braze's own source files (each one's path, size and modification time): a
     change to braze invalidates the cache. It runs in every process before its first kernel, so
-    it only stats the files: reading and hashing all of them cost 3 ms there."""
+    it only stats the files (reading and hashing all of them cost 3 ms there), through scandir,
+    which costs a third of os.walk and os.stat."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    digest = hashlib.sha256()
-    for folder, folders, names in os.walk(root):
-        folders.sort()
-        for name in sorted(n for n in names if n.endswith(".py")):
-            path = os.path.join(folder, name)
-            info = os.stat(path)
-            digest.update(f"{path[len(root) + 1:]}:{info.st_size}:{info.st_mtime_ns}\n".replace(os.sep, "/").encode())
-    return digest.hexdigest()
+    lines: list[str] = []
+    _fingerprint_folder(root, "", lines)
+    return hashlib.sha256("".join(sorted(lines)).encode()).hexdigest()
+
+
+def _fingerprint_folder(folder: str, prefix: str, lines: list[str]) -> None:
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.is_dir():
+                if entry.name != "__pycache__":
+                    _fingerprint_folder(entry.path, f"{prefix}{entry.name}/", lines)
+            elif entry.name.endswith((".py", ".cuh")):
+                info = entry.stat()
+                lines.append(f"{prefix}{entry.name}:{info.st_size}:{info.st_mtime_ns}\n")
 
 
 def cache_key(**parts: object) -> str:

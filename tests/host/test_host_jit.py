@@ -3,6 +3,7 @@ Python with one warning when compiling fails, obey `BRAZE_DISABLE=host_jit` and 
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import warnings
 
@@ -136,3 +137,28 @@ def test_freed_native_code_leaves_later_compiles_working() -> None:
         assert block[0] == n
         del loaded
         gc.collect()
+
+
+def test_host_functions_load_from_the_disk_cache_without_code_generation(tmp_path, monkeypatch) -> None:
+    program = ShapeProgram.of("cached", [A * 3 + B, ceildiv(B, 5)])
+    name = jit.function_name(program)
+    assert name == jit.function_name(ShapeProgram.of("cached", [A * 3 + B, ceildiv(B, 5)]))  # same in any process
+    source = jit.llvm_source(program, name)
+    with config.scope(cache_dir=tmp_path):
+        generated = jit._object_code(source, name)
+        assert list(tmp_path.rglob("*.bin"))
+
+        def no_code_generation():
+            raise AssertionError("code generated")
+
+        monkeypatch.setattr(jit, "_object_writer", no_code_generation)
+        assert jit._object_code(source, name) == generated
+    with config.scope(cache_dir=tmp_path / "empty"), pytest.raises(AssertionError, match="code generated"):
+        jit._object_code(source, name)
+
+
+def test_one_shape_program_compiles_once_per_process() -> None:
+    first, second = (jit.NativeShapeFunction(ShapeProgram.of("twice", [A * B + 1])) for _ in range(2))
+    assert first._fn is not second._fn and ctypes.cast(first._fn, ctypes.c_void_p).value == \
+        ctypes.cast(second._fn, ctypes.c_void_p).value
+    assert first([6, 7]) == second([6, 7]) == [43]
