@@ -5,21 +5,37 @@ queue depth).
     python benchmarks/hot_path_parts.py
 
 Rows, outermost first: `Fusion.execute`, the fusion's FastCalls, the PreparedCall (its lock), the
-generated call alone; then the pieces the generated call is made of, each alone.
+generated call alone; then the pieces the generated call is made of, each alone. The rows are
+timed in turns (one sample of each, then the next round), so a drift of the machine's speed during
+the run shows in every row alike; each figure is the median of its samples.
 """
 
 from __future__ import annotations
 
+import statistics
+import time
+
 import torch
-from host_latency import us_per_call
 
 import braze as bz
 
 CALLS, REPEATS = 400, 41
 
 
-def host_us(fn) -> float:
-    return us_per_call(fn, calls=CALLS, repeats=REPEATS, sync=False)
+def host_us_in_turns(rows: dict) -> dict[str, float]:
+    """Median host microseconds per call of each row, sampled in turns."""
+    samples: dict[str, list[float]] = {name: [] for name in rows}
+    for fn in rows.values():  # warm up
+        for _ in range(50):
+            fn()
+    for _ in range(REPEATS):
+        for name, fn in rows.items():
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(CALLS):
+                fn()
+            samples[name].append((time.perf_counter() - start) / CALLS * 1e6)
+    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def main() -> None:
@@ -61,7 +77,7 @@ def main() -> None:
         "floor: cuda.bindings cuLaunchKernel": lambda: driver.cuLaunchKernel(
             handle, launch.grid, 1, 1, launch.block, 1, 1, launch.shared, stream, launch.params_address, 0),
     }
-    results = {name: host_us(fn) for name, fn in rows.items()}
+    results = host_us_in_turns(rows)
     print(f"\nhost us per call on {torch.cuda.get_device_name()} (GPU not waited for)\n")
     for name, us in results.items():
         print(f"{name:<40} {us:7.2f}")

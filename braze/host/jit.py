@@ -27,7 +27,7 @@ import logging
 import re
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import llvmlite.binding as llvm
 from llvmlite import ir
@@ -142,13 +142,15 @@ def _object_writer() -> llvm.TargetMachine:
     return cpu.new_target_machine(opt=0)
 
 
-def _object_code(source: str, name: str) -> bytes:
-    """The object code of `source`, from the disk cache or generated (and then cached)."""
-    key = disk_cache.cache_key(host_function=source, toolchain=cpu.toolchain_id(), braze=disk_cache.braze_source_hash())
+def _object_code(name: str, source: Callable[[], str]) -> bytes:
+    """The object code of function `name`, from the disk cache or generated from `source()` (and
+    then cached). Host functions are named after what they compute, and a change to braze's code
+    generators changes braze's source hash, so the name keys the cache: a hit builds no IR."""
+    key = disk_cache.cache_key(host_function=name, toolchain=cpu.toolchain_id(), braze=disk_cache.braze_source_hash())
     cached = disk_cache.load(key)
     if cached is not None:
         return cached
-    module = llvm.parse_assembly(source)
+    module = llvm.parse_assembly(source())
     module.verify()
     module.triple = llvm.get_process_triple()
     writer = _object_writer()
@@ -158,18 +160,23 @@ def _object_code(source: str, name: str) -> bytes:
     return code
 
 
-@functools.cache
-def compile_function(source: str, name: str) -> int:
-    """The address of function `name` of `source`, loaded into the shared engine (once per
-    process: a second load of the same symbols would clash)."""
+_loaded: dict[str, int] = {}  # function name -> address: a second load of the same symbols would clash
+
+
+def compile_function(name: str, source: Callable[[], str]) -> int:
+    """The address of function `name`, whose LLVM IR `source()` gives, loaded into the shared
+    engine once per process."""
     with cpu.LLVM_LOCK:
-        code = _object_code(source, name)
+        if name in _loaded:
+            return _loaded[name]
+        code = _object_code(name, source)
         engine = _engine()
         engine.add_object_file(llvm.ObjectFileRef.from_data(code))  # the engine keeps it for the process
         engine.finalize_object()
         address = engine.get_function_address(name)
-    if not address:
-        raise cpu.CompileError(f"host function {name!r}: the engine has no code for it")
+        if not address:
+            raise cpu.CompileError(f"host function {name!r}: the engine has no code for it")
+        _loaded[name] = address
     return address
 
 
@@ -181,10 +188,9 @@ class NativeShapeFunction:
     def __init__(self, program: ShapeProgram) -> None:
         self.program = program
         name = function_name(program)
-        self.source = llvm_source(program, name)
         if config.dumping("host_jit"):
-            config.dump("host_jit", self.source)
-        self._fn = SHAPE_SIGNATURE(compile_function(self.source, name))
+            config.dump("host_jit", llvm_source(program, name))
+        self._fn = SHAPE_SIGNATURE(compile_function(name, lambda: llvm_source(program, name)))
         self._buffers = threading.local()  # per thread: a call fills, runs and reads them back
 
     def _new_buffers(self) -> tuple:

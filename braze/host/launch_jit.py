@@ -79,10 +79,9 @@ def llvm_source() -> str:
 
 @functools.cache
 def _launch_all() -> Callable[[int, int, int], int]:
-    source = llvm_source()
     if config.dumping("host_jit"):
-        config.dump("host_jit", source)
-    return LAUNCH_SIGNATURE(jit.compile_function(source, NAME))
+        config.dump("host_jit", llvm_source())
+    return LAUNCH_SIGNATURE(jit.compile_function(NAME, llvm_source))
 
 
 class NativeLaunches:
