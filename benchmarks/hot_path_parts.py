@@ -4,8 +4,9 @@ queue depth).
 
     python benchmarks/hot_path_parts.py
 
-Rows, outermost first: `Fusion.execute`, the fusion's FastCalls, the PreparedCall (its lock), the
-generated call alone; then the pieces the generated call is made of, each alone. The rows are
+Rows, outermost first: `Fusion.execute`, the fusion's `run` (the last prepared call behind its
+guard, one generated function), the prepared call without the guard; then the pieces the
+generated call is made of, each alone. The rows are
 timed in turns (one sample of each, then the next round), so a drift of the machine's speed during
 the run shows in every row alike; each figure is the median of its samples.
 """
@@ -49,7 +50,7 @@ def main() -> None:
     fast = f.__dict__["_fast_calls"]
     key = fast.key(inputs)
     prepared = fast.prepared[key]
-    assert prepared.matches(inputs), "no torch guard"
+    assert prepared.matches(inputs) and fast.run is not fast.find, "no torch guard"
     stream = torch.cuda.current_stream().cuda_stream
     launch = prepared.launches[0]
     from cuda.bindings import driver  # the floor is cuda.bindings' launch
@@ -58,9 +59,9 @@ def main() -> None:
     device = torch.device("cuda", 0)
     rows = {
         "Fusion.execute": lambda: f.execute(inputs),
-        "FastCalls.run": lambda: fast.run(inputs),
-        "PreparedCall.run (generated)": lambda: prepared.run(inputs),
-        "guard": lambda: prepared.matches(inputs),
+        "FastCalls.run (the last call, guarded)": lambda: fast.run(inputs),
+        "PreparedCall.run (unguarded)": lambda: prepared.run(inputs),
+        "guard (TensorGuards.check)": lambda: prepared.matches.check(x, y, z),
         "key": lambda: fast.key(inputs),
         "key + lookup": lambda: fast.prepared.get(fast.key(inputs)),
         "torch.empty_strided": lambda: torch.empty_strided((1024,), (1,), device="cuda"),

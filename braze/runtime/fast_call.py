@@ -208,22 +208,43 @@ class PreparedCall:
         self.kept: list | None = None  # the kept buffers (None where a buffer is fresh per call)...
         self.kept_order: int | None = None  # ...and the stream they were last used on
         self.busy = threading.Lock()  # the block is patched in place: one caller at a time
-        self.matches: Callable[[Sequence[object]], bool] = _never  # FastCalls.learn sets the guard
+        self.matches: Guard | Callable[[Sequence[object]], bool] = _never  # FastCalls.learn sets the guard
+        self._guarded: Callable[[Sequence[object]], list | None] | None = None
 
     def run(self, inputs: Sequence[object]) -> list | None:
         """The outputs, or None when another thread is patching the block (take the host program)."""
         self.run = self._generated()  # this instance's calls take the generated function from now on
         return self.run(inputs)
 
-    def _generated(self) -> Callable[[Sequence[object]], list | None]:
-        """The call as one generated function of the inputs: straight-line patching and returns,
-        with every reader, packer and slot a constant (a loop over the plan's lists costs more
-        than the work it does). It holds the lock while it patches the shared block and launches."""
+    def guarded(self, config_now: config.Config, otherwise: Callable[[Sequence[object]], list | None]
+                ) -> Callable[[Sequence[object]], list | None] | None:
+        """`run` behind this call's guard, as one function (FastCalls runs it first): inputs the guard
+        refuses, another configuration or an open `bz.record()` go to `otherwise`. None without a
+        guard."""
+        if self.matches is _never:
+            return None
+        if self._guarded is None:
+            names: dict[str, object] = {"config": config, "settings": config_now, "otherwise": otherwise,
+                                        "recorders": record_state()}
+            test = self.matches.condition(names)
+            self._guarded = self._generated([
+                "try:", f"    hit = {test}", "except (TypeError, IndexError):", "    hit = False",
+                "if not hit or config.current is not settings or recorders.__dict__.get('stack'):",
+                "    return otherwise(inputs)"], names)
+        return self._guarded
+
+    def _generated(self, checks: Sequence[str] = (), names: dict[str, object] | None = None
+                   ) -> Callable[[Sequence[object]], list | None]:
+        """The call as one generated function of the inputs: `checks` (lines that may return
+        first), then straight-line patching and returns, with every reader, packer and slot a
+        constant (a loop over the plan's lists costs more than the work it does). It holds the
+        lock while it patches the shared block and launches."""
         plan = self.plan
-        names: dict[str, object] = {"block": self.block, "buffers_of": self._buffers, "pointer": plan.buffer_pointer,
-                                    "draw": next_seed_offset, "signed": _signed, "copy": cuda.copy_on_device,
-                                    "acquire": self.busy.acquire, "release": self.busy.release,
-                                    "Refused": (OverflowError, struct.error, TypeError, ValueError)}
+        names = dict(names or {})
+        names.update({"block": self.block, "buffers_of": self._buffers, "pointer": plan.buffer_pointer,
+                      "draw": next_seed_offset, "signed": _signed, "copy": cuda.copy_on_device,
+                      "acquire": self.busy.acquire, "release": self.busy.release,
+                      "Refused": (OverflowError, struct.error, TypeError, ValueError)})
         lines = []
         for n, (slot, position, reader) in enumerate(plan.input_pointers):
             names[f"read{n}"] = reader
@@ -251,7 +272,8 @@ class PreparedCall:
             lines.append(f"copy(input{n}(inputs[{position}]), pointer(buffers[{buffer}]), {nbytes}, order)")
         returned = ", ".join(f"buffers[{n}]" if where == "buffer" else f"inputs[{n}]" for where, n in plan.returned)
         lines.append(f"return [{returned}]")
-        source = ("def run(inputs):\n    if not acquire(False):\n        return None\n    try:\n"
+        source = ("def run(inputs):\n" + "".join(f"    {line}\n" for line in checks)
+                  + "    if not acquire(False):\n        return None\n    try:\n"
                   + "".join(f"        {line}\n" for line in lines) + "    finally:\n        release()\n")
         exec(source, names)  # noqa: S102  (built above from the plan's slots and positions only)
         return names["run"]
@@ -389,8 +411,9 @@ class FastCalls:
     """One fusion's prepared calls by input description (a `None` value: that description always
     takes the host program).
 
-    The call taken last is tried first, through its guard where the inputs' library has one (a
-    check in torch's C++ of every tensor's description: a third of the cost of reading the key).
+    `run` is the call taken last, behind its guard where the inputs' library has one (a check in
+    torch's C++ of every tensor's description: a third of the cost of reading the key), all in one
+    generated function; inputs it refuses go through the key (`find`).
     """
 
     def __init__(self, inputs: int, scalar_positions: frozenset[int]) -> None:
@@ -400,16 +423,19 @@ class FastCalls:
         self.scalar_positions = scalar_positions
         self.last: PreparedCall | None = None
         self.recorders = record_state()
+        self.run: Callable[[Sequence[object]], list | None] = self.find
 
-    def run(self, inputs: Sequence[object]) -> list | None:
-        """The outputs of a prepared call, or None: take the host program."""
+    def find(self, inputs: Sequence[object]) -> list | None:
+        """The outputs of the prepared call for the inputs' description, or None: take the host
+        program. That call is then tried first."""
         if config.current is not self.config:
             return None
-        prepared = self.last
-        if prepared is None or not prepared.matches(inputs):
-            prepared = self.last = self.prepared.get(self.key(inputs))
-            if prepared is None:
-                return None
+        prepared = self.prepared.get(self.key(inputs))
+        if prepared is None:
+            return None
+        if prepared is not self.last:
+            self.last = prepared
+            self.run = prepared.guarded(self.config, self.find) or self.find
         if self.recorders.__dict__.get("stack") and profiling():
             return None
         return prepared.run(inputs)
@@ -424,7 +450,7 @@ class FastCalls:
         if config.current is not self.config:  # prepared under another configuration: they may not apply
             self.config = config.current
             self.prepared.clear()
-            self.last = None
+            self.last, self.run = None, self.find
         key = self.key(inputs)
         if key is None:
             return
@@ -432,20 +458,47 @@ class FastCalls:
             prepared.matches = guard(inputs, self.scalar_positions) or _never
         self.prepared[key] = prepared
         if len(self.prepared) > MAX_DESCRIPTIONS:
-            self.prepared.popitem(last=False)
+            evicted = self.prepared.popitem(last=False)[1]
+            if evicted is self.last:
+                self.last, self.run = None, self.find
 
 
 def _never(inputs: Sequence[object]) -> bool:
     return False
 
 
-def guard(inputs: Sequence[object], scalar_positions: frozenset[int]) -> Callable[[Sequence[object]], bool] | None:
-    """A function telling whether later inputs are described as `inputs` are, by torch's C++
-    tensor guards (dtype, device, shape, strides, and also the tensor type, dispatch keys,
-    requires_grad and that no object is passed twice, so it may say no where the key would match:
-    that call takes the key). None
-    where the arrays are not all torch tensors, or this torch has no such guards."""
-    arrays = [n for n in range(len(inputs)) if n not in scalar_positions]
+@dataclass(frozen=True)
+class Guard:
+    """Whether later inputs are described as the ones it was made from are, by torch's C++ tensor
+    guards (dtype, device, shape, strides, and also the tensor type, dispatch keys, requires_grad
+    and that no object is passed twice, so it may say no where the key would match: that call
+    takes the key), plus the count of inputs and each scalar's type."""
+
+    check: Callable[..., bool]  # TensorGuards.check over the array inputs
+    count: int
+    arrays: tuple[int, ...]
+    scalars: tuple[tuple[int, type], ...]
+
+    def condition(self, names: dict[str, object]) -> str:
+        """The test as an expression of `inputs` for generated code, adding the names it uses
+        (it may raise TypeError or IndexError: the caller catches them as a no)."""
+        names["check"] = self.check
+        names.update((f"scalar{n}", cls) for n, cls in self.scalars)
+        return (f"len(inputs) == {self.count} and check({', '.join(f'inputs[{n}]' for n in self.arrays)})"
+                + "".join(f" and type(inputs[{n}]) is scalar{n}" for n, _ in self.scalars))
+
+    def __call__(self, inputs: Sequence[object]) -> bool:
+        try:
+            return len(inputs) == self.count and bool(self.check(*[inputs[n] for n in self.arrays])) \
+                and all(type(inputs[n]) is cls for n, cls in self.scalars)
+        except (TypeError, IndexError):
+            return False
+
+
+def guard(inputs: Sequence[object], scalar_positions: frozenset[int]) -> Guard | None:
+    """The guard of calls described as `inputs` are; None where the arrays are not all torch
+    tensors, or this torch has no such guards."""
+    arrays = tuple(n for n in range(len(inputs)) if n not in scalar_positions)
     torch = sys.modules.get("torch")
     if torch is None or not all(isinstance(inputs[n], torch.Tensor) for n in arrays):
         return None
@@ -461,13 +514,7 @@ def guard(inputs: Sequence[object], scalar_positions: frozenset[int]) -> Callabl
             return None
     except Exception:  # noqa: BLE001  (a private API: where it differs, the key alone decides)
         return None
-    namespace = {"check": check, **{f"scalar{n}": type(inputs[n]) for n in scalar_positions}}
-    scalars = "".join(f" and type(inputs[{n}]) is scalar{n}" for n in sorted(scalar_positions))
-    source = (f"def matches(inputs):\n    try:\n        return len(inputs) == {len(inputs)} and "
-              f"check({', '.join(f'inputs[{n}]' for n in arrays)}){scalars}\n"
-              f"    except (TypeError, IndexError):\n        return False\n")
-    exec(source, namespace)  # noqa: S102  (built above from input positions only)
-    return namespace["matches"]
+    return Guard(check, len(inputs), arrays, tuple((n, type(inputs[n])) for n in sorted(scalar_positions)))
 
 
 _KEY_PARTS = {  # per library: what describes one of its arrays (its type comes first)

@@ -88,6 +88,11 @@ def test_alternating_descriptions_each_take_their_own_prepared_call() -> None:
     fast = f.__dict__["_fast_calls"]
     assert fast.last is not None and fast.last.matches(small)
     assert not fast.last.matches(strided) and not fast.last.matches(grads) and not fast.last.matches([small[0]] * 3)
+    for inputs in (*descriptions, *descriptions):  # outside bz.record(): the last call's guarded run first
+        (out,) = f.execute(inputs)
+        torch.testing.assert_close(out, torch.relu(inputs[0] * inputs[1] + inputs[2]).detach())
+        assert fast.last is fast.prepared[fast.key(inputs)]
+    assert fast.run is not fast.find  # the last one has a guarded run too (refusing one tensor passed thrice)
 
 
 def test_wrong_inputs_still_raise_on_a_hit() -> None:
