@@ -211,9 +211,10 @@ def compile_latency() -> dict:
 
 
 def print_latency(latency: dict) -> None:
+    samples = ", ".join(f"{ms:.1f}" for ms in latency["warm_cache_first_call_samples_ms"])
     print(f"cold first call (trace to cubin, empty cache): {latency['cold_first_call_ms']:.0f} ms; "
           f"first call with a warm disk cache: {latency['warm_cache_first_call_ms']:.1f} ms (median of "
-          f"{WARM_PROCESSES} fresh processes: {', '.join(f'{ms:.1f}' for ms in latency['warm_cache_first_call_samples_ms'])})")
+          f"{WARM_PROCESSES} fresh processes: {samples})")
 
 
 def main() -> None:
