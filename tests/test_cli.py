@@ -52,8 +52,8 @@ def test_cache_clear_empties_the_cache_folder(capsys, tmp_path):
     with config.scope(cache_dir=tmp_path):
         assert _compile_something("cleared") == ["cleared"]
         assert _compile_something("cleared") == []  # loaded from the disk cache
-        entries = len(list(tmp_path.rglob("*.bin")))  # the kernel, and the object code of its host functions
-        assert entries >= 2
+        entries = len(list(tmp_path.rglob("*.bin")))  # the kernel, and any host function's object code
+        assert entries >= 1
         assert cli.main(["cache"]) == 0
         assert capsys.readouterr().out.startswith(f"{tmp_path}: {entries} entries")
         assert cli.main(["cache", "clear"]) == 0

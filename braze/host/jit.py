@@ -210,15 +210,50 @@ class NativeShapeFunction:
         return outputs[:]
 
 
-def shape_function(program: ShapeProgram) -> NativeShapeFunction | PythonShapeFunction:
-    """The shape function for `program`: native, unless the host JIT is disabled or fails."""
-    if config.disabled("host_jit"):
-        return PythonShapeFunction(program)
+class TieredShapeFunction:
+    """A shape program run in Python on its first call and natively from the second on.
+
+    A host program's first run is its fusion's first call on a description, where latency counts
+    and one run gains nothing from native code: loading even a cached native function costs the
+    process an LLVM engine, about 2 ms. Later runs (new extents, multi-segment programs on every
+    call) take the native function, built at the second call."""
+
+    def __init__(self, program: ShapeProgram) -> None:
+        self.program = program
+        self._python = PythonShapeFunction(program)
+        self._call: Callable[[Sequence[int]], list[int]] = self._first
+
+    @property
+    def native(self) -> bool:
+        """Whether calls run native code (after the first call, unless the JIT failed)."""
+        return getattr(self._call, "native", False)
+
+    def __call__(self, extents: Sequence[int]) -> list[int]:
+        return self._call(extents)
+
+    def _first(self, extents: Sequence[int]) -> list[int]:
+        self._call = self._tier_up
+        return self._python(extents)
+
+    def _tier_up(self, extents: Sequence[int]) -> list[int]:
+        self._call = native_or_python(self.program)
+        return self._call(extents)
+
+
+def native_or_python(program: ShapeProgram) -> NativeShapeFunction | PythonShapeFunction:
+    """The native shape function for `program`, or the Python one where the JIT fails."""
     try:
         return NativeShapeFunction(program)
     except Exception as error:  # any JIT failure: the Python function computes the same values
         fall_back(f"the shapes of {program.name!r}", error)
         return PythonShapeFunction(program)
+
+
+def shape_function(program: ShapeProgram) -> TieredShapeFunction | PythonShapeFunction:
+    """The shape function for `program`: tiered up to native code, unless the host JIT is disabled."""
+    if config.disabled("host_jit"):
+        return PythonShapeFunction(program)
+    return TieredShapeFunction(program)
 
 
 def fall_back(what: str, error: Exception) -> None:

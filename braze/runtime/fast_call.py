@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from braze import config
-from braze.host.launch_jit import native_launches
+from braze.host.launch_jit import NativeLaunches, native_launches
 from braze.runtime import cuda_driver as cuda
 from braze.runtime.cpu import parallel_for
 from braze.runtime.record import Launch, note_launch, profiling, record_state, recording
@@ -315,9 +315,18 @@ class CudaPreparedCall(PreparedCall):
             launch.params[0] = self.address
         self.launches, self.stream, self.stream_input, self.device = launches, kind.stream, stream_input, device
         self.device_stream = kind.device_stream
-        self.launch_all = native_launches(cuda.launch_function_address(),
-                                          [(x.function, x.grid, x.block, x.shared, x.params_address)
-                                           for x in launches])
+        self._native: list[NativeLaunches | None] = []  # built with the first generated call
+
+    @property
+    def launch_all(self) -> NativeLaunches | None:
+        """The native launch function over this call's table (None where the host JIT is off or
+        failed). Built when the call is first taken, not when it is prepared: the fusion's first
+        call then needs no LLVM engine."""
+        if not self._native:
+            self._native.append(native_launches(cuda.launch_function_address(),
+                                                [(x.function, x.grid, x.block, x.shared, x.params_address)
+                                                 for x in self.launches]))
+        return self._native[0]
 
     def _begin(self, inputs: Sequence[object]) -> int:
         device = self.device

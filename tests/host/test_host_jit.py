@@ -46,7 +46,7 @@ def _program() -> ShapeProgram:
 
 def test_native_matches_python() -> None:
     program = _program()
-    native, python = jit.shape_function(program), PythonShapeFunction(program)
+    native, python = jit.native_or_python(program), PythonShapeFunction(program)
     assert native.native and not python.native
     for extents in ([7, 3, 2], [0, 5, 9], [-7, 3, 1], [7, -3, 0], [-8, -3, 4]):
         assert native(extents) == python(extents) == program.evaluate(extents)
@@ -83,11 +83,20 @@ def test_division_by_zero_names_the_expression() -> None:
             fn([5, 0])
 
 
+def test_shape_functions_run_in_python_first_then_natively() -> None:
+    program = ShapeProgram.of("tiered", [A * B - 2, ceildiv(A, B)])
+    tiered = jit.shape_function(program)
+    assert not tiered.native
+    assert tiered([9, 4]) == [34, 3] and not tiered.native
+    assert tiered([9, 4]) == [34, 3] and tiered.native
+    assert tiered([-9, 2]) == [-20, -4]
+
+
 def test_a_jit_failure_falls_back_with_one_warning(monkeypatch, fresh_warning, uncached) -> None:
     monkeypatch.setattr(jit, "llvm_source", lambda program, name: "this is not LLVM IR")
     with pytest.warns(HostJitWarning, match="host JIT failed for the shapes of 'demo'") as caught:
-        first = jit.shape_function(_program())
-        second = jit.shape_function(_program())
+        first = jit.native_or_python(_program())
+        second = jit.native_or_python(_program())
     assert len(caught) == 1
     assert not first.native and not second.native
     assert first([7, 3, 2]) == _program().evaluate([7, 3, 2])
@@ -105,6 +114,7 @@ def test_a_fusion_runs_after_a_jit_failure(monkeypatch, fresh_warning, uncached)
         y.set_allocation_domain(y.loop)
         f.add_output(y)
     a = np.linspace(0, 1, 15, dtype=np.float32).reshape(3, 5)
+    f.execute([a[:2]])  # the first run of the host program takes Python; the second builds native code
     with pytest.warns(HostJitWarning, match="no native code today"):
         (got,) = f.execute([a])
     np.testing.assert_allclose(got, np.exp(a), rtol=1e-6)
@@ -122,7 +132,7 @@ def test_disable_host_jit_runs_python_without_warning(fresh_warning) -> None:
 
 def test_dump_host_jit_prints_the_llvm_ir(capsys) -> None:
     with config.scope(dump="host_jit"):
-        jit.shape_function(_program())
+        jit.native_or_python(_program())
     err = capsys.readouterr().err
     assert err.startswith("===== braze dump: host_jit =====\n")
     assert 'define i32 @"braze_shapes_demo_' in err and "sdiv i64" in err
