@@ -10,6 +10,12 @@ naming it). One ctypes call from Python then runs every kernel of a fusion: a do
 one crossing into native code instead of a dozen. A prepared call only fills a table: nothing is
 compiled per fusion or per shape.
 
+A prepared call with pointers to patch also gets `braze_launch_patched`, a CPython builtin
+(METH_FASTCALL) over the same loop: `launch(stream, value, ...)` stores each value into the
+argument block at the call's slots, then launches. One call from Python then patches and
+launches, where patching from Python costs a ctypes store per pointer and the ctypes call itself
+converts each argument (together about a third of the launch).
+
 Any failure to build it leaves the caller launching from Python (`native_launches` answers None
 and the host JIT warns once); `BRAZE_DISABLE=host_jit` asks for that directly, `BRAZE_DUMP=host_jit`
 prints the LLVM IR once and each table as it is made.
@@ -21,6 +27,7 @@ import ctypes
 import functools
 from collections.abc import Callable, Sequence
 
+import llvmlite.binding as llvm
 from llvmlite import ir
 
 from braze import config
@@ -34,6 +41,10 @@ _CU_LAUNCH = ir.FunctionType(I32, [I8P, *[I32] * 7, I8P, I8P, I8P])
 LAUNCH_SIGNATURE = ctypes.PYFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p)
 LaunchSpec = tuple[int, int, int, int, int]  # (function handle, grid, block, shared bytes, params address)
 NAME = "braze_launch_all"
+PATCHED_NAME = "braze_launch_patched"
+METH_FASTCALL = 0x0080  # PyMethodDef flag: (PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+# The C API the builtin calls (all in the stable ABI).
+_PYTHON_API = ("PyLong_AsUnsignedLongLongMask", "PyLong_FromLongLong", "PyErr_Occurred")
 
 
 class LaunchEntry(ctypes.Structure):
@@ -44,15 +55,17 @@ class LaunchEntry(ctypes.Structure):
                 ("unused", ctypes.c_uint32)]
 
 
-def llvm_source() -> str:
-    """The LLVM IR of `braze_launch_all`: a loop over the table."""
-    module = ir.Module(name=NAME)
-    entry_type = ir.LiteralStructType([_CU_LAUNCH.as_pointer(), I8P, I8P, I32, I32, I32, I32])
-    fn = ir.Function(module, ir.FunctionType(I32, [entry_type.as_pointer(), I32, I8P]), name=NAME)
-    table, count, stream = fn.args
-    start, loop, body, failed, advance, done = (fn.append_basic_block(n) for n in
-                                                ("start", "loop", "body", "failed", "advance", "done"))
-    b = ir.IRBuilder(start)
+def _entry_type() -> ir.LiteralStructType:
+    return ir.LiteralStructType([_CU_LAUNCH.as_pointer(), I8P, I8P, I32, I32, I32, I32])
+
+
+def _emit_launch_loop(fn: ir.Function, b: ir.IRBuilder, table: ir.Value, count: ir.Value, stream: ir.Value,
+                      finish: Callable[[ir.IRBuilder, ir.Value], None]) -> None:
+    """Calls each entry's cuLaunchKernel in order, then `finish(builder, result)` with 0, or with
+    `(n << 16) | code` as soon as launch n fails."""
+    loop, body, failed, advance, done = (fn.append_basic_block(name)
+                                         for name in ("loop", "body", "failed", "advance", "done"))
+    start = b.block
     b.branch(loop)
     b.position_at_end(loop)
     n = b.phi(I32, name="n")
@@ -67,13 +80,22 @@ def llvm_source() -> str:
                            ir.Constant(I8P, None)], name="code")
     b.cbranch(b.icmp_unsigned("!=", code, I32(0)), failed, advance)
     b.position_at_end(failed)
-    b.ret(b.or_(code, b.shl(n, I32(16))))
+    finish(b, b.or_(code, b.shl(n, I32(16))))
     b.position_at_end(advance)
     following = b.add(n, I32(1), name="following")
     n.add_incoming(following, advance)
     b.branch(loop)
     b.position_at_end(done)
-    b.ret(I32(0))
+    finish(b, I32(0))
+
+
+def llvm_source() -> str:
+    """The LLVM IR of `braze_launch_all`: a loop over the table."""
+    module = ir.Module(name=NAME)
+    fn = ir.Function(module, ir.FunctionType(I32, [_entry_type().as_pointer(), I32, I8P]), name=NAME)
+    table, count, stream = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("start"))
+    _emit_launch_loop(fn, b, table, count, stream, lambda b, result: b.ret(result))
     return str(module)
 
 
@@ -84,11 +106,89 @@ def _launch_all() -> Callable[[int, int, int], int]:
     return LAUNCH_SIGNATURE(jit.compile_function(NAME, llvm_source))
 
 
-class NativeLaunches:
-    """The launches of one prepared call: a table, and `call(stream)` running it natively (valid
-    while this object, which holds the table, lives)."""
+class PatchSpec(ctypes.Structure):
+    """What one patched launcher writes and runs; the same layout as the IR's `%spec`."""
 
-    def __init__(self, cu_launch_kernel: int, launches: Sequence[LaunchSpec]) -> None:
+    _fields_ = [("table", ctypes.c_void_p), ("count", ctypes.c_int64), ("block", ctypes.c_void_p),
+                ("slots", ctypes.c_void_p), ("slot_count", ctypes.c_int64)]
+
+
+def patched_llvm_source() -> str:
+    """The LLVM IR of `braze_launch_patched(self, args, nargs)`: `self` is a Python int holding a
+    PatchSpec's address, args[0] the stream, args[1:] the values for the spec's slots. Returns
+    the launch loop's result as a Python int, -1 for a wrong argument count, or NULL with the
+    exception set when an argument is not an int (nothing is launched then)."""
+    module = ir.Module(name=PATCHED_NAME)
+    obj = I8P  # PyObject *
+    as_u64 = ir.Function(module, ir.FunctionType(I64, [obj]), name="PyLong_AsUnsignedLongLongMask")
+    from_i64 = ir.Function(module, ir.FunctionType(obj, [I64]), name="PyLong_FromLongLong")
+    error = ir.Function(module, ir.FunctionType(obj, []), name="PyErr_Occurred")
+    spec_type = ir.LiteralStructType([_entry_type().as_pointer(), I64, I64.as_pointer(), I64.as_pointer(), I64])
+    fn = ir.Function(module, ir.FunctionType(obj, [obj, obj.as_pointer(), I64]), name=PATCHED_NAME)
+    self_, args, nargs = fn.args
+    start, wrong, patch, store, patched, raised, launch = (fn.append_basic_block(n) for n in (
+        "start", "wrong", "patch", "store", "patched", "raised", "launch"))
+    b = ir.IRBuilder(start)
+    spec = b.inttoptr(b.call(as_u64, [self_]), spec_type.as_pointer(), name="spec")
+    field = lambda i, name: b.load(b.gep(spec, [I32(0), I32(i)], inbounds=True), name=name)  # noqa: E731
+    table, count, block, slots, slot_count = (field(0, "table"), field(1, "count"), field(2, "block"),
+                                              field(3, "slots"), field(4, "slot_count"))
+    b.cbranch(b.icmp_signed("==", nargs, b.add(slot_count, I64(1))), patch, wrong)
+    b.position_at_end(wrong)
+    b.ret(b.call(from_i64, [I64(-1)]))
+    b.position_at_end(patch)
+    stream = b.inttoptr(b.call(as_u64, [b.load(args)]), I8P, name="stream")
+    b.branch(store)
+    b.position_at_end(store)
+    i = b.phi(I64, name="i")
+    i.add_incoming(I64(0), patch)
+    more = b.icmp_signed("<", i, slot_count)
+    with b.if_then(more):
+        value = b.call(as_u64, [b.load(b.gep(args, [b.add(i, I64(1))], inbounds=True))], name="value")
+        b.store(value, b.gep(block, [b.load(b.gep(slots, [i], inbounds=True))], inbounds=True))
+    i.add_incoming(b.add(i, I64(1)), b.block)
+    b.cbranch(more, store, patched)
+    b.position_at_end(patched)
+    b.cbranch(b.icmp_unsigned("!=", b.call(error, []), ir.Constant(obj, None)), raised, launch)
+    b.position_at_end(raised)
+    b.ret(ir.Constant(obj, None))
+    b.position_at_end(launch)
+    _emit_launch_loop(fn, b, table, b.trunc(count, I32), stream,
+                      lambda b, result: b.ret(b.call(from_i64, [b.zext(result, I64)])))
+    return str(module)
+
+
+class _MethodDef(ctypes.Structure):
+    """CPython's PyMethodDef."""
+
+    _fields_ = [("name", ctypes.c_char_p), ("method", ctypes.c_void_p), ("flags", ctypes.c_int),
+                ("doc", ctypes.c_char_p)]
+
+
+@functools.cache
+def _patched_method() -> _MethodDef:
+    """The method definition of the patched launcher, kept for the process (builtins point at it)."""
+    for name in _PYTHON_API:  # the loaded object's calls into the interpreter resolve to these
+        llvm.add_symbol(name, ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value)
+    if config.dumping("host_jit"):
+        config.dump("host_jit", patched_llvm_source())
+    return _MethodDef(PATCHED_NAME.encode(), jit.compile_function(PATCHED_NAME, patched_llvm_source),
+                      METH_FASTCALL, None)
+
+
+def _new_builtin(spec_address: int) -> Callable[..., int]:
+    new = ctypes.pythonapi.PyCFunction_NewEx
+    new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]
+    return new(ctypes.addressof(_patched_method()), spec_address, None)
+
+
+class NativeLaunches:
+    """The launches of one prepared call: a table, `call(stream)` running it natively, and where
+    `slots` are given, `patched(stream, *values)` writing the values into the argument block at
+    `block_address` first (valid while this object, which holds the table and spec, lives)."""
+
+    def __init__(self, cu_launch_kernel: int, launches: Sequence[LaunchSpec], block_address: int = 0,
+                 slots: Sequence[int] = ()) -> None:
         self.table = (LaunchEntry * max(len(launches), 1))(
             *[LaunchEntry(cu_launch_kernel, function, params, grid, block, shared, 0)
               for function, grid, block, shared, params in launches])
@@ -98,14 +198,24 @@ class NativeLaunches:
                 for function, grid, block, shared, params in launches))
         self.call: Callable[[int], int] = functools.partial(_launch_all(), ctypes.addressof(self.table),
                                                             len(launches))
+        self.patched: Callable[..., int] | None = None
+        if slots:
+            self.slots = (ctypes.c_int64 * len(slots))(*slots)
+            self.spec = PatchSpec(ctypes.addressof(self.table), len(launches), block_address,
+                                  ctypes.addressof(self.slots), len(slots))
+            try:
+                self.patched = _new_builtin(ctypes.addressof(self.spec))
+            except Exception as error:  # no CPython C API (another interpreter) or a JIT failure
+                jit.fall_back("the patched launches of a prepared call", error)
 
 
-def native_launches(cu_launch_kernel: int | None, launches: Sequence[LaunchSpec]) -> NativeLaunches | None:
+def native_launches(cu_launch_kernel: int | None, launches: Sequence[LaunchSpec], block_address: int = 0,
+                    slots: Sequence[int] = ()) -> NativeLaunches | None:
     """`launches` made by one native call; None when the host JIT is off or fails."""
     if cu_launch_kernel is None or config.disabled("host_jit"):
         return None
     try:
-        return NativeLaunches(cu_launch_kernel, launches)
+        return NativeLaunches(cu_launch_kernel, launches, block_address, slots)
     except Exception as error:  # any JIT failure: the launches are made from Python instead
         jit.fall_back("the launches of a prepared call", error)
         return None

@@ -246,9 +246,10 @@ class PreparedCall:
                       "acquire": self.busy.acquire, "release": self.busy.release,
                       "Refused": (OverflowError, struct.error, TypeError, ValueError)})
         lines = []
+        pointers = []  # (slot, the expression of the pointer it takes): patched by `_launch_source`
         for n, (slot, position, reader) in enumerate(plan.input_pointers):
             names[f"read{n}"] = reader
-            lines.append(f"block[{slot}] = read{n}(inputs[{position}])")
+            pointers.append((slot, f"read{n}(inputs[{position}])"))
         if plan.scalars:  # a value the packer refuses goes to the host program, which says why
             lines.append("try:")
             for n, s in enumerate(plan.scalars):
@@ -261,12 +262,12 @@ class PreparedCall:
             lines.append(f"buffers = ({''.join(f'allocate{n}(), ' for n in range(len(plan.allocations)))})")
         else:
             lines.append("buffers = buffers_of(order)")
-        lines += [f"block[{slot}] = pointer(buffers[{n}])" for slot, n in plan.buffer_pointers]
+        pointers += [(slot, f"pointer(buffers[{n}])") for slot, n in plan.buffer_pointers]
         for slots in plan.seeds:  # every random op draws, as the host program does, used or not
             lines.append("seed, offset = draw()")
             if slots is not None:
                 lines.append(f"block[{slots[0]}], block[{slots[1]}] = signed(seed), signed(offset)")
-        lines += self._launch_source(names)
+        lines += self._launch_source(names, pointers)
         for n, (position, reader, buffer, nbytes) in enumerate(plan.copies_back):
             names[f"input{n}"] = reader
             lines.append(f"copy(input{n}(inputs[{position}]), pointer(buffers[{buffer}]), {nbytes}, order)")
@@ -294,10 +295,11 @@ class PreparedCall:
         names["begin"] = self._begin
         return ["order = begin(inputs)"]
 
-    def _launch_source(self, names: dict[str, object]) -> list[str]:
-        """The generated call's lines launching on `order` (`_launch`)."""
+    def _launch_source(self, names: dict[str, object], pointers: list[tuple[int, str]]) -> list[str]:
+        """The generated call's lines writing `pointers` (slot, expression) into the block and
+        launching on `order` (`_launch`)."""
         names["launch"] = self._launch
-        return ["launch(order)"]
+        return [*_patch_lines(pointers), "launch(order)"]
 
     def _launch(self, order: int) -> None:
         raise NotImplementedError
@@ -319,13 +321,14 @@ class CudaPreparedCall(PreparedCall):
 
     @property
     def launch_all(self) -> NativeLaunches | None:
-        """The native launch function over this call's table (None where the host JIT is off or
-        failed). Built when the call is first taken, not when it is prepared: the fusion's first
-        call then needs no LLVM engine."""
+        """The native launch functions over this call's table, the patched one writing the input
+        and buffer pointers (None where the host JIT is off or failed). Built when the call is
+        first taken, not when it is prepared: the fusion's first call then needs no LLVM engine."""
         if not self._native:
+            slots = [slot for slot, _, _ in self.plan.input_pointers] + [slot for slot, _ in self.plan.buffer_pointers]
             self._native.append(native_launches(cuda.launch_function_address(),
                                                 [(x.function, x.grid, x.block, x.shared, x.params_address)
-                                                 for x in self.launches]))
+                                                 for x in self.launches], self.address, slots))
         return self._native[0]
 
     def _begin(self, inputs: Sequence[object]) -> int:
@@ -340,15 +343,23 @@ class CudaPreparedCall(PreparedCall):
             f"stream_of(inputs[{self.stream_input}], {self.device.index})"
         return ["if current.__dict__.get('device') is not device:", "    device.activate()", f"order = {stream}"]
 
-    def _launch_source(self, names: dict[str, object]) -> list[str]:
-        if self.launch_all is None:
-            return super()._launch_source(names)
-        names.update(launch_all=self.launch_all.call, failed=self._native_failed, recorders=record_state(),
-                     note=self._note_launches)
-        return ["code = launch_all(order)", "if code:", "    failed(code)",
-                "if recorders.__dict__.get('stack'):", "    note()"]
+    def _launch_source(self, names: dict[str, object], pointers: list[tuple[int, str]]) -> list[str]:
+        native = self.launch_all
+        if native is None:
+            return super()._launch_source(names, pointers)
+        names.update(failed=self._native_failed, recorders=record_state(), note=self._note_launches)
+        if native.patched is not None:  # its slots are the pointers', in this order
+            names["launch_patched"] = native.patched
+            launch = [f"code = launch_patched(order, {', '.join(expression for _, expression in pointers)})"]
+        else:
+            names["launch_all"] = native.call
+            launch = [*_patch_lines(pointers), "code = launch_all(order)"]
+        return [*launch, "if code:", "    failed(code)", "if recorders.__dict__.get('stack'):", "    note()"]
 
     def _native_failed(self, code: int) -> None:
+        if code < 0:
+            raise RuntimeError(f"braze internal error: the patched launch of {self.launches[0].record[0]} "
+                               "was given the wrong number of pointers")
         self._launch_failed(code >> 16, code & 0xFFFF)
 
     def _note_launches(self) -> None:
@@ -383,6 +394,10 @@ class CpuPreparedCall(PreparedCall):
             chunks = parallel_for(fn, begin, end, self.address, work)
             if record:
                 note_launch(Launch(*names, begin, end, chunks))
+
+
+def _patch_lines(pointers: list[tuple[int, str]]) -> list[str]:
+    return [f"block[{slot}] = {expression}" for slot, expression in pointers]
 
 
 def _signed(value: int) -> int:

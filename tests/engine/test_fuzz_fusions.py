@@ -358,7 +358,7 @@ class RandomFusion:
             return None
         b, e = x.bound, x.err
         if op in ("set", "neg", "abs", "relu", "floor", "ceil", "round", "trunc"):
-            return self.ew(op, [x], b + (op in ("ceil", "round")), e)
+            return self.ew(op, [x], b + (op in ("floor", "ceil", "round")), e)  # floor(-1.5) = -2
         if op in ("sign", "isnan", "isinf", "isfinite", "logical_not"):
             return self.ew(op, [x], 1, e if op == "sign" else 0.0)
         if op == "bitwise_not":

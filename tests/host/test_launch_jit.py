@@ -69,3 +69,27 @@ def test_the_host_jit_can_be_disabled_and_dumped(capsys) -> None:
         native_launches(driver.address, LAUNCHES[:1])
     dumped = capsys.readouterr().err
     assert "braze dump: host_jit" in dumped and "function 0x1000 grid 10 block 128 shared 0 params 0x9000" in dumped
+
+
+def test_the_patched_launch_writes_each_value_at_its_slot_then_launches() -> None:
+    driver = FakeDriver()
+    block = (ctypes.c_int64 * 8)(*range(100, 108))
+    slots = [6, 1, 3]
+    native = native_launches(driver.address, LAUNCHES[:2], ctypes.addressof(block), slots)
+    assert native.patched is not None
+    assert native.patched(0x55, 0x7F00_0000_1000, 2**64 - 8, 0) == 0
+    assert list(block) == [100, -8, 102, 0, 104, 105, 0x7F00_0000_1000, 107]  # unsigned values wrap to int64
+    assert driver.calls == [(f, g, 1, 1, b, 1, 1, s, 0x55, p, None) for f, g, b, s, p in LAUNCHES[:2]]
+
+
+def test_the_patched_launch_refuses_wrong_arguments_before_launching() -> None:
+    driver = FakeDriver(fail_at=1, code=719)
+    block = (ctypes.c_int64 * 2)()
+    native = native_launches(driver.address, LAUNCHES[:3], ctypes.addressof(block), [0, 1])
+    assert native.patched(0, 1) == -1 and native.patched(0, 1, 2, 3) == -1  # the count
+    with pytest.raises(TypeError):
+        native.patched(0, 1, "not a pointer")
+    assert driver.calls == []
+    result = native.patched(0, 1, 2)
+    assert (result >> 16, result & 0xFFFF) == (1, 719) and len(driver.calls) == 2
+    assert native_launches(driver.address, LAUNCHES[:3], ctypes.addressof(block)).patched is None  # no slots
