@@ -4,13 +4,13 @@ all in one run. Prints a table and writes benchmarks/results/host_latency.json.
     python benchmarks/host_latency.py
 
 Rows (microseconds of host time per call: N asynchronous calls, one synchronize at the end, the
-median over repeats):
+median over repeats; the floor, braze and the peers are sampled in turns):
 - a cached single-kernel fusion `relu(x*y+z)` on 1024 float32 torch tensors, outputs allocated;
 - the floor: the same kernel through `cuda.bindings`' cuLaunchKernel with a prepacked argument
   block (and through libcuda by ctypes, as braze launches);
 - CuPy ElementwiseKernel, Triton, torch eager and torch.compile on the same expression;
-- the parts of braze's cached call, each timed alone: signature (the inputs' description),
-  lookup, allocation, patching, launch;
+- the parts of braze's cached call, each timed alone: signature (the last call's guard; the key
+  and lookup where the description changed), allocation, pointers, and patching with the launch;
 - a fusion of 12 segments (pointwise and full reductions, alternating; 12 launches);
 - shape inference of a 4-D output with a split/merge allocation domain, native against Python.
 Each result is checked against torch before it is timed.
@@ -42,19 +42,27 @@ def us_per_call(fn, calls: int = CALLS, repeats: int = REPEATS, sync: bool = Tru
     """Median over `repeats` of the host time of `calls` asynchronous calls, one synchronize at the
     end (`sync=False`: the synchronize comes before the clock starts instead, so a GPU slower
     than the host does not show; keep calls x launches under the driver's queue of ~1000)."""
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(calls):
+    return us_per_call_in_turns({"": fn}, calls, repeats, sync)[""]
+
+
+def us_per_call_in_turns(rows: dict, calls: int = CALLS, repeats: int = REPEATS, sync: bool = True) -> dict:
+    """`us_per_call` of every row, sampled in turns (one sample of each row, then the next round),
+    so that a drift of the shared machine's speed shows in every row alike."""
+    for fn in rows.values():
+        for _ in range(50):
             fn()
-        if sync:
+    torch.cuda.synchronize()
+    samples: dict[str, list[float]] = {name: [] for name in rows}
+    for _ in range(repeats):
+        for name, fn in rows.items():
             torch.cuda.synchronize()
-        samples.append((time.perf_counter() - start) / calls * 1e6)
-    return statistics.median(samples)
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            if sync:
+                torch.cuda.synchronize()
+            samples[name].append((time.perf_counter() - start) / calls * 1e6)
+    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def relu_fma() -> bz.Fusion:
@@ -146,8 +154,9 @@ def check(name: str, got, expected: torch.Tensor) -> None:
         raise SystemExit(f"{name}: wrong result")
 
 
-def floor_rows(prepared: fast_call.PreparedCall) -> dict[str, float]:
-    """The kernel launched with its prepacked block and nothing else: cuda.bindings and ctypes."""
+def floor_rows(prepared: fast_call.PreparedCall) -> dict:
+    """The kernel launched with its prepacked block and nothing else (cuda.bindings and ctypes), as
+    functions of no arguments."""
     from cuda.bindings import driver  # the floor is cuda.bindings' launch
     function, grid, threads, shared, params = (prepared.launches[0].function, prepared.launches[0].grid,
                                                prepared.launches[0].block, prepared.launches[0].shared,
@@ -161,34 +170,34 @@ def floor_rows(prepared: fast_call.PreparedCall) -> dict[str, float]:
     assert result == driver.CUresult.CUDA_SUCCESS, result
     assert raw(function, grid, 1, 1, threads, 1, 1, shared, stream, params, None) == 0
     return {
-        "floor: cuLaunchKernel (cuda.bindings), prepacked": us_per_call(
-            lambda: driver.cuLaunchKernel(cu_function, grid, 1, 1, threads, 1, 1, shared, stream, params, 0)),
-        "floor: cuLaunchKernel (ctypes), prepacked": us_per_call(
-            lambda: raw(function, grid, 1, 1, threads, 1, 1, shared, stream, params, None)),
+        "floor: cuLaunchKernel (cuda.bindings), prepacked":
+            lambda: driver.cuLaunchKernel(cu_function, grid, 1, 1, threads, 1, 1, shared, stream, params, 0),
+        "floor: cuLaunchKernel (ctypes), prepacked":
+            lambda: raw(function, grid, 1, 1, threads, 1, 1, shared, stream, params, None),
     }
 
 
 def part_rows(f: bz.Fusion, inputs: list, prepared: fast_call.CudaPreparedCall) -> dict[str, float]:
     """Each step of the cached call, timed alone (synchronizing only where it launches)."""
     fast = f.__dict__["_fast_calls"]
-    key = fast.key(inputs)
     plan = prepared.plan
     buffers = [allocate() for allocate in plan.allocations]
+    native = prepared.launch_all
+    assert native is not None and native.patched is not None, "no native patched launch"
 
-    def patch() -> None:
-        block = prepared.block
-        for slot, position, pointer in plan.input_pointers:
-            block[slot] = pointer(inputs[position])
-        for slot, n in plan.buffer_pointers:
-            block[slot] = plan.buffer_pointer(buffers[n])
+    def pointers() -> list[int]:
+        return [pointer(inputs[position]) for _, position, pointer in plan.input_pointers] + \
+            [plan.buffer_pointer(buffers[n]) for _, n in plan.buffer_pointers]
 
+    values = pointers()
     return {
-        "  signature (describe the inputs)": us_per_call(lambda: fast.key(inputs), sync=False),
-        "  lookup": us_per_call(lambda: fast.prepared.get(key), sync=False),
+        "  signature: the last call's guard": us_per_call(lambda: prepared.matches(inputs), sync=False),
+        "  (another description: its key and lookup)": us_per_call(lambda: fast.prepared.get(fast.key(inputs)),
+                                                                   sync=False),
         "  allocation": us_per_call(lambda: [allocate() for allocate in plan.allocations], sync=False),
-        "  patching": us_per_call(patch, sync=False),
-        "  launch (stream + native cuLaunchKernel)": us_per_call(lambda: prepared.launch_all.call(
-            prepared._begin(inputs))),
+        "  pointers (data_ptr of inputs and outputs)": us_per_call(pointers, sync=False),
+        "  stream, then patch and launch (native builtin)": us_per_call(
+            lambda: native.patched(prepared._begin(inputs), *values)),
     }
 
 
@@ -214,11 +223,11 @@ def main() -> int:
         check("braze (cached)", f.execute(inputs)[0], expected)
     assert rec.entries == [] and rec.compiles == [] and len(rec.launches) == 1, "the cached call built something"
     prepared = prepared_call(f, inputs)
-    rows = floor_rows(prepared)
-    rows["braze cached call, outputs allocated"] = us_per_call(lambda: f.execute(inputs))
+    calls = {**floor_rows(prepared), "braze cached call, outputs allocated": lambda: f.execute(inputs)}
     for name, fn in peers(x, y, z).items():
         check(name, fn(), expected)
-        rows[name] = us_per_call(fn)
+        calls[name] = fn
+    rows = us_per_call_in_turns(calls)
     rows.update(part_rows(f, inputs, prepared))
 
     big = torch.randn(64, 256, device="cuda")

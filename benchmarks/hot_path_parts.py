@@ -13,30 +13,12 @@ the run shows in every row alike; each figure is the median of its samples.
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import torch
+from host_latency import us_per_call_in_turns
 
 import braze as bz
 
 CALLS, REPEATS = 400, 41
-
-
-def host_us_in_turns(rows: dict) -> dict[str, float]:
-    """Median host microseconds per call of each row, sampled in turns."""
-    samples: dict[str, list[float]] = {name: [] for name in rows}
-    for fn in rows.values():  # warm up
-        for _ in range(50):
-            fn()
-    for _ in range(REPEATS):
-        for name, fn in rows.items():
-            torch.cuda.synchronize()
-            start = time.perf_counter()
-            for _ in range(CALLS):
-                fn()
-            samples[name].append((time.perf_counter() - start) / CALLS * 1e6)
-    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def main() -> None:
@@ -56,6 +38,8 @@ def main() -> None:
     from cuda.bindings import driver  # the floor is cuda.bindings' launch
     handle = driver.CUfunction(launch.function)
     raw_stream = torch._C._cuda_getCurrentRawStream
+    out = f.execute(inputs)[0]
+    pointers = (x.data_ptr(), y.data_ptr(), z.data_ptr(), out.data_ptr())
     device = torch.device("cuda", 0)
     rows = {
         "Fusion.execute": lambda: f.execute(inputs),
@@ -75,10 +59,11 @@ def main() -> None:
         "data_ptr x4": lambda: (x.data_ptr(), y.data_ptr(), z.data_ptr(), x.data_ptr()),
         "current raw stream": lambda: raw_stream(0),
         "native launch (ctypes call)": lambda: prepared.launch_all.call(stream),
+        "native patched launch (builtin)": lambda: prepared.launch_all.patched(stream, *pointers),
         "floor: cuda.bindings cuLaunchKernel": lambda: driver.cuLaunchKernel(
             handle, launch.grid, 1, 1, launch.block, 1, 1, launch.shared, stream, launch.params_address, 0),
     }
-    results = host_us_in_turns(rows)
+    results = us_per_call_in_turns(rows, calls=CALLS, repeats=REPEATS, sync=False)
     print(f"\nhost us per call on {torch.cuda.get_device_name()} (GPU not waited for)\n")
     for name, us in results.items():
         print(f"{name:<40} {us:7.2f}")

@@ -256,6 +256,7 @@ def test_twelve_segments_launch_natively_and_from_python_alike() -> None:
                 assert len(rec.launches) == 12
             native = f.__dict__["_fast_calls"].prepared[f.__dict__["_fast_calls"].key([x])].launch_all
             assert (native is None) == (disable == "host_jit")
+            assert native is None or native.patched is not None  # pointers patched by the native builtin
     torch.testing.assert_close(results[""], results["host_jit"], rtol=0, atol=0)
     np.testing.assert_allclose(results[""].cpu().numpy(), reference(x.cpu().numpy()), rtol=1e-4, atol=1e-4)
 
