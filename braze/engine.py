@@ -15,6 +15,7 @@ import numpy as np
 
 from braze import config, schedule
 from braze import dtypes as dt
+from braze.codegen import cuda_rules  # noqa: F401  (the CUDA op rules, filled at import, not on a first call)
 from braze.dtypes import DType
 from braze.errors import InputError, UnsupportedError
 from braze.host.shapes import infer_layout
@@ -28,9 +29,11 @@ from braze.lower.values import NeedsCut
 from braze.passes.fuse_tasks import Decision, fuse_tasks
 from braze.passes.output_cache import cache_rows_in_outputs
 from braze.passes.simplify import simplify
-from braze.runtime import reference
+from braze.runtime import cuda_driver, reference
 from braze.runtime.arrays import to_kind
 from braze.runtime.compiled_kernel import CompiledKernel, CompileParams
+from braze.runtime.cuda_fusion_runtime import CudaFusionRuntime
+from braze.runtime.cuda_kernel import CudaCompiledKernel, CudaExecutor, default_params
 from braze.runtime.executor import KernelExecutor
 from braze.runtime.fusion_runtime import FusionRuntime
 from braze.runtime.inputs import BoundInputs, TensorSpec, bind_inputs
@@ -195,10 +198,6 @@ def compile_fusion(fusion: Fusion, key: tuple, lowered: Lowered | None = None) -
 def compile_fusion_cuda(fusion: Fusion, key: tuple, device_index: int, lowered: Lowered | None = None
                         ) -> FusionRuntime:
     """The runtime of `fusion` on GPU `device_index` for one signature."""
-    from braze.runtime import cuda_driver
-    from braze.runtime.cuda_fusion_runtime import CudaFusionRuntime
-    from braze.runtime.cuda_kernel import CudaCompiledKernel, CudaExecutor, default_params
-
     device = cuda_driver.device(device_index)
     lowered = lowered or lower_fusion(fusion, key, device_index)
     plan, kernel, params = lowered.plan, lowered.kernel, lowered.params
@@ -383,8 +382,6 @@ def compile_loop_kernel(kernel: k.Kernel, fuse: bool = True) -> tuple[CompiledKe
 def compile_loop_kernel_cuda(kernel: k.Kernel, device_index: int, fuse: bool = True, restrict: bool = False):
     """Task fusion, then CUDA for one GPU: (a compiled CudaLoopKernel, the fusion decisions). `restrict`:
     no two array arguments share memory. Kernels with the same Kernel IR after the passes share one."""
-    from braze.runtime import cuda_driver
-    from braze.runtime.cuda_kernel import default_params
     from braze.runtime.kernel_launch_cuda import CudaLoopKernel
 
     device = cuda_driver.device(device_index)

@@ -6,12 +6,14 @@ strides and device; per scalar: its type) goes through the host program. Afterwa
 strides of every buffer, the argument block with every extent and stride filled in, and each
 launch's grid, shared memory and launch scalars. A later call with the same description does only
 
-    1. the key: the description of the inputs, read with the cheapest attribute of each library;
+    1. the key: the description of the inputs, read with the cheapest attribute of each library
+       (on torch tensors, the call taken last is tried first behind torch's C++ tensor guards);
     2. a dict lookup;
     3. allocate the outputs and intermediates, from the prepared sizes;
     4. patch the pointers, scalar values and random seeds into the argument block;
-    5. launch, and copy in-place outputs back. On a GPU one native function (host/launch_jit.py)
-       calls cuLaunchKernel for every kernel; on the host each task runs over its prepared range.
+    5. launch, and copy in-place outputs back. On a GPU one native builtin (host/launch_jit.py)
+       writes the pointers into the block and calls cuLaunchKernel for every kernel; on the host
+       each task runs over its prepared range.
 
 Anything the fast path does not cover (profiling, another configuration, a busy block on another
 thread, an unknown array type) answers `None`, and the caller takes the host program.
@@ -238,7 +240,7 @@ class PreparedCall:
         """The call as one generated function of the inputs: `checks` (lines that may return
         first), then straight-line patching and returns, with every reader, packer and slot a
         constant (a loop over the plan's lists costs more than the work it does). It holds the
-        lock while it patches the shared block and launches."""
+        lock while it patches the shared block and launches, where that is not one native call."""
         plan = self.plan
         names = dict(names or {})
         names.update({"block": self.block, "buffers_of": self._buffers, "pointer": plan.buffer_pointer,
@@ -273,11 +275,25 @@ class PreparedCall:
             lines.append(f"copy(input{n}(inputs[{position}]), pointer(buffers[{buffer}]), {nbytes}, order)")
         returned = ", ".join(f"buffers[{n}]" if where == "buffer" else f"inputs[{n}]" for where, n in plan.returned)
         lines.append(f"return [{returned}]")
-        source = ("def run(inputs):\n" + "".join(f"    {line}\n" for line in checks)
-                  + "    if not acquire(False):\n        return None\n    try:\n"
-                  + "".join(f"        {line}\n" for line in lines) + "    finally:\n        release()\n")
+        source = "def run(inputs):\n" + "".join(f"    {line}\n" for line in checks)
+        if self._needs_lock():
+            source += ("    if not acquire(False):\n        return None\n    try:\n"
+                       + "".join(f"        {line}\n" for line in lines) + "    finally:\n        release()\n")
+        else:
+            source += "".join(f"    {line}\n" for line in lines)
         exec(source, names)  # noqa: S102  (built above from the plan's slots and positions only)
         return names["run"]
+
+    def _needs_lock(self) -> bool:
+        """Whether the call writes shared state another thread could see half-written: scalars or
+        seeds patched from Python, buffers kept between calls, copies back. Pointers patched and
+        launched by one native call under the GIL (`_patches_atomically`) are not."""
+        plan = self.plan
+        return not (self._patches_atomically() and not plan.scalars and not plan.seeds and all(self.fresh)
+                    and not plan.copies_back)
+
+    def _patches_atomically(self) -> bool:
+        return False
 
     def _buffers(self, order: int) -> list:
         allocations = self.plan.allocations
@@ -355,6 +371,11 @@ class CudaPreparedCall(PreparedCall):
             names["launch_all"] = native.call
             launch = [*_patch_lines(pointers), "code = launch_all(order)"]
         return [*launch, "if code:", "    failed(code)", "if recorders.__dict__.get('stack'):", "    note()"]
+
+    def _patches_atomically(self) -> bool:
+        # Without a GIL (free-threaded Python) another thread could patch between the builtin's stores.
+        native, gil = self.launch_all, getattr(sys, "_is_gil_enabled", lambda: True)()
+        return gil and native is not None and native.patched is not None
 
     def _native_failed(self, code: int) -> None:
         if code < 0:
