@@ -26,6 +26,10 @@ from braze.runtime.record import Launch, note_compile, note_launch, profiling, r
 BLOCKS_PER_SM = 8  # resident blocks of 256 threads an SM holds; grids beyond that loop instead
 ROW_CACHE_BYTES = 96 * 1024  # the most shared memory a block's row caches may take (2 blocks an SM fit)
 MAX_GRID = 2**31 - 1  # blocks of a launch (grid x)
+# Elements a thread of a pointwise task takes once the problem outgrows the resident blocks: a grid
+# of that many blocks keeps more loads in flight than resident blocks looping over the problem
+# (relu(x*y+z) on 64M float32 on an H100: 2971 GB/s at 4 a thread, 2949 at 1, 2859 resident).
+POINTWISE_ELEMENTS_PER_THREAD = 4
 
 
 class CudaCompiledKernel:
@@ -199,7 +203,10 @@ class CudaExecutor:
         if task.register_row:
             return self._plan_register_task(task, begin, end, lanes, cached, shared)
         # No more blocks than run at once: a second, partial wave would idle most SMs.
-        grid = min(-(-(end - begin) * lanes // self.block), self.device.sm_count * self._resident(task, shared))
+        blocks = -(-(end - begin) * lanes // self.block)
+        grid = min(blocks, self.device.sm_count * self._resident(task, shared))
+        if not extents:  # pointwise (no loop in a row): a few elements a thread over as many blocks as that takes
+            grid = min(max(grid, -(-blocks // POINTWISE_ELEMENTS_PER_THREAD)), MAX_GRID)
         return PlannedLaunch(task, begin, end, grid, shared, (lanes, cached if shared else 0, 0, 0))
 
     def _plan_register_task(self, task: _TaskLaunch, begin: int, end: int, lanes: int, cached: int,

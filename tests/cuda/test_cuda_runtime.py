@@ -235,3 +235,21 @@ def test_profiled_launches_carry_device_time_and_bandwidth():
     with bz.record() as plain:
         f.execute([x], device="cuda")
     assert plain.launches[0].device_ms is None
+
+
+@pytest.mark.parametrize("n", [1000, 300_001, (1 << 22) + 3])
+def test_pointwise_grids_cover_large_problems_a_few_elements_a_thread(n: int) -> None:
+    from braze.runtime.cuda_kernel import BLOCKS_PER_SM, POINTWISE_ELEMENTS_PER_THREAD
+
+    with bz.Fusion(name="axpy") as f:
+        x, y = f.define_tensor([-1]), f.define_tensor([-1])
+        f.add_output(x * 2.5 + y)
+    rng = np.random.default_rng(n)
+    a, b = (DeviceArray.from_numpy(rng.standard_normal(n).astype(np.float32)) for _ in range(2))
+    with bz.record() as rec:
+        (out,) = f.execute([a, b])
+    np.testing.assert_allclose(out.numpy(), a.numpy() * 2.5 + b.numpy(), rtol=1e-6)
+    (launch,) = rec.launches
+    blocks = -(-n // 256)
+    resident = cuda_driver.device(0).sm_count * BLOCKS_PER_SM
+    assert launch.chunks == max(min(blocks, resident), -(-blocks // POINTWISE_ELEMENTS_PER_THREAD))  # its grid
