@@ -49,8 +49,9 @@ def main() -> None:
     for per_thread in (1, 2, 4, 8, 64, 248):
         grid = blocks // per_thread
         out.fill_(float("nan"))
-        run = lambda: driver.cuLaunchKernel(function, grid, 1, 1, launch.block, 1, 1, 0, stream,  # noqa: E731
-                                            launch.params_address, 0)
+        def run(grid: int = grid) -> None:
+            driver.cuLaunchKernel(function, grid, 1, 1, launch.block, 1, 1, 0, stream, launch.params_address, 0)
+
         speed = gbps(run, 16 * N)
         torch.testing.assert_close(out, torch.relu(x * y + z))
         print(f"{per_thread:4d} elements a thread, grid {grid:8d}: {speed:6.0f} GB/s")

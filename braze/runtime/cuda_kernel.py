@@ -28,7 +28,8 @@ ROW_CACHE_BYTES = 96 * 1024  # the most shared memory a block's row caches may t
 MAX_GRID = 2**31 - 1  # blocks of a launch (grid x)
 # Elements a thread of a pointwise task takes once the problem outgrows the resident blocks: a grid
 # of that many blocks keeps more loads in flight than resident blocks looping over the problem
-# (relu(x*y+z) on 64M float32 on an H100: 2971 GB/s at 4 a thread, 2949 at 1, 2859 resident).
+# (relu(x*y+z) on 64M float32 on an H100: 2971 GB/s at 4 a thread, 2949 at 1, 2859 resident;
+# benchmarks/pointwise_grid.py).
 POINTWISE_ELEMENTS_PER_THREAD = 4
 
 
