@@ -5,9 +5,10 @@ reads the input extents in `ShapeProgram.symbols` order, writes every output val
 0, or `n + 1` when step n would divide by zero (the caller then raises an error naming it).
 Division follows Python's floor semantics, so native and Python results agree for any sign.
 
-Any failure to build the native function falls back to `PythonShapeFunction` with one warning
-per process; `BRAZE_DISABLE=host_jit` asks for Python directly, `BRAZE_DUMP=host_jit` prints
-the LLVM IR.
+A host program's shape function is tiered (`TieredShapeFunction`): Python on the program's first
+run, which is a fusion's first call on a description, and native from the second. Any failure to
+build the native function falls back to `PythonShapeFunction` with one warning per process;
+`BRAZE_DISABLE=host_jit` asks for Python directly, `BRAZE_DUMP=host_jit` prints the LLVM IR.
 
 Host functions are named after their content, so one process compiles each only once, and their
 object code goes to the disk cache like kernels: a later process loads it without running LLVM's
