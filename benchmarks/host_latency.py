@@ -10,7 +10,8 @@ median over repeats; the floor, braze and the peers are sampled in turns):
   block (and through libcuda by ctypes, as braze launches);
 - CuPy ElementwiseKernel, Triton, torch eager and torch.compile on the same expression;
 - the parts of braze's cached call, each timed alone: signature (the last call's guard; the key
-  and lookup where the description changed), allocation, pointers, and patching with the launch;
+  and lookup where the description changed), allocation, pointers, patching (the native builtin
+  over an empty table), launch (the native launch function), and the two in one builtin call;
 - a fusion of 12 segments (pointwise and full reductions, alternating; 12 launches);
 - shape inference of a 4-D output with a split/merge allocation domain, native against Python.
 Each result is checked against torch before it is timed.
@@ -29,6 +30,7 @@ import torch
 
 import braze as bz
 from braze.host.jit import NativeShapeFunction
+from braze.host.launch_jit import NativeLaunches
 from braze.host.shapes import PythonShapeFunction, ShapeProgram, infer_layout
 from braze.runtime import fast_call
 
@@ -184,6 +186,9 @@ def part_rows(f: bz.Fusion, inputs: list, prepared: fast_call.CudaPreparedCall) 
     buffers = [allocate() for allocate in plan.allocations]
     native = prepared.launch_all
     assert native is not None and native.patched is not None, "no native patched launch"
+    slots = [slot for slot, _, _ in plan.input_pointers] + [slot for slot, _ in plan.buffer_pointers]
+    # The same builtin over an empty table: it patches the block and launches nothing.
+    patch_only = NativeLaunches(0, [], prepared.address, slots)
 
     def pointers() -> list[int]:
         return [pointer(inputs[position]) for _, position, pointer in plan.input_pointers] + \
@@ -196,7 +201,9 @@ def part_rows(f: bz.Fusion, inputs: list, prepared: fast_call.CudaPreparedCall) 
                                                                    sync=False),
         "  allocation": us_per_call(lambda: [allocate() for allocate in plan.allocations], sync=False),
         "  pointers (data_ptr of inputs and outputs)": us_per_call(pointers, sync=False),
-        "  stream, then patch and launch (native builtin)": us_per_call(
+        "  patching (the native builtin, no launch)": us_per_call(lambda: patch_only.patched(0, *values), sync=False),
+        "  launch (stream, native cuLaunchKernel)": us_per_call(lambda: native.call(prepared._begin(inputs))),
+        "  patching and launch (the native builtin)": us_per_call(
             lambda: native.patched(prepared._begin(inputs), *values)),
     }
 
