@@ -14,9 +14,10 @@ Host functions are named after their content, so one process compiles each only 
 object code goes to the disk cache like kernels: a later process loads it without running LLVM's
 code generator, whose first use in a process costs several milliseconds.
 
-A call through ctypes costs about half a microsecond before any work, so on its own a native
-shape function only beats the Python one for long programs (`benchmarks/host.py` measures
-both); the native code is the first step towards compiling the whole host program.
+Native functions are called through CPython builtins made here (METH_FASTCALL, taking and
+returning Python ints): a ctypes call costs about a microsecond on the GPU hosts before any
+work, more than a shape program's own work, where a builtin call costs a few dozen nanoseconds.
+Where builtins are not made (no CPython C API, or no GIL) shape functions go through ctypes.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import functools
 import hashlib
 import logging
 import re
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Sequence
@@ -181,8 +183,138 @@ def compile_function(name: str, source: Callable[[], str]) -> int:
     return address
 
 
+# --- CPython builtins over native functions ----------------------------------------------------------
+# A ctypes call converts each argument and result through Python objects of its own: about a
+# microsecond a call on the GPU hosts, more than the launches and shape programs it runs take
+# beyond their own work. A builtin (a PyCFunction with METH_FASTCALL, its `self` a Python int
+# holding the address of a spec struct) takes Python ints and returns Python objects directly.
+METH_FASTCALL = 0x0080  # PyMethodDef flag: (PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+# The C API builtins call (all in the stable ABI), resolved in the process.
+_PYTHON_API = ("PyLong_AsUnsignedLongLongMask", "PyLong_AsLongLong", "PyLong_FromLongLong", "PyErr_Occurred",
+               "PyList_New", "PyList_SetItem", "Py_DecRef")
+OBJECT = ir.IntType(8).as_pointer()  # PyObject *
+
+
+class MethodDef(ctypes.Structure):
+    """CPython's PyMethodDef."""
+
+    _fields_ = [("name", ctypes.c_char_p), ("method", ctypes.c_void_p), ("flags", ctypes.c_int),
+                ("doc", ctypes.c_char_p)]
+
+
+def builtins_available() -> bool:
+    """Whether builtins are made: CPython with a GIL (a builtin's stores into shared buffers are
+    then atomic with respect to other threads)."""
+    return hasattr(ctypes, "pythonapi") and getattr(sys, "_is_gil_enabled", lambda: True)()
+
+
+def python_api(module: ir.Module) -> dict[str, ir.Function]:
+    """Declarations of the C API functions in `module`."""
+    signatures = {"PyLong_AsUnsignedLongLongMask": (I64, [OBJECT]), "PyLong_AsLongLong": (I64, [OBJECT]),
+                  "PyLong_FromLongLong": (OBJECT, [I64]), "PyErr_Occurred": (OBJECT, []),
+                  "PyList_New": (OBJECT, [I64]), "PyList_SetItem": (I32, [OBJECT, I64, OBJECT]),
+                  "Py_DecRef": (ir.VoidType(), [OBJECT])}
+    return {name: ir.Function(module, ir.FunctionType(result, args), name=name)
+            for name, (result, args) in signatures.items()}
+
+
+@functools.cache
+def fastcall_method(name: str, source: Callable[[], str]) -> MethodDef:
+    """The method definition of builtin `name` (LLVM IR from `source()`), kept for the process:
+    builtins made from it point at it."""
+    for symbol in _PYTHON_API:  # the loaded object's calls into the interpreter resolve to these
+        llvm.add_symbol(symbol, ctypes.cast(getattr(ctypes.pythonapi, symbol), ctypes.c_void_p).value)
+    if config.dumping("host_jit"):
+        config.dump("host_jit", source())
+    return MethodDef(name.encode(), compile_function(name, source), METH_FASTCALL, None)
+
+
+def new_builtin(method: MethodDef, spec_address: int) -> Callable[..., object]:
+    """A builtin running `method` with `self` the int `spec_address`."""
+    new = ctypes.pythonapi.PyCFunction_NewEx
+    new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]
+    return new(ctypes.addressof(method), spec_address, None)
+
+
+SHAPE_CALL = "braze_shape_call"
+
+
+class ShapeSpec(ctypes.Structure):
+    """What the shape-call builtin runs; the same layout as the IR's `%spec`."""
+
+    _fields_ = [("function", ctypes.c_void_p), ("inputs", ctypes.c_int64), ("outputs", ctypes.c_int64),
+                ("extents", ctypes.c_void_p), ("values", ctypes.c_void_p)]
+
+
+def shape_call_source() -> str:
+    """The LLVM IR of `braze_shape_call(self, args, nargs)`: stores the int arguments as the
+    spec's extents, runs its shape function and returns its outputs as a list of ints; the shape
+    function's failure code (or -1 for a wrong argument count) as an int; or NULL with the
+    exception set when an argument is no int of 64 bits."""
+    module = ir.Module(name=SHAPE_CALL)
+    api = python_api(module)
+    shape_fn = ir.FunctionType(I32, [I64.as_pointer(), I64.as_pointer()])
+    spec_type = ir.LiteralStructType([shape_fn.as_pointer(), I64, I64, I64.as_pointer(), I64.as_pointer()])
+    fn = ir.Function(module, ir.FunctionType(OBJECT, [OBJECT, OBJECT.as_pointer(), I64]), name=SHAPE_CALL)
+    self_, args, nargs = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("start"))
+    spec = b.inttoptr(b.call(api["PyLong_AsUnsignedLongLongMask"], [self_]), spec_type.as_pointer(), name="spec")
+    field = lambda i, name: b.load(b.gep(spec, [I32(0), I32(i)], inbounds=True), name=name)  # noqa: E731
+    function, inputs, outputs, extents, values = (field(0, "function"), field(1, "inputs"), field(2, "outputs"),
+                                                  field(3, "extents"), field(4, "values"))
+    with b.if_then(b.icmp_signed("!=", nargs, inputs), likely=False):
+        b.ret(b.call(api["PyLong_FromLongLong"], [I64(-1)]))
+    with counted_loop(b, inputs) as i:
+        value = b.call(api["PyLong_AsLongLong"], [b.load(b.gep(args, [i], inbounds=True))])
+        b.store(value, b.gep(extents, [i], inbounds=True))
+    with b.if_then(b.icmp_unsigned("!=", b.call(api["PyErr_Occurred"], []), ir.Constant(OBJECT, None)),
+                   likely=False):
+        b.ret(ir.Constant(OBJECT, None))
+    code = b.call(function, [extents, values], name="code")
+    with b.if_then(b.icmp_signed("!=", code, I32(0)), likely=False):
+        b.ret(b.call(api["PyLong_FromLongLong"], [b.sext(code, I64)]))
+    result = b.call(api["PyList_New"], [outputs], name="result")
+    with b.if_then(b.icmp_unsigned("==", result, ir.Constant(OBJECT, None)), likely=False):
+        b.ret(result)
+    with counted_loop(b, outputs) as i:
+        item = b.call(api["PyLong_FromLongLong"], [b.load(b.gep(values, [i], inbounds=True))], name="item")
+        with b.if_then(b.icmp_unsigned("==", item, ir.Constant(OBJECT, None)), likely=False):
+            b.call(api["Py_DecRef"], [result])
+            b.ret(ir.Constant(OBJECT, None))
+        b.call(api["PyList_SetItem"], [result, i, item])  # takes the item's reference
+    b.ret(result)
+    return str(module)
+
+
+class counted_loop:  # noqa: N801  (named as the statement it is: `with counted_loop(b, n) as i:`)
+    """`for (i = 0; i < count; ++i) { body }` around the `with` body, at the builder's position."""
+
+    def __init__(self, b: ir.IRBuilder, count: ir.Value) -> None:
+        self.b, self.count = b, count
+
+    def __enter__(self) -> ir.Value:
+        b = self.b
+        fn = b.block.function
+        self.before, self.head = b.block, fn.append_basic_block("loop")
+        self.body, self.after = fn.append_basic_block("body"), fn.append_basic_block("after")
+        b.branch(self.head)
+        b.position_at_end(self.head)
+        self.i = b.phi(I64, name="i")
+        self.i.add_incoming(I64(0), self.before)
+        b.cbranch(b.icmp_signed("<", self.i, self.count), self.body, self.after)
+        b.position_at_end(self.body)
+        return self.i
+
+    def __exit__(self, *exc) -> None:
+        b = self.b
+        self.i.add_incoming(b.add(self.i, I64(1)), b.block)
+        b.branch(self.head)
+        b.position_at_end(self.after)
+
+
 class NativeShapeFunction:
-    """A shape program compiled to native code, called through ctypes."""
+    """A shape program compiled to native code, called through a builtin (or ctypes where
+    builtins are not made)."""
 
     native = True
 
@@ -191,8 +323,18 @@ class NativeShapeFunction:
         name = function_name(program)
         if config.dumping("host_jit"):
             config.dump("host_jit", llvm_source(program, name))
-        self._fn = SHAPE_SIGNATURE(compile_function(name, lambda: llvm_source(program, name)))
-        self._buffers = threading.local()  # per thread: a call fills, runs and reads them back
+        address = compile_function(name, lambda: llvm_source(program, name))
+        self._fn = SHAPE_SIGNATURE(address)
+        self._buffers = threading.local()  # per thread: a ctypes call fills, runs and reads them back
+        self._builtin = self._make_builtin(address) if builtins_available() else None
+
+    def _make_builtin(self, address: int) -> Callable[..., object]:
+        # One pair of buffers: a builtin call holds the GIL from its first store to its last read.
+        self._extents = (ctypes.c_int64 * max(len(self.program.symbols), 1))()
+        self._values = (ctypes.c_int64 * max(len(self.program.outputs), 1))()
+        self._spec = ShapeSpec(address, len(self.program.symbols), len(self.program.outputs),
+                               ctypes.addressof(self._extents), ctypes.addressof(self._values))
+        return new_builtin(fastcall_method(SHAPE_CALL, shape_call_source), ctypes.addressof(self._spec))
 
     def _new_buffers(self) -> tuple:
         inputs = (ctypes.c_int64 * len(self.program.symbols))()
@@ -201,6 +343,11 @@ class NativeShapeFunction:
         return self._buffers.value
 
     def __call__(self, extents: Sequence[int]) -> list[int]:
+        if self._builtin is not None:
+            values = self._builtin(*extents)
+            if values.__class__ is int:  # a step's failure code
+                raise self.program.explain_failure(extents)
+            return values
         try:
             inputs, outputs, inputs_at, outputs_at = self._buffers.value
         except AttributeError:

@@ -11,7 +11,7 @@ one crossing into native code instead of a dozen. A prepared call only fills a t
 compiled per fusion or per shape.
 
 A prepared call with pointers to patch also gets `braze_launch_patched`, a CPython builtin
-(METH_FASTCALL) over the same loop: `launch(stream, value, ...)` stores each value into the
+(host/jit.py) over the same loop: `launch(stream, value, ...)` stores each value into the
 argument block at the call's slots, then launches. One call from Python then patches and
 launches, where patching from Python costs a ctypes store per pointer and the ctypes call itself
 converts each argument (together about a third of the launch).
@@ -27,7 +27,6 @@ import ctypes
 import functools
 from collections.abc import Callable, Sequence
 
-import llvmlite.binding as llvm
 from llvmlite import ir
 
 from braze import config
@@ -42,9 +41,6 @@ LAUNCH_SIGNATURE = ctypes.PYFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_i
 LaunchSpec = tuple[int, int, int, int, int]  # (function handle, grid, block, shared bytes, params address)
 NAME = "braze_launch_all"
 PATCHED_NAME = "braze_launch_patched"
-METH_FASTCALL = 0x0080  # PyMethodDef flag: (PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-# The C API the builtin calls (all in the stable ABI).
-_PYTHON_API = ("PyLong_AsUnsignedLongLongMask", "PyLong_FromLongLong", "PyErr_Occurred")
 
 
 class LaunchEntry(ctypes.Structure):
@@ -119,67 +115,29 @@ def patched_llvm_source() -> str:
     the launch loop's result as a Python int, -1 for a wrong argument count, or NULL with the
     exception set when an argument is not an int (nothing is launched then)."""
     module = ir.Module(name=PATCHED_NAME)
-    obj = I8P  # PyObject *
-    as_u64 = ir.Function(module, ir.FunctionType(I64, [obj]), name="PyLong_AsUnsignedLongLongMask")
-    from_i64 = ir.Function(module, ir.FunctionType(obj, [I64]), name="PyLong_FromLongLong")
-    error = ir.Function(module, ir.FunctionType(obj, []), name="PyErr_Occurred")
+    api = jit.python_api(module)
+    null = ir.Constant(jit.OBJECT, None)
     spec_type = ir.LiteralStructType([_entry_type().as_pointer(), I64, I64.as_pointer(), I64.as_pointer(), I64])
-    fn = ir.Function(module, ir.FunctionType(obj, [obj, obj.as_pointer(), I64]), name=PATCHED_NAME)
+    fn = ir.Function(module, ir.FunctionType(jit.OBJECT, [jit.OBJECT, jit.OBJECT.as_pointer(), I64]),
+                     name=PATCHED_NAME)
     self_, args, nargs = fn.args
-    start, wrong, patch, store, patched, raised, launch = (fn.append_basic_block(n) for n in (
-        "start", "wrong", "patch", "store", "patched", "raised", "launch"))
-    b = ir.IRBuilder(start)
+    b = ir.IRBuilder(fn.append_basic_block("start"))
+    as_u64 = api["PyLong_AsUnsignedLongLongMask"]
     spec = b.inttoptr(b.call(as_u64, [self_]), spec_type.as_pointer(), name="spec")
     field = lambda i, name: b.load(b.gep(spec, [I32(0), I32(i)], inbounds=True), name=name)  # noqa: E731
     table, count, block, slots, slot_count = (field(0, "table"), field(1, "count"), field(2, "block"),
                                               field(3, "slots"), field(4, "slot_count"))
-    b.cbranch(b.icmp_signed("==", nargs, b.add(slot_count, I64(1))), patch, wrong)
-    b.position_at_end(wrong)
-    b.ret(b.call(from_i64, [I64(-1)]))
-    b.position_at_end(patch)
+    with b.if_then(b.icmp_signed("!=", nargs, b.add(slot_count, I64(1))), likely=False):
+        b.ret(b.call(api["PyLong_FromLongLong"], [I64(-1)]))
     stream = b.inttoptr(b.call(as_u64, [b.load(args)]), I8P, name="stream")
-    b.branch(store)
-    b.position_at_end(store)
-    i = b.phi(I64, name="i")
-    i.add_incoming(I64(0), patch)
-    more = b.icmp_signed("<", i, slot_count)
-    with b.if_then(more):
+    with jit.counted_loop(b, slot_count) as i:
         value = b.call(as_u64, [b.load(b.gep(args, [b.add(i, I64(1))], inbounds=True))], name="value")
         b.store(value, b.gep(block, [b.load(b.gep(slots, [i], inbounds=True))], inbounds=True))
-    i.add_incoming(b.add(i, I64(1)), b.block)
-    b.cbranch(more, store, patched)
-    b.position_at_end(patched)
-    b.cbranch(b.icmp_unsigned("!=", b.call(error, []), ir.Constant(obj, None)), raised, launch)
-    b.position_at_end(raised)
-    b.ret(ir.Constant(obj, None))
-    b.position_at_end(launch)
+    with b.if_then(b.icmp_unsigned("!=", b.call(api["PyErr_Occurred"], []), null), likely=False):
+        b.ret(null)
     _emit_launch_loop(fn, b, table, b.trunc(count, I32), stream,
-                      lambda b, result: b.ret(b.call(from_i64, [b.zext(result, I64)])))
+                      lambda b, result: b.ret(b.call(api["PyLong_FromLongLong"], [b.zext(result, I64)])))
     return str(module)
-
-
-class _MethodDef(ctypes.Structure):
-    """CPython's PyMethodDef."""
-
-    _fields_ = [("name", ctypes.c_char_p), ("method", ctypes.c_void_p), ("flags", ctypes.c_int),
-                ("doc", ctypes.c_char_p)]
-
-
-@functools.cache
-def _patched_method() -> _MethodDef:
-    """The method definition of the patched launcher, kept for the process (builtins point at it)."""
-    for name in _PYTHON_API:  # the loaded object's calls into the interpreter resolve to these
-        llvm.add_symbol(name, ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value)
-    if config.dumping("host_jit"):
-        config.dump("host_jit", patched_llvm_source())
-    return _MethodDef(PATCHED_NAME.encode(), jit.compile_function(PATCHED_NAME, patched_llvm_source),
-                      METH_FASTCALL, None)
-
-
-def _new_builtin(spec_address: int) -> Callable[..., int]:
-    new = ctypes.pythonapi.PyCFunction_NewEx
-    new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]
-    return new(ctypes.addressof(_patched_method()), spec_address, None)
 
 
 class NativeLaunches:
@@ -204,8 +162,10 @@ class NativeLaunches:
             self.spec = PatchSpec(ctypes.addressof(self.table), len(launches), block_address,
                                   ctypes.addressof(self.slots), len(slots))
             try:
-                self.patched = _new_builtin(ctypes.addressof(self.spec))
-            except Exception as error:  # no CPython C API (another interpreter) or a JIT failure
+                if jit.builtins_available():
+                    self.patched = jit.new_builtin(jit.fastcall_method(PATCHED_NAME, patched_llvm_source),
+                                                   ctypes.addressof(self.spec))
+            except Exception as error:  # a JIT failure: the pointers are patched from Python
                 jit.fall_back("the patched launches of a prepared call", error)
 
 

@@ -183,3 +183,22 @@ def test_one_shape_program_compiles_once_per_process() -> None:
     assert first._fn is not second._fn and ctypes.cast(first._fn, ctypes.c_void_p).value == \
         ctypes.cast(second._fn, ctypes.c_void_p).value
     assert first([6, 7]) == second([6, 7]) == [43]
+
+
+def test_native_shape_functions_run_as_builtins_and_through_ctypes_alike(monkeypatch) -> None:
+    program = _program()
+    builtin = jit.NativeShapeFunction(program)
+    assert builtin._builtin is not None
+    monkeypatch.setattr(jit, "builtins_available", lambda: False)
+    through_ctypes = jit.NativeShapeFunction(program)
+    assert through_ctypes._builtin is None
+    for extents in ([7, 3, 2], [-8, -3, 4], [2**40, 3, -(2**40)]):
+        assert builtin(extents) == through_ctypes(extents) == program.evaluate(extents)
+    for fn in (builtin, through_ctypes):
+        with pytest.raises(bz.InputError, match="divides by zero"):
+            fn([5, 0, 1])
+    with pytest.raises(TypeError):
+        builtin(["7", 3, 2])
+    with pytest.raises(OverflowError):
+        builtin([2**64, 3, 2])
+    assert builtin._builtin(1, 2) == -1  # a wrong count answers -1, never reads past its buffers
