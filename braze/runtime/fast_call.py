@@ -373,9 +373,9 @@ class CudaPreparedCall(PreparedCall):
         return [*launch, "if code:", "    failed(code)", "if recorders.__dict__.get('stack'):", "    note()"]
 
     def _patches_atomically(self) -> bool:
-        # Without a GIL (free-threaded Python) another thread could patch between the builtin's stores.
-        native, gil = self.launch_all, getattr(sys, "_is_gil_enabled", lambda: True)()
-        return gil and native is not None and native.patched is not None
+        # The builtin is made only where a GIL keeps other threads out of it (jit.builtins_available).
+        native = self.launch_all
+        return native is not None and native.patched is not None
 
     def _native_failed(self, code: int) -> None:
         if code < 0:
