@@ -22,6 +22,7 @@ thread, an unknown array type) answers `None`, and the caller takes the host pro
 from __future__ import annotations
 
 import ctypes
+import functools
 import struct
 import sys
 import threading
@@ -333,19 +334,16 @@ class CudaPreparedCall(PreparedCall):
             launch.params[0] = self.address
         self.launches, self.stream, self.stream_input, self.device = launches, kind.stream, stream_input, device
         self.device_stream = kind.device_stream
-        self._native: list[NativeLaunches | None] = []  # built with the first generated call
 
-    @property
+    @functools.cached_property
     def launch_all(self) -> NativeLaunches | None:
         """The native launch functions over this call's table, the patched one writing the input
         and buffer pointers (None where the host JIT is off or failed). Built when the call is
         first taken, not when it is prepared: the fusion's first call then needs no LLVM engine."""
-        if not self._native:
-            slots = [slot for slot, _, _ in self.plan.input_pointers] + [slot for slot, _ in self.plan.buffer_pointers]
-            self._native.append(native_launches(cuda.launch_function_address(),
-                                                [(x.function, x.grid, x.block, x.shared, x.params_address)
-                                                 for x in self.launches], self.address, slots))
-        return self._native[0]
+        slots = [slot for slot, _, _ in self.plan.input_pointers] + [slot for slot, _ in self.plan.buffer_pointers]
+        return native_launches(cuda.launch_function_address(),
+                               [(x.function, x.grid, x.block, x.shared, x.params_address) for x in self.launches],
+                               self.address, slots)
 
     def _begin(self, inputs: Sequence[object]) -> int:
         device = self.device
@@ -532,12 +530,17 @@ class Guard:
         return (f"len(inputs) == {self.count} and check({', '.join(f'inputs[{n}]' for n in self.arrays)})"
                 + "".join(f" and type(inputs[{n}]) is scalar{n}" for n, _ in self.scalars))
 
+    @functools.cached_property
+    def _test(self) -> Callable[[Sequence[object]], bool]:
+        """`condition` as a function of its own (the guarded call inlines the expression instead)."""
+        names: dict[str, object] = {}
+        source = (f"def matches(inputs):\n    try:\n        return bool({self.condition(names)})\n"
+                  "    except (TypeError, IndexError):\n        return False\n")
+        exec(source, names)  # noqa: S102  (built by `condition` from input positions only)
+        return names["matches"]
+
     def __call__(self, inputs: Sequence[object]) -> bool:
-        try:
-            return len(inputs) == self.count and bool(self.check(*[inputs[n] for n in self.arrays])) \
-                and all(type(inputs[n]) is cls for n, cls in self.scalars)
-        except (TypeError, IndexError):
-            return False
+        return self._test(inputs)
 
 
 def guard(inputs: Sequence[object], scalar_positions: frozenset[int]) -> Guard | None:
