@@ -262,8 +262,6 @@ def test_torch_evaluate_alias_shares_memory() -> None:
     assert torch.equal(y, t.T)
 
 
-@pytest.mark.xfail(strict=True, reason="arrays.to_kind: torch.from_numpy rejects the negative strides of a flipped "
-                                       "view (ValueError), so a flip `evaluate` output of a torch input fails")
 def test_torch_flip_view_output() -> None:
     torch = pytest.importorskip("torch")
     with bz.Fusion() as f:
@@ -274,9 +272,6 @@ def test_torch_flip_view_output() -> None:
     assert torch.equal(y, torch.flip(t, [0]))
 
 
-@pytest.mark.xfail(strict=True, reason="arrays.to_kind: a bfloat16 output goes through np.ascontiguousarray, which "
-                                       "copies a strided view, so an `evaluate` output (x.T) of a torch bfloat16 "
-                                       "input no longer shares the input's memory")
 def test_torch_bfloat16_evaluate_alias_shares_memory() -> None:
     torch = pytest.importorskip("torch")
     with bz.Fusion() as f:
