@@ -205,6 +205,8 @@ def part_rows(f: bz.Fusion, inputs: list, prepared: fast_call.CudaPreparedCall) 
         "  launch (stream, native cuLaunchKernel)": us_per_call(lambda: native.call(prepared._begin(inputs))),
         "  patching and launch (the native builtin)": us_per_call(
             lambda: native.patched(prepared._begin(inputs), *values)),
+        "  guard, allocation, patching and launch (the native call on torch tensors)": us_per_call(
+            lambda: prepared.torch_call.call(inputs)),
     }
 
 

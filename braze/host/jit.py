@@ -191,7 +191,9 @@ def compile_function(name: str, source: Callable[[], str]) -> int:
 METH_FASTCALL = 0x0080  # PyMethodDef flag: (PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 # The C API builtins call (all in the stable ABI), resolved in the process.
 _PYTHON_API = ("PyLong_AsUnsignedLongLongMask", "PyLong_AsLongLong", "PyLong_FromLongLong", "PyErr_Occurred",
-               "PyList_New", "PyList_SetItem", "Py_DecRef")
+               "PyErr_Clear", "PyList_New", "PyList_SetItem", "PyTuple_Size", "PyTuple_GetItem", "PyList_Size",
+               "PyList_GetItem", "Py_IncRef",
+               "Py_DecRef")
 OBJECT = ir.IntType(8).as_pointer()  # PyObject *
 
 
@@ -212,7 +214,10 @@ def python_api(module: ir.Module) -> dict[str, ir.Function]:
     """Declarations of the C API functions in `module`."""
     signatures = {"PyLong_AsUnsignedLongLongMask": (I64, [OBJECT]), "PyLong_AsLongLong": (I64, [OBJECT]),
                   "PyLong_FromLongLong": (OBJECT, [I64]), "PyErr_Occurred": (OBJECT, []),
-                  "PyList_New": (OBJECT, [I64]), "PyList_SetItem": (I32, [OBJECT, I64, OBJECT]),
+                  "PyErr_Clear": (ir.VoidType(), []), "PyList_New": (OBJECT, [I64]),
+                  "PyList_SetItem": (I32, [OBJECT, I64, OBJECT]), "PyTuple_Size": (I64, [OBJECT]),
+                  "PyTuple_GetItem": (OBJECT, [OBJECT, I64]), "PyList_Size": (I64, [OBJECT]),
+                  "PyList_GetItem": (OBJECT, [OBJECT, I64]), "Py_IncRef": (ir.VoidType(), [OBJECT]),
                   "Py_DecRef": (ir.VoidType(), [OBJECT])}
     return {name: ir.Function(module, ir.FunctionType(result, args), name=name)
             for name, (result, args) in signatures.items()}
@@ -229,11 +234,19 @@ def fastcall_method(name: str, source: Callable[[], str]) -> MethodDef:
     return MethodDef(name.encode(), compile_function(name, source), METH_FASTCALL, None)
 
 
-def new_builtin(method: MethodDef, spec_address: int) -> Callable[..., object]:
-    """A builtin running `method` with `self` the int `spec_address`."""
+class _SpecAddress(int):
+    """A builtin's `self`: the address of its spec, holding the object that owns the spec, so the
+    builtin keeps it alive."""
+
+
+def new_builtin(method: MethodDef, spec_address: int, owner: object) -> Callable[..., object]:
+    """A builtin running `method` with `self` the int `spec_address`, keeping `owner` (which
+    holds the spec and whatever it points at) alive as long as the builtin lives."""
     new = ctypes.pythonapi.PyCFunction_NewEx
     new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]
-    return new(ctypes.addressof(method), spec_address, None)
+    address = _SpecAddress(spec_address)
+    address.owner = owner
+    return new(ctypes.addressof(method), address, None)
 
 
 SHAPE_CALL = "braze_shape_call"
@@ -334,7 +347,7 @@ class NativeShapeFunction:
         self._values = (ctypes.c_int64 * max(len(self.program.outputs), 1))()
         self._spec = ShapeSpec(address, len(self.program.symbols), len(self.program.outputs),
                                ctypes.addressof(self._extents), ctypes.addressof(self._values))
-        return new_builtin(fastcall_method(SHAPE_CALL, shape_call_source), ctypes.addressof(self._spec))
+        return new_builtin(fastcall_method(SHAPE_CALL, shape_call_source), ctypes.addressof(self._spec), self)
 
     def _new_buffers(self) -> tuple:
         inputs = (ctypes.c_int64 * len(self.program.symbols))()

@@ -164,7 +164,7 @@ class NativeLaunches:
             try:
                 if jit.builtins_available():
                     self.patched = jit.new_builtin(jit.fastcall_method(PATCHED_NAME, patched_llvm_source),
-                                                   ctypes.addressof(self.spec))
+                                                   ctypes.addressof(self.spec), self)
             except Exception as error:  # a JIT failure: the pointers are patched from Python
                 jit.fall_back("the patched launches of a prepared call", error)
 

@@ -33,7 +33,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from braze import config
+from braze.host import jit
 from braze.host.launch_jit import NativeLaunches, native_launches
+from braze.host.torch_call import TorchApi, TorchCall, describe_tensor, torch_api
 from braze.runtime import cuda_driver as cuda
 from braze.runtime.cpu import parallel_for
 from braze.runtime.record import Launch, note_launch, profiling, record_state, recording
@@ -375,6 +377,62 @@ class CudaPreparedCall(PreparedCall):
         native = self.launch_all
         return native is not None and native.patched is not None
 
+    def guarded(self, config_now: config.Config, otherwise: Callable[[Sequence[object]], list | None]
+                ) -> Callable[[Sequence[object]], list | None] | None:
+        """On torch tensors, the whole call as one native builtin where it can be (`torch_call`),
+        in front of the Python guarded call, which takes what it declines."""
+        checked = super().guarded(config_now, otherwise)
+        native = self.torch_call if checked is not None else None
+        if native is None:
+            return checked
+        if self._native_guarded is None:
+            self._native_guarded = self._native_first(native.call, checked, config_now)
+        return self._native_guarded
+
+    def _native_first(self, native: Callable[[tuple], list | int], checked: Callable[[Sequence[object]], list | None],
+                      settings: config.Config) -> Callable[[Sequence[object]], list | None]:
+        recorders, current, device, failed = record_state().__dict__, cuda.current_device_state(), self.device, \
+            self._native_failed
+
+        def run(inputs: Sequence[object]) -> list | None:
+            # Another configuration, an open bz.record() or another current device: the Python call.
+            if config.current is not settings or recorders.get("stack") or current.__dict__.get("device") is not device:
+                return checked(inputs)
+            result = native(inputs)
+            if result.__class__ is list:
+                return result
+            if result:
+                failed(result)
+            return checked(inputs)  # declined before launching: another description, or an error to raise
+
+        return run
+
+    @functools.cached_property
+    def torch_call(self) -> TorchCall | None:
+        """This call as one native builtin on torch tensors: guard, allocation, patching and
+        launches (host/torch_call.py). None where some of it must run in Python: scalars, seeds,
+        buffers kept between calls, copies back, or outputs that are inputs."""
+        api, tensors = torch_api(), getattr(self.matches, "tensors", None)
+        plan = self.plan
+        if api is None or api.api.stream is None or tensors is None or self.matches.scalars or \
+                self._needs_lock() or any(where != "buffer" for where, _ in plan.returned):
+            return None
+        outputs = [_torch_output(api, allocate, tensors[0]) for allocate in plan.allocations]
+        if any(output is None for output in outputs):
+            return None
+        check_of = {position: k for k, (position, *_) in enumerate(tensors)}
+        slots = [(slot, check_of[position]) for slot, position, _ in plan.input_pointers] + \
+                [(slot, len(tensors) + n) for slot, n in plan.buffer_pointers]
+        native = self.launch_all
+        try:
+            return TorchCall(api, self.matches.count, tensors, outputs, [n for _, n in plan.returned], native.table,
+                             len(self.launches), self.address, slots, self.device.index)
+        except Exception as error:  # a JIT failure: the Python call runs it
+            jit.fall_back("the native call on torch tensors", error)
+            return None
+
+    _native_guarded: Callable[[Sequence[object]], list | None] | None = None
+
     def _native_failed(self, code: int) -> None:
         if code < 0:
             raise RuntimeError(f"braze internal error: the patched launch of {self.launches[0].record[0]} "
@@ -413,6 +471,20 @@ class CpuPreparedCall(PreparedCall):
             chunks = parallel_for(fn, begin, end, self.address, work)
             if record:
                 note_launch(Launch(*names, begin, end, chunks))
+
+
+def _torch_output(api: TorchApi, allocate: Callable[[], object], tensor: tuple) -> tuple | None:
+    """What the shim needs to make the buffer `allocate` makes (sizes, strides in elements, dtype
+    code, device type and index), where it is torch.empty_strided on the device of `tensor` (as
+    `describe_tensor` reads it); else None."""
+    torch = api.torch
+    if not (isinstance(allocate, functools.partial) and allocate.func is torch.empty_strided):
+        return None
+    sizes, strides = allocate.args
+    device = torch.device(allocate.keywords["device"])
+    if device.type != "cuda" or device.index != tensor[6]:
+        return None
+    return sizes, strides, api.dtype_code(allocate.keywords["dtype"]), tensor[5], tensor[6]
 
 
 def _patch_lines(pointers: list[tuple[int, str]]) -> list[str]:
@@ -521,6 +593,7 @@ class Guard:
     count: int
     arrays: tuple[int, ...]
     scalars: tuple[tuple[int, type], ...]
+    tensors: tuple[tuple, ...] | None = None  # the tensors as torch's C shim reads them, for a native guard
 
     def condition(self, names: dict[str, object]) -> str:
         """The test as an expression of `inputs` for generated code, adding the names it uses
@@ -562,7 +635,9 @@ def guard(inputs: Sequence[object], scalar_positions: frozenset[int]) -> Guard |
             return None
     except Exception:  # noqa: BLE001  (a private API: where it differs, the key alone decides)
         return None
-    return Guard(check, len(inputs), arrays, tuple((n, type(inputs[n])) for n in sorted(scalar_positions)))
+    api = torch_api()
+    tensors = None if api is None else tuple(describe_tensor(api, n, inputs[n]) for n in arrays)
+    return Guard(check, len(inputs), arrays, tuple((n, type(inputs[n])) for n in sorted(scalar_positions)), tensors)
 
 
 _KEY_PARTS = {  # per library: what describes one of its arrays (its type comes first)

@@ -298,3 +298,75 @@ def test_profiled_calls_take_the_host_program_without_preparing_again() -> None:
             (out,) = f.execute([x, x, x])
         assert rec.entries == [] and rec.launches[0].device_ms > 0
     torch.testing.assert_close(out, torch.relu(x * x + x))
+
+
+def _poison_the_allocator(*shapes) -> None:
+    """Leaves NaN in blocks of torch's caching allocator that the next allocations of `shapes` reuse."""
+    blocks = [torch.full(shape, float("nan"), device="cuda") for shape in shapes]
+    del blocks
+
+
+def test_torch_inputs_take_the_native_call_with_correct_results() -> None:
+    f = pointwise()
+    x, y, z = (randn(4096, seed=n) for n in range(3))
+    f.execute([x, y, z])
+    f.execute((x, y, z))
+    fast = f.__dict__["_fast_calls"]
+    prepared = fast.prepared[fast.key([x, y, z])]
+    assert prepared.torch_call is not None and fast.run is prepared._native_guarded
+    outputs = []
+    for seed in range(5):
+        x, y, z = (randn(4096, seed=10 * seed + n) for n in range(3))
+        _poison_the_allocator((4096,))
+        (out,) = f.execute([x, y, z] if seed % 2 else (x, y, z))
+        torch.testing.assert_close(out, torch.relu(x * y + z))
+        assert out.shape == (4096,) and out.stride() == (1,) and out.dtype == torch.float32
+        outputs.append(out)
+    assert len({o.data_ptr() for o in outputs}) == len(outputs)  # each call its own output
+
+
+def test_the_native_call_declines_other_descriptions_to_the_python_path() -> None:
+    f = pointwise()
+    x = randn(300)
+    f.execute([x, x, x])
+    f.execute([x, x, x])
+    for other in ([randn(301)] * 3, [randn(600)[::2]] * 3, [x, x, randn(300, seed=1)]):
+        (out,) = f.execute(other)
+        torch.testing.assert_close(out, torch.relu(other[0] * other[1] + other[2]))
+    with pytest.raises(InputError, match="expected float32"):
+        f.execute([x, x, x.double()])
+
+
+def test_the_native_call_makes_every_output_in_its_layout_and_dtype() -> None:
+    with bz.Fusion() as f:
+        x, y = f.define_tensor([-1, -1]), f.define_tensor([-1, -1])
+        f.add_output(bz.ops.cast(x * y, bz.bfloat16))
+        f.add_output(x + y, stride_order=(0, 1))
+        f.add_output(bz.ops.sum(x, [1]))
+    x, y = randn(33, 70), randn(70, 33, seed=1).t()
+    f.execute([x, y])
+    f.execute([x, y])
+    fast = f.__dict__["_fast_calls"]
+    assert fast.prepared[fast.key([x, y])].torch_call is not None
+    _poison_the_allocator((33, 70), (33,))
+    product, total, rows = f.execute([x, y])
+    torch.testing.assert_close(product, (x * y).to(torch.bfloat16))
+    torch.testing.assert_close(total, x + y)
+    assert total.stride() == (1, 33)
+    torch.testing.assert_close(rows, x.sum(1), rtol=1e-5, atol=1e-4)
+
+
+def test_the_native_call_runs_on_the_current_stream() -> None:
+    f = pointwise()
+    x, y, z = (randn(1 << 20, seed=n) for n in range(3))
+    f.execute([x, y, z])
+    f.execute([x, y, z])
+    side = torch.cuda.Stream()
+    fresh = randn(1 << 20, seed=7)
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(50_000_000)  # the copy below lands long after the call is enqueued
+        x.copy_(fresh)
+        (out,) = f.execute([x, y, z])
+    side.synchronize()
+    torch.testing.assert_close(out, torch.relu(fresh * y + z))

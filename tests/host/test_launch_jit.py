@@ -6,27 +6,10 @@ from __future__ import annotations
 import ctypes
 
 import pytest
+from fake_driver import FakeDriver
 
 from braze import config
 from braze.host.launch_jit import native_launches
-
-CU_LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
-                             ctypes.c_void_p, ctypes.c_void_p)
-
-
-class FakeDriver:
-    """Records launches; answers `fail_at`'s launch with `code`."""
-
-    def __init__(self, fail_at: int | None = None, code: int = 0) -> None:
-        self.calls: list[tuple] = []
-        self.fail_at, self.code = fail_at, code
-        self.callback = CU_LAUNCH(self.launch)
-        self.address = ctypes.cast(self.callback, ctypes.c_void_p).value
-
-    def launch(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra) -> int:
-        self.calls.append((function, gx, gy, gz, bx, by, bz, shared, stream, params, extra))
-        return self.code if len(self.calls) - 1 == self.fail_at else 0
-
 
 LAUNCHES = [(0x1000 + n, 10 + n, 128 * (n + 1), 16 * n, 0x9000 + 8 * n) for n in range(12)]
 

@@ -1,0 +1,177 @@
+"""The native call on torch tensors (`host/torch_call.py`), checked on host tensors without a GPU:
+the driver's cuLaunchKernel and torch's CUDA stream are callbacks recording what the builtin does,
+and the outputs come from torch's host allocator. Needs torch (any build)."""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import tracemalloc
+
+import pytest
+from fake_driver import FakeDriver
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from braze.host import torch_call
+from braze.host.launch_jit import LaunchEntry
+
+torch = pytest.importorskip("torch")
+
+STREAM = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p)
+HOST = 0  # the shim's device type of host tensors, and their device index
+HOST_INDEX = -1
+
+
+class Harness:
+    """A TorchCall over a fake driver and stream: `streams` records each device asked about,
+    `block` is the argument block it patches."""
+
+    def __init__(self, inputs: list, outputs: list[tuple], returned: list[int], slots: list[tuple[int, int]],
+                 launches: int = 2, fail_at: int | None = None, stream_code: int = 0) -> None:
+        api = torch_call.torch_api()
+        assert api is not None, "this torch's tensors are not laid out as torch_call expects"
+        self.streams: list[int] = []
+        self.stream_code = stream_code
+        self.stream_callback = STREAM(self._stream)
+        self.api = torch_call.TorchApi(torch_call.Api(**{
+            **{field: getattr(api.api, field) for field, _ in torch_call.Api._fields_},
+            "stream": ctypes.cast(self.stream_callback, ctypes.c_void_p).value}), torch)
+        self.driver = FakeDriver(fail_at, code=700)
+        self.table = (LaunchEntry * launches)(*[LaunchEntry(self.driver.address, 0x1000 + n, 0x9000 + n, 7, 64, 0, 0)
+                                                for n in range(launches)])
+        self.block = (ctypes.c_int64 * 8)(*range(100, 108))
+        tensors = [torch_call.describe_tensor(self.api, n, t) for n, t in enumerate(inputs)]
+        made = [(sizes, strides, self.api.dtype_code(dtype), HOST, HOST_INDEX) for sizes, strides, dtype in outputs]
+        self.call = torch_call.TorchCall(self.api, len(inputs), tensors, made, returned, self.table, launches,
+                                         ctypes.addressof(self.block), slots, 3).call
+
+    def _stream(self, device: int, answer: int) -> int:
+        self.streams.append(device)
+        ctypes.c_void_p.from_address(answer).value = 0x5000 + device
+        return self.stream_code
+
+
+def two_inputs_one_output(**options) -> tuple[Harness, list]:
+    x, y = torch.randn(8, 4), torch.randn(4, 8).t()
+    return Harness([x, y], [((8, 4), (4, 1), torch.float32)], [0], [(0, 0), (2, 1), (5, 2)], **options), [x, y]
+
+
+def test_the_call_makes_the_outputs_patches_the_pointers_and_launches_on_the_device_stream() -> None:
+    harness, (x, y) = two_inputs_one_output()
+    (out,) = harness.call((x, y))
+    assert isinstance(out, torch.Tensor) and out.shape == (8, 4) and out.stride() == (4, 1)
+    assert out.dtype == torch.float32 and out.device.type == "cpu"
+    assert list(harness.block) == [x.data_ptr(), 101, y.data_ptr(), 103, 104, out.data_ptr(), 106, 107]
+    assert harness.streams == [3]
+    assert [(c[0], c[1], c[4], c[8], c[9]) for c in harness.driver.calls] == \
+        [(0x1000, 7, 64, 0x5003, 0x9000), (0x1001, 7, 64, 0x5003, 0x9001)]
+    (again,) = harness.call([x, y])  # a list as well as a tuple
+    assert again.data_ptr() != out.data_ptr() and harness.block[5] == again.data_ptr()
+
+
+def test_outputs_come_back_in_the_order_asked_even_twice() -> None:
+    x = torch.randn(3)
+    harness = Harness([x], [((2, 3), (1, 2), torch.int64), ((5,), (1,), torch.bfloat16)], [1, 0, 1],
+                      [(1, 0), (3, 1), (4, 2)], launches=1)
+    first, second, third = harness.call((x,))
+    assert first is third and first.dtype == torch.bfloat16 and first.shape == (5,)
+    assert second.dtype == torch.int64 and second.shape == (2, 3) and second.stride() == (1, 2)
+    assert harness.block[3] == second.data_ptr() and harness.block[4] == first.data_ptr()
+
+
+@pytest.mark.parametrize("other", [
+    lambda x, y: (x, y.double()),                    # dtype
+    lambda x, y: (x, torch.randn(4, 7).t()),         # shape
+    lambda x, y: (x, y.contiguous()),                # strides
+    lambda x, y: (x, torch.nn.Parameter(y)),         # the Python type
+    lambda x, y: (x, 1.0),                           # not a tensor
+    lambda x, y: (x,),                               # the count
+    lambda x, y: (x, y, y),
+    lambda x, y: iter([x, y]),                       # neither a tuple nor a list
+    lambda x, y: (x, y.numpy()),                     # another library
+], ids=["dtype", "shape", "strides", "type", "scalar", "fewer", "more", "iterator", "numpy"])
+def test_other_inputs_are_declined_before_anything_is_made_or_launched(other) -> None:
+    harness, (x, y) = two_inputs_one_output()
+    assert harness.call(other(x, y)) == 0
+    assert list(harness.block) == list(range(100, 108)) and harness.driver.calls == []
+
+
+def test_a_tensor_on_another_device_is_declined() -> None:
+    x = torch.randn(4)
+    harness = Harness([x], [((4,), (1,), torch.float32)], [0], [(0, 0)])
+    check = harness.call.__self__  # the spec's address: the builtin's `self`
+    spec = torch_call.CallSpec.from_address(check)
+    torch_call.TensorCheck.from_address(spec.checks).device_type = 1  # as if prepared on a GPU
+    assert harness.call((x,)) == 0 and harness.driver.calls == []
+
+
+def test_a_failed_launch_answers_its_code_and_keeps_no_output() -> None:
+    harness, (x, y) = two_inputs_one_output(fail_at=1)
+    assert harness.call((x, y)) == (1 << 16) | 700
+    assert len(harness.driver.calls) == 2
+    assert _python_memory_growth(lambda: harness.call((x, y)) and harness.driver.calls.clear()) < 64 * 1024
+
+
+def test_a_failed_stream_lookup_declines() -> None:
+    harness, (x, y) = two_inputs_one_output(stream_code=1)
+    assert harness.call((x, y)) == 0 and harness.driver.calls == []
+
+
+def test_many_calls_hold_python_memory_steady() -> None:
+    harness, (x, y) = two_inputs_one_output(launches=0)
+    inputs = (x, y)
+    assert _python_memory_growth(lambda: harness.call(inputs)) < 64 * 1024
+    assert _python_memory_growth(lambda: harness.call((x, 1.0))) < 64 * 1024
+
+
+def test_a_leak_of_one_object_a_call_would_show() -> None:  # the bound above can fail
+    kept = []
+    assert _python_memory_growth(lambda: kept.append(torch.empty(0))) > 64 * 1024
+
+
+def _python_memory_growth(call, times: int = 5000) -> int:
+    """Bytes of Python memory still held after `times` more calls than a first batch left."""
+    for _ in range(200):
+        call()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(times):
+            call()
+        gc.collect()
+        return tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+
+
+LAYOUTS = st.lists(st.integers(1, 4), min_size=1, max_size=4).flatmap(
+    lambda shape: st.tuples(st.just(tuple(shape)), st.permutations(range(len(shape)))))
+
+
+def _tensor(layout: tuple, dtype) -> object:
+    """A tensor of `shape` stored in `order` (a permutation of its dimensions, outermost first)."""
+    shape, order = layout
+    return torch.zeros([shape[d] for d in order], dtype=dtype).permute(*[order.index(d) for d in range(len(shape))])
+
+
+@settings(max_examples=60, deadline=None)
+@given(LAYOUTS, LAYOUTS, st.sampled_from(["float32", "int32"]))
+def test_the_native_guard_says_yes_exactly_for_the_same_description(prepared, other, dtype) -> None:
+    a = _tensor(prepared, torch.float32)
+    b = _tensor(other, getattr(torch, dtype))
+    harness = Harness([a], [((2,), (1,), torch.float32)], [0], [(0, 0), (1, 1)], launches=1)
+    result = harness.call((b,))
+    same = (b.shape, b.stride(), b.dtype) == (a.shape, a.stride(), a.dtype)
+    assert isinstance(result, list) == same
+    if same:
+        assert harness.block[0] == b.data_ptr() and harness.block[1] == result[0].data_ptr()
+    else:
+        assert result == 0 and harness.driver.calls == []
+
+
+def test_the_function_is_valid_llvm() -> None:
+    import llvmlite.binding as llvm
+
+    llvm.parse_assembly(torch_call.llvm_source()).verify()
