@@ -4,9 +4,10 @@ queue depth).
 
     python benchmarks/hot_path_parts.py
 
-Rows, outermost first: `Fusion.execute`, the fusion's `run` (the last prepared call: its native
-call on torch tensors, behind the configuration checks), the prepared call in Python without the
-guard; then the pieces the calls are made of, each alone. The rows are
+Rows, outermost first: `Fusion.execute` (the last prepared call's native builtin on torch
+tensors), the fusion's `run` (the same call in Python: one generated function behind torch's
+guard), the prepared call in Python without the guard; then the pieces the calls are made of,
+each alone. The rows are
 timed in turns (one sample of each, then the next round), so a drift of the machine's speed during
 the run shows in every row alike; each figure is the median of its samples.
 """
@@ -33,7 +34,7 @@ def main() -> None:
     key = fast.key(inputs)
     prepared = fast.prepared[key]
     assert prepared.matches(inputs) and fast.run is not fast.find, "no torch guard"
-    assert prepared.torch_call is not None, "no native call on torch tensors"
+    assert "execute" in f.__dict__, "no native call on torch tensors"
     stream = torch.cuda.current_stream().cuda_stream
     launch = prepared.launches[0]
     from cuda.bindings import driver  # the floor is cuda.bindings' launch
@@ -43,8 +44,8 @@ def main() -> None:
     pointers = (x.data_ptr(), y.data_ptr(), z.data_ptr(), out.data_ptr())
     device = torch.device("cuda", 0)
     rows = {
-        "Fusion.execute": lambda: f.execute(inputs),
-        "FastCalls.run (the last call, guarded)": lambda: fast.run(inputs),
+        "Fusion.execute (the native call on torch tensors)": lambda: f.execute(inputs),
+        "FastCalls.run (the Python call, guarded)": lambda: fast.run(inputs),
         "PreparedCall.run (unguarded)": lambda: prepared.run(inputs),
         "guard (TensorGuards.check)": lambda: prepared.matches.check(x, y, z),
         "key": lambda: fast.key(inputs),
@@ -61,7 +62,6 @@ def main() -> None:
         "current raw stream": lambda: raw_stream(0),
         "native launch (ctypes call)": lambda: prepared.launch_all.call(stream),
         "native patched launch (builtin)": lambda: prepared.launch_all.patched(stream, *pointers),
-        "native call on torch tensors (builtin)": lambda: prepared.torch_call.call(inputs),
         "floor: cuda.bindings cuLaunchKernel": lambda: driver.cuLaunchKernel(
             handle, launch.grid, 1, 1, launch.block, 1, 1, launch.shared, stream, launch.params_address, 0),
     }

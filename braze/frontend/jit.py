@@ -70,7 +70,8 @@ class JitFunction:
         known = self._known(args) if not kwargs else None
         if known is not None:  # the fast path: torch tensors seen before, in full
             fusion, returns_sequence = known
-            outputs = fusion.execute(args, backend=self.backend)
+            # Without keywords where none are needed: the fusion's native cached call takes none.
+            outputs = fusion.execute(args) if self.backend is None else fusion.execute(args, backend=self.backend)
             return tuple(outputs) if returns_sequence else outputs[0]
         try:
             bound = self.signature.bind(*args, **kwargs)

@@ -189,12 +189,18 @@ def compile_function(name: str, source: Callable[[], str]) -> int:
 # beyond their own work. A builtin (a PyCFunction with METH_FASTCALL, its `self` a Python int
 # holding the address of a spec struct) takes Python ints and returns Python objects directly.
 METH_FASTCALL = 0x0080  # PyMethodDef flag: (PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-# The C API builtins call (all in the stable ABI), resolved in the process.
-_PYTHON_API = ("PyLong_AsUnsignedLongLongMask", "PyLong_AsLongLong", "PyLong_FromLongLong", "PyErr_Occurred",
-               "PyErr_Clear", "PyList_New", "PyList_SetItem", "PyTuple_Size", "PyTuple_GetItem", "PyList_Size",
-               "PyList_GetItem", "Py_IncRef",
-               "Py_DecRef")
+METH_KEYWORDS = 0x0002  # with METH_FASTCALL: a fourth argument, the tuple of keyword names (or NULL)
 OBJECT = ir.IntType(8).as_pointer()  # PyObject *
+# The C API functions builtins may call, resolved in the process.
+_PYTHON_API = {
+    "PyLong_AsUnsignedLongLongMask": (I64, [OBJECT]), "PyLong_AsLongLong": (I64, [OBJECT]),
+    "PyLong_FromLongLong": (OBJECT, [I64]), "PyErr_Occurred": (OBJECT, []), "PyErr_Clear": (ir.VoidType(), []),
+    "PyList_New": (OBJECT, [I64]), "PyList_SetItem": (I32, [OBJECT, I64, OBJECT]), "PyList_Size": (I64, [OBJECT]),
+    "PyList_GetItem": (OBJECT, [OBJECT, I64]), "PyTuple_Size": (I64, [OBJECT]),
+    "PyTuple_GetItem": (OBJECT, [OBJECT, I64]), "PyDict_GetItem": (OBJECT, [OBJECT, OBJECT]),
+    "PyObject_Vectorcall": (OBJECT, [OBJECT, OBJECT.as_pointer(), I64, OBJECT]),
+    "Py_IncRef": (ir.VoidType(), [OBJECT]), "Py_DecRef": (ir.VoidType(), [OBJECT]),
+}
 
 
 class MethodDef(ctypes.Structure):
@@ -212,26 +218,27 @@ def builtins_available() -> bool:
 
 def python_api(module: ir.Module) -> dict[str, ir.Function]:
     """Declarations of the C API functions in `module`."""
-    signatures = {"PyLong_AsUnsignedLongLongMask": (I64, [OBJECT]), "PyLong_AsLongLong": (I64, [OBJECT]),
-                  "PyLong_FromLongLong": (OBJECT, [I64]), "PyErr_Occurred": (OBJECT, []),
-                  "PyErr_Clear": (ir.VoidType(), []), "PyList_New": (OBJECT, [I64]),
-                  "PyList_SetItem": (I32, [OBJECT, I64, OBJECT]), "PyTuple_Size": (I64, [OBJECT]),
-                  "PyTuple_GetItem": (OBJECT, [OBJECT, I64]), "PyList_Size": (I64, [OBJECT]),
-                  "PyList_GetItem": (OBJECT, [OBJECT, I64]), "Py_IncRef": (ir.VoidType(), [OBJECT]),
-                  "Py_DecRef": (ir.VoidType(), [OBJECT])}
     return {name: ir.Function(module, ir.FunctionType(result, args), name=name)
-            for name, (result, args) in signatures.items()}
+            for name, (result, args) in _PYTHON_API.items()}
+
+
+def python_api_available() -> bool:
+    """Whether this interpreter exports every function builtins may call (PyObject_Vectorcall is
+    an inline function, not an export, on some older CPythons)."""
+    return all(hasattr(ctypes.pythonapi, symbol) for symbol in _PYTHON_API)
 
 
 @functools.cache
-def fastcall_method(name: str, source: Callable[[], str]) -> MethodDef:
-    """The method definition of builtin `name` (LLVM IR from `source()`), kept for the process:
-    builtins made from it point at it."""
+def fastcall_method(name: str, source: Callable[[], str], keywords: bool = False) -> MethodDef:
+    """The method definition of builtin `name` (LLVM IR from `source()`; `keywords`: it also
+    takes the keyword names), kept for the process: builtins made from it point at it."""
     for symbol in _PYTHON_API:  # the loaded object's calls into the interpreter resolve to these
-        llvm.add_symbol(symbol, ctypes.cast(getattr(ctypes.pythonapi, symbol), ctypes.c_void_p).value)
+        if hasattr(ctypes.pythonapi, symbol):
+            llvm.add_symbol(symbol, ctypes.cast(getattr(ctypes.pythonapi, symbol), ctypes.c_void_p).value)
     if config.dumping("host_jit"):
         config.dump("host_jit", source())
-    return MethodDef(name.encode(), compile_function(name, source), METH_FASTCALL, None)
+    flags = METH_FASTCALL | (METH_KEYWORDS if keywords else 0)
+    return MethodDef(name.encode(), compile_function(name, source), flags, None)
 
 
 class _SpecAddress(int):

@@ -1,16 +1,19 @@
-"""A prepared GPU call on torch tensors as one native function: the guard, the allocation of the
-outputs, the patching and the launches, with no Python between them.
+"""A prepared GPU call on torch tensors as one native function: the checks, the allocation of
+the outputs, the patching and the launches, with no Python between them.
 
-    braze_torch_call(inputs) -> [outputs] | 0 | code
+    braze_torch_call(inputs) -> [outputs]
 
-`inputs` is the call's tuple. For each tensor input the builtin checks the Python type, dtype,
-device, shape and strides against the description the call was prepared for, and reads its data
-pointer; it allocates each output through torch's caching allocator on the device's current
-stream, as `torch.empty_strided` does; writes the pointers into the argument block; and runs the
-launch loop of host/launch_jit.py. It answers the list of outputs; 0 where it declined before
-launching anything (another description, a tensor it cannot read, an allocation that failed),
-and the caller then takes the Python path, which says why where something is wrong; or the launch
-loop's `(n << 16) | code` when launch n failed.
+It stands in for `Fusion.execute` on the fusion whose call was taken last (runtime/fast_call.py).
+It runs only for one positional argument, a tuple or list of tensors; under the configuration the
+call was prepared in; with no `bz.record()` open; and with the call's CUDA context current. For
+each tensor it checks the Python type, dtype, device, shape and strides against the description
+the call was prepared for, and reads its data pointer. It allocates each output through torch's
+caching allocator on the device's current stream, as `torch.empty_strided` does, writes the
+pointers into the argument block and runs the launch loop of host/launch_jit.py.
+
+Where any check fails, or an output cannot be made, it drops what it made and calls the spec's
+`fallback` with its own arguments (the Python path, which says why where something is wrong);
+where a launch fails, the spec's `failed` with the launch loop's `(n << 16) | code`.
 
 Tensors are read and made through PyTorch's C shim (the `aoti_torch_*` functions libtorch
 exports with C linkage for compiled programs) and wrapped as Python objects by `THPVariable_Wrap`.
@@ -29,10 +32,12 @@ import functools
 import glob
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from llvmlite import ir
 
+from braze import config
 from braze.host import jit
 from braze.host.launch_jit import _emit_launch_loop, _entry_type
 
@@ -96,7 +101,11 @@ class CallSpec(ctypes.Structure):
                 ("returned", ctypes.c_void_p), ("returned_count", ctypes.c_int64),
                 ("table", ctypes.c_void_p), ("launch_count", ctypes.c_int64), ("block", ctypes.c_void_p),
                 ("slots", ctypes.c_void_p), ("sources", ctypes.c_void_p), ("slot_count", ctypes.c_int64),
-                ("device_index", ctypes.c_int64)]
+                ("device_index", ctypes.c_int64),
+                # the conditions of taking it, and the Python functions taking over where they fail
+                ("config_dict", ctypes.c_void_p), ("config_key", ctypes.c_void_p), ("settings", ctypes.c_void_p),
+                ("open_recordings", ctypes.c_void_p), ("context_getter", ctypes.c_void_p),
+                ("context", ctypes.c_void_p), ("fallback", ctypes.c_void_p), ("failed", ctypes.c_void_p)]
 
 
 def _ir_types() -> tuple[ir.LiteralStructType, ...]:
@@ -104,22 +113,26 @@ def _ir_types() -> tuple[ir.LiteralStructType, ...]:
     i64p = I64.as_pointer()
     check = ir.LiteralStructType([I64, I8P, I64, i64p, i64p, I32, I32, I32, I32])
     output = ir.LiteralStructType([I64, i64p, i64p, I32, I32, I32, I32])
+    context_getter = ir.FunctionType(I32, [I8P.as_pointer()]).as_pointer()
     spec = ir.LiteralStructType([api.as_pointer(), I8P, I8P, I64, check.as_pointer(), I64, output.as_pointer(), I64,
-                                 i64p, I64, _entry_type().as_pointer(), I64, i64p, i64p, i64p, I64, I64])
+                                 i64p, I64, _entry_type().as_pointer(), I64, i64p, i64p, i64p, I64, I64,
+                                 OBJECT, OBJECT, OBJECT, i64p, context_getter, I8P, OBJECT, OBJECT])
     return api, check, output, spec
 
 
 # --- the native function ------------------------------------------------------------------------
 class _Emitter:
-    """Emits `braze_torch_call`. Every way out before the launches goes through `decline`, which
-    drops the outputs made so far and answers 0."""
+    """Emits `braze_torch_call`. Every way out that returns no outputs goes through `fail`, which
+    drops the outputs made so far, then calls the spec's `fallback` with the call's own arguments
+    (result 0: nothing was launched) or its `failed` with the launch loop's code."""
 
     def __init__(self) -> None:
         self.module = ir.Module(name=NAME)
         self.api_calls = jit.python_api(self.module)
         self.api_type, self.check_type, self.output_type, spec_type = _ir_types()
-        self.fn = ir.Function(self.module, ir.FunctionType(OBJECT, [OBJECT, OBJECT.as_pointer(), I64]), name=NAME)
-        self_, self.args, self.nargs = self.fn.args
+        self.fn = ir.Function(self.module, ir.FunctionType(OBJECT, [OBJECT, OBJECT.as_pointer(), I64, OBJECT]),
+                              name=NAME)
+        self_, self.args, self.nargs, self.kwnames = self.fn.args
         self.b = ir.IRBuilder(self.fn.append_basic_block("start"))
         self.fail = self.fn.append_basic_block("fail")
         self.spec = self.b.inttoptr(self.call_api("PyLong_AsUnsignedLongLongMask", self_), spec_type.as_pointer())
@@ -127,6 +140,7 @@ class _Emitter:
         # The getters' answers, made once here: an alloca inside a loop would grow the stack.
         self.answer = {str(ty): self.b.alloca(ty) for ty in (I32, I64, I64.as_pointer(), I8P)}
         self.stream, self.new_tensor = self.b.alloca(I8P, name="stream"), self.b.alloca(I8P, name="new")
+        self.context, self.code = self.b.alloca(I8P, name="context"), self.b.alloca(OBJECT, name="code")
         with self.b.goto_block(self.fail):
             self.result = self.b.phi(I64, name="result")
 
@@ -176,7 +190,7 @@ class _Emitter:
         made = b.alloca(OBJECT, size=b.add(output_count, I64(1)), name="made")
         with jit.counted_loop(b, output_count) as n:
             b.store(ir.Constant(OBJECT, None), self.at(made, n))
-        self.same(self.nargs, I64(1))
+        self.check_conditions()
         inputs = b.load(self.args, name="inputs")
         is_tuple = b.icmp_unsigned("==", self.type_of(inputs), self.spec_field("tuple_type"))
         is_list = b.icmp_unsigned("==", self.type_of(inputs), self.spec_field("list_type"))
@@ -197,6 +211,18 @@ class _Emitter:
                           b.load(self.stream), lambda b, code: self.launched(code, made, output_count))
         self.emit_fail(made, output_count)
         return str(self.module)
+
+    def check_conditions(self) -> None:
+        """Goes on only for one positional argument, under the configuration the call was prepared
+        in, with nothing recording, and with the call's CUDA context current on this thread."""
+        b = self.b
+        self.same(self.kwnames, ir.Constant(OBJECT, None))
+        self.same(self.nargs, I64(1))
+        setting = self.call_api("PyDict_GetItem", self.spec_field("config_dict"), self.spec_field("config_key"))
+        self.same(setting, self.spec_field("settings"))
+        self.same(b.load(self.spec_field("open_recordings")), I64(0))
+        self.succeeded(b.call(self.spec_field("context_getter"), [self.context]))
+        self.same(b.load(self.context), self.spec_field("context"))
 
     def type_of(self, obj: ir.Value) -> ir.Value:
         return self.b.load(self.b.bitcast(self.b.gep(obj, [I64(TYPE_OFFSET)]), I8P.as_pointer()))
@@ -242,7 +268,9 @@ class _Emitter:
             return
         returned, count = self.spec_field("returned"), self.spec_field("returned_count")
         result = self.call_api("PyList_New", count)
-        self.fail_unless(b.icmp_unsigned("!=", result, ir.Constant(OBJECT, None)))
+        with b.if_then(b.icmp_unsigned("==", result, ir.Constant(OBJECT, None)), likely=False):
+            self.drop(made, output_count)  # launched already: the MemoryError goes to the caller
+            b.ret(result)
         with jit.counted_loop(b, count) as i:
             obj = b.load(self.at(made, b.load(self.at(returned, i))))
             self.call_api("Py_IncRef", obj)
@@ -254,8 +282,18 @@ class _Emitter:
         b = self.b
         b.position_at_end(self.fail)
         self.drop(made, output_count)
-        self.call_api("PyErr_Clear")  # a failed wrap or list: the Python path meets it again and says so
-        b.ret(self.call_api("PyLong_FromLongLong", self.result))
+        self.call_api("PyErr_Clear")  # a failed wrap: the Python path meets it again and says so
+        null = ir.Constant(OBJECT, None)
+        with b.if_then(b.icmp_unsigned("==", self.result, I64(0))):
+            b.ret(self.call_api("PyObject_Vectorcall", self.spec_field("fallback"), self.args, self.nargs,
+                                self.kwnames))
+        code = self.call_api("PyLong_FromLongLong", self.result)
+        with b.if_then(b.icmp_unsigned("==", code, null), likely=False):
+            b.ret(null)
+        b.store(code, self.code)
+        answer = self.call_api("PyObject_Vectorcall", self.spec_field("failed"), self.code, I64(1), null)
+        self.call_api("Py_DecRef", code)
+        b.ret(answer)
 
     def drop(self, made: ir.Value, output_count: ir.Value) -> None:
         with jit.counted_loop(self.b, output_count) as n:
@@ -330,7 +368,7 @@ def torch_api() -> TorchApi | None:
     `api.stream` is then None) and the tensor layout is the expected one. Else None, and prepared
     calls stay in Python."""
     torch = sys.modules.get("torch")
-    if torch is None or not jit.builtins_available():
+    if torch is None or not jit.builtins_available() or not jit.python_api_available():
         return None
     try:
         found = _library_functions(torch)
@@ -354,19 +392,31 @@ def _int64s(values: Sequence[int]) -> ctypes.Array:
     return (ctypes.c_int64 * max(len(values), 1))(*values)
 
 
+@dataclass(frozen=True)
+class Conditions:
+    """When a native call runs, and what takes over where it does not."""
+
+    settings: object  # braze's configuration (config.current) the call was prepared under
+    open_recordings: int  # the address of the int64 counting open bz.record() scopes
+    context_getter: int  # cuCtxGetCurrent's address (or a function of its C signature)
+    context: int  # the CUDA context the call's kernels were loaded in
+    fallback: Callable[..., object]  # takes the call's own arguments where it declines
+    failed: Callable[[int], object]  # takes the launch loop's code where a launch failed (and raises)
+
+
 class TorchCall:
-    """The builtin running one prepared call (valid while this object, which holds its spec and
-    arrays, lives)."""
+    """The builtin running one prepared call, `call(inputs)` (valid while this object, which
+    holds its spec and arrays and which the builtin keeps alive, lives)."""
 
     def __init__(self, api: TorchApi, arity: int, tensors: Sequence[tuple], outputs: Sequence[tuple],
-                 returned: Sequence[int], table: ctypes.Array, launch_count: int, block_address: int,
-                 slots: Sequence[tuple[int, int]], device_index: int) -> None:
+                 returned: Sequence[int], launches: tuple[ctypes.Array, int], block_address: int,
+                 slots: Sequence[tuple[int, int]], device_index: int, conditions: Conditions) -> None:
         """`tensors`: `describe_tensor` of each tensor input; `outputs`: (sizes, strides in
         elements, dtype code, device type, device index) of each output; `returned`: the output
-        each result is; `slots`: (block slot, source), the source numbering the tensors' pointers
-        first, then the outputs'."""
+        each result is; `launches`: the launch table and its length; `slots`: (block slot,
+        source), the source numbering the tensors' pointers first, then the outputs'."""
         self.arrays: list[ctypes.Array] = []
-        self.api = api
+        self.api, self.conditions, (self.table, launch_count) = api, conditions, launches
         checks = [TensorCheck(position, id(cls), len(sizes), self._keep(sizes), self._keep(strides), dtype,
                               device_type, index)
                   for position, cls, sizes, strides, dtype, device_type, index in tensors]
@@ -374,15 +424,20 @@ class TorchCall:
         made = [OutputSpec(len(sizes), self._keep(sizes), self._keep(strides), dtype, device_type, index)
                 for sizes, strides, dtype, device_type, index in outputs]
         self.outputs = (OutputSpec * max(len(made), 1))(*made)
-        self.table = table
         self.spec = CallSpec(
             ctypes.addressof(api.api), id(tuple), id(list), arity, ctypes.addressof(self.checks), len(checks),
             ctypes.addressof(self.outputs), len(made), self._keep(returned), len(returned),
-            ctypes.addressof(table), launch_count, block_address, self._keep([slot for slot, _ in slots]),
-            self._keep([source for _, source in slots]), len(slots), device_index)
-        self.call = jit.new_builtin(jit.fastcall_method(NAME, llvm_source), ctypes.addressof(self.spec), self)
+            ctypes.addressof(self.table), launch_count, block_address, self._keep([slot for slot, _ in slots]),
+            self._keep([source for _, source in slots]), len(slots), device_index,
+            id(vars(config)), id(_CONFIG_KEY), id(conditions.settings), conditions.open_recordings,
+            conditions.context_getter, conditions.context, id(conditions.fallback), id(conditions.failed))
+        self.call = jit.new_builtin(jit.fastcall_method(NAME, llvm_source, keywords=True),
+                                    ctypes.addressof(self.spec), self)
 
     def _keep(self, values: Sequence[int]) -> int:
         array = _int64s(values)
         self.arrays.append(array)
         return ctypes.addressof(array)
+
+
+_CONFIG_KEY = sys.intern("current")  # the name of braze's configuration in its module

@@ -40,6 +40,7 @@ _SIGNATURES: dict[str, tuple] = {
     "cuDeviceGetAttribute": (POINTER(c_int), c_int, c_int),
     "cuDevicePrimaryCtxRetain": (POINTER(c_void_p), c_int),
     "cuCtxSetCurrent": (c_void_p,),
+    "cuCtxGetCurrent": (POINTER(c_void_p),),
     "cuModuleLoadData": (POINTER(c_void_p), c_char_p),
     "cuModuleGetFunction": (POINTER(c_void_p), c_void_p, c_char_p),
     "cuFuncGetAttribute": (POINTER(c_int), c_int, c_void_p),
@@ -244,6 +245,11 @@ def raw_launch_function():
 def launch_function_address() -> int:
     """The address of libcuda's cuLaunchKernel (native code calls it)."""
     return driver().address["cuLaunchKernel"]
+
+
+def context_getter_address() -> int:
+    """The address of libcuda's cuCtxGetCurrent (native code checks the current context with it)."""
+    return driver().address["cuCtxGetCurrent"]
 
 
 def raise_launch_error(code: int, name: str, grid: tuple[int, int, int], block: tuple[int, int, int]) -> None:

@@ -35,13 +35,14 @@ import numpy as np
 from braze import config
 from braze.host import jit
 from braze.host.launch_jit import NativeLaunches, native_launches
-from braze.host.torch_call import TorchApi, TorchCall, describe_tensor, torch_api
+from braze.host.torch_call import Conditions, TorchApi, TorchCall, describe_tensor, torch_api
 from braze.runtime import cuda_driver as cuda
 from braze.runtime.cpu import parallel_for
-from braze.runtime.record import Launch, note_launch, profiling, record_state, recording
+from braze.runtime.record import OPEN_RECORDINGS, Launch, note_launch, profiling, record_state, recording
 from braze.runtime.rng import next_seed_offset
 
 MAX_DESCRIPTIONS = 256  # prepared calls kept per fusion (new shapes beyond that evict the oldest)
+_UNSEEN = object()  # a memo not filled yet
 
 
 # --- describing the inputs ----------------------------------------------------------------------
@@ -287,6 +288,11 @@ class PreparedCall:
         exec(source, names)  # noqa: S102  (built above from the plan's slots and positions only)
         return names["run"]
 
+    def native_execute(self, settings: config.Config, fallback: Callable[..., list]) -> Callable[..., list] | None:
+        """A native builtin standing in for the fusion's `execute` while this call is taken first
+        (None: the Python call serves; a device's subclass may make one)."""
+        return None
+
     def _needs_lock(self) -> bool:
         """Whether the call writes shared state another thread could see half-written: scalars or
         seeds patched from Python, buffers kept between calls, copies back. Pointers patched and
@@ -377,41 +383,17 @@ class CudaPreparedCall(PreparedCall):
         native = self.launch_all
         return native is not None and native.patched is not None
 
-    def guarded(self, config_now: config.Config, otherwise: Callable[[Sequence[object]], list | None]
-                ) -> Callable[[Sequence[object]], list | None] | None:
-        """On torch tensors, the whole call as one native builtin where it can be (`torch_call`),
-        in front of the Python guarded call, which takes what it declines."""
-        checked = super().guarded(config_now, otherwise)
-        native = self.torch_call if checked is not None else None
-        if native is None:
-            return checked
-        if self._native_guarded is None:
-            self._native_guarded = self._native_first(native.call, checked, config_now)
-        return self._native_guarded
-
-    def _native_first(self, native: Callable[[tuple], list | int], checked: Callable[[Sequence[object]], list | None],
-                      settings: config.Config) -> Callable[[Sequence[object]], list | None]:
-        recorders, current, device, failed = record_state().__dict__, cuda.current_device_state(), self.device, \
-            self._native_failed
-
-        def run(inputs: Sequence[object]) -> list | None:
-            # Another configuration, an open bz.record() or another current device: the Python call.
-            if config.current is not settings or recorders.get("stack") or current.__dict__.get("device") is not device:
-                return checked(inputs)
-            result = native(inputs)
-            if result.__class__ is list:
-                return result
-            if result:
-                failed(result)
-            return checked(inputs)  # declined before launching: another description, or an error to raise
-
-        return run
-
-    @functools.cached_property
-    def torch_call(self) -> TorchCall | None:
-        """This call as one native builtin on torch tensors: guard, allocation, patching and
-        launches (host/torch_call.py). None where some of it must run in Python: scalars, seeds,
+    def native_execute(self, settings: config.Config, fallback: Callable[..., list]) -> Callable[..., list] | None:
+        """This call as one native builtin standing in for `Fusion.execute` on torch tensors: the
+        checks, allocation, patching and launches (host/torch_call.py), `fallback` taking the
+        calls it declines. Made once; None where some of it must run in Python: scalars, seeds,
         buffers kept between calls, copies back, or outputs that are inputs."""
+        if self._native_execute is _UNSEEN:
+            self._native_execute = self._make_native_execute(settings, fallback)
+        return self._native_execute
+
+    def _make_native_execute(self, settings: config.Config, fallback: Callable[..., list]
+                             ) -> Callable[..., list] | None:
         api, tensors = torch_api(), getattr(self.matches, "tensors", None)
         plan = self.plan
         if api is None or api.api.stream is None or tensors is None or self.matches.scalars or \
@@ -423,15 +405,17 @@ class CudaPreparedCall(PreparedCall):
         check_of = {position: k for k, (position, *_) in enumerate(tensors)}
         slots = [(slot, check_of[position]) for slot, position, _ in plan.input_pointers] + \
                 [(slot, len(tensors) + n) for slot, n in plan.buffer_pointers]
-        native = self.launch_all
+        conditions = Conditions(settings, ctypes.addressof(OPEN_RECORDINGS), cuda.context_getter_address(),
+                                self.device.context, fallback, self._native_failed)
         try:
-            return TorchCall(api, self.matches.count, tensors, outputs, [n for _, n in plan.returned], native.table,
-                             len(self.launches), self.address, slots, self.device.index)
+            return TorchCall(api, self.matches.count, tensors, outputs, [n for _, n in plan.returned],
+                             (self.launch_all.table, len(self.launches)), self.address, slots, self.device.index,
+                             conditions).call
         except Exception as error:  # a JIT failure: the Python call runs it
             jit.fall_back("the native call on torch tensors", error)
             return None
 
-    _native_guarded: Callable[[Sequence[object]], list | None] | None = None
+    _native_execute: Callable[..., list] | None | object = _UNSEEN
 
     def _native_failed(self, code: int) -> None:
         if code < 0:
@@ -519,8 +503,6 @@ class Describer:
         return description(inputs, self.scalar_positions)
 
 
-_UNSEEN = object()
-
 
 class FastCalls:
     """One fusion's prepared calls by input description (a `None` value: that description always
@@ -531,11 +513,16 @@ class FastCalls:
     generated function; inputs it refuses go through the key (`find`).
     """
 
-    def __init__(self, inputs: int, scalar_positions: frozenset[int]) -> None:
+    def __init__(self, inputs: int, scalar_positions: frozenset[int], owner: dict | None = None,
+                 fallback: Callable[..., list] | None = None) -> None:
+        """`owner`: the namespace (the fusion's `__dict__`) where the last call's native builtin, if
+        it has one, stands in for `execute`; `fallback`: what that builtin calls where it declines
+        (the fusion's execute)."""
         self.config = config.current
         self.prepared: OrderedDict[tuple, PreparedCall | None] = OrderedDict()
         self.key = Describer(inputs, scalar_positions).key
         self.scalar_positions = scalar_positions
+        self.owner, self.fallback = owner, fallback
         self.last: PreparedCall | None = None
         self.recorders = record_state()
         self.run: Callable[[Sequence[object]], list | None] = self.find
@@ -549,8 +536,7 @@ class FastCalls:
         if prepared is None:
             return None
         if prepared is not self.last:
-            self.last = prepared
-            self.run = prepared.guarded(self.config, self.find) or self.find
+            self._take(prepared)
         if self.recorders.__dict__.get("stack") and profiling():
             return None
         return prepared.run(inputs)
@@ -565,7 +551,7 @@ class FastCalls:
         if config.current is not self.config:  # prepared under another configuration: they may not apply
             self.config = config.current
             self.prepared.clear()
-            self.last, self.run = None, self.find
+            self._take(None)
         key = self.key(inputs)
         if key is None:
             return
@@ -575,7 +561,19 @@ class FastCalls:
         if len(self.prepared) > MAX_DESCRIPTIONS:
             evicted = self.prepared.popitem(last=False)[1]
             if evicted is self.last:
-                self.last, self.run = None, self.find
+                self._take(None)
+
+    def _take(self, prepared: PreparedCall | None) -> None:
+        """Makes `prepared` the call tried first (None: none is)."""
+        self.last = prepared
+        self.run = (prepared.guarded(self.config, self.find) if prepared is not None else None) or self.find
+        if self.owner is None or self.fallback is None:
+            return
+        native = prepared.native_execute(self.config, self.fallback) if prepared is not None else None
+        if native is None:
+            self.owner.pop("execute", None)
+        else:
+            self.owner["execute"] = native
 
 
 def _never(inputs: Sequence[object]) -> bool:

@@ -5,12 +5,17 @@ Recording costs one thread-local lookup per event when no recorder is active.
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 _local = threading.local()
+# Recordings open on any thread: native cached calls (host/torch_call.py) read it and leave a call
+# to the Python path, which looks at this thread's recorders, while it is not zero.
+OPEN_RECORDINGS = ctypes.c_int64(0)
+_counting = threading.Lock()
 
 
 @dataclass
@@ -42,10 +47,17 @@ def record(profile: bool = False) -> Iterator[Recording]:
     recording = Recording(profile)
     stack = _local.__dict__.setdefault("stack", [])
     stack.append(recording)
+    _count_open(1)
     try:
         yield recording
     finally:
         stack.pop()
+        _count_open(-1)
+
+
+def _count_open(change: int) -> None:
+    with _counting:
+        OPEN_RECORDINGS.value += change
 
 
 def _active() -> list[Recording]:

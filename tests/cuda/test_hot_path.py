@@ -311,9 +311,7 @@ def test_torch_inputs_take_the_native_call_with_correct_results() -> None:
     x, y, z = (randn(4096, seed=n) for n in range(3))
     f.execute([x, y, z])
     f.execute((x, y, z))
-    fast = f.__dict__["_fast_calls"]
-    prepared = fast.prepared[fast.key([x, y, z])]
-    assert prepared.torch_call is not None and fast.run is prepared._native_guarded
+    assert "execute" in f.__dict__  # the native builtin stands in for Fusion.execute
     outputs = []
     for seed in range(5):
         x, y, z = (randn(4096, seed=10 * seed + n) for n in range(3))
@@ -346,14 +344,44 @@ def test_the_native_call_makes_every_output_in_its_layout_and_dtype() -> None:
     x, y = randn(33, 70), randn(70, 33, seed=1).t()
     f.execute([x, y])
     f.execute([x, y])
-    fast = f.__dict__["_fast_calls"]
-    assert fast.prepared[fast.key([x, y])].torch_call is not None
+    assert "execute" in f.__dict__
     _poison_the_allocator((33, 70), (33,))
     product, total, rows = f.execute([x, y])
     torch.testing.assert_close(product, (x * y).to(torch.bfloat16))
     torch.testing.assert_close(total, x + y)
     assert total.stride() == (1, 33)
     torch.testing.assert_close(rows, x.sum(1), rtol=1e-5, atol=1e-4)
+
+
+def test_the_native_call_gives_way_to_recording_configuration_and_keywords() -> None:
+    f = pointwise()
+    x = randn(256)
+    f.execute([x, x, x])
+    f.execute([x, x, x])
+    assert "execute" in f.__dict__
+    with bz.record() as rec:
+        f.execute([x, x, x])
+    assert len(rec.launches) == 1 and rec.entries == []
+    (out,) = f.execute([x, x, x], backend="cuda")
+    torch.testing.assert_close(out, torch.relu(x * x + x))
+    with config.scope(disable="fast_call"):
+        (out,) = f.execute([x, x, x])
+    torch.testing.assert_close(out, torch.relu(x * x + x))
+    f.execute([x, x, x])
+    f.execute([x, x, x])
+    assert "execute" in f.__dict__
+
+
+def test_calls_with_scalars_stay_in_python() -> None:
+    with bz.Fusion() as f:
+        x = f.define_tensor([-1])
+        a = f.define_scalar(dtype=bz.float32)
+        f.add_output(x * a)
+    x = randn(100)
+    f.execute([x, 2.0])
+    f.execute([x, 2.0])
+    assert "execute" not in f.__dict__  # scalars are patched in Python
+    torch.testing.assert_close(f.execute([x, 3.0])[0], x * 3)
 
 
 def test_the_native_call_runs_on_the_current_stream() -> None:

@@ -13,43 +13,69 @@ from fake_driver import FakeDriver
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from braze import config
 from braze.host import torch_call
 from braze.host.launch_jit import LaunchEntry
 
 torch = pytest.importorskip("torch")
 
 STREAM = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p)
+CONTEXT = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)
 HOST = 0  # the shim's device type of host tensors, and their device index
 HOST_INDEX = -1
+DECLINED = ["declined"]  # what the harness's fallback answers
 
 
 class Harness:
-    """A TorchCall over a fake driver and stream: `streams` records each device asked about,
-    `block` is the argument block it patches."""
+    """A TorchCall over a fake driver, stream and context: `streams` records each device asked
+    about, `block` is the argument block it patches, `fallbacks` and `failures` what was handed
+    to its fallback and failure functions."""
 
     def __init__(self, inputs: list, outputs: list[tuple], returned: list[int], slots: list[tuple[int, int]],
                  launches: int = 2, fail_at: int | None = None, stream_code: int = 0) -> None:
         api = torch_call.torch_api()
         assert api is not None, "this torch's tensors are not laid out as torch_call expects"
         self.streams: list[int] = []
-        self.stream_code = stream_code
-        self.stream_callback = STREAM(self._stream)
+        self.fallbacks: list[tuple] = []
+        self.failures: list[int] = []
+        self.stream_code, self.context = stream_code, 0xC0
+        self.callbacks = (STREAM(self._stream), CONTEXT(self._context))
         self.api = torch_call.TorchApi(torch_call.Api(**{
             **{field: getattr(api.api, field) for field, _ in torch_call.Api._fields_},
-            "stream": ctypes.cast(self.stream_callback, ctypes.c_void_p).value}), torch)
+            "stream": ctypes.cast(self.callbacks[0], ctypes.c_void_p).value}), torch)
         self.driver = FakeDriver(fail_at, code=700)
         self.table = (LaunchEntry * launches)(*[LaunchEntry(self.driver.address, 0x1000 + n, 0x9000 + n, 7, 64, 0, 0)
                                                 for n in range(launches)])
         self.block = (ctypes.c_int64 * 8)(*range(100, 108))
+        self.open_recordings = ctypes.c_int64(0)
         tensors = [torch_call.describe_tensor(self.api, n, t) for n, t in enumerate(inputs)]
         made = [(sizes, strides, self.api.dtype_code(dtype), HOST, HOST_INDEX) for sizes, strides, dtype in outputs]
-        self.call = torch_call.TorchCall(self.api, len(inputs), tensors, made, returned, self.table, launches,
-                                         ctypes.addressof(self.block), slots, 3).call
+        conditions = torch_call.Conditions(config.current, ctypes.addressof(self.open_recordings),
+                                           ctypes.cast(self.callbacks[1], ctypes.c_void_p).value, 0xC0,
+                                           self._fallback, self._failed)
+        self.call = torch_call.TorchCall(self.api, len(inputs), tensors, made, returned, (self.table, launches),
+                                         ctypes.addressof(self.block), slots, 3, conditions).call
 
     def _stream(self, device: int, answer: int) -> int:
         self.streams.append(device)
         ctypes.c_void_p.from_address(answer).value = 0x5000 + device
         return self.stream_code
+
+    def _context(self, answer: int) -> int:
+        ctypes.c_void_p.from_address(answer).value = self.context
+        return 0
+
+    def _fallback(self, *args, **kwargs) -> list:
+        self.fallbacks.append((args, kwargs))
+        return DECLINED
+
+    def _failed(self, code: int) -> None:
+        self.failures.append(code)
+        raise RuntimeError(f"launch failed: {code}")
+
+    def declined_untouched(self) -> bool:
+        """Whether nothing was patched or launched."""
+        return list(self.block) == list(range(100, 108)) and self.driver.calls == []
 
 
 def two_inputs_one_output(**options) -> tuple[Harness, list]:
@@ -91,10 +117,27 @@ def test_outputs_come_back_in_the_order_asked_even_twice() -> None:
     lambda x, y: iter([x, y]),                       # neither a tuple nor a list
     lambda x, y: (x, y.numpy()),                     # another library
 ], ids=["dtype", "shape", "strides", "type", "scalar", "fewer", "more", "iterator", "numpy"])
-def test_other_inputs_are_declined_before_anything_is_made_or_launched(other) -> None:
+def test_other_inputs_go_to_the_fallback_before_anything_is_made_or_launched(other) -> None:
     harness, (x, y) = two_inputs_one_output()
-    assert harness.call(other(x, y)) == 0
-    assert list(harness.block) == list(range(100, 108)) and harness.driver.calls == []
+    inputs = other(x, y)
+    assert harness.call(inputs) is DECLINED and harness.fallbacks == [((inputs,), {})]
+    assert harness.declined_untouched()
+
+
+def test_keywords_more_arguments_and_changed_conditions_go_to_the_fallback() -> None:
+    harness, (x, y) = two_inputs_one_output()
+    assert harness.call((x, y), backend="cuda") is DECLINED and harness.call((x, y), "cuda") is DECLINED
+    assert harness.call() is DECLINED
+    assert harness.fallbacks == [(((x, y),), {"backend": "cuda"}), (((x, y), "cuda"), {}), ((), {})]
+    with config.scope(disable="fast_call"):
+        assert harness.call((x, y)) is DECLINED
+    harness.open_recordings.value = 1
+    assert harness.call((x, y)) is DECLINED
+    harness.open_recordings.value, harness.context = 0, 0xC1
+    assert harness.call((x, y)) is DECLINED
+    assert len(harness.fallbacks) == 6 and harness.declined_untouched()
+    harness.context = 0xC0
+    assert isinstance(harness.call((x, y))[0], torch.Tensor)
 
 
 def test_a_tensor_on_another_device_is_declined() -> None:
@@ -103,26 +146,34 @@ def test_a_tensor_on_another_device_is_declined() -> None:
     check = harness.call.__self__  # the spec's address: the builtin's `self`
     spec = torch_call.CallSpec.from_address(check)
     torch_call.TensorCheck.from_address(spec.checks).device_type = 1  # as if prepared on a GPU
-    assert harness.call((x,)) == 0 and harness.driver.calls == []
+    assert harness.call((x,)) is DECLINED and harness.declined_untouched()
 
 
-def test_a_failed_launch_answers_its_code_and_keeps_no_output() -> None:
+def test_a_failed_launch_hands_its_code_over_and_keeps_no_output() -> None:
     harness, (x, y) = two_inputs_one_output(fail_at=1)
-    assert harness.call((x, y)) == (1 << 16) | 700
-    assert len(harness.driver.calls) == 2
-    assert _python_memory_growth(lambda: harness.call((x, y)) and harness.driver.calls.clear()) < 64 * 1024
+    with pytest.raises(RuntimeError, match="launch failed"):
+        harness.call((x, y))
+    assert harness.failures == [(1 << 16) | 700] and len(harness.driver.calls) == 2 and not harness.fallbacks
+
+    def failing_call() -> None:
+        harness.driver.calls.clear()
+        harness.failures.clear()
+        with pytest.raises(RuntimeError):
+            harness.call((x, y))
+
+    assert _python_memory_growth(failing_call) < 64 * 1024
 
 
-def test_a_failed_stream_lookup_declines() -> None:
+def test_a_failed_stream_lookup_goes_to_the_fallback() -> None:
     harness, (x, y) = two_inputs_one_output(stream_code=1)
-    assert harness.call((x, y)) == 0 and harness.driver.calls == []
+    assert harness.call((x, y)) is DECLINED and harness.declined_untouched()
 
 
 def test_many_calls_hold_python_memory_steady() -> None:
     harness, (x, y) = two_inputs_one_output(launches=0)
     inputs = (x, y)
     assert _python_memory_growth(lambda: harness.call(inputs)) < 64 * 1024
-    assert _python_memory_growth(lambda: harness.call((x, 1.0))) < 64 * 1024
+    assert _python_memory_growth(lambda: harness.call((x, 1.0)) and harness.fallbacks.clear()) < 64 * 1024
 
 
 def test_a_leak_of_one_object_a_call_would_show() -> None:  # the bound above can fail
@@ -164,11 +215,11 @@ def test_the_native_guard_says_yes_exactly_for_the_same_description(prepared, ot
     harness = Harness([a], [((2,), (1,), torch.float32)], [0], [(0, 0), (1, 1)], launches=1)
     result = harness.call((b,))
     same = (b.shape, b.stride(), b.dtype) == (a.shape, a.stride(), a.dtype)
-    assert isinstance(result, list) == same
+    assert (result is not DECLINED) == same
     if same:
         assert harness.block[0] == b.data_ptr() and harness.block[1] == result[0].data_ptr()
     else:
-        assert result == 0 and harness.driver.calls == []
+        assert harness.fallbacks == [(((b,),), {})] and harness.declined_untouched()
 
 
 def test_the_function_is_valid_llvm() -> None:
