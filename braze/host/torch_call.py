@@ -311,14 +311,17 @@ class TorchApi:
 
     def __init__(self, api: Api, torch: object) -> None:
         self.api, self.torch = api, torch
-        self._dtype_codes: dict[object, int] = {}
+        self._codes: dict[tuple, tuple[int, int, int]] = {}
 
-    def dtype_code(self, dtype: object) -> int:
-        """The shim's code of a torch dtype."""
-        codes = self._dtype_codes
-        if dtype not in codes:
-            codes[dtype] = _read(self.api.get_dtype, ctypes.c_int32, self.torch.empty(0, dtype=dtype))
-        return codes[dtype]
+    def codes(self, dtype: object, device: object) -> tuple[int, int, int]:
+        """The shim's codes of a torch dtype and device: (dtype, device type, device index), read
+        from an empty tensor of them."""
+        key = (dtype, device)
+        if key not in self._codes:
+            probe = self.torch.empty(0, dtype=dtype, device=device)
+            self._codes[key] = tuple(_read(getter, ctypes.c_int32, probe) for getter in
+                                     (self.api.get_dtype, self.api.get_device_type, self.api.get_device_index))
+        return self._codes[key]
 
 
 def _read(getter: int, ty: type, tensor: object) -> object:
@@ -380,12 +383,11 @@ def torch_api() -> TorchApi | None:
         return None
 
 
-def describe_tensor(api: TorchApi, position: int, tensor: object) -> tuple:
-    """(position, type, sizes, strides, dtype code, device type, device index) of a tensor input,
-    as the shim reads it."""
-    return (position, type(tensor), tuple(tensor.shape), tuple(tensor.stride()),
-            _read(api.api.get_dtype, ctypes.c_int32, tensor), _read(api.api.get_device_type, ctypes.c_int32, tensor),
-            _read(api.api.get_device_index, ctypes.c_int32, tensor))
+def describe_tensor(position: int, tensor: object) -> tuple:
+    """(position, Python type, sizes, strides, dtype, device) of a tensor input: what the native
+    call checks, read in Python (cheaply, at a fusion's first call; the shim's codes for them are
+    read when the native call is made)."""
+    return position, type(tensor), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype, tensor.device
 
 
 def _int64s(values: Sequence[int]) -> ctypes.Array:
@@ -412,17 +414,17 @@ class TorchCall:
                  returned: Sequence[int], launches: tuple[ctypes.Array, int], block_address: int,
                  slots: Sequence[tuple[int, int]], device_index: int, conditions: Conditions) -> None:
         """`tensors`: `describe_tensor` of each tensor input; `outputs`: (sizes, strides in
-        elements, dtype code, device type, device index) of each output; `returned`: the output
-        each result is; `launches`: the launch table and its length; `slots`: (block slot,
-        source), the source numbering the tensors' pointers first, then the outputs'."""
+        elements, torch dtype, torch device) of each output; `returned`: the output each result
+        is; `launches`: the launch table and its length; `slots`: (block slot, source), the source
+        numbering the tensors' pointers first, then the outputs'."""
         self.arrays: list[ctypes.Array] = []
         self.api, self.conditions, (self.table, launch_count) = api, conditions, launches
-        checks = [TensorCheck(position, id(cls), len(sizes), self._keep(sizes), self._keep(strides), dtype,
-                              device_type, index)
-                  for position, cls, sizes, strides, dtype, device_type, index in tensors]
+        checks = [TensorCheck(position, id(cls), len(sizes), self._keep(sizes), self._keep(strides),
+                              *api.codes(dtype, device))
+                  for position, cls, sizes, strides, dtype, device in tensors]
         self.checks = (TensorCheck * max(len(checks), 1))(*checks)
-        made = [OutputSpec(len(sizes), self._keep(sizes), self._keep(strides), dtype, device_type, index)
-                for sizes, strides, dtype, device_type, index in outputs]
+        made = [OutputSpec(len(sizes), self._keep(sizes), self._keep(strides), *api.codes(dtype, device))
+                for sizes, strides, dtype, device in outputs]
         self.outputs = (OutputSpec * max(len(made), 1))(*made)
         self.spec = CallSpec(
             ctypes.addressof(api.api), id(tuple), id(list), arity, ctypes.addressof(self.checks), len(checks),

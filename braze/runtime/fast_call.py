@@ -17,6 +17,11 @@ launch's grid, shared memory and launch scalars. A later call with the same desc
 
 Anything the fast path does not cover (profiling, another configuration, a busy block on another
 thread, an unknown array type) answers `None`, and the caller takes the host program.
+
+On torch tensors the call taken last goes further: one native builtin (host/torch_call.py) does
+all five steps, reading and making tensors through torch's C shim, and stands in for the fusion's
+`execute` (its `__dict__` entry) until another call is taken; what it declines goes on through
+`engine.execute` and the Python call described above.
 """
 
 from __future__ import annotations
@@ -394,12 +399,14 @@ class CudaPreparedCall(PreparedCall):
 
     def _make_native_execute(self, settings: config.Config, fallback: Callable[..., list]
                              ) -> Callable[..., list] | None:
-        api, tensors = torch_api(), getattr(self.matches, "tensors", None)
-        plan = self.plan
-        if api is None or api.api.stream is None or tensors is None or self.matches.scalars or \
-                self._needs_lock() or any(where != "buffer" for where, _ in plan.returned):
+        tensors, plan = getattr(self.matches, "tensors", ()), self.plan
+        if not tensors or self.matches.scalars or self._needs_lock() or \
+                any(where != "buffer" for where, _ in plan.returned):
             return None
-        outputs = [_torch_output(api, allocate, tensors[0]) for allocate in plan.allocations]
+        api = torch_api()
+        if api is None or api.api.stream is None:
+            return None
+        outputs = [_torch_output(api, allocate, tensors[0][5]) for allocate in plan.allocations]
         if any(output is None for output in outputs):
             return None
         check_of = {position: k for k, (position, *_) in enumerate(tensors)}
@@ -457,18 +464,16 @@ class CpuPreparedCall(PreparedCall):
                 note_launch(Launch(*names, begin, end, chunks))
 
 
-def _torch_output(api: TorchApi, allocate: Callable[[], object], tensor: tuple) -> tuple | None:
-    """What the shim needs to make the buffer `allocate` makes (sizes, strides in elements, dtype
-    code, device type and index), where it is torch.empty_strided on the device of `tensor` (as
-    `describe_tensor` reads it); else None."""
+def _torch_output(api: TorchApi, allocate: Callable[[], object], device: object) -> tuple | None:
+    """(sizes, strides in elements, dtype, device) of the buffer `allocate` makes, where it is
+    torch.empty_strided on `device` (the inputs'); else None."""
     torch = api.torch
     if not (isinstance(allocate, functools.partial) and allocate.func is torch.empty_strided):
         return None
     sizes, strides = allocate.args
-    device = torch.device(allocate.keywords["device"])
-    if device.type != "cuda" or device.index != tensor[6]:
+    if torch.device(allocate.keywords["device"]) != device or device.type != "cuda":
         return None
-    return sizes, strides, api.dtype_code(allocate.keywords["dtype"]), tensor[5], tensor[6]
+    return sizes, strides, allocate.keywords["dtype"], device
 
 
 def _patch_lines(pointers: list[tuple[int, str]]) -> list[str]:
@@ -591,7 +596,7 @@ class Guard:
     count: int
     arrays: tuple[int, ...]
     scalars: tuple[tuple[int, type], ...]
-    tensors: tuple[tuple, ...] | None = None  # the tensors as torch's C shim reads them, for a native guard
+    tensors: tuple[tuple, ...] = ()  # the tensors' descriptions for a native check (host/torch_call.py)
 
     def condition(self, names: dict[str, object]) -> str:
         """The test as an expression of `inputs` for generated code, adding the names it uses
@@ -633,8 +638,7 @@ def guard(inputs: Sequence[object], scalar_positions: frozenset[int]) -> Guard |
             return None
     except Exception:  # noqa: BLE001  (a private API: where it differs, the key alone decides)
         return None
-    api = torch_api()
-    tensors = None if api is None else tuple(describe_tensor(api, n, inputs[n]) for n in arrays)
+    tensors = tuple(describe_tensor(n, inputs[n]) for n in arrays)
     return Guard(check, len(inputs), arrays, tuple((n, type(inputs[n])) for n in sorted(scalar_positions)), tensors)
 
 

@@ -21,8 +21,6 @@ torch = pytest.importorskip("torch")
 
 STREAM = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p)
 CONTEXT = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)
-HOST = 0  # the shim's device type of host tensors, and their device index
-HOST_INDEX = -1
 DECLINED = ["declined"]  # what the harness's fallback answers
 
 
@@ -48,8 +46,8 @@ class Harness:
                                                 for n in range(launches)])
         self.block = (ctypes.c_int64 * 8)(*range(100, 108))
         self.open_recordings = ctypes.c_int64(0)
-        tensors = [torch_call.describe_tensor(self.api, n, t) for n, t in enumerate(inputs)]
-        made = [(sizes, strides, self.api.dtype_code(dtype), HOST, HOST_INDEX) for sizes, strides, dtype in outputs]
+        tensors = [torch_call.describe_tensor(n, t) for n, t in enumerate(inputs)]
+        made = [(sizes, strides, dtype, torch.device("cpu")) for sizes, strides, dtype in outputs]
         conditions = torch_call.Conditions(config.current, ctypes.addressof(self.open_recordings),
                                            ctypes.cast(self.callbacks[1], ctypes.c_void_p).value, 0xC0,
                                            self._fallback, self._failed)
