@@ -339,6 +339,8 @@ class CudaPreparedCall(PreparedCall):
     """Launches on the inputs' stream: all launches through one native function when the host JIT
     builds it, else one by one through ctypes."""
 
+    _native_execute: Callable[..., list] | None | object = _UNSEEN  # `native_execute`'s memo
+
     def __init__(self, plan: CallPlan, launches: list[PreparedLaunch], kind: ArrayKind,
                  stream_input: int, device: cuda.Device) -> None:
         """`kind`: how the inputs' library is read, `stream_input` the input whose stream the call takes."""
@@ -422,8 +424,6 @@ class CudaPreparedCall(PreparedCall):
             jit.fall_back("the native call on torch tensors", error)
             return None
 
-    _native_execute: Callable[..., list] | None | object = _UNSEEN
-
     def _native_failed(self, code: int) -> None:
         if code < 0:
             raise RuntimeError(f"braze internal error: the patched launch of {self.launches[0].record[0]} "
@@ -506,7 +506,6 @@ class Describer:
             except (AttributeError, TypeError):  # arrays of several libraries, or another count
                 pass
         return description(inputs, self.scalar_positions)
-
 
 
 class FastCalls:
