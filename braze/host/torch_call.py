@@ -352,7 +352,7 @@ def _library_functions(torch) -> dict[str, int]:
 def _layout_holds(torch, api: Api) -> bool:
     """Whether each probe tensor's object holds its at::Tensor right after the header: the word
     there is its TensorImpl's address, and the shim reads its pointer and shape through it."""
-    base = torch.arange(24.0).reshape(4, 6)
+    base = torch.empty((4, 6))  # made, not computed: a host kernel's first run costs milliseconds
     for probe in (base, base[1:, ::2], torch.empty(0, dtype=torch.int8)):
         if type(probe).__basicsize__ < HEADER + 8 or \
                 ctypes.c_void_p.from_address(id(probe) + HEADER).value != probe._cdata or \
