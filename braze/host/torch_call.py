@@ -108,7 +108,9 @@ class CallSpec(ctypes.Structure):
                 ("context", ctypes.c_void_p), ("fallback", ctypes.c_void_p), ("failed", ctypes.c_void_p)]
 
 
-def _ir_types() -> tuple[ir.LiteralStructType, ...]:
+def ir_struct_types() -> tuple[ir.LiteralStructType, ...]:
+    """The IR's `%api`, `%check`, `%output` and `%spec`, in the layouts of `Api`, `TensorCheck`,
+    `OutputSpec` and `CallSpec`."""
     api = ir.LiteralStructType([fn.as_pointer() for _, fn in _SHIM.values()])
     i64p = I64.as_pointer()
     check = ir.LiteralStructType([I64, I8P, I64, i64p, i64p, I32, I32, I32, I32])
@@ -129,7 +131,7 @@ class _Emitter:
     def __init__(self) -> None:
         self.module = ir.Module(name=NAME)
         self.api_calls = jit.python_api(self.module)
-        self.api_type, self.check_type, self.output_type, spec_type = _ir_types()
+        spec_type = ir_struct_types()[-1]
         self.fn = ir.Function(self.module, ir.FunctionType(OBJECT, [OBJECT, OBJECT.as_pointer(), I64, OBJECT]),
                               name=NAME)
         self_, self.args, self.nargs, self.kwnames = self.fn.args

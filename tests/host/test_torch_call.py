@@ -218,9 +218,3 @@ def test_the_native_guard_says_yes_exactly_for_the_same_description(prepared, ot
         assert harness.block[0] == b.data_ptr() and harness.block[1] == result[0].data_ptr()
     else:
         assert harness.fallbacks == [(((b,),), {})] and harness.declined_untouched()
-
-
-def test_the_function_is_valid_llvm() -> None:
-    import llvmlite.binding as llvm
-
-    llvm.parse_assembly(torch_call.llvm_source()).verify()
