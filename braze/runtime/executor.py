@@ -49,6 +49,8 @@ class KernelExecutor:
         self.kernel = compiled.kernel
         self.functions = compiled.functions
         self.bounds = [host_function([t.begin, t.end, inner_extent(t)]) for t in self.kernel.tasks]
+        # Per input description, the prepared call of runs of it (runtime/fast_call.py).
+        self.entries: dict[tuple, object] = {}
 
     def run(self, block: np.ndarray, scalars: dict[str, int]) -> None:
         """Runs all tasks with the argument block `block` (int64 slots); `scalars` holds extent values."""

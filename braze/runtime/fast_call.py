@@ -218,6 +218,7 @@ class PreparedCall:
         self.fresh = [n in fresh for n in range(len(plan.allocations))]
         self.kept: list | None = None  # the kept buffers (None where a buffer is fresh per call)...
         self.kept_order: int | None = None  # ...and the stream they were last used on
+        self.entries: dict[tuple, PreparedCall] = {}  # its kernel executor's entries, where it is filed
         self.busy = threading.Lock()  # the block is patched in place: one caller at a time
         self.matches: Guard | Callable[[Sequence[object]], bool] = _never  # FastCalls.learn sets the guard
         self._guarded: Callable[[Sequence[object]], list | None] | None = None
@@ -510,7 +511,9 @@ class Describer:
 
 class FastCalls:
     """One fusion's prepared calls by input description (a `None` value: that description always
-    takes the host program).
+    takes the host program). Each prepared call is its kernel executor's entry for that
+    description (`KernelExecutor.entries`, DESIGN section 6); this index over the fusion's
+    executors finds it with one lookup from the inputs.
 
     `run` is the call taken last, behind its guard where the inputs' library has one (a check in
     torch's C++ of every tensor's description: a third of the cost of reading the key), all in one
@@ -554,18 +557,26 @@ class FastCalls:
         """Keeps `prepared` for the description of `inputs` (after the host program ran them)."""
         if config.current is not self.config:  # prepared under another configuration: they may not apply
             self.config = config.current
-            self.prepared.clear()
+            while self.prepared:
+                self._forget(*self.prepared.popitem())
             self._take(None)
         key = self.key(inputs)
         if key is None:
             return
         if prepared is not None:
             prepared.matches = guard(inputs, self.scalar_positions) or _never
+            prepared.entries[key] = prepared
         self.prepared[key] = prepared
         if len(self.prepared) > MAX_DESCRIPTIONS:
-            evicted = self.prepared.popitem(last=False)[1]
-            if evicted is self.last:
-                self._take(None)
+            self._forget(*self.prepared.popitem(last=False))
+
+    def _forget(self, key: tuple, prepared: PreparedCall | None) -> None:
+        """Drops the prepared call of description `key` from its executor's entries."""
+        if prepared is None:
+            return
+        prepared.entries.pop(key, None)
+        if prepared is self.last:
+            self._take(None)
 
     def _take(self, prepared: PreparedCall | None) -> None:
         """Makes `prepared` the call tried first (None: none is)."""

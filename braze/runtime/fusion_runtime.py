@@ -181,7 +181,9 @@ class FusionRuntime:
             seeds=[self._seed_slots(tv) for tv in self.random_ops],
             copies_back=copies_back,
             returned=returned)
-        return self._prepared_call(frame, plan, kinds, arrays[0])
+        prepared = self._prepared_call(frame, plan, kinds, arrays[0])
+        prepared.entries = self.executor.entries  # FastCalls.learn files it there under its description
+        return prepared
 
     def _seed_slots(self, tv: TensorView) -> tuple[int, int] | None:
         pair = self.params.seeds.get(id(tv))

@@ -228,3 +228,28 @@ def test_a_prepared_call_not_taken_is_not_prepared_again() -> None:
             (out,) = f.execute([x, x, x])
     assert rec.entries == [] and len(rec.launches) == 1
     np.testing.assert_array_equal(out, np.maximum(x * x + x, 0))
+
+
+def test_each_prepared_call_is_its_kernel_executors_entry(monkeypatch) -> None:
+    from braze import engine
+    from braze.runtime import fast_call
+
+    monkeypatch.setattr(fast_call, "MAX_DESCRIPTIONS", 2)
+    f = pointwise()
+    fast = None
+    for n in (10, 20, 30):
+        x = randn(n)
+        f.execute([x, x, x])
+        fast = f.__dict__["_fast_calls"]
+
+    def filed() -> dict:
+        entries = {}
+        for runtime in {id(r): r for r in engine._cache_of(f).entries.values()}.values():
+            entries.update(runtime.executor.entries)
+        return entries
+
+    assert filed() == dict(fast.prepared) and len(fast.prepared) == 2  # the first description was dropped
+    assert fast.key([randn(10)] * 3) not in filed()
+    with config.scope(enable="poison_outputs"):  # another configuration: prepared again, the others dropped
+        f.execute([randn(40)] * 3)
+    assert filed() == dict(fast.prepared) and len(fast.prepared) == 1
