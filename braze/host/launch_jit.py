@@ -51,11 +51,11 @@ class LaunchEntry(ctypes.Structure):
                 ("unused", ctypes.c_uint32)]
 
 
-def _entry_type() -> ir.LiteralStructType:
+def entry_type() -> ir.LiteralStructType:
     return ir.LiteralStructType([_CU_LAUNCH.as_pointer(), I8P, I8P, I32, I32, I32, I32])
 
 
-def _emit_launch_loop(fn: ir.Function, b: ir.IRBuilder, table: ir.Value, count: ir.Value, stream: ir.Value,
+def emit_launch_loop(fn: ir.Function, b: ir.IRBuilder, table: ir.Value, count: ir.Value, stream: ir.Value,
                       finish: Callable[[ir.IRBuilder, ir.Value], None]) -> None:
     """Calls each entry's cuLaunchKernel in order, then `finish(builder, result)` with 0, or with
     `(n << 16) | code` as soon as launch n fails."""
@@ -88,10 +88,10 @@ def _emit_launch_loop(fn: ir.Function, b: ir.IRBuilder, table: ir.Value, count: 
 def llvm_source() -> str:
     """The LLVM IR of `braze_launch_all`: a loop over the table."""
     module = ir.Module(name=NAME)
-    fn = ir.Function(module, ir.FunctionType(I32, [_entry_type().as_pointer(), I32, I8P]), name=NAME)
+    fn = ir.Function(module, ir.FunctionType(I32, [entry_type().as_pointer(), I32, I8P]), name=NAME)
     table, count, stream = fn.args
     b = ir.IRBuilder(fn.append_basic_block("start"))
-    _emit_launch_loop(fn, b, table, count, stream, lambda b, result: b.ret(result))
+    emit_launch_loop(fn, b, table, count, stream, lambda b, result: b.ret(result))
     return str(module)
 
 
@@ -117,7 +117,7 @@ def patched_llvm_source() -> str:
     module = ir.Module(name=PATCHED_NAME)
     api = jit.python_api(module)
     null = ir.Constant(jit.OBJECT, None)
-    spec_type = ir.LiteralStructType([_entry_type().as_pointer(), I64, I64.as_pointer(), I64.as_pointer(), I64])
+    spec_type = ir.LiteralStructType([entry_type().as_pointer(), I64, I64.as_pointer(), I64.as_pointer(), I64])
     fn = ir.Function(module, ir.FunctionType(jit.OBJECT, [jit.OBJECT, jit.OBJECT.as_pointer(), I64]),
                      name=PATCHED_NAME)
     self_, args, nargs = fn.args
@@ -135,7 +135,7 @@ def patched_llvm_source() -> str:
         b.store(value, b.gep(block, [b.load(b.gep(slots, [i], inbounds=True))], inbounds=True))
     with b.if_then(b.icmp_unsigned("!=", b.call(api["PyErr_Occurred"], []), null), likely=False):
         b.ret(null)
-    _emit_launch_loop(fn, b, table, b.trunc(count, I32), stream,
+    emit_launch_loop(fn, b, table, b.trunc(count, I32), stream,
                       lambda b, result: b.ret(b.call(api["PyLong_FromLongLong"], [b.zext(result, I64)])))
     return str(module)
 

@@ -39,7 +39,7 @@ from llvmlite import ir
 
 from braze import config
 from braze.host import jit
-from braze.host.launch_jit import _emit_launch_loop, _entry_type
+from braze.host.launch_jit import emit_launch_loop, entry_type
 
 NAME = "braze_torch_call"
 I32, I64, I8P = ir.IntType(32), ir.IntType(64), ir.IntType(8).as_pointer()
@@ -117,7 +117,7 @@ def ir_struct_types() -> tuple[ir.LiteralStructType, ...]:
     output = ir.LiteralStructType([I64, i64p, i64p, I32, I32, I32, I32])
     context_getter = ir.FunctionType(I32, [I8P.as_pointer()]).as_pointer()
     spec = ir.LiteralStructType([api.as_pointer(), I8P, I8P, I64, check.as_pointer(), I64, output.as_pointer(), I64,
-                                 i64p, I64, _entry_type().as_pointer(), I64, i64p, i64p, i64p, I64, I64,
+                                 i64p, I64, entry_type().as_pointer(), I64, i64p, i64p, i64p, I64, I64,
                                  OBJECT, OBJECT, OBJECT, i64p, context_getter, I8P, OBJECT, OBJECT])
     return api, check, output, spec
 
@@ -209,7 +209,7 @@ class _Emitter:
         with jit.counted_loop(b, self.spec_field("slot_count")) as s:
             value = b.load(self.at(values, b.load(self.at(self.spec_field("sources"), s))))
             b.store(value, self.at(self.spec_field("block"), b.load(self.at(self.spec_field("slots"), s))))
-        _emit_launch_loop(self.fn, b, self.spec_field("table"), b.trunc(self.spec_field("launch_count"), I32),
+        emit_launch_loop(self.fn, b, self.spec_field("table"), b.trunc(self.spec_field("launch_count"), I32),
                           b.load(self.stream), lambda b, code: self.launched(code, made, output_count))
         self.emit_fail(made, output_count)
         return str(self.module)
