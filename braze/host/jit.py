@@ -15,8 +15,9 @@ object code goes to the disk cache like kernels: a later process loads it withou
 code generator, whose first use in a process costs several milliseconds.
 
 Native functions are called through CPython builtins made here (METH_FASTCALL, taking and
-returning Python ints): a ctypes call costs about a microsecond on the GPU hosts before any
-work, more than a shape program's own work, where a builtin call costs a few dozen nanoseconds.
+returning Python objects, ints for the shape and launch functions): a ctypes call costs about a
+microsecond on the GPU hosts before any work, more than a shape program's own work, where a
+builtin call costs a few dozen nanoseconds.
 Where builtins are not made (no CPython C API, or no GIL) shape functions go through ctypes.
 """
 

@@ -141,8 +141,8 @@ def test_keywords_more_arguments_and_changed_conditions_go_to_the_fallback() -> 
 def test_a_tensor_on_another_device_is_declined() -> None:
     x = torch.randn(4)
     harness = Harness([x], [((4,), (1,), torch.float32)], [0], [(0, 0)])
-    check = harness.call.__self__  # the spec's address: the builtin's `self`
-    spec = torch_call.CallSpec.from_address(check)
+    spec_address = harness.call.__self__  # the builtin's `self`
+    spec = torch_call.CallSpec.from_address(spec_address)
     torch_call.TensorCheck.from_address(spec.checks).device_type = 1  # as if prepared on a GPU
     assert harness.call((x,)) is DECLINED and harness.declined_untouched()
 
