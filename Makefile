@@ -14,7 +14,7 @@ STAMP := $(VENV)/.installed
 endif
 PY := $(PYENV) $(PYBIN)
 
-.PHONY: demo test lint gpu-test bench gpu-bench clean
+.PHONY: demo test wheel-check lint gpu-test bench gpu-bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,10 +27,21 @@ demo: $(STAMP)
 
 # The whole suite, then the op suite again on the compiled backend (checked against the same oracle),
 # then once more generating CUDA for every fusion and compiling it with NVRTC (no GPU needed).
-test: $(STAMP)
+test: $(STAMP) wheel-check
 	$(PY) -m pytest -q tests
 	BRAZE_OPS_BACKEND=llvm $(PY) -m pytest -q tests/ops
 	BRAZE_OPS_BACKEND=nvrtc $(PY) -m pytest -q tests/ops
+
+# A regular (non-editable) install, as a user gets it: build the wheel, install it into a fresh
+# virtual environment and run the quickstart there, outside the checkout.
+WHEEL_DIR := build/wheel-check
+wheel-check: $(STAMP)
+	rm -rf $(WHEEL_DIR) && mkdir -p $(WHEEL_DIR)
+	$(PY) -m pip wheel --quiet --no-deps -w $(WHEEL_DIR)/dist .
+	$(PYTHON) -m venv $(WHEEL_DIR)/venv
+	$(WHEEL_DIR)/venv/bin/python -m pip install --quiet $(WHEEL_DIR)/dist/braze-*.whl
+	cd $(WHEEL_DIR) && BRAZE_CACHE_DIR=$(CURDIR)/$(WHEEL_DIR)/cache venv/bin/python $(CURDIR)/examples/quickstart.py
+	cd $(WHEEL_DIR) && venv/bin/braze info
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check braze tests benchmarks
