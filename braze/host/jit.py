@@ -391,6 +391,7 @@ class TieredShapeFunction:
         self.program = program
         self._python = PythonShapeFunction(program)
         self._call: Callable[[Sequence[int]], list[int]] = self._first
+        self._tiering = threading.Lock()  # racing threads build the native function once
 
     @property
     def native(self) -> bool:
@@ -405,7 +406,9 @@ class TieredShapeFunction:
         return self._python(extents)
 
     def _tier_up(self, extents: Sequence[int]) -> list[int]:
-        self._call = native_or_python(self.program)
+        with self._tiering:
+            if self._call == self._tier_up:
+                self._call = native_or_python(self.program)
         return self._call(extents)
 
 
