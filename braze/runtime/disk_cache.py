@@ -159,8 +159,13 @@ def _private_folder(folder: Path, create: bool) -> bool:
 def refusal() -> str | None:
     """Why this process does not use the cache folder (a folder and what is wrong with it), or None."""
     root = config.current.cache_dir
-    _private_folder(root, create=False)
-    return _refused.get(root)
+    if root in _refused:
+        return _refused[root]
+    try:
+        reason = folder_problem(os.stat(root))
+    except OSError:
+        return None  # not made yet: it will be made private
+    return None if reason is None else f"{root} {reason}"
 
 
 # --- entries ----------------------------------------------------------------------------------------
