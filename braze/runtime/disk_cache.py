@@ -109,6 +109,15 @@ def folder_problem(info: os.stat_result) -> str | None:
     return None
 
 
+def _root_problem(root: Path) -> str | None:
+    """Why the cache root cannot hold code braze runs. It may be a link the user made (to another
+    disk), never one another user planted (in /tmp, say)."""
+    link = os.lstat(root)
+    if stat.S_ISLNK(link.st_mode) and link.st_uid != _current_uid():
+        return f"is a link owned by uid {link.st_uid}, not by this user (uid {_current_uid()})"
+    return folder_problem(os.stat(root))
+
+
 def _make_folders(path: Path) -> None:
     """Creates `path` and any missing parent, each 0700 whatever the umask."""
     missing = []
@@ -145,10 +154,9 @@ def _private_folder(folder: Path, create: bool) -> bool:
     try:
         if create:
             _make_folders(folder)
-        info = os.stat(folder) if folder == root else os.lstat(folder)  # the root may be a link the user made
+        reason = _root_problem(root) if folder == root else folder_problem(os.lstat(folder))
     except OSError:
         return False  # absent, or not creatable (a read-only home): no cache, nothing to warn about
-    reason = folder_problem(info)
     if reason is not None:
         _refuse(root, folder, reason)
         return False
@@ -162,7 +170,7 @@ def refusal() -> str | None:
     if root in _refused:
         return _refused[root]
     try:
-        reason = folder_problem(os.stat(root))
+        reason = _root_problem(root)
     except OSError:
         return None  # not made yet: it will be made private
     return None if reason is None else f"{root} {reason}"

@@ -325,3 +325,20 @@ def test_numbers_stay_right_through_a_validated_disk_cache_hit(tmp_path):
                 (out,) = f.execute([x])
             assert rec.compiles == compiles
             np.testing.assert_allclose(out, x.astype(np.float64) * 3.0, rtol=1e-6)
+
+
+def test_a_cache_root_may_be_the_users_own_link_but_not_another_users(tmp_path):
+    (real := tmp_path / "real").mkdir(mode=0o700)
+    (mine := tmp_path / "mine").symlink_to(real)
+    with config.scope(cache_dir=mine):
+        disk_cache.store(KEY, b"payload")
+        assert disk_cache.load(KEY) == b"payload"
+    if os.geteuid() != 0:
+        return  # only root can give a link to another user
+    (theirs := tmp_path / "theirs").symlink_to(real)
+    os.lchown(theirs, os.geteuid() + 1, -1)
+    with config.scope(cache_dir=theirs), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert disk_cache.load(KEY) is None
+    (message,) = _cache_warnings(caught)
+    assert f"{theirs} is a link owned by uid {os.geteuid() + 1}" in message
