@@ -342,3 +342,20 @@ def test_a_cache_root_may_be_the_users_own_link_but_not_another_users(tmp_path):
         assert disk_cache.load(KEY) is None
     (message,) = _cache_warnings(caught)
     assert f"{theirs} is a link owned by uid {os.geteuid() + 1}" in message
+
+
+@pytest.mark.skipif(not nvrtc.available(), reason="NVRTC is not installed")
+def test_a_cached_cubin_passes_its_check_and_a_swapped_one_does_not(tmp_path):
+    from braze.runtime.cuda_kernel import CudaCompiledKernel
+
+    def compiled(name: str) -> CudaCompiledKernel:
+        with Fusion(name=name) as f:
+            f.add_output(f.define_tensor((-1,)) * 2.0)
+        _, kernel, _ = engine.plan_kernel(f, (((True,),), "int32"), views_on_host=False)
+        return CudaCompiledKernel(kernel, CompileParams(arch="sm_90"))
+
+    with config.scope(cache_dir=tmp_path):
+        first, other = compiled("cubin_a").compile(), compiled("cubin_b").compile()
+        assert compiled("cubin_a").compile().from_disk  # a real cubin defines the kernels it is loaded for
+        disk_cache.store(first.cache_key, other.binary)  # the right key over another kernel's cubin
+        assert not compiled("cubin_a").compile().from_disk
