@@ -39,7 +39,7 @@ from llvmlite import ir
 from braze import config
 from braze.errors import HostJitWarning
 from braze.host.shapes import PythonShapeFunction, ShapeProgram, Step
-from braze.runtime import cpu, disk_cache
+from braze.runtime import cpu, disk_cache, elf
 
 I32, I64 = ir.IntType(32), ir.IntType(64)
 # PYFUNCTYPE keeps the GIL: releasing it would cost more than the few dozen instructions a call runs.
@@ -151,7 +151,7 @@ def _object_code(name: str, source: Callable[[], str]) -> bytes:
     then cached). Host functions are named after what they compute, and a change to braze's code
     generators changes braze's source hash, so the name keys the cache: a hit builds no IR."""
     key = disk_cache.cache_key(host_function=name, toolchain=cpu.toolchain_id(), braze=disk_cache.braze_source_hash())
-    cached = disk_cache.load(key)
+    cached = disk_cache.load(key, elf.host_object_check((name,)))
     if cached is not None:
         return cached
     module = llvm.parse_assembly(source())

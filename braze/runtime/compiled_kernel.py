@@ -14,7 +14,7 @@ from braze import config
 from braze.codegen import llvm as llvm_codegen
 from braze.kir import kernel_text
 from braze.kir import nodes as k
-from braze.runtime import cpu, disk_cache
+from braze.runtime import cpu, disk_cache, elf
 from braze.runtime.record import note_compile
 
 
@@ -62,7 +62,7 @@ class CompiledKernel:
     def _compile(self) -> None:
         if config.dumping("kernel_ir"):
             config.dump("kernel_ir", kernel_text(self.kernel))
-        cached = disk_cache.load(self.cache_key)
+        cached = disk_cache.load(self.cache_key, elf.host_object_check(t.name for t in self.kernel.tasks))
         if cached is not None:
             self.from_disk, self.binary = True, cached
             return

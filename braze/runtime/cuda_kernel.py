@@ -19,7 +19,7 @@ from braze.errors import InputError, UnsupportedError
 from braze.kir import kernel_text
 from braze.kir import nodes as k
 from braze.runtime import cuda_driver as cuda
-from braze.runtime import disk_cache, nvrtc
+from braze.runtime import disk_cache, elf, nvrtc
 from braze.runtime.compiled_kernel import CompileParams
 from braze.runtime.executor import host_function
 from braze.runtime.record import Launch, note_compile, note_launch, profiling, recording
@@ -77,7 +77,7 @@ class CudaCompiledKernel:
             config.dump("cuda_kernel", self.generated.body)
         if config.dumping("cuda_to_file"):
             self._dump_to_file()
-        cached = disk_cache.load(self.cache_key)
+        cached = disk_cache.load(self.cache_key, elf.cubin_check(self.generated.functions))
         if cached is not None:
             self.from_disk, self.binary = True, cached
             return
@@ -90,10 +90,11 @@ class CudaCompiledKernel:
         self.binary = binary  # last: a thread that sees it set skips the lock
 
     def _dump_to_file(self) -> None:
-        folder = config.current.cache_dir / "dump"
-        folder.mkdir(parents=True, exist_ok=True)
+        """Writes the source to `$BRAZE_CACHE_DIR/dump/<kernel>.cu` for each kernel: new files, never
+        through a link someone planted there."""
         for name in self.generated.functions:
-            (folder / f"{name}.cu").write_text(self.source)
+            if disk_cache.write_private_file("dump", f"{name}.cu", self.source) is None:
+                config.diagnostic(f"cuda_to_file: could not write {name}.cu in {config.current.cache_dir / 'dump'}")
 
     def recompile(self, **changes) -> CudaCompiledKernel:
         return type(self)(self.kernel, dataclasses.replace(self.params, **changes), self.restrict).compile()
@@ -296,7 +297,7 @@ class RtcKernel:
         self.device = cuda.device(device)
         key = disk_cache.cache_key(source=source, name=name, arch=self.device.arch, options=self.options,
                                    toolchain=nvrtc.toolchain_id())
-        binary = disk_cache.load(key)
+        binary = disk_cache.load(key, elf.cubin_check((name,)))
         if binary is None:
             binary = nvrtc.compile_cubin(source, name, self.device.arch, self.options)
             note_compile(name)
