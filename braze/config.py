@@ -64,6 +64,7 @@ class Config:
     fuse_tasks_raw: bool = True  # BRAZE_FUSE_TASKS_RAW=0: only disjoint tasks fuse (no read-after-write rule)
     fuse_tasks_diag: bool = False  # BRAZE_FUSE_TASKS_DIAG=1: one line per task pair to stderr
     fuse_tasks_budget: int = 4000  # BRAZE_FUSE_TASKS_BUDGET: most Kernel IR nodes in a merged task body
+    debug: bool = False  # BRAZE_DEBUG=1: every @bz.kernel checks its indices, as with debug=True
 
     @classmethod
     def from_environment(cls, env: dict[str, str] | None = None) -> Config:
@@ -78,6 +79,7 @@ class Config:
             fuse_tasks_raw=_flag(env.get("BRAZE_FUSE_TASKS_RAW"), True),
             fuse_tasks_diag=_flag(env.get("BRAZE_FUSE_TASKS_DIAG"), False),
             fuse_tasks_budget=int(env.get("BRAZE_FUSE_TASKS_BUDGET") or cls.fuse_tasks_budget),
+            debug=_flag(env.get("BRAZE_DEBUG"), False),
         )
 
 

@@ -119,3 +119,30 @@ def test_a_loop_under_a_top_level_if_is_said_to_run_serially():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         guarded(a, 1)  # the compiled kernel is reused: nothing said again
+
+
+def test_braze_debug_checks_every_kernels_indices():
+    @bz.kernel
+    def past_the_end(a: bz.Array[bz.float32, 1]):
+        for i in range(a.shape[0]):
+            a[i + 1] = 1.0
+
+    a = np.zeros(1 << 20, np.float32)[:8]  # a view: the write past its end lands in memory braze owns
+    with bz.config.scope(debug=True), pytest.raises(bz.KernelAssertionError, match="index out of bounds"):
+        past_the_end(a)
+
+
+def test_integer_division_by_zero_gives_zero_as_numpy_does():
+    @bz.kernel
+    def divide(a: bz.Array[bz.int64, 1], b: bz.Array[bz.int64, 1], q: bz.Array[bz.int64, 1],
+               r: bz.Array[bz.int64, 1]):
+        for i in range(a.shape[0]):
+            q[i] = a[i] // b[i]
+            r[i] = a[i] % b[i]
+
+    a, b = np.array([7, -7, 5, 0], np.int64), np.array([2, 2, 0, 0], np.int64)
+    q, r = np.zeros(4, np.int64), np.zeros(4, np.int64)
+    divide(a, b, q, r)
+    with np.errstate(divide="ignore"):
+        np.testing.assert_array_equal(q, a // b)
+        np.testing.assert_array_equal(r, a % b)
