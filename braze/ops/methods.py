@@ -32,13 +32,15 @@ def _binary(op: str, reflected: bool = False):
 def _getitem(x: TensorView, index) -> TensorView:
     """Basic indexing: ints, slices, None (new axis) and one Ellipsis."""
     items = list(index) if isinstance(index, tuple) else [index]
+    for position, item in enumerate(items):
+        _check_index_item(x, position, item)
     if sum(i is Ellipsis for i in items) > 1:
         raise FusionDefinitionError(f"indexing {x.describe()}: expected at most one '...', got {index!r}")
     consumed = sum(i is not None and i is not Ellipsis for i in items)
     if consumed > x.ndim:
         raise FusionDefinitionError(f"indexing {x.describe()}: {consumed} indices for {x.ndim} dimensions")
-    if Ellipsis in items:
-        at = items.index(Ellipsis)
+    if any(i is Ellipsis for i in items):  # by identity: `in` would compare tensors with ==
+        at = next(n for n, i in enumerate(items) if i is Ellipsis)
         items[at : at + 1] = [slice(None)] * (x.ndim - consumed)
     slices, new_axes, dropped, out_axis = [], [], [], 0
     for item in items:
@@ -49,11 +51,9 @@ def _getitem(x: TensorView, index) -> TensorView:
             stop = item + 1 if item != -1 else None
             slices.append(slice(item, stop, 1))
             dropped.append((len(slices) - 1, item))
-        elif isinstance(item, slice):
+        else:
             slices.append(item)
             out_axis += 1
-        else:
-            raise UnsupportedError(f"indexing {x.describe()}: expected ints, slices, None or '...', got {item!r}")
     y = views.slice_tensor(x, slices)
     for axis, item in dropped:  # an int index must select exactly one element
         why = f"indexing {x.describe()}: index {item} of dimension {axis} must lie within its extent"
@@ -62,6 +62,21 @@ def _getitem(x: TensorView, index) -> TensorView:
     for axis in new_axes:
         y = views.unsqueeze(y, axis)
     return y
+
+
+def _check_index_item(x: TensorView, position: int, item: object) -> None:
+    """Basic indexing only: a tensor index (a gather, `table[ids]`) is refused by name."""
+    if item is None or item is Ellipsis or isinstance(item, slice):
+        return
+    if isinstance(item, int) and not isinstance(item, bool):
+        return
+    if isinstance(item, TensorView):
+        raise UnsupportedError(
+            f"indexing {x.describe()}: index {position}: expected ints, slices, None or '...', got tensor "
+            f"{item.describe()} of type {item.type_text()}: indexing by a tensor (a gather) is not supported")
+    raise UnsupportedError(
+        f"indexing {x.describe()}: index {position}: expected ints, slices, None or '...', got "
+        f"{type(item).__name__} {item!r}")
 
 
 def _matmul(self, other):

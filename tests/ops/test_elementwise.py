@@ -16,6 +16,7 @@ from oracle import (
     TERNARY_ORACLE,
     UNARY_ORACLE,
     assert_matches,
+    assert_same,
     bits,
     define,
     elementwise_inputs,
@@ -428,3 +429,11 @@ def test_half_compute_rounds_once():
     rtol, _ = tolerance(bz.float16)
     assert abs(float(out[0]) - exact) <= rtol * exact
     assert abs(float(np.float16(a[0] * a[0]) - np.float16(1)) - exact) > rtol * exact
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=_id)
+def test_negation_flips_the_sign_of_zero(dtype):
+    """-x is -0.0 for 0.0 and 0.0 for -0.0, as NumPy gives (0 - x would give +0.0 for both)."""
+    x = np.asarray([0.0, -0.0, 1.5, -math.inf], dtype=dtype.numpy)
+    assert_same(run_op(op_fn("neg"), [x]), np.negative(x), what=f"neg({dtype.name})")
+    assert_same(run_op(lambda t: -t, [x]), np.negative(x), what=f"-x ({dtype.name})")
