@@ -10,6 +10,7 @@ import numpy as np
 from braze.host.shapes import infer_layout
 from braze.ir.fusion import AliasKind, Fusion, Output
 from braze.ir.tensor import TensorView
+from braze.ops.reductions import check_empty_reductions, reductions_without_identity
 from braze.ops.table import RefContext, lookup
 from braze.runtime.inputs import BoundInputs
 from braze.runtime.rng import next_seed_offset
@@ -25,6 +26,9 @@ def _constant(tv: TensorView, bindings: dict[str, int]) -> np.ndarray:
 def evaluate(fusion: Fusion, bound: BoundInputs) -> dict[int, np.ndarray]:
     """The value of every tensor of the fusion, keyed by id(tensor)."""
     ctx = RefContext(bound.bindings, next_seed_offset)
+    empty = [e for e in reductions_without_identity(fusion)
+             if any(ctx.extent(e.inputs[0].visible[a].extent) == 0 for a in e.attrs["axes"])]
+    check_empty_reductions(fusion, empty, bound.bindings)  # as the compiled backends do, before any op
     values: dict[int, np.ndarray] = {id(tv): a for tv, a in zip(fusion.inputs, bound.arrays)}
     for expr in fusion.exprs:
         args = [values[id(tv)] if id(tv) in values else _constant(tv, bound.bindings) for tv in expr.inputs]
