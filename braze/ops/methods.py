@@ -7,7 +7,8 @@ op table loads keeps that rule.
 from __future__ import annotations
 
 from braze.errors import FusionDefinitionError, UnsupportedError
-from braze.ir.scalar import as_scalar
+from braze.ir.fusion import active_fusion
+from braze.ir.scalar import Scalar, as_scalar
 from braze.ir.tensor import TensorView
 from braze.ops import reductions as red
 from braze.ops import views
@@ -108,3 +109,37 @@ def install(cls: type = TensorView) -> None:
     cls.unsqueeze = views.unsqueeze
     cls.flip = views.flip
     cls.astype = cast
+
+
+def _extent_operator(op: str, dunder: str, reflected: bool):
+    """An operator of Scalar that stays symbolic with ints and extents (`n - 1`), and becomes a value
+    of the fusion being defined with a float (`1.0 / n`, `n * 0.5`). True division is always a
+    value, as `int / int` is a float in Python."""
+    symbolic = getattr(Scalar, dunder, None)
+
+    def operator(self: Scalar, other: object):
+        if op != "truediv" and symbolic is not None:
+            result = symbolic(self, other)
+            if result is not NotImplemented or not isinstance(other, float):
+                return result
+        if not isinstance(other, (int, float, Scalar)) or isinstance(other, bool) or not _defining():
+            return NotImplemented  # a TensorView's reflected operator builds the op; else a TypeError
+        return elementwise(op, other, self) if reflected else elementwise(op, self, other)
+
+    return operator
+
+
+def _defining() -> bool:
+    try:
+        active_fusion("")
+    except FusionDefinitionError:
+        return False
+    return True
+
+
+def install_extent_operators() -> None:
+    """Lets extents (`x.shape[1]`) take part in float arithmetic: `x * (1.0 / x.shape[-1])`."""
+    for op in ("add", "sub", "mul", "truediv"):
+        for reflected in (False, True):
+            dunder = f"__{'r' * reflected}{op}__"
+            setattr(Scalar, dunder, _extent_operator(op, dunder, reflected))

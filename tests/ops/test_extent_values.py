@@ -87,6 +87,18 @@ def test_static_extents_are_literals(backend: str) -> None:
     np.testing.assert_array_equal(f.execute([x], backend=backend)[0], [1.0, 1.0])
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_extents_in_float_arithmetic(backend: str) -> None:
+    """`1.0 / n`, `n * 0.5`, `2.5 - n` and `n0 / n1` are values; with ints extents stay symbolic."""
+    x = np.full((2, 4), 2.0, np.float32)
+    f = fusion(lambda t: [t * (1.0 / t.shape[-1]), t.shape[1] * 0.5 + t, 2.5 - t.shape[0], t.shape[0] / t.shape[1],
+                          t.reshape(t.shape[0] * t.shape[1] - 0) * 1.0], bz.float32)
+    scaled, shifted, difference, ratio, flat = f.execute([x], backend=backend)
+    np.testing.assert_array_equal(scaled, np.full((2, 4), 0.5))
+    np.testing.assert_array_equal(shifted, np.full((2, 4), 4.0))
+    assert (difference, ratio, flat.shape) == (np.float32(0.5), np.float32(0.5), (8,))
+
+
 def test_an_extent_of_no_input_is_refused() -> None:
     with bz.Fusion() as f:
         x = f.define_tensor([-1])
