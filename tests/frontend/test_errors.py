@@ -448,3 +448,17 @@ def test_jit_unsupported_dtype_names_the_argument() -> None:
 
     with pytest.raises(bz.Error, match=r"argument 'x'.*complex64"):
         double(np.ones(2, np.complex64))
+
+
+@pytest.mark.parametrize("index", [lambda ids: ids, lambda ids: (ids, ...), lambda ids: (slice(None), ids)])
+def test_indexing_by_a_tensor_is_refused_by_name(index) -> None:
+    """`table[ids]` (a gather) is not basic indexing: the error names the index and its type."""
+    with bz.Fusion() as f:
+        table = f.define_tensor((-1, -1), name="table")
+        ids = f.define_tensor((-1,), dtype=bz.int64, name="ids")
+        with pytest.raises(bz.UnsupportedError, match=r"^indexing T0 \('table'\): index \d: expected ints, slices, "
+                                                      r"None or '...', got tensor T1 \('ids'\) of type int64\[T1_s0\]: "
+                                                      r"indexing by a tensor \(a gather\) is not supported$"):
+            table[index(ids)]
+        with pytest.raises(bz.UnsupportedError, match=r"index 1: expected ints, slices, None or '...', got float 1.5$"):
+            table[..., 1.5]
