@@ -117,7 +117,7 @@ def test_stride_order_mismatch() -> None:
 def test_float_given_for_an_int_scalar(xb: bz.Fusion, value: object, text: str) -> None:
     inputs = good_inputs()
     inputs[2] = value
-    with pytest.raises(bz.InputError, match=rf"^input 2 \('k'\): expected a int32 scalar, got {text}$"):
+    with pytest.raises(bz.InputError, match=rf"^input 2 \('k'\): expected an int32 scalar, got {text}$"):
         xb.execute(inputs)
 
 
@@ -133,7 +133,7 @@ def test_int_given_for_a_bool_scalar() -> None:
 def test_non_scalar_given_for_a_scalar(xb: bz.Fusion, value: object, kind: str) -> None:
     inputs = good_inputs()
     inputs[2] = value
-    with pytest.raises(bz.InputError, match=rf"^input 2 \('k'\): expected a int32 scalar, got {kind}$"):
+    with pytest.raises(bz.InputError, match=rf"^input 2 \('k'\): expected an int32 scalar, got {kind}$"):
         xb.execute(inputs)
 
 
@@ -149,7 +149,7 @@ def test_int_scalar_out_of_range() -> None:
     with bz.Fusion() as f:
         x = f.define_tensor((-1,), dtype=bz.int8, name="x")
         f.add_output(x + f.define_scalar(dtype=bz.int8, name="k"))
-    with pytest.raises(bz.InputError, match=r"input 1 \('k'\): expected a int8 scalar.*1000"):
+    with pytest.raises(bz.InputError, match=r"input 1 \('k'\): expected an int8 scalar.*1000"):
         f.execute([np.ones(2, np.int8), 1000])
 
 
