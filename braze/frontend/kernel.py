@@ -27,7 +27,7 @@ import numpy as np
 from braze import config, engine
 from braze import dtypes as dt
 from braze.dtypes import DType
-from braze.errors import Error, InputError, KernelTypeError
+from braze.errors import Error, InputError, KernelTypeError, a_or_an
 from braze.frontend.kernel_ast import Translator
 from braze.frontend.kernel_lang import ArrayType, _ArrayTypes
 from braze.frontend.kernel_scope import ArrayHandle, Source
@@ -181,8 +181,7 @@ class KernelFunction:
         allowed = (bool, np.bool_) if dtype.is_bool else (int, bool, np.integer, np.bool_) if dtype.is_integer \
             else (int, float, np.integer, np.floating)
         if not isinstance(value, allowed):
-            article = "an" if dtype.name[0] in "aeiou" else "a"
-            raise InputError(f"kernel {self.__name__}: argument '{name}': expected {article} {dtype.name} scalar, "
+            raise InputError(f"kernel {self.__name__}: argument '{name}': expected {a_or_an(dtype.name)} scalar, "
                              f"got {type(value).__name__}")
         if dtype.is_integer and not _INT_RANGES[dtype.name][0] <= value <= _INT_RANGES[dtype.name][1]:
             raise InputError(f"kernel {self.__name__}: argument '{name}': {value} does not fit in {dtype.name}")
