@@ -283,6 +283,126 @@ def spans_grid(task: k.Task, plan: LanePlan) -> bool:
     return all(isinstance(s, (k.Let, k.Store)) for s in after)
 
 
+# --- how a task spreads over the grid ----------------------------------------------------------
+@dataclass(frozen=True)
+class TaskSchedule:
+    """How a task maps onto blocks (each kind is written by cuda_grid, rows by cuda.TaskWriter):
+
+    - "rows": the task index is a row, `lanes` threads a row (inner reductions, normalizations,
+      pointwise);
+    - "columns": an outer reduction. The task index walks a unit-stride axis and its loops do not,
+      so a block owns a strip of `lanes` neighbouring task indices (coalesced) and its row groups
+      share each loop; with `splittable`, the loop's range is also split across blocks, whose
+      partial results meet in the workspace and are combined in split order by the last block;
+    - "flat": a full reduction over a perfect loop nest, walked as one flat index space: each block
+      folds a contiguous chunk (its threads on neighbouring elements), then the last block combines
+      the blocks' results in block order;
+    - "grid_rows": a reduction over rows of a row-wise computation (cross_entropy's mean): the
+      single loop's iterations are rows as in "rows", their accumulators then meet as in "flat";
+    - "grid": any other reduction to one value, its single loop grid-strided over threads.
+    """
+
+    kind: str = "rows"
+    accumulators: tuple[tuple[k.Var, str], ...] = ()  # combined across blocks through the workspace
+    splittable: bool = False  # "columns": the loop's range may be split across blocks
+
+
+def _vars_of(e: k.Expr) -> set[k.Var]:
+    return {v for v in sub_exprs(e) if isinstance(v, k.Var)}
+
+
+def perfect_nest(loop: k.For) -> list[k.For] | None:
+    """The loops of a perfect nest from `loop` inwards (each body but the innermost is exactly one
+    unit-step loop whose bounds read no enclosing loop's index), or None."""
+    nest = [loop]
+    while True:
+        body = nest[-1].body
+        if nest[-1].step != 1 or any(isinstance(s, (k.Break, k.Continue, k.While)) for s in walk(body)):
+            return None
+        if not any(isinstance(s, k.For) for s in body):
+            return nest
+        inner = body[0]
+        if len(body) != 1 or {v for e in (inner.begin, inner.end) for v in _vars_of(e)} & {n.var for n in nest}:
+            return None
+        nest.append(inner)
+
+
+def nest_of(task: k.Task) -> list[k.For]:
+    """The loops of a task's single loop nest, outer first, following each body's one loop."""
+    nest = [next(s for s in task.body if isinstance(s, k.For))]
+    while len(inner := [s for s in nest[-1].body if isinstance(s, k.For)]) == 1:
+        nest.append(inner[0])
+    return nest
+
+
+def row_loop_task(task: k.Task) -> k.Task:
+    """A serial task's single loop as a task of its own: its iterations are rows."""
+    loop = next(s for s in task.body if isinstance(s, k.For))
+    return k.Task(task.name, "range_for", loop.body, loop.var, loop.begin, loop.end)
+
+
+def _initialized(task: k.Task, accumulators) -> bool:
+    """Every accumulator starts from a value set before the task's first loop (its identity)."""
+    first = next(n for n, s in enumerate(task.body) if isinstance(s, (k.For, k.While)))
+    initial = {s.var for s in task.body[:first] if isinstance(s, k.Let)}
+    return all(acc in initial for acc, _ in accumulators)
+
+
+def _walks_columns(task: k.Task, plan: LanePlan) -> bool:
+    """Whether the task index (or an index decomposed from it) addresses a unit-stride axis inside
+    the task's lane loops, while the loops' own indices address none."""
+    if task.kind != "range_for" or not plan.loops or plan.coalesces:
+        return False
+    derived = {task.var}
+    for s in task.body:
+        if isinstance(s, k.Let) and _vars_of(s.value) & derived:
+            derived.add(s.var)
+    loops = [s for s in task.body if isinstance(s, k.For)]
+    accesses = [s for loop in loops for s in walk(loop.body) if isinstance(s, k.Store)]
+    accesses += [e for loop in loops for s in walk(loop.body) for x in exprs_of(s) for e in sub_exprs(x)
+                 if isinstance(e, k.Load)]
+    return any(a.param.static_stride(axis) == 1 and _vars_of(i) & derived
+               for a in accesses for axis, i in enumerate(a.indices))
+
+
+def plan_schedule(task: k.Task, plan: LanePlan) -> TaskSchedule:
+    """The task's schedule (see TaskSchedule)."""
+    if spans_grid(task, plan):
+        loop = next(s for s in task.body if isinstance(s, k.For))
+        accumulators = plan.loops[id(loop)]
+        if not _initialized(task, accumulators):
+            return TaskSchedule("grid", accumulators)
+        if perfect_nest(loop) is not None:
+            return TaskSchedule("flat", accumulators)
+        if plan_lanes(row_loop_task(task)).loops:
+            return TaskSchedule("grid_rows", accumulators)
+        return TaskSchedule("grid", accumulators)
+    if _walks_columns(task, plan):
+        loops = [s for s in task.body if isinstance(s, (k.For, k.While))]
+        after = task.body[task.body.index(loops[-1]) + 1:]
+        splittable = (len(loops) == 1 and all(isinstance(s, (k.Let, k.Store)) for s in after)
+                      and _initialized(task, plan.loops[id(loops[0])]))
+        return TaskSchedule("columns", plan.loops[id(loops[0])] if splittable else (), splittable)
+    return TaskSchedule()
+
+
+def schedule_bounds(task: k.Task, schedule: str) -> list[k.Expr]:
+    """What the runtime evaluates to plan a launch: the task's begin and end, then the extents it
+    sizes the launch by (the trip count of each top-level loop; of each loop of a "flat" nest; for
+    "grid_rows", the rows and then the trip count of each loop of a row)."""
+    def extent(loop: k.For) -> k.Expr:
+        return k.Binary("sub", loop.end, loop.begin, loop.end.dtype)
+
+    if schedule == "flat":
+        loops = nest_of(task)
+    elif schedule == "grid_rows":
+        row = row_loop_task(task)
+        loops = [next(s for s in task.body if isinstance(s, k.For))] + [s for s in row.body if isinstance(s, k.For)]
+    else:
+        loops = [s for s in task.body if isinstance(s, k.For)]
+    return [task.begin, task.end, *(extent(loop) for loop in loops)]
+
+
 # Four neighbouring elements as one access (16 bytes; 8 for half types, two 16-byte halves for
 # float64): the types of the prelude, each aligned to its size.
 VECTOR_TYPE = {"float32": "float4", "int32": "int4", "float64": "bz_double4", "float16": "bz_half4",
@@ -320,7 +440,7 @@ def vector_accesses(loop: k.For) -> VectorAccesses | None:
     if not accesses or any(a.param.dtype.name not in VECTOR_TYPE or not _unit_stride_position(a, loop.var)
                            for a in accesses):
         return None
-    if set(unconditional_loads(loop.body)) < set(loads):
+    if not set(loads) <= set(unconditional_loads(loop.body)):  # a load only some iterations make
         return None
     return VectorAccesses(tuple(loads), tuple(stores))
 

@@ -223,18 +223,37 @@ template <typename T, typename Op> BZ_D T bz_lane_reduce(T v, int lanes, Op op) 
   return total;
 }
 
-// Whether this block is the last of the grid to get here (its writes before this are then seen by
-// that block); the last one resets the counter for the next launch.
-BZ_D bool bz_last_block(unsigned* finished) {
+// An outer reduction's block: threads c + cols * g (cols a power of two) share column c, one per
+// row group g. Their values combine in a fixed tree over the row groups, through shared memory;
+// every thread gets its column's result. `Block` is the compiled block size.
+template <int Block, typename T, typename Op> BZ_D T bz_column_reduce(T v, int cols, Op op) {
+  __shared__ T partial[Block];
+  if (cols >= (int)blockDim.x) return v;
+  __syncthreads();  // an earlier reduction's readers are done with `partial`
+  partial[threadIdx.x] = v;
+  __syncthreads();
+  for (int half = (int)blockDim.x >> 1; half >= cols; half >>= 1) {
+    if ((int)threadIdx.x < half) partial[threadIdx.x] = op(partial[threadIdx.x], partial[threadIdx.x + half]);
+    __syncthreads();
+  }
+  return partial[threadIdx.x & (cols - 1)];
+}
+
+// Whether this block is the last of the `count` blocks sharing `counter` to get here (their writes
+// before this are then seen by this block); the last one resets the counter for the next launch.
+BZ_D bool bz_last_of(unsigned* counter, long long count) {
   __shared__ bool last;
   __threadfence();
   __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(finished, 1u) == gridDim.x - 1;
+  if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == (unsigned)(count - 1);
   __syncthreads();
-  if (last && threadIdx.x == 0) *finished = 0;
+  if (last && threadIdx.x == 0) *counter = 0;
   __threadfence();
   return last;
 }
+
+// Whether this block is the last of the grid to get here (see bz_last_of).
+BZ_D bool bz_last_block(unsigned* finished) { return bz_last_of(finished, gridDim.x); }
 
 // --- atomics (the loop language): each returns the element's value before the update ----------
 // The semantics are the CPU backend's (LLVM's atomicrmw): integers wrap, float min/max ignore a NaN
