@@ -34,6 +34,7 @@ MAX_GRID = 2**31 - 1  # blocks of a launch (grid x)
 POINTWISE_ELEMENTS_PER_THREAD = 4
 # Outer reductions: neighbouring columns a block owns (a warp's loads of a row: 128 bytes of float32).
 COLUMNS_PER_BLOCK = 32
+MIN_COLUMNS_PER_BLOCK = 8
 # Elements a thread folds at least before a reduction is spread over more blocks: fewer would spend
 # more on the blocks' combine than on reading.
 REDUCTION_ELEMENTS_PER_THREAD = 16
@@ -239,7 +240,8 @@ class CudaExecutor:
     def _plan_columns(self, task: _TaskLaunch, begin: int, end: int, extents: list[int],
                       stream: int) -> PlannedLaunch:
         """An outer reduction: COLUMNS_PER_BLOCK neighbouring columns a block (fewer for narrow
-        outputs, leaving more row groups), and, when the strips leave SMs idle and the task allows,
+        outputs, leaving more row groups; down to MIN_COLUMNS_PER_BLOCK while the strips leave SMs
+        idle and the rows cannot be split), and, when the task allows and the strips leave SMs idle,
         the rows split across up to that many more blocks, each split at least
         REDUCTION_ELEMENTS_PER_THREAD rows a row group. `lanes` passes the columns a block,
         `cached_row` the splits."""
@@ -247,9 +249,13 @@ class CudaExecutor:
         cols = 1
         while cols < COLUMNS_PER_BLOCK and cols < columns:
             cols *= 2
+        target = self.device.sm_count * self._resident(task, 0)
+        # Narrower strips while they leave SMs idle and the rows cannot be split: 8 float32 columns
+        # are still one 32-byte sector a row, the least DRAM moves.
+        while not task.schedule.splittable and cols > MIN_COLUMNS_PER_BLOCK and -(-columns // cols) < target:
+            cols //= 2
         strips = -(-columns // cols)
         splits = 1
-        target = self.device.sm_count * self._resident(task, 0)
         if task.schedule.splittable and strips < target:
             rows = max(extents[0], 0)
             row_groups = self.block // cols
