@@ -25,12 +25,15 @@ from pathlib import Path
 import numpy as np
 
 from braze.codegen.cuda_grid import GridWriter
+from braze.codegen.cuda_online import fuse_online_softmax
 from braze.codegen.cuda_plan import (
     LANE_COMBINES,
+    ONLINE_ADD,
     LanePlan,
     RowCache,
     TaskSchedule,
     exprs_of,
+    online_partner,
     plan_lanes,
     plan_row_caches,
     plan_schedule,
@@ -371,7 +374,13 @@ class TaskWriter(RowLoopWriter, GridWriter):
         self.lane_reduce(accumulators)
 
     def lane_reduce(self, accumulators) -> None:
+        partner = online_partner(accumulators)
         for acc, combine in accumulators:
+            if combine == ONLINE_ADD:  # the sum and its maximum, as pairs
+                self.line(f"bz_online_lane_reduce({partner[acc].name}, {acc.name}, lanes32);")
+                continue
+            if acc in partner:  # the maximum of an online sum: combined with it
+                continue
             functor = LANE_COMBINES[combine]
             if self.schedule.kind == "columns":  # over the row groups of each column
                 self.line(f"{acc.name} = bz_column_reduce<{self.block_size}>({acc.name}, cols32, {functor}());")
@@ -463,6 +472,7 @@ def generate(kernel: k.Kernel, block_size: int = DEFAULT_BLOCK_SIZE, restrict: b
     from braze.codegen import cuda_rules  # noqa: F401  (fills RULES)
 
     kernel = reciprocal_divisions(hoist_invariants(kernel))  # fewer instructions per element of a row
+    kernel = fuse_online_softmax(kernel)  # a row's maximum and sum of exponentials in one pass
     layout = ArgLayout.of(kernel.params)
     writers = [TaskWriter(kernel, task, layout, block_size, restrict) for task in kernel.tasks]
     header = f"// {kernel.name}: {len(kernel.tasks)} task(s), from {kernel.source or 'Kernel IR'}"

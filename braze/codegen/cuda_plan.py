@@ -20,6 +20,9 @@ from braze.kir import nodes as k
 # The combine ops of braze.lower.reductions, as prelude functors: partial results of lanes merge.
 LANE_COMBINES = {"reduce_add": "BzReduceAdd", "reduce_mul": "BzReduceMul", "reduce_maximum": "BzReduceMax",
                  "reduce_minimum": "BzReduceMin", "logical_or": "BzReduceOr", "logical_and": "BzReduceAnd"}
+# A row's sum of exp(x - m) kept in one pass with its maximum m (cuda_online): `s = op(s, m, x)`,
+# combined across lanes together with m's reduce_maximum.
+ONLINE_ADD = "online_softmax_add"
 
 
 @dataclass(frozen=True)
@@ -63,11 +66,24 @@ def sub_exprs(e: k.Expr) -> Iterator[k.Expr]:
 
 
 def _accumulation(s: k.Assign) -> str | None:
-    """The combine op when `s` is `acc = combine(acc, x)` with x not reading acc."""
+    """The combine op when `s` is `acc = combine(acc, x)` with x not reading acc (or the online
+    sum `acc = online_softmax_add(acc, m, x)`)."""
     v = s.value
     if isinstance(v, k.Binary) and v.op in LANE_COMBINES and v.a == s.var and s.var not in set(sub_exprs(v.b)):
         return v.op
+    if (isinstance(v, k.Ternary) and v.op == ONLINE_ADD and v.a == s.var and isinstance(v.b, k.Var)
+            and s.var not in set(sub_exprs(v.c)) | {v.b}):
+        return v.op
     return None
+
+
+def online_partner(accumulators: tuple[tuple[k.Var, str], ...]) -> dict[k.Var, k.Var]:
+    """For a lane loop's accumulators: each online sum's maximum, and each such maximum's sum."""
+    sums = [acc for acc, combine in accumulators if combine == ONLINE_ADD]
+    maxima = [acc for acc, combine in accumulators if combine == "reduce_maximum"]
+    if not sums:
+        return {}
+    return {sums[0]: maxima[0], maxima[0]: sums[0]}
 
 
 def _loop_accumulators(loop: k.For, task_vars: set[k.Var]) -> tuple[tuple[k.Var, str], ...] | None:
@@ -85,13 +101,18 @@ def _loop_accumulators(loop: k.For, task_vars: set[k.Var]) -> tuple[tuple[k.Var,
     accumulators = set(found)
     for s in walk(loop.body):  # an accumulator must not be read except by its own fold
         reads = [e for x in exprs_of(s) for e in sub_exprs(x)]
-        own = s.value.a if isinstance(s, k.Assign) and s.var in accumulators else None
-        if any(isinstance(e, k.Var) and e in accumulators and e is not own for e in reads):
+        own = {s.value.a} if isinstance(s, k.Assign) and s.var in accumulators else set()
+        if own and found[s.var] == ONLINE_ADD:  # the online sum reads its maximum before it grows
+            own.add(s.value.b)
+        if any(isinstance(e, k.Var) and e in accumulators and not any(e is o for o in own) for e in reads):
             return None
+    online = [acc for acc, combine in found.items() if combine == ONLINE_ADD]
+    if online and (len(online) > 1 or list(found.values()).count("reduce_maximum") != 1):
+        return None
     return tuple(found.items())
 
 
-def _walks_unit_stride(loop: k.For) -> bool:
+def walks_unit_stride(loop: k.For) -> bool:
     """Whether the loop's index addresses a unit-stride dimension of an array it reads or writes."""
     def unit_stride_index(param: k.ArrayParam, indices) -> bool:
         return any(param.static_stride(axis) == 1 and loop.var in set(sub_exprs(i)) for axis, i in enumerate(indices))
@@ -131,21 +152,22 @@ class RowCache:
 _ROW_INDEX = k.Var("__row_index")
 
 
-def _replace_var(e: k.Expr, old: k.Var, new: k.Var) -> k.Expr:
+def replace_var(e: k.Expr, old: k.Var, new: k.Var) -> k.Expr:
+    """`e` with every `old` replaced by `new`."""
     if e == old:
         return new
     changes = {}
     for name in getattr(e, "__dataclass_fields__", {}):
         child = getattr(e, name)
         if isinstance(child, k.Expr):
-            changes[name] = _replace_var(child, old, new)
+            changes[name] = replace_var(child, old, new)
         elif isinstance(child, tuple) and any(isinstance(c, k.Expr) for c in child):
-            changes[name] = tuple(_replace_var(c, old, new) if isinstance(c, k.Expr) else c for c in child)
+            changes[name] = tuple(replace_var(c, old, new) if isinstance(c, k.Expr) else c for c in child)
     return dataclasses.replace(e, **changes) if changes else e
 
 
 def row_cache_key(load: k.Load, loop: k.For) -> tuple:
-    return (load.param.name, tuple(_replace_var(i, loop.var, _ROW_INDEX) for i in load.indices))
+    return (load.param.name, tuple(replace_var(i, loop.var, _ROW_INDEX) for i in load.indices))
 
 
 # Operands evaluated only when another operand says so: a load there may be out of bounds otherwise
@@ -218,7 +240,7 @@ def register_row_vectors(caches: tuple[RowCache, ...], vectorized: set[int]) -> 
 
 
 def normalized(e: k.Expr, loop: k.For) -> k.Expr:
-    return _replace_var(e, loop.var, _ROW_INDEX)
+    return replace_var(e, loop.var, _ROW_INDEX)
 
 
 def occurrences(loop: k.For, key: k.Expr) -> list[k.Expr]:
@@ -423,7 +445,7 @@ def _unit_stride_position(access, var: k.Var) -> bool:
 
 
 def replace_var_in_access(access, var: k.Var, new: k.Expr) -> tuple[k.Expr, ...]:
-    return tuple(_replace_var(i, var, new) for i in access.indices)
+    return tuple(replace_var(i, var, new) for i in access.indices)
 
 
 def vector_accesses(loop: k.For) -> VectorAccesses | None:
@@ -454,4 +476,4 @@ def plan_lanes(task: k.Task) -> LanePlan:
         if accumulators is None:
             return LanePlan()
         plan[id(loop)] = accumulators
-    return LanePlan(plan, any(_walks_unit_stride(loop) for loop in loops))
+    return LanePlan(plan, any(walks_unit_stride(loop) for loop in loops))

@@ -100,9 +100,34 @@ def test_cross_entropy_mean_runs_its_rows_over_lanes_and_meets_across_blocks():
     src = source(build, np.ones((4, 64), np.float32), np.zeros(4, np.int64))
     assert kinds(src) == ["grid_rows"] and src.lane_plans[0].coalesces
     body = src.body
-    assert "row0 += (int)gridDim.x * rows_per_block" in body and "bz_lane_reduce(acc5, lanes32" in body
+    assert "row0 += (int)gridDim.x * rows_per_block" in body and "bz_online_lane_reduce(acc5, acc7, lanes32)" in body
     assert re.search(r"if \(active\) acc1 = ", body)  # a clamped row past the end adds nothing
     assert "acc1 = lane == 0 ? acc1 : 0x0.0p+0f;" in body
+
+
+def _ce(reduction):
+    return lambda f: [bz.ops.cross_entropy(tensor(f, 2), f.define_tensor([-1], dtype=bz.int64), reduction=reduction)]
+
+
+_LOGITS, _TARGET = np.ones((4, 64), np.float32), np.zeros(4, np.int64)
+ONE_PASS = [("ce_none", _ce("none"), (_LOGITS, _TARGET)), ("ce_mean", _ce("mean"), (_LOGITS, _TARGET)),
+            ("log_softmax", lambda f: [bz.ops.log_softmax(tensor(f, 2), -1)], (_LOGITS,)),
+            ("log_softmax_bf16", lambda f: [bz.ops.log_softmax(tensor(f, 2, bz.bfloat16), -1)],
+             (_LOGITS.astype(ml_dtypes.bfloat16),))]
+
+
+@pytest.mark.parametrize("name, build, inputs", ONE_PASS, ids=[c[0] for c in ONE_PASS])
+def test_the_row_maximum_and_sum_of_exponentials_take_one_pass(name, build, inputs):
+    body = source(build, *inputs).body
+    # One loop reads the row for both (the max loop and the sum loop were two), then the lanes
+    # combine (max, sum) pairs; no loop is left that sums exp(x - max) alone.
+    assert body.count("bz_online_add(") >= 5 and "bz_online_lane_reduce(" in body  # 4 vector lanes + scalar
+    assert "BzReduceMax" not in body and "expf" not in body
+
+
+def test_softmax_keeps_two_passes_to_reuse_its_exponentials():
+    src = source(lambda f: [bz.ops.softmax(tensor(f, 2), -1)], np.ones((4, 64), np.float32))
+    assert "bz_online" not in src.body and "BzReduceMax" in src.body
 
 
 def test_a_load_under_a_condition_stays_out_of_the_16_byte_loop():
