@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from braze.codegen.cuda_grid import GridWriter
-from braze.codegen.cuda_online import fuse_online_softmax
+from braze.codegen.cuda_online import fuse_online_softmax, gather_one_hot_sums
 from braze.codegen.cuda_plan import (
     LANE_COMBINES,
     ONLINE_ADD,
@@ -472,7 +472,8 @@ def generate(kernel: k.Kernel, block_size: int = DEFAULT_BLOCK_SIZE, restrict: b
     from braze.codegen import cuda_rules  # noqa: F401  (fills RULES)
 
     kernel = reciprocal_divisions(hoist_invariants(kernel))  # fewer instructions per element of a row
-    kernel = fuse_online_softmax(kernel)  # a row's maximum and sum of exponentials in one pass
+    # cross_entropy's picked class read directly; a row's maximum and sum of exponentials in one pass.
+    kernel = fuse_online_softmax(gather_one_hot_sums(kernel))
     layout = ArgLayout.of(kernel.params)
     writers = [TaskWriter(kernel, task, layout, block_size, restrict) for task in kernel.tasks]
     header = f"// {kernel.name}: {len(kernel.tasks)} task(s), from {kernel.source or 'Kernel IR'}"

@@ -230,9 +230,13 @@ template <typename T> BZ_D T bz_online_scale(T m, T m_new) {
   if constexpr (sizeof(T) == 8) return m == m_new ? T(1) : exp(m - m_new);
   else return m == m_new ? T(1) : expf(m - m_new);
 }
+// One exponential an element: of x - m when x does not raise the maximum, else of m - x (the scale).
+// x == m counts as 1 also at -inf (an empty start or a masked element); +inf against +inf is NaN,
+// as exp(inf - inf) is in the two-pass sum.
 template <typename T> BZ_D T bz_online_add(T s, T m, T x) {
-  const T m_new = bz_maximum(m, x);
-  return s * bz_online_scale(m, m_new) + bz_online_scale(x, m_new);
+  const T d = (x == m && x < T(0)) ? T(0) : x - m;
+  const T e = sizeof(T) == 8 ? (T)exp(d > T(0) ? -d : d) : (T)expf(d > T(0) ? -d : d);
+  return d > T(0) ? s * e + T(1) : s + e;
 }
 template <typename T> BZ_D void bz_online_combine(T& m, T& s, T m2, T s2) {
   const T m_new = bz_maximum(m, m2);

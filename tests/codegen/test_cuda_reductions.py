@@ -130,15 +130,24 @@ def test_softmax_keeps_two_passes_to_reuse_its_exponentials():
     assert "bz_online" not in src.body and "BzReduceMax" in src.body
 
 
-def test_a_load_under_a_condition_stays_out_of_the_16_byte_loop():
-    # cross_entropy's picked log-probability reads x only where the class matches: the loop must not
-    # read the whole row to find it.
-    def build(f):
-        return [bz.ops.cross_entropy(tensor(f, 2), f.define_tensor([-1], dtype=bz.int64), reduction="none")]
+@pytest.mark.parametrize("reduction", ["none", "mean"])
+def test_cross_entropy_reads_the_picked_class_without_a_pass_over_the_row(reduction):
+    body = source(_ce(reduction), _LOGITS, _TARGET).body
+    # Two loops were left of three: the online max and sum, and the picked class's where-sum.
+    assert body.count("#pragma unroll 4") == 1
+    assert "T0_[p1 * T0_st0 + ((int)(T1_[p1]))]" in body or "T0_[r2 * T0_st0 + ((int)(T1_[r2]))]" in body
+    assert "(T1_[p1] >= ((long long)(0)))" in body or "(T1_[r2] >= ((long long)(0)))" in body
 
-    src = source(build, np.ones((4, 64), np.float32), np.zeros(4, np.int64))
-    last = src.body[src.body.rindex("logf("):]  # the loop after the row sum: the picked class
-    assert "float4" not in last
+
+def test_a_load_under_a_condition_stays_out_of_the_16_byte_loop():
+    # x is read only in rows where b > 0 (`where` evaluates one side), beside a load every iteration
+    # makes (b's): the 16-byte path would read every row of x.
+    def build(f):
+        x, b = tensor(f, 2), tensor(f, 1)
+        return [bz.ops.sum(bz.ops.where(b.reshape((-1, 1)) > 0.0, x, 0.0), axes=[1])]
+
+    src = source(build, np.ones((4, 64), np.float32), np.ones(4, np.float32))
+    assert src.lane_plans[0].coalesces and "float4" not in src.body
 
 
 def _grid_sources() -> list[cuda.CudaSource]:
