@@ -11,7 +11,7 @@ thread folds its share in order, then the threads combine in a fixed tree (prelu
 
 from __future__ import annotations
 
-from braze.codegen.cuda_plan import LANE_COMBINES, nest_of, perfect_nest
+from braze.codegen.cuda_plan import LANE_COMBINES, nest_of, perfect_nest, row_nest
 from braze.codegen.cuda_rows import c_type
 from braze.kir import nodes as k
 
@@ -154,22 +154,31 @@ class GridWriter:
         """The loop's body runs as a row task's would (lanes, lane loops, row caches) over a
         grid-strided range of rows; each row adds to the task's accumulators once (its lane 0,
         active rows only), then the blocks' results meet as in write_flat."""
-        loop = next(s for s in self.task.body if isinstance(s, k.For))
-        before, after = self.split_at_loop(loop)
+        nest = row_nest(self.task)
+        before, after = self.split_at_loop(nest[0])
         ix = self.index
         self.line("const int lanes32 = (int)lanes, lane = threadIdx.x & (lanes32 - 1);")
         self.line("const int row_in_block = threadIdx.x / lanes32, rows_per_block = blockDim.x / lanes32;")
         self.block(before)
-        self.line(f"const {ix} task_begin = {self.expr(loop.begin)}, task_end = {self.expr(loop.end)};")
+        for n, level in enumerate(nest):
+            extent = f"({ix})({self.expr(level.end)}) - ({ix})({self.expr(level.begin)})"
+            self.line(f"const {ix} bz_n{n} = bz_maximum({extent}, ({ix})0);")
+        self.line(f"const {ix} task_begin = 0, task_end = {' * '.join(f'bz_n{n}' for n in range(len(nest)))};")
         self.line(f"for ({ix} row0 = task_begin + ({ix})blockIdx.x * rows_per_block; row0 < task_end;")
         self.line(f"     row0 += ({ix})gridDim.x * rows_per_block) {{")
         self.depth += 1
         self.line(f"const {ix} row = row0 + row_in_block;")
         self.line("const bool active = row < task_end;")
-        self.line(f"const {c_type(loop.var.dtype)} {loop.var.name} = active ? row : task_end - 1;")
+        self.line(f"{ix} bz_row = active ? row : task_end - 1;")
+        for n in range(len(nest) - 1, -1, -1):  # each row loop's index, innermost first
+            level, ty = nest[n], c_type(nest[n].var.dtype)
+            value = f"bz_row % bz_n{n}" if n else "bz_row"
+            self.line(f"const {ty} {level.var.name} = ({ty})({self.expr(level.begin)}) + ({ty})({value});")
+            if n:
+                self.line(f"bz_row /= bz_n{n};")
         self.declare_row_caches()
         self.guarded = {acc for acc, _ in self.schedule.accumulators}
-        self.block(loop.body)
+        self.block(nest[-1].body)
         self.guarded = set()
         self.depth -= 1
         self.line("}")

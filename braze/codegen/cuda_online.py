@@ -43,15 +43,20 @@ def gather_one_hot_sums(kernel: k.Kernel) -> k.Kernel:
 
 
 def _rewrite_rows(kernel: k.Kernel, rewrite) -> k.Kernel:
-    """`rewrite` applied to the statements of each row: a range_for task's body, or the body of a
-    serial task's top-level loops."""
+    """`rewrite` applied to the statements of each row: a range_for task's body, or in a serial
+    task, the body inside each top-level loop and the loops that are its whole body (batched rows,
+    as cuda_plan.row_nest finds them)."""
+    def inside(loop: k.For) -> k.For:
+        if len(loop.body) == 1 and isinstance(loop.body[0], k.For):
+            return dataclasses.replace(loop, body=(inside(loop.body[0]),))
+        return dataclasses.replace(loop, body=rewrite(loop.body))
+
     tasks = []
     for task in kernel.tasks:
         if task.kind == "range_for":
             body = rewrite(task.body)
         else:
-            body = tuple(dataclasses.replace(s, body=rewrite(s.body)) if isinstance(s, k.For) else s
-                         for s in task.body)
+            body = tuple(inside(s) if isinstance(s, k.For) else s for s in task.body)
         tasks.append(dataclasses.replace(task, body=body) if body != task.body else task)
     return dataclasses.replace(kernel, tasks=tuple(tasks))
 

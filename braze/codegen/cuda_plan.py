@@ -327,6 +327,7 @@ class TaskSchedule:
     kind: str = "rows"
     accumulators: tuple[tuple[k.Var, str], ...] = ()  # combined across blocks through the workspace
     splittable: bool = False  # "columns": the loop's range may be split across blocks
+    row_levels: int = 0  # "grid_rows": the loops whose iterations together are the rows (row_nest)
 
 
 def _vars_of(e: k.Expr) -> set[k.Var]:
@@ -357,10 +358,28 @@ def nest_of(task: k.Task) -> list[k.For]:
     return nest
 
 
+def row_nest(task: k.Task) -> list[k.For]:
+    """A serial task's loops over rows: its single loop, and inside it each loop that is a whole
+    body (batched rows: cross_entropy over [batch, tokens, classes]), outer first."""
+    nest = [next(s for s in task.body if isinstance(s, k.For))]
+    while len(nest[-1].body) == 1 and isinstance(inner := nest[-1].body[0], k.For) and inner.step == 1 \
+            and not {v for e in (inner.begin, inner.end) for v in _vars_of(e)} & {n.var for n in nest}:
+        nest.append(inner)
+    return nest
+
+
 def row_loop_task(task: k.Task) -> k.Task:
-    """A serial task's single loop as a task of its own: its iterations are rows."""
-    loop = next(s for s in task.body if isinstance(s, k.For))
-    return k.Task(task.name, "range_for", loop.body, loop.var, loop.begin, loop.end)
+    """The body of a serial task's row loops (row_nest) as a task of its own: a row's statements."""
+    inner = row_nest(task)[-1]
+    return k.Task(task.name, "range_for", inner.body, inner.var, inner.begin, inner.end)
+
+
+def _rows_add_once(task: k.Task, row: k.Task) -> bool:
+    """Whether a row changes the task's own variables only by statements of its own top level (the
+    accumulations each row adds once), none inside its loops or branches."""
+    outer = {s.var for s in task.body if isinstance(s, k.Let)}
+    nested = tuple(s for s in row.body if isinstance(s, (k.For, k.While, k.If)))
+    return not any(isinstance(s, k.Assign) and s.var in outer for s in walk(nested))
 
 
 def _initialized(task: k.Task, accumulators) -> bool:
@@ -396,8 +415,9 @@ def plan_schedule(task: k.Task, plan: LanePlan) -> TaskSchedule:
             return TaskSchedule("grid", accumulators)
         if perfect_nest(loop) is not None:
             return TaskSchedule("flat", accumulators)
-        if plan_lanes(row_loop_task(task)).loops:
-            return TaskSchedule("grid_rows", accumulators)
+        row = row_loop_task(task)
+        if plan_lanes(row).loops and _rows_add_once(task, row):
+            return TaskSchedule("grid_rows", accumulators, row_levels=len(row_nest(task)))
         return TaskSchedule("grid", accumulators)
     if _walks_columns(task, plan):
         loops = [s for s in task.body if isinstance(s, (k.For, k.While))]
@@ -411,15 +431,14 @@ def plan_schedule(task: k.Task, plan: LanePlan) -> TaskSchedule:
 def schedule_bounds(task: k.Task, schedule: str) -> list[k.Expr]:
     """What the runtime evaluates to plan a launch: the task's begin and end, then the extents it
     sizes the launch by (the trip count of each top-level loop; of each loop of a "flat" nest; for
-    "grid_rows", the rows and then the trip count of each loop of a row)."""
+    "grid_rows", of each row loop and then of each loop of a row)."""
     def extent(loop: k.For) -> k.Expr:
         return k.Binary("sub", loop.end, loop.begin, loop.end.dtype)
 
     if schedule == "flat":
         loops = nest_of(task)
     elif schedule == "grid_rows":
-        row = row_loop_task(task)
-        loops = [next(s for s in task.body if isinstance(s, k.For))] + [s for s in row.body if isinstance(s, k.For)]
+        loops = row_nest(task) + [s for s in row_loop_task(task).body if isinstance(s, k.For)]
     else:
         loops = [s for s in task.body if isinstance(s, k.For)]
     return [task.begin, task.end, *(extent(loop) for loop in loops)]

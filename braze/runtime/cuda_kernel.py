@@ -206,7 +206,9 @@ class CudaExecutor:
         if kind == "columns":
             return self._plan_columns(task, begin, end, extents, stream)
         if kind == "grid_rows":
-            rows, extents = max(extents[0], 0), extents[1:]
+            levels = task.schedule.row_levels
+            rows = int(np.prod([max(n, 0) for n in extents[:levels]]))
+            extents = extents[levels:]
         lanes = lanes_for(max(extents, default=1), self.block) if task.uses_lanes else 1
         cached = max((extents[n] for n in task.cache_loops), default=0)
         shared = task.shared_bytes(self.block // lanes, cached)

@@ -139,6 +139,18 @@ def test_cross_entropy_reads_the_picked_class_without_a_pass_over_the_row(reduct
     assert "(T1_[p1] >= ((long long)(0)))" in body or "(T1_[r2] >= ((long long)(0)))" in body
 
 
+def test_batched_cross_entropy_takes_its_rows_from_both_outer_loops():
+    def build(f):
+        return [bz.ops.cross_entropy(tensor(f, 3), f.define_tensor([-1, -1], dtype=bz.int64))]
+
+    src = source(build, np.ones((2, 3, 64), np.float32), np.zeros((2, 3), np.int64))
+    (schedule,) = src.schedules
+    assert schedule.kind == "grid_rows" and schedule.row_levels == 2
+    # Rows are the batch and token loops flattened: their indices come from the row, once per row.
+    assert "task_end = bz_n0 * bz_n1;" in src.body and "bz_row /= bz_n1;" in src.body
+    assert "bz_online_lane_reduce(" in src.body
+
+
 def test_a_load_under_a_condition_stays_out_of_the_16_byte_loop():
     # x is read only in rows where b > 0 (`where` evaluates one side), beside a load every iteration
     # makes (b's): the 16-byte path would read every row of x.
@@ -169,6 +181,8 @@ def _grid_sources() -> list[cuda.CudaSource]:
                 lambda f, d=dtype, r=reduction: [bz.ops.cross_entropy(tensor(f, 2, d),
                                                                       f.define_tensor([-1], dtype=bz.int64), r)],
                 np.ones((4, 64), _NUMPY[dtype]), np.zeros(4, np.int64), name=f"ce_{reduction}_{dtype.name}"))
+    sources.append(source(lambda f: [bz.ops.cross_entropy(tensor(f, 3), f.define_tensor([-1, -1], dtype=bz.int64))],
+                          np.ones((2, 3, 8), np.float32), np.zeros((2, 3), np.int64), name="ce_batched"))
     return sources
 
 
