@@ -11,7 +11,7 @@ thread folds its share in order, then the threads combine in a fixed tree (prelu
 
 from __future__ import annotations
 
-from braze.codegen.cuda_plan import LANE_COMBINES, nest_of, perfect_nest, row_nest
+from braze.codegen.cuda_plan import LANE_COMBINES, perfect_nest, row_nest
 from braze.codegen.cuda_rows import c_type
 from braze.kir import nodes as k
 
@@ -198,8 +198,3 @@ class GridWriter:
         """An assignment; in a grid_rows row, one to the task's accumulators counts active rows only."""
         guard = "if (active) " if s.var in self.guarded and self.loop_depth == 0 else ""
         self.line(f"{guard}{s.var.name} = {self.expr(s.value)};")
-
-
-def flat_nest(task: k.Task) -> list[k.For]:
-    """The loops a "flat" task walks as one index space (re-exported for the runtime)."""
-    return nest_of(task)
