@@ -187,6 +187,8 @@ class TaskWriter(RowLoopWriter, GridWriter):
         begin = self.expr(t.begin) if t.kind == "range_for" else self.index_literal(0)
         end = self.expr(t.end) if t.kind == "range_for" else self.index_literal(1)
         self.line(f"const {ix} task_begin = {begin}, task_end = {end};")
+        if self.schedule.splittable:  # kind "rows": the launch may split each row across blocks
+            self.write_split_rows()
         if self.one_thread_per_row():
             self.write_thread_rows()
             return "\n".join(self.lines)

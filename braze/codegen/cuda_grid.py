@@ -104,24 +104,34 @@ class GridWriter:
 
     # --- flat: a perfect loop nest as one index space ------------------------------------------------
     def write_flat(self) -> None:
-        """Block b folds flat indices [b * chunk, (b + 1) * chunk) of the nest, thread t those
-        congruent to t modulo the block size (neighbouring threads on neighbouring elements); the
-        nest's indices follow the flat index by carrying digits, no division per element."""
+        """A full reduction: block b folds part b of the nest (walk_nest), then the blocks' results
+        meet in block order."""
         loop = next(s for s in self.task.body if isinstance(s, k.For))
-        nest = perfect_nest(loop)
         before, after = self.split_at_loop(loop)
         self.line("const int lane = threadIdx.x;")
         self.line("const bool active = true;")
         self.block(before)
+        self.walk_nest(perfect_nest(loop), "blockIdx.x", "gridDim.x")
+        self.block_reduce()
+        self.combine_blocks("gridDim.x", "blockIdx.x", "bz_finished", "gridDim.x", BLOCK_ORDER)
+        self.block_reduce()
+        self.block(after)
+        self.lines.append("}")
+
+    def walk_nest(self, nest: list[k.For], part: str, parts: str) -> None:
+        """The nest's body over flat indices [part * chunk, (part + 1) * chunk) of the nest (of
+        `parts` such chunks), thread t on those congruent to t modulo the block size (neighbouring
+        threads on neighbouring elements), each thread folding its own in order. The nest's
+        indices follow the flat index by carrying digits: no division per element."""
         last = len(nest) - 1
         for n, level in enumerate(nest):
             self.line(f"const long long bz_n{n} = bz_maximum((long long)({self.expr(level.end)}) - "
                       f"(long long)({self.expr(level.begin)}), 0LL), bz_m{n} = bz_n{n} > 0 ? bz_n{n} : 1;")
         self.line(f"const long long bz_total = {' * '.join(f'bz_n{n}' for n in range(len(nest)))};")
-        self.line("const long long bz_chunk = ((bz_total + gridDim.x - 1) / gridDim.x + blockDim.x - 1) "
+        self.line(f"const long long bz_chunk = ((bz_total + {parts} - 1) / {parts} + blockDim.x - 1) "
                   "/ blockDim.x * blockDim.x;")
-        self.line("const long long bz_hi = bz_minimum(bz_total, (long long)blockIdx.x * bz_chunk + bz_chunk);")
-        self.line("long long bz_f = (long long)blockIdx.x * bz_chunk + threadIdx.x, bz_q = bz_f, "
+        self.line(f"const long long bz_hi = bz_minimum(bz_total, (long long)({part}) * bz_chunk + bz_chunk);")
+        self.line(f"long long bz_f = (long long)({part}) * bz_chunk + threadIdx.x, bz_q = bz_f, "
                   "bz_step = blockDim.x;")
         for n in range(last, 0, -1):  # digits of the first index and of the step, innermost first
             self.line(f"long long bz_d{n} = bz_q % bz_m{n}; bz_q /= bz_m{n};")
@@ -143,11 +153,37 @@ class GridWriter:
         self.line("bz_d0 += bz_s0 + bz_carry;")
         self.depth -= 1
         self.line("}")
+
+    # --- split rows: few long rows, each over several blocks ---------------------------------------
+    def write_split_rows(self) -> None:
+        """The launch's choice for a row task whose row is one loop nest (see
+        cuda_kernel.CudaExecutor._plan_task): with `lanes == 0`, `cached_row` blocks a row, each
+        walking its part of the row's nest (walk_nest), their results meeting in part order; the
+        row path below otherwise."""
+        loop = next(s for s in self.task.body if isinstance(s, k.For))
+        before, after = self.split_at_loop(loop)
+        ix = self.index
+        self.line("if (lanes == 0) {")
+        self.depth += 1
+        self.line(f"const {ix} row_local = ({ix})(blockIdx.x / cached_row), split = ({ix})(blockIdx.x % cached_row);")
+        self.line("const bool active = true;")
+        self.line("const int lane = threadIdx.x;")
+        self.line(f"const {c_type(self.task.var.dtype)} {self.task.var.name} = task_begin + row_local;")
+        self.block(before)
+        self.walk_nest(perfect_nest(loop), "split", "cached_row")
         self.block_reduce()
-        self.combine_blocks("gridDim.x", "blockIdx.x", "bz_finished", "gridDim.x", BLOCK_ORDER)
+        self.line("if (cached_row > 1) {")
+        self.depth += 1
+        self.combine_blocks("gridDim.x", "blockIdx.x", "bz_finished + row_local", "cached_row",
+                            "for (long long b = row_local * cached_row + threadIdx.x; "
+                            "b < (row_local + 1) * cached_row; b += blockDim.x)")
         self.block_reduce()
+        self.depth -= 1
+        self.line("}")
         self.block(after)
-        self.lines.append("}")
+        self.line("return;")
+        self.depth -= 1
+        self.line("}")
 
     # --- grid_rows: the single loop's iterations are rows, their results meet across blocks -----
     def write_grid_rows(self) -> None:

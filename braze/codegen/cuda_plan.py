@@ -311,7 +311,8 @@ class TaskSchedule:
     """How a task maps onto blocks (each kind is written by cuda_grid, rows by cuda.TaskWriter):
 
     - "rows": the task index is a row, `lanes` threads a row (inner reductions, normalizations,
-      pointwise);
+      pointwise); with `splittable` (a row that is one loop nest), the launch may instead give each
+      row several blocks that walk the nest as one flat range and meet in the workspace;
     - "columns": an outer reduction. The task index walks a unit-stride axis and its loops do not,
       so a block owns a strip of `lanes` neighbouring task indices (coalesced) and its row groups
       share each loop; with `splittable`, the loop's range is also split across blocks, whose
@@ -326,7 +327,7 @@ class TaskSchedule:
 
     kind: str = "rows"
     accumulators: tuple[tuple[k.Var, str], ...] = ()  # combined across blocks through the workspace
-    splittable: bool = False  # "columns": the loop's range may be split across blocks
+    splittable: bool = False  # "columns", "rows": the loop's range may be split across blocks
     row_levels: int = 0  # "grid_rows": the loops whose iterations together are the rows (row_nest)
 
 
@@ -406,6 +407,21 @@ def _walks_columns(task: k.Task, plan: LanePlan) -> bool:
                for a in accesses for axis, i in enumerate(a.indices))
 
 
+def _row_is_one_nest(task: k.Task, plan: LanePlan) -> bool:
+    """Whether a row task's row is one lane loop over a perfect nest with bounds the host can
+    evaluate, between definitions and stores: its rows may be split across blocks (few long rows,
+    or a row reduced over axes apart, like batch_norm's statistics per channel)."""
+    loops = [s for s in task.body if isinstance(s, (k.For, k.While))]
+    if task.kind != "range_for" or len(loops) != 1 or id(loops[0]) not in plan.loops:
+        return False
+    nest = perfect_nest(loops[0])
+    after = task.body[task.body.index(loops[0]) + 1:]
+    return (nest is not None and all(isinstance(s, (k.Let, k.Store)) for s in after)
+            and _initialized(task, plan.loops[id(loops[0])])
+            and not any(_vars_of(e) for level in nest for e in (level.begin, level.end))
+            and not any(isinstance(s, (k.Store, k.AtomicRMW, k.Sync, k.Alloc)) for s in walk(loops[0].body)))
+
+
 def plan_schedule(task: k.Task, plan: LanePlan) -> TaskSchedule:
     """The task's schedule (see TaskSchedule)."""
     if spans_grid(task, plan):
@@ -425,17 +441,21 @@ def plan_schedule(task: k.Task, plan: LanePlan) -> TaskSchedule:
         splittable = (len(loops) == 1 and all(isinstance(s, (k.Let, k.Store)) for s in after)
                       and _initialized(task, plan.loops[id(loops[0])]))
         return TaskSchedule("columns", plan.loops[id(loops[0])] if splittable else (), splittable)
+    if _row_is_one_nest(task, plan):
+        loop = next(s for s in task.body if isinstance(s, k.For))
+        return TaskSchedule("rows", plan.loops[id(loop)], splittable=True)
     return TaskSchedule()
 
 
-def schedule_bounds(task: k.Task, schedule: str) -> list[k.Expr]:
+def schedule_bounds(task: k.Task, schedule: str, splittable_rows: bool = False) -> list[k.Expr]:
     """What the runtime evaluates to plan a launch: the task's begin and end, then the extents it
-    sizes the launch by (the trip count of each top-level loop; of each loop of a "flat" nest; for
-    "grid_rows", of each row loop and then of each loop of a row)."""
+    sizes the launch by (the trip count of each top-level loop; of each loop of the nest of a
+    "flat" task or of `splittable_rows`; for "grid_rows", of each row loop and then of each loop of
+    a row)."""
     def extent(loop: k.For) -> k.Expr:
         return k.Binary("sub", loop.end, loop.begin, loop.end.dtype)
 
-    if schedule == "flat":
+    if schedule == "flat" or splittable_rows:
         loops = nest_of(task)
     elif schedule == "grid_rows":
         loops = row_nest(task) + [s for s in row_loop_task(task).body if isinstance(s, k.For)]

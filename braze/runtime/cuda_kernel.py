@@ -144,6 +144,10 @@ class PlannedLaunch:
     scalars: tuple[int, int, int, int]
 
 
+def _bounds(task: k.Task, schedule: TaskSchedule) -> list[k.Expr]:
+    return schedule_bounds(task, schedule.kind, schedule.kind == "rows" and schedule.splittable)
+
+
 class CudaExecutor:
     """Launches every task of one compiled kernel, in order, on one device and stream."""
 
@@ -157,7 +161,7 @@ class CudaExecutor:
         self.module = module
         self.occupancy: dict[tuple[str, int], int] = {}
         self.tasks = [
-            _TaskLaunch(t.name, module.functions[t.name], host_function(schedule_bounds(t, schedule.kind)),
+            _TaskLaunch(t.name, module.functions[t.name], host_function(_bounds(t, schedule)),
                         bool(plan.loops) and plan.coalesces, tuple(c.dtype.itemsize for c in caches),
                         tuple(c.position for c in caches), schedule, registers)
             for t, plan, caches, schedule, registers in zip(self.kernel.tasks, generated.lane_plans,
@@ -205,6 +209,11 @@ class CudaExecutor:
             return self._plan_grid_reduction(task, extents, stream)
         if kind == "columns":
             return self._plan_columns(task, begin, end, extents, stream)
+        if kind == "rows" and task.schedule.splittable:
+            split = self._plan_split_rows(task, begin, end, extents, stream)
+            if split is not None:
+                return split
+            extents = extents[:1]  # the row's loop; the rest are its nest's inner loops
         if kind == "grid_rows":
             levels = task.schedule.row_levels
             rows = int(np.prod([max(n, 0) for n in extents[:levels]]))
@@ -238,6 +247,21 @@ class CudaExecutor:
         per_block = self.block * (REDUCTION_ELEMENTS_PER_THREAD if task.schedule.kind == "flat" else 1)
         grid = max(1, min(-(-total // per_block), self.device.sm_count * self._resident(task, 0)))
         return PlannedLaunch(task, 0, 1, grid, 0, (self.block, 0, *self.workspace.pointers(stream)))
+
+    def _plan_split_rows(self, task: _TaskLaunch, begin: int, end: int, extents: list[int],
+                         stream: int) -> PlannedLaunch | None:
+        """Rows that are one loop nest each, too few for the row path to fill the GPU (or read a
+        lane a row): `splits` blocks a row, each walking a contiguous part of the row's nest, at
+        least REDUCTION_ELEMENTS_PER_THREAD elements a thread (None: the row path instead). Rows
+        then meet in the workspace, so `rows * splits` stays within the resident blocks."""
+        rows, total = end - begin, int(np.prod([max(n, 0) for n in extents]))
+        lanes = lanes_for(max(extents[0], 1), self.block) if task.uses_lanes else 1
+        target = self.device.sm_count * self._resident(task, 0)
+        per_block = self.block * REDUCTION_ELEMENTS_PER_THREAD
+        if -(-rows * lanes // self.block) >= target // 2 or total < per_block or rows > MAX_GRID:
+            return None
+        splits = max(1, min(target // rows, total // per_block))
+        return PlannedLaunch(task, begin, end, rows * splits, 0, (0, splits, *self.workspace.pointers(stream)))
 
     def _plan_columns(self, task: _TaskLaunch, begin: int, end: int, extents: list[int],
                       stream: int) -> PlannedLaunch:

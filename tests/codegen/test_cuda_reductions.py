@@ -50,6 +50,8 @@ CASES = [
     ("full_sum_1d", lambda f, d: [bz.ops.sum(tensor(f, 1, d))], 1, ["flat"]),
     ("full_max", lambda f, d: [bz.ops.max(tensor(f, 2, d))], 2, ["flat"]),
     ("full_mean", lambda f, d: [bz.ops.mean(tensor(f, 2, d))], 2, ["flat"]),
+    ("row_sum", lambda f, d: [bz.ops.sum(tensor(f, 2, d), axes=[1])], 2, ["rows"]),
+    ("channel_sum", lambda f, d: [bz.ops.sum(tensor(f, 4, d), axes=[0, 2, 3])], 4, ["rows"]),
 ]
 FLOATS = [bz.float32, bz.float64, bz.float16, bz.bfloat16]
 
@@ -76,6 +78,21 @@ def test_column_sum_owns_a_strip_of_columns_and_splits_its_rows():
     assert "bz_last_of(bz_finished + strip, cached_row)" in body
     assert "for (int b = p1 - task_begin; b < cached_row * columns; b += columns)" in body
     assert "atomicAdd" not in body
+
+
+@pytest.mark.parametrize("axes, ndim", [([1], 2), ([0, 2, 3], 4), ([0, 2], 3)])
+def test_a_row_of_one_loop_nest_may_be_split_across_blocks(axes, ndim):
+    # Few long rows (a sum over axis 1 of [4, 16M]) or a row over axes apart (batch_norm's
+    # statistics per channel): the launch may give each row several blocks walking its nest flat.
+    src = source(lambda f: [bz.ops.sum(tensor(f, ndim), axes=axes)], _inputs(ndim, bz.float32))
+    (schedule,) = src.schedules
+    assert schedule.kind == "rows" and schedule.splittable and len(schedule.accumulators) == 1
+    assert "if (lanes == 0) {" in src.body and "bz_last_of(bz_finished + row_local, cached_row)" in src.body
+
+
+def test_softmax_rows_are_not_split():
+    src = source(lambda f: [bz.ops.softmax(tensor(f, 2), -1)], _inputs(2, bz.float32))
+    assert not src.schedules[0].splittable and "lanes == 0" not in src.body
 
 
 def test_var_mean_over_axis_0_takes_columns_without_splitting_rows():

@@ -84,6 +84,21 @@ def test_sums_over_the_middle_axis(shape):
     close(s, as64(x).sum(1), scale=np.sqrt(max(shape[1], 1)))
 
 
+@pytest.mark.parametrize("shape, axes", [((4, 4 * 1024 * 1024), [1]), ((1, 5000), [1]), ((3, 1), [1]),
+                                         ((32, 64, 56, 56), [0, 2, 3]), ((2, 3, 4, 5), [0, 2, 3]),
+                                         ((7, 0, 3), [0, 2]), ((1000, 8, 33), [0, 2]), ((0, 4), [1])], ids=str)
+def test_rows_of_one_loop_nest_over_several_blocks(shape, axes):
+    # Few long rows, and rows over axes apart (batch_norm's statistics per channel).
+    x = cuda_tensor(shape)
+    total, mean = run(lambda t: [bz.ops.sum(t, axes=axes), bz.ops.mean(t, axes=axes)], x)
+    count = max(int(np.prod([shape[a] for a in axes])), 1)
+    close(total, as64(x).sum(tuple(axes)), scale=np.sqrt(count))
+    if x.numel():
+        close(mean, as64(x).mean(tuple(axes)))
+    again = run(lambda t: [bz.ops.sum(t, axes=axes)], x)[0]
+    assert again.tobytes() == total.tobytes()
+
+
 @pytest.mark.parametrize("shape", [(8192, 1024), (1, 9), (1000, 33), (3, 70001)], ids=str)
 def test_var_and_mean_over_axis_0(shape):
     x = cuda_tensor(shape) + 3.0
