@@ -125,9 +125,7 @@ class RandomFusion:
     # --- inputs ----------------------------------------------------------------------------------
     def add_inputs(self) -> None:
         rank = self.choice((2, 3, 1))  # the first shrinks best and is drawn most
-        universe = [self.extent() for _ in range(rank)]
-        while math.prod(universe) > MAX_NUMEL:  # one large extent at a time, beside small ones
-            universe[universe.index(max(universe))] = 3
+        universe = self.fit([self.extent() for _ in range(rank)])
         for _ in range(self.draw(st.integers(1, 3))):
             r = self.draw(st.integers(1, rank))
             extents = universe[rank - r:]
@@ -158,15 +156,25 @@ class RandomFusion:
             value = self.recipes[-1].make(None)
             self.add(tv, (), abs(float(value)), 0.0, f"f.define_scalar(dtype=bz.{dtype.name})")
 
+    @staticmethod
+    def fit(universe: list[int]) -> list[int]:
+        """The extents with at most MAX_NUMEL elements: the largest kept, the others cut to 2, then 1."""
+        largest = universe.index(max(universe))
+        for cap in (2, 1):
+            for axis in range(len(universe)):
+                if math.prod(universe) > MAX_NUMEL and axis != largest:
+                    universe[axis] = min(universe[axis], cap)
+        return universe
+
     def extent(self) -> int:
         """Mostly 1-6 (what shrinks best), sometimes 0, odd ones past a vector's width, or large ones
         past a block of threads."""
         kind = self.draw(st.integers(0, 99))
-        if kind < 78:
+        if kind < 70:
             return self.draw(st.integers(1, 6))
-        if kind < 85:
+        if kind < 78:
             return 0
-        if kind < 95:
+        if kind < 90:
             return self.choice(ODD_EXTENTS)
         return self.choice(LARGE_EXTENTS)
 
@@ -555,7 +563,7 @@ class RandomFusion:
                 reductions += 1
                 kind = "composite" if self.coin(0.2) else "reduction"
             else:
-                kind = self.choice(["unary"] * 4 + ["binary"] * 5 + ["ternary", "cast"] + ["view"] * 3)
+                kind = self.choice(["unary"] * 4 + ["binary"] * 5 + ["ternary", "cast"] + ["view"] * 5)
             getattr(self, kind)()
         computed = [n for n in self.nodes if n.tv.definition is not None]
         if not computed:
@@ -564,7 +572,7 @@ class RandomFusion:
         # The last node, and more of the nodes nothing else reads (or, rarely, any computed node).
         read = {id(tv) for e in self.f.exprs for tv in e.inputs}
         self.outputs = [computed[-1]]
-        for _ in range(self.draw(st.integers(0, 2))):
+        for _ in range(self.draw(st.integers(0, 3))):
             sink = self.coin(0.8)
             node = self.pick(lambda n, sink=sink: n.tv.definition is not None and n not in self.outputs
                              and (id(n.tv) not in read or not sink))
