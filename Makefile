@@ -61,7 +61,7 @@ gpu-test: $(STAMP)
 	    tests/cuda/test_cuda_runtime.py tests/cuda/test_loop_kernels.py \
 	    -k "$(MEMCHECK_TESTS)"; fi
 	if command -v compute-sanitizer >/dev/null; then for tool in memcheck racecheck; do \
-	  BRAZE_FUZZ_EXAMPLES=0,0,$(SANITIZED_FUSIONS) $(PYENV) compute-sanitizer --tool $$tool --report-api-errors no --error-exitcode 1 \
+	  BRAZE_FUZZ_EXAMPLES=1,1,$(SANITIZED_FUSIONS) $(PYENV) compute-sanitizer --tool $$tool --report-api-errors no --error-exitcode 1 \
 	    $(PYBIN) -m pytest -q -p no:cacheprovider tests/engine/test_fuzz_fusions.py -k on_the_gpu || exit 1; done; fi
 
 SANITIZED_FUSIONS := 40  # random fusions run under memcheck and racecheck (each ~100x slower there)
