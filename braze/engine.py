@@ -171,7 +171,7 @@ def cpu_kernel(kernel: k.Kernel) -> CompiledKernel:
     """The compiled CPU code of `kernel`, shared by every fusion and loop kernel with the same Kernel
     IR (the task bounds live there, not in the code) and the same compile params: a kernel first
     compiled without the fast-math knob is not reused with it."""
-    params = CompileParams(fast_math="fast_math" in config.current.enable)
+    params = CompileParams(fast_math=config.enabled("fast_math"))
     return shared_kernel((kernel_text(kernel), params), lambda: CompiledKernel(kernel, params))
 
 
@@ -388,10 +388,20 @@ def _execute_copied(fusion: Fusion, bound: BoundInputs, device: int) -> list:
     return [to_kind(h, bound.kind) for h in host]
 
 
+def _fused(kernel: k.Kernel, fuse: bool) -> tuple[k.Kernel, list[Decision]]:
+    """Task fusion over a loop kernel; `BRAZE_DUMP=fusion_decisions` writes each pair's decision."""
+    fused, decisions = fuse_tasks(kernel, enabled=fuse)
+    if config.dumping("fusion_decisions"):
+        config.dump("fusion_decisions", "\n".join(
+            f"{d.first} + {d.second}: {'fused' if d.fused else 'kept apart'} ({d.reason}; {d.detail})"
+            for d in decisions) or f"{kernel.name}: one loop, nothing to fuse")
+    return fused, decisions
+
+
 def compile_loop_kernel(kernel: k.Kernel, fuse: bool = True) -> tuple[CompiledKernel, list[Decision]]:
     """Runs the Kernel IR passes (task fusion) on a `@bz.kernel` and compiles it; kernels with the same
     Kernel IR after the passes share one compiled kernel."""
-    fused, decisions = fuse_tasks(kernel, enabled=fuse)
+    fused, decisions = _fused(kernel, fuse)
     return cpu_kernel(fused), decisions
 
 
@@ -401,7 +411,7 @@ def compile_loop_kernel_cuda(kernel: k.Kernel, device_index: int, fuse: bool = T
     from braze.runtime.kernel_launch_cuda import CudaLoopKernel
 
     device = cuda_driver.device(device_index)
-    fused, decisions = fuse_tasks(kernel, enabled=fuse)
+    fused, decisions = _fused(kernel, fuse)
     compiled = shared_kernel(("cuda-loop", device.arch, restrict, kernel_text(fused)),
                              lambda: CudaLoopKernel(fused, default_params(device), restrict=restrict))
     return compiled, decisions

@@ -61,7 +61,7 @@ def host_buffer(dtype: np.dtype, numel: int, sizes: Sequence[int], strides: Sequ
     """`numel` elements of host memory seen through `sizes` and element `strides`."""
     if zero:
         storage = np.zeros(numel, dtype)
-    elif "poison_outputs" in config.current.enable:  # an element no kernel writes shows as NaN or -1
+    elif config.enabled("poison_outputs"):  # an element no kernel writes shows as NaN or -1
         storage = np.full(numel * dtype.itemsize, 0xFF, np.uint8).view(dtype)
     else:
         storage = np.empty(numel, dtype)

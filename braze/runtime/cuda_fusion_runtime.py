@@ -59,7 +59,7 @@ class CudaFusionRuntime(FusionRuntime):
     device_type = CudaDevice
 
     def _can_prepare(self, frame: Frame, kinds: list) -> bool:
-        return "poison_outputs" not in config.current.enable
+        return not config.enabled("poison_outputs")
 
     def _allocator(self, frame: Frame, instruction: Allocate) -> Callable[[], object]:
         bound, tv = frame.bound, instruction.tv

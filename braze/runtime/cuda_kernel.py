@@ -23,7 +23,7 @@ from braze.runtime import cuda_driver as cuda
 from braze.runtime import disk_cache, elf, nvrtc
 from braze.runtime.compiled_kernel import CompileParams
 from braze.runtime.executor import host_function
-from braze.runtime.record import Launch, note_compile, note_launch, profiling, recording
+from braze.runtime.record import Launch, dump_launch, note_compile, note_launch, profiling, recording
 
 BLOCKS_PER_SM = 8  # resident blocks of 256 threads an SM holds; grids beyond that loop instead
 ROW_CACHE_BYTES = 96 * 1024  # the most shared memory a block's row caches may take (2 blocks an SM fit)
@@ -204,6 +204,10 @@ class CudaExecutor:
         params = ctypes.addressof(pointers)
         for planned in self.plan(scalars, stream):
             launch_scalars[:] = planned.scalars
+            if config.current.dump:
+                dump_launch(Launch(self.kernel.name, planned.task.name, planned.begin, planned.end, planned.grid),
+                            block, ArgLayout.of(self.kernel.params).slots,
+                            f" of {self.block} threads, {planned.shared} bytes of shared memory")
             if recording():
                 self._recorded_launch(planned, params, stream, block)
             else:
@@ -441,4 +445,4 @@ def default_params(device: cuda.Device) -> CompileParams:
     block = cuda_codegen.DEFAULT_BLOCK_SIZE
     # Registers: as many as still let one block of `block` threads fit on an SM (255 at most).
     return CompileParams(index_type="int64", block_size=block, max_registers=min(255, REGISTERS_PER_SM // block),
-                         arch=device.arch, fast_math="fast_math" in config.current.enable)
+                         arch=device.arch, fast_math=config.enabled("fast_math"))

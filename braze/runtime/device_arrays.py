@@ -195,7 +195,7 @@ def allocate(kind: str, shape: tuple[int, ...], dtype: dt.DType, device: int, st
     Under BRAZE_ENABLE=poison_outputs its bytes are 0xFF (NaN, -1), so an element no kernel
     writes shows."""
     view = _allocate(kind, shape, dtype, device, stream, stride_order)
-    if "poison_outputs" in config.current.enable:
+    if config.enabled("poison_outputs"):
         cuda.fill_bytes(view.ptr, 0xFF, span_bytes(view.shape, view.strides, view.itemsize), stream)
     return view
 
@@ -256,7 +256,7 @@ def allocate_strided(kind: str, numel: int, shape: tuple[int, ...], element_stri
     owner = strided_allocator(kind, numel, shape, element_strides, dtype, device, stream)()
     strides = tuple(s * dtype.itemsize for s in element_strides)
     view = DeviceView(pointer_of(owner), shape, strides, dtype.numpy, device, kind, stream, owner)
-    if "poison_outputs" in config.current.enable:
+    if config.enabled("poison_outputs"):
         cuda.fill_bytes(view.ptr, 0xFF, numel * dtype.itemsize, stream)
     return view
 
