@@ -15,6 +15,7 @@ import numpy as np
 from llvmlite import ir
 
 from braze import dtypes as dt
+from braze.codegen import llvm_private
 from braze.dtypes import DType
 from braze.errors import UnsupportedError
 from braze.kir import nodes as k
@@ -92,6 +93,10 @@ class TaskEmitter:
         return eb.trunc(value, I1) if param.dtype.is_bool else value
 
     def address(self, param: k.ArrayParam, indices: tuple[k.Expr, ...]) -> ir.Value:
+        return self.b.gep(self.field(param, "data"), [self.offset(param, indices)])
+
+    def offset(self, param: k.ArrayParam, indices: tuple[k.Expr, ...]) -> ir.Value:
+        """The element offset of `indices` from the array's first element."""
         offset = None
         for axis, index in enumerate(indices):
             stride = param.static_stride(axis)
@@ -101,7 +106,7 @@ class TaskEmitter:
             term = i if stride == 1 else self.b.mul(i, I64(stride) if stride is not None
                                                         else self.field(param, "stride", axis))
             offset = term if offset is None else self.b.add(offset, term)
-        return self.b.gep(self.field(param, "data"), [offset if offset is not None else I64(0)])
+        return offset if offset is not None else I64(0)
 
     def to_i64(self, value: ir.Value, dtype: DType) -> ir.Value:
         return value if dtype.itemsize == 8 else self.b.sext(value, I64)
@@ -239,6 +244,8 @@ def _emit_atomic(cg: TaskEmitter, s: k.AtomicRMW) -> None:
     floating = s.param.dtype.is_floating
     op = {("add", False): "add", ("sub", False): "sub", ("min", False): "min", ("max", False): "max",
           ("add", True): "fadd", ("sub", True): "fsub", ("min", True): "fmin", ("max", True): "fmax"}[(s.op, floating)]
+    if llvm_private.emit_private_update(cg, s, op, value):
+        return
     old = cg.b.atomic_rmw(op, pointer, value, "seq_cst")
     if s.result is not None:
         cg.b.store(old, cg.var_slot(s.result))
@@ -283,7 +290,9 @@ def emit_task(module: ir.Module, kernel: k.Kernel, task: k.Task, layout: ArgLayo
         index = task.var.dtype
         begin = lo if index.itemsize == 8 else cg.b.trunc(lo, register_type(index))
         end = hi if index.itemsize == 8 else cg.b.trunc(hi, register_type(index))
+        llvm_private.open_private_copies(cg, llvm_private.privatizable(task), lo, hi)
         cg.loop(task.var, begin, end, 1, lambda: cg.block(task.body))
+        llvm_private.close_private_copies(cg)
     else:
         cg.block(task.body)
     cg.finish()

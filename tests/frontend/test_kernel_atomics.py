@@ -116,3 +116,54 @@ def test_an_update_in_a_serial_task_stays_plain():
     running_product(np.full(3, 2.0, np.float32), out)
     assert out[0] == 8.0
     assert "atomic" not in running_product.kernel_ir()
+
+
+# --- updates privatized per CPU thread: the same totals whatever the target's layout ----------------
+@pytest.mark.parametrize("layout", ["dense", "every other", "reversed", "too large for a copy", "2-d"])
+def test_shared_updates_land_whatever_the_targets_layout(layout):
+    rng = np.random.default_rng(7)
+    bins = 5000 if layout == "too large for a copy" else 37
+    ids = rng.integers(0, bins, 1 << 20).astype(np.int32)
+    backing = np.zeros(2 * bins, np.int64)
+    counts = {"dense": backing[:bins], "every other": backing[::2], "reversed": backing[:bins][::-1],
+              "too large for a copy": backing[:bins], "2-d": backing[:bins]}[layout]
+    if layout == "2-d":
+        @bz.kernel
+        def histogram_2d(ids: bz.Array[bz.int32, 1], counts: bz.Array[bz.int64, 2]):
+            for i in range(ids.shape[0]):
+                counts[ids[i] % 2, ids[i] // 2] += 1
+
+        grid = np.zeros((2, (bins + 1) // 2), np.int64)
+        histogram_2d(ids, grid)
+        np.testing.assert_array_equal(grid.T.reshape(-1)[:bins], np.bincount(ids, minlength=bins))
+        return
+    histogram(ids, counts)
+    np.testing.assert_array_equal(counts, np.bincount(ids, minlength=bins))
+    if layout == "every other":
+        assert not backing[1::2].any()  # the elements between were not touched
+
+
+def test_a_float_sum_privatized_per_thread_stays_accurate():
+    @bz.kernel
+    def energy(v: bz.Array[bz.float64, 1], e: bz.Array[bz.float64, 1]):
+        for i in range(v.shape[0]):
+            e[0] += 0.5 * v[i] * v[i]
+            e[1] -= v[i]
+
+    v = np.random.default_rng(2).standard_normal(1 << 21)
+    e = np.array([1.0, 2.0])
+    energy(v, e)
+    np.testing.assert_allclose(e, [1.0 + 0.5 * (v * v).sum(), 2.0 - v.sum()], rtol=1e-9)
+
+
+def test_a_target_the_task_also_reads_stays_atomic():
+    @bz.kernel
+    def read_and_add(x: bz.Array[bz.int64, 1], acc: bz.Array[bz.int64, 1], seen: bz.Array[bz.int64, 1]):
+        for i in range(x.shape[0]):
+            acc[0] += x[i]
+            seen[i] = acc[1]  # acc is read too: no private copy could show the value
+
+    x = np.ones(1 << 20, np.int64)
+    acc, seen = np.zeros(2, np.int64), np.zeros(1 << 20, np.int64)
+    read_and_add(x, acc, seen)
+    assert acc[0] == x.size and not seen.any()
