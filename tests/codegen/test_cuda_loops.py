@@ -200,6 +200,6 @@ FUZZ = _load_test_module("passes", "test_fuzz_tasks")
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(FUZZ.programs())
 def test_random_task_programs_compile(program):
-    arrays, columns, _, tasks = program
+    arrays, columns, overlapping, tasks = program
     kernel = bz.kernel(FUZZ.load(FUZZ.render(arrays, columns, tasks, atomics=True)))
-    compile_source(kernel.cuda_source(*FUZZ.inputs(arrays, columns, 0)), "program")
+    compile_source(kernel.cuda_source(*FUZZ.inputs(arrays, columns, overlapping, 0)), "program")
