@@ -308,6 +308,7 @@ def execute(fusion: Fusion, inputs: Sequence[object], backend: str | None = None
         outputs = fast.run(inputs) if fast is not None else None
         if outputs is not None:
             return outputs
+    fusion.freeze("its first execute")  # built without a `with` block: its runs are made from it as it is now
     if config.dumping("fusion_ir") and fusion not in _dumped:
         _dumped.add(fusion)
         config.dump("fusion_ir", str(fusion))

@@ -28,7 +28,7 @@ from braze import config, engine
 from braze import dtypes as dt
 from braze.dtypes import DType
 from braze.errors import Error, InputError, KernelTypeError
-from braze.frontend.kernel_ast import Translator
+from braze.frontend.kernel_ast import translate_kernel
 from braze.frontend.kernel_lang import ArrayType, _ArrayTypes
 from braze.frontend.kernel_scope import ArrayHandle, Source
 from braze.kir import kernel_text
@@ -201,7 +201,7 @@ class KernelFunction:
         overlapping = next(parts)
         fuse = self.fuse and not overlapping and next(parts)[0]
         source = Source.of(self.fn)
-        tasks = Translator(self.fn.__name__, source, names, self.debug).translate()
+        tasks = translate_kernel(self.fn.__name__, source, names, self.debug)
         params = (*arrays, *scalars)
         kernel = k.Kernel(self.fn.__name__, params, tuple(tasks), source=f"{source.file}:{source.first_line}")
         if k.assert_messages(kernel):

@@ -15,15 +15,11 @@ from concurrent.futures import ThreadPoolExecutor
 import llvmlite
 import llvmlite.binding as llvm
 
-from braze.errors import Error
+from braze.errors import CompileError
 
 TASK_SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
 _lock = threading.Lock()
 LLVM_LOCK = _lock  # held by everything that drives LLVM: its global state is not thread-safe
-
-
-class CompileError(Error):
-    """LLVM rejected or failed to compile a kernel; the message names the kernel and holds the log."""
 
 
 # AVX-512 CPUs whose clock drops when 512-bit vectors run: LLVM's 256-bit preference stays for them.
