@@ -104,21 +104,22 @@ class KernelLauncher:
             status = np.zeros(1, np.int64)
             block[self.status_slot: self.status_slot + 3] = [status.ctypes.data, 1, 1]
         packed = np.array(block, dtype=np.int64)
-        return PackedArgs(packed, packed.ctypes.data, tuple(arrays), status)
+        return PackedArgs(packed, packed.ctypes.data, tuple(ArrayShape(a.shape) for a in arrays), status)
 
     def launch(self, arrays: Sequence[np.ndarray], scalars: Sequence[object]) -> None:
         """Runs the kernel once; raises KernelAssertionError when a debug check failed."""
         self.run(self.pack(arrays), scalars)
 
     def run(self, packed: PackedArgs, scalars: Sequence[object]) -> None:
-        """Runs the kernel on a packed block (kept by the caller while the same arrays come again)."""
+        """Runs the kernel on a packed block (kept by the caller while the same arrays come again,
+        unchanged: the block holds their pointers, not the arrays)."""
         block = packed.block
         for (slot, pack), value in zip(self.scalar_slots, scalars):
             block[slot] = pack(value)
         if packed.status is not None:
             packed.status[0] = 0
         record = recording()
-        bounds = self.bounds(packed.arrays, scalars)
+        bounds = self.bounds(packed.shapes, scalars)
         for task, fn, (begin, end), work in zip(self.kernel.tasks, self.functions, bounds, self.work):
             if (end - begin) * work < MIN_PARALLEL_WORK:  # small: the calling thread runs it
                 if end > begin:
@@ -133,10 +134,18 @@ class KernelLauncher:
 
 
 @dataclass(frozen=True)
+class ArrayShape:
+    """An argument's extents, as the bounds function reads them (`.shape`), without the array."""
+
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class PackedArgs:
-    """A packed argument block and the arrays whose pointers it holds (kept alive with it)."""
+    """A packed argument block: the arrays' pointers, extents and strides. It holds no array: a
+    caller replaying it must make sure the same arrays, unchanged, are still alive."""
 
     block: np.ndarray
     address: int
-    arrays: tuple[np.ndarray, ...]
+    shapes: tuple[ArrayShape, ...]  # per array argument, what the task bounds read
     status: np.ndarray | None  # the debug checks' status word
