@@ -46,6 +46,9 @@ class Config:
     fuse_tasks_raw: bool = True  # BRAZE_FUSE_TASKS_RAW=0: only disjoint tasks fuse (no read-after-write rule)
     fuse_tasks_diag: bool = False  # BRAZE_FUSE_TASKS_DIAG=1: one line per task pair to stderr
     fuse_tasks_budget: int = 4000  # BRAZE_FUSE_TASKS_BUDGET: most Kernel IR nodes in a merged task body
+    # BRAZE_KEPT_BUFFER_BYTES: most bytes of intermediates and hidden outputs that cached calls keep
+    # between calls, over the whole process (the least recently used call gives its buffers up first)
+    kept_buffer_bytes: int = 256 << 20
 
     @classmethod
     def from_environment(cls, env: dict[str, str] | None = None) -> Config:
@@ -59,6 +62,7 @@ class Config:
             fuse_tasks_raw=_flag(env.get("BRAZE_FUSE_TASKS_RAW"), True),
             fuse_tasks_diag=_flag(env.get("BRAZE_FUSE_TASKS_DIAG"), False),
             fuse_tasks_budget=int(env.get("BRAZE_FUSE_TASKS_BUDGET") or cls.fuse_tasks_budget),
+            kept_buffer_bytes=int(env.get("BRAZE_KEPT_BUFFER_BYTES") or cls.kept_buffer_bytes),
         )
 
 

@@ -44,8 +44,9 @@ Backend = Callable[[Fusion, BoundInputs], list[np.ndarray]]
 DEFAULT_BACKEND = "llvm"
 CACHE_ENTRIES = 64  # signatures kept per fusion
 _dumped: weakref.WeakSet = weakref.WeakSet()  # fusions whose IR was dumped
-_caches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # fusion -> FusionCache
-_kernels: dict[str, CompiledKernel] = {}  # Kernel IR text -> compiled kernel, shared by all fusions
+# Kernel IR text -> compiled kernel, shared by all fusions and loop kernels while any runtime, launcher
+# or prepared call holds it: it goes with the last of them.
+_kernels: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
 # A kernel indexes in int32 when every index of a call stays below this: a margin under 2**31, because
@@ -159,9 +160,10 @@ def cpu_kernel(kernel: k.Kernel) -> CompiledKernel:
     compiled without the fast-math knob is not reused with it."""
     params = CompileParams(fast_math="fast_math" in config.current.enable)
     cache_key = (kernel_text(kernel), params)
-    if cache_key not in _kernels:
-        _kernels[cache_key] = CompiledKernel(kernel, params)
-    return _kernels[cache_key].compile()
+    compiled = _kernels.get(cache_key)
+    if compiled is None:
+        compiled = _kernels[cache_key] = CompiledKernel(kernel, params)
+    return compiled.compile()
 
 
 @dataclass(frozen=True)
@@ -203,9 +205,10 @@ def compile_fusion_cuda(fusion: Fusion, key: tuple, device_index: int, lowered: 
     lowered = lowered or lower_fusion(fusion, key, device_index)
     plan, kernel, params = lowered.plan, lowered.kernel, lowered.params
     cache_key = ("cuda", device.arch, kernel_text(kernel))
-    if cache_key not in _kernels:
-        _kernels[cache_key] = CudaCompiledKernel(kernel, default_params(device), restrict=True)
-    compiled = _kernels[cache_key].compile()
+    compiled = _kernels.get(cache_key)
+    if compiled is None:
+        compiled = _kernels[cache_key] = CudaCompiledKernel(kernel, default_params(device), restrict=True)
+    compiled = compiled.compile()
     return CudaFusionRuntime(fusion, CudaExecutor(compiled, device), plan.writes, params)
 
 
@@ -258,9 +261,11 @@ class FusionCache:
 
 
 def _cache_of(fusion: Fusion) -> FusionCache:
-    cache = _caches.get(fusion)
+    # Kept on the fusion, not in a table keyed by it: its runtimes refer to the fusion, so a table
+    # would hold every fusion (and its compiled kernels) for the life of the process.
+    cache = fusion.__dict__.get("_fusion_cache")
     if cache is None:
-        cache = _caches[fusion] = FusionCache()
+        cache = fusion.__dict__["_fusion_cache"] = FusionCache()
     return cache
 
 
@@ -390,9 +395,10 @@ def compile_loop_kernel_cuda(kernel: k.Kernel, device_index: int, fuse: bool = T
     device = cuda_driver.device(device_index)
     fused, decisions = fuse_tasks(kernel, enabled=fuse)
     cache_key = ("cuda-loop", device.arch, restrict, kernel_text(fused))
-    if cache_key not in _kernels:
-        _kernels[cache_key] = CudaLoopKernel(fused, default_params(device), restrict=restrict)
-    return _kernels[cache_key].compile(), decisions
+    compiled = _kernels.get(cache_key)
+    if compiled is None:
+        compiled = _kernels[cache_key] = CudaLoopKernel(fused, default_params(device), restrict=restrict)
+    return compiled.compile(), decisions
 
 
 def loop_kernel_cuda_source(kernel: k.Kernel, fuse: bool = True, restrict: bool = False):

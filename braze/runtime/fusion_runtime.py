@@ -193,6 +193,7 @@ class FusionRuntime:
             returned=returned)
         prepared = self._prepared_call(frame, plan, kinds, arrays[0])
         prepared.entries = self.executor.entries  # FastCalls.learn files it there under its description
+        prepared.executor = self.executor  # its task functions are the compiled kernel's: keep it loaded
         return prepared
 
     def _seed_slots(self, tv: TensorView) -> tuple[int, int] | None:
