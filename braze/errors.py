@@ -40,6 +40,10 @@ class HostJitWarning(RuntimeWarning):
     """The host JIT could not compile a shape function; braze runs it in Python instead (slower, same values)."""
 
 
+class DiskCacheWarning(RuntimeWarning):
+    """braze refused a cache folder another user owns or can write; the disk cache is off for the process."""
+
+
 class KernelError(Error):
     """The source of a `@bz.kernel` cannot be compiled; the message names the file, line and source."""
 

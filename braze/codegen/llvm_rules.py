@@ -389,7 +389,31 @@ def _float_to_int(cg: TaskEmitter, x: ir.Value, source: DType, out: DType) -> ir
 
 def _float_to_float(cg: TaskEmitter, x: ir.Value, source: DType, out: DType) -> ir.Value:
     target = register_type(out)
-    return cg.b.fpext(x, target) if out.itemsize > source.itemsize else cg.b.fptrunc(x, target)
+    if out.itemsize > source.itemsize:
+        return cg.b.fpext(x, target)
+    if source.name == "float64" and out.name == "float16":
+        return cg.b.fptrunc(_float64_to_float32_round_to_odd(cg, x), target)
+    return cg.b.fptrunc(x, target)
+
+
+def _float64_to_float32_round_to_odd(cg: TaskEmitter, x: ir.Value) -> ir.Value:
+    """float64 -> float32 rounded to odd: truncated toward zero, lowest bit set when inexact.
+
+    x86 has no float64 -> float16 instruction: LLVM emits a call to `__truncdfhf2`, which the JIT
+    cannot resolve (the kernel jumps to address 0). Rounding to odd into a format at least two bits
+    wider than the target, then to nearest even, rounds correctly once (float32 has 24 bits, float16
+    11), where plain float32 rounding first would round twice (1 + 2**-11 + 2**-40 gives 1.0, not
+    1 + 2**-10)."""
+    b = cg.b
+    nearest = b.fptrunc(x, F32)
+    back = b.fpext(nearest, F64)
+    fabs = callee(cg, "llvm.fabs.f64", F64, [F64])
+    away_from_zero = b.fcmp_ordered(">", b.call(fabs, [back]), b.call(fabs, [x]))
+    bits = b.bitcast(nearest, I32)
+    toward_zero = b.select(away_from_zero, b.sub(bits, ir.Constant(I32, 1)), bits)
+    inexact = b.fcmp_ordered("!=", back, x)  # NaN compares unordered: it passes through unchanged
+    odd = b.select(inexact, b.or_(toward_zero, ir.Constant(I32, 1)), toward_zero)
+    return b.bitcast(odd, F32)
 
 
 def _int_to_int(cg: TaskEmitter, x: ir.Value, source: DType, out: DType) -> ir.Value:

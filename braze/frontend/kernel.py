@@ -35,7 +35,7 @@ from braze.frontend.kernel_scope import ArrayHandle, Source
 from braze.kir import kernel_text
 from braze.kir import nodes as k
 from braze.passes.fuse_tasks import Decision
-from braze.runtime.arrays import as_host_array
+from braze.runtime.arrays import as_host_array, overlaps_itself
 from braze.runtime.device_arrays import is_device_array
 from braze.runtime.kernel_launch import KernelLauncher, PackedArgs
 
@@ -275,9 +275,12 @@ def _statements(s: k.Stmt):
 
 
 def _overlapping(arrays: list[np.ndarray]) -> bool:
-    """Whether two arguments may share memory (arrays owning their data never do, unless passed twice)."""
+    """Whether two arguments may share memory, or a writable one overlaps itself (arrays owning their
+    data never do, unless passed twice)."""
     if all(a.base is None for a in arrays):
         return len({id(a) for a in arrays}) < len(arrays)
+    if any(a.flags.writeable and overlaps_itself(a.shape, a.strides, a.itemsize) for a in arrays):
+        return True
     spans = sorted(s for s in map(_span, arrays) if s is not None)
     return any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:]))
 

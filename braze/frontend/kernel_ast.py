@@ -17,10 +17,11 @@ from braze.dtypes import DType
 from braze.errors import KernelSyntaxError, KernelTypeError
 from braze.frontend import kernel_lang as lang
 from braze.frontend import kernel_types as ty
-from braze.frontend.kernel_exprs import BINARY_OPS, ExpressionTranslator, is_pure_constant
+from braze.frontend.kernel_exprs import BINARY_OPS, OPERATOR_SYMBOLS, ExpressionTranslator, is_pure_constant
 from braze.frontend.kernel_scope import ArrayHandle, Frame, Local, ShapeHandle, Source, host_evaluable
 from braze.kir import nodes as k
 from braze.lower.values import index_op
+from braze.passes.fuse_tasks import injective
 
 
 class WidenLocal(Exception):  # noqa: N818  (a restart, not an error)
@@ -59,6 +60,7 @@ class Translator(ExpressionTranslator):
         self.used_names: set[str] = set()
         self.depth = 0  # nesting of runtime if/for/while inside the current task
         self.loops: list[str] = []  # "parallel", "serial", "static"
+        self.task_coordinates: list[k.Var] = []  # the parallel task's index (one per ndrange axis)
         self.earlier_locals: set[str] = set()
         self.serial: list[ast.stmt] = []
 
@@ -168,7 +170,9 @@ class Translator(ExpressionTranslator):
         if len(extents) == 1:
             var = self.new_var(names[0], dt.int64)
             self.frames[0].names[names[0]] = Local(var, loop_index=True)
+            self.task_coordinates = [var]
             return extents[0][0], extents[0][1], var
+        self.task_coordinates = []
         sizes = [index_op("maximum", index_op("sub", hi, lo), k.Const(0, dt.int64)) for lo, hi in extents]
         flat = self.new_var("_".join(names) + "_flat", dt.int64)
         end = k.Const(1, dt.int64)
@@ -180,6 +184,7 @@ class Translator(ExpressionTranslator):
             if axis > 0:
                 position = index_op("remainder", position, sizes[axis])
             var = self.new_var(names[axis], dt.int64)
+            self.task_coordinates.append(var)
             self.prologue.insert(0, k.Let(var, index_op("add", extents[axis][0], position)))
             self.frames[0].names[names[axis]] = Local(var, loop_index=True)
             inner = index_op("mul", inner, sizes[axis])
@@ -320,9 +325,34 @@ class Translator(ExpressionTranslator):
         op = BINARY_OPS.get(type(node.op))
         if op is None:
             self.error(node, f"unsupported operator {type(node.op).__name__}")
+        if isinstance(node.target, ast.Subscript) and self.loops[:1] == ["parallel"]:
+            handle, indices = self.subscript(node.target)
+            if not self.owns(indices):
+                self.atomic_update(node, op, handle.param, indices)
+                return
         current = self.expr(node.target)
         value = self.checked(node, lambda: ty.binary(op, current, self.expr(node.value)))
         self.assign(node.target, value, node)
+
+    def owns(self, indices: tuple[k.Expr, ...]) -> bool:
+        """Whether the element at `indices` is provably the current thread's alone: each coordinate of
+        the task's index reaches it through an index injective in that coordinate."""
+        return all(any(injective(index, var) for index in indices) for var in self.task_coordinates)
+
+    def atomic_update(self, node: ast.AugAssign, op: str, param: k.ArrayParam, indices: tuple[k.Expr, ...]) -> None:
+        """`a[j] += v` on an element other threads may update too (a sum, a histogram): atomic, as in
+        Taichi and Warp, so no update is lost."""
+        target = f"'{param.name}[...]'"
+        symbol = OPERATOR_SYMBOLS[op]
+        if op not in ty.ATOMIC_AUGMENTED:
+            self.error(node, f"{target} {symbol}= in a parallel loop: the element is not provably this "
+                             "thread's own and there is no atomic form of this operator; compute the value "
+                             "per thread, or move the update into a serial loop")
+        if param.dtype.name not in ty.ATOMIC_DTYPES:
+            self.error(node, f"{target} {symbol}= in a parallel loop needs an atomic update: expected "
+                             f"an array of {', '.join(ty.ATOMIC_DTYPES)}, got {param.dtype.name}", KernelTypeError)
+        value = self.checked(node, lambda: ty.assignable(self.expr(node.value), param.dtype, target))
+        self.emit(k.AtomicRMW(op, param, indices, value, None))
 
     def stmt_AnnAssign(self, node: ast.AnnAssign) -> None:
         if node.value is None:

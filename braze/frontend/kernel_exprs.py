@@ -181,4 +181,6 @@ BINARY_OPS = {
     ast.Mod: "remainder", ast.Pow: "pow", ast.LShift: "left_shift", ast.RShift: "right_shift",
     ast.BitAnd: "bitwise_and", ast.BitOr: "bitwise_or", ast.BitXor: "bitwise_xor",
 }
+OPERATOR_SYMBOLS = {op: symbol for op, symbol in zip(BINARY_OPS.values(),
+                                                     ("+", "-", "*", "/", "//", "%", "**", "<<", ">>", "&", "|", "^"))}
 _COMPARE_OPS = {ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge"}

@@ -32,6 +32,7 @@ from braze.errors import KernelAssertionError
 from braze.host.launch_jit import native_launches
 from braze.kir import nodes as k
 from braze.runtime import cuda_driver as cuda
+from braze.runtime.arrays import overlaps_itself
 from braze.runtime.cuda_kernel import BLOCKS_PER_SM, CudaCompiledKernel
 from braze.runtime.device_arrays import DeviceArray, DeviceView
 from braze.runtime.kernel_launch import bounds_function
@@ -348,7 +349,9 @@ def _span_offsets(view: DeviceView) -> tuple[int, int] | None:
 
 
 def views_overlap(views: Sequence[DeviceView]) -> bool:
-    """Whether two arrays share memory."""
+    """Whether two arrays share memory, or one overlaps itself."""
+    if any(overlaps_itself(v.shape, v.strides, v.itemsize) for v in views):
+        return True
     spans = sorted((v.ptr + s[0], v.ptr + s[1]) for v in views for s in (_span_offsets(v),) if s is not None)
     return any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:]))
 

@@ -428,3 +428,35 @@ def test_half_compute_rounds_once():
     rtol, _ = tolerance(bz.float16)
     assert abs(float(out[0]) - exact) <= rtol * exact
     assert abs(float(np.float16(a[0] * a[0]) - np.float16(1)) - exact) > rtol * exact
+
+
+# --- casts between every pair of dtypes -----------------------------------------------------------
+# Values every dtype holds exactly, whose casts every dtype holds (float -> int truncates toward zero).
+CAST_VALUES = [0.0, 1.0, -1.0, 3.0, 100.0, -100.0, 0.5, -2.75, 7.25]
+# float64 values just off a float16 halfway point: rounding to float32 first lands on the halfway
+# point, then to even, the wrong way (1 + 2**-11 + 2**-40 must give 1 + 2**-10, not 1.0).
+FLOAT16_DOUBLE_ROUNDING = [1 + 2**-11 + 2**-40, -(1 + 2**-11 + 2**-40), 1 + 3 * 2**-11 - 2**-40,
+                           2**-24 * 1.5 + 2**-60, 65519.99, 65520.0, 1e-9, -1e-300]
+
+
+@pytest.mark.parametrize("target", ALL_DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("source", ALL_DTYPES, ids=lambda d: d.name)
+def test_cast_between_every_pair_of_dtypes(source, target):
+    values = [v for v in CAST_VALUES if source.kind == "f" or v == int(v)]
+    if source.kind == "b" or target.kind == "b":
+        values = [0.0, 1.0, 0.5, -2.75] if source.kind == "f" else [0.0, 1.0]
+    if target.name == "int8" or source.name == "int8":
+        values = [v for v in values if abs(v) < 100]
+    x = np.array(values, np.float64).astype(source.numpy)
+    got = run_op(lambda t: bz.ops.cast(t, target), [x])
+    want = x.astype(target.numpy) if target.kind != "b" else x != 0
+    np.testing.assert_array_equal(got, want, err_msg=f"cast {source.name} -> {target.name} of {x}")
+
+
+def test_float64_to_float16_rounds_once():
+    x = np.array(FLOAT16_DOUBLE_ROUNDING + [math.inf, -math.inf, math.nan, -0.0], np.float64)
+    got = run_op(lambda t: bz.ops.cast(t, bz.float16), [x])
+    with np.errstate(over="ignore"):  # 65520 overflows to inf, as it must
+        want = x.astype(np.float16)
+    np.testing.assert_array_equal(got, want)
+    assert np.signbit(got[-1])
