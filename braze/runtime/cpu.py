@@ -116,6 +116,14 @@ class LoadedObject:
         if missing:
             raise CompileError(f"compiled object lacks functions {missing}")
 
+    def __del__(self) -> None:
+        # Freed with the last kernel using it, on whichever thread drops it (or the collector's):
+        # disposing an engine drives LLVM too, so it waits for the lock like every other LLVM call.
+        engine = self.__dict__.pop("engine", None)
+        if engine is not None:
+            with _lock:
+                engine.close()
+
 
 def worker_count() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
