@@ -23,6 +23,7 @@ from braze.errors import (
     KernelSyntaxError,
     KernelTypeError,
     OutOfMemoryError,
+    SerialLoopWarning,
     TracerBoolConversionError,
     UnsupportedError,
 )
@@ -51,8 +52,8 @@ __version__ = "0.1.0"
 __all__ = [
     "Array", "CompileError", "CudaError", "DType", "DeviceArray", "Error", "Fusion", "FusionDefinitionError",
     "InputError", "KernelAssertionError", "KernelError", "KernelSyntaxError", "KernelTypeError", "OutOfMemoryError",
-    "RtcKernel", "TensorView", "TracerBoolConversionError", "UnsupportedError", "atomic_add", "atomic_max",
-    "atomic_min", "atomic_sub", "bfloat16", "bool_",
+    "RtcKernel", "SerialLoopWarning", "TensorView", "TracerBoolConversionError", "UnsupportedError", "atomic_add",
+    "atomic_max", "atomic_min", "atomic_sub", "bfloat16", "bool_",
     "float16", "float32", "float64", "func", "int8", "int32", "int64", "jit", "kernel", "manual_seed", "math",
     "ndrange", "ops", "record", "static",
 ]

@@ -67,6 +67,7 @@ class Config:
     # BRAZE_KEPT_BUFFER_BYTES: most bytes of intermediates and hidden outputs that cached calls keep
     # between calls, over the whole process (the least recently used call gives its buffers up first)
     kept_buffer_bytes: int = 256 << 20
+    debug: bool = False  # BRAZE_DEBUG=1: every @bz.kernel checks its indices, as with debug=True
 
     @classmethod
     def from_environment(cls, env: dict[str, str] | None = None) -> Config:
@@ -82,6 +83,7 @@ class Config:
             fuse_tasks_diag=_flag(env.get("BRAZE_FUSE_TASKS_DIAG"), False),
             fuse_tasks_budget=int(env.get("BRAZE_FUSE_TASKS_BUDGET") or cls.fuse_tasks_budget),
             kept_buffer_bytes=int(env.get("BRAZE_KEPT_BUFFER_BYTES") or cls.kept_buffer_bytes),
+            debug=_flag(env.get("BRAZE_DEBUG"), False),
         )
 
 

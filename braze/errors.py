@@ -58,3 +58,7 @@ class KernelTypeError(KernelError, TypeError):
 
 class KernelAssertionError(Error, IndexError):
     """A check of `@bz.kernel(debug=True)` failed while the kernel ran (an index out of bounds)."""
+
+
+class SerialLoopWarning(RuntimeWarning):
+    """A loop of a `@bz.kernel` runs on one thread where the user probably meant it to run in parallel."""

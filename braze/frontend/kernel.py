@@ -144,7 +144,8 @@ class KernelFunction:
     def knob_key() -> tuple:
         """The fusion knobs, part of every signature (tests change them with config.scope)."""
         knobs = config.current
-        return ((knobs.fuse_tasks, knobs.fuse_tasks_raw, knobs.fuse_tasks_budget, knobs.fuse_tasks_diag),)
+        return ((knobs.fuse_tasks, knobs.fuse_tasks_raw, knobs.fuse_tasks_budget, knobs.fuse_tasks_diag,
+                 knobs.debug),)
 
     def _array(self, name: str, spec: ArrayType, value: Any) -> np.ndarray:
         where = f"kernel {self.__name__}: argument '{name}'"
@@ -204,7 +205,7 @@ class KernelFunction:
         overlapping = next(parts)
         fuse = self.fuse and not overlapping and next(parts)[0]
         source = Source.of(self.fn)
-        tasks = translate_kernel(self.fn.__name__, source, names, self.debug)
+        tasks = translate_kernel(self.fn.__name__, source, names, self.debug or config.current.debug)
         params = (*arrays, *scalars)
         kernel = k.Kernel(self.fn.__name__, params, tuple(tasks), source=f"{source.file}:{source.first_line}")
         if k.assert_messages(kernel):
@@ -302,8 +303,12 @@ def kernel(fn: Callable | None = None, *, debug: bool = False, fuse_tasks: bool 
     """Compiles a Python function of arrays and scalars into a loop kernel (DESIGN section 1), run on
     the CPU for host arrays and on the GPU for GPU arrays.
 
-    `debug=True` checks every index against the array's extent; `fuse_tasks=False` keeps each
-    top-level loop its own launch.
+    `debug=True` (or `BRAZE_DEBUG=1` for every kernel) checks every index against the array's
+    extent; `fuse_tasks=False` keeps each top-level loop its own launch.
+
+    Each top-level `for` over `range` or `bz.ndrange` runs in parallel; `+=` and `-=` on an element
+    that is not provably the thread's own are atomic. Integer `//` and `%` by zero give 0, as NumPy
+    does for integer arrays (without its warning).
     """
     if fn is None:
         return lambda f: KernelFunction(f, debug=debug, fuse_tasks=fuse_tasks)

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import ast
 import builtins
+import warnings
 from collections.abc import Callable
 
 from braze import dtypes as dt
 from braze.dtypes import DType
-from braze.errors import KernelSyntaxError, KernelTypeError
+from braze.errors import KernelSyntaxError, KernelTypeError, SerialLoopWarning
 from braze.frontend import kernel_lang as lang
 from braze.frontend import kernel_types as ty
 from braze.frontend.kernel_exprs import BINARY_OPS, OPERATOR_SYMBOLS, ExpressionTranslator, is_pure_constant
@@ -149,10 +150,24 @@ class Translator(ExpressionTranslator):
         if not self.serial:
             return
         stmts, self.serial = self.serial, []
+        self.warn_serial_loops(stmts)
         self.begin_task()
         self.loops = []
         self.statements(stmts)
         self.tasks.append(k.Task(self.task_name(), "serial", self.end_task()))
+
+    def warn_serial_loops(self, stmts: list[ast.stmt]) -> None:
+        """Only a top-level `for` is a parallel task: a loop nested under a top-level `if` or `while`
+        runs on one thread. Said once per loop, since that is rarely what was meant."""
+        for node in stmts:
+            loop = next((n for n in ast.walk(node) if isinstance(n, ast.For)), None)
+            if loop is not None and not isinstance(node, ast.For):
+                place, _ = self.source.where(loop)
+                warnings.warn(f"{place}kernel {self.name}: this loop is nested under a top-level "
+                              f"{type(node).__name__.lower()} and runs serially on one thread; to run it in "
+                              "parallel, make the loop top-level and test the condition inside it "
+                              "(or use bz.static(...) for a condition known at compile time)",
+                              SerialLoopWarning, stacklevel=2)
 
     def parallel_task(self, node: ast.For) -> None:
         if node.orelse:
@@ -492,15 +507,33 @@ class Translator(ExpressionTranslator):
         names = self.target_names(node.target, len(ranges))
         if len(ranges) > 1 and any(isinstance(n, ast.Break) for n in ast.walk(node)):
             self.error(node, "unsupported construct: break in a multi-dimensional bz.ndrange loop")
+        names_after = [self.value_after_loop(node, n) for n in names]
         variables = [self.new_var(n, dt.int64) for n in names]
         for name, var in zip(names, variables):
             self.frames[-1].names[name] = Local(var, loop_index=True)
         self.loops.append("serial")
         body = self.nested(lambda: self.statements(node.body))
         self.loops.pop()
+        # Python leaves the name on the last value the loop took (or as it was, when the loop never
+        # ran): each iteration copies its index there, a copy compilers sink out of the loop.
+        body = tuple(k.Assign(after, var) for after, var in zip(names_after, variables)) + body
         for var, (lo, hi, step) in reversed(list(zip(variables, ranges))):
             body = (k.For(var, lo, hi, body, step),)
         self.emit(body[0])
+        for name, after in zip(names, names_after):
+            self.frames[-1].names[name] = Local(after)
+
+    def value_after_loop(self, node: ast.For, name: str) -> k.Var:
+        """The variable `name` holds after a serial loop over it: the int64 local it already is, or a
+        new one. Reusing an enclosing loop's index is refused: inside the inner loop the outer
+        index would be lost, which braze cannot follow."""
+        bound = self.frames[-1].names.get(name)
+        if isinstance(bound, Local) and bound.loop_index:
+            self.error(node, f"loop variable '{name}' reuses the index of an enclosing loop; give the inner "
+                             "loop another name")
+        if isinstance(bound, Local) and bound.var.dtype == dt.int64:
+            return bound.var
+        return self.declare(name, dt.int64)
 
     def static_for(self, node: ast.For) -> None:
         self.loops.append("static")

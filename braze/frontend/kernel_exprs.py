@@ -79,6 +79,7 @@ class ExpressionTranslator:
             self.error(node, f"wrong number of indices: '{param.name}' has {param.ndim} dimension(s), "
                              f"got {len(raw)} index(es)", KernelTypeError)
         indices = tuple(self.checked(r, lambda r=r: ty.index(self.expr(r), f"index of '{param.name}'")) for r in raw)
+        indices = tuple(_from_the_end(param, axis, i) for axis, i in enumerate(indices))
         if self.debug:
             self.bounds_check(node, param, indices)
         return handle, indices
@@ -174,6 +175,14 @@ def is_pure_constant(node: ast.expr) -> bool:
     """A condition made only of literals and names (resolved later): may be folded at compile time."""
     return all(isinstance(n, (ast.Constant, ast.Name, ast.Attribute, ast.Load, ast.Compare, ast.BoolOp, ast.UnaryOp,
                               ast.cmpop, ast.boolop, ast.unaryop, ast.BinOp, ast.operator)) for n in ast.walk(node))
+
+
+def _from_the_end(param: k.ArrayParam, axis: int, index: k.Expr) -> k.Expr:
+    """A constant negative index counts from the end, as in Python (`a[-1]` is the last element).
+    Other indices are taken as they are: their sign is only known at run time."""
+    if isinstance(index, k.Const) and index.value < 0:
+        return ty.binary("add", k.ArrayExtent(param, axis), index)
+    return index
 
 
 BINARY_OPS = {
