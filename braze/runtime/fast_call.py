@@ -317,10 +317,10 @@ class PreparedCall:
         kept = self.kept  # read once: another thread's KEPT_BUFFERS may drop it meanwhile
         if kept is None or order != self.kept_order:
             kept = [None if fresh else allocate() for allocate, fresh in zip(allocations, self.fresh)]
-            if KEPT_BUFFERS.keep(self, sum(_nbytes(b) for b in kept if b is not None)):
-                self.kept, self.kept_order = kept, order
-            else:  # over the budget on its own: allocated per call
-                self.kept, self.kept_order = None, None
+            # Kept first, then counted: a call evicting this one meanwhile finds it holding them.
+            self.kept, self.kept_order = kept, order
+            if not KEPT_BUFFERS.keep(self, sum(_nbytes(b) for b in kept if b is not None)):
+                self.drop_kept()  # over the budget on its own: allocated per call
         else:
             KEPT_BUFFERS.touch(self)
         return [allocate() if buffer is None else buffer for allocate, buffer in zip(allocations, kept)]

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import weakref
 
 import numpy as np
@@ -136,6 +137,32 @@ def test_kept_buffers_stay_within_their_byte_budget_and_results_stay_right(budge
             assert KEPT_BUFFERS.total > budget // 2  # the most recent calls keep theirs
         (out,) = f.execute([np.arange(1000, dtype=np.float32)])  # a call whose buffers were given up
         np.testing.assert_array_equal(out, np.arange(1000, dtype=np.float32) * 3)
+
+
+def test_threads_sharing_the_budget_keep_it_and_their_results() -> None:
+    fusions = [_hidden_output_fusion() for _ in range(4)]
+    failures = []
+
+    def work(f: bz.Fusion, seed: int) -> None:
+        for n in range(60):
+            a = np.arange(500 + 37 * ((n * 7 + seed) % 12), dtype=np.float32) + seed
+            (out,) = f.execute([a])
+            if not np.array_equal(out, a * 3):
+                failures.append((seed, n))
+
+    for f in fusions:  # each host program tiered up to native code before the threads start
+        for n in range(2):
+            f.execute([np.ones(8 + n, np.float32)])
+    budget = 1 << 14
+    with config.scope(kept_buffer_bytes=budget):
+        threads = [threading.Thread(target=work, args=(f, seed)) for seed, f in enumerate(fusions * 2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not failures and KEPT_BUFFERS.total <= budget
+    prepared = [p for f in fusions for p in f.__dict__["_fast_calls"].prepared.values() if p is not None]
+    assert prepared and all(id(p) in KEPT_BUFFERS.holders for p in prepared if p.kept is not None)
 
 
 def test_a_dropped_fusion_takes_its_kept_bytes_off_the_count() -> None:
