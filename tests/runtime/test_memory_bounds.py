@@ -150,9 +150,6 @@ def test_threads_sharing_the_budget_keep_it_and_their_results() -> None:
             if not np.array_equal(out, a * 3):
                 failures.append((seed, n))
 
-    for f in fusions:  # each host program tiered up to native code before the threads start
-        for n in range(2):
-            f.execute([np.ones(8 + n, np.float32)])
     budget = 1 << 14
     with config.scope(kept_buffer_bytes=budget):
         threads = [threading.Thread(target=work, args=(f, seed)) for seed, f in enumerate(fusions * 2)]
