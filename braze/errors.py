@@ -62,3 +62,8 @@ class KernelAssertionError(Error, IndexError):
 
 class SerialLoopWarning(RuntimeWarning):
     """A loop of a `@bz.kernel` runs on one thread where the user probably meant it to run in parallel."""
+
+
+def a_or_an(word: str) -> str:
+    """`word` after its indefinite article, for messages: 'an int32', 'a float32'."""
+    return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"

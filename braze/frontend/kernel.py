@@ -28,7 +28,7 @@ import numpy as np
 from braze import config, engine
 from braze import dtypes as dt
 from braze.dtypes import DType
-from braze.errors import Error, InputError, KernelTypeError
+from braze.errors import Error, InputError, KernelTypeError, a_or_an
 from braze.frontend.kernel_ast import translate_kernel
 from braze.frontend.kernel_lang import ArrayType, _ArrayTypes
 from braze.frontend.kernel_scope import ArrayHandle, Source
@@ -61,9 +61,24 @@ def _param_spec(name: str, annotation: object, fn: Callable) -> ArrayType | DTyp
         return dt.as_dtype(annotation)
     except Error:
         pass
-    where = f"{inspect.getsourcefile(fn)}:{fn.__code__.co_firstlineno}"
-    raise KernelTypeError(f"{where}: kernel {fn.__name__}: parameter '{name}': expected an annotation "
-                          f"bz.Array[dtype, ndim], a braze dtype, int or float, got {annotation!r}")
+    got = "no annotation" if annotation is inspect.Parameter.empty else repr(annotation)
+    raise KernelTypeError(f"{_where(fn)}: kernel {fn.__name__}: parameter '{name}': expected an annotation "
+                          f"bz.Array[dtype, ndim], a braze dtype, int or float, got {got}")
+
+
+def _where(fn: Callable) -> str:
+    return f"{inspect.getsourcefile(fn)}:{fn.__code__.co_firstlineno}"
+
+
+def _annotations(fn: Callable) -> dict[str, object]:
+    """The parameters' annotations, evaluated (strings under `from __future__ import annotations`)."""
+    try:
+        return inspect.get_annotations(fn, eval_str=True)
+    except NameError as error:
+        raise KernelTypeError(f"{_where(fn)}: kernel {fn.__name__}: an annotation names something that is not "
+                              f"defined where the module's names are ({error}); under `from __future__ import "
+                              "annotations` annotations are evaluated in the module's globals, so a name local "
+                              "to the enclosing function cannot be seen: define it at module level") from None
 
 
 class KernelFunction:
@@ -72,7 +87,7 @@ class KernelFunction:
     def __init__(self, fn: Callable, debug: bool = False, fuse_tasks: bool = True) -> None:
         functools.update_wrapper(self, fn)
         self.fn, self.debug, self.fuse = fn, debug, fuse_tasks
-        annotations = inspect.get_annotations(fn, eval_str=True)
+        annotations = _annotations(fn)
         names = list(inspect.signature(fn).parameters)
         self.specs = [(n, _param_spec(n, annotations.get(n, inspect.Parameter.empty), fn)) for n in names]
         self.array_positions = [i for i, (_, s) in enumerate(self.specs) if isinstance(s, ArrayType)]
@@ -169,7 +184,7 @@ class KernelFunction:
         allowed = (bool, np.bool_) if dtype.is_bool else (int, bool, np.integer, np.bool_) if dtype.is_integer \
             else (int, float, np.integer, np.floating)
         if not isinstance(value, allowed):
-            raise InputError(f"kernel {self.__name__}: argument '{name}': expected a {dtype.name} scalar, "
+            raise InputError(f"kernel {self.__name__}: argument '{name}': expected {a_or_an(dtype.name)} scalar, "
                              f"got {type(value).__name__}")
         if dtype.is_integer and not _INT_RANGES[dtype.name][0] <= value <= _INT_RANGES[dtype.name][1]:
             raise InputError(f"kernel {self.__name__}: argument '{name}': {value} does not fit in {dtype.name}")

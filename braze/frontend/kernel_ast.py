@@ -110,9 +110,19 @@ class Translator(ExpressionTranslator):
 
     def try_alias(self, node: ast.stmt) -> bool:
         """`n = x.shape[0] - 1` at top level: a name for a launch-time value, shared by all tasks."""
-        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
             return False
-        name = node.targets[0].id
+        target = node.targets[0]
+        if isinstance(target, ast.Tuple) and all(isinstance(t, ast.Name) for t in target.elts):
+            value = self.in_scratch_task(lambda: self.expr(node.value))
+            if not isinstance(value, ShapeHandle):
+                return False
+            for t, extent in zip(target.elts, self.unpacked(node, value, len(target.elts))):
+                self.kernel_names[t.id] = extent
+            return True
+        if not isinstance(target, ast.Name):
+            return False
+        name = target.id
         if name in self.kernel_names and isinstance(self.kernel_names[name], (ArrayHandle, k.ScalarRef)):
             return False  # reported as an assignment to a parameter
         value = self.in_scratch_task(lambda: self.expr(node.value))
@@ -327,7 +337,21 @@ class Translator(ExpressionTranslator):
             for t, v in zip(target.elts, values):
                 self.assign(t, v, node)
             return
-        self.assign(target, self.expr(node.value), node)
+        value = self.expr(node.value)
+        if isinstance(target, ast.Tuple):
+            for t, v in zip(target.elts, self.unpacked(node, value, len(target.elts))):
+                self.assign(t, v, node)
+            return
+        self.assign(target, value, node)
+
+    def unpacked(self, node: ast.Assign, value, count: int) -> list:
+        """The parts of `value` for a tuple target: `h, w = a.shape` gives the extents."""
+        if not isinstance(value, ShapeHandle):
+            self.error(node, "unsupported construct: unpacking a value that is not a tuple or an array's shape")
+        if value.param.ndim != count:
+            self.error(node, f"'{value.param.name}.shape' has {value.param.ndim} extent(s), unpacked into {count} "
+                             "name(s)", KernelTypeError)
+        return [k.ArrayExtent(value.param, axis) for axis in range(count)]
 
     def temporary(self, value):
         if not isinstance(value, k.Expr) or isinstance(value, k.Const):

@@ -197,22 +197,21 @@ class CudaExecutor:
             if task.cache_itemsizes:
                 module.allow_shared_memory(task.name, ROW_CACHE_BYTES)
         self.layout = ArgLayout.of(self.kernel.params)
-        # The kernel parameters after the argument block: `lanes`, `cached_row`, and the workspace and
-        # finished-block counter of grid reductions, each passed by address.
-        self.scalars = np.zeros(4, np.int64)
-        self.pointers = (ctypes.c_void_p * 5)()
-        for n in range(4):
-            self.pointers[1 + n] = self.scalars.ctypes.data + 8 * n
         accumulators = max((t.grid_accumulators for t in self.tasks), default=0)
         self.max_grid = device.sm_count * BLOCKS_PER_SM
         self.workspace = _Workspace(device, 8 * accumulators * self.max_grid) if accumulators else None
 
     def run(self, block: np.ndarray, scalars: dict[str, int], stream: int) -> None:
         self.device.activate()
-        self.pointers[0] = block.ctypes.data
-        params = ctypes.addressof(self.pointers)
+        # The kernel parameters: the argument block, then `lanes`, `cached_row`, and the workspace and
+        # finished-block counter of grid reductions, each passed by address. A call's own: threads
+        # racing on a first call launch at once, and a launch reads its parameters when it is made.
+        launch_scalars = (ctypes.c_int64 * 4)()
+        pointers = (ctypes.c_void_p * 5)(block.ctypes.data, *[ctypes.addressof(launch_scalars) + 8 * n
+                                                             for n in range(4)])
+        params = ctypes.addressof(pointers)
         for planned in self.plan(scalars, stream):
-            self.scalars[:] = planned.scalars
+            launch_scalars[:] = planned.scalars
             if recording():
                 self._recorded_launch(planned, params, stream, block)
             else:

@@ -188,6 +188,8 @@ class PreparedKernelCall:
         self.device_stream = readers[0].device_stream if readers else None
         self.stream_position = array_positions[0] if array_positions else 0
         self.spans = [_span_offsets(v) for v in views]
+        # Fixed by the description (shapes and strides), whatever the pointers: a view overlapping itself.
+        self.overlaps_itself = any(overlaps_itself(v.shape, v.strides, v.itemsize) for v in views)
         self.shapes = [_Shape(v.shape) for v in views]  # what the bounds function reads
         self.overlapping = overlapping
         self.last_pointers: tuple[int, ...] | None = None
@@ -325,6 +327,8 @@ class PreparedKernelCall:
             raise KernelAssertionError(f"kernel {self.launcher.kernel.name!r}: {self.launcher.messages[code - 1]}")
 
     def _overlap(self, pointers: tuple[int, ...]) -> bool:
+        if self.overlaps_itself:
+            return True
         spans = sorted((p + lo, p + hi) for p, span in zip(pointers, self.spans) if span is not None
                        for lo, hi in (span,))
         return any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:]))

@@ -58,12 +58,14 @@ ROUND = textwrap.dedent("""
             scale(ad, outd)
             out = host(outd)
             want_soft, want_col = f.execute([x], backend="reference")
-            ok = (np.allclose(soft, want_soft, rtol=1e-5, atol=1e-6)
-                  and np.allclose(col, want_col, rtol=1e-4, atol=1e-3)
-                  and np.allclose(out, a * np.float32(salt) + 1, rtol=1e-6)
-                  and y.shape == x.shape and np.isfinite(y).all())
-            if not ok:
-                failures.append(f"thread {seed}: wrong result")
+            checks = {"softmax": np.allclose(soft, want_soft, rtol=1e-5, atol=1e-6),
+                      "column sum": np.allclose(col, want_col, rtol=1e-4, atol=1e-3),
+                      "loop kernel": np.allclose(out, a * np.float32(salt) + 1, rtol=1e-6),
+                      "jit": y.shape == x.shape and bool(np.isfinite(y).all())}
+            wrong = [name for name, ok in checks.items() if not ok]
+            if wrong:
+                failures.append(f"thread {seed}: wrong {wrong}; softmax error {np.abs(soft - want_soft).max()}, "
+                                f"column sum error {np.abs(col - want_col).max()}")
         except Exception as error:
             failures.append(f"thread {seed}: {type(error).__name__}: {error}")
 
