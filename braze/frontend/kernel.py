@@ -130,9 +130,8 @@ class KernelFunction:
                 raise InputError(f"kernel {self.__name__}: argument '{self.specs[self.array_positions[position]][0]}'"
                                  ": the kernel writes it, but the array is read-only")
         packed = entry.launcher.pack(arrays)
-        replayable = all(args[p] is a for p, a in zip(self.array_positions, arrays))  # NumPy arrays as given
-        self._last.call = _Replay(entry, packed, replay_guard(
-            arrays, self.array_positions, entry.written, config.current)) if replayable else None
+        guard = replay_guard(args, arrays, self.array_positions, entry.written, config.current)
+        self._last.call = _Replay(entry, packed, guard) if guard is not None else None
         entry.launcher.run(packed, scalars)
 
     # --- binding ----------------------------------------------------------------------------------
@@ -257,26 +256,38 @@ class _Replay:
     matches: Callable[[Sequence[Any]], bool]
 
 
-def replay_guard(arrays: Sequence[np.ndarray], positions: Sequence[int], written: Sequence[int],
-                 knobs: config.Config) -> Callable[[Sequence[Any]], bool]:
-    """Whether a call's arguments may replay the packed block of `arrays`: the same knobs, and at
-    each position the same array object (a weak reference's), with the shape, strides and dtype
-    it was packed with, still writable where the kernel writes. Generated as one expression: the
-    first call's checks, at a few tens of nanoseconds an array."""
-    names: dict[str, object] = {"config": config, "knobs": knobs}
-    reads, tests = [], ["config.current is knobs"]
-    for n, (position, array) in enumerate(zip(positions, arrays)):
-        names.update({f"ref{n}": weakref.ref(array), f"shape{n}": array.shape, f"strides{n}": array.strides,
-                      f"dtype{n}": array.dtype})
-        reads.append(f"a{n} = args[{position}]")
-        tests.append(f"ref{n}() is a{n}")
-    for n in range(len(arrays)):  # only once each is known to be the array packed
-        tests.append(f"a{n}.shape == shape{n} and a{n}.strides == strides{n} and a{n}.dtype is dtype{n}")
+def replay_guard(args: Sequence[Any], arrays: Sequence[np.ndarray], positions: Sequence[int],
+                 written: tuple[int, ...], knobs: config.Config) -> Callable[[Sequence[Any]], bool] | None:
+    """Whether a later call's arguments may replay the packed block of `arrays` (`args` bound): the
+    same knobs, and at each position the same array object (a weak reference's), with the shape,
+    strides and dtype it was packed with, still writable where the kernel writes. One generated
+    expression: the first call's checks, at a few tens of nanoseconds an array. None where an
+    argument was not the NumPy array packed (a torch tensor read through a view of its own)."""
+    values: list[object] = [knobs]
+    for position, array in zip(positions, arrays):
+        if args[position] is not array:
+            return None
+        values += (weakref.ref(array), array.shape, array.strides, array.dtype)
+    return _guard_maker(tuple(positions), written)(*values)
+
+
+@functools.lru_cache(maxsize=1024)
+def _guard_maker(positions: tuple[int, ...], written: tuple[int, ...]) -> Callable[..., Callable]:
+    """A function of (knobs, then per array its weak reference, shape, strides and dtype) making
+    `replay_guard`'s guard: generated once per argument layout, since a call whose arrays differ
+    from the last (buffers swapped each step) makes a guard every time."""
+    names = [f"ref{n}, shape{n}, strides{n}, dtype{n}" for n in range(len(positions))]
+    reads = [f"a{n} = args[{position}]" for n, position in enumerate(positions)]
+    tests = ["config.current is knobs", *(f"ref{n}() is a{n}" for n in range(len(positions)))]
+    tests += [f"a{n}.shape == shape{n} and a{n}.strides == strides{n} and a{n}.dtype is dtype{n}"
+              for n in range(len(positions))]  # once each is known to be the array packed
     tests += [f"a{n}.flags.writeable" for n in written]
-    source = "def matches(args):\n" + "".join(f"    {line}\n" for line in reads) + \
-        f"    return {' and '.join(tests)}\n"
-    exec(source, names)  # noqa: S102  (built above from argument positions only)
-    return names["matches"]
+    source = (f"def make({', '.join(['knobs', *names])}):\n    def matches(args):\n"
+              + "".join(f"        {line}\n" for line in reads)
+              + f"        return {' and '.join(tests)}\n    return matches\n")
+    namespace: dict[str, object] = {"config": config}
+    exec(source, namespace)  # noqa: S102  (built above from argument positions only)
+    return namespace["make"]
 
 
 def _on_gpu(fn: KernelFunction, args: Sequence[Any]) -> bool:

@@ -35,13 +35,13 @@ def _remainder(a: int, b: int) -> int:
 
 
 def _bound_source(e: k.Expr, arrays: dict[str, int], scalars: dict[str, int]) -> str:
-    """Python source for a task bound: `A[n].shape[axis]` for extents, `S[n]` for scalar parameters."""
+    """Python source for a task bound: `A[n][axis]` for extents, `S[n]` for scalar parameters."""
     if isinstance(e, k.Const):
         return repr(int(e.value))
     if isinstance(e, k.ScalarRef):
         return f"S[{scalars[e.param.name]}]"
     if isinstance(e, k.ArrayExtent):
-        return f"A[{arrays[e.param.name]}].shape[{e.axis}]"
+        return f"A[{arrays[e.param.name]}][{e.axis}]"
     if isinstance(e, k.Cast) and e.dtype.is_integer:
         return _bound_source(e.x, arrays, scalars)
     if isinstance(e, k.Binary) and e.op in _HOST_OPS:
@@ -51,8 +51,8 @@ def _bound_source(e: k.Expr, arrays: dict[str, int], scalars: dict[str, int]) ->
 
 def bounds_function(kernel: k.Kernel, arrays: Sequence[k.ArrayParam],
                     scalars: Sequence[k.ScalarParam]) -> Callable[[Sequence, Sequence], tuple]:
-    """`(arrays, scalars) -> ((begin, end) per task)`: Python compiled from the tasks' bounds, reading
-    `arrays[n].shape` and `scalars[n]` in parameter order."""
+    """`(shapes, scalars) -> ((begin, end) per task)`: Python compiled from the tasks' bounds, reading
+    the array arguments' shapes and the scalars in parameter order."""
     array_index = {p.name: n for n, p in enumerate(arrays)}
     scalar_index = {p.name: n for n, p in enumerate(scalars)}
     bounds = ", ".join(f"({_bound_source(t.begin, array_index, scalar_index)}, "
@@ -104,7 +104,7 @@ class KernelLauncher:
             status = np.zeros(1, np.int64)
             block[self.status_slot: self.status_slot + 3] = [status.ctypes.data, 1, 1]
         packed = np.array(block, dtype=np.int64)
-        return PackedArgs(packed, packed.ctypes.data, tuple(ArrayShape(a.shape) for a in arrays), status)
+        return PackedArgs(packed, packed.ctypes.data, tuple([a.shape for a in arrays]), status)
 
     def launch(self, arrays: Sequence[np.ndarray], scalars: Sequence[object]) -> None:
         """Runs the kernel once; raises KernelAssertionError when a debug check failed."""
@@ -134,18 +134,11 @@ class KernelLauncher:
 
 
 @dataclass(frozen=True)
-class ArrayShape:
-    """An argument's extents, as the bounds function reads them (`.shape`), without the array."""
-
-    shape: tuple[int, ...]
-
-
-@dataclass(frozen=True)
 class PackedArgs:
     """A packed argument block: the arrays' pointers, extents and strides. It holds no array: a
     caller replaying it must make sure the same arrays, unchanged, are still alive."""
 
     block: np.ndarray
     address: int
-    shapes: tuple[ArrayShape, ...]  # per array argument, what the task bounds read
+    shapes: tuple[tuple[int, ...], ...]  # per array argument its shape: what the task bounds read
     status: np.ndarray | None  # the debug checks' status word
