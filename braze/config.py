@@ -16,7 +16,7 @@ DUMP_NAMES = frozenset({
     "launch_params", "kernel_args", "host_program", "host_jit", "fusion_decisions", "cuda_to_file",
 })
 # What BRAZE_ENABLE / BRAZE_DISABLE switch: `fast_math` (enable: fast-math flags in CPU kernels),
-# `poison_outputs` (enable: new GPU outputs start as 0xFF bytes), `disk_cache` (disable: no
+# `poison_outputs` (enable: new outputs, GPU and host, start as 0xFF bytes), `disk_cache` (disable: no
 # compiled code read from or written to disk), `host_jit` (disable: shape functions run in
 # Python instead of native code), `simplify` (disable: Kernel IR is not simplified), `fast_call`
 # (disable: every call runs the host program; no prepared call is kept), `kernel_reuse` (disable:

@@ -18,6 +18,7 @@ from itertools import count
 
 import numpy as np
 
+from braze import config
 from braze.errors import OutOfMemoryError
 from braze.host.jit import shape_function
 from braze.host.shapes import Layout, ShapeProgram, infer_layout
@@ -69,7 +70,12 @@ def host_buffer(dtype: np.dtype, numel: int, sizes: Sequence[int], strides: Sequ
     """`numel` elements of host memory seen through `sizes` and element `strides`; `name` (the
     tensor) is what an OutOfMemoryError names."""
     try:
-        storage = np.zeros(numel, dtype) if zero else np.empty(numel, dtype)
+        if zero:
+            storage = np.zeros(numel, dtype)
+        elif "poison_outputs" in config.current.enable:  # an element no kernel writes shows as NaN or -1
+            storage = np.full(numel * dtype.itemsize, 0xFF, np.uint8).view(dtype)
+        else:
+            storage = np.empty(numel, dtype)
     except MemoryError:
         raise OutOfMemoryError(f"{name}: expected {numel * dtype.itemsize} bytes of host memory for "
                                f"{dtype.name}{list(sizes)}, got none: the allocation failed") from None
