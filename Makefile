@@ -51,7 +51,8 @@ lint: $(STAMP)
 # Last, compute-sanitizer's memcheck over a representative subset, where it is installed: the GPU
 # runtime tests (torch, CuPy, DeviceArray, in-place outputs, RtcKernel, recompiles, grid reductions,
 # streams, softmax rows of five lengths) and the fused particle step. Every kernel runs ~100x slower
-# under memcheck, so the whole GPU suite would take most of an hour.
+# under memcheck, so the whole GPU suite would take most of an hour. Then a sample of random
+# fusions (tests/engine/test_fuzz_fusions.py) under memcheck and racecheck.
 gpu-test: $(STAMP)
 	$(PY) -m pytest -q -m cuda tests
 	BRAZE_OPS_BACKEND=cuda $(PY) -m pytest -q $(if $(JOBS),-n $(JOBS)) tests/ops
@@ -59,7 +60,11 @@ gpu-test: $(STAMP)
 	  $(PYENV) compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 $(PYBIN) -m pytest -q -p no:cacheprovider \
 	    tests/cuda/test_cuda_runtime.py tests/cuda/test_loop_kernels.py \
 	    -k "$(MEMCHECK_TESTS)"; fi
+	if command -v compute-sanitizer >/dev/null; then for tool in memcheck racecheck; do \
+	  BRAZE_FUZZ_EXAMPLES=1,1,$(SANITIZED_FUSIONS) $(PYENV) compute-sanitizer --tool $$tool --report-api-errors no --error-exitcode 1 \
+	    $(PYBIN) -m pytest -q -p no:cacheprovider tests/engine/test_fuzz_fusions.py -k on_the_gpu || exit 1; done; fi
 
+SANITIZED_FUSIONS := 40  # random fusions run under memcheck and racecheck (each ~100x slower there)
 MEMCHECK_TESTS := (test_cuda_runtime and not compile_error and not disk_cache and not failed_launch) or particle
 
 bench: $(STAMP)

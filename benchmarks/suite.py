@@ -118,7 +118,7 @@ def gpu_row(p: Prepared, torch, gpu, peer, jax, l2_bytes: int, repeats: int) -> 
         def check():
             with config.scope(enable="poison_outputs"):
                 return [host(o) for o in p.fusion.execute(sets[0])]
-        row["braze"] = measure(check, timed(p.fusion.execute), p.want, p.nbytes)
+        row["braze"] = measure(check, timed(lambda *inputs: p.fusion.execute(list(inputs))), p.want, p.nbytes)
     if peer is not None:
         keep = {"keep": torch.from_numpy(p.keep).cuda()} if p.case.dropout else {}
         for key, make in (("torch", lambda: peer), ("torch_compile", lambda: torch.compile(peer))):
@@ -151,6 +151,7 @@ def run_gpu(cases: list[Case], mode: str, repeats: int, jax) -> dict:
     for case in cases:
         rows.append(gpu_row(Prepared(case, mode), torch, gpu, PEERS.get(case.name), jax, l2_bytes, repeats))
         print(suite_report.progress(rows[-1], ("braze", "torch", "torch_compile", "jax")), flush=True)
+        print("row " + json.dumps(rows[-1]), file=sys.stderr, flush=True)  # kept if the run is cut short
         gc.collect()
         torch.cuda.empty_cache()
     return {"device": torch.cuda.get_device_name(), "copy_gbps": copy, "rows": rows}
@@ -177,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu", action="store_true", help="the llvm backend on NumPy arrays against NumPy")
     parser.add_argument("--out", type=Path, help="the JSON file to write (the plot goes beside it)")
     parser.add_argument("--repeats", type=int, default=20, help="timed calls per measurement")
+    parser.add_argument("--no-jax", action="store_true", help="leave JAX out (its compiles take most of a run)")
     args = parser.parse_args(argv)
     cases = selected(args.cases)
     if not args.cpu and (why := gpu_available()):
@@ -186,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.cpu:
         result, peers = run_cpu(cases, mode, args.repeats), ("numpy",)
     else:
-        result, peers = run_gpu(cases, mode, args.repeats, jax_module()), ("torch", "torch_compile", "jax")
+        jax = None if args.no_jax else jax_module()
+        result, peers = run_gpu(cases, mode, args.repeats, jax), ("torch", "torch_compile", "jax")
     result.update(mode=mode, summary=suite_report.summary(result["rows"], peers))
     print(suite_report.table(result, peers))
     out = args.out or default_out(result["device"], args.cpu, args.quick)

@@ -24,7 +24,9 @@ def cell_text(row: dict, key: str) -> str:
 
 
 def progress(row: dict, keys: tuple[str, ...]) -> str:
-    return f"{row['case']:28} " + " ".join(f"{LABELS[k]}={cell_text(row, k)}" for k in keys if k in row)
+    line = f"{row['case']:28} " + " ".join(f"{LABELS[k]}={cell_text(row, k)}" for k in keys if k in row)
+    problem = row.get("braze", {}).get("error") or row.get("braze", {}).get("detail")
+    return f"{line}  [braze: {problem}]" if problem else line
 
 
 def ratio_summary(rows: list[dict], peer: str) -> dict | None:
