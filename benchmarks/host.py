@@ -68,7 +68,7 @@ def cached_call_rows() -> list[dict]:
 
 def _parts(f: bz.Fusion, inputs: list, name: str) -> list[dict]:
     """Each step of a cached call, timed on its own."""
-    cache = engine._caches[f]
+    cache = engine._cache_of(f)
     (runtime,) = cache.entries.values()
     program = runtime.program
     bound = bind_inputs(f, inputs)

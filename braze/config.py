@@ -116,6 +116,7 @@ class Config:
     fuse_tasks_raw: bool = True
     fuse_tasks_diag: bool = False
     fuse_tasks_budget: int = 4000
+    kept_buffer_bytes: int = 256 << 20
     debug: bool = False
 
     @classmethod
@@ -141,6 +142,9 @@ KNOBS: tuple[Knob, ...] = (
     Knob("BRAZE_FUSE_TASKS_DIAG", "fuse_tasks_diag", _switch(False), "1: one line per pair of loops to stderr"),
     Knob("BRAZE_FUSE_TASKS_BUDGET", "fuse_tasks_budget", lambda env, text: _count(env, text, 4000),
          "the most Kernel IR nodes in a merged loop body (default 4000)"),
+    Knob("BRAZE_KEPT_BUFFER_BYTES", "kept_buffer_bytes", lambda env, text: _byte_count(env, text, 256 << 20),
+         "the most bytes of intermediates and hidden outputs cached calls keep between calls, over the whole "
+         "process (default 256M); the least recently used call gives its buffers up first"),
     Knob("BRAZE_DEBUG", "debug", _switch(False), "1: every @bz.kernel checks its indices, as with debug=True"),
 )
 _CHECKED_LISTS = {"dump": DUMP_NAMES, "enable": FEATURE_NAMES, "disable": FEATURE_NAMES}

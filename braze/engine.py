@@ -45,8 +45,9 @@ Backend = Callable[[Fusion, BoundInputs], list[np.ndarray]]
 DEFAULT_BACKEND = "llvm"
 CACHE_ENTRIES = 64  # signatures kept per fusion
 _dumped: weakref.WeakSet = weakref.WeakSet()  # fusions whose IR was dumped
-_caches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # fusion -> FusionCache
-_kernels: dict[tuple, object] = {}  # (device, Kernel IR text, params) -> compiled kernel, shared by all fusions
+# (device, Kernel IR text, params) -> compiled kernel, shared by all fusions and loop kernels while any
+# runtime, launcher or prepared call holds it: it goes with the last of them.
+_kernels: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 _kernels_lock = threading.Lock()  # guards the table; each kernel compiles and loads under its own lock
 
 
@@ -269,12 +270,14 @@ class FusionCache:
 
 
 def _cache_of(fusion: Fusion) -> FusionCache:
-    cache = _caches.get(fusion)
+    # Kept on the fusion, not in a table keyed by it: its runtimes refer to the fusion, so a table
+    # would hold every fusion (and its compiled kernels) for the life of the process.
+    cache = fusion.__dict__.get("_fusion_cache")
     if cache is None:
         with _kernels_lock:
-            cache = _caches.get(fusion)
+            cache = fusion.__dict__.get("_fusion_cache")
             if cache is None:
-                cache = _caches[fusion] = FusionCache()
+                cache = fusion.__dict__["_fusion_cache"] = FusionCache()
     return cache
 
 
@@ -322,6 +325,7 @@ def execute(fusion: Fusion, inputs: Sequence[object], backend: str | None = None
         outputs = fast.run(inputs) if fast is not None else None
         if outputs is not None:
             return outputs
+    fusion.freeze("its first execute")  # built without a `with` block: its runs are made from it as it is now
     if config.dumping("fusion_ir") and fusion not in _dumped:
         _dumped.add(fusion)
         config.dump("fusion_ir", str(fusion))

@@ -11,6 +11,11 @@ class FusionDefinitionError(Error, ValueError):
     """A fusion was defined wrongly: shapes that cannot broadcast, an axis out of range, a bad dtype."""
 
 
+class TracerBoolConversionError(FusionDefinitionError, TypeError):
+    """Python control flow (`if`, `while`, `and`, `bool()`) met a traced tensor while a fusion was
+    being defined (inside `@bz.jit`, say): its value is only known when the fusion runs."""
+
+
 class InputError(Error, ValueError):
     """The inputs given to `execute` (or a jitted function) do not match the definition."""
 
@@ -21,6 +26,10 @@ class UnsupportedError(Error, NotImplementedError):
 
 class CompileError(Error, RuntimeError):
     """A kernel failed to compile; the message names the kernel and holds the compiler's log."""
+
+
+class OutOfMemoryError(Error, MemoryError):
+    """An output or intermediate buffer could not be allocated; the message names it and its bytes."""
 
 
 class CudaError(Error, RuntimeError):

@@ -41,11 +41,13 @@ class Fusion(ir.Fusion):
 
     def __exit__(self, *exc) -> None:
         self._scope.close()
+        self.freeze("the end of its `with` block")
 
     # --- inputs --------------------------------------------------------------------------------
     def define_tensor(self, shape: Sequence[int], dtype: object = dt.float32,
                       stride_order: Sequence[int] | None = None, name: str | None = None) -> TensorView:
         """An input tensor. Extents: -1 symbolic, 1 broadcast, n static. `name` labels error messages."""
+        self.check_definable("define_tensor")
         shape = _check_shape(shape)
         dtype = dt.as_dtype(dtype)
         tv = TensorView(self, [], dtype)
@@ -65,6 +67,7 @@ class Fusion(ir.Fusion):
     def define_scalar(self, value: bool | int | float | None = None, dtype: object = None,
                       name: str | None = None) -> TensorView:
         """A weak scalar: a constant when `value` is given, else an input passed to execute()."""
+        self.check_definable("define_scalar")
         if value is None and dtype is None:
             raise FusionDefinitionError("define_scalar: expected a value or a dtype, got neither")
         if value is not None and not isinstance(value, (bool, int, float)):
@@ -82,6 +85,7 @@ class Fusion(ir.Fusion):
                    stride_order: Sequence[int] | None = None) -> None:
         """Marks `t` an output. `alias=inp` writes it in place into input `inp` (reuse_buffer);
         `hidden=True` computes it without returning it; `stride_order` sets its memory layout."""
+        self.check_definable("add_output")
         self.check_owned(t, "add_output")
         if stride_order is not None:
             if t.definition is None or any(o.tv is t for o in self.outputs):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -19,6 +20,7 @@ from braze.runtime.fast_call import MAX_DESCRIPTIONS, Describer
 from braze.runtime.inputs import stride_order_of
 
 _SCALARS = (bool, int, float)
+MAX_TRACES = 64  # fusions kept per jit function, one per signature
 
 
 def _is_default_order(order: tuple[int, ...]) -> bool:
@@ -60,7 +62,7 @@ class JitFunction:
         self.backend = backend
         self.signature = inspect.signature(fn)
         self.names = list(self.signature.parameters)
-        self.fusions: dict[tuple, tuple[Fusion, bool]] = {}
+        self.fusions: OrderedDict[tuple, tuple[Fusion, bool]] = OrderedDict()  # the last MAX_TRACES used
         # Arrays by their full description (dtype, shape, strides, device), so a repeated call
         # skips binding and signatures: the fusion's own cached call does the rest.
         self.describe = Describer(len(self.names), frozenset()).key
@@ -81,14 +83,25 @@ class JitFunction:
         bound.apply_defaults()
         args = tuple(bound.arguments[name] for name in self.names)
         key = tuple(_arg_signature(a, n) for a, n in zip(args, self.names))
-        if key not in self.fusions:
-            self.fusions[key] = self._trace(key, args)
-        fusion, returns_sequence = self.fusions[key]
+        fusion, returns_sequence = self._traced(key, args)
         tensors = [a for a, sig in zip(args, key) if sig[0] == "tensor"]
         outputs = fusion.execute(tensors, backend=self.backend)
         if not kwargs and len(tensors) == len(args) == len(self.names):
             self._remember(args, (fusion, returns_sequence))
         return tuple(outputs) if returns_sequence else outputs[0]
+
+    def _traced(self, key: tuple, args: tuple) -> tuple[Fusion, bool]:
+        """The fusion of signature `key`, traced on a miss; the least recently used beyond
+        MAX_TRACES is dropped, with its compiled code and cached calls."""
+        entry = self.fusions.get(key)
+        if entry is not None:
+            self.fusions.move_to_end(key)
+            return entry
+        entry = self.fusions[key] = self._trace(key, args)
+        if len(self.fusions) > MAX_TRACES:
+            _, (dropped, _) = self.fusions.popitem(last=False)
+            self.described = {k: e for k, e in self.described.items() if e[0] is not dropped}
+        return entry
 
     def _known(self, args: tuple) -> tuple[Fusion, bool] | None:
         """The fusion of arguments that are all arrays described before."""

@@ -19,6 +19,7 @@ import dataclasses
 import functools
 import inspect
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +30,7 @@ from braze import config, engine
 from braze import dtypes as dt
 from braze.dtypes import DType
 from braze.errors import Error, InputError, KernelTypeError, a_or_an
-from braze.frontend.kernel_ast import Translator
+from braze.frontend.kernel_ast import translate_kernel
 from braze.frontend.kernel_lang import ArrayType, _ArrayTypes
 from braze.frontend.kernel_scope import ArrayHandle, Source
 from braze.kir import kernel_text
@@ -110,9 +111,10 @@ class KernelFunction:
             return
         replay = getattr(self._last, "call", None)
         if replay is not None and replay.matches(args):
-            # The same array objects as last time on this thread, unchanged in shape and strides: their
-            # pointers are the same too (the packed block holds a reference, so none can be resized),
-            # so the packed block is replayed with only the scalars rewritten.
+            # The same array objects as last time on this thread, unchanged in shape, strides, dtype
+            # and (where written) writability: their pointers are the same too (an array with a weak
+            # reference cannot be resized), so the packed block is replayed with only the scalars
+            # rewritten.
             replay.entry.launcher.run(replay.packed, [self._scalar(n, s, args[i]) for i, n, s in self.scalar_specs])
             return
         if self.array_positions and _on_gpu(self, args):
@@ -132,8 +134,8 @@ class KernelFunction:
                 raise InputError(f"kernel {self.__name__}: argument '{self.specs[self.array_positions[position]][0]}'"
                                  ": the kernel writes it, but the array is read-only")
         packed = entry.launcher.pack(arrays)
-        self._last.call = _Replay(entry, packed, [args[i] for i in self.array_positions],
-                                  [(a.shape, a.strides) for a in arrays], self.array_positions, config.current)
+        guard = replay_guard(args, arrays, self.array_positions, entry.written, config.current)
+        self._last.call = _Replay(entry, packed, guard) if guard is not None else None
         entry.launcher.run(packed, scalars)
 
     # --- binding ----------------------------------------------------------------------------------
@@ -231,7 +233,7 @@ class KernelFunction:
         overlapping, classes = next(parts), next(parts)
         fuse = self.fuse and not overlapping and next(parts)[0]
         source = Source.of(self.fn)
-        tasks = Translator(self.fn.__name__, source, names, self.debug or config.current.debug).translate()
+        tasks = translate_kernel(self.fn.__name__, source, names, self.debug or config.current.debug)
         if self._bound_extents is None:
             self._bound_extents = list(dict.fromkeys(x for t in tasks for bound in (t.begin, t.end)
                                                      for x in _extents_read(bound)))
@@ -295,24 +297,46 @@ def _with_equal_extents(tasks: list[k.Task], extents: list[tuple[str, int]], cla
 
 @dataclass
 class _Replay:
-    """The last call's arguments on one thread, and its packed block."""
+    """The last call on one thread: its entry, its packed block, and whether later arguments are
+    the same arrays, unchanged. It holds no array: a weak reference each, in the guard."""
 
     entry: KernelEntry
     packed: PackedArgs
-    objects: list  # the array arguments as given
-    layouts: list[tuple]  # their (shape, strides) when packed
-    positions: list[int]
-    knobs: config.Config  # replaying is only right under the knobs the entry was chosen with
+    matches: Callable[[Sequence[Any]], bool]
 
-    def matches(self, args: Sequence[Any]) -> bool:
-        if config.current is not self.knobs:
-            return False
-        for position, previous, (shape, strides) in zip(self.positions, self.objects, self.layouts):
-            value = args[position]
-            if value is not previous or type(value) is not np.ndarray or value.shape != shape \
-                    or value.strides != strides:
-                return False
-        return True
+
+def replay_guard(args: Sequence[Any], arrays: Sequence[np.ndarray], positions: Sequence[int],
+                 written: tuple[int, ...], knobs: config.Config) -> Callable[[Sequence[Any]], bool] | None:
+    """Whether a later call's arguments may replay the packed block of `arrays` (`args` bound): the
+    same knobs, and at each position the same array object (a weak reference's), with the shape,
+    strides and dtype it was packed with, still writable where the kernel writes. One generated
+    expression: the first call's checks, at a few tens of nanoseconds an array. None where an
+    argument was not the NumPy array packed (a torch tensor read through a view of its own)."""
+    values: list[object] = [knobs]
+    for position, array in zip(positions, arrays):
+        if args[position] is not array:
+            return None
+        values += (weakref.ref(array), array.shape, array.strides, array.dtype)
+    return _guard_maker(tuple(positions), written)(*values)
+
+
+@functools.lru_cache(maxsize=1024)
+def _guard_maker(positions: tuple[int, ...], written: tuple[int, ...]) -> Callable[..., Callable]:
+    """A function of (knobs, then per array its weak reference, shape, strides and dtype) making
+    `replay_guard`'s guard: generated once per argument layout, since a call whose arrays differ
+    from the last (buffers swapped each step) makes a guard every time."""
+    names = [f"ref{n}, shape{n}, strides{n}, dtype{n}" for n in range(len(positions))]
+    reads = [f"a{n} = args[{position}]" for n, position in enumerate(positions)]
+    tests = ["config.current is knobs", *(f"ref{n}() is a{n}" for n in range(len(positions)))]
+    tests += [f"a{n}.shape == shape{n} and a{n}.strides == strides{n} and a{n}.dtype is dtype{n}"
+              for n in range(len(positions))]  # once each is known to be the array packed
+    tests += [f"a{n}.flags.writeable" for n in written]
+    source = (f"def make({', '.join(['knobs', *names])}):\n    def matches(args):\n"
+              + "".join(f"        {line}\n" for line in reads)
+              + f"        return {' and '.join(tests)}\n    return matches\n")
+    namespace: dict[str, object] = {"config": config}
+    exec(source, namespace)  # noqa: S102  (built above from argument positions only)
+    return namespace["make"]
 
 
 def _on_gpu(fn: KernelFunction, args: Sequence[Any]) -> bool:

@@ -25,11 +25,34 @@ from braze.lower.values import index_op
 from braze.passes.fuse_tasks import injective
 
 
+class WidenLocal(Exception):  # noqa: N818  (a restart, not an error)
+    """A local first set from a Python literal is stored a wider value of its kind: translate again
+    with the local declared that wide."""
+
+    def __init__(self, key: tuple, dtype: DType) -> None:
+        super().__init__(key, dtype)
+        self.key, self.dtype = key, dtype
+
+
+def translate_kernel(name: str, source: Source, params: dict[str, object], debug: bool) -> list[k.Task]:
+    """The tasks of a kernel. A local first set from a Python literal takes the widest dtype of its
+    kind stored into it (`acc = 0.0` then `acc += x[i]` on float64 data accumulates in float64, not
+    in the literal's float32), found by translating again each time one widens."""
+    widened: dict[tuple, DType] = {}
+    while True:
+        try:
+            return Translator(name, source, params, debug, widened).translate()
+        except WidenLocal as widen:
+            widened[widen.key] = widen.dtype
+
+
 class Translator(ExpressionTranslator):
     """Builds the tasks of one kernel from its Python source."""
 
-    def __init__(self, name: str, source: Source, params: dict[str, object], debug: bool) -> None:
+    def __init__(self, name: str, source: Source, params: dict[str, object], debug: bool,
+                 widened: dict[tuple, DType] | None = None) -> None:
         self.name, self.source, self.debug = name, source, debug
+        self.widened = widened if widened is not None else {}  # local key -> its dtype (translate_kernel)
         self.kernel_names: dict[str, object] = dict(params)
         self.tasks: list[k.Task] = []
         self.frames: list[Frame] = []
@@ -404,17 +427,33 @@ class Translator(ExpressionTranslator):
         if not ty.is_value(value):
             self.error(node, f"unsupported construct: a local holding {type(value).__name__}")
         if name in frame.names and isinstance(frame.names[name], Local):
-            var = frame.names[name].var
+            local = frame.names[name]
+            self._widen_if_needed(local, name, value)
+            var = local.var
             self.emit(k.Assign(var, self.checked(node, lambda: ty.assignable(value, var.dtype, f"'{name}'"))))
             return
+        from_literal = not isinstance(value, k.Expr)
         dtype = ty.type_of(value)[0]
+        if from_literal:
+            dtype = self.widened.get(self._local_key(name), dtype)
         if self.depth == 0:
             var = self.new_var(name, dtype)
             self.emit(k.Let(var, ty.as_expr(value, dtype)))
         else:
             var = self.declare(name, dtype)
             self.emit(k.Assign(var, ty.as_expr(value, dtype)))
-        frame.names[name] = Local(var)
+        frame.names[name] = Local(var, from_literal=from_literal)
+
+    def _local_key(self, name: str) -> tuple:
+        source = self.frames[-1].source
+        return source.file, source.first_line, name
+
+    def _widen_if_needed(self, local: Local, name: str, value) -> None:
+        """Restarts the translation (WidenLocal) when a local set from a literal is stored a wider
+        value of its kind: storing it would round it to the literal's type."""
+        dtype = ty.type_of(value)[0]
+        if local.from_literal and dtype.kind == local.var.dtype.kind and dtype.itemsize > local.var.dtype.itemsize:
+            raise WidenLocal(self._local_key(name), dtype)
 
     def declare(self, name: str, dtype: DType) -> k.Var:
         """A local declared at the top of the task (its first assignment is nested, its use may not be)."""

@@ -33,6 +33,7 @@ class Local:
 
     var: k.Var
     loop_index: bool = False  # loop indices are read-only
+    from_literal: bool = False  # first set from a Python literal (`acc = 0.0`): wider values of its kind widen it
 
 
 @dataclass

@@ -253,7 +253,9 @@ def new_builtin(method: MethodDef, spec_address: int, owner: object) -> Callable
     new = ctypes.pythonapi.PyCFunction_NewEx
     new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]
     address = _SpecAddress(spec_address)
-    address.owner = owner
+    # The builtin reads its definition through a raw pointer: it holds the definition too (threads
+    # racing on `fastcall_method`'s first call each get one of their own, and only one is cached).
+    address.owner, address.method = owner, method
     return new(ctypes.addressof(method), address, None)
 
 

@@ -19,6 +19,7 @@ from itertools import count
 import numpy as np
 
 from braze import config
+from braze.errors import OutOfMemoryError
 from braze.host.jit import shape_function
 from braze.host.shapes import Layout, ShapeProgram, infer_layout
 from braze.ir.scalar import Scalar
@@ -47,7 +48,7 @@ class CpuDevice:
     def allocate(self, frame: Frame, tv: TensorView, numel: int, sizes: list[int], strides: list[int],
                  zero: bool = False) -> object:
         """A buffer of `numel` elements (zeros or uninitialized), seen through `sizes` and (element) `strides`."""
-        return host_buffer(tv.dtype.numpy, numel, sizes, strides, zero)
+        return host_buffer(tv.dtype.numpy, numel, sizes, strides, zero, buffer_name(tv))
 
     def launch(self, executor: object, block: np.ndarray, frame: Frame) -> None:
         executor.run(block, frame.bindings)
@@ -56,15 +57,28 @@ class CpuDevice:
         np.copyto(target, source)
 
 
+def buffer_name(tv: TensorView) -> str:
+    """`output 1 (T4)` or `intermediate T3`: what an allocation error names."""
+    for n, out in enumerate(tv.fusion.outputs):
+        if out.tv is tv:
+            return f"output {n} ({tv.name}{', hidden' if out.hidden else ''})"
+    return f"intermediate {tv.name}"
+
+
 def host_buffer(dtype: np.dtype, numel: int, sizes: Sequence[int], strides: Sequence[int],
-                zero: bool = False) -> np.ndarray:
-    """`numel` elements of host memory seen through `sizes` and element `strides`."""
-    if zero:
-        storage = np.zeros(numel, dtype)
-    elif config.enabled("poison_outputs"):  # an element no kernel writes shows as NaN or -1
-        storage = np.full(numel * dtype.itemsize, 0xFF, np.uint8).view(dtype)
-    else:
-        storage = np.empty(numel, dtype)
+                zero: bool = False, name: str = "a buffer") -> np.ndarray:
+    """`numel` elements of host memory seen through `sizes` and element `strides`; `name` (the
+    tensor) is what an OutOfMemoryError names."""
+    try:
+        if zero:
+            storage = np.zeros(numel, dtype)
+        elif config.enabled("poison_outputs"):  # an element no kernel writes shows as NaN or -1
+            storage = np.full(numel * dtype.itemsize, 0xFF, np.uint8).view(dtype)
+        else:
+            storage = np.empty(numel, dtype)
+    except MemoryError:
+        raise OutOfMemoryError(f"{name}: expected {numel * dtype.itemsize} bytes of host memory for "
+                               f"{dtype.name}{list(sizes)}, got none: the allocation failed") from None
     return np.ndarray(sizes, dtype, storage, 0, [s * dtype.itemsize for s in strides])
 
 

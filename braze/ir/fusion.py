@@ -75,18 +75,37 @@ class Fusion:
         self.outputs: list[Output] = []
         self.extent_checks: list[ExtentCheck] = []
         self._vals: list[Val] = []
+        self.frozen_at: str | None = None  # where the definition ended; None while it is being defined
+
+    # --- the definition is final once it ends ------------------------------------------------------
+    def freeze(self, where: str) -> None:
+        """Ends the definition (at the end of its `with` block, or at its first run when it was built
+        without one): compiled code and cached calls are made from it, so a later change would not
+        reach them."""
+        if self.frozen_at is None:
+            self.frozen_at = where
+
+    def check_definable(self, what: str) -> None:
+        """Raises unless the fusion is still being defined; `what` names the change attempted."""
+        if self.frozen_at is not None:
+            raise FusionDefinitionError(
+                f"{what}: expected a fusion still being defined, got {getattr(self, 'name', 'fusion')!r}, "
+                f"final since {self.frozen_at}; define a new bz.Fusion for another program")
 
     # --- building ------------------------------------------------------------------------------
     def new_name(self, val: Val) -> str:
         """Names every value `T<n>` in creation order, which keeps the printer stable."""
+        self.check_definable("a new tensor")
         self._vals.append(val)
         return f"T{len(self._vals) - 1}"
 
     def add_input(self, tv: TensorView) -> TensorView:
+        self.check_definable("an input")
         self.inputs.append(tv)
         return tv
 
     def add_expr(self, op: str, inputs: tuple[TensorView, ...], outputs: tuple[TensorView, ...], **attrs) -> Expr:
+        self.check_definable(op)
         for tv in inputs:
             self.check_owned(tv, op)
         expr = Expr(op, inputs, outputs, attrs)
@@ -97,6 +116,7 @@ class Fusion:
 
     def require_equal(self, lhs: Scalar, rhs: Scalar, why: str) -> None:
         """Records that two extents must match; static mismatches fail now, symbolic ones at run time."""
+        self.check_definable(why.partition(":")[0])
         if lhs == rhs:
             return
         if lhs.is_const and rhs.is_const:
@@ -110,6 +130,7 @@ class Fusion:
             raise FusionDefinitionError(f"{what}: {tv.describe()} belongs to another fusion, not this one")
 
     def add_output_record(self, output: Output) -> None:
+        self.check_definable("add_output")
         self.check_owned(output.tv, "add_output")
         self.outputs.append(output)
 

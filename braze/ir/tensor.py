@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from braze.dtypes import DType
-from braze.errors import FusionDefinitionError
+from braze.errors import FusionDefinitionError, TracerBoolConversionError
 from braze.ir.domain import IterDomain, Merge, Reorder, Split, covers_exactly, merge, split
 from braze.ir.scalar import Scalar
 
@@ -92,6 +92,7 @@ class TensorView(Val):
     # --- loop-domain transforms (recorded, so any domain can be replayed onto another) ----------
     def split(self, axis: int, factor: Scalar | int) -> TensorView:
         """Splits loop dimension `axis` into (ceildiv(extent, factor), factor)."""
+        self.fusion.check_definable("split of " + self.name)
         axis = normalize_axis(axis, len(self.loop))
         transform = split(self.loop[axis], factor)
         self.loop[axis : axis + 1] = [transform.outer, transform.inner]
@@ -100,6 +101,7 @@ class TensorView(Val):
 
     def merge(self, axis: int) -> TensorView:
         """Merges loop dimensions `axis` and `axis + 1`."""
+        self.fusion.check_definable("merge of " + self.name)
         axis = normalize_axis(axis, len(self.loop))
         if axis + 1 >= len(self.loop):
             raise FusionDefinitionError(f"merge: axis {axis} has no next loop dimension to merge with")
@@ -110,6 +112,7 @@ class TensorView(Val):
 
     def reorder(self, old_to_new: dict[int, int]) -> TensorView:
         """Moves loop dimension `old` to position `new` for each pair; the rest keep their order."""
+        self.fusion.check_definable("reorder of " + self.name)
         rank = len(self.loop)
         moves = {normalize_axis(o, rank, "reorder"): normalize_axis(n, rank, "reorder") for o, n in old_to_new.items()}
         if len(set(moves.values())) != len(moves):
@@ -126,6 +129,7 @@ class TensorView(Val):
     # --- memory layout ---------------------------------------------------------------------------
     def set_allocation_domain(self, domain: Sequence[IterDomain]) -> TensorView:
         """Sets the memory layout: dimensions derived from the logical domain, outermost first."""
+        self.fusion.check_definable("set_allocation_domain of " + self.name)
         domain = list(domain)
         if not covers_exactly(domain, self.visible):
             raise FusionDefinitionError(
@@ -176,7 +180,10 @@ class TensorView(Val):
         return f"TensorView({self.name}: {self.type_text()})"
 
     def __bool__(self) -> bool:
-        raise TypeError(f"{self.name} is symbolic: it has no truth value while a fusion is being defined")
+        raise TracerBoolConversionError(
+            f"bool({self.name}): expected a Python value, got a traced tensor: it has no truth value while "
+            "a fusion is being defined, so Python control flow (if, while, and/or) cannot depend on "
+            "its data; use bz.ops.where for a choice per element")
 
     def __iter__(self):
         raise TypeError(f"{self.name} is symbolic: slice it instead of iterating over it")

@@ -211,9 +211,12 @@ for _name, (_kinds, _result, _fn) in TERNARY.items():
 
 # --- building elementwise ops from tensors and Python scalars -------------------------------------
 def owning_fusion(op: str, operands: Sequence[Operand]) -> Fusion:
-    for x in operands:
-        if isinstance(x, TensorView):
-            return x.fusion
+    tensors = [x for x in operands if isinstance(x, TensorView)]
+    if tensors:
+        fusion = tensors[0].fusion
+        if all(x.fusion is fusion for x in tensors):  # else `apply` names the foreign tensor
+            fusion.check_definable(op)  # before a Python scalar operand becomes a tensor of it
+        return fusion
     if any(isinstance(x, Scalar) for x in operands):  # reciprocal(x.shape[1]): the fusion being defined
         return active_fusion(op)
     raise FusionDefinitionError(f"{op}: expected at least one TensorView operand, got only Python scalars")

@@ -75,6 +75,7 @@ def apply(name: str, inputs: Sequence[TensorView], fusion: Fusion | None = None,
         fusion = inputs[0].fusion if inputs else active_fusion(name)
     for tv in inputs:
         fusion.check_owned(tv, name)
+    fusion.check_definable(name)
     dtype = op.dtype(inputs, attrs)
     out = TensorView(fusion, op.shape(inputs, attrs), dtype)
     fusion.add_expr(name, tuple(inputs), (out,), **attrs)

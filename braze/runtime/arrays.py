@@ -29,6 +29,9 @@ def _torch_to_numpy(t: Any, where: str) -> np.ndarray:
 
 def as_host_array(obj: object, where: str) -> tuple[np.ndarray, str]:
     """A NumPy view of `obj` and the kind it came as ("numpy", "torch"). `where` names the input."""
+    if isinstance(obj, np.ma.MaskedArray):  # braze would read masked elements as any others
+        raise InputError(f"{where}: expected an array without a mask, got a NumPy masked array; pass "
+                         "`.filled(value)` to choose what masked elements hold, or `.data` to ignore the mask")
     if isinstance(obj, np.ndarray):
         return obj, "numpy"
     if _is_torch(obj):

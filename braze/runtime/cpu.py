@@ -15,17 +15,13 @@ from concurrent.futures import ThreadPoolExecutor
 import llvmlite
 import llvmlite.binding as llvm
 
-from braze.errors import Error
+from braze.errors import CompileError
 
 TASK_SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
 # Held by everything that drives LLVM, its target queries included: its global state is not
 # thread-safe. Reentrant, since compiling asks for the target machine under it.
 _lock = threading.RLock()
 LLVM_LOCK = _lock
-
-
-class CompileError(Error):
-    """LLVM rejected or failed to compile a kernel; the message names the kernel and holds the log."""
 
 
 # AVX-512 CPUs whose clock drops when 512-bit vectors run: LLVM's 256-bit preference stays for them.
@@ -119,6 +115,14 @@ class LoadedObject:
         missing = [s for s, f in self.functions.items() if not ctypes.cast(f, ctypes.c_void_p).value]
         if missing:
             raise CompileError(f"compiled object lacks functions {missing}")
+
+    def __del__(self) -> None:
+        # Freed with the last kernel using it, on whichever thread drops it (or the collector's):
+        # disposing an engine drives LLVM too, so it waits for the lock like every other LLVM call.
+        engine = self.__dict__.pop("engine", None)
+        if engine is not None:
+            with _lock:
+                engine.close()
 
 
 def worker_count() -> int:

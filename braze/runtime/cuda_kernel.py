@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
+import hashlib
 import threading
 import weakref
 
@@ -24,6 +25,22 @@ from braze.runtime import disk_cache, elf, nvrtc
 from braze.runtime.compiled_kernel import CompileParams
 from braze.runtime.executor import host_function
 from braze.runtime.record import Launch, dump_launch, note_compile, note_launch, profiling, recording
+
+# (device, cubin digest, functions) -> module. Modules are never unloaded (a launch queued on a stream
+# may still run their code), so a kernel compiled again after its last user went loads nothing new.
+_loaded_modules: dict[tuple[int, bytes, tuple[str, ...]], cuda.Module] = {}
+_loaded_modules_lock = threading.Lock()
+
+
+def loaded_module(device: cuda.Device, binary: bytes, functions: tuple[str, ...]) -> cuda.Module:
+    """`binary` loaded on `device`, once per process."""
+    key = (device.index, hashlib.sha256(binary).digest(), functions)
+    with _loaded_modules_lock:
+        module = _loaded_modules.get(key)
+        if module is None:
+            module = _loaded_modules[key] = cuda.Module(device, binary, functions)
+    return module
+
 
 BLOCKS_PER_SM = 8  # resident blocks of 256 threads an SM holds; grids beyond that loop instead
 ROW_CACHE_BYTES = 96 * 1024  # the most shared memory a block's row caches may take (2 blocks an SM fit)
@@ -114,7 +131,8 @@ class CudaCompiledKernel:
             with self._lock:
                 module = self._modules.get(device.index)
                 if module is None:
-                    module = self._modules[device.index] = cuda.Module(device, self.binary, self.generated.functions)
+                    module = self._modules[device.index] = loaded_module(device, self.binary,
+                                                                          tuple(self.generated.functions))
         return module
 
 

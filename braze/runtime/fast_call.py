@@ -31,6 +31,7 @@ import functools
 import struct
 import sys
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -219,6 +220,7 @@ class PreparedCall:
         self.kept: list | None = None  # the kept buffers (None where a buffer is fresh per call)...
         self.kept_order: int | None = None  # ...and the stream they were last used on
         self.entries: dict[tuple, PreparedCall] = {}  # its kernel executor's entries, where it is filed
+        self.executor: object = None  # the executor whose compiled code it launches, held while it lives
         self.busy = threading.Lock()  # the block is patched in place: one caller at a time
         self.matches: Guard | Callable[[Sequence[object]], bool] = _never  # FastCalls.learn sets the guard
         self._guarded: Callable[[Sequence[object]], list | None] | None = None
@@ -312,10 +314,20 @@ class PreparedCall:
 
     def _buffers(self, order: int) -> list:
         allocations = self.plan.allocations
-        if order != self.kept_order:
-            self.kept = [None if fresh else allocate() for allocate, fresh in zip(allocations, self.fresh)]
-            self.kept_order = order
-        return [allocate() if kept is None else kept for allocate, kept in zip(allocations, self.kept)]
+        kept = self.kept  # read once: another thread's KEPT_BUFFERS may drop it meanwhile
+        if kept is None or order != self.kept_order:
+            kept = [None if fresh else allocate() for allocate, fresh in zip(allocations, self.fresh)]
+            # Kept first, then counted: a call evicting this one meanwhile finds it holding them.
+            self.kept, self.kept_order = kept, order
+            if not KEPT_BUFFERS.keep(self, sum(_nbytes(b) for b in kept if b is not None)):
+                self.drop_kept()  # over the budget on its own: allocated per call
+        else:
+            KEPT_BUFFERS.touch(self)
+        return [allocate() if buffer is None else buffer for allocate, buffer in zip(allocations, kept)]
+
+    def drop_kept(self) -> None:
+        """Gives up the buffers kept between calls (the next call allocates them again)."""
+        self.kept, self.kept_order = None, None
 
     def _begin(self, inputs: Sequence[object]) -> int:
         """Readies the device; returns the stream the call runs on (0 on the host)."""
@@ -334,6 +346,59 @@ class PreparedCall:
 
     def _launch(self, order: int) -> None:
         raise NotImplementedError
+
+
+def _nbytes(buffer: object) -> int:
+    """The bytes a buffer holds: a NumPy view's whole storage (padding included), else `nbytes`."""
+    base = getattr(buffer, "base", None)
+    return int(getattr(base if isinstance(base, np.ndarray) else buffer, "nbytes", 0))
+
+
+class KeptBuffers:
+    """The buffers prepared calls keep between calls (intermediates, hidden outputs, results copied
+    back), bounded in bytes over the process by `BRAZE_KEPT_BUFFER_BYTES`: the call that used its
+    buffers least recently gives them up first, and allocates them again at its next call. A call
+    that dies takes its bytes off the count."""
+
+    def __init__(self) -> None:
+        self.holders: OrderedDict[int, tuple[weakref.ref, int]] = OrderedDict()  # id(call) -> (call, bytes)
+        self.total = 0
+        self.lock = threading.RLock()  # a dying call's callback may come while this thread holds it
+
+    def keep(self, call: PreparedCall, nbytes: int) -> bool:
+        """Counts `call`'s new buffers, dropping other calls' to stay in budget; False when they
+        alone are over it (then they are not kept)."""
+        budget = config.current.kept_buffer_bytes
+        with self.lock:
+            self._forget(id(call))
+            if nbytes > budget:
+                return False
+            key = id(call)
+            self.holders[key] = (weakref.ref(call, lambda _, key=key: self._forget(key)), nbytes)
+            self.total += nbytes
+            while self.total > budget:
+                _, (holder, size) = self.holders.popitem(last=False)
+                self.total -= size
+                victim = holder()
+                if victim is not None:
+                    victim.drop_kept()
+        return True
+
+    def touch(self, call: PreparedCall) -> None:
+        """Marks `call`'s buffers used (one dict operation, atomic under the GIL)."""
+        try:
+            self.holders.move_to_end(id(call))
+        except KeyError:  # dropped meanwhile: its next call keeps them again
+            pass
+
+    def _forget(self, key: int) -> None:
+        with self.lock:
+            entry = self.holders.pop(key, None)
+            if entry is not None:
+                self.total -= entry[1]
+
+
+KEPT_BUFFERS = KeptBuffers()
 
 
 class CudaPreparedCall(PreparedCall):

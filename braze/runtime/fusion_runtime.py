@@ -15,7 +15,17 @@ import numpy as np
 
 from braze import config
 from braze.codegen.llvm import ArgLayout
-from braze.host.program import Alias, Allocate, CpuDevice, Frame, Launch, OutputSpec, host_buffer, single_kernel_program
+from braze.host.program import (
+    Alias,
+    Allocate,
+    CpuDevice,
+    Frame,
+    Launch,
+    OutputSpec,
+    buffer_name,
+    host_buffer,
+    single_kernel_program,
+)
 from braze.ir.fusion import AliasKind, Expr, Fusion, Output
 from braze.ir.tensor import TensorView
 from braze.kir.params import KernelParams
@@ -180,6 +190,7 @@ class FusionRuntime:
             returned=returned)
         prepared = self._prepared_call(frame, plan, kinds, arrays[0])
         prepared.entries = self.executor.entries  # FastCalls.learn files it there under its description
+        prepared.executor = self.executor  # its task functions are the compiled kernel's: keep it loaded
         return prepared
 
     def _seed_slots(self, tv: TensorView) -> tuple[int, int] | None:
@@ -208,7 +219,8 @@ class FusionRuntime:
 
     def _allocator(self, frame: Frame, instruction: Allocate) -> Callable[[], object]:
         numel, sizes, strides = instruction.extents(frame)
-        return functools.partial(host_buffer, instruction.tv.dtype.numpy, numel, sizes, strides)
+        return functools.partial(host_buffer, instruction.tv.dtype.numpy, numel, sizes, strides,
+                                 name=buffer_name(instruction.tv))
 
     def _buffer_pointer(self, frame: Frame) -> Callable[[object], int]:
         return numpy_pointer if frame.bound.kind == "numpy" else buffer_pointer(frame.bound.kind)

@@ -36,13 +36,13 @@ def _remainder(a: int, b: int) -> int:
 
 
 def _bound_source(e: k.Expr, arrays: dict[str, int], scalars: dict[str, int]) -> str:
-    """Python source for a task bound: `A[n].shape[axis]` for extents, `S[n]` for scalar parameters."""
+    """Python source for a task bound: `A[n][axis]` for extents, `S[n]` for scalar parameters."""
     if isinstance(e, k.Const):
         return repr(int(e.value))
     if isinstance(e, k.ScalarRef):
         return f"S[{scalars[e.param.name]}]"
     if isinstance(e, k.ArrayExtent):
-        return f"A[{arrays[e.param.name]}].shape[{e.axis}]"
+        return f"A[{arrays[e.param.name]}][{e.axis}]"
     if isinstance(e, k.Cast) and e.dtype.is_integer:
         return _bound_source(e.x, arrays, scalars)
     if isinstance(e, k.Binary) and e.op in _HOST_OPS:
@@ -52,8 +52,8 @@ def _bound_source(e: k.Expr, arrays: dict[str, int], scalars: dict[str, int]) ->
 
 def bounds_function(kernel: k.Kernel, arrays: Sequence[k.ArrayParam],
                     scalars: Sequence[k.ScalarParam]) -> Callable[[Sequence, Sequence], tuple]:
-    """`(arrays, scalars) -> ((begin, end) per task)`: Python compiled from the tasks' bounds, reading
-    `arrays[n].shape` and `scalars[n]` in parameter order."""
+    """`(shapes, scalars) -> ((begin, end) per task)`: Python compiled from the tasks' bounds, reading
+    the array arguments' shapes and the scalars in parameter order."""
     array_index = {p.name: n for n, p in enumerate(arrays)}
     scalar_index = {p.name: n for n, p in enumerate(scalars)}
     bounds = ", ".join(f"({_bound_source(t.begin, array_index, scalar_index)}, "
@@ -105,21 +105,22 @@ class KernelLauncher:
             status = np.zeros(1, np.int64)
             block[self.status_slot: self.status_slot + 3] = [status.ctypes.data, 1, 1]
         packed = np.array(block, dtype=np.int64)
-        return PackedArgs(packed, packed.ctypes.data, tuple(arrays), status)
+        return PackedArgs(packed, packed.ctypes.data, tuple([a.shape for a in arrays]), status)
 
     def launch(self, arrays: Sequence[np.ndarray], scalars: Sequence[object]) -> None:
         """Runs the kernel once; raises KernelAssertionError when a debug check failed."""
         self.run(self.pack(arrays), scalars)
 
     def run(self, packed: PackedArgs, scalars: Sequence[object]) -> None:
-        """Runs the kernel on a packed block (kept by the caller while the same arrays come again)."""
+        """Runs the kernel on a packed block (kept by the caller while the same arrays come again,
+        unchanged: the block holds their pointers, not the arrays)."""
         block = packed.block
         for (slot, pack), value in zip(self.scalar_slots, scalars):
             block[slot] = pack(value)
         if packed.status is not None:
             packed.status[0] = 0
         record = recording()
-        bounds = self.bounds(packed.arrays, scalars)
+        bounds = self.bounds(packed.shapes, scalars)
         for task, fn, (begin, end), work in zip(self.kernel.tasks, self.functions, bounds, self.work):
             if (end - begin) * work < MIN_PARALLEL_WORK:  # small: the calling thread runs it
                 if end > begin:
@@ -138,9 +139,10 @@ class KernelLauncher:
 
 @dataclass(frozen=True)
 class PackedArgs:
-    """A packed argument block and the arrays whose pointers it holds (kept alive with it)."""
+    """A packed argument block: the arrays' pointers, extents and strides. It holds no array: a
+    caller replaying it must make sure the same arrays, unchanged, are still alive."""
 
     block: np.ndarray
     address: int
-    arrays: tuple[np.ndarray, ...]
+    shapes: tuple[tuple[int, ...], ...]  # per array argument its shape: what the task bounds read
     status: np.ndarray | None  # the debug checks' status word

@@ -120,7 +120,7 @@ class CudaKernelLauncher:
             block[slot + 1: slot + 1 + ndim] = list(view.shape)
             block[slot + 1 + ndim: slot + 1 + 2 * ndim] = [s // view.itemsize for s in view.strides]
         readers = [reader_of(arguments[p]) for p in array_positions]
-        launches = None if self.bounds_read_scalars else self.plan(self.bounds(views, scalars))
+        launches = None if self.bounds_read_scalars else self.plan(self.bounds([v.shape for v in views], scalars))
         return PreparedKernelCall(self, block, views, readers, list(array_positions), list(scalar_positions),
                                   launches, overlapping)
 
@@ -190,7 +190,7 @@ class PreparedKernelCall:
         self.spans = [_span_offsets(v) for v in views]
         # Fixed by the description (shapes and strides), whatever the pointers: a view overlapping itself.
         self.overlaps_itself = any(overlaps_itself(v.shape, v.strides, v.itemsize) for v in views)
-        self.shapes = [_Shape(v.shape) for v in views]  # what the bounds function reads
+        self.shapes = [v.shape for v in views]  # what the bounds function reads
         self.overlapping = overlapping
         self.last_pointers: tuple[int, ...] | None = None
         self.busy = threading.Lock()  # the block is patched in place: one caller at a time
@@ -332,11 +332,6 @@ class PreparedKernelCall:
         spans = sorted((p + lo, p + hi) for p, span in zip(pointers, self.spans) if span is not None
                        for lo, hi in (span,))
         return any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:]))
-
-
-@dataclass(frozen=True)
-class _Shape:
-    shape: tuple[int, ...]
 
 
 def _span_offsets(view: DeviceView) -> tuple[int, int] | None:

@@ -136,7 +136,7 @@ def test_recompile_for_a_larger_block() -> None:
     x = np.random.default_rng(1).standard_normal((16, 2000)).astype(np.float32)
     f = softmax_fusion()
     f.execute([x], device="cuda")
-    runtime = next(iter(engine._caches[f].entries.values()))
+    runtime = next(iter(engine._cache_of(f).entries.values()))
     bigger = runtime.executor.compiled.recompile(block_size=1024)
     assert "__launch_bounds__(1024)" in bigger.source
     runtime.executor = type(runtime.executor)(bigger, runtime.executor.device)

@@ -22,7 +22,7 @@ def _fma(name: str = "fma") -> bz.Fusion:
 
 
 def _compiled(f: bz.Fusion):
-    (runtime,) = engine._caches[f].entries.values()
+    (runtime,) = engine._cache_of(f).entries.values()
     return runtime.executor.compiled
 
 
@@ -58,7 +58,7 @@ def test_recompile_with_new_params_gives_a_new_kernel_that_runs(tmp_path):
     f, inputs = _fma("recompiled_fma"), _inputs()
     with config.scope(cache_dir=tmp_path):
         f.execute(inputs)
-        (runtime,) = engine._caches[f].entries.values()
+        (runtime,) = engine._cache_of(f).entries.values()
         with bz.record() as rec:
             fast = runtime.executor.compiled.recompile(fast_math=True)
     assert rec.compiles == ["recompiled_fma"]  # other params, another disk cache key: a miss

@@ -198,7 +198,7 @@ def test_task_functions_release_the_gil():
     with bz.Fusion() as f:
         f.add_output(f.define_tensor((-1,)) + 1.0)
     f.execute([np.ones(4, np.float32)])
-    (runtime,) = engine._caches[f].entries.values()
+    (runtime,) = engine._cache_of(f).entries.values()
     assert all(isinstance(fn, cpu.TASK_SIGNATURE) for fn in runtime.executor.functions)
 
 

@@ -64,7 +64,7 @@ def test_small_tensors_index_in_int32_on_both_backends():
 def test_the_cpu_kernel_compiles_with_int32_params_and_matches_numpy():
     f, x = _softmax(), np.random.default_rng(0).standard_normal((5, 33)).astype(np.float32)
     (y,) = f.execute([x])
-    (runtime,) = engine._caches[f].entries.values()
+    (runtime,) = engine._cache_of(f).entries.values()
     compiled = runtime.executor.compiled
     assert compiled.params.index_type == "int32" and compiled.kernel.index_type == bz.int32
     assert "icmp slt i32" in compiled.source  # the loops count in 32 bits

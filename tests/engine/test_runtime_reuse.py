@@ -13,7 +13,7 @@ rng = np.random.default_rng(3)
 
 
 def _runtimes(f: bz.Fusion) -> list:
-    return list(engine._caches[f].entries.values())
+    return list(engine._cache_of(f).entries.values())
 
 
 @pytest.fixture

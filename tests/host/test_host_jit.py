@@ -118,7 +118,7 @@ def test_a_fusion_runs_after_a_jit_failure(monkeypatch, fresh_warning, uncached)
     with pytest.warns(HostJitWarning, match="no native code today"):
         (got,) = f.execute([a])
     np.testing.assert_allclose(got, np.exp(a), rtol=1e-6)
-    (runtime,) = engine._caches[f].entries.values()
+    (runtime,) = engine._cache_of(f).entries.values()
     assert not runtime.program.shape_function.native
 
 

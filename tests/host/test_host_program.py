@@ -46,7 +46,7 @@ zero_init=False
 
 
 def _runtime(f: bz.Fusion):
-    (runtime,) = engine._caches[f].entries.values()
+    (runtime,) = engine._cache_of(f).entries.values()
     return runtime
 
 

@@ -1,0 +1,55 @@
+"""A loop-kernel local first set from a Python literal (`acc = 0.0`) takes the widest dtype of its
+kind stored into it: float64 data accumulates in float64, not in the literal's float32."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import braze as bz
+
+
+@bz.kernel
+def total(x: bz.Array, out: bz.Array):
+    for _ in range(1):
+        acc = 0.0
+        for i in range(x.shape[0]):
+            acc += x[i]
+        out[0] = acc
+
+
+@bz.kernel
+def row_sums(x: bz.Array, out: bz.Array):
+    for i in range(x.shape[0]):
+        acc = 0.0
+        n = 0
+        for j in range(x.shape[1]):
+            if x[i, j] > 0:
+                acc = acc + x[i, j]
+                n += 1
+        out[i] = acc / max(n, 1)
+
+
+@pytest.mark.parametrize("dtype, local", [(np.float64, "float64"), (np.float32, "float32"), (np.float16, "float32")])
+def test_a_literal_local_accumulates_in_the_widest_float_stored_into_it(dtype, local: str) -> None:
+    x = np.random.default_rng(0).uniform(0, 0.25, 200_001).astype(dtype)
+    out = np.zeros(1, dtype)
+    total(x, out)
+    assert f"acc: {local} = 0.0:{local}" in total.kernel_ir()
+    want = math.fsum(x.astype(np.float64))
+    if dtype == np.float64:  # float32 accumulation of 2e5 values is off by ~1e-5 relative
+        assert abs(out[0] - want) <= 1e-9 * want
+    else:
+        np.testing.assert_allclose(out[0], want, rtol=2e-3)  # the sum rounded to the array's dtype
+
+
+def test_a_local_widened_in_a_branch_is_declared_wide_from_its_first_assignment() -> None:
+    x = np.random.default_rng(1).normal(size=(5, 3001)) * 1e3 + 1e-7
+    out = np.zeros(5)
+    row_sums(x, out)
+    assert "acc: float64 = 0.0:float64" in row_sums.kernel_ir()
+    positive = np.where(x > 0, x, 0.0)
+    want = positive.sum(axis=1) / np.maximum((x > 0).sum(axis=1), 1)
+    np.testing.assert_allclose(out, want, rtol=1e-12)

@@ -1,0 +1,34 @@
+"""A builtin made over a native function holds its method definition: CPython reads it through a
+raw pointer on every call, and threads racing on `fastcall_method`'s first call each build a
+definition of their own, of which only one is cached."""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import weakref
+
+import pytest
+
+from braze.host import jit
+from braze.host.shapes import ShapeProgram, infer_layout
+from braze.ir import TensorView
+
+pytestmark = pytest.mark.skipif(not jit.builtins_available(), reason="native builtins are not made here")
+
+
+def test_a_builtin_keeps_a_method_definition_no_cache_holds() -> None:
+    import braze as bz
+
+    f = bz.Fusion()
+    t: TensorView = f.define_tensor((-1, -1))
+    program = ShapeProgram.of("lifetime", infer_layout(t).values)
+    native = jit.NativeShapeFunction(program)  # its spec, and the cached definition
+    cached = jit.fastcall_method(jit.SHAPE_CALL, jit.shape_call_source)
+    own = jit.MethodDef(cached.name, cached.method, cached.flags, None)  # as a racing thread builds its own
+    builtin = jit.new_builtin(own, ctypes.addressof(native._spec), native)
+    definition = weakref.ref(own)
+    del own
+    gc.collect()
+    assert definition() is not None
+    assert builtin(3, 5) == native([3, 5])
