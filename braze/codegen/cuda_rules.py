@@ -37,8 +37,10 @@ def truth(x: str, dtype: DType) -> str:
 
 
 def _classify(test: str) -> Callable:
+    """CUDA's isnan and friends return int for double: cast, so a bool operand of a template (clamp,
+    where) deduces one type."""
     constant = "true" if test == "isfinite" else "false"
-    return lambda a, d, o, t: f"{test}({a[0]})" if d[0].is_floating else constant
+    return lambda a, d, o, t: f"((bool){test}({a[0]}))" if d[0].is_floating else constant
 
 
 def _gelu(a, d, o, t):

@@ -216,3 +216,14 @@ def test_negation_of_floats_flips_the_sign(dtype):
     assert ("(-T0_[p1])" in store or "(-bz_bf16_bits_to_float(" in store) == dtype.is_floating
     if nvrtc.available():
         assert nvrtc.compile_ptx(src.text, "neg", "sm_90", ("-G",))
+
+
+@pytest.mark.skipif(not nvrtc.available(), reason="NVRTC is not installed")
+@pytest.mark.parametrize("test", ["isnan", "isinf", "isfinite"])
+def test_a_float64_classification_is_a_bool_operand(test):
+    """CUDA's isnan(double) is an int: clamp's template once failed to deduce one type from it."""
+    with bz.Fusion() as f:
+        x = f.define_tensor((-1,), dtype=bz.float64)
+        f.add_output(bz.ops.clamp(getattr(bz.ops, test)(x), False, True))
+    source = engine.cuda_source(f, [np.zeros(3)])
+    nvrtc.compile_ptx(cuda.with_prelude(source.body), "classify", "sm_90", ("-G",))

@@ -35,6 +35,7 @@ from fuzz_values import (
     promoted_kind,
     ulp,
 )
+from hypothesis import reject
 from hypothesis import strategies as st
 
 import braze as bz
@@ -565,7 +566,9 @@ class RandomFusion:
             getattr(self, kind)()
         computed = [n for n in self.nodes if n.tv.definition is not None]
         if not computed:
-            x = [n for n in self.nodes if n.tv.ndim][-1]
+            if not self.nodes:  # every input was too large to keep (MAX_NUMEL): nothing to compute from
+                reject()
+            x = self.nodes[-1]
             computed = [self.ew("set", [x], x.bound, x.err)]
         # The last node, and more of the nodes nothing else reads (or, rarely, any computed node).
         read = {id(tv) for e in self.f.exprs for tv in e.inputs}
