@@ -73,7 +73,8 @@ def _arg_signature(value: object, name: str, static: bool) -> tuple:
         raise type(error)(f"{where}: {error}") from None
 
 
-def _static_positions(fn: Callable, names: list[str], argnums: Iterable[int], argnames: Iterable[str]) -> frozenset[int]:
+def _static_positions(fn: Callable, names: list[str], argnums: Iterable[int],
+                      argnames: Iterable[str]) -> frozenset[int]:
     """The parameter positions `static_argnums` and `static_argnames` name, checked against `fn`."""
     positions = set()
     for number in argnums:

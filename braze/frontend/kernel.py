@@ -214,9 +214,11 @@ class KernelFunction:
         """Task fusion's decisions for the signature of the last call."""
         return self.last_entry.decisions if self.last_entry else []
 
-    def cuda_source(self, *args: Any, **kwargs: Any):
-        """The CUDA C++ (a LoopCudaSource: `.body`, `.text`) braze generates for arguments like `args`
-        (host arrays will do: the source depends on dtypes, ranks and layouts only). Needs no GPU."""
+    def cuda_source(self, *args: Any, **kwargs: Any) -> str:
+        """The CUDA C++ braze generates for arguments like `args` (host arrays will do: the source
+        depends on dtypes, ranks and layouts only). Needs no GPU. A `str` of the kernels, one
+        `__global__` per task after task fusion; `.text` adds the prelude (what NVRTC compiles) and
+        `.functions` names each task's function."""
         if kwargs:
             args = self._positional(args, kwargs)
         _, _, key = self._bind(args)
