@@ -1,4 +1,4 @@
-"""Ties the pipeline together (DESIGN section 2).
+"""Ties the pipeline together (docs/architecture.md, "The pipeline").
 
 On a cache miss it runs segment + schedule, lower, codegen and compile; on a hit it calls the
 runtime. The `FusionCache` of each fusion maps an input signature to its `FusionRuntime`.

@@ -285,7 +285,7 @@ def _span(array: np.ndarray) -> tuple[int, int] | None:
 
 
 def kernel(fn: Callable | None = None, *, debug: bool = False, fuse_tasks: bool = True):
-    """Compiles a Python function of arrays and scalars into a loop kernel (DESIGN section 1), run on
+    """Compiles a Python function of arrays and scalars into a loop kernel (docs/index.md, "Loop kernels"), run on
     the CPU for host arrays and on the GPU for GPU arrays.
 
     `debug=True` checks every index against the array's extent; `fuse_tasks=False` keeps each
