@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import braze as bz
+from braze import config
 
 
 def sgd(w, g, lr):
@@ -29,10 +30,10 @@ def test_one_compile_serves_a_hundred_floats() -> None:
     assert len(step.fusions) == 1
 
 
-def test_a_static_float_compiles_once_per_value() -> None:
+def test_a_static_float_compiles_once_per_value(tmp_path) -> None:
     step = bz.jit(sgd, static_argnames="lr")
     w, g = np.ones(8, np.float32), np.ones(8, np.float32)
-    with bz.record() as rec:
+    with config.scope(cache_dir=tmp_path), bz.record() as rec:  # an empty disk cache: every kernel compiles
         for lr in (0.25, 0.5, 0.25):
             np.testing.assert_array_equal(step(w, g, lr), w - lr * g)
     assert len(step.fusions) == 2 and len(rec.compiles) == 2
@@ -148,3 +149,17 @@ def test_a_runtime_number_computes_what_the_baked_one_does(dtype: str, value: fl
     runtime, baked = _RUNTIME[dtype](x, value), _BAKED[dtype](x, value)
     assert runtime.dtype == baked.dtype
     np.testing.assert_allclose(runtime.astype(np.float64), baked.astype(np.float64), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("library", ["numpy", "torch"])
+def test_a_new_number_takes_the_prepared_call(library: str) -> None:
+    """After the first call, another learning rate builds nothing: no trace, compile or prepared call."""
+    make = np.ones if library == "numpy" else pytest.importorskip("torch").ones
+    step = bz.jit(sgd)
+    w, g = make(16), make(16)
+    step(w, g, 0.1)
+    with bz.record() as rec:
+        out = step(w, g, 0.25)
+    assert rec.compiles == [] and rec.entries == [] and len(rec.launches) == 1
+    assert type(out) is type(w)
+    np.testing.assert_allclose(np.asarray(out), np.full(16, 0.75))
