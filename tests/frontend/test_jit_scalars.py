@@ -163,3 +163,22 @@ def test_a_new_number_takes_the_prepared_call(library: str) -> None:
     assert rec.compiles == [] and rec.entries == [] and len(rec.launches) == 1
     assert type(out) is type(w)
     np.testing.assert_allclose(np.asarray(out), np.full(16, 0.75))
+
+
+@pytest.mark.cuda
+def test_numbers_are_runtime_values_on_the_gpu() -> None:
+    from braze.runtime import cuda_driver
+
+    torch = pytest.importorskip("torch")
+    if cuda_driver.device_count() == 0 or not torch.cuda.is_available():
+        pytest.skip("needs an NVIDIA GPU and torch with CUDA")
+    ema = bz.jit(lambda m, g, beta: m * beta + (1 - beta) * g)
+    m, g = torch.rand(4096, device="cuda"), torch.rand(4096, device="cuda")
+    ema(m, g, 0.5)
+    with bz.record() as rec:
+        for beta in np.linspace(0.1, 0.99, 20).tolist():
+            out = ema(m, g, beta)
+            torch.testing.assert_close(out, m * beta + (1 - beta) * g)
+    assert rec.compiles == [] and out.device.type == "cuda" and len(ema.fusions) == 1
+    half = ema(m.half(), g.half(), 0.9)
+    assert half.dtype == torch.float16
