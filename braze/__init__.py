@@ -22,6 +22,7 @@ from braze.errors import (
     KernelError,
     KernelSyntaxError,
     KernelTypeError,
+    SerialLoopWarning,
     UnsupportedError,
 )
 from braze.frontend import (
@@ -49,6 +50,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Array", "CompileError", "CudaError", "DType", "DeviceArray", "Error", "Fusion", "FusionDefinitionError",
     "InputError", "KernelAssertionError", "KernelError", "KernelSyntaxError", "KernelTypeError", "RtcKernel",
+    "SerialLoopWarning",
     "TensorView", "UnsupportedError", "atomic_add", "atomic_max", "atomic_min", "atomic_sub", "bfloat16", "bool_",
     "float16", "float32", "float64", "func", "int8", "int32", "int64", "jit", "kernel", "manual_seed", "math",
     "ndrange", "ops", "record", "static",

@@ -147,12 +147,16 @@ def info(args: argparse.Namespace) -> int:
 def cache(args: argparse.Namespace) -> int:
     from braze.runtime import disk_cache
 
+    folder = config.current.cache_dir
     if args.action == "clear":
-        print(f"removed {disk_cache.clear()} entries from {config.current.cache_dir}")
-    else:
-        entries = list(config.current.cache_dir.rglob("*.bin")) if config.current.cache_dir.exists() else []
-        size = sum(p.stat().st_size for p in entries)
-        print(f"{config.current.cache_dir}: {len(entries)} entries, {size / 1e6:.1f} MB")
+        print(f"removed {disk_cache.clear()} entries from {folder}")
+        return 0
+    entries, size = disk_cache.usage()
+    cap = config.current.cache_max_bytes
+    print(f"{folder}: {entries} entries, {size / 1e6:.1f} MB of a {cap / 1e6:.1f} MB cap (BRAZE_CACHE_MAX_BYTES)")
+    refusal = disk_cache.refusal()
+    if refusal is not None:
+        print(f"refused (the disk cache is off): {refusal}")
     return 0
 
 
@@ -172,16 +176,11 @@ def main(argv: list[str] | None = None) -> int:
     demo_parser.set_defaults(run=demo)
     commands.add_parser("info", help="show versions, which backends are usable here (and why not), the cache folder",
                         ).set_defaults(run=info)
-    cache_parser = commands.add_parser(
-        "cache", help="show or clear the disk cache of compiled kernels",
-        description="The disk cache keeps compiled kernels and host code under BRAZE_CACHE_DIR "
-                    "(default ~/.cache/braze), so a new process skips compiling.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="actions:\n  show   the cache folder, its number of entries and their size (the default)\n"
-               "  clear  remove every entry; the next call of each fusion compiles again")
-    cache_parser.add_argument("action", choices=["show", "clear"], nargs="?", default="show",
-                              help="show (the default) or clear: see below")
-    cache_parser.set_defaults(run=cache)
+    cache_parser = commands.add_parser("cache", help="show or clear the disk cache of compiled kernels")
+    actions = cache_parser.add_subparsers(dest="action", metavar="{show,clear}")
+    actions.add_parser("show", help="print the cache folder, its entries, their bytes and the size cap (the default)")
+    actions.add_parser("clear", help="remove every entry and leftover temporary file from the cache folder")
+    cache_parser.set_defaults(run=cache, action="show")
     args = parser.parse_args(argv)
     return args.run(args)
 

@@ -7,6 +7,7 @@ runtime. The `FusionCache` of each fusion maps an input signature to its `Fusion
 from __future__ import annotations
 
 import functools
+import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -46,7 +47,8 @@ DEFAULT_BACKEND = "llvm"
 CACHE_ENTRIES = 64  # signatures kept per fusion
 _dumped: weakref.WeakSet = weakref.WeakSet()  # fusions whose IR was dumped
 _caches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # fusion -> FusionCache
-_kernels: dict[str, CompiledKernel] = {}  # Kernel IR text -> compiled kernel, shared by all fusions
+_kernels: dict[tuple, object] = {}  # (device, Kernel IR text, params) -> compiled kernel, shared by all fusions
+_kernels_lock = threading.Lock()  # guards the table; each kernel compiles and loads under its own lock
 
 
 # A kernel indexes in int32 when every index of a call stays below this: a margin under 2**31, because
@@ -154,15 +156,22 @@ def forget_compiled_kernels() -> None:
     _kernels.clear()
 
 
+def shared_kernel(key: tuple, make: Callable[[], object]):
+    """The compiled kernel filed under `key`, made by `make()` the first time, compiled. Threads
+    racing on a first call get one and the same kernel, compiled once."""
+    with _kernels_lock:
+        compiled = _kernels.get(key)
+        if compiled is None:
+            compiled = _kernels[key] = make()
+    return compiled.compile()
+
+
 def cpu_kernel(kernel: k.Kernel) -> CompiledKernel:
     """The compiled CPU code of `kernel`, shared by every fusion and loop kernel with the same Kernel
     IR (the task bounds live there, not in the code) and the same compile params: a kernel first
     compiled without the fast-math knob is not reused with it."""
     params = CompileParams(fast_math="fast_math" in config.current.enable)
-    cache_key = (kernel_text(kernel), params)
-    if cache_key not in _kernels:
-        _kernels[cache_key] = CompiledKernel(kernel, params)
-    return _kernels[cache_key].compile()
+    return shared_kernel((kernel_text(kernel), params), lambda: CompiledKernel(kernel, params))
 
 
 @dataclass(frozen=True)
@@ -203,10 +212,8 @@ def compile_fusion_cuda(fusion: Fusion, key: tuple, device_index: int, lowered: 
     device = cuda_driver.device(device_index)
     lowered = lowered or lower_fusion(fusion, key, device_index)
     plan, kernel, params = lowered.plan, lowered.kernel, lowered.params
-    cache_key = ("cuda", device.arch, kernel_text(kernel))
-    if cache_key not in _kernels:
-        _kernels[cache_key] = CudaCompiledKernel(kernel, default_params(device), restrict=True)
-    compiled = _kernels[cache_key].compile()
+    compiled = shared_kernel(("cuda", device.arch, kernel_text(kernel)),
+                             lambda: CudaCompiledKernel(kernel, default_params(device), restrict=True))
     return CudaFusionRuntime(fusion, CudaExecutor(compiled, device), plan.writes, params)
 
 
@@ -231,19 +238,21 @@ class FusionCache:
     def __init__(self) -> None:
         self.entries: OrderedDict[tuple, FusionRuntime] = OrderedDict()
         self.by_kernel: dict[tuple, FusionRuntime] = {}  # (device, Lowered.reuse_key) -> runtime
+        self.lock = threading.RLock()  # a miss builds the runtime once, whichever threads race on it
 
     def runtime(self, fusion: Fusion, bound: BoundInputs) -> FusionRuntime:
         key = signature(fusion, bound)
         place = (key, bound.device)  # the same signature on another device is another entry
-        entry = self.entries.get(place)
-        if entry is None:
-            entry = self.entries[place] = self._new_runtime(fusion, key, bound.device)
-            if len(self.entries) > CACHE_ENTRIES:
-                self.entries.popitem(last=False)
-                held = {id(r) for r in self.entries.values()}
-                self.by_kernel = {k: r for k, r in self.by_kernel.items() if id(r) in held}
-        else:
-            self.entries.move_to_end(place)
+        with self.lock:
+            entry = self.entries.get(place)
+            if entry is None:
+                entry = self.entries[place] = self._new_runtime(fusion, key, bound.device)
+                if len(self.entries) > CACHE_ENTRIES:
+                    self.entries.popitem(last=False)
+                    held = {id(r) for r in self.entries.values()}
+                    self.by_kernel = {k: r for k, r in self.by_kernel.items() if id(r) in held}
+            else:
+                self.entries.move_to_end(place)
         return entry
 
     def _new_runtime(self, fusion: Fusion, key: tuple, device: int | None) -> FusionRuntime:
@@ -261,7 +270,10 @@ class FusionCache:
 def _cache_of(fusion: Fusion) -> FusionCache:
     cache = _caches.get(fusion)
     if cache is None:
-        cache = _caches[fusion] = FusionCache()
+        with _kernels_lock:
+            cache = _caches.get(fusion)
+            if cache is None:
+                cache = _caches[fusion] = FusionCache()
     return cache
 
 
@@ -389,10 +401,9 @@ def compile_loop_kernel_cuda(kernel: k.Kernel, device_index: int, fuse: bool = T
 
     device = cuda_driver.device(device_index)
     fused, decisions = fuse_tasks(kernel, enabled=fuse)
-    cache_key = ("cuda-loop", device.arch, restrict, kernel_text(fused))
-    if cache_key not in _kernels:
-        _kernels[cache_key] = CudaLoopKernel(fused, default_params(device), restrict=restrict)
-    return _kernels[cache_key].compile(), decisions
+    compiled = shared_kernel(("cuda-loop", device.arch, restrict, kernel_text(fused)),
+                             lambda: CudaLoopKernel(fused, default_params(device), restrict=restrict))
+    return compiled, decisions
 
 
 def loop_kernel_cuda_source(kernel: k.Kernel, fuse: bool = True, restrict: bool = False) -> CudaSourceText:

@@ -31,6 +31,10 @@ class HostJitWarning(RuntimeWarning):
     """The host JIT could not compile a shape function; braze runs it in Python instead (slower, same values)."""
 
 
+class DiskCacheWarning(RuntimeWarning):
+    """braze refused a cache folder another user owns or can write; the disk cache is off for the process."""
+
+
 class KernelError(Error):
     """The source of a `@bz.kernel` cannot be compiled; the message names the file, line and source."""
 
@@ -45,3 +49,12 @@ class KernelTypeError(KernelError, TypeError):
 
 class KernelAssertionError(Error, IndexError):
     """A check of `@bz.kernel(debug=True)` failed while the kernel ran (an index out of bounds)."""
+
+
+class SerialLoopWarning(RuntimeWarning):
+    """A loop of a `@bz.kernel` runs on one thread where the user probably meant it to run in parallel."""
+
+
+def a_or_an(word: str) -> str:
+    """`word` after its indefinite article, for messages: 'an int32', 'a float32'."""
+    return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"

@@ -272,19 +272,30 @@ class RowLoopWriter:
                 continue
             self.line("else {" if self.cached == "cached_row" else "{")
             self.depth += 1
-            for load in {e for e in sub_exprs(expression) if isinstance(e, k.Load) and loop.var in set(sub_exprs(e))}:
-                offset = self.offset(load.param, replace_var_in_access(load, loop.var, base))
-                memory_ty = VECTOR_TYPE[load.param.dtype.name]
-                self.line(f"const {memory_ty} g{n}_{loop.var.name} = "
-                          f"*reinterpret_cast<const {memory_ty}*>(&{self.pointer(load.param)}[{offset}]);")
-                for lane_part, component in enumerate("xyzw"):
-                    self.substitutions[load] = f"g{n}_{loop.var.name}.{component}"
-                    self.line(f"{{ const {self.index} {loop.var.name} = {base.name} + {lane_part}; "
-                              f"{name}.{component} = {self.expr(expression)}; }}")
-                self.substitutions.pop(load)
+            self.compute_vector_value(expression, name, loop, base, f"g{n}")
             self.depth -= 1
             self.line("}")
         return values
+
+    def compute_vector_value(self, expression: k.Expr, name: str, loop: k.For, base: k.Var, prefix: str) -> None:
+        """`name` (four lanes) = `expression` read from memory: every row load it makes is one
+        16-byte load of its own (`{prefix}_{m}_...`), then each lane computes the value once.
+        An expression of several row loads (a residual add under a norm) needs them all at once."""
+        v = loop.var.name
+        row_loads = [e for e in sub_exprs(expression) if isinstance(e, k.Load) and loop.var in set(sub_exprs(e))]
+        vectors = {}
+        for m, load in enumerate(dict.fromkeys(row_loads)):
+            offset = self.offset(load.param, replace_var_in_access(load, loop.var, base))
+            memory_ty = VECTOR_TYPE[load.param.dtype.name]
+            vectors[load] = f"{prefix}_{m}_{v}"
+            self.line(f"const {memory_ty} {vectors[load]} = "
+                      f"*reinterpret_cast<const {memory_ty}*>(&{self.pointer(load.param)}[{offset}]);")
+        for lane_part, component in enumerate("xyzw"):
+            self.substitutions.update({load: f"{vector}.{component}" for load, vector in vectors.items()})
+            self.line(f"{{ const {self.index} {v} = {base.name} + {lane_part}; "
+                      f"{name}.{component} = {self.expr(expression)}; }}")
+        for load in vectors:
+            self.substitutions.pop(load)
 
     def uncovered_exprs(self, loop: k.For, values: dict[k.Expr, str]) -> list[k.Expr]:
         """The loop's expressions with the cached values cut out (what still reads memory)."""

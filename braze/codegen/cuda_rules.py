@@ -53,7 +53,7 @@ _identity = lambda a, d, o, t: a[0]
 
 UNARY_RULES = {
     "set": _identity,
-    "neg": call("bz_neg"),
+    "neg": by_kind(lambda a, d, o, t: f"(-{a[0]})", call("bz_neg")),  # floats: -x, not 0 - x (-0.0)
     "abs": call("bz_abs"),
     "exp": math("exp"), "exp2": math("exp2"), "expm1": math("expm1"),
     "log": math("log"), "log2": math("log2"), "log1p": math("log1p"),

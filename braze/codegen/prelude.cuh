@@ -33,7 +33,8 @@ template <typename T> BZ_D T bz_mul(T a, T b) {
   else { typedef typename bz_unsigned_of<T>::type U; return (T)(U)((U)a * (U)b); }
 }
 BZ_D bool bz_mul(bool a, bool b) { return a && b; }
-template <typename T> BZ_D T bz_neg(T a) { return bz_sub(T(0), a); }
+// Floats flip the sign (0 - x would make -0.0 of 0.0 into +0.0); integers wrap.
+template <typename T> BZ_D T bz_neg(T a) { if constexpr (bz_is_float<T>()) return -a; else return bz_sub(T(0), a); }
 template <typename T> BZ_D T bz_truediv(T a, T b) { return a / b; }
 
 template <typename T> BZ_D T bz_maximum(T a, T b) {

@@ -27,14 +27,14 @@ import numpy as np
 from braze import config, engine
 from braze import dtypes as dt
 from braze.dtypes import DType
-from braze.errors import Error, InputError, KernelTypeError
+from braze.errors import Error, InputError, KernelTypeError, a_or_an
 from braze.frontend.kernel_ast import Translator
 from braze.frontend.kernel_lang import ArrayType, _ArrayTypes
 from braze.frontend.kernel_scope import ArrayHandle, Source
 from braze.kir import kernel_text
 from braze.kir import nodes as k
 from braze.passes.fuse_tasks import Decision
-from braze.runtime.arrays import as_host_array
+from braze.runtime.arrays import as_host_array, overlaps_itself
 from braze.runtime.device_arrays import is_device_array
 from braze.runtime.kernel_launch import KernelLauncher, PackedArgs
 
@@ -60,9 +60,24 @@ def _param_spec(name: str, annotation: object, fn: Callable) -> ArrayType | DTyp
         return dt.as_dtype(annotation)
     except Error:
         pass
-    where = f"{inspect.getsourcefile(fn)}:{fn.__code__.co_firstlineno}"
-    raise KernelTypeError(f"{where}: kernel {fn.__name__}: parameter '{name}': expected an annotation "
-                          f"bz.Array[dtype, ndim], a braze dtype, int or float, got {annotation!r}")
+    got = "no annotation" if annotation is inspect.Parameter.empty else repr(annotation)
+    raise KernelTypeError(f"{_where(fn)}: kernel {fn.__name__}: parameter '{name}': expected an annotation "
+                          f"bz.Array[dtype, ndim], a braze dtype, int or float, got {got}")
+
+
+def _where(fn: Callable) -> str:
+    return f"{inspect.getsourcefile(fn)}:{fn.__code__.co_firstlineno}"
+
+
+def _annotations(fn: Callable) -> dict[str, object]:
+    """The parameters' annotations, evaluated (strings under `from __future__ import annotations`)."""
+    try:
+        return inspect.get_annotations(fn, eval_str=True)
+    except NameError as error:
+        raise KernelTypeError(f"{_where(fn)}: kernel {fn.__name__}: an annotation names something that is not "
+                              f"defined where the module's names are ({error}); under `from __future__ import "
+                              "annotations` annotations are evaluated in the module's globals, so a name local "
+                              "to the enclosing function cannot be seen: define it at module level") from None
 
 
 class KernelFunction:
@@ -71,7 +86,7 @@ class KernelFunction:
     def __init__(self, fn: Callable, debug: bool = False, fuse_tasks: bool = True) -> None:
         functools.update_wrapper(self, fn)
         self.fn, self.debug, self.fuse = fn, debug, fuse_tasks
-        annotations = inspect.get_annotations(fn, eval_str=True)
+        annotations = _annotations(fn)
         names = list(inspect.signature(fn).parameters)
         self.specs = [(n, _param_spec(n, annotations.get(n, inspect.Parameter.empty), fn)) for n in names]
         self.array_positions = [i for i, (_, s) in enumerate(self.specs) if isinstance(s, ArrayType)]
@@ -141,7 +156,8 @@ class KernelFunction:
     def knob_key() -> tuple:
         """The fusion knobs, part of every signature (tests change them with config.scope)."""
         knobs = config.current
-        return ((knobs.fuse_tasks, knobs.fuse_tasks_raw, knobs.fuse_tasks_budget, knobs.fuse_tasks_diag),)
+        return ((knobs.fuse_tasks, knobs.fuse_tasks_raw, knobs.fuse_tasks_budget, knobs.fuse_tasks_diag,
+                 knobs.debug),)
 
     def _array(self, name: str, spec: ArrayType, value: Any) -> np.ndarray:
         where = f"kernel {self.__name__}: argument '{name}'"
@@ -165,7 +181,7 @@ class KernelFunction:
         allowed = (bool, np.bool_) if dtype.is_bool else (int, bool, np.integer, np.bool_) if dtype.is_integer \
             else (int, float, np.integer, np.floating)
         if not isinstance(value, allowed):
-            raise InputError(f"kernel {self.__name__}: argument '{name}': expected a {dtype.name} scalar, "
+            raise InputError(f"kernel {self.__name__}: argument '{name}': expected {a_or_an(dtype.name)} scalar, "
                              f"got {type(value).__name__}")
         if dtype.is_integer and not _INT_RANGES[dtype.name][0] <= value <= _INT_RANGES[dtype.name][1]:
             raise InputError(f"kernel {self.__name__}: argument '{name}': {value} does not fit in {dtype.name}")
@@ -201,7 +217,7 @@ class KernelFunction:
         overlapping = next(parts)
         fuse = self.fuse and not overlapping and next(parts)[0]
         source = Source.of(self.fn)
-        tasks = Translator(self.fn.__name__, source, names, self.debug).translate()
+        tasks = Translator(self.fn.__name__, source, names, self.debug or config.current.debug).translate()
         params = (*arrays, *scalars)
         kernel = k.Kernel(self.fn.__name__, params, tuple(tasks), source=f"{source.file}:{source.first_line}")
         if k.assert_messages(kernel):
@@ -264,9 +280,12 @@ def _statements(s: k.Stmt):
 
 
 def _overlapping(arrays: list[np.ndarray]) -> bool:
-    """Whether two arguments may share memory (arrays owning their data never do, unless passed twice)."""
+    """Whether two arguments may share memory, or a writable one overlaps itself (arrays owning their
+    data never do, unless passed twice)."""
     if all(a.base is None for a in arrays):
         return len({id(a) for a in arrays}) < len(arrays)
+    if any(a.flags.writeable and overlaps_itself(a.shape, a.strides, a.itemsize) for a in arrays):
+        return True
     spans = sorted(s for s in map(_span, arrays) if s is not None)
     return any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:]))
 
@@ -288,8 +307,12 @@ def kernel(fn: Callable | None = None, *, debug: bool = False, fuse_tasks: bool 
     """Compiles a Python function of arrays and scalars into a loop kernel (docs/index.md, "Loop kernels"), run on
     the CPU for host arrays and on the GPU for GPU arrays.
 
-    `debug=True` checks every index against the array's extent; `fuse_tasks=False` keeps each
-    top-level loop its own launch.
+    `debug=True` (or `BRAZE_DEBUG=1` for every kernel) checks every index against the array's
+    extent; `fuse_tasks=False` keeps each top-level loop its own launch.
+
+    Each top-level `for` over `range` or `bz.ndrange` runs in parallel; `+=` and `-=` on an element
+    that is not provably the thread's own are atomic. Integer `//` and `%` by zero give 0, as NumPy
+    does for integer arrays (without its warning).
     """
     if fn is None:
         return lambda f: KernelFunction(f, debug=debug, fuse_tasks=fuse_tasks)

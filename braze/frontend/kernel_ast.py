@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import ast
 import builtins
+import warnings
 from collections.abc import Callable
 
 from braze import dtypes as dt
 from braze.dtypes import DType
-from braze.errors import KernelSyntaxError, KernelTypeError
+from braze.errors import KernelSyntaxError, KernelTypeError, SerialLoopWarning
 from braze.frontend import kernel_lang as lang
 from braze.frontend import kernel_types as ty
-from braze.frontend.kernel_exprs import BINARY_OPS, ExpressionTranslator, is_pure_constant
+from braze.frontend.kernel_exprs import BINARY_OPS, OPERATOR_SYMBOLS, ExpressionTranslator, is_pure_constant
 from braze.frontend.kernel_scope import ArrayHandle, Frame, Local, ShapeHandle, Source, host_evaluable
 from braze.kir import nodes as k
 from braze.lower.values import index_op
+from braze.passes.fuse_tasks import injective
 
 
 class Translator(ExpressionTranslator):
@@ -36,6 +38,7 @@ class Translator(ExpressionTranslator):
         self.used_names: set[str] = set()
         self.depth = 0  # nesting of runtime if/for/while inside the current task
         self.loops: list[str] = []  # "parallel", "serial", "static"
+        self.task_coordinates: list[k.Var] = []  # the parallel task's index (one per ndrange axis)
         self.earlier_locals: set[str] = set()
         self.serial: list[ast.stmt] = []
 
@@ -84,9 +87,19 @@ class Translator(ExpressionTranslator):
 
     def try_alias(self, node: ast.stmt) -> bool:
         """`n = x.shape[0] - 1` at top level: a name for a launch-time value, shared by all tasks."""
-        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
             return False
-        name = node.targets[0].id
+        target = node.targets[0]
+        if isinstance(target, ast.Tuple) and all(isinstance(t, ast.Name) for t in target.elts):
+            value = self.in_scratch_task(lambda: self.expr(node.value))
+            if not isinstance(value, ShapeHandle):
+                return False
+            for t, extent in zip(target.elts, self.unpacked(node, value, len(target.elts))):
+                self.kernel_names[t.id] = extent
+            return True
+        if not isinstance(target, ast.Name):
+            return False
+        name = target.id
         if name in self.kernel_names and isinstance(self.kernel_names[name], (ArrayHandle, k.ScalarRef)):
             return False  # reported as an assignment to a parameter
         value = self.in_scratch_task(lambda: self.expr(node.value))
@@ -124,10 +137,24 @@ class Translator(ExpressionTranslator):
         if not self.serial:
             return
         stmts, self.serial = self.serial, []
+        self.warn_serial_loops(stmts)
         self.begin_task()
         self.loops = []
         self.statements(stmts)
         self.tasks.append(k.Task(self.task_name(), "serial", self.end_task()))
+
+    def warn_serial_loops(self, stmts: list[ast.stmt]) -> None:
+        """Only a top-level `for` is a parallel task: a loop nested under a top-level `if` or `while`
+        runs on one thread. Said once per loop, since that is rarely what was meant."""
+        for node in stmts:
+            loop = next((n for n in ast.walk(node) if isinstance(n, ast.For)), None)
+            if loop is not None and not isinstance(node, ast.For):
+                place, _ = self.source.where(loop)
+                warnings.warn(f"{place}kernel {self.name}: this loop is nested under a top-level "
+                              f"{type(node).__name__.lower()} and runs serially on one thread; to run it in "
+                              "parallel, make the loop top-level and test the condition inside it "
+                              "(or use bz.static(...) for a condition known at compile time)",
+                              SerialLoopWarning, stacklevel=2)
 
     def parallel_task(self, node: ast.For) -> None:
         if node.orelse:
@@ -145,7 +172,9 @@ class Translator(ExpressionTranslator):
         if len(extents) == 1:
             var = self.new_var(names[0], dt.int64)
             self.frames[0].names[names[0]] = Local(var, loop_index=True)
+            self.task_coordinates = [var]
             return extents[0][0], extents[0][1], var
+        self.task_coordinates = []
         sizes = [index_op("maximum", index_op("sub", hi, lo), k.Const(0, dt.int64)) for lo, hi in extents]
         flat = self.new_var("_".join(names) + "_flat", dt.int64)
         end = k.Const(1, dt.int64)
@@ -157,6 +186,7 @@ class Translator(ExpressionTranslator):
             if axis > 0:
                 position = index_op("remainder", position, sizes[axis])
             var = self.new_var(names[axis], dt.int64)
+            self.task_coordinates.append(var)
             self.prologue.insert(0, k.Let(var, index_op("add", extents[axis][0], position)))
             self.frames[0].names[names[axis]] = Local(var, loop_index=True)
             inner = index_op("mul", inner, sizes[axis])
@@ -284,7 +314,21 @@ class Translator(ExpressionTranslator):
             for t, v in zip(target.elts, values):
                 self.assign(t, v, node)
             return
-        self.assign(target, self.expr(node.value), node)
+        value = self.expr(node.value)
+        if isinstance(target, ast.Tuple):
+            for t, v in zip(target.elts, self.unpacked(node, value, len(target.elts))):
+                self.assign(t, v, node)
+            return
+        self.assign(target, value, node)
+
+    def unpacked(self, node: ast.Assign, value, count: int) -> list:
+        """The parts of `value` for a tuple target: `h, w = a.shape` gives the extents."""
+        if not isinstance(value, ShapeHandle):
+            self.error(node, "unsupported construct: unpacking a value that is not a tuple or an array's shape")
+        if value.param.ndim != count:
+            self.error(node, f"'{value.param.name}.shape' has {value.param.ndim} extent(s), unpacked into {count} "
+                             "name(s)", KernelTypeError)
+        return [k.ArrayExtent(value.param, axis) for axis in range(count)]
 
     def temporary(self, value):
         if not isinstance(value, k.Expr) or isinstance(value, k.Const):
@@ -297,9 +341,34 @@ class Translator(ExpressionTranslator):
         op = BINARY_OPS.get(type(node.op))
         if op is None:
             self.error(node, f"unsupported operator {type(node.op).__name__}")
+        if isinstance(node.target, ast.Subscript) and self.loops[:1] == ["parallel"]:
+            handle, indices = self.subscript(node.target)
+            if not self.owns(indices):
+                self.atomic_update(node, op, handle.param, indices)
+                return
         current = self.expr(node.target)
         value = self.checked(node, lambda: ty.binary(op, current, self.expr(node.value)))
         self.assign(node.target, value, node)
+
+    def owns(self, indices: tuple[k.Expr, ...]) -> bool:
+        """Whether the element at `indices` is provably the current thread's alone: each coordinate of
+        the task's index reaches it through an index injective in that coordinate."""
+        return all(any(injective(index, var) for index in indices) for var in self.task_coordinates)
+
+    def atomic_update(self, node: ast.AugAssign, op: str, param: k.ArrayParam, indices: tuple[k.Expr, ...]) -> None:
+        """`a[j] += v` on an element other threads may update too (a sum, a histogram): atomic, as in
+        Taichi and Warp, so no update is lost."""
+        target = f"'{param.name}[...]'"
+        symbol = OPERATOR_SYMBOLS[op]
+        if op not in ty.ATOMIC_AUGMENTED:
+            self.error(node, f"{target} {symbol}= in a parallel loop: the element is not provably this "
+                             "thread's own and there is no atomic form of this operator; compute the value "
+                             "per thread, or move the update into a serial loop")
+        if param.dtype.name not in ty.ATOMIC_DTYPES:
+            self.error(node, f"{target} {symbol}= in a parallel loop needs an atomic update: expected "
+                             f"an array of {', '.join(ty.ATOMIC_DTYPES)}, got {param.dtype.name}", KernelTypeError)
+        value = self.checked(node, lambda: ty.assignable(self.expr(node.value), param.dtype, target))
+        self.emit(k.AtomicRMW(op, param, indices, value, None))
 
     def stmt_AnnAssign(self, node: ast.AnnAssign) -> None:
         if node.value is None:
@@ -423,15 +492,33 @@ class Translator(ExpressionTranslator):
         names = self.target_names(node.target, len(ranges))
         if len(ranges) > 1 and any(isinstance(n, ast.Break) for n in ast.walk(node)):
             self.error(node, "unsupported construct: break in a multi-dimensional bz.ndrange loop")
+        names_after = [self.value_after_loop(node, n) for n in names]
         variables = [self.new_var(n, dt.int64) for n in names]
         for name, var in zip(names, variables):
             self.frames[-1].names[name] = Local(var, loop_index=True)
         self.loops.append("serial")
         body = self.nested(lambda: self.statements(node.body))
         self.loops.pop()
+        # Python leaves the name on the last value the loop took (or as it was, when the loop never
+        # ran): each iteration copies its index there, a copy compilers sink out of the loop.
+        body = tuple(k.Assign(after, var) for after, var in zip(names_after, variables)) + body
         for var, (lo, hi, step) in reversed(list(zip(variables, ranges))):
             body = (k.For(var, lo, hi, body, step),)
         self.emit(body[0])
+        for name, after in zip(names, names_after):
+            self.frames[-1].names[name] = Local(after)
+
+    def value_after_loop(self, node: ast.For, name: str) -> k.Var:
+        """The variable `name` holds after a serial loop over it: the int64 local it already is, or a
+        new one. Reusing an enclosing loop's index is refused: inside the inner loop the outer
+        index would be lost, which braze cannot follow."""
+        bound = self.frames[-1].names.get(name)
+        if isinstance(bound, Local) and bound.loop_index:
+            self.error(node, f"loop variable '{name}' reuses the index of an enclosing loop; give the inner "
+                             "loop another name")
+        if isinstance(bound, Local) and bound.var.dtype == dt.int64:
+            return bound.var
+        return self.declare(name, dt.int64)
 
     def static_for(self, node: ast.For) -> None:
         self.loops.append("static")

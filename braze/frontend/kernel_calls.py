@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 # Builtins that run at compile time on compile-time arguments (for bz.static loops and constants).
 _FOLDABLE = (range, enumerate, zip, reversed, tuple, list, len, min, max, abs, int, float, bool, round, sum)
 _ATOMICS = {lang.atomic_add: "add", lang.atomic_sub: "sub", lang.atomic_min: "min", lang.atomic_max: "max"}
-_ATOMIC_DTYPES = ("int32", "int64", "float32", "float64")
 MAX_INLINE_DEPTH = 32  # nested @bz.func calls; deeper is taken for recursion
 # Python's math functions, as the ops they are.
 STDLIB_MATH = {getattr(math, name): op for name, op in (
@@ -140,8 +139,8 @@ def _atomic(tr: Translator, node: ast.Call, op: str) -> k.Var:
         tr.error(node, f"atomic_{op}: expected (array[index], value)")
     handle, indices = tr.subscript(node.args[0])
     param = handle.param
-    if param.dtype.name not in _ATOMIC_DTYPES:
-        tr.error(node, f"atomic_{op}: expected an array of {', '.join(_ATOMIC_DTYPES)}, got {param.dtype.name}",
+    if param.dtype.name not in ty.ATOMIC_DTYPES:
+        tr.error(node, f"atomic_{op}: expected an array of {', '.join(ty.ATOMIC_DTYPES)}, got {param.dtype.name}",
                  KernelTypeError)
     value = tr.checked(node, lambda: ty.assignable(tr.expr(node.args[1]), param.dtype, f"'{param.name}'"))
     old = tr.new_var(f"{param.name}_old", param.dtype)

@@ -79,6 +79,7 @@ class ExpressionTranslator:
             self.error(node, f"wrong number of indices: '{param.name}' has {param.ndim} dimension(s), "
                              f"got {len(raw)} index(es)", KernelTypeError)
         indices = tuple(self.checked(r, lambda r=r: ty.index(self.expr(r), f"index of '{param.name}'")) for r in raw)
+        indices = tuple(_from_the_end(param, axis, i) for axis, i in enumerate(indices))
         if self.debug:
             self.bounds_check(node, param, indices)
         return handle, indices
@@ -176,9 +177,19 @@ def is_pure_constant(node: ast.expr) -> bool:
                               ast.cmpop, ast.boolop, ast.unaryop, ast.BinOp, ast.operator)) for n in ast.walk(node))
 
 
+def _from_the_end(param: k.ArrayParam, axis: int, index: k.Expr) -> k.Expr:
+    """A constant negative index counts from the end, as in Python (`a[-1]` is the last element).
+    Other indices are taken as they are: their sign is only known at run time."""
+    if isinstance(index, k.Const) and index.value < 0:
+        return ty.binary("add", k.ArrayExtent(param, axis), index)
+    return index
+
+
 BINARY_OPS = {
     ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "truediv", ast.FloorDiv: "floordiv",
     ast.Mod: "remainder", ast.Pow: "pow", ast.LShift: "left_shift", ast.RShift: "right_shift",
     ast.BitAnd: "bitwise_and", ast.BitOr: "bitwise_or", ast.BitXor: "bitwise_xor",
 }
+OPERATOR_SYMBOLS = {op: symbol for op, symbol in zip(BINARY_OPS.values(),
+                                                     ("+", "-", "*", "/", "//", "%", "**", "<<", ">>", "&", "|", "^"))}
 _COMPARE_OPS = {ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge"}

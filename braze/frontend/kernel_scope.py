@@ -51,7 +51,10 @@ class Source:
         try:
             lines, first = inspect.getsourcelines(fn)
         except (OSError, TypeError) as error:
-            raise KernelSyntaxError(f"{getattr(fn, '__name__', fn)}: cannot read its source ({error})") from None
+            raise KernelSyntaxError(f"{getattr(fn, '__name__', fn)}: cannot read its source ({error}); braze "
+                                    "compiles a kernel from its Python source: define it in a file (a module or "
+                                    "a script), or in an IPython or Jupyter cell, not with `python -c` or at the "
+                                    "plain interactive prompt") from None
         tree = ast.parse(textwrap.dedent("".join(lines)))
         closure = {name: cell.cell_contents for name, cell in
                    zip(fn.__code__.co_freevars, fn.__closure__ or ()) if _filled(cell)}

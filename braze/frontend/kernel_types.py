@@ -22,6 +22,9 @@ PYTHON_SCALARS = (bool, int, float)
 _KIND_NAMES = {"b": "bool", "i": "integer", "f": "floating"}
 _KIND_RANK = {"b": 0, "i": 1, "f": 2}
 
+ATOMIC_DTYPES = ("int32", "int64", "float32", "float64")  # what atomic updates take on every backend
+ATOMIC_AUGMENTED = ("add", "sub")  # augmented assignments with an atomic form (`+=`, `-=`)
+
 
 class TypeProblem(Exception):
     """A type error in a kernel expression (the frontend turns it into a KernelTypeError)."""

@@ -39,7 +39,7 @@ from llvmlite import ir
 from braze import config
 from braze.errors import HostJitWarning
 from braze.host.shapes import PythonShapeFunction, ShapeProgram, Step
-from braze.runtime import cpu, disk_cache
+from braze.runtime import cpu, disk_cache, elf
 
 I32, I64 = ir.IntType(32), ir.IntType(64)
 # PYFUNCTYPE keeps the GIL: releasing it would cost more than the few dozen instructions a call runs.
@@ -151,7 +151,7 @@ def _object_code(name: str, source: Callable[[], str]) -> bytes:
     then cached). Host functions are named after what they compute, and a change to braze's code
     generators changes braze's source hash, so the name keys the cache: a hit builds no IR."""
     key = disk_cache.cache_key(host_function=name, toolchain=cpu.toolchain_id(), braze=disk_cache.braze_source_hash())
-    cached = disk_cache.load(key)
+    cached = disk_cache.load(key, elf.host_object_check((name,)))
     if cached is not None:
         return cached
     module = llvm.parse_assembly(source())
@@ -391,6 +391,7 @@ class TieredShapeFunction:
         self.program = program
         self._python = PythonShapeFunction(program)
         self._call: Callable[[Sequence[int]], list[int]] = self._first
+        self._tiering = threading.Lock()  # racing threads build the native function once
 
     @property
     def native(self) -> bool:
@@ -405,7 +406,9 @@ class TieredShapeFunction:
         return self._python(extents)
 
     def _tier_up(self, extents: Sequence[int]) -> list[int]:
-        self._call = native_or_python(self.program)
+        with self._tiering:
+            if self._call == self._tier_up:
+                self._call = native_or_python(self.program)
         return self._call(extents)
 
 

@@ -30,6 +30,7 @@ class Expr:
     inputs: tuple[TensorView, ...]
     outputs: tuple[TensorView, ...]
     attrs: dict[str, Any] = field(default_factory=dict)
+    origin: str | None = None  # the op the user wrote, when a composite (softmax, ...) added this one
 
     def text(self) -> str:
         outs = ", ".join(f"{o.name}: {o.type_text()}" for o in self.outputs)

@@ -34,9 +34,10 @@ class Val:
 
 
 class TensorView(Val):
-    """A tensor. Rank 0 tensors also stand for scalars: `scalar` is None, "input" or "const".
+    """A tensor. Rank 0 tensors also stand for scalars: `scalar` is None, "input", "const",
+    "literal" or "extent" (`value` is then the symbolic extent, a `Scalar`, read as int64).
 
-    A scalar (a Python literal or `define_scalar`) is *weak*: it never widens a tensor's dtype.
+    A scalar (a Python literal, `define_scalar`, an extent) is *weak*: it never widens a tensor's dtype.
     """
 
     def __init__(
@@ -82,7 +83,7 @@ class TensorView(Val):
         Weak values never widen a stronger one's dtype."""
         if self.python_scalar:
             return 2
-        return {None: 0, "input": 1, "const": 1, "literal": 2}[self.scalar]
+        return {None: 0, "input": 1, "const": 1, "extent": 1, "literal": 2}[self.scalar]
 
     @property
     def is_constant(self) -> bool:

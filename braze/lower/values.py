@@ -115,6 +115,8 @@ class ValueEmitter:
             dtype = dt.as_dtype(type(tv.value)) if tv.scalar == "literal" else tv.dtype
             return k.Const(tv.value, dtype) if dtype.name != "bfloat16" else cast(
                 k.Const(float(tv.value), dt.float32), dtype)
+        if tv.scalar == "extent":  # an extent used as a value: computed from the extent parameters
+            return cast(self.extent(tv.value), tv.dtype)
         source = self.params.readable(tv)
         if source is not None:
             return k.ScalarRef(source) if isinstance(source, k.ScalarParam) else k.Load(source, idx)

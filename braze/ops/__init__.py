@@ -31,6 +31,7 @@ _GENERATED = {name: _elementwise_function(name, arity)
               for table, arity in ((UNARY, 1), (BINARY, 2), (TERNARY, 3)) for name in table}
 globals().update(_GENERATED)
 _methods.install()
+_methods.install_extent_operators()
 
 
 def gelu(x, approximate: str = "none"):

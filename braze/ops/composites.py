@@ -5,6 +5,9 @@ Half-precision inputs are computed in float32 and rounded once at the end, as to
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 from braze import dtypes as dt
 from braze.errors import FusionDefinitionError
 from braze.ir.fusion import defining
@@ -13,6 +16,22 @@ from braze.ops import reductions as red
 from braze.ops.creation import arange
 from braze.ops.elementwise import cast, elementwise
 from braze.ops.views import unsqueeze
+
+
+def composite(fn: Callable[..., TensorView]) -> Callable[..., TensorView]:
+    """Marks the ops `fn` adds as parts of it, so a run-time error names the op the user wrote
+    (`cross_entropy`, not the `max` inside it). The outermost composite's name wins."""
+
+    @functools.wraps(fn)
+    def named(x: object, *args, **kwargs) -> TensorView:
+        fusion = x.fusion if isinstance(x, TensorView) else None
+        first = len(fusion.exprs) if fusion is not None else 0
+        out = fn(x, *args, **kwargs)
+        for expr in fusion.exprs[first:] if fusion is not None else ():
+            expr.origin = fn.__name__
+        return out
+
+    return named
 
 
 def _compute(x: TensorView, op: str) -> tuple[TensorView, dt.DType]:
@@ -28,6 +47,7 @@ def _shifted(x: TensorView, axis: int) -> TensorView:
     return elementwise("sub", x, red.max(x, axis, keepdim=True))
 
 
+@composite
 def softmax(x: TensorView, axis: int = -1) -> TensorView:
     """exp(x) / sum(exp(x)) along `axis`, computed stably."""
     xf, result = _compute(x, "softmax")
@@ -35,6 +55,7 @@ def softmax(x: TensorView, axis: int = -1) -> TensorView:
     return cast(elementwise("truediv", e, red.sum(e, axis, keepdim=True)), result)
 
 
+@composite
 def log_softmax(x: TensorView, axis: int = -1) -> TensorView:
     """x - log(sum(exp(x))) along `axis`, computed stably."""
     xf, result = _compute(x, "log_softmax")
@@ -51,6 +72,7 @@ def _affine(y: TensorView, weight: TensorView | None, bias: TensorView | None) -
     return y
 
 
+@composite
 def layer_norm(x: TensorView, weight: TensorView | None = None, bias: TensorView | None = None,
                eps: float = 1e-5, axes=-1) -> TensorView:
     """(x - mean) / sqrt(var + eps) over `axes` (the last by default), then `* weight + bias`."""
@@ -61,6 +83,7 @@ def layer_norm(x: TensorView, weight: TensorView | None = None, bias: TensorView
     return cast(_affine(y, weight, bias), result)
 
 
+@composite
 def rms_norm(x: TensorView, weight: TensorView | None = None, eps: float = 1e-6, axes=-1) -> TensorView:
     """x / sqrt(mean(x^2) + eps) over `axes` (the last by default), then `* weight`."""
     xf, result = _compute(x, "rms_norm")
@@ -69,6 +92,7 @@ def rms_norm(x: TensorView, weight: TensorView | None = None, eps: float = 1e-6,
     return cast(_affine(y, weight, None), result)
 
 
+@composite
 def cross_entropy(logits: TensorView, target: TensorView, reduction: str = "mean") -> TensorView:
     """Negative log-likelihood of integer class `target` under softmax(logits) over the last axis.
 

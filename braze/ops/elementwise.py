@@ -16,12 +16,13 @@ import numpy as np
 from braze import dtypes as dt
 from braze.dtypes import DType
 from braze.errors import FusionDefinitionError
-from braze.ir.fusion import Fusion
+from braze.ir.fusion import Fusion, active_fusion
+from braze.ir.scalar import Scalar
 from braze.ir.tensor import TensorView
 from braze.ops.broadcast import align_ranks, broadcast_domains
 from braze.ops.table import OpDef, RefContext, apply, register, reject_kinds
 
-Operand = TensorView | bool | int | float
+Operand = TensorView | Scalar | bool | int | float  # a Scalar: an extent used as a value
 
 # Result-type rules: promoted operand dtype -> result dtype.
 SAME: Callable[[DType], DType] = lambda d: d
@@ -213,6 +214,8 @@ def owning_fusion(op: str, operands: Sequence[Operand]) -> Fusion:
     for x in operands:
         if isinstance(x, TensorView):
             return x.fusion
+    if any(isinstance(x, Scalar) for x in operands):  # reciprocal(x.shape[1]): the fusion being defined
+        return active_fusion(op)
     raise FusionDefinitionError(f"{op}: expected at least one TensorView operand, got only Python scalars")
 
 
@@ -225,9 +228,26 @@ def as_operand(op: str, fusion: Fusion, x: Operand, position: int) -> TensorView
         if isinstance(value, int) and not -(2**63) <= value < 2**63:  # no braze dtype holds it
             raise FusionDefinitionError(f"{op}: operand {position}: expected an int in [-2**63, 2**63), got {value}")
         return TensorView(fusion, [], dt.python_scalar_dtype(value), scalar="literal", value=value)
+    if isinstance(x, Scalar):
+        return extent_operand(op, fusion, x, position)
     raise FusionDefinitionError(
         f"{op}: operand {position}: expected a TensorView or a Python scalar, got {type(x).__name__}"
     )
+
+
+def extent_operand(op: str, fusion: Fusion, extent: Scalar, position: int) -> TensorView:
+    """An extent (`x.shape[1]`, or an expression of extents) used as a value: a weak int64 scalar of
+    the fusion, evaluated from the input extents where it is used. Weak like a typed scalar, so
+    `x.sum(1) / x.shape[1]` stays float32 and an int32 tensor plus an extent stays int32."""
+    if extent.is_const:
+        return as_operand(op, fusion, extent.value, position)
+    known = {name for tv in fusion.inputs for d in tv.logical for name in d.extent.free_symbols()}
+    unknown = sorted(extent.free_symbols() - known)
+    if unknown:
+        raise FusionDefinitionError(
+            f"{op}: operand {position}: expected an extent of this fusion's tensors, got {extent} "
+            f"(not an extent of its inputs: {', '.join(unknown)})")
+    return TensorView(fusion, [], dt.int64, scalar="extent", value=extent)
 
 
 def check_fill(op: str, value: object, dtype: DType) -> None:

@@ -7,7 +7,8 @@ op table loads keeps that rule.
 from __future__ import annotations
 
 from braze.errors import FusionDefinitionError, UnsupportedError
-from braze.ir.scalar import as_scalar
+from braze.ir.fusion import active_fusion
+from braze.ir.scalar import Scalar, as_scalar
 from braze.ir.tensor import TensorView
 from braze.ops import reductions as red
 from braze.ops import views
@@ -32,13 +33,15 @@ def _binary(op: str, reflected: bool = False):
 def _getitem(x: TensorView, index) -> TensorView:
     """Basic indexing: ints, slices, None (new axis) and one Ellipsis."""
     items = list(index) if isinstance(index, tuple) else [index]
+    for position, item in enumerate(items):
+        _check_index_item(x, position, item)
     if sum(i is Ellipsis for i in items) > 1:
         raise FusionDefinitionError(f"indexing {x.describe()}: expected at most one '...', got {index!r}")
     consumed = sum(i is not None and i is not Ellipsis for i in items)
     if consumed > x.ndim:
         raise FusionDefinitionError(f"indexing {x.describe()}: {consumed} indices for {x.ndim} dimensions")
-    if Ellipsis in items:
-        at = items.index(Ellipsis)
+    if any(i is Ellipsis for i in items):  # by identity: `in` would compare tensors with ==
+        at = next(n for n, i in enumerate(items) if i is Ellipsis)
         items[at : at + 1] = [slice(None)] * (x.ndim - consumed)
     slices, new_axes, dropped, out_axis = [], [], [], 0
     for item in items:
@@ -49,11 +52,9 @@ def _getitem(x: TensorView, index) -> TensorView:
             stop = item + 1 if item != -1 else None
             slices.append(slice(item, stop, 1))
             dropped.append((len(slices) - 1, item))
-        elif isinstance(item, slice):
+        else:
             slices.append(item)
             out_axis += 1
-        else:
-            raise UnsupportedError(f"indexing {x.describe()}: expected ints, slices, None or '...', got {item!r}")
     y = views.slice_tensor(x, slices)
     for axis, item in dropped:  # an int index must select exactly one element
         why = f"indexing {x.describe()}: index {item} of dimension {axis} must lie within its extent"
@@ -62,6 +63,21 @@ def _getitem(x: TensorView, index) -> TensorView:
     for axis in new_axes:
         y = views.unsqueeze(y, axis)
     return y
+
+
+def _check_index_item(x: TensorView, position: int, item: object) -> None:
+    """Basic indexing only: a tensor index (a gather, `table[ids]`) is refused by name."""
+    if item is None or item is Ellipsis or isinstance(item, slice):
+        return
+    if isinstance(item, int) and not isinstance(item, bool):
+        return
+    if isinstance(item, TensorView):
+        raise UnsupportedError(
+            f"indexing {x.describe()}: index {position}: expected ints, slices, None or '...', got tensor "
+            f"{item.describe()} of type {item.type_text()}: indexing by a tensor (a gather) is not supported")
+    raise UnsupportedError(
+        f"indexing {x.describe()}: index {position}: expected ints, slices, None or '...', got "
+        f"{type(item).__name__} {item!r}")
 
 
 def _matmul(self, other):
@@ -93,3 +109,37 @@ def install(cls: type = TensorView) -> None:
     cls.unsqueeze = views.unsqueeze
     cls.flip = views.flip
     cls.astype = cast
+
+
+def _extent_operator(op: str, dunder: str, reflected: bool):
+    """An operator of Scalar that stays symbolic with ints and extents (`n - 1`), and becomes a value
+    of the fusion being defined with a float (`1.0 / n`, `n * 0.5`). True division is always a
+    value, as `int / int` is a float in Python."""
+    symbolic = getattr(Scalar, dunder, None)
+
+    def operator(self: Scalar, other: object):
+        if op != "truediv" and symbolic is not None:
+            result = symbolic(self, other)
+            if result is not NotImplemented or not isinstance(other, float):
+                return result
+        if not isinstance(other, (int, float, Scalar)) or isinstance(other, bool) or not _defining():
+            return NotImplemented  # a TensorView's reflected operator builds the op; else a TypeError
+        return elementwise(op, other, self) if reflected else elementwise(op, self, other)
+
+    return operator
+
+
+def _defining() -> bool:
+    try:
+        active_fusion("")
+    except FusionDefinitionError:
+        return False
+    return True
+
+
+def install_extent_operators() -> None:
+    """Lets extents (`x.shape[1]`) take part in float arithmetic: `x * (1.0 / x.shape[-1])`."""
+    for op in ("add", "sub", "mul", "truediv"):
+        for reflected in (False, True):
+            dunder = f"__{'r' * reflected}{op}__"
+            setattr(Scalar, dunder, _extent_operator(op, dunder, reflected))

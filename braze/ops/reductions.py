@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import builtins
 import math
 import warnings
 from collections.abc import Callable, Sequence
@@ -13,6 +14,7 @@ from braze import dtypes as dt
 from braze.dtypes import DType
 from braze.errors import FusionDefinitionError, InputError
 from braze.ir.domain import IterType
+from braze.ir.fusion import Expr, Fusion
 from braze.ir.tensor import TensorView, normalize_axis
 from braze.ops.broadcast import broadcast
 from braze.ops.elementwise import SAME, TO_BOOL, TO_FLOAT, TO_INT64, elementwise
@@ -72,7 +74,8 @@ def _reduction_entry(name: str, kinds: str, result: Callable, fn: Callable, need
     def reference(ctx: RefContext, args: Sequence[np.ndarray], out: TensorView, attrs: dict) -> np.ndarray:
         x, axes = args[0], attrs["axes"]
         if needs_values and 0 in (x.shape[a] for a in axes):  # this module's `any` is the op
-            raise InputError(f"{name}: {out.definition.inputs[0].describe()} has an empty dimension among axes {axes}")
+            # No output element reads it (check_empty_reductions ran first): any value will do.
+            return np.zeros(ctx.shape(out.logical), out.dtype.numpy)
         accumulator = _accumulator(name, result(dt.from_numpy(x.dtype)))
         x = x if accumulator is None else x.astype(accumulator.numpy)
         extra = {"correction": attrs["correction"]} if "correction" in attrs else {}
@@ -86,6 +89,53 @@ def _reduction_entry(name: str, kinds: str, result: Callable, fn: Callable, need
 
 for _name, _row in REDUCTIONS.items():
     register(_reduction_entry(_name, *_row))
+
+
+# --- reductions over nothing ---------------------------------------------------------------------
+NO_VALUE_OVER_NOTHING = frozenset(name for name, row in REDUCTIONS.items() if row[3])  # max, min, argmax, argmin
+
+
+def reductions_without_identity(fusion: Fusion) -> list[Expr]:
+    """The reductions (max, min, argmax, argmin) that have no value over an empty axis."""
+    return [e for e in fusion.exprs if e.op in NO_VALUE_OVER_NOTHING]
+
+
+def check_empty_reductions(fusion: Fusion, empty: Sequence[Expr], bindings: dict[str, int]) -> None:
+    """Raises `InputError` for the first of `empty` (reductions without identity whose reduced axes
+    hold nothing) that an output element reads. Sums of nothing are their identity; a max of nothing
+    has no value, unless no element needs it: softmax over an empty axis has an empty result and
+    reads no max, so it gives that empty result as NumPy and torch do. The error names the op the
+    user wrote (a composite's name when the reduction is part of one)."""
+    if not empty:
+        return
+    read = _read_tensors(fusion, bindings)
+    for expr in empty:
+        if id(expr.outputs[0]) in read:
+            user, x = expr.origin or expr.op, expr.inputs[0]
+            part = "" if user == expr.op else f" (its {expr.op})"
+            raise InputError(f"{user}{part}: {x.describe()} has an empty dimension among the reduced axes "
+                             f"{expr.attrs['axes']}: the {expr.op} of nothing has no value")
+
+
+def _read_tensors(fusion: Fusion, bindings: dict[str, int]) -> set[int]:
+    """ids of the tensors that some element of a non-empty output is computed from: a tensor is
+    read when it holds elements and a consumer that is read uses it (nothing flows through an
+    empty tensor)."""
+    extents: dict[object, int] = {}
+
+    def holds_elements(tv: TensorView) -> bool:
+        for d in tv.visible:
+            if d.extent not in extents:
+                extents[d.extent] = d.extent.evaluate(bindings)
+            if extents[d.extent] == 0:
+                return False
+        return True
+
+    read = {id(o.tv) for o in fusion.outputs if holds_elements(o.tv)}
+    for expr in reversed(fusion.exprs):  # every consumer of a tensor comes after its definition
+        if builtins.any(id(out) in read for out in expr.outputs):  # this module's `any` is the op
+            read.update(id(tv) for tv in expr.inputs if holds_elements(tv))
+    return read
 
 
 def normalize_axes(x: TensorView, axes: int | Sequence[int] | None, op: str) -> tuple[int, ...]:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from braze.dtypes import DType
-from braze.errors import FusionDefinitionError, UnsupportedError
+from braze.errors import FusionDefinitionError, UnsupportedError, a_or_an
 from braze.ir.domain import IterDomain
 from braze.ir.fusion import Fusion, active_fusion
 from braze.ir.scalar import Scalar
@@ -88,4 +88,4 @@ def reject_kinds(op: str, tv: TensorView, allowed: str) -> None:
     if tv.dtype.kind not in allowed:
         names = {"b": "bool", "i": "integer", "f": "floating"}
         expected = " or ".join(names[k] for k in allowed)
-        raise FusionDefinitionError(f"{op}: {tv.describe()}: expected a {expected} dtype, got {tv.dtype.name}")
+        raise FusionDefinitionError(f"{op}: {tv.describe()}: expected {a_or_an(expected)} dtype, got {tv.dtype.name}")

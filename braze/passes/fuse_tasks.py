@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from braze import config
 from braze.kir import nodes as k
+from braze.passes.simplify import map_children, simplify_expr
 
 # --- decisions ----------------------------------------------------------------------------------
 FUSED_DISJOINT = "disjoint"
@@ -143,6 +144,26 @@ class _Substituter:
         return self.memo[e]
 
 
+# Integer ops whose operands may be swapped: the same value either way, wrap-around included.
+_COMMUTATIVE = frozenset({"add", "mul", "bitwise_and", "bitwise_or", "bitwise_xor", "minimum", "maximum"})
+
+
+def normalized(e: k.Expr) -> k.Expr:
+    """One form for equivalent index expressions, so that `t + 0`, `t * 1`, `3 + t` and `2 * t` name
+    the elements `t`, `t`, `t + 3` and `t * 2` name: constants folded, identities dropped,
+    constants on the right, and the operands of commutative integer ops in a fixed order."""
+    e = simplify_expr(e)
+    return _ordered(e)
+
+
+def _ordered(e: k.Expr) -> k.Expr:
+    e = map_children(e, _ordered)
+    if isinstance(e, k.Binary) and e.op in _COMMUTATIVE and e.dtype.is_integer and not isinstance(e.b, k.Const):
+        if isinstance(e.a, k.Const) or _text(e.b) < _text(e.a):
+            return k.Binary(e.op, e.b, e.a, e.dtype)
+    return e
+
+
 def _collect(task: k.Task) -> list[Access]:
     """Every global access of the task, or _Reject when something cannot be attributed."""
     subst = _Substituter(_single_assignment_defs(task.body))
@@ -156,7 +177,7 @@ def _collect(task: k.Task) -> list[Access]:
             if task.var in (getattr(node, "var", None), getattr(node, "result", None)) and not isinstance(node, k.Var):
                 raise _Reject(REJECT_UNRECOGNISED, "the loop index is assigned")
             if isinstance(node, (k.Load, k.Store, k.AtomicRMW)):
-                fingerprint = tuple(subst(i) for i in node.indices)
+                fingerprint = tuple(normalized(subst(i)) for i in node.indices)
                 text = f"{node.param.name}[{', '.join(_text(i) for i in node.indices)}]"
                 accesses.append(Access(node.param.name, not isinstance(node, k.Load),
                                        isinstance(node, k.AtomicRMW), fingerprint, text))

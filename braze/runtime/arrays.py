@@ -60,3 +60,17 @@ def to_kind(array: np.ndarray, kind: str) -> Any:
     if array.dtype == dt.bfloat16.numpy:
         return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(array)
+
+
+def overlaps_itself(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:
+    """Whether two index tuples of an array reach one address (a sliding-window view, torch's
+    `unfold`, a broadcast): then no element belongs to one index alone, and task fusion must not
+    treat two threads' accesses as disjoint. Strides in bytes."""
+    if 0 in shape:
+        return False
+    span = itemsize  # bytes the dimensions seen so far cover
+    for n, stride in sorted(((n, abs(s)) for n, s in zip(shape, strides) if n > 1), key=lambda d: d[1]):
+        if stride < span:
+            return True
+        span = stride * (n - 1) + span
+    return False

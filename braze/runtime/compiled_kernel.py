@@ -7,13 +7,14 @@ CompiledKernel for other params.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from dataclasses import dataclass
 
 from braze import config
 from braze.codegen import llvm as llvm_codegen
 from braze.kir import kernel_text
 from braze.kir import nodes as k
-from braze.runtime import cpu, disk_cache
+from braze.runtime import cpu, disk_cache, elf
 from braze.runtime.record import note_compile
 
 
@@ -29,7 +30,11 @@ class CompileParams:
 
 
 class CompiledKernel:
-    """One kernel compiled for the CPU (LLVM); `functions[i]` runs task i over [lo, hi)."""
+    """One kernel compiled for the CPU (LLVM); `functions[i]` runs task i over [lo, hi).
+
+    Threads share it: it compiles and loads once, under its own lock, and its loaded code lives as
+    long as it does, so a function pointer handed out stays valid while anything holds the kernel.
+    """
 
     def __init__(self, kernel: k.Kernel, params: CompileParams | None = None) -> None:
         self.kernel = kernel
@@ -39,6 +44,7 @@ class CompiledKernel:
         self.binary: bytes | None = None
         self.from_disk = False
         self._loaded: cpu.LoadedObject | None = None
+        self._lock = threading.Lock()
 
     @property
     def cache_key(self) -> str:
@@ -46,21 +52,26 @@ class CompiledKernel:
                                     braze=disk_cache.braze_source_hash())
 
     def compile(self) -> CompiledKernel:
-        """Fills `binary` from the disk cache or by compiling; idempotent."""
-        if self.binary is not None:
-            return self
+        """Fills `binary` from the disk cache or by compiling, once, whichever thread asks first."""
+        if self.binary is None:
+            with self._lock:
+                if self.binary is None:
+                    self._compile()
+        return self
+
+    def _compile(self) -> None:
         if config.dumping("kernel_ir"):
             config.dump("kernel_ir", kernel_text(self.kernel))
-        cached = disk_cache.load(self.cache_key)
+        cached = disk_cache.load(self.cache_key, elf.host_object_check(t.name for t in self.kernel.tasks))
         if cached is not None:
-            self.binary, self.from_disk = cached, True
-            return self
-        self.binary, optimized = cpu.compile_object(self.source, self.kernel.name)
+            self.from_disk, self.binary = True, cached
+            return
+        binary, optimized = cpu.compile_object(self.source, self.kernel.name)
         if config.dumping("llvm_ir"):
             config.dump("llvm_ir", optimized)
         note_compile(self.kernel.name)
-        disk_cache.store(self.cache_key, self.binary)
-        return self
+        disk_cache.store(self.cache_key, binary)
+        self.binary = binary  # last: a thread that sees it set skips the lock
 
     def recompile(self, **changes) -> CompiledKernel:
         """A new CompiledKernel of the same Kernel IR with some compile params changed."""
@@ -70,5 +81,7 @@ class CompiledKernel:
     def functions(self) -> list:
         if self._loaded is None:
             self.compile()
-            self._loaded = cpu.LoadedObject(self.binary, [t.name for t in self.kernel.tasks])
+            with self._lock:
+                if self._loaded is None:
+                    self._loaded = cpu.LoadedObject(self.binary, [t.name for t in self.kernel.tasks])
         return [self._loaded.functions[t.name] for t in self.kernel.tasks]

@@ -18,8 +18,10 @@ import llvmlite.binding as llvm
 from braze.errors import Error
 
 TASK_SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
-_lock = threading.Lock()
-LLVM_LOCK = _lock  # held by everything that drives LLVM: its global state is not thread-safe
+# Held by everything that drives LLVM, its target queries included: its global state is not
+# thread-safe. Reentrant, since compiling asks for the target machine under it.
+_lock = threading.RLock()
+LLVM_LOCK = _lock
 
 
 class CompileError(Error):
@@ -30,11 +32,16 @@ class CompileError(Error):
 _THROTTLING_AVX512 = frozenset({"skylake-avx512", "cascadelake", "cooperlake", "cannonlake"})
 
 
-@functools.cache
 def host_features() -> str:
     """The host's CPU features, plus full-width vectors where the CPU has AVX-512 and runs it at
     speed (LLVM prefers 256-bit vectors on every AVX-512 CPU; 512-bit ones run the inline math's
     loops about 1.2x faster on recent Xeons)."""
+    with _lock:
+        return _host_features()
+
+
+@functools.cache
+def _host_features() -> str:
     llvm.initialize_native_target()
     features = llvm.get_host_cpu_features().flatten()
     if "+avx512f" in features.split(",") and llvm.get_host_cpu_name() not in _THROTTLING_AVX512:
@@ -44,23 +51,31 @@ def host_features() -> str:
 
 def new_target_machine(opt: int = 3) -> llvm.TargetMachine:
     """A target machine for the host (all its CPU features), generating code at optimization level `opt`."""
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    target = llvm.Target.from_default_triple()
-    return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=host_features(),
-                                        opt=opt, reloc="default", codemodel="jitdefault", jit=True)
+    with _lock:
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        target = llvm.Target.from_default_triple()
+        return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=host_features(),
+                                            opt=opt, reloc="default", codemodel="jitdefault", jit=True)
+
+
+def target_machine() -> llvm.TargetMachine:
+    """The host's target machine for optimizing and emitting code, created once (never give it to an engine)."""
+    with _lock:
+        return _shared_target_machine()
 
 
 @functools.cache
-def target_machine() -> llvm.TargetMachine:
-    """The host's target machine for optimizing and emitting code, created once (never give it to an engine)."""
+def _shared_target_machine() -> llvm.TargetMachine:
     return new_target_machine()
 
 
+@functools.cache
 def toolchain_id() -> str:
     """What the compiled code depends on besides its source: for the disk cache key."""
-    return f"llvmlite {llvmlite.__version__} llvm {llvm.llvm_version_info} {llvm.get_process_triple()} " \
-           f"{llvm.get_host_cpu_name()} {host_features()}"
+    with _lock:
+        return f"llvmlite {llvmlite.__version__} llvm {llvm.llvm_version_info} {llvm.get_process_triple()} " \
+               f"{llvm.get_host_cpu_name()} {host_features()}"
 
 
 def optimize(ir_text: str, name: str) -> llvm.ModuleRef:

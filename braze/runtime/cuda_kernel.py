@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
+import threading
 import weakref
 
 import numpy as np
@@ -18,7 +19,7 @@ from braze.errors import InputError, UnsupportedError
 from braze.kir import kernel_text
 from braze.kir import nodes as k
 from braze.runtime import cuda_driver as cuda
-from braze.runtime import disk_cache, nvrtc
+from braze.runtime import disk_cache, elf, nvrtc
 from braze.runtime.compiled_kernel import CompileParams
 from braze.runtime.executor import host_function
 from braze.runtime.record import Launch, note_compile, note_launch, profiling, recording
@@ -34,7 +35,8 @@ POINTWISE_ELEMENTS_PER_THREAD = 4
 
 
 class CudaCompiledKernel:
-    """One kernel compiled to a cubin for one architecture; no execution state."""
+    """One kernel compiled to a cubin for one architecture; no execution state. Threads share it:
+    it compiles once and loads once per device, under its own lock."""
 
     def __init__(self, kernel: k.Kernel, params: CompileParams, restrict: bool = False) -> None:
         self.kernel, self.restrict = kernel, restrict
@@ -44,6 +46,7 @@ class CudaCompiledKernel:
         self.binary: bytes | None = None
         self.from_disk = False
         self._modules: dict[int, cuda.Module] = {}
+        self._lock = threading.Lock()
 
     def generate(self):
         """The generated source (a CudaSource: `text`, `body`, `functions`)."""
@@ -60,40 +63,52 @@ class CudaCompiledKernel:
         return opts + ((f"--maxrregcount={self.params.max_registers}",) if self.params.max_registers else ())
 
     def compile(self) -> CudaCompiledKernel:
-        if self.binary is not None:
-            return self
+        """Fills `binary` from the disk cache or through NVRTC, once, whichever thread asks first."""
+        if self.binary is None:
+            with self._lock:
+                if self.binary is None:
+                    self._compile()
+        return self
+
+    def _compile(self) -> None:
         if config.dumping("kernel_ir"):
             config.dump("kernel_ir", kernel_text(self.kernel))
         if config.dumping("cuda_kernel"):
             config.dump("cuda_kernel", self.generated.body)
         if config.dumping("cuda_to_file"):
             self._dump_to_file()
-        cached = disk_cache.load(self.cache_key)
+        cached = disk_cache.load(self.cache_key, elf.cubin_check(self.generated.functions))
         if cached is not None:
-            self.binary, self.from_disk = cached, True
-            return self
-        self.binary = nvrtc.compile_cubin(self.source, self.kernel.name, self.params.arch, self.options())
+            self.from_disk, self.binary = True, cached
+            return
+        binary = nvrtc.compile_cubin(self.source, self.kernel.name, self.params.arch, self.options())
         if config.dumping("ptx"):
             ptx = nvrtc.compile_ptx(self.source, self.kernel.name, self.params.arch, self.options())
             config.dump("ptx", ptx.rstrip(b"\0").decode())
         note_compile(self.kernel.name)
-        disk_cache.store(self.cache_key, self.binary)
-        return self
+        disk_cache.store(self.cache_key, binary)
+        self.binary = binary  # last: a thread that sees it set skips the lock
 
     def _dump_to_file(self) -> None:
-        folder = config.current.cache_dir / "dump"
-        folder.mkdir(parents=True, exist_ok=True)
+        """Writes the source to `$BRAZE_CACHE_DIR/dump/<kernel>.cu` for each kernel: new files, never
+        through a link someone planted there."""
         for name in self.generated.functions:
-            (folder / f"{name}.cu").write_text(self.source)
+            if disk_cache.write_private_file("dump", f"{name}.cu", self.source) is None:
+                config.diagnostic(f"cuda_to_file: could not write {name}.cu in {config.current.cache_dir / 'dump'}")
 
     def recompile(self, **changes) -> CudaCompiledKernel:
         return type(self)(self.kernel, dataclasses.replace(self.params, **changes), self.restrict).compile()
 
     def module(self, device: cuda.Device) -> cuda.Module:
-        if device.index not in self._modules:
+        """The kernel loaded on `device`, loaded once; it lives as long as this kernel."""
+        module = self._modules.get(device.index)
+        if module is None:
             self.compile()
-            self._modules[device.index] = cuda.Module(device, self.binary, self.generated.functions)
-        return self._modules[device.index]
+            with self._lock:
+                module = self._modules.get(device.index)
+                if module is None:
+                    module = self._modules[device.index] = cuda.Module(device, self.binary, self.generated.functions)
+        return module
 
 
 def loop_extents(task: k.Task) -> list[k.Expr]:
@@ -164,22 +179,21 @@ class CudaExecutor:
             if task.cache_itemsizes:
                 module.allow_shared_memory(task.name, ROW_CACHE_BYTES)
         self.layout = ArgLayout.of(self.kernel.params)
-        # The kernel parameters after the argument block: `lanes`, `cached_row`, and the workspace and
-        # finished-block counter of grid reductions, each passed by address.
-        self.scalars = np.zeros(4, np.int64)
-        self.pointers = (ctypes.c_void_p * 5)()
-        for n in range(4):
-            self.pointers[1 + n] = self.scalars.ctypes.data + 8 * n
         accumulators = max((t.grid_accumulators for t in self.tasks), default=0)
         self.max_grid = device.sm_count * BLOCKS_PER_SM
         self.workspace = _Workspace(device, 8 * accumulators * self.max_grid) if accumulators else None
 
     def run(self, block: np.ndarray, scalars: dict[str, int], stream: int) -> None:
         self.device.activate()
-        self.pointers[0] = block.ctypes.data
-        params = ctypes.addressof(self.pointers)
+        # The kernel parameters: the argument block, then `lanes`, `cached_row`, and the workspace and
+        # finished-block counter of grid reductions, each passed by address. A call's own: threads
+        # racing on a first call launch at once, and a launch reads its parameters when it is made.
+        launch_scalars = (ctypes.c_int64 * 4)()
+        pointers = (ctypes.c_void_p * 5)(block.ctypes.data, *[ctypes.addressof(launch_scalars) + 8 * n
+                                                             for n in range(4)])
+        params = ctypes.addressof(pointers)
         for planned in self.plan(scalars, stream):
-            self.scalars[:] = planned.scalars
+            launch_scalars[:] = planned.scalars
             if recording():
                 self._recorded_launch(planned, params, stream, block)
             else:
@@ -282,7 +296,7 @@ class RtcKernel:
         self.device = cuda.device(device)
         key = disk_cache.cache_key(source=source, name=name, arch=self.device.arch, options=self.options,
                                    toolchain=nvrtc.toolchain_id())
-        binary = disk_cache.load(key)
+        binary = disk_cache.load(key, elf.cubin_check((name,)))
         if binary is None:
             binary = nvrtc.compile_cubin(source, name, self.device.arch, self.options)
             note_compile(name)

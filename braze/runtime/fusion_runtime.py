@@ -15,11 +15,11 @@ import numpy as np
 
 from braze import config
 from braze.codegen.llvm import ArgLayout
-from braze.errors import InputError
 from braze.host.program import Alias, Allocate, CpuDevice, Frame, Launch, OutputSpec, host_buffer, single_kernel_program
-from braze.ir.fusion import AliasKind, Fusion, Output
+from braze.ir.fusion import AliasKind, Expr, Fusion, Output
 from braze.ir.tensor import TensorView
 from braze.kir.params import KernelParams
+from braze.ops.reductions import check_empty_reductions, reductions_without_identity
 from braze.ops.table import RefContext, lookup
 from braze.runtime.device_arrays import DeviceView
 from braze.runtime.executor import KernelExecutor
@@ -36,8 +36,6 @@ from braze.runtime.inputs import BoundInputs
 from braze.runtime.record import note_entry
 from braze.runtime.rng import next_seed_offset
 from braze.runtime.scalars import scalar_bits, scalar_packer
-
-_NEEDS_VALUES = ("max", "min", "argmax", "argmin")
 
 
 def _element_strides(array: np.ndarray) -> list[int]:
@@ -63,21 +61,20 @@ class FusionRuntime:
         # Every unseeded random op draws a (seed, offset) per run, in definition order, as the
         # reference does, so both backends give the same numbers after bz.manual_seed.
         self.random_ops = [e.outputs[0] for e in fusion.exprs if e.op in ("rand", "randn") and e.attrs["seed"] is None]
-        checked = [e for e in fusion.exprs if e.op in _NEEDS_VALUES]
-        # Extents of the reduced axes and of the result: the shape function computes them too.
-        extents = [([e.inputs[0].visible[a].extent for a in e.attrs["axes"]], e.outputs[0].shape) for e in checked]
+        checked = reductions_without_identity(fusion)
+        # Extents of the reduced axes: the shape function computes them too.
+        extents = [[e.inputs[0].visible[a].extent for a in e.attrs["axes"]] for e in checked]
         self.device = self.device_type()
         self.program = single_kernel_program(executor.kernel.name, fusion.inputs, writes,
                                              lambda written: self._launch(params, written),
                                              [self._output_spec(out) for out in fusion.outputs],
-                                             [x for reduced, result in extents for x in (*reduced, *result)],
+                                             [x for reduced in extents for x in reduced],
                                              self.device)
-        self.empty_checks = []
+        self.empty_checks: list[tuple[Expr, range]] = []  # (reduction, where its reduced extents are)
         at = self.program.extra_at
-        for e, (reduced, result) in zip(checked, extents):
-            self.empty_checks.append((e.op, e.inputs[0], range(at, at + len(reduced)),
-                                      range(at + len(reduced), at + len(reduced) + len(result))))
-            at += len(reduced) + len(result)
+        for e, reduced in zip(checked, extents):
+            self.empty_checks.append((e, range(at, at + len(reduced))))
+            at += len(reduced)
         if config.dumping("host_program"):
             config.dump("host_program", str(self.program))
 
@@ -138,7 +135,7 @@ class FusionRuntime:
         """A run's frame: the inputs bound, every buffer sized, the random draws made."""
         arrays = [a if isinstance(a, DeviceView) else _addressable(a) for a in bound.arrays]
         frame = self.program.new_frame(arrays, bound.bindings)
-        self._check_empty_reductions(frame.extents)  # before anything is allocated or drawn
+        self._check_empty_reductions(frame.extents, bound.bindings)  # before anything is allocated or drawn
         frame.bound = bound
         frame.rng = [next_seed_offset() for _ in self.random_ops]
         frame.context = RefContext(bound.bindings, next_seed_offset)
@@ -227,11 +224,10 @@ class FusionRuntime:
             tasks.append((fn, begin, end, max(work, 1), (name, task.name)))
         return CpuPreparedCall(plan, tasks)
 
-    def _check_empty_reductions(self, extents: list[int]) -> None:
-        """max, min, argmax and argmin of nothing are undefined, unless the result is empty too."""
-        for op, x, reduced, result in self.empty_checks:
-            if any(extents[i] == 0 for i in reduced) and all(extents[i] for i in result):
-                raise InputError(f"{op}: {x.describe()} has an empty dimension among the reduced axes")
+    def _check_empty_reductions(self, extents: list[int], bindings: dict[str, int]) -> None:
+        """max, min, argmax and argmin of nothing have no value: an error where an output reads one."""
+        empty = [e for e, reduced in self.empty_checks if any(extents[i] == 0 for i in reduced)]
+        check_empty_reductions(self.fusion, empty, bindings)
 
     def _view(self, tv: TensorView, frame: Frame) -> np.ndarray:
         """An `evaluate` output: the view ops' reference rules applied to the input, on the host."""

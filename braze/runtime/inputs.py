@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from braze import dtypes as dt
-from braze.errors import InputError
+from braze.errors import InputError, a_or_an
 from braze.ir.fusion import AliasKind, Fusion
 from braze.ir.tensor import TensorView
 from braze.runtime.arrays import as_host_array
@@ -47,14 +47,14 @@ def _matches_stride_order(array: np.ndarray, expected: tuple[int, ...]) -> bool:
 def check_scalar_fits(value: object, dtype: dt.DType, where: str, error: type[Exception] = InputError) -> None:
     """Raises `error` unless `value` is a bool/int/float that `dtype` holds without a change of kind or range."""
     if not isinstance(value, (bool, int, float)):
-        raise error(f"{where}: expected a {dtype.name} scalar, got {type(value).__name__}")
+        raise error(f"{where}: expected {a_or_an(dtype.name)} scalar, got {type(value).__name__}")
     kind = dt.python_scalar_dtype(value).kind
     if "bif".index(kind) > "bif".index(dtype.kind):
-        raise error(f"{where}: expected a {dtype.name} scalar, got {type(value).__name__} {value!r}")
+        raise error(f"{where}: expected {a_or_an(dtype.name)} scalar, got {type(value).__name__} {value!r}")
     if dtype.is_integer and not isinstance(value, bool):
         info = np.iinfo(dtype.numpy)
         if not info.min <= value <= info.max:
-            raise error(f"{where}: expected a {dtype.name} scalar in [{info.min}, {info.max}], got {value}")
+            raise error(f"{where}: expected {a_or_an(dtype.name)} scalar in [{info.min}, {info.max}], got {value}")
 
 
 def _bind_scalar(tv: TensorView, value: object, where: str) -> np.ndarray:

@@ -32,6 +32,7 @@ from braze.errors import KernelAssertionError
 from braze.host.launch_jit import native_launches
 from braze.kir import nodes as k
 from braze.runtime import cuda_driver as cuda
+from braze.runtime.arrays import overlaps_itself
 from braze.runtime.cuda_kernel import BLOCKS_PER_SM, CudaCompiledKernel
 from braze.runtime.device_arrays import DeviceArray, DeviceView
 from braze.runtime.kernel_launch import bounds_function
@@ -187,6 +188,8 @@ class PreparedKernelCall:
         self.device_stream = readers[0].device_stream if readers else None
         self.stream_position = array_positions[0] if array_positions else 0
         self.spans = [_span_offsets(v) for v in views]
+        # Fixed by the description (shapes and strides), whatever the pointers: a view overlapping itself.
+        self.overlaps_itself = any(overlaps_itself(v.shape, v.strides, v.itemsize) for v in views)
         self.shapes = [_Shape(v.shape) for v in views]  # what the bounds function reads
         self.overlapping = overlapping
         self.last_pointers: tuple[int, ...] | None = None
@@ -324,6 +327,8 @@ class PreparedKernelCall:
             raise KernelAssertionError(f"kernel {self.launcher.kernel.name!r}: {self.launcher.messages[code - 1]}")
 
     def _overlap(self, pointers: tuple[int, ...]) -> bool:
+        if self.overlaps_itself:
+            return True
         spans = sorted((p + lo, p + hi) for p, span in zip(pointers, self.spans) if span is not None
                        for lo, hi in (span,))
         return any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:]))
@@ -348,7 +353,9 @@ def _span_offsets(view: DeviceView) -> tuple[int, int] | None:
 
 
 def views_overlap(views: Sequence[DeviceView]) -> bool:
-    """Whether two arrays share memory."""
+    """Whether two arrays share memory, or one overlaps itself."""
+    if any(overlaps_itself(v.shape, v.strides, v.itemsize) for v in views):
+        return True
     spans = sorted((v.ptr + s[0], v.ptr + s[1]) for v in views for s in (_span_offsets(v),) if s is not None)
     return any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:]))
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from braze import config
 from braze.errors import CompileError, UnsupportedError
+from braze.runtime import disk_cache
 
 INSTALL_HINT = "install braze's CUDA extra: pip install 'braze[cuda]' (cuda-bindings, NVRTC and the CUDA headers)"
 
@@ -125,9 +126,7 @@ def _log(nvrtc, program) -> str:
     return log.rstrip(b"\x00").decode(errors="replace").strip()
 
 
-def _save_failed(source: str, name: str) -> Path:
-    folder = config.current.cache_dir / "failed"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}.cu"
-    path.write_text(source)
-    return path
+def _save_failed(source: str, name: str) -> Path | str:
+    """Where the failed source was saved: `$BRAZE_CACHE_DIR/failed/<name>.cu`, a new private file."""
+    saved = disk_cache.write_private_file("failed", f"{name}.cu", source)
+    return saved if saved is not None else f"nowhere: {config.current.cache_dir / 'failed'} is not writable or refused"

@@ -10,22 +10,28 @@ import numpy as np
 from braze.host.shapes import infer_layout
 from braze.ir.fusion import AliasKind, Fusion, Output
 from braze.ir.tensor import TensorView
+from braze.ops.reductions import check_empty_reductions, reductions_without_identity
 from braze.ops.table import RefContext, lookup
 from braze.runtime.inputs import BoundInputs
 from braze.runtime.rng import next_seed_offset
 
 
-def _constant(tv: TensorView) -> np.ndarray:
+def _constant(tv: TensorView, bindings: dict[str, int]) -> np.ndarray:
     # A Python literal keeps its exact value (as float64 or int64) until an op casts it.
+    if tv.scalar == "extent":  # an extent used as a value
+        return np.asarray(tv.value.evaluate(bindings), dtype=tv.dtype.numpy)
     return np.asarray(tv.value) if tv.scalar == "literal" else np.asarray(tv.value, dtype=tv.dtype.numpy)
 
 
 def evaluate(fusion: Fusion, bound: BoundInputs) -> dict[int, np.ndarray]:
     """The value of every tensor of the fusion, keyed by id(tensor)."""
     ctx = RefContext(bound.bindings, next_seed_offset)
+    empty = [e for e in reductions_without_identity(fusion)
+             if any(ctx.extent(e.inputs[0].visible[a].extent) == 0 for a in e.attrs["axes"])]
+    check_empty_reductions(fusion, empty, bound.bindings)  # as the compiled backends do, before any op
     values: dict[int, np.ndarray] = {id(tv): a for tv, a in zip(fusion.inputs, bound.arrays)}
     for expr in fusion.exprs:
-        args = [values[id(tv)] if id(tv) in values else _constant(tv) for tv in expr.inputs]
+        args = [values[id(tv)] if id(tv) in values else _constant(tv, bound.bindings) for tv in expr.inputs]
         (out,) = expr.outputs
         result = lookup(expr.op).reference(ctx, args, out, expr.attrs)
         expected = ctx.shape(out.logical)
@@ -65,7 +71,7 @@ def run(fusion: Fusion, bound: BoundInputs) -> list[np.ndarray]:
     in_place = [o.alias is AliasKind.REUSE_BUFFER for o in fusion.outputs]
     results: list[np.ndarray | None] = []
     for output, written in zip(fusion.outputs, in_place):
-        value = values[id(output.tv)] if id(output.tv) in values else _constant(output.tv)
+        value = values[id(output.tv)] if id(output.tv) in values else _constant(output.tv, bound.bindings)
         value = np.array(value) if written else value  # `evaluate` views keep aliasing: they see the update
         results.append(None if written else _materialize(output, value, fusion, bound))
         values[id(output.tv)] = value

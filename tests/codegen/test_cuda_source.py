@@ -204,3 +204,14 @@ def test_maximum_of_float32_is_branch_free_on_sm80():
     from braze.codegen.cuda import PRELUDE
 
     assert "max.NaN.f32" in PRELUDE and "min.NaN.f32" in PRELUDE
+
+
+@pytest.mark.parametrize("dtype", [bz.float32, bz.float64, bz.bfloat16, bz.int32], ids=str)
+def test_negation_of_floats_flips_the_sign(dtype):
+    """-x, not 0 - x: negating 0.0 gives -0.0 as in NumPy. Integers keep the wrapping bz_neg."""
+    src = source(lambda f: [-f.define_tensor([-1], dtype=dtype)], matrix(4, dtype=dtype.numpy))
+    store = next(line for line in src.body.splitlines() if "T1_[p1] =" in line)
+    assert ("bz_neg(T0_[p1])" in store) == (dtype == bz.int32)
+    assert ("(-T0_[p1])" in store or "(-bz_bf16_bits_to_float(" in store) == dtype.is_floating
+    if nvrtc.available():
+        assert nvrtc.compile_ptx(src.text, "neg", "sm_90", ("-G",))

@@ -238,3 +238,28 @@ def test_second_gpu_runs_its_own_module():
         gpu = [torch.from_numpy(a).to(f"cuda:{device}") for a in host]
         particle_step(*gpu, np.float32(1e-3))
         torch.cuda.synchronize(device)
+
+
+def test_augmented_assignment_to_shared_elements_is_atomic_on_the_gpu():
+    from frontend.test_kernel_atomics import histogram, total
+
+    torch = _torch()
+    x = torch.ones(1 << 22, device="cuda")
+    tot = torch.zeros(1, device="cuda")
+    total(x, tot)
+    assert tot.item() == x.numel()
+    ids = np.random.default_rng(3).integers(0, 37, 1_000_003).astype(np.int32)
+    counts = torch.zeros(37, dtype=torch.int64, device="cuda")
+    histogram(torch.from_numpy(ids).cuda(), counts)
+    np.testing.assert_array_equal(counts.cpu().numpy(), np.bincount(ids, minlength=37))
+
+
+def test_a_self_overlapping_view_is_not_fused_on_the_gpu():
+    from runtime.test_self_overlap import double_then_shift, run_in_python
+
+    torch = _torch()
+    buf = torch.arange(9, dtype=torch.float32, device="cuda")
+    want = np.arange(9, dtype=np.float32)
+    run_in_python(np.lib.stride_tricks.sliding_window_view(want, 2, writeable=True), 8)
+    double_then_shift(buf.unfold(0, 2, 1), 8)
+    np.testing.assert_array_equal(buf.cpu().numpy(), want)

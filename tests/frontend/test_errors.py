@@ -117,7 +117,7 @@ def test_stride_order_mismatch() -> None:
 def test_float_given_for_an_int_scalar(xb: bz.Fusion, value: object, text: str) -> None:
     inputs = good_inputs()
     inputs[2] = value
-    with pytest.raises(bz.InputError, match=rf"^input 2 \('k'\): expected a int32 scalar, got {text}$"):
+    with pytest.raises(bz.InputError, match=rf"^input 2 \('k'\): expected an int32 scalar, got {text}$"):
         xb.execute(inputs)
 
 
@@ -133,7 +133,7 @@ def test_int_given_for_a_bool_scalar() -> None:
 def test_non_scalar_given_for_a_scalar(xb: bz.Fusion, value: object, kind: str) -> None:
     inputs = good_inputs()
     inputs[2] = value
-    with pytest.raises(bz.InputError, match=rf"^input 2 \('k'\): expected a int32 scalar, got {kind}$"):
+    with pytest.raises(bz.InputError, match=rf"^input 2 \('k'\): expected an int32 scalar, got {kind}$"):
         xb.execute(inputs)
 
 
@@ -149,7 +149,7 @@ def test_int_scalar_out_of_range() -> None:
     with bz.Fusion() as f:
         x = f.define_tensor((-1,), dtype=bz.int8, name="x")
         f.add_output(x + f.define_scalar(dtype=bz.int8, name="k"))
-    with pytest.raises(bz.InputError, match=r"input 1 \('k'\): expected a int8 scalar.*1000"):
+    with pytest.raises(bz.InputError, match=r"input 1 \('k'\): expected an int8 scalar.*1000"):
         f.execute([np.ones(2, np.int8), 1000])
 
 
@@ -219,9 +219,9 @@ def test_axis_out_of_range_in_views() -> None:
 @pytest.mark.parametrize("op, dtype, text", [
     (bz.ops.bitwise_and, bz.float32, "expected a bool or integer dtype, got float32"),
     (bz.ops.bitwise_or, bz.bfloat16, "expected a bool or integer dtype, got bfloat16"),
-    (bz.ops.left_shift, bz.bool_, "expected a integer dtype, got bool"),
-    (bz.ops.sub, bz.bool_, "expected a integer or floating dtype, got bool"),
-    (bz.ops.floordiv, bz.bool_, "expected a integer or floating dtype, got bool"),
+    (bz.ops.left_shift, bz.bool_, "expected an integer dtype, got bool"),
+    (bz.ops.sub, bz.bool_, "expected an integer or floating dtype, got bool"),
+    (bz.ops.floordiv, bz.bool_, "expected an integer or floating dtype, got bool"),
 ])
 def test_dtype_an_op_rejects(op, dtype: bz.DType, text: str) -> None:
     with bz.Fusion() as f:
@@ -448,3 +448,17 @@ def test_jit_unsupported_dtype_names_the_argument() -> None:
 
     with pytest.raises(bz.Error, match=r"argument 'x'.*complex64"):
         double(np.ones(2, np.complex64))
+
+
+@pytest.mark.parametrize("index", [lambda ids: ids, lambda ids: (ids, ...), lambda ids: (slice(None), ids)])
+def test_indexing_by_a_tensor_is_refused_by_name(index) -> None:
+    """`table[ids]` (a gather) is not basic indexing: the error names the index and its type."""
+    with bz.Fusion() as f:
+        table = f.define_tensor((-1, -1), name="table")
+        ids = f.define_tensor((-1,), dtype=bz.int64, name="ids")
+        with pytest.raises(bz.UnsupportedError, match=r"^indexing T0 \('table'\): index \d: expected ints, slices, "
+                                                      r"None or '...', got tensor T1 \('ids'\) of type int64\[T1_s0\]: "
+                                                      r"indexing by a tensor \(a gather\) is not supported$"):
+            table[index(ids)]
+        with pytest.raises(bz.UnsupportedError, match=r"index 1: expected ints, slices, None or '...', got float 1.5$"):
+            table[..., 1.5]

@@ -373,7 +373,7 @@ def test_arguments_are_checked():
         k(np.zeros(3), 1)
     with pytest.raises(bz.InputError, match="argument 'a': expected 1 dimension"):
         k(np.zeros((3, 1), np.float32), 1)
-    with pytest.raises(bz.InputError, match="argument 'n': expected a int32 scalar, got float"):
+    with pytest.raises(bz.InputError, match="argument 'n': expected an int32 scalar, got float"):
         k(np.zeros(3, np.float32), 1.5)
     with pytest.raises(bz.InputError, match="argument 'n': 4294967296 does not fit in int32"):
         k(np.zeros(3, np.float32), 2**32)

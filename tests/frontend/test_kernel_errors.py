@@ -223,3 +223,70 @@ def test_errors_are_braze_errors_and_annotations_are_checked():
             pass
     with pytest.raises(bz.KernelSyntaxError, match="only be called inside a @bz.kernel"):
         bz.atomic_add(1, 2)
+
+
+# --- messages a Warp or Taichi user meets first ----------------------------------------------------
+def test_a_scalar_of_the_wrong_kind_reads_well():
+    @bz.kernel
+    def fill(a: bz.Array[bz.float32, 1], n: bz.int64):
+        for i in range(n):
+            a[i] = 1.0
+
+    with pytest.raises(bz.InputError, match="argument 'n': expected an int64 scalar, got float"):
+        fill(np.zeros(3, np.float32), 1.5)
+
+
+def test_a_missing_annotation_says_so():
+    with pytest.raises(bz.KernelTypeError, match="parameter 'n': expected an annotation .* got no annotation"):
+        @bz.kernel
+        def fill(a: bz.Array[bz.float32, 1], n):
+            for i in range(n):
+                a[i] = 1.0
+
+
+def test_an_annotation_naming_a_local_under_postponed_evaluation(tmp_path):
+    path = tmp_path / "postponed.py"
+    path.write_text("from __future__ import annotations\nimport braze as bz\n\ndef make():\n"
+                    "    T = bz.float32\n\n    @bz.kernel\n    def fill(a: bz.Array[T, 1]):\n"
+                    "        for i in range(a.shape[0]):\n            a[i] = 1.0\n    return fill\n")
+    namespace: dict = {}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)  # noqa: S102  (the test's own file)
+    with pytest.raises(bz.KernelTypeError, match=r"postponed.py:\d+: kernel fill: an annotation names .*'T'.*"
+                                                 r"module level"):
+        namespace["make"]()
+
+
+def test_unpacking_a_shape():
+    @bz.kernel
+    def corners(a: bz.Array[bz.float32, 2], out: bz.Array[bz.float32, 1]):
+        h, w = a.shape
+        for i in range(out.shape[0]):
+            rows, cols = a.shape
+            out[i] = a[h - 1, w - 1] + a[rows - 1, 0] + cols
+
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    out = np.zeros(2, np.float32)
+    corners(a, out)
+    np.testing.assert_array_equal(out, a[2, 3] + a[2, 0] + 4)
+
+
+def test_unpacking_a_shape_into_the_wrong_number_of_names():
+    @bz.kernel
+    def bad(a: bz.Array[bz.float32, 2]):
+        for i in range(a.shape[0]):
+            h, w, d = a.shape
+            a[i, 0] = h
+
+    with pytest.raises(bz.KernelTypeError, match=r"'a.shape' has 2 extent\(s\), unpacked into 3 name\(s\)"):
+        bad(np.zeros((2, 2), np.float32))
+
+
+def test_a_kernel_without_readable_source_says_where_to_put_it():
+    import subprocess
+    import sys
+
+    script = ("import braze as bz, numpy as np\n@bz.kernel\ndef k(a: bz.Array[bz.float32, 1]):\n"
+              "    for i in range(a.shape[0]):\n        a[i] = 1.0\nk(np.zeros(3, np.float32))\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert "cannot read its source" in result.stderr and "define it in a file" in result.stderr

@@ -16,6 +16,7 @@ from oracle import (
     TERNARY_ORACLE,
     UNARY_ORACLE,
     assert_matches,
+    assert_same,
     bits,
     define,
     elementwise_inputs,
@@ -460,3 +461,11 @@ def test_float64_to_float16_rounds_once():
         want = x.astype(np.float16)
     np.testing.assert_array_equal(got, want)
     assert np.signbit(got[-1])
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=_id)
+def test_negation_flips_the_sign_of_zero(dtype):
+    """-x is -0.0 for 0.0 and 0.0 for -0.0, as NumPy gives (0 - x would give +0.0 for both)."""
+    x = np.asarray([0.0, -0.0, 1.5, -math.inf], dtype=dtype.numpy)
+    assert_same(run_op(op_fn("neg"), [x]), np.negative(x), what=f"neg({dtype.name})")
+    assert_same(run_op(lambda t: -t, [x]), np.negative(x), what=f"-x ({dtype.name})")

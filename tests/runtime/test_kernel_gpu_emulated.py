@@ -276,7 +276,7 @@ def test_scalars_are_checked_on_the_cached_call_too(gpu):
     add(ga, 1)
     with pytest.raises(bz.InputError, match="argument 's': 4294967296 does not fit in int32"):
         add(ga, 2**32)
-    with pytest.raises(bz.InputError, match="argument 's': expected a int32 scalar, got float"):
+    with pytest.raises(bz.InputError, match="argument 's': expected an int32 scalar, got float"):
         add(ga, 1.5)
     assert a.tolist() == [1] * 4
 

@@ -1,0 +1,148 @@
+"""Loop kernels follow Python where a user would notice: the loop variable after a loop, constant
+negative indices, shadowed loop indices (refused), and loops that cannot run in parallel (warned)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import braze as bz
+
+
+@bz.kernel
+def last_index(trips: bz.Array[bz.int64, 1], out: bz.Array[bz.int64, 1], start: bz.int64):
+    for i in range(trips.shape[0]):
+        last = -5
+        for last in range(start, trips[i]):  # noqa: B007  (its value after the loop is the point)
+            pass
+        out[i] = last
+
+
+@bz.kernel
+def last_index_down(trips: bz.Array[bz.int64, 1], out: bz.Array[bz.int64, 1], start: bz.int64):
+    for i in range(trips.shape[0]):
+        last = -5
+        for last in range(trips[i], start, -3):  # noqa: B007
+            pass
+        out[i] = last
+
+
+@bz.kernel
+def index_at_break(trips: bz.Array[bz.int64, 1], out: bz.Array[bz.int64, 1]):
+    for i in range(trips.shape[0]):
+        for j in range(100):
+            if j == trips[i]:
+                break
+        out[i] = j
+
+
+def python_last(bounds):
+    results = []
+    for bound in bounds:
+        last = -5
+        for last in range(*bound):  # noqa: B007  (its value after the loop is the point)
+            pass
+        results.append(last)
+    return results
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(-6, 12), min_size=1, max_size=8), st.integers(-3, 3))
+def test_the_loop_variable_keeps_the_last_value_taken(ends, start):
+    trips = np.array(ends, np.int64)
+    out = np.zeros(len(ends), np.int64)
+    last_index(trips, out, start)
+    assert out.tolist() == python_last([(start, end) for end in ends])
+    last_index_down(trips, out, start)
+    assert out.tolist() == python_last([(end, start, -3) for end in ends])
+
+
+def test_the_loop_variable_keeps_its_value_at_a_break():
+    trips = np.array([0, 3, 7, 200], np.int64)
+    out = np.zeros(4, np.int64)
+    index_at_break(trips, out)
+    assert out.tolist() == [0, 3, 7, 99]
+
+
+def test_constant_negative_indices_count_from_the_end():
+    @bz.kernel
+    def ends(a: bz.Array[bz.float32, 2], out: bz.Array[bz.float32, 1]):
+        for i in range(out.shape[0]):
+            out[i] = a[-1, -1] * 100.0 + a[0, -2] * 10.0 + a[-3, 0]
+
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    out = np.zeros(2, np.float32)
+    ends(a, out)
+    np.testing.assert_array_equal(out, a[-1, -1] * 100 + a[0, -2] * 10 + a[-3, 0])
+
+
+def test_reusing_an_enclosing_loop_index_is_refused():
+    @bz.kernel
+    def shadow(a: bz.Array[bz.int64, 1]):
+        for i in range(a.shape[0]):
+            for i in range(3):  # noqa: B007
+                a[i] = 1
+
+    with pytest.raises(bz.KernelSyntaxError, match="loop variable 'i' reuses the index of an enclosing loop"):
+        shadow(np.zeros(5, np.int64))
+
+
+def test_sequential_loops_may_reuse_a_name():
+    @bz.kernel
+    def twice(a: bz.Array[bz.int64, 1]):
+        for i in range(a.shape[0]):
+            for j in range(2):
+                a[i] += j
+            for j in range(3):
+                a[i] += j * 10
+
+    a = np.zeros(4, np.int64)
+    twice(a)
+    assert a.tolist() == [31] * 4
+
+
+def test_a_loop_under_a_top_level_if_is_said_to_run_serially():
+    @bz.kernel
+    def guarded(a: bz.Array[bz.float32, 1], on: bz.int32):
+        if on > 0:
+            for i in range(a.shape[0]):
+                a[i] += 1.0
+
+    a = np.zeros(8, np.float32)
+    with pytest.warns(bz.SerialLoopWarning, match="nested under a top-level if and runs serially"):
+        guarded(a, 1)
+    np.testing.assert_array_equal(a, 1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        guarded(a, 1)  # the compiled kernel is reused: nothing said again
+
+
+def test_braze_debug_checks_every_kernels_indices():
+    @bz.kernel
+    def past_the_end(a: bz.Array[bz.float32, 1]):
+        for i in range(a.shape[0]):
+            a[i + 1] = 1.0
+
+    a = np.zeros(1 << 20, np.float32)[:8]  # a view: the write past its end lands in memory braze owns
+    with bz.config.scope(debug=True), pytest.raises(bz.KernelAssertionError, match="index out of bounds"):
+        past_the_end(a)
+
+
+def test_integer_division_by_zero_gives_zero_as_numpy_does():
+    @bz.kernel
+    def divide(a: bz.Array[bz.int64, 1], b: bz.Array[bz.int64, 1], q: bz.Array[bz.int64, 1],
+               r: bz.Array[bz.int64, 1]):
+        for i in range(a.shape[0]):
+            q[i] = a[i] // b[i]
+            r[i] = a[i] % b[i]
+
+    a, b = np.array([7, -7, 5, 0], np.int64), np.array([2, 2, 0, 0], np.int64)
+    q, r = np.zeros(4, np.int64), np.zeros(4, np.int64)
+    divide(a, b, q, r)
+    with np.errstate(divide="ignore"):
+        np.testing.assert_array_equal(q, a // b)
+        np.testing.assert_array_equal(r, a % b)
