@@ -64,7 +64,8 @@ GPU_JOBS := $(if $(filter-out auto,$(JOBS)),$(JOBS))
 # Last, compute-sanitizer's memcheck over a representative subset, where it is installed: the GPU
 # runtime tests (torch, CuPy, DeviceArray, in-place outputs, RtcKernel, recompiles, grid reductions,
 # streams, softmax rows of five lengths) and the fused particle step. Every kernel runs ~100x slower
-# under memcheck, so the whole GPU suite would take most of an hour.
+# under memcheck, so the whole GPU suite would take most of an hour. Then a sample of random
+# fusions (tests/engine/test_fuzz_fusions.py) under memcheck and racecheck.
 gpu-test: $(STAMP)
 	$(PY) -m pytest -q -m cuda tests
 	BRAZE_OPS_BACKEND=cuda $(PY) -m pytest -q $(if $(GPU_JOBS),-n $(GPU_JOBS)) tests/ops
@@ -72,14 +73,21 @@ gpu-test: $(STAMP)
 	  $(PYENV) compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 $(PYBIN) -m pytest -q -p no:cacheprovider \
 	    tests/cuda/test_cuda_runtime.py tests/cuda/test_loop_kernels.py \
 	    -k "$(MEMCHECK_TESTS)"; fi
+	if command -v compute-sanitizer >/dev/null; then for tool in memcheck racecheck; do \
+	  BRAZE_FUZZ_EXAMPLES=1,1,$(SANITIZED_FUSIONS) $(PYENV) compute-sanitizer --tool $$tool --report-api-errors no --error-exitcode 1 \
+	    $(PYBIN) -m pytest -q -p no:cacheprovider tests/engine/test_fuzz_fusions.py -k on_the_gpu || exit 1; done; fi
 
+SANITIZED_FUSIONS := 40  # random fusions run under memcheck and racecheck (each ~100x slower there)
 MEMCHECK_TESTS := (test_cuda_runtime and not compile_error and not disk_cache and not failed_launch) or particle
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py
 
+# The four showcase fusions and first-call latency, then the fusion suite (29 fusions from real models
+# against torch eager, torch.compile and JAX; table, JSON and plot under benchmarks/results/).
 gpu-bench: $(STAMP)
 	$(PY) benchmarks/gpu.py
+	$(PY) benchmarks/suite.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -5,25 +5,41 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from braze.errors import InputError
 
-DUMP_NAMES = frozenset({
-    "fusion_ir", "segments", "scheduler_params", "kernel_ir", "cuda_kernel", "llvm_ir", "ptx",
-    "launch_params", "kernel_args", "host_program", "host_jit", "fusion_decisions", "cuda_to_file",
-})
-# What BRAZE_ENABLE / BRAZE_DISABLE switch: `fast_math` (enable: fast-math flags in CPU kernels),
-# `poison_outputs` (enable: new GPU outputs start as 0xFF bytes), `disk_cache` (disable: no
-# compiled code read from or written to disk), `host_jit` (disable: shape functions run in
-# Python instead of native code), `simplify` (disable: Kernel IR is not simplified), `fast_call`
-# (disable: every call runs the host program; no prepared call is kept), `kernel_reuse` (disable:
-# each input signature of a fusion gets a runtime of its own, even where the Kernel IR is the same).
-FEATURE_NAMES = frozenset({"fast_math", "poison_outputs", "disk_cache", "host_jit", "simplify", "fast_call",
-                           "kernel_reuse"})
+# Each dump BRAZE_DUMP may name, and what it writes to the dump stream.
+DUMPS = {
+    "fusion_ir": "a fusion's IR, at its first call",
+    "segments": "which tensors each fusion writes from its kernel, and why",
+    "scheduler_params": "the heuristics each scheduler chose",
+    "kernel_ir": "the Kernel IR of each kernel compiled",
+    "cuda_kernel": "the CUDA C++ of each kernel compiled",
+    "llvm_ir": "the optimized LLVM IR of each CPU kernel compiled",
+    "ptx": "the PTX of each CUDA kernel compiled",
+    "launch_params": "each task's index range and grid, at launches outside a cached call",
+    "kernel_args": "the argument block of those launches, slot by slot",
+    "host_program": "each fusion's host program (allocate, launch, alias, free)",
+    "host_jit": "the LLVM IR of native host functions",
+    "fusion_decisions": "task fusion's decision for each pair of loops of a @bz.kernel",
+    "cuda_to_file": "the CUDA C++ of each kernel, into files under the cache folder's dump/",
+}
+# What BRAZE_ENABLE / BRAZE_DISABLE switch, and what each does when switched.
+FEATURES = {
+    "fast_math": "enable: fast-math flags in compiled kernels",
+    "poison_outputs": "enable: new outputs start as 0xFF bytes (NaN, -1), so an element no kernel writes shows",
+    "disk_cache": "disable: no compiled code is read from or written to disk",
+    "host_jit": "disable: shape functions run in Python instead of native code",
+    "simplify": "disable: Kernel IR is not simplified",
+    "fast_call": "disable: every call runs the host program; no prepared call is kept",
+    "kernel_reuse": "disable: each input signature of a fusion gets a runtime of its own",
+}
+DUMP_NAMES = frozenset(DUMPS)
+FEATURE_NAMES = frozenset(FEATURES)
 
 
 def _flag(value: str | None, default: bool) -> bool:
@@ -48,40 +64,87 @@ def _byte_count(name: str, value: str | None, default: int) -> int:
     return count
 
 
+def _count(name: str, value: str | None, default: int) -> int:
+    if value is None or not value.strip():
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise InputError(f"{name}: expected a whole number, got {value!r}") from None
+
+
 def _names(value: str) -> frozenset[str]:
     return frozenset(part.strip() for part in value.split(",") if part.strip())
 
 
+def _known_names(knob: str, value: str | frozenset[str], known: frozenset[str]) -> frozenset[str]:
+    """The names of a list knob, each one braze knows: a typo is an error, not a silent no-op."""
+    names = _names(value) if isinstance(value, str) else frozenset(value)
+    unknown = sorted(names - known)
+    if unknown:
+        raise InputError(f"{knob}: unknown name(s) {', '.join(unknown)}; expected some of {', '.join(sorted(known))}")
+    return names
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One environment variable braze reads: the Config field it sets, how its text is read, and help."""
+
+    env: str
+    field: str
+    read: Callable[[str, str | None], object]  # (variable name, text or None) -> value
+    help: str
+
+
+def _list_of(known: frozenset[str]) -> Callable[[str, str | None], frozenset[str]]:
+    return lambda env, text: _known_names(env, text or "", known)
+
+
+def _switch(default: bool) -> Callable[[str, str | None], bool]:
+    return lambda env, text: _flag(text, default)
+
+
 @dataclass(frozen=True)
 class Config:
-    """Every knob braze reads. Unknown dump names are kept, so a typo is visible in `braze info`."""
+    """Every knob braze reads (KNOBS says which variable sets which field)."""
 
     dump: frozenset[str] = frozenset()
     enable: frozenset[str] = frozenset()
     disable: frozenset[str] = frozenset()
     cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "braze")
-    cache_max_bytes: int = 1 << 30  # BRAZE_CACHE_MAX_BYTES (e.g. 512M): the disk cache evicts beyond it
-    fuse_tasks: bool = True  # BRAZE_FUSE_TASKS=0: the task-fusion pass is off
-    fuse_tasks_raw: bool = True  # BRAZE_FUSE_TASKS_RAW=0: only disjoint tasks fuse (no read-after-write rule)
-    fuse_tasks_diag: bool = False  # BRAZE_FUSE_TASKS_DIAG=1: one line per task pair to stderr
-    fuse_tasks_budget: int = 4000  # BRAZE_FUSE_TASKS_BUDGET: most Kernel IR nodes in a merged task body
-    debug: bool = False  # BRAZE_DEBUG=1: every @bz.kernel checks its indices, as with debug=True
+    cache_max_bytes: int = 1 << 30
+    fuse_tasks: bool = True
+    fuse_tasks_raw: bool = True
+    fuse_tasks_diag: bool = False
+    fuse_tasks_budget: int = 4000
+    debug: bool = False
 
     @classmethod
     def from_environment(cls, env: dict[str, str] | None = None) -> Config:
         env = os.environ if env is None else env
-        return cls(
-            dump=_names(env.get("BRAZE_DUMP", "")),
-            enable=_names(env.get("BRAZE_ENABLE", "")),
-            disable=_names(env.get("BRAZE_DISABLE", "")),
-            cache_dir=Path(env["BRAZE_CACHE_DIR"]) if env.get("BRAZE_CACHE_DIR") else cls().cache_dir,
-            cache_max_bytes=_byte_count("BRAZE_CACHE_MAX_BYTES", env.get("BRAZE_CACHE_MAX_BYTES"), cls.cache_max_bytes),
-            fuse_tasks=_flag(env.get("BRAZE_FUSE_TASKS"), True),
-            fuse_tasks_raw=_flag(env.get("BRAZE_FUSE_TASKS_RAW"), True),
-            fuse_tasks_diag=_flag(env.get("BRAZE_FUSE_TASKS_DIAG"), False),
-            fuse_tasks_budget=int(env.get("BRAZE_FUSE_TASKS_BUDGET") or cls.fuse_tasks_budget),
-            debug=_flag(env.get("BRAZE_DEBUG"), False),
-        )
+        return cls(**{k.field: k.read(k.env, env.get(k.env)) for k in KNOBS if env.get(k.env) is not None})
+
+
+_DEFAULTS = Config()
+KNOBS: tuple[Knob, ...] = (
+    Knob("BRAZE_DUMP", "dump", _list_of(DUMP_NAMES), "comma list of dumps to write to stderr: " + ", ".join(DUMPS)),
+    Knob("BRAZE_ENABLE", "enable", _list_of(FEATURE_NAMES), "comma list of features to turn on: fast_math, "
+         "poison_outputs"),
+    Knob("BRAZE_DISABLE", "disable", _list_of(FEATURE_NAMES), "comma list of features to turn off: disk_cache, "
+         "host_jit, simplify, fast_call, kernel_reuse"),
+    Knob("BRAZE_CACHE_DIR", "cache_dir", lambda env, text: Path(text) if text else _DEFAULTS.cache_dir,
+         "the disk cache's folder (default ~/.cache/braze)"),
+    Knob("BRAZE_CACHE_MAX_BYTES", "cache_max_bytes", lambda env, text: _byte_count(env, text, 1 << 30),
+         "the disk cache's size cap, e.g. 512M (default 1G); least recently used entries go first"),
+    Knob("BRAZE_FUSE_TASKS", "fuse_tasks", _switch(True), "0: the task-fusion pass is off"),
+    Knob("BRAZE_FUSE_TASKS_RAW", "fuse_tasks_raw", _switch(True),
+         "0: only disjoint loops fuse (no same-thread read-after-write rule)"),
+    Knob("BRAZE_FUSE_TASKS_DIAG", "fuse_tasks_diag", _switch(False), "1: one line per pair of loops to stderr"),
+    Knob("BRAZE_FUSE_TASKS_BUDGET", "fuse_tasks_budget", lambda env, text: _count(env, text, 4000),
+         "the most Kernel IR nodes in a merged loop body (default 4000)"),
+    Knob("BRAZE_DEBUG", "debug", _switch(False), "1: every @bz.kernel checks its indices, as with debug=True"),
+)
+_CHECKED_LISTS = {"dump": DUMP_NAMES, "enable": FEATURE_NAMES, "disable": FEATURE_NAMES}
 
 
 current: Config = Config.from_environment()
@@ -89,10 +152,10 @@ current: Config = Config.from_environment()
 
 @contextmanager
 def scope(**overrides) -> Iterator[Config]:
-    """Overrides knobs for the `with` body (sets of names may be given as comma strings)."""
+    """Overrides knobs for the `with` body (lists of names may be given as comma strings)."""
     global current
     previous = current
-    fixed = {k: _names(v) if isinstance(v, str) and k != "cache_dir" else v for k, v in overrides.items()}
+    fixed = {k: _known_names(k, v, _CHECKED_LISTS[k]) if k in _CHECKED_LISTS else v for k, v in overrides.items()}
     current = replace(previous, **fixed)
     try:
         yield current
@@ -100,13 +163,26 @@ def scope(**overrides) -> Iterator[Config]:
         current = previous
 
 
+def _feature(name: str) -> str:
+    if name not in FEATURE_NAMES:
+        raise ValueError(f"unknown feature {name!r}; the features are {', '.join(sorted(FEATURE_NAMES))}")
+    return name
+
+
+def enabled(name: str) -> bool:
+    """Whether `BRAZE_ENABLE` turns the feature `name` on."""
+    return _feature(name) in current.enable
+
+
 def disabled(name: str) -> bool:
     """Whether `BRAZE_DISABLE` turns the feature `name` off."""
-    return name in current.disable
+    return _feature(name) in current.disable
 
 
 def dumping(name: str) -> bool:
     """Whether `BRAZE_DUMP` asks for the dump `name`."""
+    if name not in DUMP_NAMES:
+        raise ValueError(f"unknown dump {name!r}; the dumps are {', '.join(sorted(DUMP_NAMES))}")
     return name in current.dump
 
 

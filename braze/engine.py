@@ -130,11 +130,13 @@ def _input_strides(fusion: Fusion, key: tuple, plan: schedule.Plan) -> dict[int,
             if id(tv) in read}
 
 
-def plan_kernel(fusion: Fusion, key: tuple, views_on_host: bool = True) -> tuple[schedule.Plan, k.Kernel, KernelParams]:
-    """Plans and lowers `fusion` for one signature, cutting where the lowering asks to."""
+def plan_kernel(fusion: Fusion, key: tuple, views_on_host: bool = True,
+                gpu: bool = False) -> tuple[schedule.Plan, k.Kernel, KernelParams]:
+    """Plans and lowers `fusion` for one signature (for a GPU with `gpu`), cutting where the
+    lowering asks to."""
     cuts: set[int] = set()
     while True:
-        plan = schedule.plan(fusion, cuts, views_on_host)
+        plan = schedule.plan(fusion, cuts, views_on_host, gpu)
         try:
             kernel, params = lower(fusion, plan.writes, plan.scheduled, _input_strides(fusion, key, plan),
                                    getattr(fusion, "name", "fusion"), dt.as_dtype(key[1]))
@@ -170,7 +172,7 @@ def cpu_kernel(kernel: k.Kernel) -> CompiledKernel:
     """The compiled CPU code of `kernel`, shared by every fusion and loop kernel with the same Kernel
     IR (the task bounds live there, not in the code) and the same compile params: a kernel first
     compiled without the fast-math knob is not reused with it."""
-    params = CompileParams(fast_math="fast_math" in config.current.enable)
+    params = CompileParams(fast_math=config.enabled("fast_math"))
     return shared_kernel((kernel_text(kernel), params), lambda: CompiledKernel(kernel, params))
 
 
@@ -193,7 +195,7 @@ class Lowered:
 def lower_fusion(fusion: Fusion, key: tuple, device_index: int | None = None) -> Lowered:
     """Plans and lowers `fusion` for one signature, for the CPU or (with `device_index`) a GPU."""
     if device_index is not None:
-        plan, kernel, params = plan_kernel(fusion, key, views_on_host=False)
+        plan, kernel, params = plan_kernel(fusion, key, views_on_host=False, gpu=True)
         return Lowered(plan, kernel, params, frozenset())
     plan, kernel, params = plan_kernel(fusion, key)
     return Lowered(plan, cache_rows_in_outputs(kernel), params, schedule.in_place_outputs(fusion, plan))
@@ -223,7 +225,7 @@ def cuda_source(fusion: Fusion, inputs: Sequence[object]) -> CudaSourceText:
     from braze.codegen import cuda as cuda_codegen
 
     bound = bind_inputs(fusion, inputs)
-    _, kernel, _ = plan_kernel(fusion, signature(fusion, bound), views_on_host=False)
+    _, kernel, _ = plan_kernel(fusion, signature(fusion, bound), views_on_host=False, gpu=True)
     return CudaSourceText(cuda_codegen.generate(kernel, restrict=True))
 
 
@@ -387,10 +389,20 @@ def _execute_copied(fusion: Fusion, bound: BoundInputs, device: int) -> list:
     return [to_kind(h, bound.kind) for h in host]
 
 
+def _fused(kernel: k.Kernel, fuse: bool) -> tuple[k.Kernel, list[Decision]]:
+    """Task fusion over a loop kernel; `BRAZE_DUMP=fusion_decisions` writes each pair's decision."""
+    fused, decisions = fuse_tasks(kernel, enabled=fuse)
+    if config.dumping("fusion_decisions"):
+        config.dump("fusion_decisions", "\n".join(
+            f"{d.first} + {d.second}: {'fused' if d.fused else 'kept apart'} ({d.reason}; {d.detail})"
+            for d in decisions) or f"{kernel.name}: one loop, nothing to fuse")
+    return fused, decisions
+
+
 def compile_loop_kernel(kernel: k.Kernel, fuse: bool = True) -> tuple[CompiledKernel, list[Decision]]:
     """Runs the Kernel IR passes (task fusion) on a `@bz.kernel` and compiles it; kernels with the same
     Kernel IR after the passes share one compiled kernel."""
-    fused, decisions = fuse_tasks(kernel, enabled=fuse)
+    fused, decisions = _fused(kernel, fuse)
     return cpu_kernel(fused), decisions
 
 
@@ -400,7 +412,7 @@ def compile_loop_kernel_cuda(kernel: k.Kernel, device_index: int, fuse: bool = T
     from braze.runtime.kernel_launch_cuda import CudaLoopKernel
 
     device = cuda_driver.device(device_index)
-    fused, decisions = fuse_tasks(kernel, enabled=fuse)
+    fused, decisions = _fused(kernel, fuse)
     compiled = shared_kernel(("cuda-loop", device.arch, restrict, kernel_text(fused)),
                              lambda: CudaLoopKernel(fused, default_params(device), restrict=restrict))
     return compiled, decisions

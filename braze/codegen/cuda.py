@@ -24,15 +24,21 @@ from pathlib import Path
 
 import numpy as np
 
+from braze.codegen.cuda_grid import GridWriter
+from braze.codegen.cuda_online import fuse_online_softmax, gather_one_hot_sums
 from braze.codegen.cuda_plan import (
     LANE_COMBINES,
+    ONLINE_ADD,
     LanePlan,
     RowCache,
+    TaskSchedule,
     exprs_of,
+    online_partner,
     plan_lanes,
     plan_row_caches,
+    plan_schedule,
     register_row_vectors,
-    spans_grid,
+    row_loop_task,
     sub_exprs,
     walk,
 )
@@ -87,7 +93,7 @@ def const_text(value, dtype: DType) -> str:
 CudaRule = Callable[[list[str], list[DType], DType, dict], str]
 RULES: dict[str, CudaRule] = {}  # filled by braze.codegen.cuda_rules
 
-class TaskWriter(RowLoopWriter):
+class TaskWriter(RowLoopWriter, GridWriter):
     """Writes one task as one `__global__` function."""
 
     def __init__(self, kernel: k.Kernel, task: k.Task, layout: ArgLayout, block_size: int, restrict: bool) -> None:
@@ -96,13 +102,20 @@ class TaskWriter(RowLoopWriter):
         self.lines: list[str] = []
         self.depth = 1
         self.loop_depth = 0
-        self.lanes = plan_lanes(task)
-        self.grid = spans_grid(task, self.lanes)
-        self.caches = plan_row_caches(task, self.lanes) if self.lanes.loops and not self.grid else ()
-        self.vectors = self.plan_vectors()
+        self.schedule: TaskSchedule = plan_schedule(task, plan_lanes(task))
+        # The task whose body runs per row: the task itself, or a grid_rows task's single loop.
+        self.row_task = row_loop_task(task) if self.schedule.kind == "grid_rows" else task
+        self.lanes = plan_lanes(self.row_task) if self.schedule.kind == "grid_rows" else plan_lanes(task)
+        rowwise = self.schedule.kind in ("rows", "grid_rows")
+        self.caches = plan_row_caches(self.row_task, self.lanes) if self.lanes.loops and rowwise else ()
+        self.vectors = self.plan_vectors() if rowwise else {}
+        self.loops_by_id = getattr(self, "loops_by_id", {})
         # Rows short enough run with their caches in registers (register_row_vectors 4-element
-        # vectors a thread, in fixed, fully unrolled loops): see body_with_register_row.
-        self.register_vectors = register_row_vectors(self.caches, set(self.vectors))
+        # vectors a thread, in fixed, fully unrolled loops): see body_with_register_row. Not for
+        # grid_rows, whose rows must all reach the blocks' combine.
+        self.register_vectors = register_row_vectors(self.caches, set(self.vectors)) if self.schedule.kind == "rows" \
+            else 0
+        self.guarded: set[k.Var] = set()  # grid_rows: accumulators a row adds to once (emit_assign)
         self.register_index = ""  # in a register-row loop: its iteration counter
         self.in_registers = False  # writing the register-row copy of a row (body_with_register_row)
         self.substitutions: dict[k.Load, str] = {}  # loads read from a row cache in the current loop
@@ -165,14 +178,17 @@ class TaskWriter(RowLoopWriter):
         self.lines.append("    const long long cached_row, unsigned char* const bz_partials, "
                           "unsigned* const bz_finished) {")
         self.declare_params()
-        if self.grid:
-            self.write_grid_reduction()
-            self.lines.append("}")
+        writer = {"grid": self.write_grid_reduction, "flat": self.write_flat, "grid_rows": self.write_grid_rows,
+                  "columns": self.write_columns}.get(self.schedule.kind)
+        if writer is not None:
+            writer()
             return "\n".join(self.lines)
         ix = self.index
         begin = self.expr(t.begin) if t.kind == "range_for" else self.index_literal(0)
         end = self.expr(t.end) if t.kind == "range_for" else self.index_literal(1)
         self.line(f"const {ix} task_begin = {begin}, task_end = {end};")
+        if self.schedule.splittable:  # kind "rows": the launch may split each row across blocks
+            self.write_split_rows()
         if self.one_thread_per_row():
             self.write_thread_rows()
             return "\n".join(self.lines)
@@ -255,6 +271,7 @@ class TaskWriter(RowLoopWriter):
                       f"({acc.name}, ((volatile {ty}*)(bz_partials + {n} * 8 * gridDim.x))[b]);")
             self.line(f"{acc.name} = bz_lane_reduce({acc.name}, (int)blockDim.x, {functor}());")
         self.block(after)
+        self.lines.append("}")
 
     def declare_params(self) -> None:
         used = self.used_params()
@@ -341,6 +358,8 @@ class TaskWriter(RowLoopWriter):
             self.depth -= 1
             self.line("} else {")
             self.depth += 1
+        if self.schedule.kind == "columns":
+            begin, end = self.column_range(s)
         self.line("#pragma unroll 4")
         self.line(f"for ({var} = {begin} + lane; {s.var.name} < {end}; {s.var.name} += lanes32) {{")
         self.depth += 1
@@ -357,8 +376,18 @@ class TaskWriter(RowLoopWriter):
         self.lane_reduce(accumulators)
 
     def lane_reduce(self, accumulators) -> None:
+        partner = online_partner(accumulators)
         for acc, combine in accumulators:
-            self.line(f"{acc.name} = bz_lane_reduce({acc.name}, lanes32, {LANE_COMBINES[combine]}());")
+            if combine == ONLINE_ADD:  # the sum and its maximum, as pairs
+                self.line(f"bz_online_lane_reduce({partner[acc].name}, {acc.name}, lanes32);")
+                continue
+            if acc in partner:  # the maximum of an online sum: combined with it
+                continue
+            functor = LANE_COMBINES[combine]
+            if self.schedule.kind == "columns":  # over the row groups of each column
+                self.line(f"{acc.name} = bz_column_reduce<{self.block_size}>({acc.name}, cols32, {functor}());")
+            else:
+                self.line(f"{acc.name} = bz_lane_reduce({acc.name}, lanes32, {functor}());")
 
 
 def scalar_from_slot(slot: str, dtype: DType) -> str:
@@ -400,7 +429,7 @@ _EXPR: dict[type, Callable[[TaskWriter, k.Expr], str]] = {
 
 _STMT: dict[type, Callable[[TaskWriter, k.Stmt], None]] = {
     k.Let: lambda w, s: w.line(f"{c_type(s.var.dtype)} {s.var.name} = {w.expr(s.value)};"),
-    k.Assign: lambda w, s: w.line(f"{s.var.name} = {w.expr(s.value)};"),
+    k.Assign: lambda w, s: w.emit_assign(s),
     k.Store: lambda w, s: w.emit_store(s),
     k.StoreLocal: lambda w, s: w.line(f"{s.array.name}[{w.expr(s.index)}] = {w.expr(s.value)};"),
     k.AtomicRMW: _emit_atomic,
@@ -427,6 +456,7 @@ class CudaSource:
     grid_reductions: tuple[int, ...]  # per task: how many accumulators meet across blocks (0: none)
     # Per task: the longest row it keeps in registers when the whole block is the row (0: none).
     register_rows: tuple[int, ...] = ()
+    schedules: tuple[TaskSchedule, ...] = ()  # per task: how it maps onto blocks
 
     @property
     def text(self) -> str:
@@ -444,11 +474,14 @@ def generate(kernel: k.Kernel, block_size: int = DEFAULT_BLOCK_SIZE, restrict: b
     from braze.codegen import cuda_rules  # noqa: F401  (fills RULES)
 
     kernel = reciprocal_divisions(hoist_invariants(kernel))  # fewer instructions per element of a row
+    # cross_entropy's picked class read directly; a row's maximum and sum of exponentials in one pass.
+    kernel = fuse_online_softmax(gather_one_hot_sums(kernel))
     layout = ArgLayout.of(kernel.params)
     writers = [TaskWriter(kernel, task, layout, block_size, restrict) for task in kernel.tasks]
     header = f"// {kernel.name}: {len(kernel.tasks)} task(s), from {kernel.source or 'Kernel IR'}"
     body = "\n\n".join([header, *(w.write() for w in writers)]) + "\n"
     return CudaSource(body, tuple(t.name for t in kernel.tasks), tuple(w.lanes for w in writers),
                       tuple(w.caches for w in writers),
-                      tuple(len(next(iter(w.lanes.loops.values()))) if w.grid else 0 for w in writers),
-                      tuple(4 * w.register_vectors * block_size for w in writers))
+                      tuple(len(w.schedule.accumulators) for w in writers),
+                      tuple(4 * w.register_vectors * block_size for w in writers),
+                      tuple(w.schedule for w in writers))

@@ -20,6 +20,9 @@ from braze.kir import nodes as k
 # The combine ops of braze.lower.reductions, as prelude functors: partial results of lanes merge.
 LANE_COMBINES = {"reduce_add": "BzReduceAdd", "reduce_mul": "BzReduceMul", "reduce_maximum": "BzReduceMax",
                  "reduce_minimum": "BzReduceMin", "logical_or": "BzReduceOr", "logical_and": "BzReduceAnd"}
+# A row's sum of exp(x - m) kept in one pass with its maximum m (cuda_online): `s = op(s, m, x)`,
+# combined across lanes together with m's reduce_maximum.
+ONLINE_ADD = "online_softmax_add"
 
 
 @dataclass(frozen=True)
@@ -63,11 +66,24 @@ def sub_exprs(e: k.Expr) -> Iterator[k.Expr]:
 
 
 def _accumulation(s: k.Assign) -> str | None:
-    """The combine op when `s` is `acc = combine(acc, x)` with x not reading acc."""
+    """The combine op when `s` is `acc = combine(acc, x)` with x not reading acc (or the online
+    sum `acc = online_softmax_add(acc, m, x)`)."""
     v = s.value
     if isinstance(v, k.Binary) and v.op in LANE_COMBINES and v.a == s.var and s.var not in set(sub_exprs(v.b)):
         return v.op
+    if (isinstance(v, k.Ternary) and v.op == ONLINE_ADD and v.a == s.var and isinstance(v.b, k.Var)
+            and s.var not in set(sub_exprs(v.c)) | {v.b}):
+        return v.op
     return None
+
+
+def online_partner(accumulators: tuple[tuple[k.Var, str], ...]) -> dict[k.Var, k.Var]:
+    """For a lane loop's accumulators: each online sum's maximum, and each such maximum's sum."""
+    sums = [acc for acc, combine in accumulators if combine == ONLINE_ADD]
+    maxima = [acc for acc, combine in accumulators if combine == "reduce_maximum"]
+    if not sums:
+        return {}
+    return {sums[0]: maxima[0], maxima[0]: sums[0]}
 
 
 def _loop_accumulators(loop: k.For, task_vars: set[k.Var]) -> tuple[tuple[k.Var, str], ...] | None:
@@ -85,13 +101,18 @@ def _loop_accumulators(loop: k.For, task_vars: set[k.Var]) -> tuple[tuple[k.Var,
     accumulators = set(found)
     for s in walk(loop.body):  # an accumulator must not be read except by its own fold
         reads = [e for x in exprs_of(s) for e in sub_exprs(x)]
-        own = s.value.a if isinstance(s, k.Assign) and s.var in accumulators else None
-        if any(isinstance(e, k.Var) and e in accumulators and e is not own for e in reads):
+        own = {s.value.a} if isinstance(s, k.Assign) and s.var in accumulators else set()
+        if own and found[s.var] == ONLINE_ADD:  # the online sum reads its maximum before it grows
+            own.add(s.value.b)
+        if any(isinstance(e, k.Var) and e in accumulators and not any(e is o for o in own) for e in reads):
             return None
+    online = [acc for acc, combine in found.items() if combine == ONLINE_ADD]
+    if online and (len(online) > 1 or list(found.values()).count("reduce_maximum") != 1):
+        return None
     return tuple(found.items())
 
 
-def _walks_unit_stride(loop: k.For) -> bool:
+def walks_unit_stride(loop: k.For) -> bool:
     """Whether the loop's index addresses a unit-stride dimension of an array it reads or writes."""
     def unit_stride_index(param: k.ArrayParam, indices) -> bool:
         return any(param.static_stride(axis) == 1 and loop.var in set(sub_exprs(i)) for axis, i in enumerate(indices))
@@ -131,21 +152,22 @@ class RowCache:
 _ROW_INDEX = k.Var("__row_index")
 
 
-def _replace_var(e: k.Expr, old: k.Var, new: k.Var) -> k.Expr:
+def replace_var(e: k.Expr, old: k.Var, new: k.Var) -> k.Expr:
+    """`e` with every `old` replaced by `new`."""
     if e == old:
         return new
     changes = {}
     for name in getattr(e, "__dataclass_fields__", {}):
         child = getattr(e, name)
         if isinstance(child, k.Expr):
-            changes[name] = _replace_var(child, old, new)
+            changes[name] = replace_var(child, old, new)
         elif isinstance(child, tuple) and any(isinstance(c, k.Expr) for c in child):
-            changes[name] = tuple(_replace_var(c, old, new) if isinstance(c, k.Expr) else c for c in child)
+            changes[name] = tuple(replace_var(c, old, new) if isinstance(c, k.Expr) else c for c in child)
     return dataclasses.replace(e, **changes) if changes else e
 
 
 def row_cache_key(load: k.Load, loop: k.For) -> tuple:
-    return (load.param.name, tuple(_replace_var(i, loop.var, _ROW_INDEX) for i in load.indices))
+    return (load.param.name, tuple(replace_var(i, loop.var, _ROW_INDEX) for i in load.indices))
 
 
 # Operands evaluated only when another operand says so: a load there may be out of bounds otherwise
@@ -218,7 +240,7 @@ def register_row_vectors(caches: tuple[RowCache, ...], vectorized: set[int]) -> 
 
 
 def normalized(e: k.Expr, loop: k.For) -> k.Expr:
-    return _replace_var(e, loop.var, _ROW_INDEX)
+    return replace_var(e, loop.var, _ROW_INDEX)
 
 
 def occurrences(loop: k.For, key: k.Expr) -> list[k.Expr]:
@@ -283,6 +305,165 @@ def spans_grid(task: k.Task, plan: LanePlan) -> bool:
     return all(isinstance(s, (k.Let, k.Store)) for s in after)
 
 
+# --- how a task spreads over the grid ----------------------------------------------------------
+@dataclass(frozen=True)
+class TaskSchedule:
+    """How a task maps onto blocks (each kind is written by cuda_grid, rows by cuda.TaskWriter):
+
+    - "rows": the task index is a row, `lanes` threads a row (inner reductions, normalizations,
+      pointwise); with `splittable` (a row that is one loop nest), the launch may instead give each
+      row several blocks that walk the nest as one flat range and meet in the workspace;
+    - "columns": an outer reduction. The task index walks a unit-stride axis and its loops do not,
+      so a block owns a strip of `lanes` neighbouring task indices (coalesced) and its row groups
+      share each loop; with `splittable`, the loop's range is also split across blocks, whose
+      partial results meet in the workspace and are combined in split order by the last block;
+    - "flat": a full reduction over a perfect loop nest, walked as one flat index space: each block
+      folds a contiguous chunk (its threads on neighbouring elements), then the last block combines
+      the blocks' results in block order;
+    - "grid_rows": a reduction over rows of a row-wise computation (cross_entropy's mean): the
+      single loop's iterations are rows as in "rows", their accumulators then meet as in "flat";
+    - "grid": any other reduction to one value, its single loop grid-strided over threads.
+    """
+
+    kind: str = "rows"
+    accumulators: tuple[tuple[k.Var, str], ...] = ()  # combined across blocks through the workspace
+    splittable: bool = False  # "columns", "rows": the loop's range may be split across blocks
+    row_levels: int = 0  # "grid_rows": the loops whose iterations together are the rows (row_nest)
+
+
+def _vars_of(e: k.Expr) -> set[k.Var]:
+    return {v for v in sub_exprs(e) if isinstance(v, k.Var)}
+
+
+def perfect_nest(loop: k.For) -> list[k.For] | None:
+    """The loops of a perfect nest from `loop` inwards (each body but the innermost is exactly one
+    unit-step loop whose bounds read no enclosing loop's index), or None."""
+    nest = [loop]
+    while True:
+        body = nest[-1].body
+        if nest[-1].step != 1 or any(isinstance(s, (k.Break, k.Continue, k.While)) for s in walk(body)):
+            return None
+        if not any(isinstance(s, k.For) for s in body):
+            return nest
+        inner = body[0]
+        if len(body) != 1 or {v for e in (inner.begin, inner.end) for v in _vars_of(e)} & {n.var for n in nest}:
+            return None
+        nest.append(inner)
+
+
+def nest_of(task: k.Task) -> list[k.For]:
+    """The loops of a task's single loop nest, outer first, following each body's one loop."""
+    nest = [next(s for s in task.body if isinstance(s, k.For))]
+    while len(inner := [s for s in nest[-1].body if isinstance(s, k.For)]) == 1:
+        nest.append(inner[0])
+    return nest
+
+
+def row_nest(task: k.Task) -> list[k.For]:
+    """A serial task's loops over rows: its single loop, and inside it each loop that is a whole
+    body (batched rows: cross_entropy over [batch, tokens, classes]), outer first."""
+    nest = [next(s for s in task.body if isinstance(s, k.For))]
+    while len(nest[-1].body) == 1 and isinstance(inner := nest[-1].body[0], k.For) and inner.step == 1 \
+            and not {v for e in (inner.begin, inner.end) for v in _vars_of(e)} & {n.var for n in nest}:
+        nest.append(inner)
+    return nest
+
+
+def row_loop_task(task: k.Task) -> k.Task:
+    """The body of a serial task's row loops (row_nest) as a task of its own: a row's statements."""
+    inner = row_nest(task)[-1]
+    return k.Task(task.name, "range_for", inner.body, inner.var, inner.begin, inner.end)
+
+
+def _rows_add_once(task: k.Task, row: k.Task) -> bool:
+    """Whether a row changes the task's own variables only by statements of its own top level (the
+    accumulations each row adds once), none inside its loops or branches."""
+    outer = {s.var for s in task.body if isinstance(s, k.Let)}
+    nested = tuple(s for s in row.body if isinstance(s, (k.For, k.While, k.If)))
+    return not any(isinstance(s, k.Assign) and s.var in outer for s in walk(nested))
+
+
+def _initialized(task: k.Task, accumulators) -> bool:
+    """Every accumulator starts from a value set before the task's first loop (its identity)."""
+    first = next(n for n, s in enumerate(task.body) if isinstance(s, (k.For, k.While)))
+    initial = {s.var for s in task.body[:first] if isinstance(s, k.Let)}
+    return all(acc in initial for acc, _ in accumulators)
+
+
+def _walks_columns(task: k.Task, plan: LanePlan) -> bool:
+    """Whether the task index (or an index decomposed from it) addresses a unit-stride axis inside
+    the task's lane loops, while the loops' own indices address none."""
+    if task.kind != "range_for" or not plan.loops or plan.coalesces:
+        return False
+    derived = {task.var}
+    for s in task.body:
+        if isinstance(s, k.Let) and _vars_of(s.value) & derived:
+            derived.add(s.var)
+    loops = [s for s in task.body if isinstance(s, k.For)]
+    accesses = [s for loop in loops for s in walk(loop.body) if isinstance(s, k.Store)]
+    accesses += [e for loop in loops for s in walk(loop.body) for x in exprs_of(s) for e in sub_exprs(x)
+                 if isinstance(e, k.Load)]
+    return any(a.param.static_stride(axis) == 1 and _vars_of(i) & derived
+               for a in accesses for axis, i in enumerate(a.indices))
+
+
+def _row_is_one_nest(task: k.Task, plan: LanePlan) -> bool:
+    """Whether a row task's row is one lane loop over a perfect nest with bounds the host can
+    evaluate, between definitions and stores: its rows may be split across blocks (few long rows,
+    or a row reduced over axes apart, like batch_norm's statistics per channel)."""
+    loops = [s for s in task.body if isinstance(s, (k.For, k.While))]
+    if task.kind != "range_for" or len(loops) != 1 or id(loops[0]) not in plan.loops:
+        return False
+    nest = perfect_nest(loops[0])
+    after = task.body[task.body.index(loops[0]) + 1:]
+    return (nest is not None and all(isinstance(s, (k.Let, k.Store)) for s in after)
+            and _initialized(task, plan.loops[id(loops[0])])
+            and not any(_vars_of(e) for level in nest for e in (level.begin, level.end))
+            and not any(isinstance(s, (k.Store, k.AtomicRMW, k.Sync, k.Alloc)) for s in walk(loops[0].body)))
+
+
+def plan_schedule(task: k.Task, plan: LanePlan) -> TaskSchedule:
+    """The task's schedule (see TaskSchedule)."""
+    if spans_grid(task, plan):
+        loop = next(s for s in task.body if isinstance(s, k.For))
+        accumulators = plan.loops[id(loop)]
+        if not _initialized(task, accumulators):
+            return TaskSchedule("grid", accumulators)
+        if perfect_nest(loop) is not None:
+            return TaskSchedule("flat", accumulators)
+        row = row_loop_task(task)
+        if plan_lanes(row).loops and _rows_add_once(task, row):
+            return TaskSchedule("grid_rows", accumulators, row_levels=len(row_nest(task)))
+        return TaskSchedule("grid", accumulators)
+    if _walks_columns(task, plan):
+        loops = [s for s in task.body if isinstance(s, (k.For, k.While))]
+        after = task.body[task.body.index(loops[-1]) + 1:]
+        splittable = (len(loops) == 1 and all(isinstance(s, (k.Let, k.Store)) for s in after)
+                      and _initialized(task, plan.loops[id(loops[0])]))
+        return TaskSchedule("columns", plan.loops[id(loops[0])] if splittable else (), splittable)
+    if _row_is_one_nest(task, plan):
+        loop = next(s for s in task.body if isinstance(s, k.For))
+        return TaskSchedule("rows", plan.loops[id(loop)], splittable=True)
+    return TaskSchedule()
+
+
+def schedule_bounds(task: k.Task, schedule: str, splittable_rows: bool = False) -> list[k.Expr]:
+    """What the runtime evaluates to plan a launch: the task's begin and end, then the extents it
+    sizes the launch by (the trip count of each top-level loop; of each loop of the nest of a
+    "flat" task or of `splittable_rows`; for "grid_rows", of each row loop and then of each loop of
+    a row)."""
+    def extent(loop: k.For) -> k.Expr:
+        return k.Binary("sub", loop.end, loop.begin, loop.end.dtype)
+
+    if schedule == "flat" or splittable_rows:
+        loops = nest_of(task)
+    elif schedule == "grid_rows":
+        loops = row_nest(task) + [s for s in row_loop_task(task).body if isinstance(s, k.For)]
+    else:
+        loops = [s for s in task.body if isinstance(s, k.For)]
+    return [task.begin, task.end, *(extent(loop) for loop in loops)]
+
+
 # Four neighbouring elements as one access (16 bytes; 8 for half types, two 16-byte halves for
 # float64): the types of the prelude, each aligned to its size.
 VECTOR_TYPE = {"float32": "float4", "int32": "int4", "float64": "bz_double4", "float16": "bz_half4",
@@ -303,7 +484,7 @@ def _unit_stride_position(access, var: k.Var) -> bool:
 
 
 def replace_var_in_access(access, var: k.Var, new: k.Expr) -> tuple[k.Expr, ...]:
-    return tuple(_replace_var(i, var, new) for i in access.indices)
+    return tuple(replace_var(i, var, new) for i in access.indices)
 
 
 def vector_accesses(loop: k.For) -> VectorAccesses | None:
@@ -320,7 +501,7 @@ def vector_accesses(loop: k.For) -> VectorAccesses | None:
     if not accesses or any(a.param.dtype.name not in VECTOR_TYPE or not _unit_stride_position(a, loop.var)
                            for a in accesses):
         return None
-    if set(unconditional_loads(loop.body)) < set(loads):
+    if not set(loads) <= set(unconditional_loads(loop.body)):  # a load only some iterations make
         return None
     return VectorAccesses(tuple(loads), tuple(stores))
 
@@ -334,4 +515,4 @@ def plan_lanes(task: k.Task) -> LanePlan:
         if accumulators is None:
             return LanePlan()
         plan[id(loop)] = accumulators
-    return LanePlan(plan, any(_walks_unit_stride(loop) for loop in loops))
+    return LanePlan(plan, any(walks_unit_stride(loop) for loop in loops))

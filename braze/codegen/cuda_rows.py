@@ -64,7 +64,7 @@ class RowLoopWriter:
     def plan_vectors(self) -> dict[int, VectorAccesses]:
         """The lane loops that may move 16 bytes at a time. The loops sharing row caches take the
         same path or none does: a lane reads back only the cache elements it wrote itself."""
-        body = () if self.grid else self.task.body
+        body = self.row_task.body
         loops = [s for s in body if isinstance(s, k.For) and id(s) in self.lanes.loops]
         vectors = {id(loop): vector_accesses(loop) for loop in loops}
         shared = {id_ for cache in self.caches for id_ in cache.loops}

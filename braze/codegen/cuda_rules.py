@@ -133,6 +133,7 @@ RULES.update(UNARY_RULES)
 RULES.update(BINARY_RULES)
 RULES.update(TERNARY_RULES)
 RULES["cast"] = lambda a, d, o, t: cast(a[0], d[0], o)
+RULES["online_softmax_add"] = call("bz_online_add")  # no op of the table: made by codegen/cuda_online.py
 for _name in (*UNARY_RULES, *BINARY_RULES, *TERNARY_RULES, "cast"):
     if _name in OPS:
         OPS[_name].backend_rules["cuda"] = RULES[_name]

@@ -224,18 +224,75 @@ template <typename T, typename Op> BZ_D T bz_lane_reduce(T v, int lanes, Op op) 
   return total;
 }
 
-// Whether this block is the last of the grid to get here (its writes before this are then seen by
-// that block); the last one resets the counter for the next launch.
-BZ_D bool bz_last_block(unsigned* finished) {
+// One pass for a row's maximum m and its sum s of exp(x - m) (softmax, log_softmax, cross_entropy):
+// an element that raises the maximum rescales the sum so far. The scale exp(a - b) is exactly 1
+// where a == b, so the empty start (m = -inf, s = 0) makes no NaN; a NaN still spreads.
+template <typename T> BZ_D T bz_online_scale(T m, T m_new) {
+  if constexpr (sizeof(T) == 8) return m == m_new ? T(1) : exp(m - m_new);
+  else return m == m_new ? T(1) : expf(m - m_new);
+}
+// One exponential an element: of x - m when x does not raise the maximum, else of m - x (the scale).
+// x == m counts as 1 also at -inf (an empty start or a masked element); +inf against +inf is NaN,
+// as exp(inf - inf) is in the two-pass sum.
+template <typename T> BZ_D T bz_online_add(T s, T m, T x) {
+  const T d = (x == m && x < T(0)) ? T(0) : x - m;
+  const T e = sizeof(T) == 8 ? (T)exp(d > T(0) ? -d : d) : (T)expf(d > T(0) ? -d : d);
+  return d > T(0) ? s * e + T(1) : s + e;
+}
+template <typename T> BZ_D void bz_online_combine(T& m, T& s, T m2, T s2) {
+  const T m_new = bz_maximum(m, m2);
+  s = s * bz_online_scale(m, m_new) + s2 * bz_online_scale(m2, m_new);  // the same either way round
+  m = m_new;
+}
+// bz_lane_reduce for a (maximum, sum) pair of bz_online_add.
+template <typename T> BZ_D void bz_online_lane_reduce(T& m, T& s, int lanes) {
+  const int width = lanes < 32 ? lanes : 32;
+  for (int offset = width / 2; offset > 0; offset >>= 1) bz_online_combine(m, s, bz_shfl_xor(m, offset),
+                                                                          bz_shfl_xor(s, offset));
+  if (lanes <= 32) return;
+  __shared__ T partial_m[32], partial_s[32];
+  __syncthreads();  // an earlier reduction's readers are done with the partials
+  if ((threadIdx.x & 31) == 0) {
+    partial_m[threadIdx.x >> 5] = m;
+    partial_s[threadIdx.x >> 5] = s;
+  }
+  __syncthreads();
+  m = partial_m[0];
+  s = partial_s[0];
+  for (int w = 1; w < (int)(blockDim.x >> 5); ++w) bz_online_combine(m, s, partial_m[w], partial_s[w]);
+}
+
+// An outer reduction's block: threads c + cols * g (cols a power of two) share column c, one per
+// row group g. Their values combine in a fixed tree over the row groups, through shared memory;
+// every thread gets its column's result. `Block` is the compiled block size.
+template <int Block, typename T, typename Op> BZ_D T bz_column_reduce(T v, int cols, Op op) {
+  __shared__ T partial[Block];
+  if (cols >= (int)blockDim.x) return v;
+  __syncthreads();  // an earlier reduction's readers are done with `partial`
+  partial[threadIdx.x] = v;
+  __syncthreads();
+  for (int half = (int)blockDim.x >> 1; half >= cols; half >>= 1) {
+    if ((int)threadIdx.x < half) partial[threadIdx.x] = op(partial[threadIdx.x], partial[threadIdx.x + half]);
+    __syncthreads();
+  }
+  return partial[threadIdx.x & (cols - 1)];
+}
+
+// Whether this block is the last of the `count` blocks sharing `counter` to get here (their writes
+// before this are then seen by this block); the last one resets the counter for the next launch.
+BZ_D bool bz_last_of(unsigned* counter, long long count) {
   __shared__ bool last;
   __threadfence();
   __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(finished, 1u) == gridDim.x - 1;
+  if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == (unsigned)(count - 1);
   __syncthreads();
-  if (last && threadIdx.x == 0) *finished = 0;
+  if (last && threadIdx.x == 0) *counter = 0;
   __threadfence();
   return last;
 }
+
+// Whether this block is the last of the grid to get here (see bz_last_of).
+BZ_D bool bz_last_block(unsigned* finished) { return bz_last_of(finished, gridDim.x); }
 
 // --- atomics (the loop language): each returns the element's value before the update ----------
 // The semantics are the CPU backend's (LLVM's atomicrmw): integers wrap, float min/max ignore a NaN

@@ -15,6 +15,7 @@ on their GPU, through `kernel_gpu` (the device is then part of the signature).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import threading
@@ -34,6 +35,7 @@ from braze.frontend.kernel_scope import ArrayHandle, Source
 from braze.kir import kernel_text
 from braze.kir import nodes as k
 from braze.passes.fuse_tasks import Decision
+from braze.passes.simplify import map_children
 from braze.runtime.arrays import as_host_array, overlaps_itself
 from braze.runtime.device_arrays import is_device_array
 from braze.runtime.kernel_launch import KernelLauncher, PackedArgs
@@ -95,6 +97,8 @@ class KernelFunction:
         self.entries: dict[tuple, KernelEntry] = {}
         self.last_entry: KernelEntry | None = None
         self._gpu = None  # a kernel_gpu.GpuCalls, made at the first call with GPU arrays
+        self._array_index = {self.specs[p][0]: n for n, p in enumerate(self.array_positions)}
+        self._bound_extents: list[tuple[str, int]] | None = None  # (array, axis) read by task bounds
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
         if kwargs:
@@ -149,8 +153,18 @@ class KernelFunction:
             else:
                 scalars.append(self._scalar(name, spec, value))
         key.append(_overlapping(arrays))
+        key.append(self.extent_classes(tuple(key), [a.shape for a in arrays]))
         key.extend(self.knob_key())
         return arrays, scalars, tuple(key)
+
+    def extent_classes(self, key: tuple, shapes: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
+        """For each array extent the tasks' bounds read, the position of the first one equal to it at
+        this call: loops over `range(x.shape[0])` and `range(v.shape[0])` get the same bounds, and may
+        fuse, when the two extents are equal (a call where they differ is another signature)."""
+        if self._bound_extents is None:  # the first call: the bounds are known once translated
+            self.signature_ir((*key, (), *self.knob_key()))
+        values = [shapes[self._array_index[name]][axis] for name, axis in self._bound_extents]
+        return tuple(values.index(v) for v in values)
 
     @staticmethod
     def knob_key() -> tuple:
@@ -214,10 +228,14 @@ class KernelFunction:
                 param = k.ScalarParam(name, spec)
                 scalars.append(param)
                 names[name] = k.ScalarRef(param)
-        overlapping = next(parts)
+        overlapping, classes = next(parts), next(parts)
         fuse = self.fuse and not overlapping and next(parts)[0]
         source = Source.of(self.fn)
         tasks = Translator(self.fn.__name__, source, names, self.debug or config.current.debug).translate()
+        if self._bound_extents is None:
+            self._bound_extents = list(dict.fromkeys(x for t in tasks for bound in (t.begin, t.end)
+                                                     for x in _extents_read(bound)))
+        tasks = _with_equal_extents(tasks, self._bound_extents, classes, names)
         params = (*arrays, *scalars)
         kernel = k.Kernel(self.fn.__name__, params, tuple(tasks), source=f"{source.file}:{source.first_line}")
         if k.assert_messages(kernel):
@@ -244,6 +262,37 @@ class KernelFunction:
     def kernel_ir(self) -> str:
         """The Kernel IR (after task fusion) of the signature of the last call."""
         return kernel_text(self.last_entry.launcher.kernel) if self.last_entry else ""
+
+
+def _extents_read(e: k.Expr) -> list[tuple[str, int]]:
+    """(array, axis) of every extent an expression reads."""
+    found: list[tuple[str, int]] = []
+
+    def visit(node: k.Expr) -> k.Expr:
+        if isinstance(node, k.ArrayExtent):
+            found.append((node.param.name, node.axis))
+        return map_children(node, visit)
+
+    visit(e)
+    return found
+
+
+def _with_equal_extents(tasks: list[k.Task], extents: list[tuple[str, int]], classes: tuple[int, ...],
+                        names: dict[str, object]) -> list[k.Task]:
+    """The tasks with each bound extent replaced by the first extent equal to it at the call."""
+    if not classes:
+        return tasks
+    same = {extents[n]: extents[first] for n, first in enumerate(classes) if first != n}
+    if not same:
+        return tasks
+
+    def rewrite(e: k.Expr) -> k.Expr:
+        if isinstance(e, k.ArrayExtent) and (e.param.name, e.axis) in same:
+            name, axis = same[(e.param.name, e.axis)]
+            return k.ArrayExtent(names[name].param, axis)
+        return map_children(e, rewrite)
+
+    return [dataclasses.replace(t, begin=rewrite(t.begin), end=rewrite(t.end)) for t in tasks]
 
 
 @dataclass

@@ -82,8 +82,9 @@ class GpuCalls:
         scalars = [fn._scalar(n, s, args[i]) for i, n, s in fn.scalar_specs]
         overlapping = views_overlap(views)
         device = views[0].device
-        key = (*((v.dtype, v.ndim, v.ndim > 0 and v.strides[-1] == v.itemsize) for v in views), overlapping,
-               *fn.knob_key(), ("cuda", device))
+        described = tuple((v.dtype, v.ndim, v.ndim > 0 and v.strides[-1] == v.itemsize) for v in views)
+        classes = fn.extent_classes((*described, overlapping), [v.shape for v in views])
+        key = (*described, overlapping, classes, *fn.knob_key(), ("cuda", device))
         entry = fn.entries.get(key)
         if entry is None:
             entry = fn.entries[key] = self.compile(key, device)

@@ -18,6 +18,7 @@ from itertools import count
 
 import numpy as np
 
+from braze import config
 from braze.host.jit import shape_function
 from braze.host.shapes import Layout, ShapeProgram, infer_layout
 from braze.ir.scalar import Scalar
@@ -58,7 +59,12 @@ class CpuDevice:
 def host_buffer(dtype: np.dtype, numel: int, sizes: Sequence[int], strides: Sequence[int],
                 zero: bool = False) -> np.ndarray:
     """`numel` elements of host memory seen through `sizes` and element `strides`."""
-    storage = np.zeros(numel, dtype) if zero else np.empty(numel, dtype)
+    if zero:
+        storage = np.zeros(numel, dtype)
+    elif config.enabled("poison_outputs"):  # an element no kernel writes shows as NaN or -1
+        storage = np.full(numel * dtype.itemsize, 0xFF, np.uint8).view(dtype)
+    else:
+        storage = np.empty(numel, dtype)
     return np.ndarray(sizes, dtype, storage, 0, [s * dtype.itemsize for s in strides])
 
 

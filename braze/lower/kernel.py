@@ -47,8 +47,10 @@ def _task_for(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, loops: Sche
         scopes.push("task")
         scopes.emit(k.Store(param, (), cast(em.value(tv, ()), tv.dtype)))
         return k.Task(name, "serial", tuple(scopes.pop().stmts))
-    # Without a vectorized loop (one axis) the task's range is that axis itself.
-    outer, inner = (list(loops.parallel_axes) if loops.vectorized else []), order[-1]
+    # Without a vectorized loop the task's range covers every axis: that axis itself when it is the
+    # only one, else all of them merged (decomposed below, with no loop inside).
+    merged = not loops.vectorized and len(order) > 1
+    outer, inner = (list(loops.parallel_axes) if loops.vectorized or merged else []), order[-1]
     task_var = scopes.fresh("p", em.index)
     task_scope = scopes.push("task", {task_var})
     iterates = [not d.is_broadcast for d in tv.visible]  # a size-1 dimension never repeats work
@@ -61,7 +63,12 @@ def _task_for(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, loops: Sche
         task_scope.iteration |= {position} if iterates[axis] else set()
         idx[axis] = position
         rest = index_op("floordiv", rest, extents[axis])
-    if not outer:
+    if merged:
+        scopes.emit(k.Store(param, tuple(idx), cast(em.value(tv, tuple(idx)), tv.dtype)))
+        end = em.one
+        for axis in outer:
+            end = index_op("mul", end, extents[axis])
+    elif not outer:
         idx[inner] = task_var
         task_scope.iteration |= {task_var} if iterates[inner] else set()
         scopes.emit(k.Store(param, tuple(idx), cast(em.value(tv, tuple(idx)), tv.dtype)))

@@ -313,7 +313,7 @@ def _walk(stmts: tuple[k.Stmt, ...]):
 
 def simplify(kernel: k.Kernel) -> k.Kernel:
     """`kernel` with every task simplified (see the module docstring); `BRAZE_DISABLE=simplify` skips it."""
-    if "simplify" in config.current.disable:
+    if config.disabled("simplify"):
         return kernel
     statements = [s for t in kernel.tasks for s in _walk(t.body)]
     assigned = frozenset(s.var for s in statements if isinstance(s, k.Assign)) | frozenset(

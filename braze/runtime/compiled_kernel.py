@@ -38,7 +38,7 @@ class CompiledKernel:
 
     def __init__(self, kernel: k.Kernel, params: CompileParams | None = None) -> None:
         self.kernel = kernel
-        params = params or CompileParams(fast_math="fast_math" in config.current.enable)
+        params = params or CompileParams(fast_math=config.enabled("fast_math"))
         self.params = dataclasses.replace(params, index_type=kernel.index_type.name)  # the Kernel IR decides
         self.source = llvm_codegen.generate(kernel, self.params.fast_math)
         self.binary: bytes | None = None

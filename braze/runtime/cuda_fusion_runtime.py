@@ -13,7 +13,6 @@ from collections.abc import Callable
 import numpy as np
 
 from braze import config
-from braze.errors import UnsupportedError
 from braze.host.program import Alias, Allocate, CpuDevice, Frame
 from braze.ir.tensor import TensorView
 from braze.runtime import cuda_driver as cuda
@@ -29,6 +28,12 @@ class CudaDevice(CpuDevice):
     def allocate(self, frame: Frame, tv: TensorView, numel: int, sizes: list[int], strides: list[int],
                  zero: bool = False) -> object:
         bound = frame.bound
+        if _laid_out_by_domain(tv):
+            view = device_arrays.allocate_strided(bound.kind, numel, tuple(sizes), tuple(strides), tv.dtype,
+                                                  bound.device, bound.stream)
+            if zero:
+                cuda.fill_bytes(view.ptr, 0, numel * tv.dtype.itemsize, bound.stream)
+            return view
         view = device_arrays.allocate(bound.kind, tuple(sizes), tv.dtype, bound.device, bound.stream, tv.stride_order)
         if zero:
             cuda.fill_bytes(view.ptr, 0, view.size * view.itemsize, bound.stream)  # dense: stride orders only
@@ -41,27 +46,27 @@ class CudaDevice(CpuDevice):
         device_arrays.copy_into(target, source)
 
 
+def _laid_out_by_domain(tv: TensorView) -> bool:
+    """An allocation domain of splits and merges: the host program's sizes and strides lay it out
+    (a plain stride order is a dense layout the array libraries make themselves)."""
+    return not tv.has_default_allocation and tv.stride_order is None
+
+
 class CudaFusionRuntime(FusionRuntime):
     """Views of inputs (`evaluate`) are computed by a copy task here, not shared."""
 
     executor: CudaExecutor
     device_type = CudaDevice
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        for tv in self.writes:
-            # GPU buffers are laid out by stride order only: a split or merge layout would not
-            # match the strides the kernel was compiled for.
-            if not tv.has_default_allocation and tv.stride_order is None:
-                raise UnsupportedError(f"allocation domain of {tv.describe()} "
-                                       f"{TensorView.domain_text(tv.allocation)}: the CUDA backend lays outputs out "
-                                       "by stride order only, not by splits and merges")
-
     def _can_prepare(self, frame: Frame, kinds: list) -> bool:
-        return "poison_outputs" not in config.current.enable
+        return not config.enabled("poison_outputs")
 
     def _allocator(self, frame: Frame, instruction: Allocate) -> Callable[[], object]:
         bound, tv = frame.bound, instruction.tv
+        if _laid_out_by_domain(tv):
+            numel, sizes, strides = instruction.extents(frame)
+            return device_arrays.strided_allocator(bound.kind, numel, tuple(sizes), tuple(strides), tv.dtype,
+                                                   bound.device, bound.stream)
         return device_arrays.allocator(bound.kind, instruction.sizes(frame), tv.dtype, bound.device, bound.stream,
                                        tv.stride_order)
 

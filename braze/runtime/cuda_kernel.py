@@ -14,6 +14,7 @@ import numpy as np
 
 from braze import config
 from braze.codegen import cuda as cuda_codegen
+from braze.codegen.cuda_plan import TaskSchedule, schedule_bounds
 from braze.codegen.llvm import ArgLayout
 from braze.errors import InputError, UnsupportedError
 from braze.kir import kernel_text
@@ -22,7 +23,7 @@ from braze.runtime import cuda_driver as cuda
 from braze.runtime import disk_cache, elf, nvrtc
 from braze.runtime.compiled_kernel import CompileParams
 from braze.runtime.executor import host_function
-from braze.runtime.record import Launch, note_compile, note_launch, profiling, recording
+from braze.runtime.record import Launch, dump_launch, note_compile, note_launch, profiling, recording
 
 BLOCKS_PER_SM = 8  # resident blocks of 256 threads an SM holds; grids beyond that loop instead
 ROW_CACHE_BYTES = 96 * 1024  # the most shared memory a block's row caches may take (2 blocks an SM fit)
@@ -32,6 +33,12 @@ MAX_GRID = 2**31 - 1  # blocks of a launch (grid x)
 # (relu(x*y+z) on 64M float32 on an H100: 2971 GB/s at 4 a thread, 2949 at 1, 2859 resident;
 # benchmarks/pointwise_grid.py).
 POINTWISE_ELEMENTS_PER_THREAD = 4
+# Outer reductions: neighbouring columns a block owns (a warp's loads of a row: 128 bytes of float32).
+COLUMNS_PER_BLOCK = 32
+MIN_COLUMNS_PER_BLOCK = 8
+# Elements a thread folds at least before a reduction is spread over more blocks: fewer would spend
+# more on the blocks' combine than on reading.
+REDUCTION_ELEMENTS_PER_THREAD = 16
 
 
 class CudaCompiledKernel:
@@ -111,11 +118,6 @@ class CudaCompiledKernel:
         return module
 
 
-def loop_extents(task: k.Task) -> list[k.Expr]:
-    """The trip count of each top-level loop of a task (its row lengths)."""
-    return [k.Binary("sub", s.end, s.begin, s.end.dtype) for s in task.body if isinstance(s, k.For)]
-
-
 def lanes_for(row_length: int, block: int) -> int:
     """Threads per row: enough that each does a few elements, a power of two up to a warp, or the
     whole block for long rows."""
@@ -135,7 +137,7 @@ class _TaskLaunch:
     uses_lanes: bool
     cache_itemsizes: tuple[int, ...]  # per row cache of the task
     cache_loops: tuple[int, ...]  # per row cache: the top-level loop whose extent is its length
-    grid_accumulators: int  # a reduction over the whole grid: its accumulators (0: rows instead)
+    schedule: TaskSchedule  # how the task maps onto blocks (cuda_plan.TaskSchedule)
     register_row: int = 0  # the longest row kept in registers when lanes == block (0: none; see below)
 
     def shared_bytes(self, rows_per_block: int, row: int) -> int:
@@ -157,6 +159,10 @@ class PlannedLaunch:
     scalars: tuple[int, int, int, int]
 
 
+def _bounds(task: k.Task, schedule: TaskSchedule) -> list[k.Expr]:
+    return schedule_bounds(task, schedule.kind, schedule.kind == "rows" and schedule.splittable)
+
+
 class CudaExecutor:
     """Launches every task of one compiled kernel, in order, on one device and stream."""
 
@@ -170,18 +176,22 @@ class CudaExecutor:
         self.module = module
         self.occupancy: dict[tuple[str, int], int] = {}
         self.tasks = [
-            _TaskLaunch(t.name, module.functions[t.name], host_function([t.begin, t.end, *loop_extents(t)]),
+            _TaskLaunch(t.name, module.functions[t.name], host_function(_bounds(t, schedule)),
                         bool(plan.loops) and plan.coalesces, tuple(c.dtype.itemsize for c in caches),
-                        tuple(c.position for c in caches), grid, registers)
-            for t, plan, caches, grid, registers in zip(self.kernel.tasks, generated.lane_plans, generated.row_caches,
-                                                        generated.grid_reductions, generated.register_rows)]
+                        tuple(c.position for c in caches), schedule, registers)
+            for t, plan, caches, schedule, registers in zip(self.kernel.tasks, generated.lane_plans,
+                                                            generated.row_caches, generated.schedules,
+                                                            generated.register_rows)]
         for task in self.tasks:
             if task.cache_itemsizes:
                 module.allow_shared_memory(task.name, ROW_CACHE_BYTES)
         self.layout = ArgLayout.of(self.kernel.params)
-        accumulators = max((t.grid_accumulators for t in self.tasks), default=0)
+        accumulators = max((len(t.schedule.accumulators) for t in self.tasks), default=0)
         self.max_grid = device.sm_count * BLOCKS_PER_SM
-        self.workspace = _Workspace(device, 8 * accumulators * self.max_grid) if accumulators else None
+        # Partial results: a slot per accumulator and block, or per accumulator, split and column of
+        # an outer reduction (splits * strips <= max_grid); a finished-block counter per strip.
+        self.workspace = _Workspace(device, 8 * accumulators * self.max_grid * COLUMNS_PER_BLOCK,
+                                    4 * self.max_grid) if accumulators else None
 
     def run(self, block: np.ndarray, scalars: dict[str, int], stream: int) -> None:
         self.device.activate()
@@ -194,6 +204,10 @@ class CudaExecutor:
         params = ctypes.addressof(pointers)
         for planned in self.plan(scalars, stream):
             launch_scalars[:] = planned.scalars
+            if config.current.dump:
+                dump_launch(Launch(self.kernel.name, planned.task.name, planned.begin, planned.end, planned.grid),
+                            block, ArgLayout.of(self.kernel.params).slots,
+                            f" of {self.block} threads, {planned.shared} bytes of shared memory")
             if recording():
                 self._recorded_launch(planned, params, stream, block)
             else:
@@ -208,14 +222,30 @@ class CudaExecutor:
         begin, end, *extents = task.bounds(scalars)
         if end <= begin:
             return None
-        if task.grid_accumulators:
-            grid = max(1, min(-(-extents[0] // self.block), self.device.sm_count * self._resident(task, 0)))
-            return PlannedLaunch(task, begin, end, grid, 0, (self.block, 0, *self.workspace.pointers(stream)))
+        kind = task.schedule.kind
+        if kind in ("grid", "flat"):
+            return self._plan_grid_reduction(task, extents, stream)
+        if kind == "columns":
+            return self._plan_columns(task, begin, end, extents, stream)
+        if kind == "rows" and task.schedule.splittable:
+            split = self._plan_split_rows(task, begin, end, extents, stream)
+            if split is not None:
+                return split
+            extents = extents[:1]  # the row's loop; the rest are its nest's inner loops
+        if kind == "grid_rows":
+            levels = task.schedule.row_levels
+            rows = int(np.prod([max(n, 0) for n in extents[:levels]]))
+            extents = extents[levels:]
         lanes = lanes_for(max(extents, default=1), self.block) if task.uses_lanes else 1
         cached = max((extents[n] for n in task.cache_loops), default=0)
         shared = task.shared_bytes(self.block // lanes, cached)
         if shared > ROW_CACHE_BYTES:
             shared = 0  # the rows do not fit: the loops read memory again
+        if kind == "grid_rows":
+            blocks = max(1, -(-rows * lanes // self.block))
+            grid = min(blocks, self.device.sm_count * self._resident(task, shared))
+            return PlannedLaunch(task, begin, end, grid, shared,
+                                 (lanes, cached if shared else 0, *self.workspace.pointers(stream)))
         if task.register_row:
             return self._plan_register_task(task, begin, end, lanes, cached, shared)
         # No more blocks than run at once: a second, partial wave would idle most SMs.
@@ -224,6 +254,60 @@ class CudaExecutor:
         if not extents:  # pointwise (no loop in a row): a few elements a thread over as many blocks as that takes
             grid = min(max(grid, -(-blocks // POINTWISE_ELEMENTS_PER_THREAD)), MAX_GRID)
         return PlannedLaunch(task, begin, end, grid, shared, (lanes, cached if shared else 0, 0, 0))
+
+    def _plan_grid_reduction(self, task: _TaskLaunch, extents: list[int], stream: int) -> PlannedLaunch:
+        """A reduction to one value: enough blocks that each thread folds a few elements (a "grid"
+        task grid-strides its loop's extents[0] iterations; "flat" the product of its nest's), no
+        more than run at once."""
+        total = 1
+        for n in extents if task.schedule.kind == "flat" else extents[:1]:
+            total *= max(n, 0)
+        per_block = self.block * (REDUCTION_ELEMENTS_PER_THREAD if task.schedule.kind == "flat" else 1)
+        grid = max(1, min(-(-total // per_block), self.device.sm_count * self._resident(task, 0)))
+        return PlannedLaunch(task, 0, 1, grid, 0, (self.block, 0, *self.workspace.pointers(stream)))
+
+    def _plan_split_rows(self, task: _TaskLaunch, begin: int, end: int, extents: list[int],
+                         stream: int) -> PlannedLaunch | None:
+        """Rows that are one loop nest each, too few for the row path to fill the GPU (or read a
+        lane a row): `splits` blocks a row, each walking a contiguous part of the row's nest, at
+        least REDUCTION_ELEMENTS_PER_THREAD elements a thread (None: the row path instead). Rows
+        then meet in the workspace, so `rows * splits` stays within the resident blocks."""
+        rows, total = end - begin, int(np.prod([max(n, 0) for n in extents]))
+        lanes = lanes_for(max(extents[0], 1), self.block) if task.uses_lanes else 1
+        target = self.device.sm_count * self._resident(task, 0)
+        per_block = self.block * REDUCTION_ELEMENTS_PER_THREAD
+        if -(-rows * lanes // self.block) >= target // 2 or total < per_block or rows > MAX_GRID:
+            return None
+        splits = max(1, min(target // rows, total // per_block))
+        return PlannedLaunch(task, begin, end, rows * splits, 0, (0, splits, *self.workspace.pointers(stream)))
+
+    def _plan_columns(self, task: _TaskLaunch, begin: int, end: int, extents: list[int],
+                      stream: int) -> PlannedLaunch:
+        """An outer reduction: COLUMNS_PER_BLOCK neighbouring columns a block (fewer for narrow
+        outputs, leaving more row groups; down to MIN_COLUMNS_PER_BLOCK while the strips leave SMs
+        idle and the rows cannot be split), and, when the task allows and the strips leave SMs idle,
+        the rows split across up to that many more blocks, each split at least
+        REDUCTION_ELEMENTS_PER_THREAD rows a row group. `lanes` passes the columns a block,
+        `cached_row` the splits."""
+        columns = end - begin
+        cols = 1
+        while cols < COLUMNS_PER_BLOCK and cols < columns:
+            cols *= 2
+        target = self.device.sm_count * self._resident(task, 0)
+        # Narrower strips while they leave SMs idle and the rows cannot be split: 8 float32 columns
+        # are still one 32-byte sector a row, the least DRAM moves.
+        while not task.schedule.splittable and cols > MIN_COLUMNS_PER_BLOCK and -(-columns // cols) < target:
+            cols //= 2
+        strips = -(-columns // cols)
+        splits = 1
+        if task.schedule.splittable and strips < target:
+            rows = max(extents[0], 0)
+            row_groups = self.block // cols
+            splits = max(1, min(target // strips, rows // (row_groups * REDUCTION_ELEMENTS_PER_THREAD)))
+        if strips * splits > MAX_GRID:
+            raise UnsupportedError(f"kernel {task.name}: {columns} columns need {strips} blocks, more than {MAX_GRID}")
+        pointers = self.workspace.pointers(stream) if self.workspace is not None else (0, 0)
+        return PlannedLaunch(task, begin, end, strips * splits, 0, (cols, splits, *pointers))
 
     def _plan_register_task(self, task: _TaskLaunch, begin: int, end: int, lanes: int, cached: int,
                             shared: int) -> PlannedLaunch:
@@ -270,17 +354,18 @@ class CudaExecutor:
 
 
 class _Workspace:
-    """Device memory for the blocks' partial results of grid reductions, and the counter of
-    finished blocks (zeroed once; the last block of each launch resets it)."""
+    """Device memory for the blocks' partial results of grid reductions, and the counters of
+    finished blocks (zeroed once; the last block of each group resets its counter). Its size is
+    fixed, so prepared calls may keep its address."""
 
-    def __init__(self, device: cuda.Device, nbytes: int) -> None:
-        self.device, self.nbytes = device, nbytes
+    def __init__(self, device: cuda.Device, nbytes: int, counter_bytes: int) -> None:
+        self.device, self.nbytes, self.counter_bytes = device, nbytes, counter_bytes
         self.address: int | None = None
 
     def pointers(self, stream: int) -> tuple[int, int]:
         if self.address is None:
-            self.address = cuda.alloc(self.nbytes + 16, stream)
-            cuda.fill_bytes(self.address + self.nbytes, 0, 16, stream)
+            self.address = cuda.alloc(self.nbytes + self.counter_bytes, stream)
+            cuda.fill_bytes(self.address + self.nbytes, 0, self.counter_bytes, stream)
             weakref.finalize(self, cuda.free, self.address, stream)
         return self.address, self.address + self.nbytes
 
@@ -360,4 +445,4 @@ def default_params(device: cuda.Device) -> CompileParams:
     block = cuda_codegen.DEFAULT_BLOCK_SIZE
     # Registers: as many as still let one block of `block` threads fit on an SM (255 at most).
     return CompileParams(index_type="int64", block_size=block, max_registers=min(255, REGISTERS_PER_SM // block),
-                         arch=device.arch, fast_math="fast_math" in config.current.enable)
+                         arch=device.arch, fast_math=config.enabled("fast_math"))

@@ -124,12 +124,19 @@ class DeviceArray:
     `__cuda_array_interface__` and DLPack, so CuPy, Numba and torch take it without a copy."""
 
     def __init__(self, shape, dtype, device: int = 0, stream: int = 0,
-                 stride_order: tuple[int, ...] | None = None) -> None:
+                 stride_order: tuple[int, ...] | None = None, element_strides: tuple[int, ...] | None = None,
+                 numel: int | None = None) -> None:
+        """`element_strides` and `numel` lay it out over a buffer of `numel` elements (a layout of
+        splits and merges, padding included) instead of densely in `stride_order`."""
         self.shape = tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
         self.device, self.stream = device, stream
-        self.strides = tuple(dense_strides(self.shape, self.dtype.itemsize, stride_order))
-        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        if element_strides is None:
+            self.strides = tuple(dense_strides(self.shape, self.dtype.itemsize, stride_order))
+            numel = int(np.prod(self.shape, dtype=np.int64))
+        else:
+            self.strides = tuple(int(s) * self.dtype.itemsize for s in element_strides)
+        self.nbytes = int(numel) * self.dtype.itemsize
         cuda.device(device).activate()
         self.ptr = cuda.alloc(self.nbytes, stream)
         self._free = weakref.finalize(self, cuda.free, self.ptr, stream)
@@ -188,7 +195,7 @@ def allocate(kind: str, shape: tuple[int, ...], dtype: dt.DType, device: int, st
     Under BRAZE_ENABLE=poison_outputs its bytes are 0xFF (NaN, -1), so an element no kernel
     writes shows."""
     view = _allocate(kind, shape, dtype, device, stream, stride_order)
-    if "poison_outputs" in config.current.enable:
+    if config.enabled("poison_outputs"):
         cuda.fill_bytes(view.ptr, 0xFF, span_bytes(view.shape, view.strides, view.itemsize), stream)
     return view
 
@@ -222,6 +229,36 @@ def allocator(kind: str, shape: tuple[int, ...], dtype: dt.DType, device: int, s
 
         return cupy_array
     return functools.partial(DeviceArray, shape, dtype.numpy, device, stream, stride_order)
+
+
+def strided_allocator(kind: str, numel: int, shape: tuple[int, ...], element_strides: tuple[int, ...],
+                      dtype: dt.DType, device: int, stream: int) -> Callable[[], object]:
+    """A function that makes uninitialized arrays of `shape` and `element_strides` over a buffer of
+    `numel` elements (a layout of splits and merges, padding included), with the library of `kind`."""
+    if kind == "torch":
+        flat = allocator(kind, (numel,), dtype, device, stream, None)
+        return lambda: flat().as_strided(shape, element_strides)
+    if kind == "cupy":
+        import cupy
+
+        def cupy_array() -> object:
+            with cupy.cuda.Device(device):
+                memory = cupy.cuda.alloc(max(numel * dtype.itemsize, 1))
+                return cupy.ndarray(shape, dtype.numpy, memory, strides=[s * dtype.itemsize for s in element_strides])
+
+        return cupy_array
+    return functools.partial(DeviceArray, shape, dtype.numpy, device, stream, None, element_strides, numel)
+
+
+def allocate_strided(kind: str, numel: int, shape: tuple[int, ...], element_strides: tuple[int, ...],
+                     dtype: dt.DType, device: int, stream: int) -> DeviceView:
+    """An uninitialized GPU array laid out by `element_strides` over `numel` elements."""
+    owner = strided_allocator(kind, numel, shape, element_strides, dtype, device, stream)()
+    strides = tuple(s * dtype.itemsize for s in element_strides)
+    view = DeviceView(pointer_of(owner), shape, strides, dtype.numpy, device, kind, stream, owner)
+    if config.enabled("poison_outputs"):
+        cuda.fill_bytes(view.ptr, 0xFF, numel * dtype.itemsize, stream)
+    return view
 
 
 def pointer_of(owner: object) -> int:

@@ -81,7 +81,7 @@ def cache_key(**parts: object) -> str:
 
 
 def enabled() -> bool:
-    return "disk_cache" not in config.current.disable
+    return not config.disabled("disk_cache")
 
 
 def _is_key(key: str) -> bool:

@@ -10,10 +10,12 @@ from collections.abc import Callable
 
 import numpy as np
 
+from braze import config
+from braze.codegen.llvm import ArgLayout
 from braze.kir import nodes as k
 from braze.runtime import cpu
 from braze.runtime.compiled_kernel import CompiledKernel
-from braze.runtime.record import Launch, note_launch, recording
+from braze.runtime.record import Launch, dump_launch, note_launch, recording
 
 _PYTHON_OPS = {"add": "({} + {})", "sub": "({} - {})", "mul": "({} * {})", "floordiv": "({} // {})",
                "remainder": "({} % {})", "minimum": "min({}, {})", "maximum": "max({}, {})"}
@@ -60,3 +62,6 @@ class KernelExecutor:
             chunks = cpu.parallel_for(fn, begin, end, address, max(work, 1))
             if recording():
                 note_launch(Launch(self.kernel.name, task.name, begin, end, chunks))
+            if config.current.dump:
+                dump_launch(Launch(self.kernel.name, task.name, begin, end, chunks), block,
+                            ArgLayout.of(self.kernel.params).slots)

@@ -25,6 +25,9 @@ class Heuristics:
 
     scheduler: str  # pointwise, reduction or normalization
     loop_order: tuple[int, ...]
+    # Whether the innermost axis is a loop inside each task index (else every axis is merged into
+    # the task's range): see `heuristics_for`.
+    vectorize: bool = True
 
 
 @dataclass(frozen=True)
@@ -85,19 +88,27 @@ def _positional_path(source: TensorView, target: TensorView) -> bool:
     return any(_positional_path(source, inp) for inp in expr.inputs if inp.ndim == target.ndim)
 
 
-def heuristics_for(tv: TensorView) -> Heuristics:
-    """Loop order: a chosen layout first; else the dimensions a reduction is broadcast along go inside."""
+def heuristics_for(tv: TensorView, gpu: bool = False) -> Heuristics:
+    """Loop order: a chosen layout first; else the dimensions a reduction is broadcast along go inside.
+
+    On a GPU, a task computing reductions with no axis they are broadcast back along (a sum over
+    the middle axis of a 3-D tensor) merges every axis of its output into the task's range: its
+    neighbouring task indices then read neighbouring elements, which the CUDA backend's outer
+    reduction schedule spreads over a block's threads with the reduced rows split across blocks.
+    A loop over the innermost output axis inside each task index would leave only the outer
+    axes to spread over the GPU."""
     cone = _cone(tv)
     if not any(_is_reduction(t) for t in cone):
         scheduler = "pointwise"
     else:
         scheduler = "reduction" if _is_reduction(tv) else "normalization"
+    inner = _reduced_broadcast_dims(tv) if scheduler == "normalization" else set()
+    vectorize = not (gpu and scheduler != "pointwise" and not inner)
     if tv.stride_order is not None:
         order = tuple(sorted(range(tv.ndim), key=lambda i: -tv.stride_order[i]))
-        return Heuristics(scheduler, order)
-    inner = _reduced_broadcast_dims(tv) if scheduler == "normalization" else set()
+        return Heuristics(scheduler, order, vectorize)
     order = tuple(i for i in range(tv.ndim) if i not in inner) + tuple(sorted(inner))
-    return Heuristics(scheduler, order)
+    return Heuristics(scheduler, order, vectorize)
 
 
 def outputs_needing_kernels(fusion: Fusion, views_on_host: bool = True) -> list[TensorView]:
@@ -110,16 +121,18 @@ def outputs_needing_kernels(fusion: Fusion, views_on_host: bool = True) -> list[
     return list(writes.values())
 
 
-def plan(fusion: Fusion, cuts: set[int], views_on_host: bool = True) -> Plan:
-    """Tasks for the cut intermediates (in definition order) and then for the outputs."""
+def plan(fusion: Fusion, cuts: set[int], views_on_host: bool = True, gpu: bool = False) -> Plan:
+    """Tasks for the cut intermediates (in definition order) and then for the outputs (scheduled
+    for a GPU with `gpu`)."""
     outputs = outputs_needing_kernels(fusion, views_on_host)
     output_ids = {id(t) for t in outputs}
     cut_tensors = [out for e in fusion.exprs for out in e.outputs if id(out) in cuts and id(out) not in output_ids]
     position = {id(out): n for n, e in enumerate(fusion.exprs) for out in e.outputs}
     # Producers first, so a later task reads what an earlier one wrote instead of recomputing it.
     writes = tuple(sorted(cut_tensors + outputs, key=lambda t: position.get(id(t), -1)))
-    heuristics = tuple(heuristics_for(tv) for tv in writes)
-    return Plan(writes, heuristics, tuple(schedule_loops(tv, h.loop_order) for tv, h in zip(writes, heuristics)))
+    heuristics = tuple(heuristics_for(tv, gpu) for tv in writes)
+    return Plan(writes, heuristics, tuple(schedule_loops(tv, h.loop_order, h.vectorize)
+                                          for tv, h in zip(writes, heuristics)))
 
 
 def kernel_tensors(writes: tuple[TensorView, ...]) -> dict[int, TensorView]:

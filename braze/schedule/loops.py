@@ -68,8 +68,9 @@ def _leaves(d: IterDomain) -> Iterator[IterDomain]:
         yield d
 
 
-def schedule_loops(tv: TensorView, loop_order: tuple[int, ...]) -> ScheduledLoops:
-    """Applies a loop order to fresh dimensions of `tv`: reorder, merge the outer ones, parallelize."""
+def schedule_loops(tv: TensorView, loop_order: tuple[int, ...], vectorize: bool = True) -> ScheduledLoops:
+    """Applies a loop order to fresh dimensions of `tv`: reorder, merge the outer ones (all of them
+    without `vectorize`), parallelize."""
     roots = tuple(d.clone() for d in tv.visible)
     transforms: list[Reorder | Merge] = []
     if not roots:
@@ -77,7 +78,7 @@ def schedule_loops(tv: TensorView, loop_order: tuple[int, ...]) -> ScheduledLoop
     positions = {axis: n for n, axis in enumerate(loop_order)}
     transforms.append(Reorder(tuple(positions[axis] for axis in range(len(roots)))))
     loop = [roots[axis] for axis in loop_order]
-    while len(loop) > 2:  # one parallel dimension over every axis but the innermost
+    while len(loop) > (2 if vectorize else 1):  # one parallel dimension over every axis but the innermost
         merged = merge(loop[0], loop[1])
         transforms.append(merged)
         loop[:2] = [merged.out]

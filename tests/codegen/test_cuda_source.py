@@ -91,10 +91,10 @@ def test_half_rows_in_registers_are_shorter():
     assert src.register_rows == (4096,) and "bz_bfloat164 bz_rc0[4];" in src.body
 
 
-def test_outer_reduction_keeps_one_thread_per_output():
-    # sum over axis 0 of a row-major matrix: threads of a warp read neighbouring columns already.
+def test_outer_reduction_keeps_one_thread_per_output_column():
+    # sum over axis 0 of a row-major matrix: threads of a warp read neighbouring columns.
     src = source(lambda f: [bz.ops.sum(f.define_tensor([-1, -1]), axes=[0])], matrix(6, 5))
-    assert not src.lane_plans[0].coalesces
+    assert not src.lane_plans[0].coalesces and src.schedules[0].kind == "columns"
 
 
 def test_argmax_is_not_split_across_lanes():
@@ -111,15 +111,16 @@ def test_loads_under_a_condition_are_not_cached():
 
 
 def test_a_row_cache_is_sized_by_the_loop_that_fills_it():
-    # keepdim var: the reductions run over axis 0 (3 long), the store loop over a size-1 axis.
-    src = source(lambda f: [bz.ops.var(f.define_tensor([-1, -1, -1]), axes=0, keepdim=True)], matrix(3, 4, 5))
+    # keepdim var: the reductions run over axis 2 (3 long), the store loop over a size-1 axis.
+    src = source(lambda f: [bz.ops.var(f.define_tensor([-1, -1, -1]), axes=2, keepdim=True)], matrix(4, 5, 3))
     (caches,) = src.row_caches
     assert [c.position for c in caches] == [0]
 
 
 def test_a_full_reduction_spans_the_grid():
     total = source(lambda f: [bz.ops.sum(f.define_tensor([-1, -1]))], matrix(3, 4))
-    assert total.grid_reductions == (1,) and "bz_last_block(bz_finished)" in total.body
+    assert total.grid_reductions == (1,) and "bz_last_of(bz_finished, gridDim.x)" in total.body
+    assert total.schedules[0].kind == "flat"
     # Two passes (the mean, then squared deviations) would need the grid to meet twice: one block.
     spread = source(lambda f: [bz.ops.var(f.define_tensor([-1]))], matrix(5))
     assert spread.grid_reductions == (0,)

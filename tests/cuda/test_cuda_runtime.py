@@ -253,3 +253,33 @@ def test_pointwise_grids_cover_large_problems_a_few_elements_a_thread(n: int) ->
     blocks = -(-n // 256)
     resident = cuda_driver.device(0).sm_count * BLOCKS_PER_SM
     assert launch.chunks == max(min(blocks, resident), -(-blocks // POINTWISE_ELEMENTS_PER_THREAD))  # its grid
+
+
+# --- outputs laid out by splits and merges of their allocation domain ------------------------------
+@pytest.mark.parametrize("library", ["torch", "device_array"])
+@pytest.mark.parametrize("shape", [(2, 3, 5), (1, 7, 4), (3, 0, 2)])
+def test_split_and_merge_layouts_on_the_gpu(library: str, shape: tuple[int, ...]) -> None:
+    from host.test_host_program import LAYOUTS
+
+    rng = np.random.default_rng(sum(shape))
+    a, b = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
+    for layout in LAYOUTS:
+        with bz.Fusion() as f:
+            x = f.define_tensor((-1, -1, -1), name="x")
+            y = f.define_tensor((-1, -1, -1), name="y")
+            out = bz.ops.exp(x) * y + 1
+            domain = layout(out)
+            if domain is not None:
+                out.set_allocation_domain(domain)
+            f.add_output(out)
+        (want,) = f.execute([a, b], backend="reference")
+        with config.scope(enable="poison_outputs"):
+            if library == "torch":
+                torch = pytest.importorskip("torch")
+                for _ in range(2):  # the first call and the prepared one
+                    (got,) = f.execute([torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()])
+                    assert tuple(s * 4 for s in got.stride()) == want.strides, layout.__name__
+                    np.testing.assert_allclose(got.cpu().numpy(), want, rtol=1e-5, atol=1e-6, err_msg=layout.__name__)
+            else:
+                (got,) = f.execute([a, b], device="cuda")
+                np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=layout.__name__)

@@ -8,7 +8,7 @@ import pytest
 
 import braze as bz
 from braze import config, engine
-from braze.host.program import Alias, Allocate, CpuDevice, Frame, Free, Launch
+from braze.host.program import Alias, Allocate, CpuDevice, Frame, Free, Launch, host_buffer
 from braze.host.shapes import ShapeProgram, infer_layout
 
 rng = np.random.default_rng(0)
@@ -278,3 +278,24 @@ def test_a_split_by_an_input_extent_of_zero_is_an_input_error() -> None:
     with pytest.raises(bz.InputError, match=r"^shapes of fusion: ceildiv\(T0_s1, T1_s0\) divides by zero with "
                                             r"T0_s0 = 2, T0_s1 = 5, T1_s0 = 0$"):
         f.execute([np.ones((2, 5), np.float32), np.ones(0, np.float32)])
+
+
+def test_poisoned_host_outputs_start_as_0xff_bytes():
+    """Under BRAZE_ENABLE=poison_outputs a host output starts as 0xFF bytes (NaN for floats), as on the
+    GPU, so an element no kernel writes shows; the padding of a split allocation stays poisoned."""
+    with config.scope(enable="poison_outputs"):
+        buffer = host_buffer(np.dtype(np.float32), 6, [2, 3], [3, 1])
+        ints = host_buffer(np.dtype(np.int32), 4, [4], [1])
+    assert np.isnan(buffer).all() and (ints == -1).all()
+    with bz.Fusion() as f:
+        x = f.define_tensor((-1, -1))
+        y = bz.ops.relu(x)
+        y.split(1, 4)
+        y.set_allocation_domain(y.loop)  # rows padded to a multiple of 4 elements
+        f.add_output(y)
+    x = rng.standard_normal((3, 5)).astype(np.float32)
+    with config.scope(enable="poison_outputs"):
+        (out,) = f.execute([x], backend="llvm")
+    np.testing.assert_array_equal(out, np.maximum(x, 0))
+    padded = np.lib.stride_tricks.as_strided(out, shape=(3, 8), strides=out.strides)
+    assert np.isnan(padded[:, 5:]).all()

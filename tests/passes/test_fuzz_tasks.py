@@ -13,6 +13,7 @@ import linecache
 import numpy as np
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
+from numpy.lib.stride_tricks import sliding_window_view
 
 import braze as bz
 from braze import config
@@ -76,12 +77,14 @@ def programs(draw):
     arrays = draw(st.integers(1, 4))
     favourite = draw(st.sampled_from(INDICES[:6] * 2 + INDICES[6:]))  # injective ones more often
     columns = draw(st.booleans())  # 2-d data arrays: a row index, then a column
+    # 2-d data arrays as sliding windows over one buffer each: a[i, 1] is a[i + 1, 0]
+    overlapping = columns and draw(st.integers(0, 3)) == 0
     tasks = []
     for _ in range(draw(st.integers(2, 8))):
         bounds = draw(st.sampled_from(["1, n"] * 5 + ["1, n - 1"]))
         body = [line for _ in range(draw(st.integers(1, 3))) for line in draw(statements(arrays, favourite, columns))]
         tasks.append((bounds, body))
-    return arrays, columns, tasks
+    return arrays, columns, overlapping, tasks
 
 
 def render(arrays: int, columns: bool, tasks, atomics: bool) -> str:
@@ -108,20 +111,24 @@ def load(source: str):
     return namespace["program"]
 
 
-def inputs(arrays: int, columns: bool, seed: int):
+def inputs(arrays: int, columns: bool, overlapping: bool, seed: int):
     rng = np.random.default_rng(seed)
-    data = [rng.uniform(-2, 2, (SIZE, 2) if columns else SIZE).astype(np.float32) for _ in range(arrays)]
+    if overlapping:
+        data = [sliding_window_view(rng.uniform(-2, 2, SIZE + 1).astype(np.float32), 2, writeable=True)
+                for _ in range(arrays)]
+    else:
+        data = [rng.uniform(-2, 2, (SIZE, 2) if columns else SIZE).astype(np.float32) for _ in range(arrays)]
     return data + [rng.integers(0, SIZE, SIZE).astype(np.int64), np.zeros(SIZE, np.int64), N]
 
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(programs(), st.integers(0, 2**31))
 def test_fused_unfused_and_python_agree(program, seed):
-    arrays, columns, tasks = program
-    note(render(arrays, columns, tasks, atomics=True))
+    arrays, columns, overlapping, tasks = program
+    note(render(arrays, columns, tasks, atomics=True) + ("(sliding-window arguments)" if overlapping else ""))
     kernel_fn = load(render(arrays, columns, tasks, atomics=True))
     python_fn = load(render(arrays, columns, tasks, atomics=False))
-    fused, unfused, expected = (inputs(arrays, columns, seed) for _ in range(3))
+    fused, unfused, expected = (inputs(arrays, columns, overlapping, seed) for _ in range(3))
     kernel = bz.kernel(kernel_fn)
     with bz.record() as rec:
         kernel(*fused)
@@ -133,3 +140,5 @@ def test_fused_unfused_and_python_agree(program, seed):
     for got, off, want in zip(fused[:-1], unfused[:-1], expected[:-1]):
         np.testing.assert_array_equal(off, want)
         np.testing.assert_array_equal(got, off)
+    if overlapping:
+        assert len(rec.launches) == len(tasks), "an argument overlapping itself keeps every loop its own launch"

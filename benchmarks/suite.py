@@ -1,0 +1,204 @@
+"""The fusion suite: fusions from real models (benchmarks/suite_cases.py), in float32 and bfloat16 at
+LLM-sized shapes, braze against torch eager, torch.compile and JAX (jax.jit) on one GPU, in one run.
+
+    python benchmarks/suite.py [--quick] [--cases a,b] [--out PATH]    # the GPU suite
+    python benchmarks/suite.py --cpu [--quick] [--cases a,b]           # the llvm backend against NumPy
+
+Every result (braze's and each peer's) is checked against a float64 NumPy reference on the same random
+data, braze's outputs poisoned first (0xFF bytes: NaN). A wrong result is reported as WRONG, one that
+raises (does not compile, runs out of memory) as FAIL with the exception's first line; the suite goes on.
+
+Bandwidth = bytes that must cross DRAM (each input read once, each output written once) / the median
+time: on the GPU CUDA events after warm-up (benchmarks/gpu.py's device_ms), with inputs rotated over
+copies where they would fit in L2; JAX, on streams of its own, by wall time over batches of calls.
+The copy bandwidth (a large device-to-device copy, bytes read + written) is measured in the same run.
+Prints a table, writes JSON (benchmarks/results/suite-<device>.json or --out) and a PNG plot of
+percent of copy bandwidth per fusion beside it, where matplotlib is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import itertools
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+import suite_report  # noqa: E402
+from suite_cases import DROPOUT_P, Case, selected  # noqa: E402
+from suite_check import Prepared, failed, host, is_float, jax_module, measure, run_jax  # noqa: E402
+from timing import median_ms  # noqa: E402
+
+from braze import config  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results"
+ROTATE_L2S = 3  # inputs smaller than this many L2 caches are rotated over copies, so each call reads DRAM
+
+
+# --- the CPU section ---------------------------------------------------------------------------------
+def numpy_peer(p: Prepared):
+    """case.math in NumPy, floats in float32 (bfloat16 upcast first), outputs cast to braze's dtypes; the
+    dropout mask is given (the check) or drawn by NumPy (timing)."""
+    rng = np.random.default_rng(1)
+
+    def run(*args, keep=None):
+        floats = [a.astype(np.float32) if is_float(a) else a for a in args]
+        extra = {}
+        if p.case.dropout:
+            extra["keep"] = keep if keep is not None else rng.random(args[0].shape, np.float32) >= DROPOUT_P
+        return [np.asarray(o).astype(d) for o, d in zip(p.case.math(np, *floats, **extra), p.dtypes)]
+    return run
+
+
+def cpu_copy_gbps(nbytes: int) -> float:
+    src = np.ones(nbytes // 4, np.float32)
+    dst = np.empty_like(src)
+    return 2 * nbytes / median_ms(lambda: np.copyto(dst, src)) / 1e6
+
+
+def cpu_row(p: Prepared, repeats: int) -> dict:
+    row = p.row()
+    if p.fusion is None:
+        row["braze"] = failed(p.build_error)
+    else:
+        def check():
+            with config.scope(enable="poison_outputs"):
+                return [host(o) for o in p.fusion.execute(p.inputs)]
+        row["braze"] = measure(check, lambda: median_ms(lambda: p.fusion.execute(p.inputs), repeats),
+                               p.want, p.nbytes)
+    peer = numpy_peer(p)
+    row["numpy"] = measure(lambda: [host(o) for o in peer(*p.inputs, keep=p.keep)],
+                           lambda: median_ms(lambda: peer(*p.inputs), repeats), p.want, p.nbytes)
+    return row
+
+
+def run_cpu(cases: list[Case], mode: str, repeats: int) -> dict:
+    copy = cpu_copy_gbps((16 if mode == "quick" else 256) << 20)
+    rows = []
+    for case in cases:
+        rows.append(cpu_row(Prepared(case, mode), repeats))
+        print(suite_report.progress(rows[-1], ("braze", "numpy")), flush=True)
+    return {"device": f"CPU ({os.cpu_count()} cores)", "copy_gbps": copy, "rows": rows}
+
+
+# --- the GPU section ---------------------------------------------------------------------------------
+def torch_inputs(torch, inputs: list) -> list:
+    """The inputs on the GPU (bfloat16 through float32: exact); Python numbers stay as they are."""
+    def put(a):
+        if not isinstance(a, np.ndarray):
+            return a
+        if is_float(a) and a.dtype != np.float32 and a.dtype != np.float64:
+            return torch.from_numpy(a.astype(np.float32)).cuda().to(torch.bfloat16)
+        return torch.from_numpy(a).cuda()
+    return [put(a) for a in inputs]
+
+
+def rotation(torch, p: Prepared, l2_bytes: int) -> tuple[list[list], int]:
+    """Copies of the GPU inputs, enough that cycling through them keeps every call's reads in DRAM."""
+    read = sum(a.nbytes for a in p.inputs if isinstance(a, np.ndarray)) or 1
+    copies = min(16, max(1, -(-ROTATE_L2S * l2_bytes // read)))
+    first = torch_inputs(torch, p.inputs)
+    return [first] + [[a.clone() if hasattr(a, "clone") else a for a in first] for _ in range(copies - 1)], copies
+
+
+def gpu_row(p: Prepared, torch, gpu, peer, jax, l2_bytes: int, repeats: int) -> dict:
+    row = p.row()
+    sets, row["input_copies"] = rotation(torch, p, l2_bytes)
+    cycle = itertools.cycle(sets)
+    timed = lambda fn: lambda: gpu.device_ms(lambda: fn(*next(cycle)), repeats)
+    if p.fusion is None:
+        row["braze"] = failed(p.build_error)
+    else:
+        def check():
+            with config.scope(enable="poison_outputs"):
+                return [host(o) for o in p.fusion.execute(sets[0])]
+        row["braze"] = measure(check, timed(lambda *inputs: p.fusion.execute(list(inputs))), p.want, p.nbytes)
+    if peer is not None:
+        keep = {"keep": torch.from_numpy(p.keep).cuda()} if p.case.dropout else {}
+        for key, make in (("torch", lambda: peer), ("torch_compile", lambda: torch.compile(peer))):
+            try:
+                fn = make()
+            except Exception as e:  # noqa: BLE001
+                row[key] = failed(e)
+                continue
+            row[key] = measure(lambda fn=fn: [host(o) for o in fn(*sets[0], **keep)], timed(fn), p.want, p.nbytes)
+    if jax is not None:
+        row["jax"] = run_jax(jax, p, [p.inputs] * len(sets))
+    return row
+
+
+def run_gpu(cases: list[Case], mode: str, repeats: int, jax) -> dict:
+    import gpu  # benchmarks/gpu.py: CUDA-event timing and the copy ceiling
+    import torch
+
+    try:
+        from suite_torch import PEERS
+    except Exception as e:  # noqa: BLE001  (the torch versions are a peer: braze's rows still come)
+        print(f"torch peers unavailable: {failed(e)['error']}")
+        PEERS = {}  # noqa: N806
+    if jax is not None and jax.default_backend() != "gpu":
+        print(f"JAX runs on {jax.default_backend()}, not the GPU: its column is left out")
+        jax = None
+    copy = gpu.copy_ceiling_gbps(1 << 30)
+    l2_bytes = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)
+    rows = []
+    for case in cases:
+        rows.append(gpu_row(Prepared(case, mode), torch, gpu, PEERS.get(case.name), jax, l2_bytes, repeats))
+        print(suite_report.progress(rows[-1], ("braze", "torch", "torch_compile", "jax")), flush=True)
+        print("row " + json.dumps(rows[-1]), file=sys.stderr, flush=True)  # kept if the run is cut short
+        gc.collect()
+        torch.cuda.empty_cache()
+    return {"device": torch.cuda.get_device_name(), "copy_gbps": copy, "rows": rows}
+
+
+def gpu_available() -> str | None:
+    """Why the GPU section cannot run here (no torch, no CUDA device), or None."""
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed (the GPU section times with it)"
+    return None if torch.cuda.is_available() else "torch sees no CUDA device"
+
+
+def default_out(device: str, cpu: bool, quick: bool) -> Path:
+    slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
+    return RESULTS / f"suite-{'cpu' if cpu else slug}{'-quick' if quick else ''}.json"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small, odd shapes: a smoke test")
+    parser.add_argument("--cases", help="comma list of case names (default: all)")
+    parser.add_argument("--cpu", action="store_true", help="the llvm backend on NumPy arrays against NumPy")
+    parser.add_argument("--out", type=Path, help="the JSON file to write (the plot goes beside it)")
+    parser.add_argument("--repeats", type=int, default=20, help="timed calls per measurement")
+    parser.add_argument("--no-jax", action="store_true", help="leave JAX out (its compiles take most of a run)")
+    args = parser.parse_args(argv)
+    cases = selected(args.cases)
+    if not args.cpu and (why := gpu_available()):
+        print(f"no GPU section: {why}; running the CPU section (--cpu)")
+        args.cpu = True
+    mode = "quick" if args.quick else ("cpu" if args.cpu else "gpu")
+    if args.cpu:
+        result, peers = run_cpu(cases, mode, args.repeats), ("numpy",)
+    else:
+        jax = None if args.no_jax else jax_module()
+        result, peers = run_gpu(cases, mode, args.repeats, jax), ("torch", "torch_compile", "jax")
+    result.update(mode=mode, summary=suite_report.summary(result["rows"], peers))
+    print(suite_report.table(result, peers))
+    out = args.out or default_out(result["device"], args.cpu, args.quick)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out}")
+    print(suite_report.plot(result, peers, out.with_suffix(".png")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,236 @@
+"""Tasks whose reductions span several blocks: outer reductions ("columns"), full reductions over a
+loop nest ("flat"), reductions over the rows of a row-wise computation ("grid_rows"); see
+cuda_plan.TaskSchedule.
+
+A mixin of `cuda.TaskWriter`. Results that meet across blocks go through the workspace
+(`bz_partials`, 8 bytes a slot) and a finished-block counter (`bz_finished`): every block writes
+its partial result, and the last block to finish reads all of them back in a fixed order (split or
+block order), so the result is the same from run to run; no float atomics. Inside a block, each
+thread folds its share in order, then the threads combine in a fixed tree (prelude.cuh).
+"""
+
+from __future__ import annotations
+
+from braze.codegen.cuda_plan import LANE_COMBINES, perfect_nest, row_nest
+from braze.codegen.cuda_rows import c_type
+from braze.kir import nodes as k
+
+# Each thread of the last block folds the blocks' slots b = thread, thread + blockDim.x, ... in order.
+BLOCK_ORDER = "for (unsigned b = threadIdx.x; b < gridDim.x; b += blockDim.x)"
+
+
+class GridWriter:
+    """Multi-block reductions of a task writer (see the module docstring)."""
+
+    # --- shared by every schedule ------------------------------------------------------------------
+    def split_at_loop(self, loop: k.For) -> tuple[tuple[k.Stmt, ...], tuple[k.Stmt, ...]]:
+        body = self.task.body
+        return body[: body.index(loop)], body[body.index(loop) + 1:]
+
+    def partial_slot(self, n: int, acc: k.Var, count: str, index: str) -> str:
+        """Slot `index` of accumulator `n`'s region of the workspace (`count` slots a region)."""
+        return f"(({c_type(acc.dtype)}*)(bz_partials + {n} * 8 * ({count})))[{index}]"
+
+    def combine_blocks(self, region: str, index: str, counter: str, count: str, reader: str) -> None:
+        """Each block's accumulators to slot `index` of their workspace regions (`region` slots
+        each; written by thread 0 or, for columns, by the first row group), then, in the last of
+        the `count` blocks sharing `counter` only, the accumulators read back from the slots in
+        order (`reader`: the loop header naming the slot `b` each thread folds)."""
+        accumulators = self.schedule.accumulators
+        writer = "threadIdx.x == 0" if self.schedule.kind != "columns" else "lane == 0 && active"
+        for n, (acc, _) in enumerate(accumulators):
+            self.line(f"if ({writer}) {self.partial_slot(n, acc, region, index)} = {acc.name};")
+        self.line(f"if (!bz_last_of({counter}, {count})) return;")
+        for n, (acc, combine) in enumerate(accumulators):
+            slot = self.partial_slot(n, acc, region, "b").replace(f"(({c_type(acc.dtype)}*)",
+                                                                 f"((volatile {c_type(acc.dtype)}*)")
+            self.line(f"{acc.name} = {self.expr(self.initial[acc])};")
+            self.line(f"{reader} {acc.name} = {LANE_COMBINES[combine]}()({acc.name}, {slot});")
+
+    @property
+    def initial(self) -> dict[k.Var, k.Expr]:
+        """Each accumulator's starting value (its combine's identity), set before the loops."""
+        return {s.var: s.value for s in self.task.body if isinstance(s, k.Let)}
+
+    def block_reduce(self, mask: str | None = None) -> None:
+        """Every accumulator combined over the whole block (threads where `mask` is false add
+        their identity)."""
+        for acc, combine in self.schedule.accumulators:
+            if mask is not None:
+                self.line(f"{acc.name} = {mask} ? {acc.name} : {self.expr(self.initial[acc])};")
+            self.line(f"{acc.name} = bz_lane_reduce({acc.name}, (int)blockDim.x, {LANE_COMBINES[combine]}());")
+
+    # --- columns: a block owns a strip of neighbouring task indices --------------------------------
+    def write_columns(self) -> None:
+        """`lanes` neighbouring task indices a block (threads on neighbouring columns: coalesced),
+        its `blockDim.x / lanes` row groups sharing each loop. `cached_row` is the number of blocks
+        sharing one strip (each a contiguous part of the loop's range; 1 unless splittable)."""
+        ix = self.index
+        self.line(f"const {ix} task_begin = {self.expr(self.task.begin)}, task_end = {self.expr(self.task.end)};")
+        self.line("const int cols32 = (int)lanes, lane = threadIdx.x / cols32, lanes32 = blockDim.x / cols32;")
+        self.line(f"const {ix} strips = (task_end - task_begin + cols32 - 1) / cols32;")
+        self.line(f"const {ix} strip = ({ix})blockIdx.x % strips, split = ({ix})blockIdx.x / strips;")
+        self.line(f"const {ix} row = task_begin + strip * cols32 + (threadIdx.x & (cols32 - 1));")
+        self.line("const bool active = row < task_end;")
+        self.line(f"const {c_type(self.task.var.dtype)} {self.task.var.name} = active ? row : task_end - 1;")
+        if not self.schedule.splittable:
+            self.block(self.task.body)
+            self.lines.append("}")
+            return
+        loop = next(s for s in self.task.body if isinstance(s, k.For))
+        before, after = self.split_at_loop(loop)
+        self.block(before + (loop,))
+        self.line("if (cached_row > 1) {")
+        self.depth += 1
+        self.line(f"const {ix} columns = task_end - task_begin;")
+        self.combine_blocks("cached_row * columns", "split * columns + (row - task_begin)", "bz_finished + strip",
+                            "cached_row", f"for ({ix} b = {self.task.var.name} - task_begin; b < cached_row * columns; "
+                            "b += columns)")
+        self.depth -= 1
+        self.line("}")
+        self.block(after)
+        self.lines.append("}")
+
+    def column_range(self, loop: k.For) -> tuple[str, str]:
+        """This block's part of a loop's range: all of it, or its split's contiguous chunk."""
+        begin, end = self.expr(loop.begin), self.expr(loop.end)
+        if not self.schedule.splittable:
+            return begin, end
+        ix, v = self.index, loop.var.name
+        self.line(f"const {ix} {v}_chunk = (({end}) - ({begin}) + cached_row - 1) / cached_row;")
+        self.line(f"const {ix} {v}_lo = ({begin}) + split * {v}_chunk;")
+        self.line(f"const {ix} {v}_hi = bz_minimum(({ix})({end}), {v}_lo + {v}_chunk);")
+        return f"{v}_lo", f"{v}_hi"
+
+    # --- flat: a perfect loop nest as one index space ------------------------------------------------
+    def write_flat(self) -> None:
+        """A full reduction: block b folds part b of the nest (walk_nest), then the blocks' results
+        meet in block order."""
+        loop = next(s for s in self.task.body if isinstance(s, k.For))
+        before, after = self.split_at_loop(loop)
+        self.line("const int lane = threadIdx.x;")
+        self.line("const bool active = true;")
+        self.block(before)
+        self.walk_nest(perfect_nest(loop), "blockIdx.x", "gridDim.x")
+        self.block_reduce()
+        self.combine_blocks("gridDim.x", "blockIdx.x", "bz_finished", "gridDim.x", BLOCK_ORDER)
+        self.block_reduce()
+        self.block(after)
+        self.lines.append("}")
+
+    def walk_nest(self, nest: list[k.For], part: str, parts: str) -> None:
+        """The nest's body over flat indices [part * chunk, (part + 1) * chunk) of the nest (of
+        `parts` such chunks), thread t on those congruent to t modulo the block size (neighbouring
+        threads on neighbouring elements), each thread folding its own in order. The nest's
+        indices follow the flat index by carrying digits: no division per element."""
+        last = len(nest) - 1
+        for n, level in enumerate(nest):
+            self.line(f"const long long bz_n{n} = bz_maximum((long long)({self.expr(level.end)}) - "
+                      f"(long long)({self.expr(level.begin)}), 0LL), bz_m{n} = bz_n{n} > 0 ? bz_n{n} : 1;")
+        self.line(f"const long long bz_total = {' * '.join(f'bz_n{n}' for n in range(len(nest)))};")
+        self.line(f"const long long bz_chunk = ((bz_total + {parts} - 1) / {parts} + blockDim.x - 1) "
+                  "/ blockDim.x * blockDim.x;")
+        self.line(f"const long long bz_hi = bz_minimum(bz_total, (long long)({part}) * bz_chunk + bz_chunk);")
+        self.line(f"long long bz_f = (long long)({part}) * bz_chunk + threadIdx.x, bz_q = bz_f, "
+                  "bz_step = blockDim.x;")
+        for n in range(last, 0, -1):  # digits of the first index and of the step, innermost first
+            self.line(f"long long bz_d{n} = bz_q % bz_m{n}; bz_q /= bz_m{n};")
+            self.line(f"const long long bz_s{n} = bz_step % bz_m{n}; bz_step /= bz_m{n};")
+        self.line("long long bz_d0 = bz_q; const long long bz_s0 = bz_step;")
+        self.line("#pragma unroll 4")
+        self.line("for (; bz_f < bz_hi; bz_f += blockDim.x) {")
+        self.depth += 1
+        for n, level in enumerate(nest):
+            ty = c_type(level.var.dtype)
+            self.line(f"const {ty} {level.var.name} = ({ty})({self.expr(level.begin)}) + ({ty})bz_d{n};")
+        self.loop_depth += 1
+        self.block(nest[-1].body)
+        self.loop_depth -= 1
+        self.line("bool bz_carry = false;")
+        for n in range(last, 0, -1):
+            self.line(f"bz_d{n} += bz_s{n} + bz_carry; bz_carry = bz_d{n} >= bz_n{n}; "
+                      f"if (bz_carry) bz_d{n} -= bz_n{n};")
+        self.line("bz_d0 += bz_s0 + bz_carry;")
+        self.depth -= 1
+        self.line("}")
+
+    # --- split rows: few long rows, each over several blocks ---------------------------------------
+    def write_split_rows(self) -> None:
+        """The launch's choice for a row task whose row is one loop nest (see
+        cuda_kernel.CudaExecutor._plan_task): with `lanes == 0`, `cached_row` blocks a row, each
+        walking its part of the row's nest (walk_nest), their results meeting in part order; the
+        row path below otherwise."""
+        loop = next(s for s in self.task.body if isinstance(s, k.For))
+        before, after = self.split_at_loop(loop)
+        ix = self.index
+        self.line("if (lanes == 0) {")
+        self.depth += 1
+        self.line(f"const {ix} row_local = ({ix})(blockIdx.x / cached_row), split = ({ix})(blockIdx.x % cached_row);")
+        self.line("const bool active = true;")
+        self.line("const int lane = threadIdx.x;")
+        self.line(f"const {c_type(self.task.var.dtype)} {self.task.var.name} = task_begin + row_local;")
+        self.block(before)
+        self.walk_nest(perfect_nest(loop), "split", "cached_row")
+        self.block_reduce()
+        self.line("if (cached_row > 1) {")
+        self.depth += 1
+        self.combine_blocks("gridDim.x", "blockIdx.x", "bz_finished + row_local", "cached_row",
+                            "for (long long b = row_local * cached_row + threadIdx.x; "
+                            "b < (row_local + 1) * cached_row; b += blockDim.x)")
+        self.block_reduce()
+        self.depth -= 1
+        self.line("}")
+        self.block(after)
+        self.line("return;")
+        self.depth -= 1
+        self.line("}")
+
+    # --- grid_rows: the single loop's iterations are rows, their results meet across blocks -----
+    def write_grid_rows(self) -> None:
+        """The loop's body runs as a row task's would (lanes, lane loops, row caches) over a
+        grid-strided range of rows; each row adds to the task's accumulators once (its lane 0,
+        active rows only), then the blocks' results meet as in write_flat."""
+        nest = row_nest(self.task)
+        before, after = self.split_at_loop(nest[0])
+        ix = self.index
+        self.line("const int lanes32 = (int)lanes, lane = threadIdx.x & (lanes32 - 1);")
+        self.line("const int row_in_block = threadIdx.x / lanes32, rows_per_block = blockDim.x / lanes32;")
+        self.block(before)
+        for n, level in enumerate(nest):
+            extent = f"({ix})({self.expr(level.end)}) - ({ix})({self.expr(level.begin)})"
+            self.line(f"const {ix} bz_n{n} = bz_maximum({extent}, ({ix})0);")
+        self.line(f"const {ix} task_begin = 0, task_end = {' * '.join(f'bz_n{n}' for n in range(len(nest)))};")
+        self.line(f"for ({ix} row0 = task_begin + ({ix})blockIdx.x * rows_per_block; row0 < task_end;")
+        self.line(f"     row0 += ({ix})gridDim.x * rows_per_block) {{")
+        self.depth += 1
+        self.line(f"const {ix} row = row0 + row_in_block;")
+        self.line("const bool active = row < task_end;")
+        self.line(f"{ix} bz_row = active ? row : task_end - 1;")
+        for n in range(len(nest) - 1, -1, -1):  # each row loop's index, innermost first
+            level, ty = nest[n], c_type(nest[n].var.dtype)
+            value = f"bz_row % bz_n{n}" if n else "bz_row"
+            self.line(f"const {ty} {level.var.name} = ({ty})({self.expr(level.begin)}) + ({ty})({value});")
+            if n:
+                self.line(f"bz_row /= bz_n{n};")
+        self.declare_row_caches()
+        self.guarded = {acc for acc, _ in self.schedule.accumulators}
+        self.block(nest[-1].body)
+        self.guarded = set()
+        self.depth -= 1
+        self.line("}")
+        self.block_reduce(mask="lane == 0")
+        self.combine_blocks("gridDim.x", "blockIdx.x", "bz_finished", "gridDim.x", BLOCK_ORDER)
+        self.block_reduce()
+        self.line("{")  # the stores after the loop: one thread of the last block
+        self.line("  const bool active = true;")
+        self.depth += 1
+        self.line("const int lane = threadIdx.x;")
+        self.block(after)
+        self.depth -= 1
+        self.line("}")
+        self.lines.append("}")
+
+    def emit_assign(self, s: k.Assign) -> None:
+        """An assignment; in a grid_rows row, one to the task's accumulators counts active rows only."""
+        guard = "if (active) " if s.var in self.guarded and self.loop_depth == 0 else ""
+        self.line(f"{guard}{s.var.name} = {self.expr(s.value)};")

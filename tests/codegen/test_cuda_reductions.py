@@ -1,0 +1,225 @@
+"""The CUDA schedules of reductions beyond one row a block (no GPU needed): which schedule each
+kind of reduction takes (cuda_plan.TaskSchedule), what the generated text does with blocks and the
+workspace, and NVRTC compiling every schedule's kernels for several shapes and dtypes."""
+
+from __future__ import annotations
+
+import re
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import braze as bz
+from braze import engine
+from braze.codegen import cuda
+from braze.runtime import nvrtc
+
+_NUMPY = {bz.float32: np.float32, bz.float64: np.float64, bz.float16: np.float16, bz.bfloat16: ml_dtypes.bfloat16,
+          bz.int32: np.int32, bz.bool_: np.bool_}
+
+
+def source(build, *inputs: np.ndarray, name: str = "fusion") -> cuda.CudaSource:
+    with bz.Fusion(name=name) as f:
+        for out in build(f):
+            f.add_output(out)
+    return engine.cuda_source(f, list(inputs))
+
+
+def kinds(src: cuda.CudaSource) -> list[str]:
+    return [s.kind for s in src.schedules]
+
+
+def tensor(f: bz.Fusion, ndim: int, dtype=bz.float32):
+    return f.define_tensor([-1] * ndim, dtype=dtype)
+
+
+def var_and_mean(f: bz.Fusion) -> list:
+    x = tensor(f, 2)
+    return [bz.ops.var(x, axes=[0]), bz.ops.mean(x, axes=[0])]
+
+
+# (name, fusion builder over one input of `ndim` dims, ndim, the schedule of each task)
+CASES = [
+    ("column_sum", lambda f, d: [bz.ops.sum(tensor(f, 2, d), axes=[0])], 2, ["columns"]),
+    ("column_max", lambda f, d: [bz.ops.max(tensor(f, 2, d), axes=[0])], 2, ["columns"]),
+    ("middle_sum", lambda f, d: [bz.ops.sum(tensor(f, 3, d), axes=[1])], 3, ["columns"]),
+    ("outer_two_sum", lambda f, d: [bz.ops.sum(tensor(f, 3, d), axes=[0, 1])], 3, ["columns"]),
+    ("full_sum", lambda f, d: [bz.ops.sum(tensor(f, 2, d))], 2, ["flat"]),
+    ("full_sum_3d", lambda f, d: [bz.ops.sum(tensor(f, 3, d))], 3, ["flat"]),
+    ("full_sum_1d", lambda f, d: [bz.ops.sum(tensor(f, 1, d))], 1, ["flat"]),
+    ("full_max", lambda f, d: [bz.ops.max(tensor(f, 2, d))], 2, ["flat"]),
+    ("full_mean", lambda f, d: [bz.ops.mean(tensor(f, 2, d))], 2, ["flat"]),
+    ("row_sum", lambda f, d: [bz.ops.sum(tensor(f, 2, d), axes=[1])], 2, ["rows"]),
+    ("channel_sum", lambda f, d: [bz.ops.sum(tensor(f, 4, d), axes=[0, 2, 3])], 4, ["rows"]),
+]
+FLOATS = [bz.float32, bz.float64, bz.float16, bz.bfloat16]
+
+
+def _inputs(ndim: int, dtype) -> np.ndarray:
+    return np.ones((3,) * ndim, _NUMPY[dtype])
+
+
+@pytest.mark.parametrize("name, build, ndim, expected", CASES, ids=[c[0] for c in CASES])
+def test_each_reduction_takes_its_schedule(name, build, ndim, expected):
+    src = source(lambda f: build(f, bz.float32), _inputs(ndim, bz.float32))
+    assert kinds(src) == expected
+
+
+def test_column_sum_owns_a_strip_of_columns_and_splits_its_rows():
+    src = source(lambda f: [bz.ops.sum(tensor(f, 2), axes=[0])], _inputs(2, bz.float32))
+    (schedule,) = src.schedules
+    assert schedule.splittable and len(schedule.accumulators) == 1
+    body = src.body
+    # Neighbouring threads on neighbouring columns; row groups combine in a tree, then the splits
+    # meet in the workspace, read back in split order by the last block of the strip.
+    assert "const int row = task_begin + strip * cols32 + (threadIdx.x & (cols32 - 1));" in body
+    assert "bz_column_reduce<256>(acc2, cols32, BzReduceAdd())" in body
+    assert "bz_last_of(bz_finished + strip, cached_row)" in body
+    assert "for (int b = p1 - task_begin; b < cached_row * columns; b += columns)" in body
+    assert "atomicAdd" not in body
+
+
+@pytest.mark.parametrize("axes, ndim", [([1], 2), ([0, 2, 3], 4), ([0, 2], 3)])
+def test_a_row_of_one_loop_nest_may_be_split_across_blocks(axes, ndim):
+    # Few long rows (a sum over axis 1 of [4, 16M]) or a row over axes apart (batch_norm's
+    # statistics per channel): the launch may give each row several blocks walking its nest flat.
+    src = source(lambda f: [bz.ops.sum(tensor(f, ndim), axes=axes)], _inputs(ndim, bz.float32))
+    (schedule,) = src.schedules
+    assert schedule.kind == "rows" and schedule.splittable and len(schedule.accumulators) == 1
+    assert "if (lanes == 0) {" in src.body and "bz_last_of(bz_finished + row_local, cached_row)" in src.body
+
+
+def test_softmax_rows_are_not_split():
+    src = source(lambda f: [bz.ops.softmax(tensor(f, 2), -1)], _inputs(2, bz.float32))
+    assert not src.schedules[0].splittable and "lanes == 0" not in src.body
+
+
+def test_var_mean_over_axis_0_takes_columns_without_splitting_rows():
+    # Two passes (the mean, then squared deviations): a split would need the blocks to meet twice.
+    src = source(lambda f: var_and_mean(f), _inputs(2, bz.float32))
+    assert kinds(src) == ["columns", "columns"] and [s.splittable for s in src.schedules] == [False, True]
+    var_kernel = src.body.split("extern")[1]
+    assert "bz_column_reduce" in var_kernel and "bz_last_of" not in var_kernel
+
+
+def test_full_sum_walks_the_nest_as_one_flat_range_without_division_per_element():
+    src = source(lambda f: [bz.ops.sum(tensor(f, 3))], _inputs(3, bz.float32))
+    loop = src.body[src.body.index("for (; bz_f < bz_hi; bz_f += blockDim.x) {"):src.body.index("bz_lane_reduce")]
+    assert "/" not in loop and "%" not in loop
+    assert "bz_last_of(bz_finished, gridDim.x)" in src.body
+
+
+def test_cross_entropy_mean_runs_its_rows_over_lanes_and_meets_across_blocks():
+    def build(f):
+        return [bz.ops.cross_entropy(tensor(f, 2), f.define_tensor([-1], dtype=bz.int64))]
+
+    src = source(build, np.ones((4, 64), np.float32), np.zeros(4, np.int64))
+    assert kinds(src) == ["grid_rows"] and src.lane_plans[0].coalesces
+    body = src.body
+    assert "row0 += (int)gridDim.x * rows_per_block" in body and "bz_online_lane_reduce(acc5, acc7, lanes32)" in body
+    assert re.search(r"if \(active\) acc1 = ", body)  # a clamped row past the end adds nothing
+    assert "acc1 = lane == 0 ? acc1 : 0x0.0p+0f;" in body
+
+
+def _ce(reduction):
+    return lambda f: [bz.ops.cross_entropy(tensor(f, 2), f.define_tensor([-1], dtype=bz.int64), reduction=reduction)]
+
+
+_LOGITS, _TARGET = np.ones((4, 64), np.float32), np.zeros(4, np.int64)
+ONE_PASS = [("ce_none", _ce("none"), (_LOGITS, _TARGET)), ("ce_mean", _ce("mean"), (_LOGITS, _TARGET)),
+            ("log_softmax", lambda f: [bz.ops.log_softmax(tensor(f, 2), -1)], (_LOGITS,)),
+            ("log_softmax_bf16", lambda f: [bz.ops.log_softmax(tensor(f, 2, bz.bfloat16), -1)],
+             (_LOGITS.astype(ml_dtypes.bfloat16),))]
+
+
+@pytest.mark.parametrize("name, build, inputs", ONE_PASS, ids=[c[0] for c in ONE_PASS])
+def test_the_row_maximum_and_sum_of_exponentials_take_one_pass(name, build, inputs):
+    body = source(build, *inputs).body
+    # One loop reads the row for both (the max loop and the sum loop were two), then the lanes
+    # combine (max, sum) pairs; no loop is left that sums exp(x - max) alone.
+    assert body.count("bz_online_add(") >= 5 and "bz_online_lane_reduce(" in body  # 4 vector lanes + scalar
+    assert "BzReduceMax" not in body and "expf" not in body
+
+
+def test_softmax_keeps_two_passes_to_reuse_its_exponentials():
+    src = source(lambda f: [bz.ops.softmax(tensor(f, 2), -1)], np.ones((4, 64), np.float32))
+    assert "bz_online" not in src.body and "BzReduceMax" in src.body
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean"])
+def test_cross_entropy_reads_the_picked_class_without_a_pass_over_the_row(reduction):
+    body = source(_ce(reduction), _LOGITS, _TARGET).body
+    # Two loops were left of three: the online max and sum, and the picked class's where-sum.
+    assert body.count("#pragma unroll 4") == 1
+    assert "T0_[p1 * T0_st0 + ((int)(T1_[p1]))]" in body or "T0_[r2 * T0_st0 + ((int)(T1_[r2]))]" in body
+    assert "(T1_[p1] >= ((long long)(0)))" in body or "(T1_[r2] >= ((long long)(0)))" in body
+
+
+def test_batched_cross_entropy_takes_its_rows_from_both_outer_loops():
+    def build(f):
+        return [bz.ops.cross_entropy(tensor(f, 3), f.define_tensor([-1, -1], dtype=bz.int64))]
+
+    src = source(build, np.ones((2, 3, 64), np.float32), np.zeros((2, 3), np.int64))
+    (schedule,) = src.schedules
+    assert schedule.kind == "grid_rows" and schedule.row_levels == 2
+    # Rows are the batch and token loops flattened: their indices come from the row, once per row.
+    assert "task_end = bz_n0 * bz_n1;" in src.body and "bz_row /= bz_n1;" in src.body
+    assert "bz_online_lane_reduce(" in src.body
+
+
+def test_a_load_under_a_condition_stays_out_of_the_16_byte_loop():
+    # x is read only in rows where b > 0 (`where` evaluates one side), beside a load every iteration
+    # makes (b's): the 16-byte path would read every row of x.
+    def build(f):
+        x, b = tensor(f, 2), tensor(f, 1)
+        return [bz.ops.sum(bz.ops.where(b.reshape((-1, 1)) > 0.0, x, 0.0), axes=[1])]
+
+    src = source(build, np.ones((4, 64), np.float32), np.ones(4, np.float32))
+    assert src.lane_plans[0].coalesces and "float4" not in src.body
+
+
+def _grid_sources() -> list[cuda.CudaSource]:
+    sources = []
+    for name, build, ndim, _ in CASES:
+        for dtype in FLOATS:
+            sources.append(source(lambda f, b=build, d=dtype: b(f, d), _inputs(ndim, dtype),
+                                  name=f"{name}_{dtype.name}"))
+    sources.append(source(lambda f: [bz.ops.sum(tensor(f, 2, bz.int32), axes=[0])], _inputs(2, bz.int32),
+                          name="column_sum_int32"))
+    sources.append(source(lambda f: [bz.ops.any(tensor(f, 2, bz.bool_), axes=[0])], _inputs(2, bz.bool_),
+                          name="column_any"))
+    sources.append(source(lambda f: [bz.ops.any(tensor(f, 2, bz.bool_))], _inputs(2, bz.bool_), name="full_any"))
+    sources.append(source(lambda f: var_and_mean(f), _inputs(2, bz.float32),
+                          name="var_mean_0"))
+    for dtype in (bz.float32, bz.bfloat16):
+        for reduction in ("mean", "sum", "none"):
+            sources.append(source(
+                lambda f, d=dtype, r=reduction: [bz.ops.cross_entropy(tensor(f, 2, d),
+                                                                      f.define_tensor([-1], dtype=bz.int64), r)],
+                np.ones((4, 64), _NUMPY[dtype]), np.zeros(4, np.int64), name=f"ce_{reduction}_{dtype.name}"))
+    sources.append(source(lambda f: [bz.ops.cross_entropy(tensor(f, 3), f.define_tensor([-1, -1], dtype=bz.int64))],
+                          np.ones((2, 3, 8), np.float32), np.zeros((2, 3), np.int64), name="ce_batched"))
+    return sources
+
+
+@pytest.mark.skipif(not nvrtc.available(), reason="NVRTC is not installed")
+def test_every_schedule_compiles_with_nvrtc():
+    sources = _grid_sources()
+    assert {"columns", "flat", "grid_rows"} <= {k for s in sources for k in kinds(s)}
+    text = cuda.with_prelude("\n".join(s.body for s in sources))
+    assert nvrtc.compile_ptx(text, "grid_schedules", "sm_90", ("-G",))
+
+
+@pytest.mark.skipif(not nvrtc.available(), reason="NVRTC is not installed")
+def test_a_column_sum_compiles_optimized_for_a_smaller_block():
+    from braze.runtime.compiled_kernel import CompileParams
+    from braze.runtime.cuda_kernel import CudaCompiledKernel
+
+    with bz.Fusion(name="narrow") as f:
+        f.add_output(bz.ops.sum(tensor(f, 2), axes=[0]))
+    _, kernel, _ = engine.plan_kernel(f, engine.signature(f, engine.bind_inputs(f, [_inputs(2, bz.float32)])),
+                                      views_on_host=False)
+    compiled = CudaCompiledKernel(kernel, CompileParams(block_size=128, max_registers=64, arch="sm_90"))
+    assert "bz_column_reduce<128>" in compiled.source
+    assert nvrtc.compile_cubin(compiled.source, "narrow", "sm_90")[:4] == b"\x7fELF"

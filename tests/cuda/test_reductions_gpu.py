@@ -1,0 +1,208 @@
+"""Reductions that span blocks on a GPU (cuda_plan.TaskSchedule): column sums and other outer
+reductions, full reductions, sums over the middle axis, var and mean over axis 0, cross_entropy and
+log_softmax over long rows. Torch CUDA tensors in, outputs poisoned (0xFF bytes) before the kernels
+write, results against a float64 NumPy reference; and the same inputs give bit-identical results
+from run to run (a fixed combine order, no float atomics).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import braze as bz
+from braze import config
+from braze.runtime import cuda_driver
+
+torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.cuda,
+              pytest.mark.skipif(cuda_driver.device_count() == 0, reason="needs an NVIDIA GPU")]
+
+_TORCH = {bz.float32: "float32", bz.float64: "float64", bz.float16: "float16", bz.bfloat16: "bfloat16",
+          bz.int32: "int32"}
+
+
+def run(build, *inputs):
+    """`build(fusion, *input tensors)` over torch CUDA tensors, outputs poisoned; NumPy results."""
+    with bz.Fusion() as f:
+        defined = [f.define_tensor([-1] * x.ndim, dtype=bz.dtypes.as_dtype(str(x.dtype).removeprefix("torch.")))
+                   for x in inputs]
+        for out in build(*defined):
+            f.add_output(out)
+    with config.scope(enable="poison_outputs"):
+        outs = f.execute(list(inputs))
+    torch.cuda.synchronize()
+    return [o.double().cpu().numpy() if o.dtype != torch.bool else o.cpu().numpy() for o in outs]
+
+
+def cuda_tensor(shape, dtype=bz.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=g, dtype=torch.float64) if not dtype.is_integer else \
+        torch.randint(-50, 50, shape, generator=g, dtype=torch.int64)
+    return x.to(getattr(torch, _TORCH[dtype])).cuda()
+
+
+def as64(x) -> np.ndarray:
+    return x.double().cpu().numpy()
+
+
+def close(actual, expected, dtype=bz.float32, scale=None):
+    tolerance = {bz.float32: 1e-5, bz.float64: 1e-12, bz.float16: 2e-2, bz.bfloat16: 2e-2, bz.int32: 0}[dtype]
+    scale = np.abs(expected).max(initial=1.0) if scale is None else scale
+    np.testing.assert_allclose(actual, expected, rtol=tolerance, atol=tolerance * scale)
+
+
+COLUMN_SHAPES = [(8192, 4096), (1, 7), (7, 1), (33, 1000), (1000, 33), (0, 5), (5, 0), (4099, 3), (3, 70001)]
+
+
+@pytest.mark.parametrize("shape", COLUMN_SHAPES, ids=str)
+def test_column_sums(shape):
+    x = cuda_tensor(shape)
+    (s,) = run(lambda t: [bz.ops.sum(t, axes=[0])], x)
+    close(s, as64(x).sum(0), scale=np.sqrt(max(shape[0], 1)))
+
+
+@pytest.mark.parametrize("dtype", [bz.float16, bz.bfloat16, bz.float64, bz.int32])
+def test_column_sums_of_other_dtypes(dtype):
+    x = cuda_tensor((3001, 257), dtype)
+    (s,) = run(lambda t: [bz.ops.sum(t, axes=[0])], x)
+    close(s, as64(x).sum(0), dtype, scale=np.sqrt(3001) if dtype.is_floating else None)
+
+
+@pytest.mark.parametrize("shape", [(4097, 130), (1, 1), (2, 100003)], ids=str)
+def test_column_max_and_min(shape):
+    x = cuda_tensor(shape)
+    hi, lo = run(lambda t: [bz.ops.max(t, axes=[0]), bz.ops.min(t, axes=[0])], x)
+    np.testing.assert_array_equal(hi, as64(x).max(0))
+    np.testing.assert_array_equal(lo, as64(x).min(0))
+
+
+@pytest.mark.parametrize("shape", [(16, 4096, 128), (3, 5, 7), (2, 0, 3), (64, 3, 1), (1, 20000, 2)], ids=str)
+def test_sums_over_the_middle_axis(shape):
+    x = cuda_tensor(shape)
+    (s,) = run(lambda t: [bz.ops.sum(t, axes=[1])], x)
+    close(s, as64(x).sum(1), scale=np.sqrt(max(shape[1], 1)))
+
+
+@pytest.mark.parametrize("shape, axes", [((4, 4 * 1024 * 1024), [1]), ((1, 5000), [1]), ((3, 1), [1]),
+                                         ((32, 64, 56, 56), [0, 2, 3]), ((2, 3, 4, 5), [0, 2, 3]),
+                                         ((7, 0, 3), [0, 2]), ((1000, 8, 33), [0, 2]), ((0, 4), [1])], ids=str)
+def test_rows_of_one_loop_nest_over_several_blocks(shape, axes):
+    # Few long rows, and rows over axes apart (batch_norm's statistics per channel).
+    x = cuda_tensor(shape)
+    total, mean = run(lambda t: [bz.ops.sum(t, axes=axes), bz.ops.mean(t, axes=axes)], x)
+    count = max(int(np.prod([shape[a] for a in axes])), 1)
+    close(total, as64(x).sum(tuple(axes)), scale=np.sqrt(count))
+    if x.numel():
+        close(mean, as64(x).mean(tuple(axes)))
+    again = run(lambda t: [bz.ops.sum(t, axes=axes)], x)[0]
+    assert again.tobytes() == total.tobytes()
+
+
+@pytest.mark.parametrize("shape", [(8192, 1024), (1, 9), (1000, 33), (3, 70001)], ids=str)
+def test_var_and_mean_over_axis_0(shape):
+    x = cuda_tensor(shape) + 3.0
+
+    def build(t):
+        return [bz.ops.var(t, axes=[0]), bz.ops.mean(t, axes=[0])]
+
+    var, mean = run(build, x)
+    close(var, as64(x).var(0))
+    close(mean, as64(x).mean(0))
+
+
+@pytest.mark.parametrize("shape", [(8192, 4096), (0, 5), (1, 1), (7, 33), (3, 1, 5), (16 * 1024 * 1024,),
+                                   (5, 100003)], ids=str)
+def test_full_sums(shape):
+    x = cuda_tensor(shape)
+    (s,) = run(lambda t: [bz.ops.sum(t)], x)
+    close(s, as64(x).sum(), scale=np.sqrt(max(x.numel(), 1)))
+
+
+def test_full_max_mean_and_any():
+    x = cuda_tensor((3000, 77))
+    hi, mean = run(lambda t: [bz.ops.max(t), bz.ops.mean(t)], x)
+    np.testing.assert_array_equal(hi, as64(x).max())
+    close(mean, as64(x).mean())
+    flags = torch.zeros(5000, 3, dtype=torch.bool, device="cuda")
+    flags[4321, 2] = True
+    (found,) = run(lambda t: [bz.ops.any(t)], flags)
+    assert found
+
+
+def test_a_long_float32_sum_is_accurate_and_reproducible():
+    x = torch.full((16 * 1024 * 1024,), 0.1, dtype=torch.float32, device="cuda")
+    first = run(lambda t: [bz.ops.sum(t)], x)[0]
+    expected = as64(x).sum()
+    assert abs(first - expected) <= 1e-6 * abs(expected)
+    y = cuda_tensor((16 * 1024 * 1024,))
+    a, b = (run(lambda t: [bz.ops.sum(t)], y)[0] for _ in range(2))
+    assert a.tobytes() == b.tobytes()
+
+
+@pytest.mark.parametrize("build", [lambda t: [bz.ops.sum(t, axes=[0])], lambda t: [bz.ops.sum(t)],
+                                   lambda t: [bz.ops.sum(t.reshape((64, 128, 1024)), axes=[1])]],
+                         ids=["columns", "full", "middle"])
+def test_two_runs_are_bit_identical(build):
+    x = cuda_tensor((8192, 1024), seed=3)
+    first, second = run(build, x)[0], run(build, x)[0]
+    assert first.tobytes() == second.tobytes()
+
+
+def reference_cross_entropy(logits: np.ndarray, target: np.ndarray, reduction: str) -> np.ndarray:
+    shifted = logits - logits.max(-1, keepdims=True) if logits.shape[-1] else logits
+    log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+    loss = -np.take_along_axis(log_probs, target[:, None], -1)[:, 0] if len(target) else np.zeros(0)
+    return {"none": loss, "sum": loss.sum(), "mean": loss.mean() if len(loss) else np.nan}[reduction]
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("shape", [(8192, 32000), (1, 1), (7, 7), (33, 33), (5, 1000), (0, 10), (3, 100003)],
+                         ids=str)
+def test_cross_entropy(shape, reduction):
+    logits = cuda_tensor(shape) * 4.0
+    g = torch.Generator().manual_seed(1)
+    target = torch.randint(0, shape[1], (shape[0],), generator=g).cuda()
+
+    def build(t, y):
+        return [bz.ops.cross_entropy(t, y, reduction)]
+
+    (loss,) = run(build, logits, target)
+    expected = reference_cross_entropy(as64(logits), target.cpu().numpy(), reduction)
+    if reduction == "mean" and shape[0] == 0:
+        assert np.isnan(loss)
+        return
+    close(loss, expected, scale=np.abs(expected).max(initial=1.0))
+    if reduction != "none":
+        again = run(build, logits, target)[0]
+        assert again.tobytes() == loss.tobytes()
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("shape", [(2, 3, 6), (4, 33, 1000), (3, 0, 5), (2, 512, 4096)], ids=str)
+def test_cross_entropy_over_batched_rows(shape, reduction):
+    logits = cuda_tensor(shape) * 4.0
+    g = torch.Generator().manual_seed(2)
+    target = torch.randint(0, shape[-1], shape[:-1], generator=g).cuda()
+
+    def build(t, y):
+        return [bz.ops.cross_entropy(t, y, reduction)]
+
+    (loss,) = run(build, logits, target)
+    flat = reference_cross_entropy(as64(logits).reshape(-1, shape[-1]), target.cpu().numpy().reshape(-1), reduction)
+    expected = flat.reshape(shape[:-1]) if reduction == "none" else flat
+    if reduction == "mean" and 0 in shape:
+        assert np.isnan(loss)
+        return
+    close(loss, expected, scale=np.abs(expected).max(initial=1.0))
+
+
+@pytest.mark.parametrize("shape", [(64, 32000), (3, 100003), (5, 1)], ids=str)
+def test_softmax_and_log_softmax_of_long_rows(shape):
+    x = cuda_tensor(shape) * 3.0
+    soft, log_soft = run(lambda t: [bz.ops.softmax(t, -1), bz.ops.log_softmax(t, -1)], x)
+    ref = as64(x)
+    shifted = ref - ref.max(-1, keepdims=True)
+    expected_log = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+    close(log_soft, expected_log, scale=np.abs(expected_log).max())
+    close(soft, np.exp(expected_log), scale=1.0)

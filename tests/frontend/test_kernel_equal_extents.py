@@ -1,0 +1,57 @@
+"""Loops over `range(v.shape[0])` and `range(x.shape[0])` share launch bounds when the two extents are
+equal at the call, so they may fuse; a call where they differ is another signature, kept apart."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import braze as bz
+
+
+@bz.kernel
+def step(x: bz.Array[bz.float32, 1], v: bz.Array[bz.float32, 1], dt: bz.float32):
+    for i in range(v.shape[0]):
+        v[i] -= 9.81 * dt
+    for i in range(x.shape[0]):
+        x[i] += v[i] * dt
+
+
+@bz.kernel
+def shift_rows(a: bz.Array[bz.float32, 2], b: bz.Array[bz.float32, 2]):
+    for i in range(a.shape[0]):
+        a[i, 0] += 1.0
+    for i in range(b.shape[1]):  # another array, another axis
+        b[0, i] += a[i, 0]
+
+
+def run_in_python(x, v, dt):
+    v -= np.float32(9.81) * np.float32(dt)
+    x += v * np.float32(dt)
+
+
+def test_equal_extents_of_different_arrays_fuse():
+    x, v = np.ones(100, np.float32), np.zeros(100, np.float32)
+    want_x, want_v = x.copy(), v.copy()
+    step(x, v, 0.01)
+    run_in_python(want_x, want_v, 0.01)
+    np.testing.assert_array_equal(x, want_x)
+    np.testing.assert_array_equal(v, want_v)
+    assert [d.fused for d in step.decisions()] == [True]
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 6), st.integers(0, 6))
+def test_another_axis_of_another_array_fuses_only_when_equal(rows, cols):
+    a = np.arange(max(rows, 1) * 2, dtype=np.float32).reshape(-1, 2)[:rows]
+    b = np.zeros((1, cols), np.float32)
+    if rows < cols:  # the second loop would read past a's rows
+        return
+    want_a, want_b = a.copy(), b.copy()
+    want_a[:, 0] += 1
+    want_b[0, :cols] += want_a[:cols, 0]
+    shift_rows(a, b)
+    np.testing.assert_array_equal(a, want_a)
+    np.testing.assert_array_equal(b, want_b)
+    assert [d.fused for d in shift_rows.decisions()] == [rows == cols]

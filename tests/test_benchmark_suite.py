@@ -1,0 +1,69 @@
+"""benchmarks/suite.py: its CPU section end to end on a few cases (a subprocess, as `make gpu-bench` runs it),
+and how its check reports a wrong or failing result instead of stopping."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+import suite_check  # noqa: E402
+from suite_cases import CASES  # noqa: E402
+
+QUICK_CASES = ("rope", "layer_norm_backward", "dropout_residual_layer_norm")
+
+
+def test_the_cpu_section_checks_and_times_each_case(tmp_path):
+    out = tmp_path / "suite.json"
+    env = {**os.environ, "BRAZE_CACHE_DIR": str(tmp_path / "cache")}
+    command = [sys.executable, str(BENCHMARKS / "suite.py"), "--cpu", "--quick", "--repeats", "2",
+               "--cases", ",".join(QUICK_CASES), "--out", str(out)]
+    run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    result = json.loads(out.read_text())
+    assert [r["case"] for r in result["rows"]] == list(QUICK_CASES)
+    for row in result["rows"]:
+        for who in ("braze", "numpy"):
+            assert row[who]["status"] == "ok", (row["case"], who, row[who])
+            assert row[who]["gbps"] > 0
+        assert row["bytes"] > 0
+    assert result["copy_gbps"] > 0 and result["summary"]["vs"]["numpy"]["cases"] == len(QUICK_CASES)
+    assert "braze / NumPy: geometric mean" in run.stdout
+
+
+def test_the_suite_has_25_fusions_or_more_in_both_float_types():
+    assert len(CASES) >= 25 and len({c.name for c in CASES}) == len(CASES)
+    assert {c.dtype for c in CASES} == {"float32", "bfloat16"}
+
+
+def test_a_wrong_result_is_reported_and_not_timed():
+    want = [np.arange(6.0).reshape(2, 3)]
+    poisoned = np.full((2, 3), np.nan)
+    timed = []
+    cell = suite_check.measure(lambda: [(poisoned, "float32")], lambda: timed.append(1) or 1.0, want, 48)
+    assert cell["status"] == "WRONG" and "not finite" in cell["error"] and not timed
+    off = want[0] + np.array([0, 0, 1e-2])
+    assert suite_check.measure(lambda: [(off, "float32")], lambda: 1.0, want, 48)["status"] == "WRONG"
+    assert suite_check.measure(lambda: [(want[0] + 1e-6, "float32")], lambda: 2.0, want, 48) == {
+        "status": "ok", "ms": 2.0, "gbps": 48 / 2.0 / 1e6}
+
+
+def test_a_failure_is_reported_with_the_first_line_of_its_exception():
+    def fails():
+        raise RuntimeError("NVRTC: 'g0_j3' has already been declared\nmore detail")
+    cell = suite_check.measure(fails, lambda: 1.0, [], 0)
+    assert cell == {"status": "FAIL", "error": "RuntimeError: NVRTC: 'g0_j3' has already been declared"}
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_each_case_defines_a_fusion_and_a_reference(case):
+    prepared = suite_check.Prepared(case, "quick")
+    assert prepared.fusion is not None, prepared.build_error
+    assert len(prepared.want) == len(prepared.fusion.returned_outputs)
