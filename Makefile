@@ -14,7 +14,7 @@ STAMP := $(VENV)/.installed
 endif
 PY := $(PYENV) $(PYBIN)
 
-.PHONY: demo test wheel-check lint gpu-test bench gpu-bench clean
+.PHONY: demo test wheel-check docs lint gpu-test bench gpu-bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,12 +25,24 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/braze demo
 
-# The whole suite, then the op suite again on the compiled backend (checked against the same oracle),
-# then once more generating CUDA for every fusion and compiling it with NVRTC (no GPU needed).
-test: $(STAMP) wheel-check
-	$(PY) -m pytest -q tests
-	BRAZE_OPS_BACKEND=llvm $(PY) -m pytest -q tests/ops
-	BRAZE_OPS_BACKEND=nvrtc $(PY) -m pytest -q tests/ops
+# The whole suite (the op suite on the reference backend), then the op suite again on the compiled
+# CPU backend (checked against the same oracle) while generating CUDA for every fusion and compiling
+# it with NVRTC (no GPU needed); each spread over the cores by pytest-xdist (JOBS= for one process).
+# The wheel check and the docs build come first (about a minute).
+JOBS ?= auto
+test: $(STAMP) wheel-check docs
+	$(PY) -m pytest -q $(if $(JOBS),-n $(JOBS)) tests
+	BRAZE_OPS_BACKEND=nvrtc $(PY) -m pytest -q $(if $(JOBS),-n $(JOBS)) tests/ops
+
+# The documentation site (docs/, the API reference from the docstrings) into build/site; a warning
+# (a broken link, a docstring that does not parse) is an error.
+DOCS_STAMP := $(if $(SYSTEM),,$(VENV)/.docs-installed)
+$(VENV)/.docs-installed: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[docs]'
+	touch $@
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
 
 # A regular (non-editable) install, as a user gets it: build the wheel, install it into a fresh
 # virtual environment and run the quickstart there, outside the checkout.
@@ -48,6 +60,7 @@ lint: $(STAMP)
 
 # The GPU suite: the tests marked `cuda`, then the op suite on the GPU against the same oracle.
 # JOBS=8 spreads the op suite over 8 processes (needs pytest-xdist).
+GPU_JOBS := $(if $(filter-out auto,$(JOBS)),$(JOBS))
 # Last, compute-sanitizer's memcheck over a representative subset, where it is installed: the GPU
 # runtime tests (torch, CuPy, DeviceArray, in-place outputs, RtcKernel, recompiles, grid reductions,
 # streams, softmax rows of five lengths) and the fused particle step. Every kernel runs ~100x slower
@@ -55,7 +68,7 @@ lint: $(STAMP)
 # fusions (tests/engine/test_fuzz_fusions.py) under memcheck and racecheck.
 gpu-test: $(STAMP)
 	$(PY) -m pytest -q -m cuda tests
-	BRAZE_OPS_BACKEND=cuda $(PY) -m pytest -q $(if $(JOBS),-n $(JOBS)) tests/ops
+	BRAZE_OPS_BACKEND=cuda $(PY) -m pytest -q $(if $(GPU_JOBS),-n $(GPU_JOBS)) tests/ops
 	if command -v compute-sanitizer >/dev/null; then \
 	  $(PYENV) compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 $(PYBIN) -m pytest -q -p no:cacheprovider \
 	    tests/cuda/test_cuda_runtime.py tests/cuda/test_loop_kernels.py \

@@ -1,4 +1,5 @@
-"""Typed knobs, read from the environment once (DESIGN section 8). Tests override them with `scope`."""
+"""Typed knobs, read from the environment once (docs/architecture.md, "Knobs and dumps"). Tests override
+them with `scope`."""
 
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ torch), checked against float64 NumPy, timed with CUDA events, next to the peers
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -19,10 +20,12 @@ ROWS_FACTOR = 32  # the GPU gallery stacks the CPU gallery's rows this many time
 @dataclass
 class GpuRow:
     name: str
+    size: str  # the first input's shape, `8192x512`
     ops: int
     kernels: int
     max_error: float
-    us_per_call: float
+    first_call_ms: float  # host wall time to the finished result: compiling (or the disk cache) included
+    us_per_call: float  # a cached call, on the GPU's clock
     gbps: float
     peers_us: dict[str, float] = field(default_factory=dict)
 
@@ -81,14 +84,19 @@ def run_gpu_entry(entry: GalleryEntry, with_compile: bool) -> GpuRow:
         entry.build(f)
     host = _stacked(entry.inputs(np.random.default_rng(0)))
     inputs = [to_device(a) for a in host]
-    (result,) = f.execute(inputs)
+    cuda_driver.synchronize()
+    start = time.perf_counter()
+    (result,) = f.execute(inputs)  # the first call: compiles, or loads from the disk cache
+    cuda_driver.synchronize()
+    first_call_ms = (time.perf_counter() - start) * 1e3
     with bz.record() as rec:
         f.execute(inputs)
     expected = entry.expected(*[a.astype(np.float64) if a.dtype.kind == "f" else a for a in host])
     error = float(np.max(np.abs(_to_host(result).astype(np.float64) - expected)))
     us = _median_us(timed, lambda: f.execute(inputs))
     nbytes = sum(a.nbytes for a in host) + np.asarray(expected, np.float32).nbytes
-    row = GpuRow(entry.name, len(f.exprs), len(rec.launches), error, us, nbytes / us / 1e3)
+    row = GpuRow(entry.name, "x".join(map(str, host[0].shape)), len(f.exprs), len(rec.launches), error,
+                 first_call_ms, us, nbytes / us / 1e3)
     if torch is not None:
         eager = _torch_version(entry, torch)
         row.peers_us["torch"] = _median_us(timed, lambda: eager(*inputs))

@@ -1,4 +1,4 @@
-"""Ties the pipeline together (DESIGN section 2).
+"""Ties the pipeline together (docs/architecture.md, "The pipeline").
 
 On a cache miss it runs segment + schedule, lower, codegen and compile; on a hit it calls the
 runtime. The `FusionCache` of each fusion maps an input signature to its `FusionRuntime`.
@@ -18,6 +18,7 @@ import numpy as np
 from braze import config, schedule
 from braze import dtypes as dt
 from braze.codegen import cuda_rules  # noqa: F401  (the CUDA op rules, filled at import, not on a first call)
+from braze.codegen.source_text import CudaSourceText
 from braze.dtypes import DType
 from braze.errors import InputError, UnsupportedError
 from braze.host.shapes import infer_layout
@@ -219,14 +220,14 @@ def compile_fusion_cuda(fusion: Fusion, key: tuple, device_index: int, lowered: 
     return CudaFusionRuntime(fusion, CudaExecutor(compiled, device), plan.writes, params)
 
 
-def cuda_source(fusion: Fusion, inputs: Sequence[object]):
-    """The CUDA C++ (a CudaSource) braze generates for `fusion` on inputs like `inputs` (host
-    arrays will do)."""
+def cuda_source(fusion: Fusion, inputs: Sequence[object]) -> CudaSourceText:
+    """The CUDA C++ braze generates for `fusion` on inputs like `inputs` (host arrays will do): a
+    `str` of the kernels, with the generator's other results as attributes (`.text`: with the prelude)."""
     from braze.codegen import cuda as cuda_codegen
 
     bound = bind_inputs(fusion, inputs)
     _, kernel, _ = plan_kernel(fusion, signature(fusion, bound), views_on_host=False, gpu=True)
-    return cuda_codegen.generate(kernel, restrict=True)
+    return CudaSourceText(cuda_codegen.generate(kernel, restrict=True))
 
 
 class FusionCache:
@@ -421,9 +422,9 @@ def compile_loop_kernel_cuda(kernel: k.Kernel, device_index: int, fuse: bool = T
     return compiled, decisions
 
 
-def loop_kernel_cuda_source(kernel: k.Kernel, fuse: bool = True, restrict: bool = False):
-    """The CUDA C++ (a LoopCudaSource) of a loop kernel after task fusion; needs no GPU."""
+def loop_kernel_cuda_source(kernel: k.Kernel, fuse: bool = True, restrict: bool = False) -> CudaSourceText:
+    """The CUDA C++ of a loop kernel after task fusion, as a `str` (`.text`: with the prelude); needs no GPU."""
     from braze.codegen import cuda_loops
 
     fused, _ = fuse_tasks(kernel, enabled=fuse)
-    return cuda_loops.generate(fused, restrict=restrict)
+    return CudaSourceText(cuda_loops.generate(fused, restrict=restrict))

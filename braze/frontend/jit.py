@@ -1,11 +1,17 @@
-"""`@bz.jit`: traces a function of tensors into a Fusion, once per input signature."""
+"""`@bz.jit`: traces a function of tensors into a Fusion, once per input signature.
+
+A Python `float` or `int` argument is a runtime value: the trace takes it as a weak scalar input,
+so one compiled fusion serves every learning rate or time step. `static_argnames` /
+`static_argnums` bake chosen arguments in as constants instead (one trace per value), as in JAX;
+`bool` arguments are always baked, since they may steer the function's control flow.
+"""
 
 from __future__ import annotations
 
 import functools
 import inspect
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -19,8 +25,9 @@ from braze.runtime.device_arrays import as_device_view, is_device_array
 from braze.runtime.fast_call import MAX_DESCRIPTIONS, Describer
 from braze.runtime.inputs import stride_order_of
 
-_SCALARS = (bool, int, float)
 MAX_TRACES = 64  # fusions kept per jit function, one per signature
+# The dtype that carries a runtime Python number exactly; it stays weak in type promotion.
+_RUNTIME_SCALAR_DTYPES = {int: dt.int64, float: dt.float64}
 
 
 def _is_default_order(order: tuple[int, ...]) -> bool:
@@ -34,13 +41,28 @@ def _tensor_signature(array: np.ndarray, kind: str) -> tuple:
             None if _is_default_order(order) else order, kind)
 
 
-def _arg_signature(value: object, name: str) -> tuple:
-    if isinstance(value, _SCALARS) or isinstance(value, np.generic):
-        value = value.item() if isinstance(value, np.generic) else value
-        # Python scalars are weak constants baked into the trace. Floats key by their bits, so
-        # -0.0 and 0.0 get traces of their own and a NaN finds its trace again.
-        identity = value.hex() if isinstance(value, float) else value
-        return ("const", type(value), identity)
+def _python_value(value: object) -> object:
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _static_signature(value: object, name: str) -> tuple:
+    """A baked argument keys its trace by value. Floats key by their bits, so -0.0 and 0.0 get traces
+    of their own and a NaN finds its trace again."""
+    value = _python_value(value)
+    identity = value.hex() if isinstance(value, float) else value
+    try:
+        hash(identity)
+    except TypeError:
+        raise InputError(f"argument {name!r}: a static argument must be hashable, "
+                         f"got {type(value).__name__}") from None
+    return ("const", type(value), identity)
+
+
+def _arg_signature(value: object, name: str, static: bool) -> tuple:
+    if static or isinstance(value, (bool, np.bool_)):
+        return _static_signature(value, name)
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return ("scalar", type(_python_value(value)))  # a runtime value: one trace for every value
     where = f"argument {name!r}"
     if is_device_array(value):
         array = as_device_view(value, where)
@@ -53,42 +75,77 @@ def _arg_signature(value: object, name: str) -> tuple:
         raise type(error)(f"{where}: {error}") from None
 
 
+def _static_positions(fn: Callable, names: list[str], argnums: Iterable[int],
+                      argnames: Iterable[str]) -> frozenset[int]:
+    """The parameter positions `static_argnums` and `static_argnames` name, checked against `fn`."""
+    positions = set()
+    for number in argnums:
+        if not isinstance(number, int) or not -len(names) <= number < len(names):
+            raise FusionDefinitionError(f"jit: static_argnums: expected positions of {fn.__name__}'s "
+                                        f"{len(names)} parameters, got {number!r}")
+        positions.add(number % len(names))
+    for name in argnames:
+        if name not in names:
+            raise FusionDefinitionError(f"jit: static_argnames: expected parameters of {fn.__name__} "
+                                        f"({', '.join(names)}), got {name!r}")
+        positions.add(names.index(name))
+    return frozenset(positions)
+
+
+def _scalar_positions(args: tuple) -> frozenset[int]:
+    return frozenset(i for i, a in enumerate(args) if type(a) in _RUNTIME_SCALAR_DTYPES)
+
+
 class JitFunction:
     """A traced function. Calling it looks up (or traces) the fusion for the arguments' signature."""
 
-    def __init__(self, fn: Callable, backend: str | None = None) -> None:
+    def __init__(self, fn: Callable, backend: str | None = None, static_argnums: Iterable[int] = (),
+                 static_argnames: Iterable[str] = ()) -> None:
         functools.update_wrapper(self, fn)
         self.fn = fn
         self.backend = backend
         self.signature = inspect.signature(fn)
         self.names = list(self.signature.parameters)
+        self.static = _static_positions(fn, self.names, static_argnums, static_argnames)
         self.fusions: OrderedDict[tuple, tuple[Fusion, bool]] = OrderedDict()  # the last MAX_TRACES used
-        # Arrays by their full description (dtype, shape, strides, device), so a repeated call
-        # skips binding and signatures: the fusion's own cached call does the rest.
-        self.describe = Describer(len(self.names), frozenset()).key
+        # Calls by their arguments' full description (dtype, shape, strides and device of each array,
+        # the type of each number), so a repeated call skips binding and signatures: the fusion's own
+        # cached call does the rest. One describer per set of positions that hold numbers.
+        self.describers: dict[frozenset[int], Callable[[Sequence[object]], tuple | None]] = {}
         self.described: dict[tuple, tuple[Fusion, bool]] = {}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        known = self._known(args) if not kwargs else None
-        if known is not None:  # the fast path: torch tensors seen before, in full
+        known = self._known(args) if not kwargs and not self.static else None
+        if known is not None:  # the fast path: arguments described before, in full
             fusion, returns_sequence = known
             # Without keywords where none are needed: the fusion's native cached call takes none.
             outputs = fusion.execute(args) if self.backend is None else fusion.execute(args, backend=self.backend)
             return tuple(outputs) if returns_sequence else outputs[0]
+        args = self._bind(args, kwargs)
+        key = tuple(_arg_signature(a, n, i in self.static) for i, (a, n) in enumerate(zip(args, self.names)))
+        fusion, returns_sequence = self._traced(key, args)
+        inputs = [_python_value(a) if sig[0] == "scalar" else a for a, sig in zip(args, key) if sig[0] != "const"]
+        outputs = fusion.execute(inputs, backend=self.backend)
+        if not kwargs and not self.static and len(inputs) == len(args) == len(self.names):
+            self._remember(args, (fusion, returns_sequence))
+        return tuple(outputs) if returns_sequence else outputs[0]
+
+    def _bind(self, args: tuple, kwargs: dict) -> tuple:
+        """Every parameter's value, in order, defaults applied."""
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError:
             given = len(args) + len(kwargs)
             raise InputError(f"{self.fn.__name__}: expected {len(self.names)} arguments, got {given}") from None
         bound.apply_defaults()
-        args = tuple(bound.arguments[name] for name in self.names)
-        key = tuple(_arg_signature(a, n) for a, n in zip(args, self.names))
-        fusion, returns_sequence = self._traced(key, args)
-        tensors = [a for a, sig in zip(args, key) if sig[0] == "tensor"]
-        outputs = fusion.execute(tensors, backend=self.backend)
-        if not kwargs and len(tensors) == len(args) == len(self.names):
-            self._remember(args, (fusion, returns_sequence))
-        return tuple(outputs) if returns_sequence else outputs[0]
+        return tuple(bound.arguments[name] for name in self.names)
+
+    def _describe(self, args: tuple) -> tuple | None:
+        positions = _scalar_positions(args)
+        describe = self.describers.get(positions)
+        if describe is None:
+            describe = self.describers[positions] = Describer(len(self.names), positions).key
+        return describe(args)
 
     def _traced(self, key: tuple, args: tuple) -> tuple[Fusion, bool]:
         """The fusion of signature `key`, traced on a miss; the least recently used beyond
@@ -104,11 +161,11 @@ class JitFunction:
         return entry
 
     def _known(self, args: tuple) -> tuple[Fusion, bool] | None:
-        """The fusion of arguments that are all arrays described before."""
-        return self.described.get(self.describe(args)) if len(args) == len(self.names) else None
+        """The fusion of arguments (arrays and numbers) described before."""
+        return self.described.get(self._describe(args)) if len(args) == len(self.names) else None
 
     def _remember(self, args: tuple, entry: tuple[Fusion, bool]) -> None:
-        key = self.describe(args)
+        key = self._describe(args)
         if key is None:
             return
         if len(self.described) >= MAX_DESCRIPTIONS:
@@ -118,7 +175,11 @@ class JitFunction:
     def _trace(self, key: tuple, args: tuple) -> tuple[Fusion, bool]:
         with Fusion(name=self.fn.__name__ if self.fn.__name__.isidentifier() else "jit") as f:
             traced_args = [self._define(f, sig, name, a) for sig, name, a in zip(key, self.names, args)]
-            result = self.fn(*traced_args)
+            try:
+                result = self.fn(*traced_args)
+            except (TypeError, Error) as error:
+                self._explain_runtime_scalars(error, key)
+                raise
             returns_sequence = isinstance(result, Sequence)
             results = list(result) if returns_sequence else [result]
             for position, out in enumerate(results):
@@ -129,17 +190,37 @@ class JitFunction:
                 f.add_output(out)
         return f, returns_sequence
 
+    def _explain_runtime_scalars(self, error: Exception, key: tuple) -> None:
+        """A number used as a shape, an axis or in an `if` fails while tracing: say how to bake it in."""
+        runtime = [name for name, sig in zip(self.names, key) if sig[0] == "scalar"]
+        if runtime and hasattr(error, "add_note"):  # Python 3.11+
+            error.add_note(f"{self.fn.__name__}: the numbers {', '.join(map(repr, runtime))} are traced as runtime "
+                           f"values; bz.jit(static_argnames=(...)) bakes them in as constants")
+
     @staticmethod
     def _define(f: Fusion, sig: tuple, name: str, value: object) -> object:
         if sig[0] == "const":
-            return value.item() if isinstance(value, np.generic) else value
+            return _python_value(value)
+        if sig[0] == "scalar":
+            scalar = f.define_scalar(dtype=_RUNTIME_SCALAR_DTYPES[sig[1]], name=name)
+            scalar.python_scalar = True  # as weak as a Python literal, and rounded like one
+            return scalar
         _, dtype, is_one, order, _kind = sig
         shape = [1 if one else -1 for one in is_one]
         return f.define_tensor(shape, dtype, stride_order=order, name=name)
 
 
-def jit(fn: Callable | None = None, *, backend: str | None = None) -> JitFunction | Callable:
-    """Decorator: `@bz.jit` or `@bz.jit(backend="reference")`."""
+def jit(fn: Callable | None = None, *, backend: str | None = None, static_argnums: int | Iterable[int] = (),
+        static_argnames: str | Iterable[str] = ()) -> JitFunction | Callable[[Callable], JitFunction]:
+    """Traces `fn` into a fusion once per input signature: `@bz.jit` or `@bz.jit(backend="reference")`.
+
+    Python `int` and `float` arguments are runtime values (weak scalars: they never widen a
+    tensor's dtype), so a new value reuses the compiled fusion. `static_argnums` (positions) and
+    `static_argnames` (names) list arguments baked in as constants instead, traced once per value:
+    those used as shapes, axes or in Python control flow. `bool` arguments are always baked.
+    """
+    argnums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+    argnames = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
     if fn is None:
-        return lambda f: JitFunction(f, backend)
-    return JitFunction(fn, backend)
+        return lambda f: JitFunction(f, backend, argnums, argnames)
+    return JitFunction(fn, backend, argnums, argnames)

@@ -250,9 +250,11 @@ class KernelFunction:
         """Task fusion's decisions for the signature of the last call."""
         return self.last_entry.decisions if self.last_entry else []
 
-    def cuda_source(self, *args: Any, **kwargs: Any):
-        """The CUDA C++ (a LoopCudaSource: `.body`, `.text`) braze generates for arguments like `args`
-        (host arrays will do: the source depends on dtypes, ranks and layouts only). Needs no GPU."""
+    def cuda_source(self, *args: Any, **kwargs: Any) -> str:
+        """The CUDA C++ braze generates for arguments like `args` (host arrays will do: the source
+        depends on dtypes, ranks and layouts only). Needs no GPU. A `str` of the kernels, one
+        `__global__` per task after task fusion; `.text` adds the prelude (what NVRTC compiles) and
+        `.functions` names each task's function."""
         if kwargs:
             args = self._positional(args, kwargs)
         _, _, key = self._bind(args)
@@ -375,7 +377,7 @@ def _span(array: np.ndarray) -> tuple[int, int] | None:
 
 
 def kernel(fn: Callable | None = None, *, debug: bool = False, fuse_tasks: bool = True):
-    """Compiles a Python function of arrays and scalars into a loop kernel (DESIGN section 1), run on
+    """Compiles a Python function of arrays and scalars into a loop kernel (docs/index.md, "Loop kernels"), run on
     the CPU for host arrays and on the GPU for GPU arrays.
 
     `debug=True` (or `BRAZE_DEBUG=1` for every kernel) checks every index against the array's

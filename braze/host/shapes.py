@@ -1,4 +1,4 @@
-"""Allocation shape and stride inference (DESIGN section 6).
+"""Allocation shape and stride inference (docs/architecture.md, "Runtime").
 
 A tensor's allocation domain is derived from its logical domain by splits (the outer extent is
 a ceildiv, so a non-divisible extent is padded), merges (a product) and reorders. Memory is

@@ -1,4 +1,4 @@
-"""Iteration domains and the transforms between them (DESIGN section 4)."""
+"""Iteration domains and the transforms between them (docs/architecture.md, "Fusion IR")."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from braze.ir.tensor import TensorView, Val
 
 
 class AliasKind(enum.Enum):
-    """How an output's memory relates to the inputs (DESIGN section 4)."""
+    """How an output's memory relates to the inputs (docs/architecture.md, "Fusion IR")."""
 
     NEW = "new"  # a fresh buffer
     REUSE_BUFFER = "reuse_buffer"  # written in place into an input

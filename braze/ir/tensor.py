@@ -57,6 +57,9 @@ class TensorView(Val):
         self.scalar = scalar
         self.value = value
         self.label: str | None = None  # the user's name for an input ('x'), for error messages
+        # A runtime Python number (an `@bz.jit` argument), or an elementwise op over such numbers and
+        # literals only: as weak as a literal, and rounded to the promoted type first like one.
+        self.python_scalar = False
 
     # --- what the user sees -------------------------------------------------------------------
     @property
@@ -78,6 +81,8 @@ class TensorView(Val):
         """How weak the value is in type promotion: 0 a tensor, 1 a typed scalar, 2 a Python literal.
 
         Weak values never widen a stronger one's dtype."""
+        if self.python_scalar:
+            return 2
         return {None: 0, "input": 1, "const": 1, "extent": 1, "literal": 2}[self.scalar]
 
     @property

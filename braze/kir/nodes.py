@@ -1,4 +1,5 @@
-"""Kernel IR (DESIGN section 5): what both frontends lower to and both code generators read.
+"""Kernel IR (docs/architecture.md, "Kernel IR and code generation"): what both frontends lower to
+and both code generators read.
 
 A `Kernel` is parameters plus tasks; each `Task` is one top-level loop (a launch on a GPU, a
 parallel-for on the CPU). Expressions are immutable and hashable, so passes can compare and

@@ -136,7 +136,7 @@ class ValueEmitter:
         compute = compute_type(promoted, tv.dtype)
         operands = [self.value(inp, idx if inp.ndim else ()) for inp in expr.inputs]
         # Python literals round to the promoted type first (float16 x == 0.1 means float16(0.1)).
-        operands = [cast(o, promoted) if inp.scalar == "literal" else o for o, inp in zip(operands, expr.inputs)]
+        operands = [cast(o, promoted) if inp.weak == 2 else o for o, inp in zip(operands, expr.inputs)]
         # where's condition becomes a bool (its truth, NaN true); the value operands take the compute type.
         conditions = [cast(o, dt.bool_) for o in operands[:first_value]]
         operands = conditions + [cast(o, compute) for o in operands[first_value:]]

@@ -182,7 +182,7 @@ def _elementwise_entry(name: str, kinds: str, result: Callable, fn: Callable, va
         with np.errstate(all="ignore"):  # casting a weak 1e300 to float32 overflows to inf, quietly
             # A Python literal takes the promoted type first: float16 x == 0.1 compares with
             # float16(0.1), as torch does.
-            args = [a.astype(promoted.numpy) if tv.scalar == "literal" else a
+            args = [a.astype(promoted.numpy) if tv.weak == 2 else a
                     for a, tv in zip(args, out.definition.inputs)]
             cast = [a if i < value_operands.start else a.astype(compute) for i, a in enumerate(args)]
             return np.asarray(fn(*cast, **attrs)).astype(out.dtype.numpy, copy=False)

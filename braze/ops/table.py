@@ -78,6 +78,8 @@ def apply(name: str, inputs: Sequence[TensorView], fusion: Fusion | None = None,
     fusion.check_definable(name)
     dtype = op.dtype(inputs, attrs)
     out = TensorView(fusion, op.shape(inputs, attrs), dtype)
+    # Arithmetic on Python numbers alone stays as weak as they are (`x * (1 - beta)` keeps x's dtype).
+    out.python_scalar = op.category == "elementwise" and bool(inputs) and all(tv.weak == 2 for tv in inputs)
     fusion.add_expr(name, tuple(inputs), (out,), **attrs)
     return out
 

@@ -1,4 +1,5 @@
-"""Task fusion (DESIGN section 7): adjacent `range_for` tasks merge into one launch when provably race-free.
+"""Task fusion (docs/architecture.md, "Task fusion"): adjacent `range_for` tasks merge into one launch
+when provably race-free.
 
 Two tasks A then B run as one loop whose thread `t` runs A's body then B's body for index `t`.
 That is only the same program when no thread can see another thread's part of A from B:

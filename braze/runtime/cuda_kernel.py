@@ -1,4 +1,4 @@
-"""The CUDA side of the runtime objects (DESIGN section 6): a CompiledKernel through NVRTC, the
+"""The CUDA side of the runtime objects (docs/architecture.md, "Runtime"): a CompiledKernel through NVRTC, the
 executor that launches its tasks, and RtcKernel for a user's own CUDA source.
 """
 

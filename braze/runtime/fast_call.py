@@ -1,4 +1,4 @@
-"""The cached call of a fusion, on a GPU or the host (DESIGN section 6, "The hot path").
+"""The cached call of a fusion, on a GPU or the host (docs/architecture.md, "The cached call").
 
 The first run of a fusion on inputs of one *description* (per array: its type, dtype, shape,
 strides and device; per scalar: its type) goes through the host program. Afterwards a
@@ -577,7 +577,7 @@ class Describer:
 class FastCalls:
     """One fusion's prepared calls by input description (a `None` value: that description always
     takes the host program). Each prepared call is its kernel executor's entry for that
-    description (`KernelExecutor.entries`, DESIGN section 6); this index over the fusion's
+    description (`KernelExecutor.entries`, docs/architecture.md); this index over the fusion's
     executors finds it with one lookup from the inputs.
 
     `run` is the call taken last, behind its guard where the inputs' library has one (a check in

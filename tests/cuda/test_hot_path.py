@@ -1,4 +1,4 @@
-"""The cached call on a GPU (DESIGN section 6, "The hot path"): after the first call of an input
+"""The cached call on a GPU (docs/architecture.md, "The cached call"): after the first call of an input
 description, `execute` runs a prepared call that builds nothing, compiles nothing and gives the
 same results as the host program, for every kind of output and input.
 

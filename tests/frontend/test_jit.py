@@ -100,8 +100,17 @@ def test_retrace_when_a_dim_becomes_size_1() -> None:
     assert g.traces == 3
 
 
-def test_retrace_on_a_different_scalar_constant() -> None:
+def test_no_retrace_on_a_different_python_number() -> None:
     g = Counted(axpb)
+    x, b = f32(2, 3), f32(3)
+    np.testing.assert_array_equal(g(x, 2.0, b), x * 2 + b)
+    np.testing.assert_array_equal(g(x, 3.0, b), x * 3 + b)
+    np.testing.assert_array_equal(g(x, 2.0, b), x * 2 + b)
+    assert g.traces == 1
+
+
+def test_retrace_on_a_different_static_number() -> None:
+    g = Counted(axpb, static_argnames=("k",))
     x, b = f32(2, 3), f32(3)
     np.testing.assert_array_equal(g(x, 2.0, b), x * 2 + b)
     np.testing.assert_array_equal(g(x, 3.0, b), x * 3 + b)
@@ -135,7 +144,7 @@ def test_numpy_scalars_are_weak_constants() -> None:
 
 
 def test_negative_zero_constant_is_not_confused_with_zero() -> None:
-    @bz.jit
+    @bz.jit(static_argnums=1)
     def div(x, k):
         return x / k
 
@@ -145,7 +154,7 @@ def test_negative_zero_constant_is_not_confused_with_zero() -> None:
 
 
 def test_nan_constant_is_traced_once() -> None:
-    g = Counted(axpb)
+    g = Counted(axpb, static_argnums=(1,))
     for _ in range(3):
         y = g(f32(2), float("nan"), f32(2))
         assert np.isnan(y).all()

@@ -21,8 +21,9 @@ from braze import dtypes as dt
 # The backend every op test executes on: the NumPy reference by default. A compiled backend checks
 # itself against the same oracle with BRAZE_OPS_BACKEND=llvm (or any name in engine.BACKENDS);
 # `cuda` runs each fusion on the GPU (host inputs copied in, outputs poisoned before the kernels
-# write them); `nvrtc` needs no GPU: results come from the reference, and every fusion's CUDA
-# source is collected and compiled with NVRTC at the end of the session (tests/ops/conftest.py).
+# write them); `nvrtc` needs no GPU: results come from the compiled CPU backend (llvm), checked as
+# under `llvm`, and every fusion's CUDA source is collected and compiled with NVRTC at the end of
+# the session (tests/ops/conftest.py): one pass checks both compiled backends' code.
 BACKEND = os.environ.get("BRAZE_OPS_BACKEND", "reference")
 CUDA_SOURCES: list[tuple[str, object]] = []  # (test id, CudaSource) under BRAZE_OPS_BACKEND=nvrtc
 
@@ -126,7 +127,7 @@ def run(f: bz.Fusion, inputs: Sequence[object]) -> list[np.ndarray]:
         from braze import engine
 
         CUDA_SOURCES.append((os.environ.get("PYTEST_CURRENT_TEST", "?"), engine.cuda_source(f, list(inputs))))
-        return f.execute(list(inputs), backend="reference")
+        return f.execute(list(inputs), backend="llvm")
     return f.execute(list(inputs), backend=BACKEND)
 
 

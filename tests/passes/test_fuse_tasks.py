@@ -1,5 +1,5 @@
-"""Task fusion decisions (DESIGN section 7). Each kernel runs fused and unfused; the arrays must agree
-bit for bit, and the decision (and its reason in DIAG) must be the one the rules give."""
+"""Task fusion decisions (docs/architecture.md, "Task fusion"). Each kernel runs fused and unfused; the
+arrays must agree bit for bit, and the decision (and its reason in DIAG) must be the one the rules give."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""The cached call on the host (DESIGN section 6, "The hot path"): after the first call of an
+"""The cached call on the host (docs/architecture.md, "The cached call"): after the first call of an
 input description, `execute` runs a prepared call that builds nothing and compiles nothing, and
 gives what the host program gives. The GPU's twin is tests/cuda/test_hot_path.py."""
 
