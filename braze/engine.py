@@ -127,11 +127,13 @@ def _input_strides(fusion: Fusion, key: tuple, plan: schedule.Plan) -> dict[int,
             if id(tv) in read}
 
 
-def plan_kernel(fusion: Fusion, key: tuple, views_on_host: bool = True) -> tuple[schedule.Plan, k.Kernel, KernelParams]:
-    """Plans and lowers `fusion` for one signature, cutting where the lowering asks to."""
+def plan_kernel(fusion: Fusion, key: tuple, views_on_host: bool = True, cpu: bool | None = None
+                ) -> tuple[schedule.Plan, k.Kernel, KernelParams]:
+    """Plans and lowers `fusion` for one signature, cutting where the lowering asks to; `cpu` (by
+    default: where views are made on the host, as the CPU backend does) picks the CPU's schedules."""
     cuts: set[int] = set()
     while True:
-        plan = schedule.plan(fusion, cuts, views_on_host)
+        plan = schedule.plan(fusion, cuts, views_on_host, views_on_host if cpu is None else cpu)
         try:
             kernel, params = lower(fusion, plan.writes, plan.scheduled, _input_strides(fusion, key, plan),
                                    getattr(fusion, "name", "fusion"), dt.as_dtype(key[1]))
@@ -183,9 +185,9 @@ class Lowered:
 def lower_fusion(fusion: Fusion, key: tuple, device_index: int | None = None) -> Lowered:
     """Plans and lowers `fusion` for one signature, for the CPU or (with `device_index`) a GPU."""
     if device_index is not None:
-        plan, kernel, params = plan_kernel(fusion, key, views_on_host=False)
+        plan, kernel, params = plan_kernel(fusion, key, views_on_host=False, cpu=False)
         return Lowered(plan, kernel, params, frozenset())
-    plan, kernel, params = plan_kernel(fusion, key)
+    plan, kernel, params = plan_kernel(fusion, key, cpu=True)
     return Lowered(plan, cache_rows_in_outputs(kernel), params, schedule.in_place_outputs(fusion, plan))
 
 
@@ -215,7 +217,7 @@ def cuda_source(fusion: Fusion, inputs: Sequence[object]):
     from braze.codegen import cuda as cuda_codegen
 
     bound = bind_inputs(fusion, inputs)
-    _, kernel, _ = plan_kernel(fusion, signature(fusion, bound), views_on_host=False)
+    _, kernel, _ = plan_kernel(fusion, signature(fusion, bound), views_on_host=False, cpu=False)
     return cuda_codegen.generate(kernel, restrict=True)
 
 
