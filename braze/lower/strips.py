@@ -63,7 +63,7 @@ class StripLanes:
         """The value of reduction `tv` at `idx` read from its lane array (computed at the task's scope
         on first use), when `idx` varies with one strip column and otherwise only with the task."""
         op = tv.definition.op
-        if op not in _FOLDS and op != "mean":
+        if op not in _FOLDS and op not in ("mean", "var"):
             return None
         needed = set().union(*map(free_vars, idx)) if idx else set()
         lanes = needed & self.lane_vars
@@ -87,6 +87,8 @@ class StripLanes:
         acc_dtype = _accumulator_dtype(op, tv)
         column = em.scopes.fresh("j", em.index)
         idx = tuple(substitute(i, lane, column) for i in idx)
+        if op == "var":
+            return self._variance(em, tv, idx, column, acc_dtype)
         if fold == "sum" and acc_dtype.is_floating:
             array = self._pairwise_sum(em, tv, idx, column, acc_dtype)
         else:
@@ -95,6 +97,25 @@ class StripLanes:
             return array, lambda v: cast(v, tv.dtype)
         count = cast(_count(em, tv), acc_dtype)
         return array, lambda v: cast(k.Binary("truediv", v, count, acc_dtype), tv.dtype)
+
+    def _variance(self, em: ValueEmitter, tv: TensorView, idx: tuple[k.Expr, ...], column: k.Var, acc_dtype: DType):
+        """Two passes, as braze.lower.reductions' var: the column means, then the squared deviations."""
+        count = cast(_count(em, tv), acc_dtype)
+        means = self._pairwise_sum(em, tv, idx, column, acc_dtype)
+        self.lane_loop(em, lambda j: em.scopes.emit(
+            k.StoreLocal(means, j, k.Binary("truediv", k.LoadLocal(means, j, acc_dtype), count, acc_dtype))))
+
+        def square(value: k.Expr, j: k.Var) -> k.Expr:
+            deviation = k.Binary("sub", value, k.LoadLocal(means, j, acc_dtype), acc_dtype)
+            return k.Binary("mul", deviation, deviation, acc_dtype)
+
+        again = em.scopes.fresh("j", em.index)
+        squares = self._pairwise_sum(em, tv, tuple(substitute(i, column, again) for i in idx), again, acc_dtype,
+                                     square)
+        correction = k.Const(float(tv.definition.attrs.get("correction", 0)), acc_dtype)
+        divisor = k.Binary("maximum", k.Binary("sub", count, correction, acc_dtype), k.Const(0.0, acc_dtype),
+                           acc_dtype)
+        return squares, lambda v: cast(k.Binary("truediv", v, divisor, acc_dtype), tv.dtype)
 
     def _alloc(self, em: ValueEmitter, dtype: DType, levels: int = 1) -> k.Var:
         array = em.scopes.fresh("lanes", dtype)
@@ -117,8 +138,10 @@ class StripLanes:
         _row_loops(em, tv, idx, lambda value: self.lane_loop(em, lambda j: accumulate(j, value), column))
         return array
 
-    def _pairwise_sum(self, em, tv, idx, column, acc_dtype: DType) -> k.Var:
-        """Rows summed in blocks, the block partials combined pairwise through a stack of lanes."""
+    def _pairwise_sum(self, em, tv, idx, column, acc_dtype: DType,
+                      term: Callable[[k.Expr, k.Var], k.Expr] = lambda value, j: value) -> k.Var:
+        """Rows summed in blocks (each element through `term`), the block partials combined pairwise
+        through a stack of lanes."""
         partial = self._alloc(em, acc_dtype)
         stack = self._alloc(em, acc_dtype, STACK_LEVELS)
         top, blocks = em.scopes.fresh("top", em.index), em.scopes.fresh("blocks", em.index)
@@ -127,7 +150,8 @@ class StripLanes:
         zero = k.Const(0.0, acc_dtype)
 
         def accumulate(j: k.Var, value: Callable[[], k.Expr]) -> None:
-            update = k.Binary("add", k.LoadLocal(partial, j, acc_dtype), cast(value(), acc_dtype), acc_dtype)
+            element = term(cast(value(), acc_dtype), j)
+            update = k.Binary("add", k.LoadLocal(partial, j, acc_dtype), element, acc_dtype)
             em.scopes.emit(k.StoreLocal(partial, j, update))
 
         _row_loops(em, tv, idx, lambda value: self.lane_loop(em, lambda j: accumulate(j, value), column),

@@ -21,9 +21,9 @@ from braze.schedule.loops import ScheduledLoops, schedule_loops, schedule_strips
 
 # Ops through which a dimension keeps its position (so a broadcast dimension can be traced).
 _POSITIONAL = {"elementwise", "cast"}
-# Reductions the CPU's column strips accumulate lane by lane (braze/lower/strips.py); the others
-# (argmax, argmin, var) keep the loop-per-element schedule.
-STRIP_REDUCTIONS = frozenset({"sum", "prod", "max", "min", "mean", "any", "all"})
+# Reductions the CPU's column strips accumulate lane by lane (braze/lower/strips.py); argmax and
+# argmin keep the loop-per-element schedule.
+STRIP_REDUCTIONS = frozenset({"sum", "prod", "max", "min", "mean", "var", "any", "all"})
 
 
 @dataclass(frozen=True)
