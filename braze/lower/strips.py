@@ -32,7 +32,9 @@ if TYPE_CHECKING:
     from braze.schedule.loops import ScheduledLoops
 
 SUM_BLOCK_ROWS = 64  # rows a lane sums serially before its partial joins the pairwise stack
-STACK_LEVELS = 40  # one partial per level: 2**40 blocks, more rows than any array has (only used levels are touched)
+# One partial per level, shared by the task's sums (each runs whole before the next): 2**15 blocks of
+# rows (2M rows) before the last level starts absorbing partials; 256 KiB for the widest strip.
+STACK_LEVELS = 16
 _LANE = k.Var("_lane", dt.int64)  # stands for a strip's column in the keys of hoisted reductions
 
 
@@ -50,6 +52,7 @@ class StripLanes:
         self.width, self.capacity = width, capacity
         self.lane_vars: set[k.Var] = set()
         self.arrays: dict[tuple, tuple[k.Var, Callable[[k.Expr], k.Expr]]] = {}  # key -> (lanes, finish)
+        self.stacks: dict[DType, k.Var] = {}  # the pairwise stack of each accumulator type
 
     def lane_loop(self, em: ValueEmitter, body: Callable[[k.Var], None], lane: k.Var | None = None) -> None:
         """`for lane in range(width): body(lane)` into the current scope: the vectorized loop."""
@@ -143,7 +146,9 @@ class StripLanes:
         """Rows summed in blocks (each element through `term`), the block partials combined pairwise
         through a stack of lanes."""
         partial = self._alloc(em, acc_dtype)
-        stack = self._alloc(em, acc_dtype, STACK_LEVELS)
+        if acc_dtype not in self.stacks:
+            self.stacks[acc_dtype] = self._alloc(em, acc_dtype, STACK_LEVELS)
+        stack = self.stacks[acc_dtype]
         top, blocks = em.scopes.fresh("top", em.index), em.scopes.fresh("blocks", em.index)
         em.scopes.emit(k.Let(top, em.zero))
         em.scopes.emit(k.Let(blocks, em.zero))
@@ -175,7 +180,8 @@ class StripLanes:
 
     def _push(self, em: ValueEmitter, partial: k.Var, stack: k.Var, top: k.Var, blocks: k.Var) -> None:
         """Pushes a block's partial: while the block count's low bit is set, the partial absorbs the
-        top of the stack (two subtrees of equal size become one); then it becomes the top."""
+        top of the stack (two subtrees of equal size become one), and while the stack is full; then
+        it becomes the top."""
         carry = em.scopes.fresh("carry", em.index)
         em.scopes.emit(k.Let(carry, blocks))
         em.scopes.push("branch")
@@ -184,7 +190,12 @@ class StripLanes:
         em.scopes.emit(k.Assign(carry, k.Binary("right_shift", carry, em.one, em.index)))
         merge = tuple(em.scopes.pop().stmts)
         low_bit = k.Binary("bitwise_and", carry, em.one, em.index)
-        em.scopes.emit(k.While(k.Binary("ne", low_bit, em.zero, dt.bool_), merge))
+        full = k.Binary("ge", top, em.const(STACK_LEVELS - 1), dt.bool_)
+        merges = k.Binary("logical_or", k.Binary("ne", low_bit, em.zero, dt.bool_), full, dt.bool_)
+        # Once a full stack has absorbed a partial, the block count no longer tells the levels: never
+        # pop below the bottom.
+        em.scopes.emit(k.While(k.Binary("logical_and", k.Binary("gt", top, em.zero, dt.bool_), merges, dt.bool_),
+                               merge))
         base = index_op("mul", top, self.width)
         self.lane_loop(em, lambda j: em.scopes.emit(
             k.StoreLocal(stack, index_op("add", base, j), k.LoadLocal(partial, j, partial.dtype))))

@@ -185,3 +185,15 @@ def test_results_are_the_same_bits_whatever_the_worker_count(monkeypatch):
     for other, _ in runs[1:]:
         for first, again in zip(runs[0][0], other):
             assert first.tobytes() == again.tobytes()
+
+
+def test_a_full_pairwise_stack_absorbs_partials_instead_of_overflowing(monkeypatch):
+    from braze.lower import strips
+
+    monkeypatch.setattr(strips, "STACK_LEVELS", 3)  # full after a few blocks of 64 rows
+    x = _data((64 * 37 + 5, 70), "float32", 7)
+    f = _fusion(2, bz.float32, lambda t: (t.sum(0), t.var(0)))
+    total, variance = f.execute([x], backend="llvm")
+    wide = x.astype(np.float64)
+    np.testing.assert_allclose(total, wide.sum(0), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(variance, wide.var(0), rtol=1e-5)
