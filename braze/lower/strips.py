@@ -144,7 +144,7 @@ class StripLanes:
     def _pairwise_sum(self, em, tv, idx, column, acc_dtype: DType,
                       term: Callable[[k.Expr, k.Var], k.Expr] = lambda value, j: value) -> k.Var:
         """Rows summed in blocks (each element through `term`), the block partials combined pairwise
-        through a stack of lanes."""
+        through a stack of lanes; the last block's push folds the whole stack into the result."""
         partial = self._alloc(em, acc_dtype)
         if acc_dtype not in self.stacks:
             self.stacks[acc_dtype] = self._alloc(em, acc_dtype, STACK_LEVELS)
@@ -152,20 +152,16 @@ class StripLanes:
         top, blocks = em.scopes.fresh("top", em.index), em.scopes.fresh("blocks", em.index)
         em.scopes.emit(k.Let(top, em.zero))
         em.scopes.emit(k.Let(blocks, em.zero))
-        zero = k.Const(0.0, acc_dtype)
+        last = index_op("sub", _block_count(em, tv), em.one)
 
         def accumulate(j: k.Var, value: Callable[[], k.Expr]) -> None:
             element = term(cast(value(), acc_dtype), j)
             update = k.Binary("add", k.LoadLocal(partial, j, acc_dtype), element, acc_dtype)
             em.scopes.emit(k.StoreLocal(partial, j, update))
 
+        self._fill(em, partial, k.Const(0.0, acc_dtype))  # each push leaves it zero for the next block
         _row_loops(em, tv, idx, lambda value: self.lane_loop(em, lambda j: accumulate(j, value), column),
-                   (lambda: self._fill(em, partial, zero), lambda: self._push(em, partial, stack, top, blocks)))
-        self._fill(em, partial, zero)
-        level = em.scopes.fresh("level", em.index)
-        em.scopes.push("reduction", {level})
-        self._add_level(em, partial, stack, index_op("sub", index_op("sub", top, em.one), level))
-        em.scopes.emit(k.For(level, em.zero, top, tuple(em.scopes.pop().stmts)))
+                   (lambda: None, lambda: self._push(em, partial, stack, (top, blocks), last)))
         return partial
 
     def _add_level(self, em: ValueEmitter, partial: k.Var, stack: k.Var, level: k.Expr) -> None:
@@ -178,29 +174,49 @@ class StripLanes:
             em.scopes.emit(k.StoreLocal(partial, j, k.Binary("add", older, k.LoadLocal(partial, j, dtype), dtype)))
         self.lane_loop(em, add)
 
-    def _push(self, em: ValueEmitter, partial: k.Var, stack: k.Var, top: k.Var, blocks: k.Var) -> None:
+    def _push(self, em: ValueEmitter, partial: k.Var, stack: k.Var, counters: tuple[k.Var, k.Var],
+              last: k.Expr) -> None:
         """Pushes a block's partial: while the block count's low bit is set, the partial absorbs the
         top of the stack (two subtrees of equal size become one), and while the stack is full; then
-        it becomes the top."""
+        it becomes the top. The last block's partial absorbs the whole stack and stays the result."""
+        top, blocks = counters
         carry = em.scopes.fresh("carry", em.index)
         em.scopes.emit(k.Let(carry, blocks))
+        is_last = em.scopes.fresh("last", dt.bool_)
+        em.scopes.emit(k.Let(is_last, k.Binary("eq", blocks, last, dt.bool_)))
         em.scopes.push("branch")
         em.scopes.emit(k.Assign(top, index_op("sub", top, em.one)))
         self._add_level(em, partial, stack, top)
         em.scopes.emit(k.Assign(carry, k.Binary("right_shift", carry, em.one, em.index)))
         merge = tuple(em.scopes.pop().stmts)
-        low_bit = k.Binary("bitwise_and", carry, em.one, em.index)
+        low_bit = k.Binary("ne", k.Binary("bitwise_and", carry, em.one, em.index), em.zero, dt.bool_)
         full = k.Binary("ge", top, em.const(STACK_LEVELS - 1), dt.bool_)
-        merges = k.Binary("logical_or", k.Binary("ne", low_bit, em.zero, dt.bool_), full, dt.bool_)
+        merges = k.Binary("logical_or", k.Binary("logical_or", low_bit, full, dt.bool_), is_last, dt.bool_)
         # Once a full stack has absorbed a partial, the block count no longer tells the levels: never
         # pop below the bottom.
         em.scopes.emit(k.While(k.Binary("logical_and", k.Binary("gt", top, em.zero, dt.bool_), merges, dt.bool_),
                                merge))
         base = index_op("mul", top, self.width)
-        self.lane_loop(em, lambda j: em.scopes.emit(
-            k.StoreLocal(stack, index_op("add", base, j), k.LoadLocal(partial, j, partial.dtype))))
+
+        def store(j: k.Var) -> None:
+            em.scopes.emit(k.StoreLocal(stack, index_op("add", base, j), k.LoadLocal(partial, j, partial.dtype)))
+            em.scopes.emit(k.StoreLocal(partial, j, k.Const(0.0, partial.dtype)))
+        em.scopes.push("branch")
+        self.lane_loop(em, store)
         em.scopes.emit(k.Assign(top, index_op("add", top, em.one)))
+        em.scopes.emit(k.If(k.Unary("logical_not", is_last, dt.bool_), tuple(em.scopes.pop().stmts)))
         em.scopes.emit(k.Assign(blocks, index_op("add", blocks, em.one)))
+
+
+def _block_count(em: ValueEmitter, tv: TensorView) -> k.Expr:
+    """The blocks of rows a pairwise sum over `tv`'s reduced axes pushes (the innermost one blocked)."""
+    x, axes = tv.definition.inputs[0], tuple(tv.definition.attrs["axes"])
+    n = em.one
+    for axis in axes[:-1]:
+        n = index_op("mul", n, em.extent(x.visible[axis].extent))
+    inner = em.extent(x.visible[axes[-1]].extent) if axes else em.one
+    blocks = index_op("floordiv", index_op("add", inner, em.const(SUM_BLOCK_ROWS - 1)), em.const(SUM_BLOCK_ROWS))
+    return index_op("mul", n, blocks)
 
 
 def _count(em: ValueEmitter, tv: TensorView) -> k.Expr:
