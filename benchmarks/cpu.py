@@ -1,6 +1,9 @@
 """CPU benchmarks of the compiled backend against NumPy and numexpr (prints a table, writes JSON).
 
-    .venv/bin/python benchmarks/cpu.py [--small]
+    .venv/bin/python benchmarks/cpu.py [--small] [--section fusions|reductions]
+
+The reductions section times what takes the column-strip schedule and pairwise sums (column sums,
+softmax over axis 0, a sum over the middle axis of a 3-D tensor) and a 16M-element full sum.
 
 Each row: braze's median time per call after a warm-up, NumPy's and numexpr's on the same
 float32 data, the ratios, the cold compile time (first call, empty cache) and the warm-cache
@@ -71,6 +74,47 @@ def _numpy_chain(x, bias, mask, residual):
     return np.where(mask > 0.1, g * np.float32(1 / 0.9), np.float32(0)) + residual
 
 
+def _column_sum(f):
+    f.add_output(f.define_tensor((-1, -1)).sum(0))
+
+
+def _softmax_axis0(f):
+    f.add_output(bz.ops.softmax(f.define_tensor((-1, -1)), axis=0))
+
+
+def _middle_sum(f):
+    f.add_output(f.define_tensor((-1, -1, -1)).sum(1))
+
+
+def _full_sum(f):
+    f.add_output(bz.ops.sum(f.define_tensor((-1,))))
+
+
+def _numpy_softmax_axis0(x):
+    e = np.exp(x - x.max(0, keepdims=True))
+    return e / e.sum(0, keepdims=True)
+
+
+def reduction_cases(small: bool) -> list[dict]:
+    """Reductions over outer axes (column strips) and a long full sum (pairwise), against NumPy."""
+    r = np.random.default_rng(1)
+    scale = 4 if small else 1
+    column_shapes = [(4096 // scale, 1024), (1024 // scale, 4096), (65536 // scale, 64)]
+    rows = [{"name": f"column sum {list(shape)}", "build": _column_sum,
+             "inputs": [r.standard_normal(shape, np.float32)], "numpy": lambda x: x.sum(0)}
+            for shape in column_shapes]
+    rows += [{"name": f"softmax axis 0 {list(shape)}", "build": _softmax_axis0,
+              "inputs": [r.standard_normal(shape, np.float32)], "numpy": _numpy_softmax_axis0}
+             for shape in column_shapes[:2]]
+    middle = (64 // scale, 512, 256)
+    rows.append({"name": f"middle-axis sum {list(middle)}", "build": _middle_sum,
+                 "inputs": [r.standard_normal(middle, np.float32)], "numpy": lambda x: x.sum(1)})
+    n = (1 << 24) // scale
+    rows.append({"name": f"full sum [{n}]", "build": _full_sum, "inputs": [r.standard_normal(n, np.float32)],
+                 "numpy": lambda x: x.sum()})
+    return rows
+
+
 def cases(small: bool) -> list[dict]:
     r = np.random.default_rng(0)
     n, rows, cols = (10_000_000, 4096, 4096) if not small else (1_000_000, 512, 512)
@@ -132,8 +176,12 @@ def run_case(case: dict) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--small", action="store_true", help="smaller problems, for a quick check")
+    parser.add_argument("--section", choices=("all", "fusions", "reductions"), default="all",
+                        help="the fusions (elementwise, softmax, layer_norm, ...) or the reductions only")
     args = parser.parse_args()
-    rows = [run_case(c) for c in cases(args.small)]
+    chosen = (cases(args.small) if args.section != "reductions" else []) + \
+        (reduction_cases(args.small) if args.section != "fusions" else [])
+    rows = [run_case(c) for c in chosen]
     print(f"{'case':<44} {'braze ms':>9} {'numpy ms':>9} {'numexpr':>8} {'x numpy':>8} {'x numexpr':>9} "
           f"{'cold ms':>8} {'warm ms':>8}")
     for r in rows:
@@ -142,8 +190,9 @@ def main() -> int:
               f"{r['warm_cache_first_call_ms']:8.1f}")
     RESULTS.mkdir(exist_ok=True)
     meta = {"machine": platform.machine(), "cpus": os.cpu_count(), "python": sys.version.split()[0],
-            "numpy": np.__version__, "small": args.small}
-    out = RESULTS / f"cpu{'-small' if args.small else ''}.json"
+            "numpy": np.__version__, "small": args.small, "section": args.section}
+    section = "" if args.section == "all" else f"-{args.section}"
+    out = RESULTS / f"cpu{'-small' if args.small else ''}{section}.json"
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     print(f"\nwrote {out}")
     return 0

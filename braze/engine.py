@@ -131,13 +131,14 @@ def _input_strides(fusion: Fusion, key: tuple, plan: schedule.Plan) -> dict[int,
             if id(tv) in read}
 
 
-def plan_kernel(fusion: Fusion, key: tuple, views_on_host: bool = True,
-                gpu: bool = False) -> tuple[schedule.Plan, k.Kernel, KernelParams]:
-    """Plans and lowers `fusion` for one signature (for a GPU with `gpu`), cutting where the
-    lowering asks to."""
+def plan_kernel(fusion: Fusion, key: tuple, views_on_host: bool = True, gpu: bool = False,
+                cpu: bool | None = None) -> tuple[schedule.Plan, k.Kernel, KernelParams]:
+    """Plans and lowers `fusion` for one signature, cutting where the lowering asks to: scheduled
+    for a GPU with `gpu`; `cpu` (by default: where views are made on the host, as the CPU backend
+    does, and not for a GPU) picks the CPU's schedules."""
     cuts: set[int] = set()
     while True:
-        plan = schedule.plan(fusion, cuts, views_on_host, gpu)
+        plan = schedule.plan(fusion, cuts, views_on_host, gpu, views_on_host and not gpu if cpu is None else cpu)
         try:
             kernel, params = lower(fusion, plan.writes, plan.scheduled, _input_strides(fusion, key, plan),
                                    getattr(fusion, "name", "fusion"), dt.as_dtype(key[1]))
@@ -198,7 +199,7 @@ def lower_fusion(fusion: Fusion, key: tuple, device_index: int | None = None) ->
     if device_index is not None:
         plan, kernel, params = plan_kernel(fusion, key, views_on_host=False, gpu=True)
         return Lowered(plan, kernel, params, frozenset())
-    plan, kernel, params = plan_kernel(fusion, key)
+    plan, kernel, params = plan_kernel(fusion, key, cpu=True)
     return Lowered(plan, cache_rows_in_outputs(kernel), params, schedule.in_place_outputs(fusion, plan))
 
 

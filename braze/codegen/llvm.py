@@ -16,6 +16,7 @@ from llvmlite import ir
 
 from braze import dtypes as dt
 from braze.codegen import llvm_private
+from braze.codegen.llvm_pairwise import PairwiseSums, blocked_sums
 from braze.dtypes import DType
 from braze.errors import UnsupportedError
 from braze.kir import nodes as k
@@ -70,6 +71,7 @@ class TaskEmitter:
         self.fields: dict[tuple[str, str, int], ir.Value] = {}
         self.vars: dict[k.Var, ir.Value] = {}
         self.loops: list[tuple[ir.Block, ir.Block]] = []  # (continue target, break target)
+        self.pairwise = PairwiseSums(self, blocked_sums(task))
 
     # --- parameters ---------------------------------------------------------------------------
     def field(self, param: k.Param, what: str, axis: int = 0) -> ir.Value:
@@ -252,13 +254,14 @@ def _emit_atomic(cg: TaskEmitter, s: k.AtomicRMW) -> None:
 
 
 _STMT: dict[type, Callable[[TaskEmitter, k.Stmt], None]] = {
-    k.Let: lambda cg, s: cg.b.store(cg.expr(s.value), cg.var_slot(s.var)),
+    k.Let: lambda cg, s: cg.pairwise.define(s) or cg.b.store(cg.expr(s.value), cg.var_slot(s.var)),
     k.Assign: lambda cg, s: cg.b.store(cg.expr(s.value), cg.var_slot(s.var)),
     k.Store: lambda cg, s: cg.store_memory(cg.address(s.param, s.indices), cg.expr(s.value), s.param.dtype),
     k.StoreLocal: _emit_store_local,
     k.AtomicRMW: _emit_atomic,
     k.If: _emit_if,
-    k.For: lambda cg, s: cg.loop(s.var, cg.expr(s.begin), cg.expr(s.end), s.step, lambda: cg.block(s.body)),
+    k.For: lambda cg, s: cg.pairwise.loop(s) or cg.loop(s.var, cg.expr(s.begin), cg.expr(s.end), s.step,
+                                                      lambda: cg.block(s.body)),
     k.While: _emit_while,
     k.Break: lambda cg, s: cg.b.branch(cg.loops[-1][1]),
     k.Continue: lambda cg, s: cg.b.branch(cg.loops[-1][0]),

@@ -265,6 +265,9 @@ class Task:
     begin: Expr = Const(0, int64)
     end: Expr = Const(1, int64)
     block_dim: int | None = None
+    # Elements of work one index of the range does, for the CPU runtime's split across threads
+    # (None: the extent of the body's last top-level loop).
+    work: Expr | None = None
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from braze.kir import nodes as k
 from braze.kir.params import KernelParams
 from braze.lower import random as _random  # noqa: F401  (registers rand/randn)
 from braze.lower.scope import ScopeStack
+from braze.lower.strips import strip_task
 from braze.lower.values import INDEX, ValueEmitter, cast, index_op
 
 if TYPE_CHECKING:
@@ -40,6 +41,8 @@ def _task_for(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, loops: Sche
     """The task writing `tv`: a range over its scheduled parallel dimension (the outer axes merged,
     decomposed back into indices), with the innermost axis as a vectorized loop inside when the
     scheduler made it one."""
+    if loops.strip is not None:
+        return strip_task(em, tv, param, loops, name)
     scopes = em.scopes
     extents = em.shape(tv)
     order = loops.loop_order

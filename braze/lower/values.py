@@ -79,6 +79,7 @@ class ValueEmitter:
         self.params = params  # braze.kir.params.KernelParams
         self.index = params.index  # the type of every index expression the emitter builds
         self.zero, self.one = k.Const(0, self.index), k.Const(1, self.index)
+        self.strips = None  # braze.lower.strips.StripLanes while a column-strip task is lowered
 
     def const(self, value: int) -> k.Const:
         """An index constant."""
@@ -149,6 +150,10 @@ class ValueEmitter:
     def reduction(self, tv: TensorView, idx: tuple[k.Expr, ...]) -> k.Expr:
         from braze.lower.reductions import emit_reduction
 
+        if self.strips is not None:
+            hoisted = self.strips.hoist(self, tv, idx)
+            if hoisted is not None:
+                return hoisted
         home = self.scopes.home_of(idx)
         if self.scopes.recomputed(idx, home):
             raise NeedsCut(tv)

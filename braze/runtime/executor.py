@@ -39,8 +39,22 @@ def host_function(exprs: list[k.Expr]) -> Callable[[dict[str, int]], tuple[int, 
 
 
 def inner_extent(task: k.Task) -> k.Expr:
+    """The elements of work one index of the task's range does: its own estimate, else the extent of
+    its last top-level loop (when the host can evaluate it)."""
+    if task.work is not None:
+        return task.work
     loops = [s for s in task.body if isinstance(s, k.For)]
-    return loops[-1].end if loops else k.Const(1, task.begin.dtype)
+    if loops and _host_evaluable(loops[-1].end):
+        return loops[-1].end
+    return k.Const(1, task.begin.dtype)
+
+
+def _host_evaluable(e: k.Expr) -> bool:
+    try:
+        python_source(e)
+    except TypeError:
+        return False
+    return True
 
 
 class KernelExecutor:

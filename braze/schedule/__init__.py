@@ -1,6 +1,10 @@
 """Segmentation and scheduling: which tensors get a task of their own, and each task's loop order,
 applied as transforms to a loop domain of its own (`loops.py`).
 
+On the CPU, outer reductions and normalizations (those whose innermost axis is kept) take column
+strips instead (`loops.schedule_strips`): a task owns a strip of the innermost axis and walks the
+reduced (or normalized) axes with unit-stride loops over the strip inside.
+
 The plan starts with one task per fusion output. The lowering reports a reduction that would
 be recomputed per output element (`NeedsCut`); the engine then adds it to `cuts`, and the plan
 gives it a task of its own whose result later tasks read: the fewest cuts, found greedily.
@@ -13,21 +17,25 @@ from dataclasses import dataclass
 from braze.ir.fusion import AliasKind, Fusion
 from braze.ir.tensor import TensorView
 from braze.ops.table import lookup
-from braze.schedule.loops import ScheduledLoops, schedule_loops
+from braze.schedule.loops import ScheduledLoops, schedule_loops, schedule_strips
 
 # Ops through which a dimension keeps its position (so a broadcast dimension can be traced).
 _POSITIONAL = {"elementwise", "cast"}
+# Reductions the CPU's column strips accumulate lane by lane (braze/lower/strips.py); argmax and
+# argmin keep the loop-per-element schedule.
+STRIP_REDUCTIONS = frozenset({"sum", "prod", "max", "min", "mean", "var", "any", "all"})
 
 
 @dataclass(frozen=True)
 class Heuristics:
     """The frozen decisions for one task: its scheduler and its loop order (outer to inner)."""
 
-    scheduler: str  # pointwise, reduction or normalization
+    scheduler: str  # pointwise, reduction or normalization; outer_reduction, outer_normalization (CPU)
     loop_order: tuple[int, ...]
     # Whether the innermost axis is a loop inside each task index (else every axis is merged into
     # the task's range): see `heuristics_for`.
     vectorize: bool = True
+    serial: tuple[int, ...] = ()  # outer_normalization: the axes each task walks whole (a reduction's)
 
 
 @dataclass(frozen=True)
@@ -88,15 +96,19 @@ def _positional_path(source: TensorView, target: TensorView) -> bool:
     return any(_positional_path(source, inp) for inp in expr.inputs if inp.ndim == target.ndim)
 
 
-def heuristics_for(tv: TensorView, gpu: bool = False) -> Heuristics:
+def heuristics_for(tv: TensorView, gpu: bool = False, cpu: bool = False) -> Heuristics:
     """Loop order: a chosen layout first; else the dimensions a reduction is broadcast along go inside.
 
-    On a GPU, a task computing reductions with no axis they are broadcast back along (a sum over
-    the middle axis of a 3-D tensor) merges every axis of its output into the task's range: its
+    On a GPU (`gpu`), a task computing reductions with no axis they are broadcast back along (a sum
+    over the middle axis of a 3-D tensor) merges every axis of its output into the task's range: its
     neighbouring task indices then read neighbouring elements, which the CUDA backend's outer
     reduction schedule spreads over a block's threads with the reduced rows split across blocks.
     A loop over the innermost output axis inside each task index would leave only the outer
-    axes to spread over the GPU."""
+    axes to spread over the GPU.
+
+    On the CPU (`cpu`), a reduction or normalization that keeps the innermost axis takes column
+    strips: the innermost axis stays innermost (unit stride, vectorized) and the reduced axes are
+    walked inside each task, instead of being the inner loop with a stride."""
     cone = _cone(tv)
     if not any(_is_reduction(t) for t in cone):
         scheduler = "pointwise"
@@ -107,8 +119,30 @@ def heuristics_for(tv: TensorView, gpu: bool = False) -> Heuristics:
     if tv.stride_order is not None:
         order = tuple(sorted(range(tv.ndim), key=lambda i: -tv.stride_order[i]))
         return Heuristics(scheduler, order, vectorize)
+    if cpu and _takes_strips(tv, scheduler, inner):
+        serial = tuple(sorted(inner))
+        rest = tuple(i for i in range(tv.ndim - 1) if i not in inner)
+        return Heuristics(f"outer_{scheduler}", rest + serial + (tv.ndim - 1,), vectorize, serial)
     order = tuple(i for i in range(tv.ndim) if i not in inner) + tuple(sorted(inner))
     return Heuristics(scheduler, order, vectorize)
+
+
+def _takes_strips(tv: TensorView, scheduler: str, inner: set[int]) -> bool:
+    """Whether the innermost axis of `tv` is kept by its reductions, so tasks may own strips of it."""
+    if tv.ndim == 0 or tv.visible[-1].is_broadcast:
+        return False
+    if scheduler == "normalization":
+        return bool(inner) and tv.ndim - 1 not in inner
+    if scheduler != "reduction" or tv.definition.op not in STRIP_REDUCTIONS:
+        return False
+    x = tv.definition.inputs[0]
+    return x.ndim >= 2 and x.ndim - 1 not in tv.definition.attrs["axes"]
+
+
+def _loops_for(tv: TensorView, h: Heuristics) -> ScheduledLoops:
+    if h.scheduler.startswith("outer_"):
+        return schedule_strips(tv, h.loop_order, len(h.serial))
+    return schedule_loops(tv, h.loop_order, h.vectorize)
 
 
 def outputs_needing_kernels(fusion: Fusion, views_on_host: bool = True) -> list[TensorView]:
@@ -121,18 +155,17 @@ def outputs_needing_kernels(fusion: Fusion, views_on_host: bool = True) -> list[
     return list(writes.values())
 
 
-def plan(fusion: Fusion, cuts: set[int], views_on_host: bool = True, gpu: bool = False) -> Plan:
-    """Tasks for the cut intermediates (in definition order) and then for the outputs (scheduled
-    for a GPU with `gpu`)."""
+def plan(fusion: Fusion, cuts: set[int], views_on_host: bool = True, gpu: bool = False, cpu: bool = False) -> Plan:
+    """Tasks for the cut intermediates (in definition order) and then for the outputs: scheduled for
+    a GPU with `gpu`; with `cpu`, outer reductions and normalizations take the CPU's column strips."""
     outputs = outputs_needing_kernels(fusion, views_on_host)
     output_ids = {id(t) for t in outputs}
     cut_tensors = [out for e in fusion.exprs for out in e.outputs if id(out) in cuts and id(out) not in output_ids]
     position = {id(out): n for n, e in enumerate(fusion.exprs) for out in e.outputs}
     # Producers first, so a later task reads what an earlier one wrote instead of recomputing it.
     writes = tuple(sorted(cut_tensors + outputs, key=lambda t: position.get(id(t), -1)))
-    heuristics = tuple(heuristics_for(tv, gpu) for tv in writes)
-    return Plan(writes, heuristics, tuple(schedule_loops(tv, h.loop_order, h.vectorize)
-                                          for tv, h in zip(writes, heuristics)))
+    heuristics = tuple(heuristics_for(tv, gpu, cpu) for tv in writes)
+    return Plan(writes, heuristics, tuple(_loops_for(tv, h) for tv, h in zip(writes, heuristics)))
 
 
 def kernel_tensors(writes: tuple[TensorView, ...]) -> dict[int, TensorView]:
