@@ -98,8 +98,10 @@ class Expr(metaclass=_Interned):
         equal = self.__eq__(other)
         return equal if equal is NotImplemented else not equal
 
-    def __getstate__(self) -> dict:  # the cached hash is only good in this process
-        return {name: value for name, value in self.__dict__.items() if name != "_hash"}
+    def __reduce__(self) -> tuple:
+        # Rebuilt through the constructor: a copy or an unpickled expression is interned too (and its
+        # cached hash, only good in this process, is computed again).
+        return type(self), tuple(getattr(self, name) for name in type(self).__dataclass_fields__)
 
 
 _expr = dataclass(frozen=True, eq=False)  # equality and hashing come from Expr

@@ -263,15 +263,18 @@ class _Sharing:
     def __init__(self, roots: list[k.Expr]) -> None:
         self.order = _parents_first(roots, _flat_children)
         self.always = set(_parents_first(roots, _always_children))
-        self._tree_sizes: dict[k.Expr, int] = {}
+        self.parents = Counter(c for node in self.order for c in _flat_children(node))
+        self._holds_shared: dict[k.Expr, bool] = {}
         self._speculable: dict[k.Expr, bool] = {}
 
-    def tree_size(self, e: k.Expr) -> int:
-        """The nodes of `e` written out as a tree (a shared node counted at each use)."""
-        size = self._tree_sizes.get(e)
-        if size is None:
-            size = self._tree_sizes[e] = 1 + sum(map(self.tree_size, _flat_children(e)))
-        return size
+    def holds_shared(self, e: k.Expr) -> bool:
+        """Whether a compound node below `e` has several users: `e` is a DAG, not a tree (or shares a
+        node with the rest of the statement)."""
+        found = self._holds_shared.get(e)
+        if found is None:
+            found = self._holds_shared[e] = any(
+                isinstance(c, _COMPOUND) and self.parents[c] > 1 or self.holds_shared(c) for c in _flat_children(e))
+        return found
 
     def speculable(self, e: k.Expr) -> bool:
         """Whether computing `e` up front is safe: every memory read in it is one the statement makes
@@ -284,12 +287,10 @@ class _Sharing:
         return found
 
     def hoistable(self, e: k.Expr) -> bool:
-        """A node the statement always computes, or, in a branch only, a DAG (its tree is larger than its
-        distinct nodes): left in place, each use would be written out again, exponentially in the depth of
-        the reuse. A plain expression used twice in a branch stays there (it may not be needed)."""
-        if e in self.always:
-            return True
-        return self.speculable(e) and self.tree_size(e) > sum(1 for _ in _subexpressions(e))
+        """A node the statement always computes, or, in a branch only, one holding shared nodes: left
+        in place, each use would be written out again, exponentially in the depth of the reuse. A plain
+        expression used twice in a branch stays there (the branch may not be taken)."""
+        return e in self.always or self.holds_shared(e) and self.speculable(e)
 
 
 def _shared(roots: list[k.Expr], namer: _Namer) -> list[k.Expr]:
