@@ -12,8 +12,10 @@ Every rewrite gives the same bits on every input, so the pass can run before any
   without side effects between the uses qualify, and never an expression that reads a variable
   assigned more than once (an accumulator), so reduction loops keep their shape. Expressions are DAGs
   (a value the lowering uses twice is one node, see braze/kir/nodes.py): the pass visits each distinct
-  node once, and after it no statement holds a DAG whose tree is larger than its nodes, outside a
-  branch guarding a memory read. Later stages may walk expressions as trees;
+  node once. After it a shared node is written out more than once only within a `where` branch (or
+  the right side of `and`/`or`), when it holds no shared node itself or reads memory the statement
+  does not read otherwise, so later stages may walk expressions as trees (this part runs under
+  BRAZE_DISABLE=simplify too);
 - a reduction loop computing what an earlier loop of the same block computed, with nothing written in
   between, is dropped for the earlier accumulator (the same operations in the same order: the same bits).
 """
@@ -306,6 +308,9 @@ def _shared(roots: list[k.Expr], namer: _Namer) -> list[k.Expr]:
             and sharing.hoistable(node)
         if bound:
             shared.append(node)
+            sharing.always.add(node)  # its `Let` computes it, and what it always computes, on every path
+        if node in sharing.always:
+            sharing.always.update(_always_children(node))
         for c in _flat_children(node):
             counts[c] += 1 if bound else counts[node]
     return shared
@@ -318,7 +323,8 @@ def _eliminate_in_statement(s: k.Stmt, namer: _Namer) -> list[k.Stmt]:
     if fields is None:
         return [s]
     roots = [v for f in fields for v in (getattr(s, f) if isinstance(getattr(s, f), tuple) else (getattr(s, f),))]
-    # Hoisting computes the expression up front: only what the statement computes anyway qualifies.
+    # Hoisting computes the expression up front: only what the statement computes anyway qualifies,
+    # and, in a branch, a DAG whose reads the statement makes anyway (see _Sharing.hoistable).
     shared = _shared(roots, namer)
     if not shared:
         return [s]
