@@ -70,6 +70,10 @@ class TaskEmitter:
         self.b = ir.IRBuilder(self.fn.append_basic_block("body"))
         self.fields: dict[tuple[str, str, int], ir.Value] = {}
         self.vars: dict[k.Var, ir.Value] = {}
+        # The values of the current statement's expressions: a node used twice is one SSA value. Every
+        # value computed while a statement is emitted dominates the rest of that statement (operands
+        # of `where`, `and`, `or` are all evaluated: select, and, or), so the map lives for one statement.
+        self.values: dict[k.Expr, ir.Value] = {}
         self.loops: list[tuple[ir.Block, ir.Block]] = []  # (continue target, break target)
         self.pairwise = PairwiseSums(self, blocked_sums(task))
 
@@ -115,7 +119,10 @@ class TaskEmitter:
 
     # --- expressions ----------------------------------------------------------------------------
     def expr(self, e: k.Expr) -> ir.Value:
-        return _EXPR[type(e)](self, e)
+        value = self.values.get(e)
+        if value is None:
+            value = self.values[e] = _EXPR[type(e)](self, e)
+        return value
 
     def const(self, value, dtype: DType) -> ir.Value:
         if dtype.name == "bfloat16":
@@ -149,6 +156,7 @@ class TaskEmitter:
         for s in stmts:
             if self.b.block.is_terminated:
                 return  # code after break/continue is unreachable
+            self.values = {}
             _STMT[type(s)](self, s)
 
     def loop(self, var: k.Var, begin: ir.Value, end: ir.Value, step: int, body: Callable[[], None]) -> None:

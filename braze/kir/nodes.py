@@ -9,6 +9,7 @@ deduplicate them structurally. Arithmetic nodes name their op by its op-table na
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,19 +44,80 @@ Param = ArrayParam | ScalarParam
 
 
 # --- expressions ----------------------------------------------------------------------------------
-class Expr:
-    """Base of expressions; every expression has a dtype."""
+_LIVE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+"""Every live expression by its structural key: building an expression equal to a live one returns that
+one (hash-consing), so a value built twice is one node and the IR is a DAG of distinct nodes."""
+
+
+class _Interned(type):
+    """Metaclass of expressions: construction goes through `_LIVE`."""
+
+    def __call__(cls, *args, **kwargs):
+        node = super().__call__(*args, **kwargs)
+        try:
+            return _LIVE.setdefault(node._key(), node)
+        except TypeError:  # an unhashable constant: left as it is
+            return node
+
+
+def _constant_key(value: Any) -> Any:
+    """A constant's value told apart from equal values of other types and from -0.0 (and NaN equal to
+    itself), which Python's == would merge."""
+    return value.hex() if isinstance(value, float) else value
+
+
+class Expr(metaclass=_Interned):
+    """Base of expressions; every expression has a dtype.
+
+    Expressions are interned (see `_LIVE`) and cache their hash, so hashing and comparing one costs
+    the same whatever the size of the DAG below it: the children of an interned node are themselves
+    interned, and equal children are the same object.
+    """
 
     dtype: DType
 
+    def _key(self) -> tuple:
+        cls = type(self)
+        return (cls, *(getattr(self, name) for name in cls.__dataclass_fields__))
 
-@dataclass(frozen=True)
+    def __hash__(self) -> int:
+        try:
+            return self.__dict__["_hash"]
+        except KeyError:
+            h = hash(self._key())
+            object.__setattr__(self, "_hash", h)
+            return h
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if type(other) is not type(self):
+            return NotImplemented
+        return hash(self) == hash(other) and self._key() == other._key()
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    def __reduce__(self) -> tuple:
+        # Rebuilt through the constructor: a copy or an unpickled expression is interned too (and its
+        # cached hash, only good in this process, is computed again).
+        return type(self), tuple(getattr(self, name) for name in type(self).__dataclass_fields__)
+
+
+_expr = dataclass(frozen=True, eq=False)  # equality and hashing come from Expr
+
+
+@_expr
 class Const(Expr):
     value: Any
     dtype: DType
 
+    def _key(self) -> tuple:
+        return (Const, type(self.value), _constant_key(self.value), self.dtype)
 
-@dataclass(frozen=True)
+
+@_expr
 class Var(Expr):
     """A loop index or a local variable."""
 
@@ -63,7 +125,7 @@ class Var(Expr):
     dtype: DType = int64
 
 
-@dataclass(frozen=True)
+@_expr
 class ScalarRef(Expr):
     param: ScalarParam
 
@@ -72,21 +134,21 @@ class ScalarRef(Expr):
         return self.param.dtype
 
 
-@dataclass(frozen=True)
+@_expr
 class ArrayExtent(Expr):
     param: ArrayParam
     axis: int
     dtype: DType = int64
 
 
-@dataclass(frozen=True)
+@_expr
 class ArrayStride(Expr):
     param: ArrayParam
     axis: int
     dtype: DType = int64
 
 
-@dataclass(frozen=True)
+@_expr
 class Load(Expr):
     """`param[indices]`: one index per dimension."""
 
@@ -98,7 +160,7 @@ class Load(Expr):
         return self.param.dtype
 
 
-@dataclass(frozen=True)
+@_expr
 class LoadLocal(Expr):
     """Element `index` of a local array made by `Alloc`."""
 
@@ -107,7 +169,7 @@ class LoadLocal(Expr):
     dtype: DType
 
 
-@dataclass(frozen=True)
+@_expr
 class Unary(Expr):
     op: str
     x: Expr
@@ -115,7 +177,7 @@ class Unary(Expr):
     attrs: tuple[tuple[str, Any], ...] = ()
 
 
-@dataclass(frozen=True)
+@_expr
 class Binary(Expr):
     op: str
     a: Expr
@@ -123,7 +185,7 @@ class Binary(Expr):
     dtype: DType
 
 
-@dataclass(frozen=True)
+@_expr
 class Ternary(Expr):
     op: str  # "where" (select), "clamp", "lerp", "fma"
     a: Expr
@@ -132,13 +194,13 @@ class Ternary(Expr):
     dtype: DType
 
 
-@dataclass(frozen=True)
+@_expr
 class Cast(Expr):
     x: Expr
     dtype: DType
 
 
-@dataclass(frozen=True)
+@_expr
 class Philox(Expr):
     """One 32-bit word of the Philox4x32-10 stream (see braze.ops.philox): counter group, word."""
 

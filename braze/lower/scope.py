@@ -21,19 +21,23 @@ class Scope:
     memo: dict = field(default_factory=dict)
 
 
-def free_vars(e: k.Expr) -> set[k.Var]:
-    """The variables an expression reads."""
+def free_vars(e: k.Expr, memo: dict | None = None) -> frozenset[k.Var]:
+    """The variables an expression reads. `memo` (node -> its variables) makes a DAG cost its
+    distinct nodes, not its paths: pass one dict to every call of a lowering."""
+    memo = {} if memo is None else memo
+    found = memo.get(e)
+    if found is not None:
+        return found
     if isinstance(e, k.Var):
-        return {e}
-    found: set[k.Var] = set()
-    for name in getattr(e, "__dataclass_fields__", {}):
-        child = getattr(e, name)
-        if isinstance(child, k.Expr):
-            found |= free_vars(child)
-        elif isinstance(child, tuple):
-            for c in child:
+        found = frozenset((e,))
+    else:
+        found = frozenset()
+        for name in getattr(e, "__dataclass_fields__", {}):
+            child = getattr(e, name)
+            for c in child if isinstance(child, tuple) else (child,):
                 if isinstance(c, k.Expr):
-                    found |= free_vars(c)
+                    found |= free_vars(c, memo)
+    memo[e] = found
     return found
 
 
@@ -43,6 +47,11 @@ class ScopeStack:
     def __init__(self) -> None:
         self.scopes: list[Scope] = []
         self._names = 0
+        self._free_vars: dict[k.Expr, frozenset[k.Var]] = {}
+
+    def needed(self, exprs: tuple[k.Expr, ...]) -> frozenset[k.Var]:
+        """The variables `exprs` read."""
+        return frozenset().union(*(free_vars(e, self._free_vars) for e in exprs))
 
     def fresh(self, prefix: str, dtype) -> k.Var:
         self._names += 1
@@ -74,12 +83,12 @@ class ScopeStack:
     def recomputed(self, exprs: tuple[k.Expr, ...], depth: int) -> bool:
         """Whether a value of `exprs`, emitted at `depth`, would run again for elements that differ
         only in an index it does not read (a per-element recomputation of a reduction)."""
-        needed = set().union(*map(free_vars, exprs)) if exprs else set()
+        needed = self.needed(exprs)
         return any(scope.iteration - needed for scope in self.scopes[: depth + 1])
 
     def home_of(self, exprs: tuple[k.Expr, ...]) -> int:
         """The depth of the innermost scope defining a variable that `exprs` read (0: the task)."""
-        needed = set().union(*map(free_vars, exprs)) if exprs else set()
+        needed = self.needed(exprs)
         for depth in range(len(self.scopes) - 1, -1, -1):
             if self.scopes[depth].defines & needed:
                 return depth

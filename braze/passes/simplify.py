@@ -10,7 +10,12 @@ Every rewrite gives the same bits on every input, so the pass can run before any
   wrap-around included): (i + 1) + 2 is i + 3;
 - a compound expression used twice in one statement is computed once into a `Let`. Only statements
   without side effects between the uses qualify, and never an expression that reads a variable
-  assigned more than once (an accumulator), so reduction loops keep their shape;
+  assigned more than once (an accumulator), so reduction loops keep their shape. Expressions are DAGs
+  (a value the lowering uses twice is one node, see braze/kir/nodes.py): the pass visits each distinct
+  node once. After it a shared node is written out more than once only within a `where` branch (or
+  the right side of `and`/`or`), when it holds no shared node itself or reads memory the statement
+  does not read otherwise, so later stages may walk expressions as trees (this part runs under
+  BRAZE_DISABLE=simplify too);
 - a reduction loop computing what an earlier loop of the same block computed, with nothing written in
   between, is dropped for the earlier accumulator (the same operations in the same order: the same bits).
 """
@@ -70,7 +75,15 @@ def map_children(e: k.Expr, fn: Callable[[k.Expr], k.Expr]) -> k.Expr:
     if not fields:
         return e
     changes = {name: tuple(map(fn, v)) if isinstance(v, tuple) else fn(v) for name, v in fields.items()}
+    if all(_same(changes[name], v) for name, v in fields.items()):
+        return e
     return dataclasses.replace(e, **changes)
+
+
+def _same(new: object, old: object) -> bool:
+    if isinstance(old, tuple):
+        return len(new) == len(old) and all(a is b for a, b in zip(new, old))
+    return new is old
 
 
 def _array(c: k.Const) -> np.ndarray:
@@ -138,15 +151,24 @@ def _combine_integer_constants(e: k.Binary) -> k.Expr:
     if isinstance(b, k.Const) and isinstance(a, k.Binary) and a.op == e.op and a.dtype == e.dtype \
             and isinstance(a.b, k.Const):
         constant = fold_constants(k.Binary(e.op, a.b, b, e.dtype))
-        return simplify_expr(k.Binary(e.op, a.a, constant, e.dtype))
+        return _simplify_node(k.Binary(e.op, a.a, constant, e.dtype))
     return k.Binary(e.op, a, b, e.dtype) if (a, b) != (e.a, e.b) else e
 
 
-def simplify_expr(e: k.Expr) -> k.Expr:
-    """`e` with constants folded and identities applied, bottom-up."""
-    e = map_children(e, simplify_expr)
+def _simplify_node(e: k.Expr) -> k.Expr:
+    """`e`, whose children are simplified already, with constants folded and identities applied."""
     folded = fold_constants(e)
     return folded if folded is not e else apply_identities(e)
+
+
+def simplify_expr(e: k.Expr, memo: dict[k.Expr, k.Expr] | None = None) -> k.Expr:
+    """`e` with constants folded and identities applied, bottom-up. `memo` (node -> simplified) makes a
+    DAG cost its distinct nodes, not its paths: pass one dict to the calls of one pass."""
+    memo = {} if memo is None else memo
+    done = memo.get(e)
+    if done is None:
+        done = memo[e] = _simplify_node(map_children(e, lambda c: simplify_expr(c, memo)))
+    return done
 
 
 # --- common subexpressions ----------------------------------------------------------------------
@@ -155,27 +177,36 @@ def _flat_children(e: k.Expr) -> tuple[k.Expr, ...]:
 
 
 def _subexpressions(e: k.Expr):
-    yield e
-    for c in _flat_children(e):
-        yield from _subexpressions(c)
+    """`e` and its sub-expressions, each distinct node once (a shared one is not walked again)."""
+    seen, stack = {e}, [e]
+    while stack:
+        node = stack.pop()
+        yield node
+        for c in _flat_children(node):
+            if c not in seen:
+                seen.add(c)
+                stack.append(c)
 
 
-def _evaluated_always(e: k.Expr):
-    """The sub-expressions of `e` that every evaluation computes: not the branches of a `where` nor
-    the right side of `logical_and`/`logical_or`, which the CUDA C++ of `?:`, `&&` and `||` may skip."""
-    yield e
+def _always_children(e: k.Expr) -> tuple[k.Expr, ...]:
+    """The children of `e` every evaluation of `e` computes: not the branches of a `where` nor the
+    right side of `logical_and`/`logical_or`, which the CUDA C++ of `?:`, `&&` and `||` may skip."""
     lazy = (isinstance(e, k.Ternary) and e.op == "where"
             or isinstance(e, k.Binary) and e.op in ("logical_and", "logical_or"))
-    for c in (e.a,) if lazy else _flat_children(e):
-        yield from _evaluated_always(c)
+    return (e.a,) if lazy else _flat_children(e)
 
 
 def _reads_any(e: k.Expr, variables: frozenset[k.Var]) -> bool:
     return any(isinstance(s, k.Var) and s in variables for s in _subexpressions(e))
 
 
-def _replace(e: k.Expr, target: k.Expr, var: k.Var) -> k.Expr:
-    return var if e == target else map_children(e, lambda c: _replace(c, target, var))
+def _replace(e: k.Expr, target: k.Expr, var: k.Expr, memo: dict | None = None) -> k.Expr:
+    """`e` with every `target` in it replaced by `var` (each shared node rewritten once)."""
+    memo = {} if memo is None else memo
+    done = memo.get(e)
+    if done is None:
+        done = memo[e] = var if e == target else map_children(e, lambda c: _replace(c, target, var, memo))
+    return done
 
 
 _EXPRESSION_FIELDS = {k.Let: ("value",), k.Assign: ("value",), k.Store: ("indices", "value"),
@@ -183,11 +214,16 @@ _EXPRESSION_FIELDS = {k.Let: ("value",), k.Assign: ("value",), k.Store: ("indice
 
 
 class _Namer:
-    """Fresh variable names, and how often each variable is assigned (the pass's shared state)."""
+    """Fresh variable names, how often each variable is assigned, and the memos of the pass (the pass's
+    shared state): expressions are DAGs, and each distinct node is simplified and inspected once."""
 
-    def __init__(self, taken: set[str]) -> None:
+    def __init__(self, taken: set[str], assigned: frozenset[k.Var] = frozenset(), rewrite: bool = True) -> None:
         self.taken, self.count = taken, 0
+        self.rewrite = rewrite  # fold and rewrite expressions, and reuse reductions (else: only share values)
         self.assignments: Counter = Counter()
+        self.assigned = assigned  # variables an `Assign` changes after their `Let`: accumulators
+        self.simplified: dict[k.Expr, k.Expr] = {}
+        self._reads_assigned: dict[k.Expr, bool] = {}
 
     def fresh(self) -> str:
         while f"cse{self.count}" in self.taken:
@@ -195,35 +231,116 @@ class _Namer:
         self.taken.add(f"cse{self.count}")
         return f"cse{self.count}"
 
+    def reads_assigned(self, e: k.Expr) -> bool:
+        """Whether `e` reads an accumulator (so its value changes along a loop)."""
+        found = self._reads_assigned.get(e)
+        if found is None:
+            found = e in self.assigned if isinstance(e, k.Var) else \
+                any(self.reads_assigned(c) for c in _flat_children(e))
+            self._reads_assigned[e] = found
+        return found
 
-def _eliminate_in_statement(s: k.Stmt, assigned: frozenset[k.Var], namer: _Namer) -> list[k.Stmt]:
-    """`s`, preceded by a `Let` for each compound expression it computes twice (largest first)."""
+
+def _parents_first(roots: list[k.Expr], children: Callable[[k.Expr], tuple[k.Expr, ...]]) -> list[k.Expr]:
+    """The distinct nodes below the roots along `children`, each before its children (a reversed post-order)."""
+    order: list[k.Expr] = []
+    seen: set[k.Expr] = set()
+
+    def visit(e: k.Expr) -> None:
+        seen.add(e)
+        for c in children(e):
+            if c not in seen:
+                visit(c)
+        order.append(e)
+
+    for root in roots:
+        if root not in seen:
+            visit(root)
+    return order[::-1]
+
+
+class _Sharing:
+    """What a statement's expressions evaluate, for choosing the nodes worth a `Let`."""
+
+    def __init__(self, roots: list[k.Expr]) -> None:
+        self.order = _parents_first(roots, _flat_children)
+        self.always = set(_parents_first(roots, _always_children))
+        self.parents = Counter(c for node in self.order for c in _flat_children(node))
+        self._holds_shared: dict[k.Expr, bool] = {}
+        self._speculable: dict[k.Expr, bool] = {}
+
+    def holds_shared(self, e: k.Expr) -> bool:
+        """Whether a compound node below `e` has several users: `e` is a DAG, not a tree (or shares a
+        node with the rest of the statement)."""
+        found = self._holds_shared.get(e)
+        if found is None:
+            found = self._holds_shared[e] = any(
+                isinstance(c, _COMPOUND) and self.parents[c] > 1 or self.holds_shared(c) for c in _flat_children(e))
+        return found
+
+    def speculable(self, e: k.Expr) -> bool:
+        """Whether computing `e` up front is safe: every memory read in it is one the statement makes
+        anyway (a branch of a `where` may guard a read that is out of bounds otherwise)."""
+        found = self._speculable.get(e)
+        if found is None:
+            found = e in self.always or not isinstance(e, (k.Load, k.LoadLocal)) and \
+                all(map(self.speculable, _flat_children(e)))
+            self._speculable[e] = found
+        return found
+
+    def hoistable(self, e: k.Expr) -> bool:
+        """A node the statement always computes, or, in a branch only, one holding shared nodes: left
+        in place, each use would be written out again, exponentially in the depth of the reuse. A plain
+        expression used twice in a branch stays there (the branch may not be taken)."""
+        return e in self.always or self.holds_shared(e) and self.speculable(e)
+
+
+def _shared(roots: list[k.Expr], namer: _Namer) -> list[k.Expr]:
+    """The compound nodes worth a `Let`, parents first: those the statement would compute more than
+    once. A node's count is the sum over its parents' edges of 1 for a parent given a `Let` (computed
+    once) and the parent's own count otherwise, so one pass over the DAG gives what repeatedly hoisting
+    the largest repeated expression would."""
+    sharing = _Sharing(roots)
+    counts: Counter = Counter(roots)
+    shared = []
+    for node in sharing.order:
+        bound = counts[node] > 1 and isinstance(node, _COMPOUND) and not namer.reads_assigned(node) \
+            and sharing.hoistable(node)
+        if bound:
+            shared.append(node)
+            sharing.always.add(node)  # its `Let` computes it, and what it always computes, on every path
+        if node in sharing.always:
+            sharing.always.update(_always_children(node))
+        for c in _flat_children(node):
+            counts[c] += 1 if bound else counts[node]
+    return shared
+
+
+def _eliminate_in_statement(s: k.Stmt, namer: _Namer) -> list[k.Stmt]:
+    """`s`, preceded by a `Let` for each compound expression it computes twice (largest first named,
+    each defined before its users). Linear in the distinct nodes of the statement's expressions."""
     fields = _EXPRESSION_FIELDS.get(type(s))
     if fields is None:
         return [s]
-    lets: list[k.Stmt] = []
-    while True:
-        roots = [v for f in fields for v in (getattr(s, f) if isinstance(getattr(s, f), tuple) else (getattr(s, f),))]
-        roots += [let.value for let in lets]
-        # Hoisting computes the expression up front: only what the statement computes anyway qualifies.
-        counts = Counter(x for root in roots for x in _evaluated_always(root) if isinstance(x, _COMPOUND))
-        repeated = [x for x, n in counts.items() if n > 1 and not _reads_any(x, assigned)]
-        if not repeated:
-            return lets + [s]
-        target = max(repeated, key=lambda x: sum(1 for _ in _subexpressions(x)))
-        var = k.Var(namer.fresh(), target.dtype)
-        # Targets shrink, so earlier (larger) lets may hold this one, never the other way round.
-        lets = [k.Let(var, target), *(_with_replaced(let, target, var) for let in lets)]
-        s = _with_replaced(s, target, var)
+    roots = [v for f in fields for v in (getattr(s, f) if isinstance(getattr(s, f), tuple) else (getattr(s, f),))]
+    # Hoisting computes the expression up front: only what the statement computes anyway qualifies,
+    # and, in a branch, a DAG whose reads the statement makes anyway (see _Sharing.hoistable).
+    shared = _shared(roots, namer)
+    if not shared:
+        return [s]
+    variables = {node: k.Var(namer.fresh(), node.dtype) for node in shared}
+    memo: dict[k.Expr, k.Expr] = dict(variables)
 
+    def rebuild(e: k.Expr) -> k.Expr:
+        done = memo.get(e)
+        if done is None:
+            done = memo[e] = map_children(e, rebuild)
+        return done
 
-def _with_replaced(s: k.Stmt, target: k.Expr, var: k.Var) -> k.Stmt:
-    changes = {}
-    for f in _EXPRESSION_FIELDS[type(s)]:
-        value = getattr(s, f)
-        changes[f] = tuple(_replace(v, target, var) for v in value) if isinstance(value, tuple) else \
-            _replace(value, target, var)
-    return dataclasses.replace(s, **changes)
+    lets = [k.Let(var, map_children(node, rebuild)) for node, var in reversed(variables.items())]
+    changes = {f: tuple(map(rebuild, v)) if isinstance(v, tuple) else rebuild(v)
+               for f in fields for v in (getattr(s, f),)}
+    return [*lets, dataclasses.replace(s, **changes)]
 
 
 # --- statements -----------------------------------------------------------------------------------
@@ -232,20 +349,21 @@ _STMT_EXPRESSIONS = {**_EXPRESSION_FIELDS, k.If: ("cond",), k.For: ("begin", "en
                      k.Assert: ("cond",)}
 
 
-def _simplify_stmt(s: k.Stmt, assigned: frozenset[k.Var], namer: _Namer) -> list[k.Stmt]:
+def _simplify_stmt(s: k.Stmt, namer: _Namer) -> list[k.Stmt]:
     changes = {}
+    simplify_one = (lambda e: simplify_expr(e, namer.simplified)) if namer.rewrite else (lambda e: e)
     for f in _STMT_EXPRESSIONS.get(type(s), ()):
         value = getattr(s, f)
-        changes[f] = tuple(map(simplify_expr, value)) if isinstance(value, tuple) else simplify_expr(value)
+        changes[f] = tuple(map(simplify_one, value)) if isinstance(value, tuple) else simplify_one(value)
     for f in _BODY_FIELDS.get(type(s), ()):
-        changes[f] = _simplify_block(getattr(s, f), assigned, namer)
+        changes[f] = _simplify_block(getattr(s, f), namer)
     s = dataclasses.replace(s, **changes) if changes else s
-    return _eliminate_in_statement(s, assigned, namer)
+    return _eliminate_in_statement(s, namer)
 
 
-def _simplify_block(stmts: tuple[k.Stmt, ...], assigned: frozenset[k.Var], namer: _Namer) -> tuple[k.Stmt, ...]:
-    simplified = tuple(out for s in stmts for out in _simplify_stmt(s, assigned, namer))
-    return _reuse_reductions(simplified, namer.assignments)
+def _simplify_block(stmts: tuple[k.Stmt, ...], namer: _Namer) -> tuple[k.Stmt, ...]:
+    simplified = tuple(out for s in stmts for out in _simplify_stmt(s, namer))
+    return _reuse_reductions(simplified, namer.assignments) if namer.rewrite else simplified
 
 
 # --- repeated reductions ------------------------------------------------------------------------
@@ -295,10 +413,11 @@ def _reuse_reductions(stmts: tuple[k.Stmt, ...], assignments: Counter) -> tuple[
 
 def _substitute_stmt(s: k.Stmt, old: k.Var, new: k.Var) -> k.Stmt:
     changes = {}
+    memo: dict[k.Expr, k.Expr] = {}
     for f in _STMT_EXPRESSIONS.get(type(s), ()):
         value = getattr(s, f)
-        changes[f] = tuple(_replace(v, old, new) for v in value) if isinstance(value, tuple) else \
-            _replace(value, old, new)
+        changes[f] = tuple(_replace(v, old, new, memo) for v in value) if isinstance(value, tuple) else \
+            _replace(value, old, new, memo)
     for f in _BODY_FIELDS.get(type(s), ()):
         changes[f] = tuple(_substitute_stmt(x, old, new) for x in getattr(s, f))
     return dataclasses.replace(s, **changes) if changes else s
@@ -312,16 +431,19 @@ def _walk(stmts: tuple[k.Stmt, ...]):
 
 
 def simplify(kernel: k.Kernel) -> k.Kernel:
-    """`kernel` with every task simplified (see the module docstring); `BRAZE_DISABLE=simplify` skips it."""
-    if config.disabled("simplify"):
-        return kernel
+    """`kernel` with every task simplified (see the module docstring). `BRAZE_DISABLE=simplify` skips
+    the rewrites but still gives each value a statement computes twice a `Let`: the lowering builds
+    expressions as DAGs (a value used twice is one node), and every later stage walks expressions as
+    trees, which would cost the number of paths through the DAG, exponential in the depth of reuse."""
+    rewrite = not config.disabled("simplify")
     statements = [s for t in kernel.tasks for s in _walk(t.body)]
     assigned = frozenset(s.var for s in statements if isinstance(s, k.Assign)) | frozenset(
         s.result for s in statements if isinstance(s, k.AtomicRMW) and s.result is not None)
     names = {s.var.name for s in statements if isinstance(s, (k.Let, k.For, k.Alloc))}
     names |= {t.var.name for t in kernel.tasks if t.var is not None}
-    namer = _Namer(names)
+    namer = _Namer(names, assigned, rewrite)
     namer.assignments = Counter(s.var for s in statements if isinstance(s, k.Assign))
-    tasks = tuple(dataclasses.replace(t, begin=simplify_expr(t.begin), end=simplify_expr(t.end),
-                                      body=_simplify_block(t.body, assigned, namer)) for t in kernel.tasks)
+    bound = simplify_expr if rewrite else (lambda e: e)
+    tasks = tuple(dataclasses.replace(t, begin=bound(t.begin), end=bound(t.end),
+                                      body=_simplify_block(t.body, namer)) for t in kernel.tasks)
     return dataclasses.replace(kernel, tasks=tasks)

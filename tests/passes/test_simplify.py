@@ -99,6 +99,24 @@ def test_expressions_only_a_branch_may_compute_are_not_hoisted():
         "OUT[i] = where(gt(X[i], 0.0:float32), add(exp(X[i]), exp(X[i])), 0.0:float32)"
 
 
+def test_a_dag_in_a_branch_is_computed_up_front_only_when_its_reads_are_made_anyway():
+    def dag(leaf: k.Expr) -> k.Expr:  # h used twice, the product twice: a tree of 7 uses of `leaf`
+        h = k.Unary("exp", leaf, F32)
+        square = b("mul", h, h)
+        return b("add", square, square)
+
+    chosen = k.Ternary("where", b("gt", x, c(0.0), dt.bool_), dag(x), c(0.0), F32)
+    assert golden(k.Store(OUT, (INDEX,), chosen)).splitlines() == [
+        "cse1: float32 = exp(X[i])",  # X[i] is read by the condition anyway
+        "cse0: float32 = mul(cse1, cse1)",
+        "OUT[i] = where(gt(X[i], 0.0:float32), add(cse0, cse0), 0.0:float32)",
+    ]
+    guarded = k.Load(X, (b("add", INDEX, c(1, I64), I64),))  # X[i + 1]: maybe out of bounds
+    chosen = k.Ternary("where", b("lt", INDEX, c(7, I64), dt.bool_), dag(guarded), c(0.0), F32)
+    assert golden(k.Store(OUT, (INDEX,), chosen)) == "OUT[i] = where(lt(i, 7), add(mul(exp(X[add(i, 1)]), " \
+        "exp(X[add(i, 1)])), mul(exp(X[add(i, 1)]), exp(X[add(i, 1)]))), 0.0:float32)"
+
+
 def test_expressions_reading_an_accumulator_are_not_hoisted():
     acc, r = k.Var("acc", F32), k.Var("r")
     delta = b("sub", k.Load(X, (r,)), acc)
