@@ -108,8 +108,8 @@ class TaskWriter(RowLoopWriter, GridWriter):
         self.lanes = plan_lanes(self.row_task) if self.schedule.kind == "grid_rows" else plan_lanes(task)
         rowwise = self.schedule.kind in ("rows", "grid_rows")
         self.caches = plan_row_caches(self.row_task, self.lanes) if self.lanes.loops and rowwise else ()
+        self.loops_by_id: dict[int, k.For] = {}  # the row's lane loops (set by plan_vectors)
         self.vectors = self.plan_vectors() if rowwise else {}
-        self.loops_by_id = getattr(self, "loops_by_id", {})
         # Rows short enough run with their caches in registers (register_row_vectors 4-element
         # vectors a thread, in fixed, fully unrolled loops): see body_with_register_row. Not for
         # grid_rows, whose rows must all reach the blocks' combine.

@@ -123,20 +123,20 @@ class GridWriter:
         `parts` such chunks), thread t on those congruent to t modulo the block size (neighbouring
         threads on neighbouring elements), each thread folding its own in order. The nest's
         indices follow the flat index by carrying digits: no division per element."""
-        last = len(nest) - 1
+        last, ix = len(nest) - 1, self.index  # digits in the index type: every index fits it
         for n, level in enumerate(nest):
-            self.line(f"const long long bz_n{n} = bz_maximum((long long)({self.expr(level.end)}) - "
-                      f"(long long)({self.expr(level.begin)}), 0LL), bz_m{n} = bz_n{n} > 0 ? bz_n{n} : 1;")
-        self.line(f"const long long bz_total = {' * '.join(f'bz_n{n}' for n in range(len(nest)))};")
+            self.line(f"const {ix} bz_n{n} = bz_maximum(({ix})({self.expr(level.end)}) - "
+                      f"({ix})({self.expr(level.begin)}), ({ix})0), bz_m{n} = bz_n{n} > 0 ? bz_n{n} : 1;")
+        self.line(f"const long long bz_total = {' * '.join(f'(long long)bz_n{n}' for n in range(len(nest)))};")
         self.line(f"const long long bz_chunk = ((bz_total + {parts} - 1) / {parts} + blockDim.x - 1) "
                   "/ blockDim.x * blockDim.x;")
         self.line(f"const long long bz_hi = bz_minimum(bz_total, (long long)({part}) * bz_chunk + bz_chunk);")
         self.line(f"long long bz_f = (long long)({part}) * bz_chunk + threadIdx.x, bz_q = bz_f, "
                   "bz_step = blockDim.x;")
         for n in range(last, 0, -1):  # digits of the first index and of the step, innermost first
-            self.line(f"long long bz_d{n} = bz_q % bz_m{n}; bz_q /= bz_m{n};")
-            self.line(f"const long long bz_s{n} = bz_step % bz_m{n}; bz_step /= bz_m{n};")
-        self.line("long long bz_d0 = bz_q; const long long bz_s0 = bz_step;")
+            self.line(f"{ix} bz_d{n} = ({ix})(bz_q % bz_m{n}); bz_q /= bz_m{n};")
+            self.line(f"const {ix} bz_s{n} = ({ix})(bz_step % bz_m{n}); bz_step /= bz_m{n};")
+        self.line(f"{ix} bz_d0 = ({ix})bz_q; const {ix} bz_s0 = ({ix})bz_step;")
         self.line("#pragma unroll 4")
         self.line("for (; bz_f < bz_hi; bz_f += blockDim.x) {")
         self.depth += 1
@@ -146,7 +146,7 @@ class GridWriter:
         self.loop_depth += 1
         self.block(nest[-1].body)
         self.loop_depth -= 1
-        self.line("bool bz_carry = false;")
+        self.line(f"{ix} bz_carry = 0;")
         for n in range(last, 0, -1):
             self.line(f"bz_d{n} += bz_s{n} + bz_carry; bz_carry = bz_d{n} >= bz_n{n}; "
                       f"if (bz_carry) bz_d{n} -= bz_n{n};")

@@ -181,6 +181,13 @@ def _bounds(task: k.Task, schedule: TaskSchedule) -> list[k.Expr]:
     return schedule_bounds(task, schedule.kind, schedule.kind == "rows" and schedule.splittable)
 
 
+def launch_text(planned: PlannedLaunch, block: int) -> str:
+    """One line for BRAZE_DUMP=launch_params: the task, its schedule and its launch."""
+    lanes, cached, *_ = planned.scalars
+    return (f"{planned.task.name}: {planned.task.schedule.kind} range=[{planned.begin}, {planned.end}) "
+            f"grid={planned.grid} block={block} shared={planned.shared} lanes={lanes} cached_row={cached}")
+
+
 class CudaExecutor:
     """Launches every task of one compiled kernel, in order, on one device and stream."""
 
@@ -234,7 +241,10 @@ class CudaExecutor:
 
     def plan(self, scalars: dict[str, int], stream: int) -> list[PlannedLaunch]:
         """Each task's launch for the extents in `scalars` (tasks over nothing are left out)."""
-        return [p for p in (self._plan_task(task, scalars, stream) for task in self.tasks) if p is not None]
+        planned = [p for p in (self._plan_task(task, scalars, stream) for task in self.tasks) if p is not None]
+        if config.dumping("launch_params"):
+            config.dump("launch_params", "\n".join(launch_text(p, self.block) for p in planned))
+        return planned
 
     def _plan_task(self, task: _TaskLaunch, scalars: dict[str, int], stream: int) -> PlannedLaunch | None:
         begin, end, *extents = task.bounds(scalars)

@@ -99,6 +99,15 @@ def test_rows_of_one_loop_nest_over_several_blocks(shape, axes):
     assert again.tobytes() == total.tobytes()
 
 
+def test_launch_params_name_each_schedule(capsys):
+    x = cuda_tensor((4096, 512))
+    with config.scope(dump="launch_params"):
+        run(lambda t: [bz.ops.sum(t, axes=[0]), bz.ops.sum(t)], x)
+    err = capsys.readouterr().err
+    assert "===== braze dump: launch_params =====" in err
+    assert ": columns range=[0, 512) grid=" in err and ": flat range=[0, 1) grid=" in err
+
+
 @pytest.mark.parametrize("shape", [(8192, 1024), (1, 9), (1000, 33), (3, 70001)], ids=str)
 def test_var_and_mean_over_axis_0(shape):
     x = cuda_tensor(shape) + 3.0

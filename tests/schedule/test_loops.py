@@ -88,3 +88,24 @@ def test_the_scheduler_params_dump_shows_heuristics_and_loops(capsys):
         f.execute([np.ones((2, 3), np.float32)])
     err = capsys.readouterr().err
     assert "normalization loop_order=(0, 1) loops=[i0{blockIdx.x}, i1{vectorize}]" in err
+
+
+@pytest.mark.parametrize("gpu, text, vectorized", [(False, "[i0{blockIdx.x}, i1{vectorize}]", True),
+                                                   (True, "[merge(i0, i1){blockIdx.x}]", False)])
+def test_a_middle_axis_sum_on_a_gpu_merges_every_output_axis(gpu, text, vectorized):
+    # sum over axis 1 of [A, B, C]: on a GPU every output index is a task index (an outer
+    # reduction's column), not C of them in a loop inside each of A tasks.
+    f = _fusion(3, lambda t: bz.ops.sum(t, axes=[1]))
+    plan = schedule.plan(f, set(), gpu=gpu)
+    (heuristics,), (loops,) = plan.heuristics, plan.loops
+    assert heuristics.vectorize == vectorized and loops.text() == text and loops.vectorized == vectorized
+    (task,) = lower(f, plan.writes, plan.scheduled, {}, "middle")[0].tasks
+    assert any(isinstance(s, k.For) for s in task.body)  # the reduced axis, inside each task index
+    if gpu:  # both output indices decomposed from the task index, no loop over C
+        assert not any(isinstance(s, k.For) and s.vectorize for s in task.body)
+
+
+def test_softmax_keeps_its_vectorized_row_on_a_gpu():
+    f = _fusion(2, lambda t: bz.ops.softmax(t, axis=-1))
+    (loops,) = schedule.plan(f, set(), gpu=True).loops
+    assert loops.vectorized
