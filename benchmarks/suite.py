@@ -41,6 +41,15 @@ RESULTS = Path(__file__).parent / "results"
 ROTATE_L2S = 3  # inputs smaller than this many L2 caches are rotated over copies, so each call reads DRAM
 
 
+def guarded(case: Case, row_of) -> dict:
+    """row_of(case), or a row saying why the case could not even be set up (its inputs did not fit, say)."""
+    try:
+        return row_of(case)
+    except Exception as e:  # noqa: BLE001  (the suite goes on with the next case)
+        return {"case": case.name, "fusion": case.title, "dtype": case.dtype, "shape": [], "bytes": 0,
+                "braze": failed(e)}
+
+
 # --- the CPU section ---------------------------------------------------------------------------------
 def numpy_peer(p: Prepared):
     """case.math in NumPy, floats in float32 (bfloat16 upcast first), outputs cast to braze's dtypes; the
@@ -82,7 +91,7 @@ def run_cpu(cases: list[Case], mode: str, repeats: int) -> dict:
     copy = cpu_copy_gbps((16 if mode == "quick" else 256) << 20)
     rows = []
     for case in cases:
-        rows.append(cpu_row(Prepared(case, mode), repeats))
+        rows.append(guarded(case, lambda c: cpu_row(Prepared(c, mode), repeats)))
         print(suite_report.progress(rows[-1], ("braze", "numpy")), flush=True)
     return {"device": f"CPU ({os.cpu_count()} cores)", "copy_gbps": copy, "rows": rows}
 
@@ -149,7 +158,8 @@ def run_gpu(cases: list[Case], mode: str, repeats: int, jax) -> dict:
     l2_bytes = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)
     rows = []
     for case in cases:
-        rows.append(gpu_row(Prepared(case, mode), torch, gpu, PEERS.get(case.name), jax, l2_bytes, repeats))
+        rows.append(guarded(case, lambda c: gpu_row(Prepared(c, mode), torch, gpu, PEERS.get(c.name), jax,
+                                                    l2_bytes, repeats)))
         print(suite_report.progress(rows[-1], ("braze", "torch", "torch_compile", "jax")), flush=True)
         print("row " + json.dumps(rows[-1]), file=sys.stderr, flush=True)  # kept if the run is cut short
         gc.collect()

@@ -20,7 +20,7 @@ def cell_text(row: dict, key: str) -> str:
     cell = row.get(key)
     if cell is None:
         return "-"
-    return f"{cell['gbps']:.0f}" if cell["status"] == "ok" else cell["status"]
+    return f"{cell['gbps']:.3g}" if cell["status"] == "ok" else cell["status"]
 
 
 def progress(row: dict, keys: tuple[str, ...]) -> str:

@@ -12,6 +12,16 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from braze.errors import CompileError
 
 BATCH = 60
+# NVRTC errors of known bugs, each with the xfail test that holds its smallest program: a generated
+# program that hits one is counted, not failed, so the rest of the space stays tested.
+KNOWN_BUGS = {
+    "has already been declared in the current scope":
+        "tests/engine/test_fuzz_fusions.py::test_two_row_sums_of_related_values_compile_for_cuda",
+}
+
+
+def known_bug(message: str) -> str | None:
+    return next((test for text, test in KNOWN_BUGS.items() if text in message), None)
 
 
 def renamed(body: str, functions: tuple[str, ...], suffix: str) -> str:
@@ -43,6 +53,10 @@ def compile_batch(batch: list[tuple[str, str]]) -> list[str]:
         return failures
 
 
+def unknown(failures: list[str]) -> list[str]:
+    return [failure for failure in failures if known_bug(failure) is None]
+
+
 class CudaBatches:
     """Collects (program listing, CudaSource) pairs and compiles them as they come, in batches."""
 
@@ -68,7 +82,7 @@ class CudaBatches:
             self.pending = []
 
     def finish(self) -> list[str]:
-        """Waits for every batch; the failures, each with its program."""
+        """Waits for every batch; the failures, each with its program (known bugs among them)."""
         self.flush()
         try:
             return [failure for future in self.futures for failure in future.result()]

@@ -386,7 +386,10 @@ class RandomFusion:
             axes = None
         else:
             axes = sorted(self.draw(st.sets(st.integers(0, x.tv.ndim - 1), min_size=1)))
-        keepdim = self.coin()
+        return self.reduced(x, axes, self.coin())
+
+    @staticmethod
+    def reduced(x: Node, axes: list[int] | None, keepdim: bool) -> tuple[list[int] | None, bool, int, tuple]:
         reduced = range(x.tv.ndim) if axes is None else axes
         n = math.prod(x.shape[a] for a in reduced)
         shape = tuple(1 if a in reduced else e for a, e in enumerate(x.shape) if keepdim or a not in reduced)
@@ -397,7 +400,10 @@ class RandomFusion:
         x = self.pick(lambda n: n.tv.ndim > 0 and (n.exact or name not in ("any", "all", "argmax", "argmin")))
         if x is None:
             return None
-        axes, keepdim, n, shape = self.axes(x)
+        return self.reduce(name, x, *self.axes(x))
+
+    def reduce(self, name: str, x: Node, axes, keepdim: bool, n: int, shape: tuple) -> Node | None:
+        """x reduced by `name` over `axes` (n elements each), its result `shape`, with its bounds."""
         if n == 0 and name in ("mean", "var"):  # NaN: 0 / 0
             return None
         b, e = x.bound, x.err
@@ -430,9 +436,34 @@ class RandomFusion:
             bound = 4 * b * b * factor
             err = 0.0 if x.exact and n == 1 else 8 * b * e * factor + 4 * n * acc * bound
         tv = getattr(bz.ops, name)(x.tv, axes=axes, keepdim=keepdim, **attrs)
-        return self.add(tv, shape, bound, err, f"bz.ops.{name}({x.name}, {text})")
+        node = self.add(tv, shape, bound, err, f"bz.ops.{name}({x.name}, {text})")
+        if node is None or not keepdim or x.kind != "f" or node.kind != "f" or not self.coin(0.4):
+            return node
+        # Broadcast back over what was reduced, as a normalization does: rows kept on chip, several
+        # reductions of related values in one kernel.
+        return self.ew("sub", [x, node], x.bound + node.bound, x.err + node.err)
+
+    def moments(self) -> Node | None:
+        """A norm backward's dx: g - mean(g) - x * mean(g * x) over random axes, g = x * y: two
+        reductions of related values broadcast back into one output."""
+        x = self.pick(lambda n: n.kind == "f" and n.tv.ndim > 0 and n.numel > 0)
+        if x is None:
+            return None
+        y = self.pick(lambda n: n.kind == "f" and n is not x and broadcast_shape([x, n]) == x.shape) or x
+        axes = sorted(self.draw(st.sets(st.integers(0, x.tv.ndim - 1), min_size=1)))
+        g = self.ew("mul", [x, y], x.bound * y.bound, y.bound * x.err + x.bound * y.err + x.err * y.err)
+        gx = g and self.ew("mul", [g, x], g.bound * x.bound, x.bound * g.err + g.bound * x.err + g.err * x.err)
+        m1 = gx and self.reduce("mean", g, *self.reduced(g, axes, True))
+        m2 = m1 and self.reduce("mean", gx, *self.reduced(gx, axes, True))
+        centered = m2 and self.ew("sub", [g, m1], g.bound + m1.bound, g.err + m1.err)
+        scaled = centered and self.ew("mul", [x, m2], x.bound * m2.bound,
+                                      m2.bound * x.err + x.bound * m2.err + x.err * m2.err)
+        return scaled and self.ew("sub", [centered, scaled], centered.bound + scaled.bound,
+                                  centered.err + scaled.err)
 
     def composite(self) -> Node | None:
+        if self.coin(0.4):
+            return self.moments()
         name = self.choice(["softmax", "log_softmax", "layer_norm", "rms_norm"])
         x = self.pick(lambda n: n.tv.ndim > 0 and n.kind != "b" and (n.exact or "norm" not in name)
                       and ("norm" in name or self.exp_nesting(n) < MAX_EXP_NESTING))
@@ -560,7 +591,7 @@ class RandomFusion:
         for _ in range(steps):
             if reductions < max_reductions and self.coin(reduction_odds):
                 reductions += 1
-                kind = "composite" if self.coin(0.2) else "reduction"
+                kind = "composite" if self.coin(0.3) else "reduction"
             else:
                 kind = self.choice(["unary"] * 4 + ["binary"] * 5 + ["ternary", "cast"] + ["view"] * 5)
             getattr(self, kind)()

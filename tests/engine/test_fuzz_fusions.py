@@ -25,7 +25,7 @@ import pytest
 from fuzz_values import ALL, check_output, describe
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from nvrtc_batches import CudaBatches
+from nvrtc_batches import CudaBatches, compile_sources, renamed, unknown
 from random_fusions import RandomFusion
 
 import braze as bz
@@ -33,9 +33,10 @@ from braze import config, engine
 from braze import dtypes as dt
 from braze.runtime import cuda_driver, nvrtc
 
-# Programs a run: 2 x LLVM_EXAMPLES on llvm (their CUDA compiled too) + NVRTC_EXAMPLES compiled only.
+# Programs a run: 2 x LLVM_EXAMPLES on llvm (their CUDA compiled too) + NVRTC_EXAMPLES compiled only: 2,060
+# (GPU_EXAMPLES more on a GPU, each compiled optimized and run).
 # BRAZE_FUZZ_EXAMPLES=llvm,nvrtc,gpu changes the counts (a longer hunt, or a quick look).
-EXAMPLES = os.environ.get("BRAZE_FUZZ_EXAMPLES", "330,1400,400")
+EXAMPLES = os.environ.get("BRAZE_FUZZ_EXAMPLES", "330,1400,200")
 LLVM_EXAMPLES, NVRTC_EXAMPLES, GPU_EXAMPLES = (int(n) for n in EXAMPLES.split(","))
 batches: CudaBatches | None = None  # where the running test sends each program's CUDA
 
@@ -48,12 +49,18 @@ def compiling_cuda() -> Iterator[CudaBatches | None]:
     batches = CudaBatches() if nvrtc.available() else None
     try:
         yield batches
+    except BaseException:
+        if batches is not None:  # the test failed already: what is still queued need not compile
+            batches.pool.shutdown(cancel_futures=True)
+        raise
     finally:
         collected, batches = batches, None
     if collected is not None:
         failures = collected.finish()
-        sys.stderr.write(f"\nNVRTC compiled the CUDA of {collected.programs} random programs\n")
-        assert not failures, f"{len(failures)} programs NVRTC rejects:\n\n" + "\n\n".join(failures[:3])
+        new = unknown(failures)
+        sys.stderr.write(f"\nNVRTC compiled the CUDA of {collected.programs} random programs; "
+                         f"{len(failures) - len(new)} hit a known bug (KNOWN_BUGS)\n")
+        assert not new, f"{len(new)} programs NVRTC rejects:\n\n" + "\n\n".join(new[:3])
 
 
 def listing_of(program: RandomFusion, inputs: list) -> str:
@@ -68,14 +75,14 @@ def run_compiled(f: bz.Fusion, inputs: list, backend: str) -> tuple[list, bz.rec
         return f.execute(inputs, backend="llvm"), rec
 
 
-def check_against_reference(program: RandomFusion, inputs: list, backend: str, attempt: int) -> object:
+def check_against_reference(program: RandomFusion, inputs: list, backend: str, attempt: int) -> None:
     f = program.f
     try:
         want = f.execute(inputs, backend="reference")
-    except bz.InputError as expected:  # max of nothing, say: the compiled backend must refuse too
+    except bz.InputError:  # max of nothing, say: the compiled backend must refuse too
         with pytest.raises(bz.Error):
             run_compiled(f, inputs, backend)
-        return expected
+        return
     got, rec = run_compiled(f, inputs, backend)
     assert len(got) == len(want) == len(program.outputs)
     for i, (node, g, w) in enumerate(zip(program.outputs, got, want)):
@@ -260,3 +267,17 @@ def test_float64_to_float16_cast_on_the_cpu(tmp_path):
     env = {**os.environ, "BRAZE_CACHE_DIR": str(tmp_path)}
     run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, f"exit status {run.returncode}: {run.stderr[-2000:]}"
+
+
+@pytest.mark.skipif(not nvrtc.available(), reason="NVRTC is not installed")
+@pytest.mark.xfail(strict=True, reason="CUDA codegen declares a reduction's loop variables twice when two row "
+                                       "reductions of related values broadcast back into one output (NVRTC: "
+                                       "'g1_r7' has already been declared); layer_norm backward hits it")
+def test_two_row_sums_of_related_values_compile_for_cuda():
+    with bz.Fusion() as f:
+        x, y = f.define_tensor((-1, -1)), f.define_tensor((-1, -1))
+        g = x * y
+        f.add_output(g.sum(-1, keepdim=True) + x * (g * x).sum(-1, keepdim=True))
+    a = np.ones((5, 7), np.float32)
+    source = engine.cuda_source(f, [a, a])
+    compile_sources([renamed(source.body, source.functions, "k")])
