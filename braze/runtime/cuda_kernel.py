@@ -24,7 +24,7 @@ from braze.runtime import cuda_driver as cuda
 from braze.runtime import disk_cache, elf, nvrtc
 from braze.runtime.compiled_kernel import CompileParams
 from braze.runtime.executor import host_function
-from braze.runtime.record import Launch, dump_launch, note_compile, note_launch, profiling, recording
+from braze.runtime.record import Launch, dump_kernel_args, note_compile, note_launch, profiling, recording
 
 # (device, cubin digest, functions) -> module. Modules are never unloaded (a launch queued on a stream
 # may still run their code), so a kernel compiled again after its last user went loads nothing new.
@@ -229,10 +229,9 @@ class CudaExecutor:
         params = ctypes.addressof(pointers)
         for planned in self.plan(scalars, stream):
             launch_scalars[:] = planned.scalars
-            if config.current.dump:
-                dump_launch(Launch(self.kernel.name, planned.task.name, planned.begin, planned.end, planned.grid),
-                            block, ArgLayout.of(self.kernel.params).slots,
-                            f" of {self.block} threads, {planned.shared} bytes of shared memory")
+            if config.current.dump:  # launch_params: plan() wrote each launch
+                dump_kernel_args(Launch(self.kernel.name, planned.task.name, planned.begin, planned.end,
+                                        planned.grid), block, self.layout.slots)
             if recording():
                 self._recorded_launch(planned, params, stream, block)
             else:

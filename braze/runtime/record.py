@@ -98,14 +98,21 @@ def note_entry(what: str) -> None:
         recording.entries.append(what)
 
 
-def dump_launch(launch: Launch, block: object, slots: dict[str, int], threads: str = "") -> None:
-    """`BRAZE_DUMP=launch_params` and `kernel_args` for a launch outside a cached call: its index range
-    and grid, and the argument block slot by slot (a parameter's name at its first slot)."""
+def dump_launch(launch: Launch, block: object, slots: dict[str, int]) -> None:
+    """`BRAZE_DUMP=launch_params` and `kernel_args` for a CPU launch outside a cached call: its index
+    range and the threads it ran on, and the argument block slot by slot."""
     from braze import config
 
     if config.dumping("launch_params"):
         config.dump("launch_params", f"{launch.kernel}.{launch.task}: [{launch.begin}, {launch.end}) over "
-                                     f"{launch.chunks} {'blocks' if threads else 'chunks'}{threads}")
+                                     f"{launch.chunks} chunk(s)")
+    dump_kernel_args(launch, block, slots)
+
+
+def dump_kernel_args(launch: Launch, block: object, slots: dict[str, int]) -> None:
+    """`BRAZE_DUMP=kernel_args`: a launch's argument block slot by slot (a parameter's name at its first)."""
+    from braze import config
+
     if config.dumping("kernel_args"):
         names = {slot: name for name, slot in slots.items()}
         lines = [f"  {n:3d} {int(value):#x}{'  ' + names[n] if n in names else ''}" for n, value in enumerate(block)]
