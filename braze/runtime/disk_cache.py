@@ -1,4 +1,4 @@
-"""The disk cache of compiled kernels (DESIGN section 6).
+"""The disk cache of compiled kernels (docs/architecture.md, "Runtime").
 
 Keys are sha256 hashes of named parts: the source, the compile params, the toolchain and a hash
 of braze's own source. The cache holds native code braze will run, so it is trusted exactly like

@@ -1,5 +1,5 @@
 """A small reader of ELF objects: enough to check a disk cache entry before any code in it is
-mapped (DESIGN section 6).
+mapped (docs/architecture.md, "Runtime").
 
 CPU kernels and host functions are cached as ELF relocatable objects for the host, CUDA kernels as
 cubins (ELF executables for the CUDA machine). A payload is accepted only when it is a 64-bit
