@@ -24,6 +24,7 @@ from braze.codegen.cuda_plan import (
 )
 from braze.dtypes import DType
 from braze.kir import nodes as k
+from braze.passes.simplify import map_children
 
 C_TYPE = {"bool": "bool", "int8": "signed char", "int32": "int", "int64": "long long", "float16": "__half",
           "bfloat16": "__nv_bfloat16", "float32": "float", "float64": "double"}
@@ -90,11 +91,24 @@ class RowLoopWriter:
             terms.append(f"(({self.expr(other.end)}) % 4 == 0)")
             vector = self.vectors[id(other)]
             for access in (*vector.loads, *vector.stores):
-                start = replace_var_in_access(access, other.var, k.Const(0, other.var.dtype))
+                start = tuple(self.inlined(i) for i in replace_var_in_access(access, other.var,
+                                                                            k.Const(0, other.var.dtype)))
                 address = f"&{self.pointer(access.param)}[{self.offset(access.param, start)}]"
                 mask = VECTOR_ALIGNMENT[access.param.dtype.name] - 1
                 terms.append(f"((reinterpret_cast<unsigned long long>({address}) & {mask}) == 0)")
         return terms
+
+    def inlined(self, e: k.Expr) -> k.Expr:
+        """`e` with the task's row-level constants (a `Let` never assigned again, such as a flipped
+        row's index) replaced by their values: a condition tested before the loops may read a value
+        the task declares only between them."""
+        if "row_constants" not in self.__dict__:
+            assigned = {s.var for s in walk(self.task.body) if isinstance(s, k.Assign)}
+            self.row_constants = {s.var: s.value for s in self.task.body
+                                  if isinstance(s, k.Let) and s.var not in assigned}
+        if isinstance(e, k.Var) and e in self.row_constants:
+            return self.inlined(self.row_constants[e])
+        return map_children(e, self.inlined)
 
     # --- rows held in registers ------------------------------------------------------------------
     def cache_loops(self) -> list[int]:

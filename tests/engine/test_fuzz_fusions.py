@@ -31,6 +31,7 @@ from random_fusions import RandomFusion
 import braze as bz
 from braze import config, engine
 from braze import dtypes as dt
+from braze.codegen.cuda import with_prelude
 from braze.runtime import cuda_driver, nvrtc
 
 # Programs a run: 2 x LLVM_EXAMPLES on llvm (their CUDA compiled too) + NVRTC_EXAMPLES compiled only: 2,060
@@ -184,6 +185,21 @@ def test_random_fusions_on_the_gpu_match_the_reference():
     _on_the_gpu()
 
 
+@pytest.mark.skipif(not nvrtc.available(), reason="NVRTC is not installed")
+def test_a_register_row_condition_reads_no_value_declared_later():
+    """Two column means of a row and its flipped copy: the register path's 16-byte condition, tested
+    before the row's loops, once read the flipped row's index before the task declared it."""
+    with bz.Fusion() as f:
+        x = f.define_tensor(shape=(-1, -1), dtype=bz.float16)
+        product = x * bz.ops.flip(x, [1])
+        cubed = product * x
+        f.add_output(product - bz.ops.mean(product, axes=[0], keepdim=True))
+        f.add_output(cubed - bz.ops.mean(cubed, axes=[0], keepdim=True), stride_order=(0, 1))
+    columns_broadcast = np.lib.stride_tricks.as_strided(np.zeros(3, np.float16), (3, 3), (2, 0))
+    source = engine.cuda_source(f, [columns_broadcast])
+    nvrtc.compile_ptx(with_prelude(source.body), "register_row", "sm_90", ("-G",))
+
+
 # --- regressions: what the fuzzer found --------------------------------------------------------------
 def test_where_with_a_bfloat16_condition():
     """where's condition is cast to bool before the select (LLVM once got `fcmp une i16`)."""
@@ -270,10 +286,9 @@ def test_float64_to_float16_cast_on_the_cpu(tmp_path):
 
 
 @pytest.mark.skipif(not nvrtc.available(), reason="NVRTC is not installed")
-@pytest.mark.xfail(strict=True, reason="CUDA codegen declares a reduction's loop variables twice when two row "
-                                       "reductions of related values broadcast back into one output (NVRTC: "
-                                       "'g1_r7' has already been declared); layer_norm backward hits it")
 def test_two_row_sums_of_related_values_compile_for_cuda():
+    """CUDA codegen once declared a reduction's loads twice when two row reductions of related values
+    broadcast back into one output (NVRTC: 'g1_r7' has already been declared), as layer_norm backward does."""
     with bz.Fusion() as f:
         x, y = f.define_tensor((-1, -1)), f.define_tensor((-1, -1))
         g = x * y
