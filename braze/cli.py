@@ -133,6 +133,8 @@ def backend_status() -> dict[str, tuple[bool, str]]:
 def info(args: argparse.Namespace) -> int:
     from braze.runtime import nvrtc
 
+    if args.knobs:
+        return knobs()
     packages = ["braze", "numpy", "llvmlite", "ml_dtypes", "cuda-bindings", "nvidia-cuda-nvrtc", "torch", "cupy"]
     rows = [[p, _version(p)] for p in packages]
     rows += [["NVRTC", ".".join(map(str, nvrtc.version())) if nvrtc.available() else "not found"]]
@@ -142,6 +144,19 @@ def info(args: argparse.Namespace) -> int:
              ["cache folder", str(config.current.cache_dir)], ["python", sys.version.split()[0]]]
     print(_table(["item", "value"], rows, numbers=False))
     return 0
+
+
+def knobs() -> int:
+    """Every environment variable braze reads, its value in this process, and what it does."""
+    rows = [[k.env, _knob_value(getattr(config.current, k.field)), k.help] for k in config.KNOBS]
+    print(_table(["variable", "value here", "what it does"], rows, numbers=False))
+    return 0
+
+
+def _knob_value(value: object) -> str:
+    if isinstance(value, frozenset):
+        return ",".join(sorted(value)) or "(none)"
+    return str(value)
 
 
 def cache(args: argparse.Namespace) -> int:
@@ -174,8 +189,10 @@ def main(argv: list[str] | None = None) -> int:
                              help="backend to run on (default: the GPU when there is one, then the CPU)")
     demo_parser.add_argument("--no-compile", action="store_true", help="leave torch.compile out of the GPU table")
     demo_parser.set_defaults(run=demo)
-    commands.add_parser("info", help="show versions, which backends are usable here (and why not), the cache folder",
-                        ).set_defaults(run=info)
+    info_parser = commands.add_parser("info", help="show versions, which backends are usable here (and why not), "
+                                                   "the cache folder")
+    info_parser.add_argument("--knobs", action="store_true", help="list the BRAZE_* environment variables instead")
+    info_parser.set_defaults(run=info)
     cache_parser = commands.add_parser("cache", help="show or clear the disk cache of compiled kernels")
     actions = cache_parser.add_subparsers(dest="action", metavar="{show,clear}")
     actions.add_parser("show", help="print the cache folder, its entries, their bytes and the size cap (the default)")

@@ -140,3 +140,11 @@ def test_every_cache_action_has_help(capsys):
         cli.main(["cache", "--help"])
     text = capsys.readouterr().out
     assert re.search(r"show\s+print the cache folder", text) and re.search(r"clear\s+remove every entry", text)
+
+
+def test_info_lists_every_knob(capsys):
+    from braze import cli, config
+
+    assert cli.main(["info", "--knobs"]) == 0
+    out = capsys.readouterr().out
+    assert all(k.env in out and k.help.split(":")[0] in out for k in config.KNOBS)
