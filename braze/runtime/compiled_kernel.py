@@ -29,7 +29,26 @@ class CompileParams:
     fast_math: bool = False
 
 
-class CompiledKernel:
+class CompilesOnce:
+    """A compiled kernel's `compile()`: the binary is filled once, under the kernel's own lock,
+    whichever of the threads racing on a first call asks first; later calls take no lock."""
+
+    binary: bytes | None
+    _lock: threading.Lock
+
+    def compile(self):
+        """Fills `binary` from the disk cache or by compiling, once; returns the kernel."""
+        if self.binary is None:
+            with self._lock:
+                if self.binary is None:
+                    self._compile()
+        return self
+
+    def _compile(self) -> None:
+        raise NotImplementedError
+
+
+class CompiledKernel(CompilesOnce):
     """One kernel compiled for the CPU (LLVM); `functions[i]` runs task i over [lo, hi).
 
     Threads share it: it compiles and loads once, under its own lock, and its loaded code lives as
@@ -50,14 +69,6 @@ class CompiledKernel:
     def cache_key(self) -> str:
         return disk_cache.cache_key(source=self.source, params=self.params, toolchain=cpu.toolchain_id(),
                                     braze=disk_cache.braze_source_hash())
-
-    def compile(self) -> CompiledKernel:
-        """Fills `binary` from the disk cache or by compiling, once, whichever thread asks first."""
-        if self.binary is None:
-            with self._lock:
-                if self.binary is None:
-                    self._compile()
-        return self
 
     def _compile(self) -> None:
         if config.dumping("kernel_ir"):

@@ -22,7 +22,7 @@ from braze.kir import kernel_text
 from braze.kir import nodes as k
 from braze.runtime import cuda_driver as cuda
 from braze.runtime import disk_cache, elf, nvrtc
-from braze.runtime.compiled_kernel import CompileParams
+from braze.runtime.compiled_kernel import CompileParams, CompilesOnce
 from braze.runtime.executor import host_function
 from braze.runtime.record import Launch, dump_kernel_args, note_compile, note_launch, profiling, recording
 
@@ -58,7 +58,7 @@ MIN_COLUMNS_PER_BLOCK = 8
 REDUCTION_ELEMENTS_PER_THREAD = 16
 
 
-class CudaCompiledKernel:
+class CudaCompiledKernel(CompilesOnce):
     """One kernel compiled to a cubin for one architecture; no execution state. Threads share it:
     it compiles once and loads once per device, under its own lock."""
 
@@ -85,14 +85,6 @@ class CudaCompiledKernel:
     def options(self) -> tuple[str, ...]:
         opts = ("--use_fast_math",) if self.params.fast_math else ()
         return opts + ((f"--maxrregcount={self.params.max_registers}",) if self.params.max_registers else ())
-
-    def compile(self) -> CudaCompiledKernel:
-        """Fills `binary` from the disk cache or through NVRTC, once, whichever thread asks first."""
-        if self.binary is None:
-            with self._lock:
-                if self.binary is None:
-                    self._compile()
-        return self
 
     def _compile(self) -> None:
         if config.dumping("kernel_ir"):

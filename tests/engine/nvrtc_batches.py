@@ -14,10 +14,7 @@ from braze.errors import CompileError
 BATCH = 60
 # NVRTC errors of known bugs, each with the xfail test that holds its smallest program: a generated
 # program that hits one is counted, not failed, so the rest of the space stays tested.
-KNOWN_BUGS = {
-    "has already been declared in the current scope":
-        "tests/engine/test_fuzz_fusions.py::test_two_row_sums_of_related_values_compile_for_cuda",
-}
+KNOWN_BUGS: dict[str, str] = {}
 
 
 def known_bug(message: str) -> str | None:

@@ -7,28 +7,15 @@ every core; any kernel of a failing batch is compiled alone to name it."""
 from __future__ import annotations
 
 import os
-import re
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import oracle
 import pytest
+from engine.nvrtc_batches import compile_sources, renamed  # shared with the fusion fuzzer
 
 BATCH = 100
-
-
-def _renamed(body: str, functions: tuple[str, ...], suffix: str) -> str:
-    for name in functions:
-        body = re.sub(rf"\b{re.escape(name)}\b", f"{name}_{suffix}", body)
-    return body
-
-
-def _compile(bodies: list[str]) -> None:
-    from braze.codegen.cuda import with_prelude
-    from braze.runtime import nvrtc
-
-    nvrtc.compile_ptx(with_prelude("\n".join(bodies)), "op_suite", "sm_90", ("-G",))
 
 
 def _failures(cases: list[tuple[str, str]]) -> list[str]:
@@ -37,7 +24,7 @@ def _failures(cases: list[tuple[str, str]]) -> list[str]:
     found = []
     for test, body in cases:
         try:
-            _compile([body])
+            compile_sources([body])
         except CompileError as e:
             found.append(f"{test}:\n{e}")
     return found
@@ -52,13 +39,13 @@ def compile_collected_cuda():
 
     unique: dict[str, tuple[str, str]] = {}
     for test, source in oracle.CUDA_SOURCES:
-        unique.setdefault(source.body, (test, _renamed(source.body, source.functions, f"k{len(unique)}")))
+        unique.setdefault(source.body, (test, renamed(source.body, source.functions, f"k{len(unique)}")))
     cases = list(unique.values())
     batches = [cases[start:start + BATCH] for start in range(0, len(cases), BATCH)]
 
     def check(batch) -> list[str]:
         try:
-            _compile([f"// {test}\n{body}" for test, body in batch])
+            compile_sources([f"// {test}\n{body}" for test, body in batch])
             return []
         except CompileError:
             return _failures(batch)
