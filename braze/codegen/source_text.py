@@ -6,7 +6,7 @@ import dataclasses
 
 
 class CudaSourceText(str):
-    """The generated kernels (one `__global__` per task), as text: `print(step.cuda_source(x))` shows them.
+    """The generated kernels (one `__global__` per task), as text: printing `step.cuda_source(x)` shows them.
 
     The string is the generated code without the prelude, as `BRAZE_DUMP=cuda_kernel` prints it;
     `.text` is the whole translation unit NVRTC compiles (the prelude first). Every field of the

@@ -259,19 +259,12 @@ def test_pointwise_grids_cover_large_problems_a_few_elements_a_thread(n: int) ->
 @pytest.mark.parametrize("library", ["torch", "device_array"])
 @pytest.mark.parametrize("shape", [(2, 3, 5), (1, 7, 4), (3, 0, 2)])
 def test_split_and_merge_layouts_on_the_gpu(library: str, shape: tuple[int, ...]) -> None:
-    from host.test_host_program import LAYOUTS
+    from host.test_host_program import LAYOUTS, layout_fusion
 
     rng = np.random.default_rng(sum(shape))
     a, b = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
     for layout in LAYOUTS:
-        with bz.Fusion() as f:
-            x = f.define_tensor((-1, -1, -1), name="x")
-            y = f.define_tensor((-1, -1, -1), name="y")
-            out = bz.ops.exp(x) * y + 1
-            domain = layout(out)
-            if domain is not None:
-                out.set_allocation_domain(domain)
-            f.add_output(out)
+        f = layout_fusion(layout)
         (want,) = f.execute([a, b], backend="reference")
         with config.scope(enable="poison_outputs"):
             if library == "torch":
