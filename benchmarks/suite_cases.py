@@ -426,9 +426,9 @@ def _group_norm(xp, x, w, b):
     return [y * w[:, None, None] + b[:, None, None]]
 
 
-# The CPU shape is small: braze's llvm backend recomputes each group's statistics per element here
-# (tests/test_benchmark_suite.py::test_group_norm_through_a_reshape_runs_in_linear_time).
-@case("group_norm", f"group_norm ({GROUPS} groups)", "float32", (16, 512, 64, 64), (2, 64, 16, 16),
+# tests/test_benchmark_suite.py::test_group_norm_through_a_reshape_runs_in_linear_time keeps this case
+# linear in its size (the group statistics are computed once, not per element).
+@case("group_norm", f"group_norm ({GROUPS} groups)", "float32", (16, 512, 64, 64), (8, 64, 32, 32),
       (2, 64, 3, 5), _channel_inputs, _group_norm)
 def _group_norm_fusion(f, shape, dtype):
     x = _input(f, (-1, shape[1], -1, -1), dtype, "x")

@@ -41,6 +41,29 @@ def free_vars(e: k.Expr, memo: dict | None = None) -> frozenset[k.Var]:
     return found
 
 
+def read_whole(e: k.Expr, memo: dict | None = None) -> frozenset[k.Var]:
+    """The variables `e` reads other than through the dividend of a floor division. Under `v // n`
+    neighbouring values of `v` share a result: a value whose index reads an element index only so
+    (a group's statistics indexed through a reshape) is the same for a run of elements."""
+    memo = {} if memo is None else memo
+    found = memo.get(e)
+    if found is not None:
+        return found
+    if isinstance(e, k.Var):
+        found = frozenset((e,))
+    elif isinstance(e, k.Binary) and e.op == "floordiv" and not (isinstance(e.b, k.Const) and e.b.value == 1):
+        found = read_whole(e.b, memo)
+    else:
+        found = frozenset()
+        for name in getattr(e, "__dataclass_fields__", {}):
+            child = getattr(e, name)
+            for c in child if isinstance(child, tuple) else (child,):
+                if isinstance(c, k.Expr):
+                    found |= read_whole(c, memo)
+    memo[e] = found
+    return found
+
+
 class ScopeStack:
     """The scopes from the task down to the current statement list."""
 
@@ -48,6 +71,7 @@ class ScopeStack:
         self.scopes: list[Scope] = []
         self._names = 0
         self._free_vars: dict[k.Expr, frozenset[k.Var]] = {}
+        self._read_whole: dict[k.Expr, frozenset[k.Var]] = {}
 
     def needed(self, exprs: tuple[k.Expr, ...]) -> frozenset[k.Var]:
         """The variables `exprs` read."""
@@ -84,7 +108,11 @@ class ScopeStack:
         """Whether a value of `exprs`, emitted at `depth`, would run again for elements that differ
         only in an index it does not read (a per-element recomputation of a reduction)."""
         needed = self.needed(exprs)
-        return any(scope.iteration - needed for scope in self.scopes[: depth + 1])
+        if any(scope.iteration - needed for scope in self.scopes[: depth + 1]):
+            return True
+        # An element index read only through a floor division: a run of elements shares the value.
+        whole = frozenset().union(*(read_whole(e, self._read_whole) for e in exprs))
+        return any(scope.iteration & needed - whole for scope in self.scopes[: depth + 1])
 
     def home_of(self, exprs: tuple[k.Expr, ...]) -> int:
         """The depth of the innermost scope defining a variable that `exprs` read (0: the task)."""
