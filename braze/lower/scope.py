@@ -21,47 +21,39 @@ class Scope:
     memo: dict = field(default_factory=dict)
 
 
+def _children(e: k.Expr):
+    for name in getattr(e, "__dataclass_fields__", {}):
+        child = getattr(e, name)
+        yield from (c for c in (child if isinstance(child, tuple) else (child,)) if isinstance(c, k.Expr))
+
+
+def _divisor_only(e: k.Expr):
+    """A floor division's divisor alone (by anything but 1); any other node's children."""
+    if isinstance(e, k.Binary) and e.op == "floordiv" and not (isinstance(e.b, k.Const) and e.b.value == 1):
+        return (e.b,)
+    return _children(e)
+
+
+def _vars_read(e: k.Expr, memo: dict, children) -> frozenset[k.Var]:
+    found = memo.get(e)
+    if found is None:
+        found = frozenset((e,)) if isinstance(e, k.Var) else \
+            frozenset().union(*(_vars_read(c, memo, children) for c in children(e)))
+        memo[e] = found
+    return found
+
+
 def free_vars(e: k.Expr, memo: dict | None = None) -> frozenset[k.Var]:
     """The variables an expression reads. `memo` (node -> its variables) makes a DAG cost its
     distinct nodes, not its paths: pass one dict to every call of a lowering."""
-    memo = {} if memo is None else memo
-    found = memo.get(e)
-    if found is not None:
-        return found
-    if isinstance(e, k.Var):
-        found = frozenset((e,))
-    else:
-        found = frozenset()
-        for name in getattr(e, "__dataclass_fields__", {}):
-            child = getattr(e, name)
-            for c in child if isinstance(child, tuple) else (child,):
-                if isinstance(c, k.Expr):
-                    found |= free_vars(c, memo)
-    memo[e] = found
-    return found
+    return _vars_read(e, {} if memo is None else memo, _children)
 
 
 def read_whole(e: k.Expr, memo: dict | None = None) -> frozenset[k.Var]:
     """The variables `e` reads other than through the dividend of a floor division. Under `v // n`
     neighbouring values of `v` share a result: a value whose index reads an element index only so
     (a group's statistics indexed through a reshape) is the same for a run of elements."""
-    memo = {} if memo is None else memo
-    found = memo.get(e)
-    if found is not None:
-        return found
-    if isinstance(e, k.Var):
-        found = frozenset((e,))
-    elif isinstance(e, k.Binary) and e.op == "floordiv" and not (isinstance(e.b, k.Const) and e.b.value == 1):
-        found = read_whole(e.b, memo)
-    else:
-        found = frozenset()
-        for name in getattr(e, "__dataclass_fields__", {}):
-            child = getattr(e, name)
-            for c in child if isinstance(child, tuple) else (child,):
-                if isinstance(c, k.Expr):
-                    found |= read_whole(c, memo)
-    memo[e] = found
-    return found
+    return _vars_read(e, {} if memo is None else memo, _divisor_only)
 
 
 class ScopeStack:
