@@ -59,7 +59,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check braze tests benchmarks
 
 # The GPU suite: the tests marked `cuda`, then the op suite on the GPU against the same oracle.
-# JOBS=8 spreads the op suite over 8 processes (needs pytest-xdist).
+# JOBS=8 spreads the GPU tests and the op suite over 8 processes on the one GPU (needs pytest-xdist).
 GPU_JOBS := $(if $(filter-out auto,$(JOBS)),$(JOBS))
 # Last, compute-sanitizer's memcheck over a representative subset, where it is installed: the GPU
 # runtime tests (torch, CuPy, DeviceArray, in-place outputs, RtcKernel, recompiles, grid reductions,
@@ -67,7 +67,7 @@ GPU_JOBS := $(if $(filter-out auto,$(JOBS)),$(JOBS))
 # under memcheck, so the whole GPU suite would take most of an hour. Then a sample of random
 # fusions (tests/engine/test_fuzz_fusions.py) under memcheck and racecheck.
 gpu-test: $(STAMP)
-	$(PY) -m pytest -q -m cuda tests
+	$(PY) -m pytest -q $(if $(GPU_JOBS),-n $(GPU_JOBS)) --durations=10 -m cuda tests
 	BRAZE_OPS_BACKEND=cuda $(PY) -m pytest -q $(if $(GPU_JOBS),-n $(GPU_JOBS)) tests/ops
 	if command -v compute-sanitizer >/dev/null; then \
 	  $(PYENV) compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 $(PYBIN) -m pytest -q -p no:cacheprovider \

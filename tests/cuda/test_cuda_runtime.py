@@ -13,6 +13,7 @@ import braze as bz
 from braze import config, engine
 from braze.runtime import cuda_driver
 from braze.runtime.device_arrays import DeviceArray
+from layouts import LAYOUTS, layout_fusion
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(cuda_driver.device_count() == 0, reason="needs an NVIDIA GPU")]
@@ -259,8 +260,6 @@ def test_pointwise_grids_cover_large_problems_a_few_elements_a_thread(n: int) ->
 @pytest.mark.parametrize("library", ["torch", "device_array"])
 @pytest.mark.parametrize("shape", [(2, 3, 5), (1, 7, 4), (3, 0, 2)])
 def test_split_and_merge_layouts_on_the_gpu(library: str, shape: tuple[int, ...]) -> None:
-    from host.test_host_program import LAYOUTS, layout_fusion
-
     rng = np.random.default_rng(sum(shape))
     a, b = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
     for layout in LAYOUTS:

@@ -10,6 +10,7 @@ import braze as bz
 from braze import config, engine
 from braze.host.program import Alias, Allocate, CpuDevice, Frame, Free, Launch, host_buffer
 from braze.host.shapes import ShapeProgram, infer_layout
+from layouts import LAYOUTS, layout_fusion, merge_split, split_inner
 
 rng = np.random.default_rng(0)
 
@@ -89,48 +90,7 @@ def test_every_instruction_computes_what_the_reference_does() -> None:
 
 
 # --- outputs with allocation domains, end to end ---------------------------------------------------------------
-def _split_inner(t):
-    t.split(1, 4)
-    return t.loop
-
-
-def _merge_split(t):
-    t.merge(0).split(0, 8)
-    return t.loop
-
-
-def _merge_reorder(t):
-    t.merge(0).reorder({0: 1})  # [W, N*C]: the last logical dimension is the slowest
-    return t.loop
-
-
-def _padded_channels_last(t):
-    t.split(2, 3).reorder({1: 3}).merge(1)  # [N, ceildiv(W, 3) * 3, C]: channels last, W padded to a multiple of 3
-    return t.loop
-
-
-def _channels_last(t):
-    t.set_stride_order((2, 0, 1))  # [N, C, W] over [N, W, C]
-    return None
-
-
-LAYOUTS = [_split_inner, _merge_split, _merge_reorder, _channels_last, _padded_channels_last]
-
-
-def layout_fusion(layout) -> bz.Fusion:
-    """exp(x) * y + 1 over 3-d inputs, its output laid out by `layout`."""
-    with bz.Fusion() as f:
-        x = f.define_tensor((-1, -1, -1), name="x")
-        y = f.define_tensor((-1, -1, -1), name="y")
-        out = bz.ops.exp(x) * y + 1
-        domain = layout(out)
-        if domain is not None:
-            out.set_allocation_domain(domain)
-        f.add_output(out)
-    return f
-
-
-@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda fn: fn.__name__.lstrip("_"))
+@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda fn: fn.__name__)
 @pytest.mark.parametrize("shape", [(2, 3, 5), (1, 7, 4), (3, 0, 2)])
 def test_layouts_end_to_end(layout, shape) -> None:
     f = layout_fusion(layout)
@@ -149,7 +109,7 @@ def test_padded_allocation_size() -> None:
     with bz.Fusion() as f:
         x = f.define_tensor((-1, -1), name="x")
         out = bz.ops.neg(x)
-        out.set_allocation_domain(_split_inner(out))
+        out.set_allocation_domain(split_inner(out))
         f.add_output(out)
     (got,) = f.execute([np.ones((3, 10), np.float32)])
     assert got.strides == (12 * 4, 4) and got.base.size == 36
@@ -171,7 +131,7 @@ def test_new_extents_reuse_the_shape_function() -> None:
     with bz.Fusion() as f:
         x = f.define_tensor((-1, -1), name="x")
         out = bz.ops.abs(x)
-        out.set_allocation_domain(_merge_split(out))
+        out.set_allocation_domain(merge_split(out))
         f.add_output(out)
     f.execute([np.ones((2, 3), np.float32)])
     shapes = _runtime(f).program.shape_function
@@ -253,7 +213,7 @@ def test_cached_calls_hold_python_memory_steady() -> None:
     with bz.Fusion() as f:
         x = f.define_tensor((-1, -1), name="x")
         y = bz.ops.relu(x)
-        y.set_allocation_domain(_split_inner(y))
+        y.set_allocation_domain(split_inner(y))
         f.add_output(y)
         f.add_output(x.T)
     inputs = [rng.standard_normal((3, 5)).astype(np.float32)]
