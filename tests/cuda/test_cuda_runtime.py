@@ -270,7 +270,8 @@ def test_split_and_merge_layouts_on_the_gpu(library: str, shape: tuple[int, ...]
                 torch = pytest.importorskip("torch")
                 for _ in range(2):  # the first call and the prepared one
                     (got,) = f.execute([torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()])
-                    assert tuple(s * 4 for s in got.stride()) == want.strides, layout.__name__
+                    if want.size:  # an empty tensor's strides are arbitrary
+                        assert tuple(s * 4 for s in got.stride()) == want.strides, layout.__name__
                     np.testing.assert_allclose(got.cpu().numpy(), want, rtol=1e-5, atol=1e-6, err_msg=layout.__name__)
             else:
                 (got,) = f.execute([a, b], device="cuda")
