@@ -116,7 +116,16 @@ def rotation(torch, p: Prepared, l2_bytes: int) -> tuple[list[list], int]:
     return [first] + [[a.clone() if hasattr(a, "clone") else a for a in first] for _ in range(copies - 1)], copies
 
 
-def gpu_row(p: Prepared, torch, gpu, peer, jax, l2_bytes: int, repeats: int) -> dict:
+def profiled_launches(fusion, inputs: list) -> list[dict]:
+    """Each kernel launch of one call, timed alone with CUDA events (bz.record(profile=True))."""
+    import braze as bz
+
+    with bz.record(profile=True) as rec:
+        fusion.execute(list(inputs))
+    return [{"task": la.task, "grid": la.chunks, "ms": la.device_ms, "gbps": la.gbps} for la in rec.launches]
+
+
+def gpu_row(p: Prepared, torch, gpu, peer, jax, l2_bytes: int, repeats: int, launches: bool = False) -> dict:
     row = p.row()
     sets, row["input_copies"] = rotation(torch, p, l2_bytes)
     cycle = itertools.cycle(sets)
@@ -128,6 +137,8 @@ def gpu_row(p: Prepared, torch, gpu, peer, jax, l2_bytes: int, repeats: int) -> 
             with config.scope(enable="poison_outputs"):
                 return [host(o) for o in p.fusion.execute(sets[0])]
         row["braze"] = measure(check, timed(lambda *inputs: p.fusion.execute(list(inputs))), p.want, p.nbytes)
+        if launches and "error" not in row["braze"]:
+            row["launches"] = profiled_launches(p.fusion, sets[0])
     if peer is not None:
         keep = {"keep": torch.from_numpy(p.keep).cuda()} if p.case.dropout else {}
         for key, make in (("torch", lambda: peer), ("torch_compile", lambda: torch.compile(peer))):
@@ -142,7 +153,7 @@ def gpu_row(p: Prepared, torch, gpu, peer, jax, l2_bytes: int, repeats: int) -> 
     return row
 
 
-def run_gpu(cases: list[Case], mode: str, repeats: int, jax) -> dict:
+def run_gpu(cases: list[Case], mode: str, repeats: int, jax, peers: bool = True, launches: bool = False) -> dict:
     import gpu  # benchmarks/gpu.py: CUDA-event timing and the copy ceiling
     import torch
 
@@ -158,9 +169,12 @@ def run_gpu(cases: list[Case], mode: str, repeats: int, jax) -> dict:
     l2_bytes = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)
     rows = []
     for case in cases:
-        rows.append(guarded(case, lambda c: gpu_row(Prepared(c, mode), torch, gpu, PEERS.get(c.name), jax,
-                                                    l2_bytes, repeats)))
+        peer = PEERS.get(case.name) if peers else None
+        rows.append(guarded(case, lambda c: gpu_row(Prepared(c, mode), torch, gpu, peer, jax, l2_bytes, repeats,
+                                                    launches)))
         print(suite_report.progress(rows[-1], ("braze", "torch", "torch_compile", "jax")), flush=True)
+        for launch in rows[-1].get("launches", ()):
+            print(f"    {launch['task']:<28} grid={launch['grid']:<7} {launch['ms']:.3f} ms  {launch['gbps']:.0f} GB/s")
         print("row " + json.dumps(rows[-1]), file=sys.stderr, flush=True)  # kept if the run is cut short
         gc.collect()
         torch.cuda.empty_cache()
@@ -189,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="the JSON file to write (the plot goes beside it)")
     parser.add_argument("--repeats", type=int, default=20, help="timed calls per measurement")
     parser.add_argument("--no-jax", action="store_true", help="leave JAX out (its compiles take most of a run)")
+    parser.add_argument("--braze-only", action="store_true", help="GPU: no peers (a quick look at braze alone)")
+    parser.add_argument("--launches", action="store_true", help="GPU: also time each kernel launch of a call")
     args = parser.parse_args(argv)
     cases = selected(args.cases)
     if not args.cpu and (why := gpu_available()):
@@ -198,8 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.cpu:
         result, peers = run_cpu(cases, mode, args.repeats), ("numpy",)
     else:
-        jax = None if args.no_jax else jax_module()
-        result, peers = run_gpu(cases, mode, args.repeats, jax), ("torch", "torch_compile", "jax")
+        jax = None if args.no_jax or args.braze_only else jax_module()
+        result = run_gpu(cases, mode, args.repeats, jax, not args.braze_only, args.launches)
+        peers = ("torch", "torch_compile", "jax")
     result.update(mode=mode, summary=suite_report.summary(result["rows"], peers))
     print(suite_report.table(result, peers))
     out = args.out or default_out(result["device"], args.cpu, args.quick)

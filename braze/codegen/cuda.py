@@ -27,12 +27,15 @@ import numpy as np
 from braze.codegen.cuda_grid import GridWriter
 from braze.codegen.cuda_online import fuse_online_softmax, gather_one_hot_sums
 from braze.codegen.cuda_plan import (
+    ARG_COMBINES,
+    ARG_INDEX,
     LANE_COMBINES,
     ONLINE_ADD,
     LanePlan,
     RowCache,
     TaskSchedule,
     exprs_of,
+    lane_nest,
     online_partner,
     plan_lanes,
     plan_row_caches,
@@ -360,6 +363,11 @@ class TaskWriter(RowLoopWriter, GridWriter):
             self.depth += 1
         if self.schedule.kind == "columns":
             begin, end = self.column_range(s)
+        nest = lane_nest(s) if self.schedule.kind == "rows" and vector is None else None
+        if nest is not None and not any(id(s) in cache.loops for cache in self.caches):
+            self.walk_lane_nest(nest)
+            self.lane_reduce(accumulators)
+            return
         self.line("#pragma unroll 4")
         self.line(f"for ({var} = {begin} + lane; {s.var.name} < {end}; {s.var.name} += lanes32) {{")
         self.depth += 1
@@ -377,7 +385,13 @@ class TaskWriter(RowLoopWriter, GridWriter):
 
     def lane_reduce(self, accumulators) -> None:
         partner = online_partner(accumulators)
-        for acc, combine in accumulators:
+        for n, (acc, combine) in enumerate(accumulators):
+            if combine in ARG_COMBINES.values():  # with its index, the next accumulator
+                largest = "true" if combine == ARG_COMBINES["gt"] else "false"
+                self.line(f"bz_arg_lane_reduce<{largest}>({acc.name}, {accumulators[n + 1][0].name}, lanes32);")
+                continue
+            if combine == ARG_INDEX:
+                continue
             if combine == ONLINE_ADD:  # the sum and its maximum, as pairs
                 self.line(f"bz_online_lane_reduce({partner[acc].name}, {acc.name}, lanes32);")
                 continue

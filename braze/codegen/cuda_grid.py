@@ -121,36 +121,54 @@ class GridWriter:
     def walk_nest(self, nest: list[k.For], part: str, parts: str) -> None:
         """The nest's body over flat indices [part * chunk, (part + 1) * chunk) of the nest (of
         `parts` such chunks), thread t on those congruent to t modulo the block size (neighbouring
-        threads on neighbouring elements), each thread folding its own in order. The nest's
-        indices follow the flat index by carrying digits: no division per element."""
-        last, ix = len(nest) - 1, self.index  # digits in the index type: every index fits it
-        for n, level in enumerate(nest):
-            self.line(f"const {ix} bz_n{n} = bz_maximum(({ix})({self.expr(level.end)}) - "
-                      f"({ix})({self.expr(level.begin)}), ({ix})0), bz_m{n} = bz_n{n} > 0 ? bz_n{n} : 1;")
-        self.line(f"const long long bz_total = {' * '.join(f'(long long)bz_n{n}' for n in range(len(nest)))};")
+        threads on neighbouring elements), each thread folding its own in order."""
+        self.declare_nest_extents(nest, "")
         self.line(f"const long long bz_chunk = ((bz_total + {parts} - 1) / {parts} + blockDim.x - 1) "
                   "/ blockDim.x * blockDim.x;")
         self.line(f"const long long bz_hi = bz_minimum(bz_total, (long long)({part}) * bz_chunk + bz_chunk);")
-        self.line(f"long long bz_f = (long long)({part}) * bz_chunk + threadIdx.x, bz_q = bz_f, "
-                  "bz_step = blockDim.x;")
+        self.walk_flat(nest, "", f"(long long)({part}) * bz_chunk + threadIdx.x", "blockDim.x", "bz_hi")
+
+    def walk_lane_nest(self, nest: list[k.For]) -> None:
+        """A lane loop over a perfect nest (batch_norm's statistics over the batch, height and width
+        of a channel) as one flat index space, the lanes of the row on neighbouring elements: every
+        lane has work however short the outer loop is, and the innermost loop, often the unit-stride
+        one, coalesces."""
+        tag = f"_{nest[0].var.name}_"
+        self.declare_nest_extents(nest, tag)
+        self.walk_flat(nest, tag, "(long long)lane", "lanes32", f"bz_total{tag}")
+
+    def declare_nest_extents(self, nest: list[k.For], tag: str) -> None:
+        ix = self.index  # digits in the index type: every index fits it
+        for n, level in enumerate(nest):
+            self.line(f"const {ix} bz_n{tag}{n} = bz_maximum(({ix})({self.expr(level.end)}) - "
+                      f"({ix})({self.expr(level.begin)}), ({ix})0), bz_m{tag}{n} = bz_n{tag}{n} > 0 ? bz_n{tag}{n} : 1;")
+        self.line(f"const long long bz_total{tag} = "
+                  f"{' * '.join(f'(long long)bz_n{tag}{n}' for n in range(len(nest)))};")
+
+    def walk_flat(self, nest: list[k.For], tag: str, first: str, stride: str, end: str) -> None:
+        """The nest's body at flat indices first, first + stride, ... below `end`, in order. The
+        nest's indices follow the flat index by carrying digits: no division per element."""
+        last, ix = len(nest) - 1, self.index
+        f, d, st = f"bz_f{tag}", f"bz_d{tag}", f"bz_s{tag}"
+        self.line(f"long long {f} = {first}, bz_q{tag} = {f}, bz_step{tag} = {stride};")
         for n in range(last, 0, -1):  # digits of the first index and of the step, innermost first
-            self.line(f"{ix} bz_d{n} = ({ix})(bz_q % bz_m{n}); bz_q /= bz_m{n};")
-            self.line(f"const {ix} bz_s{n} = ({ix})(bz_step % bz_m{n}); bz_step /= bz_m{n};")
-        self.line(f"{ix} bz_d0 = ({ix})bz_q; const {ix} bz_s0 = ({ix})bz_step;")
+            self.line(f"{ix} {d}{n} = ({ix})(bz_q{tag} % bz_m{tag}{n}); bz_q{tag} /= bz_m{tag}{n};")
+            self.line(f"const {ix} {st}{n} = ({ix})(bz_step{tag} % bz_m{tag}{n}); bz_step{tag} /= bz_m{tag}{n};")
+        self.line(f"{ix} {d}0 = ({ix})bz_q{tag}; const {ix} {st}0 = ({ix})bz_step{tag};")
         self.line("#pragma unroll 4")
-        self.line("for (; bz_f < bz_hi; bz_f += blockDim.x) {")
+        self.line(f"for (; {f} < {end}; {f} += {stride}) {{")
         self.depth += 1
         for n, level in enumerate(nest):
             ty = c_type(level.var.dtype)
-            self.line(f"const {ty} {level.var.name} = ({ty})({self.expr(level.begin)}) + ({ty})bz_d{n};")
+            self.line(f"const {ty} {level.var.name} = ({ty})({self.expr(level.begin)}) + ({ty}){d}{n};")
         self.loop_depth += 1
         self.block(nest[-1].body)
         self.loop_depth -= 1
         self.line(f"{ix} bz_carry = 0;")
         for n in range(last, 0, -1):
-            self.line(f"bz_d{n} += bz_s{n} + bz_carry; bz_carry = bz_d{n} >= bz_n{n}; "
-                      f"if (bz_carry) bz_d{n} -= bz_n{n};")
-        self.line("bz_d0 += bz_s0 + bz_carry;")
+            self.line(f"{d}{n} += {st}{n} + bz_carry; bz_carry = {d}{n} >= bz_n{tag}{n}; "
+                      f"if (bz_carry) {d}{n} -= bz_n{tag}{n};")
+        self.line(f"{d}0 += {st}0 + bz_carry;")
         self.depth -= 1
         self.line("}")
 

@@ -77,6 +77,29 @@ def _accumulation(s: k.Assign) -> str | None:
     return None
 
 
+# argmax / argmin (braze.lower.reductions): `if better(v, best): best = v; at = i`. Lanes keep a pair
+# each, combined by the prelude's bz_arg_lane_reduce: the value's combine, then the index's.
+ARG_COMBINES = {"gt": "arg_max", "lt": "arg_min"}
+ARG_INDEX = "arg_index"
+
+
+def arg_update(s: k.Stmt) -> tuple[k.Var, k.Var, str] | None:
+    """(best, at, combine) when `s` is an argmax or argmin update, else None."""
+    if not isinstance(s, k.If) or s.orelse or len(s.then) != 2 or not all(isinstance(a, k.Assign) for a in s.then):
+        return None
+    best, at = s.then
+    cond = s.cond
+    compare = cond.a if isinstance(cond, k.Binary) and cond.op == "logical_or" else cond
+    if not (isinstance(compare, k.Binary) and compare.op in ARG_COMBINES and compare.a == best.value
+            and compare.b == best.var) or {best.var, at.var} & (_vars_of(best.value) | _vars_of(at.value)):
+        return None
+    return best.var, at.var, ARG_COMBINES[compare.op]
+
+
+def has_arg_pairs(plan: LanePlan) -> bool:
+    return any(combine == ARG_INDEX for accumulators in plan.loops.values() for _, combine in accumulators)
+
+
 def online_partner(accumulators: tuple[tuple[k.Var, str], ...]) -> dict[k.Var, k.Var]:
     """For a lane loop's accumulators: each online sum's maximum, and each such maximum's sum."""
     sums = [acc for acc, combine in accumulators if combine == ONLINE_ADD]
@@ -90,9 +113,18 @@ def _loop_accumulators(loop: k.For, task_vars: set[k.Var]) -> tuple[tuple[k.Var,
     """The (acc, combine) pairs a top-level loop folds into task-scope variables, or None when the
     loop does something lanes cannot split (another write to a task variable, an atomic, a sync)."""
     found: dict[k.Var, str] = {}
+    pairs = {}  # id(If) -> the argmax / argmin pair it updates
+    for s in walk(loop.body):
+        arg = arg_update(s)
+        if arg is not None and arg[0] in task_vars and arg[1] in task_vars and not {arg[0], arg[1]} & set(found):
+            found[arg[0]], found[arg[1]] = arg[2], ARG_INDEX
+            pairs[id(s)] = arg
+    updates = {id(a) for s in walk(loop.body) if id(s) in pairs for a in s.then}
     for s in walk(loop.body):
         if isinstance(s, (k.AtomicRMW, k.Sync, k.Alloc)):
             return None
+        if id(s) in updates:
+            continue
         if isinstance(s, (k.Assign, k.Let)) and s.var in task_vars:
             combine = _accumulation(s) if isinstance(s, k.Assign) else None
             if combine is None or found.get(s.var, combine) != combine:
@@ -101,8 +133,10 @@ def _loop_accumulators(loop: k.For, task_vars: set[k.Var]) -> tuple[tuple[k.Var,
     accumulators = set(found)
     for s in walk(loop.body):  # an accumulator must not be read except by its own fold
         reads = [e for x in exprs_of(s) for e in sub_exprs(x)]
-        own = {s.value.a} if isinstance(s, k.Assign) and s.var in accumulators else set()
-        if own and found[s.var] == ONLINE_ADD:  # the online sum reads its maximum before it grows
+        own = {s.value.a} if isinstance(s, k.Assign) and s.var in accumulators and id(s) not in updates else set()
+        if id(s) in pairs:  # the update compares the element with the best so far
+            own = {pairs[id(s)][0]}
+        if own and id(s) not in pairs and found[s.var] == ONLINE_ADD:  # the online sum reads its maximum before it grows
             own.add(s.value.b)
         if any(isinstance(e, k.Var) and e in accumulators and not any(e is o for o in own) for e in reads):
             return None
@@ -113,9 +147,16 @@ def _loop_accumulators(loop: k.For, task_vars: set[k.Var]) -> tuple[tuple[k.Var,
 
 
 def walks_unit_stride(loop: k.For) -> bool:
-    """Whether the loop's index addresses a unit-stride dimension of an array it reads or writes."""
+    """Whether the loop's index (or a value computed from it in the loop, as a reshape's index
+    arithmetic is) addresses a unit-stride dimension of an array it reads or writes. For a nest the
+    lanes walk flat (lane_nest), the index that neighbouring lanes differ in: the innermost loop's."""
+    derived = {(lane_nest(loop) or [loop])[-1].var}
+    for s in walk(loop.body):
+        if isinstance(s, (k.Let, k.Assign)) and _vars_of(s.value) & derived:
+            derived.add(s.var)
+
     def unit_stride_index(param: k.ArrayParam, indices) -> bool:
-        return any(param.static_stride(axis) == 1 and loop.var in set(sub_exprs(i)) for axis, i in enumerate(indices))
+        return any(param.static_stride(axis) == 1 and _vars_of(i) & derived for axis, i in enumerate(indices))
     for s in walk(loop.body):
         if isinstance(s, k.Store) and unit_stride_index(s.param, s.indices):
             return True
@@ -351,6 +392,16 @@ def perfect_nest(loop: k.For) -> list[k.For] | None:
         nest.append(inner)
 
 
+def lane_nest(loop: k.For) -> list[k.For] | None:
+    """The loops of a lane loop's perfect nest when the lanes walk it as one flat index space (see
+    cuda_grid.GridWriter.walk_lane_nest): two loops or more, with bounds the host can evaluate (the
+    launch sizes the lanes by the nest's trip count), or None."""
+    nest = perfect_nest(loop)
+    if nest is None or len(nest) < 2 or any(_vars_of(e) for level in nest for e in (level.begin, level.end)):
+        return None
+    return nest
+
+
 def nest_of(task: k.Task) -> list[k.For]:
     """The loops of a task's single loop nest, outer first, following each body's one loop."""
     nest = [next(s for s in task.body if isinstance(s, k.For))]
@@ -391,9 +442,12 @@ def _initialized(task: k.Task, accumulators) -> bool:
 
 
 def _walks_columns(task: k.Task, plan: LanePlan) -> bool:
-    """Whether the task index (or an index decomposed from it) addresses a unit-stride axis inside
-    the task's lane loops, while the loops' own indices address none."""
-    if task.kind != "range_for" or not plan.loops or plan.coalesces:
+    """Whether, among the accesses of the task's lane loops that differ from one task index to the
+    next, the task index (or an index decomposed from it) addresses a unit-stride axis and the
+    loops' own indices address none. An access the same for every task index (layer_norm
+    backward's mean and rstd per row, read while summing columns) stays in cache: it does not
+    decide how the task's threads coalesce."""
+    if task.kind != "range_for" or not plan.loops:
         return False
     derived = {task.var}
     for s in task.body:
@@ -403,8 +457,9 @@ def _walks_columns(task: k.Task, plan: LanePlan) -> bool:
     accesses = [s for loop in loops for s in walk(loop.body) if isinstance(s, k.Store)]
     accesses += [e for loop in loops for s in walk(loop.body) for x in exprs_of(s) for e in sub_exprs(x)
                  if isinstance(e, k.Load)]
-    return any(a.param.static_stride(axis) == 1 and _vars_of(i) & derived
-               for a in accesses for axis, i in enumerate(a.indices))
+    per_task = [a for a in accesses if any(_vars_of(i) & derived for i in a.indices)]
+    unit = [i for a in per_task for axis, i in enumerate(a.indices) if a.param.static_stride(axis) == 1]
+    return any(_vars_of(i) & derived for i in unit) and not any(_vars_of(i) - derived for i in unit)
 
 
 def _row_is_one_nest(task: k.Task, plan: LanePlan) -> bool:
@@ -424,6 +479,8 @@ def _row_is_one_nest(task: k.Task, plan: LanePlan) -> bool:
 
 def plan_schedule(task: k.Task, plan: LanePlan) -> TaskSchedule:
     """The task's schedule (see TaskSchedule)."""
+    if has_arg_pairs(plan):  # argmax / argmin pairs combine across the lanes of a row only
+        return TaskSchedule()
     if spans_grid(task, plan):
         loop = next(s for s in task.body if isinstance(s, k.For))
         accumulators = plan.loops[id(loop)]
@@ -455,13 +512,20 @@ def schedule_bounds(task: k.Task, schedule: str, splittable_rows: bool = False) 
     def extent(loop: k.For) -> k.Expr:
         return k.Binary("sub", loop.end, loop.begin, loop.end.dtype)
 
+    def trip_count(loop: k.For) -> k.Expr:  # of a top-level loop of a row: its whole nest's when walked flat
+        count = extent(loop)
+        for level in (lane_nest(loop) or [loop])[1:]:
+            count = k.Binary("mul", count, extent(level), count.dtype)
+        return count
+
     if schedule == "flat" or splittable_rows:
-        loops = nest_of(task)
-    elif schedule == "grid_rows":
+        return [task.begin, task.end, *(extent(loop) for loop in nest_of(task))]
+    if schedule == "grid_rows":
         loops = row_nest(task) + [s for s in row_loop_task(task).body if isinstance(s, k.For)]
-    else:
-        loops = [s for s in task.body if isinstance(s, k.For)]
-    return [task.begin, task.end, *(extent(loop) for loop in loops)]
+        return [task.begin, task.end, *(extent(loop) for loop in loops)]
+    loops = [s for s in task.body if isinstance(s, k.For)]
+    flat = schedule == "rows" and bool(plan_lanes(task).loops)
+    return [task.begin, task.end, *((trip_count if flat else extent)(loop) for loop in loops)]
 
 
 # Four neighbouring elements as one access (16 bytes; 8 for half types, two 16-byte halves for

@@ -262,6 +262,36 @@ template <typename T> BZ_D void bz_online_lane_reduce(T& m, T& s, int lanes) {
   for (int w = 1; w < (int)(blockDim.x >> 5); ++w) bz_online_combine(m, s, partial_m[w], partial_s[w]);
 }
 
+// argmax / argmin across lanes: each lane holds the (value, index) it found first among its
+// elements; of two, the first NaN wins, else the larger (smaller) value, the lower index on a tie:
+// NumPy's first occurrence, whichever lanes the elements fell to.
+template <bool Largest, typename T, typename I> BZ_D void bz_arg_combine(T& v, I& i, T v2, I i2) {
+  const bool nan1 = v != v, nan2 = v2 != v2;
+  const bool take = (nan1 || nan2) ? nan2 && (!nan1 || i2 < i)
+                                   : (Largest ? v2 > v : v2 < v) || (v2 == v && i2 < i);
+  if (take) {
+    v = v2;
+    i = i2;
+  }
+}
+template <bool Largest, typename T, typename I> BZ_D void bz_arg_lane_reduce(T& v, I& i, int lanes) {
+  const int width = lanes < 32 ? lanes : 32;
+  for (int offset = width / 2; offset > 0; offset >>= 1)
+    bz_arg_combine<Largest>(v, i, bz_shfl_xor(v, offset), bz_shfl_xor(i, offset));
+  if (lanes <= 32) return;
+  __shared__ T partial_v[32];
+  __shared__ I partial_i[32];
+  __syncthreads();  // an earlier reduction's readers are done with the partials
+  if ((threadIdx.x & 31) == 0) {
+    partial_v[threadIdx.x >> 5] = v;
+    partial_i[threadIdx.x >> 5] = i;
+  }
+  __syncthreads();
+  v = partial_v[0];
+  i = partial_i[0];
+  for (int w = 1; w < (int)(blockDim.x >> 5); ++w) bz_arg_combine<Largest>(v, i, partial_v[w], partial_i[w]);
+}
+
 // An outer reduction's block: threads c + cols * g (cols a power of two) share column c, one per
 // row group g. Their values combine in a fixed tree over the row groups, through shared memory;
 // every thread gets its column's result. `Block` is the compiled block size.

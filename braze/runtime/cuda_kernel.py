@@ -144,7 +144,8 @@ class _TaskLaunch:
     name: str
     function: object
     bounds: object  # scalars -> (begin, end, extent of each top-level loop...)
-    uses_lanes: bool
+    lane_loops: bool  # its loops may spread over the lanes of a row (cuda_plan.LanePlan)
+    coalesces: bool  # and the lanes then touch neighbouring elements
     cache_itemsizes: tuple[int, ...]  # per row cache of the task
     cache_loops: tuple[int, ...]  # per row cache: the top-level loop whose extent is its length
     schedule: TaskSchedule  # how the task maps onto blocks (cuda_plan.TaskSchedule)
@@ -194,7 +195,7 @@ class CudaExecutor:
         self.occupancy: dict[tuple[str, int], int] = {}
         self.tasks = [
             _TaskLaunch(t.name, module.functions[t.name], host_function(_bounds(t, schedule)),
-                        bool(plan.loops) and plan.coalesces, tuple(c.dtype.itemsize for c in caches),
+                        bool(plan.loops), plan.coalesces, tuple(c.dtype.itemsize for c in caches),
                         tuple(c.position for c in caches), schedule, registers)
             for t, plan, caches, schedule, registers in zip(self.kernel.tasks, generated.lane_plans,
                                                             generated.row_caches, generated.schedules,
@@ -250,12 +251,12 @@ class CudaExecutor:
             split = self._plan_split_rows(task, begin, end, extents, stream)
             if split is not None:
                 return split
-            extents = extents[:1]  # the row's loop; the rest are its nest's inner loops
+            extents = [int(np.prod([max(n, 0) for n in extents]))]  # the row's nest, walked flat by its lanes
         if kind == "grid_rows":
             levels = task.schedule.row_levels
             rows = int(np.prod([max(n, 0) for n in extents[:levels]]))
             extents = extents[levels:]
-        lanes = lanes_for(max(extents, default=1), self.block) if task.uses_lanes else 1
+        lanes = self._lanes(task, rows if kind == "grid_rows" else end - begin, max(extents, default=1))
         cached = max((extents[n] for n in task.cache_loops), default=0)
         shared = task.shared_bytes(self.block // lanes, cached)
         if shared > ROW_CACHE_BYTES:
@@ -273,6 +274,14 @@ class CudaExecutor:
         if not extents:  # pointwise (no loop in a row): a few elements a thread over as many blocks as that takes
             grid = min(max(grid, -(-blocks // POINTWISE_ELEMENTS_PER_THREAD)), MAX_GRID)
         return PlannedLaunch(task, begin, end, grid, shared, (lanes, cached if shared else 0, 0, 0))
+
+    def _lanes(self, task: _TaskLaunch, rows: int, row_length: int) -> int:
+        """Threads a row: lanes_for's, where the lanes coalesce or the rows are too few to give
+        every thread the GPU holds one of its own (a reduction over axes apart, like a channel's
+        statistics over batch and pixels); else one (neighbouring threads on neighbouring rows)."""
+        if not task.lane_loops or (not task.coalesces and rows >= self.max_grid * self.block):
+            return 1
+        return lanes_for(row_length, self.block)
 
     def _plan_grid_reduction(self, task: _TaskLaunch, extents: list[int], stream: int) -> PlannedLaunch:
         """A reduction to one value: enough blocks that each thread folds a few elements (a "grid"
@@ -292,7 +301,7 @@ class CudaExecutor:
         least REDUCTION_ELEMENTS_PER_THREAD elements a thread (None: the row path instead). Rows
         then meet in the workspace, so `rows * splits` stays within the resident blocks."""
         rows, total = end - begin, int(np.prod([max(n, 0) for n in extents]))
-        lanes = lanes_for(max(extents[0], 1), self.block) if task.uses_lanes else 1
+        lanes = self._lanes(task, rows, max(total, 1))
         target = self.device.sm_count * self._resident(task, 0)
         per_block = self.block * REDUCTION_ELEMENTS_PER_THREAD
         if -(-rows * lanes // self.block) >= target // 2 or total < per_block or rows > MAX_GRID:

@@ -52,6 +52,9 @@ CASES = [
     ("full_mean", lambda f, d: [bz.ops.mean(tensor(f, 2, d))], 2, ["flat"]),
     ("row_sum", lambda f, d: [bz.ops.sum(tensor(f, 2, d), axes=[1])], 2, ["rows"]),
     ("channel_sum", lambda f, d: [bz.ops.sum(tensor(f, 4, d), axes=[0, 2, 3])], 4, ["rows"]),
+    ("channel_var", lambda f, d: [bz.ops.var(tensor(f, 4, d), axes=[0, 2, 3])], 4, ["rows"]),
+    ("row_argmax", lambda f, d: [bz.ops.argmax(tensor(f, 2, d), 1)], 2, ["rows"]),
+    ("column_argmin", lambda f, d: [bz.ops.argmin(tensor(f, 2, d), 0)], 2, ["rows"]),
 ]
 FLOATS = [bz.float32, bz.float64, bz.float16, bz.bfloat16]
 
@@ -88,6 +91,54 @@ def test_a_row_of_one_loop_nest_may_be_split_across_blocks(axes, ndim):
     (schedule,) = src.schedules
     assert schedule.kind == "rows" and schedule.splittable and len(schedule.accumulators) == 1
     assert "if (lanes == 0) {" in src.body and "bz_last_of(bz_finished + row_local, cached_row)" in src.body
+
+
+def test_a_two_pass_channel_variance_walks_each_nest_flat_over_the_lanes():
+    # var over (0, 2, 3): the mean's pass, then the squared deviations', each over a nest of three
+    # loops. The lanes share each nest as one flat range (the innermost loop on neighbouring lanes),
+    # not only its outer loop over the batch, which leaves most lanes idle for a small batch.
+    src = source(lambda f: [bz.ops.var(tensor(f, 4), axes=[0, 2, 3])], _inputs(4, bz.float32))
+    assert src.lane_plans[0].coalesces and len(src.lane_plans[0].loops) == 2
+    body = src.body
+    assert body.count("bz_f_r") >= 4 and body.count("+= lanes32) {") == 2
+    walk = body[body.index("for (; bz_f_"):]
+    walk = walk[:walk.index("bz_lane_reduce")]
+    assert "/" not in walk and "%" not in walk  # digits carried, no division per element
+
+
+def test_the_launch_sizes_lanes_by_a_flat_nests_trip_count():
+    from braze.codegen.cuda_plan import plan_lanes, plan_schedule, schedule_bounds
+    from braze.kir.printer import expr as expr_text
+
+    with bz.Fusion() as f:
+        f.add_output(bz.ops.var(tensor(f, 4), axes=[0, 2, 3]))
+    key = engine.signature(f, engine.bind_inputs(f, [_inputs(4, bz.float32)]))
+    _, kernel, _ = engine.plan_kernel(f, key, views_on_host=False, gpu=True)
+    (task,) = kernel.tasks
+    _, _, *extents = schedule_bounds(task, plan_schedule(task, plan_lanes(task)).kind)
+    # Each of the two passes: batch * height * width, not the batch alone.
+    assert len(extents) == 2 and all(expr_text(e).count("mul(") == 2 for e in extents), [expr_text(e) for e in extents]
+
+
+def test_layer_norm_backward_sums_its_weight_gradient_by_columns():
+    # dweight = sum over rows of dy * xhat reads mean and rstd per row (the same for every column):
+    # those reads do not make the rows the coalescing axis; dy and x are read along the columns.
+    def build(f):
+        dy, x = tensor(f, 2), tensor(f, 2)
+        mean, rstd = f.define_tensor([-1, 1]), f.define_tensor([-1, 1])
+        return [bz.ops.sum(dy * ((x - mean) * rstd), axes=[0]), bz.ops.sum(dy, axes=[0])]
+
+    grid = np.ones((4, 8), np.float32)
+    src = source(build, grid, grid, np.ones((4, 1), np.float32), np.ones((4, 1), np.float32))
+    assert kinds(src) == ["columns", "columns"]
+
+
+@pytest.mark.parametrize("op, largest", [(bz.ops.argmax, "true"), (bz.ops.argmin, "false")])
+def test_argmax_rows_spread_over_lanes_and_combine_value_index_pairs(op, largest):
+    src = source(lambda f: [op(tensor(f, 2), 1)], _inputs(2, bz.float32))
+    assert src.lane_plans[0].loops and src.lane_plans[0].coalesces
+    assert f"bz_arg_lane_reduce<{largest}>(best2, at3, lanes32);" in src.body
+    assert "+= lanes32) {" in src.body
 
 
 def test_softmax_rows_are_not_split():

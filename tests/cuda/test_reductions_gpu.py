@@ -215,3 +215,90 @@ def test_softmax_and_log_softmax_of_long_rows(shape):
     expected_log = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
     close(log_soft, expected_log, scale=np.abs(expected_log).max())
     close(soft, np.exp(expected_log), scale=1.0)
+
+
+# --- argmax / argmin: (value, index) pairs over the lanes of a row ------------------------------
+def _with_specials(x: torch.Tensor, seed: int) -> torch.Tensor:
+    """Ties, infinities and NaNs at random places: the first occurrence must win across lanes."""
+    g = torch.Generator().manual_seed(seed)
+    x = x.clone().cpu()
+    if x.numel() == 0 or not x.is_floating_point():
+        return x.cuda()
+    flat = x.view(-1)
+    picks = torch.randint(0, flat.numel(), (max(1, flat.numel() // 50), 4), generator=g)
+    flat[picks[:, 0]] = flat.max()  # ties with the maximum
+    flat[picks[:, 1]] = flat.min()  # and with the minimum
+    flat[picks[: max(1, len(picks) // 4), 2]] = float("inf")
+    flat[picks[: max(1, len(picks) // 8), 3]] = float("nan")
+    return x.cuda()
+
+
+@pytest.mark.parametrize("dtype", [bz.float32, bz.float64, bz.bfloat16, bz.int32])
+@pytest.mark.parametrize("shape", [(512, 128256), (3, 1), (7, 31), (5, 33), (64, 1000), (2, 5000), (1, 70001),
+                                   (4, 0)], ids=str)
+def test_argmax_and_argmin_over_rows(shape, dtype):
+    x = cuda_tensor(shape, dtype, seed=shape[-1])
+    for seed in (0, 1):
+        y = _with_specials(x, seed) if seed else x
+        if shape[-1] == 0:
+            continue  # argmax of an empty row raises (tests/ops)
+        hi, lo = run(lambda t: [bz.ops.argmax(t, -1), bz.ops.argmin(t, -1)], y)
+        ref = y.double().cpu().numpy() if dtype != bz.int32 else y.cpu().numpy()
+        np.testing.assert_array_equal(hi, ref.argmax(-1))
+        np.testing.assert_array_equal(lo, ref.argmin(-1))
+
+
+@pytest.mark.parametrize("shape", [(1000, 33), (3, 5000), (70001, 2)], ids=str)
+def test_argmax_over_axis_0(shape):
+    x = _with_specials(cuda_tensor(shape), 3)
+    (hi,) = run(lambda t: [bz.ops.argmax(t, 0)], x)
+    np.testing.assert_array_equal(hi, as64(x).argmax(0))
+
+
+def test_argmax_of_a_row_of_minus_infinities_is_its_first_element():
+    x = torch.full((4, 3000), float("-inf")).cuda()
+    x[1, 2000] = 0.0
+    (hi,) = run(lambda t: [bz.ops.argmax(t, -1)], x)
+    np.testing.assert_array_equal(hi, [0, 2000, 0, 0])
+
+
+# --- statistics over axes apart, two passes each, walked flat by the lanes -----------------------
+@pytest.mark.parametrize("shape", [(32, 256, 56, 56), (2, 3, 4, 5), (1, 8, 1, 1), (3, 5, 0, 2), (64, 4, 7, 9)],
+                         ids=str)
+def test_channel_variance_and_batch_norm_statistics(shape):
+    x = cuda_tensor(shape) * 2.0 + 1.0
+    var, mean = run(lambda t: [bz.ops.var(t, axes=[0, 2, 3]), bz.ops.mean(t, axes=[0, 2, 3])], x)
+    if x.numel():
+        close(var, as64(x).var((0, 2, 3)))
+        close(mean, as64(x).mean((0, 2, 3)))
+
+
+def test_group_norm_through_a_reshape():
+    x = cuda_tensor((4, 64, 16, 16))
+
+    def build(t):
+        grouped = bz.ops.reshape(t, [4, 8, -1])
+        return [bz.ops.reshape(bz.ops.layer_norm(grouped, eps=1e-5), [4, 64, 16, 16])]
+
+    (y,) = run(build, x)
+    g = as64(x).reshape(4, 8, -1)
+    expected = ((g - g.mean(-1, keepdims=True)) / np.sqrt(g.var(-1, keepdims=True) + 1e-5)).reshape(x.shape)
+    close(y, expected, scale=1.0)
+
+
+@pytest.mark.parametrize("shape", [(8192, 4096), (33, 1000), (1, 7)], ids=str)
+def test_layer_norm_backward_weight_and_bias_gradients(shape):
+    dy, x = cuda_tensor(shape, seed=1), cuda_tensor(shape, seed=2)
+    mean = x.mean(-1, keepdim=True)
+    rstd = torch.rsqrt(x.var(-1, keepdim=True, unbiased=False) + 1e-5)
+
+    with bz.Fusion() as f:
+        dy_, x_ = f.define_tensor([-1, -1]), f.define_tensor([-1, -1])
+        mean_, rstd_ = f.define_tensor([-1, 1]), f.define_tensor([-1, 1])
+        f.add_output(bz.ops.sum(dy_ * ((x_ - mean_) * rstd_), axes=[0]))
+        f.add_output(bz.ops.sum(dy_, axes=[0]))
+    with config.scope(enable="poison_outputs"):
+        dw, db = (o.double().cpu().numpy() for o in f.execute([dy, x, mean, rstd]))
+    xhat = (as64(x) - as64(mean)) * as64(rstd)
+    close(dw, (as64(dy) * xhat).sum(0), scale=np.sqrt(shape[0]) * 4)
+    close(db, as64(dy).sum(0), scale=np.sqrt(shape[0]) * 4)
