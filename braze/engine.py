@@ -108,17 +108,39 @@ def index_type(fusion: Fusion, bound: BoundInputs) -> DType:
 
 
 def signature(fusion: Fusion, bound: BoundInputs) -> tuple:
-    """The part of the inputs that changes the generated code: which strides are 1, and the index type.
+    """The part of the inputs that changes the generated code: which strides are 1, the index type,
+    and which inputs are dense (see `_dense`).
 
     Ranks and dtypes are fixed by the definition (the inputs were checked against it); extents
     stay symbolic, so new shapes reuse the compiled kernel while they keep the index type.
     """
-    units = []
+    units, dense = [], []
     for tv, array in zip(fusion.inputs, bound.arrays):
         if tv.scalar is None:
             broadcast = TensorSpec.of(tv).broadcast
             units.append(tuple(s == array.itemsize and not b for s, b in zip(array.strides, broadcast)))
-    return tuple(units), index_type(fusion, bound).name
+            dense.append(_dense(array.shape, array.strides, array.itemsize, broadcast))
+    return tuple(units), index_type(fusion, bound).name, tuple(dense)
+
+
+def _dense(shape, strides, itemsize: int, broadcast) -> bool:
+    """Whether the elements lie in row-major order with no gaps (axes of extent 1 aside): element
+    (i0, i1, ...) then sits at its flat index, so a reshape of the input reads it by that index
+    with no division (lower/values.py)."""
+    expected = itemsize
+    for n, stride, b in reversed(list(zip(shape, strides, broadcast))):
+        if n == 1:
+            continue
+        if b or stride != expected:
+            return False
+        expected *= n
+    return True
+
+
+def _dense_inputs(fusion: Fusion, key: tuple) -> frozenset[int]:
+    """The inputs (ids) the signature says are dense; none for a key without that part."""
+    tensors = [tv for tv in fusion.inputs if tv.scalar is None]
+    return frozenset(id(tv) for tv, dense in zip(tensors, key[2] if len(key) > 2 else ()) if dense)
 
 
 def _input_strides(fusion: Fusion, key: tuple, plan: schedule.Plan) -> dict[int, tuple[int | None, ...]]:
@@ -141,11 +163,13 @@ def plan_kernel(fusion: Fusion, key: tuple, views_on_host: bool = True, gpu: boo
         plan = schedule.plan(fusion, cuts, views_on_host, gpu, views_on_host and not gpu if cpu is None else cpu)
         try:
             kernel, params = lower(fusion, plan.writes, plan.scheduled, _input_strides(fusion, key, plan),
-                                   getattr(fusion, "name", "fusion"), dt.as_dtype(key[1]))
+                                   getattr(fusion, "name", "fusion"), dt.as_dtype(key[1]), _dense_inputs(fusion, key))
             kernel = simplify(kernel)
             break
         except NeedsCut as cut:
             cuts.add(id(cut.tv))
+    if gpu:
+        kernel = _merged_row_tasks(kernel)
     if config.dumping("scheduler_params"):
         config.dump("scheduler_params", plan.text())
     if config.dumping("segments"):
@@ -219,6 +243,16 @@ def compile_fusion_cuda(fusion: Fusion, key: tuple, device_index: int, lowered: 
     compiled = shared_kernel(("cuda", device.arch, kernel_text(kernel)),
                              lambda: CudaCompiledKernel(kernel, default_params(device), restrict=True))
     return CudaFusionRuntime(fusion, CudaExecutor(compiled, device), plan.writes, params)
+
+
+def _merged_row_tasks(kernel: k.Kernel) -> k.Kernel:
+    """On a GPU, adjacent row tasks over the same rows that share no written array run as one
+    launch: var and mean of the same rows (two outputs, a task each) then read each row once and
+    share its row cache."""
+    from braze.codegen.cuda_plan import takes_rows
+
+    fused, _ = fuse_tasks(kernel, raw=False, fits=lambda a, b: takes_rows(a) and takes_rows(b))
+    return fused
 
 
 def cuda_source(fusion: Fusion, inputs: Sequence[object]) -> CudaSourceText:

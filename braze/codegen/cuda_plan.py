@@ -211,20 +211,35 @@ def row_cache_key(load: k.Load, loop: k.For) -> tuple:
     return (load.param.name, tuple(replace_var(i, loop.var, _ROW_INDEX) for i in load.indices))
 
 
-# Operands evaluated only when another operand says so: a load there may be out of bounds otherwise
-# (a `cat` reads each input only inside its own range).
+# Operands evaluated only when another operand says so: a load there whose index is read from
+# memory may be out of bounds otherwise (cross_entropy's picked class, read only for a target in
+# range: cuda_online). A load whose index follows from loop and task indices alone is in bounds
+# either way; under a condition that changes along the row (a masked softmax's scores under
+# `where(mask, x * scale, -inf)`) it counts as made every iteration, so it may move 16 bytes at a
+# time. Under a condition fixed for the row, it stays conditional: the row may skip it entirely.
 _CONDITIONAL_OPERANDS = {"where": ("b", "c"), "logical_and": ("b",), "logical_or": ("b",)}
 
 
-def unconditional_loads(stmts: tuple[k.Stmt, ...]) -> Iterator[k.Load]:
-    """The loads every iteration performs: none under an `if`, a `where` branch or a short circuit."""
+def _fixed_index_loads(e: k.Expr) -> Iterator[k.Load]:
+    for load in sub_exprs(e):
+        if isinstance(load, k.Load) and not any(isinstance(x, k.Load) for i in load.indices for x in sub_exprs(i)):
+            yield load
+
+
+def unconditional_loads(stmts: tuple[k.Stmt, ...], along: k.Var | None = None) -> Iterator[k.Load]:
+    """The loads every iteration of a loop over `along` may perform: none under an `if`; under a
+    `where` branch or a short circuit, only those with an index not read from memory, when the
+    condition reads `along`."""
     def visit(e: k.Expr) -> Iterator[k.Load]:
         if isinstance(e, k.Load):
             yield e
         skipped = _CONDITIONAL_OPERANDS.get(getattr(e, "op", None), ()) if isinstance(e, (k.Binary, k.Ternary)) else ()
+        per_element = bool(skipped) and along is not None and along in set(sub_exprs(e.a))
         for name in getattr(e, "__dataclass_fields__", {}):
             child = getattr(e, name)
             if name in skipped:
+                if per_element:
+                    yield from _fixed_index_loads(child)
                 continue
             if isinstance(child, k.Expr):
                 yield from visit(child)
@@ -244,7 +259,7 @@ def plan_row_caches(task: k.Task, plan: LanePlan) -> tuple[RowCache, ...]:
     loops = [s for s in task.body if isinstance(s, k.For) and id(s) in plan.loops]
     seen: dict[tuple, list] = {}
     for loop in loops:
-        for load in unconditional_loads(loop.body):
+        for load in unconditional_loads(loop.body, loop.var):
             index_vars = {v for i in load.indices for v in sub_exprs(i) if isinstance(v, k.Var)}
             # Along the row, and different per row (a broadcast operand stays in L1 by itself).
             if loop.var in index_vars and index_vars - {loop.var}:
@@ -303,7 +318,7 @@ def _with_update(cache: RowCache, task: k.Task, loops: dict[int, k.For]) -> RowC
     last = loops[cache.loops[-1]]
     if any(isinstance(s, (k.If, k.For, k.While)) for s in walk(last.body)):
         return cache
-    load_key = next(normalized(e, last) for e in unconditional_loads(last.body)
+    load_key = next(normalized(e, last) for e in unconditional_loads(last.body, last.var)
                     if row_cache_key(e, last) == cache.key)
     candidates = sorted({normalized(e, last): e for s in last.body for x in exprs_of(s) for e in sub_exprs(x)
                          if e.dtype == cache.dtype and load_key in {normalized(c, last) for c in sub_exprs(e)}
@@ -504,6 +519,11 @@ def plan_schedule(task: k.Task, plan: LanePlan) -> TaskSchedule:
     return TaskSchedule()
 
 
+def takes_rows(task: k.Task) -> bool:
+    """Whether the task, alone, is scheduled as rows (see TaskSchedule)."""
+    return plan_schedule(task, plan_lanes(task)).kind == "rows"
+
+
 def schedule_bounds(task: k.Task, schedule: str, splittable_rows: bool = False) -> list[k.Expr]:
     """What the runtime evaluates to plan a launch: the task's begin and end, then the extents it
     sizes the launch by (the trip count of each top-level loop; of each loop of the nest of a
@@ -531,8 +551,8 @@ def schedule_bounds(task: k.Task, schedule: str, splittable_rows: bool = False) 
 # Four neighbouring elements as one access (16 bytes; 8 for half types, two 16-byte halves for
 # float64): the types of the prelude, each aligned to its size.
 VECTOR_TYPE = {"float32": "float4", "int32": "int4", "float64": "bz_double4", "float16": "bz_half4",
-               "bfloat16": "bz_bfloat164"}
-VECTOR_ALIGNMENT = {"float32": 16, "int32": 16, "float64": 16, "float16": 8, "bfloat16": 8}
+               "bfloat16": "bz_bfloat164", "bool": "bz_bool4"}
+VECTOR_ALIGNMENT = {"float32": 16, "int32": 16, "float64": 16, "float16": 8, "bfloat16": 8, "bool": 4}
 
 
 @dataclass(frozen=True)
@@ -565,7 +585,7 @@ def vector_accesses(loop: k.For) -> VectorAccesses | None:
     if not accesses or any(a.param.dtype.name not in VECTOR_TYPE or not _unit_stride_position(a, loop.var)
                            for a in accesses):
         return None
-    if not set(loads) <= set(unconditional_loads(loop.body)):  # a load only some iterations make
+    if not set(loads) <= set(unconditional_loads(loop.body, loop.var)):  # a load only some iterations make
         return None
     return VectorAccesses(tuple(loads), tuple(stores))
 

@@ -337,7 +337,7 @@ class RowLoopWriter:
         for n, cache in enumerate(self.caches):
             if id(loop) not in cache.loops:
                 continue
-            load = next(ld for ld in unconditional_loads(loop.body) if row_cache_key(ld, loop) == cache.key)
+            load = next(ld for ld in unconditional_loads(loop.body, loop.var) if row_cache_key(ld, loop) == cache.key)
             name, ty = f"cached{n}_{loop.var.name}", c_type(cache.dtype)
             slot = f"row_cache{n}[{loop.var.name} - {begin}]"
             role = cache.role(id(loop))

@@ -23,6 +23,7 @@ class KernelParams:
     seeds: dict[int, tuple[k.ScalarParam, k.ScalarParam]] = field(default_factory=dict)
     written: set[int] = field(default_factory=set)  # tensors computed by tasks emitted so far
     index: DType = int64  # the kernel's index type: extent symbols are read as it
+    dense: frozenset[int] = frozenset()  # ids of the inputs whose elements sit at their flat index
 
     def readable(self, tv) -> k.Param | None:
         """The parameter to read `tv` from, if it is an input or was written by an earlier task."""

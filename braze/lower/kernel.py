@@ -67,6 +67,8 @@ def _task_for(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, loops: Sche
         idx[axis] = position
         rest = index_op("floordiv", rest, extents[axis])
     if merged:
+        if outer == list(range(tv.ndim)):  # a reshape flattening these indices again gets the task index
+            em.flat_of[(tuple(idx), tuple(extents))] = task_var
         scopes.emit(k.Store(param, tuple(idx), cast(em.value(tv, tuple(idx)), tv.dtype)))
         end = em.one
         for axis in outer:
@@ -90,10 +92,11 @@ def _task_for(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, loops: Sche
 
 def lower(fusion: Fusion, writes: Sequence[TensorView], scheduled: dict[int, ScheduledLoops],
           input_strides: dict[int, tuple[int | None, ...]], name: str,
-          index: DType = INDEX) -> tuple[k.Kernel, KernelParams]:
+          index: DType = INDEX, dense: frozenset[int] = frozenset()) -> tuple[k.Kernel, KernelParams]:
     """One kernel writing each of `writes` (in order) with its own task, its index arithmetic in `index`
-    (int32 only when every index of every call fits: see engine.index_type)."""
-    params = KernelParams(index=index)
+    (int32 only when every index of every call fits: see engine.index_type); `dense`: the inputs (ids)
+    whose elements lie in row-major order with no gaps at this signature."""
+    params = KernelParams(index=index, dense=dense)
     for tv in fusion.inputs:
         if tv.scalar is not None:
             params.scalars[id(tv)] = k.ScalarParam(tv.name, tv.dtype)

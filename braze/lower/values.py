@@ -80,6 +80,12 @@ class ValueEmitter:
         self.index = params.index  # the type of every index expression the emitter builds
         self.zero, self.one = k.Const(0, self.index), k.Const(1, self.index)
         self.strips = None  # braze.lower.strips.StripLanes while a column-strip task is lowered
+        # Flat indices and the indices reshapes split them into, both ways (_linear, _delinear): an
+        # index split by a reshape and flattened again over the same shape (group_norm's reshape
+        # into groups and back) is the flat index it came from, with no division per element.
+        # Both directions hold for indices in range, as every index a reshape builds is.
+        self.flat_of: dict[tuple, k.Expr] = {}
+        self.split_of: dict[tuple, tuple[k.Expr, ...]] = {}
 
     def const(self, value: int) -> k.Const:
         """An index constant."""
@@ -189,19 +195,28 @@ class ValueEmitter:
         return self.scopes.pop().stmts
 
 
-def _linear(emitter: ValueEmitter, idx: tuple[k.Expr, ...], shape: list[k.Expr]) -> k.Expr:
-    flat = emitter.zero
+def _linear(em: ValueEmitter, idx: tuple[k.Expr, ...], shape: list[k.Expr]) -> k.Expr:
+    found = em.flat_of.get((idx, tuple(shape)))
+    if found is not None:
+        return found
+    flat = em.zero
     for i, n in zip(idx, shape):
         flat = index_op("add", index_op("mul", flat, n), i)
+    em.split_of[(flat, tuple(shape))] = idx
     return flat
 
 
-def _delinear(flat: k.Expr, shape: list[k.Expr]) -> tuple[k.Expr, ...]:
-    out = []
+def _delinear(em: ValueEmitter, flat: k.Expr, shape: list[k.Expr]) -> tuple[k.Expr, ...]:
+    found = em.split_of.get((flat, tuple(shape)))
+    if found is not None:
+        return found
+    whole, out = flat, []
     for n in reversed(shape):
         out.append(index_op("remainder", flat, n))
         flat = index_op("floordiv", flat, n)
-    return tuple(reversed(out))
+    split = tuple(reversed(out))
+    em.flat_of[(split, tuple(shape))] = whole
+    return split
 
 
 def _broadcast(em: ValueEmitter, tv, idx):
@@ -226,7 +241,11 @@ def _squeeze(em: ValueEmitter, tv, idx):
 def _reshape(em: ValueEmitter, tv, idx):
     inp = tv.definition.inputs[0]
     flat = _linear(em, idx, em.shape(tv))
-    return em.value(inp, _delinear(flat, em.shape(inp)))
+    source = em.params.readable(inp)
+    if id(inp) in em.params.dense and isinstance(source, k.ArrayParam) and source.static_stride(inp.ndim - 1) == 1:
+        # A dense input whose last stride is 1: the element sits at its flat index.
+        return k.Load(source, (em.zero,) * (inp.ndim - 1) + (flat,))
+    return em.value(inp, _delinear(em, flat, em.shape(inp)))
 
 
 def _slice(em: ValueEmitter, tv, idx):

@@ -38,6 +38,7 @@ REJECT_CONTINUE = "continue at task level"
 REJECT_INDIRECT = "indirect index"
 REJECT_NOT_INJECTIVE = "non-injective index"
 REJECT_ADDRESSES = "different addresses"
+REJECT_SCHEDULE = "different backend schedules"
 REJECT_ATOMIC = "atomic on shared array"
 REJECT_RAW_OFF = "read-after-write rule off"
 REJECT_BUDGET = "size budget"
@@ -361,8 +362,11 @@ def _merge(a: k.Task, b: k.Task) -> k.Task:
     return dataclasses.replace(a, name=_merged_name(a, b), body=a.body + second.body)
 
 
-def fuse_tasks(kernel: k.Kernel, enabled: bool = True) -> tuple[k.Kernel, list[Decision]]:
+def fuse_tasks(kernel: k.Kernel, enabled: bool = True, raw: bool = True,
+               fits: Callable[[k.Task, k.Task], bool] | None = None) -> tuple[k.Kernel, list[Decision]]:
     """Merges adjacent tasks of `kernel` to a fixed point; returns the new kernel and every pair's decision.
+    `raw=False` merges only tasks that share no written array; `fits(a, b)`, where given, must also
+    hold (a backend's condition: the schedules it would give the merged task).
 
     Knobs (braze.config): `fuse_tasks` (kill switch), `fuse_tasks_raw`, `fuse_tasks_budget`, and
     `fuse_tasks_diag`, which prints one line per pair and a count per reason.
@@ -370,6 +374,8 @@ def fuse_tasks(kernel: k.Kernel, enabled: bool = True) -> tuple[k.Kernel, list[D
     knobs = config.current
     if not (enabled and knobs.fuse_tasks):
         return kernel, []
+    if not raw:
+        knobs = dataclasses.replace(knobs, fuse_tasks_raw=knobs.fuse_tasks_raw and raw)
     decisions: dict[tuple[str, str], Decision] = {}
     tasks = list(kernel.tasks)
     changed = True
@@ -377,7 +383,7 @@ def fuse_tasks(kernel: k.Kernel, enabled: bool = True) -> tuple[k.Kernel, list[D
         changed = False
         merged: list[k.Task] = []
         for task in tasks:
-            if merged and _try(kernel.name, merged[-1], task, knobs, decisions):
+            if merged and _try(kernel.name, merged[-1], task, knobs, decisions, fits):
                 merged[-1] = _merge(merged[-1], task)
                 changed = True
             else:
@@ -389,11 +395,14 @@ def fuse_tasks(kernel: k.Kernel, enabled: bool = True) -> tuple[k.Kernel, list[D
     return result, list(decisions.values())
 
 
-def _try(kernel: str, a: k.Task, b: k.Task, knobs: config.Config, decisions: dict) -> bool:
+def _try(kernel: str, a: k.Task, b: k.Task, knobs: config.Config, decisions: dict,
+         fits: Callable[[k.Task, k.Task], bool] | None = None) -> bool:
     key = (a.name, b.name)
     if key not in decisions:
         try:
             reason, detail = decide(a, b, knobs.fuse_tasks_budget, knobs.fuse_tasks_raw)
+            if fits is not None and not fits(a, b):
+                raise _Reject(REJECT_SCHEDULE)
             decisions[key] = Decision(kernel, a.name, b.name, True, reason, detail)
         except _Reject as reject:
             decisions[key] = Decision(kernel, a.name, b.name, False, reject.reason, reject.detail)

@@ -274,3 +274,31 @@ def test_a_column_sum_compiles_optimized_for_a_smaller_block():
     compiled = CudaCompiledKernel(kernel, CompileParams(block_size=128, max_registers=64, arch="sm_90"))
     assert "bz_column_reduce<128>" in compiled.source
     assert nvrtc.compile_cubin(compiled.source, "narrow", "sm_90")[:4] == b"\x7fELF"
+
+
+def test_a_masked_softmax_caches_and_vectorizes_the_scores_under_its_where():
+    # where(mask, x * scale, -inf): the scores' index follows from the row and column alone, so
+    # the load is in bounds whichever branch runs; it may be read 16 bytes at a time and kept.
+    def build(f):
+        x, mask = tensor(f, 3, bz.bfloat16), f.define_tensor([1, -1, -1], dtype=bz.bool_)
+        return [bz.ops.softmax(bz.ops.where(mask, bz.ops.cast(x, bz.float32) * 0.125, float("-inf")), -1)]
+
+    src = source(build, np.ones((2, 8, 8), ml_dtypes.bfloat16), np.ones((1, 8, 8), bool))
+    assert src.register_rows[0] > 0
+    assert "bz_bool4" in src.body and "bz_bfloat164" in src.body
+
+
+def test_a_reshape_of_a_dense_input_reads_it_by_flat_index():
+    # group_norm: x [N, C, H, W] reshaped to [N, G, C/G * H * W]; a dense input's element sits at
+    # its flat index, so the statistics' loops divide nothing per element.
+    def build(f):
+        x = f.define_tensor([-1, 64, -1, -1])
+        return [bz.ops.mean(bz.ops.reshape(x, [x.shape[0], 8, -1]), axes=[2])]
+
+    dense = source(build, np.ones((2, 64, 5, 7), np.float32))
+    loop = dense.body[dense.body.index("+= lanes32) {"):]
+    loop = loop[:loop.index("}")]
+    assert "bz_floordiv" not in loop and "bz_remainder" not in loop
+    strided = source(build, np.ones((2, 64, 5, 14), np.float32)[..., ::2])  # not dense: divides
+    loop = strided.body[strided.body.index("+= lanes32) {"):]
+    assert "bz_floordiv" in loop[:loop.index("}")]

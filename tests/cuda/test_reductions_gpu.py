@@ -302,3 +302,24 @@ def test_layer_norm_backward_weight_and_bias_gradients(shape):
     xhat = (as64(x) - as64(mean)) * as64(rstd)
     close(dw, (as64(dy) * xhat).sum(0), scale=np.sqrt(shape[0]) * 4)
     close(db, as64(dy).sum(0), scale=np.sqrt(shape[0]) * 4)
+
+
+@pytest.mark.parametrize("dtype", [bz.float32, bz.bfloat16])
+@pytest.mark.parametrize("shape", [(4, 1024, 1024), (3, 33, 33), (2, 8, 4096), (2, 5, 6)], ids=str)
+def test_masked_softmax_reads_scores_in_16_byte_vectors_under_a_where(shape, dtype):
+    x = cuda_tensor(shape, dtype) * 4.0
+    mask = torch.from_numpy(np.tril(np.ones(shape[1:], bool))[None].copy()).cuda()
+    mask[0, 0, :] = False  # a row with every score masked: NaN, as in NumPy
+
+    with bz.Fusion() as f:
+        xs = f.define_tensor([-1, -1, -1], dtype=dtype)
+        ms = f.define_tensor([1, -1, -1], dtype=bz.bool_)
+        scores = bz.ops.where(ms, bz.ops.cast(xs, bz.float32) * 0.125, float("-inf"))
+        f.add_output(bz.ops.cast(bz.ops.softmax(scores, -1), dtype))
+    with config.scope(enable="poison_outputs"):
+        (y,) = f.execute([x, mask])
+    s = np.where(mask.cpu().numpy(), as64(x) * 0.125, -np.inf)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(s - s.max(-1, keepdims=True))
+        expected = e / e.sum(-1, keepdims=True)
+    close(as64(y), expected, dtype, scale=1.0)
