@@ -20,15 +20,19 @@ from suite_cases import selected  # noqa: E402
 from suite_check import Prepared  # noqa: E402
 
 import braze as bz  # noqa: E402
+from braze import config  # noqa: E402
 
 
-def profile(case, mode: str) -> str:
+def profile(case, mode: str, checked: bool) -> str:
     import gpu  # benchmarks/gpu.py
     import torch
 
     p = Prepared(case, mode)
     inputs = torch_inputs(torch, p.inputs)
     call = lambda: p.fusion.execute(list(inputs))  # noqa: E731
+    if checked:  # as the suite does: a first call with poisoned outputs, checked against the reference
+        with config.scope(enable="poison_outputs"):
+            call()
     device = gpu.device_ms(call, 20)
     with bz.record(profile=True) as rec:
         call()
@@ -49,9 +53,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", help="comma list of case names (default: all)")
     parser.add_argument("--quick", action="store_true", help="small, odd shapes")
+    parser.add_argument("--checked", action="store_true", help="first call with poisoned outputs, as the suite")
     args = parser.parse_args()
     for case in selected(args.cases):
-        print(profile(case, "quick" if args.quick else "gpu"), flush=True)
+        print(profile(case, "quick" if args.quick else "gpu", args.checked), flush=True)
     return 0
 
 

@@ -170,8 +170,8 @@ def run_gpu(cases: list[Case], mode: str, repeats: int, jax, peers: bool = True,
     rows = []
     for case in cases:
         peer = PEERS.get(case.name) if peers else None
-        rows.append(guarded(case, lambda c: gpu_row(Prepared(c, mode), torch, gpu, peer, jax, l2_bytes, repeats,
-                                                    launches)))
+        rows.append(guarded(case, lambda c, peer=peer: gpu_row(Prepared(c, mode), torch, gpu, peer, jax, l2_bytes,
+                                                               repeats, launches)))
         print(suite_report.progress(rows[-1], ("braze", "torch", "torch_compile", "jax")), flush=True)
         for launch in rows[-1].get("launches", ()):
             print(f"    {launch['task']:<28} grid={launch['grid']:<7} {launch['ms']:.3f} ms  {launch['gbps']:.0f} GB/s")

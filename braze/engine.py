@@ -11,7 +11,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -29,7 +29,7 @@ from braze.kir import nodes as k
 from braze.kir.params import KernelParams
 from braze.lower.kernel import lower
 from braze.lower.values import NeedsCut
-from braze.passes.fuse_tasks import Decision, fuse_tasks
+from braze.passes.fuse_tasks import Decision, forward_stores, fuse_sibling_loops, fuse_tasks
 from braze.passes.output_cache import cache_rows_in_outputs
 from braze.passes.simplify import simplify
 from braze.runtime import cuda_driver, reference
@@ -246,13 +246,23 @@ def compile_fusion_cuda(fusion: Fusion, key: tuple, device_index: int, lowered: 
 
 
 def _merged_row_tasks(kernel: k.Kernel) -> k.Kernel:
-    """On a GPU, adjacent row tasks over the same rows that share no written array run as one
-    launch: var and mean of the same rows (two outputs, a task each) then read each row once and
-    share its row cache."""
-    from braze.codegen.cuda_plan import takes_rows
+    """On a GPU, adjacent tasks over the same range run as one launch where the merged task keeps
+    each thread on the elements it had: elementwise tasks with no loop (one element a thread: the
+    Adam update's three outputs, the later reading what the earlier wrote at its own index), and
+    row or column tasks that share no written array (var and mean of the same rows, the weight and
+    bias gradients' column sums). Their loops over the same range then become one pass."""
+    from braze.codegen.cuda_plan import schedule_kind
 
-    fused, _ = fuse_tasks(kernel, raw=False, fits=lambda a, b: takes_rows(a) and takes_rows(b))
-    return fused
+    def elementwise(task: k.Task) -> bool:
+        return not any(isinstance(s, (k.For, k.While, k.If)) for s in task.body) and schedule_kind(task) == "rows"
+
+    def same_kind(a: k.Task, b: k.Task) -> bool:
+        return schedule_kind(a) == schedule_kind(b) in ("rows", "columns")
+
+    kernel, _ = fuse_tasks(kernel, fits=lambda a, b: elementwise(a) and elementwise(b))
+    kernel, _ = fuse_tasks(kernel, raw=False, fits=same_kind)
+    return replace(kernel, tasks=tuple(forward_stores(t) if elementwise(t) else fuse_sibling_loops(t)
+                                       for t in kernel.tasks))
 
 
 def cuda_source(fusion: Fusion, inputs: Sequence[object]) -> CudaSourceText:

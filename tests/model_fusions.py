@@ -66,11 +66,38 @@ def _rms_norm_backward_reference(x, g, w):
     return [rstd * (gw - xhat * (gw * xhat).mean(-1, keepdims=True)), (g * xhat).sum(0)]
 
 
+def adam_update(f: bz.Fusion, dtype: bz.DType = bz.float32) -> list[bz.TensorView]:
+    """One Adam step over [rows, cols] parameters: new m, new v, then new p reading both (three
+    outputs of one shape, each from inputs of their own, a task each until they are merged)."""
+    p, g, m, v = (f.define_tensor([-1, -1], dtype=dtype) for _ in range(4))
+    m2 = m * 0.9 + g * 0.1
+    v2 = ops.abs(v) * 0.999 + g * g * 0.001  # the inputs are standard normal: v made non-negative
+    return [m2, v2, p - 0.01 * (m2 / 0.19) / (ops.sqrt(v2 / 0.002) + 1e-8)]
+
+
+def var_and_mean(f: bz.Fusion, dtype: bz.DType = bz.float32) -> list[bz.TensorView]:
+    """var and mean of each row, and the column sum of x: two row tasks over the same rows."""
+    x = f.define_tensor([-1, -1], dtype=dtype)
+    return [ops.var(x, axes=[-1]), ops.mean(x, axes=[-1]), ops.sum(x, axes=[0])]
+
+
+def _adam_reference(p, g, m, v):
+    m2 = m * 0.9 + g * 0.1
+    v2 = np.abs(v) * 0.999 + g * g * 0.001
+    return [m2, v2, p - 0.01 * (m2 / 0.19) / (np.sqrt(v2 / 0.002) + 1e-8)]
+
+
+def _var_and_mean_reference(x):
+    return [x.var(-1), x.mean(-1), x.sum(0)]
+
+
 # name -> (builder, how many (rows, cols) inputs, then how many (cols,) inputs, float64 reference)
 MODEL_FUSIONS: dict[str, tuple[Callable, int, int, Callable]] = {
     "residual_norm_softmax": (residual_norm_softmax, 2, 2, _residual_norm_softmax_reference),
     "layer_norm_backward": (layer_norm_backward, 2, 1, _layer_norm_backward_reference),
     "rms_norm_backward": (rms_norm_backward, 2, 1, _rms_norm_backward_reference),
+    "adam_update": (adam_update, 4, 0, _adam_reference),
+    "var_and_mean": (var_and_mean, 1, 0, _var_and_mean_reference),
 }
 
 

@@ -140,8 +140,9 @@ class GridWriter:
     def declare_nest_extents(self, nest: list[k.For], tag: str) -> None:
         ix = self.index  # digits in the index type: every index fits it
         for n, level in enumerate(nest):
-            self.line(f"const {ix} bz_n{tag}{n} = bz_maximum(({ix})({self.expr(level.end)}) - "
-                      f"({ix})({self.expr(level.begin)}), ({ix})0), bz_m{tag}{n} = bz_n{tag}{n} > 0 ? bz_n{tag}{n} : 1;")
+            count, nonzero = f"bz_n{tag}{n}", f"bz_m{tag}{n}"
+            self.line(f"const {ix} {count} = bz_maximum(({ix})({self.expr(level.end)}) - "
+                      f"({ix})({self.expr(level.begin)}), ({ix})0), {nonzero} = {count} > 0 ? {count} : 1;")
         self.line(f"const long long bz_total{tag} = "
                   f"{' * '.join(f'(long long)bz_n{tag}{n}' for n in range(len(nest)))};")
 

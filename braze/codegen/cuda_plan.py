@@ -136,7 +136,8 @@ def _loop_accumulators(loop: k.For, task_vars: set[k.Var]) -> tuple[tuple[k.Var,
         own = {s.value.a} if isinstance(s, k.Assign) and s.var in accumulators and id(s) not in updates else set()
         if id(s) in pairs:  # the update compares the element with the best so far
             own = {pairs[id(s)][0]}
-        if own and id(s) not in pairs and found[s.var] == ONLINE_ADD:  # the online sum reads its maximum before it grows
+        # The online sum reads its maximum before it grows.
+        if own and id(s) not in pairs and found[s.var] == ONLINE_ADD:
             own.add(s.value.b)
         if any(isinstance(e, k.Var) and e in accumulators and not any(e is o for o in own) for e in reads):
             return None
@@ -519,9 +520,9 @@ def plan_schedule(task: k.Task, plan: LanePlan) -> TaskSchedule:
     return TaskSchedule()
 
 
-def takes_rows(task: k.Task) -> bool:
-    """Whether the task, alone, is scheduled as rows (see TaskSchedule)."""
-    return plan_schedule(task, plan_lanes(task)).kind == "rows"
+def schedule_kind(task: k.Task) -> str:
+    """The kind of schedule the task takes alone (see TaskSchedule)."""
+    return plan_schedule(task, plan_lanes(task)).kind
 
 
 def schedule_bounds(task: k.Task, schedule: str, splittable_rows: bool = False) -> list[k.Expr]:

@@ -167,8 +167,8 @@ struct __align__(16) bz_double4 { double x, y, z, w; };
 #if defined(__CUDA_FP16_H__)
 struct __align__(8) bz_half4 { __half x, y, z, w; };
 struct __align__(8) bz_bfloat164 { __nv_bfloat16 x, y, z, w; };
-struct __align__(4) bz_bool4 { bool x, y, z, w; };
 #endif
+struct __align__(4) bz_bool4 { bool x, y, z, w; };
 
 // Half types to float32 exactly, NaN payloads included (CUDA's conversions give a canonical NaN).
 // Only kernels that use half types include cuda_fp16.h.

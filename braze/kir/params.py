@@ -24,6 +24,9 @@ class KernelParams:
     written: set[int] = field(default_factory=set)  # tensors computed by tasks emitted so far
     index: DType = int64  # the kernel's index type: extent symbols are read as it
     dense: frozenset[int] = frozenset()  # ids of the inputs whose elements sit at their flat index
+    # Extent symbols the fusion requires equal at run time (an elementwise op's operands), each read
+    # as one of its class: the outputs of one shape then share their tasks' bounds (see `equal_extents`).
+    same_as: dict[str, str] = field(default_factory=dict)
 
     def readable(self, tv) -> k.Param | None:
         """The parameter to read `tv` from, if it is an input or was written by an earlier task."""
@@ -34,6 +37,7 @@ class KernelParams:
         return self.arrays.get(id(tv))
 
     def symbol(self, name: str) -> k.ScalarParam:
+        name = self.same_as.get(name, name)
         return self.symbols.setdefault(name, k.ScalarParam(name, self.index))
 
     def rng(self, tv) -> tuple[k.ScalarParam, k.ScalarParam]:
@@ -45,3 +49,21 @@ class KernelParams:
     def ordered(self) -> tuple[k.Param, ...]:
         seeds = [p for pair in self.seeds.values() for p in pair]
         return (*self.arrays.values(), *self.writes.values(), *self.scalars.values(), *self.symbols.values(), *seeds)
+
+
+def equal_extents(checks) -> dict[str, str]:
+    """Each extent symbol that a run-time check (`ExtentCheck`s of a fusion: two plain symbols that
+    must be equal) ties to an earlier one -> the first symbol of its class."""
+    parent: dict[str, str] = {}
+
+    def root(name: str) -> str:
+        while parent.get(name, name) != name:
+            name = parent[name]
+        return name
+
+    for check in checks:
+        if check.lhs.is_symbol and check.rhs.is_symbol:
+            a, b = root(check.lhs.name), root(check.rhs.name)
+            if a != b:
+                parent[b] = a
+    return {name: root(name) for name in parent}

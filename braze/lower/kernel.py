@@ -15,7 +15,7 @@ from braze.host.shapes import infer_layout
 from braze.ir.fusion import Fusion
 from braze.ir.tensor import TensorView
 from braze.kir import nodes as k
-from braze.kir.params import KernelParams
+from braze.kir.params import KernelParams, equal_extents
 from braze.lower import random as _random  # noqa: F401  (registers rand/randn)
 from braze.lower.scope import ScopeStack
 from braze.lower.strips import strip_task
@@ -96,7 +96,7 @@ def lower(fusion: Fusion, writes: Sequence[TensorView], scheduled: dict[int, Sch
     """One kernel writing each of `writes` (in order) with its own task, its index arithmetic in `index`
     (int32 only when every index of every call fits: see engine.index_type); `dense`: the inputs (ids)
     whose elements lie in row-major order with no gaps at this signature."""
-    params = KernelParams(index=index, dense=dense)
+    params = KernelParams(index=index, dense=dense, same_as=equal_extents(fusion.extent_checks))
     for tv in fusion.inputs:
         if tv.scalar is not None:
             params.scalars[id(tv)] = k.ScalarParam(tv.name, tv.dtype)

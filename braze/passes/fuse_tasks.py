@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from braze import config
 from braze.kir import nodes as k
-from braze.passes.simplify import map_children, simplify_expr
+from braze.passes.simplify import _subexpressions, map_children, simplify_expr
 
 # --- decisions ----------------------------------------------------------------------------------
 FUSED_DISJOINT = "disjoint"
@@ -417,3 +417,112 @@ def _print_diagnostics(before: k.Kernel, after: k.Kernel, decisions: list[Decisi
     tasks = f"{len(before.tasks)} tasks -> {len(after.tasks)}"
     budget = f"budget {config.current.fuse_tasks_budget} nodes"
     config.diagnostic(f"fuse_tasks {before.name}: {tasks}; {summary or 'no pairs'}; {budget}")
+
+
+# --- after a merge: a value stored, then read back at the same index, stays in a register -------
+def forward_stores(task: k.Task) -> k.Task:
+    """A straight-line task (assignments and stores only, as merged elementwise tasks are) whose
+    later statements read an element an earlier one stored, at the same indices: the value is kept
+    in a variable and read from there, not from memory (a store and a load through pointers that
+    may alias cannot be forwarded by the C++ compiler)."""
+    if any(not isinstance(s, (k.Let, k.Store)) for s in task.body):
+        return task
+    read = {(e.param.name, e.indices) for s in task.body for e in _subexpressions(s.value) if isinstance(e, k.Load)}
+    if not any(isinstance(s, k.Store) and (s.param.name, s.indices) in read for s in task.body):
+        return task
+    stored: dict[tuple, k.Var] = {}
+    memo: dict[k.Expr, k.Expr] = {}
+
+    def forwarded(e: k.Expr) -> k.Expr:
+        if e not in memo:
+            found = stored.get((e.param.name, e.indices)) if isinstance(e, k.Load) else None
+            memo[e] = found if found is not None else map_children(e, forwarded)
+        return memo[e]
+
+    body: list[k.Stmt] = []
+    for s in task.body:
+        if isinstance(s, k.Let):
+            body.append(k.Let(s.var, forwarded(s.value)))
+            continue
+        value = forwarded(s.value)
+        stored = {key: v for key, v in stored.items() if key[0] != s.param.name}  # overwritten
+        memo.clear()
+        if (s.param.name, s.indices) not in read:
+            body.append(k.Store(s.param, s.indices, value))
+            continue
+        kept = k.Var(f"{s.param.name}_stored{len(body)}", value.dtype)
+        body += [k.Let(kept, value), k.Store(s.param, s.indices, kept)]
+        stored[(s.param.name, s.indices)] = kept
+    return dataclasses.replace(task, body=tuple(body))
+
+
+
+# --- sibling loops of one task: one pass over the range where neither reads the other ----------
+_NOT_FOLDS = (k.Store, k.AtomicRMW, k.Sync, k.Alloc, k.Break, k.Continue, k.While)
+
+
+def fuse_sibling_loops(task: k.Task) -> k.Task:
+    """Top-level loops of a task over the same range that only fold values (no store, atomic or
+    barrier), where the later one reads nothing the earlier one computes, become one loop: the
+    sums of layer_norm backward's weight and bias gradients, or the two means a fusion's var and
+    mean each take, then read their row or column once. Definitions between the two loops move
+    before the first when they read nothing it computes; stores between them (the first's result)
+    move after the merged loop when the later loop does not read their array."""
+    body = list(task.body)
+    changed = True
+    while changed:
+        changed = False
+        for j, later in enumerate(body):
+            i = _sibling_before(body, j)
+            if i is not None:
+                first = body[i]
+                rename = lambda n, a=later.var, b=first.var: b if n is a else n  # noqa: E731
+                merged = k.For(first.var, first.begin, first.end,
+                               first.body + tuple(_map(s, rename) for s in later.body), first.step, first.vectorize)
+                between = body[i + 1:j]
+                lets = [s for s in between if isinstance(s, k.Let)]
+                stores = [s for s in between if not isinstance(s, k.Let)]
+                body = body[:i] + lets + [merged] + stores + body[j + 1:]
+                changed = True
+                break
+    return dataclasses.replace(task, body=tuple(body)) if changed or tuple(body) != task.body else task
+
+
+def _sibling_before(body: list[k.Stmt], j: int) -> int | None:
+    """The position of an earlier loop that the loop at `j` may join (see fuse_sibling_loops)."""
+    later = body[j]
+    if not _folds_only(later):
+        return None
+    for i in range(j - 1, -1, -1):
+        first = body[i]
+        if isinstance(first, k.For):
+            same_range = (first.begin, first.end, first.step, first.var.dtype) == \
+                         (later.begin, later.end, later.step, later.var.dtype)
+            if not same_range or not _folds_only(first):
+                return None
+            computed = _assigned(first)
+            lets = [s for s in body[i + 1:j] if isinstance(s, k.Let)]
+            if any(_reads(s) & computed for s in (*lets, later)) or _reads(first) & _assigned(later):
+                return None
+            return i
+        stored_later = isinstance(first, k.Store) and first.param.name in _loaded_arrays(later)
+        if not isinstance(first, (k.Let, k.Store)) or stored_later:
+            return None
+    return None
+
+
+def _folds_only(loop: k.Stmt) -> bool:
+    return isinstance(loop, k.For) and not any(isinstance(n, _NOT_FOLDS) for s in loop.body for n in _walk(s))
+
+
+def _assigned(s: k.Stmt) -> set[k.Var]:
+    return {n.var for n in _walk(s) if isinstance(n, (k.Let, k.Assign, k.For))}
+
+
+def _reads(s: k.Stmt) -> set[k.Var]:
+    defined = {n.var for n in _walk(s) if isinstance(n, (k.Let, k.For))}
+    return {n for n in _walk(s) if isinstance(n, k.Var)} - defined
+
+
+def _loaded_arrays(s: k.Stmt) -> set[str]:
+    return {n.param.name for n in _walk(s) if isinstance(n, k.Load)}

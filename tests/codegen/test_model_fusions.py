@@ -27,3 +27,27 @@ def test_cuda_of_several_reductions_compiles(name: str, dtype: bz.DType) -> None
 def test_several_reductions_on_the_cpu(name: str, shape: tuple[int, int]) -> None:
     arrays = inputs(name, *shape)
     assert_close(build(name).execute(arrays, backend="llvm"), reference(name, arrays))
+
+
+def test_the_adam_update_is_one_launch_that_keeps_its_new_moments_in_registers() -> None:
+    # m, v and p are given by different inputs whose extents the fusion requires equal: read as one
+    # extent, their tasks share bounds and merge; p reads the new m and v from registers.
+    with bz.Fusion() as f:  # over a flat buffer, as optimizers update parameters
+        p, g, m, v = (f.define_tensor([-1]) for _ in range(4))
+        m2, v2 = m * 0.9 + g * 0.1, bz.ops.abs(v) * 0.999 + g * g * 0.001
+        for out in (m2, v2, p - 0.01 * m2 / (bz.ops.sqrt(v2) + 1e-8)):
+            f.add_output(out)
+    src = engine.cuda_source(f, [a.reshape(-1) for a in inputs("adam_update", 8, 16)])
+    assert len(src.functions) == 1
+    kept = [line.split("=")[0].split()[-1] for line in src.body.splitlines() if line.strip().startswith("float T")
+            and "_stored" in line.split("=")[0]]
+    assert len(kept) == 2  # the new m and v; the new p is read by nothing
+    new_p = next(line for line in src.body.splitlines() if all(name in line for name in kept))
+    for moment in kept:
+        array = moment.split("_stored")[0] + "_["
+        assert moment in new_p and array not in new_p.split("=", 1)[1]
+
+
+def test_var_and_mean_of_the_same_rows_are_one_launch() -> None:
+    src = engine.cuda_source(build("var_and_mean"), inputs("var_and_mean", 8, 16))
+    assert [s.kind for s in src.schedules] == ["rows", "columns"]

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from layouts import LAYOUTS, layout_fusion
 
 import braze as bz
 from braze import config, engine
 from braze.runtime import cuda_driver
 from braze.runtime.device_arrays import DeviceArray
-from layouts import LAYOUTS, layout_fusion
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(cuda_driver.device_count() == 0, reason="needs an NVIDIA GPU")]

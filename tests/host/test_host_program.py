@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from layouts import LAYOUTS, layout_fusion, merge_split, split_inner
 
 import braze as bz
 from braze import config, engine
 from braze.host.program import Alias, Allocate, CpuDevice, Frame, Free, Launch, host_buffer
 from braze.host.shapes import ShapeProgram, infer_layout
-from layouts import LAYOUTS, layout_fusion, merge_split, split_inner
 
 rng = np.random.default_rng(0)
 

@@ -1,0 +1,85 @@
+"""Loops of one task over the same range merge into one pass when neither reads what the other
+computes (passes/fuse_tasks.fuse_sibling_loops), and stay apart otherwise; stores between them
+move after the merged loop; elementwise stores read back at the same index stay in a variable
+(forward_stores)."""
+
+from __future__ import annotations
+
+from braze import dtypes as dt
+from braze.kir import nodes as k
+from braze.passes.fuse_tasks import forward_stores, fuse_sibling_loops
+
+F32, I32 = dt.float32, dt.int32
+N = k.ScalarParam("n", I32)
+X = k.ArrayParam("x", F32, 1, (1,))
+OUT = k.ArrayParam("out", F32, 1, (1,))
+ZERO = k.Const(0, I32)
+
+
+def _sum_loop(acc: k.Var, var: k.Var, value=None) -> k.For:
+    term = k.Load(X, (var,)) if value is None else value
+    return k.For(var, ZERO, k.ScalarRef(N), (k.Assign(acc, k.Binary("reduce_add", acc, term, F32)),))
+
+
+def _task(*body) -> k.Task:
+    return k.Task("t", "range_for", tuple(body), k.Var("p", I32), ZERO, k.ScalarRef(N))
+
+
+def _loops(task: k.Task) -> list[k.For]:
+    return [s for s in task.body if isinstance(s, k.For)]
+
+
+def test_two_sums_over_one_range_become_one_pass_and_the_store_between_moves_after_it():
+    a, b, i, j = k.Var("a", F32), k.Var("b", F32), k.Var("i", I32), k.Var("j", I32)
+    zero = k.Const(0.0, F32)
+    task = _task(k.Let(a, zero), _sum_loop(a, i), k.Store(OUT, (ZERO,), a), k.Let(b, zero),
+                 _sum_loop(b, j, k.Binary("mul", k.Load(X, (j,)), k.Load(X, (j,)), F32)),
+                 k.Store(OUT, (k.Const(1, I32),), b))
+    merged = fuse_sibling_loops(task)
+    (loop,) = _loops(merged)
+    assert len(loop.body) == 2 and loop.var == i
+    assert isinstance(merged.body[0], k.Let) and isinstance(merged.body[1], k.Let)  # both initial values first
+    assert [type(s) for s in merged.body[2:]] == [k.For, k.Store, k.Store]
+
+
+def test_a_loop_reading_the_earlier_loops_result_stays_a_second_pass():
+    total, dev, mean = k.Var("total", F32), k.Var("dev", F32), k.Var("mean", F32)
+    i, j = k.Var("i", I32), k.Var("j", I32)
+    zero = k.Const(0.0, F32)
+    centered = k.Binary("sub", k.Load(X, (j,)), mean, F32)
+    task = _task(k.Let(total, zero), _sum_loop(total, i),
+                 k.Let(mean, k.Binary("truediv", total, k.Const(4.0, F32), F32)), k.Let(dev, zero),
+                 _sum_loop(dev, j, k.Binary("mul", centered, centered, F32)))
+    assert len(_loops(fuse_sibling_loops(task))) == 2
+
+
+def test_a_loop_that_stores_or_reads_an_array_stored_before_it_is_not_merged():
+    a, b, i, j = k.Var("a", F32), k.Var("b", F32), k.Var("i", I32), k.Var("j", I32)
+    zero = k.Const(0.0, F32)
+    reads_out = k.For(j, ZERO, k.ScalarRef(N), (k.Assign(b, k.Binary("reduce_add", b, k.Load(OUT, (j,)), F32)),))
+    task = _task(k.Let(a, zero), _sum_loop(a, i), k.Store(OUT, (ZERO,), a), k.Let(b, zero), reads_out)
+    assert len(_loops(fuse_sibling_loops(task))) == 2
+    writes = k.For(j, ZERO, k.ScalarRef(N), (k.Store(OUT, (j,), k.Load(X, (j,))),))
+    assert len(_loops(fuse_sibling_loops(_task(k.Let(a, zero), _sum_loop(a, i), writes)))) == 2
+
+
+def test_loops_over_different_ranges_stay_apart():
+    a, b, i, j = k.Var("a", F32), k.Var("b", F32), k.Var("i", I32), k.Var("j", I32)
+    zero = k.Const(0.0, F32)
+    shorter = k.For(j, ZERO, k.Const(3, I32), (k.Assign(b, k.Binary("reduce_add", b, k.Load(X, (j,)), F32)),))
+    task = _task(k.Let(a, zero), _sum_loop(a, i), k.Let(b, zero), shorter)
+    assert len(_loops(fuse_sibling_loops(task))) == 2
+
+
+def test_a_value_stored_and_read_back_at_its_index_is_kept_in_a_variable():
+    p = k.Var("p", I32)
+    new = k.Binary("mul", k.Load(X, (p,)), k.Const(2.0, F32), F32)
+    later = k.Binary("add", k.Load(OUT, (p,)), k.Const(1.0, F32), F32)
+    other = k.ArrayParam("y", F32, 1, (1,))
+    task = k.Task("t", "range_for", (k.Store(OUT, (p,), new), k.Store(other, (p,), later)), p, ZERO, k.ScalarRef(N))
+    forwarded = forward_stores(task)
+    kept, store, second = forwarded.body[0], forwarded.body[1], forwarded.body[2]
+    assert isinstance(kept, k.Let) and kept.value == new and store.value == kept.var
+    assert second.value == k.Binary("add", kept.var, k.Const(1.0, F32), F32)
+    unread = k.Task("t", "range_for", (k.Store(OUT, (p,), new),), p, ZERO, k.ScalarRef(N))
+    assert forward_stores(unread) is unread  # nothing reads it back: unchanged
