@@ -39,6 +39,7 @@ from braze.frontend import (
     kernel,
     math,
     ndrange,
+    random,
     static,
 )
 from braze.ir.tensor import TensorView
@@ -55,5 +56,5 @@ __all__ = [
     "RtcKernel", "SerialLoopWarning", "TensorView", "TracerBoolConversionError", "UnsupportedError", "atomic_add",
     "atomic_max", "atomic_min", "atomic_sub", "bfloat16", "bool_",
     "float16", "float32", "float64", "func", "int8", "int32", "int64", "jit", "kernel", "manual_seed", "math",
-    "ndrange", "ops", "record", "static",
+    "ndrange", "ops", "random", "record", "static",
 ]

@@ -156,6 +156,32 @@ def compare_atomics(gpu: list, cpu: list) -> None:
         assert sorted(olds[values % len(bins) == b].tolist()) == list(range(int(bins[b])))
 
 
+@bz.kernel
+def random_draws(counters: bz.Array[bz.int64, 1], bits: bz.Array[bz.int64, 1], uniform: bz.Array[bz.float32, 1],
+                 normal: bz.Array[bz.float32, 1], wide: bz.Array[bz.float64, 1], seed: int, offset: int):
+    for i in range(counters.shape[0]):
+        bits[i] = bz.random.bits(seed, counters[i], offset)
+        uniform[i] = bz.random.uniform(seed, counters[i], offset)
+        normal[i] = bz.random.normal(seed, counters[i], offset=offset)
+        wide[i] = bz.random.normal(seed, counters[i], offset, dtype=bz.float64)
+
+
+def random_args(rng):
+    counters = np.concatenate([np.arange(-8, 3000), rng.integers(-2**62, 2**62, 1000)]).astype(np.int64)
+    n = counters.size
+    return [counters, np.zeros(n, np.int64), np.zeros(n, np.float32), np.zeros(n, np.float32), np.zeros(n),
+            int(rng.integers(-2**63, 2**63)), int(rng.integers(0, 2**40))]
+
+
+def compare_random(gpu: list, cpu: list) -> None:
+    """Philox words and uniforms bit for bit; normals through float64 log and cos (CUDA's libm may
+    differ from the CPU's in the last bit of a float64)."""
+    for position in (1, 2):
+        np.testing.assert_array_equal(gpu[position], cpu[position])
+    np.testing.assert_allclose(gpu[3], cpu[3], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(gpu[4], cpu[4], rtol=1e-13, atol=1e-13)
+
+
 SCALE = 3
 
 
@@ -311,6 +337,7 @@ def all_cases() -> list[Case]:
                                           floats(r, 333, dtype=bz.bfloat16.numpy), np.zeros(333, bz.bfloat16.numpy)],
              outputs=(1, 3)),
         Case("atomics", atomics, atomics_args, compare=compare_atomics),
+        Case("random", random_draws, random_args, outputs=(1, 2, 3, 4), compare=compare_random),
         Case("static_and_helpers", static_and_helpers,
              lambda r: [np.zeros((50, 3), np.float32), np.linspace(-1, 2, 99), np.zeros(99)], outputs=(0, 2)),
         Case("short_circuits", short_circuits, lambda r: [floats(r, 1000), np.zeros(1000, np.float32)],

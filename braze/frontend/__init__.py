@@ -14,6 +14,7 @@ from braze.frontend.kernel_lang import (
     ndrange,
     static,
 )
+from braze.frontend.kernel_random import random
 
 __all__ = ["Array", "Fusion", "JitFunction", "KernelFunction", "atomic_add", "atomic_max", "atomic_min", "atomic_sub",
-           "func", "jit", "kernel", "math", "ndrange", "static"]
+           "func", "jit", "kernel", "math", "ndrange", "random", "static"]

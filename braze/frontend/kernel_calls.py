@@ -20,6 +20,7 @@ from braze.dtypes import DType
 from braze.errors import Error, KernelTypeError
 from braze.frontend import kernel_lang as lang
 from braze.frontend import kernel_types as ty
+from braze.frontend.kernel_random import RandomFunction
 from braze.frontend.kernel_scope import ArrayHandle, Frame, Local, ShapeHandle, Source
 from braze.kir import nodes as k
 
@@ -49,6 +50,8 @@ def call(tr: Translator, node: ast.Call):
         return tr.compile_time(node.args[0])
     if isinstance(callee, lang.KernelFunc):
         return inline(tr, node, callee)
+    if isinstance(callee, RandomFunction):
+        return _random(tr, node, callee)
     if node.keywords:
         tr.error(node, f"{name}: keyword arguments are not supported here")
     args = [tr.expr(a) for a in node.args]
@@ -130,6 +133,18 @@ _BUILTIN_RULES: dict[Callable, Callable] = {
     max: _extreme("maximum"),
     len: _len,
 }
+
+
+# --- random numbers -------------------------------------------------------------------------------
+def _random(tr: Translator, node: ast.Call, fn: RandomFunction) -> k.Expr:
+    """`bz.random.uniform(seed, counter, offset=0, dtype=bz.float32)`: arguments bound as Python binds them."""
+    args = [tr.expr(a) for a in node.args]
+    kwargs = {kw.arg: tr.expr(kw.value) for kw in node.keywords}
+    try:
+        bound = inspect.signature(fn.build).bind(*args, **kwargs)
+    except TypeError as error:
+        tr.error(node, f"bz.random.{fn.kind}: {error}", KernelTypeError)
+    return tr.checked(node, lambda: fn.build(*bound.args, **bound.kwargs))
 
 
 # --- atomics --------------------------------------------------------------------------------------
