@@ -20,8 +20,9 @@ from braze.dtypes import DType
 from braze.errors import Error, KernelTypeError
 from braze.frontend import kernel_lang as lang
 from braze.frontend import kernel_types as ty
+from braze.frontend import kernel_vectors as vec
 from braze.frontend.kernel_random import RandomFunction
-from braze.frontend.kernel_scope import ArrayHandle, Frame, Local, ShapeHandle, Source
+from braze.frontend.kernel_scope import ArrayHandle, Frame, Local, ShapeHandle, Source, VectorValue
 from braze.kir import nodes as k
 
 if TYPE_CHECKING:
@@ -55,6 +56,9 @@ def call(tr: Translator, node: ast.Call):
     if node.keywords:
         tr.error(node, f"{name}: keyword arguments are not supported here")
     args = [tr.expr(a) for a in node.args]
+    vector_rule = _vector_rule(callee, args)
+    if vector_rule is not None:
+        return tr.checked(node, lambda: vector_rule(name, args))
     if all(not isinstance(a, k.Expr) and not _is_handle(a) for a in args) and _lookup(_FOLDABLE, callee):
         try:
             return callee(*args)
@@ -65,6 +69,30 @@ def call(tr: Translator, node: ast.Call):
         hint = " (decorate it with @bz.func to call it from a kernel)" if inspect.isfunction(callee) else ""
         tr.error(node, f"call to unknown function '{name}'{hint}")
     return tr.checked(node, lambda: rule(tr, node, args))
+
+
+def _vector_rule(callee, args: list) -> Callable | None:
+    """The rule of a call that makes or takes vectors: a constructor (`bz.vec3(...)`), `bz.mat33.identity()`,
+    a vector function (`bz.dot`), or a scalar function applied to each component (`bz.math.sqrt(v)`)."""
+    if isinstance(callee, vec.VectorType):
+        return lambda name, args: vec.construct(callee, args)
+    if getattr(callee, "__func__", None) is vec.VectorType.identity and callee.__self__.is_matrix and not args:
+        return lambda name, args: vec.identity(callee.__self__)
+    if isinstance(callee, vec.VectorFunction):
+        return lambda name, args: callee.in_kernel(args)
+    if not any(isinstance(a, VectorValue) for a in args):
+        return None
+    if callee is len and len(args) == 1:
+        return lambda name, args: args[0].type.shape[0]
+    scalar_rule = _rule_for(callee)
+    if scalar_rule is None or isinstance(callee, DType) or isinstance(callee, type) or callee in (int, float, bool):
+        return lambda name, args: _no_vectors(name, args)
+    return lambda name, args: vec.elementwise(name, lambda *parts: scalar_rule(None, None, list(parts)), args)
+
+
+def _no_vectors(name: str, args: list):
+    got = ", ".join(vec.describe(a) for a in args)
+    raise ty.TypeProblem(f"{name}: expected scalar arguments, got {got}; apply it to the components")
 
 
 def _is_handle(value) -> bool:
@@ -157,11 +185,16 @@ def _atomic(tr: Translator, node: ast.Call, op: str) -> k.Var:
     if param.dtype.name not in ty.ATOMIC_DTYPES:
         tr.error(node, f"atomic_{op}: expected an array of {', '.join(ty.ATOMIC_DTYPES)}, got {param.dtype.name}",
                  KernelTypeError)
-    value = tr.checked(node, lambda: ty.assignable(tr.expr(node.args[1]), param.dtype, f"'{param.name}'"))
-    old = tr.new_var(f"{param.name}_old", param.dtype)
-    tr.prologue.append(k.Let(old, ty.as_expr(0, param.dtype)))
-    tr.emit(k.AtomicRMW(op, param, indices, value, old))
-    return old
+    places = tr.array_places(handle, indices)
+    values = tr.checked(node, lambda: tr.component_values(tr.expr(node.args[1]), places, f"'{param.name}[...]'"))
+    olds = []
+    for place, value in zip(places.items, values):
+        value = tr.checked(node, lambda v=value: ty.assignable(v, param.dtype, f"'{param.name}'"))
+        old = tr.new_var(f"{param.name}_old", param.dtype)
+        tr.prologue.append(k.Let(old, ty.as_expr(0, param.dtype)))
+        tr.emit(k.AtomicRMW(op, param, place.indices, value, old))
+        olds.append(old)
+    return olds[0] if places.type is None else VectorValue(places.type, tuple(olds))
 
 
 # --- @bz.func helpers -------------------------------------------------------------------------------
@@ -184,7 +217,9 @@ def inline(tr: Translator, node: ast.Call, helper: lang.KernelFunc):
     bound.apply_defaults()
     frame = Frame(source)
     for name, value in bound.arguments.items():
-        if isinstance(value, k.Expr) and not isinstance(value, k.Const):
+        if isinstance(value, VectorValue):  # copied, as a scalar argument is: the helper may reassign it
+            frame.names[name] = tr.vector_local(name, value)
+        elif isinstance(value, k.Expr) and not isinstance(value, k.Const):
             var = tr.new_var(name, value.dtype)  # a local of its own, so the helper may reassign it
             if tr.depth == 0:
                 tr.emit(k.Let(var, value))

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from braze import dtypes as dt
 from braze.dtypes import DType
+from braze.frontend.kernel_scope import VectorValue
 from braze.kir import nodes as k
 from braze.lower.values import cast
 from braze.ops.elementwise import BINARY, TERNARY, UNARY, compute_type
@@ -38,6 +39,9 @@ def type_of(v: k.Expr | bool | int | float) -> tuple[DType, int]:
     """(dtype, weakness): typed expressions are strong (0), Python literals weak (2)."""
     if isinstance(v, k.Expr):
         return v.dtype, 0
+    if isinstance(v, VectorValue):
+        raise TypeProblem(f"expected a scalar, got a {v.type_name} value; take a component (v.x, v[0]) or "
+                          "a scalar function of it (bz.length(v), bz.dot(v, w))")
     return dt.python_scalar_dtype(v), 2
 
 
