@@ -182,6 +182,27 @@ def compare_random(gpu: list, cpu: list) -> None:
     np.testing.assert_allclose(gpu[4], cpu[4], rtol=1e-13, atol=1e-13)
 
 
+@bz.kernel
+def vectors(x: bz.Array[bz.vec3, 1], v: bz.Array[bz.vec3, 1], m: bz.Array[bz.mat33, 1], q: bz.Array[bz.mat44d, 1],
+            out: bz.Array[bz.float32, 2], inv: bz.Array[bz.mat44d, 1], bins: bz.Array[bz.vec3, 1], dt: bz.float32):
+    for i in range(x.shape[0]):
+        v[i] += (m[i] @ x[i] - bz.vec3(0.0, 9.81, 0.0)) * dt
+        x[i] += v[i] * dt
+        p = x[i]
+        p.y = max(p.y, 0.0)
+        out[i, 0] = bz.dot(p, v[i]) + bz.length(bz.cross(p, v[i]))
+        out[i, 1] = bz.normalize(p)[i % 3] + bz.determinant(m[i])
+        out[i, 2] = (bz.inverse(m[i]) @ bz.transpose(m[i]))[1, 2]
+        inv[i] = bz.inverse(q[i])
+        bins[i % 5] += bz.vec3(1.0, 2.0, 3.0)
+
+
+def vectors_args(rng):
+    n = 777
+    return [floats(rng, n, 3), floats(rng, n, 3), floats(rng, n, 3, 3), floats(rng, n, 4, 4, dtype=np.float64),
+            np.zeros((n, 3), np.float32), np.zeros((n, 4, 4)), np.zeros((5, 3), np.float32), np.float32(0.01)]
+
+
 SCALE = 3
 
 
@@ -337,6 +358,7 @@ def all_cases() -> list[Case]:
                                           floats(r, 333, dtype=bz.bfloat16.numpy), np.zeros(333, bz.bfloat16.numpy)],
              outputs=(1, 3)),
         Case("atomics", atomics, atomics_args, compare=compare_atomics),
+        Case("vectors", vectors, vectors_args, outputs=(4, 5)),
         Case("random", random_draws, random_args, outputs=(1, 2, 3, 4), compare=compare_random),
         Case("static_and_helpers", static_and_helpers,
              lambda r: [np.zeros((50, 3), np.float32), np.linspace(-1, 2, 99), np.zeros(99)], outputs=(0, 2)),

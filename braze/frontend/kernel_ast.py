@@ -420,7 +420,8 @@ class Translator(ExpressionTranslator, TargetTranslator):
         self.assign(node.target, self.checked(node, lambda: ty.convert(value, dt.as_dtype(annotation))), node)
 
     def assign(self, target: ast.expr, value, node: ast.AST) -> None:
-        if isinstance(target, (ast.Subscript, ast.Attribute)) and not self.plain_array_target(target):
+        if isinstance(target, (ast.Subscript, ast.Attribute)) and (isinstance(value, VectorValue) or
+                                                                   not self.plain_array_target(target)):
             self.assign_target(target, value, node)  # a vector, or a component of one
             return
         if isinstance(target, ast.Subscript):
