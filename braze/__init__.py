@@ -37,6 +37,7 @@ from braze.frontend import (
     func,
     jit,
     kernel,
+    local,
     math,
     ndrange,
     random,
@@ -80,6 +81,7 @@ __all__ = [
     "InputError", "KernelAssertionError", "KernelError", "KernelSyntaxError", "KernelTypeError", "OutOfMemoryError",
     "RtcKernel", "SerialLoopWarning", "TensorView", "TracerBoolConversionError", "UnsupportedError", "atomic_add",
     "atomic_max", "atomic_min", "atomic_sub", "bfloat16", "bool_",
-    "float16", "float32", "float64", "func", "int8", "int32", "int64", "jit", "kernel", "manual_seed", "math",
+    "float16", "float32", "float64", "func", "int8", "int32", "int64", "jit", "kernel", "local", "manual_seed",
+    "math",
     "ndrange", "ops", "random", "record", "static", *_VECTOR_NAMES,
 ]

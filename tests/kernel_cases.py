@@ -203,6 +203,24 @@ def vectors_args(rng):
             np.zeros((n, 3), np.float32), np.zeros((n, 4, 4)), np.zeros((5, 3), np.float32), np.float32(0.01)]
 
 
+@bz.kernel
+def local_arrays(a: bz.Array[bz.float32, 2], out: bz.Array[bz.float32, 2]):
+    for i in range(a.shape[0]):
+        buf = bz.local(bz.float32, 8)
+        for j in range(8):
+            buf[j] = a[i, j]
+        for j in range(1, 8):
+            key = buf[j]
+            t = j - 1
+            while t >= 0 and buf[t] > key:
+                buf[t + 1] = buf[t]
+                t -= 1
+            buf[t + 1] = key
+        buf[-1] += buf[0]
+        for j in range(8):
+            out[i, j] = buf[j]
+
+
 SCALE = 3
 
 
@@ -358,6 +376,7 @@ def all_cases() -> list[Case]:
                                           floats(r, 333, dtype=bz.bfloat16.numpy), np.zeros(333, bz.bfloat16.numpy)],
              outputs=(1, 3)),
         Case("atomics", atomics, atomics_args, compare=compare_atomics),
+        Case("local_arrays", local_arrays, lambda r: [floats(r, 300, 8), np.zeros((300, 8), np.float32)], outputs=(1,)),
         Case("vectors", vectors, vectors_args, outputs=(4, 5)),
         Case("random", random_draws, random_args, outputs=(1, 2, 3, 4), compare=compare_random),
         Case("static_and_helpers", static_and_helpers,

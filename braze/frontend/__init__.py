@@ -10,6 +10,7 @@ from braze.frontend.kernel_lang import (
     atomic_min,
     atomic_sub,
     func,
+    local,
     math,
     ndrange,
     static,
@@ -44,5 +45,5 @@ VECTOR_NAMES = ["vec2", "vec3", "vec4", "vec2d", "vec3d", "vec4d", "mat22", "mat
                 "mat44d", "dot", "cross", "length", "norm", "length_sq", "normalize", "outer", "transpose",
                 "determinant", "inverse"]
 __all__ = ["Array", "Fusion", "JitFunction", "KernelFunction", "atomic_add", "atomic_max", "atomic_min", "atomic_sub",
-           "func", "jit", "kernel", "math", "ndrange", "random", "static",
+           "func", "jit", "kernel", "local", "math", "ndrange", "random", "static",
            *VECTOR_NAMES]

@@ -20,7 +20,8 @@ from braze.frontend import kernel_lang as lang
 from braze.frontend import kernel_types as ty
 from braze.frontend.kernel_exprs import BINARY_OPS, OPERATOR_SYMBOLS, ExpressionTranslator, is_pure_constant
 from braze.frontend import kernel_vectors as vec
-from braze.frontend.kernel_scope import ArrayHandle, Frame, Local, ShapeHandle, Source, VectorLocal, VectorValue, \
+from braze.frontend.kernel_scope import ArrayHandle, Frame, Local, LocalArray, ShapeHandle, Source, VectorLocal, \
+    VectorValue, \
     host_evaluable
 from braze.frontend.kernel_targets import TargetTranslator
 from braze.kir import nodes as k
@@ -444,8 +445,8 @@ class Translator(ExpressionTranslator, TargetTranslator):
             self.error(node, f"assignment to loop index '{name}'")
         if name not in frame.names and name in frame.outer:
             self.error(node, f"assignment to '{name}', a top-level value every task reads; tasks share only arrays")
-        if isinstance(value, (ArrayHandle, ShapeHandle)):
-            frame.names[name] = value  # another name for a parameter
+        if isinstance(value, (ArrayHandle, ShapeHandle, LocalArray)):
+            frame.names[name] = value  # another name for a parameter (or a local array)
             return
         if isinstance(value, VectorValue) or isinstance(frame.names.get(name), VectorLocal):
             self.assign_vector_name(name, value, node)

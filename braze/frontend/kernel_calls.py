@@ -22,7 +22,7 @@ from braze.frontend import kernel_lang as lang
 from braze.frontend import kernel_types as ty
 from braze.frontend import kernel_vectors as vec
 from braze.frontend.kernel_random import RandomFunction
-from braze.frontend.kernel_scope import ArrayHandle, Frame, Local, ShapeHandle, Source, VectorValue
+from braze.frontend.kernel_scope import ArrayHandle, Frame, Local, LocalArray, ShapeHandle, Source, VectorValue
 from braze.kir import nodes as k
 
 if TYPE_CHECKING:
@@ -53,6 +53,8 @@ def call(tr: Translator, node: ast.Call):
         return inline(tr, node, callee)
     if isinstance(callee, RandomFunction):
         return _random(tr, node, callee)
+    if callee is lang.local:
+        return _local(tr, node)
     if node.keywords:
         tr.error(node, f"{name}: keyword arguments are not supported here")
     args = [tr.expr(a) for a in node.args]
@@ -173,6 +175,29 @@ def _random(tr: Translator, node: ast.Call, fn: RandomFunction) -> k.Expr:
     except TypeError as error:
         tr.error(node, f"bz.random.{fn.kind}: {error}", KernelTypeError)
     return tr.checked(node, lambda: fn.build(*bound.args, **bound.kwargs))
+
+
+# --- local arrays ---------------------------------------------------------------------------------
+MAX_LOCAL_ELEMENTS = 4096  # per thread: more would not fit a GPU thread's stack
+
+
+def _local(tr: Translator, node: ast.Call) -> LocalArray:
+    """`bz.local(dtype, size)`: declared at the top of the task, zeroed here."""
+    if len(node.args) != 2 or node.keywords:
+        tr.error(node, "bz.local: expected (dtype, size), e.g. bz.local(bz.float32, 8)")
+    try:
+        dtype = dt.as_dtype(tr.compile_time(node.args[0]))
+    except Error:
+        tr.error(node, f"bz.local: expected a dtype, got {ast.unparse(node.args[0])}", KernelTypeError)
+    size = tr.expr(node.args[1])
+    if isinstance(size, bool) or not isinstance(size, int) or not 0 < size <= MAX_LOCAL_ELEMENTS:
+        tr.error(node, f"bz.local: the size must be an integer constant in [1, {MAX_LOCAL_ELEMENTS}], got "
+                       f"{ast.unparse(node.args[1])}", KernelTypeError)
+    var = tr.new_var("local", dtype)
+    tr.prologue.append(k.Alloc(var, dtype, size))
+    j = tr.new_var("j", dt.int64)
+    tr.emit(k.For(j, k.Const(0, dt.int64), k.Const(size, dt.int64), (k.StoreLocal(var, j, ty.as_expr(0, dtype)),)))
+    return LocalArray(var, size)
 
 
 # --- atomics --------------------------------------------------------------------------------------

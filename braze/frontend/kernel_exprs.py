@@ -14,7 +14,7 @@ from braze.errors import KernelTypeError
 from braze.frontend import kernel_types as ty
 from braze.frontend import kernel_vectors as vec
 from braze.frontend.kernel_calls import call
-from braze.frontend.kernel_scope import ArrayHandle, Local, ShapeHandle, VectorLocal, VectorValue
+from braze.frontend.kernel_scope import ArrayHandle, Local, LocalArray, ShapeHandle, VectorLocal, VectorValue
 from braze.kir import nodes as k
 
 
@@ -67,6 +67,8 @@ class ExpressionTranslator:
         if isinstance(base, ArrayHandle):
             handle, indices = self.subscript(node)
             return self.checked(node, lambda: element_value(handle.param, indices, handle.element))
+        if isinstance(base, LocalArray):
+            return k.LoadLocal(base.var, self.local_index(node, base), base.var.dtype)
         if isinstance(base, VectorValue):
             key = self.expr(node.slice)
             for part in key if isinstance(key, tuple) else (key,):
@@ -95,6 +97,23 @@ class ExpressionTranslator:
         if self.debug:
             self.bounds_check(node, param, indices)
         return handle, indices
+
+    def local_index(self, node: ast.Subscript, array: LocalArray) -> k.Expr:
+        """The index of `buf[j]`: a constant is checked now (a negative one counts from the end), any
+        other under `debug=True`."""
+        if isinstance(node.slice, ast.Tuple):
+            self.error(node, "a bz.local array has one dimension: index it with one integer", KernelTypeError)
+        index = self.expr(node.slice)
+        if isinstance(index, int) and not isinstance(index, bool):
+            if not -array.size <= index < array.size:
+                self.error(node, f"index {index} is out of range for a bz.local array of {array.size}", KernelTypeError)
+            return k.Const(index % array.size, dt.int64)
+        index = self.checked(node, lambda: ty.index(index, "index of a bz.local array"))
+        if self.debug:
+            place, text = self.frames[-1].source.where(node)
+            inside = ty.binary("logical_and", ty.binary("ge", index, 0), ty.binary("lt", index, array.size))
+            self.emit(k.Assert(inside, f"{place}index out of bounds: a bz.local array of {array.size} in {text}"))
+        return index
 
     def bounds_check(self, node: ast.AST, param: k.ArrayParam, indices: tuple[k.Expr, ...]) -> None:
         place, text = self.frames[-1].source.where(node)

@@ -77,6 +77,13 @@ atomic_min = _kernel_only("atomic_min")
 atomic_max = _kernel_only("atomic_max")
 
 
+def local(dtype, size: int) -> np.ndarray:
+    """`buf = bz.local(bz.float32, 8)`: a per-thread array of `size` elements (a compile-time constant),
+    zeroed where it is made. Kept in registers when every index is a constant (the compilers promote
+    it); outside a kernel, a zeroed NumPy array."""
+    return np.zeros(size, dt.as_dtype(dtype).numpy)
+
+
 class MathFunction:
     """`bz.math.<op>`: an op of the op table, usable in kernels (and on NumPy values outside)."""
 

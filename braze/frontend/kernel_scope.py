@@ -38,6 +38,14 @@ class ShapeHandle:
 
 
 @dataclass(frozen=True)
+class LocalArray:
+    """`buf = bz.local(bz.float32, 8)`: a per-thread array of a fixed size (a Kernel IR `Alloc`)."""
+
+    var: k.Var  # its dtype is the element dtype
+    size: int
+
+
+@dataclass(frozen=True)
 class VectorValue:
     """A `bz.vec3`, `bz.mat33`, ... value: its components, each a scalar Kernel IR expression (row-major
     for matrices). Vectors exist only in the frontend: every operation on one is an operation on its

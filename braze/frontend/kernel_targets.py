@@ -17,24 +17,38 @@ from braze import dtypes as dt
 from braze.errors import KernelTypeError
 from braze.frontend import kernel_types as ty
 from braze.frontend import kernel_vectors as vec
-from braze.frontend.kernel_scope import ArrayHandle, Local, VectorLocal, VectorValue
+from braze.frontend.kernel_scope import ArrayHandle, Local, LocalArray, VectorLocal, VectorValue
 from braze.kir import nodes as k
 
 
 @dataclass(frozen=True)
 class Place:
-    """One scalar storage place: a local variable, or an element of an array."""
+    """One scalar storage place: a local variable, an element of an array parameter, or an element of
+    a `bz.local` array."""
 
     var: k.Var | None = None
     param: k.ArrayParam | None = None
     indices: tuple[k.Expr, ...] = ()
+    local: k.Var | None = None  # a bz.local array (indices has one index)
 
     def read(self) -> k.Expr:
+        if self.local is not None:
+            return k.LoadLocal(self.local, self.indices[0], self.local.dtype)
         return self.var if self.var is not None else k.Load(self.param, self.indices)
+
+    def write(self, value: k.Expr) -> k.Stmt:
+        if self.local is not None:
+            return k.StoreLocal(self.local, self.indices[0], value)
+        return k.Assign(self.var, value) if self.var is not None else k.Store(self.param, self.indices, value)
 
     @property
     def dtype(self):
-        return self.var.dtype if self.var is not None else self.param.dtype
+        return (self.var or self.local or self.param).dtype
+
+    @property
+    def shared(self) -> bool:
+        """An element of an array parameter: other threads may reach it."""
+        return self.param is not None
 
 
 @dataclass(frozen=True)
@@ -78,9 +92,12 @@ class TargetTranslator:
                 return Places(None, (Place(var=bound.var),))
             return None
         if isinstance(target, ast.Subscript):
-            if isinstance(target.value, ast.Name) and isinstance(self.expr(target.value), ArrayHandle):
+            base = self.expr(target.value) if isinstance(target.value, ast.Name) else None
+            if isinstance(base, ArrayHandle):
                 handle, indices = self.subscript(target)
                 return self.array_places(handle, indices)
+            if isinstance(base, LocalArray):
+                return Places(None, (Place(local=base.var, indices=(self.local_index(target, base),)),))
             places = self.target_places(target.value)
             if places is None:
                 return None
@@ -104,7 +121,7 @@ class TargetTranslator:
             positions, shape = self.checked(node, lambda: vec.constant_positions(vtype, key))
             chosen = tuple(places.items[p] for p in positions)
             return Places(vec.type_of_shape(shape, vtype.dtype) if shape else None, chosen)
-        if any(p.var is not None for p in places.items):
+        if not all(p.shared for p in places.items):
             self.error(node, f"assignment to a component of a local {vtype!r} chosen at run time: index it with a "
                              "constant (or keep the values in an array)", KernelTypeError)
         index = self.checked(node, lambda: ty.index(key, f"index of a {vtype!r}"))
@@ -132,8 +149,7 @@ class TargetTranslator:
         values = self.checked(node, lambda: self.component_values(value, places, what))
         for place, v in zip(places.items, values):
             stored = self.checked(node, lambda p=place, v=v: ty.assignable(v, p.dtype, what))
-            self.emit(k.Assign(place.var, stored) if place.var is not None else k.Store(place.param, place.indices,
-                                                                                         stored))
+            self.emit(place.write(stored))
 
     def assign_target(self, target: ast.expr, value, node: ast.AST) -> None:
         """`target = value` for a component or a vector element."""
@@ -150,8 +166,7 @@ class TargetTranslator:
             self.error(node, f"unsupported construct: augmented assignment to {type(node.target).__name__}")
         what = f"'{ast.unparse(node.target)}'"
         value = self.expr(node.value)
-        shared = [p for p in places.items if p.var is None and self.loops[:1] == ["parallel"] and
-                  not self.owns(p.indices)]
+        shared = [p for p in places.items if p.shared and self.loops[:1] == ["parallel"] and not self.owns(p.indices)]
         if not shared:
             self.write_places(node, places, self.binary(node, op, places.value(), value), what)
             return
