@@ -211,7 +211,8 @@ def _atomic(tr: Translator, node: ast.Call, op: str) -> k.Var:
         tr.error(node, f"atomic_{op}: expected an array of {', '.join(ty.ATOMIC_DTYPES)}, got {param.dtype.name}",
                  KernelTypeError)
     places = tr.array_places(handle, indices)
-    values = tr.checked(node, lambda: tr.component_values(tr.expr(node.args[1]), places, f"'{param.name}[...]'"))
+    values = tr.evaluated(tr.checked(node, lambda: tr.component_values(tr.expr(node.args[1]), places,
+                                                                       f"'{param.name}[...]'")))
     olds = []
     for place, value in zip(places.items, values):
         value = tr.checked(node, lambda v=value: ty.assignable(v, param.dtype, f"'{param.name}'"))

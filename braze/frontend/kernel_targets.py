@@ -146,10 +146,15 @@ class TargetTranslator:
         return list(value.items)
 
     def write_places(self, node: ast.AST, places: Places, value, what: str) -> None:
-        values = self.checked(node, lambda: self.component_values(value, places, what))
+        values = self.evaluated(self.checked(node, lambda: self.component_values(value, places, what)))
         for place, v in zip(places.items, values):
             stored = self.checked(node, lambda p=place, v=v: ty.assignable(v, p.dtype, what))
             self.emit(place.write(stored))
+
+    def evaluated(self, values: list) -> list:
+        """Every component computed before any is stored: `x[i] = bz.normalize(x[i])` stores x[i].y after
+        x[i].x, and must not read the new x[i].x for it."""
+        return values if len(values) == 1 else [self.temporary(v) for v in values]
 
     def assign_target(self, target: ast.expr, value, node: ast.AST) -> None:
         """`target = value` for a component or a vector element."""
@@ -176,7 +181,7 @@ class TargetTranslator:
                        KernelTypeError)
         broadcast = value if isinstance(value, VectorValue) or places.type is None else \
             VectorValue(places.type, (value,) * len(places.items))
-        values = self.checked(node, lambda: self.component_values(broadcast, places, what))
+        values = self.evaluated(self.checked(node, lambda: self.component_values(broadcast, places, what)))
         for place, v in zip(places.items, values):
             v = self.checked(node, lambda p=place, v=v: ty.assignable(v, p.dtype, what))
             self.emit(k.AtomicRMW(op, place.param, place.indices, v, None))

@@ -227,6 +227,25 @@ def test_arrays_of_vectors_are_the_arrays_themselves_and_their_loops_fuse():
     np.testing.assert_array_equal(strided[:, 1], before[:, 1] - np.float32(9.81))
 
 
+@bz.kernel
+def in_place(x: bz.Array[bz.vec3, 1], bins: bz.Array[bz.vec3, 1]):
+    for i in range(x.shape[0]):
+        x[i] = bz.normalize(x[i])  # every component is computed before any is stored
+        w = x[i] * 2.0
+        w = bz.vec3(w.z, w.x, w.y)  # a rotation of the local's own components
+        x[i] -= bz.vec3(w.y, w.z, w.x) * 0.25
+        bins[0] += bz.vec3(bins[0].z, 1.0, 0.0)  # the same for atomic updates
+
+
+def test_a_vector_written_from_its_own_components():
+    x = floats(10, 3)
+    bins = np.zeros((1, 3), np.float32)
+    want = bz.normalize(x)
+    in_place(x, bins)
+    np.testing.assert_array_equal(x, want - want * np.float32(2) * np.float32(0.25))
+    np.testing.assert_array_equal(bins[0], [0, 10, 0])
+
+
 def test_python_calls_give_numpy_values():
     assert bz.vec3(1, 2, 3).dtype == np.float32 and bz.vec3(1, 2, 3).tolist() == [1, 2, 3]
     assert bz.vec2d(5).tolist() == [5.0, 5.0] and bz.vec2d(5).dtype == np.float64
