@@ -27,6 +27,7 @@ from braze.errors import (
     TracerBoolConversionError,
     UnsupportedError,
 )
+from braze.frontend import VECTOR_NAMES as _VECTOR_NAMES
 from braze.frontend import (
     Array,
     Fusion,
@@ -43,7 +44,6 @@ from braze.frontend import (
     random,
     static,
 )
-from braze.frontend import VECTOR_NAMES as _VECTOR_NAMES
 from braze.frontend.kernel_vectors import (
     cross,
     determinant,

@@ -93,7 +93,8 @@ def main() -> None:
     np.testing.assert_allclose(x, x_np, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(v, v_np, rtol=1e-6, atol=1e-9)
     print(f"SPH: {n} particles, 20 steps; mean density {density.mean():.1f}, mean speed "
-          f"{np.linalg.norm(v, axis=1).mean():.4f}; matches NumPy (max position difference {np.abs(x - x_np).max():.1e})")
+          f"{np.linalg.norm(v, axis=1).mean():.4f}; matches NumPy (max position difference "
+          f"{np.abs(x - x_np).max():.1e})")
 
 
 if __name__ == "__main__":

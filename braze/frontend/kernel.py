@@ -33,6 +33,7 @@ from braze.errors import Error, InputError, KernelTypeError, a_or_an
 from braze.frontend.kernel_ast import translate_kernel
 from braze.frontend.kernel_lang import ArrayType, _ArrayTypes
 from braze.frontend.kernel_scope import ArrayHandle, Source
+from braze.frontend.kernel_vectors import VectorType
 from braze.kir import kernel_text
 from braze.kir import nodes as k
 from braze.passes.fuse_tasks import Decision
@@ -59,6 +60,10 @@ def _param_spec(name: str, annotation: object, fn: Callable) -> ArrayType | DTyp
         return ArrayType()
     if isinstance(annotation, ArrayType):
         return annotation
+    if isinstance(annotation, VectorType):
+        raise KernelTypeError(f"{_where(fn)}: kernel {fn.__name__}: parameter '{name}': a {annotation!r} parameter "
+                              f"is not supported; pass its components as scalars and build it in the kernel "
+                              f"({annotation!r}(...)), or pass a bz.Array[{annotation!r}, 1] of one element")
     try:
         return dt.as_dtype(annotation)
     except Error:

@@ -18,11 +18,19 @@ from braze.dtypes import DType
 from braze.errors import KernelSyntaxError, KernelTypeError, SerialLoopWarning
 from braze.frontend import kernel_lang as lang
 from braze.frontend import kernel_types as ty
-from braze.frontend.kernel_exprs import BINARY_OPS, OPERATOR_SYMBOLS, ExpressionTranslator, is_pure_constant
 from braze.frontend import kernel_vectors as vec
-from braze.frontend.kernel_scope import ArrayHandle, Frame, Local, LocalArray, ShapeHandle, Source, VectorLocal, \
-    VectorValue, \
-    host_evaluable
+from braze.frontend.kernel_exprs import BINARY_OPS, OPERATOR_SYMBOLS, ExpressionTranslator, is_pure_constant
+from braze.frontend.kernel_scope import (
+    ArrayHandle,
+    Frame,
+    Local,
+    LocalArray,
+    ShapeHandle,
+    Source,
+    VectorLocal,
+    VectorValue,
+    host_evaluable,
+)
 from braze.frontend.kernel_targets import TargetTranslator
 from braze.kir import nodes as k
 from braze.lower.values import index_op
@@ -415,7 +423,8 @@ class Translator(ExpressionTranslator, TargetTranslator):
         annotation = self.compile_time(node.annotation)
         if isinstance(annotation, vec.VectorType):
             if not isinstance(value, VectorValue) or value.type.shape != annotation.shape:
-                self.error(node, f"the annotation is {annotation!r}, the value is {vec.describe(value)}", KernelTypeError)
+                self.error(node, f"the annotation is {annotation!r}, the value is {vec.describe(value)}",
+                           KernelTypeError)
             self.assign(node.target, self.checked(node, lambda: vec.construct(annotation, [value])), node)
             return
         self.assign(node.target, self.checked(node, lambda: ty.convert(value, dt.as_dtype(annotation))), node)

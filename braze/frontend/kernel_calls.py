@@ -185,9 +185,13 @@ def _local(tr: Translator, node: ast.Call) -> LocalArray:
     """`bz.local(dtype, size)`: declared at the top of the task, zeroed here."""
     if len(node.args) != 2 or node.keywords:
         tr.error(node, "bz.local: expected (dtype, size), e.g. bz.local(bz.float32, 8)")
+    element = tr.compile_time(node.args[0])
+    if isinstance(element, vec.VectorType):
+        tr.error(node, f"bz.local: arrays of {element!r} are not supported; use bz.local({element.dtype!r}, "
+                       f"{element.size} * n) and index its components", KernelTypeError)
     try:
-        dtype = dt.as_dtype(tr.compile_time(node.args[0]))
-    except Error:
+        dtype = dt.as_dtype(element)
+    except (Error, TypeError, ValueError):
         tr.error(node, f"bz.local: expected a dtype, got {ast.unparse(node.args[0])}", KernelTypeError)
     size = tr.expr(node.args[1])
     if isinstance(size, bool) or not isinstance(size, int) or not 0 < size <= MAX_LOCAL_ELEMENTS:
@@ -298,10 +302,23 @@ def _tail_if(tr: Translator, node: ast.If):
     values: list = []
     then = tr.nested(lambda: values.append(_tail(tr, node.body)))
     orelse = tr.nested(lambda: values.append(_tail(tr, node.orelse)))
+    if all(isinstance(v, VectorValue) for v in values):
+        return _tail_if_vectors(tr, node, cond, then, orelse, values)
     if any(v is None or not ty.is_value(v) for v in values):
-        tr.error(node, "a @bz.func that returns in both branches must return a number in both")
+        tr.error(node, "a @bz.func that returns in both branches must return a number (or a vector) in both")
     dtype = tr.checked(node, lambda: ty.common_type(*values))
     result = tr.declare("result", dtype)
     tr.emit(k.If(cond, then + (k.Assign(result, ty.as_expr(values[0], dtype)),),
                  orelse + (k.Assign(result, ty.as_expr(values[1], dtype)),)))
     return result
+
+
+def _tail_if_vectors(tr: Translator, node: ast.If, cond: k.Expr, then: tuple, orelse: tuple, values: list):
+    a, b = values
+    if a.type.shape != b.type.shape:
+        tr.error(node, f"the branches return a {a.type_name} and a {b.type_name}", KernelTypeError)
+    vtype = a.type if a.type.dtype == b.type.dtype else vec.type_of_shape(a.type.shape, dt.float64)
+    result = [tr.declare("result", vtype.dtype) for _ in a.items]
+    then_set, orelse_set = ([k.Assign(r, ty.as_expr(x, vtype.dtype)) for r, x in zip(result, v.items)] for v in values)
+    tr.emit(k.If(cond, then + tuple(then_set), orelse + tuple(orelse_set)))
+    return VectorValue(vtype, tuple(result))

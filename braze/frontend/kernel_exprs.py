@@ -230,7 +230,8 @@ class ExpressionTranslator:
             self.error(node, f"the two branches differ: {vec.describe(a)} and {vec.describe(b)}", KernelTypeError)
         vtype = a.type if a.type.dtype == b.type.dtype else vec.type_of_shape(a.type.shape, dt.float64)
         local = [self.declare("select", vtype.dtype) for _ in a.items]
-        then, orelse = ([k.Assign(v, ty.as_expr(x, vtype.dtype)) for v, x in zip(local, value.items)] for value in (a, b))
+        then, orelse = ([k.Assign(v, ty.as_expr(x, vtype.dtype)) for v, x in zip(local, value.items)]
+                        for value in (a, b))
         self.emit(k.If(cond, branches[0] + tuple(then), branches[1] + tuple(orelse)))
         return VectorValue(vtype, tuple(local))
 

@@ -47,7 +47,8 @@ def test_operators_match_numpy_bit_for_bit():
     out = np.zeros((n, 8, 3), np.float32)
     operators(a, b, s, out)
     c = s[:, None]
-    expected = [a + b, a - b * c, c * a / np.float32(3), -a + np.float32(1.5), a * b, np.float32(2) / (b + np.float32(3)),
+    f = np.float32
+    expected = [a + b, a - b * c, c * a / f(3), -a + f(1.5), a * b, f(2) / (b + f(3)),
                 np.stack([a[:, 2], a[:, 0], s], -1), np.repeat(c, 3, 1)]
     for column, want in enumerate(expected):
         np.testing.assert_array_equal(out[:, column], want, err_msg=f"column {column}")
@@ -86,7 +87,8 @@ def test_functions_match_their_numpy_forms_bit_for_bit_and_linalg_closely():
     a[0] = 0  # normalize of a zero vector is the zero vector
     m, p, q = floats(n, 3, 3), floats(n, 2, 2), floats(n, 4, 4)
     scalars, vectors = np.zeros((n, 9), np.float32), np.zeros((n, 4, 3), np.float32)
-    mats, small, big = np.zeros((n, 5, 3, 3), np.float32), np.zeros((n, 2, 2), np.float32), np.zeros((n, 4, 4), np.float32)
+    mats = np.zeros((n, 5, 3, 3), np.float32)
+    small, big = np.zeros((n, 2, 2), np.float32), np.zeros((n, 4, 4), np.float32)
     functions(a, b, m, p, q, scalars, vectors, mats, small, big)
     same = np.testing.assert_array_equal
     same(scalars[:, 0], bz.dot(a, b))
@@ -244,6 +246,36 @@ def test_a_vector_written_from_its_own_components():
     in_place(x, bins)
     np.testing.assert_array_equal(x, want - want * np.float32(2) * np.float32(0.25))
     np.testing.assert_array_equal(bins[0], [0, 10, 0])
+
+
+@bz.func
+def reflect(v, n):
+    if bz.dot(v, n) < 0.0:
+        return v - n * (2.0 * bz.dot(v, n))
+    else:
+        return v
+
+
+@bz.kernel
+def bounce(v: bz.Array[bz.vec2, 1]):
+    for i in range(v.shape[0]):
+        v[i] = reflect(v[i], bz.vec2(0.0, 1.0))
+
+
+def test_a_helper_may_return_vectors_from_both_branches():
+    v = floats(50, 2)
+    want = np.where(v[:, 1:] < 0, v * np.float32([1, -1]), v)
+    bounce(v)
+    np.testing.assert_array_equal(v, want)
+
+
+def test_a_vector_parameter_is_refused_with_what_to_write_instead():
+    def kern(x: bz.Array[bz.float32, 1], g: bz.vec3):
+        pass
+
+    with pytest.raises(bz.KernelTypeError, match="parameter 'g': a bz.vec3 parameter is not supported; pass its "
+                                                 "components as scalars"):
+        bz.kernel(kern)
 
 
 def test_python_calls_give_numpy_values():
