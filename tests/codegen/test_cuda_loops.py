@@ -215,3 +215,19 @@ def test_random_vector_programs_compile(program):
     arrays, tasks = program
     kernel = bz.kernel(VECTOR_FUZZ.load(VECTOR_FUZZ.render(arrays, tasks, python=False)))
     compile_source(kernel.cuda_source(*VECTOR_FUZZ.inputs(arrays, 0)), "program")
+
+
+@bz.kernel
+def negated_literal(out: bz.Array[bz.float32, 1]):
+    for i in range(out.shape[0]):
+        out[i] = -bz.float32(-1.25)
+
+
+@needs_nvrtc
+def test_the_negation_of_a_negative_literal_is_no_decrement():
+    out = np.zeros(4, np.float32)
+    negated_literal(out)
+    assert out.tolist() == [1.25] * 4
+    source = negated_literal.cuda_source(out)
+    assert "(-(-0x1.4" in source.body
+    compile_source(source, "negated_literal")
