@@ -27,6 +27,7 @@ from braze.errors import (
     TracerBoolConversionError,
     UnsupportedError,
 )
+from braze.frontend import VECTOR_NAMES as _VECTOR_NAMES
 from braze.frontend import (
     Array,
     Fusion,
@@ -37,9 +38,35 @@ from braze.frontend import (
     func,
     jit,
     kernel,
+    local,
     math,
     ndrange,
+    random,
     static,
+)
+from braze.frontend.kernel_vectors import (
+    cross,
+    determinant,
+    dot,
+    inverse,
+    length,
+    length_sq,
+    mat22,
+    mat22d,
+    mat33,
+    mat33d,
+    mat44,
+    mat44d,
+    norm,
+    normalize,
+    outer,
+    transpose,
+    vec2,
+    vec2d,
+    vec3,
+    vec3d,
+    vec4,
+    vec4d,
 )
 from braze.ir.tensor import TensorView
 from braze.runtime.cuda_kernel import RtcKernel
@@ -54,6 +81,7 @@ __all__ = [
     "InputError", "KernelAssertionError", "KernelError", "KernelSyntaxError", "KernelTypeError", "OutOfMemoryError",
     "RtcKernel", "SerialLoopWarning", "TensorView", "TracerBoolConversionError", "UnsupportedError", "atomic_add",
     "atomic_max", "atomic_min", "atomic_sub", "bfloat16", "bool_",
-    "float16", "float32", "float64", "func", "int8", "int32", "int64", "jit", "kernel", "manual_seed", "math",
-    "ndrange", "ops", "record", "static",
+    "float16", "float32", "float64", "func", "int8", "int32", "int64", "jit", "kernel", "local", "manual_seed",
+    "math",
+    "ndrange", "ops", "random", "record", "static", *_VECTOR_NAMES,
 ]

@@ -156,6 +156,71 @@ def compare_atomics(gpu: list, cpu: list) -> None:
         assert sorted(olds[values % len(bins) == b].tolist()) == list(range(int(bins[b])))
 
 
+@bz.kernel
+def random_draws(counters: bz.Array[bz.int64, 1], bits: bz.Array[bz.int64, 1], uniform: bz.Array[bz.float32, 1],
+                 normal: bz.Array[bz.float32, 1], wide: bz.Array[bz.float64, 1], seed: int, offset: int):
+    for i in range(counters.shape[0]):
+        bits[i] = bz.random.bits(seed, counters[i], offset)
+        uniform[i] = bz.random.uniform(seed, counters[i], offset)
+        normal[i] = bz.random.normal(seed, counters[i], offset=offset)
+        wide[i] = bz.random.normal(seed, counters[i], offset, dtype=bz.float64)
+
+
+def random_args(rng):
+    counters = np.concatenate([np.arange(-8, 3000), rng.integers(-2**62, 2**62, 1000)]).astype(np.int64)
+    n = counters.size
+    return [counters, np.zeros(n, np.int64), np.zeros(n, np.float32), np.zeros(n, np.float32), np.zeros(n),
+            int(rng.integers(-2**63, 2**63)), int(rng.integers(0, 2**40))]
+
+
+def compare_random(gpu: list, cpu: list) -> None:
+    """Philox words and uniforms bit for bit; normals through float64 log and cos (CUDA's libm may
+    differ from the CPU's in the last bit of a float64)."""
+    for position in (1, 2):
+        np.testing.assert_array_equal(gpu[position], cpu[position])
+    np.testing.assert_allclose(gpu[3], cpu[3], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(gpu[4], cpu[4], rtol=1e-13, atol=1e-13)
+
+
+@bz.kernel
+def vectors(x: bz.Array[bz.vec3, 1], v: bz.Array[bz.vec3, 1], m: bz.Array[bz.mat33, 1], q: bz.Array[bz.mat44d, 1],
+            out: bz.Array[bz.float32, 2], inv: bz.Array[bz.mat44d, 1], bins: bz.Array[bz.vec3, 1], dt: bz.float32):
+    for i in range(x.shape[0]):
+        v[i] += (m[i] @ x[i] - bz.vec3(0.0, 9.81, 0.0)) * dt
+        x[i] += v[i] * dt
+        p = x[i]
+        p.y = max(p.y, 0.0)
+        out[i, 0] = bz.dot(p, v[i]) + bz.length(bz.cross(p, v[i]))
+        out[i, 1] = bz.normalize(p)[i % 3] + bz.determinant(m[i])
+        out[i, 2] = (bz.inverse(m[i]) @ bz.transpose(m[i]))[1, 2]
+        inv[i] = bz.inverse(q[i])
+        bins[i % 5] += bz.vec3(1.0, 2.0, 3.0)
+
+
+def vectors_args(rng):
+    n = 777
+    return [floats(rng, n, 3), floats(rng, n, 3), floats(rng, n, 3, 3), floats(rng, n, 4, 4, dtype=np.float64),
+            np.zeros((n, 3), np.float32), np.zeros((n, 4, 4)), np.zeros((5, 3), np.float32), np.float32(0.01)]
+
+
+@bz.kernel
+def local_arrays(a: bz.Array[bz.float32, 2], out: bz.Array[bz.float32, 2]):
+    for i in range(a.shape[0]):
+        buf = bz.local(bz.float32, 8)
+        for j in range(8):
+            buf[j] = a[i, j]
+        for j in range(1, 8):
+            key = buf[j]
+            t = j - 1
+            while t >= 0 and buf[t] > key:
+                buf[t + 1] = buf[t]
+                t -= 1
+            buf[t + 1] = key
+        buf[-1] += buf[0]
+        for j in range(8):
+            out[i, j] = buf[j]
+
+
 SCALE = 3
 
 
@@ -311,6 +376,9 @@ def all_cases() -> list[Case]:
                                           floats(r, 333, dtype=bz.bfloat16.numpy), np.zeros(333, bz.bfloat16.numpy)],
              outputs=(1, 3)),
         Case("atomics", atomics, atomics_args, compare=compare_atomics),
+        Case("local_arrays", local_arrays, lambda r: [floats(r, 300, 8), np.zeros((300, 8), np.float32)], outputs=(1,)),
+        Case("vectors", vectors, vectors_args, outputs=(4, 5)),
+        Case("random", random_draws, random_args, outputs=(1, 2, 3, 4), compare=compare_random),
         Case("static_and_helpers", static_and_helpers,
              lambda r: [np.zeros((50, 3), np.float32), np.linspace(-1, 2, 99), np.zeros(99)], outputs=(0, 2)),
         Case("short_circuits", short_circuits, lambda r: [floats(r, 1000), np.zeros(1000, np.float32)],

@@ -25,6 +25,11 @@ def math(name: str) -> Callable:
     return lambda a, d, o, t: f"{name}{'f' if d[0].name == 'float32' else ''}({', '.join(a)})"
 
 
+def _spaced(operand: str) -> str:
+    """An operand after a prefix minus: a negative literal in parentheses, since `--x` is a decrement."""
+    return f"({operand})" if operand.startswith("-") else operand
+
+
 def by_kind(floating, integer, boolean=None) -> Callable:
     def rule(a, d, o, t):
         chosen = floating if d[0].is_floating else boolean if d[0].is_bool and boolean else integer
@@ -55,7 +60,7 @@ _identity = lambda a, d, o, t: a[0]
 
 UNARY_RULES = {
     "set": _identity,
-    "neg": by_kind(lambda a, d, o, t: f"(-{a[0]})", call("bz_neg")),  # floats: -x, not 0 - x (-0.0)
+    "neg": by_kind(lambda a, d, o, t: f"(-{_spaced(a[0])})", call("bz_neg")),  # floats: -x, not 0 - x (-0.0)
     "abs": call("bz_abs"),
     "exp": math("exp"), "exp2": math("exp2"), "expm1": math("expm1"),
     "log": math("log"), "log2": math("log2"), "log1p": math("log1p"),

@@ -10,10 +10,40 @@ from braze.frontend.kernel_lang import (
     atomic_min,
     atomic_sub,
     func,
+    local,
     math,
     ndrange,
     static,
 )
+from braze.frontend.kernel_random import random
+from braze.frontend.kernel_vectors import (
+    cross,
+    determinant,
+    dot,
+    inverse,
+    length,
+    length_sq,
+    mat22,
+    mat22d,
+    mat33,
+    mat33d,
+    mat44,
+    mat44d,
+    norm,
+    normalize,
+    outer,
+    transpose,
+    vec2,
+    vec2d,
+    vec3,
+    vec3d,
+    vec4,
+    vec4d,
+)
 
+VECTOR_NAMES = ["vec2", "vec3", "vec4", "vec2d", "vec3d", "vec4d", "mat22", "mat33", "mat44", "mat22d", "mat33d",
+                "mat44d", "dot", "cross", "length", "norm", "length_sq", "normalize", "outer", "transpose",
+                "determinant", "inverse"]
 __all__ = ["Array", "Fusion", "JitFunction", "KernelFunction", "atomic_add", "atomic_max", "atomic_min", "atomic_sub",
-           "func", "jit", "kernel", "math", "ndrange", "static"]
+           "func", "jit", "kernel", "local", "math", "ndrange", "random", "static",
+           *VECTOR_NAMES]

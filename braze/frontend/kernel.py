@@ -33,6 +33,7 @@ from braze.errors import Error, InputError, KernelTypeError, a_or_an
 from braze.frontend.kernel_ast import translate_kernel
 from braze.frontend.kernel_lang import ArrayType, _ArrayTypes
 from braze.frontend.kernel_scope import ArrayHandle, Source
+from braze.frontend.kernel_vectors import VectorType
 from braze.kir import kernel_text
 from braze.kir import nodes as k
 from braze.passes.fuse_tasks import Decision
@@ -59,6 +60,10 @@ def _param_spec(name: str, annotation: object, fn: Callable) -> ArrayType | DTyp
         return ArrayType()
     if isinstance(annotation, ArrayType):
         return annotation
+    if isinstance(annotation, VectorType):
+        raise KernelTypeError(f"{_where(fn)}: kernel {fn.__name__}: parameter '{name}': a {annotation!r} parameter "
+                              f"is not supported; pass its components as scalars and build it in the kernel "
+                              f"({annotation!r}(...)), or pass a bz.Array[{annotation!r}, 1] of one element")
     try:
         return dt.as_dtype(annotation)
     except Error:
@@ -178,17 +183,21 @@ class KernelFunction:
     def _array(self, name: str, spec: ArrayType, value: Any) -> np.ndarray:
         where = f"kernel {self.__name__}: argument '{name}'"
         array = value if type(value) is np.ndarray else as_host_array(value, where)[0]
-        self.check_layout(where, spec, array.dtype, array.ndim, array.strides, array.itemsize)
+        self.check_layout(where, spec, array.dtype, array.shape, array.strides, array.itemsize)
         return array
 
     @staticmethod
-    def check_layout(where: str, spec: ArrayType, dtype: np.dtype, ndim: int, strides: tuple[int, ...],
+    def check_layout(where: str, spec: ArrayType, dtype: np.dtype, shape: tuple[int, ...], strides: tuple[int, ...],
                      itemsize: int) -> None:
-        """An array argument against its annotation: dtype, rank, and strides of whole elements."""
-        braze_dtype = _NUMPY_TO_DTYPE.get(dtype)
-        if braze_dtype is None or spec.dtype is not None and braze_dtype != spec.dtype:
+        """An array argument against its annotation: dtype, rank (and the trailing extents of an array of
+        vectors), and strides of whole elements."""
+        braze_dtype, ndim = _NUMPY_TO_DTYPE.get(dtype), len(shape)
+        element = spec.element
+        if element is not None:
+            _check_vector_layout(where, spec, braze_dtype, dtype, shape)
+        elif braze_dtype is None or spec.dtype is not None and braze_dtype != spec.dtype:
             raise InputError(f"{where}: expected {spec.dtype.name if spec.dtype else 'a braze dtype'}, got {dtype}")
-        if spec.ndim is not None and ndim != spec.ndim:
+        elif spec.ndim is not None and ndim != spec.ndim:
             raise InputError(f"{where}: expected {spec.ndim} dimension(s), got {ndim}")
         if any(s % itemsize for s in strides):
             raise InputError(f"{where}: strides {strides} are not whole elements")
@@ -225,7 +234,7 @@ class KernelFunction:
                 strides = tuple([None] * (ndim - 1) + [1 if unit_inner else None]) if ndim else ()
                 param = k.ArrayParam(name, _NUMPY_TO_DTYPE[numpy_dtype], ndim, strides)
                 arrays.append(param)
-                names[name] = ArrayHandle(param)
+                names[name] = ArrayHandle(param, spec.element)
             else:
                 param = k.ScalarParam(name, spec)
                 scalars.append(param)
@@ -264,6 +273,21 @@ class KernelFunction:
     def kernel_ir(self) -> str:
         """The Kernel IR (after task fusion) of the signature of the last call."""
         return kernel_text(self.last_entry.launcher.kernel) if self.last_entry else ""
+
+
+def _check_vector_layout(where: str, spec: ArrayType, braze_dtype: DType | None, dtype: np.dtype,
+                         shape: tuple[int, ...]) -> None:
+    """An array of vectors: `element.dtype`, the element's extents last, and the annotated rank before them."""
+    element = spec.element
+    rank = len(element.shape)
+    expected = f"{spec.ndim}-d " if spec.ndim is not None else ""
+    what = (f"expected a {expected}array of {element!r}, that is {element.dtype.name} values with last "
+            f"extent(s) {element.shape}")
+    if braze_dtype != element.dtype:
+        raise InputError(f"{where}: {what}; got dtype {dtype}")
+    if len(shape) < rank or tuple(shape[len(shape) - rank:]) != element.shape or \
+            spec.ndim is not None and len(shape) != spec.ndim + rank:
+        raise InputError(f"{where}: {what}; got shape {tuple(shape)}")
 
 
 def _extents_read(e: k.Expr) -> list[tuple[str, int]]:

@@ -18,8 +18,20 @@ from braze.dtypes import DType
 from braze.errors import KernelSyntaxError, KernelTypeError, SerialLoopWarning
 from braze.frontend import kernel_lang as lang
 from braze.frontend import kernel_types as ty
+from braze.frontend import kernel_vectors as vec
 from braze.frontend.kernel_exprs import BINARY_OPS, OPERATOR_SYMBOLS, ExpressionTranslator, is_pure_constant
-from braze.frontend.kernel_scope import ArrayHandle, Frame, Local, ShapeHandle, Source, host_evaluable
+from braze.frontend.kernel_scope import (
+    ArrayHandle,
+    Frame,
+    Local,
+    LocalArray,
+    ShapeHandle,
+    Source,
+    VectorLocal,
+    VectorValue,
+    host_evaluable,
+)
+from braze.frontend.kernel_targets import TargetTranslator
 from braze.kir import nodes as k
 from braze.lower.values import index_op
 from braze.passes.fuse_tasks import injective
@@ -46,7 +58,7 @@ def translate_kernel(name: str, source: Source, params: dict[str, object], debug
             widened[widen.key] = widen.dtype
 
 
-class Translator(ExpressionTranslator):
+class Translator(ExpressionTranslator, TargetTranslator):
     """Builds the tasks of one kernel from its Python source."""
 
     def __init__(self, name: str, source: Source, params: dict[str, object], debug: bool,
@@ -126,6 +138,8 @@ class Translator(ExpressionTranslator):
         if name in self.kernel_names and isinstance(self.kernel_names[name], (ArrayHandle, k.ScalarRef)):
             return False  # reported as an assignment to a parameter
         value = self.in_scratch_task(lambda: self.expr(node.value))
+        if isinstance(value, VectorValue) and not all(_reads_only_parameters(x) for x in value.items):
+            return False  # a vector read from arrays: a local of a serial task, as a scalar would be
         if value is None or not (not isinstance(value, k.Expr) or host_evaluable(value)):
             return False
         self.kernel_names[name] = value
@@ -345,11 +359,17 @@ class Translator(ExpressionTranslator):
         self.assign(target, value, node)
 
     def unpacked(self, node: ast.Assign, value, count: int) -> list:
-        """The parts of `value` for a tuple target: `h, w = a.shape` gives the extents."""
+        """The parts of `value` for a tuple target: `h, w = a.shape` gives the extents, `x, y = v` the
+        components (a matrix's rows)."""
+        if isinstance(value, VectorValue):
+            if value.type.shape[0] != count:
+                self.error(node, f"a {value.type_name} has {value.type.shape[0]} parts, unpacked into {count} "
+                                 "name(s)", KernelTypeError)
+            return [self.component(node, value, n) for n in range(count)]
         if not isinstance(value, ShapeHandle):
             self.error(node, "unsupported construct: unpacking a value that is not a tuple or an array's shape")
-        if value.param.ndim != count:
-            self.error(node, f"'{value.param.name}.shape' has {value.param.ndim} extent(s), unpacked into {count} "
+        if value.ndim != count:
+            self.error(node, f"'{value.param.name}.shape' has {value.ndim} extent(s), unpacked into {count} "
                              "name(s)", KernelTypeError)
         return [k.ArrayExtent(value.param, axis) for axis in range(count)]
 
@@ -364,13 +384,16 @@ class Translator(ExpressionTranslator):
         op = BINARY_OPS.get(type(node.op))
         if op is None:
             self.error(node, f"unsupported operator {type(node.op).__name__}")
+        if not isinstance(node.target, ast.Name) and not self.plain_array_target(node.target):
+            self.aug_assign_target(node, op)  # a vector, or a component of one
+            return
         if isinstance(node.target, ast.Subscript) and self.loops[:1] == ["parallel"]:
             handle, indices = self.subscript(node.target)
             if not self.owns(indices):
                 self.atomic_update(node, op, handle.param, indices)
                 return
         current = self.expr(node.target)
-        value = self.checked(node, lambda: ty.binary(op, current, self.expr(node.value)))
+        value = self.binary(node, op, current, self.expr(node.value))
         self.assign(node.target, value, node)
 
     def owns(self, indices: tuple[k.Expr, ...]) -> bool:
@@ -398,9 +421,19 @@ class Translator(ExpressionTranslator):
             self.error(node, "unsupported construct: a declaration without a value")
         value = self.expr(node.value)
         annotation = self.compile_time(node.annotation)
+        if isinstance(annotation, vec.VectorType):
+            if not isinstance(value, VectorValue) or value.type.shape != annotation.shape:
+                self.error(node, f"the annotation is {annotation!r}, the value is {vec.describe(value)}",
+                           KernelTypeError)
+            self.assign(node.target, self.checked(node, lambda: vec.construct(annotation, [value])), node)
+            return
         self.assign(node.target, self.checked(node, lambda: ty.convert(value, dt.as_dtype(annotation))), node)
 
     def assign(self, target: ast.expr, value, node: ast.AST) -> None:
+        if isinstance(target, (ast.Subscript, ast.Attribute)) and (isinstance(value, VectorValue) or
+                                                                   not self.plain_array_target(target)):
+            self.assign_target(target, value, node)  # a vector, or a component of one
+            return
         if isinstance(target, ast.Subscript):
             handle, indices = self.subscript(target)
             stored = self.checked(node, lambda: ty.assignable(value, handle.param.dtype, f"'{handle.param.name}'"))
@@ -421,8 +454,11 @@ class Translator(ExpressionTranslator):
             self.error(node, f"assignment to loop index '{name}'")
         if name not in frame.names and name in frame.outer:
             self.error(node, f"assignment to '{name}', a top-level value every task reads; tasks share only arrays")
-        if isinstance(value, (ArrayHandle, ShapeHandle)):
-            frame.names[name] = value  # another name for a parameter
+        if isinstance(value, (ArrayHandle, ShapeHandle, LocalArray)):
+            frame.names[name] = value  # another name for a parameter (or a local array)
+            return
+        if isinstance(value, VectorValue) or isinstance(frame.names.get(name), VectorLocal):
+            self.assign_vector_name(name, value, node)
             return
         if not ty.is_value(value):
             self.error(node, f"unsupported construct: a local holding {type(value).__name__}")
@@ -598,6 +634,14 @@ class Translator(ExpressionTranslator):
             return
         place, text = self.frames[-1].source.where(node)
         self.emit(k.Assert(self.condition(node.test), f"{place}assertion failed: {text}"))
+
+
+def _reads_only_parameters(e: k.Expr) -> bool:
+    """Whether an expression reads nothing but constants and scalar parameters (any task may compute it)."""
+    if isinstance(e, (k.Load, k.LoadLocal, k.Var)):
+        return False
+    return all(_reads_only_parameters(getattr(e, f)) for f in getattr(e, "__dataclass_fields__", {})
+               if isinstance(getattr(e, f), k.Expr))
 
 
 def _is_docstring(node: ast.stmt) -> bool:

@@ -20,7 +20,9 @@ from braze.dtypes import DType
 from braze.errors import Error, KernelTypeError
 from braze.frontend import kernel_lang as lang
 from braze.frontend import kernel_types as ty
-from braze.frontend.kernel_scope import ArrayHandle, Frame, Local, ShapeHandle, Source
+from braze.frontend import kernel_vectors as vec
+from braze.frontend.kernel_random import RandomFunction
+from braze.frontend.kernel_scope import ArrayHandle, Frame, Local, LocalArray, ShapeHandle, Source, VectorValue
 from braze.kir import nodes as k
 
 if TYPE_CHECKING:
@@ -49,9 +51,16 @@ def call(tr: Translator, node: ast.Call):
         return tr.compile_time(node.args[0])
     if isinstance(callee, lang.KernelFunc):
         return inline(tr, node, callee)
+    if isinstance(callee, RandomFunction):
+        return _random(tr, node, callee)
+    if callee is lang.local:
+        return _local(tr, node)
     if node.keywords:
         tr.error(node, f"{name}: keyword arguments are not supported here")
     args = [tr.expr(a) for a in node.args]
+    vector_rule = _vector_rule(callee, args)
+    if vector_rule is not None:
+        return tr.checked(node, lambda: vector_rule(name, args))
     if all(not isinstance(a, k.Expr) and not _is_handle(a) for a in args) and _lookup(_FOLDABLE, callee):
         try:
             return callee(*args)
@@ -62,6 +71,30 @@ def call(tr: Translator, node: ast.Call):
         hint = " (decorate it with @bz.func to call it from a kernel)" if inspect.isfunction(callee) else ""
         tr.error(node, f"call to unknown function '{name}'{hint}")
     return tr.checked(node, lambda: rule(tr, node, args))
+
+
+def _vector_rule(callee, args: list) -> Callable | None:
+    """The rule of a call that makes or takes vectors: a constructor (`bz.vec3(...)`), `bz.mat33.identity()`,
+    a vector function (`bz.dot`), or a scalar function applied to each component (`bz.math.sqrt(v)`)."""
+    if isinstance(callee, vec.VectorType):
+        return lambda name, args: vec.construct(callee, args)
+    if getattr(callee, "__func__", None) is vec.VectorType.identity and callee.__self__.is_matrix and not args:
+        return lambda name, args: vec.identity(callee.__self__)
+    if isinstance(callee, vec.VectorFunction):
+        return lambda name, args: callee.in_kernel(args)
+    if not any(isinstance(a, VectorValue) for a in args):
+        return None
+    if callee is len and len(args) == 1:
+        return lambda name, args: args[0].type.shape[0]
+    scalar_rule = _rule_for(callee)
+    if scalar_rule is None or isinstance(callee, DType) or isinstance(callee, type) or callee in (int, float, bool):
+        return lambda name, args: _no_vectors(name, args)
+    return lambda name, args: vec.elementwise(name, lambda *parts: scalar_rule(None, None, list(parts)), args)
+
+
+def _no_vectors(name: str, args: list):
+    got = ", ".join(vec.describe(a) for a in args)
+    raise ty.TypeProblem(f"{name}: expected scalar arguments, got {got}; apply it to the components")
 
 
 def _is_handle(value) -> bool:
@@ -132,6 +165,45 @@ _BUILTIN_RULES: dict[Callable, Callable] = {
 }
 
 
+# --- random numbers -------------------------------------------------------------------------------
+def _random(tr: Translator, node: ast.Call, fn: RandomFunction) -> k.Expr:
+    """`bz.random.uniform(seed, counter, offset=0, dtype=bz.float32)`: arguments bound as Python binds them."""
+    args = [tr.expr(a) for a in node.args]
+    kwargs = {kw.arg: tr.expr(kw.value) for kw in node.keywords}
+    try:
+        bound = inspect.signature(fn.build).bind(*args, **kwargs)
+    except TypeError as error:
+        tr.error(node, f"bz.random.{fn.kind}: {error}", KernelTypeError)
+    return tr.checked(node, lambda: fn.build(*bound.args, **bound.kwargs))
+
+
+# --- local arrays ---------------------------------------------------------------------------------
+MAX_LOCAL_ELEMENTS = 4096  # per thread: more would not fit a GPU thread's stack
+
+
+def _local(tr: Translator, node: ast.Call) -> LocalArray:
+    """`bz.local(dtype, size)`: declared at the top of the task, zeroed here."""
+    if len(node.args) != 2 or node.keywords:
+        tr.error(node, "bz.local: expected (dtype, size), e.g. bz.local(bz.float32, 8)")
+    element = tr.compile_time(node.args[0])
+    if isinstance(element, vec.VectorType):
+        tr.error(node, f"bz.local: arrays of {element!r} are not supported; use bz.local({element.dtype!r}, "
+                       f"{element.size} * n) and index its components", KernelTypeError)
+    try:
+        dtype = dt.as_dtype(element)
+    except (Error, TypeError, ValueError):
+        tr.error(node, f"bz.local: expected a dtype, got {ast.unparse(node.args[0])}", KernelTypeError)
+    size = tr.expr(node.args[1])
+    if isinstance(size, bool) or not isinstance(size, int) or not 0 < size <= MAX_LOCAL_ELEMENTS:
+        tr.error(node, f"bz.local: the size must be an integer constant in [1, {MAX_LOCAL_ELEMENTS}], got "
+                       f"{ast.unparse(node.args[1])}", KernelTypeError)
+    var = tr.new_var("local", dtype)
+    tr.prologue.append(k.Alloc(var, dtype, size))
+    j = tr.new_var("j", dt.int64)
+    tr.emit(k.For(j, k.Const(0, dt.int64), k.Const(size, dt.int64), (k.StoreLocal(var, j, ty.as_expr(0, dtype)),)))
+    return LocalArray(var, size)
+
+
 # --- atomics --------------------------------------------------------------------------------------
 def _atomic(tr: Translator, node: ast.Call, op: str) -> k.Var:
     """`old = bz.atomic_add(a[i, j], value)`: the element's value before the update."""
@@ -142,11 +214,17 @@ def _atomic(tr: Translator, node: ast.Call, op: str) -> k.Var:
     if param.dtype.name not in ty.ATOMIC_DTYPES:
         tr.error(node, f"atomic_{op}: expected an array of {', '.join(ty.ATOMIC_DTYPES)}, got {param.dtype.name}",
                  KernelTypeError)
-    value = tr.checked(node, lambda: ty.assignable(tr.expr(node.args[1]), param.dtype, f"'{param.name}'"))
-    old = tr.new_var(f"{param.name}_old", param.dtype)
-    tr.prologue.append(k.Let(old, ty.as_expr(0, param.dtype)))
-    tr.emit(k.AtomicRMW(op, param, indices, value, old))
-    return old
+    places = tr.array_places(handle, indices)
+    values = tr.evaluated(tr.checked(node, lambda: tr.component_values(tr.expr(node.args[1]), places,
+                                                                       f"'{param.name}[...]'")))
+    olds = []
+    for place, value in zip(places.items, values):
+        value = tr.checked(node, lambda v=value: ty.assignable(v, param.dtype, f"'{param.name}'"))
+        old = tr.new_var(f"{param.name}_old", param.dtype)
+        tr.prologue.append(k.Let(old, ty.as_expr(0, param.dtype)))
+        tr.emit(k.AtomicRMW(op, param, place.indices, value, old))
+        olds.append(old)
+    return olds[0] if places.type is None else VectorValue(places.type, tuple(olds))
 
 
 # --- @bz.func helpers -------------------------------------------------------------------------------
@@ -169,7 +247,9 @@ def inline(tr: Translator, node: ast.Call, helper: lang.KernelFunc):
     bound.apply_defaults()
     frame = Frame(source)
     for name, value in bound.arguments.items():
-        if isinstance(value, k.Expr) and not isinstance(value, k.Const):
+        if isinstance(value, VectorValue):  # copied, as a scalar argument is: the helper may reassign it
+            frame.names[name] = tr.vector_local(name, value)
+        elif isinstance(value, k.Expr) and not isinstance(value, k.Const):
             var = tr.new_var(name, value.dtype)  # a local of its own, so the helper may reassign it
             if tr.depth == 0:
                 tr.emit(k.Let(var, value))
@@ -222,10 +302,23 @@ def _tail_if(tr: Translator, node: ast.If):
     values: list = []
     then = tr.nested(lambda: values.append(_tail(tr, node.body)))
     orelse = tr.nested(lambda: values.append(_tail(tr, node.orelse)))
+    if all(isinstance(v, VectorValue) for v in values):
+        return _tail_if_vectors(tr, node, cond, then, orelse, values)
     if any(v is None or not ty.is_value(v) for v in values):
-        tr.error(node, "a @bz.func that returns in both branches must return a number in both")
+        tr.error(node, "a @bz.func that returns in both branches must return a number (or a vector) in both")
     dtype = tr.checked(node, lambda: ty.common_type(*values))
     result = tr.declare("result", dtype)
     tr.emit(k.If(cond, then + (k.Assign(result, ty.as_expr(values[0], dtype)),),
                  orelse + (k.Assign(result, ty.as_expr(values[1], dtype)),)))
     return result
+
+
+def _tail_if_vectors(tr: Translator, node: ast.If, cond: k.Expr, then: tuple, orelse: tuple, values: list):
+    a, b = values
+    if a.type.shape != b.type.shape:
+        tr.error(node, f"the branches return a {a.type_name} and a {b.type_name}", KernelTypeError)
+    vtype = a.type if a.type.dtype == b.type.dtype else vec.type_of_shape(a.type.shape, dt.float64)
+    result = [tr.declare("result", vtype.dtype) for _ in a.items]
+    then_set, orelse_set = ([k.Assign(r, ty.as_expr(x, vtype.dtype)) for r, x in zip(result, v.items)] for v in values)
+    tr.emit(k.If(cond, then + tuple(then_set), orelse + tuple(orelse_set)))
+    return VectorValue(vtype, tuple(result))

@@ -7,12 +7,14 @@ debug bounds checks), operators, short-circuit `and`/`or`, conditional expressio
 from __future__ import annotations
 
 import ast
+import itertools
 
 from braze import dtypes as dt
 from braze.errors import KernelTypeError
 from braze.frontend import kernel_types as ty
+from braze.frontend import kernel_vectors as vec
 from braze.frontend.kernel_calls import call
-from braze.frontend.kernel_scope import ArrayHandle, Local, ShapeHandle
+from braze.frontend.kernel_scope import ArrayHandle, Local, LocalArray, ShapeHandle, VectorLocal, VectorValue
 from braze.kir import nodes as k
 
 
@@ -33,6 +35,8 @@ class ExpressionTranslator:
 
     def expr_Name(self, node: ast.Name):
         value = self.lookup(node)
+        if isinstance(value, VectorLocal):
+            return value.value()
         return value.var if isinstance(value, Local) else value
 
     def expr_Tuple(self, node: ast.Tuple):
@@ -42,10 +46,12 @@ class ExpressionTranslator:
         base = self.expr(node.value)
         if isinstance(base, ArrayHandle):
             if node.attr == "shape":
-                return ShapeHandle(base.param)
+                return ShapeHandle(base.param, base.ndim)
             if node.attr == "ndim":
-                return base.param.ndim
+                return base.ndim
             self.error(node, f"unsupported array attribute '{node.attr}' (shape and ndim are supported)")
+        if isinstance(base, VectorValue):
+            return self.checked(node, lambda: base.items[vec.component_position(base.type, node.attr)])
         if isinstance(base, k.Expr):
             self.error(node, f"unsupported construct: attribute '{node.attr}' of a value")
         return self.compile_time(node)
@@ -54,13 +60,20 @@ class ExpressionTranslator:
         base = self.expr(node.value)
         if isinstance(base, ShapeHandle):
             axis = self.expr(node.slice)
-            if not isinstance(axis, int) or not -base.param.ndim <= axis < base.param.ndim:
-                self.error(node, f"shape: expected a constant axis in [0, {base.param.ndim}), got {axis!r}",
+            if not isinstance(axis, int) or not -base.ndim <= axis < base.ndim:
+                self.error(node, f"shape: expected a constant axis in [0, {base.ndim}), got {axis!r}",
                            KernelTypeError)
-            return k.ArrayExtent(base.param, axis % base.param.ndim)
+            return k.ArrayExtent(base.param, axis % base.ndim)
         if isinstance(base, ArrayHandle):
             handle, indices = self.subscript(node)
-            return k.Load(handle.param, indices)
+            return self.checked(node, lambda: element_value(handle.param, indices, handle.element))
+        if isinstance(base, LocalArray):
+            return k.LoadLocal(base.var, self.local_index(node, base), base.var.dtype)
+        if isinstance(base, VectorValue):
+            key = self.expr(node.slice)
+            for part in key if isinstance(key, tuple) else (key,):
+                base = self.component(node, base, part)
+            return base
         if isinstance(base, (tuple, list)):
             position = self.expr(node.slice)
             if isinstance(position, int):
@@ -75,14 +88,32 @@ class ExpressionTranslator:
         if any(isinstance(r, ast.Slice) for r in raw):
             self.error(node, "unsupported construct: slices (index one element at a time)")
         param = handle.param
-        if len(raw) != param.ndim:
-            self.error(node, f"wrong number of indices: '{param.name}' has {param.ndim} dimension(s), "
+        if not handle.ndim <= len(raw) <= param.ndim or handle.element is None and len(raw) != param.ndim:
+            of = f" of {handle.element!r}" if handle.element is not None else ""
+            self.error(node, f"wrong number of indices: '{param.name}' has {handle.ndim} dimension(s){of}, "
                              f"got {len(raw)} index(es)", KernelTypeError)
         indices = tuple(self.checked(r, lambda r=r: ty.index(self.expr(r), f"index of '{param.name}'")) for r in raw)
         indices = tuple(_from_the_end(param, axis, i) for axis, i in enumerate(indices))
         if self.debug:
             self.bounds_check(node, param, indices)
         return handle, indices
+
+    def local_index(self, node: ast.Subscript, array: LocalArray) -> k.Expr:
+        """The index of `buf[j]`: a constant is checked now (a negative one counts from the end), any
+        other under `debug=True`."""
+        if isinstance(node.slice, ast.Tuple):
+            self.error(node, "a bz.local array has one dimension: index it with one integer", KernelTypeError)
+        index = self.expr(node.slice)
+        if isinstance(index, int) and not isinstance(index, bool):
+            if not -array.size <= index < array.size:
+                self.error(node, f"index {index} is out of range for a bz.local array of {array.size}", KernelTypeError)
+            return k.Const(index % array.size, dt.int64)
+        index = self.checked(node, lambda: ty.index(index, "index of a bz.local array"))
+        if self.debug:
+            place, text = self.frames[-1].source.where(node)
+            inside = ty.binary("logical_and", ty.binary("ge", index, 0), ty.binary("lt", index, array.size))
+            self.emit(k.Assert(inside, f"{place}index out of bounds: a bz.local array of {array.size} in {text}"))
+        return index
 
     def bounds_check(self, node: ast.AST, param: k.ArrayParam, indices: tuple[k.Expr, ...]) -> None:
         place, text = self.frames[-1].source.where(node)
@@ -95,6 +126,15 @@ class ExpressionTranslator:
         if op is None:
             self.error(node, f"unsupported operator {type(node.op).__name__}")
         a, b = self.expr(node.left), self.expr(node.right)
+        return self.binary(node, op, a, b)
+
+    def binary(self, node: ast.AST, op: str, a, b):
+        """`a <op> b` of scalars or of vectors (component by component, or `@`)."""
+        if isinstance(a, VectorValue) or isinstance(b, VectorValue):
+            return self.checked(node, lambda: vec.binary(op, a, b))
+        if op == "matmul":
+            self.error(node, "a @ b: expected vectors or matrices (bz.vec3, bz.mat33, ...) on both sides",
+                       KernelTypeError)
         return self.checked(node, lambda: ty.binary(op, a, b))
 
     def expr_UnaryOp(self, node: ast.UnaryOp):
@@ -102,7 +142,30 @@ class ExpressionTranslator:
         if isinstance(node.op, ast.UAdd):
             return x
         op = {ast.USub: "neg", ast.Invert: "bitwise_not", ast.Not: "logical_not"}[type(node.op)]
+        if isinstance(x, VectorValue):
+            return self.checked(node, lambda: vec.unary(op, x))
         return self.checked(node, lambda: ty.unary(op, x))
+
+    def component(self, node: ast.AST, value: VectorValue, key):
+        """`v[key]` for one index: a constant picks a component (a matrix's row); an index known only
+        at run time loads from the array the value came from, or selects among a local's components."""
+        if not isinstance(key, k.Expr):
+            positions, shape = self.checked(node, lambda: vec.constant_positions(value.type, key))
+            if not shape:
+                return value.items[positions[0]]
+            origin = (value.origin[0], (*value.origin[1], k.Const(key % value.type.shape[0], dt.int64))) \
+                if value.origin else None
+            return VectorValue(vec.type_of_shape(shape, value.type.dtype), tuple(value.items[p] for p in positions),
+                               origin)
+        index = self.checked(node, lambda: ty.index(key, f"index of a {value.type_name}"))
+        if self.debug:
+            place, text = self.frames[-1].source.where(node)
+            inside = ty.binary("logical_and", ty.binary("ge", index, 0), ty.binary("lt", index, value.type.shape[0]))
+            self.emit(k.Assert(inside, f"{place}index out of bounds: a {value.type_name} component in {text}"))
+        if value.origin is not None:
+            param, prefix = value.origin
+            return self.checked(node, lambda: element_value(param, (*prefix, index), value.type))
+        return self.checked(node, lambda: vec.select_component(value, index))
 
     def expr_Compare(self, node: ast.Compare):
         result, left = None, self.expr(node.left)
@@ -151,6 +214,8 @@ class ExpressionTranslator:
         branches = [self.nested(lambda b=b, box=box: box.append(self.expr(b))) for b, box in
                     zip((node.body, node.orelse), boxes)]
         a, b = boxes[0][0], boxes[1][0]
+        if isinstance(a, VectorValue) or isinstance(b, VectorValue):
+            return self.vector_choice(node, cond, branches, a, b)
         dtype = self.checked(node, lambda: ty.common_type(a, b))
         if not any(branches) and not _reads_memory(a) and not _reads_memory(b):
             return self.checked(node, lambda: ty.ternary("where", cond, ty.as_expr(a, dtype), ty.as_expr(b, dtype)))
@@ -158,6 +223,17 @@ class ExpressionTranslator:
         self.emit(k.If(cond, branches[0] + (k.Assign(var, ty.as_expr(a, dtype)),),
                        branches[1] + (k.Assign(var, ty.as_expr(b, dtype)),)))
         return var
+
+    def vector_choice(self, node: ast.IfExp, cond: k.Expr, branches: list, a, b) -> VectorValue:
+        """`a if c else b` of two vectors of one shape: one local per component, set in an `if`."""
+        if not (isinstance(a, VectorValue) and isinstance(b, VectorValue) and a.type.shape == b.type.shape):
+            self.error(node, f"the two branches differ: {vec.describe(a)} and {vec.describe(b)}", KernelTypeError)
+        vtype = a.type if a.type.dtype == b.type.dtype else vec.type_of_shape(a.type.shape, dt.float64)
+        local = [self.declare("select", vtype.dtype) for _ in a.items]
+        then, orelse = ([k.Assign(v, ty.as_expr(x, vtype.dtype)) for v, x in zip(local, value.items)]
+                        for value in (a, b))
+        self.emit(k.If(cond, branches[0] + tuple(then), branches[1] + tuple(orelse)))
+        return VectorValue(vtype, tuple(local))
 
     def expr_Call(self, node: ast.Call):
         return call(self, node)
@@ -177,6 +253,18 @@ def is_pure_constant(node: ast.expr) -> bool:
                               ast.cmpop, ast.boolop, ast.unaryop, ast.BinOp, ast.operator)) for n in ast.walk(node))
 
 
+def element_value(param: k.ArrayParam, indices: tuple[k.Expr, ...], element) -> k.Expr | VectorValue:
+    """`param[indices]`: a scalar when every axis is indexed, else the vector (or matrix row) of the
+    remaining axes, which are the last axes of the `element` type."""
+    rest = param.ndim - len(indices)
+    if rest == 0:
+        return k.Load(param, indices)
+    shape = element.shape[len(element.shape) - rest:]
+    combos = itertools.product(*(range(n) for n in shape))
+    items = tuple(k.Load(param, (*indices, *(k.Const(c, dt.int64) for c in combo))) for combo in combos)
+    return VectorValue(vec.type_of_shape(shape, param.dtype), items, (param, indices))
+
+
 def _from_the_end(param: k.ArrayParam, axis: int, index: k.Expr) -> k.Expr:
     """A constant negative index counts from the end, as in Python (`a[-1]` is the last element).
     Other indices are taken as they are: their sign is only known at run time."""
@@ -188,8 +276,9 @@ def _from_the_end(param: k.ArrayParam, axis: int, index: k.Expr) -> k.Expr:
 BINARY_OPS = {
     ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "truediv", ast.FloorDiv: "floordiv",
     ast.Mod: "remainder", ast.Pow: "pow", ast.LShift: "left_shift", ast.RShift: "right_shift",
-    ast.BitAnd: "bitwise_and", ast.BitOr: "bitwise_or", ast.BitXor: "bitwise_xor",
+    ast.BitAnd: "bitwise_and", ast.BitOr: "bitwise_or", ast.BitXor: "bitwise_xor", ast.MatMult: "matmul",
 }
 OPERATOR_SYMBOLS = {op: symbol for op, symbol in zip(BINARY_OPS.values(),
-                                                     ("+", "-", "*", "/", "//", "%", "**", "<<", ">>", "&", "|", "^"))}
+                                                     ("+", "-", "*", "/", "//", "%", "**", "<<", ">>", "&", "|", "^",
+                                                      "@"))}
 _COMPARE_OPS = {ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge"}

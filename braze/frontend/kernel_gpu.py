@@ -138,7 +138,7 @@ def bind_arrays(fn: KernelFunction, args: Sequence[object]) -> list[DeviceView]:
         elif view.device != device:
             raise InputError(f"{where}: expected an array on cuda:{device} (where argument '{first_name}' is), "
                              f"got one on cuda:{view.device}")
-        fn.check_layout(where, spec, view.dtype, view.ndim, view.strides, view.itemsize)
+        fn.check_layout(where, spec, view.dtype, view.shape, view.strides, view.itemsize)
         views.append(view)
     return views
 

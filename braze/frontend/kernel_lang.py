@@ -15,26 +15,33 @@ import numpy as np
 from braze import dtypes as dt
 from braze.dtypes import DType
 from braze.errors import KernelSyntaxError
+from braze.frontend.kernel_vectors import VectorType
 from braze.ops.elementwise import BINARY, TERNARY, UNARY
 
 
 @dataclass(frozen=True)
 class ArrayType:
-    """The annotation `bz.Array[dtype, ndim]`; a part left out is taken from the argument."""
+    """The annotation `bz.Array[dtype, ndim]`; a part left out is taken from the argument.
+
+    `bz.Array[bz.vec3, ndim]` (an `element` type) is an array of vectors: the argument is an array of
+    `element.dtype` with the element's axes last, (n, 3) for `bz.Array[bz.vec3, 1]`."""
 
     dtype: DType | None = None
     ndim: int | None = None
+    element: VectorType | None = None
 
     def __repr__(self) -> str:
-        parts = [repr(self.dtype) if self.dtype else "?", str(self.ndim) if self.ndim is not None else "?"]
-        return f"bz.Array[{', '.join(parts)}]"
+        kind = repr(self.element) if self.element else repr(self.dtype) if self.dtype else "?"
+        return f"bz.Array[{kind}, {self.ndim if self.ndim is not None else '?'}]"
 
 
 class _ArrayTypes:
-    """`bz.Array`, `bz.Array[dtype]` and `bz.Array[dtype, ndim]`."""
+    """`bz.Array`, `bz.Array[dtype]` and `bz.Array[dtype, ndim]` (dtype may be a vector type: `bz.vec3`)."""
 
     def __getitem__(self, spec) -> ArrayType:
         dtype, ndim = spec if isinstance(spec, tuple) else (spec, None)
+        if isinstance(dtype, VectorType):
+            return ArrayType(dtype.dtype, ndim, dtype)
         return ArrayType(None if dtype is None else dt.as_dtype(dtype), ndim)
 
     def __repr__(self) -> str:
@@ -68,6 +75,13 @@ atomic_add = _kernel_only("atomic_add")
 atomic_sub = _kernel_only("atomic_sub")
 atomic_min = _kernel_only("atomic_min")
 atomic_max = _kernel_only("atomic_max")
+
+
+def local(dtype, size: int) -> np.ndarray:
+    """`buf = bz.local(bz.float32, 8)`: a per-thread array of `size` elements (a compile-time constant),
+    zeroed where it is made. Kept in registers when every index is a constant (the compilers promote
+    it); outside a kernel, a zeroed NumPy array."""
+    return np.zeros(size, dt.as_dtype(dtype).numpy)
 
 
 class MathFunction:

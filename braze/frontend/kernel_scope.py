@@ -15,9 +15,18 @@ from braze.kir import nodes as k
 # --- what a name can stand for ----------------------------------------------------------------------
 @dataclass(frozen=True)
 class ArrayHandle:
-    """An array parameter's name: subscripts read and write it, `.shape` gives its extents."""
+    """An array parameter's name: subscripts read and write it, `.shape` gives its extents.
+
+    An array of vectors or matrices (`bz.Array[bz.vec3, 1]`) has `element` set: its parameter is the
+    backing array, with the element's axes last ((n, 3) for n vec3s)."""
 
     param: k.ArrayParam
+    element: object = None  # a kernel_vectors.VectorType, or None for scalars
+
+    @property
+    def ndim(self) -> int:
+        """The dimensions the kernel indexes (the backing array's, less the element's)."""
+        return self.param.ndim - (len(self.element.shape) if self.element is not None else 0)
 
 
 @dataclass(frozen=True)
@@ -25,6 +34,44 @@ class ShapeHandle:
     """`a.shape`: only indexed by a constant axis."""
 
     param: k.ArrayParam
+    ndim: int
+
+
+@dataclass(frozen=True)
+class LocalArray:
+    """`buf = bz.local(bz.float32, 8)`: a per-thread array of a fixed size (a Kernel IR `Alloc`)."""
+
+    var: k.Var  # its dtype is the element dtype
+    size: int
+
+
+@dataclass(frozen=True)
+class VectorValue:
+    """A `bz.vec3`, `bz.mat33`, ... value: its components, each a scalar Kernel IR expression (row-major
+    for matrices). Vectors exist only in the frontend: every operation on one is an operation on its
+    components, so the Kernel IR, task fusion and both code generators see scalars only.
+
+    `origin` is (array, indices) when the value was read from an array of vectors, so that a
+    component chosen at run time (`x[i][j]`) is a load of the array rather than a select."""
+
+    type: object  # a kernel_vectors.VectorType
+    items: tuple  # of k.Expr
+    origin: tuple | None = None
+
+    @property
+    def type_name(self) -> str:
+        return repr(self.type)
+
+
+@dataclass(frozen=True)
+class VectorLocal:
+    """A local variable holding a vector or matrix: one Kernel IR variable per component."""
+
+    type: object
+    vars: tuple  # of k.Var
+
+    def value(self) -> VectorValue:
+        return VectorValue(self.type, self.vars)
 
 
 @dataclass(frozen=True)

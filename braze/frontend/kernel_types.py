@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from braze import dtypes as dt
 from braze.dtypes import DType
+from braze.frontend.kernel_scope import VectorValue
 from braze.kir import nodes as k
 from braze.lower.values import cast
 from braze.ops.elementwise import BINARY, TERNARY, UNARY, compute_type
@@ -38,6 +39,9 @@ def type_of(v: k.Expr | bool | int | float) -> tuple[DType, int]:
     """(dtype, weakness): typed expressions are strong (0), Python literals weak (2)."""
     if isinstance(v, k.Expr):
         return v.dtype, 0
+    if isinstance(v, VectorValue):
+        raise TypeProblem(f"expected a scalar, got a {v.type_name} value; take a component (v.x, v[0]) or "
+                          "a scalar function of it (bz.length(v), bz.dot(v, w))")
     return dt.python_scalar_dtype(v), 2
 
 
@@ -94,7 +98,7 @@ _PYTHON_UNARY: dict[str, Callable] = {"neg": operator.neg, "bitwise_not": operat
 
 def binary(op: str, a, b):
     """`a <op> b`: folded when both are Python values, else typed Kernel IR."""
-    if not isinstance(a, k.Expr) and not isinstance(b, k.Expr) and op in _PYTHON_BINARY:
+    if not isinstance(a, (k.Expr, VectorValue)) and not isinstance(b, (k.Expr, VectorValue)) and op in _PYTHON_BINARY:
         try:
             return _PYTHON_BINARY[op](a, b)
         except ArithmeticError as error:
@@ -103,7 +107,7 @@ def binary(op: str, a, b):
 
 
 def unary(op: str, x, attrs: tuple = ()):
-    if not isinstance(x, k.Expr) and op in _PYTHON_UNARY:
+    if not isinstance(x, (k.Expr, VectorValue)) and op in _PYTHON_UNARY:
         return _PYTHON_UNARY[op](x)
     return _apply(op, UNARY, [x], lambda v, dtype: k.Unary(op, v[0], dtype, attrs))
 
@@ -119,6 +123,8 @@ def convert(x, dtype: DType):
 
 def truth(x) -> k.Expr | bool:
     """A condition as a bool (nonzero is true, NaN too)."""
+    if isinstance(x, VectorValue):
+        type_of(x)  # a TypeProblem: a vector is no condition
     return bool(x) if not isinstance(x, k.Expr) else cast(x, dt.bool_)
 
 

@@ -34,24 +34,35 @@ def _scaled(bits: k.Expr, shift: int, scale_bits: int, compute: dt.DType, plus_o
     return k.Binary("mul", cast(kept, compute), k.Const(2.0**-scale_bits, compute), compute)
 
 
+def uniform_from_bits(bits: k.Expr, dtype: dt.DType) -> k.Expr:
+    """A Philox word (int64 in [0, 2**32)) as a `dtype` value in [0, 1), as `philox.bits_to_uniform`."""
+    m = UNIFORM_BITS[dtype.name]
+    compute = dt.float64 if dtype == dt.float64 else dt.float32
+    return cast(_scaled(bits, 32 - m, m, compute), dtype)
+
+
+def normal_from_bits(a: k.Expr, b: k.Expr, dtype: dt.DType) -> k.Expr:
+    """Two Philox words as one standard normal `dtype` value, as `philox.bits_to_normal`."""
+    compute = dt.float64  # as braze.ops.philox.normal: float64 math, so backends agree bit for bit
+    u1 = _scaled(a, 8, 24, compute, plus_one=True)
+    u2 = _scaled(b, 8, 24, compute)
+    radius = k.Unary("sqrt", k.Binary("mul", k.Const(-2.0, compute), k.Unary("log", u1, compute), compute), compute)
+    angle = k.Binary("mul", k.Const(2.0 * math.pi, compute), u2, compute)
+    return cast(k.Binary("mul", radius, k.Unary("cos", angle, compute), compute), dtype)
+
+
 def _rand(em: ValueEmitter, tv: TensorView, idx) -> k.Expr:
     flat = cast(_linear(em, idx, em.shape(tv)), WIDE)
     bits = _word(em, tv, index_op("floordiv", flat, k.Const(4, WIDE)), index_op("remainder", flat, k.Const(4, WIDE)))
-    m = UNIFORM_BITS[tv.dtype.name]
-    compute = dt.float64 if tv.dtype == dt.float64 else dt.float32
-    return cast(_scaled(bits, 32 - m, m, compute), tv.dtype)
+    return uniform_from_bits(bits, tv.dtype)
 
 
 def _randn(em: ValueEmitter, tv: TensorView, idx) -> k.Expr:
     flat = cast(_linear(em, idx, em.shape(tv)), WIDE)
     group = index_op("floordiv", flat, k.Const(2, WIDE))
     first = index_op("mul", index_op("remainder", flat, k.Const(2, WIDE)), k.Const(2, WIDE))
-    compute = dt.float64  # as braze.ops.philox.normal: float64 math, so backends agree bit for bit
-    u1 = _scaled(_word(em, tv, group, first), 8, 24, compute, plus_one=True)
-    u2 = _scaled(_word(em, tv, group, index_op("add", first, k.Const(1, WIDE))), 8, 24, compute)
-    radius = k.Unary("sqrt", k.Binary("mul", k.Const(-2.0, compute), k.Unary("log", u1, compute), compute), compute)
-    angle = k.Binary("mul", k.Const(2.0 * math.pi, compute), u2, compute)
-    return cast(k.Binary("mul", radius, k.Unary("cos", angle, compute), compute), tv.dtype)
+    second = index_op("add", first, k.Const(1, WIDE))
+    return normal_from_bits(_word(em, tv, group, first), _word(em, tv, group, second), tv.dtype)
 
 
 register_view_rule("rand", _rand)

@@ -203,3 +203,31 @@ def test_random_task_programs_compile(program):
     arrays, columns, overlapping, tasks = program
     kernel = bz.kernel(FUZZ.load(FUZZ.render(arrays, columns, tasks, atomics=True)))
     compile_source(kernel.cuda_source(*FUZZ.inputs(arrays, columns, overlapping, 0)), "program")
+
+
+VECTOR_FUZZ = _load_test_module("frontend", "test_fuzz_vector_programs")
+
+
+@needs_nvrtc
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(VECTOR_FUZZ.programs())
+def test_random_vector_programs_compile(program):
+    arrays, tasks = program
+    kernel = bz.kernel(VECTOR_FUZZ.load(VECTOR_FUZZ.render(arrays, tasks, python=False)))
+    compile_source(kernel.cuda_source(*VECTOR_FUZZ.inputs(arrays, 0)), "program")
+
+
+@bz.kernel
+def negated_literal(out: bz.Array[bz.float32, 1]):
+    for i in range(out.shape[0]):
+        out[i] = -bz.float32(-1.25)
+
+
+@needs_nvrtc
+def test_the_negation_of_a_negative_literal_is_no_decrement():
+    out = np.zeros(4, np.float32)
+    negated_literal(out)
+    assert out.tolist() == [1.25] * 4
+    source = negated_literal.cuda_source(out)
+    assert "(-(-0x1.4" in source.body
+    compile_source(source, "negated_literal")

@@ -263,3 +263,38 @@ def test_a_self_overlapping_view_is_not_fused_on_the_gpu():
     run_in_python(np.lib.stride_tricks.sliding_window_view(want, 2, writeable=True), 8)
     double_then_shift(buf.unfold(0, 2, 1), 8)
     np.testing.assert_array_equal(buf.cpu().numpy(), want)
+
+
+# --- generated vector and random-number programs ---------------------------------------------------
+def _vector_fuzz():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "frontend" / "test_fuzz_vector_programs.py"
+    spec = importlib.util.spec_from_file_location("braze_tests_vector_fuzz", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_generated_vector_programs_match_the_cpu():
+    from hypothesis import HealthCheck, given, settings
+
+    fuzz = _vector_fuzz()
+
+    @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(fuzz.programs())
+    def check(program):
+        arrays, tasks = program
+        kernel = bz.kernel(fuzz.load(fuzz.render(arrays, tasks, python=False)))
+        host = fuzz.inputs(arrays, 5)
+        expected = [a.copy() if isinstance(a, np.ndarray) else a for a in host]
+        kernel(*expected)
+        got = run_on_gpu(kernel, host, "device_array")
+        # atomics add in another order on the GPU, and a normal's float64 log may differ in its last bit
+        for g, e in zip(got[:-2], expected[:-2]):
+            np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5, equal_nan=True)
+
+    check()

@@ -1,0 +1,479 @@
+"""Small vectors and matrices in `@bz.kernel`s: `bz.vec2/3/4`, `bz.mat22/33/44` (float32) and their
+float64 forms `bz.vec3d`, `bz.mat33d`, ..., as values and as array elements.
+
+    @bz.kernel
+    def fall(x: bz.Array[bz.vec3, 1], v: bz.Array[bz.vec3, 1], dt: bz.float32):
+        for i in range(x.shape[0]):
+            v[i] += bz.vec3(0.0, -9.81, 0.0) * dt
+            x[i] += v[i] * dt
+
+A vector is scalarised in the frontend: `VectorValue` holds one scalar Kernel IR expression per
+component, and every operation below is written once over components. The same component code
+runs on NumPy values when the functions are called from Python (elementwise over leading axes),
+which makes them their own reference, bit for bit in float32: both sides round after every
+operation and neither contracts `a * b + c` into a fused multiply-add.
+
+An array of vectors is the array with the element's axes last: `bz.Array[bz.vec3, 1]` takes an
+(n, 3) float32 array (no copy), `bz.Array[bz.mat33, 1]` an (n, 3, 3) one. `x[i]` is a vec3,
+`x[i].y`, `x[i][1]` and `x[i, 1]` its second component.
+
+Operators: `+ -` (vectors and matrices of one shape, or a scalar on either side), `*` and `/`
+(by a scalar; vectors also component by component), unary `-`, `@` (matrix-matrix,
+matrix-vector, vector-matrix; vector-vector is `dot`). `*` of two matrices is an error: write `@`.
+An integer scalar takes the vector's dtype; a float64 scalar with a float32 vector gives the
+float64 vector type.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from braze import dtypes as dt
+from braze.dtypes import DType
+from braze.errors import InputError
+from braze.frontend import kernel_types as ty
+from braze.frontend.kernel_scope import VectorValue
+from braze.kir import nodes as k
+
+_COMPONENT_NAMES = "xyzw"
+
+
+class VectorType:
+    """A small vector or matrix type (`bz.vec3`, `bz.mat33d`, ...): a constructor in kernels and in
+    Python (where it gives a NumPy array), and an element type of `bz.Array[...]`."""
+
+    def __init__(self, name: str, shape: tuple[int, ...], dtype: DType) -> None:
+        self.name, self.shape, self.dtype = name, shape, dtype
+        self.size = math.prod(shape)
+        self.__name__ = name
+
+    @property
+    def is_matrix(self) -> bool:
+        return len(self.shape) == 2
+
+    def __repr__(self) -> str:
+        return f"bz.{self.name}"
+
+    def __call__(self, *args) -> np.ndarray:
+        """The value as a NumPy array: `bz.vec3(1, 2, 3)`, `bz.vec3()` (zeros), `bz.vec3(s)` (filled),
+        `bz.mat22(a, b, c, d)` (row-major) or `bz.mat22(row0, row1)`."""
+        try:
+            items = construct_items(self, [np.asarray(a) for a in args], lambda v: np.asarray(v, self.dtype.numpy))
+        except ty.TypeProblem as problem:
+            raise InputError(str(problem)) from None
+        return np.array(items, self.dtype.numpy).reshape(self.shape)
+
+    def identity(self) -> np.ndarray:
+        """The identity matrix."""
+        if not self.is_matrix:
+            raise InputError(f"{self!r}.identity(): {self!r} is not a matrix type")
+        return np.eye(self.shape[0], dtype=self.dtype.numpy)
+
+
+def construct_items(vtype: VectorType, args: list, convert: Callable) -> list:
+    """The components of `vtype(*args)`, each passed through `convert`: no argument (zeros), one scalar
+    (a vector filled with it), every component (row-major), or one vector per matrix row (or one
+    vector or matrix of the same shape, converted)."""
+    flat = []
+    for a in args:
+        flat.extend(_components(a))
+    if not args:
+        flat = [0] * vtype.size
+    elif len(flat) == 1 and not vtype.is_matrix:
+        flat = flat * vtype.size
+    if len(flat) != vtype.size:
+        raise ty.TypeProblem(f"{vtype!r}: expected {vtype.size} components (or none, or one scalar"
+                             f"{'' if not vtype.is_matrix else ' for a vector'}), got {len(flat)}")
+    return [convert(v) for v in flat]
+
+
+def _components(a) -> list:
+    if isinstance(a, VectorValue):
+        return list(a.items)
+    if isinstance(a, np.ndarray) and a.ndim > 0:
+        return list(a.reshape(-1))
+    return [a]
+
+
+_TYPES: dict[tuple[tuple[int, ...], str], VectorType] = {}
+
+
+def _define(name: str, shape: tuple[int, ...], dtype: DType) -> VectorType:
+    _TYPES[(shape, dtype.name)] = VectorType(name, shape, dtype)
+    return _TYPES[(shape, dtype.name)]
+
+
+vec2, vec3, vec4 = (_define(f"vec{n}", (n,), dt.float32) for n in (2, 3, 4))
+vec2d, vec3d, vec4d = (_define(f"vec{n}d", (n,), dt.float64) for n in (2, 3, 4))
+mat22, mat33, mat44 = (_define(f"mat{n}{n}", (n, n), dt.float32) for n in (2, 3, 4))
+mat22d, mat33d, mat44d = (_define(f"mat{n}{n}d", (n, n), dt.float64) for n in (2, 3, 4))
+
+
+def type_of_shape(shape: tuple[int, ...], dtype: DType) -> VectorType:
+    """The vector or matrix type of `shape` and `dtype`; a TypeProblem when braze has none."""
+    found = _TYPES.get((shape, dtype.name))
+    if found is None:
+        raise ty.TypeProblem(f"no vector or matrix type of shape {shape} and {dtype.name} (braze has "
+                             "vec2/3/4 and mat22/33/44, in float32 and float64)")
+    return found
+
+
+# --- component arithmetic, on Kernel IR and on NumPy alike ---------------------------------------
+class _KernelMath:
+    """Arithmetic on Kernel IR components."""
+
+    add = staticmethod(lambda a, b: ty.binary("add", a, b))
+    sub = staticmethod(lambda a, b: ty.binary("sub", a, b))
+    mul = staticmethod(lambda a, b: ty.binary("mul", a, b))
+    div = staticmethod(lambda a, b: ty.binary("truediv", a, b))
+    neg = staticmethod(lambda a: ty.unary("neg", a))
+    sqrt = staticmethod(lambda a: ty.unary("sqrt", a))
+    positive = staticmethod(lambda a: ty.binary("gt", a, 0))
+    select = staticmethod(lambda c, a, b: ty.ternary("where", c, a, b))
+
+
+class _NumpyMath:
+    """The same arithmetic on NumPy values (each rounded to its dtype, as the kernel's)."""
+
+    add, sub, mul, div, neg = operator.add, operator.sub, operator.mul, operator.truediv, operator.neg
+    sqrt = staticmethod(np.sqrt)
+    positive = staticmethod(lambda a: a > 0)
+    select = staticmethod(np.where)
+
+
+def _sum(m, terms: Sequence) -> object:
+    """Left to right, as written: ((t0 + t1) + t2) + ..."""
+    total = terms[0]
+    for t in terms[1:]:
+        total = m.add(total, t)
+    return total
+
+
+def dot_items(m, a: Sequence, b: Sequence):
+    return _sum(m, [m.mul(x, y) for x, y in zip(a, b)])
+
+
+def cross_items(m, a: Sequence, b: Sequence):
+    if len(a) == 2:
+        return m.sub(m.mul(a[0], b[1]), m.mul(a[1], b[0]))
+    return [m.sub(m.mul(a[1], b[2]), m.mul(a[2], b[1])), m.sub(m.mul(a[2], b[0]), m.mul(a[0], b[2])),
+            m.sub(m.mul(a[0], b[1]), m.mul(a[1], b[0]))]
+
+
+def length_items(m, a: Sequence):
+    return m.sqrt(dot_items(m, a, a))
+
+
+def normalize_items(m, a: Sequence) -> list:
+    """a / |a|, and the zero vector for a zero vector (as Warp's normalize)."""
+    length = length_items(m, a)
+    nonzero = m.positive(length)
+    return [m.select(nonzero, m.div(x, length), 0.0) for x in a]
+
+
+def matmul_items(m, a: Sequence, a_shape: tuple[int, int], b: Sequence, b_shape: tuple[int, int]) -> list:
+    rows, inner, cols = a_shape[0], a_shape[1], b_shape[1]
+    return [_sum(m, [m.mul(a[i * inner + t], b[t * cols + j]) for t in range(inner)])
+            for i in range(rows) for j in range(cols)]
+
+
+def transpose_items(a: Sequence, n: int) -> list:
+    return [a[j * n + i] for i in range(n) for j in range(n)]
+
+
+def _minor(a: Sequence, n: int, row: int, col: int) -> list:
+    return [a[i * n + j] for i in range(n) if i != row for j in range(n) if j != col]
+
+
+def determinant_items(m, a: Sequence, n: int):
+    """Laplace expansion along the first row, terms added and subtracted left to right."""
+    if n == 1:
+        return a[0]
+    if n == 2:
+        return m.sub(m.mul(a[0], a[3]), m.mul(a[1], a[2]))
+    total = None
+    for j in range(n):
+        term = m.mul(a[j], determinant_items(m, _minor(a, n, 0, j), n - 1))
+        total = term if total is None else (m.add(total, term) if j % 2 == 0 else m.sub(total, term))
+    return total
+
+
+def inverse_items(m, a: Sequence, n: int) -> list:
+    """The adjugate over the determinant (a singular matrix gives infinities or NaNs, as 1/0 does)."""
+    det = determinant_items(m, a, n)
+    out = []
+    for i in range(n):
+        for j in range(n):
+            cofactor = determinant_items(m, _minor(a, n, j, i), n - 1)
+            out.append(m.div(cofactor if (i + j) % 2 == 0 else m.neg(cofactor), det))
+    return out
+
+
+# --- the functions: bz.dot, bz.cross, ... ------------------------------------------------------------
+class VectorFunction:
+    """`bz.dot`, `bz.length`, ...: a rule over components, applied to kernel values or NumPy arrays."""
+
+    def __init__(self, name: str, kinds: str, apply: Callable, doc: str) -> None:
+        self.name, self.kinds, self.apply = name, kinds, apply  # kinds: "v" a vector, "m" a square matrix
+        self.__name__, self.__doc__ = name, doc
+
+    def __repr__(self) -> str:
+        return f"bz.{self.name}"
+
+    def __call__(self, *args):
+        """On NumPy arrays: vectors along the last axis, matrices along the last two."""
+        try:
+            return self._on_arrays(args)
+        except ty.TypeProblem as problem:
+            raise InputError(str(problem)) from None
+
+    def _on_arrays(self, args):
+        self._check_count(args)
+        arrays = [np.asarray(a) for a in args]
+        shapes = [a.shape[-1:] if kind == "v" else a.shape[-2:] for a, kind in zip(arrays, self.kinds)]
+        items = [[a[(..., *np.unravel_index(n, s))] for n in range(math.prod(s))] for a, s in zip(arrays, shapes)]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            shape, result = self.apply(_NumpyMath, items, shapes)
+        if shape == ():
+            return result
+        return np.stack(result, axis=-1).reshape(*np.broadcast_shapes(*[a.shape[:a.ndim - len(s)] for a, s in
+                                                                      zip(arrays, shapes)]), *shape)
+
+    def _check_count(self, args) -> None:
+        if len(args) != len(self.kinds):
+            raise ty.TypeProblem(f"bz.{self.name}: expected {len(self.kinds)} argument(s), got {len(args)}")
+
+    def in_kernel(self, args: list):
+        """The function on kernel values: a scalar expression or a VectorValue."""
+        self._check_count(args)
+        for n, (a, kind) in enumerate(zip(args, self.kinds)):
+            wanted = "a vector" if kind == "v" else "a square matrix"
+            if not isinstance(a, VectorValue) or a.type.is_matrix != (kind == "m"):
+                raise ty.TypeProblem(f"bz.{self.name}: argument {n + 1}: expected {wanted}, got {describe(a)}")
+        dtype = _common_float([a.type.dtype for a in args])
+        items = [[ty.as_expr(x, dtype) for x in a.items] for a in args]
+        shape, result = self.apply(_KernelMath, items, [a.type.shape for a in args])
+        return result if shape == () else VectorValue(type_of_shape(shape, dtype), tuple(result))
+
+
+def _same_length(name: str, shapes, lengths: tuple[int, ...] = ()) -> int:
+    n = shapes[0][0]
+    if any(s != shapes[0] for s in shapes) or lengths and n not in lengths:
+        wanted = " or ".join(f"vec{m}" for m in lengths) if lengths else "vectors of one length"
+        raise ty.TypeProblem(f"bz.{name}: expected {wanted}, got lengths {[s[0] for s in shapes]}")
+    return n
+
+
+def _square(name: str, shape) -> int:
+    if shape[0] != shape[1]:
+        raise ty.TypeProblem(f"bz.{name}: expected a square matrix, got shape {shape}")
+    return shape[0]
+
+
+def _apply_dot(m, items, shapes):
+    _same_length("dot", shapes)
+    return (), dot_items(m, *items)
+
+
+def _apply_cross(m, items, shapes):
+    n = _same_length("cross", shapes, (2, 3))
+    return ((), cross_items(m, *items)) if n == 2 else ((3,), cross_items(m, *items))
+
+
+def _apply_outer(m, items, shapes):
+    a, b = items
+    return (len(a), len(b)), [m.mul(x, y) for x in a for y in b]
+
+
+def _apply_determinant(m, items, shapes):
+    return (), determinant_items(m, items[0], _square("determinant", shapes[0]))
+
+
+def _apply_inverse(m, items, shapes):
+    n = _square("inverse", shapes[0])
+    return (n, n), inverse_items(m, items[0], n)
+
+
+def _apply_transpose(m, items, shapes):
+    n = _square("transpose", shapes[0])
+    return (n, n), transpose_items(items[0], n)
+
+
+dot = VectorFunction("dot", "vv", _apply_dot, "a . b: the sum of the products of the components, left to right.")
+cross = VectorFunction("cross", "vv", _apply_cross, "a x b of two vec3 (a vec3), or of two vec2 (a scalar).")
+length = VectorFunction("length", "v", lambda m, items, shapes: ((), length_items(m, items[0])),
+                        "The Euclidean length sqrt(dot(a, a)).")
+norm = VectorFunction("norm", "v", length.apply, "The Euclidean length sqrt(dot(a, a)) (Taichi's name).")
+length_sq = VectorFunction("length_sq", "v", lambda m, items, shapes: ((), dot_items(m, items[0], items[0])),
+                           "dot(a, a).")
+normalize = VectorFunction("normalize", "v", lambda m, items, shapes: (shapes[0], normalize_items(m, items[0])),
+                           "a / length(a), or the zero vector for a zero vector.")
+outer = VectorFunction("outer", "vv", _apply_outer, "The matrix a b^T (its shape must be a braze matrix type).")
+transpose = VectorFunction("transpose", "m", _apply_transpose, "The transposed matrix.")
+determinant = VectorFunction("determinant", "m", _apply_determinant, "The determinant (Laplace expansion).")
+inverse = VectorFunction("inverse", "m", _apply_inverse, "The inverse: the adjugate over the determinant.")
+
+FUNCTIONS = (dot, cross, length, norm, length_sq, normalize, outer, transpose, determinant, inverse)
+TYPES = tuple(_TYPES.values())
+
+
+# --- operators on kernel values ------------------------------------------------------------------
+def describe(value) -> str:
+    """How an error names a value's type."""
+    if isinstance(value, VectorValue):
+        return repr(value.type)
+    if isinstance(value, k.Expr):
+        return value.dtype.name
+    return type(value).__name__
+
+
+def _common_float(dtypes: list[DType]) -> DType:
+    return dt.float64 if any(d == dt.float64 for d in dtypes) else dtypes[0]
+
+
+def _scalar_dtype(vector_dtype: DType, scalar) -> DType:
+    """The result dtype of a vector and a scalar: integer scalars take the vector's float dtype."""
+    if not isinstance(scalar, k.Expr):
+        if not isinstance(scalar, (int, float)):
+            raise ty.TypeProblem(f"expected a number or a vector, got {describe(scalar)}")
+        return vector_dtype
+    return _common_float([vector_dtype, scalar.dtype]) if scalar.dtype.is_floating else vector_dtype
+
+
+_ELEMENTWISE = {"add": "+", "sub": "-", "mul": "*", "truediv": "/"}
+
+
+def binary(op: str, a, b):
+    """`a <op> b` where at least one side is a VectorValue."""
+    if op == "matmul":
+        return matmul(a, b)
+    symbol = _ELEMENTWISE.get(op)
+    if symbol is None:
+        raise ty.TypeProblem(f"operator {op} is not defined for {describe(a)} and {describe(b)} (vectors take "
+                             "+ - * / @ and the functions bz.dot, bz.cross, bz.length, ...)")
+    if isinstance(a, VectorValue) and isinstance(b, VectorValue):
+        if a.type.shape != b.type.shape:
+            raise ty.TypeProblem(f"{describe(a)} {symbol} {describe(b)}: the shapes differ")
+        if a.type.is_matrix and op in ("mul", "truediv"):
+            raise ty.TypeProblem(f"{describe(a)} {symbol} {describe(b)}: a product of matrices is written "
+                                 "a @ b (component by component: write the components)")
+        dtype = _common_float([a.type.dtype, b.type.dtype])
+        pairs = zip(a.items, b.items)
+    else:
+        vector, scalar = (a, b) if isinstance(a, VectorValue) else (b, a)
+        if isinstance(scalar, k.Expr) and not scalar.dtype.is_floating and not scalar.dtype.is_integer:
+            raise ty.TypeProblem(f"{describe(a)} {symbol} {describe(b)}: expected a number with a vector")
+        dtype = _scalar_dtype(vector.type.dtype, scalar)
+        scalar = ty.as_expr(scalar, dtype) if isinstance(scalar, k.Expr) else scalar
+        pairs = ((x, scalar) for x in vector.items) if vector is a else ((scalar, x) for x in vector.items)
+    vtype = type_of_shape((a if isinstance(a, VectorValue) else b).type.shape, dtype)
+    items = tuple(ty.as_expr(ty.binary(op, _widen(x, dtype), _widen(y, dtype)), dtype) for x, y in pairs)
+    return VectorValue(vtype, items)
+
+
+def _widen(x, dtype: DType):
+    return ty.as_expr(x, dtype) if isinstance(x, k.Expr) else x
+
+
+def matmul(a, b):
+    if not (isinstance(a, VectorValue) and isinstance(b, VectorValue)):
+        raise ty.TypeProblem(f"{describe(a)} @ {describe(b)}: expected vectors or matrices on both sides")
+    if not a.type.is_matrix and not b.type.is_matrix:
+        return dot.in_kernel([a, b])
+    a_shape = a.type.shape if a.type.is_matrix else (1, a.type.shape[0])
+    b_shape = b.type.shape if b.type.is_matrix else (b.type.shape[0], 1)
+    if a_shape[1] != b_shape[0]:
+        raise ty.TypeProblem(f"{describe(a)} @ {describe(b)}: the inner dimensions differ")
+    dtype = _common_float([a.type.dtype, b.type.dtype])
+    items = matmul_items(_KernelMath, [ty.as_expr(x, dtype) for x in a.items], a_shape,
+                         [ty.as_expr(x, dtype) for x in b.items], b_shape)
+    shape = (a_shape[0], b_shape[1]) if a.type.is_matrix and b.type.is_matrix else (len(items),)
+    return VectorValue(type_of_shape(shape, dtype), tuple(items))
+
+
+def unary(op: str, x: VectorValue) -> VectorValue:
+    if op != "neg":
+        raise ty.TypeProblem(f"operator {op} is not defined for {describe(x)}")
+    return VectorValue(x.type, tuple(ty.unary("neg", c) for c in x.items))
+
+
+def elementwise(name: str, fn: Callable, args: list) -> VectorValue:
+    """A scalar function applied component by component (`bz.math.sin(v)`, `abs(v)`, `min(a, b)`)."""
+    vectors = [a for a in args if isinstance(a, VectorValue)]
+    shape = vectors[0].type.shape
+    if any(v.type.shape != shape for v in vectors):
+        raise ty.TypeProblem(f"{name}: the vector arguments differ in shape")
+    columns = [a.items if isinstance(a, VectorValue) else [a] * len(vectors[0].items) for a in args]
+    items = tuple(fn(*parts) for parts in zip(*columns))
+    dtype = items[0].dtype if isinstance(items[0], k.Expr) else vectors[0].type.dtype
+    if not dtype.is_floating:
+        raise ty.TypeProblem(f"{name} of {describe(vectors[0])}: the result is {dtype.name}, not a vector of floats")
+    return VectorValue(type_of_shape(shape, dtype), tuple(ty.as_expr(c, dtype) for c in items))
+
+
+def construct(vtype: VectorType, args: list) -> VectorValue:
+    """`bz.vec3(...)` in a kernel."""
+    def convert(v):
+        if isinstance(v, VectorValue) or not ty.is_value(v):
+            raise ty.TypeProblem(f"{vtype!r}: expected numbers or vectors, got {describe(v)}")
+        return ty.assignable(v, vtype.dtype, f"a component of {vtype!r}")
+    return VectorValue(vtype, tuple(construct_items(vtype, args, convert)))
+
+
+def identity(vtype: VectorType) -> VectorValue:
+    n = vtype.shape[0]
+    return VectorValue(vtype, tuple(k.Const(1.0 if i == j else 0.0, vtype.dtype) for i in range(n) for j in range(n)))
+
+
+# --- components -----------------------------------------------------------------------------------
+def component_position(vtype: VectorType, name: str) -> int:
+    """The position of `.x`, `.y`, `.z` or `.w`."""
+    names = _COMPONENT_NAMES[:vtype.shape[0]]
+    if vtype.is_matrix or name not in names:
+        have = f"components {', '.join(names)}" if not vtype.is_matrix else "no named components (index it: m[i, j])"
+        raise ty.TypeProblem(f"{vtype!r} has no component '{name}'; it has {have}")
+    return names.index(name)
+
+
+def constant_positions(vtype: VectorType, key) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(positions, shape) of `v[key]` for a constant key: a vector's component, a matrix's row
+    (`m[i]`) or element (`m[i, j]`). Negative indices count from the end, as in Python."""
+    keys = key if isinstance(key, tuple) else (key,)
+    if len(keys) > len(vtype.shape) or not all(isinstance(i, int) and not isinstance(i, bool) for i in keys):
+        raise ty.TypeProblem(f"{vtype!r}: expected {len(vtype.shape)} integer index(es) or fewer, got {key!r}")
+    for i, n in zip(keys, vtype.shape):
+        if not -n <= i < n:
+            raise ty.TypeProblem(f"{vtype!r}: index {i} is out of range for an extent of {n}")
+    wrapped = [i % n for i, n in zip(keys, vtype.shape)]
+    rest = vtype.shape[len(keys):]
+    base = sum(i * math.prod(vtype.shape[a + 1:]) for a, i in enumerate(wrapped))
+    return tuple(base + j for j in range(math.prod(rest))), rest
+
+
+def select_component(value: VectorValue, index: k.Expr):
+    """`v[j]` of a local vector with j known only at run time: a chain of selects (j out of range
+    gives the last component; `debug=True` checks it)."""
+    rows = value.type.shape[0]
+    parts = [_row(value, r) for r in range(rows)]
+    result = parts[-1]
+    for r in reversed(range(rows - 1)):
+        test = ty.binary("eq", index, r)
+        result = _select(test, parts[r], result)
+    return result
+
+
+def _row(value: VectorValue, r: int):
+    if not value.type.is_matrix:
+        return value.items[r]
+    n = value.type.shape[1]
+    return VectorValue(type_of_shape((n,), value.type.dtype), value.items[r * n:(r + 1) * n])
+
+
+def _select(test, a, b):
+    if isinstance(a, VectorValue):
+        return VectorValue(a.type, tuple(ty.ternary("where", test, x, y) for x, y in zip(a.items, b.items)))
+    return ty.ternary("where", test, a, b)
