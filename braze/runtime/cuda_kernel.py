@@ -16,12 +16,13 @@ import numpy as np
 from braze import config
 from braze.codegen import cuda as cuda_codegen
 from braze.codegen.cuda_plan import TaskSchedule, schedule_bounds
-from braze.codegen.llvm import ArgLayout
+from braze.compile import disk_cache, elf
 from braze.errors import InputError, UnsupportedError
 from braze.kir import kernel_text
 from braze.kir import nodes as k
+from braze.kir.layout import ArgLayout
 from braze.runtime import cuda_driver as cuda
-from braze.runtime import disk_cache, elf, nvrtc
+from braze.runtime import nvrtc
 from braze.runtime.compiled_kernel import CompileParams, CompilesOnce
 from braze.runtime.executor import host_function
 from braze.runtime.record import Launch, dump_kernel_args, note_compile, note_launch, profiling, recording

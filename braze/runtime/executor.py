@@ -11,9 +11,9 @@ from collections.abc import Callable
 import numpy as np
 
 from braze import config
-from braze.codegen.llvm import ArgLayout
 from braze.kir import nodes as k
-from braze.runtime import cpu
+from braze.kir.layout import ArgLayout
+from braze.runtime import thread_pool
 from braze.runtime.compiled_kernel import CompiledKernel
 from braze.runtime.record import Launch, dump_launch, note_launch, recording
 
@@ -73,7 +73,7 @@ class KernelExecutor:
         address = block.ctypes.data
         for task, fn, bounds in zip(self.kernel.tasks, self.functions, self.bounds):
             begin, end, work = bounds(scalars)
-            chunks = cpu.parallel_for(fn, begin, end, address, max(work, 1))
+            chunks = thread_pool.parallel_for(fn, begin, end, address, max(work, 1))
             if recording():
                 note_launch(Launch(self.kernel.name, task.name, begin, end, chunks))
             if config.current.dump:

@@ -43,9 +43,9 @@ from braze.host import jit
 from braze.host.launch_jit import NativeLaunches, native_launches
 from braze.host.torch_call import Conditions, TorchApi, TorchCall, describe_tensor, torch_api
 from braze.runtime import cuda_driver as cuda
-from braze.runtime.cpu import parallel_for
 from braze.runtime.record import OPEN_RECORDINGS, Launch, note_launch, profiling, record_state, recording
 from braze.runtime.rng import next_seed_offset
+from braze.runtime.thread_pool import parallel_for
 
 MAX_DESCRIPTIONS = 256  # prepared calls kept per fusion (new shapes beyond that evict the oldest)
 _UNSEEN = object()  # a memo not filled yet

@@ -14,7 +14,6 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from braze import config
-from braze.codegen.llvm import ArgLayout
 from braze.host.program import (
     Alias,
     Allocate,
@@ -28,6 +27,7 @@ from braze.host.program import (
 )
 from braze.ir.fusion import AliasKind, Expr, Fusion, Output
 from braze.ir.tensor import TensorView
+from braze.kir.layout import ArgLayout
 from braze.kir.params import KernelParams
 from braze.ops.reductions import check_empty_reductions, reductions_without_identity
 from braze.ops.table import RefContext, lookup

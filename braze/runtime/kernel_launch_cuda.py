@@ -27,10 +27,10 @@ import numpy as np
 from braze.codegen import cuda_loops
 from braze.codegen.cuda import DEFAULT_BLOCK_SIZE
 from braze.codegen.cuda_plan import sub_exprs
-from braze.codegen.llvm import ArgLayout
 from braze.errors import KernelAssertionError
 from braze.host.launch_jit import native_launches
 from braze.kir import nodes as k
+from braze.kir.layout import ArgLayout
 from braze.runtime import cuda_driver as cuda
 from braze.runtime.arrays import overlaps_itself
 from braze.runtime.cuda_kernel import BLOCKS_PER_SM, CudaCompiledKernel

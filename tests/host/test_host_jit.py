@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 
 import braze as bz
 from braze import config, engine
+from braze.compile import llvm_toolchain
 from braze.errors import HostJitWarning
 from braze.host import jit
 from braze.host.shapes import PythonShapeFunction, ShapeProgram
 from braze.ir.scalar import Scalar, ceildiv, smax, smin, symbol
-from braze.runtime import cpu
 
 A, B, C = symbol("a"), symbol("b"), symbol("c")
 
@@ -149,8 +149,8 @@ define void @"task"(i64 %lo, i64 %hi, i64* %args) {
 def test_freed_native_code_leaves_later_compiles_working() -> None:
     # An engine frees the target machine it is given; freeing loaded code must not free the shared one.
     for n in range(4):
-        obj, _ = cpu.compile_object(_TASK_IR, "task")
-        loaded = cpu.LoadedObject(obj, ["task"])
+        obj, _ = llvm_toolchain.compile_object(_TASK_IR, "task")
+        loaded = llvm_toolchain.LoadedObject(obj, ["task"])
         block = np.zeros(1, np.int64)
         loaded.functions["task"](0, n, block.ctypes.data)
         assert block[0] == n
