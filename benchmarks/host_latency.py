@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 import braze as bz
-from braze.host.jit import NativeShapeFunction
+from braze.host.host_jit import NativeShapeFunction
 from braze.host.launch_jit import NativeLaunches
 from braze.host.shapes import PythonShapeFunction, ShapeProgram, infer_layout
 from braze.runtime import fast_call

@@ -172,6 +172,21 @@ def test_runtime_never_imports_the_compile_side():
     assert not banned, f"runtime/ never imports frontend/, engine, schedule/ or lower/: {banned}"
 
 
+# Classes of one name in two modules, on purpose: the Fusion IR and Kernel IR each have expressions,
+# always read through their package (`ir.Expr`, `k.Expr`).
+SHARED_CLASS_NAMES = {"Expr"}
+
+
+def test_each_public_class_name_means_one_thing():
+    defined: dict[str, list[str]] = {}
+    for module, path in modules(ROOT, "braze").items():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                defined.setdefault(node.name, []).append(module)
+    twice = {name: where for name, where in defined.items() if len(where) > 1 and name not in SHARED_CLASS_NAMES}
+    assert not twice, f"classes of one name in several modules: {twice}"
+
+
 # --- the walker itself, on a package made for the purpose ----------------------------------------
 def _package(tmp_path: Path, files: dict[str, str]) -> dict[str, set[str]]:
     for name, text in files.items():

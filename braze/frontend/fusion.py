@@ -19,7 +19,7 @@ from braze.runtime.inputs import check_scalar_fits
 VIEW_OPS = frozenset({"permute", "slice", "squeeze", "broadcast", "expand", "flip"})
 
 
-class Fusion(ir.Fusion):
+class Fusion(ir.FusionGraph):
     """A tensor program. Use it as a context manager while defining it:
 
         with bz.Fusion() as f:

@@ -19,7 +19,7 @@ from braze.errors import KernelSyntaxError, KernelTypeError, SerialLoopWarning
 from braze.frontend import kernel_lang as lang
 from braze.frontend import kernel_types as ty
 from braze.frontend.kernel_exprs import BINARY_OPS, OPERATOR_SYMBOLS, ExpressionTranslator, is_pure_constant
-from braze.frontend.kernel_scope import ArrayHandle, Frame, Local, ShapeHandle, Source, host_evaluable
+from braze.frontend.kernel_scope import ArrayHandle, FunctionScope, Local, ShapeHandle, Source, host_evaluable
 from braze.kir import nodes as k
 from braze.lower.values import index_op
 from braze.passes.fuse_tasks import injective
@@ -55,7 +55,7 @@ class Translator(ExpressionTranslator):
         self.widened = widened if widened is not None else {}  # local key -> its dtype (translate_kernel)
         self.kernel_names: dict[str, object] = dict(params)
         self.tasks: list[k.Task] = []
-        self.frames: list[Frame] = []
+        self.frames: list[FunctionScope] = []
         self.blocks: list[list[k.Stmt]] = []
         self.prologue: list[k.Stmt] = []
         self.used_names: set[str] = set()
@@ -134,8 +134,8 @@ class Translator(ExpressionTranslator):
     def in_scratch_task(self, thunk: Callable):
         """Evaluates an expression as if in a task of its own; None if it needed statements."""
         saved = (self.frames, self.blocks, self.prologue, self.used_names)
-        self.frames, self.blocks, self.prologue, self.used_names = [Frame(self.source, {}, self.kernel_names)], [[]], \
-            [], set()
+        self.frames, self.blocks, self.prologue, self.used_names = \
+            [FunctionScope(self.source, {}, self.kernel_names)], [[]], [], set()
         try:
             value = thunk()
             return None if self.blocks[0] or self.prologue else value
@@ -144,7 +144,7 @@ class Translator(ExpressionTranslator):
 
     # --- tasks ------------------------------------------------------------------------------------
     def begin_task(self) -> None:
-        self.frames = [Frame(self.source, {}, self.kernel_names)]
+        self.frames = [FunctionScope(self.source, {}, self.kernel_names)]
         self.blocks, self.prologue, self.used_names, self.depth = [[]], [], set(), 0
 
     def end_task(self) -> tuple[k.Stmt, ...]:

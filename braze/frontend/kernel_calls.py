@@ -20,7 +20,7 @@ from braze.dtypes import DType
 from braze.errors import Error, KernelTypeError
 from braze.frontend import kernel_lang as lang
 from braze.frontend import kernel_types as ty
-from braze.frontend.kernel_scope import ArrayHandle, Frame, Local, ShapeHandle, Source
+from braze.frontend.kernel_scope import ArrayHandle, FunctionScope, Local, ShapeHandle, Source
 from braze.kir import nodes as k
 
 if TYPE_CHECKING:
@@ -167,7 +167,7 @@ def inline(tr: Translator, node: ast.Call, helper: lang.KernelFunc):
     except TypeError as error:
         tr.error(node, f"{helper.__name__}: {error}", KernelTypeError)
     bound.apply_defaults()
-    frame = Frame(source)
+    frame = FunctionScope(source)
     for name, value in bound.arguments.items():
         if isinstance(value, k.Expr) and not isinstance(value, k.Const):
             var = tr.new_var(name, value.dtype)  # a local of its own, so the helper may reassign it

@@ -17,13 +17,12 @@ from braze import config, engine
 from braze.errors import Error, InputError
 from braze.frontend.kernel_entry import KernelEntry
 from braze.runtime.device_arrays import DeviceView, as_device_view, is_device_array
+from braze.runtime.fast_call import MAX_DESCRIPTIONS
 from braze.runtime.kernel_launch_cuda import CudaKernelLauncher, PreparedKernelCall, describe, views_overlap
 from braze.runtime.record import note_entry
 
 if TYPE_CHECKING:
     from braze.frontend.kernel import KernelFunction
-
-MAX_DESCRIPTIONS = 256  # prepared calls kept per kernel (new shapes beyond that evict the oldest)
 
 
 class GpuCalls:

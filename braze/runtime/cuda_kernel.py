@@ -25,7 +25,7 @@ from braze.runtime import cuda_driver as cuda
 from braze.runtime import nvrtc
 from braze.runtime.compiled_kernel import CompileParams, CompilesOnce
 from braze.runtime.executor import host_function
-from braze.runtime.record import Launch, dump_kernel_args, note_compile, note_launch, profiling, recording
+from braze.runtime.record import RecordedLaunch, dump_kernel_args, note_compile, note_launch, profiling, recording
 
 # (device, cubin digest, functions) -> module. Modules are never unloaded (a launch queued on a stream
 # may still run their code), so a kernel compiled again after its last user went loads nothing new.
@@ -223,7 +223,7 @@ class CudaExecutor:
         for planned in self.plan(scalars, stream):
             launch_scalars[:] = planned.scalars
             if config.current.dump:  # launch_params: plan() wrote each launch
-                dump_kernel_args(Launch(self.kernel.name, planned.task.name, planned.begin, planned.end,
+                dump_kernel_args(RecordedLaunch(self.kernel.name, planned.task.name, planned.begin, planned.end,
                                         planned.grid), block, self.layout.slots)
             if recording():
                 self._recorded_launch(planned, params, stream, block)
@@ -352,7 +352,7 @@ class CudaExecutor:
     def _recorded_launch(self, planned: PlannedLaunch, params: int, stream: int, block: np.ndarray) -> None:
         """A launch under bz.record(): noted, and timed with CUDA events when profiling."""
         task = planned.task
-        launch = Launch(self.kernel.name, task.name, planned.begin, planned.end, planned.grid)
+        launch = RecordedLaunch(self.kernel.name, task.name, planned.begin, planned.end, planned.grid)
         if profiling():
             start, end = cuda.event(), cuda.event()
             cuda.record_event(start, stream)

@@ -15,7 +15,7 @@ from braze.kir import nodes as k
 from braze.kir.layout import ArgLayout
 from braze.runtime import thread_pool
 from braze.runtime.compiled_kernel import CompiledKernel
-from braze.runtime.record import Launch, dump_launch, note_launch, recording
+from braze.runtime.record import RecordedLaunch, dump_launch, note_launch, recording
 
 _PYTHON_OPS = {"add": "({} + {})", "sub": "({} - {})", "mul": "({} * {})", "floordiv": "({} // {})",
                "remainder": "({} % {})", "minimum": "min({}, {})", "maximum": "max({}, {})"}
@@ -75,7 +75,7 @@ class KernelExecutor:
             begin, end, work = bounds(scalars)
             chunks = thread_pool.parallel_for(fn, begin, end, address, max(work, 1))
             if recording():
-                note_launch(Launch(self.kernel.name, task.name, begin, end, chunks))
+                note_launch(RecordedLaunch(self.kernel.name, task.name, begin, end, chunks))
             if config.current.dump:
-                dump_launch(Launch(self.kernel.name, task.name, begin, end, chunks), block,
+                dump_launch(RecordedLaunch(self.kernel.name, task.name, begin, end, chunks), block,
                             ArgLayout.of(self.kernel.params).slots)

@@ -39,15 +39,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from braze import config
-from braze.host import jit
+from braze.host import host_jit
 from braze.host.launch_jit import NativeLaunches, native_launches
 from braze.host.torch_call import Conditions, TorchApi, TorchCall, describe_tensor, torch_api
 from braze.runtime import cuda_driver as cuda
-from braze.runtime.record import OPEN_RECORDINGS, Launch, note_launch, profiling, record_state, recording
+from braze.runtime.record import OPEN_RECORDINGS, RecordedLaunch, note_launch, profiling, record_state, recording
 from braze.runtime.rng import next_seed_offset
 from braze.runtime.thread_pool import parallel_for
 
-MAX_DESCRIPTIONS = 256  # prepared calls kept per fusion (new shapes beyond that evict the oldest)
+MAX_DESCRIPTIONS = 256  # prepared calls kept per fusion, @bz.jit function or @bz.kernel (beyond: the oldest goes)
 _UNSEEN = object()  # a memo not filled yet
 
 
@@ -452,7 +452,7 @@ class CudaPreparedCall(PreparedCall):
         return [*launch, "if code:", "    failed(code)", "if recorders.__dict__.get('stack'):", "    note()"]
 
     def _patches_atomically(self) -> bool:
-        # The builtin is made only where a GIL keeps other threads out of it (jit.builtins_available).
+        # The builtin is made only where a GIL keeps other threads out of it (host_jit.builtins_available).
         native = self.launch_all
         return native is not None and native.patched is not None
 
@@ -487,7 +487,7 @@ class CudaPreparedCall(PreparedCall):
                              (self.launch_all.table, len(self.launches)), self.address, slots, self.device.index,
                              conditions).call
         except Exception as error:  # a JIT failure: the Python call runs it
-            jit.fall_back("the native call on torch tensors", error)
+            host_jit.fall_back("the native call on torch tensors", error)
             return None
 
     def _native_failed(self, code: int) -> None:
@@ -498,7 +498,7 @@ class CudaPreparedCall(PreparedCall):
 
     def _note_launches(self) -> None:
         for x in self.launches:
-            note_launch(Launch(*x.record))
+            note_launch(RecordedLaunch(*x.record))
 
     def _launch(self, stream: int) -> None:
         """The launches one by one through ctypes (the host JIT is off or failed)."""
@@ -527,7 +527,7 @@ class CpuPreparedCall(PreparedCall):
         for fn, begin, end, work, names in self.tasks:
             chunks = parallel_for(fn, begin, end, self.address, work)
             if record:
-                note_launch(Launch(*names, begin, end, chunks))
+                note_launch(RecordedLaunch(*names, begin, end, chunks))
 
 
 def _torch_output(api: TorchApi, allocate: Callable[[], object], device: object) -> tuple | None:

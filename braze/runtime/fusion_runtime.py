@@ -25,7 +25,7 @@ from braze.host.program import (
     host_buffer,
     single_kernel_program,
 )
-from braze.ir.fusion import AliasKind, Expr, Fusion, Output
+from braze.ir.fusion import AliasKind, Expr, FusionGraph, Output
 from braze.ir.tensor import TensorView
 from braze.kir.layout import ArgLayout
 from braze.kir.params import KernelParams
@@ -57,7 +57,7 @@ class FusionRuntime:
 
     device_type: type[CpuDevice] = CpuDevice  # a GPU runtime allocates and launches on its device
 
-    def __init__(self, fusion: Fusion, executor: KernelExecutor, writes: tuple[TensorView, ...],
+    def __init__(self, fusion: FusionGraph, executor: KernelExecutor, writes: tuple[TensorView, ...],
                  params: KernelParams, in_place: frozenset[int] = frozenset()) -> None:
         """`in_place`: the `reuse_buffer` outputs (ids of their tensors) the kernel may write straight
         into their input (`schedule.in_place_outputs`); the others are written back after the launch."""

@@ -18,7 +18,7 @@ from braze.kir import nodes as k
 from braze.kir.layout import ArgLayout
 from braze.runtime import thread_pool
 from braze.runtime.compiled_kernel import CompiledKernel
-from braze.runtime.record import Launch, dump_launch, note_launch, recording
+from braze.runtime.record import RecordedLaunch, dump_launch, note_launch, recording
 from braze.runtime.scalars import scalar_packer
 
 MIN_PARALLEL_WORK = 1 << 20  # statement-indices (a vectorized statement costs well under 1 ns per index)
@@ -129,9 +129,9 @@ class KernelLauncher:
             else:
                 chunks = thread_pool.parallel_for(fn, begin, end, packed.address, work, MIN_PARALLEL_WORK)
             if record:
-                note_launch(Launch(self.kernel.name, task.name, begin, end, chunks))
+                note_launch(RecordedLaunch(self.kernel.name, task.name, begin, end, chunks))
             if config.current.dump:
-                dump_launch(Launch(self.kernel.name, task.name, begin, end, chunks), block,
+                dump_launch(RecordedLaunch(self.kernel.name, task.name, begin, end, chunks), block,
                             ArgLayout.of(self.kernel.params).slots)
             if packed.status is not None and packed.status[0]:
                 raise KernelAssertionError(f"kernel {self.kernel.name!r}: {self.messages[int(packed.status[0]) - 1]}")

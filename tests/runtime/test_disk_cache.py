@@ -22,7 +22,7 @@ from braze import config, engine, schedule
 from braze.compile import disk_cache, elf, llvm_toolchain
 from braze.frontend.fusion import Fusion
 from braze.kir import nodes as k
-from braze.lower.kernel import lower
+from braze.lower.fusion_kernel import lower
 from braze.runtime import nvrtc
 from braze.runtime.compiled_kernel import CompiledKernel, CompileParams
 from braze.runtime.record import record
