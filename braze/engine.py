@@ -6,7 +6,6 @@ runtime. The `FusionCache` of each fusion maps an input signature to its `Fusion
 
 from __future__ import annotations
 
-import functools
 import threading
 import weakref
 from collections import OrderedDict
@@ -359,8 +358,7 @@ def _run_and_prepare(fusion: FusionGraph, bound: BoundInputs, inputs: Sequence[o
     fast = fusion.__dict__.get("_fast_calls")
     if fast is None:
         scalars = frozenset(n for n, tv in enumerate(fusion.inputs) if tv.scalar is not None)
-        fast = fusion.__dict__["_fast_calls"] = FastCalls(len(fusion.inputs), scalars, fusion.__dict__,
-                                                          functools.partial(execute, fusion))
+        fast = fusion.__dict__["_fast_calls"] = FastCalls(len(fusion.inputs), scalars)
     elif fast.known(inputs):  # prepared but not taken (profiling, a busy call), or declined
         return runtime.run(bound)
     results, prepared = runtime.run_and_prepare(bound, inputs)

@@ -393,26 +393,28 @@ class TieredShapeFunction:
     def __init__(self, program: ShapeProgram) -> None:
         self.program = program
         self._python = PythonShapeFunction(program)
-        self._call: Callable[[Sequence[int]], list[int]] = self._first
+        self._called = False
+        # From the second call (no bound method of self here: the object would be in a cycle).
+        self._tiered: NativeShapeFunction | PythonShapeFunction | None = None
         self._tiering = threading.Lock()  # racing threads build the native function once
 
     @property
     def native(self) -> bool:
         """Whether calls run native code (after the first call, unless the JIT failed)."""
-        return getattr(self._call, "native", False)
+        return getattr(self._tiered, "native", False)
 
     def __call__(self, extents: Sequence[int]) -> list[int]:
-        return self._call(extents)
+        tiered = self._tiered
+        return tiered(extents) if tiered is not None else self._before_tiering(extents)
 
-    def _first(self, extents: Sequence[int]) -> list[int]:
-        self._call = self._tier_up
-        return self._python(extents)
-
-    def _tier_up(self, extents: Sequence[int]) -> list[int]:
+    def _before_tiering(self, extents: Sequence[int]) -> list[int]:
+        if not self._called:
+            self._called = True
+            return self._python(extents)
         with self._tiering:
-            if self._call == self._tier_up:
-                self._call = native_or_python(self.program)
-        return self._call(extents)
+            if self._tiered is None:
+                self._tiered = native_or_python(self.program)
+        return self._tiered(extents)
 
 
 def native_or_python(program: ShapeProgram) -> NativeShapeFunction | PythonShapeFunction:

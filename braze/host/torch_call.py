@@ -3,7 +3,7 @@ the outputs, the patching and the launches, with no Python between them.
 
     braze_torch_call(inputs) -> [outputs]
 
-It stands in for `Fusion.execute` on the fusion whose call was taken last (runtime/fast_call.py).
+`Fusion.execute` calls it first on the fusion whose call was taken last (runtime/fast_call.py).
 It runs only for one positional argument, a tuple or list of tensors; under the configuration the
 call was prepared in; with no `bz.record()` open; and with the call's CUDA context current. For
 each tensor it checks the Python type, dtype, device, shape and strides against the description

@@ -187,7 +187,7 @@ class CudaExecutor:
     def __init__(self, compiled: CudaCompiledKernel, device: cuda.Device) -> None:
         self.compiled, self.device = compiled, device
         self.kernel = compiled.kernel
-        self.entries: dict[tuple, object] = {}  # per input description, its prepared call (runtime/fast_call.py)
+        self.entries = weakref.WeakValueDictionary()  # per input description, its prepared call (runtime/fast_call.py)
         module = compiled.module(device)
         self.block = compiled.params.block_size or cuda_codegen.DEFAULT_BLOCK_SIZE
         generated = compiled.generated

@@ -6,6 +6,7 @@ functions once, when the executor is built, so a run evaluates nothing symbolic.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 
 import numpy as np
@@ -65,8 +66,9 @@ class KernelExecutor:
         self.kernel = compiled.kernel
         self.functions = compiled.functions
         self.bounds = [host_function([t.begin, t.end, inner_extent(t)]) for t in self.kernel.tasks]
-        # Per input description, the prepared call of runs of it (runtime/fast_call.py).
-        self.entries: dict[tuple, object] = {}
+        # Per input description, the prepared call of runs of it (runtime/fast_call.py), held by the
+        # fusion's FastCalls: a prepared call holds its executor, so the index must not hold it back.
+        self.entries: weakref.WeakValueDictionary[tuple, object] = weakref.WeakValueDictionary()
 
     def run(self, block: np.ndarray, scalars: dict[str, int]) -> None:
         """Runs all tasks with the argument block `block` (int64 slots); `scalars` holds extent values."""

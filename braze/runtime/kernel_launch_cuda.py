@@ -243,7 +243,7 @@ class PreparedKernelCall:
                   "    if code:", "        failed(code)", "    return True", "finally:", "    release()"]
         source = "def run(args):\n" + "".join(f"    {line}\n" for line in lines)
         exec(source, names)  # noqa: S102  (built above from slots and positions only)
-        return names["run"]
+        return names.pop("run")  # not left in its own globals: a cycle only the collector frees
 
     def _native_failed(self, code: int) -> None:
         x = self.native[1][code >> 16]
