@@ -4,7 +4,7 @@ queue depth).
 
     python benchmarks/hot_path_parts.py
 
-Rows, outermost first: `Fusion.execute` (the last prepared call's native builtin on torch
+Rows, outermost first: `Fusion.execute` (calling the last prepared call's native builtin on torch
 tensors), the fusion's `run` (the same call in Python: one generated function behind torch's
 guard), the prepared call in Python without the guard; then the pieces the calls are made of,
 each alone. The rows are
@@ -33,8 +33,8 @@ def main() -> None:
     fast = f.__dict__["_fast_calls"]
     key = fast.key(inputs)
     prepared = fast.prepared[key]
-    assert prepared.matches(inputs) and fast.run is not fast.find, "no torch guard"
-    assert "execute" in f.__dict__, "no native call on torch tensors"
+    assert prepared.matches(inputs) and fast.run != fast.find, "no torch guard"
+    assert f.__dict__["_fast_calls"].native is not None, "no native call on torch tensors"
     stream = torch.cuda.current_stream().cuda_stream
     launch = prepared.launches[0]
     from cuda.bindings import driver  # the floor is cuda.bindings' launch

@@ -160,7 +160,7 @@ def _knob_value(value: object) -> str:
 
 
 def cache(args: argparse.Namespace) -> int:
-    from braze.runtime import disk_cache
+    from braze.compile import disk_cache
 
     folder = config.current.cache_dir
     if args.action == "clear":

@@ -6,7 +6,6 @@ runtime. The `FusionCache` of each fusion maps an input signature to its `Fusion
 
 from __future__ import annotations
 
-import functools
 import threading
 import weakref
 from collections import OrderedDict
@@ -22,12 +21,12 @@ from braze.codegen.source_text import CudaSourceText
 from braze.dtypes import DType
 from braze.errors import InputError, UnsupportedError
 from braze.host.shapes import infer_layout
-from braze.ir.fusion import AliasKind, Fusion
+from braze.ir.fusion import AliasKind, FusionGraph
 from braze.ir.scalar import Scalar, as_scalar
 from braze.kir import kernel_text
 from braze.kir import nodes as k
 from braze.kir.params import KernelParams
-from braze.lower.kernel import lower
+from braze.lower.fusion_kernel import lower
 from braze.lower.values import NeedsCut
 from braze.passes.fuse_tasks import Decision, forward_stores, fuse_sibling_loops, fuse_tasks
 from braze.passes.output_cache import cache_rows_in_outputs
@@ -42,7 +41,7 @@ from braze.runtime.fusion_runtime import FusionRuntime
 from braze.runtime.inputs import BoundInputs, TensorSpec, bind_inputs
 from braze.runtime.record import note_entry, note_segments
 
-Backend = Callable[[Fusion, BoundInputs], list[np.ndarray]]
+Backend = Callable[[FusionGraph, BoundInputs], list[np.ndarray]]
 DEFAULT_BACKEND = "llvm"
 CACHE_ENTRIES = 64  # signatures kept per fusion
 _dumped: weakref.WeakSet = weakref.WeakSet()  # fusions whose IR was dumped
@@ -65,7 +64,7 @@ def reach(array) -> int:
     return sum((n - 1) * abs(s) for n, s in zip(array.shape, array.strides)) // array.itemsize
 
 
-def _tensor_sizes(fusion: Fusion) -> tuple[Scalar, ...]:
+def _tensor_sizes(fusion: FusionGraph) -> tuple[Scalar, ...]:
     """The element counts (distinct, symbolic) of every tensor of the fusion: inputs, intermediates
     and outputs, with the padding of an allocation domain where there is one. Kept on the fusion."""
     cached = fusion.__dict__.get("_tensor_sizes")
@@ -91,7 +90,7 @@ def _tensor_sizes(fusion: Fusion) -> tuple[Scalar, ...]:
     return found
 
 
-def index_type(fusion: Fusion, bound: BoundInputs) -> DType:
+def index_type(fusion: FusionGraph, bound: BoundInputs) -> DType:
     """int32 when every index of the kernel fits in it for these inputs: every tensor's size (inputs,
     intermediates, outputs; braze allocates the latter dense) and every input's reach; else int64.
     A new shape past the limit is another signature, so it gets the int64 kernel."""
@@ -107,7 +106,7 @@ def index_type(fusion: Fusion, bound: BoundInputs) -> DType:
     return dt.int32
 
 
-def signature(fusion: Fusion, bound: BoundInputs) -> tuple:
+def signature(fusion: FusionGraph, bound: BoundInputs) -> tuple:
     """The part of the inputs that changes the generated code: which strides are 1, the index type,
     and which inputs are dense (see `_dense`).
 
@@ -137,13 +136,13 @@ def _dense(shape, strides, itemsize: int, broadcast) -> bool:
     return True
 
 
-def _dense_inputs(fusion: Fusion, key: tuple) -> frozenset[int]:
+def _dense_inputs(fusion: FusionGraph, key: tuple) -> frozenset[int]:
     """The inputs (ids) the signature says are dense; none for a key without that part."""
     tensors = [tv for tv in fusion.inputs if tv.scalar is None]
     return frozenset(id(tv) for tv, dense in zip(tensors, key[2] if len(key) > 2 else ()) if dense)
 
 
-def _input_strides(fusion: Fusion, key: tuple, plan: schedule.Plan) -> dict[int, tuple[int | None, ...]]:
+def _input_strides(fusion: FusionGraph, key: tuple, plan: schedule.Plan) -> dict[int, tuple[int | None, ...]]:
     """The strides the signature fixes at 1, for the inputs the kernel reads: an input only viewed on
     the host keeps every stride a parameter, so its layout leaves the Kernel IR (and the runtime,
     see FusionCache) unchanged."""
@@ -153,7 +152,7 @@ def _input_strides(fusion: Fusion, key: tuple, plan: schedule.Plan) -> dict[int,
             if id(tv) in read}
 
 
-def plan_kernel(fusion: Fusion, key: tuple, views_on_host: bool = True, gpu: bool = False,
+def plan_kernel(fusion: FusionGraph, key: tuple, views_on_host: bool = True, gpu: bool = False,
                 cpu: bool | None = None) -> tuple[schedule.Plan, k.Kernel, KernelParams]:
     """Plans and lowers `fusion` for one signature, cutting where the lowering asks to: scheduled
     for a GPU with `gpu`; `cpu` (by default: where views are made on the host, as the CPU backend
@@ -218,7 +217,7 @@ class Lowered:
         return kernel_text(self.kernel), self.in_place, tuple(id(tv) for tv in self.plan.writes)
 
 
-def lower_fusion(fusion: Fusion, key: tuple, device_index: int | None = None) -> Lowered:
+def lower_fusion(fusion: FusionGraph, key: tuple, device_index: int | None = None) -> Lowered:
     """Plans and lowers `fusion` for one signature, for the CPU or (with `device_index`) a GPU."""
     if device_index is not None:
         plan, kernel, params = plan_kernel(fusion, key, views_on_host=False, gpu=True)
@@ -227,14 +226,14 @@ def lower_fusion(fusion: Fusion, key: tuple, device_index: int | None = None) ->
     return Lowered(plan, cache_rows_in_outputs(kernel), params, schedule.in_place_outputs(fusion, plan))
 
 
-def compile_fusion(fusion: Fusion, key: tuple, lowered: Lowered | None = None) -> FusionRuntime:
+def compile_fusion(fusion: FusionGraph, key: tuple, lowered: Lowered | None = None) -> FusionRuntime:
     """The CPU runtime of `fusion` for one signature (`lowered`, when the caller lowered it already)."""
     lowered = lowered or lower_fusion(fusion, key)
     compiled = cpu_kernel(lowered.kernel)
     return FusionRuntime(fusion, KernelExecutor(compiled), lowered.plan.writes, lowered.params, lowered.in_place)
 
 
-def compile_fusion_cuda(fusion: Fusion, key: tuple, device_index: int, lowered: Lowered | None = None
+def compile_fusion_cuda(fusion: FusionGraph, key: tuple, device_index: int, lowered: Lowered | None = None
                         ) -> FusionRuntime:
     """The runtime of `fusion` on GPU `device_index` for one signature."""
     device = cuda_driver.device(device_index)
@@ -265,7 +264,7 @@ def _merged_row_tasks(kernel: k.Kernel) -> k.Kernel:
                                        for t in kernel.tasks))
 
 
-def cuda_source(fusion: Fusion, inputs: Sequence[object]) -> CudaSourceText:
+def cuda_source(fusion: FusionGraph, inputs: Sequence[object]) -> CudaSourceText:
     """The CUDA C++ braze generates for `fusion` on inputs like `inputs` (host arrays will do): a
     `str` of the kernels, with the generator's other results as attributes (`.text`: with the prelude)."""
     from braze.codegen import cuda as cuda_codegen
@@ -288,7 +287,7 @@ class FusionCache:
         self.by_kernel: dict[tuple, FusionRuntime] = {}  # (device, Lowered.reuse_key) -> runtime
         self.lock = threading.RLock()  # a miss builds the runtime once, whichever threads race on it
 
-    def runtime(self, fusion: Fusion, bound: BoundInputs) -> FusionRuntime:
+    def runtime(self, fusion: FusionGraph, bound: BoundInputs) -> FusionRuntime:
         key = signature(fusion, bound)
         place = (key, bound.device)  # the same signature on another device is another entry
         with self.lock:
@@ -303,7 +302,7 @@ class FusionCache:
                 self.entries.move_to_end(place)
         return entry
 
-    def _new_runtime(self, fusion: Fusion, key: tuple, device: int | None) -> FusionRuntime:
+    def _new_runtime(self, fusion: FusionGraph, key: tuple, device: int | None) -> FusionRuntime:
         lowered = lower_fusion(fusion, key, device)
         reuse_key = (device, lowered.reuse_key)
         runtime = None if config.disabled("kernel_reuse") else self.by_kernel.get(reuse_key)
@@ -315,7 +314,7 @@ class FusionCache:
         return runtime
 
 
-def _cache_of(fusion: Fusion) -> FusionCache:
+def _cache_of(fusion: FusionGraph) -> FusionCache:
     # Kept on the fusion, not in a table keyed by it: its runtimes refer to the fusion, so a table
     # would hold every fusion (and its compiled kernels) for the life of the process.
     cache = fusion.__dict__.get("_fusion_cache")
@@ -327,11 +326,11 @@ def _cache_of(fusion: Fusion) -> FusionCache:
     return cache
 
 
-def _run_compiled(fusion: Fusion, bound: BoundInputs) -> list[np.ndarray]:
+def _run_compiled(fusion: FusionGraph, bound: BoundInputs) -> list[np.ndarray]:
     return _cache_of(fusion).runtime(fusion, bound).run(bound)
 
 
-def _run_cuda(fusion: Fusion, bound: BoundInputs) -> list:
+def _run_cuda(fusion: FusionGraph, bound: BoundInputs) -> list:
     if bound.device is None:
         raise UnsupportedError("backend 'cuda': expected GPU arrays (torch, CuPy, DeviceArray), got host arrays; "
                                "pass device='cuda' to copy host arrays in and out")
@@ -359,7 +358,7 @@ def _pick_backend(backend: str | None, bound: BoundInputs) -> Backend:
     return BACKENDS[name]
 
 
-def execute(fusion: Fusion, inputs: Sequence[object], backend: str | None = None,
+def execute(fusion: FusionGraph, inputs: Sequence[object], backend: str | None = None,
             device: str | None = None, stream: object = None) -> list:
     """Runs `fusion` on `inputs`; returns the non-hidden outputs as the inputs' kind of array.
 
@@ -392,7 +391,7 @@ def execute(fusion: Fusion, inputs: Sequence[object], backend: str | None = None
     return [to_kind(r, bound.kind) for r, out in zip(results, fusion.outputs) if not out.hidden]
 
 
-def _run_and_prepare(fusion: Fusion, bound: BoundInputs, inputs: Sequence[object]) -> list:
+def _run_and_prepare(fusion: FusionGraph, bound: BoundInputs, inputs: Sequence[object]) -> list:
     """Runs the inputs through the host program and keeps the cached call it prepares, which later
     calls with inputs of the same description take (`execute`'s first lines)."""
     from braze.runtime.fast_call import FastCalls
@@ -403,8 +402,7 @@ def _run_and_prepare(fusion: Fusion, bound: BoundInputs, inputs: Sequence[object
     fast = fusion.__dict__.get("_fast_calls")
     if fast is None:
         scalars = frozenset(n for n, tv in enumerate(fusion.inputs) if tv.scalar is not None)
-        fast = fusion.__dict__["_fast_calls"] = FastCalls(len(fusion.inputs), scalars, fusion.__dict__,
-                                                          functools.partial(execute, fusion))
+        fast = fusion.__dict__["_fast_calls"] = FastCalls(len(fusion.inputs), scalars)
     elif fast.known(inputs):  # prepared but not taken (profiling, a busy call), or declined
         return runtime.run(bound)
     results, prepared = runtime.run_and_prepare(bound, inputs)
@@ -422,7 +420,7 @@ def stream_handle(stream: object) -> int:
     raise InputError(f"stream: expected a torch or CuPy stream or a CUstream handle, got {type(stream).__name__}")
 
 
-def _execute_copied(fusion: Fusion, bound: BoundInputs, device: int) -> list:
+def _execute_copied(fusion: FusionGraph, bound: BoundInputs, device: int) -> list:
     """Runs host inputs on GPU `device`: copy in, run, copy the outputs back as NumPy arrays."""
     from braze.runtime.device_arrays import DeviceArray, as_device_view
 

@@ -46,10 +46,11 @@ from braze.codegen.cuda_plan import (
     walk,
 )
 from braze.codegen.cuda_rows import C_TYPE, RowLoopWriter, c_type, vector_unroll  # noqa: F401  (re-exported)
-from braze.codegen.llvm import ArgLayout
+from braze.codegen.cuda_rules import RULES, CudaRule  # noqa: F401  (re-exported)
 from braze.dtypes import DType
 from braze.errors import UnsupportedError
 from braze.kir import nodes as k
+from braze.kir.layout import ArgLayout
 from braze.passes.hoist import hoist_invariants, reciprocal_divisions
 
 PRELUDE = (Path(__file__).with_name("prelude.cuh")).read_text()
@@ -91,10 +92,6 @@ def const_text(value, dtype: DType) -> str:
         return str(value) if value != -(2**31) else "(-2147483647 - 1)"
     return f"((signed char){value})"
 
-
-# An op rule: (operand texts, operand dtypes, result dtype, attrs) -> C++ expression text.
-CudaRule = Callable[[list[str], list[DType], DType, dict], str]
-RULES: dict[str, CudaRule] = {}  # filled by braze.codegen.cuda_rules
 
 class TaskWriter(RowLoopWriter, GridWriter):
     """Writes one task as one `__global__` function."""
@@ -485,8 +482,6 @@ def with_prelude(body: str) -> str:
 def generate(kernel: k.Kernel, block_size: int = DEFAULT_BLOCK_SIZE, restrict: bool = False) -> CudaSource:
     """CUDA C++ for `kernel`. `restrict`: arrays a kernel only reads alias nothing it writes
     (true of fusions, whose outputs are fresh buffers)."""
-    from braze.codegen import cuda_rules  # noqa: F401  (fills RULES)
-
     kernel = reciprocal_divisions(hoist_invariants(kernel))  # fewer instructions per element of a row
     # cross_entropy's picked class read directly; a row's maximum and sum of exponentials in one pass.
     kernel = fuse_online_softmax(gather_one_hot_sums(kernel))

@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from braze.codegen.cuda import DEFAULT_BLOCK_SIZE, RULES, c_type, const_text, scalar_from_slot, with_prelude
 from braze.codegen.cuda_names import Names, is_reserved
 from braze.codegen.cuda_plan import walk
-from braze.codegen.llvm import ArgLayout
 from braze.dtypes import DType
 from braze.errors import UnsupportedError
 from braze.kir import nodes as k
+from braze.kir.layout import ArgLayout
 
 ARGS = "bz_args"  # the packed argument block, a kernel parameter
 MAX_PARAM_BYTES = 4096  # the kernel parameter space every CUDA version and architecture gives

@@ -10,9 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from braze import dtypes as dt
-from braze.codegen.cuda import RULES, c_type
+from braze.codegen.cuda_rows import c_type
 from braze.dtypes import DType
 from braze.ops.table import OPS
+
+# An op rule: (operand texts, operand dtypes, result dtype, attrs) -> C++ expression text.
+CudaRule = Callable[[list[str], list[DType], DType, dict], str]
+RULES: dict[str, CudaRule] = {}
 
 
 def call(function: str) -> Callable:

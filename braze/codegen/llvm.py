@@ -9,51 +9,19 @@ emitted once, in the entry block, so LLVM sees them as loop-invariant and can ve
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 from llvmlite import ir
 
 from braze import dtypes as dt
-from braze.codegen import llvm_private
+from braze.codegen import llvm_math, llvm_private
 from braze.codegen.llvm_pairwise import PairwiseSums, blocked_sums
+from braze.codegen.llvm_rules import RULES
+from braze.codegen.llvm_types import F32, I1, I8, I64, MEMORY_TYPE, VOID, register_type
 from braze.dtypes import DType
 from braze.errors import UnsupportedError
 from braze.kir import nodes as k
-
-I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
-F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()
-VOID = ir.VoidType()
-
-# How a value of each dtype lives in a register and in memory (bfloat16 travels as raw bits).
-REGISTER_TYPE = {"bool": I1, "int8": I8, "int32": I32, "int64": I64, "float16": F16, "bfloat16": I16,
-                 "float32": F32, "float64": F64}
-MEMORY_TYPE = {**REGISTER_TYPE, "bool": I8}
-
-
-def register_type(dtype: DType) -> ir.Type:
-    return REGISTER_TYPE[dtype.name]
-
-
-@dataclass(frozen=True)
-class ArgLayout:
-    """Where each parameter's fields sit in the packed argument block (in 8-byte slots)."""
-
-    slots: dict[str, int]
-    size: int
-
-    @staticmethod
-    def of(params: tuple[k.Param, ...]) -> ArgLayout:
-        slots, at = {}, 0
-        for p in params:
-            slots[p.name] = at
-            at += 1 + 2 * p.ndim if isinstance(p, k.ArrayParam) else 1
-        return ArgLayout(slots, at)
-
-
-# An op rule: (emitter, operand values, operand dtypes, result dtype, attrs) -> value.
-LLVMRule = Callable[["TaskEmitter", list, list[DType], DType, dict], ir.Value]
-RULES: dict[str, LLVMRule] = {}  # filled by braze.codegen.llvm_rules
+from braze.kir.layout import ArgLayout
 
 
 class TaskEmitter:
@@ -311,8 +279,6 @@ def emit_task(module: ir.Module, kernel: k.Kernel, task: k.Task, layout: ArgLayo
 
 def generate(kernel: k.Kernel, fast_math: bool = False) -> str:
     """The LLVM IR text of `kernel`: one function per task, named after the task."""
-    from braze.codegen import llvm_math, llvm_rules  # noqa: F401  (llvm_rules fills RULES)
-
     module = ir.Module(name=kernel.name)
     module.triple = ""  # the CPU runtime sets the host triple
     layout = ArgLayout.of(kernel.params)

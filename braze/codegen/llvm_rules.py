@@ -9,14 +9,23 @@ for every amount, saturating float-to-int casts.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
 from braze import dtypes as dt
 from braze.codegen import llvm_math
-from braze.codegen.llvm import F32, F64, I1, I16, I32, I64, RULES, TaskEmitter, register_type
+from braze.codegen.llvm_types import F32, F64, I1, I16, I32, I64, register_type
 from braze.dtypes import DType
 from braze.ops.table import OPS
+
+if TYPE_CHECKING:
+    from braze.codegen.llvm import TaskEmitter
+
+# An op rule: (emitter, operand values, operand dtypes, result dtype, attrs) -> value.
+LLVMRule = Callable[["TaskEmitter", list, list[DType], DType, dict], ir.Value]
+RULES: dict[str, LLVMRule] = {}
 
 
 def callee(cg: TaskEmitter, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:

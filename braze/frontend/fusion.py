@@ -19,7 +19,7 @@ from braze.runtime.inputs import check_scalar_fits
 VIEW_OPS = frozenset({"permute", "slice", "squeeze", "broadcast", "expand", "flip"})
 
 
-class Fusion(ir.Fusion):
+class Fusion(ir.FusionGraph):
     """A tensor program. Use it as a context manager while defining it:
 
         with bz.Fusion() as f:
@@ -131,8 +131,8 @@ class Fusion(ir.Fusion):
         """Runs the fusion: arrays in, the same kind out, one per visible output. GPU arrays run on
         their library's current stream, or on `stream` (a torch or CuPy stream, or a CUstream handle)."""
         if backend is None and device is None and stream is None:  # the cached call, one layer sooner
-            fast = self.__dict__.get("_fast_calls")
-            outputs = fast.run(inputs) if fast is not None else None
+            fast = self.__dict__.get("_fast_calls")  # runtime/fast_call.py: the native call first, else Python
+            outputs = (fast.native or fast.run)(inputs) if fast is not None else None
             if outputs is not None:
                 return outputs
         return engine.execute(self, inputs, backend=backend, device=device, stream=stream)

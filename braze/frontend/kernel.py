@@ -31,6 +31,8 @@ from braze import dtypes as dt
 from braze.dtypes import DType
 from braze.errors import Error, InputError, KernelTypeError, a_or_an
 from braze.frontend.kernel_ast import translate_kernel
+from braze.frontend.kernel_entry import KernelEntry
+from braze.frontend.kernel_gpu import GpuCalls
 from braze.frontend.kernel_lang import ArrayType, _ArrayTypes
 from braze.frontend.kernel_scope import ArrayHandle, Source
 from braze.frontend.kernel_vectors import VectorType
@@ -44,15 +46,6 @@ from braze.runtime.kernel_launch import KernelLauncher, PackedArgs
 
 _NUMPY_TO_DTYPE = {d.numpy: d for d in dt.ALL_DTYPES}
 _INT_RANGES = {d.name: (int(np.iinfo(d.numpy).min), int(np.iinfo(d.numpy).max)) for d in dt.INT_DTYPES}
-
-
-@dataclass
-class KernelEntry:
-    """One compiled signature: the launcher and what task fusion decided."""
-
-    launcher: KernelLauncher  # or, for GPU arguments, a CudaKernelLauncher
-    decisions: list[Decision]
-    written: tuple[int, ...]  # positions of the array arguments the kernel writes
 
 
 def _param_spec(name: str, annotation: object, fn: Callable) -> ArrayType | DType:
@@ -123,8 +116,6 @@ class KernelFunction:
             replay.entry.launcher.run(replay.packed, [self._scalar(n, s, args[i]) for i, n, s in self.scalar_specs])
             return
         if self.array_positions and _on_gpu(self, args):
-            from braze.frontend.kernel_gpu import GpuCalls
-
             if self._gpu is None:
                 self._gpu = GpuCalls(self)
             self._gpu.bind_and_run(args)

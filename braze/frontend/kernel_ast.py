@@ -22,7 +22,7 @@ from braze.frontend import kernel_vectors as vec
 from braze.frontend.kernel_exprs import BINARY_OPS, OPERATOR_SYMBOLS, ExpressionTranslator, is_pure_constant
 from braze.frontend.kernel_scope import (
     ArrayHandle,
-    Frame,
+    FunctionScope,
     Local,
     LocalArray,
     ShapeHandle,
@@ -67,7 +67,7 @@ class Translator(ExpressionTranslator, TargetTranslator):
         self.widened = widened if widened is not None else {}  # local key -> its dtype (translate_kernel)
         self.kernel_names: dict[str, object] = dict(params)
         self.tasks: list[k.Task] = []
-        self.frames: list[Frame] = []
+        self.frames: list[FunctionScope] = []
         self.blocks: list[list[k.Stmt]] = []
         self.prologue: list[k.Stmt] = []
         self.used_names: set[str] = set()
@@ -148,8 +148,8 @@ class Translator(ExpressionTranslator, TargetTranslator):
     def in_scratch_task(self, thunk: Callable):
         """Evaluates an expression as if in a task of its own; None if it needed statements."""
         saved = (self.frames, self.blocks, self.prologue, self.used_names)
-        self.frames, self.blocks, self.prologue, self.used_names = [Frame(self.source, {}, self.kernel_names)], [[]], \
-            [], set()
+        self.frames, self.blocks, self.prologue, self.used_names = \
+            [FunctionScope(self.source, {}, self.kernel_names)], [[]], [], set()
         try:
             value = thunk()
             return None if self.blocks[0] or self.prologue else value
@@ -158,7 +158,7 @@ class Translator(ExpressionTranslator, TargetTranslator):
 
     # --- tasks ------------------------------------------------------------------------------------
     def begin_task(self) -> None:
-        self.frames = [Frame(self.source, {}, self.kernel_names)]
+        self.frames = [FunctionScope(self.source, {}, self.kernel_names)]
         self.blocks, self.prologue, self.used_names, self.depth = [[]], [], set(), 0
 
     def end_task(self) -> tuple[k.Stmt, ...]:

@@ -22,7 +22,7 @@ from braze.frontend import kernel_lang as lang
 from braze.frontend import kernel_types as ty
 from braze.frontend import kernel_vectors as vec
 from braze.frontend.kernel_random import RandomFunction
-from braze.frontend.kernel_scope import ArrayHandle, Frame, Local, LocalArray, ShapeHandle, Source, VectorValue
+from braze.frontend.kernel_scope import ArrayHandle, FunctionScope, Local, LocalArray, ShapeHandle, Source, VectorValue
 from braze.kir import nodes as k
 
 if TYPE_CHECKING:
@@ -245,7 +245,7 @@ def inline(tr: Translator, node: ast.Call, helper: lang.KernelFunc):
     except TypeError as error:
         tr.error(node, f"{helper.__name__}: {error}", KernelTypeError)
     bound.apply_defaults()
-    frame = Frame(source)
+    frame = FunctionScope(source)
     for name, value in bound.arguments.items():
         if isinstance(value, VectorValue):  # copied, as a scalar argument is: the helper may reassign it
             frame.names[name] = tr.vector_local(name, value)

@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING
 
 from braze import config, engine
 from braze.errors import Error, InputError
+from braze.frontend.kernel_entry import KernelEntry
 from braze.runtime.device_arrays import DeviceView, as_device_view, is_device_array
+from braze.runtime.fast_call import MAX_DESCRIPTIONS
 from braze.runtime.kernel_launch_cuda import CudaKernelLauncher, PreparedKernelCall, describe, views_overlap
 from braze.runtime.record import note_entry
 
 if TYPE_CHECKING:
-    from braze.frontend.kernel import KernelEntry, KernelFunction
-
-MAX_DESCRIPTIONS = 256  # prepared calls kept per kernel (new shapes beyond that evict the oldest)
+    from braze.frontend.kernel import KernelFunction
 
 
 class GpuCalls:
@@ -109,8 +109,6 @@ class GpuCalls:
             raise Error(f"kernel {fn.__name__}: a freshly prepared call refused its own arguments")
 
     def compile(self, key: tuple, device: int) -> KernelEntry:
-        from braze.frontend.kernel import KernelEntry
-
         kernel, arrays, scalars, fuse, overlapping = self.fn.signature_ir(key)
         compiled, decisions = engine.compile_loop_kernel_cuda(kernel, device, fuse=fuse, restrict=not overlapping)
         from braze.runtime import cuda_driver

@@ -125,7 +125,7 @@ def _filled(cell) -> bool:
 
 
 @dataclass
-class Frame:
+class FunctionScope:
     """The names visible in one function body: a task's, or an inlined helper's."""
 
     source: Source

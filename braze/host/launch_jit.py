@@ -11,7 +11,7 @@ one crossing into native code instead of a dozen. A prepared call only fills a t
 compiled per fusion or per shape.
 
 A prepared call with pointers to patch also gets `braze_launch_patched`, a CPython builtin
-(host/jit.py) over the same loop: `launch(stream, value, ...)` stores each value into the
+(host/host_jit.py) over the same loop: `launch(stream, value, ...)` stores each value into the
 argument block at the call's slots, then launches. One call from Python then patches and
 launches, where patching from Python costs a ctypes store per pointer and the ctypes call itself
 converts each argument (together about a third of the launch).
@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from llvmlite import ir
 
 from braze import config
-from braze.host import jit
+from braze.host import host_jit
 
 I32, I64, I8P = ir.IntType(32), ir.IntType(64), ir.IntType(8).as_pointer()
 # The signature of cuLaunchKernel: function, grid x/y/z, block x/y/z, shared bytes, stream,
@@ -99,7 +99,7 @@ def llvm_source() -> str:
 def _launch_all() -> Callable[[int, int, int], int]:
     if config.dumping("host_jit"):
         config.dump("host_jit", llvm_source())
-    return LAUNCH_SIGNATURE(jit.compile_function(NAME, llvm_source))
+    return LAUNCH_SIGNATURE(host_jit.compile_function(NAME, llvm_source))
 
 
 class PatchSpec(ctypes.Structure):
@@ -115,10 +115,10 @@ def patched_llvm_source() -> str:
     the launch loop's result as a Python int, -1 for a wrong argument count, or NULL with the
     exception set when an argument is not an int (nothing is launched then)."""
     module = ir.Module(name=PATCHED_NAME)
-    api = jit.python_api(module)
-    null = ir.Constant(jit.OBJECT, None)
+    api = host_jit.python_api(module)
+    null = ir.Constant(host_jit.OBJECT, None)
     spec_type = ir.LiteralStructType([entry_type().as_pointer(), I64, I64.as_pointer(), I64.as_pointer(), I64])
-    fn = ir.Function(module, ir.FunctionType(jit.OBJECT, [jit.OBJECT, jit.OBJECT.as_pointer(), I64]),
+    fn = ir.Function(module, ir.FunctionType(host_jit.OBJECT, [host_jit.OBJECT, host_jit.OBJECT.as_pointer(), I64]),
                      name=PATCHED_NAME)
     self_, args, nargs = fn.args
     b = ir.IRBuilder(fn.append_basic_block("start"))
@@ -130,7 +130,7 @@ def patched_llvm_source() -> str:
     with b.if_then(b.icmp_signed("!=", nargs, b.add(slot_count, I64(1))), likely=False):
         b.ret(b.call(api["PyLong_FromLongLong"], [I64(-1)]))
     stream = b.inttoptr(b.call(as_u64, [b.load(args)]), I8P, name="stream")
-    with jit.counted_loop(b, slot_count) as i:
+    with host_jit.counted_loop(b, slot_count) as i:
         value = b.call(as_u64, [b.load(b.gep(args, [b.add(i, I64(1))], inbounds=True))], name="value")
         b.store(value, b.gep(block, [b.load(b.gep(slots, [i], inbounds=True))], inbounds=True))
     with b.if_then(b.icmp_unsigned("!=", b.call(api["PyErr_Occurred"], []), null), likely=False):
@@ -162,11 +162,11 @@ class NativeLaunches:
             self.spec = PatchSpec(ctypes.addressof(self.table), len(launches), block_address,
                                   ctypes.addressof(self.slots), len(slots))
             try:
-                if jit.builtins_available():
-                    self.patched = jit.new_builtin(jit.fastcall_method(PATCHED_NAME, patched_llvm_source),
+                if host_jit.builtins_available():
+                    self.patched = host_jit.new_builtin(host_jit.fastcall_method(PATCHED_NAME, patched_llvm_source),
                                                    ctypes.addressof(self.spec), self)
             except Exception as error:  # a JIT failure: the pointers are patched from Python
-                jit.fall_back("the patched launches of a prepared call", error)
+                host_jit.fall_back("the patched launches of a prepared call", error)
 
 
 def native_launches(cu_launch_kernel: int | None, launches: Sequence[LaunchSpec], block_address: int = 0,
@@ -177,5 +177,5 @@ def native_launches(cu_launch_kernel: int | None, launches: Sequence[LaunchSpec]
     try:
         return NativeLaunches(cu_launch_kernel, launches, block_address, slots)
     except Exception as error:  # any JIT failure: the launches are made from Python instead
-        jit.fall_back("the launches of a prepared call", error)
+        host_jit.fall_back("the launches of a prepared call", error)
         return None

@@ -8,7 +8,7 @@ Broadcast dimensions get stride 0; reduction dimensions are not allocated at all
 
 Everything here is symbolic (`Scalar`s over the input extents). `ShapeProgram` flattens the
 expressions of all of a fusion's allocated tensors into one straight-line program with shared
-subexpressions; `braze.host.jit` compiles it to native code, `PythonShapeFunction` runs it in
+subexpressions; `braze.host.host_jit` compiles it to native code, `PythonShapeFunction` runs it in
 Python.
 """
 

@@ -3,7 +3,7 @@ the outputs, the patching and the launches, with no Python between them.
 
     braze_torch_call(inputs) -> [outputs]
 
-It stands in for `Fusion.execute` on the fusion whose call was taken last (runtime/fast_call.py).
+`Fusion.execute` calls it first on the fusion whose call was taken last (runtime/fast_call.py).
 It runs only for one positional argument, a tuple or list of tensors; under the configuration the
 call was prepared in; with no `bz.record()` open; and with the call's CUDA context current. For
 each tensor it checks the Python type, dtype, device, shape and strides against the description
@@ -38,12 +38,12 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from braze import config
-from braze.host import jit
+from braze.host import host_jit
 from braze.host.launch_jit import emit_launch_loop, entry_type
 
 NAME = "braze_torch_call"
 I32, I64, I8P = ir.IntType(32), ir.IntType(64), ir.IntType(8).as_pointer()
-OBJECT = jit.OBJECT
+OBJECT = host_jit.OBJECT
 TYPE_OFFSET = ctypes.sizeof(ctypes.c_ssize_t)  # PyObject: the reference count, then the type
 HEADER = object.__basicsize__  # a tensor's at::Tensor comes right after the object header
 
@@ -83,7 +83,7 @@ class TensorCheck(ctypes.Structure):
                 ("device_type", ctypes.c_int32), ("device_index", ctypes.c_int32), ("unused", ctypes.c_int32)]
 
 
-class OutputSpec(ctypes.Structure):
+class OutputAllocation(ctypes.Structure):
     """One output to allocate; the same layout as the IR's `%output`."""
 
     _fields_ = [("dim", ctypes.c_int64), ("sizes", ctypes.c_void_p), ("strides", ctypes.c_void_p),
@@ -110,7 +110,7 @@ class CallSpec(ctypes.Structure):
 
 def ir_struct_types() -> tuple[ir.LiteralStructType, ...]:
     """The IR's `%api`, `%check`, `%output` and `%spec`, in the layouts of `Api`, `TensorCheck`,
-    `OutputSpec` and `CallSpec`."""
+    `OutputAllocation` and `CallSpec`."""
     api = ir.LiteralStructType([fn.as_pointer() for _, fn in _SHIM.values()])
     i64p = I64.as_pointer()
     check = ir.LiteralStructType([I64, I8P, I64, i64p, i64p, I32, I32, I32, I32])
@@ -130,7 +130,7 @@ class _Emitter:
 
     def __init__(self) -> None:
         self.module = ir.Module(name=NAME)
-        self.api_calls = jit.python_api(self.module)
+        self.api_calls = host_jit.python_api(self.module)
         spec_type = ir_struct_types()[-1]
         self.fn = ir.Function(self.module, ir.FunctionType(OBJECT, [OBJECT, OBJECT.as_pointer(), I64, OBJECT]),
                               name=NAME)
@@ -190,7 +190,7 @@ class _Emitter:
         outputs, output_count = self.spec_field("outputs"), self.spec_field("output_count")
         values = b.alloca(I64, size=b.add(b.add(check_count, output_count), I64(1)), name="values")
         made = b.alloca(OBJECT, size=b.add(output_count, I64(1)), name="made")
-        with jit.counted_loop(b, output_count) as n:
+        with host_jit.counted_loop(b, output_count) as n:
             b.store(ir.Constant(OBJECT, None), self.at(made, n))
         self.check_conditions()
         inputs = b.load(self.args, name="inputs")
@@ -200,13 +200,13 @@ class _Emitter:
         size, item = (b.select(is_tuple, self.api_calls[f"PyTuple_{name}"], self.api_calls[f"PyList_{name}"])
                       for name in ("Size", "GetItem"))
         self.same(b.call(size, [inputs]), self.spec_field("arity"))
-        with jit.counted_loop(b, check_count) as k:
+        with host_jit.counted_loop(b, check_count) as k:
             self.check_input(b.call(item, [inputs, self.field(self.at(checks, k), TensorCheck, "position")]),
                              self.at(checks, k), self.at(values, k))
         self.succeeded(self.shim("stream", b.trunc(self.spec_field("device_index"), I32), self.stream))
-        with jit.counted_loop(b, output_count) as n:
+        with host_jit.counted_loop(b, output_count) as n:
             self.allocate(self.at(outputs, n), self.at(values, b.add(check_count, n)), self.at(made, n))
-        with jit.counted_loop(b, self.spec_field("slot_count")) as s:
+        with host_jit.counted_loop(b, self.spec_field("slot_count")) as s:
             value = b.load(self.at(values, b.load(self.at(self.spec_field("sources"), s))))
             b.store(value, self.at(self.spec_field("block"), b.load(self.at(self.spec_field("slots"), s))))
         emit_launch_loop(self.fn, b, self.spec_field("table"), b.trunc(self.spec_field("launch_count"), I32),
@@ -240,14 +240,14 @@ class _Emitter:
             self.same(self.read(f"get_{name}", handle, I32), self.field(check, TensorCheck, name))
         for name in ("sizes", "strides"):
             actual, expected = self.read(f"get_{name}", handle, I64.as_pointer()), self.field(check, TensorCheck, name)
-            with jit.counted_loop(b, dim) as d:
+            with host_jit.counted_loop(b, dim) as d:
                 self.same(b.load(self.at(actual, d)), b.load(self.at(expected, d)))
         b.store(b.ptrtoint(self.read("get_data_ptr", handle, I8P), I64), value)
 
     def allocate(self, output: ir.Value, value: ir.Value, made: ir.Value) -> None:
         """Makes one output: its tensor, its data pointer in `value`, its Python object in `made`."""
         b = self.b
-        layout = [self.field(output, OutputSpec, name)
+        layout = [self.field(output, OutputAllocation, name)
                   for name in ("dim", "sizes", "strides", "dtype", "device_type", "device_index")]
         self.succeeded(self.shim("empty_strided", *layout, self.new_tensor))
         handle = b.load(self.new_tensor, name="tensor")
@@ -273,7 +273,7 @@ class _Emitter:
         with b.if_then(b.icmp_unsigned("==", result, ir.Constant(OBJECT, None)), likely=False):
             self.drop(made, output_count)  # launched already: the MemoryError goes to the caller
             b.ret(result)
-        with jit.counted_loop(b, count) as i:
+        with host_jit.counted_loop(b, count) as i:
             obj = b.load(self.at(made, b.load(self.at(returned, i))))
             self.call_api("Py_IncRef", obj)
             self.call_api("PyList_SetItem", result, i, obj)  # takes the reference just added
@@ -298,7 +298,7 @@ class _Emitter:
         b.ret(answer)
 
     def drop(self, made: ir.Value, output_count: ir.Value) -> None:
-        with jit.counted_loop(self.b, output_count) as n:
+        with host_jit.counted_loop(self.b, output_count) as n:
             self.call_api("Py_DecRef", self.b.load(self.at(made, n)))  # NULL where none was made
 
 
@@ -373,7 +373,7 @@ def torch_api() -> TorchApi | None:
     `api.stream` is then None) and the tensor layout is the expected one. Else None, and prepared
     calls stay in Python."""
     torch = sys.modules.get("torch")
-    if torch is None or not jit.builtins_available() or not jit.python_api_available():
+    if torch is None or not host_jit.builtins_available() or not host_jit.python_api_available():
         return None
     try:
         found = _library_functions(torch)
@@ -425,9 +425,9 @@ class TorchCall:
                               *api.codes(dtype, device))
                   for position, cls, sizes, strides, dtype, device in tensors]
         self.checks = (TensorCheck * max(len(checks), 1))(*checks)
-        made = [OutputSpec(len(sizes), self._keep(sizes), self._keep(strides), *api.codes(dtype, device))
+        made = [OutputAllocation(len(sizes), self._keep(sizes), self._keep(strides), *api.codes(dtype, device))
                 for sizes, strides, dtype, device in outputs]
-        self.outputs = (OutputSpec * max(len(made), 1))(*made)
+        self.outputs = (OutputAllocation * max(len(made), 1))(*made)
         self.spec = CallSpec(
             ctypes.addressof(api.api), id(tuple), id(list), arity, ctypes.addressof(self.checks), len(checks),
             ctypes.addressof(self.outputs), len(made), self._keep(returned), len(returned),
@@ -435,7 +435,7 @@ class TorchCall:
             self._keep([source for _, source in slots]), len(slots), device_index,
             id(vars(config)), id(_CONFIG_KEY), id(conditions.settings), conditions.open_recordings,
             conditions.context_getter, conditions.context, id(conditions.fallback), id(conditions.failed))
-        self.call = jit.new_builtin(jit.fastcall_method(NAME, llvm_source, keywords=True),
+        self.call = host_jit.new_builtin(host_jit.fastcall_method(NAME, llvm_source, keywords=True),
                                     ctypes.addressof(self.spec), self)
 
     def _keep(self, values: Sequence[int]) -> int:

@@ -1,4 +1,4 @@
-"""The Fusion container: inputs, expressions, outputs with their aliases, and a stable printer."""
+"""The FusionGraph container: inputs, expressions, outputs with their aliases, and a stable printer."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ class ExtentCheck:
     why: str  # "dimension 1 of T0 ('x') and dimension 0 of T1 ('b') must match"
 
 
-class Fusion:
+class FusionGraph:
     """A graph of tensor ops: inputs, expressions in definition order, and outputs."""
 
     def __init__(self) -> None:
@@ -173,7 +173,7 @@ _active = threading.local()
 
 
 @contextmanager
-def defining(fusion: Fusion) -> Iterator[Fusion]:
+def defining(fusion: FusionGraph) -> Iterator[FusionGraph]:
     """Makes `fusion` the one that creation ops add to, on this thread, for the `with` body."""
     stack = _active.__dict__.setdefault("stack", [])
     stack.append(fusion)
@@ -183,7 +183,7 @@ def defining(fusion: Fusion) -> Iterator[Fusion]:
         stack.pop()
 
 
-def active_fusion(what: str) -> Fusion:
+def active_fusion(what: str) -> FusionGraph:
     """The fusion being defined on this thread, or an error naming the op that needed one."""
     stack = getattr(_active, "stack", [])
     if not stack:

@@ -11,7 +11,7 @@ from braze.ir.domain import IterDomain, Merge, Reorder, Split, covers_exactly, m
 from braze.ir.scalar import Scalar
 
 if TYPE_CHECKING:
-    from braze.ir.fusion import Expr, Fusion
+    from braze.ir.fusion import Expr, FusionGraph
 
 
 def normalize_axis(axis: int, rank: int, what: str = "axis") -> int:
@@ -26,7 +26,7 @@ def normalize_axis(axis: int, rank: int, what: str = "axis") -> int:
 class Val:
     """A value of the fusion graph: produced by one `Expr` (its definition) or a fusion input."""
 
-    def __init__(self, fusion: Fusion, dtype: DType) -> None:
+    def __init__(self, fusion: FusionGraph, dtype: DType) -> None:
         self.fusion = fusion
         self.dtype = dtype
         self.definition: Expr | None = None
@@ -42,7 +42,7 @@ class TensorView(Val):
 
     def __init__(
         self,
-        fusion: Fusion,
+        fusion: FusionGraph,
         logical: Sequence[IterDomain],
         dtype: DType,
         *,

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from braze import dtypes as dt
 from braze.dtypes import DType
 from braze.ir.tensor import TensorView
 from braze.kir import nodes as k
-from braze.lower.values import ValueEmitter, cast, index_op
+from braze.lower.exprs import cast, index_op
 from braze.ops.reductions import _accumulator
+
+if TYPE_CHECKING:
+    from braze.lower.values import ValueEmitter
 
 
 def _extreme(dtype: DType, largest: bool) -> k.Const:

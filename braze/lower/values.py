@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy as np
-
 from braze import dtypes as dt
-from braze.dtypes import DType
 from braze.ir.scalar import Scalar
 from braze.ir.tensor import TensorView
 from braze.kir import nodes as k
+from braze.lower.exprs import cast, index_op
+from braze.lower.reductions import emit_reduction
 from braze.lower.scope import ScopeStack
 from braze.ops.elementwise import compute_type, operand_type
 from braze.ops.table import lookup
@@ -33,40 +32,6 @@ class NeedsCut(Exception):
         self.tv = tv
 
 
-def cast(e: k.Expr, dtype: DType) -> k.Expr:
-    if e.dtype == dtype:
-        return e
-    if isinstance(e, k.Const) and dtype.name != "bfloat16" and e.dtype.name != "bfloat16":
-        # Fold, rounding as the cast would: 0.1 cast to float16 and back is not 0.1.
-        with np.errstate(all="ignore"):
-            value = np.asarray(e.value, dtype=e.dtype.numpy).astype(dtype.numpy).item()
-        return k.Const(value, dtype)
-    return k.Cast(e, dtype)
-
-
-def _is_const(e: k.Expr, value: int) -> bool:
-    return isinstance(e, k.Const) and e.value == value
-
-
-def index_op(op: str, a: k.Expr, b: k.Expr) -> k.Expr:
-    """Index arithmetic in the operands' (index) type, with constant folding (extents are often static)."""
-    dtype = a.dtype
-    if isinstance(a, k.Const) and isinstance(b, k.Const):
-        return k.Const(_FOLD[op](a.value, b.value), dtype)
-    if op in ("mul", "floordiv") and _is_const(b, 1) or op in ("add", "sub") and _is_const(b, 0):
-        return a
-    if op == "mul" and _is_const(a, 1) or op == "add" and _is_const(a, 0):
-        return b
-    if op == "mul" and (_is_const(a, 0) or _is_const(b, 0)):
-        return k.Const(0, dtype)
-    return k.Binary(op, a, b, dtype)
-
-
-_FOLD: dict[str, Callable[[int, int], int]] = {
-    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-    "floordiv": lambda a, b: a // b if b else 0, "remainder": lambda a, b: a % b if b else 0,
-    "minimum": min, "maximum": max,
-}
 _SCALAR_OPS = {"+": "add", "-": "sub", "*": "mul", "//": "floordiv", "%": "remainder", "min": "minimum",
                "max": "maximum"}
 
@@ -154,8 +119,6 @@ class ValueEmitter:
         return cast(node, tv.dtype)
 
     def reduction(self, tv: TensorView, idx: tuple[k.Expr, ...]) -> k.Expr:
-        from braze.lower.reductions import emit_reduction
-
         if self.strips is not None:
             hoisted = self.strips.hoist(self, tv, idx)
             if hoisted is not None:

@@ -16,7 +16,7 @@ import numpy as np
 from braze import dtypes as dt
 from braze.dtypes import DType
 from braze.errors import FusionDefinitionError
-from braze.ir.fusion import Fusion, active_fusion
+from braze.ir.fusion import FusionGraph, active_fusion
 from braze.ir.scalar import Scalar
 from braze.ir.tensor import TensorView
 from braze.ops.broadcast import align_ranks, broadcast_domains
@@ -210,7 +210,7 @@ for _name, (_kinds, _result, _fn) in TERNARY.items():
 
 
 # --- building elementwise ops from tensors and Python scalars -------------------------------------
-def owning_fusion(op: str, operands: Sequence[Operand]) -> Fusion:
+def owning_fusion(op: str, operands: Sequence[Operand]) -> FusionGraph:
     tensors = [x for x in operands if isinstance(x, TensorView)]
     if tensors:
         fusion = tensors[0].fusion
@@ -222,7 +222,7 @@ def owning_fusion(op: str, operands: Sequence[Operand]) -> Fusion:
     raise FusionDefinitionError(f"{op}: expected at least one TensorView operand, got only Python scalars")
 
 
-def as_operand(op: str, fusion: Fusion, x: Operand, position: int) -> TensorView:
+def as_operand(op: str, fusion: FusionGraph, x: Operand, position: int) -> TensorView:
     """Wraps a Python scalar as a weak constant of the fusion; passes tensors through."""
     if isinstance(x, TensorView):
         return x
@@ -238,7 +238,7 @@ def as_operand(op: str, fusion: Fusion, x: Operand, position: int) -> TensorView
     )
 
 
-def extent_operand(op: str, fusion: Fusion, extent: Scalar, position: int) -> TensorView:
+def extent_operand(op: str, fusion: FusionGraph, extent: Scalar, position: int) -> TensorView:
     """An extent (`x.shape[1]`, or an expression of extents) used as a value: a weak int64 scalar of
     the fusion, evaluated from the input extents where it is used. Weak like a typed scalar, so
     `x.sum(1) / x.shape[1]` stays float32 and an int32 tensor plus an extent stays int32."""

@@ -14,7 +14,7 @@ from braze import dtypes as dt
 from braze.dtypes import DType
 from braze.errors import FusionDefinitionError, InputError
 from braze.ir.domain import IterType
-from braze.ir.fusion import Expr, Fusion
+from braze.ir.fusion import Expr, FusionGraph
 from braze.ir.tensor import TensorView, normalize_axis
 from braze.ops.broadcast import broadcast
 from braze.ops.elementwise import SAME, TO_BOOL, TO_FLOAT, TO_INT64, elementwise
@@ -95,12 +95,12 @@ for _name, _row in REDUCTIONS.items():
 NO_VALUE_OVER_NOTHING = frozenset(name for name, row in REDUCTIONS.items() if row[3])  # max, min, argmax, argmin
 
 
-def reductions_without_identity(fusion: Fusion) -> list[Expr]:
+def reductions_without_identity(fusion: FusionGraph) -> list[Expr]:
     """The reductions (max, min, argmax, argmin) that have no value over an empty axis."""
     return [e for e in fusion.exprs if e.op in NO_VALUE_OVER_NOTHING]
 
 
-def check_empty_reductions(fusion: Fusion, empty: Sequence[Expr], bindings: dict[str, int]) -> None:
+def check_empty_reductions(fusion: FusionGraph, empty: Sequence[Expr], bindings: dict[str, int]) -> None:
     """Raises `InputError` for the first of `empty` (reductions without identity whose reduced axes
     hold nothing) that an output element reads. Sums of nothing are their identity; a max of nothing
     has no value, unless no element needs it: softmax over an empty axis has an empty result and
@@ -117,7 +117,7 @@ def check_empty_reductions(fusion: Fusion, empty: Sequence[Expr], bindings: dict
                              f"{expr.attrs['axes']}: the {expr.op} of nothing has no value")
 
 
-def _read_tensors(fusion: Fusion, bindings: dict[str, int]) -> set[int]:
+def _read_tensors(fusion: FusionGraph, bindings: dict[str, int]) -> set[int]:
     """ids of the tensors that some element of a non-empty output is computed from: a tensor is
     read when it holds elements and a consumer that is read uses it (nothing flows through an
     empty tensor)."""

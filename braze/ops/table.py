@@ -15,7 +15,7 @@ import numpy as np
 from braze.dtypes import DType
 from braze.errors import FusionDefinitionError, UnsupportedError, a_or_an
 from braze.ir.domain import IterDomain
-from braze.ir.fusion import Fusion, active_fusion
+from braze.ir.fusion import FusionGraph, active_fusion
 from braze.ir.scalar import Scalar
 from braze.ir.tensor import TensorView
 
@@ -68,7 +68,7 @@ def lookup(name: str) -> OpDef:
     return OPS[name]
 
 
-def apply(name: str, inputs: Sequence[TensorView], fusion: Fusion | None = None, **attrs: Any) -> TensorView:
+def apply(name: str, inputs: Sequence[TensorView], fusion: FusionGraph | None = None, **attrs: Any) -> TensorView:
     """Adds `name(inputs, **attrs)` to the fusion and returns its output tensor."""
     op = lookup(name)
     if fusion is None:

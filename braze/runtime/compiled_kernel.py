@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 from braze import config
 from braze.codegen import llvm as llvm_codegen
+from braze.compile import disk_cache, elf, llvm_toolchain
 from braze.kir import kernel_text
 from braze.kir import nodes as k
-from braze.runtime import cpu, disk_cache, elf
 from braze.runtime.record import note_compile
 
 
@@ -62,12 +62,12 @@ class CompiledKernel(CompilesOnce):
         self.source = llvm_codegen.generate(kernel, self.params.fast_math)
         self.binary: bytes | None = None
         self.from_disk = False
-        self._loaded: cpu.LoadedObject | None = None
+        self._loaded: llvm_toolchain.LoadedObject | None = None
         self._lock = threading.Lock()
 
     @property
     def cache_key(self) -> str:
-        return disk_cache.cache_key(source=self.source, params=self.params, toolchain=cpu.toolchain_id(),
+        return disk_cache.cache_key(source=self.source, params=self.params, toolchain=llvm_toolchain.toolchain_id(),
                                     braze=disk_cache.braze_source_hash())
 
     def _compile(self) -> None:
@@ -77,7 +77,7 @@ class CompiledKernel(CompilesOnce):
         if cached is not None:
             self.from_disk, self.binary = True, cached
             return
-        binary, optimized = cpu.compile_object(self.source, self.kernel.name)
+        binary, optimized = llvm_toolchain.compile_object(self.source, self.kernel.name)
         if config.dumping("llvm_ir"):
             config.dump("llvm_ir", optimized)
         note_compile(self.kernel.name)
@@ -94,5 +94,5 @@ class CompiledKernel(CompilesOnce):
             self.compile()
             with self._lock:
                 if self._loaded is None:
-                    self._loaded = cpu.LoadedObject(self.binary, [t.name for t in self.kernel.tasks])
+                    self._loaded = llvm_toolchain.LoadedObject(self.binary, [t.name for t in self.kernel.tasks])
         return [self._loaded.functions[t.name] for t in self.kernel.tasks]

@@ -16,15 +16,16 @@ import numpy as np
 from braze import config
 from braze.codegen import cuda as cuda_codegen
 from braze.codegen.cuda_plan import TaskSchedule, schedule_bounds
-from braze.codegen.llvm import ArgLayout
+from braze.compile import disk_cache, elf
 from braze.errors import InputError, UnsupportedError
 from braze.kir import kernel_text
 from braze.kir import nodes as k
+from braze.kir.layout import ArgLayout
 from braze.runtime import cuda_driver as cuda
-from braze.runtime import disk_cache, elf, nvrtc
+from braze.runtime import nvrtc
 from braze.runtime.compiled_kernel import CompileParams, CompilesOnce
 from braze.runtime.executor import host_function
-from braze.runtime.record import Launch, dump_kernel_args, note_compile, note_launch, profiling, recording
+from braze.runtime.record import RecordedLaunch, dump_kernel_args, note_compile, note_launch, profiling, recording
 
 # (device, cubin digest, functions) -> module. Modules are never unloaded (a launch queued on a stream
 # may still run their code), so a kernel compiled again after its last user went loads nothing new.
@@ -187,7 +188,7 @@ class CudaExecutor:
     def __init__(self, compiled: CudaCompiledKernel, device: cuda.Device) -> None:
         self.compiled, self.device = compiled, device
         self.kernel = compiled.kernel
-        self.entries: dict[tuple, object] = {}  # per input description, its prepared call (runtime/fast_call.py)
+        self.entries = weakref.WeakValueDictionary()  # per input description, its prepared call (runtime/fast_call.py)
         module = compiled.module(device)
         self.block = compiled.params.block_size or cuda_codegen.DEFAULT_BLOCK_SIZE
         generated = compiled.generated
@@ -223,7 +224,7 @@ class CudaExecutor:
         for planned in self.plan(scalars, stream):
             launch_scalars[:] = planned.scalars
             if config.current.dump:  # launch_params: plan() wrote each launch
-                dump_kernel_args(Launch(self.kernel.name, planned.task.name, planned.begin, planned.end,
+                dump_kernel_args(RecordedLaunch(self.kernel.name, planned.task.name, planned.begin, planned.end,
                                         planned.grid), block, self.layout.slots)
             if recording():
                 self._recorded_launch(planned, params, stream, block)
@@ -360,7 +361,7 @@ class CudaExecutor:
     def _recorded_launch(self, planned: PlannedLaunch, params: int, stream: int, block: np.ndarray) -> None:
         """A launch under bz.record(): noted, and timed with CUDA events when profiling."""
         task = planned.task
-        launch = Launch(self.kernel.name, task.name, planned.begin, planned.end, planned.grid)
+        launch = RecordedLaunch(self.kernel.name, task.name, planned.begin, planned.end, planned.grid)
         if profiling():
             start, end = cuda.event(), cuda.event()
             cuda.record_event(start, stream)

@@ -6,16 +6,17 @@ functions once, when the executor is built, so a run evaluates nothing symbolic.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 
 import numpy as np
 
 from braze import config
-from braze.codegen.llvm import ArgLayout
 from braze.kir import nodes as k
-from braze.runtime import cpu
+from braze.kir.layout import ArgLayout
+from braze.runtime import thread_pool
 from braze.runtime.compiled_kernel import CompiledKernel
-from braze.runtime.record import Launch, dump_launch, note_launch, recording
+from braze.runtime.record import RecordedLaunch, dump_launch, note_launch, recording
 
 _PYTHON_OPS = {"add": "({} + {})", "sub": "({} - {})", "mul": "({} * {})", "floordiv": "({} // {})",
                "remainder": "({} % {})", "minimum": "min({}, {})", "maximum": "max({}, {})"}
@@ -65,17 +66,18 @@ class KernelExecutor:
         self.kernel = compiled.kernel
         self.functions = compiled.functions
         self.bounds = [host_function([t.begin, t.end, inner_extent(t)]) for t in self.kernel.tasks]
-        # Per input description, the prepared call of runs of it (runtime/fast_call.py).
-        self.entries: dict[tuple, object] = {}
+        # Per input description, the prepared call of runs of it (runtime/fast_call.py), held by the
+        # fusion's FastCalls: a prepared call holds its executor, so the index must not hold it back.
+        self.entries: weakref.WeakValueDictionary[tuple, object] = weakref.WeakValueDictionary()
 
     def run(self, block: np.ndarray, scalars: dict[str, int]) -> None:
         """Runs all tasks with the argument block `block` (int64 slots); `scalars` holds extent values."""
         address = block.ctypes.data
         for task, fn, bounds in zip(self.kernel.tasks, self.functions, self.bounds):
             begin, end, work = bounds(scalars)
-            chunks = cpu.parallel_for(fn, begin, end, address, max(work, 1))
+            chunks = thread_pool.parallel_for(fn, begin, end, address, max(work, 1))
             if recording():
-                note_launch(Launch(self.kernel.name, task.name, begin, end, chunks))
+                note_launch(RecordedLaunch(self.kernel.name, task.name, begin, end, chunks))
             if config.current.dump:
-                dump_launch(Launch(self.kernel.name, task.name, begin, end, chunks), block,
+                dump_launch(RecordedLaunch(self.kernel.name, task.name, begin, end, chunks), block,
                             ArgLayout.of(self.kernel.params).slots)

@@ -19,9 +19,10 @@ Anything the fast path does not cover (profiling, another configuration, a busy 
 thread, an unknown array type) answers `None`, and the caller takes the host program.
 
 On torch tensors the call taken last goes further: one native builtin (host/torch_call.py) does
-all five steps, reading and making tensors through torch's C shim, and stands in for the fusion's
-`execute` (its `__dict__` entry) until another call is taken; what it declines goes on through
-`engine.execute` and the Python call described above.
+all five steps, reading and making tensors through torch's C shim. `Fusion.execute` calls it first
+(`FastCalls.native`) until another call is taken; it answers None for what it declines, which goes
+on through `engine.execute` and the Python call described above. The fusion's own attributes and
+methods are never replaced.
 """
 
 from __future__ import annotations
@@ -39,15 +40,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from braze import config
-from braze.host import jit
+from braze.host import host_jit
 from braze.host.launch_jit import NativeLaunches, native_launches
 from braze.host.torch_call import Conditions, TorchApi, TorchCall, describe_tensor, torch_api
 from braze.runtime import cuda_driver as cuda
-from braze.runtime.cpu import parallel_for
-from braze.runtime.record import OPEN_RECORDINGS, Launch, note_launch, profiling, record_state, recording
+from braze.runtime.record import OPEN_RECORDINGS, RecordedLaunch, note_launch, profiling, record_state, recording
 from braze.runtime.rng import next_seed_offset
+from braze.runtime.thread_pool import parallel_for
 
-MAX_DESCRIPTIONS = 256  # prepared calls kept per fusion (new shapes beyond that evict the oldest)
+MAX_DESCRIPTIONS = 256  # prepared calls kept per fusion, @bz.jit function or @bz.kernel (beyond: the oldest goes)
 _UNSEEN = object()  # a memo not filled yet
 
 
@@ -230,11 +231,11 @@ class PreparedCall:
         self.run = self._generated()  # this instance's calls take the generated function from now on
         return self.run(inputs)
 
-    def guarded(self, config_now: config.Config, otherwise: Callable[[Sequence[object]], list | None]
+    def guarded(self, config_now: config.Config, otherwise: weakref.WeakMethod
                 ) -> Callable[[Sequence[object]], list | None] | None:
         """`run` behind this call's guard, as one function (FastCalls runs it first): inputs the guard
-        refuses, another configuration or an open `bz.record()` go to `otherwise`. None without a
-        guard."""
+        refuses, another configuration or an open `bz.record()` go to the method `otherwise` refers
+        to. None without a guard."""
         if self.matches is _never:
             return None
         if self._guarded is None:
@@ -244,7 +245,7 @@ class PreparedCall:
             self._guarded = self._generated([
                 "try:", f"    hit = {test}", "except (TypeError, IndexError):", "    hit = False",
                 "if not hit or config.current is not settings or recorders.__dict__.get('stack'):",
-                "    return otherwise(inputs)"], names)
+                "    return otherwise()(inputs)"], names)
         return self._guarded
 
     def _generated(self, checks: Sequence[str] = (), names: dict[str, object] | None = None
@@ -294,10 +295,10 @@ class PreparedCall:
         else:
             source += "".join(f"    {line}\n" for line in lines)
         exec(source, names)  # noqa: S102  (built above from the plan's slots and positions only)
-        return names["run"]
+        return names.pop("run")  # not left in its own globals: a cycle only the collector frees
 
     def native_execute(self, settings: config.Config, fallback: Callable[..., list]) -> Callable[..., list] | None:
-        """A native builtin standing in for the fusion's `execute` while this call is taken first
+        """A native builtin that the fusion's `execute` calls first while this call is taken first
         (None: the Python call serves; a device's subclass may make one)."""
         return None
 
@@ -324,6 +325,13 @@ class PreparedCall:
         else:
             KEPT_BUFFERS.touch(self)
         return [allocate() if buffer is None else buffer for allocate, buffer in zip(allocations, kept)]
+
+    def release(self) -> None:
+        """Drops the generated and native functions made from this call (they refer back to it), so
+        that reference counting alone frees it once its owner (FastCalls) lets it go."""
+        for made in ("run", "_native_execute", "launch_all"):
+            self.__dict__.pop(made, None)
+        self._guarded = None
 
     def drop_kept(self) -> None:
         """Gives up the buffers kept between calls (the next call allocates them again)."""
@@ -452,13 +460,13 @@ class CudaPreparedCall(PreparedCall):
         return [*launch, "if code:", "    failed(code)", "if recorders.__dict__.get('stack'):", "    note()"]
 
     def _patches_atomically(self) -> bool:
-        # The builtin is made only where a GIL keeps other threads out of it (jit.builtins_available).
+        # The builtin is made only where a GIL keeps other threads out of it (host_jit.builtins_available).
         native = self.launch_all
         return native is not None and native.patched is not None
 
     def native_execute(self, settings: config.Config, fallback: Callable[..., list]) -> Callable[..., list] | None:
-        """This call as one native builtin standing in for `Fusion.execute` on torch tensors: the
-        checks, allocation, patching and launches (host/torch_call.py), `fallback` taking the
+        """This call as one native builtin that `Fusion.execute` calls first on torch tensors: the
+        checks, allocation, patching and launches (host/torch_call.py), `fallback` answering the
         calls it declines. Made once; None where some of it must run in Python: scalars, seeds,
         buffers kept between calls, copies back, or outputs that are inputs."""
         if self._native_execute is _UNSEEN:
@@ -487,7 +495,7 @@ class CudaPreparedCall(PreparedCall):
                              (self.launch_all.table, len(self.launches)), self.address, slots, self.device.index,
                              conditions).call
         except Exception as error:  # a JIT failure: the Python call runs it
-            jit.fall_back("the native call on torch tensors", error)
+            host_jit.fall_back("the native call on torch tensors", error)
             return None
 
     def _native_failed(self, code: int) -> None:
@@ -498,7 +506,7 @@ class CudaPreparedCall(PreparedCall):
 
     def _note_launches(self) -> None:
         for x in self.launches:
-            note_launch(Launch(*x.record))
+            note_launch(RecordedLaunch(*x.record))
 
     def _launch(self, stream: int) -> None:
         """The launches one by one through ctypes (the host JIT is off or failed)."""
@@ -527,7 +535,7 @@ class CpuPreparedCall(PreparedCall):
         for fn, begin, end, work, names in self.tasks:
             chunks = parallel_for(fn, begin, end, self.address, work)
             if record:
-                note_launch(Launch(*names, begin, end, chunks))
+                note_launch(RecordedLaunch(*names, begin, end, chunks))
 
 
 def _torch_output(api: TorchApi, allocate: Callable[[], object], device: object) -> tuple | None:
@@ -585,19 +593,22 @@ class FastCalls:
     generated function; inputs it refuses go through the key (`find`).
     """
 
-    def __init__(self, inputs: int, scalar_positions: frozenset[int], owner: dict | None = None,
-                 fallback: Callable[..., list] | None = None) -> None:
-        """`owner`: the namespace (the fusion's `__dict__`) where the last call's native builtin, if
-        it has one, stands in for `execute`; `fallback`: what that builtin calls where it declines
-        (the fusion's execute)."""
+    def __init__(self, inputs: int, scalar_positions: frozenset[int]) -> None:
         self.config = config.current
         self.prepared: OrderedDict[tuple, PreparedCall | None] = OrderedDict()
         self.key = Describer(inputs, scalar_positions).key
         self.scalar_positions = scalar_positions
-        self.owner, self.fallback = owner, fallback
         self.last: PreparedCall | None = None
+        # The native builtin of the call taken last, where it has one: `Fusion.execute` calls it
+        # first, and it answers None for the calls it declines.
+        self.native: Callable[..., list | None] | None = None
         self.recorders = record_state()
-        self.run: Callable[[Sequence[object]], list | None] = self.find
+        # The prepared calls die with this object (the fusion's), by reference counting: released
+        # here, since their generated functions refer back to them.
+        weakref.finalize(self, _release_all, self.prepared)
+        # `guarded`'s way back to `find`: a weak one, as a prepared call holding a bound method of
+        # this object would put it in a reference cycle.
+        self._find = weakref.WeakMethod(self.find)
 
     def find(self, inputs: Sequence[object]) -> list | None:
         """The outputs of the prepared call for the inputs' description, or None: take the host
@@ -612,6 +623,8 @@ class FastCalls:
         if self.recorders.__dict__.get("stack") and profiling():
             return None
         return prepared.run(inputs)
+
+    run = find  # the call taken first: `find`, or the last call behind its guard (`_take`)
 
     def known(self, inputs: Sequence[object]) -> bool:
         """Whether calls described like `inputs` were prepared, or found not to fit a prepared
@@ -642,18 +655,29 @@ class FastCalls:
         prepared.entries.pop(key, None)
         if prepared is self.last:
             self._take(None)
+        prepared.release()
 
     def _take(self, prepared: PreparedCall | None) -> None:
         """Makes `prepared` the call tried first (None: none is)."""
         self.last = prepared
-        self.run = (prepared.guarded(self.config, self.find) if prepared is not None else None) or self.find
-        if self.owner is None or self.fallback is None:
-            return
-        native = prepared.native_execute(self.config, self.fallback) if prepared is not None else None
-        if native is None:
-            self.owner.pop("execute", None)
+        guarded = prepared.guarded(self.config, self._find) if prepared is not None else None
+        if guarded is None:
+            self.__dict__.pop("run", None)  # the class's `run`: `find`
         else:
-            self.owner["execute"] = native
+            self.run = guarded
+        self.native = prepared.native_execute(self.config, _declined) if prepared is not None else None
+
+
+def _release_all(prepared: dict[tuple, PreparedCall | None]) -> None:
+    for call in prepared.values():
+        if call is not None:
+            call.release()
+
+
+def _declined(*args: object, **kwargs: object) -> None:
+    """What a native call answers where it declines its arguments: None, take the Python path.
+    (A function of nothing: a native call must not hold the fusion it serves.)"""
+    return None
 
 
 def _never(inputs: Sequence[object]) -> bool:
@@ -688,7 +712,7 @@ class Guard:
         source = (f"def matches(inputs):\n    try:\n        return bool({self.condition(names)})\n"
                   "    except (TypeError, IndexError):\n        return False\n")
         exec(source, names)  # noqa: S102  (built by `condition` from input positions only)
-        return names["matches"]
+        return names.pop("matches")
 
     def __call__(self, inputs: Sequence[object]) -> bool:
         return self._test(inputs)
@@ -736,4 +760,4 @@ def key_function(cls: type, inputs: int, scalar_positions: frozenset[int]) -> Ca
     source = f"def key({', '.join(names)}):\n    return ({', '.join(parts)},)\n"
     namespace: dict = {}
     exec(source, namespace)  # noqa: S102  (source built above from input positions only)
-    return namespace["key"]
+    return namespace.pop("key")

@@ -9,12 +9,12 @@ runs the program.
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from braze import config
-from braze.codegen.llvm import ArgLayout
 from braze.host.program import (
     Alias,
     Allocate,
@@ -26,8 +26,9 @@ from braze.host.program import (
     host_buffer,
     single_kernel_program,
 )
-from braze.ir.fusion import AliasKind, Expr, Fusion, Output
+from braze.ir.fusion import AliasKind, Expr, FusionGraph, Output
 from braze.ir.tensor import TensorView
+from braze.kir.layout import ArgLayout
 from braze.kir.params import KernelParams
 from braze.ops.reductions import check_empty_reductions, reductions_without_identity
 from braze.ops.table import RefContext, lookup
@@ -57,11 +58,12 @@ class FusionRuntime:
 
     device_type: type[CpuDevice] = CpuDevice  # a GPU runtime allocates and launches on its device
 
-    def __init__(self, fusion: Fusion, executor: KernelExecutor, writes: tuple[TensorView, ...],
+    def __init__(self, fusion: FusionGraph, executor: KernelExecutor, writes: tuple[TensorView, ...],
                  params: KernelParams, in_place: frozenset[int] = frozenset()) -> None:
         """`in_place`: the `reuse_buffer` outputs (ids of their tensors) the kernel may write straight
         into their input (`schedule.in_place_outputs`); the others are written back after the launch."""
-        self.fusion = fusion
+        # Held weakly: the fusion owns its runtimes (engine.FusionCache), and runs them only while it lives.
+        self._fusion = weakref.ref(fusion)
         self.in_place = in_place
         self.executor = executor
         self.writes = writes
@@ -88,11 +90,16 @@ class FusionRuntime:
         if config.dumping("host_program"):
             config.dump("host_program", str(self.program))
 
+    @property
+    def fusion(self) -> FusionGraph:
+        """The fusion this runtime runs."""
+        return self._fusion()
+
     def _output_spec(self, out: Output) -> OutputSpec:
         if out.alias is AliasKind.REUSE_BUFFER:
             return OutputSpec(out.tv, out.aliased_input, None, in_place=id(out.tv) in self.in_place)
         if out.alias is AliasKind.EVALUATE and not any(tv is out.tv for tv in self.writes):  # else a copy task wrote it
-            view = lambda frame, tv=out.tv: self._view(tv, frame)
+            view = functools.partial(evaluate_view, self.input_position, out.tv)
             return OutputSpec(out.tv, out.aliased_input, _view_ops(out.tv), view)
         return OutputSpec(out.tv, None, None)
 
@@ -112,12 +119,13 @@ class FusionRuntime:
     def _fillers(self, params: KernelParams, written: dict[int, int]) -> list[Callable]:
         """Functions (block, frame) that write each parameter's slots; `written`: the written tensors' frame slots."""
         slot = self.layout.slots
+        pack = self._pack_array  # not `self` in the closures: the program they go into is the runtime's own
         fillers = []
         for tv_id, p in params.arrays.items():
             where = self.input_position[tv_id]  # inputs sit in the first frame slots, in order
-            fillers.append(lambda b, f, at=slot[p.name], w=where: self._pack_array(b, at, f.values[w]))
+            fillers.append(lambda b, f, at=slot[p.name], w=where: pack(b, at, f.values[w]))
         for tv_id, p in params.writes.items():
-            fillers.append(lambda b, f, at=slot[p.name], w=written[tv_id]: self._pack_array(b, at, f.values[w]))
+            fillers.append(lambda b, f, at=slot[p.name], w=written[tv_id]: pack(b, at, f.values[w]))
         for tv_id, p in params.scalars.items():
             where = self.input_position[tv_id]
             fillers.append(lambda b, f, at=slot[p.name], w=where, p=p: b.__setitem__(at, scalar_bits(f.values[w], p)))
@@ -241,12 +249,15 @@ class FusionRuntime:
         empty = [e for e, reduced in self.empty_checks if any(extents[i] == 0 for i in reduced)]
         check_empty_reductions(self.fusion, empty, bindings)
 
-    def _view(self, tv: TensorView, frame: Frame) -> np.ndarray:
-        """An `evaluate` output: the view ops' reference rules applied to the input, on the host."""
-        if tv.definition is None:
-            return frame.values[self.input_position[id(tv)]]
-        args = [self._view(inp, frame) for inp in tv.definition.inputs]
-        return lookup(tv.definition.op).reference(frame.context, args, tv, tv.definition.attrs)
+
+
+def evaluate_view(input_position: dict[int, int], tv: TensorView, frame: Frame) -> np.ndarray:
+    """An `evaluate` output: the view ops' reference rules applied to the input (at
+    `input_position[id(input)]` of the frame), on the host."""
+    if tv.definition is None:
+        return frame.values[input_position[id(tv)]]
+    args = [evaluate_view(input_position, inp, frame) for inp in tv.definition.inputs]
+    return lookup(tv.definition.op).reference(frame.context, args, tv, tv.definition.attrs)
 
 
 def _view_ops(tv: TensorView) -> tuple[str, ...]:

@@ -9,7 +9,7 @@ import numpy as np
 
 from braze import dtypes as dt
 from braze.errors import InputError, a_or_an
-from braze.ir.fusion import AliasKind, Fusion
+from braze.ir.fusion import AliasKind, FusionGraph
 from braze.ir.tensor import TensorView
 from braze.runtime.arrays import as_host_array
 from braze.runtime.device_arrays import DeviceView, as_device_view, is_device_array
@@ -116,7 +116,7 @@ def _bind_tensor(tv: TensorView, value: object, where: str, bindings: dict[str, 
     return array, kind
 
 
-def bind_inputs(fusion: Fusion, values: Sequence[object]) -> BoundInputs:
+def bind_inputs(fusion: FusionGraph, values: Sequence[object]) -> BoundInputs:
     """Checks count, dtype, rank, static extents and layout of each input; binds extent symbols."""
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
         raise InputError(f"inputs: expected a list of {len(fusion.inputs)} inputs, got {type(values).__name__}")
@@ -140,7 +140,7 @@ def bind_inputs(fusion: Fusion, values: Sequence[object]) -> BoundInputs:
     return BoundInputs(arrays, bindings, kind, device, stream)
 
 
-def _common_device(fusion: Fusion, arrays: list) -> tuple[int | None, int]:
+def _common_device(fusion: FusionGraph, arrays: list) -> tuple[int | None, int]:
     """The one GPU the array inputs live on (None: all on the host), and the stream to run on."""
     places = []
     for position, (tv, array) in enumerate(zip(fusion.inputs, arrays)):
@@ -157,7 +157,7 @@ def _common_device(fusion: Fusion, arrays: list) -> tuple[int | None, int]:
     return views[0].device, views[0].stream
 
 
-def _check_writable(fusion: Fusion, arrays: list[np.ndarray]) -> None:
+def _check_writable(fusion: FusionGraph, arrays: list[np.ndarray]) -> None:
     for out in fusion.outputs:
         if out.alias is AliasKind.REUSE_BUFFER:
             position = next(i for i, tv in enumerate(fusion.inputs) if tv is out.aliased_input)
@@ -167,7 +167,7 @@ def _check_writable(fusion: Fusion, arrays: list[np.ndarray]) -> None:
                                  "got a read-only one")
 
 
-def _check_extents(fusion: Fusion, bindings: dict[str, int]) -> None:
+def _check_extents(fusion: FusionGraph, bindings: dict[str, int]) -> None:
     for check in fusion.extent_checks:
         lhs, rhs = check.lhs.evaluate(bindings), check.rhs.evaluate(bindings)
         if lhs != rhs:

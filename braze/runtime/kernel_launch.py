@@ -13,12 +13,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from braze import config
-from braze.codegen.llvm import ArgLayout
 from braze.errors import KernelAssertionError
 from braze.kir import nodes as k
-from braze.runtime import cpu
+from braze.kir.layout import ArgLayout
+from braze.runtime import thread_pool
 from braze.runtime.compiled_kernel import CompiledKernel
-from braze.runtime.record import Launch, dump_launch, note_launch, recording
+from braze.runtime.record import RecordedLaunch, dump_launch, note_launch, recording
 from braze.runtime.scalars import scalar_packer
 
 MIN_PARALLEL_WORK = 1 << 20  # statement-indices (a vectorized statement costs well under 1 ns per index)
@@ -64,7 +64,7 @@ def bounds_function(kernel: k.Kernel, arrays: Sequence[k.ArrayParam],
 
 def _work_per_index(stmts: tuple[k.Stmt, ...], weight: int = 1) -> int:
     """A rough cost of one index of a task (statements, with serial loop bodies counted 8 times), in
-    the units of `cpu.parallel_for`, so that small loops stay on the calling thread."""
+    the units of `thread_pool.parallel_for`, so that small loops stay on the calling thread."""
     total = 0
     for s in stmts:
         total += weight
@@ -127,11 +127,11 @@ class KernelLauncher:
                     fn(begin, end, packed.address)
                 chunks = 1
             else:
-                chunks = cpu.parallel_for(fn, begin, end, packed.address, work, MIN_PARALLEL_WORK)
+                chunks = thread_pool.parallel_for(fn, begin, end, packed.address, work, MIN_PARALLEL_WORK)
             if record:
-                note_launch(Launch(self.kernel.name, task.name, begin, end, chunks))
+                note_launch(RecordedLaunch(self.kernel.name, task.name, begin, end, chunks))
             if config.current.dump:
-                dump_launch(Launch(self.kernel.name, task.name, begin, end, chunks), block,
+                dump_launch(RecordedLaunch(self.kernel.name, task.name, begin, end, chunks), block,
                             ArgLayout.of(self.kernel.params).slots)
             if packed.status is not None and packed.status[0]:
                 raise KernelAssertionError(f"kernel {self.kernel.name!r}: {self.messages[int(packed.status[0]) - 1]}")

@@ -27,16 +27,16 @@ import numpy as np
 from braze.codegen import cuda_loops
 from braze.codegen.cuda import DEFAULT_BLOCK_SIZE
 from braze.codegen.cuda_plan import sub_exprs
-from braze.codegen.llvm import ArgLayout
 from braze.errors import KernelAssertionError
 from braze.host.launch_jit import native_launches
 from braze.kir import nodes as k
+from braze.kir.layout import ArgLayout
 from braze.runtime import cuda_driver as cuda
 from braze.runtime.arrays import overlaps_itself
 from braze.runtime.cuda_kernel import BLOCKS_PER_SM, CudaCompiledKernel
 from braze.runtime.device_arrays import DeviceArray, DeviceView
 from braze.runtime.kernel_launch import bounds_function
-from braze.runtime.record import Launch, note_launch, profiling, record_state, recording
+from braze.runtime.record import RecordedLaunch, note_launch, profiling, record_state, recording
 from braze.runtime.scalars import scalar_packer
 
 
@@ -63,7 +63,7 @@ class TaskFunction:
 
 
 @dataclass(frozen=True)
-class PlannedLaunch:
+class LoopTaskLaunch:
     task: TaskFunction
     begin: int
     end: int
@@ -98,16 +98,16 @@ class CudaKernelLauncher:
         return TaskFunction(task.name, function, handle, task.kind != "range_for",
                             self.device.sm_count * resident)
 
-    def plan(self, bounds: Sequence[tuple[int, int]]) -> list[PlannedLaunch]:
+    def plan(self, bounds: Sequence[tuple[int, int]]) -> list[LoopTaskLaunch]:
         """Each task's launch: a serial task is one thread; a parallel one enough blocks to give each
         index a thread, capped at what runs at once (the threads then loop)."""
         planned = []
         for task, (begin, end) in zip(self.tasks, bounds):
             if task.serial:
-                planned.append(PlannedLaunch(task, 0, 1, 1, 1))
+                planned.append(LoopTaskLaunch(task, 0, 1, 1, 1))
                 continue
             blocks = -(-(end - begin) // self.block_size) if end > begin else 0
-            planned.append(PlannedLaunch(task, begin, end, min(blocks, task.max_grid), self.block_size))
+            planned.append(LoopTaskLaunch(task, begin, end, min(blocks, task.max_grid), self.block_size))
         return planned
 
     def prepare(self, views: Sequence[DeviceView], scalars: Sequence[object], arguments: Sequence[object],
@@ -174,7 +174,7 @@ class PreparedKernelCall:
 
     def __init__(self, launcher: CudaKernelLauncher, block: ctypes.Array, views: Sequence[DeviceView],
                  readers: list[ArrayReader], array_positions: list[int], scalar_positions: list[int],
-                 launches: list[PlannedLaunch] | None, overlapping: bool) -> None:
+                 launches: list[LoopTaskLaunch] | None, overlapping: bool) -> None:
         self.launcher, self.block, self.launches = launcher, block, launches
         self.device = launcher.device
         self.params = (ctypes.c_void_p * 1)(ctypes.addressof(block))  # the block is the one kernel parameter
@@ -203,7 +203,7 @@ class PreparedKernelCall:
         if self.native is not None:
             self.run = self._native_call()  # this instance's calls take the generated function
 
-    def _native_launches(self) -> tuple[object, list[PlannedLaunch]] | None:
+    def _native_launches(self) -> tuple[object, list[LoopTaskLaunch]] | None:
         """Fixed grids and no debug checks: every launch of a call from one native function."""
         if self.launches is None or self.status is not None:
             return None
@@ -243,7 +243,7 @@ class PreparedKernelCall:
                   "    if code:", "        failed(code)", "    return True", "finally:", "    release()"]
         source = "def run(args):\n" + "".join(f"    {line}\n" for line in lines)
         exec(source, names)  # noqa: S102  (built above from slots and positions only)
-        return names["run"]
+        return names.pop("run")  # not left in its own globals: a cycle only the collector frees
 
     def _native_failed(self, code: int) -> None:
         x = self.native[1][code >> 16]
@@ -298,15 +298,15 @@ class PreparedKernelCall:
                 self._check(stream)
         return True
 
-    def _launch(self, x: PlannedLaunch, stream: int) -> None:
+    def _launch(self, x: LoopTaskLaunch, stream: int) -> None:
         code = self.raw_launch(x.task.address, x.grid, 1, 1, x.threads, 1, 1, 0, stream, self.params_address, None)
         if code:
             cuda.raise_launch_error(code, x.task.function, (x.grid, 1, 1), (x.threads, 1, 1))
 
-    def _recorded(self, launches: list[PlannedLaunch], stream: int) -> None:
+    def _recorded(self, launches: list[LoopTaskLaunch], stream: int) -> None:
         """The launches under bz.record(): each noted, and timed with CUDA events when profiling."""
         for x in launches:
-            launch = Launch(self.launcher.kernel.name, x.task.name, x.begin, x.end, x.grid)
+            launch = RecordedLaunch(self.launcher.kernel.name, x.task.name, x.begin, x.end, x.grid)
             timed = profiling() and x.grid
             if timed:
                 start, end = cuda.event(), cuda.event()

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 from braze import config
+from braze.compile import disk_cache
 from braze.errors import CompileError, UnsupportedError
-from braze.runtime import disk_cache
 
 INSTALL_HINT = "install braze's CUDA extra: pip install 'braze[cuda]' (cuda-bindings, NVRTC and the CUDA headers)"
 

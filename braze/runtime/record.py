@@ -19,7 +19,7 @@ _counting = threading.Lock()
 
 
 @dataclass
-class Launch:
+class RecordedLaunch:
     """One task run: the kernel's task name and its index range."""
 
     kernel: str
@@ -34,7 +34,7 @@ class Launch:
 @dataclass
 class Recording:
     profile: bool = False
-    launches: list[Launch] = field(default_factory=list)
+    launches: list[RecordedLaunch] = field(default_factory=list)
     compiles: list[str] = field(default_factory=list)  # kernels compiled (not found in any cache)
     segments: list[list[str]] = field(default_factory=list)  # per fusion compiled: the tensors its tasks write
     entries: list[str] = field(default_factory=list)  # executor entries and prepared calls built (cache misses)
@@ -64,7 +64,7 @@ def _active() -> list[Recording]:
     return getattr(_local, "stack", ())
 
 
-def note_launch(launch: Launch) -> None:
+def note_launch(launch: RecordedLaunch) -> None:
     for recording in _active():
         recording.launches.append(launch)
 
@@ -98,7 +98,7 @@ def note_entry(what: str) -> None:
         recording.entries.append(what)
 
 
-def dump_launch(launch: Launch, block: object, slots: dict[str, int]) -> None:
+def dump_launch(launch: RecordedLaunch, block: object, slots: dict[str, int]) -> None:
     """`BRAZE_DUMP=launch_params` and `kernel_args` for a CPU launch outside a cached call: its index
     range and the threads it ran on, and the argument block slot by slot."""
     from braze import config
@@ -109,7 +109,7 @@ def dump_launch(launch: Launch, block: object, slots: dict[str, int]) -> None:
     dump_kernel_args(launch, block, slots)
 
 
-def dump_kernel_args(launch: Launch, block: object, slots: dict[str, int]) -> None:
+def dump_kernel_args(launch: RecordedLaunch, block: object, slots: dict[str, int]) -> None:
     """`BRAZE_DUMP=kernel_args`: a launch's argument block slot by slot (a parameter's name at its first)."""
     from braze import config
 

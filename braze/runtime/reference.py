@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from braze.host.shapes import infer_layout
-from braze.ir.fusion import AliasKind, Fusion, Output
+from braze.ir.fusion import AliasKind, FusionGraph, Output
 from braze.ir.tensor import TensorView
 from braze.ops.reductions import check_empty_reductions, reductions_without_identity
 from braze.ops.table import RefContext, lookup
@@ -23,7 +23,7 @@ def _constant(tv: TensorView, bindings: dict[str, int]) -> np.ndarray:
     return np.asarray(tv.value) if tv.scalar == "literal" else np.asarray(tv.value, dtype=tv.dtype.numpy)
 
 
-def evaluate(fusion: Fusion, bound: BoundInputs) -> dict[int, np.ndarray]:
+def evaluate(fusion: FusionGraph, bound: BoundInputs) -> dict[int, np.ndarray]:
     """The value of every tensor of the fusion, keyed by id(tensor)."""
     ctx = RefContext(bound.bindings, next_seed_offset)
     empty = [e for e in reductions_without_identity(fusion)
@@ -51,7 +51,7 @@ def _in_layout(array: np.ndarray, tv: TensorView, bindings: dict[str, int]) -> n
     return view
 
 
-def _materialize(output: Output, value: np.ndarray, fusion: Fusion, bound: BoundInputs) -> np.ndarray:
+def _materialize(output: Output, value: np.ndarray, fusion: FusionGraph, bound: BoundInputs) -> np.ndarray:
     if output.alias is AliasKind.REUSE_BUFFER:
         target = bound.arrays[[id(t) for t in fusion.inputs].index(id(output.aliased_input))]
         np.copyto(target, value)
@@ -61,7 +61,7 @@ def _materialize(output: Output, value: np.ndarray, fusion: Fusion, bound: Bound
     return _in_layout(value, output.tv, bound.bindings)
 
 
-def run(fusion: Fusion, bound: BoundInputs) -> list[np.ndarray]:
+def run(fusion: FusionGraph, bound: BoundInputs) -> list[np.ndarray]:
     """Every output's array (hidden ones included), in add_output order.
 
     Outputs written in place are written last, from copies, so no output sees an input that

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from braze.ir.fusion import AliasKind, Fusion
+from braze.ir.fusion import AliasKind, FusionGraph
 from braze.ir.tensor import TensorView
 from braze.ops.table import lookup
 from braze.schedule.loops import ScheduledLoops, schedule_loops, schedule_strips
@@ -145,7 +145,7 @@ def _loops_for(tv: TensorView, h: Heuristics) -> ScheduledLoops:
     return schedule_loops(tv, h.loop_order, h.vectorize)
 
 
-def outputs_needing_kernels(fusion: Fusion, views_on_host: bool = True) -> list[TensorView]:
+def outputs_needing_kernels(fusion: FusionGraph, views_on_host: bool = True) -> list[TensorView]:
     """Outputs computed by a task: all but views of inputs (`evaluate`) when the host can make
     those, each tensor once."""
     writes: dict[int, TensorView] = {}
@@ -155,7 +155,7 @@ def outputs_needing_kernels(fusion: Fusion, views_on_host: bool = True) -> list[
     return list(writes.values())
 
 
-def plan(fusion: Fusion, cuts: set[int], views_on_host: bool = True, gpu: bool = False, cpu: bool = False) -> Plan:
+def plan(fusion: FusionGraph, cuts: set[int], views_on_host: bool = True, gpu: bool = False, cpu: bool = False) -> Plan:
     """Tasks for the cut intermediates (in definition order) and then for the outputs: scheduled for
     a GPU with `gpu`; with `cpu`, outer reductions and normalizations take the CPU's column strips."""
     outputs = outputs_needing_kernels(fusion, views_on_host)
@@ -188,7 +188,7 @@ def _same_index_path(source: TensorView, target: TensorView, kernel: dict[int, T
     return id(target) in derived
 
 
-def in_place_outputs(fusion: Fusion, plan: Plan) -> frozenset[int]:
+def in_place_outputs(fusion: FusionGraph, plan: Plan) -> frozenset[int]:
     """The `reuse_buffer` outputs (ids of their tensors) the kernel may write straight into their
     input instead of into a buffer copied back afterwards.
 

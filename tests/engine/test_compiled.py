@@ -13,7 +13,8 @@ import pytest
 
 import braze as bz
 from braze import config, engine
-from braze.runtime import cpu, disk_cache
+from braze.compile import disk_cache, llvm_toolchain
+from braze.runtime import thread_pool
 
 rng = np.random.default_rng(7)
 
@@ -182,7 +183,7 @@ def test_small_problems_run_on_the_calling_thread(monkeypatch):
     def no_pool():
         raise AssertionError("a small problem was handed to the worker threads")
 
-    monkeypatch.setattr(cpu, "_pool", no_pool)
+    monkeypatch.setattr(thread_pool, "_pool", no_pool)
     with bz.Fusion() as f:
         f.add_output(bz.ops.exp(f.define_tensor((-1, -1))) * 2.0)
     a = rng.standard_normal((8, 8), np.float32)
@@ -195,12 +196,12 @@ def test_small_problems_run_on_the_calling_thread(monkeypatch):
 def test_task_functions_release_the_gil():
     # ctypes releases the GIL around calls through a CFUNCTYPE prototype, not a PYFUNCTYPE one: the
     # worker threads then run the native code side by side.
-    assert not cpu.TASK_SIGNATURE._flags_ & ctypes._FUNCFLAG_PYTHONAPI
+    assert not llvm_toolchain.TASK_SIGNATURE._flags_ & ctypes._FUNCFLAG_PYTHONAPI
     with bz.Fusion() as f:
         f.add_output(f.define_tensor((-1,)) + 1.0)
     f.execute([np.ones(4, np.float32)])
     (runtime,) = engine._cache_of(f).entries.values()
-    assert all(isinstance(fn, cpu.TASK_SIGNATURE) for fn in runtime.executor.functions)
+    assert all(isinstance(fn, llvm_toolchain.TASK_SIGNATURE) for fn in runtime.executor.functions)
 
 
 def test_in_place_output_reads_the_original_values():

@@ -10,11 +10,11 @@ import weakref
 
 import pytest
 
-from braze.host import jit
+from braze.host import host_jit
 from braze.host.shapes import ShapeProgram, infer_layout
 from braze.ir import TensorView
 
-pytestmark = pytest.mark.skipif(not jit.builtins_available(), reason="native builtins are not made here")
+pytestmark = pytest.mark.skipif(not host_jit.builtins_available(), reason="native builtins are not made here")
 
 
 def test_a_builtin_keeps_a_method_definition_no_cache_holds() -> None:
@@ -23,10 +23,10 @@ def test_a_builtin_keeps_a_method_definition_no_cache_holds() -> None:
     f = bz.Fusion()
     t: TensorView = f.define_tensor((-1, -1))
     program = ShapeProgram.of("lifetime", infer_layout(t).values)
-    native = jit.NativeShapeFunction(program)  # its spec, and the cached definition
-    cached = jit.fastcall_method(jit.SHAPE_CALL, jit.shape_call_source)
-    own = jit.MethodDef(cached.name, cached.method, cached.flags, None)  # as a racing thread builds its own
-    builtin = jit.new_builtin(own, ctypes.addressof(native._spec), native)
+    native = host_jit.NativeShapeFunction(program)  # its spec, and the cached definition
+    cached = host_jit.fastcall_method(host_jit.SHAPE_CALL, host_jit.shape_call_source)
+    own = host_jit.MethodDef(cached.name, cached.method, cached.flags, None)  # as a racing thread builds its own
+    builtin = host_jit.new_builtin(own, ctypes.addressof(native._spec), native)
     definition = weakref.ref(own)
     del own
     gc.collect()

@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 
 import braze as bz
 from braze import config, engine
+from braze.compile import llvm_toolchain
 from braze.errors import HostJitWarning
-from braze.host import jit
+from braze.host import host_jit
 from braze.host.shapes import PythonShapeFunction, ShapeProgram
 from braze.ir.scalar import Scalar, ceildiv, smax, smin, symbol
-from braze.runtime import cpu
 
 A, B, C = symbol("a"), symbol("b"), symbol("c")
 
@@ -26,16 +26,16 @@ A, B, C = symbol("a"), symbol("b"), symbol("c")
 @pytest.fixture
 def fresh_warning():
     """Each test sees the host JIT as if it had never warned in this process."""
-    jit._warned = False
+    host_jit._warned = False
     yield
-    jit._warned = False
+    host_jit._warned = False
 
 
 @pytest.fixture
 def uncached(monkeypatch, tmp_path):
     """Host functions are built from their IR again: none loaded in this process, an empty disk
     cache (a test that breaks the IR must load nothing under a name loaded before)."""
-    monkeypatch.setattr(jit, "_loaded", {})
+    monkeypatch.setattr(host_jit, "_loaded", {})
     with config.scope(cache_dir=tmp_path):
         yield
 
@@ -46,7 +46,7 @@ def _program() -> ShapeProgram:
 
 def test_native_matches_python() -> None:
     program = _program()
-    native, python = jit.native_or_python(program), PythonShapeFunction(program)
+    native, python = host_jit.native_or_python(program), PythonShapeFunction(program)
     assert native.native and not python.native
     for extents in ([7, 3, 2], [0, 5, 9], [-7, 3, 1], [7, -3, 0], [-8, -3, 4]):
         assert native(extents) == python(extents) == program.evaluate(extents)
@@ -65,7 +65,7 @@ _EXPRESSIONS = st.recursive(
 @given(st.lists(_EXPRESSIONS, min_size=1, max_size=4), st.lists(st.integers(-20, 20), min_size=3, max_size=3))
 def test_native_matches_python_on_random_expressions(values, extents) -> None:
     program = ShapeProgram.of("random", values, symbols=("a", "b", "c"))
-    native = jit.NativeShapeFunction(program)
+    native = host_jit.NativeShapeFunction(program)
     try:
         expected = program.evaluate(extents)
     except ZeroDivisionError:
@@ -78,14 +78,14 @@ def test_native_matches_python_on_random_expressions(values, extents) -> None:
 
 def test_division_by_zero_names_the_expression() -> None:
     program = ShapeProgram.of("div", [A + 1, ceildiv(A, B)])
-    for fn in (jit.shape_function(program), PythonShapeFunction(program)):
+    for fn in (host_jit.shape_function(program), PythonShapeFunction(program)):
         with pytest.raises(bz.InputError, match=r"^shapes of div: ceildiv\(a, b\) divides by zero with a = 5, b = 0$"):
             fn([5, 0])
 
 
 def test_shape_functions_run_in_python_first_then_natively() -> None:
     program = ShapeProgram.of("tiered", [A * B - 2, ceildiv(A, B)])
-    tiered = jit.shape_function(program)
+    tiered = host_jit.shape_function(program)
     assert not tiered.native
     assert tiered([9, 4]) == [34, 3] and not tiered.native
     assert tiered([9, 4]) == [34, 3] and tiered.native
@@ -93,10 +93,10 @@ def test_shape_functions_run_in_python_first_then_natively() -> None:
 
 
 def test_a_jit_failure_falls_back_with_one_warning(monkeypatch, fresh_warning, uncached) -> None:
-    monkeypatch.setattr(jit, "llvm_source", lambda program, name: "this is not LLVM IR")
+    monkeypatch.setattr(host_jit, "llvm_source", lambda program, name: "this is not LLVM IR")
     with pytest.warns(HostJitWarning, match="host JIT failed for the shapes of 'demo'") as caught:
-        first = jit.native_or_python(_program())
-        second = jit.native_or_python(_program())
+        first = host_jit.native_or_python(_program())
+        second = host_jit.native_or_python(_program())
     assert len(caught) == 1
     assert not first.native and not second.native
     assert first([7, 3, 2]) == _program().evaluate([7, 3, 2])
@@ -106,7 +106,7 @@ def test_a_fusion_runs_after_a_jit_failure(monkeypatch, fresh_warning, uncached)
     def broken(program, name):
         raise RuntimeError("no native code today")
 
-    monkeypatch.setattr(jit, "llvm_source", broken)
+    monkeypatch.setattr(host_jit, "llvm_source", broken)
     with bz.Fusion() as f:
         x = f.define_tensor((-1, -1))
         y = bz.ops.exp(x)
@@ -126,13 +126,13 @@ def test_disable_host_jit_runs_python_without_warning(fresh_warning) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with config.scope(disable="host_jit"):
-            fn = jit.shape_function(_program())
+            fn = host_jit.shape_function(_program())
     assert not fn.native and fn([7, 3, 2]) == _program().evaluate([7, 3, 2])
 
 
 def test_dump_host_jit_prints_the_llvm_ir(capsys) -> None:
     with config.scope(dump="host_jit"):
-        jit.native_or_python(_program())
+        host_jit.native_or_python(_program())
     err = capsys.readouterr().err
     assert err.startswith("===== braze dump: host_jit =====\n")
     assert 'define i32 @"braze_shapes_demo_' in err and "sdiv i64" in err
@@ -149,8 +149,8 @@ define void @"task"(i64 %lo, i64 %hi, i64* %args) {
 def test_freed_native_code_leaves_later_compiles_working() -> None:
     # An engine frees the target machine it is given; freeing loaded code must not free the shared one.
     for n in range(4):
-        obj, _ = cpu.compile_object(_TASK_IR, "task")
-        loaded = cpu.LoadedObject(obj, ["task"])
+        obj, _ = llvm_toolchain.compile_object(_TASK_IR, "task")
+        loaded = llvm_toolchain.LoadedObject(obj, ["task"])
         block = np.zeros(1, np.int64)
         loaded.functions["task"](0, n, block.ctypes.data)
         assert block[0] == n
@@ -160,26 +160,26 @@ def test_freed_native_code_leaves_later_compiles_working() -> None:
 
 def test_host_functions_load_from_the_disk_cache_without_building_ir(tmp_path) -> None:
     program = ShapeProgram.of("cached", [A * 3 + B, ceildiv(B, 5)])
-    name = jit.function_name(program)
-    assert name == jit.function_name(ShapeProgram.of("cached", [A * 3 + B, ceildiv(B, 5)]))  # same in any process
-    assert name != jit.function_name(ShapeProgram.of("cached", [A * 3 + B, ceildiv(B, 6)]))
+    name = host_jit.function_name(program)
+    assert name == host_jit.function_name(ShapeProgram.of("cached", [A * 3 + B, ceildiv(B, 5)]))  # same in any process
+    assert name != host_jit.function_name(ShapeProgram.of("cached", [A * 3 + B, ceildiv(B, 6)]))
     built = []
 
     def source() -> str:
         built.append(name)
-        return jit.llvm_source(program, name)
+        return host_jit.llvm_source(program, name)
 
     with config.scope(cache_dir=tmp_path):
-        generated = jit._object_code(name, source)
+        generated = host_jit._object_code(name, source)
         assert built == [name] and list(tmp_path.rglob("*.bin"))
-        assert jit._object_code(name, source) == generated
+        assert host_jit._object_code(name, source) == generated
         assert built == [name]  # the second came from the disk
     with config.scope(cache_dir=tmp_path / "empty"):
-        assert jit._object_code(name, source) == generated and len(built) == 2
+        assert host_jit._object_code(name, source) == generated and len(built) == 2
 
 
 def test_one_shape_program_compiles_once_per_process() -> None:
-    first, second = (jit.NativeShapeFunction(ShapeProgram.of("twice", [A * B + 1])) for _ in range(2))
+    first, second = (host_jit.NativeShapeFunction(ShapeProgram.of("twice", [A * B + 1])) for _ in range(2))
     assert first._fn is not second._fn and ctypes.cast(first._fn, ctypes.c_void_p).value == \
         ctypes.cast(second._fn, ctypes.c_void_p).value
     assert first([6, 7]) == second([6, 7]) == [43]
@@ -187,10 +187,10 @@ def test_one_shape_program_compiles_once_per_process() -> None:
 
 def test_native_shape_functions_run_as_builtins_and_through_ctypes_alike(monkeypatch) -> None:
     program = _program()
-    builtin = jit.NativeShapeFunction(program)
+    builtin = host_jit.NativeShapeFunction(program)
     assert builtin._builtin is not None
-    monkeypatch.setattr(jit, "builtins_available", lambda: False)
-    through_ctypes = jit.NativeShapeFunction(program)
+    monkeypatch.setattr(host_jit, "builtins_available", lambda: False)
+    through_ctypes = host_jit.NativeShapeFunction(program)
     assert through_ctypes._builtin is None
     for extents in ([7, 3, 2], [-8, -3, 4], [2**40, 3, -(2**40)]):
         assert builtin(extents) == through_ctypes(extents) == program.evaluate(extents)

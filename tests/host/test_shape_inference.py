@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import braze as bz
-from braze.host.jit import NativeShapeFunction
+from braze.host.host_jit import NativeShapeFunction
 from braze.host.shapes import Layout, PythonShapeFunction, ShapeProgram, infer_layout, same_product
 from braze.ir import Merge, Split, TensorView
 from braze.ir.scalar import symbol

@@ -7,8 +7,8 @@ import ctypes
 
 import llvmlite.binding as llvm
 
+from braze.compile import llvm_toolchain
 from braze.host import torch_call
-from braze.runtime import cpu
 
 
 def test_the_function_is_valid_llvm() -> None:
@@ -16,8 +16,8 @@ def test_the_function_is_valid_llvm() -> None:
 
 
 def test_the_ir_structs_have_the_ctypes_layouts() -> None:
-    target_data = cpu.new_target_machine(opt=0).target_data
-    layouts = (torch_call.Api, torch_call.TensorCheck, torch_call.OutputSpec, torch_call.CallSpec)
+    target_data = llvm_toolchain.new_target_machine(opt=0).target_data
+    layouts = (torch_call.Api, torch_call.TensorCheck, torch_call.OutputAllocation, torch_call.CallSpec)
     for ir_type, layout in zip(torch_call.ir_struct_types(), layouts, strict=True):
         llvm_type = llvm.parse_assembly(f"@x = external global {ir_type}").get_global_variable("x").global_value_type
         assert target_data.get_abi_size(llvm_type) == ctypes.sizeof(layout), layout.__name__

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import braze as bz
 from braze import schedule
-from braze.runtime import cpu
+from braze.runtime import thread_pool
 
 # Extents around the edges of the schedule: empty, one, odd, a block of pairwise rows (64) and more,
 # a strip's width (4096 columns) and more.
@@ -164,14 +164,14 @@ def test_long_column_and_row_sums_stay_accurate():
 
 def _run_with_workers(monkeypatch, f: bz.Fusion, inputs, workers: int) -> tuple[list[np.ndarray], int]:
     """The outputs, and the most chunks any task was split into."""
-    monkeypatch.setattr(cpu, "worker_count", lambda: workers)
+    monkeypatch.setattr(thread_pool, "worker_count", lambda: workers)
     with bz.record() as rec:
         outputs = [np.array(o) for o in f.execute(inputs, backend="llvm")]
     return outputs, max(launch.chunks for launch in rec.launches)
 
 
 def test_results_are_the_same_bits_whatever_the_worker_count(monkeypatch):
-    monkeypatch.setattr(cpu.parallel_for, "__defaults__", (1,))  # split every range the workers allow
+    monkeypatch.setattr(thread_pool.parallel_for, "__defaults__", (1,))  # split every range the workers allow
     rng = np.random.default_rng(3)
     x = rng.standard_normal((300, 9000)).astype(np.float32)
     y = rng.standard_normal((4, 300, 70)).astype(np.float32)

@@ -19,10 +19,11 @@ import numpy as np
 import pytest
 
 from braze import config, engine, schedule
+from braze.compile import disk_cache, elf, llvm_toolchain
 from braze.frontend.fusion import Fusion
 from braze.kir import nodes as k
-from braze.lower.kernel import lower
-from braze.runtime import cpu, disk_cache, elf, nvrtc
+from braze.lower.fusion_kernel import lower
+from braze.runtime import nvrtc
 from braze.runtime.compiled_kernel import CompiledKernel, CompileParams
 from braze.runtime.record import record
 
@@ -53,7 +54,7 @@ def test_each_part_of_a_kernels_key_changes_it(part, monkeypatch):
     elif part == "params":
         after = CompiledKernel(kernel, CompileParams(fast_math=True)).cache_key
     elif part == "toolchain":
-        monkeypatch.setattr(cpu, "toolchain_id", lambda: "another llvm")
+        monkeypatch.setattr(llvm_toolchain, "toolchain_id", lambda: "another llvm")
         after = CompiledKernel(kernel, CompileParams()).cache_key
     else:
         monkeypatch.setattr(disk_cache, "braze_source_hash", lambda: "0" * 64)  # braze itself changed

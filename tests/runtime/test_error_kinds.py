@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 import braze as bz
-from braze.runtime import cpu
+from braze.compile import llvm_toolchain
 
 
 def test_llvm_failures_raise_the_one_compile_error() -> None:
-    assert cpu.CompileError is bz.CompileError
+    assert llvm_toolchain.CompileError is bz.CompileError
     with pytest.raises(bz.CompileError, match="^kernel 'broken': LLVM rejected the generated IR"):
-        cpu.optimize("define void @broken() {\n  ret i32 0\n}\n", "broken")
+        llvm_toolchain.optimize("define void @broken() {\n  ret i32 0\n}\n", "broken")
 
 
 def _huge_output(elements: int) -> bz.Fusion:

@@ -17,8 +17,8 @@ from kernel_cases import all_cases, poison
 import braze as bz
 from braze import engine
 from braze.codegen import cuda_loops
-from braze.codegen.llvm import ArgLayout
 from braze.kir import nodes as k
+from braze.kir.layout import ArgLayout
 from braze.passes.fuse_tasks import fuse_tasks
 from braze.runtime import cuda_driver, device_arrays
 from braze.runtime.compiled_kernel import CompiledKernel, CompileParams

@@ -10,7 +10,7 @@ import braze as bz
 from braze import schedule
 from braze.ir.domain import Merge, ParallelType, Reorder
 from braze.kir import nodes as k
-from braze.lower.kernel import lower
+from braze.lower.fusion_kernel import lower
 from braze.schedule.loops import schedule_loops
 
 

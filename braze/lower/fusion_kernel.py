@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from braze.dtypes import DType
 from braze.host.shapes import infer_layout
-from braze.ir.fusion import Fusion
+from braze.ir.fusion import FusionGraph
 from braze.ir.tensor import TensorView
 from braze.kir import nodes as k
 from braze.kir.params import KernelParams, equal_extents
@@ -90,7 +90,7 @@ def _task_for(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, loops: Sche
     return k.Task(name, "range_for", tuple(scopes.pop().stmts), task_var, em.zero, end)
 
 
-def lower(fusion: Fusion, writes: Sequence[TensorView], scheduled: dict[int, ScheduledLoops],
+def lower(fusion: FusionGraph, writes: Sequence[TensorView], scheduled: dict[int, ScheduledLoops],
           input_strides: dict[int, tuple[int | None, ...]], name: str,
           index: DType = INDEX, dense: frozenset[int] = frozenset()) -> tuple[k.Kernel, KernelParams]:
     """One kernel writing each of `writes` (in order) with its own task, its index arithmetic in `index`

@@ -9,7 +9,7 @@ the user's own files and checked like it could have been tampered with:
   warning, and the disk cache is off for that root for the rest of the process;
 - an entry records its full key and a sha256 of its payload; it is opened without following
   links or blocking, must be a regular file the user owns of at most `MAX_ENTRY_BYTES`, and its
-  payload passes the caller's validator (`braze.runtime.elf`) before it is returned;
+  payload passes the caller's validator (`braze.compile.elf`) before it is returned;
 - writes are atomic (an exclusive temporary file, then a rename), so a corrupt, truncated or
   foreign file reads as a miss, never a crash;
 - the entries' total size is capped (`BRAZE_CACHE_MAX_BYTES`): the least recently used go first
@@ -180,7 +180,7 @@ def refusal() -> str | None:
 def load(key: str, validate: Callable[[bytes], bool] | None = None) -> bytes | None:
     """The cached payload for `key`, or None on a miss: a disabled or refused cache, an absent,
     damaged, oversized or foreign file, one recorded under another key, or a payload `validate`
-    rejects (braze passes one that checks the object format and symbols: `braze.runtime.elf`)."""
+    rejects (braze passes one that checks the object format and symbols: `braze.compile.elf`)."""
     if not enabled() or not _is_key(key):
         return None
     path = _path(key)

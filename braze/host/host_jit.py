@@ -37,9 +37,9 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from braze import config
+from braze.compile import disk_cache, elf, llvm_toolchain
 from braze.errors import HostJitWarning
 from braze.host.shapes import PythonShapeFunction, ShapeProgram, Step
-from braze.runtime import cpu, disk_cache, elf
 
 I32, I64 = ir.IntType(32), ir.IntType(64)
 # PYFUNCTYPE keeps the GIL: releasing it would cost more than the few dozen instructions a call runs.
@@ -136,21 +136,22 @@ def _engine() -> llvm.ExecutionEngine:
     """
     backing = llvm.parse_assembly("")
     backing.triple = llvm.get_process_triple()
-    return llvm.create_mcjit_compiler(backing, cpu.new_target_machine(opt=0))
+    return llvm.create_mcjit_compiler(backing, llvm_toolchain.new_target_machine(opt=0))
 
 
 @functools.cache
 def _object_writer() -> llvm.TargetMachine:
     """The target machine generating host functions' object code (never given to an engine, which
     would own and free it)."""
-    return cpu.new_target_machine(opt=0)
+    return llvm_toolchain.new_target_machine(opt=0)
 
 
 def _object_code(name: str, source: Callable[[], str]) -> bytes:
     """The object code of function `name`, from the disk cache or generated from `source()` (and
     then cached). Host functions are named after what they compute, and a change to braze's code
     generators changes braze's source hash, so the name keys the cache: a hit builds no IR."""
-    key = disk_cache.cache_key(host_function=name, toolchain=cpu.toolchain_id(), braze=disk_cache.braze_source_hash())
+    key = disk_cache.cache_key(host_function=name, toolchain=llvm_toolchain.toolchain_id(),
+                               braze=disk_cache.braze_source_hash())
     cached = disk_cache.load(key, elf.host_object_check((name,)))
     if cached is not None:
         return cached
@@ -170,7 +171,7 @@ _loaded: dict[str, int] = {}  # function name -> address: a second load of the s
 def compile_function(name: str, source: Callable[[], str]) -> int:
     """The address of function `name`, whose LLVM IR `source()` gives, loaded into the shared
     engine once per process."""
-    with cpu.LLVM_LOCK:
+    with llvm_toolchain.LLVM_LOCK:
         if name in _loaded:
             return _loaded[name]
         code = _object_code(name, source)
@@ -179,7 +180,7 @@ def compile_function(name: str, source: Callable[[], str]) -> int:
         engine.finalize_object()
         address = engine.get_function_address(name)
         if not address:
-            raise cpu.CompileError(f"host function {name!r}: the engine has no code for it")
+            raise llvm_toolchain.CompileError(f"host function {name!r}: the engine has no code for it")
         _loaded[name] = address
     return address
 
@@ -392,26 +393,28 @@ class TieredShapeFunction:
     def __init__(self, program: ShapeProgram) -> None:
         self.program = program
         self._python = PythonShapeFunction(program)
-        self._call: Callable[[Sequence[int]], list[int]] = self._first
+        self._called = False
+        # From the second call (no bound method of self here: the object would be in a cycle).
+        self._tiered: NativeShapeFunction | PythonShapeFunction | None = None
         self._tiering = threading.Lock()  # racing threads build the native function once
 
     @property
     def native(self) -> bool:
         """Whether calls run native code (after the first call, unless the JIT failed)."""
-        return getattr(self._call, "native", False)
+        return getattr(self._tiered, "native", False)
 
     def __call__(self, extents: Sequence[int]) -> list[int]:
-        return self._call(extents)
+        tiered = self._tiered
+        return tiered(extents) if tiered is not None else self._before_tiering(extents)
 
-    def _first(self, extents: Sequence[int]) -> list[int]:
-        self._call = self._tier_up
-        return self._python(extents)
-
-    def _tier_up(self, extents: Sequence[int]) -> list[int]:
+    def _before_tiering(self, extents: Sequence[int]) -> list[int]:
+        if not self._called:
+            self._called = True
+            return self._python(extents)
         with self._tiering:
-            if self._call == self._tier_up:
-                self._call = native_or_python(self.program)
-        return self._call(extents)
+            if self._tiered is None:
+                self._tiered = native_or_python(self.program)
+        return self._tiered(extents)
 
 
 def native_or_python(program: ShapeProgram) -> NativeShapeFunction | PythonShapeFunction:

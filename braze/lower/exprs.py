@@ -1,0 +1,49 @@
+"""Kernel-IR expression helpers of the lowering: casts and index arithmetic that fold constants.
+
+Shared by the fusion lowering (`values`, `reductions`, `strips`) and the loop-kernel frontend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from braze.dtypes import DType
+from braze.kir import nodes as k
+
+
+def cast(e: k.Expr, dtype: DType) -> k.Expr:
+    if e.dtype == dtype:
+        return e
+    if isinstance(e, k.Const) and dtype.name != "bfloat16" and e.dtype.name != "bfloat16":
+        # Fold, rounding as the cast would: 0.1 cast to float16 and back is not 0.1.
+        with np.errstate(all="ignore"):
+            value = np.asarray(e.value, dtype=e.dtype.numpy).astype(dtype.numpy).item()
+        return k.Const(value, dtype)
+    return k.Cast(e, dtype)
+
+
+def _is_const(e: k.Expr, value: int) -> bool:
+    return isinstance(e, k.Const) and e.value == value
+
+
+def index_op(op: str, a: k.Expr, b: k.Expr) -> k.Expr:
+    """Index arithmetic in the operands' (index) type, with constant folding (extents are often static)."""
+    dtype = a.dtype
+    if isinstance(a, k.Const) and isinstance(b, k.Const):
+        return k.Const(_FOLD[op](a.value, b.value), dtype)
+    if op in ("mul", "floordiv") and _is_const(b, 1) or op in ("add", "sub") and _is_const(b, 0):
+        return a
+    if op == "mul" and _is_const(a, 1) or op == "add" and _is_const(a, 0):
+        return b
+    if op == "mul" and (_is_const(a, 0) or _is_const(b, 0)):
+        return k.Const(0, dtype)
+    return k.Binary(op, a, b, dtype)
+
+
+_FOLD: dict[str, Callable[[int, int], int]] = {
+    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+    "floordiv": lambda a, b: a // b if b else 0, "remainder": lambda a, b: a % b if b else 0,
+    "minimum": min, "maximum": max,
+}
