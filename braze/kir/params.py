@@ -51,9 +51,11 @@ class KernelParams:
         return (*self.arrays.values(), *self.writes.values(), *self.scalars.values(), *self.symbols.values(), *seeds)
 
 
-def equal_extents(checks) -> dict[str, str]:
-    """Each extent symbol that a run-time check (`ExtentCheck`s of a fusion: two plain symbols that
-    must be equal) ties to an earlier one -> the first symbol of its class."""
+def equal_extents(checks, order: list[str]) -> dict[str, str]:
+    """Each extent symbol that run-time checks (`ExtentCheck`s of a fusion: two plain symbols that
+    must be equal) tie to others -> the first of its class in `order` (the inputs' extents, in
+    input order)."""
+    rank = {name: n for n, name in enumerate(order)}
     parent: dict[str, str] = {}
 
     def root(name: str) -> str:
@@ -63,7 +65,7 @@ def equal_extents(checks) -> dict[str, str]:
 
     for check in checks:
         if check.lhs.is_symbol and check.rhs.is_symbol:
-            a, b = root(check.lhs.name), root(check.rhs.name)
+            a, b = sorted((root(check.lhs.name), root(check.rhs.name)), key=lambda n: (rank.get(n, len(rank)), n))
             if a != b:
                 parent[b] = a
     return {name: root(name) for name in parent}

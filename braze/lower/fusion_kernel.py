@@ -96,7 +96,8 @@ def lower(fusion: FusionGraph, writes: Sequence[TensorView], scheduled: dict[int
     """One kernel writing each of `writes` (in order) with its own task, its index arithmetic in `index`
     (int32 only when every index of every call fits: see engine.index_type); `dense`: the inputs (ids)
     whose elements lie in row-major order with no gaps at this signature."""
-    params = KernelParams(index=index, dense=dense, same_as=equal_extents(fusion.extent_checks))
+    symbols = [d.extent.name for tv in fusion.inputs for d in tv.visible if d.extent.is_symbol]
+    params = KernelParams(index=index, dense=dense, same_as=equal_extents(fusion.extent_checks, symbols))
     for tv in fusion.inputs:
         if tv.scalar is not None:
             params.scalars[id(tv)] = k.ScalarParam(tv.name, tv.dtype)
