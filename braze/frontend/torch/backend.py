@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import warnings
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partit
 from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
 from braze.errors import Error
-from braze.frontend.torch.carriers import Carrier, add_carriers, missing_symbols
+from braze.frontend.torch.carriers import Carrier, add_carriers, add_device_anchor, missing_symbols
 from braze.frontend.torch.options import Options, parse_options
 from braze.frontend.torch.region import BrazeRegion, RegionReport
 from braze.frontend.torch.region_builder import RegionBuilder, op_name
@@ -111,12 +112,18 @@ def fuse_graph(gm: fx.GraphModule, options: Options, report: GraphReport) -> fx.
             name = f"torch_{_SHORT[report.graph]}{graph_id}_{node.target.removeprefix(REGION_PREFIX)}"
             submodule = getattr(gm, node.target)
             carriers = add_carriers(gm, node, missing_symbols(submodule))
+            if not carriers and not _reads_a_tensor(submodule):
+                carriers = add_device_anchor(gm, node, support.device or torch.device("cpu"))
             region = _make_region(submodule, carriers, name, options, report)
             setattr(gm, node.target, region)
         elif node.op == "call_function" and not _takes_region_output(node):
             report.torch_ops[(op_name(node.target), support.refused.get(node.name, "not offered to braze"))] += 1
     gm.recompile()
     return gm
+
+
+def _reads_a_tensor(region: fx.GraphModule) -> bool:
+    return any(n.op == "placeholder" and isinstance(n.meta.get("val"), torch.Tensor) for n in region.graph.nodes)
 
 
 def _takes_region_output(node: fx.Node) -> bool:
@@ -140,8 +147,8 @@ def _views_to_torch(gm: fx.GraphModule, partition: Partition) -> list[fx.Node]:
             continue
         replay = _replay_views(gm, node, partition)
         for user in outside:
-            user.replace_input_with(node, replay)
-        in_torch.append(replay)
+            user.replace_input_with(node, replay[-1])
+        in_torch.extend(replay)
     for node in sorted(partition.nodes, key=_position, reverse=True):
         if node.target in VIEW_OPS and not node.users:
             partition.remove_node(node)
@@ -149,8 +156,8 @@ def _views_to_torch(gm: fx.GraphModule, partition: Partition) -> list[fx.Node]:
     return in_torch
 
 
-def _replay_views(gm: fx.GraphModule, view: fx.Node, partition: Partition) -> fx.Node:
-    """A copy, outside the partition, of the chain of views in it that ends at `view`."""
+def _replay_views(gm: fx.GraphModule, view: fx.Node, partition: Partition) -> list[fx.Node]:
+    """A copy, outside the partition, of the chain of views in it that ends at `view` (last last)."""
     chain = [view]
     while chain[-1].args[0] in partition.nodes and chain[-1].args[0].target in VIEW_OPS:
         chain.append(chain[-1].args[0])
@@ -159,7 +166,7 @@ def _replay_views(gm: fx.GraphModule, view: fx.Node, partition: Partition) -> fx
         with gm.graph.inserting_after(last):
             last = copies[node] = gm.graph.node_copy(node, lambda n: copies.get(n, n))
         last.meta = dict(node.meta)
-    return last
+    return [copies[node] for node in reversed(chain)]
 
 
 def _position(node: fx.Node) -> int:
@@ -189,4 +196,6 @@ def _make_region(submodule: fx.GraphModule, carriers: list[Carrier], name: str, 
             raise
         built = None
         region_report.runs_in, region_report.reason = "torch", f"{type(error).__name__}: {error}"
+        warnings.warn(f"braze backend: region {name} runs in PyTorch; braze cannot build it: "
+                      f"{region_report.reason}", RuntimeWarning, stacklevel=2)
     return BrazeRegion(submodule, built, region_report, options)

@@ -86,6 +86,16 @@ def add_carriers(gm: fx.GraphModule, call: fx.Node, symbols: set[sympy.Symbol]) 
     return carriers
 
 
+def add_device_anchor(gm: fx.GraphModule, call: fx.Node, device: torch.device) -> list[Carrier]:
+    """Gives a region that reads no tensor (an `arange`, a `full`) one to read, on the graph's device:
+    braze runs a fusion where its inputs live and gives back their kind, so the region's outputs are
+    torch tensors there."""
+    with gm.graph.inserting_before(call):
+        anchor = gm.graph.call_function(extent_carrier, (1, device))
+    call.args = (*call.args, anchor)
+    return [Carrier((1,), torch.int8)]
+
+
 def _carrier(gm: fx.GraphModule, call: fx.Node, symbol: sympy.Symbol) -> tuple[fx.Node, Carrier] | None:
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for node in placeholders:

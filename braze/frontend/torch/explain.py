@@ -44,10 +44,10 @@ def explain(model: torch.nn.Module | object, *inputs: object, backward: bool | N
     """Compiles `model` with the braze backend, runs it once on `inputs` (and a backward pass of the
     sum of its outputs when `backward` is True, or None and an output needs a gradient), and reports
     the regions: which ATen ops each fused, which ops stayed in PyTorch and why, and the kernels each
-    region launched. Gradients the backward pass adds to parameters are taken back off."""
+    region launched. Gradients the backward pass adds to parameters and inputs are taken back off."""
     reports: list[GraphReport] = []
     compiled = torch.compile(model, backend=make_backend(parse_options(options), reports, record_launches=True))
-    saved = _saved_grads(model)
+    saved = _saved_grads(model, inputs)
     outputs = compiled(*inputs, **kwargs)
     flat = [t for t in torch.utils._pytree.tree_leaves(outputs) if isinstance(t, torch.Tensor)]
     needs_grad = [t for t in flat if t.requires_grad]
@@ -58,16 +58,18 @@ def explain(model: torch.nn.Module | object, *inputs: object, backward: bool | N
             if backward:  # asked for: the caller should hear why there is none
                 raise
             # Not asked for: the model ran its own backward already (a training step), and freed the graph.
-    _restore_grads(model, saved)
+    _restore_grads(saved)
     return Explanation(reports)
 
 
-def _saved_grads(model: object) -> list | None:
-    if not isinstance(model, torch.nn.Module):
-        return None
-    return [(p, None if p.grad is None else p.grad.clone()) for p in model.parameters()]
+def _saved_grads(model: object, inputs: tuple) -> list:
+    """The gradients a backward pass would add to: the model's parameters' and the leaf inputs'."""
+    leaves = list(model.parameters()) if isinstance(model, torch.nn.Module) else []
+    leaves += [t for t in torch.utils._pytree.tree_leaves(inputs)
+               if isinstance(t, torch.Tensor) and t.is_leaf and t.requires_grad]
+    return [(t, None if t.grad is None else t.grad.clone()) for t in leaves]
 
 
-def _restore_grads(model: object, saved: list | None) -> None:
-    for parameter, grad in saved or ():
-        parameter.grad = grad
+def _restore_grads(saved: list) -> None:
+    for leaf, grad in saved:
+        leaf.grad = grad

@@ -106,7 +106,7 @@ class RegionBuilder:
                 self._define_tensor(carrier.sizes, carrier.dtype, len(placeholders) + k, f"carrier{k}")
             for node in nodes:
                 if node.op == "call_function":
-                    self.values[node] = RULES[node.target].convert(self, node)
+                    self.values[node] = broadcastable(RULES[node.target].convert(self, node))
                     self.fused_ops[op_name(node.target)] += 1
                 elif node.op == "output":
                     slots = self._add_outputs(node.args[0])
@@ -131,11 +131,11 @@ class RegionBuilder:
         return slots
 
     def _add_output(self, tv: TensorView, value: torch.Tensor) -> None:
-        if tv.definition is None:  # an input given back: torch expects a tensor of its own
+        # A region's outputs are dense tensors of their own (its views went to PyTorch), so an
+        # output braze would give as a view of an input (a clone of a slice) is copied.
+        if _is_view_of_input(tv):
             tv = bz.ops.elementwise("set", tv)
-        order = stride_order(value)
-        is_view = _is_view_of_input(tv)
-        self.fusion.add_output(tv, stride_order=None if is_view or order is None else order)
+        self.fusion.add_output(tv, stride_order=stride_order(value))
 
     # --- operands -------------------------------------------------------------------------------
     def tensor(self, arg: object) -> TensorView:
@@ -181,6 +181,15 @@ class RegionBuilder:
     def shape_of(self, node: fx.Node) -> list[int | Scalar]:
         """The node's own shape (its recorded example value) in braze extents."""
         return self.extents.shape(meta(node).shape)
+
+
+def broadcastable(tv: TensorView) -> TensorView:
+    """`tv` with each dimension of static extent 1 a broadcast one, as every size-1 dimension is in
+    torch (braze's slice to one element keeps an iteration dimension, which would not broadcast)."""
+    fixed = [i for i, d in enumerate(tv.visible) if not d.is_broadcast and d.extent == 1]
+    if not fixed:
+        return tv
+    return bz.ops.broadcast(bz.ops.squeeze(tv, fixed), [i in fixed for i in range(tv.ndim)])
 
 
 def _defined_extent(size: object) -> int:

@@ -113,6 +113,16 @@ for _name, _op in UNARY.items():
 for _name, _op in BINARY.items():
     rule(*_overloads(_name, "Tensor", "Scalar", "default"))(_binary(_op))
 
+# prims (some of PyTorch's decompositions, batch norm's among them, reach down to them): the same
+# math without type promotion, so the same rules serve.
+prims = torch.ops.prims
+for _name, _op in UNARY.items():
+    if hasattr(prims, _name):
+        rule(getattr(prims, _name).default)(_unary(_op))
+for _name, _op in {**BINARY, "add": "add", "sub": "sub"}.items():
+    if hasattr(prims, _name) and _name not in ("remainder", "floor_divide"):
+        rule(getattr(prims, _name).default)(_binary(_op))
+
 
 @rule(aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar)
 def _add_sub(b: RegionBuilder, node: fx.Node) -> TensorView:
@@ -128,12 +138,14 @@ def _rounding_mode_known(node: fx.Node) -> str | None:
     return None if mode in (None, "trunc", "floor") else f"rounding_mode={mode!r}"
 
 
-@rule(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode, accepts=_rounding_mode_known)
+@rule(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode, torch.ops.prims.div.default,
+      accepts=_rounding_mode_known)
 def _div(b: RegionBuilder, node: fx.Node) -> TensorView:
     args = bind(node)
-    x, y = promoted(b, [args["self"], args["other"]])
-    mode = args.get("rounding_mode")
+    x, y = promoted(b, [args.get("self", args.get("a")), args.get("other", args.get("b"))])
     is_int = meta(node).dtype in (torch.int8, torch.int32, torch.int64)
+    # prims.div divides floats truly and truncates integers, as C does
+    mode = ("trunc" if is_int else None) if node.target is torch.ops.prims.div.default else args.get("rounding_mode")
     if mode is None:
         return finish(node, bz.ops.truediv(x, y))
     if mode == "floor":
@@ -155,7 +167,7 @@ def _pow(b: RegionBuilder, node: fx.Node) -> TensorView:
     return finish(node, bz.ops.pow(base, exponent))
 
 
-@rule(aten.where.self)
+@rule(aten.where.self, torch.ops.prims.where.default)
 def _where(b: RegionBuilder, node: fx.Node) -> TensorView:
     condition = b.tensor(node.args[0])
     return finish(node, bz.ops.where(condition, *promoted(b, list(node.args[1:3]))))

@@ -56,6 +56,12 @@ def _expand(b: RegionBuilder, node: fx.Node) -> TensorView:
     return bz.ops.expand(_align(b.tensor(node.args[0]), len(shape)), shape)
 
 
+@rule(torch.ops.prims.broadcast_in_dim.default)
+def _broadcast_in_dim(b: RegionBuilder, node: fx.Node) -> TensorView:
+    x = b.tensor(node.args[0])
+    return bz.ops.broadcast_in_dim(x, b.shape_of(node), list(node.args[2]))
+
+
 @rule(aten.unsqueeze.default)
 def _unsqueeze(b: RegionBuilder, node: fx.Node) -> TensorView:
     return bz.ops.unsqueeze(b.tensor(node.args[0]), node.args[1])
@@ -190,6 +196,22 @@ for _name in REDUCTIONS:
     _packet = getattr(aten, _name)
     rule(*[getattr(_packet, o) for o in _REDUCTION_OVERLOADS if o in _packet.overloads()],
          accepts=_whole_tensor_reduction)(_reduce)
+
+
+def _prims_reduce(op: str):
+    def convert(b: RegionBuilder, node: fx.Node) -> TensorView:
+        x, dims = b.tensor(node.args[0]), node.args[1]
+        extra = {"correction": node.args[2]} if op == "var" else {}
+        axes = None if dims is None else _dims(dims, x.ndim)
+        return finish(node, getattr(bz.ops, op)(x, axes, **extra) if x.ndim else x)
+
+    return convert
+
+
+rule(torch.ops.prims.sum.default)(_prims_reduce("sum"))
+rule(torch.ops.prims.var.default)(_prims_reduce("var"))
+rule(torch.ops.prims.amax.default)(_prims_reduce("max"))
+rule(torch.ops.prims.amin.default)(_prims_reduce("min"))
 
 
 # --- creation and random ------------------------------------------------------------------------
