@@ -76,6 +76,15 @@ from braze.runtime.rng import manual_seed
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str) -> object:
+    # `braze.torch` (the torch.compile backend and `explain`) imports torch, so only when asked for.
+    if name == "torch":
+        import importlib
+
+        return importlib.import_module("braze.torch")
+    raise AttributeError(f"module 'braze' has no attribute {name!r}")
+
 __all__ = [
     "Array", "CompileError", "CudaError", "DType", "DeviceArray", "Error", "Fusion", "FusionDefinitionError",
     "InputError", "KernelAssertionError", "KernelError", "KernelSyntaxError", "KernelTypeError", "OutOfMemoryError",

@@ -1,0 +1,113 @@
+"""Extent carriers: tensors a region takes only for their sizes.
+
+braze knows a symbolic size only as an extent of one of a fusion's input tensors. A region may need
+a size that none of its inputs has as a whole dimension: it reads a (s0*s1, 96) matrix and views it
+as (s0, s1, 96). The graph then hands the region one more input that has the size as a dimension,
+its "carrier": a graph input with that dimension where there is one, else a zero-stride tensor
+expanded from the symbolic size itself. braze reads the carrier's extents and none of its elements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy
+import torch
+from torch import fx
+
+from braze.frontend.torch.region_builder import meta
+from braze.frontend.torch.symbols import size_expr
+
+_ZEROS: dict[torch.device, torch.Tensor] = {}
+
+
+def extent_carrier(size: int, device: torch.device) -> torch.Tensor:
+    """A tensor of shape (size,) that reads one zero: it carries `size` into a fusion."""
+    zero = _ZEROS.get(device)
+    if zero is None:
+        zero = _ZEROS[device] = torch.zeros((), dtype=torch.int8, device=device)
+    return zero.expand(size)
+
+
+def _symbols(value: object) -> set[sympy.Symbol]:
+    if isinstance(value, torch.Tensor):
+        found = set()
+        for size in value.shape:
+            expr = size_expr(size)
+            found |= set() if isinstance(expr, int) else expr.free_symbols
+        return found
+    if isinstance(value, torch.SymInt):
+        expr = size_expr(value)
+        return set() if isinstance(expr, int) else expr.free_symbols
+    if isinstance(value, (list, tuple)):
+        return set().union(*[_symbols(v) for v in value]) if value else set()
+    return set()
+
+
+def _bare_symbols(value: object) -> set[sympy.Symbol]:
+    if not isinstance(value, torch.Tensor):
+        return set()
+    return {e for e in (size_expr(s) for s in value.shape) if isinstance(e, sympy.Symbol)}
+
+
+def missing_symbols(region: fx.GraphModule) -> set[sympy.Symbol]:
+    """The symbols a region's sizes use that no input tensor of it has as a whole dimension."""
+    known, needed = set(), set()
+    for node in region.graph.nodes:
+        if node.op == "placeholder":
+            known |= _bare_symbols(meta(node))
+        elif node.op == "call_function":
+            needed |= _symbols(meta(node))
+            for arg in node.args:
+                needed |= _symbols([meta(a) for a in arg] if isinstance(arg, (list, tuple)) else meta(arg))
+    return needed - known
+
+
+@dataclass(frozen=True)
+class Carrier:
+    """What the region builder needs of a carrier: its sizes (ints and sympy expressions) and dtype."""
+
+    sizes: tuple[object, ...]
+    dtype: torch.dtype
+
+
+def add_carriers(gm: fx.GraphModule, call: fx.Node, symbols: set[sympy.Symbol]) -> list[Carrier]:
+    """Adds a carrier of each symbol to the region call's arguments (one graph input may carry
+    several); returns them in that order."""
+    nodes, carriers = [], []
+    for symbol in sorted(symbols, key=str):
+        if any(symbol in c.sizes for c in carriers):
+            continue
+        found = _carrier(gm, call, symbol)
+        if found is not None:
+            nodes.append(found[0])
+            carriers.append(found[1])
+    call.args = (*call.args, *nodes)
+    return carriers
+
+
+def add_device_anchor(gm: fx.GraphModule, call: fx.Node, device: torch.device) -> list[Carrier]:
+    """Gives a region that reads no tensor (an `arange`, a `full`) one to read, on the graph's device:
+    braze runs a fusion where its inputs live and gives back their kind, so the region's outputs are
+    torch tensors there."""
+    with gm.graph.inserting_before(call):
+        anchor = gm.graph.call_function(extent_carrier, (1, device))
+    call.args = (*call.args, anchor)
+    return [Carrier((1,), torch.int8)]
+
+
+def _carrier(gm: fx.GraphModule, call: fx.Node, symbol: sympy.Symbol) -> tuple[fx.Node, Carrier] | None:
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for node in placeholders:
+        value = meta(node)
+        if symbol in _bare_symbols(value):
+            return node, Carrier(tuple(size_expr(s) for s in value.shape), value.dtype)
+    for node in placeholders:
+        value = meta(node)
+        if isinstance(value, torch.SymInt) and size_expr(value) == symbol:
+            device = next((meta(a).device for a in call.all_input_nodes if isinstance(meta(a), torch.Tensor)),
+                          torch.device("cpu"))
+            with gm.graph.inserting_before(call):
+                carrier = gm.graph.call_function(extent_carrier, (node, device))
+            return carrier, Carrier((symbol,), torch.int8)
+    return None  # the region build then names the size it cannot find

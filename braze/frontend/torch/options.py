@@ -1,0 +1,81 @@
+"""The options of the braze backend: `torch.compile(model, backend="braze", options={...})`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from braze.errors import InputError
+
+FALLBACKS = ("torch", "error")
+RANDOM = ("braze", "torch")
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the backend does with a model's graphs.
+
+    - `fallback`: `"torch"` runs a region braze cannot compile in PyTorch (with a warning, and
+      `explain` says why); `"error"` raises instead.
+    - `exclude_ops`: ATen ops left to PyTorch, by name (`"aten.gelu"` or `"aten.gelu.default"`).
+    - `min_region_ops`: the fewest fused ops (views not counted) a region needs to become a braze
+      fusion; smaller ones stay in PyTorch.
+    - `random`: `"braze"` draws random tensors (dropout masks) with braze's Philox generator inside the
+      fused kernels (seeded by `bz.manual_seed`); `"torch"` leaves them to PyTorch's generator.
+    """
+
+    fallback: str = "torch"
+    exclude_ops: frozenset[str] = field(default_factory=frozenset)
+    min_region_ops: int = 1
+    random: str = "braze"
+
+
+def _choice(name: str, allowed: tuple[str, ...]):
+    def check(value: object) -> str:
+        if value not in allowed:
+            raise InputError(f"options[{name!r}]: expected one of {', '.join(map(repr, allowed))}, got {value!r}")
+        return value
+
+    return check
+
+
+def _op_names(value: object) -> frozenset[str]:
+    if isinstance(value, str) or not all(isinstance(v, str) for v in _iterable(value)):
+        raise InputError(f"options['exclude_ops']: expected a list of ATen op names like 'aten.gelu', got {value!r}")
+    return frozenset(value)
+
+
+def _iterable(value: object) -> list:
+    try:
+        return list(value)
+    except TypeError:
+        raise InputError(f"options['exclude_ops']: expected a list of ATen op names, got {value!r}") from None
+
+
+def _count(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InputError(f"options['min_region_ops']: expected an int >= 1, got {value!r}")
+    return value
+
+
+_CHECKS = {
+    "fallback": _choice("fallback", FALLBACKS),
+    "exclude_ops": _op_names,
+    "min_region_ops": _count,
+    "random": _choice("random", RANDOM),
+}
+
+
+def parse_options(options: Mapping[str, object] | None, mode: str | None = None) -> Options:
+    """Checks `torch.compile`'s `options` (and `mode`) for the braze backend, naming any it does not know."""
+    if mode not in (None, "default"):
+        raise InputError(f"mode: the braze backend has no modes; expected None or 'default', got {mode!r}")
+    if options is None:
+        return Options()
+    if not isinstance(options, Mapping):
+        raise InputError(f"options: expected a dict, got {type(options).__name__}")
+    unknown = sorted(set(options) - set(_CHECKS), key=str)
+    if unknown:
+        raise InputError(f"options: unknown option {unknown[0]!r} for the braze backend; expected any of "
+                         f"{', '.join(map(repr, _CHECKS))}")
+    return Options(**{name: _CHECKS[name](value) for name, value in options.items()})

@@ -1,0 +1,231 @@
+"""The ATen ops braze fuses, one rule each: how the op becomes braze ops, and when it cannot.
+
+`RULES[op]` is a `Rule`. The partitioner (`support.py`) offers braze exactly the nodes whose op has
+a rule that accepts them; the region builder (`region_builder.py`) calls `convert`. Every rule
+computes in the dtype torch's type promotion gives and rounds to the dtype torch recorded for the
+node, so a region gives the values eager PyTorch gives, op by op. Views, reductions and creation
+ops are in `rules_shapes.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import fx
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+
+import braze as bz
+from braze.frontend.torch.region_builder import RegionBuilder, bind, braze_dtype, meta
+from braze.ir.tensor import TensorView
+
+aten = torch.ops.aten
+Convert = Callable[[RegionBuilder, fx.Node], object]
+Accepts = Callable[[fx.Node], str | None]  # None when braze can take the node, else why not
+
+
+@dataclass(frozen=True)
+class Rule:
+    convert: Convert
+    accepts: Accepts | None = None
+
+
+RULES: dict[object, Rule] = {}
+
+
+def rule(*ops: object, accepts: Accepts | None = None) -> Callable[[Convert], Convert]:
+    def register(convert: Convert) -> Convert:
+        for op in ops:
+            RULES[op] = Rule(convert, accepts)
+        return convert
+
+    return register
+
+
+# --- dtypes -----------------------------------------------------------------------------------------
+def finish(node: fx.Node, tv: TensorView) -> TensorView:
+    """The op's result in the dtype torch recorded for the node."""
+    return bz.ops.cast(tv, braze_dtype(meta(node).dtype))
+
+
+def _dtype_stand_in(arg: object) -> object:
+    """What torch's type promotion needs of an operand: a tensor's dtype and whether it has
+    dimensions, a number's kind."""
+    value = meta(arg)
+    if isinstance(value, torch.Tensor):
+        return torch.empty((0,) if value.dim() else (), dtype=value.dtype)
+    stand_ins = {torch.SymInt: 1, torch.SymFloat: 1.0, torch.SymBool: True}
+    return stand_ins.get(type(value), value)
+
+
+def promoted_dtype(args: list[object]) -> torch.dtype:
+    """torch's result dtype of an elementwise op over `args` (tensors, numbers and symbolic ones)."""
+    stand_ins = [_dtype_stand_in(a) for a in args]
+    return elementwise_dtypes(*stand_ins, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)[1]
+
+
+def promoted(b: RegionBuilder, args: list[object]) -> list[object]:
+    """The operands, tensors cast to their promoted dtype (numbers stay weak, as in torch)."""
+    dtype = braze_dtype(promoted_dtype(args))
+    operands = [b.operand(a) for a in args]
+    return [bz.ops.cast(x, dtype) if isinstance(x, TensorView) else x for x in operands]
+
+
+# --- pointwise ----------------------------------------------------------------------------------------
+UNARY = {  # ATen op -> braze op
+    "abs": "abs", "neg": "neg", "exp": "exp", "exp2": "exp2", "expm1": "expm1", "log": "log", "log2": "log2",
+    "log1p": "log1p", "sqrt": "sqrt", "rsqrt": "rsqrt", "reciprocal": "reciprocal", "sin": "sin", "cos": "cos",
+    "tan": "tan", "tanh": "tanh", "sigmoid": "sigmoid", "relu": "relu", "erf": "erf", "floor": "floor",
+    "ceil": "ceil", "round": "round", "trunc": "trunc", "sign": "sign", "isnan": "isnan", "isinf": "isinf",
+    "logical_not": "logical_not", "bitwise_not": "bitwise_not", "silu": "silu",
+}
+
+BINARY = {  # ATen op -> braze op; each with its .Tensor and .Scalar overloads where ATen has them
+    "mul": "mul", "maximum": "maximum", "minimum": "minimum", "atan2": "atan2", "eq": "eq", "ne": "ne",
+    "lt": "lt", "le": "le", "gt": "gt", "ge": "ge", "logical_and": "logical_and", "logical_or": "logical_or",
+    "logical_xor": "logical_xor", "bitwise_and": "bitwise_and", "bitwise_or": "bitwise_or",
+    "bitwise_xor": "bitwise_xor", "remainder": "remainder", "floor_divide": "floordiv",
+}
+
+
+def _overloads(name: str, *overloads: str) -> list[object]:
+    packet = getattr(aten, name)
+    return [getattr(packet, o) for o in overloads if o in packet.overloads()]
+
+
+def _unary(braze_op: str) -> Convert:
+    def convert(b: RegionBuilder, node: fx.Node) -> TensorView:
+        return finish(node, bz.ops.elementwise(braze_op, b.tensor(node.args[0])))
+
+    return convert
+
+
+def _binary(braze_op: str) -> Convert:
+    def convert(b: RegionBuilder, node: fx.Node) -> TensorView:
+        return finish(node, bz.ops.elementwise(braze_op, *promoted(b, list(node.args[:2]))))
+
+    return convert
+
+
+for _name, _op in UNARY.items():
+    rule(*_overloads(_name, "default"))(_unary(_op))
+for _name, _op in BINARY.items():
+    rule(*_overloads(_name, "Tensor", "Scalar", "default"))(_binary(_op))
+
+# prims (some of PyTorch's decompositions, batch norm's among them, reach down to them): the same
+# math without type promotion, so the same rules serve.
+prims = torch.ops.prims
+for _name, _op in UNARY.items():
+    if hasattr(prims, _name):
+        rule(getattr(prims, _name).default)(_unary(_op))
+for _name, _op in {**BINARY, "add": "add", "sub": "sub"}.items():
+    if hasattr(prims, _name) and _name not in ("remainder", "floor_divide"):
+        rule(getattr(prims, _name).default)(_binary(_op))
+
+
+@rule(aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar)
+def _add_sub(b: RegionBuilder, node: fx.Node) -> TensorView:
+    args = bind(node)
+    x, y = promoted(b, [args["self"], args["other"]])
+    if args["alpha"] is not None and args["alpha"] != 1:
+        y = bz.ops.mul(y, b.operand(args["alpha"]))
+    return finish(node, bz.ops.elementwise("add" if node.target._schema.name == "aten::add" else "sub", x, y))
+
+
+def _rounding_mode_known(node: fx.Node) -> str | None:
+    mode = bind(node).get("rounding_mode")
+    return None if mode in (None, "trunc", "floor") else f"rounding_mode={mode!r}"
+
+
+@rule(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode, torch.ops.prims.div.default,
+      accepts=_rounding_mode_known)
+def _div(b: RegionBuilder, node: fx.Node) -> TensorView:
+    args = bind(node)
+    x, y = promoted(b, [args.get("self", args.get("a")), args.get("other", args.get("b"))])
+    is_int = meta(node).dtype in (torch.int8, torch.int32, torch.int64)
+    # prims.div divides floats truly and truncates integers, as C does
+    mode = ("trunc" if is_int else None) if node.target is torch.ops.prims.div.default else args.get("rounding_mode")
+    if mode is None:
+        return finish(node, bz.ops.truediv(x, y))
+    if mode == "floor":
+        return finish(node, bz.ops.floordiv(x, y) if is_int else bz.ops.floor(bz.ops.truediv(x, y)))
+    if not is_int:
+        return finish(node, bz.ops.trunc(bz.ops.truediv(x, y)))
+    # Integer division toward zero: floor division, one up where the signs differ and it is inexact.
+    q, r = bz.ops.floordiv(x, y), bz.ops.remainder(x, y)
+    return finish(node, bz.ops.where(bz.ops.logical_and(r != 0, (x < 0) != (y < 0)), q + 1, q))
+
+
+@rule(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar)
+def _pow(b: RegionBuilder, node: fx.Node) -> TensorView:
+    base, exponent = promoted(b, list(node.args[:2]))
+    if isinstance(base, TensorView) and base.dtype.is_floating and not isinstance(exponent, TensorView):
+        special = {2: lambda x: x * x, 1: lambda x: x, 0.5: bz.ops.sqrt, -1: bz.ops.reciprocal}
+        if exponent in special:  # exact where torch is exact (x ** 2 is x * x there too)
+            return finish(node, special[exponent](base))
+    return finish(node, bz.ops.pow(base, exponent))
+
+
+@rule(aten.where.self, torch.ops.prims.where.default)
+def _where(b: RegionBuilder, node: fx.Node) -> TensorView:
+    condition = b.tensor(node.args[0])
+    return finish(node, bz.ops.where(condition, *promoted(b, list(node.args[1:3]))))
+
+
+@rule(aten.clamp.default, aten.clamp.Tensor, aten.clamp_min.default, aten.clamp_max.default,
+      aten.clamp_min.Tensor, aten.clamp_max.Tensor)
+def _clamp(b: RegionBuilder, node: fx.Node) -> TensorView:
+    args = bind(node)
+    x, low_v, high_v = _promote_present(b, [args["self"], args.get("min"), args.get("max")])
+    if low_v is not None:
+        x = bz.ops.maximum(x, low_v)
+    if high_v is not None:
+        x = bz.ops.minimum(x, high_v)
+    return finish(node, x)
+
+
+def _promote_present(b: RegionBuilder, args: list[object]) -> list[object]:
+    present = [a for a in args if a is not None]
+    values = iter(promoted(b, present))
+    return [next(values) if a is not None else None for a in args]
+
+
+@rule(torch.ops.prims.fma.default)
+def _fma(b: RegionBuilder, node: fx.Node) -> TensorView:
+    return finish(node, bz.ops.fma(*promoted(b, list(node.args[:3]))))
+
+
+@rule(aten.gelu.default)
+def _gelu(b: RegionBuilder, node: fx.Node) -> TensorView:
+    args = bind(node)
+    return finish(node, bz.ops.gelu(b.tensor(args["self"]), approximate=args["approximate"]))
+
+
+def _cast_keeps_device(node: fx.Node) -> str | None:
+    args = bind(node)
+    if args.get("device") is not None and torch.device(args["device"]) != meta(args["self"]).device:
+        return f"a copy to another device ({args['device']})"
+    return None
+
+
+@rule(aten._to_copy.default, torch.ops.prims.convert_element_type.default, accepts=_cast_keeps_device)
+def _cast(b: RegionBuilder, node: fx.Node) -> TensorView:
+    return finish(node, b.tensor(node.args[0]))
+
+
+@rule(aten.copy.default)
+def _copy(b: RegionBuilder, node: fx.Node) -> TensorView:
+    target, source = b.tensor(node.args[0]), b.tensor(node.args[1])
+    source = bz.ops.cast(source, target.dtype)
+    rank = len(meta(node).shape)
+    source = bz.ops.broadcast(source, [True] * (rank - source.ndim) + [False] * source.ndim)
+    return finish(node, bz.ops.expand(source, b.shape_of(node)))
+
+
+@rule(aten.alias.default, aten.clone.default, aten.lift_fresh_copy.default, aten.detach.default)
+def _same(b: RegionBuilder, node: fx.Node) -> TensorView:
+    return finish(node, b.tensor(node.args[0]))
+
+
+from braze.frontend.torch import rules_shapes  # noqa: E402,F401  (fills RULES with views, reductions, creation)

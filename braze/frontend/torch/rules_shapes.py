@@ -1,0 +1,265 @@
+"""Rules for the ATen ops that move, reduce or create elements: views, reductions, creation and
+random ops (the pointwise ones are in `rules.py`).
+
+Target shapes come from the node's recorded shape, translated into braze extents, rather than from
+the op's size arguments: the two agree, and the recorded one needs no arithmetic on symbolic sizes.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import fx
+
+import braze as bz
+from braze.frontend.torch.region_builder import RegionBuilder, bind, braze_dtype, meta
+from braze.frontend.torch.rules import aten, finish, rule
+from braze.frontend.torch.symbols import size_expr
+from braze.ir.tensor import TensorView
+
+_BIG = 2**62  # a slice end at or past this is "to the end" (torch writes sys.maxsize)
+
+
+def _dims(dims: object, rank: int) -> list[int]:
+    listed = [dims] if isinstance(dims, int) else list(dims)
+    return [d % rank if rank else 0 for d in listed]
+
+
+def _align(x: TensorView, rank: int) -> TensorView:
+    """x with leading broadcast dimensions up to `rank` (NumPy's and torch's broadcasting)."""
+    return bz.ops.broadcast(x, [True] * (rank - x.ndim) + [False] * x.ndim) if x.ndim < rank else x
+
+
+# --- views ----------------------------------------------------------------------------------------
+@rule(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+def _reshape(b: RegionBuilder, node: fx.Node) -> TensorView:
+    return bz.ops.reshape(b.tensor(node.args[0]), b.shape_of(node))
+
+
+@rule(aten.permute.default)
+def _permute(b: RegionBuilder, node: fx.Node) -> TensorView:
+    x = b.tensor(node.args[0])
+    return bz.ops.permute(x, _dims(node.args[1], x.ndim))
+
+
+@rule(aten.t.default, aten.transpose.int)
+def _transpose(b: RegionBuilder, node: fx.Node) -> TensorView:
+    x = b.tensor(node.args[0])
+    if x.ndim < 2:
+        return x
+    dim0, dim1 = (node.args[1], node.args[2]) if len(node.args) > 2 else (0, 1)
+    return bz.ops.transpose(x, dim0, dim1)
+
+
+@rule(aten.expand.default)
+def _expand(b: RegionBuilder, node: fx.Node) -> TensorView:
+    shape = b.shape_of(node)
+    return bz.ops.expand(_align(b.tensor(node.args[0]), len(shape)), shape)
+
+
+@rule(torch.ops.prims.broadcast_in_dim.default)
+def _broadcast_in_dim(b: RegionBuilder, node: fx.Node) -> TensorView:
+    x = b.tensor(node.args[0])
+    return bz.ops.broadcast_in_dim(x, b.shape_of(node), list(node.args[2]))
+
+
+@rule(aten.unsqueeze.default)
+def _unsqueeze(b: RegionBuilder, node: fx.Node) -> TensorView:
+    return bz.ops.unsqueeze(b.tensor(node.args[0]), node.args[1])
+
+
+@rule(aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default)
+def _squeeze(b: RegionBuilder, node: fx.Node) -> TensorView:
+    x = b.tensor(node.args[0])
+    sizes = [size_expr(s) for s in meta(node.args[0]).shape]
+    dims = range(x.ndim) if len(node.args) < 2 else _dims(node.args[1], x.ndim)
+    return bz.ops.squeeze(x, [d for d in dims if sizes[d] == 1])  # torch leaves other sizes alone
+
+
+@rule(aten.slice.Tensor)
+def _slice(b: RegionBuilder, node: fx.Node) -> TensorView:
+    args = bind(node)
+    x = b.tensor(args["self"])
+    dim = _dims(args["dim"], x.ndim)[0]
+    bounds = [None if v is None or (isinstance(v, int) and v >= _BIG) else b.extent(v)
+              for v in (args["start"], args["end"])]
+    slices = [slice(None)] * x.ndim
+    slices[dim] = slice(bounds[0], bounds[1], args["step"])
+    return bz.ops.slice(x, slices)
+
+
+@rule(aten.select.int)
+def _select(b: RegionBuilder, node: fx.Node) -> TensorView:
+    x, dim, index = b.tensor(node.args[0]), node.args[1], b.extent(node.args[2])
+    dim = _dims(dim, x.ndim)[0]
+    slices = [slice(None)] * x.ndim
+    slices[dim] = slice(index, None if index == -1 else index + 1)
+    return bz.ops.squeeze(bz.ops.slice(x, slices), [dim])
+
+
+@rule(aten.cat.default)
+def _cat(b: RegionBuilder, node: fx.Node) -> TensorView:
+    dtype = braze_dtype(meta(node).dtype)
+    rank = len(meta(node).shape)
+    # torch skips 1-D empty tensors in a cat of higher rank (a legacy rule); so does this.
+    parts = [bz.ops.cast(b.tensor(t), dtype) for t in node.args[0] if len(meta(t).shape) == rank]
+    return bz.ops.cat(parts, _dims(node.args[1] if len(node.args) > 1 else 0, rank)[0])
+
+
+def _static_padding(node: fx.Node) -> str | None:
+    return None if all(isinstance(p, int) for p in node.args[1]) else "symbolic padding widths"
+
+
+@rule(aten.constant_pad_nd.default, accepts=_static_padding)
+def _pad(b: RegionBuilder, node: fx.Node) -> TensorView:
+    args = bind(node)
+    x, pads = b.tensor(args["self"]), list(args["pad"])
+    widths = [(0, 0)] * x.ndim
+    for i in range(len(pads) // 2):  # torch lists the last dimension first
+        widths[x.ndim - 1 - i] = (pads[2 * i], pads[2 * i + 1])
+    crops = [slice(max(-lo, 0), None if hi >= 0 else hi) for lo, hi in widths]  # negative widths crop
+    x = bz.ops.slice(x, crops) if any(lo < 0 or hi < 0 for lo, hi in widths) else x
+    value = args["value"] if args["value"] is not None else 0
+    return bz.ops.pad(x, [(max(lo, 0), max(hi, 0)) for lo, hi in widths], value)
+
+
+@rule(aten.flip.default)
+def _flip(b: RegionBuilder, node: fx.Node) -> TensorView:
+    x = b.tensor(node.args[0])
+    return bz.ops.flip(x, _dims(node.args[1], x.ndim))
+
+
+def _static_scatter(node: fx.Node) -> str | None:
+    args = bind(node)
+    if args["step"] != 1:
+        return f"step {args['step']}"
+    dim = args["dim"] % len(meta(node).shape)
+    sizes = [size_expr(meta(node).shape[dim]), *[size_expr(v) if isinstance(v, fx.Node) else v
+                                                     for v in (args["start"], args["end"])]]
+    if not all(v is None or isinstance(v, int) for v in sizes):
+        return "symbolic bounds"
+    return None
+
+
+@rule(aten.slice_scatter.default, accepts=_static_scatter)
+def _slice_scatter(b: RegionBuilder, node: fx.Node) -> TensorView:
+    """`base` with `src` written over base[start:end] along `dim`: src padded to base's extent, then
+    chosen where the index lies in the slice."""
+    args = bind(node)
+    base, src = b.tensor(args["self"]), b.tensor(args["src"])
+    dim = args["dim"] % base.ndim
+    n = size_expr(meta(node).shape[dim])
+    start, end, _ = slice(*[size_expr(v) if isinstance(v, fx.Node) else v
+                            for v in (args["start"], args["end"])]).indices(n)
+    end = max(end, start)
+    widths = [(0, 0)] * base.ndim
+    widths[dim] = (start, n - end)
+    placed = bz.ops.pad(bz.ops.cast(src, base.dtype), widths, 0)
+    index = bz.ops.arange(n)
+    inside = bz.ops.logical_and(index >= start, index < end)
+    inside = bz.ops.broadcast(inside, [d != dim for d in range(base.ndim)])
+    return finish(node, bz.ops.where(inside, placed, base))
+
+
+# --- reductions -----------------------------------------------------------------------------------
+REDUCTIONS = {  # ATen op -> braze reduction
+    "sum": "sum", "mean": "mean", "amax": "max", "amin": "min", "max": "max", "min": "min", "prod": "prod",
+    "any": "any", "all": "all", "argmax": "argmax", "argmin": "argmin", "var": "var",
+}
+_REDUCTION_OVERLOADS = ("default", "dim_IntList", "dim", "dims", "dim_int", "correction")
+
+
+def _whole_tensor_reduction(node: fx.Node) -> str | None:
+    # max.dim and min.dim give values and indices: two outputs, which the partitioner cannot hand over.
+    return "values and indices" if node.target._overloadname == "dim" and node.target._schema.name in (
+        "aten::max", "aten::min") else None
+
+
+def _reduce(b: RegionBuilder, node: fx.Node) -> TensorView:
+    args = bind(node)
+    x = b.tensor(args["self"])
+    if args.get("dtype") is not None:
+        x = bz.ops.cast(x, braze_dtype(args["dtype"]))
+    dims = args.get("dim")
+    axes = None if dims is None or dims == [] else _dims(dims, x.ndim)
+    op = REDUCTIONS[node.target._schema.name.split("::")[1]]
+    extra = {}
+    if op == "var":
+        correction = args.get("correction")
+        extra["correction"] = 1 if correction is None else correction
+    keepdim = bool(args.get("keepdim") or False)
+    if x.ndim == 0:  # a reduction of a 0-d tensor is that tensor (its argmax is 0)
+        return finish(node, bz.ops.full([], 0, braze_dtype(meta(node).dtype)) if op.startswith("arg") else x)
+    return finish(node, getattr(bz.ops, op)(x, axes, keepdim=keepdim, **extra))
+
+
+for _name in REDUCTIONS:
+    _packet = getattr(aten, _name)
+    rule(*[getattr(_packet, o) for o in _REDUCTION_OVERLOADS if o in _packet.overloads()],
+         accepts=_whole_tensor_reduction)(_reduce)
+
+
+def _prims_reduce(op: str):
+    def convert(b: RegionBuilder, node: fx.Node) -> TensorView:
+        x, dims = b.tensor(node.args[0]), node.args[1]
+        extra = {"correction": node.args[2]} if op == "var" else {}
+        axes = None if dims is None else _dims(dims, x.ndim)
+        return finish(node, getattr(bz.ops, op)(x, axes, **extra) if x.ndim else x)
+
+    return convert
+
+
+rule(torch.ops.prims.sum.default)(_prims_reduce("sum"))
+rule(torch.ops.prims.var.default)(_prims_reduce("var"))
+rule(torch.ops.prims.amax.default)(_prims_reduce("max"))
+rule(torch.ops.prims.amin.default)(_prims_reduce("min"))
+
+
+# --- creation and random ------------------------------------------------------------------------
+@rule(aten.full.default, aten.full_like.default, aten.scalar_tensor.default, aten.zeros.default,
+      aten.ones.default, aten.zeros_like.default, aten.ones_like.default)
+def _full(b: RegionBuilder, node: fx.Node) -> TensorView:
+    name = node.target._schema.name.split("::")[1]
+    fills = {"zeros": 0, "ones": 1, "zeros_like": 0, "ones_like": 1}
+    args = bind(node)
+    value = fills[name] if name in fills else b.operand(args.get("fill_value", args.get("s")))
+    return bz.ops.full(b.shape_of(node), value, braze_dtype(meta(node).dtype))
+
+
+def _integer_range(node: fx.Node) -> str | None:
+    args = bind(node)
+    bounds = [args.get("start", 0), args.get("end"), args.get("step", 1)]
+    if not all(isinstance(v, int) or (isinstance(v, fx.Node) and isinstance(meta(v), torch.SymInt))
+               for v in bounds if v is not None):
+        return "a range with float bounds"
+    return None if isinstance(bounds[2], int) else "a symbolic step"
+
+
+@rule(aten.arange.start_step, aten.arange.default, aten.arange.start, accepts=_integer_range)
+def _arange(b: RegionBuilder, node: fx.Node) -> TensorView:
+    args = bind(node)
+    start, end, step = args.get("start") or 0, b.extent(args["end"]), args.get("step") or 1
+    start = b.extent(start)
+    if not isinstance(start, int):  # braze's arange starts at an int: shift a range from 0 instead
+        values = bz.ops.arange(0, end - start, step) + start
+    else:
+        values = bz.ops.arange(start, end, step)
+    return finish(node, values)
+
+
+def _random(kind: str):
+    def convert(b: RegionBuilder, node: fx.Node) -> TensorView:
+        draw = bz.ops.rand if kind == "uniform" else bz.ops.randn
+        return draw(b.shape_of(node), braze_dtype(meta(node).dtype))
+
+    return convert
+
+
+def _float_random(node: fx.Node) -> str | None:
+    return None if meta(node).dtype.is_floating_point else "random integers"
+
+
+rule(aten.rand.default, aten.rand_like.default, accepts=_float_random)(_random("uniform"))
+rule(aten.randn.default, aten.randn_like.default, accepts=_float_random)(_random("normal"))
+
+RANDOM_OPS = frozenset({aten.rand.default, aten.rand_like.default, aten.randn.default, aten.randn_like.default})
+

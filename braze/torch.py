@@ -1,0 +1,9 @@
+"""`braze.torch`: braze's door for PyTorch models (importing it imports torch; `import braze` does not).
+
+    compiled = torch.compile(model, backend="braze")
+    print(braze.torch.explain(model, x))
+"""
+
+from braze.frontend.torch import Explanation, Options, backend, explain
+
+__all__ = ["Explanation", "Options", "backend", "explain"]

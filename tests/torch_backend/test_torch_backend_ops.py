@@ -1,0 +1,326 @@
+"""The braze backend op by op: generated programs of pointwise ops, reductions and views against eager
+PyTorch (values and gradients), each ATen rule family, dropout, autocast, symbolic sizes, explain,
+the options and their errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from importlib.metadata import entry_points
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+torch = pytest.importorskip("torch")
+
+import torch.nn.functional as F  # noqa: E402
+
+import braze as bz  # noqa: E402
+from braze.frontend.torch import region_builder  # noqa: E402
+from braze.frontend.torch.options import Options, parse_options  # noqa: E402
+
+STRICT = {"fallback": "error"}
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _close(actual, expected, what: str = "output", rtol: float = 1e-4, atol: float = 1e-5) -> None:
+    """Equal within float32 tolerances relative to the largest finite magnitude (NaN where eager has NaN)."""
+    finite = expected[torch.isfinite(expected)] if expected.is_floating_point() else expected.new_zeros(0)
+    scale = max(finite.abs().max().item(), 1.0) if finite.numel() else 1.0
+    torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol * scale, equal_nan=True,
+                               msg=lambda m: f"{what}: {m}")
+
+
+# --- generated programs ----------------------------------------------------------------------------
+UNARY = [torch.tanh, torch.sigmoid, torch.relu, torch.abs, torch.neg, torch.sin, torch.erf, F.gelu, F.silu,
+         lambda x: torch.exp(x.clamp(-4, 4)), lambda x: torch.sqrt(x.abs() + 0.25), lambda x: torch.log1p(x.abs()),
+         lambda x: torch.rsqrt(x * x + 1), lambda x: F.gelu(x, approximate="tanh"), lambda x: x.pow(2)]
+BINARY = [torch.add, torch.sub, torch.mul, torch.maximum, torch.minimum, lambda x, y: x / (y.abs() + 0.5),
+          lambda x, y: torch.where(x > y, x, y * 0.5), lambda x, y: x * 0.5 - y + 1.0]
+ALONG_LAST = [lambda x: x.sum(-1, keepdim=True), lambda x: x.mean(-1, keepdim=True),
+              lambda x: x.amax(-1, keepdim=True), lambda x: x.amin(-1, keepdim=True),
+              lambda x: x.var(-1, keepdim=True, correction=0), lambda x: torch.softmax(x, -1),
+              lambda x: torch.log_softmax(x, -1),
+              lambda x: F.layer_norm(x, x.shape[-1:]), lambda x: x.flip(-1),
+              lambda x: torch.cat([x[..., 1:], x[..., :1]], -1), lambda x: x.t().t()]
+
+
+@st.composite
+def programs(draw):
+    """A list of steps, each an op applied to earlier values (0: x, 1: y), broadcasting as torch does."""
+    steps = []
+    for _ in range(draw(st.integers(1, 6))):
+        known = 2 + len(steps)
+        kind = draw(st.sampled_from(["unary", "binary", "along_last"]))
+        table = {"unary": UNARY, "binary": BINARY, "along_last": ALONG_LAST}[kind]
+        arity = 2 if kind == "binary" else 1
+        steps.append((kind, draw(st.integers(0, len(table) - 1)),
+                      [draw(st.integers(0, known - 1)) for _ in range(arity)]))
+    return steps
+
+
+def _program(steps):
+    tables = {"unary": UNARY, "binary": BINARY, "along_last": ALONG_LAST}
+
+    def program(x, y):
+        values = [x, y]
+        for kind, op, operands in steps:
+            values.append(tables[kind][op](*[values[i] for i in operands]))
+        return values[-1] * 1.5 + values[-2].sum()  # two results reach the output
+
+    return program
+
+
+@settings(max_examples=12, deadline=None)
+@given(steps=programs(), rows=st.sampled_from([1, 3, 5]), cols=st.sampled_from([1, 2, 7]),
+       y_shape=st.sampled_from(["row", "column", "full"]), seed=st.integers(0, 2**16))
+def test_generated_programs_match_eager_values_and_gradients(steps, rows, cols, y_shape, seed) -> None:
+    torch._dynamo.reset()
+    generator = torch.Generator().manual_seed(seed)
+    shape_of_y = {"row": (cols,), "column": (rows, 1), "full": (rows, cols)}[y_shape]
+    x = torch.randn(rows, cols, generator=generator, requires_grad=True)
+    y = torch.randn(*shape_of_y, generator=generator, requires_grad=True)
+    program = _program(steps)
+    compiled = torch.compile(program, backend="braze", options=STRICT)
+    out, expected = compiled(x, y), program(x, y)
+    _close(out, expected)
+    grad_out = torch.randn(expected.shape, generator=generator)
+    grads = torch.autograd.grad(out, [x, y], grad_out, allow_unused=True)
+    grads_ref = torch.autograd.grad(expected, [x, y], grad_out, allow_unused=True)
+    for name, g, g_ref in zip("xy", grads, grads_ref):
+        if g_ref is not None:
+            _close(g, g_ref, f"gradient of {name}", rtol=1e-4, atol=1e-4)
+
+
+# --- the rule families ---------------------------------------------------------------------------------
+def _ints(x):  # integer and bool arithmetic, division in each rounding mode, bit ops
+    i = (x * 10).to(torch.int64)
+    j = (x * 3).to(torch.int32) + 7
+    return torch.stack([torch.div(i, j, rounding_mode="trunc").float(), torch.div(i, j, rounding_mode="floor").float(),
+                        (i % j).float(), (i // j).float(), (i & 6 | 1).float(), (i ^ j).float(),
+                        ((i > 0) & (j < 9)).float(), (i.abs() + (~(i > 2)).long()).float()])
+
+
+def _floats(x):  # clamps, powers, rounding, comparisons with scalars, casts both ways
+    return torch.stack([x.clamp(-0.5, 0.5), x.clamp(min=0.1), torch.clamp(x, max=x * 0.5), x.pow(3),
+                        torch.pow(2.0, x), (x.abs() + 1).pow(0.5),
+                        torch.atan2(x, x + 2), torch.round(x * 4), torch.trunc(x * 3), torch.sign(x),
+                        torch.remainder(x, 0.75), x.double().float() * (x >= 0), x.half().float(),
+                        torch.lerp(x, x * x, 0.3), torch.addcmul(x, x, x, value=0.5)])
+
+
+def _views(x):  # reshapes, permutes, slices with steps, selects, padding (growing and cropping), expand
+    y = x.reshape(2, 3, 4).permute(2, 0, 1)
+    a = y[1:, :, ::2].reshape(-1)
+    b = y.select(2, 1).flip(0).reshape(-1)
+    c = F.pad(x, (1, -2, 0, 1), value=0.5).reshape(-1)
+    d = x[:, :1].expand(6, 5).t().reshape(-1)
+    e = x.unsqueeze(0).squeeze(0)[1].reshape(-1)
+    return torch.cat([a, b, c, d, e])
+
+
+def _reductions(x):  # every reduction, with dims, without, and keepdim
+    return torch.stack([x.sum(), x.mean(), x.prod(), x.amax(), x.var(), x.std(), x.argmax().float(),
+                        x.argmin(1).float().sum(), (x > 0).any().float(), (x > -9).all(1).float().sum(),
+                        x.sum(0, keepdim=True).sum(), x.var(1, correction=0).sum(), x.max(), x.min(),
+                        x.logsumexp(1).sum()])
+
+
+def _creation(x):  # arange, full, ones and zeros likes, where with scalars
+    n = x.shape[0]
+    r = torch.arange(n, dtype=torch.float32)[:, None] + torch.arange(1, 2 * x.shape[1] + 1, 2)
+    return r * x + torch.full_like(x, 2.0) - torch.ones_like(x) + torch.where(x > 0, 1.0, -x)
+
+
+@pytest.mark.parametrize("fn, fused", [
+    (_ints, {"aten.div.Tensor_mode", "aten.remainder.Tensor", "aten.bitwise_and.Scalar", "aten.bitwise_xor.Tensor"}),
+    (_floats, {"aten.clamp.default", "aten.pow.Tensor_Scalar", "aten.pow.Scalar", "aten.atan2.default",
+               "aten.round.default", "aten.sign.default", "aten._to_copy.default"}),
+    (_views, {"aten.permute.default", "aten.slice.Tensor", "aten.constant_pad_nd.default", "aten.flip.default",
+              "aten.cat.default", "aten.expand.default"}),
+    (_reductions, {"aten.prod.default", "aten.var.correction", "aten.argmax.default", "aten.any.default",
+                   "aten.amax.default"}),
+    (_creation, {"aten.arange.start_step", "aten.full_like.default", "aten.where.self"}),
+], ids=lambda v: v.__name__.strip("_") if callable(v) else "")
+def test_each_rule_family_matches_eager_and_runs_in_braze(fn, fused) -> None:
+    x = torch.randn(6, 4, generator=torch.Generator().manual_seed(0))
+    compiled = torch.compile(fn, backend="braze", options=STRICT)
+    _close(compiled(x), fn(x))
+    explanation = bz.torch.explain(fn, x, options=STRICT)
+    fused_ops = {op for region in explanation.regions for op in region.fused_ops}
+    assert fused <= fused_ops, f"left to PyTorch: {sorted(fused - fused_ops)}\n{explanation}"
+
+
+def test_a_slice_backward_scatters_in_braze() -> None:
+    def rotate_half(x):
+        return torch.cat([-x[..., 3:], x[..., :3]], -1) * x
+
+    x = torch.randn(4, 6, requires_grad=True)
+    explanation = bz.torch.explain(rotate_half, x, options=STRICT)
+    assert "aten.slice_scatter.default" in {op for r in explanation.regions for op in r.fused_ops}
+    compiled = torch.compile(rotate_half, backend="braze", options=STRICT)
+    (g,) = torch.autograd.grad(compiled(x).sum(), x)
+    (g_ref,) = torch.autograd.grad(rotate_half(x).sum(), x)
+    _close(g, g_ref, "gradient")
+
+
+# --- dropout, autocast, symbolic sizes ------------------------------------------------------------------
+def _dropout(x):
+    return F.dropout(x, 0.5, training=True) * 3
+
+
+def test_dropout_draws_a_fresh_mask_per_call_and_backward_uses_the_same_one() -> None:
+    x = torch.randn(64, 32, requires_grad=True)
+    compiled = torch.compile(_dropout, backend="braze", options=STRICT)
+    y = compiled(x)
+    (g,) = torch.autograd.grad(y.sum(), x)
+    kept = y != 0
+    assert 0.4 < kept.float().mean().item() < 0.6
+    _close(y[kept], x[kept] * 6)
+    assert torch.equal(g != 0, kept) and torch.all(g[kept] == 6.0)
+    assert not torch.equal(compiled(x) != 0, kept)
+    bz.manual_seed(7)
+    first = compiled(x)
+    bz.manual_seed(7)
+    assert torch.equal(compiled(x), first)
+
+
+@pytest.mark.parametrize("random, where", [("braze", "braze"), ("torch", "torch")])
+def test_the_random_option_says_who_draws_dropout_masks(random: str, where: str) -> None:
+    explanation = bz.torch.explain(_dropout, torch.randn(8, 8), options={"random": random})
+    fused = {op for r in explanation.regions for op in r.fused_ops}
+    assert ("aten.rand_like.default" in fused) == (where == "braze")
+
+
+def test_bf16_autocast_regions_match_eager() -> None:
+    def mlp(x, w):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return F.gelu(x @ w).sum(-1)
+
+    x, w = torch.randn(8, 16, requires_grad=True), torch.randn(16, 16, requires_grad=True)
+    compiled = torch.compile(mlp, backend="braze", options=STRICT)
+    out, expected = compiled(x, w), mlp(x, w)
+    assert out.dtype == torch.bfloat16
+    _close(out.float(), expected.float(), rtol=2e-2, atol=2e-2)
+    grads = torch.autograd.grad(out.float().sum(), [x, w])
+    grads_ref = torch.autograd.grad(expected.float().sum(), [x, w])
+    for g, g_ref in zip(grads, grads_ref):
+        _close(g, g_ref, "gradient", rtol=2e-2, atol=2e-2)
+
+
+def test_a_size_no_region_input_has_is_carried_in() -> None:
+    """The region after the matmul reads a (batch*seq, 8) matrix but views it as (batch, seq, 8)."""
+    def project(x, w):
+        return torch.tanh((x.reshape(-1, x.shape[-1]) @ w).reshape(x.shape[0], x.shape[1], -1) + 1).sum(1)
+
+    w = torch.randn(4, 8)
+    compiled = torch.compile(project, backend="braze", options=STRICT, dynamic=True)
+    for batch, seq in ((2, 3), (5, 7)):
+        x = torch.randn(batch, seq, 4)
+        _close(compiled(x, w), project(x, w))
+
+
+# --- explain and options -------------------------------------------------------------------------------
+def test_explain_lists_regions_their_ops_kernels_and_what_stayed_in_pytorch() -> None:
+    def block(x, w):
+        return torch.softmax(F.gelu(x @ w) * 2, -1)
+
+    x, w = torch.randn(4, 8, requires_grad=True), torch.randn(8, 8, requires_grad=True)
+    explanation = bz.torch.explain(block, x, w)
+    graphs = [g.graph for g in explanation.graphs]
+    assert graphs == ["forward", "backward"]
+    for region in explanation.regions:
+        assert region.runs_in == "braze" and region.kernels, region
+    forward = explanation.graphs[0]
+    assert {"aten.gelu.default", "aten.exp.default"} <= set(forward.regions[0].fused_ops)
+    assert ("aten.mm.default", "a matrix multiply: PyTorch's BLAS runs it") in forward.torch_ops
+    text = str(explanation)
+    assert "forward graph: 1 braze region(s)" in text and "kernels launched" in text and "aten.mm.default" in text
+    assert x.grad is None and w.grad is None, "explain left gradients behind"
+
+
+def test_excluded_ops_and_small_regions_stay_in_pytorch() -> None:
+    def f(x):
+        return F.gelu(x) + torch.sigmoid(x)
+
+    x = torch.randn(4, 4)
+    excluded = bz.torch.explain(f, x, options={"exclude_ops": ["aten.gelu"]})
+    assert ("aten.gelu.default", "excluded by options['exclude_ops']") in excluded.graphs[0].torch_ops
+    small = bz.torch.explain(f, x, options={"min_region_ops": 5})
+    assert small.regions == []
+    assert any("min_region_ops" in reason for _, reason in small.graphs[0].torch_ops)
+
+
+def test_a_region_braze_cannot_build_runs_in_pytorch_or_raises(monkeypatch) -> None:
+    def refuse(self):
+        raise bz.UnsupportedError("not today")
+
+    monkeypatch.setattr(region_builder.RegionBuilder, "build", refuse)
+    x = torch.randn(4, 4)
+    with pytest.warns(RuntimeWarning, match="runs in PyTorch; braze cannot build it: UnsupportedError: not today"):
+        _close(torch.compile(torch.tanh, backend="braze")(x), torch.tanh(x))
+    torch._dynamo.reset()
+    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed) as failed:
+        torch.compile(torch.tanh, backend="braze", options=STRICT)(x)
+    assert isinstance(failed.value.inner_exception, bz.UnsupportedError)
+
+
+def test_a_region_that_fails_to_run_falls_back_to_pytorch_for_good(monkeypatch) -> None:
+    def f(x):
+        return torch.tanh(x) * 2
+
+    compiled = torch.compile(f, backend="braze")
+    x = torch.randn(4, 4)
+    _close(compiled(x), f(x))
+
+    def broken(self, inputs, **kwargs):
+        raise bz.CompileError("the compiler broke")
+
+    monkeypatch.setattr(bz.Fusion, "execute", broken)
+    with pytest.warns(RuntimeWarning, match="runs in PyTorch from now on; braze could not run it: CompileError"):
+        _close(compiled(x), f(x))
+    _close(compiled(x), f(x))
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"fallbak": "torch"}, r"options: unknown option 'fallbak' for the braze backend; expected any of 'fallback'"),
+    ({"fallback": "eager"}, r"options\['fallback'\]: expected one of 'torch', 'error', got 'eager'"),
+    ({"exclude_ops": "aten.gelu"}, r"options\['exclude_ops'\]: expected a list of ATen op names"),
+    ({"min_region_ops": 0}, r"options\['min_region_ops'\]: expected an int >= 1, got 0"),
+    ({"random": "numpy"}, r"options\['random'\]: expected one of 'braze', 'torch', got 'numpy'"),
+])
+def test_bad_options_name_the_option(options: dict, message: str) -> None:
+    with pytest.raises(bz.InputError, match=f"^{message}"):
+        parse_options(options)
+
+
+def test_a_bad_option_fails_the_compile_with_a_braze_input_error() -> None:
+    compiled = torch.compile(torch.tanh, backend="braze", options={"max_autotune": True})
+    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed, match="unknown option 'max_autotune'") as failed:
+        compiled(torch.randn(3))
+    assert isinstance(failed.value.inner_exception, bz.InputError)
+    with pytest.raises(bz.InputError, match="^mode: the braze backend has no modes"):
+        parse_options(None, mode="max-autotune")
+    assert parse_options({"exclude_ops": ["aten.gelu"]}) == Options(exclude_ops=frozenset({"aten.gelu"}))
+
+
+def test_the_backend_is_an_entry_point_and_import_braze_does_not_import_torch() -> None:
+    assert [e.value for e in entry_points(group="torch_dynamo_backends") if e.name == "braze"] == [
+        "braze.frontend.torch:backend"]
+    subprocess.run([sys.executable, "-c", "import sys, braze; assert 'torch' not in sys.modules"], check=True)
+    assert bz.torch.explain is bz.frontend.torch.explain
+
+
+def test_stride_orders_follow_torchs_layouts() -> None:
+    x = torch.empty(2, 3, 4)
+    assert region_builder.stride_order(x) is None
+    assert region_builder.stride_order(x.permute(0, 2, 1).contiguous().permute(0, 2, 1)) == (2, 0, 1)
+    assert region_builder.stride_order(torch.empty(2, 1, 4)) is None
+    assert region_builder.stride_order(torch.empty(8, 3, 5, 5).to(memory_format=torch.channels_last)) == (3, 0, 2, 1)

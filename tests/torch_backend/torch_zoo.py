@@ -1,0 +1,193 @@
+"""The model zoo of the `torch.compile` backend tests: small configurations of real architectures with
+random weights (nothing is downloaded). Each builder returns a module and a function making inputs.
+
+The benchmark `benchmarks/torch_models.py` builds the same models at larger sizes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass(frozen=True)
+class Config:
+    dim: int = 32
+    heads: int = 4
+    hidden: int = 64  # the MLP's inner width
+    dropout: float = 0.0
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.heads
+
+
+def _split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+    batch, seq, dim = x.shape
+    return x.view(batch, seq, heads, dim // heads).transpose(1, 2)
+
+
+def _merge_heads(x: torch.Tensor) -> torch.Tensor:
+    batch, heads, seq, head_dim = x.shape
+    return x.transpose(1, 2).reshape(batch, seq, heads * head_dim)
+
+
+class GPT2Block(nn.Module):
+    """Pre-norm transformer block of GPT-2: LayerNorm, causal attention through SDPA, GELU (tanh) MLP."""
+
+    def __init__(self, c: Config) -> None:
+        super().__init__()
+        self.c = c
+        self.ln_1, self.ln_2 = nn.LayerNorm(c.dim), nn.LayerNorm(c.dim)
+        self.c_attn, self.c_proj = nn.Linear(c.dim, 3 * c.dim), nn.Linear(c.dim, c.dim)
+        self.c_fc, self.mlp_proj = nn.Linear(c.dim, c.hidden), nn.Linear(c.hidden, c.dim)
+        self.drop = nn.Dropout(c.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.c_attn(self.ln_1(x)).split(self.c.dim, dim=2)
+        q, k, v = (_split_heads(t, self.c.heads) for t in (q, k, v))
+        attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.drop(self.c_proj(_merge_heads(attn)))
+        h = F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh")
+        return x + self.drop(self.mlp_proj(h))
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def rope_tables(seq: int, head_dim: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of the rotary embedding, (seq, head_dim), halves repeated as LLaMA lays them out."""
+    inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+    angles = torch.outer(torch.arange(seq, dtype=torch.float32), inv_freq)
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos(), angles.sin()
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    return x * cos + _rotate_half(x) * sin
+
+
+class LlamaBlock(nn.Module):
+    """LLaMA block: RMSNorm, rotary position embedding, causal SDPA, SwiGLU MLP, no biases."""
+
+    def __init__(self, c: Config) -> None:
+        super().__init__()
+        self.c = c
+        self.attn_norm, self.mlp_norm = RMSNorm(c.dim), RMSNorm(c.dim)
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(c.dim, c.dim, bias=False) for _ in range(4))
+        self.w1, self.w3 = nn.Linear(c.dim, c.hidden, bias=False), nn.Linear(c.dim, c.hidden, bias=False)
+        self.w2 = nn.Linear(c.hidden, c.dim, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        h = self.attn_norm(x)
+        q, k, v = (_split_heads(w(h), self.c.heads) for w in (self.wq, self.wk, self.wv))
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.wo(_merge_heads(attn))
+        h = self.mlp_norm(x)
+        return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
+
+
+class BertLayer(nn.Module):
+    """BERT encoder layer: post-norm, attention with an additive padding mask and explicit softmax, GELU."""
+
+    def __init__(self, c: Config) -> None:
+        super().__init__()
+        self.c = c
+        self.query, self.key, self.value = (nn.Linear(c.dim, c.dim) for _ in range(3))
+        self.attn_out, self.ln_attn = nn.Linear(c.dim, c.dim), nn.LayerNorm(c.dim, eps=1e-12)
+        self.inter, self.out, self.ln_out = nn.Linear(c.dim, c.hidden), nn.Linear(c.hidden, c.dim), \
+            nn.LayerNorm(c.dim, eps=1e-12)
+        self.drop = nn.Dropout(c.dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        q, k, v = (_split_heads(f(x), self.c.heads) for f in (self.query, self.key, self.value))
+        scores = q @ k.transpose(-1, -2) / math.sqrt(self.c.head_dim)
+        scores = scores + (1.0 - mask[:, None, None, :].to(scores.dtype)) * torch.finfo(scores.dtype).min
+        probs = self.drop(torch.softmax(scores, dim=-1))
+        x = self.ln_attn(x + self.drop(self.attn_out(_merge_heads(probs @ v))))
+        return self.ln_out(x + self.drop(self.out(F.gelu(self.inter(x)))))
+
+
+class BasicBlock(nn.Module):
+    """ResNet basic block: two 3x3 convolutions with batch norm, ReLU, and the identity shortcut."""
+
+    def __init__(self, channels: int = 8) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(channels)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.relu(self.bn1(self.conv1(x)))
+        return F.relu(self.bn2(self.conv2(out)) + x)
+
+
+class MLP(nn.Module):
+    def __init__(self, inputs: int = 16, hidden: int = 32, classes: int = 4) -> None:
+        super().__init__()
+        self.fc1, self.fc2, self.fc3 = nn.Linear(inputs, hidden), nn.Linear(hidden, hidden), nn.Linear(hidden, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc3(F.relu(self.fc2(F.gelu(self.fc1(x)))))
+
+
+def _tokens(c: Config, batch: int, seq: int, generator: torch.Generator) -> torch.Tensor:
+    return torch.randn(batch, seq, c.dim, generator=generator)
+
+
+Inputs = Callable[[int, int, torch.Generator], tuple]
+
+
+def gpt2(c: Config = Config()) -> tuple[nn.Module, Inputs]:
+    return GPT2Block(c), lambda batch, seq, g: (_tokens(c, batch, seq, g),)
+
+
+def llama(c: Config = Config()) -> tuple[nn.Module, Inputs]:
+    def inputs(batch: int, seq: int, g: torch.Generator) -> tuple:
+        return (_tokens(c, batch, seq, g), *rope_tables(seq, c.head_dim))
+
+    return LlamaBlock(c), inputs
+
+
+def bert(c: Config = Config()) -> tuple[nn.Module, Inputs]:
+    def inputs(batch: int, seq: int, g: torch.Generator) -> tuple:
+        mask = torch.ones(batch, seq)
+        mask[:, seq - seq // 4:] = 0  # the last quarter is padding
+        return _tokens(c, batch, seq, g), mask
+
+    return BertLayer(c), inputs
+
+
+def resnet_block(channels: int = 8) -> tuple[nn.Module, Inputs]:
+    return BasicBlock(channels), lambda batch, size, g: (torch.randn(batch, channels, size, size, generator=g),)
+
+
+ZOO: dict[str, Callable[[], tuple[nn.Module, Inputs]]] = {
+    "gpt2": gpt2, "llama": llama, "bert": bert, "resnet_block": resnet_block,
+}
+
+
+def mlp() -> tuple[nn.Module, Inputs]:
+    return MLP(), lambda batch, _, g: (torch.randn(batch, 16, generator=g),)
+
+
+ZOO["mlp"] = mlp
