@@ -26,6 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("lower", "runtime"),
     ("engine",),
     ("frontend",),
+    ("torch",),  # braze.torch: the torch.compile backend's user-facing module
     ("braze",),
     ("demo", "demo_kernels"),
     ("demo_gpu", "demo_kernels_gpu"),

@@ -259,7 +259,7 @@ def test_excluded_ops_and_small_regions_stay_in_pytorch() -> None:
 
 
 def test_a_region_braze_cannot_build_runs_in_pytorch_or_raises(monkeypatch) -> None:
-    def refuse(self):
+    def refuse(self, rules):
         raise bz.UnsupportedError("not today")
 
     monkeypatch.setattr(region_builder.RegionBuilder, "build", refuse)

@@ -31,6 +31,7 @@ from braze.frontend.torch.options import Options, parse_options
 from braze.frontend.torch.region import BrazeRegion, RegionReport
 from braze.frontend.torch.region_builder import RegionBuilder, op_name
 from braze.frontend.torch.support import NON_COMPUTE_OPS, VIEW_OPS, BrazeSupport, graph_device
+from braze.frontend.torch.table import RULES
 
 aten = torch.ops.aten
 
@@ -190,7 +191,7 @@ def _make_region(submodule: fx.GraphModule, carriers: list[Carrier], name: str, 
     region_report = RegionReport(report.graph, name, fused_ops, recording=report.record_launches)
     report.regions.append(region_report)
     try:
-        built = RegionBuilder(submodule, name, carriers).build()
+        built = RegionBuilder(submodule, name, carriers).build(RULES)
     except Error as error:
         if options.fallback == "error":
             raise

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import fx
 
-import braze as bz
 from braze import dtypes as dt
+from braze import ops as bz_ops
 from braze.errors import UnsupportedError
 from braze.frontend.fusion import VIEW_OPS, Fusion
 from braze.frontend.torch.symbols import ExtentMap, size_expr
@@ -91,9 +91,8 @@ class RegionBuilder:
         self._placeholders: dict[fx.Node, int] = {}
 
     # --- building -------------------------------------------------------------------------------
-    def build(self) -> BuiltRegion:
-        from braze.frontend.torch.rules import RULES
-
+    def build(self, rules: dict) -> BuiltRegion:
+        """The fusion, each node converted by its rule in `rules` (table.RULES)."""
         nodes = list(self.graph_module.graph.nodes)
         with self.fusion:
             placeholders = [n for n in nodes if n.op == "placeholder"]
@@ -106,7 +105,7 @@ class RegionBuilder:
                 self._define_tensor(carrier.sizes, carrier.dtype, len(placeholders) + k, f"carrier{k}")
             for node in nodes:
                 if node.op == "call_function":
-                    self.values[node] = broadcastable(RULES[node.target].convert(self, node))
+                    self.values[node] = broadcastable(rules[node.target].convert(self, node))
                     self.fused_ops[op_name(node.target)] += 1
                 elif node.op == "output":
                     slots = self._add_outputs(node.args[0])
@@ -134,7 +133,7 @@ class RegionBuilder:
         # A region's outputs are dense tensors of their own (its views went to PyTorch), so an
         # output braze would give as a view of an input (a clone of a slice) is copied.
         if _is_view_of_input(tv):
-            tv = bz.ops.elementwise("set", tv)
+            tv = bz_ops.elementwise("set", tv)
         self.fusion.add_output(tv, stride_order=stride_order(value))
 
     # --- operands -------------------------------------------------------------------------------
@@ -189,7 +188,7 @@ def broadcastable(tv: TensorView) -> TensorView:
     fixed = [i for i, d in enumerate(tv.visible) if not d.is_broadcast and d.extent == 1]
     if not fixed:
         return tv
-    return bz.ops.broadcast(bz.ops.squeeze(tv, fixed), [i in fixed for i in range(tv.ndim)])
+    return bz_ops.broadcast(bz_ops.squeeze(tv, fixed), [i in fixed for i in range(tv.ndim)])
 
 
 def _defined_extent(size: object) -> int:

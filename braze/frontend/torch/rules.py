@@ -16,7 +16,7 @@ import torch
 from torch import fx
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
-import braze as bz
+from braze import ops as bz_ops
 from braze.frontend.torch.region_builder import RegionBuilder, bind, braze_dtype, meta
 from braze.ir.tensor import TensorView
 
@@ -46,7 +46,7 @@ def rule(*ops: object, accepts: Accepts | None = None) -> Callable[[Convert], Co
 # --- dtypes -----------------------------------------------------------------------------------------
 def finish(node: fx.Node, tv: TensorView) -> TensorView:
     """The op's result in the dtype torch recorded for the node."""
-    return bz.ops.cast(tv, braze_dtype(meta(node).dtype))
+    return bz_ops.cast(tv, braze_dtype(meta(node).dtype))
 
 
 def _dtype_stand_in(arg: object) -> object:
@@ -69,7 +69,7 @@ def promoted(b: RegionBuilder, args: list[object]) -> list[object]:
     """The operands, tensors cast to their promoted dtype (numbers stay weak, as in torch)."""
     dtype = braze_dtype(promoted_dtype(args))
     operands = [b.operand(a) for a in args]
-    return [bz.ops.cast(x, dtype) if isinstance(x, TensorView) else x for x in operands]
+    return [bz_ops.cast(x, dtype) if isinstance(x, TensorView) else x for x in operands]
 
 
 # --- pointwise ----------------------------------------------------------------------------------------
@@ -96,14 +96,14 @@ def _overloads(name: str, *overloads: str) -> list[object]:
 
 def _unary(braze_op: str) -> Convert:
     def convert(b: RegionBuilder, node: fx.Node) -> TensorView:
-        return finish(node, bz.ops.elementwise(braze_op, b.tensor(node.args[0])))
+        return finish(node, bz_ops.elementwise(braze_op, b.tensor(node.args[0])))
 
     return convert
 
 
 def _binary(braze_op: str) -> Convert:
     def convert(b: RegionBuilder, node: fx.Node) -> TensorView:
-        return finish(node, bz.ops.elementwise(braze_op, *promoted(b, list(node.args[:2]))))
+        return finish(node, bz_ops.elementwise(braze_op, *promoted(b, list(node.args[:2]))))
 
     return convert
 
@@ -129,8 +129,8 @@ def _add_sub(b: RegionBuilder, node: fx.Node) -> TensorView:
     args = bind(node)
     x, y = promoted(b, [args["self"], args["other"]])
     if args["alpha"] is not None and args["alpha"] != 1:
-        y = bz.ops.mul(y, b.operand(args["alpha"]))
-    return finish(node, bz.ops.elementwise("add" if node.target._schema.name == "aten::add" else "sub", x, y))
+        y = bz_ops.mul(y, b.operand(args["alpha"]))
+    return finish(node, bz_ops.elementwise("add" if node.target._schema.name == "aten::add" else "sub", x, y))
 
 
 def _rounding_mode_known(node: fx.Node) -> str | None:
@@ -147,30 +147,30 @@ def _div(b: RegionBuilder, node: fx.Node) -> TensorView:
     # prims.div divides floats truly and truncates integers, as C does
     mode = ("trunc" if is_int else None) if node.target is torch.ops.prims.div.default else args.get("rounding_mode")
     if mode is None:
-        return finish(node, bz.ops.truediv(x, y))
+        return finish(node, bz_ops.truediv(x, y))
     if mode == "floor":
-        return finish(node, bz.ops.floordiv(x, y) if is_int else bz.ops.floor(bz.ops.truediv(x, y)))
+        return finish(node, bz_ops.floordiv(x, y) if is_int else bz_ops.floor(bz_ops.truediv(x, y)))
     if not is_int:
-        return finish(node, bz.ops.trunc(bz.ops.truediv(x, y)))
+        return finish(node, bz_ops.trunc(bz_ops.truediv(x, y)))
     # Integer division toward zero: floor division, one up where the signs differ and it is inexact.
-    q, r = bz.ops.floordiv(x, y), bz.ops.remainder(x, y)
-    return finish(node, bz.ops.where(bz.ops.logical_and(r != 0, (x < 0) != (y < 0)), q + 1, q))
+    q, r = bz_ops.floordiv(x, y), bz_ops.remainder(x, y)
+    return finish(node, bz_ops.where(bz_ops.logical_and(r != 0, (x < 0) != (y < 0)), q + 1, q))
 
 
 @rule(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar)
 def _pow(b: RegionBuilder, node: fx.Node) -> TensorView:
     base, exponent = promoted(b, list(node.args[:2]))
     if isinstance(base, TensorView) and base.dtype.is_floating and not isinstance(exponent, TensorView):
-        special = {2: lambda x: x * x, 1: lambda x: x, 0.5: bz.ops.sqrt, -1: bz.ops.reciprocal}
+        special = {2: lambda x: x * x, 1: lambda x: x, 0.5: bz_ops.sqrt, -1: bz_ops.reciprocal}
         if exponent in special:  # exact where torch is exact (x ** 2 is x * x there too)
             return finish(node, special[exponent](base))
-    return finish(node, bz.ops.pow(base, exponent))
+    return finish(node, bz_ops.pow(base, exponent))
 
 
 @rule(aten.where.self, torch.ops.prims.where.default)
 def _where(b: RegionBuilder, node: fx.Node) -> TensorView:
     condition = b.tensor(node.args[0])
-    return finish(node, bz.ops.where(condition, *promoted(b, list(node.args[1:3]))))
+    return finish(node, bz_ops.where(condition, *promoted(b, list(node.args[1:3]))))
 
 
 @rule(aten.clamp.default, aten.clamp.Tensor, aten.clamp_min.default, aten.clamp_max.default,
@@ -179,9 +179,9 @@ def _clamp(b: RegionBuilder, node: fx.Node) -> TensorView:
     args = bind(node)
     x, low_v, high_v = _promote_present(b, [args["self"], args.get("min"), args.get("max")])
     if low_v is not None:
-        x = bz.ops.maximum(x, low_v)
+        x = bz_ops.maximum(x, low_v)
     if high_v is not None:
-        x = bz.ops.minimum(x, high_v)
+        x = bz_ops.minimum(x, high_v)
     return finish(node, x)
 
 
@@ -193,13 +193,13 @@ def _promote_present(b: RegionBuilder, args: list[object]) -> list[object]:
 
 @rule(torch.ops.prims.fma.default)
 def _fma(b: RegionBuilder, node: fx.Node) -> TensorView:
-    return finish(node, bz.ops.fma(*promoted(b, list(node.args[:3]))))
+    return finish(node, bz_ops.fma(*promoted(b, list(node.args[:3]))))
 
 
 @rule(aten.gelu.default)
 def _gelu(b: RegionBuilder, node: fx.Node) -> TensorView:
     args = bind(node)
-    return finish(node, bz.ops.gelu(b.tensor(args["self"]), approximate=args["approximate"]))
+    return finish(node, bz_ops.gelu(b.tensor(args["self"]), approximate=args["approximate"]))
 
 
 def _cast_keeps_device(node: fx.Node) -> str | None:
@@ -217,15 +217,13 @@ def _cast(b: RegionBuilder, node: fx.Node) -> TensorView:
 @rule(aten.copy.default)
 def _copy(b: RegionBuilder, node: fx.Node) -> TensorView:
     target, source = b.tensor(node.args[0]), b.tensor(node.args[1])
-    source = bz.ops.cast(source, target.dtype)
+    source = bz_ops.cast(source, target.dtype)
     rank = len(meta(node).shape)
-    source = bz.ops.broadcast(source, [True] * (rank - source.ndim) + [False] * source.ndim)
-    return finish(node, bz.ops.expand(source, b.shape_of(node)))
+    source = bz_ops.broadcast(source, [True] * (rank - source.ndim) + [False] * source.ndim)
+    return finish(node, bz_ops.expand(source, b.shape_of(node)))
 
 
 @rule(aten.alias.default, aten.clone.default, aten.lift_fresh_copy.default, aten.detach.default)
 def _same(b: RegionBuilder, node: fx.Node) -> TensorView:
     return finish(node, b.tensor(node.args[0]))
 
-
-from braze.frontend.torch import rules_shapes  # noqa: E402,F401  (fills RULES with views, reductions, creation)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import fx
 
-import braze as bz
+from braze import ops as bz_ops
 from braze.frontend.torch.region_builder import RegionBuilder, bind, braze_dtype, meta
 from braze.frontend.torch.rules import aten, finish, rule
 from braze.frontend.torch.symbols import size_expr
@@ -26,19 +26,19 @@ def _dims(dims: object, rank: int) -> list[int]:
 
 def _align(x: TensorView, rank: int) -> TensorView:
     """x with leading broadcast dimensions up to `rank` (NumPy's and torch's broadcasting)."""
-    return bz.ops.broadcast(x, [True] * (rank - x.ndim) + [False] * x.ndim) if x.ndim < rank else x
+    return bz_ops.broadcast(x, [True] * (rank - x.ndim) + [False] * x.ndim) if x.ndim < rank else x
 
 
 # --- views ----------------------------------------------------------------------------------------
 @rule(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 def _reshape(b: RegionBuilder, node: fx.Node) -> TensorView:
-    return bz.ops.reshape(b.tensor(node.args[0]), b.shape_of(node))
+    return bz_ops.reshape(b.tensor(node.args[0]), b.shape_of(node))
 
 
 @rule(aten.permute.default)
 def _permute(b: RegionBuilder, node: fx.Node) -> TensorView:
     x = b.tensor(node.args[0])
-    return bz.ops.permute(x, _dims(node.args[1], x.ndim))
+    return bz_ops.permute(x, _dims(node.args[1], x.ndim))
 
 
 @rule(aten.t.default, aten.transpose.int)
@@ -47,24 +47,24 @@ def _transpose(b: RegionBuilder, node: fx.Node) -> TensorView:
     if x.ndim < 2:
         return x
     dim0, dim1 = (node.args[1], node.args[2]) if len(node.args) > 2 else (0, 1)
-    return bz.ops.transpose(x, dim0, dim1)
+    return bz_ops.transpose(x, dim0, dim1)
 
 
 @rule(aten.expand.default)
 def _expand(b: RegionBuilder, node: fx.Node) -> TensorView:
     shape = b.shape_of(node)
-    return bz.ops.expand(_align(b.tensor(node.args[0]), len(shape)), shape)
+    return bz_ops.expand(_align(b.tensor(node.args[0]), len(shape)), shape)
 
 
 @rule(torch.ops.prims.broadcast_in_dim.default)
 def _broadcast_in_dim(b: RegionBuilder, node: fx.Node) -> TensorView:
     x = b.tensor(node.args[0])
-    return bz.ops.broadcast_in_dim(x, b.shape_of(node), list(node.args[2]))
+    return bz_ops.broadcast_in_dim(x, b.shape_of(node), list(node.args[2]))
 
 
 @rule(aten.unsqueeze.default)
 def _unsqueeze(b: RegionBuilder, node: fx.Node) -> TensorView:
-    return bz.ops.unsqueeze(b.tensor(node.args[0]), node.args[1])
+    return bz_ops.unsqueeze(b.tensor(node.args[0]), node.args[1])
 
 
 @rule(aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default)
@@ -72,7 +72,7 @@ def _squeeze(b: RegionBuilder, node: fx.Node) -> TensorView:
     x = b.tensor(node.args[0])
     sizes = [size_expr(s) for s in meta(node.args[0]).shape]
     dims = range(x.ndim) if len(node.args) < 2 else _dims(node.args[1], x.ndim)
-    return bz.ops.squeeze(x, [d for d in dims if sizes[d] == 1])  # torch leaves other sizes alone
+    return bz_ops.squeeze(x, [d for d in dims if sizes[d] == 1])  # torch leaves other sizes alone
 
 
 @rule(aten.slice.Tensor)
@@ -84,7 +84,7 @@ def _slice(b: RegionBuilder, node: fx.Node) -> TensorView:
               for v in (args["start"], args["end"])]
     slices = [slice(None)] * x.ndim
     slices[dim] = slice(bounds[0], bounds[1], args["step"])
-    return bz.ops.slice(x, slices)
+    return bz_ops.slice(x, slices)
 
 
 @rule(aten.select.int)
@@ -93,7 +93,7 @@ def _select(b: RegionBuilder, node: fx.Node) -> TensorView:
     dim = _dims(dim, x.ndim)[0]
     slices = [slice(None)] * x.ndim
     slices[dim] = slice(index, None if index == -1 else index + 1)
-    return bz.ops.squeeze(bz.ops.slice(x, slices), [dim])
+    return bz_ops.squeeze(bz_ops.slice(x, slices), [dim])
 
 
 @rule(aten.cat.default)
@@ -101,8 +101,8 @@ def _cat(b: RegionBuilder, node: fx.Node) -> TensorView:
     dtype = braze_dtype(meta(node).dtype)
     rank = len(meta(node).shape)
     # torch skips 1-D empty tensors in a cat of higher rank (a legacy rule); so does this.
-    parts = [bz.ops.cast(b.tensor(t), dtype) for t in node.args[0] if len(meta(t).shape) == rank]
-    return bz.ops.cat(parts, _dims(node.args[1] if len(node.args) > 1 else 0, rank)[0])
+    parts = [bz_ops.cast(b.tensor(t), dtype) for t in node.args[0] if len(meta(t).shape) == rank]
+    return bz_ops.cat(parts, _dims(node.args[1] if len(node.args) > 1 else 0, rank)[0])
 
 
 def _static_padding(node: fx.Node) -> str | None:
@@ -117,15 +117,15 @@ def _pad(b: RegionBuilder, node: fx.Node) -> TensorView:
     for i in range(len(pads) // 2):  # torch lists the last dimension first
         widths[x.ndim - 1 - i] = (pads[2 * i], pads[2 * i + 1])
     crops = [slice(max(-lo, 0), None if hi >= 0 else hi) for lo, hi in widths]  # negative widths crop
-    x = bz.ops.slice(x, crops) if any(lo < 0 or hi < 0 for lo, hi in widths) else x
+    x = bz_ops.slice(x, crops) if any(lo < 0 or hi < 0 for lo, hi in widths) else x
     value = args["value"] if args["value"] is not None else 0
-    return bz.ops.pad(x, [(max(lo, 0), max(hi, 0)) for lo, hi in widths], value)
+    return bz_ops.pad(x, [(max(lo, 0), max(hi, 0)) for lo, hi in widths], value)
 
 
 @rule(aten.flip.default)
 def _flip(b: RegionBuilder, node: fx.Node) -> TensorView:
     x = b.tensor(node.args[0])
-    return bz.ops.flip(x, _dims(node.args[1], x.ndim))
+    return bz_ops.flip(x, _dims(node.args[1], x.ndim))
 
 
 def _static_scatter(node: fx.Node) -> str | None:
@@ -153,11 +153,11 @@ def _slice_scatter(b: RegionBuilder, node: fx.Node) -> TensorView:
     end = max(end, start)
     widths = [(0, 0)] * base.ndim
     widths[dim] = (start, n - end)
-    placed = bz.ops.pad(bz.ops.cast(src, base.dtype), widths, 0)
-    index = bz.ops.arange(n)
-    inside = bz.ops.logical_and(index >= start, index < end)
-    inside = bz.ops.broadcast(inside, [d != dim for d in range(base.ndim)])
-    return finish(node, bz.ops.where(inside, placed, base))
+    placed = bz_ops.pad(bz_ops.cast(src, base.dtype), widths, 0)
+    index = bz_ops.arange(n)
+    inside = bz_ops.logical_and(index >= start, index < end)
+    inside = bz_ops.broadcast(inside, [d != dim for d in range(base.ndim)])
+    return finish(node, bz_ops.where(inside, placed, base))
 
 
 # --- reductions -----------------------------------------------------------------------------------
@@ -178,7 +178,7 @@ def _reduce(b: RegionBuilder, node: fx.Node) -> TensorView:
     args = bind(node)
     x = b.tensor(args["self"])
     if args.get("dtype") is not None:
-        x = bz.ops.cast(x, braze_dtype(args["dtype"]))
+        x = bz_ops.cast(x, braze_dtype(args["dtype"]))
     dims = args.get("dim")
     axes = None if dims is None or dims == [] else _dims(dims, x.ndim)
     op = REDUCTIONS[node.target._schema.name.split("::")[1]]
@@ -188,8 +188,8 @@ def _reduce(b: RegionBuilder, node: fx.Node) -> TensorView:
         extra["correction"] = 1 if correction is None else correction
     keepdim = bool(args.get("keepdim") or False)
     if x.ndim == 0:  # a reduction of a 0-d tensor is that tensor (its argmax is 0)
-        return finish(node, bz.ops.full([], 0, braze_dtype(meta(node).dtype)) if op.startswith("arg") else x)
-    return finish(node, getattr(bz.ops, op)(x, axes, keepdim=keepdim, **extra))
+        return finish(node, bz_ops.full([], 0, braze_dtype(meta(node).dtype)) if op.startswith("arg") else x)
+    return finish(node, getattr(bz_ops, op)(x, axes, keepdim=keepdim, **extra))
 
 
 for _name in REDUCTIONS:
@@ -203,7 +203,7 @@ def _prims_reduce(op: str):
         x, dims = b.tensor(node.args[0]), node.args[1]
         extra = {"correction": node.args[2]} if op == "var" else {}
         axes = None if dims is None else _dims(dims, x.ndim)
-        return finish(node, getattr(bz.ops, op)(x, axes, **extra) if x.ndim else x)
+        return finish(node, getattr(bz_ops, op)(x, axes, **extra) if x.ndim else x)
 
     return convert
 
@@ -222,7 +222,7 @@ def _full(b: RegionBuilder, node: fx.Node) -> TensorView:
     fills = {"zeros": 0, "ones": 1, "zeros_like": 0, "ones_like": 1}
     args = bind(node)
     value = fills[name] if name in fills else b.operand(args.get("fill_value", args.get("s")))
-    return bz.ops.full(b.shape_of(node), value, braze_dtype(meta(node).dtype))
+    return bz_ops.full(b.shape_of(node), value, braze_dtype(meta(node).dtype))
 
 
 def _integer_range(node: fx.Node) -> str | None:
@@ -240,15 +240,15 @@ def _arange(b: RegionBuilder, node: fx.Node) -> TensorView:
     start, end, step = args.get("start") or 0, b.extent(args["end"]), args.get("step") or 1
     start = b.extent(start)
     if not isinstance(start, int):  # braze's arange starts at an int: shift a range from 0 instead
-        values = bz.ops.arange(0, end - start, step) + start
+        values = bz_ops.arange(0, end - start, step) + start
     else:
-        values = bz.ops.arange(start, end, step)
+        values = bz_ops.arange(start, end, step)
     return finish(node, values)
 
 
 def _random(kind: str):
     def convert(b: RegionBuilder, node: fx.Node) -> TensorView:
-        draw = bz.ops.rand if kind == "uniform" else bz.ops.randn
+        draw = bz_ops.rand if kind == "uniform" else bz_ops.randn
         return draw(b.shape_of(node), braze_dtype(meta(node).dtype))
 
     return convert

@@ -16,8 +16,8 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 
 from braze.frontend.torch.options import Options
 from braze.frontend.torch.region_builder import TORCH_DTYPES, meta, op_name
-from braze.frontend.torch.rules import RULES
 from braze.frontend.torch.rules_shapes import RANDOM_OPS
+from braze.frontend.torch.table import RULES
 
 aten = torch.ops.aten
 
