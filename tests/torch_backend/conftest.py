@@ -1,0 +1,19 @@
+"""Where braze runs from a checkout that is not installed (the system Python of a GPU machine, with
+PYTHONPATH set), torch finds no `torch_dynamo_backends` entry point: the backend is registered by
+the same name, as installing braze does. Installed (CI, `make test`), the entry point is used."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def braze_backend_by_name():
+    torch = pytest.importorskip("torch")
+    from torch._dynamo import list_backends, register_backend
+
+    if "braze" not in list_backends(exclude_tags=()):
+        from braze.frontend.torch import backend
+
+        register_backend(name="braze")(backend)
+    return torch
