@@ -467,8 +467,14 @@ def fuse_sibling_loops(task: k.Task) -> k.Task:
     sums of layer_norm backward's weight and bias gradients, or the two means a fusion's var and
     mean each take, then read their row or column once. Definitions between the two loops move
     before the first when they read nothing it computes; stores between them (the first's result)
-    move after the merged loop when the later loop does not read their array."""
-    body = list(task.body)
+    move after the merged loop when the later loop does not read their array. The merged loop's
+    body is merged the same way, so two nests over the same ranges (batch_norm's sums over batch,
+    height and width) stay one nest."""
+    body = _fused_siblings(list(task.body))
+    return dataclasses.replace(task, body=body) if body != task.body else task
+
+
+def _fused_siblings(body: list[k.Stmt]) -> tuple[k.Stmt, ...]:
     changed = True
     while changed:
         changed = False
@@ -477,15 +483,15 @@ def fuse_sibling_loops(task: k.Task) -> k.Task:
             if i is not None:
                 first = body[i]
                 rename = lambda n, a=later.var, b=first.var: b if n is a else n  # noqa: E731
-                merged = k.For(first.var, first.begin, first.end,
-                               first.body + tuple(_map(s, rename) for s in later.body), first.step, first.vectorize)
+                inner = _fused_siblings(list(first.body + tuple(_map(s, rename) for s in later.body)))
+                merged = k.For(first.var, first.begin, first.end, inner, first.step, first.vectorize)
                 between = body[i + 1:j]
                 lets = [s for s in between if isinstance(s, k.Let)]
                 stores = [s for s in between if not isinstance(s, k.Let)]
                 body = body[:i] + lets + [merged] + stores + body[j + 1:]
                 changed = True
                 break
-    return dataclasses.replace(task, body=tuple(body)) if changed or tuple(body) != task.body else task
+    return tuple(body)
 
 
 def _sibling_before(body: list[k.Stmt], j: int) -> int | None:

@@ -304,3 +304,13 @@ def test_a_reshape_of_a_dense_input_reads_it_by_flat_index():
     strided = source(build, np.ones((2, 64, 5, 14), np.float32)[..., ::2])  # not dense: divides
     loop = strided.body[strided.body.index("+= lanes32) {"):]
     assert "bz_floordiv" in loop[:loop.index("}")]
+
+
+def test_batch_norm_statistics_take_two_flat_passes_in_one_task():
+    # mean and var over (0, 2, 3), two outputs: one task; the mean's nest and the var's own mean
+    # nest merge level by level into one nest (still walked flat by the lanes), then the
+    # deviations' pass.
+    src = source(lambda f: [bz.ops.mean(x := tensor(f, 4), axes=[0, 2, 3]), bz.ops.var(x, axes=[0, 2, 3])],
+                 _inputs(4, bz.float32))
+    assert kinds(src) == ["rows"]
+    assert src.body.count("for (; bz_f_") == 2 and not re.search(r"for \(int \w+ = 0 \+ lane;", src.body)

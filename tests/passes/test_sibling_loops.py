@@ -83,3 +83,18 @@ def test_a_value_stored_and_read_back_at_its_index_is_kept_in_a_variable():
     assert second.value == k.Binary("add", kept.var, k.Const(1.0, F32), F32)
     unread = k.Task("t", "range_for", (k.Store(OUT, (p,), new),), p, ZERO, k.ScalarRef(N))
     assert forward_stores(unread) is unread  # nothing reads it back: unchanged
+
+
+def test_two_nests_over_the_same_ranges_merge_level_by_level():
+    a, b = k.Var("a", F32), k.Var("b", F32)
+    i, j, i2, j2 = (k.Var(name, I32) for name in ("i", "j", "i2", "j2"))
+    zero = k.Const(0.0, F32)
+
+    def nest(acc, outer, inner):
+        add = k.Assign(acc, k.Binary("reduce_add", acc, k.Load(X, (k.Binary("add", outer, inner, I32),)), F32))
+        return k.For(outer, ZERO, k.ScalarRef(N), (k.For(inner, ZERO, k.Const(3, I32), (add,)),))
+
+    merged = fuse_sibling_loops(_task(k.Let(a, zero), nest(a, i, j), k.Let(b, zero), nest(b, i2, j2)))
+    (outer,) = _loops(merged)
+    (inner,) = outer.body
+    assert isinstance(inner, k.For) and len(inner.body) == 2  # a perfect nest again, both sums inside
