@@ -158,11 +158,13 @@ def plan_kernel(fusion: FusionGraph, key: tuple, views_on_host: bool = True, gpu
     for a GPU with `gpu`; `cpu` (by default: where views are made on the host, as the CPU backend
     does, and not for a GPU) picks the CPU's schedules."""
     cuts: set[int] = set()
+    cpu = views_on_host and not gpu if cpu is None else cpu
     while True:
-        plan = schedule.plan(fusion, cuts, views_on_host, gpu, views_on_host and not gpu if cpu is None else cpu)
+        plan = schedule.plan(fusion, cuts, views_on_host, gpu, cpu)
         try:
             kernel, params = lower(fusion, plan.writes, plan.scheduled, _input_strides(fusion, key, plan),
-                                   getattr(fusion, "name", "fusion"), dt.as_dtype(key[1]), _dense_inputs(fusion, key))
+                                   getattr(fusion, "name", "fusion"), dt.as_dtype(key[1]), _dense_inputs(fusion, key),
+                                   cpu)
             kernel = simplify(kernel)
             break
         except NeedsCut as cut:

@@ -91,11 +91,12 @@ def _task_for(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, loops: Sche
 
 
 def lower(fusion: FusionGraph, writes: Sequence[TensorView], scheduled: dict[int, ScheduledLoops],
-          input_strides: dict[int, tuple[int | None, ...]], name: str,
-          index: DType = INDEX, dense: frozenset[int] = frozenset()) -> tuple[k.Kernel, KernelParams]:
+          input_strides: dict[int, tuple[int | None, ...]], name: str, index: DType = INDEX,
+          dense: frozenset[int] = frozenset(), cpu: bool = False) -> tuple[k.Kernel, KernelParams]:
     """One kernel writing each of `writes` (in order) with its own task, its index arithmetic in `index`
     (int32 only when every index of every call fits: see engine.index_type); `dense`: the inputs (ids)
-    whose elements lie in row-major order with no gaps at this signature."""
+    whose elements lie in row-major order with no gaps at this signature; `cpu`: for the CPU's code
+    generator."""
     symbols = [d.extent.name for tv in fusion.inputs for d in tv.visible if d.extent.is_symbol]
     params = KernelParams(index=index, dense=dense, same_as=equal_extents(fusion.extent_checks, symbols))
     for tv in fusion.inputs:
@@ -109,7 +110,7 @@ def lower(fusion: FusionGraph, writes: Sequence[TensorView], scheduled: dict[int
         params.writes[id(tv)] = k.ArrayParam(param_name, tv.dtype, tv.ndim, written_strides(tv))
     tasks = []
     for position, tv in enumerate(writes):
-        em = ValueEmitter(ScopeStack(), params)
+        em = ValueEmitter(ScopeStack(), params, cpu)
         tasks.append(_task_for(em, tv, params.writes[id(tv)], scheduled[id(tv)], f"{name}_t{position}_{tv.name}"))
         params.written.add(id(tv))
     return k.Kernel(name, params.ordered(), tuple(tasks), source=name, index_type=index), params

@@ -122,6 +122,8 @@ def _arg(largest: bool) -> Callable:
     def emit(em: ValueEmitter, tv: TensorView, idx) -> k.Expr:
         value_dtype = dt.compute_dtype(tv.definition.inputs[0].dtype)
         value_dtype = dt.int32 if value_dtype.is_bool else value_dtype
+        if em.cpu:
+            return _arg_by_folds(em, tv, idx, largest, value_dtype)
         best = em.scopes.fresh("best", value_dtype)
         where = em.scopes.fresh("at", em.index)
         em.scopes.emit(k.Let(best, _extreme(value_dtype, largest=not largest)))
@@ -139,6 +141,34 @@ def _arg(largest: bool) -> Callable:
         ReductionLoops(em, tv, idx).run(consider)
         return cast(where, tv.dtype)
     return emit
+
+
+def _arg_by_folds(em: ValueEmitter, tv: TensorView, idx, largest: bool, value_dtype: DType) -> k.Expr:
+    """argmax / argmin as two folds, each of which vectorizes: the extreme value (a NaN if any, as
+    `maximum` propagates NaNs), then the least index holding it (or holding a NaN when it is one):
+    NumPy's first occurrence."""
+    loops = ReductionLoops(em, tv, idx)
+    best = em.scopes.fresh("best", value_dtype)
+    em.scopes.emit(k.Let(best, _extreme(value_dtype, largest=not largest)))
+    fold = "reduce_maximum" if largest else "reduce_minimum"
+    loops.run(lambda v, flat: em.scopes.emit(k.Assign(best, k.Binary(fold, best, cast(v, value_dtype), value_dtype))))
+    count = loops.count()
+    where = em.scopes.fresh("at", em.index)
+    em.scopes.emit(k.Let(where, count))
+
+    def first(v: k.Expr, flat: k.Expr) -> None:
+        v = cast(v, value_dtype)
+        hit = k.Binary("eq", v, best, dt.bool_)
+        if value_dtype.is_floating:
+            both_nan = k.Binary("logical_and", k.Unary("isnan", v, dt.bool_), k.Unary("isnan", best, dt.bool_),
+                                dt.bool_)
+            hit = k.Binary("logical_or", hit, both_nan, dt.bool_)
+        index = k.Ternary("where", hit, flat, count, em.index)
+        em.scopes.emit(k.Assign(where, k.Binary("reduce_minimum", where, index, em.index)))
+
+    ReductionLoops(em, tv, idx).run(first)
+    found = k.Ternary("where", k.Binary("lt", where, count, dt.bool_), where, em.zero, em.index)
+    return cast(found, tv.dtype)
 
 
 _EMIT = {**{op: _simple(op) for op in _FOLDS}, "mean": _mean, "var": _var, "argmax": _arg(True),

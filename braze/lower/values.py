@@ -39,8 +39,11 @@ _SCALAR_OPS = {"+": "add", "-": "sub", "*": "mul", "//": "floordiv", "%": "remai
 class ValueEmitter:
     """Emits values of one segment's tensors into a stack of scopes."""
 
-    def __init__(self, scopes: ScopeStack, params) -> None:
+    def __init__(self, scopes: ScopeStack, params, cpu: bool = False) -> None:
         self.scopes = scopes
+        # For the CPU's code generator, which vectorizes folds (`acc = op(acc, x)`) and not an
+        # update under an `if`: argmax and argmin then take two folds (reductions.py).
+        self.cpu = cpu
         self.params = params  # braze.kir.params.KernelParams
         self.index = params.index  # the type of every index expression the emitter builds
         self.zero, self.one = k.Const(0, self.index), k.Const(1, self.index)
