@@ -1,4 +1,4 @@
-"""The fusions the GPU benchmarks time (benchmarks/gpu.py, benchmarks/norm_variants.py): no torch needed
+"""The fusions the GPU benchmarks time (benchmarks/gpu.py): no torch needed
 to build them."""
 
 import braze as bz
