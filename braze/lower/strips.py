@@ -31,6 +31,7 @@ from braze.ops.reductions import _accumulator
 if TYPE_CHECKING:
     from braze.schedule.loops import ScheduledLoops
 
+_FOLDS_AND_MOMENTS = frozenset(_FOLDS) | {"mean", "var"}
 SUM_BLOCK_ROWS = 64  # rows a lane sums serially before its partial joins the pairwise stack
 # One partial per level, shared by the task's sums (each runs whole before the next): 2**15 blocks of
 # rows (2M rows) before the last level starts absorbing partials; 256 KiB for the widest strip.
@@ -319,11 +320,27 @@ def _serial_loops(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, idx: li
     em.strips.lane_loop(em, store)
 
 
+def _reductions_under(tv: TensorView) -> list[TensorView]:
+    """`tv` if it is a reduction, else the reductions its pointwise ops read, nearest first."""
+    found, stack, seen = [], [tv], set()
+    while stack:
+        t = stack.pop(0)
+        if id(t) in seen or t.definition is None:
+            continue
+        seen.add(id(t))
+        if "axes" in t.definition.attrs and t.definition.op in _FOLDS_AND_MOMENTS:
+            found.append(t)
+            continue
+        stack.extend(t.definition.inputs)
+    return found
+
+
 def _rows(em: ValueEmitter, tv: TensorView, loops: ScheduledLoops) -> k.Expr:
     """Rows one task walks (for the runtime's split across threads): the reduced extents of a
     reduction, three passes over the serial axes of a normalization."""
-    if not loops.serial_axes:
-        return _count(em, tv)
+    if not loops.serial_axes:  # a reduction, or pointwise ops over reductions (a cast of a column sum)
+        reductions = _reductions_under(tv)
+        return _count(em, reductions[0]) if reductions else em.one
     rows = em.const(3)
     for axis in loops.serial_axes:
         rows = index_op("mul", rows, em.shape(tv)[axis])

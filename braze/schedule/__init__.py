@@ -131,12 +131,21 @@ def _takes_strips(tv: TensorView, scheduler: str, inner: set[int]) -> bool:
     """Whether the innermost axis of `tv` is kept by its reductions, so tasks may own strips of it."""
     if tv.ndim == 0 or tv.visible[-1].is_broadcast:
         return False
+    if scheduler == "normalization" and not inner:  # reductions under pointwise ops (a cast of a column sum)
+        return all(_keeps_innermost(t) for t in _cone(tv) if _is_reduction(t))
     if scheduler == "normalization":
-        return bool(inner) and tv.ndim - 1 not in inner
+        return tv.ndim - 1 not in inner
     if scheduler != "reduction" or tv.definition.op not in STRIP_REDUCTIONS:
         return False
     x = tv.definition.inputs[0]
     return x.ndim >= 2 and x.ndim - 1 not in tv.definition.attrs["axes"]
+
+
+def _keeps_innermost(reduction: TensorView) -> bool:
+    """A strip reduction that keeps its input's innermost axis (walks the rows of each column)."""
+    x = reduction.definition.inputs[0]
+    return (reduction.definition.op in STRIP_REDUCTIONS and x.ndim >= 2
+            and x.ndim - 1 not in reduction.definition.attrs["axes"])
 
 
 def _loops_for(tv: TensorView, h: Heuristics) -> ScheduledLoops:

@@ -140,6 +140,22 @@ def test_outer_reductions_and_normalizations_take_column_strips_on_the_cpu(build
     assert not gpu.scheduler.startswith("outer_")
 
 
+@pytest.mark.parametrize("dtype", [bz.float32, bz.bfloat16])
+def test_pointwise_ops_over_a_column_sum_take_column_strips(dtype):
+    # A weight gradient in the input's dtype: cast(sum over rows of g * x * s) reads rows of columns,
+    # as the column sum alone does, not one strided column per task.
+    def build(x):
+        return bz.ops.cast(bz.ops.sum(bz.ops.cast(x, bz.float32) * 0.5, axes=[0]) + 1.0, dtype)
+
+    f = _fusion(2, dtype, build)
+    (heuristics,) = schedule.plan(f, set(), cpu=True).heuristics
+    assert heuristics.scheduler == "outer_normalization" and heuristics.serial == ()
+    x = np.random.default_rng(0).standard_normal((300, 77)).astype(dtype.numpy)
+    (got,) = f.execute([x])
+    want = x.astype(np.float64).sum(0) * 0.5 + 1.0
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-2 if dtype == bz.bfloat16 else 1e-5)
+
+
 def test_inner_reductions_keep_their_schedule():
     f = _fusion(2, bz.float32, lambda x: (x.sum(1), bz.ops.softmax(x, 1), x.sum()))
     assert [h.scheduler for h in schedule.plan(f, set(), cpu=True).heuristics] == \
