@@ -456,7 +456,6 @@ def forward_stores(task: k.Task) -> k.Task:
     return dataclasses.replace(task, body=tuple(body))
 
 
-
 # --- sibling loops of one task: one pass over the range where neither reads the other ----------
 _NOT_FOLDS = (k.Store, k.AtomicRMW, k.Sync, k.Alloc, k.Break, k.Continue, k.While)
 
@@ -508,7 +507,10 @@ def _sibling_before(body: list[k.Stmt], j: int) -> int | None:
                 return None
             computed = _assigned(first)
             lets = [s for s in body[i + 1:j] if isinstance(s, k.Let)]
+            stored = {s.param.name for s in body[i + 1:j] if isinstance(s, k.Store)}
             if any(_reads(s) & computed for s in (*lets, later)) or _reads(first) & _assigned(later):
+                return None
+            if any(_loaded_arrays(s) & stored for s in lets):  # the definitions move before the stores
                 return None
             return i
         stored_later = isinstance(first, k.Store) and first.param.name in _loaded_arrays(later)

@@ -98,3 +98,13 @@ def test_two_nests_over_the_same_ranges_merge_level_by_level():
     (outer,) = _loops(merged)
     (inner,) = outer.body
     assert isinstance(inner, k.For) and len(inner.body) == 2  # a perfect nest again, both sums inside
+
+
+def test_a_definition_reading_an_array_stored_between_the_loops_keeps_them_apart():
+    a, b, c, i, j = k.Var("a", F32), k.Var("b", F32), k.Var("c", F32), k.Var("i", I32), k.Var("j", I32)
+    zero = k.Const(0.0, F32)
+    scaled = k.Binary("mul", c, k.Load(X, (j,)), F32)
+    task = _task(k.Let(a, zero), _sum_loop(a, i), k.Store(OUT, (ZERO,), a),
+                 k.Let(c, k.Load(OUT, (ZERO,))), k.Let(b, zero), _sum_loop(b, j, scaled))
+    # moving `c = out[0]` before the merged loop would read out[0] before `a` is stored there
+    assert len(_loops(fuse_sibling_loops(task))) == 2
