@@ -135,7 +135,12 @@ class ExpressionTranslator:
         if op == "matmul":
             self.error(node, "a @ b: expected vectors or matrices (bz.vec3, bz.mat33, ...) on both sides",
                        KernelTypeError)
-        return self.checked(node, lambda: ty.binary(op, a, b))
+        result = self.checked(node, lambda: ty.binary(op, a, b))
+        if self.debug and op in ("floordiv", "remainder") and isinstance(b, k.Expr) and b.dtype.is_integer:
+            # Integer `//` and `%` by zero give 0 on both backends; under debug=True, an error.
+            place, text = self.frames[-1].source.where(node)
+            self.emit(k.Assert(ty.binary("ne", b, 0), f"{place}integer division by zero in {text}"))
+        return result
 
     def expr_UnaryOp(self, node: ast.UnaryOp):
         x = self.expr(node.operand)

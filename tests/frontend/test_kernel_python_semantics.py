@@ -146,3 +146,36 @@ def test_integer_division_by_zero_gives_zero_as_numpy_does():
     with np.errstate(divide="ignore"):
         np.testing.assert_array_equal(q, a // b)
         np.testing.assert_array_equal(r, a % b)
+
+
+def test_integer_division_by_zero_is_an_error_under_debug():
+    @bz.kernel
+    def divide(a: bz.Array[bz.int32, 1], b: bz.Array[bz.int32, 1], c: bz.Array[bz.int32, 1]):
+        for i in range(a.shape[0]):
+            a[i] = a[i] // b[i] + c[i] % b[i]
+
+    @bz.kernel
+    def guarded(a: bz.Array[bz.int32, 1], b: bz.Array[bz.int32, 1]):
+        for i in range(a.shape[0]):
+            a[i] = a[i] // b[i] if b[i] != 0 else -1  # the division runs only where b is not zero
+
+    @bz.kernel
+    def real(x: bz.Array[bz.float32, 1], y: bz.Array[bz.float32, 1]):
+        for i in range(x.shape[0]):
+            x[i] = x[i] // y[i]  # float floor division by zero is NaN or an infinity, as in NumPy
+
+    a, b, c = np.array([7, 6], np.int32), np.array([2, 0], np.int32), np.array([5, 5], np.int32)
+    with bz.config.scope(debug=True):
+        with pytest.raises(bz.KernelAssertionError, match=r"integer division by zero in a\[i\] = a\[i\] // b"):
+            divide(a.copy(), b, c)
+        ok = np.array([7, 6], np.int32)
+        guarded(ok, b)
+        np.testing.assert_array_equal(ok, [3, -1])
+        x = np.array([1.0, -1.0], np.float32)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            expected = x // np.zeros(2, np.float32)
+        real(x, np.zeros(2, np.float32))
+        np.testing.assert_array_equal(x, expected)
+    without = a.copy()
+    divide(without, b, c)  # without debug: no check, 0 where the divisor is 0
+    np.testing.assert_array_equal(without, [7 // 2 + 5 % 2, 0])
