@@ -17,6 +17,7 @@ import numpy as np
 from braze import config, schedule
 from braze import dtypes as dt
 from braze.codegen import cuda_rules  # noqa: F401  (the CUDA op rules, filled at import, not on a first call)
+from braze.codegen.cuda_plan import schedule_kind
 from braze.codegen.source_text import CudaSourceText
 from braze.dtypes import DType
 from braze.errors import InputError, UnsupportedError
@@ -252,8 +253,6 @@ def _merged_row_tasks(kernel: k.Kernel) -> k.Kernel:
     Adam update's three outputs, the later reading what the earlier wrote at its own index), and
     row or column tasks that share no written array (var and mean of the same rows, the weight and
     bias gradients' column sums). Their loops over the same range then become one pass."""
-    from braze.codegen.cuda_plan import schedule_kind
-
     def elementwise(task: k.Task) -> bool:
         return not any(isinstance(s, (k.For, k.While, k.If)) for s in task.body) and schedule_kind(task) == "rows"
 

@@ -1,7 +1,7 @@
 """`braze.torch`: braze's door for PyTorch models (importing it imports torch; `import braze` does not).
 
     compiled = torch.compile(model, backend="braze")
-    print(braze.torch.explain(model, x))
+    report = braze.torch.explain(model, x)  # the regions and their kernels (str(report))
 """
 
 from braze.frontend.torch import Explanation, Options, backend, explain

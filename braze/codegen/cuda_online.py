@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 
 from braze import dtypes as dt
-from braze.codegen.cuda_plan import ONLINE_ADD, exprs_of, replace_var, sub_exprs, walk, walks_unit_stride
+from braze.codegen.cuda_plan import ONLINE_ADD, exprs_of, sub_exprs, walk, walks_unit_stride
 from braze.kir import nodes as k
 
 
@@ -83,7 +83,7 @@ def _one_hot_term(loop: k.Stmt) -> k.Assign | None:
         return None
     in_range = k.Binary("logical_and", k.Binary("ge", t, k.Cast(loop.begin, t.dtype), dt.bool_),
                         k.Binary("lt", t, k.Cast(loop.end, t.dtype), dt.bool_), dt.bool_)
-    term = replace_var(pick.b, r, k.Cast(t, r.dtype))  # read only in range: `where` evaluates one side
+    term = k.substitute(pick.b, r, k.Cast(t, r.dtype))  # read only in range: `where` evaluates one side
     return k.Assign(acc, k.Binary("reduce_add", acc, k.Ternary("where", in_range, term, pick.c, pick.dtype),
                                   fold.dtype))
 
@@ -110,7 +110,7 @@ def _sum_of_exponentials(loop: k.Stmt, first: k.For, m: k.Var, g: k.Expr) -> k.V
         return None
     e = v.b
     if not (isinstance(e, k.Unary) and e.op == "exp" and isinstance(e.x, k.Binary) and e.x.op == "sub"
-            and e.x.b == m and replace_var(e.x.a, loop.var, first.var) == g):
+            and e.x.b == m and k.substitute(e.x.a, loop.var, first.var) == g):
         return None
     return s.var
 
@@ -122,7 +122,7 @@ def _exponentials_read_later(stmts: list[k.Stmt], first: k.For, g: k.Expr, m: k.
     for loop in (s for s in stmts if isinstance(s, k.For)):
         for e in (e for s in walk(loop.body) for x in exprs_of(s) for e in sub_exprs(x)):
             if (isinstance(e, k.Unary) and e.op == "exp" and isinstance(e.x, k.Binary) and e.x.op == "sub"
-                    and e.x.b == m and replace_var(e.x.a, loop.var, first.var) == g):
+                    and e.x.b == m and k.substitute(e.x.a, loop.var, first.var) == g):
                 return True
     return False
 

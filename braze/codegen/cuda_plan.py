@@ -194,22 +194,10 @@ class RowCache:
 _ROW_INDEX = k.Var("__row_index")
 
 
-def replace_var(e: k.Expr, old: k.Var, new: k.Var) -> k.Expr:
-    """`e` with every `old` replaced by `new`."""
-    if e == old:
-        return new
-    changes = {}
-    for name in getattr(e, "__dataclass_fields__", {}):
-        child = getattr(e, name)
-        if isinstance(child, k.Expr):
-            changes[name] = replace_var(child, old, new)
-        elif isinstance(child, tuple) and any(isinstance(c, k.Expr) for c in child):
-            changes[name] = tuple(replace_var(c, old, new) if isinstance(c, k.Expr) else c for c in child)
-    return dataclasses.replace(e, **changes) if changes else e
 
 
 def row_cache_key(load: k.Load, loop: k.For) -> tuple:
-    return (load.param.name, tuple(replace_var(i, loop.var, _ROW_INDEX) for i in load.indices))
+    return (load.param.name, tuple(k.substitute(i, loop.var, _ROW_INDEX) for i in load.indices))
 
 
 # Operands evaluated only when another operand says so: a load there whose index is read from
@@ -297,7 +285,7 @@ def register_row_vectors(caches: tuple[RowCache, ...], vectorized: set[int]) -> 
 
 
 def normalized(e: k.Expr, loop: k.For) -> k.Expr:
-    return replace_var(e, loop.var, _ROW_INDEX)
+    return k.substitute(e, loop.var, _ROW_INDEX)
 
 
 def occurrences(loop: k.For, key: k.Expr) -> list[k.Expr]:
@@ -569,7 +557,7 @@ def _unit_stride_position(access, var: k.Var) -> bool:
 
 
 def replace_var_in_access(access, var: k.Var, new: k.Expr) -> tuple[k.Expr, ...]:
-    return tuple(replace_var(i, var, new) for i in access.indices)
+    return tuple(k.substitute(i, var, new) for i in access.indices)
 
 
 def vector_accesses(loop: k.For) -> VectorAccesses | None:

@@ -245,52 +245,50 @@ template <typename T> BZ_D void bz_online_combine(T& m, T& s, T m2, T s2) {
   s = s * bz_online_scale(m, m_new) + s2 * bz_online_scale(m2, m_new);  // the same either way round
   m = m_new;
 }
-// bz_lane_reduce for a (maximum, sum) pair of bz_online_add.
-template <typename T> BZ_D void bz_online_lane_reduce(T& m, T& s, int lanes) {
+// bz_lane_reduce for two accumulators that combine together: `combine(a, b, a2, b2)` folds another
+// lane's pair into (a, b).
+template <typename A, typename B, typename Combine> BZ_D void bz_pair_lane_reduce(A& a, B& b, int lanes,
+                                                                                 Combine combine) {
   const int width = lanes < 32 ? lanes : 32;
-  for (int offset = width / 2; offset > 0; offset >>= 1) bz_online_combine(m, s, bz_shfl_xor(m, offset),
-                                                                          bz_shfl_xor(s, offset));
+  for (int offset = width / 2; offset > 0; offset >>= 1) combine(a, b, bz_shfl_xor(a, offset), bz_shfl_xor(b, offset));
   if (lanes <= 32) return;
-  __shared__ T partial_m[32], partial_s[32];
+  __shared__ A partial_a[32];
+  __shared__ B partial_b[32];
   __syncthreads();  // an earlier reduction's readers are done with the partials
   if ((threadIdx.x & 31) == 0) {
-    partial_m[threadIdx.x >> 5] = m;
-    partial_s[threadIdx.x >> 5] = s;
+    partial_a[threadIdx.x >> 5] = a;
+    partial_b[threadIdx.x >> 5] = b;
   }
   __syncthreads();
-  m = partial_m[0];
-  s = partial_s[0];
-  for (int w = 1; w < (int)(blockDim.x >> 5); ++w) bz_online_combine(m, s, partial_m[w], partial_s[w]);
+  a = partial_a[0];
+  b = partial_b[0];
+  for (int w = 1; w < (int)(blockDim.x >> 5); ++w) combine(a, b, partial_a[w], partial_b[w]);
+}
+
+// A (maximum, sum) pair of bz_online_add.
+struct BzOnlineCombine {
+  template <typename T> BZ_D void operator()(T& m, T& s, T m2, T s2) const { bz_online_combine(m, s, m2, s2); }
+};
+template <typename T> BZ_D void bz_online_lane_reduce(T& m, T& s, int lanes) {
+  bz_pair_lane_reduce(m, s, lanes, BzOnlineCombine());
 }
 
 // argmax / argmin across lanes: each lane holds the (value, index) it found first among its
 // elements; of two, the first NaN wins, else the larger (smaller) value, the lower index on a tie:
 // NumPy's first occurrence, whichever lanes the elements fell to.
-template <bool Largest, typename T, typename I> BZ_D void bz_arg_combine(T& v, I& i, T v2, I i2) {
-  const bool nan1 = v != v, nan2 = v2 != v2;
-  const bool take = (nan1 || nan2) ? nan2 && (!nan1 || i2 < i)
-                                   : (Largest ? v2 > v : v2 < v) || (v2 == v && i2 < i);
-  if (take) {
-    v = v2;
-    i = i2;
+template <bool Largest> struct BzArgCombine {
+  template <typename T, typename I> BZ_D void operator()(T& v, I& i, T v2, I i2) const {
+    const bool nan1 = v != v, nan2 = v2 != v2;
+    const bool take = (nan1 || nan2) ? nan2 && (!nan1 || i2 < i)
+                                     : (Largest ? v2 > v : v2 < v) || (v2 == v && i2 < i);
+    if (take) {
+      v = v2;
+      i = i2;
+    }
   }
-}
+};
 template <bool Largest, typename T, typename I> BZ_D void bz_arg_lane_reduce(T& v, I& i, int lanes) {
-  const int width = lanes < 32 ? lanes : 32;
-  for (int offset = width / 2; offset > 0; offset >>= 1)
-    bz_arg_combine<Largest>(v, i, bz_shfl_xor(v, offset), bz_shfl_xor(i, offset));
-  if (lanes <= 32) return;
-  __shared__ T partial_v[32];
-  __shared__ I partial_i[32];
-  __syncthreads();  // an earlier reduction's readers are done with the partials
-  if ((threadIdx.x & 31) == 0) {
-    partial_v[threadIdx.x >> 5] = v;
-    partial_i[threadIdx.x >> 5] = i;
-  }
-  __syncthreads();
-  v = partial_v[0];
-  i = partial_i[0];
-  for (int w = 1; w < (int)(blockDim.x >> 5); ++w) bz_arg_combine<Largest>(v, i, partial_v[w], partial_i[w]);
+  bz_pair_lane_reduce(v, i, lanes, BzArgCombine<Largest>());
 }
 
 // An outer reduction's block: threads c + cols * g (cols a power of two) share column c, one per

@@ -9,6 +9,7 @@ deduplicate them structurally. Arithmetic nodes name their op by its op-table na
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -372,3 +373,17 @@ def assert_messages(kernel: Kernel) -> tuple[str, ...]:
     for task in kernel.tasks:
         visit(task.body)
     return tuple(found)
+
+
+def substitute(e: Expr, old: Var, new: Expr) -> Expr:
+    """`e` with every read of `old` replaced by `new`."""
+    if e == old:
+        return new
+    changes = {}
+    for name in getattr(e, "__dataclass_fields__", {}):
+        child = getattr(e, name)
+        if isinstance(child, Expr):
+            changes[name] = substitute(child, old, new)
+        elif isinstance(child, tuple) and any(isinstance(c, Expr) for c in child):
+            changes[name] = tuple(substitute(c, old, new) if isinstance(c, Expr) else c for c in child)
+    return dataclasses.replace(e, **changes) if changes else e

@@ -3,7 +3,6 @@ values already computed in them."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 
 from braze.kir import nodes as k
@@ -115,16 +114,3 @@ class ScopeStack:
         return 0
 
 
-def substitute(e: k.Expr, old: k.Var, new: k.Expr) -> k.Expr:
-    """`e` with every read of `old` replaced by `new`."""
-    if e == old:
-        return new
-    fields = getattr(e, "__dataclass_fields__", {})
-    changes = {}
-    for name in fields:
-        child = getattr(e, name)
-        if isinstance(child, k.Expr):
-            changes[name] = substitute(child, old, new)
-        elif isinstance(child, tuple) and any(isinstance(c, k.Expr) for c in child):
-            changes[name] = tuple(substitute(c, old, new) if isinstance(c, k.Expr) else c for c in child)
-    return dataclasses.replace(e, **changes) if changes else e

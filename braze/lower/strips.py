@@ -24,7 +24,7 @@ from braze.dtypes import DType
 from braze.ir.tensor import TensorView
 from braze.kir import nodes as k
 from braze.lower.reductions import _FOLDS
-from braze.lower.scope import free_vars, substitute
+from braze.lower.scope import free_vars
 from braze.lower.values import ValueEmitter, cast, index_op
 from braze.ops.reductions import _accumulator
 
@@ -74,7 +74,7 @@ class StripLanes:
         if len(lanes) != 1 or not (needed - lanes) <= em.scopes.scopes[0].defines:
             return None
         (lane,) = lanes
-        key = (id(tv), tuple(substitute(i, lane, _LANE) for i in idx))
+        key = (id(tv), tuple(k.substitute(i, lane, _LANE) for i in idx))
         if key not in self.arrays:
             saved = em.scopes.scopes
             em.scopes.scopes = saved[:1]
@@ -90,7 +90,7 @@ class StripLanes:
         fold = "sum" if op == "mean" else op
         acc_dtype = _accumulator_dtype(op, tv)
         column = em.scopes.fresh("j", em.index)
-        idx = tuple(substitute(i, lane, column) for i in idx)
+        idx = tuple(k.substitute(i, lane, column) for i in idx)
         if op == "var":
             return self._variance(em, tv, idx, column, acc_dtype)
         if fold == "sum" and acc_dtype.is_floating:
@@ -114,7 +114,7 @@ class StripLanes:
             return k.Binary("mul", deviation, deviation, acc_dtype)
 
         again = em.scopes.fresh("j", em.index)
-        squares = self._pairwise_sum(em, tv, tuple(substitute(i, column, again) for i in idx), again, acc_dtype,
+        squares = self._pairwise_sum(em, tv, tuple(k.substitute(i, column, again) for i in idx), again, acc_dtype,
                                      square)
         correction = k.Const(float(tv.definition.attrs.get("correction", 0)), acc_dtype)
         divisor = k.Binary("maximum", k.Binary("sub", count, correction, acc_dtype), k.Const(0.0, acc_dtype),

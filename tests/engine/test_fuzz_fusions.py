@@ -6,6 +6,8 @@ reference backend.
   plus one per reduction. Where the reference raises an InputError (a max of nothing), llvm must too.
 - nvrtc (no GPU needed): the CUDA of every generated program, those run on llvm included, is compiled
   with NVRTC in batches on a second thread.
+- gpu_plan (no GPU needed): the Kernel IR planned for a GPU (tasks and loops merged, dense reshapes read
+  by flat index) compiled for the CPU, against the reference: the GPU's planning passes, checked in CI.
 - cuda (`pytest -m cuda`, on a GPU): each program runs on the GPU, outputs poisoned first.
 
 A failure prints the program, its inputs' dtypes, shapes and strides, and the values that differ.
@@ -73,6 +75,10 @@ def run_compiled(f: bz.Fusion, inputs: list, backend: str) -> tuple[list, bz.rec
     with bz.record() as rec, config.scope(enable="poison_outputs"):
         if backend == "cuda":
             return f.execute(inputs, device="cuda"), rec
+        if backend == "gpu_plan":  # the GPU's Kernel IR (merged tasks and loops, dense reshapes) on llvm
+            bound = engine.bind_inputs(f, inputs)
+            key = engine.signature(f, bound)
+            return engine.compile_fusion(f, key, engine.lower_fusion(f, key, device_index=0)).run(bound), rec
         return f.execute(inputs, backend="llvm"), rec
 
 
@@ -165,6 +171,16 @@ def test_random_fusions_match_the_reference():
 def test_random_float_fusions_with_reductions_match_the_reference():
     with compiling_cuda():
         _floats_with_reductions_on_llvm()
+
+
+@fuzz(LLVM_EXAMPLES // 3)
+@given(st.data())
+def _gpu_plan_on_llvm(data):
+    floats_with_reductions(data, "gpu_plan")  # reductions feeding reductions: what the merges reorder
+
+
+def test_random_fusions_planned_for_a_gpu_match_the_reference_on_the_cpu():
+    _gpu_plan_on_llvm()
 
 
 @pytest.mark.skipif(not nvrtc.available(), reason="NVRTC is not installed")

@@ -1,7 +1,7 @@
 """The `torch.compile` backend: PyTorch models, forward and backward, through braze's fusions.
 
     model = torch.compile(model, backend="braze")             # registered as an entry point
-    print(braze.torch.explain(model, x))                      # the regions and their kernels
+    report = braze.torch.explain(model, x)                    # the regions and their kernels (str(report))
 
 Importing this package imports torch; `import braze` does not.
 """
