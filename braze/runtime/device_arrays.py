@@ -137,9 +137,10 @@ class DeviceArray:
         else:
             self.strides = tuple(int(s) * self.dtype.itemsize for s in element_strides)
         self.nbytes = int(numel) * self.dtype.itemsize
-        cuda.device(device).activate()
-        self.ptr = cuda.alloc(self.nbytes, stream)
-        self._free = weakref.finalize(self, cuda.free, self.ptr, stream)
+        owner = cuda.device(device)
+        with owner.current():
+            self.ptr = cuda.alloc(self.nbytes, stream)
+        self._free = weakref.finalize(self, _free, owner, self.ptr, stream)
 
     ndim = property(lambda self: len(self.shape))
     size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
@@ -156,9 +157,9 @@ class DeviceArray:
         """A host copy (waits for the work queued on the array's stream)."""
         span = span_bytes(self.shape, self.strides, self.dtype.itemsize)
         storage = np.empty(span // self.dtype.itemsize, self.dtype)
-        cuda.device(self.device).activate()
-        cuda.copy_to_host(storage.ctypes.data, self.ptr, span, self.stream)
-        cuda.synchronize(self.stream)
+        with cuda.device(self.device).current():
+            cuda.copy_to_host(storage.ctypes.data, self.ptr, span, self.stream)
+            cuda.synchronize(self.stream)
         return np.lib.stride_tricks.as_strided(storage, self.shape, self.strides).copy()
 
     def __dlpack__(self, stream=None, **kwargs) -> object:
@@ -180,6 +181,12 @@ class DeviceArray:
 
     def __repr__(self) -> str:
         return f"DeviceArray(shape={self.shape}, dtype={self.dtype}, device=cuda:{self.device})"
+
+
+def _free(device: cuda.Device, pointer: int, stream: int) -> None:
+    """Frees in the device's context: stream 0 is the null stream of whichever context is current."""
+    with device.current():
+        cuda.free(pointer, stream)
 
 
 def span_bytes(shape, strides, itemsize: int) -> int:

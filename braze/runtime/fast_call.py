@@ -430,21 +430,15 @@ class CudaPreparedCall(PreparedCall):
         and buffer pointers (None where the host JIT is off or failed). Built when the call is
         first taken, not when it is prepared: the fusion's first call then needs no LLVM engine."""
         slots = [slot for slot, _, _ in self.plan.input_pointers] + [slot for slot, _ in self.plan.buffer_pointers]
-        return native_launches(cuda.launch_function_address(),
+        return native_launches(self.device.driver_calls,
                                [(x.function, x.grid, x.block, x.shared, x.params_address) for x in self.launches],
                                self.address, slots)
 
-    def _begin(self, inputs: Sequence[object]) -> int:
-        device = self.device
-        device.activate()
-        return self.stream(inputs[self.stream_input], device.index)
-
     def _begin_source(self, names: dict[str, object]) -> list[str]:
-        names.update(device=self.device, current=cuda.current_device_state(), stream_of=self.stream,
-                     device_stream=self.device_stream)
+        names.update(device=self.device, stream_of=self.stream, device_stream=self.device_stream)
         stream = f"device_stream({self.device.index})" if self.device_stream is not None else \
             f"stream_of(inputs[{self.stream_input}], {self.device.index})"
-        return ["if current.__dict__.get('device') is not device:", "    device.activate()", f"order = {stream}"]
+        return [f"order = {stream}"]  # (the launches make the device's context current themselves)
 
     def _launch_source(self, names: dict[str, object], pointers: list[tuple[int, str]]) -> list[str]:
         native = self.launch_all
@@ -488,7 +482,7 @@ class CudaPreparedCall(PreparedCall):
         check_of = {position: k for k, (position, *_) in enumerate(tensors)}
         slots = [(slot, check_of[position]) for slot, position, _ in plan.input_pointers] + \
                 [(slot, len(tensors) + n) for slot, n in plan.buffer_pointers]
-        conditions = Conditions(settings, ctypes.addressof(OPEN_RECORDINGS), cuda.context_getter_address(),
+        conditions = Conditions(settings, ctypes.addressof(OPEN_RECORDINGS), self.device.driver_calls.get_context,
                                 self.device.context, fallback, self._native_failed)
         try:
             return TorchCall(api, self.matches.count, tensors, outputs, [n for _, n in plan.returned],
@@ -511,10 +505,11 @@ class CudaPreparedCall(PreparedCall):
     def _launch(self, stream: int) -> None:
         """The launches one by one through ctypes (the host JIT is off or failed)."""
         raw = cuda.raw_launch_function()
-        for n, x in enumerate(self.launches):
-            code = raw(x.function, x.grid, 1, 1, x.block, 1, 1, x.shared, stream, x.params_address, None)
-            if code:
-                self._launch_failed(n, code)
+        with self.device.current():
+            for n, x in enumerate(self.launches):
+                code = raw(x.function, x.grid, 1, 1, x.block, 1, 1, x.shared, stream, x.params_address, None)
+                if code:
+                    self._launch_failed(n, code)
         if recording():
             self._note_launches()
 

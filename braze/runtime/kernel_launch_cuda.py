@@ -208,7 +208,7 @@ class PreparedKernelCall:
         if self.launches is None or self.status is not None:
             return None
         launched = [x for x in self.launches if x.grid]
-        native = native_launches(cuda.launch_function_address(),
+        native = native_launches(self.device.driver_calls,
                                  [(x.task.address, x.grid, x.threads, 0, self.params_address) for x in launched])
         return None if native is None else (native, launched)
 
@@ -219,7 +219,7 @@ class PreparedKernelCall:
         native, _ = self.native  # self.native holds the launch table as long as this call lives
         names = {"acquire": self.busy.acquire, "release": self.busy.release,
                  "repoint": self._repoint, "general": self._run, "block": self.block, "device": self.device,
-                 "current": cuda.current_device_state(), "stream_of": self.stream_of, "launch_all": native.call,
+                 "stream_of": self.stream_of, "launch_all": native.call,
                  "recorders": record_state(), "failed": self._native_failed, "state": self}
         reads = "".join(f"read{n}(args[{position}]), " for n, (_, position, _) in enumerate(self.pointers))
         names.update((f"read{n}", reader) for n, (_, _, reader) in enumerate(self.pointers))
@@ -237,8 +237,7 @@ class PreparedKernelCall:
                 names[f"pack{n}"] = pack
                 lines.append(f"        block[{slot}] = pack{n}(args[{position}])")
             lines += ["    except OverflowError:", "        return False"]
-        lines += ["    if current.__dict__.get('device') is not device:", "        device.activate()",
-                  "    if recorders.__dict__.get('stack'):", "        return general(args)",
+        lines += ["    if recorders.__dict__.get('stack'):", "        return general(args)",  # (launch_all activates)
                   f"    code = launch_all({stream})",
                   "    if code:", "        failed(code)", "    return True", "finally:", "    release()"]
         source = "def run(args):\n" + "".join(f"    {line}\n" for line in lines)
@@ -280,9 +279,12 @@ class PreparedKernelCall:
                 block[slot] = pack(args[position])
         except OverflowError:
             return False
-        device = self.device
-        device.activate()
-        stream = self.stream_of(args[self.stream_position], device.index)
+        with self.device.current():
+            self._launch_all(args)
+        return True
+
+    def _launch_all(self, args: Sequence[object]) -> None:
+        stream = self.stream_of(args[self.stream_position], self.device.index)
         launches = self.launches
         if launches is None:
             launches = self.launcher.plan(self.launcher.bounds(self.shapes, [args[p] for p in self.scalar_positions]))
@@ -290,13 +292,12 @@ class PreparedKernelCall:
             self.status.reset(stream)
         if recording():
             self._recorded(launches, stream)
-            return True
+            return
         for x in launches:
             if x.grid:
                 self._launch(x, stream)
             if self.status is not None:
                 self._check(stream)
-        return True
 
     def _launch(self, x: LoopTaskLaunch, stream: int) -> None:
         code = self.raw_launch(x.task.address, x.grid, 1, 1, x.threads, 1, 1, 0, stream, self.params_address, None)
@@ -359,11 +360,11 @@ class _StatusWord:
     """The int64 a debug kernel's failed checks write their message number into."""
 
     def __init__(self, device: cuda.Device) -> None:
-        device.activate()
-        self.address = cuda.alloc(8)
-        cuda.synchronize(0)  # allocated on the default stream; calls use others
+        with device.current():
+            self.address = cuda.alloc(8)
+            cuda.synchronize(0)  # allocated on the default stream; calls use others
         self.host = np.zeros(1, np.int64)
-        weakref.finalize(self, cuda.free, self.address, 0)
+        weakref.finalize(self, _free_on, device, self.address)
 
     def reset(self, stream: int) -> None:
         cuda.fill_bytes(self.address, 0, 8, stream)
@@ -372,3 +373,8 @@ class _StatusWord:
         cuda.copy_to_host(self.host.ctypes.data, self.address, 8, stream)
         cuda.synchronize(stream)
         return int(self.host[0])
+
+
+def _free_on(device: cuda.Device, address: int) -> None:
+    with device.current():
+        cuda.free(address, 0)

@@ -7,16 +7,19 @@ CUDA and CPU code read the same layout), after checking its grid.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from fake_driver import CU_LAUNCH, FakeDriver
 from kernel_cases import all_cases, poison
 
 import braze as bz
 from braze import engine
 from braze.codegen import cuda_loops
+from braze.host.launch_jit import DriverCalls
 from braze.kir import nodes as k
 from braze.kir.layout import ArgLayout
 from braze.passes.fuse_tasks import fuse_tasks
@@ -24,9 +27,6 @@ from braze.runtime import cuda_driver, device_arrays
 from braze.runtime.compiled_kernel import CompiledKernel, CompileParams
 from braze.runtime.device_arrays import DeviceArray
 
-# cuLaunchKernel's C signature: function, grid x/y/z, block x/y/z, shared bytes, stream, params, extra.
-CU_LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
-                             ctypes.c_void_p, ctypes.c_void_p)
 SMS = 2  # a small fake GPU, so that grids are capped and threads loop
 
 
@@ -37,8 +37,13 @@ class FakeDevice:
     arch: str = "sm_90"
     name: str = "fake GPU"
 
-    def activate(self) -> None:
-        pass
+    @contextlib.contextmanager
+    def current(self):
+        yield
+
+    @property
+    def driver_calls(self) -> DriverCalls:
+        return _NATIVE_CONTEXT.calls_for(0xC0 + self.index)
 
 
 class FakeFunction(int):
@@ -116,6 +121,8 @@ def _evaluate(e: k.Expr, kernel: k.Kernel, slots) -> int:
 _FAKES: list[FakeGpu] = []
 _NATIVE_LAUNCH = CU_LAUNCH(lambda *args: _FAKES[0].launch(*args))
 _NATIVE_LAUNCH_ADDRESS = ctypes.cast(_NATIVE_LAUNCH, ctypes.c_void_p).value
+_NATIVE_CONTEXT = FakeDriver()  # its context calls; launches go to _NATIVE_LAUNCH
+_NATIVE_CONTEXT.address = _NATIVE_LAUNCH_ADDRESS
 
 
 class HostMemory:
@@ -137,7 +144,6 @@ def gpu(monkeypatch):
     monkeypatch.setattr(cuda_driver, "device", lambda index=0: devices.setdefault(index, FakeDevice(index)))
     monkeypatch.setattr(cuda_driver, "raw_launch_function", lambda: fake.launch)
     _FAKES[:] = [fake]
-    monkeypatch.setattr(cuda_driver, "launch_function_address", lambda: _NATIVE_LAUNCH_ADDRESS)
     monkeypatch.setattr(cuda_driver, "alloc", memory.alloc)
     monkeypatch.setattr(cuda_driver, "free", lambda pointer, stream=0: None)
     monkeypatch.setattr(cuda_driver, "synchronize", lambda stream=0: None)
