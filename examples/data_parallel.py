@@ -113,7 +113,7 @@ def bench(args: argparse.Namespace, rank: int, device: torch.device) -> dict:
     model, optimizer = twin(args.width, args.depth, device, compiled=True)
     x, y = batch(0, rank, args.batch, args.width, device)
     times = []
-    for step in range(5 + args.bench):
+    for _ in range(5 + args.bench):
         dist.barrier()
         times.append(timed(lambda: train_step(model, optimizer, x, y), device))
     step_time = statistics.median(times[5:])

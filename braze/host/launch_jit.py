@@ -6,13 +6,13 @@ process:
 first makes the call's CUDA context current unless it already is (`cuCtxGetCurrent` is read on
 every call, not remembered: user code such as `torch.cuda.set_device` changes the current context
 between calls, and the kernels' handles belong to one context; the context it replaced is made
-current again at the end), then calls each entry's
-`cuLaunchKernel` (its address, taken from the driver, is in the entry) with the entry's function
-handle, grid, block, shared memory and parameter array, in order, and returns 0,
-or `(n << 16) | code` when launch n failed with CUresult `code` (the caller raises the error
-naming it; a context that cannot be made current reads as launch 0 failing). One ctypes call from Python then runs every kernel of a fusion: a dozen launches cost
-one crossing into native code instead of a dozen. A prepared call only fills a table: nothing is
-compiled per fusion or per shape.
+current again at the end), then calls each entry's `cuLaunchKernel` (its address, taken from the
+driver, is in the entry) with the entry's function handle, grid, block, shared memory and
+parameter array, in order, and returns 0, or `(n << 16) | code` when launch n failed with CUresult
+`code` (the caller raises the error naming it; a context that cannot be made current reads as
+launch 0 failing). One ctypes call from Python then runs every kernel of a fusion: a dozen
+launches cost one crossing into native code instead of a dozen. A prepared call only fills a
+table: nothing is compiled per fusion or per shape.
 
 A prepared call with pointers to patch also gets `braze_launch_patched`, a CPython builtin
 (host/host_jit.py) over the same loop: `launch(stream, value, ...)` stores each value into the

@@ -17,9 +17,9 @@ from __future__ import annotations
 import ctypes
 import functools
 import sys
-from ctypes import POINTER, c_char_p, c_float, c_int, c_size_t, c_ubyte, c_uint, c_uint64, c_void_p
 from collections.abc import Iterator
 from contextlib import contextmanager
+from ctypes import POINTER, c_char_p, c_float, c_int, c_size_t, c_ubyte, c_uint, c_uint64, c_void_p
 from dataclasses import dataclass
 
 from braze.errors import CudaError, UnsupportedError
