@@ -10,6 +10,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -379,6 +380,18 @@ def execute(fusion: FusionGraph, inputs: Sequence[object], backend: str | None =
     bound = bind_inputs(fusion, inputs)
     if stream is not None:
         bound.stream = stream_handle(stream)
+    with _made_current(bound.device if bound.device is not None else target):
+        return _execute_bound(fusion, bound, inputs, backend, target, stream)
+
+
+def _made_current(device: int | None) -> AbstractContextManager:
+    """GPU `device`'s context current for a call's host program (its copies, allocations and
+    launches on stream 0 act in the current context), the user's own current again after."""
+    return nullcontext() if device is None else cuda_driver.device(device).current()
+
+
+def _execute_bound(fusion: FusionGraph, bound: BoundInputs, inputs: Sequence[object], backend: str | None,
+                   target: int | None, stream: object) -> list:
     if target is not None and bound.device is None:
         return _execute_copied(fusion, bound, target)
     if target is not None and bound.device != target:

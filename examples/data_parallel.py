@@ -70,7 +70,7 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tens
 def twin(width: int, depth: int, device: torch.device, compiled: bool) -> tuple[nn.Module, torch.optim.Optimizer]:
     model = make_model(width, depth, device)
     ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     return (torch.compile(ddp, backend=braze.torch.backend) if compiled else ddp), optimizer
 
 

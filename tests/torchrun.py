@@ -12,7 +12,7 @@ from pathlib import Path
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "data_parallel.py"
 
 
-def run_data_parallel(ranks: int, *args: str, timeout: float = 600) -> dict:
+def run_data_parallel(ranks: int, *args: str, timeout: float = 240) -> dict:
     environment = {**os.environ, "OMP_NUM_THREADS": "1",
                    "PYTHONPATH": os.pathsep.join([str(EXAMPLE.parents[1]), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",

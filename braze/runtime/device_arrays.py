@@ -149,8 +149,9 @@ class DeviceArray:
     def from_numpy(cls, array: np.ndarray, device: int = 0, stream: int = 0) -> DeviceArray:
         host = np.ascontiguousarray(array)
         out = cls(host.shape, host.dtype, device, stream)
-        cuda.copy_to_device(out.ptr, host.ctypes.data, host.nbytes, stream)
-        cuda.synchronize(stream)  # the host copy may go away once this returns
+        with cuda.device(device).current():
+            cuda.copy_to_device(out.ptr, host.ctypes.data, host.nbytes, stream)
+            cuda.synchronize(stream)  # the host copy may go away once this returns
         return out
 
     def numpy(self) -> np.ndarray:

@@ -257,7 +257,7 @@ class PreparedCall:
         plan = self.plan
         names = dict(names or {})
         names.update({"block": self.block, "buffers_of": self._buffers, "pointer": plan.buffer_pointer,
-                      "draw": next_seed_offset, "signed": _signed, "copy": cuda.copy_on_device,
+                      "draw": next_seed_offset, "signed": _signed, "copy": self._copy_on_device,
                       "acquire": self.busy.acquire, "release": self.busy.release,
                       "Refused": (OverflowError, struct.error, TypeError, ValueError)})
         lines = []
@@ -340,6 +340,10 @@ class PreparedCall:
     def _begin(self, inputs: Sequence[object]) -> int:
         """Readies the device; returns the stream the call runs on (0 on the host)."""
         return 0
+
+    def _copy_on_device(self, target: int, source: int, nbytes: int, stream: int) -> None:
+        """An output copied back into the input it replaces."""
+        cuda.copy_on_device(target, source, nbytes, stream)
 
     def _begin_source(self, names: dict[str, object]) -> list[str]:
         """The generated call's lines setting `order` (`_begin`), with the names they use added."""
@@ -433,6 +437,10 @@ class CudaPreparedCall(PreparedCall):
         return native_launches(self.device.driver_calls,
                                [(x.function, x.grid, x.block, x.shared, x.params_address) for x in self.launches],
                                self.address, slots)
+
+    def _copy_on_device(self, target: int, source: int, nbytes: int, stream: int) -> None:
+        with self.device.current():  # stream 0 is the null stream of whichever context is current
+            cuda.copy_on_device(target, source, nbytes, stream)
 
     def _begin_source(self, names: dict[str, object]) -> list[str]:
         names.update(device=self.device, stream_of=self.stream, device_stream=self.device_stream)
