@@ -40,7 +40,7 @@ from braze.kir import kernel_text
 from braze.kir import nodes as k
 from braze.passes.fuse_tasks import Decision
 from braze.passes.simplify import map_children
-from braze.runtime.arrays import as_host_array, overlaps_itself
+from braze.runtime.arrays import arguments_overlap, as_host_array, byte_span, overlaps_itself
 from braze.runtime.device_arrays import is_device_array
 from braze.runtime.kernel_launch import KernelLauncher, PackedArgs
 
@@ -372,23 +372,9 @@ def _overlapping(arrays: list[np.ndarray]) -> bool:
     data never do, unless passed twice)."""
     if all(a.base is None for a in arrays):
         return len({id(a) for a in arrays}) < len(arrays)
-    if any(a.flags.writeable and overlaps_itself(a.shape, a.strides, a.itemsize) for a in arrays):
-        return True
-    spans = sorted(s for s in map(_span, arrays) if s is not None)
-    return any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:]))
-
-
-def _span(array: np.ndarray) -> tuple[int, int] | None:
-    """[first byte, last byte + 1) of an array, or None when it is empty."""
-    if array.size == 0:
-        return None
-    lo = hi = array.__array_interface__["data"][0]
-    for n, stride in zip(array.shape, array.strides):
-        if stride < 0:
-            lo += (n - 1) * stride
-        else:
-            hi += (n - 1) * stride
-    return lo, hi + array.itemsize
+    return arguments_overlap([a.__array_interface__["data"][0] for a in arrays],
+                             [byte_span(a.shape, a.strides, a.itemsize) for a in arrays],
+                             any(a.flags.writeable and overlaps_itself(a.shape, a.strides, a.itemsize) for a in arrays))
 
 
 def kernel(fn: Callable | None = None, *, debug: bool = False, fuse_tasks: bool = True):

@@ -32,7 +32,7 @@ from braze.host.launch_jit import native_launches
 from braze.kir import nodes as k
 from braze.kir.layout import ArgLayout
 from braze.runtime import cuda_driver as cuda
-from braze.runtime.arrays import overlaps_itself
+from braze.runtime.arrays import arguments_overlap, byte_span, overlaps_itself
 from braze.runtime.cuda_kernel import BLOCKS_PER_SM, CudaCompiledKernel
 from braze.runtime.device_arrays import DeviceArray, DeviceView
 from braze.runtime.kernel_launch import bounds_function
@@ -187,7 +187,7 @@ class PreparedKernelCall:
         self.stream_of = readers[0].stream if readers else (lambda a, device: 0)
         self.device_stream = readers[0].device_stream if readers else None
         self.stream_position = array_positions[0] if array_positions else 0
-        self.spans = [_span_offsets(v) for v in views]
+        self.spans = [byte_span(v.shape, v.strides, v.itemsize) for v in views]
         # Fixed by the description (shapes and strides), whatever the pointers: a view overlapping itself.
         self.overlaps_itself = any(overlaps_itself(v.shape, v.strides, v.itemsize) for v in views)
         self.shapes = [v.shape for v in views]  # what the bounds function reads
@@ -328,32 +328,13 @@ class PreparedKernelCall:
             raise KernelAssertionError(f"kernel {self.launcher.kernel.name!r}: {self.launcher.messages[code - 1]}")
 
     def _overlap(self, pointers: tuple[int, ...]) -> bool:
-        if self.overlaps_itself:
-            return True
-        spans = sorted((p + lo, p + hi) for p, span in zip(pointers, self.spans) if span is not None
-                       for lo, hi in (span,))
-        return any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:]))
-
-
-def _span_offsets(view: DeviceView) -> tuple[int, int] | None:
-    """[first byte, last byte + 1) of an array relative to its data pointer; None when empty."""
-    if view.size == 0:
-        return None
-    lo = hi = 0
-    for n, stride in zip(view.shape, view.strides):
-        if stride < 0:
-            lo += (n - 1) * stride
-        else:
-            hi += (n - 1) * stride
-    return lo, hi + view.itemsize
+        return arguments_overlap(pointers, self.spans, self.overlaps_itself)
 
 
 def views_overlap(views: Sequence[DeviceView]) -> bool:
-    """Whether two arrays share memory, or one overlaps itself."""
-    if any(overlaps_itself(v.shape, v.strides, v.itemsize) for v in views):
-        return True
-    spans = sorted((v.ptr + s[0], v.ptr + s[1]) for v in views for s in (_span_offsets(v),) if s is not None)
-    return any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:]))
+    """Whether two arrays share memory, or one overlaps itself (any: a GPU array has no read-only flag)."""
+    return arguments_overlap([v.ptr for v in views], [byte_span(v.shape, v.strides, v.itemsize) for v in views],
+                             any(overlaps_itself(v.shape, v.strides, v.itemsize) for v in views))
 
 
 class _StatusWord:
