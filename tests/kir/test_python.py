@@ -64,7 +64,7 @@ def test_what_the_host_cannot_evaluate_is_refused() -> None:
 def count_quotient(flags: bz.Array[bz.int64, 1], out: bz.Array[bz.int64, 1], a: bz.int64, b: bz.int64):
     for i in range(a // b):  # the bound: computed on the host
         flags[i] = 1
-    for i in range(1):  # the same arithmetic in the kernel
+    for _ in range(1):  # the same arithmetic in the kernel
         out[0] = a // b
         out[1] = a % b
 
