@@ -16,7 +16,6 @@ with every extent and stride filled in, and each task's grid. A call with that d
 from __future__ import annotations
 
 import ctypes
-import sys
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -34,7 +33,8 @@ from braze.kir.layout import ArgLayout
 from braze.runtime import cuda_driver as cuda
 from braze.runtime.arrays import arguments_overlap, byte_span, overlaps_itself
 from braze.runtime.cuda_kernel import BLOCKS_PER_SM, CudaCompiledKernel
-from braze.runtime.device_arrays import DeviceArray, DeviceView
+from braze.runtime.device_arrays import DeviceView
+from braze.runtime.fast_call import ArrayKind, gpu_array_kind
 from braze.runtime.kernel_launch import bounds_function
 from braze.runtime.record import RecordedLaunch, note_launch, profiling, record_state, recording
 from braze.runtime.scalars import scalar_packer
@@ -119,53 +119,10 @@ class CudaKernelLauncher:
         for (slot, ndim), view in zip(self.array_slots, views):
             block[slot + 1: slot + 1 + ndim] = list(view.shape)
             block[slot + 1 + ndim: slot + 1 + 2 * ndim] = [s // view.itemsize for s in view.strides]
-        readers = [reader_of(arguments[p]) for p in array_positions]
+        readers = [gpu_array_kind(arguments[p]) for p in array_positions]
         launches = None if self.bounds_read_scalars else self.plan(self.bounds([v.shape for v in views], scalars))
         return PreparedKernelCall(self, block, views, readers, list(array_positions), list(scalar_positions),
                                   launches, overlapping)
-
-
-# --- reading the arguments' libraries ---------------------------------------------------------
-@dataclass(frozen=True)
-class ArrayReader:
-    """How a cached call reads one library's arrays: the data pointer and the current stream."""
-
-    pointer: Callable[[object], int]
-    stream: Callable[[object, int], int]  # (the array, its device) -> the stream work runs on
-    device_stream: Callable[[int], int] | None = None  # the same from the device alone, where it needs no array
-
-
-def _cai_pointer(a) -> int:
-    return int(a.__cuda_array_interface__["data"][0])
-
-
-def reader_of(value: object) -> ArrayReader:
-    """The reader of an array the slow path accepted."""
-    if isinstance(value, DeviceArray):
-        return ArrayReader(lambda a: a.ptr, lambda a, device: a.stream)
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(value, torch.Tensor):
-        raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        if raw_stream is None:
-            return ArrayReader(torch.Tensor.data_ptr, lambda t, device: torch.cuda.current_stream(device).cuda_stream)
-        return ArrayReader(torch.Tensor.data_ptr, lambda t, device: raw_stream(device), raw_stream)
-    cupy = sys.modules.get("cupy")
-    if cupy is not None and isinstance(value, cupy.ndarray):
-        return ArrayReader(lambda a: a.data.ptr, lambda a, device: cupy.cuda.get_current_stream().ptr)
-    return ArrayReader(_cai_pointer, lambda a, device: 0)
-
-
-def describe(value: object) -> tuple | None:
-    """What fixes a cached call for one array of a known library (None for any other object)."""
-    if isinstance(value, DeviceArray):
-        return DeviceArray, value.dtype, value.shape, value.strides, value.device, value.stream
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(value, torch.Tensor):
-        return torch.Tensor, value.dtype, value.shape, value.stride(), value.get_device()
-    cupy = sys.modules.get("cupy")
-    if cupy is not None and isinstance(value, cupy.ndarray):
-        return cupy.ndarray, value.dtype, value.shape, value.strides, value.data.device_id
-    return None
 
 
 # --- the cached call ----------------------------------------------------------------------------
@@ -173,7 +130,7 @@ class PreparedKernelCall:
     """A loop kernel's call for arguments of one description, with the host arithmetic done ahead."""
 
     def __init__(self, launcher: CudaKernelLauncher, block: ctypes.Array, views: Sequence[DeviceView],
-                 readers: list[ArrayReader], array_positions: list[int], scalar_positions: list[int],
+                 readers: list[ArrayKind], array_positions: list[int], scalar_positions: list[int],
                  launches: list[LoopTaskLaunch] | None, overlapping: bool) -> None:
         self.launcher, self.block, self.launches = launcher, block, launches
         self.device = launcher.device
