@@ -16,10 +16,9 @@ from typing import TYPE_CHECKING
 
 from braze import config, engine
 from braze.errors import Error, InputError
-from braze.frontend.kernel_entry import KernelEntry
 from braze.runtime.device_arrays import DeviceView, as_device_view, is_device_array
 from braze.runtime.fast_call import MAX_DESCRIPTIONS, description, key_function
-from braze.runtime.kernel_launch_cuda import CudaKernelLauncher, PreparedKernelCall, views_overlap
+from braze.runtime.kernel_launch_cuda import PreparedKernelCall, views_overlap
 from braze.runtime.record import note_entry
 
 if TYPE_CHECKING:
@@ -99,13 +98,10 @@ class GpuCalls:
         if not prepared.run(args):
             raise Error(f"kernel {fn.__name__}: a freshly prepared call refused its own arguments")
 
-    def compile(self, key: tuple, device: int) -> KernelEntry:
+    def compile(self, key: tuple, device: int) -> engine.KernelEntry:
         kernel, arrays, scalars, fuse, overlapping = self.fn.signature_ir(key)
-        compiled, decisions = engine.compile_loop_kernel_cuda(kernel, device, fuse=fuse, restrict=not overlapping)
-        from braze.runtime import cuda_driver
-
-        launcher = CudaKernelLauncher(compiled, cuda_driver.device(device), arrays, scalars)
-        return KernelEntry(launcher, decisions, ())
+        return engine.loop_kernel_entry(kernel, arrays, scalars, fuse=fuse, device_index=device,
+                                        restrict=not overlapping)
 
 
 def bind_arrays(fn: KernelFunction, args: Sequence[object]) -> list[DeviceView]:
