@@ -138,6 +138,21 @@ def array_kind(value: object) -> ArrayKind | None:
     return _KINDS[cls]
 
 
+def _cai_pointer(a) -> int:
+    return int(a.__cuda_array_interface__["data"][0])
+
+
+# Any other object with `__cuda_array_interface__`: read through it, run on the default stream. Such
+# arguments have no description (`description` answers None), so no prepared call is kept for them.
+_CUDA_ARRAY_INTERFACE = ArrayKind(lambda a: None, _cai_pointer, lambda a, device: 0)
+
+
+def gpu_array_kind(value: object) -> ArrayKind:
+    """How to read a GPU array the slow path accepted: its library's kind, else through its
+    `__cuda_array_interface__`."""
+    return array_kind(value) or _CUDA_ARRAY_INTERFACE
+
+
 def buffer_pointer(kind: str) -> Callable[[object], int]:
     """Reads the address of a buffer made for inputs of `kind` ("torch", "cupy" or "cuda")."""
     if kind == "torch":
@@ -147,15 +162,17 @@ def buffer_pointer(kind: str) -> Callable[[object], int]:
     return _cupy_pointer if kind == "cupy" else _device_array_pointer
 
 
-def description(inputs: Sequence[object], scalar_positions: frozenset[int]) -> tuple | None:
+def description(inputs: Sequence[object], scalar_positions: frozenset[int], any_scalar: bool = False
+                ) -> tuple | None:
     """The key of a call: per array input its description, per scalar its type; None when an
-    input is of a type the fast path does not know."""
+    input is of a type the fast path does not know (a scalar not int, float or bool, unless
+    `any_scalar`: a loop kernel's prepared call checks every scalar's value as it packs it)."""
     key = []
     for position, value in enumerate(inputs):
         kind = array_kind(value)
         if kind is not None:
             key.append(kind.describe(value))
-        elif position in scalar_positions and type(value) in _SCALARS:
+        elif position in scalar_positions and (any_scalar or type(value) in _SCALARS):
             key.append(type(value))
         else:
             return None
@@ -750,16 +767,18 @@ _KEY_PARTS = {  # per library: what describes one of its arrays (its type comes 
 }
 
 
-def key_function(cls: type, inputs: int, scalar_positions: frozenset[int]) -> Callable[..., tuple] | None:
+def key_function(cls: type, inputs: int, scalar_positions: frozenset[int], typed: bool = True
+                 ) -> Callable[..., tuple] | None:
     """A function of the inputs giving their description, reading every array as one of `cls`'s
-    library (raising AttributeError or TypeError on another): per array its type and what
+    library (raising AttributeError or TypeError on another): per array its type (unless not
+    `typed`: a loop kernel's prepared call reads any tensor of the library alike) and what
     `_KEY_PARTS` reads, per scalar its type. None for a library without one."""
     library = "numpy" if cls is np.ndarray else cls.__module__.partition(".")[0]
     if library not in _KEY_PARTS:
         return None
     names = [f"a{n}" for n in range(inputs)]
-    parts = [f"type({a})" if n in scalar_positions else f"type({a}), " + _KEY_PARTS[library].format(a=a)
-             for n, a in enumerate(names)]
+    parts = [f"type({a})" if n in scalar_positions else ("type({a}), " if typed else "").format(a=a)
+             + _KEY_PARTS[library].format(a=a) for n, a in enumerate(names)]
     source = f"def key({', '.join(names)}):\n    return ({', '.join(parts)},)\n"
     namespace: dict = {}
     exec(source, namespace)  # noqa: S102  (source built above from input positions only)

@@ -96,7 +96,7 @@ def test_the_users_current_device_is_neither_trusted_nor_changed(cached: bool) -
 
 def test_a_loop_kernel_runs_in_its_arrays_context_whatever_is_current() -> None:
     torch = pytest.importorskip("torch")
-    from braze.demo_kernels import particle_step, particles
+    from braze.cli.particles import particle_step, particles
 
     host = particles(1000)
     expected = [a.copy() for a in host]

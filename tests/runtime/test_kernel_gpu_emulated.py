@@ -300,7 +300,7 @@ def test_debug_checks_raise_after_the_launch(gpu):
 
 
 def test_six_loops_are_one_launch(gpu):
-    from braze.demo_kernels import particle_step, particle_step_unfused, particles
+    from braze.cli.particles import particle_step, particle_step_unfused, particles
 
     arrays = to_gpu(particles(1000))
     with bz.record() as fused:
@@ -316,8 +316,8 @@ def test_device_views_of_fake_arrays_need_no_driver(monkeypatch):
 
 
 def test_the_gpu_particle_benchmark_runs(gpu):
-    from braze.demo_kernels import TWELVE_LOOPS
-    from braze.demo_kernels_gpu import run_particle_step_gpu
+    from braze.cli.particles import TWELVE_LOOPS
+    from braze.cli.particles_gpu import run_particle_step_gpu
 
     row = run_particle_step_gpu(1000, steps=3, seconds=0.01, with_torch=False)
     assert (row.launches_fused, row.launches_unfused, row.max_error) == (1, 6, 0.0)
@@ -331,7 +331,7 @@ def _only_prepared(fn):
 
 
 def test_fixed_grids_launch_from_one_native_function(gpu):
-    from braze.demo_kernels import particle_step_unfused, particles
+    from braze.cli.particles import particle_step_unfused, particles
 
     host = particles(1000)
     expected = [a.copy() for a in host]
