@@ -112,7 +112,8 @@ class KernelFunction:
             # and (where written) writability: their pointers are the same too (an array with a weak
             # reference cannot be resized), so the packed block is replayed with only the scalars
             # rewritten.
-            replay.entry.launcher.run(replay.packed, [self._scalar(n, s, args[i]) for i, n, s in self.scalar_specs])
+            replay.entry.launcher.run(replay.packed, [self._scalar(n, s, args[i]) for i, n, s in self.scalar_specs],
+                                      args)
             return
         if self.array_positions and _on_gpu(self, args):
             if self._gpu is None:
@@ -131,7 +132,7 @@ class KernelFunction:
         packed = entry.launcher.pack(arrays)
         guard = replay_guard(args, arrays, self.array_positions, entry.written, config.current)
         self._last.call = _Replay(entry, packed, guard) if guard is not None else None
-        entry.launcher.run(packed, scalars)
+        entry.launcher.run(packed, scalars, arrays)
 
     # --- binding ----------------------------------------------------------------------------------
     def _positional(self, args: tuple, kwargs: dict) -> tuple:
