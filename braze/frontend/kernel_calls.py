@@ -186,22 +186,25 @@ def _local(tr: Translator, node: ast.Call) -> LocalArray:
     if len(node.args) != 2 or node.keywords:
         tr.error(node, "bz.local: expected (dtype, size), e.g. bz.local(bz.float32, 8)")
     element = tr.compile_time(node.args[0])
-    if isinstance(element, vec.VectorType):
-        tr.error(node, f"bz.local: arrays of {element!r} are not supported; use bz.local({element.dtype!r}, "
-                       f"{element.size} * n) and index its components", KernelTypeError)
+    vector = element if isinstance(element, vec.VectorType) else None
     try:
-        dtype = dt.as_dtype(element)
+        dtype = vector.dtype if vector is not None else dt.as_dtype(element)
     except (Error, TypeError, ValueError):
-        tr.error(node, f"bz.local: expected a dtype, got {ast.unparse(node.args[0])}", KernelTypeError)
+        tr.error(node, f"bz.local: expected a dtype or a vector or matrix type, got {ast.unparse(node.args[0])}",
+                 KernelTypeError)
     size = tr.expr(node.args[1])
-    if isinstance(size, bool) or not isinstance(size, int) or not 0 < size <= MAX_LOCAL_ELEMENTS:
-        tr.error(node, f"bz.local: the size must be an integer constant in [1, {MAX_LOCAL_ELEMENTS}], got "
+    components = vector.size if vector is not None else 1
+    if isinstance(size, bool) or not isinstance(size, int) or not 0 < size * components <= MAX_LOCAL_ELEMENTS:
+        most = MAX_LOCAL_ELEMENTS // components
+        tr.error(node, f"bz.local: the size must be an integer constant in [1, {most}]"
+                       f"{f' ({MAX_LOCAL_ELEMENTS} scalars)' if vector is not None else ''}, got "
                        f"{ast.unparse(node.args[1])}", KernelTypeError)
     var = tr.new_var("local", dtype)
-    tr.prologue.append(k.Alloc(var, dtype, size))
+    scalars = size * components
+    tr.prologue.append(k.Alloc(var, dtype, scalars))
     j = tr.new_var("j", dt.int64)
-    tr.emit(k.For(j, k.Const(0, dt.int64), k.Const(size, dt.int64), (k.StoreLocal(var, j, ty.as_expr(0, dtype)),)))
-    return LocalArray(var, size)
+    tr.emit(k.For(j, k.Const(0, dt.int64), k.Const(scalars, dt.int64), (k.StoreLocal(var, j, ty.as_expr(0, dtype)),)))
+    return LocalArray(var, size, vector)
 
 
 # --- atomics --------------------------------------------------------------------------------------
