@@ -88,9 +88,9 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "Array", "CompileError", "CudaError", "DType", "DeviceArray", "Error", "Fusion", "FusionDefinitionError",
-    "InputError", "KernelAssertionError", "KernelError", "KernelSyntaxError", "KernelTypeError", "OutOfMemoryError",
-    "Graph", "RtcKernel", "SerialLoopWarning", "TensorView", "TracerBoolConversionError", "UnsupportedError", "atomic_add",
-    "atomic_max", "atomic_min", "atomic_sub", "bfloat16", "bool_",
+    "Graph", "InputError", "KernelAssertionError", "KernelError", "KernelSyntaxError", "KernelTypeError",
+    "OutOfMemoryError", "RtcKernel", "SerialLoopWarning", "TensorView", "TracerBoolConversionError", "UnsupportedError",
+    "atomic_add", "atomic_max", "atomic_min", "atomic_sub", "bfloat16", "bool_",
     "float16", "float32", "float64", "func", "graph", "int8", "int32", "int64", "jit", "kernel", "local",
     "manual_seed", "math",
     "ndrange", "ops", "random", "record", "static", *_VECTOR_NAMES,

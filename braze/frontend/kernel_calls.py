@@ -208,8 +208,9 @@ def _local(tr: Translator, node: ast.Call) -> LocalArray:
 
 
 # --- atomics --------------------------------------------------------------------------------------
-def _atomic(tr: Translator, node: ast.Call, op: str) -> k.Var:
-    """`old = bz.atomic_add(a[i, j], value)`: the element's value before the update."""
+def _atomic(tr: Translator, node: ast.Call, op: str) -> k.Var | VectorValue | None:
+    """`old = bz.atomic_add(a[i, j], value)`: the element's value before the update (None for a call
+    whose value nothing reads)."""
     if len(node.args) != 2 or not isinstance(node.args[0], ast.Subscript):
         tr.error(node, f"atomic_{op}: expected (array[index], value)")
     handle, indices = tr.subscript(node.args[0])
@@ -220,13 +221,19 @@ def _atomic(tr: Translator, node: ast.Call, op: str) -> k.Var:
     places = tr.array_places(handle, indices)
     values = tr.evaluated(tr.checked(node, lambda: tr.component_values(tr.expr(node.args[1]), places,
                                                                        f"'{param.name}[...]'")))
+    # A statement of its own (`bz.atomic_add(e[0], ke)`) reads no old value: the CPU may then add
+    # into a private copy per thread (codegen/llvm_private.py), as it does for `e[0] += ke`.
+    wanted = tr.discarded is not node
     olds = []
     for place, value in zip(places.items, values):
         value = tr.checked(node, lambda v=value: ty.assignable(v, param.dtype, f"'{param.name}'"))
-        old = tr.new_var(f"{param.name}_old", param.dtype)
-        tr.prologue.append(k.Let(old, ty.as_expr(0, param.dtype)))
+        old = tr.new_var(f"{param.name}_old", param.dtype) if wanted else None
+        if wanted:
+            tr.prologue.append(k.Let(old, ty.as_expr(0, param.dtype)))
         tr.emit(k.AtomicRMW(op, param, place.indices, value, old))
         olds.append(old)
+    if not wanted:
+        return None
     return olds[0] if places.type is None else VectorValue(places.type, tuple(olds))
 
 

@@ -15,8 +15,9 @@ launch's grid, shared memory and launch scalars. A later call with the same desc
        writes the pointers into the block and calls cuLaunchKernel for every kernel; on the host
        each task runs over its prepared range.
 
-Anything the fast path does not cover (profiling, a `bz.graph()` recording, another configuration, a busy block on another
-thread, an unknown array type) answers `None`, and the caller takes the host program.
+Anything the fast path does not cover (profiling, a `bz.graph()` recording, another configuration, a
+busy block on another thread, an unknown array type) answers `None`, and the caller takes the host
+program.
 
 On torch tensors the call taken last goes further: one native builtin (host/torch_call.py) does
 all five steps, reading and making tensors through torch's C shim. `Fusion.execute` calls it first
