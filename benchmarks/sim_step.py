@@ -1,5 +1,6 @@
 """The particle steps of `braze demo` (six loops, and a longer one of twelve): launches and µs per
-step with task fusion on and off, on the CPU against NumPy and, where there is a GPU, on the GPU
+step with task fusion on and off (and the fused step replayed from a `bz.graph()` of many steps),
+on the CPU against NumPy and, where there is a GPU, on the GPU
 against torch eager and torch.compile. Prints tables and writes JSON to benchmarks/results/
 (sim-step-cpu.json; sim-step-gpu.json only when run on a GPU).
 
@@ -48,11 +49,11 @@ def gpu_section(with_compile: bool) -> None:
     peers = sorted({p for r in rows for p in r.peers_us})
     print(f"\nOn {rows[0].device} (synchronized wall time of many steps, medians):")
     print(f"{'step':<9} {'particles':>9} {'launches':>9} {'fused us':>9} {'(kernel':>8} {'host)':>6} "
-          f"{'unfused us':>11} "
+          f"{'replayed us':>12} {'unfused us':>11} "
           + " ".join(f"{p + ' us':>16}" for p in peers) + f" {'max err':>8}")
     for r in rows:
         print(f"{r.step:<9} {r.particles:9d} {r.launches_unfused:>4d} -> {r.launches_fused:<2d} {r.us_fused:9.1f} "
-              f"{r.kernel_us:8.1f} {r.host_us:6.1f} "
+              f"{r.kernel_us:8.1f} {r.host_us:6.1f} {r.us_replayed:12.2f} "
               f"{r.us_unfused:11.1f} " + " ".join(f"{r.peers_us.get(p, float('nan')):16.1f}" for p in peers)
               + f" {r.max_error:8.1e}")
     RESULTS.mkdir(exist_ok=True)
@@ -71,11 +72,11 @@ def gpu_section(with_compile: bool) -> None:
 def cpu_section() -> None:
     rows = [run_particle_step(n, seconds=1.0, case=case) for case in (SIX_LOOPS, TWELVE_LOOPS)
             for n in (1024, 8192, 65536)]
-    print(f"{'step':<9} {'particles':>9} {'launches':>9} {'fused us':>9} {'unfused us':>11} {'NumPy us':>9} "
-          f"{'max err':>8}")
+    print(f"{'step':<9} {'particles':>9} {'launches':>9} {'fused us':>9} {'replayed us':>12} {'unfused us':>11} "
+          f"{'NumPy us':>9} {'max err':>8}")
     for r in rows:
         print(f"{r.step:<9} {r.particles:9d} {r.launches_unfused:>4d} -> {r.launches_fused:<2d} {r.us_fused:9.1f} "
-              f"{r.us_unfused:11.1f} {r.us_numpy:9.1f} {r.max_error:8.1e}")
+              f"{r.us_replayed:12.2f} {r.us_unfused:11.1f} {r.us_numpy:9.1f} {r.max_error:8.1e}")
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / "sim-step-cpu.json"
     out.write_text(json.dumps({"meta": _meta(), "rows": [dataclasses.asdict(r) for r in rows]}, indent=2))

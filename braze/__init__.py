@@ -71,6 +71,7 @@ from braze.frontend.kernel_vectors import (
 from braze.ir.tensor import TensorView
 from braze.runtime.cuda_kernel import RtcKernel
 from braze.runtime.device_arrays import DeviceArray
+from braze.runtime.graph import Graph, graph
 from braze.runtime.record import record
 from braze.runtime.rng import manual_seed
 
@@ -87,10 +88,10 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "Array", "CompileError", "CudaError", "DType", "DeviceArray", "Error", "Fusion", "FusionDefinitionError",
-    "InputError", "KernelAssertionError", "KernelError", "KernelSyntaxError", "KernelTypeError", "OutOfMemoryError",
-    "RtcKernel", "SerialLoopWarning", "TensorView", "TracerBoolConversionError", "UnsupportedError", "atomic_add",
-    "atomic_max", "atomic_min", "atomic_sub", "bfloat16", "bool_",
-    "float16", "float32", "float64", "func", "int8", "int32", "int64", "jit", "kernel", "local", "manual_seed",
-    "math",
+    "Graph", "InputError", "KernelAssertionError", "KernelError", "KernelSyntaxError", "KernelTypeError",
+    "OutOfMemoryError", "RtcKernel", "SerialLoopWarning", "TensorView", "TracerBoolConversionError", "UnsupportedError",
+    "atomic_add", "atomic_max", "atomic_min", "atomic_sub", "bfloat16", "bool_",
+    "float16", "float32", "float64", "func", "graph", "int8", "int32", "int64", "jit", "kernel", "local",
+    "manual_seed", "math",
     "ndrange", "ops", "random", "record", "static", *_VECTOR_NAMES,
 ]

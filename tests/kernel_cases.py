@@ -204,6 +204,30 @@ def vectors_args(rng):
 
 
 @bz.kernel
+def vector_parameters(x: bz.Array[bz.vec3, 1], out: bz.Array[bz.vec3, 1], trail: bz.Array[bz.float64, 1],
+                      gravity: bz.vec3, frame: bz.mat22d, k: bz.int32):
+    for i in range(x.shape[0]):
+        history = bz.local(bz.vec3, 4)
+        turns = bz.local(bz.mat22d, 2)
+        for j in range(4):
+            history[j] = x[i] + gravity * float(j)
+        history[k % 4].y = 0.5
+        history[(i + 1) % 4] += gravity
+        turns[1] = frame
+        turns[0] = bz.transpose(frame)
+        total = bz.vec3()
+        for j in range(4):
+            total += history[j]
+        out[i] = total
+        trail[i] = (turns[i % 2] @ bz.vec2d(bz.float64(x[i].x), 1.0))[0] + turns[1][1, 0]
+
+
+def vector_parameters_args(rng):
+    return [floats(rng, 300, 3), np.zeros((300, 3), np.float32), np.zeros(300), (0.0, -9.81, 0.5),
+            ((1.0, 2.0), (3.0, 4.0)), 3]
+
+
+@bz.kernel
 def local_arrays(a: bz.Array[bz.float32, 2], out: bz.Array[bz.float32, 2]):
     for i in range(a.shape[0]):
         buf = bz.local(bz.float32, 8)
@@ -378,6 +402,7 @@ def all_cases() -> list[Case]:
         Case("atomics", atomics, atomics_args, compare=compare_atomics),
         Case("local_arrays", local_arrays, lambda r: [floats(r, 300, 8), np.zeros((300, 8), np.float32)], outputs=(1,)),
         Case("vectors", vectors, vectors_args, outputs=(4, 5)),
+        Case("vector_parameters", vector_parameters, vector_parameters_args, outputs=(1, 2)),
         Case("random", random_draws, random_args, outputs=(1, 2, 3, 4), compare=compare_random),
         Case("static_and_helpers", static_and_helpers,
              lambda r: [np.zeros((50, 3), np.float32), np.linspace(-1, 2, 99), np.zeros(99)], outputs=(0, 2)),

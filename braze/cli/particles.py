@@ -165,6 +165,7 @@ class StepRow:
     us_unfused: float
     us_numpy: float
     max_error: float  # max |braze - NumPy| over x and v after `steps` steps
+    us_replayed: float = float("nan")  # the fused step from a bz.graph() of GRAPH_STEPS steps, per step
 
 
 def _us_per_step(step: Callable[[], None], seconds: float) -> float:
@@ -203,7 +204,20 @@ def run_particle_step(n: int = 8192, steps: int = 20, seconds: float = 0.5, case
         case.fused(*fused, dt)
         case.numpy(*reference, dt)
     error = max(float(np.max(np.abs(a - b))) for a, b in zip(fused[:2], reference[:2]))
+    graph = recorded_steps(lambda: case.fused(*fused, dt))
     return StepRow(case.name, n, len(rec_fused.launches), len(rec_unfused.launches),
                    _us_per_step(lambda: case.fused(*fused, dt), seconds),
                    _us_per_step(lambda: case.unfused(*unfused, dt), seconds),
-                   _us_per_step(lambda: case.numpy(*reference, dt), seconds), error)
+                   _us_per_step(lambda: case.numpy(*reference, dt), seconds), error,
+                   _us_per_step(graph.replay, seconds) / GRAPH_STEPS)
+
+
+GRAPH_STEPS = 100  # steps recorded into one bz.graph() for the replayed timing
+
+
+def recorded_steps(step: Callable[[], None], steps: int = GRAPH_STEPS) -> bz.Graph:
+    """A bz.graph() of `steps` calls of `step` (which run once while it records)."""
+    with bz.graph() as graph:
+        for _ in range(steps):
+            step()
+    return graph

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import braze as bz
-from braze.cli.particles import DAMPING, GRAVITY, RESTITUTION, SIX_LOOPS, StepCase
+from braze.cli.particles import DAMPING, GRAVITY, RESTITUTION, SIX_LOOPS, StepCase, recorded_steps
 from braze.runtime import cuda_driver
 from braze.runtime.device_arrays import DeviceArray
 
@@ -35,7 +35,11 @@ class GpuStepRow:
     kernel_us: float = 0.0  # the fused launch's device time (CUDA events, median)
     host_us: float = 0.0  # host time of a fused call, not waiting for the GPU (median)
     max_error: float = 0.0  # max |braze - NumPy| over x and v after `steps` steps
+    us_replayed: float = float("nan")  # the fused step from a bz.graph() of GPU_GRAPH_STEPS steps, per step
     peer_errors: dict[str, float] = field(default_factory=dict)
+
+
+GPU_GRAPH_STEPS = 1000  # steps recorded into one bz.graph() (one CUDA graph) for the replayed timing
 
 
 def gpu_available() -> bool:
@@ -128,6 +132,8 @@ def run_particle_step_gpu(n: int = 8192, steps: int = 20, seconds: float = 1.0, 
                      us_fused, us_unfused, max_error=error,
                      kernel_us=_kernel_us(lambda: case.fused(*fused, dt)),
                      host_us=_host_us(lambda: case.fused(*fused, dt), synchronize))
+    graph = recorded_steps(lambda: case.fused(*fused, dt), GPU_GRAPH_STEPS)
+    row.us_replayed = us_per_step(graph.replay, synchronize, seconds) / GPU_GRAPH_STEPS
     if torch is not None and with_torch and case is SIX_LOOPS:
         _time_torch_peers(row, torch, case, n, steps, seconds, with_compile)
     return row

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import reprlib
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -33,7 +34,7 @@ from braze.errors import Error, InputError, KernelTypeError, a_or_an
 from braze.frontend.kernel_ast import translate_kernel
 from braze.frontend.kernel_gpu import GpuCalls
 from braze.frontend.kernel_lang import ArrayType, _ArrayTypes
-from braze.frontend.kernel_scope import ArrayHandle, Source
+from braze.frontend.kernel_scope import ArrayHandle, Source, VectorValue
 from braze.frontend.kernel_vectors import VectorType
 from braze.kir import kernel_text
 from braze.kir import nodes as k
@@ -47,15 +48,11 @@ _NUMPY_TO_DTYPE = {d.numpy: d for d in dt.ALL_DTYPES}
 _INT_RANGES = {d.name: (int(np.iinfo(d.numpy).min), int(np.iinfo(d.numpy).max)) for d in dt.INT_DTYPES}
 
 
-def _param_spec(name: str, annotation: object, fn: Callable) -> ArrayType | DType:
+def _param_spec(name: str, annotation: object, fn: Callable) -> ArrayType | DType | VectorType:
     if isinstance(annotation, _ArrayTypes):
         return ArrayType()
-    if isinstance(annotation, ArrayType):
+    if isinstance(annotation, (ArrayType, VectorType)):
         return annotation
-    if isinstance(annotation, VectorType):
-        raise KernelTypeError(f"{_where(fn)}: kernel {fn.__name__}: parameter '{name}': a {annotation!r} parameter "
-                              f"is not supported; pass its components as scalars and build it in the kernel "
-                              f"({annotation!r}(...)), or pass a bz.Array[{annotation!r}, 1] of one element")
     try:
         return dt.as_dtype(annotation)
     except Error:
@@ -88,7 +85,15 @@ class KernelFunction:
         self.fn, self.debug, self.fuse = fn, debug, fuse_tasks
         annotations = _annotations(fn)
         names = list(inspect.signature(fn).parameters)
-        self.specs = [(n, _param_spec(n, annotations.get(n, inspect.Parameter.empty), fn)) for n in names]
+        declared = [(n, _param_spec(n, annotations.get(n, inspect.Parameter.empty), fn)) for n in names]
+        self.arity = len(declared)
+        # A vector or matrix parameter is one scalar parameter per component (`specs`); a call passes
+        # its components in their place (`_flat_arguments`), and the kernel sees the vector.
+        self.vector_params = [VectorParam(position, n, spec, component_names(n, spec))
+                              for position, (n, spec) in enumerate(declared) if isinstance(spec, VectorType)]
+        self.specs = [(c, spec.dtype if isinstance(spec, VectorType) else spec) for n, spec in declared
+                      for c in component_names(n, spec)] if self.vector_params else declared
+        _check_component_names(fn, [n for n, _ in self.specs])
         self.array_positions = [i for i, (_, s) in enumerate(self.specs) if isinstance(s, ArrayType)]
         self.scalar_specs = [(i, n, s) for i, (n, s) in enumerate(self.specs) if not isinstance(s, ArrayType)]
         self._last = threading.local()
@@ -101,8 +106,10 @@ class KernelFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> None:
         if kwargs:
             args = self._positional(args, kwargs)
-        if len(args) != len(self.specs):
-            raise InputError(f"kernel {self.__name__}: expected {len(self.specs)} arguments, got {len(args)}")
+        if len(args) != self.arity:
+            raise InputError(f"kernel {self.__name__}: expected {self.arity} arguments, got {len(args)}")
+        if self.vector_params:
+            args = self._flat_arguments(args)
         gpu = self._gpu
         if gpu is not None and gpu.run(args):  # GPU arguments of a description seen before
             return
@@ -112,7 +119,8 @@ class KernelFunction:
             # and (where written) writability: their pointers are the same too (an array with a weak
             # reference cannot be resized), so the packed block is replayed with only the scalars
             # rewritten.
-            replay.entry.launcher.run(replay.packed, [self._scalar(n, s, args[i]) for i, n, s in self.scalar_specs])
+            replay.entry.launcher.run(replay.packed, [self._scalar(n, s, args[i]) for i, n, s in self.scalar_specs],
+                                      args)
             return
         if self.array_positions and _on_gpu(self, args):
             if self._gpu is None:
@@ -131,9 +139,16 @@ class KernelFunction:
         packed = entry.launcher.pack(arrays)
         guard = replay_guard(args, arrays, self.array_positions, entry.written, config.current)
         self._last.call = _Replay(entry, packed, guard) if guard is not None else None
-        entry.launcher.run(packed, scalars)
+        entry.launcher.run(packed, scalars, arrays)
 
     # --- binding ----------------------------------------------------------------------------------
+    def _flat_arguments(self, args: Sequence[Any]) -> list:
+        """The arguments with each vector or matrix argument replaced by its components."""
+        flat = list(args)
+        for vector in reversed(self.vector_params):  # from the last: earlier positions stay put
+            flat[vector.position:vector.position + 1] = vector.components(args[vector.position], self.__name__)
+        return flat
+
     def _positional(self, args: tuple, kwargs: dict) -> tuple:
         try:
             return tuple(inspect.signature(self.fn).bind(*args, **kwargs).arguments.values())
@@ -225,6 +240,8 @@ class KernelFunction:
                 param = k.ScalarParam(name, spec)
                 scalars.append(param)
                 names[name] = k.ScalarRef(param)
+        for vector in self.vector_params:
+            names[vector.name] = VectorValue(vector.type, tuple(names.pop(c) for c in vector.names))
         overlapping, classes = next(parts), next(parts)
         fuse = self.fuse and not overlapping and next(parts)[0]
         source = Source.of(self.fn)
@@ -252,6 +269,8 @@ class KernelFunction:
         `.functions` names each task's function."""
         if kwargs:
             args = self._positional(args, kwargs)
+        if self.vector_params:
+            args = self._flat_arguments(args)
         _, _, key = self._bind(args)
         kernel, _, _, fuse, overlapping = self.signature_ir(key)
         return engine.loop_kernel_cuda_source(kernel, fuse=fuse, restrict=not overlapping)
@@ -259,6 +278,50 @@ class KernelFunction:
     def kernel_ir(self) -> str:
         """The Kernel IR (after task fusion) of the signature of the last call."""
         return kernel_text(self.last_entry.launcher.kernel) if self.last_entry else ""
+
+
+@dataclass(frozen=True)
+class VectorParam:
+    """A `bz.vec3` (or other vector or matrix) parameter: its position among the declared
+    parameters, and the scalar parameters that hold its components."""
+
+    position: int
+    name: str
+    type: VectorType
+    names: tuple[str, ...]
+
+    def components(self, value: Any, kernel_name: str) -> list:
+        """The components of an argument: a tuple or list of numbers (nested by rows for a matrix), a
+        NumPy array of the type's shape, or the type's own value (`bz.vec3(0, -9.81, 0)`)."""
+        try:
+            array = np.asarray(value) if not isinstance(value, (str, bytes)) else None
+        except (TypeError, ValueError, RuntimeError):  # ragged nesting, a GPU tensor
+            array = None
+        where = f"kernel {kernel_name}: argument '{self.name}'"
+        if array is None or array.shape != self.type.shape:
+            got = f"shape {array.shape}" if array is not None else type(value).__name__
+            raise InputError(f"{where}: expected {a_or_an(repr(self.type))}: {self.type.size} numbers as a tuple, "
+                             f"a NumPy array of shape {self.type.shape} or {self.type!r}(...), got {got}")
+        if array.dtype.kind not in "biuf":
+            raise InputError(f"{where}: expected real numbers, got {reprlib.repr(value)} (dtype {array.dtype})")
+        return array.astype(np.float64).reshape(-1).tolist()
+
+
+def component_names(name: str, spec: object) -> tuple[str, ...]:
+    """The scalar parameters of a parameter: `g_x, g_y, g_z` for a vec3 `g`, `m_00 ... m_22` for a
+    mat33 `m`, and the name itself for any other."""
+    if not isinstance(spec, VectorType):
+        return (name,)
+    if spec.is_matrix:
+        return tuple(f"{name}_{i}{j}" for i in range(spec.shape[0]) for j in range(spec.shape[1]))
+    return tuple(f"{name}_{c}" for c in "xyzw"[:spec.size])
+
+
+def _check_component_names(fn: Callable, names: list[str]) -> None:
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise KernelTypeError(f"{_where(fn)}: kernel {fn.__name__}: parameter '{repeated[0]}' is also the name of a "
+                              "component of a vector or matrix parameter (g_x for a vec3 g): rename it")
 
 
 def _check_vector_layout(where: str, spec: ArrayType, braze_dtype: DType | None, dtype: np.dtype,

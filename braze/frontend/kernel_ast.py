@@ -76,6 +76,7 @@ class Translator(ExpressionTranslator, TargetTranslator):
         self.task_coordinates: list[k.Var] = []  # the parallel task's index (one per ndrange axis)
         self.earlier_locals: set[str] = set()
         self.serial: list[ast.stmt] = []
+        self.discarded: ast.expr | None = None  # the call of an expression statement: its value goes unread
 
     # --- errors -------------------------------------------------------------------------------
     def error(self, node: ast.AST, message: str, kind: type = KernelSyntaxError):
@@ -338,7 +339,11 @@ class Translator(ExpressionTranslator, TargetTranslator):
     def stmt_Expr(self, node: ast.Expr) -> None:
         if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
             return
-        self.expr(node.value)
+        self.discarded = node.value
+        try:
+            self.expr(node.value)
+        finally:
+            self.discarded = None
 
     def stmt_Assign(self, node: ast.Assign) -> None:
         if len(node.targets) != 1:

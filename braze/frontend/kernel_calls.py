@@ -186,27 +186,31 @@ def _local(tr: Translator, node: ast.Call) -> LocalArray:
     if len(node.args) != 2 or node.keywords:
         tr.error(node, "bz.local: expected (dtype, size), e.g. bz.local(bz.float32, 8)")
     element = tr.compile_time(node.args[0])
-    if isinstance(element, vec.VectorType):
-        tr.error(node, f"bz.local: arrays of {element!r} are not supported; use bz.local({element.dtype!r}, "
-                       f"{element.size} * n) and index its components", KernelTypeError)
+    vector = element if isinstance(element, vec.VectorType) else None
     try:
-        dtype = dt.as_dtype(element)
+        dtype = vector.dtype if vector is not None else dt.as_dtype(element)
     except (Error, TypeError, ValueError):
-        tr.error(node, f"bz.local: expected a dtype, got {ast.unparse(node.args[0])}", KernelTypeError)
+        tr.error(node, f"bz.local: expected a dtype or a vector or matrix type, got {ast.unparse(node.args[0])}",
+                 KernelTypeError)
     size = tr.expr(node.args[1])
-    if isinstance(size, bool) or not isinstance(size, int) or not 0 < size <= MAX_LOCAL_ELEMENTS:
-        tr.error(node, f"bz.local: the size must be an integer constant in [1, {MAX_LOCAL_ELEMENTS}], got "
+    components = vector.size if vector is not None else 1
+    if isinstance(size, bool) or not isinstance(size, int) or not 0 < size * components <= MAX_LOCAL_ELEMENTS:
+        most = MAX_LOCAL_ELEMENTS // components
+        tr.error(node, f"bz.local: the size must be an integer constant in [1, {most}]"
+                       f"{f' ({MAX_LOCAL_ELEMENTS} scalars)' if vector is not None else ''}, got "
                        f"{ast.unparse(node.args[1])}", KernelTypeError)
     var = tr.new_var("local", dtype)
-    tr.prologue.append(k.Alloc(var, dtype, size))
+    scalars = size * components
+    tr.prologue.append(k.Alloc(var, dtype, scalars))
     j = tr.new_var("j", dt.int64)
-    tr.emit(k.For(j, k.Const(0, dt.int64), k.Const(size, dt.int64), (k.StoreLocal(var, j, ty.as_expr(0, dtype)),)))
-    return LocalArray(var, size)
+    tr.emit(k.For(j, k.Const(0, dt.int64), k.Const(scalars, dt.int64), (k.StoreLocal(var, j, ty.as_expr(0, dtype)),)))
+    return LocalArray(var, size, vector)
 
 
 # --- atomics --------------------------------------------------------------------------------------
-def _atomic(tr: Translator, node: ast.Call, op: str) -> k.Var:
-    """`old = bz.atomic_add(a[i, j], value)`: the element's value before the update."""
+def _atomic(tr: Translator, node: ast.Call, op: str) -> k.Var | VectorValue | None:
+    """`old = bz.atomic_add(a[i, j], value)`: the element's value before the update (None for a call
+    whose value nothing reads)."""
     if len(node.args) != 2 or not isinstance(node.args[0], ast.Subscript):
         tr.error(node, f"atomic_{op}: expected (array[index], value)")
     handle, indices = tr.subscript(node.args[0])
@@ -217,13 +221,19 @@ def _atomic(tr: Translator, node: ast.Call, op: str) -> k.Var:
     places = tr.array_places(handle, indices)
     values = tr.evaluated(tr.checked(node, lambda: tr.component_values(tr.expr(node.args[1]), places,
                                                                        f"'{param.name}[...]'")))
+    # A statement of its own (`bz.atomic_add(e[0], ke)`) reads no old value: the CPU may then add
+    # into a private copy per thread (codegen/llvm_private.py), as it does for `e[0] += ke`.
+    wanted = tr.discarded is not node
     olds = []
     for place, value in zip(places.items, values):
         value = tr.checked(node, lambda v=value: ty.assignable(v, param.dtype, f"'{param.name}'"))
-        old = tr.new_var(f"{param.name}_old", param.dtype)
-        tr.prologue.append(k.Let(old, ty.as_expr(0, param.dtype)))
+        old = tr.new_var(f"{param.name}_old", param.dtype) if wanted else None
+        if wanted:
+            tr.prologue.append(k.Let(old, ty.as_expr(0, param.dtype)))
         tr.emit(k.AtomicRMW(op, param, place.indices, value, old))
         olds.append(old)
+    if not wanted:
+        return None
     return olds[0] if places.type is None else VectorValue(places.type, tuple(olds))
 
 

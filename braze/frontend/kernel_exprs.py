@@ -68,7 +68,9 @@ class ExpressionTranslator:
             handle, indices = self.subscript(node)
             return self.checked(node, lambda: element_value(handle.param, indices, handle.element))
         if isinstance(base, LocalArray):
-            return k.LoadLocal(base.var, self.local_index(node, base), base.var.dtype)
+            loads = tuple(k.LoadLocal(base.var, i, base.var.dtype)
+                          for i in base.component_indices(self.local_index(node, base)))
+            return loads[0] if base.element is None else VectorValue(base.element, loads)
         if isinstance(base, VectorValue):
             key = self.expr(node.slice)
             for part in key if isinstance(key, tuple) else (key,):

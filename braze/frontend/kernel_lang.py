@@ -79,8 +79,11 @@ atomic_max = _kernel_only("atomic_max")
 
 def local(dtype, size: int) -> np.ndarray:
     """`buf = bz.local(bz.float32, 8)`: a per-thread array of `size` elements (a compile-time constant),
-    zeroed where it is made. Kept in registers when every index is a constant (the compilers promote
-    it); outside a kernel, a zeroed NumPy array."""
+    zeroed where it is made; `bz.local(bz.vec3, 8)` holds eight vec3s (`buf[j]` is one, `buf[j].x`
+    a component). Kept in registers when every index is a constant (the compilers promote it);
+    outside a kernel, a zeroed NumPy array ((8, 3) for the vec3s)."""
+    if isinstance(dtype, VectorType):
+        return np.zeros((size, *dtype.shape), dtype.dtype.numpy)
     return np.zeros(size, dt.as_dtype(dtype).numpy)
 
 

@@ -39,10 +39,23 @@ class ShapeHandle:
 
 @dataclass(frozen=True)
 class LocalArray:
-    """`buf = bz.local(bz.float32, 8)`: a per-thread array of a fixed size (a Kernel IR `Alloc`)."""
+    """`buf = bz.local(bz.float32, 8)`: a per-thread array of a fixed size (a Kernel IR `Alloc`);
+    `bz.local(bz.vec3, 8)` an array of vectors, `buf[j]` a vec3."""
 
-    var: k.Var  # its dtype is the element dtype
-    size: int
+    var: k.Var  # its dtype is the element dtype (a vector's components are stored one after another)
+    size: int  # elements (vectors, for an array of vectors)
+    element: object = None  # a kernel_vectors.VectorType, or None for scalars
+
+    def component_indices(self, index: k.Expr) -> tuple[k.Expr, ...]:
+        """Where the element at `index` is stored: one place for a scalar, one per component of a vector."""
+        if self.element is None:
+            return (index,)
+        n = self.element.size
+        if isinstance(index, k.Const):
+            return tuple(k.Const(int(index.value) * n + c, index.dtype) for c in range(n))
+        first = k.Binary("mul", index, k.Const(n, index.dtype), index.dtype)
+        return tuple(first if c == 0 else k.Binary("add", first, k.Const(c, index.dtype), index.dtype)
+                     for c in range(n))
 
 
 @dataclass(frozen=True)

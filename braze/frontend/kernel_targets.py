@@ -97,7 +97,8 @@ class TargetTranslator:
                 handle, indices = self.subscript(target)
                 return self.array_places(handle, indices)
             if isinstance(base, LocalArray):
-                return Places(None, (Place(local=base.var, indices=(self.local_index(target, base),)),))
+                return Places(base.element, tuple(Place(local=base.var, indices=(i,)) for i in
+                                                  base.component_indices(self.local_index(target, base))))
             places = self.target_places(target.value)
             if places is None:
                 return None

@@ -61,6 +61,15 @@ _SIGNATURES: dict[str, tuple] = {
     "cuEventRecord": (c_void_p, c_void_p),
     "cuEventSynchronize": (c_void_p,),
     "cuEventElapsedTime": (POINTER(c_float), c_void_p, c_void_p),
+    "cuStreamCreate": (POINTER(c_void_p), c_uint),
+    "cuStreamDestroy": (c_void_p,),
+    "cuStreamBeginCapture": (c_void_p, c_int),
+    "cuStreamEndCapture": (c_void_p, POINTER(c_void_p)),
+    "cuGraphInstantiateWithFlags": (POINTER(c_void_p), c_void_p, c_uint64),
+    "cuGraphGetNodes": (c_void_p, c_void_p, POINTER(c_size_t)),
+    "cuGraphLaunch": (c_void_p, c_void_p),
+    "cuGraphExecDestroy": (c_void_p,),
+    "cuGraphDestroy": (c_void_p,),
 }
 
 # The attribute numbers of cuda.h that braze asks for.
@@ -322,3 +331,53 @@ def record_event(ev: Event, stream: int = 0) -> None:
 def elapsed_ms(start: Event, end: Event) -> float:
     call("cuEventSynchronize", driver().cuEventSynchronize, end.handle)
     return _value(c_float, "cuEventElapsedTime", driver().cuEventElapsedTime, start.handle, end.handle)
+
+
+# --- streams and graphs (bz.graph) ----------------------------------------------------------------
+_STREAM_NON_BLOCKING = 1  # no implicit ordering with the legacy default stream, which a capture forbids
+_CAPTURE_MODE_RELAXED = 2  # other threads may allocate (torch's caching allocator) while a capture is open
+
+
+def create_stream() -> int:
+    """A new non-blocking stream on the current context."""
+    return _value(c_void_p, "cuStreamCreate", driver().cuStreamCreate, _STREAM_NON_BLOCKING)
+
+
+def destroy_stream(stream: int) -> None:
+    call("cuStreamDestroy", driver().cuStreamDestroy, stream)
+
+
+def begin_capture(stream: int) -> None:
+    """Starts recording the work queued on `stream` into a CUDA graph instead of running it."""
+    call("cuStreamBeginCapture", driver().cuStreamBeginCapture, stream, _CAPTURE_MODE_RELAXED)
+
+
+def end_capture(stream: int) -> int:
+    """Ends `begin_capture`; returns the captured CUgraph (destroy it with `destroy_graph`)."""
+    return _value(c_void_p, "cuStreamEndCapture", driver().cuStreamEndCapture, stream)
+
+
+def graph_nodes(graph: int) -> int:
+    """How many nodes (kernel launches, copies, fills) a CUgraph holds."""
+    count = c_size_t(0)
+    call("cuGraphGetNodes", driver().cuGraphGetNodes, graph, None, ctypes.byref(count))
+    return count.value
+
+
+def instantiate_graph(graph: int) -> int:
+    """The executable graph (CUgraphExec) of a CUgraph."""
+    return _value(c_void_p, "cuGraphInstantiate", driver().cuGraphInstantiateWithFlags, graph, 0)
+
+
+def destroy_graph(graph: int) -> None:
+    call("cuGraphDestroy", driver().cuGraphDestroy, graph)
+
+
+def launch_graph(graph_exec: int, stream: int) -> None:
+    """Runs every node of an executable graph on `stream`, in the order they were captured."""
+    call("cuGraphLaunch", driver().cuGraphLaunch, graph_exec, stream)
+
+
+def destroy_graph_exec(graph_exec: int) -> None:
+    """Frees an executable graph (one still running is freed when it finishes)."""
+    call("cuGraphExecDestroy", driver().cuGraphExecDestroy, graph_exec)

@@ -20,6 +20,8 @@ from braze.runtime import device_arrays
 from braze.runtime.cuda_kernel import CudaExecutor
 from braze.runtime.fast_call import CallPlan, CudaPreparedCall, PreparedLaunch
 from braze.runtime.fusion_runtime import FusionRuntime
+from braze.runtime.graph import capture_stream
+from braze.runtime.record import recording
 
 
 class CudaDevice(CpuDevice):
@@ -31,19 +33,26 @@ class CudaDevice(CpuDevice):
         if _laid_out_by_domain(tv):
             view = device_arrays.allocate_strided(bound.kind, numel, tuple(sizes), tuple(strides), tv.dtype,
                                                   bound.device, bound.stream)
-            if zero:
-                cuda.fill_bytes(view.ptr, 0, numel * tv.dtype.itemsize, bound.stream)
-            return view
-        view = device_arrays.allocate(bound.kind, tuple(sizes), tv.dtype, bound.device, bound.stream, tv.stride_order)
-        if zero:
-            cuda.fill_bytes(view.ptr, 0, view.size * view.itemsize, bound.stream)  # dense: stride orders only
+            nbytes = numel * tv.dtype.itemsize
+        else:
+            view = device_arrays.allocate(bound.kind, tuple(sizes), tv.dtype, bound.device, bound.stream,
+                                          tv.stride_order)
+            nbytes = view.size * view.itemsize  # dense: stride orders only
+        if zero:  # in stream order with the launches: a graph replays it with them
+            cuda.fill_bytes(view.ptr, 0, nbytes, _launch_stream(bound, (view,), f"buffer {tv.name}"))
         return view
 
     def launch(self, executor: CudaExecutor, block: np.ndarray, frame: Frame) -> None:
-        executor.run(block, frame.bindings, frame.bound.stream)
+        executor.run(block, frame.bindings, frame.bound.stream, [v for v in frame.values if v is not None])
 
     def copy_into(self, target: object, source: object) -> None:
-        device_arrays.copy_into(target, source)
+        device_arrays.copy_into(target, source, lambda stream: capture_stream(
+            stream, cuda.device(target.device), (target, source), "an output written back into its input"))
+
+
+def _launch_stream(bound: object, keep: tuple, what: str) -> int:
+    """The stream the inputs' work goes to: theirs, or an open `bz.graph()`'s capture stream."""
+    return capture_stream(bound.stream, cuda.device(bound.device), keep, what) if recording() else bound.stream
 
 
 def _laid_out_by_domain(tv: TensorView) -> bool:

@@ -10,6 +10,7 @@ import functools
 import hashlib
 import threading
 import weakref
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -25,6 +26,7 @@ from braze.runtime import cuda_driver as cuda
 from braze.runtime import nvrtc
 from braze.runtime.compiled_kernel import CompileParams, CompilesOnce
 from braze.runtime.executor import host_function
+from braze.runtime.graph import capture_stream
 from braze.runtime.record import RecordedLaunch, dump_kernel_args, note_compile, note_launch, profiling, recording
 
 # (device, cubin digest, functions) -> module. Modules are never unloaded (a launch queued on a stream
@@ -223,11 +225,17 @@ class CudaExecutor:
         self.workspace = _Workspace(device, 8 * accumulators * self.max_grid * COLUMNS_PER_BLOCK,
                                     4 * self.max_grid) if accumulators else None
 
-    def run(self, block: np.ndarray, scalars: dict[str, int], stream: int) -> None:
+    def run(self, block: np.ndarray, scalars: dict[str, int], stream: int, arguments: Sequence[object] = ()) -> None:
+        """Launches every task on `stream` (an open `bz.graph()`'s capture stream instead, which then
+        keeps `arguments`, what the block points into, alive)."""
         with self.device.current():
-            self._launch_tasks(block, scalars, stream)
+            self._launch_tasks(block, scalars, stream, arguments)
 
-    def _launch_tasks(self, block: np.ndarray, scalars: dict[str, int], stream: int) -> None:
+    def _launch_tasks(self, block: np.ndarray, scalars: dict[str, int], stream: int,
+                      arguments: Sequence[object]) -> None:
+        record = recording()
+        launch_stream = capture_stream(stream, self.device, (*arguments, self), f"fusion kernel {self.kernel.name!r}") \
+            if record else stream
         # The kernel parameters: the argument block, then `lanes`, `cached_row`, and the workspace and
         # finished-block counter of grid reductions, each passed by address. A call's own: threads
         # racing on a first call launch at once, and a launch reads its parameters when it is made.
@@ -240,8 +248,8 @@ class CudaExecutor:
             if config.current.dump:  # launch_params: plan() wrote each launch
                 dump_kernel_args(RecordedLaunch(self.kernel.name, planned.task.name, planned.begin, planned.end,
                                         planned.grid), block, self.layout.slots)
-            if recording():
-                self._recorded_launch(planned, params, stream, block)
+            if record:
+                self._recorded_launch(planned, params, launch_stream, block)
             else:
                 cuda.launch(planned.task.function, (planned.grid, 1, 1), (self.block, 1, 1), params, stream,
                             planned.shared, planned.task.name)

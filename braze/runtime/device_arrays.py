@@ -20,7 +20,7 @@ import numpy as np
 
 from braze import config
 from braze import dtypes as dt
-from braze.errors import InputError
+from braze.errors import InputError, UnsupportedError
 from braze.runtime import cuda_driver as cuda
 
 _WRITABLE = SimpleNamespace(writeable=True)
@@ -288,12 +288,18 @@ def user_array(view: DeviceView) -> object:
     return view.owner
 
 
-def copy_into(target: DeviceView, source: DeviceView) -> None:
-    """Writes `source` into `target` (same shape; an in-place output)."""
+def copy_into(target: DeviceView, source: DeviceView,
+              stream_for: Callable[[int], int] | None = None) -> None:
+    """Writes `source` into `target` (same shape; an in-place output). `stream_for` maps the target's
+    stream to the one the copy is queued on (a graph's capture stream)."""
+    stream = target.stream if stream_for is None else stream_for(target.stream)
     if target.strides == source.strides or target.size <= 1:
         cuda.copy_on_device(target.ptr, source.ptr, span_bytes(source.shape, source.strides, source.itemsize),
-                            target.stream)
+                            stream)
         return
+    if stream != target.stream:
+        raise UnsupportedError("bz.graph: an output written back into a differently strided input is copied by "
+                               f"{target.kind}, outside the graph: pass the input contiguous")
     if target.kind == "torch":
         target.owner.copy_(source.owner)
     elif target.kind == "cupy":

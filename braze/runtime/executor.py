@@ -7,7 +7,7 @@ functions once (kir/python.py), when the executor is built, so a run evaluates n
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -17,6 +17,7 @@ from braze.kir.layout import ArgLayout
 from braze.kir.python import evaluable, python_function, scalar_by_name
 from braze.runtime import thread_pool
 from braze.runtime.compiled_kernel import CompiledKernel
+from braze.runtime.graph import host_block, host_task
 from braze.runtime.record import RecordedLaunch, dump_launch, note_launch, recording
 
 
@@ -49,14 +50,19 @@ class KernelExecutor:
         # fusion's FastCalls: a prepared call holds its executor, so the index must not hold it back.
         self.entries: weakref.WeakValueDictionary[tuple, object] = weakref.WeakValueDictionary()
 
-    def run(self, block: np.ndarray, scalars: dict[str, int]) -> None:
-        """Runs all tasks with the argument block `block` (int64 slots); `scalars` holds extent values."""
+    def run(self, block: np.ndarray, scalars: dict[str, int], arguments: Sequence[object] = ()) -> None:
+        """Runs all tasks with the argument block `block` (int64 slots); `scalars` holds extent values.
+        A `bz.graph()` recording the run keeps `arguments` (what the block points into) alive."""
         address = block.ctypes.data
+        record = recording()
+        replayed = record and host_block(block, arguments, f"fusion kernel {self.kernel.name!r}")
         for task, fn, bounds in zip(self.kernel.tasks, self.functions, self.bounds):
             begin, end, work = bounds(scalars)
             chunks = thread_pool.parallel_for(fn, begin, end, address, max(work, 1))
-            if recording():
+            if record:
                 note_launch(RecordedLaunch(self.kernel.name, task.name, begin, end, chunks))
+                if replayed:
+                    host_task(fn, begin, end, replayed, max(work, 1), thread_pool.MIN_CHUNK_WORK, chunks)
             if config.current.dump:
                 dump_launch(RecordedLaunch(self.kernel.name, task.name, begin, end, chunks), block,
                             ArgLayout.of(self.kernel.params).slots)

@@ -15,8 +15,9 @@ launch's grid, shared memory and launch scalars. A later call with the same desc
        writes the pointers into the block and calls cuLaunchKernel for every kernel; on the host
        each task runs over its prepared range.
 
-Anything the fast path does not cover (profiling, another configuration, a busy block on another
-thread, an unknown array type) answers `None`, and the caller takes the host program.
+Anything the fast path does not cover (profiling, a `bz.graph()` recording, another configuration, a
+busy block on another thread, an unknown array type) answers `None`, and the caller takes the host
+program.
 
 On torch tensors the call taken last goes further: one native builtin (host/torch_call.py) does
 all five steps, reading and making tensors through torch's C shim. `Fusion.execute` calls it first
@@ -44,6 +45,7 @@ from braze.host import host_jit
 from braze.host.launch_jit import NativeLaunches, native_launches
 from braze.host.torch_call import Conditions, TorchApi, TorchCall, describe_tensor, torch_api
 from braze.runtime import cuda_driver as cuda
+from braze.runtime.graph import open_graphs
 from braze.runtime.record import OPEN_RECORDINGS, RecordedLaunch, note_launch, profiling, record_state, recording
 from braze.runtime.rng import next_seed_offset
 from braze.runtime.thread_pool import parallel_for
@@ -640,8 +642,8 @@ class FastCalls:
             return None
         if prepared is not self.last:
             self._take(prepared)
-        if self.recorders.__dict__.get("stack") and profiling():
-            return None
+        if self.recorders.__dict__.get("stack") and (profiling() or open_graphs()):
+            return None  # the host program times each launch, or notes it into the graph
         return prepared.run(inputs)
 
     run = find  # the call taken first: `find`, or the last call behind its guard (`_take`)

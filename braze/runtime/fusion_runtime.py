@@ -43,10 +43,22 @@ from braze.runtime.fast_call import (
     buffer_pointer,
     numpy_pointer,
 )
+from braze.runtime.graph import host_copy, refuse_random
 from braze.runtime.inputs import BoundInputs
 from braze.runtime.record import note_entry
 from braze.runtime.rng import next_seed_offset
 from braze.runtime.scalars import scalar_bits, scalar_packer
+
+
+class HostDevice(CpuDevice):
+    """Host memory and CPU kernels, with every launch and copy noted in the open `bz.graph()`s."""
+
+    def launch(self, executor: object, block: np.ndarray, frame: Frame) -> None:
+        executor.run(block, frame.bindings, [v for v in frame.values if v is not None])
+
+    def copy_into(self, target: object, source: object) -> None:
+        super().copy_into(target, source)
+        host_copy(target, source)
 
 
 def _element_strides(array: np.ndarray) -> list[int]:
@@ -56,7 +68,7 @@ def _element_strides(array: np.ndarray) -> list[int]:
 class FusionRuntime:
     """Runs one fusion for one input signature through one compiled kernel."""
 
-    device_type: type[CpuDevice] = CpuDevice  # a GPU runtime allocates and launches on its device
+    device_type: type[CpuDevice] = HostDevice  # a GPU runtime allocates and launches on its device
 
     def __init__(self, fusion: FusionGraph, executor: KernelExecutor, writes: tuple[TensorView, ...],
                  params: KernelParams, in_place: frozenset[int] = frozenset()) -> None:
@@ -155,6 +167,8 @@ class FusionRuntime:
         frame = self.program.new_frame(arrays, bound.bindings)
         self._check_empty_reductions(frame.extents, bound.bindings)  # before anything is allocated or drawn
         frame.bound = bound
+        if self.random_ops:
+            refuse_random(f"fusion {self.executor.kernel.name!r}")
         frame.rng = [next_seed_offset() for _ in self.random_ops]
         frame.context = RefContext(bound.bindings, next_seed_offset)
         return frame

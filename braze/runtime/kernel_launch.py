@@ -19,6 +19,7 @@ from braze.kir.layout import ArgLayout
 from braze.kir.python import python_function
 from braze.runtime import thread_pool
 from braze.runtime.compiled_kernel import CompiledKernel
+from braze.runtime.graph import host_block, host_task
 from braze.runtime.record import RecordedLaunch, dump_launch, note_launch, recording
 from braze.runtime.scalars import scalar_packer
 
@@ -90,17 +91,19 @@ class KernelLauncher:
 
     def launch(self, arrays: Sequence[np.ndarray], scalars: Sequence[object]) -> None:
         """Runs the kernel once; raises KernelAssertionError when a debug check failed."""
-        self.run(self.pack(arrays), scalars)
+        self.run(self.pack(arrays), scalars, arrays)
 
-    def run(self, packed: PackedArgs, scalars: Sequence[object]) -> None:
+    def run(self, packed: PackedArgs, scalars: Sequence[object], arguments: Sequence[object] = ()) -> None:
         """Runs the kernel on a packed block (kept by the caller while the same arrays come again,
-        unchanged: the block holds their pointers, not the arrays)."""
+        unchanged: the block holds their pointers, not the arrays). A `bz.graph()` recording the
+        call keeps `arguments` (what the block points into) alive."""
         block = packed.block
         for (slot, pack), value in zip(self.scalar_slots, scalars):
             block[slot] = pack(value)
         if packed.status is not None:
             packed.status[0] = 0
         record = recording()
+        replayed = record and host_block(block, arguments, f"kernel {self.kernel.name!r}", packed.status is not None)
         bounds = self.bounds(packed.shapes, scalars)
         for task, fn, (begin, end), work in zip(self.kernel.tasks, self.functions, bounds, self.work):
             if (end - begin) * work < MIN_PARALLEL_WORK:  # small: the calling thread runs it
@@ -111,6 +114,8 @@ class KernelLauncher:
                 chunks = thread_pool.parallel_for(fn, begin, end, packed.address, work, MIN_PARALLEL_WORK)
             if record:
                 note_launch(RecordedLaunch(self.kernel.name, task.name, begin, end, chunks))
+                if replayed:
+                    host_task(fn, begin, end, replayed, work, MIN_PARALLEL_WORK, chunks)
             if config.current.dump:
                 dump_launch(RecordedLaunch(self.kernel.name, task.name, begin, end, chunks), block,
                             ArgLayout.of(self.kernel.params).slots)

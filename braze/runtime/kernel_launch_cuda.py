@@ -35,6 +35,7 @@ from braze.runtime.arrays import arguments_overlap, byte_span, overlaps_itself
 from braze.runtime.cuda_kernel import BLOCKS_PER_SM, CudaCompiledKernel
 from braze.runtime.device_arrays import DeviceView
 from braze.runtime.fast_call import ArrayKind, gpu_array_kind
+from braze.runtime.graph import capture_stream
 from braze.runtime.kernel_launch import bounds_function
 from braze.runtime.record import RecordedLaunch, note_launch, profiling, record_state, recording
 from braze.runtime.scalars import scalar_packer
@@ -245,9 +246,13 @@ class PreparedKernelCall:
         launches = self.launches
         if launches is None:
             launches = self.launcher.plan(self.launcher.bounds(self.shapes, [args[p] for p in self.scalar_positions]))
+        record = recording()
+        if record:  # an open bz.graph() takes the launches onto its capture stream
+            stream = capture_stream(stream, self.device, args, f"kernel {self.launcher.kernel.name!r}",
+                                    self.status is not None)
         if self.status is not None:
             self.status.reset(stream)
-        if recording():
+        if record:
             self._recorded(launches, stream)
             return
         for x in launches:

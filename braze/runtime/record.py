@@ -44,7 +44,15 @@ class Recording:
 def record(profile: bool = False) -> Iterator[Recording]:
     """Records launches, compilations and segmentations on this thread for the `with` body.
     `profile=True` also times each GPU kernel with CUDA events (which waits for each kernel)."""
-    recording = Recording(profile)
+    with push_recording(Recording(profile)) as recording:
+        yield recording
+
+
+@contextmanager
+def push_recording(recording: Recording) -> Iterator[Recording]:
+    """Makes `recording` (a Recording, or a subclass such as runtime/graph.py's Graph) active on this
+    thread for the `with` body: every launch, compile and prepared call is noted into it, and every
+    cached call takes the Python path, where launch sites look at the active recordings."""
     stack = _local.__dict__.setdefault("stack", [])
     stack.append(recording)
     _count_open(1)
@@ -60,12 +68,13 @@ def _count_open(change: int) -> None:
         OPEN_RECORDINGS.value += change
 
 
-def _active() -> list[Recording]:
+def active_recordings() -> list[Recording]:
+    """The recordings open on this thread, outermost first."""
     return getattr(_local, "stack", ())
 
 
 def note_launch(launch: RecordedLaunch) -> None:
-    for recording in _active():
+    for recording in active_recordings():
         recording.launches.append(launch)
 
 
@@ -80,21 +89,21 @@ def recording() -> bool:
 
 
 def profiling() -> bool:
-    return any(r.profile for r in _active())
+    return any(r.profile for r in active_recordings())
 
 
 def note_compile(kernel: str) -> None:
-    for recording in _active():
+    for recording in active_recordings():
         recording.compiles.append(kernel)
 
 
 def note_segments(writes: list[str]) -> None:
-    for recording in _active():
+    for recording in active_recordings():
         recording.segments.append(writes)
 
 
 def note_entry(what: str) -> None:
-    for recording in _active():
+    for recording in active_recordings():
         recording.entries.append(what)
 
 

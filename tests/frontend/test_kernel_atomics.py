@@ -156,6 +156,24 @@ def test_a_float_sum_privatized_per_thread_stays_accurate():
     np.testing.assert_allclose(e, [1.0 + 0.5 * (v * v).sum(), 2.0 - v.sum()], rtol=1e-9)
 
 
+def test_an_atomic_call_whose_old_value_goes_unread_is_privatized_like_an_update():
+    @bz.kernel
+    def energy_calls(v: bz.Array[bz.float64, 1], e: bz.Array[bz.float64, 1], old: bz.Array[bz.float64, 1]):
+        for i in range(v.shape[0]):
+            bz.atomic_add(e[0], 0.5 * v[i] * v[i])  # a statement: no old value
+            bz.atomic_sub(e[1], v[i])
+        for i in range(old.shape[0]):
+            old[i] = bz.atomic_add(e[2], 1.0)  # the old value is read: a true atomic
+
+    v = np.random.default_rng(3).standard_normal(1 << 21)
+    e, old = np.array([1.0, 2.0, 0.0]), np.zeros(64)
+    energy_calls(v, e, old)
+    np.testing.assert_allclose(e, [1.0 + 0.5 * (v * v).sum(), 2.0 - v.sum(), 64.0], rtol=1e-9)
+    assert sorted(old.tolist()) == list(range(64))
+    ir = energy_calls.kernel_ir()
+    assert "e_old = atomic_add(e[2]" in ir and "    atomic_add(e[0]" in ir and "    atomic_sub(e[1]" in ir
+
+
 def test_a_target_the_task_also_reads_stays_atomic():
     @bz.kernel
     def read_and_add(x: bz.Array[bz.int64, 1], acc: bz.Array[bz.int64, 1], seen: bz.Array[bz.int64, 1]):

@@ -269,13 +269,62 @@ def test_a_helper_may_return_vectors_from_both_branches():
     np.testing.assert_array_equal(v, want)
 
 
-def test_a_vector_parameter_is_refused_with_what_to_write_instead():
-    def kern(x: bz.Array[bz.float32, 1], g: bz.vec3):
+def vector_parameters_reference(x, gravity, frame, k):
+    """tests/kernel_cases.py's vector_parameters in NumPy, float64."""
+    x, g, frame = x.astype(np.float64), np.array(gravity, np.float64), np.array(frame, np.float64)
+    n = len(x)
+    history = x[:, None, :] + g * np.arange(4.0)[None, :, None]
+    history[:, k % 4, 1] = 0.5
+    history[np.arange(n), (np.arange(n) + 1) % 4] += g
+    turns = np.stack([frame.T, frame])[np.arange(n) % 2]
+    trail = turns[:, 0, 0] * x[:, 0] + turns[:, 0, 1] + frame[1, 0]
+    return history.sum(axis=1), trail
+
+
+@pytest.mark.parametrize("gravity, frame", [
+    ((0.0, -9.81, 0.5), ((1.0, 2.0), (3.0, 4.0))),  # tuples
+    ([0, -9.81, 0.5], [[1, 2], [3, 4]]),  # lists, integers among them
+    (bz.vec3(0.0, -9.81, 0.5), bz.mat22d(1, 2, 3, 4)),  # the types' own values
+    (np.array([0.0, -9.81, 0.5]), np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)),  # arrays of another dtype
+])
+def test_vector_and_matrix_parameters_and_local_arrays_of_them(gravity, frame):
+    from kernel_cases import vector_parameters
+
+    x = floats(300, 3)
+    out, trail = np.full((300, 3), np.nan, np.float32), np.full(300, np.nan)
+    vector_parameters(x, out, trail, gravity, frame, 3)
+    want_out, want_trail = vector_parameters_reference(x, np.float32(gravity), frame, 3)
+    np.testing.assert_allclose(out, want_out, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(trail, want_trail, rtol=1e-12)
+    vector_parameters(x, out, trail, frame=frame, gravity=(0, 0, 0), k=1)  # by keyword
+    np.testing.assert_allclose(out, vector_parameters_reference(x, (0, 0, 0), frame, 1)[0], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("gravity, message", [
+    ((1.0, 2.0), "got shape \\(2,\\)"),
+    ("xyz", "got str"),
+    (np.zeros((3, 1)), "got shape \\(3, 1\\)"),
+    ((1.0, (2.0, 3.0), 4.0), "got tuple"),
+    ((1.0, None, 2.0), "real numbers, got \\(1.0, None, 2.0\\) \\(dtype object\\)"),
+    (np.array([1j, 2, 3]), "real numbers, got .*dtype complex128"),
+])
+def test_a_vector_argument_of_the_wrong_shape_or_kind_is_an_input_error(gravity, message):
+    from kernel_cases import vector_parameters
+
+    with pytest.raises(bz.InputError, match="argument 'gravity': expected (a bz.vec3.*)?" + message):
+        vector_parameters(floats(4, 3), np.zeros((4, 3), np.float32), np.zeros(4), gravity, ((1, 0), (0, 1)), 0)
+
+
+def test_a_parameter_named_like_a_component_is_refused():
+    def kern(x: bz.Array[bz.float32, 1], g: bz.vec2, g_y: bz.float32):
         pass
 
-    with pytest.raises(bz.KernelTypeError, match="parameter 'g': a bz.vec3 parameter is not supported; pass its "
-                                                 "components as scalars"):
+    with pytest.raises(bz.KernelTypeError, match="parameter 'g_y' is also the name of a component"):
         bz.kernel(kern)
+
+
+def test_outside_a_kernel_a_local_array_of_vectors_is_zeros_of_their_shape():
+    assert bz.local(bz.vec3, 4).shape == (4, 3) and bz.local(bz.mat22d, 2).dtype == np.float64
 
 
 def test_python_calls_give_numpy_values():

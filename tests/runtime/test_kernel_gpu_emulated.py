@@ -69,6 +69,8 @@ class FakeGpu:
     def __init__(self) -> None:
         self.tasks = _TASKS
         self.launches: list[tuple[str, int, int]] = []  # (task, grid, threads)
+        self.capturing: int | None = None  # the stream under capture (bz.graph)
+        self.graphs: dict[int, list[tuple]] = {}  # captured launches by graph handle
 
     def compile(self, kernel, device_index, fuse=True, restrict=False):
         fused, decisions = fuse_tasks(kernel, enabled=fuse)
@@ -87,7 +89,12 @@ class FakeGpu:
     def launch(self, function, gx, gy, gz, bx, by, bz_, shared, stream, params, extra) -> int:
         kernel, task, fn = self.tasks[int(function)]
         block = ctypes.c_void_p.from_address(params).value
-        slots = (ctypes.c_int64 * ArgLayout.of(kernel.params).size).from_address(block)
+        size = ArgLayout.of(kernel.params).size
+        if stream is not None and stream == self.capturing:  # a capture copies the parameters, runs nothing
+            self.graphs[self.capturing].append((function, gx, gy, gz, bx, by, bz_, shared,
+                                                ctypes.string_at(block, 8 * size)))
+            return 0
+        slots = (ctypes.c_int64 * size).from_address(block)
         begin, end = (_evaluate(e, kernel, slots) for e in (task.begin, task.end))
         if task.kind == "serial":
             assert (gx, bx) == (1, 1)
@@ -98,6 +105,25 @@ class FakeGpu:
         if end > begin:
             fn(begin, end, block)
         return 0
+
+
+    # cuda_driver's stream capture and graphs: a graph is the list of launches captured.
+    def begin_capture(self, stream: int) -> None:
+        assert self.capturing is None
+        self.capturing = stream
+        self.graphs[stream] = []
+
+    def end_capture(self, stream: int) -> int:
+        assert stream == self.capturing
+        self.capturing = None
+        return stream
+
+    def launch_graph(self, graph: int, stream: int) -> None:
+        assert stream != self.capturing
+        for function, *grid, parameters in self.graphs[graph]:
+            block = ctypes.create_string_buffer(parameters)
+            params = (ctypes.c_void_p * 1)(ctypes.addressof(block))
+            assert self.launch(function, *grid, stream, ctypes.addressof(params), None) == 0
 
 
 def _evaluate(e: k.Expr, kernel: k.Kernel, slots) -> int:
@@ -151,6 +177,16 @@ def gpu(monkeypatch):
     monkeypatch.setattr(cuda_driver, "copy_to_host", lambda h, p, n, stream=0: ctypes.memmove(h, p, n))
     monkeypatch.setattr(cuda_driver, "copy_to_device", lambda p, h, n, stream=0: ctypes.memmove(p, h, n))
     monkeypatch.setattr(engine, "compile_loop_kernel_cuda", fake.compile)
+    streams = iter(range(0xC0DE, 0xD0DE))
+    monkeypatch.setattr(cuda_driver, "create_stream", lambda: next(streams))
+    monkeypatch.setattr(cuda_driver, "destroy_stream", lambda stream: None)
+    monkeypatch.setattr(cuda_driver, "begin_capture", fake.begin_capture)
+    monkeypatch.setattr(cuda_driver, "end_capture", fake.end_capture)
+    monkeypatch.setattr(cuda_driver, "graph_nodes", lambda graph: len(fake.graphs[graph]))
+    monkeypatch.setattr(cuda_driver, "instantiate_graph", lambda graph: graph)
+    monkeypatch.setattr(cuda_driver, "destroy_graph", lambda graph: None)
+    monkeypatch.setattr(cuda_driver, "destroy_graph_exec", lambda graph: None)
+    monkeypatch.setattr(cuda_driver, "launch_graph", fake.launch_graph)
     # bz.record(profile=True) times launches with CUDA events; the fake GPU's take no time.
     monkeypatch.setattr(cuda_driver, "event", object)
     monkeypatch.setattr(cuda_driver, "record_event", lambda event, stream=0: None)
@@ -386,3 +422,49 @@ def test_a_failed_native_launch_names_the_task(gpu, monkeypatch):
     monkeypatch.setattr(cuda_driver, "raise_launch_error", named_error)
     with pytest.raises(bz.CudaError, match=r"launch of two_t1\w* failed with 701"):
         two(a)
+
+
+@bz.kernel(fuse_tasks=False)
+def graph_step(x: bz.Array[bz.float32, 1], v: bz.Array[bz.float32, 1], dt: bz.float32):
+    for i in range(x.shape[0]):
+        v[i] -= 9.81 * dt
+    for i in range(x.shape[0]):
+        x[i] += v[i] * dt
+    for i in range(x.shape[0]):
+        if x[i] < 0.0:
+            x[i] = -x[i]
+            v[i] = -v[i]
+
+
+def test_a_graph_captures_the_launches_and_replays_them_as_one(gpu):
+    rng = np.random.default_rng(3)
+    x, v = rng.uniform(0, 1, 3000).astype(np.float32), rng.uniform(-1, 1, 3000).astype(np.float32)
+    x2, v2 = x.copy(), v.copy()
+    gx, gv = on_gpu(x), on_gpu(v)
+    graph_step(gx, gv, np.float32(1e-2))  # a prepared call with a native launch exists
+    with bz.graph() as g:
+        graph_step(gx, gv, np.float32(1e-2))
+        graph_step(gx, gv, np.float32(1e-2))
+        assert gpu.launches[3:] == []  # captured, not run: the graph runs once when the body ends
+    assert g.gpu_nodes == 6 and len(gpu.launches) == 9
+    for _ in range(10):
+        g.replay()
+    for _ in range(23):
+        graph_step(on_gpu(x2), on_gpu(v2), np.float32(1e-2))
+    np.testing.assert_array_equal(x, x2)
+    np.testing.assert_array_equal(v, v2)
+
+
+def test_a_graph_holds_one_stream_and_no_debug_checks(gpu):
+    x, v = on_gpu(np.zeros(8, np.float32)), on_gpu(np.zeros(8, np.float32))
+    elsewhere = on_gpu(np.zeros(8, np.float32))
+    elsewhere.stream = 7
+    with pytest.raises(bz.UnsupportedError, match="a graph replays on one stream"), bz.graph():
+        graph_step(x, v, np.float32(1.0))
+        graph_step(elsewhere, v, np.float32(1.0))  # the first array decides the stream
+    assert gpu.capturing is None  # the failed body closed its capture
+    debug = bz.kernel(graph_step.fn, debug=True)
+    with pytest.raises(bz.UnsupportedError, match="debug checks"), bz.graph():
+        debug(x, v, np.float32(1.0))
+    with pytest.raises(bz.UnsupportedError, match="profile outside the graph"), bz.record(profile=True), bz.graph():
+        graph_step(x, v, np.float32(1.0))
