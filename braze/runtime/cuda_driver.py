@@ -354,7 +354,9 @@ def begin_capture(stream: int) -> None:
 
 def end_capture(stream: int) -> int:
     """Ends `begin_capture`; returns the captured CUgraph (destroy it with `destroy_graph`)."""
-    return _value(c_void_p, "cuStreamEndCapture", driver().cuStreamEndCapture, stream)
+    graph = c_void_p()  # the answer is the second parameter here, not the first as _value has it
+    call("cuStreamEndCapture", driver().cuStreamEndCapture, stream, ctypes.byref(graph))
+    return graph.value
 
 
 def graph_nodes(graph: int) -> int:
