@@ -130,7 +130,11 @@ class RowLoopWriter:
         capacity = f"{4 * self.register_vectors} * lanes32"
         together = [self.loops_by_id[i] for i in loops]
         terms = [f"(({self.expr(loop.end)}) <= {capacity})" for loop in together]
-        self.line(f"if ({' && '.join(dict.fromkeys(terms + self.vector_terms(together)))}) {{")
+        # One answer for the whole block: its rows (several, where fewer lanes than the block hold
+        # a row) must all take the same copy, since each copy's lane reductions synchronize the
+        # block, and the alignment terms differ from row to row.
+        condition = " && ".join(dict.fromkeys(terms + self.vector_terms(together)))
+        self.line(f"if (__syncthreads_and({condition})) {{")
         self.depth += 1
         for n, cache in enumerate(self.caches):
             self.line(f"{VECTOR_TYPE[cache.dtype.name]} bz_rc{n}[{self.register_vectors}];")

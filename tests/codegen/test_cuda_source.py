@@ -71,7 +71,7 @@ def test_long_rows_of_softmax_are_held_in_registers():
     src = source(lambda f: [bz.ops.softmax(f.define_tensor([-1, -1]), -1)], matrix(4, 8))
     assert src.register_rows == (8192,)  # 8 float4 a thread of a 256-thread block
     body = src.body
-    test = "if (((T0_s1) <= 32 * lanes32) && ((T0_s1) % 4 == 0)"
+    test = "if (__syncthreads_and(((T0_s1) <= 32 * lanes32) && ((T0_s1) % 4 == 0)"
     assert body.count(test) == 1 and "float4 bz_rc0[8];" in body
     assert "row0 +=" not in body  # one block per group of rows: no grid-stride loop
     registers, general = body.split(test)[1].split("\n    } else {\n", 1)

@@ -323,3 +323,21 @@ def test_masked_softmax_reads_scores_in_16_byte_vectors_under_a_where(shape, dty
         e = np.exp(s - s.max(-1, keepdims=True))
         expected = e / e.sum(-1, keepdims=True)
     close(as64(y), expected, dtype, scale=1.0)
+
+
+@pytest.mark.parametrize("dtype", [bz.float32, bz.bfloat16])
+@pytest.mark.parametrize("columns, stride", [(1024, 1024), (1024, 1026), (512, 514), (2048, 2050), (96, 98)])
+def test_softmax_rows_in_registers_with_several_rows_a_block(dtype, columns, stride):
+    """Rows short enough for a few warps share a block; a row stride that is not a multiple of
+    four leaves every other row misaligned for 16-byte vectors, so the rows of one block would
+    differ in the path they take (the block decides once for all of them)."""
+    x = cuda_tensor((37, stride), dtype)[:, :columns]
+    mask = (cuda_tensor((37, stride), bz.float32, seed=1) > -1.0)[:, :columns]
+    (got, masked) = run(lambda t, m: [bz.ops.softmax(t, -1),
+                                      bz.ops.softmax(bz.ops.where(m, t * 0.125, float("-inf")), -1)], x, mask)
+    x64, keep = as64(x), mask.cpu().numpy()
+    e = np.exp(x64 - x64.max(-1, keepdims=True))
+    close(got, e / e.sum(-1, keepdims=True), dtype)
+    scores = np.where(keep, x64 * 0.125, -np.inf)
+    e = np.exp(scores - scores.max(-1, keepdims=True))
+    close(masked, e / e.sum(-1, keepdims=True), dtype)
