@@ -40,9 +40,12 @@ def _seed_after(torch_seed: int) -> int:
     return int(draw_seed()) % 2**64
 
 
-def _kept(shape: tuple, p: float, seed: int, offset: int) -> torch.Tensor:
-    """Dropout's mask as the backend draws it: element j kept where the uniform of Philox (seed, offset) > p."""
-    return torch.from_numpy(philox.uniform(shape, np.float32, seed, offset) > p)
+def _kept(shape: tuple, p: float, seed: int, offset: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Dropout's mask as the backend draws it: element j kept where the uniform of Philox (seed, offset),
+    in the activation's dtype, exceeds p (in that dtype too, as torch compares)."""
+    uniform = philox_random(torch.tensor(seed - 2**64 if seed >= 2**63 else seed), offset, list(shape), dtype,
+                            torch.device("cpu"), False)
+    return uniform > p
 
 
 def _dropout(x: torch.Tensor) -> torch.Tensor:
@@ -50,19 +53,24 @@ def _dropout(x: torch.Tensor) -> torch.Tensor:
 
 
 # --- the stream, forward and backward -------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("dynamic", [False, True])
-def test_dropout_keeps_what_the_philox_stream_of_torchs_seed_says_and_backward_replays_it(dynamic: bool) -> None:
+def test_dropout_keeps_what_the_philox_stream_of_torchs_seed_says_and_backward_replays_it(
+        dynamic: bool, dtype: torch.dtype) -> None:
     compiled = torch.compile(_dropout, backend="braze", options=STRICT, dynamic=dynamic)
+    tolerance = {"rtol": 1e-5, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 1e-2, "atol": 1e-2}
     for shape in [(64, 32), (5, 7, 3)]:
-        x = torch.randn(shape, requires_grad=True)
-        grad_out = torch.randn(shape)
+        x = torch.randn(shape, dtype=dtype, requires_grad=True)
+        grad_out = torch.randn(shape, dtype=dtype)
         torch.manual_seed(11)
         (grad,) = torch.autograd.grad(y := compiled(x), x, grad_out)
-        kept = _kept(shape, 0.3, _seed_after(11), 0)
+        kept = _kept(shape, 0.3, _seed_after(11), 0, dtype)
         assert 0.6 < kept.float().mean().item() < 0.8
         scale = 1 / 0.7
-        _close(y, x.detach() * 2 * kept * scale * 3, "output")
-        _close(grad, grad_out * 2 * kept * scale * 3, "gradient: the forward's mask, drawn again")
+        assert torch.equal(y != 0, kept & (x != 0)), "the kept elements"
+        _close(y.float(), x.detach().float() * 2 * kept * scale * 3, "output", **tolerance)
+        assert torch.equal(grad != 0, kept & (grad_out != 0)), "the forward's mask, drawn again in the backward"
+        _close(grad.float(), grad_out.float() * 2 * kept * scale * 3, "gradient", **tolerance)
 
 
 def test_each_run_draws_new_numbers_and_the_same_torch_seed_repeats_them() -> None:
@@ -141,15 +149,18 @@ def _saved_by_forward(fn, *inputs) -> list[torch.Tensor]:
     return saved
 
 
-@pytest.mark.parametrize("random, mask_saved", [("braze", False), ("torch", True)])
-def test_the_forward_saves_the_seed_and_not_the_mask(random: str, mask_saved: bool) -> None:
-    """A GPT-2 block with dropout: braze's forward saves a 0-d seed; with PyTorch's generator the
-    boolean masks (one per dropout, each the activation's size) are saved, as in eager PyTorch."""
+@pytest.mark.parametrize("random, autocast, mask_saved", [("braze", False, False), ("braze", True, False),
+                                                          ("torch", False, True)])
+def test_the_forward_saves_the_seed_and_not_the_mask(random: str, autocast: bool, mask_saved: bool) -> None:
+    """A GPT-2 block with dropout (in bf16 under autocast): braze's forward saves a 0-d seed; with
+    PyTorch's generator the boolean masks (one per dropout, each the activation's size) are saved,
+    as in eager PyTorch."""
     torch.manual_seed(0)
     block = torch_zoo.GPT2Block(torch_zoo.Config(dropout=0.2))
     x = torch.randn(2, 5, 32, requires_grad=True)
     compiled = torch.compile(block, backend="braze", options={**STRICT, "random": random})
-    saved = _saved_by_forward(compiled, x)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        saved = _saved_by_forward(compiled, x)
     masks = [t for t in saved if t.dtype in (torch.bool, torch.uint8) and t.numel() >= x.numel()]
     assert bool(masks) == mask_saved, [(t.dtype, tuple(t.shape)) for t in saved]
     seeds = [t for t in saved if t.dtype == torch.int64 and t.dim() == 0 and t.device.type == "cpu"]
