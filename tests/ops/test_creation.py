@@ -192,7 +192,8 @@ def test_a_run_time_seed_and_offset_give_the_philox_stream_they_name(op, dtype):
 @pytest.mark.parametrize("build, message", [
     (lambda f: bz.ops.rand((2,), seed=f.define_scalar(dtype=bz.int32)), "rand: seed: expected an int64 scalar"),
     (lambda f: bz.ops.randn((2,), seed=f.define_tensor((2,), bz.int64)), "randn: seed: expected an int64 scalar"),
-    (lambda f: bz.ops.rand((2,), seed=3, offset=f.define_scalar(dtype=bz.int64)), "a run-time offset needs a run-time seed"),
+    (lambda f: bz.ops.rand((2,), seed=3, offset=f.define_scalar(dtype=bz.int64)),
+     "a run-time offset needs a run-time seed"),
     (lambda f: bz.ops.rand((2,), seed=f.define_scalar(dtype=bz.int64), offset=-1), "rand: offset"),
 ])
 def test_run_time_seed_errors(build, message):
