@@ -32,7 +32,7 @@ from braze.errors import Error
 from braze.frontend.torch.carriers import Carrier, add_carriers, add_device_anchor, missing_symbols
 from braze.frontend.torch.options import Options, parse_options
 from braze.frontend.torch.region import BrazeRegion, RegionReport
-from braze.frontend.torch.region_builder import RegionBuilder, op_name
+from braze.frontend.torch.region_builder import RegionBuilder, is_seed_input, op_name
 from braze.frontend.torch.rng import key_random_ops, replay_in_backward
 from braze.frontend.torch.support import NON_COMPUTE_OPS, VIEW_OPS, BrazeSupport, graph_device, takes_random_node
 from braze.frontend.torch.table import RULES
@@ -130,9 +130,10 @@ def fuse_graph(gm: fx.GraphModule, options: Options, report: GraphReport) -> fx.
         if node.op == "call_module" and node.target.startswith(REGION_PREFIX):
             name = f"torch_{_SHORT[report.graph]}{graph_id}_{node.target.removeprefix(REGION_PREFIX)}"
             submodule = getattr(gm, node.target)
-            carriers = add_carriers(gm, node, missing_symbols(submodule))
+            device = support.device or torch.device("cpu")
+            carriers = add_carriers(gm, node, missing_symbols(submodule), device)
             if not carriers and not _reads_a_tensor(submodule):
-                carriers = add_device_anchor(gm, node, support.device or torch.device("cpu"))
+                carriers = add_device_anchor(gm, node, device)
             region = _make_region(submodule, carriers, name, options, report)
             setattr(gm, node.target, region)
         elif node.op == "call_function" and not _takes_region_output(node):
@@ -142,7 +143,9 @@ def fuse_graph(gm: fx.GraphModule, options: Options, report: GraphReport) -> fx.
 
 
 def _reads_a_tensor(region: fx.GraphModule) -> bool:
-    return any(n.op == "placeholder" and isinstance(n.meta.get("val"), torch.Tensor) for n in region.graph.nodes)
+    """Whether the region reads a tensor as an array (a seed of random numbers is read as a number)."""
+    return any(n.op == "placeholder" and isinstance(n.meta.get("val"), torch.Tensor) and not is_seed_input(n)
+               for n in region.graph.nodes)
 
 
 def _takes_region_output(node: fx.Node) -> bool:

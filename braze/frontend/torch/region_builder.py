@@ -101,7 +101,7 @@ class RegionBuilder:
             placeholders = [n for n in nodes if n.op == "placeholder"]
             for position, node in enumerate(placeholders):
                 self._placeholders[node] = position
-                if isinstance(meta(node), torch.Tensor) and not _is_seed(node):
+                if isinstance(meta(node), torch.Tensor) and not is_seed_input(node):
                     value = meta(node)
                     self.values[node] = self._define_tensor(value.shape, value.dtype, position, node.name)
             for k, carrier in enumerate(self.carriers):
@@ -203,7 +203,7 @@ def broadcastable(tv: TensorView) -> TensorView:
     return bz_ops.broadcast(bz_ops.squeeze(tv, fixed), [i in fixed for i in range(tv.ndim)])
 
 
-def _is_seed(placeholder: fx.Node) -> bool:
+def is_seed_input(placeholder: fx.Node) -> bool:
     """Whether a region input is read only as the seed of random ops (`rng.philox_random`)."""
     return bool(placeholder.users) and all(
         u.target is philox_random and u.args[0] is placeholder and placeholder not in u.args[1:]
