@@ -202,7 +202,7 @@ def test_a_gpt2_blocks_gradients_match_eager_with_the_same_masks() -> None:
         _close(g, g_ref, f"gradient of {name}", rtol=1e-4, atol=1e-5)
 
 
-def _train(step, model: nn.Module, torch_seed: int, steps: int = 3) -> tuple[list[float], list[torch.Tensor]]:
+def _train(step, model: nn.Module, torch_seed: int, steps: int = 2) -> tuple[list[float], list[torch.Tensor]]:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     torch.manual_seed(torch_seed)
     losses = [step(model, optimizer).item() for _ in range(steps)]
