@@ -67,7 +67,8 @@ GPU_JOBS := $(if $(filter-out auto,$(JOBS)),$(JOBS))
 # under memcheck, so the whole GPU suite would take most of an hour. Then a sample of random
 # fusions (tests/engine/test_fuzz_fusions.py) under memcheck and racecheck.
 gpu-test: $(STAMP)
-	$(PY) -m pytest -q $(if $(GPU_JOBS),-n $(GPU_JOBS)) --durations=10 -m cuda tests
+	$(PY) -m pytest -q $(if $(GPU_JOBS),-n $(GPU_JOBS)) --durations=10 -m cuda tests $(TWO_GPU_TESTS:%=--ignore=%)
+	$(PY) -m pytest -q -rs $(TWO_GPU_TESTS)
 	BRAZE_OPS_BACKEND=cuda $(PY) -m pytest -q $(if $(GPU_JOBS),-n $(GPU_JOBS)) tests/ops
 	if command -v compute-sanitizer >/dev/null; then \
 	  $(PYENV) compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 $(PYBIN) -m pytest -q -p no:cacheprovider \
@@ -77,6 +78,8 @@ gpu-test: $(STAMP)
 	  BRAZE_FUZZ_EXAMPLES=1,1,$(SANITIZED_FUSIONS) $(PYENV) compute-sanitizer --tool $$tool --report-api-errors no --error-exitcode 1 \
 	    $(PYBIN) -m pytest -q -p no:cacheprovider tests/engine/test_fuzz_fusions.py -k on_the_gpu || exit 1; done; fi
 
+# Both GPUs, one test at a time (torchrun's ranks take both); skipped, saying so, with one GPU.
+TWO_GPU_TESTS := tests/cuda/test_second_gpu.py tests/cuda/test_data_parallel.py
 SANITIZED_FUSIONS := 40  # random fusions run under memcheck and racecheck (each ~100x slower there)
 MEMCHECK_TESTS := (test_cuda_runtime and not compile_error and not disk_cache and not failed_launch) or particle
 

@@ -190,7 +190,7 @@ def part_rows(f: bz.Fusion, inputs: list, prepared: fast_call.CudaPreparedCall) 
     assert native is not None and native.patched is not None, "no native patched launch"
     slots = [slot for slot, _, _ in plan.input_pointers] + [slot for slot, _ in plan.buffer_pointers]
     # The same builtin over an empty table: it patches the block and launches nothing.
-    patch_only = NativeLaunches(0, [], prepared.address, slots)
+    patch_only = NativeLaunches(prepared.device.driver_calls, [], prepared.address, slots)
 
     def pointers() -> list[int]:
         return [pointer(inputs[position]) for _, position, pointer in plan.input_pointers] + \

@@ -13,7 +13,7 @@ from timing import median_ms
 
 import braze as bz
 from braze import engine
-from braze.demo import GALLERY, GalleryEntry
+from braze.cli.gallery import GALLERY, GalleryEntry
 
 RESULTS = Path(__file__).parent / "results"
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from braze.demo_kernels import SIX_LOOPS, TWELVE_LOOPS, run_particle_step
-from braze.demo_kernels_gpu import gpu_available, run_particle_step_gpu
+from braze.cli.particles import SIX_LOOPS, TWELVE_LOOPS, run_particle_step
+from braze.cli.particles_gpu import gpu_available, run_particle_step_gpu
 
 RESULTS = Path(__file__).parent / "results"
 

@@ -5,7 +5,7 @@ import statistics
 import numpy as np
 import torch
 
-from braze.demo_kernels import SIX_LOOPS, TWELVE_LOOPS
+from braze.cli.particles import SIX_LOOPS, TWELVE_LOOPS
 
 for case in (SIX_LOOPS, TWELVE_LOOPS):
     for n in (8192, 65536):

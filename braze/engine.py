@@ -10,7 +10,9 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -40,7 +42,11 @@ from braze.runtime.cuda_kernel import CudaCompiledKernel, CudaExecutor, default_
 from braze.runtime.executor import KernelExecutor
 from braze.runtime.fusion_runtime import FusionRuntime
 from braze.runtime.inputs import BoundInputs, TensorSpec, bind_inputs
+from braze.runtime.kernel_launch import KernelLauncher
 from braze.runtime.record import note_entry, note_segments
+
+if TYPE_CHECKING:
+    from braze.runtime.kernel_launch_cuda import CudaKernelLauncher
 
 Backend = Callable[[FusionGraph, BoundInputs], list[np.ndarray]]
 DEFAULT_BACKEND = "llvm"
@@ -379,6 +385,18 @@ def execute(fusion: FusionGraph, inputs: Sequence[object], backend: str | None =
     bound = bind_inputs(fusion, inputs)
     if stream is not None:
         bound.stream = stream_handle(stream)
+    with _made_current(bound.device if bound.device is not None else target):
+        return _execute_bound(fusion, bound, inputs, backend, target, stream)
+
+
+def _made_current(device: int | None) -> AbstractContextManager:
+    """GPU `device`'s context current for a call's host program (its copies, allocations and
+    launches on stream 0 act in the current context), the user's own current again after."""
+    return nullcontext() if device is None else cuda_driver.device(device).current()
+
+
+def _execute_bound(fusion: FusionGraph, bound: BoundInputs, inputs: Sequence[object], backend: str | None,
+                   target: int | None, stream: object) -> list:
     if target is not None and bound.device is None:
         return _execute_copied(fusion, bound, target)
     if target is not None and bound.device != target:
@@ -445,6 +463,48 @@ def _fused(kernel: k.Kernel, fuse: bool) -> tuple[k.Kernel, list[Decision]]:
             f"{d.first} + {d.second}: {'fused' if d.fused else 'kept apart'} ({d.reason}; {d.detail})"
             for d in decisions) or f"{kernel.name}: one loop, nothing to fuse")
     return fused, decisions
+
+
+@dataclass
+class KernelEntry:
+    """One compiled signature of a `@bz.kernel`: its launcher, what task fusion decided, and which
+    array arguments it writes (the CPU call refuses read-only arrays there)."""
+
+    launcher: KernelLauncher | CudaKernelLauncher
+    decisions: list[Decision]
+    written: tuple[int, ...]  # positions among the array arguments
+
+
+def loop_kernel_entry(kernel: k.Kernel, arrays: Sequence[k.ArrayParam], scalars: Sequence[k.ScalarParam],
+                      fuse: bool = True, device_index: int | None = None, restrict: bool = False) -> KernelEntry:
+    """A `@bz.kernel` signature's Kernel IR and argument binding (arrays and scalars in parameter
+    order) made runnable, as a fusion's signature is: task fusion, the shared compiled kernel, and
+    its launcher on the host or (with `device_index`) that GPU. `restrict`: no two arrays share memory."""
+    if device_index is None:
+        compiled, decisions = compile_loop_kernel(kernel, fuse=fuse)
+        written = _written_arrays(kernel)
+        return KernelEntry(KernelLauncher(compiled, arrays, scalars), decisions,
+                           tuple(i for i, p in enumerate(arrays) if p.name in written))
+    from braze.runtime.kernel_launch_cuda import CudaKernelLauncher
+
+    compiled, decisions = compile_loop_kernel_cuda(kernel, device_index, fuse=fuse, restrict=restrict)
+    return KernelEntry(CudaKernelLauncher(compiled, cuda_driver.device(device_index), arrays, scalars), decisions, ())
+
+
+def _written_arrays(kernel: k.Kernel) -> set[str]:
+    """The array parameters some statement of the kernel stores into."""
+    written: set[str] = set()
+
+    def visit(statements: Sequence[k.Stmt]) -> None:
+        for s in statements:
+            if isinstance(s, (k.Store, k.AtomicRMW)):
+                written.add(s.param.name)
+            for part in ("body", "then", "orelse"):
+                visit(getattr(s, part, ()))
+
+    for task in kernel.tasks:
+        visit(task.body)
+    return written
 
 
 def compile_loop_kernel(kernel: k.Kernel, fuse: bool = True) -> tuple[CompiledKernel, list[Decision]]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import braze as bz
-from braze.demo_kernels import particle_step, particle_step_12, particles, particles_12
+from braze.cli.particles import particle_step, particle_step_12, particles, particles_12
 from braze.dtypes import as_dtype
 from braze.ops.elementwise import BINARY, TERNARY, UNARY
 

@@ -12,7 +12,7 @@ import pytest
 
 import braze as bz
 from braze import cli, config, engine
-from braze.demo import GALLERY, _erf_polynomial, numpy_erf
+from braze.cli.gallery import GALLERY, _erf_polynomial, numpy_erf
 
 
 def _rows(text: str) -> dict[str, list[str]]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -83,3 +86,20 @@ def test_every_declared_dump_is_produced(tmp_path, capfd):
     assert not missing, f"declared dumps never produced: {missing}"
     if "cuda_to_file" in names:
         assert list((tmp_path / "dump").glob("*.cu"))
+
+
+def test_every_knob_name_in_the_source_is_declared():
+    """A feature or dump named in braze's source is declared, even where no test reaches the line
+    (`config.disabled("fastcall")` in a rare branch would raise only when that branch runs)."""
+    asks = {"enabled": config.FEATURE_NAMES, "disabled": config.FEATURE_NAMES, "dumping": config.DUMP_NAMES}
+    found, unknown = 0, []
+    for path in Path(bz.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in asks \
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "config":
+                name = node.args[0]
+                assert isinstance(name, ast.Constant), f"{path}:{node.lineno}: a knob name that is not a literal"
+                found += 1
+                if name.value not in asks[node.func.attr]:
+                    unknown.append(f"{path}:{node.lineno}: {name.value!r}")
+    assert found > 20 and not unknown, unknown

@@ -28,9 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("frontend",),
     ("torch",),  # braze.torch: the torch.compile backend's user-facing module
     ("braze",),
-    ("demo", "demo_kernels"),
-    ("demo_gpu", "demo_kernels_gpu"),
-    ("cli",),
+    ("cli",),  # the `braze` command and the demos it runs (braze/cli/)
     ("__main__",),
 )
 RANK = {package: rank for rank, layer in enumerate(LAYERS) for package in layer}

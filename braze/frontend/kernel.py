@@ -31,7 +31,6 @@ from braze import dtypes as dt
 from braze.dtypes import DType
 from braze.errors import Error, InputError, KernelTypeError, a_or_an
 from braze.frontend.kernel_ast import translate_kernel
-from braze.frontend.kernel_entry import KernelEntry
 from braze.frontend.kernel_gpu import GpuCalls
 from braze.frontend.kernel_lang import ArrayType, _ArrayTypes
 from braze.frontend.kernel_scope import ArrayHandle, Source
@@ -40,9 +39,9 @@ from braze.kir import kernel_text
 from braze.kir import nodes as k
 from braze.passes.fuse_tasks import Decision
 from braze.passes.simplify import map_children
-from braze.runtime.arrays import as_host_array, overlaps_itself
+from braze.runtime.arrays import arguments_overlap, as_host_array, byte_span, overlaps_itself
 from braze.runtime.device_arrays import is_device_array
-from braze.runtime.kernel_launch import KernelLauncher, PackedArgs
+from braze.runtime.kernel_launch import PackedArgs
 
 _NUMPY_TO_DTYPE = {d.numpy: d for d in dt.ALL_DTYPES}
 _INT_RANGES = {d.name: (int(np.iinfo(d.numpy).min), int(np.iinfo(d.numpy).max)) for d in dt.INT_DTYPES}
@@ -93,8 +92,8 @@ class KernelFunction:
         self.array_positions = [i for i, (_, s) in enumerate(self.specs) if isinstance(s, ArrayType)]
         self.scalar_specs = [(i, n, s) for i, (n, s) in enumerate(self.specs) if not isinstance(s, ArrayType)]
         self._last = threading.local()
-        self.entries: dict[tuple, KernelEntry] = {}
-        self.last_entry: KernelEntry | None = None
+        self.entries: dict[tuple, engine.KernelEntry] = {}
+        self.last_entry: engine.KernelEntry | None = None
         self._gpu = None  # a kernel_gpu.GpuCalls, made at the first call with GPU arrays
         self._array_index = {self.specs[p][0]: n for n, p in enumerate(self.array_positions)}
         self._bound_extents: list[tuple[str, int]] | None = None  # (array, axis) read by task bounds
@@ -204,13 +203,9 @@ class KernelFunction:
         return value
 
     # --- compiling --------------------------------------------------------------------------------
-    def _compile(self, key: tuple) -> KernelEntry:
+    def _compile(self, key: tuple) -> engine.KernelEntry:
         kernel, arrays, scalars, fuse, _ = self.signature_ir(key)
-        compiled, decisions = engine.compile_loop_kernel(kernel, fuse=fuse)
-        written = {n.param.name for t in kernel.tasks for s in t.body for n in _statements(s)
-                   if isinstance(n, (k.Store, k.AtomicRMW))}
-        return KernelEntry(KernelLauncher(compiled, arrays, scalars), decisions,
-                           tuple(i for i, p in enumerate(arrays) if p.name in written))
+        return engine.loop_kernel_entry(kernel, arrays, scalars, fuse=fuse)
 
     def signature_ir(self, key: tuple) -> tuple[k.Kernel, list[k.ArrayParam], list[k.ScalarParam], bool, bool]:
         """The Kernel IR of a signature (before task fusion), its array and scalar parameters, whether
@@ -317,7 +312,7 @@ class _Replay:
     """The last call on one thread: its entry, its packed block, and whether later arguments are
     the same arrays, unchanged. It holds no array: a weak reference each, in the guard."""
 
-    entry: KernelEntry
+    entry: engine.KernelEntry
     packed: PackedArgs
     matches: Callable[[Sequence[Any]], bool]
 
@@ -361,34 +356,14 @@ def _on_gpu(fn: KernelFunction, args: Sequence[Any]) -> bool:
     return any(type(args[p]) is not np.ndarray and is_device_array(args[p]) for p in fn.array_positions)
 
 
-def _statements(s: k.Stmt):
-    yield s
-    for child in (*getattr(s, "body", ()), *getattr(s, "then", ()), *getattr(s, "orelse", ())):
-        yield from _statements(child)
-
-
 def _overlapping(arrays: list[np.ndarray]) -> bool:
     """Whether two arguments may share memory, or a writable one overlaps itself (arrays owning their
     data never do, unless passed twice)."""
     if all(a.base is None for a in arrays):
         return len({id(a) for a in arrays}) < len(arrays)
-    if any(a.flags.writeable and overlaps_itself(a.shape, a.strides, a.itemsize) for a in arrays):
-        return True
-    spans = sorted(s for s in map(_span, arrays) if s is not None)
-    return any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:]))
-
-
-def _span(array: np.ndarray) -> tuple[int, int] | None:
-    """[first byte, last byte + 1) of an array, or None when it is empty."""
-    if array.size == 0:
-        return None
-    lo = hi = array.__array_interface__["data"][0]
-    for n, stride in zip(array.shape, array.strides):
-        if stride < 0:
-            lo += (n - 1) * stride
-        else:
-            hi += (n - 1) * stride
-    return lo, hi + array.itemsize
+    return arguments_overlap([a.__array_interface__["data"][0] for a in arrays],
+                             [byte_span(a.shape, a.strides, a.itemsize) for a in arrays],
+                             any(a.flags.writeable and overlaps_itself(a.shape, a.strides, a.itemsize) for a in arrays))
 
 
 def kernel(fn: Callable | None = None, *, debug: bool = False, fuse_tasks: bool = True):

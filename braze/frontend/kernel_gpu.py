@@ -9,16 +9,16 @@ each library has: for torch, one generated function reads `dtype`, `shape`, `str
 
 from __future__ import annotations
 
+import sys
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from braze import config, engine
 from braze.errors import Error, InputError
-from braze.frontend.kernel_entry import KernelEntry
 from braze.runtime.device_arrays import DeviceView, as_device_view, is_device_array
-from braze.runtime.fast_call import MAX_DESCRIPTIONS
-from braze.runtime.kernel_launch_cuda import CudaKernelLauncher, PreparedKernelCall, describe, views_overlap
+from braze.runtime.fast_call import MAX_DESCRIPTIONS, description, key_function
+from braze.runtime.kernel_launch_cuda import PreparedKernelCall, views_overlap
 from braze.runtime.record import note_entry
 
 if TYPE_CHECKING:
@@ -26,13 +26,15 @@ if TYPE_CHECKING:
 
 
 class GpuCalls:
-    """The GPU calls of one `@bz.kernel`: prepared calls by argument description."""
+    """The GPU calls of one `@bz.kernel`: prepared calls by argument description, the description
+    read as the fusions' cached calls read theirs (runtime/fast_call.py)."""
 
     def __init__(self, fn: KernelFunction) -> None:
         self.fn = fn
         self.config = config.current
         self.prepared: OrderedDict[tuple, PreparedKernelCall] = OrderedDict()
-        self.torch_key = _torch_key_function(len(fn.specs), set(fn.array_positions))
+        self.scalar_positions = frozenset(i for i, _, _ in fn.scalar_specs)
+        self.torch_key = _torch_key_function(len(fn.specs), self.scalar_positions)
         self.torch_first = True  # whether the last description read was of torch tensors
 
     def key(self, args: Sequence[object]) -> tuple | None:
@@ -44,25 +46,13 @@ class GpuCalls:
                 return self.torch_key(*args)
             except (AttributeError, TypeError):
                 pass
-        key = self.generic_key(args)
+        key = description(args, self.scalar_positions, any_scalar=True)
         if key is None and not self.torch_first:
             try:
                 return self.torch_key(*args)
             except (AttributeError, TypeError):
                 pass
         return key
-
-    def generic_key(self, args: Sequence[object]) -> tuple | None:
-        key = []
-        for position, value in enumerate(args):
-            if position in self.fn.array_positions:
-                description = describe(value)
-                if description is None:
-                    return None
-                key.append(description)
-            else:
-                key.append(type(value))  # the first call checked the values of this type
-        return tuple(key)
 
     def run(self, args: Sequence[object]) -> bool:
         """The cached call: True when a prepared call ran `args`, else False (bind them)."""
@@ -108,13 +98,10 @@ class GpuCalls:
         if not prepared.run(args):
             raise Error(f"kernel {fn.__name__}: a freshly prepared call refused its own arguments")
 
-    def compile(self, key: tuple, device: int) -> KernelEntry:
+    def compile(self, key: tuple, device: int) -> engine.KernelEntry:
         kernel, arrays, scalars, fuse, overlapping = self.fn.signature_ir(key)
-        compiled, decisions = engine.compile_loop_kernel_cuda(kernel, device, fuse=fuse, restrict=not overlapping)
-        from braze.runtime import cuda_driver
-
-        launcher = CudaKernelLauncher(compiled, cuda_driver.device(device), arrays, scalars)
-        return KernelEntry(launcher, decisions, ())
+        return engine.loop_kernel_entry(kernel, arrays, scalars, fuse=fuse, device_index=device,
+                                        restrict=not overlapping)
 
 
 def bind_arrays(fn: KernelFunction, args: Sequence[object]) -> list[DeviceView]:
@@ -149,14 +136,16 @@ def _view(value: object, where: str) -> DeviceView:
                          f"__cuda_array_interface__ is incomplete ({error!r})") from None
 
 
-def _torch_key_function(count: int, arrays: set[int]) -> Callable[..., tuple]:
+def _torch_key_function(count: int, scalars: frozenset[int]) -> Callable[..., tuple]:
     """A function of the arguments giving their description, reading every array as a torch tensor
     (an AttributeError or TypeError on any other): per tensor its dtype, shape, strides and device
-    (-1 on the host, whose calls then take the CPU), per scalar its type."""
-    names = [f"a{n}" for n in range(count)]
-    parts = [f"{a}.dtype, {a}.shape, {a}.stride(), {a}.get_device()" if n in arrays else f"type({a})"
-             for n, a in enumerate(names)]
-    source = f"def torch_key({', '.join(names)}):\n    return ({', '.join(parts)},)\n"
-    namespace: dict = {}
-    exec(source, namespace)  # noqa: S102  (source built above from argument positions only)
-    return namespace["torch_key"]
+    (-1 on the host, whose calls then take the CPU), per scalar its type. The fusions' key of torch
+    inputs without each tensor's type: any tensor is read alike by a loop kernel's call."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return _no_torch
+    return key_function(torch.Tensor, count, scalars, typed=False)
+
+
+def _no_torch(*args: object) -> tuple:
+    raise TypeError("torch is not imported: no argument is a torch tensor")

@@ -1,14 +1,18 @@
 """The launches of a prepared call made by one native function, compiled with llvmlite once per
 process:
 
-    int32 braze_launch_all(const LaunchEntry *table, int32 count, CUstream stream)
+    int32 braze_launch_all(const ContextCheck *context, const LaunchEntry *table, int32 count, CUstream stream)
 
-calls each entry's `cuLaunchKernel` (its address, taken from the driver, is in the entry) with the
-entry's function handle, grid, block, shared memory and parameter array, in order, and returns 0,
-or `(n << 16) | code` when launch n failed with CUresult `code` (the caller raises the error
-naming it). One ctypes call from Python then runs every kernel of a fusion: a dozen launches cost
-one crossing into native code instead of a dozen. A prepared call only fills a table: nothing is
-compiled per fusion or per shape.
+first makes the call's CUDA context current unless it already is (`cuCtxGetCurrent` is read on
+every call, not remembered: user code such as `torch.cuda.set_device` changes the current context
+between calls, and the kernels' handles belong to one context; the context it replaced is made
+current again at the end), then calls each entry's `cuLaunchKernel` (its address, taken from the
+driver, is in the entry) with the entry's function handle, grid, block, shared memory and
+parameter array, in order, and returns 0, or `(n << 16) | code` when launch n failed with CUresult
+`code` (the caller raises the error naming it; a context that cannot be made current reads as
+launch 0 failing). One ctypes call from Python then runs every kernel of a fusion: a dozen
+launches cost one crossing into native code instead of a dozen. A prepared call only fills a
+table: nothing is compiled per fusion or per shape.
 
 A prepared call with pointers to patch also gets `braze_launch_patched`, a CPython builtin
 (host/host_jit.py) over the same loop: `launch(stream, value, ...)` stores each value into the
@@ -26,6 +30,7 @@ from __future__ import annotations
 import ctypes
 import functools
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from llvmlite import ir
 
@@ -37,10 +42,62 @@ I32, I64, I8P = ir.IntType(32), ir.IntType(64), ir.IntType(8).as_pointer()
 # kernel parameters, extra.
 _CU_LAUNCH = ir.FunctionType(I32, [I8P, *[I32] * 7, I8P, I8P, I8P])
 # PYFUNCTYPE keeps the GIL: a launch takes microseconds, less than releasing and taking it back.
-LAUNCH_SIGNATURE = ctypes.PYFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p)
+LAUNCH_SIGNATURE = ctypes.PYFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32,
+                                     ctypes.c_void_p)
 LaunchSpec = tuple[int, int, int, int, int]  # (function handle, grid, block, shared bytes, params address)
 NAME = "braze_launch_all"
 PATCHED_NAME = "braze_launch_patched"
+
+
+class DriverCalls(NamedTuple):
+    """What native launches need of the driver: the addresses of `cuLaunchKernel`,
+    `cuCtxGetCurrent` and `cuCtxSetCurrent`, and the context the kernels were loaded in."""
+
+    launch: int
+    get_context: int
+    set_context: int
+    context: int
+
+
+class ContextCheck(ctypes.Structure):
+    """The context a table's kernels belong to and how to make it current; the IR's `%context`."""
+
+    _fields_ = [("get", ctypes.c_void_p), ("set", ctypes.c_void_p), ("context", ctypes.c_void_p)]
+
+
+def context_check_type() -> ir.LiteralStructType:
+    getter = ir.FunctionType(I32, [I8P.as_pointer()]).as_pointer()
+    setter = ir.FunctionType(I32, [I8P]).as_pointer()
+    return ir.LiteralStructType([getter, setter, I8P])
+
+
+def emit_context_check(b: ir.IRBuilder, check: ir.Value, finish: Callable[[ir.IRBuilder, ir.Value], None]
+                       ) -> Callable[[ir.IRBuilder, ir.Value], None]:
+    """Makes `check`'s context current unless it is (one cuCtxGetCurrent, a thread-local read in
+    the driver); `finish(builder, code)` where setting it fails, as launch 0 failing would.
+    Returns `finish` preceded by making the context current before it current again (where there
+    was one), as torch's device guard does: user code that set another device keeps it."""
+    field = lambda i: b.load(b.gep(check, [I32(0), I32(i)], inbounds=True))  # noqa: E731
+    get, set_, context = field(0), field(1), field(2)
+    null = ir.Constant(I8P, None)
+    current, restore = b.alloca(I8P, name="current"), b.alloca(I8P, name="restore")
+    b.store(null, current)
+    b.store(null, restore)
+    b.call(get, [current])  # on failure `current` stays NULL and the set below reports the error
+    previous = b.load(current, name="previous")
+    with b.if_then(b.icmp_unsigned("!=", previous, context), likely=False):
+        code = b.call(set_, [context], name="set_code")
+        with b.if_then(b.icmp_unsigned("!=", code, I32(0)), likely=False):
+            finish(b, code)
+        b.store(previous, restore)
+
+    def restore_then_finish(b: ir.IRBuilder, result: ir.Value) -> None:
+        before = b.load(restore, name="before")
+        with b.if_then(b.icmp_unsigned("!=", before, null), likely=False):
+            b.call(field(1), [before])  # a failure here leaves the kernels' context current: harmless
+        finish(b, result)
+
+    return restore_then_finish
 
 
 class LaunchEntry(ctypes.Structure):
@@ -86,12 +143,14 @@ def emit_launch_loop(fn: ir.Function, b: ir.IRBuilder, table: ir.Value, count: i
 
 
 def llvm_source() -> str:
-    """The LLVM IR of `braze_launch_all`: a loop over the table."""
+    """The LLVM IR of `braze_launch_all`: the context check, then a loop over the table."""
     module = ir.Module(name=NAME)
-    fn = ir.Function(module, ir.FunctionType(I32, [entry_type().as_pointer(), I32, I8P]), name=NAME)
-    table, count, stream = fn.args
+    fn = ir.Function(module, ir.FunctionType(I32, [context_check_type().as_pointer(), entry_type().as_pointer(),
+                                                   I32, I8P]), name=NAME)
+    context, table, count, stream = fn.args
     b = ir.IRBuilder(fn.append_basic_block("start"))
-    emit_launch_loop(fn, b, table, count, stream, lambda b, result: b.ret(result))
+    finish = emit_context_check(b, context, lambda b, code: b.ret(code))
+    emit_launch_loop(fn, b, table, count, stream, finish)
     return str(module)
 
 
@@ -106,7 +165,7 @@ class PatchSpec(ctypes.Structure):
     """What one patched launcher writes and runs; the same layout as the IR's `%spec`."""
 
     _fields_ = [("table", ctypes.c_void_p), ("count", ctypes.c_int64), ("block", ctypes.c_void_p),
-                ("slots", ctypes.c_void_p), ("slot_count", ctypes.c_int64)]
+                ("slots", ctypes.c_void_p), ("slot_count", ctypes.c_int64), ("context", ctypes.c_void_p)]
 
 
 def patched_llvm_source() -> str:
@@ -117,7 +176,8 @@ def patched_llvm_source() -> str:
     module = ir.Module(name=PATCHED_NAME)
     api = host_jit.python_api(module)
     null = ir.Constant(host_jit.OBJECT, None)
-    spec_type = ir.LiteralStructType([entry_type().as_pointer(), I64, I64.as_pointer(), I64.as_pointer(), I64])
+    spec_type = ir.LiteralStructType([entry_type().as_pointer(), I64, I64.as_pointer(), I64.as_pointer(), I64,
+                                      context_check_type().as_pointer()])
     fn = ir.Function(module, ir.FunctionType(host_jit.OBJECT, [host_jit.OBJECT, host_jit.OBJECT.as_pointer(), I64]),
                      name=PATCHED_NAME)
     self_, args, nargs = fn.args
@@ -125,8 +185,8 @@ def patched_llvm_source() -> str:
     as_u64 = api["PyLong_AsUnsignedLongLongMask"]
     spec = b.inttoptr(b.call(as_u64, [self_]), spec_type.as_pointer(), name="spec")
     field = lambda i, name: b.load(b.gep(spec, [I32(0), I32(i)], inbounds=True), name=name)  # noqa: E731
-    table, count, block, slots, slot_count = (field(0, "table"), field(1, "count"), field(2, "block"),
-                                              field(3, "slots"), field(4, "slot_count"))
+    table, count, block, slots, slot_count, context = (field(0, "table"), field(1, "count"), field(2, "block"),
+                                                       field(3, "slots"), field(4, "slot_count"), field(5, "context"))
     with b.if_then(b.icmp_signed("!=", nargs, b.add(slot_count, I64(1))), likely=False):
         b.ret(b.call(api["PyLong_FromLongLong"], [I64(-1)]))
     stream = b.inttoptr(b.call(as_u64, [b.load(args)]), I8P, name="stream")
@@ -135,32 +195,34 @@ def patched_llvm_source() -> str:
         b.store(value, b.gep(block, [b.load(b.gep(slots, [i], inbounds=True))], inbounds=True))
     with b.if_then(b.icmp_unsigned("!=", b.call(api["PyErr_Occurred"], []), null), likely=False):
         b.ret(null)
-    emit_launch_loop(fn, b, table, b.trunc(count, I32), stream,
-                      lambda b, result: b.ret(b.call(api["PyLong_FromLongLong"], [b.zext(result, I64)])))
+    finish = lambda b, result: b.ret(b.call(api["PyLong_FromLongLong"], [b.zext(result, I64)]))  # noqa: E731
+    emit_launch_loop(fn, b, table, b.trunc(count, I32), stream, emit_context_check(b, context, finish))
     return str(module)
 
 
 class NativeLaunches:
     """The launches of one prepared call: a table, `call(stream)` running it natively, and where
     `slots` are given, `patched(stream, *values)` writing the values into the argument block at
-    `block_address` first (valid while this object, which holds the table and spec, lives)."""
+    `block_address` first (valid while this object, which holds the table and spec, lives). Both
+    make `driver.context` current first."""
 
-    def __init__(self, cu_launch_kernel: int, launches: Sequence[LaunchSpec], block_address: int = 0,
+    def __init__(self, driver: DriverCalls, launches: Sequence[LaunchSpec], block_address: int = 0,
                  slots: Sequence[int] = ()) -> None:
+        self.context = ContextCheck(driver.get_context, driver.set_context, driver.context)
         self.table = (LaunchEntry * max(len(launches), 1))(
-            *[LaunchEntry(cu_launch_kernel, function, params, grid, block, shared, 0)
+            *[LaunchEntry(driver.launch, function, params, grid, block, shared, 0)
               for function, grid, block, shared, params in launches])
         if config.dumping("host_jit"):
             config.dump("host_jit", "launch table:\n" + "".join(
                 f"  function {function:#x} grid {grid} block {block} shared {shared} params {params:#x}\n"
                 for function, grid, block, shared, params in launches))
-        self.call: Callable[[int], int] = functools.partial(_launch_all(), ctypes.addressof(self.table),
-                                                            len(launches))
+        self.call: Callable[[int], int] = functools.partial(_launch_all(), ctypes.addressof(self.context),
+                                                            ctypes.addressof(self.table), len(launches))
         self.patched: Callable[..., int] | None = None
         if slots:
             self.slots = (ctypes.c_int64 * len(slots))(*slots)
             self.spec = PatchSpec(ctypes.addressof(self.table), len(launches), block_address,
-                                  ctypes.addressof(self.slots), len(slots))
+                                  ctypes.addressof(self.slots), len(slots), ctypes.addressof(self.context))
             try:
                 if host_jit.builtins_available():
                     self.patched = host_jit.new_builtin(host_jit.fastcall_method(PATCHED_NAME, patched_llvm_source),
@@ -169,13 +231,13 @@ class NativeLaunches:
                 host_jit.fall_back("the patched launches of a prepared call", error)
 
 
-def native_launches(cu_launch_kernel: int | None, launches: Sequence[LaunchSpec], block_address: int = 0,
+def native_launches(driver: DriverCalls, launches: Sequence[LaunchSpec], block_address: int = 0,
                     slots: Sequence[int] = ()) -> NativeLaunches | None:
     """`launches` made by one native call; None when the host JIT is off or fails."""
-    if cu_launch_kernel is None or config.disabled("host_jit"):
+    if config.disabled("host_jit"):
         return None
     try:
-        return NativeLaunches(cu_launch_kernel, launches, block_address, slots)
+        return NativeLaunches(driver, launches, block_address, slots)
     except Exception as error:  # any JIT failure: the launches are made from Python instead
         host_jit.fall_back("the launches of a prepared call", error)
         return None

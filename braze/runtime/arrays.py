@@ -3,6 +3,7 @@ inputs' own kind (a torch tensor in, a torch tensor out)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -77,3 +78,29 @@ def overlaps_itself(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: 
             return True
         span = stride * (n - 1) + span
     return False
+
+
+def byte_span(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> tuple[int, int] | None:
+    """[first byte, last byte + 1) of an array relative to its data pointer; None when it is empty.
+    Strides in bytes."""
+    if 0 in shape:
+        return None
+    lo = hi = 0
+    for n, stride in zip(shape, strides):
+        if stride < 0:
+            lo += (n - 1) * stride
+        else:
+            hi += (n - 1) * stride
+    return lo, hi + itemsize
+
+
+def arguments_overlap(pointers: Sequence[int], spans: Sequence[tuple[int, int] | None],
+                      self_overlapping: bool = False) -> bool:
+    """Whether two of a call's arrays (data pointers and `byte_span`s) may share memory, or
+    `self_overlapping` (the caller's `overlaps_itself` answer for the arrays that matter): the one
+    overlap check of loop-kernel calls on every backend. Task fusion treats parameters as distinct
+    resources, so such a call gets a kernel compiled without fusion."""
+    if self_overlapping:
+        return True
+    placed = sorted((p + span[0], p + span[1]) for p, span in zip(pointers, spans) if span is not None)
+    return any(later[0] < earlier[1] for earlier, later in zip(placed, placed[1:]))

@@ -17,13 +17,13 @@ from __future__ import annotations
 import ctypes
 import functools
 import sys
-import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from ctypes import POINTER, c_char_p, c_float, c_int, c_size_t, c_ubyte, c_uint, c_uint64, c_void_p
 from dataclasses import dataclass
 
 from braze.errors import CudaError, UnsupportedError
-
-_state = threading.local()  # the device whose context is current on this thread
+from braze.host.launch_jit import DriverCalls
 
 _LIBRARY = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
 _ABI_VERSION = 12000  # the CUDA version whose signatures the table below has...
@@ -153,17 +153,30 @@ class Device:
     max_threads_per_block: int
     shared_per_sm: int  # bytes of shared memory an SM has for blocks
 
-    def activate(self) -> None:
-        """Makes this device's context current on the calling thread (once per thread and device)."""
-        if getattr(_state, "device", None) is not self:
-            call("cuCtxSetCurrent", driver().cuCtxSetCurrent, self.context)
-            _state.device = self
+    @contextmanager
+    def current(self) -> Iterator[None]:
+        """This device's context current on the calling thread for the body, and the one current
+        before it current again after, as torch's device guard does. The driver is asked each
+        time, not a note of braze's own: user code (`torch.cuda.set_device`, another library)
+        changes the current context between braze calls. Cached calls do the same in native code
+        (host/launch_jit.py)."""
+        previous = _value(c_void_p, "cuCtxGetCurrent", driver().cuCtxGetCurrent)
+        if previous == self.context:
+            yield
+            return
+        call("cuCtxSetCurrent", driver().cuCtxSetCurrent, self.context)
+        try:
+            yield
+        finally:
+            if previous is not None:  # a thread with no context current keeps this one
+                call("cuCtxSetCurrent", driver().cuCtxSetCurrent, previous)
 
-
-def current_device_state() -> threading.local:
-    """The thread-local whose `device` attribute is the Device made current on this thread by
-    `Device.activate` (generated hot paths test it before calling activate)."""
-    return _state
+    @functools.cached_property
+    def driver_calls(self) -> DriverCalls:
+        """What native launches into this device's context need of the driver."""
+        address = driver().address
+        return DriverCalls(address["cuLaunchKernel"], address["cuCtxGetCurrent"], address["cuCtxSetCurrent"],
+                           self.context)
 
 
 @functools.cache
@@ -186,10 +199,10 @@ class Module:
     """A cubin loaded into a device's context, and its functions (CUfunction handles) by name."""
 
     def __init__(self, dev: Device, cubin: bytes, names: tuple[str, ...]) -> None:
-        dev.activate()
         d = driver()
         self.device = dev
-        self.handle = _value(c_void_p, "cuModuleLoadData", d.cuModuleLoadData, cubin)
+        with dev.current():
+            self.handle = _value(c_void_p, "cuModuleLoadData", d.cuModuleLoadData, cubin)
         self.functions = {n: _value(c_void_p, f"cuModuleGetFunction({n})", d.cuModuleGetFunction, self.handle,
                                     n.encode())
                           for n in names}
@@ -240,16 +253,6 @@ def raw_launch_function():
     """libcuda's cuLaunchKernel as a ctypes function (function handle as an int, grid x/y/z, block
     x/y/z, shared bytes, stream, parameter array address, None), returning the CUresult."""
     return driver().cuLaunchKernel
-
-
-def launch_function_address() -> int:
-    """The address of libcuda's cuLaunchKernel (native code calls it)."""
-    return driver().address["cuLaunchKernel"]
-
-
-def context_getter_address() -> int:
-    """The address of libcuda's cuCtxGetCurrent (native code checks the current context with it)."""
-    return driver().address["cuCtxGetCurrent"]
 
 
 def raise_launch_error(code: int, name: str, grid: tuple[int, int, int], block: tuple[int, int, int]) -> None:

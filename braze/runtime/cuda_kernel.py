@@ -213,7 +213,10 @@ class CudaExecutor:
                                     4 * self.max_grid) if accumulators else None
 
     def run(self, block: np.ndarray, scalars: dict[str, int], stream: int) -> None:
-        self.device.activate()
+        with self.device.current():
+            self._launch_tasks(block, scalars, stream)
+
+    def _launch_tasks(self, block: np.ndarray, scalars: dict[str, int], stream: int) -> None:
         # The kernel parameters: the argument block, then `lanes`, `cached_row`, and the workspace and
         # finished-block counter of grid reductions, each passed by address. A call's own: threads
         # racing on a first call launch at once, and a launch reads its parameters when it is made.
@@ -425,9 +428,9 @@ class RtcKernel:
             raise InputError(f"RtcKernel {self.name}: expected {len(sizes)} arguments, got {len(args)}")
         holders = [_argument(a, self.name, i, sizes[i] if sizes else 0) for i, a in enumerate(args)]
         pointers = (ctypes.c_void_p * max(len(holders), 1))(*[ctypes.addressof(h) for h in holders])
-        self.device.activate()
-        cuda.launch(self.function, _dim3(grid), _dim3(block), ctypes.addressof(pointers),
-                    _stream_of(args) if stream is None else int(stream), shared_mem, self.name)
+        with self.device.current():
+            cuda.launch(self.function, _dim3(grid), _dim3(block), ctypes.addressof(pointers),
+                        _stream_of(args) if stream is None else int(stream), shared_mem, self.name)
 
 
 def _dim3(value) -> tuple[int, int, int]:

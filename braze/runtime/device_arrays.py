@@ -137,9 +137,10 @@ class DeviceArray:
         else:
             self.strides = tuple(int(s) * self.dtype.itemsize for s in element_strides)
         self.nbytes = int(numel) * self.dtype.itemsize
-        cuda.device(device).activate()
-        self.ptr = cuda.alloc(self.nbytes, stream)
-        self._free = weakref.finalize(self, cuda.free, self.ptr, stream)
+        owner = cuda.device(device)
+        with owner.current():
+            self.ptr = cuda.alloc(self.nbytes, stream)
+        self._free = weakref.finalize(self, _free, owner, self.ptr, stream)
 
     ndim = property(lambda self: len(self.shape))
     size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
@@ -148,17 +149,18 @@ class DeviceArray:
     def from_numpy(cls, array: np.ndarray, device: int = 0, stream: int = 0) -> DeviceArray:
         host = np.ascontiguousarray(array)
         out = cls(host.shape, host.dtype, device, stream)
-        cuda.copy_to_device(out.ptr, host.ctypes.data, host.nbytes, stream)
-        cuda.synchronize(stream)  # the host copy may go away once this returns
+        with cuda.device(device).current():
+            cuda.copy_to_device(out.ptr, host.ctypes.data, host.nbytes, stream)
+            cuda.synchronize(stream)  # the host copy may go away once this returns
         return out
 
     def numpy(self) -> np.ndarray:
         """A host copy (waits for the work queued on the array's stream)."""
         span = span_bytes(self.shape, self.strides, self.dtype.itemsize)
         storage = np.empty(span // self.dtype.itemsize, self.dtype)
-        cuda.device(self.device).activate()
-        cuda.copy_to_host(storage.ctypes.data, self.ptr, span, self.stream)
-        cuda.synchronize(self.stream)
+        with cuda.device(self.device).current():
+            cuda.copy_to_host(storage.ctypes.data, self.ptr, span, self.stream)
+            cuda.synchronize(self.stream)
         return np.lib.stride_tricks.as_strided(storage, self.shape, self.strides).copy()
 
     def __dlpack__(self, stream=None, **kwargs) -> object:
@@ -180,6 +182,12 @@ class DeviceArray:
 
     def __repr__(self) -> str:
         return f"DeviceArray(shape={self.shape}, dtype={self.dtype}, device=cuda:{self.device})"
+
+
+def _free(device: cuda.Device, pointer: int, stream: int) -> None:
+    """Frees in the device's context: stream 0 is the null stream of whichever context is current."""
+    with device.current():
+        cuda.free(pointer, stream)
 
 
 def span_bytes(shape, strides, itemsize: int) -> int:

@@ -1,7 +1,7 @@
 """KernelExecutor: runs a CompiledKernel's tasks on the CPU from a packed argument block.
 
 Task bounds are Kernel IR expressions over extent parameters; they are turned into Python
-functions once, when the executor is built, so a run evaluates nothing symbolic.
+functions once (kir/python.py), when the executor is built, so a run evaluates nothing symbolic.
 """
 
 from __future__ import annotations
@@ -14,29 +14,16 @@ import numpy as np
 from braze import config
 from braze.kir import nodes as k
 from braze.kir.layout import ArgLayout
+from braze.kir.python import evaluable, python_function, scalar_by_name
 from braze.runtime import thread_pool
 from braze.runtime.compiled_kernel import CompiledKernel
 from braze.runtime.record import RecordedLaunch, dump_launch, note_launch, recording
 
-_PYTHON_OPS = {"add": "({} + {})", "sub": "({} - {})", "mul": "({} * {})", "floordiv": "({} // {})",
-               "remainder": "({} % {})", "minimum": "min({}, {})", "maximum": "max({}, {})"}
-
-
-def python_source(e: k.Expr) -> str:
-    """Python source for an index expression over scalar parameters (named by `s[...]`)."""
-    if isinstance(e, k.Const):
-        return repr(int(e.value))
-    if isinstance(e, k.ScalarRef):
-        return f"s[{e.param.name!r}]"
-    if isinstance(e, k.Binary) and e.op in _PYTHON_OPS:
-        return _PYTHON_OPS[e.op].format(python_source(e.a), python_source(e.b))
-    raise TypeError(f"task bounds: cannot evaluate {type(e).__name__} on the host")
-
 
 def host_function(exprs: list[k.Expr]) -> Callable[[dict[str, int]], tuple[int, ...]]:
-    """Compiles expressions over scalar parameters into one Python function of their values."""
-    body = ", ".join(python_source(e) for e in exprs)
-    return eval(f"lambda s: ({body},)")  # noqa: S307  (source built above from Kernel IR only)
+    """Compiles expressions over scalar parameters into one Python function of their values by name
+    (kir/python.py: a division by zero gives 0, as in the kernels)."""
+    return python_function(exprs, "s", scalar_by_name)
 
 
 def inner_extent(task: k.Task) -> k.Expr:
@@ -45,17 +32,9 @@ def inner_extent(task: k.Task) -> k.Expr:
     if task.work is not None:
         return task.work
     loops = [s for s in task.body if isinstance(s, k.For)]
-    if loops and _host_evaluable(loops[-1].end):
+    if loops and evaluable(loops[-1].end, scalar_by_name):
         return loops[-1].end
     return k.Const(1, task.begin.dtype)
-
-
-def _host_evaluable(e: k.Expr) -> bool:
-    try:
-        python_source(e)
-    except TypeError:
-        return False
-    return True
 
 
 class KernelExecutor:

@@ -138,6 +138,21 @@ def array_kind(value: object) -> ArrayKind | None:
     return _KINDS[cls]
 
 
+def _cai_pointer(a) -> int:
+    return int(a.__cuda_array_interface__["data"][0])
+
+
+# Any other object with `__cuda_array_interface__`: read through it, run on the default stream. Such
+# arguments have no description (`description` answers None), so no prepared call is kept for them.
+_CUDA_ARRAY_INTERFACE = ArrayKind(lambda a: None, _cai_pointer, lambda a, device: 0)
+
+
+def gpu_array_kind(value: object) -> ArrayKind:
+    """How to read a GPU array the slow path accepted: its library's kind, else through its
+    `__cuda_array_interface__`."""
+    return array_kind(value) or _CUDA_ARRAY_INTERFACE
+
+
 def buffer_pointer(kind: str) -> Callable[[object], int]:
     """Reads the address of a buffer made for inputs of `kind` ("torch", "cupy" or "cuda")."""
     if kind == "torch":
@@ -147,15 +162,17 @@ def buffer_pointer(kind: str) -> Callable[[object], int]:
     return _cupy_pointer if kind == "cupy" else _device_array_pointer
 
 
-def description(inputs: Sequence[object], scalar_positions: frozenset[int]) -> tuple | None:
+def description(inputs: Sequence[object], scalar_positions: frozenset[int], any_scalar: bool = False
+                ) -> tuple | None:
     """The key of a call: per array input its description, per scalar its type; None when an
-    input is of a type the fast path does not know."""
+    input is of a type the fast path does not know (a scalar not int, float or bool, unless
+    `any_scalar`: a loop kernel's prepared call checks every scalar's value as it packs it)."""
     key = []
     for position, value in enumerate(inputs):
         kind = array_kind(value)
         if kind is not None:
             key.append(kind.describe(value))
-        elif position in scalar_positions and type(value) in _SCALARS:
+        elif position in scalar_positions and (any_scalar or type(value) in _SCALARS):
             key.append(type(value))
         else:
             return None
@@ -257,7 +274,7 @@ class PreparedCall:
         plan = self.plan
         names = dict(names or {})
         names.update({"block": self.block, "buffers_of": self._buffers, "pointer": plan.buffer_pointer,
-                      "draw": next_seed_offset, "signed": _signed, "copy": cuda.copy_on_device,
+                      "draw": next_seed_offset, "signed": _signed, "copy": self._copy_on_device,
                       "acquire": self.busy.acquire, "release": self.busy.release,
                       "Refused": (OverflowError, struct.error, TypeError, ValueError)})
         lines = []
@@ -340,6 +357,10 @@ class PreparedCall:
     def _begin(self, inputs: Sequence[object]) -> int:
         """Readies the device; returns the stream the call runs on (0 on the host)."""
         return 0
+
+    def _copy_on_device(self, target: int, source: int, nbytes: int, stream: int) -> None:
+        """An output copied back into the input it replaces."""
+        cuda.copy_on_device(target, source, nbytes, stream)
 
     def _begin_source(self, names: dict[str, object]) -> list[str]:
         """The generated call's lines setting `order` (`_begin`), with the names they use added."""
@@ -430,21 +451,19 @@ class CudaPreparedCall(PreparedCall):
         and buffer pointers (None where the host JIT is off or failed). Built when the call is
         first taken, not when it is prepared: the fusion's first call then needs no LLVM engine."""
         slots = [slot for slot, _, _ in self.plan.input_pointers] + [slot for slot, _ in self.plan.buffer_pointers]
-        return native_launches(cuda.launch_function_address(),
+        return native_launches(self.device.driver_calls,
                                [(x.function, x.grid, x.block, x.shared, x.params_address) for x in self.launches],
                                self.address, slots)
 
-    def _begin(self, inputs: Sequence[object]) -> int:
-        device = self.device
-        device.activate()
-        return self.stream(inputs[self.stream_input], device.index)
+    def _copy_on_device(self, target: int, source: int, nbytes: int, stream: int) -> None:
+        with self.device.current():  # stream 0 is the null stream of whichever context is current
+            cuda.copy_on_device(target, source, nbytes, stream)
 
     def _begin_source(self, names: dict[str, object]) -> list[str]:
-        names.update(device=self.device, current=cuda.current_device_state(), stream_of=self.stream,
-                     device_stream=self.device_stream)
+        names.update(device=self.device, stream_of=self.stream, device_stream=self.device_stream)
         stream = f"device_stream({self.device.index})" if self.device_stream is not None else \
             f"stream_of(inputs[{self.stream_input}], {self.device.index})"
-        return ["if current.__dict__.get('device') is not device:", "    device.activate()", f"order = {stream}"]
+        return [f"order = {stream}"]  # (the launches make the device's context current themselves)
 
     def _launch_source(self, names: dict[str, object], pointers: list[tuple[int, str]]) -> list[str]:
         native = self.launch_all
@@ -488,7 +507,7 @@ class CudaPreparedCall(PreparedCall):
         check_of = {position: k for k, (position, *_) in enumerate(tensors)}
         slots = [(slot, check_of[position]) for slot, position, _ in plan.input_pointers] + \
                 [(slot, len(tensors) + n) for slot, n in plan.buffer_pointers]
-        conditions = Conditions(settings, ctypes.addressof(OPEN_RECORDINGS), cuda.context_getter_address(),
+        conditions = Conditions(settings, ctypes.addressof(OPEN_RECORDINGS), self.device.driver_calls.get_context,
                                 self.device.context, fallback, self._native_failed)
         try:
             return TorchCall(api, self.matches.count, tensors, outputs, [n for _, n in plan.returned],
@@ -511,10 +530,11 @@ class CudaPreparedCall(PreparedCall):
     def _launch(self, stream: int) -> None:
         """The launches one by one through ctypes (the host JIT is off or failed)."""
         raw = cuda.raw_launch_function()
-        for n, x in enumerate(self.launches):
-            code = raw(x.function, x.grid, 1, 1, x.block, 1, 1, x.shared, stream, x.params_address, None)
-            if code:
-                self._launch_failed(n, code)
+        with self.device.current():
+            for n, x in enumerate(self.launches):
+                code = raw(x.function, x.grid, 1, 1, x.block, 1, 1, x.shared, stream, x.params_address, None)
+                if code:
+                    self._launch_failed(n, code)
         if recording():
             self._note_launches()
 
@@ -747,16 +767,18 @@ _KEY_PARTS = {  # per library: what describes one of its arrays (its type comes 
 }
 
 
-def key_function(cls: type, inputs: int, scalar_positions: frozenset[int]) -> Callable[..., tuple] | None:
+def key_function(cls: type, inputs: int, scalar_positions: frozenset[int], typed: bool = True
+                 ) -> Callable[..., tuple] | None:
     """A function of the inputs giving their description, reading every array as one of `cls`'s
-    library (raising AttributeError or TypeError on another): per array its type and what
+    library (raising AttributeError or TypeError on another): per array its type (unless not
+    `typed`: a loop kernel's prepared call reads any tensor of the library alike) and what
     `_KEY_PARTS` reads, per scalar its type. None for a library without one."""
     library = "numpy" if cls is np.ndarray else cls.__module__.partition(".")[0]
     if library not in _KEY_PARTS:
         return None
     names = [f"a{n}" for n in range(inputs)]
-    parts = [f"type({a})" if n in scalar_positions else f"type({a}), " + _KEY_PARTS[library].format(a=a)
-             for n, a in enumerate(names)]
+    parts = [f"type({a})" if n in scalar_positions else ("type({a}), " if typed else "").format(a=a)
+             + _KEY_PARTS[library].format(a=a) for n, a in enumerate(names)]
     source = f"def key({', '.join(names)}):\n    return ({', '.join(parts)},)\n"
     namespace: dict = {}
     exec(source, namespace)  # noqa: S102  (source built above from input positions only)

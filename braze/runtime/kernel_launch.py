@@ -16,6 +16,7 @@ from braze import config
 from braze.errors import KernelAssertionError
 from braze.kir import nodes as k
 from braze.kir.layout import ArgLayout
+from braze.kir.python import python_function
 from braze.runtime import thread_pool
 from braze.runtime.compiled_kernel import CompiledKernel
 from braze.runtime.record import RecordedLaunch, dump_launch, note_launch, recording
@@ -23,43 +24,23 @@ from braze.runtime.scalars import scalar_packer
 
 MIN_PARALLEL_WORK = 1 << 20  # statement-indices (a vectorized statement costs well under 1 ns per index)
 # worth waking other threads for: below it, handing chunks to the pool costs more than it saves
-_HOST_OPS = {"add": "({} + {})", "sub": "({} - {})", "mul": "({} * {})", "floordiv": "_floordiv({}, {})",
-             "remainder": "_remainder({}, {})", "minimum": "min({}, {})", "maximum": "max({}, {})"}
-
-
-def _floordiv(a: int, b: int) -> int:
-    return a // b if b else 0  # integer division by zero gives 0, as in the generated code
-
-
-def _remainder(a: int, b: int) -> int:
-    return a % b if b else 0
-
-
-def _bound_source(e: k.Expr, arrays: dict[str, int], scalars: dict[str, int]) -> str:
-    """Python source for a task bound: `A[n][axis]` for extents, `S[n]` for scalar parameters."""
-    if isinstance(e, k.Const):
-        return repr(int(e.value))
-    if isinstance(e, k.ScalarRef):
-        return f"S[{scalars[e.param.name]}]"
-    if isinstance(e, k.ArrayExtent):
-        return f"A[{arrays[e.param.name]}][{e.axis}]"
-    if isinstance(e, k.Cast) and e.dtype.is_integer:
-        return _bound_source(e.x, arrays, scalars)
-    if isinstance(e, k.Binary) and e.op in _HOST_OPS:
-        return _HOST_OPS[e.op].format(_bound_source(e.a, arrays, scalars), _bound_source(e.b, arrays, scalars))
-    raise TypeError(f"task bounds: cannot evaluate {type(e).__name__} on the host")
 
 
 def bounds_function(kernel: k.Kernel, arrays: Sequence[k.ArrayParam],
                     scalars: Sequence[k.ScalarParam]) -> Callable[[Sequence, Sequence], tuple]:
-    """`(shapes, scalars) -> ((begin, end) per task)`: Python compiled from the tasks' bounds, reading
-    the array arguments' shapes and the scalars in parameter order."""
+    """`(shapes, scalars) -> ((begin, end) per task)`: Python compiled from the tasks' bounds
+    (kir/python.py), reading the array arguments' shapes and the scalars in parameter order."""
     array_index = {p.name: n for n, p in enumerate(arrays)}
     scalar_index = {p.name: n for n, p in enumerate(scalars)}
-    bounds = ", ".join(f"({_bound_source(t.begin, array_index, scalar_index)}, "
-                       f"{_bound_source(t.end, array_index, scalar_index)})" for t in kernel.tasks)
-    namespace = {"_floordiv": _floordiv, "_remainder": _remainder}
-    return eval(f"lambda A, S: ({bounds}{',' if bounds else ''})", namespace)  # noqa: S307  (built from Kernel IR only)
+
+    def leaf(e: k.Expr) -> str | None:
+        if isinstance(e, k.ScalarRef):
+            return f"S[{scalar_index[e.param.name]}]"
+        if isinstance(e, k.ArrayExtent):
+            return f"A[{array_index[e.param.name]}][{e.axis}]"
+        return None
+
+    return python_function([(t.begin, t.end) for t in kernel.tasks], "A, S", leaf)
 
 
 def _work_per_index(stmts: tuple[k.Stmt, ...], weight: int = 1) -> int:

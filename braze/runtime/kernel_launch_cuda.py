@@ -16,7 +16,6 @@ with every extent and stride filled in, and each task's grid. A call with that d
 from __future__ import annotations
 
 import ctypes
-import sys
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -32,9 +31,10 @@ from braze.host.launch_jit import native_launches
 from braze.kir import nodes as k
 from braze.kir.layout import ArgLayout
 from braze.runtime import cuda_driver as cuda
-from braze.runtime.arrays import overlaps_itself
+from braze.runtime.arrays import arguments_overlap, byte_span, overlaps_itself
 from braze.runtime.cuda_kernel import BLOCKS_PER_SM, CudaCompiledKernel
-from braze.runtime.device_arrays import DeviceArray, DeviceView
+from braze.runtime.device_arrays import DeviceView
+from braze.runtime.fast_call import ArrayKind, gpu_array_kind
 from braze.runtime.kernel_launch import bounds_function
 from braze.runtime.record import RecordedLaunch, note_launch, profiling, record_state, recording
 from braze.runtime.scalars import scalar_packer
@@ -119,53 +119,10 @@ class CudaKernelLauncher:
         for (slot, ndim), view in zip(self.array_slots, views):
             block[slot + 1: slot + 1 + ndim] = list(view.shape)
             block[slot + 1 + ndim: slot + 1 + 2 * ndim] = [s // view.itemsize for s in view.strides]
-        readers = [reader_of(arguments[p]) for p in array_positions]
+        readers = [gpu_array_kind(arguments[p]) for p in array_positions]
         launches = None if self.bounds_read_scalars else self.plan(self.bounds([v.shape for v in views], scalars))
         return PreparedKernelCall(self, block, views, readers, list(array_positions), list(scalar_positions),
                                   launches, overlapping)
-
-
-# --- reading the arguments' libraries ---------------------------------------------------------
-@dataclass(frozen=True)
-class ArrayReader:
-    """How a cached call reads one library's arrays: the data pointer and the current stream."""
-
-    pointer: Callable[[object], int]
-    stream: Callable[[object, int], int]  # (the array, its device) -> the stream work runs on
-    device_stream: Callable[[int], int] | None = None  # the same from the device alone, where it needs no array
-
-
-def _cai_pointer(a) -> int:
-    return int(a.__cuda_array_interface__["data"][0])
-
-
-def reader_of(value: object) -> ArrayReader:
-    """The reader of an array the slow path accepted."""
-    if isinstance(value, DeviceArray):
-        return ArrayReader(lambda a: a.ptr, lambda a, device: a.stream)
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(value, torch.Tensor):
-        raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        if raw_stream is None:
-            return ArrayReader(torch.Tensor.data_ptr, lambda t, device: torch.cuda.current_stream(device).cuda_stream)
-        return ArrayReader(torch.Tensor.data_ptr, lambda t, device: raw_stream(device), raw_stream)
-    cupy = sys.modules.get("cupy")
-    if cupy is not None and isinstance(value, cupy.ndarray):
-        return ArrayReader(lambda a: a.data.ptr, lambda a, device: cupy.cuda.get_current_stream().ptr)
-    return ArrayReader(_cai_pointer, lambda a, device: 0)
-
-
-def describe(value: object) -> tuple | None:
-    """What fixes a cached call for one array of a known library (None for any other object)."""
-    if isinstance(value, DeviceArray):
-        return DeviceArray, value.dtype, value.shape, value.strides, value.device, value.stream
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(value, torch.Tensor):
-        return torch.Tensor, value.dtype, value.shape, value.stride(), value.get_device()
-    cupy = sys.modules.get("cupy")
-    if cupy is not None and isinstance(value, cupy.ndarray):
-        return cupy.ndarray, value.dtype, value.shape, value.strides, value.data.device_id
-    return None
 
 
 # --- the cached call ----------------------------------------------------------------------------
@@ -173,7 +130,7 @@ class PreparedKernelCall:
     """A loop kernel's call for arguments of one description, with the host arithmetic done ahead."""
 
     def __init__(self, launcher: CudaKernelLauncher, block: ctypes.Array, views: Sequence[DeviceView],
-                 readers: list[ArrayReader], array_positions: list[int], scalar_positions: list[int],
+                 readers: list[ArrayKind], array_positions: list[int], scalar_positions: list[int],
                  launches: list[LoopTaskLaunch] | None, overlapping: bool) -> None:
         self.launcher, self.block, self.launches = launcher, block, launches
         self.device = launcher.device
@@ -187,7 +144,7 @@ class PreparedKernelCall:
         self.stream_of = readers[0].stream if readers else (lambda a, device: 0)
         self.device_stream = readers[0].device_stream if readers else None
         self.stream_position = array_positions[0] if array_positions else 0
-        self.spans = [_span_offsets(v) for v in views]
+        self.spans = [byte_span(v.shape, v.strides, v.itemsize) for v in views]
         # Fixed by the description (shapes and strides), whatever the pointers: a view overlapping itself.
         self.overlaps_itself = any(overlaps_itself(v.shape, v.strides, v.itemsize) for v in views)
         self.shapes = [v.shape for v in views]  # what the bounds function reads
@@ -208,7 +165,7 @@ class PreparedKernelCall:
         if self.launches is None or self.status is not None:
             return None
         launched = [x for x in self.launches if x.grid]
-        native = native_launches(cuda.launch_function_address(),
+        native = native_launches(self.device.driver_calls,
                                  [(x.task.address, x.grid, x.threads, 0, self.params_address) for x in launched])
         return None if native is None else (native, launched)
 
@@ -219,7 +176,7 @@ class PreparedKernelCall:
         native, _ = self.native  # self.native holds the launch table as long as this call lives
         names = {"acquire": self.busy.acquire, "release": self.busy.release,
                  "repoint": self._repoint, "general": self._run, "block": self.block, "device": self.device,
-                 "current": cuda.current_device_state(), "stream_of": self.stream_of, "launch_all": native.call,
+                 "stream_of": self.stream_of, "launch_all": native.call,
                  "recorders": record_state(), "failed": self._native_failed, "state": self}
         reads = "".join(f"read{n}(args[{position}]), " for n, (_, position, _) in enumerate(self.pointers))
         names.update((f"read{n}", reader) for n, (_, _, reader) in enumerate(self.pointers))
@@ -237,8 +194,7 @@ class PreparedKernelCall:
                 names[f"pack{n}"] = pack
                 lines.append(f"        block[{slot}] = pack{n}(args[{position}])")
             lines += ["    except OverflowError:", "        return False"]
-        lines += ["    if current.__dict__.get('device') is not device:", "        device.activate()",
-                  "    if recorders.__dict__.get('stack'):", "        return general(args)",
+        lines += ["    if recorders.__dict__.get('stack'):", "        return general(args)",  # (launch_all activates)
                   f"    code = launch_all({stream})",
                   "    if code:", "        failed(code)", "    return True", "finally:", "    release()"]
         source = "def run(args):\n" + "".join(f"    {line}\n" for line in lines)
@@ -280,9 +236,12 @@ class PreparedKernelCall:
                 block[slot] = pack(args[position])
         except OverflowError:
             return False
-        device = self.device
-        device.activate()
-        stream = self.stream_of(args[self.stream_position], device.index)
+        with self.device.current():
+            self._launch_all(args)
+        return True
+
+    def _launch_all(self, args: Sequence[object]) -> None:
+        stream = self.stream_of(args[self.stream_position], self.device.index)
         launches = self.launches
         if launches is None:
             launches = self.launcher.plan(self.launcher.bounds(self.shapes, [args[p] for p in self.scalar_positions]))
@@ -290,13 +249,12 @@ class PreparedKernelCall:
             self.status.reset(stream)
         if recording():
             self._recorded(launches, stream)
-            return True
+            return
         for x in launches:
             if x.grid:
                 self._launch(x, stream)
             if self.status is not None:
                 self._check(stream)
-        return True
 
     def _launch(self, x: LoopTaskLaunch, stream: int) -> None:
         code = self.raw_launch(x.task.address, x.grid, 1, 1, x.threads, 1, 1, 0, stream, self.params_address, None)
@@ -327,43 +285,24 @@ class PreparedKernelCall:
             raise KernelAssertionError(f"kernel {self.launcher.kernel.name!r}: {self.launcher.messages[code - 1]}")
 
     def _overlap(self, pointers: tuple[int, ...]) -> bool:
-        if self.overlaps_itself:
-            return True
-        spans = sorted((p + lo, p + hi) for p, span in zip(pointers, self.spans) if span is not None
-                       for lo, hi in (span,))
-        return any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:]))
-
-
-def _span_offsets(view: DeviceView) -> tuple[int, int] | None:
-    """[first byte, last byte + 1) of an array relative to its data pointer; None when empty."""
-    if view.size == 0:
-        return None
-    lo = hi = 0
-    for n, stride in zip(view.shape, view.strides):
-        if stride < 0:
-            lo += (n - 1) * stride
-        else:
-            hi += (n - 1) * stride
-    return lo, hi + view.itemsize
+        return arguments_overlap(pointers, self.spans, self.overlaps_itself)
 
 
 def views_overlap(views: Sequence[DeviceView]) -> bool:
-    """Whether two arrays share memory, or one overlaps itself."""
-    if any(overlaps_itself(v.shape, v.strides, v.itemsize) for v in views):
-        return True
-    spans = sorted((v.ptr + s[0], v.ptr + s[1]) for v in views for s in (_span_offsets(v),) if s is not None)
-    return any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:]))
+    """Whether two arrays share memory, or one overlaps itself (any: a GPU array has no read-only flag)."""
+    return arguments_overlap([v.ptr for v in views], [byte_span(v.shape, v.strides, v.itemsize) for v in views],
+                             any(overlaps_itself(v.shape, v.strides, v.itemsize) for v in views))
 
 
 class _StatusWord:
     """The int64 a debug kernel's failed checks write their message number into."""
 
     def __init__(self, device: cuda.Device) -> None:
-        device.activate()
-        self.address = cuda.alloc(8)
-        cuda.synchronize(0)  # allocated on the default stream; calls use others
+        with device.current():
+            self.address = cuda.alloc(8)
+            cuda.synchronize(0)  # allocated on the default stream; calls use others
         self.host = np.zeros(1, np.int64)
-        weakref.finalize(self, cuda.free, self.address, 0)
+        weakref.finalize(self, _free_on, device, self.address)
 
     def reset(self, stream: int) -> None:
         cuda.fill_bytes(self.address, 0, 8, stream)
@@ -372,3 +311,8 @@ class _StatusWord:
         cuda.copy_to_host(self.host.ctypes.data, self.address, 8, stream)
         cuda.synchronize(stream)
         return int(self.host[0])
+
+
+def _free_on(device: cuda.Device, address: int) -> None:
+    with device.current():
+        cuda.free(address, 0)

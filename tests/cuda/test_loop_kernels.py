@@ -158,7 +158,7 @@ def test_atomics_under_contention_are_exact_for_integers():
 
 def test_the_particle_step_is_one_launch_and_matches_the_cpu():
     torch = _torch()
-    from braze.demo_kernels import particle_step, particle_step_unfused, particles
+    from braze.cli.particles import particle_step, particle_step_unfused, particles
 
     host = particles(8192)
     gpu = [torch.from_numpy(a).cuda() for a in host]
@@ -178,7 +178,7 @@ def test_the_particle_step_is_one_launch_and_matches_the_cpu():
 
 def test_a_cached_call_compiles_and_prepares_nothing():
     torch = _torch()
-    from braze.demo_kernels import particle_step, particles
+    from braze.cli.particles import particle_step, particles
 
     gpu = [torch.from_numpy(a).cuda() for a in particles(4096)]
     particle_step(*gpu, np.float32(1e-3))
@@ -192,7 +192,7 @@ def test_a_cached_call_compiles_and_prepares_nothing():
 
 def test_runs_on_the_current_torch_stream():
     torch = _torch()
-    from braze.demo_kernels import particle_step, particles
+    from braze.cli.particles import particle_step, particles
 
     host = particles(100_000)
     gpu = [torch.from_numpy(a).cuda() for a in host]
@@ -208,7 +208,7 @@ def test_runs_on_the_current_torch_stream():
 
 def test_mixing_host_and_gpu_arrays_is_an_input_error():
     torch = _torch()
-    from braze.demo_kernels import particle_step, particles
+    from braze.cli.particles import particle_step, particles
 
     x, v, f, m = particles(16)
     with pytest.raises(bz.InputError, match=r"argument 'mass': expected a GPU array .*got a host array"):
@@ -222,7 +222,7 @@ def test_mixing_host_and_gpu_arrays_is_an_input_error():
 @pytest.mark.skipif(cuda_driver.device_count() < 2, reason="needs two GPUs")
 def test_arrays_on_two_gpus_are_an_input_error():
     torch = _torch()
-    from braze.demo_kernels import particle_step, particles
+    from braze.cli.particles import particle_step, particles
 
     x, v, f, m = (torch.from_numpy(a) for a in particles(16))
     with pytest.raises(bz.InputError, match=r"argument 'f': expected an array on cuda:0 .*got one on cuda:1"):
@@ -233,7 +233,7 @@ def test_second_gpu_runs_its_own_module():
     if cuda_driver.device_count() < 2:
         pytest.skip("needs two GPUs")
     torch = _torch()
-    from braze.demo_kernels import particle_step, particles
+    from braze.cli.particles import particle_step, particles
 
     host = particles(1000)
     for device in (0, 1):

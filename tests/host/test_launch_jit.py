@@ -6,7 +6,7 @@ from __future__ import annotations
 import ctypes
 
 import pytest
-from fake_driver import FakeDriver
+from fake_driver import KERNELS_CONTEXT, FakeDriver
 
 from braze import config
 from braze.host.launch_jit import native_launches
@@ -16,7 +16,7 @@ LAUNCHES = [(0x1000 + n, 10 + n, 128 * (n + 1), 16 * n, 0x9000 + 8 * n) for n in
 
 def test_every_launch_is_made_in_order_with_its_arguments() -> None:
     driver = FakeDriver()
-    native = native_launches(driver.address, LAUNCHES)
+    native = native_launches(driver.driver, LAUNCHES)
     assert native is not None
     assert native.call(0xABC) == 0
     assert driver.calls == [(f, g, 1, 1, b, 1, 1, s, 0xABC, p, None) for f, g, b, s, p in LAUNCHES]
@@ -25,7 +25,7 @@ def test_every_launch_is_made_in_order_with_its_arguments() -> None:
 @pytest.mark.parametrize("fail_at", [0, 5, 11])
 def test_a_failed_launch_stops_the_sequence_and_says_which(fail_at: int) -> None:
     driver = FakeDriver(fail_at, code=700)
-    native = native_launches(driver.address, LAUNCHES)
+    native = native_launches(driver.driver, LAUNCHES)
     result = native.call(0)
     assert (result >> 16, result & 0xFFFF) == (fail_at, 700)
     assert len(driver.calls) == fail_at + 1
@@ -33,7 +33,7 @@ def test_a_failed_launch_stops_the_sequence_and_says_which(fail_at: int) -> None
 
 def test_one_function_serves_every_table() -> None:
     first, second = FakeDriver(), FakeDriver()
-    a, b = native_launches(first.address, LAUNCHES[:3]), native_launches(second.address, LAUNCHES[5:])
+    a, b = native_launches(first.driver, LAUNCHES[:3]), native_launches(second.driver, LAUNCHES[5:])
     assert a.call.func is b.call.func
     assert b.call(7) == 0 and a.call(8) == 0
     assert [c[0] for c in first.calls] == [f for f, *_ in LAUNCHES[:3]] and len(second.calls) == 7
@@ -41,15 +41,15 @@ def test_one_function_serves_every_table() -> None:
 
 def test_an_empty_table_launches_nothing() -> None:
     driver = FakeDriver()
-    assert native_launches(driver.address, []).call(0) == 0 and driver.calls == []
+    assert native_launches(driver.driver, []).call(0) == 0 and driver.calls == []
 
 
 def test_the_host_jit_can_be_disabled_and_dumped(capsys) -> None:
     driver = FakeDriver()
     with config.scope(disable="host_jit"):
-        assert native_launches(driver.address, LAUNCHES) is None
+        assert native_launches(driver.driver, LAUNCHES) is None
     with config.scope(dump="host_jit"):
-        native_launches(driver.address, LAUNCHES[:1])
+        native_launches(driver.driver, LAUNCHES[:1])
     dumped = capsys.readouterr().err
     assert "braze dump: host_jit" in dumped and "function 0x1000 grid 10 block 128 shared 0 params 0x9000" in dumped
 
@@ -58,7 +58,7 @@ def test_the_patched_launch_writes_each_value_at_its_slot_then_launches() -> Non
     driver = FakeDriver()
     block = (ctypes.c_int64 * 8)(*range(100, 108))
     slots = [6, 1, 3]
-    native = native_launches(driver.address, LAUNCHES[:2], ctypes.addressof(block), slots)
+    native = native_launches(driver.driver, LAUNCHES[:2], ctypes.addressof(block), slots)
     assert native.patched is not None
     assert native.patched(0x55, 0x7F00_0000_1000, 2**64 - 8, 0) == 0
     assert list(block) == [100, -8, 102, 0, 104, 105, 0x7F00_0000_1000, 107]  # unsigned values wrap to int64
@@ -68,11 +68,41 @@ def test_the_patched_launch_writes_each_value_at_its_slot_then_launches() -> Non
 def test_the_patched_launch_refuses_wrong_arguments_before_launching() -> None:
     driver = FakeDriver(fail_at=1, code=719)
     block = (ctypes.c_int64 * 2)()
-    native = native_launches(driver.address, LAUNCHES[:3], ctypes.addressof(block), [0, 1])
+    native = native_launches(driver.driver, LAUNCHES[:3], ctypes.addressof(block), [0, 1])
     assert native.patched(0, 1) == -1 and native.patched(0, 1, 2, 3) == -1  # the count
     with pytest.raises(TypeError):
         native.patched(0, 1, "not a pointer")
     assert driver.calls == []
     result = native.patched(0, 1, 2)
     assert (result >> 16, result & 0xFFFF) == (1, 719) and len(driver.calls) == 2
-    assert native_launches(driver.address, LAUNCHES[:3], ctypes.addressof(block)).patched is None  # no slots
+    assert native_launches(driver.driver, LAUNCHES[:3], ctypes.addressof(block)).patched is None  # no slots
+
+
+@pytest.mark.parametrize("patched", [False, True])
+def test_the_kernels_context_is_made_current_when_another_is(patched: bool) -> None:
+    """User code (torch.cuda.set_device, another library) may leave another context current between
+    calls: the launches are made in the kernels' own, checked on every call, set only when needed."""
+    driver = FakeDriver(current=0xD1)
+    block = (ctypes.c_int64 * 2)()
+    native = native_launches(driver.driver, LAUNCHES[:2], ctypes.addressof(block), [0] if patched else [])
+    run = (lambda: native.patched(0, 5)) if patched else (lambda: native.call(0))
+    assert run() == 0
+    assert driver.contexts == [KERNELS_CONTEXT] * 2  # launched in the kernels' context...
+    assert driver.sets == [KERNELS_CONTEXT, 0xD1] and driver.current == 0xD1  # ...and the user's restored
+    driver.current = KERNELS_CONTEXT
+    assert run() == 0 and len(driver.sets) == 2  # already current: nothing set
+    driver.current = 0xD2
+    assert run() == 0 and driver.sets[2:] == [KERNELS_CONTEXT, 0xD2] and driver.contexts == [KERNELS_CONTEXT] * 6
+
+
+def test_a_failed_launch_still_restores_the_users_context() -> None:
+    driver = FakeDriver(fail_at=1, code=700, current=0xD1)
+    native = native_launches(driver.driver, LAUNCHES[:3])
+    assert native.call(0) == (1 << 16) | 700 and driver.current == 0xD1
+
+
+def test_a_context_that_cannot_be_made_current_launches_nothing() -> None:
+    driver = FakeDriver(current=0xD1, set_code=201)  # CUDA_ERROR_INVALID_CONTEXT
+    native = native_launches(driver.driver, LAUNCHES[:3])  # held: its call reads the table it owns
+    result = native.call(0)
+    assert (result >> 16, result & 0xFFFF) == (0, 201) and driver.calls == []

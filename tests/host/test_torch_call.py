@@ -155,6 +155,7 @@ def test_a_failed_launch_hands_its_code_over_and_keeps_no_output() -> None:
 
     def failing_call() -> None:
         harness.driver.calls.clear()
+        harness.driver.contexts.clear()
         harness.failures.clear()
         with pytest.raises(RuntimeError):
             harness.call((x, y))

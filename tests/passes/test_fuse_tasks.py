@@ -365,7 +365,7 @@ def test_rows_owned_by_one_thread_fuse_and_neighbour_rows_reject():
 
 
 def test_the_demo_particle_steps_fuse_into_one_launch():
-    from braze.demo_kernels import TWELVE_LOOPS, run_particle_step
+    from braze.cli.particles import TWELVE_LOOPS, run_particle_step
 
     row = run_particle_step(n=100, steps=3, seconds=0.01)
     assert (row.launches_unfused, row.launches_fused, row.max_error) == (6, 1, 0.0)

@@ -7,16 +7,19 @@ CUDA and CPU code read the same layout), after checking its grid.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from fake_driver import CU_LAUNCH, FakeDriver
 from kernel_cases import all_cases, poison
 
 import braze as bz
 from braze import engine
 from braze.codegen import cuda_loops
+from braze.host.launch_jit import DriverCalls
 from braze.kir import nodes as k
 from braze.kir.layout import ArgLayout
 from braze.passes.fuse_tasks import fuse_tasks
@@ -24,9 +27,6 @@ from braze.runtime import cuda_driver, device_arrays
 from braze.runtime.compiled_kernel import CompiledKernel, CompileParams
 from braze.runtime.device_arrays import DeviceArray
 
-# cuLaunchKernel's C signature: function, grid x/y/z, block x/y/z, shared bytes, stream, params, extra.
-CU_LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
-                             ctypes.c_void_p, ctypes.c_void_p)
 SMS = 2  # a small fake GPU, so that grids are capped and threads loop
 
 
@@ -37,8 +37,13 @@ class FakeDevice:
     arch: str = "sm_90"
     name: str = "fake GPU"
 
-    def activate(self) -> None:
-        pass
+    @contextlib.contextmanager
+    def current(self):
+        yield
+
+    @property
+    def driver_calls(self) -> DriverCalls:
+        return _NATIVE_CONTEXT.calls_for(0xC0 + self.index)
 
 
 class FakeFunction(int):
@@ -116,6 +121,8 @@ def _evaluate(e: k.Expr, kernel: k.Kernel, slots) -> int:
 _FAKES: list[FakeGpu] = []
 _NATIVE_LAUNCH = CU_LAUNCH(lambda *args: _FAKES[0].launch(*args))
 _NATIVE_LAUNCH_ADDRESS = ctypes.cast(_NATIVE_LAUNCH, ctypes.c_void_p).value
+_NATIVE_CONTEXT = FakeDriver()  # its context calls; launches go to _NATIVE_LAUNCH
+_NATIVE_CONTEXT.address = _NATIVE_LAUNCH_ADDRESS
 
 
 class HostMemory:
@@ -137,7 +144,6 @@ def gpu(monkeypatch):
     monkeypatch.setattr(cuda_driver, "device", lambda index=0: devices.setdefault(index, FakeDevice(index)))
     monkeypatch.setattr(cuda_driver, "raw_launch_function", lambda: fake.launch)
     _FAKES[:] = [fake]
-    monkeypatch.setattr(cuda_driver, "launch_function_address", lambda: _NATIVE_LAUNCH_ADDRESS)
     monkeypatch.setattr(cuda_driver, "alloc", memory.alloc)
     monkeypatch.setattr(cuda_driver, "free", lambda pointer, stream=0: None)
     monkeypatch.setattr(cuda_driver, "synchronize", lambda stream=0: None)
@@ -294,7 +300,7 @@ def test_debug_checks_raise_after_the_launch(gpu):
 
 
 def test_six_loops_are_one_launch(gpu):
-    from braze.demo_kernels import particle_step, particle_step_unfused, particles
+    from braze.cli.particles import particle_step, particle_step_unfused, particles
 
     arrays = to_gpu(particles(1000))
     with bz.record() as fused:
@@ -310,8 +316,8 @@ def test_device_views_of_fake_arrays_need_no_driver(monkeypatch):
 
 
 def test_the_gpu_particle_benchmark_runs(gpu):
-    from braze.demo_kernels import TWELVE_LOOPS
-    from braze.demo_kernels_gpu import run_particle_step_gpu
+    from braze.cli.particles import TWELVE_LOOPS
+    from braze.cli.particles_gpu import run_particle_step_gpu
 
     row = run_particle_step_gpu(1000, steps=3, seconds=0.01, with_torch=False)
     assert (row.launches_fused, row.launches_unfused, row.max_error) == (1, 6, 0.0)
@@ -325,7 +331,7 @@ def _only_prepared(fn):
 
 
 def test_fixed_grids_launch_from_one_native_function(gpu):
-    from braze.demo_kernels import particle_step_unfused, particles
+    from braze.cli.particles import particle_step_unfused, particles
 
     host = particles(1000)
     expected = [a.copy() for a in host]

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
 import braze as bz
-from braze.runtime.arrays import overlaps_itself
+from braze.runtime.arrays import arguments_overlap, byte_span, overlaps_itself
 
 
 def reaches_one_address_twice(shape, strides) -> bool:
@@ -92,3 +92,23 @@ def test_a_read_only_broadcast_stays_fusable():
     copy_twice(row, dst)
     np.testing.assert_array_equal(dst, row)
     assert all(d.fused for d in copy_twice.decisions())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 40), st.integers(0, 40), st.lists(st.tuples(st.integers(0, 4), st.integers(-6, 6)),
+                                                         min_size=1, max_size=2), st.integers(1, 3))
+def test_two_views_sharing_an_element_are_flagged(start_a, start_b, dims, step):
+    """The one overlap check of loop-kernel calls (CPU and GPU alike): two views of one buffer that
+    share an element are always flagged; disjoint contiguous slices never are."""
+    base = np.zeros(400, np.float32)
+    shape = tuple(n for n, _ in dims)
+    strides = tuple(s * base.itemsize for _, s in dims)
+    a = as_strided(base[40 + start_a:], shape, strides)
+    b = base[start_b: start_b + 10 * step: step]
+    spans = [byte_span(v.shape, v.strides, v.itemsize) for v in (a, b)]
+    pointers = [v.__array_interface__["data"][0] for v in (a, b)]
+    if np.shares_memory(a, b):
+        assert arguments_overlap(pointers, spans)
+    c, d = base[:start_a], base[start_a: start_a + start_b]
+    assert not arguments_overlap([x.__array_interface__["data"][0] for x in (c, d)],
+                                 [byte_span(x.shape, x.strides, x.itemsize) for x in (c, d)])

@@ -46,7 +46,7 @@ def _check_step(model, reference, compiled, inputs: tuple) -> None:
     inputs = (leaf, *inputs[1:])
     out, expected = compiled(*inputs), reference(*inputs)
     _close(out, expected, "output")
-    grad_out = torch.randn(expected.shape, generator=torch.Generator().manual_seed(2))
+    grad_out = torch.randn(expected.shape, generator=torch.Generator().manual_seed(2)).to(expected.device)
     wrt, wrt_ref = [leaf, *model.parameters()], [leaf, *reference.parameters()]
     grads = torch.autograd.grad(out, wrt, grad_out)
     grads_ref = torch.autograd.grad(expected, wrt_ref, grad_out)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import braze as bz
-from braze.demo import GALLERY, GalleryEntry
+from braze.cli.gallery import GALLERY, GalleryEntry
 from braze.runtime import cuda_driver
 
 ROWS_FACTOR = 32  # the GPU gallery stacks the CPU gallery's rows this many times, to be worth a GPU

@@ -1,4 +1,8 @@
-"""The `braze` command: `braze demo` runs the gallery, `braze info` shows what braze found."""
+"""The `braze` command: `braze demo` runs the gallery, `braze info` shows what braze found.
+
+The demos it runs live beside it: `gallery.py` (fusions, checked against NumPy) and `particles.py`
+(a loop-kernel particle step), each with a `_gpu` module for the GPU; `benchmarks/` times them too.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ def _table(headers: list[str], rows: list[list[str]], numbers: bool = True) -> s
 
 
 def demo(args: argparse.Namespace) -> int:
-    from braze.demo import numpy_erf, run_gallery
+    from braze.cli.gallery import numpy_erf, run_gallery
 
     if args.backend == "cuda":
         usable, reason = backend_status()["cuda"]
@@ -48,7 +52,7 @@ def demo(args: argparse.Namespace) -> int:
 
 def particle_step_demo() -> bool:
     """The @bz.kernel particle step: launches and time fused against unfused; True when it matches NumPy."""
-    from braze.demo_kernels import run_particle_step
+    from braze.cli.particles import run_particle_step
 
     step = run_particle_step()
     print("\n@bz.kernel particle step (six loops; task fusion merges them):")
@@ -56,7 +60,7 @@ def particle_step_demo() -> bool:
                  [[str(step.particles), str(step.launches_fused), str(step.launches_unfused), f"{step.us_fused:.1f}",
                    f"{step.us_unfused:.1f}", f"{step.us_numpy:.1f}", f"{step.max_error:.2e}"]]))
     ok = step.max_error < 1e-5
-    from braze.demo_kernels_gpu import gpu_available, run_particle_step_gpu
+    from braze.cli.particles_gpu import gpu_available, run_particle_step_gpu
 
     if gpu_available():
         gpu = run_particle_step_gpu(seconds=0.5, with_compile=False)
@@ -72,7 +76,7 @@ def particle_step_demo() -> bool:
 
 
 def gpu_demo(args: argparse.Namespace) -> int:
-    from braze.demo_gpu import ROWS_FACTOR, run_gpu_gallery
+    from braze.cli.gallery_gpu import ROWS_FACTOR, run_gpu_gallery
     from braze.runtime import cuda_driver
 
     rows = run_gpu_gallery(with_compile=not args.no_compile)
@@ -200,7 +204,3 @@ def main(argv: list[str] | None = None) -> int:
     cache_parser.set_defaults(run=cache, action="show")
     args = parser.parse_args(argv)
     return args.run(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

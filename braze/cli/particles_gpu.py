@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import braze as bz
-from braze.demo_kernels import DAMPING, GRAVITY, RESTITUTION, SIX_LOOPS, StepCase
+from braze.cli.particles import DAMPING, GRAVITY, RESTITUTION, SIX_LOOPS, StepCase
 from braze.runtime import cuda_driver
 from braze.runtime.device_arrays import DeviceArray
 

@@ -1,0 +1,24 @@
+"""Runs examples/data_parallel.py under `torchrun` (one process a rank, a free port each time) and
+returns the JSON line rank 0 prints."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "data_parallel.py"
+
+
+def run_data_parallel(ranks: int, *args: str, timeout: float = 240) -> dict:
+    environment = {**os.environ, "OMP_NUM_THREADS": "1",
+                   "PYTHONPATH": os.pathsep.join([str(EXAMPLE.parents[1]), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           f"--nproc-per-node={ranks}", str(EXAMPLE), *args],
+                          capture_output=True, text=True, timeout=timeout, env=environment)
+    assert done.returncode == 0, f"torchrun failed ({done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-8000:]}"
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == 1, f"expected one JSON line from rank 0, got:\n{done.stdout[-4000:]}"
+    return json.loads(lines[0])
