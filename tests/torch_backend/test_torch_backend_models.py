@@ -21,13 +21,6 @@ STRICT = {"fallback": "error"}
 TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
 def _close(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
     scale = max(expected.abs().max().item(), 1.0)
     torch.testing.assert_close(actual, expected, rtol=TOLERANCE["rtol"], atol=TOLERANCE["atol"] * scale,

@@ -23,13 +23,6 @@ from braze.frontend.torch.options import Options, parse_options  # noqa: E402
 STRICT = {"fallback": "error"}
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
 def _close(actual, expected, what: str = "output", rtol: float = 1e-4, atol: float = 1e-5) -> None:
     """Equal within float32 tolerances relative to the largest finite magnitude (NaN where eager has NaN)."""
     finite = expected[torch.isfinite(expected)] if expected.is_floating_point() else expected.new_zeros(0)

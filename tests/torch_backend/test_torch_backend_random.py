@@ -22,13 +22,6 @@ from braze.ops import philox  # noqa: E402
 STRICT = {"fallback": "error"}
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
 def _close(actual: torch.Tensor, expected: torch.Tensor, what: str, rtol: float = 1e-5, atol: float = 1e-6) -> None:
     scale = max(expected.abs().max().item(), 1.0)
     torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol * scale, msg=lambda m: f"{what}: {m}")

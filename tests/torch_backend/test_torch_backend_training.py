@@ -20,13 +20,6 @@ STRICT = {"fallback": "error"}
 BF16 = {"rtol": 3e-2, "atol": 3e-2}
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
 def _close(actual: torch.Tensor, expected: torch.Tensor, what: str, rtol: float, atol: float) -> None:
     scale = max(expected.float().abs().max().item(), 1.0)
     torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol * scale, msg=lambda m: f"{what}: {m}")
