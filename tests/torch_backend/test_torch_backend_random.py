@@ -66,6 +66,18 @@ def test_dropout_keeps_what_the_philox_stream_of_torchs_seed_says_and_backward_r
         _close(grad.float(), grad_out.float() * 2 * kept * scale * 3, "gradient", **tolerance)
 
 
+def test_rand_of_symbolic_sizes_is_drawn_again_in_the_backward() -> None:
+    def masked(x):
+        return x * (torch.rand(x.shape[0], x.shape[1]) > 0.5)
+
+    compiled = torch.compile(masked, backend="braze", options=STRICT, dynamic=True)
+    for rows in (3, 6):
+        x = torch.randn(rows, 4, requires_grad=True)
+        torch.manual_seed(2)
+        (grad,) = torch.autograd.grad(compiled(x).sum(), x)
+        assert torch.equal(grad, _kept((rows, 4), 0.5, _seed_after(2), 0).float())
+
+
 def test_each_run_draws_new_numbers_and_the_same_torch_seed_repeats_them() -> None:
     compiled = torch.compile(_dropout, backend="braze", options=STRICT)
     x = torch.randn(32, 32)

@@ -106,7 +106,8 @@ def _fake_mode(graph: fx.Graph) -> FakeTensorMode:
 
 def _size_node(graph: fx.Graph, node: fx.Node, dim: int) -> int | fx.Node:
     """Dimension `dim` of the random node's result: an int, or a node of the graph giving that
-    symbolic size (one that exists where there is one; else read off the tensor the op is like)."""
+    symbolic size (one that exists where there is one, else the op's size argument or a read of the
+    size of the tensor the op is like)."""
     size = _example(node).shape[dim]
     if not isinstance(size, torch.SymInt):
         return int(size)
@@ -117,11 +118,8 @@ def _size_node(graph: fx.Graph, node: fx.Node, dim: int) -> int | fx.Node:
         if isinstance(_example(other), torch.SymInt) and size_expr(_example(other)) == expr and not _is_tangent(other):
             return other
     if node.target in (aten.rand.default, aten.randn.default):
-        listed = node.args[0][dim]
-        if isinstance(listed, fx.Node):
-            return listed
-    like = node.args[0]
-    reader = graph.call_function(aten.sym_size.int, (like, dim))
+        return node.args[0][dim]  # the size the op was given
+    reader = graph.call_function(aten.sym_size.int, (node.args[0], dim))
     reader.meta["val"] = size
     _tag_like(reader, node)
     return reader
