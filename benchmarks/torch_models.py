@@ -4,18 +4,22 @@ For each model of the test zoo (tests/torch_backend/torch_zoo.py, at benchmark s
 GPT-2-small-sized language model (d = 768, batch 8 x 1024 tokens, bf16 autocast, fused AdamW), and
 for each backend, it measures:
 
-- cold compile: the first training step from nothing (Dynamo reset, empty braze and Inductor caches);
+- cold compile: the first forward and backward from nothing (Dynamo reset, empty braze and Inductor
+  caches), and the loss it gives (the backends should agree on it: the weights and inputs are the same);
+- forward+backward: the step the backends compile, gradients set to None before it;
+- training step: forward, backward and the optimizer step (the optimizer runs eagerly in all three);
 - inference step: a forward pass under `torch.no_grad()`;
-- training step: forward, backward and the optimizer step;
-- kernels per training step, counted by the profiler (CUPTI sees braze's launches too).
+- kernels per training step, counted by the profiler (CUPTI sees braze's launches too), on the GPU;
+- for braze, the regions that fell back to PyTorch (each warns once).
 
 Step times are medians after warm-up steps, timed with CUDA events on the GPU (wall time on the CPU).
-Prints a table with the ratios braze / Inductor and eager / braze, and writes JSON
-(benchmarks/results/torch-models-<device>.json, or --out). It runs the GPU by default:
+It prints a table and each backend's time over Inductor's per model, and writes JSON (--out, else
+benchmarks/results/torch-models-<device>[-quick].json). A model that fails on one backend gets an
+`error` in its row and the run goes on. It runs the GPU by default:
 
     python benchmarks/torch_models.py                 # every model, eager, inductor and braze
-    python benchmarks/torch_models.py --quick         # small sizes, few repeats: a smoke run
-    python benchmarks/torch_models.py --device cpu --models mlp,llama --backends eager,braze
+    python benchmarks/torch_models.py --models gpt2,llama --out /tmp/zoo.json
+    python benchmarks/torch_models.py --cpu --quick --models mlp --backends eager,braze   # a smoke run
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import statistics
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +48,7 @@ from braze import config  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 BACKENDS = ("eager", "inductor", "braze")
+STEPS = ("forward_backward_ms", "train_ms", "inference_ms")
 
 
 # --- models --------------------------------------------------------------------------------------------
@@ -67,34 +73,45 @@ class GPT2(nn.Module):
 
 @dataclass
 class Workload:
+    """One model: `build()` gives a fresh module and its inputs (CPU tensors), the same at every call."""
+
     name: str
-    model: Callable[[], nn.Module]
-    inputs: Callable[[torch.device], tuple]
+    make: Callable[[torch.Generator], tuple[nn.Module, tuple]]
     autocast: bool = False  # bf16 autocast around the forward
 
+    def build(self) -> tuple[nn.Module, tuple]:
+        torch.manual_seed(0)
+        return self.make(torch.Generator().manual_seed(1))
 
-def _loss_of(model: nn.Module, inputs: tuple) -> torch.Tensor:
+
+def _loss_of(model: Callable, inputs: tuple) -> torch.Tensor:
     out = model(*inputs)
     return out if out.dim() == 0 else out.float().square().mean()
 
 
 def workloads(quick: bool) -> list[Workload]:
-    c = torch_zoo.Config(dim=128, heads=4, hidden=512) if quick else torch_zoo.Config(dim=768, heads=12, hidden=3072)
-    batch, seq = (2, 64) if quick else (8, 1024)
-    generator = torch.Generator().manual_seed(0)
+    c = torch_zoo.Config(dim=64, heads=4, hidden=256) if quick else torch_zoo.Config(dim=768, heads=12, hidden=3072)
+    batch, seq = (2, 32) if quick else (8, 1024)
+    layers, vocab = (2, 512) if quick else (12, 50257)
+    channels, images, image_size = (8, 4, 16) if quick else (64, 32, 56)
+    mlp_sizes, mlp_batch = ((16, 32, 4), 64) if quick else ((1024, 4096, 1024), 8192)
 
-    def zoo(name: str, *sizes: int) -> Workload:
-        make = {"gpt2": torch_zoo.gpt2, "llama": torch_zoo.llama, "bert": torch_zoo.bert}.get(name)
-        model, make_inputs = make(c) if make else torch_zoo.ZOO[name]()
-        return Workload(name, lambda: model, lambda device: tuple(t.to(device) for t in make_inputs(*sizes, generator)))
+    def block(builder: Callable) -> Callable:
+        def make(g: torch.Generator) -> tuple[nn.Module, tuple]:
+            model, make_inputs = builder(c)
+            return model, make_inputs(batch, seq, g)
 
-    gpt2_config = (c, 2 if quick else 12, 1024 if quick else 50257, seq)
+        return make
+
     return [
-        zoo("gpt2", batch, seq), zoo("llama", batch, seq), zoo("bert", batch, seq),
-        zoo("resnet_block", 8 if quick else 32, 16 if quick else 56), zoo("mlp", 256 if quick else 4096, 0),
-        Workload("gpt2_small_lm", lambda: GPT2(*gpt2_config),
-                 lambda device: (torch.randint(0, gpt2_config[2], (batch, seq), generator=generator).to(device),),
-                 autocast=True),
+        Workload("gpt2", block(torch_zoo.gpt2)),
+        Workload("llama", block(torch_zoo.llama)),
+        Workload("bert", block(torch_zoo.bert)),
+        Workload("resnet_block", lambda g: (torch_zoo.BasicBlock(channels),
+                                            (torch.randn(images, channels, image_size, image_size, generator=g),))),
+        Workload("mlp", lambda g: (torch_zoo.MLP(*mlp_sizes), (torch.randn(mlp_batch, mlp_sizes[0], generator=g),))),
+        Workload("gpt2_small_lm", lambda g: (GPT2(c, layers, vocab, seq),
+                                             (torch.randint(0, vocab, (batch, seq), generator=g),)), autocast=True),
     ]
 
 
@@ -117,7 +134,7 @@ def median_ms(step: Callable[[], object], device: torch.device, warmup: int, rep
             start_s = time.perf_counter()
             step()
             samples.append((time.perf_counter() - start_s) * 1e3)
-    return statistics.median(samples)
+    return round(statistics.median(samples), 4)
 
 
 def kernels_per_step(step: Callable[[], object], device: torch.device) -> int | None:
@@ -140,45 +157,57 @@ def _sync(device: torch.device) -> None:
 
 # --- one backend on one workload --------------------------------------------------------------------------
 def compiled(model: nn.Module, backend: str) -> Callable:
-    if backend == "eager":
-        return model
-    return torch.compile(model, backend=backend)
+    return model if backend == "eager" else torch.compile(model, backend=backend)
 
 
-def measure(work: Workload, backend: str, device: torch.device, quick: bool) -> dict:
+def measure(work: Workload, backend: str, device: torch.device, warmup: int, repeats: int) -> dict:
+    """One row: the model's times on one backend, or the error that stopped it."""
+    row = {"model": work.name, "backend": backend}
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", RuntimeWarning)
+            row.update(_measure(work, backend, device, warmup, repeats))
+        if backend == "braze":
+            row["braze_fallbacks"] = sorted({str(w.message) for w in caught if "runs in PyTorch" in str(w.message)})
+    except Exception as error:  # noqa: BLE001  (a failure is a result: the other rows still run)
+        row["error"] = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+    return row
+
+
+def _measure(work: Workload, backend: str, device: torch.device, warmup: int, repeats: int) -> dict:
     torch._dynamo.reset()
-    torch.manual_seed(0)
-    model = work.model().to(device)
-    inputs = work.inputs(device)
+    model, inputs = work.build()
+    model, inputs = model.to(device), tuple(t.to(device) for t in inputs)
     run = compiled(model, backend)
     fused = device.type == "cuda"
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=fused) if fused else \
-        torch.optim.AdamW(model.parameters(), lr=1e-4)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=fused)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if work.autocast else contextlib.nullcontext()
 
-    def train_step() -> None:
+    def forward_backward() -> torch.Tensor:
         optimizer.zero_grad(set_to_none=True)
         with autocast:
             loss = _loss_of(run, inputs)
         loss.backward()
+        return loss
+
+    def train_step() -> None:
+        forward_backward()
         optimizer.step()
 
     def inference_step() -> None:
         with torch.no_grad(), autocast:
             run(*inputs)
 
-    warmup, repeats = (2, 3) if quick else (5, 20)
     with _cold_caches():
         start = time.perf_counter()
-        train_step()
+        loss = forward_backward()
         _sync(device)
         cold_s = time.perf_counter() - start
-    row = {"model": work.name, "backend": backend, "cold_compile_s": round(cold_s, 3),
-           "train_ms": median_ms(train_step, device, warmup, repeats),
-           "kernels_per_train_step": kernels_per_step(train_step, device)}
-    inference_step()  # compiles the inference graphs before they are timed
-    row["inference_ms"] = median_ms(inference_step, device, warmup, repeats)
-    return row
+    return {"cold_compile_s": round(cold_s, 3), "first_loss": loss.item(),
+            "forward_backward_ms": median_ms(forward_backward, device, warmup, repeats),
+            "train_ms": median_ms(train_step, device, warmup, repeats),
+            "inference_ms": median_ms(inference_step, device, warmup + 1, repeats),  # +1: compiles inference
+            "kernels_per_train_step": kernels_per_step(train_step, device)}
 
 
 @contextlib.contextmanager
@@ -193,64 +222,99 @@ def _cold_caches():
 
 # --- report ----------------------------------------------------------------------------------------------
 def ratios(rows: list[dict]) -> list[dict]:
-    """braze's time over Inductor's and eager's over braze's, per model, for both steps."""
-    by = {(r["model"], r["backend"]): r for r in rows}
+    """Per model: each backend's step times over Inductor's (below 1: faster than Inductor), eager's
+    over braze's (braze's speedup), and braze's cold compile over Inductor's."""
+    by = {(r["model"], r["backend"]): r for r in rows if "error" not in r}
     out = []
     for model in dict.fromkeys(r["model"] for r in rows):
         braze, inductor, eager = (by.get((model, b)) for b in ("braze", "inductor", "eager"))
-        if braze is None:
-            continue
         row = {"model": model}
-        for step in ("train_ms", "inference_ms"):
-            if inductor:
-                row[f"braze_over_inductor_{step}"] = round(braze[step] / inductor[step], 3)
-            if eager:
+        for step in STEPS:
+            for name, timed in (("braze", braze), ("eager", eager)):
+                if timed and inductor:
+                    row[f"{name}_over_inductor_{step}"] = round(timed[step] / inductor[step], 3)
+            if eager and braze:
                 row[f"eager_over_braze_{step}"] = round(eager[step] / braze[step], 3)
-        if inductor:
+        if braze and inductor:
             row["braze_over_inductor_cold_compile"] = round(braze["cold_compile_s"] / inductor["cold_compile_s"], 3)
-        out.append(row)
+        if len(row) > 1:
+            out.append(row)
     return out
 
 
 def print_table(rows: list[dict]) -> None:
-    print(f"{'model':16} {'backend':9} {'cold s':>8} {'train ms':>10} {'infer ms':>10} {'kernels':>8}")
+    print(f"{'model':14} {'backend':9} {'cold s':>7} {'loss':>9} {'fwd+bwd ms':>11} {'train ms':>10} "
+          f"{'infer ms':>10} {'kernels':>8}")
     for r in rows:
+        if "error" in r:
+            print(f"{r['model']:14} {r['backend']:9} FAILED: {r['error']}")
+            continue
         kernels = "-" if r["kernels_per_train_step"] is None else str(r["kernels_per_train_step"])
-        print(f"{r['model']:16} {r['backend']:9} {r['cold_compile_s']:8.2f} {r['train_ms']:10.3f} "
-              f"{r['inference_ms']:10.3f} {kernels:>8}")
+        print(f"{r['model']:14} {r['backend']:9} {r['cold_compile_s']:7.2f} {r['first_loss']:9.4g} "
+              f"{r['forward_backward_ms']:11.3f} {r['train_ms']:10.3f} {r['inference_ms']:10.3f} {kernels:>8}")
+        for fallback in r.get("braze_fallbacks", []):
+            print(f"{'':25}{fallback}")
+
+
+def print_ratios(summary: list[dict]) -> None:
+    print(f"\n{'model':14} {'braze/inductor fwd+bwd':>23} {'train':>7} {'infer':>7} {'cold':>6} "
+          f"{'eager/braze fwd+bwd':>20}")
+    for r in summary:
+        cells = [r.get(f"braze_over_inductor_{s}") for s in STEPS] + [r.get("braze_over_inductor_cold_compile"),
+                                                                       r.get("eager_over_braze_forward_backward_ms")]
+        text = ["-" if v is None else f"{v:.3f}" for v in cells]
+        print(f"{r['model']:14} {text[0]:>23} {text[1]:>7} {text[2]:>7} {text[3]:>6} {text[4]:>20}")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cuda", help="cuda (default) or cpu")
+    parser.add_argument("--cpu", action="store_true", help="the same as --device cpu")
+    parser.add_argument("--backends", default=",".join(BACKENDS), help="comma list of eager, inductor, braze")
+    parser.add_argument("--models", default=None, help="comma list (default: all)")
+    parser.add_argument("--quick", action="store_true", help="small sizes and few repeats: a smoke run")
+    parser.add_argument("--warmup", type=int, default=None, help="warm-up steps before timing (5; 1 with --quick)")
+    parser.add_argument("--repeats", type=int, default=None, help="timed steps per median (20; 3 with --quick)")
+    parser.add_argument("--out", type=Path, default=None, help="JSON output path")
+    args = parser.parse_args(argv)
+    if args.cpu:
+        args.device = "cpu"
+    args.warmup = args.warmup if args.warmup is not None else (1 if args.quick else 5)
+    args.repeats = args.repeats if args.repeats is not None else (3 if args.quick else 20)
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--device", default="cuda", help="cuda (default) or cpu")
-    parser.add_argument("--backends", default=",".join(BACKENDS), help="comma list of eager, inductor, braze")
-    parser.add_argument("--models", default=None, help="comma list (default: all)")
-    parser.add_argument("--quick", action="store_true", help="small sizes and few repeats")
-    parser.add_argument("--out", type=Path, default=None, help="JSON output path")
-    args = parser.parse_args(argv)
+    args = parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        print("no CUDA device: pass --device cpu", file=sys.stderr)
+        print("no CUDA device: pass --cpu", file=sys.stderr)
         return 1
-    chosen = None if args.models is None else set(args.models.split(","))
+    backends = args.backends.split(",")
+    known = workloads(args.quick)
+    chosen = [w.name for w in known] if args.models is None else args.models.split(",")
+    unknown = sorted(set(chosen) - {w.name for w in known}) + sorted(set(backends) - set(BACKENDS))
+    if unknown:
+        print(f"unknown model or backend: {', '.join(unknown)}", file=sys.stderr)
+        return 2
     rows = []
-    for work in workloads(args.quick):
-        if chosen is not None and work.name not in chosen:
-            continue
-        for backend in args.backends.split(","):
-            rows.append(measure(work, backend, device, args.quick))
-            print_table(rows[-1:])
+    for work in known:
+        if work.name in chosen:
+            for backend in backends:
+                rows.append(measure(work, backend, device, args.warmup, args.repeats))
+                print_table(rows[-1:])
     print()
     print_table(rows)
     summary = ratios(rows)
-    for row in summary:
-        print(row)
+    print_ratios(summary)
     name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
     out = args.out or RESULTS / f"torch-models-{device.type}{'-quick' if args.quick else ''}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"device": name, "torch": torch.__version__, "braze": bz.__version__,
+                               "quick": args.quick, "warmup": args.warmup, "repeats": args.repeats,
                                "rows": rows, "ratios": summary}, indent=2) + "\n")
     print(f"wrote {out}")
-    return 0
+    return 1 if any("error" in r for r in rows) else 0
 
 
 if __name__ == "__main__":

@@ -19,9 +19,11 @@ def _as_int64(value: int) -> k.Const:
 
 
 def _word(em: ValueEmitter, tv: TensorView, group: k.Expr, word: k.Expr) -> k.Expr:
-    attrs = tv.definition.attrs
-    if attrs["seed"] is not None:
-        seed, offset = _as_int64(attrs["seed"]), _as_int64(attrs["offset"])
+    expr = tv.definition
+    if expr.inputs:  # int64 operands read at run time
+        seed, offset = (cast(em.value(x, ()), WIDE) for x in expr.inputs)
+    elif expr.attrs["seed"] is not None:
+        seed, offset = _as_int64(expr.attrs["seed"]), _as_int64(expr.attrs["offset"])
     else:  # drawn from the global generator at every run
         seed, offset = (k.ScalarRef(p) for p in em.params.rng(tv))
     return k.Philox(seed, offset, group, word)

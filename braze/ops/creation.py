@@ -37,7 +37,10 @@ def _random_reference(kind: str):
     draw = {"uniform": philox.uniform, "normal": philox.normal}[kind]
 
     def reference(ctx: RefContext, args, out: TensorView, a: dict) -> np.ndarray:
-        seed, offset = (a["seed"], a["offset"]) if a["seed"] is not None else ctx.next_rng()
+        if args:  # seed and offset read at run time: their int64 bits as uint64
+            seed, offset = (int(np.asarray(v).astype(np.int64)) % 2**64 for v in args)
+        else:
+            seed, offset = (a["seed"], a["offset"]) if a["seed"] is not None else ctx.next_rng()
         return draw(ctx.shape(out.logical), out.dtype.numpy, seed, offset)
 
     return reference
@@ -97,21 +100,54 @@ def arange(start: int | Scalar, stop: int | Scalar | None = None, step: int = 1,
                  dtype=dt.as_dtype(dtype))
 
 
-def _random(op: str, shape, dtype, seed: int | None, offset: int) -> TensorView:
+def draws_from_the_global_generator(expr) -> bool:
+    """Whether a rand/randn expression takes its (seed, offset) from the global generator at every
+    run: it was given no seed, neither a fixed one nor a run-time one."""
+    return expr.op in ("rand", "randn") and expr.attrs["seed"] is None and not expr.inputs
+
+
+def _run_time_key(op: str, fusion, seed: TensorView, offset: int | TensorView) -> list[TensorView]:
+    """seed and offset as int64 operands of the op (an int offset becomes a constant of its bits)."""
+    if not isinstance(offset, TensorView):
+        philox.check_seed_offset(0, offset)
+        offset = as_operand(op, fusion, offset - 2**64 if offset >= 2**63 else offset, 1)
+    for name, tv in (("seed", seed), ("offset", offset)):
+        if tv.ndim != 0 or tv.dtype != dt.int64:
+            raise FusionDefinitionError(f"{op}: {name}: expected an int64 scalar of the fusion, got "
+                                        f"{tv.dtype.name} of rank {tv.ndim}")
+    return [seed, offset]
+
+
+def _random(op: str, shape, dtype, seed: int | TensorView | None, offset: int | TensorView) -> TensorView:
+    fusion = active_fusion(op)
+    shape, dtype = _shape_arg(shape, op), _float_dtype(dtype, op)
+    if isinstance(seed, TensorView) or isinstance(offset, TensorView):
+        if not isinstance(seed, TensorView):
+            raise FusionDefinitionError(f"{op}: offset: a run-time offset needs a run-time seed, got seed={seed!r}")
+        try:
+            key = _run_time_key(op, fusion, seed, offset)
+        except InputError as e:
+            raise FusionDefinitionError(f"{op}: {e}") from None
+        return apply(op, key, fusion, shape=shape, dtype=dtype, seed=None, offset=None)
     if seed is not None:
         try:
             philox.check_seed_offset(seed, offset)
         except InputError as e:  # a seed fixed in the definition is a definition error, not an input's
             raise FusionDefinitionError(f"{op}: {e}") from None
-    return apply(op, [], active_fusion(op), shape=_shape_arg(shape, op), dtype=_float_dtype(dtype, op),
-                 seed=seed, offset=offset)
+    return apply(op, [], fusion, shape=shape, dtype=dtype, seed=seed, offset=offset)
 
 
-def rand(shape, dtype: object = dt.float32, seed: int | None = None, offset: int = 0) -> TensorView:
-    """Uniform [0, 1) numbers. With no seed, each execution draws from the global generator."""
+def rand(shape, dtype: object = dt.float32, seed: int | TensorView | None = None,
+         offset: int | TensorView = 0) -> TensorView:
+    """Uniform [0, 1) numbers: element `i` of the Philox stream (seed, offset) of `braze.ops.philox`.
+
+    `seed` is an int fixed in the definition, an int64 scalar of the fusion read at every run
+    (`f.define_scalar(dtype=bz.int64)`; its bits as a uint64, and `offset` may be one too), or None:
+    each execution then draws a fresh (seed, offset) from the global generator (`bz.manual_seed`)."""
     return _random("rand", shape, dtype, seed, offset)
 
 
-def randn(shape, dtype: object = dt.float32, seed: int | None = None, offset: int = 0) -> TensorView:
-    """Standard normal numbers (Box-Muller over Philox). With no seed, see `rand`."""
+def randn(shape, dtype: object = dt.float32, seed: int | TensorView | None = None,
+          offset: int | TensorView = 0) -> TensorView:
+    """Standard normal numbers (Box-Muller over Philox). `seed` and `offset` as for `rand`."""
     return _random("randn", shape, dtype, seed, offset)

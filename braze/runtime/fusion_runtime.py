@@ -30,6 +30,7 @@ from braze.ir.fusion import AliasKind, Expr, FusionGraph, Output
 from braze.ir.tensor import TensorView
 from braze.kir.layout import ArgLayout
 from braze.kir.params import KernelParams
+from braze.ops.creation import draws_from_the_global_generator
 from braze.ops.reductions import check_empty_reductions, reductions_without_identity
 from braze.ops.table import RefContext, lookup
 from braze.runtime.device_arrays import DeviceView
@@ -84,7 +85,7 @@ class FusionRuntime:
         self.input_position = {id(tv): i for i, tv in enumerate(fusion.inputs)}
         # Every unseeded random op draws a (seed, offset) per run, in definition order, as the
         # reference does, so both backends give the same numbers after bz.manual_seed.
-        self.random_ops = [e.outputs[0] for e in fusion.exprs if e.op in ("rand", "randn") and e.attrs["seed"] is None]
+        self.random_ops = [e.outputs[0] for e in fusion.exprs if draws_from_the_global_generator(e)]
         checked = reductions_without_identity(fusion)
         # Extents of the reduced axes: the shape function computes them too.
         extents = [[e.inputs[0].visible[a].extent for a in e.attrs["axes"]] for e in checked]

@@ -162,6 +162,46 @@ def test_random_with_symbolic_shape():
     assert_same(out, philox.uniform((3, 5), np.float32, 11, 0))
 
 
+@pytest.mark.parametrize("dtype", [bz.float32, bz.bfloat16, bz.float64], ids=_id)
+@pytest.mark.parametrize("op", ["rand", "randn"])
+def test_a_run_time_seed_and_offset_give_the_philox_stream_they_name(op, dtype):
+    """seed and offset read at every run (the torch backend's dropout replays a mask this way): the
+    numbers of the fixed-seed stream, a new stream per value, and no draw from the global generator."""
+    fn = getattr(bz.ops, op)
+    with bz.Fusion() as f:
+        seed, offset = f.define_scalar(dtype=bz.int64), f.define_scalar(dtype=bz.int64)
+        x = f.define_tensor(shape=(-1, -1), dtype=dtype)
+        f.add_output(fn(x.shape, dtype, seed=seed, offset=offset))
+        f.add_output(fn(x.shape, dtype, seed=seed, offset=3) * x)
+    x = np.ones((3, 5), dtype.numpy)
+    bz.manual_seed(1)
+    for seed_value, offset_value in [(1234, 0), (-1, 7), (2**62, 2)]:  # a negative int64 is its uint64 bits
+        keyed, fixed_offset = run(f, [seed_value, offset_value, x])
+        key = seed_value % 2**64
+        for out, expected in ((keyed, DRAW[op]((3, 5), dtype.numpy, key, offset_value)),
+                              (fixed_offset, DRAW[op]((3, 5), dtype.numpy, key, 3))):
+            if op == "randn" and BACKEND == "cuda":
+                assert_matches(out, expected, dtype)
+            else:
+                assert_same(out, expected)
+    bz.manual_seed(1)
+    (unseeded,) = execute(lambda f: fn((4,), bz.float32), [])
+    assert_same(unseeded, DRAW[op]((4,), np.float32, 1, 0))  # the keyed runs drew nothing
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda f: bz.ops.rand((2,), seed=f.define_scalar(dtype=bz.int32)), "rand: seed: expected an int64 scalar"),
+    (lambda f: bz.ops.randn((2,), seed=f.define_tensor((2,), bz.int64)), "randn: seed: expected an int64 scalar"),
+    (lambda f: bz.ops.rand((2,), seed=3, offset=f.define_scalar(dtype=bz.int64)),
+     "a run-time offset needs a run-time seed"),
+    (lambda f: bz.ops.rand((2,), seed=f.define_scalar(dtype=bz.int64), offset=-1), "rand: offset"),
+])
+def test_run_time_seed_errors(build, message):
+    with bz.Fusion() as f:
+        with pytest.raises(bz.FusionDefinitionError, match=message):
+            build(f)
+
+
 # --- definition errors ------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", [d for d in ALL_DTYPES if d.kind != "f"], ids=_id)
 @pytest.mark.parametrize("op", ["rand", "randn"])

@@ -1,6 +1,6 @@
 """The braze backend op by op: generated programs of pointwise ops, reductions and views against eager
-PyTorch (values and gradients), each ATen rule family, dropout, autocast, symbolic sizes, explain,
-the options and their errors."""
+PyTorch (values and gradients), each ATen rule family, autocast, symbolic sizes, explain, the
+options and their errors (random numbers and dropout: test_torch_backend_random.py)."""
 
 from __future__ import annotations
 
@@ -21,13 +21,6 @@ from braze.frontend.torch import region_builder  # noqa: E402
 from braze.frontend.torch.options import Options, parse_options  # noqa: E402
 
 STRICT = {"fallback": "error"}
-
-
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
 
 
 def _close(actual, expected, what: str = "output", rtol: float = 1e-4, atol: float = 1e-5) -> None:
@@ -171,34 +164,7 @@ def test_a_slice_backward_scatters_in_braze() -> None:
     _close(g, g_ref, "gradient")
 
 
-# --- dropout, autocast, symbolic sizes ------------------------------------------------------------------
-def _dropout(x):
-    return F.dropout(x, 0.5, training=True) * 3
-
-
-def test_dropout_draws_a_fresh_mask_per_call_and_backward_uses_the_same_one() -> None:
-    x = torch.randn(64, 32, requires_grad=True)
-    compiled = torch.compile(_dropout, backend="braze", options=STRICT)
-    y = compiled(x)
-    (g,) = torch.autograd.grad(y.sum(), x)
-    kept = y != 0
-    assert 0.4 < kept.float().mean().item() < 0.6
-    _close(y[kept], x[kept] * 6)
-    assert torch.equal(g != 0, kept) and torch.all(g[kept] == 6.0)
-    assert not torch.equal(compiled(x) != 0, kept)
-    bz.manual_seed(7)
-    first = compiled(x)
-    bz.manual_seed(7)
-    assert torch.equal(compiled(x), first)
-
-
-@pytest.mark.parametrize("random, where", [("braze", "braze"), ("torch", "torch")])
-def test_the_random_option_says_who_draws_dropout_masks(random: str, where: str) -> None:
-    explanation = bz.torch.explain(_dropout, torch.randn(8, 8), options={"random": random})
-    fused = {op for r in explanation.regions for op in r.fused_ops}
-    assert ("aten.rand_like.default" in fused) == (where == "braze")
-
-
+# --- autocast, symbolic sizes ----------------------------------------------------------------------------
 def test_bf16_autocast_regions_match_eager() -> None:
     def mlp(x, w):
         with torch.autocast("cpu", dtype=torch.bfloat16):

@@ -3,7 +3,9 @@ regions braze fuses, with PyTorch calls between them.
 
 AOTAutograd (through Dynamo's `aot_autograd` helper) traces the forward and the backward with
 PyTorch's core ATen decompositions plus the ones in `EXTRA_DECOMPOSITIONS`, which break norms,
-softmax and dropout into the pointwise ops and reductions braze fuses. FX's capability-based
+softmax and dropout into the pointwise ops and reductions braze fuses. Random numbers are keyed by
+a seed from torch's generator, and dropout masks drawn again in the backward instead of saved
+(`rng.py`), before AOTAutograd's default partition splits the joint graph. FX's capability-based
 partitioner then cuts each graph into the largest regions whose nodes `support.why_not` accepts;
 each region becomes one braze fusion (`region_builder.py`) called by a `BrazeRegion` module.
 """
@@ -22,6 +24,7 @@ from torch import fx
 from torch._decomp import core_aten_decompositions, get_decompositions
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
+from torch._functorch.partitioners import default_partition
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partition
 from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
@@ -29,8 +32,9 @@ from braze.errors import Error
 from braze.frontend.torch.carriers import Carrier, add_carriers, add_device_anchor, missing_symbols
 from braze.frontend.torch.options import Options, parse_options
 from braze.frontend.torch.region import BrazeRegion, RegionReport
-from braze.frontend.torch.region_builder import RegionBuilder, op_name
-from braze.frontend.torch.support import NON_COMPUTE_OPS, VIEW_OPS, BrazeSupport, graph_device
+from braze.frontend.torch.region_builder import RegionBuilder, is_seed_input, op_name
+from braze.frontend.torch.rng import key_random_ops, replay_in_backward
+from braze.frontend.torch.support import NON_COMPUTE_OPS, VIEW_OPS, BrazeSupport, graph_device, takes_random_node
 from braze.frontend.torch.table import RULES
 
 aten = torch.ops.aten
@@ -86,12 +90,26 @@ def make_backend(options: Options, reports: list[GraphReport] | None = None,
             report = GraphReport(kind, record_launches=record_launches)
             if reports is not None:
                 reports.append(report)
+            if kind == "inference":  # a training graph's random ops were keyed in `partition`
+                key_random_ops(gm, _takes_random(options, gm))
             return make_boxed_func(fuse_graph(gm, options, report).forward)
 
         return compile_graph
 
+    def partition(joint: fx.GraphModule, joint_inputs: list, **kwargs: object) -> tuple:
+        """AOTAutograd's default partition, after braze's random numbers are keyed by a seed and
+        their masks replayed in the backward (rng.py): the seed is saved, not the masks."""
+        replay_in_backward(joint, key_random_ops(joint, _takes_random(options, joint)))
+        return default_partition(joint, joint_inputs, **kwargs)
+
     return aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
-                        inference_compiler=compiler("inference"), decompositions=DECOMPOSITIONS)
+                        inference_compiler=compiler("inference"), partition_fn=partition,
+                        decompositions=DECOMPOSITIONS)
+
+
+def _takes_random(options: Options, gm: fx.GraphModule) -> Callable[[fx.Node], bool]:
+    device = graph_device(gm.graph)
+    return lambda node: takes_random_node(node, options, device)
 
 
 def fuse_graph(gm: fx.GraphModule, options: Options, report: GraphReport) -> fx.GraphModule:
@@ -112,9 +130,10 @@ def fuse_graph(gm: fx.GraphModule, options: Options, report: GraphReport) -> fx.
         if node.op == "call_module" and node.target.startswith(REGION_PREFIX):
             name = f"torch_{_SHORT[report.graph]}{graph_id}_{node.target.removeprefix(REGION_PREFIX)}"
             submodule = getattr(gm, node.target)
-            carriers = add_carriers(gm, node, missing_symbols(submodule))
+            device = support.device or torch.device("cpu")
+            carriers = add_carriers(gm, node, missing_symbols(submodule), device)
             if not carriers and not _reads_a_tensor(submodule):
-                carriers = add_device_anchor(gm, node, support.device or torch.device("cpu"))
+                carriers = add_device_anchor(gm, node, device)
             region = _make_region(submodule, carriers, name, options, report)
             setattr(gm, node.target, region)
         elif node.op == "call_function" and not _takes_region_output(node):
@@ -124,7 +143,9 @@ def fuse_graph(gm: fx.GraphModule, options: Options, report: GraphReport) -> fx.
 
 
 def _reads_a_tensor(region: fx.GraphModule) -> bool:
-    return any(n.op == "placeholder" and isinstance(n.meta.get("val"), torch.Tensor) for n in region.graph.nodes)
+    """Whether the region reads a tensor as an array (a seed of random numbers is read as a number)."""
+    return any(n.op == "placeholder" and isinstance(n.meta.get("val"), torch.Tensor) and not is_seed_input(n)
+               for n in region.graph.nodes)
 
 
 def _takes_region_output(node: fx.Node) -> bool:

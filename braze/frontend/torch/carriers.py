@@ -71,14 +71,15 @@ class Carrier:
     dtype: torch.dtype
 
 
-def add_carriers(gm: fx.GraphModule, call: fx.Node, symbols: set[sympy.Symbol]) -> list[Carrier]:
-    """Adds a carrier of each symbol to the region call's arguments (one graph input may carry
-    several); returns them in that order."""
+def add_carriers(gm: fx.GraphModule, call: fx.Node, symbols: set[sympy.Symbol], device: torch.device
+                 ) -> list[Carrier]:
+    """Adds a carrier of each symbol, on the region's `device`, to the region call's arguments (one
+    graph input may carry several); returns them in that order."""
     nodes, carriers = [], []
     for symbol in sorted(symbols, key=str):
         if any(symbol in c.sizes for c in carriers):
             continue
-        found = _carrier(gm, call, symbol)
+        found = _carrier(gm, call, symbol, device)
         if found is not None:
             nodes.append(found[0])
             carriers.append(found[1])
@@ -96,17 +97,18 @@ def add_device_anchor(gm: fx.GraphModule, call: fx.Node, device: torch.device) -
     return [Carrier((1,), torch.int8)]
 
 
-def _carrier(gm: fx.GraphModule, call: fx.Node, symbol: sympy.Symbol) -> tuple[fx.Node, Carrier] | None:
+def _carrier(gm: fx.GraphModule, call: fx.Node, symbol: sympy.Symbol, device: torch.device
+             ) -> tuple[fx.Node, Carrier] | None:
+    # On the region's device: braze runs a fusion where its arrays live, all of them (a graph may
+    # hold CPU tensors beside CUDA ones, like the seed of random ops).
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for node in placeholders:
         value = meta(node)
-        if symbol in _bare_symbols(value):
+        if symbol in _bare_symbols(value) and value.device == device:
             return node, Carrier(tuple(size_expr(s) for s in value.shape), value.dtype)
     for node in placeholders:
         value = meta(node)
         if isinstance(value, torch.SymInt) and size_expr(value) == symbol:
-            device = next((meta(a).device for a in call.all_input_nodes if isinstance(meta(a), torch.Tensor)),
-                          torch.device("cpu"))
             with gm.graph.inserting_before(call):
                 carrier = gm.graph.call_function(extent_carrier, (node, device))
             return carrier, Carrier((symbol,), torch.int8)

@@ -20,8 +20,13 @@ class Options:
     - `exclude_ops`: ATen ops left to PyTorch, by name (`"aten.gelu"` or `"aten.gelu.default"`).
     - `min_region_ops`: the fewest fused ops (views not counted) a region needs to become a braze
       fusion; smaller ones stay in PyTorch.
-    - `random`: `"braze"` draws random tensors (dropout masks) with braze's Philox generator inside the
-      fused kernels (seeded by `bz.manual_seed`); `"torch"` leaves them to PyTorch's generator.
+    - `random`: `"braze"` draws random tensors (dropout masks) inside the fused kernels, from braze's
+      Philox stream keyed by a seed drawn from torch's default generator at every run of a graph;
+      the backward draws a dropout mask again from that seed instead of saving it. After the same
+      `torch.manual_seed` a compiled model repeats itself exactly, but it drops other elements than
+      eager PyTorch does (as under Inductor): the stream is braze's, not torch's
+      (braze/frontend/torch/rng.py). `"torch"` leaves random ops to PyTorch's generator, and the
+      masks are saved for the backward as in eager PyTorch.
     """
 
     fallback: str = "torch"

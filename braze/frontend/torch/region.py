@@ -46,6 +46,8 @@ class BrazeRegion(torch.nn.Module):
         if built is None:
             return self._in_torch(args)
         inputs = [args[i] for i in built.input_positions]
+        for i in built.seed_inputs:  # a 0-d CPU tensor: its value goes into the launch, no copy to a device
+            inputs[i] = int(inputs[i])
         try:
             if self.report.recording:
                 with record() as rec:

@@ -21,6 +21,7 @@ from braze import dtypes as dt
 from braze import ops as bz_ops
 from braze.errors import UnsupportedError
 from braze.frontend.fusion import VIEW_OPS, Fusion
+from braze.frontend.torch.rng import philox_random
 from braze.frontend.torch.symbols import ExtentMap, size_expr
 
 if TYPE_CHECKING:
@@ -75,6 +76,7 @@ class BuiltRegion:
     input_positions: list[int]
     output_slots: list[int]
     fused_ops: Counter = field(default_factory=Counter)
+    seed_inputs: list[int] = field(default_factory=list)  # fusion inputs given as ints: 0-d seed tensors
 
 
 class RegionBuilder:
@@ -88,6 +90,7 @@ class RegionBuilder:
         self.extents = ExtentMap()
         self.input_positions: list[int] = []
         self.fused_ops: Counter = Counter()
+        self.seed_inputs: list[int] = []
         self._placeholders: dict[fx.Node, int] = {}
 
     # --- building -------------------------------------------------------------------------------
@@ -98,7 +101,7 @@ class RegionBuilder:
             placeholders = [n for n in nodes if n.op == "placeholder"]
             for position, node in enumerate(placeholders):
                 self._placeholders[node] = position
-                if isinstance(meta(node), torch.Tensor):
+                if isinstance(meta(node), torch.Tensor) and not is_seed_input(node):
                     value = meta(node)
                     self.values[node] = self._define_tensor(value.shape, value.dtype, position, node.name)
             for k, carrier in enumerate(self.carriers):
@@ -109,7 +112,7 @@ class RegionBuilder:
                     self.fused_ops[op_name(node.target)] += 1
                 elif node.op == "output":
                     slots = self._add_outputs(node.args[0])
-        return BuiltRegion(self.fusion, self.input_positions, slots, self.fused_ops)
+        return BuiltRegion(self.fusion, self.input_positions, slots, self.fused_ops, self.seed_inputs)
 
     def _define_tensor(self, sizes: Sequence[object], dtype: torch.dtype, position: int, name: str) -> TensorView:
         shape = [_defined_extent(size) for size in sizes]
@@ -171,6 +174,15 @@ class RegionBuilder:
         self.input_positions.append(self._placeholders[node])
         return scalar
 
+    def seed(self, node: fx.Node) -> TensorView:
+        """A random op's seed (a 0-d int64 tensor input of the region) as an int64 scalar of the fusion:
+        it is read as a number, so it may live on the CPU while the region runs on a GPU."""
+        if node not in self.values:
+            self.values[node] = self.fusion.define_scalar(dtype=dt.int64, name=node.name)
+            self.seed_inputs.append(len(self.input_positions))
+            self.input_positions.append(self._placeholders[node])
+        return self.values[node]
+
     def extent(self, size: object) -> int | Scalar:
         """A size argument (int, SymInt node, or SymInt) as an int or a braze extent."""
         if isinstance(size, fx.Node):
@@ -189,6 +201,13 @@ def broadcastable(tv: TensorView) -> TensorView:
     if not fixed:
         return tv
     return bz_ops.broadcast(bz_ops.squeeze(tv, fixed), [i in fixed for i in range(tv.ndim)])
+
+
+def is_seed_input(placeholder: fx.Node) -> bool:
+    """Whether a region input is read only as the seed of random ops (`rng.philox_random`)."""
+    return bool(placeholder.users) and all(
+        u.target is philox_random and u.args[0] is placeholder and placeholder not in u.args[1:]
+        for u in placeholder.users)
 
 
 def _defined_extent(size: object) -> int:

@@ -204,9 +204,20 @@ def _gelu(b: RegionBuilder, node: fx.Node) -> TensorView:
 
 def _cast_keeps_device(node: fx.Node) -> str | None:
     args = bind(node)
-    if args.get("device") is not None and torch.device(args["device"]) != meta(args["self"]).device:
+    if args.get("device") is not None and not _same_device(torch.device(args["device"]), meta(args["self"]).device):
         return f"a copy to another device ({args['device']})"
     return None
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    """Equal devices, a device with no index (as a graph may spell it) taken as its type's current one."""
+    return _indexed(a) == _indexed(b)
+
+
+def _indexed(device: torch.device) -> torch.device:
+    if device.index is None and device.type == "cuda":
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
 
 
 @rule(aten._to_copy.default, torch.ops.prims.convert_element_type.default, accepts=_cast_keeps_device)

@@ -1,5 +1,5 @@
 """Rules for the ATen ops that move, reduce or create elements: views, reductions, creation and
-random ops (the pointwise ones are in `rules.py`).
+braze's keyed random numbers (`rng.py`; the pointwise ops are in `rules.py`).
 
 Target shapes come from the node's recorded shape, translated into braze extents, rather than from
 the op's size arguments: the two agree, and the recorded one needs no arithmetic on symbolic sizes.
@@ -12,6 +12,7 @@ from torch import fx
 
 from braze import ops as bz_ops
 from braze.frontend.torch.region_builder import RegionBuilder, bind, braze_dtype, meta
+from braze.frontend.torch.rng import philox_random
 from braze.frontend.torch.rules import aten, finish, rule
 from braze.frontend.torch.symbols import size_expr
 from braze.ir.tensor import TensorView
@@ -246,20 +247,10 @@ def _arange(b: RegionBuilder, node: fx.Node) -> TensorView:
     return finish(node, values)
 
 
-def _random(kind: str):
-    def convert(b: RegionBuilder, node: fx.Node) -> TensorView:
-        draw = bz_ops.rand if kind == "uniform" else bz_ops.randn
-        return draw(b.shape_of(node), braze_dtype(meta(node).dtype))
-
-    return convert
-
-
-def _float_random(node: fx.Node) -> str | None:
-    return None if meta(node).dtype.is_floating_point else "random integers"
-
-
-rule(aten.rand.default, aten.rand_like.default, accepts=_float_random)(_random("uniform"))
-rule(aten.randn.default, aten.randn_like.default, accepts=_float_random)(_random("normal"))
-
-RANDOM_OPS = frozenset({aten.rand.default, aten.rand_like.default, aten.randn.default, aten.randn_like.default})
-
+@rule(philox_random)
+def _philox_random(b: RegionBuilder, node: fx.Node) -> TensorView:
+    """Random numbers keyed by a seed the region reads and the op's offset (rng.py): the same
+    numbers in the forward and in the backward that replays them."""
+    seed, offset, _, _, _, normal = node.args
+    draw = bz_ops.randn if normal else bz_ops.rand
+    return draw(b.shape_of(node), braze_dtype(meta(node).dtype), seed=b.seed(seed), offset=offset)

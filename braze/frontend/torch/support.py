@@ -16,7 +16,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 
 from braze.frontend.torch.options import Options
 from braze.frontend.torch.region_builder import TORCH_DTYPES, meta, op_name
-from braze.frontend.torch.rules_shapes import RANDOM_OPS
+from braze.frontend.torch.rng import RANDOM_OPS, draw_seed, is_seed_argument
 from braze.frontend.torch.table import RULES
 
 aten = torch.ops.aten
@@ -51,13 +51,14 @@ def why_not(node: fx.Node, options: Options, device: torch.device | None) -> str
     target = node.target
     if target is operator.getitem:
         return "takes one output of a multi-output PyTorch op"
+    if target is draw_seed:
+        return "draws the seed of braze's random numbers from torch's generator"
+    if target in RANDOM_OPS:  # the ones braze draws were keyed (rng.py) before partitioning
+        return _random_reason(node, options, device)
     if target not in RULES:
         return _family_reason(target)
-    name = op_name(target)
-    if name in options.exclude_ops or name.rsplit(".", 1)[0] in options.exclude_ops:
+    if _excluded(target, options):
         return "excluded by options['exclude_ops']"
-    if target in RANDOM_OPS and options.random == "torch":
-        return "a random op: options['random'] is 'torch'"
     tensor_reason = _tensor_reason(node, device)
     if tensor_reason is not None:
         return tensor_reason
@@ -77,8 +78,29 @@ def _family_reason(target: object) -> str:
     return "braze has no rule for this op"
 
 
+def _excluded(target: object, options: Options) -> bool:
+    name = op_name(target)
+    return name in options.exclude_ops or name.rsplit(".", 1)[0] in options.exclude_ops
+
+
+def _random_reason(node: fx.Node, options: Options, device: torch.device | None) -> str:
+    if options.random == "torch":
+        return "a random op: options['random'] is 'torch'"
+    if _excluded(node.target, options):
+        return "excluded by options['exclude_ops']"
+    return f"a random op braze does not draw: {_tensor_reason(node, device) or 'not a float tensor'}"
+
+
+def takes_random_node(node: fx.Node, options: Options, device: torch.device | None) -> bool:
+    """Whether braze draws this random node's numbers (`rng.key_random_ops`): a float tensor on the
+    graph's device, with `options['random']` 'braze' and the op not excluded."""
+    return (options.random == "braze" and not _excluded(node.target, options)
+            and _tensor_reason(node, device) is None and meta(node).dtype.is_floating_point)
+
+
 def _tensors(node: fx.Node) -> list[torch.Tensor]:
-    values = [meta(node)] + [meta(a) for a in node.all_input_nodes]
+    # A random op's seed is a CPU tensor read as a number, whatever the graph's device.
+    values = [meta(node)] + [meta(a) for a in node.all_input_nodes if not is_seed_argument(node, a)]
     flat = []
     for v in values:
         flat.extend(v if isinstance(v, (list, tuple)) else [v])

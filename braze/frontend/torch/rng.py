@@ -1,0 +1,199 @@
+"""braze's random numbers in torch graphs: keyed by a seed from torch's generator, replayed in backward.
+
+Dropout decomposes into `mask = rand_like(x) > p`, and its backward reads `mask`. Eager PyTorch and
+AOTAutograd's default partition save that mask from the forward for the backward: one byte per
+element of every dropped-out activation. The backend (with `options['random'] == 'braze'`) instead:
+
+1. draws one seed per run of a graph from torch's default generator (`draw_seed`, a 0-d int64 CPU
+   tensor), so `torch.manual_seed` makes runs repeat;
+2. rewrites each `rand`, `rand_like`, `randn` and `randn_like` node, the i-th of its graph, into
+   `philox_random(seed, i, size, ...)`: element j is element j of braze's Philox stream
+   (seed, offset i) of `braze/ops/philox.py`, which a region computes inside its kernel from the
+   seed it reads as a number (`bz.ops.rand(..., seed=, offset=)`);
+3. in a training graph, gives every backward use of a value computed from those numbers alone (the
+   mask, its cast) a copy of that computation in the backward, so the partition saves the seed and
+   the sizes, and the backward's region draws the same mask again, bit for bit.
+
+The numbers are braze's, not eager PyTorch's: after the same `torch.manual_seed`, a compiled model
+drops other elements than the eager one (as under Inductor), with the same distribution; a compiled
+model run twice from one seed repeats itself exactly.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from torch import fx
+from torch._functorch.partitioners import _has_tag_is_forward, _is_fwd_seed_offset, _is_primal, _is_tangent
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+from braze.frontend.torch.symbols import size_expr
+from braze.ops import philox
+
+aten = torch.ops.aten
+RANDOM_OPS = frozenset({aten.rand.default, aten.rand_like.default, aten.randn.default, aten.randn_like.default})
+_NORMAL = frozenset({aten.randn.default, aten.randn_like.default})
+
+
+def draw_seed() -> torch.Tensor:
+    """The seed of one run of a graph's random ops, from torch's default (CPU) generator."""
+    return torch.empty((), dtype=torch.int64).random_()
+
+
+def philox_random(seed: torch.Tensor, offset: int, size: list[int], dtype: torch.dtype, device: torch.device,
+                  normal: bool) -> torch.Tensor:
+    """Uniform [0, 1) (or standard normal) numbers of `size`: element j of braze's Philox stream
+    (seed, offset), as braze's kernels compute it. This is the PyTorch path, for a region that
+    falls back; a braze region computes the numbers in its kernel."""
+    draw = philox.normal if normal else philox.uniform
+    values = draw(tuple(int(s) for s in size), _NUMPY[dtype], int(seed) % 2**64, offset)
+    if dtype == torch.bfloat16:
+        return torch.from_numpy(values.view(np.int16)).view(torch.bfloat16).to(device)
+    return torch.from_numpy(values).to(device)
+
+
+def _example(node: fx.Node) -> object:
+    """The example value torch's tracing recorded for a node."""
+    return node.meta.get("val")
+
+
+_NUMPY = {torch.float16: np.float16, torch.bfloat16: philox._SUPPORTED_DTYPES["bfloat16"],
+          torch.float32: np.float32, torch.float64: np.float64}
+
+
+def is_seed_argument(node: fx.Node, argument: fx.Node) -> bool:
+    """Whether `argument` is the seed `node` (a `philox_random`) reads: a CPU tensor braze reads as a
+    number, whatever device the graph runs on."""
+    return node.target is philox_random and node.args[0] is argument
+
+
+def key_random_ops(gm: fx.GraphModule, takes: Callable[[fx.Node], bool]) -> list[fx.Node]:
+    """Rewrites each random node of `gm` that `takes` accepts into a `philox_random` of one seed
+    drawn at the graph's first random op (step 2 of the module docstring); returns the new nodes."""
+    random_nodes = [n for n in gm.graph.nodes if n.op == "call_function" and n.target in RANDOM_OPS and takes(n)]
+    if not random_nodes:
+        return []
+    with gm.graph.inserting_before(random_nodes[0]):
+        seed = gm.graph.call_function(draw_seed, ())
+    _tag_like(seed, random_nodes[0])
+    with _fake_mode(gm.graph):
+        seed.meta["val"] = torch.empty((), dtype=torch.int64)
+    keyed = []
+    for offset, node in enumerate(random_nodes):
+        value = _example(node)
+        with gm.graph.inserting_before(node):
+            size = [_size_node(gm.graph, node, d) for d in range(value.dim())]
+            new = gm.graph.call_function(philox_random, (seed, offset, size, value.dtype, value.device,
+                                                         node.target in _NORMAL))
+        new.meta = dict(node.meta)
+        node.replace_all_uses_with(new)
+        gm.graph.erase_node(node)
+        keyed.append(new)
+    gm.graph.lint()
+    gm.recompile()
+    return keyed
+
+
+def _fake_mode(graph: fx.Graph) -> FakeTensorMode:
+    for node in graph.nodes:
+        if isinstance(_example(node), FakeTensor):
+            return _example(node).fake_mode
+    return FakeTensorMode()
+
+
+def _size_node(graph: fx.Graph, node: fx.Node, dim: int) -> int | fx.Node:
+    """Dimension `dim` of the random node's result: an int, or a node of the graph giving that
+    symbolic size (one that exists where there is one, else the op's size argument or a read of the
+    size of the tensor the op is like)."""
+    size = _example(node).shape[dim]
+    if not isinstance(size, torch.SymInt):
+        return int(size)
+    expr = size_expr(size)
+    for other in graph.nodes:
+        if other is node:
+            break
+        if isinstance(_example(other), torch.SymInt) and size_expr(_example(other)) == expr and not _is_tangent(other):
+            return other
+    if node.target in (aten.rand.default, aten.randn.default):
+        return node.args[0][dim]  # the size the op was given
+    reader = graph.call_function(aten.sym_size.int, (node.args[0], dim))
+    reader.meta["val"] = size
+    _tag_like(reader, node)
+    return reader
+
+
+def _tag_like(new: fx.Node, node: fx.Node) -> None:
+    """Gives a node inserted for `node` its forward or backward tag of AOTAutograd's joint graph."""
+    if "partitioner_tag" in node.meta:
+        new.meta["partitioner_tag"] = node.meta["partitioner_tag"]
+
+
+# --- replay in the backward --------------------------------------------------------------------------
+def replay_in_backward(joint: fx.GraphModule, keyed: list[fx.Node]) -> int:
+    """Step 3 of the module docstring on AOTAutograd's joint graph: each forward value computed from
+    the keyed random numbers alone that the backward reads is computed again in the backward. The
+    copies sit after the last forward node, where AOTAutograd's default partition puts the backward.
+    Returns how many values the backward now computes instead of reading."""
+    forward = _forward_nodes(joint.graph)
+    if not forward:
+        return 0
+    derived = _derived_from(joint.graph, keyed, forward)
+    read_by_backward = [n for n in joint.graph.nodes if n in derived and any(u not in forward for u in n.users)]
+    if not read_by_backward:
+        return 0
+    copies: dict[fx.Node, fx.Node] = {}
+    point = [next(n for n in reversed(joint.graph.nodes) if n in forward)]
+
+    def copy_of(node: fx.Node) -> fx.Node:
+        if node not in copies:
+            for argument in node.all_input_nodes:
+                if argument in derived:
+                    copy_of(argument)
+            with joint.graph.inserting_after(point[0]):
+                copies[node] = point[0] = joint.graph.node_copy(node, lambda a: copies.get(a, a))
+            copies[node].meta["partitioner_tag"] = "is_backward"  # AOTAutograd's tag: where it belongs
+        return copies[node]
+
+    for node in read_by_backward:
+        for user in [u for u in node.users if u not in forward and u not in copies.values()]:
+            user.replace_input_with(node, copy_of(node))
+    joint.graph.lint()
+    joint.recompile()
+    return len(read_by_backward)
+
+
+def _forward_nodes(graph: fx.Graph) -> set[fx.Node]:
+    """The nodes AOTAutograd's default partition puts in the forward: those up to the last forward
+    input or node tagged forward, tangents aside."""
+    nodes = list(graph.nodes)
+    last = max((i for i, n in enumerate(nodes) if _has_tag_is_forward(n) or _is_primal(n) or _is_fwd_seed_offset(n)),
+               default=None)
+    if last is None:
+        return set()
+    return {n for n in nodes[: last + 1] if not _is_tangent(n) and n.op != "output"}
+
+
+def _derived_from(graph: fx.Graph, keyed: list[fx.Node], forward: set[fx.Node]) -> set[fx.Node]:
+    """Forward nodes whose tensor inputs are all keyed random numbers or values derived from them
+    alone (numbers and sizes aside): what the backward can compute again from the seed."""
+    derived = set(keyed)
+    for node in graph.nodes:
+        if node in forward and node.op == "call_function" and node not in derived and _pure(node):
+            tensors = [a for a in node.all_input_nodes if isinstance(_example(a), torch.Tensor)]
+            if tensors and all(a in derived for a in tensors):
+                derived.add(node)
+    return derived
+
+
+def _pure(node: fx.Node) -> bool:
+    """A function of its inputs only (random, mutating and effectful ops are not)."""
+    if node.target is operator.getitem:
+        return True
+    if not isinstance(node.target, torch._ops.OpOverload):
+        return False
+    schema = node.target._schema
+    return not schema.is_mutable and torch.Tag.nondeterministic_seeded not in node.target.tags
+
