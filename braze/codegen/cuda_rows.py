@@ -116,10 +116,10 @@ class RowLoopWriter:
 
     def body_with_register_row(self, body: tuple[k.Stmt, ...]) -> None:
         """The row's statements, from the first loop of the row caches on in two copies: one with
-        the caches in registers, for rows that allow it, and the general one. Registers need
-        rows of at most register_vectors vectors a lane (the runtime picks the lanes a row so that
-        short rows take a warp or a few, not the whole block: see CudaExecutor._lanes), and
-        every cache loop's 16-byte conditions. Each loop then runs a fixed count of iterations, fully
+        the caches in registers, for rows that allow it, and the general one. Registers need the
+        whole block on the row (lanes == the compiled block size, so every address is the row
+        start plus a constant), rows of at most register_vectors vectors a thread, and every
+        cache loop's 16-byte conditions. Each loop then runs a fixed count of iterations, fully
         unrolled (a register array needs constant indices), and the first one issues all its
         loads before using any: one block per row with the whole row in flight is what reaches
         copy bandwidth, where one or two 16-byte loads a thread at a time did not. Two copies,
@@ -127,14 +127,11 @@ class RowLoopWriter:
         loops = self.cache_loops()
         first = next(n for n, s in enumerate(body) if id(s) in loops)
         self.block(body[:first])
-        capacity = f"{4 * self.register_vectors} * lanes32"
+        capacity = 4 * self.register_vectors * self.block_size
         together = [self.loops_by_id[i] for i in loops]
-        terms = [f"(({self.expr(loop.end)}) <= {capacity})" for loop in together]
-        # One answer for the whole block: its rows (several, where fewer lanes than the block hold
-        # a row) must all take the same copy, since each copy's lane reductions synchronize the
-        # block, and the alignment terms differ from row to row.
-        condition = " && ".join(dict.fromkeys(terms + self.vector_terms(together)))
-        self.line(f"if (__syncthreads_and({condition})) {{")
+        terms = [f"(lanes32 == {self.block_size})"]
+        terms += [f"(({self.expr(loop.end)}) <= {capacity})" for loop in together]
+        self.line(f"if ({' && '.join(dict.fromkeys(terms + self.vector_terms(together)))}) {{")
         self.depth += 1
         for n, cache in enumerate(self.caches):
             self.line(f"{VECTOR_TYPE[cache.dtype.name]} bz_rc{n}[{self.register_vectors}];")
@@ -154,7 +151,8 @@ class RowLoopWriter:
         counter = self.register_index
         self.line("#pragma unroll")
         self.line(f"for (int {counter} = 0; {counter} < {self.register_vectors}; ++{counter}) {{")
-        self.line(f"  const {self.index} {base.name} = {self.index_literal(4)} * (lane + {counter} * lanes32);")
+        self.line(f"  const {self.index} {base.name} = {self.index_literal(4)} * lane + "
+                  f"{counter} * {self.index_literal(4 * self.block_size)};")
         self.line(f"  if ({base.name} >= {self.expr(loop.end)}) break;")
 
     def preload_register_row(self, loop: k.For, vector: VectorAccesses, base: k.Var) -> None:

@@ -210,10 +210,8 @@ struct BzReduceOr { template <typename T> BZ_D T operator()(T a, T b) const { re
 struct BzReduceAnd { template <typename T> BZ_D T operator()(T a, T b) const { return a && b; } };
 
 // `lanes` threads (a power of two) share a row: up to a warp, a butterfly of shuffles; otherwise
-// the row's warps (the whole block, or an aligned group of its warps) combine through shared
-// memory in a fixed order, so the result is the same from run to run. Every lane gets the result.
-// Every thread of the block calls it (it synchronizes the block), each row's lanes for their row.
-BZ_D int bz_first_warp_of_row(int lanes) { return (threadIdx.x >> 5) & ~((lanes >> 5) - 1); }
+// the whole block is the row, and warps combine through shared memory in a fixed order, so the
+// result is the same from run to run. Every lane gets the result.
 template <typename T, typename Op> BZ_D T bz_lane_reduce(T v, int lanes, Op op) {
   const int width = lanes < 32 ? lanes : 32;
   for (int offset = width / 2; offset > 0; offset >>= 1) v = op(v, bz_shfl_xor(v, offset));
@@ -222,9 +220,8 @@ template <typename T, typename Op> BZ_D T bz_lane_reduce(T v, int lanes, Op op) 
   __syncthreads();  // an earlier reduction's readers are done with `partial`
   if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = v;
   __syncthreads();
-  const int first = bz_first_warp_of_row(lanes);
-  T total = partial[first];
-  for (int w = 1; w < (lanes >> 5); ++w) total = op(total, partial[first + w]);
+  T total = partial[0];
+  for (int w = 1; w < (int)(blockDim.x >> 5); ++w) total = op(total, partial[w]);
   return total;
 }
 
@@ -263,10 +260,9 @@ template <typename A, typename B, typename Combine> BZ_D void bz_pair_lane_reduc
     partial_b[threadIdx.x >> 5] = b;
   }
   __syncthreads();
-  const int first = bz_first_warp_of_row(lanes);
-  a = partial_a[first];
-  b = partial_b[first];
-  for (int w = 1; w < (lanes >> 5); ++w) combine(a, b, partial_a[first + w], partial_b[first + w]);
+  a = partial_a[0];
+  b = partial_b[0];
+  for (int w = 1; w < (int)(blockDim.x >> 5); ++w) combine(a, b, partial_a[w], partial_b[w]);
 }
 
 // A (maximum, sum) pair of bz_online_add.

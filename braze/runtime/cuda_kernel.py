@@ -142,17 +142,6 @@ def lanes_for(row_length: int, block: int) -> int:
     return lanes
 
 
-def register_lanes(row_length: int, per_lane: int) -> int:
-    """The fewest lanes (a warp at least, a power of two) that hold a row in registers at
-    `per_lane` elements a lane. A row of 1024 bf16 scores and their mask took 256 lanes of 4
-    elements each, one row a block: two block-wide reductions for 3 KB, and far from copy
-    bandwidth. Fewer lanes give each thread more of the row in flight and several rows a block."""
-    lanes = 32
-    while lanes * per_lane < row_length:
-        lanes *= 2
-    return lanes
-
-
 @dataclasses.dataclass
 class _TaskLaunch:
     name: str
@@ -163,7 +152,7 @@ class _TaskLaunch:
     cache_itemsizes: tuple[int, ...]  # per row cache of the task
     cache_loops: tuple[int, ...]  # per row cache: the top-level loop whose extent is its length
     schedule: TaskSchedule  # how the task maps onto blocks (cuda_plan.TaskSchedule)
-    register_row: int = 0  # 4 x register vectors x block: a row kept in registers at a block of lanes (0: none)
+    register_row: int = 0  # the longest row kept in registers when lanes == block (0: none; see below)
 
     def shared_bytes(self, rows_per_block: int, row: int) -> int:
         """Dynamic shared memory for the row caches (each region rounded to 16 bytes)."""
@@ -304,10 +293,7 @@ class CudaExecutor:
         statistics over batch and pixels); else one (neighbouring threads on neighbouring rows)."""
         if not task.lane_loops or (not task.coalesces and rows >= self.max_grid * self.block):
             return 1
-        lanes = lanes_for(row_length, self.block)
-        if task.register_row and lanes == self.block:
-            lanes = min(lanes, register_lanes(row_length, task.register_row // self.block))
-        return lanes
+        return lanes_for(row_length, self.block)
 
     def _plan_grid_reduction(self, task: _TaskLaunch, extents: list[int], stream: int) -> PlannedLaunch:
         """A reduction to one value: enough blocks that each thread folds a few elements (a "grid"
@@ -373,7 +359,7 @@ class CudaExecutor:
         grid = -(-(end - begin) * lanes // self.block)
         if grid > MAX_GRID:
             raise UnsupportedError(f"kernel {task.name}: {end - begin} rows need {grid} blocks, more than {MAX_GRID}")
-        if cached * self.block <= task.register_row * lanes:  # fits the register path's lanes
+        if lanes == self.block and cached <= task.register_row:
             shared = 0
         return PlannedLaunch(task, begin, end, grid, shared, (lanes, cached if shared else 0, 0, 0))
 

@@ -13,7 +13,7 @@ import braze as bz
 from braze import engine
 from braze.codegen import cuda
 from braze.runtime import nvrtc
-from braze.runtime.cuda_kernel import lanes_for, register_lanes
+from braze.runtime.cuda_kernel import lanes_for
 
 
 def source(build, *inputs: np.ndarray) -> cuda.CudaSource:
@@ -71,22 +71,17 @@ def test_long_rows_of_softmax_are_held_in_registers():
     src = source(lambda f: [bz.ops.softmax(f.define_tensor([-1, -1]), -1)], matrix(4, 8))
     assert src.register_rows == (8192,)  # 8 float4 a thread of a 256-thread block
     body = src.body
-    test = "if (__syncthreads_and(((T0_s1) <= 32 * lanes32) && ((T0_s1) % 4 == 0)"
+    test = "if ((lanes32 == 256) && ((T0_s1) <= 8192) && ((T0_s1) % 4 == 0)"
     assert body.count(test) == 1 and "float4 bz_rc0[8];" in body
     assert "row0 +=" not in body  # one block per group of rows: no grid-stride loop
     registers, general = body.split(test)[1].split("\n    } else {\n", 1)
     assert "row_cache0" not in registers and "bz_rc0" not in general
     # The first loop issues all its loads (fully unrolled, constant offsets) before using any.
     preload, use = registers.split("bz_rc0[r5_k] = *reinterpret_cast<const float4*>(&T0_[i2 * T0_st0 + r5_4]);", 1)
-    assert "const int r5_4 = 4 * (lane + r5_k * lanes32);" in preload and "bz_maximum" not in preload
+    assert "const int r5_4 = 4 * lane + r5_k * 1024;" in preload and "bz_maximum" not in preload
     assert "const float4 v0_r5 = bz_rc0[r5_k];" in use
     # exp(x - max) replaces x in its register; the last loop reads it back.
     assert "bz_rc0[r7_k] = u0_r7;" in registers and "e0_j3 = bz_rc0[j3_k];" in registers
-
-
-def test_rows_in_registers_take_the_fewest_lanes_that_hold_them():
-    # 32 elements a lane (8 float4): a warp for rows up to 1024, the block of 256 for 8192.
-    assert [register_lanes(n, 32) for n in (1, 1024, 1025, 4096, 8192)] == [32, 32, 64, 128, 256]
 
 
 def test_half_rows_in_registers_are_shorter():

@@ -327,10 +327,9 @@ def test_masked_softmax_reads_scores_in_16_byte_vectors_under_a_where(shape, dty
 
 @pytest.mark.parametrize("dtype", [bz.float32, bz.bfloat16])
 @pytest.mark.parametrize("columns, stride", [(1024, 1024), (1024, 1026), (512, 514), (2048, 2050), (96, 98)])
-def test_softmax_rows_in_registers_with_several_rows_a_block(dtype, columns, stride):
-    """Rows short enough for a few warps share a block; a row stride that is not a multiple of
-    four leaves every other row misaligned for 16-byte vectors, so the rows of one block would
-    differ in the path they take (the block decides once for all of them)."""
+def test_softmax_rows_with_misaligned_strides(dtype, columns, stride):
+    """A row stride that is not a multiple of four leaves every other row misaligned for 16-byte
+    vectors: those rows take the general path, the others the vector or register path."""
     x = cuda_tensor((37, stride), dtype)[:, :columns]
     mask = (cuda_tensor((37, stride), bz.float32, seed=1) > -1.0)[:, :columns]
     (got, masked) = run(lambda t, m: [bz.ops.softmax(t, -1),
