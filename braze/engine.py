@@ -468,7 +468,7 @@ def _fused(kernel: k.Kernel, fuse: bool) -> tuple[k.Kernel, list[Decision]]:
 @dataclass
 class KernelEntry:
     """One compiled signature of a `@bz.kernel`: its launcher, what task fusion decided, and which
-    array arguments it writes (the CPU call refuses read-only arrays there)."""
+    array arguments it writes (a call refuses read-only arrays there)."""
 
     launcher: KernelLauncher | CudaKernelLauncher
     decisions: list[Decision]
@@ -480,15 +480,16 @@ def loop_kernel_entry(kernel: k.Kernel, arrays: Sequence[k.ArrayParam], scalars:
     """A `@bz.kernel` signature's Kernel IR and argument binding (arrays and scalars in parameter
     order) made runnable, as a fusion's signature is: task fusion, the shared compiled kernel, and
     its launcher on the host or (with `device_index`) that GPU. `restrict`: no two arrays share memory."""
+    names = _written_arrays(kernel)
+    written = tuple(i for i, p in enumerate(arrays) if p.name in names)
     if device_index is None:
         compiled, decisions = compile_loop_kernel(kernel, fuse=fuse)
-        written = _written_arrays(kernel)
-        return KernelEntry(KernelLauncher(compiled, arrays, scalars), decisions,
-                           tuple(i for i, p in enumerate(arrays) if p.name in written))
+        return KernelEntry(KernelLauncher(compiled, arrays, scalars), decisions, written)
     from braze.runtime.kernel_launch_cuda import CudaKernelLauncher
 
     compiled, decisions = compile_loop_kernel_cuda(kernel, device_index, fuse=fuse, restrict=restrict)
-    return KernelEntry(CudaKernelLauncher(compiled, cuda_driver.device(device_index), arrays, scalars), decisions, ())
+    return KernelEntry(CudaKernelLauncher(compiled, cuda_driver.device(device_index), arrays, scalars), decisions,
+                       written)
 
 
 def _written_arrays(kernel: k.Kernel) -> set[str]:

@@ -132,14 +132,19 @@ class KernelFunction:
         if entry is None:
             entry = self.entries[key] = self._compile(key)
         self.last_entry = entry
-        for position in entry.written:
-            if not arrays[position].flags.writeable:
-                raise InputError(f"kernel {self.__name__}: argument '{self.specs[self.array_positions[position]][0]}'"
-                                 ": the kernel writes it, but the array is read-only")
+        self.check_writable(entry, arrays)
         packed = entry.launcher.pack(arrays)
         guard = replay_guard(args, arrays, self.array_positions, entry.written, config.current)
         self._last.call = _Replay(entry, packed, guard) if guard is not None else None
         entry.launcher.run(packed, scalars, arrays)
+
+    def check_writable(self, entry: engine.KernelEntry, arrays: Sequence[Any]) -> None:
+        """An InputError where the kernel writes an array marked read-only (a NumPy flag, or the
+        read-only bit of a `__cuda_array_interface__`)."""
+        for position in entry.written:
+            if not arrays[position].flags.writeable:
+                raise InputError(f"kernel {self.__name__}: argument '{self.specs[self.array_positions[position]][0]}'"
+                                 ": the kernel writes it, but the array is read-only")
 
     # --- binding ----------------------------------------------------------------------------------
     def _flat_arguments(self, args: Sequence[Any]) -> list:

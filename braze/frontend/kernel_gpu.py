@@ -79,6 +79,7 @@ class GpuCalls:
         if entry is None:
             entry = fn.entries[key] = self.compile(key, device)
         fn.last_entry = entry
+        fn.check_writable(entry, views)  # (read-only GPU arrays have no cached call: checked each call)
         note_entry(f"prepared call {fn.__name__}")
         prepared = entry.launcher.prepare(views, scalars, args, fn.array_positions,
                                           [i for i, _, _ in fn.scalar_specs], overlapping)

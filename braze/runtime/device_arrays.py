@@ -87,8 +87,9 @@ def as_device_view(obj: object, where: str) -> DeviceView:
     if isinstance(obj, DeviceArray):
         return DeviceView(obj.ptr, obj.shape, obj.strides, obj.dtype, obj.device, "cuda", obj.stream, obj)
     stream = _cupy_stream() if kind == "cupy" else 0
-    return DeviceView(int(cai["data"][0]), shape, tuple(strides), dtype, _device_of_pointer(int(cai["data"][0])),
-                      kind, stream, obj)
+    pointer, readonly = cai["data"]
+    return DeviceView(int(pointer), shape, tuple(strides), dtype, _device_of_pointer(int(pointer)), kind, stream, obj,
+                      SimpleNamespace(writeable=False) if readonly else _WRITABLE)
 
 
 def _torch_stream(torch, index: int) -> int:

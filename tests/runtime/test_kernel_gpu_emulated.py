@@ -307,6 +307,32 @@ def test_host_and_gpu_arrays_do_not_mix_and_devices_must_agree(gpu):
         copy(on_gpu(a), on_gpu(np.zeros((4, 1), np.float32)))
 
 
+class InterfaceArray:
+    """A GPU array known only by its `__cuda_array_interface__`, over a host array's memory."""
+
+    def __init__(self, array: np.ndarray, readonly: bool) -> None:
+        self.array = array
+        self.__cuda_array_interface__ = {"shape": array.shape, "typestr": array.dtype.str, "strides": None,
+                                         "data": (array.ctypes.data, readonly), "version": 3}
+
+
+def test_a_read_only_gpu_array_is_not_written(gpu, monkeypatch):
+    monkeypatch.setattr(device_arrays, "_device_of_pointer", lambda pointer: 0)
+
+    @bz.kernel
+    def copy(a: bz.Array[bz.float32, 1], b: bz.Array[bz.float32, 1]):
+        for i in range(a.shape[0]):
+            b[i] = a[i]
+
+    a, b = np.arange(4, dtype=np.float32), np.zeros(4, np.float32)
+    for _ in range(2):  # the first call, then the same arguments again
+        with pytest.raises(bz.InputError, match="argument 'b': the kernel writes it, but the array is read-only"):
+            copy(InterfaceArray(a, readonly=False), InterfaceArray(b, readonly=True))
+        assert not b.any()
+    copy(InterfaceArray(a, readonly=True), InterfaceArray(b, readonly=False))  # read-only where only read
+    np.testing.assert_array_equal(b, a)
+
+
 def test_scalars_are_checked_on_the_cached_call_too(gpu):
     @bz.kernel
     def add(a: bz.Array[bz.int32, 1], s: bz.int32):
