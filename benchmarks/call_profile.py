@@ -12,15 +12,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from suite import torch_inputs  # noqa: E402
-from suite_cases import selected  # noqa: E402
-from suite_check import Prepared  # noqa: E402
-
-import braze as bz  # noqa: E402
-from braze import config  # noqa: E402
+import braze as bz
+from braze import config
+from braze.bench.cases import selected
+from braze.bench.check import Prepared
+from braze.bench.suite import torch_inputs
 
 
 def profile(case, mode: str, checked: bool) -> str:

@@ -26,6 +26,7 @@ import torch
 
 import braze as bz
 from braze import config, engine
+from braze.bench.timing import copy_ceiling_gbps, device_ms, gbps  # noqa: F401  (suite users import them here)
 
 sys.path.insert(0, str(Path(__file__).parent))
 from gpu_fusions import layer_norm_fusion, relu_fma_fusion, rms_norm_fusion, softmax_fusion  # noqa: E402
@@ -33,26 +34,6 @@ from gpu_fusions import layer_norm_fusion, relu_fma_fusion, rms_norm_fusion, sof
 RESULTS = Path(__file__).parent / "results"
 QUICK = "--quick" in sys.argv
 WARM_PROCESSES = 5
-
-
-def device_ms(fn, repeats: int = 30) -> float:
-    """Median time of `fn` in ms, by CUDA events on the current stream, after warm-up. The GPU is
-    kept busy (a short sleep kernel) while the host enqueues the start event, the call and the end
-    event: on an idle GPU the start event fires at once and the window counts the call's host
-    time too, which for a 50 us kernel was a quarter of what was measured, for every library."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(1_000_000)  # ~0.5 ms of GPU cycles: longer than any call's host time
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end))
-    return statistics.median(samples)
 
 
 def host_us(fn, repeats: int = 200) -> float:
@@ -78,10 +59,6 @@ def profiled_kernels_ms(fusion, inputs, repeats: int = 10) -> tuple[int, float]:
         totals.append(sum(launch.device_ms for launch in rec.launches))
         count = len(rec.launches)
     return count, statistics.median(totals)
-
-
-def gbps(nbytes: int, ms: float) -> float:
-    return nbytes / ms / 1e6
 
 
 # --- workloads ---------------------------------------------------------------------------------------
@@ -117,12 +94,6 @@ def check(name, fusion, inputs, peer) -> float:
     if not torch.allclose(out.float(), expected.float(), rtol=tolerance, atol=tolerance):
         raise SystemExit(f"{name}: braze differs from torch by up to {error} (tolerance {tolerance})")
     return error
-
-
-def copy_ceiling_gbps(nbytes: int) -> float:
-    src = torch.empty(nbytes // 4, device="cuda")
-    dst = torch.empty_like(src)
-    return gbps(2 * nbytes, device_ms(lambda: dst.copy_(src)))
 
 
 def compiled_peer(peer):

@@ -1,5 +1,6 @@
-"""benchmarks/suite.py: its CPU section end to end on a few cases (a subprocess, as `make gpu-bench` runs it),
-and how its check reports a wrong or failing result instead of stopping."""
+"""The fusion suite (braze/bench/): its CPU section end to end on a few cases, through
+benchmarks/suite.py and through `braze bench` (subprocesses, as `make gpu-bench` and a user run
+them), and how its check reports a wrong or failing result instead of stopping."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from braze.bench import check as suite_check
+from braze.bench.cases import CASES
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
-import suite_check  # noqa: E402
-from suite_cases import CASES  # noqa: E402
 
 QUICK_CASES = ("rope", "layer_norm_backward", "dropout_residual_layer_norm")
 
@@ -37,6 +38,18 @@ def test_the_cpu_section_checks_and_times_each_case(tmp_path):
         assert row["bytes"] > 0
     assert result["copy_gbps"] > 0 and result["summary"]["vs"]["numpy"]["cases"] == len(QUICK_CASES)
     assert "braze / NumPy: geometric mean" in run.stdout
+
+
+def test_braze_bench_runs_the_suite_and_writes_under_the_current_folder(tmp_path):
+    env = {**os.environ, "BRAZE_CACHE_DIR": str(tmp_path / "cache")}
+    command = [sys.executable, "-m", "braze.cli", "bench", "--cpu", "--quick", "--repeats", "2", "--cases", "rope"]
+    run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "[1/1] rope" in run.stdout  # a line per case as it goes
+    result = json.loads((tmp_path / "braze-bench" / "suite-cpu-quick.json").read_text())
+    assert [r["case"] for r in result["rows"]] == ["rope"] and result["rows"][0]["braze"]["status"] == "ok"
+    usage = subprocess.run([sys.executable, "-m", "braze.cli", "bench", "--help"], capture_output=True, text=True)
+    assert usage.returncode == 0 and "usage: braze bench" in usage.stdout and "--cases" in usage.stdout
 
 
 def test_the_suite_has_25_fusions_or_more_in_both_float_types():

@@ -28,6 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("frontend",),
     ("torch",),  # braze.torch: the torch.compile backend's user-facing module
     ("braze",),
+    ("bench",),  # the fusion suite `braze bench` runs (braze/bench/)
     ("cli",),  # the `braze` command and the demos it runs (braze/cli/)
     ("__main__",),
 )

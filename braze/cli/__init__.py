@@ -1,4 +1,5 @@
-"""The `braze` command: `braze demo` runs the gallery, `braze info` shows what braze found.
+"""The `braze` command: `braze demo` runs the gallery, `braze info` shows what braze found,
+`braze bench` runs the fusion suite (braze/bench/).
 
 The demos it runs live beside it: `gallery.py` (fusions, checked against NumPy) and `particles.py`
 (a loop-kernel particle step), each with a `_gpu` module for the GPU; `benchmarks/` times them too.
@@ -202,5 +203,14 @@ def main(argv: list[str] | None = None) -> int:
     actions.add_parser("show", help="print the cache folder, its entries, their bytes and the size cap (the default)")
     actions.add_parser("clear", help="remove every entry and leftover temporary file from the cache folder")
     cache_parser.set_defaults(run=cache, action="show")
-    args = parser.parse_args(argv)
+    # The suite parses its own options (`braze bench --help` lists them).
+    commands.add_parser("bench", add_help=False, help="run the fusion suite (29 fusions from real models) against "
+                        "torch and torch.compile on a GPU, or NumPy on the CPU; writes a table, JSON and a plot")
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "bench":
+        from braze.bench.suite import main as suite
+
+        return suite(rest, prog="braze bench")
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     return args.run(args)
