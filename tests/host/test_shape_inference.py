@@ -105,7 +105,7 @@ def test_a_merge_that_restores_a_split_keeps_the_transpose_and_its_padding() -> 
 
 def test_a_split_of_a_multiple_of_its_factor_is_not_padded() -> None:
     t = _tensor((2, 3, -1))
-    t.merge(0).split(0, 2).merge(1).split(1, 2)  # [3, 2, N] -> [3, 2 * N] -> [3, 2 * N / 2, 2]
+    t.merge(0).split(0, 2).merge(1).split(1, 2)  # [2, 3, N] -> [3, 2, N] -> [3, 2 * N] -> [3, N, 2]
     t.set_allocation_domain(t.loop)
     layout = infer_layout(t)
     assert [str(s) for s in layout.allocation_sizes] == ["3", "T0_s2", "2"]
