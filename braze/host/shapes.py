@@ -82,7 +82,8 @@ def infer_layout(tv: TensorView) -> Layout:
 class _AllocationExtents:
     """How many elements each dimension takes in memory, replayed from the logical extents.
 
-    A split's outer part is ceildiv(extent, factor) (padding the remainder) and its inner part
+    A split's outer part is ceildiv(extent, factor) (padding the remainder; the exact quotient
+    where the factor divides the extent, so that equal strides compare equal) and its inner part
     the factor; a merge multiplies. Broadcast dimensions, and both parts of a split broadcast
     dimension, take one element: they are never stored more than once.
     """
@@ -104,21 +105,55 @@ class _AllocationExtents:
         if isinstance(t, Split) and d is t.inner:
             return t.factor
         if isinstance(t, Split):
-            undone = undone_merge(t, self)
-            return self.of(undone.outer) if undone else ceildiv(self.of(t.inp), t.factor)
+            extent = self.of(t.inp)
+            quotient = exact_quotient(extent, t.factor)  # no padding: written without the ceildiv
+            return quotient if quotient is not None else ceildiv(extent, t.factor)
         return d.extent
 
 
-def undone_merge(t: Split, extents: _AllocationExtents) -> Merge | None:
-    """The merge that split `t` takes apart again (splitting it by its inner extent), if any.
+def undone_merges(t: Split, extents: _AllocationExtents) -> tuple[list[IterDomain], list[IterDomain]] | None:
+    """The merged dimensions that split `t` takes apart again, as (outer digits, inner digits), if any.
 
-    Its outer part is then the merge's outer dimension and its inner part the merge's inner one,
-    with no padding, whatever the split's parts are reordered to.
+    Merges make an index a mixed-radix number: merge(a, b) indexes as a * extent(b) + b, so the
+    split dimension's digits are the dimensions its merges put together, outermost first. Where the
+    innermost digits span exactly the factor, the split's inner part indexes as those digits and
+    its outer part as the rest (no carry crosses the cut), whatever the parts are reordered to.
+    Merges that only put a split back together lie between the split and its digits unseen: they
+    leave the index as it was (their extent may be padded, which then pads the outer part).
     """
-    merge = t.inp.definition
-    if isinstance(merge, Merge) and not t.inp.is_broadcast and same_product(extents.of(merge.inner), t.factor):
-        return merge
+    if t.inp.is_broadcast:
+        return None
+    digits = _digits(_index_source(t.inp))
+    span = _ONE
+    for cut in range(len(digits) - 1, 0, -1):
+        span = span * extents.of(digits[cut])
+        if same_product(span, t.factor):
+            return digits[:cut], digits[cut:]
     return None
+
+
+def _digits(d: IterDomain) -> list[IterDomain]:
+    """The dimensions that merges put together into `d`, outermost first (`d` itself if none)."""
+    merge = d.definition
+    if isinstance(merge, Merge) and not d.is_broadcast:
+        return _digits(merge.outer) + _digits(merge.inner)
+    return [d]
+
+
+def _index_source(d: IterDomain) -> IterDomain:
+    """The dimension whose index `d` is: `d` itself, or what a merge of both parts of a split restores.
+
+    merge(split(x, f)) indexes as (i // f) * f + i % f = i, the index of x (only its extent rounds up
+    to a multiple of f).
+    """
+    merge = d.definition
+    while isinstance(merge, Merge) and not d.is_broadcast:
+        split = merge.outer.definition
+        if not (isinstance(split, Split) and split.outer is merge.outer and split.inner is merge.inner):
+            break
+        d = split.inp
+        merge = d.definition
+    return d
 
 
 def _strides_back_to_logical(tv: TensorView, strides: dict[int, Scalar], extents: _AllocationExtents) -> None:
@@ -126,7 +161,7 @@ def _strides_back_to_logical(tv: TensorView, strides: dict[int, Scalar], extents
 
     A merge hands its stride to its inner part and `stride * inner extent` to its outer part. A
     split undoes once both parts have strides, which must satisfy `outer = inner * factor`
-    (unless it takes a merge apart again: its parts then hand their strides to the merged ones).
+    (unless it takes merges apart again: its parts then hand their strides to the merged digits).
     """
     pending = [d for d in tv.allocation if id(d) in strides and d.definition is not None]
     while pending:
@@ -138,15 +173,24 @@ def _strides_back_to_logical(tv: TensorView, strides: dict[int, Scalar], extents
             pending += [x for x in (t.outer, t.inner) if x.definition is not None]
         elif isinstance(t, Split) and id(t.outer) in strides and id(t.inner) in strides and id(t.inp) not in strides:
             outer, inner = strides[id(t.outer)], strides[id(t.inner)]
-            merge = undone_merge(t, extents)
-            if merge is not None and not _strided_split(t, outer, inner, extents):
-                strides[id(merge.outer)], strides[id(merge.inner)] = outer, inner
+            digits = None if _strided_split(t, outer, inner, extents) else undone_merges(t, extents)
+            if digits is not None:
+                for part, stride in zip(digits, (outer, inner)):
+                    _stride_digits(part, stride, extents, strides)
                 strides[id(t.inp)] = inner  # marks the split undone; the merged dimension has no single stride
-                pending += [x for x in (merge.outer, merge.inner) if x.definition is not None]
+                pending += [x for x in (*digits[0], *digits[1]) if x.definition is not None]
                 continue
             strides[id(t.inp)] = _split_stride(tv, t, outer, inner, extents)
             if t.inp.definition is not None:
                 pending.append(t.inp)
+
+
+def _stride_digits(digits: list[IterDomain], stride: Scalar, extents: _AllocationExtents,
+                   strides: dict[int, Scalar]) -> None:
+    """Strides for the digits of one part of a split: contiguous from `stride`, innermost digit first."""
+    for d in reversed(digits):
+        strides[id(d)] = stride
+        stride = stride * extents.of(d)
 
 
 def _strided_split(t: Split, outer: Scalar, inner: Scalar, extents: _AllocationExtents) -> bool:
@@ -183,6 +227,17 @@ def _factors(x: Scalar) -> tuple[int, Counter]:
 def same_product(a: Scalar, b: Scalar) -> bool:
     """Whether two products are equal for every binding (same coefficient, same factors in any order)."""
     return _factors(a) == _factors(b)
+
+
+def exact_quotient(a: Scalar, b: Scalar) -> Scalar | None:
+    """`a / b` where `b` divides the product `a` for every binding (`a = b * q`), else None."""
+    (ca, fa), (cb, fb) = _factors(a), _factors(b)
+    if cb == 0 or ca % cb or fb - fa:  # `fb - fa` keeps the factors of b that a lacks
+        return None
+    quotient = _ONE
+    for factor in (fa - fb).elements():
+        quotient = quotient * factor
+    return quotient * (ca // cb)
 
 
 # --- the straight-line program of all of a fusion's shape and stride expressions ---------------------

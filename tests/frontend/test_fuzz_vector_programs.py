@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import linecache
+import os
 
 import numpy as np
 from hypothesis import HealthCheck, given, note, settings
@@ -22,6 +23,8 @@ from hypothesis import strategies as st
 import braze as bz
 from braze import config
 
+# BRAZE_FUZZ_LOOP_EXAMPLES=n runs n programs instead of 40 (a longer hunt).
+EXAMPLES = int(os.environ.get("BRAZE_FUZZ_LOOP_EXAMPLES", "40"))
 N = 12  # loop bound and array length
 READS = ["i", "n - 1 - i", "i // 2", "0", "i % 3"]  # owned, and not
 CONSTANTS = ["0.5", "-1.25", "2.0"]
@@ -151,7 +154,7 @@ def inputs(arrays: int, seed: int) -> list:
     return [*data, rng.uniform(-2, 2, N).astype(np.float32), np.zeros((4, 3), np.float32), seed, N]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(programs(), st.integers(0, 2**31))
 def test_fused_unfused_and_python_agree(program, seed):
     arrays, tasks = program

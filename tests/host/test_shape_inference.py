@@ -92,6 +92,35 @@ def test_a_split_that_takes_a_merge_apart_is_a_transpose() -> None:
     assert _evaluate(layout, {"T0_s0": 3}) == ([3, 5], [1, 3], 15)
 
 
+def test_a_merge_that_restores_a_split_keeps_the_transpose_and_its_padding() -> None:
+    t = _tensor((-1, 5))
+    # [N*5] split by 2 and merged back (padded to even), then split by 5 and transposed: [5, outer]
+    t.merge(0).split(0, 2).merge(0).split(0, 5).reorder({0: 1})
+    t.set_allocation_domain(t.loop)
+    layout = infer_layout(t)
+    assert [str(s) for s in layout.allocation_sizes] == ["5", "ceildiv(ceildiv(T0_s0 * 5, 2) * 2, 5)"]
+    assert _evaluate(layout, {"T0_s0": 2}) == ([2, 5], [1, 2], 10)
+    assert _evaluate(layout, {"T0_s0": 3}) == ([3, 5], [1, 4], 20)  # 15 rounded up to 16, then 4 rows of 5
+
+
+def test_a_split_of_a_multiple_of_its_factor_is_not_padded() -> None:
+    t = _tensor((2, 3, -1))
+    t.merge(0).split(0, 2).merge(1).split(1, 2)  # [2, 3, N] -> [3, 2, N] -> [3, 2 * N] -> [3, N, 2]
+    t.set_allocation_domain(t.loop)
+    layout = infer_layout(t)
+    assert [str(s) for s in layout.allocation_sizes] == ["3", "T0_s2", "2"]
+    assert _evaluate(layout, {"T0_s2": 4}) == ([2, 3, 4], [12, 4, 1], 24)
+
+
+def test_a_split_by_the_innermost_merged_extents_takes_them_apart() -> None:
+    t = _tensor((-1, 2, 3))
+    t.merge(1).merge(0).split(0, 3).reorder({0: 1})  # [N * 6] split by the 3 of [N, 2 * 3]: [3, N * 2]
+    t.set_allocation_domain(t.loop)
+    layout = infer_layout(t)
+    assert [str(s) for s in layout.allocation_sizes] == ["3", "T0_s0 * 2"]
+    assert _evaluate(layout, {"T0_s0": 4}) == ([4, 2, 3], [2, 1, 8], 24)
+
+
 def test_a_blocked_layout_is_no_strided_view() -> None:
     t = _tensor((-1, -1))
     t.split(1, 4).reorder({1: 0})  # [ceildiv(C, 4), N, 4]: NCHWc-style blocking
@@ -176,8 +205,10 @@ def test_inference_matches_brute_force(case) -> None:
         event("rejected: no strided view")
         # Rejecting is conservative; a layout that is strided for every extent must not be rejected.
         # Symbolic extents can make a layout strided by coincidence (a merge of [2, n] split by 2 is
-        # a transpose when n is 2), so other values of the symbols are tried too.
-        others = [{name: value for name in bindings} for value in (3, 5, 7)]
+        # a transpose when n is 2), so other values of the symbols are tried too, some past the
+        # products of the split factors ([2, n] with n split by 4, merged under the 2 and split by 2,
+        # is strided while ceildiv(n, 4) <= 2, up to n = 8).
+        others = [{name: value for name in bindings} for value in (3, 5, 7, 13, 31)]
         assert any(not _is_strided(brute_force_offsets(t, b)[0]) for b in [bindings, *others]) \
             or _degenerate(t, bindings)
         return

@@ -9,6 +9,7 @@ order, and the unfused kernel is deterministic even where a task races with itse
 
 import itertools
 import linecache
+import os
 
 import numpy as np
 from hypothesis import HealthCheck, event, given, note, settings
@@ -18,6 +19,9 @@ from numpy.lib.stride_tricks import sliding_window_view
 import braze as bz
 from braze import config
 
+# BRAZE_FUZZ_LOOP_EXAMPLES=n runs n programs instead of 50, here and in test_fuzz_vector_programs.py (a
+# longer hunt; split it over processes with different --hypothesis-seed values).
+EXAMPLES = int(os.environ.get("BRAZE_FUZZ_LOOP_EXAMPLES", "50"))
 N = 16  # loop bound; a power of two so i ^ 5 < N
 SIZE = 2 * N + 8  # every index form below stays in [0, SIZE)
 INDICES = ["i", "i + 3", "2 * i", "n - 1 - i", "i ^ 5", "i << 1",  # injective
@@ -121,7 +125,7 @@ def inputs(arrays: int, columns: bool, overlapping: bool, seed: int):
     return data + [rng.integers(0, SIZE, SIZE).astype(np.int64), np.zeros(SIZE, np.int64), N]
 
 
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(programs(), st.integers(0, 2**31))
 def test_fused_unfused_and_python_agree(program, seed):
     arrays, columns, overlapping, tasks = program
