@@ -344,8 +344,8 @@ def _reassociating(method: str, intrinsic_name: str | None = None):
         if not dts[0].is_floating:
             return BINARY_RULES[{"fadd": "add", "fmul": "mul"}.get(method, method)](cg, a, dts, out, attrs)
         if intrinsic_name:
-            call = cg.b.call(callee(cg, f"llvm.{intrinsic_name}.{_suffix(a[0].type)}", a[0].type, [a[0].type] * 2), a)
-            return call
+            return cg.b.call(callee(cg, f"llvm.{intrinsic_name}.{_suffix(a[0].type)}", a[0].type, [a[0].type] * 2), a,
+                             fastmath=("nsz",))
         return getattr(cg.b, method)(a[0], a[1], flags=("reassoc", "nsz", *cg.fast_flags))
     return rule
 
