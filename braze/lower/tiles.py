@@ -1,7 +1,7 @@
 """Tiles (the CPU's transposes): a pointwise task that reads a tensor transposed walks its output in
-TILE x TILE tiles. A task owns a band of TILE rows (task index = the outer axes, then the band) and
-walks the band's tiles left to right; in each tile, the rows, and each row's columns as the
-vectorized loop. Row by row, `x + y.T` would read y down a whole column per output row, a cache
+TILE x TILE tiles, one per task index (the outer axes, then the band of TILE rows, then the tile
+along the band, so a thread's consecutive indices walk a band left to right); in each tile, the
+rows, and each row's columns as the vectorized loop. Row by row, `x + y.T` would read y down a whole column per output row, a cache
 line per element; within a tile the lines it reads stay in L1 for the tile's other rows.
 """
 
@@ -27,27 +27,26 @@ def _span(em: ValueEmitter, first: k.Var, size: k.Expr, extent: k.Expr) -> k.Exp
 
 
 def tile_task(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, loops: ScheduledLoops, name: str) -> k.Task:
-    """The task writing `tv` by tiles of `loops.tile` rows and columns of its two innermost loop axes."""
+    """The task writing `tv` by tiles of `loops.tile` rows and columns of its two innermost loop axes,
+    one tile per task index (so a matrix of few rows still spreads over the threads)."""
     scopes, extents = em.scopes, em.shape(tv)
     *outer, row_axis, column_axis = loops.loop_order
     tile = em.const(loops.tile)
-    bands = _ceildiv(em, extents[row_axis], tile)
+    bands, tiles = _ceildiv(em, extents[row_axis], tile), _ceildiv(em, extents[column_axis], tile)
     task_var = scopes.fresh("p", em.index)
     task_scope = scopes.push("task", {task_var})
     idx: list[k.Expr | None] = [None] * tv.ndim
-    rest = index_op("floordiv", task_var, bands)
+    first_row, first_column = scopes.fresh("r", em.index), scopes.fresh("c", em.index)
+    scopes.emit(k.Let(first_column, index_op("mul", index_op("remainder", task_var, tiles), tile)))
+    band = index_op("floordiv", task_var, tiles)
+    scopes.emit(k.Let(first_row, index_op("mul", index_op("remainder", band, bands), tile)))
+    rest = index_op("floordiv", band, bands)
     for n, axis in enumerate(reversed(outer)):  # decompose the task index, innermost axis first
         position = scopes.fresh("i", em.index)
         scopes.emit(k.Let(position, rest if n == len(outer) - 1 else index_op("remainder", rest, extents[axis])))
         task_scope.iteration |= set() if tv.visible[axis].is_broadcast else {position}
         idx[axis] = position
         rest = index_op("floordiv", rest, extents[axis])
-    first_row = scopes.fresh("r", em.index)
-    scopes.emit(k.Let(first_row, index_op("mul", index_op("remainder", task_var, bands), tile)))
-    column_tile = scopes.fresh("t", em.index)
-    scopes.push("element", {column_tile})
-    first_column = scopes.fresh("c", em.index)
-    scopes.emit(k.Let(first_column, index_op("mul", column_tile, tile)))
     row, column = scopes.fresh("i", em.index), scopes.fresh("j", em.index)
     scopes.push("element", {row}).iteration |= set() if tv.visible[row_axis].is_broadcast else {row}
     scopes.push("element", {column}).iteration |= set() if tv.visible[column_axis].is_broadcast else {column}
@@ -56,12 +55,9 @@ def tile_task(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, loops: Sche
     columns = k.For(column, first_column, _span(em, first_column, tile, extents[column_axis]),
                     tuple(scopes.pop().stmts), vectorize=True)
     scopes.emit(columns)
-    rows = k.For(row, first_row, _span(em, first_row, tile, extents[row_axis]), tuple(scopes.pop().stmts))
-    scopes.emit(rows)
-    tiles = k.For(column_tile, em.zero, _ceildiv(em, extents[column_axis], tile), tuple(scopes.pop().stmts))
-    scopes.emit(tiles)
-    end = bands
+    scopes.emit(k.For(row, first_row, _span(em, first_row, tile, extents[row_axis]), tuple(scopes.pop().stmts)))
+    end = index_op("mul", bands, tiles)
     for axis in outer:
         end = index_op("mul", end, extents[axis])
     return k.Task(name, "range_for", tuple(scopes.pop().stmts), task_var, em.zero, end,
-                  work=index_op("mul", tile, extents[column_axis]))
+                  work=index_op("mul", tile, tile))

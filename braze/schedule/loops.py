@@ -10,9 +10,9 @@ Column strips (CPU outer reductions and normalizations, `schedule_strips`) `spli
 axis into strips: the strip index is merged into the parallel dimension, the axes a task walks
 whole stay serial loops, and the strip's columns are the vectorized loop.
 
-Tiles (CPU transposes, `schedule_tiles`) `split` the two innermost axes into TILE x TILE tiles: a
-task owns a band of TILE rows and walks its tiles one after another, so what a transposed read
-touches of a tile stays in L1 while the tile's rows are written.
+Tiles (CPU transposes, `schedule_tiles`) `split` the two innermost axes into TILE x TILE tiles, one
+per task index, so what a transposed read touches of a tile stays in L1 while the tile's rows are
+written.
 """
 
 from __future__ import annotations
@@ -133,8 +133,8 @@ def schedule_strips(tv: TensorView, loop_order: tuple[int, ...], serial: int) ->
 
 
 def schedule_tiles(tv: TensorView, loop_order: tuple[int, ...]) -> ScheduledLoops:
-    """Tiles: the two innermost axes of `loop_order` split by TILE; the row tiles join the parallel
-    dimension (merged with the outer axes), and each task walks its column tiles, the rows of a tile,
+    """Tiles: the two innermost axes of `loop_order` split by TILE; the row and column tiles join the
+    parallel dimension (merged with the outer axes), and each task index walks the rows of its tile,
     and the tile's columns as the vectorized loop."""
     roots = tuple(d.clone() for d in tv.visible)
     positions = {axis: n for n, axis in enumerate(loop_order)}
@@ -142,14 +142,14 @@ def schedule_tiles(tv: TensorView, loop_order: tuple[int, ...]) -> ScheduledLoop
     loop = [roots[axis] for axis in loop_order]
     rows, columns = split(loop[-2], TILE), split(loop[-1], TILE)
     transforms += [rows, columns]
-    parallel = loop[:-2] + [rows.outer]
+    parallel = loop[:-2] + [rows.outer, columns.outer]
     while len(parallel) > 1:
         merged = merge(parallel[0], parallel[1])
         transforms.append(merged)
         parallel[:2] = [merged.out]
     parallel[0].parallelize(ParallelType.GRID_X)
     columns.inner.parallelize(ParallelType.VECTORIZE)
-    domain = (parallel[0], columns.outer, rows.inner, columns.inner)
+    domain = (parallel[0], rows.inner, columns.inner)
     return ScheduledLoops(roots, domain, tuple(transforms), tile=TILE)
 
 

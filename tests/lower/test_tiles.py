@@ -27,7 +27,7 @@ def test_a_transposed_read_takes_tiles_on_the_cpu_only():
     f = _transposed_add()
     plan = schedule.plan(f, set(), cpu=True)
     assert [h.scheduler for h in plan.heuristics] == ["transpose"]
-    assert plan.loops[0].text() == f"[tiles(i0, {TILE}){{blockIdx.x}}, tiles(i1, {TILE}), tile(i0, {TILE}), " \
+    assert plan.loops[0].text() == f"[merge(tiles(i0, {TILE}), tiles(i1, {TILE})){{blockIdx.x}}, tile(i0, {TILE}), " \
                                    f"tile(i1, {TILE}){{vectorize}}]"
     assert [h.scheduler for h in schedule.plan(f, set(), gpu=True).heuristics] == ["pointwise"]
 
