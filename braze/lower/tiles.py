@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from braze.ir.tensor import TensorView
 from braze.kir import nodes as k
+from braze.lower.strips import decompose_task_index
 from braze.lower.values import ValueEmitter, cast, index_op
 
 if TYPE_CHECKING:
@@ -40,13 +41,7 @@ def tile_task(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, loops: Sche
     scopes.emit(k.Let(first_column, index_op("mul", index_op("remainder", task_var, tiles), tile)))
     band = index_op("floordiv", task_var, tiles)
     scopes.emit(k.Let(first_row, index_op("mul", index_op("remainder", band, bands), tile)))
-    rest = index_op("floordiv", band, bands)
-    for n, axis in enumerate(reversed(outer)):  # decompose the task index, innermost axis first
-        position = scopes.fresh("i", em.index)
-        scopes.emit(k.Let(position, rest if n == len(outer) - 1 else index_op("remainder", rest, extents[axis])))
-        task_scope.iteration |= set() if tv.visible[axis].is_broadcast else {position}
-        idx[axis] = position
-        rest = index_op("floordiv", rest, extents[axis])
+    decompose_task_index(em, tv, task_scope, index_op("floordiv", band, bands), outer, idx)
     row, column = scopes.fresh("i", em.index), scopes.fresh("j", em.index)
     scopes.push("element", {row}).iteration |= set() if tv.visible[row_axis].is_broadcast else {row}
     scopes.push("element", {column}).iteration |= set() if tv.visible[column_axis].is_broadcast else {column}

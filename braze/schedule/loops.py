@@ -112,6 +112,16 @@ def strip_width(columns: Scalar) -> Scalar:
     return smin(STRIP_CAPACITY, smax(STRIP_VECTOR, ceildiv(columns, STRIP_VECTOR) * STRIP_VECTOR))
 
 
+def _parallel(dims: list[IterDomain], transforms: list) -> IterDomain:
+    """`dims` merged (outer first) into the task's parallel dimension; the merges join `transforms`."""
+    while len(dims) > 1:
+        merged = merge(dims[0], dims[1])
+        transforms.append(merged)
+        dims = [merged.out, *dims[2:]]
+    dims[0].parallelize(ParallelType.GRID_X)
+    return dims[0]
+
+
 def schedule_strips(tv: TensorView, loop_order: tuple[int, ...], serial: int) -> ScheduledLoops:
     """Column strips: `loop_order` ends with the `serial` axes each task walks whole and then the
     innermost axis, which is split into strips; the strip index joins the parallel dimension."""
@@ -121,14 +131,9 @@ def schedule_strips(tv: TensorView, loop_order: tuple[int, ...], serial: int) ->
     loop = [roots[axis] for axis in loop_order]
     strips = split(loop[-1], strip_width(loop[-1].extent))
     transforms.append(strips)
-    parallel = loop[: len(loop) - 1 - serial] + [strips.outer]
-    while len(parallel) > 1:
-        merged = merge(parallel[0], parallel[1])
-        transforms.append(merged)
-        parallel[:2] = [merged.out]
-    parallel[0].parallelize(ParallelType.GRID_X)
+    parallel = _parallel(loop[: len(loop) - 1 - serial] + [strips.outer], transforms)
     strips.inner.parallelize(ParallelType.VECTORIZE)
-    domain = (parallel[0], *loop[len(loop) - 1 - serial: -1], strips.inner)
+    domain = (parallel, *loop[len(loop) - 1 - serial: -1], strips.inner)
     return ScheduledLoops(roots, domain, tuple(transforms), STRIP_CAPACITY)
 
 
@@ -142,14 +147,9 @@ def schedule_tiles(tv: TensorView, loop_order: tuple[int, ...]) -> ScheduledLoop
     loop = [roots[axis] for axis in loop_order]
     rows, columns = split(loop[-2], TILE), split(loop[-1], TILE)
     transforms += [rows, columns]
-    parallel = loop[:-2] + [rows.outer, columns.outer]
-    while len(parallel) > 1:
-        merged = merge(parallel[0], parallel[1])
-        transforms.append(merged)
-        parallel[:2] = [merged.out]
-    parallel[0].parallelize(ParallelType.GRID_X)
+    parallel = _parallel(loop[:-2] + [rows.outer, columns.outer], transforms)
     columns.inner.parallelize(ParallelType.VECTORIZE)
-    domain = (parallel[0], rows.inner, columns.inner)
+    domain = (parallel, rows.inner, columns.inner)
     return ScheduledLoops(roots, domain, tuple(transforms), tile=TILE)
 
 
