@@ -1,8 +1,9 @@
 """Tiles (the CPU's transposes): a pointwise task that reads a tensor transposed walks its output in
 TILE x TILE tiles, one per task index (the outer axes, then the band of TILE rows, then the tile
 along the band, so a thread's consecutive indices walk a band left to right); in each tile, the
-rows, and each row's columns as the vectorized loop. Row by row, `x + y.T` would read y down a whole column per output row, a cache
-line per element; within a tile the lines it reads stay in L1 for the tile's other rows.
+rows, and each row's columns as the vectorized loop. Row by row, `x + y.T` would read y down a whole
+column per output row, a cache line per element; within a tile the lines it reads stay in L1 for
+the tile's other rows.
 """
 
 from __future__ import annotations

@@ -20,7 +20,6 @@ from braze import dtypes as dt
 from braze.kir import nodes as k
 from braze.passes.simplify import _BODY_FIELDS, _COMPOUND, _replace, _subexpressions, _walk
 
-
 LOCAL_ROW = 8192  # elements of the local row: 32 KiB of float32 on the task's stack
 
 
@@ -91,7 +90,8 @@ def _match(block: tuple[k.Stmt, ...], r_at: int, out_at: int) -> _Match | None:
             or sum(i == loop.var for i in store.indices) != 1 or any(
                 loop.var in set(_subexpressions(i)) for i in store.indices if i != loop.var):
         return None
-    if not all(isinstance(s, k.Let) for s in block[r_at + 1:out_at]) or update.var in set(_subexpressions(found.element)):
+    if not all(isinstance(s, k.Let) for s in block[r_at + 1:out_at]) \
+            or update.var in set(_subexpressions(found.element)):
         return None  # what the element reads must not change before the output loop reads it again
     if found.again not in set(_subexpressions(store.value)) or _reads(block, store.param) \
             or _stores_to(block[:out_at], store.param):
@@ -122,7 +122,8 @@ def _from_begin(loop: k.For, index: k.Expr) -> k.Expr:
     return index if isinstance(begin, k.Const) and begin.value == 0 else k.Binary("sub", index, begin, loop.var.dtype)
 
 
-def _rewrite_local(block: tuple[k.Stmt, ...], r_at: int, out_at: int, found: _Match, fresh) -> tuple[k.Stmt, ...] | None:
+def _rewrite_local(block: tuple[k.Stmt, ...], r_at: int, out_at: int, found: _Match,
+                   fresh) -> tuple[k.Stmt, ...] | None:
     """An output narrower than the element (bfloat16 softmax, its exps in float32) cannot hold it: a
     row of up to LOCAL_ROW elements is cached in a local array instead; a longer one computes its
     elements twice, as before."""
@@ -150,8 +151,11 @@ def _cache_block(block: tuple[k.Stmt, ...], fresh, settled: set[int]) -> tuple[k
                 if rewritten is not None:
                     settled.update(id(s) for s in rewritten if isinstance(s, k.If) and s not in block)
                     return _cache_block(rewritten, fresh, settled)
-    return tuple(dataclasses.replace(s, **{f: _cache_block(getattr(s, f), fresh, settled) for f in _BODY_FIELDS[type(s)]})
-                 if type(s) in _BODY_FIELDS and id(s) not in settled else s for s in block)
+    def inner(s: k.Stmt) -> k.Stmt:
+        if type(s) not in _BODY_FIELDS or id(s) in settled:
+            return s
+        return dataclasses.replace(s, **{f: _cache_block(getattr(s, f), fresh, settled) for f in _BODY_FIELDS[type(s)]})
+    return tuple(inner(s) for s in block)
 
 
 def cache_rows_in_outputs(kernel: k.Kernel) -> k.Kernel:

@@ -109,7 +109,8 @@ def heuristics_for(tv: TensorView, gpu: bool = False, cpu: bool = False) -> Heur
 
     On the CPU (`cpu`), a reduction or normalization that keeps the innermost axis takes column
     strips: the innermost axis stays innermost (unit stride, vectorized) and the reduced axes are
-    walked inside each task, instead of being the inner loop with a stride."""
+    walked inside each task, instead of being the inner loop with a stride. A pointwise task that reads
+    a tensor transposed takes tiles there (`loops.schedule_tiles`)."""
     cone = _cone(tv)
     if not any(_is_reduction(t) for t in cone):
         scheduler = "pointwise"

@@ -35,7 +35,8 @@ def regroupings(draw):
             factors += [("part", (axis, outer)), ("part", (axis, n // outer))]
         else:
             factors.append(("axis", axis))
-    cuts = sorted(draw(st.sets(st.integers(1, len(factors) - 1), max_size=len(factors) - 1))) if len(factors) > 1 else []
+    cuts = sorted(draw(st.sets(st.integers(1, len(factors) - 1), max_size=len(factors) - 1))) \
+        if len(factors) > 1 else []
     groups = [factors[a:b] for a, b in zip([0] + cuts, cuts + [len(factors)])]
     inferred = draw(st.integers(-1, len(groups) - 1))
     return shape, symbolic, groups, inferred
