@@ -323,15 +323,29 @@ BINARY_RULES = {
 }
 
 
+def freeze(cg: TaskEmitter, value: ir.Value) -> ir.Value:
+    """`freeze value` (llvmlite's builder has no method for it): the same value, as no operand here is
+    poison, but one InstCombine cannot fold the instruction that uses it into."""
+    frozen = ir.Instruction(cg.b.block, value.type, "freeze", [value])
+    cg.b._insert(frozen)
+    return frozen
+
+
 def _reassociating(method: str, intrinsic_name: str | None = None):
     """A reduction's combine: floats may be reassociated (and the sign of zero ignored), so LLVM can
-    vectorize the loop; integers and bools combine as usual."""
+    vectorize the loop; integers and bools combine as usual.
+
+    The element of a max or min is frozen: InstCombine turns `maximum(acc, select(mask, x, -inf))`
+    (a masked row max) into `select(mask, maximum(acc, x), acc)`, a conditional update that LLVM's
+    loop vectorizer does not take for max and min, so the row loop would stay scalar."""
     def rule(cg, a, dts, out, attrs):
+        if method in ("maximum", "minimum"):
+            a = [a[0], freeze(cg, a[1])]
         if not dts[0].is_floating:
             return BINARY_RULES[{"fadd": "add", "fmul": "mul"}.get(method, method)](cg, a, dts, out, attrs)
         if intrinsic_name:
-            call = cg.b.call(callee(cg, f"llvm.{intrinsic_name}.{_suffix(a[0].type)}", a[0].type, [a[0].type] * 2), a)
-            return call
+            return cg.b.call(callee(cg, f"llvm.{intrinsic_name}.{_suffix(a[0].type)}", a[0].type, [a[0].type] * 2), a,
+                             fastmath=("nsz",))
         return getattr(cg.b, method)(a[0], a[1], flags=("reassoc", "nsz", *cg.fast_flags))
     return rule
 

@@ -19,6 +19,7 @@ from braze.kir.params import KernelParams, equal_extents
 from braze.lower import random as _random  # noqa: F401  (registers rand/randn)
 from braze.lower.scope import ScopeStack
 from braze.lower.strips import strip_task
+from braze.lower.tiles import tile_task
 from braze.lower.values import INDEX, ValueEmitter, cast, index_op
 
 if TYPE_CHECKING:
@@ -43,6 +44,8 @@ def _task_for(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, loops: Sche
     scheduler made it one."""
     if loops.strip is not None:
         return strip_task(em, tv, param, loops, name)
+    if loops.tile:
+        return tile_task(em, tv, param, loops, name)
     scopes = em.scopes
     extents = em.shape(tv)
     order = loops.loop_order

@@ -24,7 +24,7 @@ from braze.dtypes import DType
 from braze.ir.tensor import TensorView
 from braze.kir import nodes as k
 from braze.lower.reductions import _FOLDS
-from braze.lower.scope import free_vars
+from braze.lower.scope import Scope, free_vars
 from braze.lower.values import ValueEmitter, cast, index_op
 from braze.ops.reductions import _accumulator
 
@@ -267,6 +267,19 @@ def _row_loops(em: ValueEmitter, tv: TensorView, idx: tuple[k.Expr, ...], row: C
     nest(0)
 
 
+def decompose_task_index(em: ValueEmitter, tv: TensorView, task_scope: Scope, rest: k.Expr, axes: list[int],
+                         idx: list) -> None:
+    """Lets of the indices of `axes` (outer first) that the task index's part `rest` enumerates, into
+    `idx`: the innermost axis varies fastest."""
+    extents = em.shape(tv)
+    for n, axis in enumerate(reversed(axes)):
+        position = em.scopes.fresh("i", em.index)
+        em.scopes.emit(k.Let(position, rest if n == len(axes) - 1 else index_op("remainder", rest, extents[axis])))
+        task_scope.iteration |= set() if tv.visible[axis].is_broadcast else {position}
+        idx[axis] = position
+        rest = index_op("floordiv", rest, extents[axis])
+
+
 def strip_task(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, loops: ScheduledLoops, name: str) -> k.Task:
     """The task writing `tv` by column strips: task index = (parallel axes, strip); inside, the serial
     axes (a normalization's reduced ones) as loops, and the strip's columns as the vectorized loop."""
@@ -279,12 +292,7 @@ def strip_task(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, loops: Sch
     task_scope = scopes.push("task", {task_var})
     idx: list[k.Expr | None] = [None] * tv.ndim
     rest = index_op("floordiv", task_var, strips)
-    for n, axis in enumerate(reversed(outer)):  # decompose the task index, innermost axis first
-        position = scopes.fresh("i", em.index)
-        scopes.emit(k.Let(position, rest if n == len(outer) - 1 else index_op("remainder", rest, extents[axis])))
-        task_scope.iteration |= set() if tv.visible[axis].is_broadcast else {position}
-        idx[axis] = position
-        rest = index_op("floordiv", rest, extents[axis])
+    decompose_task_index(em, tv, task_scope, rest, outer, idx)
     widest_var = scopes.fresh("strip", em.index)
     scopes.emit(k.Let(widest_var, widest))
     first, width = scopes.fresh("c", em.index), scopes.fresh("w", em.index)

@@ -15,6 +15,7 @@ from braze import dtypes as dt
 from braze.ir.scalar import Scalar
 from braze.ir.tensor import TensorView
 from braze.kir import nodes as k
+from braze.lower import radix
 from braze.lower.exprs import cast, index_op
 from braze.lower.reductions import emit_reduction
 from braze.lower.scope import ScopeStack
@@ -211,7 +212,32 @@ def _reshape(em: ValueEmitter, tv, idx):
     if id(inp) in em.params.dense and isinstance(source, k.ArrayParam) and source.static_stride(inp.ndim - 1) == 1:
         # A dense input whose last stride is 1: the element sits at its flat index.
         return k.Load(source, (em.zero,) * (inp.ndim - 1) + (flat,))
-    return em.value(inp, _delinear(em, flat, em.shape(inp)))
+    return em.value(inp, _reshape_source(em, tv, idx, flat))
+
+
+def _reshape_source(em: ValueEmitter, tv, idx, flat: k.Expr) -> tuple[k.Expr, ...]:
+    """The input index of reshape `tv` at output index `idx` (flat index `flat`): split digit by digit
+    where the extents line up (radix.py), else by dividing the flat index."""
+    inp = tv.definition.inputs[0]
+    shape = tuple(em.shape(inp))
+    found = em.split_of.get((flat, shape))
+    if found is not None:
+        return found
+    split = radix.split(idx, [d.extent for d in tv.visible], [d.extent for d in inp.visible],
+                        lambda m: _monomial_expr(em, m), em.zero)
+    if split is None:
+        return _delinear(em, flat, list(shape))
+    em.split_of[(flat, shape)] = split
+    em.flat_of[(split, shape)] = flat
+    return split
+
+
+def _monomial_expr(em: ValueEmitter, m: radix.Monomial) -> k.Expr:
+    total = em.const(m.coef)
+    for factor, power in sorted(m.factors, key=str):
+        for _ in range(power):
+            total = index_op("mul", total, em.extent(factor))
+    return total
 
 
 def _slice(em: ValueEmitter, tv, idx):

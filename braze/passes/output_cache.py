@@ -6,6 +6,9 @@ After this pass the sum loop also stores each exp into the output row (the row i
 when the output loop reads it back), so each exp is computed once. The stored value has the output's
 dtype, so reading it back gives the same bits, and the output loop overwrites every element it
 stored. For the CPU only: a GPU row loop is split across lanes that would read each other's stores.
+
+An output narrower than the value (a bfloat16 softmax computes its exps in float32) cannot hold it
+without rounding: rows up to LOCAL_ROW elements keep their values in a local array instead.
 """
 
 from __future__ import annotations
@@ -13,8 +16,11 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
+from braze import dtypes as dt
 from braze.kir import nodes as k
 from braze.passes.simplify import _BODY_FIELDS, _COMPOUND, _replace, _subexpressions, _walk
+
+LOCAL_ROW = 8192  # elements of the local row: 32 KiB of float32 on the task's stack
 
 
 def _reads(stmts, param: k.ArrayParam) -> bool:
@@ -47,36 +53,95 @@ def _reduction_loop(s: k.Stmt) -> tuple[k.For, k.Assign] | None:
     return None
 
 
-def _rewrite(block: tuple[k.Stmt, ...], r_at: int, out_at: int, fresh) -> tuple[k.Stmt, ...] | None:
-    """The block with block[r_at]'s element stored into block[out_at]'s output, or None."""
+@dataclasses.dataclass(frozen=True)
+class _Match:
+    """A reduction loop whose per-element value `element` the output loop computes again (`again`)."""
+
+    reduction: k.For
+    update: k.Assign
+    loop: k.For
+    store: k.Store
+
+    @property
+    def element(self) -> k.Expr:
+        return self.update.value.b
+
+    @property
+    def again(self) -> k.Expr:
+        return _replace(self.element, self.reduction.var, self.loop.var)
+
+    def reduction_storing(self, value: k.Var, store: k.Stmt) -> k.For:
+        """The reduction loop computing its element into `value`, stored by `store` and then folded."""
+        update = dataclasses.replace(self.update, value=dataclasses.replace(self.update.value, b=value))
+        return dataclasses.replace(self.reduction, body=(k.Let(value, self.element), store, update))
+
+    def loop_reading(self, cached: k.Expr) -> k.For:
+        """The output loop with its recomputed element replaced by `cached`."""
+        return dataclasses.replace(self.loop, body=(dataclasses.replace(
+            self.store, value=_replace(self.store.value, self.again, cached)),))
+
+
+def _match(block: tuple[k.Stmt, ...], r_at: int, out_at: int) -> _Match | None:
     reduction, update = _reduction_loop(block[r_at])
     loop, store = _output_loop(block[out_at])
-    element = update.value.b
+    found = _Match(reduction, update, loop, store)
     if (reduction.begin, reduction.end, reduction.step) != (loop.begin, loop.end, loop.step) \
-            or not isinstance(element, _COMPOUND) or element.dtype != store.param.dtype \
+            or not isinstance(found.element, _COMPOUND) \
             or sum(i == loop.var for i in store.indices) != 1 or any(
                 loop.var in set(_subexpressions(i)) for i in store.indices if i != loop.var):
         return None
-    if not all(isinstance(s, k.Let) for s in block[r_at + 1:out_at]) or update.var in set(_subexpressions(element)):
+    if not all(isinstance(s, k.Let) for s in block[r_at + 1:out_at]) \
+            or update.var in set(_subexpressions(found.element)):
         return None  # what the element reads must not change before the output loop reads it again
-    again = _replace(element, reduction.var, loop.var)
-    if again not in set(_subexpressions(store.value)) or _reads(block, store.param) \
+    if found.again not in set(_subexpressions(store.value)) or _reads(block, store.param) \
             or _stores_to(block[:out_at], store.param):
         return None
     defined_later = {s.var for s in block[r_at:out_at] if isinstance(s, k.Let)}
     if any(isinstance(e, k.Var) and e in defined_later for i in store.indices for e in _subexpressions(i)):
         return None  # the reduction loop could not compute the output's index
-    value = k.Var(fresh(), element.dtype)
-    row_index = tuple(reduction.var if i == loop.var else i for i in store.indices)
-    body = (k.Let(value, element), k.Store(store.param, row_index, value),
-            dataclasses.replace(update, value=dataclasses.replace(update.value, b=value)))
-    cached = k.Load(store.param, store.indices)
-    new_store = dataclasses.replace(store, value=_replace(store.value, again, cached))
-    return (*block[:r_at], dataclasses.replace(reduction, body=body), *block[r_at + 1:out_at],
-            dataclasses.replace(loop, body=(new_store,)), *block[out_at + 1:])
+    return found
 
 
-def _cache_block(block: tuple[k.Stmt, ...], fresh) -> tuple[k.Stmt, ...]:
+def _rewrite(block: tuple[k.Stmt, ...], r_at: int, out_at: int, fresh) -> tuple[k.Stmt, ...] | None:
+    """The block with block[r_at]'s element stored into block[out_at]'s output (or a local row, see
+    `_rewrite_local`), or None."""
+    found = _match(block, r_at, out_at)
+    if found is None:
+        return None
+    if found.element.dtype != found.store.param.dtype:
+        return _rewrite_local(block, r_at, out_at, found, fresh)
+    value = k.Var(fresh(), found.element.dtype)
+    row_index = tuple(found.reduction.var if i == found.loop.var else i for i in found.store.indices)
+    return (*block[:r_at], found.reduction_storing(value, k.Store(found.store.param, row_index, value)),
+            *block[r_at + 1:out_at], found.loop_reading(k.Load(found.store.param, found.store.indices)),
+            *block[out_at + 1:])
+
+
+def _from_begin(loop: k.For, index: k.Expr) -> k.Expr:
+    begin = loop.begin
+    return index if isinstance(begin, k.Const) and begin.value == 0 else k.Binary("sub", index, begin, loop.var.dtype)
+
+
+def _rewrite_local(block: tuple[k.Stmt, ...], r_at: int, out_at: int, found: _Match,
+                   fresh) -> tuple[k.Stmt, ...] | None:
+    """An output narrower than the element (bfloat16 softmax, its exps in float32) cannot hold it: a
+    row of up to LOCAL_ROW elements is cached in a local array instead; a longer one computes its
+    elements twice, as before."""
+    if r_at + 1 != out_at:
+        return None
+    loop = found.loop
+    value, row = k.Var(fresh(), found.element.dtype), k.Var(fresh(), found.element.dtype)
+    fits = k.Binary("le", _from_begin(loop, loop.end), k.Const(LOCAL_ROW, loop.var.dtype), dt.bool_)
+    offset = _from_begin(loop, found.reduction.var)
+    cached = k.LoadLocal(row, _from_begin(loop, loop.var), found.element.dtype)
+    fast = (found.reduction_storing(value, k.StoreLocal(row, offset, value)), found.loop_reading(cached))
+    return (*block[:r_at], k.Alloc(row, found.element.dtype, LOCAL_ROW),
+            k.If(fits, fast, block[r_at:out_at + 1]), *block[out_at + 1:])
+
+
+def _cache_block(block: tuple[k.Stmt, ...], fresh, settled: set[int]) -> tuple[k.Stmt, ...]:
+    """`block` rewritten; `settled`: the ids of statements made here, never rewritten again (a local
+    row's fallback keeps the loops it caches)."""
     for r_at, s in enumerate(block):
         if _reduction_loop(s) is None:
             continue
@@ -84,9 +149,13 @@ def _cache_block(block: tuple[k.Stmt, ...], fresh) -> tuple[k.Stmt, ...]:
             if _output_loop(block[out_at]) is not None:
                 rewritten = _rewrite(block, r_at, out_at, fresh)
                 if rewritten is not None:
-                    return _cache_block(rewritten, fresh)
-    return tuple(dataclasses.replace(s, **{f: _cache_block(getattr(s, f), fresh) for f in _BODY_FIELDS[type(s)]})
-                 if type(s) in _BODY_FIELDS else s for s in block)
+                    settled.update(id(s) for s in rewritten if isinstance(s, k.If) and s not in block)
+                    return _cache_block(rewritten, fresh, settled)
+    def inner(s: k.Stmt) -> k.Stmt:
+        if type(s) not in _BODY_FIELDS or id(s) in settled:
+            return s
+        return dataclasses.replace(s, **{f: _cache_block(getattr(s, f), fresh, settled) for f in _BODY_FIELDS[type(s)]})
+    return tuple(inner(s) for s in block)
 
 
 def cache_rows_in_outputs(kernel: k.Kernel) -> k.Kernel:
@@ -99,5 +168,5 @@ def cache_rows_in_outputs(kernel: k.Kernel) -> k.Kernel:
         taken.add(name)
         return name
 
-    return dataclasses.replace(kernel, tasks=tuple(dataclasses.replace(t, body=_cache_block(t.body, fresh))
+    return dataclasses.replace(kernel, tasks=tuple(dataclasses.replace(t, body=_cache_block(t.body, fresh, set()))
                                                    for t in kernel.tasks))

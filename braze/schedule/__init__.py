@@ -3,7 +3,8 @@ applied as transforms to a loop domain of its own (`loops.py`).
 
 On the CPU, outer reductions and normalizations (those whose innermost axis is kept) take column
 strips instead (`loops.schedule_strips`): a task owns a strip of the innermost axis and walks the
-reduced (or normalized) axes with unit-stride loops over the strip inside.
+reduced (or normalized) axes with unit-stride loops over the strip inside. Pointwise tasks that read
+a tensor transposed (`x + y.T`) take tiles (`loops.schedule_tiles`).
 
 The plan starts with one task per fusion output. The lowering reports a reduction that would
 be recomputed per output element (`NeedsCut`); the engine then adds it to `cuts`, and the plan
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from braze.ir.fusion import AliasKind, FusionGraph
 from braze.ir.tensor import TensorView
 from braze.ops.table import lookup
-from braze.schedule.loops import ScheduledLoops, schedule_loops, schedule_strips
+from braze.schedule.loops import ScheduledLoops, schedule_loops, schedule_strips, schedule_tiles
 
 # Ops through which a dimension keeps its position (so a broadcast dimension can be traced).
 _POSITIONAL = {"elementwise", "cast"}
@@ -30,7 +31,7 @@ STRIP_REDUCTIONS = frozenset({"sum", "prod", "max", "min", "mean", "var", "any",
 class Heuristics:
     """The frozen decisions for one task: its scheduler and its loop order (outer to inner)."""
 
-    scheduler: str  # pointwise, reduction or normalization; outer_reduction, outer_normalization (CPU)
+    scheduler: str  # pointwise, reduction or normalization; outer_reduction, outer_normalization, transpose (CPU)
     loop_order: tuple[int, ...]
     # Whether the innermost axis is a loop inside each task index (else every axis is merged into
     # the task's range): see `heuristics_for`.
@@ -108,7 +109,8 @@ def heuristics_for(tv: TensorView, gpu: bool = False, cpu: bool = False) -> Heur
 
     On the CPU (`cpu`), a reduction or normalization that keeps the innermost axis takes column
     strips: the innermost axis stays innermost (unit stride, vectorized) and the reduced axes are
-    walked inside each task, instead of being the inner loop with a stride."""
+    walked inside each task, instead of being the inner loop with a stride. A pointwise task that reads
+    a tensor transposed takes tiles there (`loops.schedule_tiles`)."""
     cone = _cone(tv)
     if not any(_is_reduction(t) for t in cone):
         scheduler = "pointwise"
@@ -119,12 +121,21 @@ def heuristics_for(tv: TensorView, gpu: bool = False, cpu: bool = False) -> Heur
     if tv.stride_order is not None:
         order = tuple(sorted(range(tv.ndim), key=lambda i: -tv.stride_order[i]))
         return Heuristics(scheduler, order, vectorize)
+    if cpu and scheduler == "pointwise" and tv.ndim >= 2 and _reads_transposed(cone):
+        return Heuristics("transpose", tuple(range(tv.ndim)), vectorize)
     if cpu and _takes_strips(tv, scheduler, inner):
         serial = tuple(sorted(inner))
         rest = tuple(i for i in range(tv.ndim - 1) if i not in inner)
         return Heuristics(f"outer_{scheduler}", rest + serial + (tv.ndim - 1,), vectorize, serial)
     order = tuple(i for i in range(tv.ndim) if i not in inner) + tuple(sorted(inner))
     return Heuristics(scheduler, order, vectorize)
+
+
+def _reads_transposed(cone: list[TensorView]) -> bool:
+    """Whether a permute of the cone moves its input's innermost axis away from the innermost: row by
+    row, the task would then read that input down its columns."""
+    return any(t.definition is not None and t.definition.op == "permute"
+               and t.definition.attrs["dims"][-1] != t.definition.inputs[0].ndim - 1 for t in cone)
 
 
 def _takes_strips(tv: TensorView, scheduler: str, inner: set[int]) -> bool:
@@ -151,6 +162,8 @@ def _keeps_innermost(reduction: TensorView) -> bool:
 def _loops_for(tv: TensorView, h: Heuristics) -> ScheduledLoops:
     if h.scheduler.startswith("outer_"):
         return schedule_strips(tv, h.loop_order, len(h.serial))
+    if h.scheduler == "transpose":
+        return schedule_tiles(tv, h.loop_order)
     return schedule_loops(tv, h.loop_order, h.vectorize)
 
 
