@@ -15,9 +15,9 @@ import time
 
 import braze as bz
 from braze import config
-from braze.bench.cases import selected
-from braze.bench.check import Prepared
-from braze.bench.suite import torch_inputs
+from braze.cli.bench.cases import selected
+from braze.cli.bench.check import Prepared
+from braze.cli.bench.suite import torch_inputs
 
 
 def profile(case, mode: str, checked: bool) -> str:

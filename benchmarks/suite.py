@@ -1,4 +1,4 @@
-"""The fusion suite (braze/bench/suite.py, also `braze bench`), writing to benchmarks/results/.
+"""The fusion suite (braze/cli/bench/suite.py, also `braze bench`), writing to benchmarks/results/.
 
     python benchmarks/suite.py [--quick] [--cases a,b] [--out PATH]    # the GPU suite
     python benchmarks/suite.py --cpu [--quick] [--cases a,b]           # the llvm backend against NumPy
@@ -7,7 +7,7 @@
 import sys
 from pathlib import Path
 
-from braze.bench.suite import main
+from braze.cli.bench.suite import main
 
 if __name__ == "__main__":
     sys.exit(main(results=Path(__file__).parent / "results"))

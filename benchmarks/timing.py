@@ -1,5 +1,5 @@
-"""Timing shared by the benchmark scripts: braze.bench.timing's medians after a warm-up."""
+"""Timing shared by the benchmark scripts: braze.cli.bench.timing's medians after a warm-up."""
 
-from braze.bench.timing import median_ms
+from braze.cli.bench.timing import median_ms
 
 __all__ = ["median_ms"]

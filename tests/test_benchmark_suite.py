@@ -1,4 +1,4 @@
-"""The fusion suite (braze/bench/): its CPU section end to end on a few cases, through
+"""The fusion suite (braze/cli/bench/): its CPU section end to end on a few cases, through
 benchmarks/suite.py and through `braze bench` (subprocesses, as `make gpu-bench` and a user run
 them), and how its check reports a wrong or failing result instead of stopping."""
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from braze.bench import check as suite_check
-from braze.bench.cases import CASES
+from braze.cli.bench import check as suite_check
+from braze.cli.bench.cases import CASES
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 

@@ -28,8 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("frontend",),
     ("torch",),  # braze.torch: the torch.compile backend's user-facing module
     ("braze",),
-    ("bench",),  # the fusion suite `braze bench` runs (braze/bench/)
-    ("cli",),  # the `braze` command and the demos it runs (braze/cli/)
+    ("cli",),  # the `braze` command and what it runs: the demos, the fusion suite (braze/cli/)
     ("__main__",),
 )
 RANK = {package: rank for rank, layer in enumerate(LAYERS) for package in layer}

@@ -1,5 +1,5 @@
 """The `braze` command: `braze demo` runs the gallery, `braze info` shows what braze found,
-`braze bench` runs the fusion suite (braze/bench/).
+`braze bench` runs the fusion suite (braze/cli/bench/).
 
 The demos it runs live beside it: `gallery.py` (fusions, checked against NumPy) and `particles.py`
 (a loop-kernel particle step), each with a `_gpu` module for the GPU; `benchmarks/` times them too.
@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
                         "torch and torch.compile on a GPU, or NumPy on the CPU; writes a table, JSON and a plot")
     args, rest = parser.parse_known_args(argv)
     if args.command == "bench":
-        from braze.bench.suite import main as suite
+        from braze.cli.bench.suite import main as suite
 
         return suite(rest, prog="braze bench")
     if rest:

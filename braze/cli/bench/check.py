@@ -1,4 +1,4 @@
-"""What braze/bench/suite.py shares between its GPU and CPU sections: each case's inputs and float64
+"""What braze/cli/bench/suite.py shares between its GPU and CPU sections: each case's inputs and float64
 reference, the check of a result against it (outputs as host arrays with their dtype names), the
 byte count, and the JAX peer."""
 
@@ -12,7 +12,7 @@ import time
 import numpy as np
 
 import braze as bz
-from braze.bench.cases import DROPOUT_P, DROPOUT_SEED, Case
+from braze.cli.bench.cases import DROPOUT_P, DROPOUT_SEED, Case
 
 TOLERANCE = {"float32": 1e-4, "float64": 1e-10, "bfloat16": 2e-2, "float16": 4e-3}  # of the largest |value|
 

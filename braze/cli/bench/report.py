@@ -1,4 +1,4 @@
-"""braze/bench/suite.py's output: the progress line per case, the table, the summary (geometric mean and
+"""braze/cli/bench/suite.py's output: the progress line per case, the table, the summary (geometric mean and
 worst ratio of braze to each peer) and the plot of percent of copy bandwidth per fusion."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""The fusions of braze/bench/suite.py, each written three ways: a braze fusion (the explicit
+"""The fusions of braze/cli/bench/suite.py, each written three ways: a braze fusion (the explicit
 `bz.Fusion` API), array math shared by the float64 reference, NumPy and JAX (`xp` is `numpy` or
-`jax.numpy`), and its inputs. The torch versions are in braze/bench/torch_peers.py.
+`jax.numpy`), and its inputs. The torch versions are in braze/cli/bench/torch_peers.py.
 
 Shapes: "gpu" is LLM-sized, "cpu" smaller for the llvm backend, "quick" small and odd (a smoke test).
 Nothing here imports torch or JAX.

@@ -1,6 +1,6 @@
-"""The torch version of every fusion of braze/bench/cases.py, written as a torch user would (the
+"""The torch version of every fusion of braze/cli/bench/cases.py, written as a torch user would (the
 library's own kernels where it has one: F.layer_norm, F.cross_entropy, aten's backward ops).
-braze/bench/suite.py runs each eagerly and under torch.compile. Each returns a tuple of outputs.
+braze/cli/bench/suite.py runs each eagerly and under torch.compile. Each returns a tuple of outputs.
 Imported only where torch is installed."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from braze.bench.cases import ADAM, ATTENTION_SCALE, BN_MOMENTUM, DROPOUT_P, EPS, GROUPS
+from braze.cli.bench.cases import ADAM, ATTENTION_SCALE, BN_MOMENTUM, DROPOUT_P, EPS, GROUPS
 
 aten = torch.ops.aten
 

@@ -1,4 +1,4 @@
-"""The fusion suite: fusions from real models (braze/bench/cases.py), in float32 and bfloat16 at
+"""The fusion suite: fusions from real models (braze/cli/bench/cases.py), in float32 and bfloat16 at
 LLM-sized shapes, braze against torch eager, torch.compile and JAX (jax.jit) on one GPU, in one run.
 
     braze bench [--quick] [--cases a,b] [--out PATH]    # the GPU suite (the CPU one where there is no GPU)
@@ -11,7 +11,7 @@ data, braze's outputs poisoned first (0xFF bytes: NaN). A wrong result is report
 raises (does not compile, runs out of memory) as FAIL with the exception's first line; the suite goes on.
 
 Bandwidth = bytes that must cross DRAM (each input read once, each output written once) / the median
-time: on the GPU CUDA events after warm-up (braze/bench/timing.py's device_ms), with inputs rotated over
+time: on the GPU CUDA events after warm-up (braze/cli/bench/timing.py's device_ms), with inputs rotated over
 copies where they would fit in L2; JAX, on streams of its own, by wall time over batches of calls.
 The copy bandwidth (a large device-to-device copy, bytes read + written) is measured in the same run.
 Prints a line per case as it goes, then a table; writes JSON (braze-bench/suite-<device>.json under the
@@ -33,10 +33,10 @@ from pathlib import Path
 import numpy as np
 
 from braze import config
-from braze.bench import report
-from braze.bench.cases import DROPOUT_P, Case, selected
-from braze.bench.check import Prepared, failed, host, is_float, jax_module, measure, run_jax
-from braze.bench.timing import median_ms
+from braze.cli.bench import report
+from braze.cli.bench.cases import DROPOUT_P, Case, selected
+from braze.cli.bench.check import Prepared, failed, host, is_float, jax_module, measure, run_jax
+from braze.cli.bench.timing import median_ms
 
 RESULTS = Path("braze-bench")  # under the current folder, unless the caller names another
 ROTATE_L2S = 3  # inputs smaller than this many L2 caches are rotated over copies, so each call reads DRAM
@@ -157,10 +157,10 @@ def gpu_row(p: Prepared, torch, gpu, peer, jax, l2_bytes: int, repeats: int, lau
 def run_gpu(cases: list[Case], mode: str, repeats: int, jax, peers: bool = True, launches: bool = False) -> dict:
     import torch
 
-    from braze.bench import timing as gpu  # CUDA-event timing and the copy ceiling
+    from braze.cli.bench import timing as gpu  # CUDA-event timing and the copy ceiling
 
     try:
-        from braze.bench.torch_peers import PEERS
+        from braze.cli.bench.torch_peers import PEERS
     except Exception as e:  # noqa: BLE001  (the torch versions are a peer: braze's rows still come)
         print(f"torch peers unavailable: {failed(e)['error']}")
         PEERS = {}  # noqa: N806
