@@ -9,6 +9,7 @@ Every test needs an NVIDIA GPU (`make gpu-test`); run just these with
 
 from __future__ import annotations
 
+import os
 import re
 
 import numpy as np
@@ -293,7 +294,10 @@ def test_generated_vector_programs_match_the_cpu():
 
     fuzz = _vector_fuzz()
 
-    @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    # BRAZE_FUZZ_LOOP_EXAMPLES=n runs n programs instead of 25, as the CPU loop fuzzers do.
+    examples = int(os.environ.get("BRAZE_FUZZ_LOOP_EXAMPLES", "25"))
+
+    @settings(max_examples=examples, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(fuzz.programs())
     def check(program):
         arrays, tasks = program
