@@ -18,10 +18,10 @@ from braze import config
 from braze.cli.bench.cases import selected
 from braze.cli.bench.check import Prepared
 from braze.cli.bench.suite import torch_inputs
+from braze.cli.bench.timing import device_ms
 
 
 def profile(case, mode: str, checked: bool) -> str:
-    import gpu  # benchmarks/gpu.py
     import torch
 
     p = Prepared(case, mode)
@@ -30,7 +30,7 @@ def profile(case, mode: str, checked: bool) -> str:
     if checked:  # as the suite does: a first call with poisoned outputs, checked against the reference
         with config.scope(enable="poison_outputs"):
             call()
-    device = gpu.device_ms(call, 20)
+    device = device_ms(call, 20)
     with bz.record(profile=True) as rec:
         call()
     kernels = sum(launch.device_ms for launch in rec.launches)

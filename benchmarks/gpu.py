@@ -26,7 +26,7 @@ import torch
 
 import braze as bz
 from braze import config, engine
-from braze.cli.bench.timing import copy_ceiling_gbps, device_ms, gbps  # noqa: F401  (suite users import them here)
+from braze.cli.bench.timing import copy_ceiling_gbps, device_ms, gbps
 
 sys.path.insert(0, str(Path(__file__).parent))
 from gpu_fusions import layer_norm_fusion, relu_fma_fusion, rms_norm_fusion, softmax_fusion  # noqa: E402
