@@ -1,18 +1,24 @@
 """The launches of a prepared call made by one native function, compiled with llvmlite once per
 process:
 
-    int32 braze_launch_all(const ContextCheck *context, const LaunchEntry *table, int32 count, CUstream stream)
+    int32 braze_launch_all(const ContextCheck *context, const LaunchTables *tables, int32 count, CUstream stream)
 
 first makes the call's CUDA context current unless it already is (`cuCtxGetCurrent` is read on
 every call, not remembered: user code such as `torch.cuda.set_device` changes the current context
 between calls, and the kernels' handles belong to one context; the context it replaced is made
-current again at the end), then calls each entry's `cuLaunchKernel` (its address, taken from the
-driver, is in the entry) with the entry's function handle, grid, block, shared memory and
-parameter array, in order, and returns 0, or `(n << 16) | code` when launch n failed with CUresult
-`code` (the caller raises the error naming it; a context that cannot be made current reads as
-launch 0 failing). One ctypes call from Python then runs every kernel of a fusion: a dozen
-launches cost one crossing into native code instead of a dozen. A prepared call only fills a
-table: nothing is compiled per fusion or per shape.
+current again at the end), then takes the stream's table of launches and calls each entry's
+`cuLaunchKernel` (its address, taken from the driver, is in the entry) with the entry's function
+handle, grid, block, shared memory and parameter array, in order, and returns 0, or
+`(n << 16) | code` when launch n failed with CUresult `code` (the caller raises the error naming
+it; a context that cannot be made current reads as launch 0 failing). One ctypes call from Python
+then runs every kernel of a fusion: a dozen launches cost one crossing into native code instead
+of a dozen. A prepared call only fills a table: nothing is compiled per fusion or per shape.
+
+Most calls have one table for every stream. A call whose kernels take a grid reduction's
+workspace has a table per stream instead (the same launches, their parameters pointing into that
+stream's workspace: runtime/cuda_resources.py), up to STREAM_TABLES of them, looked up by the
+stream; for a stream without one the function launches nothing and returns NEW_STREAM, and the
+caller adds the stream's table and calls again.
 
 A prepared call with pointers to patch also gets `braze_launch_patched`, a CPython builtin
 (host/host_jit.py) over the same loop: `launch(stream, value, ...)` stores each value into the
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import threading
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -47,6 +54,9 @@ LAUNCH_SIGNATURE = ctypes.PYFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_v
 LaunchSpec = tuple[int, int, int, int, int]  # (function handle, grid, block, shared bytes, params address)
 NAME = "braze_launch_all"
 PATCHED_NAME = "braze_launch_patched"
+STREAM_TABLES = 16  # streams with a table of their own a call keeps (beyond: the oldest table goes)
+NEW_STREAM = -2  # the answer of a launch on a stream that has no table yet: nothing was launched
+_NO_STREAM = 2**64 - 1  # a stream slot being rewritten (no CUstream has this handle)
 
 
 class DriverCalls(NamedTuple):
@@ -112,6 +122,62 @@ def entry_type() -> ir.LiteralStructType:
     return ir.LiteralStructType([_CU_LAUNCH.as_pointer(), I8P, I8P, I32, I32, I32, I32])
 
 
+class LaunchTables(ctypes.Structure):
+    """A call's tables of launches: `every` serving any stream, or (where it is NULL) one table a
+    stream, `tables[n]` for `streams[n]`, n < `count`; the same layout as the IR's `%tables`."""
+
+    _fields_ = [("every", ctypes.c_void_p), ("count", ctypes.c_int64),
+                ("streams", ctypes.c_uint64 * STREAM_TABLES), ("tables", ctypes.c_void_p * STREAM_TABLES)]
+
+
+def tables_type() -> ir.LiteralStructType:
+    entry = entry_type().as_pointer()
+    return ir.LiteralStructType([entry, I64, ir.ArrayType(I64, STREAM_TABLES), ir.ArrayType(entry, STREAM_TABLES)])
+
+
+def emit_table_lookup(fn: ir.Function, b: ir.IRBuilder, tables: ir.Value, stream: ir.Value) -> ir.Value:
+    """The table of launches on `stream`: `every`, else the one filed under the stream, else NULL."""
+    field = lambda i: b.gep(tables, [I32(0), I32(i)], inbounds=True)  # noqa: E731
+    every = b.load(field(0), name="every")
+    null = ir.Constant(every.type, None)
+    start = b.block
+    search, test, matched, advance, done = (fn.append_basic_block(name) for name in
+                                            ("search", "test", "matched", "advance", "found"))
+    b.cbranch(b.icmp_unsigned("!=", every, null), done, search)
+    b.position_at_end(search)
+    count = b.load(field(1), name="streams")
+    key = b.ptrtoint(stream, I64)
+    b.branch(test)
+    b.position_at_end(test)
+    n = b.phi(I64, name="slot")
+    n.add_incoming(I64(0), search)
+    within = b.icmp_signed("<", n, count)
+    b.cbranch(within, advance, done)
+    b.position_at_end(advance)
+    same = b.icmp_unsigned("==", b.load(b.gep(field(2), [I32(0), n], inbounds=True)), key)
+    following = b.add(n, I64(1))
+    n.add_incoming(following, advance)
+    b.cbranch(same, matched, test)
+    b.position_at_end(matched)
+    own = b.load(b.gep(field(3), [I32(0), n], inbounds=True), name="own")
+    b.branch(done)
+    b.position_at_end(done)
+    table = b.phi(every.type, name="table")
+    table.add_incoming(every, start)
+    table.add_incoming(null, test)
+    table.add_incoming(own, matched)
+    return table
+
+
+def emit_stream_launches(fn: ir.Function, b: ir.IRBuilder, tables: ir.Value, count: ir.Value, stream: ir.Value,
+                         finish: Callable[[ir.IRBuilder, ir.Value], None]) -> None:
+    """`emit_launch_loop` over the stream's table; `finish(builder, NEW_STREAM)` where it has none."""
+    table = emit_table_lookup(fn, b, tables, stream)
+    with b.if_then(b.icmp_unsigned("==", table, ir.Constant(table.type, None)), likely=False):
+        finish(b, I32(NEW_STREAM))
+    emit_launch_loop(fn, b, table, count, stream, finish)
+
+
 def emit_launch_loop(fn: ir.Function, b: ir.IRBuilder, table: ir.Value, count: ir.Value, stream: ir.Value,
                       finish: Callable[[ir.IRBuilder, ir.Value], None]) -> None:
     """Calls each entry's cuLaunchKernel in order, then `finish(builder, result)` with 0, or with
@@ -143,14 +209,14 @@ def emit_launch_loop(fn: ir.Function, b: ir.IRBuilder, table: ir.Value, count: i
 
 
 def llvm_source() -> str:
-    """The LLVM IR of `braze_launch_all`: the context check, then a loop over the table."""
+    """The LLVM IR of `braze_launch_all`: the context check, then a loop over the stream's table."""
     module = ir.Module(name=NAME)
-    fn = ir.Function(module, ir.FunctionType(I32, [context_check_type().as_pointer(), entry_type().as_pointer(),
+    fn = ir.Function(module, ir.FunctionType(I32, [context_check_type().as_pointer(), tables_type().as_pointer(),
                                                    I32, I8P]), name=NAME)
-    context, table, count, stream = fn.args
+    context, tables, count, stream = fn.args
     b = ir.IRBuilder(fn.append_basic_block("start"))
     finish = emit_context_check(b, context, lambda b, code: b.ret(code))
-    emit_launch_loop(fn, b, table, count, stream, finish)
+    emit_stream_launches(fn, b, tables, count, stream, finish)
     return str(module)
 
 
@@ -164,19 +230,20 @@ def _launch_all() -> Callable[[int, int, int], int]:
 class PatchSpec(ctypes.Structure):
     """What one patched launcher writes and runs; the same layout as the IR's `%spec`."""
 
-    _fields_ = [("table", ctypes.c_void_p), ("count", ctypes.c_int64), ("block", ctypes.c_void_p),
+    _fields_ = [("tables", ctypes.c_void_p), ("count", ctypes.c_int64), ("block", ctypes.c_void_p),
                 ("slots", ctypes.c_void_p), ("slot_count", ctypes.c_int64), ("context", ctypes.c_void_p)]
 
 
 def patched_llvm_source() -> str:
     """The LLVM IR of `braze_launch_patched(self, args, nargs)`: `self` is a Python int holding a
     PatchSpec's address, args[0] the stream, args[1:] the values for the spec's slots. Returns
-    the launch loop's result as a Python int, -1 for a wrong argument count, or NULL with the
-    exception set when an argument is not an int (nothing is launched then)."""
+    the launch loop's result as a Python int (NEW_STREAM where the stream has no table: the values
+    are written, nothing is launched), -1 for a wrong argument count, or NULL with the exception
+    set when an argument is not an int (nothing is launched then)."""
     module = ir.Module(name=PATCHED_NAME)
     api = host_jit.python_api(module)
     null = ir.Constant(host_jit.OBJECT, None)
-    spec_type = ir.LiteralStructType([entry_type().as_pointer(), I64, I64.as_pointer(), I64.as_pointer(), I64,
+    spec_type = ir.LiteralStructType([tables_type().as_pointer(), I64, I64.as_pointer(), I64.as_pointer(), I64,
                                       context_check_type().as_pointer()])
     fn = ir.Function(module, ir.FunctionType(host_jit.OBJECT, [host_jit.OBJECT, host_jit.OBJECT.as_pointer(), I64]),
                      name=PATCHED_NAME)
@@ -185,8 +252,8 @@ def patched_llvm_source() -> str:
     as_u64 = api["PyLong_AsUnsignedLongLongMask"]
     spec = b.inttoptr(b.call(as_u64, [self_]), spec_type.as_pointer(), name="spec")
     field = lambda i, name: b.load(b.gep(spec, [I32(0), I32(i)], inbounds=True), name=name)  # noqa: E731
-    table, count, block, slots, slot_count, context = (field(0, "table"), field(1, "count"), field(2, "block"),
-                                                       field(3, "slots"), field(4, "slot_count"), field(5, "context"))
+    tables, count, block, slots, slot_count, context = (field(0, "tables"), field(1, "count"), field(2, "block"),
+                                                        field(3, "slots"), field(4, "slot_count"), field(5, "context"))
     with b.if_then(b.icmp_signed("!=", nargs, b.add(slot_count, I64(1))), likely=False):
         b.ret(b.call(api["PyLong_FromLongLong"], [I64(-1)]))
     stream = b.inttoptr(b.call(as_u64, [b.load(args)]), I8P, name="stream")
@@ -195,33 +262,37 @@ def patched_llvm_source() -> str:
         b.store(value, b.gep(block, [b.load(b.gep(slots, [i], inbounds=True))], inbounds=True))
     with b.if_then(b.icmp_unsigned("!=", b.call(api["PyErr_Occurred"], []), null), likely=False):
         b.ret(null)
-    finish = lambda b, result: b.ret(b.call(api["PyLong_FromLongLong"], [b.zext(result, I64)]))  # noqa: E731
-    emit_launch_loop(fn, b, table, b.trunc(count, I32), stream, emit_context_check(b, context, finish))
+    finish = lambda b, result: b.ret(b.call(api["PyLong_FromLongLong"], [b.sext(result, I64)]))  # noqa: E731
+    emit_stream_launches(fn, b, tables, b.trunc(count, I32), stream, emit_context_check(b, context, finish))
     return str(module)
 
 
 class NativeLaunches:
-    """The launches of one prepared call: a table, `call(stream)` running it natively, and where
-    `slots` are given, `patched(stream, *values)` writing the values into the argument block at
-    `block_address` first (valid while this object, which holds the table and spec, lives). Both
-    make `driver.context` current first."""
+    """The launches of one prepared call: its tables, `call(stream)` running the stream's natively,
+    and where `slots` are given, `patched(stream, *values)` writing the values into the argument
+    block at `block_address` first (valid while this object, which holds the tables and spec,
+    lives). Both make `driver.context` current first. With `stream` None, `launches` serve every
+    stream; else they are that stream's, and `add_stream` gives other streams tables of their own."""
 
     def __init__(self, driver: DriverCalls, launches: Sequence[LaunchSpec], block_address: int = 0,
-                 slots: Sequence[int] = ()) -> None:
+                 slots: Sequence[int] = (), stream: int | None = None) -> None:
+        self.driver, self.count = driver, len(launches)
         self.context = ContextCheck(driver.get_context, driver.set_context, driver.context)
-        self.table = (LaunchEntry * max(len(launches), 1))(
-            *[LaunchEntry(driver.launch, function, params, grid, block, shared, 0)
-              for function, grid, block, shared, params in launches])
-        if config.dumping("host_jit"):
-            config.dump("host_jit", "launch table:\n" + "".join(
-                f"  function {function:#x} grid {grid} block {block} shared {shared} params {params:#x}\n"
-                for function, grid, block, shared, params in launches))
+        self.tables = LaunchTables()
+        self.held: list[tuple | None] = [None] * STREAM_TABLES  # per stream slot: its table, what it points into
+        self._replaced = 0  # the slot a new stream takes once every slot is used
+        self._lock = threading.Lock()
+        if stream is None:
+            self.table = self._table(launches)
+            self.tables.every = ctypes.addressof(self.table)
+        else:
+            self.add_stream(stream, launches)
         self.call: Callable[[int], int] = functools.partial(_launch_all(), ctypes.addressof(self.context),
-                                                            ctypes.addressof(self.table), len(launches))
+                                                            ctypes.addressof(self.tables), self.count)
         self.patched: Callable[..., int] | None = None
         if slots:
             self.slots = (ctypes.c_int64 * len(slots))(*slots)
-            self.spec = PatchSpec(ctypes.addressof(self.table), len(launches), block_address,
+            self.spec = PatchSpec(ctypes.addressof(self.tables), self.count, block_address,
                                   ctypes.addressof(self.slots), len(slots), ctypes.addressof(self.context))
             try:
                 if host_jit.builtins_available():
@@ -230,14 +301,51 @@ class NativeLaunches:
             except Exception as error:  # a JIT failure: the pointers are patched from Python
                 host_jit.fall_back("the patched launches of a prepared call", error)
 
+    def _table(self, launches: Sequence[LaunchSpec]) -> ctypes.Array:
+        if config.dumping("host_jit"):
+            config.dump("host_jit", "launch table:\n" + "".join(
+                f"  function {function:#x} grid {grid} block {block} shared {shared} params {params:#x}\n"
+                for function, grid, block, shared, params in launches))
+        return (LaunchEntry * max(len(launches), 1))(
+            *[LaunchEntry(self.driver.launch, function, params, grid, block, shared, 0)
+              for function, grid, block, shared, params in launches])
+
+    def add_stream(self, stream: int, launches: Sequence[LaunchSpec], keep: object = None) -> None:
+        """Gives `stream` a table of its own: `launches`, as many as every stream's, with parameters
+        of their own; `keep` holds what those point into for as long as the table is filed. Once
+        STREAM_TABLES streams have one, the table filed longest ago makes room."""
+        if len(launches) != self.count:
+            raise ValueError(f"a stream's launches: expected {self.count}, got {len(launches)}")
+        table, tables = self._table(launches), self.tables
+        with self._lock:
+            filed = list(tables.streams[:tables.count])
+            if stream in filed:
+                slot = filed.index(stream)
+            elif tables.count < STREAM_TABLES:
+                slot = tables.count
+            else:
+                slot, self._replaced = self._replaced, (self._replaced + 1) % STREAM_TABLES
+            # Each store is one step under the GIL, and a native call may run between any two: the
+            # slot matches no stream while its table changes, and counts only once it is complete.
+            tables.streams[slot] = _NO_STREAM
+            tables.tables[slot] = ctypes.addressof(table)
+            self.held[slot] = (table, keep)
+            tables.streams[slot] = stream
+            tables.count = max(tables.count, slot + 1)
+
+    def streams(self) -> list[int]:
+        """The streams with a table of their own."""
+        return list(self.tables.streams[:self.tables.count])
+
 
 def native_launches(driver: DriverCalls, launches: Sequence[LaunchSpec], block_address: int = 0,
-                    slots: Sequence[int] = ()) -> NativeLaunches | None:
-    """`launches` made by one native call; None when the host JIT is off or fails."""
+                    slots: Sequence[int] = (), stream: int | None = None) -> NativeLaunches | None:
+    """`launches` made by one native call (on any stream, or with `stream` on that one: see
+    NativeLaunches); None when the host JIT is off or fails."""
     if config.disabled("host_jit"):
         return None
     try:
-        return NativeLaunches(driver, launches, block_address, slots)
+        return NativeLaunches(driver, launches, block_address, slots, stream)
     except Exception as error:  # any JIT failure: the launches are made from Python instead
         host_jit.fall_back("the launches of a prepared call", error)
         return None

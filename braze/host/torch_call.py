@@ -8,8 +8,9 @@ It runs only for one positional argument, a tuple or list of tensors; under the 
 call was prepared in; with no `bz.record()` open; and with the call's CUDA context current. For
 each tensor it checks the Python type, dtype, device, shape and strides against the description
 the call was prepared for, and reads its data pointer. It allocates each output through torch's
-caching allocator on the device's current stream, as `torch.empty_strided` does, writes the
-pointers into the argument block and runs the launch loop of host/launch_jit.py.
+caching allocator on the device's current stream, as `torch.empty_strided` does, takes that
+stream's launch table (host/launch_jit.py: declining where the stream has none yet), writes the
+pointers into the argument block and runs the launch loop.
 
 Where any check fails, or an output cannot be made, it drops what it made and calls the spec's
 `fallback` with its own arguments (the Python path, which says why where something is wrong);
@@ -39,7 +40,7 @@ from llvmlite import ir
 
 from braze import config
 from braze.host import host_jit
-from braze.host.launch_jit import emit_launch_loop, entry_type
+from braze.host.launch_jit import NativeLaunches, emit_launch_loop, emit_table_lookup, tables_type
 
 NAME = "braze_torch_call"
 I32, I64, I8P = ir.IntType(32), ir.IntType(64), ir.IntType(8).as_pointer()
@@ -99,7 +100,7 @@ class CallSpec(ctypes.Structure):
                 ("checks", ctypes.c_void_p), ("check_count", ctypes.c_int64),
                 ("outputs", ctypes.c_void_p), ("output_count", ctypes.c_int64),
                 ("returned", ctypes.c_void_p), ("returned_count", ctypes.c_int64),
-                ("table", ctypes.c_void_p), ("launch_count", ctypes.c_int64), ("block", ctypes.c_void_p),
+                ("tables", ctypes.c_void_p), ("launch_count", ctypes.c_int64), ("block", ctypes.c_void_p),
                 ("slots", ctypes.c_void_p), ("sources", ctypes.c_void_p), ("slot_count", ctypes.c_int64),
                 ("device_index", ctypes.c_int64),
                 # the conditions of taking it, and the Python functions taking over where they fail
@@ -117,7 +118,7 @@ def ir_struct_types() -> tuple[ir.LiteralStructType, ...]:
     output = ir.LiteralStructType([I64, i64p, i64p, I32, I32, I32, I32])
     context_getter = ir.FunctionType(I32, [I8P.as_pointer()]).as_pointer()
     spec = ir.LiteralStructType([api.as_pointer(), I8P, I8P, I64, check.as_pointer(), I64, output.as_pointer(), I64,
-                                 i64p, I64, entry_type().as_pointer(), I64, i64p, i64p, i64p, I64, I64,
+                                 i64p, I64, tables_type().as_pointer(), I64, i64p, i64p, i64p, I64, I64,
                                  OBJECT, OBJECT, OBJECT, i64p, context_getter, I8P, OBJECT, OBJECT])
     return api, check, output, spec
 
@@ -206,11 +207,16 @@ class _Emitter:
         self.succeeded(self.shim("stream", b.trunc(self.spec_field("device_index"), I32), self.stream))
         with host_jit.counted_loop(b, output_count) as n:
             self.allocate(self.at(outputs, n), self.at(values, b.add(check_count, n)), self.at(made, n))
+        # The stream's table (a call whose kernels take a workspace has one per stream): where this
+        # stream has none yet, the Python call files one. (No Python runs from here to the launches.)
+        stream = b.load(self.stream)
+        table = emit_table_lookup(self.fn, b, self.spec_field("tables"), stream)
+        self.fail_unless(b.icmp_unsigned("!=", table, ir.Constant(table.type, None)))
         with host_jit.counted_loop(b, self.spec_field("slot_count")) as s:
             value = b.load(self.at(values, b.load(self.at(self.spec_field("sources"), s))))
             b.store(value, self.at(self.spec_field("block"), b.load(self.at(self.spec_field("slots"), s))))
-        emit_launch_loop(self.fn, b, self.spec_field("table"), b.trunc(self.spec_field("launch_count"), I32),
-                          b.load(self.stream), lambda b, code: self.launched(code, made, output_count))
+        emit_launch_loop(self.fn, b, table, b.trunc(self.spec_field("launch_count"), I32), stream,
+                         lambda b, code: self.launched(code, made, output_count))
         self.emit_fail(made, output_count)
         return str(self.module)
 
@@ -413,14 +419,14 @@ class TorchCall:
     holds its spec and arrays and which the builtin keeps alive, lives)."""
 
     def __init__(self, api: TorchApi, arity: int, tensors: Sequence[tuple], outputs: Sequence[tuple],
-                 returned: Sequence[int], launches: tuple[ctypes.Array, int], block_address: int,
+                 returned: Sequence[int], launches: NativeLaunches, block_address: int,
                  slots: Sequence[tuple[int, int]], device_index: int, conditions: Conditions) -> None:
         """`tensors`: `describe_tensor` of each tensor input; `outputs`: (sizes, strides in
         elements, torch dtype, torch device) of each output; `returned`: the output each result
-        is; `launches`: the launch table and its length; `slots`: (block slot, source), the source
-        numbering the tensors' pointers first, then the outputs'."""
+        is; `launches`: the prepared call's launch tables (held here); `slots`: (block slot,
+        source), the source numbering the tensors' pointers first, then the outputs'."""
         self.arrays: list[ctypes.Array] = []
-        self.api, self.conditions, (self.table, launch_count) = api, conditions, launches
+        self.api, self.conditions, self.launches = api, conditions, launches
         checks = [TensorCheck(position, id(cls), len(sizes), self._keep(sizes), self._keep(strides),
                               *api.codes(dtype, device))
                   for position, cls, sizes, strides, dtype, device in tensors]
@@ -431,7 +437,7 @@ class TorchCall:
         self.spec = CallSpec(
             ctypes.addressof(api.api), id(tuple), id(list), arity, ctypes.addressof(self.checks), len(checks),
             ctypes.addressof(self.outputs), len(made), self._keep(returned), len(returned),
-            ctypes.addressof(self.table), launch_count, block_address, self._keep([slot for slot, _ in slots]),
+            ctypes.addressof(launches.tables), launches.count, block_address, self._keep([slot for slot, _ in slots]),
             self._keep([source for _, source in slots]), len(slots), device_index,
             id(vars(config)), id(_CONFIG_KEY), id(conditions.settings), conditions.open_recordings,
             conditions.context_getter, conditions.context, id(conditions.fallback), id(conditions.failed))

@@ -43,6 +43,7 @@ _SIGNATURES: dict[str, tuple] = {
     "cuCtxGetCurrent": (POINTER(c_void_p),),
     "cuModuleLoadData": (POINTER(c_void_p), c_char_p),
     "cuModuleGetFunction": (POINTER(c_void_p), c_void_p, c_char_p),
+    "cuModuleUnload": (c_void_p,),
     "cuFuncGetAttribute": (POINTER(c_int), c_int, c_void_p),
     "cuFuncSetAttribute": (c_void_p, c_int, c_int),
     "cuFuncGetParamInfo": (c_void_p, c_size_t, POINTER(c_size_t), POINTER(c_size_t)),
@@ -205,7 +206,9 @@ def device(index: int = 0) -> Device:
 
 
 class Module:
-    """A cubin loaded into a device's context, and its functions (CUfunction handles) by name."""
+    """A cubin loaded into a device's context, and its functions (CUfunction handles) by name. It
+    stays loaded until `unload_module(handle)` (runtime/cuda_resources.py calls it when the last
+    holder goes)."""
 
     def __init__(self, dev: Device, cubin: bytes, names: tuple[str, ...]) -> None:
         d = driver()
@@ -229,6 +232,11 @@ class Module:
     def max_threads(self, name: str) -> int:
         """The most threads a block of `name` may have (its register use and launch bounds decide)."""
         return function_attribute(self.functions[name], "MAX_THREADS_PER_BLOCK")
+
+
+def unload_module(handle: int) -> None:
+    """cuModuleUnload, in the current context (the module's)."""
+    call("cuModuleUnload", driver().cuModuleUnload, handle)
 
 
 def function_attribute(function: int, name: str) -> int:

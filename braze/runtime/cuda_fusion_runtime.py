@@ -8,6 +8,7 @@ for inputs of the same description, from what that run computed.
 from __future__ import annotations
 
 import ctypes
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -50,6 +51,21 @@ class CudaDevice(CpuDevice):
             stream, cuda.device(target.device), (target, source), "an output written back into its input"))
 
 
+def prepared_launches(executor: CudaExecutor, bindings: dict[str, int], stream: int) -> list[PreparedLaunch]:
+    """The launches of `executor`'s tasks for the extents in `bindings` on `stream`, each with its
+    parameters (the argument block's address, set by the prepared call, then its launch scalars)."""
+    workspace = executor.workspace(stream)
+    launches = []
+    for planned in executor.plan(bindings, workspace):
+        scalars = (ctypes.c_int64 * 4)(*planned.scalars)
+        params = (ctypes.c_void_p * 5)(0, *[ctypes.addressof(scalars) + 8 * n for n in range(4)])
+        task = planned.task
+        launches.append(PreparedLaunch(int(task.function), planned.grid, executor.block, planned.shared, params,
+                                       scalars, (executor.kernel.name, task.name, planned.begin, planned.end,
+                                                 planned.grid), workspace))
+    return launches
+
+
 def _launch_stream(bound: object, keep: tuple, what: str) -> int:
     """The stream the inputs' work goes to: theirs, or an open `bz.graph()`'s capture stream."""
     return capture_stream(bound.stream, cuda.device(bound.device), keep, what) if recording() else bound.stream
@@ -80,16 +96,13 @@ class CudaFusionRuntime(FusionRuntime):
                                        tv.stride_order)
 
     def _prepared_call(self, frame: Frame, plan: CallPlan, kinds: list, first_array: int) -> CudaPreparedCall:
-        launches = []
-        name = self.executor.kernel.name
-        for planned in self.executor.plan(frame.bindings, frame.bound.stream):
-            scalars = (ctypes.c_int64 * 4)(*planned.scalars)
-            params = (ctypes.c_void_p * 5)(0, *[ctypes.addressof(scalars) + 8 * n for n in range(4)])
-            launches.append(PreparedLaunch(int(planned.task.function), planned.grid, self.executor.block,
-                                           planned.shared, params, scalars,
-                                           (name, planned.task.name, planned.begin, planned.end, planned.grid)))
-        # The stream is the first array input's library's, as binding picks it.
-        return CudaPreparedCall(plan, launches, kinds[first_array], first_array, self.executor.device)
+        # The stream is the first array input's library's, as binding picks it. Grid reductions take
+        # the workspace of the stream they run on: such a call's launches are made again per stream.
+        stream, executor = frame.bound.stream, self.executor
+        per_stream = functools.partial(prepared_launches, executor, dict(frame.bindings)) \
+            if executor.workspaces is not None else None
+        return CudaPreparedCall(plan, prepared_launches(executor, frame.bindings, stream), kinds[first_array],
+                                first_array, executor.device, stream, per_stream)
 
     def _copies_back(self, frame: Frame, buffer_of: dict[int, int], kinds: list) -> list[tuple] | None:
         """(input position, its pointer reader, buffer, bytes) of each in-place output; None when a

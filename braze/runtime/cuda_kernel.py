@@ -7,7 +7,6 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
-import hashlib
 import threading
 import weakref
 from collections.abc import Sequence
@@ -25,25 +24,10 @@ from braze.kir.layout import ArgLayout
 from braze.runtime import cuda_driver as cuda
 from braze.runtime import nvrtc
 from braze.runtime.compiled_kernel import CompileParams, CompilesOnce
+from braze.runtime.cuda_resources import Workspace, loaded_module, stream_workspaces
 from braze.runtime.executor import host_function
 from braze.runtime.graph import capture_stream
 from braze.runtime.record import RecordedLaunch, dump_kernel_args, note_compile, note_launch, profiling, recording
-
-# (device, cubin digest, functions) -> module. Modules are never unloaded (a launch queued on a stream
-# may still run their code), so a kernel compiled again after its last user went loads nothing new.
-_loaded_modules: dict[tuple[int, bytes, tuple[str, ...]], cuda.Module] = {}
-_loaded_modules_lock = threading.Lock()
-
-
-def loaded_module(device: cuda.Device, binary: bytes, functions: tuple[str, ...]) -> cuda.Module:
-    """`binary` loaded on `device`, once per process."""
-    key = (device.index, hashlib.sha256(binary).digest(), functions)
-    with _loaded_modules_lock:
-        module = _loaded_modules.get(key)
-        if module is None:
-            module = _loaded_modules[key] = cuda.Module(device, binary, functions)
-    return module
-
 
 BLOCKS_PER_SM = 8  # resident blocks of 256 threads an SM holds; grids beyond that loop instead
 ROW_CACHE_BYTES = 96 * 1024  # the most shared memory a block's row caches may take (2 blocks an SM fit)
@@ -119,7 +103,8 @@ class CudaCompiledKernel(CompilesOnce):
         return type(self)(self.kernel, dataclasses.replace(self.params, **changes), self.restrict).compile()
 
     def module(self, device: cuda.Device) -> cuda.Module:
-        """The kernel loaded on `device`, loaded once; it lives as long as this kernel."""
+        """The kernel loaded on `device`, loaded once; it stays loaded while this kernel, or anything
+        else holding the module (executors, prepared calls, graphs), lives."""
         module = self._modules.get(device.index)
         if module is None:
             self.compile()
@@ -210,9 +195,14 @@ class CudaExecutor:
         accumulators = max((len(t.schedule.accumulators) for t in self.tasks), default=0)
         self.max_grid = device.sm_count * BLOCKS_PER_SM
         # Partial results: a slot per accumulator and block, or per accumulator, split and column of
-        # an outer reduction (splits * strips <= max_grid); a finished-block counter per strip.
-        self.workspace = _Workspace(device, 8 * accumulators * self.max_grid * COLUMNS_PER_BLOCK,
-                                    4 * self.max_grid) if accumulators else None
+        # an outer reduction (splits * strips <= max_grid); a finished-block counter per strip. In
+        # the workspace of the stream a launch goes to (runtime/cuda_resources.py).
+        self.partial_bytes = 8 * accumulators * self.max_grid * COLUMNS_PER_BLOCK
+        self.workspaces = stream_workspaces(device, 4 * self.max_grid) if accumulators else None
+
+    def workspace(self, stream: int) -> Workspace | None:
+        """The workspace the grid reductions of launches on `stream` take (None: the kernel has none)."""
+        return self.workspaces.get(stream, self.partial_bytes) if self.workspaces is not None else None
 
     def run(self, block: np.ndarray, scalars: dict[str, int], stream: int, arguments: Sequence[object] = ()) -> None:
         """Launches every task on `stream` (an open `bz.graph()`'s capture stream instead, which then
@@ -223,8 +213,10 @@ class CudaExecutor:
     def _launch_tasks(self, block: np.ndarray, scalars: dict[str, int], stream: int,
                       arguments: Sequence[object]) -> None:
         record = recording()
-        launch_stream = capture_stream(stream, self.device, (*arguments, self), f"fusion kernel {self.kernel.name!r}") \
-            if record else stream
+        # A graph replays on `stream`: its launches take that stream's workspace, which it keeps.
+        workspace = self.workspace(stream)
+        launch_stream = capture_stream(stream, self.device, (*arguments, self, workspace),
+                                       f"fusion kernel {self.kernel.name!r}") if record else stream
         # The kernel parameters: the argument block, then `lanes`, `cached_row`, and the workspace and
         # finished-block counter of grid reductions, each passed by address. A call's own: threads
         # racing on a first call launch at once, and a launch reads its parameters when it is made.
@@ -232,7 +224,7 @@ class CudaExecutor:
         pointers = (ctypes.c_void_p * 5)(block.ctypes.data, *[ctypes.addressof(launch_scalars) + 8 * n
                                                              for n in range(4)])
         params = ctypes.addressof(pointers)
-        for planned in self.plan(scalars, stream):
+        for planned in self.plan(scalars, workspace):
             launch_scalars[:] = planned.scalars
             if config.current.dump:  # launch_params: plan() wrote each launch
                 dump_kernel_args(RecordedLaunch(self.kernel.name, planned.task.name, planned.begin, planned.end,
@@ -243,24 +235,27 @@ class CudaExecutor:
                 cuda.launch(planned.task.function, (planned.grid, 1, 1), (self.block, 1, 1), params, stream,
                             planned.shared, planned.task.name)
 
-    def plan(self, scalars: dict[str, int], stream: int) -> list[PlannedLaunch]:
-        """Each task's launch for the extents in `scalars` (tasks over nothing are left out)."""
-        planned = [p for p in (self._plan_task(task, scalars, stream) for task in self.tasks) if p is not None]
+    def plan(self, scalars: dict[str, int], workspace: Workspace | None) -> list[PlannedLaunch]:
+        """Each task's launch for the extents in `scalars` (tasks over nothing are left out), grid
+        reductions into `workspace` (`workspace(stream)` of the stream they go to)."""
+        pointers = workspace.pointers if workspace is not None else (0, 0)
+        planned = [p for p in (self._plan_task(task, scalars, pointers) for task in self.tasks) if p is not None]
         if config.dumping("launch_params"):
             config.dump("launch_params", "\n".join(launch_text(p, self.block) for p in planned))
         return planned
 
-    def _plan_task(self, task: _TaskLaunch, scalars: dict[str, int], stream: int) -> PlannedLaunch | None:
+    def _plan_task(self, task: _TaskLaunch, scalars: dict[str, int], pointers: tuple[int, int]
+                   ) -> PlannedLaunch | None:
         begin, end, *extents = task.bounds(scalars)
         if end <= begin:
             return None
         kind = task.schedule.kind
         if kind in ("grid", "flat"):
-            return self._plan_grid_reduction(task, extents, stream)
+            return self._plan_grid_reduction(task, extents, pointers)
         if kind == "columns":
-            return self._plan_columns(task, begin, end, extents, stream)
+            return self._plan_columns(task, begin, end, extents, pointers)
         if kind == "rows" and task.schedule.splittable:
-            split = self._plan_split_rows(task, begin, end, extents, stream)
+            split = self._plan_split_rows(task, begin, end, extents, pointers)
             if split is not None:
                 return split
             extents = [int(np.prod([max(n, 0) for n in extents]))]  # the row's nest, walked flat by its lanes
@@ -277,7 +272,7 @@ class CudaExecutor:
             blocks = max(1, -(-rows * lanes // self.block))
             grid = min(blocks, self.device.sm_count * self._resident(task, shared))
             return PlannedLaunch(task, begin, end, grid, shared,
-                                 (lanes, cached if shared else 0, *self.workspace.pointers(stream)))
+                                 (lanes, cached if shared else 0, *pointers))
         if task.register_row:
             return self._plan_register_task(task, begin, end, lanes, cached, shared)
         # No more blocks than run at once: a second, partial wave would idle most SMs.
@@ -295,7 +290,8 @@ class CudaExecutor:
             return 1
         return lanes_for(row_length, self.block)
 
-    def _plan_grid_reduction(self, task: _TaskLaunch, extents: list[int], stream: int) -> PlannedLaunch:
+    def _plan_grid_reduction(self, task: _TaskLaunch, extents: list[int], pointers: tuple[int, int]
+                             ) -> PlannedLaunch:
         """A reduction to one value: enough blocks that each thread folds a few elements (a "grid"
         task grid-strides its loop's extents[0] iterations; "flat" the product of its nest's), no
         more than run at once."""
@@ -304,10 +300,10 @@ class CudaExecutor:
             total *= max(n, 0)
         per_block = self.block * (REDUCTION_ELEMENTS_PER_THREAD if task.schedule.kind == "flat" else 1)
         grid = max(1, min(-(-total // per_block), self.device.sm_count * self._resident(task, 0)))
-        return PlannedLaunch(task, 0, 1, grid, 0, (self.block, 0, *self.workspace.pointers(stream)))
+        return PlannedLaunch(task, 0, 1, grid, 0, (self.block, 0, *pointers))
 
     def _plan_split_rows(self, task: _TaskLaunch, begin: int, end: int, extents: list[int],
-                         stream: int) -> PlannedLaunch | None:
+                         pointers: tuple[int, int]) -> PlannedLaunch | None:
         """Rows that are one loop nest each, too few for the row path to fill the GPU (or read a
         lane a row): `splits` blocks a row, each walking a contiguous part of the row's nest, at
         least REDUCTION_ELEMENTS_PER_THREAD elements a thread (None: the row path instead). Rows
@@ -319,10 +315,10 @@ class CudaExecutor:
         if -(-rows * lanes // self.block) >= target // 2 or total < per_block or rows > MAX_GRID:
             return None
         splits = max(1, min(target // rows, total // per_block))
-        return PlannedLaunch(task, begin, end, rows * splits, 0, (0, splits, *self.workspace.pointers(stream)))
+        return PlannedLaunch(task, begin, end, rows * splits, 0, (0, splits, *pointers))
 
     def _plan_columns(self, task: _TaskLaunch, begin: int, end: int, extents: list[int],
-                      stream: int) -> PlannedLaunch:
+                      pointers: tuple[int, int]) -> PlannedLaunch:
         """An outer reduction: COLUMNS_PER_BLOCK neighbouring columns a block (fewer for narrow
         outputs, leaving more row groups; down to MIN_COLUMNS_PER_BLOCK while the strips leave SMs
         idle and the rows cannot be split), and, when the task allows and the strips leave SMs idle,
@@ -346,7 +342,6 @@ class CudaExecutor:
             splits = max(1, min(target // strips, rows // (row_groups * REDUCTION_ELEMENTS_PER_THREAD)))
         if strips * splits > MAX_GRID:
             raise UnsupportedError(f"kernel {task.name}: {columns} columns need {strips} blocks, more than {MAX_GRID}")
-        pointers = self.workspace.pointers(stream) if self.workspace is not None else (0, 0)
         return PlannedLaunch(task, begin, end, strips * splits, 0, (cols, splits, *pointers))
 
     def _plan_register_task(self, task: _TaskLaunch, begin: int, end: int, lanes: int, cached: int,
@@ -393,23 +388,6 @@ class CudaExecutor:
         return total
 
 
-class _Workspace:
-    """Device memory for the blocks' partial results of grid reductions, and the counters of
-    finished blocks (zeroed once; the last block of each group resets its counter). Its size is
-    fixed, so prepared calls may keep its address."""
-
-    def __init__(self, device: cuda.Device, nbytes: int, counter_bytes: int) -> None:
-        self.device, self.nbytes, self.counter_bytes = device, nbytes, counter_bytes
-        self.address: int | None = None
-
-    def pointers(self, stream: int) -> tuple[int, int]:
-        if self.address is None:
-            self.address = cuda.alloc(self.nbytes + self.counter_bytes, stream)
-            cuda.fill_bytes(self.address + self.nbytes, 0, self.counter_bytes, stream)
-            weakref.finalize(self, cuda.free, self.address, stream)
-        return self.address, self.address + self.nbytes
-
-
 # --- a user's own CUDA --------------------------------------------------------------------------
 class RtcKernel:
     """A user's CUDA C++ `source`, compiled with NVRTC for the device, and its `__global__` `name`
@@ -426,7 +404,7 @@ class RtcKernel:
             binary = nvrtc.compile_cubin(source, name, self.device.arch, self.options)
             note_compile(name)
             disk_cache.store(key, binary)
-        self.module = cuda.Module(self.device, binary, (name,))
+        self.module = loaded_module(self.device, binary, (name,))
         self.function = self.module.functions[name]
         self.parameter_sizes = cuda.parameter_sizes(self.function)
 

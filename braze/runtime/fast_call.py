@@ -42,7 +42,7 @@ import numpy as np
 
 from braze import config
 from braze.host import host_jit
-from braze.host.launch_jit import NativeLaunches, native_launches
+from braze.host.launch_jit import NEW_STREAM, STREAM_TABLES, LaunchSpec, NativeLaunches, native_launches
 from braze.host.torch_call import Conditions, TorchApi, TorchCall, describe_tensor, torch_api
 from braze.runtime import cuda_driver as cuda
 from braze.runtime.graph import open_graphs
@@ -194,6 +194,7 @@ class PreparedLaunch:
     params: ctypes.Array  # void*[]: the argument block's address (set by the PreparedCall), then the scalars'
     scalars: ctypes.Array  # int64[4], kept alive here
     record: tuple  # (kernel, task, begin, end, grid) for bz.record()
+    workspace: object = None  # the grid reductions' workspace the scalars point into, kept alive here
 
     @property
     def params_address(self) -> int:
@@ -434,28 +435,63 @@ KEPT_BUFFERS = KeptBuffers()
 
 class CudaPreparedCall(PreparedCall):
     """Launches on the inputs' stream: all launches through one native function when the host JIT
-    builds it, else one by one through ctypes."""
+    builds it, else one by one through ctypes.
+
+    Where the kernels take a grid reduction's workspace, each stream has launches of its own
+    (`per_stream(stream)` makes them, their scalars pointing into that stream's workspace), up to
+    STREAM_TABLES streams: the native function looks the stream's up, and on a stream it has none
+    for yet answers NEW_STREAM, and the call files them and launches again."""
 
     _native_execute: Callable[..., list] | None | object = _UNSEEN  # `native_execute`'s memo
 
-    def __init__(self, plan: CallPlan, launches: list[PreparedLaunch], kind: ArrayKind,
-                 stream_input: int, device: cuda.Device) -> None:
-        """`kind`: how the inputs' library is read, `stream_input` the input whose stream the call takes."""
+    def __init__(self, plan: CallPlan, launches: list[PreparedLaunch], kind: ArrayKind, stream_input: int,
+                 device: cuda.Device, stream: int = 0,
+                 per_stream: Callable[[int], list[PreparedLaunch]] | None = None) -> None:
+        """`kind`: how the inputs' library is read, `stream_input` the input whose stream the call
+        takes; `launches` are those on `stream` (on every stream where `per_stream` is None)."""
         super().__init__(plan)
-        for launch in launches:
-            launch.params[0] = self.address
         self.launches, self.stream, self.stream_input, self.device = launches, kind.stream, stream_input, device
         self.device_stream = kind.device_stream
+        self.per_stream, self.first_stream = per_stream, stream
+        # Per stream its launches (where they differ by stream), the most recently filed last.
+        self.stream_launches: OrderedDict[int, list[PreparedLaunch]] = OrderedDict()
+        self._streams_lock = threading.Lock()
+        self._file(stream, launches)
+
+    def _file(self, stream: int, launches: list[PreparedLaunch]) -> None:
+        for launch in launches:
+            launch.params[0] = self.address
+        if self.per_stream is not None:
+            self.stream_launches[stream] = launches
+            while len(self.stream_launches) > STREAM_TABLES:
+                self.stream_launches.popitem(last=False)
+
+    def launches_on(self, stream: int) -> list[PreparedLaunch]:
+        """The call's launches on `stream` (made the first time, where they differ by stream)."""
+        if self.per_stream is None:
+            return self.launches
+        launches = self.stream_launches.get(stream)
+        if launches is None:
+            with self._streams_lock:
+                launches = self.stream_launches.get(stream)
+                if launches is None:
+                    launches = self.per_stream(stream)
+                    self._file(stream, launches)
+        return launches
+
+    def _new_stream(self, stream: int) -> None:
+        """Files `stream`'s launches in the native tables: its first native launch there."""
+        launches = self.launches_on(stream)
+        self.launch_all.add_stream(stream, _launch_specs(launches), launches)
 
     @functools.cached_property
     def launch_all(self) -> NativeLaunches | None:
-        """The native launch functions over this call's table, the patched one writing the input
+        """The native launch functions over this call's tables, the patched one writing the input
         and buffer pointers (None where the host JIT is off or failed). Built when the call is
         first taken, not when it is prepared: the fusion's first call then needs no LLVM engine."""
         slots = [slot for slot, _, _ in self.plan.input_pointers] + [slot for slot, _ in self.plan.buffer_pointers]
-        return native_launches(self.device.driver_calls,
-                               [(x.function, x.grid, x.block, x.shared, x.params_address) for x in self.launches],
-                               self.address, slots)
+        return native_launches(self.device.driver_calls, _launch_specs(self.launches), self.address, slots,
+                               None if self.per_stream is None else self.first_stream)
 
     def _copy_on_device(self, target: int, source: int, nbytes: int, stream: int) -> None:
         with self.device.current():  # stream 0 is the null stream of whichever context is current
@@ -474,11 +510,20 @@ class CudaPreparedCall(PreparedCall):
         names.update(failed=self._native_failed, recorders=record_state(), note=self._note_launches)
         if native.patched is not None:  # its slots are the pointers', in this order
             names["launch_patched"] = native.patched
-            launch = [f"code = launch_patched(order, {', '.join(expression for _, expression in pointers)})"]
-        else:
+            launch = f"code = launch_patched(order, {', '.join(expression for _, expression in pointers)})"
+            lines = [launch]
+        else:  # (the block is then patched under the call's lock: launching again reads it as it is)
             names["launch_all"] = native.call
-            launch = [*_patch_lines(pointers), "code = launch_all(order)"]
-        return [*launch, "if code:", "    failed(code)", "if recorders.__dict__.get('stack'):", "    note()"]
+            launch = "code = launch_all(order)"
+            lines = [*_patch_lines(pointers), launch]
+        lines.append("if code:")
+        if self.per_stream is not None:  # the first launch on a stream files its launches, then launches
+            names.update(new_stream=self._new_stream, NEW_STREAM=NEW_STREAM)
+            lines += ["    while code == NEW_STREAM:", "        new_stream(order)", f"        {launch}",
+                      "    if code:", "        failed(code)"]
+        else:
+            lines.append("    failed(code)")
+        return [*lines, "if recorders.__dict__.get('stack'):", "    note()"]
 
     def _patches_atomically(self) -> bool:
         # The builtin is made only where a GIL keeps other threads out of it (host_jit.builtins_available).
@@ -513,8 +558,7 @@ class CudaPreparedCall(PreparedCall):
                                 self.device.context, fallback, self._native_failed)
         try:
             return TorchCall(api, self.matches.count, tensors, outputs, [n for _, n in plan.returned],
-                             (self.launch_all.table, len(self.launches)), self.address, slots, self.device.index,
-                             conditions).call
+                             self.launch_all, self.address, slots, self.device.index, conditions).call
         except Exception as error:  # a JIT failure: the Python call runs it
             host_jit.fall_back("the native call on torch tensors", error)
             return None
@@ -533,7 +577,7 @@ class CudaPreparedCall(PreparedCall):
         """The launches one by one through ctypes (the host JIT is off or failed)."""
         raw = cuda.raw_launch_function()
         with self.device.current():
-            for n, x in enumerate(self.launches):
+            for n, x in enumerate(self.launches_on(stream)):
                 code = raw(x.function, x.grid, 1, 1, x.block, 1, 1, x.shared, stream, x.params_address, None)
                 if code:
                     self._launch_failed(n, code)
@@ -570,6 +614,10 @@ def _torch_output(api: TorchApi, allocate: Callable[[], object], device: object)
     if torch.device(allocate.keywords["device"]) != device or device.type != "cuda":
         return None
     return sizes, strides, allocate.keywords["dtype"], device
+
+
+def _launch_specs(launches: Sequence[PreparedLaunch]) -> list[LaunchSpec]:
+    return [(x.function, x.grid, x.block, x.shared, x.params_address) for x in launches]
 
 
 def _patch_lines(pointers: list[tuple[int, str]]) -> list[str]:

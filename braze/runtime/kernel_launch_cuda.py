@@ -247,9 +247,9 @@ class PreparedKernelCall:
         if launches is None:
             launches = self.launcher.plan(self.launcher.bounds(self.shapes, [args[p] for p in self.scalar_positions]))
         record = recording()
-        if record:  # an open bz.graph() takes the launches onto its capture stream
-            stream = capture_stream(stream, self.device, args, f"kernel {self.launcher.kernel.name!r}",
-                                    self.status is not None)
+        if record:  # an open bz.graph() takes the launches onto its capture stream, keeping their module loaded
+            stream = capture_stream(stream, self.device, (*args, self.launcher),
+                                    f"kernel {self.launcher.kernel.name!r}", self.status is not None)
         if self.status is not None:
             self.status.reset(stream)
         if record:

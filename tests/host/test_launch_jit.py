@@ -9,7 +9,7 @@ import pytest
 from fake_driver import KERNELS_CONTEXT, FakeDriver
 
 from braze import config
-from braze.host.launch_jit import native_launches
+from braze.host.launch_jit import NEW_STREAM, STREAM_TABLES, native_launches
 
 LAUNCHES = [(0x1000 + n, 10 + n, 128 * (n + 1), 16 * n, 0x9000 + 8 * n) for n in range(12)]
 
@@ -106,3 +106,56 @@ def test_a_context_that_cannot_be_made_current_launches_nothing() -> None:
     native = native_launches(driver.driver, LAUNCHES[:3])  # held: its call reads the table it owns
     result = native.call(0)
     assert (result >> 16, result & 0xFFFF) == (0, 201) and driver.calls == []
+
+
+# --- a table per stream (kernels that take a grid reduction's workspace) ---------------------------
+def on_stream(stream: int, count: int = 2) -> list[tuple]:
+    """LAUNCHES' first `count` with parameters of `stream`'s own (as its workspace pointers would be)."""
+    return [(f, g, b, s, p + (stream << 8)) for f, g, b, s, p in LAUNCHES[:count]]
+
+
+def params(driver: FakeDriver) -> list[tuple[int, int]]:
+    """(stream, parameter array) of each launch made."""
+    return [(c[8], c[9]) for c in driver.calls]
+
+
+def test_each_stream_launches_its_own_table_and_a_new_stream_launches_nothing() -> None:
+    driver = FakeDriver()
+    native = native_launches(driver.driver, on_stream(0xA), stream=0xA)
+    assert native.call(0xB) == NEW_STREAM and native.call(0) == NEW_STREAM and driver.calls == []
+    native.add_stream(0xB, on_stream(0xB))
+    assert native.call(0xB) == 0 and native.call(0xA) == 0 and native.call(0xB) == 0
+    assert params(driver) == [(0xB, p) for *_, p in on_stream(0xB)] + [(0xA, p) for *_, p in on_stream(0xA)] + \
+        [(0xB, p) for *_, p in on_stream(0xB)]
+    assert native.streams() == [0xA, 0xB]
+
+
+def test_the_patched_launch_on_a_new_stream_writes_the_values_and_launches_nothing() -> None:
+    driver = FakeDriver(current=0xD1)
+    block = (ctypes.c_int64 * 2)()
+    native = native_launches(driver.driver, on_stream(0xA), ctypes.addressof(block), [1], stream=0xA)
+    assert native.patched(0xB, 77) == NEW_STREAM and list(block) == [0, 77] and driver.calls == []
+    assert driver.current == 0xD1  # the user's context is current again
+    native.add_stream(0xB, on_stream(0xB))
+    assert native.patched(0xB, 78) == 0 and params(driver) == [(0xB, p) for *_, p in on_stream(0xB)]
+
+
+def test_a_call_keeps_the_tables_of_its_latest_streams() -> None:
+    driver = FakeDriver()
+    native = native_launches(driver.driver, on_stream(1), stream=1)
+    kept = [object() for _ in range(STREAM_TABLES + 3)]
+    for stream in range(2, STREAM_TABLES + 4):
+        native.add_stream(stream, on_stream(stream), kept[stream - 1])
+    assert sorted(native.streams()) == list(range(4, STREAM_TABLES + 4))  # 1, 2 and 3 made room
+    assert native.call(3) == NEW_STREAM and driver.calls == []
+    native.add_stream(9, on_stream(9))  # filed again: in its own slot, nothing else goes
+    assert sorted(native.streams()) == list(range(4, STREAM_TABLES + 4))
+    assert native.call(9) == 0 and params(driver) == [(9, p) for *_, p in on_stream(9)]
+    held = [keep for table, keep in native.held]
+    assert kept[1] not in held and kept[STREAM_TABLES + 2] in held  # what a table points into lives with it
+
+
+def test_a_streams_launches_must_be_as_many_as_every_streams() -> None:
+    native = native_launches(FakeDriver().driver, on_stream(1), stream=1)
+    with pytest.raises(ValueError, match="expected 2, got 3"):
+        native.add_stream(2, on_stream(2, count=3))

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from braze import config
 from braze.host import torch_call
-from braze.host.launch_jit import LaunchEntry
+from braze.host.launch_jit import NativeLaunches
 
 torch = pytest.importorskip("torch")
 
@@ -30,7 +30,8 @@ class Harness:
     to its fallback and failure functions."""
 
     def __init__(self, inputs: list, outputs: list[tuple], returned: list[int], slots: list[tuple[int, int]],
-                 launches: int = 2, fail_at: int | None = None, stream_code: int = 0) -> None:
+                 launches: int = 2, fail_at: int | None = None, stream_code: int = 0,
+                 stream: int | None = None) -> None:
         api = torch_call.torch_api()
         assert api is not None, "this torch's tensors are not laid out as torch_call expects"
         self.streams: list[int] = []
@@ -42,8 +43,9 @@ class Harness:
             **{field: getattr(api.api, field) for field, _ in torch_call.Api._fields_},
             "stream": ctypes.cast(self.callbacks[0], ctypes.c_void_p).value}), torch)
         self.driver = FakeDriver(fail_at, code=700)
-        self.table = (LaunchEntry * launches)(*[LaunchEntry(self.driver.address, 0x1000 + n, 0x9000 + n, 7, 64, 0, 0)
-                                                for n in range(launches)])
+        # With `stream`, the launches are that stream's only (a call whose kernels take a workspace).
+        specs = [(0x1000 + n, 7, 64, 0, 0x9000 + n) for n in range(launches)]
+        self.launches = NativeLaunches(self.driver.driver, specs, stream=stream)
         self.block = (ctypes.c_int64 * 8)(*range(100, 108))
         self.open_recordings = ctypes.c_int64(0)
         tensors = [torch_call.describe_tensor(n, t) for n, t in enumerate(inputs)]
@@ -51,7 +53,7 @@ class Harness:
         conditions = torch_call.Conditions(config.current, ctypes.addressof(self.open_recordings),
                                            ctypes.cast(self.callbacks[1], ctypes.c_void_p).value, 0xC0,
                                            self._fallback, self._failed)
-        self.call = torch_call.TorchCall(self.api, len(inputs), tensors, made, returned, (self.table, launches),
+        self.call = torch_call.TorchCall(self.api, len(inputs), tensors, made, returned, self.launches,
                                          ctypes.addressof(self.block), slots, 3, conditions).call
 
     def _stream(self, device: int, answer: int) -> int:
@@ -166,6 +168,17 @@ def test_a_failed_launch_hands_its_code_over_and_keeps_no_output() -> None:
 def test_a_failed_stream_lookup_goes_to_the_fallback() -> None:
     harness, (x, y) = two_inputs_one_output(stream_code=1)
     assert harness.call((x, y)) is DECLINED and harness.declined_untouched()
+
+
+def test_a_stream_without_a_table_of_its_own_goes_to_the_fallback_until_it_has_one() -> None:
+    """A call whose kernels take a grid reduction's workspace launches on each stream the table
+    made for it: on another stream it declines before patching or launching anything."""
+    harness, (x, y) = two_inputs_one_output(stream=0x5004)  # the harness's stream is 0x5003
+    assert harness.call((x, y)) is DECLINED and harness.declined_untouched()
+    harness.launches.add_stream(0x5003, [(0x2000 + n, 7, 64, 0, 0xA000 + n) for n in range(2)])
+    (out,) = harness.call((x, y))
+    assert [(c[0], c[8], c[9]) for c in harness.driver.calls] == [(0x2000, 0x5003, 0xA000), (0x2001, 0x5003, 0xA001)]
+    assert harness.block[5] == out.data_ptr() and len(harness.fallbacks) == 1
 
 
 def test_many_calls_hold_python_memory_steady() -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -494,3 +496,26 @@ def test_a_graph_holds_one_stream_and_no_debug_checks(gpu):
         debug(x, v, np.float32(1.0))
     with pytest.raises(bz.UnsupportedError, match="profile outside the graph"), bz.record(profile=True), bz.graph():
         graph_step(x, v, np.float32(1.0))
+
+
+def test_a_graph_keeps_the_compiled_kernel_it_launches(gpu):
+    """A captured graph launches the kernel's functions: its module must stay loaded (with the
+    compiled kernel that holds it) after the kernel object itself is gone."""
+
+    @bz.kernel
+    def double(x: bz.Array[bz.float32, 1]):
+        for i in range(x.shape[0]):
+            x[i] *= 2.0
+
+    data = np.ones(300, np.float32)
+    with bz.graph() as g:
+        double(on_gpu(data))
+    compiled = weakref.ref(double.last_entry.launcher.compiled)
+    del double
+    gc.collect()
+    assert compiled() is not None
+    g.replay()
+    np.testing.assert_array_equal(data, 4.0)
+    del g
+    gc.collect()
+    assert compiled() is None

@@ -200,26 +200,3 @@ def test_jit_keeps_the_fusions_of_its_most_recent_signatures(monkeypatch) -> Non
     double(np.arange(4, dtype=np.float32))  # traced again: float64's, the least recently used, goes
     gc.collect()
     assert len(double.fusions) == 3 and fusions[1]() is None and fusions[2]() is not None
-
-
-# --- CUDA modules ---------------------------------------------------------------------------------
-def test_a_cubin_is_loaded_once_per_device_however_often_its_kernel_is_compiled_again(monkeypatch) -> None:
-    from braze.runtime import cuda_driver, cuda_kernel
-
-    loads = []
-
-    class CountedModule:
-        def __init__(self, device, binary: bytes, functions: tuple[str, ...]) -> None:
-            loads.append((device.index, binary, functions))
-
-    class Device:
-        def __init__(self, index: int) -> None:
-            self.index = index
-
-    monkeypatch.setattr(cuda_driver, "Module", CountedModule)
-    monkeypatch.setattr(cuda_kernel, "_loaded_modules", {})
-    first = cuda_kernel.loaded_module(Device(0), b"cubin of k", ("k_t0",))
-    assert cuda_kernel.loaded_module(Device(0), b"cubin of k", ("k_t0",)) is first  # k's kernel made anew
-    cuda_kernel.loaded_module(Device(1), b"cubin of k", ("k_t0",))
-    cuda_kernel.loaded_module(Device(0), b"cubin of j", ("j_t0",))
-    assert loads == [(0, b"cubin of k", ("k_t0",)), (1, b"cubin of k", ("k_t0",)), (0, b"cubin of j", ("j_t0",))]

@@ -1,0 +1,179 @@
+"""What braze holds on a GPU besides the arrays it returns, and when it gives it back: the grid
+reductions' workspaces, one per stream, and the loaded CUDA modules of compiled kernels.
+
+**Workspaces.** A grid reduction's blocks leave partial results in device memory, and the last
+block of each group to finish (counted in a finished-block counter) combines them and resets its
+counter. Launches on one stream run one after another, so every kernel launched on a stream can
+share one workspace; launches on two streams may run at once, so each stream has its own. A
+device keeps the workspaces of its STREAM_WORKSPACES most recently used streams (one grown when
+a kernel needs more room); one dropped from there lives on while a prepared call or a `bz.graph()`
+still launches into it, and is then freed in order on its own stream (after the work queued
+there). A CuPy stream is destroyed with its object, so the workspace keeps that object: the
+stream outlives the free queued on it.
+
+**Modules.** A module is loaded once per device and binary (`loaded_module`) and unloaded when the
+last holder of its `Module` lets it go: the compiled kernel, the executors and launchers built on
+it, the prepared calls and graphs that launch its functions. The driver's unload waits for the
+module's kernels still queued (loading and unloading a module synchronize the context), so it is
+put off while a stream capture is open on the calling thread (a wait there would end the capture
+in error), and not done at all while the interpreter exits (the driver frees everything with the
+context).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import sys
+import threading
+import weakref
+from collections import OrderedDict, deque
+
+from braze.errors import CudaError
+from braze.runtime import cuda_driver as cuda
+from braze.runtime.graph import open_graphs
+
+STREAM_WORKSPACES = 64  # workspaces a device keeps, by stream (beyond: the least recently used goes)
+_ALIGNMENT = 256  # the partial results start on a boundary every access width meets
+
+_log = logging.getLogger(__name__)
+
+
+# --- workspaces ---------------------------------------------------------------------------------
+class Workspace:
+    """Device memory of one stream: the finished-block counters (zeroed when made), then room for
+    `partial_bytes` of partial results. `pointers` is what the kernels take: (partials, counters)."""
+
+    def __init__(self, device: cuda.Device, stream: int, partial_bytes: int, counter_bytes: int) -> None:
+        counters = -(-counter_bytes // _ALIGNMENT) * _ALIGNMENT
+        with device.current():
+            address = cuda.alloc(counters + partial_bytes, stream)
+            cuda.fill_bytes(address, 0, counter_bytes, stream)
+        self.partial_bytes = partial_bytes
+        self.pointers = (address + counters, address)
+        free = weakref.finalize(self, _free_workspace, device, address, stream, _stream_owner(stream))
+        free.atexit = False  # the context's teardown frees it
+
+
+def _free_workspace(device: cuda.Device, address: int, stream: int, owner: object) -> None:
+    """Frees in order on the workspace's stream, which `owner` (kept until now) keeps valid."""
+    if sys.is_finalizing():
+        return
+    try:
+        with device.current():
+            cuda.free(address, stream)
+    except CudaError as error:  # a context torn down already: its memory went with it
+        _log.debug("workspace at %#x not freed: %s", address, error)
+
+
+def _stream_owner(stream: int) -> object:
+    """The object whose life keeps `stream` valid, where braze can tell: CuPy's current stream
+    object when `stream` is its handle (CuPy destroys a stream with its object). None for torch,
+    whose streams come from a pool it never destroys, and for streams a user passes by handle."""
+    cupy = sys.modules.get("cupy")
+    if cupy is None or not stream:
+        return None
+    try:
+        current = cupy.cuda.get_current_stream()
+    except Exception:  # noqa: BLE001  (no CUDA in CuPy: not its stream)
+        return None
+    return current if current.ptr == stream else None
+
+
+class StreamWorkspaces:
+    """One device's workspaces by stream, the most recently used last."""
+
+    def __init__(self, device: cuda.Device, counter_bytes: int) -> None:
+        self.device, self.counter_bytes = device, counter_bytes
+        self.by_stream: OrderedDict[int, Workspace] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, stream: int, partial_bytes: int) -> Workspace:
+        """The workspace of `stream`, with room for at least `partial_bytes` of partial results."""
+        with self.lock:
+            workspace = self.by_stream.get(stream)
+            if workspace is None or workspace.partial_bytes < partial_bytes:
+                # A larger one replaces a smaller: calls prepared with the smaller keep it, on the same stream.
+                workspace = self.by_stream[stream] = Workspace(self.device, stream, partial_bytes,
+                                                               self.counter_bytes)
+            self.by_stream.move_to_end(stream)
+            while len(self.by_stream) > STREAM_WORKSPACES:
+                self.by_stream.popitem(last=False)
+            return workspace
+
+
+_workspaces: dict[tuple[int, int], StreamWorkspaces] = {}
+_workspaces_lock = threading.Lock()
+
+
+def stream_workspaces(device: cuda.Device, counter_bytes: int) -> StreamWorkspaces:
+    """The workspaces of `device` whose counters take `counter_bytes` (the same for every kernel of
+    a device: a counter per block it runs at once)."""
+    with _workspaces_lock:
+        key = (device.index, counter_bytes)
+        if key not in _workspaces:
+            _workspaces[key] = StreamWorkspaces(device, counter_bytes)
+        return _workspaces[key]
+
+
+# --- modules ------------------------------------------------------------------------------------
+# (device, cubin digest, functions) -> module, while anything holds it.
+_loaded_modules: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_loaded_modules_lock = threading.Lock()
+# (device, handle) of modules to unload, in order. No lock: a finalizer may append while this thread
+# drains, and deque's append and popleft are atomic.
+_retired: deque[tuple[cuda.Device, int]] = deque()
+
+
+def loaded_module(device: cuda.Device, binary: bytes, functions: tuple[str, ...]) -> cuda.Module:
+    """`binary` loaded on `device`: one module however many hold it, unloaded after the last."""
+    key = (device.index, hashlib.sha256(binary).digest(), functions)
+    with _loaded_modules_lock:
+        module = _loaded_modules.get(key)
+        if module is None:
+            module = _loaded_modules[key] = cuda.Module(device, binary, functions)
+            retire = weakref.finalize(module, _retire, device, module.handle)
+            retire.atexit = False  # the context's teardown unloads it
+    unload_retired()  # a load is a point where unloading is safe, if anything waits for it
+    return module
+
+
+def loaded_module_count() -> int:
+    """Modules loaded through `loaded_module` and not unloaded yet (those waiting included)."""
+    return len(_loaded_modules) + len(_retired)
+
+
+def _retire(device: cuda.Device, handle: int) -> None:
+    """The last holder of a module went: unload it now, or at the next safe point."""
+    _retired.append((device, handle))
+    unload_retired()
+
+
+def unload_retired() -> None:
+    """Unloads the modules whose last holder went, unless unloading is unsafe now."""
+    if not _retired or not _unloading_is_safe():
+        return
+    while _retired:
+        try:
+            device, handle = _retired.popleft()
+        except IndexError:  # another thread took the last
+            return
+        try:
+            with device.current():
+                cuda.unload_module(handle)
+        except CudaError as error:  # a context torn down already: its modules went with it
+            _log.debug("module %#x not unloaded: %s", handle, error)
+
+
+def _unloading_is_safe() -> bool:
+    """Not while the interpreter exits, nor while this thread captures a stream: a `bz.graph()`,
+    or torch's current stream (torch.cuda.graph)."""
+    if sys.is_finalizing() or open_graphs():
+        return False
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return True
+    try:
+        return not torch.cuda.is_current_stream_capturing()
+    except Exception:  # noqa: BLE001  (a torch that cannot tell: it captures nothing braze can see)
+        return True
