@@ -159,6 +159,18 @@ def _input_strides(fusion: FusionGraph, key: tuple, plan: schedule.Plan) -> dict
             if id(tv) in read}
 
 
+def _unit_axes(fusion: FusionGraph, key: tuple) -> dict[int, int | None]:
+    """The axis each input is contiguous along at this signature (by id): its last axis when that has
+    unit stride, else the last that has (a transposed view), else None. The transpose scheduler reads
+    it (schedule/transpose.py)."""
+    tensors = [tv for tv in fusion.inputs if tv.scalar is None]
+    found = {}
+    for tv, units in zip(tensors, key[0]):
+        unit = [axis for axis, is_unit in enumerate(units) if is_unit]
+        found[id(tv)] = (tv.ndim - 1 if units[-1] else unit[-1]) if unit else None
+    return found
+
+
 def plan_kernel(fusion: FusionGraph, key: tuple, views_on_host: bool = True, gpu: bool = False,
                 cpu: bool | None = None) -> tuple[schedule.Plan, k.Kernel, KernelParams]:
     """Plans and lowers `fusion` for one signature, cutting where the lowering asks to: scheduled
@@ -167,7 +179,7 @@ def plan_kernel(fusion: FusionGraph, key: tuple, views_on_host: bool = True, gpu
     cuts: set[int] = set()
     cpu = views_on_host and not gpu if cpu is None else cpu
     while True:
-        plan = schedule.plan(fusion, cuts, views_on_host, gpu, cpu)
+        plan = schedule.plan(fusion, cuts, views_on_host, gpu, cpu, _unit_axes(fusion, key))
         try:
             kernel, params = lower(fusion, plan.writes, plan.scheduled, _input_strides(fusion, key, plan),
                                    getattr(fusion, "name", "fusion"), dt.as_dtype(key[1]), _dense_inputs(fusion, key),

@@ -47,6 +47,7 @@ from braze.codegen.cuda_plan import (
 )
 from braze.codegen.cuda_rows import C_TYPE, RowLoopWriter, c_type, vector_unroll  # noqa: F401  (re-exported)
 from braze.codegen.cuda_rules import RULES, CudaRule  # noqa: F401  (re-exported)
+from braze.codegen.cuda_tiles import TileWriter
 from braze.dtypes import DType
 from braze.errors import UnsupportedError
 from braze.kir import nodes as k
@@ -93,7 +94,7 @@ def const_text(value, dtype: DType) -> str:
     return f"((signed char){value})"
 
 
-class TaskWriter(RowLoopWriter, GridWriter):
+class TaskWriter(RowLoopWriter, GridWriter, TileWriter):
     """Writes one task as one `__global__` function."""
 
     def __init__(self, kernel: k.Kernel, task: k.Task, layout: ArgLayout, block_size: int, restrict: bool) -> None:
@@ -179,7 +180,7 @@ class TaskWriter(RowLoopWriter, GridWriter):
                           "unsigned* const bz_finished) {")
         self.declare_params()
         writer = {"grid": self.write_grid_reduction, "flat": self.write_flat, "grid_rows": self.write_grid_rows,
-                  "columns": self.write_columns}.get(self.schedule.kind)
+                  "columns": self.write_columns, "tiles": self.write_tiles}.get(self.schedule.kind)
         if writer is not None:
             writer()
             return "\n".join(self.lines)
@@ -332,6 +333,8 @@ class TaskWriter(RowLoopWriter, GridWriter):
                   f"{self.expr(s.value)};")
 
     def store_guard(self) -> str:
+        if self.schedule.kind == "tiles":  # inside the test of the element's bounds
+            return ""
         # A store outside every loop writes a row's single result: one lane does it.
         return "if (active) " if self.loop_depth else "if (active && lane == 0) "
 

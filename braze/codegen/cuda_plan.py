@@ -367,7 +367,8 @@ class TaskSchedule:
       the blocks' results in block order;
     - "grid_rows": a reduction over rows of a row-wise computation (cross_entropy's mean): the
       single loop's iterations are rows as in "rows", their accumulators then meet as in "flat";
-    - "grid": any other reduction to one value, its single loop grid-strided over threads.
+    - "grid": any other reduction to one value, its single loop grid-strided over threads;
+    - "tiles": a pointwise task over tiles (lower/tiles.py), one block a tile (cuda_tiles.py).
     """
 
     kind: str = "rows"
@@ -481,8 +482,27 @@ def _row_is_one_nest(task: k.Task, plan: LanePlan) -> bool:
             and not any(isinstance(s, (k.Store, k.AtomicRMW, k.Sync, k.Alloc)) for s in walk(loops[0].body)))
 
 
+def tile_loops(task: k.Task) -> tuple[k.For, k.For] | None:
+    """A tile task's loops over its tile's rows and columns: the last statement of the task, and the
+    last of the row loop's body, with nothing but values and stores inside (cuda_tiles.py runs the
+    rows' statements and the columns' body per element of the tile). None for other tasks."""
+    if not task.tile or task.kind != "range_for" or not task.body or not isinstance(task.body[-1], k.For):
+        return None
+    rows = task.body[-1]
+    columns = rows.body[-1] if rows.body else None
+    if not isinstance(columns, k.For) or rows.step != 1 or columns.step != 1:
+        return None
+    looped = (k.For, k.While, k.Break, k.Continue, k.Sync, k.Alloc, k.AtomicRMW)
+    inside = tuple(walk(rows.body[:-1])) + tuple(walk(columns.body))
+    if any(isinstance(s, looped) for s in (*inside, *task.body[:-1])):
+        return None
+    return rows, columns
+
+
 def plan_schedule(task: k.Task, plan: LanePlan) -> TaskSchedule:
     """The task's schedule (see TaskSchedule)."""
+    if tile_loops(task) is not None:
+        return TaskSchedule("tiles")
     if has_arg_pairs(plan):  # argmax / argmin pairs combine across the lanes of a row only
         return TaskSchedule()
     if spans_grid(task, plan):
@@ -527,6 +547,8 @@ def schedule_bounds(task: k.Task, schedule: str, splittable_rows: bool = False) 
             count = k.Binary("mul", count, extent(level), count.dtype)
         return count
 
+    if schedule == "tiles":  # one block a tile: the range is the launch
+        return [task.begin, task.end]
     if schedule == "flat" or splittable_rows:
         return [task.begin, task.end, *(extent(loop) for loop in nest_of(task))]
     if schedule == "grid_rows":

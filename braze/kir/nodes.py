@@ -331,6 +331,9 @@ class Task:
     # Elements of work one index of the range does, for the CPU runtime's split across threads
     # (None: the extent of the body's last top-level loop).
     work: Expr | None = None
+    # A tile task (braze/lower/tiles.py): each index of the range writes one tile of `tile` rows and
+    # columns, its body one loop over the tile's rows around one over its columns; 0 for other tasks.
+    tile: int = 0
 
 
 @dataclass(frozen=True)

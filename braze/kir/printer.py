@@ -85,6 +85,7 @@ def kernel(kern: k.Kernel) -> str:
     for task in kern.tasks:
         if task.kind == "range_for":
             block = f", block_dim={task.block_dim}" if task.block_dim else ""
+            block += f", tile={task.tile}" if task.tile else ""
             lines.append(f"  task {task.name}: range_for {task.var.name} in [{expr(task.begin)}, "
                          f"{expr(task.end)}){block}")
         else:

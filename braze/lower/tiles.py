@@ -1,9 +1,10 @@
-"""Tiles (the CPU's transposes): a pointwise task that reads a tensor transposed walks its output in
-TILE x TILE tiles, one per task index (the outer axes, then the band of TILE rows, then the tile
-along the band, so a thread's consecutive indices walk a band left to right); in each tile, the
+"""Tiles (transposes): a pointwise task that reads a tensor transposed walks its output in tiles of
+`loops.tile` rows and columns, one per task index (the outer axes, then the band of rows, then the
+tile along the band, so a thread's consecutive indices walk a band left to right); in each tile, the
 rows, and each row's columns as the vectorized loop. Row by row, `x + y.T` would read y down a whole
 column per output row, a cache line per element; within a tile the lines it reads stay in L1 for
-the tile's other rows.
+the tile's other rows. The CUDA backend runs each tile on one block, staging such reads through
+shared memory (braze/codegen/cuda_tiles.py).
 """
 
 from __future__ import annotations
@@ -56,4 +57,4 @@ def tile_task(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, loops: Sche
     for axis in outer:
         end = index_op("mul", end, extents[axis])
     return k.Task(name, "range_for", tuple(scopes.pop().stmts), task_var, em.zero, end,
-                  work=index_op("mul", tile, tile))
+                  work=index_op("mul", tile, tile), tile=loops.tile)

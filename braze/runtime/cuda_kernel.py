@@ -254,6 +254,8 @@ class CudaExecutor:
             return self._plan_grid_reduction(task, extents, pointers)
         if kind == "columns":
             return self._plan_columns(task, begin, end, extents, pointers)
+        if kind == "tiles":  # a block a tile (codegen/cuda_tiles.py), each block's loop over tiles runs once
+            return PlannedLaunch(task, begin, end, min(end - begin, MAX_GRID), 0, (0, 0, 0, 0))
         if kind == "rows" and task.schedule.splittable:
             split = self._plan_split_rows(task, begin, end, extents, pointers)
             if split is not None:

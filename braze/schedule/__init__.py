@@ -4,7 +4,8 @@ applied as transforms to a loop domain of its own (`loops.py`).
 On the CPU, outer reductions and normalizations (those whose innermost axis is kept) take column
 strips instead (`loops.schedule_strips`): a task owns a strip of the innermost axis and walks the
 reduced (or normalized) axes with unit-stride loops over the strip inside. Pointwise tasks that read
-a tensor transposed (`x + y.T`) take tiles (`loops.schedule_tiles`).
+a tensor transposed (`x + y.T`; `transpose.py` says which) take tiles (`loops.schedule_tiles`), on the
+CPU and on a GPU.
 
 The plan starts with one task per fusion output. The lowering reports a reduction that would
 be recomputed per output element (`NeedsCut`); the engine then adds it to `cuts`, and the plan
@@ -18,25 +19,33 @@ from dataclasses import dataclass
 from braze.ir.fusion import AliasKind, FusionGraph
 from braze.ir.tensor import TensorView
 from braze.ops.table import lookup
-from braze.schedule.loops import ScheduledLoops, schedule_loops, schedule_strips, schedule_tiles
+from braze.schedule.loops import TILE, ScheduledLoops, schedule_loops, schedule_strips, schedule_tiles
+from braze.schedule.transpose import ReadLayouts, transposed_reads
 
 # Ops through which a dimension keeps its position (so a broadcast dimension can be traced).
 _POSITIONAL = {"elementwise", "cast"}
 # Reductions the CPU's column strips accumulate lane by lane (braze/lower/strips.py); argmax and
 # argmin keep the loop-per-element schedule.
 STRIP_REDUCTIONS = frozenset({"sum", "prod", "max", "min", "mean", "var", "any", "all"})
+# A GPU's tiles (codegen/cuda_tiles.py): 32 x 32, or 64 x 64 when every tensor read transposed has
+# elements of 2 bytes or less. A warp then reads 64 of them, a whole 128-byte line, along the tensor's
+# contiguous axis (32 would move 64 bytes a request), and each of a 256-thread block's threads has 16
+# loads of 2 bytes in flight a tensor (4 of 4 bytes for float32's 32 x 32): ~32 bytes, as 4-wide row
+# loops keep (codegen/cuda_rows.py, BYTES_IN_FLIGHT).
+GPU_TILE, GPU_NARROW_TILE = 32, 64
 
 
 @dataclass(frozen=True)
 class Heuristics:
     """The frozen decisions for one task: its scheduler and its loop order (outer to inner)."""
 
-    scheduler: str  # pointwise, reduction or normalization; outer_reduction, outer_normalization, transpose (CPU)
+    scheduler: str  # pointwise, reduction or normalization; outer_reduction, outer_normalization (CPU); transpose
     loop_order: tuple[int, ...]
     # Whether the innermost axis is a loop inside each task index (else every axis is merged into
     # the task's range): see `heuristics_for`.
     vectorize: bool = True
     serial: tuple[int, ...] = ()  # outer_normalization: the axes each task walks whole (a reduction's)
+    tile: int = 0  # transpose: the rows and columns of a tile (of the two innermost axes of loop_order)
 
 
 @dataclass(frozen=True)
@@ -97,7 +106,8 @@ def _positional_path(source: TensorView, target: TensorView) -> bool:
     return any(_positional_path(source, inp) for inp in expr.inputs if inp.ndim == target.ndim)
 
 
-def heuristics_for(tv: TensorView, gpu: bool = False, cpu: bool = False) -> Heuristics:
+def heuristics_for(tv: TensorView, gpu: bool = False, cpu: bool = False, reads: ReadLayouts | None = None
+                   ) -> Heuristics:
     """Loop order: a chosen layout first; else the dimensions a reduction is broadcast along go inside.
 
     On a GPU (`gpu`), a task computing reductions with no axis they are broadcast back along (a sum
@@ -109,8 +119,9 @@ def heuristics_for(tv: TensorView, gpu: bool = False, cpu: bool = False) -> Heur
 
     On the CPU (`cpu`), a reduction or normalization that keeps the innermost axis takes column
     strips: the innermost axis stays innermost (unit stride, vectorized) and the reduced axes are
-    walked inside each task, instead of being the inner loop with a stride. A pointwise task that reads
-    a tensor transposed takes tiles there (`loops.schedule_tiles`)."""
+    walked inside each task, instead of being the inner loop with a stride. On both, a pointwise
+    task that reads a tensor transposed (`reads`: how the tensors it reads are laid out) takes tiles
+    (`_tiles`)."""
     cone = _cone(tv)
     if not any(_is_reduction(t) for t in cone):
         scheduler = "pointwise"
@@ -118,11 +129,14 @@ def heuristics_for(tv: TensorView, gpu: bool = False, cpu: bool = False) -> Heur
         scheduler = "reduction" if _is_reduction(tv) else "normalization"
     inner = _reduced_broadcast_dims(tv) if scheduler == "normalization" else set()
     vectorize = not (gpu and scheduler != "pointwise" and not inner)
-    if tv.stride_order is not None:
-        order = tuple(sorted(range(tv.ndim), key=lambda i: -tv.stride_order[i]))
+    laid_out = tv.stride_order is not None
+    order = tuple(sorted(range(tv.ndim), key=lambda i: -tv.stride_order[i])) if laid_out else None
+    if (cpu or gpu) and scheduler == "pointwise" and tv.ndim >= 2 and (laid_out or tv.has_default_allocation):
+        tiles = _tiles(tv, order or tuple(range(tv.ndim)), gpu, reads or ReadLayouts())
+        if tiles is not None:
+            return tiles
+    if laid_out:
         return Heuristics(scheduler, order, vectorize)
-    if cpu and scheduler == "pointwise" and tv.ndim >= 2 and _reads_transposed(cone):
-        return Heuristics("transpose", tuple(range(tv.ndim)), vectorize)
     if cpu and _takes_strips(tv, scheduler, inner):
         serial = tuple(sorted(inner))
         rest = tuple(i for i in range(tv.ndim - 1) if i not in inner)
@@ -131,11 +145,23 @@ def heuristics_for(tv: TensorView, gpu: bool = False, cpu: bool = False) -> Heur
     return Heuristics(scheduler, order, vectorize)
 
 
-def _reads_transposed(cone: list[TensorView]) -> bool:
-    """Whether a permute of the cone moves its input's innermost axis away from the innermost: row by
-    row, the task would then read that input down its columns."""
-    return any(t.definition is not None and t.definition.op == "permute"
-               and t.definition.attrs["dims"][-1] != t.definition.inputs[0].ndim - 1 for t in cone)
+def _tiles(tv: TensorView, order: tuple[int, ...], gpu: bool, reads: ReadLayouts) -> Heuristics | None:
+    """Tiles for a pointwise task written along `order` that reads a tensor transposed: the axis that
+    tensor is contiguous along becomes the tiles' rows (second to last in the loop order; of several
+    such axes, the one most bytes an element are read along), the output's innermost axis their
+    columns. On a GPU, narrow elements take wider tiles (GPU_NARROW_TILE)."""
+    transposed = transposed_reads(tv, order[-1], reads.unit_axis, reads.is_read)
+    if not transposed:
+        return None
+    along: dict[int, int] = {}
+    for t, axis in transposed:
+        along[axis] = along.get(axis, 0) + t.dtype.itemsize
+    row = max(along, key=along.get)
+    tile = TILE
+    if gpu:
+        tile = GPU_NARROW_TILE if all(t.dtype.itemsize <= 2 for t, _ in transposed) else GPU_TILE
+    loop_order = tuple(a for a in order[:-1] if a != row) + (row, order[-1])
+    return Heuristics("transpose", loop_order, tile=tile)
 
 
 def _takes_strips(tv: TensorView, scheduler: str, inner: set[int]) -> bool:
@@ -163,7 +189,7 @@ def _loops_for(tv: TensorView, h: Heuristics) -> ScheduledLoops:
     if h.scheduler.startswith("outer_"):
         return schedule_strips(tv, h.loop_order, len(h.serial))
     if h.scheduler == "transpose":
-        return schedule_tiles(tv, h.loop_order)
+        return schedule_tiles(tv, h.loop_order, h.tile)
     return schedule_loops(tv, h.loop_order, h.vectorize)
 
 
@@ -177,16 +203,19 @@ def outputs_needing_kernels(fusion: FusionGraph, views_on_host: bool = True) -> 
     return list(writes.values())
 
 
-def plan(fusion: FusionGraph, cuts: set[int], views_on_host: bool = True, gpu: bool = False, cpu: bool = False) -> Plan:
+def plan(fusion: FusionGraph, cuts: set[int], views_on_host: bool = True, gpu: bool = False, cpu: bool = False,
+         unit_axes: dict[int, int | None] | None = None) -> Plan:
     """Tasks for the cut intermediates (in definition order) and then for the outputs: scheduled for
-    a GPU with `gpu`; with `cpu`, outer reductions and normalizations take the CPU's column strips."""
+    a GPU with `gpu`; with `cpu`, outer reductions and normalizations take the CPU's column strips.
+    `unit_axes`: the unit-stride axis of each input (by id) at this signature (see ReadLayouts)."""
     outputs = outputs_needing_kernels(fusion, views_on_host)
     output_ids = {id(t) for t in outputs}
     cut_tensors = [out for e in fusion.exprs for out in e.outputs if id(out) in cuts and id(out) not in output_ids]
     position = {id(out): n for n, e in enumerate(fusion.exprs) for out in e.outputs}
     # Producers first, so a later task reads what an earlier one wrote instead of recomputing it.
     writes = tuple(sorted(cut_tensors + outputs, key=lambda t: position.get(id(t), -1)))
-    heuristics = tuple(heuristics_for(tv, gpu, cpu) for tv in writes)
+    heuristics = tuple(heuristics_for(tv, gpu, cpu, ReadLayouts(unit_axes or {}, frozenset(map(id, writes[:n]))))
+                       for n, tv in enumerate(writes))
     return Plan(writes, heuristics, tuple(_loops_for(tv, h) for tv, h in zip(writes, heuristics)))
 
 

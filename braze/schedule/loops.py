@@ -10,9 +10,9 @@ Column strips (CPU outer reductions and normalizations, `schedule_strips`) `spli
 axis into strips: the strip index is merged into the parallel dimension, the axes a task walks
 whole stay serial loops, and the strip's columns are the vectorized loop.
 
-Tiles (CPU transposes, `schedule_tiles`) `split` the two innermost axes into TILE x TILE tiles, one
-per task index, so what a transposed read touches of a tile stays in L1 while the tile's rows are
-written.
+Tiles (transposes, `schedule_tiles`) `split` the two innermost axes into tiles, one per task index:
+on the CPU TILE x TILE, so what a transposed read touches of a tile stays in L1 while the tile's rows
+are written; on a GPU one block a tile, staged through shared memory (codegen/cuda_tiles.py).
 """
 
 from __future__ import annotations
@@ -137,20 +137,20 @@ def schedule_strips(tv: TensorView, loop_order: tuple[int, ...], serial: int) ->
     return ScheduledLoops(roots, domain, tuple(transforms), STRIP_CAPACITY)
 
 
-def schedule_tiles(tv: TensorView, loop_order: tuple[int, ...]) -> ScheduledLoops:
-    """Tiles: the two innermost axes of `loop_order` split by TILE; the row and column tiles join the
+def schedule_tiles(tv: TensorView, loop_order: tuple[int, ...], tile: int = TILE) -> ScheduledLoops:
+    """Tiles: the two innermost axes of `loop_order` split by `tile`; the row and column tiles join the
     parallel dimension (merged with the outer axes), and each task index walks the rows of its tile,
     and the tile's columns as the vectorized loop."""
     roots = tuple(d.clone() for d in tv.visible)
     positions = {axis: n for n, axis in enumerate(loop_order)}
     transforms: list[Reorder | Merge | Split] = [Reorder(tuple(positions[axis] for axis in range(len(roots))))]
     loop = [roots[axis] for axis in loop_order]
-    rows, columns = split(loop[-2], TILE), split(loop[-1], TILE)
+    rows, columns = split(loop[-2], tile), split(loop[-1], tile)
     transforms += [rows, columns]
     parallel = _parallel(loop[:-2] + [rows.outer, columns.outer], transforms)
     columns.inner.parallelize(ParallelType.VECTORIZE)
     domain = (parallel, rows.inner, columns.inner)
-    return ScheduledLoops(roots, domain, tuple(transforms), tile=TILE)
+    return ScheduledLoops(roots, domain, tuple(transforms), tile=tile)
 
 
 def schedule_loops(tv: TensorView, loop_order: tuple[int, ...], vectorize: bool = True) -> ScheduledLoops:
