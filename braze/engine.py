@@ -34,6 +34,7 @@ from braze.lower.values import NeedsCut
 from braze.passes.fuse_tasks import Decision, forward_stores, fuse_sibling_loops, fuse_tasks
 from braze.passes.output_cache import cache_rows_in_outputs
 from braze.passes.simplify import simplify
+from braze.passes.split_loops import split_loops
 from braze.runtime import cuda_driver, reference
 from braze.runtime.arrays import to_kind
 from braze.runtime.compiled_kernel import CompiledKernel, CompileParams
@@ -190,6 +191,7 @@ def plan_kernel(fusion: FusionGraph, key: tuple, views_on_host: bool = True, gpu
             cuts.add(id(cut.tv))
     if gpu:
         kernel = _merged_row_tasks(kernel)
+    kernel = split_loops(kernel)  # after the merges: loops over one range split once, together
     if config.dumping("scheduler_params"):
         config.dump("scheduler_params", plan.text())
     if config.dumping("segments"):

@@ -28,6 +28,16 @@ def chain(ops, x, n: int):
     return t
 
 
+def rolls(ops, x, n: int):
+    """`x` plus `n` rotations of its rows (by 1, 2, ... columns, each a cat of two slices): one loop
+    over the columns branching at n places (braze/passes/split_loops.py splits it or leaves it)."""
+    t = x
+    for k in range(n):
+        shift = 1 + k % 32
+        t = t + ops.cat([x[:, shift:], x[:, :shift]], 1)
+    return t
+
+
 # Each step: (ops it adds, its value from two recent values). All are 1-Lipschitz, so rounding
 # differences between backends stay as small as the ops are many.
 _STEPS = (

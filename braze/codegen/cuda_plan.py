@@ -255,11 +255,13 @@ def plan_row_caches(task: k.Task, plan: LanePlan) -> tuple[RowCache, ...]:
                 entry = seen.setdefault(row_cache_key(load, loop), [load.param.dtype, []])
                 if id(loop) not in entry[1]:
                     entry[1].append(id(loop))
-    ranges = {id(loop): (loop.begin, loop.end) for loop in loops}
+    # Only loops from 0: the 16-byte and register paths index a cache by the column (cuda_rows). A
+    # loop starting elsewhere is a part of a split one (braze/passes/split_loops.py).
+    ranges = {id(loop): (loop.begin, loop.end) for loop in loops if loop.begin == k.Const(0, loop.begin.dtype)}
     position = {id(s): n for n, s in enumerate(s for s in task.body if isinstance(s, k.For))}
     caches = []
     for key, (dtype, users) in seen.items():
-        if len(users) >= 2 and len({ranges[u] for u in users}) == 1:
+        if len(users) >= 2 and all(u in ranges for u in users) and len({ranges[u] for u in users}) == 1:
             cache = RowCache(key, dtype, tuple(users), position[users[0]])
             caches.append(_with_update(cache, task, {id(loop): loop for loop in loops}))
     return tuple(caches)
@@ -572,10 +574,24 @@ class VectorAccesses:
     stores: tuple[k.Store, ...]
 
 
-def _unit_stride_position(access, var: k.Var) -> bool:
-    """`var` indexes exactly one axis of the access, alone and with unit stride."""
+def _unit_stride_position(access, var: k.Var, local: set[k.Var]) -> bool:
+    """`var` indexes exactly one axis of the access, with unit stride, as `var` plus an offset fixed
+    for the loop (reading none of the `local` variables the loop defines): a part of a loop split at
+    a cat's edge reads `x[j - 64]`."""
     uses = [axis for axis, i in enumerate(access.indices) if var in set(sub_exprs(i))]
-    return len(uses) == 1 and access.indices[uses[0]] == var and access.param.static_stride(uses[0]) == 1
+    return len(uses) == 1 and _steps_with(access.indices[uses[0]], var, local | {var}) \
+        and access.param.static_stride(uses[0]) == 1
+
+
+def _steps_with(index: k.Expr, var: k.Var, varying: set[k.Var]) -> bool:
+    """`index` is `var`, or `var` plus or minus values that read none of `varying`."""
+    if index == var:
+        return True
+    if not (isinstance(index, k.Binary) and index.op in ("add", "sub") and index.dtype == var.dtype):
+        return False
+    if index.op == "add" and not _vars_of(index.a) & varying:
+        return _steps_with(index.b, var, varying)
+    return not _vars_of(index.b) & varying and _steps_with(index.a, var, varying)
 
 
 def replace_var_in_access(access, var: k.Var, new: k.Expr) -> tuple[k.Expr, ...]:
@@ -584,16 +600,17 @@ def replace_var_in_access(access, var: k.Var, new: k.Expr) -> tuple[k.Expr, ...]
 
 def vector_accesses(loop: k.For) -> VectorAccesses | None:
     """The loads and stores of a lane loop that can move 16 bytes at a time, or None when the loop
-    cannot take that path: it must start at 0, hold no branches or inner loops, and touch memory
-    along the row only as `a[..., j]` of a 4-byte type."""
-    if loop.begin != k.Const(0, loop.begin.dtype) or any(
-            isinstance(s, (k.For, k.While, k.If, k.AtomicRMW, k.Alloc, k.Break, k.Continue)) for s in walk(loop.body)):
+    cannot take that path: it must hold no branches or inner loops, and touch memory along the row
+    only as `a[..., j + o]` (o fixed for the loop) of a type in VECTOR_TYPE. It may start anywhere:
+    the vectors start at its begin (cuda_rows.RowLoopWriter)."""
+    if any(isinstance(s, (k.For, k.While, k.If, k.AtomicRMW, k.Alloc, k.Break, k.Continue)) for s in walk(loop.body)):
         return None
     loads = {e: None for x in (x for s in loop.body for x in exprs_of(s)) for e in sub_exprs(x)
              if isinstance(e, k.Load) and loop.var in {v for i in e.indices for v in sub_exprs(i)}}
     stores = [s for s in loop.body if isinstance(s, k.Store) and any(loop.var in set(sub_exprs(i)) for i in s.indices)]
     accesses = [*loads, *stores]
-    if not accesses or any(a.param.dtype.name not in VECTOR_TYPE or not _unit_stride_position(a, loop.var)
+    local = {s.var for s in walk(loop.body) if isinstance(s, (k.Let, k.Assign))}
+    if not accesses or any(a.param.dtype.name not in VECTOR_TYPE or not _unit_stride_position(a, loop.var, local)
                            for a in accesses):
         return None
     if not set(loads) <= set(unconditional_loads(loop.body, loop.var)):  # a load only some iterations make

@@ -88,15 +88,24 @@ class RowLoopWriter:
         """The 16-byte conditions of these loops: lengths that 4 divides, aligned row starts."""
         terms = []
         for other in together:
-            terms.append(f"(({self.expr(other.end)}) % 4 == 0)")
+            terms.append(f"(({self.trip_count(other)}) % 4 == 0)")
             vector = self.vectors[id(other)]
             for access in (*vector.loads, *vector.stores):
-                start = tuple(self.inlined(i) for i in replace_var_in_access(access, other.var,
-                                                                            k.Const(0, other.var.dtype)))
+                start = tuple(self.inlined(i) for i in replace_var_in_access(access, other.var, other.begin))
                 address = f"&{self.pointer(access.param)}[{self.offset(access.param, start)}]"
                 mask = VECTOR_ALIGNMENT[access.param.dtype.name] - 1
                 terms.append(f"((reinterpret_cast<unsigned long long>({address}) & {mask}) == 0)")
         return terms
+
+    def trip_count(self, loop: k.For) -> str:
+        """The loop's `end - begin` (its end, when it starts at 0)."""
+        end = self.expr(loop.end)
+        return end if self.from_begin(loop) == "" else f"{end} - {self.expr(loop.begin)}"
+
+    def from_begin(self, loop: k.For) -> str:
+        """`begin + ` for a loop split from a longer one, that starts elsewhere than at 0 (see
+        braze/passes/split_loops.py): its vectors start there."""
+        return "" if loop.begin == k.Const(0, loop.begin.dtype) else f"{self.expr(loop.begin)} + "
 
     def inlined(self, e: k.Expr) -> k.Expr:
         """`e` with the task's row-level constants (a `Let` never assigned again, such as a flipped
@@ -207,7 +216,8 @@ class RowLoopWriter:
             unroll = vector_unroll(vector)
             if unroll > 1:
                 self.line(f"#pragma unroll {unroll}")
-            self.line(f"for ({self.index} {base.name} = {four} * lane; {base.name} < {self.expr(loop.end)}; "
+            self.line(f"for ({self.index} {base.name} = {self.from_begin(loop)}{four} * lane; "
+                      f"{base.name} < {self.expr(loop.end)}; "
                       f"{base.name} += {four} * lanes32) {{")
         self.depth += 1
         self.loop_depth += 1

@@ -5,7 +5,8 @@ Every rewrite gives the same bits on every input, so the pass can run before any
   which rounds and wraps as the generated code does; transcendental ops and casts are left alone
   (their generated code may round differently from NumPy);
 - identities hold for every value of x, NaN, infinities and -0.0 included: x * 1.0 and x - 0.0
-  become x, but x + 0.0 does not (-0.0 + 0.0 is +0.0), nor x * 0.0 (NaN * 0.0 is NaN);
+  become x, but x + 0.0 does not (-0.0 + 0.0 is +0.0), nor x * 0.0 (NaN * 0.0 is NaN); `c and x`
+  and `c or x` with c a constant are x or c;
 - integer constants of an add or mul chain are combined (two's complement arithmetic is associative,
   wrap-around included): (i + 1) + 2 is i + 3;
 - a compound expression used twice in one statement is computed once into a `Let`. Only statements
@@ -126,6 +127,8 @@ def apply_identities(e: k.Expr) -> k.Expr:
     if not isinstance(e, k.Binary) or e.a.dtype != e.dtype or e.b.dtype != e.dtype:
         return e
     a, b = e.a, e.b
+    if e.dtype.is_bool and e.op in ("logical_and", "logical_or"):
+        return _logical_identity(e)
     if e.dtype.is_integer:
         if e.op == "add" and _is_const(a, 0) or e.op == "mul" and _is_const(a, 1):
             return b
@@ -140,6 +143,16 @@ def apply_identities(e: k.Expr) -> k.Expr:
         if e.op in ("mul", "truediv") and _is_const(b, 1.0) or e.op == "sub" and _is_const(b, 0.0) \
                 or e.op == "add" and _is_const(b, -0.0):
             return a
+    return e
+
+
+def _logical_identity(e: k.Binary) -> k.Expr:
+    """`x and True` is x, `x and False` is False (and the same for `or`, either side): expressions
+    have no side effects, so the operand a constant decides is not needed."""
+    decides = e.op == "logical_or"  # the constant that decides the result alone
+    for constant, other in ((e.a, e.b), (e.b, e.a)):
+        if isinstance(constant, k.Const):
+            return k.Const(decides, e.dtype) if bool(constant.value) == decides else other
     return e
 
 

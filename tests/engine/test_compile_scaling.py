@@ -38,6 +38,7 @@ BUILDS = {
     "chain": lambda ops, x, row, n: [programs.chain(ops, x, n)],
     "lazy_chain": lambda ops, x, row, n: [lazy_chain(ops, x, n)],
     "wide": lambda ops, x, row, n: programs.wide(ops, x, row, 8 * n),
+    "rolls": lambda ops, x, row, n: [programs.rolls(ops, x, n)],
 }
 
 

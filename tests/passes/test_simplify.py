@@ -82,6 +82,18 @@ def test_where_with_a_constant_condition_picks_its_branch():
     assert simplify_expr(k.Ternary("where", k.Const(False, dt.bool_), x, c(2.0), F32)) == c(2.0)
 
 
+def test_a_constant_operand_of_and_or_decides_it_or_leaves_the_other():
+    true, false, below = k.TRUE, k.Const(False, dt.bool_), b("lt", x, c(2.0), dt.bool_)
+    for op, decides in (("logical_and", false), ("logical_or", true)):
+        keeps = true if decides is false else false
+        for left, right in ((decides, below), (below, decides)):
+            assert simplify_expr(b(op, left, right, dt.bool_)) == decides
+        for left, right in ((keeps, below), (below, keeps)):
+            assert simplify_expr(b(op, left, right, dt.bool_)) == below
+    both = b("logical_and", below, b("gt", x, c(0.0), dt.bool_), dt.bool_)
+    assert simplify_expr(both) == both
+
+
 def test_common_subexpressions_of_a_statement_are_computed_once():
     h = b("add", x, c(1.0))
     square = b("mul", h, h)
