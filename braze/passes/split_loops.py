@@ -441,5 +441,6 @@ def split_loops(kernel: k.Kernel) -> k.Kernel:
     taken = {p.name for p in kernel.params} | {t.var.name for t in kernel.tasks if t.var is not None}
     taken |= {s.var.name for s in statements if isinstance(s, (k.Let, k.For, k.Alloc))}
     splitter = LoopSplitter(fixed, taken)
-    tasks = tuple(dataclasses.replace(t, body=splitter.block(t.body)) for t in kernel.tasks)
+    # A tile task keeps its two loops: the GPU stages each tile through shared memory around them.
+    tasks = tuple(t if t.tile else dataclasses.replace(t, body=splitter.block(t.body)) for t in kernel.tasks)
     return dataclasses.replace(kernel, tasks=tasks)
