@@ -38,6 +38,8 @@ FEATURES = {
     "split_loops": "disable: loops are not split where a condition on their index changes (cat, pad)",
     "fast_call": "disable: every call runs the host program; no prepared call is kept",
     "kernel_reuse": "disable: each input signature of a fusion gets a runtime of its own",
+    "fold_rows": "disable: a task writing rows another task reads (h = x + residual under a norm) stays a task "
+                 "of its own",
 }
 DUMP_NAMES = frozenset(DUMPS)
 FEATURE_NAMES = frozenset(FEATURES)
@@ -133,7 +135,7 @@ KNOBS: tuple[Knob, ...] = (
     Knob("BRAZE_ENABLE", "enable", _list_of(FEATURE_NAMES), "comma list of features to turn on: fast_math, "
          "poison_outputs"),
     Knob("BRAZE_DISABLE", "disable", _list_of(FEATURE_NAMES), "comma list of features to turn off: disk_cache, "
-         "host_jit, simplify, split_loops, fast_call, kernel_reuse"),
+         "host_jit, simplify, split_loops, fast_call, kernel_reuse, fold_rows"),
     Knob("BRAZE_CACHE_DIR", "cache_dir", lambda env, text: Path(text) if text else _DEFAULTS.cache_dir,
          "the disk cache's folder (default ~/.cache/braze)"),
     Knob("BRAZE_CACHE_MAX_BYTES", "cache_max_bytes", lambda env, text: _byte_count(env, text, 1 << 30),

@@ -31,6 +31,7 @@ from braze.kir import nodes as k
 from braze.kir.params import KernelParams
 from braze.lower.fusion_kernel import lower
 from braze.lower.values import NeedsCut
+from braze.passes.fold_rows import fold_row_producers
 from braze.passes.fuse_tasks import Decision, forward_stores, fuse_sibling_loops, fuse_tasks
 from braze.passes.output_cache import cache_rows_in_outputs
 from braze.passes.simplify import simplify
@@ -189,15 +190,24 @@ def plan_kernel(fusion: FusionGraph, key: tuple, views_on_host: bool = True, gpu
             break
         except NeedsCut as cut:
             cuts.add(id(cut.tv))
+    if not config.disabled("fold_rows"):
+        kernel = fold_row_producers(kernel, _written_in_place(fusion, plan, params) if cpu else frozenset())
     if gpu:
         kernel = _merged_row_tasks(kernel)
     kernel = split_loops(kernel)  # after the merges: loops over one range split once, together
     if config.dumping("scheduler_params"):
         config.dump("scheduler_params", plan.text())
     if config.dumping("segments"):
-        config.dump("segments", "\n".join(f"{tv.name}: {h}" for tv, h in zip(plan.writes, plan.heuristics)))
+        folds = [f"{producer} folded into {consumer} (passes/fold_rows.py)"
+                 for producer, consumer in kernel.meta.get("fold_rows", ())]
+        config.dump("segments", "\n".join([f"{tv.name}: {h}" for tv, h in zip(plan.writes, plan.heuristics)] + folds))
     note_segments([tv.name for tv in plan.writes])
     return plan, kernel, params
+
+
+def _written_in_place(fusion: FusionGraph, plan: schedule.Plan, params: KernelParams) -> frozenset[str]:
+    """The arrays the CPU kernel may write straight into an input (schedule.in_place_outputs)."""
+    return frozenset(params.writes[tv_id].name for tv_id in schedule.in_place_outputs(fusion, plan))
 
 
 def forget_compiled_kernels() -> None:

@@ -121,6 +121,8 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter):
         self.in_registers = False  # writing the register-row copy of a row (body_with_register_row)
         self.substitutions: dict[k.Load, str] = {}  # loads read from a row cache in the current loop
         self.vector_stores: dict[int, str] = {}  # id(Store) -> the vector component it fills
+        self.cache_stores: dict[int, list[str]] = {}  # id(Store) -> the row cache slots it also fills
+        self.preloaded: dict[k.Load, str] = {}  # in a register row's loop: loads issued before it (by array)
         # Whether the rows are cached, as the vector loops test it: "cached_row" at run time, or "true"
         # or "false" in each copy of a loop unswitched on it (no test per element then).
         self.cached = "cached_row"
@@ -329,8 +331,14 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter):
         if id(s) in self.vector_stores:  # one element of a 16-byte store, written after the four
             self.line(f"{self.vector_stores[id(s)]} = {self.expr(s.value)};")
             return
-        self.line(f"{self.store_guard()}{self.pointer(s.param)}[{self.offset(s.param, s.indices)}] = "
-                  f"{self.expr(s.value)};")
+        value = self.expr(s.value)
+        slots = self.cache_stores.get(id(s), ())
+        if slots and not isinstance(s.value, (k.Var, k.Const)):
+            self.line(f"const {c_type(s.param.dtype)} {s.param.name}_stored = {value};")
+            value = f"{s.param.name}_stored"
+        self.line(f"{self.store_guard()}{self.pointer(s.param)}[{self.offset(s.param, s.indices)}] = {value};")
+        for slot in slots:  # a row the later loops read back (RowCache.stored)
+            self.line(f"if (cached_row) {slot} = {value};")
 
     def store_guard(self) -> str:
         if self.schedule.kind == "tiles":  # inside the test of the element's bounds
@@ -375,6 +383,7 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter):
         self.emit_cached_loads(s)
         self.block(s.body)
         self.substitutions.clear()
+        self.cache_stores.clear()
         self.loop_depth -= 1
         self.depth -= 1
         self.line("}")

@@ -182,10 +182,17 @@ class RowCache:
     # instead of computing it again. `update` is the expression with the row index as a marker.
     update: k.Expr | None = None
     writer: int | None = None
+    # The first loop stores the row (a tensor the task writes and then reads back, as
+    # passes/fold_rows.py makes a residual add under a norm) and keeps each value it stores: the
+    # later loops read the stored row from the cache instead of memory (see stored_rows).
+    stored: bool = False
 
     def role(self, loop_id: int) -> str:
-        """"load" (the loop reads the loaded element), "update" (it also stores the expression over
-        it) or "value" (it reads the expression's value)."""
+        """"store" (the loop stores the row and fills the cache), "load" (the loop reads the loaded
+        element), "update" (it also stores the expression over it) or "value" (it reads the
+        expression's value)."""
+        if self.stored and loop_id == self.loops[0]:
+            return "store"
         if self.writer is None or self.loops.index(loop_id) < self.loops.index(self.writer):
             return "load"
         return "update" if loop_id == self.writer else "value"
@@ -219,11 +226,18 @@ def unconditional_loads(stmts: tuple[k.Stmt, ...], along: k.Var | None = None) -
     """The loads every iteration of a loop over `along` may perform: none under an `if`; under a
     `where` branch or a short circuit, only those with an index not read from memory, when the
     condition reads `along`."""
+    # The values that change along the row: the loop index and what the loop defines from it (a
+    # dropout mask's counter, `cse = int64(i * n + j)`, read by the condition through its variable).
+    derived = {along} if along is not None else set()
+    for s in stmts:
+        if isinstance(s, k.Let) and _vars_of(s.value) & derived:
+            derived.add(s.var)
+
     def visit(e: k.Expr) -> Iterator[k.Load]:
         if isinstance(e, k.Load):
             yield e
         skipped = _CONDITIONAL_OPERANDS.get(getattr(e, "op", None), ()) if isinstance(e, (k.Binary, k.Ternary)) else ()
-        per_element = bool(skipped) and along is not None and along in set(sub_exprs(e.a))
+        per_element = bool(skipped) and bool(_vars_of(e.a) & derived)
         for name in getattr(e, "__dataclass_fields__", {}):
             child = getattr(e, name)
             if name in skipped:
@@ -243,9 +257,73 @@ def unconditional_loads(stmts: tuple[k.Stmt, ...], along: k.Var | None = None) -
             yield from visit(x)
 
 
+@dataclass(frozen=True)
+class StoredRow:
+    """A row that a top-level loop of a task stores and later top-level loops over the same range
+    load back, each element at the index of its own loop (see stored_rows)."""
+
+    store: k.Store
+    loops: tuple[k.For, ...]  # the storing loop, then the loops reading it
+
+
+def _accesses(stmts: tuple[k.Stmt, ...]) -> Iterator:
+    """Every load, store and atomic update in `stmts`."""
+    for s in walk(stmts):
+        if isinstance(s, (k.Store, k.AtomicRMW)):
+            yield s
+        yield from (e for x in exprs_of(s) for e in sub_exprs(x) if isinstance(e, k.Load))
+
+
+def stored_rows(task: k.Task) -> dict[tuple, StoredRow] | None:
+    """The rows a task stores in one top-level loop and reads back in later ones, by row cache key;
+    None when an array the task writes is read back any other way.
+
+    A row's lanes split each top-level loop over the same range the same way, provided the loops
+    take the same path (16-byte or not, registers or not): a row cache of the stored row makes them
+    (plan_row_caches), so each lane reads back only what it stored itself. A read back of any other
+    form could read another lane's element, so such a task gets no lanes (plan_lanes)."""
+    body = task.body
+    written = {a.param.name for a in _accesses(body) if not isinstance(a, k.Load)}
+    loaded = {a.param.name for a in _accesses(body) if isinstance(a, k.Load)}
+    rows: dict[tuple, StoredRow] = {}
+    for name in sorted(written & loaded):
+        where = [(n, a) for n, s in enumerate(body) for a in _accesses((s,)) if a.param.name == name]
+        stores = [(n, a) for n, a in where if not isinstance(a, k.Load)]
+        if len(stores) != 1 or not isinstance(stores[0][1], k.Store):
+            return None
+        at, store = stores[0]
+        first = body[at]
+        if not isinstance(first, k.For) or store not in first.body or not _along_row(store, first):
+            return None
+        key, readers = row_cache_key(store, first), []
+        for n, access in where:
+            loop = body[n]
+            if access is store:
+                continue
+            if n <= at or not isinstance(loop, k.For) or row_cache_key(access, loop) != key or \
+                    (loop.begin, loop.end, loop.step) != (first.begin, first.end, first.step):
+                return None
+            readers += [loop] if loop not in readers else []
+        rows[key] = StoredRow(store, (first, *readers))
+    return rows
+
+
+def _along_row(access, loop: k.For) -> bool:
+    """The loop's index is one of the access's indices, alone and in no other, and another index
+    differs per row."""
+    index_vars = {v for i in access.indices for v in sub_exprs(i) if isinstance(v, k.Var)}
+    along = [i for i in access.indices if loop.var in set(sub_exprs(i))]
+    return along == [loop.var] and bool(index_vars - {loop.var})
+
+
 def plan_row_caches(task: k.Task, plan: LanePlan) -> tuple[RowCache, ...]:
-    """The loads worth keeping in shared memory: read by two or more lane loops over the same range."""
+    """The loads worth keeping in shared memory: read by two or more lane loops over the same range;
+    and the rows a loop stores that later loops read back (stored_rows)."""
     loops = [s for s in task.body if isinstance(s, k.For) and id(s) in plan.loops]
+    position = {id(s): n for n, s in enumerate(s for s in task.body if isinstance(s, k.For))}
+    stored = [RowCache(key, row.store.param.dtype, tuple(map(id, row.loops)), position[id(row.loops[0])], stored=True)
+              for key, row in (stored_rows(task) or {}).items()
+              if row.loops[0].begin == k.Const(0, row.loops[0].begin.dtype)]  # (from 0: see below)
     seen: dict[tuple, list] = {}
     for loop in loops:
         for load in unconditional_loads(loop.body, loop.var):
@@ -258,9 +336,10 @@ def plan_row_caches(task: k.Task, plan: LanePlan) -> tuple[RowCache, ...]:
     # Only loops from 0: the 16-byte and register paths index a cache by the column (cuda_rows). A
     # loop starting elsewhere is a part of a split one (braze/passes/split_loops.py).
     ranges = {id(loop): (loop.begin, loop.end) for loop in loops if loop.begin == k.Const(0, loop.begin.dtype)}
-    position = {id(s): n for n, s in enumerate(s for s in task.body if isinstance(s, k.For))}
-    caches = []
+    caches = stored
     for key, (dtype, users) in seen.items():
+        if key in {cache.key for cache in stored}:
+            continue
         if len(users) >= 2 and all(u in ranges for u in users) and len({ranges[u] for u in users}) == 1:
             cache = RowCache(key, dtype, tuple(users), position[users[0]])
             caches.append(_with_update(cache, task, {id(loop): loop for loop in loops}))
@@ -274,6 +353,14 @@ def plan_row_caches(task: k.Task, plan: LanePlan) -> tuple[RowCache, ...]:
 # long rows: for rms_norm [8192, 4096] bf16, 16 vectors a thread took 58 registers and 76% of copy,
 # 8 took 40 and 85%, 4 took 32 and 88% (longer rows take the shared-memory path instead).
 REGISTER_ROW_BYTES = {1: 16, 2: 32, 4: 128, 8: 128}
+
+
+# A register row's loop that stores a row the later loops read back (RowCache.stored) also issues its
+# own loads for the whole row at once, before using any, where those and the caches take at most this
+# many bytes a thread (the float32 budget of REGISTER_ROW_BYTES): a residual add under a bfloat16 norm
+# holds x, the residual and h, 96 bytes at 4 vectors. Loaded an iteration at a time, a bfloat16 row
+# has 16 bytes a thread in flight where the loops reach copy bandwidth with the whole row.
+REGISTER_PRELOAD_BYTES = 128
 
 
 def register_row_vectors(caches: tuple[RowCache, ...], vectorized: set[int]) -> int:
@@ -518,7 +605,7 @@ def plan_schedule(task: k.Task, plan: LanePlan) -> TaskSchedule:
         if plan_lanes(row).loops and _rows_add_once(task, row):
             return TaskSchedule("grid_rows", accumulators, row_levels=len(row_nest(task)))
         return TaskSchedule("grid", accumulators)
-    if _walks_columns(task, plan):
+    if _walks_columns(task, plan) and not stored_rows(task):  # row groups would split a stored row
         loops = [s for s in task.body if isinstance(s, (k.For, k.While))]
         after = task.body[task.body.index(loops[-1]) + 1:]
         splittable = (len(loops) == 1 and all(isinstance(s, (k.Let, k.Store)) for s in after)
@@ -620,6 +707,8 @@ def vector_accesses(loop: k.For) -> VectorAccesses | None:
 
 def plan_lanes(task: k.Task) -> LanePlan:
     loops = [s for s in task.body if isinstance(s, k.For)]
+    if loops and stored_rows(task) is None:  # a lane could read back what another stored
+        return LanePlan()
     task_vars = {s.var for s in task.body if isinstance(s, k.Let)}
     plan = {}
     for loop in loops:

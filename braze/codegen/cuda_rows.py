@@ -9,6 +9,7 @@ a fully unrolled copy of those loops holding the row in registers.
 from __future__ import annotations
 
 from braze.codegen.cuda_plan import (
+    REGISTER_PRELOAD_BYTES,
     VECTOR_ALIGNMENT,
     VECTOR_TYPE,
     RowCache,
@@ -22,6 +23,7 @@ from braze.codegen.cuda_plan import (
     vector_accesses,
     walk,
 )
+from braze.codegen.cuda_random import philox_runs
 from braze.dtypes import DType
 from braze.kir import nodes as k
 from braze.passes.simplify import map_children
@@ -164,19 +166,39 @@ class RowLoopWriter:
                   f"{counter} * {self.index_literal(4 * self.block_size)};")
         self.line(f"  if ({base.name} >= {self.expr(loop.end)}) break;")
 
-    def preload_register_row(self, loop: k.For, vector: VectorAccesses, base: k.Var) -> None:
-        """The loads that fill register caches, all issued before the loop uses any of them."""
+    def preload_register_row(self, loop: k.For, vector: VectorAccesses, base: k.Var, read: list[k.Load]) -> None:
+        """The loads that fill register caches, all issued before the loop uses any of them; and, in
+        the loop that stores a row the later loops read back, that loop's own loads where they fit
+        (register_preloads), in arrays `bz_pl...` the loop then reads."""
         fills = [(n, load) for n, cache in enumerate(self.caches) if cache.loops[0] == id(loop)
                  and cache.role(id(loop)) == "load" for load in vector.loads if row_cache_key(load, loop) == cache.key]
-        if not fills:
+        preloads = self.register_preloads(loop, read)
+        if not fills and not preloads:
             return
+        self.preloaded = {load: f"bz_pl{m}_{loop.var.name}" for m, load in enumerate(preloads)}
+        for load, name in self.preloaded.items():
+            self.line(f"{VECTOR_TYPE[load.param.dtype.name]} {name}[{self.register_vectors}];")
         self.open_register_loop(loop, base)
-        for n, load in dict(fills).items():
+        targets = [(f"bz_rc{n}", load) for n, load in dict(fills).items()] + \
+            [(name, load) for load, name in self.preloaded.items()]
+        for target, load in targets:
             ty = VECTOR_TYPE[load.param.dtype.name]
             offset = self.offset(load.param, replace_var_in_access(load, loop.var, base))
-            self.line(f"  bz_rc{n}[{self.register_index}] = "
+            self.line(f"  {target}[{self.register_index}] = "
                       f"*reinterpret_cast<const {ty}*>(&{self.pointer(load.param)}[{offset}]);")
         self.line("}")
+
+    def register_preloads(self, loop: k.For, read: list[k.Load]) -> list[k.Load]:
+        """The loads of a register row's loop that stores a row read back later (RowCache.stored) to
+        issue all at once, before the loop: those no cache serves, when they and the caches take at
+        most REGISTER_PRELOAD_BYTES a thread."""
+        if not any(cache.stored and cache.loops[0] == id(loop) for cache in self.caches):
+            return []
+        loads = [load for load in read if not any(id(loop) in cache.loops and row_cache_key(load, loop) == cache.key
+                                                  for cache in self.caches)]
+        held = 4 * self.register_vectors * (sum(cache.dtype.itemsize for cache in self.caches)
+                                            + sum(load.param.dtype.itemsize for load in loads))
+        return loads if held <= REGISTER_PRELOAD_BYTES else []
 
     def cache_slot(self, n: int, ty: str, base: k.Var) -> str:
         """Where the current vector of row cache `n` is: a register, or shared memory."""
@@ -204,13 +226,22 @@ class RowLoopWriter:
         if self.cached != "false":
             self.line(f"if (cached_row) {statement}" if self.cached == "cached_row" else statement)
 
+    def read_loads(self, loop: k.For, vector: VectorAccesses) -> list[k.Load]:
+        """The loop's 16-byte loads it reads outside the values a row cache holds for it."""
+        values = dict.fromkeys(expression for _, _, expression in self.cache_updates(loop, "value"))
+        covered = {e for expression in values for e in sub_exprs(expression)}
+        uncovered = self.uncovered_exprs(loop, values)
+        return [load for load in vector.loads
+                if load not in covered or any(load in set(sub_exprs(x)) for x in uncovered)]
+
     def emit_vector_loop(self, loop: k.For, vector: VectorAccesses) -> None:
         v = loop.var.name
         base = k.Var(f"{v}_4", loop.var.dtype)
         four = self.index_literal(4)
+        read = self.read_loads(loop, vector)
         if self.cached == "registers":
             self.register_index = f"{v}_k"
-            self.preload_register_row(loop, vector, base)
+            self.preload_register_row(loop, vector, base, read)
             self.open_register_loop(loop, base)
         else:
             unroll = vector_unroll(vector)
@@ -222,14 +253,14 @@ class RowLoopWriter:
         self.depth += 1
         self.loop_depth += 1
         values = self.vector_values(loop, base)
-        covered = {e for expression in values for e in sub_exprs(expression)}
         names = {}
         for n, load in enumerate(vector.loads):
-            if load in covered and not any(load in set(sub_exprs(x)) for x in self.uncovered_exprs(loop, values)):
+            if load not in read:
                 continue  # read only inside a value the row cache holds
             names[load] = f"v{n}_{v}"
             ty = VECTOR_TYPE[load.param.dtype.name]
             self.line(f"const {ty} {names[load]} = {self.vector_load(load, loop, base)};")
+        words = self.philox_words(loop, base, set(values))  # after the loads: their latency hides the rounds
         updates = self.cache_updates(loop, "update")
         for n, cache, _ in updates:
             self.line(f"{VECTOR_TYPE[cache.dtype.name]} u{n}_{v};")
@@ -243,6 +274,7 @@ class RowLoopWriter:
             self.line(f"const {self.index} {v} = {base.name} + {lane_part};")
             self.substitutions.update({load: f"{name}.{component}" for load, name in names.items()})
             self.substitutions.update({expression: f"{name}.{component}" for expression, name in values.items()})
+            self.substitutions.update({node: f"((long long){name}.{component})" for node, name in words.items()})
             for n, _cache, expression in updates:
                 self.substitutions.pop(expression, None)  # the previous component's value
                 self.line(f"u{n}_{v}.{component} = {self.expr(expression)};")
@@ -253,6 +285,7 @@ class RowLoopWriter:
             self.line("}")
         self.substitutions.clear()
         self.vector_stores = {}
+        self.preloaded = {}
         for n, cache, _ in updates:
             self.cached_line(f"{self.cache_slot(n, VECTOR_TYPE[cache.dtype.name], base)} = u{n}_{v};")
         for store in vector.stores:
@@ -260,12 +293,32 @@ class RowLoopWriter:
             ty = VECTOR_TYPE[store.param.dtype.name]
             self.line(f"if (active) *reinterpret_cast<{ty}*>(&{self.pointer(store.param)}[{target}]) = "
                       f"{stores[id(store)]};")
+            for n in self.stored_caches(loop, store):
+                self.cached_line(f"{self.cache_slot(n, ty, base)} = {stores[id(store)]};")
         self.loop_depth -= 1
         self.depth -= 1
         self.line("}")
 
+    def philox_words(self, loop: k.For, base: k.Var, skip: set[k.Expr]) -> dict[k.Philox, str]:
+        """Each run of four random words the iteration draws (cuda_random), computed once: the Philox
+        word -> the `uint4` its four elements take their words from."""
+        names: dict[tuple, str] = {}
+        words = {}
+        for node, run in philox_runs(loop, skip).items():
+            key = (run.seed, run.offset, run.counter)
+            if key not in names:
+                names[key] = f"ph{len(names)}_{loop.var.name}"
+                first = self.expr(k.substitute(run.counter, loop.var, base))
+                self.line(f"const uint4 {names[key]} = bz_philox_run({self.expr(run.seed)}, {self.expr(run.offset)}, "
+                          f"{first});")
+            words[node] = names[key]
+        return words
+
     def vector_load(self, load: k.Load, loop: k.For, base: k.Var) -> str:
-        """Four elements from memory, or from the row cache where an earlier loop kept them."""
+        """Four elements from memory, or from the row cache where an earlier loop kept them (or from
+        the registers preload_register_row filled)."""
+        if self.cached == "registers" and load in self.preloaded:
+            return f"{self.preloaded[load]}[{self.register_index}]"
         ty = VECTOR_TYPE[load.param.dtype.name]
         offset = self.offset(load.param, replace_var_in_access(load, loop.var, base))
         from_memory = f"*reinterpret_cast<const {ty}*>(&{self.pointer(load.param)}[{offset}])"
@@ -341,16 +394,29 @@ class RowLoopWriter:
                 found.append((n, cache, occurrences(loop, cache.update)[0]))
         return found
 
+    def stored_caches(self, loop: k.For, store: k.Store) -> list[int]:
+        """The row caches (by number) that keep what `store` stores in its loop (RowCache.stored)."""
+        return [n for n, cache in enumerate(self.caches) if cache.stored and cache.loops[0] == id(loop)
+                and row_cache_key(store, loop) == cache.key]
+
     def emit_cached_loads(self, loop: k.For) -> None:
-        """At the top of a lane loop: each cached load, stored on its first loop, read back after."""
+        """At the top of a lane loop: each cached load, stored on its first loop, read back after;
+        a stored row's cache is filled by its store instead (emit_store, through `cache_stores`)."""
         begin = self.expr(loop.begin)
         for n, cache in enumerate(self.caches):
             if id(loop) not in cache.loops:
                 continue
-            load = next(ld for ld in unconditional_loads(loop.body, loop.var) if row_cache_key(ld, loop) == cache.key)
-            name, ty = f"cached{n}_{loop.var.name}", c_type(cache.dtype)
             slot = f"row_cache{n}[{loop.var.name} - {begin}]"
             role = cache.role(id(loop))
+            if role == "store":
+                store = next(s for s in loop.body if isinstance(s, k.Store) and row_cache_key(s, loop) == cache.key)
+                self.cache_stores.setdefault(id(store), []).append(slot)
+                continue
+            # A stored row is read back at the loop's own index wherever the loop reads it: in bounds.
+            loads = (e for s in walk(loop.body) for x in exprs_of(s) for e in sub_exprs(x) if isinstance(e, k.Load)) \
+                if cache.stored else unconditional_loads(loop.body, loop.var)
+            load = next(ld for ld in loads if row_cache_key(ld, loop) == cache.key)
+            name, ty = f"cached{n}_{loop.var.name}", c_type(cache.dtype)
             if role == "value":  # the cache holds the updated value: the load itself is not needed
                 expression = occurrences(loop, cache.update)[0]
                 self.line(f"const {ty} {name} = cached_row ? {slot} : {self.expr(expression)};")

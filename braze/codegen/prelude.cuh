@@ -181,8 +181,8 @@ BZ_D float bz_half_bits_to_float(unsigned short bits) {
 }
 #endif
 
-// --- Philox4x32-10: one 32-bit word of counter (group, offset) under key seed ---------------
-BZ_D long long bz_philox(long long seed, long long offset, long long group, long long word) {
+// --- Philox4x32-10: the four 32-bit words of counter (group, offset) under key seed ----------
+BZ_D uint4 bz_philox_block(long long seed, long long offset, long long group) {
   unsigned c0 = (unsigned)group, c1 = (unsigned)((unsigned long long)group >> 32);
   unsigned c2 = (unsigned)offset, c3 = (unsigned)((unsigned long long)offset >> 32);
   unsigned k0 = (unsigned)seed, k1 = (unsigned)((unsigned long long)seed >> 32);
@@ -192,7 +192,26 @@ BZ_D long long bz_philox(long long seed, long long offset, long long group, long
     c0 = hi1 ^ c1 ^ k0; c1 = lo1; c2 = hi0 ^ c3 ^ k1; c3 = lo0;
     k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
   }
-  return (long long)(word == 0 ? c0 : word == 1 ? c1 : word == 2 ? c2 : c3);
+  return make_uint4(c0, c1, c2, c3);
+}
+
+// One word of a block.
+BZ_D long long bz_philox(long long seed, long long offset, long long group, long long word) {
+  const uint4 c = bz_philox_block(seed, offset, group);
+  return (long long)(word == 0 ? c.x : word == 1 ? c.y : word == 2 ? c.z : c.w);
+}
+
+// Words first .. first + 3 of the stream, word q being bz_philox(seed, offset, q / 4, q % 4) (floor
+// division): what the four elements of a 16-byte loop draw for rand. One block when `first` is a
+// multiple of 4 (rows whose length 4 divides), else the two blocks the four words straddle.
+BZ_D uint4 bz_philox_run(long long seed, long long offset, long long first) {
+  const long long group = bz_floordiv(first, 4LL);
+  const long long skip = first - 4 * group;
+  const uint4 a = bz_philox_block(seed, offset, group);
+  if (skip == 0) return a;
+  const uint4 b = bz_philox_block(seed, offset, group + 1);
+  return skip == 1 ? make_uint4(a.y, a.z, a.w, b.x) : skip == 2 ? make_uint4(a.z, a.w, b.x, b.y)
+                   : make_uint4(a.w, b.x, b.y, b.z);
 }
 
 // --- combining partial reductions across the lanes of a row -----------------------------------
