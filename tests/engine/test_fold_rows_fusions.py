@@ -49,7 +49,8 @@ def test_h_and_y_in_one_task_match_numpy(norm, dropout, dtype, shape, layout):
     arrays = inputs(shape, dtype, layout, np.random.default_rng(len(shape) * 100 + shape[-1]))
     with bz.record() as rec, config.scope(enable="poison_outputs"):
         y, h = f.execute(arrays, backend="llvm")
-    assert len(rec.launches) == 1
+    # A transposed x makes h a tile task of its own (braze/lower/tiles.py), read back by the norm.
+    assert len(rec.launches) == (2 if layout == "transposed" else 1)
     want_y, want_h = reference(norm, dtype, dropout, *(a.astype(np.float64) for a in arrays))
     close(h, want_h, dtype)
     close(y, want_y, dtype)
@@ -123,7 +124,8 @@ def _folded_programs_match_the_reference(program):
         for g, w in zip(got, want):
             np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=scale, atol=scale,
                                        err_msg=f"{program} on {backend}")
-        if not {"sum", "max"} & set(program["consumers"]):  # rows of h's shape: h is made where they are
+        # Rows of h's shape: h is made where they are (a transposed x tiles h in a task of its own).
+        if not {"sum", "max"} & set(program["consumers"]) and program["layout"] != "transposed":
             assert len(rec.launches) <= len(program["consumers"]), f"{program} on {backend}"
     source = engine.cuda_source(f, arrays)
     cuda_bodies.append(source.body.replace("fusion_t", f"fusion{len(cuda_bodies)}_t"))
