@@ -59,7 +59,8 @@ def check(norm: str, dtype, dropout: bool, shape, layout: str) -> None:
             y, h = f.execute(inputs)
         again = f.execute(inputs)
     torch.cuda.synchronize()
-    assert len(rec.launches) <= 1  # h and y in one kernel
+    # h and y in one kernel; a transposed x makes h a tile task of its own (braze/lower/tiles.py).
+    assert len(rec.launches) <= (2 if layout == "transposed" else 1)
     want_y, want_h = reference(norm, dtype, dropout, *(t.double().cpu().numpy() for t in inputs))
     tolerance = TOLERANCE[dtype]
     np.testing.assert_allclose(h.double().cpu().numpy(), want_h, rtol=tolerance, atol=tolerance)
