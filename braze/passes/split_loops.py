@@ -166,6 +166,7 @@ class LoopIndex:
         self.var = loop.var
         self.definitions = {s.var: s.value for s in walk(loop.body) if isinstance(s, k.Let) and s.var in fixed}
         self._expanded: dict[k.Expr, k.Expr] = {}
+        self._on_host: dict[k.Expr, k.Expr | None] = {}
         self._linear: dict[k.Expr, tuple[int, k.Expr] | None] = {}
 
     def expanded(self, e: k.Expr) -> k.Expr:
@@ -178,8 +179,10 @@ class LoopIndex:
 
     def on_host(self, e: k.Expr) -> k.Expr | None:
         """`e` as the host can evaluate it (so it is the same for every index), or None."""
-        e = self.expanded(e)
-        return e if e.dtype.is_integer and evaluable(e, scalar_by_name) else None
+        if e not in self._on_host:
+            value = self.expanded(e)
+            self._on_host[e] = value if value.dtype.is_integer and evaluable(value, scalar_by_name) else None
+        return self._on_host[e]
 
     def linear(self, e: k.Expr) -> tuple[int, k.Expr] | None:
         """(s, o) when `e` is `s * j + o` with s = 1 or -1 and `o` on the host, else None."""
