@@ -81,8 +81,12 @@ def traced_reads(tv: TensorView, leaf: Callable[[TensorView], bool]) -> Iterator
     """(tensor read, the axis of `tv` each of its axes is) for every tensor of `tv`'s cone that `leaf`
     says the task reads from memory, reached through ops that move whole axes."""
     pending = [(tv, tuple(range(tv.ndim)))]
+    seen: set[tuple[int, tuple]] = set()  # a DAG: a value read twice is walked once (linear time)
     while pending:
         t, axes = pending.pop()
+        if (id(t), axes) in seen:
+            continue
+        seen.add((id(t), axes))
         if leaf(t):
             yield t, axes
             continue
