@@ -102,6 +102,6 @@ def test_group_norm_through_a_reshape_runs_in_linear_time(tmp_path):
     """)
     env = {**os.environ, "BRAZE_CACHE_DIR": str(tmp_path)}
     try:  # a hang check in a subprocess, not a timing: linear time is a few milliseconds here
-        subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=6)
+        subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=15)
     except subprocess.TimeoutExpired:
-        pytest.fail("group_norm of (2, 64, 32, 32) through a reshape took more than 6 s")
+        pytest.fail("group_norm of (2, 64, 32, 32) through a reshape took more than 15 s")
