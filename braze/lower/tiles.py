@@ -42,7 +42,8 @@ def tile_task(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, loops: Sche
     first_row, first_column = scopes.fresh("r", em.index), scopes.fresh("c", em.index)
     scopes.emit(k.Let(first_column, index_op("mul", index_op("remainder", task_var, tiles), tile)))
     band = index_op("floordiv", task_var, tiles)
-    scopes.emit(k.Let(first_row, index_op("mul", index_op("remainder", band, bands), tile)))
+    # Without outer axes the band is below `bands` already: no division (per block, on a GPU).
+    scopes.emit(k.Let(first_row, index_op("mul", index_op("remainder", band, bands) if outer else band, tile)))
     decompose_task_index(em, tv, task_scope, index_op("floordiv", band, bands), outer, idx)
     row, column = scopes.fresh("i", em.index), scopes.fresh("j", em.index)
     scopes.push("element", {row}).iteration |= set() if tv.visible[row_axis].is_broadcast else {row}
