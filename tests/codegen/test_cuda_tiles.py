@@ -166,7 +166,7 @@ def transposes(draw, name: str) -> tuple[bz.Fusion, list[np.ndarray]]:
 
 
 @needs_nvrtc
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(st.data())
 def test_generated_transposes_take_tiles_and_compile(data):
     """Eight programs a translation unit (NVRTC parses the prelude once), unoptimized (-G): the front
