@@ -8,6 +8,12 @@ row). The runtime picks `lanes` per launch from the row length; `lanes = 1` is a
 one compiled kernel serves every shape of its signature. A task whose row caches can live in
 registers has, for long rows on the whole block, a second copy of its loops that keeps the row in
 registers (body_with_register_row); such a task runs one block per group of rows, no grid loop.
+It also gets a second function, `<task>_warp`, for launches of one warp a row (32 lanes, rows
+the warp holds): the same statements with the row in the registers of a warp and every reduction
+a warp's shuffles, so it holds no block barrier and the rows of one block may take different
+copies. Its other copy, for the rows of a launch that are misaligned or of a length the vector
+width does not divide, is the plain loops over the row in shared memory: no vector loops, which
+would double its compile time for rows that seldom come.
 
 Every kernel takes the packed argument block of the CPU backend (`ArgLayout`: per array its data
 pointer, extents and strides; per scalar one slot) by value, then `lanes`, `cached_row` (the row
@@ -31,6 +37,7 @@ from braze.codegen.cuda_plan import (
     ARG_INDEX,
     LANE_COMBINES,
     ONLINE_ADD,
+    WARP,
     LanePlan,
     RowCache,
     TaskSchedule,
@@ -45,7 +52,12 @@ from braze.codegen.cuda_plan import (
     sub_exprs,
     walk,
 )
-from braze.codegen.cuda_rows import C_TYPE, RowLoopWriter, c_type, vector_unroll  # noqa: F401  (re-exported)
+from braze.codegen.cuda_rows import (  # noqa: F401  (C_TYPE and vector_unroll re-exported)
+    C_TYPE,
+    RowLoopWriter,
+    c_type,
+    vector_unroll,
+)
 from braze.codegen.cuda_rules import RULES, CudaRule  # noqa: F401  (re-exported)
 from braze.codegen.cuda_tiles import TileWriter
 from braze.dtypes import DType
@@ -95,11 +107,15 @@ def const_text(value, dtype: DType) -> str:
 
 
 class TaskWriter(RowLoopWriter, GridWriter, TileWriter):
-    """Writes one task as one `__global__` function."""
+    """Writes one task as one `__global__` function; with `warp`, its function for one warp a row
+    (see the module docstring)."""
 
-    def __init__(self, kernel: k.Kernel, task: k.Task, layout: ArgLayout, block_size: int, restrict: bool) -> None:
+    def __init__(self, kernel: k.Kernel, task: k.Task, layout: ArgLayout, block_size: int, restrict: bool,
+                 warp: bool = False) -> None:
         self.kernel, self.task, self.layout = kernel, task, layout
-        self.block_size, self.restrict = block_size, restrict
+        self.block_size, self.restrict, self.warp = block_size, restrict, warp
+        self.function = f"{task.name}_warp" if warp else task.name
+        self.register_lanes = WARP if warp else block_size  # the threads of a row held in registers
         self.lines: list[str] = []
         self.depth = 1
         self.loop_depth = 0
@@ -111,11 +127,11 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter):
         self.caches = plan_row_caches(self.row_task, self.lanes) if self.lanes.loops and rowwise else ()
         self.loops_by_id: dict[int, k.For] = {}  # the row's lane loops (set by plan_vectors)
         self.vectors = self.plan_vectors() if rowwise else {}
-        # Rows short enough run with their caches in registers (register_row_vectors 4-element
-        # vectors a thread, in fixed, fully unrolled loops): see body_with_register_row. Not for
-        # grid_rows, whose rows must all reach the blocks' combine.
-        self.register_vectors = register_row_vectors(self.caches, set(self.vectors)) if self.schedule.kind == "rows" \
-            else 0
+        # Rows short enough run with their caches in registers (register_row_vectors vectors a
+        # thread, in fixed, fully unrolled loops): see body_with_register_row. Not for grid_rows,
+        # whose rows must all reach the blocks' combine.
+        self.register_vectors = register_row_vectors(self.caches, self.vectors, warp) \
+            if self.schedule.kind == "rows" else 0
         self.guarded: set[k.Var] = set()  # grid_rows: accumulators a row adds to once (emit_assign)
         self.register_index = ""  # in a register-row loop: its iteration counter
         self.in_registers = False  # writing the register-row copy of a row (body_with_register_row)
@@ -177,7 +193,7 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter):
     def write(self) -> str:
         t = self.task
         self.lines.append(f"extern \"C\" __global__ void __launch_bounds__({self.block_size})")
-        self.lines.append(f"{t.name}(const BzArgs<{max(self.layout.size, 1)}> a, const long long lanes,")
+        self.lines.append(f"{self.function}(const BzArgs<{max(self.layout.size, 1)}> a, const long long lanes,")
         self.lines.append("    const long long cached_row, unsigned char* const bz_partials, "
                           "unsigned* const bz_finished) {")
         self.declare_params()
@@ -195,7 +211,10 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter):
         if self.one_thread_per_row():
             self.write_thread_rows()
             return "\n".join(self.lines)
-        self.line("const int lanes32 = (int)lanes, lane = threadIdx.x & (lanes32 - 1);")
+        if self.warp:  # launched with lanes == 32 only
+            self.line(f"const int lanes32 = {WARP}, lane = threadIdx.x & {WARP - 1};")
+        else:
+            self.line("const int lanes32 = (int)lanes, lane = threadIdx.x & (lanes32 - 1);")
         self.line("const int row_in_block = threadIdx.x / lanes32, rows_per_block = blockDim.x / lanes32;")
         if self.register_vectors:
             # One block per group of rows, no grid-stride loop: a loop around the two copies of
@@ -222,6 +241,8 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter):
         self.depth -= 1
         self.line("}")
         self.lines.append("}")
+        if self.warp:  # rows of one block may take different copies: none may wait for the others
+            self.check_barriers(self.lines, uniform=False)
         return "\n".join(self.lines)
 
     def one_thread_per_row(self) -> bool:
@@ -362,6 +383,8 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter):
             self.cached = "cached_row"
             self.lane_reduce(accumulators)
             return
+        if self.warp and not self.in_registers:
+            vector = None  # a warp function's rows outside its registers: the plain loops (module docstring)
         if vector is not None:
             self.line(f"if ({self.vector_condition(s)}) {{")
             self.depth += 1
@@ -393,16 +416,19 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter):
         self.lane_reduce(accumulators)
 
     def lane_reduce(self, accumulators) -> None:
+        """Each accumulator combined over the lanes of its row; in a warp function over one warp,
+        by shuffles alone (the `warp` helpers of the prelude)."""
         partner = online_partner(accumulators)
+        kind, lanes = ("warp", "") if self.warp else ("lane", ", lanes32")
         for n, (acc, combine) in enumerate(accumulators):
             if combine in ARG_COMBINES.values():  # with its index, the next accumulator
                 largest = "true" if combine == ARG_COMBINES["gt"] else "false"
-                self.line(f"bz_arg_lane_reduce<{largest}>({acc.name}, {accumulators[n + 1][0].name}, lanes32);")
+                self.line(f"bz_arg_{kind}_reduce<{largest}>({acc.name}, {accumulators[n + 1][0].name}{lanes});")
                 continue
             if combine == ARG_INDEX:
                 continue
             if combine == ONLINE_ADD:  # the sum and its maximum, as pairs
-                self.line(f"bz_online_lane_reduce({partner[acc].name}, {acc.name}, lanes32);")
+                self.line(f"bz_online_{kind}_reduce({partner[acc].name}, {acc.name}{lanes});")
                 continue
             if acc in partner:  # the maximum of an online sum: combined with it
                 continue
@@ -410,7 +436,7 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter):
             if self.schedule.kind == "columns":  # over the row groups of each column
                 self.line(f"{acc.name} = bz_column_reduce<{self.block_size}>({acc.name}, cols32, {functor}());")
             else:
-                self.line(f"{acc.name} = bz_lane_reduce({acc.name}, lanes32, {functor}());")
+                self.line(f"{acc.name} = bz_{kind}_reduce({acc.name}{lanes}, {functor}());")
 
 
 def scalar_from_slot(slot: str, dtype: DType) -> str:
@@ -470,7 +496,8 @@ _STMT: dict[type, Callable[[TaskWriter, k.Stmt], None]] = {
 
 @dataclass(frozen=True)
 class CudaSource:
-    """The generated translation unit: the prelude, then one `__global__` per task."""
+    """The generated translation unit: the prelude, then one `__global__` per task (`functions[i]`
+    is task i's), then the tasks' functions for one warp a row (named in `warp_functions`)."""
 
     body: str
     functions: tuple[str, ...]
@@ -480,6 +507,10 @@ class CudaSource:
     # Per task: the longest row it keeps in registers when the whole block is the row (0: none).
     register_rows: tuple[int, ...] = ()
     schedules: tuple[TaskSchedule, ...] = ()  # per task: how it maps onto blocks
+    # Per task: its function for launches of one warp a row ("" where it has none), and the longest
+    # row that function keeps in registers.
+    warp_functions: tuple[str, ...] = ()
+    warp_register_rows: tuple[int, ...] = ()
 
     @property
     def text(self) -> str:
@@ -491,18 +522,38 @@ def with_prelude(body: str) -> str:
     return headers + PRELUDE + "\n" + body
 
 
-def generate(kernel: k.Kernel, block_size: int = DEFAULT_BLOCK_SIZE, restrict: bool = False) -> CudaSource:
-    """CUDA C++ for `kernel`. `restrict`: arrays a kernel only reads alias nothing it writes
-    (true of fusions, whose outputs are fresh buffers)."""
+def register_row(writer: TaskWriter | None) -> int:
+    """The longest row `writer`'s function keeps in registers (0: none, or no writer)."""
+    if writer is None or not writer.register_vectors:
+        return 0
+    width = writer.vectors[writer.cache_loops()[0]].width
+    return width * writer.register_vectors * writer.register_lanes
+
+
+def task_writers(kernel: k.Kernel, block_size: int = DEFAULT_BLOCK_SIZE,
+                 restrict: bool = False) -> list[tuple[TaskWriter, TaskWriter | None]]:
+    """Per task of `kernel`, prepared as generate writes it: its writer, and the writer of its
+    function for one warp a row (None where it has none: only tasks that hold rows in registers
+    get one, and only where a warp is less than the block)."""
     kernel = reciprocal_divisions(hoist_invariants(kernel))  # fewer instructions per element of a row
     # cross_entropy's picked class read directly; a row's maximum and sum of exponentials in one pass.
     kernel = fuse_online_softmax(gather_one_hot_sums(kernel))
     layout = ArgLayout.of(kernel.params)
     writers = [TaskWriter(kernel, task, layout, block_size, restrict) for task in kernel.tasks]
+    return [(w, TaskWriter(kernel, w.task, layout, block_size, restrict, warp=True)
+             if w.register_vectors and block_size > WARP else None) for w in writers]
+
+
+def generate(kernel: k.Kernel, block_size: int = DEFAULT_BLOCK_SIZE, restrict: bool = False) -> CudaSource:
+    """CUDA C++ for `kernel`. `restrict`: arrays a kernel only reads alias nothing it writes
+    (true of fusions, whose outputs are fresh buffers)."""
+    pairs = task_writers(kernel, block_size, restrict)
+    writers, warps = [w for w, _ in pairs], [warp for _, warp in pairs]
+    functions = writers + [w for w in warps if w is not None]
     header = f"// {kernel.name}: {len(kernel.tasks)} task(s), from {kernel.source or 'Kernel IR'}"
-    body = "\n\n".join([header, *(w.write() for w in writers)]) + "\n"
-    return CudaSource(body, tuple(t.name for t in kernel.tasks), tuple(w.lanes for w in writers),
-                      tuple(w.caches for w in writers),
-                      tuple(len(w.schedule.accumulators) for w in writers),
-                      tuple(4 * w.register_vectors * block_size for w in writers),
-                      tuple(w.schedule for w in writers))
+    body = "\n\n".join([header, *(w.write() for w in functions)]) + "\n"
+    return CudaSource(body, tuple(w.function for w in functions), tuple(w.lanes for w in writers),
+                      tuple(w.caches for w in writers), tuple(len(w.schedule.accumulators) for w in writers),
+                      tuple(register_row(w) for w in writers), tuple(w.schedule for w in writers),
+                      tuple(w.function if w is not None else "" for w in warps),
+                      tuple(register_row(w) for w in warps))

@@ -346,13 +346,23 @@ def plan_row_caches(task: k.Task, plan: LanePlan) -> tuple[RowCache, ...]:
     return tuple(caches)
 
 
-# Per thread, the bytes of a row that the row caches may hold in registers, by element size. 4- and
-# 8-byte elements: 32 registers, which with the loops' own ~30 keeps a 256-thread block at <= 64
-# registers (4 blocks an SM; softmax [4096, 8192] f32 then reaches 96% of copy bandwidth on an
-# H100). 2-byte elements move in 8-byte vectors, so resident blocks count for more than covering
-# long rows: for rms_norm [8192, 4096] bf16, 16 vectors a thread took 58 registers and 76% of copy,
-# 8 took 40 and 85%, 4 took 32 and 88% (longer rows take the shared-memory path instead).
+# Per thread, the bytes of a row that the row caches may hold in registers when the whole block is
+# the row, by element size. 4- and 8-byte elements: 32 registers, which with the loops' own ~30
+# keeps a 256-thread block at <= 64 registers (4 blocks an SM; softmax [4096, 8192] f32 then reaches
+# 96% of copy bandwidth on an H100). For 2-byte elements resident blocks count for more than
+# covering long rows: for rms_norm [8192, 4096] bf16, 16 vectors of four a thread took 58 registers
+# and 76% of copy, 8 took 40 and 85%, 4 took 32 and 88% (longer rows take the shared-memory path).
 REGISTER_ROW_BYTES = {1: 16, 2: 32, 4: 128, 8: 128}
+# Per lane, the bytes of a row held in registers when one warp is the row (a function of its own,
+# whose registers the whole-block one does not pay for): 32 registers, as the whole-block path of
+# 4-byte rows takes, in a power of two of vectors (rows are mostly powers of two long: a vector past
+# the last one only holds registers such rows leave unused; NVRTC for sm_90 gives the masked
+# softmax's warp function 74 registers at 4 vectors, 80 and spills at 5). That holds rows of 1024
+# float32, 2048 bfloat16, or 1024 bfloat16 with a bool mask; every lane issues its loads of the row
+# at once (64 bytes of a 1024-long bfloat16 row, where a whole block of 256 gave each thread 8 bytes
+# and two barriers a reduction), and a block of 256 threads keeps 8 rows in flight.
+WARP_ROW_BYTES = 128
+WARP = 32
 
 
 # A register row's loop that stores a row the later loops read back (RowCache.stored) also issues its
@@ -363,14 +373,17 @@ REGISTER_ROW_BYTES = {1: 16, 2: 32, 4: 128, 8: 128}
 REGISTER_PRELOAD_BYTES = 128
 
 
-def register_row_vectors(caches: tuple[RowCache, ...], vectorized: set[int]) -> int:
-    """How many 4-element vectors of each row cache a thread keeps in registers when the whole
-    block is one row and the row is short enough (0: the task has no such path). Every loop of
-    every cache must take the 16-byte path, since iteration k of each loop touches vector k."""
-    if not caches or any(id_ not in vectorized for cache in caches for id_ in cache.loops):
+def register_row_vectors(caches: tuple[RowCache, ...], vectors: dict[int, VectorAccesses], warp: bool) -> int:
+    """How many vectors of each row cache a thread keeps in registers when the whole block (or, with
+    `warp`, one warp) is one row and the row is short enough (0: the task has no such path). Every
+    loop of every cache must take the vector path, since iteration k of each loop touches vector k;
+    they share one width."""
+    if not caches or any(id_ not in vectors for cache in caches for id_ in cache.loops):
         return 0
-    budget = REGISTER_ROW_BYTES[max(cache.dtype.itemsize for cache in caches)]
-    return max(1, budget // (4 * sum(cache.dtype.itemsize for cache in caches)))
+    width, row_bytes = vectors[caches[0].loops[0]].width, sum(cache.dtype.itemsize for cache in caches)
+    if warp:
+        return 1 << (max(1, WARP_ROW_BYTES // (width * row_bytes)).bit_length() - 1)
+    return max(1, REGISTER_ROW_BYTES[max(cache.dtype.itemsize for cache in caches)] // (width * row_bytes))
 
 
 def normalized(e: k.Expr, loop: k.For) -> k.Expr:
@@ -648,17 +661,47 @@ def schedule_bounds(task: k.Task, schedule: str, splittable_rows: bool = False) 
     return [task.begin, task.end, *((trip_count if flat else extent)(loop) for loop in loops)]
 
 
-# Four neighbouring elements as one access (16 bytes; 8 for half types, two 16-byte halves for
-# float64): the types of the prelude, each aligned to its size.
-VECTOR_TYPE = {"float32": "float4", "int32": "int4", "float64": "bz_double4", "float16": "bz_half4",
-               "bfloat16": "bz_bfloat164", "bool": "bz_bool4"}
-VECTOR_ALIGNMENT = {"float32": 16, "int32": 16, "float64": 16, "float16": 8, "bfloat16": 8, "bool": 4}
+# Neighbouring elements moved as one access, by how many a lane takes at a time: four (16 bytes of
+# float32; 8 of half types, two 16-byte halves of float64), or eight where every access of the loops
+# is 2 bytes or less (16 bytes of half types: as many bytes an instruction as float32 moves). The
+# types of the prelude, each aligned to its size up to 16 bytes; eight-wide ones name their
+# elements `v[0]` to `v[7]`, four-wide ones `x`, `y`, `z`, `w`.
+VECTOR_TYPES = {
+    4: {"float32": "float4", "int32": "int4", "float64": "bz_double4", "float16": "bz_half4",
+        "bfloat16": "bz_bfloat164", "bool": "bz_bool4"},
+    8: {"float16": "bz_half8", "bfloat16": "bz_bfloat168", "bool": "bz_bool8"},
+}
+
+
+def vector_type(dtype: DType, width: int) -> str:
+    """The prelude type of `width` neighbouring elements of `dtype`."""
+    return VECTOR_TYPES[width][dtype.name]
+
+
+def vector_alignment(dtype: DType, width: int) -> int:
+    """The bytes a row start must be aligned to for `width`-element accesses of `dtype`."""
+    return min(16, width * dtype.itemsize)
+
+
+def vector_component(width: int, part: int) -> str:
+    """Element `part` of a vector of `width` elements."""
+    return "xyzw"[part] if width == 4 else f"v[{part}]"
+
+
+def vector_width(accesses: list[VectorAccesses]) -> int:
+    """Elements a lane moves at a time in loops making these accesses (one width for them all):
+    eight where every access is 2 bytes or less (the types with an eight-wide vector), else four."""
+    dtypes = {a.param.dtype.name for v in accesses for a in (*v.loads, *v.stores)}
+    return 8 if dtypes <= set(VECTOR_TYPES[8]) else 4
 
 
 @dataclass(frozen=True)
 class VectorAccesses:
+    """The accesses along the row of a lane loop that move `width` elements at a time."""
+
     loads: tuple[k.Load, ...]
     stores: tuple[k.Store, ...]
+    width: int = 4
 
 
 def _unit_stride_position(access, var: k.Var, local: set[k.Var]) -> bool:
@@ -686,10 +729,11 @@ def replace_var_in_access(access, var: k.Var, new: k.Expr) -> tuple[k.Expr, ...]
 
 
 def vector_accesses(loop: k.For) -> VectorAccesses | None:
-    """The loads and stores of a lane loop that can move 16 bytes at a time, or None when the loop
-    cannot take that path: it must hold no branches or inner loops, and touch memory along the row
-    only as `a[..., j + o]` (o fixed for the loop) of a type in VECTOR_TYPE. It may start anywhere:
-    the vectors start at its begin (cuda_rows.RowLoopWriter)."""
+    """The loads and stores of a lane loop that can move several elements at a time (four wide;
+    vector_width may widen them), or None when the loop cannot take that path: it must hold no
+    branches or inner loops, and touch memory along the row only as `a[..., j + o]` (o fixed for the
+    loop) of a type with a vector type. It may start anywhere: the vectors start at its begin
+    (cuda_rows.RowLoopWriter)."""
     if any(isinstance(s, (k.For, k.While, k.If, k.AtomicRMW, k.Alloc, k.Break, k.Continue)) for s in walk(loop.body)):
         return None
     loads = {e: None for x in (x for s in loop.body for x in exprs_of(s)) for e in sub_exprs(x)
@@ -697,7 +741,7 @@ def vector_accesses(loop: k.For) -> VectorAccesses | None:
     stores = [s for s in loop.body if isinstance(s, k.Store) and any(loop.var in set(sub_exprs(i)) for i in s.indices)]
     accesses = [*loads, *stores]
     local = {s.var for s in walk(loop.body) if isinstance(s, (k.Let, k.Assign))}
-    if not accesses or any(a.param.dtype.name not in VECTOR_TYPE or not _unit_stride_position(a, loop.var, local)
+    if not accesses or any(a.param.dtype.name not in VECTOR_TYPES[4] or not _unit_stride_position(a, loop.var, local)
                            for a in accesses):
         return None
     if not set(loads) <= set(unconditional_loads(loop.body, loop.var)):  # a load only some iterations make

@@ -1,17 +1,19 @@
-"""The row loops of a CUDA task: 4-wide vector loops, row caches in shared memory or registers.
+"""The row loops of a CUDA task: vector loops (4 or 8 elements a lane at a time), row caches in
+shared memory or registers.
 
 A mixin of `cuda.TaskWriter` (which supplies `line`, `expr`, `offset`, the kernel and the plans):
 the part of the writer that turns a task's top-level loops over a row into vectorized loads and
-stores, keeps a row that several loops read in a row cache, and, for long rows on a whole block,
-a fully unrolled copy of those loops holding the row in registers.
+stores, keeps a row that several loops read in a row cache, and, for rows on a whole block or on
+one warp, a fully unrolled copy of those loops holding the row in registers.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import re
+
 from braze.codegen.cuda_plan import (
     REGISTER_PRELOAD_BYTES,
-    VECTOR_ALIGNMENT,
-    VECTOR_TYPE,
     RowCache,
     VectorAccesses,
     exprs_of,
@@ -21,6 +23,10 @@ from braze.codegen.cuda_plan import (
     sub_exprs,
     unconditional_loads,
     vector_accesses,
+    vector_alignment,
+    vector_component,
+    vector_type,
+    vector_width,
     walk,
 )
 from braze.codegen.cuda_random import philox_runs
@@ -36,16 +42,30 @@ def c_type(dtype: DType) -> str:
     """The C++ type of a braze dtype."""
     return C_TYPE[dtype.name]
 
-BYTES_IN_FLIGHT = 32  # per thread and iteration of a 4-wide loop: two 16-byte loads of float32
+# Prelude helpers that may reach __syncthreads, a barrier every thread of the block must reach: a copy
+# of a row's statements that calls one must be taken by all of a block's threads or by none
+# (tests/codegen/test_cuda_rows.py holds the list to the prelude).
+BLOCK_BARRIERS = ("__syncthreads", "bz_lane_reduce", "bz_pair_lane_reduce", "bz_online_lane_reduce",
+                  "bz_arg_lane_reduce", "bz_column_reduce", "bz_last_of", "bz_last_block")
+
+
+def barriers_in(lines: list[str]) -> list[str]:
+    """The block barriers (BLOCK_BARRIERS) that these lines of CUDA call."""
+    text = "\n".join(lines)
+    return [name for name in BLOCK_BARRIERS if re.search(rf"\b{name}\s*[<(]", text)]
+
+
+BYTES_IN_FLIGHT = 32  # per thread and iteration of a vector loop: two 16-byte loads
 
 
 def vector_unroll(vector: VectorAccesses) -> int:
-    """How far to unroll a 4-wide loop so each thread has ~BYTES_IN_FLIGHT of loads in flight:
-    on an H100 one 16-byte load a thread keeps too few bytes moving (unrolling by 2 for float32
-    and 4 for bfloat16 took softmax, layer_norm and rms_norm from 72-81% to 80-88% of copy
-    bandwidth; more unrolling spilled registers and lost)."""
+    """How far to unroll a vector loop so each thread has ~BYTES_IN_FLIGHT of loads in flight:
+    on an H100 one 16-byte load a thread keeps too few bytes moving (unrolling 4-wide loops by 2
+    for float32 and 4 for bfloat16 took softmax, layer_norm and rms_norm from 72-81% to 80-88% of
+    copy bandwidth; more unrolling spilled registers and lost). 8-wide loops of bfloat16 move 16
+    bytes a load, so 2."""
     widest = max((load.param.dtype.itemsize for load in vector.loads), default=4)
-    return max(1, BYTES_IN_FLIGHT // (4 * widest))
+    return max(1, BYTES_IN_FLIGHT // (vector.width * widest))
 
 
 class RowLoopWriter:
@@ -63,10 +83,11 @@ class RowLoopWriter:
             self.line(f"{ty}* const row_cache{n} = ({ty}*)bz_region + row_in_block * cached_row;")
             self.line(f"bz_region += (rows_per_block * cached_row * sizeof({ty}) + 15) & ~15LL;")
 
-    # --- 16-byte accesses: each lane takes 4 neighbouring elements of a row at a time -----------
+    # --- vector accesses: each lane takes 4 or 8 neighbouring elements of a row at a time --------
     def plan_vectors(self) -> dict[int, VectorAccesses]:
-        """The lane loops that may move 16 bytes at a time. The loops sharing row caches take the
-        same path or none does: a lane reads back only the cache elements it wrote itself."""
+        """The lane loops that may move several elements at a time, each with its width. The loops
+        sharing row caches take the same path or none does, and share one width: a lane reads back
+        only the cache elements it wrote itself."""
         body = self.row_task.body
         loops = [s for s in body if isinstance(s, k.For) and id(s) in self.lanes.loops]
         vectors = {id(loop): vector_accesses(loop) for loop in loops}
@@ -74,28 +95,35 @@ class RowLoopWriter:
         if any(vectors.get(id_) is None for id_ in shared):
             vectors = {id_: None if id_ in shared else v for id_, v in vectors.items()}
         self.loops_by_id = {id(loop): loop for loop in loops}
-        return {id_: v for id_, v in vectors.items() if v is not None}
+        vectors = {id_: v for id_, v in vectors.items() if v is not None}
+        # A loop drawing Philox words takes them four at a time (one block: philox_words), so four wide.
+        widths = {id_: 4 if philox_runs(self.loops_by_id[id_], set()) else vector_width([v])
+                  for id_, v in vectors.items()}
+        shared_width = min((widths[id_] for id_ in vectors if id_ in shared), default=4)
+        return {id_: dataclasses.replace(v, width=shared_width if id_ in shared else widths[id_])
+                for id_, v in vectors.items()}
 
     def vector_condition(self, loop: k.For) -> str:
-        """True for rows where the 16-byte path is valid: lengths that 4 divides, every vectorized
-        row start aligned to 16 bytes (checked per row: it depends on the strides). Loops sharing
-        row caches check each other's accesses too, so they agree."""
+        """True for rows where the vector path is valid: lengths that the width divides, every
+        vectorized row start aligned to the vector (checked per row: it depends on the strides).
+        Loops sharing row caches check each other's accesses too, so they agree."""
         together = [loop]
         if any(id(loop) in c.loops for c in self.caches):
             together = [self.loops_by_id[i] for i in self.vectors if any(i in c.loops for c in self.caches)]
-        terms = ["(cached_row % 4 == 0)"] if len(together) > 1 or together[0] is not loop else []
+        width = self.vectors[id(loop)].width
+        terms = [f"(cached_row % {width} == 0)"] if len(together) > 1 or together[0] is not loop else []
         return " && ".join(dict.fromkeys(terms + self.vector_terms(together)))
 
     def vector_terms(self, together: list[k.For]) -> list[str]:
-        """The 16-byte conditions of these loops: lengths that 4 divides, aligned row starts."""
+        """The vector conditions of these loops: lengths that the width divides, aligned row starts."""
         terms = []
         for other in together:
-            terms.append(f"(({self.trip_count(other)}) % 4 == 0)")
             vector = self.vectors[id(other)]
+            terms.append(f"(({self.trip_count(other)}) % {vector.width} == 0)")
             for access in (*vector.loads, *vector.stores):
                 start = tuple(self.inlined(i) for i in replace_var_in_access(access, other.var, other.begin))
                 address = f"&{self.pointer(access.param)}[{self.offset(access.param, start)}]"
-                mask = VECTOR_ALIGNMENT[access.param.dtype.name] - 1
+                mask = vector_alignment(access.param.dtype, vector.width) - 1
                 terms.append(f"((reinterpret_cast<unsigned long long>({address}) & {mask}) == 0)")
         return terms
 
@@ -127,43 +155,58 @@ class RowLoopWriter:
 
     def body_with_register_row(self, body: tuple[k.Stmt, ...]) -> None:
         """The row's statements, from the first loop of the row caches on in two copies: one with
-        the caches in registers, for rows that allow it, and the general one. Registers need the
-        whole block on the row (lanes == the compiled block size, so every address is the row
-        start plus a constant), rows of at most register_vectors vectors a thread, and every
-        cache loop's 16-byte conditions. Each loop then runs a fixed count of iterations, fully
-        unrolled (a register array needs constant indices), and the first one issues all its
-        loads before using any: one block per row with the whole row in flight is what reaches
-        copy bandwidth, where one or two 16-byte loads a thread at a time did not. Two copies,
-        not a test per loop, so the registers of one are not held across the other."""
+        the caches in registers, for rows that allow it, and the general one. Registers need
+        `register_lanes` threads on the row (the whole block; in a warp function, one warp), so
+        every address is the row start plus a constant, rows of at most register_vectors vectors a
+        thread, and every cache loop's vector conditions. Each loop then runs a fixed count of
+        iterations, fully unrolled (a register array needs constant indices), and the first one
+        issues all its loads before using any: the whole row in flight is what reaches copy
+        bandwidth, where one or two 16-byte loads a thread at a time did not. Two copies, not a
+        test per loop, so the registers of one are not held across the other.
+
+        The copy is chosen row by row (lengths and alignments differ), so one that calls a block
+        barrier must be taken by the whole block or none: only where a row is the whole block."""
         loops = self.cache_loops()
         first = next(n for n, s in enumerate(body) if id(s) in loops)
         self.block(body[:first])
-        capacity = 4 * self.register_vectors * self.block_size
+        width = self.vectors[loops[0]].width
+        capacity = width * self.register_vectors * self.register_lanes
         together = [self.loops_by_id[i] for i in loops]
-        terms = [f"(lanes32 == {self.block_size})"]
+        one_row_a_block = f"(lanes32 == {self.block_size})"
+        terms = [] if self.warp else [one_row_a_block]
         terms += [f"(({self.expr(loop.end)}) <= {capacity})" for loop in together]
         self.line(f"if ({' && '.join(dict.fromkeys(terms + self.vector_terms(together)))}) {{")
+        copy_start = len(self.lines)
         self.depth += 1
         for n, cache in enumerate(self.caches):
-            self.line(f"{VECTOR_TYPE[cache.dtype.name]} bz_rc{n}[{self.register_vectors}];")
+            self.line(f"{vector_type(cache.dtype, width)} bz_rc{n}[{self.register_vectors}];")
         self.in_registers = True
         self.block(body[first:])
         self.in_registers = False
         self.depth -= 1
+        self.check_barriers(self.lines[copy_start:], uniform=one_row_a_block in terms)
         self.line("} else {")
         self.depth += 1
         self.block(body[first:])
         self.depth -= 1
         self.line("}")
 
+    def check_barriers(self, lines: list[str], uniform: bool) -> None:
+        """Raises when `lines`, a copy of a row's statements that rows of one block may choose
+        differently (not `uniform`), call a block barrier: the block would hang at it."""
+        called = barriers_in(lines)
+        if called and not uniform:
+            raise AssertionError(f"CUDA codegen, task {self.task.name}: a copy of its rows chosen row by row "
+                                 f"calls {', '.join(called)}, which every thread of the block must reach")
+
     def open_register_loop(self, loop: k.For, base: k.Var) -> None:
         """`for` over this thread's vectors of a register row, `base` its first element; vectors
         past the row's end are skipped."""
-        counter = self.register_index
+        counter, width = self.register_index, self.vectors[id(loop)].width
         self.line("#pragma unroll")
         self.line(f"for (int {counter} = 0; {counter} < {self.register_vectors}; ++{counter}) {{")
-        self.line(f"  const {self.index} {base.name} = {self.index_literal(4)} * lane + "
-                  f"{counter} * {self.index_literal(4 * self.block_size)};")
+        self.line(f"  const {self.index} {base.name} = {self.index_literal(width)} * lane + "
+                  f"{counter} * {self.index_literal(width * self.register_lanes)};")
         self.line(f"  if ({base.name} >= {self.expr(loop.end)}) break;")
 
     def preload_register_row(self, loop: k.For, vector: VectorAccesses, base: k.Var, read: list[k.Load]) -> None:
@@ -177,12 +220,12 @@ class RowLoopWriter:
             return
         self.preloaded = {load: f"bz_pl{m}_{loop.var.name}" for m, load in enumerate(preloads)}
         for load, name in self.preloaded.items():
-            self.line(f"{VECTOR_TYPE[load.param.dtype.name]} {name}[{self.register_vectors}];")
+            self.line(f"{vector_type(load.param.dtype, self.vectors[id(loop)].width)} {name}[{self.register_vectors}];")
         self.open_register_loop(loop, base)
         targets = [(f"bz_rc{n}", load) for n, load in dict(fills).items()] + \
             [(name, load) for load, name in self.preloaded.items()]
         for target, load in targets:
-            ty = VECTOR_TYPE[load.param.dtype.name]
+            ty = vector_type(load.param.dtype, vector.width)
             offset = self.offset(load.param, replace_var_in_access(load, loop.var, base))
             self.line(f"  {target}[{self.register_index}] = "
                       f"*reinterpret_cast<const {ty}*>(&{self.pointer(load.param)}[{offset}]);")
@@ -196,9 +239,20 @@ class RowLoopWriter:
             return []
         loads = [load for load in read if not any(id(loop) in cache.loops and row_cache_key(load, loop) == cache.key
                                                   for cache in self.caches)]
-        held = 4 * self.register_vectors * (sum(cache.dtype.itemsize for cache in self.caches)
-                                            + sum(load.param.dtype.itemsize for load in loads))
+        row_bytes = sum(c.dtype.itemsize for c in self.caches) + sum(load.param.dtype.itemsize for load in loads)
+        held = self.vectors[id(loop)].width * self.register_vectors * row_bytes
         return loads if held <= REGISTER_PRELOAD_BYTES else []
+
+    def launder_register_row(self, loop: k.For) -> None:
+        """In a loop after the first over a register row of 1- and 2-byte elements: the row's
+        registers marked as changed (bz_launder), so the compiler keeps the packed row live across
+        loops and widens it again, not each element widened to float32 by an earlier loop (twice the
+        registers: NVRTC gave a masked softmax's warp function 99 registers, 74 laundered)."""
+        if any(cache.dtype.itemsize >= 4 for cache in self.caches):
+            return
+        for n, cache in enumerate(self.caches):
+            if id(loop) in cache.loops and cache.loops[0] != id(loop):
+                self.line(f"  bz_launder<{self.cache_loops().index(id(loop))}>(bz_rc{n}[{self.register_index}]);")
 
     def cache_slot(self, n: int, ty: str, base: k.Var) -> str:
         """Where the current vector of row cache `n` is: a register, or shared memory."""
@@ -207,7 +261,7 @@ class RowLoopWriter:
         return f"*reinterpret_cast<{ty}*>(&row_cache{n}[{base.name}])"
 
     def emit_unswitched_vector_loop(self, loop: k.For, vector: VectorAccesses) -> None:
-        """The 16-byte loop, in two copies when it uses row caches: one for cached rows, one for rows
+        """The vector loop, in two copies when it uses row caches: one for cached rows, one for rows
         read from memory, so no element tests which."""
         if not any(id(loop) in cache.loops for cache in self.caches):
             self.emit_vector_loop(loop, vector)
@@ -235,21 +289,22 @@ class RowLoopWriter:
                 if load not in covered or any(load in set(sub_exprs(x)) for x in uncovered)]
 
     def emit_vector_loop(self, loop: k.For, vector: VectorAccesses) -> None:
-        v = loop.var.name
-        base = k.Var(f"{v}_4", loop.var.dtype)
-        four = self.index_literal(4)
+        v, width = loop.var.name, vector.width
+        base = k.Var(f"{v}_{width}", loop.var.dtype)
+        step = self.index_literal(width)
         read = self.read_loads(loop, vector)
         if self.cached == "registers":
             self.register_index = f"{v}_k"
             self.preload_register_row(loop, vector, base, read)
             self.open_register_loop(loop, base)
+            self.launder_register_row(loop)
         else:
             unroll = vector_unroll(vector)
             if unroll > 1:
                 self.line(f"#pragma unroll {unroll}")
-            self.line(f"for ({self.index} {base.name} = {self.from_begin(loop)}{four} * lane; "
+            self.line(f"for ({self.index} {base.name} = {self.from_begin(loop)}{step} * lane; "
                       f"{base.name} < {self.expr(loop.end)}; "
-                      f"{base.name} += {four} * lanes32) {{")
+                      f"{base.name} += {step} * lanes32) {{")
         self.depth += 1
         self.loop_depth += 1
         values = self.vector_values(loop, base)
@@ -258,17 +313,18 @@ class RowLoopWriter:
             if load not in read:
                 continue  # read only inside a value the row cache holds
             names[load] = f"v{n}_{v}"
-            ty = VECTOR_TYPE[load.param.dtype.name]
+            ty = vector_type(load.param.dtype, width)
             self.line(f"const {ty} {names[load]} = {self.vector_load(load, loop, base)};")
         words = self.philox_words(loop, base, set(values))  # after the loads: their latency hides the rounds
         updates = self.cache_updates(loop, "update")
         for n, cache, _ in updates:
-            self.line(f"{VECTOR_TYPE[cache.dtype.name]} u{n}_{v};")
+            self.line(f"{vector_type(cache.dtype, width)} u{n}_{v};")
         stores = {}
         for n, store in enumerate(vector.stores):
             stores[id(store)] = f"w{n}_{v}"
-            self.line(f"{VECTOR_TYPE[store.param.dtype.name]} {stores[id(store)]};")
-        for lane_part, component in enumerate("xyzw"):
+            self.line(f"{vector_type(store.param.dtype, width)} {stores[id(store)]};")
+        for lane_part in range(width):
+            component = vector_component(width, lane_part)
             self.line("{")
             self.depth += 1
             self.line(f"const {self.index} {v} = {base.name} + {lane_part};")
@@ -287,10 +343,10 @@ class RowLoopWriter:
         self.vector_stores = {}
         self.preloaded = {}
         for n, cache, _ in updates:
-            self.cached_line(f"{self.cache_slot(n, VECTOR_TYPE[cache.dtype.name], base)} = u{n}_{v};")
+            self.cached_line(f"{self.cache_slot(n, vector_type(cache.dtype, width), base)} = u{n}_{v};")
         for store in vector.stores:
             target = self.offset(store.param, replace_var_in_access(store, loop.var, base))
-            ty = VECTOR_TYPE[store.param.dtype.name]
+            ty = vector_type(store.param.dtype, width)
             self.line(f"if (active) *reinterpret_cast<{ty}*>(&{self.pointer(store.param)}[{target}]) = "
                       f"{stores[id(store)]};")
             for n in self.stored_caches(loop, store):
@@ -315,11 +371,11 @@ class RowLoopWriter:
         return words
 
     def vector_load(self, load: k.Load, loop: k.For, base: k.Var) -> str:
-        """Four elements from memory, or from the row cache where an earlier loop kept them (or from
+        """A vector of elements from memory, or from the row cache where an earlier loop kept them (or from
         the registers preload_register_row filled)."""
         if self.cached == "registers" and load in self.preloaded:
             return f"{self.preloaded[load]}[{self.register_index}]"
-        ty = VECTOR_TYPE[load.param.dtype.name]
+        ty = vector_type(load.param.dtype, self.vectors[id(loop)].width)
         offset = self.offset(load.param, replace_var_in_access(load, loop.var, base))
         from_memory = f"*reinterpret_cast<const {ty}*>(&{self.pointer(load.param)}[{offset}])"
         for n, cache in enumerate(self.caches):
@@ -337,11 +393,11 @@ class RowLoopWriter:
         return from_memory
 
     def vector_values(self, loop: k.For, base: k.Var) -> dict[k.Expr, str]:
-        """In a loop reading updated caches: four values from the cache, or computed from memory
-        when the rows did not fit in shared memory."""
+        """In a loop reading updated caches: a vector of values from the cache, or computed from
+        memory when the rows did not fit in shared memory."""
         values = {}
         for n, cache, expression in self.cache_updates(loop, "value"):
-            name, ty = f"e{n}_{loop.var.name}", VECTOR_TYPE[cache.dtype.name]
+            name, ty = f"e{n}_{loop.var.name}", vector_type(cache.dtype, self.vectors[id(loop)].width)
             values[expression] = name
             self.line(f"{ty} {name};")
             self.cached_line(f"{name} = {self.cache_slot(n, ty, base)};")
@@ -355,19 +411,20 @@ class RowLoopWriter:
         return values
 
     def compute_vector_value(self, expression: k.Expr, name: str, loop: k.For, base: k.Var, prefix: str) -> None:
-        """`name` (four lanes) = `expression` read from memory: every row load it makes is one
-        16-byte load of its own (`{prefix}_{m}_...`), then each lane computes the value once.
-        An expression of several row loads (a residual add under a norm) needs them all at once."""
-        v = loop.var.name
+        """`name` (a vector) = `expression` read from memory: every row load it makes is one vector
+        load of its own (`{prefix}_{m}_...`), then each element's value is computed once. An
+        expression of several row loads (a residual add under a norm) needs them all at once."""
+        v, width = loop.var.name, self.vectors[id(loop)].width
         row_loads = [e for e in sub_exprs(expression) if isinstance(e, k.Load) and loop.var in set(sub_exprs(e))]
         vectors = {}
         for m, load in enumerate(dict.fromkeys(row_loads)):
             offset = self.offset(load.param, replace_var_in_access(load, loop.var, base))
-            memory_ty = VECTOR_TYPE[load.param.dtype.name]
+            memory_ty = vector_type(load.param.dtype, width)
             vectors[load] = f"{prefix}_{m}_{v}"
             self.line(f"const {memory_ty} {vectors[load]} = "
                       f"*reinterpret_cast<const {memory_ty}*>(&{self.pointer(load.param)}[{offset}]);")
-        for lane_part, component in enumerate("xyzw"):
+        for lane_part in range(width):
+            component = vector_component(width, lane_part)
             self.substitutions.update({load: f"{vector}.{component}" for load, vector in vectors.items()})
             self.line(f"{{ const {self.index} {v} = {base.name} + {lane_part}; "
                       f"{name}.{component} = {self.expr(expression)}; }}")

@@ -162,13 +162,25 @@ BZ_D unsigned short bz_float_to_bf16_bits(float x) {
   return (unsigned short)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
 }
 
-// Four neighbouring elements moved as one access (float4 and int4 are CUDA's own).
+// Four neighbouring elements moved as one access (float4 and int4 are CUDA's own); eight of a type
+// of 2 bytes or less, 16 bytes of half types (cuda_plan.VECTOR_TYPES).
 struct __align__(16) bz_double4 { double x, y, z, w; };
 #if defined(__CUDA_FP16_H__)
 struct __align__(8) bz_half4 { __half x, y, z, w; };
 struct __align__(8) bz_bfloat164 { __nv_bfloat16 x, y, z, w; };
+struct __align__(16) bz_half8 { __half v[8]; };
+struct __align__(16) bz_bfloat168 { __nv_bfloat16 v[8]; };
 #endif
 struct __align__(4) bz_bool4 { bool x, y, z, w; };
+struct __align__(8) bz_bool8 { bool v[8]; };
+// A vector held in registers, as if an instruction had changed it (no instruction is emitted): values
+// computed from it before are not reused after (cuda_rows.launder_register_row).
+template <int Loop, typename V> BZ_D void bz_launder(V& v) {
+  static_assert(sizeof(V) % 4 == 0, "a vector of whole 32-bit registers");
+  unsigned* words = reinterpret_cast<unsigned*>(&v);
+#pragma unroll
+  for (int i = 0; i < (int)(sizeof(V) / 4); ++i) asm("" : "+r"(words[i]) : "n"(Loop));
+}
 
 // Half types to float32 exactly, NaN payloads included (CUDA's conversions give a canonical NaN).
 // Only kernels that use half types include cuda_fp16.h.
@@ -228,12 +240,20 @@ struct BzReduceMin { template <typename T> BZ_D T operator()(T a, T b) const { r
 struct BzReduceOr { template <typename T> BZ_D T operator()(T a, T b) const { return a || b; } };
 struct BzReduceAnd { template <typename T> BZ_D T operator()(T a, T b) const { return a && b; } };
 
+// `width` neighbouring lanes of a warp (a power of two, 32 at most) share a row: a butterfly of
+// shuffles, no barrier. Every lane gets the result.
+template <typename T, typename Op> BZ_D T bz_shuffle_reduce(T v, int width, Op op) {
+  for (int offset = width / 2; offset > 0; offset >>= 1) v = op(v, bz_shfl_xor(v, offset));
+  return v;
+}
+// One warp a row (the tasks' `_warp` functions): shuffles only, so rows of one block need not agree.
+template <typename T, typename Op> BZ_D T bz_warp_reduce(T v, Op op) { return bz_shuffle_reduce(v, 32, op); }
+
 // `lanes` threads (a power of two) share a row: up to a warp, a butterfly of shuffles; otherwise
 // the whole block is the row, and warps combine through shared memory in a fixed order, so the
 // result is the same from run to run. Every lane gets the result.
 template <typename T, typename Op> BZ_D T bz_lane_reduce(T v, int lanes, Op op) {
-  const int width = lanes < 32 ? lanes : 32;
-  for (int offset = width / 2; offset > 0; offset >>= 1) v = op(v, bz_shfl_xor(v, offset));
+  v = bz_shuffle_reduce(v, lanes < 32 ? lanes : 32, op);
   if (lanes <= 32) return v;
   __shared__ T partial[32];
   __syncthreads();  // an earlier reduction's readers are done with `partial`
@@ -264,12 +284,15 @@ template <typename T> BZ_D void bz_online_combine(T& m, T& s, T m2, T s2) {
   s = s * bz_online_scale(m, m_new) + s2 * bz_online_scale(m2, m_new);  // the same either way round
   m = m_new;
 }
-// bz_lane_reduce for two accumulators that combine together: `combine(a, b, a2, b2)` folds another
-// lane's pair into (a, b).
+// bz_shuffle_reduce and bz_lane_reduce for two accumulators that combine together:
+// `combine(a, b, a2, b2)` folds another lane's pair into (a, b).
+template <typename A, typename B, typename Combine> BZ_D void bz_pair_shuffle_reduce(A& a, B& b, int width,
+                                                                                    Combine combine) {
+  for (int offset = width / 2; offset > 0; offset >>= 1) combine(a, b, bz_shfl_xor(a, offset), bz_shfl_xor(b, offset));
+}
 template <typename A, typename B, typename Combine> BZ_D void bz_pair_lane_reduce(A& a, B& b, int lanes,
                                                                                  Combine combine) {
-  const int width = lanes < 32 ? lanes : 32;
-  for (int offset = width / 2; offset > 0; offset >>= 1) combine(a, b, bz_shfl_xor(a, offset), bz_shfl_xor(b, offset));
+  bz_pair_shuffle_reduce(a, b, lanes < 32 ? lanes : 32, combine);
   if (lanes <= 32) return;
   __shared__ A partial_a[32];
   __shared__ B partial_b[32];
@@ -291,6 +314,7 @@ struct BzOnlineCombine {
 template <typename T> BZ_D void bz_online_lane_reduce(T& m, T& s, int lanes) {
   bz_pair_lane_reduce(m, s, lanes, BzOnlineCombine());
 }
+template <typename T> BZ_D void bz_online_warp_reduce(T& m, T& s) { bz_pair_shuffle_reduce(m, s, 32, BzOnlineCombine()); }
 
 // argmax / argmin across lanes: each lane holds the (value, index) it found first among its
 // elements; of two, the first NaN wins, else the larger (smaller) value, the lower index on a tie:
@@ -308,6 +332,9 @@ template <bool Largest> struct BzArgCombine {
 };
 template <bool Largest, typename T, typename I> BZ_D void bz_arg_lane_reduce(T& v, I& i, int lanes) {
   bz_pair_lane_reduce(v, i, lanes, BzArgCombine<Largest>());
+}
+template <bool Largest, typename T, typename I> BZ_D void bz_arg_warp_reduce(T& v, I& i) {
+  bz_pair_shuffle_reduce(v, i, 32, BzArgCombine<Largest>());
 }
 
 // An outer reduction's block: threads c + cols * g (cols a power of two) share column c, one per

@@ -10,8 +10,9 @@ class CudaSourceText(str):
 
     The string is the generated code without the prelude, as `BRAZE_DUMP=cuda_kernel` prints it;
     `.text` is the whole translation unit NVRTC compiles (the prelude first). Every field of the
-    generator's result is an attribute as well: `.body`, `.functions` (task i's `__global__` name)
-    and, for fusions, `.lane_plans`, `.row_caches`, `.grid_reductions` and `.register_rows`.
+    generator's result is an attribute as well: `.body`, `.functions` (task i's `__global__` name;
+    for fusions, then the tasks' functions for one warp a row) and, for fusions, `.lane_plans`,
+    `.row_caches`, `.grid_reductions`, `.register_rows` and `.warp_functions`.
     """
 
     text: str

@@ -15,7 +15,7 @@ import numpy as np
 
 from braze import config
 from braze.codegen import cuda as cuda_codegen
-from braze.codegen.cuda_plan import TaskSchedule, schedule_bounds
+from braze.codegen.cuda_plan import WARP, TaskSchedule, schedule_bounds
 from braze.compile import disk_cache, elf
 from braze.errors import InputError, UnsupportedError
 from braze.kir import kernel_text
@@ -116,11 +116,14 @@ class CudaCompiledKernel(CompilesOnce):
         return module
 
 
-def lanes_for(row_length: int, block: int) -> int:
-    """Threads per row: enough that each does a few elements, a power of two up to a warp, or the
-    whole block for long rows."""
+def lanes_for(row_length: int, block: int, warp_row: int = 0) -> int:
+    """Threads per row: enough that each does a few elements, a power of two up to a warp; for long
+    rows the whole block, or one warp while the task's warp function holds the row in registers
+    (`warp_row`: the longest it holds; cuda_plan.WARP_ROW_BYTES). A warp a row needs no barrier,
+    keeps a whole row's loads in flight in each lane and 8 rows a block; the block is for rows
+    longer than a warp holds (each of its threads then holds at least a vector)."""
     if row_length >= 1024:
-        return block
+        return WARP if WARP < block and row_length <= warp_row else block
     lanes = 1
     while lanes < 32 and lanes * 4 < row_length:
         lanes *= 2
@@ -138,6 +141,11 @@ class _TaskLaunch:
     cache_loops: tuple[int, ...]  # per row cache: the top-level loop whose extent is its length
     schedule: TaskSchedule  # how the task maps onto blocks (cuda_plan.TaskSchedule)
     register_row: int = 0  # the longest row kept in registers when lanes == block (0: none; see below)
+    # The task's function for launches of one warp a row (None: it has none), and the longest row
+    # that function keeps in registers.
+    warp_function: object = None
+    warp_name: str = ""
+    warp_register_row: int = 0
 
     def shared_bytes(self, rows_per_block: int, row: int) -> int:
         """Dynamic shared memory for the row caches (each region rounded to 16 bytes)."""
@@ -156,6 +164,15 @@ class PlannedLaunch:
     grid: int
     shared: int
     scalars: tuple[int, int, int, int]
+    warp: bool = False  # launches the task's warp function (one warp a row)
+
+    @property
+    def function(self) -> object:
+        return self.task.warp_function if self.warp else self.task.function
+
+    @property
+    def function_name(self) -> str:
+        return self.task.warp_name if self.warp else self.task.name
 
 
 def _bounds(task: k.Task, schedule: TaskSchedule) -> list[k.Expr]:
@@ -165,7 +182,7 @@ def _bounds(task: k.Task, schedule: TaskSchedule) -> list[k.Expr]:
 def launch_text(planned: PlannedLaunch, block: int) -> str:
     """One line for BRAZE_DUMP=launch_params: the task, its schedule and its launch."""
     lanes, cached, *_ = planned.scalars
-    return (f"{planned.task.name}: {planned.task.schedule.kind} range=[{planned.begin}, {planned.end}) "
+    return (f"{planned.function_name}: {planned.task.schedule.kind} range=[{planned.begin}, {planned.end}) "
             f"grid={planned.grid} block={block} shared={planned.shared} lanes={lanes} cached_row={cached}")
 
 
@@ -184,13 +201,15 @@ class CudaExecutor:
         self.tasks = [
             _TaskLaunch(t.name, module.functions[t.name], host_function(_bounds(t, schedule)),
                         bool(plan.loops), plan.coalesces, tuple(c.dtype.itemsize for c in caches),
-                        tuple(c.position for c in caches), schedule, registers)
-            for t, plan, caches, schedule, registers in zip(self.kernel.tasks, generated.lane_plans,
-                                                            generated.row_caches, generated.schedules,
-                                                            generated.register_rows)]
+                        tuple(c.position for c in caches), schedule, registers,
+                        module.functions[warp] if warp else None, warp, warp_registers)
+            for t, plan, caches, schedule, registers, warp, warp_registers in zip(
+                self.kernel.tasks, generated.lane_plans, generated.row_caches, generated.schedules,
+                generated.register_rows, generated.warp_functions, generated.warp_register_rows)]
         for task in self.tasks:
             if task.cache_itemsizes:
-                module.allow_shared_memory(task.name, ROW_CACHE_BYTES)
+                for name in filter(None, (task.name, task.warp_name)):
+                    module.allow_shared_memory(name, ROW_CACHE_BYTES)
         self.layout = ArgLayout.of(self.kernel.params)
         accumulators = max((len(t.schedule.accumulators) for t in self.tasks), default=0)
         self.max_grid = device.sm_count * BLOCKS_PER_SM
@@ -227,13 +246,13 @@ class CudaExecutor:
         for planned in self.plan(scalars, workspace):
             launch_scalars[:] = planned.scalars
             if config.current.dump:  # launch_params: plan() wrote each launch
-                dump_kernel_args(RecordedLaunch(self.kernel.name, planned.task.name, planned.begin, planned.end,
+                dump_kernel_args(RecordedLaunch(self.kernel.name, planned.function_name, planned.begin, planned.end,
                                         planned.grid), block, self.layout.slots)
             if record:
                 self._recorded_launch(planned, params, launch_stream, block)
             else:
-                cuda.launch(planned.task.function, (planned.grid, 1, 1), (self.block, 1, 1), params, stream,
-                            planned.shared, planned.task.name)
+                cuda.launch(planned.function, (planned.grid, 1, 1), (self.block, 1, 1), params, stream,
+                            planned.shared, planned.function_name)
 
     def plan(self, scalars: dict[str, int], workspace: Workspace | None) -> list[PlannedLaunch]:
         """Each task's launch for the extents in `scalars` (tasks over nothing are left out), grid
@@ -290,7 +309,7 @@ class CudaExecutor:
         statistics over batch and pixels); else one (neighbouring threads on neighbouring rows)."""
         if not task.lane_loops or (not task.coalesces and rows >= self.max_grid * self.block):
             return 1
-        return lanes_for(row_length, self.block)
+        return lanes_for(row_length, self.block, task.warp_register_row)
 
     def _plan_grid_reduction(self, task: _TaskLaunch, extents: list[int], pointers: tuple[int, int]
                              ) -> PlannedLaunch:
@@ -351,14 +370,18 @@ class CudaExecutor:
         """A task that can hold its rows in registers has no grid-stride loop (see
         cuda.TaskWriter.write): one block per group of rows. A new block starts on an SM as soon as
         one finishes, which keeps its loads in flight better than a persistent grid (97% of copy
-        bandwidth against 90% for hand-written softmax kernels on an H100). Rows held in registers
-        need no shared memory (rows that turn out misaligned then read memory again)."""
+        bandwidth against 90% for hand-written softmax kernels on an H100). Rows of one block held
+        in registers need no shared memory (rows that turn out misaligned then read memory again).
+        One warp a row runs the task's warp function where it holds the rows; its rows that turn
+        out misaligned take plain loops over the row in shared memory (a few KB a block of 8 rows,
+        where registers already limit the blocks an SM)."""
         grid = -(-(end - begin) * lanes // self.block)
         if grid > MAX_GRID:
             raise UnsupportedError(f"kernel {task.name}: {end - begin} rows need {grid} blocks, more than {MAX_GRID}")
+        warp = lanes == WARP and task.warp_function is not None and cached <= task.warp_register_row
         if lanes == self.block and cached <= task.register_row:
             shared = 0
-        return PlannedLaunch(task, begin, end, grid, shared, (lanes, cached if shared else 0, 0, 0))
+        return PlannedLaunch(task, begin, end, grid, shared, (lanes, cached if shared else 0, 0, 0), warp)
 
     def _resident(self, task: _TaskLaunch, shared: int) -> int:
         key = (task.name, shared)
@@ -368,12 +391,12 @@ class CudaExecutor:
 
     def _recorded_launch(self, planned: PlannedLaunch, params: int, stream: int, block: np.ndarray) -> None:
         """A launch under bz.record(): noted, and timed with CUDA events when profiling."""
-        task = planned.task
-        launch = RecordedLaunch(self.kernel.name, task.name, planned.begin, planned.end, planned.grid)
+        launch = RecordedLaunch(self.kernel.name, planned.function_name, planned.begin, planned.end, planned.grid)
         if profiling():
             start, end = cuda.event(), cuda.event()
             cuda.record_event(start, stream)
-        cuda.launch(task.function, (planned.grid, 1, 1), (self.block, 1, 1), params, stream, planned.shared, task.name)
+        cuda.launch(planned.function, (planned.grid, 1, 1), (self.block, 1, 1), params, stream, planned.shared,
+                    planned.function_name)
         if profiling():
             cuda.record_event(end, stream)
             launch.device_ms = cuda.elapsed_ms(start, end)

@@ -20,7 +20,8 @@ _counting = threading.Lock()
 
 @dataclass
 class RecordedLaunch:
-    """One task run: the kernel's task name and its index range."""
+    """One task run: the kernel's task name (on a GPU, the name of the function that ran it: a
+    task's `_warp` function for one warp a row) and its index range."""
 
     kernel: str
     task: str

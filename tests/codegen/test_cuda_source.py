@@ -3,6 +3,7 @@ shape of task, the row caches, and compiling with NVRTC where it is installed.""
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 import ml_dtypes
@@ -70,7 +71,7 @@ def test_softmax_spreads_rows_over_lanes_and_caches_the_row():
 def test_long_rows_of_softmax_are_held_in_registers():
     src = source(lambda f: [bz.ops.softmax(f.define_tensor([-1, -1]), -1)], matrix(4, 8))
     assert src.register_rows == (8192,)  # 8 float4 a thread of a 256-thread block
-    body = src.body
+    body = src.body.split(f"{src.warp_functions[0]}(")[0]  # the task's function for a row a block
     test = "if ((lanes32 == 256) && ((T0_s1) <= 8192) && ((T0_s1) % 4 == 0)"
     assert body.count(test) == 1 and "float4 bz_rc0[8];" in body
     assert "row0 +=" not in body  # one block per group of rows: no grid-stride loop
@@ -85,10 +86,10 @@ def test_long_rows_of_softmax_are_held_in_registers():
 
 
 def test_half_rows_in_registers_are_shorter():
-    # 8-byte vectors of four bfloat16: fewer registers a thread, more blocks resident.
+    # 16-byte vectors of eight bfloat16, 32 bytes a thread: fewer registers a thread, more blocks resident.
     src = source(lambda f: [bz.ops.softmax(f.define_tensor([-1, -1], dtype=bz.bfloat16), -1)],
                  matrix(4, 8, dtype=ml_dtypes.bfloat16))
-    assert src.register_rows == (4096,) and "bz_bfloat164 bz_rc0[4];" in src.body
+    assert src.register_rows == (4096,) and "bz_bfloat168 bz_rc0[2];" in src.body
 
 
 def test_outer_reduction_keeps_one_thread_per_output_column():
@@ -152,7 +153,8 @@ def test_kernels_are_named_after_their_fusion():
     with bz.Fusion(name="my_softmax") as f:
         f.add_output(bz.ops.softmax(f.define_tensor([-1, -1]), -1))
     src = engine.cuda_source(f, [matrix(2, 3)])
-    assert src.functions == ("my_softmax_t0_T7",) and "void __launch_bounds__(256)\nmy_softmax_t0_T7(" in src.body
+    assert src.functions == ("my_softmax_t0_T7", "my_softmax_t0_T7_warp")  # the second for one warp a row
+    assert "void __launch_bounds__(256)\nmy_softmax_t0_T7(" in src.body
     with pytest.raises(bz.FusionDefinitionError, match=r"name: expected an identifier .*got 'two words'"):
         bz.Fusion(name="two words")
 
@@ -181,9 +183,20 @@ def test_layer_norm_computes_row_invariants_once_per_row():
         return [bz.ops.layer_norm(x, w, b, eps=1e-5)]
 
     src = source(layer_norm, matrix(4, 64), matrix(64), matrix(64))
-    last_loops = src.body[src.body.index("for (int j3_4"):]
+    last_loops = [loop_at(src.body, m.start()) for m in re.finditer(r"for \(int j3\w*", src.body)]
+    assert len(last_loops) == 6  # registers, vectors cached and not, plain; a warp's registers, plain
     # mean and rsqrt(var + eps) are computed before the loops that write the row, not per element.
-    assert "sqrtf" not in last_loops and "bz_truediv" not in last_loops
+    assert not any("sqrtf" in loop or "bz_truediv" in loop for loop in last_loops)
+
+
+def loop_at(body: str, start: int) -> str:
+    """The text of the loop whose header starts at `start`, to its closing brace."""
+    depth = 0
+    for at in range(body.index("{", start), len(body)):
+        depth += {"{": 1, "}": -1}.get(body[at], 0)
+        if depth == 0:
+            return body[start:at + 1]
+    raise AssertionError("unbalanced braces")
 
 
 def test_softmax_divides_by_the_row_sum_once_and_tests_the_cache_once_per_row():

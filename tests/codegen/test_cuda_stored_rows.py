@@ -54,14 +54,14 @@ def test_the_stored_row_is_the_one_row_cache_the_later_loops_read():
     # Registers: the storing loop's 16-byte store vector is the cache's slot; shared memory: the same
     # vector, stored by cached rows; one lane's elements at a time: each element as it is stored.
     assert re.search(r"bz_rc0\[(\w+)_k\] = w0_\1;", body)
-    assert re.search(r"\*reinterpret_cast<bz_bfloat164\*>\(&row_cache0\[(\w+)_4\]\) = w0_\1;", body)
+    assert re.search(r"\*reinterpret_cast<bz_bfloat168\*>\(&row_cache0\[(\w+)_8\]\) = w0_\1;", body)
     assert re.search(r"if \(cached_row\) row_cache0\[\w+ - 0\] = T\d+_value_\d+;", body)
-    assert src.register_rows == (4 * 4 * 256,)  # 4 vectors of bfloat16 a thread: 4096 elements
+    assert src.register_rows == (2 * 8 * 256,)  # 2 vectors of 8 bfloat16 a thread: 4096 elements
 
 
 def test_a_register_row_issues_the_storing_loops_loads_before_using_them():
     body = source().body
-    arrays = re.findall(r"bz_bfloat164 (bz_pl\d+_\w+)\[4\];", body)
+    arrays = re.findall(r"bz_bfloat168 (bz_pl\d+_\w+)\[2\];", body)
     assert len(arrays) == 2  # x and the residual
     assert all(re.search(rf"{a}\[\w+_k\] = \*reinterpret_cast", body) for a in arrays)
     # float32 rows keep their registers for the cache alone: x, r and h would not fit REGISTER_PRELOAD_BYTES.
