@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from braze.codegen.cuda_grid import GridWriter
+from braze.codegen.cuda_inner_outer import InnerOuter, InnerOuterWriter, fold_task, plan_inner_outer
 from braze.codegen.cuda_online import fuse_online_softmax, gather_one_hot_sums
 from braze.codegen.cuda_plan import (
     ARG_COMBINES,
@@ -94,10 +95,14 @@ def const_text(value, dtype: DType) -> str:
     return f"((signed char){value})"
 
 
-class TaskWriter(RowLoopWriter, GridWriter, TileWriter):
-    """Writes one task as one `__global__` function."""
+class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter):
+    """Writes one task as one `__global__` function. With `inner_outer`, the task is a row task
+    carrying a column task's partial results; with `fold_of`, it is that column task, folding them
+    (cuda_inner_outer)."""
 
-    def __init__(self, kernel: k.Kernel, task: k.Task, layout: ArgLayout, block_size: int, restrict: bool) -> None:
+    def __init__(self, kernel: k.Kernel, task: k.Task, layout: ArgLayout, block_size: int, restrict: bool,
+                 inner_outer: InnerOuter | None = None, fold_of: InnerOuter | None = None) -> None:
+        self.inner_outer, self.fold_of = inner_outer, fold_of
         self.kernel, self.task, self.layout = kernel, task, layout
         self.block_size, self.restrict = block_size, restrict
         self.lines: list[str] = []
@@ -174,8 +179,20 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter):
         return " + ".join(terms) or "0"
 
     # --- the function ----------------------------------------------------------------------------
+    @property
+    def launch_schedule(self) -> TaskSchedule:
+        """How the runtime launches the task: its schedule, or one of the inner-outer pair's."""
+        carried = self.inner_outer or self.fold_of
+        if carried is None:
+            return self.schedule
+        kind = "inner_outer" if self.inner_outer is not None else "column_fold"
+        return TaskSchedule(kind, tuple((acc.array, acc.combine) for acc in carried.accumulators))
+
     def write(self) -> str:
         t = self.task
+        if self.inner_outer is not None or self.fold_of is not None:
+            (self.write_inner_outer if self.inner_outer is not None else self.write_column_fold)()
+            return "\n".join(self.lines)
         self.lines.append(f"extern \"C\" __global__ void __launch_bounds__({self.block_size})")
         self.lines.append(f"{t.name}(const BzArgs<{max(self.layout.size, 1)}> a, const long long lanes,")
         self.lines.append("    const long long cached_row, unsigned char* const bz_partials, "
@@ -454,7 +471,7 @@ _STMT: dict[type, Callable[[TaskWriter, k.Stmt], None]] = {
     k.Let: lambda w, s: w.line(f"{c_type(s.var.dtype)} {s.var.name} = {w.expr(s.value)};"),
     k.Assign: lambda w, s: w.emit_assign(s),
     k.Store: lambda w, s: w.emit_store(s),
-    k.StoreLocal: lambda w, s: w.line(f"{s.array.name}[{w.expr(s.index)}] = {w.expr(s.value)};"),
+    k.StoreLocal: lambda w, s: w.emit_store_local(s),
     k.AtomicRMW: _emit_atomic,
     k.If: _emit_if,
     k.For: TaskWriter.emit_for,
@@ -494,15 +511,36 @@ def with_prelude(body: str) -> str:
 def generate(kernel: k.Kernel, block_size: int = DEFAULT_BLOCK_SIZE, restrict: bool = False) -> CudaSource:
     """CUDA C++ for `kernel`. `restrict`: arrays a kernel only reads alias nothing it writes
     (true of fusions, whose outputs are fresh buffers)."""
-    kernel = reciprocal_divisions(hoist_invariants(kernel))  # fewer instructions per element of a row
-    # cross_entropy's picked class read directly; a row's maximum and sum of exponentials in one pass.
-    kernel = fuse_online_softmax(gather_one_hot_sums(kernel))
+    kernel = prepared(kernel)
     layout = ArgLayout.of(kernel.params)
-    writers = [TaskWriter(kernel, task, layout, block_size, restrict) for task in kernel.tasks]
+    carriers = plan_inner_outer(kernel)
+    folds = {carried.row + 1: carried for carried in carriers.values()}
+    writers = []
+    for n, task in enumerate(kernel.tasks):
+        if n in carriers:
+            writers.append(TaskWriter(kernel, carriers[n].task, layout, block_size, restrict, inner_outer=carriers[n]))
+        elif n in folds:
+            writers.append(TaskWriter(kernel, fold_task(folds[n]), layout, block_size, restrict, fold_of=folds[n]))
+        else:
+            writers.append(TaskWriter(kernel, task, layout, block_size, restrict))
     header = f"// {kernel.name}: {len(kernel.tasks)} task(s), from {kernel.source or 'Kernel IR'}"
     body = "\n\n".join([header, *(w.write() for w in writers)]) + "\n"
     return CudaSource(body, tuple(t.name for t in kernel.tasks), tuple(w.lanes for w in writers),
                       tuple(w.caches for w in writers),
                       tuple(len(w.schedule.accumulators) for w in writers),
                       tuple(4 * w.register_vectors * block_size for w in writers),
-                      tuple(w.schedule for w in writers))
+                      tuple(w.launch_schedule for w in writers))
+
+
+def prepared(kernel: k.Kernel) -> k.Kernel:
+    """The kernel as the tasks are written from it: row-invariant values hoisted, divisions by them
+    as reciprocals (fewer instructions per element of a row), cross_entropy's picked class read
+    directly and a row's maximum and sum of exponentials in one pass."""
+    kernel = reciprocal_divisions(hoist_invariants(kernel))
+    return fuse_online_softmax(gather_one_hot_sums(kernel))
+
+
+def inner_outer_pairs(kernel: k.Kernel) -> list[tuple[str, str]]:
+    """(row task, column task) of each pair of tasks taking the inner-outer schedule."""
+    kernel = prepared(kernel)
+    return [(carried.task.name, carried.column.name) for carried in plan_inner_outer(kernel).values()]

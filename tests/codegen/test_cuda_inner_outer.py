@@ -1,0 +1,225 @@
+"""The inner-outer schedule (braze/codegen/cuda_inner_outer.py), no GPU needed: which fusions take
+it; the row task it writes, checked on the CPU (rows in order on one thread, the column partial
+results in local arrays, then the column task's stores from them) against float64 NumPy; the
+CUDA text; and NVRTC compiling it for several dtypes, layouts and the suite's shapes."""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import ml_dtypes
+import numpy as np
+import pytest
+from inner_outer_fusions import FUSIONS, column_sums_first, fusion
+
+import braze as bz
+from braze import config, engine
+from braze.cli.bench.cases import CASES
+from braze.cli.bench.check import Prepared
+from braze.codegen import cuda
+from braze.codegen.cuda_inner_outer import InnerOuter, plan_inner_outer
+from braze.kir import nodes as k
+from braze.runtime import nvrtc
+from braze.runtime.compiled_kernel import CompiledKernel
+from braze.runtime.executor import KernelExecutor
+from braze.runtime.fusion_runtime import FusionRuntime
+from braze.runtime.inputs import bind_inputs
+
+
+def lowered_for_gpu(f: bz.Fusion, arrays: list) -> tuple:
+    bound = bind_inputs(f, arrays)
+    return engine.plan_kernel(f, engine.signature(f, bound), views_on_host=False, gpu=True)
+
+
+# --- which fusions take it ---------------------------------------------------------------------
+@pytest.mark.parametrize("name", FUSIONS)
+def test_row_and_column_reductions_of_one_space_take_the_inner_outer_schedule(name):
+    build, make, _ = FUSIONS[name]
+    f = fusion(build)
+    src = engine.cuda_source(f, make(np.random.default_rng(0), 6, 8))
+    assert [s.kind for s in src.schedules] == ["inner_outer", "column_fold"]
+
+
+@pytest.mark.parametrize("name", ["layer_norm_backward", "rms_norm_backward"])
+def test_the_suites_norm_backwards_take_it_and_nothing_else_of_the_suite_does(name):
+    taken = []
+    for case in CASES:
+        p = Prepared(case, "quick")
+        kinds = [s.kind for s in engine.cuda_source(p.fusion, p.inputs).schedules]
+        if "inner_outer" in kinds:
+            taken.append(case.name)
+            assert kinds == ["inner_outer", "column_fold"]
+    assert taken == ["layer_norm_backward", "rms_norm_backward"]
+
+
+def _pairs(build, arrays) -> dict[int, InnerOuter]:
+    _, kernel, _ = lowered_for_gpu(fusion(build), arrays)
+    return plan_inner_outer(cuda.prepared(kernel))
+
+
+def test_fusions_without_both_reductions_keep_their_schedules():
+    x = np.ones((4, 8), np.float32)
+
+    def column_sum_and_pointwise(f):  # no row reduction: nothing to carry the column sum
+        t = f.define_tensor([-1, -1])
+        return [t * 2.0, bz.ops.sum(t, axes=[0])]
+
+    def column_sum_of_the_normalized_rows(f):  # the column task reads what the row task writes
+        t = f.define_tensor([-1, -1])
+        y = bz.ops.softmax(t, -1)
+        return [y, bz.ops.sum(y * 1.0, axes=[0])]
+
+    def column_variance(f):  # two passes over the rows: no single column loop
+        t = f.define_tensor([-1, -1])
+        return [bz.ops.softmax(t, -1), bz.ops.var(t, axes=[0])]
+
+    def rows_of_a_transpose(f):  # the rows of one are the columns of the other
+        t = f.define_tensor([-1, -1])
+        return [bz.ops.softmax(t, -1), bz.ops.sum(bz.ops.permute(t, [1, 0]), axes=[0])]
+
+    for build in (column_sum_and_pointwise, column_variance):
+        assert _pairs(build, [x]) == {}
+    assert _pairs(rows_of_a_transpose, [np.ones((8, 8), np.float32)]) == {}
+    f = fusion(column_sum_of_the_normalized_rows)
+    kinds = [s.kind for s in engine.cuda_source(f, [x]).schedules]
+    assert "inner_outer" not in kinds
+
+
+def test_a_column_task_written_first_moves_after_the_row_task_carrying_it():
+    src = engine.cuda_source(fusion(column_sums_first), [np.ones((4, 8), np.float32)] * 2)
+    assert [s.kind for s in src.schedules] == ["inner_outer", "column_fold"]
+    assert "_t1_" in src.functions[0] and "_t0_" in src.functions[1]  # the row task first
+
+
+def test_the_segments_dump_names_the_pair(capsys):
+    build, make, _ = FUSIONS["layer_norm_backward"]
+    with config.scope(dump="segments"):
+        engine.cuda_source(fusion(build), make(np.random.default_rng(0), 4, 8))
+    dumped = capsys.readouterr().err
+    assert ("io_layer_norm_backward_t0_T17 carries io_layer_norm_backward_t1_T19__io_layer_norm_backward_t2_T20: "
+            "inner_outer") in dumped
+
+
+# --- the carried row task on the CPU -----------------------------------------------------------
+def _carrying_task(carried: InnerOuter, columns: int) -> k.Task:
+    """The pair as one serial task: the partial results in local arrays of `columns` elements, the
+    row task's rows in order, then per column the column task's statements with each accumulator
+    read from its array instead of its loop."""
+    row, column = carried.task, carried.column
+    c = k.Var("bz_column", column.var.dtype)
+    setup = []
+    for acc in carried.accumulators:
+        setup.append(k.Alloc(acc.array, acc.array.dtype, max(columns, 1)))
+        start = (k.StoreLocal(acc.array, c, acc.initial),)
+        setup.append(k.For(c, k.Const(0, c.dtype), k.Const(columns, c.dtype), start))
+    rows = k.For(row.var, row.begin, row.end, row.body)
+    partial = {acc.source: k.LoadLocal(acc.array, column.var, acc.array.dtype) for acc in carried.accumulators}
+    loop = next(s for s in column.body if isinstance(s, k.For))
+    before, after = column.body[: column.body.index(loop)], column.body[column.body.index(loop) + 1:]
+    fold = tuple(k.Let(s.var, partial[s.var]) if isinstance(s, k.Let) and s.var in partial else s for s in before)
+    folds = k.For(column.var, column.begin, column.end, fold + after)
+    return k.Task(row.name, "serial", (*setup, rows, folds))
+
+
+def run_carried_on_cpu(f: bz.Fusion, arrays: list) -> list[np.ndarray]:
+    """The fusion's GPU kernel with each inner-outer pair replaced by `_carrying_task`, on the CPU."""
+    plan, kernel, params = lowered_for_gpu(f, arrays)
+    kernel = cuda.prepared(kernel)
+    carriers = plan_inner_outer(kernel)
+    assert carriers
+    tasks = list(kernel.tasks)
+    for n in sorted(carriers, reverse=True):
+        tasks[n: n + 2] = [_carrying_task(carriers[n], arrays[0].shape[-1])]
+    compiled = CompiledKernel(dataclasses.replace(kernel, tasks=tuple(tasks))).compile()
+    return FusionRuntime(f, KernelExecutor(compiled), plan.writes, params).run(bind_inputs(f, arrays))
+
+
+def assert_close(actual, expected, rtol=1e-4):
+    for a, e in zip(actual, expected):
+        a = np.asarray(a, np.float64)
+        scale = max(np.abs(e).max(initial=0.0), 1.0)
+        np.testing.assert_allclose(a, e, rtol=rtol, atol=rtol * scale)
+
+
+# One element, one column or no rows at all make other signatures (NumPy gives an empty array zero
+# strides), whose kernels keep the two tasks: the GPU tests run those shapes.
+SHAPES = [(1, 5), (2, 2), (3, 5), (7, 64), (64, 33), (33, 130), (4, 1024)]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("name", FUSIONS)
+def test_the_carried_row_task_computes_both_on_the_cpu(name, shape):
+    build, make, reference = FUSIONS[name]
+    arrays = make(np.random.default_rng(1), *shape)
+    actual = run_carried_on_cpu(fusion(build), arrays)
+    assert_close(actual, reference(*[a.astype(np.float64) for a in arrays]))
+
+
+def test_the_carried_row_task_reads_a_strided_input_on_the_cpu():
+    build, make, reference = FUSIONS["layer_norm_backward"]
+    arrays = make(np.random.default_rng(2), 9, 40)
+    wide = np.zeros((9, 83), np.float32)
+    wide[:, 1:41], wide[:, 42:82] = arrays[0], arrays[1]
+    arrays[0], arrays[1] = wide[:, 1:41], wide[:, 42:82]  # rows 83 apart, starting off 16 bytes
+    actual = run_carried_on_cpu(fusion(build), arrays)
+    assert_close(actual, reference(*[a.astype(np.float64) for a in arrays]))
+
+
+# Shapes that make other signatures (see SHAPES), for the two norm backwards.
+CPU_CASES = [(name, shape) for name in FUSIONS for shape in [(1, 1), (0, 4), (4, 0), (37, 100)]
+             if shape == (37, 100) or name in ("layer_norm_backward", "rms_norm_backward")]
+
+
+@pytest.mark.parametrize("name, shape", CPU_CASES, ids=str)
+def test_the_cpu_backend_keeps_its_own_schedule(name, shape):
+    build, make, reference = FUSIONS[name]
+    arrays = make(np.random.default_rng(4), *shape)
+    with warnings.catch_warnings():  # the mean of an empty row, for an empty dx
+        warnings.simplefilter("ignore", RuntimeWarning)
+        expected = reference(*[a.astype(np.float64) for a in arrays])
+    assert_close(fusion(build).execute(arrays), expected)
+
+
+# --- the CUDA it writes --------------------------------------------------------------------------
+def test_the_row_task_adds_each_row_to_its_blocks_partial_columns():
+    build, make, _ = FUSIONS["layer_norm_backward"]
+    src = engine.cuda_source(fusion(build), make(np.random.default_rng(0), 8, 64))
+    row, fold = src.body.split("extern \"C\"")[1:]
+    assert "const long long bz_columns_in_memory" in row and "row0 += (int)gridDim.x * rows_per_block" in row
+    # Each row's 16-byte loop reads dy and x once, and adds dy * xhat and dy to this row group's
+    # partial results as 16-byte vectors, reusing the xhat it computes for the row itself.
+    assert "float4 bz_col0_0_r5 = *reinterpret_cast<const float4*>(&bz_col0_0[r5_4]);" in row
+    assert "bz_col0_0_r5.x = bz_add(bz_col0_0_r5.x, bz_mul(v0_r5.x, u1_r5.x));" in row
+    assert "if (active) *reinterpret_cast<float4*>(&bz_col0_0[r5_4]) = bz_col0_0_r5;" in row
+    assert "if (active) bz_col0_1[r5] = bz_add(bz_col0_1[r5], cached0_r5);" in row  # one element a lane
+    assert row.count("__syncthreads();") == 2  # after the starts, and after each row
+    # The fold: the blocks' rows of partial results in order, then the groups in a fixed tree.
+    assert "for (long long b = lane; b < bz_partial_rows; b += lanes32)" in fold
+    assert "acc2 = bz_column_reduce<256>(acc2, cols32, BzReduceAdd());" in fold
+    assert "if (active && lane == 0) T19_[p1] = " in fold
+    assert "T0_[" not in fold and "T1_[" not in fold  # the fold reads only the workspace
+
+
+def _inner_outer_sources() -> list[cuda.CudaSource]:
+    sources = []
+    for case in CASES:  # the suite's own
+        if case.name in ("layer_norm_backward", "rms_norm_backward"):
+            p = Prepared(case, "quick")
+            sources.append(engine.cuda_source(p.fusion, p.inputs))
+    for build, make, _ in FUSIONS.values():
+        sources.append(engine.cuda_source(fusion(build), make(np.random.default_rng(0), 5, 12)))
+    for dtype, numpy in ((bz.bfloat16, ml_dtypes.bfloat16), (bz.float16, np.float16), (bz.float64, np.float64)):
+        for name in ("layer_norm_backward", "rms_norm_backward"):
+            build, make, _ = FUSIONS[name]
+            arrays = make(np.random.default_rng(0), 5, 12, numpy)
+            sources.append(engine.cuda_source(fusion(build, dtype), arrays))
+    return sources
+
+
+@pytest.mark.skipif(not nvrtc.available(), reason="NVRTC is not installed")
+def test_inner_outer_kernels_compile_with_nvrtc():
+    sources = _inner_outer_sources()
+    assert all("inner_outer" in [s.kind for s in src.schedules] for src in sources)
+    text = cuda.with_prelude("\n".join(s.body for s in sources))
+    assert nvrtc.compile_ptx(text, "inner_outer", "sm_90", ("-G",))
