@@ -202,8 +202,9 @@ def plan_kernel(fusion: FusionGraph, key: tuple, views_on_host: bool = True, gpu
     if config.dumping("segments"):
         folds = [f"{producer} folded into {consumer} (passes/fold_rows.py)"
                  for producer, consumer in kernel.meta.get("fold_rows", ())]
+        pairs = inner_outer_pairs(kernel) if gpu else []
         carried = [f"{row} carries {column}: inner_outer (each block adds its rows to partial column results; "
-                   "the column task folds them in block order)" for row, column in inner_outer_pairs(kernel)] if gpu else []
+                   "the column task folds them in block order)" for row, column in pairs]
         config.dump("segments", "\n".join([f"{tv.name}: {h}" for tv, h in zip(plan.writes, plan.heuristics)] + folds
                                           + carried))
     note_segments([tv.name for tv in plan.writes])
