@@ -25,7 +25,7 @@ from unittest import mock
 import numpy as np
 
 from braze import engine
-from braze.runtime import cuda_kernel
+from braze.runtime import cuda_driver
 from braze.runtime.compiled_kernel import CompileParams
 from braze.runtime.cuda_kernel import CudaCompiledKernel, CudaExecutor
 from braze.runtime.fusion_runtime import FusionRuntime
@@ -42,10 +42,14 @@ def available() -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class FakeDevice:
-    index: int = 0
+    index: int = -1  # no real device's: the workspaces the runtime keeps by device are this one's own
     sm_count: int = 2
     arch: str = "sm_90"
     name: str = "CUDA on the CPU"
+
+    @contextmanager
+    def current(self):
+        yield
 
 
 class FakeModule:
@@ -61,7 +65,8 @@ class FakeModule:
 
 
 class _HostMemory:
-    """cuda.alloc / fill_bytes / free over host buffers (the workspace)."""
+    """cuda.alloc / fill_bytes / free over host buffers (the workspace), kept until the process ends:
+    the runtime keeps a device's workspaces from run to run."""
 
     def __init__(self) -> None:
         self.buffers: dict[int, np.ndarray] = {}
@@ -79,8 +84,8 @@ class _HostMemory:
 def _library(source: str, functions: tuple[str, ...]) -> ctypes.CDLL:
     """The kernels as a shared library, each launched by `run_<name>(args, grid, block, shared, the
     four launch scalars)`."""
-    text = re.sub(r"extern __shared__ __align__\(16\) unsigned char (\w+)\[\];", r"unsigned char* \1 = bz_dynamic_shared;",
-                  source)
+    text = re.sub(r"extern __shared__ __align__\(16\) unsigned char (\w+)\[\];",
+                  r"unsigned char* \1 = bz_dynamic_shared;", source)
     text = text.replace("#include <cuda_fp16.h>\n", "").replace("#include <cuda_bf16.h>\n", "")
     launchers = []
     for name in functions:
@@ -116,32 +121,48 @@ class _Executor:
         self.launches: list[tuple] = []
 
     def run(self, block: np.ndarray, scalars: dict[str, int], arguments=()) -> None:
-        for planned in self.executor.plan(scalars, 0):
+        for planned in self.executor.plan(scalars, self.executor.workspace(0, scalars)):
             self.launches.append((planned.task.name, planned.task.schedule.kind, planned.grid, planned.shared,
                                   planned.scalars))
             getattr(self.library, f"run_{planned.task.name}")(block.ctypes.data, planned.grid, self.executor.block,
                                                                 planned.shared, *planned.scalars)
 
 
+_MEMORY = _HostMemory()
+
+
 @contextmanager
 def _host_memory():
-    memory = _HostMemory()
-    with mock.patch.object(cuda_kernel.cuda, "alloc", memory.alloc), \
-            mock.patch.object(cuda_kernel.cuda, "fill_bytes", memory.fill_bytes), \
-            mock.patch.object(cuda_kernel.cuda, "free", lambda pointer, stream=0: None):
-        yield memory
+    with mock.patch.object(cuda_driver, "alloc", _MEMORY.alloc), \
+            mock.patch.object(cuda_driver, "fill_bytes", _MEMORY.fill_bytes), \
+            mock.patch.object(cuda_driver, "free", lambda pointer, stream=0: None):
+        yield
 
 
-def run_on_cpu(fusion, arrays: list[np.ndarray], sm_count: int = 2, resident: int = 3,
-               block_size: int = 256) -> tuple[list[np.ndarray], list[tuple]]:
-    """The fusion's outputs for host `arrays` from its CUDA kernels run on the CPU, and its launches."""
+def cuda_executor(fusion, arrays: list[np.ndarray], sm_count: int = 2, resident: int = 3,
+                  block_size: int = 256) -> tuple[CudaExecutor, tuple, dict[str, int]]:
+    """The fusion's CUDA executor for a fake GPU of `sm_count` SMs (`resident` blocks of any kernel
+    an SM), its kernels generated but not compiled; the plan and the extents of `arrays`."""
     bound = bind_inputs(fusion, arrays)
     plan, kernel, params = engine.plan_kernel(fusion, engine.signature(fusion, bound), views_on_host=False, gpu=True)
     compiled = CudaCompiledKernel(kernel, CompileParams(block_size=block_size, max_registers=255, arch="sm_90"),
                                   restrict=True)
     names = tuple(compiled.generated.functions)
     compiled.module = lambda device: FakeModule(names, resident)
+    return CudaExecutor(compiled, FakeDevice(sm_count=sm_count)), (plan, params, bound), bound.bindings
+
+
+def planned_launches(fusion, arrays: list[np.ndarray], **gpu) -> list:
+    """What the CUDA executor would launch for `arrays` (PlannedLaunch each), on a fake GPU."""
+    executor, _, bindings = cuda_executor(fusion, arrays, **gpu)
+    with _host_memory():
+        return executor.plan(bindings, executor.workspace(0, bindings))
+
+
+def run_on_cpu(fusion, arrays: list[np.ndarray], **gpu) -> tuple[list[np.ndarray], list[tuple]]:
+    """The fusion's outputs for host `arrays` from its CUDA kernels run on the CPU, and its launches."""
+    executor, (plan, params, bound), _ = cuda_executor(fusion, arrays, **gpu)
     with _host_memory():  # the workspace lives as long as the run
-        executor = _Executor(CudaExecutor(compiled, FakeDevice(sm_count=sm_count)), _library(compiled.source, names))
-        outputs = FusionRuntime(fusion, executor, plan.writes, params).run(bound)
-    return outputs, executor.launches
+        runner = _Executor(executor, _library(executor.compiled.source, tuple(executor.compiled.generated.functions)))
+        outputs = FusionRuntime(fusion, runner, plan.writes, params).run(bound)
+    return outputs, runner.launches

@@ -48,6 +48,48 @@ def rms_norm_backward_reference(dy, x, w, rstd):
     return [rstd * (g - xhat * (g * xhat).mean(-1, keepdims=True)), (dy * xhat).sum(0)]
 
 
+def layer_norm_backward_3d(f, dtype=bz.float32):
+    """Over [batch, tokens, hidden], dweight and dbias summed over batch and tokens (as PyTorch's
+    decomposition writes them): the column task walks two loops over the rows."""
+    dy, x = f.define_tensor([-1, -1, -1], dtype=dtype), f.define_tensor([-1, -1, -1], dtype=dtype)
+    w = f.define_tensor([-1], dtype=dtype)
+    mean, rstd = f.define_tensor([-1, -1, 1]), f.define_tensor([-1, -1, 1])
+    dy, x, w = (ops.cast(t, bz.float32) for t in (dy, x, w))
+    xhat = (x - mean) * rstd
+    g = dy * w
+    dx = rstd * (g - ops.mean(g, axes=[-1], keepdim=True) - xhat * ops.mean(g * xhat, axes=[-1], keepdim=True))
+    return [ops.cast(t, dtype) for t in (dx, ops.sum(dy * xhat, axes=[0, 1]), ops.sum(dy, axes=[0, 1]))]
+
+
+def layer_norm_backward_3d_reference(dy, x, w, mean, rstd):
+    dx, dw, db = layer_norm_backward_reference(dy, x, w, mean, rstd)
+    return [dx, dw.sum(0), db.sum(0)]
+
+
+def rms_norm_backward_4d(f, dtype=bz.float32):
+    """Over [2, 3, tokens, hidden]: three loops over the rows."""
+    dy, x = f.define_tensor([-1] * 4, dtype=dtype), f.define_tensor([-1] * 4, dtype=dtype)
+    w, rstd = f.define_tensor([-1], dtype=dtype), f.define_tensor([-1, -1, -1, 1])
+    dy, x, w = (ops.cast(t, bz.float32) for t in (dy, x, w))
+    xhat = x * rstd
+    g = dy * w
+    dx = rstd * (g - xhat * ops.mean(g * xhat, axes=[-1], keepdim=True))
+    return [ops.cast(dx, dtype), ops.cast(ops.sum(dy * xhat, axes=[0, 1, 2]), dtype)]
+
+
+def rms_norm_backward_4d_reference(dy, x, w, rstd):
+    dx, dw = rms_norm_backward_reference(dy, x, w, rstd)
+    return [dx, dw.sum((0, 1))]
+
+
+def batched(make, batch: tuple[int, ...]):
+    """Inputs of `make` with every [rows, ...] array given `batch` dimensions in front."""
+    def inputs(rng, rows, cols, *args):
+        arrays = make(rng, int(np.prod(batch)) * rows, cols, *args)
+        return [a.reshape(*batch, rows, *a.shape[1:]) if a.ndim == 2 else a for a in arrays]
+    return inputs
+
+
 def norm_inputs(rng, rows, cols, dtype=np.float32, with_mean=True):
     dy, x = rng.standard_normal((rows, cols)), rng.standard_normal((rows, cols))
     w = rng.standard_normal(cols)
@@ -108,6 +150,11 @@ FUSIONS = {
                                softmax_and_column_max_reference),
     "row_sum_and_weighted_columns": (row_sum_and_weighted_columns, _row_sum_inputs,
                                      row_sum_and_weighted_columns_reference),
+    "layer_norm_backward_3d": (layer_norm_backward_3d, batched(norm_inputs, (3,)), layer_norm_backward_3d_reference),
+    "rms_norm_backward_4d": (rms_norm_backward_4d,
+                             batched(lambda rng, r, c, dtype=np.float32: norm_inputs(rng, r, c, dtype, with_mean=False),
+                                     (2, 3)),
+                             rms_norm_backward_4d_reference),
     "column_sums_first": (column_sums_first,
                           lambda rng, r, c: [rng.standard_normal((r, c)).astype(np.float32) for _ in range(2)],
                           column_sums_first_reference),

@@ -225,8 +225,17 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter):
             self.line(f"for ({ix} row0 = task_begin + ({ix})blockIdx.x * rows_per_block; row0 < task_end;")
             self.line(f"     row0 += ({ix})gridDim.x * rows_per_block) {{")
         self.depth += 1
-        # Rows past the end still run (clamped to the last row) so every lane reaches the shuffles
-        # and barriers of a lane reduction; only their stores are skipped.
+        self.write_row()
+        self.depth -= 1
+        self.line("}")
+        self.lines.append("}")
+        return "\n".join(self.lines)
+
+    def write_row(self) -> None:
+        """The row `row0 + row_in_block`: rows past the end still run (clamped to the last row) so
+        every lane reaches the shuffles and barriers of a lane reduction; only their stores are
+        skipped. Then its row caches and its statements."""
+        t, ix = self.task, self.index
         self.line(f"const {ix} row = row0 + row_in_block;")
         self.line("const bool active = row < task_end;")
         if t.kind == "range_for":
@@ -236,10 +245,6 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter):
             self.body_with_register_row(t.body)
         else:
             self.block(t.body)
-        self.depth -= 1
-        self.line("}")
-        self.lines.append("}")
-        return "\n".join(self.lines)
 
     def one_thread_per_row(self) -> bool:
         """A task with no lane loops (the runtime then runs one lane per row) and no barrier: a

@@ -21,10 +21,18 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from braze.codegen.cuda_plan import LANE_COMBINES, VECTOR_TYPE, plan_lanes, plan_schedule, sub_exprs, walk
+from braze.codegen.cuda_plan import (
+    LANE_COMBINES,
+    VECTOR_TYPE,
+    perfect_nest,
+    plan_lanes,
+    plan_schedule,
+    sub_exprs,
+    walk,
+)
 from braze.codegen.cuda_rows import c_type
 from braze.kir import nodes as k
-from braze.passes.simplify import map_children
+from braze.passes.simplify import map_children, simplify_expr
 
 # Statements a row task may hold for its rows to take the schedule: a row that jumps, waits or keeps
 # arrays of its own is left alone.
@@ -87,21 +95,21 @@ def column_tasks_after_rows(kernel: k.Kernel) -> k.Kernel:
 def carry_columns(row: k.Task, column: k.Task, position: int = 0) -> InnerOuter | None:
     """`row` with `column`'s loop body in its first lane loop over the columns, or None when the
     pair does not take the schedule. That takes: a row task reducing along its rows (a lane loop
-    with accumulators), and a column task that is one loop over the same rows folding into
-    accumulators (cuda_plan's splittable "columns" schedule) over the range of that lane loop;
-    neither reading what the other writes."""
+    with accumulators), and a column task that is one loop (or a perfect nest: the rows of a
+    [batch, tokens, hidden] norm) over the same rows folding into accumulators (cuda_plan's
+    splittable "columns" schedule) over the range of that lane loop; neither reading what the
+    other writes."""
     if row.kind != "range_for" or column.kind != "range_for" or not _row_reduces(row):
         return None
-    loop = _column_loop(column)
+    nest = _column_nest(column)
     lane_loop = _lane_loop_over(row, column)
-    if loop is None or lane_loop is None or (loop.begin, loop.end) != (row.begin, row.end):
+    if nest is None or lane_loop is None or column.var.dtype != lane_loop.var.dtype or not _independent(row, column):
         return None
-    if loop.var.dtype != row.var.dtype or column.var.dtype != lane_loop.var.dtype or not _independent(row, column):
+    rows = _row_indices(row, lane_loop, nest)
+    accumulators = _accumulators(column, nest[0], position)
+    if rows is None or accumulators is None:
         return None
-    accumulators = _accumulators(column, loop, position)
-    if accumulators is None:
-        return None
-    statements = _column_statements(row, column, loop, lane_loop, accumulators)
+    statements = _column_statements(row, column, nest, rows, lane_loop, accumulators)
     if statements is None:
         return None
     carried_loop = dataclasses.replace(lane_loop, body=lane_loop.body + statements)
@@ -121,17 +129,21 @@ def _row_reduces(row: k.Task) -> bool:
     return not any(isinstance(s, _ROW_TASK_EXCLUDES) for s in walk(row.body))
 
 
-def _column_loop(column: k.Task) -> k.For | None:
-    """The column task's single loop over the rows, when its schedule is a splittable "columns"
-    one (one loop of folds between definitions and stores) and the loop is a plain one."""
+def _column_nest(column: k.Task) -> list[k.For] | None:
+    """The column task's loops over the rows, outer first, when its schedule is a splittable
+    "columns" one (one loop of folds between definitions and stores) and the loops are a perfect
+    nest from 0 (the reduced axes of a sum over all but the last)."""
     schedule = plan_schedule(column, plan_lanes(column))
     if schedule.kind != "columns" or not schedule.splittable:
         return None
     loop = next(s for s in column.body if isinstance(s, k.For))
-    if loop.step != 1 or not all(isinstance(s, (k.Let, k.Assign)) for s in loop.body):
+    nest = perfect_nest(loop)
+    if nest is None or any(level.begin != k.Const(0, level.begin.dtype) for level in nest):
+        return None
+    if not all(isinstance(s, (k.Let, k.Assign)) for s in nest[-1].body):
         return None
     before = column.body[: column.body.index(loop)]
-    return loop if all(isinstance(s, k.Let) for s in before) else None
+    return nest if all(isinstance(s, k.Let) for s in before) else None
 
 
 def _lane_loop_over(row: k.Task, column: k.Task) -> k.For | None:
@@ -184,20 +196,21 @@ def _accumulators(column: k.Task, loop: k.For, position: int) -> dict[k.Var, Col
     return found or None
 
 
-def _column_statements(row: k.Task, column: k.Task, loop: k.For, lane_loop: k.For,
-                       accumulators: dict[k.Var, ColumnAccumulator]) -> tuple[k.Stmt, ...] | None:
-    """The column loop's body at row `row`'s index and column `lane_loop`'s index: its definitions
-    (renamed away from the row task's names), and each fold `acc = op(acc, x)` as one into the
-    accumulator's array at that column. None when the body assigns anything else."""
-    before = column.body[: column.body.index(loop)]
-    mapping: dict[k.Expr, k.Expr] = {column.var: lane_loop.var, loop.var: _row_index(row, lane_loop)}
+def _column_statements(row: k.Task, column: k.Task, nest: list[k.For], rows: dict[k.Expr, k.Expr],
+                       lane_loop: k.For, accumulators: dict[k.Var, ColumnAccumulator]) -> tuple[k.Stmt, ...] | None:
+    """The column loop's body at row `row`'s index (`rows`: each loop index of the nest as the row
+    task reads it) and column `lane_loop`'s index: its definitions (renamed away from the row
+    task's names), and each fold `acc = op(acc, x)` as one into the accumulator's array at that
+    column. None when the body assigns anything else."""
+    before = column.body[: column.body.index(nest[0])]
+    mapping: dict[k.Expr, k.Expr] = {column.var: lane_loop.var, **rows}
     for s in before:  # definitions before the loop (a hoisted weight[column]): inlined, in order
         if s.var not in accumulators:
             mapping[s.var] = _substituted(s.value, mapping)
     taken = {row.var.name} | {v.name for s in walk(row.body) for x in (*_exprs(s), getattr(s, "var", None))
                               if x is not None for v in sub_exprs(x) if isinstance(v, k.Var)}
     statements: list[k.Stmt] = []
-    for s in loop.body:
+    for s in nest[-1].body:
         if isinstance(s, k.Let):
             renamed = k.Var(_fresh(s.var.name, taken), s.var.dtype)
             statements.append(k.Let(renamed, _substituted(s.value, mapping)))
@@ -213,14 +226,30 @@ def _column_statements(row: k.Task, column: k.Task, loop: k.For, lane_loop: k.Fo
     return tuple(statements)
 
 
-def _row_index(row: k.Task, lane_loop: k.For) -> k.Expr:
-    """The row task's index as its body reads it: a name given to it before the lane loop (`i = p`),
-    else the task index itself; equal expressions then stay equal (and are computed once)."""
+def _row_indices(row: k.Task, lane_loop: k.For, nest: list[k.For]) -> dict[k.Expr, k.Expr] | None:
+    """Each loop index of the column nest at the row task's index, when the nest walks as many rows
+    as the task (its extents' product is the task's range): the row index's digits, innermost
+    first, as the lowering takes a merged range apart (lower/fusion_kernel.py); each as a name the
+    row task gives it before the lane loop (`i = p % n`) where it does, so equal loads stay equal
+    (and are made once). Any order of the digits would sum the same rows; this one shares loads."""
+    extents = [level.end for level in nest]
+    count = extents[0]
+    for extent in extents[1:]:
+        count = k.Binary("mul", count, extent, count.dtype)
+    if row.begin != k.Const(0, row.begin.dtype) or simplify_expr(count) != simplify_expr(row.end):
+        return None
+    if any(level.var.dtype != row.var.dtype for level in nest):
+        return None
     assigned = {s.var for s in walk(row.body) if isinstance(s, k.Assign)}
-    for s in row.body[: row.body.index(lane_loop)]:
-        if isinstance(s, k.Let) and s.value == row.var and s.var not in assigned:
-            return s.var
-    return row.var
+    named = {simplify_expr(s.value): s.var for s in reversed(row.body[: row.body.index(lane_loop)])
+             if isinstance(s, k.Let) and s.var not in assigned}
+    indices: dict[k.Expr, k.Expr] = {}
+    rest: k.Expr = row.var
+    for n in range(len(nest) - 1, -1, -1):
+        digit = rest if n == 0 else simplify_expr(k.Binary("remainder", rest, extents[n], rest.dtype))
+        indices[nest[n].var] = named.get(digit, digit)
+        rest = simplify_expr(k.Binary("floordiv", rest, extents[n], rest.dtype))
+    return indices
 
 
 def _fresh(name: str, taken: set[str]) -> str:
@@ -302,16 +331,7 @@ class InnerOuterWriter:
         # Each row derives its addresses anew: kept across rows (with the weights they load), they
         # took 128 registers and spilled.
         self.line("const int lane = bz_opaque(bz_lane);")
-        # Rows past the end run clamped to the last row (every lane reaches the lane reductions' barriers);
-        # their stores and their additions to the partial results are skipped.
-        self.line(f"const {ix} row = row0 + row_in_block;")
-        self.line("const bool active = row < task_end;")
-        self.line(f"const {c_type(t.var.dtype)} {t.var.name} = active ? row : task_end - 1;")
-        self.declare_row_caches()
-        if self.register_vectors:
-            self.body_with_register_row(t.body)
-        else:
-            self.block(t.body)
+        self.write_row()  # a clamped row past the end also adds nothing to the partial results
         # The next row may take the other path (16-byte or one element a lane), on which a lane adds
         # to other columns: every lane's additions for this row land first.
         self.line("__syncthreads();")

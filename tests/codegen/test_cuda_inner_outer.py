@@ -1,7 +1,8 @@
 """The inner-outer schedule (braze/codegen/cuda_inner_outer.py), no GPU needed: which fusions take
 it; the row task it writes, checked on the CPU (rows in order on one thread, the column partial
-results in local arrays, then the column task's stores from them) against float64 NumPy; the
-CUDA text; and NVRTC compiling it for several dtypes, layouts and the suite's shapes."""
+results in local arrays, then the column task's stores from them) against float64 NumPy, also
+over batch and token axes; the CUDA text; NVRTC compiling it for several dtypes and the suite's
+own fusions; and the launches the runtime plans for them on a fake H100."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import warnings
 import ml_dtypes
 import numpy as np
 import pytest
+from cuda_on_cpu import planned_launches
 from inner_outer_fusions import FUSIONS, column_sums_first, fusion
 
 import braze as bz
@@ -41,8 +43,7 @@ def test_row_and_column_reductions_of_one_space_take_the_inner_outer_schedule(na
     assert [s.kind for s in src.schedules] == ["inner_outer", "column_fold"]
 
 
-@pytest.mark.parametrize("name", ["layer_norm_backward", "rms_norm_backward"])
-def test_the_suites_norm_backwards_take_it_and_nothing_else_of_the_suite_does(name):
+def test_the_suites_norm_backwards_take_it_and_nothing_else_of_the_suite_does():
     taken = []
     for case in CASES:
         p = Prepared(case, "quick")
@@ -223,3 +224,44 @@ def test_inner_outer_kernels_compile_with_nvrtc():
     assert all("inner_outer" in [s.kind for s in src.schedules] for src in sources)
     text = cuda.with_prelude("\n".join(s.body for s in sources))
     assert nvrtc.compile_ptx(text, "inner_outer", "sm_90", ("-G",))
+
+
+# --- the launches the runtime plans (a fake H100: 132 SMs) -----------------------------------------
+def _launches(name, shape, dtype=bz.float32, numpy=np.float32, resident=2):
+    """The planned launches for inputs of `shape` (their values unread: left unset)."""
+    build, make, _ = FUSIONS[name]
+    rows, cols = shape
+    small = make(np.random.default_rng(0), 2, 3, numpy)
+    arrays = [np.empty((rows, cols if a.shape[1] == 3 else 1) if a.ndim == 2 else (cols,), a.dtype) for a in small]
+    return planned_launches(fusion(build, dtype), arrays, sm_count=132, resident=resident)
+
+
+def test_layer_norm_backward_at_the_suites_shape_plans_two_blocks_an_sm_then_the_fold():
+    rows, fold = _launches("layer_norm_backward", (8192, 4096))
+    assert (rows.task.schedule.kind, fold.task.schedule.kind) == ("inner_outer", "column_fold")
+    # The whole block on a row held in registers (no row cache), dweight's and dbias's partial
+    # results for the block's 4096 columns in shared memory, one row of them a block.
+    assert rows.grid == 264 and rows.shared == 2 * 4096 * 4 and rows.scalars[:2] == (256, 0)
+    assert rows.scalars[3] == 0
+    assert fold.grid == 4096 // 32 and fold.scalars[:2] == (32, 264) and fold.scalars[2] == rows.scalars[2]
+
+
+def test_rms_norm_backward_in_bfloat16_keeps_its_rows_in_shared_memory_too():
+    rows, fold = _launches("rms_norm_backward", (8192, 4096), bz.bfloat16, ml_dtypes.bfloat16, resident=4)
+    # 4096 bfloat16 elements are more than a thread's registers hold: two row caches of them.
+    assert rows.grid == 264 and rows.scalars[:2] == (256, 4096) and rows.shared == 2 * 4096 * 2 + 4096 * 4
+    assert fold.scalars[1] == 264
+
+
+def test_too_many_columns_for_shared_memory_put_the_partial_results_in_the_workspace():
+    rows, fold = _launches("layer_norm_backward", (64, 20000))
+    assert rows.scalars[0] == 256 and rows.scalars[3] == 1 and fold.scalars[1] == rows.grid
+
+
+def test_short_rows_share_a_block_unless_short_of_shared_memory():
+    # rms_norm: 8 rows of 1000 a block, their two row caches and one partial result per column fit
+    # in 96 KiB; layer_norm's two partial results per column would not: the whole block on a row.
+    (rows, _) = _launches("rms_norm_backward", (1000, 1000))
+    assert rows.scalars[:2] == (32, 1000) and rows.shared == 8 * 1000 * 4 * 3
+    (rows, _) = _launches("layer_norm_backward", (1000, 1000))
+    assert rows.scalars[:2] == (256, 0) and rows.shared == 1000 * 4 * 2

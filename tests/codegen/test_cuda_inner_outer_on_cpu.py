@@ -43,6 +43,12 @@ def test_short_rows_sixteen_lanes_a_row(name):
     assert fold[4][1] == grid  # the fold reads one row of partial results a block
 
 
+def test_rows_over_batch_and_tokens():
+    arrays = FUSIONS["layer_norm_backward_3d"][1](np.random.default_rng(6), 20, 64)
+    _, launches = check("layer_norm_backward_3d", arrays)
+    assert kinds(launches) == ["inner_outer", "column_fold"]
+
+
 def test_bfloat16_rows_in_shared_memory():
     arrays = FUSIONS["rms_norm_backward"][1](np.random.default_rng(1), 9, 1024, ml_dtypes.bfloat16)
     check("rms_norm_backward", arrays, bz.bfloat16, rtol=2e-2)

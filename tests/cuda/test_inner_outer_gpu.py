@@ -73,6 +73,16 @@ def test_norm_backward(name, shape, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(3, 5), (2048, 4096), (333, 1000), (21, 33)], ids=str)
+@pytest.mark.parametrize("name", ["layer_norm_backward_3d", "rms_norm_backward_4d"])
+def test_norm_backward_over_batch_and_tokens(name, shape, dtype):
+    """[3, tokens, hidden] and [2, 3, tokens, hidden]: the weight gradients sum over every axis
+    but the last, the column task over two and three loops."""
+    tensors = to_gpu(inputs(name, shape), dtype)
+    assert_close(run(name, tensors, dtype), expected(name, tensors), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", [(0, 5), (5, 0), (0, 0)], ids=str)
 @pytest.mark.parametrize("name", NORMS)
 def test_no_rows_give_zero_gradients_and_no_columns_give_empty_ones(name, shape, dtype):
