@@ -11,6 +11,13 @@ launch, the column task's own function, folds the blocks' rows column by column 
 and stores what the column task stores. The order is fixed, so results are bit-identical from run
 to run; no float atomics.
 
+The partial results wait between the two launches in the workspace of their stream, which every
+braze kernel launched on that stream shares (runtime/cuda_resources.py): nothing may use it in
+between. That holds while one host thread at a time launches braze work on a stream; two threads
+launching on one stream at once could interleave another kernel there. A fold in the same launch
+would avoid that, but only the last block to finish knows every block's row is written, and one
+block folding them all would take longer than the second launch.
+
 `plan_inner_outer` decides from the Kernel IR which pairs of tasks take it; `InnerOuterWriter`
 (a mixin of `cuda.TaskWriter`) writes both functions; the runtime sizes the launches
 (runtime/cuda_kernel.py, `CudaExecutor._plan_inner_outer`).
@@ -113,9 +120,11 @@ def carry_columns(row: k.Task, column: k.Task, position: int = 0) -> InnerOuter 
     if statements is None:
         return None
     carried_loop = dataclasses.replace(lane_loop, body=lane_loop.body + statements)
-    body = tuple(carried_loop if s is lane_loop else s for s in row.body)
-    return InnerOuter(position, dataclasses.replace(row, body=body), column,
-                      tuple(accumulators.values()))
+    carrier = dataclasses.replace(row, body=tuple(carried_loop if s is lane_loop else s for s in row.body))
+    lanes = plan_lanes(carrier)  # each column still added once a row, by the lane that walks it
+    if id(carried_loop) not in lanes.loops or plan_schedule(carrier, lanes).kind != "rows":
+        return None
+    return InnerOuter(position, carrier, column, tuple(accumulators.values()))
 
 
 def _row_reduces(row: k.Task) -> bool:

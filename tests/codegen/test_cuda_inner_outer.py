@@ -13,6 +13,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 from cuda_on_cpu import planned_launches
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from inner_outer_fusions import FUSIONS, column_sums_first, fusion
 
 import braze as bz
@@ -210,6 +212,14 @@ def _inner_outer_sources() -> list[cuda.CudaSource]:
             sources.append(engine.cuda_source(p.fusion, p.inputs))
     for build, make, _ in FUSIONS.values():
         sources.append(engine.cuda_source(fusion(build), make(np.random.default_rng(0), 5, 12)))
+    for name in ("layer_norm_backward", "rms_norm_backward_4d"):  # indices past int32 (64-bit index arithmetic)
+        build, make, _ = FUSIONS[name]
+        with bz.Fusion(name=f"io_{name}_int64") as f:
+            for out in build(f):
+                f.add_output(out)
+        units, _, dense = engine.signature(f, bind_inputs(f, make(np.random.default_rng(0), 5, 12)))
+        _, kernel, _ = engine.plan_kernel(f, (units, "int64", dense), views_on_host=False, gpu=True)
+        sources.append(cuda.generate(kernel, restrict=True))
     for dtype, numpy in ((bz.bfloat16, ml_dtypes.bfloat16), (bz.float16, np.float16), (bz.float64, np.float64)):
         for name in ("layer_norm_backward", "rms_norm_backward"):
             build, make, _ = FUSIONS[name]
@@ -265,3 +275,47 @@ def test_short_rows_share_a_block_unless_short_of_shared_memory():
     assert rows.scalars[:2] == (32, 1000) and rows.shared == 8 * 1000 * 4 * 3
     (rows, _) = _launches("layer_norm_backward", (1000, 1000))
     assert rows.scalars[:2] == (256, 0) and rows.shared == 1000 * 4 * 2
+
+
+# --- generated fusions: a row reduction and column reductions of random pointwise values -------------
+_UNARY = [lambda t: bz.ops.tanh(t), lambda t: bz.ops.abs(t), lambda t: t * 0.5 + 1.0]
+_BINARY = [lambda a, b: a + b, lambda a, b: a * b, lambda a, b: a - b]
+
+
+@st.composite
+def pointwise(draw, leaves, depth=2):
+    """A random pointwise value of `leaves` (bounded: no exponentials of unbounded values)."""
+    if depth == 0 or draw(st.booleans()):
+        return draw(st.sampled_from(leaves))
+    if draw(st.booleans()):
+        return draw(st.sampled_from(_UNARY))(draw(pointwise(leaves, depth - 1)))
+    return draw(st.sampled_from(_BINARY))(draw(pointwise(leaves, depth - 1)), draw(pointwise(leaves, depth - 1)))
+
+
+_ROWS = {"softmax": lambda e: bz.ops.softmax(e, -1), "centered": lambda e: e - bz.ops.mean(e, axes=[-1], keepdim=True),
+         "row_sum": lambda e: bz.ops.sum(e, axes=[-1]), "rms": lambda e: e * bz.ops.rsqrt(
+             bz.ops.mean(e * e, axes=[-1], keepdim=True) + 1e-3)}
+_COLUMNS = {"sum": lambda e: bz.ops.sum(e, axes=[0]), "max": lambda e: bz.ops.max(e, axes=[0]),
+            "min": lambda e: bz.ops.min(e, axes=[0]), "mean": lambda e: bz.ops.mean(e, axes=[0])}
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_generated_row_and_column_reductions_carry_and_compute_both(data):
+    rows, cols = data.draw(st.integers(2, 24)), data.draw(st.integers(2, 40))
+    row_op = data.draw(st.sampled_from(sorted(_ROWS)))
+    column_ops = data.draw(st.lists(st.sampled_from(sorted(_COLUMNS)), min_size=1, max_size=2))
+    columns_first = data.draw(st.booleans())
+    with bz.Fusion(name=f"io_generated_{data.draw(st.integers(0, 10**9))}") as f:
+        x, y, w = f.define_tensor([-1, -1]), f.define_tensor([-1, -1]), f.define_tensor([-1])
+        leaves = [x, y, x * w]
+        both = x * y  # ties the extents of x and y: one [rows, columns] space
+        row = _ROWS[row_op](data.draw(pointwise(leaves)) + both)
+        columns = [_COLUMNS[op](data.draw(pointwise(leaves)) + both) for op in column_ops]
+        for out in (columns + [row] if columns_first else [row] + columns):
+            f.add_output(out)
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    arrays = [rng.standard_normal((rows, cols)).astype(np.float32) for _ in range(2)]
+    arrays.append(rng.standard_normal(cols).astype(np.float32))
+    expected = f.execute(arrays, backend="reference")
+    assert_close(run_carried_on_cpu(f, arrays), [np.asarray(e, np.float64) for e in expected], rtol=1e-4)
