@@ -19,6 +19,8 @@ import numpy as np
 from braze import config, schedule
 from braze import dtypes as dt
 from braze.codegen import cuda_rules  # noqa: F401  (the CUDA op rules, filled at import, not on a first call)
+from braze.codegen.cuda import inner_outer_pairs
+from braze.codegen.cuda_inner_outer import column_tasks_after_rows
 from braze.codegen.cuda_plan import schedule_kind
 from braze.codegen.source_text import CudaSourceText
 from braze.dtypes import DType
@@ -200,7 +202,11 @@ def plan_kernel(fusion: FusionGraph, key: tuple, views_on_host: bool = True, gpu
     if config.dumping("segments"):
         folds = [f"{producer} folded into {consumer} (passes/fold_rows.py)"
                  for producer, consumer in kernel.meta.get("fold_rows", ())]
-        config.dump("segments", "\n".join([f"{tv.name}: {h}" for tv, h in zip(plan.writes, plan.heuristics)] + folds))
+        pairs = inner_outer_pairs(kernel) if gpu else []
+        carried = [f"{row} carries {column}: inner_outer (each block adds its rows to partial column results; "
+                   "the column task folds them in block order)" for row, column in pairs]
+        config.dump("segments", "\n".join([f"{tv.name}: {h}" for tv, h in zip(plan.writes, plan.heuristics)] + folds
+                                          + carried))
     note_segments([tv.name for tv in plan.writes])
     return plan, kernel, params
 
@@ -291,8 +297,9 @@ def _merged_row_tasks(kernel: k.Kernel) -> k.Kernel:
 
     kernel, _ = fuse_tasks(kernel, fits=lambda a, b: elementwise(a) and elementwise(b))
     kernel, _ = fuse_tasks(kernel, raw=False, fits=same_kind)
-    return replace(kernel, tasks=tuple(forward_stores(t) if elementwise(t) else fuse_sibling_loops(t)
-                                       for t in kernel.tasks))
+    kernel = replace(kernel, tasks=tuple(forward_stores(t) if elementwise(t) else fuse_sibling_loops(t)
+                                         for t in kernel.tasks))
+    return column_tasks_after_rows(kernel)  # where a row task can carry them (cuda_inner_outer)
 
 
 def cuda_source(fusion: FusionGraph, inputs: Sequence[object]) -> CudaSourceText:

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from braze.codegen.cuda_grid import GridWriter
+from braze.codegen.cuda_inner_outer import InnerOuter, InnerOuterWriter, fold_task, plan_inner_outer
 from braze.codegen.cuda_online import fuse_online_softmax, gather_one_hot_sums
 from braze.codegen.cuda_plan import (
     ARG_COMBINES,
@@ -106,12 +107,15 @@ def const_text(value, dtype: DType) -> str:
     return f"((signed char){value})"
 
 
-class TaskWriter(RowLoopWriter, GridWriter, TileWriter):
+class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter):
     """Writes one task as one `__global__` function; with `warp`, its function for one warp a row
-    (see the module docstring)."""
+    (see the module docstring). With `inner_outer`, the task is a row task carrying a column task's
+    partial results; with `fold_of`, it is that column task, folding them (cuda_inner_outer)."""
 
     def __init__(self, kernel: k.Kernel, task: k.Task, layout: ArgLayout, block_size: int, restrict: bool,
-                 warp: bool = False) -> None:
+                 warp: bool = False, inner_outer: InnerOuter | None = None,
+                 fold_of: InnerOuter | None = None) -> None:
+        self.inner_outer, self.fold_of = inner_outer, fold_of
         self.kernel, self.task, self.layout = kernel, task, layout
         self.block_size, self.restrict, self.warp = block_size, restrict, warp
         self.function = f"{task.name}_warp" if warp else task.name
@@ -190,8 +194,20 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter):
         return " + ".join(terms) or "0"
 
     # --- the function ----------------------------------------------------------------------------
+    @property
+    def launch_schedule(self) -> TaskSchedule:
+        """How the runtime launches the task: its schedule, or one of the inner-outer pair's."""
+        carried = self.inner_outer or self.fold_of
+        if carried is None:
+            return self.schedule
+        kind = "inner_outer" if self.inner_outer is not None else "column_fold"
+        return TaskSchedule(kind, tuple((acc.array, acc.combine) for acc in carried.accumulators))
+
     def write(self) -> str:
         t = self.task
+        if self.inner_outer is not None or self.fold_of is not None:
+            (self.write_inner_outer if self.inner_outer is not None else self.write_column_fold)()
+            return "\n".join(self.lines)
         self.lines.append(f"extern \"C\" __global__ void __launch_bounds__({self.block_size})")
         self.lines.append(f"{self.function}(const BzArgs<{max(self.layout.size, 1)}> a, const long long lanes,")
         self.lines.append("    const long long cached_row, unsigned char* const bz_partials, "
@@ -227,8 +243,19 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter):
             self.line(f"for ({ix} row0 = task_begin + ({ix})blockIdx.x * rows_per_block; row0 < task_end;")
             self.line(f"     row0 += ({ix})gridDim.x * rows_per_block) {{")
         self.depth += 1
-        # Rows past the end still run (clamped to the last row) so every lane reaches the shuffles
-        # and barriers of a lane reduction; only their stores are skipped.
+        self.write_row()
+        self.depth -= 1
+        self.line("}")
+        self.lines.append("}")
+        if self.warp:  # rows of one block may take different copies: none may wait for the others
+            self.check_barriers(self.lines, uniform=False)
+        return "\n".join(self.lines)
+
+    def write_row(self) -> None:
+        """The row `row0 + row_in_block`: rows past the end still run (clamped to the last row) so
+        every lane reaches the shuffles and barriers of a lane reduction; only their stores are
+        skipped. Then its row caches and its statements."""
+        t, ix = self.task, self.index
         self.line(f"const {ix} row = row0 + row_in_block;")
         self.line("const bool active = row < task_end;")
         if t.kind == "range_for":
@@ -238,12 +265,6 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter):
             self.body_with_register_row(t.body)
         else:
             self.block(t.body)
-        self.depth -= 1
-        self.line("}")
-        self.lines.append("}")
-        if self.warp:  # rows of one block may take different copies: none may wait for the others
-            self.check_barriers(self.lines, uniform=False)
-        return "\n".join(self.lines)
 
     def one_thread_per_row(self) -> bool:
         """A task with no lane loops (the runtime then runs one lane per row) and no barrier: a
@@ -480,7 +501,7 @@ _STMT: dict[type, Callable[[TaskWriter, k.Stmt], None]] = {
     k.Let: lambda w, s: w.line(f"{c_type(s.var.dtype)} {s.var.name} = {w.expr(s.value)};"),
     k.Assign: lambda w, s: w.emit_assign(s),
     k.Store: lambda w, s: w.emit_store(s),
-    k.StoreLocal: lambda w, s: w.line(f"{s.array.name}[{w.expr(s.index)}] = {w.expr(s.value)};"),
+    k.StoreLocal: lambda w, s: w.emit_store_local(s),
     k.AtomicRMW: _emit_atomic,
     k.If: _emit_if,
     k.For: TaskWriter.emit_for,
@@ -530,18 +551,35 @@ def register_row(writer: TaskWriter | None) -> int:
     return width * writer.register_vectors * writer.register_lanes
 
 
+def prepared(kernel: k.Kernel) -> k.Kernel:
+    """The kernel as the tasks are written from it: row-invariant values hoisted, divisions by them
+    as reciprocals (fewer instructions per element of a row), cross_entropy's picked class read
+    directly and a row's maximum and sum of exponentials in one pass."""
+    kernel = reciprocal_divisions(hoist_invariants(kernel))
+    return fuse_online_softmax(gather_one_hot_sums(kernel))
+
+
 def task_writers(kernel: k.Kernel, block_size: int = DEFAULT_BLOCK_SIZE,
                  restrict: bool = False) -> list[tuple[TaskWriter, TaskWriter | None]]:
-    """Per task of `kernel`, prepared as generate writes it: its writer, and the writer of its
-    function for one warp a row (None where it has none: only tasks that hold rows in registers
-    get one, and only where a warp is less than the block)."""
-    kernel = reciprocal_divisions(hoist_invariants(kernel))  # fewer instructions per element of a row
-    # cross_entropy's picked class read directly; a row's maximum and sum of exponentials in one pass.
-    kernel = fuse_online_softmax(gather_one_hot_sums(kernel))
+    """Per task of `kernel`, prepared as generate writes it: its writer (an inner-outer pair's
+    where the task is one), and the writer of its function for one warp a row (None where it has
+    none: only tasks that hold rows in registers get one, only where a warp is less than the
+    block, and never an inner-outer pair, whose blocks meet in the column task)."""
+    kernel = prepared(kernel)
     layout = ArgLayout.of(kernel.params)
-    writers = [TaskWriter(kernel, task, layout, block_size, restrict) for task in kernel.tasks]
+    carriers = plan_inner_outer(kernel)
+    folds = {carried.row + 1: carried for carried in carriers.values()}
+    writers = []
+    for n, task in enumerate(kernel.tasks):
+        if n in carriers:
+            writers.append(TaskWriter(kernel, carriers[n].task, layout, block_size, restrict, inner_outer=carriers[n]))
+        elif n in folds:
+            writers.append(TaskWriter(kernel, fold_task(folds[n]), layout, block_size, restrict, fold_of=folds[n]))
+        else:
+            writers.append(TaskWriter(kernel, task, layout, block_size, restrict))
     return [(w, TaskWriter(kernel, w.task, layout, block_size, restrict, warp=True)
-             if w.register_vectors and block_size > WARP else None) for w in writers]
+             if w.register_vectors and block_size > WARP and n not in carriers and n not in folds else None)
+            for n, w in enumerate(writers)]
 
 
 def generate(kernel: k.Kernel, block_size: int = DEFAULT_BLOCK_SIZE, restrict: bool = False) -> CudaSource:
@@ -552,8 +590,14 @@ def generate(kernel: k.Kernel, block_size: int = DEFAULT_BLOCK_SIZE, restrict: b
     functions = writers + [w for w in warps if w is not None]
     header = f"// {kernel.name}: {len(kernel.tasks)} task(s), from {kernel.source or 'Kernel IR'}"
     body = "\n\n".join([header, *(w.write() for w in functions)]) + "\n"
-    return CudaSource(body, tuple(w.function for w in functions), tuple(w.lanes for w in writers),
+    return CudaSource(body, tuple(w.function for w in writers), tuple(w.lanes for w in writers),
                       tuple(w.caches for w in writers), tuple(len(w.schedule.accumulators) for w in writers),
-                      tuple(register_row(w) for w in writers), tuple(w.schedule for w in writers),
+                      tuple(register_row(w) for w in writers), tuple(w.launch_schedule for w in writers),
                       tuple(w.function if w is not None else "" for w in warps),
                       tuple(register_row(w) for w in warps))
+
+
+def inner_outer_pairs(kernel: k.Kernel) -> list[tuple[str, str]]:
+    """(row task, column task) of each pair of tasks taking the inner-outer schedule."""
+    kernel = prepared(kernel)
+    return [(carried.task.name, carried.column.name) for carried in plan_inner_outer(kernel).values()]

@@ -470,7 +470,9 @@ class TaskSchedule:
     - "grid_rows": a reduction over rows of a row-wise computation (cross_entropy's mean): the
       single loop's iterations are rows as in "rows", their accumulators then meet as in "flat";
     - "grid": any other reduction to one value, its single loop grid-strided over threads;
-    - "tiles": a pointwise task over tiles (lower/tiles.py), one block a tile (cuda_tiles.py).
+    - "tiles": a pointwise task over tiles (lower/tiles.py), one block a tile (cuda_tiles.py);
+    - "inner_outer" and "column_fold": a row task carrying the column task after it, and that
+      column task folding the blocks' partial results (cuda_inner_outer).
     """
 
     kind: str = "rows"
@@ -657,7 +659,7 @@ def schedule_bounds(task: k.Task, schedule: str, splittable_rows: bool = False) 
         loops = row_nest(task) + [s for s in row_loop_task(task).body if isinstance(s, k.For)]
         return [task.begin, task.end, *(extent(loop) for loop in loops)]
     loops = [s for s in task.body if isinstance(s, k.For)]
-    flat = schedule == "rows" and bool(plan_lanes(task).loops)
+    flat = schedule in ("rows", "inner_outer") and bool(plan_lanes(task).loops)
     return [task.begin, task.end, *((trip_count if flat else extent)(loop) for loop in loops)]
 
 

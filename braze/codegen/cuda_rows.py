@@ -323,6 +323,7 @@ class RowLoopWriter:
         for n, store in enumerate(vector.stores):
             stores[id(store)] = f"w{n}_{v}"
             self.line(f"{vector_type(store.param.dtype, width)} {stores[id(store)]};")
+        columns = self.vector_column_partials(loop, base, width)  # an inner-outer task's column partial results
         for lane_part in range(width):
             component = vector_component(width, lane_part)
             self.line("{")
@@ -336,12 +337,14 @@ class RowLoopWriter:
                 self.line(f"u{n}_{v}.{component} = {self.expr(expression)};")
                 self.substitutions[expression] = f"u{n}_{v}.{component}"
             self.vector_stores = {key: f"{name}.{component}" for key, name in stores.items()}
+            self.vector_column_component(loop, columns, component)
             self.block(loop.body)
             self.depth -= 1
             self.line("}")
         self.substitutions.clear()
         self.vector_stores = {}
         self.preloaded = {}
+        self.store_vector_columns(columns, base)
         for n, cache, _ in updates:
             self.cached_line(f"{self.cache_slot(n, vector_type(cache.dtype, width), base)} = u{n}_{v};")
         for store in vector.stores:

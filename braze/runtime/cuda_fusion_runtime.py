@@ -54,7 +54,7 @@ class CudaDevice(CpuDevice):
 def prepared_launches(executor: CudaExecutor, bindings: dict[str, int], stream: int) -> list[PreparedLaunch]:
     """The launches of `executor`'s tasks for the extents in `bindings` on `stream`, each with its
     parameters (the argument block's address, set by the prepared call, then its launch scalars)."""
-    workspace = executor.workspace(stream)
+    workspace = executor.workspace(stream, bindings)
     launches = []
     for planned in executor.plan(bindings, workspace):
         scalars = (ctypes.c_int64 * 4)(*planned.scalars)

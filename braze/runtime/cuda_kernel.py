@@ -43,6 +43,11 @@ MIN_COLUMNS_PER_BLOCK = 8
 # Elements a thread folds at least before a reduction is spread over more blocks: fewer would spend
 # more on the blocks' combine than on reading.
 REDUCTION_ELEMENTS_PER_THREAD = 16
+# Inner-outer tasks (cuda_inner_outer): resident blocks an SM takes at most. Every block writes a row
+# of partial column results that the fold reads back: for layer_norm backward [8192, 4096] two blocks
+# an SM (264 on an H100) add 4% to the bytes that cross memory, and already hold more loads in flight
+# than the SM needs; more blocks would add more partial results than they hide latency.
+INNER_OUTER_BLOCKS_PER_SM = 2
 
 
 class CudaCompiledKernel(CompilesOnce):
@@ -207,7 +212,7 @@ class CudaExecutor:
                 self.kernel.tasks, generated.lane_plans, generated.row_caches, generated.schedules,
                 generated.register_rows, generated.warp_functions, generated.warp_register_rows)]
         for task in self.tasks:
-            if task.cache_itemsizes:
+            if task.cache_itemsizes or task.schedule.kind == "inner_outer":
                 for name in filter(None, (task.name, task.warp_name)):
                     module.allow_shared_memory(name, ROW_CACHE_BYTES)
         self.layout = ArgLayout.of(self.kernel.params)
@@ -219,9 +224,25 @@ class CudaExecutor:
         self.partial_bytes = 8 * accumulators * self.max_grid * COLUMNS_PER_BLOCK
         self.workspaces = stream_workspaces(device, 4 * self.max_grid) if accumulators else None
 
-    def workspace(self, stream: int) -> Workspace | None:
-        """The workspace the grid reductions of launches on `stream` take (None: the kernel has none)."""
-        return self.workspaces.get(stream, self.partial_bytes) if self.workspaces is not None else None
+    def workspace(self, stream: int, scalars: dict[str, int] | None = None) -> Workspace | None:
+        """The workspace the grid reductions of launches on `stream` take (None: the kernel has none),
+        with room for the inner-outer tasks' partial results at the extents in `scalars`."""
+        if self.workspaces is None:
+            return None
+        return self.workspaces.get(stream, max(self.partial_bytes, self._inner_outer_bytes(scalars or {})))
+
+    def _inner_outer_bytes(self, scalars: dict[str, int]) -> int:
+        """Room for the inner-outer tasks' partial results (_plan_inner_outer): a slot per accumulator,
+        column and block, at most INNER_OUTER_BLOCKS_PER_SM blocks an SM (one row group each where
+        they live in the workspace); a power of two, so growing columns grow it seldom."""
+        most = 0
+        for n, task in enumerate(self.tasks):
+            if task.schedule.kind == "inner_outer" and scalars:
+                begin, end, *_ = self.tasks[n + 1].bounds(scalars)
+                sizes = [acc.dtype.itemsize for acc, _ in task.schedule.accumulators]
+                blocks = self.device.sm_count * INNER_OUTER_BLOCKS_PER_SM
+                most = max(most, max(sizes) * len(sizes) * blocks * max(end - begin, 0))
+        return 1 << (most - 1).bit_length() if most else 0
 
     def run(self, block: np.ndarray, scalars: dict[str, int], stream: int, arguments: Sequence[object] = ()) -> None:
         """Launches every task on `stream` (an open `bz.graph()`'s capture stream instead, which then
@@ -233,7 +254,7 @@ class CudaExecutor:
                       arguments: Sequence[object]) -> None:
         record = recording()
         # A graph replays on `stream`: its launches take that stream's workspace, which it keeps.
-        workspace = self.workspace(stream)
+        workspace = self.workspace(stream, scalars)
         launch_stream = capture_stream(stream, self.device, (*arguments, self, workspace),
                                        f"fusion kernel {self.kernel.name!r}") if record else stream
         # The kernel parameters: the argument block, then `lanes`, `cached_row`, and the workspace and
@@ -256,9 +277,15 @@ class CudaExecutor:
 
     def plan(self, scalars: dict[str, int], workspace: Workspace | None) -> list[PlannedLaunch]:
         """Each task's launch for the extents in `scalars` (tasks over nothing are left out), grid
-        reductions into `workspace` (`workspace(stream)` of the stream they go to)."""
+        reductions into `workspace` (`workspace(stream, scalars)` of the stream they go to); an
+        inner-outer task's and then its column task's fold."""
         pointers = workspace.pointers if workspace is not None else (0, 0)
-        planned = [p for p in (self._plan_task(task, scalars, pointers) for task in self.tasks) if p is not None]
+        planned = []
+        for n, task in enumerate(self.tasks):
+            if task.schedule.kind == "inner_outer":
+                planned += self._plan_inner_outer(task, self.tasks[n + 1], scalars, pointers[0])
+            elif task.schedule.kind != "column_fold":  # planned with the task carrying it
+                planned += [p for p in (self._plan_task(task, scalars, pointers),) if p is not None]
         if config.dumping("launch_params"):
             config.dump("launch_params", "\n".join(launch_text(p, self.block) for p in planned))
         return planned
@@ -364,6 +391,60 @@ class CudaExecutor:
         if strips * splits > MAX_GRID:
             raise UnsupportedError(f"kernel {task.name}: {columns} columns need {strips} blocks, more than {MAX_GRID}")
         return PlannedLaunch(task, begin, end, strips * splits, 0, (cols, splits, *pointers))
+
+    def _plan_inner_outer(self, task: _TaskLaunch, fold: _TaskLaunch, scalars: dict[str, int],
+                          partials: int) -> list[PlannedLaunch]:
+        """An inner-outer task (cuda_inner_outer): its rows over a grid of at most
+        INNER_OUTER_BLOCKS_PER_SM blocks an SM, each block leaving a row of partial column results
+        at `partials` (a row per row group where they live in the workspace: one, since the whole
+        block then takes each row; `_inner_outer_bytes` sizes the workspace so), then the fold of
+        those rows, COLUMNS_PER_BLOCK columns a block. With no rows the fold alone stores the
+        accumulators' starts; with no columns there is nothing to fold."""
+        begin, end, *extents = task.bounds(scalars)
+        columns_begin, columns_end, *_ = fold.bounds(scalars)
+        rows, columns = max(end - begin, 0), max(columns_end - columns_begin, 0)
+        sizes = [acc.dtype.itemsize for acc, _ in task.schedule.accumulators]
+        launches, partial_rows = [], 0
+        if rows:
+            lanes, cached, shared, in_memory = self._inner_outer_memory(task, rows, columns, extents, sizes)
+            groups = self.block // lanes
+            resident = min(INNER_OUTER_BLOCKS_PER_SM, self._resident(task, shared))
+            grid = min(-(-rows // groups), self.device.sm_count * resident)
+            partial_rows = grid * groups if in_memory else grid
+            launches.append(PlannedLaunch(task, begin, end, grid, shared, (lanes, cached, partials, int(in_memory))))
+        if columns:
+            cols = 1
+            while cols < COLUMNS_PER_BLOCK and cols < columns:
+                cols *= 2
+            launches.append(PlannedLaunch(fold, columns_begin, columns_end, -(-columns // cols), 0,
+                                          (cols, partial_rows, partials, 0)))
+        return launches
+
+    def _inner_outer_memory(self, task: _TaskLaunch, rows: int, columns: int, extents: list[int],
+                            sizes: list[int]) -> tuple[int, int, int, bool]:
+        """(lanes, cached row, dynamic shared bytes, whether the partial results live in the
+        workspace) of an inner-outer task: the row caches (unless the row fits in registers) and
+        every row group's partial results in shared memory where they fit; else the whole block
+        on each row, which needs one row group's; else the partial results alone there, the rows
+        reading memory again; else the row caches alone, the partial results in the workspace."""
+        cached = max((extents[n] for n in task.cache_loops), default=0)
+
+        def layout(lanes: int) -> tuple[int, int, int]:  # (cached row, its bytes, the partial results' bytes)
+            groups = self.block // lanes
+            in_registers = bool(task.register_row) and lanes == self.block and cached <= task.register_row
+            row = 0 if in_registers else cached
+            return row, task.shared_bytes(groups, row), sum(-(-groups * columns * size // 16) * 16 for size in sizes)
+
+        for lanes in dict.fromkeys((self._lanes(task, rows, max(extents, default=1)), self.block)):
+            row, row_bytes, column_bytes = layout(lanes)
+            if row_bytes + column_bytes <= ROW_CACHE_BYTES:
+                return lanes, row, row_bytes + column_bytes, False
+        row, row_bytes, column_bytes = layout(self.block)
+        if column_bytes <= ROW_CACHE_BYTES:
+            return self.block, 0, column_bytes, False
+        if row_bytes <= ROW_CACHE_BYTES:
+            return self.block, row, row_bytes, True
+        return self.block, 0, 0, True
 
     def _plan_register_task(self, task: _TaskLaunch, begin: int, end: int, lanes: int, cached: int,
                             shared: int) -> PlannedLaunch:

@@ -1,0 +1,457 @@
+"""The inner-outer schedule (nvFuser's "inner-outer persistent" scheduler): a row task that reduces
+along its rows (layer_norm or rms_norm backward's dx) and a column task that sums the same
+[rows, columns] space down its columns (their dweight and dbias) run as one pass over memory.
+
+Each block takes a grid-strided share of the rows and runs the row task on them as usual; the
+column task's loop body runs inside the row task's first lane loop over the columns, adding each
+row's element to this block's partial result of that column, kept in shared memory (or, where the
+columns are too many, in the workspace). dy and x then cross memory once instead of twice. Each
+block writes its partial results once, as one row of a [blocks, columns] workspace; a second
+launch, the column task's own function, folds the blocks' rows column by column in block order
+and stores what the column task stores. The order is fixed, so results are bit-identical from run
+to run; no float atomics.
+
+The partial results wait between the two launches in the workspace of their stream, which every
+braze kernel launched on that stream shares (runtime/cuda_resources.py): nothing may use it in
+between. That holds while one host thread at a time launches braze work on a stream; two threads
+launching on one stream at once could interleave another kernel there. A fold in the same launch
+would avoid that, but only the last block to finish knows every block's row is written, and one
+block folding them all would take longer than the second launch.
+
+`plan_inner_outer` decides from the Kernel IR which pairs of tasks take it; `InnerOuterWriter`
+(a mixin of `cuda.TaskWriter`) writes both functions; the runtime sizes the launches
+(runtime/cuda_kernel.py, `CudaExecutor._plan_inner_outer`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from braze.codegen.cuda_plan import (
+    LANE_COMBINES,
+    VECTOR_TYPES,
+    perfect_nest,
+    plan_lanes,
+    plan_schedule,
+    sub_exprs,
+    walk,
+)
+from braze.codegen.cuda_rows import c_type
+from braze.kir import nodes as k
+from braze.passes.simplify import map_children, simplify_expr
+
+# Statements a row task may hold for its rows to take the schedule: a row that jumps, waits or keeps
+# arrays of its own is left alone.
+_ROW_TASK_EXCLUDES = (k.Break, k.Continue, k.While, k.AtomicRMW, k.Sync, k.Alloc, k.StoreLocal)
+
+
+@dataclass(frozen=True)
+class ColumnAccumulator:
+    """One accumulator of the column task, kept per column: `array` is this row group's partial
+    results (a pointer the writer declares), folded with `combine` from `initial`."""
+
+    source: k.Var  # the column task's accumulator
+    array: k.Var
+    initial: k.Const
+    combine: str  # a LANE_COMBINES op
+
+
+@dataclass(frozen=True)
+class InnerOuter:
+    """A row task (position `row` of the kernel) carrying the column task right after it."""
+
+    row: int
+    task: k.Task  # the row task, its first lane loop over the columns also adding to the accumulators
+    column: k.Task  # the column task: its function folds the blocks' partial results
+    accumulators: tuple[ColumnAccumulator, ...]
+
+    @property
+    def slot_bytes(self) -> int:
+        """Bytes of a workspace slot: every accumulator's partial results are an array of them."""
+        return max(acc.array.dtype.itemsize for acc in self.accumulators)
+
+
+def plan_inner_outer(kernel: k.Kernel) -> dict[int, InnerOuter]:
+    """The row tasks that carry the column task right after them, by position in the kernel."""
+    found = {}
+    for n in range(len(kernel.tasks) - 1):
+        if n - 1 in found:  # that row task carries this one
+            continue
+        carried = carry_columns(kernel.tasks[n], kernel.tasks[n + 1], n)
+        if carried is not None:
+            found[n] = carried
+    return found
+
+
+def column_tasks_after_rows(kernel: k.Kernel) -> k.Kernel:
+    """`kernel` with each column task that comes right before a row task able to carry it moved
+    after it (a fusion's outputs may list dweight first): tasks that touch nothing the other
+    writes may run in either order."""
+    tasks = list(kernel.tasks)
+    n = 0
+    while n < len(tasks) - 1:
+        if carry_columns(tasks[n + 1], tasks[n]) is not None and (
+                n + 2 >= len(tasks) or carry_columns(tasks[n + 1], tasks[n + 2]) is None):
+            tasks[n], tasks[n + 1] = tasks[n + 1], tasks[n]
+            n += 1
+        n += 1
+    return dataclasses.replace(kernel, tasks=tuple(tasks))
+
+
+def carry_columns(row: k.Task, column: k.Task, position: int = 0) -> InnerOuter | None:
+    """`row` with `column`'s loop body in its first lane loop over the columns, or None when the
+    pair does not take the schedule. That takes: a row task reducing along its rows (a lane loop
+    with accumulators), and a column task that is one loop (or a perfect nest: the rows of a
+    [batch, tokens, hidden] norm) over the same rows folding into accumulators (cuda_plan's
+    splittable "columns" schedule) over the range of that lane loop; neither reading what the
+    other writes."""
+    if row.kind != "range_for" or column.kind != "range_for" or not _row_reduces(row):
+        return None
+    nest = _column_nest(column)
+    lane_loop = _lane_loop_over(row, column)
+    if nest is None or lane_loop is None or column.var.dtype != lane_loop.var.dtype or not _independent(row, column):
+        return None
+    rows = _row_indices(row, lane_loop, nest)
+    accumulators = _accumulators(column, nest[0], position)
+    if rows is None or accumulators is None:
+        return None
+    statements = _column_statements(row, column, nest, rows, lane_loop, accumulators)
+    if statements is None:
+        return None
+    carried_loop = dataclasses.replace(lane_loop, body=lane_loop.body + statements)
+    carrier = dataclasses.replace(row, body=tuple(carried_loop if s is lane_loop else s for s in row.body))
+    lanes = plan_lanes(carrier)  # each column still added once a row, by the lane that walks it
+    if id(carried_loop) not in lanes.loops or plan_schedule(carrier, lanes).kind != "rows":
+        return None
+    return InnerOuter(position, carrier, column, tuple(accumulators.values()))
+
+
+def _row_reduces(row: k.Task) -> bool:
+    """A "rows" task with a lane loop that folds accumulators (a normalization or an inner
+    reduction), no argmax pairs, and nothing a row could skip or wait for."""
+    lanes = plan_lanes(row)
+    if plan_schedule(row, lanes).kind != "rows" or not any(lanes.loops.values()):
+        return False
+    if any(combine not in LANE_COMBINES for accumulators in lanes.loops.values() for _, combine in accumulators):
+        return False
+    return not any(isinstance(s, _ROW_TASK_EXCLUDES) for s in walk(row.body))
+
+
+def _column_nest(column: k.Task) -> list[k.For] | None:
+    """The column task's loops over the rows, outer first, when its schedule is a splittable
+    "columns" one (one loop of folds between definitions and stores) and the loops are a perfect
+    nest from 0 (the reduced axes of a sum over all but the last)."""
+    schedule = plan_schedule(column, plan_lanes(column))
+    if schedule.kind != "columns" or not schedule.splittable:
+        return None
+    loop = next(s for s in column.body if isinstance(s, k.For))
+    nest = perfect_nest(loop)
+    if nest is None or any(level.begin != k.Const(0, level.begin.dtype) for level in nest):
+        return None
+    if not all(isinstance(s, (k.Let, k.Assign)) for s in nest[-1].body):
+        return None
+    before = column.body[: column.body.index(loop)]
+    return nest if all(isinstance(s, k.Let) for s in before) else None
+
+
+def _lane_loop_over(row: k.Task, column: k.Task) -> k.For | None:
+    """The row task's first top-level lane loop over the column task's range, starting at 0 and
+    with no loop inside (its index is then the column the accumulators are kept at)."""
+    if column.begin != k.Const(0, column.begin.dtype):
+        return None
+    lanes = plan_lanes(row)
+    for s in row.body:
+        if (isinstance(s, k.For) and id(s) in lanes.loops and s.step == 1
+                and (s.begin, s.end) == (column.begin, column.end)
+                and not any(isinstance(x, (k.For, k.While)) for x in walk(s.body))):
+            return s
+    return None
+
+
+def _arrays(task: k.Task, writes: bool) -> set[str]:
+    """The names of the arrays a task writes (`writes`) or touches at all."""
+    names = {s.param.name for s in walk(task.body) if isinstance(s, (k.Store, k.AtomicRMW))}
+    if writes:
+        return names
+    return names | {e.param.name for s in walk(task.body) for x in _exprs(s) for e in sub_exprs(x)
+                    if isinstance(e, (k.Load, k.ArrayExtent, k.ArrayStride))}
+
+
+def _exprs(s: k.Stmt):
+    for name in ("value", "cond", "begin", "end", "index"):
+        e = getattr(s, name, None)
+        if isinstance(e, k.Expr):
+            yield e
+    yield from getattr(s, "indices", ())
+
+
+def _independent(row: k.Task, column: k.Task) -> bool:
+    """Neither task touches an array the other writes: they may then run in one launch in any
+    interleaving."""
+    return not (_arrays(row, True) & _arrays(column, False) or _arrays(column, True) & _arrays(row, False))
+
+
+def _accumulators(column: k.Task, loop: k.For, position: int) -> dict[k.Var, ColumnAccumulator] | None:
+    """The column loop's accumulators, each with a constant start and a combine the blocks' partial
+    results can meet by; None when one has neither."""
+    initial = {s.var: s.value for s in column.body if isinstance(s, k.Let)}
+    found = {}
+    for n, (acc, combine) in enumerate(plan_lanes(column).loops[id(loop)]):
+        start = initial.get(acc)
+        if combine not in LANE_COMBINES or not isinstance(start, k.Const):
+            return None
+        found[acc] = ColumnAccumulator(acc, k.Var(f"bz_col{position}_{n}", acc.dtype), start, combine)
+    return found or None
+
+
+def _column_statements(row: k.Task, column: k.Task, nest: list[k.For], rows: dict[k.Expr, k.Expr],
+                       lane_loop: k.For, accumulators: dict[k.Var, ColumnAccumulator]) -> tuple[k.Stmt, ...] | None:
+    """The column loop's body at row `row`'s index (`rows`: each loop index of the nest as the row
+    task reads it) and column `lane_loop`'s index: its definitions (renamed away from the row
+    task's names), and each fold `acc = op(acc, x)` as one into the accumulator's array at that
+    column. None when the body assigns anything else."""
+    before = column.body[: column.body.index(nest[0])]
+    mapping: dict[k.Expr, k.Expr] = {column.var: lane_loop.var, **rows}
+    for s in before:  # definitions before the loop (a hoisted weight[column]): inlined, in order
+        if s.var not in accumulators:
+            mapping[s.var] = _substituted(s.value, mapping)
+    taken = {row.var.name} | {v.name for s in walk(row.body) for x in (*_exprs(s), getattr(s, "var", None))
+                              if x is not None for v in sub_exprs(x) if isinstance(v, k.Var)}
+    statements: list[k.Stmt] = []
+    for s in nest[-1].body:
+        if isinstance(s, k.Let):
+            renamed = k.Var(_fresh(s.var.name, taken), s.var.dtype)
+            statements.append(k.Let(renamed, _substituted(s.value, mapping)))
+            mapping[s.var] = renamed
+            continue
+        acc = accumulators.get(s.var)
+        if acc is None or any(v in accumulators for v in sub_exprs(s.value.b)):
+            return None
+        column_index = lane_loop.var
+        partial = k.LoadLocal(acc.array, column_index, acc.array.dtype)
+        value = k.Binary(s.value.op, partial, _substituted(s.value.b, mapping), acc.array.dtype)
+        statements.append(k.StoreLocal(acc.array, column_index, value))
+    return tuple(statements)
+
+
+def _row_indices(row: k.Task, lane_loop: k.For, nest: list[k.For]) -> dict[k.Expr, k.Expr] | None:
+    """Each loop index of the column nest at the row task's index, when the nest walks as many rows
+    as the task (its extents' product is the task's range): the row index's digits, innermost
+    first, as the lowering takes a merged range apart (lower/fusion_kernel.py); each as a name the
+    row task gives it before the lane loop (`i = p % n`) where it does, so equal loads stay equal
+    (and are made once). Any order of the digits would sum the same rows; this one shares loads."""
+    extents = [level.end for level in nest]
+    count = extents[0]
+    for extent in extents[1:]:
+        count = k.Binary("mul", count, extent, count.dtype)
+    if row.begin != k.Const(0, row.begin.dtype) or simplify_expr(count) != simplify_expr(row.end):
+        return None
+    if any(level.var.dtype != row.var.dtype for level in nest):
+        return None
+    assigned = {s.var for s in walk(row.body) if isinstance(s, k.Assign)}
+    named = {simplify_expr(s.value): s.var for s in reversed(row.body[: row.body.index(lane_loop)])
+             if isinstance(s, k.Let) and s.var not in assigned}
+    indices: dict[k.Expr, k.Expr] = {}
+    rest: k.Expr = row.var
+    for n in range(len(nest) - 1, -1, -1):
+        digit = rest if n == 0 else simplify_expr(k.Binary("remainder", rest, extents[n], rest.dtype))
+        indices[nest[n].var] = named.get(digit, digit)
+        rest = simplify_expr(k.Binary("floordiv", rest, extents[n], rest.dtype))
+    return indices
+
+
+def _fresh(name: str, taken: set[str]) -> str:
+    suffix = 1
+    while f"{name}_c{suffix}" in taken:
+        suffix += 1
+    taken.add(f"{name}_c{suffix}")
+    return f"{name}_c{suffix}"
+
+
+def _substituted(e: k.Expr, mapping: dict[k.Expr, k.Expr]) -> k.Expr:
+    """`e` with every variable in `mapping` replaced at once (a replacement is not replaced again)."""
+    memo: dict[k.Expr, k.Expr] = {}
+
+    def visit(x: k.Expr) -> k.Expr:
+        if x in mapping:
+            return mapping[x]
+        if x not in memo:
+            memo[x] = map_children(x, visit)
+        return memo[x]
+
+    return visit(e)
+
+
+def _around_loop(column: k.Task) -> tuple[tuple[k.Stmt, ...], tuple[k.Stmt, ...]]:
+    """The column task's statements before its loop (definitions, the accumulators' starts) and
+    after it (the stores)."""
+    at = next(n for n, s in enumerate(column.body) if isinstance(s, k.For))
+    return column.body[:at], column.body[at + 1:]
+
+
+def fold_task(carried: InnerOuter) -> k.Task:
+    """The column task as its fold writes it: its definitions and stores, its loop left out."""
+    before, after = _around_loop(carried.column)
+    return dataclasses.replace(carried.column, body=before + after)
+
+
+class InnerOuterWriter:
+    """The two functions of the inner-outer schedule, for a task writer (see the module docstring):
+    the row task carrying the column partial results (`inner_outer` set), and the column task's
+    fold of them (`fold_of` set)."""
+
+    inner_outer: InnerOuter | None = None
+    fold_of: InnerOuter | None = None
+
+    @property
+    def column_arrays(self) -> frozenset[k.Var]:
+        carried = self.inner_outer
+        return frozenset(acc.array for acc in carried.accumulators) if carried is not None else frozenset()
+
+    def header(self, last_parameter: str) -> None:
+        """The function's signature: the argument block and the four launch scalars (the last one
+        named for what this function reads in its slot)."""
+        self.lines.append(f"extern \"C\" __global__ void __launch_bounds__({self.block_size})")
+        self.lines.append(f"{self.task.name}(const BzArgs<{max(self.layout.size, 1)}> a, const long long lanes,")
+        self.lines.append(f"    const long long cached_row, unsigned char* const bz_partials, {last_parameter}) {{")
+
+    def partials(self, n: int, acc: ColumnAccumulator, carried: InnerOuter) -> str:
+        """Accumulator `n`'s region of the workspace: `bz_partial_rows` rows of `bz_columns` slots."""
+        return (f"(({c_type(acc.array.dtype)}*)(bz_partials + {n}LL * {carried.slot_bytes} * bz_partial_rows "
+                "* bz_columns))")
+
+    # --- the row task, adding each row to its block's partial results ---------------------------
+    def write_inner_outer(self) -> None:
+        """A grid-strided loop over this block's rows (no one-block-per-row launch: each block's
+        partial results must cover many rows), the row task's body in it, then the block's partial
+        results to its row of the workspace. `lanes` and `cached_row` are a row task's; the last
+        scalar says the partial results live in the workspace (too many columns for shared memory)."""
+        t, ix = self.task, self.index
+        self.header("const long long bz_columns_in_memory")
+        self.declare_params()
+        self.line(f"const {ix} task_begin = {self.expr(t.begin)}, task_end = {self.expr(t.end)};")
+        self.line("const int lanes32 = (int)lanes, bz_lane = threadIdx.x & (lanes32 - 1);")
+        self.line("const int row_in_block = threadIdx.x / lanes32, rows_per_block = blockDim.x / lanes32;")
+        self.declare_column_partials()
+        self.line(f"for ({ix} row0 = task_begin + ({ix})blockIdx.x * rows_per_block; row0 < task_end;")
+        self.line(f"     row0 += ({ix})gridDim.x * rows_per_block) {{")
+        self.depth += 1
+        # Each row derives its addresses anew: kept across rows (with the weights they load), they
+        # took 128 registers and spilled.
+        self.line("const int lane = bz_opaque(bz_lane);")
+        self.write_row()  # a clamped row past the end also adds nothing to the partial results
+        # The next row may take the other path (16-byte or one element a lane), on which a lane adds
+        # to other columns: every lane's additions for this row land first.
+        self.line("__syncthreads();")
+        self.depth -= 1
+        self.line("}")
+        self.write_block_partials()
+        self.lines.append("}")
+
+    def declare_column_partials(self) -> None:
+        """Each accumulator's partial results for this row group, set to its start: in dynamic
+        shared memory after the row caches, or in the workspace (a row for every row group of
+        every block, `bz_partial_rows` in all, which the fold then reads)."""
+        carried, ix = self.inner_outer, self.index
+        lane_loop_end = self.expr(carried.column.end)
+        self.line(f"const {ix} bz_columns = bz_maximum(({ix})({lane_loop_end}), ({ix})0);")
+        self.line("const long long bz_partial_rows = bz_columns_in_memory ? (long long)gridDim.x * rows_per_block "
+                  ": (long long)gridDim.x;")
+        self.line("extern __shared__ __align__(16) unsigned char bz_shared_columns[];")
+        self.line("unsigned char* bz_column_region = bz_shared_columns;")
+        for cache in self.caches:  # as declare_row_caches lays them out
+            size = f"sizeof({c_type(cache.dtype)})"
+            self.line(f"bz_column_region += (rows_per_block * cached_row * {size} + 15) & ~15LL;")
+        for n, acc in enumerate(carried.accumulators):
+            ty, name = c_type(acc.array.dtype), acc.array.name
+            self.line(f"{ty}* const {name}_block = bz_columns_in_memory ? {self.partials(n, acc, carried)} + "
+                      f"(long long)blockIdx.x * rows_per_block * bz_columns : ({ty}*)bz_column_region;")
+            self.line(f"bz_column_region += ((long long)rows_per_block * bz_columns * sizeof({ty}) + 15) & ~15LL;")
+            self.line(f"{ty}* const {name} = {name}_block + (long long)row_in_block * bz_columns;")
+            self.line(f"for ({ix} c = bz_lane; c < bz_columns; c += lanes32) {name}[c] = {self.expr(acc.initial)};")
+        self.line("__syncthreads();")
+
+    def write_block_partials(self) -> None:
+        """In shared memory: the row groups' partial results combined in group order, into the
+        block's row of the workspace (the loop's last barrier made every addition visible)."""
+        carried, ix = self.inner_outer, self.index
+        self.line("if (!bz_columns_in_memory) {")
+        self.line(f"  for ({ix} c = threadIdx.x; c < bz_columns; c += ({ix})blockDim.x) {{")
+        for n, acc in enumerate(carried.accumulators):
+            ty, functor, block = c_type(acc.array.dtype), LANE_COMBINES[acc.combine], f"{acc.array.name}_block"
+            self.line(f"    {ty} bz_s{n} = {block}[c];")
+            self.line(f"    for (int g = 1; g < rows_per_block; ++g) "
+                      f"bz_s{n} = {functor}()(bz_s{n}, {block}[(long long)g * bz_columns + c]);")
+            self.line(f"    {self.partials(n, acc, carried)}[(long long)blockIdx.x * bz_columns + c] = bz_s{n};")
+        self.line("  }")
+        self.line("}")
+
+    def emit_store_local(self, s: k.StoreLocal) -> None:
+        """A store to a local array; to a column's partial result, for active rows only (one
+        component of a 16-byte update in a 16-byte loop)."""
+        if id(s) in self.vector_stores:
+            self.line(f"{self.vector_stores[id(s)]} = {self.expr(s.value)};")
+            return
+        guard = "if (active) " if s.array in self.column_arrays else ""
+        self.line(f"{guard}{s.array.name}[{self.expr(s.index)}] = {self.expr(s.value)};")
+
+    def vector_column_partials(self, loop: k.For, base: k.Var, width: int) -> dict[k.Var, str]:
+        """In a 16-byte loop of four columns: the column partial results it adds to, each read as
+        one vector at the loop's four columns before the four components (the loop's conditions
+        make them aligned: the columns are a multiple of 4, every region starts at 16 bytes). A loop
+        of eight 2-byte columns reads and writes its partial results one by one."""
+        found = {}
+        if width != 4:
+            return found
+        for s in loop.body:
+            if (isinstance(s, k.StoreLocal) and s.array in self.column_arrays and s.index == loop.var
+                    and s.array.dtype.name in VECTOR_TYPES[4] and s.array not in found):
+                found[s.array] = f"{s.array.name}_{loop.var.name}"
+                ty = VECTOR_TYPES[4][s.array.dtype.name]
+                self.line(f"{ty} {found[s.array]} = *reinterpret_cast<const {ty}*>(&{s.array.name}[{base.name}]);")
+        return found
+
+    def vector_column_component(self, loop: k.For, vectors: dict[k.Var, str], component: str) -> None:
+        """Component `component` of each vector as what the loop's column statements read and write."""
+        for array, name in vectors.items():
+            self.substitutions[k.LoadLocal(array, loop.var, array.dtype)] = f"{name}.{component}"
+        self.vector_stores.update({id(s): f"{vectors[s.array]}.{component}" for s in loop.body
+                                   if isinstance(s, k.StoreLocal) and s.array in vectors})
+
+    def store_vector_columns(self, vectors: dict[k.Var, str], base: k.Var) -> None:
+        for array, name in vectors.items():
+            ty = VECTOR_TYPES[4][array.dtype.name]
+            self.line(f"if (active) *reinterpret_cast<{ty}*>(&{array.name}[{base.name}]) = {name};")
+
+    # --- the column task: the blocks' partial results folded ------------------------------------
+    def write_column_fold(self) -> None:
+        """Neighbouring threads on neighbouring columns, `lanes` columns a block and its row groups
+        folding the workspace's rows b = group, group + groups, ... in order, then combined over
+        the groups in a fixed tree (bz_column_reduce); then the column task's stores. `cached_row`
+        is the number of rows of partial results."""
+        carried, t, ix = self.fold_of, self.task, self.index
+        self.header("unsigned* const bz_finished")
+        self.declare_params()
+        self.line(f"const {ix} task_begin = {self.expr(t.begin)}, task_end = {self.expr(t.end)};")
+        self.line("const int cols32 = (int)lanes, lane = threadIdx.x / cols32, lanes32 = blockDim.x / cols32;")
+        self.line(f"const {ix} row = task_begin + ({ix})blockIdx.x * cols32 + (threadIdx.x & (cols32 - 1));")
+        self.line("const bool active = row < task_end;")
+        self.line(f"const {c_type(t.var.dtype)} {t.var.name} = active ? row : task_end - 1;")
+        self.line(f"const {ix} bz_columns = task_end - task_begin;")
+        self.line("const long long bz_partial_rows = cached_row;")
+        before, after = _around_loop(carried.column)
+        self.block(before)
+        self.line("#pragma unroll 4")
+        self.line("for (long long b = lane; b < bz_partial_rows; b += lanes32) {")
+        column = f"({t.var.name} - task_begin)"
+        for n, acc in enumerate(carried.accumulators):
+            functor = LANE_COMBINES[acc.combine]
+            self.line(f"  {acc.source.name} = {functor}()({acc.source.name}, "
+                      f"{self.partials(n, acc, carried)}[b * bz_columns + {column}]);")
+        self.line("}")
+        for acc in carried.accumulators:
+            self.line(f"{acc.source.name} = bz_column_reduce<{self.block_size}>({acc.source.name}, cols32, "
+                      f"{LANE_COMBINES[acc.combine]}());")
+        self.block(after)
+        self.lines.append("}")

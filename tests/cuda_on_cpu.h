@@ -1,0 +1,113 @@
+// A CPU stand-in for what braze's generated CUDA uses (tests/cuda_on_cpu.py compiles kernels against
+// it with g++): a block's threads are OS threads, with a barrier for __syncthreads and one per warp
+// for its shuffles; blocks run one after another, so a function's `static` arrays are its block's
+// `__shared__` ones. Half types are their bits, converted by the prelude's own functions.
+#include <atomic>
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+using std::signbit; using std::fmod; using std::floor; using std::copysign; using std::erf; using std::tanh;
+using std::exp; using std::log; using std::sqrt; using std::pow; using std::fabs;
+
+#define __device__
+#define __forceinline__ inline
+#define __global__
+#define __launch_bounds__(n)
+#define __restrict__ __restrict
+#define __align__(n) alignas(n)
+#define __shared__ static
+#define __CUDA_FP16_H__ 1
+
+struct uint3 { unsigned x, y, z; };
+thread_local uint3 threadIdx, blockIdx;
+uint3 blockDim, gridDim;
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(16) int4 { int x, y, z, w; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
+struct __nv_bfloat16 { unsigned short bits; };
+struct __half { unsigned short bits; };
+inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 v) { return v.bits; }
+inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short b) { return {b}; }
+inline unsigned short __half_as_ushort(__half v) { return v.bits; }
+inline __half __ushort_as_half(unsigned short b) { return {b}; }
+inline float __half2float(__half h) {
+  unsigned sign = (h.bits & 0x8000u) << 16, exponent = (h.bits >> 10) & 0x1f, mantissa = h.bits & 0x3ff, bits;
+  if (exponent == 0) {
+    float f = std::ldexp((float)mantissa, -24);
+    return sign ? -f : f;
+  }
+  if (exponent == 31) bits = sign | 0x7f800000u | (mantissa << 13);
+  else bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+  float f; std::memcpy(&f, &bits, 4); return f;
+}
+template <typename A, typename B> inline A bz_bits(B b) { static_assert(sizeof(A) == sizeof(B)); A a; std::memcpy(&a, &b, sizeof(A)); return a; }
+inline float __int_as_float(int x) { return bz_bits<float>(x); }
+inline int __float_as_int(float x) { return bz_bits<int>(x); }
+inline float __uint_as_float(unsigned x) { return bz_bits<float>(x); }
+inline unsigned __float_as_uint(float x) { return bz_bits<unsigned>(x); }
+inline double __longlong_as_double(long long x) { return bz_bits<double>(x); }
+inline long long __double_as_longlong(double x) { return bz_bits<long long>(x); }
+inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
+
+std::barrier<>* bz_block_barrier;
+std::vector<std::unique_ptr<std::barrier<>>> bz_warp_barriers;
+unsigned long long bz_warp_slots[64][32];
+alignas(16) unsigned char bz_dynamic_shared[1 << 20];
+
+inline void __syncthreads() { bz_block_barrier->arrive_and_wait(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { bz_warp_barriers[threadIdx.x >> 5]->arrive_and_wait(); }
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+template <typename T> T __shfl_xor_sync(unsigned, T v, int mask, int = 32) {
+  const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  std::memcpy(&bz_warp_slots[warp][lane], &v, sizeof(T));
+  bz_warp_barriers[warp]->arrive_and_wait();
+  T r; std::memcpy(&r, &bz_warp_slots[warp][lane ^ mask], sizeof(T));
+  bz_warp_barriers[warp]->arrive_and_wait();
+  return r;
+}
+template <typename T> T atomicCAS(T* p, T compare, T value) {
+  std::atomic_ref<T> a(*p);
+  a.compare_exchange_strong(compare, value);
+  return compare;
+}
+template <typename T> T atomicAdd(T* p, T v) {
+  std::atomic_ref<T> a(*p);
+  if constexpr (std::is_floating_point_v<T>) {
+    T old = a.load();
+    while (!a.compare_exchange_weak(old, old + v)) {}
+    return old;
+  } else return a.fetch_add(v);
+}
+
+// Runs `body` as `grid` blocks of `block` threads, the dynamic shared memory filled with 0xFF (NaN)
+// before each block.
+inline void bz_launch(long long grid, long long block, long long shared, const std::function<void()>& body) {
+  blockDim = {(unsigned)block, 1, 1};
+  gridDim = {(unsigned)grid, 1, 1};
+  std::barrier<> sync((std::ptrdiff_t)block);
+  bz_block_barrier = &sync;
+  bz_warp_barriers.clear();
+  for (long long w = 0; w < (block + 31) / 32; ++w)
+    bz_warp_barriers.push_back(std::make_unique<std::barrier<>>((std::ptrdiff_t)std::min(32LL, block - 32 * w)));
+  std::vector<std::thread> threads;
+  for (long long t = 0; t < block; ++t)
+    threads.emplace_back([&, t] {
+      threadIdx = {(unsigned)t, 0, 0};
+      for (long long b = 0; b < grid; ++b) {
+        blockIdx = {(unsigned)b, 0, 0};
+        if (t == 0) std::memset(bz_dynamic_shared, 0xff, (size_t)shared);
+        sync.arrive_and_wait();
+        body();
+        sync.arrive_and_wait();
+      }
+    });
+  for (auto& t : threads) t.join();
+}
