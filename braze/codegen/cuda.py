@@ -590,7 +590,7 @@ def generate(kernel: k.Kernel, block_size: int = DEFAULT_BLOCK_SIZE, restrict: b
     functions = writers + [w for w in warps if w is not None]
     header = f"// {kernel.name}: {len(kernel.tasks)} task(s), from {kernel.source or 'Kernel IR'}"
     body = "\n\n".join([header, *(w.write() for w in functions)]) + "\n"
-    return CudaSource(body, tuple(w.function for w in writers), tuple(w.lanes for w in writers),
+    return CudaSource(body, tuple(w.function for w in functions), tuple(w.lanes for w in writers),
                       tuple(w.caches for w in writers), tuple(len(w.schedule.accumulators) for w in writers),
                       tuple(register_row(w) for w in writers), tuple(w.launch_schedule for w in writers),
                       tuple(w.function if w is not None else "" for w in warps),

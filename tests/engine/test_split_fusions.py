@@ -80,16 +80,16 @@ def test_rope_matches_numpy(shape, dtype, planned_for):
 
 
 @pytest.mark.skipif(not nvrtc.available(), reason="NVRTC is not installed")
-def test_both_halves_of_rope_move_four_elements_at_a_time():
+def test_both_halves_of_rope_move_sixteen_bytes_at_a_time():
     f = rope_fusion(128, bz.bfloat16)
     src = engine.cuda_source(f, rope_inputs((2, 16, 4, 128), bz.bfloat16, np.random.default_rng(0)))
     body = src.body
-    halves = re.findall(r"for \(int (\w+) = (?:64 \+ )?4 \* lane; \1 < (\d+);", body)
+    halves = re.findall(r"for \(int (\w+) = (?:64 \+ )?8 \* lane; \1 < (\d+);", body)
     assert [end for _, end in halves] == ["64", "128"]
-    for name, _ in halves:  # x and the rotated x, cos, sin: four 8-byte loads, one store
+    for name, _ in halves:  # x and the rotated x, cos, sin: four 16-byte loads, one store
         loop = body[body.index(f"for (int {name} ="):]
         loop = loop[:loop.index("} else {")]
-        assert loop.count("const bz_bfloat164 v") == 4 and loop.count("*reinterpret_cast<bz_bfloat164*>") == 1
+        assert loop.count("const bz_bfloat168 v") == 4 and loop.count("*reinterpret_cast<bz_bfloat168*>") == 1
     (first, _), (second, _) = halves
     assert f"bz_add({first}, 64)" in body and f"bz_sub({second}, 64)" in body  # x[j + 64], then x[j - 64]
     nvrtc.compile_ptx(cuda.with_prelude(body), "rope", "sm_90", ())
@@ -106,7 +106,8 @@ def test_split_cat_pad_and_iota_rows_compile_with_nvrtc(dtype):
         f.add_output(bz.ops.where(bz.ops.arange(y.shape[1]) < 7, y, -y))
     arrays = [np.ones((4, w), dtype.numpy) for w in (8, 12, 4)]
     src = engine.cuda_source(f, arrays)
-    vector_loops = re.findall(r"for \(int \w+_4 = (.*?)4 \* lane;", src.body)
+    width = 16 // dtype.itemsize if dtype.itemsize == 2 else 4  # 2-byte types move eight at a time
+    vector_loops = re.findall(rf"for \(int \w+_{width} = (.*?){width} \* lane;", src.body)
     assert len(vector_loops) == 3 + 3 + 2 and sum(begin != "" for begin in vector_loops) == 2 + 2 + 1
     nvrtc.compile_ptx(cuda.with_prelude(src.body), "parts", "sm_90", ())
 
