@@ -101,7 +101,7 @@ class CudaFusionRuntime(FusionRuntime):
         per_stream = functools.partial(prepared_launches, executor, dict(frame.bindings)) \
             if executor.workspaces is not None else None
         return CudaPreparedCall(plan, prepared_launches(executor, frame.bindings, stream), kinds[first_array],
-                                first_array, executor.device, stream, per_stream)
+                                first_array, executor.device, stream, per_stream, executor.pairs)
 
     def _copies_back(self, frame: Frame, buffer_of: dict[int, int], kinds: list) -> list[tuple] | None:
         """(input position, its pointer reader, buffer, bytes) of each in-place output; None when a

@@ -4,6 +4,7 @@ executor that launches its tasks, and RtcKernel for a user's own CUDA source.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import functools
@@ -223,13 +224,15 @@ class CudaExecutor:
         # the workspace of the stream a launch goes to (runtime/cuda_resources.py).
         self.partial_bytes = 8 * accumulators * self.max_grid * COLUMNS_PER_BLOCK
         self.workspaces = stream_workspaces(device, 4 * self.max_grid) if accumulators else None
+        # Inner-outer pairs: their two launches go to a stream under its workspace's pair lock.
+        self.pairs = any(task.schedule.kind == "inner_outer" for task in self.tasks)
 
     def workspace(self, stream: int, scalars: dict[str, int] | None = None) -> Workspace | None:
         """The workspace the grid reductions of launches on `stream` take (None: the kernel has none),
         with room for the inner-outer tasks' partial results at the extents in `scalars`."""
         if self.workspaces is None:
             return None
-        return self.workspaces.get(stream, max(self.partial_bytes, self._inner_outer_bytes(scalars or {})))
+        return self.workspaces.get(stream, self.partial_bytes, self._inner_outer_bytes(scalars or {}))
 
     def _inner_outer_bytes(self, scalars: dict[str, int]) -> int:
         """Room for the inner-outer tasks' partial results (_plan_inner_outer): a slot per accumulator,
@@ -264,16 +267,21 @@ class CudaExecutor:
         pointers = (ctypes.c_void_p * 5)(block.ctypes.data, *[ctypes.addressof(launch_scalars) + 8 * n
                                                              for n in range(4)])
         params = ctypes.addressof(pointers)
-        for planned in self.plan(scalars, workspace):
-            launch_scalars[:] = planned.scalars
-            if config.current.dump:  # launch_params: plan() wrote each launch
-                dump_kernel_args(RecordedLaunch(self.kernel.name, planned.function_name, planned.begin, planned.end,
-                                        planned.grid), block, self.layout.slots)
-            if record:
-                self._recorded_launch(planned, params, launch_stream, block)
-            else:
-                cuda.launch(planned.function, (planned.grid, 1, 1), (self.block, 1, 1), params, stream,
-                            planned.shared, planned.function_name)
+        with workspace.pair_lock if self.pairs else contextlib.nullcontext():  # (Workspace: why)
+            for planned in self.plan(scalars, workspace):
+                launch_scalars[:] = planned.scalars
+                self._launch_planned(planned, block, params, stream, launch_stream, record)
+
+    def _launch_planned(self, planned: PlannedLaunch, block: np.ndarray, params: int, stream: int,
+                        launch_stream: int, record: object) -> None:
+        if config.current.dump:  # launch_params: plan() wrote each launch
+            dump_kernel_args(RecordedLaunch(self.kernel.name, planned.function_name, planned.begin, planned.end,
+                                            planned.grid), block, self.layout.slots)
+        if record:
+            self._recorded_launch(planned, params, launch_stream, block)
+        else:
+            cuda.launch(planned.function, (planned.grid, 1, 1), (self.block, 1, 1), params, stream,
+                        planned.shared, planned.function_name)
 
     def plan(self, scalars: dict[str, int], workspace: Workspace | None) -> list[PlannedLaunch]:
         """Each task's launch for the extents in `scalars` (tasks over nothing are left out), grid
@@ -283,7 +291,7 @@ class CudaExecutor:
         planned = []
         for n, task in enumerate(self.tasks):
             if task.schedule.kind == "inner_outer":
-                planned += self._plan_inner_outer(task, self.tasks[n + 1], scalars, pointers[0])
+                planned += self._plan_inner_outer(task, self.tasks[n + 1], scalars, workspace.pair_pointer)
             elif task.schedule.kind != "column_fold":  # planned with the task carrying it
                 planned += [p for p in (self._plan_task(task, scalars, pointers),) if p is not None]
         if config.dumping("launch_params"):

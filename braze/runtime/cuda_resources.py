@@ -41,16 +41,26 @@ _log = logging.getLogger(__name__)
 
 # --- workspaces ---------------------------------------------------------------------------------
 class Workspace:
-    """Device memory of one stream: the finished-block counters (zeroed when made), then room for
-    `partial_bytes` of partial results. `pointers` is what the kernels take: (partials, counters)."""
+    """Device memory of one stream: the finished-block counters (zeroed when made), room for
+    `partial_bytes` of grid reductions' partial results, then `pair_bytes` for inner-outer pairs.
+    `pointers` is what the kernels take: (partials, counters); `pair_pointer` the pairs' region.
 
-    def __init__(self, device: cuda.Device, stream: int, partial_bytes: int, counter_bytes: int) -> None:
+    A grid reduction is one launch, so stream order alone keeps two calls' partial results apart.
+    An inner-outer pair is two launches, the second reading what the first left: a call enqueues
+    both under `pair_lock`, so no other pair's launches come between them on the stream, and the
+    pairs' region is its own, so no grid reduction's either."""
+
+    def __init__(self, device: cuda.Device, stream: int, partial_bytes: int, counter_bytes: int,
+                 pair_bytes: int = 0) -> None:
         counters = -(-counter_bytes // _ALIGNMENT) * _ALIGNMENT
+        partials = -(-partial_bytes // _ALIGNMENT) * _ALIGNMENT
         with device.current():
-            address = cuda.alloc(counters + partial_bytes, stream)
+            address = cuda.alloc(counters + partials + pair_bytes, stream)
             cuda.fill_bytes(address, 0, counter_bytes, stream)
-        self.partial_bytes = partial_bytes
+        self.partial_bytes, self.pair_bytes = partial_bytes, pair_bytes
         self.pointers = (address + counters, address)
+        self.pair_pointer = address + counters + partials
+        self.pair_lock = threading.Lock()
         free = weakref.finalize(self, _free_workspace, device, address, stream, _stream_owner(stream))
         free.atexit = False  # the context's teardown frees it
 
@@ -88,14 +98,18 @@ class StreamWorkspaces:
         self.by_stream: OrderedDict[int, Workspace] = OrderedDict()
         self.lock = threading.Lock()
 
-    def get(self, stream: int, partial_bytes: int) -> Workspace:
-        """The workspace of `stream`, with room for at least `partial_bytes` of partial results."""
+    def get(self, stream: int, partial_bytes: int, pair_bytes: int = 0) -> Workspace:
+        """The workspace of `stream`, with room for at least `partial_bytes` of grid reductions'
+        partial results and `pair_bytes` of inner-outer pairs'."""
         with self.lock:
             workspace = self.by_stream.get(stream)
-            if workspace is None or workspace.partial_bytes < partial_bytes:
+            if workspace is None or workspace.partial_bytes < partial_bytes or workspace.pair_bytes < pair_bytes:
                 # A larger one replaces a smaller: calls prepared with the smaller keep it, on the same stream.
+                if workspace is not None:
+                    partial_bytes = max(partial_bytes, workspace.partial_bytes)
+                    pair_bytes = max(pair_bytes, workspace.pair_bytes)
                 workspace = self.by_stream[stream] = Workspace(self.device, stream, partial_bytes,
-                                                               self.counter_bytes)
+                                                               self.counter_bytes, pair_bytes)
             self.by_stream.move_to_end(stream)
             while len(self.by_stream) > STREAM_WORKSPACES:
                 self.by_stream.popitem(last=False)

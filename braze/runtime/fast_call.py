@@ -28,6 +28,7 @@ methods are never replaced.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import struct
@@ -440,16 +441,21 @@ class CudaPreparedCall(PreparedCall):
     Where the kernels take a grid reduction's workspace, each stream has launches of its own
     (`per_stream(stream)` makes them, their scalars pointing into that stream's workspace), up to
     STREAM_TABLES streams: the native function looks the stream's up, and on a stream it has none
-    for yet answers NEW_STREAM, and the call files them and launches again."""
+    for yet answers NEW_STREAM, and the call files them and launches again.
+
+    Where they include an inner-outer pair (`pairs`), the launches go one by one, under the lock of
+    the stream's workspace (runtime/cuda_resources.Workspace): never one native call, which could
+    come between another thread's two launches of a pair."""
 
     _native_execute: Callable[..., list] | None | object = _UNSEEN  # `native_execute`'s memo
 
     def __init__(self, plan: CallPlan, launches: list[PreparedLaunch], kind: ArrayKind, stream_input: int,
                  device: cuda.Device, stream: int = 0,
-                 per_stream: Callable[[int], list[PreparedLaunch]] | None = None) -> None:
+                 per_stream: Callable[[int], list[PreparedLaunch]] | None = None, pairs: bool = False) -> None:
         """`kind`: how the inputs' library is read, `stream_input` the input whose stream the call
         takes; `launches` are those on `stream` (on every stream where `per_stream` is None)."""
         super().__init__(plan)
+        self.pairs = pairs
         self.launches, self.stream, self.stream_input, self.device = launches, kind.stream, stream_input, device
         self.device_stream = kind.device_stream
         self.per_stream, self.first_stream = per_stream, stream
@@ -487,8 +493,11 @@ class CudaPreparedCall(PreparedCall):
     @functools.cached_property
     def launch_all(self) -> NativeLaunches | None:
         """The native launch functions over this call's tables, the patched one writing the input
-        and buffer pointers (None where the host JIT is off or failed). Built when the call is
-        first taken, not when it is prepared: the fusion's first call then needs no LLVM engine."""
+        and buffer pointers (None where the host JIT is off or failed, or with an inner-outer pair:
+        see the class docstring). Built when the call is first taken, not when it is prepared: the
+        fusion's first call then needs no LLVM engine."""
+        if self.pairs:
+            return None
         slots = [slot for slot, _, _ in self.plan.input_pointers] + [slot for slot, _ in self.plan.buffer_pointers]
         return native_launches(self.device.driver_calls, _launch_specs(self.launches), self.address, slots,
                                None if self.per_stream is None else self.first_stream)
@@ -576,8 +585,9 @@ class CudaPreparedCall(PreparedCall):
     def _launch(self, stream: int) -> None:
         """The launches one by one through ctypes (the host JIT is off or failed)."""
         raw = cuda.raw_launch_function()
-        with self.device.current():
-            for n, x in enumerate(self.launches_on(stream)):
+        launches = self.launches_on(stream)
+        with self.device.current(), launches[0].workspace.pair_lock if self.pairs else contextlib.nullcontext():
+            for n, x in enumerate(launches):
                 code = raw(x.function, x.grid, 1, 1, x.block, 1, 1, x.shared, stream, x.params_address, None)
                 if code:
                     self._launch_failed(n, code)

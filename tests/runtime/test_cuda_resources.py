@@ -13,6 +13,8 @@ import gc
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -196,6 +198,69 @@ def test_a_kernel_needing_more_room_gets_a_larger_workspace_on_the_stream(gpu) -
     ex.partial_bytes *= 2  # as a kernel with twice the accumulators
     large = ex.workspace(A)
     assert large is not small and large.partial_bytes == 2 * small.partial_bytes and ex.workspace(A) is large
+
+
+@functools.cache
+def inner_outer() -> tuple:
+    """Softmax rows and the column sums of the same input: an inner-outer pair, two launches, the
+    second folding what the first left in the workspace."""
+    with bz.Fusion() as f:
+        x = f.define_tensor((-1, -1))
+        f.add_output(bz.ops.softmax(x, axis=-1))
+        f.add_output(bz.ops.sum(x, axes=[0]))
+    bound = bind_inputs(f, [INPUT])
+    _, kernel, _ = engine.plan_kernel(f, engine.signature(f, bound), views_on_host=False, gpu=True)
+    compiled = CudaCompiledKernel(kernel, CompileParams(block_size=256, arch="sm_90"), restrict=True)
+    compiled.binary = b"cubin of the pair"
+    return compiled, dict(bound.bindings)
+
+
+def test_inner_outer_pairs_have_a_region_of_the_workspace_of_their_own(gpu) -> None:
+    compiled, bindings = inner_outer()
+    pair, reducing = CudaExecutor(compiled, FakeDevice(0)), executor(FakeDevice(0))
+    assert pair.pairs and not reducing.pairs
+    workspace = pair.workspace(A, bindings)
+    assert reducing.workspace(A) is workspace and workspace.pair_bytes > 0
+    partials_end = workspace.pointers[0] + workspace.partial_bytes
+    assert workspace.pointers[1] < workspace.pointers[0] < partials_end <= workspace.pair_pointer
+    reducing.partial_bytes *= 2  # a larger grid reduction: the pairs' room stays
+    assert reducing.workspace(A).pair_bytes == workspace.pair_bytes
+
+
+def test_threads_launching_inner_outer_pairs_on_one_stream_never_come_between_a_pairs_launches(
+        gpu, monkeypatch) -> None:
+    compiled, bindings = inner_outer()
+    device = FakeDevice(0)
+    ex = CudaExecutor(compiled, device)
+    plan = CallPlan(block=[0] * 8, allocations=[], input_pointers=[(0, 0, lambda a: a.ptr)], buffer_pointers=[],
+                    buffer_pointer=lambda b: 0, scalars=[], seeds=[], copies_back=[], returned=[("input", 0)])
+    kind = ArrayKind(lambda a: (), lambda a: a.ptr, lambda a, device_index: a.stream)
+    call = CudaPreparedCall(plan, prepared_launches(ex, bindings, A), kind, 0, device, A,
+                            functools.partial(prepared_launches, ex, bindings), pairs=ex.pairs)
+    assert call.launch_all is None  # one by one, under the workspace's lock
+    log = []
+
+    def launch(function, *args) -> int:  # every launch gives the other threads their turn
+        log.append((threading.get_ident(), function))
+        time.sleep(0.0002)
+        return 0
+
+    monkeypatch.setattr(cuda_driver, "raw_launch_function", lambda: launch)
+    monkeypatch.setattr(cuda_driver, "launch", lambda function, *args, **kwargs: launch(function))
+
+    def work(n: int) -> None:
+        for _ in range(20):  # a busy prepared call answers None: the host program's launches then
+            if n % 2 == 0 or call.run([FakeArray(1, A)]) is None:
+                ex.run(np.zeros(64, np.int64), bindings, A)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(log) == 4 * 20 * 2
+    pairs = [log[n:n + 2] for n in range(0, len(log), 2)]
+    assert all(first[0] == second[0] and first[1] != second[1] for first, second in pairs)
 
 
 # --- prepared calls -----------------------------------------------------------------------------------
