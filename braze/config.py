@@ -40,6 +40,8 @@ FEATURES = {
     "kernel_reuse": "disable: each input signature of a fusion gets a runtime of its own",
     "fold_rows": "disable: a task writing rows another task reads (h = x + residual under a norm) stays a task "
                  "of its own",
+    "inner_outer": "disable: on a GPU, a column sum over a row task's space (a norm backward's dweight) is a "
+                   "task of its own, not carried by the row task",
 }
 DUMP_NAMES = frozenset(DUMPS)
 FEATURE_NAMES = frozenset(FEATURES)
@@ -135,7 +137,7 @@ KNOBS: tuple[Knob, ...] = (
     Knob("BRAZE_ENABLE", "enable", _list_of(FEATURE_NAMES), "comma list of features to turn on: fast_math, "
          "poison_outputs"),
     Knob("BRAZE_DISABLE", "disable", _list_of(FEATURE_NAMES), "comma list of features to turn off: disk_cache, "
-         "host_jit, simplify, split_loops, fast_call, kernel_reuse, fold_rows"),
+         "host_jit, simplify, split_loops, fast_call, kernel_reuse, fold_rows, inner_outer"),
     Knob("BRAZE_CACHE_DIR", "cache_dir", lambda env, text: Path(text) if text else _DEFAULTS.cache_dir,
          "the disk cache's folder (default ~/.cache/braze)"),
     Knob("BRAZE_CACHE_MAX_BYTES", "cache_max_bytes", lambda env, text: _byte_count(env, text, 1 << 30),

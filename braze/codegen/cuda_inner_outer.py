@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from braze import config
 from braze.codegen.cuda_plan import (
     LANE_COMBINES,
     VECTOR_TYPES,
@@ -73,8 +74,11 @@ class InnerOuter:
 
 
 def plan_inner_outer(kernel: k.Kernel) -> dict[int, InnerOuter]:
-    """The row tasks that carry the column task right after them, by position in the kernel."""
+    """The row tasks that carry the column task right after them, by position in the kernel (none
+    under `BRAZE_DISABLE=inner_outer`)."""
     found = {}
+    if config.disabled("inner_outer"):
+        return found
     for n in range(len(kernel.tasks) - 1):
         if n - 1 in found:  # that row task carries this one
             continue
