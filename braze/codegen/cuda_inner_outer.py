@@ -401,32 +401,40 @@ class InnerOuterWriter:
         self.line(f"{guard}{s.array.name}[{self.expr(s.index)}] = {self.expr(s.value)};")
 
     def vector_column_partials(self, loop: k.For, base: k.Var, width: int) -> dict[k.Var, str]:
-        """In a 16-byte loop of four columns: the column partial results it adds to, each read as
-        one vector at the loop's four columns before the four components (the loop's conditions
-        make them aligned: the columns are a multiple of 4, every region starts at 16 bytes). A loop
-        of eight 2-byte columns reads and writes its partial results one by one."""
+        """In a 16-byte loop: the column partial results it adds to, read as vectors of four at the
+        loop's columns before the components (one vector for four columns, two for eight: the
+        loop's conditions make them aligned, the columns a multiple of the width and every region
+        starting at 16 bytes). Vectors, not one column at a time: a lane's eight neighbouring
+        floats would meet seven other lanes' on a shared-memory bank."""
         found = {}
-        if width != 4:
-            return found
         for s in loop.body:
             if (isinstance(s, k.StoreLocal) and s.array in self.column_arrays and s.index == loop.var
                     and s.array.dtype.name in VECTOR_TYPES[4] and s.array not in found):
-                found[s.array] = f"{s.array.name}_{loop.var.name}"
+                found[s.array] = name = f"{s.array.name}_{loop.var.name}"
                 ty = VECTOR_TYPES[4][s.array.dtype.name]
-                self.line(f"{ty} {found[s.array]} = *reinterpret_cast<const {ty}*>(&{s.array.name}[{base.name}]);")
+                if width > 4:
+                    self.line(f"{ty} {name}[{width // 4}];")
+                for quarter in range(width // 4):
+                    vector = _column_vector(name, quarter, width)
+                    self.line(f"{'' if width > 4 else ty + ' '}{vector} = "
+                              f"*reinterpret_cast<const {ty}*>(&{s.array.name}[{_plus(base.name, 4 * quarter)}]);")
         return found
 
-    def vector_column_component(self, loop: k.For, vectors: dict[k.Var, str], component: str) -> None:
-        """Component `component` of each vector as what the loop's column statements read and write."""
-        for array, name in vectors.items():
-            self.substitutions[k.LoadLocal(array, loop.var, array.dtype)] = f"{name}.{component}"
-        self.vector_stores.update({id(s): f"{vectors[s.array]}.{component}" for s in loop.body
+    def vector_column_component(self, loop: k.For, vectors: dict[k.Var, str], part: int, width: int) -> None:
+        """Column `part` of the loop's vectors as what the loop's column statements read and write."""
+        component = {array: f"{_column_vector(name, part // 4, width)}.{'xyzw'[part % 4]}"
+                     for array, name in vectors.items()}
+        for array in vectors:
+            self.substitutions[k.LoadLocal(array, loop.var, array.dtype)] = component[array]
+        self.vector_stores.update({id(s): component[s.array] for s in loop.body
                                    if isinstance(s, k.StoreLocal) and s.array in vectors})
 
-    def store_vector_columns(self, vectors: dict[k.Var, str], base: k.Var) -> None:
+    def store_vector_columns(self, vectors: dict[k.Var, str], base: k.Var, width: int) -> None:
         for array, name in vectors.items():
             ty = VECTOR_TYPES[4][array.dtype.name]
-            self.line(f"if (active) *reinterpret_cast<{ty}*>(&{array.name}[{base.name}]) = {name};")
+            for quarter in range(width // 4):
+                self.line(f"if (active) *reinterpret_cast<{ty}*>(&{array.name}[{_plus(base.name, 4 * quarter)}]) = "
+                          f"{_column_vector(name, quarter, width)};")
 
     # --- the column task: the blocks' partial results folded ------------------------------------
     def write_column_fold(self) -> None:
@@ -459,3 +467,12 @@ class InnerOuterWriter:
                       f"{LANE_COMBINES[acc.combine]}());")
         self.block(after)
         self.lines.append("}")
+
+
+def _column_vector(name: str, quarter: int, width: int) -> str:
+    """The vector of four holding columns `4 * quarter` on of a loop moving `width` at a time."""
+    return f"{name}[{quarter}]" if width > 4 else name
+
+
+def _plus(base: str, offset: int) -> str:
+    return f"{base} + {offset}" if offset else base

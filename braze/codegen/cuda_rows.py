@@ -337,14 +337,14 @@ class RowLoopWriter:
                 self.line(f"u{n}_{v}.{component} = {self.expr(expression)};")
                 self.substitutions[expression] = f"u{n}_{v}.{component}"
             self.vector_stores = {key: f"{name}.{component}" for key, name in stores.items()}
-            self.vector_column_component(loop, columns, component)
+            self.vector_column_component(loop, columns, lane_part, width)
             self.block(loop.body)
             self.depth -= 1
             self.line("}")
         self.substitutions.clear()
         self.vector_stores = {}
         self.preloaded = {}
-        self.store_vector_columns(columns, base)
+        self.store_vector_columns(columns, base, width)
         for n, cache, _ in updates:
             self.cached_line(f"{self.cache_slot(n, vector_type(cache.dtype, width), base)} = u{n}_{v};")
         for store in vector.stores:

@@ -159,6 +159,17 @@ def test_the_carried_row_task_computes_both_on_the_cpu(name, shape):
     assert_close(actual, reference(*[a.astype(np.float64) for a in arrays]))
 
 
+@pytest.mark.parametrize("name", ["layer_norm_backward", "rms_norm_backward"])
+def test_bfloat16_rows_carry_their_columns_eight_at_a_time_on_the_cpu(name):
+    """Rows of a 2-byte type move eight elements a lane: the partial results go as two float4s."""
+    build, make, reference = FUSIONS[name]
+    arrays = make(np.random.default_rng(1), 4, 1024, ml_dtypes.bfloat16)
+    f = fusion(build, bz.bfloat16)
+    assert "float4 bz_col0_0_r5[2];" in engine.cuda_source(f, arrays).body
+    actual = run_carried_on_cpu(f, arrays)
+    assert_close(actual, reference(*[a.astype(np.float64) for a in arrays]), rtol=2e-2)
+
+
 def test_the_carried_row_task_reads_a_strided_input_on_the_cpu():
     build, make, reference = FUSIONS["layer_norm_backward"]
     arrays = make(np.random.default_rng(2), 9, 40)

@@ -51,9 +51,11 @@ def rows(shape, dtype, layout: str, seed: int = 0):
 
 
 def fusion_of(build, *inputs) -> bz.Fusion:
-    """The fusion `build(*defined)` over tensors defined like `inputs`."""
+    """The fusion `build(*defined)` over tensors defined like `inputs` (an axis of extent 1 as one
+    that broadcasts)."""
     with bz.Fusion() as f:
-        for out in build(*(f.define_tensor([-1] * x.ndim, dtype=bz.dtypes.as_dtype(str(x.dtype).split(".")[-1]))
+        for out in build(*(f.define_tensor([1 if n == 1 else -1 for n in x.shape],
+                                           dtype=bz.dtypes.as_dtype(str(x.dtype).split(".")[-1]))
                            for x in inputs)):
             f.add_output(out)
     return f
