@@ -163,7 +163,8 @@ def test_the_suite_shape_launches_the_rows_then_the_fold(capsys):
     f = fusion(FUSIONS["layer_norm_backward"][0], bz.float32)
     with config.scope(dump="launch_params"):
         f.execute(tensors)
-    launches = [line for line in capsys.readouterr().err.splitlines() if " range=[" in line]
+    # (then the prepared call, made from the first call, plans the same two launches again)
+    launches = [line for line in capsys.readouterr().err.splitlines() if " range=[" in line][:2]
     assert [line.split()[1] for line in launches] == ["inner_outer", "column_fold"]
     fields = [dict(re.findall(r"(\w+)=(\d+)", line)) for line in launches]
     sms = cuda_driver.device(0).sm_count
