@@ -65,15 +65,17 @@ class Plan:
                          for tv, h, loops in zip(self.writes, self.heuristics, self.loops))
 
 
-def _cone(tv: TensorView) -> list[TensorView]:
-    """`tv` and every tensor it is computed from, producers first."""
+def _cone(tv: TensorView, read: frozenset[int] = frozenset()) -> list[TensorView]:
+    """`tv` and every tensor it is computed from, producers first; tensors in `read` (ids of tensors
+    an earlier task writes, which this one reads from memory) are taken as they are."""
     seen: dict[int, TensorView] = {}
 
     def visit(t: TensorView) -> None:
         if id(t) in seen:
             return
-        for inp in t.definition.inputs if t.definition else ():
-            visit(inp)
+        if t is tv or id(t) not in read:
+            for inp in t.definition.inputs if t.definition else ():
+                visit(inp)
         seen[id(t)] = t
 
     visit(tv)
@@ -121,9 +123,15 @@ def heuristics_for(tv: TensorView, gpu: bool = False, cpu: bool = False, reads: 
     strips: the innermost axis stays innermost (unit stride, vectorized) and the reduced axes are
     walked inside each task, instead of being the inner loop with a stride. On both, a pointwise
     task that reads a tensor transposed (`reads`: how the tensors it reads are laid out) takes tiles
-    (`_tiles`)."""
-    cone = _cone(tv)
-    if not any(_is_reduction(t) for t in cone):
+    (`_tiles`).
+
+    On a GPU, a task whose reductions are all among the tensors earlier tasks write (`reads.written`:
+    group_norm's and batch_norm's normalization, reading statistics another task computed) is
+    pointwise: its rows are the innermost axis, read 16 bytes at a time, whatever axes the statistics
+    were broadcast along."""
+    read = reads.written if gpu and reads is not None else frozenset()
+    cone = _cone(tv, read)
+    if not any(_is_reduction(t) for t in cone if id(t) not in read):
         scheduler = "pointwise"
     else:
         scheduler = "reduction" if _is_reduction(tv) else "normalization"

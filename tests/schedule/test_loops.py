@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import braze as bz
-from braze import schedule
+from braze import engine, schedule
 from braze.ir.domain import Merge, ParallelType, Reorder
 from braze.kir import nodes as k
 from braze.lower.fusion_kernel import lower
@@ -109,3 +109,21 @@ def test_softmax_keeps_its_vectorized_row_on_a_gpu():
     f = _fusion(2, lambda t: bz.ops.softmax(t, axis=-1))
     (loops,) = schedule.plan(f, set(), gpu=True).loops
     assert loops.vectorized
+
+
+def test_a_task_reading_statistics_an_earlier_task_wrote_is_pointwise_on_a_gpu():
+    # group_norm: the statistics of x reshaped to [N, G, -1] are tasks of their own; the
+    # normalization reads them, so on a GPU it is pointwise (its rows are the innermost axis, read
+    # 16 bytes at a time) instead of a normalization whose broadcast went through the reshape.
+    with bz.Fusion() as f:
+        x = f.define_tensor([-1, 8, -1, -1])
+        grouped = bz.ops.reshape(x, [x.shape[0], 4, -1])
+        f.add_output(bz.ops.reshape(bz.ops.layer_norm(grouped), x.shape))
+    gpu = engine.plan_kernel(f, engine.signature(f, engine.bind_inputs(f, [np.zeros((2, 8, 3, 4), np.float32)])),
+                             views_on_host=False, gpu=True)[0]
+    assert [h.scheduler for h in gpu.heuristics] == ["reduction", "reduction", "pointwise"]
+    assert gpu.loops[-1].vectorized
+    # Computing the statistics itself, it stays a normalization; the CPU keeps its schedules.
+    assert schedule.heuristics_for(gpu.writes[-1], gpu=True).scheduler == "normalization"
+    cpu = schedule.plan(f, {id(t) for t in gpu.writes[:-1]}, cpu=True)
+    assert cpu.heuristics[-1].scheduler != "pointwise"
