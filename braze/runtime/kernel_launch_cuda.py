@@ -307,7 +307,8 @@ class _StatusWord:
             self.address = cuda.alloc(8)
             cuda.synchronize(0)  # allocated on the default stream; calls use others
         self.host = np.zeros(1, np.int64)
-        weakref.finalize(self, _free_on, device, self.address)
+        free = weakref.finalize(self, _free_on, device, self.address)
+        free.atexit = False  # the context's teardown frees it
 
     def reset(self, stream: int) -> None:
         cuda.fill_bytes(self.address, 0, 8, stream)
