@@ -173,7 +173,7 @@ def test_random_float_fusions_with_reductions_match_the_reference():
         _floats_with_reductions_on_llvm()
 
 
-@fuzz(LLVM_EXAMPLES // 3)
+@fuzz(max(1, LLVM_EXAMPLES // 3))
 @given(st.data())
 def _gpu_plan_on_llvm(data):
     floats_with_reductions(data, "gpu_plan")  # reductions feeding reductions: what the merges reorder
