@@ -532,6 +532,9 @@ class CudaSource:
     # row that function keeps in registers.
     warp_functions: tuple[str, ...] = ()
     warp_register_rows: tuple[int, ...] = ()
+    # Per task: the most elements a lane moves at once in its row's loops (0: no vectorized loop),
+    # so a short row gets only the lanes its vectors keep busy (runtime/cuda_kernel.py, lanes_for).
+    lane_widths: tuple[int, ...] = ()
 
     @property
     def text(self) -> str:
@@ -549,6 +552,11 @@ def register_row(writer: TaskWriter | None) -> int:
         return 0
     width = writer.vectors[writer.cache_loops()[0]].width
     return width * writer.register_vectors * writer.register_lanes
+
+
+def lane_width(writer: TaskWriter) -> int:
+    """The widest vector `writer`'s row loops move a lane at a time (0: none moves vectors)."""
+    return max((vector.width for vector in writer.vectors.values()), default=0)
 
 
 def prepared(kernel: k.Kernel) -> k.Kernel:
@@ -594,7 +602,7 @@ def generate(kernel: k.Kernel, block_size: int = DEFAULT_BLOCK_SIZE, restrict: b
                       tuple(w.caches for w in writers), tuple(len(w.schedule.accumulators) for w in writers),
                       tuple(register_row(w) for w in writers), tuple(w.launch_schedule for w in writers),
                       tuple(w.function if w is not None else "" for w in warps),
-                      tuple(register_row(w) for w in warps))
+                      tuple(register_row(w) for w in warps), tuple(lane_width(w) for w in writers))
 
 
 def inner_outer_pairs(kernel: k.Kernel) -> list[tuple[str, str]]:

@@ -122,16 +122,20 @@ class CudaCompiledKernel(CompilesOnce):
         return module
 
 
-def lanes_for(row_length: int, block: int, warp_row: int = 0) -> int:
+def lanes_for(row_length: int, block: int, warp_row: int = 0, per_lane: int = 4) -> int:
     """Threads per row: enough that each does a few elements, a power of two up to a warp; for long
     rows the whole block, or one warp while the task's warp function holds the row in registers
     (`warp_row`: the longest it holds; cuda_plan.WARP_ROW_BYTES). A warp a row needs no barrier,
     keeps a whole row's loads in flight in each lane and 8 rows a block; the block is for rows
-    longer than a warp holds (each of its threads then holds at least a vector)."""
+    longer than a warp holds (each of its threads then holds at least a vector).
+
+    `per_lane`: the elements a lane moves at once (a vector of the row's loops: 4, or 8 of 2-byte
+    types). A row of 64 bfloat16 takes 8 lanes of one vector each: with 16, half of them would idle
+    in every vectorized loop while the other half did the row."""
     if row_length >= 1024:
         return WARP if WARP < block and row_length <= warp_row else block
     lanes = 1
-    while lanes < 32 and lanes * 4 < row_length:
+    while lanes < 32 and lanes * per_lane < row_length:
         lanes *= 2
     return lanes
 
@@ -152,6 +156,7 @@ class _TaskLaunch:
     warp_function: object = None
     warp_name: str = ""
     warp_register_row: int = 0
+    lane_width: int = 0  # the most elements a lane moves at once in the row's loops (0: no vectors)
 
     def shared_bytes(self, rows_per_block: int, row: int) -> int:
         """Dynamic shared memory for the row caches (each region rounded to 16 bytes)."""
@@ -208,10 +213,11 @@ class CudaExecutor:
             _TaskLaunch(t.name, module.functions[t.name], host_function(_bounds(t, schedule)),
                         bool(plan.loops), plan.coalesces, tuple(c.dtype.itemsize for c in caches),
                         tuple(c.position for c in caches), schedule, registers,
-                        module.functions[warp] if warp else None, warp, warp_registers)
-            for t, plan, caches, schedule, registers, warp, warp_registers in zip(
+                        module.functions[warp] if warp else None, warp, warp_registers, width)
+            for t, plan, caches, schedule, registers, warp, warp_registers, width in zip(
                 self.kernel.tasks, generated.lane_plans, generated.row_caches, generated.schedules,
-                generated.register_rows, generated.warp_functions, generated.warp_register_rows)]
+                generated.register_rows, generated.warp_functions, generated.warp_register_rows,
+                generated.lane_widths, strict=True)]
         for task in self.tasks:
             if task.cache_itemsizes or task.schedule.kind == "inner_outer":
                 for name in filter(None, (task.name, task.warp_name)):
@@ -344,7 +350,7 @@ class CudaExecutor:
         statistics over batch and pixels); else one (neighbouring threads on neighbouring rows)."""
         if not task.lane_loops or (not task.coalesces and rows >= self.max_grid * self.block):
             return 1
-        return lanes_for(row_length, self.block, task.warp_register_row)
+        return lanes_for(row_length, self.block, task.warp_register_row, max(4, task.lane_width))
 
     def _plan_grid_reduction(self, task: _TaskLaunch, extents: list[int], pointers: tuple[int, int]
                              ) -> PlannedLaunch:

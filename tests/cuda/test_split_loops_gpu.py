@@ -67,7 +67,11 @@ def tensor(shape, torch_dtype, seed: int, layout: str = "contiguous"):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape, layout", [
-    ((2, 64, 8, 128), "contiguous"),  # both halves 16 bytes at a time, a warp a row
+    ((2, 64, 8, 128), "contiguous"),  # both halves 16 bytes at a time, 8 (bfloat16) or 16 lanes a row
+    ((16, 2048, 32, 128), "contiguous"),  # the suite's shape: a million rows strided over the grid
+    ((3, 7, 5, 128), "contiguous"),  # 105 rows: the last of a block's rows past the end
+    ((2, 5, 3, 64), "contiguous"),  # halves of 32: 4 lanes a bfloat16 row
+    ((2, 5, 3, 16), "odd_stride"),  # halves of one 8-wide vector, a lane a bfloat16 row
     ((1, 3, 2, 2048), "contiguous"),  # rows of 2048: the whole block on a row
     ((2, 5, 3, 128), "odd_stride"),  # rows of one block on both paths
     ((2, 5, 3, 128), "offset"),  # no row aligned: the element path throughout
