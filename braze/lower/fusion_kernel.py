@@ -20,7 +20,7 @@ from braze.lower import random as _random  # noqa: F401  (registers rand/randn)
 from braze.lower.scope import ScopeStack
 from braze.lower.strips import strip_task
 from braze.lower.tiles import tile_task
-from braze.lower.values import INDEX, ValueEmitter, cast, index_op
+from braze.lower.values import INDEX, RowAxes, ValueEmitter, cast, index_op
 
 if TYPE_CHECKING:
     from braze.schedule.loops import ScheduledLoops
@@ -55,20 +55,15 @@ def _task_for(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, loops: Sche
         return k.Task(name, "serial", tuple(scopes.pop().stmts))
     # Without a vectorized loop the task's range covers every axis: that axis itself when it is the
     # only one, else all of them merged (decomposed below, with no loop inside).
+    if len(loops.row_axes) > 1:
+        return _row_task(em, tv, param, loops, name)
     merged = not loops.vectorized and len(order) > 1
     outer, inner = (list(loops.parallel_axes) if loops.vectorized or merged else []), order[-1]
     task_var = scopes.fresh("p", em.index)
     task_scope = scopes.push("task", {task_var})
     iterates = [not d.is_broadcast for d in tv.visible]  # a size-1 dimension never repeats work
     idx: list[k.Expr | None] = [None] * tv.ndim
-    rest = task_var
-    for n, axis in enumerate(reversed(outer)):  # decompose the flat task index, innermost first
-        position = scopes.fresh("i", em.index)
-        outermost = n == len(outer) - 1
-        scopes.emit(k.Let(position, rest if outermost else index_op("remainder", rest, extents[axis])))
-        task_scope.iteration |= {position} if iterates[axis] else set()
-        idx[axis] = position
-        rest = index_op("floordiv", rest, extents[axis])
+    _decompose(em, task_var, outer, extents, idx, task_scope.iteration, iterates)
     if merged:
         if outer == list(range(tv.ndim)):  # a reshape flattening these indices again gets the task index
             em.flat_of[(tuple(idx), tuple(extents))] = task_var
@@ -91,6 +86,73 @@ def _task_for(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, loops: Sche
         for axis in outer:
             end = index_op("mul", end, extents[axis])
     return k.Task(name, "range_for", tuple(scopes.pop().stmts), task_var, em.zero, end)
+
+
+def _row_task(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, loops: ScheduledLoops, name: str) -> k.Task:
+    """A task whose row loop spans several trailing axes (schedule/rows.py): its index decomposed into
+    the outer axes, a loop `j` over the product of the row's extents, and each row axis's index
+    decomposed from `j`. A row-major tensor indexed by exactly those indices is read (and the output
+    written) at `j` itself (ValueEmitter.row_index), so those divisions are left unused."""
+    scopes, extents, rows = em.scopes, em.shape(tv), loops.row_axes
+    task_var = scopes.fresh("p", em.index)
+    task_scope = scopes.push("task", {task_var})
+    iterates = [not d.is_broadcast for d in tv.visible]  # a size-1 dimension never repeats work
+    idx: list[k.Expr | None] = [None] * tv.ndim
+    _decompose(em, task_var, list(loops.parallel_axes), extents, idx, task_scope.iteration, iterates)
+    j = scopes.fresh("j", em.index)
+    row_scope = scopes.push("element", {j})
+    row_scope.iteration |= {j} if any(iterates[a] for a in rows) else set()
+    _decompose(em, j, list(rows), extents, idx, row_scope.iteration, iterates)
+    em.row = RowAxes(tuple(idx[a] for a in rows), j, tuple(extents[a] for a in rows))
+    written = em.row_index(tv, tuple(idx), row_major=tv.has_default_allocation)
+    scopes.emit(k.Store(param, written, cast(em.value(tv, tuple(idx)), tv.dtype)))
+    row_end, end = em.one, em.one
+    for axis in rows:
+        row_end = index_op("mul", row_end, extents[axis])
+    for axis in loops.parallel_axes:
+        end = index_op("mul", end, extents[axis])
+    body = _without_unread(scopes.pop().stmts, set(em.row.positions))
+    scopes.emit(k.For(j, em.zero, row_end, body, vectorize=True))
+    em.row = None
+    return k.Task(name, "range_for", tuple(scopes.pop().stmts), task_var, em.zero, end)
+
+
+def _decompose(em: ValueEmitter, flat: k.Var, axes: list[int], extents: list[k.Expr], idx: list,
+               iteration: set, iterates: list[bool]) -> None:
+    """Binds the index of each of `axes` (outer first) to its digit of `flat` over their extents."""
+    rest: k.Expr = flat
+    for n, axis in enumerate(reversed(axes)):  # innermost first
+        position = em.scopes.fresh("i", em.index)
+        outermost = n == len(axes) - 1
+        em.scopes.emit(k.Let(position, rest if outermost else index_op("remainder", rest, extents[axis])))
+        iteration |= {position} if iterates[axis] else set()
+        idx[axis] = position
+        rest = index_op("floordiv", rest, extents[axis])
+
+
+def _without_unread(stmts: list[k.Stmt], candidates: set[k.Var]) -> tuple[k.Stmt, ...]:
+    """`stmts` less the `Let`s of `candidates` that no other statement reads (a row axis's index that
+    every access reads through the row position instead)."""
+    read: set[k.Var] = set()
+    seen: set[int] = set()
+
+    def visit(node) -> None:  # Kernel IR is a DAG: each node once
+        if isinstance(node, tuple):
+            for child in node:
+                visit(child)
+            return
+        if not isinstance(node, (k.Expr, k.Stmt)) or id(node) in seen:
+            return
+        seen.add(id(node))
+        if isinstance(node, k.Var):
+            read.add(node)
+        for field in getattr(node, "__dataclass_fields__", {}):
+            visit(getattr(node, field))
+
+    kept = [s for s in stmts if not (isinstance(s, k.Let) and s.var in candidates)]
+    for stmt in kept:
+        visit(stmt)
+    return tuple(s for s in stmts if not (isinstance(s, k.Let) and s.var in candidates - read))
 
 
 def lower(fusion: FusionGraph, writes: Sequence[TensorView], scheduled: dict[int, ScheduledLoops],

@@ -10,6 +10,7 @@ raises `NeedsCut`: the segmenter then materializes it as an intermediate tensor.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from braze import dtypes as dt
 from braze.ir.scalar import Scalar
@@ -37,6 +38,21 @@ _SCALAR_OPS = {"+": "add", "-": "sub", "*": "mul", "//": "floordiv", "%": "remai
                "max": "maximum"}
 
 
+@dataclass(frozen=True)
+class RowAxes:
+    """A row over several trailing axes: their indices (outer first), each decomposed from the row
+    position, that position, and their extents."""
+
+    positions: tuple[k.Var, ...]
+    position: k.Var
+    extents: tuple[k.Expr, ...]
+
+    def spans(self, idx: tuple[k.Expr, ...], extents) -> bool:
+        """Whether indices `idx` over `extents` are the row's: the same indices over the same extents
+        (the outermost aside: its index is in range either way), so their flat index is the position."""
+        return idx == self.positions and tuple(extents[1:]) == self.extents[1:]
+
+
 class ValueEmitter:
     """Emits values of one segment's tensors into a stack of scopes."""
 
@@ -55,6 +71,33 @@ class ValueEmitter:
         # Both directions hold for indices in range, as every index a reshape builds is.
         self.flat_of: dict[tuple, k.Expr] = {}
         self.split_of: dict[tuple, tuple[k.Expr, ...]] = {}
+        # While a task whose rows span several axes is lowered (fusion_kernel._row_task): the indices
+        # of those axes (outer first), each decomposed from the row position, that position, and the
+        # extents of those axes.
+        self.row: RowAxes | None = None
+
+    def row_index(self, tv: TensorView, idx: tuple[k.Expr, ...], row_major: bool | None = None) -> tuple[k.Expr, ...]:
+        """`idx` with the row's axes read at the row position: (..., 0, j) for (..., i_h, i_w) when
+        `tv`'s trailing indices are exactly the row's, over the same extents (a slice's input is wider),
+        and it is laid out row-major (`row_major`; by default what the parameters say of a tensor
+        read), so its element (..., h, w) sits at (..., 0, h * W + w) = (..., 0, j). Else `idx`
+        unchanged, which is exact too."""
+        rest = tv.ndim - len(self.row.positions) if self.row is not None else -1
+        if rest < 0 or not self.row.spans(idx[rest:], self.shape(tv)[rest:]):
+            return idx
+        if not (self._row_major(tv) if row_major is None else row_major):
+            return idx
+        return idx[:rest] + (self.zero,) * (len(self.row.positions) - 1) + (self.row.position,)
+
+    def _row_major(self, tv: TensorView) -> bool:
+        """Whether a tensor read sits row-major: written by an earlier task in its default allocation, or
+        an input dense at this signature whose last stride is 1."""
+        source = self.params.readable(tv)
+        if not isinstance(source, k.ArrayParam):
+            return False
+        if id(tv) in self.params.written:
+            return tv.has_default_allocation
+        return id(tv) in self.params.dense and source.static_stride(tv.ndim - 1) == 1
 
     def const(self, value: int) -> k.Const:
         """An index constant."""
@@ -95,7 +138,7 @@ class ValueEmitter:
             return cast(self.extent(tv.value), tv.dtype)
         source = self.params.readable(tv)
         if source is not None:
-            return k.ScalarRef(source) if isinstance(source, k.ScalarParam) else k.Load(source, idx)
+            return k.ScalarRef(source) if isinstance(source, k.ScalarParam) else k.Load(source, self.row_index(tv, idx))
         expr = tv.definition
         category = lookup(expr.op).category
         if category == "elementwise":
@@ -166,9 +209,16 @@ def _linear(em: ValueEmitter, idx: tuple[k.Expr, ...], shape: list[k.Expr]) -> k
     found = em.flat_of.get((idx, tuple(shape)))
     if found is not None:
         return found
-    flat = em.zero
-    for i, n in zip(idx, shape):
-        flat = index_op("add", index_op("mul", flat, n), i)
+    flat, axis = em.zero, 0
+    span = len(em.row.positions) if em.row is not None else 0
+    while axis < len(idx):
+        if span and em.row.spans(idx[axis: axis + span], shape[axis: axis + span]):
+            # The row's indices, decomposed from the row position: their flat index is the position.
+            for n in shape[axis: axis + span]:
+                flat = index_op("mul", flat, n)
+            flat, axis = index_op("add", flat, em.row.position), axis + span
+            continue
+        flat, axis = index_op("add", index_op("mul", flat, shape[axis]), idx[axis]), axis + 1
     em.split_of[(flat, tuple(shape))] = idx
     return flat
 

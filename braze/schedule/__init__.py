@@ -20,6 +20,7 @@ from braze.ir.fusion import AliasKind, FusionGraph
 from braze.ir.tensor import TensorView
 from braze.ops.table import lookup
 from braze.schedule.loops import TILE, ScheduledLoops, schedule_loops, schedule_strips, schedule_tiles
+from braze.schedule.rows import row_axes
 from braze.schedule.transpose import ReadLayouts, transposed_reads
 
 # Ops through which a dimension keeps its position (so a broadcast dimension can be traced).
@@ -46,6 +47,7 @@ class Heuristics:
     vectorize: bool = True
     serial: tuple[int, ...] = ()  # outer_normalization: the axes each task walks whole (a reduction's)
     tile: int = 0  # transpose: the rows and columns of a tile (of the two innermost axes of loop_order)
+    row_axes: int = 1  # pointwise: the trailing axes of loop_order merged into each task index's row (rows.py)
 
 
 @dataclass(frozen=True)
@@ -128,7 +130,10 @@ def heuristics_for(tv: TensorView, gpu: bool = False, cpu: bool = False, reads: 
     On a GPU, a task whose reductions are all among the tensors earlier tasks write (`reads.written`:
     group_norm's and batch_norm's normalization, reading statistics another task computed) is
     pointwise: its rows are the innermost axis, read 16 bytes at a time, whatever axes the statistics
-    were broadcast along."""
+    were broadcast along.
+
+    On both, a pointwise task's rows may span several trailing axes (`rows.row_axes`: per-channel
+    statistics broadcast along H and W give rows of H * W)."""
     read = reads.written if gpu and reads is not None else frozenset()
     cone = _cone(tv, read)
     if not any(_is_reduction(t) for t in cone if id(t) not in read):
@@ -150,7 +155,8 @@ def heuristics_for(tv: TensorView, gpu: bool = False, cpu: bool = False, reads: 
         rest = tuple(i for i in range(tv.ndim - 1) if i not in inner)
         return Heuristics(f"outer_{scheduler}", rest + serial + (tv.ndim - 1,), vectorize, serial)
     order = tuple(i for i in range(tv.ndim) if i not in inner) + tuple(sorted(inner))
-    return Heuristics(scheduler, order, vectorize)
+    rows = row_axes(tv, reads, cone) if (cpu or gpu) and scheduler == "pointwise" and reads is not None else 1
+    return Heuristics(scheduler, order, vectorize, row_axes=rows)
 
 
 def _tiles(tv: TensorView, order: tuple[int, ...], gpu: bool, reads: ReadLayouts) -> Heuristics | None:
@@ -198,7 +204,7 @@ def _loops_for(tv: TensorView, h: Heuristics) -> ScheduledLoops:
         return schedule_strips(tv, h.loop_order, len(h.serial))
     if h.scheduler == "transpose":
         return schedule_tiles(tv, h.loop_order, h.tile)
-    return schedule_loops(tv, h.loop_order, h.vectorize)
+    return schedule_loops(tv, h.loop_order, h.vectorize, h.row_axes)
 
 
 def outputs_needing_kernels(fusion: FusionGraph, views_on_host: bool = True) -> list[TensorView]:
@@ -212,17 +218,18 @@ def outputs_needing_kernels(fusion: FusionGraph, views_on_host: bool = True) -> 
 
 
 def plan(fusion: FusionGraph, cuts: set[int], views_on_host: bool = True, gpu: bool = False, cpu: bool = False,
-         unit_axes: dict[int, int | None] | None = None) -> Plan:
+         unit_axes: dict[int, int | None] | None = None, dense: frozenset[int] = frozenset()) -> Plan:
     """Tasks for the cut intermediates (in definition order) and then for the outputs: scheduled for
     a GPU with `gpu`; with `cpu`, outer reductions and normalizations take the CPU's column strips.
-    `unit_axes`: the unit-stride axis of each input (by id) at this signature (see ReadLayouts)."""
+    `unit_axes`: the unit-stride axis of each input (by id) at this signature, `dense`: the inputs (ids)
+    whose elements sit at their flat index (see ReadLayouts)."""
     outputs = outputs_needing_kernels(fusion, views_on_host)
     output_ids = {id(t) for t in outputs}
     cut_tensors = [out for e in fusion.exprs for out in e.outputs if id(out) in cuts and id(out) not in output_ids]
     position = {id(out): n for n, e in enumerate(fusion.exprs) for out in e.outputs}
     # Producers first, so a later task reads what an earlier one wrote instead of recomputing it.
     writes = tuple(sorted(cut_tensors + outputs, key=lambda t: position.get(id(t), -1)))
-    heuristics = tuple(heuristics_for(tv, gpu, cpu, ReadLayouts(unit_axes or {}, frozenset(map(id, writes[:n]))))
+    heuristics = tuple(heuristics_for(tv, gpu, cpu, ReadLayouts(unit_axes or {}, frozenset(map(id, writes[:n])), dense))
                        for n, tv in enumerate(writes))
     return Plan(writes, heuristics, tuple(_loops_for(tv, h) for tv, h in zip(writes, heuristics)))
 

@@ -67,6 +67,11 @@ class ScheduledLoops:
         return next((t for t in self.transforms if isinstance(t, Split)), None) if self.strip_capacity else None
 
     @property
+    def row_axes(self) -> tuple[int, ...]:
+        """The axes the vectorized row loop walks (merged, outer first); none without one."""
+        return self._axes(self.domain[-1:]) if self.vectorized else ()
+
+    @property
     def serial_axes(self) -> tuple[int, ...]:
         """Column strips: the axes each task walks whole, between the parallel and the strip's loop."""
         return self._axes(self.domain[1:-1]) if self.strip is not None else ()
@@ -153,9 +158,11 @@ def schedule_tiles(tv: TensorView, loop_order: tuple[int, ...], tile: int = TILE
     return ScheduledLoops(roots, domain, tuple(transforms), tile=tile)
 
 
-def schedule_loops(tv: TensorView, loop_order: tuple[int, ...], vectorize: bool = True) -> ScheduledLoops:
+def schedule_loops(tv: TensorView, loop_order: tuple[int, ...], vectorize: bool = True, row_axes: int = 1
+                   ) -> ScheduledLoops:
     """Applies a loop order to fresh dimensions of `tv`: reorder, merge the outer ones (all of them
-    without `vectorize`), parallelize."""
+    without `vectorize`), parallelize. With `vectorize`, the last `row_axes` of the loop order are
+    merged into the one vectorized row loop (schedule/rows.py says when)."""
     roots = tuple(d.clone() for d in tv.visible)
     transforms: list[Reorder | Merge] = []
     if not roots:
@@ -163,7 +170,12 @@ def schedule_loops(tv: TensorView, loop_order: tuple[int, ...], vectorize: bool 
     positions = {axis: n for n, axis in enumerate(loop_order)}
     transforms.append(Reorder(tuple(positions[axis] for axis in range(len(roots)))))
     loop = [roots[axis] for axis in loop_order]
-    while len(loop) > (2 if vectorize else 1):  # one parallel dimension over every axis but the innermost
+    while vectorize and row_axes > 1 and len(loop) > 2:  # the row: the innermost axes merged, outer first
+        merged = merge(loop[-row_axes], loop[-row_axes + 1])
+        transforms.append(merged)
+        loop[-row_axes:-row_axes + 2 or None] = [merged.out]
+        row_axes -= 1
+    while len(loop) > (2 if vectorize else 1):  # one parallel dimension over every axis but the row
         merged = merge(loop[0], loop[1])
         transforms.append(merged)
         loop[:2] = [merged.out]

@@ -31,6 +31,7 @@ class ReadLayouts:
 
     unit_axes: dict[int, int | None] = field(default_factory=dict)  # id of an input -> axis (None: no unit stride)
     written: frozenset[int] = frozenset()  # ids of the tensors earlier tasks wrote
+    dense: frozenset[int] = frozenset()  # ids of the inputs whose elements sit at their flat index
 
     def is_read(self, tv: TensorView) -> bool:
         return tv.definition is None and tv.scalar is None or id(tv) in self.written
@@ -41,6 +42,15 @@ class ReadLayouts:
         if tv.stride_order is not None:
             return tv.stride_order.index(0)
         return tv.ndim - 1 if tv.has_default_allocation and tv.ndim else None
+
+    def row_major(self, tv: TensorView) -> bool:
+        """Whether element (i0, ..., in) of a tensor read sits at its flat index times the unit stride
+        of its last axis that is not broadcast: an input dense at this signature with that stride 1,
+        or a tensor an earlier task wrote in its default allocation."""
+        if id(tv) in self.written:
+            return tv.has_default_allocation
+        walked = [axis for axis, d in enumerate(tv.visible) if not d.is_broadcast]
+        return id(tv) in self.dense and bool(walked) and self.unit_axes.get(id(tv)) == walked[-1]
 
 
 # For each view op: the axes of input `n` as axes of the op's output (None: an axis the output lacks).

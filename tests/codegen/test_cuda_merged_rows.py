@@ -1,0 +1,57 @@
+"""The CUDA of batch_norm's and group_norm's normalization at the suite's GPU definitions (no GPU
+needed): one row loop over H * W a task index (rows of (n, c)), read and written 4 wide at the row
+position with no division per element; NVRTC compiles it."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from braze import engine
+from braze.cli.bench.cases import CASES
+from braze.cli.bench.check import build_fusion
+from braze.codegen.cuda import with_prelude
+from braze.runtime import nvrtc
+
+# The normalization task of each case and the extents of its rows: (n, c) over the task, H * W the row.
+TASKS = {"batch_norm": ("batch_norm_t2_", "bz_mul(T0_s0, T0_s1)"),
+         "group_norm": ("group_norm_t2_", "bz_mul(T0_s0, 512)")}
+
+
+def suite_source(name: str):
+    """The CUDA of the case as the suite defines it at its GPU shape, for small inputs of one signature
+    (extents are symbolic but for group_norm's channels; the index type is int32 at both sizes)."""
+    case = next(c for c in CASES if c.name == name)
+    shape = case.shape("gpu")
+    arrays = case.inputs(np.random.default_rng(0), (2, shape[1], 5, 7), np.float32)
+    return engine.cuda_source(build_fusion(case, shape), arrays)
+
+
+def function(source, prefix: str) -> str:
+    parts = source.body.split('extern "C" __global__ void ')[1:]
+    (found,) = [part for part in parts if part.split("\n", 1)[1].lstrip().startswith(prefix)]
+    return found
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_normalization_rows_span_h_and_w(name):
+    prefix, rows = TASKS[name]
+    text = function(suite_source(name), prefix)
+    assert f"task_end = {rows};" in text
+    vector_loops = re.findall(r"for \(int (j\w*) = 4 \* lane; \1 < bz_mul\(T0_s2, T0_s3\);", text)
+    assert len(vector_loops) == 1, text
+    (j,) = vector_loops
+    assert re.search(rf"float4 \w+ = \*reinterpret_cast<const float4\*>\(&T0_\[[^\]]*\b{j}\b[^\]]*\]\)", text), text
+    assert re.search(rf"\*reinterpret_cast<float4\*>\(&T\d+_\[[^\]]*\b{j}\b[^\]]*\]\) = ", text), text
+    # No element index decomposed from the row position: H and W are read through it.
+    assert not re.search(r"bz_(floordiv|remainder)\(j", text), text
+    scalar_loops = re.findall(r"for \(int (j\w*) = 0 \+ lane; \1 < bz_mul\(T0_s2, T0_s3\);", text)
+    assert len(scalar_loops) == 1, text  # the copy for rows that are not 16-byte aligned
+
+
+@pytest.mark.skipif(not nvrtc.available(), reason="NVRTC is not installed")
+def test_normalization_rows_compile_with_nvrtc():
+    bodies = [suite_source(name).body for name in TASKS]
+    nvrtc.compile_ptx(with_prelude("\n".join(bodies)), "merged_rows", "sm_90")
