@@ -156,10 +156,17 @@ template <typename T, typename F> BZ_D T bz_float_to_int(F x) {
 
 // float32 -> bfloat16 bits, rounding to nearest even; a NaN stays a quiet NaN with its payload's top
 // bits (as NumPy's ml_dtypes and the LLVM backend give it, where CUDA's conversion gives 0x7fff).
+// From sm_80 on, one conversion instruction rounds (a select keeps the NaN's bits): the integer
+// rounding takes six, and bfloat16 fusions that round twice an element were bound by them.
 BZ_D unsigned short bz_float_to_bf16_bits(float x) {
   unsigned bits = __float_as_uint(x);
-  if (x != x) return (unsigned short)((bits >> 16) | 0x40);
-  return (unsigned short)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+  const unsigned short nan = (unsigned short)((bits >> 16) | 0x40);
+#if defined(__CUDA_BF16_H__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned short rounded = __bfloat16_as_ushort(__float2bfloat16_rn(x));
+#else
+  const unsigned short rounded = (unsigned short)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+#endif
+  return x != x ? nan : rounded;
 }
 
 // Four neighbouring elements moved as one access (float4 and int4 are CUDA's own); eight of a type
