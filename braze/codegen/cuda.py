@@ -136,6 +136,8 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter):
         # whose rows must all reach the blocks' combine.
         self.register_vectors = register_row_vectors(self.caches, self.vectors, warp) \
             if self.schedule.kind == "rows" else 0
+        # A task one index a thread that moves vectors instead: its body as a loop (write_thread_vectors).
+        self.thread_vector = self.plan_thread_vector()
         self.guarded: set[k.Var] = set()  # grid_rows: accumulators a row adds to once (emit_assign)
         self.register_index = ""  # in a register-row loop: its iteration counter
         self.in_registers = False  # writing the register-row copy of a row (body_with_register_row)
@@ -273,10 +275,18 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter):
                 and not any(isinstance(s, k.Sync) for s in walk(self.task.body)))
 
     def write_thread_rows(self) -> None:
-        """A plain grid-stride loop, one row per thread: no clamped rows, no lane test per store."""
+        """A plain grid-stride loop, one row per thread: no clamped rows, no lane test per store.
+        After a task's vectors (write_thread_vectors), the rows they left, counted from where they
+        start so the index stays in range however far that is."""
         t, ix = self.task, self.index
-        self.line(f"for ({ix} row = task_begin + ({ix})blockIdx.x * blockDim.x + threadIdx.x; row < task_end;")
-        self.line(f"     row += ({ix})gridDim.x * blockDim.x) {{")
+        if self.thread_vector is None:
+            self.line(f"for ({ix} row = task_begin + ({ix})blockIdx.x * blockDim.x + threadIdx.x; row < task_end;")
+            self.line(f"     row += ({ix})gridDim.x * blockDim.x) {{")
+        else:
+            rest = self.write_thread_vectors()
+            self.line(f"for ({ix} bz_row = ({ix})blockIdx.x * blockDim.x + threadIdx.x; bz_row < task_end - {rest};")
+            self.line(f"     bz_row += ({ix})gridDim.x * blockDim.x) {{")
+            self.line(f"  const {ix} row = {rest} + bz_row;")
         self.depth += 1
         self.line("const bool active = true;")
         self.line("const int lane = 0;")
@@ -325,9 +335,10 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter):
                 continue
             ty = c_type(p.dtype)
             if isinstance(p, k.ArrayParam):
-                read_only = p.name not in self.written
-                qualifiers = "const " if read_only else ""
-                restrict = " __restrict__" if read_only and self.restrict else ""
+                qualifiers = "const " if p.name not in self.written else ""
+                # With no two arrays sharing memory, written arrays are restrict too: a store to one
+                # then does not force reading the others again.
+                restrict = " __restrict__" if self.restrict else ""
                 data = self.field(p, "data")
                 self.line(f"{qualifiers}{ty}*{restrict} const {self.pointer(p)} = ({qualifiers}{ty}*){data};")
             else:
@@ -535,6 +546,8 @@ class CudaSource:
     # Per task: the most elements a lane moves at once in its row's loops (0: no vectorized loop),
     # so a short row gets only the lanes its vectors keep busy (runtime/cuda_kernel.py, lanes_for).
     lane_widths: tuple[int, ...] = ()
+    # Per task: the indices a thread moves at a time (cuda_rows.write_thread_vectors; 1: one).
+    thread_vector_widths: tuple[int, ...] = ()
 
     @property
     def text(self) -> str:
@@ -557,6 +570,11 @@ def register_row(writer: TaskWriter | None) -> int:
 def lane_width(writer: TaskWriter) -> int:
     """The widest vector `writer`'s row loops move a lane at a time (0: none moves vectors)."""
     return max((vector.width for vector in writer.vectors.values()), default=0)
+
+
+def thread_vector_width(writer: TaskWriter) -> int:
+    """The indices a thread of `writer`'s task moves at a time where its arrays are aligned."""
+    return writer.vectors[id(writer.thread_vector)].width if writer.thread_vector is not None else 1
 
 
 def prepared(kernel: k.Kernel) -> k.Kernel:
@@ -591,8 +609,9 @@ def task_writers(kernel: k.Kernel, block_size: int = DEFAULT_BLOCK_SIZE,
 
 
 def generate(kernel: k.Kernel, block_size: int = DEFAULT_BLOCK_SIZE, restrict: bool = False) -> CudaSource:
-    """CUDA C++ for `kernel`. `restrict`: arrays a kernel only reads alias nothing it writes
-    (true of fusions, whose outputs are fresh buffers)."""
+    """CUDA C++ for `kernel`. `restrict`: no two of its arrays share memory where one is written
+    (true of fusions on a GPU: outputs and temporaries are fresh buffers, and an output that reuses
+    an input's buffer is copied into it after the launch)."""
     pairs = task_writers(kernel, block_size, restrict)
     writers, warps = [w for w, _ in pairs], [warp for _, warp in pairs]
     functions = writers + [w for w in warps if w is not None]
@@ -602,7 +621,8 @@ def generate(kernel: k.Kernel, block_size: int = DEFAULT_BLOCK_SIZE, restrict: b
                       tuple(w.caches for w in writers), tuple(len(w.schedule.accumulators) for w in writers),
                       tuple(register_row(w) for w in writers), tuple(w.launch_schedule for w in writers),
                       tuple(w.function if w is not None else "" for w in warps),
-                      tuple(register_row(w) for w in warps), tuple(lane_width(w) for w in writers))
+                      tuple(register_row(w) for w in warps), tuple(lane_width(w) for w in writers),
+                      tuple(thread_vector_width(w) for w in writers))
 
 
 def inner_outer_pairs(kernel: k.Kernel) -> list[tuple[str, str]]:

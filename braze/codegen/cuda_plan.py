@@ -751,6 +751,30 @@ def vector_accesses(loop: k.For) -> VectorAccesses | None:
     return VectorAccesses(tuple(loads), tuple(stores))
 
 
+def thread_vectors(task: k.Task) -> tuple[k.For, VectorAccesses] | None:
+    """For a task run one index a thread (cuda.TaskWriter.one_thread_per_row), its body as a loop
+    over the task's range and that loop's vector accesses (widened as vector_width decides), when a
+    thread may take `width` neighbouring indices at a time as a lane loop's vectors do
+    (cuda_rows.RowLoopWriter.write_thread_vectors); else None. Every store must move along the
+    index; no array may be both read and written, since a vector's loads are all issued before any
+    of its indices' statements run; and no random words, which cuda_random draws per index here."""
+    if task.kind != "range_for" or task.var is None:
+        return None
+    loop = k.For(task.var, task.begin, task.end, task.body)
+    vector = vector_accesses(loop)
+    if vector is None:
+        return None
+    stores = [s for s in walk(task.body) if isinstance(s, (k.Store, k.AtomicRMW))]
+    written = [s.param.name for s in stores]
+    reads = [e for s in walk(task.body) for x in exprs_of(s) for e in sub_exprs(x)]
+    loaded = {e.param.name for e in reads if isinstance(e, k.Load)}
+    if len(stores) != len(vector.stores) or len(set(written)) != len(written) or set(written) & loaded:
+        return None
+    if any(isinstance(e, k.Philox) for e in reads):
+        return None
+    return loop, dataclasses.replace(vector, width=vector_width([vector]))
+
+
 def plan_lanes(task: k.Task) -> LanePlan:
     loops = [s for s in task.body if isinstance(s, k.For)]
     if loops and stored_rows(task) is None:  # a lane could read back what another stored

@@ -21,6 +21,7 @@ from braze.codegen.cuda_plan import (
     replace_var_in_access,
     row_cache_key,
     sub_exprs,
+    thread_vectors,
     unconditional_loads,
     vector_accesses,
     vector_alignment,
@@ -118,13 +119,18 @@ class RowLoopWriter:
         """The vector conditions of these loops: lengths that the width divides, aligned row starts."""
         terms = []
         for other in together:
-            vector = self.vectors[id(other)]
-            terms.append(f"(({self.trip_count(other)}) % {vector.width} == 0)")
-            for access in (*vector.loads, *vector.stores):
-                start = tuple(self.inlined(i) for i in replace_var_in_access(access, other.var, other.begin))
-                address = f"&{self.pointer(access.param)}[{self.offset(access.param, start)}]"
-                mask = vector_alignment(access.param.dtype, vector.width) - 1
-                terms.append(f"((reinterpret_cast<unsigned long long>({address}) & {mask}) == 0)")
+            terms.append(f"(({self.trip_count(other)}) % {self.vectors[id(other)].width} == 0)")
+            terms += self.alignment_terms(other)
+        return terms
+
+    def alignment_terms(self, loop: k.For) -> list[str]:
+        """Every vector access of the loop aligned to its vector at the loop's first index."""
+        vector, terms = self.vectors[id(loop)], []
+        for access in (*vector.loads, *vector.stores):
+            start = tuple(self.inlined(i) for i in replace_var_in_access(access, loop.var, loop.begin))
+            address = f"&{self.pointer(access.param)}[{self.offset(access.param, start)}]"
+            mask = vector_alignment(access.param.dtype, vector.width) - 1
+            terms.append(f"((reinterpret_cast<unsigned long long>({address}) & {mask}) == 0)")
         return terms
 
     def trip_count(self, loop: k.For) -> str:
@@ -306,6 +312,14 @@ class RowLoopWriter:
                       f"{base.name} < {self.expr(loop.end)}; "
                       f"{base.name} += {step} * lanes32) {{")
         self.depth += 1
+        self.emit_vector_step(loop, vector, base, read)
+        self.depth -= 1
+        self.line("}")
+
+    def emit_vector_step(self, loop: k.For, vector: VectorAccesses, base: k.Var, read: list[k.Load]) -> None:
+        """One iteration of a vector loop: the `width` elements from `base` on, as one vector load
+        per array read (`read`), each element's statements, one vector store per array written."""
+        v, width = loop.var.name, vector.width
         self.loop_depth += 1
         values = self.vector_values(loop, base)
         names = {}
@@ -355,8 +369,50 @@ class RowLoopWriter:
             for n in self.stored_caches(loop, store):
                 self.cached_line(f"{self.cache_slot(n, ty, base)} = {stores[id(store)]};")
         self.loop_depth -= 1
+
+    # --- tasks one index a thread, `width` neighbouring indices at a time ------------------------
+    def plan_thread_vector(self) -> k.For | None:
+        """The task's body as a loop whose vectors each thread moves (cuda_plan.thread_vectors), its
+        accesses entered in `vectors`; None for a task that keeps one index a thread."""
+        if self.warp or self.inner_outer or self.fold_of or self.schedule.kind != "rows" \
+                or not self.one_thread_per_row():
+            return None
+        found = thread_vectors(self.task)
+        if found is None or self.task.var.dtype != self.kernel.index_type:
+            return None
+        loop, vector = found
+        self.vectors[id(loop)] = vector
+        return loop
+
+    def write_thread_vectors(self) -> str:
+        """A task run one index a thread whose body moves vectors (cuda_plan.thread_vectors): each
+        thread takes `width` neighbouring indices at a time, one 16-byte load per array it reads
+        (four floats in flight per array, not one), where every array it moves along the index is
+        aligned to a vector at the task's first index: tested once, since every vector then starts
+        a multiple of `width` indices on. Returns the first index left for the loop of one index a
+        thread (cuda.TaskWriter.write_thread_rows): those after the last whole vector, or all of
+        them where an array is misaligned. The grid stride counts vectors: a thread's last step
+        past the end stays within the index type however long the task."""
+        loop, ix = self.thread_vector, self.index
+        vector = self.vectors[id(loop)]
+        width = vector.width
+        aligned = list(dict.fromkeys(self.alignment_terms(loop)))
+        self.line(f"const bool bz_aligned = {aligned[0]}")
+        for term in aligned[1:]:
+            self.line(f"    && {term}")
+        self.lines[-1] += ";"
+        self.line(f"const {ix} bz_vectors = bz_aligned ? (task_end - task_begin) / {width} : 0;")
+        self.line(f"for ({ix} bz_vector = ({ix})blockIdx.x * blockDim.x + threadIdx.x; bz_vector < bz_vectors;")
+        self.line(f"     bz_vector += ({ix})gridDim.x * blockDim.x) {{")
+        self.depth += 1
+        base = k.Var(f"{loop.var.name}_{width}", loop.var.dtype)
+        self.line(f"const {ix} {base.name} = task_begin + {self.index_literal(width)} * bz_vector;")
+        self.line("const bool active = true;")
+        self.emit_vector_step(loop, vector, base, self.read_loads(loop, vector))
         self.depth -= 1
         self.line("}")
+        self.line(f"const {ix} bz_rest = task_begin + {self.index_literal(width)} * bz_vectors;")
+        return "bz_rest"
 
     def philox_words(self, loop: k.For, base: k.Var, skip: set[k.Expr]) -> dict[k.Philox, str]:
         """Each run of four random words the iteration draws (cuda_random), computed once: the Philox

@@ -36,7 +36,7 @@ MAX_GRID = 2**31 - 1  # blocks of a launch (grid x)
 # Elements a thread of a pointwise task takes once the problem outgrows the resident blocks: a grid
 # of that many blocks keeps more loads in flight than resident blocks looping over the problem
 # (relu(x*y+z) on 64M float32 on an H100: 2971 GB/s at 4 a thread, 2949 at 1, 2859 resident;
-# benchmarks/pointwise_grid.py).
+# benchmarks/pointwise_grid.py). A task whose threads move vectors of 4 or 8 takes one vector a thread.
 POINTWISE_ELEMENTS_PER_THREAD = 4
 # Outer reductions: neighbouring columns a block owns (a warp's loads of a row: 128 bytes of float32).
 COLUMNS_PER_BLOCK = 32
@@ -157,6 +157,9 @@ class _TaskLaunch:
     warp_name: str = ""
     warp_register_row: int = 0
     lane_width: int = 0  # the most elements a lane moves at once in the row's loops (0: no vectors)
+    # Indices a thread moves at a time where the arrays are aligned (codegen/cuda_rows.py,
+    # write_thread_vectors); 1 for a task of one index a thread.
+    vector_width: int = 1
 
     def shared_bytes(self, rows_per_block: int, row: int) -> int:
         """Dynamic shared memory for the row caches (each region rounded to 16 bytes)."""
@@ -213,11 +216,11 @@ class CudaExecutor:
             _TaskLaunch(t.name, module.functions[t.name], host_function(_bounds(t, schedule)),
                         bool(plan.loops), plan.coalesces, tuple(c.dtype.itemsize for c in caches),
                         tuple(c.position for c in caches), schedule, registers,
-                        module.functions[warp] if warp else None, warp, warp_registers, width)
-            for t, plan, caches, schedule, registers, warp, warp_registers, width in zip(
+                        module.functions[warp] if warp else None, warp, warp_registers, width, thread_width)
+            for t, plan, caches, schedule, registers, warp, warp_registers, width, thread_width in zip(
                 self.kernel.tasks, generated.lane_plans, generated.row_caches, generated.schedules,
                 generated.register_rows, generated.warp_functions, generated.warp_register_rows,
-                generated.lane_widths, strict=True)]
+                generated.lane_widths, generated.thread_vector_widths, strict=True)]
         for task in self.tasks:
             if task.cache_itemsizes or task.schedule.kind == "inner_outer":
                 for name in filter(None, (task.name, task.warp_name)):
@@ -337,11 +340,14 @@ class CudaExecutor:
                                  (lanes, cached if shared else 0, *pointers))
         if task.register_row:
             return self._plan_register_task(task, begin, end, lanes, cached, shared)
-        # No more blocks than run at once: a second, partial wave would idle most SMs.
-        blocks = -(-(end - begin) * lanes // self.block)
+        # No more blocks than run at once: a second, partial wave would idle most SMs. A task whose
+        # threads move vectors counts vectors, so no thread of a small launch is left without one.
+        units = -(-(end - begin) // task.vector_width)  # rows, or a vector task's vectors
+        blocks = -(-units * lanes // self.block)
         grid = min(blocks, self.device.sm_count * self._resident(task, shared))
         if not extents:  # pointwise (no loop in a row): a few elements a thread over as many blocks as that takes
-            grid = min(max(grid, -(-blocks // POINTWISE_ELEMENTS_PER_THREAD)), MAX_GRID)
+            per_thread = max(1, POINTWISE_ELEMENTS_PER_THREAD // task.vector_width)
+            grid = min(max(grid, -(-blocks // per_thread)), MAX_GRID)
         return PlannedLaunch(task, begin, end, grid, shared, (lanes, cached if shared else 0, 0, 0))
 
     def _lanes(self, task: _TaskLaunch, rows: int, row_length: int) -> int:

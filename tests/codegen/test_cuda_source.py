@@ -38,11 +38,42 @@ def test_pointwise_kernel_golden():
             const long long cached_row, unsigned char* const bz_partials, unsigned* const bz_finished) {
           const float* __restrict__ const T0_ = (const float*)a.s[0];
           const float* __restrict__ const T1_ = (const float*)a.s[3];
-          float* const T5_ = (float*)a.s[6];
+          float* __restrict__ const T5_ = (float*)a.s[6];
           const int T0_s0 = (int)(a.s[9]);
           const int task_begin = 0, task_end = T0_s0;
-          for (int row = task_begin + (int)blockIdx.x * blockDim.x + threadIdx.x; row < task_end;
-               row += (int)gridDim.x * blockDim.x) {
+          const bool bz_aligned = ((reinterpret_cast<unsigned long long>(&T0_[0]) & 15) == 0)
+              && ((reinterpret_cast<unsigned long long>(&T1_[0]) & 15) == 0)
+              && ((reinterpret_cast<unsigned long long>(&T5_[0]) & 15) == 0);
+          const int bz_vectors = bz_aligned ? (task_end - task_begin) / 4 : 0;
+          for (int bz_vector = (int)blockIdx.x * blockDim.x + threadIdx.x; bz_vector < bz_vectors;
+               bz_vector += (int)gridDim.x * blockDim.x) {
+            const int p1_4 = task_begin + 4 * bz_vector;
+            const bool active = true;
+            const float4 v0_p1 = *reinterpret_cast<const float4*>(&T0_[p1_4]);
+            const float4 v1_p1 = *reinterpret_cast<const float4*>(&T1_[p1_4]);
+            float4 w0_p1;
+            {
+              const int p1 = p1_4 + 0;
+              w0_p1.x = bz_relu(bz_add(bz_mul(v0_p1.x, v1_p1.x), 0x1.8000000000000p+0f));
+            }
+            {
+              const int p1 = p1_4 + 1;
+              w0_p1.y = bz_relu(bz_add(bz_mul(v0_p1.y, v1_p1.y), 0x1.8000000000000p+0f));
+            }
+            {
+              const int p1 = p1_4 + 2;
+              w0_p1.z = bz_relu(bz_add(bz_mul(v0_p1.z, v1_p1.z), 0x1.8000000000000p+0f));
+            }
+            {
+              const int p1 = p1_4 + 3;
+              w0_p1.w = bz_relu(bz_add(bz_mul(v0_p1.w, v1_p1.w), 0x1.8000000000000p+0f));
+            }
+            if (active) *reinterpret_cast<float4*>(&T5_[p1_4]) = w0_p1;
+          }
+          const int bz_rest = task_begin + 4 * bz_vectors;
+          for (int bz_row = (int)blockIdx.x * blockDim.x + threadIdx.x; bz_row < task_end - bz_rest;
+               bz_row += (int)gridDim.x * blockDim.x) {
+            const int row = bz_rest + bz_row;
             const bool active = true;
             const int lane = 0;
             const int p1 = row;

@@ -240,7 +240,7 @@ def test_profiled_launches_carry_device_time_and_bandwidth():
 
 @pytest.mark.parametrize("n", [1000, 300_001, (1 << 22) + 3])
 def test_pointwise_grids_cover_large_problems_a_few_elements_a_thread(n: int) -> None:
-    from braze.runtime.cuda_kernel import BLOCKS_PER_SM, POINTWISE_ELEMENTS_PER_THREAD
+    from braze.runtime.cuda_kernel import POINTWISE_ELEMENTS_PER_THREAD
 
     with bz.Fusion(name="axpy") as f:
         x, y = f.define_tensor([-1]), f.define_tensor([-1])
@@ -251,9 +251,11 @@ def test_pointwise_grids_cover_large_problems_a_few_elements_a_thread(n: int) ->
         (out,) = f.execute([a, b])
     np.testing.assert_allclose(out.numpy(), a.numpy() * 2.5 + b.numpy(), rtol=1e-6)
     (launch,) = rec.launches
-    blocks = -(-n // 256)
-    resident = cuda_driver.device(0).sm_count * BLOCKS_PER_SM
-    assert launch.chunks == max(min(blocks, resident), -(-blocks // POINTWISE_ELEMENTS_PER_THREAD))  # its grid
+    # Aligned float32 arrays: the task moves vectors of 4 (codegen/cuda_rows.py, write_thread_vectors),
+    # POINTWISE_ELEMENTS_PER_THREAD elements a thread as one vector, however many blocks that takes.
+    assert POINTWISE_ELEMENTS_PER_THREAD == 4
+    vectors = -(-n // 4)
+    assert launch.chunks == -(-vectors // 256)  # its grid: a block of 256 threads per 256 vectors
 
 
 # --- outputs laid out by splits and merges of their allocation domain ------------------------------
