@@ -48,7 +48,7 @@ def host(t: torch.Tensor) -> np.ndarray:
 def test_elementwise_tasks_move_vectors(dtype, n, offset):
     g = torch.Generator().manual_seed(n + offset)
     x, y, z = (tensor(dtype, n, offset, g) for _ in range(3))
-    if offset:
+    if offset and n:  # (an empty view has no address of its own to misalign)
         assert x.data_ptr() % 16 != 0
     scalar = [] if dtype is bz.bool_ else [3 if dtype is bz.int32 else 0.75]
     with config.scope(enable="poison_outputs"):
