@@ -23,6 +23,7 @@ counter of a grid reduction. What runs where is decided in `cuda_plan`; this mod
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -61,6 +62,7 @@ from braze.codegen.cuda_rows import (  # noqa: F401  (C_TYPE and vector_unroll r
 )
 from braze.codegen.cuda_rules import RULES, CudaRule  # noqa: F401  (re-exported)
 from braze.codegen.cuda_tiles import TileWriter
+from braze.codegen.cuda_variance import one_pass_task
 from braze.dtypes import DType
 from braze.errors import UnsupportedError
 from braze.kir import nodes as k
@@ -116,6 +118,10 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter):
                  warp: bool = False, inner_outer: InnerOuter | None = None,
                  fold_of: InnerOuter | None = None) -> None:
         self.inner_outer, self.fold_of = inner_outer, fold_of
+        # The task as written, its schedule, and the task its split path writes (see task_variants);
+        # an inner-outer pair's tasks as they are (their schedule is the pair's).
+        task, self.schedule, self.split_task = (task, plan_schedule(task, plan_lanes(task)), task) \
+            if inner_outer or fold_of else task_variants(task)
         self.kernel, self.task, self.layout = kernel, task, layout
         self.block_size, self.restrict, self.warp = block_size, restrict, warp
         self.function = f"{task.name}_warp" if warp else task.name
@@ -123,7 +129,6 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter):
         self.lines: list[str] = []
         self.depth = 1
         self.loop_depth = 0
-        self.schedule: TaskSchedule = plan_schedule(task, plan_lanes(task))
         # The task whose body runs per row: the task itself, or a grid_rows task's single loop.
         self.row_task = row_loop_task(task) if self.schedule.kind == "grid_rows" else task
         self.lanes = plan_lanes(self.row_task) if self.schedule.kind == "grid_rows" else plan_lanes(task)
@@ -224,7 +229,8 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter):
         begin = self.expr(t.begin) if t.kind == "range_for" else self.index_literal(0)
         end = self.expr(t.end) if t.kind == "range_for" else self.index_literal(1)
         self.line(f"const {ix} task_begin = {begin}, task_end = {end};")
-        if self.schedule.splittable:  # kind "rows": the launch may split each row across blocks
+        # Kind "rows": the launch may split each row across blocks (never with one warp a row).
+        if self.schedule.splittable and not self.warp:
             self.write_split_rows()
         if self.one_thread_per_row():
             self.write_thread_rows()
@@ -469,6 +475,25 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter):
                 self.line(f"{acc.name} = bz_column_reduce<{self.block_size}>({acc.name}, cols32, {functor}());")
             else:
                 self.line(f"{acc.name} = bz_{kind}_reduce({acc.name}{lanes}, {functor}());")
+
+
+def task_variants(task: k.Task) -> tuple[k.Task, TaskSchedule, k.Task]:
+    """The task to write, its schedule, and the task the split path of splittable rows writes.
+
+    A task whose variances take two passes over memory (cuda_variance) takes them in one instead,
+    except where its rows keep both passes on chip (a row cache: var_mean). Such rows keep their two
+    passes on the row path, and may still split across blocks with the single pass (for rows too few
+    to fill the GPU, or too long to keep: see TaskSchedule.split_reads_once)."""
+    schedule = plan_schedule(task, plan_lanes(task))
+    one_pass = one_pass_task(task)
+    if one_pass is None:
+        return task, schedule, task
+    one_pass_schedule = plan_schedule(one_pass, plan_lanes(one_pass))
+    if schedule.kind == "rows" and plan_row_caches(task, plan_lanes(task)):
+        if one_pass_schedule.kind == "rows" and one_pass_schedule.splittable:
+            return task, dataclasses.replace(one_pass_schedule, split_reads_once=True), one_pass
+        return task, schedule, task
+    return one_pass, one_pass_schedule, one_pass
 
 
 def scalar_from_slot(slot: str, dtype: DType) -> str:

@@ -11,8 +11,16 @@ thread folds its share in order, then the threads combine in a fixed tree (prelu
 
 from __future__ import annotations
 
-from braze.codegen.cuda_plan import LANE_COMBINES, perfect_nest, row_nest
-from braze.codegen.cuda_rows import c_type
+from braze.codegen.cuda_plan import (
+    LANE_COMBINES,
+    VectorAccesses,
+    nest_vector_accesses,
+    perfect_nest,
+    row_nest,
+    substituted,
+    vector_alignment,
+)
+from braze.codegen.cuda_rows import c_type, vector_unroll
 from braze.kir import nodes as k
 
 # Each thread of the last block folds the blocks' slots b = thread, thread + blockDim.x, ... in order.
@@ -118,24 +126,77 @@ class GridWriter:
         self.block(after)
         self.lines.append("}")
 
-    def walk_nest(self, nest: list[k.For], part: str, parts: str) -> None:
+    def walk_nest(self, nest: list[k.For], part: str, parts: str, vectors: bool = False) -> None:
         """The nest's body over flat indices [part * chunk, (part + 1) * chunk) of the nest (of
         `parts` such chunks), thread t on those congruent to t modulo the block size (neighbouring
-        threads on neighbouring elements), each thread folding its own in order."""
+        threads on neighbouring elements), each thread folding its own in order; with `vectors`,
+        where the nest allows (walk_vectors), on a vector of neighbouring elements at a time."""
         self.declare_nest_extents(nest, "")
-        self.line(f"const long long bz_chunk = ((bz_total + {parts} - 1) / {parts} + blockDim.x - 1) "
-                  "/ blockDim.x * blockDim.x;")
-        self.line(f"const long long bz_hi = bz_minimum(bz_total, (long long)({part}) * bz_chunk + bz_chunk);")
-        self.walk_flat(nest, "", f"(long long)({part}) * bz_chunk + threadIdx.x", "blockDim.x", "bz_hi")
+
+        def walk(width: int, vector: VectorAccesses | None) -> None:
+            span = f"{width} * blockDim.x" if width > 1 else "blockDim.x"
+            whole = f"({span})" if width > 1 else span
+            self.line(f"const long long bz_chunk = ((bz_total + {parts} - 1) / {parts} + {span} - 1) / {whole} "
+                      f"* {whole};")
+            self.line(f"const long long bz_hi = bz_minimum(bz_total, (long long)({part}) * bz_chunk + bz_chunk);")
+            first = f"(long long)({part}) * bz_chunk + {width} * threadIdx.x" if width > 1 else \
+                f"(long long)({part}) * bz_chunk + threadIdx.x"
+            self.walk_flat(nest, "", first, span, "bz_hi", vector)
+        if vectors:
+            self.walk_vectors(nest, "", walk)
+        else:
+            walk(1, None)
 
     def walk_lane_nest(self, nest: list[k.For]) -> None:
         """A lane loop over a perfect nest (batch_norm's statistics over the batch, height and width
         of a channel) as one flat index space, the lanes of the row on neighbouring elements: every
         lane has work however short the outer loop is, and the innermost loop, often the unit-stride
-        one, coalesces."""
+        one, coalesces (a vector of neighbouring elements a lane where the nest allows: walk_vectors)."""
         tag = f"_{nest[0].var.name}_"
         self.declare_nest_extents(nest, tag)
-        self.walk_flat(nest, tag, "(long long)lane", "lanes32", f"bz_total{tag}")
+
+        def walk(width: int, vector: VectorAccesses | None) -> None:
+            first, stride = (f"{width} * (long long)lane", f"{width} * lanes32") if width > 1 \
+                else ("(long long)lane", "lanes32")
+            self.walk_flat(nest, tag, first, stride, f"bz_total{tag}", vector)
+        self.walk_vectors(nest, tag, walk)
+
+    def walk_vectors(self, nest: list[k.For], tag: str, walk) -> None:
+        """`walk(width, vector)`, `width` neighbouring elements of the innermost loop at a time
+        (16 bytes of float32, or of 2-byte types eight at a time: cuda_plan.vector_width), where the
+        nest's accesses allow (cuda_plan.nest_vector_accesses) and the kernel finds the innermost
+        extent a multiple of `width` and every run of it aligned; `walk(1, None)`, an element at a
+        time, otherwise. The flat ranges of both start and step at multiples of `width`."""
+        vector = nest_vector_accesses(nest)
+        if vector is None:
+            walk(1, None)
+            return
+        self.vectors[id(nest[-1])] = vector  # the vector loads read it (cuda_rows.vector_load)
+        self.line(f"if ({self.nest_vector_condition(nest, vector, tag)}) {{")
+        self.depth += 1
+        walk(vector.width, vector)
+        self.depth -= 1
+        self.line("} else {")
+        self.depth += 1
+        walk(1, None)
+        self.depth -= 1
+        self.line("}")
+
+    def nest_vector_condition(self, nest: list[k.For], vector: VectorAccesses, tag: str) -> str:
+        """The innermost extent a multiple of the vector's width, and each access aligned to its
+        vector type at the nest's first element and one step of each outer index on: the accesses
+        being affine, every run of the innermost loop then starts aligned."""
+        terms = [f"(bz_n{tag}{len(nest) - 1} % {vector.width} == 0)"]
+        starts = {level.var: level.begin for level in nest}
+        points = [starts] + [{**starts, level.var: k.Binary("add", level.begin, k.Const(1, level.begin.dtype),
+                                                               level.begin.dtype)} for level in nest[:-1]]
+        for access in (*vector.loads, *vector.stores):
+            mask = vector_alignment(access.param.dtype, vector.width) - 1
+            for point in points:
+                indices = tuple(substituted(i, point) for i in access.indices)
+                address = f"&{self.pointer(access.param)}[{self.offset(access.param, indices)}]"
+                terms.append(f"((reinterpret_cast<unsigned long long>({address}) & {mask}) == 0)")
+        return " && ".join(dict.fromkeys(terms))
 
     def declare_nest_extents(self, nest: list[k.For], tag: str) -> None:
         ix = self.index  # digits in the index type: every index fits it
@@ -146,9 +207,12 @@ class GridWriter:
         self.line(f"const long long bz_total{tag} = "
                   f"{' * '.join(f'(long long)bz_n{tag}{n}' for n in range(len(nest)))};")
 
-    def walk_flat(self, nest: list[k.For], tag: str, first: str, stride: str, end: str) -> None:
+    def walk_flat(self, nest: list[k.For], tag: str, first: str, stride: str, end: str,
+                  vector: VectorAccesses | None = None) -> None:
         """The nest's body at flat indices first, first + stride, ... below `end`, in order. The
-        nest's indices follow the flat index by carrying digits: no division per element."""
+        nest's indices follow the flat index by carrying digits: no division per element. With
+        `vector`, each index is the first of `vector.width` neighbouring elements of the innermost
+        loop, taken as vectors (walk_vectors decides when that holds)."""
         last, ix = len(nest) - 1, self.index
         f, d, st = f"bz_f{tag}", f"bz_d{tag}", f"bz_s{tag}"
         self.line(f"long long {f} = {first}, bz_q{tag} = {f}, bz_step{tag} = {stride};")
@@ -156,15 +220,20 @@ class GridWriter:
             self.line(f"{ix} {d}{n} = ({ix})(bz_q{tag} % bz_m{tag}{n}); bz_q{tag} /= bz_m{tag}{n};")
             self.line(f"const {ix} {st}{n} = ({ix})(bz_step{tag} % bz_m{tag}{n}); bz_step{tag} /= bz_m{tag}{n};")
         self.line(f"{ix} {d}0 = ({ix})bz_q{tag}; const {ix} {st}0 = ({ix})bz_step{tag};")
-        self.line("#pragma unroll 4")
+        self.line(f"#pragma unroll {vector_unroll(vector) if vector is not None else 4}")
         self.line(f"for (; {f} < {end}; {f} += {stride}) {{")
         self.depth += 1
         for n, level in enumerate(nest):
             ty = c_type(level.var.dtype)
-            self.line(f"const {ty} {level.var.name} = ({ty})({self.expr(level.begin)}) + ({ty}){d}{n};")
-        self.loop_depth += 1
-        self.block(nest[-1].body)
-        self.loop_depth -= 1
+            name = f"{level.var.name}_{vector.width}" if vector is not None and n == last else level.var.name
+            self.line(f"const {ty} {name} = ({ty})({self.expr(level.begin)}) + ({ty}){d}{n};")
+        if vector is not None:
+            self.emit_vector_step(nest[-1], vector, k.Var(f"{nest[-1].var.name}_{vector.width}", nest[-1].var.dtype),
+                                  self.read_loads(nest[-1], vector))
+        else:
+            self.loop_depth += 1
+            self.block(nest[-1].body)
+            self.loop_depth -= 1
         self.line(f"{ix} bz_carry = 0;")
         for n in range(last, 0, -1):
             self.line(f"{d}{n} += {st}{n} + bz_carry; bz_carry = {d}{n} >= bz_n{tag}{n}; "
@@ -178,7 +247,9 @@ class GridWriter:
         """The launch's choice for a row task whose row is one loop nest (see
         cuda_kernel.CudaExecutor._plan_task): with `lanes == 0`, `cached_row` blocks a row, each
         walking its part of the row's nest (walk_nest), their results meeting in part order; the
-        row path below otherwise."""
+        row path below otherwise. The split path writes `split_task` (cuda.task_variants: a variance
+        the row path takes in two passes over a cached row, it takes in one)."""
+        written, self.task = self.task, self.split_task
         loop = next(s for s in self.task.body if isinstance(s, k.For))
         before, after = self.split_at_loop(loop)
         ix = self.index
@@ -189,7 +260,7 @@ class GridWriter:
         self.line("const int lane = threadIdx.x;")
         self.line(f"const {c_type(self.task.var.dtype)} {self.task.var.name} = task_begin + row_local;")
         self.block(before)
-        self.walk_nest(perfect_nest(loop), "split", "cached_row")
+        self.walk_nest(perfect_nest(loop), "split", "cached_row", vectors=True)
         self.block_reduce()
         self.line("if (cached_row > 1) {")
         self.depth += 1
@@ -203,6 +274,7 @@ class GridWriter:
         self.line("return;")
         self.depth -= 1
         self.line("}")
+        self.task = written
 
     # --- grid_rows: the single loop's iterations are rows, their results meet across blocks -----
     def write_grid_rows(self) -> None:

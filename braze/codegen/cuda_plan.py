@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from braze.dtypes import DType
 from braze.kir import nodes as k
+from braze.passes.simplify import map_children
 
 # --- which loops a task may spread over the lanes of a row --------------------------------------
 # The combine ops of braze.lower.reductions, as prelude functors: partial results of lanes merge.
@@ -458,8 +459,9 @@ class TaskSchedule:
     """How a task maps onto blocks (each kind is written by cuda_grid, rows by cuda.TaskWriter):
 
     - "rows": the task index is a row, `lanes` threads a row (inner reductions, normalizations,
-      pointwise); with `splittable` (a row that is one loop nest), the launch may instead give each
-      row several blocks that walk the nest as one flat range and meet in the workspace;
+      pointwise); with `splittable` (a row that is one loop nest, or a variance that is one in a
+      single pass: cuda.task_variants), the launch may instead give each row several blocks that
+      walk the nest as one flat range and meet in the workspace;
     - "columns": an outer reduction. The task index walks a unit-stride axis and its loops do not,
       so a block owns a strip of `lanes` neighbouring task indices (coalesced) and its row groups
       share each loop; with `splittable`, the loop's range is also split across blocks, whose
@@ -479,6 +481,24 @@ class TaskSchedule:
     accumulators: tuple[tuple[k.Var, str], ...] = ()  # combined across blocks through the workspace
     splittable: bool = False  # "columns", "rows": the loop's range may be split across blocks
     row_levels: int = 0  # "grid_rows": the loops whose iterations together are the rows (row_nest)
+    # "rows": the split path reads a row once where the row path reads it twice and keeps it on chip
+    # between (a variance: cuda_variance), so rows too long to keep take the split path.
+    split_reads_once: bool = False
+
+
+def substituted(e: k.Expr, values: dict[k.Var, k.Expr], inline: bool = False) -> k.Expr:
+    """`e` with each variable of `values` replaced by its value (with `inline`, the values' own
+    variables replaced in turn: definitions inlined). A sub-expression met twice is rewritten once."""
+    done: dict[k.Expr, k.Expr] = {}
+
+    def visit(x: k.Expr) -> k.Expr:
+        if x not in done:
+            if isinstance(x, k.Var) and x in values:
+                done[x] = visit(values[x]) if inline else values[x]
+            else:
+                done[x] = map_children(x, visit)
+        return done[x]
+    return visit(e)
 
 
 def _vars_of(e: k.Expr) -> set[k.Var]:
@@ -640,8 +660,9 @@ def schedule_kind(task: k.Task) -> str:
 def schedule_bounds(task: k.Task, schedule: str, splittable_rows: bool = False) -> list[k.Expr]:
     """What the runtime evaluates to plan a launch: the task's begin and end, then the extents it
     sizes the launch by (the trip count of each top-level loop; of each loop of the nest of a
-    "flat" task or of `splittable_rows`; for "grid_rows", of each row loop and then of each loop of
-    a row)."""
+    "flat" task; for `splittable_rows`, of each loop of its first nest, which the split path walks,
+    then the trip count of each top-level loop, for the row path; for "grid_rows", of each row loop
+    and then of each loop of a row)."""
     def extent(loop: k.For) -> k.Expr:
         return k.Binary("sub", loop.end, loop.begin, loop.end.dtype)
 
@@ -653,8 +674,11 @@ def schedule_bounds(task: k.Task, schedule: str, splittable_rows: bool = False) 
 
     if schedule == "tiles":  # one block a tile: the range is the launch
         return [task.begin, task.end]
-    if schedule == "flat" or splittable_rows:
+    if schedule == "flat":
         return [task.begin, task.end, *(extent(loop) for loop in nest_of(task))]
+    if splittable_rows:  # the split path's nest, then the row path's loops
+        loops = [s for s in task.body if isinstance(s, k.For)]
+        return [task.begin, task.end, *(extent(loop) for loop in nest_of(task)), *map(trip_count, loops)]
     if schedule == "grid_rows":
         loops = row_nest(task) + [s for s in row_loop_task(task).body if isinstance(s, k.For)]
         return [task.begin, task.end, *(extent(loop) for loop in loops)]
@@ -773,6 +797,33 @@ def thread_vectors(task: k.Task) -> tuple[k.For, VectorAccesses] | None:
     if any(isinstance(e, k.Philox) for e in reads):
         return None
     return loop, dataclasses.replace(vector, width=vector_width([vector]))
+
+
+def nest_vector_accesses(nest: list[k.For]) -> VectorAccesses | None:
+    """The vector accesses of a perfect nest walked as one flat range (cuda_grid.walk_flat),
+    `width` neighbouring elements of its innermost loop at a time (vector_width), or None. Besides
+    what vector_accesses asks of the innermost loop, every index must be affine in the nest's
+    indices: each run of the innermost loop then starts aligned when the first does and a step of
+    each outer index moves a multiple of the alignment, which the kernel checks before taking the
+    path."""
+    vector = vector_accesses(nest[-1])
+    if vector is None:
+        return None
+    indices = {level.var for level in nest}
+    if not all(_affine(i, indices) for access in (*vector.loads, *vector.stores) for i in access.indices):
+        return None
+    return dataclasses.replace(vector, width=vector_width([vector]))
+
+
+def _affine(e: k.Expr, variables: set[k.Var]) -> bool:
+    """Whether `e` is an affine function of `variables` (integer index arithmetic)."""
+    if not variables & set(sub_exprs(e)) or isinstance(e, k.Var):
+        return True
+    if isinstance(e, k.Binary) and e.op in ("add", "sub"):
+        return _affine(e.a, variables) and _affine(e.b, variables)
+    if isinstance(e, k.Binary) and e.op == "mul":
+        return any(not variables & set(sub_exprs(c)) and _affine(x, variables) for c, x in ((e.a, e.b), (e.b, e.a)))
+    return isinstance(e, k.Cast) and e.dtype.is_integer and e.x.dtype.is_integer and _affine(e.x, variables)
 
 
 def plan_lanes(task: k.Task) -> LanePlan:

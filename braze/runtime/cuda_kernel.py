@@ -16,7 +16,7 @@ import numpy as np
 
 from braze import config
 from braze.codegen import cuda as cuda_codegen
-from braze.codegen.cuda_plan import WARP, TaskSchedule, schedule_bounds
+from braze.codegen.cuda_plan import WARP, TaskSchedule, nest_of, schedule_bounds
 from braze.compile import disk_cache, elf
 from braze.errors import InputError, UnsupportedError
 from braze.kir import kernel_text
@@ -160,6 +160,7 @@ class _TaskLaunch:
     # Indices a thread moves at a time where the arrays are aligned (codegen/cuda_rows.py,
     # write_thread_vectors); 1 for a task of one index a thread.
     vector_width: int = 1
+    nest_levels: int = 0  # splittable rows: the loops of the nest the split path walks (schedule_bounds)
 
     def shared_bytes(self, rows_per_block: int, row: int) -> int:
         """Dynamic shared memory for the row caches (each region rounded to 16 bytes)."""
@@ -189,8 +190,12 @@ class PlannedLaunch:
         return self.task.warp_name if self.warp else self.task.name
 
 
+def _splits_rows(schedule: TaskSchedule) -> bool:
+    return schedule.kind == "rows" and schedule.splittable
+
+
 def _bounds(task: k.Task, schedule: TaskSchedule) -> list[k.Expr]:
-    return schedule_bounds(task, schedule.kind, schedule.kind == "rows" and schedule.splittable)
+    return schedule_bounds(task, schedule.kind, _splits_rows(schedule))
 
 
 def launch_text(planned: PlannedLaunch, block: int) -> str:
@@ -198,6 +203,19 @@ def launch_text(planned: PlannedLaunch, block: int) -> str:
     lanes, cached, *_ = planned.scalars
     return (f"{planned.function_name}: {planned.task.schedule.kind} range=[{planned.begin}, {planned.end}) "
             f"grid={planned.grid} block={block} shared={planned.shared} lanes={lanes} cached_row={cached}")
+
+
+def task_launches(kernel: k.Kernel, generated, functions: dict) -> list[_TaskLaunch]:
+    """What the executor needs of each task of `kernel` to plan its launches: from its generated
+    source (a cuda.CudaSource) and its loaded `functions`, by name."""
+    return [_TaskLaunch(t.name, functions[t.name], host_function(_bounds(t, schedule)), bool(plan.loops),
+                        plan.coalesces, tuple(c.dtype.itemsize for c in caches), tuple(c.position for c in caches),
+                        schedule, registers, functions[warp] if warp else None, warp, warp_registers, width,
+                        thread_width, len(nest_of(t)) if _splits_rows(schedule) else 0)
+            for t, plan, caches, schedule, registers, warp, warp_registers, width, thread_width in zip(
+                kernel.tasks, generated.lane_plans, generated.row_caches, generated.schedules,
+                generated.register_rows, generated.warp_functions, generated.warp_register_rows,
+                generated.lane_widths, generated.thread_vector_widths, strict=True)]
 
 
 class CudaExecutor:
@@ -212,15 +230,7 @@ class CudaExecutor:
         generated = compiled.generated
         self.module = module
         self.occupancy: dict[tuple[str, int], int] = {}
-        self.tasks = [
-            _TaskLaunch(t.name, module.functions[t.name], host_function(_bounds(t, schedule)),
-                        bool(plan.loops), plan.coalesces, tuple(c.dtype.itemsize for c in caches),
-                        tuple(c.position for c in caches), schedule, registers,
-                        module.functions[warp] if warp else None, warp, warp_registers, width, thread_width)
-            for t, plan, caches, schedule, registers, warp, warp_registers, width, thread_width in zip(
-                self.kernel.tasks, generated.lane_plans, generated.row_caches, generated.schedules,
-                generated.register_rows, generated.warp_functions, generated.warp_register_rows,
-                generated.lane_widths, generated.thread_vector_widths, strict=True)]
+        self.tasks = task_launches(self.kernel, generated, module.functions)
         for task in self.tasks:
             if task.cache_itemsizes or task.schedule.kind == "inner_outer":
                 for name in filter(None, (task.name, task.warp_name)):
@@ -319,11 +329,12 @@ class CudaExecutor:
             return self._plan_columns(task, begin, end, extents, pointers)
         if kind == "tiles":  # a block a tile (codegen/cuda_tiles.py), each block's loop over tiles runs once
             return PlannedLaunch(task, begin, end, min(end - begin, MAX_GRID), 0, (0, 0, 0, 0))
-        if kind == "rows" and task.schedule.splittable:
-            split = self._plan_split_rows(task, begin, end, extents, pointers)
+        nest: list[int] = []
+        if task.nest_levels:  # splittable rows: the split path's nest, then the row path's loops
+            nest, extents = extents[:task.nest_levels], extents[task.nest_levels:]
+            split = self._plan_split_rows(task, begin, end, nest, pointers)
             if split is not None:
                 return split
-            extents = [int(np.prod([max(n, 0) for n in extents]))]  # the row's nest, walked flat by its lanes
         if kind == "grid_rows":
             levels = task.schedule.row_levels
             rows = int(np.prod([max(n, 0) for n in extents[:levels]]))
@@ -338,6 +349,11 @@ class CudaExecutor:
             grid = min(blocks, self.device.sm_count * self._resident(task, shared))
             return PlannedLaunch(task, begin, end, grid, shared,
                                  (lanes, cached if shared else 0, *pointers))
+        if task.schedule.split_reads_once and not self._keeps_rows(task, lanes, cached, shared):
+            # The row path would read each row twice: the split path's single pass instead.
+            split = self._plan_split_rows(task, begin, end, nest, pointers, whole_rows=True)
+            if split is not None:
+                return split
         if task.register_row:
             return self._plan_register_task(task, begin, end, lanes, cached, shared)
         # No more blocks than run at once: a second, partial wave would idle most SMs. A task whose
@@ -371,19 +387,27 @@ class CudaExecutor:
         return PlannedLaunch(task, 0, 1, grid, 0, (self.block, 0, *pointers))
 
     def _plan_split_rows(self, task: _TaskLaunch, begin: int, end: int, extents: list[int],
-                         pointers: tuple[int, int]) -> PlannedLaunch | None:
+                         pointers: tuple[int, int], whole_rows: bool = False) -> PlannedLaunch | None:
         """Rows that are one loop nest each, too few for the row path to fill the GPU (or read a
         lane a row): `splits` blocks a row, each walking a contiguous part of the row's nest, at
         least REDUCTION_ELEMENTS_PER_THREAD elements a thread (None: the row path instead). Rows
-        then meet in the workspace, so `rows * splits` stays within the resident blocks."""
+        then meet in the workspace, so `rows * splits` stays within the resident blocks.
+        `whole_rows`: rows the row path would read twice (TaskSchedule.split_reads_once) take this
+        path however many they are, a block a row (or more for few rows)."""
         rows, total = end - begin, int(np.prod([max(n, 0) for n in extents]))
         lanes = self._lanes(task, rows, max(total, 1))
         target = self.device.sm_count * self._resident(task, 0)
         per_block = self.block * REDUCTION_ELEMENTS_PER_THREAD
-        if -(-rows * lanes // self.block) >= target // 2 or total < per_block or rows > MAX_GRID:
+        if rows > MAX_GRID or not whole_rows and (-(-rows * lanes // self.block) >= target // 2 or total < per_block):
             return None
         splits = max(1, min(target // rows, total // per_block))
         return PlannedLaunch(task, begin, end, rows * splits, 0, (0, splits, *pointers))
+
+    def _keeps_rows(self, task: _TaskLaunch, lanes: int, cached: int, shared: int) -> bool:
+        """Whether the row path keeps its rows on chip between their passes: in shared memory, or
+        in registers (a block a row, short enough)."""
+        in_registers = task.register_row and lanes == self.block and cached <= task.register_row
+        return bool(shared) or bool(in_registers)
 
     def _plan_columns(self, task: _TaskLaunch, begin: int, end: int, extents: list[int],
                       pointers: tuple[int, int]) -> PlannedLaunch:

@@ -53,6 +53,9 @@ CASES = [
     ("row_sum", lambda f, d: [bz.ops.sum(tensor(f, 2, d), axes=[1])], 2, ["rows"]),
     ("channel_sum", lambda f, d: [bz.ops.sum(tensor(f, 4, d), axes=[0, 2, 3])], 4, ["rows"]),
     ("channel_var", lambda f, d: [bz.ops.var(tensor(f, 4, d), axes=[0, 2, 3])], 4, ["rows"]),
+    ("row_var", lambda f, d: [bz.ops.var(tensor(f, 2, d), axes=[1])], 2, ["rows"]),
+    ("column_var", lambda f, d: [bz.ops.var(tensor(f, 2, d), axes=[0])], 2, ["columns"]),
+    ("full_var", lambda f, d: [bz.ops.var(tensor(f, 3, d), correction=1)], 3, ["flat"]),
     ("row_argmax", lambda f, d: [bz.ops.argmax(tensor(f, 2, d), 1)], 2, ["rows"]),
     ("column_argmin", lambda f, d: [bz.ops.argmin(tensor(f, 2, d), 0)], 2, ["rows"]),
 ]
@@ -93,15 +96,15 @@ def test_a_row_of_one_loop_nest_may_be_split_across_blocks(axes, ndim):
     assert "if (lanes == 0) {" in src.body and "bz_last_of(bz_finished + row_local, cached_row)" in src.body
 
 
-def test_a_two_pass_channel_variance_walks_each_nest_flat_over_the_lanes():
-    # var over (0, 2, 3): the mean's pass, then the squared deviations', each over a nest of three
-    # loops. The lanes share each nest as one flat range (the innermost loop on neighbouring lanes),
-    # not only its outer loop over the batch, which leaves most lanes idle for a small batch.
+def test_a_channel_variance_walks_its_nest_flat_over_the_lanes_in_one_pass():
+    # var over (0, 2, 3): one pass of shifted sums (cuda_variance) over a nest of three loops. The
+    # lanes share the nest as one flat range (the innermost loop on neighbouring lanes), not only its
+    # outer loop over the batch, which leaves most lanes idle for a small batch.
     src = source(lambda f: [bz.ops.var(tensor(f, 4), axes=[0, 2, 3])], _inputs(4, bz.float32))
-    assert src.lane_plans[0].coalesces and len(src.lane_plans[0].loops) == 2
-    body = src.body
-    assert body.count("bz_f_r") >= 4 and body.count("+= lanes32) {") == 2
-    walk = body[body.index("for (; bz_f_"):]
+    assert src.lane_plans[0].coalesces and len(src.lane_plans[0].loops) == 1
+    body = src.body[src.body.index("const int lanes32"):]  # the row path (the split path comes first)
+    assert body.count("for (; bz_f_r") == 2  # four elements at a time, or one
+    walk = body[body.rindex("for (; bz_f_"):]
     walk = walk[:walk.index("bz_lane_reduce")]
     assert "/" not in walk and "%" not in walk  # digits carried, no division per element
 
@@ -147,13 +150,13 @@ def test_softmax_rows_are_not_split():
     assert not src.schedules[0].splittable and "lanes == 0" not in src.body
 
 
-def test_var_mean_over_axis_0_takes_columns_without_splitting_rows():
-    # Two passes (the mean, then squared deviations): a split would need the blocks to meet twice.
-    # The mean output's task joins the var's (the same columns), its sum the second pass.
+def test_var_mean_over_axis_0_takes_columns_split_over_rows_in_one_pass():
+    # One pass of shifted sums (cuda_variance): the splits meet once. The mean output's task joins
+    # the var's (the same columns), its sum in the same pass (beside the var's own sum of x).
     src = source(lambda f: var_and_mean(f), _inputs(2, bz.float32))
-    assert kinds(src) == ["columns"] and not src.schedules[0].splittable
-    assert src.body.count("+= lanes32) {") == 2
-    assert "bz_column_reduce" in src.body and "bz_last_of" not in src.body
+    assert kinds(src) == ["columns"] and src.schedules[0].splittable and len(src.schedules[0].accumulators) == 4
+    assert src.body.count("+= lanes32) {") == 1
+    assert "bz_column_reduce" in src.body and "bz_last_of" in src.body
 
 
 def test_full_sum_walks_the_nest_as_one_flat_range_without_division_per_element():
