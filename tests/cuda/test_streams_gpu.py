@@ -148,8 +148,6 @@ def test_a_fusion_dropped_while_its_kernels_wait_in_the_queue_computes_them_all(
         np.testing.assert_allclose(columns, case.columns * scale, rtol=1e-5)
 
 
-@pytest.mark.xfail(strict=True, reason="on an H100/H200 about 12 of 50 dropped fusions' modules stay loaded: "
-                   "something still holds their compiled kernels (not found yet)")
 def test_a_thousand_fusions_give_their_modules_and_gpu_memory_back() -> None:
     """50 kernels (their binaries from the disk cache after the first time), each loaded again by
     the next fusion that uses it after the last one went, and a grid reduction's workspace."""
