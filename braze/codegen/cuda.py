@@ -60,13 +60,14 @@ from braze.codegen.cuda_rows import (  # noqa: F401  (C_TYPE and vector_unroll r
     c_type,
     vector_unroll,
 )
-from braze.codegen.cuda_rules import RULES, CudaRule  # noqa: F401  (re-exported)
+from braze.codegen.cuda_rules import RULES, CudaRule, index_division  # noqa: F401  (re-exported)
 from braze.codegen.cuda_tiles import TileWriter
 from braze.codegen.cuda_variance import one_pass_task
 from braze.dtypes import DType
 from braze.errors import UnsupportedError
 from braze.kir import nodes as k
 from braze.kir.layout import ArgLayout
+from braze.kir.signs import index_signs
 from braze.passes.hoist import hoist_invariants, reciprocal_divisions
 
 PRELUDE = (Path(__file__).with_name("prelude.cuh")).read_text()
@@ -153,11 +154,14 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter):
         # Whether the rows are cached, as the vector loops test it: "cached_row" at run time, or "true"
         # or "false" in each copy of a loop unswitched on it (no test per element then).
         self.cached = "cached_row"
+        self.declared: set[k.Var] = set()  # locals declared so far, in scope where the writer is (emit_let)
         self.written = {s.param.name for s in walk(task.body) if isinstance(s, (k.Store, k.AtomicRMW))}
         # Index arithmetic (rows, loop indices, offsets) in the kernel's index type: int32 when every
         # index fits (the argument block keeps 8-byte slots; strides are narrowed once, at entry).
         self.index = c_type(kernel.index_type)
         self.narrow = kernel.index_type.itemsize < 8
+        # Which of the task's integers are never negative: their divisions need no floor fix-ups.
+        self.signs = index_signs(kernel, task)
 
     # --- text --------------------------------------------------------------------------------------
     def line(self, text: str) -> None:
@@ -180,6 +184,21 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter):
         if rule is None:
             raise UnsupportedError(f"CUDA codegen: op {op!r} has no CUDA rule")
         return rule([self.expr(a) for a in args], [a.dtype for a in args], out, attrs or {})
+
+    def binary(self, e: k.Binary) -> str:
+        if e.op in ("floordiv", "remainder") and self.unsigned_division(e):
+            divisor = e.b.value if isinstance(e.b, k.Const) else None
+            return index_division(e.op, self.expr(e.a), self.expr(e.b), divisor, e.dtype)
+        return self.apply(e.op, [e.a, e.b], e.dtype)
+
+    def unsigned_division(self, e: k.Binary) -> bool:
+        """Whether an integer `//` or `%` has operands never negative (and a constant divisor not 0),
+        so that unsigned division gives Python's result."""
+        if not (e.dtype.name in ("int32", "int64") and e.a.dtype == e.b.dtype == e.dtype):
+            return False
+        if isinstance(e.b, k.Const) and e.b.value <= 0:
+            return False
+        return self.signs.nonnegative(e.a) and self.signs.nonnegative(e.b)
 
     def index_literal(self, value: int) -> str:
         return f"{value}" if self.narrow else f"{value}LL"
@@ -399,6 +418,10 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter):
         for slot in slots:  # a row the later loops read back (RowCache.stored)
             self.line(f"if (cached_row) {slot} = {value};")
 
+    def emit_let(self, s: k.Let) -> None:
+        self.line(f"{c_type(s.var.dtype)} {s.var.name} = {self.expr(s.value)};")
+        self.declared.add(s.var)
+
     def store_guard(self) -> str:
         if self.schedule.kind == "tiles":  # inside the test of the element's bounds
             return ""
@@ -527,14 +550,14 @@ _EXPR: dict[type, Callable[[TaskWriter, k.Expr], str]] = {
     k.Load: lambda w, e: f"{w.pointer(e.param)}[{w.offset(e.param, e.indices)}]",
     k.LoadLocal: lambda w, e: f"{e.array.name}[{w.expr(e.index)}]",
     k.Unary: lambda w, e: w.apply(e.op, [e.x], e.dtype, dict(e.attrs)),
-    k.Binary: lambda w, e: w.apply(e.op, [e.a, e.b], e.dtype),
+    k.Binary: lambda w, e: w.binary(e),
     k.Ternary: lambda w, e: w.apply(e.op, [e.a, e.b, e.c], e.dtype),
     k.Cast: lambda w, e: w.apply("cast", [e.x], e.dtype),
     k.Philox: lambda w, e: f"bz_philox({', '.join(w.expr(x) for x in (e.seed, e.offset, e.group, e.word))})",
 }
 
 _STMT: dict[type, Callable[[TaskWriter, k.Stmt], None]] = {
-    k.Let: lambda w, s: w.line(f"{c_type(s.var.dtype)} {s.var.name} = {w.expr(s.value)};"),
+    k.Let: lambda w, s: w.emit_let(s),
     k.Assign: lambda w, s: w.emit_assign(s),
     k.Store: lambda w, s: w.emit_store(s),
     k.StoreLocal: lambda w, s: w.emit_store_local(s),

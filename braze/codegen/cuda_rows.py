@@ -145,13 +145,14 @@ class RowLoopWriter:
 
     def inlined(self, e: k.Expr) -> k.Expr:
         """`e` with the task's row-level constants (a `Let` never assigned again, such as a flipped
-        row's index) replaced by their values: a condition tested before the loops may read a value
-        the task declares only between them."""
+        row's index) not yet declared replaced by their values: a condition tested before the loops
+        may read a value the task declares only between them. Those declared are read as they are
+        (a row's indices, not their divisions again)."""
         if "row_constants" not in self.__dict__:
             assigned = {s.var for s in walk(self.task.body) if isinstance(s, k.Assign)}
             self.row_constants = {s.var: s.value for s in self.task.body
                                   if isinstance(s, k.Let) and s.var not in assigned}
-        if isinstance(e, k.Var) and e in self.row_constants:
+        if isinstance(e, k.Var) and e in self.row_constants and e not in self.declared:
             return self.inlined(self.row_constants[e])
         return map_children(e, self.inlined)
 
@@ -182,7 +183,7 @@ class RowLoopWriter:
         terms = [] if self.warp else [one_row_a_block]
         terms += [f"(({self.expr(loop.end)}) <= {capacity})" for loop in together]
         self.line(f"if ({' && '.join(dict.fromkeys(terms + self.vector_terms(together)))}) {{")
-        copy_start = len(self.lines)
+        copy_start, declared = len(self.lines), set(self.declared)
         self.depth += 1
         for n, cache in enumerate(self.caches):
             self.line(f"{vector_type(cache.dtype, width)} bz_rc{n}[{self.register_vectors}];")
@@ -192,6 +193,7 @@ class RowLoopWriter:
         self.depth -= 1
         self.check_barriers(self.lines[copy_start:], uniform=one_row_a_block in terms)
         self.line("} else {")
+        self.declared = declared  # the register copy's locals are out of scope in the other
         self.depth += 1
         self.block(body[first:])
         self.depth -= 1

@@ -109,6 +109,25 @@ BINARY_RULES = {
     "reduce_maximum": call("bz_maximum"), "reduce_minimum": call("bz_minimum"),
 }
 
+
+def index_division(op: str, a: str, b: str, divisor: int | None, dtype: DType) -> str:
+    """`a // b` or `a % b` (op "floordiv" or "remainder") of integers known non-negative
+    (braze/kir/signs.py), where floor and truncation agree: unsigned division, a shift or a mask by
+    a power of two; `divisor`: b's value where it is a constant (> 0). A divisor known only not to
+    be negative may be 0 and then gives 0, as the prelude's floor rule does: an index decomposition
+    by a zero extent sits in an empty iteration space, but extent arithmetic divides too (a
+    reshape's inferred extent, group_norm's group size, hoisted before the loops), so the test
+    (a compare and a select) stays."""
+    if divisor is None:
+        return f"bz_index_{op}({a}, {b})"
+    if divisor & (divisor - 1) == 0:
+        shift, suffix = divisor.bit_length() - 1, "LL" if dtype.itemsize == 8 else ""
+        return f"({a} >> {shift})" if op == "floordiv" else f"({a} & {divisor - 1}{suffix})"
+    signed, unsigned, suffix = ("long long", "unsigned long long", "ULL") if dtype.itemsize == 8 else \
+        ("int", "unsigned", "u")
+    return f"(({signed})(({unsigned})({a}) {'/' if op == 'floordiv' else '%'} {divisor}{suffix}))"
+
+
 TERNARY_RULES = {
     "where": lambda a, d, o, t: f"({truth(a[0], d[0])} ? {a[1]} : {a[2]})",
     "clamp": call("bz_clamp"),

@@ -81,6 +81,16 @@ template <typename T> BZ_D T bz_int_remainder(T x, T y) {
   T r = x % y;
   return (r != T(0) && ((r < T(0)) != (y < T(0)))) ? T(r + y) : r;
 }
+// x // y and x % y of index arithmetic known x >= 0 and y >= 0 (codegen/cuda_rules.py,
+// index_division): unsigned division, a fraction of the instructions; y == 0 gives 0 as above.
+template <typename T> BZ_D T bz_index_floordiv(T x, T y) {
+  typedef typename bz_unsigned_of<T>::type U;
+  return y == T(0) ? T(0) : T(U(x) / U(y));
+}
+template <typename T> BZ_D T bz_index_remainder(T x, T y) {
+  typedef typename bz_unsigned_of<T>::type U;
+  return y == T(0) ? T(0) : T(U(x) % U(y));
+}
 // NumPy's npy_divmod for floats.
 template <typename T> BZ_D T bz_float_remainder(T x, T y) {
   T mod = fmod(x, y);

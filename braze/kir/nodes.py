@@ -346,6 +346,8 @@ class Kernel:
     # The type of the kernel's index arithmetic (loop indices, extents, offsets): int32 when every
     # index of every call it serves fits (engine.index_type), which halves the integer work on a GPU.
     index_type: DType = int64
+    # The scalar parameters that carry array extents (a fusion's extent symbols): never negative.
+    extents: frozenset[str] = frozenset()
 
 
 TRUE = Const(True, bool_)

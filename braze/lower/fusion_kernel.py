@@ -178,4 +178,5 @@ def lower(fusion: FusionGraph, writes: Sequence[TensorView], scheduled: dict[int
         em = ValueEmitter(ScopeStack(), params, cpu)
         tasks.append(_task_for(em, tv, params.writes[id(tv)], scheduled[id(tv)], f"{name}_t{position}_{tv.name}"))
         params.written.add(id(tv))
-    return k.Kernel(name, params.ordered(), tuple(tasks), source=name, index_type=index), params
+    extents = frozenset(p.name for p in params.symbols.values())
+    return k.Kernel(name, params.ordered(), tuple(tasks), source=name, index_type=index, extents=extents), params
