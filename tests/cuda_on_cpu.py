@@ -122,10 +122,10 @@ class _Executor:
 
     def run(self, block: np.ndarray, scalars: dict[str, int], arguments=()) -> None:
         for planned in self.executor.plan(scalars, self.executor.workspace(0, scalars)):
-            self.launches.append((planned.task.name, planned.task.schedule.kind, planned.grid, planned.shared,
+            self.launches.append((planned.function_name, planned.task.schedule.kind, planned.grid, planned.shared,
                                   planned.scalars))
-            getattr(self.library, f"run_{planned.task.name}")(block.ctypes.data, planned.grid, self.executor.block,
-                                                                planned.shared, *planned.scalars)
+            getattr(self.library, f"run_{planned.function_name}")(block.ctypes.data, planned.grid, self.executor.block,
+                                                                    planned.shared, *planned.scalars)
 
 
 _MEMORY = _HostMemory()

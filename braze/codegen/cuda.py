@@ -147,6 +147,7 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter):
         self.guarded: set[k.Var] = set()  # grid_rows: accumulators a row adds to once (emit_assign)
         self.register_index = ""  # in a register-row loop: its iteration counter
         self.in_registers = False  # writing the register-row copy of a row (body_with_register_row)
+        self.row_values: tuple = ()  # in that copy: the values it keeps in registers (cuda_row_values)
         self.substitutions: dict[k.Load, str] = {}  # loads read from a row cache in the current loop
         self.vector_stores: dict[int, str] = {}  # id(Store) -> the vector component it fills
         self.cache_stores: dict[int, list[str]] = {}  # id(Store) -> the row cache slots it also fills
@@ -541,6 +542,14 @@ def _emit_if(w: TaskWriter, s: k.If) -> None:
         w.nested("else", s.orelse)
 
 
+def _arithmetic(e: k.Expr) -> bool:
+    """A float32 add, subtract or multiply: one instruction, whose NaN results carry no payload on the
+    GPU (cuda_rules, "cast"; a division or a function may pass an operand's NaN through). Not by a
+    constant 0 or 1 (or -1): the compiler may fold that into the other operand or its negation."""
+    return isinstance(e, k.Binary) and e.op in ("add", "sub", "mul") and e.dtype.name == "float32" \
+        and not any(isinstance(x, k.Const) and abs(x.value) in (0, 1) for x in (e.a, e.b))
+
+
 _EXPR: dict[type, Callable[[TaskWriter, k.Expr], str]] = {
     k.Const: lambda w, e: const_text(e.value, e.dtype),
     k.Var: lambda w, e: e.name,
@@ -552,7 +561,7 @@ _EXPR: dict[type, Callable[[TaskWriter, k.Expr], str]] = {
     k.Unary: lambda w, e: w.apply(e.op, [e.x], e.dtype, dict(e.attrs)),
     k.Binary: lambda w, e: w.binary(e),
     k.Ternary: lambda w, e: w.apply(e.op, [e.a, e.b, e.c], e.dtype),
-    k.Cast: lambda w, e: w.apply("cast", [e.x], e.dtype),
+    k.Cast: lambda w, e: w.apply("cast", [e.x], e.dtype, {"arithmetic": _arithmetic(e.x)}),
     k.Philox: lambda w, e: f"bz_philox({', '.join(w.expr(x) for x in (e.seed, e.offset, e.group, e.word))})",
 }
 

@@ -31,6 +31,7 @@ from braze.codegen.cuda_plan import (
     walk,
 )
 from braze.codegen.cuda_random import philox_runs
+from braze.codegen.cuda_row_values import plan_row_values
 from braze.dtypes import DType
 from braze.kir import nodes as k
 from braze.passes.simplify import map_children
@@ -187,9 +188,13 @@ class RowLoopWriter:
         self.depth += 1
         for n, cache in enumerate(self.caches):
             self.line(f"{vector_type(cache.dtype, width)} bz_rc{n}[{self.register_vectors}];")
+        self.row_values = plan_row_values(self.row_task, together, self.caches, width * self.register_vectors)
+        for n, _ in enumerate(self.row_values):
+            self.line(f"float bz_rv{n}[{width * self.register_vectors}];")
         self.in_registers = True
         self.block(body[first:])
         self.in_registers = False
+        self.row_values = ()
         self.depth -= 1
         self.check_barriers(self.lines[copy_start:], uniform=one_row_a_block in terms)
         self.line("} else {")
@@ -251,7 +256,7 @@ class RowLoopWriter:
         held = self.vectors[id(loop)].width * self.register_vectors * row_bytes
         return loads if held <= REGISTER_PRELOAD_BYTES else []
 
-    def launder_register_row(self, loop: k.For) -> None:
+    def launder_register_row(self, loop: k.For, read: list[k.Load]) -> None:
         """In a loop after the first over a register row of 1- and 2-byte elements: the row's
         registers marked as changed (bz_launder), so the compiler keeps the packed row live across
         loops and widens it again, not each element widened to float32 by an earlier loop (twice the
@@ -259,7 +264,8 @@ class RowLoopWriter:
         if any(cache.dtype.itemsize >= 4 for cache in self.caches):
             return
         for n, cache in enumerate(self.caches):
-            if id(loop) in cache.loops and cache.loops[0] != id(loop):
+            if id(loop) in cache.loops and cache.loops[0] != id(loop) \
+                    and any(row_cache_key(load, loop) == cache.key for load in read):
                 self.line(f"  bz_launder<{self.cache_loops().index(id(loop))}>(bz_rc{n}[{self.register_index}]);")
 
     def cache_slot(self, n: int, ty: str, base: k.Var) -> str:
@@ -291,6 +297,7 @@ class RowLoopWriter:
     def read_loads(self, loop: k.For, vector: VectorAccesses) -> list[k.Load]:
         """The loop's 16-byte loads it reads outside the values a row cache holds for it."""
         values = dict.fromkeys(expression for _, _, expression in self.cache_updates(loop, "value"))
+        values.update(dict.fromkeys(expression for _, expression, _ in self.row_value_uses(loop, "read")))
         covered = {e for expression in values for e in sub_exprs(expression)}
         uncovered = self.uncovered_exprs(loop, values)
         return [load for load in vector.loads
@@ -305,7 +312,7 @@ class RowLoopWriter:
             self.register_index = f"{v}_k"
             self.preload_register_row(loop, vector, base, read)
             self.open_register_loop(loop, base)
-            self.launder_register_row(loop)
+            self.launder_register_row(loop, read)
         else:
             unroll = vector_unroll(vector)
             if unroll > 1:
@@ -352,6 +359,7 @@ class RowLoopWriter:
                 self.substitutions.pop(expression, None)  # the previous component's value
                 self.line(f"u{n}_{v}.{component} = {self.expr(expression)};")
                 self.substitutions[expression] = f"u{n}_{v}.{component}"
+            self.use_row_values(loop, lane_part, width)
             self.vector_stores = {key: f"{name}.{component}" for key, name in stores.items()}
             self.vector_column_component(loop, columns, lane_part, width)
             self.block(loop.body)
@@ -511,6 +519,26 @@ class RowLoopWriter:
             if cache.update is not None and id(loop) in cache.loops and cache.role(id(loop)) == role:
                 found.append((n, cache, occurrences(loop, cache.update)[0]))
         return found
+
+    def row_value_uses(self, loop: k.For, role: str) -> list[tuple[int, k.Expr, str]]:
+        """(value number, its expression as this loop writes it, the register array) for the values
+        kept in registers (cuda_row_values) that this loop computes (`role` "write") or reads back
+        ("read"); none outside the register copy of a row."""
+        if self.cached != "registers":
+            return []
+        return [(n, occurrences(loop, value.key)[0], f"bz_rv{n}") for n, value in enumerate(self.row_values)
+                if (value.writer == id(loop) if role == "write" else id(loop) in value.readers)]
+
+    def use_row_values(self, loop: k.For, lane_part: int, width: int) -> None:
+        """In one element of a register row's loop: each value it keeps computed into its register,
+        each value it reads back taken from there."""
+        for _, expression, array in self.row_value_uses(loop, "write"):
+            slot = f"{array}[{self.register_index} * {width} + {lane_part}]"
+            self.substitutions.pop(expression, None)  # the previous element's
+            self.line(f"{slot} = {self.expr(expression)};")
+            self.substitutions[expression] = slot
+        for _, expression, array in self.row_value_uses(loop, "read"):
+            self.substitutions[expression] = f"{array}[{self.register_index} * {width} + {lane_part}]"
 
     def stored_caches(self, loop: k.For, store: k.Store) -> list[int]:
         """The row caches (by number) that keep what `store` stores in its loop (RowCache.stored)."""

@@ -162,7 +162,19 @@ def cast(x: str, source: DType, out: DType) -> str:
 RULES.update(UNARY_RULES)
 RULES.update(BINARY_RULES)
 RULES.update(TERNARY_RULES)
-RULES["cast"] = lambda a, d, o, t: cast(a[0], d[0], o)
+
+
+def _cast_rule(a, d, o, t) -> str:
+    """A cast; attribute `arithmetic` (codegen/cuda.py sets it): the operand is a float32 that an add,
+    subtract or multiply computed, no NaN with a payload (NVIDIA GPUs give such operations' NaN results
+    as the one canonical NaN, which the conversion instruction turns into the bfloat16 bits
+    bz_float_to_bf16_bits' payload rule gives it)."""
+    if t.get("arithmetic") and (d[0].name, o.name) == ("float32", "bfloat16"):
+        return f"__ushort_as_bfloat16(bz_arith_float_to_bf16_bits({a[0]}))"
+    return cast(a[0], d[0], o)
+
+
+RULES["cast"] = _cast_rule
 RULES["online_softmax_add"] = call("bz_online_add")  # no op of the table: made by codegen/cuda_online.py
 for _name in (*UNARY_RULES, *BINARY_RULES, *TERNARY_RULES, "cast"):
     if _name in OPS:

@@ -8,9 +8,11 @@ into `Let`s: the same operations on the same values, so the same bits. Only pure
 `reciprocal_divisions` goes one step further and is not bit-exact: a float32 quotient by a row
 invariant that is only stored (softmax's `e / sum`) becomes a product with the reciprocal, computed
 once. That is one rounding more (at most about 1.5 units in the last place, against the four or more
-of float32 results' tolerance) for a multiply instead of a division per element. Rows whose divisor
-has no normal reciprocal (|d| below 2**-126 or above 2**126: the reciprocal would be infinite or
-lose bits) divide as before.
+of float32 results' tolerance) for a multiply instead of a division per element. A divisor whose
+reciprocal is not a normal float32 (|d| below 2**-126 or above 2**126: it would be infinite or lose
+bits) is first scaled by a power of two `s` into range, `x / d = (x * (1 / (d * s))) * s`; for the
+others `s` is 1, which changes no bit. Two multiplies an element and no branch: choosing between the
+product and a division per element cost a branch around each element's division.
 """
 
 from __future__ import annotations
@@ -144,11 +146,42 @@ def hoist_invariants(kernel: k.Kernel) -> k.Kernel:
     return _rewrite_loops(kernel, lambda loop: _Hoister(loop, names).loop(loop))
 
 
+def reciprocal_divisions(kernel: k.Kernel) -> k.Kernel:
+    """Stored float32 quotients by a row invariant, as products with its reciprocal (see the module)."""
+    names = _fresh_names(kernel, "rcp")
+
+    def rewrite(loop: k.For) -> list[k.Stmt]:
+        variant, reciprocals = _variant_vars(loop), {}
+        body = tuple(new for s in loop.body for new in _reciprocal_store(s, variant, reciprocals, names))
+        if not reciprocals:
+            return [loop]
+        lets = [let for d, (rcp, scale) in reciprocals.items() for let in _reciprocal_lets(d, rcp, scale)]
+        return [*lets, dataclasses.replace(loop, body=body)]
+
+    return _rewrite_loops(kernel, rewrite)
+
+
+# Scaled by these powers of two, a divisor below 2**-126 (down to the smallest subnormal, 2**-149) or
+# above 2**126 (up to the largest float32, below 2**128) has a normal reciprocal, exactly.
+_SCALE_UP, _SCALE_DOWN = 2.0**64, 2.0**-64
+
+
+def _reciprocal_lets(d: k.Expr, reciprocal: k.Var, scale: k.Var) -> list[k.Let]:
+    """`scale`: 1 where `1 / d` is a normal float32, else the power of two that brings `d` into that
+    range (NaN: 1); `reciprocal = 1 / (d * scale)`."""
+    f32, size = dt.float32, k.Unary("abs", d, dt.float32)
+    tiny = k.Binary("lt", size, k.Const(2.0**-126, f32), dt.bool_)
+    huge = k.Binary("gt", size, k.Const(2.0**126, f32), dt.bool_)
+    factor = k.Ternary("where", tiny, k.Const(_SCALE_UP, f32),
+                       k.Ternary("where", huge, k.Const(_SCALE_DOWN, f32), k.Const(1.0, f32), f32), f32)
+    scaled = k.Binary("mul", d, scale, f32)
+    return [k.Let(scale, factor), k.Let(reciprocal, k.Binary("truediv", k.Const(1.0, f32), scaled, f32))]
+
+
 def _reciprocal_store(s: k.Stmt, variant: set[k.Var], reciprocals: dict, names) -> list[k.Stmt]:
     """A store of `x / d` (through casts), float32 and `d` row-invariant, as `q = x` and a store of
-    `q * (1 / d)` where that reciprocal is normal, else of `q / d`. `x` goes into a variable first so
-    that its loads stay unconditional (the GPU code then reads them 16 bytes at a time, or from a row
-    cache)."""
+    `(q * reciprocal) * scale` (_reciprocal_lets). `x` goes into a variable first so that its loads
+    stay unconditional (the GPU code then reads them 16 bytes at a time, or from a row cache)."""
     if not isinstance(s, k.Store):
         return [s]
     casts, value = [], s.value
@@ -159,35 +192,10 @@ def _reciprocal_store(s: k.Stmt, variant: set[k.Var], reciprocals: dict, names) 
             and _invariant(value.b, variant) and not _invariant(value.a, variant)):
         return [s]
     if value.b not in reciprocals:
-        reciprocals[value.b] = (k.Var(next(names), dt.float32), k.Var(next(names), dt.bool_))
-    reciprocal, normal = reciprocals[value.b]
+        reciprocals[value.b] = (k.Var(next(names), dt.float32), k.Var(next(names), dt.float32))
+    reciprocal, scale = reciprocals[value.b]
     numerator = k.Var(next(names), dt.float32)
-    product = k.Binary("mul", numerator, reciprocal, dt.float32)
-    quotient: k.Expr = k.Ternary("where", normal, product, k.Binary("truediv", numerator, value.b, dt.float32),
-                                 dt.float32)
+    quotient: k.Expr = k.Binary("mul", k.Binary("mul", numerator, reciprocal, dt.float32), scale, dt.float32)
     for dtype in reversed(casts):
         quotient = k.Cast(quotient, dtype)
     return [k.Let(numerator, value.a), dataclasses.replace(s, value=quotient)]
-
-
-def reciprocal_divisions(kernel: k.Kernel) -> k.Kernel:
-    """Stored float32 quotients by a row invariant, as products with its reciprocal (see the module)."""
-    names = _fresh_names(kernel, "rcp")
-
-    def rewrite(loop: k.For) -> list[k.Stmt]:
-        variant, reciprocals = _variant_vars(loop), {}
-        body = tuple(new for s in loop.body for new in _reciprocal_store(s, variant, reciprocals, names))
-        if not reciprocals:
-            return [loop]
-        lets = [let for d, (rcp, normal) in reciprocals.items() for let in _reciprocal_lets(d, rcp, normal)]
-        return [*lets, dataclasses.replace(loop, body=body)]
-
-    return _rewrite_loops(kernel, rewrite)
-
-
-def _reciprocal_lets(d: k.Expr, reciprocal: k.Var, normal: k.Var) -> list[k.Let]:
-    """`reciprocal = 1 / d`, and `normal`: whether that reciprocal is a normal float32."""
-    f32, size = dt.float32, k.Unary("abs", d, dt.float32)
-    in_range = k.Binary("logical_and", k.Binary("ge", size, k.Const(2.0**-126, f32), dt.bool_),
-                        k.Binary("le", size, k.Const(2.0**126, f32), dt.bool_), dt.bool_)
-    return [k.Let(reciprocal, k.Binary("truediv", k.Const(1.0, f32), d, f32)), k.Let(normal, in_range)]
