@@ -113,8 +113,9 @@ extern "C" void run_{name}(const long long* args, long long grid, long long bloc
 
 
 class _Executor:
-    """A CudaExecutor's launches, each run on the CPU; `launches` records (task, schedule kind, grid,
-    dynamic shared bytes, launch scalars)."""
+    """A CudaExecutor's launches, each run on the CPU; `launches` records (the function run: the task's,
+    or its `_warp` function for one warp a row; schedule kind, grid, dynamic shared bytes, launch
+    scalars)."""
 
     def __init__(self, executor: CudaExecutor, library: ctypes.CDLL) -> None:
         self.executor, self.library, self.kernel = executor, library, executor.kernel
