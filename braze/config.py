@@ -42,6 +42,10 @@ FEATURES = {
                  "of its own",
     "inner_outer": "disable: on a GPU, a column sum over a row task's space (a norm backward's dweight) is a "
                    "task of its own, not carried by the row task",
+    "fast_divisors": "disable: on a GPU, index arithmetic divides by extents with the hardware-less division, "
+                     "not with a multiplier and shift computed once a thread",
+    "uniform_alignment": "disable: on a GPU, the vector path of a row loop tests its arrays' alignment at every "
+                         "row, not once a thread where the strides allow",
 }
 DUMP_NAMES = frozenset(DUMPS)
 FEATURE_NAMES = frozenset(FEATURES)

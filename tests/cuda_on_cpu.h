@@ -54,6 +54,13 @@ inline unsigned __float_as_uint(float x) { return bz_bits<unsigned>(x); }
 inline double __longlong_as_double(long long x) { return bz_bits<double>(x); }
 inline long long __double_as_longlong(double x) { return bz_bits<long long>(x); }
 inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
+inline int __clz(unsigned x) { return x == 0u ? 32 : __builtin_clz(x); }
+// (hi:lo) >> shift, the shift clamped to 32 (CUDA's clamping funnel shift).
+inline unsigned __funnelshift_rc(unsigned lo, unsigned hi, unsigned shift) {
+  const unsigned long long both = ((unsigned long long)hi << 32) | lo;
+  return (unsigned)(both >> (shift < 32u ? shift : 32u));
+}
+inline double __drcp_rn(double x) { return 1.0 / x; }  // IEEE division: the reciprocal rounded to nearest
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
 

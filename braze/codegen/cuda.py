@@ -33,6 +33,7 @@ import numpy as np
 
 from braze.codegen.cuda_grid import GridWriter
 from braze.codegen.cuda_inner_outer import InnerOuter, InnerOuterWriter, fold_task, plan_inner_outer
+from braze.codegen.cuda_invariants import InvariantWriter
 from braze.codegen.cuda_online import fuse_online_softmax, gather_one_hot_sums
 from braze.codegen.cuda_plan import (
     ARG_COMBINES,
@@ -110,7 +111,7 @@ def const_text(value, dtype: DType) -> str:
     return f"((signed char){value})"
 
 
-class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter):
+class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter, InvariantWriter):
     """Writes one task as one `__global__` function; with `warp`, its function for one warp a row
     (see the module docstring). With `inner_outer`, the task is a row task carrying a column task's
     partial results; with `fold_of`, it is that column task, folding them (cuda_inner_outer)."""
@@ -163,6 +164,10 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter):
         self.narrow = kernel.index_type.itemsize < 8
         # Which of the task's integers are never negative: their divisions need no floor fix-ups.
         self.signs = index_signs(kernel, task)
+        # Row-invariant work done once a thread (cuda_invariants): divisors, the rows' alignment.
+        self.declared_divisors: set[str] = set()
+        self.divisors = self.plan_divisors()
+        self.aligned_rows = self.plan_aligned_rows()
 
     # --- text --------------------------------------------------------------------------------------
     def line(self, text: str) -> None:
@@ -189,7 +194,7 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter):
     def binary(self, e: k.Binary) -> str:
         if e.op in ("floordiv", "remainder") and self.unsigned_division(e):
             divisor = e.b.value if isinstance(e.b, k.Const) else None
-            return index_division(e.op, self.expr(e.a), self.expr(e.b), divisor, e.dtype)
+            return self.fast_division(e) or index_division(e.op, self.expr(e.a), self.expr(e.b), divisor, e.dtype)
         return self.apply(e.op, [e.a, e.b], e.dtype)
 
     def unsigned_division(self, e: k.Binary) -> bool:
@@ -372,6 +377,7 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter):
         if self.narrow:
             for param, axis in self.runtime_strides():
                 self.line(f"const int {self.stride(param, axis)} = (int){self.field(param, 'stride', axis)};")
+        self.declare_invariants()
 
     def runtime_strides(self) -> list[tuple[k.ArrayParam, int]]:
         """(array, axis) of every stride the task's accesses read at run time, in first-use order."""

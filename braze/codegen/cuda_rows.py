@@ -121,7 +121,7 @@ class RowLoopWriter:
         terms = []
         for other in together:
             terms.append(f"(({self.trip_count(other)}) % {self.vectors[id(other)].width} == 0)")
-            terms += self.alignment_terms(other)
+            terms += self.with_aligned_rows(other, self.alignment_terms(other))
         return terms
 
     def alignment_terms(self, loop: k.For) -> list[str]:

@@ -91,6 +91,34 @@ template <typename T> BZ_D T bz_index_remainder(T x, T y) {
   typedef typename bz_unsigned_of<T>::type U;
   return y == T(0) ? T(0) : T(U(x) % U(y));
 }
+// The same divisions by a divisor fixed for the whole kernel (an extent; codegen/cuda_divisors.py),
+// as a multiply-high, an add and a shift (Granlund and Montgomery, "Division by invariant integers
+// using multiplication", 1994): the hardware has no integer divider, and the division above takes
+// ~17 instructions, its reciprocal recomputed at every row. For 0 <= n, d < 2^32, with
+// l = ceil(log2 d) and m = floor(2^32 (2^l - d) / d) + 1 (so m + 2^32 = floor(2^(32+l) / d) + 1,
+// their theorem 4.2's multiplier for 32-bit dividends): n / d = (umulhi(n, m) + n) >> l, the sum
+// taken in 33 bits. d = 0 takes m = 0 and l = 32: the quotient is 0 and the remainder is 0, as above.
+// tests/codegen/test_cuda_divisors.py checks a Python model of these lines, operation by operation.
+struct BzDivisor { unsigned magic, shift, divisor; };
+BZ_D BzDivisor bz_divisor(unsigned d) {
+  const unsigned shift = 32 - __clz(d - 1u);  // ceil(log2 d): 0 for 1, 32 above 2^31 and for 0
+  const unsigned excess = (unsigned)((1ull << shift) - d);  // 2^l - d < d (0 for 0)
+  // floor(excess * 2^32 / d) < 2^32 - 1: a double quotient (two roundings, within 2^-20 of the exact
+  // one) is at most one from it, and the exact remainder says which way. Once a thread, ~30 instructions
+  // where a 64-bit integer division takes ~60.
+  unsigned long long q = (unsigned long long)((double)excess * 4294967296.0 * __drcp_rn((double)d));
+  const long long r = (long long)(((unsigned long long)excess << 32) - q * d);
+  q = r < 0 ? q - 1ull : r >= (long long)d ? q + 1ull : q;
+  return BzDivisor{d == 0u ? 0u : (unsigned)q + 1u, shift, d};
+}
+BZ_D unsigned bz_divide(unsigned n, BzDivisor d) {
+  const unsigned long long sum = (unsigned long long)__umulhi(n, d.magic) + n;
+  return __funnelshift_rc((unsigned)sum, (unsigned)(sum >> 32), d.shift);  // (sum >> shift), shift <= 32
+}
+BZ_D int bz_fast_floordiv(int x, BzDivisor d) { return (int)bz_divide((unsigned)x, d); }
+BZ_D int bz_fast_remainder(int x, BzDivisor d) {
+  return d.divisor == 0u ? 0 : (int)((unsigned)x - bz_divide((unsigned)x, d) * d.divisor);
+}
 // NumPy's npy_divmod for floats.
 template <typename T> BZ_D T bz_float_remainder(T x, T y) {
   T mod = fmod(x, y);

@@ -109,7 +109,8 @@ def test_rope_and_group_norm_divide_their_indices_unsigned():
     group_norm = suite_source("group_norm", [(16, 512, 64, 64), (512,), (512,)], np.float32)
     for body in (rope, group_norm):
         assert "bz_floordiv" not in body and "bz_remainder" not in body
-    assert "bz_index_remainder(p1, T0_s2)" in rope
+    # Divided by the extents through divisors computed once a thread (codegen/cuda_invariants.py).
+    assert "bz_fast_remainder(p1, bz_div0)" in rope and "bz_divisor((unsigned)(T0_s2))" in rope
     assert re.search(r"\(p1 >> 5\)|\(p1 & 31\)", group_norm)  # 32 groups
     # The vector paths' alignment tests read the row's indices, not their divisions again.
     for test in re.findall(r"if \(\(\(.*reinterpret_cast.*\n", rope):

@@ -1,0 +1,122 @@
+"""Work of a CUDA task that is the same for every row, done once a thread before the rows.
+
+A mixin of `cuda.TaskWriter` (which supplies `line`, `expr`, `stride`, `pointer`, the task and its
+vector plans). Two kinds of work, each behind a feature of braze/config.py:
+
+- `fast_divisors`: a row's index digits divide it by run-time extents (`p % T0_s2`, `p / T0_s2 % T0_s1`),
+  and the hardware has no integer divider: each such unsigned division took ~17 instructions a row,
+  reciprocal included. A divisor that reads only the kernel's parameters becomes a `BzDivisor` (the
+  prelude's multiplier and shift) once a thread, and each division by it a multiply-high, an add and a
+  shift. Only for 32-bit integers proven never negative (braze/kir/signs.py); 64-bit ones divide as
+  before.
+- `uniform_alignment`: the vector path of a row loop tests that every array's row start is aligned to a
+  vector, at every row. Where each array's base is aligned and each stride that multiplies an index
+  that changes from row to row is a multiple of the vector, every row start is aligned: one test a
+  thread, and the test per row only where it fails (other layouts).
+"""
+
+from __future__ import annotations
+
+from braze import config
+from braze.codegen.cuda_plan import exprs_of, replace_var_in_access, sub_exprs, vector_alignment, walk
+from braze.kir import nodes as k
+from braze.passes.simplify import simplify_expr
+
+_LOCAL = (k.Var, k.Load, k.LoadLocal, k.Philox)  # what makes a value differ from row to row or thread to thread
+
+
+def kernel_invariant(e: k.Expr) -> bool:
+    """Whether `e` reads only the kernel's parameters and constants: one value for the whole launch."""
+    return not any(isinstance(x, _LOCAL) for x in sub_exprs(e))
+
+
+class InvariantWriter:
+    """Row-invariant work of a task writer (see the module docstring)."""
+
+    # --- divisions by extents ------------------------------------------------------------------------
+    def plan_divisors(self) -> dict[k.Expr, str]:
+        """Each divisor of the task's unsigned 32-bit divisions that is kernel-invariant (and no
+        constant: those are shifts, masks or the compiler's own multiplications) and divides a value
+        that is not -> the name of its BzDivisor."""
+        if config.disabled("fast_divisors"):
+            return {}
+        roots = [x for s in walk(self.task.body) for x in exprs_of(s)]
+        divisors: dict[k.Expr, str] = {}
+        for e in (e for root in roots for e in sub_exprs(root)):
+            if isinstance(e, k.Binary) and e.op in ("floordiv", "remainder") and e.dtype.name == "int32" \
+                    and not isinstance(e.b, k.Const) and e.b not in divisors and kernel_invariant(e.b) \
+                    and not kernel_invariant(e.a) and self.unsigned_division(e):
+                divisors[e.b] = f"bz_div{len(divisors)}"
+        return divisors
+
+    def fast_division(self, e: k.Binary) -> str | None:
+        """`e` (an unsigned division, cuda.TaskWriter.binary) through its divisor's BzDivisor, or None."""
+        name = self.divisors.get(e.b) if e.dtype.name == "int32" else None
+        if name is None or name not in self.declared_divisors:  # one declared before the divisor it divides
+            return None
+        return f"bz_fast_{e.op}({self.expr(e.a)}, {name})"
+
+    # --- alignment of the vector paths ----------------------------------------------------------------
+    def plan_aligned_rows(self) -> dict[int, str]:
+        """id(row loop) -> the name of its thread's test that every row start of the loop's vector
+        accesses is aligned (declared by declare_invariants), for the loops that have one."""
+        self.aligned_row_tests: dict[str, str] = {}  # name -> text
+        if config.disabled("uniform_alignment"):
+            return {}
+        tests: dict[str, str] = {}  # the test's text -> its name: loops testing the same share it
+        names: dict[int, str] = {}
+        for id_, vector in self.vectors.items():
+            loop = self.loops_by_id.get(id_)
+            text = self.uniform_alignment(loop) if loop is not None else None
+            if text is not None:
+                names[id_] = tests.setdefault(text, f"bz_aligned_rows{len(tests)}")
+        self.aligned_row_tests = {name: text for text, name in tests.items()}
+        return names
+
+    def uniform_alignment(self, loop: k.For) -> str | None:
+        """A test, reading only parameters, that implies every vector access of `loop` is aligned at
+        every row (None where no such test can pass: an index that changes by row on a stride
+        the vector does not divide, or a misaligned constant offset)."""
+        vector, terms = self.vectors[id(loop)], []
+        for access in (*vector.loads, *vector.stores):
+            mask = vector_alignment(access.param.dtype, vector.width) - 1
+            elements = (mask + 1) // access.param.dtype.itemsize  # the vector's alignment, in elements
+            terms.append(f"((reinterpret_cast<unsigned long long>({self.pointer(access.param)}) & {mask}) == 0)")
+            start = replace_var_in_access(access, loop.var, loop.begin)
+            for axis, index in enumerate(start):
+                term = self.aligned_term(access.param, axis, simplify_expr(index), elements)
+                if term is None:
+                    return None
+                terms.append(term)
+        return " && ".join(t for t in dict.fromkeys(terms) if t != "true")
+
+    def aligned_term(self, param: k.ArrayParam, axis: int, index: k.Expr, elements: int) -> str | None:
+        """A test that `index * stride` of this axis is a multiple of `elements` at every row: "true"
+        where that is known, None where it cannot hold at every row."""
+        stride = param.static_stride(axis)
+        if stride == 0:
+            return "true"
+        if isinstance(index, k.Const) and (stride is not None or index.value % elements == 0):
+            return "true" if index.value * (stride or 1) % elements == 0 else None
+        if kernel_invariant(index):  # the same term at every row: tested as it is
+            step = str(stride) if stride is not None else self.stride(param, axis)
+            return f"(({self.expr(index)}) * {step} % {elements} == 0)"
+        if stride is not None:
+            return "true" if stride % elements == 0 else None
+        return f"({self.stride(param, axis)} % {elements} == 0)"
+
+    def with_aligned_rows(self, loop: k.For, row_terms: list[str]) -> list[str]:
+        """The loop's per-row alignment tests, taken only where its thread's test fails."""
+        name = self.aligned_rows.get(id(loop))
+        if name is None or not row_terms:
+            return row_terms
+        return [f"({name} || ({' && '.join(row_terms)}))"]
+
+    # --- declarations ---------------------------------------------------------------------------------
+    def declare_invariants(self) -> None:
+        """The BzDivisors and the alignment tests of the task, after its parameters."""
+        for divisor, name in self.divisors.items():
+            self.line(f"const BzDivisor {name} = bz_divisor((unsigned)({self.expr(divisor)}));")
+            self.declared_divisors.add(name)
+        for name, text in self.aligned_row_tests.items():
+            self.line(f"const bool {name} = {text};")
