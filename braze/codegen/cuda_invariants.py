@@ -18,20 +18,79 @@ vector plans). Two kinds of work, each behind a feature of braze/config.py:
 from __future__ import annotations
 
 from braze import config
-from braze.codegen.cuda_plan import exprs_of, replace_var_in_access, sub_exprs, vector_alignment, walk
+from braze.codegen.cuda_plan import exprs_of, replace_var_in_access, vector_alignment, walk
 from braze.kir import nodes as k
-from braze.passes.simplify import simplify_expr
+from braze.passes.simplify import map_children, simplify_expr
 
+FEATURES = ("fast_divisors", "uniform_alignment")  # of braze/config.py: they change the code, not the Kernel IR
 _LOCAL = (k.Var, k.Load, k.LoadLocal, k.Philox)  # what makes a value differ from row to row or thread to thread
+
+
+def features_off() -> frozenset[str]:
+    """The FEATURES turned off now: part of the key a compiled kernel is shared by (engine.py), since
+    the Kernel IR alone does not say how it was written."""
+    return frozenset(name for name in FEATURES if config.disabled(name))
 
 
 def kernel_invariant(e: k.Expr) -> bool:
     """Whether `e` reads only the kernel's parameters and constants: one value for the whole launch."""
-    return not any(isinstance(x, _LOCAL) for x in sub_exprs(e))
+    return not any(isinstance(x, _LOCAL) for x in distinct_sub_exprs([e]))
+
+
+def _children(e: k.Expr) -> list[k.Expr]:
+    found = []
+    for name in getattr(e, "__dataclass_fields__", {}):
+        child = getattr(e, name)
+        found += [child] if isinstance(child, k.Expr) else [c for c in child if isinstance(c, k.Expr)] \
+            if isinstance(child, tuple) else []
+    return found
+
+
+def distinct_sub_exprs(roots: list[k.Expr]) -> list[k.Expr]:
+    """Every expression under `roots`, each once (a value used twice in the Kernel IR DAG is one node)."""
+    seen: dict[k.Expr, None] = {}
+    stack = list(reversed(roots))
+    while stack:
+        e = stack.pop()
+        if e not in seen:
+            seen[e] = None
+            stack += reversed(_children(e))
+    return list(seen)
 
 
 class InvariantWriter:
     """Row-invariant work of a task writer (see the module docstring)."""
+
+    def row_lets(self) -> dict[k.Var, k.Expr]:
+        """The locals the task's body gives one value before its rows' work (a top-level `Let` never
+        assigned again: hoisted invariants such as a slice's start) -> that value."""
+        if "_row_lets" not in self.__dict__:
+            assigned = {s.var for s in walk(self.task.body) if isinstance(s, k.Assign)}
+            self._row_lets = {s.var: s.value for s in self.task.body if isinstance(s, k.Let) and s.var not in assigned}
+            self._resolved: dict[k.Expr, k.Expr] = {}
+            self._invariant: dict[k.Expr, bool] = {}
+        return self._row_lets
+
+    def resolved(self, e: k.Expr) -> k.Expr:
+        """`e` with the row_lets replaced by their values."""
+        lets = self.row_lets()
+        found = self._resolved.get(e)
+        if found is None:
+            found = self._resolved[e] = self.resolved(lets[e]) if isinstance(e, k.Var) and e in lets \
+                else map_children(e, self.resolved)
+        return found
+
+    def invariant(self, e: k.Expr) -> bool:
+        """Whether `e` is kernel-invariant once its row_lets are read as their values."""
+        lets = self.row_lets()
+        found = self._invariant.get(e)
+        if found is None:
+            if isinstance(e, k.Var):
+                found = e in lets and self.invariant(lets[e])
+            else:
+                found = not isinstance(e, _LOCAL) and all(self.invariant(c) for c in _children(e))
+            self._invariant[e] = found
+        return found
 
     # --- divisions by extents ------------------------------------------------------------------------
     def plan_divisors(self) -> dict[k.Expr, str]:
@@ -42,10 +101,10 @@ class InvariantWriter:
             return {}
         roots = [x for s in walk(self.task.body) for x in exprs_of(s)]
         divisors: dict[k.Expr, str] = {}
-        for e in (e for root in roots for e in sub_exprs(root)):
+        for e in distinct_sub_exprs(roots):
             if isinstance(e, k.Binary) and e.op in ("floordiv", "remainder") and e.dtype.name == "int32" \
-                    and not isinstance(e.b, k.Const) and e.b not in divisors and kernel_invariant(e.b) \
-                    and not kernel_invariant(e.a) and self.unsigned_division(e):
+                    and not isinstance(e.b, k.Const) and e.b not in divisors and self.invariant(e.b) \
+                    and not self.invariant(e.a) and self.unsigned_division(e):
                 divisors[e.b] = f"bz_div{len(divisors)}"
         return divisors
 
@@ -65,7 +124,7 @@ class InvariantWriter:
             return {}
         tests: dict[str, str] = {}  # the test's text -> its name: loops testing the same share it
         names: dict[int, str] = {}
-        for id_, vector in self.vectors.items():
+        for id_ in self.vectors:
             loop = self.loops_by_id.get(id_)
             text = self.uniform_alignment(loop) if loop is not None else None
             if text is not None:
@@ -84,7 +143,7 @@ class InvariantWriter:
             terms.append(f"((reinterpret_cast<unsigned long long>({self.pointer(access.param)}) & {mask}) == 0)")
             start = replace_var_in_access(access, loop.var, loop.begin)
             for axis, index in enumerate(start):
-                term = self.aligned_term(access.param, axis, simplify_expr(index), elements)
+                term = self.aligned_term(access.param, axis, simplify_expr(self.resolved(index)), elements)
                 if term is None:
                     return None
                 terms.append(term)
@@ -98,9 +157,9 @@ class InvariantWriter:
             return "true"
         if isinstance(index, k.Const) and (stride is not None or index.value % elements == 0):
             return "true" if index.value * (stride or 1) % elements == 0 else None
-        if kernel_invariant(index):  # the same term at every row: tested as it is
-            step = str(stride) if stride is not None else self.stride(param, axis)
-            return f"(({self.expr(index)}) * {step} % {elements} == 0)"
+        if self.invariant(index):  # the same term at every row: tested as it is
+            step = "" if stride == 1 else f" * {stride}" if stride is not None else f" * {self.stride(param, axis)}"
+            return f"(({self.expr(index)}){step} % {elements} == 0)"
         if stride is not None:
             return "true" if stride % elements == 0 else None
         return f"({self.stride(param, axis)} % {elements} == 0)"
@@ -116,7 +175,7 @@ class InvariantWriter:
     def declare_invariants(self) -> None:
         """The BzDivisors and the alignment tests of the task, after its parameters."""
         for divisor, name in self.divisors.items():
-            self.line(f"const BzDivisor {name} = bz_divisor((unsigned)({self.expr(divisor)}));")
+            self.line(f"const BzDivisor {name} = bz_divisor((unsigned)({self.expr(self.resolved(divisor))}));")
             self.declared_divisors.add(name)
         for name, text in self.aligned_row_tests.items():
             self.line(f"const bool {name} = {text};")

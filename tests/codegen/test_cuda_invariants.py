@@ -1,0 +1,116 @@
+"""Row-invariant work of CUDA tasks done once a thread (braze/codegen/cuda_invariants.py): divisors of
+index arithmetic as BzDivisors, and one alignment test a thread for the vector paths of row loops. The
+text, each feature turned off, NVRTC compiling it, and the same results as NumPy on the CPU harness
+(tests/cuda_on_cpu.py) at odd and empty extents, for aligned, misaligned and mixed layouts."""
+
+from __future__ import annotations
+
+import re
+from unittest import mock
+
+import numpy as np
+import pytest
+from cuda_on_cpu import available, run_on_cpu
+
+import braze as bz
+from braze import config, engine
+from braze import dtypes as dt
+from braze.codegen.cuda_invariants import kernel_invariant
+from braze.kir import nodes as k
+from braze.runtime import nvrtc
+
+I32 = dt.int32
+N = k.ScalarRef(k.ScalarParam("T0_s0", I32))
+X = k.ArrayParam("x", dt.float32, 1, (1,))
+P = k.Var("p", I32)
+
+
+def test_what_is_kernel_invariant():
+    assert kernel_invariant(N) and kernel_invariant(k.ArrayExtent(X, 0, I32))
+    assert kernel_invariant(k.Binary("add", k.Binary("mul", N, k.Const(32, I32), I32), k.ArrayStride(X, 0, I32), I32))
+    assert not kernel_invariant(P) and not kernel_invariant(k.Binary("floordiv", P, N, I32))
+    assert not kernel_invariant(k.Cast(k.Load(X, (k.Const(0, I32),)), I32))
+
+
+def rope(f):
+    x, cos = f.define_tensor([-1, -1, -1, -1]), f.define_tensor([1, -1, 1, -1])
+    return x * cos + bz.ops.cat([-x[..., 4:], x[..., :4]], -1)
+
+
+def source(arrays, **scope) -> str:
+    with bz.Fusion(name="inv_rope") as f:
+        f.add_output(rope(f))
+    with config.scope(**scope):
+        return engine.cuda_source(f, arrays).body
+
+
+ROPE = [np.empty((2, 5, 3, 8), np.float32), np.empty((1, 5, 1, 8), np.float32)]
+
+
+def test_rope_divides_by_divisors_computed_once_and_tests_alignment_once():
+    body = source(ROPE)
+    names = set(re.findall(r"const BzDivisor (bz_div\d+) = bz_divisor\(\(unsigned\)\((T0_s\d)\)\);", body))
+    assert len(names) == 2 and "bz_index_" not in body
+    assert re.search(r"bz_fast_remainder\(p1, bz_div\d\)", body)
+    aligned = re.findall(r"const bool (bz_aligned_rows\d+) = (.*);", body)
+    assert len(aligned) == 2  # a half each: they start at different offsets (of a run-time extent)
+    assert "((bz_minimum(T0_s3, 4)) % 4 == 0)" in aligned[0][1]  # the first half's start
+    for name, test in aligned:
+        assert "& 15) == 0)" in test and "T0_st0 % 4 == 0" in test and "[" not in test  # no row's address in it
+        assert body.count(f"({name} || (") == 1  # the half's per-row test only where it fails
+
+
+def test_each_feature_turns_off_alone():
+    divisions_off = source(ROPE, disable="fast_divisors")
+    assert "BzDivisor" not in divisions_off and "bz_index_remainder(p1, T0_s" in divisions_off
+    assert "bz_aligned_rows0 ||" in divisions_off
+    alignment_off = source(ROPE, disable="uniform_alignment")
+    assert "bz_aligned_rows" not in alignment_off and "bz_fast_remainder" in alignment_off
+
+
+def test_a_row_index_on_a_unit_stride_gets_no_uniform_test():
+    """x.reshape(rows, -1) + bias: each row starts at row * n on the unit-stride axis of x, aligned or
+    not by the row (no test a thread can stand for it); and a division by a constant is a shift."""
+    with bz.Fusion(name="inv_grouped") as f:
+        x = f.define_tensor([-1, -1, -1])
+        f.add_output(bz.ops.sum(bz.ops.reshape(x, [x.shape[0], 4, -1]), axes=[2]))
+    body = engine.cuda_source(f, [np.empty((3, 8, 5), np.float32)]).body
+    assert "bz_aligned_rows" not in body and "reinterpret_cast<unsigned long long>(&" in body
+
+
+@pytest.mark.skipif(not nvrtc.available(), reason="needs NVRTC")
+@pytest.mark.parametrize("index", [dt.int32, dt.int64])
+def test_the_invariants_compile_with_nvrtc(index):
+    with bz.Fusion(name="inv_nvrtc") as f:
+        f.add_output(rope(f))
+    with mock.patch.object(engine, "index_type", return_value=index):
+        src = engine.cuda_source(f, ROPE)
+    # 64-bit index arithmetic divides as before; the alignment test is the same.
+    assert ("BzDivisor" in src.body) == (index == dt.int32) and "bz_aligned_rows0" in src.body
+    assert nvrtc.compile_ptx(src.text, "inv_nvrtc", "sm_90")
+
+
+def _layouts():
+    """(x, cos) with x contiguous (every row aligned), sliced off its first element (none aligned) and
+    sliced from rows of 10 (every other row aligned), at odd and empty extents."""
+    rng = np.random.default_rng(3)
+    def normal(*shape):
+        return rng.standard_normal(shape).astype(np.float32)
+    return [
+        (normal(3, 5, 3, 8), normal(1, 5, 1, 8)),
+        (normal(2, 7, 3, 9)[..., 1:], normal(1, 7, 1, 8)),
+        (normal(2, 3, 5, 10)[..., :8], normal(1, 3, 1, 8)),
+        (normal(2, 0, 3, 8), normal(1, 0, 1, 8)),
+    ]
+
+
+@pytest.mark.skipif(not available(), reason="needs g++")
+@pytest.mark.parametrize("case", range(4))
+def test_rope_gives_the_reference_for_every_layout_on_the_cpu_harness(case):
+    x, cos = _layouts()[case]
+    with bz.Fusion(name="inv_cpu") as f:
+        f.add_output(rope(f))
+    (out,), _ = run_on_cpu(f, [x, cos])
+    x64, cos64 = x.astype(np.float64), cos.astype(np.float64)
+    want = x64 * cos64 + np.concatenate([-x64[..., 4:], x64[..., :4]], -1)
+    np.testing.assert_allclose(np.asarray(out, np.float64), want, rtol=1e-6, atol=1e-6)
