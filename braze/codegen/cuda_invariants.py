@@ -17,6 +17,8 @@ vector plans). Two kinds of work, each behind a feature of braze/config.py:
 
 from __future__ import annotations
 
+import math
+
 from braze import config
 from braze.codegen.cuda_plan import exprs_of, replace_var_in_access, vector_alignment, walk
 from braze.kir import nodes as k
@@ -44,6 +46,13 @@ def _children(e: k.Expr) -> list[k.Expr]:
         found += [child] if isinstance(child, k.Expr) else [c for c in child if isinstance(c, k.Expr)] \
             if isinstance(child, tuple) else []
     return found
+
+
+def _factors(e: k.Expr) -> list[k.Expr]:
+    """The factors of a product (`e` itself where it is none)."""
+    if isinstance(e, k.Binary) and e.op == "mul":
+        return _factors(e.a) + _factors(e.b)
+    return [e]
 
 
 def distinct_sub_exprs(roots: list[k.Expr]) -> list[k.Expr]:
@@ -155,14 +164,29 @@ class InvariantWriter:
         stride = param.static_stride(axis)
         if stride == 0:
             return "true"
-        if isinstance(index, k.Const) and (stride is not None or index.value % elements == 0):
-            return "true" if index.value * (stride or 1) % elements == 0 else None
-        if self.invariant(index):  # the same term at every row: tested as it is
-            step = "" if stride == 1 else f" * {stride}" if stride is not None else f" * {self.stride(param, axis)}"
-            return f"(({self.expr(index)}){step} % {elements} == 0)"
-        if stride is not None:
-            return "true" if stride % elements == 0 else None
-        return f"({self.stride(param, axis)} % {elements} == 0)"
+        return self.multiple_of(index, stride if stride is not None else self.stride(param, axis), elements)
+
+    def multiple_of(self, e: k.Expr, scale: int | str, elements: int) -> str | None:
+        """A test, the same for every row, that `e * scale` is a multiple of `elements` (a power of two,
+        so products may wrap): a sum's terms each, a product through its invariant factors (a row's
+        start `row * n` on a unit stride is aligned where n is), what changes by row through `scale`."""
+        if isinstance(e, k.Binary) and e.op in ("add", "sub"):
+            parts = [self.multiple_of(x, scale, elements) for x in (e.a, e.b)]
+            return None if None in parts else " && ".join(p for p in parts if p != "true") or "true"
+        factors = _factors(e)
+        invariant = [f for f in factors if self.invariant(f)]
+        if not invariant:  # the term changes by row: only the scale can make it a multiple
+            return f"({scale} % {elements} == 0)" if isinstance(scale, str) else \
+                "true" if scale % elements == 0 else None
+        constant = math.prod(f.value for f in invariant if isinstance(f, k.Const))
+        constant *= scale if isinstance(scale, int) else 1
+        texts = [f"(unsigned long long)({self.expr(f)})" for f in invariant if not isinstance(f, k.Const)]
+        texts += [f"(unsigned long long)({scale})"] if isinstance(scale, str) else []
+        if not texts:
+            return "true" if constant % elements == 0 else None
+        if constant % elements == 0:
+            return "true"
+        return f"(({' * '.join(texts + ([str(constant)] if constant != 1 else []))}) % {elements} == 0)"
 
     def with_aligned_rows(self, loop: k.For, row_terms: list[str]) -> list[str]:
         """The loop's per-row alignment tests, taken only where its thread's test fails."""

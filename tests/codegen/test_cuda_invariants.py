@@ -15,7 +15,7 @@ from cuda_on_cpu import available, run_on_cpu
 import braze as bz
 from braze import config, engine
 from braze import dtypes as dt
-from braze.codegen.cuda_invariants import kernel_invariant
+from braze.codegen.cuda_invariants import InvariantWriter, kernel_invariant
 from braze.kir import nodes as k
 from braze.runtime import nvrtc
 
@@ -54,7 +54,7 @@ def test_rope_divides_by_divisors_computed_once_and_tests_alignment_once():
     assert re.search(r"bz_fast_remainder\(p1, bz_div\d\)", body)
     aligned = re.findall(r"const bool (bz_aligned_rows\d+) = (.*);", body)
     assert len(aligned) == 2  # a half each: they start at different offsets (of a run-time extent)
-    assert "((bz_minimum(T0_s3, 4)) % 4 == 0)" in aligned[0][1]  # the first half's start
+    assert "(((unsigned long long)(bz_minimum(T0_s3, 4))) % 4 == 0)" in aligned[0][1]  # the first half's start
     for name, test in aligned:
         assert "& 15) == 0)" in test and "T0_st0 % 4 == 0" in test and "[" not in test  # no row's address in it
         assert body.count(f"({name} || (") == 1  # the half's per-row test only where it fails
@@ -68,14 +68,44 @@ def test_each_feature_turns_off_alone():
     assert "bz_aligned_rows" not in alignment_off and "bz_fast_remainder" in alignment_off
 
 
-def test_a_row_index_on_a_unit_stride_gets_no_uniform_test():
-    """x.reshape(rows, -1) + bias: each row starts at row * n on the unit-stride axis of x, aligned or
-    not by the row (no test a thread can stand for it); and a division by a constant is a shift."""
+def test_a_row_start_on_a_unit_stride_is_aligned_where_the_row_length_is():
+    """x.reshape(rows, -1) summed: row r starts at r * n on the unit-stride axis of x, aligned at every
+    row where x is and n is a multiple of the vector (a division by a constant stays a shift)."""
     with bz.Fusion(name="inv_grouped") as f:
         x = f.define_tensor([-1, -1, -1])
         f.add_output(bz.ops.sum(bz.ops.reshape(x, [x.shape[0], 4, -1]), axes=[2]))
     body = engine.cuda_source(f, [np.empty((3, 8, 5), np.float32)]).body
-    assert "bz_aligned_rows" not in body and "reinterpret_cast<unsigned long long>(&" in body
+    (test,) = set(re.findall(r"const bool bz_aligned_rows0 = (.*);", body))
+    row_length = "bz_index_floordiv(bz_mul(bz_mul(T0_s0, T0_s1), T0_s2), bz_mul(T0_s0, 4))"
+    assert test == f"((reinterpret_cast<unsigned long long>(T0_) & 15) == 0) && " \
+                   f"(((unsigned long long)({row_length})) % 4 == 0)"
+    assert "(bz_aligned_rows0 || (" in body and "(p1 & 3)" in body
+
+
+class _Writer(InvariantWriter):
+    """The tests a thread of InvariantWriter, over a task of one `Let`."""
+
+    def __init__(self, let: k.Let) -> None:
+        self.task = k.Task("t", "range_for", (let,), P, k.Const(0, I32), N)
+
+    def expr(self, e: k.Expr) -> str:
+        return e.param.name if isinstance(e, k.ScalarRef) else e.name if isinstance(e, k.Var) else str(e.value)
+
+
+@pytest.mark.parametrize("index, scale, expected", [
+    (P, 8, "true"), (P, 6, None), (P, "st", "(st % 4 == 0)"),  # changes by row: only the stride counts
+    (k.Const(8, I32), 1, "true"), (k.Const(6, I32), 1, None), (k.Const(8, I32), "st", "true"),
+    (k.Binary("mul", P, N, I32), 1, "(((unsigned long long)(T0_s0)) % 4 == 0)"),
+    (k.Binary("mul", k.Binary("mul", P, N, I32), k.Const(2, I32), I32), "st",
+     "(((unsigned long long)(T0_s0) * (unsigned long long)(st) * 2) % 4 == 0)"),
+    (k.Binary("add", k.Binary("mul", P, k.Const(12, I32), I32), k.Const(4, I32), I32), 1, "true"),
+    (k.Binary("sub", P, k.Var("h", I32), I32), 1, None),
+    (k.Var("h", I32), 1, "(((unsigned long long)(h)) % 4 == 0)"),  # a hoisted invariant (the task's Let)
+    (k.Binary("add", P, k.Const(2, I32), I32), 4, "true"),
+])
+def test_which_row_starts_a_test_a_thread_covers(index, scale, expected):
+    writer = _Writer(k.Let(k.Var("h", I32), k.Binary("add", N, k.Const(1, I32), I32)))
+    assert writer.multiple_of(index, scale, 4) == expected
 
 
 @pytest.mark.skipif(not nvrtc.available(), reason="needs NVRTC")
