@@ -31,7 +31,8 @@ _LOCAL = (k.Var, k.Load, k.LoadLocal, k.Philox)  # what makes a value differ fro
 def features_off() -> frozenset[str]:
     """The FEATURES turned off now: part of the key a compiled kernel is shared by (engine.py), since
     the Kernel IR alone does not say how it was written."""
-    return frozenset(name for name in FEATURES if config.disabled(name))
+    off = {"fast_divisors": config.disabled("fast_divisors"), "uniform_alignment": config.disabled("uniform_alignment")}
+    return frozenset(name for name in FEATURES if off[name])
 
 
 def kernel_invariant(e: k.Expr) -> bool:
