@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import test_index_division_gpu as index_division  # the views' fusions and their NumPy references
 
 import braze as bz
 from braze import config
@@ -56,24 +57,11 @@ def rope(f, x, cos):
     return x * cos + bz.ops.cat([-x[..., 8:], x[..., :8]], -1)
 
 
-def reshape_bias(f, x, bias):
-    return bz.ops.reshape(x, [x.shape[0], -1]) + bias
+REFERENCES = {**index_division.REFERENCES,
+              rope: lambda x, cos: x * cos + np.concatenate([-x[..., 8:], x[..., :8]], -1)}
+reshape_bias, grouped_sums, transposed = index_division.reshape_bias, index_division.grouped_sums, \
+    index_division.transposed
 
-
-def grouped_sums(f, x):
-    return bz.ops.sum(bz.ops.reshape(x, [x.shape[0], 3, -1]), axes=[2])
-
-
-def transposed(f, x, y):
-    return x + bz.ops.transpose(y, 0, 1)
-
-
-REFERENCES = {
-    rope: lambda x, cos: x * cos + np.concatenate([-x[..., 8:], x[..., :8]], -1),
-    reshape_bias: lambda x, bias: x.reshape(x.shape[0], -1) + bias,
-    grouped_sums: lambda x: x.reshape(x.shape[0], 3, -1).sum(axis=2),
-    transposed: lambda x, y: x + y.T,
-}
 
 # Extents odd, prime, 1 and past 2^16 (a divisor whose multiplier the estimate must get right). Where
 # a slice is given, it cuts the last axis of the first input: `slice(1, None)` misaligns every row,
