@@ -41,11 +41,14 @@ def kernel_invariant(e: k.Expr) -> bool:
 
 
 def _children(e: k.Expr) -> list[k.Expr]:
+    """The operands of `e` (a Load's indices among them)."""
     found = []
     for name in getattr(e, "__dataclass_fields__", {}):
         child = getattr(e, name)
-        found += [child] if isinstance(child, k.Expr) else [c for c in child if isinstance(c, k.Expr)] \
-            if isinstance(child, tuple) else []
+        if isinstance(child, k.Expr):
+            found.append(child)
+        elif isinstance(child, tuple):
+            found += [c for c in child if isinstance(c, k.Expr)]
     return found
 
 

@@ -91,14 +91,14 @@ template <typename T> BZ_D T bz_index_remainder(T x, T y) {
   typedef typename bz_unsigned_of<T>::type U;
   return y == T(0) ? T(0) : T(U(x) % U(y));
 }
-// The same divisions by a divisor fixed for the whole kernel (an extent; codegen/cuda_divisors.py),
+// The same divisions by a divisor fixed for the whole kernel (an extent; codegen/cuda_invariants.py),
 // as a multiply-high, an add and a shift (Granlund and Montgomery, "Division by invariant integers
 // using multiplication", 1994): the hardware has no integer divider, and the division above takes
 // ~17 instructions, its reciprocal recomputed at every row. For 0 <= n, d < 2^32, with
 // l = ceil(log2 d) and m = floor(2^32 (2^l - d) / d) + 1 (so m + 2^32 = floor(2^(32+l) / d) + 1,
 // their theorem 4.2's multiplier for 32-bit dividends): n / d = (umulhi(n, m) + n) >> l, the sum
 // taken in 33 bits. d = 0 takes m = 0 and l = 32: the quotient is 0 and the remainder is 0, as above.
-// tests/codegen/test_cuda_divisors.py checks a Python model of these lines, operation by operation.
+// tests/codegen/test_fast_divisors.py checks these lines (with g++) and a Python model of them.
 struct BzDivisor { unsigned magic, shift, divisor; };
 BZ_D BzDivisor bz_divisor(unsigned d) {
   const unsigned shift = 32 - __clz(d - 1u);  // ceil(log2 d): 0 for 1, 32 above 2^31 and for 0
