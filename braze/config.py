@@ -40,6 +40,8 @@ FEATURES = {
     "kernel_reuse": "disable: each input signature of a fusion gets a runtime of its own",
     "fold_rows": "disable: a task writing rows another task reads (h = x + residual under a norm) stays a task "
                  "of its own",
+    "narrow_math": "disable: on a GPU, a float32 rounded to bfloat16 or float16 computes exp and the logistic "
+                   "functions (sigmoid, silu, tanh-GELU) correctly rounded, not approximately",
     "inner_outer": "disable: on a GPU, a column sum over a row task's space (a norm backward's dweight) is a "
                    "task of its own, not carried by the row task",
 }

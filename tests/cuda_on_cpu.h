@@ -46,6 +46,9 @@ inline float __half2float(__half h) {
   else bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
   float f; std::memcpy(&f, &bits, 4); return f;
 }
+inline __half __float2half_rn(float x) {  // round to nearest even, as the GPU's conversion
+  _Float16 h = (_Float16)x; unsigned short bits; std::memcpy(&bits, &h, 2); return {bits};
+}
 template <typename A, typename B> inline A bz_bits(B b) { static_assert(sizeof(A) == sizeof(B)); A a; std::memcpy(&a, &b, sizeof(A)); return a; }
 inline float __int_as_float(int x) { return bz_bits<float>(x); }
 inline int __float_as_int(float x) { return bz_bits<int>(x); }
@@ -54,6 +57,12 @@ inline unsigned __float_as_uint(float x) { return bz_bits<unsigned>(x); }
 inline double __longlong_as_double(long long x) { return bz_bits<double>(x); }
 inline long long __double_as_longlong(double x) { return bz_bits<long long>(x); }
 inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
+// The approximate intrinsics, with the GPU's error sources: exp2 of x * log2(e) rounded to float, and
+// a division that gives 0 for divisors beyond 2^126.
+inline float __expf(float x) { return std::exp2(x * 1.44269504088896341f); }
+inline float __fdividef(float a, float b) {
+  return std::fabs(b) > 0x1p126f && std::fabs(b) <= 0x1.fffffep127f ? a * 0.0f : a / b;
+}
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
 

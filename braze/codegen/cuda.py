@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from braze import config
 from braze.codegen.cuda_grid import GridWriter
 from braze.codegen.cuda_inner_outer import InnerOuter, InnerOuterWriter, fold_task, plan_inner_outer
 from braze.codegen.cuda_online import fuse_online_softmax, gather_one_hot_sums
@@ -163,6 +164,8 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter):
         self.narrow = kernel.index_type.itemsize < 8
         # Which of the task's integers are never negative: their divisions need no floor fix-ups.
         self.signs = index_signs(kernel, task)
+        # Whether the expression being written is a float32 that only a 2-byte float keeps (cast_expr).
+        self.narrow_math = False
 
     # --- text --------------------------------------------------------------------------------------
     def line(self, text: str) -> None:
@@ -184,7 +187,32 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter):
         rule = RULES.get(op)
         if rule is None:
             raise UnsupportedError(f"CUDA codegen: op {op!r} has no CUDA rule")
-        return rule([self.expr(a) for a in args], [a.dtype for a in args], out, attrs or {})
+        attrs = dict(attrs or {})
+        if self.narrow_math:
+            attrs["narrow"] = True
+        keeps_narrow = self.narrow_math and op not in _STEPS
+        return rule([self.operand(a, keeps_narrow) for a in args], [a.dtype for a in args], out, attrs)
+
+    def operand(self, e: k.Expr, narrow: bool) -> str:
+        """An operand's text; in a narrow result (cast_expr), a float32 operand of an op whose result
+        moves with it by little stays narrow. Others (a comparison's, a floor's, an integer's) are
+        exact: an approximation there could flip a branch or a step, not just a last bit."""
+        saved, self.narrow_math = self.narrow_math, narrow and e.dtype.name == "float32"
+        try:
+            return self.expr(e)
+        finally:
+            self.narrow_math = saved
+
+    def cast_expr(self, e: k.Cast) -> str:
+        """A cast; a float32 rounded to a 2-byte float is computed as a narrow result (cuda_rules:
+        approximate exp and logistic functions), unless `BRAZE_DISABLE=narrow_math`."""
+        narrow = self.narrow_math or (e.dtype.name in ("bfloat16", "float16") and e.x.dtype.name == "float32"
+                                      and not config.disabled("narrow_math"))
+        saved, self.narrow_math = self.narrow_math, narrow
+        try:
+            return self.apply("cast", [e.x], e.dtype, {"arithmetic": _arithmetic(e.x)})
+        finally:
+            self.narrow_math = saved
 
     def binary(self, e: k.Binary) -> str:
         if e.op in ("floordiv", "remainder") and self.unsigned_division(e):
@@ -542,6 +570,11 @@ def _emit_if(w: TaskWriter, s: k.If) -> None:
         w.nested("else", s.orelse)
 
 
+# Ops whose result jumps where the operand crosses a point: their operands are never narrow results
+# (TaskWriter.operand). Comparisons and integer ops are not float32, so they already stop it.
+_STEPS = frozenset({"floor", "ceil", "round", "trunc", "sign", "floordiv", "remainder"})
+
+
 def _arithmetic(e: k.Expr) -> bool:
     """A float32 add, subtract or multiply: one instruction, whose NaN results carry no payload on the
     GPU (cuda_rules, "cast"; a division or a function may pass an operand's NaN through). Not by a
@@ -561,7 +594,7 @@ _EXPR: dict[type, Callable[[TaskWriter, k.Expr], str]] = {
     k.Unary: lambda w, e: w.apply(e.op, [e.x], e.dtype, dict(e.attrs)),
     k.Binary: lambda w, e: w.binary(e),
     k.Ternary: lambda w, e: w.apply(e.op, [e.a, e.b, e.c], e.dtype),
-    k.Cast: lambda w, e: w.apply("cast", [e.x], e.dtype, {"arithmetic": _arithmetic(e.x)}),
+    k.Cast: lambda w, e: w.cast_expr(e),
     k.Philox: lambda w, e: f"bz_philox({', '.join(w.expr(x) for x in (e.seed, e.offset, e.group, e.word))})",
 }
 

@@ -150,6 +150,11 @@ template <typename T> BZ_D T bz_gelu_erf(T x) { return T(0.5) * x * (T(1) + erf(
 template <typename T> BZ_D T bz_gelu_tanh(T x) {
   return T(0.5) * x * (T(1) + tanh(T(0.79788456080286535588) * (x + T(0.044715) * (x * x * x))));
 }
+// For float32 results only a 2-byte float keeps (cuda_rules.py, "narrow"): approximate exp and division.
+BZ_D float bz_sigmoid_narrow(float x) { return __fdividef(1.0f, 1.0f + __expf(-x)); }
+BZ_D float bz_gelu_tanh_narrow(float x) {  // 0.5 * (1 + tanh(u)) = 1 / (1 + e^(-2u))
+  return __fdividef(x, 1.0f + __expf(-1.5957691216057307118f * (x + 0.044715f * (x * x * x))));
+}
 template <typename T> BZ_D T bz_lerp(T start, T end, T weight) { return start + weight * (end - start); }
 template <typename T> BZ_D T bz_clamp(T x, T lo, T hi) { return bz_minimum(bz_maximum(x, lo), hi); }
 
