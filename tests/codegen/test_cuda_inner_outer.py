@@ -207,9 +207,18 @@ def test_the_row_task_adds_each_row_to_its_blocks_partial_columns():
     assert "bz_col0_0_r5.x = bz_add(bz_col0_0_r5.x, bz_mul(v0_r5.x, u1_r5.x));" in row
     assert "if (active) *reinterpret_cast<float4*>(&bz_col0_0[r5_4]) = bz_col0_0_r5;" in row
     assert "if (active) bz_col0_1[r5] = bz_add(bz_col0_1[r5], cached0_r5);" in row  # one element a lane
-    assert row.count("__syncthreads();") == 2  # after the starts, and after each row
-    # The fold: the blocks' rows of partial results in order, then the groups in a fixed tree.
-    assert "for (long long b = lane; b < bz_partial_rows; b += lanes32)" in fold
+    # Two copies of the rows, one for each place of the partial results, the same for the whole
+    # launch: in shared memory, every access to them is a shared-memory one (no generic pointer).
+    workspace, shared = row.split("} else {\n    const long long bz_partial_rows")
+    assert "if (bz_columns_in_memory) {" in workspace and "bz_column_region" not in workspace
+    assert "float* const bz_col0_0_block = (float*)bz_column_region;" in shared and "bz_columns_in_memory" not in shared
+    assert "bz_rc0" not in workspace  # columns too many for shared memory: rows too long for registers
+    assert workspace.count("__syncthreads();") == shared.count("__syncthreads();") == 2  # the starts, each row
+    assert "__launch_bounds__(256, 4)" in src.body.split("extern \"C\"")[1]  # 64 registers: 4 blocks an SM
+    # The fold: the blocks' rows of partial results in order, then the groups in a fixed tree; four
+    # columns a thread (16-byte loads) where their count allows, else one.
+    assert "if (bz_width == 4) {" in fold and "bz_f0 = bz_column_reduce4<256>(bz_f0, cols32, BzReduceAdd());" in fold
+    assert fold.count("for (long long b = lane; b < bz_partial_rows; b += lanes32)") == 2
     assert "acc2 = bz_column_reduce<256>(acc2, cols32, BzReduceAdd());" in fold
     assert "if (active && lane == 0) T19_[p1] = " in fold
     assert "T0_[" not in fold and "T1_[" not in fold  # the fold reads only the workspace
@@ -257,21 +266,47 @@ def _launches(name, shape, dtype=bz.float32, numpy=np.float32, resident=2):
     return planned_launches(fusion(build, dtype), arrays, sm_count=132, resident=resident)
 
 
-def test_layer_norm_backward_at_the_suites_shape_plans_two_blocks_an_sm_then_the_fold():
-    rows, fold = _launches("layer_norm_backward", (8192, 4096))
+def test_layer_norm_backward_at_the_suites_shape_plans_the_blocks_that_fit_then_the_fold():
+    rows, fold = _launches("layer_norm_backward", (8192, 4096), resident=3)
     assert (rows.task.schedule.kind, fold.task.schedule.kind) == ("inner_outer", "column_fold")
-    # The whole block on a row held in registers (no row cache), dweight's and dbias's partial
-    # results for the block's 4096 columns in shared memory, one row of them a block.
-    assert rows.grid == 264 and rows.shared == 2 * 4096 * 4 and rows.scalars[:2] == (256, 0)
+    # The whole block on a row; 4096 float32 of dy and x are more than the 64 bytes a thread an
+    # inner-outer row keeps in registers: two row caches, then dweight's and dbias's partial results
+    # for the block's 4096 columns in shared memory, one row of them a block; as many blocks an SM as
+    # fit (3 on this fake GPU).
+    assert rows.grid == 3 * 132 and rows.shared == 2 * 4096 * 4 * 2 and rows.scalars[:2] == (256, 4096)
     assert rows.scalars[3] == 0
-    assert fold.grid == 4096 // 32 and fold.scalars[:2] == (32, 264) and fold.scalars[2] == rows.scalars[2]
+    # The fold: four columns a thread, four threads a block (64 bytes of each row of partial results)
+    # for 256 blocks, each of its 64 row groups walking 396 / 64 rows.
+    assert fold.grid == 4096 // 16 and fold.scalars[:2] == (4, 396) and fold.scalars[3] == 4
+    assert fold.scalars[2] == rows.scalars[2]
 
 
-def test_rms_norm_backward_in_bfloat16_keeps_its_rows_in_shared_memory_too():
-    rows, fold = _launches("rms_norm_backward", (8192, 4096), bz.bfloat16, ml_dtypes.bfloat16, resident=4)
-    # 4096 bfloat16 elements are more than a thread's registers hold: two row caches of them.
-    assert rows.grid == 264 and rows.scalars[:2] == (256, 4096) and rows.shared == 2 * 4096 * 2 + 4096 * 4
-    assert fold.scalars[1] == 264
+def test_rms_norm_backward_in_bfloat16_keeps_its_rows_in_registers():
+    rows, fold = _launches("rms_norm_backward", (8192, 4096), bz.bfloat16, ml_dtypes.bfloat16, resident=8)
+    # Two 16-byte vectors of dy and of x a thread: the row in registers, only the partial results in
+    # shared memory; 4 blocks an SM at most.
+    assert rows.grid == 4 * 132 and rows.scalars[:2] == (256, 0) and rows.shared == 4096 * 4
+    assert fold.scalars[1] == 528 and fold.scalars[3] == 4
+
+
+@pytest.mark.parametrize("columns, width, cols, grid", [(4096, 4, 4, 256), (1000, 4, 4, 63), (769, 1, 16, 49),
+                                                        (100000, 4, 32, 782), (3, 1, 4, 1)])
+def test_the_fold_takes_four_columns_a_thread_where_they_divide(columns, width, cols, grid):
+    _, fold = _launches("layer_norm_backward", (64, columns))
+    assert (fold.scalars[3], fold.scalars[0], fold.grid) == (width, cols, grid)
+
+
+def test_each_change_to_the_schedule_can_be_turned_off():
+    """BRAZE_DISABLE of the four: two blocks an SM, rows of 2-byte elements in registers one vector a
+    row cache, the fold one column a thread, 32 columns a block, and one copy of the rows."""
+    off = ("inner_outer_split", "inner_outer_registers", "inner_outer_occupancy", "inner_outer_fold")
+    with config.scope(disable=off):
+        rows, fold = _launches("rms_norm_backward", (8192, 4096), bz.bfloat16, ml_dtypes.bfloat16, resident=8)
+        build, make, _ = FUSIONS["rms_norm_backward"]
+        body = engine.cuda_source(fusion(build), make(np.random.default_rng(0), 8, 64)).body
+    assert rows.grid == 2 * 132 and rows.scalars[:2] == (256, 4096) and rows.shared == 2 * 4096 * 2 + 4096 * 4
+    assert fold.grid == 4096 // 32 and fold.scalars == (32, 264, rows.scalars[2], 0)
+    assert "bz_columns_in_memory ? " in body and "__launch_bounds__(256)\n" in body and "bz_width" not in body
 
 
 def test_too_many_columns_for_shared_memory_put_the_partial_results_in_the_workspace():
