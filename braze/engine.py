@@ -20,7 +20,7 @@ from braze import config, schedule
 from braze import dtypes as dt
 from braze.codegen import cuda_rules  # noqa: F401  (the CUDA op rules, filled at import, not on a first call)
 from braze.codegen.cuda import inner_outer_pairs
-from braze.codegen.cuda_inner_outer import column_tasks_after_rows
+from braze.codegen.cuda_inner_outer import column_tasks_after_rows, features_off
 from braze.codegen.cuda_plan import schedule_kind
 from braze.codegen.source_text import CudaSourceText
 from braze.dtypes import DType
@@ -278,7 +278,9 @@ def compile_fusion_cuda(fusion: FusionGraph, key: tuple, device_index: int, lowe
     device = cuda_driver.device(device_index)
     lowered = lowered or lower_fusion(fusion, key, device_index)
     plan, kernel, params = lowered.plan, lowered.kernel, lowered.params
-    compiled = shared_kernel(("cuda", device.arch, kernel_text(kernel)),
+    # The kernel's text does not say which of the inner-outer schedule's features were off when it
+    # was written: the key does, so runs with and without one compare in one process.
+    compiled = shared_kernel(("cuda", device.arch, kernel_text(kernel), features_off()),
                              lambda: CudaCompiledKernel(kernel, default_params(device), restrict=True))
     return CudaFusionRuntime(fusion, CudaExecutor(compiled, device), plan.writes, params)
 

@@ -8,8 +8,16 @@ row's element to this block's partial result of that column, kept in shared memo
 columns are too many, in the workspace). dy and x then cross memory once instead of twice. Each
 block writes its partial results once, as one row of a [blocks, columns] workspace; a second
 launch, the column task's own function, folds the blocks' rows column by column in block order
-and stores what the column task stores. The order is fixed, so results are bit-identical from run
-to run; no float atomics.
+(four columns a thread, 16-byte loads, where their count allows; enough blocks to fill the GPU, each
+block's row groups walking a share of the rows, then combined in a fixed tree) and stores what the
+column task stores. The order is fixed, so results are bit-identical from run to run; no float
+atomics.
+
+The row task holds its rows twice, under one branch the whole launch takes the same way: partial
+results in shared memory (every access to them a shared-memory one), or in the workspace. It is
+compiled for 4 blocks of 256 an SM (64 registers) and launched with as many as fit: its blocks walk
+their rows one at a time, so more blocks are more loads in flight. Each of these changes is a
+feature (FEATURES) that `BRAZE_DISABLE` turns off, to compare the code with and without it.
 
 The partial results wait between the two launches in the workspace of their stream, which every
 braze kernel launched on that stream shares (runtime/cuda_resources.py): nothing may use it in
@@ -42,6 +50,15 @@ from braze.codegen.cuda_plan import (
 from braze.codegen.cuda_rows import c_type
 from braze.kir import nodes as k
 from braze.passes.simplify import map_children, simplify_expr
+
+# The features (BRAZE_DISABLE) that change the code this schedule writes or how it is launched.
+FEATURES = ("inner_outer_split", "inner_outer_registers", "inner_outer_occupancy", "inner_outer_fold")
+
+
+def features_off() -> tuple[str, ...]:
+    """Those of FEATURES turned off now: compiled kernels written under others differ."""
+    return tuple(name for name in FEATURES if config.disabled(name))
+
 
 # Statements a row task may hold for its rows to take the schedule: a row that jumps, waits or keeps
 # arrays of its own is left alone.

@@ -21,7 +21,7 @@ import braze as bz
 from braze import config, engine
 from braze.cli.bench.cases import CASES
 from braze.cli.bench.check import Prepared
-from braze.codegen import cuda
+from braze.codegen import cuda, cuda_inner_outer
 from braze.codegen.cuda_inner_outer import InnerOuter, plan_inner_outer
 from braze.kir import nodes as k
 from braze.runtime import nvrtc
@@ -240,6 +240,11 @@ def _inner_outer_sources() -> list[cuda.CudaSource]:
         units, _, dense = engine.signature(f, bind_inputs(f, make(np.random.default_rng(0), 5, 12)))
         _, kernel, _ = engine.plan_kernel(f, (units, "int64", dense), views_on_host=False, gpu=True)
         sources.append(cuda.generate(kernel, restrict=True))
+    with config.scope(disable=cuda_inner_outer.FEATURES), bz.Fusion(name="io_features_off") as f:
+        build, make, _ = FUSIONS["rms_norm_backward"]  # the code each feature replaces
+        for out in build(f, bz.bfloat16):
+            f.add_output(out)
+        sources.append(engine.cuda_source(f, make(np.random.default_rng(0), 5, 12, ml_dtypes.bfloat16)))
     for dtype, numpy in ((bz.bfloat16, ml_dtypes.bfloat16), (bz.float16, np.float16), (bz.float64, np.float64)):
         for name in ("layer_norm_backward", "rms_norm_backward"):
             build, make, _ = FUSIONS[name]
@@ -299,8 +304,7 @@ def test_the_fold_takes_four_columns_a_thread_where_they_divide(columns, width, 
 def test_each_change_to_the_schedule_can_be_turned_off():
     """BRAZE_DISABLE of the four: two blocks an SM, rows of 2-byte elements in registers one vector a
     row cache, the fold one column a thread, 32 columns a block, and one copy of the rows."""
-    off = ("inner_outer_split", "inner_outer_registers", "inner_outer_occupancy", "inner_outer_fold")
-    with config.scope(disable=off):
+    with config.scope(disable=cuda_inner_outer.FEATURES):
         rows, fold = _launches("rms_norm_backward", (8192, 4096), bz.bfloat16, ml_dtypes.bfloat16, resident=8)
         build, make, _ = FUSIONS["rms_norm_backward"]
         body = engine.cuda_source(fusion(build), make(np.random.default_rng(0), 8, 64)).body
