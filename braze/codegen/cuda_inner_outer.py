@@ -576,7 +576,8 @@ class InnerOuterWriter:
                 self.line(f"  bz_f{n}.{part} = {functor}()(bz_f{n}.{part}, bz_v{n}.{part});")
         self.line("}")
         for n, acc in enumerate(carried.accumulators):
-            self.line(f"bz_f{n} = bz_column_reduce4<{self.block_size}>(bz_f{n}, cols32, {LANE_COMBINES[acc.combine]}());")
+            self.line(f"bz_f{n} = bz_column_reduce<{self.block_size}>(bz_f{n}, cols32, "
+                      f"BzEach4<{LANE_COMBINES[acc.combine]}>());")
         before, after = _around_loop(carried.column)
         for q, part in enumerate("xyzw"):
             declared = set(self.declared)

@@ -385,23 +385,14 @@ template <int Block, typename T, typename Op> BZ_D T bz_column_reduce(T v, int c
   return partial[threadIdx.x & (cols - 1)];
 }
 
-// bz_column_reduce for four columns a thread (a float4 of them, each combined as bz_column_reduce
-// combines one): one tree for the four, a quarter of the barriers.
-template <int Block, typename Op> BZ_D float4 bz_column_reduce4(float4 v, int cols, Op op) {
-  __shared__ float4 partial[Block];
-  if (cols >= (int)blockDim.x) return v;
-  __syncthreads();  // an earlier reduction's readers are done with `partial`
-  partial[threadIdx.x] = v;
-  __syncthreads();
-  for (int half = (int)blockDim.x >> 1; half >= cols; half >>= 1) {
-    if ((int)threadIdx.x < half) {
-      const float4 a = partial[threadIdx.x], b = partial[threadIdx.x + half];
-      partial[threadIdx.x] = make_float4(op(a.x, b.x), op(a.y, b.y), op(a.z, b.z), op(a.w, b.w));
-    }
-    __syncthreads();
+// `Op` on each of the four columns of a float4: bz_column_reduce of four columns a thread at once
+// (one tree and its barriers for the four).
+template <typename Op> struct BzEach4 {
+  BZ_D float4 operator()(float4 a, float4 b) const {
+    const Op op{};
+    return make_float4(op(a.x, b.x), op(a.y, b.y), op(a.z, b.z), op(a.w, b.w));
   }
-  return partial[threadIdx.x & (cols - 1)];
-}
+};
 
 // `x`, which the compiler must take as unknown where this reads it: a loop over rows reading a lane
 // index so cannot keep what it derives from it (a row-invariant vector's addresses and loads) in

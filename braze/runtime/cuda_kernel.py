@@ -452,7 +452,7 @@ class CudaExecutor:
         fit, at most `inner_outer_blocks`, each block leaving a row of partial column results
         at `partials` (a row per row group where they live in the workspace: one, since the whole
         block then takes each row; `_inner_outer_bytes` sizes the workspace so), then the fold of
-        those rows, COLUMNS_PER_BLOCK columns a block. With no rows the fold alone stores the
+        those rows (_plan_fold). With no rows the fold alone stores the
         accumulators' starts; with no columns there is nothing to fold."""
         begin, end, *extents = task.bounds(scalars)
         columns_begin, columns_end, *_ = fold.bounds(scalars)
