@@ -55,9 +55,10 @@ from braze.passes.simplify import map_children, simplify_expr
 FEATURES = ("inner_outer_split", "inner_outer_registers", "inner_outer_occupancy", "inner_outer_fold")
 
 
-def features_off() -> tuple[str, ...]:
-    """Those of FEATURES turned off now: compiled kernels written under others differ."""
-    return tuple(name for name in FEATURES if config.disabled(name))
+def features_off() -> tuple[bool, ...]:
+    """Whether each of FEATURES is turned off now: compiled kernels written under others differ."""
+    return (config.disabled("inner_outer_split"), config.disabled("inner_outer_registers"),
+            config.disabled("inner_outer_occupancy"), config.disabled("inner_outer_fold"))
 
 
 # Statements a row task may hold for its rows to take the schedule: a row that jumps, waits or keeps

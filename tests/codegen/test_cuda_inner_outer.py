@@ -369,3 +369,10 @@ def test_generated_row_and_column_reductions_carry_and_compute_both(data):
     arrays.append(rng.standard_normal(cols).astype(np.float32))
     expected = f.execute(arrays, backend="reference")
     assert_close(run_carried_on_cpu(f, arrays), [np.asarray(e, np.float64) for e in expected], rtol=1e-4)
+
+
+def test_kernels_written_with_a_feature_off_are_kept_apart():
+    assert cuda_inner_outer.features_off() == (False,) * len(cuda_inner_outer.FEATURES)
+    for n, name in enumerate(cuda_inner_outer.FEATURES):
+        with config.scope(disable=name):
+            assert cuda_inner_outer.features_off() == tuple(m == n for m in range(len(cuda_inner_outer.FEATURES)))
