@@ -286,7 +286,10 @@ def compile_fusion_cuda(fusion: FusionGraph, key: tuple, device_index: int, lowe
     device = cuda_driver.device(device_index)
     lowered = lowered or lower_fusion(fusion, key, device_index)
     plan, kernel, params = lowered.plan, lowered.kernel, lowered.params
-    compiled = shared_kernel(("cuda", device.arch, code_key(kernel)),
+    # The kernel's text does not say which features (BRAZE_DISABLE) were off when its code was
+    # written (the inner-outer schedule's, narrow_math): the key does, so runs with and without one
+    # compare in one process.
+    compiled = shared_kernel(("cuda", device.arch, code_key(kernel), tuple(sorted(config.current.disable))),
                              lambda: CudaCompiledKernel(kernel, default_params(device), restrict=True))
     return CudaFusionRuntime(fusion, CudaExecutor(compiled, device), plan.writes, params)
 

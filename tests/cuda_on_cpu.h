@@ -17,7 +17,7 @@ using std::exp; using std::log; using std::sqrt; using std::pow; using std::fabs
 #define __device__
 #define __forceinline__ inline
 #define __global__
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 #define __restrict__ __restrict
 #define __align__(n) alignas(n)
 #define __shared__ static
@@ -27,6 +27,7 @@ struct uint3 { unsigned x, y, z; };
 thread_local uint3 threadIdx, blockIdx;
 uint3 blockDim, gridDim;
 struct alignas(16) float4 { float x, y, z, w; };
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 struct alignas(16) int4 { int x, y, z, w; };
 struct alignas(16) uint4 { unsigned x, y, z, w; };
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }

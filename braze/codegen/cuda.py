@@ -39,7 +39,9 @@ from braze.codegen.cuda_plan import (
     ARG_COMBINES,
     ARG_INDEX,
     LANE_COMBINES,
+    INNER_OUTER_REGISTER_ROW_BYTES,
     ONLINE_ADD,
+    REGISTER_ROW_BYTES,
     WARP,
     LanePlan,
     RowCache,
@@ -141,7 +143,7 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter):
         # Rows short enough run with their caches in registers (register_row_vectors vectors a
         # thread, in fixed, fully unrolled loops): see body_with_register_row. Not for grid_rows,
         # whose rows must all reach the blocks' combine.
-        self.register_vectors = register_row_vectors(self.caches, self.vectors, warp) \
+        self.register_vectors = register_row_vectors(self.caches, self.vectors, warp, self.register_budget()) \
             if self.schedule.kind == "rows" else 0
         # A task one index a thread that moves vectors instead: its body as a loop (write_thread_vectors).
         self.thread_vector = self.plan_thread_vector()
@@ -166,6 +168,13 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter):
         self.signs = index_signs(kernel, task)
         # Whether the expression being written is a float32 that only a 2-byte float keeps (cast_expr).
         self.narrow_math = False
+
+    def register_budget(self) -> dict[int, int]:
+        """Bytes of a row a thread may keep in registers, by element size: an inner-outer row
+        task's own where it is one (`BRAZE_DISABLE=inner_outer_registers`: every task's)."""
+        if self.inner_outer is not None and not config.disabled("inner_outer_registers"):
+            return INNER_OUTER_REGISTER_ROW_BYTES
+        return REGISTER_ROW_BYTES
 
     # --- text --------------------------------------------------------------------------------------
     def line(self, text: str) -> None:
@@ -256,7 +265,8 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter):
         if carried is None:
             return self.schedule
         kind = "inner_outer" if self.inner_outer is not None else "column_fold"
-        return TaskSchedule(kind, tuple((acc.array, acc.combine) for acc in carried.accumulators))
+        width = self.fold_width() if self.fold_of is not None else 0
+        return TaskSchedule(kind, tuple((acc.array, acc.combine) for acc in carried.accumulators), fold_width=width)
 
     def write(self) -> str:
         t = self.task

@@ -385,6 +385,15 @@ template <int Block, typename T, typename Op> BZ_D T bz_column_reduce(T v, int c
   return partial[threadIdx.x & (cols - 1)];
 }
 
+// `Op` on each of the four columns of a float4: bz_column_reduce of four columns a thread at once
+// (one tree and its barriers for the four).
+template <typename Op> struct BzEach4 {
+  BZ_D float4 operator()(float4 a, float4 b) const {
+    const Op op{};
+    return make_float4(op(a.x, b.x), op(a.y, b.y), op(a.z, b.z), op(a.w, b.w));
+  }
+};
+
 // `x`, which the compiler must take as unknown where this reads it: a loop over rows reading a lane
 // index so cannot keep what it derives from it (a row-invariant vector's addresses and loads) in
 // registers across its iterations (inner-outer tasks: 125 registers and no spills for layer_norm
