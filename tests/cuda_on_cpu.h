@@ -58,12 +58,6 @@ inline unsigned __float_as_uint(float x) { return bz_bits<unsigned>(x); }
 inline double __longlong_as_double(long long x) { return bz_bits<double>(x); }
 inline long long __double_as_longlong(double x) { return bz_bits<long long>(x); }
 inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
-// The approximate intrinsics, with the GPU's error sources: exp2 of x * log2(e) rounded to float, and
-// a division that gives 0 for divisors beyond 2^126.
-inline float __expf(float x) { return std::exp2(x * 1.44269504088896341f); }
-inline float __fdividef(float a, float b) {
-  return std::fabs(b) > 0x1p126f && std::fabs(b) <= 0x1.fffffep127f ? a * 0.0f : a / b;
-}
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
 

@@ -34,12 +34,13 @@ import numpy as np
 from braze import config
 from braze.codegen.cuda_grid import GridWriter
 from braze.codegen.cuda_inner_outer import InnerOuter, InnerOuterWriter, fold_task, plan_inner_outer
+from braze.codegen.cuda_narrow import always_narrow, narrow_locals, operand_is_narrow
 from braze.codegen.cuda_online import fuse_online_softmax, gather_one_hot_sums
 from braze.codegen.cuda_plan import (
     ARG_COMBINES,
     ARG_INDEX,
-    LANE_COMBINES,
     INNER_OUTER_REGISTER_ROW_BYTES,
+    LANE_COMBINES,
     ONLINE_ADD,
     REGISTER_ROW_BYTES,
     WARP,
@@ -166,8 +167,11 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter):
         self.narrow = kernel.index_type.itemsize < 8
         # Which of the task's integers are never negative: their divisions need no floor fix-ups.
         self.signs = index_signs(kernel, task)
-        # Whether the expression being written is a float32 that only a 2-byte float keeps (cast_expr).
+        # Whether the expression being written is a float32 that only a 2-byte float keeps, and the
+        # locals that are (cuda_narrow.py).
         self.narrow_math = False
+        self.narrow_locals = narrow_locals(task) | kernel.meta.get("narrow_locals", frozenset())
+        self.narrow_expressions = always_narrow(task, self.narrow_locals)
 
     def register_budget(self) -> dict[int, int]:
         """Bytes of a row a thread may keep in registers, by element size: an inner-outer row
@@ -199,27 +203,14 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter):
         attrs = dict(attrs or {})
         if self.narrow_math:
             attrs["narrow"] = True
-        keeps_narrow = self.narrow_math and op not in _STEPS
-        return rule([self.operand(a, keeps_narrow) for a in args], [a.dtype for a in args], out, attrs)
+        operands = [self.narrowed(operand_is_narrow(op, out, self.narrow_math, a), self.expr, a) for a in args]
+        return rule(operands, [a.dtype for a in args], out, attrs)
 
-    def operand(self, e: k.Expr, narrow: bool) -> str:
-        """An operand's text; in a narrow result (cast_expr), a float32 operand of an op whose result
-        moves with it by little stays narrow. Others (a comparison's, a floor's, an integer's) are
-        exact: an approximation there could flip a branch or a step, not just a last bit."""
-        saved, self.narrow_math = self.narrow_math, narrow and e.dtype.name == "float32"
-        try:
-            return self.expr(e)
-        finally:
-            self.narrow_math = saved
-
-    def cast_expr(self, e: k.Cast) -> str:
-        """A cast; a float32 rounded to a 2-byte float is computed as a narrow result (cuda_rules:
-        approximate exp and logistic functions), unless `BRAZE_DISABLE=narrow_math`."""
-        narrow = self.narrow_math or (e.dtype.name in ("bfloat16", "float16") and e.x.dtype.name == "float32"
-                                      and not config.disabled("narrow_math"))
+    def narrowed(self, narrow: bool, write: Callable, item: object):
+        """`write(item)` with the value written a narrow result or not (cuda_narrow.py)."""
         saved, self.narrow_math = self.narrow_math, narrow
         try:
-            return self.apply("cast", [e.x], e.dtype, {"arithmetic": _arithmetic(e.x)})
+            return write(item)
         finally:
             self.narrow_math = saved
 
@@ -433,7 +424,9 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter):
     # --- statements ----------------------------------------------------------------------------
     def block(self, stmts: tuple[k.Stmt, ...]) -> None:
         for s in stmts:
-            _STMT[type(s)](self, s)
+            # A narrow local's value is written as a narrow result; anything else's is not.
+            narrow = isinstance(s, (k.Let, k.Assign)) and s.var in self.narrow_locals
+            self.narrowed(narrow, lambda s: _STMT[type(s)](self, s), s)
 
     def nested(self, header: str, body: tuple[k.Stmt, ...], loop: bool = False) -> None:
         self.line(header + " {")
@@ -580,11 +573,6 @@ def _emit_if(w: TaskWriter, s: k.If) -> None:
         w.nested("else", s.orelse)
 
 
-# Ops whose result jumps where the operand crosses a point: their operands are never narrow results
-# (TaskWriter.operand). Comparisons and integer ops are not float32, so they already stop it.
-_STEPS = frozenset({"floor", "ceil", "round", "trunc", "sign", "floordiv", "remainder"})
-
-
 def _arithmetic(e: k.Expr) -> bool:
     """A float32 add, subtract or multiply: one instruction, whose NaN results carry no payload on the
     GPU (cuda_rules, "cast"; a division or a function may pass an operand's NaN through). Not by a
@@ -604,7 +592,7 @@ _EXPR: dict[type, Callable[[TaskWriter, k.Expr], str]] = {
     k.Unary: lambda w, e: w.apply(e.op, [e.x], e.dtype, dict(e.attrs)),
     k.Binary: lambda w, e: w.binary(e),
     k.Ternary: lambda w, e: w.apply(e.op, [e.a, e.b, e.c], e.dtype),
-    k.Cast: lambda w, e: w.cast_expr(e),
+    k.Cast: lambda w, e: w.apply("cast", [e.x], e.dtype, {"arithmetic": _arithmetic(e.x)}),
     k.Philox: lambda w, e: f"bz_philox({', '.join(w.expr(x) for x in (e.seed, e.offset, e.group, e.word))})",
 }
 
@@ -681,8 +669,11 @@ def prepared(kernel: k.Kernel) -> k.Kernel:
     """The kernel as the tasks are written from it: row-invariant values hoisted, divisions by them
     as reciprocals (fewer instructions per element of a row), cross_entropy's picked class read
     directly and a row's maximum and sum of exponentials in one pass."""
-    kernel = reciprocal_divisions(hoist_invariants(kernel))
-    return fuse_online_softmax(gather_one_hot_sums(kernel))
+    # Narrow locals as the fusion wrote them: the rewrites keep values (a reciprocal's scaling tests
+    # the sum's magnitude only to land on the same quotient), so a local narrow before stays so.
+    narrow = frozenset(v for task in kernel.tasks for v in narrow_locals(task))
+    kernel = fuse_online_softmax(gather_one_hot_sums(reciprocal_divisions(hoist_invariants(kernel))))
+    return dataclasses.replace(kernel, meta={**kernel.meta, "narrow_locals": narrow})
 
 
 def task_writers(kernel: k.Kernel, block_size: int = DEFAULT_BLOCK_SIZE,

@@ -509,7 +509,7 @@ class InnerOuterWriter:
         the groups in a fixed tree (bz_column_reduce); then the column task's stores. `cached_row`
         is the number of rows of partial results; the last scalar the columns a thread takes (4:
         16-byte vectors, where the runtime finds their count a multiple of 4; see fold_width)."""
-        carried, t, ix = self.fold_of, self.task, self.index
+        t, ix = self.task, self.index
         width = self.fold_width()
         self.header("const long long bz_width" if width else "unsigned* const bz_finished")
         self.declare_params()

@@ -59,15 +59,15 @@ def _gelu(a, d, o, t):
 
 
 # --- results that only a 2-byte float keeps ----------------------------------------------------------
-# A float32 value computed only to be rounded to bfloat16 or float16 (codegen/cuda.py marks the
-# operands of such a cast "narrow") keeps 8 or 11 of its 24 bits. There, exp is __expf (MUFU.EX2: at
-# most 2 + 1.16|x| ulp of float32, about 2^-16 relative, where a bfloat16 rounding step is 2^-8), and
-# the logistic function divides by 1 + e^-x with the approximate division (2 ulp for divisors below
-# 2^126; beyond, it gives 0, so results below about 2^-120 may flush to zero). The tanh-GELU becomes
-# x * sigmoid(2u), the same function without 1 + tanh(u)'s cancellation. Each is about a tenth of the
-# instructions of the correctly rounded call, which SwiGLU and GELU rows of bfloat16 are bound by.
-# tanh itself stays exact: its approximate instruction errs by 2^-11 absolute, which 1 + tanh(u)
-# would turn into a large relative error.
+# A float32 value computed only to be rounded to bfloat16 or float16 (codegen/cuda_narrow.py says
+# which) keeps 8 or 11 of its 24 bits. There, exp is the approximate exp2 instruction of x * log2(e)
+# (at most 2 + 1.16|x| ulp of float32, about 2^-16 relative, where a bfloat16 rounding step is 2^-8),
+# and the logistic function takes the approximate reciprocal of 1 + e^-x (1 ulp); both flush results
+# below 2^-126 to zero. The tanh-GELU becomes x * sigmoid(2u), the same function without
+# 1 + tanh(u)'s cancellation. Each is about a tenth of the instructions of the correctly rounded
+# call, which SwiGLU and GELU rows of bfloat16 are bound by. tanh itself stays exact: its
+# approximate instruction errs by 2^-11 absolute, which 1 + tanh(u) would turn into a large
+# relative error.
 def _narrow(d: list[DType], t: dict) -> bool:
     return bool(t.get("narrow")) and d[0].name == "float32"
 
@@ -77,7 +77,7 @@ def _narrow_suffix(d: list[DType], t: dict) -> str:
 
 
 def _exp(a, d, o, t):
-    return f"__expf({a[0]})" if _narrow(d, t) else math("exp")(a, d, o, t)
+    return f"bz_exp_narrow({a[0]})" if _narrow(d, t) else math("exp")(a, d, o, t)
 
 
 def _one_over(inner: Callable) -> Callable:
