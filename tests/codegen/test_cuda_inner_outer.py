@@ -217,7 +217,8 @@ def test_the_row_task_adds_each_row_to_its_blocks_partial_columns():
     assert "__launch_bounds__(256, 4)" in src.body.split("extern \"C\"")[1]  # 64 registers: 4 blocks an SM
     # The fold: the blocks' rows of partial results in order, then the groups in a fixed tree; four
     # columns a thread (16-byte loads) where their count allows, else one.
-    assert "if (bz_width == 4) {" in fold and "bz_f0 = bz_column_reduce<256>(bz_f0, cols32, BzEach4<BzReduceAdd>());" in fold
+    assert "if (bz_width == 4) {" in fold
+    assert "bz_f0 = bz_column_reduce<256>(bz_f0, cols32, BzEach4<BzReduceAdd>());" in fold
     assert fold.count("for (long long b = lane; b < bz_partial_rows; b += lanes32)") == 2
     assert "acc2 = bz_column_reduce<256>(acc2, cols32, BzReduceAdd());" in fold
     assert "if (active && lane == 0) T19_[p1] = " in fold

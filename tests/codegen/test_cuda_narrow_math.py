@@ -87,7 +87,8 @@ def test_a_bfloat16_softmax_sums_narrow_exponentials_and_a_float32_one_exact():
 
 
 def test_a_sum_that_also_reaches_a_float32_output_stays_exact():
-    body = softmax_source(bz.bfloat16, lambda x: [bz.ops.softmax(x, -1), bz.ops.exp(bz.ops.cast(x, bz.float32)).sum(-1)])
+    body = softmax_source(bz.bfloat16,
+                          lambda x: [bz.ops.softmax(x, -1), bz.ops.exp(bz.ops.cast(x, bz.float32)).sum(-1)])
     # The softmax's exponentials may be narrow; the float32 sum of exponentials is an output: exact.
     assert "expf(" in body.replace("bz_exp_narrow(", "")
 
