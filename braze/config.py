@@ -44,6 +44,8 @@ FEATURES = {
                    "functions (sigmoid, silu, tanh-GELU) correctly rounded, not approximately",
     "inner_outer": "disable: on a GPU, a column sum over a row task's space (a norm backward's dweight) is a "
                    "task of its own, not carried by the row task",
+    "dense_reductions": "disable: on a GPU, a full reduction over arrays dense in memory walks them an element "
+                        "at a time as over any strides, not in 16-byte vectors into several accumulators",
 }
 DUMP_NAMES = frozenset(DUMPS)
 FEATURE_NAMES = frozenset(FEATURES)

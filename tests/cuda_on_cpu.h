@@ -17,7 +17,7 @@ using std::exp; using std::log; using std::sqrt; using std::pow; using std::fabs
 #define __device__
 #define __forceinline__ inline
 #define __global__
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 #define __restrict__ __restrict
 #define __align__(n) alignas(n)
 #define __shared__ static

@@ -815,6 +815,74 @@ def nest_vector_accesses(nest: list[k.For]) -> VectorAccesses | None:
     return dataclasses.replace(vector, width=vector_width([vector]))
 
 
+# A reduction over arrays dense in memory (cuda_grid.GridWriter.walk_dense): the bytes each thread
+# loads per step, all arrays together, as up to DENSE_VECTORS vectors of each array. One 4-byte load a
+# thread keeps too few bytes in flight (an H200 wants some 40 KB an SM); 64 bytes a thread is 96 KB an
+# SM at DENSE_THREADS_PER_SM. The step's vectors fold into up to DENSE_SLOTS copies of the
+# accumulators (independent chains), as many as DENSE_SLOT_BYTES of them take: a variance's three
+# (two of them float64) keep one copy, where four spilled registers inside the loop.
+DENSE_BYTES_IN_FLIGHT = 64
+DENSE_VECTORS = 4
+DENSE_SLOTS = 4
+DENSE_SLOT_BYTES = 16
+# The threads an SM keeps of such a reduction (three quarters of the 2048 of sm_80 and sm_90): 96 KB
+# in flight an SM, and room for ptxas to keep a step's loads in flight (cuda_grid.launch_bounds).
+DENSE_THREADS_PER_SM = 1536
+
+
+@dataclass(frozen=True)
+class DenseNest:
+    """The loads of a full reduction's nest that may be read as one contiguous run of each array
+    (cuda_grid.GridWriter.walk_dense), `vector.width` elements at a time, `vectors` of each a thread
+    per step, vector u folded into copy u % `slots` of the accumulators."""
+
+    vector: VectorAccesses
+    vectors: int
+    slots: int
+
+
+def dense_nest(nest: list[k.For], accumulators: tuple[tuple[k.Var, str], ...]) -> DenseNest | None:
+    """How a full reduction's perfect nest may walk its arrays as flat runs, or None. Besides what
+    nest_vector_accesses asks, the innermost body holds only definitions and the accumulators' folds
+    (each combine one the lanes know, so the slots' accumulators can meet), and the nest's indices are
+    read only inside the indices of its vector loads: with every array dense over the nest (the
+    kernel checks), each load at flat index f of the nest is then the load at the nest's first
+    element plus f, whatever the digits of f."""
+    vector = nest_vector_accesses(nest)
+    body = nest[-1].body
+    if vector is None or vector.stores or any(combine not in LANE_COMBINES for _, combine in accumulators):
+        return None
+    if not all(isinstance(s, (k.Let, k.Assign)) for s in body):
+        return None
+    indices = {level.var for level in nest}
+    loads = set(vector.loads)
+    if any(_reads_outside(e, indices, loads) for s in body for e in exprs_of(s)):
+        return None
+    if any(not indices <= set().union(*map(_vars_of, load.indices)) for load in loads):
+        return None  # a load repeated along some index (a broadcast) is dense only where that extent is 1
+    vector_bytes = vector.width * sum(load.param.dtype.itemsize for load in loads)
+    vectors = max(1, min(DENSE_VECTORS, DENSE_BYTES_IN_FLIGHT // vector_bytes))
+    slot_bytes = sum(acc.dtype.itemsize for acc, _ in accumulators)
+    return DenseNest(vector, vectors, max(1, min(vectors, DENSE_SLOTS, DENSE_SLOT_BYTES // max(slot_bytes, 1))))
+
+
+def _reads_outside(e: k.Expr, variables: set[k.Var], loads: set[k.Load]) -> bool:
+    """Whether `e` reads one of `variables` other than inside the indices of one of `loads`."""
+    if e in loads:
+        return False
+    if isinstance(e, k.Var):
+        return e in variables
+    children = (getattr(e, name) for name in getattr(e, "__dataclass_fields__", {}))
+    return any(_reads_outside(c, variables, loads) for child in children
+               for c in (child if isinstance(child, tuple) else (child,)) if isinstance(c, k.Expr))
+
+
+def with_accumulators(stmts: tuple[k.Stmt, ...], names: dict[k.Var, k.Var]) -> tuple[k.Stmt, ...]:
+    """Definitions and folds (dense_nest's bodies) with each accumulator of `names` renamed."""
+    return tuple(dataclasses.replace(s, var=names.get(s.var, s.var) if isinstance(s, k.Assign) else s.var,
+                                     value=substituted(s.value, names)) for s in stmts)
+
+
 def _affine(e: k.Expr, variables: set[k.Var]) -> bool:
     """Whether `e` is an affine function of `variables` (integer index arithmetic)."""
     if not variables & set(sub_exprs(e)) or isinstance(e, k.Var):
