@@ -15,6 +15,8 @@ import cuda_on_cpu
 import numpy as np
 import pytest
 from dense_reduction_fusions import NUMPY, REDUCTIONS, check, fusion, operands
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import braze as bz
 from braze import config, engine
@@ -164,3 +166,27 @@ def test_the_kernels_run_on_the_cpu(name, dtype, shape, layout, dense):
     out, blocks, written = run_counting_dense(reduction, dtype, arrays)
     assert written and (blocks > 0) == dense
     check(reduction, dtype, out, arrays)
+
+
+def runs_dense(array: np.ndarray) -> bool:
+    """Whether a kernel finds `array` dense over all of it: 16-byte aligned, each axis of more
+    than one element stepping by the elements of the axes after it."""
+    inner, steps = 1, []
+    for extent, stride in zip(reversed(array.shape), reversed(array.strides)):
+        steps.append(extent <= 1 or stride == inner * array.itemsize)
+        inner *= extent
+    return array.ctypes.data % 16 == 0 and all(steps)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shape=st.lists(st.sampled_from([2, 3, 5, 8, 33, 130]), min_size=1, max_size=2),
+       pad=st.sampled_from([0, 0, 1, 4]), offset=st.sampled_from([0, 0, 1, 2, 4]))
+def test_generated_layouts_take_the_dense_path_exactly_when_dense(shape, pad, offset):
+    # A float32 sum over the leading `shape` of a buffer whose rows are `pad` longer, `offset`
+    # elements into it: the kernel's test against the layout's, and the sum against float64.
+    shape = tuple(shape)
+    buffer = shape[:-1] + (shape[-1] + pad,)
+    arrays = operands(REDUCTIONS["sum"], bz.float32, shape, buffer=buffer, offset=offset)
+    out, blocks, written = run_counting_dense(REDUCTIONS["sum"], bz.float32, arrays)
+    assert written and (blocks > 0) == runs_dense(arrays[0])
+    check(REDUCTIONS["sum"], bz.float32, out, arrays)
