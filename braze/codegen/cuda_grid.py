@@ -13,25 +13,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from braze import config
+from braze.codegen.cuda_dense import DenseNest, DenseWriter
 from braze.codegen.cuda_plan import (
-    DENSE_THREADS_PER_SM,
     LANE_COMBINES,
-    DenseNest,
     VectorAccesses,
-    dense_nest,
     nest_vector_accesses,
     perfect_nest,
     row_nest,
     substituted,
     vector_alignment,
-    vector_component,
-    vector_type,
-    with_accumulators,
 )
 from braze.codegen.cuda_rows import c_type, vector_unroll
 from braze.kir import nodes as k
-
 
 
 @dataclass(frozen=True)
@@ -52,7 +45,7 @@ BLOCK_ORDER = SlotOrder("unsigned", "threadIdx.x", "gridDim.x", "blockDim.x")
 SLOT_BATCH = 8
 
 
-class GridWriter:
+class GridWriter(DenseWriter):
     """Multi-block reductions of a task writer (see the module docstring)."""
 
     # --- shared by every schedule ------------------------------------------------------------------
@@ -74,17 +67,19 @@ class GridWriter:
         for n, (acc, _) in enumerate(accumulators):
             self.line(f"if ({writer}) {self.partial_slot(n, acc, region, index)} = {acc.name};")
         self.line(f"if (!bz_last_of({counter}, {count})) return;")
-        r = reader
         for n, (acc, combine) in enumerate(accumulators):
             ty = c_type(acc.dtype)
-            slot = self.partial_slot(n, acc, region, f"b + j * ({r.step})").replace(f"(({ty}*)", f"((volatile {ty}*)")
+            slot = self.partial_slot(n, acc, region, f"b + j * ({reader.step})").replace(f"(({ty}*)",
+                                                                                         f"((volatile {ty}*)")
+            within = f"if (b + j * ({reader.step}) < {reader.end})"
             self.line(f"{acc.name} = {self.expr(self.initial[acc])};")
-            self.line(f"for ({r.index} b = {r.first}; b < {r.end}; b += {SLOT_BATCH} * ({r.step})) {{")
+            self.line(f"for ({reader.index} b = {reader.first}; b < {reader.end}; "
+                      f"b += {SLOT_BATCH} * ({reader.step})) {{")
             self.line(f"  {ty} bz_slots[{SLOT_BATCH}];")
             self.line("  #pragma unroll")
-            self.line(f"  for (int j = 0; j < {SLOT_BATCH}; ++j) if (b + j * ({r.step}) < {r.end}) bz_slots[j] = {slot};")
+            self.line(f"  for (int j = 0; j < {SLOT_BATCH}; ++j) {within} bz_slots[j] = {slot};")
             self.line("  #pragma unroll")
-            self.line(f"  for (int j = 0; j < {SLOT_BATCH}; ++j) if (b + j * ({r.step}) < {r.end}) "
+            self.line(f"  for (int j = 0; j < {SLOT_BATCH}; ++j) {within} "
                       f"{acc.name} = {LANE_COMBINES[combine]}()({acc.name}, bz_slots[j]);")
             self.line("}")
 
@@ -159,22 +154,6 @@ class GridWriter:
         self.block(after)
         self.lines.append("}")
 
-    def flat_dense(self) -> DenseNest | None:
-        """How a "flat" task walks its arrays where they are dense (walk_dense), or None."""
-        if self.schedule.kind != "flat" or config.disabled("dense_reductions"):
-            return None
-        return dense_nest(perfect_nest(next(s for s in self.task.body if isinstance(s, k.For))),
-                          self.schedule.accumulators)
-
-    def launch_bounds(self) -> str:
-        """The function's `__launch_bounds__`: the block size, and for a dense full reduction the
-        blocks an SM must hold (DENSE_THREADS_PER_SM threads), which lets ptxas keep every load of a
-        step in flight: asked for nothing, it kept two of four 16-byte loads at 38 registers, and
-        all four at 40 when asked for 6 blocks of 256."""
-        if self.flat_dense() is None:
-            return str(self.block_size)
-        return f"{self.block_size}, {max(1, DENSE_THREADS_PER_SM // self.block_size)}"
-
     def walk_nest(self, nest: list[k.For], part: str, parts: str, vectors: bool = False,
                   dense: DenseNest | None = None) -> None:
         """The nest's body over flat indices [part * chunk, (part + 1) * chunk) of the nest (of
@@ -212,110 +191,6 @@ class GridWriter:
             self.walk_vectors(nest, "", walk)
         else:
             walk(1, None)
-
-    # --- dense: every array the nest reads is one contiguous run ----------------------------------
-    def dense_condition(self, nest: list[k.For], vector: VectorAccesses) -> str:
-        """Whether each load of `vector` is aligned to its vector type at the nest's first element
-        and moves, with one step of each outer index, by the product of the inner extents (the
-        innermost moves by one: nest_vector_accesses): then the nest reads each array as one run.
-        The same for every thread of the launch (of the block, for split rows)."""
-        starts = {level.var: level.begin for level in nest}
-        terms = []
-        for load in vector.loads:
-            first = self.offset(load.param, tuple(substituted(i, starts) for i in load.indices))
-            mask = vector_alignment(load.param.dtype, vector.width) - 1
-            terms.append(f"((reinterpret_cast<unsigned long long>(&{self.pointer(load.param)}[{first}]) & {mask}) == 0)")
-            for n, level in enumerate(nest[:-1]):
-                step = {**starts, level.var: k.Binary("add", level.begin, k.Const(1, level.begin.dtype),
-                                                       level.begin.dtype)}
-                moved = self.offset(load.param, tuple(substituted(i, step) for i in load.indices))
-                inner = " * ".join(f"(long long)bz_n{m}" for m in range(n + 1, len(nest)))
-                terms.append(f"(bz_n{n} <= 1 || (long long)({moved}) - (long long)({first}) == {inner})")
-        return " && ".join(dict.fromkeys(terms))
-
-    def walk_dense(self, nest: list[k.For], dense: DenseNest, part: str, parts: str) -> None:
-        """The nest as one flat range [0, bz_total) whose element f each array holds f elements past
-        the nest's first (dense_condition), part `part` of `parts` chunks of it (multiples of a
-        vector a thread, so every vector starts aligned): the block takes `vectors` vectors a
-        thread per step, all loads issued before any is used, vector u folded into copy u % `slots`
-        of the accumulators (independent chains), then the chunk's last whole vectors and its last
-        elements. The copies meet in a fixed tree: a launch's result is the same from run to run."""
-        width, slots, inner = dense.vector.width, dense.slots, nest[-1]
-        starts = {level.var: level.begin for level in nest}
-        pointers = {}
-        for n, load in enumerate(dense.vector.loads):  # each load's element at the nest's first index
-            pointers[load] = f"bz_p{n}"
-            first = self.offset(load.param, tuple(substituted(i, starts) for i in load.indices))
-            self.line(f"const {c_type(load.param.dtype)}* const bz_p{n} = &{self.pointer(load.param)}[{first}];")
-        self.line(f"const long long bz_run = {width}LL * blockDim.x, bz_tile = {dense.vectors} * bz_run;")
-        self.line(f"const long long bz_chunk = ((bz_total + {parts} - 1) / {parts} + bz_run - 1) / bz_run * bz_run;")
-        self.line(f"const long long bz_lo = (long long)({part}) * bz_chunk, "
-                  "bz_hi = bz_minimum(bz_total, bz_lo + bz_chunk);")
-        names = [{acc: k.Var(f"{acc.name}_s{u}", acc.dtype) for acc, _ in self.schedule.accumulators} if u else {}
-                 for u in range(slots)]
-        bodies = [with_accumulators(inner.body, renamed) for renamed in names]
-        for renamed in names[1:]:
-            for acc, name in renamed.items():
-                self.line(f"{c_type(acc.dtype)} {name.name} = {self.expr(self.initial[acc])};")
-        self.line(f"const long long bz_thread = {width}LL * threadIdx.x;")
-        self.line("long long bz_b = bz_lo;")
-        self.line("#pragma unroll 1")
-        self.line("for (; bz_b + bz_tile <= bz_hi; bz_b += bz_tile) {")
-        self.dense_vectors(dense.vector, pointers, [bodies[u % slots] for u in range(dense.vectors)],
-                           [f"bz_b + {u} * bz_run + bz_thread" if u else "bz_b + bz_thread"
-                            for u in range(dense.vectors)])
-        self.line("}")
-        self.line("#pragma unroll 1")
-        self.line(f"for (long long bz_v = bz_b + bz_thread; bz_v + {width} <= bz_hi; bz_v += bz_run) {{")
-        self.dense_vectors(dense.vector, pointers, bodies[:1], ["bz_v"])
-        self.line("}")
-        self.line(f"for (long long bz_e = bz_maximum(bz_lo, bz_hi - bz_hi % {width}) + threadIdx.x; bz_e < bz_hi; "
-                  "bz_e += blockDim.x) {")
-        self.depth += 1
-        self.substitutions.update({load: f"{pointer}[bz_e]" for load, pointer in pointers.items()})
-        self.loop_depth += 1
-        self.block(inner.body)
-        self.loop_depth -= 1
-        self.substitutions.clear()
-        self.depth -= 1
-        self.line("}")
-        self.meet_slots(names)
-
-    def dense_vectors(self, vector: VectorAccesses, pointers: dict[k.Load, str], bodies: list[tuple[k.Stmt, ...]],
-                      firsts: list[str]) -> None:
-        """One vector of each load at each flat index of `firsts` (multiples of the width), all
-        loaded first, then each vector's elements folded by its body (the slot's accumulators)."""
-        width = vector.width
-        self.depth += 1
-        for u, first in enumerate(firsts):
-            for n, load in enumerate(vector.loads):
-                ty = vector_type(load.param.dtype, width)
-                self.line(f"const {ty} bz_v{n}_{u} = *reinterpret_cast<const {ty}*>({pointers[load]} + ({first}));")
-        self.loop_depth += 1
-        scoped = any(isinstance(s, k.Let) for s in bodies[0])  # an element's definitions: a scope each
-        for u, body in enumerate(bodies):
-            for part in range(width):
-                self.substitutions.update({load: f"bz_v{n}_{u}.{vector_component(width, part)}"
-                                           for n, load in enumerate(vector.loads)})
-                self.line("{") if scoped else None
-                self.depth += scoped
-                self.block(body)
-                self.depth -= scoped
-                self.line("}") if scoped else None
-        self.substitutions.clear()
-        self.loop_depth -= 1
-        self.depth -= 1
-
-    def meet_slots(self, names: list[dict[k.Var, k.Var]]) -> None:
-        """Each accumulator combined with its other slots' in a fixed pairwise tree (slot 0 is the
-        accumulator itself)."""
-        for acc, combine in self.schedule.accumulators:
-            level = [acc.name] + [renamed[acc].name for renamed in names[1:]]
-            while len(level) > 1:
-                pairs = [(level[n], level[n + 1]) for n in range(0, len(level) - 1, 2)]
-                for a, b in pairs:
-                    self.line(f"{a} = {LANE_COMBINES[combine]}()({a}, {b});")
-                level = [a for a, _ in pairs] + level[len(pairs) * 2:]
 
     def walk_lane_nest(self, nest: list[k.For]) -> None:
         """A lane loop over a perfect nest (batch_norm's statistics over the batch, height and width
@@ -435,8 +310,8 @@ class GridWriter:
         self.line("if (cached_row > 1) {")
         self.depth += 1
         self.combine_blocks("gridDim.x", "blockIdx.x", "bz_finished + row_local", "cached_row",
-                            SlotOrder("long long", "row_local * cached_row + threadIdx.x", "(row_local + 1) * cached_row",
-                                      "blockDim.x"))
+                            SlotOrder("long long", "row_local * cached_row + threadIdx.x",
+                                      "(row_local + 1) * cached_row", "blockDim.x"))
         self.block_reduce()
         self.depth -= 1
         self.line("}")
