@@ -125,7 +125,7 @@ class DenseWriter:
         """Whether each load of `vector` is aligned to its vector type at the nest's first element
         and moves, with one step of each outer index, by the product of the inner extents (the
         innermost moves by one: nest_vector_accesses): then the nest reads each array as one run.
-        The same for every thread of the launch (of the block, for split rows)."""
+        It reads only the arrays' addresses and extents: every thread of the launch takes one path."""
         starts = {level.var: level.begin for level in nest}
         terms = []
         for load in vector.loads:
