@@ -53,6 +53,8 @@ FEATURES = {
                              "(up to 4)",
     "inner_outer_fold": "disable: the fold of an inner-outer task's partial results reads one column a thread, 32 "
                         "columns a block, instead of 16-byte vectors over enough blocks to fill the GPU",
+    "dense_reductions": "disable: on a GPU, a full reduction over arrays dense in memory walks them an element "
+                        "at a time as over any strides, not in 16-byte vectors into several accumulators",
 }
 DUMP_NAMES = frozenset(DUMPS)
 FEATURE_NAMES = frozenset(FEATURES)

@@ -264,7 +264,7 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter):
         if self.inner_outer is not None or self.fold_of is not None:
             (self.write_inner_outer if self.inner_outer is not None else self.write_column_fold)()
             return "\n".join(self.lines)
-        self.lines.append(f"extern \"C\" __global__ void __launch_bounds__({self.block_size})")
+        self.lines.append(f"extern \"C\" __global__ void __launch_bounds__({self.launch_bounds()})")
         self.lines.append(f"{self.function}(const BzArgs<{max(self.layout.size, 1)}> a, const long long lanes,")
         self.lines.append("    const long long cached_row, unsigned char* const bz_partials, "
                           "unsigned* const bz_finished) {")
