@@ -40,8 +40,21 @@ FEATURES = {
     "kernel_reuse": "disable: each input signature of a fusion gets a runtime of its own",
     "fold_rows": "disable: a task writing rows another task reads (h = x + residual under a norm) stays a task "
                  "of its own",
+    "narrow_math": "disable: on a GPU, a float32 rounded to bfloat16 or float16 computes exp and the logistic "
+                   "functions (sigmoid, silu, tanh-GELU) correctly rounded, not approximately",
     "inner_outer": "disable: on a GPU, a column sum over a row task's space (a norm backward's dweight) is a "
                    "task of its own, not carried by the row task",
+    "inner_outer_split": "disable: an inner-outer row task reads its column partial results through generic "
+                         "pointers (shared memory or the workspace, chosen at run time) instead of one copy of its "
+                         "rows for each",
+    "inner_outer_registers": "disable: an inner-outer row task of 2-byte elements keeps one vector a row cache in "
+                             "registers (4096-long bfloat16 rows then go through shared memory), not two",
+    "inner_outer_occupancy": "disable: an inner-outer row task runs at most 2 blocks an SM instead of as many as fit "
+                             "(up to 4)",
+    "inner_outer_fold": "disable: the fold of an inner-outer task's partial results reads one column a thread, 32 "
+                        "columns a block, instead of 16-byte vectors over enough blocks to fill the GPU",
+    "dense_reductions": "disable: on a GPU, a full reduction over arrays dense in memory walks them an element "
+                        "at a time as over any strides, not in 16-byte vectors into several accumulators",
     "fast_divisors": "disable: on a GPU, index arithmetic divides by extents with the hardware-less division, "
                      "not with a multiplier and shift computed once a thread",
     "uniform_alignment": "disable: on a GPU, the vector path of a row loop tests its arrays' alignment at every "

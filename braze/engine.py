@@ -21,7 +21,6 @@ from braze import dtypes as dt
 from braze.codegen import cuda_rules  # noqa: F401  (the CUDA op rules, filled at import, not on a first call)
 from braze.codegen.cuda import inner_outer_pairs
 from braze.codegen.cuda_inner_outer import column_tasks_after_rows
-from braze.codegen.cuda_invariants import features_off
 from braze.codegen.cuda_plan import schedule_kind
 from braze.codegen.source_text import CudaSourceText
 from braze.dtypes import DType
@@ -233,12 +232,20 @@ def shared_kernel(key: tuple, make: Callable[[], object]):
     return compiled.compile()
 
 
+def code_key(kernel: k.Kernel) -> str:
+    """What compiled code depends on: the Kernel IR but for its name. Fusions alike but for their
+    names (a model's layers, each a region of its own) then share one compiled kernel, which keeps
+    the first one's name (in dumps and profiles) and code."""
+    tasks = tuple(replace(task, name=task.name.replace(kernel.name, "k")) for task in kernel.tasks)
+    return kernel_text(replace(kernel, name="k", tasks=tasks))
+
+
 def cpu_kernel(kernel: k.Kernel) -> CompiledKernel:
     """The compiled CPU code of `kernel`, shared by every fusion and loop kernel with the same Kernel
     IR (the task bounds live there, not in the code) and the same compile params: a kernel first
     compiled without the fast-math knob is not reused with it."""
     params = CompileParams(fast_math=config.enabled("fast_math"))
-    return shared_kernel((kernel_text(kernel), params), lambda: CompiledKernel(kernel, params))
+    return shared_kernel((code_key(kernel), params), lambda: CompiledKernel(kernel, params))
 
 
 @dataclass(frozen=True)
@@ -279,7 +286,10 @@ def compile_fusion_cuda(fusion: FusionGraph, key: tuple, device_index: int, lowe
     device = cuda_driver.device(device_index)
     lowered = lowered or lower_fusion(fusion, key, device_index)
     plan, kernel, params = lowered.plan, lowered.kernel, lowered.params
-    compiled = shared_kernel(("cuda", device.arch, kernel_text(kernel), features_off()),
+    # The kernel's text does not say which features (BRAZE_DISABLE) were off when its code was
+    # written (the inner-outer schedule's, narrow_math): the key does, so runs with and without one
+    # compare in one process.
+    compiled = shared_kernel(("cuda", device.arch, code_key(kernel), tuple(sorted(config.current.disable))),
                              lambda: CudaCompiledKernel(kernel, default_params(device), restrict=True))
     return CudaFusionRuntime(fusion, CudaExecutor(compiled, device), plan.writes, params)
 
@@ -554,7 +564,7 @@ def compile_loop_kernel_cuda(kernel: k.Kernel, device_index: int, fuse: bool = T
 
     device = cuda_driver.device(device_index)
     fused, decisions = _fused(kernel, fuse)
-    compiled = shared_kernel(("cuda-loop", device.arch, restrict, kernel_text(fused)),
+    compiled = shared_kernel(("cuda-loop", device.arch, restrict, code_key(fused)),
                              lambda: CudaLoopKernel(fused, default_params(device), restrict=restrict))
     return compiled, decisions
 

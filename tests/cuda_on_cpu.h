@@ -17,7 +17,7 @@ using std::exp; using std::log; using std::sqrt; using std::pow; using std::fabs
 #define __device__
 #define __forceinline__ inline
 #define __global__
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 #define __restrict__ __restrict
 #define __align__(n) alignas(n)
 #define __shared__ static
@@ -27,6 +27,7 @@ struct uint3 { unsigned x, y, z; };
 thread_local uint3 threadIdx, blockIdx;
 uint3 blockDim, gridDim;
 struct alignas(16) float4 { float x, y, z, w; };
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 struct alignas(16) int4 { int x, y, z, w; };
 struct alignas(16) uint4 { unsigned x, y, z, w; };
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
@@ -45,6 +46,9 @@ inline float __half2float(__half h) {
   if (exponent == 31) bits = sign | 0x7f800000u | (mantissa << 13);
   else bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
   float f; std::memcpy(&f, &bits, 4); return f;
+}
+inline __half __float2half_rn(float x) {  // round to nearest even, as the GPU's conversion
+  _Float16 h = (_Float16)x; unsigned short bits; std::memcpy(&bits, &h, 2); return {bits};
 }
 template <typename A, typename B> inline A bz_bits(B b) { static_assert(sizeof(A) == sizeof(B)); A a; std::memcpy(&a, &b, sizeof(A)); return a; }
 inline float __int_as_float(int x) { return bz_bits<float>(x); }

@@ -31,15 +31,19 @@ from pathlib import Path
 
 import numpy as np
 
+from braze import config
 from braze.codegen.cuda_grid import GridWriter
 from braze.codegen.cuda_inner_outer import InnerOuter, InnerOuterWriter, fold_task, plan_inner_outer
 from braze.codegen.cuda_invariants import InvariantWriter
+from braze.codegen.cuda_narrow import always_narrow, narrow_locals, operand_is_narrow
 from braze.codegen.cuda_online import fuse_online_softmax, gather_one_hot_sums
 from braze.codegen.cuda_plan import (
     ARG_COMBINES,
     ARG_INDEX,
+    INNER_OUTER_REGISTER_ROW_BYTES,
     LANE_COMBINES,
     ONLINE_ADD,
+    REGISTER_ROW_BYTES,
     WARP,
     LanePlan,
     RowCache,
@@ -141,7 +145,7 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter, Invari
         # Rows short enough run with their caches in registers (register_row_vectors vectors a
         # thread, in fixed, fully unrolled loops): see body_with_register_row. Not for grid_rows,
         # whose rows must all reach the blocks' combine.
-        self.register_vectors = register_row_vectors(self.caches, self.vectors, warp) \
+        self.register_vectors = register_row_vectors(self.caches, self.vectors, warp, self.register_budget()) \
             if self.schedule.kind == "rows" else 0
         # A task one index a thread that moves vectors instead: its body as a loop (write_thread_vectors).
         self.thread_vector = self.plan_thread_vector()
@@ -164,10 +168,22 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter, Invari
         self.narrow = kernel.index_type.itemsize < 8
         # Which of the task's integers are never negative: their divisions need no floor fix-ups.
         self.signs = index_signs(kernel, task)
+        # Whether the expression being written is a float32 that only a 2-byte float keeps, and the
+        # locals that are (cuda_narrow.py).
+        self.narrow_math = False
+        self.narrow_locals = narrow_locals(task) | kernel.meta.get("narrow_locals", frozenset())
+        self.narrow_expressions = always_narrow(task, self.narrow_locals)
         # Row-invariant work done once a thread (cuda_invariants): divisors, the rows' alignment.
         self.declared_divisors: set[str] = set()
         self.divisors = self.plan_divisors()
         self.aligned_rows = self.plan_aligned_rows()
+
+    def register_budget(self) -> dict[int, int]:
+        """Bytes of a row a thread may keep in registers, by element size: an inner-outer row
+        task's own where it is one (`BRAZE_DISABLE=inner_outer_registers`: every task's)."""
+        if self.inner_outer is not None and not config.disabled("inner_outer_registers"):
+            return INNER_OUTER_REGISTER_ROW_BYTES
+        return REGISTER_ROW_BYTES
 
     # --- text --------------------------------------------------------------------------------------
     def line(self, text: str) -> None:
@@ -189,7 +205,19 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter, Invari
         rule = RULES.get(op)
         if rule is None:
             raise UnsupportedError(f"CUDA codegen: op {op!r} has no CUDA rule")
-        return rule([self.expr(a) for a in args], [a.dtype for a in args], out, attrs or {})
+        attrs = dict(attrs or {})
+        if self.narrow_math:
+            attrs["narrow"] = True
+        operands = [self.narrowed(operand_is_narrow(op, out, self.narrow_math, a), self.expr, a) for a in args]
+        return rule(operands, [a.dtype for a in args], out, attrs)
+
+    def narrowed(self, narrow: bool, write: Callable, item: object):
+        """`write(item)` with the value written a narrow result or not (cuda_narrow.py)."""
+        saved, self.narrow_math = self.narrow_math, narrow
+        try:
+            return write(item)
+        finally:
+            self.narrow_math = saved
 
     def binary(self, e: k.Binary) -> str:
         if e.op in ("floordiv", "remainder") and self.unsigned_division(e):
@@ -233,14 +261,15 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter, Invari
         if carried is None:
             return self.schedule
         kind = "inner_outer" if self.inner_outer is not None else "column_fold"
-        return TaskSchedule(kind, tuple((acc.array, acc.combine) for acc in carried.accumulators))
+        width = self.fold_width() if self.fold_of is not None else 0
+        return TaskSchedule(kind, tuple((acc.array, acc.combine) for acc in carried.accumulators), fold_width=width)
 
     def write(self) -> str:
         t = self.task
         if self.inner_outer is not None or self.fold_of is not None:
             (self.write_inner_outer if self.inner_outer is not None else self.write_column_fold)()
             return "\n".join(self.lines)
-        self.lines.append(f"extern \"C\" __global__ void __launch_bounds__({self.block_size})")
+        self.lines.append(f"extern \"C\" __global__ void __launch_bounds__({self.launch_bounds()})")
         self.lines.append(f"{self.function}(const BzArgs<{max(self.layout.size, 1)}> a, const long long lanes,")
         self.lines.append("    const long long cached_row, unsigned char* const bz_partials, "
                           "unsigned* const bz_finished) {")
@@ -401,7 +430,9 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter, Invari
     # --- statements ----------------------------------------------------------------------------
     def block(self, stmts: tuple[k.Stmt, ...]) -> None:
         for s in stmts:
-            _STMT[type(s)](self, s)
+            # A narrow local's value is written as a narrow result; anything else's is not.
+            narrow = isinstance(s, (k.Let, k.Assign)) and s.var in self.narrow_locals
+            self.narrowed(narrow, lambda s: _STMT[type(s)](self, s), s)
 
     def nested(self, header: str, body: tuple[k.Stmt, ...], loop: bool = False) -> None:
         self.line(header + " {")
@@ -644,8 +675,11 @@ def prepared(kernel: k.Kernel) -> k.Kernel:
     """The kernel as the tasks are written from it: row-invariant values hoisted, divisions by them
     as reciprocals (fewer instructions per element of a row), cross_entropy's picked class read
     directly and a row's maximum and sum of exponentials in one pass."""
-    kernel = reciprocal_divisions(hoist_invariants(kernel))
-    return fuse_online_softmax(gather_one_hot_sums(kernel))
+    # Narrow locals as the fusion wrote them: the rewrites keep values (a reciprocal's scaling tests
+    # the sum's magnitude only to land on the same quotient), so a local narrow before stays so.
+    narrow = frozenset(v for task in kernel.tasks for v in narrow_locals(task))
+    kernel = fuse_online_softmax(gather_one_hot_sums(reciprocal_divisions(hoist_invariants(kernel))))
+    return dataclasses.replace(kernel, meta={**kernel.meta, "narrow_locals": narrow})
 
 
 def task_writers(kernel: k.Kernel, block_size: int = DEFAULT_BLOCK_SIZE,

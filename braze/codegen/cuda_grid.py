@@ -11,6 +11,9 @@ thread folds its share in order, then the threads combine in a fixed tree (prelu
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from braze.codegen.cuda_dense import DenseNest, DenseWriter
 from braze.codegen.cuda_plan import (
     LANE_COMBINES,
     VectorAccesses,
@@ -23,11 +26,26 @@ from braze.codegen.cuda_plan import (
 from braze.codegen.cuda_rows import c_type, vector_unroll
 from braze.kir import nodes as k
 
+
+@dataclass(frozen=True)
+class SlotOrder:
+    """The workspace slots a thread of the last block folds, in order: `first`, `first + step`, ...
+    below `end` (C expressions of type `index`)."""
+
+    index: str
+    first: str
+    end: str
+    step: str
+
+
 # Each thread of the last block folds the blocks' slots b = thread, thread + blockDim.x, ... in order.
-BLOCK_ORDER = "for (unsigned b = threadIdx.x; b < gridDim.x; b += blockDim.x)"
+BLOCK_ORDER = SlotOrder("unsigned", "threadIdx.x", "gridDim.x", "blockDim.x")
+# Slots a thread of the last block loads before folding them: the loads' round trips to L2 overlap
+# (one at a time, the last block of an H100 full sum over 1056 blocks waited for five in a row).
+SLOT_BATCH = 8
 
 
-class GridWriter:
+class GridWriter(DenseWriter):
     """Multi-block reductions of a task writer (see the module docstring)."""
 
     # --- shared by every schedule ------------------------------------------------------------------
@@ -39,21 +57,31 @@ class GridWriter:
         """Slot `index` of accumulator `n`'s region of the workspace (`count` slots a region)."""
         return f"(({c_type(acc.dtype)}*)(bz_partials + {n} * 8 * ({count})))[{index}]"
 
-    def combine_blocks(self, region: str, index: str, counter: str, count: str, reader: str) -> None:
+    def combine_blocks(self, region: str, index: str, counter: str, count: str, reader: SlotOrder) -> None:
         """Each block's accumulators to slot `index` of their workspace regions (`region` slots
         each; written by thread 0 or, for columns, by the first row group), then, in the last of
         the `count` blocks sharing `counter` only, the accumulators read back from the slots in
-        order (`reader`: the loop header naming the slot `b` each thread folds)."""
+        order (`reader`), SLOT_BATCH slots a thread loaded at a time."""
         accumulators = self.schedule.accumulators
         writer = "threadIdx.x == 0" if self.schedule.kind != "columns" else "lane == 0 && active"
         for n, (acc, _) in enumerate(accumulators):
             self.line(f"if ({writer}) {self.partial_slot(n, acc, region, index)} = {acc.name};")
         self.line(f"if (!bz_last_of({counter}, {count})) return;")
         for n, (acc, combine) in enumerate(accumulators):
-            slot = self.partial_slot(n, acc, region, "b").replace(f"(({c_type(acc.dtype)}*)",
-                                                                 f"((volatile {c_type(acc.dtype)}*)")
+            ty = c_type(acc.dtype)
+            slot = self.partial_slot(n, acc, region, f"b + j * ({reader.step})").replace(f"(({ty}*)",
+                                                                                         f"((volatile {ty}*)")
+            within = f"if (b + j * ({reader.step}) < {reader.end})"
             self.line(f"{acc.name} = {self.expr(self.initial[acc])};")
-            self.line(f"{reader} {acc.name} = {LANE_COMBINES[combine]}()({acc.name}, {slot});")
+            self.line(f"for ({reader.index} b = {reader.first}; b < {reader.end}; "
+                      f"b += {SLOT_BATCH} * ({reader.step})) {{")
+            self.line(f"  {ty} bz_slots[{SLOT_BATCH}];")
+            self.line("  #pragma unroll")
+            self.line(f"  for (int j = 0; j < {SLOT_BATCH}; ++j) {within} bz_slots[j] = {slot};")
+            self.line("  #pragma unroll")
+            self.line(f"  for (int j = 0; j < {SLOT_BATCH}; ++j) {within} "
+                      f"{acc.name} = {LANE_COMBINES[combine]}()({acc.name}, bz_slots[j]);")
+            self.line("}")
 
     @property
     def initial(self) -> dict[k.Var, k.Expr]:
@@ -92,8 +120,8 @@ class GridWriter:
         self.depth += 1
         self.line(f"const {ix} columns = task_end - task_begin;")
         self.combine_blocks("cached_row * columns", "split * columns + (row - task_begin)", "bz_finished + strip",
-                            "cached_row", f"for ({ix} b = {self.task.var.name} - task_begin; b < cached_row * columns; "
-                            "b += columns)")
+                            "cached_row", SlotOrder(ix, f"{self.task.var.name} - task_begin", "cached_row * columns",
+                                                    "columns"))
         self.depth -= 1
         self.line("}")
         self.block(after)
@@ -119,19 +147,36 @@ class GridWriter:
         self.line("const int lane = threadIdx.x;")
         self.line("const bool active = true;")
         self.block(before)
-        self.walk_nest(perfect_nest(loop), "blockIdx.x", "gridDim.x")
+        self.walk_nest(perfect_nest(loop), "blockIdx.x", "gridDim.x", dense=self.flat_dense())
         self.block_reduce()
         self.combine_blocks("gridDim.x", "blockIdx.x", "bz_finished", "gridDim.x", BLOCK_ORDER)
         self.block_reduce()
         self.block(after)
         self.lines.append("}")
 
-    def walk_nest(self, nest: list[k.For], part: str, parts: str, vectors: bool = False) -> None:
+    def walk_nest(self, nest: list[k.For], part: str, parts: str, vectors: bool = False,
+                  dense: DenseNest | None = None) -> None:
         """The nest's body over flat indices [part * chunk, (part + 1) * chunk) of the nest (of
         `parts` such chunks), thread t on those congruent to t modulo the block size (neighbouring
         threads on neighbouring elements), each thread folding its own in order; with `vectors`,
-        where the nest allows (walk_vectors), on a vector of neighbouring elements at a time."""
+        where the nest allows (walk_vectors), on a vector of neighbouring elements at a time; with
+        `dense`, where the kernel finds every array dense over the nest, as walk_dense walks it."""
         self.declare_nest_extents(nest, "")
+        if dense is not None:
+            self.line(f"if ({self.dense_condition(nest, dense.vector)}) {{")
+            self.depth += 1
+            self.walk_dense(nest, dense, part, parts)
+            self.depth -= 1
+            self.line("} else {")
+            self.depth += 1
+            self.walk_nest_chunks(nest, part, parts, vectors)
+            self.depth -= 1
+            self.line("}")
+        else:
+            self.walk_nest_chunks(nest, part, parts, vectors)
+
+    def walk_nest_chunks(self, nest: list[k.For], part: str, parts: str, vectors: bool) -> None:
+        """walk_nest's general path: any strides, the nest's digits carried per step."""
 
         def walk(width: int, vector: VectorAccesses | None) -> None:
             span = f"{width} * blockDim.x" if width > 1 else "blockDim.x"
@@ -265,8 +310,8 @@ class GridWriter:
         self.line("if (cached_row > 1) {")
         self.depth += 1
         self.combine_blocks("gridDim.x", "blockIdx.x", "bz_finished + row_local", "cached_row",
-                            "for (long long b = row_local * cached_row + threadIdx.x; "
-                            "b < (row_local + 1) * cached_row; b += blockDim.x)")
+                            SlotOrder("long long", "row_local * cached_row + threadIdx.x",
+                                      "(row_local + 1) * cached_row", "blockDim.x"))
         self.block_reduce()
         self.depth -= 1
         self.line("}")

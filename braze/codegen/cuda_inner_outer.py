@@ -8,8 +8,16 @@ row's element to this block's partial result of that column, kept in shared memo
 columns are too many, in the workspace). dy and x then cross memory once instead of twice. Each
 block writes its partial results once, as one row of a [blocks, columns] workspace; a second
 launch, the column task's own function, folds the blocks' rows column by column in block order
-and stores what the column task stores. The order is fixed, so results are bit-identical from run
-to run; no float atomics.
+(four columns a thread, 16-byte loads, where their count allows; enough blocks to fill the GPU, each
+block's row groups walking a share of the rows, then combined in a fixed tree) and stores what the
+column task stores. The order is fixed, so results are bit-identical from run to run; no float
+atomics.
+
+The row task holds its rows twice, under one branch the whole launch takes the same way: partial
+results in shared memory (every access to them a shared-memory one), or in the workspace. It is
+compiled for 4 blocks of 256 an SM (64 registers) and launched with as many as fit: its blocks walk
+their rows one at a time, so more blocks are more loads in flight. Each of these changes is a
+feature (FEATURES) that `BRAZE_DISABLE` turns off, to compare the code with and without it.
 
 The partial results wait between the two launches in the workspace of their stream, which every
 braze kernel launched on that stream shares (runtime/cuda_resources.py): nothing may use it in
@@ -30,6 +38,7 @@ from dataclasses import dataclass
 
 from braze import config
 from braze.codegen.cuda_plan import (
+    INNER_OUTER_THREADS_PER_SM,
     LANE_COMBINES,
     VECTOR_TYPES,
     perfect_nest,
@@ -41,6 +50,16 @@ from braze.codegen.cuda_plan import (
 from braze.codegen.cuda_rows import c_type
 from braze.kir import nodes as k
 from braze.passes.simplify import map_children, simplify_expr
+
+# The features (BRAZE_DISABLE) that change the code this schedule writes or how it is launched.
+FEATURES = ("inner_outer_split", "inner_outer_registers", "inner_outer_occupancy", "inner_outer_fold")
+
+
+def features_off() -> tuple[bool, ...]:
+    """Whether each of FEATURES is turned off now: compiled kernels written under others differ."""
+    return (config.disabled("inner_outer_split"), config.disabled("inner_outer_registers"),
+            config.disabled("inner_outer_occupancy"), config.disabled("inner_outer_fold"))
+
 
 # Statements a row task may hold for its rows to take the schedule: a row that jumps, waits or keeps
 # arrays of its own is left alone.
@@ -313,10 +332,12 @@ class InnerOuterWriter:
         carried = self.inner_outer
         return frozenset(acc.array for acc in carried.accumulators) if carried is not None else frozenset()
 
-    def header(self, last_parameter: str) -> None:
+    def header(self, last_parameter: str, threads_per_sm: int = 0) -> None:
         """The function's signature: the argument block and the four launch scalars (the last one
-        named for what this function reads in its slot)."""
-        self.lines.append(f"extern \"C\" __global__ void __launch_bounds__({self.block_size})")
+        named for what this function reads in its slot); compiled to keep `threads_per_sm` resident
+        where given."""
+        blocks = f", {max(1, threads_per_sm // self.block_size)}" if threads_per_sm else ""
+        self.lines.append(f"extern \"C\" __global__ void __launch_bounds__({self.block_size}{blocks})")
         self.lines.append(f"{self.task.name}(const BzArgs<{max(self.layout.size, 1)}> a, const long long lanes,")
         self.lines.append(f"    const long long cached_row, unsigned char* const bz_partials, {last_parameter}) {{")
 
@@ -330,14 +351,44 @@ class InnerOuterWriter:
         """A grid-strided loop over this block's rows (no one-block-per-row launch: each block's
         partial results must cover many rows), the row task's body in it, then the block's partial
         results to its row of the workspace. `lanes` and `cached_row` are a row task's; the last
-        scalar says the partial results live in the workspace (too many columns for shared memory)."""
+        scalar says the partial results live in the workspace (too many columns for shared memory).
+
+        The rows are written twice, under one branch on that scalar that the whole launch takes the
+        same way: with the partial results in shared memory, every access to them is a shared-memory
+        one (LDS/STS, not the generic LD/ST a pointer to either compiles to). The workspace copy has
+        no register-row path: columns too many for shared memory are rows too long for registers.
+        `BRAZE_DISABLE=inner_outer_split`: one copy, the pointer chosen at run time."""
         t, ix = self.task, self.index
-        self.header("const long long bz_columns_in_memory")
+        occupancy = not config.disabled("inner_outer_occupancy")
+        self.header("const long long bz_columns_in_memory", INNER_OUTER_THREADS_PER_SM if occupancy else 0)
         self.declare_params()
         self.line(f"const {ix} task_begin = {self.expr(t.begin)}, task_end = {self.expr(t.end)};")
         self.line("const int lanes32 = (int)lanes, bz_lane = threadIdx.x & (lanes32 - 1);")
         self.line("const int row_in_block = threadIdx.x / lanes32, rows_per_block = blockDim.x / lanes32;")
-        self.declare_column_partials()
+        self.line(f"const {ix} bz_columns = bz_maximum(({ix})({self.expr(self.inner_outer.column.end)}), ({ix})0);")
+        if config.disabled("inner_outer_split"):
+            self.write_carrying_rows("either")
+        else:
+            declared, register_vectors = set(self.declared), self.register_vectors
+            self.line("if (bz_columns_in_memory) {")
+            self.register_vectors = 0
+            self.nested_rows("workspace")
+            self.register_vectors, self.declared = register_vectors, declared
+            self.line("} else {")
+            self.nested_rows("shared")
+            self.line("}")
+        self.lines.append("}")
+
+    def nested_rows(self, memory: str) -> None:
+        self.depth += 1
+        self.write_carrying_rows(memory)
+        self.depth -= 1
+
+    def write_carrying_rows(self, memory: str) -> None:
+        """The block's rows with their partial results in `memory`: "shared", "workspace", or
+        "either" (chosen at run time by `bz_columns_in_memory`)."""
+        ix = self.index
+        self.declare_column_partials(memory)
         self.line(f"for ({ix} row0 = task_begin + ({ix})blockIdx.x * rows_per_block; row0 < task_end;")
         self.line(f"     row0 += ({ix})gridDim.x * rows_per_block) {{")
         self.depth += 1
@@ -350,46 +401,53 @@ class InnerOuterWriter:
         self.line("__syncthreads();")
         self.depth -= 1
         self.line("}")
-        self.write_block_partials()
-        self.lines.append("}")
+        if memory != "workspace":
+            self.write_block_partials(memory)
 
-    def declare_column_partials(self) -> None:
+    def declare_column_partials(self, memory: str) -> None:
         """Each accumulator's partial results for this row group, set to its start: in dynamic
         shared memory after the row caches, or in the workspace (a row for every row group of
         every block, `bz_partial_rows` in all, which the fold then reads)."""
         carried, ix = self.inner_outer, self.index
-        lane_loop_end = self.expr(carried.column.end)
-        self.line(f"const {ix} bz_columns = bz_maximum(({ix})({lane_loop_end}), ({ix})0);")
-        self.line("const long long bz_partial_rows = bz_columns_in_memory ? (long long)gridDim.x * rows_per_block "
-                  ": (long long)gridDim.x;")
-        self.line("extern __shared__ __align__(16) unsigned char bz_shared_columns[];")
-        self.line("unsigned char* bz_column_region = bz_shared_columns;")
-        for cache in self.caches:  # as declare_row_caches lays them out
-            size = f"sizeof({c_type(cache.dtype)})"
-            self.line(f"bz_column_region += (rows_per_block * cached_row * {size} + 15) & ~15LL;")
+        rows = {"shared": "(long long)gridDim.x", "workspace": "(long long)gridDim.x * rows_per_block",
+                "either": "bz_columns_in_memory ? (long long)gridDim.x * rows_per_block : (long long)gridDim.x"}
+        self.line(f"const long long bz_partial_rows = {rows[memory]};")
+        if memory != "workspace":
+            self.line("extern __shared__ __align__(16) unsigned char bz_shared_columns[];")
+            self.line("unsigned char* bz_column_region = bz_shared_columns;")
+            for cache in self.caches:  # as declare_row_caches lays them out
+                size = f"sizeof({c_type(cache.dtype)})"
+                self.line(f"bz_column_region += (rows_per_block * cached_row * {size} + 15) & ~15LL;")
         for n, acc in enumerate(carried.accumulators):
             ty, name = c_type(acc.array.dtype), acc.array.name
-            self.line(f"{ty}* const {name}_block = bz_columns_in_memory ? {self.partials(n, acc, carried)} + "
-                      f"(long long)blockIdx.x * rows_per_block * bz_columns : ({ty}*)bz_column_region;")
-            self.line(f"bz_column_region += ((long long)rows_per_block * bz_columns * sizeof({ty}) + 15) & ~15LL;")
+            in_memory = f"{self.partials(n, acc, carried)} + (long long)blockIdx.x * rows_per_block * bz_columns"
+            block = {"shared": f"({ty}*)bz_column_region", "workspace": in_memory,
+                     "either": f"bz_columns_in_memory ? {in_memory} : ({ty}*)bz_column_region"}
+            self.line(f"{ty}* const {name}_block = {block[memory]};")
+            if memory != "workspace":
+                self.line(f"bz_column_region += ((long long)rows_per_block * bz_columns * sizeof({ty}) + 15) & ~15LL;")
             self.line(f"{ty}* const {name} = {name}_block + (long long)row_in_block * bz_columns;")
             self.line(f"for ({ix} c = bz_lane; c < bz_columns; c += lanes32) {name}[c] = {self.expr(acc.initial)};")
         self.line("__syncthreads();")
 
-    def write_block_partials(self) -> None:
+    def write_block_partials(self, memory: str) -> None:
         """In shared memory: the row groups' partial results combined in group order, into the
         block's row of the workspace (the loop's last barrier made every addition visible)."""
         carried, ix = self.inner_outer, self.index
-        self.line("if (!bz_columns_in_memory) {")
-        self.line(f"  for ({ix} c = threadIdx.x; c < bz_columns; c += ({ix})blockDim.x) {{")
+        if memory == "either":
+            self.line("if (!bz_columns_in_memory) {")
+            self.depth += 1
+        self.line(f"for ({ix} c = threadIdx.x; c < bz_columns; c += ({ix})blockDim.x) {{")
         for n, acc in enumerate(carried.accumulators):
             ty, functor, block = c_type(acc.array.dtype), LANE_COMBINES[acc.combine], f"{acc.array.name}_block"
-            self.line(f"    {ty} bz_s{n} = {block}[c];")
-            self.line(f"    for (int g = 1; g < rows_per_block; ++g) "
+            self.line(f"  {ty} bz_s{n} = {block}[c];")
+            self.line(f"  for (int g = 1; g < rows_per_block; ++g) "
                       f"bz_s{n} = {functor}()(bz_s{n}, {block}[(long long)g * bz_columns + c]);")
-            self.line(f"    {self.partials(n, acc, carried)}[(long long)blockIdx.x * bz_columns + c] = bz_s{n};")
-        self.line("  }")
+            self.line(f"  {self.partials(n, acc, carried)}[(long long)blockIdx.x * bz_columns + c] = bz_s{n};")
         self.line("}")
+        if memory == "either":
+            self.depth -= 1
+            self.line("}")
 
     def emit_store_local(self, s: k.StoreLocal) -> None:
         """A store to a local array; to a column's partial result, for active rows only (one
@@ -437,24 +495,52 @@ class InnerOuterWriter:
                           f"{_column_vector(name, quarter, width)};")
 
     # --- the column task: the blocks' partial results folded ------------------------------------
+    def fold_width(self) -> int:
+        """The columns a thread of the fold takes at a time where their count allows (TaskSchedule.
+        fold_width): 4 where every partial result is a float32, else 1; 0 for the fold of one column
+        a thread (`BRAZE_DISABLE=inner_outer_fold`)."""
+        if config.disabled("inner_outer_fold"):
+            return 0
+        return 4 if all(acc.array.dtype.name == "float32" for acc in self.fold_of.accumulators) else 1
+
     def write_column_fold(self) -> None:
-        """Neighbouring threads on neighbouring columns, `lanes` columns a block and its row groups
+        """Neighbouring threads on neighbouring columns, `lanes` of them a block, and its row groups
         folding the workspace's rows b = group, group + groups, ... in order, then combined over
         the groups in a fixed tree (bz_column_reduce); then the column task's stores. `cached_row`
-        is the number of rows of partial results."""
-        carried, t, ix = self.fold_of, self.task, self.index
-        self.header("unsigned* const bz_finished")
+        is the number of rows of partial results; the last scalar the columns a thread takes (4:
+        16-byte vectors, where the runtime finds their count a multiple of 4; see fold_width)."""
+        t, ix = self.task, self.index
+        width = self.fold_width()
+        self.header("const long long bz_width" if width else "unsigned* const bz_finished")
         self.declare_params()
         self.line(f"const {ix} task_begin = {self.expr(t.begin)}, task_end = {self.expr(t.end)};")
         self.line("const int cols32 = (int)lanes, lane = threadIdx.x / cols32, lanes32 = blockDim.x / cols32;")
+        self.line(f"const {ix} bz_columns = task_end - task_begin;")
+        self.line("const long long bz_partial_rows = cached_row;")
+        if width == 4:
+            self.line("if (bz_width == 4) {")
+            self.depth += 1
+            self.write_vector_fold()
+            self.depth -= 1
+            self.line("} else {")
+            self.depth += 1
+            self.write_scalar_fold(unroll=8)
+            self.depth -= 1
+            self.line("}")
+        else:
+            self.write_scalar_fold(unroll=8 if width else 4)
+        self.lines.append("}")
+
+    def write_scalar_fold(self, unroll: int) -> None:
+        """One column a thread: `unroll` loads of it in flight."""
+        carried, t, ix = self.fold_of, self.task, self.index
+        declared = set(self.declared)
         self.line(f"const {ix} row = task_begin + ({ix})blockIdx.x * cols32 + (threadIdx.x & (cols32 - 1));")
         self.line("const bool active = row < task_end;")
         self.line(f"const {c_type(t.var.dtype)} {t.var.name} = active ? row : task_end - 1;")
-        self.line(f"const {ix} bz_columns = task_end - task_begin;")
-        self.line("const long long bz_partial_rows = cached_row;")
         before, after = _around_loop(carried.column)
         self.block(before)
-        self.line("#pragma unroll 4")
+        self.line(f"#pragma unroll {unroll}")
         self.line("for (long long b = lane; b < bz_partial_rows; b += lanes32) {")
         column = f"({t.var.name} - task_begin)"
         for n, acc in enumerate(carried.accumulators):
@@ -466,7 +552,47 @@ class InnerOuterWriter:
             self.line(f"{acc.source.name} = bz_column_reduce<{self.block_size}>({acc.source.name}, cols32, "
                       f"{LANE_COMBINES[acc.combine]}());")
         self.block(after)
-        self.lines.append("}")
+        self.declared = declared
+
+    def write_vector_fold(self) -> None:
+        """Four neighbouring columns a thread, read as one float4 a row of partial results (the
+        columns a multiple of 4 and every region 16-byte aligned: the workspace's start is, and each
+        region spans rows of them), each row's four folded in the same order as one column a thread
+        folds them; threads past the last column read the last four and store nothing. Then each
+        column's stores, the accumulator its folded value."""
+        carried, t, ix = self.fold_of, self.task, self.index
+        self.line(f"const {ix} bz_first = task_begin + 4 * (({ix})blockIdx.x * cols32 + (threadIdx.x & (cols32 - 1)));")
+        self.line("const bool bz_any = bz_first < task_end;")
+        self.line(f"const {ix} bz_column = (bz_any ? bz_first : task_end - 4) - task_begin;")
+        for n, acc in enumerate(carried.accumulators):
+            start = self.expr(acc.initial)
+            self.line(f"float4 bz_f{n} = make_float4({start}, {start}, {start}, {start});")
+        self.line("#pragma unroll 8")
+        self.line("for (long long b = lane; b < bz_partial_rows; b += lanes32) {")
+        for n, acc in enumerate(carried.accumulators):
+            functor = LANE_COMBINES[acc.combine]
+            self.line(f"  const float4 bz_v{n} = *reinterpret_cast<const float4*>("
+                      f"&{self.partials(n, acc, carried)}[b * bz_columns + bz_column]);")
+            for part in "xyzw":
+                self.line(f"  bz_f{n}.{part} = {functor}()(bz_f{n}.{part}, bz_v{n}.{part});")
+        self.line("}")
+        for n, acc in enumerate(carried.accumulators):
+            self.line(f"bz_f{n} = bz_column_reduce<{self.block_size}>(bz_f{n}, cols32, "
+                      f"BzEach4<{LANE_COMBINES[acc.combine]}>());")
+        before, after = _around_loop(carried.column)
+        for q, part in enumerate("xyzw"):
+            declared = set(self.declared)
+            self.line("{")
+            self.depth += 1
+            self.line(f"const bool active = bz_any && bz_first + {q} < task_end;")
+            self.line(f"const {c_type(t.var.dtype)} {t.var.name} = task_begin + bz_column + {q};")
+            self.block(before)
+            for n, acc in enumerate(carried.accumulators):
+                self.line(f"{acc.source.name} = bz_f{n}.{part};")
+            self.block(after)
+            self.depth -= 1
+            self.line("}")
+            self.declared = declared
 
 
 def _column_vector(name: str, quarter: int, width: int) -> str:

@@ -24,15 +24,7 @@ from braze.codegen.cuda_plan import exprs_of, replace_var_in_access, vector_alig
 from braze.kir import nodes as k
 from braze.passes.simplify import map_children, simplify_expr
 
-FEATURES = ("fast_divisors", "uniform_alignment")  # of braze/config.py: they change the code, not the Kernel IR
 _LOCAL = (k.Var, k.Load, k.LoadLocal, k.Philox)  # what makes a value differ from row to row or thread to thread
-
-
-def features_off() -> frozenset[str]:
-    """The FEATURES turned off now: part of the key a compiled kernel is shared by (engine.py), since
-    the Kernel IR alone does not say how it was written."""
-    off = {"fast_divisors": config.disabled("fast_divisors"), "uniform_alignment": config.disabled("uniform_alignment")}
-    return frozenset(name for name in FEATURES if off[name])
 
 
 def kernel_invariant(e: k.Expr) -> bool:

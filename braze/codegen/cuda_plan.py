@@ -354,6 +354,17 @@ def plan_row_caches(task: k.Task, plan: LanePlan) -> tuple[RowCache, ...]:
 # covering long rows: for rms_norm [8192, 4096] bf16, 16 vectors of four a thread took 58 registers
 # and 76% of copy, 8 took 40 and 85%, 4 took 32 and 88% (longer rows take the shared-memory path).
 REGISTER_ROW_BYTES = {1: 16, 2: 32, 4: 128, 8: 128}
+# The same for an inner-outer row task (codegen/cuda_inner_outer.py), compiled for 64 registers a thread
+# (INNER_OUTER_THREADS_PER_SM): 64 bytes of 2- and 4-byte rows. rms_norm backward's 4096-long bfloat16
+# dy and x (16 elements a thread on 256 threads) then skip the shared-memory copy; layer_norm
+# backward's 4096 float32 take it, where holding them (128 bytes) had NVRTC for sm_90 spill the row
+# at 64 registers and take 101 without the bound.
+INNER_OUTER_REGISTER_ROW_BYTES = {**REGISTER_ROW_BYTES, 2: 64, 4: 64}
+# Threads of an SM an inner-outer row task is compiled to keep resident (__launch_bounds__): 4 blocks of
+# 256, 64 registers a thread. Its blocks walk their rows in a loop, a row at a time: more blocks an SM
+# are more rows' loads in flight (2 blocks an SM left rms_norm backward's row task latency-bound, at
+# 31% of DRAM bandwidth on an H200).
+INNER_OUTER_THREADS_PER_SM = 1024
 # Per lane, the bytes of a row held in registers when one warp is the row (a function of its own,
 # whose registers the whole-block one does not pay for): 32 registers, as the whole-block path of
 # 4-byte rows takes, in a power of two of vectors (rows are mostly powers of two long: a vector past
@@ -374,17 +385,18 @@ WARP = 32
 REGISTER_PRELOAD_BYTES = 128
 
 
-def register_row_vectors(caches: tuple[RowCache, ...], vectors: dict[int, VectorAccesses], warp: bool) -> int:
+def register_row_vectors(caches: tuple[RowCache, ...], vectors: dict[int, VectorAccesses], warp: bool,
+                         budget: dict[int, int] = REGISTER_ROW_BYTES) -> int:
     """How many vectors of each row cache a thread keeps in registers when the whole block (or, with
     `warp`, one warp) is one row and the row is short enough (0: the task has no such path). Every
     loop of every cache must take the vector path, since iteration k of each loop touches vector k;
-    they share one width."""
+    they share one width. `budget`: bytes a thread by element size (REGISTER_ROW_BYTES)."""
     if not caches or any(id_ not in vectors for cache in caches for id_ in cache.loops):
         return 0
     width, row_bytes = vectors[caches[0].loops[0]].width, sum(cache.dtype.itemsize for cache in caches)
     if warp:
         return 1 << (max(1, WARP_ROW_BYTES // (width * row_bytes)).bit_length() - 1)
-    return max(1, REGISTER_ROW_BYTES[max(cache.dtype.itemsize for cache in caches)] // (width * row_bytes))
+    return max(1, budget[max(cache.dtype.itemsize for cache in caches)] // (width * row_bytes))
 
 
 def normalized(e: k.Expr, loop: k.For) -> k.Expr:
@@ -484,6 +496,10 @@ class TaskSchedule:
     # "rows": the split path reads a row once where the row path reads it twice and keeps it on chip
     # between (a variance: cuda_variance), so rows too long to keep take the split path.
     split_reads_once: bool = False
+    # "column_fold": the columns a thread folds at a time where their count allows (4: 16-byte loads of
+    # float32 partial results, else 1), over as many blocks as fill the GPU; 0: one column a thread,
+    # 32 a block (BRAZE_DISABLE=inner_outer_fold). codegen/cuda_inner_outer.py, write_column_fold.
+    fold_width: int = 0
 
 
 def substituted(e: k.Expr, values: dict[k.Var, k.Expr], inline: bool = False) -> k.Expr:

@@ -529,13 +529,20 @@ class RowLoopWriter:
         return [(n, occurrences(loop, value.key)[0], f"bz_rv{n}") for n, value in enumerate(self.row_values)
                 if (value.writer == id(loop) if role == "write" else id(loop) in value.readers)]
 
+    def row_value_is_narrow(self, n: int) -> bool:
+        """Whether every loop that computes or reads kept value `n` uses it as a narrow result
+        (cuda_narrow.py): only then may the loop that keeps it compute it approximately."""
+        value = self.row_values[n]
+        loops = [self.loops_by_id[i] for i in (value.writer, *value.readers)]
+        return all(e in self.narrow_expressions for loop in loops for e in occurrences(loop, value.key))
+
     def use_row_values(self, loop: k.For, lane_part: int, width: int) -> None:
         """In one element of a register row's loop: each value it keeps computed into its register,
         each value it reads back taken from there."""
-        for _, expression, array in self.row_value_uses(loop, "write"):
+        for n, expression, array in self.row_value_uses(loop, "write"):
             slot = f"{array}[{self.register_index} * {width} + {lane_part}]"
             self.substitutions.pop(expression, None)  # the previous element's
-            self.line(f"{slot} = {self.expr(expression)};")
+            self.line(f"{slot} = {self.narrowed(self.row_value_is_narrow(n), self.expr, expression)};")
             self.substitutions[expression] = slot
         for _, expression, array in self.row_value_uses(loop, "read"):
             self.substitutions[expression] = f"{array}[{self.register_index} * {width} + {lane_part}]"

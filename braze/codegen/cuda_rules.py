@@ -53,7 +53,31 @@ def _classify(test: str) -> Callable:
 
 
 def _gelu(a, d, o, t):
-    return f"bz_gelu_{'tanh' if t.get('approximate', 'none') == 'tanh' else 'erf'}({a[0]})"
+    if t.get("approximate", "none") == "tanh":
+        return f"bz_gelu_tanh{_narrow_suffix(d, t)}({a[0]})"
+    return f"bz_gelu_erf({a[0]})"
+
+
+# --- results that only a 2-byte float keeps ----------------------------------------------------------
+# A float32 value computed only to be rounded to bfloat16 or float16 (codegen/cuda_narrow.py says
+# which) keeps 8 or 11 of its 24 bits. There, exp is the approximate exp2 instruction of x * log2(e)
+# (at most 2 + 1.16|x| ulp of float32, about 2^-16 relative, where a bfloat16 rounding step is 2^-8),
+# and the logistic function takes the approximate reciprocal of 1 + e^-x (1 ulp); both flush results
+# below 2^-126 to zero. The tanh-GELU becomes x * sigmoid(2u), the same function without
+# 1 + tanh(u)'s cancellation. Each is about a tenth of the instructions of the correctly rounded
+# call, which SwiGLU and GELU rows of bfloat16 are bound by. tanh itself stays exact: its
+# approximate instruction errs by 2^-11 absolute, which 1 + tanh(u) would turn into a large
+# relative error.
+def _narrow(d: list[DType], t: dict) -> bool:
+    return bool(t.get("narrow")) and d[0].name == "float32"
+
+
+def _narrow_suffix(d: list[DType], t: dict) -> str:
+    return "_narrow" if _narrow(d, t) else ""
+
+
+def _exp(a, d, o, t):
+    return f"bz_exp_narrow({a[0]})" if _narrow(d, t) else math("exp")(a, d, o, t)
 
 
 def _one_over(inner: Callable) -> Callable:
@@ -66,12 +90,13 @@ UNARY_RULES = {
     "set": _identity,
     "neg": by_kind(lambda a, d, o, t: f"(-{_spaced(a[0])})", call("bz_neg")),  # floats: -x, not 0 - x (-0.0)
     "abs": call("bz_abs"),
-    "exp": math("exp"), "exp2": math("exp2"), "expm1": math("expm1"),
+    "exp": _exp, "exp2": math("exp2"), "expm1": math("expm1"),
     "log": math("log"), "log2": math("log2"), "log1p": math("log1p"),
     "sqrt": math("sqrt"), "rsqrt": _one_over(math("sqrt")), "reciprocal": _one_over(_identity),
     "sin": math("sin"), "cos": math("cos"), "tan": math("tan"), "tanh": math("tanh"),
-    "sigmoid": call("bz_sigmoid"), "relu": call("bz_relu"), "gelu": _gelu,
-    "silu": lambda a, d, o, t: f"({a[0]} * bz_sigmoid({a[0]}))",
+    "sigmoid": lambda a, d, o, t: f"bz_sigmoid{_narrow_suffix(d, t)}({a[0]})",
+    "relu": call("bz_relu"), "gelu": _gelu,
+    "silu": lambda a, d, o, t: f"({a[0]} * bz_sigmoid{_narrow_suffix(d, t)}({a[0]}))",
     "erf": math("erf"),
     "floor": by_kind(math("floor"), _identity), "ceil": by_kind(math("ceil"), _identity),
     "round": by_kind(math("rint"), _identity), "trunc": by_kind(math("trunc"), _identity),

@@ -178,6 +178,33 @@ template <typename T> BZ_D T bz_gelu_erf(T x) { return T(0.5) * x * (T(1) + erf(
 template <typename T> BZ_D T bz_gelu_tanh(T x) {
   return T(0.5) * x * (T(1) + tanh(T(0.79788456080286535588) * (x + T(0.044715) * (x * x * x))));
 }
+// For float32 results only a 2-byte float keeps (cuda_rules.py, "narrow"): the approximate exp2 and
+// reciprocal instructions, flushing results below 2^-126 to zero (as bfloat16 and float16 barely
+// notice). Elsewhere (tests/cuda_on_cpu.h) the same from the C library, flushed alike.
+BZ_D float bz_exp_narrow(float x) {
+  float r;
+#ifdef __CUDA_ARCH__
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x * 1.44269504088896341f));
+#else
+  r = exp2f(x * 1.44269504088896341f);
+  r = fabsf(r) < 0x1p-126f ? 0.0f : r;
+#endif
+  return r;
+}
+BZ_D float bz_rcp_narrow(float x) {
+  float r;
+#ifdef __CUDA_ARCH__
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+#else
+  r = 1.0f / x;
+  r = fabsf(r) < 0x1p-126f ? 0.0f * r : r;
+#endif
+  return r;
+}
+BZ_D float bz_sigmoid_narrow(float x) { return bz_rcp_narrow(1.0f + bz_exp_narrow(-x)); }
+BZ_D float bz_gelu_tanh_narrow(float x) {  // 0.5 * (1 + tanh(u)) = 1 / (1 + e^(-2u))
+  return x * bz_rcp_narrow(1.0f + bz_exp_narrow(-1.5957691216057307118f * (x + 0.044715f * (x * x * x))));
+}
 template <typename T> BZ_D T bz_lerp(T start, T end, T weight) { return start + weight * (end - start); }
 template <typename T> BZ_D T bz_clamp(T x, T lo, T hi) { return bz_minimum(bz_maximum(x, lo), hi); }
 
@@ -407,6 +434,15 @@ template <int Block, typename T, typename Op> BZ_D T bz_column_reduce(T v, int c
   }
   return partial[threadIdx.x & (cols - 1)];
 }
+
+// `Op` on each of the four columns of a float4: bz_column_reduce of four columns a thread at once
+// (one tree and its barriers for the four).
+template <typename Op> struct BzEach4 {
+  BZ_D float4 operator()(float4 a, float4 b) const {
+    const Op op{};
+    return make_float4(op(a.x, b.x), op(a.y, b.y), op(a.z, b.z), op(a.w, b.w));
+  }
+};
 
 // `x`, which the compiler must take as unknown where this reads it: a loop over rows reading a lane
 // index so cannot keep what it derives from it (a row-invariant vector's addresses and loads) in

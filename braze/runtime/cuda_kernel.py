@@ -44,11 +44,19 @@ MIN_COLUMNS_PER_BLOCK = 8
 # Elements a thread folds at least before a reduction is spread over more blocks: fewer would spend
 # more on the blocks' combine than on reading.
 REDUCTION_ELEMENTS_PER_THREAD = 16
-# Inner-outer tasks (cuda_inner_outer): resident blocks an SM takes at most. Every block writes a row
-# of partial column results that the fold reads back: for layer_norm backward [8192, 4096] two blocks
-# an SM (264 on an H100) add 4% to the bytes that cross memory, and already hold more loads in flight
-# than the SM needs; more blocks would add more partial results than they hide latency.
-INNER_OUTER_BLOCKS_PER_SM = 2
+# Inner-outer tasks (cuda_inner_outer): resident blocks an SM they take at most, as many as fit up to
+# this (the row task is compiled for 4 blocks of 256: cuda_plan.INNER_OUTER_THREADS_PER_SM). Every block
+# writes a row of partial column results that the fold reads back: for rms_norm backward [8192, 4096]
+# bfloat16 four blocks an SM (528 on an H100) add 9% to the bytes that cross memory, where two left
+# the row task latency-bound (31% of DRAM bandwidth on an H200). `BRAZE_DISABLE=inner_outer_occupancy`:
+# at most INNER_OUTER_BLOCKS_PER_SM_BEFORE.
+INNER_OUTER_BLOCKS_PER_SM = 4
+INNER_OUTER_BLOCKS_PER_SM_BEFORE = 2
+# The fold of an inner-outer task's partial results: blocks an SM it aims for (a few MB to read, in
+# as many loads in flight as fill the GPU), and the fewest bytes of a row of them a block reads (two
+# 32-byte sectors).
+FOLD_BLOCKS_PER_SM = 2
+FOLD_SEGMENT_BYTES = 64
 
 
 class CudaCompiledKernel(CompilesOnce):
@@ -245,6 +253,8 @@ class CudaExecutor:
         self.workspaces = stream_workspaces(device, 4 * self.max_grid) if accumulators else None
         # Inner-outer pairs: their two launches go to a stream under its workspace's pair lock.
         self.pairs = any(task.schedule.kind == "inner_outer" for task in self.tasks)
+        self.inner_outer_blocks = INNER_OUTER_BLOCKS_PER_SM_BEFORE if config.disabled("inner_outer_occupancy") \
+            else INNER_OUTER_BLOCKS_PER_SM
 
     def workspace(self, stream: int, scalars: dict[str, int] | None = None) -> Workspace | None:
         """The workspace the grid reductions of launches on `stream` take (None: the kernel has none),
@@ -255,14 +265,14 @@ class CudaExecutor:
 
     def _inner_outer_bytes(self, scalars: dict[str, int]) -> int:
         """Room for the inner-outer tasks' partial results (_plan_inner_outer): a slot per accumulator,
-        column and block, at most INNER_OUTER_BLOCKS_PER_SM blocks an SM (one row group each where
+        column and block, at most `inner_outer_blocks` an SM (one row group each where
         they live in the workspace); a power of two, so growing columns grow it seldom."""
         most = 0
         for n, task in enumerate(self.tasks):
             if task.schedule.kind == "inner_outer" and scalars:
                 begin, end, *_ = self.tasks[n + 1].bounds(scalars)
                 sizes = [acc.dtype.itemsize for acc, _ in task.schedule.accumulators]
-                blocks = self.device.sm_count * INNER_OUTER_BLOCKS_PER_SM
+                blocks = self.device.sm_count * self.inner_outer_blocks
                 most = max(most, max(sizes) * len(sizes) * blocks * max(end - begin, 0))
         return 1 << (most - 1).bit_length() if most else 0
 
@@ -438,11 +448,11 @@ class CudaExecutor:
 
     def _plan_inner_outer(self, task: _TaskLaunch, fold: _TaskLaunch, scalars: dict[str, int],
                           partials: int) -> list[PlannedLaunch]:
-        """An inner-outer task (cuda_inner_outer): its rows over a grid of at most
-        INNER_OUTER_BLOCKS_PER_SM blocks an SM, each block leaving a row of partial column results
+        """An inner-outer task (cuda_inner_outer): its rows over a grid of as many blocks an SM as
+        fit, at most `inner_outer_blocks`, each block leaving a row of partial column results
         at `partials` (a row per row group where they live in the workspace: one, since the whole
         block then takes each row; `_inner_outer_bytes` sizes the workspace so), then the fold of
-        those rows, COLUMNS_PER_BLOCK columns a block. With no rows the fold alone stores the
+        those rows (_plan_fold). With no rows the fold alone stores the
         accumulators' starts; with no columns there is nothing to fold."""
         begin, end, *extents = task.bounds(scalars)
         columns_begin, columns_end, *_ = fold.bounds(scalars)
@@ -452,17 +462,34 @@ class CudaExecutor:
         if rows:
             lanes, cached, shared, in_memory = self._inner_outer_memory(task, rows, columns, extents, sizes)
             groups = self.block // lanes
-            resident = min(INNER_OUTER_BLOCKS_PER_SM, self._resident(task, shared))
+            resident = min(self.inner_outer_blocks, self._resident(task, shared))
             grid = min(-(-rows // groups), self.device.sm_count * resident)
             partial_rows = grid * groups if in_memory else grid
             launches.append(PlannedLaunch(task, begin, end, grid, shared, (lanes, cached, partials, int(in_memory))))
         if columns:
-            cols = 1
-            while cols < COLUMNS_PER_BLOCK and cols < columns:
-                cols *= 2
-            launches.append(PlannedLaunch(fold, columns_begin, columns_end, -(-columns // cols), 0,
-                                          (cols, partial_rows, partials, 0)))
+            launches.append(self._plan_fold(fold, columns_begin, columns_end, partial_rows, partials))
         return launches
+
+    def _plan_fold(self, fold: _TaskLaunch, begin: int, end: int, partial_rows: int, partials: int) -> PlannedLaunch:
+        """The fold of `partial_rows` rows of partial results (cuda_inner_outer.write_column_fold):
+        `lanes` passes the threads a block gives the columns, the last scalar the columns a thread
+        takes (4 where the schedule's fold_width allows and the columns are a multiple of 4). Up to
+        COLUMNS_PER_BLOCK threads on the columns, fewer (down to FOLD_SEGMENT_BYTES of a row) while
+        that leaves fewer than FOLD_BLOCKS_PER_SM blocks an SM: each of a block's row groups then
+        walks fewer rows, more of them in flight at once. `BRAZE_DISABLE=inner_outer_fold`: one
+        column a thread, COLUMNS_PER_BLOCK a block."""
+        columns, width = end - begin, fold.schedule.fold_width
+        width = width if width and columns % width == 0 else min(width, 1)
+        units = -(-columns // max(width, 1))
+        cols = 1
+        while cols < COLUMNS_PER_BLOCK and cols < units:
+            cols *= 2
+        if width:
+            slot = max(acc.dtype.itemsize for acc, _ in fold.schedule.accumulators)
+            least = max(1, FOLD_SEGMENT_BYTES // (slot * width))
+            while cols > least and -(-units // cols) < self.device.sm_count * FOLD_BLOCKS_PER_SM:
+                cols //= 2
+        return PlannedLaunch(fold, begin, end, -(-units // cols), 0, (cols, partial_rows, partials, width))
 
     def _inner_outer_memory(self, task: _TaskLaunch, rows: int, columns: int, extents: list[int],
                             sizes: list[int]) -> tuple[int, int, int, bool]:

@@ -21,7 +21,7 @@ import braze as bz
 from braze import config, engine
 from braze.cli.bench.cases import CASES
 from braze.cli.bench.check import Prepared
-from braze.codegen import cuda
+from braze.codegen import cuda, cuda_inner_outer
 from braze.codegen.cuda_inner_outer import InnerOuter, plan_inner_outer
 from braze.kir import nodes as k
 from braze.runtime import nvrtc
@@ -207,9 +207,19 @@ def test_the_row_task_adds_each_row_to_its_blocks_partial_columns():
     assert "bz_col0_0_r5.x = bz_add(bz_col0_0_r5.x, bz_mul(v0_r5.x, u1_r5.x));" in row
     assert "if (active) *reinterpret_cast<float4*>(&bz_col0_0[r5_4]) = bz_col0_0_r5;" in row
     assert "if (active) bz_col0_1[r5] = bz_add(bz_col0_1[r5], cached0_r5);" in row  # one element a lane
-    assert row.count("__syncthreads();") == 2  # after the starts, and after each row
-    # The fold: the blocks' rows of partial results in order, then the groups in a fixed tree.
-    assert "for (long long b = lane; b < bz_partial_rows; b += lanes32)" in fold
+    # Two copies of the rows, one for each place of the partial results, the same for the whole
+    # launch: in shared memory, every access to them is a shared-memory one (no generic pointer).
+    workspace, shared = row.split("} else {\n    const long long bz_partial_rows")
+    assert "if (bz_columns_in_memory) {" in workspace and "bz_column_region" not in workspace
+    assert "float* const bz_col0_0_block = (float*)bz_column_region;" in shared and "bz_columns_in_memory" not in shared
+    assert "bz_rc0" not in workspace  # columns too many for shared memory: rows too long for registers
+    assert workspace.count("__syncthreads();") == shared.count("__syncthreads();") == 2  # the starts, each row
+    assert "__launch_bounds__(256, 4)" in src.body.split("extern \"C\"")[1]  # 64 registers: 4 blocks an SM
+    # The fold: the blocks' rows of partial results in order, then the groups in a fixed tree; four
+    # columns a thread (16-byte loads) where their count allows, else one.
+    assert "if (bz_width == 4) {" in fold
+    assert "bz_f0 = bz_column_reduce<256>(bz_f0, cols32, BzEach4<BzReduceAdd>());" in fold
+    assert fold.count("for (long long b = lane; b < bz_partial_rows; b += lanes32)") == 2
     assert "acc2 = bz_column_reduce<256>(acc2, cols32, BzReduceAdd());" in fold
     assert "if (active && lane == 0) T19_[p1] = " in fold
     assert "T0_[" not in fold and "T1_[" not in fold  # the fold reads only the workspace
@@ -231,6 +241,11 @@ def _inner_outer_sources() -> list[cuda.CudaSource]:
         units, _, dense = engine.signature(f, bind_inputs(f, make(np.random.default_rng(0), 5, 12)))
         _, kernel, _ = engine.plan_kernel(f, (units, "int64", dense), views_on_host=False, gpu=True)
         sources.append(cuda.generate(kernel, restrict=True))
+    with config.scope(disable=cuda_inner_outer.FEATURES), bz.Fusion(name="io_features_off") as f:
+        build, make, _ = FUSIONS["rms_norm_backward"]  # the code each feature replaces
+        for out in build(f, bz.bfloat16):
+            f.add_output(out)
+        sources.append(engine.cuda_source(f, make(np.random.default_rng(0), 5, 12, ml_dtypes.bfloat16)))
     for dtype, numpy in ((bz.bfloat16, ml_dtypes.bfloat16), (bz.float16, np.float16), (bz.float64, np.float64)):
         for name in ("layer_norm_backward", "rms_norm_backward"):
             build, make, _ = FUSIONS[name]
@@ -257,21 +272,46 @@ def _launches(name, shape, dtype=bz.float32, numpy=np.float32, resident=2):
     return planned_launches(fusion(build, dtype), arrays, sm_count=132, resident=resident)
 
 
-def test_layer_norm_backward_at_the_suites_shape_plans_two_blocks_an_sm_then_the_fold():
-    rows, fold = _launches("layer_norm_backward", (8192, 4096))
+def test_layer_norm_backward_at_the_suites_shape_plans_the_blocks_that_fit_then_the_fold():
+    rows, fold = _launches("layer_norm_backward", (8192, 4096), resident=3)
     assert (rows.task.schedule.kind, fold.task.schedule.kind) == ("inner_outer", "column_fold")
-    # The whole block on a row held in registers (no row cache), dweight's and dbias's partial
-    # results for the block's 4096 columns in shared memory, one row of them a block.
-    assert rows.grid == 264 and rows.shared == 2 * 4096 * 4 and rows.scalars[:2] == (256, 0)
+    # The whole block on a row; 4096 float32 of dy and x are more than the 64 bytes a thread an
+    # inner-outer row keeps in registers: two row caches, then dweight's and dbias's partial results
+    # for the block's 4096 columns in shared memory, one row of them a block; as many blocks an SM as
+    # fit (3 on this fake GPU).
+    assert rows.grid == 3 * 132 and rows.shared == 2 * 4096 * 4 * 2 and rows.scalars[:2] == (256, 4096)
     assert rows.scalars[3] == 0
-    assert fold.grid == 4096 // 32 and fold.scalars[:2] == (32, 264) and fold.scalars[2] == rows.scalars[2]
+    # The fold: four columns a thread, four threads a block (64 bytes of each row of partial results)
+    # for 256 blocks, each of its 64 row groups walking 396 / 64 rows.
+    assert fold.grid == 4096 // 16 and fold.scalars[:2] == (4, 396) and fold.scalars[3] == 4
+    assert fold.scalars[2] == rows.scalars[2]
 
 
-def test_rms_norm_backward_in_bfloat16_keeps_its_rows_in_shared_memory_too():
-    rows, fold = _launches("rms_norm_backward", (8192, 4096), bz.bfloat16, ml_dtypes.bfloat16, resident=4)
-    # 4096 bfloat16 elements are more than a thread's registers hold: two row caches of them.
-    assert rows.grid == 264 and rows.scalars[:2] == (256, 4096) and rows.shared == 2 * 4096 * 2 + 4096 * 4
-    assert fold.scalars[1] == 264
+def test_rms_norm_backward_in_bfloat16_keeps_its_rows_in_registers():
+    rows, fold = _launches("rms_norm_backward", (8192, 4096), bz.bfloat16, ml_dtypes.bfloat16, resident=8)
+    # Two 16-byte vectors of dy and of x a thread: the row in registers, only the partial results in
+    # shared memory; 4 blocks an SM at most.
+    assert rows.grid == 4 * 132 and rows.scalars[:2] == (256, 0) and rows.shared == 4096 * 4
+    assert fold.scalars[1] == 528 and fold.scalars[3] == 4
+
+
+@pytest.mark.parametrize("columns, width, cols, grid", [(4096, 4, 4, 256), (1000, 4, 4, 63), (769, 1, 16, 49),
+                                                        (100000, 4, 32, 782), (3, 1, 4, 1)])
+def test_the_fold_takes_four_columns_a_thread_where_they_divide(columns, width, cols, grid):
+    _, fold = _launches("layer_norm_backward", (64, columns))
+    assert (fold.scalars[3], fold.scalars[0], fold.grid) == (width, cols, grid)
+
+
+def test_each_change_to_the_schedule_can_be_turned_off():
+    """BRAZE_DISABLE of the four: two blocks an SM, rows of 2-byte elements in registers one vector a
+    row cache, the fold one column a thread, 32 columns a block, and one copy of the rows."""
+    with config.scope(disable=cuda_inner_outer.FEATURES):
+        rows, fold = _launches("rms_norm_backward", (8192, 4096), bz.bfloat16, ml_dtypes.bfloat16, resident=8)
+        build, make, _ = FUSIONS["rms_norm_backward"]
+        body = engine.cuda_source(fusion(build), make(np.random.default_rng(0), 8, 64)).body
+    assert rows.grid == 2 * 132 and rows.scalars[:2] == (256, 4096) and rows.shared == 2 * 4096 * 2 + 4096 * 4
+    assert fold.grid == 4096 // 32 and fold.scalars == (32, 264, rows.scalars[2], 0)
+    assert "bz_columns_in_memory ? " in body and "__launch_bounds__(256)\n" in body and "bz_width" not in body
 
 
 def test_too_many_columns_for_shared_memory_put_the_partial_results_in_the_workspace():
@@ -330,3 +370,10 @@ def test_generated_row_and_column_reductions_carry_and_compute_both(data):
     arrays.append(rng.standard_normal(cols).astype(np.float32))
     expected = f.execute(arrays, backend="reference")
     assert_close(run_carried_on_cpu(f, arrays), [np.asarray(e, np.float64) for e in expected], rtol=1e-4)
+
+
+def test_kernels_written_with_a_feature_off_are_kept_apart():
+    assert cuda_inner_outer.features_off() == (False,) * len(cuda_inner_outer.FEATURES)
+    for n, name in enumerate(cuda_inner_outer.FEATURES):
+        with config.scope(disable=name):
+            assert cuda_inner_outer.features_off() == tuple(m == n for m in range(len(cuda_inner_outer.FEATURES)))

@@ -88,3 +88,33 @@ def test_the_same_bits_from_run_to_run():
     first, _ = check("layer_norm_backward", arrays, block_size=128)
     again, _ = check("layer_norm_backward", arrays, block_size=128)
     assert all(np.array_equal(a.view(np.uint32), b.view(np.uint32)) for a, b in zip(first, again))
+
+
+# --- the schedule's launches at odd shapes: each path of the rows and of the fold ----------------------
+@pytest.mark.parametrize("name", ["layer_norm_backward", "rms_norm_backward"])
+def test_fewer_rows_than_blocks_and_a_vector_fold(name):
+    """3 rows of 5000: one row a block, the other blocks add nothing; 5000 columns fold four a thread."""
+    arrays = FUSIONS[name][1](np.random.default_rng(7), 3, 5000)
+    _, ((_, _, grid, _, (lanes, _, _, in_memory)), fold) = check(name, arrays)
+    assert (grid, lanes, in_memory) == (3, 256, 0) and fold[4][1] == 3 and fold[4][3] == 4
+
+
+def test_columns_no_vector_divides_fold_one_a_thread():
+    arrays = FUSIONS["rms_norm_backward"][1](np.random.default_rng(8), 10, 769)
+    _, (_, fold) = check("rms_norm_backward", arrays)
+    assert fold[4][3] == 1
+
+
+def test_bfloat16_rows_of_4096_in_registers_two_vectors_a_thread():
+    arrays = FUSIONS["rms_norm_backward"][1](np.random.default_rng(9), 5, 4096, ml_dtypes.bfloat16)
+    _, ((_, _, _, shared, (lanes, cached, _, _)), fold) = check("rms_norm_backward", arrays, bz.bfloat16, rtol=2e-2)
+    assert (lanes, cached, shared) == (256, 0, 4096 * 4) and fold[4][3] == 4
+
+
+def test_partial_results_in_the_workspace_fold_four_columns_a_thread():
+    """72 columns of partial results are more than 256 bytes of shared memory: each block's row of
+    them in the workspace (the rows' copy that reads them there), folded as vectors of four."""
+    arrays = FUSIONS["rms_norm_backward"][1](np.random.default_rng(10), 70, 72)
+    with mock.patch.object(cuda_kernel, "ROW_CACHE_BYTES", 256):
+        _, ((_, _, grid, _, (lanes, _, _, in_memory)), fold) = check("rms_norm_backward", arrays)
+    assert in_memory == 1 and lanes == 256 and fold[4][1] == grid and fold[4][3] == 4

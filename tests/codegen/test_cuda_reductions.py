@@ -82,7 +82,7 @@ def test_column_sum_owns_a_strip_of_columns_and_splits_its_rows():
     assert "const int row = task_begin + strip * cols32 + (threadIdx.x & (cols32 - 1));" in body
     assert "bz_column_reduce<256>(acc2, cols32, BzReduceAdd())" in body
     assert "bz_last_of(bz_finished + strip, cached_row)" in body
-    assert "for (int b = p1 - task_begin; b < cached_row * columns; b += columns)" in body
+    assert "for (int b = p1 - task_begin; b < cached_row * columns; b += 8 * (columns))" in body
     assert "atomicAdd" not in body
 
 

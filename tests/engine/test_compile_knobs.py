@@ -53,6 +53,23 @@ def test_the_fast_math_knob_compiles_a_kernel_of_its_own(tmp_path):
     np.testing.assert_allclose(z, x * y + 3, rtol=1e-6)
 
 
+# --- one compiled kernel for fusions alike but for their names ----------------------------------------------
+def test_fusions_alike_but_for_their_names_share_one_compiled_kernel(tmp_path):
+    engine.forget_compiled_kernels()  # none from an earlier test alike
+    with config.scope(cache_dir=tmp_path), bz.record() as rec:
+        layers = [_fma(f"layer_{n}_fma") for n in range(4)]  # a model's layers, a region each
+        inputs = [_inputs() for _ in layers]
+        results = [f.execute(x) for f, x in zip(layers, inputs)]
+        with bz.Fusion(name="layer_other") as other:  # another constant: other code
+            x, y = other.define_tensor((-1,)), other.define_tensor((-1,))
+            other.add_output(x * y + 4.0)
+        other.execute(_inputs())
+    assert len({id(_compiled(f)) for f in layers}) == 1 and _compiled(other) is not _compiled(layers[0])
+    assert rec.compiles == ["layer_0_fma", "layer_other"]
+    for (x, y), (z,) in zip(inputs, results):
+        np.testing.assert_allclose(z, x * y + 3, rtol=1e-6)
+
+
 # --- CompiledKernel.recompile ---------------------------------------------------------------------------
 def test_recompile_with_new_params_gives_a_new_kernel_that_runs(tmp_path):
     f, inputs = _fma("recompiled_fma"), _inputs()
@@ -61,7 +78,9 @@ def test_recompile_with_new_params_gives_a_new_kernel_that_runs(tmp_path):
         (runtime,) = engine._cache_of(f).entries.values()
         with bz.record() as rec:
             fast = runtime.executor.compiled.recompile(fast_math=True)
-    assert rec.compiles == ["recompiled_fma"]  # other params, another disk cache key: a miss
+    # Other params, another disk cache key: a miss. (The kernel may be another fusion's alike but for
+    # its name, compiled before: engine.code_key.)
+    assert rec.compiles == [runtime.executor.compiled.kernel.name]
     assert fast is not runtime.executor.compiled and fast.kernel is runtime.executor.compiled.kernel
     assert fast.params.fast_math and fast.params.index_type == runtime.executor.compiled.params.index_type
     assert fast.cache_key != runtime.executor.compiled.cache_key and fast.binary is not None
