@@ -179,10 +179,10 @@ class _Padder:
             pads = pads[:-2]
         # Right after its producer, so it joins the producer's region (and, in a joint graph, its side
         # of the forward/backward cut); an input is padded where it is used, after all the inputs.
-        place = self.graph.inserting_before(user) if operand.op == "placeholder" else self.graph.inserting_after(operand)
-        with place:
+        is_input = operand.op == "placeholder"
+        with self.graph.inserting_before(user) if is_input else self.graph.inserting_after(operand):
             return _add(self.graph, aten.constant_pad_nd.default, (operand, pads, 0.0),
-                        like=user if operand.op == "placeholder" else operand)
+                        like=user if is_input else operand)
 
 
 def _erase_unused_views(graph: fx.Graph, node: fx.Node) -> None:
