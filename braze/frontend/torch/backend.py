@@ -5,11 +5,11 @@ AOTAutograd (through Dynamo's `aot_autograd` helper) traces the forward and the 
 PyTorch's core ATen decompositions plus the ones in `EXTRA_DECOMPOSITIONS`, which break norms,
 softmax and dropout into the pointwise ops and reductions braze fuses. Matrix multiplies whose extents
 break 16-byte alignment are padded (`pad_matmuls.py`), the pads fused into their producers' regions.
-Random numbers are keyed by
-a seed from torch's generator, and dropout masks drawn again in the backward instead of saved
-(`rng.py`), before AOTAutograd's default partition splits the joint graph. FX's capability-based
-partitioner then cuts each graph into the largest regions whose nodes `support.why_not` accepts;
-each region becomes one braze fusion (`region_builder.py`) called by a `BrazeRegion` module.
+Random numbers are keyed by a seed from torch's generator, and dropout masks drawn again in the
+backward instead of saved (`rng.py`), before AOTAutograd's default partition splits the joint graph.
+FX's capability-based partitioner then cuts each graph into the largest regions whose nodes
+`support.why_not` accepts; each region becomes one braze fusion (`region_builder.py`) called by a
+`BrazeRegion` module.
 """
 
 from __future__ import annotations
