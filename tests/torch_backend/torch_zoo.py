@@ -6,9 +6,11 @@ The benchmark `benchmarks/torch_models.py` builds the same models at larger size
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
@@ -191,3 +193,84 @@ def mlp() -> tuple[nn.Module, Inputs]:
 
 
 ZOO["mlp"] = mlp
+
+
+# --- a language model whose output projection is tied to its embedding ---------------------------------------
+class TiedLM(nn.Module):
+    """Token embedding, a GELU MLP with a residual, a final LayerNorm and the output projection tied to
+    the embedding (`logits = ln_f(x) @ wte.weight.t()`), then the cross-entropy of the next token: the
+    head of GPT-2. An odd `vocab` breaks the alignment of the head's three matrix multiplies."""
+
+    def __init__(self, vocab: int = 37, dim: int = 16) -> None:
+        super().__init__()
+        self.wte = nn.Embedding(vocab, dim)
+        self.fc1, self.fc2 = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+        self.ln_f = nn.LayerNorm(dim)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.wte(tokens)
+        x = x + self.fc2(F.gelu(self.fc1(x)))
+        logits = self.ln_f(x) @ self.wte.weight.t()
+        return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), tokens[:, 1:].flatten())
+
+
+@dataclass(frozen=True)
+class MatmulCall:
+    """One matrix multiply a compiled graph ran: its ATen op and (shape, strides) of each operand and the result."""
+
+    op: str
+    tensors: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]
+    itemsize: int
+
+    def touches(self, extent: int) -> bool:
+        return any(extent in shape for shape, _ in self.tensors)
+
+    def aligned(self) -> bool:
+        """Whether cuBLAS can take every matrix as it is with 16-byte-aligned leading dimensions."""
+        return all(_leading_dimension(shape, strides) * self.itemsize % 16 == 0
+                   for shape, strides in self.tensors if len(shape) >= 2)
+
+
+def _leading_dimension(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
+    """The leading dimension cuBLAS sees for the last two dimensions (1: not a row- or column-major matrix)."""
+    (rows, cols), (row_stride, col_stride) = shape[-2:], strides[-2:]
+    if col_stride == 1 or cols == 1:
+        return max(row_stride, cols)
+    if row_stride == 1 or rows == 1:
+        return max(col_stride, rows)
+    return 1
+
+
+@contextlib.contextmanager
+def recording_matmuls() -> Iterator[list[MatmulCall]]:
+    """Within it, every `aten.mm`, `aten.addmm` and `aten.bmm` that the graphs braze's backend compiles
+    run (in PyTorch, between braze's regions) is recorded, as it runs, in the list it yields."""
+    import importlib
+
+    backend_module = importlib.import_module("braze.frontend.torch.backend")  # not the `backend` function
+
+    calls: list[MatmulCall] = []
+    ops = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default)
+
+    def recorded(op: Callable) -> Callable:
+        def run(*args: object, **kwargs: object) -> torch.Tensor:
+            result = op(*args, **kwargs)
+            tensors = [a for a in args if isinstance(a, torch.Tensor)] + [result]
+            calls.append(MatmulCall(str(op), tuple((tuple(t.shape), t.stride()) for t in tensors),
+                                    result.element_size()))
+            return result
+
+        return run
+
+    fuse_graph = backend_module.fuse_graph
+
+    def fuse_and_record(gm: torch.fx.GraphModule, *args: object) -> torch.fx.GraphModule:
+        gm = fuse_graph(gm, *args)
+        for node in gm.graph.nodes:
+            if node.op == "call_function" and node.target in ops:
+                node.target = recorded(node.target)
+        gm.recompile()
+        return gm
+
+    with mock.patch.object(backend_module, "fuse_graph", fuse_and_record):
+        yield calls

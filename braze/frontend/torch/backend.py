@@ -3,11 +3,13 @@ regions braze fuses, with PyTorch calls between them.
 
 AOTAutograd (through Dynamo's `aot_autograd` helper) traces the forward and the backward with
 PyTorch's core ATen decompositions plus the ones in `EXTRA_DECOMPOSITIONS`, which break norms,
-softmax and dropout into the pointwise ops and reductions braze fuses. Random numbers are keyed by
-a seed from torch's generator, and dropout masks drawn again in the backward instead of saved
-(`rng.py`), before AOTAutograd's default partition splits the joint graph. FX's capability-based
-partitioner then cuts each graph into the largest regions whose nodes `support.why_not` accepts;
-each region becomes one braze fusion (`region_builder.py`) called by a `BrazeRegion` module.
+softmax and dropout into the pointwise ops and reductions braze fuses. Matrix multiplies whose extents
+break 16-byte alignment are padded (`pad_matmuls.py`), the pads fused into their producers' regions.
+Random numbers are keyed by a seed from torch's generator, and dropout masks drawn again in the
+backward instead of saved (`rng.py`), before AOTAutograd's default partition splits the joint graph.
+FX's capability-based partitioner then cuts each graph into the largest regions whose nodes
+`support.why_not` accepts; each region becomes one braze fusion (`region_builder.py`) called by a
+`BrazeRegion` module.
 """
 
 from __future__ import annotations
@@ -28,9 +30,11 @@ from torch._functorch.partitioners import default_partition
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partition
 from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
+from braze import config
 from braze.errors import Error
 from braze.frontend.torch.carriers import Carrier, add_carriers, add_device_anchor, missing_symbols
 from braze.frontend.torch.options import Options, parse_options
+from braze.frontend.torch.pad_matmuls import pad_matmuls
 from braze.frontend.torch.region import BrazeRegion, RegionReport
 from braze.frontend.torch.region_builder import RegionBuilder, is_seed_input, op_name
 from braze.frontend.torch.rng import key_random_ops, replay_in_backward
@@ -90,21 +94,32 @@ def make_backend(options: Options, reports: list[GraphReport] | None = None,
             report = GraphReport(kind, record_launches=record_launches)
             if reports is not None:
                 reports.append(report)
-            if kind == "inference":  # a training graph's random ops were keyed in `partition`
+            if kind == "inference":  # a training graph's matmuls and random ops were done in `partition`
+                pad_matmuls(gm, _pad_mode(options))
                 key_random_ops(gm, _takes_random(options, gm))
             return make_boxed_func(fuse_graph(gm, options, report).forward)
 
         return compile_graph
 
     def partition(joint: fx.GraphModule, joint_inputs: list, **kwargs: object) -> tuple:
-        """AOTAutograd's default partition, after braze's random numbers are keyed by a seed and
-        their masks replayed in the backward (rng.py): the seed is saved, not the masks."""
+        """AOTAutograd's default partition, after unaligned matrix multiplies are padded (on the joint
+        graph, so the forward and the backward share a padded weight) and braze's random numbers are
+        keyed by a seed and their masks replayed in the backward (rng.py): the seed is saved, not the
+        masks."""
+        pad_matmuls(joint, _pad_mode(options))
         replay_in_backward(joint, key_random_ops(joint, _takes_random(options, joint)))
         return default_partition(joint, joint_inputs, **kwargs)
 
     return aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
                         inference_compiler=compiler("inference"), partition_fn=partition,
                         decompositions=DECOMPOSITIONS)
+
+
+def _pad_mode(options: Options) -> str:
+    """How `pad_matmuls` treats the graphs: `options['pad_mm']`, unless `BRAZE_DISABLE=pad_mm`."""
+    if options.pad_mm is False or config.disabled("pad_mm"):
+        return "off"
+    return "always" if options.pad_mm == "always" else "auto"
 
 
 def _takes_random(options: Options, gm: fx.GraphModule) -> Callable[[fx.Node], bool]:

@@ -27,12 +27,17 @@ class Options:
       eager PyTorch does (as under Inductor): the stream is braze's, not torch's
       (braze/frontend/torch/rng.py). `"torch"` leaves random ops to PyTorch's generator, and the
       masks are saved for the backward as in eager PyTorch.
+    - `pad_mm`: `True` pads matrix multiplies on a GPU whose extents break 16-byte alignment (an odd
+      vocabulary) when they are large enough for it to pay, so cuBLAS runs its fast kernels
+      (braze/frontend/torch/pad_matmuls.py); `"always"` pads every unaligned float one, on any device
+      and of any size; `False` pads none (as does `BRAZE_DISABLE=pad_mm`).
     """
 
     fallback: str = "torch"
     exclude_ops: frozenset[str] = field(default_factory=frozenset)
     min_region_ops: int = 1
     random: str = "braze"
+    pad_mm: bool | str = True
 
 
 def _choice(name: str, allowed: tuple[str, ...]):
@@ -63,11 +68,18 @@ def _count(value: object) -> int:
     return value
 
 
+def _pad_mm(value: object) -> bool | str:
+    if not (isinstance(value, bool) or value == "always"):
+        raise InputError(f"options['pad_mm']: expected True, False or 'always', got {value!r}")
+    return value
+
+
 _CHECKS = {
     "fallback": _choice("fallback", FALLBACKS),
     "exclude_ops": _op_names,
     "min_region_ops": _count,
     "random": _choice("random", RANDOM),
+    "pad_mm": _pad_mm,
 }
 
 
