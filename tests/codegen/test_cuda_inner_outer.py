@@ -275,11 +275,10 @@ def _launches(name, shape, dtype=bz.float32, numpy=np.float32, resident=2):
 def test_layer_norm_backward_at_the_suites_shape_plans_the_blocks_that_fit_then_the_fold():
     rows, fold = _launches("layer_norm_backward", (8192, 4096), resident=3)
     assert (rows.task.schedule.kind, fold.task.schedule.kind) == ("inner_outer", "column_fold")
-    # The whole block on a row; 4096 float32 of dy and x are more than the 64 bytes a thread an
-    # inner-outer row keeps in registers: two row caches, then dweight's and dbias's partial results
-    # for the block's 4096 columns in shared memory, one row of them a block; as many blocks an SM as
-    # fit (3 on this fake GPU).
-    assert rows.grid == 3 * 132 and rows.shared == 2 * 4096 * 4 * 2 and rows.scalars[:2] == (256, 4096)
+    # The whole block on a row; 4096 float32 of dy and x held in registers (128 bytes a thread), then
+    # dweight's and dbias's partial results for the block's 4096 columns in shared memory, one row of
+    # them a block; as many blocks an SM as fit (3 on this fake GPU).
+    assert rows.grid == 3 * 132 and rows.shared == 4096 * 4 * 2 and rows.scalars[:2] == (256, 0)
     assert rows.scalars[3] == 0
     # The fold: four columns a thread, four threads a block (64 bytes of each row of partial results)
     # for 256 blocks, each of its 64 row groups walking 396 / 64 rows.
