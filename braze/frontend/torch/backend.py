@@ -6,7 +6,8 @@ PyTorch's core ATen decompositions plus the ones in `EXTRA_DECOMPOSITIONS`, whic
 softmax and dropout into the pointwise ops and reductions braze fuses. Random numbers are keyed by
 a seed from torch's generator, and dropout masks drawn again in the backward instead of saved
 (`rng.py`), before AOTAutograd's default partition splits the joint graph. FX's capability-based
-partitioner then cuts each graph into the largest regions whose nodes `support.why_not` accepts;
+partitioning (its proposal step in `partition.py`, linear where FX's is quadratic) then cuts each
+graph into the largest regions whose nodes `support.why_not` accepts;
 each region becomes one braze fusion (`region_builder.py`) called by a `BrazeRegion` module.
 """
 
@@ -25,12 +26,13 @@ from torch._decomp import core_aten_decompositions, get_decompositions
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 from torch._functorch.partitioners import default_partition
-from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partition
+from torch.fx.passes.infra.partitioner import Partition
 from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
 from braze.errors import Error
 from braze.frontend.torch.carriers import Carrier, add_carriers, add_device_anchor, missing_symbols
 from braze.frontend.torch.options import Options, parse_options
+from braze.frontend.torch.partition import propose_partitions
 from braze.frontend.torch.region import BrazeRegion, RegionReport
 from braze.frontend.torch.region_builder import RegionBuilder, is_seed_input, op_name
 from braze.frontend.torch.rng import key_random_ops, replay_in_backward
@@ -115,9 +117,8 @@ def _takes_random(options: Options, gm: fx.GraphModule) -> Callable[[fx.Node], b
 def fuse_graph(gm: fx.GraphModule, options: Options, report: GraphReport) -> fx.GraphModule:
     """Replaces the regions braze supports in `gm` by `BrazeRegion` modules; returns `gm`."""
     support = BrazeSupport(options, graph_device(gm.graph))
-    partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
     partitions, small = [], []
-    for partition in partitioner.propose_partitions():
+    for partition in propose_partitions(gm, support.takes):
         for node in _views_to_torch(gm, partition):
             support.refused[node.name] = "a view of a region's output: PyTorch makes it, with the strides it expects"
         (partitions if _fused_op_count(partition) >= options.min_region_ops else small).append(partition)
