@@ -7,9 +7,9 @@ softmax and dropout into the pointwise ops and reductions braze fuses. Random nu
 a seed from torch's generator, and dropout masks drawn again in the backward instead of saved
 (`rng.py`), before AOTAutograd's default partition splits the joint graph. FX's capability-based
 partitioning (its proposal step in `partition.py`, linear where FX's is quadratic) then cuts each
-graph into the largest regions whose nodes `support.why_not` accepts;
-each region becomes one braze fusion (`region_builder.py`) called by a `BrazeRegion` module, and
-regions alike but for their nodes' names (`region_key.py`: a model's layers) share one.
+graph into the largest regions whose nodes `support.why_not` accepts; each region becomes one braze
+fusion (`region_builder.py`) called by a `BrazeRegion` module, and regions alike but for their
+nodes' names (`region_key.py`: a model's layers) share one.
 """
 
 from __future__ import annotations
