@@ -7,9 +7,10 @@ softmax and dropout into the pointwise ops and reductions braze fuses. Matrix mu
 break 16-byte alignment are padded (`pad_matmuls.py`), the pads fused into their producers' regions.
 Random numbers are keyed by a seed from torch's generator, and dropout masks drawn again in the
 backward instead of saved (`rng.py`), before AOTAutograd's default partition splits the joint graph.
-FX's capability-based partitioner then cuts each graph into the largest regions whose nodes
-`support.why_not` accepts; each region becomes one braze fusion (`region_builder.py`) called by a
-`BrazeRegion` module.
+FX's capability-based partitioning (its proposal step in `partition.py`, linear where FX's is
+quadratic) then cuts each graph into the largest regions whose nodes `support.why_not` accepts; each
+region becomes one braze fusion (`region_builder.py`) called by a `BrazeRegion` module, and regions
+alike but for their nodes' names (`region_key.py`: a model's layers) share one.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from torch._decomp import core_aten_decompositions, get_decompositions
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 from torch._functorch.partitioners import default_partition
-from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partition
+from torch.fx.passes.infra.partitioner import Partition
 from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
 from braze import config
@@ -35,8 +36,10 @@ from braze.errors import Error
 from braze.frontend.torch.carriers import Carrier, add_carriers, add_device_anchor, missing_symbols
 from braze.frontend.torch.options import Options, parse_options
 from braze.frontend.torch.pad_matmuls import pad_matmuls
+from braze.frontend.torch.partition import propose_partitions
 from braze.frontend.torch.region import BrazeRegion, RegionReport
-from braze.frontend.torch.region_builder import RegionBuilder, is_seed_input, op_name
+from braze.frontend.torch.region_builder import BuiltRegion, RegionBuilder, is_seed_input, op_name
+from braze.frontend.torch.region_key import region_key
 from braze.frontend.torch.rng import key_random_ops, replay_in_backward
 from braze.frontend.torch.support import NON_COMPUTE_OPS, VIEW_OPS, BrazeSupport, graph_device, takes_random_node
 from braze.frontend.torch.table import RULES
@@ -130,9 +133,8 @@ def _takes_random(options: Options, gm: fx.GraphModule) -> Callable[[fx.Node], b
 def fuse_graph(gm: fx.GraphModule, options: Options, report: GraphReport) -> fx.GraphModule:
     """Replaces the regions braze supports in `gm` by `BrazeRegion` modules; returns `gm`."""
     support = BrazeSupport(options, graph_device(gm.graph))
-    partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
     partitions, small = [], []
-    for partition in partitioner.propose_partitions():
+    for partition in propose_partitions(gm, support.takes):
         for node in _views_to_torch(gm, partition):
             support.refused[node.name] = "a view of a region's output: PyTorch makes it, with the strides it expects"
         (partitions if _fused_op_count(partition) >= options.min_region_ops else small).append(partition)
@@ -141,6 +143,7 @@ def fuse_graph(gm: fx.GraphModule, options: Options, report: GraphReport) -> fx.
             support.refused[node.name] = _small_region_reason(options)
     fuse_by_partitions(gm, [p.nodes for p in partitions], prefix=REGION_PREFIX, always_return_tuple=True)
     graph_id = next(_graph_ids)
+    built_alike: dict[tuple, tuple[BuiltRegion | None, str | None]] = {}  # region_key -> the fusion regions alike share
     for node in gm.graph.nodes:
         if node.op == "call_module" and node.target.startswith(REGION_PREFIX):
             name = f"torch_{_SHORT[report.graph]}{graph_id}_{node.target.removeprefix(REGION_PREFIX)}"
@@ -149,7 +152,7 @@ def fuse_graph(gm: fx.GraphModule, options: Options, report: GraphReport) -> fx.
             carriers = add_carriers(gm, node, missing_symbols(submodule), device)
             if not carriers and not _reads_a_tensor(submodule):
                 carriers = add_device_anchor(gm, node, device)
-            region = _make_region(submodule, carriers, name, options, report)
+            region = _make_region(submodule, carriers, name, options, report, built_alike)
             setattr(gm, node.target, region)
         elif node.op == "call_function" and not _takes_region_output(node):
             report.torch_ops[(op_name(node.target), support.refused.get(node.name, "not offered to braze"))] += 1
@@ -222,17 +225,32 @@ def _small_region_reason(options: Options) -> str:
 
 
 def _make_region(submodule: fx.GraphModule, carriers: list[Carrier], name: str, options: Options,
-                 report: GraphReport) -> BrazeRegion:
+                 report: GraphReport, built_alike: dict[tuple, tuple]) -> BrazeRegion:
+    """The region's module; its fusion is the one of an earlier region alike (region_key.py) where
+    there is one, so the layers of a model plan, lower and compile each of their regions once."""
     fused_ops = Counter(op_name(n.target) for n in submodule.graph.nodes if n.op == "call_function")
     region_report = RegionReport(report.graph, name, fused_ops, recording=report.record_launches)
     report.regions.append(region_report)
+    key = region_key(submodule, carriers)
+    if key is not None and key in built_alike:
+        built, reason = built_alike[key]
+    else:
+        built, reason = _build(submodule, carriers, name, options)
+        if key is not None:
+            built_alike[key] = built, reason
+    if built is None:
+        region_report.runs_in, region_report.reason = "torch", reason
+        warnings.warn(f"braze backend: region {name} runs in PyTorch; braze cannot build it: {reason}",
+                      RuntimeWarning, stacklevel=2)
+    return BrazeRegion(submodule, built, region_report, options)
+
+
+def _build(submodule: fx.GraphModule, carriers: list[Carrier], name: str, options: Options
+           ) -> tuple[BuiltRegion | None, str | None]:
+    """The region's fusion, or None and why braze cannot build it (an error with `fallback='error'`)."""
     try:
-        built = RegionBuilder(submodule, name, carriers).build(RULES)
+        return RegionBuilder(submodule, name, carriers).build(RULES), None
     except Error as error:
         if options.fallback == "error":
             raise
-        built = None
-        region_report.runs_in, region_report.reason = "torch", f"{type(error).__name__}: {error}"
-        warnings.warn(f"braze backend: region {name} runs in PyTorch; braze cannot build it: "
-                      f"{region_report.reason}", RuntimeWarning, stacklevel=2)
-    return BrazeRegion(submodule, built, region_report, options)
+        return None, f"{type(error).__name__}: {error}"

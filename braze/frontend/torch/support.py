@@ -1,7 +1,7 @@
 """Which nodes of an ATen graph braze takes, and why it leaves the others to PyTorch.
 
-The `OperatorSupport` handed to FX's `CapabilityBasedPartitioner` says yes to a node when its op has
-a rule (`rules.RULES`) that accepts it, every tensor it reads and makes has a braze dtype and lives
+`BrazeSupport` (an FX `OperatorSupport`, asked by partition.py) says yes to a node when its op has a
+rule (`rules.RULES`) that accepts it, every tensor it reads and makes has a braze dtype and lives
 on the graph's device, and the options do not exclude it. `why_not` gives the reason for a no, which
 `explain` shows.
 """
@@ -134,6 +134,10 @@ class BrazeSupport(OperatorSupportBase):
         self.refused: dict[str, str] = {}  # node name -> why not (FX's fusion copies nodes; names stay)
 
     def is_node_supported(self, submodules: dict, node: fx.Node) -> bool:
+        return self.takes(node)
+
+    def takes(self, node: fx.Node) -> bool:
+        """Whether braze fuses `node`; the reason for a no is kept in `refused`."""
         if node.op != "call_function":
             return False
         reason = why_not(node, self.options, self.device)
