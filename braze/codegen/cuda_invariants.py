@@ -24,6 +24,8 @@ from braze.codegen.cuda_plan import exprs_of, replace_var_in_access, vector_alig
 from braze.kir import nodes as k
 from braze.passes.simplify import map_children, simplify_expr
 
+# The longest row (elements of a row loop) whose per-row work is done once a thread (long_rows).
+SHORT_ROW = 1024
 _LOCAL = (k.Var, k.Load, k.LoadLocal, k.Philox)  # what makes a value differ from row to row or thread to thread
 
 
@@ -97,12 +99,22 @@ class InvariantWriter:
             self._invariant[e] = found
         return found
 
+    def long_rows(self) -> bool:
+        """Whether the task's rows may be long: a row loop of run-time length, or of more than
+        SHORT_ROW elements. Per-row work done once a thread pays where a thread takes many rows
+        (RoPE's halves of 64: 3.20 -> 3.50 TB/s on an H200); over long rows the per-row work is
+        already small, and the setup's registers and instructions cost more than they save
+        (batch_norm's and group_norm's rows of H*W ran 3-4% slower with it)."""
+        loops = [self.loops_by_id[id_] for id_ in self.vectors if id_ in self.loops_by_id]
+        return any(not (isinstance(loop.begin, k.Const) and isinstance(loop.end, k.Const))
+                   or loop.end.value - loop.begin.value > SHORT_ROW for loop in loops)
+
     # --- divisions by extents ------------------------------------------------------------------------
     def plan_divisors(self) -> dict[k.Expr, str]:
         """Each divisor of the task's unsigned 32-bit divisions that is kernel-invariant (and no
         constant: those are shifts, masks or the compiler's own multiplications) and divides a value
         that is not -> the name of its BzDivisor."""
-        if config.disabled("fast_divisors"):
+        if config.disabled("fast_divisors") or self.long_rows():
             return {}
         roots = [x for s in walk(self.task.body) for x in exprs_of(s)]
         divisors: dict[k.Expr, str] = {}
@@ -125,7 +137,7 @@ class InvariantWriter:
         """id(row loop) -> the name of its thread's test that every row start of the loop's vector
         accesses is aligned (declared by declare_invariants), for the loops that have one."""
         self.aligned_row_tests: dict[str, str] = {}  # name -> text
-        if config.disabled("uniform_alignment"):
+        if config.disabled("uniform_alignment") or self.long_rows():
             return {}
         tests: dict[str, str] = {}  # the test's text -> its name: loops testing the same share it
         names: dict[int, str] = {}

@@ -32,8 +32,10 @@ def test_what_is_kernel_invariant():
     assert not kernel_invariant(k.Cast(k.Load(X, (k.Const(0, I32),)), I32))
 
 
-def rope(f):
-    x, cos = f.define_tensor([-1, -1, -1, -1]), f.define_tensor([1, -1, 1, -1])
+def rope(f, d=8):
+    """RoPE's halves; rows of a constant length (as a model's head dimension is), which a thread takes
+    many of: the per-row work is done once a thread (cuda_invariants.long_rows)."""
+    x, cos = f.define_tensor([-1, -1, -1, d]), f.define_tensor([1, -1, 1, d])
     return x * cos + bz.ops.cat([-x[..., 4:], x[..., :4]], -1)
 
 
@@ -47,17 +49,23 @@ def source(arrays, **scope) -> str:
 ROPE = [np.empty((2, 5, 3, 8), np.float32), np.empty((1, 5, 1, 8), np.float32)]
 
 
+def source_long(arrays) -> str:
+    with bz.Fusion(name="inv_rope_long") as f:
+        x, cos = f.define_tensor([-1, -1, -1, -1]), f.define_tensor([1, -1, 1, -1])
+        f.add_output(x * cos + bz.ops.cat([-x[..., 4:], x[..., :4]], -1))
+    return engine.cuda_source(f, arrays).body
+
+
 def test_rope_divides_by_divisors_computed_once_and_tests_alignment_once():
     body = source(ROPE)
     names = set(re.findall(r"const BzDivisor (bz_div\d+) = bz_divisor\(\(unsigned\)\((T0_s\d)\)\);", body))
     assert len(names) == 2 and "bz_index_" not in body
     assert re.search(r"bz_fast_remainder\(p1, bz_div\d\)", body)
     aligned = re.findall(r"const bool (bz_aligned_rows\d+) = (.*);", body)
-    assert len(aligned) == 2  # a half each: they start at different offsets (of a run-time extent)
-    assert "(((unsigned long long)(bz_minimum(T0_s3, 4))) % 4 == 0)" in aligned[0][1]  # the first half's start
+    assert len(aligned) == 1  # both halves start at constant offsets, multiples of the vector: one test
     for name, test in aligned:
         assert "& 15) == 0)" in test and "T0_st0 % 4 == 0" in test and "[" not in test  # no row's address in it
-        assert body.count(f"({name} || (") == 1  # the half's per-row test only where it fails
+        assert body.count(f"({name} || (") == 2  # each half's per-row test only where it fails
 
 
 def test_each_feature_turns_off_alone():
@@ -68,13 +76,20 @@ def test_each_feature_turns_off_alone():
     assert "bz_aligned_rows" not in alignment_off and "bz_fast_remainder" in alignment_off
 
 
+def test_rows_of_run_time_length_keep_their_per_row_work():
+    """Over long rows the per-row work is small and the setup costs more: none is done once a thread."""
+    body = source_long(ROPE)
+    assert "bz_divisor(" not in body and "bz_aligned_rows" not in body and "bz_index_remainder(p1" in body
+
+
 def test_a_row_start_on_a_unit_stride_is_aligned_where_the_row_length_is():
     """x.reshape(rows, -1) summed: row r starts at r * n on the unit-stride axis of x, aligned at every
     row where x is and n is a multiple of the vector (a division by a constant stays a shift)."""
     with bz.Fusion(name="inv_grouped") as f:
         x = f.define_tensor([-1, -1, -1])
         f.add_output(bz.ops.sum(bz.ops.reshape(x, [x.shape[0], 4, -1]), axes=[2]))
-    body = engine.cuda_source(f, [np.empty((3, 8, 5), np.float32)]).body
+    with mock.patch.object(InvariantWriter, "long_rows", lambda self: False):  # as if the rows were short
+        body = engine.cuda_source(f, [np.empty((3, 8, 5), np.float32)]).body
     (test,) = set(re.findall(r"const bool bz_aligned_rows0 = (.*);", body))
     row_length = "bz_index_floordiv(bz_mul(bz_mul(T0_s0, T0_s1), T0_s2), bz_mul(T0_s0, 4))"
     assert test == f"((reinterpret_cast<unsigned long long>(T0_) & 15) == 0) && " \
