@@ -55,3 +55,25 @@ def test_normalization_rows_span_h_and_w(name):
 def test_normalization_rows_compile_with_nvrtc():
     bodies = [suite_source(name).body for name in TASKS]
     nvrtc.compile_ptx(with_prelude("\n".join(bodies)), "merged_rows", "sm_90")
+
+
+def _column_sums(build) -> list[str]:
+    """The task names of the CUDA kernel of column sums `build(f, x, y)` of x [8, 16, 32] and y [128, 32]."""
+    import braze as bz
+
+    with bz.Fusion(name="walks") as f:
+        x, y = f.define_tensor([-1, -1, -1]), f.define_tensor([-1, -1])
+        for out in build(x, y):
+            f.add_output(out)
+    arrays = [np.ones((8, 16, 32), np.float32), np.ones((128, 32), np.float32)]
+    return re.findall(r"\n(walks_\w+)\(", engine.cuda_source(f, arrays).body)
+
+
+def test_column_sums_walking_the_rows_alike_merge_and_others_do_not():
+    # Over the same [8, 16] rows: one task, one loop, split across blocks.
+    same = _column_sums(lambda x, y: [x.sum([0, 1]), (x * x).sum([0, 1])])
+    assert len(same) == 1 and "__" in same[0]
+    # A layer norm's weight gradient over [8, 16] and a bias gradient over 128 rows: two walks, which
+    # one task could not split across blocks; they stay two launches.
+    apart = _column_sums(lambda x, y: [x.sum([0, 1]), y.sum(0)])
+    assert len(apart) == 2 and not any("__" in name for name in apart)
