@@ -62,7 +62,7 @@ def _column_sums(build) -> list[str]:
     import braze as bz
 
     with bz.Fusion(name="walks") as f:
-        x, y = f.define_tensor([-1, -1, -1]), f.define_tensor([-1, -1])
+        x, y = f.define_tensor([8, 16, 32]), f.define_tensor([128, 32])  # static, as a model region's
         for out in build(x, y):
             f.add_output(out)
     arrays = [np.ones((8, 16, 32), np.float32), np.ones((128, 32), np.float32)]
