@@ -59,8 +59,6 @@ FEATURES = {
                      "not with a multiplier and shift computed once a thread",
     "uniform_alignment": "disable: on a GPU, the vector path of a row loop tests its arrays' alignment at every "
                          "row, not once a thread where the strides allow",
-    "rematerialize": "disable: the torch backend saves every value a backward graph reads (AOTAutograd's "
-                     "default partition), instead of computing cheap ones again (its min-cut partition)",
     "pad_mm": "disable: the torch backend leaves matrix multiplies with extents that break 16-byte alignment "
               "(an odd vocabulary) unpadded, as eager PyTorch runs them",
 }

@@ -27,7 +27,7 @@ from torch import fx
 from torch._decomp import core_aten_decompositions, get_decompositions
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
-from torch._functorch.partitioners import default_partition, min_cut_rematerialization_partition
+from torch._functorch.partitioners import default_partition
 from torch.fx.passes.infra.partitioner import Partition
 from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
@@ -105,18 +105,13 @@ def make_backend(options: Options, reports: list[GraphReport] | None = None,
         return compile_graph
 
     def partition(joint: fx.GraphModule, joint_inputs: list, **kwargs: object) -> tuple:
-        """AOTAutograd's min-cut partition, which saves for the backward what is cheapest to keep and
-        computes again what a fusion recomputes for free (a GPT-2's float32 logits are not saved:
-        its backward reads the bfloat16 ones; `BRAZE_DISABLE=rematerialize`: the default partition,
-        which saves every value the backward reads). Before it, unaligned matrix multiplies are
-        padded (on the joint graph, so the forward and the backward share a padded weight) and
-        braze's random numbers keyed by a seed, their masks replayed in the backward (rng.py): the
-        seed is saved, not the masks."""
+        """AOTAutograd's default partition, after unaligned matrix multiplies are padded (on the joint
+        graph, so the forward and the backward share a padded weight) and braze's random numbers are
+        keyed by a seed and their masks replayed in the backward (rng.py): the seed is saved, not the
+        masks."""
         pad_matmuls(joint, _pad_mode(options))
         replay_in_backward(joint, key_random_ops(joint, _takes_random(options, joint)))
-        if config.disabled("rematerialize"):
-            return default_partition(joint, joint_inputs, **kwargs)
-        return min_cut_rematerialization_partition(joint, joint_inputs, compiler="inductor", **kwargs)
+        return default_partition(joint, joint_inputs, **kwargs)
 
     return aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
                         inference_compiler=compiler("inference"), partition_fn=partition,

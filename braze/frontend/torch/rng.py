@@ -29,7 +29,6 @@ import torch
 from torch import fx
 from torch._functorch.partitioners import _has_tag_is_forward, _is_fwd_seed_offset, _is_primal, _is_tangent
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
-from torch.utils.checkpoint import CheckpointPolicy
 
 from braze.frontend.torch.symbols import size_expr
 from braze.ops import philox
@@ -142,8 +141,6 @@ def replay_in_backward(joint: fx.GraphModule, keyed: list[fx.Node]) -> int:
     if not forward:
         return 0
     derived = _derived_from(joint.graph, keyed, forward)
-    for node in derived:  # AOTAutograd's min-cut partition would otherwise save a mask, not the seed
-        node.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
     read_by_backward = [n for n in joint.graph.nodes if n in derived and any(u not in forward for u in n.users)]
     if not read_by_backward:
         return 0
