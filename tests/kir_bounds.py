@@ -30,6 +30,8 @@ _BINARY = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "floor
 
 
 class _Run:
+    """One run of a kernel's statements: the known integer values of its variables, the faults found."""
+
     def __init__(self, arrays: dict[str, np.ndarray], scalars: dict[str, int]) -> None:
         self.arrays, self.scalars = arrays, scalars
         self.env: dict[k.Var, object] = {}
@@ -79,11 +81,10 @@ class _Run:
         for s in stmts:
             if isinstance(s, (k.Let, k.Assign)):
                 self.env[s.var] = self.value(s.value)
-            elif isinstance(s, (k.Store, k.AtomicRMW)):
-                [self.value(i) for i in s.indices]
-                self.value(s.value)
-            elif isinstance(s, k.StoreLocal):
-                self.value(s.index), self.value(s.value)
+            elif isinstance(s, (k.Store, k.AtomicRMW, k.StoreLocal)):
+                for e in (*getattr(s, "indices", ()), getattr(s, "index", None), s.value):
+                    if e is not None:
+                        self.value(e)
             elif isinstance(s, k.If):
                 cond = self.value(s.cond)
                 for branch, taken in ((s.then, True), (s.orelse, False)):
