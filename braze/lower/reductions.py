@@ -61,11 +61,14 @@ class ReductionLoops:
             scopes.push("reduction", {var})
         kept = iter(self.idx)
         full = tuple(loop_vars[self.axes.index(a)] if a in self.axes else next(kept) for a in range(self.x.ndim))
+        ends = list(self.extents)
+        if self.em.reduction_trips is not None and ends:  # 0 or 1 (ValueEmitter.in_range)
+            ends[0] = index_op("mul", ends[0], self.em.reduction_trips)
         flat = self.em.zero
         for var, n in zip(loop_vars, self.extents):
             flat = index_op("add", index_op("mul", flat, n), var)
         body(self.em.value(self.x, full), flat)
-        for var, n in reversed(list(zip(loop_vars, self.extents))):
+        for var, n in reversed(list(zip(loop_vars, ends))):
             inner = scopes.pop()
             scopes.emit(k.For(var, self.em.zero, n, tuple(inner.stmts)))
 

@@ -18,6 +18,7 @@ class Scope:
     defines: set[k.Var] = field(default_factory=set)
     iteration: set[k.Var] = field(default_factory=set)  # the indices of the output element being computed
     memo: dict = field(default_factory=dict)
+    condition: k.Expr | None = None  # a branch's: what decides whether it runs (its If's condition)
 
 
 def _children(e: k.Expr):
@@ -81,8 +82,8 @@ class ScopeStack:
         if isinstance(stmt, k.Let):  # a value defined here is usable only here and deeper
             self.current.defines.add(stmt.var)
 
-    def push(self, kind: str, defines: set[k.Var] = frozenset()) -> Scope:
-        scope = Scope(kind, defines=set(defines))
+    def push(self, kind: str, defines: set[k.Var] = frozenset(), condition: k.Expr | None = None) -> Scope:
+        scope = Scope(kind, defines=set(defines), condition=condition)
         self.scopes.append(scope)
         return scope
 
@@ -104,6 +105,14 @@ class ScopeStack:
         # An element index read only through a floor division: a run of elements shares the value.
         whole = frozenset().union(*(read_whole(e, self._read_whole) for e in exprs))
         return any(scope.iteration & needed - whole for scope in self.scopes[: depth + 1])
+
+    def leaves_branch(self, depth: int) -> bool:
+        """Whether a value emitted at `depth` from the current scope leaves a branch whose condition
+        reads a variable defined at `depth` or above: an index the value may read too, which the
+        branch kept in range (a pad's or cat's test of the row) and which, out of the branch, may not be."""
+        outer = set().union(*(scope.defines for scope in self.scopes[: depth + 1]))
+        return any(scope.condition is not None and self.needed((scope.condition,)) & outer
+                   for scope in self.scopes[depth + 1:])
 
     def home_of(self, exprs: tuple[k.Expr, ...]) -> int:
         """The depth of the innermost scope defining a variable that `exprs` read (0: the task)."""

@@ -76,12 +76,17 @@ class StripLanes:
         (lane,) = lanes
         key = (id(tv), tuple(k.substitute(i, lane, _LANE) for i in idx))
         if key not in self.arrays:
-            saved = em.scopes.scopes
-            em.scopes.scopes = saved[:1]
+            # Computed for every column of the strip, also those a branch it was asked from (a pad's or
+            # a cat's along the columns) leaves out: there `idx` is clamped (ValueEmitter.in_range).
+            lifted = em.scopes.leaves_branch(em.scopes.home_of((lane,)))
+            saved, trips = em.scopes.scopes, em.reduction_trips
+            em.scopes.scopes, em.reduction_trips = saved[:1], None
             try:
+                if lifted:
+                    idx, em.reduction_trips = em.in_range(tv, idx)
                 self.arrays[key] = self._reduce(em, tv, idx, lane)
             finally:
-                em.scopes.scopes = saved
+                em.scopes.scopes, em.reduction_trips = saved, trips
         array, finish = self.arrays[key]
         return finish(k.LoadLocal(array, lane, array.dtype))
 
@@ -246,6 +251,8 @@ def _row_loops(em: ValueEmitter, tv: TensorView, idx: tuple[k.Expr, ...], row: C
             row(lambda: em.value(x, full))
             return
         var, extent = variables[level], em.extent(x.visible[axes[level]].extent)
+        if level == 0 and em.reduction_trips is not None:  # 0 or 1 (ValueEmitter.in_range)
+            extent = index_op("mul", extent, em.reduction_trips)
         if blocks is None or level < len(axes) - 1:
             scopes.push("reduction", {var})
             nest(level + 1)

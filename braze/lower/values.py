@@ -75,6 +75,9 @@ class ValueEmitter:
         # of those axes (outer first), each decomposed from the row position, that position, and the
         # extents of those axes.
         self.row: RowAxes | None = None
+        # While a reduction lifted out of a branch is emitted (in_range): 1, or 0 where the reduced
+        # tensor is empty, so that its loops run no iteration at an index it does not have.
+        self.reduction_trips: k.Expr | None = None
 
     def row_index(self, tv: TensorView, idx: tuple[k.Expr, ...], row_major: bool | None = None) -> tuple[k.Expr, ...]:
         """`idx` with the row's axes read at the row position: (..., 0, j) for (..., i_h, i_w) when
@@ -173,13 +176,34 @@ class ValueEmitter:
         home = self.scopes.home_of(idx)
         if self.scopes.recomputed(idx, home):
             raise NeedsCut(tv)
-        saved = self.scopes.scopes
-        self.scopes.scopes = saved[: home + 1]
+        leaves_branch = self.scopes.leaves_branch(home)
+        saved, trips = self.scopes.scopes, self.reduction_trips
+        self.scopes.scopes, self.reduction_trips = saved[: home + 1], None
         try:
-            result = emit_reduction(self, tv, idx)
+            if leaves_branch:
+                idx, self.reduction_trips = self.in_range(tv, idx)
+            return emit_reduction(self, tv, idx)
         finally:
-            self.scopes.scopes = saved
-        return result
+            self.scopes.scopes, self.reduction_trips = saved, trips
+
+    def in_range(self, tv: TensorView, idx: tuple[k.Expr, ...]) -> tuple[tuple[k.Expr, ...], k.Expr | None]:
+        """`idx` clamped into `tv`'s extents, and what the reduced loops' trip count is multiplied by:
+        0 where `tv` is empty (else 1; None where no extent can be 0).
+
+        For a reduction lifted out of a branch (ScopeStack.leaves_branch): emitted at its home scope,
+        it runs for every index of that scope, also where the branch it was asked from (a pad's, a
+        cat's: slice_scatter's `logits[:, :-1]` padded back to the full sequence) would not run; there
+        `idx` may lie past `tv`'s end, and the reduction's loads past its input's. Clamped, they read
+        elements that exist, and where `idx` is in range, the only place any consumer uses the value,
+        clamping changes nothing. Clamping the index rather than putting the loops under the branch's
+        condition keeps them top-level loops of the row, which the code generators split and vectorize.
+        """
+        clamped, trips = [], None
+        for i, n in zip(idx, self.shape(tv)):
+            clamped.append(index_op("minimum", index_op("maximum", i, self.zero), index_op("sub", n, self.one)))
+            if not (isinstance(n, k.Const) and n.value > 0):  # an extent that may be 0 at run time
+                trips = index_op("minimum", self.one if trips is None else trips, n)
+        return tuple(clamped), trips
 
     # --- conditional values (pad, cat): statements, so no out-of-bounds load is ever executed -------
     def select_value(self, tv: TensorView, cases: list[tuple[k.Expr | None, Callable[[], k.Expr]]]) -> k.Expr:
@@ -192,15 +216,16 @@ class ValueEmitter:
 
     def _emit_cases(self, result: k.Var, cases) -> None:
         (cond, make), rest = cases[0], cases[1:]
-        branch = self._branch(lambda: self.scopes.emit(k.Assign(result, cast(make(), result.dtype))))
+        branch = self._branch(lambda: self.scopes.emit(k.Assign(result, cast(make(), result.dtype))), cond)
         if cond is None:
             self.scopes.current.stmts.extend(branch)
             return
-        orelse = self._branch(lambda: self._emit_cases(result, rest)) if rest else []
+        otherwise = k.Unary("logical_not", cond, dt.bool_)
+        orelse = self._branch(lambda: self._emit_cases(result, rest), otherwise) if rest else []
         self.scopes.emit(k.If(cond, tuple(branch), tuple(orelse)))
 
-    def _branch(self, body: Callable[[], None]) -> list[k.Stmt]:
-        self.scopes.push("branch")
+    def _branch(self, body: Callable[[], None], condition: k.Expr | None) -> list[k.Stmt]:
+        self.scopes.push("branch", condition=condition)
         body()
         return self.scopes.pop().stmts
 

@@ -6,6 +6,7 @@ braze backend on CPU tensors, against eager PyTorch."""
 from __future__ import annotations
 
 import copy
+from unittest import mock
 
 import pytest
 
@@ -14,10 +15,11 @@ torch = pytest.importorskip("torch")
 import torch_zoo  # noqa: E402  (tests/torch_backend, beside this file)
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from kir_bounds import out_of_bounds_reads  # noqa: E402  (tests/, on pytest's path)
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
 
-from braze import config  # noqa: E402
+from braze import config, engine  # noqa: E402
 from braze.errors import InputError  # noqa: E402
 from braze.frontend.torch import parse_options  # noqa: E402
 from braze.frontend.torch.backend import _pad_mode  # noqa: E402
@@ -197,3 +199,25 @@ def test_a_tied_lm_with_an_odd_vocabulary_matches_eager_and_its_head_runs_aligne
     head = [call for call in calls if call.touches(vocab) or call.touches(40)]
     assert len(head) == 3, calls  # logits, and the gradients of the hidden state and of the weight
     assert all(call.aligned() for call in head), head
+
+
+def test_a_tied_lms_shifted_cross_entropy_backward_reads_no_row_past_its_inputs() -> None:
+    """The backward of `cross_entropy(logits[:, :-1])` slice_scatters the shifted rows' gradient into the
+    full sequence and pads the vocabulary: its row sums ran for the scattered rows too, the last batch's
+    one row past the input (braze/lower/values.py, ValueEmitter.in_range). Every fusion the model runs,
+    checked on the inputs it ran with (tests/kir_bounds.py)."""
+    torch.manual_seed(0)
+    model = torch_zoo.TiedLM(vocab=37)
+    tokens = torch.randint(0, 37, (2, 9), generator=torch.Generator().manual_seed(1))
+    compiled = torch.compile(model, backend="braze", options={"pad_mm": "always", "fallback": "error"})
+    ran, bind = [], engine.bind_inputs
+
+    def recorded(fusion, inputs):
+        ran.append((fusion, [t.detach() if isinstance(t, torch.Tensor) else t for t in inputs]))
+        return bind(fusion, inputs)
+
+    with mock.patch.object(engine, "bind_inputs", recorded):
+        compiled(tokens).backward()
+    assert any("bwd" in fusion.name for fusion, _ in ran), [fusion.name for fusion, _ in ran]
+    for fusion, inputs in ran:
+        assert out_of_bounds_reads(fusion, inputs) == [], fusion
