@@ -21,7 +21,7 @@ from braze import dtypes as dt
 from braze.codegen import cuda_rules  # noqa: F401  (the CUDA op rules, filled at import, not on a first call)
 from braze.codegen.cuda import inner_outer_pairs
 from braze.codegen.cuda_inner_outer import column_tasks_after_rows
-from braze.codegen.cuda_plan import perfect_nest, schedule_kind
+from braze.codegen.cuda_plan import plan_lanes, plan_schedule, schedule_kind
 from braze.codegen.source_text import CudaSourceText
 from braze.dtypes import DType
 from braze.errors import InputError, UnsupportedError
@@ -34,7 +34,7 @@ from braze.kir.params import KernelParams
 from braze.lower.fusion_kernel import lower
 from braze.lower.values import NeedsCut
 from braze.passes.fold_rows import fold_row_producers
-from braze.passes.fuse_tasks import Decision, forward_stores, fuse_sibling_loops, fuse_tasks
+from braze.passes.fuse_tasks import Decision, forward_stores, fuse_sibling_loops, fuse_tasks, merged_task
 from braze.passes.output_cache import cache_rows_in_outputs
 from braze.passes.simplify import simplify
 from braze.passes.split_loops import split_loops
@@ -305,7 +305,7 @@ def _merged_row_tasks(kernel: k.Kernel) -> k.Kernel:
 
     def same_kind(a: k.Task, b: k.Task) -> bool:
         kind = schedule_kind(a)
-        return kind == schedule_kind(b) in ("rows", "columns") and (kind == "rows" or len(_walks(a) | _walks(b)) == 1)
+        return kind == schedule_kind(b) in ("rows", "columns") and (kind == "rows" or _stays_splittable(a, b))
 
     kernel, _ = fuse_tasks(kernel, fits=lambda a, b: elementwise(a) and elementwise(b))
     kernel, _ = fuse_tasks(kernel, raw=False, fits=same_kind)
@@ -314,18 +314,15 @@ def _merged_row_tasks(kernel: k.Kernel) -> k.Kernel:
     return column_tasks_after_rows(kernel)  # where a row task can carry them (cuda_inner_outer)
 
 
-def _walks(task: k.Task) -> set[tuple]:
-    """The ranges each loop of a column task walks the rows by, outer first. Column tasks merge only
-    where they walk the same: their loops then become one (fuse_sibling_loops), which the GPU splits
-    across blocks. Two walks in one task cannot be split, and its columns run on a few blocks: a
-    GPT-2's 24 layer-norm weight gradients over [8, 1024] and bias gradients over 8192 rows took
-    2.9 ms in one launch."""
-    walks = set()
-    for s in task.body:
-        if isinstance(s, k.For):
-            nest = perfect_nest(s)
-            walks.add(tuple((level.begin, level.end) for level in nest) if nest else (id(s),))
-    return walks
+def _stays_splittable(a: k.Task, b: k.Task) -> bool:
+    """Whether column tasks `a` and `b` merged (their loops made one where they walk the rows alike:
+    fuse_sibling_loops) can still be split across blocks where either could. A merged task that
+    cannot runs its columns on a few blocks, each walking every row: column sums over 768 columns
+    of 8192 rows (a model's weight gradients) would run on 24 blocks."""
+    def splittable(task: k.Task) -> bool:
+        return plan_schedule(task, plan_lanes(task)).splittable
+
+    return splittable(fuse_sibling_loops(merged_task(a, b))) or not (splittable(a) or splittable(b))
 
 
 def cuda_source(fusion: FusionGraph, inputs: Sequence[object]) -> CudaSourceText:

@@ -357,6 +357,11 @@ def decide(a: k.Task, b: k.Task, budget: int, raw: bool) -> tuple[str, str]:
     return (FUSED_RAW, f"on {', '.join(shared)}; {size} nodes") if shared else (FUSED_DISJOINT, f"{size} nodes")
 
 
+def merged_task(a: k.Task, b: k.Task) -> k.Task:
+    """`a` and then `b` as one task (what fuse_tasks makes of a pair it merges)."""
+    return _merge(a, b)
+
+
 def _merge(a: k.Task, b: k.Task) -> k.Task:
     second = _renamed_second(a, b)
     return dataclasses.replace(a, name=_merged_name(a, b), body=a.body + second.body)
