@@ -241,6 +241,13 @@ def code_key(kernel: k.Kernel) -> str:
     return kernel_text(replace(kernel, name="k", tasks=tasks))
 
 
+def cuda_code_key(kernel: k.Kernel, arch: str) -> tuple:
+    """What a fusion's CUDA code depends on. The kernel's text does not say which features
+    (BRAZE_DISABLE) were off when the code was written (the inner-outer schedule's, narrow_math):
+    the key does, so runs with and without one compare in one process."""
+    return "cuda", arch, code_key(kernel), tuple(sorted(config.current.disable))
+
+
 def cpu_kernel(kernel: k.Kernel) -> CompiledKernel:
     """The compiled CPU code of `kernel`, shared by every fusion and loop kernel with the same Kernel
     IR (the task bounds live there, not in the code) and the same compile params: a kernel first
@@ -287,10 +294,7 @@ def compile_fusion_cuda(fusion: FusionGraph, key: tuple, device_index: int, lowe
     device = cuda_driver.device(device_index)
     lowered = lowered or lower_fusion(fusion, key, device_index)
     plan, kernel, params = lowered.plan, lowered.kernel, lowered.params
-    # The kernel's text does not say which features (BRAZE_DISABLE) were off when its code was
-    # written (the inner-outer schedule's, narrow_math): the key does, so runs with and without one
-    # compare in one process.
-    compiled = shared_kernel(("cuda", device.arch, code_key(kernel), tuple(sorted(config.current.disable))),
+    compiled = shared_kernel(cuda_code_key(kernel, device.arch),
                              lambda: CudaCompiledKernel(kernel, default_params(device), restrict=True))
     return CudaFusionRuntime(fusion, CudaExecutor(compiled, device), plan.writes, params)
 

@@ -55,12 +55,6 @@ from braze.passes.simplify import map_children, simplify_expr
 FEATURES = ("inner_outer_split", "inner_outer_registers", "inner_outer_occupancy", "inner_outer_fold")
 
 
-def features_off() -> tuple[bool, ...]:
-    """Whether each of FEATURES is turned off now: compiled kernels written under others differ."""
-    return (config.disabled("inner_outer_split"), config.disabled("inner_outer_registers"),
-            config.disabled("inner_outer_occupancy"), config.disabled("inner_outer_fold"))
-
-
 # Statements a row task may hold for its rows to take the schedule: a row that jumps, waits or keeps
 # arrays of its own is left alone.
 _ROW_TASK_EXCLUDES = (k.Break, k.Continue, k.While, k.AtomicRMW, k.Sync, k.Alloc, k.StoreLocal)
