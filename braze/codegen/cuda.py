@@ -491,13 +491,13 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter, Invari
             self.depth -= 1
             self.line("} else {")
             self.depth += 1
-        if self.schedule.kind == "columns":
-            begin, end = self.column_range(s)
-        nest = lane_nest(s) if self.schedule.kind == "rows" and vector is None else None
-        if nest is not None and not any(id(s) in cache.loops for cache in self.caches):
-            self.walk_lane_nest(nest)
+        nest = lane_nest(s) if vector is None and not any(id(s) in cache.loops for cache in self.caches) else None
+        if nest is not None and self.schedule.kind in ("rows", "columns"):
+            (self.walk_lane_nest if self.schedule.kind == "rows" else self.walk_column_nest)(nest)
             self.lane_reduce(accumulators)
             return
+        if self.schedule.kind == "columns":
+            begin, end = self.column_range(s)
         self.line("#pragma unroll 4")
         self.line(f"for ({var} = {begin} + lane; {s.var.name} < {end}; {s.var.name} += lanes32) {{")
         self.depth += 1

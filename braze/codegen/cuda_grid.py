@@ -138,6 +138,21 @@ class GridWriter(DenseWriter):
         self.line(f"const {ix} {v}_hi = bz_minimum(({ix})({end}), {v}_lo + {v}_chunk);")
         return f"{v}_lo", f"{v}_hi"
 
+    def walk_column_nest(self, nest: list[k.For]) -> None:
+        """A column task's loop over a perfect nest of rows (a [batch, tokens, channels] sum over
+        batch and tokens) as one flat index space: a split takes a contiguous chunk of all the rows
+        and its row groups neighbouring ones, so the rows spread over blocks and lanes however short
+        the outer loop is (a split of the outer loop alone left 8 of 8192 rows to divide)."""
+        tag = f"_{nest[0].var.name}_"
+        self.declare_nest_extents(nest, tag)
+        lo, hi = "0LL", f"bz_total{tag}"
+        if self.schedule.splittable:
+            lo, hi = f"bz_lo{tag}", f"bz_hi{tag}"
+            self.line(f"const long long bz_chunk{tag} = (bz_total{tag} + cached_row - 1) / cached_row;")
+            self.line(f"const long long {lo} = (long long)split * bz_chunk{tag}, "
+                      f"{hi} = bz_minimum(bz_total{tag}, {lo} + bz_chunk{tag});")
+        self.walk_flat(nest, tag, f"{lo} + lane", "lanes32", hi)
+
     # --- flat: a perfect loop nest as one index space ------------------------------------------------
     def write_flat(self) -> None:
         """A full reduction: block b folds part b of the nest (walk_nest), then the blocks' results

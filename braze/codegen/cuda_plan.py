@@ -699,7 +699,7 @@ def schedule_bounds(task: k.Task, schedule: str, splittable_rows: bool = False) 
         loops = row_nest(task) + [s for s in row_loop_task(task).body if isinstance(s, k.For)]
         return [task.begin, task.end, *(extent(loop) for loop in loops)]
     loops = [s for s in task.body if isinstance(s, k.For)]
-    flat = schedule in ("rows", "inner_outer") and bool(plan_lanes(task).loops)
+    flat = schedule in ("rows", "inner_outer", "columns") and bool(plan_lanes(task).loops)
     return [task.begin, task.end, *((trip_count if flat else extent)(loop) for loop in loops)]
 
 

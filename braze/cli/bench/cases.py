@@ -127,6 +127,15 @@ def _middle_sum(f, shape, dtype):
     f.add_output(_input(f, 3, dtype, "x").sum(1))
 
 
+@case("param_grads", "weight and bias gradients (g*xhat).sum((0,1)), g.sum((0,1))", "float32",
+      (8, 1024, 4096), (4, 512, 1024), (3, 33, 40), normals(2),
+      lambda xp, g, xhat: [(g * xhat).sum(axis=(0, 1)), g.sum(axis=(0, 1))])
+def _param_grads(f, shape, dtype):
+    g, xhat = _input(f, 3, dtype, "g"), _input(f, 3, dtype, "xhat")
+    f.add_output((g * xhat).sum((0, 1)))
+    f.add_output(g.sum((0, 1)))
+
+
 def _transposed_pair(rng, shape, dtype):
     return [normal(rng, shape, dtype), normal(rng, shape[::-1], dtype)]
 
