@@ -92,13 +92,16 @@ def _invariant(e: k.Expr, variant: set[k.Var]) -> bool:
 class _Hoister:
     """Moves invariant pure expressions of one loop into `Let`s before it (one per distinct value)."""
 
-    def __init__(self, loop: k.For, names) -> None:
+    def __init__(self, loop: k.For, names, earlier: dict[k.Expr, k.Var] | None = None) -> None:
         self.variant = _variant_vars(loop)
         self.names = names
+        self.earlier = earlier or {}  # values an earlier loop's Let holds, still valid here
         self.lets: dict[k.Expr, k.Var] = {}
 
     def expr(self, e: k.Expr) -> k.Expr:
         if isinstance(e, _PURE) and _invariant(e, self.variant):
+            if e in self.earlier:
+                return self.earlier[e]
             if e not in self.lets:
                 self.lets[e] = k.Var(next(self.names), e.dtype)
             return self.lets[e]
@@ -108,7 +111,7 @@ class _Hoister:
         moved = self.invariant_lets(loop)
         body = tuple(_stmt_exprs(s, self.expr) for s in loop.body if s not in moved)
         if not self.lets and not moved:
-            return [loop]
+            return [dataclasses.replace(loop, body=body) if body != loop.body else loop]
         lets = [*moved, *(k.Let(var, value) for value, var in self.lets.items())]
         return [*lets, dataclasses.replace(loop, body=body)]
 
@@ -141,9 +144,29 @@ def _rewrite_loops(kernel: k.Kernel, rewrite) -> k.Kernel:
 
 
 def hoist_invariants(kernel: k.Kernel) -> k.Kernel:
-    """Row-invariant pure expressions of the top-level loops of each task, computed once before them."""
+    """Row-invariant pure expressions of the top-level loops of each task, computed once before them.
+    A value an earlier loop of the task hoisted is read from its `Let` again where nothing it reads
+    is ever reassigned: loops over one row then index it through one variable (a sliced row's start),
+    as the rewrites that match loops against each other expect (cuda_online)."""
     names = _fresh_names(kernel, "inv")
-    return _rewrite_loops(kernel, lambda loop: _Hoister(loop, names).loop(loop))
+    tasks = []
+    for task in kernel.tasks:
+        reassigned = {s.var for s in _walk(task.body) if isinstance(s, k.Assign)}
+        earlier: dict[k.Expr, k.Var] = {}
+
+        def hoist(loop: k.For, earlier=earlier, reassigned=reassigned) -> list[k.Stmt]:
+            hoister = _Hoister(loop, names, earlier)
+            stmts = hoister.loop(loop)
+            earlier.update((value, var) for value, var in hoister.lets.items()
+                           if not set(_vars(value)) & reassigned)
+            return stmts
+
+        tasks.append(_rewrite_loops(dataclasses.replace(kernel, tasks=(task,)), hoist).tasks[0])
+    return dataclasses.replace(kernel, tasks=tuple(tasks))
+
+
+def _vars(e: k.Expr) -> list[k.Var]:
+    return [e] if isinstance(e, k.Var) else [v for child in _children(e) for v in _vars(child)]
 
 
 def reciprocal_divisions(kernel: k.Kernel) -> k.Kernel:

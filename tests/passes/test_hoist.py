@@ -44,6 +44,33 @@ def test_loop_carried_values_stay_in_the_loop():
     assert hoist_invariants(kernel) == kernel
 
 
+def test_loops_over_one_row_share_the_invariant_that_addresses_it():
+    # A sliced and reshaped row (x[:, :-1].reshape(-1, n)): every loop of the row indexes it by the
+    # same invariant start, which the second loop reads from the first one's Let. The online softmax
+    # rewrite (codegen/cuda_online.py) matches a max loop and a sum loop by their loads.
+    m, acc = k.Var("m", F32), k.Var("acc", F32)
+    start = k.Binary("mul", k.Binary("floordiv", k.Var("p", I32), k.Const(8, I32), I32), k.ScalarRef(N), I32)
+    row = k.Load(X, (k.Binary("add", start, J, I32),))
+    kernel = _kernel(k.Let(m, k.Const(float("-inf"), F32)),
+                     _loop(k.Assign(m, k.Binary("reduce_maximum", m, row, F32))),
+                     k.Let(acc, k.Const(0.0, F32)),
+                     _loop(k.Assign(acc, k.Binary("reduce_add", acc, k.Unary("exp", row, F32), F32))))
+    text = kernel_text(hoist_invariants(kernel))
+    assert text.count("floordiv") == 1 and text.count("x[add(inv0, j)]") == 2
+
+
+def test_an_invariant_of_a_reassigned_value_is_not_shared():
+    # `acc` changes between the loops: the second loop's `acc * 2` is the value after the first.
+    acc = k.Var("acc", F32)
+    twice = k.Binary("mul", acc, k.Const(2.0, F32), F32)
+    kernel = _kernel(k.Let(acc, k.Const(0.0, F32)),
+                     _loop(k.Store(OUT, (J,), twice)),
+                     k.Assign(acc, k.Const(1.0, F32)),
+                     _loop(k.Store(OUT, (J,), twice)))
+    text = kernel_text(hoist_invariants(kernel))
+    assert "inv0: float32 = mul(acc, 2.0:float32)" in text and "inv1: float32 = mul(acc, 2.0:float32)" in text
+
+
 def test_a_stored_quotient_by_a_row_invariant_multiplies_by_its_scaled_reciprocal_without_a_branch():
     kernel = _kernel(k.Let(TOTAL, k.Const(2.0, F32)), _loop(
         k.Store(OUT, (J,), k.Binary("truediv", k.Unary("exp", k.Load(X, (J,)), F32), TOTAL, F32))))
