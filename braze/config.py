@@ -57,6 +57,8 @@ FEATURES = {
                         "at a time as over any strides, not in 16-byte vectors into several accumulators",
     "fast_divisors": "disable: on a GPU, index arithmetic divides by extents with the hardware-less division, "
                      "not with a multiplier and shift computed once a thread",
+    "vector_tails": "disable: on a GPU, a row loop takes its 16-byte vector path only for rows whose length the "
+                    "vector divides, not for any length with a tail of single elements",
     "uniform_alignment": "disable: on a GPU, the vector path of a row loop tests its arrays' alignment at every "
                          "row, not once a thread where the strides allow",
     "pad_mm": "disable: the torch backend leaves matrix multiplies with extents that break 16-byte alignment "

@@ -485,9 +485,12 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter, Invari
         if self.warp and not self.in_registers:
             vector = None  # a warp function's rows outside its registers: the plain loops (module docstring)
         if vector is not None:
-            self.line(f"if ({self.vector_condition(s)}) {{")
+            tail = self.takes_vector_tail(s)
+            self.line(f"if ({self.vector_condition(s, whole_vectors=not tail)}) {{")
             self.depth += 1
-            self.emit_unswitched_vector_loop(s, vector)
+            self.emit_unswitched_vector_loop(s, vector, whole_vectors=not tail)
+            if tail:
+                self.emit_lane_loop(s, var, self.vector_tail_start(s, vector.width), end)
             self.depth -= 1
             self.line("} else {")
             self.depth += 1
@@ -498,6 +501,14 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter, Invari
             return
         if self.schedule.kind == "columns":
             begin, end = self.column_range(s)
+        self.emit_lane_loop(s, var, begin, end)
+        if vector is not None:
+            self.depth -= 1
+            self.line("}")
+        self.lane_reduce(accumulators)
+
+    def emit_lane_loop(self, s: k.For, var: str, begin: str, end: str) -> None:
+        """The lanes of a row on `s`'s range [begin, end), an element at a time."""
         self.line("#pragma unroll 4")
         self.line(f"for ({var} = {begin} + lane; {s.var.name} < {end}; {s.var.name} += lanes32) {{")
         self.depth += 1
@@ -509,10 +520,18 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter, Invari
         self.loop_depth -= 1
         self.depth -= 1
         self.line("}")
-        if vector is not None:
-            self.depth -= 1
-            self.line("}")
-        self.lane_reduce(accumulators)
+
+    def takes_vector_tail(self, s: k.For) -> bool:
+        """Whether a row loop's vector path takes rows of any length, its last elements (fewer than a
+        vector) an element at a time after the vectors: a vocabulary of 50257 is no multiple of 8.
+        Row caches take both (their rows start at multiples of 8 elements: cuda_kernel.ROW_CACHE_ALIGN)."""
+        whole = isinstance(s.begin, k.Const) and isinstance(s.end, k.Const) \
+            and (s.end.value - s.begin.value) % self.vectors[id(s)].width == 0  # no tail to take (RoPE's halves)
+        return self.schedule.kind == "rows" and not whole and not config.disabled("vector_tails")
+
+    def vector_tail_start(self, s: k.For, width: int) -> str:
+        """The first index past the row's whole vectors."""
+        return f"{self.from_begin(s)}(({self.trip_count(s)}) / {width}) * {width}"
 
     def lane_reduce(self, accumulators) -> None:
         """Each accumulator combined over the lanes of its row; in a warp function over one warp,

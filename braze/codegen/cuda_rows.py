@@ -105,22 +105,24 @@ class RowLoopWriter:
         return {id_: dataclasses.replace(v, width=shared_width if id_ in shared else widths[id_])
                 for id_, v in vectors.items()}
 
-    def vector_condition(self, loop: k.For) -> str:
-        """True for rows where the vector path is valid: lengths that the width divides, every
-        vectorized row start aligned to the vector (checked per row: it depends on the strides).
-        Loops sharing row caches check each other's accesses too, so they agree."""
+    def vector_condition(self, loop: k.For, whole_vectors: bool = True) -> str:
+        """True for rows where the vector path is valid: lengths that the width divides (unless the
+        path ends in a tail of single elements: `whole_vectors` false), every vectorized row start
+        aligned to the vector (checked per row: it depends on the strides). Loops sharing row caches
+        check each other's accesses too, so they agree."""
         together = [loop]
         if any(id(loop) in c.loops for c in self.caches):
             together = [self.loops_by_id[i] for i in self.vectors if any(i in c.loops for c in self.caches)]
         width = self.vectors[id(loop)].width
         terms = [f"(cached_row % {width} == 0)"] if len(together) > 1 or together[0] is not loop else []
-        return " && ".join(dict.fromkeys(terms + self.vector_terms(together)))
+        return " && ".join(dict.fromkeys(terms + self.vector_terms(together, whole_vectors))) or "true"
 
-    def vector_terms(self, together: list[k.For]) -> list[str]:
+    def vector_terms(self, together: list[k.For], whole_vectors: bool = True) -> list[str]:
         """The vector conditions of these loops: lengths that the width divides, aligned row starts."""
         terms = []
         for other in together:
-            terms.append(f"(({self.trip_count(other)}) % {self.vectors[id(other)].width} == 0)")
+            if whole_vectors:
+                terms.append(f"(({self.trip_count(other)}) % {self.vectors[id(other)].width} == 0)")
             terms += self.with_aligned_rows(other, self.alignment_terms(other))
         return terms
 
@@ -274,17 +276,17 @@ class RowLoopWriter:
             return f"bz_rc{n}[{self.register_index}]"
         return f"*reinterpret_cast<{ty}*>(&row_cache{n}[{base.name}])"
 
-    def emit_unswitched_vector_loop(self, loop: k.For, vector: VectorAccesses) -> None:
+    def emit_unswitched_vector_loop(self, loop: k.For, vector: VectorAccesses, whole_vectors: bool = True) -> None:
         """The vector loop, in two copies when it uses row caches: one for cached rows, one for rows
         read from memory, so no element tests which."""
         if not any(id(loop) in cache.loops for cache in self.caches):
-            self.emit_vector_loop(loop, vector)
+            self.emit_vector_loop(loop, vector, whole_vectors)
             return
         for cached, header in (("true", "if (cached_row) {"), ("false", "} else {")):
             self.line(header)
             self.depth += 1
             self.cached = cached
-            self.emit_vector_loop(loop, vector)
+            self.emit_vector_loop(loop, vector, whole_vectors)
             self.depth -= 1
         self.cached = "cached_row"
         self.line("}")
@@ -303,7 +305,9 @@ class RowLoopWriter:
         return [load for load in vector.loads
                 if load not in covered or any(load in set(sub_exprs(x)) for x in uncovered)]
 
-    def emit_vector_loop(self, loop: k.For, vector: VectorAccesses) -> None:
+    def emit_vector_loop(self, loop: k.For, vector: VectorAccesses, whole_vectors: bool = True) -> None:
+        """The row's vectors, each lane on every lanes32-th; without `whole_vectors`, only those that
+        end inside the row (the caller walks the rest an element at a time)."""
         v, width = loop.var.name, vector.width
         base = k.Var(f"{v}_{width}", loop.var.dtype)
         step = self.index_literal(width)
@@ -317,8 +321,9 @@ class RowLoopWriter:
             unroll = vector_unroll(vector)
             if unroll > 1:
                 self.line(f"#pragma unroll {unroll}")
+            end = self.expr(loop.end) if whole_vectors else f"({self.expr(loop.end)}) - {width - 1}"
             self.line(f"for ({self.index} {base.name} = {self.from_begin(loop)}{step} * lane; "
-                      f"{base.name} < {self.expr(loop.end)}; "
+                      f"{base.name} < {end}; "
                       f"{base.name} += {step} * lanes32) {{")
         self.depth += 1
         self.emit_vector_step(loop, vector, base, read)
