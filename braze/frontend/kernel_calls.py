@@ -36,8 +36,32 @@ MAX_INLINE_DEPTH = 32  # nested @bz.func calls; deeper is taken for recursion
 STDLIB_MATH = {getattr(math, name): op for name, op in (
     ("sqrt", "sqrt"), ("exp", "exp"), ("log", "log"), ("log2", "log2"), ("log1p", "log1p"), ("expm1", "expm1"),
     ("sin", "sin"), ("cos", "cos"), ("tan", "tan"), ("tanh", "tanh"), ("floor", "floor"), ("ceil", "ceil"),
-    ("trunc", "trunc"), ("fabs", "abs"), ("erf", "erf"), ("atan2", "atan2"), ("pow", "pow"), ("exp2", "exp2"))
+    ("trunc", "trunc"), ("fabs", "abs"), ("erf", "erf"), ("atan2", "atan2"), ("pow", "pow"), ("exp2", "exp2"),
+    ("isnan", "isnan"), ("isinf", "isinf"), ("isfinite", "isfinite"))
     if hasattr(math, name)}
+
+
+def _one_minus_square(x):
+    """1 - x*x as (1 - x)(1 + x), exact near |x| = 1 where asin and acos need it."""
+    return ty.binary("mul", ty.binary("sub", 1.0, x), ty.binary("add", 1.0, x))
+
+
+def _sinh(x):
+    """(expm1(x) - expm1(-x)) / 2: expm1 keeps small arguments accurate, where exp(x) - exp(-x) cancels."""
+    return ty.binary("mul", ty.binary("sub", ty.unary("expm1", x), ty.unary("expm1", ty.unary("neg", x))), 0.5)
+
+
+# Python's math functions the op table has no op for, composed of ops that it has.
+COMPOSED_MATH: dict[Callable, Callable] = {
+    math.hypot: lambda x, y: ty.unary("sqrt", ty.binary("add", ty.binary("mul", x, x), ty.binary("mul", y, y))),
+    math.atan: lambda x: ty.binary("atan2", x, 1.0),
+    math.asin: lambda x: ty.binary("atan2", x, ty.unary("sqrt", _one_minus_square(x))),
+    math.acos: lambda x: ty.binary("atan2", ty.unary("sqrt", _one_minus_square(x)), x),
+    math.sinh: _sinh,
+    math.cosh: lambda x: ty.binary("mul", ty.binary("add", ty.unary("exp", x), ty.unary("exp", ty.unary("neg", x))),
+                                   0.5),
+    math.log10: lambda x: ty.binary("mul", ty.unary("log", x), 1 / math.log(10)),
+}
 
 
 def call(tr: Translator, node: ast.Call):
@@ -123,7 +147,16 @@ def _rule_for(callee) -> Callable | None:
     if _lookup(STDLIB_MATH, callee):
         op = STDLIB_MATH[callee]
         return lambda tr, node, args: _op(op, args)
+    if _lookup(COMPOSED_MATH, callee):
+        return lambda tr, node, args: _composed(callee, args)
     return None
+
+
+def _composed(fn: Callable, args: list):
+    arity = len(inspect.signature(COMPOSED_MATH[fn]).parameters)
+    if len(args) != arity:
+        raise ty.TypeProblem(f"math.{fn.__name__}: expected {arity} argument(s), got {len(args)}")
+    return COMPOSED_MATH[fn](*args)
 
 
 def _one(node: ast.Call, args: list):
@@ -285,7 +318,8 @@ def _assign_declared(tr: Translator, var: k.Var, value: k.Expr) -> None:
 def _tail(tr: Translator, stmts: list[ast.stmt]):
     """Translates a helper body whose `return`s are all in tail position (once early returns are
     folded into branches); gives the returned value: a number, a vector, a tuple of them, or None."""
-    body = _fold_early_returns([s for s in stmts if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))])
+    docstrings = [s for s in stmts if isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)]
+    body = _fold_early_returns([s for s in stmts if s not in docstrings])
     if not body:
         return None
     tr.statements(body[:-1])

@@ -297,6 +297,20 @@ def test_func_early_returns_and_tuples_follow_python():
     np.testing.assert_allclose(out, expected, rtol=1e-12)
 
 
+def test_math_functions_composed_of_ops_match_numpy():
+    from kernel_cases import composed_math, composed_math_args
+
+    x, f, out, out32 = composed_math_args(np.random.default_rng(1))
+    composed_math(x, f, out, out32)
+    f64 = f.astype(np.float64)
+    for column, fn in enumerate([lambda v: np.hypot(v, 2.0), np.arctan, lambda v: np.arcsin(v / 3),
+                                 lambda v: np.arccos(v / 3), np.sinh, np.cosh, lambda v: np.log10(abs(v) + 1e-3)]):
+        np.testing.assert_allclose(out[:, column], fn(x), rtol=1e-13, atol=1e-15, err_msg=f"column {column}")
+        np.testing.assert_allclose(out32[:, column], fn(f64), rtol=2e-6, atol=1e-6, err_msg=f"float32 column {column}")
+    np.testing.assert_array_equal(out[:, 7], np.minimum(x, f64))
+    np.testing.assert_array_equal(out32[:, 7], np.maximum(x, f64).astype(np.float32))
+
+
 def test_closure_values_are_compile_time_constants():
     offset = 5
 
