@@ -475,7 +475,8 @@ class Translator(ExpressionTranslator, TargetTranslator):
             local = frame.names[name]
             self._widen_if_needed(local, name, value)
             var = local.var
-            self.emit(k.Assign(var, self.checked(node, lambda: ty.assignable(value, var.dtype, f"'{name}'"))))
+            self.emit(k.Assign(var, self.checked(node, lambda: ty.assignable(value, var.dtype, f"'{name}'",
+                                                                              local=name))))
             return
         from_literal = not isinstance(value, k.Expr)
         dtype = ty.type_of(value)[0]
