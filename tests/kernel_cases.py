@@ -295,6 +295,33 @@ def serial_tasks(a: bz.Array[bz.int64, 1], total: bz.Array[bz.int64, 1]):
         a[i] = x - y
 
 
+@bz.func
+def sorted_pair(a, b):
+    if a > b:  # an early return, and a tuple
+        return b, a
+    return a, b
+
+
+@bz.kernel
+def composed_math(x: bz.Array[bz.float64, 1], f: bz.Array[bz.float32, 1], out: bz.Array[bz.float64, 2],
+                  out32: bz.Array[bz.float32, 2]):
+    for i in range(x.shape[0]):
+        v, w = x[i], f[i]
+        out[i, 0], out32[i, 0] = math.hypot(v, 2.0), math.hypot(w, 2.0)
+        out[i, 1], out32[i, 1] = math.atan(v), math.atan(w)
+        out[i, 2], out32[i, 2] = math.asin(v / 3.0), math.asin(w / 3.0)
+        out[i, 3], out32[i, 3] = math.acos(v / 3.0), math.acos(w / 3.0)
+        out[i, 4], out32[i, 4] = math.sinh(v), math.sinh(w)
+        out[i, 5], out32[i, 5] = math.cosh(v), math.cosh(w)
+        out[i, 6], out32[i, 6] = math.log10(abs(v) + 1e-3), math.log10(abs(w) + 1e-3)
+        out[i, 7], out32[i, 7] = sorted_pair(v, w)
+
+
+def composed_math_args(rng):
+    x = np.concatenate([rng.uniform(-3, 3, 200), [0.0, 1e-9, -1e-9, 3.0, -3.0]])
+    return [x, x.astype(np.float32), np.zeros((205, 8)), np.zeros((205, 8), np.float32)]
+
+
 @bz.kernel
 def keyword_names(new: bz.Array[bz.float32, 1], threadIdx: bz.Array[bz.float32, 1], int: bz.int32):  # noqa: A002
     for i in range(new.shape[0]):
@@ -409,6 +436,7 @@ def all_cases() -> list[Case]:
         Case("short_circuits", short_circuits, lambda r: [floats(r, 1000), np.zeros(1000, np.float32)],
              outputs=(1,)),
         Case("serial_tasks", serial_tasks, lambda r: [np.zeros(600, np.int64), np.zeros(1, np.int64)]),
+        Case("composed_math", composed_math, composed_math_args, outputs=(2, 3), tolerance=2e-6),
         Case("keyword_names", keyword_names, lambda r: [floats(r, 100), np.zeros(100, np.float32), 7],
              outputs=(1,), tolerance=1e-6),
     ]

@@ -366,6 +366,10 @@ class Translator(ExpressionTranslator, TargetTranslator):
     def unpacked(self, node: ast.Assign, value, count: int) -> list:
         """The parts of `value` for a tuple target: `h, w = a.shape` gives the extents, `x, y = v` the
         components (a matrix's rows)."""
+        if isinstance(value, tuple):  # the values a @bz.func returned
+            if len(value) != count:
+                self.error(node, f"{len(value)} values unpacked into {count} name(s)", KernelTypeError)
+            return list(value)
         if isinstance(value, VectorValue):
             if value.type.shape[0] != count:
                 self.error(node, f"a {value.type_name} has {value.type.shape[0]} parts, unpacked into {count} "
@@ -471,7 +475,8 @@ class Translator(ExpressionTranslator, TargetTranslator):
             local = frame.names[name]
             self._widen_if_needed(local, name, value)
             var = local.var
-            self.emit(k.Assign(var, self.checked(node, lambda: ty.assignable(value, var.dtype, f"'{name}'"))))
+            self.emit(k.Assign(var, self.checked(node, lambda: ty.assignable(value, var.dtype, f"'{name}'",
+                                                                              local=name))))
             return
         from_literal = not isinstance(value, k.Expr)
         dtype = ty.type_of(value)[0]
@@ -631,8 +636,8 @@ class Translator(ExpressionTranslator, TargetTranslator):
         self.emit(stmt)
 
     def stmt_Return(self, node: ast.Return) -> None:
-        self.error(node, "unsupported construct: return (a kernel returns nothing; a @bz.func returns only as "
-                         "its last statement)")
+        self.error(node, "unsupported construct: return (a kernel returns nothing; a @bz.func returns at its end "
+                         "or in if/else branches, never inside a loop)")
 
     def stmt_Assert(self, node: ast.Assert) -> None:
         if not self.debug:

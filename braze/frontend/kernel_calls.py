@@ -36,8 +36,32 @@ MAX_INLINE_DEPTH = 32  # nested @bz.func calls; deeper is taken for recursion
 STDLIB_MATH = {getattr(math, name): op for name, op in (
     ("sqrt", "sqrt"), ("exp", "exp"), ("log", "log"), ("log2", "log2"), ("log1p", "log1p"), ("expm1", "expm1"),
     ("sin", "sin"), ("cos", "cos"), ("tan", "tan"), ("tanh", "tanh"), ("floor", "floor"), ("ceil", "ceil"),
-    ("trunc", "trunc"), ("fabs", "abs"), ("erf", "erf"), ("atan2", "atan2"), ("pow", "pow"), ("exp2", "exp2"))
+    ("trunc", "trunc"), ("fabs", "abs"), ("erf", "erf"), ("atan2", "atan2"), ("pow", "pow"), ("exp2", "exp2"),
+    ("isnan", "isnan"), ("isinf", "isinf"), ("isfinite", "isfinite"))
     if hasattr(math, name)}
+
+
+def _one_minus_square(x):
+    """1 - x*x as (1 - x)(1 + x), exact near |x| = 1 where asin and acos need it."""
+    return ty.binary("mul", ty.binary("sub", 1.0, x), ty.binary("add", 1.0, x))
+
+
+def _sinh(x):
+    """(expm1(x) - expm1(-x)) / 2: expm1 keeps small arguments accurate, where exp(x) - exp(-x) cancels."""
+    return ty.binary("mul", ty.binary("sub", ty.unary("expm1", x), ty.unary("expm1", ty.unary("neg", x))), 0.5)
+
+
+# Python's math functions the op table has no op for, composed of ops that it has.
+COMPOSED_MATH: dict[Callable, Callable] = {
+    math.hypot: lambda x, y: ty.unary("sqrt", ty.binary("add", ty.binary("mul", x, x), ty.binary("mul", y, y))),
+    math.atan: lambda x: ty.binary("atan2", x, 1.0),
+    math.asin: lambda x: ty.binary("atan2", x, ty.unary("sqrt", _one_minus_square(x))),
+    math.acos: lambda x: ty.binary("atan2", ty.unary("sqrt", _one_minus_square(x)), x),
+    math.sinh: _sinh,
+    math.cosh: lambda x: ty.binary("mul", ty.binary("add", ty.unary("exp", x), ty.unary("exp", ty.unary("neg", x))),
+                                   0.5),
+    math.log10: lambda x: ty.binary("mul", ty.unary("log", x), 1 / math.log(10)),
+}
 
 
 def call(tr: Translator, node: ast.Call):
@@ -123,7 +147,16 @@ def _rule_for(callee) -> Callable | None:
     if _lookup(STDLIB_MATH, callee):
         op = STDLIB_MATH[callee]
         return lambda tr, node, args: _op(op, args)
+    if _lookup(COMPOSED_MATH, callee):
+        return lambda tr, node, args: _composed(callee, args)
     return None
+
+
+def _composed(fn: Callable, args: list):
+    arity = len(inspect.signature(COMPOSED_MATH[fn]).parameters)
+    if len(args) != arity:
+        raise ty.TypeProblem(f"math.{fn.__name__}: expected {arity} argument(s), got {len(args)}")
+    return COMPOSED_MATH[fn](*args)
 
 
 def _one(node: ast.Call, args: list):
@@ -283,14 +316,16 @@ def _assign_declared(tr: Translator, var: k.Var, value: k.Expr) -> None:
 
 
 def _tail(tr: Translator, stmts: list[ast.stmt]):
-    """Translates a helper body whose `return`s are all in tail position; gives the returned value."""
-    body = [s for s in stmts if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    """Translates a helper body whose `return`s are all in tail position (once early returns are
+    folded into branches); gives the returned value: a number, a vector, a tuple of them, or None."""
+    docstrings = [s for s in stmts if isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)]
+    body = _fold_early_returns([s for s in stmts if s not in docstrings])
     if not body:
         return None
     tr.statements(body[:-1])
     last = body[-1]
     if isinstance(last, ast.Return):
-        return tr.expr(last.value) if last.value is not None else None
+        return _returned(tr, last.value)
     if isinstance(last, ast.If) and _returns(last):
         static = tr.static_condition(last.test)
         if static is not None:
@@ -298,6 +333,37 @@ def _tail(tr: Translator, stmts: list[ast.stmt]):
         return _tail_if(tr, last)
     tr.statements([last])
     return None
+
+
+def _returned(tr: Translator, value: ast.expr | None):
+    """`return x` gives x's value; `return a, b` a tuple of values, each computed where the return is
+    (a caller's `x, y = f(x, y)` then assigns them as Python would)."""
+    if value is None:
+        return None
+    if isinstance(value, ast.Tuple):
+        return tuple(tr.temporary(tr.expr(e)) for e in value.elts)
+    return tr.expr(value)
+
+
+def _ends_in_return(branch: list[ast.stmt]) -> bool:
+    return bool(branch) and _returns(branch[-1])
+
+
+def _fold_early_returns(stmts: list[ast.stmt]) -> list[ast.stmt]:
+    """`if c: return a` followed by more statements becomes `if c: return a / else: <the rest>`, so
+    every return is in tail position. A helper that returns nothing gets a `return` at its end first,
+    so `if i >= n: return` works in it too."""
+    if any(isinstance(s, ast.Return) and s.value is None for s in ast.walk(ast.Module(stmts, []))) \
+            and not _ends_in_return(stmts):
+        stmts = [*stmts, ast.copy_location(ast.Return(value=None), stmts[-1])]
+    for index, stmt in enumerate(stmts[:-1]):
+        if isinstance(stmt, ast.If) and (_ends_in_return(stmt.body) or _ends_in_return(stmt.orelse)):
+            rest = stmts[index + 1:]
+            body = stmt.body if _ends_in_return(stmt.body) else [*stmt.body, *rest]
+            orelse = stmt.orelse if _ends_in_return(stmt.orelse) else [*stmt.orelse, *rest]
+            folded = ast.If(test=stmt.test, body=_fold_early_returns(body), orelse=_fold_early_returns(orelse))
+            return [*stmts[:index], ast.copy_location(folded, stmt)]
+    return stmts
 
 
 def _returns(node: ast.stmt) -> bool:
@@ -312,8 +378,13 @@ def _tail_if(tr: Translator, node: ast.If):
     values: list = []
     then = tr.nested(lambda: values.append(_tail(tr, node.body)))
     orelse = tr.nested(lambda: values.append(_tail(tr, node.orelse)))
+    if all(v is None for v in values):  # a helper that returns nothing, early in one branch
+        tr.emit(k.If(cond, then, orelse))
+        return None
     if all(isinstance(v, VectorValue) for v in values):
         return _tail_if_vectors(tr, node, cond, then, orelse, values)
+    if all(isinstance(v, tuple) for v in values):
+        return _tail_if_tuples(tr, node, cond, then, orelse, values)
     if any(v is None or not ty.is_value(v) for v in values):
         tr.error(node, "a @bz.func that returns in both branches must return a number (or a vector) in both")
     dtype = tr.checked(node, lambda: ty.common_type(*values))
@@ -321,6 +392,18 @@ def _tail_if(tr: Translator, node: ast.If):
     tr.emit(k.If(cond, then + (k.Assign(result, ty.as_expr(values[0], dtype)),),
                  orelse + (k.Assign(result, ty.as_expr(values[1], dtype)),)))
     return result
+
+
+def _tail_if_tuples(tr: Translator, node: ast.If, cond: k.Expr, then: tuple, orelse: tuple, values: list):
+    a, b = values
+    if len(a) != len(b) or not all(ty.is_value(x) for x in a + b):
+        tr.error(node, f"the branches return {len(a)} and {len(b)} values: a @bz.func that returns a tuple in "
+                       "both branches must return as many numbers in each", KernelTypeError)
+    dtypes = [tr.checked(node, lambda x=x, y=y: ty.common_type(x, y)) for x, y in zip(a, b)]
+    result = [tr.declare("result", dtype) for dtype in dtypes]
+    then_set, orelse_set = ([k.Assign(r, ty.as_expr(x, d)) for r, x, d in zip(result, v, dtypes)] for v in values)
+    tr.emit(k.If(cond, then + tuple(then_set), orelse + tuple(orelse_set)))
+    return tuple(result)
 
 
 def _tail_if_vectors(tr: Translator, node: ast.If, cond: k.Expr, then: tuple, orelse: tuple, values: list):

@@ -128,16 +128,19 @@ def truth(x) -> k.Expr | bool:
     return bool(x) if not isinstance(x, k.Expr) else cast(x, dt.bool_)
 
 
-def assignable(value, target: DType, what: str) -> k.Expr:
+def assignable(value, target: DType, what: str, local: str | None = None) -> k.Expr:
     """`value` converted for storing into `target`: within a kind or up a kind (bool < int < float).
 
     Going down a kind (a float into an integer) loses the value silently in C; here it is a type
-    mismatch, to be spelled out with a conversion such as `bz.int32(x)`.
+    mismatch, to be spelled out with a conversion such as `bz.int32(x)`. For a `local` whose first
+    value was an integer (`s = 0`, then `s += x[i]`), the message says to start it as a float.
     """
     source = type_of(value)[0]
     if _KIND_RANK[source.kind] > _KIND_RANK[target.kind]:
+        start = (f"; or, to keep floats in it, start it as a float ({local} = 0.0, not {local} = 0)"
+                 if local is not None and source.is_floating and target.is_integer else "")
         raise TypeProblem(f"type mismatch: {what} is {target.name}, the value is {source.name}; "
-                          f"convert it explicitly, e.g. bz.{target.name}(...)")
+                          f"convert it explicitly, e.g. bz.{target.name}(...){start}")
     return as_expr(value, target)
 
 

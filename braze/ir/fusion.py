@@ -74,6 +74,9 @@ class FusionGraph:
         self.exprs: list[Expr] = []
         self.outputs: list[Output] = []
         self.extent_checks: list[ExtentCheck] = []
+        # Extents of slices that keep one element of a long enough dimension (`x[:, :1]` of a symbolic
+        # extent): an elementwise op broadcasts them as size-1 dimensions, checking the length at run time.
+        self.one_element_extents: set[Scalar] = set()
         self._vals: list[Val] = []
         self.frozen_at: str | None = None  # where the definition ended; None while it is being defined
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Mapping
 
-from braze.errors import InputError
+from braze.errors import InputError, TracerBoolConversionError
 
 
 def _ceildiv(a: int, b: int) -> int:
@@ -23,6 +23,9 @@ def _ceildiv(a: int, b: int) -> int:
 _EVAL: dict[str, Callable[[int, int], int]] = {
     "+": operator.add, "-": operator.sub, "*": operator.mul, "//": operator.floordiv,
     "%": operator.mod, "ceildiv": _ceildiv, "min": min, "max": max,
+}
+_ORDER: dict[str, Callable[[int, int], bool]] = {
+    "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
 }
 _COMMUTATIVE = frozenset({"+", "*", "min", "max"})
 # `+` is absent: additive constants are merged by `_offset`, which also picks `+` or `-`.
@@ -125,9 +128,34 @@ class Scalar:
         return self._hash
 
     def __bool__(self) -> bool:
-        raise TypeError(
+        raise TracerBoolConversionError(
             f"Scalar {self} has no truth value: compare with .same_as() or ==, or test .is_const/.value"
         )
+
+    def _order(self, other: object, symbol: str) -> bool:
+        """`<` and friends on constants; a symbolic extent (`x.shape[0]` inside `@bz.jit`) has no
+        value while the fusion is defined, so comparing it is an error that says what to do instead."""
+        if self.is_const and isinstance(other, (int, Scalar)) and not isinstance(other, bool):
+            other = as_scalar(other)
+            if other.is_const:
+                return _ORDER[symbol](self.value, other.value)
+        raise TracerBoolConversionError(
+            f"extent {self} {symbol} {other}: extents are symbolic while a fusion is defined (one compiled "
+            "fusion serves every size), so they cannot steer Python control flow; use bz.ops.where, or pass "
+            "the size as an argument listed in static_argnames"
+        )
+
+    def __lt__(self, other: object) -> bool:
+        return self._order(other, "<")
+
+    def __le__(self, other: object) -> bool:
+        return self._order(other, "<=")
+
+    def __gt__(self, other: object) -> bool:
+        return self._order(other, ">")
+
+    def __ge__(self, other: object) -> bool:
+        return self._order(other, ">=")
 
     def __int__(self) -> int:
         return self.value

@@ -75,6 +75,7 @@ def expand(x: TensorView, shape: Sequence[int | Scalar]) -> TensorView:
     )
     if all(e == d.extent for e, d in zip(extents, x.visible)):
         return x
+    (x,) = broadcast_one_element_slices("expand", [x], extents)
     return apply("expand", [x], shape=extents)
 
 
@@ -103,6 +104,37 @@ def align_ranks(tensors: Sequence[TensorView]) -> list[TensorView]:
     """NumPy rank alignment: lower-rank tensors get leading broadcast dimensions. Rank 0 stays as is."""
     rank = max((t.ndim for t in tensors), default=0)
     return [t if t.ndim in (0, rank) else broadcast(t, [True] * (rank - t.ndim) + [False] * t.ndim) for t in tensors]
+
+
+def _as_broadcast(op: str, x: TensorView, axis: int) -> TensorView:
+    """x with dimension `axis` (a one-element slice) made a size-1 broadcast dimension; its extent is
+    checked to be 1 at run time (an empty slice of too short a dimension would not broadcast)."""
+    x.fusion.require_equal(x.visible[axis].extent, as_scalar(1),
+                           f"{op}: dimension {axis - x.ndim} of {x.describe()}, one element of a slice, broadcast")
+    squeezed = apply("squeeze", [x], axes=(axis,))
+    return broadcast(squeezed, [i == axis for i in range(x.ndim)])
+
+
+def broadcast_one_element_slices(op: str, tensors: Sequence[TensorView], extents=None) -> list[TensorView]:
+    """Rank-aligned `tensors` with each one-element slice of a symbolic extent (`x[:, :1]`) made a
+    broadcast dimension wherever another operand (or `extents`, an expand's target) has another extent
+    there, so it broadcasts as the size-1 dimension it is in NumPy."""
+    tensors = list(tensors)
+    shaped = [i for i, t in enumerate(tensors) if t.ndim > 0]
+    if not shaped:
+        return tensors
+    one_element = tensors[shaped[0]].fusion.one_element_extents
+    for axis in range(tensors[shaped[0]].ndim):
+        full = {tensors[i].visible[axis].extent for i in shaped if not tensors[i].visible[axis].is_broadcast}
+        if extents is not None:
+            full.add(extents[axis])
+        if len(full) < 2 or not full & one_element:
+            continue
+        for i in shaped:
+            dim = tensors[i].visible[axis]
+            if not dim.is_broadcast and dim.extent in one_element:
+                tensors[i] = _as_broadcast(op, tensors[i], axis)
+    return tensors
 
 
 def broadcast_domains(op: str, tensors: Sequence[TensorView]) -> list[IterDomain]:

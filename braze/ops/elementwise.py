@@ -19,7 +19,7 @@ from braze.errors import FusionDefinitionError
 from braze.ir.fusion import FusionGraph, active_fusion
 from braze.ir.scalar import Scalar
 from braze.ir.tensor import TensorView
-from braze.ops.broadcast import align_ranks, broadcast_domains
+from braze.ops.broadcast import align_ranks, broadcast_domains, broadcast_one_element_slices
 from braze.ops.table import OpDef, RefContext, apply, register, reject_kinds
 
 Operand = TensorView | Scalar | bool | int | float  # a Scalar: an extent used as a value
@@ -263,6 +263,7 @@ def elementwise(op: str, *operands: Operand, **attrs) -> TensorView:
     """Applies elementwise op `op`, broadcasting its operands with NumPy's rules."""
     fusion = owning_fusion(op, operands)
     tensors = align_ranks([as_operand(op, fusion, x, i) for i, x in enumerate(operands)])
+    tensors = broadcast_one_element_slices(op, tensors)
     return apply(op, tensors, fusion, **attrs)
 
 

@@ -145,16 +145,33 @@ def is_whole(bounds: tuple[Bound, Bound, int]) -> bool:
     return start is None and stop is None and step == 1
 
 
+def _one_element(start: Bound, stop: Bound, step: int) -> bool:
+    """Whether int bounds of one sign (`:1`, `3:4`, `-1:`, `-2:-1`) ask for exactly one element, so the
+    result is one element wherever the dimension is long enough, whatever its extent."""
+    if isinstance(start, Scalar) or isinstance(stop, Scalar) or step < 0:
+        return False
+    first = 0 if start is None else start
+    if stop is None:
+        return first == -1
+    return (first >= 0) == (stop >= 0) and 0 < stop - first <= step
+
+
+def _slice_dim(x: TensorView, d: IterDomain, bounds: tuple[Bound, Bound, int]) -> IterDomain:
+    if is_whole(bounds):
+        return d.clone()
+    extent = _slice_extent(d.extent, *bounds)[1]
+    if d.is_broadcast:  # sliced to nothing it is no longer a broadcast: it has extent 0
+        return d.clone() if extent == 1 else d.clone(IterType.ITERATION, extent)
+    if extent == 1:  # one element of a static extent broadcasts, as NumPy's size-1 dimensions do
+        return IterDomain(1, IterType.BROADCAST)
+    if _one_element(*bounds):  # one element wherever the dimension is long enough: broadcasts when used so
+        x.fusion.one_element_extents.add(extent)
+    return d.clone(IterType.ITERATION, extent)
+
+
 def _slice_shape(ins, a):
-    out = []
-    for d, bounds in zip(ins[0].visible, a["slices"]):
-        if is_whole(bounds):
-            out.append(d.clone())
-            continue
-        extent = _slice_extent(d.extent, *bounds)[1]
-        # A broadcast dimension sliced to nothing is no longer a broadcast: it has extent 0.
-        out.append(d.clone() if d.is_broadcast and extent == 1 else d.clone(IterType.ITERATION, extent))
-    return out
+    x = ins[0]
+    return [_slice_dim(x, d, bounds) for d, bounds in zip(x.visible, a["slices"])]
 
 
 def _slice_reference(ctx: RefContext, args, out: TensorView, a: dict) -> np.ndarray:

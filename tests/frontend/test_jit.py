@@ -284,3 +284,12 @@ def test_jit_zero_dim_and_zero_size() -> None:
     y = g(np.zeros((0, 3), np.float32), 3.0, f32(3))
     assert y.shape == (0, 3)
     assert g.traces == 2
+
+
+def test_python_control_flow_on_a_symbolic_extent_says_what_to_do():
+    @bz.jit
+    def rows_or_nothing(x):
+        return x.sum(0) if x.shape[0] > 0 else x
+
+    with pytest.raises(bz.TracerBoolConversionError, match=r"T0_s0 > 0: extents are symbolic.*static_argnames"):
+        rows_or_nothing(np.ones((3, 2), np.float32))

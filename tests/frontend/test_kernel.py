@@ -249,6 +249,68 @@ def test_func_helpers_are_inlined():
     assert clamp01(0.5) == 0.5  # still callable from Python
 
 
+@bz.func
+def kernel_weight(r, h):
+    if r >= h:  # an early return: the rest of the body is its else branch
+        return 0.0
+    if r < 0.25 * h:
+        return 1.0
+    q = 1.0 - r / h
+    return q * q
+
+
+@bz.func
+def sorted_pair(a, b):
+    if a > b:
+        return b, a
+    return a, b
+
+
+@bz.func
+def polar(x, y):
+    return math.sqrt(x * x + y * y), math.atan2(y, x)
+
+
+@bz.func
+def store_if_positive(out, i, v):
+    if v <= 0.0:
+        return  # a helper that returns nothing may leave early too
+    out[i, 0] = v
+
+
+def test_func_early_returns_and_tuples_follow_python():
+    @bz.kernel
+    def k(r: bz.Array[bz.float64, 1], xy: bz.Array[bz.float64, 2], out: bz.Array[bz.float64, 2]):
+        for i in range(r.shape[0]):
+            out[i, 0] = kernel_weight(r[i], 1.0)
+            lo, hi = sorted_pair(xy[i, 0], xy[i, 1])
+            out[i, 1], out[i, 2] = lo, hi
+            out[i, 3], out[i, 4] = polar(xy[i, 0], xy[i, 1])
+            store_if_positive(out, i, r[i] - 0.5)
+
+    r = np.linspace(-0.1, 1.2, 17)
+    xy = np.random.default_rng(0).standard_normal((17, 2))
+    out = np.full((17, 5), 7.0)
+    k(r, xy, out)
+    expected = np.array([(kernel_weight(v, 1.0), *sorted_pair(*p), *polar(*p)) for v, p in zip(r, xy)])
+    expected[:, 0] = np.where(r > 0.5, r - 0.5, expected[:, 0])  # stored over the weight where positive
+    np.testing.assert_allclose(out, expected, rtol=1e-12)
+
+
+def test_math_functions_composed_of_ops_match_numpy():
+    from kernel_cases import composed_math, composed_math_args
+
+    x, f, out, out32 = composed_math_args(np.random.default_rng(1))
+    composed_math(x, f, out, out32)
+    f64 = f.astype(np.float64)
+    for column, fn in enumerate([lambda v: np.hypot(v, 2.0), np.arctan, lambda v: np.arcsin(v / 3),
+                                 lambda v: np.arccos(v / 3), np.sinh, np.cosh, lambda v: np.log10(abs(v) + 1e-3)]):
+        np.testing.assert_allclose(out[:, column], fn(x), rtol=1e-13, atol=1e-15, err_msg=f"column {column}")
+        np.testing.assert_allclose(out32[:, column], fn(f64), rtol=2e-6, atol=1e-6, err_msg=f"float32 column {column}")
+    np.testing.assert_array_equal(out[:, 7], np.minimum(x, f64))
+    np.testing.assert_array_equal(out32[:, 7], np.maximum(x, f64).astype(np.float32))
+
+
 def test_closure_values_are_compile_time_constants():
     offset = 5
 

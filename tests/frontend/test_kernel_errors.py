@@ -112,7 +112,8 @@ def float_index(a: F32):
 
 
 @pytest.mark.parametrize("fn, args, message, culprit", [
-    (int_local_takes_a_float, [f32()], "type mismatch: 'count' is int64, the value is float32", "count += 0.5"),
+    (int_local_takes_a_float, [f32()], r"type mismatch: 'count' is int64, the value is float32; .*start it as a "
+     r"float \(count = 0.0, not count = 0\)", "count += 0.5"),
     (float_into_int_array, [f32(), np.zeros(4, np.int32)], "type mismatch: 'n' is int32, the value is float32",
      "n[i] = a[i] * 2.0"),
     (bitwise_on_floats, [f32()], "bitwise_and: expected bool or integer operands, got float32", "a[i] = a[i] & 1"),

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import braze as bz
 from braze.errors import InputError
 from braze.ir.scalar import Scalar, as_scalar, ceildiv, const, smax, smin, symbol
 
@@ -164,6 +165,13 @@ def test_bool_raises() -> None:
     with pytest.raises(TypeError):
         if const(1):
             pass
+
+
+def test_order_of_constants_and_of_symbols() -> None:
+    assert const(3) < 4 and const(3) <= 3 and const(4) > const(3) and 5 >= const(5)
+    for compare in (lambda: a > 0, lambda: 0 < a, lambda: a + 1 <= const(2), lambda: const(1) >= a):
+        with pytest.raises(bz.TracerBoolConversionError, match="static_argnames"):
+            compare()
 
 
 @pytest.mark.parametrize("bad", [1.5, True, False, "3", None])

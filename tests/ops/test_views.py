@@ -136,6 +136,45 @@ def test_slice_of_a_broadcast_dim_to_nothing_no_longer_broadcasts():
         run(f, [x, np.ones((3, 4), np.float32)])
 
 
+# (slice of x, NumPy's slice): each keeps one element of a long enough dimension
+ONE_ELEMENT_SLICES = [
+    (lambda t: t[:, :1], lambda a: a[:, :1]),
+    (lambda t: t[:, 2:3], lambda a: a[:, 2:3]),
+    (lambda t: t[:, -1:], lambda a: a[:, -1:]),
+    (lambda t: t[:, -2:-1], lambda a: a[:, -2:-1]),
+    (lambda t: t[:, 1:4:3], lambda a: a[:, 1:4:3]),
+]
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["symbolic", "static"])
+@pytest.mark.parametrize("index", range(len(ONE_ELEMENT_SLICES)))
+def test_one_element_slice_broadcasts_as_numpy(index, static):
+    bz_slice, np_slice = ONE_ELEMENT_SLICES[index]
+    x, y = sample(bz.float32, (3, 4), "x"), sample(bz.float32, (3, 5), "y")
+    with bz.Fusion() as f:
+        t, u = define(f, x, static), define(f, y, static)
+        f.add_output(bz_slice(t) * u)
+        f.add_output(bz.ops.expand(bz_slice(t), (3, 6)))
+        f.add_output(bz_slice(t) + 1)  # used alone it is the slice as it is
+    product, expanded, alone = run(f, [x, y])
+    assert_same(product, np_slice(x) * y)
+    assert_same(expanded, np.broadcast_to(np_slice(x), (3, 6)))
+    assert_same(alone, np_slice(x) + 1)
+
+
+def test_one_element_slice_of_too_short_a_dim():
+    with bz.Fusion() as f:
+        t, u = f.define_tensor((-1, -1), name="x"), f.define_tensor((-1, -1), name="y")
+        f.add_output(t[:, 2:3] * u)
+        f.add_output(t[:, 2:3] * 2)
+    with pytest.raises(bz.InputError, match="one element of a slice, broadcast: got extents 0 and 1"):
+        run(f, [np.ones((3, 2), np.float32), np.ones((3, 5), np.float32)])
+    with bz.Fusion() as g:
+        g.add_output(g.define_tensor((-1, -1))[:, 2:3] * 2)
+    (alone,) = run(g, [np.ones((3, 2), np.float32)])
+    assert alone.shape == (3, 0)
+
+
 def test_pad_fill_converts_as_a_cast():
     x = np.array([1.0, 2.0], np.float16)
     (out,) = execute(lambda f: bz.ops.pad(define(f, x), [(1, 0)], 1e6), [x])
