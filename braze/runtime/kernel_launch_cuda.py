@@ -24,7 +24,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from braze.codegen import cuda_loops
-from braze.codegen.cuda import DEFAULT_BLOCK_SIZE
 from braze.codegen.cuda_plan import sub_exprs
 from braze.errors import KernelAssertionError
 from braze.host.launch_jit import native_launches
@@ -46,7 +45,7 @@ class CudaLoopKernel(CudaCompiledKernel):
     multiply-adds (unless fast math is on), so `+ - *` round as they do on the CPU."""
 
     def generate(self) -> cuda_loops.LoopCudaSource:
-        return cuda_loops.generate(self.kernel, self.params.block_size or DEFAULT_BLOCK_SIZE, self.restrict)
+        return cuda_loops.generate(self.kernel, self.block_size, self.restrict)
 
     def options(self) -> tuple[str, ...]:
         return super().options() + (() if self.params.fast_math else ("--fmad=false",))
@@ -76,11 +75,14 @@ class CudaKernelLauncher:
     """Launches the tasks of one compiled loop kernel on one device, arguments in parameter order."""
 
     def __init__(self, compiled: CudaLoopKernel, device: cuda.Device, arrays: Sequence[k.ArrayParam],
-                 scalars: Sequence[k.ScalarParam]) -> None:
+                 scalars: Sequence[k.ScalarParam], block: int | None = None) -> None:
+        """`block`: the threads a block of its launches has (by default the kernel's own); a kernel
+        whose functions cannot launch that many is recompiled for them (`CudaCompiledKernel.for_block`)."""
+        self.block_size = block or compiled.block_size
+        compiled = compiled.for_block(device, self.block_size)
         self.compiled, self.device = compiled, device
         self.kernel = compiled.kernel
         module = compiled.module(device)
-        self.block_size = compiled.params.block_size or DEFAULT_BLOCK_SIZE
         self.tasks = [self._task(module, t, f) for t, f in zip(self.kernel.tasks, compiled.generated.functions)]
         layout = ArgLayout.of(self.kernel.params)
         self.block_slots = max(layout.size, 1)
