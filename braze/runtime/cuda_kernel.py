@@ -24,9 +24,9 @@ from braze.kir import nodes as k
 from braze.kir.layout import ArgLayout
 from braze.runtime import cuda_driver as cuda
 from braze.runtime import nvrtc
+from braze.runtime.backends.cpu import host_function
 from braze.runtime.compiled_kernel import CompileParams, CompilesOnce
 from braze.runtime.cuda_resources import Workspace, loaded_module, stream_workspaces
-from braze.runtime.executor import host_function
 from braze.runtime.graph import capture_stream
 from braze.runtime.record import RecordedLaunch, dump_kernel_args, note_compile, note_launch, profiling, recording
 

@@ -31,11 +31,11 @@ from braze.kir import nodes as k
 from braze.kir.layout import ArgLayout
 from braze.runtime import cuda_driver as cuda
 from braze.runtime.arrays import arguments_overlap, byte_span, overlaps_itself
+from braze.runtime.backends.cpu import bounds_function
 from braze.runtime.cuda_kernel import BLOCKS_PER_SM, CudaCompiledKernel
 from braze.runtime.device_arrays import DeviceView
 from braze.runtime.fast_call import ArrayKind, gpu_array_kind
 from braze.runtime.graph import capture_stream
-from braze.runtime.kernel_launch import bounds_function
 from braze.runtime.record import RecordedLaunch, note_launch, profiling, record_state, recording
 from braze.runtime.scalars import scalar_packer
 

@@ -84,8 +84,9 @@ class FakeGpu:
             handle = FakeFunction(1000 + len(self.tasks))
             self.tasks[int(handle)] = (fused, task, fn)
             functions[name] = handle
-        compiled = type("FakeCompiled", (), {"kernel": fused, "params": CompileParams(block_size=256), "block_size": 256,
-                                             "generated": generated, "module": lambda self, d: FakeModule(functions),
+        compiled = type("FakeCompiled", (), {"kernel": fused, "params": CompileParams(block_size=256),
+                                             "block_size": 256, "generated": generated,
+                                             "module": lambda self, d: FakeModule(functions),
                                              "for_block": lambda self, device, block: self})
         return compiled(), decisions
 
