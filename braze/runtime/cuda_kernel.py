@@ -25,10 +25,11 @@ from braze.kir.layout import ArgLayout
 from braze.runtime import cuda_driver as cuda
 from braze.runtime import nvrtc
 from braze.runtime.backends.cpu import host_function
+from braze.runtime.backends.cuda import recorded_launch
 from braze.runtime.compiled_kernel import CompileParams, CompilesOnce
 from braze.runtime.cuda_resources import Workspace, loaded_module, stream_workspaces
 from braze.runtime.graph import capture_stream
-from braze.runtime.record import RecordedLaunch, dump_kernel_args, note_compile, note_launch, profiling, recording
+from braze.runtime.record import RecordedLaunch, dump_kernel_args, note_compile, recording
 
 BLOCKS_PER_SM = 8  # resident blocks of 256 threads an SM holds; grids beyond that loop instead
 ROW_CACHE_BYTES = 96 * 1024  # the most shared memory a block's row caches may take (2 blocks an SM fit)
@@ -593,17 +594,11 @@ class CudaExecutor:
 
     def _recorded_launch(self, planned: PlannedLaunch, params: int, stream: int, block: np.ndarray) -> None:
         """A launch under bz.record(): noted, and timed with CUDA events when profiling."""
-        launch = RecordedLaunch(self.kernel.name, planned.function_name, planned.begin, planned.end, planned.grid)
-        if profiling():
-            start, end = cuda.event(), cuda.event()
-            cuda.record_event(start, stream)
-        cuda.launch(planned.function, (planned.grid, 1, 1), (self.block, 1, 1), params, stream, planned.shared,
-                    planned.function_name)
-        if profiling():
-            cuda.record_event(end, stream)
-            launch.device_ms = cuda.elapsed_ms(start, end)
-            launch.gbps = self._argument_bytes(block) / launch.device_ms / 1e6
-        note_launch(launch)
+        recorded_launch(RecordedLaunch(self.kernel.name, planned.function_name, planned.begin, planned.end,
+                                       planned.grid), stream,
+                        lambda: cuda.launch(planned.function, (planned.grid, 1, 1), (self.block, 1, 1), params,
+                                            stream, planned.shared, planned.function_name),
+                        functools.partial(self._argument_bytes, block))
 
     def _argument_bytes(self, block: np.ndarray) -> int:
         """Bytes of the kernel's array arguments (extents from the argument block)."""

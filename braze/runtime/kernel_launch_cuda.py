@@ -16,6 +16,7 @@ with every extent and stride filled in, and each task's grid. A call with that d
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -32,11 +33,12 @@ from braze.kir.layout import ArgLayout
 from braze.runtime import cuda_driver as cuda
 from braze.runtime.arrays import arguments_overlap, byte_span, overlaps_itself
 from braze.runtime.backends.cpu import bounds_function
+from braze.runtime.backends.cuda import recorded_launch
 from braze.runtime.cuda_kernel import BLOCKS_PER_SM, CudaCompiledKernel
 from braze.runtime.device_arrays import DeviceView
 from braze.runtime.fast_call import ArrayKind, gpu_array_kind
 from braze.runtime.graph import capture_stream
-from braze.runtime.record import RecordedLaunch, note_launch, profiling, record_state, recording
+from braze.runtime.record import RecordedLaunch, record_state, recording
 from braze.runtime.scalars import scalar_packer
 
 
@@ -271,17 +273,8 @@ class PreparedKernelCall:
     def _recorded(self, launches: list[LoopTaskLaunch], stream: int) -> None:
         """The launches under bz.record(): each noted, and timed with CUDA events when profiling."""
         for x in launches:
-            launch = RecordedLaunch(self.launcher.kernel.name, x.task.name, x.begin, x.end, x.grid)
-            timed = profiling() and x.grid
-            if timed:
-                start, end = cuda.event(), cuda.event()
-                cuda.record_event(start, stream)
-            if x.grid:
-                self._launch(x, stream)
-            if timed:
-                cuda.record_event(end, stream)
-                launch.device_ms = cuda.elapsed_ms(start, end)
-            note_launch(launch)
+            recorded_launch(RecordedLaunch(self.launcher.kernel.name, x.task.name, x.begin, x.end, x.grid), stream,
+                            functools.partial(self._launch, x, stream) if x.grid else None)
             if self.status is not None:
                 self._check(stream)
 
