@@ -59,7 +59,7 @@ INNER_OUTER_BLOCKS_PER_SM_BEFORE = 2
 FOLD_BLOCKS_PER_SM = 2
 FOLD_SEGMENT_BYTES = 64
 REGISTERS_PER_SM = 65536
-MIN_REGISTERS = 16  # the fewest registers a thread a recompile asks for (NVRTC's own floor)
+MIN_REGISTERS = 16  # the fewest registers a thread a recompile asks for (ptxas raises a lower cap to its minimum)
 
 
 class CudaCompiledKernel(CompilesOnce):
