@@ -33,10 +33,6 @@ def parallel_for(fn, begin: int, end: int, args: int, work_per_index: int, min_w
     Returns the number of chunks (1 when the range ran on the calling thread).
     """
     total = end - begin
-    if total * work_per_index < 2 * min_work:  # one chunk's work at most: no need to count the cores
-        if total > 0:
-            fn(begin, end, args)
-        return 1
     workers = min(worker_count(), total, max(1, total * work_per_index // min_work))
     if workers <= 1:
         if total > 0:

@@ -42,6 +42,7 @@ class CpuTasks:
         self.kernel = compiled.kernel
         self.functions = compiled.functions
         self.what, self.min_work = what, min_work
+        self.one_chunk = 2 * min_work  # below it parallel_for makes one chunk: a cached call skips asking it
 
     def launch(self, block: object, address: int, ranges: Sequence[TaskRange], arguments: Sequence[object] = (),
                status: np.ndarray | None = None, messages: Sequence[str] = ()) -> None:
@@ -52,7 +53,12 @@ class CpuTasks:
         record = recording()
         replayed = record and host_block(block, arguments, self.what, status is not None)
         for task, fn, (begin, end, work) in zip(self.kernel.tasks, self.functions, ranges):
-            chunks = parallel_for(fn, begin, end, address, work, self.min_work)
+            if (end - begin) * work < self.one_chunk:  # the calling thread runs it, as parallel_for would
+                if end > begin:
+                    fn(begin, end, address)
+                chunks = 1
+            else:
+                chunks = parallel_for(fn, begin, end, address, work, self.min_work)
             if record:
                 note_launch(RecordedLaunch(self.kernel.name, task.name, begin, end, chunks))
                 if replayed:
