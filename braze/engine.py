@@ -41,13 +41,12 @@ from braze.passes.simplify import simplify
 from braze.passes.split_loops import split_loops
 from braze.runtime import cuda_driver, reference
 from braze.runtime.arrays import to_kind
+from braze.runtime.backends.cpu import KernelExecutor, KernelLauncher
 from braze.runtime.compiled_kernel import CompiledKernel, CompileParams
 from braze.runtime.cuda_fusion_runtime import CudaFusionRuntime
 from braze.runtime.cuda_kernel import CudaCompiledKernel, CudaExecutor, default_params
-from braze.runtime.executor import KernelExecutor
 from braze.runtime.fusion_runtime import FusionRuntime
 from braze.runtime.inputs import BoundInputs, TensorSpec, bind_inputs
-from braze.runtime.kernel_launch import KernelLauncher
 from braze.runtime.record import note_entry, note_segments
 
 if TYPE_CHECKING:

@@ -63,6 +63,12 @@ class FakeModule:
     def allow_shared_memory(self, name: str, nbytes: int) -> None:
         pass
 
+    def max_threads(self, name: str) -> int:
+        return 1024
+
+    def registers(self, name: str) -> int:
+        return 32
+
 
 class _HostMemory:
     """cuda.alloc / fill_bytes / free over host buffers (the workspace), kept until the process ends:

@@ -41,8 +41,8 @@ from braze.kir import nodes as k
 from braze.passes.fuse_tasks import Decision
 from braze.passes.simplify import map_children
 from braze.runtime.arrays import arguments_overlap, as_host_array, byte_span, overlaps_itself
+from braze.runtime.backends.cpu import PackedArgs
 from braze.runtime.device_arrays import is_device_array
-from braze.runtime.kernel_launch import PackedArgs
 
 _NUMPY_TO_DTYPE = {d.numpy: d for d in dt.ALL_DTYPES}
 _INT_RANGES = {d.name: (int(np.iinfo(d.numpy).min), int(np.iinfo(d.numpy).max)) for d in dt.INT_DTYPES}

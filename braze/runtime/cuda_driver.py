@@ -233,6 +233,10 @@ class Module:
         """The most threads a block of `name` may have (its register use and launch bounds decide)."""
         return function_attribute(self.functions[name], "MAX_THREADS_PER_BLOCK")
 
+    def registers(self, name: str) -> int:
+        """The registers a thread of `name` takes."""
+        return function_attribute(self.functions[name], "NUM_REGS")
+
 
 def unload_module(handle: int) -> None:
     """cuModuleUnload, in the current context (the module's)."""

@@ -24,11 +24,12 @@ from braze.kir import nodes as k
 from braze.kir.layout import ArgLayout
 from braze.runtime import cuda_driver as cuda
 from braze.runtime import nvrtc
+from braze.runtime.backends.cpu import host_function
+from braze.runtime.backends.cuda import recorded_launch
 from braze.runtime.compiled_kernel import CompileParams, CompilesOnce
 from braze.runtime.cuda_resources import Workspace, loaded_module, stream_workspaces
-from braze.runtime.executor import host_function
 from braze.runtime.graph import capture_stream
-from braze.runtime.record import RecordedLaunch, dump_kernel_args, note_compile, note_launch, profiling, recording
+from braze.runtime.record import RecordedLaunch, dump_kernel_args, note_compile, recording
 
 BLOCKS_PER_SM = 8  # resident blocks of 256 threads an SM holds; grids beyond that loop instead
 ROW_CACHE_BYTES = 96 * 1024  # the most shared memory a block's row caches may take (2 blocks an SM fit)
@@ -58,6 +59,8 @@ INNER_OUTER_BLOCKS_PER_SM_BEFORE = 2
 # 32-byte sectors).
 FOLD_BLOCKS_PER_SM = 2
 FOLD_SEGMENT_BYTES = 64
+REGISTERS_PER_SM = 65536
+MIN_REGISTERS = 16  # the fewest registers a thread a recompile asks for (ptxas raises a lower cap to its minimum)
 
 
 class CudaCompiledKernel(CompilesOnce):
@@ -72,12 +75,15 @@ class CudaCompiledKernel(CompilesOnce):
         self.binary: bytes | None = None
         self.from_disk = False
         self._modules: dict[int, cuda.Module] = {}
+        # Per (device index, block): this kernel where its functions launch blocks of that many
+        # threads, else its recompile for them (`for_block`); the recompiles live as long as it does.
+        self._for_block: dict[tuple[int, int], CudaCompiledKernel] = {}
         self._lock = threading.Lock()
+        self._for_block_lock = threading.Lock()  # (not `_lock`: `module` takes that one)
 
     def generate(self):
         """The generated source (a CudaSource: `text`, `body`, `functions`)."""
-        return cuda_codegen.generate(self.kernel, self.params.block_size or cuda_codegen.DEFAULT_BLOCK_SIZE,
-                                     self.restrict)
+        return cuda_codegen.generate(self.kernel, self.block_size, self.restrict)
 
     @property
     def cache_key(self) -> str:
@@ -116,6 +122,48 @@ class CudaCompiledKernel(CompilesOnce):
 
     def recompile(self, **changes) -> CudaCompiledKernel:
         return type(self)(self.kernel, dataclasses.replace(self.params, **changes), self.restrict).compile()
+
+    @property
+    def block_size(self) -> int:
+        """The threads a block of this kernel's launches has (its launch bounds)."""
+        return self.params.block_size or cuda_codegen.DEFAULT_BLOCK_SIZE
+
+    def for_block(self, device: cuda.Device, block: int) -> CudaCompiledKernel:
+        """This kernel where every function of it launches blocks of `block` threads on `device`,
+        else its recompile (`recompile`) for them: new launch bounds for a block other than the one
+        it was compiled for, fewer registers a thread where a function's registers leave fewer
+        threads a block. The recompile is made once and kept beside this kernel: both stay valid."""
+        key = (device.index, block)
+        kernel = self._for_block.get(key)
+        if kernel is None:
+            with self._for_block_lock:
+                kernel = self._for_block.get(key)
+                if kernel is None:
+                    kernel = self._for_block[key] = self._recompiled(self._params_for_block(device, block))
+        return kernel
+
+    def _recompiled(self, params: CompileParams) -> CudaCompiledKernel:
+        """This kernel for `params`: itself, or its recompile for them, made once (devices alike share it)."""
+        if params == self.params:
+            return self
+        same = next((kernel for kernel in self._for_block.values() if kernel.params == params), None)
+        return same or self.recompile(block_size=params.block_size, max_registers=params.max_registers)
+
+    def _params_for_block(self, device: cuda.Device, block: int) -> CompileParams:
+        if block != self.block_size:
+            registers = registers_for_block(block)
+            if self.params.max_registers:
+                registers = min(registers, self.params.max_registers)
+            return dataclasses.replace(self.params, block_size=block, max_registers=registers)
+        module = self.module(device)
+        limits = {name: module.max_threads(name) for name in module.functions}
+        short = [name for name, threads in limits.items() if threads < block]
+        if not short:
+            return self.params
+        # The registers a function used let `limits[name]` threads a block: fewer in proportion let `block`.
+        registers = min(module.registers(name) * limits[name] // block for name in short)
+        registers = max(MIN_REGISTERS, min(registers_for_block(block), registers // 8 * 8))
+        return dataclasses.replace(self.params, max_registers=registers)
 
     def module(self, device: cuda.Device) -> cuda.Module:
         """The kernel loaded on `device`, loaded once; it stays loaded while this kernel, or anything
@@ -230,12 +278,15 @@ def task_launches(kernel: k.Kernel, generated, functions: dict) -> list[_TaskLau
 class CudaExecutor:
     """Launches every task of one compiled kernel, in order, on one device and stream."""
 
-    def __init__(self, compiled: CudaCompiledKernel, device: cuda.Device) -> None:
+    def __init__(self, compiled: CudaCompiledKernel, device: cuda.Device, block: int | None = None) -> None:
+        """`block`: the threads a block of its launches has (by default the kernel's own); a kernel
+        whose functions cannot launch that many is recompiled for them (`for_block`)."""
+        self.block = block or compiled.block_size
+        compiled = compiled.for_block(device, self.block)
         self.compiled, self.device = compiled, device
         self.kernel = compiled.kernel
         self.entries = weakref.WeakValueDictionary()  # per input description, its prepared call (runtime/fast_call.py)
         module = compiled.module(device)
-        self.block = compiled.params.block_size or cuda_codegen.DEFAULT_BLOCK_SIZE
         generated = compiled.generated
         self.module = module
         self.occupancy: dict[tuple[str, int], int] = {}
@@ -546,17 +597,11 @@ class CudaExecutor:
 
     def _recorded_launch(self, planned: PlannedLaunch, params: int, stream: int, block: np.ndarray) -> None:
         """A launch under bz.record(): noted, and timed with CUDA events when profiling."""
-        launch = RecordedLaunch(self.kernel.name, planned.function_name, planned.begin, planned.end, planned.grid)
-        if profiling():
-            start, end = cuda.event(), cuda.event()
-            cuda.record_event(start, stream)
-        cuda.launch(planned.function, (planned.grid, 1, 1), (self.block, 1, 1), params, stream, planned.shared,
-                    planned.function_name)
-        if profiling():
-            cuda.record_event(end, stream)
-            launch.device_ms = cuda.elapsed_ms(start, end)
-            launch.gbps = self._argument_bytes(block) / launch.device_ms / 1e6
-        note_launch(launch)
+        recorded_launch(RecordedLaunch(self.kernel.name, planned.function_name, planned.begin, planned.end,
+                                       planned.grid), stream,
+                        lambda: cuda.launch(planned.function, (planned.grid, 1, 1), (self.block, 1, 1), params,
+                                            stream, planned.shared, planned.function_name),
+                        functools.partial(self._argument_bytes, block))
 
     def _argument_bytes(self, block: np.ndarray) -> int:
         """Bytes of the kernel's array arguments (extents from the argument block)."""
@@ -635,12 +680,14 @@ def _stream_of(args) -> int:
     return 0
 
 
-REGISTERS_PER_SM = 65536
+def registers_for_block(block: int) -> int:
+    """Registers a thread may take so that one block of `block` threads fits on an SM (255 at most;
+    a multiple of 8, the granularity registers are allocated in)."""
+    return min(255, REGISTERS_PER_SM // block // 8 * 8)
 
 
 @functools.cache
 def default_params(device: cuda.Device) -> CompileParams:
     block = cuda_codegen.DEFAULT_BLOCK_SIZE
-    # Registers: as many as still let one block of `block` threads fit on an SM (255 at most).
-    return CompileParams(index_type="int64", block_size=block, max_registers=min(255, REGISTERS_PER_SM // block),
+    return CompileParams(index_type="int64", block_size=block, max_registers=registers_for_block(block),
                          arch=device.arch, fast_math=config.enabled("fast_math"))

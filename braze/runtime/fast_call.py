@@ -46,10 +46,10 @@ from braze.host import host_jit
 from braze.host.launch_jit import NEW_STREAM, STREAM_TABLES, LaunchSpec, NativeLaunches, native_launches
 from braze.host.torch_call import Conditions, TorchApi, TorchCall, describe_tensor, torch_api
 from braze.runtime import cuda_driver as cuda
+from braze.runtime.backends.cpu import CpuTasks, TaskRange
 from braze.runtime.graph import open_graphs
 from braze.runtime.record import OPEN_RECORDINGS, RecordedLaunch, note_launch, profiling, record_state, recording
 from braze.runtime.rng import next_seed_offset
-from braze.runtime.thread_pool import parallel_for
 
 MAX_DESCRIPTIONS = 256  # prepared calls kept per fusion, @bz.jit function or @bz.kernel (beyond: the oldest goes)
 _UNSEEN = object()  # a memo not filled yet
@@ -603,16 +603,12 @@ class CudaPreparedCall(PreparedCall):
 class CpuPreparedCall(PreparedCall):
     """Runs the kernel's tasks on the host, each over its prepared range."""
 
-    def __init__(self, plan: CallPlan, tasks: list[tuple[Callable, int, int, int, tuple]]) -> None:
+    def __init__(self, plan: CallPlan, tasks: CpuTasks, ranges: list[TaskRange]) -> None:
         super().__init__(plan)
-        self.tasks = tasks  # (function, begin, end, work per index, (kernel, task) for bz.record())
+        self.tasks, self.ranges = tasks, ranges
 
     def _launch(self, order: int) -> None:
-        record = recording()
-        for fn, begin, end, work, names in self.tasks:
-            chunks = parallel_for(fn, begin, end, self.address, work)
-            if record:
-                note_launch(RecordedLaunch(*names, begin, end, chunks))
+        self.tasks.launch(self.block, self.address, self.ranges)
 
 
 def _torch_output(api: TorchApi, allocate: Callable[[], object], device: object) -> tuple | None:

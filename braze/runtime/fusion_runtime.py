@@ -33,8 +33,8 @@ from braze.kir.params import KernelParams
 from braze.ops.creation import draws_from_the_global_generator
 from braze.ops.reductions import check_empty_reductions, reductions_without_identity
 from braze.ops.table import RefContext, lookup
+from braze.runtime.backends.cpu import KernelExecutor
 from braze.runtime.device_arrays import DeviceView
-from braze.runtime.executor import KernelExecutor
 from braze.runtime.fast_call import (
     CallPlan,
     CpuPreparedCall,
@@ -252,12 +252,7 @@ class FusionRuntime:
         return []
 
     def _prepared_call(self, frame: Frame, plan: CallPlan, kinds: list, first_array: int) -> PreparedCall:
-        executor, name = self.executor, self.executor.kernel.name
-        tasks = []
-        for task, fn, bounds in zip(executor.kernel.tasks, executor.functions, executor.bounds):
-            begin, end, work = bounds(frame.bindings)
-            tasks.append((fn, begin, end, max(work, 1), (name, task.name)))
-        return CpuPreparedCall(plan, tasks)
+        return CpuPreparedCall(plan, self.executor.tasks, self.executor.ranges(frame.bindings))
 
     def _check_empty_reductions(self, extents: list[int], bindings: dict[str, int]) -> None:
         """max, min, argmax and argmin of nothing have no value: an error where an output reads one."""

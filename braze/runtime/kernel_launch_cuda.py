@@ -16,6 +16,7 @@ with every extent and stride filled in, and each task's grid. A call with that d
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -24,7 +25,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from braze.codegen import cuda_loops
-from braze.codegen.cuda import DEFAULT_BLOCK_SIZE
 from braze.codegen.cuda_plan import sub_exprs
 from braze.errors import KernelAssertionError
 from braze.host.launch_jit import native_launches
@@ -32,12 +32,13 @@ from braze.kir import nodes as k
 from braze.kir.layout import ArgLayout
 from braze.runtime import cuda_driver as cuda
 from braze.runtime.arrays import arguments_overlap, byte_span, overlaps_itself
+from braze.runtime.backends.cpu import bounds_function
+from braze.runtime.backends.cuda import recorded_launch
 from braze.runtime.cuda_kernel import BLOCKS_PER_SM, CudaCompiledKernel
 from braze.runtime.device_arrays import DeviceView
 from braze.runtime.fast_call import ArrayKind, gpu_array_kind
 from braze.runtime.graph import capture_stream
-from braze.runtime.kernel_launch import bounds_function
-from braze.runtime.record import RecordedLaunch, note_launch, profiling, record_state, recording
+from braze.runtime.record import RecordedLaunch, record_state, recording
 from braze.runtime.scalars import scalar_packer
 
 
@@ -46,7 +47,7 @@ class CudaLoopKernel(CudaCompiledKernel):
     multiply-adds (unless fast math is on), so `+ - *` round as they do on the CPU."""
 
     def generate(self) -> cuda_loops.LoopCudaSource:
-        return cuda_loops.generate(self.kernel, self.params.block_size or DEFAULT_BLOCK_SIZE, self.restrict)
+        return cuda_loops.generate(self.kernel, self.block_size, self.restrict)
 
     def options(self) -> tuple[str, ...]:
         return super().options() + (() if self.params.fast_math else ("--fmad=false",))
@@ -76,11 +77,14 @@ class CudaKernelLauncher:
     """Launches the tasks of one compiled loop kernel on one device, arguments in parameter order."""
 
     def __init__(self, compiled: CudaLoopKernel, device: cuda.Device, arrays: Sequence[k.ArrayParam],
-                 scalars: Sequence[k.ScalarParam]) -> None:
+                 scalars: Sequence[k.ScalarParam], block: int | None = None) -> None:
+        """`block`: the threads a block of its launches has (by default the kernel's own); a kernel
+        whose functions cannot launch that many is recompiled for them (`CudaCompiledKernel.for_block`)."""
+        self.block_size = block or compiled.block_size
+        compiled = compiled.for_block(device, self.block_size)
         self.compiled, self.device = compiled, device
         self.kernel = compiled.kernel
         module = compiled.module(device)
-        self.block_size = compiled.params.block_size or DEFAULT_BLOCK_SIZE
         self.tasks = [self._task(module, t, f) for t, f in zip(self.kernel.tasks, compiled.generated.functions)]
         layout = ArgLayout.of(self.kernel.params)
         self.block_slots = max(layout.size, 1)
@@ -269,17 +273,8 @@ class PreparedKernelCall:
     def _recorded(self, launches: list[LoopTaskLaunch], stream: int) -> None:
         """The launches under bz.record(): each noted, and timed with CUDA events when profiling."""
         for x in launches:
-            launch = RecordedLaunch(self.launcher.kernel.name, x.task.name, x.begin, x.end, x.grid)
-            timed = profiling() and x.grid
-            if timed:
-                start, end = cuda.event(), cuda.event()
-                cuda.record_event(start, stream)
-            if x.grid:
-                self._launch(x, stream)
-            if timed:
-                cuda.record_event(end, stream)
-                launch.device_ms = cuda.elapsed_ms(start, end)
-            note_launch(launch)
+            recorded_launch(RecordedLaunch(self.launcher.kernel.name, x.task.name, x.begin, x.end, x.grid), stream,
+                            functools.partial(self._launch, x, stream) if x.grid else None)
             if self.status is not None:
                 self._check(stream)
 

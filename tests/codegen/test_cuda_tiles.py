@@ -19,8 +19,8 @@ from braze import engine
 from braze.codegen import cuda
 from braze.codegen.cuda_tiles import PRELOAD_BYTES, TILE_SHARED_BYTES, pad, plan_tiles
 from braze.runtime import nvrtc
+from braze.runtime.backends.cpu import host_function
 from braze.runtime.cuda_kernel import CudaExecutor, _bounds, _TaskLaunch
-from braze.runtime.executor import host_function
 from braze.runtime.inputs import bind_inputs
 
 needs_nvrtc = pytest.mark.skipif(not nvrtc.available(), reason="NVRTC is not installed")

@@ -6,6 +6,8 @@ itself runs on the GPU with BRAZE_OPS_BACKEND=cuda (outputs poisoned before the 
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 from layouts import LAYOUTS, layout_fusion
@@ -13,6 +15,7 @@ from layouts import LAYOUTS, layout_fusion
 import braze as bz
 from braze import config, engine
 from braze.runtime import cuda_driver
+from braze.runtime.cuda_kernel import CudaExecutor
 from braze.runtime.device_arrays import DeviceArray
 
 pytestmark = [pytest.mark.cuda,
@@ -133,16 +136,43 @@ def test_rtc_kernel_compile_error_names_the_kernel() -> None:
         bz.RtcKernel('extern "C" __global__ void broken() { undefined_thing(); }', "broken")
 
 
-def test_recompile_for_a_larger_block() -> None:
+def test_an_executor_for_a_larger_block_runs_the_recompile_and_keeps_both(monkeypatch) -> None:
+    """Executors asking for blocks of 1024 threads get the kernel recompiled for them (launch bounds
+    of 1024, 64 registers a thread), beside the one of 256 that other executors keep running."""
     x = np.random.default_rng(1).standard_normal((16, 2000)).astype(np.float32)
     f = softmax_fusion()
     f.execute([x], device="cuda")
-    runtime = next(iter(engine._cache_of(f).entries.values()))
-    bigger = runtime.executor.compiled.recompile(block_size=1024)
-    assert "__launch_bounds__(1024)" in bigger.source
-    runtime.executor = type(runtime.executor)(bigger, runtime.executor.device)
-    (y,) = f.execute([x], device="cuda")
+    original = next(iter(engine._cache_of(f).entries.values())).executor.compiled
+    monkeypatch.setattr(engine, "CudaExecutor", functools.partial(CudaExecutor, block=1024))
+    g = softmax_fusion()
+    with config.scope(enable="poison_outputs"):
+        (y,) = g.execute([x], device="cuda")
+    executor = next(iter(engine._cache_of(g).entries.values())).executor
+    assert executor.block == 1024 and executor.compiled is original.for_block(executor.device, 1024)
+    assert "__launch_bounds__(1024)" in executor.compiled.source and executor.compiled.params.max_registers == 64
+    assert all(executor.module.max_threads(name) >= 1024 for name in executor.module.functions)
     np.testing.assert_allclose(y, reference_softmax(x), rtol=1e-5, atol=1e-6)
+    (y,) = f.execute([x], device="cuda")  # the original still runs
+    assert original.block_size == 256
+    np.testing.assert_allclose(y, reference_softmax(x), rtol=1e-5, atol=1e-6)
+
+
+def test_a_loop_kernel_for_a_larger_block_runs_the_recompile(monkeypatch) -> None:
+    from braze.runtime import kernel_launch_cuda
+
+    @bz.kernel
+    def scaled(x: bz.Array[bz.float32, 1], y: bz.Array[bz.float32, 1], a: bz.float32):
+        for i in range(x.shape[0]):
+            y[i] = a * x[i] + 1.0
+
+    monkeypatch.setattr(kernel_launch_cuda, "CudaKernelLauncher",
+                        functools.partial(kernel_launch_cuda.CudaKernelLauncher, block=1024))
+    x = np.random.default_rng(2).standard_normal(100_000).astype(np.float32)
+    dx, dy = DeviceArray.from_numpy(x), DeviceArray.from_numpy(np.full_like(x, np.nan))
+    scaled(dx, dy, 3.0)
+    launcher = scaled.last_entry.launcher
+    assert launcher.block_size == 1024 and launcher.compiled.params.block_size == 1024
+    np.testing.assert_allclose(dy.numpy(), 3.0 * x.astype(np.float64) + 1.0, rtol=1e-6)
 
 
 def test_disk_cache_hit_and_corrupt_file(tmp_path) -> None:

@@ -7,7 +7,7 @@ import numpy as np
 
 import braze as bz
 from braze import config, engine
-from braze.runtime.executor import KernelExecutor
+from braze.runtime.backends.cpu import KernelExecutor
 from braze.runtime.fusion_runtime import FusionRuntime
 from braze.runtime.inputs import bind_inputs
 

@@ -13,8 +13,7 @@ import braze as bz
 from braze import dtypes as dt
 from braze.kir import nodes as k
 from braze.kir.python import python_function, scalar_by_name
-from braze.runtime.executor import host_function
-from braze.runtime.kernel_launch import bounds_function
+from braze.runtime.backends.cpu import bounds_function, host_function
 
 A, B = k.ScalarParam("a", dt.int64), k.ScalarParam("b", dt.int64)
 

@@ -82,6 +82,12 @@ class FakeModule:
     def resident_blocks(self, name: str, block: int, shared: int) -> int:
         return 2
 
+    def max_threads(self, name: str) -> int:
+        return 1024
+
+    def registers(self, name: str) -> int:
+        return 32
+
 
 class FakeGpu:
     """The driver's memory, module and launch calls, recorded in one list of events."""

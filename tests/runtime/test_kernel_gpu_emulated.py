@@ -85,7 +85,9 @@ class FakeGpu:
             self.tasks[int(handle)] = (fused, task, fn)
             functions[name] = handle
         compiled = type("FakeCompiled", (), {"kernel": fused, "params": CompileParams(block_size=256),
-                                             "generated": generated, "module": lambda self, d: FakeModule(functions)})
+                                             "block_size": 256, "generated": generated,
+                                             "module": lambda self, d: FakeModule(functions),
+                                             "for_block": lambda self, device, block: self})
         return compiled(), decisions
 
     def launch(self, function, gx, gy, gz, bx, by, bz_, shared, stream, params, extra) -> int:

@@ -1,0 +1,210 @@
+"""The CPU backend's launch: every task of one compiled kernel over its index range, the range split
+across the cores where it has the work for it, for fusions (`KernelExecutor`) and loop kernels
+(`KernelLauncher`) alike.
+
+Task bounds are Kernel IR expressions; they are turned into Python functions once (kir/python.py),
+when the executor or launcher is built, so a run evaluates nothing symbolic. A launch notes itself in
+an open `bz.record()`, adds itself to an open `bz.graph()` and is dumped (`launch_params`,
+`kernel_args`) in one place, `CpuTasks.launch`, which the prepared calls of runtime/fast_call.py take too.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from braze import config
+from braze.errors import KernelAssertionError
+from braze.kir import nodes as k
+from braze.kir.layout import ArgLayout
+from braze.kir.python import evaluable, python_function, scalar_by_name
+from braze.runtime.compiled_kernel import CompiledKernel
+from braze.runtime.graph import host_block, host_task
+from braze.runtime.record import RecordedLaunch, dump_launch, note_launch, recording
+from braze.runtime.scalars import scalar_packer
+from braze.runtime.thread_pool import MIN_CHUNK_WORK, parallel_for
+
+MIN_PARALLEL_WORK = 1 << 20  # statement-indices (a vectorized statement costs well under 1 ns per index)
+# worth waking other threads for in a loop kernel: below it, handing chunks to the pool costs more than it saves
+
+TaskRange = tuple[int, int, int]  # (begin, end, work per index) of one task's launch
+
+
+class CpuTasks:
+    """The task functions of one compiled kernel and how a launch of them runs: `min_work` is the
+    work (in the units of the ranges' work per index) a chunk needs before another thread takes it."""
+
+    def __init__(self, compiled: CompiledKernel, what: str, min_work: int = MIN_CHUNK_WORK) -> None:
+        self.compiled = compiled  # its loaded code lives as long as it does: the functions stay valid
+        self.kernel = compiled.kernel
+        self.functions = compiled.functions
+        self.what, self.min_work = what, min_work
+        self.one_chunk = 2 * min_work  # below it parallel_for makes one chunk: a cached call skips asking it
+
+    def launch(self, block: object, address: int, ranges: Sequence[TaskRange], arguments: Sequence[object] = (),
+               status: np.ndarray | None = None, messages: Sequence[str] = ()) -> None:
+        """Runs every task over its range on the argument block at `address` (`block`: that block, for
+        a graph's copy and the dumps). A `bz.graph()` recording the launch keeps `arguments` (what the
+        block points into) alive. `status`: the debug checks' status word, whose failure raises
+        KernelAssertionError with its message from `messages`."""
+        record = recording()
+        replayed = record and host_block(block, arguments, self.what, status is not None)
+        for task, fn, (begin, end, work) in zip(self.kernel.tasks, self.functions, ranges):
+            if (end - begin) * work < self.one_chunk:  # the calling thread runs it, as parallel_for would
+                if end > begin:
+                    fn(begin, end, address)
+                chunks = 1
+            else:
+                chunks = parallel_for(fn, begin, end, address, work, self.min_work)
+            if record:
+                note_launch(RecordedLaunch(self.kernel.name, task.name, begin, end, chunks))
+                if replayed:
+                    host_task(fn, begin, end, replayed, work, self.min_work, chunks)
+            if config.current.dump:
+                dump_launch(RecordedLaunch(self.kernel.name, task.name, begin, end, chunks), block,
+                            ArgLayout.of(self.kernel.params).slots)
+            if status is not None and status[0]:
+                raise KernelAssertionError(f"{self.what}: {messages[int(status[0]) - 1]}")
+
+
+# --- fusions --------------------------------------------------------------------------------------
+def host_function(exprs: list[k.Expr]) -> Callable[[dict[str, int]], tuple[int, ...]]:
+    """Compiles expressions over scalar parameters into one Python function of their values by name
+    (kir/python.py: a division by zero gives 0, as in the kernels)."""
+    return python_function(exprs, "s", scalar_by_name)
+
+
+def inner_extent(task: k.Task) -> k.Expr:
+    """The elements of work one index of the task's range does: its own estimate, else the extent of
+    its last top-level loop (when the host can evaluate it)."""
+    if task.work is not None:
+        return task.work
+    loops = [s for s in task.body if isinstance(s, k.For)]
+    if loops and evaluable(loops[-1].end, scalar_by_name):
+        return loops[-1].end
+    return k.Const(1, task.begin.dtype)
+
+
+class KernelExecutor:
+    """Runs every task of one compiled fusion kernel, in order."""
+
+    def __init__(self, compiled: CompiledKernel) -> None:
+        self.compiled = compiled
+        self.kernel = compiled.kernel
+        self.tasks = CpuTasks(compiled, f"fusion kernel {self.kernel.name!r}")
+        self.functions = self.tasks.functions
+        self.bounds = [host_function([t.begin, t.end, inner_extent(t)]) for t in self.kernel.tasks]
+        # Per input description, the prepared call of runs of it (runtime/fast_call.py), held by the
+        # fusion's FastCalls: a prepared call holds its executor, so the index must not hold it back.
+        self.entries: weakref.WeakValueDictionary[tuple, object] = weakref.WeakValueDictionary()
+
+    def ranges(self, scalars: dict[str, int]) -> list[TaskRange]:
+        """Each task's (begin, end, work per index) for the extents in `scalars`."""
+        ranges = []
+        for bounds in self.bounds:
+            begin, end, work = bounds(scalars)
+            ranges.append((begin, end, max(work, 1)))
+        return ranges
+
+    def run(self, block: np.ndarray, scalars: dict[str, int], arguments: Sequence[object] = ()) -> None:
+        """Runs all tasks with the argument block `block` (int64 slots); `scalars` holds extent values.
+        A `bz.graph()` recording the run keeps `arguments` (what the block points into) alive."""
+        self.tasks.launch(block, block.ctypes.data, self.ranges(scalars), arguments)
+
+
+# --- loop kernels ---------------------------------------------------------------------------------
+def bounds_function(kernel: k.Kernel, arrays: Sequence[k.ArrayParam], scalars: Sequence[k.ScalarParam],
+                    work: Sequence[int] | None = None) -> Callable[[Sequence, Sequence], tuple]:
+    """`(shapes, scalars) -> ((begin, end) per task)`: Python compiled from the tasks' bounds
+    (kir/python.py), reading the array arguments' shapes and the scalars in parameter order. With
+    `work` (per task its work per index), `(begin, end, work)` per task: the ranges of a launch."""
+    array_index = {p.name: n for n, p in enumerate(arrays)}
+    scalar_index = {p.name: n for n, p in enumerate(scalars)}
+
+    def leaf(e: k.Expr) -> str | None:
+        if isinstance(e, k.ScalarRef):
+            return f"S[{scalar_index[e.param.name]}]"
+        if isinstance(e, k.ArrayExtent):
+            return f"A[{array_index[e.param.name]}][{e.axis}]"
+        return None
+
+    if work is None:
+        return python_function([(t.begin, t.end) for t in kernel.tasks], "A, S", leaf)
+    return python_function([(t.begin, t.end, k.Const(w, t.begin.dtype)) for t, w in zip(kernel.tasks, work)],
+                           "A, S", leaf)
+
+
+def _work_per_index(stmts: tuple[k.Stmt, ...], weight: int = 1) -> int:
+    """A rough cost of one index of a task (statements, with serial loop bodies counted 8 times), in
+    the units of `parallel_for`, so that small loops stay on the calling thread."""
+    total = 0
+    for s in stmts:
+        total += weight
+        if isinstance(s, (k.For, k.While)):
+            total += _work_per_index(s.body, weight * 8)
+        elif isinstance(s, k.If):
+            total += _work_per_index(s.then, weight) + _work_per_index(s.orelse, weight)
+    return total
+
+
+class KernelLauncher:
+    """Launches every task of one compiled loop kernel with arrays and scalars bound in parameter order."""
+
+    def __init__(self, compiled: CompiledKernel, arrays: Sequence[k.ArrayParam],
+                 scalars: Sequence[k.ScalarParam]) -> None:
+        self.compiled = compiled
+        self.kernel = compiled.kernel
+        self.tasks = CpuTasks(compiled, f"kernel {self.kernel.name!r}", MIN_PARALLEL_WORK)
+        layout = ArgLayout.of(self.kernel.params)
+        self.block_size = layout.size
+        self.array_slots = [(layout.slots[p.name], p.ndim) for p in arrays]
+        self.scalar_slots = [(layout.slots[p.name], scalar_packer(p)) for p in scalars]
+        self.messages = k.assert_messages(self.kernel)
+        self.status_slot = layout.slots.get(k.ASSERT_STATUS)
+        work = [max(1, _work_per_index(t.body)) for t in self.kernel.tasks]
+        self.ranges = bounds_function(self.kernel, arrays, scalars, work)
+
+    def pack(self, arrays: Sequence[np.ndarray]) -> PackedArgs:
+        """The argument block with the arrays' pointers, extents and strides (scalars are written per run)."""
+        block = [0] * self.block_size
+        for (slot, ndim), array in zip(self.array_slots, arrays):
+            itemsize = array.itemsize
+            block[slot] = array.__array_interface__["data"][0]
+            block[slot + 1: slot + 1 + ndim] = array.shape
+            block[slot + 1 + ndim: slot + 1 + 2 * ndim] = [s // itemsize for s in array.strides]
+        status = None
+        if self.status_slot is not None:
+            status = np.zeros(1, np.int64)
+            block[self.status_slot: self.status_slot + 3] = [status.ctypes.data, 1, 1]
+        packed = np.array(block, dtype=np.int64)
+        return PackedArgs(packed, packed.ctypes.data, tuple([a.shape for a in arrays]), status)
+
+    def launch(self, arrays: Sequence[np.ndarray], scalars: Sequence[object]) -> None:
+        """Runs the kernel once; raises KernelAssertionError when a debug check failed."""
+        self.run(self.pack(arrays), scalars, arrays)
+
+    def run(self, packed: PackedArgs, scalars: Sequence[object], arguments: Sequence[object] = ()) -> None:
+        """Runs the kernel on a packed block (kept by the caller while the same arrays come again,
+        unchanged: the block holds their pointers, not the arrays). A `bz.graph()` recording the
+        call keeps `arguments` (what the block points into) alive."""
+        block = packed.block
+        for (slot, pack), value in zip(self.scalar_slots, scalars):
+            block[slot] = pack(value)
+        if packed.status is not None:
+            packed.status[0] = 0
+        self.tasks.launch(block, packed.address, self.ranges(packed.shapes, scalars), arguments, packed.status,
+                          self.messages)
+
+
+@dataclass(frozen=True)
+class PackedArgs:
+    """A packed argument block: the arrays' pointers, extents and strides. It holds no array: a
+    caller replaying it must make sure the same arrays, unchanged, are still alive."""
+
+    block: np.ndarray
+    address: int
+    shapes: tuple[tuple[int, ...], ...]  # per array argument its shape: what the task bounds read
+    status: np.ndarray | None  # the debug checks' status word
