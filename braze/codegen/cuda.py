@@ -524,10 +524,12 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter, Invari
     def takes_vector_tail(self, s: k.For) -> bool:
         """Whether a row loop's vector path takes rows of any length, its last elements (fewer than a
         vector) an element at a time after the vectors: a vocabulary of 50257 is no multiple of 8.
-        Row caches take both (their rows start at multiples of 8 elements: cuda_kernel.ROW_CACHE_ALIGN)."""
+        Loops that share a row cache keep whole vectors: the cache's rows start at multiples of the
+        row's length, aligned for vectors only where the width divides it."""
         whole = isinstance(s.begin, k.Const) and isinstance(s.end, k.Const) \
             and (s.end.value - s.begin.value) % self.vectors[id(s)].width == 0  # no tail to take (RoPE's halves)
-        return self.schedule.kind == "rows" and not whole and not config.disabled("vector_tails")
+        return (self.schedule.kind == "rows" and not whole and not config.disabled("vector_tails")
+                and not any(id(s) in cache.loops for cache in self.caches))
 
     def vector_tail_start(self, s: k.For, width: int) -> str:
         """The first index past the row's whole vectors."""

@@ -34,7 +34,6 @@ from braze.runtime.record import RecordedLaunch, dump_kernel_args, note_compile,
 BLOCKS_PER_SM = 8  # resident blocks of 256 threads an SM holds; grids beyond that loop instead
 ROW_CACHE_BYTES = 96 * 1024  # the most shared memory a block's row caches may take (2 blocks an SM fit)
 MAX_GRID = 2**31 - 1  # blocks of a launch (grid x)
-ROW_CACHE_ALIGN = 8  # elements: a row cache's rows start at multiples of the widest vector (cuda_plan.VECTOR_TYPES)
 # Elements a thread of a pointwise task takes once the problem outgrows the resident blocks: a grid
 # of that many blocks keeps more loads in flight than resident blocks looping over the problem
 # (relu(x*y+z) on 64M float32 on an H100: 2971 GB/s at 4 a thread, 2949 at 1, 2859 resident;
@@ -402,9 +401,7 @@ class CudaExecutor:
             rows = int(np.prod([max(n, 0) for n in extents[:levels]]))
             extents = extents[levels:]
         lanes = self._lanes(task, rows if kind == "grid_rows" else end - begin, max(extents, default=1))
-        # The row caches' row length, rounded up to whole 16-byte vectors of 2-byte elements: each
-        # row of a block then starts aligned for the vector path, whatever the row's length.
-        cached = -(-max((extents[n] for n in task.cache_loops), default=0) // ROW_CACHE_ALIGN) * ROW_CACHE_ALIGN
+        cached = max((extents[n] for n in task.cache_loops), default=0)
         shared = task.shared_bytes(self.block // lanes, cached)
         if shared > ROW_CACHE_BYTES:
             shared = 0  # the rows do not fit: the loops read memory again

@@ -42,10 +42,18 @@ def test_odd_rows_on_the_vector_path(vocab, cache_bytes, monkeypatch):
     assert (launches[0][4][1] > 0) == (cache_bytes > 0)  # the launch kept the rows, or not, as asked
 
 
-def test_the_vector_path_ends_in_a_tail_unless_disabled():
-    shape = (2, 5, 1003)
-    logits = np.zeros(shape, ml_dtypes.bfloat16)
-    tail = "((1003) / 4) * 4 + lane"
-    assert tail in engine.cuda_source(shifted_log_softmax(shape), [logits])
+def row_sums() -> bz.Fusion:
+    with bz.Fusion() as f:
+        f.add_output(bz.ops.sum(f.define_tensor(shape=(-1, 1003), dtype=bz.bfloat16), axes=-1))
+    return f
+
+
+def test_a_row_sum_of_odd_length_runs_its_vectors_then_a_tail():
+    rows = np.random.default_rng(3).standard_normal((7, 1003)).astype(ml_dtypes.bfloat16)
+    (out,), _ = run_on_cpu(row_sums(), [rows])
+    wanted = rows.astype(np.float64).sum(-1)  # rounded to bfloat16: 8 bits
+    np.testing.assert_allclose(np.asarray(out, np.float64), wanted, rtol=2**-8, atol=2**-8)
+    tail = "((1003) / 8) * 8 + lane"
+    assert tail in engine.cuda_source(row_sums(), [rows])
     with config.scope(disable={"vector_tails"}):
-        assert tail not in engine.cuda_source(shifted_log_softmax(shape), [logits])
+        assert tail not in engine.cuda_source(row_sums(), [rows])

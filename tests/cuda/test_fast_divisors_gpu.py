@@ -108,4 +108,7 @@ def test_fusions_at_odd_extents_and_layouts_give_the_reference(build, shapes, cu
     got = out.float().cpu().numpy().astype(np.float64)
     np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance * max(np.abs(want).max(initial=0.0), 1.0))
     before = _run(build, tensors, dtype, disable=FEATURES)  # a fusion and a kernel of its own (engine.py)
-    assert torch.equal(out, before)
+    if build is grouped_sums:  # its rows split over as many blocks as fit, which registers decide: an order of its own
+        np.testing.assert_allclose(before.float().cpu().numpy(), got, rtol=tolerance, atol=tolerance)
+    else:
+        assert torch.equal(out, before)
