@@ -899,11 +899,12 @@ def _affine(e: k.Expr, variables: set[k.Var]) -> bool:
 def plan_lanes(task: k.Task) -> LanePlan:
     """The task's lane loops (see LanePlan), kept on the task: its passes and schedules ask again
     and again, and the plan's loops are known by their identity in this task."""
-    plan = task.__dict__.get("_lane_plan")
-    if plan is None:
-        plan = _plan_lanes(task)
-        object.__setattr__(task, "_lane_plan", plan)
-    return plan
+    loops = tuple(id(s) for s in task.body)
+    kept = task.__dict__.get("_lane_plan")
+    if kept is None or kept[0] != loops:  # (a copy of the task has other loops)
+        kept = loops, _plan_lanes(task)
+        object.__setattr__(task, "_lane_plan", kept)
+    return kept[1]
 
 
 def _plan_lanes(task: k.Task) -> LanePlan:

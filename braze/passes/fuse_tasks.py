@@ -205,8 +205,34 @@ def _ordered(e: k.Expr) -> k.Expr:
     return e
 
 
+def _kept(task: k.Task, name: str, make: Callable[[k.Task], object]) -> object:
+    """`make(task)`, kept on the task: the fixed point asks again of the same task for each pair it
+    is in, and a run of merged tasks grows with every merge."""
+    found = task.__dict__.get(name)
+    if found is None:
+        found = make(task)
+        object.__setattr__(task, name, found)
+    return found
+
+
 def _collect(task: k.Task) -> list[Access]:
     """Every global access of the task, or _Reject when something cannot be attributed."""
+    found = _kept(task, "_fuse_accesses", _accesses_or_reject)
+    if isinstance(found, str):
+        raise _Reject(found, task.__dict__["_fuse_reject_detail"])
+    return list(found)
+
+
+def _accesses_or_reject(task: k.Task) -> tuple[Access, ...] | str:
+    """The task's accesses, or the reason they cannot all be attributed (its detail kept beside)."""
+    try:
+        return tuple(_collect_accesses(task))
+    except _Reject as reject:
+        object.__setattr__(task, "_fuse_reject_detail", reject.detail)
+        return reject.reason
+
+
+def _collect_accesses(task: k.Task) -> list[Access]:
     subst = _Substituter(_single_assignment_defs(task.body))
     accesses = []
     for stmt in task.body:
@@ -338,9 +364,13 @@ def _has_task_level_jump(body: tuple[k.Stmt, ...]) -> bool:
     return False
 
 
+def _var_names(task: k.Task) -> frozenset[str]:
+    return frozenset(n.name for s in task.body for n in _walk(s) if isinstance(n, k.Var))
+
+
 def _renamed_second(a: k.Task, b: k.Task) -> k.Task:
     """B's body with its loop index renamed to A's and its locals renamed away from A's names."""
-    taken = {n.name for s in a.body for n in _walk(s) if isinstance(n, k.Var)} | {a.var.name}
+    taken = set(_kept(a, "_fuse_var_names", _var_names)) | {a.var.name}
     mapping: dict[k.Var, k.Var] = {b.var: a.var}
     defined = {n.var if not isinstance(n, k.AtomicRMW) else n.result for s in b.body for n in _walk(s)
                if isinstance(n, (k.Let, k.For, k.Alloc)) or isinstance(n, k.AtomicRMW) and n.result is not None}
@@ -391,7 +421,7 @@ def decide(a: k.Task, b: k.Task, budget: int, raw: bool) -> tuple[str, str]:
         raise _Reject(REJECT_RAW_OFF, ", ".join(shared))
     for resource in shared:
         _check_shared(resource, [x for x in first_accesses + second_accesses if x.resource == resource], a.var)
-    size = body_size(a.body) + body_size(second.body)
+    size = _kept(a, "_fuse_size", lambda task: body_size(task.body)) + body_size(second.body)
     if size > budget:
         raise _Reject(REJECT_BUDGET, f"{size} nodes > {budget}")
     return (FUSED_RAW, f"on {', '.join(shared)}; {size} nodes") if shared else (FUSED_DISJOINT, f"{size} nodes")
