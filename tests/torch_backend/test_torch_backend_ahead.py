@@ -16,7 +16,6 @@ from braze import config, engine  # noqa: E402
 from braze.runtime import compiled_kernel  # noqa: E402
 from braze.runtime.record import record  # noqa: E402
 
-
 _COMPILE = compiled_kernel.CompiledKernel._compile
 
 
