@@ -11,6 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from torch import nn  # noqa: E402
+from torch_zoo import check_step_against_eager  # noqa: E402  (tests/torch_backend, beside this file)
 
 from braze import config, engine  # noqa: E402
 from braze.runtime import compiled_kernel  # noqa: E402
@@ -43,11 +44,7 @@ def _first_step(monkeypatch, disable: frozenset[str]) -> tuple[list[str], list[s
     with config.scope(disable=config.current.disable | disable), record() as recording:
         loss = torch.compile(model, backend="braze", options={"fallback": "error"})(x)
         loss.backward()
-    expected = reference(x)
-    expected.backward()
-    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-6)
-    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
-        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
+    check_step_against_eager(model, reference, x, loss)
     return threads, [name for writes in recording.segments for name in writes]
 
 
