@@ -61,6 +61,8 @@ FEATURES = {
                     "vector divides, not for any length with a tail of single elements",
     "uniform_alignment": "disable: on a GPU, the vector path of a row loop tests its arrays' alignment at every "
                          "row, not once a thread where the strides allow",
+    "compile_ahead": "disable: the torch backend compiles each region's kernel at its first call, one after "
+                     "another, not all of a graph's at once on worker threads when the graph is compiled",
     "pad_mm": "disable: the torch backend leaves matrix multiplies with extents that break 16-byte alignment "
               "(an odd vocabulary) unpadded, as eager PyTorch runs them",
 }

@@ -42,6 +42,7 @@ from braze.passes.split_loops import split_loops
 from braze.runtime import cuda_driver, reference
 from braze.runtime.arrays import to_kind
 from braze.runtime.backends.cpu import KernelExecutor, KernelLauncher
+from braze.runtime.compile_ahead import compile_ahead as start_compile
 from braze.runtime.compiled_kernel import CompiledKernel, CompileParams
 from braze.runtime.cuda_fusion_runtime import CudaFusionRuntime
 from braze.runtime.cuda_kernel import CudaCompiledKernel, CudaExecutor, default_params
@@ -225,11 +226,16 @@ def forget_compiled_kernels() -> None:
 def shared_kernel(key: tuple, make: Callable[[], object]):
     """The compiled kernel filed under `key`, made by `make()` the first time, compiled. Threads
     racing on a first call get one and the same kernel, compiled once."""
+    return _filed_kernel(key, make).compile()
+
+
+def _filed_kernel(key: tuple, make: Callable[[], object]):
+    """The kernel filed under `key`, made by `make()` the first time; compiled or not yet."""
     with _kernels_lock:
         compiled = _kernels.get(key)
         if compiled is None:
             compiled = _kernels[key] = make()
-    return compiled.compile()
+    return compiled
 
 
 def code_key(kernel: k.Kernel) -> str:
@@ -251,8 +257,20 @@ def cpu_kernel(kernel: k.Kernel) -> CompiledKernel:
     """The compiled CPU code of `kernel`, shared by every fusion and loop kernel with the same Kernel
     IR (the task bounds live there, not in the code) and the same compile params: a kernel first
     compiled without the fast-math knob is not reused with it."""
+    return _cpu_kernel(kernel).compile()
+
+
+def _cpu_kernel(kernel: k.Kernel) -> CompiledKernel:
     params = CompileParams(fast_math=config.enabled("fast_math"))
-    return shared_kernel((code_key(kernel), params), lambda: CompiledKernel(kernel, params))
+    return _filed_kernel((code_key(kernel), params), lambda: CompiledKernel(kernel, params))
+
+
+def _cuda_kernel(kernel: k.Kernel, device_index: int) -> CudaCompiledKernel:
+    """A fusion's CUDA kernel for GPU `device_index`, shared by fusions alike (`cuda_code_key`); compiled
+    or not yet."""
+    device = cuda_driver.device(device_index)
+    return _filed_kernel(cuda_code_key(kernel, device.arch),
+                         lambda: CudaCompiledKernel(kernel, default_params(device), restrict=True))
 
 
 @dataclass(frozen=True)
@@ -292,10 +310,8 @@ def compile_fusion_cuda(fusion: FusionGraph, key: tuple, device_index: int, lowe
     """The runtime of `fusion` on GPU `device_index` for one signature."""
     device = cuda_driver.device(device_index)
     lowered = lowered or lower_fusion(fusion, key, device_index)
-    plan, kernel, params = lowered.plan, lowered.kernel, lowered.params
-    compiled = shared_kernel(cuda_code_key(kernel, device.arch),
-                             lambda: CudaCompiledKernel(kernel, default_params(device), restrict=True))
-    return CudaFusionRuntime(fusion, CudaExecutor(compiled, device), plan.writes, params)
+    compiled = _cuda_kernel(lowered.kernel, device_index).compile()
+    return CudaFusionRuntime(fusion, CudaExecutor(compiled, device), lowered.plan.writes, lowered.params)
 
 
 def _merged_row_tasks(kernel: k.Kernel) -> k.Kernel:
@@ -350,6 +366,8 @@ class FusionCache:
     def __init__(self) -> None:
         self.entries: OrderedDict[tuple, FusionRuntime] = OrderedDict()
         self.by_kernel: dict[tuple, FusionRuntime] = {}  # (device, Lowered.reuse_key) -> runtime
+        # (signature, device) -> what `compile_ahead` lowered, and its kernel (held while it compiles)
+        self.ahead: dict[tuple, tuple[Lowered, object]] = {}
         self.lock = threading.RLock()  # a miss builds the runtime once, whichever threads race on it
 
     def runtime(self, fusion: FusionGraph, bound: BoundInputs) -> FusionRuntime:
@@ -367,8 +385,23 @@ class FusionCache:
                 self.entries.move_to_end(place)
         return entry
 
+    def compile_ahead(self, fusion: FusionGraph, bound: BoundInputs) -> None:
+        """Lowers `fusion` for the signature of `bound` and starts compiling its kernel on a worker
+        thread (runtime/compile_ahead.py); the first call of that signature takes both."""
+        key = signature(fusion, bound)
+        place = (key, bound.device)
+        with self.lock:
+            if place in self.entries or place in self.ahead:
+                return
+            lowered = lower_fusion(fusion, key, bound.device)
+            kernel = (_cpu_kernel(lowered.kernel) if bound.device is None
+                      else _cuda_kernel(lowered.kernel, bound.device))
+            self.ahead[place] = lowered, kernel
+        start_compile(kernel)
+
     def _new_runtime(self, fusion: FusionGraph, key: tuple, device: int | None) -> FusionRuntime:
-        lowered = lower_fusion(fusion, key, device)
+        ahead = self.ahead.pop((key, device), None)
+        lowered = ahead[0] if ahead is not None else lower_fusion(fusion, key, device)
         reuse_key = (device, lowered.reuse_key)
         runtime = None if config.disabled("kernel_reuse") else self.by_kernel.get(reuse_key)
         if runtime is None:
@@ -389,6 +422,15 @@ def _cache_of(fusion: FusionGraph) -> FusionCache:
             if cache is None:
                 cache = fusion.__dict__["_fusion_cache"] = FusionCache()
     return cache
+
+
+def compile_ahead(fusion: FusionGraph, inputs: Sequence[object]) -> None:
+    """Plans `fusion` for inputs like `inputs` and starts compiling its kernel on a worker thread, so
+    that the kernels of many fusions compile at once; the first `execute` on such inputs takes the
+    plan and waits for the kernel only if it is not done. `inputs` need only describe the arrays:
+    shapes, strides, dtypes and device (runtime/device_arrays.py's DeviceView with no memory will do)."""
+    fusion.freeze("a compile ahead of its first execute")
+    _cache_of(fusion).compile_ahead(fusion, bind_inputs(fusion, inputs))
 
 
 def _run_compiled(fusion: FusionGraph, bound: BoundInputs) -> list[np.ndarray]:

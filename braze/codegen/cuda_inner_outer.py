@@ -41,10 +41,11 @@ from braze.codegen.cuda_plan import (
     INNER_OUTER_THREADS_PER_SM,
     LANE_COMBINES,
     VECTOR_TYPES,
+    distinct_exprs,
     perfect_nest,
     plan_lanes,
     plan_schedule,
-    sub_exprs,
+    vars_of,
     walk,
 )
 from braze.codegen.cuda_rows import c_type
@@ -191,7 +192,7 @@ def _arrays(task: k.Task, writes: bool) -> set[str]:
     names = {s.param.name for s in walk(task.body) if isinstance(s, (k.Store, k.AtomicRMW))}
     if writes:
         return names
-    return names | {e.param.name for s in walk(task.body) for x in _exprs(s) for e in sub_exprs(x)
+    return names | {e.param.name for s in walk(task.body) for x in _exprs(s) for e in distinct_exprs(x)
                     if isinstance(e, (k.Load, k.ArrayExtent, k.ArrayStride))}
 
 
@@ -234,7 +235,7 @@ def _column_statements(row: k.Task, column: k.Task, nest: list[k.For], rows: dic
         if s.var not in accumulators:
             mapping[s.var] = _substituted(s.value, mapping)
     taken = {row.var.name} | {v.name for s in walk(row.body) for x in (*_exprs(s), getattr(s, "var", None))
-                              if x is not None for v in sub_exprs(x) if isinstance(v, k.Var)}
+                              if x is not None for v in vars_of(x)}
     statements: list[k.Stmt] = []
     for s in nest[-1].body:
         if isinstance(s, k.Let):
@@ -243,7 +244,7 @@ def _column_statements(row: k.Task, column: k.Task, nest: list[k.For], rows: dic
             mapping[s.var] = renamed
             continue
         acc = accumulators.get(s.var)
-        if acc is None or any(v in accumulators for v in sub_exprs(s.value.b)):
+        if acc is None or any(v in accumulators for v in vars_of(s.value.b)):
             return None
         column_index = lane_loop.var
         partial = k.LoadLocal(acc.array, column_index, acc.array.dtype)

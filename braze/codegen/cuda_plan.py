@@ -55,6 +55,8 @@ def exprs_of(s: k.Stmt) -> Iterator[k.Expr]:
 
 
 def sub_exprs(e: k.Expr) -> Iterator[k.Expr]:
+    """Every expression under `e` (itself first) once per path to it: a tree walk of the DAG, for
+    what counts them (a size). What asks only which expressions occur takes `distinct_exprs`."""
     yield e
     for name in getattr(e, "__dataclass_fields__", {}):
         child = getattr(e, name)
@@ -66,14 +68,66 @@ def sub_exprs(e: k.Expr) -> Iterator[k.Expr]:
                     yield from sub_exprs(c)
 
 
+def _expr_fields(cls: type) -> tuple[str, ...]:
+    fields = _EXPR_FIELDS.get(cls)
+    if fields is None:
+        fields = _EXPR_FIELDS[cls] = tuple(getattr(cls, "__dataclass_fields__", ()))
+    return fields
+
+
+_EXPR_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def distinct_exprs(e: k.Expr) -> list[k.Expr]:
+    """Every expression under `e` (itself first), each once, in the order `sub_exprs` first meets
+    them. A value used twice is one node of the Kernel IR DAG, and a chain of such values has
+    exponentially many paths: a walk that visits each node once stays linear."""
+    seen: dict[k.Expr, None] = {}
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if x in seen:
+            continue
+        seen[x] = None
+        children = []
+        for name in _expr_fields(type(x)):
+            child = getattr(x, name)
+            if isinstance(child, k.Expr):
+                children.append(child)
+            elif isinstance(child, tuple):
+                children += [c for c in child if isinstance(c, k.Expr)]
+        stack += reversed(children)
+    return list(seen)
+
+
+def vars_of(e: k.Expr) -> frozenset[k.Var]:
+    """The variables `e` reads, kept on the node (each node's from its children's: linear in the DAG)."""
+    found = e.__dict__.get("_vars")
+    if found is None:
+        if isinstance(e, k.Var):
+            found = frozenset((e,))
+        else:
+            found = frozenset()
+            for name in _expr_fields(type(e)):
+                child = getattr(e, name)
+                if isinstance(child, k.Expr):
+                    found |= vars_of(child)
+                elif isinstance(child, tuple):
+                    for c in child:
+                        if isinstance(c, k.Expr):
+                            found |= vars_of(c)
+        object.__setattr__(e, "_vars", found)
+    return found
+
+
 def _accumulation(s: k.Assign) -> str | None:
     """The combine op when `s` is `acc = combine(acc, x)` with x not reading acc (or the online
     sum `acc = online_softmax_add(acc, m, x)`)."""
     v = s.value
-    if isinstance(v, k.Binary) and v.op in LANE_COMBINES and v.a == s.var and s.var not in set(sub_exprs(v.b)):
+    if isinstance(v, k.Binary) and v.op in LANE_COMBINES and v.a == s.var and s.var not in vars_of(v.b):
         return v.op
     if (isinstance(v, k.Ternary) and v.op == ONLINE_ADD and v.a == s.var and isinstance(v.b, k.Var)
-            and s.var not in set(sub_exprs(v.c)) | {v.b}):
+            and s.var not in vars_of(v.c) | {v.b}):
         return v.op
     return None
 
@@ -133,7 +187,7 @@ def _loop_accumulators(loop: k.For, task_vars: set[k.Var]) -> tuple[tuple[k.Var,
             found[s.var] = combine
     accumulators = set(found)
     for s in walk(loop.body):  # an accumulator must not be read except by its own fold
-        reads = [e for x in exprs_of(s) for e in sub_exprs(x)]
+        reads = [e for x in exprs_of(s) for e in distinct_exprs(x)]
         own = {s.value.a} if isinstance(s, k.Assign) and s.var in accumulators and id(s) not in updates else set()
         if id(s) in pairs:  # the update compares the element with the best so far
             own = {pairs[id(s)][0]}
@@ -162,7 +216,7 @@ def walks_unit_stride(loop: k.For) -> bool:
     for s in walk(loop.body):
         if isinstance(s, k.Store) and unit_stride_index(s.param, s.indices):
             return True
-        for e in (e for x in exprs_of(s) for e in sub_exprs(x)):
+        for e in (e for x in exprs_of(s) for e in distinct_exprs(x)):
             if isinstance(e, k.Load) and unit_stride_index(e.param, e.indices):
                 return True
     return False
@@ -272,7 +326,7 @@ def _accesses(stmts: tuple[k.Stmt, ...]) -> Iterator:
     for s in walk(stmts):
         if isinstance(s, (k.Store, k.AtomicRMW)):
             yield s
-        yield from (e for x in exprs_of(s) for e in sub_exprs(x) if isinstance(e, k.Load))
+        yield from (e for x in exprs_of(s) for e in distinct_exprs(x) if isinstance(e, k.Load))
 
 
 def stored_rows(task: k.Task) -> dict[tuple, StoredRow] | None:
@@ -312,8 +366,8 @@ def stored_rows(task: k.Task) -> dict[tuple, StoredRow] | None:
 def _along_row(access, loop: k.For) -> bool:
     """The loop's index is one of the access's indices, alone and in no other, and another index
     differs per row."""
-    index_vars = {v for i in access.indices for v in sub_exprs(i) if isinstance(v, k.Var)}
-    along = [i for i in access.indices if loop.var in set(sub_exprs(i))]
+    index_vars = {v for i in access.indices for v in vars_of(i)}
+    along = [i for i in access.indices if loop.var in vars_of(i)]
     return along == [loop.var] and bool(index_vars - {loop.var})
 
 
@@ -518,7 +572,7 @@ def substituted(e: k.Expr, values: dict[k.Var, k.Expr], inline: bool = False) ->
 
 
 def _vars_of(e: k.Expr) -> set[k.Var]:
-    return {v for v in sub_exprs(e) if isinstance(v, k.Var)}
+    return set(vars_of(e))
 
 
 def perfect_nest(loop: k.For) -> list[k.For] | None:
@@ -600,7 +654,7 @@ def _walks_columns(task: k.Task, plan: LanePlan) -> bool:
             derived.add(s.var)
     loops = [s for s in task.body if isinstance(s, k.For)]
     accesses = [s for loop in loops for s in walk(loop.body) if isinstance(s, k.Store)]
-    accesses += [e for loop in loops for s in walk(loop.body) for x in exprs_of(s) for e in sub_exprs(x)
+    accesses += [e for loop in loops for s in walk(loop.body) for x in exprs_of(s) for e in distinct_exprs(x)
                  if isinstance(e, k.Load)]
     per_task = [a for a in accesses if any(_vars_of(i) & derived for i in a.indices)]
     unit = [i for a in per_task for axis, i in enumerate(a.indices) if a.param.static_stride(axis) == 1]
@@ -833,16 +887,27 @@ def nest_vector_accesses(nest: list[k.For]) -> VectorAccesses | None:
 
 def _affine(e: k.Expr, variables: set[k.Var]) -> bool:
     """Whether `e` is an affine function of `variables` (integer index arithmetic)."""
-    if not variables & set(sub_exprs(e)) or isinstance(e, k.Var):
+    if not variables & vars_of(e) or isinstance(e, k.Var):
         return True
     if isinstance(e, k.Binary) and e.op in ("add", "sub"):
         return _affine(e.a, variables) and _affine(e.b, variables)
     if isinstance(e, k.Binary) and e.op == "mul":
-        return any(not variables & set(sub_exprs(c)) and _affine(x, variables) for c, x in ((e.a, e.b), (e.b, e.a)))
+        return any(not variables & vars_of(c) and _affine(x, variables) for c, x in ((e.a, e.b), (e.b, e.a)))
     return isinstance(e, k.Cast) and e.dtype.is_integer and e.x.dtype.is_integer and _affine(e.x, variables)
 
 
 def plan_lanes(task: k.Task) -> LanePlan:
+    """The task's lane loops (see LanePlan), kept on the task: its passes and schedules ask again
+    and again, and the plan's loops are known by their identity in this task."""
+    loops = tuple(id(s) for s in task.body)
+    kept = task.__dict__.get("_lane_plan")
+    if kept is None or kept[0] != loops:  # (a copy of the task has other loops)
+        kept = loops, _plan_lanes(task)
+        object.__setattr__(task, "_lane_plan", kept)
+    return kept[1]
+
+
+def _plan_lanes(task: k.Task) -> LanePlan:
     loops = [s for s in task.body if isinstance(s, k.For)]
     if loops and stored_rows(task) is None:  # a lane could read back what another stored
         return LanePlan()

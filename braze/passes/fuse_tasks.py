@@ -68,9 +68,20 @@ class _Reject(Exception):
 
 
 # --- generic traversal of Kernel IR nodes ---------------------------------------------------------
+_NODE_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _fields(node) -> tuple[str, ...]:
+    """The node's field names, read once per class (dataclasses.fields builds a tuple every call)."""
+    names = _NODE_FIELDS.get(type(node))
+    if names is None:
+        names = _NODE_FIELDS[type(node)] = tuple(f.name for f in dataclasses.fields(node))
+    return names
+
+
 def _children(node) -> Iterator:
-    for f in dataclasses.fields(node):
-        value = getattr(node, f.name)
+    for name in _fields(node):
+        value = getattr(node, name)
         if isinstance(value, tuple):
             yield from (v for v in value if isinstance(v, (k.Expr, k.Stmt)))
         elif isinstance(value, (k.Expr, k.Stmt)):
@@ -78,27 +89,56 @@ def _children(node) -> Iterator:
 
 
 def _walk(node) -> Iterator:
-    yield node
-    for child in _children(node):
-        yield from _walk(child)
+    """The node and everything under it: every statement, and each distinct expression once. An
+    expression used twice is one node of the Kernel IR DAG; what the walkers here ask (which
+    accesses, locals and constructs occur) does not depend on how often a walk meets it, and a
+    chain of shared values has exponentially many paths."""
+    seen: set[k.Expr] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, k.Expr):
+            if n in seen:
+                continue
+            seen.add(n)
+        yield n
+        stack.extend(reversed(tuple(_children(n))))
 
 
-def _map(node, fn: Callable):
-    """Rebuilds `node` bottom-up, letting `fn` replace each rebuilt node."""
+def _map(node, fn: Callable, memo: dict | None = None):
+    """Rebuilds `node` bottom-up, letting `fn` (a function of the node alone) replace each rebuilt
+    node; each distinct expression is rebuilt once."""
+    memo = {} if memo is None else memo
+    if isinstance(node, k.Expr) and node in memo:
+        return memo[node]
     changes = {}
-    for f in dataclasses.fields(node):
-        value = getattr(node, f.name)
+    for name in _fields(node):
+        value = getattr(node, name)
         if isinstance(value, tuple) and any(isinstance(v, (k.Expr, k.Stmt)) for v in value):
-            changes[f.name] = tuple(_map(v, fn) if isinstance(v, (k.Expr, k.Stmt)) else v for v in value)
+            changes[name] = tuple(_map(v, fn, memo) if isinstance(v, (k.Expr, k.Stmt)) else v for v in value)
         elif isinstance(value, (k.Expr, k.Stmt)):
-            changes[f.name] = _map(value, fn)
+            changes[name] = _map(value, fn, memo)
     rebuilt = dataclasses.replace(node, **changes) if changes else node
-    return fn(rebuilt)
+    result = fn(rebuilt)
+    if isinstance(node, k.Expr):
+        memo[node] = result
+    return result
 
 
 def body_size(body: tuple[k.Stmt, ...]) -> int:
-    """Kernel IR nodes in a task body: the cost guard's measure of a merged body."""
-    return sum(1 for s in body for _ in _walk(s))
+    """Kernel IR nodes in a task body, an expression counted at each use (as its text repeats it):
+    the cost guard's measure of a merged body. Each distinct expression's count is taken once."""
+    sizes: dict[k.Expr, int] = {}
+
+    def size(node) -> int:
+        if isinstance(node, k.Expr) and node in sizes:
+            return sizes[node]
+        total = 1 + sum(size(child) for child in _children(node))
+        if isinstance(node, k.Expr):
+            sizes[node] = total
+        return total
+
+    return sum(size(s) for s in body)
 
 
 # --- accesses and their address fingerprints -------------------------------------------------------
@@ -165,8 +205,34 @@ def _ordered(e: k.Expr) -> k.Expr:
     return e
 
 
+def _kept(task: k.Task, name: str, make: Callable[[k.Task], object]) -> object:
+    """`make(task)`, kept on the task: the fixed point asks again of the same task for each pair it
+    is in, and a run of merged tasks grows with every merge."""
+    found = task.__dict__.get(name)
+    if found is None:
+        found = make(task)
+        object.__setattr__(task, name, found)
+    return found
+
+
 def _collect(task: k.Task) -> list[Access]:
     """Every global access of the task, or _Reject when something cannot be attributed."""
+    found = _kept(task, "_fuse_accesses", _accesses_or_reject)
+    if isinstance(found, str):
+        raise _Reject(found, task.__dict__["_fuse_reject_detail"])
+    return list(found)
+
+
+def _accesses_or_reject(task: k.Task) -> tuple[Access, ...] | str:
+    """The task's accesses, or the reason they cannot all be attributed (its detail kept beside)."""
+    try:
+        return tuple(_collect_accesses(task))
+    except _Reject as reject:
+        object.__setattr__(task, "_fuse_reject_detail", reject.detail)
+        return reject.reason
+
+
+def _collect_accesses(task: k.Task) -> list[Access]:
     subst = _Substituter(_single_assignment_defs(task.body))
     accesses = []
     for stmt in task.body:
@@ -298,9 +364,13 @@ def _has_task_level_jump(body: tuple[k.Stmt, ...]) -> bool:
     return False
 
 
+def _var_names(task: k.Task) -> frozenset[str]:
+    return frozenset(n.name for s in task.body for n in _walk(s) if isinstance(n, k.Var))
+
+
 def _renamed_second(a: k.Task, b: k.Task) -> k.Task:
     """B's body with its loop index renamed to A's and its locals renamed away from A's names."""
-    taken = {n.name for s in a.body for n in _walk(s) if isinstance(n, k.Var)} | {a.var.name}
+    taken = set(_kept(a, "_fuse_var_names", _var_names)) | {a.var.name}
     mapping: dict[k.Var, k.Var] = {b.var: a.var}
     defined = {n.var if not isinstance(n, k.AtomicRMW) else n.result for s in b.body for n in _walk(s)
                if isinstance(n, (k.Let, k.For, k.Alloc)) or isinstance(n, k.AtomicRMW) and n.result is not None}
@@ -351,7 +421,7 @@ def decide(a: k.Task, b: k.Task, budget: int, raw: bool) -> tuple[str, str]:
         raise _Reject(REJECT_RAW_OFF, ", ".join(shared))
     for resource in shared:
         _check_shared(resource, [x for x in first_accesses + second_accesses if x.resource == resource], a.var)
-    size = body_size(a.body) + body_size(second.body)
+    size = _kept(a, "_fuse_size", lambda task: body_size(task.body)) + body_size(second.body)
     if size > budget:
         raise _Reject(REJECT_BUDGET, f"{size} nodes > {budget}")
     return (FUSED_RAW, f"on {', '.join(shared)}; {size} nodes") if shared else (FUSED_DISJOINT, f"{size} nodes")

@@ -67,6 +67,8 @@ def _bind_scalar(tv: TensorView, value: object, where: str) -> np.ndarray:
 
 
 def _as_array(value: object, where: str) -> tuple[np.ndarray | DeviceView, str]:
+    if isinstance(value, DeviceView):  # a description of a GPU array (engine.compile_ahead's stand-ins)
+        return value, value.kind
     if is_device_array(value):
         view = as_device_view(value, where)
         return view, view.kind

@@ -34,11 +34,23 @@ def lazy_chain(ops, x, n: int):
     return t
 
 
+def gradients(ops, x, row, n: int) -> list:
+    """`n` groups of a few ops over x, each giving a column sum (a weight gradient) and a row sum: a
+    GPU plan merges the column tasks where the merged task still splits across blocks
+    (engine._merged_row_tasks) and lets row tasks carry them (codegen/cuda_inner_outer.py)."""
+    outputs = []
+    for group in range(n):
+        h = ops.tanh(x * row + (group + 1) / n) * x
+        outputs += [ops.sum(h * x, axes=[0]), ops.sum(h, axes=[1])]
+    return outputs
+
+
 BUILDS = {
     "chain": lambda ops, x, row, n: [programs.chain(ops, x, n)],
     "lazy_chain": lambda ops, x, row, n: [lazy_chain(ops, x, n)],
     "wide": lambda ops, x, row, n: programs.wide(ops, x, row, 8 * n),
     "rolls": lambda ops, x, row, n: [programs.rolls(ops, x, n)],
+    "gradients": lambda ops, x, row, n: gradients(ops, x, row, 4 * n),  # 40 ops at n = 2
 }
 
 
@@ -63,6 +75,7 @@ def stages(f: bz.Fusion) -> dict:
     gpu = engine.plan_kernel(f, key, views_on_host=False)[1]
     return {
         "lower and simplify": lambda: engine.lower_fusion(f, key),
+        "plan for a GPU": lambda: engine.plan_kernel(f, key, views_on_host=False, gpu=True),
         "kernel_text": lambda: kernel_text(cpu),
         "fuse_tasks": lambda: fuse_tasks(cpu),
         "llvm": lambda: llvm.generate(cpu),
@@ -86,6 +99,13 @@ def test_every_stage_does_work_linear_in_the_ops(program, disable):
         for stage in small:
             before, after = calls(small[stage]), calls(large[stage])
             assert after < 2.5 * before, f"{stage}: {before} calls at n=4, {after} at n=8"
+
+
+def test_a_200_op_fusion_plans_for_a_gpu_in_bounded_work():
+    f = fusion(BUILDS["gradients"], 12)  # 48 column sums, 48 row sums, 200 ops
+    key = engine.signature(f, engine.bind_inputs(f, inputs()))
+    work = calls(lambda: engine.plan_kernel(f, key, views_on_host=False, gpu=True))
+    assert work < 1_500_000, f"{work} Python calls"  # 1.1M; 2.1M when walks met shared expressions once a path
 
 
 def generated(f: bz.Fusion) -> dict[str, int]:

@@ -10,6 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from torch import fx, nn  # noqa: E402
+from torch_zoo import check_step_against_eager  # noqa: E402  (tests/torch_backend, beside this file)
 
 from braze.frontend.torch.carriers import Carrier  # noqa: E402
 from braze.frontend.torch.region_key import region_key  # noqa: E402
@@ -57,11 +58,7 @@ def _runtimes_built(layers: int) -> int:
     with record() as recording:
         loss = compiled(x)
         loss.backward()
-    expected = reference(x)
-    expected.backward()
-    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-6)
-    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
-        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
+    check_step_against_eager(model, reference, x, loss)
     return sum(1 for entry in recording.entries if entry.startswith("runtime "))
 
 

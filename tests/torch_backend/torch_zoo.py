@@ -156,6 +156,16 @@ def _tokens(c: Config, batch: int, seq: int, generator: torch.Generator) -> torc
     return torch.randn(batch, seq, c.dim, generator=generator)
 
 
+
+def check_step_against_eager(model: nn.Module, reference: nn.Module, x: torch.Tensor, loss: torch.Tensor) -> None:
+    """`loss` (the compiled `model`'s on `x`, after its backward) and the gradients of every parameter
+    against an eager `reference` copy of the model, which this runs forward and backward on `x`."""
+    expected = reference(x)
+    expected.backward()
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-6)
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
+
 Inputs = Callable[[int, int, torch.Generator], tuple]
 
 

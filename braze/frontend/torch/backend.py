@@ -33,6 +33,7 @@ from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
 from braze import config
 from braze.errors import Error
+from braze.frontend.torch.ahead import compile_regions_ahead
 from braze.frontend.torch.carriers import Carrier, add_carriers, add_device_anchor, missing_symbols
 from braze.frontend.torch.options import Options, parse_options
 from braze.frontend.torch.pad_matmuls import pad_matmuls
@@ -157,6 +158,7 @@ def fuse_graph(gm: fx.GraphModule, options: Options, report: GraphReport) -> fx.
         elif node.op == "call_function" and not _takes_region_output(node):
             report.torch_ops[(op_name(node.target), support.refused.get(node.name, "not offered to braze"))] += 1
     gm.recompile()
+    compile_regions_ahead(gm)
     return gm
 
 
