@@ -34,6 +34,7 @@ from braze.runtime.record import RecordedLaunch, dump_kernel_args, note_compile,
 BLOCKS_PER_SM = 8  # resident blocks of 256 threads an SM holds; grids beyond that loop instead
 ROW_CACHE_BYTES = 96 * 1024  # the most shared memory a block's row caches may take (2 blocks an SM fit)
 MAX_GRID = 2**31 - 1  # blocks of a launch (grid x)
+_UNPLANNED = object()  # CudaCompiledKernel.for_block: no kernel chosen yet for that device and block
 # Elements a thread of a pointwise task takes once the problem outgrows the resident blocks: a grid
 # of that many blocks keeps more loads in flight than resident blocks looping over the problem
 # (relu(x*y+z) on 64M float32 on an H100: 2971 GB/s at 4 a thread, 2949 at 1, 2859 resident;
@@ -76,7 +77,7 @@ class CudaCompiledKernel(CompilesOnce):
         self._modules: dict[int, cuda.Module] = {}
         # Per (device index, block): this kernel where its functions launch blocks of that many
         # threads, else its recompile for them (`for_block`); the recompiles live as long as it does.
-        self._for_block: dict[tuple[int, int], CudaCompiledKernel] = {}
+        self._for_block: dict[tuple[int, int], CudaCompiledKernel | None] = {}
         self._lock = threading.Lock()
         self._for_block_lock = threading.Lock()  # (not `_lock`: `module` takes that one)
 
@@ -133,19 +134,23 @@ class CudaCompiledKernel(CompilesOnce):
         it was compiled for, fewer registers a thread where a function's registers leave fewer
         threads a block. The recompile is made once and kept beside this kernel: both stay valid."""
         key = (device.index, block)
-        kernel = self._for_block.get(key)
-        if kernel is None:
+        kernel = self._for_block.get(key, _UNPLANNED)
+        if kernel is _UNPLANNED:
             with self._for_block_lock:
-                kernel = self._for_block.get(key)
-                if kernel is None:
-                    kernel = self._for_block[key] = self._recompiled(self._params_for_block(device, block))
-        return kernel
+                kernel = self._for_block.get(key, _UNPLANNED)
+                if kernel is _UNPLANNED:
+                    recompiled = self._recompiled(self._params_for_block(device, block))
+                    # None stands for this kernel: a reference to itself would keep its modules
+                    # loaded until the cycle collector runs, after its last fusion is dropped.
+                    kernel = self._for_block[key] = None if recompiled is self else recompiled
+        return self if kernel is None else kernel
 
     def _recompiled(self, params: CompileParams) -> CudaCompiledKernel:
         """This kernel for `params`: itself, or its recompile for them, made once (devices alike share it)."""
         if params == self.params:
             return self
-        same = next((kernel for kernel in self._for_block.values() if kernel.params == params), None)
+        same = next((kernel for kernel in self._for_block.values() if kernel is not None and kernel.params == params),
+                    None)
         return same or self.recompile(block_size=params.block_size, max_registers=params.max_registers)
 
     def _params_for_block(self, device: cuda.Device, block: int) -> CompileParams:
