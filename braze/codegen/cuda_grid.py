@@ -310,6 +310,7 @@ class GridWriter(DenseWriter):
         row path below otherwise. The split path writes `split_task` (cuda.task_variants: a variance
         the row path takes in two passes over a cached row, it takes in one)."""
         written, self.task = self.task, self.split_task
+        declared = set(self.declared)  # the split path's locals are out of scope on the row path
         loop = next(s for s in self.task.body if isinstance(s, k.For))
         before, after = self.split_at_loop(loop)
         ix = self.index
@@ -334,7 +335,7 @@ class GridWriter(DenseWriter):
         self.line("return;")
         self.depth -= 1
         self.line("}")
-        self.task = written
+        self.task, self.declared = written, declared
 
     # --- grid_rows: the single loop's iterations are rows, their results meet across blocks -----
     def write_grid_rows(self) -> None:

@@ -18,6 +18,7 @@ from braze import engine
 from braze.codegen import cuda
 from braze.codegen.cuda_plan import nest_vector_accesses, perfect_nest, vector_accesses
 from braze.codegen.cuda_variance import one_pass_task, one_pass_variance
+from braze.runtime import nvrtc
 from braze.kir import nodes as k
 from braze.runtime import nvrtc
 from braze.runtime.cuda_kernel import BLOCKS_PER_SM, CudaExecutor, task_launches
@@ -330,3 +331,18 @@ def test_group_norm_and_batch_norm_compile_for_every_float_type(dtype):
                                   [a.astype(array) for a in batch_norm_inputs((2, 6, 5, 8))])]
     text = cuda.with_prelude("\n".join(s.body for s in sources))
     assert nvrtc.compile_cubin(text, f"norms_{dtype.name}", "sm_90")[:4] == b"\x7fELF"
+
+
+@pytest.mark.skipif(not nvrtc.available(), reason="NVRTC is not installed")
+def test_the_row_path_declares_what_the_split_path_declared_again():
+    # A row variance and a row maximum of a boolean comparison, read through a row index the task
+    # declares between its loops (found by the generated fusions): the split path declares that
+    # index in its own scope, and the row path's vector condition, before its loops, must compute it.
+    with bz.Fusion() as f:
+        t0 = f.define_tensor(shape=(-1, -1), dtype=bz.float32)
+        t1 = bz.ops.gt(t0, t0)
+        t5 = bz.ops.max(t1, axes=[1], keepdim=True)
+        f.add_output(bz.ops.transpose(t5, 1, 0))
+        f.add_output(bz.ops.var(t1, axes=[1], correction=1))
+    body = engine.cuda_source(f, [np.zeros((3, 257), np.float32)]).body
+    nvrtc.compile_ptx(cuda.with_prelude(body), "split_and_rows", "sm_90", ())
