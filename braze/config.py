@@ -57,6 +57,8 @@ FEATURES = {
                         "at a time as over any strides, not in 16-byte vectors into several accumulators",
     "fast_divisors": "disable: on a GPU, index arithmetic divides by extents with the hardware-less division, "
                      "not with a multiplier and shift computed once a thread",
+    "shared_invariants": "disable: each loop of a task hoists its row invariants into Lets of its own, not reading "
+                         "a value an earlier loop of the task hoisted",
     "vector_tails": "disable: on a GPU, a row loop takes its 16-byte vector path only for rows whose length the "
                     "vector divides, not for any length with a tail of single elements",
     "uniform_alignment": "disable: on a GPU, the vector path of a row loop tests its arrays' alignment at every "

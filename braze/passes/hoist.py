@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
+from braze import config
 from braze import dtypes as dt
 from braze.kir import nodes as k
 
@@ -157,8 +158,9 @@ def hoist_invariants(kernel: k.Kernel) -> k.Kernel:
         def hoist(loop: k.For, earlier=earlier, reassigned=reassigned) -> list[k.Stmt]:
             hoister = _Hoister(loop, names, earlier)
             stmts = hoister.loop(loop)
-            earlier.update((value, var) for value, var in hoister.lets.items()
-                           if not set(_vars(value)) & reassigned)
+            if not config.disabled("shared_invariants"):
+                earlier.update((value, var) for value, var in hoister.lets.items()
+                               if not set(_vars(value)) & reassigned)
             return stmts
 
         tasks.append(_rewrite_loops(dataclasses.replace(kernel, tasks=(task,)), hoist).tasks[0])

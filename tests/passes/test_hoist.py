@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from braze import config
 from braze import dtypes as dt
 from braze.kir import kernel_text
 from braze.kir import nodes as k
@@ -57,6 +58,8 @@ def test_loops_over_one_row_share_the_invariant_that_addresses_it():
                      _loop(k.Assign(acc, k.Binary("reduce_add", acc, k.Unary("exp", row, F32), F32))))
     text = kernel_text(hoist_invariants(kernel))
     assert text.count("floordiv") == 1 and text.count("x[add(inv0, j)]") == 2
+    with config.scope(disable={"shared_invariants"}):
+        assert kernel_text(hoist_invariants(kernel)).count("floordiv") == 2
 
 
 def test_an_invariant_of_a_reassigned_value_is_not_shared():
