@@ -18,7 +18,6 @@ from braze import engine
 from braze.codegen import cuda
 from braze.codegen.cuda_plan import nest_vector_accesses, perfect_nest, vector_accesses
 from braze.codegen.cuda_variance import one_pass_task, one_pass_variance
-from braze.runtime import nvrtc
 from braze.kir import nodes as k
 from braze.runtime import nvrtc
 from braze.runtime.cuda_kernel import BLOCKS_PER_SM, CudaExecutor, task_launches
