@@ -151,6 +151,38 @@ def test_each_rule_family_matches_eager_and_runs_in_braze(fn, fused) -> None:
     assert fused <= fused_ops, f"left to PyTorch: {sorted(fused - fused_ops)}\n{explanation}"
 
 
+def test_cross_entropy_picks_and_scatters_its_class_in_braze() -> None:
+    # nll_loss's decomposition: a gather of each row's target in the forward, a scatter of -1 at it
+    # in the backward (a one-hot the size of the logits, written in place of a copy and a scatter).
+    def loss(logits, target):
+        return F.cross_entropy(logits * 1.5, target, ignore_index=2)
+
+    logits = torch.randn(7, 11, requires_grad=True, generator=torch.Generator().manual_seed(1))
+    target = torch.tensor([0, 10, 2, 5, 5, 1, 9])
+    explanation = bz.torch.explain(loss, logits, target, options=STRICT)
+    fused = {op for r in explanation.regions for op in r.fused_ops}
+    assert {"aten.gather.default", "aten.scatter.value"} <= fused, explanation
+    compiled = torch.compile(loss, backend="braze", options=STRICT)
+    value = compiled(logits, target)
+    (g,) = torch.autograd.grad(value, logits)
+    (g_ref,) = torch.autograd.grad(loss(logits, target), logits)
+    _close(value, loss(logits, target))
+    _close(g, g_ref, "gradient")
+
+
+def test_gather_and_scatter_of_one_index_a_row_along_any_dim() -> None:
+    def pick(x, rows, columns):
+        return x.gather(0, rows) * 2, x.scatter(0, rows, -3.0), x.gather(1, columns) + 1, x.scatter(1, columns, 7)
+
+    x = torch.randn(5, 4, generator=torch.Generator().manual_seed(2))
+    rows, columns = torch.tensor([[4, 0, 2, 2]]), torch.tensor([[3], [0], [1], [1], [2]])
+    compiled = torch.compile(pick, backend="braze", options=STRICT)
+    for actual, expected in zip(compiled(x, rows, columns), pick(x, rows, columns), strict=True):
+        _close(actual, expected)
+    fused = {op for r in bz.torch.explain(pick, x, rows, columns, options=STRICT).regions for op in r.fused_ops}
+    assert {"aten.gather.default", "aten.scatter.value"} <= fused
+
+
 def test_a_slice_backward_scatters_in_braze() -> None:
     def rotate_half(x):
         return torch.cat([-x[..., 3:], x[..., :3]], -1) * x

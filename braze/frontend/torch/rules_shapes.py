@@ -161,6 +161,47 @@ def _slice_scatter(b: RegionBuilder, node: fx.Node) -> TensorView:
     return finish(node, bz_ops.where(inside, placed, base))
 
 
+def _one_index_a_row(node: fx.Node) -> str | None:
+    """gather and scatter with one index per row along `dim` (an index of extent 1 there, the input's
+    extents elsewhere): a cross-entropy's picked log-probability and its gradient's one-hot."""
+    args = bind(node)
+    source, index = meta(args["self"]), meta(args["index"])
+    dim = args["dim"] % max(source.dim(), 1)
+    if source.dim() == 0 or index.dim() != source.dim() or index.shape[dim] != 1:
+        return "an index of more than one element a row"
+    if any(str(index.shape[d]) != str(source.shape[d]) for d in range(source.dim()) if d != dim):
+        return "an index narrower than the input"
+    return None
+
+
+def _is_index(b: RegionBuilder, node: fx.Node) -> TensorView:
+    """Where the element's position along `dim` is its row's index (index broadcast along dim)."""
+    args = bind(node)
+    source, index = b.tensor(args["self"]), b.tensor(args["index"])
+    dim = args["dim"] % source.ndim
+    position = bz_ops.arange(size_expr(meta(args["self"]).shape[dim]))
+    position = bz_ops.broadcast(bz_ops.cast(position, index.dtype), [d != dim for d in range(source.ndim)])
+    return bz_ops.eq(position, index)
+
+
+@rule(aten.gather.default, accepts=_one_index_a_row)
+def _gather(b: RegionBuilder, node: fx.Node) -> TensorView:
+    """x[..., index, ...] along `dim`: the sum of the row where the position is the index (the GPU
+    code generator reads that one element: codegen/cuda_online.gather_one_hot_sums)."""
+    args = bind(node)
+    source = b.tensor(args["self"])
+    picked = bz_ops.where(_is_index(b, node), source, 0)
+    return finish(node, bz_ops.sum(picked, axes=[args["dim"] % source.ndim], keepdim=True))
+
+
+@rule(aten.scatter.value, accepts=_one_index_a_row)
+def _scatter_value(b: RegionBuilder, node: fx.Node) -> TensorView:
+    """`self` with `value` written at each row's index along `dim`."""
+    args = bind(node)
+    source = b.tensor(args["self"])
+    return finish(node, bz_ops.where(_is_index(b, node), args["value"], source))
+
+
 # --- reductions -----------------------------------------------------------------------------------
 REDUCTIONS = {  # ATen op -> braze reduction
     "sum": "sum", "mean": "mean", "amax": "max", "amin": "min", "max": "max", "min": "min", "prod": "prod",
