@@ -66,7 +66,7 @@ def _product(extents: Sequence[Scalar]) -> Scalar:
 
 _entry(
     "reshape",
-    lambda ins, a: [IterDomain(e, IterType.BROADCAST if e == 1 else IterType.ITERATION) for e in a["shape"]],
+    lambda ins, a: [IterDomain(e, IterType.BROADCAST if e.same_as(1) else IterType.ITERATION) for e in a["shape"]],
     lambda ctx, args, out, a: np.reshape(args[0], ctx.shape(out.logical)),
 )
 
@@ -161,8 +161,8 @@ def _slice_dim(x: TensorView, d: IterDomain, bounds: tuple[Bound, Bound, int]) -
         return d.clone()
     extent = _slice_extent(d.extent, *bounds)[1]
     if d.is_broadcast:  # sliced to nothing it is no longer a broadcast: it has extent 0
-        return d.clone() if extent == 1 else d.clone(IterType.ITERATION, extent)
-    if extent == 1:  # one element of a static extent broadcasts, as NumPy's size-1 dimensions do
+        return d.clone() if extent.same_as(1) else d.clone(IterType.ITERATION, extent)
+    if extent.same_as(1):  # one element of a static extent broadcasts, as NumPy's size-1 dimensions do
         return IterDomain(1, IterType.BROADCAST)
     if _one_element(*bounds):  # one element wherever the dimension is long enough: broadcasts when used so
         x.fusion.one_element_extents.add(extent)
