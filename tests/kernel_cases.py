@@ -107,6 +107,19 @@ def strided(a: bz.Array[bz.float64, 2], lo: int, hi: int):
 
 
 @bz.kernel
+def stepped_ranges(a: bz.Array[bz.float32, 1], b: bz.Array[bz.float32, 2], lo: int, step: int):
+    for i in range(lo, a.shape[0], step):  # a scalar step: task t runs i = lo + t * step
+        a[i] += 1.0
+    for i in range(1, a.shape[0], 3):
+        a[i] *= 3.0
+    for i in range(a.shape[0] - 1, -1, -4):  # a negative step walks down, as Python's range does
+        a[i] -= 0.5
+    for i in range(0, b.shape[0], 2):
+        for j in range(b.shape[1]):
+            b[i, j] = b[i + 1, j] * 2.0 if i + 1 < b.shape[0] else -b[i, j]
+
+
+@bz.kernel
 def casts_and_division(a: bz.Array[bz.int32, 1], f: bz.Array[bz.float32, 1], g: bz.Array[bz.int32, 1],
                        h: bz.Array[bz.int8, 1]):
     for i in range(a.shape[0]):
@@ -420,6 +433,7 @@ def all_cases() -> list[Case]:
                                                                   np.zeros(500, np.int32)], outputs=(1,)),
         Case("sums_3d", sums_3d, lambda r: [floats(r, 13, 17, 9), np.zeros((17, 13), np.float32)], outputs=(1,)),
         Case("strided", strided, lambda r: [floats(r, 40, 30, dtype=np.float64)[::2, 1::3], 3, 9]),
+        Case("stepped_ranges", stepped_ranges, lambda r: [floats(r, 1001), floats(r, 37, 5), 2, 7]),
         Case("casts_and_division", casts_and_division,
              lambda r: [r.integers(-10**6, 10**6, 777).astype(np.int32), np.zeros(777, np.float32),
                         np.zeros(777, np.int32), np.zeros(777, np.int8)], outputs=(1, 2, 3)),

@@ -205,8 +205,10 @@ class Translator(ExpressionTranslator, TargetTranslator):
 
     def parallel_indices(self, node: ast.For) -> tuple[k.Expr, k.Expr, k.Var]:
         """The task's bounds and loop index; `bz.ndrange` indices are split from one flat index."""
-        extents = self.range_extents(node.iter)
+        extents, step = self.range_extents(node.iter)
         names = self.target_names(node.target, len(extents))
+        if step is not None:
+            return self.stepped_index(names[0], *extents[0], step)
         if len(extents) == 1:
             var = self.new_var(names[0], dt.int64)
             self.frames[0].names[names[0]] = Local(var, loop_index=True)
@@ -230,26 +232,48 @@ class Translator(ExpressionTranslator, TargetTranslator):
             inner = index_op("mul", inner, sizes[axis])
         return k.Const(0, dt.int64), end, flat
 
-    def range_extents(self, it: ast.Call) -> list[tuple[k.Expr, k.Expr]]:
-        """[(begin, end)] of a top-level range or ndrange, as host-evaluable int64 expressions."""
+    def stepped_index(self, name: str, begin: k.Expr, end: k.Expr, step: k.Expr) -> tuple[k.Expr, k.Expr, k.Var]:
+        """`range(begin, end, step)` as a task over [0, count): task index t is `begin + t * step`, and
+        count is Python's `len(range(...))`, `max(ceil((end - begin) / step), 0)`, for either sign of step."""
+        flat = self.new_var(f"{name}_step", dt.int64)
+        var = self.new_var(name, dt.int64)
+        self.task_coordinates = [var]
+        self.prologue.insert(0, k.Let(var, index_op("add", begin, index_op("mul", flat, step))))
+        self.frames[0].names[name] = Local(var, loop_index=True)
+        zero = k.Const(0, dt.int64)
+        count = index_op("sub", zero, index_op("floordiv", index_op("sub", begin, end), step))
+        return zero, index_op("maximum", count, zero), flat
+
+    def range_extents(self, it: ast.Call) -> tuple[list[tuple[k.Expr, k.Expr]], k.Expr | None]:
+        """[(begin, end)] of a top-level range or ndrange, and a range's step (None where it has none),
+        as host-evaluable int64 expressions."""
         callee = self.resolve_callee(it.func, kernel_scope=True)
         args = [self.expr(a) for a in it.args]
+        step = None
         if callee is range:
             if len(args) == 3:
-                self.error(it, "unsupported construct: a step in a parallel range")
+                step = self.parallel_step(it, args.pop())
             pairs = [(0, args[0])] if len(args) == 1 else [tuple(args)] if len(args) == 2 else None
             if pairs is None:
-                self.error(it, "range: expected 1 or 2 arguments")
+                self.error(it, "range: expected 1 to 3 arguments")
         else:
             pairs = [(0, a) if not isinstance(a, tuple) else a for a in args]
-        out = []
-        for lo, hi in pairs:
-            lo, hi = (self.checked(it, lambda v=v: ty.index(v, "a parallel range bound")) for v in (lo, hi))
-            if not (host_evaluable(lo) and host_evaluable(hi)):
-                self.error(it, "unsupported construct: a parallel range bound must be computed from scalar "
-                               "parameters, shapes and constants")
-            out.append((lo, hi))
-        return out
+        return [tuple(self.host_index(it, v, "a parallel range bound") for v in pair) for pair in pairs], step
+
+    def parallel_step(self, it: ast.Call, step: object) -> k.Expr:
+        """A parallel range's step: a non-zero constant, or computed from scalar parameters and shapes
+        (where it is 0 at run time the range is empty, as the generated code divides by 0 as 0)."""
+        step = self.host_index(it, step, "a parallel range step")
+        if isinstance(step, k.Const) and step.value == 0:
+            self.error(it, "range: expected a non-zero step, got 0")
+        return step
+
+    def host_index(self, it: ast.Call, value: object, what: str) -> k.Expr:
+        value = self.checked(it, lambda: ty.index(value, what))
+        if not host_evaluable(value):
+            self.error(it, f"unsupported construct: {what} must be computed from scalar parameters, shapes "
+                           "and constants")
+        return value
 
     def target_names(self, target: ast.expr, count: int) -> list[str]:
         elements = target.elts if isinstance(target, ast.Tuple) else [target]

@@ -195,14 +195,15 @@ def _stride_digits(digits: list[IterDomain], stride: Scalar, extents: _Allocatio
 
 def _strided_split(t: Split, outer: Scalar, inner: Scalar, extents: _AllocationExtents) -> bool:
     """Whether index i of the split dimension sits at a fixed multiple of i."""
-    return extents.of(t.outer) == 1 or extents.of(t.inner) == 1 or same_product(outer, inner * extents.of(t.inner))
+    inner_extent = extents.of(t.inner)
+    return extents.of(t.outer).same_as(1) or inner_extent.same_as(1) or same_product(outer, inner * inner_extent)
 
 
 def _split_stride(tv: TensorView, t: Split, outer: Scalar, inner: Scalar, extents: _AllocationExtents) -> Scalar:
     """The stride of a split dimension: index i sits at (i // f) * outer + (i % f) * inner = i * inner."""
-    if extents.of(t.outer) == 1:
+    if extents.of(t.outer).same_as(1):
         return inner  # only the inner part ever moves
-    if extents.of(t.inner) == 1:
+    if extents.of(t.inner).same_as(1):
         return outer
     if not _strided_split(t, outer, inner, extents):
         raise UnsupportedError(

@@ -2,7 +2,9 @@
 
 A `Scalar` is an immutable tree: a constant, a named symbol, or a binary op over two Scalars.
 Equality and hashing are structural, so Scalars serve as dict keys and cache-key parts; `==`
-never builds an expression (a constant also equals, and hashes like, its int). Operators build
+never builds an expression (a constant also equals, and hashes like, its int). A symbolic
+extent compared with an int (`x.shape[-1] == 4` inside `@bz.jit`) has no answer until the fusion
+runs, so that comparison refuses to be a Python bool; `same_as(4)` asks structurally. Operators build
 expressions through `_make`, which folds constants and applies a few identities, so
 expressions built the same way print the same.
 """
@@ -107,16 +109,32 @@ class Scalar:
             raise ValueError(f"Scalar {self} is not a symbol")
         return self._leaf  # type: ignore[return-value]
 
-    def same_as(self, other: Scalar) -> bool:
-        """Structural equality with another Scalar."""
-        return isinstance(other, Scalar) and self == other
+    def same_as(self, other: Scalar | int) -> bool:
+        """Structural equality with another Scalar or an int (`n.same_as(1)`: whether `n` is known to be
+        1); unlike `==` with an int, never an error for a symbolic extent."""
+        if isinstance(other, int) and not isinstance(other, bool):
+            other = const(other)
+        return isinstance(other, Scalar) and self._same(other)
 
     def __eq__(self, other: object) -> bool:
+        return self._equality(other, "==")
+
+    def __ne__(self, other: object) -> bool:
+        return self._equality(other, "!=")
+
+    def _equality(self, other: object, symbol: str) -> bool:
+        """Structural between Scalars (dict keys, cache keys); with an int, the int's answer for a
+        constant, and for anything else an answer that refuses to be a Python bool."""
         if not isinstance(other, Scalar):
             try:
                 other = as_scalar(other)  # type: ignore[arg-type]
             except TypeError:
                 return NotImplemented
+            if not self.is_const:
+                return UnknownComparison(self, symbol, other)  # type: ignore[return-value]
+        return self._same(other) == (symbol == "==")
+
+    def _same(self, other: Scalar) -> bool:
         return self is other or (
             self._hash == other._hash
             and self._op == other._op
@@ -139,11 +157,7 @@ class Scalar:
             other = as_scalar(other)
             if other.is_const:
                 return _ORDER[symbol](self.value, other.value)
-        raise TracerBoolConversionError(
-            f"extent {self} {symbol} {other}: extents are symbolic while a fusion is defined (one compiled "
-            "fusion serves every size), so they cannot steer Python control flow; use bz.ops.where, or pass "
-            "the size as an argument listed in static_argnames"
-        )
+        raise _symbolic_extent_error(self, symbol, other)
 
     def __lt__(self, other: object) -> bool:
         return self._order(other, "<")
@@ -232,6 +246,31 @@ class Scalar:
 
     def __rmod__(self, other: int | Scalar) -> Scalar:
         return _binary("%", other, self)
+
+
+class UnknownComparison:
+    """`n == 4` with a symbolic extent `n` (`x.shape[-1]` inside `@bz.jit`): its answer depends on the
+    size the fusion will run with, which one compiled fusion leaves open, so using it as a Python
+    bool raises, as `<` and `>` on extents do. Structurally a symbolic extent never equals a
+    constant, and Scalar-to-Scalar `==` (dict keys, cache keys) stays a plain structural bool."""
+
+    __slots__ = ("_extent", "_symbol", "_other")
+
+    def __init__(self, extent: Scalar, symbol: str, other: Scalar) -> None:
+        self._extent, self._symbol, self._other = extent, symbol, other
+
+    def __bool__(self) -> bool:
+        raise _symbolic_extent_error(self._extent, self._symbol, self._other)
+
+    def __repr__(self) -> str:
+        return f"UnknownComparison({self._extent} {self._symbol} {self._other})"
+
+
+def _symbolic_extent_error(extent: Scalar, symbol: str, other: object) -> TracerBoolConversionError:
+    return TracerBoolConversionError(
+        f"extent {extent} {symbol} {other}: extents are symbolic while a fusion is defined (one compiled "
+        "fusion serves every size), so they cannot steer Python control flow; use bz.ops.where, or pass "
+        "the size as an argument listed in static_argnames")
 
 
 def _binary(op: str, a: object, b: object) -> Scalar:

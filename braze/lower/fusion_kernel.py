@@ -35,7 +35,7 @@ def written_strides(tv: TensorView) -> tuple[int | None, ...]:
 
     The runtime allocates from the same inferred layout, so the kernel and the buffer agree.
     """
-    return tuple(1 if stride == 1 else None for stride in infer_layout(tv).strides)
+    return tuple(1 if stride.same_as(1) else None for stride in infer_layout(tv).strides)
 
 
 def _task_for(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, loops: ScheduledLoops, name: str) -> k.Task:

@@ -48,6 +48,7 @@ def _shifted(x: TensorView, axis: int) -> TensorView:
 
 
 @composite
+@red.keyword_aliases(axis=("dim", "axes"))
 def softmax(x: TensorView, axis: int = -1) -> TensorView:
     """exp(x) / sum(exp(x)) along `axis`, computed stably."""
     xf, result = _compute(x, "softmax")
@@ -56,6 +57,7 @@ def softmax(x: TensorView, axis: int = -1) -> TensorView:
 
 
 @composite
+@red.keyword_aliases(axis=("dim", "axes"))
 def log_softmax(x: TensorView, axis: int = -1) -> TensorView:
     """x - log(sum(exp(x))) along `axis`, computed stably."""
     xf, result = _compute(x, "log_softmax")

@@ -20,7 +20,7 @@ _attr_dtype = lambda ins, a: a["dtype"]
 
 
 def _shape_domain(ins, a) -> list[IterDomain]:
-    return [IterDomain(e, IterType.BROADCAST if e == 1 else IterType.ITERATION) for e in a["shape"]]
+    return [IterDomain(e, IterType.BROADCAST if as_scalar(e).same_as(1) else IterType.ITERATION) for e in a["shape"]]
 
 
 def _full_reference(ctx: RefContext, args, out: TensorView, a: dict) -> np.ndarray:

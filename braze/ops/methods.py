@@ -11,7 +11,7 @@ from braze.ir.fusion import active_fusion
 from braze.ir.scalar import Scalar, as_scalar
 from braze.ir.tensor import TensorView
 from braze.ops import reductions as red
-from braze.ops import views
+from braze.ops import torch_methods, views
 from braze.ops.elementwise import cast, elementwise
 
 _BINARY_OPERATORS = {
@@ -100,15 +100,14 @@ def install(cls: type = TensorView) -> None:
         setattr(cls, name, getattr(red, name))
     cls.std = red.std
     cls.T = property(lambda self: views.permute(self, tuple(reversed(range(self.ndim)))))
-    cls.reshape = lambda self, *shape: views.reshape(self, shape[0] if len(shape) == 1 and
-                                                     isinstance(shape[0], (list, tuple)) else shape)
-    cls.permute = lambda self, *dims: views.permute(self, dims[0] if len(dims) == 1 and
-                                                    isinstance(dims[0], (list, tuple)) else dims)
+    cls.reshape = lambda self, *shape: views.reshape(self, torch_methods.sizes(shape))
+    cls.permute = lambda self, *dims: views.permute(self, torch_methods.sizes(dims))
     cls.transpose = views.transpose
     cls.squeeze = views.squeeze
     cls.unsqueeze = views.unsqueeze
     cls.flip = views.flip
     cls.astype = cast
+    torch_methods.install(cls)
 
 
 def _extent_operator(op: str, dunder: str, reflected: bool):

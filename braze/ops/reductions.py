@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import builtins
+import functools
+import inspect
 import math
 import warnings
 from collections.abc import Callable, Sequence
@@ -149,6 +151,35 @@ def normalize_axes(x: TensorView, axes: int | Sequence[int] | None, op: str) -> 
     return tuple(sorted(normalized))
 
 
+def keyword_aliases(**aliases: tuple[str, ...]) -> Callable[[Callable], Callable]:
+    """Lets a parameter also be passed by the names NumPy and torch users write (`axis=` and `dim=`
+    for `axes=`, `keepdims=` for `keepdim=`); one parameter given under two names is an error that
+    names both."""
+
+    def wrap(fn: Callable) -> Callable:
+        signature = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            positional = signature.bind_partial(*args).arguments
+            for primary, names in aliases.items():
+                written = [n for n in (primary, *names) if n in kwargs or n in positional]
+                if len(written) > 1:
+                    raise FusionDefinitionError(
+                        f"{fn.__name__}: expected one of {', '.join(f'{n}=' for n in (primary, *names))}, got "
+                        f"both {written[0]}= and {written[1]}=")
+                if written and written[0] != primary:
+                    kwargs[primary] = kwargs.pop(written[0])
+            return fn(*args, **kwargs)
+
+        return call
+
+    return wrap
+
+
+_AXES_ALIASES = keyword_aliases(axes=("axis", "dim"), keepdim=("keepdims",))
+
+
 def reduce(op: str, x: TensorView, axes=None, keepdim: bool = False, **attrs) -> TensorView:
     """Reduces x over `axes` with op; `keepdim` keeps them as size-1 dimensions."""
     if not isinstance(x, TensorView):
@@ -158,49 +189,60 @@ def reduce(op: str, x: TensorView, axes=None, keepdim: bool = False, **attrs) ->
     return broadcast(out, [i in normalized for i in range(x.ndim)]) if keepdim else out
 
 
+@_AXES_ALIASES
 def sum(x: TensorView, axes=None, keepdim: bool = False) -> TensorView:  # noqa: A001
     """Sum over axes; integers and bools accumulate in int64, half types in float32."""
     return reduce("sum", x, axes, keepdim)
 
 
+@_AXES_ALIASES
 def prod(x: TensorView, axes=None, keepdim: bool = False) -> TensorView:
     return reduce("prod", x, axes, keepdim)
 
 
+@_AXES_ALIASES
 def max(x: TensorView, axes=None, keepdim: bool = False) -> TensorView:  # noqa: A001
     return reduce("max", x, axes, keepdim)
 
 
+@_AXES_ALIASES
 def min(x: TensorView, axes=None, keepdim: bool = False) -> TensorView:  # noqa: A001
     return reduce("min", x, axes, keepdim)
 
 
+@_AXES_ALIASES
 def mean(x: TensorView, axes=None, keepdim: bool = False) -> TensorView:
     return reduce("mean", x, axes, keepdim)
 
 
+@_AXES_ALIASES
 def var(x: TensorView, axes=None, keepdim: bool = False, correction: float = 0) -> TensorView:
     """Variance with `correction` degrees of freedom removed (0: population, 1: sample)."""
     return reduce("var", x, axes, keepdim, correction=correction)
 
 
+@_AXES_ALIASES
 def any(x: TensorView, axes=None, keepdim: bool = False) -> TensorView:  # noqa: A001
     return reduce("any", x, axes, keepdim)
 
 
+@_AXES_ALIASES
 def all(x: TensorView, axes=None, keepdim: bool = False) -> TensorView:  # noqa: A001
     return reduce("all", x, axes, keepdim)
 
 
+@_AXES_ALIASES
 def argmax(x: TensorView, axes=None, keepdim: bool = False) -> TensorView:
     """Index of the first maximum; several axes are indexed as one flattened, row-major axis."""
     return reduce("argmax", x, axes, keepdim)
 
 
+@_AXES_ALIASES
 def argmin(x: TensorView, axes=None, keepdim: bool = False) -> TensorView:
     return reduce("argmin", x, axes, keepdim)
 
 
+@_AXES_ALIASES
 def std(x: TensorView, axes=None, keepdim: bool = False, correction: float = 0) -> TensorView:
     """Standard deviation: sqrt(var(x, axes, correction=correction))."""
     return elementwise("sqrt", var(x, axes, keepdim, correction))

@@ -14,7 +14,7 @@ from braze.ir.scalar import Scalar, as_scalar, ceildiv, smax, smin
 from braze.ir.tensor import TensorView, normalize_axis
 from braze.ops.broadcast import broadcast
 from braze.ops.elementwise import as_operand, check_fill
-from braze.ops.reductions import normalize_axes
+from braze.ops.reductions import keyword_aliases, normalize_axes
 from braze.ops.table import OpDef, RefContext, apply, register
 
 _first_dtype = lambda inputs, attrs: inputs[0].dtype
@@ -66,7 +66,7 @@ def _product(extents: Sequence[Scalar]) -> Scalar:
 
 _entry(
     "reshape",
-    lambda ins, a: [IterDomain(e, IterType.BROADCAST if e == 1 else IterType.ITERATION) for e in a["shape"]],
+    lambda ins, a: [IterDomain(e, IterType.BROADCAST if e.same_as(1) else IterType.ITERATION) for e in a["shape"]],
     lambda ctx, args, out, a: np.reshape(args[0], ctx.shape(out.logical)),
 )
 
@@ -99,6 +99,7 @@ _entry(
 )
 
 
+@keyword_aliases(axes=("axis", "dim"))
 def squeeze(x: TensorView, axes: int | Sequence[int] | None = None) -> TensorView:
     """Removes size-1 dimensions: the given ones (which must have extent 1), or all static ones."""
     x = _check_tensor("squeeze", x)
@@ -111,6 +112,7 @@ def squeeze(x: TensorView, axes: int | Sequence[int] | None = None) -> TensorVie
     return apply("squeeze", [x], axes=normalized) if normalized else x
 
 
+@keyword_aliases(axis=("dim",))
 def unsqueeze(x: TensorView, axis: int) -> TensorView:
     """Inserts a size-1 dimension at `axis` (negative counts from the end of the result)."""
     x = _check_tensor("unsqueeze", x)
@@ -161,8 +163,8 @@ def _slice_dim(x: TensorView, d: IterDomain, bounds: tuple[Bound, Bound, int]) -
         return d.clone()
     extent = _slice_extent(d.extent, *bounds)[1]
     if d.is_broadcast:  # sliced to nothing it is no longer a broadcast: it has extent 0
-        return d.clone() if extent == 1 else d.clone(IterType.ITERATION, extent)
-    if extent == 1:  # one element of a static extent broadcasts, as NumPy's size-1 dimensions do
+        return d.clone() if extent.same_as(1) else d.clone(IterType.ITERATION, extent)
+    if extent.same_as(1):  # one element of a static extent broadcasts, as NumPy's size-1 dimensions do
         return IterDomain(1, IterType.BROADCAST)
     if _one_element(*bounds):  # one element wherever the dimension is long enough: broadcasts when used so
         x.fusion.one_element_extents.add(extent)
@@ -265,6 +267,7 @@ _entry("cat", _cat_shape, _cat_reference,
        dtype=lambda ins, a: dt.result_type(*[(t.dtype, False) for t in ins]))
 
 
+@keyword_aliases(axis=("dim",))
 def cat(tensors: Sequence[TensorView], axis: int = 0) -> TensorView:
     """Concatenates along `axis`; the other extents must match. The dtype is their promoted type."""
     tensors = [_check_tensor("cat", t) for t in tensors]
@@ -285,6 +288,7 @@ _entry(
 )
 
 
+@keyword_aliases(axes=("axis", "dims"))
 def flip(x: TensorView, axes: int | Sequence[int] | None = None) -> TensorView:
     """Reverses the order of elements along `axes` (all by default)."""
     x = _check_tensor("flip", x)

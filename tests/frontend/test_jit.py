@@ -293,3 +293,21 @@ def test_python_control_flow_on_a_symbolic_extent_says_what_to_do():
 
     with pytest.raises(bz.TracerBoolConversionError, match=r"T0_s0 > 0: extents are symbolic.*static_argnames"):
         rows_or_nothing(np.ones((3, 2), np.float32))
+
+
+def test_an_extent_compared_with_an_int_as_a_python_bool_raises():
+    @bz.jit
+    def four_wide(x):
+        return x * 2 if x.shape[-1] == 4 else x
+
+    with pytest.raises(bz.TracerBoolConversionError, match=r"T0_s1 == 4: extents are symbolic"):
+        four_wide(np.ones((3, 4), np.float32))
+
+
+def test_a_constant_extent_compares_as_an_int():
+    with bz.Fusion() as f:
+        x = f.define_tensor(shape=(-1, 1), dtype=bz.float32)
+        assert x.shape[1] == 1 and x.shape[1] != 2
+        f.add_output(x * 2 if x.shape[1] == 1 else x)
+    (y,) = f.execute([np.ones((3, 1), np.float32)])
+    np.testing.assert_array_equal(y, np.full((3, 1), 2, np.float32))

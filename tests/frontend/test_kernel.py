@@ -311,6 +311,30 @@ def test_math_functions_composed_of_ops_match_numpy():
     np.testing.assert_array_equal(out32[:, 7], np.maximum(x, f64).astype(np.float32))
 
 
+@pytest.mark.parametrize("lo, step", [(0, 2), (3, 7), (0, 1), (998, 5), (2000, 3), (10, -3), (0, 0)])
+def test_parallel_ranges_with_a_step_match_python(lo, step):
+    from kernel_cases import stepped_ranges
+
+    rng = np.random.default_rng(abs(step))
+    a, b = rng.uniform(-2, 2, 1001).astype(np.float32), rng.uniform(-2, 2, (37, 5)).astype(np.float32)
+    expected_a, expected_b = a.copy(), b.copy()
+    # Plain Python over NumPy is the reference; a step of 0, which Python refuses, runs nothing.
+    stepped_ranges.fn(expected_a, expected_b, lo if step else len(a), step or 1)
+    stepped_ranges(a, b, lo, step)
+    np.testing.assert_array_equal(a, expected_a)
+    np.testing.assert_array_equal(b, expected_b)
+
+
+def test_a_parallel_range_step_of_constant_zero_is_an_error():
+    @bz.kernel
+    def zero_step(a: bz.Array[bz.float32, 1]):
+        for i in range(0, a.shape[0], 0):
+            a[i] = 1.0
+
+    with pytest.raises(bz.KernelSyntaxError, match="expected a non-zero step, got 0"):
+        zero_step(np.zeros(4, np.float32))
+
+
 def test_closure_values_are_compile_time_constants():
     offset = 5
 

@@ -70,8 +70,8 @@ def breaks_a_parallel_loop(a: F32):
         break
 
 
-def steps_a_parallel_range(a: F32):
-    for i in range(0, a.shape[0], 2):
+def steps_a_parallel_range_by_a_float(a: F32):
+    for i in range(0, a.shape[0], 0.5):
         a[i] = 1.0
 
 
@@ -82,10 +82,14 @@ def steps_a_parallel_range(a: F32):
     (slices, "unsupported construct: slices", "a[i] = a[1:3]"),
     (returns, "unsupported construct: return", "return a"),
     (breaks_a_parallel_loop, "unsupported construct: break outside a serial loop", "break"),
-    (steps_a_parallel_range, "a step in a parallel range", "for i in range(0, a.shape[0], 2):"),
 ])
 def test_unsupported_constructs(fn, message, culprit):
     check(fn, [f32()], bz.KernelSyntaxError, message, culprit)
+
+
+def test_a_parallel_range_step_must_be_an_integer():
+    check(steps_a_parallel_range_by_a_float, [f32()], bz.KernelTypeError,
+          "a parallel range step: expected an integer index, got float", "for i in range(0, a.shape[0], 0.5):")
 
 
 # --- type mismatches ---------------------------------------------------------------------------------

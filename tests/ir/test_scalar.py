@@ -174,6 +174,19 @@ def test_order_of_constants_and_of_symbols() -> None:
             compare()
 
 
+def test_equality_of_a_symbolic_extent_with_an_int_has_no_truth_value() -> None:
+    for compare in (lambda: a == 4, lambda: a != 4, lambda: 4 == a, lambda: a + 1 == 1, lambda: 2 in (a, 3)):
+        with pytest.raises(bz.TracerBoolConversionError, match="static_argnames"):
+            bool(compare())
+    assert a.same_as(a) and not a.same_as(4) and const(4).same_as(4) and not const(4).same_as(True)
+
+
+def test_equality_of_constants_and_between_scalars_stays_a_bool() -> None:
+    assert (const(4) == 4) is True and (const(4) != 4) is False and (4 == const(3)) is False
+    assert (a == a) is True and (a != b) is True and (a == "a") is False
+    assert {a: 1, 4: 2}[a] == 1 and {4: 2, a: 1}[4] == 2  # dict keys of both kinds still work
+
+
 @pytest.mark.parametrize("bad", [1.5, True, False, "3", None])
 def test_as_scalar_rejects_non_ints(bad: object) -> None:
     with pytest.raises(TypeError, match=type(bad).__name__):
@@ -239,3 +252,16 @@ def test_random_trees_agree_with_python(tree: tuple, env: dict[str, int]) -> Non
     printed = eval(str(expr), {"__builtins__": {}, "ceildiv": py_ceildiv, "min": min, "max": max}, dict(env))
     assert printed == expected, str(expr)
     assert expr.free_symbols() <= set(SYMBOLS)
+
+
+@settings(max_examples=100, deadline=None)
+@given(tree=trees(3), value=st.integers(-6, 6))
+def test_random_trees_compare_with_an_int_only_when_constant(tree: tuple, value: int) -> None:
+    expr = as_scalar(build(tree))
+    if expr.is_const:
+        assert (expr == value) is (expr.value == value) and (expr != value) is (expr.value != value)
+        return
+    for compare in (lambda: expr == value, lambda: expr != value, lambda: value == expr):
+        with pytest.raises(bz.TracerBoolConversionError, match="extents are symbolic"):
+            bool(compare())
+    assert not expr.same_as(value) and expr.same_as(expr) and expr == expr and {expr: 1}[expr] == 1

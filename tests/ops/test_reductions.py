@@ -271,6 +271,36 @@ def test_tensor_methods():
         assert_matches(out, np.asarray(want), dtype if dtype.kind == "f" else dtype, scale=4.0)
 
 
+def test_numpy_and_torch_keyword_names_for_axes_and_keepdim():
+    x = np.asarray(SIGNED(rng_for("aliases"), bz.float32, (3, 4)))
+    ops = bz.ops
+    outs = execute(lambda f: [ops.sum(t := define(f, x), axis=1), ops.mean(t, dim=0, keepdims=True), ops.max(t, dim=-1),
+                              ops.min(t, axis=(0, 1)), ops.var(t, dim=1, correction=1), ops.std(t, axis=0),
+                              ops.prod(t, dim=1), ops.argmax(t, axis=1), ops.argmin(t, dim=0),
+                              ops.softmax(t, dim=0), ops.log_softmax(t, dim=0), t.sum(dim=1, keepdims=True)], [x])
+    x64 = x.astype(np.float64)
+    softmax = np.exp(x64) / np.exp(x64).sum(0)
+    expected = [x64.sum(1), x64.mean(0, keepdims=True), x64.max(-1), x64.min(), x64.var(1, ddof=1), x64.std(0),
+                x64.prod(1), x64.argmax(1), x64.argmin(0), softmax, np.log(softmax), x64.sum(1, keepdims=True)]
+    for out, want in zip(outs, expected, strict=True):
+        dtype = bz.dtypes.from_numpy(out.dtype)
+        assert_matches(out, np.asarray(want), dtype, scale=4.0)
+
+
+@pytest.mark.parametrize("call, names", [
+    (lambda x: bz.ops.sum(x, axis=1, dim=1), "axis= and dim="),
+    (lambda x: bz.ops.mean(x, 0, axis=1), "axes= and axis="),
+    (lambda x: bz.ops.max(x, axes=0, dim=0), "axes= and dim="),
+    (lambda x: x.sum(1, keepdim=True, keepdims=True), "keepdim= and keepdims="),
+    (lambda x: bz.ops.softmax(x, axis=0, dim=0), "axis= and dim="),
+])
+def test_one_parameter_under_two_names_is_an_error_naming_both(call, names):
+    with bz.Fusion() as f:
+        x = f.define_tensor(shape=(-1, -1))
+        with pytest.raises(bz.FusionDefinitionError, match=names):
+            call(x)
+
+
 @pytest.mark.parametrize("axes", [(0, 0), (0, -2), 2, -3, (0, 5)], ids=str)
 def test_bad_axes(axes):
     with bz.Fusion() as f:

@@ -258,3 +258,15 @@ def test_symbolic_extents_checked_at_execute(build, bad_shape):
         f.add_output(build(f.define_tensor(shape=(-1, -1), name="x")))
     with pytest.raises(bz.InputError):
         run(f, [np.zeros(bad_shape, np.float32)])
+
+
+def test_torch_and_numpy_keyword_names_for_axes():
+    x = sample(bz.float32, (2, 1, 3))
+    outs = execute(lambda f: [bz.ops.cat([t := define(f, x), t], dim=2), bz.ops.squeeze(t, dim=1),
+                              bz.ops.unsqueeze(t, dim=0), bz.ops.flip(t, dims=(0, 2)), t.squeeze(axis=1)], [x])
+    expected = [np.concatenate([x, x], 2), x[:, 0], x[None], x[::-1, :, ::-1], x[:, 0]]
+    for out, want in zip(outs, expected, strict=True):
+        assert_same(out, want)
+    with bz.Fusion() as f:
+        with pytest.raises(bz.FusionDefinitionError, match="axis= and dim="):
+            bz.ops.cat([define(f, x)], axis=0, dim=0)

@@ -197,7 +197,7 @@ class RegionBuilder:
 def broadcastable(tv: TensorView) -> TensorView:
     """`tv` with each dimension of static extent 1 a broadcast one, as every size-1 dimension is in
     torch (braze's slice to one element keeps an iteration dimension, which would not broadcast)."""
-    fixed = [i for i, d in enumerate(tv.visible) if not d.is_broadcast and d.extent == 1]
+    fixed = [i for i, d in enumerate(tv.visible) if not d.is_broadcast and d.extent.same_as(1)]
     if not fixed:
         return tv
     return bz_ops.broadcast(bz_ops.squeeze(tv, fixed), [i in fixed for i in range(tv.ndim)])

@@ -1,0 +1,90 @@
+"""The torch-style methods on TensorView (`braze/ops/torch_methods.py`) against NumPy in float64:
+one fusion computes every method's result, so the whole table costs one compile."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import braze as bz
+
+
+def _softmax(a: np.ndarray, axis: int) -> np.ndarray:
+    e = np.exp(a - a.max(axis, keepdims=True))
+    return e / e.sum(axis, keepdims=True)
+
+
+# (name, braze method call on (x, m), NumPy on (x, m)); x is (3, 4) float64, m a (3, 4) bool mask.
+CASES = [
+    ("expand", lambda x, m: x[:, :1].expand(3, 4), lambda x, m: np.broadcast_to(x[:, :1], (3, 4))),
+    ("expand_tuple_keep", lambda x, m: x[:1].expand((-1, 4)), lambda x, m: x[:1]),
+    ("expand_leading", lambda x, m: x[:1].expand(2, 3, -1), lambda x, m: np.broadcast_to(x[:1], (2, 3, 4))),
+    ("view", lambda x, m: x.view(4, 3), lambda x, m: x.reshape(4, 3)),
+    ("view_infer", lambda x, m: x.view(-1), lambda x, m: x.reshape(-1)),
+    ("permute", lambda x, m: x.unsqueeze(0).permute(2, 0, 1), lambda x, m: x[None].transpose(2, 0, 1)),
+    ("unsqueeze_squeeze", lambda x, m: x.unsqueeze(-1).squeeze(-1), lambda x, m: x),
+    ("flatten", lambda x, m: x.flatten(), lambda x, m: x.reshape(-1)),
+    ("flatten_range", lambda x, m: x[None, :, :, None].flatten(1, 2), lambda x, m: x.reshape(1, 12, 1)),
+    ("mean_dim", lambda x, m: x.mean(dim=-1, keepdim=True), lambda x, m: x.mean(-1, keepdims=True)),
+    ("sum_dim", lambda x, m: x.sum(dim=0), lambda x, m: x.sum(0)),
+    ("softmax", lambda x, m: x.softmax(-1), lambda x, m: _softmax(x, -1)),
+    ("softmax_dim", lambda x, m: x.softmax(dim=0), lambda x, m: _softmax(x, 0)),
+    ("log_softmax", lambda x, m: x.log_softmax(dim=1), lambda x, m: np.log(_softmax(x, 1))),
+    ("clamp", lambda x, m: x.clamp(-1.0, 2.5), lambda x, m: np.clip(x, -1.0, 2.5)),
+    ("clamp_min", lambda x, m: x.clamp(min=0.5), lambda x, m: np.maximum(x, 0.5)),
+    ("clamp_max", lambda x, m: x.clamp(max=0.5), lambda x, m: np.minimum(x, 0.5)),
+    ("clip_tensor", lambda x, m: x.clip(x[:1], None), lambda x, m: np.maximum(x, x[:1])),
+    ("pow", lambda x, m: x.pow(3), lambda x, m: x**3),
+    ("abs", lambda x, m: x.abs(), lambda x, m: np.abs(x)),
+    ("exp", lambda x, m: x.exp(), lambda x, m: np.exp(x)),
+    ("sqrt", lambda x, m: (x.abs() + 1).sqrt(), lambda x, m: np.sqrt(np.abs(x) + 1)),
+    ("rsqrt", lambda x, m: (x.abs() + 1).rsqrt(), lambda x, m: 1 / np.sqrt(np.abs(x) + 1)),
+    ("tanh_neg", lambda x, m: x.tanh().neg(), lambda x, m: -np.tanh(x)),
+    ("div_maximum", lambda x, m: x.div(4).maximum(x), lambda x, m: np.maximum(x / 4, x)),
+    ("masked_fill", lambda x, m: x.masked_fill(m, -7.0), lambda x, m: np.where(m, -7.0, x)),
+    ("where", lambda x, m: x.where(m, x * 10), lambda x, m: np.where(m, x, x * 10)),
+    ("to_dtype", lambda x, m: x.to(bz.float32), lambda x, m: x),
+    ("to_tensor", lambda x, m: x.to(m), lambda x, m: x != 0),
+    ("float", lambda x, m: x.float(), lambda x, m: x),
+    ("double_of_long", lambda x, m: (x * 10).long().double(), lambda x, m: np.trunc(x * 10)),
+    ("type_as", lambda x, m: m.type_as(x), lambda x, m: m.astype(np.float64)),
+    ("contiguous_view", lambda x, m: x.T.contiguous().clone().detach().view(12), lambda x, m: x.T.reshape(12)),
+]
+_DTYPES = {"to_dtype": np.float32, "float": np.float32, "to_tensor": np.bool_}
+
+
+@bz.jit
+def _every_method(x, m):
+    return tuple(method(x, m) for _, method, _ in CASES)
+
+
+def test_torch_style_methods_match_numpy():
+    rng = np.random.default_rng(7)
+    x = rng.uniform(-3, 3, (3, 4))
+    x[0, 0] = 0.0
+    m = rng.uniform(size=(3, 4)) > 0.5
+    for (name, _, reference), got in zip(CASES, _every_method(x, m), strict=True):
+        expected = reference(x, m)
+        assert got.dtype == _DTYPES.get(name, np.float64), name
+        tolerance = 1e-6 if got.dtype == np.float32 else 1e-12
+        np.testing.assert_allclose(got, expected, rtol=tolerance, atol=tolerance, err_msg=name)
+
+
+def test_size_and_dim_read_the_shape():
+    with bz.Fusion() as f:
+        x = f.define_tensor(shape=(-1, 5), dtype=bz.float32)
+        assert x.dim() == 2 and x.size(-1) == 5 and x.size() == x.shape
+        f.add_output(x)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda x: x.clamp(), "clamp: expected min or max"),
+    (lambda x: x.expand(4), "expand: .* has 2 dimensions, expected a shape of at least that many"),
+    (lambda x: x.flatten(1, 0), "flatten: expected start_dim <= end_dim"),
+    (lambda x: x.to(), "to: expected one dtype or tensor"),
+])
+def test_torch_style_methods_reject_bad_arguments(call, message):
+    with bz.Fusion() as f:
+        x = f.define_tensor(shape=(-1, 4), dtype=bz.float32)
+        with pytest.raises(bz.Error, match=message):
+            call(x)
