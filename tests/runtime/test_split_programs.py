@@ -10,13 +10,14 @@ import functools
 import gc
 import re
 import threading
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from many_task_fusions import inputs, many_tasks, reference
-from test_cuda_resources import FakeDevice, FakeModule, gpu  # noqa: F401  (gpu: the fixture)
+from test_cuda_resources import FakeDevice, FakeGpu, FakeModule
 
 from braze import config, engine
 from braze.codegen.cuda import CudaSource
@@ -119,6 +120,12 @@ class FakeNvrtc:
         with self.lock:
             self.compiles.append((threading.current_thread().name, name))
         return ("cubin:" + ",".join(defined(source))).encode()
+
+
+@pytest.fixture
+def gpu(monkeypatch) -> Iterator[FakeGpu]:
+    yield FakeGpu(monkeypatch)
+    gc.collect()  # what the test left in reference cycles goes to its own fakes
 
 
 @pytest.fixture
