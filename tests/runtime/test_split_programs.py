@@ -12,6 +12,7 @@ import re
 import threading
 from collections.abc import Iterator
 
+import cuda_on_cpu
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -40,6 +41,14 @@ def kernel_and_scalars() -> tuple:
 
 def compiled_kernel() -> CudaCompiledKernel:
     return CudaCompiledKernel(kernel_and_scalars()[0], PARAMS, restrict=True)
+
+
+def one_input_kernel() -> CudaCompiledKernel:
+    """The fusion of one input: three tasks."""
+    f = many_tasks(1)
+    bound = bind_inputs(f, inputs(1))
+    _, kernel, _ = engine.plan_kernel(f, engine.signature(f, bound), views_on_host=False, gpu=True)
+    return CudaCompiledKernel(kernel, PARAMS, restrict=True)
 
 
 def defined(text: str) -> list[str]:
@@ -115,10 +124,16 @@ class FakeNvrtc:
     def __init__(self) -> None:
         self.compiles: list[tuple[str, str]] = []
         self.lock = threading.Lock()
+        self.worker_compiled = threading.Event()
 
     def compile_cubin(self, source: str, name: str, arch: str, options=()) -> bytes:
+        thread = threading.current_thread().name
+        if thread.startswith("braze-compile"):
+            self.worker_compiled.set()
+        else:  # as a real compile takes long enough for a worker to take a program meanwhile
+            self.worker_compiled.wait(timeout=5)
         with self.lock:
-            self.compiles.append((threading.current_thread().name, name))
+            self.compiles.append((thread, name))
         return ("cubin:" + ",".join(defined(source))).encode()
 
 
@@ -210,16 +225,23 @@ def test_every_module_of_a_split_kernel_unloads_after_its_last_holder(split, gpu
 @pytest.mark.skipif(not nvrtc.available(), reason="needs NVRTC")
 def test_each_program_of_a_split_kernel_compiles_alone(monkeypatch) -> None:
     """Every program is a whole translation unit: NVRTC compiles it to PTX defining its functions."""
-    monkeypatch.setattr(cuda_programs, "PROGRAM_CHARS", 60_000)
-    compiled = compiled_kernel()
-    assert len(compiled.programs) > 1
+    monkeypatch.setattr(cuda_programs, "PROGRAM_CHARS", 1)
+    compiled = one_input_kernel()
+    assert len(compiled.programs) == 3
     for program in compiled.programs:
         ptx = nvrtc.compile_ptx(program.text, "split", PARAMS.arch, compiled.options()).decode()
         assert sorted(re.findall(r"\.entry (\w+)\(", ptx)) == sorted(program.functions)
 
 
-def test_the_many_task_fusion_matches_numpy_on_the_cpu() -> None:
-    """The reference the GPU test checks against (tests/cuda/test_split_programs_gpu.py) is right."""
-    arrays = inputs(TASKS)
-    for got, want in zip(many_tasks(TASKS).execute(arrays), reference(arrays), strict=True):
+@pytest.mark.skipif(not cuda_on_cpu.available(), reason="needs g++")
+def test_a_kernel_split_into_programs_computes_every_task_run_on_the_cpu(monkeypatch) -> None:
+    """Each program built alone (g++, tests/cuda_on_cpu.py) and each task run from its program's
+    library, outputs against NumPy in float64."""
+    sections = one_input_kernel().generated.sections
+    monkeypatch.setattr(cuda_programs, "PROGRAM_CHARS", -(-sum(map(len, sections)) // 2))  # two programs
+    assert len(one_input_kernel().programs) == 2
+    arrays = inputs(1, seed=5)
+    outputs, launches = cuda_on_cpu.run_on_cpu(many_tasks(1), arrays)
+    assert len({name for name, *_ in launches}) == 3
+    for got, want in zip(outputs, reference(arrays), strict=True):
         np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=1e-5, atol=1e-6)
