@@ -90,6 +90,8 @@ class CudaCompiledKernel(CompilesOnce):
 
     @property
     def cache_key(self) -> str:
+        """The disk cache's key of the whole source: its cubin's, where the kernel is one program
+        (a split kernel's programs each have their own: cuda_programs.ProgramCompile)."""
         return disk_cache.cache_key(source=self.source, params=self.params, toolchain=nvrtc.toolchain_id(),
                                     braze=disk_cache.braze_source_hash())
 

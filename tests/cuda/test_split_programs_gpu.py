@@ -55,7 +55,7 @@ def test_a_kernel_split_into_programs_computes_every_task(program_sizes, split) 
     else:
         with config.scope(disable="split_programs"):
             got = run(arrays)
-    assert program_sizes == ([3 * INPUTS] if split else [1])
+    assert program_sizes and set(program_sizes) == ({3 * INPUTS} if split else {1})
     for out, want in zip(got, reference(arrays), strict=True):
         np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
 
@@ -70,4 +70,4 @@ def test_every_module_of_a_split_kernel_unloads_after_its_fusion(program_sizes) 
     engine.forget_compiled_kernels()
     gc.collect()
     torch.cuda.synchronize()
-    assert program_sizes == [3 * INPUTS] and cuda_resources.loaded_module_count() <= modules
+    assert set(program_sizes) == {3 * INPUTS} and cuda_resources.loaded_module_count() <= modules
