@@ -65,6 +65,8 @@ FEATURES = {
                          "row, not once a thread where the strides allow",
     "compile_ahead": "disable: the torch backend compiles each region's kernel at its first call, one after "
                      "another, not all of a graph's at once on worker threads when the graph is compiled",
+    "split_programs": "disable: on a GPU, a kernel of many tasks compiles as one NVRTC program, not as several of "
+                      "about 30 KB of CUDA each compiled side by side on worker threads",
     "pad_mm": "disable: the torch backend leaves matrix multiplies with extents that break 16-byte alignment "
               "(an odd vocabulary) unpadded, as eager PyTorch runs them",
 }

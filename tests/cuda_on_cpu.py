@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from unittest import mock
@@ -118,21 +119,30 @@ extern "C" void run_{name}(const long long* args, long long grid, long long bloc
     return lib
 
 
+def _libraries(compiled: CudaCompiledKernel) -> dict[str, ctypes.CDLL]:
+    """A library of each of the kernel's programs (one, unless it is split: runtime/cuda_programs.py),
+    by the functions it defines."""
+    with ThreadPoolExecutor(len(compiled.programs)) as pool:  # g++ runs as processes of their own
+        built = list(pool.map(lambda program: _library(program.text, program.functions), compiled.programs))
+    return {name: library for program, library in zip(compiled.programs, built) for name in program.functions}
+
+
 class _Executor:
     """A CudaExecutor's launches, each run on the CPU; `launches` records (the function run: the task's,
     or its `_warp` function for one warp a row; schedule kind, grid, dynamic shared bytes, launch
     scalars)."""
 
-    def __init__(self, executor: CudaExecutor, library: ctypes.CDLL) -> None:
-        self.executor, self.library, self.kernel = executor, library, executor.kernel
+    def __init__(self, executor: CudaExecutor, libraries: dict[str, ctypes.CDLL]) -> None:
+        """`libraries`: per function, the library of the program defining it."""
+        self.executor, self.libraries, self.kernel = executor, libraries, executor.kernel
         self.launches: list[tuple] = []
 
     def run(self, block: np.ndarray, scalars: dict[str, int], arguments=()) -> None:
         for planned in self.executor.plan(scalars, self.executor.workspace(0, scalars)):
             self.launches.append((planned.function_name, planned.task.schedule.kind, planned.grid, planned.shared,
                                   planned.scalars))
-            getattr(self.library, f"run_{planned.function_name}")(block.ctypes.data, planned.grid, self.executor.block,
-                                                                    planned.shared, *planned.scalars)
+            launch = getattr(self.libraries[planned.function_name], f"run_{planned.function_name}")
+            launch(block.ctypes.data, planned.grid, self.executor.block, planned.shared, *planned.scalars)
 
 
 _MEMORY = _HostMemory()
@@ -170,6 +180,6 @@ def run_on_cpu(fusion, arrays: list[np.ndarray], **gpu) -> tuple[list[np.ndarray
     """The fusion's outputs for host `arrays` from its CUDA kernels run on the CPU, and its launches."""
     executor, (plan, params, bound), _ = cuda_executor(fusion, arrays, **gpu)
     with _host_memory():  # the workspace lives as long as the run
-        runner = _Executor(executor, _library(executor.compiled.source, tuple(executor.compiled.generated.functions)))
+        runner = _Executor(executor, _libraries(executor.compiled))
         outputs = FusionRuntime(fusion, runner, plan.writes, params).run(bound)
     return outputs, runner.launches

@@ -668,10 +668,54 @@ class CudaSource:
     lane_widths: tuple[int, ...] = ()
     # Per task: the indices a thread moves at a time (cuda_rows.write_thread_vectors; 1: one).
     thread_vector_widths: tuple[int, ...] = ()
+    # The text of each function, in the order of `functions` (the body is the header, then these).
+    sections: tuple[str, ...] = ()
 
     @property
     def text(self) -> str:
         return with_prelude(self.body)
+
+    def programs(self, most_chars: int) -> tuple[CudaProgram, ...]:
+        """The source as translation units of about `most_chars` of functions each (the prelude
+        aside), a task's functions in one, the tasks in order: NVRTC compiles them side by side
+        where one unit would compile on one core (a kernel of every layer's gradients, 124 tasks,
+        takes 14 s). A source within `most_chars` is one program, its text `text`."""
+        total = sum(len(section) for section in self.sections)
+        count = max(1, -(-total // max(most_chars, 1)))
+        if count == 1:
+            return (CudaProgram(self.text, self.functions),)
+        groups: list[list[int]] = [[]]
+        filled = 0
+        for task, size in enumerate(self._task_sizes()):
+            if groups[-1] and filled + size / 2 > total * len(groups) / count:
+                groups.append([])
+            groups[-1].append(task)
+            filled += size
+        return tuple(self._program(group, n, len(groups)) for n, group in enumerate(groups))
+
+    def _task_functions(self, task: int) -> list[int]:
+        """Positions in `functions` of task `task`'s function and of its warp function, if any."""
+        warp = self.warp_functions[task] if self.warp_functions else ""
+        return [task] + ([self.functions.index(warp)] if warp else [])
+
+    def _task_sizes(self) -> list[int]:
+        return [sum(len(self.sections[n]) for n in self._task_functions(task)) for task in range(len(self.lane_plans))]
+
+    def _program(self, tasks: list[int], n: int, count: int) -> CudaProgram:
+        positions = [position for task in tasks for position in self._task_functions(task)]
+        kernel_line = self.body.partition("\n")[0]
+        header = f"{kernel_line} (program {n + 1} of {count}: tasks {tasks[0]}..{tasks[-1]})"
+        body = "\n\n".join([header, *(self.sections[p] for p in positions)]) + "\n"
+        return CudaProgram(with_prelude(body), tuple(self.functions[p] for p in positions))
+
+
+@dataclass(frozen=True)
+class CudaProgram:
+    """One translation unit of a kernel's source (CudaSource.programs): its text, prelude included,
+    and the `__global__` functions it defines."""
+
+    text: str
+    functions: tuple[str, ...]
 
 
 def with_prelude(body: str) -> str:
@@ -739,13 +783,14 @@ def generate(kernel: k.Kernel, block_size: int = DEFAULT_BLOCK_SIZE, restrict: b
     writers, warps = [w for w, _ in pairs], [warp for _, warp in pairs]
     functions = writers + [w for w in warps if w is not None]
     header = f"// {kernel.name}: {len(kernel.tasks)} task(s), from {kernel.source or 'Kernel IR'}"
-    body = "\n\n".join([header, *(w.write() for w in functions)]) + "\n"
+    sections = tuple(w.write() for w in functions)
+    body = "\n\n".join([header, *sections]) + "\n"
     return CudaSource(body, tuple(w.function for w in functions), tuple(w.lanes for w in writers),
                       tuple(w.caches for w in writers), tuple(len(w.schedule.accumulators) for w in writers),
                       tuple(register_row(w) for w in writers), tuple(w.launch_schedule for w in writers),
                       tuple(w.function if w is not None else "" for w in warps),
                       tuple(register_row(w) for w in warps), tuple(lane_width(w) for w in writers),
-                      tuple(thread_vector_width(w) for w in writers))
+                      tuple(thread_vector_width(w) for w in writers), sections)
 
 
 def inner_outer_pairs(kernel: k.Kernel) -> list[tuple[str, str]]:

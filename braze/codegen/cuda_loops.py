@@ -27,7 +27,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from braze.codegen.cuda import DEFAULT_BLOCK_SIZE, RULES, c_type, const_text, scalar_from_slot, with_prelude
+from braze.codegen.cuda import (
+    DEFAULT_BLOCK_SIZE,
+    RULES,
+    CudaProgram,
+    c_type,
+    const_text,
+    scalar_from_slot,
+    with_prelude,
+)
 from braze.codegen.cuda_names import Names, is_reserved
 from braze.codegen.cuda_plan import walk
 from braze.dtypes import DType
@@ -50,6 +58,10 @@ class LoopCudaSource:
     @property
     def text(self) -> str:
         return with_prelude(self.body)
+
+    def programs(self, most_chars: int) -> tuple[CudaProgram, ...]:
+        """One program: a loop kernel's tasks are a user's few functions (CudaSource.programs splits)."""
+        return (CudaProgram(self.text, self.functions),)
 
 
 class LoopTaskWriter:

@@ -27,6 +27,7 @@ from braze.runtime import nvrtc
 from braze.runtime.backends.cpu import host_function
 from braze.runtime.backends.cuda import recorded_launch
 from braze.runtime.compiled_kernel import CompileParams, CompilesOnce
+from braze.runtime.cuda_programs import ModuleGroup, ProgramCompile, compile_side_by_side, kernel_programs
 from braze.runtime.cuda_resources import Workspace, loaded_module, stream_workspaces
 from braze.runtime.graph import capture_stream
 from braze.runtime.record import RecordedLaunch, dump_kernel_args, note_compile, recording
@@ -72,7 +73,9 @@ class CudaCompiledKernel(CompilesOnce):
         self.params = dataclasses.replace(params, index_type=kernel.index_type.name)  # the Kernel IR decides
         self.generated = self.generate()
         self.source = self.generated.text
-        self.binary: bytes | None = None
+        self.programs = kernel_programs(self.generated)  # one, or several compiled side by side
+        # The cubin; one per program (a tuple) where the kernel is several.
+        self.binary: bytes | tuple[bytes, ...] | None = None
         self.from_disk = False
         self._modules: dict[int, cuda.Module] = {}
         # Per (device index, block): this kernel where its functions launch blocks of that many
@@ -87,6 +90,8 @@ class CudaCompiledKernel(CompilesOnce):
 
     @property
     def cache_key(self) -> str:
+        """The disk cache's key of the whole source: its cubin's, where the kernel is one program
+        (a split kernel's programs each have their own: cuda_programs.ProgramCompile)."""
         return disk_cache.cache_key(source=self.source, params=self.params, toolchain=nvrtc.toolchain_id(),
                                     braze=disk_cache.braze_source_hash())
 
@@ -101,17 +106,24 @@ class CudaCompiledKernel(CompilesOnce):
             config.dump("cuda_kernel", self.generated.body)
         if config.dumping("cuda_to_file"):
             self._dump_to_file()
-        cached = disk_cache.load(self.cache_key, elf.cubin_check(self.generated.functions))
-        if cached is not None:
-            self.from_disk, self.binary = True, cached
-            return
-        binary = nvrtc.compile_cubin(self.source, self.kernel.name, self.params.arch, self.options())
-        if config.dumping("ptx"):
-            ptx = nvrtc.compile_ptx(self.source, self.kernel.name, self.params.arch, self.options())
-            config.dump("ptx", ptx.rstrip(b"\0").decode())
-        note_compile(self.kernel.name)
-        disk_cache.store(self.cache_key, binary)
-        self.binary = binary  # last: a thread that sees it set skips the lock
+        units = self._program_compiles()
+        compile_side_by_side(units)
+        self.from_disk = all(unit.from_disk for unit in units)
+        if not self.from_disk:
+            if config.dumping("ptx"):
+                ptx = nvrtc.compile_ptx(self.source, self.kernel.name, self.params.arch, self.options())
+                config.dump("ptx", ptx.rstrip(b"\0").decode())
+            note_compile(self.kernel.name)
+        binaries = tuple(unit.binary for unit in units)
+        self.binary = binaries[0] if len(binaries) == 1 else binaries  # last: a thread that sees it set skips the lock
+
+    def _program_compiles(self) -> list[ProgramCompile]:
+        """A compile of each program; the one program of a kernel that is one goes by the kernel's
+        name (and its cache key is the kernel's), those of a kernel split by `<kernel>_p<n>`."""
+        if len(self.programs) == 1:
+            return [ProgramCompile(self.programs[0], self.kernel.name, self.params, self.options())]
+        return [ProgramCompile(program, f"{self.kernel.name}_p{n}", self.params, self.options())
+                for n, program in enumerate(self.programs)]
 
     def _dump_to_file(self) -> None:
         """Writes the source to `$BRAZE_CACHE_DIR/dump/<kernel>.cu` for each kernel: new files, never
@@ -178,9 +190,15 @@ class CudaCompiledKernel(CompilesOnce):
             with self._lock:
                 module = self._modules.get(device.index)
                 if module is None:
-                    module = self._modules[device.index] = loaded_module(device, self.binary,
-                                                                          tuple(self.generated.functions))
+                    module = self._modules[device.index] = self._load(device)
         return module
+
+    def _load(self, device: cuda.Device) -> cuda.Module | ModuleGroup:
+        """The compiled programs loaded on `device`: one module, or a group of one a program."""
+        if len(self.programs) == 1:
+            return loaded_module(device, self.binary, tuple(self.generated.functions))
+        return ModuleGroup([loaded_module(device, binary, program.functions)
+                            for binary, program in zip(self.binary, self.programs, strict=True)])
 
 
 def lanes_for(row_length: int, block: int, warp_row: int = 0, per_lane: int = 4) -> int:
