@@ -21,6 +21,7 @@ from braze import dtypes as dt
 from braze.codegen import cuda_rules  # noqa: F401  (the CUDA op rules, filled at import, not on a first call)
 from braze.codegen.cuda import inner_outer_pairs
 from braze.codegen.cuda_inner_outer import column_tasks_after_rows
+from braze.codegen.cuda_online import gather_one_hot_sums
 from braze.codegen.cuda_plan import plan_lanes, plan_schedule, schedule_kind
 from braze.codegen.cuda_variance import one_pass_task
 from braze.codegen.source_text import CudaSourceText
@@ -295,7 +296,10 @@ def lower_fusion(fusion: FusionGraph, key: tuple, device_index: int | None = Non
         plan, kernel, params = plan_kernel(fusion, key, views_on_host=False, gpu=True)
         return Lowered(plan, kernel, params, frozenset())
     plan, kernel, params = plan_kernel(fusion, key, cpu=True)
-    return Lowered(plan, cache_rows_in_outputs(kernel), params, schedule.in_place_outputs(fusion, plan))
+    # A sum of where(r == t, v(r), 0) over a row reads its one term on the CPU too (a cross-entropy's
+    # picked log-probability: one element a row, not the row).
+    kernel = cache_rows_in_outputs(gather_one_hot_sums(kernel))
+    return Lowered(plan, kernel, params, schedule.in_place_outputs(fusion, plan))
 
 
 def compile_fusion(fusion: FusionGraph, key: tuple, lowered: Lowered | None = None) -> FusionRuntime:
