@@ -21,7 +21,6 @@ from braze import dtypes as dt
 from braze.codegen import cuda_rules  # noqa: F401  (the CUDA op rules, filled at import, not on a first call)
 from braze.codegen.cuda import inner_outer_pairs
 from braze.codegen.cuda_inner_outer import column_tasks_after_rows
-from braze.codegen.cuda_online import gather_one_hot_sums
 from braze.codegen.cuda_plan import plan_lanes, plan_schedule, schedule_kind
 from braze.codegen.cuda_variance import one_pass_task
 from braze.codegen.source_text import CudaSourceText
@@ -37,6 +36,7 @@ from braze.lower.fusion_kernel import lower
 from braze.lower.values import NeedsCut
 from braze.passes.fold_rows import fold_row_producers
 from braze.passes.fuse_tasks import Decision, forward_stores, fuse_sibling_loops, fuse_tasks, merged_task
+from braze.passes.one_hot import gather_one_hot_sums
 from braze.passes.output_cache import cache_rows_in_outputs
 from braze.passes.simplify import simplify
 from braze.passes.split_loops import split_loops

@@ -36,7 +36,7 @@ from braze.codegen.cuda_grid import GridWriter
 from braze.codegen.cuda_inner_outer import InnerOuter, InnerOuterWriter, fold_task, plan_inner_outer
 from braze.codegen.cuda_invariants import InvariantWriter
 from braze.codegen.cuda_narrow import always_narrow, narrow_locals, operand_is_narrow
-from braze.codegen.cuda_online import fuse_online_softmax, gather_one_hot_sums
+from braze.codegen.cuda_online import fuse_online_softmax
 from braze.codegen.cuda_plan import (
     ARG_COMBINES,
     ARG_INDEX,
@@ -74,6 +74,7 @@ from braze.kir import nodes as k
 from braze.kir.layout import ArgLayout
 from braze.kir.signs import index_signs
 from braze.passes.hoist import hoist_invariants, reciprocal_divisions
+from braze.passes.one_hot import gather_one_hot_sums
 
 PRELUDE = (Path(__file__).with_name("prelude.cuh")).read_text()
 # The half-precision headers are large (most of a small kernel's compile time): only kernels that

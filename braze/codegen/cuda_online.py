@@ -1,7 +1,5 @@
 """Rewrites of a row's loops for rows too long to keep on chip (log_softmax, cross_entropy).
 
-`gather_one_hot_sums`: a sum of `where(r == t, v(r), 0)` over the row is its one term v(t).
-
 `fuse_online_softmax`: a row's maximum and its sum of exponentials in one pass.
 
 The lowering computes them as two loops over the row:
@@ -25,67 +23,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from braze import dtypes as dt
 from braze.codegen.cuda_plan import ONLINE_ADD, exprs_of, sub_exprs, walk, walks_unit_stride
 from braze.kir import nodes as k
+from braze.passes.one_hot import rewrite_rows
 
 
 def fuse_online_softmax(kernel: k.Kernel) -> k.Kernel:
     """`kernel` with each max loop and the sum-of-exponentials loop after it made one loop."""
-    return _rewrite_rows(kernel, _fuse)
-
-
-def gather_one_hot_sums(kernel: k.Kernel) -> k.Kernel:
-    """`kernel` with each loop that sums `where(r == t, v(r), 0)` over r (cross_entropy's picked
-    log-probability) replaced by the one term it adds: `where(begin <= t < end, v(t), 0)`. The
-    sum added zeros to that term, so the result is the same, without a pass over the row."""
-    return _rewrite_rows(kernel, lambda stmts: tuple(_one_hot_term(s) or s for s in stmts))
-
-
-def _rewrite_rows(kernel: k.Kernel, rewrite) -> k.Kernel:
-    """`rewrite` applied to the statements of each row: a range_for task's body, or in a serial
-    task, the body inside each top-level loop and the loops that are its whole body (batched rows,
-    as cuda_plan.row_nest finds them)."""
-    def inside(loop: k.For) -> k.For:
-        if len(loop.body) == 1 and isinstance(loop.body[0], k.For):
-            return dataclasses.replace(loop, body=(inside(loop.body[0]),))
-        return dataclasses.replace(loop, body=rewrite(loop.body))
-
-    tasks = []
-    for task in kernel.tasks:
-        if task.kind == "range_for":
-            body = rewrite(task.body)
-        else:
-            body = tuple(inside(s) if isinstance(s, k.For) else s for s in task.body)
-        tasks.append(dataclasses.replace(task, body=body) if body != task.body else task)
-    return dataclasses.replace(kernel, tasks=tuple(tasks))
-
-
-def _one_hot_term(loop: k.Stmt) -> k.Assign | None:
-    """The single assignment replacing a one-hot sum loop (see gather_one_hot_sums), or None."""
-    if not isinstance(loop, k.For) or loop.step != 1 or len(loop.body) != 1 or not isinstance(loop.body[0], k.Assign):
-        return None
-    acc, fold = loop.body[0].var, loop.body[0].value
-    if not (isinstance(fold, k.Binary) and fold.op == "reduce_add" and fold.a == acc):
-        return None
-    pick = fold.b
-    if not (isinstance(pick, k.Ternary) and pick.op == "where" and isinstance(pick.a, k.Binary)
-            and pick.a.op == "eq" and isinstance(pick.c, k.Const) and pick.c.value == 0):
-        return None
-    r = loop.var
-    sides = [pick.a.a, pick.a.b]
-    index = [e for e in sides if e == r or isinstance(e, k.Cast) and e.x == r]
-    target = [e for e in sides if r not in set(sub_exprs(e))]
-    if len(index) != 1 or len(target) != 1 or acc in set(sub_exprs(pick)):
-        return None
-    t = target[0]
-    if not t.dtype.is_integer:
-        return None
-    in_range = k.Binary("logical_and", k.Binary("ge", t, k.Cast(loop.begin, t.dtype), dt.bool_),
-                        k.Binary("lt", t, k.Cast(loop.end, t.dtype), dt.bool_), dt.bool_)
-    term = k.substitute(pick.b, r, k.Cast(t, r.dtype))  # read only in range: `where` evaluates one side
-    return k.Assign(acc, k.Binary("reduce_add", acc, k.Ternary("where", in_range, term, pick.c, pick.dtype),
-                                  fold.dtype))
+    return rewrite_rows(kernel, _fuse)
 
 
 def _max_fold(loop: k.Stmt) -> tuple[k.Var, k.Expr] | None:

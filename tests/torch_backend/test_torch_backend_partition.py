@@ -114,7 +114,9 @@ def test_a_path_through_pytorch_keeps_the_ends_apart() -> None:
 
 
 _OPS = {"add": lambda a, b: a + b, "mul": lambda a, b: a * b.tanh(), "exp": lambda a, b: (a * 0.1).exp(),
-        "mm": lambda a, b: a @ b, "cumsum": lambda a, b: a.cumsum(0), "sum": lambda a, b: a + b.sum(0)}
+        "mm": lambda a, b: a @ b, "cumsum": lambda a, b: a.cumsum(0), "sum": lambda a, b: a + b.sum(0),
+        "gather": lambda a, b: a + a.gather(1, b.argmax(1, keepdim=True)),
+        "scatter": lambda a, b: a.scatter(1, b.argmin(1, keepdim=True), 0.5)}
 
 
 def _program(ops: list[tuple[str, int]]) -> object:

@@ -187,7 +187,7 @@ def _is_index(b: RegionBuilder, node: fx.Node) -> TensorView:
 @rule(aten.gather.default, accepts=_one_index_a_row)
 def _gather(b: RegionBuilder, node: fx.Node) -> TensorView:
     """x[..., index, ...] along `dim`: the sum of the row where the position is the index (the GPU
-    code generator reads that one element: codegen/cuda_online.gather_one_hot_sums)."""
+    code generator reads that one element: passes/one_hot.py)."""
     args = bind(node)
     source = b.tensor(args["self"])
     picked = bz_ops.where(_is_index(b, node), source, 0)
