@@ -18,8 +18,9 @@ from braze.host.program import Alias, Allocate, CpuDevice, Frame
 from braze.ir.tensor import TensorView
 from braze.runtime import cuda_driver as cuda
 from braze.runtime import device_arrays
+from braze.runtime.backends.cuda import CudaPreparedCall
 from braze.runtime.cuda_kernel import CudaExecutor
-from braze.runtime.fast_call import CallPlan, CudaPreparedCall, PreparedLaunch
+from braze.runtime.fast_call import CallPlan, PreparedLaunch
 from braze.runtime.fusion_runtime import FusionRuntime
 from braze.runtime.graph import capture_stream
 from braze.runtime.record import recording

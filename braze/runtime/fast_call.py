@@ -28,7 +28,6 @@ methods are never replaced.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
 import struct
@@ -42,17 +41,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from braze import config
-from braze.host import host_jit
-from braze.host.launch_jit import NEW_STREAM, STREAM_TABLES, LaunchSpec, NativeLaunches, native_launches
-from braze.host.torch_call import Conditions, TorchApi, TorchCall, describe_tensor, torch_api
+from braze.host.torch_call import describe_tensor
 from braze.runtime import cuda_driver as cuda
-from braze.runtime.backends.cpu import CpuTasks, TaskRange
 from braze.runtime.graph import open_graphs
-from braze.runtime.record import OPEN_RECORDINGS, RecordedLaunch, note_launch, profiling, record_state, recording
+from braze.runtime.record import profiling, record_state
 from braze.runtime.rng import next_seed_offset
 
 MAX_DESCRIPTIONS = 256  # prepared calls kept per fusion, @bz.jit function or @bz.kernel (beyond: the oldest goes)
-_UNSEEN = object()  # a memo not filled yet
+UNSEEN = object()  # a memo not filled yet
 
 
 # --- describing the inputs ----------------------------------------------------------------------
@@ -375,7 +371,7 @@ class PreparedCall:
         """The generated call's lines writing `pointers` (slot, expression) into the block and
         launching on `order` (`_launch`)."""
         names["launch"] = self._launch
-        return [*_patch_lines(pointers), "launch(order)"]
+        return [*patch_lines(pointers), "launch(order)"]
 
     def _launch(self, order: int) -> None:
         raise NotImplementedError
@@ -434,200 +430,7 @@ class KeptBuffers:
 KEPT_BUFFERS = KeptBuffers()
 
 
-class CudaPreparedCall(PreparedCall):
-    """Launches on the inputs' stream: all launches through one native function when the host JIT
-    builds it, else one by one through ctypes.
-
-    Where the kernels take a grid reduction's workspace, each stream has launches of its own
-    (`per_stream(stream)` makes them, their scalars pointing into that stream's workspace), up to
-    STREAM_TABLES streams: the native function looks the stream's up, and on a stream it has none
-    for yet answers NEW_STREAM, and the call files them and launches again.
-
-    Where they include an inner-outer pair (`pairs`), the launches go one by one, under the lock of
-    the stream's workspace (runtime/cuda_resources.Workspace): never one native call, which could
-    come between another thread's two launches of a pair."""
-
-    _native_execute: Callable[..., list] | None | object = _UNSEEN  # `native_execute`'s memo
-
-    def __init__(self, plan: CallPlan, launches: list[PreparedLaunch], kind: ArrayKind, stream_input: int,
-                 device: cuda.Device, stream: int = 0,
-                 per_stream: Callable[[int], list[PreparedLaunch]] | None = None, pairs: bool = False) -> None:
-        """`kind`: how the inputs' library is read, `stream_input` the input whose stream the call
-        takes; `launches` are those on `stream` (on every stream where `per_stream` is None)."""
-        super().__init__(plan)
-        self.pairs = pairs
-        self.launches, self.stream, self.stream_input, self.device = launches, kind.stream, stream_input, device
-        self.device_stream = kind.device_stream
-        self.per_stream, self.first_stream = per_stream, stream
-        # Per stream its launches (where they differ by stream), the most recently filed last.
-        self.stream_launches: OrderedDict[int, list[PreparedLaunch]] = OrderedDict()
-        self._streams_lock = threading.Lock()
-        self._file(stream, launches)
-
-    def _file(self, stream: int, launches: list[PreparedLaunch]) -> None:
-        for launch in launches:
-            launch.params[0] = self.address
-        if self.per_stream is not None:
-            self.stream_launches[stream] = launches
-            while len(self.stream_launches) > STREAM_TABLES:
-                self.stream_launches.popitem(last=False)
-
-    def launches_on(self, stream: int) -> list[PreparedLaunch]:
-        """The call's launches on `stream` (made the first time, where they differ by stream)."""
-        if self.per_stream is None:
-            return self.launches
-        launches = self.stream_launches.get(stream)
-        if launches is None:
-            with self._streams_lock:
-                launches = self.stream_launches.get(stream)
-                if launches is None:
-                    launches = self.per_stream(stream)
-                    self._file(stream, launches)
-        return launches
-
-    def _new_stream(self, stream: int) -> None:
-        """Files `stream`'s launches in the native tables: its first native launch there."""
-        launches = self.launches_on(stream)
-        self.launch_all.add_stream(stream, _launch_specs(launches), launches)
-
-    @functools.cached_property
-    def launch_all(self) -> NativeLaunches | None:
-        """The native launch functions over this call's tables, the patched one writing the input
-        and buffer pointers (None where the host JIT is off or failed, or with an inner-outer pair:
-        see the class docstring). Built when the call is first taken, not when it is prepared: the
-        fusion's first call then needs no LLVM engine."""
-        if self.pairs:
-            return None
-        slots = [slot for slot, _, _ in self.plan.input_pointers] + [slot for slot, _ in self.plan.buffer_pointers]
-        return native_launches(self.device.driver_calls, _launch_specs(self.launches), self.address, slots,
-                               None if self.per_stream is None else self.first_stream)
-
-    def _copy_on_device(self, target: int, source: int, nbytes: int, stream: int) -> None:
-        with self.device.current():  # stream 0 is the null stream of whichever context is current
-            cuda.copy_on_device(target, source, nbytes, stream)
-
-    def _begin_source(self, names: dict[str, object]) -> list[str]:
-        names.update(device=self.device, stream_of=self.stream, device_stream=self.device_stream)
-        stream = f"device_stream({self.device.index})" if self.device_stream is not None else \
-            f"stream_of(inputs[{self.stream_input}], {self.device.index})"
-        return [f"order = {stream}"]  # (the launches make the device's context current themselves)
-
-    def _launch_source(self, names: dict[str, object], pointers: list[tuple[int, str]]) -> list[str]:
-        native = self.launch_all
-        if native is None:
-            return super()._launch_source(names, pointers)
-        names.update(failed=self._native_failed, recorders=record_state(), note=self._note_launches)
-        if native.patched is not None:  # its slots are the pointers', in this order
-            names["launch_patched"] = native.patched
-            launch = f"code = launch_patched(order, {', '.join(expression for _, expression in pointers)})"
-            lines = [launch]
-        else:  # (the block is then patched under the call's lock: launching again reads it as it is)
-            names["launch_all"] = native.call
-            launch = "code = launch_all(order)"
-            lines = [*_patch_lines(pointers), launch]
-        lines.append("if code:")
-        if self.per_stream is not None:  # the first launch on a stream files its launches, then launches
-            names.update(new_stream=self._new_stream, NEW_STREAM=NEW_STREAM)
-            lines += ["    while code == NEW_STREAM:", "        new_stream(order)", f"        {launch}",
-                      "    if code:", "        failed(code)"]
-        else:
-            lines.append("    failed(code)")
-        return [*lines, "if recorders.__dict__.get('stack'):", "    note()"]
-
-    def _patches_atomically(self) -> bool:
-        # The builtin is made only where a GIL keeps other threads out of it (host_jit.builtins_available).
-        native = self.launch_all
-        return native is not None and native.patched is not None
-
-    def native_execute(self, settings: config.Config, fallback: Callable[..., list]) -> Callable[..., list] | None:
-        """This call as one native builtin that `Fusion.execute` calls first on torch tensors: the
-        checks, allocation, patching and launches (host/torch_call.py), `fallback` answering the
-        calls it declines. Made once; None where some of it must run in Python: scalars, seeds,
-        buffers kept between calls, copies back, or outputs that are inputs."""
-        if self._native_execute is _UNSEEN:
-            self._native_execute = self._make_native_execute(settings, fallback)
-        return self._native_execute
-
-    def _make_native_execute(self, settings: config.Config, fallback: Callable[..., list]
-                             ) -> Callable[..., list] | None:
-        tensors, plan = getattr(self.matches, "tensors", ()), self.plan
-        if not tensors or self.matches.scalars or self._needs_lock() or \
-                any(where != "buffer" for where, _ in plan.returned):
-            return None
-        api = torch_api()
-        if api is None or api.api.stream is None:
-            return None
-        outputs = [_torch_output(api, allocate, tensors[0][5]) for allocate in plan.allocations]
-        if any(output is None for output in outputs):
-            return None
-        check_of = {position: k for k, (position, *_) in enumerate(tensors)}
-        slots = [(slot, check_of[position]) for slot, position, _ in plan.input_pointers] + \
-                [(slot, len(tensors) + n) for slot, n in plan.buffer_pointers]
-        failed = _calling_weakly(weakref.WeakMethod(self._native_failed))
-        conditions = Conditions(settings, ctypes.addressof(OPEN_RECORDINGS), self.device.driver_calls.get_context,
-                                self.device.context, fallback, failed)
-        try:
-            return TorchCall(api, self.matches.count, tensors, outputs, [n for _, n in plan.returned],
-                             self.launch_all, self.address, slots, self.device.index, conditions).call
-        except Exception as error:  # a JIT failure: the Python call runs it
-            host_jit.fall_back("the native call on torch tensors", error)
-            return None
-
-    def _native_failed(self, code: int) -> None:
-        if code < 0:
-            raise RuntimeError(f"braze internal error: the patched launch of {self.launches[0].record[0]} "
-                               "was given the wrong number of pointers")
-        self._launch_failed(code >> 16, code & 0xFFFF)
-
-    def _note_launches(self) -> None:
-        for x in self.launches:
-            note_launch(RecordedLaunch(*x.record))
-
-    def _launch(self, stream: int) -> None:
-        """The launches one by one through ctypes (the host JIT is off or failed)."""
-        raw = cuda.raw_launch_function()
-        launches = self.launches_on(stream)
-        with self.device.current(), launches[0].workspace.pair_lock if self.pairs else contextlib.nullcontext():
-            for n, x in enumerate(launches):
-                code = raw(x.function, x.grid, 1, 1, x.block, 1, 1, x.shared, stream, x.params_address, None)
-                if code:
-                    self._launch_failed(n, code)
-        if recording():
-            self._note_launches()
-
-    def _launch_failed(self, n: int, code: int) -> None:
-        x = self.launches[n]
-        cuda.raise_launch_error(code, x.record[1], (x.grid, 1, 1), (x.block, 1, 1))
-
-
-class CpuPreparedCall(PreparedCall):
-    """Runs the kernel's tasks on the host, each over its prepared range."""
-
-    def __init__(self, plan: CallPlan, tasks: CpuTasks, ranges: list[TaskRange]) -> None:
-        super().__init__(plan)
-        self.tasks, self.ranges = tasks, ranges
-
-    def _launch(self, order: int) -> None:
-        self.tasks.launch(self.block, self.address, self.ranges)
-
-
-def _torch_output(api: TorchApi, allocate: Callable[[], object], device: object) -> tuple | None:
-    """(sizes, strides in elements, dtype, device) of the buffer `allocate` makes, where it is
-    torch.empty_strided on `device` (the inputs'); else None."""
-    torch = api.torch
-    if not (isinstance(allocate, functools.partial) and allocate.func is torch.empty_strided):
-        return None
-    sizes, strides = allocate.args
-    if torch.device(allocate.keywords["device"]) != device or device.type != "cuda":
-        return None
-    return sizes, strides, allocate.keywords["dtype"], device
-
-
-def _launch_specs(launches: Sequence[PreparedLaunch]) -> list[LaunchSpec]:
-    return [(x.function, x.grid, x.block, x.shared, x.params_address) for x in launches]
-
-
-def _patch_lines(pointers: list[tuple[int, str]]) -> list[str]:
+def patch_lines(pointers: list[tuple[int, str]]) -> list[str]:
     return [f"block[{slot}] = {expression}" for slot, expression in pointers]
 
 
@@ -648,8 +451,8 @@ class Describer:
         if len(inputs) <= self.first_array:
             return None
         cls = type(inputs[self.first_array])
-        read = self.keys.get(cls, _UNSEEN)
-        if read is _UNSEEN:
+        read = self.keys.get(cls, UNSEEN)
+        if read is UNSEEN:
             read = self.keys[cls] = key_function(cls, self.inputs, self.scalar_positions)
         if read is not None:
             try:
@@ -749,17 +552,6 @@ def _release_all(prepared: dict[tuple, PreparedCall | None]) -> None:
     for call in prepared.values():
         if call is not None:
             call.release()
-
-
-def _calling_weakly(method: weakref.WeakMethod) -> Callable[[int], None]:
-    """`method` for a native call to call, not holding its object. A cycle from the prepared call
-    through its builtin back to itself was never collected (on a GPU, about one dropped fusion in
-    four kept its executor and CUDA module loaded), whatever in the builtin hides it."""
-    def call(code: int) -> None:
-        bound = method()
-        if bound is not None:
-            bound(code)
-    return call
 
 
 def _declined(*args: object, **kwargs: object) -> None:

@@ -33,11 +33,10 @@ from braze.kir.params import KernelParams
 from braze.ops.creation import draws_from_the_global_generator
 from braze.ops.reductions import check_empty_reductions, reductions_without_identity
 from braze.ops.table import RefContext, lookup
-from braze.runtime.backends.cpu import KernelExecutor
+from braze.runtime.backends.cpu import CpuPreparedCall, KernelExecutor
 from braze.runtime.device_arrays import DeviceView
 from braze.runtime.fast_call import (
     CallPlan,
-    CpuPreparedCall,
     PreparedCall,
     ScalarSlot,
     array_kind,

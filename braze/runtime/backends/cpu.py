@@ -22,6 +22,7 @@ from braze.kir import nodes as k
 from braze.kir.layout import ArgLayout
 from braze.kir.python import evaluable, python_function, scalar_by_name
 from braze.runtime.compiled_kernel import CompiledKernel
+from braze.runtime.fast_call import CallPlan, PreparedCall
 from braze.runtime.graph import host_block, host_task
 from braze.runtime.record import RecordedLaunch, dump_launch, note_launch, recording
 from braze.runtime.scalars import scalar_packer
@@ -208,3 +209,14 @@ class PackedArgs:
     address: int
     shapes: tuple[tuple[int, ...], ...]  # per array argument its shape: what the task bounds read
     status: np.ndarray | None  # the debug checks' status word
+
+
+class CpuPreparedCall(PreparedCall):
+    """Runs the kernel's tasks on the host, each over its prepared range."""
+
+    def __init__(self, plan: CallPlan, tasks: CpuTasks, ranges: list[TaskRange]) -> None:
+        super().__init__(plan)
+        self.tasks, self.ranges = tasks, ranges
+
+    def _launch(self, order: int) -> None:
+        self.tasks.launch(self.block, self.address, self.ranges)
