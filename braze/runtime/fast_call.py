@@ -442,8 +442,8 @@ class Describer:
     """Computes the description of a call's inputs: by a function generated for the library of
     the first array (all arrays of one library: the common case), else array by array."""
 
-    def __init__(self, inputs: int, scalar_positions: frozenset[int]) -> None:
-        self.inputs, self.scalar_positions = inputs, scalar_positions
+    def __init__(self, inputs: int, scalar_positions: frozenset[int], any_scalar: bool = False) -> None:
+        self.inputs, self.scalar_positions, self.any_scalar = inputs, scalar_positions, any_scalar
         self.first_array = min(set(range(inputs)) - scalar_positions, default=0)
         self.keys: dict[type, Callable[..., tuple] | None] = {}  # by the first array's type
 
@@ -459,7 +459,7 @@ class Describer:
                 return read(*inputs)
             except (AttributeError, TypeError):  # arrays of several libraries, or another count
                 pass
-        return description(inputs, self.scalar_positions)
+        return description(inputs, self.scalar_positions, self.any_scalar)
 
 
 class FastCalls:
@@ -470,13 +470,14 @@ class FastCalls:
 
     `run` is the call taken last, behind its guard where the inputs' library has one (a check in
     torch's C++ of every tensor's description: a third of the cost of reading the key), all in one
-    generated function; inputs it refuses go through the key (`find`).
+    generated function; inputs it refuses go through the key (`find`). A loop kernel's calls are
+    filed here as a fusion's are, with `any_scalar` (its prepared call checks each scalar's value).
     """
 
-    def __init__(self, inputs: int, scalar_positions: frozenset[int]) -> None:
+    def __init__(self, inputs: int, scalar_positions: frozenset[int], any_scalar: bool = False) -> None:
         self.config = config.current
         self.prepared: OrderedDict[tuple, PreparedCall | None] = OrderedDict()
-        self.key = Describer(inputs, scalar_positions).key
+        self.key = Describer(inputs, scalar_positions, any_scalar).key
         self.scalar_positions = scalar_positions
         self.last: PreparedCall | None = None
         # The native builtin of the call taken last, where it has one: `Fusion.execute` calls it
@@ -521,6 +522,8 @@ class FastCalls:
         key = self.key(inputs)
         if key is None:
             return
+        if key in self.prepared:  # prepared again (a loop kernel's arguments now overlap): the new call serves
+            self._forget(key, self.prepared.pop(key))
         if prepared is not None:
             prepared.matches = guard(inputs, self.scalar_positions) or _never
             prepared.entries[key] = prepared
@@ -627,18 +630,16 @@ _KEY_PARTS = {  # per library: what describes one of its arrays (its type comes 
 }
 
 
-def key_function(cls: type, inputs: int, scalar_positions: frozenset[int], typed: bool = True
-                 ) -> Callable[..., tuple] | None:
+def key_function(cls: type, inputs: int, scalar_positions: frozenset[int]) -> Callable[..., tuple] | None:
     """A function of the inputs giving their description, reading every array as one of `cls`'s
-    library (raising AttributeError or TypeError on another): per array its type (unless not
-    `typed`: a loop kernel's prepared call reads any tensor of the library alike) and what
+    library (raising AttributeError or TypeError on another): per array its type and what
     `_KEY_PARTS` reads, per scalar its type. None for a library without one."""
     library = "numpy" if cls is np.ndarray else cls.__module__.partition(".")[0]
     if library not in _KEY_PARTS:
         return None
     names = [f"a{n}" for n in range(inputs)]
-    parts = [f"type({a})" if n in scalar_positions else ("type({a}), " if typed else "").format(a=a)
-             + _KEY_PARTS[library].format(a=a) for n, a in enumerate(names)]
+    parts = [f"type({a})" if n in scalar_positions else f"type({a}), " + _KEY_PARTS[library].format(a=a)
+             for n, a in enumerate(names)]
     source = f"def key({', '.join(names)}):\n    return ({', '.join(parts)},)\n"
     namespace: dict = {}
     exec(source, namespace)  # noqa: S102  (source built above from input positions only)

@@ -2,24 +2,23 @@
 
 `CudaLoopKernel` is a CudaCompiledKernel whose source comes from the loop-kernel code generator
 (NVRTC, disk cache and dumps as for fusions). `CudaKernelLauncher` holds the loaded functions of
-one kernel on one device. `PreparedKernelCall` is a call for arguments of one *description* (per
-array its library, dtype, shape, strides and device; per scalar its type): the argument block
-with every extent and stride filled in, and each task's grid. A call with that description only
+one kernel on one device. `PreparedKernelCall` is the fusions' CUDA prepared call
+(runtime/backends/cuda.py) for arguments of one description, filed in the same call cache
+(`fast_call.FastCalls`): the argument block with every extent and stride filled in, and each
+task's grid. A call with that description only
 
-    1. reads each array's data pointer (the block is patched only when one changed);
-    2. writes the scalars into the block;
+    1. writes the scalars into the block;
+    2. reads each array's data pointer (the block is patched only when one changed);
     3. launches every task on the stream of the arguments' library: through one native function
        that calls cuLaunchKernel for each (host/launch_jit.py) when the grids are fixed, else task
        by task with libcuda's cuLaunchKernel through ctypes.
 """
-
 from __future__ import annotations
 
 import ctypes
 import functools
-import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,16 +26,16 @@ import numpy as np
 from braze.codegen import cuda_loops
 from braze.codegen.cuda_plan import sub_exprs
 from braze.errors import KernelAssertionError
-from braze.host.launch_jit import native_launches
+from braze.host.launch_jit import NativeLaunches, native_launches
 from braze.kir import nodes as k
 from braze.kir.layout import ArgLayout
 from braze.runtime import cuda_driver as cuda
 from braze.runtime.arrays import arguments_overlap, byte_span, overlaps_itself
 from braze.runtime.backends.cpu import bounds_function
-from braze.runtime.backends.cuda import recorded_launch
+from braze.runtime.backends.cuda import CudaPreparedCall, launch_specs, recorded_launch
 from braze.runtime.cuda_kernel import BLOCKS_PER_SM, CudaCompiledKernel
 from braze.runtime.device_arrays import DeviceView
-from braze.runtime.fast_call import ArrayKind, gpu_array_kind
+from braze.runtime.fast_call import ArrayKind, CallPlan, PreparedLaunch, ScalarSlot, gpu_array_kind
 from braze.runtime.graph import capture_stream
 from braze.runtime.record import RecordedLaunch, record_state, recording
 from braze.runtime.scalars import scalar_packer
@@ -120,7 +119,7 @@ class CudaKernelLauncher:
                 overlapping: bool) -> PreparedKernelCall:
         """The cached call for arguments described as `views` (the scalars only fix the launch when
         the task bounds read them)."""
-        block = (ctypes.c_int64 * self.block_slots)()
+        block = [0] * self.block_slots
         for (slot, ndim), view in zip(self.array_slots, views):
             block[slot + 1: slot + 1 + ndim] = list(view.shape)
             block[slot + 1 + ndim: slot + 1 + 2 * ndim] = [s // view.itemsize for s in view.strides]
@@ -131,152 +130,109 @@ class CudaKernelLauncher:
 
 
 # --- the cached call ----------------------------------------------------------------------------
-class PreparedKernelCall:
-    """A loop kernel's call for arguments of one description, with the host arithmetic done ahead."""
+class PreparedKernelCall(CudaPreparedCall):
+    """A loop kernel's call for arguments of one description: the fusions' CUDA prepared call (one
+    generated function packing the scalars and launching every task on the arguments' stream, from
+    one native function where the grids are fixed), with what loop kernels add. The data pointers
+    are read first and, where one changed, patched into the block after checking that the
+    arguments' overlap is still what the kernel was compiled for. Grids that follow scalar
+    arguments, a debug kernel's checks and `bz.record()` take the launches from Python
+    (`_launch_all`). A call answers [] (a loop kernel returns nothing), None to bind again."""
 
-    def __init__(self, launcher: CudaKernelLauncher, block: ctypes.Array, views: Sequence[DeviceView],
+    def __init__(self, launcher: CudaKernelLauncher, block: list[int], views: Sequence[DeviceView],
                  readers: list[ArrayKind], array_positions: list[int], scalar_positions: list[int],
                  launches: list[LoopTaskLaunch] | None, overlapping: bool) -> None:
-        self.launcher, self.block, self.launches = launcher, block, launches
-        self.device = launcher.device
-        self.params = (ctypes.c_void_p * 1)(ctypes.addressof(block))  # the block is the one kernel parameter
-        self.params_address = ctypes.addressof(self.params)
-        self.pointers = [(slot, position, reader.pointer) for (slot, _), position, reader in
-                         zip(launcher.array_slots, array_positions, readers)]
-        self.scalars = [(slot, position, pack) for (slot, pack), position in zip(launcher.scalar_slots,
-                                                                                 scalar_positions)]
-        self.scalar_positions = scalar_positions
-        self.stream_of = readers[0].stream if readers else (lambda a, device: 0)
-        self.device_stream = readers[0].device_stream if readers else None
-        self.stream_position = array_positions[0] if array_positions else 0
-        self.spans = [byte_span(v.shape, v.strides, v.itemsize) for v in views]
-        # Fixed by the description (shapes and strides), whatever the pointers: a view overlapping itself.
-        self.overlaps_itself = any(overlaps_itself(v.shape, v.strides, v.itemsize) for v in views)
-        self.shapes = [v.shape for v in views]  # what the bounds function reads
-        self.overlapping = overlapping
-        self.last_pointers: tuple[int, ...] | None = None
-        self.busy = threading.Lock()  # the block is patched in place: one caller at a time
+        self.launcher, self.planned, self.overlapping = launcher, launches, overlapping
         self.status = None
         if launcher.status_slot is not None:
             self.status = _StatusWord(launcher.device)
             block[launcher.status_slot: launcher.status_slot + 3] = [self.status.address, 1, 1]
+        plan = CallPlan(block, [], [(slot, position, reader.pointer) for (slot, _), position, reader in
+                                    zip(launcher.array_slots, array_positions, readers)], [], _no_buffer,
+                        [ScalarSlot(slot, position, pack) for (slot, pack), position in
+                         zip(launcher.scalar_slots, scalar_positions)], [], [], [])
+        fixed = [] if launches is None or self.status is not None else [x for x in launches if x.grid]
+        super().__init__(plan, [_prepared_launch(launcher.kernel.name, x) for x in fixed], readers[0],
+                         array_positions[0], launcher.device)
+        self.executor = launcher  # its module stays loaded while the call lives
+        self.fixed_grids = launches is not None and self.status is None  # launched from one native function
+        self.params = (ctypes.c_void_p * 1)(self.address)  # the block is the one kernel parameter
+        self.params_address = ctypes.addressof(self.params)
+        self.scalar_positions = scalar_positions
+        self.spans = [byte_span(v.shape, v.strides, v.itemsize) for v in views]
+        # Fixed by the description (shapes and strides), whatever the pointers: a view overlapping itself.
+        self.overlaps_itself = any(overlaps_itself(v.shape, v.strides, v.itemsize) for v in views)
+        self.shapes = [v.shape for v in views]  # what the bounds function reads
+        self.last_pointers: tuple[int, ...] | None = None
         self.raw_launch = cuda.raw_launch_function()
-        self.native = self._native_launches()
-        if self.native is not None:
-            self.run = self._native_call()  # this instance's calls take the generated function
 
-    def _native_launches(self) -> tuple[object, list[LoopTaskLaunch]] | None:
-        """Fixed grids and no debug checks: every launch of a call from one native function."""
-        if self.launches is None or self.status is not None:
-            return None
-        launched = [x for x in self.launches if x.grid]
-        native = native_launches(self.device.driver_calls,
-                                 [(x.task.address, x.grid, x.threads, 0, self.params_address) for x in launched])
-        return None if native is None else (native, launched)
+    @functools.cached_property
+    def launch_all(self) -> NativeLaunches | None:
+        """The native launch of fixed grids (the pointers are patched from Python: see the class)."""
+        return native_launches(self.device.driver_calls, launch_specs(self.launches)) if self.fixed_grids else None
 
-    def _native_call(self) -> Callable[[Sequence[object]], bool]:
-        """`run` as one generated function: read and patch, launch natively. Every reader, packer,
-        slot and position is a constant of its code; anything unusual (new pointers, bz.record())
-        goes to the general path. On a cached call Python's own overhead is most of the cost."""
-        native, _ = self.native  # self.native holds the launch table as long as this call lives
-        names = {"acquire": self.busy.acquire, "release": self.busy.release,
-                 "repoint": self._repoint, "general": self._run, "block": self.block, "device": self.device,
-                 "stream_of": self.stream_of, "launch_all": native.call,
-                 "recorders": record_state(), "failed": self._native_failed, "state": self}
-        reads = "".join(f"read{n}(args[{position}]), " for n, (_, position, _) in enumerate(self.pointers))
-        names.update((f"read{n}", reader) for n, (_, _, reader) in enumerate(self.pointers))
-        if self.device_stream is not None:  # torch: its current stream from the device index, one C call
-            names["device_stream"] = self.device_stream
-            stream = f"device_stream({self.device.index})"
-        else:
-            stream = f"stream_of(args[{self.stream_position}], {self.device.index})"
-        lines = ["if not acquire(False):", "    return False", "try:",
-                 f"    pointers = ({reads})",
-                 "    if pointers != state.last_pointers and not repoint(pointers):", "        return False"]
-        if self.scalars:
-            lines.append("    try:")
-            for n, (slot, position, pack) in enumerate(self.scalars):
-                names[f"pack{n}"] = pack
-                lines.append(f"        block[{slot}] = pack{n}(args[{position}])")
-            lines += ["    except OverflowError:", "        return False"]
-        lines += ["    if recorders.__dict__.get('stack'):", "        return general(args)",  # (launch_all activates)
-                  f"    code = launch_all({stream})",
-                  "    if code:", "        failed(code)", "    return True", "finally:", "    release()"]
-        source = "def run(args):\n" + "".join(f"    {line}\n" for line in lines)
-        exec(source, names)  # noqa: S102  (built above from slots and positions only)
-        return names.pop("run")  # not left in its own globals: a cycle only the collector frees
-
-    def _native_failed(self, code: int) -> None:
-        x = self.native[1][code >> 16]
-        cuda.raise_launch_error(code & 0xFFFF, x.task.function, (x.grid, 1, 1), (x.threads, 1, 1))
+    def _launch_source(self, names: dict[str, object], pointers: list[tuple[int, str]]) -> list[str]:
+        names.update(state=self, repoint=self._repoint, general=self._launch_all, recorders=record_state())
+        lines = [f"pointers = ({''.join(f'{expression}, ' for _, expression in pointers)})",
+                 "if pointers != state.last_pointers and not repoint(pointers):", "    return None"]
+        native = self.launch_all
+        if native is None:
+            return [*lines, "general(inputs, order)"]
+        names.update(launch_all=native.call, failed=self._native_failed)
+        return [*lines, "if recorders.__dict__.get('stack'):", "    general(inputs, order)", "else:",
+                "    code = launch_all(order)", "    if code:", "        failed(code)"]
 
     def _repoint(self, pointers: tuple[int, ...]) -> bool:
         """Patches new data pointers into the block; False when the arguments' overlap changed (the
         kernel was compiled for arguments that do, or do not, share memory)."""
-        if self._overlap(pointers) != self.overlapping:
+        if arguments_overlap(pointers, self.spans, self.overlaps_itself) != self.overlapping:
             return False
-        for (slot, _, _), address in zip(self.pointers, pointers):
+        for (slot, _, _), address in zip(self.plan.input_pointers, pointers):
             self.block[slot] = address
         self.last_pointers = pointers
         return True
 
-    def run(self, args: Sequence[object]) -> bool:
-        """Runs the kernel on `args`; False when this call cannot take them (the caller binds them
-        again: another thread holds the block, the arguments now overlap, a scalar is out of range)."""
+    def run_bound(self, args: Sequence[object]) -> bool:
+        """Runs the kernel on arguments just bound, through Python whatever is recording; False
+        when another thread holds the block."""
         if not self.busy.acquire(blocking=False):
             return False
         try:
-            return self._run(args)
+            pointers = tuple(read(args[position]) for _, position, read in self.plan.input_pointers)
+            if pointers != self.last_pointers and not self._repoint(pointers):
+                return False
+            for scalar in self.plan.scalars:
+                self.block[scalar.slot] = scalar.pack(args[scalar.position])
+            self._launch_all(args, self.stream(args[self.stream_input], self.device.index))
+            return True
         finally:
             self.busy.release()
 
-    def _run(self, args: Sequence[object]) -> bool:
-        """The general call: grids that follow scalar arguments, debug checks, bz.record()."""
-        block = self.block
-        pointers = tuple(pointer(args[position]) for _, position, pointer in self.pointers)
-        if pointers != self.last_pointers and not self._repoint(pointers):
-            return False
-        try:
-            for slot, position, pack in self.scalars:
-                block[slot] = pack(args[position])
-        except OverflowError:
-            return False
-        with self.device.current():
-            self._launch_all(args)
-        return True
-
-    def _launch_all(self, args: Sequence[object]) -> None:
-        stream = self.stream_of(args[self.stream_position], self.device.index)
-        launches = self.launches
+    def _launch_all(self, args: Sequence[object], stream: int) -> None:
+        """The general launch: grids that follow scalar arguments, debug checks, bz.record()."""
+        launches = self.planned
         if launches is None:
             launches = self.launcher.plan(self.launcher.bounds(self.shapes, [args[p] for p in self.scalar_positions]))
         record = recording()
-        if record:  # an open bz.graph() takes the launches onto its capture stream, keeping their module loaded
-            stream = capture_stream(stream, self.device, (*args, self.launcher),
-                                    f"kernel {self.launcher.kernel.name!r}", self.status is not None)
-        if self.status is not None:
-            self.status.reset(stream)
-        if record:
-            self._recorded(launches, stream)
-            return
-        for x in launches:
-            if x.grid:
-                self._launch(x, stream)
+        with self.device.current():
+            if record:  # an open bz.graph() takes the launches onto its capture stream, keeping their module loaded
+                stream = capture_stream(stream, self.device, (*args, self.launcher),
+                                        f"kernel {self.launcher.kernel.name!r}", self.status is not None)
             if self.status is not None:
-                self._check(stream)
+                self.status.reset(stream)
+            for x in launches:
+                if record:
+                    recorded_launch(RecordedLaunch(self.launcher.kernel.name, x.task.name, x.begin, x.end, x.grid),
+                                    stream, functools.partial(self._launch_task, x, stream) if x.grid else None)
+                elif x.grid:
+                    self._launch_task(x, stream)
+                if self.status is not None:
+                    self._check(stream)
 
-    def _launch(self, x: LoopTaskLaunch, stream: int) -> None:
+    def _launch_task(self, x: LoopTaskLaunch, stream: int) -> None:
         code = self.raw_launch(x.task.address, x.grid, 1, 1, x.threads, 1, 1, 0, stream, self.params_address, None)
         if code:
             cuda.raise_launch_error(code, x.task.function, (x.grid, 1, 1), (x.threads, 1, 1))
-
-    def _recorded(self, launches: list[LoopTaskLaunch], stream: int) -> None:
-        """The launches under bz.record(): each noted, and timed with CUDA events when profiling."""
-        for x in launches:
-            recorded_launch(RecordedLaunch(self.launcher.kernel.name, x.task.name, x.begin, x.end, x.grid), stream,
-                            functools.partial(self._launch, x, stream) if x.grid else None)
-            if self.status is not None:
-                self._check(stream)
 
     def _check(self, stream: int) -> None:
         """After a task of a debug kernel: raise the first failed check's message, as the CPU does."""
@@ -284,8 +240,18 @@ class PreparedKernelCall:
         if code:
             raise KernelAssertionError(f"kernel {self.launcher.kernel.name!r}: {self.launcher.messages[code - 1]}")
 
-    def _overlap(self, pointers: tuple[int, ...]) -> bool:
-        return arguments_overlap(pointers, self.spans, self.overlaps_itself)
+
+def _prepared_launch(kernel: str, x: LoopTaskLaunch) -> PreparedLaunch:
+    """A task's launch with a fixed grid, its one parameter the argument block (set by the call)."""
+    return PreparedLaunch(x.task.address, x.grid, x.threads, 0, (ctypes.c_void_p * 1)(), _NO_SCALARS,
+                          (kernel, x.task.function, x.begin, x.end, x.grid))
+
+
+_NO_SCALARS = (ctypes.c_int64 * 0)()
+
+
+def _no_buffer(buffer: object) -> int:
+    raise AssertionError("a loop kernel's call allocates no buffers")
 
 
 def views_overlap(views: Sequence[DeviceView]) -> bool:

@@ -232,7 +232,7 @@ def test_every_case_matches_the_cpu(gpu, case):
             np.testing.assert_array_equal(got, want)
 
 
-def test_the_cached_call_patches_pointers_extents_and_scalars(gpu):
+def test_the_cached_call_patches_pointers_extents_and_scalars(gpu, monkeypatch):
     @bz.kernel
     def axpy(x: bz.Array[bz.float64, 1], y: bz.Array[bz.float64, 1], a: float):
         for i in range(x.shape[0]):
@@ -242,10 +242,14 @@ def test_the_cached_call_patches_pointers_extents_and_scalars(gpu):
     gx, gy = on_gpu(x), on_gpu(y)
     axpy(gx, gy, 1.0)
     assert len(axpy._gpu.prepared) == 1
+    bound = []  # the calls the call cache did not take
+    bind_and_run = type(axpy._gpu).bind_and_run
+    monkeypatch.setattr(type(axpy._gpu), "bind_and_run", lambda calls, args: bound.append(args) or
+                        bind_and_run(calls, args))
     axpy(gx, gy, 2.0)  # the cached call: only the scalar changes
     other = np.zeros(3000)
     axpy(gx, on_gpu(other), 1.0)  # the same description, another pointer
-    assert len(axpy._gpu.prepared) == 1 and len(gpu.launches) == 3
+    assert len(axpy._gpu.prepared) == 1 and len(gpu.launches) == 3 and not bound
     np.testing.assert_array_equal(y, 3 * x)
     np.testing.assert_array_equal(other, x)
     short = np.zeros(10)
@@ -404,7 +408,7 @@ def test_fixed_grids_launch_from_one_native_function(gpu):
     arrays = to_gpu(host)
     particle_step_unfused(*arrays, np.float32(1e-3))  # binds and prepares
     prepared = _only_prepared(particle_step_unfused)
-    assert prepared.native is not None and len(prepared.native[1]) == 6
+    assert prepared.launch_all is not None and prepared.launch_all.count == 6
     before = len(gpu.launches)
     particle_step_unfused(*arrays, np.float32(1e-3))  # the cached call: six launches, one native call
     assert [name for name, _, _ in gpu.launches[before:]] == [t.name for t in prepared.launcher.kernel.tasks]
@@ -428,8 +432,8 @@ def test_scalar_bounds_and_debug_checks_launch_from_python(gpu):
     a = np.zeros(8, np.float32)
     fill(on_gpu(a), 5)
     copy(on_gpu(a), on_gpu(np.zeros(8, np.float32)))
-    assert _only_prepared(fill).native is None  # the grid follows `hi`, a scalar
-    assert _only_prepared(copy).native is None  # the status word is read after each task
+    assert _only_prepared(fill).launch_all is None  # the grid follows `hi`, a scalar
+    assert _only_prepared(copy).launch_all is None  # the status word is read after each task
 
 
 def test_a_failed_native_launch_names_the_task(gpu, monkeypatch):

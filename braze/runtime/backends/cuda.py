@@ -94,7 +94,7 @@ class CudaPreparedCall(PreparedCall):
     def _new_stream(self, stream: int) -> None:
         """Files `stream`'s launches in the native tables: its first native launch there."""
         launches = self.launches_on(stream)
-        self.launch_all.add_stream(stream, _launch_specs(launches), launches)
+        self.launch_all.add_stream(stream, launch_specs(launches), launches)
 
     @functools.cached_property
     def launch_all(self) -> NativeLaunches | None:
@@ -105,7 +105,7 @@ class CudaPreparedCall(PreparedCall):
         if self.pairs:
             return None
         slots = [slot for slot, _, _ in self.plan.input_pointers] + [slot for slot, _ in self.plan.buffer_pointers]
-        return native_launches(self.device.driver_calls, _launch_specs(self.launches), self.address, slots,
+        return native_launches(self.device.driver_calls, launch_specs(self.launches), self.address, slots,
                                None if self.per_stream is None else self.first_stream)
 
     def _copy_on_device(self, target: int, source: int, nbytes: int, stream: int) -> None:
@@ -218,7 +218,7 @@ def _torch_output(api: TorchApi, allocate: Callable[[], object], device: object)
     return sizes, strides, allocate.keywords["dtype"], device
 
 
-def _launch_specs(launches: Sequence[PreparedLaunch]) -> list[LaunchSpec]:
+def launch_specs(launches: Sequence[PreparedLaunch]) -> list[LaunchSpec]:
     return [(x.function, x.grid, x.block, x.shared, x.params_address) for x in launches]
 
 
