@@ -43,9 +43,9 @@ from braze.passes.split_loops import split_loops
 from braze.runtime import cuda_driver, reference
 from braze.runtime.arrays import to_kind
 from braze.runtime.backends.cpu import KernelExecutor, KernelLauncher
+from braze.runtime.backends.cuda import CudaDevice
 from braze.runtime.compile_ahead import compile_ahead as start_compile
 from braze.runtime.compiled_kernel import CompiledKernel, CompileParams
-from braze.runtime.cuda_fusion_runtime import CudaFusionRuntime
 from braze.runtime.cuda_kernel import CudaCompiledKernel, CudaExecutor, default_params
 from braze.runtime.fusion_runtime import FusionRuntime
 from braze.runtime.inputs import BoundInputs, TensorSpec, bind_inputs
@@ -315,7 +315,8 @@ def compile_fusion_cuda(fusion: FusionGraph, key: tuple, device_index: int, lowe
     device = cuda_driver.device(device_index)
     lowered = lowered or lower_fusion(fusion, key, device_index)
     compiled = _cuda_kernel(lowered.kernel, device_index).compile()
-    return CudaFusionRuntime(fusion, CudaExecutor(compiled, device), lowered.plan.writes, lowered.params)
+    return FusionRuntime(fusion, CudaExecutor(compiled, device), lowered.plan.writes, lowered.params,
+                         device=CudaDevice())
 
 
 def _merged_row_tasks(kernel: k.Kernel) -> k.Kernel:

@@ -22,8 +22,6 @@ from braze.host.program import (
     Frame,
     Launch,
     OutputSpec,
-    buffer_name,
-    host_buffer,
     single_kernel_program,
 )
 from braze.ir.fusion import AliasKind, Expr, FusionGraph, Output
@@ -33,7 +31,7 @@ from braze.kir.params import KernelParams
 from braze.ops.creation import draws_from_the_global_generator
 from braze.ops.reductions import check_empty_reductions, reductions_without_identity
 from braze.ops.table import RefContext, lookup
-from braze.runtime.backends.cpu import CpuPreparedCall, KernelExecutor
+from braze.runtime.backends.cpu import HostDevice, KernelExecutor
 from braze.runtime.device_arrays import DeviceView
 from braze.runtime.fast_call import (
     CallPlan,
@@ -43,22 +41,11 @@ from braze.runtime.fast_call import (
     buffer_pointer,
     numpy_pointer,
 )
-from braze.runtime.graph import host_copy, refuse_random
+from braze.runtime.graph import refuse_random
 from braze.runtime.inputs import BoundInputs
 from braze.runtime.record import note_entry
 from braze.runtime.rng import next_seed_offset
 from braze.runtime.scalars import scalar_bits, scalar_packer
-
-
-class HostDevice(CpuDevice):
-    """Host memory and CPU kernels, with every launch and copy noted in the open `bz.graph()`s."""
-
-    def launch(self, executor: object, block: np.ndarray, frame: Frame) -> None:
-        executor.run(block, frame.bindings, [v for v in frame.values if v is not None])
-
-    def copy_into(self, target: object, source: object) -> None:
-        super().copy_into(target, source)
-        host_copy(target, source)
 
 
 def _element_strides(array: np.ndarray) -> list[int]:
@@ -66,14 +53,15 @@ def _element_strides(array: np.ndarray) -> list[int]:
 
 
 class FusionRuntime:
-    """Runs one fusion for one input signature through one compiled kernel."""
-
-    device_type: type[CpuDevice] = HostDevice  # a GPU runtime allocates and launches on its device
+    """Runs one fusion for one input signature through one compiled kernel, on its backend's device
+    (`device`: where buffers live, kernels run and the cached call launches)."""
 
     def __init__(self, fusion: FusionGraph, executor: KernelExecutor, writes: tuple[TensorView, ...],
-                 params: KernelParams, in_place: frozenset[int] = frozenset()) -> None:
+                 params: KernelParams, in_place: frozenset[int] = frozenset(), device: CpuDevice | None = None
+                 ) -> None:
         """`in_place`: the `reuse_buffer` outputs (ids of their tensors) the kernel may write straight
-        into their input (`schedule.in_place_outputs`); the others are written back after the launch."""
+        into their input (`schedule.in_place_outputs`); the others are written back after the launch.
+        `device`: by default the host's (runtime/backends/cpu.py)."""
         # Held weakly: the fusion owns its runtimes (engine.FusionCache), and runs them only while it lives.
         self._fusion = weakref.ref(fusion)
         self.in_place = in_place
@@ -88,7 +76,7 @@ class FusionRuntime:
         checked = reductions_without_identity(fusion)
         # Extents of the reduced axes: the shape function computes them too.
         extents = [[e.inputs[0].visible[a].extent for a in e.attrs["axes"]] for e in checked]
-        self.device = self.device_type()
+        self.device = device or HostDevice()
         self.program = single_kernel_program(executor.kernel.name, fusion.inputs, writes,
                                              lambda written: self._launch(params, written),
                                              [self._output_spec(out) for out in fusion.outputs],
@@ -186,14 +174,15 @@ class FusionRuntime:
         kinds = [array_kind(value) for value in inputs]
         arrays = [n for n, tv in enumerate(self.fusion.inputs) if tv.scalar is None]
         if len(frame.launched) != 1 or not arrays or any(kinds[n] is None for n in arrays) \
-                or not self._can_prepare(frame, kinds):
+                or not self.device.can_prepare(frame, self.program.instructions):
             return None
         allocations, buffer_of = [], {}
         for instruction in self.program.instructions:
             if isinstance(instruction, Allocate):
                 buffer_of[instruction.slot] = len(allocations)
-                allocations.append(self._allocator(frame, instruction))
-        copies_back, returned = self._copies_back(frame, buffer_of, kinds), self._returned(buffer_of)
+                allocations.append(self.device.allocator(frame, instruction))
+        copies_back = self.device.copies_back(frame, self.program.instructions, buffer_of, kinds)
+        returned = self._returned(buffer_of)
         if copies_back is None or returned is None:
             return None
         slot = self.layout.slots
@@ -210,7 +199,7 @@ class FusionRuntime:
             seeds=[self._seed_slots(tv) for tv in self.random_ops],
             copies_back=copies_back,
             returned=returned)
-        prepared = self._prepared_call(frame, plan, kinds, arrays[0])
+        prepared = self.device.prepared_call(self.executor, frame, plan, kinds[arrays[0]], arrays[0])
         prepared.entries = self.executor.entries  # FastCalls.learn files it there under its description
         prepared.executor = self.executor  # its task functions are the compiled kernel's: keep it loaded
         return prepared
@@ -234,24 +223,8 @@ class FusionRuntime:
                 return None
         return returned
 
-    # The host's cached call: NumPy arrays whose strides are whole elements, no aliased outputs.
-    def _can_prepare(self, frame: Frame, kinds: list) -> bool:
-        return frame.bound.kind == "numpy" and all(a is b for a, b in zip(frame.values, frame.bound.arrays)) \
-            and not any(isinstance(i, Alias) for i in self.program.instructions)
-
-    def _allocator(self, frame: Frame, instruction: Allocate) -> Callable[[], object]:
-        numel, sizes, strides = instruction.extents(frame)
-        return functools.partial(host_buffer, instruction.tv.dtype.numpy, numel, sizes, strides,
-                                 name=buffer_name(instruction.tv))
-
     def _buffer_pointer(self, frame: Frame) -> Callable[[object], int]:
         return numpy_pointer if frame.bound.kind == "numpy" else buffer_pointer(frame.bound.kind)
-
-    def _copies_back(self, frame: Frame, buffer_of: dict[int, int], kinds: list) -> list[tuple] | None:
-        return []
-
-    def _prepared_call(self, frame: Frame, plan: CallPlan, kinds: list, first_array: int) -> PreparedCall:
-        return CpuPreparedCall(plan, self.executor.tasks, self.executor.ranges(frame.bindings))
 
     def _check_empty_reductions(self, extents: list[int], bindings: dict[str, int]) -> None:
         """max, min, argmax and argmin of nothing have no value: an error where an output reads one."""

@@ -26,9 +26,8 @@ from fake_driver import FakeDriver
 import braze as bz
 from braze import config, engine
 from braze.runtime import cuda_driver, cuda_resources
-from braze.runtime.backends.cuda import CudaPreparedCall
+from braze.runtime.backends.cuda import CudaPreparedCall, prepared_launches
 from braze.runtime.compiled_kernel import CompileParams
-from braze.runtime.cuda_fusion_runtime import prepared_launches
 from braze.runtime.cuda_kernel import CudaCompiledKernel, CudaExecutor
 from braze.runtime.fast_call import ArrayKind, CallPlan
 from braze.runtime.inputs import bind_inputs

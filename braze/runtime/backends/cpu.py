@@ -10,6 +10,7 @@ an open `bz.record()`, adds itself to an open `bz.graph()` and is dumped (`launc
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -18,12 +19,13 @@ import numpy as np
 
 from braze import config
 from braze.errors import KernelAssertionError
+from braze.host.program import Alias, Allocate, CpuDevice, Frame, buffer_name, host_buffer
 from braze.kir import nodes as k
 from braze.kir.layout import ArgLayout
 from braze.kir.python import evaluable, python_function, scalar_by_name
 from braze.runtime.compiled_kernel import CompiledKernel
 from braze.runtime.fast_call import CallPlan, PreparedCall
-from braze.runtime.graph import host_block, host_task
+from braze.runtime.graph import host_block, host_copy, host_task
 from braze.runtime.record import RecordedLaunch, dump_launch, note_launch, recording
 from braze.runtime.scalars import scalar_packer
 from braze.runtime.thread_pool import MIN_CHUNK_WORK, parallel_for
@@ -220,3 +222,33 @@ class CpuPreparedCall(PreparedCall):
 
     def _launch(self, order: int) -> None:
         self.tasks.launch(self.block, self.address, self.ranges)
+
+
+class HostDevice(CpuDevice):
+    """Host memory and CPU kernels, with every launch and copy noted in the open `bz.graph()`s; the
+    cached call of a fusion (runtime/fusion_runtime.py) on NumPy arrays whose strides are whole
+    elements, with no aliased outputs."""
+
+    def launch(self, executor: object, block: np.ndarray, frame: Frame) -> None:
+        executor.run(block, frame.bindings, [v for v in frame.values if v is not None])
+
+    def copy_into(self, target: object, source: object) -> None:
+        super().copy_into(target, source)
+        host_copy(target, source)
+
+    def can_prepare(self, frame: Frame, instructions: Sequence[object]) -> bool:
+        return frame.bound.kind == "numpy" and all(a is b for a, b in zip(frame.values, frame.bound.arrays)) \
+            and not any(isinstance(i, Alias) for i in instructions)
+
+    def allocator(self, frame: Frame, instruction: Allocate) -> Callable[[], object]:
+        numel, sizes, strides = instruction.extents(frame)
+        return functools.partial(host_buffer, instruction.tv.dtype.numpy, numel, sizes, strides,
+                                 name=buffer_name(instruction.tv))
+
+    def copies_back(self, frame: Frame, instructions: Sequence[object], buffer_of: dict[int, int],
+                    kinds: list) -> list[tuple] | None:
+        return []
+
+    def prepared_call(self, executor: KernelExecutor, frame: Frame, plan: CallPlan, kind: object,
+                      first_array: int) -> PreparedCall:
+        return CpuPreparedCall(plan, executor.tasks, executor.ranges(frame.bindings))

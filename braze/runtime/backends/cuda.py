@@ -1,6 +1,7 @@
-"""The CUDA backend: a prepared call's launches on the inputs' stream, for fusions
-(runtime/cuda_fusion_runtime.py) and loop kernels (runtime/kernel_launch_cuda.py) alike, and a
-launch under `bz.record()`: noted, and timed with CUDA events when profiling."""
+"""The CUDA backend: a fusion's device (`CudaDevice`: buffers, launches and the cached call on the
+inputs' GPU and stream), the prepared call's launches on the inputs' stream, for fusions and loop
+kernels (runtime/kernel_launch_cuda.py) alike, and a launch under `bz.record()`: noted, and timed
+with CUDA events when profiling."""
 
 from __future__ import annotations
 
@@ -11,14 +12,24 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from braze import config
 from braze.host import host_jit
 from braze.host.launch_jit import NEW_STREAM, STREAM_TABLES, LaunchSpec, NativeLaunches, native_launches
+from braze.host.program import Alias, Allocate, CpuDevice, Frame
 from braze.host.torch_call import Conditions, TorchApi, TorchCall, torch_api
+from braze.ir.tensor import TensorView
 from braze.runtime import cuda_driver as cuda
+from braze.runtime import device_arrays
 from braze.runtime.fast_call import UNSEEN, ArrayKind, CallPlan, PreparedCall, PreparedLaunch, patch_lines
+from braze.runtime.graph import capture_stream
 from braze.runtime.record import OPEN_RECORDINGS, RecordedLaunch, note_launch, profiling, record_state, recording
+
+if TYPE_CHECKING:
+    from braze.runtime.cuda_kernel import CudaExecutor
 
 
 def recorded_launch(recorded: RecordedLaunch, stream: int, launch: Callable[[], None] | None,
@@ -231,3 +242,94 @@ def _calling_weakly(method: weakref.WeakMethod) -> Callable[[int], None]:
         if bound is not None:
             bound(code)
     return call
+
+
+class CudaDevice(CpuDevice):
+    """A fusion's device on a GPU (runtime/fusion_runtime.py): buffers from the inputs' library on
+    their device, kernels on the inputs' stream, and the cached call (`CudaPreparedCall`) for
+    inputs of the description a run had."""
+
+    def allocate(self, frame: Frame, tv: TensorView, numel: int, sizes: list[int], strides: list[int],
+                 zero: bool = False) -> object:
+        bound = frame.bound
+        if _laid_out_by_domain(tv):
+            view = device_arrays.allocate_strided(bound.kind, numel, tuple(sizes), tuple(strides), tv.dtype,
+                                                  bound.device, bound.stream)
+            nbytes = numel * tv.dtype.itemsize
+        else:
+            view = device_arrays.allocate(bound.kind, tuple(sizes), tv.dtype, bound.device, bound.stream,
+                                          tv.stride_order)
+            nbytes = view.size * view.itemsize  # dense: stride orders only
+        if zero:  # in stream order with the launches: a graph replays it with them
+            cuda.fill_bytes(view.ptr, 0, nbytes, _launch_stream(bound, (view,), f"buffer {tv.name}"))
+        return view
+
+    def launch(self, executor: CudaExecutor, block: np.ndarray, frame: Frame) -> None:
+        executor.run(block, frame.bindings, frame.bound.stream, [v for v in frame.values if v is not None])
+
+    def copy_into(self, target: object, source: object) -> None:
+        device_arrays.copy_into(target, source, lambda stream: capture_stream(
+            stream, cuda.device(target.device), (target, source), "an output written back into its input"))
+
+    def can_prepare(self, frame: Frame, instructions: Sequence[object]) -> bool:
+        return not config.enabled("poison_outputs")
+
+    def allocator(self, frame: Frame, instruction: Allocate) -> Callable[[], object]:
+        bound, tv = frame.bound, instruction.tv
+        if _laid_out_by_domain(tv):
+            numel, sizes, strides = instruction.extents(frame)
+            return device_arrays.strided_allocator(bound.kind, numel, tuple(sizes), tuple(strides), tv.dtype,
+                                                   bound.device, bound.stream)
+        return device_arrays.allocator(bound.kind, instruction.sizes(frame), tv.dtype, bound.device, bound.stream,
+                                       tv.stride_order)
+
+    def prepared_call(self, executor: CudaExecutor, frame: Frame, plan: CallPlan, kind: ArrayKind,
+                      first_array: int) -> CudaPreparedCall:
+        # The stream is the first array input's library's, as binding picks it. Grid reductions take
+        # the workspace of the stream they run on: such a call's launches are made again per stream.
+        stream = frame.bound.stream
+        per_stream = functools.partial(prepared_launches, executor, dict(frame.bindings)) \
+            if executor.workspaces is not None else None
+        return CudaPreparedCall(plan, prepared_launches(executor, frame.bindings, stream), kind,
+                                first_array, executor.device, stream, per_stream, executor.pairs)
+
+    def copies_back(self, frame: Frame, instructions: Sequence[object], buffer_of: dict[int, int],
+                    kinds: list) -> list[tuple] | None:
+        """(input position, its pointer reader, buffer, bytes) of each in-place output; None when a
+        layout differs."""
+        copies = []
+        for instruction in instructions:
+            if isinstance(instruction, Alias) and instruction.view is None:
+                target, tv = frame.values[instruction.source], instruction.out
+                strides = device_arrays.dense_strides(target.shape, tv.dtype.itemsize, tv.stride_order)
+                if tuple(strides) != tuple(target.strides) and target.size > 1:
+                    return None
+                nbytes = device_arrays.span_bytes(target.shape, target.strides, target.itemsize)
+                copies.append((instruction.source, kinds[instruction.source].pointer, buffer_of[instruction.written],
+                               nbytes))
+        return copies
+
+
+def prepared_launches(executor: CudaExecutor, bindings: dict[str, int], stream: int) -> list[PreparedLaunch]:
+    """The launches of `executor`'s tasks for the extents in `bindings` on `stream`, each with its
+    parameters (the argument block's address, set by the prepared call, then its launch scalars)."""
+    workspace = executor.workspace(stream, bindings)
+    launches = []
+    for planned in executor.plan(bindings, workspace):
+        scalars = (ctypes.c_int64 * 4)(*planned.scalars)
+        params = (ctypes.c_void_p * 5)(0, *[ctypes.addressof(scalars) + 8 * n for n in range(4)])
+        launches.append(PreparedLaunch(int(planned.function), planned.grid, executor.block, planned.shared, params,
+                                       scalars, (executor.kernel.name, planned.function_name, planned.begin,
+                                                 planned.end, planned.grid), workspace))
+    return launches
+
+
+def _launch_stream(bound: object, keep: tuple, what: str) -> int:
+    """The stream the inputs' work goes to: theirs, or an open `bz.graph()`'s capture stream."""
+    return capture_stream(bound.stream, cuda.device(bound.device), keep, what) if recording() else bound.stream
+
+
+def _laid_out_by_domain(tv: TensorView) -> bool:
+    """An allocation domain of splits and merges: the host program's sizes and strides lay it out
+    (a plain stride order is a dense layout the array libraries make themselves)."""
+    return not tv.has_default_allocation and tv.stride_order is None
