@@ -111,7 +111,7 @@ class KernelFunction:
         if self.vector_params:
             args = self._flat_arguments(args)
         gpu = self._gpu
-        if gpu is not None and gpu.run(args):  # GPU arguments of a description seen before
+        if gpu is not None and gpu.calls.run(args) is not None:  # GPU arguments of a description seen before
             return
         replay = getattr(self._last, "call", None)
         if replay is not None and replay.matches(args):

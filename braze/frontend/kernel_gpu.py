@@ -28,15 +28,12 @@ class GpuCalls:
 
     def __init__(self, fn: KernelFunction) -> None:
         self.fn = fn
+        # `calls.run(args)`: the cached call, [] where a prepared call ran `args`, else None (bind them).
         self.calls = FastCalls(len(fn.specs), frozenset(i for i, _, _ in fn.scalar_specs), any_scalar=True)
 
     @property
     def prepared(self) -> dict:
         return self.calls.prepared
-
-    def run(self, args: Sequence[object]) -> bool:
-        """The cached call: True when a prepared call ran `args`, else False (bind them)."""
-        return self.calls.run(args) is not None
 
     def bind_and_run(self, args: Sequence[object]) -> None:
         """A call the cache did not take: check the arguments, compile if needed, prepare (the first
