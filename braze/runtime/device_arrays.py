@@ -284,11 +284,6 @@ def _torch_device(torch, index: int):
     return torch.device("cuda", index)
 
 
-def user_array(view: DeviceView) -> object:
-    """The object handed back to the user for an output."""
-    return view.owner
-
-
 def copy_into(target: DeviceView, source: DeviceView,
               stream_for: Callable[[int], int] | None = None) -> None:
     """Writes `source` into `target` (same shape; an in-place output). `stream_for` maps the target's

@@ -221,12 +221,14 @@ class CallPlan:
 
 
 class PreparedCall:
-    """A fusion's run on inputs of one description, with all host arithmetic done ahead.
+    """A fusion's run (or a loop kernel's) on inputs of one description, with all host arithmetic
+    done ahead.
 
     Buffers that are not returned (intermediates, the results copied back into inputs) are kept
     from one call to the next in the same stream order (`_begin`'s answer): that order makes
-    reusing them safe, and a call then allocates only what it returns. A device's subclass
-    launches the kernels.
+    reusing them safe, and a call then allocates only what it returns. A backend's subclass
+    launches the kernels (runtime/backends/cpu.py, runtime/backends/cuda.py; a loop kernel's on a
+    GPU: runtime/kernel_launch_cuda.py).
     """
 
     def __init__(self, plan: CallPlan) -> None:

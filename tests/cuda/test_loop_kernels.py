@@ -191,6 +191,34 @@ def test_a_cached_call_compiles_and_prepares_nothing():
     assert particle_step._gpu.prepared.keys() == prepared.keys()
 
 
+def test_torch_calls_take_the_guarded_call_fusions_take():
+    """A loop kernel's calls are filed in the fusions' call cache: on torch tensors the call taken
+    last runs behind torch's tensor guards; a strided view misses them, goes through the key and
+    gets a prepared call of its own. Outputs are poisoned first."""
+    torch = _torch()
+    from braze.runtime.fast_call import guard
+
+    @bz.kernel
+    def scale(x: bz.Array[bz.float32, 1], y: bz.Array[bz.float32, 1], a: float):
+        for i in range(x.shape[0]):
+            y[i] = a * x[i]
+
+    x = torch.arange(1000, dtype=torch.float32, device="cuda")
+    y = torch.full_like(x, float("nan"))
+    if guard([x, y, 2.0], frozenset({2})) is None:
+        pytest.skip("this torch has no C++ tensor guards")
+    scale(x, y, 2.0)
+    assert "run" in scale._gpu.calls.__dict__  # the guarded call is tried first
+    with bz.record() as rec:
+        scale(x, y, 3.0)
+    assert rec.entries == [] and len(rec.launches) == 1
+    np.testing.assert_array_equal(y.cpu().numpy(), 3.0 * np.arange(1000, dtype=np.float64))
+    out = torch.full((500,), float("nan"), device="cuda")
+    scale(x[::2], out, 0.5)
+    assert len(scale._gpu.prepared) == 2
+    np.testing.assert_array_equal(out.cpu().numpy(), 0.5 * np.arange(0, 1000, 2, dtype=np.float64))
+
+
 def test_runs_on_the_current_torch_stream():
     torch = _torch()
     from braze.cli.particles import particle_step, particles
