@@ -207,8 +207,9 @@ def test_torch_calls_take_the_guarded_call_fusions_take():
     y = torch.full_like(x, float("nan"))
     if guard([x, y, 2.0], frozenset({2})) is None:
         pytest.skip("this torch has no C++ tensor guards")
-    scale(x, y, 2.0)
-    assert "run" in scale._gpu.calls.__dict__  # the guarded call is tried first
+    scale(x, y, 2.0)  # compiles and files its prepared call
+    scale(x, y, 2.5)  # found by its key: from now on tried first, behind the guard
+    assert "run" in scale._gpu.calls.__dict__
     with bz.record() as rec:
         scale(x, y, 3.0)
     assert rec.entries == [] and len(rec.launches) == 1
