@@ -17,11 +17,11 @@ from braze.ir.tensor import TensorView
 from braze.kir import nodes as k
 from braze.kir.params import KernelParams, equal_extents
 from braze.lower import random as _random  # noqa: F401  (registers rand/randn)
+from braze.lower.exprs import decompose
+from braze.lower.scans import is_scan, scan_task
 from braze.lower.scope import ScopeStack
 from braze.lower.strips import strip_task
 from braze.lower.tiles import tile_task
-from braze.lower.exprs import decompose
-from braze.lower.scans import is_scan, scan_task
 from braze.lower.values import INDEX, RowAxes, ValueEmitter, cast, index_op
 
 if TYPE_CHECKING:

@@ -46,7 +46,7 @@ slice = slice_tensor  # noqa: A001  (bz.ops.slice(x, [...]) reads like the other
 
 __all__ = sorted(
     [*_GENERATED, "OPS", "OpDef", "all", "any", "arange", "argmax", "argmin", "broadcast", "broadcast_in_dim",
-     "cast", "cat", "cross_entropy", "cummax", "cummin", "cumprod", "cumsum", "expand", "flip", "full", "layer_norm", "log_softmax", "max", "mean", "min",
-     "ones", "pad", "permute", "prod", "rand", "randn", "reshape", "rms_norm", "slice", "softmax", "squeeze",
-     "std", "sum", "transpose", "unsqueeze", "var", "zeros"]
+     "cast", "cat", "cross_entropy", "cummax", "cummin", "cumprod", "cumsum", "expand", "flip", "full",
+     "layer_norm", "log_softmax", "max", "mean", "min", "ones", "pad", "permute", "prod", "rand", "randn", "reshape",
+     "rms_norm", "slice", "softmax", "squeeze", "std", "sum", "transpose", "unsqueeze", "var", "zeros"]
 )

@@ -11,8 +11,7 @@ from braze.ir.fusion import active_fusion
 from braze.ir.scalar import Scalar, as_scalar
 from braze.ir.tensor import TensorView
 from braze.ops import reductions as red
-from braze.ops import scans
-from braze.ops import torch_methods, views
+from braze.ops import scans, torch_methods, views
 from braze.ops.elementwise import cast, elementwise
 
 _BINARY_OPERATORS = {
