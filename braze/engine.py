@@ -328,9 +328,13 @@ def _merged_row_tasks(kernel: k.Kernel) -> k.Kernel:
     def elementwise(task: k.Task) -> bool:
         return not any(isinstance(s, (k.For, k.While, k.If)) for s in task.body) and schedule_kind(task) == "rows"
 
+    def serial(task: k.Task) -> bool:  # loops no lanes can share (a scan's running value): a thread a row
+        return any(isinstance(s, k.For) for s in task.body) and not plan_lanes(task).loops
+
     def same_kind(a: k.Task, b: k.Task) -> bool:
         kind = schedule_kind(a)
-        return kind == schedule_kind(b) in ("rows", "columns") and (kind == "rows" or _stays_splittable(a, b))
+        return (kind == schedule_kind(b) in ("rows", "columns") and (kind == "rows" or _stays_splittable(a, b))
+                and serial(a) == serial(b))  # a softmax merged with a scan would lose its lanes
 
     kernel, _ = fuse_tasks(kernel, fits=lambda a, b: elementwise(a) and elementwise(b))
     kernel, _ = fuse_tasks(kernel, raw=False, fits=same_kind)

@@ -335,3 +335,14 @@ def test_a_rows_accumulators_combine_over_the_block_between_one_pair_of_barriers
     with bz.config.scope(disable={"joint_lane_reduce"}):
         apart = source(build, np.ones((4, 4096), np.float32), name="apart")
     assert "bz_lane_slots" not in apart.body and "acc5_d2 = bz_lane_reduce(" in apart.body
+
+
+def test_a_scan_over_the_rows_a_softmax_reads_stays_a_task_of_its_own():
+    # A scan walks its row on one thread; merged with the softmax, the softmax would lose its lanes.
+    def build(f):
+        x = tensor(f, 2)
+        return [bz.ops.softmax(x, 1), bz.ops.cumsum(x, 1)]
+
+    src = source(build, np.ones((8, 1024), np.float32), name="mix")
+    softmax, scan = src.body.split('extern "C"')[1:3]
+    assert kinds(src) == ["rows", "rows"] and "lanes32" in softmax and "lanes32" not in scan
