@@ -65,6 +65,18 @@ def returns(a: F32):
     return a
 
 
+def uses_a_list(a: F32):
+    for i in range(a.shape[0]):
+        v = [0.0, 1.0]
+        a[i] = v[1]
+
+
+def raises(a: F32):
+    for i in range(a.shape[0]):
+        if a[i] < 0.0:
+            raise ValueError("negative")
+
+
 def breaks_a_parallel_loop(a: F32):
     for i in range(a.shape[0]):  # noqa: B007
         break
@@ -76,8 +88,10 @@ def steps_a_parallel_range_by_a_float(a: F32):
 
 
 @pytest.mark.parametrize("fn, message, culprit", [
-    (uses_with, "unsupported construct: With statement", 'with open("x"):'),
-    (uses_lambda, "unsupported construct: Lambda expression", "g = lambda x: x"),
+    (uses_with, "unsupported construct: With statement; .*call the kernel inside the `with`", 'with open("x"):'),
+    (uses_lambda, "unsupported construct: Lambda expression; .*@bz.func", "g = lambda x: x"),
+    (uses_a_list, r"unsupported construct: List expression; .*`v = bz.local\(bz.float32, n\)`", "v = [0.0, 1.0]"),
+    (raises, r"unsupported construct: Raise statement; use `assert condition`", 'raise ValueError("negative")'),
     (iterates_an_array, r"unsupported loop: iterate over range\(...\)", "for x in a:"),
     (slices, "unsupported construct: slices", "a[i] = a[1:3]"),
     (returns, "unsupported construct: return", "return a"),
