@@ -251,8 +251,31 @@ def test_a_scalar_of_the_wrong_kind_reads_well():
         for i in range(n):
             a[i] = 1.0
 
-    with pytest.raises(bz.InputError, match="argument 'n': expected an int64 scalar, got float"):
+    where = f"test_kernel_errors.py:{fill.fn.__code__.co_firstlineno}: kernel fill: "
+    with pytest.raises(bz.InputError, match=f"{where}argument 'n': expected an int64 scalar, got float"):
         fill(np.zeros(3, np.float32), 1.5)
+
+
+def test_a_call_time_error_names_the_kernels_file_and_line():
+    @bz.kernel
+    def fill(a: bz.Array[bz.float32, 1]):
+        for i in range(a.shape[0]):
+            a[i] = 1.0
+
+    where = f"test_kernel_errors.py:{fill.fn.__code__.co_firstlineno}: kernel fill: "
+    for args, message in [((np.zeros(3, np.float64),), "argument 'a': expected float32, got float64"),
+                          ((), "expected 1 arguments, got 0"),
+                          ((np.zeros(3, np.float32)[::-1].copy().view(np.float32),), None)]:
+        if message is None:
+            fill(*args)  # a good call between two bad ones
+            continue
+        with pytest.raises(bz.InputError, match=where + message):
+            fill(*args)
+    read_only = np.zeros(3, np.float32)
+    fill(read_only)
+    read_only.flags.writeable = False
+    with pytest.raises(bz.InputError, match=where + "argument 'a': the kernel writes it, but the array is read-only"):
+        fill(read_only)
 
 
 def test_a_missing_annotation_says_so():
