@@ -18,13 +18,11 @@ Every test needs an NVIDIA GPU (`make gpu-test`); run just this one with
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+import sibling_tests
 from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
 
@@ -37,16 +35,7 @@ pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(cuda_driver.device_count() == 0, reason="needs an NVIDIA GPU")]
 
 
-def _cpu_fuzz():
-    path = Path(__file__).parents[1] / "passes" / "test_fuzz_tasks.py"
-    spec = importlib.util.spec_from_file_location("braze_tests_fuzz_tasks", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-fuzz = _cpu_fuzz()
+fuzz = sibling_tests.load("passes/test_fuzz_tasks.py")
 WRITE = re.compile(r"\s*(a\d)\[.*?\]\s*\+?= ")  # a store or an update (`if` lines only read)
 ACCESS = re.compile(r"\b(a\d)\[([^\],]+)(?:, [^\]]+)?\]")
 OWNED_ROWS = set(fuzz.INDICES[:6])  # the injective row indices of the generator
