@@ -110,7 +110,7 @@ def _compile_something(name: str) -> list[str]:
 
 
 def test_cache_clear_empties_the_cache_folder(capsys, tmp_path):
-    with config.scope(cache_dir=tmp_path):
+    with config.scope(cache_dir=tmp_path, cache_max_bytes=1 << 30):
         assert _compile_something("cleared") == ["cleared"]
         assert _compile_something("cleared") == []  # loaded from the disk cache
         entries = len(list(tmp_path.rglob("*.bin")))  # the kernel, and any host function's object code
@@ -118,13 +118,19 @@ def test_cache_clear_empties_the_cache_folder(capsys, tmp_path):
         size = sum(p.stat().st_size for p in tmp_path.rglob("*.bin"))
         for show in (["cache"], ["cache", "show"]):
             assert cli.main(show) == 0
-            assert capsys.readouterr().out == (f"{tmp_path}: {entries} entries, {size / 1e6:.1f} MB of a "
-                                               f"{config.current.cache_max_bytes / 1e6:.1f} MB cap "
-                                               "(BRAZE_CACHE_MAX_BYTES)\n")
+            assert capsys.readouterr().out == (f"{tmp_path}: {entries} entries, {cli.byte_size(size)} of a "
+                                               "1.0 GiB cap (BRAZE_CACHE_MAX_BYTES)\n")
         assert cli.main(["cache", "clear"]) == 0
         assert capsys.readouterr().out.strip() == f"removed {entries} entries from {tmp_path}"
         assert not list(tmp_path.rglob("*.bin"))
         assert _compile_something("cleared") == ["cleared"]  # compiled again
+
+
+def test_sizes_are_shown_in_the_units_the_cap_is_set_in():
+    assert [cli.byte_size(n) for n in (0, 1023, 1536, 512 << 20, 1 << 30, 5 << 30)] == \
+        ["0 bytes", "1023 bytes", "1.5 KiB", "512.0 MiB", "1.0 GiB", "5.0 GiB"]
+    set_in_megabytes = config.Config.from_environment({"BRAZE_CACHE_MAX_BYTES": "512M"}).cache_max_bytes
+    assert cli.byte_size(set_in_megabytes) == "512.0 MiB"
 
 
 def test_cache_show_says_when_the_folder_is_refused(capsys, tmp_path):

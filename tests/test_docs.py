@@ -118,3 +118,22 @@ def test_docstrings_name_sections_that_exist() -> None:
             assert section in headings, f"{path.relative_to(ROOT)} cites {page}, {section!r}: no such heading"
             found += 1
     assert found >= 10
+
+
+def test_source_names_only_files_of_the_repository() -> None:
+    """A path like `braze/runtime/fast_call.py` in a docstring or comment names a file that exists, and
+    no text cites a document outside the repository (a design note a reader of it cannot open)."""
+    path_like = re.compile(r"(?<![\w/.])((?:braze|tests|docs|benchmarks|examples)/[\w/.-]*\w\.(?:py|md|json|cuh|h))")
+    sources = [*ROOT.glob("braze/**/*.py"), *ROOT.glob("tests/**/*.py"), *ROOT.glob("examples/*.py"),
+               *ROOT.glob("benchmarks/*.py")]
+    missing, outside = [], []
+    for path in sources:
+        text = path.read_text()
+        for name in path_like.findall(text):
+            written_by_a_benchmark = path.parts[-2] == "benchmarks" and name.startswith("benchmarks/results/")
+            if not (ROOT / name).exists() and not written_by_a_benchmark:
+                missing.append(f"{path.relative_to(ROOT)}: {name}")
+        if "DESIGN" in text and path != Path(__file__):
+            outside.append(str(path.relative_to(ROOT)))
+    assert not missing, missing
+    assert not outside, f"cite docs/architecture.md instead of a design note: {outside}"

@@ -1,4 +1,4 @@
-"""The import structure of braze (DESIGN.md, section 2): imports go one way down the pipeline.
+"""The import structure of braze (docs/architecture.md, "The pipeline"): imports go one way down the pipeline.
 
 The graph is read from the source with `ast`, not by importing: every `import` statement counts,
 at module level or inside a function (an import inside a function still ties the two modules
@@ -33,7 +33,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 )
 RANK = {package: rank for rank, layer in enumerate(LAYERS) for package in layer}
 
-# The rules DESIGN.md states in words, checked on their own so a broken one is named.
+# The rules docs/architecture.md states in words, checked on their own so a broken one is named.
 ONLY_IMPORTS = {"ir": {"dtypes", "errors"}, "kir": {"dtypes", "errors"}}
 NEVER_IMPORTS = {"runtime": {"frontend", "engine", "schedule", "lower"}}
 

@@ -164,6 +164,14 @@ def _knob_value(value: object) -> str:
     return str(value)
 
 
+def byte_size(n: int) -> str:
+    """Bytes in the binary units BRAZE_CACHE_MAX_BYTES takes (`512M` is 512 MiB): `1.0 GiB`, `3.2 MiB`."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
 def cache(args: argparse.Namespace) -> int:
     from braze.compile import disk_cache
 
@@ -173,7 +181,7 @@ def cache(args: argparse.Namespace) -> int:
         return 0
     entries, size = disk_cache.usage()
     cap = config.current.cache_max_bytes
-    print(f"{folder}: {entries} entries, {size / 1e6:.1f} MB of a {cap / 1e6:.1f} MB cap (BRAZE_CACHE_MAX_BYTES)")
+    print(f"{folder}: {entries} entries, {byte_size(size)} of a {byte_size(cap)} cap (BRAZE_CACHE_MAX_BYTES)")
     refusal = disk_cache.refusal()
     if refusal is not None:
         print(f"refused (the disk cache is off): {refusal}")

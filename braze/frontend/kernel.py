@@ -63,7 +63,7 @@ def _param_spec(name: str, annotation: object, fn: Callable) -> ArrayType | DTyp
 
 
 def _where(fn: Callable) -> str:
-    return f"{inspect.getsourcefile(fn)}:{fn.__code__.co_firstlineno}"
+    return f"{inspect.getsourcefile(fn) or fn.__code__.co_filename}:{fn.__code__.co_firstlineno}"
 
 
 def _annotations(fn: Callable) -> dict[str, object]:
@@ -83,6 +83,7 @@ class KernelFunction:
     def __init__(self, fn: Callable, debug: bool = False, fuse_tasks: bool = True) -> None:
         functools.update_wrapper(self, fn)
         self.fn, self.debug, self.fuse = fn, debug, fuse_tasks
+        self.label = f"{_where(fn)}: kernel {fn.__name__}"  # how an error names the kernel: file, line, name
         annotations = _annotations(fn)
         names = list(inspect.signature(fn).parameters)
         declared = [(n, _param_spec(n, annotations.get(n, inspect.Parameter.empty), fn)) for n in names]
@@ -107,7 +108,7 @@ class KernelFunction:
         if kwargs:
             args = self._positional(args, kwargs)
         if len(args) != self.arity:
-            raise InputError(f"kernel {self.__name__}: expected {self.arity} arguments, got {len(args)}")
+            raise InputError(f"{self.label}: expected {self.arity} arguments, got {len(args)}")
         if self.vector_params:
             args = self._flat_arguments(args)
         gpu = self._gpu
@@ -143,7 +144,7 @@ class KernelFunction:
         read-only bit of a `__cuda_array_interface__`)."""
         for position in entry.written:
             if not arrays[position].flags.writeable:
-                raise InputError(f"kernel {self.__name__}: argument '{self.specs[self.array_positions[position]][0]}'"
+                raise InputError(f"{self.label}: argument '{self.specs[self.array_positions[position]][0]}'"
                                  ": the kernel writes it, but the array is read-only")
 
     # --- binding ----------------------------------------------------------------------------------
@@ -151,14 +152,14 @@ class KernelFunction:
         """The arguments with each vector or matrix argument replaced by its components."""
         flat = list(args)
         for vector in reversed(self.vector_params):  # from the last: earlier positions stay put
-            flat[vector.position:vector.position + 1] = vector.components(args[vector.position], self.__name__)
+            flat[vector.position:vector.position + 1] = vector.components(args[vector.position], self.label)
         return flat
 
     def _positional(self, args: tuple, kwargs: dict) -> tuple:
         try:
             return tuple(inspect.signature(self.fn).bind(*args, **kwargs).arguments.values())
         except TypeError as error:
-            raise InputError(f"kernel {self.__name__}: {error}") from None
+            raise InputError(f"{self.label}: {error}") from None
 
     def _bind(self, args: Sequence[Any]) -> tuple[list[np.ndarray], list, tuple]:
         arrays, scalars, key = [], [], []
@@ -191,7 +192,7 @@ class KernelFunction:
                  knobs.debug),)
 
     def _array(self, name: str, spec: ArrayType, value: Any) -> np.ndarray:
-        where = f"kernel {self.__name__}: argument '{name}'"
+        where = f"{self.label}: argument '{name}'"
         array = value if type(value) is np.ndarray else as_host_array(value, where)[0]
         self.check_layout(where, spec, array.dtype, array.shape, array.strides, array.itemsize)
         return array
@@ -216,10 +217,10 @@ class KernelFunction:
         allowed = (bool, np.bool_) if dtype.is_bool else (int, bool, np.integer, np.bool_) if dtype.is_integer \
             else (int, float, np.integer, np.floating)
         if not isinstance(value, allowed):
-            raise InputError(f"kernel {self.__name__}: argument '{name}': expected {a_or_an(dtype.name)} scalar, "
+            raise InputError(f"{self.label}: argument '{name}': expected {a_or_an(dtype.name)} scalar, "
                              f"got {type(value).__name__}")
         if dtype.is_integer and not _INT_RANGES[dtype.name][0] <= value <= _INT_RANGES[dtype.name][1]:
-            raise InputError(f"kernel {self.__name__}: argument '{name}': {value} does not fit in {dtype.name}")
+            raise InputError(f"{self.label}: argument '{name}': {value} does not fit in {dtype.name}")
         return value
 
     # --- compiling --------------------------------------------------------------------------------
@@ -295,14 +296,14 @@ class VectorParam:
     type: VectorType
     names: tuple[str, ...]
 
-    def components(self, value: Any, kernel_name: str) -> list:
+    def components(self, value: Any, kernel_label: str) -> list:
         """The components of an argument: a tuple or list of numbers (nested by rows for a matrix), a
         NumPy array of the type's shape, or the type's own value (`bz.vec3(0, -9.81, 0)`)."""
         try:
             array = np.asarray(value) if not isinstance(value, (str, bytes)) else None
         except (TypeError, ValueError, RuntimeError):  # ragged nesting, a GPU tensor
             array = None
-        where = f"kernel {kernel_name}: argument '{self.name}'"
+        where = f"{kernel_label}: argument '{self.name}'"
         if array is None or array.shape != self.type.shape:
             got = f"shape {array.shape}" if array is not None else type(value).__name__
             raise InputError(f"{where}: expected {a_or_an(repr(self.type))}: {self.type.size} numbers as a tuple, "

@@ -19,7 +19,13 @@ from braze.errors import KernelSyntaxError, KernelTypeError, SerialLoopWarning
 from braze.frontend import kernel_lang as lang
 from braze.frontend import kernel_types as ty
 from braze.frontend import kernel_vectors as vec
-from braze.frontend.kernel_exprs import BINARY_OPS, OPERATOR_SYMBOLS, ExpressionTranslator, is_pure_constant
+from braze.frontend.kernel_exprs import (
+    BINARY_OPS,
+    OPERATOR_SYMBOLS,
+    ExpressionTranslator,
+    is_pure_constant,
+    unsupported,
+)
 from braze.frontend.kernel_scope import (
     ArrayHandle,
     FunctionScope,
@@ -354,7 +360,7 @@ class Translator(ExpressionTranslator, TargetTranslator):
         for node in stmts:
             handler = getattr(self, f"stmt_{type(node).__name__}", None)
             if handler is None:
-                self.error(node, f"unsupported construct: {type(node).__name__} statement")
+                self.error(node, unsupported(type(node).__name__, "statement"))
             handler(node)
 
     def stmt_Pass(self, node: ast.Pass) -> None:

@@ -17,6 +17,31 @@ from braze.frontend.kernel_calls import call
 from braze.frontend.kernel_scope import ArrayHandle, Local, LocalArray, ShapeHandle, VectorLocal, VectorValue
 from braze.kir import nodes as k
 
+_NO_CONTAINERS = "a kernel holds numbers, vectors and fixed-size arrays (`bz.local(dtype, n)`) only"
+# What a Taichi, Warp or NumPy habit becomes in a kernel, for the constructs braze does not take.
+INSTEAD = {
+    "List": "for a per-thread array write `v = bz.local(bz.float32, n)` and set its elements; for a small "
+            "vector, `bz.vec3(x, y, z)`",
+    "ListComp": "for a per-thread array write `v = bz.local(bz.float32, n)` and fill it in a `for` loop",
+    "Dict": _NO_CONTAINERS,
+    "Set": _NO_CONTAINERS,
+    "DictComp": _NO_CONTAINERS,
+    "SetComp": _NO_CONTAINERS,
+    "GeneratorExp": "write the loop out with `for`, accumulating into a local",
+    "Lambda": "define the function at module level with @bz.func and call it",
+    "FunctionDef": "define the function at module level with @bz.func and call it",
+    "JoinedStr": "a kernel computes numbers; check values with `assert` under debug=True, or return them in an array",
+    "Try": "a kernel raises nothing to catch; `assert` checks a condition under debug=True",
+    "Raise": "use `assert condition` (checked under debug=True or BRAZE_DEBUG=1)",
+    "With": "a kernel has no context managers; call the kernel inside the `with` instead",
+}
+
+
+def unsupported(kind: str, what: str) -> str:
+    """The message for a construct braze does not take, with what to write instead where there is a habit."""
+    hint = INSTEAD.get(kind)
+    return f"unsupported construct: {kind} {what}" + (f"; {hint}" if hint else "")
+
 
 class ExpressionTranslator:
     """The expression half of the Translator; it relies on the Translator's error, checked,
@@ -25,7 +50,7 @@ class ExpressionTranslator:
     def expr(self, node: ast.expr):
         handler = getattr(self, f"expr_{type(node).__name__}", None)
         if handler is None:
-            self.error(node, f"unsupported construct: {type(node).__name__} expression")
+            self.error(node, unsupported(type(node).__name__, "expression"))
         return handler(node)
 
     def expr_Constant(self, node: ast.Constant):

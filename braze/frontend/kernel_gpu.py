@@ -72,7 +72,7 @@ def bind_arrays(fn: KernelFunction, args: Sequence[object]) -> list[DeviceView]:
     device = None
     for position in fn.array_positions:
         name, spec = fn.specs[position]
-        where = f"kernel {fn.__name__}: argument '{name}'"
+        where = f"{fn.label}: argument '{name}'"
         value = args[position]
         if not is_device_array(value):
             raise InputError(f"{where}: expected a GPU array (argument '{first_name}' is one), got a host array "

@@ -137,6 +137,14 @@ def broadcast_one_element_slices(op: str, tensors: Sequence[TensorView], extents
     return tensors
 
 
+def _operand(tv: TensorView) -> str:
+    """An operand as the user knows it: a tensor rank-aligned by a broadcast is named by its source
+    (`T1 ('b')`, not the broadcast view `T2` the user never made)."""
+    while tv.definition is not None and tv.definition.op == "broadcast":
+        tv = tv.definition.inputs[0]
+    return tv.describe()
+
+
 def broadcast_domains(op: str, tensors: Sequence[TensorView]) -> list[IterDomain]:
     """The output domain of an elementwise op over rank-aligned tensors (rank 0 ones are scalars)."""
     shaped = [t for t in tensors if t.ndim > 0]
@@ -152,7 +160,7 @@ def broadcast_domains(op: str, tensors: Sequence[TensorView]) -> list[IterDomain
             continue
         first_tv, first = full[0]
         for tv, dim in full[1:]:
-            why = f"{op}: dimension {axis - rank} of {first_tv.describe()} and {tv.describe()} must match"
+            why = f"{op}: dimension {axis - rank} of {_operand(first_tv)} and {_operand(tv)} must match"
             first_tv.fusion.require_equal(first.extent, dim.extent, why)
         out.append(IterDomain(first.extent, IterType.ITERATION))
     return out

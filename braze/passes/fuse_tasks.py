@@ -305,19 +305,77 @@ def injective(e: k.Expr, t: k.Var) -> bool:
 
 
 def _strip_offset(e: k.Expr) -> k.Expr:
-    """`lo + x` -> x for a uniform lo (how `bz.ndrange` offsets its indices)."""
-    if isinstance(e, k.Binary) and e.op == "add" and _uniform(e.a):
-        return e.b
+    """`lo + x` or `x + lo` -> x for a uniform lo (how `bz.ndrange` offsets its indices)."""
+    if isinstance(e, k.Binary) and e.op == "add":
+        if _uniform(e.a):
+            return e.b
+        if _uniform(e.b):
+            return e.a
     return e
 
 
+def _factors(e: k.Expr) -> Counter:
+    """A uniform divisor as the multiset of its factors: `a * b` and `b * a` are one divisor."""
+    if isinstance(e, k.Binary) and e.op == "mul":
+        return _factors(e.a) + _factors(e.b)
+    return Counter([e])
+
+
+def _nonnegative(e: k.Expr) -> bool:
+    """An extent, a positive constant or `max(x, 0)`: never negative."""
+    if isinstance(e, k.Const):
+        return int(e.value) > 0
+    if isinstance(e, k.Binary) and e.op == "maximum":
+        return any(isinstance(x, k.Const) and int(x.value) >= 0 for x in (e.a, e.b))
+    return isinstance(e, k.ArrayExtent)
+
+
+def _digit(e: k.Expr, t: k.Var) -> tuple[frozenset, k.Expr | None] | None:
+    """`t // D % M` as (D's factors, M), every factor uniform and never negative; None for other forms.
+
+    `(t // a) // b` is `t // (a * b)`, and `t // M` with `t % M` give t back, for positive divisors.
+    Extents and `max(x, 0)` (how `bz.ndrange` sizes its axes) are never negative, and an ndrange
+    axis of size zero leaves the task without threads; a scalar divisor could be zero or negative."""
+    modulus = None
+    if isinstance(e, k.Binary) and e.op == "remainder":
+        if not (_nonnegative(e.b) and _uniform(e.b)):
+            return None
+        e, modulus = e.a, e.b
+    divisors: Counter = Counter()
+    while isinstance(e, k.Binary) and e.op == "floordiv":
+        factors = _factors(e.b)
+        if not all(_nonnegative(f) and _uniform(f) for f in factors):
+            return None
+        divisors += factors
+        e = e.a
+    return (frozenset(divisors.items()), modulus) if e == t else None
+
+
+def _recovers_index(digits: set[tuple[frozenset, k.Expr | None]]) -> bool:
+    """Whether the digits give back the loop index: `x // M` and `x % M` together give `x`."""
+    known = set(digits)
+    grew = True
+    while grew:
+        grew = False
+        for divisors, modulus in list(known):
+            if modulus is None:
+                continue
+            whole = frozenset((Counter(dict(divisors)) + Counter([modulus])).items())
+            if (whole, None) in known and (divisors, None) not in known:
+                known.add((divisors, None))
+                grew = True
+    return (frozenset(), None) in known
+
+
 def _delinearized(indices: tuple[k.Expr, ...], t: k.Var) -> set[tuple]:
-    """Owner keys of (t // E, t % E) pairs among the indices: the 2-d `bz.ndrange` split, injective as a pair."""
-    parts = [_strip_offset(i) for i in indices]
-    quotients = {p.b: axis for axis, p in enumerate(parts)
-                 if isinstance(p, k.Binary) and p.op == "floordiv" and p.a == t and _uniform(p.b)}
-    return {((quotients[p.b], axis), (indices[quotients[p.b]], indices[axis])) for axis, p in enumerate(parts)
-            if isinstance(p, k.Binary) and p.op == "remainder" and p.a == t and p.b in quotients}
+    """The owner key of the indices that split t into `bz.ndrange` coordinates, when together they
+    are injective in t: `(t // E, t % E)` in 2-d, `(t // (E2 * E1), t // E2 % E1, t % E2)` in 3-d, and so on."""
+    digits = {axis: d for axis, index in enumerate(indices)
+              if (d := _digit(_strip_offset(index), t)) is not None}
+    if not digits or not _recovers_index(set(digits.values())):
+        return set()
+    axes = tuple(sorted(digits))
+    return {(axes, tuple(indices[axis] for axis in axes))}
 
 
 def owners(access: Access, t: k.Var) -> set[tuple]:

@@ -14,6 +14,7 @@ import re
 
 import numpy as np
 import pytest
+import sibling_tests
 from kernel_cases import all_cases, poison
 
 import braze as bz
@@ -298,19 +299,6 @@ def test_a_self_overlapping_view_is_not_fused_on_the_gpu():
 
 
 # --- generated vector and random-number programs ---------------------------------------------------
-def _vector_fuzz():
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    path = Path(__file__).parents[1] / "frontend" / "test_fuzz_vector_programs.py"
-    spec = importlib.util.spec_from_file_location("braze_tests_vector_fuzz", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def _owned_reads(lines: list[str]) -> list[str]:
     """A loop's statements with every read of an array the loop writes made at the loop's index."""
     written = {m.group(1) for line in lines if (m := re.match(r"\s*(x\d|s)\[i\]", line))}
@@ -321,7 +309,7 @@ def _owned_reads(lines: list[str]) -> list[str]:
 def test_generated_vector_programs_match_the_cpu():
     from hypothesis import HealthCheck, given, settings
 
-    fuzz = _vector_fuzz()
+    fuzz = sibling_tests.load("frontend/test_fuzz_vector_programs.py")
 
     # BRAZE_FUZZ_LOOP_EXAMPLES=n runs n programs instead of 25, as the CPU loop fuzzers do.
     examples = int(os.environ.get("BRAZE_FUZZ_LOOP_EXAMPLES", "25"))

@@ -163,6 +163,22 @@ def test_runtime_extent_mismatch_names_both_inputs() -> None:
         f.execute([np.ones((3, 4), np.float32), np.ones(5, np.float32)])
 
 
+def test_a_mismatch_names_the_inputs_not_the_broadcast_braze_made() -> None:
+    with bz.Fusion() as f:
+        a = f.define_tensor((-1, -1))
+        b = f.define_tensor((-1,))  # rank-aligned to a by a broadcast view of b
+        f.add_output(a + b)
+    names = (a.name, b.name)
+    with pytest.raises(bz.InputError, match=rf"^add: dimension -1 of {names[0]} and {names[1]} must match: "
+                                            r"got extents 4 and 5$"):
+        f.execute([np.ones((3, 4), np.float32), np.ones(5, np.float32)])
+    with bz.Fusion() as g:
+        a = g.define_tensor((-1, 3), name="a")
+        b = g.define_tensor((4,), name="b")
+        with pytest.raises(bz.FusionDefinitionError, match=rf"of {a.name} \('a'\) and {b.name} \('b'\) must match"):
+            a + b  # noqa: B018
+
+
 @pytest.mark.parametrize("kwargs, error, text", [
     ({"backend": "nope"}, bz.UnsupportedError, r"backend: expected one of \['cuda', 'llvm', 'reference'\], got 'nope'"),
     ({"device": "gpu"}, bz.InputError, r"device: expected None, 'cpu', 'cuda' or 'cuda:N', got 'gpu'"),

@@ -65,6 +65,18 @@ def returns(a: F32):
     return a
 
 
+def uses_a_list(a: F32):
+    for i in range(a.shape[0]):
+        v = [0.0, 1.0]
+        a[i] = v[1]
+
+
+def raises(a: F32):
+    for i in range(a.shape[0]):
+        if a[i] < 0.0:
+            raise ValueError("negative")
+
+
 def breaks_a_parallel_loop(a: F32):
     for i in range(a.shape[0]):  # noqa: B007
         break
@@ -76,8 +88,10 @@ def steps_a_parallel_range_by_a_float(a: F32):
 
 
 @pytest.mark.parametrize("fn, message, culprit", [
-    (uses_with, "unsupported construct: With statement", 'with open("x"):'),
-    (uses_lambda, "unsupported construct: Lambda expression", "g = lambda x: x"),
+    (uses_with, "unsupported construct: With statement; .*call the kernel inside the `with`", 'with open("x"):'),
+    (uses_lambda, "unsupported construct: Lambda expression; .*@bz.func", "g = lambda x: x"),
+    (uses_a_list, r"unsupported construct: List expression; .*`v = bz.local\(bz.float32, n\)`", "v = [0.0, 1.0]"),
+    (raises, r"unsupported construct: Raise statement; use `assert condition`", 'raise ValueError("negative")'),
     (iterates_an_array, r"unsupported loop: iterate over range\(...\)", "for x in a:"),
     (slices, "unsupported construct: slices", "a[i] = a[1:3]"),
     (returns, "unsupported construct: return", "return a"),
@@ -237,8 +251,31 @@ def test_a_scalar_of_the_wrong_kind_reads_well():
         for i in range(n):
             a[i] = 1.0
 
-    with pytest.raises(bz.InputError, match="argument 'n': expected an int64 scalar, got float"):
+    where = f"test_kernel_errors.py:{fill.fn.__code__.co_firstlineno}: kernel fill: "
+    with pytest.raises(bz.InputError, match=f"{where}argument 'n': expected an int64 scalar, got float"):
         fill(np.zeros(3, np.float32), 1.5)
+
+
+def test_a_call_time_error_names_the_kernels_file_and_line():
+    @bz.kernel
+    def fill(a: bz.Array[bz.float32, 1]):
+        for i in range(a.shape[0]):
+            a[i] = 1.0
+
+    where = f"test_kernel_errors.py:{fill.fn.__code__.co_firstlineno}: kernel fill: "
+    for args, message in [((np.zeros(3, np.float64),), "argument 'a': expected float32, got float64"),
+                          ((), "expected 1 arguments, got 0"),
+                          ((np.zeros(3, np.float32)[::-1].copy().view(np.float32),), None)]:
+        if message is None:
+            fill(*args)  # a good call between two bad ones
+            continue
+        with pytest.raises(bz.InputError, match=where + message):
+            fill(*args)
+    read_only = np.zeros(3, np.float32)
+    fill(read_only)
+    read_only.flags.writeable = False
+    with pytest.raises(bz.InputError, match=where + "argument 'a': the kernel writes it, but the array is read-only"):
+        fill(read_only)
 
 
 def test_a_missing_annotation_says_so():

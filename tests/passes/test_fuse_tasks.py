@@ -138,6 +138,56 @@ def test_ndrange_tasks_fuse():
     assert (d.fused, d.reason) == (True, ft.FUSED_RAW)
 
 
+def cells_3d(a: bz.Array[bz.float32, 3]):
+    for i, j, k in bz.ndrange(a.shape[0], a.shape[1], a.shape[2]):
+        a[i, j, k] = a[i, j, k] + 1.0
+    for i, j, k in bz.ndrange(a.shape[0], a.shape[1], a.shape[2]):
+        a[i, j, k] = a[i, j, k] * 2.0 + k
+
+
+def cells_4d(a: bz.Array[bz.float32, 4], b: bz.Array[bz.float32, 4]):
+    for i, j, k, m in bz.ndrange((1, a.shape[0]), a.shape[1], a.shape[2], a.shape[3]):
+        a[i, j, k, m] = i * 1000.0 + j * 100.0 + k * 10.0 + m
+    for i, j, k, m in bz.ndrange((1, a.shape[0]), a.shape[1], a.shape[2], a.shape[3]):
+        b[i, j, k, m] = a[i, j, k, m] * 2.0
+
+
+def test_an_ndrange_cell_of_three_or_four_axes_is_one_injective_index():
+    d = only(run(cells_3d, lambda: [np.arange(105, dtype=np.float32).reshape(3, 5, 7)])[0])
+    assert (d.fused, d.reason) == (True, ft.FUSED_RAW)
+    d = only(run(cells_4d, lambda: [np.zeros((3, 2, 4, 5), np.float32), np.zeros((3, 2, 4, 5), np.float32)])[0])
+    assert (d.fused, d.reason) == (True, ft.FUSED_RAW)
+
+
+def planes_3d(a: bz.Array[bz.float32, 3], plane: bz.Array[bz.float32, 2]):
+    for i, j, k in bz.ndrange(a.shape[0], a.shape[1], a.shape[2]):
+        plane[i, k] = a[i, j, k]  # every j of (i, k) writes plane[i, k]
+    for i, j, k in bz.ndrange(a.shape[0], a.shape[1], a.shape[2]):
+        a[i, j, k] = plane[i, k] * 2.0
+
+
+def test_two_of_three_ndrange_axes_are_not_injective():
+    def make():
+        return [np.arange(60, dtype=np.float32).reshape(3, 4, 5), np.zeros((3, 5), np.float32)]
+
+    d = only(run(planes_3d, make)[0])
+    assert (d.fused, d.reason) == (False, ft.REJECT_NOT_INJECTIVE)
+
+
+def split_by_scalar(a: bz.Array[bz.float32, 2], n: bz.int64):
+    for t in range(a.shape[0]):
+        a[t // n, t % n] = a[t // n, t % n] + 1.0
+    for t in range(a.shape[0]):
+        a[t // n, t % n] = a[t // n, t % n] * 2.0
+
+
+def test_a_split_by_a_scalar_divisor_is_not_injective():
+    # n = 0 would send every thread to a[0, 0] (integer division by zero gives 0); a negative n breaks
+    # the split too
+    d = only(run(split_by_scalar, lambda: [np.zeros((4, 4), np.float32), 4])[0])
+    assert (d.fused, d.reason) == (False, ft.REJECT_NOT_INJECTIVE)
+
+
 # --- rejected ---------------------------------------------------------------------------------------
 def different_bounds(a: F32, b: F32, c: F32, ix: I64):
     for i in range(N):

@@ -1,5 +1,6 @@
-"""Differential fuzzing of task fusion: random loop programs of 2 to 8 tasks over 1 to 4 arrays, with
-index expressions the fuser accepts and ones it must reject, random arithmetic and `if`s.
+"""Differential fuzzing of task fusion: random loop programs of 2 to 8 tasks over 1 to 4 arrays (1-d to
+3-d; 2-d ones sometimes sliding windows over one buffer), with index expressions the fuser accepts
+and ones it must reject, random arithmetic and `if`s.
 
 Each program runs three ways: fused, with `BRAZE_FUSE_TASKS=0`, and as plain Python over NumPy
 (the kernel body is Python; its loops then run one index after another). All three must leave
@@ -30,18 +31,18 @@ CONSTANTS = ["0.5", "2.0", "-1.25", "3.0"]
 _counter = itertools.count()
 
 
-COLUMNS = ["0", "1", "i % 2", "1 - i % 2"]  # the second index of 2-d arrays
+COLUMNS = ["0", "1", "i % 2", "1 - i % 2"]  # the indices after the row of 2-d and 3-d arrays
 
 
 @st.composite
-def indices(draw, favourite: str, columns: bool):
+def indices(draw, favourite: str, columns: int):
     """Mostly the program's favourite index, so that some pairs can fuse; any index otherwise."""
     row = favourite if draw(st.integers(0, 19)) < 17 else draw(st.sampled_from(INDICES))
-    return f"{row}, {draw(st.sampled_from(COLUMNS))}" if columns else row
+    return ", ".join([row, *(draw(st.sampled_from(COLUMNS)) for _ in range(columns))])
 
 
 @st.composite
-def expressions(draw, arrays: int, favourite: str, columns: bool, depth: int = 0):
+def expressions(draw, arrays: int, favourite: str, columns: int, depth: int = 0):
     if depth >= 2 or draw(st.booleans()):
         if draw(st.integers(0, 3)) == 0:
             return draw(st.sampled_from(CONSTANTS))
@@ -54,7 +55,7 @@ def expressions(draw, arrays: int, favourite: str, columns: bool, depth: int = 0
 
 
 @st.composite
-def statements(draw, arrays: int, favourite: str, columns: bool, depth: int = 0):
+def statements(draw, arrays: int, favourite: str, columns: int, depth: int = 0):
     kinds = ["store", "store", "update", "atomic", "if", "local"] if depth == 0 else ["store", "update", "local"]
     kind = draw(st.sampled_from(kinds))
     target = f"a{draw(st.integers(0, arrays - 1))}[{draw(indices(favourite, columns))}]"
@@ -64,7 +65,7 @@ def statements(draw, arrays: int, favourite: str, columns: bool, depth: int = 0)
     if kind == "local":  # the row index through a local (reused names are reassigned: opaque to the fuser)
         name = f"r{draw(st.integers(0, 1))}"
         row = draw(st.sampled_from([favourite, draw(st.sampled_from(INDICES))]))
-        column = f", {draw(st.sampled_from(COLUMNS))}" if columns else ""
+        column = "".join(f", {draw(st.sampled_from(COLUMNS))}" for _ in range(columns))
         return [f"{name} = {row}", f"a{draw(st.integers(0, arrays - 1))}[{name}{column}] = {value}"]
     if kind == "update":
         return [f"{target} += {value}"]
@@ -80,9 +81,9 @@ def statements(draw, arrays: int, favourite: str, columns: bool, depth: int = 0)
 def programs(draw):
     arrays = draw(st.integers(1, 4))
     favourite = draw(st.sampled_from(INDICES[:6] * 2 + INDICES[6:]))  # injective ones more often
-    columns = draw(st.booleans())  # 2-d data arrays: a row index, then a column
+    columns = draw(st.integers(0, 2))  # the data arrays' axes after the row: 1-d, 2-d or 3-d arrays
     # 2-d data arrays as sliding windows over one buffer each: a[i, 1] is a[i + 1, 0]
-    overlapping = columns and draw(st.integers(0, 3)) == 0
+    overlapping = columns == 1 and draw(st.integers(0, 3)) == 0
     tasks = []
     for _ in range(draw(st.integers(2, 8))):
         bounds = draw(st.sampled_from(["1, n"] * 5 + ["1, n - 1"]))
@@ -91,8 +92,8 @@ def programs(draw):
     return arrays, columns, overlapping, tasks
 
 
-def render(arrays: int, columns: bool, tasks, atomics: bool) -> str:
-    params = ", ".join(f"a{k}: {'F32_2D' if columns else 'F32'}" for k in range(arrays))
+def render(arrays: int, columns: int, tasks, atomics: bool) -> str:
+    params = ", ".join(f"a{k}: {('F32', 'F32_2D', 'F32_3D')[columns]}" for k in range(arrays))
     lines = [f"def program({params}, ix: I64, h: I64, n: int):"]
     for bounds, body in tasks:
         lines.append(f"    for i in range({bounds}):")
@@ -110,18 +111,19 @@ def load(source: str):
     filename = f"<braze-fuzz {next(_counter)}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     namespace = {"bz": bz, "F32": bz.Array[bz.float32, 1], "F32_2D": bz.Array[bz.float32, 2],
+                 "F32_3D": bz.Array[bz.float32, 3],
                  "I64": bz.Array[bz.int64, 1]}
     exec(compile(source, filename, "exec"), namespace)
     return namespace["program"]
 
 
-def inputs(arrays: int, columns: bool, overlapping: bool, seed: int):
+def inputs(arrays: int, columns: int, overlapping: bool, seed: int):
     rng = np.random.default_rng(seed)
     if overlapping:
         data = [sliding_window_view(rng.uniform(-2, 2, SIZE + 1).astype(np.float32), 2, writeable=True)
                 for _ in range(arrays)]
     else:
-        data = [rng.uniform(-2, 2, (SIZE, 2) if columns else SIZE).astype(np.float32) for _ in range(arrays)]
+        data = [rng.uniform(-2, 2, (SIZE,) + (2,) * columns).astype(np.float32) for _ in range(arrays)]
     return data + [rng.integers(0, SIZE, SIZE).astype(np.int64), np.zeros(SIZE, np.int64), N]
 
 
