@@ -138,6 +138,11 @@ def stack(tensors: Sequence[TensorView], axis: int = 0) -> TensorView:
     if len(set(ranks)) != 1:
         raise FusionDefinitionError(f"stack: tensors: expected tensors of one rank, got ranks {ranks}")
     axis = normalize_axis(axis, ranks[0] + 1, "stack axis")
+    first = tensors[0]
+    for i, t in enumerate(tensors[1:], 1):
+        for d in range(first.ndim):
+            first.fusion.require_equal(first.shape[d], t.shape[d], f"stack: dimension {d} of tensors[0] "
+                                                                   f"{first.describe()} and tensors[{i}] {t.describe()} must match")
     return cat([unsqueeze(t, axis) for t in tensors], axis)
 
 
@@ -211,7 +216,7 @@ def roll(x: TensorView, shifts: int | Sequence[int], axis: int | Sequence[int] |
     """Elements shifted by `shifts` along `axis`, wrapping around (torch's `roll`, NumPy's `roll`);
     no axis rolls the flattened tensor."""
     x = tensor_arg("roll", x)
-    shift_list = [shifts] if isinstance(shifts, int) else list(shifts)
+    shift_list = list(shifts) if isinstance(shifts, (list, tuple)) else [shifts]
     for i, s in enumerate(shift_list):
         if not isinstance(s, int) or isinstance(s, bool):
             raise FusionDefinitionError(f"roll: shifts[{i}]: expected an int, got {type(s).__name__} {s!r}")
