@@ -141,8 +141,8 @@ def stack(tensors: Sequence[TensorView], axis: int = 0) -> TensorView:
     first = tensors[0]
     for i, t in enumerate(tensors[1:], 1):
         for d in range(first.ndim):
-            first.fusion.require_equal(first.shape[d], t.shape[d], f"stack: dimension {d} of tensors[0] "
-                                                                   f"{first.describe()} and tensors[{i}] {t.describe()} must match")
+            why = f"stack: dimension {d} of tensors[0] {first.describe()} and tensors[{i}] {t.describe()} must match"
+            first.fusion.require_equal(first.shape[d], t.shape[d], why)
     return cat([unsqueeze(t, axis) for t in tensors], axis)
 
 
