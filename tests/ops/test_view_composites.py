@@ -5,11 +5,15 @@ argument errors; and torch's `x.max(dim=)` next to NumPy's `x.max(axis)`."""
 
 from __future__ import annotations
 
+import model_views
 import numpy as np
 import pytest
 from oracle import assert_same, define, execute, rng_for, run
 
 import braze as bz
+from braze import engine
+from braze.codegen.cuda import with_prelude
+from braze.runtime import nvrtc
 
 # The public names of bz.ops this module tests (tests/ops/test_coverage.py): no op table entry of their own.
 COMPOSITES_COVERED = frozenset({"split", "chunk", "unbind", "stack", "repeat", "tile", "repeat_interleave", "roll",
@@ -227,3 +231,23 @@ def test_two_positional_ints_keep_the_loop_domain_split():
         assert len(t.split(4, dim=0)) == 2 and len(t.split([3, 5])) == 2 and len(t.split(3)) == 3
         with pytest.raises(TypeError, match="unbind"):
             a, b = t  # noqa: F841  (iterating names the ops that give pieces)
+
+
+@pytest.mark.parametrize("tokens", [1, 5, 8])
+def test_an_attention_shaped_fusion_on_the_cpu_backend(tokens):
+    """tests/model_views.py compiled for the CPU (llvm), one compile for every extent, against NumPy."""
+    with bz.Fusion() as f:
+        model_views.build(f)
+    arrays = model_views.inputs(tokens)
+    outs = f.execute(arrays, backend="llvm")
+    for i, (out, want) in enumerate(zip(outs, model_views.reference(*arrays), strict=True)):
+        np.testing.assert_allclose(out, want, rtol=1e-13, atol=1e-13, err_msg=f"output {i}")
+        assert out.shape == want.shape
+
+
+@pytest.mark.skipif(not nvrtc.available(), reason="NVRTC is not installed")
+def test_the_cuda_of_an_attention_shaped_fusion_compiles():
+    with bz.Fusion() as f:
+        model_views.build(f, bz.float16)
+    source = engine.cuda_source(f, [a.astype(np.float16) for a in model_views.inputs(5)])
+    nvrtc.compile_ptx(with_prelude(source.body), "model_views", "sm_90", ("-G",))
