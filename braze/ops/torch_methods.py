@@ -84,7 +84,9 @@ def _values_or_pair(name: str):
             raise FusionDefinitionError(
                 f"{name}: dim: expected one int axis (torch's {name}(dim=) returns values and indices), got "
                 f"dim={dim!r}{f' and positional {args!r}' if args else ''}; axis= reduces over several axes")
-        keepdim = kwargs.pop("keepdim", False)
+        if "keepdim" in kwargs and "keepdims" in kwargs:
+            raise FusionDefinitionError(f"{name}: expected one of keepdim=, keepdims=, got both")
+        keepdim = kwargs.pop("keepdim", kwargs.pop("keepdims", False))
         if kwargs:
             raise FusionDefinitionError(f"{name}: expected only dim= and keepdim=, got {sorted(kwargs)}")
         return ValuesIndices(reduction(self, dim, keepdim), index(self, dim, keepdim))

@@ -150,7 +150,7 @@ def test_narrow_of_a_symbolic_extent_is_checked_at_run_time(n, start, length):
 
 def test_max_and_min_with_dim_return_values_and_indices():
     x = rng_for("max_dim").integers(-3, 3, (4, 5)).astype(np.float64)  # ties: the first index, as torch
-    outs = execute(lambda f: [*(t := define(f, x)).max(dim=1), t.min(dim=-2, keepdim=True).indices,
+    outs = execute(lambda f: [*(t := define(f, x)).max(dim=1), t.min(dim=-2, keepdims=True).indices,
                               t.max(1), t.max(axis=0), t.min(0, keepdim=True)], [x])
     expected = [x.max(1), x.argmax(1), x.argmin(0)[None], x.max(1), x.max(0), x.min(0, keepdims=True)]
     for out, want in zip(outs, expected, strict=True):
