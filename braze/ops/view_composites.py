@@ -1,7 +1,8 @@
 """Views that model code writes, each built from the primitive views of `braze/ops/views.py` (slice,
 cat, broadcast, expand, reshape) and `where`, so the pointwise scheduler fuses them with their
 neighbours: split, chunk, unbind, stack, repeat, tile, repeat_interleave, roll, tril, triu, narrow,
-flatten, and the `*_as` forms.
+flatten, masked_fill and the matrix transpose (`x.mT`). Their torch-style method spellings are
+installed by `braze/ops/torch_methods.py`.
 
 Pieces (split, chunk, unbind) are slices. Their number is fixed when the fusion is defined, so a
 split into pieces of a given size, and unbind, need the extent known then; chunk over a symbolic
@@ -27,6 +28,7 @@ from braze.ops.views import cat, reshape, slice_tensor, transpose, unsqueeze
 
 
 def tensor_arg(op: str, x: object) -> TensorView:
+    """x, checked to be a TensorView of the fusion being defined (an argument of `op`)."""
     if not isinstance(x, TensorView):
         raise FusionDefinitionError(f"{op}: expected a TensorView, got {type(x).__name__}")
     return x
