@@ -98,6 +98,7 @@ def test_view_composite(case, shape, static):
 
 def test_every_dtype_moves_bit_for_bit():
     values = {np.bool_: [True, False, True], np.int8: [-3, 7, 1], np.float16: [np.nan, -0.0, 2.5]}
+
     def build(f: bz.Fusion, x: np.ndarray) -> list:
         t = define(f, x)
         return [t.tril(), t.roll(1, 1), bz.ops.stack([t, t], -1), t.repeat(2, 1), t.repeat_interleave(2, 1),
