@@ -5,8 +5,9 @@ each a thin wrapper of an op in `braze.ops`, installed by `braze/ops/methods.py`
 Two names mean something else in braze already, and keep it where torch's spelling is ambiguous:
 - `x.max(1)` / `x.max(axis=1)` are NumPy's reductions (values); `x.max(dim=1)`, the spelling torch
   code uses, returns torch's (values, indices). The same for `min`.
-- `x.split(axis, factor)` with two positional ints is the loop-domain split of `braze/ir/tensor.py`;
-  one size or a list of sizes, or a `dim=`/`axis=` keyword, is torch's `split` into pieces."""
+- `x.split(axis, factor)` with two positional ints (the factor may be an extent) is the loop-domain
+  split of `braze/ir/tensor.py`; one size or a list of sizes, or a `dim=`/`axis=` keyword, is
+  torch's `split` into pieces."""
 
 from __future__ import annotations
 
@@ -101,8 +102,9 @@ _LOOP_SPLIT = TensorView.split  # taken before `install` puts `_split` in its pl
 
 
 def _split(self: TensorView, *args: object, **kwargs: object):
-    """torch's `split` into pieces, or (two positional ints) the loop-domain split of a schedule."""
-    if len(args) == 2 and not kwargs and all(isinstance(a, int) and not isinstance(a, bool) for a in args):
+    """torch's `split` into pieces, or (two positional ints, the factor maybe an extent) the loop-domain
+    split of a schedule."""
+    if len(args) == 2 and not kwargs and all(isinstance(a, (int, Scalar)) and not isinstance(a, bool) for a in args):
         return _LOOP_SPLIT(self, *args)
     return vc.split(self, *args, **kwargs)
 
