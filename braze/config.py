@@ -67,6 +67,8 @@ FEATURES = {
                      "another, not all of a graph's at once on worker threads when the graph is compiled",
     "split_programs": "disable: on a GPU, a kernel of many tasks compiles as one NVRTC program, not as several of "
                       "about 30 KB of CUDA each compiled side by side on worker threads",
+    "joint_lane_reduce": "disable: on a GPU, each accumulator of a row is combined over a block's lanes with "
+                         "barriers of its own, not all of them between one pair of barriers",
     "pad_mm": "disable: the torch backend leaves matrix multiplies with extents that break 16-byte alignment "
               "(an odd vocabulary) unpadded, as eager PyTorch runs them",
 }

@@ -38,7 +38,7 @@ from braze.passes.fold_rows import fold_row_producers
 from braze.passes.fuse_tasks import Decision, forward_stores, fuse_sibling_loops, fuse_tasks, merged_task
 from braze.passes.one_hot import gather_one_hot_sums
 from braze.passes.output_cache import cache_rows_in_outputs
-from braze.passes.simplify import simplify
+from braze.passes.simplify import reuse_reductions, simplify
 from braze.passes.split_loops import split_loops
 from braze.runtime import cuda_driver, reference
 from braze.runtime.arrays import to_kind
@@ -328,14 +328,18 @@ def _merged_row_tasks(kernel: k.Kernel) -> k.Kernel:
     def elementwise(task: k.Task) -> bool:
         return not any(isinstance(s, (k.For, k.While, k.If)) for s in task.body) and schedule_kind(task) == "rows"
 
+    def serial(task: k.Task) -> bool:  # loops no lanes can share (a scan's running value): a thread a row
+        return any(isinstance(s, k.For) for s in task.body) and not plan_lanes(task).loops
+
     def same_kind(a: k.Task, b: k.Task) -> bool:
         kind = schedule_kind(a)
-        return kind == schedule_kind(b) in ("rows", "columns") and (kind == "rows" or _stays_splittable(a, b))
+        return (kind == schedule_kind(b) in ("rows", "columns") and (kind == "rows" or _stays_splittable(a, b))
+                and serial(a) == serial(b))  # a softmax merged with a scan would lose its lanes
 
     kernel, _ = fuse_tasks(kernel, fits=lambda a, b: elementwise(a) and elementwise(b))
     kernel, _ = fuse_tasks(kernel, raw=False, fits=same_kind)
-    kernel = replace(kernel, tasks=tuple(forward_stores(t) if elementwise(t) else fuse_sibling_loops(t)
-                                         for t in kernel.tasks))
+    kernel = replace(kernel, tasks=tuple(forward_stores(t) if elementwise(t)
+                                         else reuse_reductions(fuse_sibling_loops(t)) for t in kernel.tasks))
     return column_tasks_after_rows(kernel)  # where a row task can carry them (cuda_inner_outer)
 
 

@@ -63,6 +63,8 @@ from braze.codegen.cuda_rows import (  # noqa: F401  (C_TYPE and vector_unroll r
     C_TYPE,
     RowLoopWriter,
     c_type,
+    joins_lane_reductions,
+    joint_lane_reduce,
     vector_unroll,
 )
 from braze.codegen.cuda_rules import RULES, CudaRule, index_division  # noqa: F401  (re-exported)
@@ -375,9 +377,9 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter, Invari
         self.nested(f"for ({var} = {self.expr(loop.begin)} + ({ix})blockIdx.x * blockDim.x + threadIdx.x; "
                     f"{v} < {self.expr(loop.end)}; {v} += ({ix})gridDim.x * blockDim.x)", loop.body)
         self.loop_depth -= 1
-        for n, (acc, combine) in enumerate(accumulators):
-            ty, functor = c_type(acc.dtype), LANE_COMBINES[combine]
-            self.line(f"{acc.name} = bz_lane_reduce({acc.name}, (int)blockDim.x, {functor}());")
+        self.block_reduce(accumulators=accumulators)
+        for n, (acc, _) in enumerate(accumulators):
+            ty = c_type(acc.dtype)
             self.line(f"if (threadIdx.x == 0) (({ty}*)(bz_partials + {n} * 8 * gridDim.x))[blockIdx.x] = {acc.name};")
         self.line("if (!bz_last_block(bz_finished)) return;")
         for n, (acc, combine) in enumerate(accumulators):
@@ -385,7 +387,7 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter, Invari
             self.line(f"{acc.name} = {self.expr(initial[acc])};")
             self.line(f"for (unsigned b = threadIdx.x; b < gridDim.x; b += blockDim.x) {acc.name} = {functor}()"
                       f"({acc.name}, ((volatile {ty}*)(bz_partials + {n} * 8 * gridDim.x))[b]);")
-            self.line(f"{acc.name} = bz_lane_reduce({acc.name}, (int)blockDim.x, {functor}());")
+        self.block_reduce(accumulators=accumulators)
         self.block(after)
         self.lines.append("}")
 
@@ -546,6 +548,11 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter, Invari
         by shuffles alone (the `warp` helpers of the prelude)."""
         partner = online_partner(accumulators)
         kind, lanes = ("warp", "") if self.warp else ("lane", ", lanes32")
+        plain = [(acc, combine) for acc, combine in accumulators if combine in LANE_COMBINES and acc not in partner]
+        if kind == "lane" and self.schedule.kind != "columns" and joins_lane_reductions(plain):
+            for line in joint_lane_reduce([(acc.name, LANE_COMBINES[c]) for acc, c in plain], "lanes32"):
+                self.line(line)
+            accumulators = [a for a in accumulators if a not in plain]
         for n, (acc, combine) in enumerate(accumulators):
             if combine in ARG_COMBINES.values():  # with its index, the next accumulator
                 largest = "true" if combine == ARG_COMBINES["gt"] else "false"

@@ -23,7 +23,7 @@ from braze.codegen.cuda_plan import (
     substituted,
     vector_alignment,
 )
-from braze.codegen.cuda_rows import c_type, vector_unroll
+from braze.codegen.cuda_rows import c_type, joins_lane_reductions, joint_lane_reduce, vector_unroll
 from braze.kir import nodes as k
 
 
@@ -88,12 +88,19 @@ class GridWriter(DenseWriter):
         """Each accumulator's starting value (its combine's identity), set before the loops."""
         return {s.var: s.value for s in self.task.body if isinstance(s, k.Let)}
 
-    def block_reduce(self, mask: str | None = None) -> None:
-        """Every accumulator combined over the whole block (threads where `mask` is false add
-        their identity)."""
-        for acc, combine in self.schedule.accumulators:
-            if mask is not None:
+    def block_reduce(self, mask: str | None = None, accumulators: list | None = None) -> None:
+        """Every accumulator (by default the schedule's) combined over the whole block (threads where
+        `mask` is false add their identity)."""
+        accumulators = self.schedule.accumulators if accumulators is None else accumulators
+        if mask is not None:
+            for acc, _ in accumulators:
                 self.line(f"{acc.name} = {mask} ? {acc.name} : {self.expr(self.initial[acc])};")
+        if joins_lane_reductions(accumulators):
+            for line in joint_lane_reduce([(acc.name, LANE_COMBINES[c]) for acc, c in accumulators],
+                                          "(int)blockDim.x"):
+                self.line(line)
+            return
+        for acc, combine in accumulators:
             self.line(f"{acc.name} = bz_lane_reduce({acc.name}, (int)blockDim.x, {LANE_COMBINES[combine]}());")
 
     # --- columns: a block owns a strip of neighbouring task indices --------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from braze import config
 from braze.codegen.cuda_plan import (
     REGISTER_PRELOAD_BYTES,
     RowCache,
@@ -55,6 +56,28 @@ def barriers_in(lines: list[str]) -> list[str]:
     """The block barriers (BLOCK_BARRIERS) that these lines of CUDA call."""
     text = "\n".join(lines)
     return [name for name in BLOCK_BARRIERS if re.search(rf"\b{name}\s*[<(]", text)]
+
+
+def joins_lane_reductions(accumulators: list) -> bool:
+    """Whether these accumulators of a row combine over its lanes together (joint_lane_reduce)."""
+    return len(accumulators) >= 2 and not config.disabled("joint_lane_reduce")
+
+
+def joint_lane_reduce(accumulators: list[tuple[str, str]], lanes: str) -> list[str]:
+    """CUDA combining each (name, combine functor) accumulator of a row over its `lanes` (a power of
+    two, the block where over a warp) between one pair of barriers: bz_lane_put and bz_lane_take of
+    the prelude. One bz_lane_reduce each costs two barriers apiece; var_mean's row and a norm
+    backward's hold two to four accumulators."""
+    lines = [f"{{ unsigned long long* const bz_slots = bz_lane_slots<{len(accumulators)}>();",
+             f"  if ({lanes} > 32) __syncthreads();  // earlier readers of the slots are done"]
+    lines += [f"  bz_lane_put({name}, {lanes}, {functor}(), bz_slots, {n});"
+              for n, (name, functor) in enumerate(accumulators)]
+    lines.append(f"  if ({lanes} > 32) {{")
+    lines.append("    __syncthreads();  // every warp's values are in their slots")
+    lines += [f"    bz_lane_take({name}, {functor}(), bz_slots, {n});"
+              for n, (name, functor) in enumerate(accumulators)]
+    lines += ["  }", "}"]
+    return lines
 
 
 BYTES_IN_FLIGHT = 32  # per thread and iteration of a vector loop: two 16-byte loads

@@ -346,6 +346,27 @@ template <typename T, typename Op> BZ_D T bz_lane_reduce(T v, int lanes, Op op) 
   return total;
 }
 
+// Several accumulators of a row combined over its lanes with two barriers in all, where a
+// bz_lane_reduce each would take two apiece (var_mean, the norms' statistics and backwards):
+// bz_lane_put folds each warp's lanes and, where the row is the whole block, leaves the warp's
+// value in slot i; after one barrier bz_lane_take combines slot i in warp order, as
+// bz_lane_reduce does (the same bits). The caller brackets the puts with the two barriers.
+template <int N> BZ_D unsigned long long* bz_lane_slots() {
+  __shared__ unsigned long long slots[32 * N];
+  return slots;
+}
+template <typename T, typename Op> BZ_D void bz_lane_put(T& v, int lanes, Op op, unsigned long long* slots, int i) {
+  static_assert(sizeof(T) <= 8, "a lane slot holds 8 bytes");
+  v = bz_shuffle_reduce(v, lanes < 32 ? lanes : 32, op);
+  if (lanes > 32 && (threadIdx.x & 31) == 0) reinterpret_cast<T*>(slots + 32 * i)[threadIdx.x >> 5] = v;
+}
+template <typename T, typename Op> BZ_D void bz_lane_take(T& v, Op op, const unsigned long long* slots, int i) {
+  const T* partial = reinterpret_cast<const T*>(slots + 32 * i);
+  T total = partial[0];
+  for (int w = 1; w < (int)(blockDim.x >> 5); ++w) total = op(total, partial[w]);
+  v = total;
+}
+
 // One pass for a row's maximum m and its sum s of exp(x - m) (softmax, log_softmax, cross_entropy):
 // an element that raises the maximum rescales the sum so far. The scale exp(a - b) is exactly 1
 // where a == b, so the empty start (m = -inf, s = 0) makes no NaN; a NaN still spreads.

@@ -6,11 +6,15 @@ Shared by the fusion lowering (`values`, `reductions`, `strips`) and the loop-ke
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from braze.dtypes import DType
 from braze.kir import nodes as k
+
+if TYPE_CHECKING:
+    from braze.lower.values import ValueEmitter
 
 
 def cast(e: k.Expr, dtype: DType) -> k.Expr:
@@ -47,3 +51,16 @@ _FOLD: dict[str, Callable[[int, int], int]] = {
     "floordiv": lambda a, b: a // b if b else 0, "remainder": lambda a, b: a % b if b else 0,
     "minimum": min, "maximum": max,
 }
+
+
+def decompose(em: ValueEmitter, flat: k.Var, axes: list[int], extents: list[k.Expr], idx: list,
+              iteration: set, iterates: list[bool]) -> None:
+    """Binds the index of each of `axes` (outer first) to its digit of `flat` over their extents."""
+    rest: k.Expr = flat
+    for n, axis in enumerate(reversed(axes)):  # innermost first
+        position = em.scopes.fresh("i", em.index)
+        outermost = n == len(axes) - 1
+        em.scopes.emit(k.Let(position, rest if outermost else index_op("remainder", rest, extents[axis])))
+        iteration |= {position} if iterates[axis] else set()
+        idx[axis] = position
+        rest = index_op("floordiv", rest, extents[axis])

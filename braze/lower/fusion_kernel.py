@@ -17,6 +17,8 @@ from braze.ir.tensor import TensorView
 from braze.kir import nodes as k
 from braze.kir.params import KernelParams, equal_extents
 from braze.lower import random as _random  # noqa: F401  (registers rand/randn)
+from braze.lower.exprs import decompose
+from braze.lower.scans import is_scan, scan_task
 from braze.lower.scope import ScopeStack
 from braze.lower.strips import strip_task
 from braze.lower.tiles import tile_task
@@ -42,6 +44,8 @@ def _task_for(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, loops: Sche
     """The task writing `tv`: a range over its scheduled parallel dimension (the outer axes merged,
     decomposed back into indices), with the innermost axis as a vectorized loop inside when the
     scheduler made it one."""
+    if is_scan(tv):
+        return scan_task(em, tv, param, name)
     if loops.strip is not None:
         return strip_task(em, tv, param, loops, name)
     if loops.tile:
@@ -63,7 +67,7 @@ def _task_for(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, loops: Sche
     task_scope = scopes.push("task", {task_var})
     iterates = [not d.is_broadcast for d in tv.visible]  # a size-1 dimension never repeats work
     idx: list[k.Expr | None] = [None] * tv.ndim
-    _decompose(em, task_var, outer, extents, idx, task_scope.iteration, iterates)
+    decompose(em, task_var, outer, extents, idx, task_scope.iteration, iterates)
     if merged:
         if outer == list(range(tv.ndim)):  # a reshape flattening these indices again gets the task index
             em.flat_of[(tuple(idx), tuple(extents))] = task_var
@@ -98,11 +102,11 @@ def _row_task(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, loops: Sche
     task_scope = scopes.push("task", {task_var})
     iterates = [not d.is_broadcast for d in tv.visible]  # a size-1 dimension never repeats work
     idx: list[k.Expr | None] = [None] * tv.ndim
-    _decompose(em, task_var, list(loops.parallel_axes), extents, idx, task_scope.iteration, iterates)
+    decompose(em, task_var, list(loops.parallel_axes), extents, idx, task_scope.iteration, iterates)
     j = scopes.fresh("j", em.index)
     row_scope = scopes.push("element", {j})
     row_scope.iteration |= {j} if any(iterates[a] for a in rows) else set()
-    _decompose(em, j, list(rows), extents, idx, row_scope.iteration, iterates)
+    decompose(em, j, list(rows), extents, idx, row_scope.iteration, iterates)
     em.row = RowAxes(tuple(idx[a] for a in rows), j, tuple(extents[a] for a in rows))
     written = em.row_index(tv, tuple(idx), row_major=tv.has_default_allocation)
     scopes.emit(k.Store(param, written, cast(em.value(tv, tuple(idx)), tv.dtype)))
@@ -115,19 +119,6 @@ def _row_task(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, loops: Sche
     scopes.emit(k.For(j, em.zero, row_end, body, vectorize=True))
     em.row = None
     return k.Task(name, "range_for", tuple(scopes.pop().stmts), task_var, em.zero, end)
-
-
-def _decompose(em: ValueEmitter, flat: k.Var, axes: list[int], extents: list[k.Expr], idx: list,
-               iteration: set, iterates: list[bool]) -> None:
-    """Binds the index of each of `axes` (outer first) to its digit of `flat` over their extents."""
-    rest: k.Expr = flat
-    for n, axis in enumerate(reversed(axes)):  # innermost first
-        position = em.scopes.fresh("i", em.index)
-        outermost = n == len(axes) - 1
-        em.scopes.emit(k.Let(position, rest if outermost else index_op("remainder", rest, extents[axis])))
-        iteration |= {position} if iterates[axis] else set()
-        idx[axis] = position
-        rest = index_op("floordiv", rest, extents[axis])
 
 
 def _without_unread(stmts: list[k.Stmt], candidates: set[k.Var]) -> tuple[k.Stmt, ...]:

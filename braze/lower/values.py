@@ -148,6 +148,8 @@ class ValueEmitter:
             return self._elementwise(tv, idx)
         if category == "reduction":
             return self.reduction(tv, idx)
+        if category == "scan":  # computed by a task of its own (lower/scans.py), read back here
+            raise NeedsCut(tv)
         return _RULES[expr.op](self, tv, idx)
 
     def _elementwise(self, tv: TensorView, idx: tuple[k.Expr, ...]) -> k.Expr:

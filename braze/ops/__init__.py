@@ -14,6 +14,7 @@ from braze.ops.composites import cross_entropy, layer_norm, log_softmax, rms_nor
 from braze.ops.creation import arange, full, ones, rand, randn, zeros
 from braze.ops.elementwise import BINARY, TERNARY, UNARY, cast, elementwise
 from braze.ops.reductions import all, any, argmax, argmin, max, mean, min, prod, std, sum, var  # noqa: A004
+from braze.ops.scans import cummax, cummin, cumprod, cumsum
 from braze.ops.table import OPS, OpDef
 from braze.ops.view_composites import (
     chunk,
@@ -60,8 +61,9 @@ slice = slice_tensor  # noqa: A001  (bz.ops.slice(x, [...]) reads like the other
 
 __all__ = sorted(
     [*_GENERATED, "OPS", "OpDef", "all", "any", "arange", "argmax", "argmin", "broadcast", "broadcast_in_dim",
-     "cast", "cat", "cross_entropy", "expand", "flip", "full", "layer_norm", "log_softmax", "max", "mean", "min",
-     "ones", "pad", "permute", "prod", "rand", "randn", "reshape", "rms_norm", "slice", "softmax", "squeeze",
-     "std", "sum", "transpose", "unsqueeze", "var", "zeros", "chunk", "flatten", "masked_fill", "narrow", "repeat",
-     "repeat_interleave", "roll", "split", "stack", "tile", "tril", "triu", "unbind"]
+     "cast", "cat", "cross_entropy", "cummax", "cummin", "cumprod", "cumsum", "expand", "flip", "full",
+     "layer_norm", "log_softmax", "max", "mean", "min", "ones", "pad", "permute", "prod", "rand", "randn", "reshape",
+     "rms_norm", "slice", "softmax", "squeeze", "std", "sum", "transpose", "unsqueeze", "var", "zeros",
+     "chunk", "flatten", "masked_fill", "narrow", "repeat", "repeat_interleave", "roll", "split", "stack", "tile",
+     "tril", "triu", "unbind"]
 )

@@ -11,7 +11,7 @@ from braze.ir.fusion import active_fusion
 from braze.ir.scalar import Scalar, as_scalar
 from braze.ir.tensor import TensorView
 from braze.ops import reductions as red
-from braze.ops import torch_methods, views
+from braze.ops import scans, torch_methods, views
 from braze.ops.elementwise import cast, elementwise
 
 _BINARY_OPERATORS = {
@@ -99,6 +99,8 @@ def install(cls: type = TensorView) -> None:
     for name in _REDUCTION_METHODS:
         setattr(cls, name, getattr(red, name))
     cls.std = red.std
+    for name in scans.SCANS:  # values only: cummax and cummin return no indices
+        setattr(cls, name, getattr(scans, name))
     cls.T = property(lambda self: views.permute(self, tuple(reversed(range(self.ndim)))))
     cls.reshape = lambda self, *shape: views.reshape(self, torch_methods.sizes(shape))
     cls.permute = lambda self, *dims: views.permute(self, torch_methods.sizes(dims))

@@ -17,8 +17,8 @@ Every rewrite gives the same bits on every input, so the pass can run before any
   the right side of `and`/`or`), when it holds no shared node itself or reads memory the statement
   does not read otherwise, so later stages may walk expressions as trees (this part runs under
   BRAZE_DISABLE=simplify too);
-- a reduction loop computing what an earlier loop of the same block computed, with nothing written in
-  between, is dropped for the earlier accumulator (the same operations in the same order: the same bits).
+- an accumulator computing what an earlier one of the same block computed, with nothing written in
+  between, is dropped for the earlier one (the same operations in the same order: the same bits).
 """
 
 from __future__ import annotations
@@ -380,48 +380,123 @@ def _simplify_block(stmts: tuple[k.Stmt, ...], namer: _Namer) -> tuple[k.Stmt, .
 
 
 # --- repeated reductions ------------------------------------------------------------------------
-def _reduction(stmts: tuple[k.Stmt, ...], i: int) -> tuple[k.Var, tuple] | None:
-    """(acc, what it computes) when stmts[i:i+2] are `acc = init; for r in ...: acc = combine(acc, x)`
-    with x not reading acc; what it computes leaves out the names of acc and r."""
-    if i + 1 >= len(stmts) or not isinstance(stmts[i], k.Let) or not isinstance(stmts[i + 1], k.For):
-        return None
-    let, loop = stmts[i], stmts[i + 1]
-    update = loop.body[0] if len(loop.body) == 1 else None
-    if not (isinstance(update, k.Assign) and update.var == let.var and isinstance(update.value, k.Binary)
-            and update.value.a == let.var and not _reads_any(update.value.b, frozenset({let.var}))):
-        return None
-    element = _replace(update.value.b, loop.var, k.Var("_", loop.var.dtype))
-    return let.var, (let.value, let.var.dtype, loop.begin, loop.end, loop.step, update.value.op, element)
+def _perfect_nest(loop: k.For) -> list[k.For]:
+    """`loop` and the loops nested in it each as the whole body of the one above (a batch_norm
+    channel's statistics walk batch, rows and columns)."""
+    nest = [loop]
+    while len(nest[-1].body) == 1 and isinstance(nest[-1].body[0], k.For):
+        nest.append(nest[-1].body[0])
+    return nest
+
+
+def _loop_reductions(loop: k.For, initial: dict[k.Var, k.Expr], assignments: Counter) -> dict[k.Var, tuple]:
+    """acc -> what it computes, for each `acc = combine(acc, x)` in the innermost body of `loop`'s
+    perfect nest where acc is defined before the loop (`initial`: its value), assigned nowhere else,
+    read nowhere else in the loop, and x reads nothing the loop defines or assigns but the nest's
+    variables. What it computes leaves out the names of acc and of the nest's variables: (initial
+    value, dtype, ranges, combine, x)."""
+    nest = _perfect_nest(loop)
+    statements = list(_walk(loop.body))
+    placeholders = {x.var: k.Var(f"_{n}", x.var.dtype) for n, x in enumerate(nest)}
+    defined = frozenset(x.var for x in statements if isinstance(x, (k.Let, k.Assign, k.For))) - set(placeholders)
+
+    def anonymous(e: k.Expr) -> k.Expr:
+        for var, placeholder in placeholders.items():
+            e = _replace(e, var, placeholder)
+        return e
+
+    ranges = tuple(anonymous(e) for x in nest for e in (x.begin, x.end, k.Const(x.step, x.var.dtype)))
+    found = {}
+    for s in nest[-1].body:
+        if not (isinstance(s, k.Assign) and s.var in initial and assignments[s.var] == 1
+                and isinstance(s.value, k.Binary) and s.value.a == s.var and not _reads_any(s.value.b, defined)
+                and not any(_statement_reads(x, s.var) for x in statements if x is not s)):
+            continue
+        found[s.var] = (initial[s.var], s.var.dtype, ranges, s.value.op, anonymous(s.value.b))
+    return found
+
+
+def _without_updates(loop: k.For, dropped) -> k.For:
+    """`loop`'s perfect nest with the innermost updates of the `dropped` accumulators taken out."""
+    if len(loop.body) == 1 and isinstance(loop.body[0], k.For):
+        return dataclasses.replace(loop, body=(_without_updates(loop.body[0], dropped),))
+    return dataclasses.replace(loop, body=tuple(x for x in loop.body
+                                                if not (isinstance(x, k.Assign) and x.var in dropped)))
+
+
+def _statement_reads(s: k.Stmt, var: k.Var) -> bool:
+    return any(_reads_any(e, frozenset({var})) for f in _STMT_EXPRESSIONS.get(type(s), ())
+               for e in (getattr(s, f) if isinstance(getattr(s, f), tuple) else (getattr(s, f),)))
 
 
 def _writes(s: k.Stmt) -> bool:
     """Whether `s` stores to memory or reassigns a variable (so later reads may see other values)."""
-    return any(isinstance(x, (k.Store, k.StoreLocal, k.AtomicRMW, k.Assign)) for x in _walk((s,)))
+    return _writes_besides(s, ())
+
+
+def _writes_besides(s: k.Stmt, accumulators) -> bool:
+    """Whether `s` stores to memory or reassigns a variable other than `accumulators` (so later reads
+    may see other values)."""
+    return any(isinstance(x, (k.Store, k.StoreLocal, k.AtomicRMW)) or isinstance(x, k.Assign)
+               and x.var not in accumulators for x in _walk((s,)))
 
 
 def _reuse_reductions(stmts: tuple[k.Stmt, ...], assignments: Counter) -> tuple[k.Stmt, ...]:
-    """Drops a reduction loop that computes what an earlier one of the block computed (layer_norm sums
-    its rows twice, once per mean), reading the earlier accumulator instead. Only while nothing in
-    between writes memory or reassigns a variable, and only accumulators assigned in their loop alone."""
+    """Drops an accumulator that computes what an earlier one of the block computed, reading the
+    earlier accumulator instead: var_mean sums its rows twice (for the variance's mean and for the
+    mean), layer_norm once per mean, batch_norm twice in one loop nest. The later one may share its
+    loop with others (the variance's sum of squares); a loop left with nothing to do goes. Definitions
+    of a value an earlier one of the block defined go too (the merged tasks' row indices), so their
+    sums compare equal. Only while nothing in between writes memory or reassigns a variable, and only
+    accumulators assigned in their loop alone."""
     seen: dict[tuple, k.Var] = {}
+    defined: dict[k.Expr, k.Var] = {}
+    initial: dict[k.Var, k.Expr] = {}
+    renamed: dict[k.Var, k.Var] = {}
     out: list[k.Stmt] = []
-    i = 0
-    while i < len(stmts):
-        found = _reduction(stmts, i)
-        if found is not None and assignments[found[0]] == 1:
-            acc, computes = found
-            if computes in seen:
-                rest = tuple(_substitute_stmt(s, acc, seen[computes]) for s in stmts[i + 2:])
-                return (*out, *_reuse_reductions(rest, assignments))
-            seen[computes] = acc
-            out += stmts[i:i + 2]
-            i += 2
+    for s in stmts:
+        for old, new in renamed.items():
+            s = _substitute_stmt(s, old, new)
+        if isinstance(s, k.Let):
+            earlier = defined.get(s.value) if assignments[s.var] == 0 else None
+            if earlier is not None and earlier.dtype == s.var.dtype:
+                renamed[s.var] = earlier
+                continue
+            initial[s.var] = s.value
+            if assignments[s.var] == 0 and not _reads_any(s.value, frozenset(assignments)):
+                defined.setdefault(s.value, s.var)
+        if not isinstance(s, k.For):
+            if _writes(s):
+                seen.clear()
+                defined.clear()
+            out.append(s)
             continue
-        if _writes(stmts[i]):
+        found = _loop_reductions(s, initial, assignments)
+        again = {}
+        for acc, computes in found.items():
+            if computes in seen:
+                again[acc] = seen[computes]
+            else:
+                seen[computes] = acc
+        if _writes_besides(s, found):
             seen.clear()
-        out.append(stmts[i])
-        i += 1
+            defined.clear()
+        if again:
+            renamed.update(again)
+            out = [x for x in out if not (isinstance(x, k.Let) and x.var in again)]
+            s = _without_updates(s, again)
+            if not any(isinstance(x, (k.Assign, k.Store, k.StoreLocal, k.AtomicRMW)) for x in _walk(s.body)):
+                continue
+        out.append(s)
     return tuple(out)
+
+
+def reuse_reductions(task: k.Task) -> k.Task:
+    """`task` with accumulators that repeat an earlier one's sum dropped (`_reuse_reductions`): for
+    tasks merged after `simplify` ran, whose loops then walk one range together."""
+    assignments = Counter(s.var for s in _walk(task.body) if isinstance(s, k.Assign))
+    body = _reuse_reductions(task.body, assignments)
+    return task if body == task.body else dataclasses.replace(task, body=body)
 
 
 def _substitute_stmt(s: k.Stmt, old: k.Var, new: k.Var) -> k.Stmt:

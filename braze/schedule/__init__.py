@@ -40,7 +40,7 @@ GPU_TILE, GPU_NARROW_TILE = 32, 64
 class Heuristics:
     """The frozen decisions for one task: its scheduler and its loop order (outer to inner)."""
 
-    scheduler: str  # pointwise, reduction or normalization; outer_reduction, outer_normalization (CPU); transpose
+    scheduler: str  # pointwise, reduction or normalization; outer_reduction, outer_normalization (CPU); transpose; scan
     loop_order: tuple[int, ...]
     # Whether the innermost axis is a loop inside each task index (else every axis is merged into
     # the task's range): see `heuristics_for`.
@@ -134,6 +134,8 @@ def heuristics_for(tv: TensorView, gpu: bool = False, cpu: bool = False, reads: 
 
     On both, a pointwise task's rows may span several trailing axes (`rows.row_axes`: per-channel
     statistics broadcast along H and W give rows of H * W)."""
+    if tv.definition is not None and lookup(tv.definition.op).category == "scan":
+        return _scan_heuristics(tv)
     read = reads.written if gpu and reads is not None else frozenset()
     cone = _cone(tv, read)
     if not any(_is_reduction(t) for t in cone if id(t) not in read):
@@ -157,6 +159,13 @@ def heuristics_for(tv: TensorView, gpu: bool = False, cpu: bool = False, reads: 
     order = tuple(i for i in range(tv.ndim) if i not in inner) + tuple(sorted(inner))
     rows = row_axes(tv, reads, cone) if (cpu or gpu) and scheduler == "pointwise" and reads is not None else 1
     return Heuristics(scheduler, order, vectorize, row_axes=rows)
+
+
+def _scan_heuristics(tv: TensorView) -> Heuristics:
+    """A scan's task (lower/scans.py): every other axis in the task's range, the scanned axis walked
+    serially inside each task index, innermost."""
+    axis = tv.definition.attrs["axis"]
+    return Heuristics("scan", tuple(a for a in range(tv.ndim) if a != axis) + (axis,), vectorize=False)
 
 
 def _tiles(tv: TensorView, order: tuple[int, ...], gpu: bool, reads: ReadLayouts) -> Heuristics | None:

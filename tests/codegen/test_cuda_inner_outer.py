@@ -213,7 +213,8 @@ def test_the_row_task_adds_each_row_to_its_blocks_partial_columns():
     assert "if (bz_columns_in_memory) {" in workspace and "bz_column_region" not in workspace
     assert "float* const bz_col0_0_block = (float*)bz_column_region;" in shared and "bz_columns_in_memory" not in shared
     assert "bz_rc0" not in workspace  # columns too many for shared memory: rows too long for registers
-    assert workspace.count("__syncthreads();") == shared.count("__syncthreads();") == 2  # the starts, each row
+    # the starts, each row (the accumulators' combine over the lanes brings its own, commented)
+    assert workspace.count("__syncthreads();\n") == shared.count("__syncthreads();\n") == 2
     assert "__launch_bounds__(256, 4)" in src.body.split("extern \"C\"")[1]  # 64 registers: 4 blocks an SM
     # The fold: the blocks' rows of partial results in order, then the groups in a fixed tree; four
     # columns a thread (16-byte loads) where their count allows, else one.

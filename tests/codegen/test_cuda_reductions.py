@@ -152,9 +152,9 @@ def test_softmax_rows_are_not_split():
 
 def test_var_mean_over_axis_0_takes_columns_split_over_rows_in_one_pass():
     # One pass of shifted sums (cuda_variance): the splits meet once. The mean output's task joins
-    # the var's (the same columns), its sum in the same pass (beside the var's own sum of x).
+    # the var's (the same columns), its sum the var's own sum of x (passes/simplify.py reuses it).
     src = source(lambda f: var_and_mean(f), _inputs(2, bz.float32))
-    assert kinds(src) == ["columns"] and src.schedules[0].splittable and len(src.schedules[0].accumulators) == 4
+    assert kinds(src) == ["columns"] and src.schedules[0].splittable and len(src.schedules[0].accumulators) == 3
     assert src.body.count("+= lanes32) {") == 1
     assert "bz_column_reduce" in src.body and "bz_last_of" in src.body
 
@@ -319,3 +319,30 @@ def test_batch_norm_statistics_take_two_flat_passes_in_one_task():
                  _inputs(4, bz.float32))
     assert kinds(src) == ["rows"]
     assert src.body.count("for (; bz_f_") == 2 and not re.search(r"for \(int \w+ = 0 \+ lane;", src.body)
+
+
+@pytest.mark.skipif(not nvrtc.available(), reason="NVRTC is not installed")
+def test_a_rows_accumulators_combine_over_the_block_between_one_pair_of_barriers():
+    # var_mean over long rows: the sum, and the shifted sums d1, d2 of the split path, once each;
+    # one bz_lane_reduce each would cost two barriers apiece.
+    def build(f):
+        x = tensor(f, 2)
+        return [bz.ops.var(x, axes=[1]), bz.ops.mean(x, axes=[1])]
+
+    joint = source(build, np.ones((4, 4096), np.float32), name="joint")
+    assert "bz_lane_slots<3>()" in joint.body and "bz_lane_put(acc5_d2, (int)blockDim.x" in joint.body
+    assert nvrtc.compile_ptx(cuda.with_prelude(joint.body), "joint", "sm_90", ())
+    with bz.config.scope(disable={"joint_lane_reduce"}):
+        apart = source(build, np.ones((4, 4096), np.float32), name="apart")
+    assert "bz_lane_slots" not in apart.body and "acc5_d2 = bz_lane_reduce(" in apart.body
+
+
+def test_a_scan_over_the_rows_a_softmax_reads_stays_a_task_of_its_own():
+    # A scan walks its row on one thread; merged with the softmax, the softmax would lose its lanes.
+    def build(f):
+        x = tensor(f, 2)
+        return [bz.ops.softmax(x, 1), bz.ops.cumsum(x, 1)]
+
+    src = source(build, np.ones((8, 1024), np.float32), name="mix")
+    softmax, scan = src.body.split('extern "C"')[1:3]
+    assert kinds(src) == ["rows", "rows"] and "lanes32" in softmax and "lanes32" not in scan

@@ -575,6 +575,31 @@ class RandomFusion:
                              f"bz.ops.broadcast_in_dim({x.name}, <{x.name}.shape with {extent} at {axis}>, {dims})")
         return None
 
+    def scan(self) -> Node | None:
+        """A cumulative op along one axis (negative half the time), with the bounds of the reduction of
+        the same name over that axis: every prefix is such a reduction."""
+        name = self.choice(["cumsum", "cumprod", "cummax", "cummin"])
+        x = self.pick(lambda n: n.tv.ndim > 0)
+        if x is None:
+            return None
+        axis = self.draw(st.integers(0, x.tv.ndim - 1))
+        n, b, e = x.shape[axis], x.bound, x.err
+        exact = x.exact and (x.kind != "f" or n <= 1)
+        acc = compute_ulp(x.dtype) if x.kind == "f" else ulp(dt.float32)
+        if name in ("cummax", "cummin"):
+            bound, err = b, e
+        elif name == "cumsum":  # a serial sum: (n - 1) roundings of at most the running magnitude
+            bound = max(n, 1) * b
+            err = 0.0 if exact else n * e + 2 * n * acc * bound
+        else:
+            if n > 24 or max(b, 1) ** n > LIMIT["int64" if x.kind != "f" else x.dtype.name]:
+                return None
+            bound = max(b, 1) ** max(n, 1)
+            err = 0.0 if exact else n * max(b, 1) ** max(n - 1, 0) * e + 2 * n * acc * bound
+        written = axis - x.tv.ndim if self.coin() else axis
+        tv = getattr(bz.ops, name)(x.tv, written)
+        return self.add(tv, x.shape, bound, err, f"bz.ops.{name}({x.name}, {written})")
+
     def same(self, x: Node, tv: TensorView, shape, text: str, bound=None, err=None) -> Node | None:
         """A view or layout op: the values of x, moved."""
         return self.add(tv, shape, x.bound if bound is None else bound, x.err if err is None else err, text)
@@ -596,7 +621,7 @@ class RandomFusion:
                 reductions += 1
                 kind = "composite" if self.coin(0.3) else "reduction"
             else:
-                kind = self.choice(["unary"] * 4 + ["binary"] * 5 + ["ternary", "cast"] + ["view"] * 5)
+                kind = self.choice(["unary"] * 4 + ["binary"] * 5 + ["ternary", "cast", "scan"] + ["view"] * 5)
             getattr(self, kind)()
         computed = [n for n in self.nodes if n.tv.definition is not None]
         if not computed:
@@ -626,6 +651,6 @@ class RandomFusion:
             if id(tv) in seen or tv.definition is None:
                 continue
             seen.add(id(tv))
-            count += OPS[tv.definition.op].category == "reduction"
+            count += OPS[tv.definition.op].category in ("reduction", "scan")  # a scan is a task of its own
             stack.extend(tv.definition.inputs)
         return count

@@ -7,6 +7,7 @@ import test_composites
 import test_creation
 import test_elementwise
 import test_reductions
+import test_scans
 import test_view_composites
 import test_views
 
@@ -14,7 +15,7 @@ import braze as bz
 from braze.ops.table import OPS
 
 TABLE_OPS_COVERED = (test_elementwise.OPS_COVERED | test_reductions.OPS_COVERED | test_views.OPS_COVERED
-                     | test_creation.OPS_COVERED)
+                     | test_creation.OPS_COVERED | test_scans.OPS_COVERED)
 # Public functions that are no table entry of their own: each is tested where named.
 HELPERS_COVERED = {
     "gelu": "test_elementwise (table entry, plus the tanh form)",

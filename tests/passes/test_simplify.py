@@ -196,3 +196,44 @@ def test_reductions_are_not_reused_across_a_write_or_when_they_differ():
     other = golden(*_sum_loop(a, ra), *_sum_loop(s, rs, b("mul", k.Load(X, (rs,)), c(2.0))),
                    k.Store(OUT, (INDEX,), b("mul", a, s)))
     assert "s = reduce_add(s, mul(X[rs], 2.0:float32))" in other
+
+
+def test_a_repeated_sum_sharing_a_loop_with_others_reads_the_first():
+    # var_mean: the mean output's sum of x rides in the loop of the variance's sum of squares
+    (a, ra), (q, s, rs) = (k.Var("a", F32), k.Var("ra")), (k.Var("q", F32), k.Var("s", F32), k.Var("rs"))
+    square = b("mul", k.Load(X, (rs,)), k.Load(X, (rs,)))
+    lines = golden(*_sum_loop(a, ra), k.Let(q, c(0.0)), k.Let(s, c(0.0)),
+                   k.For(rs, c(0, I64), c(8, I64), (k.Assign(q, b("reduce_add", q, square)),
+                                                    k.Assign(s, b("reduce_add", s, k.Load(X, (rs,)))))),
+                   k.Store(OUT, (INDEX,), b("mul", q, s))).splitlines()
+    assert "s = reduce_add(s, X[rs])" not in lines and "OUT[i] = mul(q, a)" in lines
+    assert "q = reduce_add(q, mul(X[rs], X[rs]))" in lines
+
+
+def test_sums_over_the_same_loop_nest_are_one():
+    # batch_norm's channel statistics: two sums of x over (batch, pixels), one nest
+    s, t, n, m = k.Var("s", F32), k.Var("t", F32), k.Var("n"), k.Var("m")
+    x = k.Load(X, (b("add", b("mul", n, c(4, I64), I64), m, I64),))
+    inner = k.For(m, c(0, I64), c(4, I64), (k.Assign(s, b("reduce_add", s, x)), k.Assign(t, b("reduce_add", t, x))))
+    lines = golden(k.Let(s, c(0.0)), k.Let(t, c(0.0)), k.For(n, c(0, I64), c(2, I64), (inner,)),
+                   k.Store(OUT, (INDEX,), b("mul", s, t))).splitlines()
+    assert "OUT[i] = mul(s, s)" in lines and not any(line.startswith("t") for line in lines)
+
+
+def test_a_definition_repeated_by_a_merged_task_reads_the_first():
+    # two merged row tasks each decompose the task index: the second's sum then matches the first's
+    i1, i2, a, s = k.Var("i1"), k.Var("i2"), k.Var("a", F32), k.Var("s", F32)
+    ra, rs = k.Var("ra"), k.Var("rs")
+    row = b("floordiv", INDEX, c(32, I64), I64)
+    lines = golden(k.Let(i1, row), *_sum_loop(a, ra, k.Load(X, (b("add", i1, ra, I64),))),
+                   k.Let(i2, row), *_sum_loop(s, rs, k.Load(X, (b("add", i2, rs, I64),))),
+                   k.Store(OUT, (INDEX,), b("mul", a, s))).splitlines()
+    assert "OUT[i] = mul(a, a)" in lines and not any(line.startswith(("i2", "s")) for line in lines)
+
+
+def test_an_accumulator_read_inside_its_loop_is_kept():
+    (a, ra), (s, rs), seen = (k.Var("a", F32), k.Var("ra")), (k.Var("s", F32), k.Var("rs")), k.Var("seen", F32)
+    loop = k.For(rs, c(0, I64), c(8, I64), (k.Assign(s, b("reduce_add", s, k.Load(X, (rs,)))),
+                                            k.Store(OUT, (rs,), s)))  # a running sum, stored
+    lines = golden(*_sum_loop(a, ra), k.Let(s, c(0.0)), loop, k.Let(seen, s)).splitlines()
+    assert "s = reduce_add(s, X[rs])" in lines

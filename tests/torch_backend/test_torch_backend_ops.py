@@ -126,6 +126,13 @@ def _reductions(x):  # every reduction, with dims, without, and keepdim
                         x.logsumexp(1).sum()])
 
 
+def _scans(x):  # positions from a mask, a top-p style running probability, products, an explicit dtype
+    mask = x > 0
+    positions = (mask.cumsum(-1) - 1) * mask
+    running = torch.softmax(x, -1).cumsum(-1)
+    return positions.float() + running + (x * 0.5).cumprod(0) + mask.cumsum(0, dtype=torch.float32)
+
+
 def _creation(x):  # arange, full, ones and zeros likes, where with scalars
     n = x.shape[0]
     r = torch.arange(n, dtype=torch.float32)[:, None] + torch.arange(1, 2 * x.shape[1] + 1, 2)
@@ -140,6 +147,7 @@ def _creation(x):  # arange, full, ones and zeros likes, where with scalars
               "aten.cat.default", "aten.expand.default"}),
     (_reductions, {"aten.prod.default", "aten.var.correction", "aten.argmax.default", "aten.any.default",
                    "aten.amax.default"}),
+    (_scans, {"aten.cumsum.default", "aten.cumprod.default"}),
     (_creation, {"aten.arange.start_step", "aten.full_like.default", "aten.where.self"}),
 ], ids=lambda v: v.__name__.strip("_") if callable(v) else "")
 def test_each_rule_family_matches_eager_and_runs_in_braze(fn, fused) -> None:

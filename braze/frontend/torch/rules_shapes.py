@@ -256,6 +256,17 @@ rule(torch.ops.prims.amax.default)(_prims_reduce("max"))
 rule(torch.ops.prims.amin.default)(_prims_reduce("min"))
 
 
+@rule(aten.cumsum.default, aten.cumprod.default)
+def _scan(b: RegionBuilder, node: fx.Node) -> TensorView:
+    """`cumsum` / `cumprod` along `dim`, in `dtype` when one is given (else int64 for integers and bools,
+    as braze's scans give)."""
+    args = bind(node)
+    x = b.tensor(args["self"])
+    if args.get("dtype") is not None:
+        x = bz_ops.cast(x, braze_dtype(args["dtype"]))
+    return finish(node, getattr(bz_ops, node.target._schema.name.split("::")[1])(x, args["dim"]))
+
+
 # --- creation and random ------------------------------------------------------------------------
 @rule(aten.full.default, aten.full_like.default, aten.scalar_tensor.default, aten.zeros.default,
       aten.ones.default, aten.zeros_like.default, aten.ones_like.default)
