@@ -191,4 +191,6 @@ class TensorView(Val):
             "its data; use bz.ops.where for a choice per element")
 
     def __iter__(self):
-        raise TypeError(f"{self.name} is symbolic: slice it instead of iterating over it")
+        raise TypeError(f"{self.name} is symbolic: slice it instead of iterating over it, or take its pieces with "
+                        "x.unbind(dim), x.split(size, dim=d) or x.chunk(n, dim=d); x.max(dim=d) gives "
+                        "(values, indices)")

@@ -16,6 +16,21 @@ from braze.ops.elementwise import BINARY, TERNARY, UNARY, cast, elementwise
 from braze.ops.reductions import all, any, argmax, argmin, max, mean, min, prod, std, sum, var  # noqa: A004
 from braze.ops.scans import cummax, cummin, cumprod, cumsum
 from braze.ops.table import OPS, OpDef
+from braze.ops.view_composites import (
+    chunk,
+    flatten,
+    masked_fill,
+    narrow,
+    repeat,
+    repeat_interleave,
+    roll,
+    split,
+    stack,
+    tile,
+    tril,
+    triu,
+    unbind,
+)
 from braze.ops.views import cat, flip, pad, permute, reshape, slice_tensor, squeeze, transpose, unsqueeze
 
 
@@ -48,5 +63,7 @@ __all__ = sorted(
     [*_GENERATED, "OPS", "OpDef", "all", "any", "arange", "argmax", "argmin", "broadcast", "broadcast_in_dim",
      "cast", "cat", "cross_entropy", "cummax", "cummin", "cumprod", "cumsum", "expand", "flip", "full",
      "layer_norm", "log_softmax", "max", "mean", "min", "ones", "pad", "permute", "prod", "rand", "randn", "reshape",
-     "rms_norm", "slice", "softmax", "squeeze", "std", "sum", "transpose", "unsqueeze", "var", "zeros"]
+     "rms_norm", "slice", "softmax", "squeeze", "std", "sum", "transpose", "unsqueeze", "var", "zeros",
+     "chunk", "flatten", "masked_fill", "narrow", "repeat", "repeat_interleave", "roll", "split", "stack", "tile",
+     "tril", "triu", "unbind"]
 )

@@ -1,17 +1,25 @@
 """The torch-style methods on TensorView that users of PyTorch write (`x[:, :1].expand(3, 4)`,
-`x.view(n, -1)`, `x.float()`, `x.clamp(min=0)`, `x.masked_fill(mask, 0.0)`), each a thin wrapper
-of an op in `braze.ops`, installed by `braze/ops/methods.py`."""
+`x.view(n, -1)`, `x.float()`, `x.clamp(min=0)`, `x.masked_fill(mask, 0.0)`, `x.chunk(3, dim=-1)`),
+each a thin wrapper of an op in `braze.ops`, installed by `braze/ops/methods.py`.
+
+Two names mean something else in braze already, and keep it where torch's spelling is ambiguous:
+- `x.max(1)` / `x.max(axis=1)` are NumPy's reductions (values); `x.max(dim=1)`, the spelling torch
+  code uses, returns torch's (values, indices). The same for `min`.
+- `x.split(axis, factor)` with two positional ints (the factor may be an extent) is the loop-domain
+  split of `braze/ir/tensor.py`; one size or a list of sizes, or a `dim=`/`axis=` keyword, is
+  torch's `split` into pieces."""
 
 from __future__ import annotations
 
-import functools
-import operator
+from typing import NamedTuple
 
 from braze import dtypes as dt
 from braze.errors import FusionDefinitionError, UnsupportedError
 from braze.ir.scalar import Scalar
 from braze.ir.tensor import TensorView, normalize_axis
 from braze.ops import composites, views
+from braze.ops import reductions as red
+from braze.ops import view_composites as vc
 from braze.ops.broadcast import broadcast, expand
 from braze.ops.elementwise import BINARY, UNARY, cast, elementwise
 
@@ -39,18 +47,6 @@ def _expand(x: TensorView, *shape: int | Scalar) -> TensorView:
     return expand(x, shape)
 
 
-def _flatten(x: TensorView, start_dim: int = 0, end_dim: int = -1) -> TensorView:
-    """torch's `flatten`: dimensions `start_dim` to `end_dim` (both included) become one."""
-    if x.ndim == 0:
-        return views.reshape(x, (1,))
-    start = normalize_axis(start_dim, x.ndim, "flatten start_dim")
-    end = normalize_axis(end_dim, x.ndim, "flatten end_dim")
-    if start > end:
-        raise FusionDefinitionError(f"flatten: expected start_dim <= end_dim, got {start_dim} and {end_dim}")
-    merged = functools.reduce(operator.mul, x.shape[start : end + 1], 1)
-    return views.reshape(x, (*x.shape[:start], merged, *x.shape[end + 1 :]))
-
-
 def _to(x: TensorView, *args: object, dtype: object = None, **ignored: object) -> TensorView:
     """torch's `to`: a dtype, or another tensor's dtype; a device has no meaning inside a fusion."""
     targets = [a.dtype if isinstance(a, TensorView) else a for a in (*args, dtype) if a is not None]
@@ -70,9 +66,47 @@ def _clamp(x: TensorView, min: object = None, max: object = None) -> TensorView:
     return elementwise("clamp", x, min, max)
 
 
-def _masked_fill(x: TensorView, mask: TensorView, value: object) -> TensorView:
-    """`value` where `mask` holds, else `x`, in x's dtype (as torch keeps it)."""
-    return cast(elementwise("where", mask, value, x), x.dtype)
+class ValuesIndices(NamedTuple):
+    """What torch's `x.max(dim=d)` and `x.min(dim=d)` return."""
+
+    values: TensorView
+    indices: TensorView
+
+
+def _values_or_pair(name: str):
+    """NumPy's reduction, or torch's (values, indices) when `dim=` names one axis."""
+    reduction, index = getattr(red, name), getattr(red, f"arg{name}")
+
+    def method(self: TensorView, *args: object, **kwargs: object):
+        if "dim" not in kwargs:
+            return reduction(self, *args, **kwargs)
+        dim = kwargs.pop("dim")
+        if not isinstance(dim, int) or isinstance(dim, bool) or args:
+            raise FusionDefinitionError(
+                f"{name}: dim: expected one int axis (torch's {name}(dim=) returns values and indices), got "
+                f"dim={dim!r}{f' and positional {args!r}' if args else ''}; axis= reduces over several axes")
+        if "keepdim" in kwargs and "keepdims" in kwargs:
+            raise FusionDefinitionError(f"{name}: expected one of keepdim=, keepdims=, got both")
+        keepdim = kwargs.pop("keepdim", kwargs.pop("keepdims", False))
+        if kwargs:
+            raise FusionDefinitionError(f"{name}: expected only dim= and keepdim=, got {sorted(kwargs)}")
+        return ValuesIndices(reduction(self, dim, keepdim), index(self, dim, keepdim))
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = (f"NumPy's `{name}` over axes; with `dim=` (one axis) torch's: a `ValuesIndices` of "
+                      "the values and their (first) indices.")
+    return method
+
+
+_LOOP_SPLIT = TensorView.split  # taken before `install` puts `_split` in its place
+
+
+def _split(self: TensorView, *args: object, **kwargs: object):
+    """torch's `split` into pieces, or (two positional ints, the factor maybe an extent) the loop-domain
+    split of a schedule."""
+    if len(args) == 2 and not kwargs and all(isinstance(a, (int, Scalar)) and not isinstance(a, bool) for a in args):
+        return _LOOP_SPLIT(self, *args)
+    return vc.split(self, *args, **kwargs)
 
 
 def _size(x: TensorView, dim: int | None = None) -> tuple[Scalar, ...] | Scalar:
@@ -105,10 +139,21 @@ def install(cls: type = TensorView) -> None:
     cls.div = _op_method("truediv")
     cls.expand = _expand
     cls.view = lambda self, *shape: views.reshape(self, sizes(shape))
-    cls.flatten = _flatten
+    cls.flatten = vc.flatten
     cls.to = _to
     cls.clamp = cls.clip = _clamp
-    cls.masked_fill = _masked_fill
+    cls.masked_fill = vc.masked_fill
+    cls.max, cls.min = _values_or_pair("max"), _values_or_pair("min")
+    cls.split = _split
+    cls.chunk, cls.unbind, cls.narrow = vc.chunk, vc.unbind, vc.narrow
+    cls.repeat = lambda self, *sizes_: vc.repeat(self, sizes(sizes_))
+    cls.tile = lambda self, *reps: vc.tile(self, sizes(reps))
+    cls.repeat_interleave = vc.repeat_interleave
+    cls.roll, cls.tril, cls.triu = vc.roll, vc.tril, vc.triu
+    cls.mT = property(vc.matrix_transpose)
+    cls.expand_as = lambda self, other: _expand(self, *vc.tensor_arg("expand_as", other).shape)
+    cls.view_as = lambda self, other: views.reshape(self, vc.tensor_arg("view_as", other).shape)
+    cls.reshape_as = lambda self, other: views.reshape(self, vc.tensor_arg("reshape_as", other).shape)
     cls.where = lambda self, condition, other: elementwise("where", condition, self, other)
     cls.softmax = composites.softmax
     cls.log_softmax = composites.log_softmax

@@ -37,6 +37,7 @@ from fuzz_values import (
 )
 from hypothesis import reject
 from hypothesis import strategies as st
+from random_model_views import MODEL_VIEWS, model_view
 
 import braze as bz
 from braze import dtypes as dt
@@ -506,7 +507,9 @@ class RandomFusion:
 
     def view_of(self, x: Node) -> Node | None:
         name = self.choice(["permute", "transpose", "slice", "getitem", "flip", "reshape", "squeeze", "unsqueeze",
-                            "pad", "cat", "expand", "broadcast_in_dim"])
+                            "pad", "cat", "expand", "broadcast_in_dim", *MODEL_VIEWS])
+        if name in MODEL_VIEWS:
+            return model_view(self, name, x)
         rank, shape = x.tv.ndim, list(x.shape)
         if name in ("permute", "transpose") and rank > 1:
             dims = tuple(self.draw(st.permutations(range(rank))))

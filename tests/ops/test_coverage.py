@@ -8,6 +8,7 @@ import test_creation
 import test_elementwise
 import test_reductions
 import test_scans
+import test_view_composites
 import test_views
 
 import braze as bz
@@ -31,7 +32,8 @@ def test_every_table_op_is_tested():
 
 def test_every_public_op_is_tested():
     public = set(bz.ops.__all__)
-    covered = TABLE_OPS_COVERED | test_composites.COMPOSITES_COVERED | set(HELPERS_COVERED)
+    covered = (TABLE_OPS_COVERED | test_composites.COMPOSITES_COVERED | test_view_composites.COMPOSITES_COVERED
+               | set(HELPERS_COVERED))
     assert public == covered, f"untested: {sorted(public - covered)}, stale: {sorted(covered - public)}"
 
 

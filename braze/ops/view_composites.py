@@ -1,0 +1,304 @@
+"""Views that model code writes, each built from the primitive views of `braze/ops/views.py` (slice,
+cat, broadcast, expand, reshape) and `where`, so the pointwise scheduler fuses them with their
+neighbours: split, chunk, unbind, stack, repeat, tile, repeat_interleave, roll, tril, triu, narrow,
+flatten, masked_fill and the matrix transpose (`x.mT`). Their torch-style method spellings are
+installed by `braze/ops/torch_methods.py`.
+
+Pieces (split, chunk, unbind) are slices. Their number is fixed when the fusion is defined, so a
+split into pieces of a given size, and unbind, need the extent known then; chunk over a symbolic
+extent gives `chunks` pieces and checks at run time that torch gives as many.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from collections.abc import Sequence
+
+from braze import dtypes as dt
+from braze.errors import FusionDefinitionError
+from braze.ir.fusion import defining
+from braze.ir.scalar import Scalar, as_scalar, ceildiv, smax, smin
+from braze.ir.tensor import TensorView, normalize_axis
+from braze.ops.broadcast import broadcast, expand
+from braze.ops.creation import arange
+from braze.ops.elementwise import cast, elementwise
+from braze.ops.reductions import keyword_aliases
+from braze.ops.views import cat, reshape, slice_tensor, transpose, unsqueeze
+
+
+def tensor_arg(op: str, x: object) -> TensorView:
+    """x, checked to be a TensorView of the fusion being defined (an argument of `op`)."""
+    if not isinstance(x, TensorView):
+        raise FusionDefinitionError(f"{op}: expected a TensorView, got {type(x).__name__}")
+    return x
+
+
+def _count(op: str, what: str, value: object, minimum: int = 0) -> int:
+    """An int argument of at least `minimum` (a size, a count, a repeat)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise FusionDefinitionError(f"{op}: {what}: expected an int, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        kind = "a positive" if minimum == 1 else "a non-negative"
+        raise FusionDefinitionError(f"{op}: {what}: expected {kind} int, got {value}")
+    return value
+
+
+def _axis(op: str, x: TensorView, axis: int) -> int:
+    if x.ndim == 0:
+        raise FusionDefinitionError(f"{op}: expected a tensor of rank >= 1, got {x.describe()} of rank 0")
+    return normalize_axis(axis, x.ndim, f"{op} axis")
+
+
+def _static_extent(op: str, x: TensorView, axis: int, why: str) -> int:
+    extent = x.shape[axis]
+    if not extent.is_const:
+        raise FusionDefinitionError(
+            f"{op}: dimension {axis} of {x.describe()}: expected an extent known when the fusion is defined "
+            f"({why}), got the symbolic extent {extent}; define that dimension with a static extent")
+    return extent.value
+
+
+def _along(x: TensorView, axis: int, start: int | Scalar, stop: int | Scalar | None) -> TensorView:
+    return slice_tensor(x, [slice(None)] * axis + [slice(start, stop)])
+
+
+def _pieces(x: TensorView, axis: int, sizes: Sequence[int | Scalar]) -> tuple[TensorView, ...]:
+    """Consecutive slices of the given sizes along `axis`."""
+    pieces, start = [], 0
+    for size in sizes:
+        pieces.append(_along(x, axis, start, start + size))
+        start = start + size
+    return tuple(pieces)
+
+
+# --- split, chunk, unbind -----------------------------------------------------------------------
+@keyword_aliases(axis=("dim",))
+def split(x: TensorView, split_size_or_sections: int | Sequence[int], axis: int = 0) -> tuple[TensorView, ...]:
+    """torch's `split`: an int is the size of each piece (the last may be smaller), a list the size of
+    every piece (they must add up to the extent). Pieces of a fixed size need a static extent."""
+    x = tensor_arg("split", x)
+    axis = _axis("split", x, axis)
+    extent = x.shape[axis]
+    if isinstance(split_size_or_sections, (list, tuple)):
+        sizes = [_count("split", f"split_size_or_sections[{i}]", s) for i, s in enumerate(split_size_or_sections)]
+        total = sum(sizes)
+        if extent.is_const and total != extent.value:
+            raise FusionDefinitionError(
+                f"split: split_size_or_sections: expected sizes that add up to the extent {extent.value} of "
+                f"dimension {axis} of {x.describe()}, got {list(sizes)} (sum {total})")
+        x.fusion.require_equal(extent, as_scalar(total), f"split: sizes {list(sizes)} of dimension {axis} of "
+                                                         f"{x.describe()} must add up to its extent")
+        return _pieces(x, axis, sizes)
+    size = _count("split", "split_size_or_sections", split_size_or_sections, minimum=1)
+    n = _static_extent("split", x, axis, "the number of pieces of a fixed size depends on it; a list of sizes "
+                                         "works on a symbolic extent")
+    count = max(-(-n // size), 1)  # torch gives one (empty) piece of an empty dimension
+    return _pieces(x, axis, [size] * count)
+
+
+@keyword_aliases(axis=("dim",))
+def chunk(x: TensorView, chunks: int, axis: int = 0) -> tuple[TensorView, ...]:
+    """torch's `chunk`: pieces of ceil(extent / chunks), the last smaller (so there may be fewer than
+    `chunks`). Over a symbolic extent there are `chunks` pieces, and a run whose extent would give
+    torch fewer is refused."""
+    x = tensor_arg("chunk", x)
+    chunks = _count("chunk", "chunks", chunks, minimum=1)
+    axis = _axis("chunk", x, axis)
+    n = x.shape[axis]
+    if n.is_const:
+        if n.value == 0:
+            return tuple(_along(x, axis, 0, 0) for _ in range(chunks))
+        return split(x, -(-n.value // chunks), axis)
+    size = ceildiv(n, chunks)
+    last_start = size * (chunks - 1)
+    # torch gives `chunks` pieces when the last one starts inside the dimension (or it is empty).
+    x.fusion.require_equal(smin(last_start + 1, smax(n, 1)), last_start + 1,
+                           f"chunk: dimension {axis} of {x.describe()} into {chunks} pieces of ceil(extent / "
+                           f"{chunks}) elements: the last piece must not be empty (start + 1 <= extent)")
+    return tuple(_along(x, axis, size * i, size * (i + 1) if i + 1 < chunks else None) for i in range(chunks))
+
+
+@keyword_aliases(axis=("dim",))
+def unbind(x: TensorView, axis: int = 0) -> tuple[TensorView, ...]:
+    """The slices of x along `axis`, that axis removed (torch's `unbind`); needs a static extent."""
+    x = tensor_arg("unbind", x)
+    axis = _axis("unbind", x, axis)
+    n = _static_extent("unbind", x, axis, "it is the number of slices")
+    return tuple(x[(slice(None),) * axis + (i,)] for i in range(n))
+
+
+# --- stack, repeat, tile, repeat_interleave ------------------------------------------------------
+@keyword_aliases(axis=("dim",))
+def stack(tensors: Sequence[TensorView], axis: int = 0) -> TensorView:
+    """Joins tensors of one shape along a new axis (NumPy's and torch's `stack`); the dtype is their
+    promoted type."""
+    if isinstance(tensors, TensorView) or not isinstance(tensors, (list, tuple)) or not tensors:
+        raise FusionDefinitionError(f"stack: tensors: expected a non-empty list of TensorViews, got {tensors!r}")
+    tensors = [tensor_arg("stack", t) for t in tensors]
+    ranks = [t.ndim for t in tensors]
+    if len(set(ranks)) != 1:
+        raise FusionDefinitionError(f"stack: tensors: expected tensors of one rank, got ranks {ranks}")
+    axis = normalize_axis(axis, ranks[0] + 1, "stack axis")
+    first = tensors[0]
+    for i, t in enumerate(tensors[1:], 1):
+        for d in range(first.ndim):
+            why = f"stack: dimension {d} of tensors[0] {first.describe()} and tensors[{i}] {t.describe()} must match"
+            first.fusion.require_equal(first.shape[d], t.shape[d], why)
+    return cat([unsqueeze(t, axis) for t in tensors], axis)
+
+
+def _sizes_arg(op: str, sizes: Sequence[int]) -> list[int]:
+    if isinstance(sizes, int) and not isinstance(sizes, bool):
+        sizes = [sizes]
+    if not isinstance(sizes, (list, tuple)):
+        raise FusionDefinitionError(f"{op}: sizes: expected a sequence of ints, got {sizes!r}")
+    return [_count(op, f"sizes[{i}]", s) for i, s in enumerate(sizes)]
+
+
+def repeat(x: TensorView, sizes: Sequence[int]) -> TensorView:
+    """torch's `x.repeat(*sizes)`: the whole tensor repeated `sizes[i]` times along axis i; more sizes
+    than dimensions add leading ones. One broadcast, expand and reshape."""
+    x = tensor_arg("repeat", x)
+    sizes = _sizes_arg("repeat", sizes)
+    if len(sizes) < x.ndim:
+        raise FusionDefinitionError(f"repeat: sizes: expected at least {x.ndim} sizes for {x.describe()} of rank "
+                                    f"{x.ndim}, got {len(sizes)}")
+    x = broadcast(x, [True] * (len(sizes) - x.ndim) + [False] * x.ndim)
+    if all(r == 1 for r in sizes):
+        return x
+    # (r0, n0, r1, n1, ...) read row-major is each axis's copies one after another.
+    interleaved = broadcast(x, [i % 2 == 0 for i in range(2 * x.ndim)])
+    grown = expand(interleaved, [r if i % 2 == 0 else -1 for i, r in enumerate(_pairs(sizes))])
+    return reshape(grown, [r * n for r, n in zip(sizes, x.shape)])
+
+
+def _pairs(sizes: Sequence[int]) -> list[int]:
+    return [v for r in sizes for v in (r, -1)]
+
+
+def tile(x: TensorView, reps: int | Sequence[int]) -> TensorView:
+    """NumPy's `tile` (and torch's): as `repeat`, with fewer reps than dimensions padded by leading 1s."""
+    x = tensor_arg("tile", x)
+    reps = _sizes_arg("tile", reps)
+    return repeat(x, [1] * (x.ndim - len(reps)) + reps)
+
+
+@keyword_aliases(axis=("dim",))
+def repeat_interleave(x: TensorView, repeats: int, axis: int | None = None) -> TensorView:
+    """Each element repeated `repeats` times in place along `axis` (torch's `repeat_interleave` with an
+    int; no axis flattens x first)."""
+    x = tensor_arg("repeat_interleave", x)
+    repeats = _count("repeat_interleave", "repeats", repeats)
+    if axis is None:
+        x, axis = reshape(x, (-1,)) if x.ndim != 1 else x, 0
+    axis = _axis("repeat_interleave", x, axis)
+    if repeats == 1:
+        return x
+    pairs = broadcast(x, [i == axis + 1 for i in range(x.ndim + 1)])
+    grown = expand(pairs, [repeats if i == axis + 1 else -1 for i in range(x.ndim + 1)])
+    return reshape(grown, [*x.shape[:axis], x.shape[axis] * repeats, *x.shape[axis + 1:]])
+
+
+# --- roll, narrow, flatten ---------------------------------------------------------------------
+def _roll_axis(x: TensorView, shift: int, axis: int) -> TensorView:
+    n = x.shape[axis]
+    if n.is_const:
+        if n.value == 0 or shift % n.value == 0:
+            return x
+        cut: int | Scalar = -shift % n.value
+    else:  # Python's % of a symbolic extent: the dividends stay non-negative, the divisor positive
+        m = smax(n, 1)
+        cut = (m - shift % m) % m if shift >= 0 else as_scalar(-shift) % m
+    return cat([_along(x, axis, cut, None), _along(x, axis, 0, cut)], axis)
+
+
+@keyword_aliases(axis=("dims", "dim"))
+def roll(x: TensorView, shifts: int | Sequence[int], axis: int | Sequence[int] | None = None) -> TensorView:
+    """Elements shifted by `shifts` along `axis`, wrapping around (torch's `roll`, NumPy's `roll`);
+    no axis rolls the flattened tensor."""
+    x = tensor_arg("roll", x)
+    shift_list = list(shifts) if isinstance(shifts, (list, tuple)) else [shifts]
+    for i, s in enumerate(shift_list):
+        if not isinstance(s, int) or isinstance(s, bool):
+            raise FusionDefinitionError(f"roll: shifts[{i}]: expected an int, got {type(s).__name__} {s!r}")
+    if axis is None:
+        if len(shift_list) != 1:
+            raise FusionDefinitionError(f"roll: shifts: expected one shift when no axis is given, got {shifts!r}")
+        return reshape(_roll_axis(reshape(x, (-1,)), shift_list[0], 0), x.shape) if x.ndim else x
+    axes = [axis] if isinstance(axis, int) else list(axis)
+    if len(axes) != len(shift_list):
+        raise FusionDefinitionError(f"roll: expected as many shifts as axes, got shifts {shifts!r} and axes {axis!r}")
+    for s, a in zip(shift_list, axes):
+        x = _roll_axis(x, s, _axis("roll", x, a))
+    return x
+
+
+@keyword_aliases(axis=("dim",))
+def narrow(x: TensorView, axis: int, start: int, length: int) -> TensorView:
+    """torch's `narrow`: `length` elements of `axis` from `start` (negative counts from the end); the
+    range must lie inside the dimension (checked at run time for a symbolic extent)."""
+    x = tensor_arg("narrow", x)
+    axis = _axis("narrow", x, axis)
+    if not isinstance(start, int) or isinstance(start, bool):
+        raise FusionDefinitionError(f"narrow: start: expected an int, got {type(start).__name__} {start!r}")
+    length = _count("narrow", "length", length)
+    n = x.shape[axis]
+    first = n + start if start < 0 else as_scalar(start)
+    if n.is_const and not (0 <= first.value and first.value + length <= n.value):
+        raise FusionDefinitionError(f"narrow: start, length: expected a range inside dimension {axis} of "
+                                    f"{x.describe()} (extent {n.value}), got start {start} and length {length}")
+    why = f"narrow: start {start}, length {length} of dimension {axis} of {x.describe()} must lie inside it"
+    x.fusion.require_equal(smax(first, 0), first, why)
+    x.fusion.require_equal(smin(first + length, n), first + length, why)
+    return _along(x, axis, first, first + length)
+
+
+def flatten(x: TensorView, start_dim: int = 0, end_dim: int = -1) -> TensorView:
+    """torch's `flatten`: dimensions `start_dim` to `end_dim` (both included) become one."""
+    x = tensor_arg("flatten", x)
+    if x.ndim == 0:
+        return reshape(x, (1,))
+    start = normalize_axis(start_dim, x.ndim, "flatten start_dim")
+    end = normalize_axis(end_dim, x.ndim, "flatten end_dim")
+    if start > end:
+        raise FusionDefinitionError(f"flatten: expected start_dim <= end_dim, got {start_dim} and {end_dim}")
+    merged = functools.reduce(operator.mul, x.shape[start : end + 1], 1)
+    return reshape(x, (*x.shape[:start], merged, *x.shape[end + 1 :]))
+
+
+# --- triangles ---------------------------------------------------------------------------------
+def _triangle(op: str, x: TensorView, diagonal: int, keep: str) -> TensorView:
+    x = tensor_arg(op, x)
+    if x.ndim < 2:
+        raise FusionDefinitionError(f"{op}: expected a tensor of rank >= 2, got {x.describe()} of rank {x.ndim}")
+    if not isinstance(diagonal, int) or isinstance(diagonal, bool):
+        raise FusionDefinitionError(f"{op}: diagonal: expected an int, got {type(diagonal).__name__} {diagonal!r}")
+    with defining(x.fusion):
+        rows, cols = arange(x.shape[-2]), arange(x.shape[-1])
+    offset = elementwise("sub", unsqueeze(cols, 0), unsqueeze(rows, 1))  # column - row of each element
+    zero = False if x.dtype == dt.bool_ else 0
+    return cast(elementwise("where", elementwise(keep, offset, diagonal), x, zero), x.dtype)
+
+
+def tril(x: TensorView, diagonal: int = 0) -> TensorView:
+    """The lower triangle of the last two axes (elements with column - row <= diagonal); zeros above."""
+    return _triangle("tril", x, diagonal, "le")
+
+
+def triu(x: TensorView, diagonal: int = 0) -> TensorView:
+    """The upper triangle of the last two axes (elements with column - row >= diagonal); zeros below."""
+    return _triangle("triu", x, diagonal, "ge")
+
+
+def matrix_transpose(x: TensorView) -> TensorView:
+    """The last two axes swapped (torch's `x.mT`, NumPy's `matrix_transpose`)."""
+    x = tensor_arg("mT", x)
+    if x.ndim < 2:
+        raise FusionDefinitionError(f"mT: expected a tensor of rank >= 2, got {x.describe()} of rank {x.ndim}")
+    return transpose(x, -2, -1)
+
+
+def masked_fill(x: TensorView, mask: TensorView, value: object) -> TensorView:
+    """`value` where `mask` holds, else `x`, in x's dtype (as torch keeps it)."""
+    return cast(elementwise("where", mask, value, tensor_arg("masked_fill", x)), x.dtype)
