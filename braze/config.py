@@ -69,6 +69,8 @@ FEATURES = {
                       "about 30 KB of CUDA each compiled side by side on worker threads",
     "joint_lane_reduce": "disable: on a GPU, each accumulator of a row is combined over a block's lanes with "
                          "barriers of its own, not all of them between one pair of barriers",
+    "lane_scans": "disable: on a GPU, a scan (cumsum, cumprod, cummax, cummin) walks each row on one thread, not "
+                  "a tile of the row at a time over its lanes",
     "pad_mm": "disable: the torch backend leaves matrix multiplies with extents that break 16-byte alignment "
               "(an odd vocabulary) unpadded, as eager PyTorch runs them",
 }

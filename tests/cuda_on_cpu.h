@@ -84,6 +84,23 @@ template <typename T> T __shfl_xor_sync(unsigned, T v, int mask, int = 32) {
   bz_warp_barriers[warp]->arrive_and_wait();
   return r;
 }
+template <typename T> T __shfl_up_sync(unsigned, T v, int delta, int width = 32) {
+  const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  std::memcpy(&bz_warp_slots[warp][lane], &v, sizeof(T));
+  bz_warp_barriers[warp]->arrive_and_wait();
+  T r = v;
+  if ((int)(lane % width) >= delta) std::memcpy(&r, &bz_warp_slots[warp][lane - delta], sizeof(T));
+  bz_warp_barriers[warp]->arrive_and_wait();
+  return r;
+}
+template <typename T> T __shfl_sync(unsigned, T v, int source, int width = 32) {
+  const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  std::memcpy(&bz_warp_slots[warp][lane], &v, sizeof(T));
+  bz_warp_barriers[warp]->arrive_and_wait();
+  T r; std::memcpy(&r, &bz_warp_slots[warp][lane / width * width + source % width], sizeof(T));
+  bz_warp_barriers[warp]->arrive_and_wait();
+  return r;
+}
 template <typename T> T atomicCAS(T* p, T compare, T value) {
   std::atomic_ref<T> a(*p);
   a.compare_exchange_strong(compare, value);

@@ -68,6 +68,7 @@ from braze.codegen.cuda_rows import (  # noqa: F401  (C_TYPE and vector_unroll r
     vector_unroll,
 )
 from braze.codegen.cuda_rules import RULES, CudaRule, index_division  # noqa: F401  (re-exported)
+from braze.codegen.cuda_scan import ScanWriter, scan_lanes, scan_loop
 from braze.codegen.cuda_tiles import TileWriter
 from braze.codegen.cuda_variance import one_pass_task
 from braze.dtypes import DType
@@ -118,7 +119,7 @@ def const_text(value, dtype: DType) -> str:
     return f"((signed char){value})"
 
 
-class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter, InvariantWriter):
+class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter, InvariantWriter, ScanWriter):
     """Writes one task as one `__global__` function; with `warp`, its function for one warp a row
     (see the module docstring). With `inner_outer`, the task is a row task carrying a column task's
     partial results; with `fold_of`, it is that column task, folding them (cuda_inner_outer)."""
@@ -152,6 +153,10 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter, Invari
             if self.schedule.kind == "rows" else 0
         # A task one index a thread that moves vectors instead: its body as a loop (write_thread_vectors).
         self.thread_vector = self.plan_thread_vector()
+        # A scan's row runs over lanes (codegen/cuda_scan.py), its loop none of the plans above take.
+        self.scan = scan_loop(task) if self.schedule.kind == "rows" and not warp else None
+        if self.scan is not None:
+            self.lanes = scan_lanes(self.scan)
         self.guarded: set[k.Var] = set()  # grid_rows: accumulators a row adds to once (emit_assign)
         self.register_index = ""  # in a register-row loop: its iteration counter
         self.in_registers = False  # writing the register-row copy of a row (body_with_register_row)
@@ -470,6 +475,9 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter, Invari
         return "if (active) " if self.loop_depth else "if (active && lane == 0) "
 
     def emit_for(self, s: k.For) -> None:
+        if s is self.scan:
+            self.emit_scan_loop(s)
+            return
         var = f"{c_type(s.var.dtype)} {s.var.name}"
         begin, end = self.expr(s.begin), self.expr(s.end)
         accumulators = self.lanes.loops.get(id(s)) if self.loop_depth == 0 else None

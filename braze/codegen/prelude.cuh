@@ -367,6 +367,42 @@ template <typename T, typename Op> BZ_D void bz_lane_take(T& v, Op op, const uns
   v = total;
 }
 
+// A scan over the lanes of a row, a tile of `lanes` elements (one a lane): lane i gets the combine
+// of `carry` (the tiles before; the same in every lane of the row) and the tile's elements 0..i, and
+// `carry` becomes the whole tile's. Up to a warp, shuffles up within the row's lanes; a block a row,
+// each warp's scan, then the warps' totals through shared memory in warp order.
+template <typename T> BZ_D T bz_shfl_up(T v, int delta, int width) { return __shfl_up_sync(0xffffffffu, v, delta, width); }
+BZ_D bool bz_shfl_up(bool v, int delta, int width) { return __shfl_up_sync(0xffffffffu, (int)v, delta, width) != 0; }
+BZ_D signed char bz_shfl_up(signed char v, int delta, int width) {
+  return (signed char)__shfl_up_sync(0xffffffffu, (int)v, delta, width);
+}
+template <typename T> BZ_D T bz_shfl_idx(T v, int lane, int width) { return __shfl_sync(0xffffffffu, v, lane, width); }
+BZ_D bool bz_shfl_idx(bool v, int lane, int width) { return __shfl_sync(0xffffffffu, (int)v, lane, width) != 0; }
+BZ_D signed char bz_shfl_idx(signed char v, int lane, int width) {
+  return (signed char)__shfl_sync(0xffffffffu, (int)v, lane, width);
+}
+template <typename T, typename Op> BZ_D T bz_lane_scan(T v, T& carry, int lanes, Op op) {
+  const int width = lanes < 32 ? lanes : 32, lane = threadIdx.x & (width - 1);
+  for (int offset = 1; offset < width; offset <<= 1) {
+    const T before = bz_shfl_up(v, offset, width);
+    if (lane >= offset) v = op(before, v);
+  }
+  if (lanes <= 32) {
+    const T total = bz_shfl_idx(v, width - 1, width);
+    v = op(carry, v);
+    carry = op(carry, total);
+    return v;
+  }
+  __shared__ T warp_totals[32];
+  __syncthreads();  // the tile before's readers are done with the totals
+  if (lane == 31) warp_totals[threadIdx.x >> 5] = v;
+  __syncthreads();
+  T before = carry;
+  for (int w = 0; w < (int)(threadIdx.x >> 5); ++w) before = op(before, warp_totals[w]);
+  for (int w = 0; w < (int)(blockDim.x >> 5); ++w) carry = op(carry, warp_totals[w]);
+  return op(before, v);
+}
+
 // One pass for a row's maximum m and its sum s of exp(x - m) (softmax, log_softmax, cross_entropy):
 // an element that raises the maximum rescales the sum so far. The scale exp(a - b) is exactly 1
 // where a == b, so the empty start (m = -inf, s = 0) makes no NaN; a NaN still spreads.

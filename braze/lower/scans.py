@@ -4,8 +4,7 @@ a local variable and storing it at every element.
 
 The scan's input is computed inside that walk (its pointwise producers fuse into the scan's task);
 its consumers read the scan back from memory in later tasks of the same kernel (ValueEmitter asks
-for the cut). On a GPU this is one thread a row: correct on every layout, not yet fast for long rows
-(a block-wide scan of each row would be).
+for the cut). On a GPU the row's lanes take the walk a tile at a time (braze/codegen/cuda_scan.py).
 """
 
 from __future__ import annotations

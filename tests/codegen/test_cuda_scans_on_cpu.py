@@ -1,0 +1,56 @@
+"""A scan's rows on a GPU (codegen/cuda_scan.py): a tile of the row at a time over its lanes, by
+shuffles up to a warp and through shared memory for a block a row. Run on the CPU
+(tests/cuda_on_cpu.py: g++, a thread per CUDA thread) against NumPy in float64, outputs poisoned."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from cuda_on_cpu import available, run_on_cpu
+
+import braze as bz
+from braze import engine
+
+pytestmark = pytest.mark.skipif(not available(), reason="needs g++")
+
+SCANS = {"cumsum": np.cumsum, "cumprod": np.cumprod, "cummax": np.maximum.accumulate,
+         "cummin": np.minimum.accumulate}
+
+
+def scan_fusion(op: str, axis: int, ndim: int, dtype=bz.float32) -> bz.Fusion:
+    with bz.Fusion(name=op) as f:
+        x = f.define_tensor([-1] * ndim, dtype=dtype)
+        f.add_output(getattr(bz.ops, op)(x * 2 if op != "cumprod" else x, axis))
+    return f
+
+
+def wanted(op: str, x: np.ndarray, axis: int) -> np.ndarray:
+    return SCANS[op]((x.astype(np.float64) * (2 if op != "cumprod" else 1)), axis=axis)
+
+
+# Row lengths for every kind of lanes: fewer than a warp (lanes 1-32), several warp tiles, a block a
+# row (1024 and past: lanes_for gives the whole block), and a last tile the lanes do not fill.
+@pytest.mark.parametrize("op", list(SCANS))
+@pytest.mark.parametrize("shape", [(3, 1), (5, 7), (4, 100), (2, 1031), (1, 2600), (6, 0)])
+def test_rows_scan_over_their_lanes(op, shape):
+    rng = np.random.default_rng(sum(shape))
+    x = (rng.uniform(0.9, 1.1, shape) if op == "cumprod" else rng.standard_normal(shape)).astype(np.float32)
+    with bz.config.scope(enable={"poison_outputs"}):  # an element no lane stores shows as NaN
+        (actual,), launches = run_on_cpu(scan_fusion(op, 1, 2), [x], sm_count=2)
+    np.testing.assert_allclose(actual, wanted(op, x, 1), rtol=2e-5, atol=2e-4)
+    lanes = [arguments[0] for _, _, _, _, arguments in launches]
+    assert all(n > 1 for n in lanes) if shape[1] > 1 else True  # a row's lanes, not one thread a row
+
+
+def test_a_scan_over_the_first_axis_and_integers():
+    x = np.random.default_rng(3).integers(-50, 50, (70, 9)).astype(np.int32)
+    with bz.config.scope(enable={"poison_outputs"}):
+        (actual,), _ = run_on_cpu(scan_fusion("cumsum", 0, 2, bz.int32), [x], sm_count=2)
+    np.testing.assert_array_equal(actual, np.cumsum(x.astype(np.int64) * 2, axis=0))
+
+
+def test_the_scan_loop_is_written_over_the_lanes_and_can_be_turned_off():
+    x = np.ones((4, 64), np.float32)
+    assert "bz_lane_scan(" in engine.cuda_source(scan_fusion("cumsum", 1, 2), [x])
+    with bz.config.scope(disable={"lane_scans"}):
+        assert "bz_lane_scan(" not in engine.cuda_source(scan_fusion("cumsum", 1, 2), [x])
