@@ -235,6 +235,12 @@ def _log_softmax(f, shape, dtype):
     f.add_output(bz.ops.log_softmax(_input(f, 2, dtype, "x"), -1))
 
 
+@case("cumsum", "cumsum over the vocabulary (top-p)", "float32", (1024, 32000), (256, 8000), (7, 1001),
+      normals(1), lambda xp, x: [x.cumsum(-1)])
+def _cumsum(f, shape, dtype):
+    f.add_output(bz.ops.cumsum(_input(f, 2, dtype, "x"), -1))
+
+
 @case("argmax", "argmax over the vocabulary", "float32", (512, 128256), (64, 32000), (9, 1001),
       normals(1), lambda xp, x: [x.argmax(axis=-1)])
 def _argmax(f, shape, dtype):
