@@ -453,6 +453,7 @@ def _reuse_reductions(stmts: tuple[k.Stmt, ...], assignments: Counter) -> tuple[
     defined: dict[k.Expr, k.Var] = {}
     initial: dict[k.Var, k.Expr] = {}
     renamed: dict[k.Var, k.Var] = {}
+    assigned = frozenset(assignments)
     out: list[k.Stmt] = []
     for s in stmts:
         for old, new in renamed.items():
@@ -463,7 +464,7 @@ def _reuse_reductions(stmts: tuple[k.Stmt, ...], assignments: Counter) -> tuple[
                 renamed[s.var] = earlier
                 continue
             initial[s.var] = s.value
-            if assignments[s.var] == 0 and not _reads_any(s.value, frozenset(assignments)):
+            if assignments[s.var] == 0 and not _reads_any(s.value, assigned):
                 defined.setdefault(s.value, s.var)
         if not isinstance(s, k.For):
             if _writes(s):
