@@ -128,11 +128,14 @@ class Translator(ExpressionTranslator, TargetTranslator):
         return isinstance(e, ast.Call) and self.resolve_callee(e.func, kernel_scope=True) is lang.static
 
     def try_alias(self, node: ast.stmt) -> bool:
-        """`n = x.shape[0] - 1` at top level: a name for a launch-time value, shared by all tasks."""
+        """`n = x.shape[0] - 1` at top level: a name for a launch-time value, shared by all tasks
+        (also `rows, cols = x.shape` and `nx, ny = x.shape[0], x.shape[1]`)."""
         if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
             return False
         target = node.targets[0]
         if isinstance(target, ast.Tuple) and all(isinstance(t, ast.Name) for t in target.elts):
+            if isinstance(node.value, ast.Tuple) and len(node.value.elts) == len(target.elts):
+                return self.try_alias_each([t.id for t in target.elts], node.value.elts)
             value = self.in_scratch_task(lambda: self.expr(node.value))
             if not isinstance(value, ShapeHandle):
                 return False
@@ -141,16 +144,27 @@ class Translator(ExpressionTranslator, TargetTranslator):
             return True
         if not isinstance(target, ast.Name):
             return False
-        name = target.id
-        if name in self.kernel_names and isinstance(self.kernel_names[name], (ArrayHandle, k.ScalarRef)):
-            return False  # reported as an assignment to a parameter
-        value = self.in_scratch_task(lambda: self.expr(node.value))
-        if isinstance(value, VectorValue) and not all(_reads_only_parameters(x) for x in value.items):
-            return False  # a vector read from arrays: a local of a serial task, as a scalar would be
-        if value is None or not (not isinstance(value, k.Expr) or host_evaluable(value)):
+        return self.try_alias_each([target.id], [node.value])
+
+    def try_alias_each(self, names: list[str], exprs: list[ast.expr]) -> bool:
+        """Names every value, all read before any is bound (as Python does), if each is a launch-time
+        value; otherwise binds none, and the assignment is a serial task's."""
+        values = [self.alias_value(name, e) for name, e in zip(names, exprs)]
+        if any(value is None for value in values):
             return False
-        self.kernel_names[name] = value
+        self.kernel_names.update(zip(names, values))
         return True
+
+    def alias_value(self, name: str, e: ast.expr):
+        """The launch-time value `name = e` would name at top level, or None if it is not one."""
+        if name in self.kernel_names and isinstance(self.kernel_names[name], (ArrayHandle, k.ScalarRef)):
+            return None  # reported as an assignment to a parameter
+        value = self.in_scratch_task(lambda: self.expr(e))
+        if isinstance(value, VectorValue) and not all(_reads_only_parameters(x) for x in value.items):
+            return None  # a vector read from arrays: a local of a serial task, as a scalar would be
+        if value is None or not (not isinstance(value, k.Expr) or host_evaluable(value)):
+            return None
+        return value
 
     def in_scratch_task(self, thunk: Callable):
         """Evaluates an expression as if in a task of its own; None if it needed statements."""

@@ -385,6 +385,22 @@ def test_top_level_statements_are_serial_tasks_and_aliases_are_shared():
     assert [(t.begin, t.end) for t in r.launches] == [(0, 1), (0, 5), (0, 1)]
 
 
+def test_a_tuple_of_launch_time_values_names_each_for_every_task():
+    @bz.kernel
+    def k(a: bz.Array[bz.float64, 2], b: bz.Array[bz.float64, 2], scale: bz.int64):
+        rows, cols, s = a.shape[0] - 1, a.shape[1], scale * 2
+        last, rows = rows, rows + 1  # every value is read before any name is bound, as in Python
+        for i, j in bz.ndrange(rows, cols):
+            b[i, j] = a[i, j] * s + last
+
+    a = np.arange(12.0).reshape(3, 4)
+    b = np.zeros_like(a)
+    with bz.record() as r:
+        k(a, b, 3)
+    np.testing.assert_array_equal(b, a * 6 + 2)
+    assert len(r.launches) == 1  # no serial task: the names are launch-time values
+
+
 def test_tuple_assignment_swaps():
     @bz.kernel
     def k(a: bz.Array[bz.int64, 2]):
