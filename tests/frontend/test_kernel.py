@@ -309,6 +309,8 @@ def test_math_functions_composed_of_ops_match_numpy():
         np.testing.assert_allclose(out32[:, column], fn(f64), rtol=2e-6, atol=1e-6, err_msg=f"float32 column {column}")
     np.testing.assert_array_equal(out[:, 7], np.minimum(x, f64))
     np.testing.assert_array_equal(out32[:, 7], np.maximum(x, f64).astype(np.float32))
+    np.testing.assert_array_equal(out[:, 8], np.fmod(x, -0.7))  # C's fmod: the sign of the dividend, exact
+    np.testing.assert_array_equal(out32[:, 8], np.fmod(f, np.float32(0.7)))
 
 
 @pytest.mark.parametrize("lo, step", [(0, 2), (3, 7), (0, 1), (998, 5), (2000, 3), (10, -3), (0, 0)])
