@@ -162,9 +162,17 @@ class Translator(ExpressionTranslator, TargetTranslator):
         value = self.in_scratch_task(lambda: self.expr(e))
         if isinstance(value, VectorValue) and not all(_reads_only_parameters(x) for x in value.items):
             return None  # a vector read from arrays: a local of a serial task, as a scalar would be
-        if value is None or not (not isinstance(value, k.Expr) or host_evaluable(value)):
+        if value is None or not (not isinstance(value, k.Expr) or host_evaluable(value)
+                                 or self.parameter_expression_named_once(name, value)):
             return None
         return value
+
+    def parameter_expression_named_once(self, name: str, value: k.Expr) -> bool:
+        """`half_dt = 0.5 * dt`: a value of scalar parameters and constants that every task may compute
+        itself, under a name the kernel binds nowhere else (one it updates is a serial task's local)."""
+        stores = sum(isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.id == name
+                     for n in ast.walk(self.source.tree))
+        return stores == 1 and _reads_only_parameters(value)
 
     def in_scratch_task(self, thunk: Callable):
         """Evaluates an expression as if in a task of its own; None if it needed statements."""

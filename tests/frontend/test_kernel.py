@@ -403,6 +403,39 @@ def test_a_tuple_of_launch_time_values_names_each_for_every_task():
     assert len(r.launches) == 1  # no serial task: the names are launch-time values
 
 
+def test_a_top_level_value_of_float_parameters_is_read_by_every_task():
+    @bz.kernel
+    def leapfrog(x: bz.Array[bz.float64, 1], v: bz.Array[bz.float64, 1], dt: float, k: float):
+        half_dt = 0.5 * dt
+        stiffness = k
+        for i in range(x.shape[0]):
+            v[i] -= half_dt * stiffness * x[i]
+        for i in range(x.shape[0]):
+            x[i] += dt * v[i]
+
+    x, v = np.linspace(-1, 1, 5), np.zeros(5)
+    with bz.record() as r:
+        leapfrog(x, v, 0.1, 4.0)
+    np.testing.assert_allclose(v, -0.2 * np.linspace(-1, 1, 5), rtol=1e-15)
+    np.testing.assert_allclose(x, np.linspace(-1, 1, 5) * 0.98, rtol=1e-15)
+    assert len(r.launches) == 1  # no serial task computes the names: each task does
+
+
+def test_a_top_level_float_a_later_task_updates_stays_a_serial_local():
+    @bz.kernel
+    def total(a: bz.Array[bz.float64, 1], out: bz.Array[bz.float64, 1]):
+        s = 0.0
+        i = 0
+        while i < a.shape[0]:
+            s += a[i]
+            i += 1
+        out[0] = s
+
+    out = np.zeros(1)
+    total(np.arange(5.0), out)
+    assert out[0] == 10.0
+
+
 def test_tuple_assignment_swaps():
     @bz.kernel
     def k(a: bz.Array[bz.int64, 2]):
