@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import warnings
 from collections.abc import Callable
 
@@ -159,6 +160,8 @@ class Translator(ExpressionTranslator, TargetTranslator):
         """The launch-time value `name = e` would name at top level, or None if it is not one."""
         if name in self.kernel_names and isinstance(self.kernel_names[name], (ArrayHandle, k.ScalarRef)):
             return None  # reported as an assignment to a parameter
+        if name in self.updated_names:
+            return None  # `s = 0.0` before a serial loop that adds to it: a serial task's local
         value = self.in_scratch_task(lambda: self.expr(e))
         if isinstance(value, VectorValue) and not all(_reads_only_parameters(x) for x in value.items):
             return None  # a vector read from arrays: a local of a serial task, as a scalar would be
@@ -166,6 +169,15 @@ class Translator(ExpressionTranslator, TargetTranslator):
                                  or self.parameter_expression_named_once(name, value)):
             return None
         return value
+
+    @functools.cached_property
+    def updated_names(self) -> frozenset[str]:
+        """The names the kernel updates (`s += x`, or assigns in a `while` loop): never launch-time values."""
+        updated = {n.target.id for n in ast.walk(self.source.tree)
+                   if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name)}
+        for loop in (n for n in ast.walk(self.source.tree) if isinstance(n, ast.While)):
+            updated |= {n.id for n in ast.walk(loop) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        return frozenset(updated)
 
     def parameter_expression_named_once(self, name: str, value: k.Expr) -> bool:
         """`half_dt = 0.5 * dt`: a value of scalar parameters and constants that every task may compute
@@ -329,7 +341,8 @@ class Translator(ExpressionTranslator, TargetTranslator):
         if hasattr(builtins, node.id):
             return getattr(builtins, node.id)
         if node.id in self.earlier_locals:
-            self.error(node, f"'{node.id}' is a local of an earlier task; tasks share only arrays and parameters")
+            self.error(node, f"'{node.id}' is a local of an earlier task; tasks share only arrays and parameters "
+                             "(assign it in this task, or keep it in an array element)")
         self.error(node, f"unknown name '{node.id}'")
 
     def resolve_callee(self, e: ast.expr, kernel_scope: bool = False):
