@@ -328,11 +328,12 @@ def composed_math(x: bz.Array[bz.float64, 1], f: bz.Array[bz.float32, 1], out: b
         out[i, 5], out32[i, 5] = math.cosh(v), math.cosh(w)
         out[i, 6], out32[i, 6] = math.log10(abs(v) + 1e-3), math.log10(abs(w) + 1e-3)
         out[i, 7], out32[i, 7] = sorted_pair(v, w)
+        out[i, 8], out32[i, 8] = math.fmod(v, -0.7), math.fmod(w, 0.7)
 
 
 def composed_math_args(rng):
     x = np.concatenate([rng.uniform(-3, 3, 200), [0.0, 1e-9, -1e-9, 3.0, -3.0]])
-    return [x, x.astype(np.float32), np.zeros((205, 8)), np.zeros((205, 8), np.float32)]
+    return [x, x.astype(np.float32), np.zeros((205, 9)), np.zeros((205, 9), np.float32)]
 
 
 @bz.kernel

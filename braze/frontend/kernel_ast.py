@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import warnings
 from collections.abc import Callable
 
@@ -128,11 +129,14 @@ class Translator(ExpressionTranslator, TargetTranslator):
         return isinstance(e, ast.Call) and self.resolve_callee(e.func, kernel_scope=True) is lang.static
 
     def try_alias(self, node: ast.stmt) -> bool:
-        """`n = x.shape[0] - 1` at top level: a name for a launch-time value, shared by all tasks."""
+        """`n = x.shape[0] - 1` at top level: a name for a launch-time value, shared by all tasks
+        (also `rows, cols = x.shape` and `nx, ny = x.shape[0], x.shape[1]`)."""
         if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
             return False
         target = node.targets[0]
         if isinstance(target, ast.Tuple) and all(isinstance(t, ast.Name) for t in target.elts):
+            if isinstance(node.value, ast.Tuple) and len(node.value.elts) == len(target.elts):
+                return self.try_alias_each([t.id for t in target.elts], node.value.elts)
             value = self.in_scratch_task(lambda: self.expr(node.value))
             if not isinstance(value, ShapeHandle):
                 return False
@@ -141,16 +145,46 @@ class Translator(ExpressionTranslator, TargetTranslator):
             return True
         if not isinstance(target, ast.Name):
             return False
-        name = target.id
-        if name in self.kernel_names and isinstance(self.kernel_names[name], (ArrayHandle, k.ScalarRef)):
-            return False  # reported as an assignment to a parameter
-        value = self.in_scratch_task(lambda: self.expr(node.value))
-        if isinstance(value, VectorValue) and not all(_reads_only_parameters(x) for x in value.items):
-            return False  # a vector read from arrays: a local of a serial task, as a scalar would be
-        if value is None or not (not isinstance(value, k.Expr) or host_evaluable(value)):
+        return self.try_alias_each([target.id], [node.value])
+
+    def try_alias_each(self, names: list[str], exprs: list[ast.expr]) -> bool:
+        """Names every value, all read before any is bound (as Python does), if each is a launch-time
+        value; otherwise binds none, and the assignment is a serial task's."""
+        values = [self.alias_value(name, e) for name, e in zip(names, exprs)]
+        if any(value is None for value in values):
             return False
-        self.kernel_names[name] = value
+        self.kernel_names.update(zip(names, values))
         return True
+
+    def alias_value(self, name: str, e: ast.expr):
+        """The launch-time value `name = e` would name at top level, or None if it is not one."""
+        if name in self.kernel_names and isinstance(self.kernel_names[name], (ArrayHandle, k.ScalarRef)):
+            return None  # reported as an assignment to a parameter
+        if name in self.updated_names:
+            return None  # `s = 0.0` before a serial loop that adds to it: a serial task's local
+        value = self.in_scratch_task(lambda: self.expr(e))
+        if isinstance(value, VectorValue) and not all(_reads_only_parameters(x) for x in value.items):
+            return None  # a vector read from arrays: a local of a serial task, as a scalar would be
+        if value is None or not (not isinstance(value, k.Expr) or host_evaluable(value)
+                                 or self.parameter_expression_named_once(name, value)):
+            return None
+        return value
+
+    @functools.cached_property
+    def updated_names(self) -> frozenset[str]:
+        """The names the kernel updates (`s += x`, or assigns in a `while` loop): never launch-time values."""
+        updated = {n.target.id for n in ast.walk(self.source.tree)
+                   if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name)}
+        for loop in (n for n in ast.walk(self.source.tree) if isinstance(n, ast.While)):
+            updated |= {n.id for n in ast.walk(loop) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        return frozenset(updated)
+
+    def parameter_expression_named_once(self, name: str, value: k.Expr) -> bool:
+        """`half_dt = 0.5 * dt`: a value of scalar parameters and constants that every task may compute
+        itself, under a name the kernel binds nowhere else (one it updates is a serial task's local)."""
+        stores = sum(isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.id == name
+                     for n in ast.walk(self.source.tree))
+        return stores == 1 and _reads_only_parameters(value)
 
     def in_scratch_task(self, thunk: Callable):
         """Evaluates an expression as if in a task of its own; None if it needed statements."""
@@ -307,7 +341,8 @@ class Translator(ExpressionTranslator, TargetTranslator):
         if hasattr(builtins, node.id):
             return getattr(builtins, node.id)
         if node.id in self.earlier_locals:
-            self.error(node, f"'{node.id}' is a local of an earlier task; tasks share only arrays and parameters")
+            self.error(node, f"'{node.id}' is a local of an earlier task; tasks share only arrays and parameters "
+                             "(assign it in this task, or keep it in an array element)")
         self.error(node, f"unknown name '{node.id}'")
 
     def resolve_callee(self, e: ast.expr, kernel_scope: bool = False):

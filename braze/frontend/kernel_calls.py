@@ -51,6 +51,13 @@ def _sinh(x):
     return ty.binary("mul", ty.binary("sub", ty.unary("expm1", x), ty.unary("expm1", ty.unary("neg", x))), 0.5)
 
 
+def _fmod(x, y):
+    """C's fmod (the sign of the dividend): Python's remainder of the magnitudes, which is exact and is C's
+    there, given x's sign."""
+    r = ty.binary("remainder", ty.unary("abs", x), ty.unary("abs", y))
+    return ty.ternary("where", ty.binary("lt", x, 0), ty.unary("neg", r), r)
+
+
 # Python's math functions the op table has no op for, composed of ops that it has.
 COMPOSED_MATH: dict[Callable, Callable] = {
     math.hypot: lambda x, y: ty.unary("sqrt", ty.binary("add", ty.binary("mul", x, x), ty.binary("mul", y, y))),
@@ -61,6 +68,7 @@ COMPOSED_MATH: dict[Callable, Callable] = {
     math.cosh: lambda x: ty.binary("mul", ty.binary("add", ty.unary("exp", x), ty.unary("exp", ty.unary("neg", x))),
                                    0.5),
     math.log10: lambda x: ty.binary("mul", ty.unary("log", x), 1 / math.log(10)),
+    math.fmod: _fmod,
 }
 
 

@@ -309,6 +309,8 @@ def test_math_functions_composed_of_ops_match_numpy():
         np.testing.assert_allclose(out32[:, column], fn(f64), rtol=2e-6, atol=1e-6, err_msg=f"float32 column {column}")
     np.testing.assert_array_equal(out[:, 7], np.minimum(x, f64))
     np.testing.assert_array_equal(out32[:, 7], np.maximum(x, f64).astype(np.float32))
+    np.testing.assert_array_equal(out[:, 8], np.fmod(x, -0.7))  # C's fmod: the sign of the dividend, exact
+    np.testing.assert_array_equal(out32[:, 8], np.fmod(f, np.float32(0.7)))
 
 
 @pytest.mark.parametrize("lo, step", [(0, 2), (3, 7), (0, 1), (998, 5), (2000, 3), (10, -3), (0, 0)])
@@ -383,6 +385,55 @@ def test_top_level_statements_are_serial_tasks_and_aliases_are_shared():
     assert total[0] == sum(i * i for i in range(5))
     assert [t.task for t in r.launches] == ["k_t0", "k_t1", "k_t2"]
     assert [(t.begin, t.end) for t in r.launches] == [(0, 1), (0, 5), (0, 1)]
+
+
+def test_a_tuple_of_launch_time_values_names_each_for_every_task():
+    @bz.kernel
+    def k(a: bz.Array[bz.float64, 2], b: bz.Array[bz.float64, 2], scale: bz.int64):
+        rows, cols, s = a.shape[0] - 1, a.shape[1], scale * 2
+        last, rows = rows, rows + 1  # every value is read before any name is bound, as in Python
+        for i, j in bz.ndrange(rows, cols):
+            b[i, j] = a[i, j] * s + last
+
+    a = np.arange(12.0).reshape(3, 4)
+    b = np.zeros_like(a)
+    with bz.record() as r:
+        k(a, b, 3)
+    np.testing.assert_array_equal(b, a * 6 + 2)
+    assert len(r.launches) == 1  # no serial task: the names are launch-time values
+
+
+def test_a_top_level_value_of_float_parameters_is_read_by_every_task():
+    @bz.kernel
+    def leapfrog(x: bz.Array[bz.float64, 1], v: bz.Array[bz.float64, 1], dt: float, k: float):
+        half_dt = 0.5 * dt
+        stiffness = k
+        for i in range(x.shape[0]):
+            v[i] -= half_dt * stiffness * x[i]
+        for i in range(x.shape[0]):
+            x[i] += dt * v[i]
+
+    x, v = np.linspace(-1, 1, 5), np.zeros(5)
+    with bz.record() as r:
+        leapfrog(x, v, 0.1, 4.0)
+    np.testing.assert_allclose(v, -0.2 * np.linspace(-1, 1, 5), rtol=1e-15)
+    np.testing.assert_allclose(x, np.linspace(-1, 1, 5) * 0.98, rtol=1e-15)
+    assert len(r.launches) == 1  # no serial task computes the names: each task does
+
+
+def test_a_top_level_float_a_later_task_updates_stays_a_serial_local():
+    @bz.kernel
+    def total(a: bz.Array[bz.float64, 1], out: bz.Array[bz.float64, 1]):
+        s = 0.0
+        i = 0
+        while i < a.shape[0]:
+            s += a[i]
+            i += 1
+        out[0] = s
+
+    out = np.zeros(1)
+    total(np.arange(5.0), out)
+    assert out[0] == 10.0
 
 
 def test_tuple_assignment_swaps():
