@@ -21,7 +21,7 @@ from braze.ops import composites, views
 from braze.ops import reductions as red
 from braze.ops import view_composites as vc
 from braze.ops.broadcast import broadcast, expand
-from braze.ops.elementwise import BINARY, UNARY, cast, elementwise
+from braze.ops.elementwise import BINARY, TERNARY, UNARY, cast, elementwise
 
 # The op table's names that are not torch's method names, or that have a method of their own here.
 _NOT_METHODS = frozenset({"set", "clamp", "where", "truediv"})
@@ -113,6 +113,47 @@ def _size(x: TensorView, dim: int | None = None) -> tuple[Scalar, ...] | Scalar:
     return x.shape if dim is None else x.shape[normalize_axis(dim, x.ndim, "size dim")]
 
 
+@red.keyword_aliases(dim=("axis", "axes"), keepdim=("keepdims",))
+def _norm(x: TensorView, p: float | str = 2, dim=None, keepdim: bool = False) -> TensorView:
+    """torch's `x.norm(p, dim)`: the vector p-norm over `dim` (every axis when None); `p` may be
+    "fro" (2), `inf` or `-inf` (the largest or smallest magnitude)."""
+    if p == "fro":
+        p = 2
+    if isinstance(p, bool) or not isinstance(p, (int, float)):
+        raise FusionDefinitionError(f"norm: p: expected a number, 'fro', inf or -inf, got {p!r}")
+    magnitude = elementwise("abs", x)
+    if p in (float("inf"), float("-inf")):
+        return (red.max if p > 0 else red.min)(magnitude, dim, keepdim)
+    if p == 0:
+        return red.sum(cast(elementwise("ne", x, 0), x.dtype), dim, keepdim)
+    if p == 1:
+        return red.sum(magnitude, dim, keepdim)
+    if p == 2:
+        return elementwise("sqrt", red.sum(elementwise("mul", x, x), dim, keepdim))
+    return elementwise("pow", red.sum(elementwise("pow", magnitude, p), dim, keepdim), 1.0 / p)
+
+
+@red.keyword_aliases(dim=("axis", "axes"), keepdim=("keepdims",))
+def _logsumexp(x: TensorView, dim=None, keepdim: bool = False) -> TensorView:
+    """torch's `x.logsumexp(dim)`: log(sum(exp(x))) computed from the row's maximum, so it cannot
+    overflow; a row of -inf (every position masked) gives -inf, not NaN."""
+    xf, result = composites.in_compute_type(x, "logsumexp")
+    top = red.max(xf, dim, keepdim=True)
+    shift = elementwise("where", elementwise("isinf", top), 0.0, top)  # -inf - -inf would be NaN
+    total = red.sum(elementwise("exp", elementwise("sub", xf, shift)), dim, keepdim=True)
+    out = elementwise("add", elementwise("log", total), shift)
+    if not keepdim:
+        out = views.squeeze(out, red.normalize_axes(x, dim, "logsumexp"))
+    return cast(out, result)
+
+
+def _t(x: TensorView) -> TensorView:
+    """torch's `x.t()`: a matrix transposed; 0-d and 1-d tensors as they are."""
+    if x.ndim > 2:
+        raise FusionDefinitionError(f"t: expected a tensor of at most 2 dimensions, got {x.describe()} of {x.ndim}")
+    return views.transpose(x, 0, 1) if x.ndim == 2 else x
+
+
 def _op_method(name: str):
     def method(self: TensorView, *operands: object, **attrs: object) -> TensorView:
         return elementwise(name, self, *operands, **attrs)
@@ -131,7 +172,7 @@ def _cast_method(name: str, dtype: dt.DType):
 
 def install(cls: type = TensorView) -> None:
     """Puts the torch-style methods on TensorView; attributes it already has stay."""
-    for name in (*UNARY, *BINARY):
+    for name in (*UNARY, *BINARY, *TERNARY):
         if name not in _NOT_METHODS and not hasattr(cls, name):
             setattr(cls, name, _op_method(name))
     for name, dtype in _CASTS.items():
@@ -155,6 +196,11 @@ def install(cls: type = TensorView) -> None:
     cls.view_as = lambda self, other: views.reshape(self, vc.tensor_arg("view_as", other).shape)
     cls.reshape_as = lambda self, other: views.reshape(self, vc.tensor_arg("reshape_as", other).shape)
     cls.where = lambda self, condition, other: elementwise("where", condition, self, other)
+    cls.amax, cls.amin = red.max, red.min  # torch's names for the values-only reductions
+    cls.norm = _norm
+    cls.logsumexp = _logsumexp
+    cls.square = lambda self: elementwise("mul", self, self)
+    cls.t = _t
     cls.softmax = composites.softmax
     cls.log_softmax = composites.log_softmax
     cls.size = _size
