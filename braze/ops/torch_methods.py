@@ -154,6 +154,32 @@ def _t(x: TensorView) -> TensorView:
     return views.transpose(x, 0, 1) if x.ndim == 2 else x
 
 
+# torch methods with no braze op: data-dependent indexing, sorting and selection, and matrix products.
+# Each raises a braze error that says so, rather than an AttributeError that reads like a typo.
+_NOT_SUPPORTED = {
+    **dict.fromkeys(("gather", "scatter", "scatter_add", "scatter_reduce", "index_select", "index_add",
+                     "index_fill", "index_copy", "index_put", "take", "take_along_dim", "masked_select",
+                     "masked_scatter", "embedding"),
+                    "indexing by a tensor (a gather or scatter) is not supported: do it in the array library "
+                    "before or after the fusion (the torch backend leaves it to PyTorch)"),
+    **dict.fromkeys(("topk", "sort", "argsort", "msort", "kthvalue", "median", "quantile", "nanmedian", "mode",
+                     "unique", "unique_consecutive", "nonzero", "searchsorted", "bincount", "histc"),
+                    "sorting and selection are not supported: compute them outside the fusion and pass the "
+                    "result in (sorted probabilities, for instance)"),
+    **dict.fromkeys(("matmul", "mm", "bmm", "mv", "dot", "inner", "outer", "einsum", "baddbmm", "addmm"),
+                    "matrix products are not supported: braze fuses the elementwise work around them"),
+}
+
+
+def _not_supported(name: str, why: str):
+    def method(self: TensorView, *args: object, **kwargs: object):
+        raise UnsupportedError(f"{name}: {self.describe()}.{name}() has no braze op: {why}")
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"Not supported: {why}."
+    return method
+
+
 def _op_method(name: str):
     def method(self: TensorView, *operands: object, **attrs: object) -> TensorView:
         return elementwise(name, self, *operands, **attrs)
@@ -206,5 +232,11 @@ def install(cls: type = TensorView) -> None:
     cls.size = _size
     cls.dim = lambda self: self.ndim
     cls.type_as = lambda self, other: cast(self, other.dtype)
+    cls.clamp_min = lambda self, min: elementwise("maximum", self, min)  # noqa: A006
+    cls.clamp_max = lambda self, max: elementwise("minimum", self, max)  # noqa: A006
+    cls.swapaxes = cls.swapdims = views.transpose
+    for name, why in _NOT_SUPPORTED.items():
+        if not hasattr(cls, name):
+            setattr(cls, name, _not_supported(name, why))
     # A fusion's tensors are values: no layout to make contiguous, no storage to share or copy, no graph.
     cls.contiguous = cls.clone = cls.detach = lambda self: self

@@ -74,6 +74,9 @@ CASES = [
      lambda x, m: _logsumexp(np.where(m, -np.inf, x), 1, keepdims=True)),
     ("square", lambda x, m: x.square(), lambda x, m: x * x),
     ("t", lambda x, m: x.t(), lambda x, m: x.T),
+    ("clamp_min_method", lambda x, m: x.clamp_min(0.5), lambda x, m: np.maximum(x, 0.5)),
+    ("clamp_max_method", lambda x, m: x.clamp_max(x[:1]), lambda x, m: np.minimum(x, x[:1])),
+    ("swapaxes", lambda x, m: x.swapaxes(0, 1), lambda x, m: x.T),
 ]
 _DTYPES = {"to_dtype": np.float32, "float": np.float32, "to_tensor": np.bool_}
 
@@ -118,3 +121,15 @@ def test_torch_style_methods_reject_bad_arguments(call, message):
         x = f.define_tensor(shape=(-1, 4), dtype=bz.float32)
         with pytest.raises(bz.Error, match=message):
             call(x)
+
+
+@pytest.mark.parametrize("name, why", [
+    ("gather", "indexing by a tensor"), ("index_select", "indexing by a tensor"), ("topk", "sorting and selection"),
+    ("sort", "sorting and selection"), ("nonzero", "sorting and selection"), ("matmul", "matrix products"),
+    ("bmm", "matrix products"),
+])
+def test_torch_methods_without_a_braze_op_say_so(name, why):
+    with bz.Fusion() as f:
+        x = f.define_tensor(shape=(-1, 4), dtype=bz.float32)
+        with pytest.raises(bz.UnsupportedError, match=rf"{name}: .*\.{name}\(\) has no braze op: {why}"):
+            getattr(x, name)(-1)
