@@ -133,10 +133,12 @@ def _norm(x: TensorView, p: float | str = 2, dim=None, keepdim: bool = False) ->
     return elementwise("pow", red.sum(elementwise("pow", magnitude, p), dim, keepdim), 1.0 / p)
 
 
+@composites.composite
 @red.keyword_aliases(dim=("axis", "axes"), keepdim=("keepdims",))
-def _logsumexp(x: TensorView, dim=None, keepdim: bool = False) -> TensorView:
+def logsumexp(x: TensorView, dim=None, keepdim: bool = False) -> TensorView:
     """torch's `x.logsumexp(dim)`: log(sum(exp(x))) computed from the row's maximum, so it cannot
-    overflow; a row of -inf (every position masked) gives -inf, not NaN."""
+    overflow; a row of -inf (every position masked) gives -inf, not NaN. Over an empty axis it is an
+    `InputError` (its max has no value), where torch gives -inf."""
     xf, result = composites.in_compute_type(x, "logsumexp")
     top = red.max(xf, dim, keepdim=True)
     shift = elementwise("where", elementwise("isinf", top), 0.0, top)  # -inf - -inf would be NaN
@@ -224,7 +226,7 @@ def install(cls: type = TensorView) -> None:
     cls.where = lambda self, condition, other: elementwise("where", condition, self, other)
     cls.amax, cls.amin = red.max, red.min  # torch's names for the values-only reductions
     cls.norm = _norm
-    cls.logsumexp = _logsumexp
+    cls.logsumexp = logsumexp
     cls.square = lambda self: elementwise("mul", self, self)
     cls.t = _t
     cls.softmax = composites.softmax

@@ -133,3 +133,9 @@ def test_torch_methods_without_a_braze_op_say_so(name, why):
         x = f.define_tensor(shape=(-1, 4), dtype=bz.float32)
         with pytest.raises(bz.UnsupportedError, match=rf"{name}: .*\.{name}\(\) has no braze op: {why}"):
             getattr(x, name)(-1)
+
+
+def test_logsumexp_over_an_empty_axis_names_itself():
+    logsumexp = bz.jit(lambda x: x.logsumexp(-1))
+    with pytest.raises(bz.InputError, match=r"logsumexp \(its max\): .* empty dimension"):
+        logsumexp(np.zeros((3, 0), np.float32))
