@@ -3,7 +3,8 @@
 A Python `float` or `int` argument is a runtime value: the trace takes it as a weak scalar input,
 so one compiled fusion serves every learning rate or time step. `static_argnames` /
 `static_argnums` bake chosen arguments in as constants instead (one trace per value), as in JAX;
-`bool` arguments are always baked, since they may steer the function's control flow.
+`bool`, `None`, string, dtype and tuple arguments are always baked, since they are options that may
+steer the function's control flow (`reduction="mean"`, `weight=None`, `axes=(1, 2)`).
 """
 
 from __future__ import annotations
@@ -58,8 +59,18 @@ def _static_signature(value: object, name: str) -> tuple:
     return ("const", type(value), identity)
 
 
+def _is_option(value: object) -> bool:
+    """Arguments that can only be options, never data: `reduction="mean"`, `weight=None`,
+    `dtype=bz.float32`, `axes=(1, 2)`. They are baked in as bools are, whatever static_argnames says."""
+    if value is None or isinstance(value, (bool, np.bool_, str, dt.DType, np.dtype, slice)):
+        return True
+    if isinstance(value, tuple):
+        return all(_is_option(v) or type(v) in (int, float) for v in value)
+    return False
+
+
 def _arg_signature(value: object, name: str, static: bool) -> tuple:
-    if static or isinstance(value, (bool, np.bool_)):
+    if static or _is_option(value):
         return _static_signature(value, name)
     if isinstance(value, (int, float, np.integer, np.floating)):
         return ("scalar", type(_python_value(value)))  # a runtime value: one trace for every value
@@ -179,6 +190,7 @@ class JitFunction:
                 result = self.fn(*traced_args)
             except (TypeError, Error) as error:
                 self._explain_runtime_scalars(error, key)
+                self._explain_options(error, args)
                 raise
             returns_sequence = isinstance(result, Sequence)
             results = list(result) if returns_sequence else [result]
@@ -196,6 +208,14 @@ class JitFunction:
         if runtime and hasattr(error, "add_note"):  # Python 3.11+
             error.add_note(f"{self.fn.__name__}: the numbers {', '.join(map(repr, runtime))} are traced as runtime "
                            f"values; bz.jit(static_argnames=(...)) bakes them in as constants")
+
+    def _explain_options(self, error: Exception, args: tuple) -> None:
+        """An option given where the function wants an array (`f(x, None)`) fails inside it: name it."""
+        options = [f"{name!r} ({value!r})" for i, (name, value) in enumerate(zip(self.names, args))
+                   if i not in self.static and _is_option(value) and not isinstance(value, (bool, np.bool_))]
+        if options and hasattr(error, "add_note"):
+            error.add_note(f"{self.fn.__name__}: {', '.join(options)} baked in as options (None, strings, dtypes and "
+                           "tuples are never arrays); pass an array where the function needs data")
 
     @staticmethod
     def _define(f: Fusion, sig: tuple, name: str, value: object) -> object:
@@ -217,7 +237,8 @@ def jit(fn: Callable | None = None, *, backend: str | None = None, static_argnum
     Python `int` and `float` arguments are runtime values (weak scalars: they never widen a
     tensor's dtype), so a new value reuses the compiled fusion. `static_argnums` (positions) and
     `static_argnames` (names) list arguments baked in as constants instead, traced once per value:
-    those used as shapes, axes or in Python control flow. `bool` arguments are always baked.
+    those used as shapes, axes or in Python control flow. `bool`, `None`, string, dtype and tuple
+    arguments (options such as `reduction="mean"`) are always baked.
     """
     argnums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
     argnames = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)

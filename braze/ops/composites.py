@@ -34,7 +34,7 @@ def composite(fn: Callable[..., TensorView]) -> Callable[..., TensorView]:
     return named
 
 
-def _compute(x: TensorView, op: str) -> tuple[TensorView, dt.DType]:
+def in_compute_type(x: TensorView, op: str) -> tuple[TensorView, dt.DType]:
     """x in its compute type, and the type to return (floats keep theirs, integers become float32)."""
     if not isinstance(x, TensorView):
         raise FusionDefinitionError(f"{op}: expected a TensorView, got {type(x).__name__}")
@@ -51,7 +51,7 @@ def _shifted(x: TensorView, axis: int) -> TensorView:
 @red.keyword_aliases(axis=("dim", "axes"))
 def softmax(x: TensorView, axis: int = -1) -> TensorView:
     """exp(x) / sum(exp(x)) along `axis`, computed stably."""
-    xf, result = _compute(x, "softmax")
+    xf, result = in_compute_type(x, "softmax")
     e = elementwise("exp", _shifted(xf, axis))
     return cast(elementwise("truediv", e, red.sum(e, axis, keepdim=True)), result)
 
@@ -60,7 +60,7 @@ def softmax(x: TensorView, axis: int = -1) -> TensorView:
 @red.keyword_aliases(axis=("dim", "axes"))
 def log_softmax(x: TensorView, axis: int = -1) -> TensorView:
     """x - log(sum(exp(x))) along `axis`, computed stably."""
-    xf, result = _compute(x, "log_softmax")
+    xf, result = in_compute_type(x, "log_softmax")
     shifted = _shifted(xf, axis)
     total = red.sum(elementwise("exp", shifted), axis, keepdim=True)
     return cast(elementwise("sub", shifted, elementwise("log", total)), result)
@@ -78,7 +78,7 @@ def _affine(y: TensorView, weight: TensorView | None, bias: TensorView | None) -
 def layer_norm(x: TensorView, weight: TensorView | None = None, bias: TensorView | None = None,
                eps: float = 1e-5, axes=-1) -> TensorView:
     """(x - mean) / sqrt(var + eps) over `axes` (the last by default), then `* weight + bias`."""
-    xf, result = _compute(x, "layer_norm")
+    xf, result = in_compute_type(x, "layer_norm")
     centered = elementwise("sub", xf, red.mean(xf, axes, keepdim=True))
     variance = red.var(xf, axes, keepdim=True)
     y = elementwise("mul", centered, elementwise("rsqrt", elementwise("add", variance, eps)))
@@ -88,7 +88,7 @@ def layer_norm(x: TensorView, weight: TensorView | None = None, bias: TensorView
 @composite
 def rms_norm(x: TensorView, weight: TensorView | None = None, eps: float = 1e-6, axes=-1) -> TensorView:
     """x / sqrt(mean(x^2) + eps) over `axes` (the last by default), then `* weight`."""
-    xf, result = _compute(x, "rms_norm")
+    xf, result = in_compute_type(x, "rms_norm")
     mean_square = red.mean(elementwise("mul", xf, xf), axes, keepdim=True)
     y = elementwise("mul", xf, elementwise("rsqrt", elementwise("add", mean_square, eps)))
     return cast(_affine(y, weight, None), result)

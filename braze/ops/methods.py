@@ -6,7 +6,7 @@ op table loads keeps that rule.
 
 from __future__ import annotations
 
-from braze.errors import FusionDefinitionError, UnsupportedError
+from braze.errors import FusionDefinitionError, TracerBoolConversionError, UnsupportedError
 from braze.ir.fusion import active_fusion
 from braze.ir.scalar import Scalar, as_scalar
 from braze.ir.tensor import TensorView
@@ -125,6 +125,8 @@ def _extent_operator(op: str, dunder: str, reflected: bool):
                 return result
         if not isinstance(other, (int, float, Scalar)) or isinstance(other, bool) or not _defining():
             return NotImplemented  # a TensorView's reflected operator builds the op; else a TypeError
+        if op == "pow" and not reflected and isinstance(other, int) and other < 0:
+            other = float(other)  # as in Python, n ** -1 is a float, not an integer power
         return elementwise(op, other, self) if reflected else elementwise(op, self, other)
 
     return operator
@@ -138,9 +140,22 @@ def _defining() -> bool:
     return True
 
 
+def _extent_float(self: Scalar) -> float:
+    """A static extent is its number; a symbolic one has none while the fusion is defined, so
+    `math.sqrt(x.shape[-1])` says how to compute with it instead of failing in `math`."""
+    if self.is_const:
+        return float(self.value)
+    raise TracerBoolConversionError(
+        f"float(extent {self}): extents are symbolic while a fusion is defined (one compiled fusion serves "
+        "every size), so they have no Python float value; compute with them in the fusion instead "
+        "(x.shape[-1] ** -0.5, bz.ops.sqrt(x.shape[-1])), or pass the size as an argument listed in static_argnames")
+
+
 def install_extent_operators() -> None:
-    """Lets extents (`x.shape[1]`) take part in float arithmetic: `x * (1.0 / x.shape[-1])`."""
-    for op in ("add", "sub", "mul", "truediv"):
+    """Lets extents (`x.shape[1]`) take part in float arithmetic: `x * (1.0 / x.shape[-1])`,
+    `x.shape[-1] ** -0.5` (attention's scale)."""
+    for op in ("add", "sub", "mul", "truediv", "pow"):
         for reflected in (False, True):
             dunder = f"__{'r' * reflected}{op}__"
             setattr(Scalar, dunder, _extent_operator(op, dunder, reflected))
+    Scalar.__float__ = _extent_float

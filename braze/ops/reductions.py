@@ -215,10 +215,24 @@ def mean(x: TensorView, axes=None, keepdim: bool = False) -> TensorView:
     return reduce("mean", x, axes, keepdim)
 
 
+def _correction(op: str, correction: float | None, unbiased: bool | None) -> float:
+    """`correction=` (the array API's), or torch's `unbiased=` (True: 1, False: 0); not both.
+    Neither is NumPy's default, 0."""
+    if unbiased is None:
+        return 0 if correction is None else correction
+    if correction is not None:
+        raise FusionDefinitionError(f"{op}: expected one of correction=, unbiased=, got both")
+    if not isinstance(unbiased, bool):
+        raise FusionDefinitionError(f"{op}: unbiased: expected a bool, got {type(unbiased).__name__} {unbiased!r}")
+    return 1 if unbiased else 0
+
+
 @_AXES_ALIASES
-def var(x: TensorView, axes=None, keepdim: bool = False, correction: float = 0) -> TensorView:
-    """Variance with `correction` degrees of freedom removed (0: population, 1: sample)."""
-    return reduce("var", x, axes, keepdim, correction=correction)
+def var(x: TensorView, axes=None, keepdim: bool = False, correction: float | None = None,
+        unbiased: bool | None = None) -> TensorView:
+    """Variance with `correction` degrees of freedom removed (0, the default: population; 1: sample);
+    torch's `unbiased=True` is `correction=1`."""
+    return reduce("var", x, axes, keepdim, correction=_correction("var", correction, unbiased))
 
 
 @_AXES_ALIASES
@@ -243,6 +257,7 @@ def argmin(x: TensorView, axes=None, keepdim: bool = False) -> TensorView:
 
 
 @_AXES_ALIASES
-def std(x: TensorView, axes=None, keepdim: bool = False, correction: float = 0) -> TensorView:
-    """Standard deviation: sqrt(var(x, axes, correction=correction))."""
-    return elementwise("sqrt", var(x, axes, keepdim, correction))
+def std(x: TensorView, axes=None, keepdim: bool = False, correction: float | None = None,
+        unbiased: bool | None = None) -> TensorView:
+    """Standard deviation: sqrt(var(x, axes, correction=correction)), `unbiased=` as in `var`."""
+    return elementwise("sqrt", var(x, axes, keepdim, _correction("std", correction, unbiased)))

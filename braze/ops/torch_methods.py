@@ -21,7 +21,7 @@ from braze.ops import composites, views
 from braze.ops import reductions as red
 from braze.ops import view_composites as vc
 from braze.ops.broadcast import broadcast, expand
-from braze.ops.elementwise import BINARY, UNARY, cast, elementwise
+from braze.ops.elementwise import BINARY, TERNARY, UNARY, cast, elementwise
 
 # The op table's names that are not torch's method names, or that have a method of their own here.
 _NOT_METHODS = frozenset({"set", "clamp", "where", "truediv"})
@@ -113,6 +113,75 @@ def _size(x: TensorView, dim: int | None = None) -> tuple[Scalar, ...] | Scalar:
     return x.shape if dim is None else x.shape[normalize_axis(dim, x.ndim, "size dim")]
 
 
+@red.keyword_aliases(dim=("axis", "axes"), keepdim=("keepdims",))
+def _norm(x: TensorView, p: float | str = 2, dim=None, keepdim: bool = False) -> TensorView:
+    """torch's `x.norm(p, dim)`: the vector p-norm over `dim` (every axis when None); `p` may be
+    "fro" (2), `inf` or `-inf` (the largest or smallest magnitude)."""
+    if p == "fro":
+        p = 2
+    if isinstance(p, bool) or not isinstance(p, (int, float)):
+        raise FusionDefinitionError(f"norm: p: expected a number, 'fro', inf or -inf, got {p!r}")
+    magnitude = elementwise("abs", x)
+    if p in (float("inf"), float("-inf")):
+        return (red.max if p > 0 else red.min)(magnitude, dim, keepdim)
+    if p == 0:
+        return red.sum(cast(elementwise("ne", x, 0), x.dtype), dim, keepdim)
+    if p == 1:
+        return red.sum(magnitude, dim, keepdim)
+    if p == 2:
+        return elementwise("sqrt", red.sum(elementwise("mul", x, x), dim, keepdim))
+    return elementwise("pow", red.sum(elementwise("pow", magnitude, p), dim, keepdim), 1.0 / p)
+
+
+@composites.composite
+@red.keyword_aliases(dim=("axis", "axes"), keepdim=("keepdims",))
+def logsumexp(x: TensorView, dim=None, keepdim: bool = False) -> TensorView:
+    """torch's `x.logsumexp(dim)`: log(sum(exp(x))) computed from the row's maximum, so it cannot
+    overflow; a row of -inf (every position masked) gives -inf, not NaN. Over an empty axis it is an
+    `InputError` (its max has no value), where torch gives -inf."""
+    xf, result = composites.in_compute_type(x, "logsumexp")
+    top = red.max(xf, dim, keepdim=True)
+    shift = elementwise("where", elementwise("isinf", top), 0.0, top)  # -inf - -inf would be NaN
+    total = red.sum(elementwise("exp", elementwise("sub", xf, shift)), dim, keepdim=True)
+    out = elementwise("add", elementwise("log", total), shift)
+    if not keepdim:
+        out = views.squeeze(out, red.normalize_axes(x, dim, "logsumexp"))
+    return cast(out, result)
+
+
+def _t(x: TensorView) -> TensorView:
+    """torch's `x.t()`: a matrix transposed; 0-d and 1-d tensors as they are."""
+    if x.ndim > 2:
+        raise FusionDefinitionError(f"t: expected a tensor of at most 2 dimensions, got {x.describe()} of {x.ndim}")
+    return views.transpose(x, 0, 1) if x.ndim == 2 else x
+
+
+# torch methods with no braze op: data-dependent indexing, sorting and selection, and matrix products.
+# Each raises a braze error that says so, rather than an AttributeError that reads like a typo.
+_NOT_SUPPORTED = {
+    **dict.fromkeys(("gather", "scatter", "scatter_add", "scatter_reduce", "index_select", "index_add",
+                     "index_fill", "index_copy", "index_put", "take", "take_along_dim", "masked_select",
+                     "masked_scatter", "embedding"),
+                    "indexing by a tensor (a gather or scatter) is not supported: do it in the array library "
+                    "before or after the fusion (the torch backend leaves it to PyTorch)"),
+    **dict.fromkeys(("topk", "sort", "argsort", "msort", "kthvalue", "median", "quantile", "nanmedian", "mode",
+                     "unique", "unique_consecutive", "nonzero", "searchsorted", "bincount", "histc"),
+                    "sorting and selection are not supported: compute them outside the fusion and pass the "
+                    "result in (sorted probabilities, for instance)"),
+    **dict.fromkeys(("matmul", "mm", "bmm", "mv", "dot", "inner", "outer", "einsum", "baddbmm", "addmm"),
+                    "matrix products are not supported: braze fuses the elementwise work around them"),
+}
+
+
+def _not_supported(name: str, why: str):
+    def method(self: TensorView, *args: object, **kwargs: object):
+        raise UnsupportedError(f"{name}: {self.describe()}.{name}() has no braze op: {why}")
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"Not supported: {why}."
+    return method
+
+
 def _op_method(name: str):
     def method(self: TensorView, *operands: object, **attrs: object) -> TensorView:
         return elementwise(name, self, *operands, **attrs)
@@ -131,7 +200,7 @@ def _cast_method(name: str, dtype: dt.DType):
 
 def install(cls: type = TensorView) -> None:
     """Puts the torch-style methods on TensorView; attributes it already has stay."""
-    for name in (*UNARY, *BINARY):
+    for name in (*UNARY, *BINARY, *TERNARY):
         if name not in _NOT_METHODS and not hasattr(cls, name):
             setattr(cls, name, _op_method(name))
     for name, dtype in _CASTS.items():
@@ -155,10 +224,21 @@ def install(cls: type = TensorView) -> None:
     cls.view_as = lambda self, other: views.reshape(self, vc.tensor_arg("view_as", other).shape)
     cls.reshape_as = lambda self, other: views.reshape(self, vc.tensor_arg("reshape_as", other).shape)
     cls.where = lambda self, condition, other: elementwise("where", condition, self, other)
+    cls.amax, cls.amin = red.max, red.min  # torch's names for the values-only reductions
+    cls.norm = _norm
+    cls.logsumexp = logsumexp
+    cls.square = lambda self: elementwise("mul", self, self)
+    cls.t = _t
     cls.softmax = composites.softmax
     cls.log_softmax = composites.log_softmax
     cls.size = _size
     cls.dim = lambda self: self.ndim
     cls.type_as = lambda self, other: cast(self, other.dtype)
+    cls.clamp_min = lambda self, min: elementwise("maximum", self, min)  # noqa: A006
+    cls.clamp_max = lambda self, max: elementwise("minimum", self, max)  # noqa: A006
+    cls.swapaxes = cls.swapdims = views.transpose
+    for name, why in _NOT_SUPPORTED.items():
+        if not hasattr(cls, name):
+            setattr(cls, name, _not_supported(name, why))
     # A fusion's tensors are values: no layout to make contiguous, no storage to share or copy, no graph.
     cls.contiguous = cls.clone = cls.detach = lambda self: self

@@ -126,3 +126,25 @@ def test_extents_as_values_compile_for_cuda(dtype: bz.DType) -> None:
     for build in (layer_norm_backward_by_extent, mean_and_scale):
         src = engine.cuda_source(fusion(build, dtype, dtype), [x, x])
         assert "T0_s1" in src.body and nvrtc.compile_ptx(src.text, "extents", "sm_90", ("-G",))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_extent_raised_to_a_power_is_attention_scale(backend: str) -> None:
+    """`q * q.shape[-1] ** -0.5` (attention's scale), `n ** -1` a float as in Python, `2 ** n`."""
+    x = np.random.default_rng(3).standard_normal((3, 16)).astype(np.float32)
+    f = fusion(lambda t: [t * t.shape[-1] ** -0.5, t + t.shape[0] ** -1, t / 2 ** t.shape[0]], bz.float32)
+    scaled, shifted, halved = f.execute([x], backend=backend)
+    np.testing.assert_allclose(scaled, x / 4.0, rtol=1e-6)
+    np.testing.assert_allclose(shifted, x + 1 / 3, rtol=1e-6)
+    np.testing.assert_allclose(halved, x / 8.0, rtol=1e-6)
+
+
+def test_float_of_a_symbolic_extent_says_what_to_write() -> None:
+    import math
+
+    with bz.Fusion() as f:
+        x = f.define_tensor([-1, 4])
+        assert math.sqrt(x.shape[1]) == 2.0  # a static extent is its number
+        with pytest.raises(bz.TracerBoolConversionError, match=r"float\(extent .*\*\* -0.5"):
+            math.sqrt(x.shape[0])
+        f.add_output(x)

@@ -14,6 +14,14 @@ def _softmax(a: np.ndarray, axis: int) -> np.ndarray:
     return e / e.sum(axis, keepdims=True)
 
 
+def _logsumexp(a: np.ndarray, axis: int, keepdims: bool = False) -> np.ndarray:
+    top = a.max(axis, keepdims=True)
+    shift = np.where(np.isinf(top), 0.0, top)
+    with np.errstate(divide="ignore"):  # log(0) of a row of -inf is -inf
+        out = np.log(np.exp(a - shift).sum(axis, keepdims=True)) + shift
+    return out if keepdims else out.squeeze(axis)
+
+
 # (name, braze method call on (x, m), NumPy on (x, m)); x is (3, 4) float64, m a (3, 4) bool mask.
 CASES = [
     ("expand", lambda x, m: x[:, :1].expand(3, 4), lambda x, m: np.broadcast_to(x[:, :1], (3, 4))),
@@ -49,6 +57,26 @@ CASES = [
     ("double_of_long", lambda x, m: (x * 10).long().double(), lambda x, m: np.trunc(x * 10)),
     ("type_as", lambda x, m: m.type_as(x), lambda x, m: m.astype(np.float64)),
     ("contiguous_view", lambda x, m: x.T.contiguous().clone().detach().view(12), lambda x, m: x.T.reshape(12)),
+    ("var_unbiased", lambda x, m: x.var(-1, unbiased=True), lambda x, m: x.var(-1, ddof=1)),
+    ("std_biased", lambda x, m: x.std(dim=0, unbiased=False, keepdim=True), lambda x, m: x.std(0, keepdims=True)),
+    ("lerp", lambda x, m: x.lerp(x * 3, 0.25), lambda x, m: x + 0.25 * (x * 3 - x)),
+    ("fma", lambda x, m: x.fma(x, 1.5), lambda x, m: x * x + 1.5),
+    ("amax", lambda x, m: x.amax(-1), lambda x, m: x.max(-1)),
+    ("amin_keepdim", lambda x, m: x.amin(dim=0, keepdim=True), lambda x, m: x.min(0, keepdims=True)),
+    ("norm", lambda x, m: x.norm(dim=-1, keepdim=True), lambda x, m: np.linalg.norm(x, axis=-1, keepdims=True)),
+    ("norm_all", lambda x, m: x.norm(), lambda x, m: np.linalg.norm(x)),
+    ("norm_1", lambda x, m: x.norm(1, dim=0), lambda x, m: np.abs(x).sum(0)),
+    ("norm_3", lambda x, m: x.norm(p=3, dim=1), lambda x, m: (np.abs(x) ** 3).sum(1) ** (1 / 3)),
+    ("norm_inf", lambda x, m: x.norm(float("inf"), dim=1), lambda x, m: np.abs(x).max(1)),
+    ("norm_0", lambda x, m: x.norm(0, dim=1), lambda x, m: (x != 0).sum(1).astype(np.float64)),
+    ("logsumexp", lambda x, m: (x * 300).logsumexp(-1), lambda x, m: _logsumexp(x * 300, -1)),
+    ("logsumexp_masked", lambda x, m: x.masked_fill(m, float("-inf")).logsumexp(dim=1, keepdim=True),
+     lambda x, m: _logsumexp(np.where(m, -np.inf, x), 1, keepdims=True)),
+    ("square", lambda x, m: x.square(), lambda x, m: x * x),
+    ("t", lambda x, m: x.t(), lambda x, m: x.T),
+    ("clamp_min_method", lambda x, m: x.clamp_min(0.5), lambda x, m: np.maximum(x, 0.5)),
+    ("clamp_max_method", lambda x, m: x.clamp_max(x[:1]), lambda x, m: np.minimum(x, x[:1])),
+    ("swapaxes", lambda x, m: x.swapaxes(0, 1), lambda x, m: x.T),
 ]
 _DTYPES = {"to_dtype": np.float32, "float": np.float32, "to_tensor": np.bool_}
 
@@ -63,6 +91,7 @@ def test_torch_style_methods_match_numpy():
     x = rng.uniform(-3, 3, (3, 4))
     x[0, 0] = 0.0
     m = rng.uniform(size=(3, 4)) > 0.5
+    m[2] = True  # a row masked whole: logsumexp gives -inf there
     for (name, _, reference), got in zip(CASES, _every_method(x, m), strict=True):
         expected = reference(x, m)
         assert got.dtype == _DTYPES.get(name, np.float64), name
@@ -82,9 +111,31 @@ def test_size_and_dim_read_the_shape():
     (lambda x: x.expand(4), "expand: .* has 2 dimensions, expected a shape of at least that many"),
     (lambda x: x.flatten(1, 0), "flatten: expected start_dim <= end_dim"),
     (lambda x: x.to(), "to: expected one dtype or tensor"),
+    (lambda x: x.var(1, correction=1, unbiased=True), "var: expected one of correction=, unbiased=, got both"),
+    (lambda x: x.std(1, unbiased=1), "std: unbiased: expected a bool, got int 1"),
+    (lambda x: x.norm(p="nuc"), "norm: p: expected a number, 'fro', inf or -inf, got 'nuc'"),
+    (lambda x: x[None].t(), "t: expected a tensor of at most 2 dimensions"),
 ])
 def test_torch_style_methods_reject_bad_arguments(call, message):
     with bz.Fusion() as f:
         x = f.define_tensor(shape=(-1, 4), dtype=bz.float32)
         with pytest.raises(bz.Error, match=message):
             call(x)
+
+
+@pytest.mark.parametrize("name, why", [
+    ("gather", "indexing by a tensor"), ("index_select", "indexing by a tensor"), ("topk", "sorting and selection"),
+    ("sort", "sorting and selection"), ("nonzero", "sorting and selection"), ("matmul", "matrix products"),
+    ("bmm", "matrix products"),
+])
+def test_torch_methods_without_a_braze_op_say_so(name, why):
+    with bz.Fusion() as f:
+        x = f.define_tensor(shape=(-1, 4), dtype=bz.float32)
+        with pytest.raises(bz.UnsupportedError, match=rf"{name}: .*\.{name}\(\) has no braze op: {why}"):
+            getattr(x, name)(-1)
+
+
+def test_logsumexp_over_an_empty_axis_names_itself():
+    logsumexp = bz.jit(lambda x: x.logsumexp(-1))
+    with pytest.raises(bz.InputError, match=r"logsumexp \(its max\): .* empty dimension"):
+        logsumexp(np.zeros((3, 0), np.float32))
