@@ -30,8 +30,11 @@ def wanted(op: str, x: np.ndarray, axis: int) -> np.ndarray:
 
 # Row lengths for every kind of lanes: fewer than a warp (lanes 1-32), several warp tiles, a block a
 # row (1024 and past: lanes_for gives the whole block), and a last tile the lanes do not fill.
-@pytest.mark.parametrize("op", list(SCANS))
-@pytest.mark.parametrize("shape", [(3, 1), (5, 7), (4, 100), (2, 1031), (1, 2600), (6, 0)])
+CASES = [(op, shape) for op in SCANS for shape in [(5, 7), (4, 100), (2, 1031)]] + \
+    [("cumsum", (3, 1)), ("cumsum", (1, 2600)), ("cummax", (6, 0))]
+
+
+@pytest.mark.parametrize("op, shape", CASES)
 def test_rows_scan_over_their_lanes(op, shape):
     rng = np.random.default_rng(sum(shape))
     x = (rng.uniform(0.9, 1.1, shape) if op == "cumprod" else rng.standard_normal(shape)).astype(np.float32)
