@@ -76,30 +76,24 @@ alignas(16) unsigned char bz_dynamic_shared[1 << 20];
 inline void __syncthreads() { bz_block_barrier->arrive_and_wait(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { bz_warp_barriers[threadIdx.x >> 5]->arrive_and_wait(); }
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
-template <typename T> T __shfl_xor_sync(unsigned, T v, int mask, int = 32) {
+// Every lane of the warp offers `v` and takes the value lane `source` offered.
+template <typename T> T bz_warp_exchange(T v, unsigned source) {
   const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   std::memcpy(&bz_warp_slots[warp][lane], &v, sizeof(T));
   bz_warp_barriers[warp]->arrive_and_wait();
-  T r; std::memcpy(&r, &bz_warp_slots[warp][lane ^ mask], sizeof(T));
+  T r; std::memcpy(&r, &bz_warp_slots[warp][source], sizeof(T));
   bz_warp_barriers[warp]->arrive_and_wait();
   return r;
+}
+template <typename T> T __shfl_xor_sync(unsigned, T v, int mask, int = 32) {
+  return bz_warp_exchange(v, (threadIdx.x & 31) ^ mask);
 }
 template <typename T> T __shfl_up_sync(unsigned, T v, int delta, int width = 32) {
-  const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  std::memcpy(&bz_warp_slots[warp][lane], &v, sizeof(T));
-  bz_warp_barriers[warp]->arrive_and_wait();
-  T r = v;
-  if ((int)(lane % width) >= delta) std::memcpy(&r, &bz_warp_slots[warp][lane - delta], sizeof(T));
-  bz_warp_barriers[warp]->arrive_and_wait();
-  return r;
+  const unsigned lane = threadIdx.x & 31;
+  return bz_warp_exchange(v, (int)(lane % width) >= delta ? lane - delta : lane);
 }
 template <typename T> T __shfl_sync(unsigned, T v, int source, int width = 32) {
-  const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  std::memcpy(&bz_warp_slots[warp][lane], &v, sizeof(T));
-  bz_warp_barriers[warp]->arrive_and_wait();
-  T r; std::memcpy(&r, &bz_warp_slots[warp][lane / width * width + source % width], sizeof(T));
-  bz_warp_barriers[warp]->arrive_and_wait();
-  return r;
+  return bz_warp_exchange(v, (threadIdx.x & 31) / width * width + source % width);
 }
 template <typename T> T atomicCAS(T* p, T compare, T value) {
   std::atomic_ref<T> a(*p);
