@@ -7,11 +7,52 @@ program writes whole start as NaN or -1. On the CPU run, each kernel's CUDA for 
 program gave it is also compiled with NVRTC where it is installed (no GPU needed)."""
 
 import math
+import sys
 
 import numpy as np
 import pytest
+from engine.nvrtc_batches import compile_sources, renamed
 
 import braze as bz
+from braze.frontend.kernel import KernelFunction
+from braze.runtime import nvrtc
+
+
+def argument_layout(value) -> tuple:
+    """What a kernel's CUDA depends on in an argument: its type, dtype, rank and strides."""
+    array = np.asarray(value)
+    return type(value), array.dtype, array.strides
+
+
+@pytest.fixture(autouse=True)
+def cuda_compiles(where, monkeypatch):
+    """On the CPU run, records each kernel the program calls with the layouts of its arguments (the
+    module's kernels are wrapped for the test), then compiles the CUDA braze generates for each with
+    NVRTC: one translation unit of PTX without optimization (`-G`), as tests/engine/nvrtc_batches.py
+    compiles generated programs. The GPU run compiles them for real."""
+    if where.name != "cpu" or not nvrtc.available():
+        yield
+        return
+    calls: dict[tuple, tuple] = {}
+
+    def recorded(kernel: KernelFunction):
+        def call(*args):
+            kernel(*args)  # first: a call that raises has no CUDA to compile
+            calls.setdefault((kernel, *map(argument_layout, args)), (kernel, args))
+
+        return call
+
+    module = sys.modules[__name__]
+    for name, value in vars(module).copy().items():
+        if isinstance(value, KernelFunction):
+            monkeypatch.setattr(module, name, recorded(value))
+    yield
+    sources = {}
+    for kernel, args in calls.values():
+        source = kernel.cuda_source(*args)
+        sources.setdefault(source.body, source)
+    if sources:
+        compile_sources([renamed(s.body, s.functions, f"call{i}") for i, s in enumerate(sources.values())])
 
 
 # particle gravity/damping/bounce
