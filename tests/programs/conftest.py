@@ -49,7 +49,10 @@ class Place:
             return torch.from_numpy(array.view(np.int16).copy()).cuda().view(torch.bfloat16)
         return torch.from_numpy(np.ascontiguousarray(array)).cuda()
 
-    def host(self, value) -> np.ndarray:
+    def host(self, value):
+        """A NumPy copy of a result (of each result, for a tuple or list of them)."""
+        if isinstance(value, (tuple, list)):
+            return [self.host(v) for v in value]
         if isinstance(value, np.ndarray):
             return value
         if isinstance(value, DeviceArray):
@@ -63,10 +66,25 @@ class Place:
         """torch, or a skip where it is not installed."""
         return pytest.importorskip("torch")
 
-    def views(self) -> None:
-        """Skips where the GPU arrays cannot be sliced (DeviceArray has no views: torch is needed)."""
-        if self.name == "cuda" and not HAS_TORCH:
-            pytest.skip("views of GPU arrays need torch")
+    @property
+    def negative_strides(self) -> bool:
+        """Whether views may step backwards (NumPy's may; torch's may not)."""
+        return self.name == "cpu"
+
+    def view(self, array: np.ndarray, make):
+        """`make(array)` taken here: on a GPU, a view of the array's copy (made by torch; skips where
+        torch is not installed, as DeviceArray has no views), so the program meets the strides."""
+        if self.name == "cpu":
+            return make(array)
+        self.torch()
+        return make(self(array))
+
+    def permuted(self, array: np.ndarray, axes: tuple[int, ...]):
+        return self.view(array, lambda a: a.transpose(axes) if isinstance(a, np.ndarray) else a.permute(axes))
+
+    def broadcast_to(self, array: np.ndarray, shape: tuple[int, ...]):
+        """An expanded view (stride 0 along the broadcast axes)."""
+        return self.view(array, lambda a: np.broadcast_to(a, shape) if isinstance(a, np.ndarray) else a.expand(shape))
 
 
 CUDA = pytest.param(Place("cuda"), id="cuda", marks=[
