@@ -50,7 +50,7 @@ class Place:
         return torch.from_numpy(np.ascontiguousarray(array)).cuda()
 
     def host(self, value):
-        """A NumPy copy of a result (of each result, for a tuple or list of them)."""
+        """A result as a NumPy array, copied from the GPU (each result, for a tuple or list of them)."""
         if isinstance(value, (tuple, list)):
             return [self.host(v) for v in value]
         if isinstance(value, np.ndarray):
