@@ -379,3 +379,16 @@ def test_kernels_written_with_a_feature_off_are_kept_apart():
         with config.scope(disable=name):
             keys.add(engine.cuda_code_key(kernel, "sm_90"))
     assert len(keys) == 1 + len(cuda_inner_outer.FEATURES)
+
+
+def test_rows_the_vector_width_does_not_divide_take_no_vector_tail_in_an_inner_outer_task():
+    # Each row group's partial columns start at a multiple of the row's length: for rows of 7 the
+    # second group's are not 16-byte aligned, so the row loop keeps whole vectors or none (a GPU
+    # raised a misaligned address on a max over rows carrying the column sum of x * y).
+    with bz.Fusion(name="carried") as f:
+        x, y = f.define_tensor([-1, -1]), f.define_tensor([-1, -1])
+        f.add_output(bz.ops.sum(x * y, [0]))
+        f.add_output(bz.ops.max(x, [-1]))
+    body = engine.cuda_source(f, [np.ones((9, 7), np.float32)] * 2).body
+    carrier = next(part for part in body.split('extern "C"') if "bz_columns_in_memory" in part)
+    assert "float4" in carrier and "} else if (" not in carrier
