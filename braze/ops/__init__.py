@@ -76,9 +76,9 @@ def gelu(x, approximate: str = "none"):
     return elementwise("gelu", x, approximate=approximate)
 
 
-# braze/ops/activations.py
-_ACTIVATIONS_MODULE = ("addcdiv", "addcmul", "celu", "elu", "hardsigmoid", "hardswish", "leaky_relu", "logaddexp",
-                       "logsigmoid", "logsumexp", "mish", "nan_to_num", "one_hot", "relu6", "selu", "softplus", "softsign")
+_ACTIVATIONS_MODULE = (  # braze/ops/activations.py
+    "addcdiv", "addcmul", "celu", "elu", "hardsigmoid", "hardswish", "leaky_relu", "logaddexp", "logsigmoid",
+    "logsumexp", "mish", "nan_to_num", "one_hot", "relu6", "selu", "softplus", "softsign")
 slice = slice_tensor  # noqa: A001  (bz.ops.slice(x, [...]) reads like the other ops)
 
 __all__ = sorted(

@@ -5,11 +5,14 @@ empty extents)."""
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from oracle import FLOAT_DTYPES, assert_matches, define, execute, rng_for
 
 import braze as bz
@@ -267,7 +270,8 @@ def test_dtype_accepts_torch_dtypes():
 
 
 @pytest.mark.parametrize("call, error, message", [
-    (lambda x: x.mean(1, dtype=bz.int32), bz.FusionDefinitionError, "mean: dtype: expected a floating dtype, got int32"),
+    (lambda x: x.mean(1, dtype=bz.int32), bz.FusionDefinitionError,
+     "mean: dtype: expected a floating dtype, got int32"),
     (lambda x: x.softmax(-1, dtype="int64"), bz.FusionDefinitionError, "softmax: dtype: expected a floating dtype"),
     (lambda x: bz.ops.log_softmax(x, dtype=bz.bool_), bz.FusionDefinitionError, "log_softmax: dtype: expected a"),
     (lambda x: x.sum(dtype="complex64"), bz.UnsupportedError, "sum: dtype: expected one of .*, got complex64"),
@@ -323,3 +327,23 @@ def test_movedim_matches_numpy(source, destination):
     expected = np.moveaxis(x, source, destination)
     np.testing.assert_array_equal(moved, expected)
     np.testing.assert_array_equal(axis, expected)
+
+
+@st.composite
+def _moves(draw):
+    """A rank, and distinct sources moved to distinct destinations (negative ones too)."""
+    rank = draw(st.integers(1, 4))
+    count = draw(st.integers(0, rank))
+    axes = st.integers(-rank, rank - 1)
+    sources = draw(st.lists(axes, min_size=count, max_size=count, unique_by=lambda a: a % rank))
+    destinations = draw(st.lists(axes, min_size=count, max_size=count, unique_by=lambda a: a % rank))
+    return rank, sources, destinations
+
+
+@settings(max_examples=25, deadline=None)
+@given(_moves())
+def test_movedim_over_generated_moves(move):
+    rank, sources, destinations = move
+    x = np.arange(math.prod(range(2, rank + 2)), dtype=np.int32).reshape(range(2, rank + 2))
+    (got,) = execute(lambda f: define(f, x).movedim(sources, destinations), [x])
+    np.testing.assert_array_equal(got, np.moveaxis(x, sources, destinations))
