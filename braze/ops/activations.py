@@ -100,19 +100,23 @@ def relu6(x: TensorView) -> TensorView:
     return cast(_relu6(xf), result)
 
 
+def _hard_gate(xf: TensorView) -> TensorView:
+    """relu6(x + 3) / 6: 0 below -3, 1 above 3, linear between."""
+    return elementwise("truediv", _relu6(elementwise("add", xf, 3.0)), 6.0)
+
+
 @composite
 def hardsigmoid(x: TensorView) -> TensorView:
     """relu6(x + 3) / 6: 0 below -3, 1 above 3, linear between."""
     xf, result = in_compute_type(x, "hardsigmoid")
-    return cast(elementwise("truediv", _relu6(elementwise("add", xf, 3.0)), 6.0), result)
+    return cast(_hard_gate(xf), result)
 
 
 @composite
 def hardswish(x: TensorView) -> TensorView:
     """x * relu6(x + 3) / 6."""
     xf, result = in_compute_type(x, "hardswish")
-    gate = elementwise("truediv", _relu6(elementwise("add", xf, 3.0)), 6.0)
-    return cast(elementwise("mul", xf, gate), result)
+    return cast(elementwise("mul", xf, _hard_gate(xf)), result)
 
 
 @composite
