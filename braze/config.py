@@ -30,9 +30,6 @@ DUMPS = {
 }
 # What BRAZE_ENABLE / BRAZE_DISABLE switch, and what each does when switched.
 FEATURES = {
-    "logsumexp_pad": "disable: logsumexp over an axis whose extent is not a static positive number takes the max "
-                     "of that axis as it is, not padded with one -inf (an empty axis is then an InputError, "
-                     "not -inf as in torch)",
     "fast_math": "enable: fast-math flags in compiled kernels",
     "poison_outputs": "enable: new outputs start as 0xFF bytes (NaN, -1), so an element no kernel writes shows",
     "disk_cache": "disable: no compiled code is read from or written to disk",
@@ -76,6 +73,9 @@ FEATURES = {
                   "a tile of the row at a time over its lanes",
     "pad_mm": "disable: the torch backend leaves matrix multiplies with extents that break 16-byte alignment "
               "(an odd vocabulary) unpadded, as eager PyTorch runs them",
+    "logsumexp_pad": "disable: logsumexp over an axis whose extent is not a static positive number takes the max "
+                     "of that axis as it is, not padded with one -inf (an empty axis is then an InputError, "
+                     "not -inf as in torch)",
 }
 DUMP_NAMES = frozenset(DUMPS)
 FEATURE_NAMES = frozenset(FEATURES)
