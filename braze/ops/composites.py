@@ -49,7 +49,7 @@ def _shifted(x: TensorView, axis: int) -> TensorView:
 
 @composite
 @red.keyword_aliases(axis=("dim", "axes"))
-def softmax(x: TensorView, axis: int = -1, *, dtype: object = None) -> TensorView:
+def softmax(x: TensorView, axis: int = -1, dtype: object = None) -> TensorView:
     """exp(x) / sum(exp(x)) along `axis`, computed stably. `dtype=` (a floating one) casts x to it
     first, as torch's does."""
     xf, result = in_compute_type(red.cast_first(x, dtype, "softmax", floating=True), "softmax")
@@ -59,7 +59,7 @@ def softmax(x: TensorView, axis: int = -1, *, dtype: object = None) -> TensorVie
 
 @composite
 @red.keyword_aliases(axis=("dim", "axes"))
-def log_softmax(x: TensorView, axis: int = -1, *, dtype: object = None) -> TensorView:
+def log_softmax(x: TensorView, axis: int = -1, dtype: object = None) -> TensorView:
     """x - log(sum(exp(x))) along `axis`, computed stably; `dtype=` as for `softmax`."""
     xf, result = in_compute_type(red.cast_first(x, dtype, "log_softmax", floating=True), "log_softmax")
     shifted = _shifted(xf, axis)

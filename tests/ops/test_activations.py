@@ -232,7 +232,7 @@ DTYPE_CASES = {  # name: (braze with dtype=, float64 reference along axis 1)
     "cumsum": (lambda x, d: x.cumsum(1, dtype=d), lambda x: x.cumsum(1)),
     "cumprod": (lambda x, d: bz.ops.cumprod(x, dim=1, dtype=d), lambda x: x.cumprod(1)),
     "softmax": (lambda x, d: x.softmax(-1, dtype=d), lambda x: np.exp(x) / np.exp(x).sum(1, keepdims=True)),
-    "log_softmax": (lambda x, d: bz.ops.log_softmax(x, dim=1, dtype=d),
+    "log_softmax": (lambda x, d: bz.ops.log_softmax(x, 1, d),  # torch's positional dtype
                     lambda x: x - np.log(np.exp(x).sum(1, keepdims=True))),
 }
 
