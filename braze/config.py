@@ -73,6 +73,9 @@ FEATURES = {
                   "a tile of the row at a time over its lanes",
     "pad_mm": "disable: the torch backend leaves matrix multiplies with extents that break 16-byte alignment "
               "(an odd vocabulary) unpadded, as eager PyTorch runs them",
+    "logsumexp_pad": "disable: logsumexp over an axis whose extent is not a static positive number takes the max "
+                     "of that axis as it is, not padded with one -inf (an empty axis is then an InputError, "
+                     "not -inf as in torch)",
 }
 DUMP_NAMES = frozenset(DUMPS)
 FEATURE_NAMES = frozenset(FEATURES)

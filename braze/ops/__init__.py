@@ -9,9 +9,28 @@ from collections.abc import Callable
 
 from braze.errors import FusionDefinitionError
 from braze.ops import methods as _methods
+from braze.ops.activations import (
+    addcdiv,
+    addcmul,
+    celu,
+    elu,
+    hardsigmoid,
+    hardswish,
+    leaky_relu,
+    logaddexp,
+    logsigmoid,
+    logsumexp,
+    mish,
+    nan_to_num,
+    one_hot,
+    relu6,
+    selu,
+    softplus,
+    softsign,
+)
 from braze.ops.broadcast import broadcast, broadcast_in_dim, expand
 from braze.ops.composites import cross_entropy, layer_norm, log_softmax, rms_norm, softmax
-from braze.ops.creation import arange, full, ones, rand, randn, zeros
+from braze.ops.creation import arange, full, full_like, ones, ones_like, rand, randn, zeros, zeros_like
 from braze.ops.elementwise import BINARY, TERNARY, UNARY, cast, elementwise
 from braze.ops.reductions import all, any, argmax, argmin, max, mean, min, prod, std, sum, var  # noqa: A004
 from braze.ops.scans import cummax, cummin, cumprod, cumsum
@@ -57,6 +76,9 @@ def gelu(x, approximate: str = "none"):
     return elementwise("gelu", x, approximate=approximate)
 
 
+_ACTIVATIONS_MODULE = (  # braze/ops/activations.py
+    "addcdiv", "addcmul", "celu", "elu", "hardsigmoid", "hardswish", "leaky_relu", "logaddexp", "logsigmoid",
+    "logsumexp", "mish", "nan_to_num", "one_hot", "relu6", "selu", "softplus", "softsign")
 slice = slice_tensor  # noqa: A001  (bz.ops.slice(x, [...]) reads like the other ops)
 
 __all__ = sorted(
@@ -65,5 +87,5 @@ __all__ = sorted(
      "layer_norm", "log_softmax", "max", "mean", "min", "ones", "pad", "permute", "prod", "rand", "randn", "reshape",
      "rms_norm", "slice", "softmax", "squeeze", "std", "sum", "transpose", "unsqueeze", "var", "zeros",
      "chunk", "flatten", "masked_fill", "narrow", "repeat", "repeat_interleave", "roll", "split", "stack", "tile",
-     "tril", "triu", "unbind"]
+     "tril", "triu", "unbind", "full_like", "ones_like", "zeros_like", *_ACTIVATIONS_MODULE]
 )

@@ -49,18 +49,19 @@ def _shifted(x: TensorView, axis: int) -> TensorView:
 
 @composite
 @red.keyword_aliases(axis=("dim", "axes"))
-def softmax(x: TensorView, axis: int = -1) -> TensorView:
-    """exp(x) / sum(exp(x)) along `axis`, computed stably."""
-    xf, result = in_compute_type(x, "softmax")
+def softmax(x: TensorView, axis: int = -1, dtype: object = None) -> TensorView:
+    """exp(x) / sum(exp(x)) along `axis`, computed stably. `dtype=` (a floating one) casts x to it
+    first, as torch's does."""
+    xf, result = in_compute_type(red.cast_first(x, dtype, "softmax", floating=True), "softmax")
     e = elementwise("exp", _shifted(xf, axis))
     return cast(elementwise("truediv", e, red.sum(e, axis, keepdim=True)), result)
 
 
 @composite
 @red.keyword_aliases(axis=("dim", "axes"))
-def log_softmax(x: TensorView, axis: int = -1) -> TensorView:
-    """x - log(sum(exp(x))) along `axis`, computed stably."""
-    xf, result = in_compute_type(x, "log_softmax")
+def log_softmax(x: TensorView, axis: int = -1, dtype: object = None) -> TensorView:
+    """x - log(sum(exp(x))) along `axis`, computed stably; `dtype=` as for `softmax`."""
+    xf, result = in_compute_type(red.cast_first(x, dtype, "log_softmax", floating=True), "log_softmax")
     shifted = _shifted(xf, axis)
     total = red.sum(elementwise("exp", shifted), axis, keepdim=True)
     return cast(elementwise("sub", shifted, elementwise("log", total)), result)

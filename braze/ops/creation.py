@@ -9,7 +9,7 @@ import numpy as np
 from braze import dtypes as dt
 from braze.errors import FusionDefinitionError, InputError
 from braze.ir.domain import IterDomain, IterType
-from braze.ir.fusion import active_fusion
+from braze.ir.fusion import active_fusion, defining
 from braze.ir.scalar import Scalar, as_scalar, ceildiv, smax
 from braze.ir.tensor import TensorView
 from braze.ops import philox
@@ -84,6 +84,28 @@ def zeros(shape, dtype: object = dt.float32) -> TensorView:
 def ones(shape, dtype: object = dt.float32) -> TensorView:
     """A tensor of ones."""
     return full(shape, 1, dtype, _op="ones")
+
+
+def full_like(x: TensorView, value: bool | int | float, dtype: object = None) -> TensorView:
+    """A tensor of x's shape filled with `value`, in x's dtype unless `dtype` is given (torch's)."""
+    return _like("full_like", x, value, dtype)
+
+
+def zeros_like(x: TensorView, dtype: object = None) -> TensorView:
+    """Zeros of x's shape, in x's dtype unless `dtype` is given."""
+    return _like("zeros_like", x, 0, dtype)
+
+
+def ones_like(x: TensorView, dtype: object = None) -> TensorView:
+    """Ones of x's shape, in x's dtype unless `dtype` is given."""
+    return _like("ones_like", x, 1, dtype)
+
+
+def _like(op: str, x: TensorView, value: bool | int | float, dtype: object) -> TensorView:
+    if not isinstance(x, TensorView):
+        raise FusionDefinitionError(f"{op}: expected a TensorView, got {type(x).__name__}")
+    with defining(x.fusion):
+        return full(x.shape, value, x.dtype if dtype is None else dtype, _op=op)
 
 
 def arange(start: int | Scalar, stop: int | Scalar | None = None, step: int = 1, dtype: object = dt.int64):

@@ -14,12 +14,12 @@ import numpy as np
 
 from braze import dtypes as dt
 from braze.dtypes import DType
-from braze.errors import FusionDefinitionError, InputError
+from braze.errors import FusionDefinitionError, InputError, UnsupportedError
 from braze.ir.domain import IterType
 from braze.ir.fusion import Expr, FusionGraph
 from braze.ir.tensor import TensorView, normalize_axis
 from braze.ops.broadcast import broadcast
-from braze.ops.elementwise import SAME, TO_BOOL, TO_FLOAT, TO_INT64, elementwise
+from braze.ops.elementwise import SAME, TO_BOOL, TO_FLOAT, TO_INT64, cast, elementwise
 from braze.ops.table import OpDef, RefContext, apply, register, reject_kinds
 
 _SUM_TYPE: Callable[[DType], DType] = lambda d: d if d.is_floating else dt.int64
@@ -189,15 +189,33 @@ def reduce(op: str, x: TensorView, axes=None, keepdim: bool = False, **attrs) ->
     return broadcast(out, [i in normalized for i in range(x.ndim)]) if keepdim else out
 
 
-@_AXES_ALIASES
-def sum(x: TensorView, axes=None, keepdim: bool = False) -> TensorView:  # noqa: A001
-    """Sum over axes; integers and bools accumulate in int64, half types in float32."""
-    return reduce("sum", x, axes, keepdim)
+def cast_first(x: TensorView, dtype: object, op: str, floating: bool = False) -> TensorView:
+    """x cast to `dtype` before `op` reduces it, as torch's `dtype=` does (`x.sum(1, dtype=torch.float32)`
+    sums half inputs into a float32 result); None keeps x. `floating`: the op has no integer result."""
+    if dtype is None:
+        return x
+    if not isinstance(x, TensorView):
+        raise FusionDefinitionError(f"{op}: expected a TensorView, got {type(x).__name__}")
+    try:
+        target = dt.as_dtype(dtype)
+    except UnsupportedError as e:
+        raise UnsupportedError(f"{op}: {e}") from None
+    if floating and not target.is_floating:
+        raise FusionDefinitionError(f"{op}: dtype: expected a floating dtype, got {target.name}")
+    return cast(x, target)
 
 
 @_AXES_ALIASES
-def prod(x: TensorView, axes=None, keepdim: bool = False) -> TensorView:
-    return reduce("prod", x, axes, keepdim)
+def sum(x: TensorView, axes=None, keepdim: bool = False, *, dtype: object = None) -> TensorView:  # noqa: A001
+    """Sum over axes; integers and bools accumulate in int64, half types in float32. `dtype=` casts
+    x to it first (torch's), so the result has that dtype."""
+    return reduce("sum", cast_first(x, dtype, "sum"), axes, keepdim)
+
+
+@_AXES_ALIASES
+def prod(x: TensorView, axes=None, keepdim: bool = False, *, dtype: object = None) -> TensorView:
+    """Product over axes; `dtype=` as for `sum`."""
+    return reduce("prod", cast_first(x, dtype, "prod"), axes, keepdim)
 
 
 @_AXES_ALIASES
@@ -211,8 +229,9 @@ def min(x: TensorView, axes=None, keepdim: bool = False) -> TensorView:  # noqa:
 
 
 @_AXES_ALIASES
-def mean(x: TensorView, axes=None, keepdim: bool = False) -> TensorView:
-    return reduce("mean", x, axes, keepdim)
+def mean(x: TensorView, axes=None, keepdim: bool = False, *, dtype: object = None) -> TensorView:
+    """Mean over axes (integers give float32); `dtype=` (a floating one) casts x to it first."""
+    return reduce("mean", cast_first(x, dtype, "mean", floating=True), axes, keepdim)
 
 
 def _correction(op: str, correction: float | None, unbiased: bool | None) -> float:

@@ -21,7 +21,7 @@ from braze.dtypes import DType
 from braze.errors import FusionDefinitionError
 from braze.ir.tensor import TensorView, normalize_axis
 from braze.ops.elementwise import SAME, cast
-from braze.ops.reductions import _SUM_TYPE, keyword_aliases
+from braze.ops.reductions import _SUM_TYPE, cast_first, keyword_aliases
 from braze.ops.table import OpDef, RefContext, apply, register, reject_kinds
 
 # name: (result rule, accumulation of NumPy arrays along an axis)
@@ -76,15 +76,17 @@ _AXIS_ALIASES = keyword_aliases(axis=("dim",))
 
 
 @_AXIS_ALIASES
-def cumsum(x: TensorView, axis: int) -> TensorView:
-    """Running sum along `axis`; integers and bools accumulate in int64, half types in float32."""
-    return scan("cumsum", x, axis)
+def cumsum(x: TensorView, axis: int, *, dtype: object = None) -> TensorView:
+    """Running sum along `axis`; integers and bools accumulate in int64, half types in float32.
+    `dtype=` casts x to it first, as torch's does."""
+    return scan("cumsum", cast_first(x, dtype, "cumsum"), axis)
 
 
 @_AXIS_ALIASES
-def cumprod(x: TensorView, axis: int) -> TensorView:
-    """Running product along `axis`; integers and bools accumulate in int64, half types in float32."""
-    return scan("cumprod", x, axis)
+def cumprod(x: TensorView, axis: int, *, dtype: object = None) -> TensorView:
+    """Running product along `axis`; integers and bools accumulate in int64, half types in float32.
+    `dtype=` as for `cumsum`."""
+    return scan("cumprod", cast_first(x, dtype, "cumprod"), axis)
 
 
 @_AXIS_ALIASES

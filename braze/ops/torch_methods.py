@@ -15,9 +15,9 @@ from typing import NamedTuple
 
 from braze import dtypes as dt
 from braze.errors import FusionDefinitionError, UnsupportedError
-from braze.ir.scalar import Scalar
+from braze.ir.scalar import Scalar, as_scalar
 from braze.ir.tensor import TensorView, normalize_axis
-from braze.ops import composites, views
+from braze.ops import activations, composites, views
 from braze.ops import reductions as red
 from braze.ops import view_composites as vc
 from braze.ops.broadcast import broadcast, expand
@@ -133,20 +133,32 @@ def _norm(x: TensorView, p: float | str = 2, dim=None, keepdim: bool = False) ->
     return elementwise("pow", red.sum(elementwise("pow", magnitude, p), dim, keepdim), 1.0 / p)
 
 
-@composites.composite
-@red.keyword_aliases(dim=("axis", "axes"), keepdim=("keepdims",))
-def logsumexp(x: TensorView, dim=None, keepdim: bool = False) -> TensorView:
-    """torch's `x.logsumexp(dim)`: log(sum(exp(x))) computed from the row's maximum, so it cannot
-    overflow; a row of -inf (every position masked) gives -inf, not NaN. Over an empty axis it is an
-    `InputError` (its max has no value), where torch gives -inf."""
-    xf, result = composites.in_compute_type(x, "logsumexp")
-    top = red.max(xf, dim, keepdim=True)
-    shift = elementwise("where", elementwise("isinf", top), 0.0, top)  # -inf - -inf would be NaN
-    total = red.sum(elementwise("exp", elementwise("sub", xf, shift)), dim, keepdim=True)
-    out = elementwise("add", elementwise("log", total), shift)
-    if not keepdim:
-        out = views.squeeze(out, red.normalize_axes(x, dim, "logsumexp"))
-    return cast(out, result)
+def _numel(x: TensorView) -> int | Scalar:
+    """torch's `x.numel()`: a Python int when every extent is static, else a symbolic extent."""
+    count = as_scalar(1)
+    for extent in x.shape:
+        count = count * extent
+    return count.value if count.is_const else count
+
+
+def _movedim(x: TensorView, source, destination) -> TensorView:
+    """torch's `x.movedim(source, destination)`: the dimensions `source` (an int or a sequence) moved to
+    the positions `destination`, the others keeping their order."""
+    sources = [source] if isinstance(source, int) else list(source)
+    destinations = [destination] if isinstance(destination, int) else list(destination)
+    if len(sources) != len(destinations):
+        raise FusionDefinitionError(f"movedim: expected as many destinations as sources, got {len(destinations)} "
+                                    f"for {len(sources)}: source={source!r}, destination={destination!r}")
+    sources = [normalize_axis(a, x.ndim, "movedim source") for a in sources]
+    destinations = [normalize_axis(a, x.ndim, "movedim destination") for a in destinations]
+    for name, axes, given in (("source", sources, source), ("destination", destinations, destination)):
+        if len(set(axes)) != len(axes):
+            raise FusionDefinitionError(f"movedim: {name}: expected distinct dimensions, got {given!r}")
+    order: list[int | None] = [None] * x.ndim
+    for s, d in zip(sources, destinations):
+        order[d] = s
+    rest = iter(a for a in range(x.ndim) if a not in sources)
+    return views.permute(x, [next(rest) if a is None else a for a in order])
 
 
 def _t(x: TensorView) -> TensorView:
@@ -226,7 +238,12 @@ def install(cls: type = TensorView) -> None:
     cls.where = lambda self, condition, other: elementwise("where", condition, self, other)
     cls.amax, cls.amin = red.max, red.min  # torch's names for the values-only reductions
     cls.norm = _norm
-    cls.logsumexp = logsumexp
+    cls.logsumexp = activations.logsumexp
+    cls.logaddexp = activations.logaddexp
+    cls.nan_to_num = activations.nan_to_num
+    cls.addcmul, cls.addcdiv = activations.addcmul, activations.addcdiv
+    cls.numel = _numel
+    cls.movedim = cls.moveaxis = _movedim
     cls.square = lambda self: elementwise("mul", self, self)
     cls.t = _t
     cls.softmax = composites.softmax

@@ -3,6 +3,7 @@ modules: an op added without a test (or an oracle entry) fails here."""
 
 from __future__ import annotations
 
+import test_activations
 import test_composites
 import test_creation
 import test_elementwise
@@ -33,6 +34,7 @@ def test_every_table_op_is_tested():
 def test_every_public_op_is_tested():
     public = set(bz.ops.__all__)
     covered = (TABLE_OPS_COVERED | test_composites.COMPOSITES_COVERED | test_view_composites.COMPOSITES_COVERED
+               | test_activations.COMPOSITES_COVERED
                | set(HELPERS_COVERED))
     assert public == covered, f"untested: {sorted(public - covered)}, stale: {sorted(covered - public)}"
 

@@ -341,6 +341,29 @@ def logsumexps(x):
     return (x - top).exp().sum(-1).log() + top.squeeze(-1), x.logsumexp(-1)
 
 
+@bz.jit(static_argnames="experts")
+def router_losses(logits, ids, experts):
+    """A mixture-of-experts router as torch code writes it: float32 probabilities from half logits,
+    the load-balancing loss over one-hot choices, and the z-loss."""
+    probs = logits.softmax(-1, dtype=bz.float32)
+    chosen = ops.one_hot(ids, experts)
+    balance = (probs.mean(0) * chosen.float().mean(0)).sum() * experts
+    z_loss = ops.logsumexp(logits.float(), -1).square().mean()
+    return probs, balance, z_loss
+
+
+@pytest.mark.parametrize("tokens, experts", [(7, 4), (1, 1), (1031, 3)])
+def test_moe_router_losses(tokens, experts):
+    logits = normal(tokens, experts, dtype=ml_dtypes.bfloat16)
+    ids = RNG.integers(0, experts, tokens)
+    x = logits.astype(np.float64)
+    probs = softmax(x)
+    chosen = (ids[:, None] == np.arange(experts)).astype(np.float64)
+    balance = (probs.mean(0) * chosen.mean(0)).sum() * experts
+    z_loss = (np.log(np.exp(x).sum(-1)) ** 2).mean()
+    assert_close(router_losses(logits, ids, experts), [probs, balance, z_loss])
+
+
 @pytest.mark.parametrize("shape", [(3, 7), (1, 1), (2, 1031), (0, 5)])
 def test_logsumexp_written_out_and_as_a_method(shape, where):
     x = normal(*shape).astype(np.float64) * 10

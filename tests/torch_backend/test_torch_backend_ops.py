@@ -139,6 +139,15 @@ def _creation(x):  # arange, full, ones and zeros likes, where with scalars
     return r * x + torch.full_like(x, 2.0) - torch.ones_like(x) + torch.where(x > 0, 1.0, -x)
 
 
+def _activations(x):  # the activations and helpers model code calls, decomposed by PyTorch into fused ops
+    specials = torch.where(x > 1, float("inf"), torch.where(x < -1, float("nan"), x))
+    return torch.stack([F.softplus(x * 30, beta=2, threshold=10), F.elu(x, 0.5), F.leaky_relu(x, 0.2),
+                        F.hardswish(x * 4), F.mish(x), F.hardsigmoid(x * 4), F.celu(x), F.selu(x),
+                        F.relu6(x * 8), F.softsign(x), F.logsigmoid(x * 20), torch.nan_to_num(specials, posinf=5.0),
+                        torch.logaddexp(x, x.flip(0)), torch.addcmul(x, x, x.flip(1), value=2),
+                        torch.addcdiv(x, x, x.abs() + 1, value=0.5)])
+
+
 @pytest.mark.parametrize("fn, fused", [
     (_ints, {"aten.div.Tensor_mode", "aten.remainder.Tensor", "aten.bitwise_and.Scalar", "aten.bitwise_xor.Tensor"}),
     (_floats, {"aten.clamp.default", "aten.pow.Tensor_Scalar", "aten.pow.Scalar", "aten.atan2.default",
@@ -149,6 +158,7 @@ def _creation(x):  # arange, full, ones and zeros likes, where with scalars
                    "aten.amax.default"}),
     (_scans, {"aten.cumsum.default", "aten.cumprod.default"}),
     (_creation, {"aten.arange.start_step", "aten.full_like.default", "aten.where.self"}),
+    (_activations, {"aten.where.self", "aten.log1p.default", "aten.expm1.default", "aten.isnan.default"}),
 ], ids=lambda v: v.__name__.strip("_") if callable(v) else "")
 def test_each_rule_family_matches_eager_and_runs_in_braze(fn, fused) -> None:
     x = torch.randn(6, 4, generator=torch.Generator().manual_seed(0))
