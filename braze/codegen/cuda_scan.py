@@ -85,13 +85,9 @@ class ScanWriter:
         self.line("if (bz_in_row) {")
         self.depth += 1
         scanned = k.Var("bz_scanned", acc.dtype)
-        self.block((k.Store(store.param, store.indices, _replaced(store.value, acc, scanned)),))
+        self.block((k.Store(store.param, store.indices, k.substitute(store.value, acc, scanned)),))
         self.depth -= 1
         self.line("}")
         self.loop_depth -= 1
         self.depth -= 1
         self.line("}")
-
-
-def _replaced(e: k.Expr, old: k.Var, new: k.Var) -> k.Expr:
-    return k.substitute(e, old, new)
