@@ -97,7 +97,7 @@ def test_jit_dumps_each_traced_fusion_once(capsys) -> None:
 def test_dump_for_every_new_fusion_even_when_ids_are_reused(capsys) -> None:
     """engine.execute remembers dumped fusions by id(); a fusion freed and replaced at the same address
     must still be dumped (each one is a new fusion)."""
-    count = 50
+    count = 15  # addresses of freed fusions come back within a few
     with config.scope(dump="fusion_ir"):
         for i in range(count):
             f = make_fusion(float(i))
