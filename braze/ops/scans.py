@@ -6,8 +6,9 @@ products of integers and bools are int64 (NumPy's accumulation type on its defau
 keep their dtype and half types accumulate in float32; running maxima and minima keep the dtype and
 propagate NaN, as NumPy's `np.maximum.accumulate` and torch's `cummax` do.
 
-A scan is lowered as a task of its own that walks each row of its axis serially
-(braze/lower/scans.py); its producers are computed inside that walk, its consumers read it back.
+A scan is lowered as a task of its own that walks each row of its axis (braze/lower/scans.py; on a
+GPU a tile of the row at a time over its lanes, braze/codegen/cuda_scan.py); its producers are
+computed inside that walk, its consumers read it back.
 """
 
 from __future__ import annotations
