@@ -71,6 +71,8 @@ FEATURES = {
                          "barriers of its own, not all of them between one pair of barriers",
     "lane_scans": "disable: on a GPU, a scan (cumsum, cumprod, cummax, cummin) walks each row on one thread, not "
                   "a tile of the row at a time over its lanes",
+    "flat_pointwise": "disable: on a GPU, a pointwise task over arrays all laid out row-major walks rows of its "
+                      "innermost axis, not every axis as one flat range of 16-byte vectors",
     "pad_mm": "disable: the torch backend leaves matrix multiplies with extents that break 16-byte alignment "
               "(an odd vocabulary) unpadded, as eager PyTorch runs them",
     "logsumexp_pad": "disable: logsumexp over an axis whose extent is not a static positive number takes the max "

@@ -1,4 +1,4 @@
-"""A 1-D elementwise fusion per dtype whose task moves vectors (braze/codegen/cuda_rows.py,
+"""An elementwise fusion per dtype and rank whose task moves vectors (braze/codegen/cuda_rows.py,
 write_thread_vectors), and its float64 reference: shared by the CPU-run and GPU tests."""
 
 from __future__ import annotations
@@ -8,10 +8,12 @@ import numpy as np
 import braze as bz
 
 
-def elementwise(dtype: bz.DType) -> bz.Fusion:
-    """Two outputs over three 1-D inputs and a broadcast scalar (bool: logical ops, no scalar)."""
-    with bz.Fusion(name=f"thread_vectors_{dtype.name}") as f:
-        x, y, z = (f.define_tensor([-1], dtype=dtype) for _ in range(3))
+def elementwise(dtype: bz.DType, rank: int = 1) -> bz.Fusion:
+    """Two outputs over three inputs of `rank` axes and a broadcast scalar (bool: logical ops, no
+    scalar). Of rank 2 and more, with every array laid out row-major, the task is one flat range
+    (braze/schedule/rows.py, flat_pointwise)."""
+    with bz.Fusion(name=f"thread_vectors_{dtype.name}_{rank}d") as f:
+        x, y, z = (f.define_tensor([-1] * rank, dtype=dtype) for _ in range(3))
         if dtype is bz.bool_:
             outs = [bz.ops.logical_or(bz.ops.logical_and(x, y), z), bz.ops.logical_xor(x, z)]
         else:

@@ -61,6 +61,8 @@ def _task_for(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, loops: Sche
     # only one, else all of them merged (decomposed below, with no loop inside).
     if len(loops.row_axes) > 1:
         return _row_task(em, tv, param, loops, name)
+    if loops.flat:
+        return _flat_task(em, tv, param, name)
     merged = not loops.vectorized and len(order) > 1
     outer, inner = (list(loops.parallel_axes) if loops.vectorized or merged else []), order[-1]
     task_var = scopes.fresh("p", em.index)
@@ -119,6 +121,27 @@ def _row_task(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, loops: Sche
     scopes.emit(k.For(j, em.zero, row_end, body, vectorize=True))
     em.row = None
     return k.Task(name, "range_for", tuple(scopes.pop().stmts), task_var, em.zero, end)
+
+
+def _flat_task(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, name: str) -> k.Task:
+    """A pointwise task over every axis as one range (schedule/rows.flat_pointwise): its index is the
+    flat index, decomposed into the axes for whatever reads them; every array laid out row-major is
+    read and written at the flat index itself (ValueEmitter.row_index), so the divisions go unused."""
+    scopes, extents = em.scopes, em.shape(tv)
+    task_var = scopes.fresh("p", em.index)
+    task_scope = scopes.push("task", {task_var})
+    iterates = [not d.is_broadcast for d in tv.visible]
+    idx: list[k.Expr | None] = [None] * tv.ndim
+    decompose(em, task_var, list(range(tv.ndim)), extents, idx, task_scope.iteration, iterates)
+    em.row = RowAxes(tuple(idx), task_var, tuple(extents))
+    written = em.row_index(tv, tuple(idx), row_major=True)
+    scopes.emit(k.Store(param, written, cast(em.value(tv, tuple(idx)), tv.dtype)))
+    end = em.one
+    for extent in extents:
+        end = index_op("mul", end, extent)
+    body = _without_unread(scopes.pop().stmts, set(em.row.positions))
+    em.row = None
+    return k.Task(name, "range_for", body, task_var, em.zero, end)
 
 
 def _without_unread(stmts: list[k.Stmt], candidates: set[k.Var]) -> tuple[k.Stmt, ...]:

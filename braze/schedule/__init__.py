@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from braze import config
 from braze.ir.fusion import AliasKind, FusionGraph
 from braze.ir.tensor import TensorView
 from braze.ops.table import lookup
 from braze.schedule.loops import TILE, ScheduledLoops, schedule_loops, schedule_strips, schedule_tiles
-from braze.schedule.rows import row_axes
+from braze.schedule.rows import flat_pointwise, row_axes
 from braze.schedule.transpose import ReadLayouts, transposed_reads
 
 # Ops through which a dimension keeps its position (so a broadcast dimension can be traced).
@@ -48,6 +49,7 @@ class Heuristics:
     serial: tuple[int, ...] = ()  # outer_normalization: the axes each task walks whole (a reduction's)
     tile: int = 0  # transpose: the rows and columns of a tile (of the two innermost axes of loop_order)
     row_axes: int = 1  # pointwise: the trailing axes of loop_order merged into each task index's row (rows.py)
+    flat: bool = False  # pointwise on a GPU: every axis one range read at the flat index (rows.flat_pointwise)
 
 
 @dataclass(frozen=True)
@@ -110,8 +112,8 @@ def _positional_path(source: TensorView, target: TensorView) -> bool:
     return any(_positional_path(source, inp) for inp in expr.inputs if inp.ndim == target.ndim)
 
 
-def heuristics_for(tv: TensorView, gpu: bool = False, cpu: bool = False, reads: ReadLayouts | None = None
-                   ) -> Heuristics:
+def heuristics_for(tv: TensorView, gpu: bool = False, cpu: bool = False, reads: ReadLayouts | None = None,
+                   flat: bool = True) -> Heuristics:
     """Loop order: a chosen layout first; else the dimensions a reduction is broadcast along go inside.
 
     On a GPU (`gpu`), a task computing reductions with no axis they are broadcast back along (a sum
@@ -133,7 +135,8 @@ def heuristics_for(tv: TensorView, gpu: bool = False, cpu: bool = False, reads: 
     were broadcast along.
 
     On both, a pointwise task's rows may span several trailing axes (`rows.row_axes`: per-channel
-    statistics broadcast along H and W give rows of H * W)."""
+    statistics broadcast along H and W give rows of H * W). On a GPU, with `flat`, one whose arrays
+    all lie row-major with no broadcast is one flat range (`rows.flat_pointwise`)."""
     if tv.definition is not None and lookup(tv.definition.op).category == "scan":
         return _scan_heuristics(tv)
     read = reads.written if gpu and reads is not None else frozenset()
@@ -157,6 +160,8 @@ def heuristics_for(tv: TensorView, gpu: bool = False, cpu: bool = False, reads: 
         rest = tuple(i for i in range(tv.ndim - 1) if i not in inner)
         return Heuristics(f"outer_{scheduler}", rest + serial + (tv.ndim - 1,), vectorize, serial)
     order = tuple(i for i in range(tv.ndim) if i not in inner) + tuple(sorted(inner))
+    if flat and gpu and scheduler == "pointwise" and reads is not None and flat_pointwise(tv, reads, cone):
+        return Heuristics(scheduler, order, vectorize=False, flat=True)
     rows = row_axes(tv, reads, cone) if (cpu or gpu) and scheduler == "pointwise" and reads is not None else 1
     return Heuristics(scheduler, order, vectorize, row_axes=rows)
 
@@ -213,7 +218,7 @@ def _loops_for(tv: TensorView, h: Heuristics) -> ScheduledLoops:
         return schedule_strips(tv, h.loop_order, len(h.serial))
     if h.scheduler == "transpose":
         return schedule_tiles(tv, h.loop_order, h.tile)
-    return schedule_loops(tv, h.loop_order, h.vectorize, h.row_axes)
+    return schedule_loops(tv, h.loop_order, h.vectorize, h.row_axes, h.flat)
 
 
 def outputs_needing_kernels(fusion: FusionGraph, views_on_host: bool = True) -> list[TensorView]:
@@ -238,8 +243,12 @@ def plan(fusion: FusionGraph, cuts: set[int], views_on_host: bool = True, gpu: b
     position = {id(out): n for n, e in enumerate(fusion.exprs) for out in e.outputs}
     # Producers first, so a later task reads what an earlier one wrote instead of recomputing it.
     writes = tuple(sorted(cut_tensors + outputs, key=lambda t: position.get(id(t), -1)))
-    heuristics = tuple(heuristics_for(tv, gpu, cpu, ReadLayouts(unit_axes or {}, frozenset(map(id, writes[:n])), dense))
-                       for n, tv in enumerate(writes))
+    layouts = [ReadLayouts(unit_axes or {}, frozenset(map(id, writes[:n])), dense) for n in range(len(writes))]
+    heuristics = tuple(heuristics_for(tv, gpu, cpu, reads) for tv, reads in zip(writes, layouts))
+    if any(h.flat for h in heuristics) and (config.disabled("flat_pointwise") or not all(h.flat for h in heuristics)):
+        # Flat tasks only where every task is one: a row task beside them (a norm of the sum they
+        # write) takes their rows in instead (passes/fold_rows.py, engine._merged_row_tasks).
+        heuristics = tuple(heuristics_for(tv, gpu, cpu, reads, flat=False) for tv, reads in zip(writes, layouts))
     return Plan(writes, heuristics, tuple(_loops_for(tv, h) for tv, h in zip(writes, heuristics)))
 
 

@@ -44,6 +44,7 @@ class ScheduledLoops:
     transforms: tuple[Reorder | Merge | Split, ...]
     strip_capacity: int = 0  # column strips: the widest strip; 0 without strips
     tile: int = 0  # tiles: the rows and columns of one; 0 without tiles
+    flat: bool = False  # every axis merged, read and written at the flat index (rows.flat_pointwise)
 
     @property
     def loop_order(self) -> tuple[int, ...]:
@@ -158,11 +159,12 @@ def schedule_tiles(tv: TensorView, loop_order: tuple[int, ...], tile: int = TILE
     return ScheduledLoops(roots, domain, tuple(transforms), tile=tile)
 
 
-def schedule_loops(tv: TensorView, loop_order: tuple[int, ...], vectorize: bool = True, row_axes: int = 1
-                   ) -> ScheduledLoops:
+def schedule_loops(tv: TensorView, loop_order: tuple[int, ...], vectorize: bool = True, row_axes: int = 1,
+                   flat: bool = False) -> ScheduledLoops:
     """Applies a loop order to fresh dimensions of `tv`: reorder, merge the outer ones (all of them
     without `vectorize`), parallelize. With `vectorize`, the last `row_axes` of the loop order are
-    merged into the one vectorized row loop (schedule/rows.py says when)."""
+    merged into the one vectorized row loop (schedule/rows.py says when). `flat`: all of them merged,
+    the lowering reading row-major arrays at the merged index."""
     roots = tuple(d.clone() for d in tv.visible)
     transforms: list[Reorder | Merge] = []
     if not roots:
@@ -182,4 +184,4 @@ def schedule_loops(tv: TensorView, loop_order: tuple[int, ...], vectorize: bool 
     loop[0].parallelize(ParallelType.GRID_X)
     if len(loop) == 2:
         loop[1].parallelize(ParallelType.VECTORIZE)
-    return ScheduledLoops(roots, tuple(loop), tuple(transforms))
+    return ScheduledLoops(roots, tuple(loop), tuple(transforms), flat=flat and not vectorize)

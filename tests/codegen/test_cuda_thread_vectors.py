@@ -196,3 +196,61 @@ def test_generated_elementwise_programs_take_the_path_and_compile_with_nvrtc(dat
     src = engine.cuda_source(f, arrays)
     assert all(width in (4, 8) for width in src.thread_vector_widths)
     assert nvrtc.compile_ptx(src.text, "generated", "sm_90")
+
+
+# --- flat tasks: arrays of several axes laid out row-major (schedule/rows.py, flat_pointwise) -------
+def nd_inputs(dtype: bz.DType, shape: tuple[int, ...], layout: str = "dense", seed: int = 0) -> list:
+    """Three arrays of `shape`: dense, one starting an element into its buffer ("offset"), the last
+    one a transposed view ("transposed") or every row padded ("padded"): never all dense then."""
+    arrays = [a.reshape(shape) for a in inputs(dtype, int(np.prod(shape)), seed=seed)[:3]]
+    scalar = inputs(dtype, 1)[3:]
+    if layout == "offset":
+        arrays = [np.concatenate([a.ravel()[:1], a.ravel()])[1:].reshape(shape) for a in arrays]
+    elif layout == "transposed":
+        arrays[2] = np.ascontiguousarray(arrays[2].swapaxes(0, 1)).swapaxes(0, 1)
+    elif layout == "padded":
+        arrays[2] = np.concatenate([arrays[2], arrays[2][..., :3]], axis=-1)[..., :shape[-1]]
+    return arrays + scalar
+
+
+@pytest.mark.parametrize("dtype, width", [(bz.float32, 4), (bz.bfloat16, 8)])
+def test_a_dense_fusion_of_several_axes_is_one_flat_range(dtype, width):
+    src = engine.cuda_source(elementwise(dtype, 3), nd_inputs(dtype, (4, 6, 8)))
+    assert src.thread_vector_widths == (width,)
+    assert "bz_fast_floordiv" not in src.body and "bz_fast_remainder" not in src.body and "lanes32" not in src.body
+    with config.scope(disable="flat_pointwise"):  # rows of the innermost axis, as before
+        assert "lanes32" in engine.cuda_source(elementwise(dtype, 3), nd_inputs(dtype, (4, 6, 8))).body
+
+
+@pytest.mark.parametrize("layout", ["transposed", "padded"])
+def test_arrays_not_laid_out_row_major_keep_rows(layout):
+    src = engine.cuda_source(elementwise(bz.float32, 2), nd_inputs(bz.float32, (6, 8), layout))
+    assert "task_end = bz_mul(" not in src.body or "lanes32" in src.body or "tile" in src.body
+
+
+def test_a_task_beside_a_row_task_keeps_rows_to_be_folded():
+    """h = x + r is written and normalized: its rows fold into the norm's row task, so it is not flat."""
+    with bz.Fusion() as f:
+        x, r = f.define_tensor([-1, -1]), f.define_tensor([-1, -1])
+        h = x + r
+        f.add_output(bz.ops.softmax(h, -1))
+        f.add_output(h)
+    src = engine.cuda_source(f, [np.ones((4, 64), np.float32)] * 2)
+    assert "// fusion: 1 task(s)" in src.text and "task_end = bz_mul(" not in src.body
+
+
+@needs_gxx
+@pytest.mark.parametrize("shape", [(3, 5), (0, 4), (4, 0), (2, 3, 4, 5), (1, 1, 7), (3, 1029)])
+@pytest.mark.parametrize("layout", ["dense", "offset", "transposed", "padded"])
+@pytest.mark.parametrize("dtype", [bz.float32, bz.bfloat16], ids=str)
+def test_flat_tasks_and_rows_on_the_cpu(dtype, layout, shape):
+    if layout == "transposed" and len(shape) < 2:
+        pytest.skip("no axes to swap")
+    arrays = nd_inputs(dtype, shape, layout, seed=sum(shape))
+    with config.scope(enable="poison_outputs"):
+        outputs, _ = run_on_cpu(elementwise(dtype, len(shape)), arrays, sm_count=2, resident=1)
+    tolerance = 1e-2 if dtype is bz.bfloat16 else 1e-6
+    for actual, expected in zip(outputs, reference(dtype, *arrays)):
+        assert actual.shape == shape
+        scale = max(np.abs(expected).max(initial=0.0), 1.0)
+        np.testing.assert_allclose(np.asarray(actual, np.float64), expected, rtol=tolerance, atol=tolerance * scale)

@@ -80,3 +80,50 @@ def test_the_adam_update_at_the_suites_shape(offset):
         actual = out.double().cpu().numpy()
         assert np.isfinite(actual).all()  # the poison (NaN) is gone everywhere
         np.testing.assert_allclose(actual, wanted, rtol=1e-5, atol=1e-5 * np.abs(wanted).max())
+
+
+def laid_out(t: torch.Tensor, layout: str) -> torch.Tensor:
+    """`t`'s values laid out densely, an element into the buffer, transposed in memory, or in padded rows."""
+    if layout == "offset":
+        return torch.cat([t.flatten()[:1], t.flatten()])[1:].view(t.shape)
+    if layout == "transposed":
+        return t.transpose(0, 1).contiguous().transpose(0, 1)
+    if layout == "padded":
+        return torch.cat([t, t[..., :3]], -1)[..., :t.shape[-1]]
+    return t
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (0, 4), (2, 3, 4, 5), (1, 1, 7), (37, 1029), (512, 2048), (8, 16, 4099)])
+@pytest.mark.parametrize("layout", ["dense", "offset", "transposed", "padded"])
+@pytest.mark.parametrize("dtype", [bz.float32, bz.bfloat16], ids=str)
+def test_fusions_of_several_axes_flat_or_by_rows(dtype, layout, shape):
+    """Dense arrays of several axes are one flat range of vectors (schedule/rows.py, flat_pointwise);
+    an array off by an element takes the flat range one index a thread, a transposed or padded one
+    keeps rows."""
+    g = torch.Generator().manual_seed(sum(shape))
+    x, y, z = (torch.randn(shape, generator=g, dtype=torch.float64).to(TORCH[dtype]).cuda() for _ in range(3))
+    x, y, z = x, y, laid_out(z, layout)
+    if layout == "offset":
+        x, y = laid_out(x, layout), laid_out(y, layout)
+    with config.scope(enable="poison_outputs"):
+        outs = elementwise(dtype, len(shape)).execute([x, y, z, 0.75])
+    torch.cuda.synchronize()
+    tolerance = 2e-2 if dtype is bz.bfloat16 else 1e-6
+    for out, wanted in zip(outs, reference(dtype, host(x), host(y), host(z), 0.75)):
+        assert tuple(out.shape) == shape
+        scale = max(np.abs(wanted).max(initial=0.0), 1.0)
+        np.testing.assert_allclose(host(out), wanted, rtol=tolerance, atol=tolerance * scale)
+
+
+@pytest.mark.parametrize("name", ["cast_bf16", "gelu_backward", "swiglu"])
+def test_the_suites_flat_fusions_at_an_odd_shape(name):
+    case = next(c for c in CASES if c.name == name)
+    shape = (67, 1030)
+    dtype = getattr(torch, case.dtype)
+    tensors = [torch.from_numpy(a).to(dtype).cuda() for a in case.inputs(np.random.default_rng(0), shape, np.float32)]
+    with config.scope(enable="poison_outputs"):
+        (out,) = build_fusion(case, shape).execute(tensors)
+    torch.cuda.synchronize()
+    (wanted,) = case.math(np, *[t.double().cpu().numpy() for t in tensors])
+    scale = max(np.abs(wanted).max(), 1.0)
+    np.testing.assert_allclose(out.double().cpu().numpy(), wanted, rtol=2e-2, atol=2e-2 * scale)

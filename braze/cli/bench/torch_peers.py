@@ -93,6 +93,7 @@ PEERS = {
     "rope": _rope,
     "cross_entropy": _cross_entropy,
     "log_softmax": lambda x: (torch.log_softmax(x, -1),),
+    "cumsum": lambda x: (x.cumsum(-1),),
     "argmax": lambda x: (x.argmax(-1),),
     "softmax": lambda x: (torch.softmax(x, -1),),
     "softmax_bf16": lambda x: (torch.softmax(x, -1),),
