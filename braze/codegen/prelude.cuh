@@ -367,10 +367,9 @@ template <typename T, typename Op> BZ_D void bz_lane_take(T& v, Op op, const uns
   v = total;
 }
 
-// A scan over the lanes of a row, a tile of `lanes` elements (one a lane): lane i gets the combine
-// of `carry` (the tiles before; the same in every lane of the row) and the tile's elements 0..i, and
-// `carry` becomes the whole tile's. Up to a warp, shuffles up within the row's lanes; a block a row,
-// each warp's scan, then the warps' totals through shared memory in warp order.
+// A scan over the lanes of a row, a tile at a time (`carry`: the tiles before, the same in every lane
+// of the row). Up to a warp, shuffles up within the row's lanes; a block a row, each warp's scan,
+// then the warps' totals through shared memory in warp order.
 template <typename T> BZ_D T bz_shfl_up(T v, int delta, int width) { return __shfl_up_sync(0xffffffffu, v, delta, width); }
 BZ_D bool bz_shfl_up(bool v, int delta, int width) { return __shfl_up_sync(0xffffffffu, (int)v, delta, width) != 0; }
 BZ_D signed char bz_shfl_up(signed char v, int delta, int width) {
@@ -381,17 +380,19 @@ BZ_D bool bz_shfl_idx(bool v, int lane, int width) { return __shfl_sync(0xffffff
 BZ_D signed char bz_shfl_idx(signed char v, int lane, int width) {
   return (signed char)__shfl_sync(0xffffffffu, (int)v, lane, width);
 }
+// Each lane holds the combine `v` of its own run of consecutive elements of the tile: lane i gets
+// `carry` combined with lanes 0..i-1 (what comes before its run), and `carry` becomes the whole tile's.
 template <typename T, typename Op> BZ_D T bz_lane_scan(T v, T& carry, int lanes, Op op) {
   const int width = lanes < 32 ? lanes : 32, lane = threadIdx.x & (width - 1);
   for (int offset = 1; offset < width; offset <<= 1) {
     const T before = bz_shfl_up(v, offset, width);
     if (lane >= offset) v = op(before, v);
   }
+  const T prior = bz_shfl_up(v, 1, width);  // lanes 0..i-1 of this warp's (or row's) lanes
   if (lanes <= 32) {
-    const T total = bz_shfl_idx(v, width - 1, width);
-    v = op(carry, v);
-    carry = op(carry, total);
-    return v;
+    const T before = lane == 0 ? carry : op(carry, prior);
+    carry = op(carry, bz_shfl_idx(v, width - 1, width));
+    return before;
   }
   __shared__ T warp_totals[32];
   __syncthreads();  // the tile before's readers are done with the totals
@@ -400,7 +401,7 @@ template <typename T, typename Op> BZ_D T bz_lane_scan(T v, T& carry, int lanes,
   T before = carry;
   for (int w = 0; w < (int)(threadIdx.x >> 5); ++w) before = op(before, warp_totals[w]);
   for (int w = 0; w < (int)(blockDim.x >> 5); ++w) carry = op(carry, warp_totals[w]);
-  return op(before, v);
+  return lane == 0 ? before : op(before, prior);
 }
 
 // One pass for a row's maximum m and its sum s of exp(x - m) (softmax, log_softmax, cross_entropy):
