@@ -73,6 +73,9 @@ FEATURES = {
                   "a tile of the row at a time over its lanes",
     "flat_pointwise": "disable: on a GPU, a pointwise task over arrays all laid out row-major walks rows of its "
                       "innermost axis, not every axis as one flat range of 16-byte vectors",
+    "l2_hints": "disable: on a GPU, a row task whose rows are too long for shared memory reads and writes them "
+                "with no L2 eviction hints (the first read kept for the second, the last read and the stores "
+                "evicted first)",
     "pad_mm": "disable: the torch backend leaves matrix multiplies with extents that break 16-byte alignment "
               "(an odd vocabulary) unpadded, as eager PyTorch runs them",
     "logsumexp_pad": "disable: logsumexp over an axis whose extent is not a static positive number takes the max "

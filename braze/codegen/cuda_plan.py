@@ -802,10 +802,13 @@ class VectorAccesses:
 
 def _unit_stride_position(access, var: k.Var, local: set[k.Var]) -> bool:
     """`var` indexes exactly one axis of the access, with unit stride, as `var` plus an offset fixed
-    for the loop (reading none of the `local` variables the loop defines): a part of a loop split at
-    a cat's edge reads `x[j - 64]`."""
+    for the loop (a part of a loop split at a cat's edge reads `x[j - 64]`), and no index reads the
+    `local` variables the loop defines."""
     uses = [axis for axis, i in enumerate(access.indices) if var in set(sub_exprs(i))]
-    return len(uses) == 1 and _steps_with(access.indices[uses[0]], var, local | {var}) \
+    # Every index is read where the vector's accesses are made, before the loop's own statements run
+    # (its alignment test, its loads): none may read a value the loop body defines.
+    others_fixed = not any(_vars_of(i) & local for i in access.indices)
+    return len(uses) == 1 and others_fixed and _steps_with(access.indices[uses[0]], var, local | {var}) \
         and access.param.static_stride(uses[0]) == 1
 
 

@@ -399,11 +399,13 @@ class RowLoopWriter:
         self.store_vector_columns(columns, base, width)
         for n, cache, _ in updates:
             self.cached_line(f"{self.cache_slot(n, vector_type(cache.dtype, width), base)} = u{n}_{v};")
+        streams = self.streams_stores(loop)
         for store in vector.stores:
             target = self.offset(store.param, replace_var_in_access(store, loop.var, base))
             ty = vector_type(store.param.dtype, width)
-            self.line(f"if (active) *reinterpret_cast<{ty}*>(&{self.pointer(store.param)}[{target}]) = "
-                      f"{stores[id(store)]};")
+            address = f"reinterpret_cast<{ty}*>(&{self.pointer(store.param)}[{target}])"
+            self.line(f"if (active) bz_store_last({address}, {stores[id(store)]});" if streams else
+                      f"if (active) *{address} = {stores[id(store)]};")
             for n in self.stored_caches(loop, store):
                 self.cached_line(f"{self.cache_slot(n, ty, base)} = {stores[id(store)]};")
         self.loop_depth -= 1
@@ -474,9 +476,11 @@ class RowLoopWriter:
             return f"{self.preloaded[load]}[{self.register_index}]"
         ty = vector_type(load.param.dtype, self.vectors[id(loop)].width)
         offset = self.offset(load.param, replace_var_in_access(load, loop.var, base))
-        from_memory = f"*reinterpret_cast<const {ty}*>(&{self.pointer(load.param)}[{offset}])"
+        address = f"reinterpret_cast<const {ty}*>(&{self.pointer(load.param)}[{offset}])"
+        from_memory = f"*{address}"
         for n, cache in enumerate(self.caches):
             if id(loop) in cache.loops and row_cache_key(load, loop) == cache.key:
+                from_memory = self.hinted_load(cache, loop, address, from_memory)
                 slot = self.cache_slot(n, ty, base)
                 if cache.loops[0] != id(loop):
                     return {"true": slot, "registers": slot, "false": from_memory}.get(
@@ -488,6 +492,22 @@ class RowLoopWriter:
                     self.cached_line(f"{slot} = m{n}_{loop.var.name};")
                     return f"m{n}_{loop.var.name}"
         return from_memory
+
+    def hinted_load(self, cache, loop: k.For, address: str, plain: str) -> str:
+        """A row cache's load where the rows were too long for shared memory (the uncached copy of an
+        unswitched loop): the first loop's read keeps its lines in L2 for the later loops, the last
+        loop's read lets them go (prelude's bz_load_keep and bz_load_last)."""
+        if self.cached != "false" or config.disabled("l2_hints"):
+            return plain
+        if cache.loops[0] == id(loop):
+            return f"bz_load_keep({address})"
+        return f"bz_load_last({address})" if cache.loops[-1] == id(loop) else plain
+
+    def streams_stores(self, loop: k.For) -> bool:
+        """Whether the loop's stores leave L2 first: it reads rows too long for shared memory for the
+        last time, so L2 is better kept for the rows other blocks will read again (see hinted_load)."""
+        return self.cached == "false" and not config.disabled("l2_hints") and any(
+            len(cache.loops) > 1 and cache.loops[-1] == id(loop) for cache in self.caches)
 
     def vector_values(self, loop: k.For, base: k.Var) -> dict[k.Expr, str]:
         """In a loop reading updated caches: a vector of values from the cache, or computed from

@@ -244,6 +244,60 @@ BZ_D unsigned short bz_arith_float_to_bf16_bits(float x) {
 #endif
 }
 
+// A row task whose rows do not fit in shared memory reads them again from memory in a later loop.
+// Rows of thousands of blocks in flight (a 32000-long vocabulary: 128 KB a row) pass more bytes
+// through L2 than it holds before the second read, which then goes to DRAM again. So the first read
+// asks L2 to keep its lines (evict_last), and the last read and the stores of such a task mark
+// theirs evict-first, leaving L2 to the rows still to be read again (cuda_rows, `bz_load_keep`).
+template <typename V> BZ_D V bz_load_keep(const V* p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  unsigned long long policy;
+  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+  V v;
+  if constexpr (sizeof(V) == 16) {
+    uint4 w;
+    asm("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+        : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w) : "l"(p), "l"(policy));
+    *reinterpret_cast<uint4*>(&v) = w;
+  } else if constexpr (sizeof(V) == 8) {
+    uint2 w;
+    asm("ld.global.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;" : "=r"(w.x), "=r"(w.y) : "l"(p), "l"(policy));
+    *reinterpret_cast<uint2*>(&v) = w;
+  } else if constexpr (sizeof(V) == 4) {
+    unsigned w;
+    asm("ld.global.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(w) : "l"(p), "l"(policy));
+    *reinterpret_cast<unsigned*>(&v) = w;
+  } else {
+    v = *p;
+  }
+  return v;
+#else
+  return *p;
+#endif
+}
+template <typename V> BZ_D V bz_load_last(const V* p) {
+#if defined(__CUDA_ARCH__)
+  V v;
+  if constexpr (sizeof(V) == 16) *reinterpret_cast<uint4*>(&v) = __ldcs(reinterpret_cast<const uint4*>(p));
+  else if constexpr (sizeof(V) == 8) *reinterpret_cast<uint2*>(&v) = __ldcs(reinterpret_cast<const uint2*>(p));
+  else if constexpr (sizeof(V) == 4) *reinterpret_cast<unsigned*>(&v) = __ldcs(reinterpret_cast<const unsigned*>(p));
+  else v = *p;
+  return v;
+#else
+  return *p;
+#endif
+}
+template <typename V> BZ_D void bz_store_last(V* p, const V v) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(V) == 16) __stcs(reinterpret_cast<uint4*>(p), *reinterpret_cast<const uint4*>(&v));
+  else if constexpr (sizeof(V) == 8) __stcs(reinterpret_cast<uint2*>(p), *reinterpret_cast<const uint2*>(&v));
+  else if constexpr (sizeof(V) == 4) __stcs(reinterpret_cast<unsigned*>(p), *reinterpret_cast<const unsigned*>(&v));
+  else *p = v;
+#else
+  *p = v;
+#endif
+}
+
 // Four neighbouring elements moved as one access (float4 and int4 are CUDA's own); eight of a type
 // of 2 bytes or less, 16 bytes of half types (cuda_plan.VECTOR_TYPES).
 struct __align__(16) bz_double4 { double x, y, z, w; };

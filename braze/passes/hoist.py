@@ -114,7 +114,8 @@ class _Hoister:
         if not self.lets and not moved:
             return [dataclasses.replace(loop, body=body) if body != loop.body else loop]
         lets = [*moved, *(k.Let(var, value) for value, var in self.lets.items())]
-        return [*lets, dataclasses.replace(loop, body=body)]
+        hoisted = {let.var for let in lets} | set(self.earlier.values())
+        return [*lets, dataclasses.replace(loop, body=_without_copies(body, hoisted))]
 
     def invariant_lets(self, loop: k.For) -> list[k.Let]:
         """The loop's own `Let`s of invariant values (never reassigned): they move out whole, and
@@ -126,6 +127,32 @@ class _Hoister:
                 moved.append(s)
                 self.variant.discard(s.var)
         return moved
+
+
+def _without_copies(stmts: tuple[k.Stmt, ...], hoisted: set[k.Var]) -> tuple[k.Stmt, ...]:
+    """`stmts` with each `Let` left holding just a hoisted value (a nested loop's own `cse = inv`)
+    dropped and its variable read as that value: indices then read only values defined before the
+    loop, so the code generator may move the loop's accesses as vectors (cuda_plan.vector_accesses)."""
+    assigned = {s.var for s in _walk(stmts) if isinstance(s, k.Assign)}
+    copies = {s.var: s.value for s in _walk(stmts) if isinstance(s, k.Let) and s.value in hoisted
+              and s.var not in assigned}
+    if not copies:
+        return stmts
+
+    def read(e: k.Expr) -> k.Expr:
+        return copies[e] if isinstance(e, k.Var) and e in copies else _map(e, read)
+    return _dropped_lets(tuple(_stmt_exprs(s, read) for s in stmts), set(copies))
+
+
+def _dropped_lets(stmts: tuple[k.Stmt, ...], dropped: set[k.Var]) -> tuple[k.Stmt, ...]:
+    kept = []
+    for s in stmts:
+        if isinstance(s, k.Let) and s.var in dropped:
+            continue
+        bodies = {name: _dropped_lets(getattr(s, name), dropped) for name in ("body", "then", "orelse")
+                  if isinstance(getattr(s, name, None), tuple)}
+        kept.append(dataclasses.replace(s, **bodies) if bodies else s)
+    return tuple(kept)
 
 
 def _fresh_names(kernel: k.Kernel, prefix: str):

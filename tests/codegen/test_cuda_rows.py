@@ -284,8 +284,9 @@ def _ptx_functions(src: cuda.CudaSource) -> dict[str, str]:
 def test_bfloat16_rows_compile_to_16_byte_loads_and_stores():
     ptx = _ptx_functions(source(softmax, BF16_ROW))
     assert set(ptx) == {"rows_t0_T9", "rows_t0_T9_warp"}
-    for text in ptx.values():
-        assert "ld.global.nc.v4.u32" in text and "st.global.v4.u32" in text
+    for text in ptx.values():  # (rows too long for shared memory read with L2 hints: bz_load_keep)
+        assert re.search(r"ld\.global\.(nc\.)?v4\.u32", text) and "st.global.v4.u32" in text
+    assert "ld.global.L2::cache_hint.v4.u32" in ptx["rows_t0_T9"] and "st.global.cs.v4.u32" in ptx["rows_t0_T9"]
     assert "bar.sync" in ptx["rows_t0_T9"] and "bar.sync" not in ptx["rows_t0_T9_warp"]
 
 
