@@ -76,6 +76,8 @@ FEATURES = {
     "l2_hints": "disable: on a GPU, a row task whose rows are too long for shared memory reads and writes them "
                 "with no L2 eviction hints (the first read kept for the second, the last read and the stores "
                 "evicted first)",
+    "balanced_lanes": "disable: on a GPU, a pointwise task's rows of 1024 elements or more take a whole block "
+                      "each, however many of its lanes the row's last step leaves idle",
     "pad_mm": "disable: the torch backend leaves matrix multiplies with extents that break 16-byte alignment "
               "(an odd vocabulary) unpadded, as eager PyTorch runs them",
     "logsumexp_pad": "disable: logsumexp over an axis whose extent is not a static positive number takes the max "

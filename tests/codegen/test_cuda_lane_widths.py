@@ -20,7 +20,7 @@ from braze.cli.bench.cases import CASES
 from braze.cli.bench.check import build_fusion
 from braze.codegen import cuda
 from braze.runtime import nvrtc
-from braze.runtime.cuda_kernel import lanes_for
+from braze.runtime.cuda_kernel import balanced_lanes, lanes_for
 
 
 def rope_inputs(shape, dtype, seed: int = 0) -> list[np.ndarray]:
@@ -106,3 +106,31 @@ def test_the_suites_rope_compiles_with_nvrtc_to_16_byte_accesses():
     src = engine.cuda_source(rope_fusion(128, bz.bfloat16), rope_inputs((1, 16, 2, 128), bz.bfloat16))
     ptx = nvrtc.compile_ptx(cuda.with_prelude(src.body), "rope", "sm_90").rstrip(b"\0").decode()
     assert "ld.global.nc.v4.u32" in ptx and "st.global.v4.u32" in ptx
+
+
+# --- long rows that combine nothing: lanes that leave little of the last step idle ---------------
+def row_scale() -> bz.Fusion:
+    """A pointwise task over rows (a per-row scale broadcast along them), not one flat range."""
+    with bz.Fusion(name="row_scale") as f:
+        x, w = f.define_tensor([-1, -1]), f.define_tensor([-1, 1])
+        f.add_output(x * w + 1.0)
+    return f
+
+
+@pytest.mark.parametrize("length, lanes", [(3136, 64), (4096, 256), (1100, 32), (1024, 256)])
+def test_long_pointwise_rows_take_balanced_lanes(length, lanes):
+    assert balanced_lanes(length, 4, 256) == lanes
+    (launch,) = planned_launches(row_scale(), [np.zeros((6, length), np.float32), np.zeros((6, 1), np.float32)],
+                                 sm_count=2)
+    assert launch.scalars[0] == lanes
+
+
+@pytest.mark.skipif(not available(), reason="needs g++")
+@pytest.mark.parametrize("length", [1100, 3136])
+def test_balanced_lanes_on_the_cpu(length):
+    rng = np.random.default_rng(length)
+    x, w = rng.standard_normal((5, length)).astype(np.float32), rng.standard_normal((5, 1)).astype(np.float32)
+    with bz.config.scope(enable={"poison_outputs"}):
+        (y,), launches = run_on_cpu(row_scale(), [x, w], sm_count=2)
+    np.testing.assert_allclose(y, x.astype(np.float64) * w + 1.0, rtol=1e-6, atol=1e-6)
+    assert [arguments[0] for *_, arguments in launches] == [balanced_lanes(length, 4, 256)]
