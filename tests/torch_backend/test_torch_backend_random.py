@@ -236,3 +236,23 @@ def test_a_model_with_dropout_trained_from_the_same_torch_seed_repeats_itself_ex
     assert first[0] != other[0], "another torch seed drops other elements"
     eager = _train(step, copy.deepcopy(initial), torch_seed=7)  # other masks, the same distribution
     torch.testing.assert_close(first[0], eager[0], rtol=0.1, atol=0.05)
+
+
+@pytest.mark.parametrize("partition, log_probs_saved", [("min_cut", False), ("default", True)])
+def test_a_language_models_loss_saves_its_logits_not_their_log_probabilities(partition, log_probs_saved):
+    """The min-cut partition (Options.partition) recomputes a loss's softmax in the backward from
+    the logits and each row's statistics, as Inductor does; the default one saves the float32
+    log-probabilities of every token, the logits' size over again."""
+    logits = torch.randn(6, 7, 50, dtype=torch.bfloat16, requires_grad=True)
+    tokens = torch.randint(0, 50, (6, 7))
+
+    def loss(x):
+        return torch.nn.functional.cross_entropy(x[:, :-1].flatten(0, 1).float(), tokens[:, 1:].flatten())
+
+    compiled = torch.compile(loss, backend="braze", options={**STRICT, "partition": partition})
+    saved = _saved_by_forward(compiled, logits)
+    wide = [t for t in saved if t.dtype == torch.float32 and t.numel() >= 6 * 6 * 50]
+    assert bool(wide) == log_probs_saved, [(t.dtype, tuple(t.shape)) for t in saved]
+    expected = torch.autograd.grad(loss(logits), logits)[0]
+    actual = torch.autograd.grad(compiled(logits), logits)[0]
+    torch.testing.assert_close(actual, expected, rtol=2e-2, atol=1e-3)

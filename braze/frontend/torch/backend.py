@@ -6,7 +6,8 @@ PyTorch's core ATen decompositions plus the ones in `EXTRA_DECOMPOSITIONS`, whic
 softmax and dropout into the pointwise ops and reductions braze fuses. Matrix multiplies whose extents
 break 16-byte alignment are padded (`pad_matmuls.py`), the pads fused into their producers' regions.
 Random numbers are keyed by a seed from torch's generator, and dropout masks drawn again in the
-backward instead of saved (`rng.py`), before AOTAutograd's default partition splits the joint graph.
+backward instead of saved (`rng.py`), before PyTorch's min-cut partition (or AOTAutograd's default
+one: `Options.partition`) splits the joint graph.
 FX's capability-based partitioning (its proposal step in `partition.py`, linear where FX's is
 quadratic) then cuts each graph into the largest regions whose nodes `support.why_not` accepts; each
 region becomes one braze fusion (`region_builder.py`) called by a `BrazeRegion` module, and regions
@@ -26,8 +27,9 @@ import torch
 from torch import fx
 from torch._decomp import core_aten_decompositions, get_decompositions
 from torch._dynamo.backends.common import aot_autograd
+from torch._functorch import config as functorch_config
 from torch._functorch.aot_autograd import make_boxed_func
-from torch._functorch.partitioners import default_partition
+from torch._functorch.partitioners import default_partition, min_cut_rematerialization_partition
 from torch.fx.passes.infra.partitioner import Partition
 from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
@@ -106,12 +108,17 @@ def make_backend(options: Options, reports: list[GraphReport] | None = None,
         return compile_graph
 
     def partition(joint: fx.GraphModule, joint_inputs: list, **kwargs: object) -> tuple:
-        """AOTAutograd's default partition, after unaligned matrix multiplies are padded (on the joint
-        graph, so the forward and the backward share a padded weight) and braze's random numbers are
-        keyed by a seed and their masks replayed in the backward (rng.py): the seed is saved, not the
-        masks."""
+        """The partition `options.partition` names (`Options`), after unaligned matrix multiplies are
+        padded (on the joint graph, so the forward and the backward share a padded weight) and braze's
+        random numbers are keyed by a seed and their masks replayed in the backward (rng.py): the
+        seed is saved, not the masks."""
         pad_matmuls(joint, _pad_mode(options))
         replay_in_backward(joint, key_random_ops(joint, _takes_random(options, joint)))
+        if options.partition == "min_cut":
+            # Without its common-subexpression pass, which would merge the backward's replayed
+            # random numbers back into the forward's and save the masks after all.
+            with functorch_config.patch(cse=False):
+                return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
         return default_partition(joint, joint_inputs, **kwargs)
 
     return aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),

@@ -9,6 +9,7 @@ from braze.errors import InputError
 
 FALLBACKS = ("torch", "error")
 RANDOM = ("braze", "torch")
+PARTITIONS = ("min_cut", "default")
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,11 @@ class Options:
       vocabulary) when they are large enough for it to pay, so cuBLAS runs its fast kernels
       (braze/frontend/torch/pad_matmuls.py); `"always"` pads every unaligned float one, on any device
       and of any size; `False` pads none (as does `BRAZE_DISABLE=pad_mm`).
+    - `partition`: how AOTAutograd splits the joint graph into forward and backward. `"min_cut"`
+      (PyTorch's `min_cut_rematerialization_partition`, as Inductor uses) saves the fewest bytes and
+      recomputes cheap pointwise values in the backward: a language model's loss saves its logits
+      and each row's logsumexp, not the float32 log-probabilities of every token. `"default"` is
+      AOTAutograd's default partition: it saves whatever the backward reads.
     """
 
     fallback: str = "torch"
@@ -38,6 +44,7 @@ class Options:
     min_region_ops: int = 1
     random: str = "braze"
     pad_mm: bool | str = True
+    partition: str = "min_cut"
 
 
 def _choice(name: str, allowed: tuple[str, ...]):
@@ -80,6 +87,7 @@ _CHECKS = {
     "min_region_ops": _count,
     "random": _choice("random", RANDOM),
     "pad_mm": _pad_mm,
+    "partition": _choice("partition", PARTITIONS),
 }
 
 

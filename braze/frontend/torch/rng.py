@@ -29,6 +29,7 @@ import torch
 from torch import fx
 from torch._functorch.partitioners import _has_tag_is_forward, _is_fwd_seed_offset, _is_primal, _is_tangent
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.utils.checkpoint import CheckpointPolicy
 
 from braze.frontend.torch.symbols import size_expr
 from braze.ops import philox
@@ -155,6 +156,9 @@ def replay_in_backward(joint: fx.GraphModule, keyed: list[fx.Node]) -> int:
             with joint.graph.inserting_after(point[0]):
                 copies[node] = point[0] = joint.graph.node_copy(node, lambda a: copies.get(a, a))
             copies[node].meta["partitioner_tag"] = "is_backward"  # AOTAutograd's tag: where it belongs
+            # The min-cut partition would compute a copy in the forward and save it (a mask), since it
+            # never recomputes an op it does not know: the copies are the backward's own by policy.
+            copies[node].meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
         return copies[node]
 
     for node in read_by_backward:
