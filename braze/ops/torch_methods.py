@@ -220,7 +220,7 @@ def install(cls: type = TensorView) -> None:
     cls.div = _op_method("truediv")
     cls.expand = _expand
     cls.view = lambda self, *shape: views.reshape(self, sizes(shape))
-    cls.flatten = vc.flatten
+    cls.flatten, cls.unflatten = vc.flatten, vc.unflatten
     cls.to = _to
     cls.clamp = cls.clip = _clamp
     cls.masked_fill = vc.masked_fill

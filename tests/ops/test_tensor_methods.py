@@ -110,6 +110,8 @@ def test_size_and_dim_read_the_shape():
     (lambda x: x.clamp(), "clamp: expected min or max"),
     (lambda x: x.expand(4), "expand: .* has 2 dimensions, expected a shape of at least that many"),
     (lambda x: x.flatten(1, 0), "flatten: expected start_dim <= end_dim"),
+    (lambda x: x.unflatten(1, 2), "unflatten: sizes: expected a non-empty list or tuple of sizes, got 2"),
+    (lambda x: x.unflatten(2, (2, 2)), "unflatten dim"),
     (lambda x: x.to(), "to: expected one dtype or tensor"),
     (lambda x: x.var(1, correction=1, unbiased=True), "var: expected one of correction=, unbiased=, got both"),
     (lambda x: x.std(1, unbiased=1), "std: unbiased: expected a bool, got int 1"),
