@@ -7,7 +7,6 @@ program writes whole start as NaN or -1. On the CPU run, each kernel's CUDA for 
 program gave it is also compiled with NVRTC where it is installed (no GPU needed)."""
 
 import math
-import sys
 
 import numpy as np
 import pytest
@@ -25,7 +24,7 @@ def argument_layout(value) -> tuple:
 
 
 @pytest.fixture(autouse=True)
-def cuda_compiles(where, monkeypatch):
+def cuda_compiles(where, monkeypatch, request):
     """On the CPU run, records each kernel the program calls with the layouts of its arguments (the
     module's kernels are wrapped for the test), then compiles the CUDA braze generates for each with
     NVRTC: one translation unit of PTX without optimization (`-G`), as tests/engine/nvrtc_batches.py
@@ -42,7 +41,7 @@ def cuda_compiles(where, monkeypatch):
 
         return call
 
-    module = sys.modules[__name__]
+    module = request.module  # this one, or a module that imports the fixture
     for name, value in vars(module).copy().items():
         if isinstance(value, KernelFunction):
             monkeypatch.setattr(module, name, recorded(value))
