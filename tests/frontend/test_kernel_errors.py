@@ -264,7 +264,7 @@ def test_a_call_time_error_names_the_kernels_file_and_line():
 
     where = f"test_kernel_errors.py:{fill.fn.__code__.co_firstlineno}: kernel fill: "
     for args, message in [((np.zeros(3, np.float64),), "argument 'a': expected float32, got float64"),
-                          ((), "expected 1 arguments, got 0"),
+                          ((), "missing a required argument: 'a'"),
                           ((np.zeros(3, np.float32)[::-1].copy().view(np.float32),), None)]:
         if message is None:
             fill(*args)  # a good call between two bad ones

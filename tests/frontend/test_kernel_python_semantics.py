@@ -1,6 +1,6 @@
 """Loop kernels follow Python where a user would notice: the loop variable after a loop, constant
-negative indices, shadowed loop indices (refused), loops that cannot run in parallel (warned), and the
-builtin `round`."""
+negative indices, shadowed loop indices (refused), loops that cannot run in parallel (warned), the
+builtin `round`, and parameters left to their default values."""
 
 from __future__ import annotations
 
@@ -207,3 +207,19 @@ def test_round_refuses_digits_that_are_not_a_constant_int():
                                              "argument"):
         bad(np.zeros(2), 1)
 
+
+@bz.kernel
+def scaled(x: bz.Array[bz.float32, 1], factor: bz.float32 = 2.0, offset: int = 1):
+    for i in range(x.shape[0]):
+        x[i] = x[i] * factor + offset
+
+
+def test_parameters_left_out_take_their_default_values():
+    x = np.ones(3, np.float32)
+    scaled(x)
+    scaled(x, offset=0)
+    scaled(x, 0.5)
+    scaled(x=x, factor=3.0, offset=-1)
+    np.testing.assert_array_equal(x, (((1 * 2 + 1) * 2 + 0) * 0.5 + 1) * 3 - 1)
+    with pytest.raises(bz.InputError, match="kernel scaled: missing a required argument: 'x'"):
+        scaled(factor=1.0)
