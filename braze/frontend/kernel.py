@@ -275,7 +275,7 @@ class KernelFunction:
         depends on dtypes, ranks and layouts only). Needs no GPU. A `str` of the kernels, one
         `__global__` per task after task fusion; `.text` adds the prelude (what NVRTC compiles) and
         `.functions` names each task's function."""
-        if kwargs:
+        if kwargs or len(args) != self.arity:
             args = self._positional(args, kwargs)
         if self.vector_params:
             args = self._flat_arguments(args)

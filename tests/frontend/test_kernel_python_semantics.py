@@ -223,3 +223,4 @@ def test_parameters_left_out_take_their_default_values():
     np.testing.assert_array_equal(x, (((1 * 2 + 1) * 2 + 0) * 0.5 + 1) * 3 - 1)
     with pytest.raises(bz.InputError, match="kernel scaled: missing a required argument: 'x'"):
         scaled(factor=1.0)
+    assert scaled.cuda_source(x) == scaled.cuda_source(x, 2.0, 1)  # CUDA source needs no GPU
