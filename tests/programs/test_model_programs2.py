@@ -235,7 +235,7 @@ def test_sliding_window_causal_softmax(t, window, where):
         q = ops.arange(scores.shape[-2])[:, None]
         k = ops.arange(scores.shape[-1])[None, :]
         allowed = (k <= q) & (q - k < window)
-        return scores.masked_fill(~allowed, float("-inf")).softmax(-1)
+        return scores.masked_fill(~allowed, bz.finfo(scores.dtype).min).softmax(-1)
 
     s = normal(2, t, t)
     q, k = np.arange(t)[:, None], np.arange(t)[None, :]
@@ -264,7 +264,7 @@ def test_padding_from_lengths_and_masked_mean_pooling(where):
     @bz.jit
     def pooled(hidden, lengths):
         mask = ops.arange(hidden.shape[1])[None, :] < lengths[:, None]
-        summed = (hidden * mask[..., None]).sum(1)
+        summed = hidden.new_zeros(hidden.shape[0], hidden.shape[2]) + (hidden * mask[..., None]).sum(1)
         return summed / mask.sum(1, keepdim=True).clamp(min=1), hidden.masked_fill(~mask[..., None], -1e4).amax(1)
 
     h, lengths = normal(4, 9, 6), np.array([9, 1, 4, 0])

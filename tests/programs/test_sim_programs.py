@@ -35,9 +35,10 @@ def cuda_compiles(where, monkeypatch, request):
     calls: dict[tuple, tuple] = {}
 
     def recorded(kernel: KernelFunction):
-        def call(*args):
-            kernel(*args)  # first: a call that raises has no CUDA to compile
-            calls.setdefault((kernel, *map(argument_layout, args)), (kernel, args))
+        def call(*args, **kwargs):
+            kernel(*args, **kwargs)  # first: a call that raises has no CUDA to compile
+            layouts = (*map(argument_layout, args), *((k, argument_layout(v)) for k, v in sorted(kwargs.items())))
+            calls.setdefault((kernel, *layouts), (kernel, args, kwargs))
 
         return call
 
@@ -47,8 +48,8 @@ def cuda_compiles(where, monkeypatch, request):
             monkeypatch.setattr(module, name, recorded(value))
     yield
     sources = {}
-    for kernel, args in calls.values():
-        source = kernel.cuda_source(*args)
+    for kernel, args, kwargs in calls.values():
+        source = kernel.cuda_source(*args, **kwargs)
         sources.setdefault(source.body, source)
     if sources:
         compile_sources([renamed(s.body, s.functions, f"call{i}") for i, s in enumerate(sources.values())])

@@ -384,8 +384,8 @@ def test_particle_in_cell_deposit_and_gather(where):
 # --- collisions ------------------------------------------------------------------------------------
 @bz.kernel
 def collide_planes(x: bz.Array[bz.vec3, 1], v: bz.Array[bz.vec3, 1], normals: bz.Array[bz.vec3, 1],
-                   offsets: bz.Array[bz.float32, 1], restitution: bz.float32, dt: bz.float32,
-                   hits: bz.Array[bz.int32, 1]):
+                   offsets: bz.Array[bz.float32, 1], hits: bz.Array[bz.int32, 1], dt: bz.float32,
+                   restitution: bz.float32 = 0.5):
     for i in range(x.shape[0]):
         p = x[i] + v[i] * dt
         vel = v[i]
@@ -410,7 +410,7 @@ def test_collisions_against_planes_reflect_velocities(where):
     x[:, 1] = np.abs(x[:, 1])
     v = (RNG.standard_normal((n, 3)) * 3).astype(np.float32)
     xd, vd, hits = where(x.copy()), where(v.copy()), where(np.zeros(4, np.int32))
-    collide_planes(xd, vd, where(normals), where(offsets), 0.5, 0.1, hits)
+    collide_planes(xd, vd, where(normals), where(offsets), hits, dt=0.1)  # the default restitution
     p, vel = (x + v * 0.1).astype(np.float64), v.astype(np.float64)
     ref_hits = np.zeros(4, np.int64)
     for k, (nrm, off) in enumerate(zip(normals.astype(np.float64), offsets.astype(np.float64))):
@@ -536,7 +536,7 @@ def test_lennard_jones_with_the_minimum_image(where):
 @bz.kernel
 def bin_particles(x: bz.Array[bz.float32, 2], counts: bz.Array[bz.int32, 1], slots: bz.Array[bz.int32, 2],
                   cell: bz.Array[bz.int32, 1], inv_size: bz.float32):
-    cells = bz.int32(1.0 / inv_size + 0.5)
+    cells = round(1.0 / inv_size)
     for p in range(x.shape[0]):
         cx = min(bz.int32(x[p, 0] * cells), cells - 1)
         cy = min(bz.int32(x[p, 1] * cells), cells - 1)
