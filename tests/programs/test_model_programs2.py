@@ -17,6 +17,7 @@ import math
 import ml_dtypes
 import numpy as np
 import pytest
+from programs.test_model_programs import assert_close, assert_matches_eager, compiled, erf, log_softmax, softmax
 
 import braze as bz
 
@@ -28,33 +29,8 @@ def normal(*shape: int, dtype=np.float32) -> np.ndarray:
     return RNG.standard_normal(shape).astype(dtype)
 
 
-def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    e = np.exp(x - x.max(axis, keepdims=True))
-    return e / e.sum(axis, keepdims=True)
-
-
-def log_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    shifted = x - x.max(axis, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(axis, keepdims=True))
-
-
-def erf(x: np.ndarray) -> np.ndarray:
-    return np.vectorize(math.erf)(x)
-
-
 def f64(*arrays: np.ndarray):
     return [a.astype(np.float64) for a in arrays]
-
-
-def assert_close(got, expected, tol: float = 1e-4) -> None:
-    got = list(got) if isinstance(got, (tuple, list)) else [got]
-    expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
-    assert len(got) == len(expected)
-    for i, (g, e) in enumerate(zip(got, expected)):
-        e = np.asarray(e)
-        assert g.shape == e.shape, f"output {i}: shape {g.shape}, expected {e.shape}"
-        np.testing.assert_allclose(np.asarray(g, np.float64), e.astype(np.float64), rtol=tol, atol=tol,
-                                   err_msg=f"output {i}")
 
 
 # --- losses ---------------------------------------------------------------------------------------
@@ -505,33 +481,6 @@ def test_top_p_threshold_applied_to_unsorted_logits(where):
 
 
 # --- torch.compile ----------------------------------------------------------------------------------
-@pytest.fixture
-def torch():
-    torch = pytest.importorskip("torch")
-    torch._dynamo.reset()
-    yield torch
-    torch._dynamo.reset()
-
-
-def compiled(torch, fn):
-    from braze.frontend.torch import backend  # what backend="braze" names once braze is installed
-
-    return torch.compile(fn, backend=backend)
-
-
-def assert_matches_eager(torch, fn, *inputs, tol: float = 1e-4, grad: bool = False) -> None:
-    ours = [x.clone().requires_grad_(grad and x.is_floating_point()) for x in inputs]
-    eager = [x.clone().requires_grad_(grad and x.is_floating_point()) for x in inputs]
-    got, expected = compiled(torch, fn)(*ours), fn(*eager)
-    torch.testing.assert_close(got, expected, atol=tol, rtol=tol)
-    if grad:
-        got.sum().backward()
-        expected.sum().backward()
-        for a, b in zip(ours, eager):
-            if a.requires_grad:
-                torch.testing.assert_close(a.grad, b.grad, atol=tol, rtol=tol)
-
-
 def test_torch_losses_with_reductions_train(torch, where):
     functional = torch.nn.functional
 
