@@ -201,8 +201,9 @@ def _round(tr, node, args):
     if len(args) == 1:
         return ty.convert(ty.unary("round", args[0]), dt.int64)
     if len(args) != 2 or isinstance(args[1], bool) or not isinstance(args[1], int):
+        digits = "" if len(args) != 2 else f", digits {ast.unparse(node.args[1]) if node else args[1]}"
         raise ty.TypeProblem(f"round: expected a value and an optional constant int of digits, got {len(args)} "
-                             f"argument(s){'' if len(args) != 2 else f', digits {ast.unparse(node.args[1])}'}")
+                             f"argument(s){digits}")
     scale = 10.0 ** args[1]
     return ty.binary("truediv", ty.unary("round", ty.binary("mul", args[0], scale)), scale)
 

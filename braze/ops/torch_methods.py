@@ -275,9 +275,9 @@ def install(cls: type = TensorView) -> None:
     for name, why in _NOT_SUPPORTED.items():
         if not hasattr(cls, name):
             setattr(cls, name, _not_supported(name, why))
-    # A fusion's tensors are values: no layout to make contiguous, no storage to share or copy, no graph.
     # A fusion's new tensors have no uninitialised memory to offer: new_empty gives zeros.
     for name, value in (("new_zeros", 0), ("new_empty", 0), ("new_ones", 1)):
         setattr(cls, name, _new_filled(name, value))
     cls.new_full = _new_full
+    # A fusion's tensors are values: no layout to make contiguous, no storage to share or copy, no graph.
     cls.contiguous = cls.clone = cls.detach = lambda self: self

@@ -200,7 +200,7 @@ def repeat_interleave(x: TensorView, repeats: int, axis: int | None = None) -> T
     return reshape(grown, [*x.shape[:axis], x.shape[axis] * repeats, *x.shape[axis + 1:]])
 
 
-# --- roll, narrow, flatten, unflatten----------------------------------------------------------------
+# --- roll, narrow, flatten, unflatten ---------------------------------------------------------
 def _roll_axis(x: TensorView, shift: int, axis: int) -> TensorView:
     n = x.shape[axis]
     if n.is_const:
@@ -267,7 +267,6 @@ def flatten(x: TensorView, start_dim: int = 0, end_dim: int = -1) -> TensorView:
     return reshape(x, (*x.shape[:start], merged, *x.shape[end + 1 :]))
 
 
-
 def unflatten(x: TensorView, dim: int, sizes: Sequence[int | Scalar]) -> TensorView:
     """torch's `unflatten`: dimension `dim` becomes the dimensions `sizes` (one of them may be -1, the
     rest of the extent), as in `x.unflatten(-1, (-1, 2))` for interleaved pairs."""
@@ -276,6 +275,7 @@ def unflatten(x: TensorView, dim: int, sizes: Sequence[int | Scalar]) -> TensorV
     if not isinstance(sizes, (list, tuple)) or not sizes:
         raise FusionDefinitionError(f"unflatten: sizes: expected a non-empty list or tuple of sizes, got {sizes!r}")
     return reshape(x, (*x.shape[:axis], *sizes, *x.shape[axis + 1 :]))
+
 
 # --- triangles ---------------------------------------------------------------------------------
 def _triangle(op: str, x: TensorView, diagonal: int, keep: str) -> TensorView:
