@@ -339,6 +339,29 @@ def test_half_precision_norms_over_odd_rows(n, dtype, where):
     assert_close(got, [layer, rms, softmax(x64)], tol=tol)
 
 
+@bz.jit
+def layer_norm_backward(x, g, w):
+    n = x.shape[-1]
+    mu = x.mean(-1, keepdim=True)
+    rstd = ((x - mu) ** 2).mean(-1, keepdim=True).add(1e-5).rsqrt()
+    xhat = (x - mu) * rstd
+    gw = g * w
+    dx = rstd / n * (n * gw - gw.sum(-1, keepdim=True) - xhat * (gw * xhat).sum(-1, keepdim=True))
+    return dx, (g * xhat).sum(0), g.sum(0)
+
+
+@pytest.mark.parametrize("rows, n", [(1, 65537), (1000, 3), (65537, 1)])
+def test_layer_norm_backward_over_odd_shapes(rows, n, where):
+    x, g, w = normal(rows, n), normal(rows, n), normal(n)
+    x64, g64 = f64(x, g)
+    mu = x64.mean(-1, keepdims=True)
+    rstd = 1 / np.sqrt(((x64 - mu) ** 2).mean(-1, keepdims=True) + 1e-5)
+    xhat, gw = (x64 - mu) * rstd, g64 * w
+    dx = rstd / n * (n * gw - gw.sum(-1, keepdims=True) - xhat * (gw * xhat).sum(-1, keepdims=True))
+    assert_close(where.host(layer_norm_backward(where(x), where(g), where(w))), [dx, (g64 * xhat).sum(0), g64.sum(0)],
+                 tol=2e-3)
+
+
 def test_running_statistics_merged_welford_style(where):
     @bz.jit
     def merge(x, count, mean, m2):
