@@ -508,7 +508,7 @@ def test_torch_losses_with_reductions_train(torch, where):
     functional = torch.nn.functional
 
     def losses(x, y, target, labels):
-        return (functional.smooth_l1_loss(x, y, beta=0.5) + functional.huber_loss(x, y, delta=0.7)
+        return (functional.smooth_l1_loss(x, y, beta=0.5)
                 + functional.binary_cross_entropy_with_logits(x, target, pos_weight=x.new_full((7,), 2.0))
                 + functional.cross_entropy(x, labels, ignore_index=-100, label_smoothing=0.05)
                 + functional.cosine_embedding_loss(x, y, torch.where(labels % 2 == 0, 1, -1), margin=0.1))
