@@ -210,23 +210,24 @@ def test_layer_norm_with_and_without_affine(n, where):
     assert_close(where.host(layer_norms(where(x), where(w), where(b))), [y, y * w + b, y * w + b])
 
 
-def test_layer_norm_backward_from_primitives(where):
-    @bz.jit
-    def backward(x, g, w):
-        n = x.shape[-1]
-        mu = x.mean(-1, keepdim=True)
-        rstd = ((x - mu) ** 2).mean(-1, keepdim=True).add(1e-5).rsqrt()
-        xhat = (x - mu) * rstd
-        gw = g * w
-        dx = rstd / n * (n * gw - gw.sum(-1, keepdim=True) - xhat * (gw * xhat).sum(-1, keepdim=True))
-        return dx, (g * xhat).sum(0), g.sum(0)
+@bz.jit
+def layer_norm_backward(x, g, w):
+    n = x.shape[-1]
+    mu = x.mean(-1, keepdim=True)
+    rstd = ((x - mu) ** 2).mean(-1, keepdim=True).add(1e-5).rsqrt()
+    xhat = (x - mu) * rstd
+    gw = g * w
+    dx = rstd / n * (n * gw - gw.sum(-1, keepdim=True) - xhat * (gw * xhat).sum(-1, keepdim=True))
+    return dx, (g * xhat).sum(0), g.sum(0)
 
+
+def test_layer_norm_backward_from_primitives(where):
     x, g, w = normal(6, 13), normal(6, 13), normal(13)
     xhat = normalized(x.astype(np.float64))
     rstd = 1 / np.sqrt(x.astype(np.float64).var(-1, keepdims=True) + 1e-5)
     gw = g * w
     dx = rstd * (gw - gw.mean(-1, keepdims=True) - xhat * (gw * xhat).mean(-1, keepdims=True))
-    assert_close(where.host(backward(where(x), where(g), where(w))), [dx, (g * xhat).sum(0), g.sum(0)])
+    assert_close(where.host(layer_norm_backward(where(x), where(g), where(w))), [dx, (g * xhat).sum(0), g.sum(0)])
 
 
 def test_rms_norm_backward_from_primitives(where):

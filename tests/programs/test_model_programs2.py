@@ -17,7 +17,15 @@ import math
 import ml_dtypes
 import numpy as np
 import pytest
-from programs.test_model_programs import assert_close, assert_matches_eager, compiled, erf, log_softmax, softmax
+from programs.test_model_programs import (
+    assert_close,
+    assert_matches_eager,
+    compiled,
+    erf,
+    layer_norm_backward,
+    log_softmax,
+    softmax,
+)
 
 import braze as bz
 
@@ -337,17 +345,6 @@ def test_half_precision_norms_over_odd_rows(n, dtype, where):
     assert [o.dtype for o in got] == [dtype] * 3
     tol = 3e-2 if dtype == ml_dtypes.bfloat16 else 4e-3
     assert_close(got, [layer, rms, softmax(x64)], tol=tol)
-
-
-@bz.jit
-def layer_norm_backward(x, g, w):
-    n = x.shape[-1]
-    mu = x.mean(-1, keepdim=True)
-    rstd = ((x - mu) ** 2).mean(-1, keepdim=True).add(1e-5).rsqrt()
-    xhat = (x - mu) * rstd
-    gw = g * w
-    dx = rstd / n * (n * gw - gw.sum(-1, keepdim=True) - xhat * (gw * xhat).sum(-1, keepdim=True))
-    return dx, (g * xhat).sum(0), g.sum(0)
 
 
 @pytest.mark.parametrize("rows, n", [(1, 65537), (1000, 3), (65537, 1)])
