@@ -144,6 +144,23 @@ def compute_dtype(dtype: DType) -> DType:
     return float32 if dtype in (float16, bfloat16) else dtype
 
 
+def finfo(dtype: object) -> ml_dtypes.finfo:
+    """The limits of a floating dtype (bfloat16 too), as torch's `finfo` gives them: `.min`, `.max`,
+    `.eps`, `.tiny` (`scores.masked_fill(~keep, bz.finfo(scores.dtype).min)`)."""
+    target = as_dtype(dtype)
+    if not target.is_floating:
+        raise UnsupportedError(f"finfo: expected a floating dtype, got {target.name} (bz.iinfo takes integer ones)")
+    return ml_dtypes.finfo(target.numpy)
+
+
+def iinfo(dtype: object) -> np.iinfo:
+    """The limits of an integer dtype: `.min`, `.max`, `.bits`."""
+    target = as_dtype(dtype)
+    if not target.is_integer:
+        raise UnsupportedError(f"iinfo: expected an integer dtype, got {target.name} (bz.finfo takes floating ones)")
+    return np.iinfo(target.numpy)
+
+
 def finfo_eps(dtype: DType) -> float:
     """Machine epsilon of a floating dtype (for tolerances)."""
     return float(ml_dtypes.finfo(dtype.numpy).eps)

@@ -301,3 +301,21 @@ def test_scalar_input_is_weak_through_the_frontend() -> None:
     assert y.dtype == np.float16 and z.dtype == np.float32
     np.testing.assert_array_equal(y, np.full(3, 2.5, np.float16))
     np.testing.assert_array_equal(z, np.full(3, 2.5, np.float32))
+
+
+def test_finfo_and_iinfo_give_the_limits_torch_code_masks_with() -> None:
+    assert float(bz.finfo(bz.bfloat16).min) == -float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
+    assert bz.finfo(np.float32).eps == np.finfo(np.float32).eps and bz.finfo("float16").max == 65504
+    assert bz.iinfo(bz.int8).min == -128 and bz.iinfo(np.int64).max == 2**63 - 1
+    with pytest.raises(bz.UnsupportedError, match="finfo: expected a floating dtype, got int32"):
+        bz.finfo(bz.int32)
+    with pytest.raises(bz.UnsupportedError, match="iinfo: expected an integer dtype, got float32"):
+        bz.iinfo(bz.float32)
+
+
+def test_a_bfloat16_limit_masks_a_bfloat16_tensor_in_a_fusion() -> None:
+    x = np.array([[1.0, -2.0, 3.0]], ml_dtypes.bfloat16)
+    masked = bz.jit(lambda x: x.masked_fill(x > 0, bz.finfo(x.dtype).min))(x)
+    lowest = ml_dtypes.finfo(ml_dtypes.bfloat16).min
+    assert masked.dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(masked.astype(np.float64), [[lowest, -2.0, lowest]])

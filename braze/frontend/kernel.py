@@ -105,7 +105,7 @@ class KernelFunction:
         self._bound_extents: list[tuple[str, int]] | None = None  # (array, axis) read by task bounds
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
-        if kwargs:
+        if kwargs or len(args) != self.arity:  # keywords, or parameters left to their defaults
             args = self._positional(args, kwargs)
         if len(args) != self.arity:
             raise InputError(f"{self.label}: expected {self.arity} arguments, got {len(args)}")
@@ -157,9 +157,11 @@ class KernelFunction:
 
     def _positional(self, args: tuple, kwargs: dict) -> tuple:
         try:
-            return tuple(inspect.signature(self.fn).bind(*args, **kwargs).arguments.values())
+            bound = inspect.signature(self.fn).bind(*args, **kwargs)
         except TypeError as error:
             raise InputError(f"{self.label}: {error}") from None
+        bound.apply_defaults()
+        return tuple(bound.arguments.values())
 
     def _bind(self, args: Sequence[Any]) -> tuple[list[np.ndarray], list, tuple]:
         arrays, scalars, key = [], [], []
@@ -273,7 +275,7 @@ class KernelFunction:
         depends on dtypes, ranks and layouts only). Needs no GPU. A `str` of the kernels, one
         `__global__` per task after task fusion; `.text` adds the prelude (what NVRTC compiles) and
         `.functions` names each task's function."""
-        if kwargs:
+        if kwargs or len(args) != self.arity:
             args = self._positional(args, kwargs)
         if self.vector_params:
             args = self._flat_arguments(args)

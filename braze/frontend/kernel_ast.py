@@ -298,6 +298,10 @@ class Translator(ExpressionTranslator, TargetTranslator):
                 self.error(it, "range: expected 1 to 3 arguments")
         else:
             pairs = [(0, a) if not isinstance(a, tuple) else a for a in args]
+            for pair in pairs:
+                if len(pair) != 2:
+                    self.error(it, f"bz.ndrange: expected each dimension as n or (lo, hi), got a tuple of {len(pair)} "
+                                   "(a parallel loop with a step is range(lo, hi, step), over one dimension)")
         return [tuple(self.host_index(it, v, "a parallel range bound") for v in pair) for pair in pairs], step
 
     def parallel_step(self, it: ast.Call, step: object) -> k.Expr:

@@ -195,7 +195,21 @@ def _len(tr, node, args):
     raise ty.TypeProblem("len: expected an array")
 
 
+def _round(tr, node, args):
+    """Python's `round`: `round(x)` an int64, halves to even; `round(x, n)` (n a constant) a float
+    rounded as NumPy's `round(x, n)` is, x * 10**n to the nearest even integer, then scaled back."""
+    if len(args) == 1:
+        return ty.convert(ty.unary("round", args[0]), dt.int64)
+    if len(args) != 2 or isinstance(args[1], bool) or not isinstance(args[1], int):
+        digits = "" if len(args) != 2 else f", digits {ast.unparse(node.args[1]) if node else args[1]}"
+        raise ty.TypeProblem(f"round: expected a value and an optional constant int of digits, got {len(args)} "
+                             f"argument(s){digits}")
+    scale = 10.0 ** args[1]
+    return ty.binary("truediv", ty.unary("round", ty.binary("mul", args[0], scale)), scale)
+
+
 _BUILTIN_RULES: dict[Callable, Callable] = {
+    round: _round,
     int: lambda tr, node, args: ty.convert(_one(node, args), dt.int64),
     float: lambda tr, node, args: ty.convert(_one(node, args), dt.float64),
     bool: lambda tr, node, args: ty.convert(_one(node, args), dt.bool_),

@@ -49,6 +49,7 @@ from braze.ops.view_composites import (
     tril,
     triu,
     unbind,
+    unflatten,
 )
 from braze.ops.views import cat, flip, pad, permute, reshape, slice_tensor, squeeze, transpose, unsqueeze
 
@@ -87,5 +88,5 @@ __all__ = sorted(
      "layer_norm", "log_softmax", "max", "mean", "min", "ones", "pad", "permute", "prod", "rand", "randn", "reshape",
      "rms_norm", "slice", "softmax", "squeeze", "std", "sum", "transpose", "unsqueeze", "var", "zeros",
      "chunk", "flatten", "masked_fill", "narrow", "repeat", "repeat_interleave", "roll", "split", "stack", "tile",
-     "tril", "triu", "unbind", "full_like", "ones_like", "zeros_like", *_ACTIVATIONS_MODULE]
+     "tril", "triu", "unbind", "unflatten", "full_like", "ones_like", "zeros_like", *_ACTIVATIONS_MODULE]
 )

@@ -18,6 +18,7 @@ from braze import config
 from braze import dtypes as dt
 from braze.errors import FusionDefinitionError
 from braze.ir.fusion import defining
+from braze.ir.scalar import Scalar
 from braze.ir.tensor import TensorView
 from braze.ops import reductions as red
 from braze.ops import views
@@ -251,17 +252,19 @@ def addcdiv(x: Operand, a: Operand, b: Operand, value: float = 1) -> TensorView:
 
 # --- one_hot ----------------------------------------------------------------------------------------------
 @composite
-def one_hot(ids: TensorView, num_classes: int) -> TensorView:
+def one_hot(ids: TensorView, num_classes: int | Scalar) -> TensorView:
     """int64 tensor of ids' shape plus a last axis of `num_classes`: 1 where the index equals the
-    id, else 0 (torch's `F.one_hot`). `num_classes` is a Python int: braze cannot infer it from the
-    data. An id outside [0, num_classes) gives a row of zeros (torch raises)."""
+    id, else 0 (torch's `F.one_hot`). `num_classes` is a Python int or an extent of the fusion
+    (`logits.shape[-1]`): braze cannot infer it from the data. An id outside [0, num_classes) gives a
+    row of zeros (torch raises)."""
     if not isinstance(ids, TensorView) or not ids.dtype.is_integer:
         got = ids.dtype.name if isinstance(ids, TensorView) else type(ids).__name__
         raise FusionDefinitionError(f"one_hot: ids: expected an integer tensor of class indices, got {got}")
-    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 0:
+    if not isinstance(num_classes, Scalar) and (
+            isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 0):
         raise FusionDefinitionError(
-            f"one_hot: num_classes: expected a non-negative Python int, got {type(num_classes).__name__} "
-            f"{num_classes!r}")
+            f"one_hot: num_classes: expected a non-negative Python int or an extent of the fusion, got "
+            f"{type(num_classes).__name__} {num_classes!r}")
     with defining(ids.fusion):
         classes = arange(num_classes, dtype=dt.int64)  # ids' own type might not hold every class
     return cast(elementwise("eq", views.unsqueeze(ids, -1), classes), dt.int64)

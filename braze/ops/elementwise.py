@@ -226,6 +226,8 @@ def as_operand(op: str, fusion: FusionGraph, x: Operand, position: int) -> Tenso
     """Wraps a Python scalar as a weak constant of the fusion; passes tensors through."""
     if isinstance(x, TensorView):
         return x
+    if isinstance(x, np.generic) and x.dtype == dt.bfloat16.numpy:  # ml_dtypes' scalars are no np.floating
+        x = float(x)
     if isinstance(x, (bool, int, float, np.bool_, np.integer, np.floating)):
         value = x.item() if isinstance(x, np.generic) else x
         if isinstance(value, int) and not -(2**63) <= value < 2**63:  # no braze dtype holds it

@@ -15,9 +15,10 @@ from typing import NamedTuple
 
 from braze import dtypes as dt
 from braze.errors import FusionDefinitionError, UnsupportedError
+from braze.ir.fusion import defining
 from braze.ir.scalar import Scalar, as_scalar
 from braze.ir.tensor import TensorView, normalize_axis
-from braze.ops import activations, composites, views
+from braze.ops import activations, composites, creation, views
 from braze.ops import reductions as red
 from braze.ops import view_composites as vc
 from braze.ops.broadcast import broadcast, expand
@@ -45,6 +46,23 @@ def _expand(x: TensorView, *shape: int | Scalar) -> TensorView:
     if extra:
         x = broadcast(x, [True] * extra + [False] * x.ndim)
     return expand(x, shape)
+
+
+def _new_filled(name: str, value: object):
+    """torch's `x.new_zeros(size)` and friends: a new tensor of `size` in x's dtype (or `dtype=`)."""
+    def method(self: TensorView, *size: object, dtype: object = None, **ignored: object) -> TensorView:
+        with defining(self.fusion):
+            return creation.full(sizes(size), value, self.dtype if dtype is None else dtype, _op=name)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"torch's `{name}(size)`: {value} in x's dtype unless `dtype=` is given."
+    return method
+
+
+def _new_full(x: TensorView, size: object, fill_value: object, dtype: object = None, **ignored: object) -> TensorView:
+    """torch's `x.new_full(size, fill_value)`: a new tensor of `size` in x's dtype (or `dtype=`)."""
+    with defining(x.fusion):
+        return creation.full(sizes((size,)), fill_value, x.dtype if dtype is None else dtype, _op="new_full")
 
 
 def _to(x: TensorView, *args: object, dtype: object = None, **ignored: object) -> TensorView:
@@ -220,7 +238,7 @@ def install(cls: type = TensorView) -> None:
     cls.div = _op_method("truediv")
     cls.expand = _expand
     cls.view = lambda self, *shape: views.reshape(self, sizes(shape))
-    cls.flatten = vc.flatten
+    cls.flatten, cls.unflatten = vc.flatten, vc.unflatten
     cls.to = _to
     cls.clamp = cls.clip = _clamp
     cls.masked_fill = vc.masked_fill
@@ -257,5 +275,9 @@ def install(cls: type = TensorView) -> None:
     for name, why in _NOT_SUPPORTED.items():
         if not hasattr(cls, name):
             setattr(cls, name, _not_supported(name, why))
+    # A fusion's new tensors have no uninitialised memory to offer: new_empty gives zeros.
+    for name, value in (("new_zeros", 0), ("new_empty", 0), ("new_ones", 1)):
+        setattr(cls, name, _new_filled(name, value))
+    cls.new_full = _new_full
     # A fusion's tensors are values: no layout to make contiguous, no storage to share or copy, no graph.
     cls.contiguous = cls.clone = cls.detach = lambda self: self

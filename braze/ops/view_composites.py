@@ -1,7 +1,7 @@
 """Views that model code writes, each built from the primitive views of `braze/ops/views.py` (slice,
 cat, broadcast, expand, reshape) and `where`, so the pointwise scheduler fuses them with their
 neighbours: split, chunk, unbind, stack, repeat, tile, repeat_interleave, roll, tril, triu, narrow,
-flatten, masked_fill and the matrix transpose (`x.mT`). Their torch-style method spellings are
+flatten, unflatten, masked_fill and the matrix transpose (`x.mT`). Their torch-style method spellings are
 installed by `braze/ops/torch_methods.py`.
 
 Pieces (split, chunk, unbind) are slices. Their number is fixed when the fusion is defined, so a
@@ -200,7 +200,7 @@ def repeat_interleave(x: TensorView, repeats: int, axis: int | None = None) -> T
     return reshape(grown, [*x.shape[:axis], x.shape[axis] * repeats, *x.shape[axis + 1:]])
 
 
-# --- roll, narrow, flatten ---------------------------------------------------------------------
+# --- roll, narrow, flatten, unflatten ---------------------------------------------------------
 def _roll_axis(x: TensorView, shift: int, axis: int) -> TensorView:
     n = x.shape[axis]
     if n.is_const:
@@ -265,6 +265,16 @@ def flatten(x: TensorView, start_dim: int = 0, end_dim: int = -1) -> TensorView:
         raise FusionDefinitionError(f"flatten: expected start_dim <= end_dim, got {start_dim} and {end_dim}")
     merged = functools.reduce(operator.mul, x.shape[start : end + 1], 1)
     return reshape(x, (*x.shape[:start], merged, *x.shape[end + 1 :]))
+
+
+def unflatten(x: TensorView, dim: int, sizes: Sequence[int | Scalar]) -> TensorView:
+    """torch's `unflatten`: dimension `dim` becomes the dimensions `sizes` (one of them may be -1, the
+    rest of the extent), as in `x.unflatten(-1, (-1, 2))` for interleaved pairs."""
+    x = tensor_arg("unflatten", x)
+    axis = normalize_axis(dim, x.ndim, "unflatten dim")
+    if not isinstance(sizes, (list, tuple)) or not sizes:
+        raise FusionDefinitionError(f"unflatten: sizes: expected a non-empty list or tuple of sizes, got {sizes!r}")
+    return reshape(x, (*x.shape[:axis], *sizes, *x.shape[axis + 1 :]))
 
 
 # --- triangles ---------------------------------------------------------------------------------

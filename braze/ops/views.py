@@ -231,6 +231,11 @@ _entry(
 def pad(x: TensorView, widths: Sequence[tuple[int, int]], value: float | int | bool = 0) -> TensorView:
     """Pads with `value`: widths[i] = (before, after) for dimension i (missing leading dims get none)."""
     x = _check_tensor("pad", x)
+    if not isinstance(widths, Sequence) or not all(isinstance(w, Sequence) for w in widths):
+        raise FusionDefinitionError(
+            f"pad: widths: expected (before, after) pairs, one per dimension from the first as NumPy's pad "
+            f"takes them, got {widths!r}; torch's F.pad(x, (left, right)) starts from the last dimension: "
+            f"write [(0, 0), ..., (left, right)]")
     widths = [tuple(w) for w in widths]
     if len(widths) > x.ndim or any(len(w) != 2 or min(w) < 0 for w in widths):
         raise FusionDefinitionError(

@@ -87,6 +87,11 @@ def steps_a_parallel_range_by_a_float(a: F32):
         a[i] = 1.0
 
 
+def steps_a_parallel_ndrange(a: F32):
+    for i, j in bz.ndrange(2, (0, a.shape[0], 2)):  # noqa: B007
+        a[j] = 1.0
+
+
 @pytest.mark.parametrize("fn, message, culprit", [
     (uses_with, "unsupported construct: With statement; .*call the kernel inside the `with`", 'with open("x"):'),
     (uses_lambda, "unsupported construct: Lambda expression; .*@bz.func", "g = lambda x: x"),
@@ -96,6 +101,8 @@ def steps_a_parallel_range_by_a_float(a: F32):
     (slices, "unsupported construct: slices", "a[i] = a[1:3]"),
     (returns, "unsupported construct: return", "return a"),
     (breaks_a_parallel_loop, "unsupported construct: break outside a serial loop", "break"),
+    (steps_a_parallel_ndrange, r"bz.ndrange: expected each dimension as n or \(lo, hi\), got a tuple of 3 \(a "
+                               r"parallel loop with a step is range\(lo, hi, step\)", "for i, j in bz.ndrange("),
 ])
 def test_unsupported_constructs(fn, message, culprit):
     check(fn, [f32()], bz.KernelSyntaxError, message, culprit)
@@ -264,7 +271,7 @@ def test_a_call_time_error_names_the_kernels_file_and_line():
 
     where = f"test_kernel_errors.py:{fill.fn.__code__.co_firstlineno}: kernel fill: "
     for args, message in [((np.zeros(3, np.float64),), "argument 'a': expected float32, got float64"),
-                          ((), "expected 1 arguments, got 0"),
+                          ((), "missing a required argument: 'a'"),
                           ((np.zeros(3, np.float32)[::-1].copy().view(np.float32),), None)]:
         if message is None:
             fill(*args)  # a good call between two bad ones

@@ -1,5 +1,6 @@
 """Loop kernels follow Python where a user would notice: the loop variable after a loop, constant
-negative indices, shadowed loop indices (refused), and loops that cannot run in parallel (warned)."""
+negative indices, shadowed loop indices (refused), loops that cannot run in parallel (warned), the
+builtin `round`, and parameters left to their default values."""
 
 from __future__ import annotations
 
@@ -179,3 +180,47 @@ def test_integer_division_by_zero_is_an_error_under_debug():
     without = a.copy()
     divide(without, b, c)  # without debug: no check, 0 where the divisor is 0
     np.testing.assert_array_equal(without, [7 // 2 + 5 % 2, 0])
+
+
+@bz.kernel
+def rounded(x: bz.Array[bz.float64, 1], whole: bz.Array[bz.int64, 1], cents: bz.Array[bz.float64, 1]):
+    for i in range(x.shape[0]):
+        whole[i] = round(x[i]) * 2  # an int, as Python's round gives
+        cents[i] = round(x[i], 2)
+
+
+def test_round_gives_an_int_with_halves_to_even_or_a_float_of_given_digits():
+    x = np.array([0.5, 1.5, 2.5, -0.5, -1.5, 2.4999, -3.7, 1234.5678, 0.125])
+    whole, cents = np.full(x.shape, -1, np.int64), np.full(x.shape, np.nan)
+    rounded(x, whole, cents)
+    np.testing.assert_array_equal(whole, [round(v) * 2 for v in x.tolist()])
+    np.testing.assert_array_equal(cents, np.round(x, 2))
+
+
+def test_round_refuses_digits_that_are_not_a_constant_int():
+    @bz.kernel
+    def bad(x: bz.Array[bz.float64, 1], digits: bz.int64):
+        for i in range(x.shape[0]):
+            x[i] = round(x[i], digits)
+
+    with pytest.raises(bz.KernelError, match="round: expected a value and an optional constant int of digits, got 2 "
+                                             "argument"):
+        bad(np.zeros(2), 1)
+
+
+@bz.kernel
+def scaled(x: bz.Array[bz.float32, 1], factor: bz.float32 = 2.0, offset: int = 1):
+    for i in range(x.shape[0]):
+        x[i] = x[i] * factor + offset
+
+
+def test_parameters_left_out_take_their_default_values():
+    x = np.ones(3, np.float32)
+    scaled(x)
+    scaled(x, offset=0)
+    scaled(x, 0.5)
+    scaled(x=x, factor=3.0, offset=-1)
+    np.testing.assert_array_equal(x, (((1 * 2 + 1) * 2 + 0) * 0.5 + 1) * 3 - 1)
+    with pytest.raises(bz.InputError, match="kernel scaled: missing a required argument: 'x'"):
+        scaled(factor=1.0)
+    assert scaled.cuda_source(x) == scaled.cuda_source(x, 2.0, 1)  # CUDA source needs no GPU

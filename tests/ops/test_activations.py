@@ -90,8 +90,9 @@ def test_activations_match_float64(dtype, shape):
     (lambda x: bz.ops.addcmul(x, x, x, value=True), "addcmul: value: expected a number, got bool"),
     (lambda x: bz.ops.logaddexp(1.0, 2.0), "logaddexp: expected at least one TensorView operand, got float"),
     (lambda x: bz.ops.one_hot(x, 3), "one_hot: ids: expected an integer tensor of class indices, got float32"),
-    (lambda x: bz.ops.one_hot(x.long(), -1), "one_hot: num_classes: expected a non-negative Python int, got int -1"),
-    (lambda x: bz.ops.one_hot(x.long(), x.shape[0]), "one_hot: num_classes: expected a non-negative Python int"),
+    (lambda x: bz.ops.one_hot(x.long(), -1), "one_hot: num_classes: expected a non-negative Python int or an extent "
+                                             "of the fusion, got int -1"),
+    (lambda x: bz.ops.one_hot(x.long(), 2.0), "one_hot: num_classes: expected .* got float 2.0"),
     (lambda x: x.movedim(0, [0, 1]), "movedim: expected as many destinations as sources, got 2 for 1"),
     (lambda x: x.movedim([0, 0], [0, 1]), r"movedim: source: expected distinct dimensions, got \[0, 0\]"),
     (lambda x: x.movedim(2, 0), "movedim source"),
@@ -215,6 +216,19 @@ def test_one_hot_of_an_id_out_of_range_is_a_row_of_zeros():
     ids = np.array([0, 5, -1, 2], np.int64)
     (got,) = execute(lambda f: bz.ops.one_hot(define(f, ids), 3), [ids])
     assert_matches(got, np.array([[1, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 1]]), bz.int64)
+
+
+def test_one_hot_takes_its_class_count_from_another_tensors_extent():
+    """`F.one_hot(labels, logits.shape[-1])` as torch code writes it: the class count is an extent, and
+    the one compiled fusion serves every class count."""
+    one_hot_like = bz.jit(lambda labels, logits: bz.ops.one_hot(labels, logits.shape[-1]))
+    with bz.record() as rec:
+        for classes in (4, 9):
+            labels = np.array([0, 3, 2, 5], np.int64) % classes
+            got = one_hot_like(labels, np.zeros((4, classes), np.float32))
+            np.testing.assert_array_equal(got, labels[:, None] == np.arange(classes))
+            assert got.dtype == np.int64
+    assert len(rec.compiles) == 1, rec.compiles
 
 
 def test_one_hot_counts_past_its_ids_type():

@@ -32,6 +32,11 @@ CASES = [
     ("permute", lambda x, m: x.unsqueeze(0).permute(2, 0, 1), lambda x, m: x[None].transpose(2, 0, 1)),
     ("unsqueeze_squeeze", lambda x, m: x.unsqueeze(-1).squeeze(-1), lambda x, m: x),
     ("flatten", lambda x, m: x.flatten(), lambda x, m: x.reshape(-1)),
+    ("new_zeros", lambda x, m: x.new_zeros(x.shape) + x, lambda x, m: x),
+    ("new_ones_ints", lambda x, m: x * x.new_ones(3, 1), lambda x, m: x),
+    ("new_empty_dtype", lambda x, m: x.new_empty((4,), dtype=bz.int32) + x, lambda x, m: x),
+    ("new_full", lambda x, m: x.new_full((x.shape[-1],), 2.5) - x, lambda x, m: 2.5 - x),
+    ("new_full_bool", lambda x, m: m.new_full((3, 4), True) & m, lambda x, m: m),
     ("flatten_range", lambda x, m: x[None, :, :, None].flatten(1, 2), lambda x, m: x.reshape(1, 12, 1)),
     ("mean_dim", lambda x, m: x.mean(dim=-1, keepdim=True), lambda x, m: x.mean(-1, keepdims=True)),
     ("sum_dim", lambda x, m: x.sum(dim=0), lambda x, m: x.sum(0)),
@@ -78,7 +83,7 @@ CASES = [
     ("clamp_max_method", lambda x, m: x.clamp_max(x[:1]), lambda x, m: np.minimum(x, x[:1])),
     ("swapaxes", lambda x, m: x.swapaxes(0, 1), lambda x, m: x.T),
 ]
-_DTYPES = {"to_dtype": np.float32, "float": np.float32, "to_tensor": np.bool_}
+_DTYPES = {"to_dtype": np.float32, "float": np.float32, "to_tensor": np.bool_, "new_full_bool": np.bool_}
 
 
 @bz.jit
@@ -110,6 +115,8 @@ def test_size_and_dim_read_the_shape():
     (lambda x: x.clamp(), "clamp: expected min or max"),
     (lambda x: x.expand(4), "expand: .* has 2 dimensions, expected a shape of at least that many"),
     (lambda x: x.flatten(1, 0), "flatten: expected start_dim <= end_dim"),
+    (lambda x: x.unflatten(1, 2), "unflatten: sizes: expected a non-empty list or tuple of sizes, got 2"),
+    (lambda x: x.unflatten(2, (2, 2)), "unflatten dim"),
     (lambda x: x.to(), "to: expected one dtype or tensor"),
     (lambda x: x.var(1, correction=1, unbiased=True), "var: expected one of correction=, unbiased=, got both"),
     (lambda x: x.std(1, unbiased=1), "std: unbiased: expected a bool, got int 1"),

@@ -1,5 +1,5 @@
 """The views model code writes (`braze/ops/view_composites.py`: split, chunk, unbind, stack, repeat,
-tile, repeat_interleave, roll, tril, triu, narrow, flatten, masked_fill) and their torch-style method
+tile, repeat_interleave, roll, tril, triu, narrow, flatten, unflatten, masked_fill) and their torch-style method
 spellings, against NumPy in float64 on shapes with extents 1 and odd ones, static and symbolic; their
 argument errors; and torch's `x.max(dim=)` next to NumPy's `x.max(axis)`."""
 
@@ -22,7 +22,8 @@ pytestmark = pytest.mark.skipif(oracle.BACKEND == "nvrtc", reason="their parts' 
 
 # The public names of bz.ops this module tests (tests/ops/test_coverage.py): no op table entry of their own.
 COMPOSITES_COVERED = frozenset({"split", "chunk", "unbind", "stack", "repeat", "tile", "repeat_interleave", "roll",
-                                "tril", "triu", "narrow", "flatten", "masked_fill"})
+                                "tril", "triu", "narrow", "flatten", "unflatten",
+                                "masked_fill"})
 SHAPES = [(1, 1), (1, 5), (4, 1), (3, 5), (6, 4)]
 
 
@@ -73,6 +74,10 @@ CASES = [
     ("narrow_negative", lambda t, s: bz.ops.narrow(t, 0, -1, 1), lambda a: a[-1:], False),
     ("flatten", lambda t, s: bz.ops.flatten(bz.ops.stack([t, t]), 1), lambda a: np.stack([a, a]).reshape(2, -1),
      False),
+    ("unflatten_pairs", lambda t, s: bz.ops.stack([t, -t], -1).flatten(-2).unflatten(-1, (-1, 2)),
+     lambda a: np.stack([a, -a], -1), False),
+    ("unflatten_leading", lambda t, s: bz.ops.unflatten(bz.ops.stack([t, t, t]).flatten(0, 1), 0, [3, s[0]]),
+     lambda a: np.stack([a, a, a]), False),
     ("masked_fill", lambda t, s: bz.ops.masked_fill(t, t > 0, -1.5), lambda a: np.where(a > 0, -1.5, a), False),
     ("mT", lambda t, s: bz.ops.stack([t, t]).mT, lambda a: np.stack([a, a]).transpose(0, 2, 1), False),
     ("as", lambda t, s: t.reshape(-1).view_as(t).reshape_as(t) + t[:1].expand_as(t),

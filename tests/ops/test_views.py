@@ -184,6 +184,14 @@ def test_pad_fill_converts_as_a_cast():
             bz.ops.pad(f.define_tensor(shape=(-1,), dtype=bz.int8), [(1, 1)], math.nan)
 
 
+def test_pad_refuses_torchs_flat_widths_and_says_how_to_write_them():
+    with bz.Fusion() as f:
+        x = f.define_tensor(shape=(-1, -1))
+        with pytest.raises(bz.FusionDefinitionError, match=r"pad: widths: expected \(before, after\) pairs, one per "
+                                                           r"dimension from the first .* got \(1, 1\); torch's F.pad"):
+            bz.ops.pad(x, (1, 1))
+
+
 # --- cat --------------------------------------------------------------------------------------
 CAT_CASES = [
     ([(2, 3), (4, 3)], 0, [bz.float32, bz.float32]),

@@ -102,3 +102,12 @@ def poisoned_outputs():
     allocator hands back what the last user left, which may happen to be right)."""
     with config.scope(enable="poison_outputs"):
         yield
+
+
+@pytest.fixture
+def torch():
+    """torch, with dynamo's compiled code dropped before and after (or a skip where torch is not installed)."""
+    torch = pytest.importorskip("torch")
+    torch._dynamo.reset()
+    yield torch
+    torch._dynamo.reset()

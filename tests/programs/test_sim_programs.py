@@ -7,7 +7,6 @@ program writes whole start as NaN or -1. On the CPU run, each kernel's CUDA for 
 program gave it is also compiled with NVRTC where it is installed (no GPU needed)."""
 
 import math
-import sys
 
 import numpy as np
 import pytest
@@ -25,7 +24,7 @@ def argument_layout(value) -> tuple:
 
 
 @pytest.fixture(autouse=True)
-def cuda_compiles(where, monkeypatch):
+def cuda_compiles(where, monkeypatch, request):
     """On the CPU run, records each kernel the program calls with the layouts of its arguments (the
     module's kernels are wrapped for the test), then compiles the CUDA braze generates for each with
     NVRTC: one translation unit of PTX without optimization (`-G`), as tests/engine/nvrtc_batches.py
@@ -36,20 +35,21 @@ def cuda_compiles(where, monkeypatch):
     calls: dict[tuple, tuple] = {}
 
     def recorded(kernel: KernelFunction):
-        def call(*args):
-            kernel(*args)  # first: a call that raises has no CUDA to compile
-            calls.setdefault((kernel, *map(argument_layout, args)), (kernel, args))
+        def call(*args, **kwargs):
+            kernel(*args, **kwargs)  # first: a call that raises has no CUDA to compile
+            layouts = (*map(argument_layout, args), *((k, argument_layout(v)) for k, v in sorted(kwargs.items())))
+            calls.setdefault((kernel, *layouts), (kernel, args, kwargs))
 
         return call
 
-    module = sys.modules[__name__]
+    module = request.module  # this one, or a module that imports the fixture
     for name, value in vars(module).copy().items():
         if isinstance(value, KernelFunction):
             monkeypatch.setattr(module, name, recorded(value))
     yield
     sources = {}
-    for kernel, args in calls.values():
-        source = kernel.cuda_source(*args)
+    for kernel, args, kwargs in calls.values():
+        source = kernel.cuda_source(*args, **kwargs)
         sources.setdefault(source.body, source)
     if sources:
         compile_sources([renamed(s.body, s.functions, f"call{i}") for i, s in enumerate(sources.values())])
