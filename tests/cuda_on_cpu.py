@@ -96,15 +96,19 @@ _GXX = ["g++", "-std=c++20", "-O0", "-fPIC", "-w", f"-I{HEADER.parent}", f"-I{_B
 _PCH_LOCK = threading.Lock()
 
 
-@cache
 def _prelude_header() -> str:
     """The include that stands for tests/cuda_on_cpu.h and braze's CUDA prelude, built once a process as a
     precompiled header: every kernel's source starts with both, and parsing them took half of each g++
     run. Where g++ cannot use the .gch it reads the header's text: the same program, only slower."""
+    with _PCH_LOCK:  # the programs of a kernel are built on threads: the first builds it, the others wait
+        return _built_prelude_header()
+
+
+@cache
+def _built_prelude_header() -> str:
     header = _BUILD / "bz_prelude.h"
-    with _PCH_LOCK:
-        header.write_text(f'#include "{HEADER.name}"\n{PRELUDE}')
-        subprocess.run([*_GXX, "-x", "c++-header", str(header), "-o", f"{header}.gch"], check=True)
+    header.write_text(f'#include "{HEADER.name}"\n{PRELUDE}')
+    subprocess.run([*_GXX, "-x", "c++-header", str(header), "-o", f"{header}.gch"], check=True)
     return f'#include "{header.name}"\n'
 
 
