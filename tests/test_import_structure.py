@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import braze
 
 # braze's packages, lowest first: a module may import its own package and the layers below its own.
@@ -140,34 +142,44 @@ def package_edges(graph: dict[str, set[str]]) -> dict[tuple[str, str], list[str]
 
 
 ROOT = Path(braze.__file__).parent
-GRAPH = import_graph(modules(ROOT, "braze"))
-EDGES = package_edges(GRAPH)
 
 
-def test_no_module_imports_itself_through_others():
-    cycle = find_cycle(GRAPH)
+# Built when a test asks, not when pytest collects this file: parsing every module of braze takes seconds,
+# and each pytest-xdist worker collects every file.
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    return import_graph(modules(ROOT, "braze"))
+
+
+@pytest.fixture(scope="module")
+def edges(graph) -> dict[tuple[str, str], list[str]]:
+    return package_edges(graph)
+
+
+def test_no_module_imports_itself_through_others(graph):
+    cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
-def test_every_package_has_a_layer():
-    unplaced = sorted({package_of(m) for m in GRAPH} - set(RANK))
+def test_every_package_has_a_layer(graph):
+    unplaced = sorted({package_of(m) for m in graph} - set(RANK))
     assert not unplaced, f"packages with no layer in LAYERS: {unplaced}"
 
 
-def test_packages_import_only_layers_below():
-    upward = {f"{a} -> {b}": uses for (a, b), uses in EDGES.items()
+def test_packages_import_only_layers_below(edges):
+    upward = {f"{a} -> {b}": uses for (a, b), uses in edges.items()
               if a in RANK and b in RANK and RANK[a] <= RANK[b]}
     assert not upward, f"imports that do not go down the pipeline: {upward}"
 
 
-def test_ir_and_kir_import_only_dtypes_and_errors():
-    extra = {pair: uses for pair, uses in EDGES.items() if pair[0] in ONLY_IMPORTS
+def test_ir_and_kir_import_only_dtypes_and_errors(edges):
+    extra = {pair: uses for pair, uses in edges.items() if pair[0] in ONLY_IMPORTS
              and pair[1] not in ONLY_IMPORTS[pair[0]]}
     assert not extra, f"ir/ and kir/ import only dtypes and errors: {extra}"
 
 
-def test_runtime_never_imports_the_compile_side():
-    banned = {pair: uses for pair, uses in EDGES.items() if pair[1] in NEVER_IMPORTS.get(pair[0], ())}
+def test_runtime_never_imports_the_compile_side(edges):
+    banned = {pair: uses for pair, uses in edges.items() if pair[1] in NEVER_IMPORTS.get(pair[0], ())}
     assert not banned, f"runtime/ never imports frontend/, engine, schedule/ or lower/: {banned}"
 
 
