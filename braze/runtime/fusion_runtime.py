@@ -39,7 +39,6 @@ from braze.runtime.fast_call import (
     ScalarSlot,
     array_kind,
     buffer_pointer,
-    numpy_pointer,
 )
 from braze.runtime.graph import refuse_random
 from braze.runtime.inputs import BoundInputs
@@ -193,7 +192,7 @@ class FusionRuntime:
             input_pointers=[(slot[p.name], self.input_position[tv_id], kinds[self.input_position[tv_id]].pointer)
                             for tv_id, p in self.params.arrays.items()],
             buffer_pointers=[(slot[p.name], written[tv_id]) for tv_id, p in self.params.writes.items()],
-            buffer_pointer=self._buffer_pointer(frame),
+            buffer_pointer=buffer_pointer(frame.bound.kind),
             scalars=[ScalarSlot(slot[p.name], self.input_position[tv_id], scalar_packer(p, checked=True))
                      for tv_id, p in self.params.scalars.items()],
             seeds=[self._seed_slots(tv) for tv in self.random_ops],
@@ -222,9 +221,6 @@ class FusionRuntime:
             else:
                 return None
         return returned
-
-    def _buffer_pointer(self, frame: Frame) -> Callable[[object], int]:
-        return numpy_pointer if frame.bound.kind == "numpy" else buffer_pointer(frame.bound.kind)
 
     def _check_empty_reductions(self, extents: list[int], bindings: dict[str, int]) -> None:
         """max, min, argmax and argmin of nothing have no value: an error where an output reads one."""
