@@ -161,25 +161,6 @@ def description(inputs: Sequence[object], scalar_positions: frozenset[int], any_
 
 
 # --- a prepared call ----------------------------------------------------------------------------
-@dataclass
-class PreparedLaunch:
-    """One cuLaunchKernel: the function, its grid and block, and its parameter array (the argument
-    block's address, then the addresses of its launch scalars)."""
-
-    function: int
-    grid: int
-    block: int
-    shared: int
-    params: ctypes.Array  # void*[]: the argument block's address (set by the PreparedCall), then the scalars'
-    scalars: ctypes.Array  # int64[4], kept alive here
-    record: tuple  # (kernel, task, begin, end, grid) for bz.record()
-    workspace: object = None  # the grid reductions' workspace the scalars point into, kept alive here
-
-    @property
-    def params_address(self) -> int:
-        return ctypes.addressof(self.params)
-
-
 @dataclass(frozen=True)
 class ScalarSlot:
     slot: int

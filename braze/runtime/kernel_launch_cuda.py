@@ -32,10 +32,10 @@ from braze.kir.layout import ArgLayout
 from braze.runtime import cuda_driver as cuda
 from braze.runtime.arrays import arguments_overlap, byte_span, overlaps_itself
 from braze.runtime.backends.cpu import bounds_function
-from braze.runtime.backends.cuda import CudaPreparedCall, launch_specs, recorded_launch
+from braze.runtime.backends.cuda import CudaPreparedCall, PreparedLaunch, launch_specs, recorded_launch
 from braze.runtime.cuda_kernel import BLOCKS_PER_SM, CudaCompiledKernel
 from braze.runtime.device_arrays import DeviceView
-from braze.runtime.fast_call import ArrayKind, CallPlan, PreparedLaunch, ScalarSlot, gpu_array_kind
+from braze.runtime.fast_call import ArrayKind, CallPlan, ScalarSlot, gpu_array_kind
 from braze.runtime.graph import capture_stream
 from braze.runtime.record import RecordedLaunch, record_state, recording
 from braze.runtime.scalars import scalar_packer
@@ -164,7 +164,6 @@ class PreparedKernelCall(CudaPreparedCall):
         self.overlaps_itself = any(overlaps_itself(v.shape, v.strides, v.itemsize) for v in views)
         self.shapes = [v.shape for v in views]  # what the bounds function reads
         self.last_pointers: tuple[int, ...] | None = None
-        self.raw_launch = cuda.raw_launch_function()
 
     @functools.cached_property
     def launch_all(self) -> NativeLaunches | None:
@@ -230,9 +229,7 @@ class PreparedKernelCall(CudaPreparedCall):
                     self._check(stream)
 
     def _launch_task(self, x: LoopTaskLaunch, stream: int) -> None:
-        code = self.raw_launch(x.task.address, x.grid, 1, 1, x.threads, 1, 1, 0, stream, self.params_address, None)
-        if code:
-            cuda.raise_launch_error(code, x.task.function, (x.grid, 1, 1), (x.threads, 1, 1))
+        cuda.launch(x.task.address, (x.grid, 1, 1), (x.threads, 1, 1), self.params_address, stream, 0, x.task.function)
 
     def _check(self, stream: int) -> None:
         """After a task of a debug kernel: raise the first failed check's message, as the CPU does."""
