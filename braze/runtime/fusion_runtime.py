@@ -31,6 +31,7 @@ from braze.kir.params import KernelParams
 from braze.ops.creation import draws_from_the_global_generator
 from braze.ops.reductions import check_empty_reductions, reductions_without_identity
 from braze.ops.table import RefContext, lookup
+from braze.runtime.arrays import pack_array
 from braze.runtime.backends.cpu import HostDevice, KernelExecutor
 from braze.runtime.device_arrays import DeviceView
 from braze.runtime.fast_call import (
@@ -45,10 +46,6 @@ from braze.runtime.inputs import BoundInputs
 from braze.runtime.record import note_entry
 from braze.runtime.rng import next_seed_offset
 from braze.runtime.scalars import scalar_bits, scalar_packer
-
-
-def _element_strides(array: np.ndarray) -> list[int]:
-    return [s // array.itemsize for s in array.strides]
 
 
 class FusionRuntime:
@@ -139,10 +136,8 @@ class FusionRuntime:
 
     @staticmethod
     def _pack_array(block: np.ndarray, slot: int, array) -> None:
-        block[slot] = array.ptr if isinstance(array, DeviceView) else array.ctypes.data
-        n = array.ndim
-        block[slot + 1 : slot + 1 + n] = array.shape
-        block[slot + 1 + n : slot + 1 + 2 * n] = _element_strides(array)
+        pointer = array.ptr if isinstance(array, DeviceView) else array.ctypes.data
+        pack_array(block, slot, pointer, array.shape, array.strides, array.itemsize)
 
     # --- a run ------------------------------------------------------------------------------------
     def run(self, bound: BoundInputs) -> list[np.ndarray]:

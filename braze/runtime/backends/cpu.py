@@ -23,6 +23,7 @@ from braze.host.program import Alias, Allocate, CpuDevice, Frame, buffer_name, h
 from braze.kir import nodes as k
 from braze.kir.layout import ArgLayout
 from braze.kir.python import evaluable, python_function, scalar_by_name
+from braze.runtime.arrays import pack_array
 from braze.runtime.compiled_kernel import CompiledKernel
 from braze.runtime.fast_call import CallPlan, PreparedCall
 from braze.runtime.graph import host_block, host_copy, host_task
@@ -98,7 +99,6 @@ class KernelExecutor:
         self.compiled = compiled
         self.kernel = compiled.kernel
         self.tasks = CpuTasks(compiled, f"fusion kernel {self.kernel.name!r}")
-        self.functions = self.tasks.functions
         self.bounds = [host_function([t.begin, t.end, inner_extent(t)]) for t in self.kernel.tasks]
         # Per input description, the prepared call of runs of it (runtime/fast_call.py), held by the
         # fusion's FastCalls: a prepared call holds its executor, so the index must not hold it back.
@@ -163,7 +163,7 @@ class KernelLauncher:
         self.tasks = CpuTasks(compiled, f"kernel {self.kernel.name!r}", MIN_PARALLEL_WORK)
         layout = ArgLayout.of(self.kernel.params)
         self.block_size = layout.size
-        self.array_slots = [(layout.slots[p.name], p.ndim) for p in arrays]
+        self.array_slots = [layout.slots[p.name] for p in arrays]
         self.scalar_slots = [(layout.slots[p.name], scalar_packer(p)) for p in scalars]
         self.messages = k.assert_messages(self.kernel)
         self.status_slot = layout.slots.get(k.ASSERT_STATUS)
@@ -173,11 +173,8 @@ class KernelLauncher:
     def pack(self, arrays: Sequence[np.ndarray]) -> PackedArgs:
         """The argument block with the arrays' pointers, extents and strides (scalars are written per run)."""
         block = [0] * self.block_size
-        for (slot, ndim), array in zip(self.array_slots, arrays):
-            itemsize = array.itemsize
-            block[slot] = array.__array_interface__["data"][0]
-            block[slot + 1: slot + 1 + ndim] = array.shape
-            block[slot + 1 + ndim: slot + 1 + 2 * ndim] = [s // itemsize for s in array.strides]
+        for slot, array in zip(self.array_slots, arrays):
+            pack_array(block, slot, array.__array_interface__["data"][0], array.shape, array.strides, array.itemsize)
         status = None
         if self.status_slot is not None:
             status = np.zeros(1, np.int64)
