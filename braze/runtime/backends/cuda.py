@@ -282,15 +282,10 @@ class CudaDevice(CpuDevice):
     def allocate(self, frame: Frame, tv: TensorView, numel: int, sizes: list[int], strides: list[int],
                  zero: bool = False) -> object:
         bound = frame.bound
-        if _laid_out_by_domain(tv):
-            view = device_arrays.allocate_strided(bound.kind, numel, tuple(sizes), tuple(strides), tv.dtype,
-                                                  bound.device, bound.stream)
-            nbytes = numel * tv.dtype.itemsize
-        else:
-            view = device_arrays.allocate(bound.kind, tuple(sizes), tv.dtype, bound.device, bound.stream,
-                                          tv.stride_order)
-            nbytes = view.size * view.itemsize  # dense: stride orders only
+        view = device_arrays.allocate(bound.kind, tuple(sizes), tv.dtype, bound.device, bound.stream,
+                                      *_layout(tv, numel, strides))
         if zero:  # in stream order with the launches: a graph replays it with them
+            nbytes = numel * tv.dtype.itemsize if _laid_out_by_domain(tv) else view.size * view.itemsize
             cuda.fill_bytes(view.ptr, 0, nbytes, _launch_stream(bound, (view,), f"buffer {tv.name}"))
         return view
 
@@ -306,12 +301,9 @@ class CudaDevice(CpuDevice):
 
     def allocator(self, frame: Frame, instruction: Allocate) -> Callable[[], object]:
         bound, tv = frame.bound, instruction.tv
-        if _laid_out_by_domain(tv):
-            numel, sizes, strides = instruction.extents(frame)
-            return device_arrays.strided_allocator(bound.kind, numel, tuple(sizes), tuple(strides), tv.dtype,
-                                                   bound.device, bound.stream)
-        return device_arrays.allocator(bound.kind, instruction.sizes(frame), tv.dtype, bound.device, bound.stream,
-                                       tv.stride_order)
+        numel, sizes, strides = instruction.extents(frame)
+        return device_arrays.allocator(bound.kind, sizes, tv.dtype, bound.device, bound.stream,
+                                       *_layout(tv, numel, strides))
 
     def prepared_call(self, executor: CudaExecutor, frame: Frame, plan: CallPlan, kind: ArrayKind,
                       first_array: int) -> CudaPreparedCall:
@@ -357,6 +349,11 @@ def prepared_launches(executor: CudaExecutor, bindings: dict[str, int], stream: 
 def _launch_stream(bound: object, keep: tuple, what: str) -> int:
     """The stream the inputs' work goes to: theirs, or an open `bz.graph()`'s capture stream."""
     return capture_stream(bound.stream, cuda.device(bound.device), keep, what) if recording() else bound.stream
+
+
+def _layout(tv: TensorView, numel: int, strides: Sequence[int]) -> tuple:
+    """(stride order, layout) of `tv`'s buffer for device_arrays.allocate and allocator."""
+    return (None, (numel, tuple(strides))) if _laid_out_by_domain(tv) else (tv.stride_order, None)
 
 
 def _laid_out_by_domain(tv: TensorView) -> bool:
