@@ -201,7 +201,7 @@ def test_task_functions_release_the_gil():
         f.add_output(f.define_tensor((-1,)) + 1.0)
     f.execute([np.ones(4, np.float32)])
     (runtime,) = engine._cache_of(f).entries.values()
-    assert all(isinstance(fn, llvm_toolchain.TASK_SIGNATURE) for fn in runtime.executor.tasks.functions)
+    assert all(isinstance(fn, llvm_toolchain.TASK_SIGNATURE) for fn in runtime.executor.functions)
 
 
 def test_in_place_output_reads_the_original_values():

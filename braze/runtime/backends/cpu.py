@@ -38,8 +38,9 @@ TaskRange = tuple[int, int, int]  # (begin, end, work per index) of one task's l
 
 
 class CpuTasks:
-    """The task functions of one compiled kernel and how a launch of them runs: `min_work` is the
-    work (in the units of the ranges' work per index) a chunk needs before another thread takes it."""
+    """The task functions of one compiled kernel and how a launch of them runs (a fusion's executor
+    and a loop kernel's launcher are both): `min_work` is the work (in the units of the ranges'
+    work per index) a chunk needs before another thread takes it."""
 
     def __init__(self, compiled: CompiledKernel, what: str, min_work: int = MIN_CHUNK_WORK) -> None:
         self.compiled = compiled  # its loaded code lives as long as it does: the functions stay valid
@@ -92,13 +93,11 @@ def inner_extent(task: k.Task) -> k.Expr:
     return k.Const(1, task.begin.dtype)
 
 
-class KernelExecutor:
+class KernelExecutor(CpuTasks):
     """Runs every task of one compiled fusion kernel, in order."""
 
     def __init__(self, compiled: CompiledKernel) -> None:
-        self.compiled = compiled
-        self.kernel = compiled.kernel
-        self.tasks = CpuTasks(compiled, f"fusion kernel {self.kernel.name!r}")
+        super().__init__(compiled, f"fusion kernel {compiled.kernel.name!r}")
         self.bounds = [host_function([t.begin, t.end, inner_extent(t)]) for t in self.kernel.tasks]
         # Per input description, the prepared call of runs of it (runtime/fast_call.py), held by the
         # fusion's FastCalls: a prepared call holds its executor, so the index must not hold it back.
@@ -115,7 +114,7 @@ class KernelExecutor:
     def run(self, block: np.ndarray, scalars: dict[str, int], arguments: Sequence[object] = ()) -> None:
         """Runs all tasks with the argument block `block` (int64 slots); `scalars` holds extent values.
         A `bz.graph()` recording the run keeps `arguments` (what the block points into) alive."""
-        self.tasks.launch(block, block.ctypes.data, self.ranges(scalars), arguments)
+        self.launch(block, block.ctypes.data, self.ranges(scalars), arguments)
 
 
 # --- loop kernels ---------------------------------------------------------------------------------
@@ -153,14 +152,12 @@ def _work_per_index(stmts: tuple[k.Stmt, ...], weight: int = 1) -> int:
     return total
 
 
-class KernelLauncher:
+class KernelLauncher(CpuTasks):
     """Launches every task of one compiled loop kernel with arrays and scalars bound in parameter order."""
 
     def __init__(self, compiled: CompiledKernel, arrays: Sequence[k.ArrayParam],
                  scalars: Sequence[k.ScalarParam]) -> None:
-        self.compiled = compiled
-        self.kernel = compiled.kernel
-        self.tasks = CpuTasks(compiled, f"kernel {self.kernel.name!r}", MIN_PARALLEL_WORK)
+        super().__init__(compiled, f"kernel {compiled.kernel.name!r}", MIN_PARALLEL_WORK)
         layout = ArgLayout.of(self.kernel.params)
         self.block_size = layout.size
         self.array_slots = [layout.slots[p.name] for p in arrays]
@@ -182,10 +179,6 @@ class KernelLauncher:
         packed = np.array(block, dtype=np.int64)
         return PackedArgs(packed, packed.ctypes.data, tuple([a.shape for a in arrays]), status)
 
-    def launch(self, arrays: Sequence[np.ndarray], scalars: Sequence[object]) -> None:
-        """Runs the kernel once; raises KernelAssertionError when a debug check failed."""
-        self.run(self.pack(arrays), scalars, arrays)
-
     def run(self, packed: PackedArgs, scalars: Sequence[object], arguments: Sequence[object] = ()) -> None:
         """Runs the kernel on a packed block (kept by the caller while the same arrays come again,
         unchanged: the block holds their pointers, not the arrays). A `bz.graph()` recording the
@@ -195,8 +188,8 @@ class KernelLauncher:
             block[slot] = pack(value)
         if packed.status is not None:
             packed.status[0] = 0
-        self.tasks.launch(block, packed.address, self.ranges(packed.shapes, scalars), arguments, packed.status,
-                          self.messages)
+        self.launch(block, packed.address, self.ranges(packed.shapes, scalars), arguments, packed.status,
+                    self.messages)
 
 
 @dataclass(frozen=True)
@@ -248,4 +241,4 @@ class HostDevice(CpuDevice):
 
     def prepared_call(self, executor: KernelExecutor, frame: Frame, plan: CallPlan, kind: object,
                       first_array: int) -> PreparedCall:
-        return CpuPreparedCall(plan, executor.tasks, executor.ranges(frame.bindings))
+        return CpuPreparedCall(plan, executor, executor.ranges(frame.bindings))
