@@ -188,7 +188,7 @@ class PreparedCall:
     done ahead.
 
     Buffers that are not returned (intermediates, the results copied back into inputs) are kept
-    from one call to the next in the same stream order (`_begin`'s answer): that order makes
+    from one call to the next in the same stream order (`_begin_source` sets it): that order makes
     reusing them safe, and a call then allocates only what it returns. A backend's subclass
     launches the kernels (runtime/backends/cpu.py, runtime/backends/cuda.py; a loop kernel's on a
     GPU: runtime/kernel_launch_cuda.py).
@@ -319,18 +319,14 @@ class PreparedCall:
         """Gives up the buffers kept between calls (the next call allocates them again)."""
         self.kept, self.kept_order = None, None
 
-    def _begin(self, inputs: Sequence[object]) -> int:
-        """Readies the device; returns the stream the call runs on (0 on the host)."""
-        return 0
-
     def _copy_on_device(self, target: int, source: int, nbytes: int, stream: int) -> None:
         """An output copied back into the input it replaces."""
         cuda.copy_on_device(target, source, nbytes, stream)
 
     def _begin_source(self, names: dict[str, object]) -> list[str]:
-        """The generated call's lines setting `order` (`_begin`), with the names they use added."""
-        names["begin"] = self._begin
-        return ["order = begin(inputs)"]
+        """The generated call's lines setting `order`, the stream the call runs on (0 on the host),
+        with the names they use added."""
+        return ["order = 0"]
 
     def _launch_source(self, names: dict[str, object], pointers: list[tuple[int, str]]) -> list[str]:
         """The generated call's lines writing `pointers` (slot, expression) into the block and
