@@ -66,6 +66,16 @@ def to_kind(array: np.ndarray, kind: str) -> Any:
     return torch.from_numpy(array)
 
 
+def pack_array(block: object, slot: int, pointer: int, shape: Sequence[int], strides: Sequence[int],
+               itemsize: int) -> None:
+    """Writes an array argument into an argument block as every kernel reads it (kir/layout.py):
+    the data pointer at `slot`, then the extents, then the strides in elements (`strides` in bytes)."""
+    ndim = len(shape)
+    block[slot] = pointer
+    block[slot + 1: slot + 1 + ndim] = shape
+    block[slot + 1 + ndim: slot + 1 + 2 * ndim] = [s // itemsize for s in strides]
+
+
 def overlaps_itself(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:
     """Whether two index tuples of an array reach one address (a sliding-window view, torch's
     `unfold`, a broadcast): then no element belongs to one index alone, and task fusion must not

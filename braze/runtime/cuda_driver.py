@@ -265,7 +265,7 @@ def parameter_sizes(function: int) -> list[int] | None:
 def launch(function: int, grid: tuple[int, int, int], block: tuple[int, int, int], params_address: int,
            stream: int = 0, shared_mem: int = 0, name: str = "kernel") -> None:
     """cuLaunchKernel with a prepared `void*[]` of parameter addresses."""
-    code = driver().cuLaunchKernel(function, *grid, *block, shared_mem, stream, params_address, None)
+    code = raw_launch_function()(function, *grid, *block, shared_mem, stream, params_address, None)
     if code:
         raise_launch_error(code, name, grid, block)
 

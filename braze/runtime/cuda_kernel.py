@@ -4,7 +4,6 @@ executor that launches its tasks, and RtcKernel for a user's own CUDA source.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import dataclasses
 import functools
@@ -25,7 +24,7 @@ from braze.kir.layout import ArgLayout
 from braze.runtime import cuda_driver as cuda
 from braze.runtime import nvrtc
 from braze.runtime.backends.cpu import host_function
-from braze.runtime.backends.cuda import recorded_launch
+from braze.runtime.backends.cuda import PreparedLaunch, launch_in_order, prepared_launches, recorded_launch
 from braze.runtime.compiled_kernel import CompileParams, CompilesOnce
 from braze.runtime.cuda_programs import ModuleGroup, ProgramCompile, compile_side_by_side, kernel_programs
 from braze.runtime.cuda_resources import Workspace, loaded_module, stream_workspaces
@@ -366,39 +365,27 @@ class CudaExecutor:
 
     def run(self, block: np.ndarray, scalars: dict[str, int], stream: int, arguments: Sequence[object] = ()) -> None:
         """Launches every task on `stream` (an open `bz.graph()`'s capture stream instead, which then
-        keeps `arguments`, what the block points into, alive)."""
-        with self.device.current():
-            self._launch_tasks(block, scalars, stream, arguments)
-
-    def _launch_tasks(self, block: np.ndarray, scalars: dict[str, int], stream: int,
-                      arguments: Sequence[object]) -> None:
+        keeps `arguments`, what the block points into, alive). The launches are the prepared call's
+        (each with parameters of its own: threads racing on a first call launch at once), into the
+        workspace of `stream`, where a graph replays."""
+        launches = prepared_launches(self, scalars, stream)
+        for x in launches:
+            x.params[0] = block.ctypes.data
         record = recording()
-        # A graph replays on `stream`: its launches take that stream's workspace, which it keeps.
-        workspace = self.workspace(stream, scalars)
-        launch_stream = capture_stream(stream, self.device, (*arguments, self, workspace),
-                                       f"fusion kernel {self.kernel.name!r}") if record else stream
-        # The kernel parameters: the argument block, then `lanes`, `cached_row`, and the workspace and
-        # finished-block counter of grid reductions, each passed by address. A call's own: threads
-        # racing on a first call launch at once, and a launch reads its parameters when it is made.
-        launch_scalars = (ctypes.c_int64 * 4)()
-        pointers = (ctypes.c_void_p * 5)(block.ctypes.data, *[ctypes.addressof(launch_scalars) + 8 * n
-                                                             for n in range(4)])
-        params = ctypes.addressof(pointers)
-        with workspace.pair_lock if self.pairs else contextlib.nullcontext():  # (Workspace: why)
-            for planned in self.plan(scalars, workspace):
-                launch_scalars[:] = planned.scalars
-                self._launch_planned(planned, block, params, stream, launch_stream, record)
-
-    def _launch_planned(self, planned: PlannedLaunch, block: np.ndarray, params: int, stream: int,
-                        launch_stream: int, record: object) -> None:
-        if config.current.dump:  # launch_params: plan() wrote each launch
-            dump_kernel_args(RecordedLaunch(self.kernel.name, planned.function_name, planned.begin, planned.end,
-                                            planned.grid), block, self.layout.slots)
         if record:
-            self._recorded_launch(planned, params, launch_stream, block)
-        else:
-            cuda.launch(planned.function, (planned.grid, 1, 1), (self.block, 1, 1), params, stream,
-                        planned.shared, planned.function_name)
+            stream = capture_stream(stream, self.device, (*arguments, self, self.workspace(stream, scalars)),
+                                    f"fusion kernel {self.kernel.name!r}")
+
+        def launch(x: PreparedLaunch) -> None:
+            if config.current.dump:  # launch_params: plan() wrote each launch
+                dump_kernel_args(RecordedLaunch(*x.record), block, self.layout.slots)
+            if record:  # noted, and timed with CUDA events when profiling
+                recorded_launch(RecordedLaunch(*x.record), stream, functools.partial(x.launch, stream),
+                                functools.partial(self._argument_bytes, block))
+            else:
+                x.launch(stream)
+
+        launch_in_order(launches, stream, self.device, self.pairs, launch)
 
     def plan(self, scalars: dict[str, int], workspace: Workspace | None) -> list[PlannedLaunch]:
         """Each task's launch for the extents in `scalars` (tasks over nothing are left out), grid
@@ -633,14 +620,6 @@ class CudaExecutor:
         if key not in self.occupancy:
             self.occupancy[key] = max(1, min(BLOCKS_PER_SM, self.module.resident_blocks(task.name, self.block, shared)))
         return self.occupancy[key]
-
-    def _recorded_launch(self, planned: PlannedLaunch, params: int, stream: int, block: np.ndarray) -> None:
-        """A launch under bz.record(): noted, and timed with CUDA events when profiling."""
-        recorded_launch(RecordedLaunch(self.kernel.name, planned.function_name, planned.begin, planned.end,
-                                       planned.grid), stream,
-                        lambda: cuda.launch(planned.function, (planned.grid, 1, 1), (self.block, 1, 1), params,
-                                            stream, planned.shared, planned.function_name),
-                        functools.partial(self._argument_bytes, block))
 
     def _argument_bytes(self, block: np.ndarray) -> int:
         """Bytes of the kernel's array arguments (extents from the argument block)."""

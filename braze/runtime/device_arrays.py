@@ -198,76 +198,60 @@ def span_bytes(shape, strides, itemsize: int) -> int:
 
 
 # --- outputs, made by the inputs' library ---------------------------------------------------------
+Layout = tuple[int, tuple[int, ...]]  # (numel, element strides): a layout of splits and merges, padding included
+
+
 def allocate(kind: str, shape: tuple[int, ...], dtype: dt.DType, device: int, stream: int,
-             stride_order: tuple[int, ...] | None) -> DeviceView:
-    """An uninitialized GPU array of `shape` laid out in `stride_order` (row-major when None).
-    Under BRAZE_ENABLE=poison_outputs its bytes are 0xFF (NaN, -1), so an element no kernel
-    writes shows."""
-    view = _allocate(kind, shape, dtype, device, stream, stride_order)
+             stride_order: tuple[int, ...] | None = None, layout: Layout | None = None) -> DeviceView:
+    """An uninitialized GPU array made by `allocator`. Under BRAZE_ENABLE=poison_outputs its bytes
+    are 0xFF (NaN, -1), so an element no kernel writes shows."""
+    owner = allocator(kind, shape, dtype, device, stream, stride_order, layout)()
+    strides = _byte_strides(shape, dtype, stride_order, layout)
+    view = DeviceView(pointer_of(owner), shape, strides, dtype.numpy, device, kind, stream, owner)
     if config.enabled("poison_outputs"):
-        cuda.fill_bytes(view.ptr, 0xFF, span_bytes(view.shape, view.strides, view.itemsize), stream)
+        cuda.fill_bytes(view.ptr, 0xFF, _buffer_bytes(shape, strides, dtype, layout), stream)
     return view
 
 
-def _allocate(kind: str, shape: tuple[int, ...], dtype: dt.DType, device: int, stream: int,
-              stride_order: tuple[int, ...] | None) -> DeviceView:
-    strides = tuple(dense_strides(shape, dtype.itemsize, stride_order))
-    owner = allocator(kind, shape, dtype, device, stream, stride_order)()
-    return DeviceView(pointer_of(owner), shape, strides, dtype.numpy, device, kind, stream, owner)
-
-
 def allocator(kind: str, shape: tuple[int, ...], dtype: dt.DType, device: int, stream: int,
-              stride_order: tuple[int, ...] | None) -> Callable[[], object]:
-    """A function that makes uninitialized arrays of `shape` in `stride_order` with the library of
-    `kind` (torch, CuPy, or braze's DeviceArray for "cuda"). The cached call keeps one per buffer."""
-    strides = tuple(dense_strides(shape, dtype.itemsize, stride_order))
+              stride_order: tuple[int, ...] | None = None, layout: Layout | None = None) -> Callable[[], object]:
+    """A function that makes uninitialized arrays of `shape` with the library of `kind` (torch,
+    CuPy, or braze's DeviceArray for "cuda"): dense in `stride_order` (row-major when None), or
+    over a buffer of `layout`'s numel elements with its strides. The cached call keeps one per buffer."""
+    strides = _byte_strides(shape, dtype, stride_order, layout)
     if kind == "torch":
         import torch
 
+        if layout is not None:
+            flat = allocator(kind, (layout[0],), dtype, device, stream)
+            return lambda: flat().as_strided(shape, layout[1])
         # empty_strided, even for row-major layouts: it costs ~1.9 us a call where torch.empty costs ~3.
         return functools.partial(torch.empty_strided, shape, tuple(s // dtype.itemsize for s in strides),
                                  dtype=getattr(torch, dtype.name), device=_torch_device(torch, device))
     if kind == "cupy":
         import cupy
 
-        nbytes = max(span_bytes(shape, strides, dtype.itemsize), 1)
+        nbytes = max(_buffer_bytes(shape, strides, dtype, layout), 1)
 
         def cupy_array() -> object:
             with cupy.cuda.Device(device):
                 return cupy.ndarray(shape, dtype.numpy, cupy.cuda.alloc(nbytes), strides=strides)
 
         return cupy_array
+    if layout is not None:
+        return functools.partial(DeviceArray, shape, dtype.numpy, device, stream, None, layout[1], layout[0])
     return functools.partial(DeviceArray, shape, dtype.numpy, device, stream, stride_order)
 
 
-def strided_allocator(kind: str, numel: int, shape: tuple[int, ...], element_strides: tuple[int, ...],
-                      dtype: dt.DType, device: int, stream: int) -> Callable[[], object]:
-    """A function that makes uninitialized arrays of `shape` and `element_strides` over a buffer of
-    `numel` elements (a layout of splits and merges, padding included), with the library of `kind`."""
-    if kind == "torch":
-        flat = allocator(kind, (numel,), dtype, device, stream, None)
-        return lambda: flat().as_strided(shape, element_strides)
-    if kind == "cupy":
-        import cupy
-
-        def cupy_array() -> object:
-            with cupy.cuda.Device(device):
-                memory = cupy.cuda.alloc(max(numel * dtype.itemsize, 1))
-                return cupy.ndarray(shape, dtype.numpy, memory, strides=[s * dtype.itemsize for s in element_strides])
-
-        return cupy_array
-    return functools.partial(DeviceArray, shape, dtype.numpy, device, stream, None, element_strides, numel)
+def _byte_strides(shape: tuple[int, ...], dtype: dt.DType, stride_order: tuple[int, ...] | None,
+                  layout: Layout | None) -> tuple[int, ...]:
+    if layout is None:
+        return tuple(dense_strides(shape, dtype.itemsize, stride_order))
+    return tuple(s * dtype.itemsize for s in layout[1])
 
 
-def allocate_strided(kind: str, numel: int, shape: tuple[int, ...], element_strides: tuple[int, ...],
-                     dtype: dt.DType, device: int, stream: int) -> DeviceView:
-    """An uninitialized GPU array laid out by `element_strides` over `numel` elements."""
-    owner = strided_allocator(kind, numel, shape, element_strides, dtype, device, stream)()
-    strides = tuple(s * dtype.itemsize for s in element_strides)
-    view = DeviceView(pointer_of(owner), shape, strides, dtype.numpy, device, kind, stream, owner)
-    if config.enabled("poison_outputs"):
-        cuda.fill_bytes(view.ptr, 0xFF, numel * dtype.itemsize, stream)
-    return view
+def _buffer_bytes(shape: tuple[int, ...], strides: tuple[int, ...], dtype: dt.DType, layout: Layout | None) -> int:
+    return span_bytes(shape, strides, dtype.itemsize) if layout is None else layout[0] * dtype.itemsize
 
 
 def pointer_of(owner: object) -> int:

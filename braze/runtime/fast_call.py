@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import operator
 import struct
 import sys
 import threading
@@ -56,10 +57,6 @@ def _describe_torch(t) -> tuple:
     return t.dtype, t.shape, t.stride(), t.get_device()
 
 
-def _describe_numpy(a) -> tuple:
-    return a.dtype, a.shape, a.strides
-
-
 def _numpy_pointer_reader() -> Callable[[np.ndarray], int]:
     """The fastest reader of an ndarray's data pointer. NumPy's C struct keeps `data` right
     after the object header (PyArrayObject_fields), so reading it there costs ~0.3 us where
@@ -77,14 +74,8 @@ def _numpy_pointer_reader() -> Callable[[np.ndarray], int]:
 
 
 numpy_pointer = _numpy_pointer_reader()
-
-
-def _describe_cupy(a) -> tuple:
-    return a.dtype, a.shape, a.strides, a.data.device_id
-
-
-def _describe_device_array(a) -> tuple:
-    return a.dtype, a.shape, a.strides, a.device, a.stream  # its outputs are allocated on its stream
+_cupy_pointer = operator.attrgetter("data.ptr")
+_device_array_pointer = operator.attrgetter("ptr")
 
 
 @dataclass(frozen=True)
@@ -106,9 +97,10 @@ def _kind_of_type(cls: type) -> ArrayKind | None:
     from braze.runtime.device_arrays import DeviceArray
 
     if cls is np.ndarray:  # exactly: a subclass may mean something else by its strides or data
-        return ArrayKind(_describe_numpy, numpy_pointer, lambda a, device: 0)
-    if issubclass(cls, DeviceArray):
-        return ArrayKind(_describe_device_array, _device_array_pointer, lambda a, device: a.stream)
+        return ArrayKind(operator.attrgetter("dtype", "shape", "strides"), numpy_pointer, lambda a, device: 0)
+    if issubclass(cls, DeviceArray):  # its outputs are allocated on its stream: the stream describes it too
+        return ArrayKind(operator.attrgetter("dtype", "shape", "strides", "device", "stream"), _device_array_pointer,
+                         lambda a, device: a.stream)
     library = sys.modules.get(cls.__module__.partition(".")[0])
     if library is None:
         return None
@@ -117,16 +109,9 @@ def _kind_of_type(cls: type) -> ArrayKind | None:
         raw_stream = library._C._cuda_getCurrentRawStream
         return ArrayKind(_describe_torch, library.Tensor.data_ptr, lambda t, device: raw_stream(device), raw_stream)
     if library.__name__ == "cupy" and issubclass(cls, library.ndarray):
-        return ArrayKind(_describe_cupy, _cupy_pointer, lambda a, device: library.cuda.get_current_stream().ptr)
+        return ArrayKind(operator.attrgetter("dtype", "shape", "strides", "data.device_id"), _cupy_pointer,
+                         lambda a, device: library.cuda.get_current_stream().ptr)
     return None
-
-
-def _device_array_pointer(a) -> int:
-    return a.ptr
-
-
-def _cupy_pointer(a) -> int:
-    return a.data.ptr
 
 
 def array_kind(value: object) -> ArrayKind | None:
@@ -137,13 +122,10 @@ def array_kind(value: object) -> ArrayKind | None:
     return _KINDS[cls]
 
 
-def _cai_pointer(a) -> int:
-    return int(a.__cuda_array_interface__["data"][0])
-
-
 # Any other object with `__cuda_array_interface__`: read through it, run on the default stream. Such
 # arguments have no description (`description` answers None), so no prepared call is kept for them.
-_CUDA_ARRAY_INTERFACE = ArrayKind(lambda a: None, _cai_pointer, lambda a, device: 0)
+_CUDA_ARRAY_INTERFACE = ArrayKind(lambda a: None, lambda a: int(a.__cuda_array_interface__["data"][0]),
+                                  lambda a, device: 0)
 
 
 def gpu_array_kind(value: object) -> ArrayKind:
@@ -153,12 +135,12 @@ def gpu_array_kind(value: object) -> ArrayKind:
 
 
 def buffer_pointer(kind: str) -> Callable[[object], int]:
-    """Reads the address of a buffer made for inputs of `kind` ("torch", "cupy" or "cuda")."""
+    """Reads the address of a buffer made for inputs of `kind` ("numpy", "torch", "cupy" or "cuda")."""
     if kind == "torch":
         import torch
 
         return torch.Tensor.data_ptr
-    return _cupy_pointer if kind == "cupy" else _device_array_pointer
+    return {"numpy": numpy_pointer, "cupy": _cupy_pointer}.get(kind, _device_array_pointer)
 
 
 def description(inputs: Sequence[object], scalar_positions: frozenset[int], any_scalar: bool = False
@@ -179,25 +161,6 @@ def description(inputs: Sequence[object], scalar_positions: frozenset[int], any_
 
 
 # --- a prepared call ----------------------------------------------------------------------------
-@dataclass
-class PreparedLaunch:
-    """One cuLaunchKernel: the function, its grid and block, and its parameter array (the argument
-    block's address, then the addresses of its launch scalars)."""
-
-    function: int
-    grid: int
-    block: int
-    shared: int
-    params: ctypes.Array  # void*[]: the argument block's address (set by the PreparedCall), then the scalars'
-    scalars: ctypes.Array  # int64[4], kept alive here
-    record: tuple  # (kernel, task, begin, end, grid) for bz.record()
-    workspace: object = None  # the grid reductions' workspace the scalars point into, kept alive here
-
-    @property
-    def params_address(self) -> int:
-        return ctypes.addressof(self.params)
-
-
 @dataclass(frozen=True)
 class ScalarSlot:
     slot: int
@@ -225,7 +188,7 @@ class PreparedCall:
     done ahead.
 
     Buffers that are not returned (intermediates, the results copied back into inputs) are kept
-    from one call to the next in the same stream order (`_begin`'s answer): that order makes
+    from one call to the next in the same stream order (`_begin_source` sets it): that order makes
     reusing them safe, and a call then allocates only what it returns. A backend's subclass
     launches the kernels (runtime/backends/cpu.py, runtime/backends/cuda.py; a loop kernel's on a
     GPU: runtime/kernel_launch_cuda.py).
@@ -356,18 +319,14 @@ class PreparedCall:
         """Gives up the buffers kept between calls (the next call allocates them again)."""
         self.kept, self.kept_order = None, None
 
-    def _begin(self, inputs: Sequence[object]) -> int:
-        """Readies the device; returns the stream the call runs on (0 on the host)."""
-        return 0
-
     def _copy_on_device(self, target: int, source: int, nbytes: int, stream: int) -> None:
         """An output copied back into the input it replaces."""
         cuda.copy_on_device(target, source, nbytes, stream)
 
     def _begin_source(self, names: dict[str, object]) -> list[str]:
-        """The generated call's lines setting `order` (`_begin`), with the names they use added."""
-        names["begin"] = self._begin
-        return ["order = begin(inputs)"]
+        """The generated call's lines setting `order`, the stream the call runs on (0 on the host),
+        with the names they use added."""
+        return ["order = 0"]
 
     def _launch_source(self, names: dict[str, object], pointers: list[tuple[int, str]]) -> list[str]:
         """The generated call's lines writing `pointers` (slot, expression) into the block and

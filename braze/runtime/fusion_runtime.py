@@ -31,6 +31,7 @@ from braze.kir.params import KernelParams
 from braze.ops.creation import draws_from_the_global_generator
 from braze.ops.reductions import check_empty_reductions, reductions_without_identity
 from braze.ops.table import RefContext, lookup
+from braze.runtime.arrays import pack_array
 from braze.runtime.backends.cpu import HostDevice, KernelExecutor
 from braze.runtime.device_arrays import DeviceView
 from braze.runtime.fast_call import (
@@ -39,17 +40,12 @@ from braze.runtime.fast_call import (
     ScalarSlot,
     array_kind,
     buffer_pointer,
-    numpy_pointer,
 )
 from braze.runtime.graph import refuse_random
 from braze.runtime.inputs import BoundInputs
 from braze.runtime.record import note_entry
 from braze.runtime.rng import next_seed_offset
 from braze.runtime.scalars import scalar_bits, scalar_packer
-
-
-def _element_strides(array: np.ndarray) -> list[int]:
-    return [s // array.itemsize for s in array.strides]
 
 
 class FusionRuntime:
@@ -140,10 +136,8 @@ class FusionRuntime:
 
     @staticmethod
     def _pack_array(block: np.ndarray, slot: int, array) -> None:
-        block[slot] = array.ptr if isinstance(array, DeviceView) else array.ctypes.data
-        n = array.ndim
-        block[slot + 1 : slot + 1 + n] = array.shape
-        block[slot + 1 + n : slot + 1 + 2 * n] = _element_strides(array)
+        pointer = array.ptr if isinstance(array, DeviceView) else array.ctypes.data
+        pack_array(block, slot, pointer, array.shape, array.strides, array.itemsize)
 
     # --- a run ------------------------------------------------------------------------------------
     def run(self, bound: BoundInputs) -> list[np.ndarray]:
@@ -193,7 +187,7 @@ class FusionRuntime:
             input_pointers=[(slot[p.name], self.input_position[tv_id], kinds[self.input_position[tv_id]].pointer)
                             for tv_id, p in self.params.arrays.items()],
             buffer_pointers=[(slot[p.name], written[tv_id]) for tv_id, p in self.params.writes.items()],
-            buffer_pointer=self._buffer_pointer(frame),
+            buffer_pointer=buffer_pointer(frame.bound.kind),
             scalars=[ScalarSlot(slot[p.name], self.input_position[tv_id], scalar_packer(p, checked=True))
                      for tv_id, p in self.params.scalars.items()],
             seeds=[self._seed_slots(tv) for tv in self.random_ops],
@@ -222,9 +216,6 @@ class FusionRuntime:
             else:
                 return None
         return returned
-
-    def _buffer_pointer(self, frame: Frame) -> Callable[[object], int]:
-        return numpy_pointer if frame.bound.kind == "numpy" else buffer_pointer(frame.bound.kind)
 
     def _check_empty_reductions(self, extents: list[int], bindings: dict[str, int]) -> None:
         """max, min, argmax and argmin of nothing have no value: an error where an output reads one."""

@@ -30,12 +30,12 @@ from braze.host.launch_jit import NativeLaunches, native_launches
 from braze.kir import nodes as k
 from braze.kir.layout import ArgLayout
 from braze.runtime import cuda_driver as cuda
-from braze.runtime.arrays import arguments_overlap, byte_span, overlaps_itself
+from braze.runtime.arrays import arguments_overlap, byte_span, overlaps_itself, pack_array
 from braze.runtime.backends.cpu import bounds_function
-from braze.runtime.backends.cuda import CudaPreparedCall, launch_specs, recorded_launch
+from braze.runtime.backends.cuda import CudaPreparedCall, PreparedLaunch, launch_specs, recorded_launch
 from braze.runtime.cuda_kernel import BLOCKS_PER_SM, CudaCompiledKernel
 from braze.runtime.device_arrays import DeviceView
-from braze.runtime.fast_call import ArrayKind, CallPlan, PreparedLaunch, ScalarSlot, gpu_array_kind
+from braze.runtime.fast_call import ArrayKind, CallPlan, ScalarSlot, gpu_array_kind
 from braze.runtime.graph import capture_stream
 from braze.runtime.record import RecordedLaunch, record_state, recording
 from braze.runtime.scalars import scalar_packer
@@ -87,7 +87,7 @@ class CudaKernelLauncher:
         self.tasks = [self._task(module, t, f) for t, f in zip(self.kernel.tasks, compiled.generated.functions)]
         layout = ArgLayout.of(self.kernel.params)
         self.block_slots = max(layout.size, 1)
-        self.array_slots = [(layout.slots[p.name], p.ndim) for p in arrays]
+        self.array_slots = [layout.slots[p.name] for p in arrays]
         self.scalar_slots = [(layout.slots[p.name], scalar_packer(p, checked=True)) for p in scalars]
         self.status_slot = layout.slots.get(k.ASSERT_STATUS)
         self.messages = k.assert_messages(self.kernel)
@@ -120,9 +120,8 @@ class CudaKernelLauncher:
         """The cached call for arguments described as `views` (the scalars only fix the launch when
         the task bounds read them)."""
         block = [0] * self.block_slots
-        for (slot, ndim), view in zip(self.array_slots, views):
-            block[slot + 1: slot + 1 + ndim] = list(view.shape)
-            block[slot + 1 + ndim: slot + 1 + 2 * ndim] = [s // view.itemsize for s in view.strides]
+        for slot, view in zip(self.array_slots, views):  # the pointers are patched per call
+            pack_array(block, slot, 0, view.shape, view.strides, view.itemsize)
         readers = [gpu_array_kind(arguments[p]) for p in array_positions]
         launches = None if self.bounds_read_scalars else self.plan(self.bounds([v.shape for v in views], scalars))
         return PreparedKernelCall(self, block, views, readers, list(array_positions), list(scalar_positions),
@@ -147,7 +146,7 @@ class PreparedKernelCall(CudaPreparedCall):
         if launcher.status_slot is not None:
             self.status = _StatusWord(launcher.device)
             block[launcher.status_slot: launcher.status_slot + 3] = [self.status.address, 1, 1]
-        plan = CallPlan(block, [], [(slot, position, reader.pointer) for (slot, _), position, reader in
+        plan = CallPlan(block, [], [(slot, position, reader.pointer) for slot, position, reader in
                                     zip(launcher.array_slots, array_positions, readers)], [], _no_buffer,
                         [ScalarSlot(slot, position, pack) for (slot, pack), position in
                          zip(launcher.scalar_slots, scalar_positions)], [], [], [])
@@ -164,7 +163,6 @@ class PreparedKernelCall(CudaPreparedCall):
         self.overlaps_itself = any(overlaps_itself(v.shape, v.strides, v.itemsize) for v in views)
         self.shapes = [v.shape for v in views]  # what the bounds function reads
         self.last_pointers: tuple[int, ...] | None = None
-        self.raw_launch = cuda.raw_launch_function()
 
     @functools.cached_property
     def launch_all(self) -> NativeLaunches | None:
@@ -230,9 +228,7 @@ class PreparedKernelCall(CudaPreparedCall):
                     self._check(stream)
 
     def _launch_task(self, x: LoopTaskLaunch, stream: int) -> None:
-        code = self.raw_launch(x.task.address, x.grid, 1, 1, x.threads, 1, 1, 0, stream, self.params_address, None)
-        if code:
-            cuda.raise_launch_error(code, x.task.function, (x.grid, 1, 1), (x.threads, 1, 1))
+        cuda.launch(x.task.address, (x.grid, 1, 1), (x.threads, 1, 1), self.params_address, stream, 0, x.task.function)
 
     def _check(self, stream: int) -> None:
         """After a task of a debug kernel: raise the first failed check's message, as the CPU does."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -74,9 +74,15 @@ def active_recordings() -> list[Recording]:
     return getattr(_local, "stack", ())
 
 
-def note_launch(launch: RecordedLaunch) -> None:
-    for recording in active_recordings():
-        recording.launches.append(launch)
+def _noting(field: str) -> Callable[[object], None]:
+    """A function noting what it is given into the list `field` of every recording open on this thread."""
+    def note(value: object) -> None:
+        for recording in active_recordings():
+            getattr(recording, field).append(value)
+    return note
+
+
+note_launch, note_compile, note_segments, note_entry = map(_noting, ("launches", "compiles", "segments", "entries"))
 
 
 def record_state() -> threading.local:
@@ -91,21 +97,6 @@ def recording() -> bool:
 
 def profiling() -> bool:
     return any(r.profile for r in active_recordings())
-
-
-def note_compile(kernel: str) -> None:
-    for recording in active_recordings():
-        recording.compiles.append(kernel)
-
-
-def note_segments(writes: list[str]) -> None:
-    for recording in active_recordings():
-        recording.segments.append(writes)
-
-
-def note_entry(what: str) -> None:
-    for recording in active_recordings():
-        recording.entries.append(what)
 
 
 def dump_launch(launch: RecordedLaunch, block: object, slots: dict[str, int]) -> None:

@@ -96,8 +96,9 @@ class FakeGpu:
         self.events: list[tuple] = []
         self.next_address = 0x1_0000_0000
         FakeModule.loads = []
-        for name in ("alloc", "fill_bytes", "free", "unload_module", "launch"):
+        for name in ("alloc", "fill_bytes", "free", "unload_module"):
             monkeypatch.setattr(cuda_driver, name, getattr(self, name))
+        monkeypatch.setattr(cuda_driver, "raw_launch_function", lambda: self.launch)
         monkeypatch.setattr(cuda_driver, "Module", FakeModule)
         # A test's workspaces and modules of its own.
         monkeypatch.setattr(cuda_resources, "_workspaces", {})
@@ -118,8 +119,9 @@ class FakeGpu:
     def unload_module(self, handle: int) -> None:
         self.events.append(("unload", handle))
 
-    def launch(self, function, grid, block, params, stream=0, shared=0, name="kernel") -> None:
+    def launch(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra) -> int:
         self.events.append(("launch", function, stream, _workspace_pointer(params)))
+        return 0
 
     def of(self, kind: str) -> list[tuple]:
         return [e for e in self.events if e[0] == kind]
@@ -252,7 +254,6 @@ def test_threads_launching_inner_outer_pairs_on_one_stream_never_come_between_a_
         return 0
 
     monkeypatch.setattr(cuda_driver, "raw_launch_function", lambda: launch)
-    monkeypatch.setattr(cuda_driver, "launch", lambda function, *args, **kwargs: launch(function))
 
     def work(n: int) -> None:
         for _ in range(20):  # a busy prepared call answers None: the host program's launches then

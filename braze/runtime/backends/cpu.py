@@ -23,6 +23,7 @@ from braze.host.program import Alias, Allocate, CpuDevice, Frame, buffer_name, h
 from braze.kir import nodes as k
 from braze.kir.layout import ArgLayout
 from braze.kir.python import evaluable, python_function, scalar_by_name
+from braze.runtime.arrays import pack_array
 from braze.runtime.compiled_kernel import CompiledKernel
 from braze.runtime.fast_call import CallPlan, PreparedCall
 from braze.runtime.graph import host_block, host_copy, host_task
@@ -37,8 +38,9 @@ TaskRange = tuple[int, int, int]  # (begin, end, work per index) of one task's l
 
 
 class CpuTasks:
-    """The task functions of one compiled kernel and how a launch of them runs: `min_work` is the
-    work (in the units of the ranges' work per index) a chunk needs before another thread takes it."""
+    """The task functions of one compiled kernel and how a launch of them runs (a fusion's executor
+    and a loop kernel's launcher are both): `min_work` is the work (in the units of the ranges'
+    work per index) a chunk needs before another thread takes it."""
 
     def __init__(self, compiled: CompiledKernel, what: str, min_work: int = MIN_CHUNK_WORK) -> None:
         self.compiled = compiled  # its loaded code lives as long as it does: the functions stay valid
@@ -91,14 +93,11 @@ def inner_extent(task: k.Task) -> k.Expr:
     return k.Const(1, task.begin.dtype)
 
 
-class KernelExecutor:
+class KernelExecutor(CpuTasks):
     """Runs every task of one compiled fusion kernel, in order."""
 
     def __init__(self, compiled: CompiledKernel) -> None:
-        self.compiled = compiled
-        self.kernel = compiled.kernel
-        self.tasks = CpuTasks(compiled, f"fusion kernel {self.kernel.name!r}")
-        self.functions = self.tasks.functions
+        super().__init__(compiled, f"fusion kernel {compiled.kernel.name!r}")
         self.bounds = [host_function([t.begin, t.end, inner_extent(t)]) for t in self.kernel.tasks]
         # Per input description, the prepared call of runs of it (runtime/fast_call.py), held by the
         # fusion's FastCalls: a prepared call holds its executor, so the index must not hold it back.
@@ -115,7 +114,7 @@ class KernelExecutor:
     def run(self, block: np.ndarray, scalars: dict[str, int], arguments: Sequence[object] = ()) -> None:
         """Runs all tasks with the argument block `block` (int64 slots); `scalars` holds extent values.
         A `bz.graph()` recording the run keeps `arguments` (what the block points into) alive."""
-        self.tasks.launch(block, block.ctypes.data, self.ranges(scalars), arguments)
+        self.launch(block, block.ctypes.data, self.ranges(scalars), arguments)
 
 
 # --- loop kernels ---------------------------------------------------------------------------------
@@ -153,17 +152,15 @@ def _work_per_index(stmts: tuple[k.Stmt, ...], weight: int = 1) -> int:
     return total
 
 
-class KernelLauncher:
+class KernelLauncher(CpuTasks):
     """Launches every task of one compiled loop kernel with arrays and scalars bound in parameter order."""
 
     def __init__(self, compiled: CompiledKernel, arrays: Sequence[k.ArrayParam],
                  scalars: Sequence[k.ScalarParam]) -> None:
-        self.compiled = compiled
-        self.kernel = compiled.kernel
-        self.tasks = CpuTasks(compiled, f"kernel {self.kernel.name!r}", MIN_PARALLEL_WORK)
+        super().__init__(compiled, f"kernel {compiled.kernel.name!r}", MIN_PARALLEL_WORK)
         layout = ArgLayout.of(self.kernel.params)
         self.block_size = layout.size
-        self.array_slots = [(layout.slots[p.name], p.ndim) for p in arrays]
+        self.array_slots = [layout.slots[p.name] for p in arrays]
         self.scalar_slots = [(layout.slots[p.name], scalar_packer(p)) for p in scalars]
         self.messages = k.assert_messages(self.kernel)
         self.status_slot = layout.slots.get(k.ASSERT_STATUS)
@@ -173,21 +170,14 @@ class KernelLauncher:
     def pack(self, arrays: Sequence[np.ndarray]) -> PackedArgs:
         """The argument block with the arrays' pointers, extents and strides (scalars are written per run)."""
         block = [0] * self.block_size
-        for (slot, ndim), array in zip(self.array_slots, arrays):
-            itemsize = array.itemsize
-            block[slot] = array.__array_interface__["data"][0]
-            block[slot + 1: slot + 1 + ndim] = array.shape
-            block[slot + 1 + ndim: slot + 1 + 2 * ndim] = [s // itemsize for s in array.strides]
+        for slot, array in zip(self.array_slots, arrays):
+            pack_array(block, slot, array.__array_interface__["data"][0], array.shape, array.strides, array.itemsize)
         status = None
         if self.status_slot is not None:
             status = np.zeros(1, np.int64)
             block[self.status_slot: self.status_slot + 3] = [status.ctypes.data, 1, 1]
         packed = np.array(block, dtype=np.int64)
         return PackedArgs(packed, packed.ctypes.data, tuple([a.shape for a in arrays]), status)
-
-    def launch(self, arrays: Sequence[np.ndarray], scalars: Sequence[object]) -> None:
-        """Runs the kernel once; raises KernelAssertionError when a debug check failed."""
-        self.run(self.pack(arrays), scalars, arrays)
 
     def run(self, packed: PackedArgs, scalars: Sequence[object], arguments: Sequence[object] = ()) -> None:
         """Runs the kernel on a packed block (kept by the caller while the same arrays come again,
@@ -198,8 +188,8 @@ class KernelLauncher:
             block[slot] = pack(value)
         if packed.status is not None:
             packed.status[0] = 0
-        self.tasks.launch(block, packed.address, self.ranges(packed.shapes, scalars), arguments, packed.status,
-                          self.messages)
+        self.launch(block, packed.address, self.ranges(packed.shapes, scalars), arguments, packed.status,
+                    self.messages)
 
 
 @dataclass(frozen=True)
@@ -251,4 +241,4 @@ class HostDevice(CpuDevice):
 
     def prepared_call(self, executor: KernelExecutor, frame: Frame, plan: CallPlan, kind: object,
                       first_array: int) -> PreparedCall:
-        return CpuPreparedCall(plan, executor.tasks, executor.ranges(frame.bindings))
+        return CpuPreparedCall(plan, executor, executor.ranges(frame.bindings))

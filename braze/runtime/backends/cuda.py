@@ -12,6 +12,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -24,12 +25,50 @@ from braze.host.torch_call import Conditions, TorchApi, TorchCall, torch_api
 from braze.ir.tensor import TensorView
 from braze.runtime import cuda_driver as cuda
 from braze.runtime import device_arrays
-from braze.runtime.fast_call import UNSEEN, ArrayKind, CallPlan, PreparedCall, PreparedLaunch, patch_lines
+from braze.runtime.fast_call import UNSEEN, ArrayKind, CallPlan, PreparedCall, patch_lines
 from braze.runtime.graph import capture_stream
 from braze.runtime.record import OPEN_RECORDINGS, RecordedLaunch, note_launch, profiling, record_state, recording
 
 if TYPE_CHECKING:
     from braze.runtime.cuda_kernel import CudaExecutor
+
+
+@dataclass
+class PreparedLaunch:
+    """One cuLaunchKernel: the function, its grid and block, and its parameter array (the argument
+    block's address, then the addresses of its launch scalars)."""
+
+    function: int
+    grid: int
+    block: int
+    shared: int
+    params: ctypes.Array  # void*[]: the argument block's address (set by the caller), then the scalars'
+    scalars: ctypes.Array  # int64[4], kept alive here
+    record: tuple  # (kernel, task, begin, end, grid) for bz.record()
+    workspace: object = None  # the grid reductions' workspace the scalars point into, kept alive here
+
+    @property
+    def params_address(self) -> int:
+        return ctypes.addressof(self.params)
+
+    def launch(self, stream: int) -> None:
+        """cuLaunchKernel on `stream`, in the context current."""
+        cuda.launch(self.function, (self.grid, 1, 1), (self.block, 1, 1), self.params_address, stream, self.shared,
+                    self.record[1])
+
+
+def launch_in_order(launches: Sequence[PreparedLaunch], stream: int, device: cuda.Device, pairs: bool,
+                    launch: Callable[[PreparedLaunch], None] | None = None) -> None:
+    """Each of `launches` on `stream` (or by `launch(x)`), in order, in `device`'s context; under the
+    pair lock of their workspace where they include an inner-outer pair (runtime/cuda_resources.Workspace)."""
+    if not launches:
+        return
+    with device.current(), launches[0].workspace.pair_lock if pairs else contextlib.nullcontext():
+        for x in launches:
+            if launch is None:
+                x.launch(stream)
+            else:
+                launch(x)
 
 
 def recorded_launch(recorded: RecordedLaunch, stream: int, launch: Callable[[], None] | None,
@@ -194,7 +233,8 @@ class CudaPreparedCall(PreparedCall):
         if code < 0:
             raise RuntimeError(f"braze internal error: the patched launch of {self.launches[0].record[0]} "
                                "was given the wrong number of pointers")
-        self._launch_failed(code >> 16, code & 0xFFFF)
+        x = self.launches[code >> 16]
+        cuda.raise_launch_error(code & 0xFFFF, x.record[1], (x.grid, 1, 1), (x.block, 1, 1))
 
     def _note_launches(self) -> None:
         for x in self.launches:
@@ -202,19 +242,9 @@ class CudaPreparedCall(PreparedCall):
 
     def _launch(self, stream: int) -> None:
         """The launches one by one through ctypes (the host JIT is off or failed)."""
-        raw = cuda.raw_launch_function()
-        launches = self.launches_on(stream)
-        with self.device.current(), launches[0].workspace.pair_lock if self.pairs else contextlib.nullcontext():
-            for n, x in enumerate(launches):
-                code = raw(x.function, x.grid, 1, 1, x.block, 1, 1, x.shared, stream, x.params_address, None)
-                if code:
-                    self._launch_failed(n, code)
+        launch_in_order(self.launches_on(stream), stream, self.device, self.pairs)
         if recording():
             self._note_launches()
-
-    def _launch_failed(self, n: int, code: int) -> None:
-        x = self.launches[n]
-        cuda.raise_launch_error(code, x.record[1], (x.grid, 1, 1), (x.block, 1, 1))
 
 
 def _torch_output(api: TorchApi, allocate: Callable[[], object], device: object) -> tuple | None:
@@ -252,15 +282,10 @@ class CudaDevice(CpuDevice):
     def allocate(self, frame: Frame, tv: TensorView, numel: int, sizes: list[int], strides: list[int],
                  zero: bool = False) -> object:
         bound = frame.bound
-        if _laid_out_by_domain(tv):
-            view = device_arrays.allocate_strided(bound.kind, numel, tuple(sizes), tuple(strides), tv.dtype,
-                                                  bound.device, bound.stream)
-            nbytes = numel * tv.dtype.itemsize
-        else:
-            view = device_arrays.allocate(bound.kind, tuple(sizes), tv.dtype, bound.device, bound.stream,
-                                          tv.stride_order)
-            nbytes = view.size * view.itemsize  # dense: stride orders only
+        view = device_arrays.allocate(bound.kind, tuple(sizes), tv.dtype, bound.device, bound.stream,
+                                      *_layout(tv, numel, strides))
         if zero:  # in stream order with the launches: a graph replays it with them
+            nbytes = numel * tv.dtype.itemsize if _laid_out_by_domain(tv) else view.size * view.itemsize
             cuda.fill_bytes(view.ptr, 0, nbytes, _launch_stream(bound, (view,), f"buffer {tv.name}"))
         return view
 
@@ -276,12 +301,9 @@ class CudaDevice(CpuDevice):
 
     def allocator(self, frame: Frame, instruction: Allocate) -> Callable[[], object]:
         bound, tv = frame.bound, instruction.tv
-        if _laid_out_by_domain(tv):
-            numel, sizes, strides = instruction.extents(frame)
-            return device_arrays.strided_allocator(bound.kind, numel, tuple(sizes), tuple(strides), tv.dtype,
-                                                   bound.device, bound.stream)
-        return device_arrays.allocator(bound.kind, instruction.sizes(frame), tv.dtype, bound.device, bound.stream,
-                                       tv.stride_order)
+        numel, sizes, strides = instruction.extents(frame)
+        return device_arrays.allocator(bound.kind, sizes, tv.dtype, bound.device, bound.stream,
+                                       *_layout(tv, numel, strides))
 
     def prepared_call(self, executor: CudaExecutor, frame: Frame, plan: CallPlan, kind: ArrayKind,
                       first_array: int) -> CudaPreparedCall:
@@ -327,6 +349,11 @@ def prepared_launches(executor: CudaExecutor, bindings: dict[str, int], stream: 
 def _launch_stream(bound: object, keep: tuple, what: str) -> int:
     """The stream the inputs' work goes to: theirs, or an open `bz.graph()`'s capture stream."""
     return capture_stream(bound.stream, cuda.device(bound.device), keep, what) if recording() else bound.stream
+
+
+def _layout(tv: TensorView, numel: int, strides: Sequence[int]) -> tuple:
+    """(stride order, layout) of `tv`'s buffer for device_arrays.allocate and allocator."""
+    return (None, (numel, tuple(strides))) if _laid_out_by_domain(tv) else (tv.stride_order, None)
 
 
 def _laid_out_by_domain(tv: TensorView) -> bool:
