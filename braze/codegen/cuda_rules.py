@@ -164,7 +164,7 @@ TERNARY_RULES = {
 # --- casts ------------------------------------------------------------------------------------------
 _TO_FLOAT32 = {"float16": "bz_half_bits_to_float(__half_as_ushort({}))",
                "bfloat16": "bz_bf16_bits_to_float(__bfloat16_as_ushort({}))"}
-_FROM_FLOAT = {("float32", "float16"): "__float2half_rn({})", ("float64", "float16"): "__double2half({})",
+_FROM_FLOAT = {("float32", "float16"): "bz_float_to_half({})", ("float64", "float16"): "__double2half({})",
                ("float32", "bfloat16"): "__ushort_as_bfloat16(bz_float_to_bf16_bits({}))"}
 
 

@@ -327,6 +327,16 @@ BZ_D float bz_half_bits_to_float(unsigned short bits) {
     return __uint_as_float(((bits & 0x8000u) << 16) | 0x7f800000u | ((bits & 0x3ffu) << 13));
   return __half2float(__ushort_as_half(bits));
 }
+// And back, as NumPy rounds: a NaN keeps its sign and the top of its payload (at least one bit, so
+// it stays a NaN), where CUDA's conversion gives the canonical one: a float16 NaN a kernel only
+// moves (tril, roll, a select) keeps its bits.
+BZ_D __half bz_float_to_half(float x) {
+  if (x != x) {
+    const unsigned bits = __float_as_uint(x), payload = (bits >> 13) & 0x3ffu;
+    return __ushort_as_half((unsigned short)(((bits >> 16) & 0x8000u) | 0x7c00u | (payload ? payload : 1u)));
+  }
+  return __float2half_rn(x);
+}
 #endif
 
 // --- Philox4x32-10: the four 32-bit words of counter (group, offset) under key seed ----------
