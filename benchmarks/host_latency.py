@@ -204,9 +204,9 @@ def part_rows(f: bz.Fusion, inputs: list, prepared: fast_call.CudaPreparedCall) 
         "  allocation": us_per_call(lambda: [allocate() for allocate in plan.allocations], sync=False),
         "  pointers (data_ptr of inputs and outputs)": us_per_call(pointers, sync=False),
         "  patching (the native builtin, no launch)": us_per_call(lambda: patch_only.patched(0, *values), sync=False),
-        "  launch (stream, native cuLaunchKernel)": us_per_call(lambda: native.call(prepared._begin(inputs))),
+        "  launch (default stream, native cuLaunchKernel)": us_per_call(lambda: native.call(0)),
         "  patching and launch (the native builtin)": us_per_call(
-            lambda: native.patched(prepared._begin(inputs), *values)),
+            lambda: native.patched(0, *values)),
         "  the same call in Python (guard, allocation, pointers, the patching builtin)": us_per_call(
             lambda: fast.run(inputs)),
     }
