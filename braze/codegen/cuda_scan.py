@@ -116,4 +116,3 @@ class ScanWriter:
     def _end_run_loop(self) -> None:
         self.depth -= 1
         self.line("}")
-
