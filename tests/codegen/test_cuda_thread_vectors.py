@@ -185,16 +185,18 @@ def pointwise(draw, leaves, depth: int = 3):
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_generated_elementwise_programs_take_the_path_and_compile_with_nvrtc(data):
+    """Random pointwise programs over dense arrays of 1 to 3 axes move vectors one index a thread."""
     dtype = data.draw(st.sampled_from([bz.float32, bz.bfloat16, bz.float64]))
     count = data.draw(st.integers(1, 4))
+    rank = data.draw(st.integers(1, 3))  # of 2 and 3 axes, dense: one flat range (flat_pointwise)
     with bz.Fusion(name=f"thread_vectors_generated_{data.draw(st.integers(0, 10**9))}") as f:
-        tensors = [f.define_tensor([-1], dtype=dtype) for _ in range(count)]
+        tensors = [f.define_tensor([-1] * rank, dtype=dtype) for _ in range(count)]
         leaves = tensors + [f.define_scalar(dtype=bz.float32)]
         for _ in range(data.draw(st.integers(1, 3))):
             f.add_output(data.draw(pointwise(leaves)) + tensors[0])
-    arrays = [np.ones(64, NUMPY[dtype]) for _ in range(count)] + [0.5]
+    arrays = [np.ones((4,) * (rank - 1) + (64,), NUMPY[dtype]) for _ in range(count)] + [0.5]
     src = engine.cuda_source(f, arrays)
-    assert all(width in (4, 8) for width in src.thread_vector_widths)
+    assert all(width in (4, 8) for width in src.thread_vector_widths) and "lanes32" not in src.body
     assert nvrtc.compile_ptx(src.text, "generated", "sm_90")
 
 
