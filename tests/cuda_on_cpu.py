@@ -197,7 +197,9 @@ def cuda_executor(fusion, arrays: list[np.ndarray], sm_count: int = 2, resident:
                                   restrict=True)
     names = tuple(compiled.generated.functions)
     compiled.module = lambda device: FakeModule(names, resident)
-    return CudaExecutor(compiled, FakeDevice(sm_count=sm_count)), (plan, params, bound), bound.bindings
+    executor = CudaExecutor(compiled, FakeDevice(sm_count=sm_count))
+    executor.wide = None  # no recompile for wider blocks: its kernels would need NVRTC and a GPU
+    return executor, (plan, params, bound), bound.bindings
 
 
 def planned_launches(fusion, arrays: list[np.ndarray], **gpu) -> list:

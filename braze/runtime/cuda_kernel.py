@@ -58,6 +58,9 @@ INNER_OUTER_BLOCKS_PER_SM_BEFORE = 2
 # as many loads in flight as fill the GPU), and the fewest bytes of a row of them a block reads (two
 # 32-byte sectors).
 FOLD_BLOCKS_PER_SM = 2
+# Blocks wider than a kernel's own that a row task's launch may take (CudaExecutor._wide_block), from
+# a recompile of the kernel for them made the first time one is planned (CudaCompiledKernel.for_block).
+WIDE_BLOCKS = (512, 1024)
 FOLD_SEGMENT_BYTES = 64
 REGISTERS_PER_SM = 65536
 MIN_REGISTERS = 16  # the fewest registers a thread a recompile asks for (ptxas raises a lower cap to its minimum)
@@ -271,6 +274,7 @@ class PlannedLaunch:
     shared: int
     scalars: tuple[int, int, int, int]
     warp: bool = False  # launches the task's warp function (one warp a row)
+    block: int = 0  # threads a block, where wider than the executor's own (CudaExecutor._wide_block)
 
     @property
     def function(self) -> object:
@@ -326,6 +330,10 @@ class CudaExecutor:
         self.module = module
         self.occupancy: dict[tuple[str, int], int] = {}
         self.tasks = task_launches(self.kernel, generated, module.functions)
+        # Executors of the kernel recompiled for wider blocks, by block (_plan_own_or_wide); None for
+        # one of those itself.
+        self.wide: dict[int, CudaExecutor] | None = {} if block is None else None
+        self._wide_lock = threading.Lock()
         for task in self.tasks:
             if task.cache_itemsizes or task.schedule.kind == "inner_outer":
                 for name in filter(None, (task.name, task.warp_name)):
@@ -397,10 +405,46 @@ class CudaExecutor:
             if task.schedule.kind == "inner_outer":
                 planned += self._plan_inner_outer(task, self.tasks[n + 1], scalars, workspace.pair_pointer)
             elif task.schedule.kind != "column_fold":  # planned with the task carrying it
-                planned += [p for p in (self._plan_task(task, scalars, pointers),) if p is not None]
+                planned += [p for p in (self._plan_own_or_wide(n, task, scalars, pointers),) if p is not None]
         if config.dumping("launch_params"):
-            config.dump("launch_params", "\n".join(launch_text(p, self.block) for p in planned))
+            config.dump("launch_params", "\n".join(launch_text(p, p.block or self.block) for p in planned))
         return planned
+
+    def _plan_own_or_wide(self, n: int, task: _TaskLaunch, scalars: dict[str, int], pointers: tuple[int, int]
+                          ) -> PlannedLaunch | None:
+        """Task `n`'s launch: in blocks of this executor's size, or of a wider one (_wide_block), from
+        the kernel recompiled for it."""
+        block = self._wide_block(task, scalars)
+        if block == self.block:
+            return self._plan_task(task, scalars, pointers)
+        with self._wide_lock:
+            wide = self.wide.get(block) or self.wide.setdefault(block, CudaExecutor(self.compiled, self.device, block))
+        planned = wide._plan_task(wide.tasks[n], scalars, pointers)
+        return None if planned is None else dataclasses.replace(planned, block=block)
+
+    def _wide_block(self, task: _TaskLaunch, scalars: dict[str, int]) -> int:
+        """The threads a block of a row task's launch takes: this executor's, or the fewest of
+        WIDE_BLOCKS that serve its rows better (measured on an H100: wide-blocks-h100.md in
+        benchmarks/results):
+        - rows read twice (through a row cache) that registers hold at a wider block and not at this
+          one: log_softmax over 32000 float32 reads each row once with 1024 threads (2041 -> 2635
+          GB/s), where 256 read it twice from DRAM (the rows in flight overflow the L2);
+        - rows a block each too few to fill the GPU: argmax over 512 rows of 128256 float32 with
+          512 threads (2545 -> 2843 GB/s)."""
+        if task.schedule.kind != "rows" or task.nest_levels or not task.lane_loops or self.wide is None:
+            return self.block
+        begin, end, *extents = task.bounds(scalars)
+        rows, row = end - begin, max(extents, default=0)
+        if rows <= 0 or lanes_for(row, self.block) < self.block:
+            return self.block
+        if task.cache_itemsizes and task.register_row and rows >= self.device.sm_count:
+            fits = [b for b in WIDE_BLOCKS if task.register_row < row <= task.register_row * b // self.block]
+            if fits:
+                return fits[0]
+        block, threads = self.block, self.device.sm_count * BLOCKS_PER_SM * cuda_codegen.DEFAULT_BLOCK_SIZE
+        while block < WIDE_BLOCKS[-1] and 2 * rows * block <= threads:
+            block *= 2
+        return block
 
     def _plan_task(self, task: _TaskLaunch, scalars: dict[str, int], pointers: tuple[int, int]
                    ) -> PlannedLaunch | None:
@@ -449,6 +493,12 @@ class CudaExecutor:
         if not extents:  # pointwise (no loop in a row): a few elements a thread over as many blocks as that takes
             per_thread = max(1, POINTWISE_ELEMENTS_PER_THREAD // task.vector_width)
             grid = min(max(grid, -(-blocks // per_thread)), MAX_GRID)
+        elif not task.lane_combines and not task.cache_itemsizes:
+            # Rows computed element by element (bias + GELU, RoPE's halves): a block for each of its
+            # groups of rows, each new block starting as one ends, keeps more loads in flight than
+            # resident blocks looping over the rows (on an H100, bias + tanh-GELU over [16384, 8192]
+            # bfloat16 2512 -> 2900 GB/s, RoPE 2519 -> 2800).
+            grid = min(blocks, MAX_GRID)
         return PlannedLaunch(task, begin, end, grid, shared, (lanes, cached if shared else 0, 0, 0))
 
     def _lanes(self, task: _TaskLaunch, rows: int, row_length: int) -> int:

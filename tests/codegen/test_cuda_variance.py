@@ -267,7 +267,7 @@ class Planner(CudaExecutor):
     blocks of every task; a run records its launches instead of making them."""
 
     def __init__(self, kernel: k.Kernel, sm_count: int, resident: int) -> None:
-        self.kernel, self.block, self.occupancy = kernel, cuda.DEFAULT_BLOCK_SIZE, {}
+        self.kernel, self.block, self.occupancy, self.wide = kernel, cuda.DEFAULT_BLOCK_SIZE, {}, None
         self.device = types.SimpleNamespace(sm_count=sm_count)
         self.module = types.SimpleNamespace(resident_blocks=lambda name, block, shared: resident)
         self.tasks = task_launches(kernel, cuda.generate(kernel, restrict=True), defaultdict(lambda: None))
@@ -308,10 +308,11 @@ def test_batch_norm_statistics_launch_two_blocks_a_channel():
     got = launches(fusion(batch_norm(32 * 56 * 56)), batch_norm_inputs(shape), resident=4)
     assert got[0] == (512, (0, 2))  # a wave of the 528 blocks 132 SMs hold
     # the normalization's rows of 56 x 56 (trailing axes merged: 784 vectors) on 64 lanes, 4 rows a
-    # block (runtime/cuda_kernel.py, balanced_lanes); a block a row without the knob
-    assert got[1] == (528, (64, 0))
+    # block (runtime/cuda_kernel.py, balanced_lanes), a block for each 4 of the 8192 rows; a block a
+    # row without the knob
+    assert got[1] == (2048, (64, 0))
     with bz.config.scope(disable="balanced_lanes"):
-        assert launches(fusion(batch_norm(32 * 56 * 56)), batch_norm_inputs(shape), resident=4)[1] == (528, (256, 0))
+        assert launches(fusion(batch_norm(32 * 56 * 56)), batch_norm_inputs(shape), resident=4)[1] == (8192, (256, 0))
 
 
 @pytest.mark.parametrize("shape, expected", [

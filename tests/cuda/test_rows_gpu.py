@@ -168,3 +168,32 @@ def test_prepared_calls_run_the_warp_function_with_the_same_bits_every_time():
     with bz.record() as recorded:
         f.execute([x])
     assert [launch.task.endswith("_warp") for launch in recorded.launches] == [True]
+
+
+def log_softmax64(x: np.ndarray) -> np.ndarray:
+    shifted = x - x.max(-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("rows_count, length, block", [(264, 32000, 1024), (264, 12000, 512), (8, 32000, 1024)])
+def test_rows_registers_hold_only_at_a_wider_block_launch_it(capsys, layout, rows_count, length, block):
+    """log_softmax reads its rows twice: rows that 256 threads' registers do not hold and 512 or 1024
+    threads' do launch the kernel recompiled for that block, where there are rows for every SM."""
+    x = rows((rows_count, length), bz.float32, layout)
+    with config.scope(dump="launch_params"):
+        (got,) = run(lambda t: [bz.ops.log_softmax(t, -1)], x)
+    launches = [line for line in capsys.readouterr().err.splitlines() if ": rows range=" in line]
+    assert len(launches) == 1 and f" block={block} " in launches[0]
+    close(got, log_softmax64(as64(x)), bz.float32)
+
+
+@pytest.mark.parametrize("rows_count, length", [(3, 100_003), (40, 20_000), (67, 4100)])
+def test_few_long_rows_take_wider_blocks(rows_count, length):
+    """argmax over rows too few to fill the GPU a block each: the wider blocks' answer is NumPy's,
+    ties and NaN included."""
+    x = rows((rows_count, length), bz.float32, "offset")
+    x[1 % rows_count, length // 3] = float("nan")
+    x[0, 5] = x[0, length - 2] = 1e9
+    (got,) = run(lambda t: [bz.ops.argmax(t, -1)], x)
+    np.testing.assert_array_equal(got, np.argmax(as64(x), -1))

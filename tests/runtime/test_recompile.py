@@ -105,3 +105,44 @@ def test_an_executor_for_a_block_the_kernel_cannot_launch_runs_the_recompile() -
     assert wider.block == 1024 and wider.compiled.params.block_size == 1024
     assert wider.compiled.params.max_registers == 64  # 65536 registers an SM over 1024 threads
     assert [p.block_size for p in FakeKernel.compiles] == [256, 256, 1024]
+
+
+def _planned_rows(build, shape: tuple[int, int], sm_count: int = 4) -> list:
+    """The launches an executor plans for `build(x)` over float32 rows of `shape` on a fake GPU of
+    `sm_count` SMs, its kernel compiled for blocks of 256 (FakeKernel.compiles notes each compile)."""
+    with bz.Fusion() as f:
+        f.add_output(build(f.define_tensor((-1, -1))))
+    bound = bind_inputs(f, [np.ones(shape, np.float32)])
+    _, kernel, _ = engine.plan_kernel(f, engine.signature(f, bound), views_on_host=False, gpu=True)
+    FakeKernel.compiles.clear()
+    params = CompileParams(block_size=256, max_registers=None, arch="sm_90")
+    executor = CudaExecutor(FakeKernel(kernel, params, restrict=True).compile(), FakeDevice(sm_count=sm_count))
+    return executor.plan(bound.bindings, executor.workspace(0, bound.bindings))
+
+
+def log_softmax(x):
+    return bz.ops.log_softmax(x, -1)
+
+
+def argmax(x):
+    return bz.ops.argmax(x, -1)
+
+
+def test_rows_read_twice_that_registers_hold_only_at_a_wider_block_launch_its_recompile() -> None:
+    # 256 threads hold 8192 float32 in registers, 512 hold 16384, 1024 hold 32768.
+    for length, block in [(12000, 512), (32000, 1024)]:
+        (planned,) = _planned_rows(log_softmax, (64, length))
+        assert (planned.block, planned.scalars[0]) == (block, block)  # a block a row
+        assert [p.block_size for p in FakeKernel.compiles] == [256, block]
+    (own,) = _planned_rows(log_softmax, (64, 8192))
+    assert own.block == 0 and [p.block_size for p in FakeKernel.compiles] == [256]
+    (longer,) = _planned_rows(log_softmax, (64, 40000))  # held by no block: the kernel's own
+    assert longer.block == 0
+
+
+def test_rows_too_few_to_fill_the_gpu_a_block_each_take_wider_blocks() -> None:
+    # 4 SMs hold 8192 threads; a block doubles while the rows' threads at it fill at most half of them.
+    assert [p.block for p in _planned_rows(argmax, (3, 100_003))] == [1024]
+    assert [p.block for p in _planned_rows(argmax, (12, 100_003))] == [512]
+    assert [p.block for p in _planned_rows(argmax, (40, 100_003))] == [0]
+    assert [p.block for p in _planned_rows(argmax, (3, 500))] == [0]  # short rows: lanes of a warp or fewer

@@ -340,9 +340,10 @@ def prepared_launches(executor: CudaExecutor, bindings: dict[str, int], stream: 
     for planned in executor.plan(bindings, workspace):
         scalars = (ctypes.c_int64 * 4)(*planned.scalars)
         params = (ctypes.c_void_p * 5)(0, *[ctypes.addressof(scalars) + 8 * n for n in range(4)])
-        launches.append(PreparedLaunch(int(planned.function), planned.grid, executor.block, planned.shared, params,
-                                       scalars, (executor.kernel.name, planned.function_name, planned.begin,
-                                                 planned.end, planned.grid), workspace))
+        block = planned.block or executor.block
+        record = (executor.kernel.name, planned.function_name, planned.begin, planned.end, planned.grid)
+        launches.append(PreparedLaunch(int(planned.function), planned.grid, block, planned.shared, params, scalars,
+                                       record, workspace))
     return launches
 
 
