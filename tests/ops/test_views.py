@@ -9,6 +9,7 @@ import itertools
 import math
 
 import numpy as np
+import oracle
 import pytest
 from oracle import ALL_DTYPES, assert_same, define, execute, rng_for, run
 
@@ -106,13 +107,18 @@ def test_view(case, dtype, static):
 # --- slices: every start, stop and step against Python's rules --------------------------------------
 BOUNDS = [None, -7, -3, -1, 0, 1, 2, 4, 7]
 STEPS = [1, 2, 3, -1, -2, -4]
+TRIPLES = list(itertools.product(BOUNDS, BOUNDS, STEPS))
+# Under BRAZE_OPS_BACKEND=nvrtc each slice is a copy task of one CUDA kernel: every 7th triple (each
+# step, bounds on both sides of 0 and past the ends) gives NVRTC the same code to compile in a
+# seventh of the time; the extents of every triple are checked on the host backends all the same.
+NVRTC_TRIPLES = TRIPLES[::7]
 
 
 @pytest.mark.parametrize("static", [False, True], ids=["symbolic", "static"])
 @pytest.mark.parametrize("n", [0, 1, 2, 5])
 def test_slice_extents_follow_python(n, static):
     x = np.arange(n, dtype=np.int32)
-    triples = list(itertools.product(BOUNDS, BOUNDS, STEPS))
+    triples = NVRTC_TRIPLES if oracle.BACKEND == "nvrtc" else TRIPLES
     with bz.Fusion() as f:
         t = f.define_tensor(shape=(n,) if static else (-1,), dtype=bz.int32)  # -1 even for n = 1
         for start, stop, step in triples:
