@@ -71,6 +71,8 @@ FEATURES = {
                          "barriers of its own, not all of them between one pair of barriers",
     "lane_scans": "disable: on a GPU, a scan (cumsum, cumprod, cummax, cummin) walks each row on one thread, not "
                   "a tile of the row at a time over its lanes",
+    "scan_prefetch": "disable: on a GPU, a scan's row loads each tile's elements after the tile before is "
+                     "stored, not during that tile's scan over the lanes",
     "flat_pointwise": "disable: on a GPU, a pointwise task over arrays all laid out row-major walks rows of its "
                       "innermost axis, not every axis as one flat range of 16-byte vectors",
     "l2_hints": "disable: on a GPU, a row task whose rows are too long for shared memory reads and writes them "

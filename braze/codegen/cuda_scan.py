@@ -81,22 +81,44 @@ class ScanWriter:
         end, ix = self.expr(loop.end), c_type(var.dtype)
         a, b = k.Var("bz_a", acc.dtype), k.Var("bz_b", acc.dtype)
         combine = self.expr(k.Binary(update.value.op, a, b, acc.dtype))
+        # A store reading the body's values needs them at its own element: no loads ahead then.
+        ahead = run > 1 and not config.disabled("scan_prefetch")
         self.line(f"const auto bz_op = [](const {ty} bz_a, const {ty} bz_b) {{ return {combine}; }};")
+        if ahead:  # (a row of no elements has no first tile to load)
+            self.line(f"{ty} bz_next[{run}];")
+            self.line(f"if ({self.expr(loop.begin)} < {end}) {{")
+            self.depth += 1
+            self._load_elements(loop, lets, update, run, self.expr(loop.begin), "bz_next")
+            self.depth -= 1
+            self.line("}")
         self.line(f"for ({ix} bz_tile = {self.expr(loop.begin)}; bz_tile < {end}; bz_tile += {run} * lanes32) {{")
         self.depth += 1
         self.loop_depth += 1  # statements of a lane's element: each lane stores its own
         self.line(f"{ty} bz_run[{run}];")
-        self._run_loop(run, f"const {ix} {var.name} = bz_tile + {run} * lane + bz_u < {end} ? "
-                            f"bz_tile + {run} * lane + bz_u : {end} - 1;")
-        self.block(tuple(lets))
-        self.line(f"const {ty} bz_element = ({ty})({self.expr(update.value.b)});")
-        self.line("bz_run[bz_u] = bz_u == 0 ? bz_element : bz_op(bz_run[bz_u - 1], bz_element);")
-        self._end_run_loop()
+        if ahead:
+            # The next tile's loads go out before this tile's scan waits at its barriers: a tile's
+            # loads in flight during the scan, not after it.
+            self.line("#pragma unroll")
+            self.line(f"for (int bz_u = 0; bz_u < {run}; ++bz_u) "
+                      "bz_run[bz_u] = bz_u == 0 ? bz_next[0] : bz_op(bz_run[bz_u - 1], bz_next[bz_u]);")
+            self.line(f"if (bz_tile + {run} * lanes32 < {end}) {{")
+            self.depth += 1
+            self._load_elements(loop, lets, update, run, f"bz_tile + {run} * lanes32", "bz_next")
+            self.depth -= 1
+            self.line("}")
+        else:
+            self.line(f"{ty} bz_element[{run}];")
+            self._load_elements(loop, lets, update, run, "bz_tile", "bz_element")
+            self.line("#pragma unroll")
+            self.line(f"for (int bz_u = 0; bz_u < {run}; ++bz_u) "
+                      "bz_run[bz_u] = bz_u == 0 ? bz_element[0] : bz_op(bz_run[bz_u - 1], bz_element[bz_u]);")
         # Lanes past the row (the tile's last ones) feed only lanes past it and the final total.
         self.line(f"const {ty} bz_before = bz_lane_scan(bz_run[{run} - 1], {acc.name}, lanes32, bz_op);")
         self._run_loop(run, f"const {ix} {var.name} = bz_tile + {run} * lane + bz_u;")
         self.line(f"if ({var.name} < {end}) {{")
         self.depth += 1
+        if run == 1:
+            self.block(tuple(lets))
         self.line(f"const {ty} bz_scanned = bz_op(bz_before, bz_run[bz_u]);")
         scanned = k.Var("bz_scanned", acc.dtype)
         self.block((k.Store(store.param, store.indices, k.substitute(store.value, acc, scanned)),))
@@ -106,6 +128,18 @@ class ScanWriter:
         self.loop_depth -= 1
         self.depth -= 1
         self.line("}")
+
+    def _load_elements(self, loop: k.For, lets: list[k.Stmt], update: k.Assign, run: int, tile: str,
+                       into: str) -> None:
+        """`into[u]`: the combined value of each of a lane's `run` elements of the tile at `tile`, at
+        the row's last element where the tile runs past it (so every lane reaches the shuffles and
+        barriers)."""
+        ty, ix, end = c_type(update.var.dtype), c_type(loop.var.dtype), self.expr(loop.end)
+        self._run_loop(run, f"const {ix} {loop.var.name} = {tile} + {run} * lane + bz_u < {end} ? "
+                            f"{tile} + {run} * lane + bz_u : {end} - 1;")
+        self.block(tuple(lets))
+        self.line(f"{into}[bz_u] = ({ty})({self.expr(update.value.b)});")
+        self._end_run_loop()
 
     def _run_loop(self, run: int, first: str) -> None:
         self.line("#pragma unroll")

@@ -31,7 +31,7 @@ def wanted(op: str, x: np.ndarray, axis: int) -> np.ndarray:
 # Row lengths for every kind of lanes: fewer than a warp (lanes 1-32), several warp tiles, a block a
 # row (1024 and past: lanes_for gives the whole block), and a last tile the lanes do not fill.
 CASES = [(op, shape) for op in SCANS for shape in [(5, 7), (4, 100), (2, 1031)]] + \
-    [("cumsum", (3, 1)), ("cumsum", (1, 2600)), ("cummax", (6, 0))]
+    [("cumsum", (3, 1)), ("cumsum", (1, 2600)), ("cummax", (6, 0)), ("cumsum", (6, 0))]
 
 
 @pytest.mark.parametrize("op, shape", CASES)
@@ -57,3 +57,14 @@ def test_the_scan_loop_is_written_over_the_lanes_and_can_be_turned_off():
     assert "bz_lane_scan(" in engine.cuda_source(scan_fusion("cumsum", 1, 2), [x])
     with bz.config.scope(disable={"lane_scans"}):
         assert "bz_lane_scan(" not in engine.cuda_source(scan_fusion("cumsum", 1, 2), [x])
+
+
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_tiles_load_ahead_of_the_scan_or_after_it(prefetch):
+    """The next tile's loads are issued before this tile's scan (`scan_prefetch`); both ways give
+    NumPy's sums over rows of several tiles, the last one part full."""
+    x = np.random.default_rng(5).standard_normal((3, 2900)).astype(np.float32)
+    with bz.config.scope(enable={"poison_outputs"}, disable=set() if prefetch else {"scan_prefetch"}):
+        assert ("bz_next[" in engine.cuda_source(scan_fusion("cumsum", 1, 2), [x])) == prefetch
+        (actual,), _ = run_on_cpu(scan_fusion("cumsum", 1, 2), [x], sm_count=2)
+    np.testing.assert_allclose(actual, wanted("cumsum", x, 1), rtol=2e-5, atol=2e-4)
