@@ -90,7 +90,13 @@ class ValueEmitter:
             return idx
         if not (self._row_major(tv) if row_major is None else row_major):
             return idx
-        return idx[:rest] + (self.zero,) * (len(self.row.positions) - 1) + (self.row.position,)
+        # The position goes to the innermost axis that varies: an axis of extent 1 (a broadcast) has
+        # stride 0 in braze's allocations, so (h, w) over [H, 1] sits at (h, 0), not at (0, h).
+        varying = [n for n, d in enumerate(tv.visible[rest:]) if not d.is_broadcast]
+        if not varying:
+            return idx
+        return idx[:rest] + tuple(self.row.position if n == varying[-1] else self.zero
+                                  for n in range(len(self.row.positions)))
 
     def _row_major(self, tv: TensorView) -> bool:
         """Whether a tensor read sits row-major: written by an earlier task in its default allocation, or

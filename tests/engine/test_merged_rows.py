@@ -244,3 +244,18 @@ def test_random_programs_compile_with_nvrtc():
         bodies.append(engine.cuda_source(f, arrays).body.replace("rows_t", f"rows{n}_t"))
     assert merged >= 5
     nvrtc.compile_ptx(with_prelude("\n".join(bodies)), "rows", "sm_90", ("-G",))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape, width", [((2, 3, 1), 4), ((1, 5, 1), 4), ((2, 3, 1), 1)])
+def test_rows_ending_in_an_axis_of_extent_one_write_every_element(shape, width, backend):
+    """A new axis of `width` before an axis of extent 1: the rows merge both (one loop over
+    width * 1), and the axis of extent 1, a broadcast, has stride 0 where braze allocates the output:
+    each element is written along the new axis, not along the axis that does not move."""
+    x = np.random.default_rng(sum(shape)).standard_normal(shape)
+    with bz.Fusion(name="rows") as f:
+        t = f.define_tensor([1 if n == 1 else -1 for n in shape], dtype=bz.float64)
+        f.add_output(bz.ops.broadcast_in_dim(t * 2.0, [*shape[:2], width, 1], [0, 1, 3]))
+    assert row_axes(f, [x], gpu=False) == [2] or width == 1
+    (got,) = run(f, [x], backend)
+    np.testing.assert_allclose(got, np.broadcast_to((x * 2.0)[:, :, None, :], (*shape[:2], width, 1)), rtol=1e-12)
