@@ -1,8 +1,8 @@
 """The launch of each task of a compiled CUDA kernel for the extents of a call: its grid, the lanes a
 row takes, the row length its caches keep, dynamic shared memory, a wider block, rows split over
 blocks, column strips and inner-outer pairs. Scheduling knowledge, beside the task schedules and row
-plans of codegen/cuda_plan.py it reads (nvFuser computes its launch parameters in its scheduler
-heuristics too); runtime/cuda_kernel.py's executor asks a LaunchPlanner and launches what it plans.
+plans of codegen/cuda_plan.py it reads, so it sits below the runtime: runtime/cuda_kernel.py's
+executor compiles, loads and launches, and asks a LaunchPlanner what to launch.
 """
 
 from __future__ import annotations
@@ -84,6 +84,10 @@ def balanced_lanes(row_length: int, per_lane: int, block: int) -> int:
 
 @dataclasses.dataclass
 class TaskLaunch:
+    """What the planner knows of one task of a compiled kernel (task_launches): its loaded function,
+    its bounds as a function of the call's scalars, and what its generated code decided (lanes, row
+    caches, registers, vectors, schedule)."""
+
     name: str
     function: object
     bounds: object  # scalars -> (begin, end, extent of each top-level loop...)
@@ -159,10 +163,10 @@ def task_launches(kernel: k.Kernel, generated, functions: dict) -> list[TaskLaun
     """What the planner needs of each task of `kernel` to plan its launches: from its generated
     source (a cuda.CudaSource) and its loaded `functions`, by name."""
     return [TaskLaunch(t.name, functions[t.name], _scalar_function(_bounds(t, schedule)), bool(plan.loops),
-                        plan.coalesces, tuple(c.dtype.itemsize for c in caches), tuple(c.position for c in caches),
-                        schedule, registers, functions[warp] if warp else None, warp, warp_registers, width,
-                        thread_width, len(nest_of(t)) if _splits_rows(schedule) else 0,
-                        any(plan.loops.values()))
+                       plan.coalesces, tuple(c.dtype.itemsize for c in caches), tuple(c.position for c in caches),
+                       schedule, registers, functions[warp] if warp else None, warp, warp_registers, width,
+                       thread_width, len(nest_of(t)) if _splits_rows(schedule) else 0,
+                       any(plan.loops.values()))
             for t, plan, caches, schedule, registers, warp, warp_registers, width, thread_width in zip(
                 kernel.tasks, generated.lane_plans, generated.row_caches, generated.schedules,
                 generated.register_rows, generated.warp_functions, generated.warp_register_rows,
