@@ -1,7 +1,7 @@
 """Grid sizes for a pointwise kernel: braze's relu(x*y+z) on 64M float32 launched with several grids
 (its loop strides over the grid, so any grid computes the same), each launch timed alone with CUDA
 events, against CuPy's ElementwiseKernel and a copy. The measurement behind
-`POINTWISE_ELEMENTS_PER_THREAD` (runtime/cuda_kernel.py).
+`POINTWISE_ELEMENTS_PER_THREAD` (codegen/cuda_launch.py).
 
     python benchmarks/pointwise_grid.py
 """

@@ -36,8 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import braze as bz  # noqa: E402
 from braze import engine  # noqa: E402
+from braze.codegen.cuda_launch import lanes_for  # noqa: E402
 from braze.runtime.compiled_kernel import CompileParams  # noqa: E402
-from braze.runtime.cuda_kernel import REGISTERS_PER_SM, lanes_for  # noqa: E402
+from braze.runtime.cuda_kernel import REGISTERS_PER_SM  # noqa: E402
 
 
 # --- the workloads of benchmarks/gpu.py, on host arrays of the same row lengths -------------------------

@@ -2,8 +2,9 @@
 memory, partial results that a second launch folds) where NVRTC alone checks only that they compile.
 
 The kernels are compiled with g++ against tests/cuda_on_cpu.h (each thread of a block an OS thread,
-blocks in turn) and launched as `CudaExecutor.plan` plans them for a small fake GPU of `sm_count`
-SMs, through the CPU runtime's host program (it allocates and packs the same argument block).
+blocks in turn) and launched as the executor's LaunchPlanner (codegen/cuda_launch.py) plans them for
+a small fake GPU of `sm_count` SMs, through the CPU runtime's host program (it allocates and packs
+the same argument block).
 Dynamic shared memory and the workspace start as 0xFF / 0xEE bytes, so a value read before it is
 written shows.
 """
@@ -198,7 +199,7 @@ def cuda_executor(fusion, arrays: list[np.ndarray], sm_count: int = 2, resident:
     names = tuple(compiled.generated.functions)
     compiled.module = lambda device: FakeModule(names, resident)
     executor = CudaExecutor(compiled, FakeDevice(sm_count=sm_count))
-    executor.wide = None  # no recompile for wider blocks: its kernels would need NVRTC and a GPU
+    executor.planner.wider = None  # no recompile for wider blocks: its kernels would need NVRTC and a GPU
     return executor, (plan, params, bound), bound.bindings
 
 

@@ -183,6 +183,13 @@ def test_runtime_never_imports_the_compile_side(edges):
     assert not banned, f"runtime/ never imports frontend/, engine, schedule/ or lower/: {banned}"
 
 
+def test_codegen_never_imports_the_run_side(edges):
+    """Launches are planned in codegen (codegen/cuda_launch.py) and made by the runtime, never the
+    other way round."""
+    upward = {pair: uses for pair, uses in edges.items() if pair[0] == "codegen" and pair[1] in ("runtime", "host")}
+    assert not upward, f"codegen/ never imports runtime/ or host/: {upward}"
+
+
 # Classes of one name in two modules, on purpose: the Fusion IR and Kernel IR each have expressions,
 # always read through their package (`ir.Expr`, `k.Expr`).
 SHARED_CLASS_NAMES = {"Expr"}

@@ -682,7 +682,7 @@ class CudaSource:
     warp_functions: tuple[str, ...] = ()
     warp_register_rows: tuple[int, ...] = ()
     # Per task: the most elements a lane moves at once in its row's loops (0: no vectorized loop),
-    # so a short row gets only the lanes its vectors keep busy (runtime/cuda_kernel.py, lanes_for).
+    # so a short row gets only the lanes its vectors keep busy (codegen/cuda_launch.py, lanes_for).
     lane_widths: tuple[int, ...] = ()
     # Per task: the indices a thread moves at a time (cuda_rows.write_thread_vectors; 1: one).
     thread_vector_widths: tuple[int, ...] = ()

@@ -312,7 +312,7 @@ class GridWriter(DenseWriter):
     # --- split rows: few long rows, each over several blocks ---------------------------------------
     def write_split_rows(self) -> None:
         """The launch's choice for a row task whose row is one loop nest (see
-        cuda_kernel.CudaExecutor._plan_task): with `lanes == 0`, `cached_row` blocks a row, each
+        cuda_launch.LaunchPlanner._plan_task): with `lanes == 0`, `cached_row` blocks a row, each
         walking its part of the row's nest (walk_nest), their results meeting in part order; the
         row path below otherwise. The split path writes `split_task` (cuda.task_variants: a variance
         the row path takes in two passes over a cached row, it takes in one)."""

@@ -27,8 +27,8 @@ would avoid that, but only the last block to finish knows every block's row is w
 block folding them all would take longer than the second launch.
 
 `plan_inner_outer` decides from the Kernel IR which pairs of tasks take it; `InnerOuterWriter`
-(a mixin of `cuda.TaskWriter`) writes both functions; the runtime sizes the launches
-(runtime/cuda_kernel.py, `CudaExecutor._plan_inner_outer`).
+(a mixin of `cuda.TaskWriter`) writes both functions; the launch planner sizes the launches
+(codegen/cuda_launch.py, `LaunchPlanner._plan_inner_outer`).
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ def _as_tuple(value) -> tuple:
 
 
 def scan_lanes(loop: k.For) -> LanePlan:
-    """The lane plan the runtime reads for a scan task: lanes help (lanes_for picks them by the row's
+    """The lane plan the launch planner reads for a scan task: lanes help (lanes_for picks them by the row's
     length), no accumulator combines over them after the loop."""
     return LanePlan({id(loop): ()}, True)
 

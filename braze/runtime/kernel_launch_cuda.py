@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from braze.codegen import cuda_loops
+from braze.codegen.cuda_launch import BLOCKS_PER_SM
 from braze.codegen.cuda_plan import sub_exprs
 from braze.errors import KernelAssertionError
 from braze.host.launch_jit import NativeLaunches, native_launches
@@ -33,7 +34,7 @@ from braze.runtime import cuda_driver as cuda
 from braze.runtime.arrays import arguments_overlap, byte_span, overlaps_itself, pack_array
 from braze.runtime.backends.cpu import bounds_function
 from braze.runtime.backends.cuda import CudaPreparedCall, PreparedLaunch, launch_specs, recorded_launch
-from braze.runtime.cuda_kernel import BLOCKS_PER_SM, CudaCompiledKernel
+from braze.runtime.cuda_kernel import CudaCompiledKernel
 from braze.runtime.device_arrays import DeviceView
 from braze.runtime.fast_call import ArrayKind, CallPlan, ScalarSlot, gpu_array_kind
 from braze.runtime.graph import capture_stream

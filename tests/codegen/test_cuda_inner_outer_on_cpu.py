@@ -15,7 +15,7 @@ from inner_outer_fusions import FUSIONS, fusion
 from numpy.lib.stride_tricks import as_strided
 
 import braze as bz
-from braze.runtime import cuda_kernel
+from braze.codegen import cuda_launch
 
 pytestmark = pytest.mark.skipif(not available(), reason="needs g++")
 
@@ -69,7 +69,7 @@ def test_rows_of_one_block_alternate_between_paths():
 
 def test_partial_results_in_the_workspace_when_shared_memory_is_short():
     arrays = FUSIONS["layer_norm_backward"][1](np.random.default_rng(3), 7, 600)
-    with mock.patch.object(cuda_kernel, "ROW_CACHE_BYTES", 1024):
+    with mock.patch.object(cuda_launch, "ROW_CACHE_BYTES", 1024):
         _, launches = check("layer_norm_backward", arrays)
     (_, _, grid, shared, (lanes, cached, _, in_memory)), fold = launches
     assert (in_memory, shared, cached) == (1, 0, 0) and fold[4][1] == grid  # one block, one row group each
@@ -115,6 +115,6 @@ def test_partial_results_in_the_workspace_fold_four_columns_a_thread():
     """72 columns of partial results are more than 256 bytes of shared memory: each block's row of
     them in the workspace (the rows' copy that reads them there), folded as vectors of four."""
     arrays = FUSIONS["rms_norm_backward"][1](np.random.default_rng(10), 70, 72)
-    with mock.patch.object(cuda_kernel, "ROW_CACHE_BYTES", 256):
+    with mock.patch.object(cuda_launch, "ROW_CACHE_BYTES", 256):
         _, ((_, _, grid, _, (lanes, _, _, in_memory)), fold) = check("rms_norm_backward", arrays)
     assert in_memory == 1 and lanes == 256 and fold[4][1] == grid and fold[4][3] == 4

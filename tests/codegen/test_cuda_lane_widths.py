@@ -1,4 +1,4 @@
-"""Lanes a short row gets, sized by the vectors of its loops (runtime/cuda_kernel.py, lanes_for's
+"""Lanes a short row gets, sized by the vectors of its loops (codegen/cuda_launch.py, lanes_for's
 `per_lane`; codegen/cuda.py, CudaSource.lane_widths): RoPE's rows of 128 bfloat16 split at the
 cat's edge into two loops of 64 take 8 lanes of one 16-byte vector each, not 16 of which half idle
 in each loop. The generated CUDA is checked on the CPU (tests/cuda_on_cpu.py) against NumPy in
@@ -19,8 +19,8 @@ from braze import engine
 from braze.cli.bench.cases import CASES
 from braze.cli.bench.check import build_fusion
 from braze.codegen import cuda
+from braze.codegen.cuda_launch import balanced_lanes, lanes_for
 from braze.runtime import nvrtc
-from braze.runtime.cuda_kernel import balanced_lanes, lanes_for
 
 
 def rope_inputs(shape, dtype, seed: int = 0) -> list[np.ndarray]:

@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 import braze as bz
 from braze import engine
 from braze.codegen import cuda
+from braze.codegen.cuda_launch import lanes_for
 from braze.codegen.cuda_plan import WARP
 from braze.codegen.cuda_rows import BLOCK_BARRIERS, barriers_in, vector_unroll
 from braze.runtime import nvrtc
-from braze.runtime.cuda_kernel import lanes_for
 
 _NUMPY = {bz.float32: np.float32, bz.float64: np.float64, bz.float16: np.float16, bz.bfloat16: ml_dtypes.bfloat16,
           bz.bool_: np.bool_}
@@ -307,17 +307,15 @@ def test_masked_softmax_and_norms_compile_with_warp_functions():
 
 # --- the launch ----------------------------------------------------------------------------------
 def test_one_warp_a_row_launches_the_warp_function():
-    from types import SimpleNamespace
-
+    from braze.codegen.cuda_launch import LaunchPlanner, TaskLaunch
     from braze.codegen.cuda_plan import TaskSchedule
-    from braze.runtime.cuda_kernel import CudaExecutor, _TaskLaunch
 
-    task = _TaskLaunch("t", "block_function", None, True, True, (4,), (0,), TaskSchedule(), register_row=8192,
-                       warp_function="warp_function", warp_name="t_warp", warp_register_row=512)
-    executor = SimpleNamespace(block=256)
+    task = TaskLaunch("t", "block_function", None, True, True, (4,), (0,), TaskSchedule(), register_row=8192,
+                      warp_function="warp_function", warp_name="t_warp", warp_register_row=512)
+    planner = LaunchPlanner([task], 256, sm_count=1, resident_blocks=lambda name, block, shared: 1)
 
     def plan(lanes: int, row: int):  # 67 rows; 4096 bytes of shared memory if the caches were used
-        return CudaExecutor._plan_register_task(executor, task, 0, 67, lanes, row, 4096)
+        return planner._plan_register_task(task, 0, 67, lanes, row, 4096)
 
     held = plan(WARP, 512)  # rows the warp holds: 8 rows a block; misaligned ones use shared memory
     assert (held.function, held.function_name, held.grid, held.shared, held.scalars) == (

@@ -13,8 +13,8 @@ import pytest
 import braze as bz
 from braze import engine
 from braze.codegen import cuda
+from braze.codegen.cuda_launch import lanes_for
 from braze.runtime import nvrtc
-from braze.runtime.cuda_kernel import lanes_for
 
 
 def source(build, *inputs: np.ndarray) -> cuda.CudaSource:

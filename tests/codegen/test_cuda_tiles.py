@@ -17,10 +17,9 @@ from hypothesis import strategies as st
 import braze as bz
 from braze import engine
 from braze.codegen import cuda
+from braze.codegen.cuda_launch import LaunchPlanner, task_launches
 from braze.codegen.cuda_tiles import PRELOAD_BYTES, TILE_SHARED_BYTES, pad, plan_tiles
 from braze.runtime import nvrtc
-from braze.runtime.backends.cpu import host_function
-from braze.runtime.cuda_kernel import CudaExecutor, _bounds, _TaskLaunch
 from braze.runtime.inputs import bind_inputs
 
 needs_nvrtc = pytest.mark.skipif(not nvrtc.available(), reason="NVRTC is not installed")
@@ -105,12 +104,12 @@ def test_conditional_and_gathered_reads_are_read_in_place():
 def test_a_block_a_tile():
     x, y = np.ones((67, 130), np.float32), np.ones((130, 67), np.float32)
     kernel, src = lowered(transposed_add(), [x, y])
-    (task,), (schedule,) = kernel.tasks, src.schedules
-    executor = object.__new__(CudaExecutor)
-    launch = _TaskLaunch(task.name, None, host_function(_bounds(task, schedule)), False, False, (), (), schedule)
-    planned = executor._plan_task(launch, {"T0_s0": 67, "T0_s1": 130}, (0, 0))
+    tasks = task_launches(kernel, src, {name: None for name in src.functions})
+    planner = LaunchPlanner(tasks, 256, sm_count=1, resident_blocks=lambda name, block, shared: 1)
+    (planned,) = planner.plan({"T0_s0": 67, "T0_s1": 130})
+    assert planned.task.schedule.kind == "tiles"
     assert (planned.begin, planned.end, planned.grid, planned.shared) == (0, 3 * 5, 3 * 5, 0)
-    assert executor._plan_task(launch, {"T0_s0": 0, "T0_s1": 130}, (0, 0)) is None
+    assert planner.plan({"T0_s0": 0, "T0_s1": 130}) == []  # no rows: no launch
 
 
 def test_straight_fusions_keep_the_pointwise_path():

@@ -1,12 +1,11 @@
 """Variances in one pass and the schedules of group_norm and batch_norm on a GPU (no GPU needed):
 the Kernel IR rewrite of braze/codegen/cuda_variance.py, which path of a task reads a row how many
 times, 16-byte accesses of flattened and nested rows, the launch each shape gets
-(CudaExecutor._plan_task with a made-up GPU), and NVRTC compiling every path."""
+(codegen/cuda_launch.py's LaunchPlanner with a made-up GPU), and NVRTC compiling every path."""
 
 from __future__ import annotations
 
 import dataclasses
-import types
 from collections import defaultdict
 
 import numpy as np
@@ -16,11 +15,11 @@ import braze as bz
 from braze import dtypes as dt
 from braze import engine
 from braze.codegen import cuda
+from braze.codegen.cuda_launch import LaunchPlanner, task_launches
 from braze.codegen.cuda_plan import nest_vector_accesses, perfect_nest, vector_accesses
 from braze.codegen.cuda_variance import one_pass_task, one_pass_variance
 from braze.kir import nodes as k
 from braze.runtime import nvrtc
-from braze.runtime.cuda_kernel import BLOCKS_PER_SM, CudaExecutor, task_launches
 from braze.runtime.fusion_runtime import FusionRuntime
 
 GROUPS = 32
@@ -262,21 +261,19 @@ def test_a_nest_takes_16_byte_runs_only_with_affine_indices():
 
 
 # --- launches -------------------------------------------------------------------------------------
-class Planner(CudaExecutor):
-    """CudaExecutor's launch planning on a made-up GPU of `sm_count` SMs, each holding `resident`
-    blocks of every task; a run records its launches instead of making them."""
+class Planner:
+    """A fusion's executor that plans its launches (codegen/cuda_launch.py's LaunchPlanner) for a
+    made-up GPU of `sm_count` SMs, each holding `resident` blocks of every task; a run records its
+    launches instead of making them."""
 
     def __init__(self, kernel: k.Kernel, sm_count: int, resident: int) -> None:
-        self.kernel, self.block, self.occupancy, self.wide = kernel, cuda.DEFAULT_BLOCK_SIZE, {}, None
-        self.device = types.SimpleNamespace(sm_count=sm_count)
-        self.module = types.SimpleNamespace(resident_blocks=lambda name, block, shared: resident)
-        self.tasks = task_launches(kernel, cuda.generate(kernel, restrict=True), defaultdict(lambda: None))
-        self.max_grid = sm_count * BLOCKS_PER_SM
-        self.workspace = types.SimpleNamespace(pointers=lambda stream: (0, 0))
+        self.kernel = kernel
+        tasks = task_launches(kernel, cuda.generate(kernel, restrict=True), defaultdict(lambda: None))
+        self.planner = LaunchPlanner(tasks, cuda.DEFAULT_BLOCK_SIZE, sm_count, lambda name, block, shared: resident)
         self.launches = []
 
     def run(self, block, scalars, arguments=()) -> None:
-        self.launches += [(p.grid, p.scalars[:2]) for p in self.plan(scalars, None)]
+        self.launches += [(p.grid, p.scalars[:2]) for p in self.planner.plan(scalars)]
 
 
 def launches(f: bz.Fusion, inputs, sm_count: int = 132, resident: int = 8) -> list[tuple[int, tuple]]:
@@ -308,7 +305,7 @@ def test_batch_norm_statistics_launch_two_blocks_a_channel():
     got = launches(fusion(batch_norm(32 * 56 * 56)), batch_norm_inputs(shape), resident=4)
     assert got[0] == (512, (0, 2))  # a wave of the 528 blocks 132 SMs hold
     # the normalization's rows of 56 x 56 (trailing axes merged: 784 vectors) on 64 lanes, 4 rows a
-    # block (runtime/cuda_kernel.py, balanced_lanes), a block for each 4 of the 8192 rows; a block a
+    # block (codegen/cuda_launch.py, balanced_lanes), a block for each 4 of the 8192 rows; a block a
     # row without the knob
     assert got[1] == (2048, (64, 0))
     with bz.config.scope(disable="balanced_lanes"):

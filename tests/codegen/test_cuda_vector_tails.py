@@ -12,7 +12,7 @@ from cuda_on_cpu import available, run_on_cpu
 
 import braze as bz
 from braze import config, engine
-from braze.runtime import cuda_kernel
+from braze.codegen import cuda_launch
 
 pytestmark = pytest.mark.skipif(not available(), reason="needs g++")
 
@@ -34,7 +34,7 @@ def reference(logits: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("vocab", [1003, 1029, 5001])
 @pytest.mark.parametrize("cache_bytes", [0, 1 << 16])  # rows read from memory again, or kept in shared memory
 def test_odd_rows_on_the_vector_path(vocab, cache_bytes, monkeypatch):
-    monkeypatch.setattr(cuda_kernel, "ROW_CACHE_BYTES", cache_bytes)
+    monkeypatch.setattr(cuda_launch, "ROW_CACHE_BYTES", cache_bytes)
     shape = (2, 5, vocab)
     logits = np.random.default_rng(vocab).standard_normal(shape).astype(ml_dtypes.bfloat16)
     (out,), launches = run_on_cpu(shifted_log_softmax(shape), [logits])

@@ -271,7 +271,7 @@ def test_profiled_launches_carry_device_time_and_bandwidth():
 
 @pytest.mark.parametrize("n", [1000, 300_001, (1 << 22) + 3])
 def test_pointwise_grids_cover_large_problems_a_few_elements_a_thread(n: int) -> None:
-    from braze.runtime.cuda_kernel import POINTWISE_ELEMENTS_PER_THREAD
+    from braze.codegen.cuda_launch import POINTWISE_ELEMENTS_PER_THREAD
 
     with bz.Fusion(name="axpy") as f:
         x, y = f.define_tensor([-1]), f.define_tensor([-1])

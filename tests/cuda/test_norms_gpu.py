@@ -1,5 +1,5 @@
 """group_norm and batch_norm on a GPU, and the schedules they take (braze/codegen/cuda_variance.py,
-cuda_grid.GridWriter.walk_vectors, CudaExecutor._plan_split_rows): a variance in one pass of shifted
+cuda_grid.GridWriter.walk_vectors, LaunchPlanner._plan_split_rows): a variance in one pass of shifted
 sums, rows split across blocks, nests walked four elements at a time, the normalization as a
 pointwise pass. Torch CUDA tensors in, outputs poisoned (0xFF bytes) before the kernels write,
 results against a float64 NumPy reference.

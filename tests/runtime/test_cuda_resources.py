@@ -203,7 +203,7 @@ def test_a_device_keeps_its_latest_streams_workspaces_and_frees_the_rest_on_thei
 def test_a_kernel_needing_more_room_gets_a_larger_workspace_on_the_stream(gpu) -> None:
     ex = executor(FakeDevice(0))
     small = ex.workspace(A)
-    ex.partial_bytes *= 2  # as a kernel with twice the accumulators
+    ex.planner.partial_bytes *= 2  # as a kernel with twice the accumulators
     large = ex.workspace(A)
     assert large is not small and large.partial_bytes == 2 * small.partial_bytes and ex.workspace(A) is large
 
@@ -231,7 +231,7 @@ def test_inner_outer_pairs_have_a_region_of_the_workspace_of_their_own(gpu) -> N
     assert reducing.workspace(A) is workspace and workspace.pair_bytes > 0
     partials_end = workspace.pointers[0] + workspace.partial_bytes
     assert workspace.pointers[1] < workspace.pointers[0] < partials_end <= workspace.pair_pointer
-    reducing.partial_bytes *= 2  # a larger grid reduction: the pairs' room stays
+    reducing.planner.partial_bytes *= 2  # a larger grid reduction: the pairs' room stays
     assert reducing.workspace(A).pair_bytes == workspace.pair_bytes
 
 

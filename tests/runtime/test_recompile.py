@@ -8,6 +8,8 @@ with; nothing is compiled by NVRTC or launched.
 from __future__ import annotations
 
 import functools
+import gc
+import weakref
 
 import numpy as np
 from cuda_on_cpu import FakeDevice
@@ -146,3 +148,23 @@ def test_rows_too_few_to_fill_the_gpu_a_block_each_take_wider_blocks() -> None:
     assert [p.block for p in _planned_rows(argmax, (12, 100_003))] == [512]
     assert [p.block for p in _planned_rows(argmax, (40, 100_003))] == [0]
     assert [p.block for p in _planned_rows(argmax, (3, 500))] == [0]  # short rows: lanes of a warp or fewer
+
+
+def test_an_executor_that_planned_a_wider_block_goes_with_its_last_reference() -> None:
+    # The planner's `wider` callback holds the wide executors, not the executor that asks: no cycle
+    # keeps the executor, and the modules it holds loaded, until the cycle collector runs.
+    with bz.Fusion() as f:
+        f.add_output(bz.ops.log_softmax(f.define_tensor((-1, -1)), -1))
+    bound = bind_inputs(f, [np.ones((64, 12000), np.float32)])
+    _, kernel, _ = engine.plan_kernel(f, engine.signature(f, bound), views_on_host=False, gpu=True)
+    params = CompileParams(block_size=256, max_registers=None, arch="sm_90")
+    executor = CudaExecutor(FakeKernel(kernel, params, restrict=True).compile(), FakeDevice())
+    (planned,) = executor.plan(bound.bindings, executor.workspace(0, bound.bindings))
+    assert planned.block == 512
+    gone = weakref.ref(executor)
+    gc.disable()
+    try:
+        del executor
+        assert gone() is None
+    finally:
+        gc.enable()
