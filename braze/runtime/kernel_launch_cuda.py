@@ -190,22 +190,6 @@ class PreparedKernelCall(CudaPreparedCall):
         self.last_pointers = pointers
         return True
 
-    def run_bound(self, args: Sequence[object]) -> bool:
-        """Runs the kernel on arguments just bound, through Python whatever is recording; False
-        when another thread holds the block."""
-        if not self.busy.acquire(blocking=False):
-            return False
-        try:
-            pointers = tuple(read(args[position]) for _, position, read in self.plan.input_pointers)
-            if pointers != self.last_pointers and not self._repoint(pointers):
-                return False
-            for scalar in self.plan.scalars:
-                self.block[scalar.slot] = scalar.pack(args[scalar.position])
-            self._launch_all(args, self.stream(args[self.stream_input], self.device.index))
-            return True
-        finally:
-            self.busy.release()
-
     def _launch_all(self, args: Sequence[object], stream: int) -> None:
         """The general launch: grids that follow scalar arguments, debug checks, bz.record()."""
         launches = self.planned
