@@ -105,11 +105,7 @@ class KernelExecutor(CpuTasks):
 
     def ranges(self, scalars: dict[str, int]) -> list[TaskRange]:
         """Each task's (begin, end, work per index) for the extents in `scalars`."""
-        ranges = []
-        for bounds in self.bounds:
-            begin, end, work = bounds(scalars)
-            ranges.append((begin, end, max(work, 1)))
-        return ranges
+        return [(begin, end, max(work, 1)) for begin, end, work in (bounds(scalars) for bounds in self.bounds)]
 
     def run(self, block: np.ndarray, scalars: dict[str, int], arguments: Sequence[object] = ()) -> None:
         """Runs all tasks with the argument block `block` (int64 slots); `scalars` holds extent values.
