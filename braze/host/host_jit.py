@@ -132,16 +132,7 @@ def _engine() -> llvm.ExecutionEngine:
     0 into a shared engine costs a few milliseconds, where an engine (and a target machine) of
     its own, or an optimized build, would cost several times that on every compiled signature.
     """
-    backing = llvm.parse_assembly("")
-    backing.triple = llvm.get_process_triple()
-    return llvm.create_mcjit_compiler(backing, llvm_toolchain.new_target_machine(opt=0))
-
-
-@functools.cache
-def _object_writer() -> llvm.TargetMachine:
-    """The target machine generating host functions' object code (never given to an engine, which
-    would own and free it)."""
-    return llvm_toolchain.new_target_machine(opt=0)
+    return llvm_toolchain.new_engine(opt=0)
 
 
 def _object_code(name: str, source: Callable[[], str]) -> bytes:
@@ -153,12 +144,8 @@ def _object_code(name: str, source: Callable[[], str]) -> bytes:
     cached = disk_cache.load(key, elf.host_object_check((name,)))
     if cached is not None:
         return cached
-    module = llvm.parse_assembly(source())
-    module.verify()
-    module.triple = llvm.get_process_triple()
-    writer = _object_writer()
-    module.data_layout = str(writer.target_data)
-    code = writer.emit_object(module)
+    writer = llvm_toolchain.target_machine(opt=0)
+    code = writer.emit_object(llvm_toolchain.parse(source(), f"host function {name!r}", writer))
     disk_cache.store(key, code)
     return code
 

@@ -43,7 +43,6 @@ import numpy as np
 
 from braze import config
 from braze.host.torch_call import describe_tensor
-from braze.runtime import cuda_driver as cuda
 from braze.runtime.graph import open_graphs
 from braze.runtime.record import profiling, record_state
 from braze.runtime.rng import next_seed_offset
@@ -320,8 +319,8 @@ class PreparedCall:
         self.kept, self.kept_order = None, None
 
     def _copy_on_device(self, target: int, source: int, nbytes: int, stream: int) -> None:
-        """An output copied back into the input it replaces."""
-        cuda.copy_on_device(target, source, nbytes, stream)
+        """An output copied back into the input it replaces (a GPU's: a host call has none)."""
+        raise NotImplementedError
 
     def _begin_source(self, names: dict[str, object]) -> list[str]:
         """The generated call's lines setting `order`, the stream the call runs on (0 on the host),
