@@ -37,7 +37,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -169,17 +169,18 @@ class ScalarSlot:
 
 @dataclass
 class CallPlan:
-    """What a prepared call patches and allocates, whatever the device."""
+    """What a prepared call patches and allocates, whatever the device (a loop kernel's allocates,
+    draws and returns nothing)."""
 
     block: list[int]  # the argument block of the first run: every extent, stride and constant in place
-    allocations: list[Callable[[], object]]  # per buffer, a function making it
     input_pointers: list[tuple[int, int, Callable[[object], int]]]  # (slot, input position, its pointer reader)
-    buffer_pointers: list[tuple[int, int]]  # (slot, buffer)
-    buffer_pointer: Callable[[object], int]  # reads a buffer's address
     scalars: list[ScalarSlot]
-    seeds: list[tuple[int, int] | None]  # per random op: its (seed, offset) slots, if the kernel reads them
-    copies_back: list[tuple[int, Callable[[object], int], int, int]]  # (input, its pointer reader, buffer, bytes)
-    returned: list[tuple[str, int]]  # per visible output: ("buffer", n) or ("input", position)
+    allocations: list[Callable[[], object]] = field(default_factory=list)  # per buffer, a function making it
+    buffer_pointers: list[tuple[int, int]] = field(default_factory=list)  # (slot, buffer)
+    buffer_pointer: Callable[[object], int] | None = None  # reads a buffer's address
+    seeds: list[tuple[int, int] | None] = field(default_factory=list)  # per random op, its (seed, offset) slots or None
+    copies_back: list[tuple[int, Callable, int, int]] = field(default_factory=list)  # (input, reader, buffer, bytes)
+    returned: list[tuple[str, int]] = field(default_factory=list)  # per visible output: ("buffer", n) or ("input", n)
 
 
 class PreparedCall:

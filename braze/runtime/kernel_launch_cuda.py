@@ -146,10 +146,10 @@ class PreparedKernelCall(CudaPreparedCall):
         if launcher.status_slot is not None:
             self.status = _StatusWord(launcher.device)
             block[launcher.status_slot: launcher.status_slot + 3] = [self.status.address, 1, 1]
-        plan = CallPlan(block, [], [(slot, position, reader.pointer) for slot, position, reader in
-                                    zip(launcher.array_slots, array_positions, readers)], [], _no_buffer,
+        plan = CallPlan(block, [(slot, position, reader.pointer) for slot, position, reader in
+                                zip(launcher.array_slots, array_positions, readers)],
                         [ScalarSlot(slot, position, pack) for (slot, pack), position in
-                         zip(launcher.scalar_slots, scalar_positions)], [], [], [])
+                         zip(launcher.scalar_slots, scalar_positions)])
         fixed = [] if launches is None or self.status is not None else [x for x in launches if x.grid]
         super().__init__(plan, [_prepared_launch(launcher.kernel.name, x) for x in fixed], readers[0],
                          array_positions[0], launcher.device)
@@ -228,10 +228,6 @@ def _prepared_launch(kernel: str, x: LoopTaskLaunch) -> PreparedLaunch:
 
 
 _NO_SCALARS = (ctypes.c_int64 * 0)()
-
-
-def _no_buffer(buffer: object) -> int:
-    raise AssertionError("a loop kernel's call allocates no buffers")
 
 
 def views_overlap(views: Sequence[DeviceView]) -> bool:
