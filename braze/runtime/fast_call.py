@@ -29,7 +29,6 @@ methods are never replaced.
 from __future__ import annotations
 
 import ctypes
-import functools
 import operator
 import struct
 import sys
@@ -205,7 +204,7 @@ class PreparedCall:
         self.entries: dict[tuple, PreparedCall] = {}  # its kernel executor's entries, where it is filed
         self.executor: object = None  # the executor whose compiled code it launches, held while it lives
         self.busy = threading.Lock()  # the block is patched in place: one caller at a time
-        self.matches: Guard | Callable[[Sequence[object]], bool] = _never  # FastCalls.learn sets the guard
+        self.matches: Guard | None = None  # FastCalls.learn sets the guard
         self._guarded: Callable[[Sequence[object]], list | None] | None = None
 
     def run(self, inputs: Sequence[object]) -> list | None:
@@ -218,7 +217,7 @@ class PreparedCall:
         """`run` behind this call's guard, as one function (FastCalls runs it first): inputs the guard
         refuses, another configuration or an open `bz.record()` go to the method `otherwise` refers
         to. None without a guard."""
-        if self.matches is _never:
+        if self.matches is None:
             return None
         if self._guarded is None:
             names: dict[str, object] = {"config": config, "settings": config_now, "otherwise": otherwise,
@@ -486,7 +485,7 @@ class FastCalls:
         if key in self.prepared:  # prepared again (a loop kernel's arguments now overlap): the new call serves
             self._forget(key, self.prepared.pop(key))
         if prepared is not None:
-            prepared.matches = guard(inputs, self.scalar_positions) or _never
+            prepared.matches = guard(inputs, self.scalar_positions)
             prepared.entries[key] = prepared
         self.prepared[key] = prepared
         if len(self.prepared) > MAX_DESCRIPTIONS:
@@ -524,10 +523,6 @@ def _declined(*args: object, **kwargs: object) -> None:
     return None
 
 
-def _never(inputs: Sequence[object]) -> bool:
-    return False
-
-
 @dataclass(frozen=True)
 class Guard:
     """Whether later inputs are described as the ones it was made from are, by torch's C++ tensor
@@ -548,18 +543,6 @@ class Guard:
         names.update((f"scalar{n}", cls) for n, cls in self.scalars)
         return (f"len(inputs) == {self.count} and check({', '.join(f'inputs[{n}]' for n in self.arrays)})"
                 + "".join(f" and type(inputs[{n}]) is scalar{n}" for n, _ in self.scalars))
-
-    @functools.cached_property
-    def _test(self) -> Callable[[Sequence[object]], bool]:
-        """`condition` as a function of its own (the guarded call inlines the expression instead)."""
-        names: dict[str, object] = {}
-        source = (f"def matches(inputs):\n    try:\n        return bool({self.condition(names)})\n"
-                  "    except (TypeError, IndexError):\n        return False\n")
-        exec(source, names)  # noqa: S102  (built by `condition` from input positions only)
-        return names.pop("matches")
-
-    def __call__(self, inputs: Sequence[object]) -> bool:
-        return self._test(inputs)
 
 
 def guard(inputs: Sequence[object], scalar_positions: frozenset[int]) -> Guard | None:
