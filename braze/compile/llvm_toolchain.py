@@ -50,15 +50,16 @@ def new_target_machine(opt: int = 3) -> llvm.TargetMachine:
                                             opt=opt, reloc="default", codemodel="jitdefault", jit=True)
 
 
-def target_machine() -> llvm.TargetMachine:
-    """The host's target machine for optimizing and emitting code, created once (never give it to an engine)."""
+def target_machine(opt: int = 3) -> llvm.TargetMachine:
+    """The host's target machine for emitting code at optimization level `opt`, created once per
+    level (never give it to an engine, which would own and free it)."""
     with _lock:
-        return _shared_target_machine()
+        return _shared_target_machine(opt)
 
 
 @functools.cache
-def _shared_target_machine() -> llvm.TargetMachine:
-    return new_target_machine()
+def _shared_target_machine(opt: int) -> llvm.TargetMachine:
+    return new_target_machine(opt)
 
 
 @functools.cache
@@ -69,16 +70,23 @@ def toolchain_id() -> str:
                f"{llvm.get_host_cpu_name()} {host_features()}"
 
 
-def optimize(ir_text: str, name: str) -> llvm.ModuleRef:
-    """Parses, verifies and optimizes (O3 with loop and SLP vectorization) a module."""
-    tm = target_machine()
+def parse(ir_text: str, what: str, tm: llvm.TargetMachine) -> llvm.ModuleRef:
+    """Parses and verifies a module for this process and `tm`'s data layout (`what` names it in
+    the error)."""
     try:
         module = llvm.parse_assembly(ir_text)
         module.verify()
     except RuntimeError as error:
-        raise CompileError(f"kernel {name!r}: LLVM rejected the generated IR:\n{error}") from None
+        raise CompileError(f"{what}: LLVM rejected the generated IR:\n{error}") from None
     module.triple = llvm.get_process_triple()
     module.data_layout = str(tm.target_data)
+    return module
+
+
+def optimize(ir_text: str, name: str) -> llvm.ModuleRef:
+    """Parses, verifies and optimizes (O3 with loop and SLP vectorization) a module."""
+    tm = target_machine()
+    module = parse(ir_text, f"kernel {name!r}", tm)
     tuning = llvm.create_pipeline_tuning_options(speed_level=3)
     tuning.loop_vectorization = True
     tuning.slp_vectorization = True
@@ -94,16 +102,21 @@ def compile_object(ir_text: str, name: str) -> tuple[bytes, str]:
         return target_machine().emit_object(module), str(module)
 
 
+def new_engine(opt: int = 3) -> llvm.ExecutionEngine:
+    """An empty JIT engine for this process. An engine owns its target machine and deletes it when
+    freed: it gets one of its own, or freeing it would leave a shared one dangling."""
+    with _lock:
+        backing = llvm.parse_assembly("")
+        backing.triple = llvm.get_process_triple()
+        return llvm.create_mcjit_compiler(backing, new_target_machine(opt))
+
+
 class LoadedObject:
     """Object code loaded into the process; holds the JIT engine alive while functions are in use."""
 
     def __init__(self, obj: bytes, symbols: list[str]) -> None:
         with _lock:
-            backing = llvm.parse_assembly("")
-            backing.triple = llvm.get_process_triple()
-            # An engine owns its target machine and deletes it when freed: it gets one of its own,
-            # or freeing any loaded object would leave the shared one dangling.
-            self.engine = llvm.create_mcjit_compiler(backing, new_target_machine())
+            self.engine = new_engine()
             self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
             self.engine.finalize_object()
             self.functions = {s: TASK_SIGNATURE(self.engine.get_function_address(s)) for s in symbols}

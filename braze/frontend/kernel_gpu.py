@@ -55,7 +55,7 @@ class GpuCalls:
         prepared = entry.launcher.prepare(views, scalars, args, fn.array_positions,
                                           [i for i, _, _ in fn.scalar_specs], overlapping)
         self.calls.learn(args, prepared)
-        if not prepared.run_bound(args):
+        if prepared.run(args) is None:
             raise Error(f"kernel {fn.__name__}: a freshly prepared call refused its own arguments")
 
     def compile(self, key: tuple, device: int) -> engine.KernelEntry:

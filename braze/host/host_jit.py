@@ -17,8 +17,8 @@ code generator, whose first use in a process costs several milliseconds.
 Native functions are called through CPython builtins made here (METH_FASTCALL, taking and
 returning Python objects, ints for the shape and launch functions): a ctypes call costs about a
 microsecond on the GPU hosts before any work, more than a shape program's own work, where a
-builtin call costs a few dozen nanoseconds.
-Where builtins are not made (no CPython C API, or no GIL) shape functions go through ctypes.
+builtin call costs a few dozen nanoseconds. Where builtins are not made (no CPython C API, or no
+GIL) shape functions stay in Python, which is then the faster of the two.
 """
 
 from __future__ import annotations
@@ -42,8 +42,6 @@ from braze.errors import HostJitWarning
 from braze.host.shapes import PythonShapeFunction, ShapeProgram, Step
 
 I32, I64 = ir.IntType(32), ir.IntType(64)
-# PYFUNCTYPE keeps the GIL: releasing it would cost more than the few dozen instructions a call runs.
-SHAPE_SIGNATURE = ctypes.PYFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p)
 _INT64_MIN = -(2**63)
 _log = logging.getLogger(__name__)
 _warned = False  # one warning per process: later failures go to the log
@@ -134,16 +132,7 @@ def _engine() -> llvm.ExecutionEngine:
     0 into a shared engine costs a few milliseconds, where an engine (and a target machine) of
     its own, or an optimized build, would cost several times that on every compiled signature.
     """
-    backing = llvm.parse_assembly("")
-    backing.triple = llvm.get_process_triple()
-    return llvm.create_mcjit_compiler(backing, llvm_toolchain.new_target_machine(opt=0))
-
-
-@functools.cache
-def _object_writer() -> llvm.TargetMachine:
-    """The target machine generating host functions' object code (never given to an engine, which
-    would own and free it)."""
-    return llvm_toolchain.new_target_machine(opt=0)
+    return llvm_toolchain.new_engine(opt=0)
 
 
 def _object_code(name: str, source: Callable[[], str]) -> bytes:
@@ -155,12 +144,8 @@ def _object_code(name: str, source: Callable[[], str]) -> bytes:
     cached = disk_cache.load(key, elf.host_object_check((name,)))
     if cached is not None:
         return cached
-    module = llvm.parse_assembly(source())
-    module.verify()
-    module.triple = llvm.get_process_triple()
-    writer = _object_writer()
-    module.data_layout = str(writer.target_data)
-    code = writer.emit_object(module)
+    writer = llvm_toolchain.target_machine(opt=0)
+    code = writer.emit_object(llvm_toolchain.parse(source(), f"host function {name!r}", writer))
     disk_cache.store(key, code)
     return code
 
@@ -337,8 +322,7 @@ class counted_loop:  # noqa: N801  (named as the statement it is: `with counted_
 
 
 class NativeShapeFunction:
-    """A shape program compiled to native code, called through a builtin (or ctypes where
-    builtins are not made)."""
+    """A shape program compiled to native code, called through a builtin."""
 
     native = True
 
@@ -348,38 +332,18 @@ class NativeShapeFunction:
         if config.dumping("host_jit"):
             config.dump("host_jit", llvm_source(program, name))
         address = compile_function(name, lambda: llvm_source(program, name))
-        self._fn = SHAPE_SIGNATURE(address)
-        self._buffers = threading.local()  # per thread: a ctypes call fills, runs and reads them back
-        self._builtin = self._make_builtin(address) if builtins_available() else None
-
-    def _make_builtin(self, address: int) -> Callable[..., object]:
         # One pair of buffers: a builtin call holds the GIL from its first store to its last read.
-        self._extents = (ctypes.c_int64 * max(len(self.program.symbols), 1))()
-        self._values = (ctypes.c_int64 * max(len(self.program.outputs), 1))()
-        self._spec = ShapeSpec(address, len(self.program.symbols), len(self.program.outputs),
+        self._extents = (ctypes.c_int64 * max(len(program.symbols), 1))()
+        self._values = (ctypes.c_int64 * max(len(program.outputs), 1))()
+        self._spec = ShapeSpec(address, len(program.symbols), len(program.outputs),
                                ctypes.addressof(self._extents), ctypes.addressof(self._values))
-        return new_builtin(fastcall_method(SHAPE_CALL, shape_call_source), ctypes.addressof(self._spec), self)
-
-    def _new_buffers(self) -> tuple:
-        inputs = (ctypes.c_int64 * len(self.program.symbols))()
-        outputs = (ctypes.c_int64 * len(self.program.outputs))()
-        self._buffers.value = (inputs, outputs, ctypes.addressof(inputs), ctypes.addressof(outputs))
-        return self._buffers.value
+        self._builtin = new_builtin(fastcall_method(SHAPE_CALL, shape_call_source), ctypes.addressof(self._spec), self)
 
     def __call__(self, extents: Sequence[int]) -> list[int]:
-        if self._builtin is not None:
-            values = self._builtin(*extents)
-            if values.__class__ is int:  # a step's failure code
-                raise self.program.explain_failure(extents)
-            return values
-        try:
-            inputs, outputs, inputs_at, outputs_at = self._buffers.value
-        except AttributeError:
-            inputs, outputs, inputs_at, outputs_at = self._new_buffers()
-        inputs[:] = extents
-        if self._fn(inputs_at, outputs_at):
+        values = self._builtin(*extents)
+        if values.__class__ is int:  # a step's failure code
             raise self.program.explain_failure(extents)
-        return outputs[:]
+        return values
 
 
 class TieredShapeFunction:
@@ -427,8 +391,9 @@ def native_or_python(program: ShapeProgram) -> NativeShapeFunction | PythonShape
 
 
 def shape_function(program: ShapeProgram) -> TieredShapeFunction | PythonShapeFunction:
-    """The shape function for `program`: tiered up to native code, unless the host JIT is disabled."""
-    if config.disabled("host_jit"):
+    """The shape function for `program`: tiered up to native code, unless the host JIT is disabled
+    or builtins are not made (a ctypes call would cost more than the Python function)."""
+    if config.disabled("host_jit") or not builtins_available():
         return PythonShapeFunction(program)
     return TieredShapeFunction(program)
 

@@ -103,12 +103,9 @@ class Allocate:
         frame.values[self.slot] = self.device.allocate(frame, self.tv, e[self.at], e[self._sizes], e[self._strides],
                                                        self.zero_init)
 
-    def sizes(self, frame: Frame) -> tuple[int, ...]:
-        """The buffer's sizes in a run (its allocation domain's, padding included)."""
-        return tuple(frame.extents[self._sizes])
-
     def extents(self, frame: Frame) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
-        """The buffer's element count, sizes and element strides in a run."""
+        """The buffer's element count, sizes (its allocation domain's, padding included) and element
+        strides in a run."""
         e = frame.extents
         return e[self.at], tuple(e[self._sizes]), tuple(e[self._strides])
 
@@ -144,7 +141,7 @@ class WriteInPlace(Allocate):
 
     def fits(self, target: object, frame: Frame) -> bool:
         """Whether the kernel can write this run's output straight into `target`."""
-        if not isinstance(target, np.ndarray) or not target.flags.writeable or target.shape != self.sizes(frame):
+        if not isinstance(target, np.ndarray) or not target.flags.writeable or target.shape != self.extents(frame)[1]:
             return False
         for extent, stride, unit in zip(target.shape, target.strides, self._unit):
             if extent > 1 and (stride == 0 or unit and stride != target.itemsize):

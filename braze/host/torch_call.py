@@ -398,10 +398,6 @@ def describe_tensor(position: int, tensor: object) -> tuple:
     return position, type(tensor), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype, tensor.device
 
 
-def _int64s(values: Sequence[int]) -> ctypes.Array:
-    return (ctypes.c_int64 * max(len(values), 1))(*values)
-
-
 @dataclass(frozen=True)
 class Conditions:
     """When a native call runs, and what takes over where it does not."""
@@ -445,7 +441,7 @@ class TorchCall:
                                     ctypes.addressof(self.spec), self)
 
     def _keep(self, values: Sequence[int]) -> int:
-        array = _int64s(values)
+        array = (ctypes.c_int64 * max(len(values), 1))(*values)
         self.arrays.append(array)
         return ctypes.addressof(array)
 

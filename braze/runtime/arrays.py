@@ -14,7 +14,8 @@ from braze.errors import InputError, UnsupportedError
 _DLPACK_CPU = 1
 
 
-def _is_torch(obj: object) -> bool:
+def is_torch_tensor(obj: object) -> bool:
+    """Whether `obj` is a torch tensor (or parameter), without importing torch."""
     return type(obj).__module__.startswith("torch") and type(obj).__name__ in ("Tensor", "Parameter")
 
 
@@ -35,7 +36,7 @@ def as_host_array(obj: object, where: str) -> tuple[np.ndarray, str]:
                          "`.filled(value)` to choose what masked elements hold, or `.data` to ignore the mask")
     if isinstance(obj, np.ndarray):
         return obj, "numpy"
-    if _is_torch(obj):
+    if is_torch_tensor(obj):
         return _torch_to_numpy(obj, where), "torch"
     if hasattr(obj, "__cuda_array_interface__"):
         raise UnsupportedError(f"{where}: expected a host array, got a CUDA array ({type(obj).__name__}); "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from braze import config
 from braze import dtypes as dt
 from braze.errors import InputError, UnsupportedError
 from braze.runtime import cuda_driver as cuda
+from braze.runtime.arrays import is_torch_tensor
 
 _WRITABLE = SimpleNamespace(writeable=True)
 
@@ -52,25 +54,17 @@ class DeviceView:
 
 
 def is_device_array(obj: object) -> bool:
-    if _is_torch(obj):
+    if is_torch_tensor(obj):
         return obj.device.type == "cuda"
     return hasattr(obj, "__cuda_array_interface__")
 
 
-def _is_torch(obj: object) -> bool:
-    return type(obj).__module__.startswith("torch") and type(obj).__name__ in ("Tensor", "Parameter")
-
-
-def _torch_dtype_name(t) -> str:
-    return str(t.dtype).removeprefix("torch.")
-
-
 def as_device_view(obj: object, where: str) -> DeviceView:
     """A view of a GPU array `obj` (torch, CuPy, DeviceArray, or any __cuda_array_interface__)."""
-    if _is_torch(obj):
+    if is_torch_tensor(obj):
         import torch
 
-        name = _torch_dtype_name(obj)
+        name = str(obj.dtype).removeprefix("torch.")
         try:
             dtype = dt.as_dtype(name).numpy
         except Exception:  # noqa: BLE001
@@ -86,26 +80,16 @@ def as_device_view(obj: object, where: str) -> DeviceView:
     kind = "cupy" if type(obj).__module__.startswith("cupy") else "cuda"
     if isinstance(obj, DeviceArray):
         return DeviceView(obj.ptr, obj.shape, obj.strides, obj.dtype, obj.device, "cuda", obj.stream, obj)
-    stream = _cupy_stream() if kind == "cupy" else 0
-    pointer, readonly = cai["data"]
-    return DeviceView(int(pointer), shape, tuple(strides), dtype, _device_of_pointer(int(pointer)), kind, stream, obj,
-                      SimpleNamespace(writeable=False) if readonly else _WRITABLE)
+    stream = sys.modules["cupy"].cuda.get_current_stream().ptr if kind == "cupy" else 0
+    pointer, readonly = int(cai["data"][0]), cai["data"][1]
+    return DeviceView(pointer, shape, tuple(strides), dtype, cuda.device_of_pointer(pointer) if pointer else 0, kind,
+                      stream, obj, SimpleNamespace(writeable=False) if readonly else _WRITABLE)
 
 
 def _torch_stream(torch, index: int) -> int:
     """torch's current stream on device `index` (its raw handle: the public call costs ~10 µs)."""
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
     return raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream
-
-
-def _cupy_stream() -> int:
-    import cupy
-
-    return cupy.cuda.get_current_stream().ptr
-
-
-def _device_of_pointer(pointer: int) -> int:
-    return cuda.device_of_pointer(pointer) if pointer else 0
 
 
 def dense_strides(shape: tuple[int, ...], itemsize: int, order: tuple[int, ...] | None = None) -> list[int]:

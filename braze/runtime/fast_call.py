@@ -29,7 +29,6 @@ methods are never replaced.
 from __future__ import annotations
 
 import ctypes
-import functools
 import operator
 import struct
 import sys
@@ -37,13 +36,12 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from braze import config
 from braze.host.torch_call import describe_tensor
-from braze.runtime import cuda_driver as cuda
 from braze.runtime.graph import open_graphs
 from braze.runtime.record import profiling, record_state
 from braze.runtime.rng import next_seed_offset
@@ -170,17 +168,18 @@ class ScalarSlot:
 
 @dataclass
 class CallPlan:
-    """What a prepared call patches and allocates, whatever the device."""
+    """What a prepared call patches and allocates, whatever the device (a loop kernel's allocates,
+    draws and returns nothing)."""
 
     block: list[int]  # the argument block of the first run: every extent, stride and constant in place
-    allocations: list[Callable[[], object]]  # per buffer, a function making it
     input_pointers: list[tuple[int, int, Callable[[object], int]]]  # (slot, input position, its pointer reader)
-    buffer_pointers: list[tuple[int, int]]  # (slot, buffer)
-    buffer_pointer: Callable[[object], int]  # reads a buffer's address
     scalars: list[ScalarSlot]
-    seeds: list[tuple[int, int] | None]  # per random op: its (seed, offset) slots, if the kernel reads them
-    copies_back: list[tuple[int, Callable[[object], int], int, int]]  # (input, its pointer reader, buffer, bytes)
-    returned: list[tuple[str, int]]  # per visible output: ("buffer", n) or ("input", position)
+    allocations: list[Callable[[], object]] = field(default_factory=list)  # per buffer, a function making it
+    buffer_pointers: list[tuple[int, int]] = field(default_factory=list)  # (slot, buffer)
+    buffer_pointer: Callable[[object], int] | None = None  # reads a buffer's address
+    seeds: list[tuple[int, int] | None] = field(default_factory=list)  # per random op, its (seed, offset) slots or None
+    copies_back: list[tuple[int, Callable, int, int]] = field(default_factory=list)  # (input, reader, buffer, bytes)
+    returned: list[tuple[str, int]] = field(default_factory=list)  # per visible output: ("buffer", n) or ("input", n)
 
 
 class PreparedCall:
@@ -205,7 +204,7 @@ class PreparedCall:
         self.entries: dict[tuple, PreparedCall] = {}  # its kernel executor's entries, where it is filed
         self.executor: object = None  # the executor whose compiled code it launches, held while it lives
         self.busy = threading.Lock()  # the block is patched in place: one caller at a time
-        self.matches: Guard | Callable[[Sequence[object]], bool] = _never  # FastCalls.learn sets the guard
+        self.matches: Guard | None = None  # FastCalls.learn sets the guard
         self._guarded: Callable[[Sequence[object]], list | None] | None = None
 
     def run(self, inputs: Sequence[object]) -> list | None:
@@ -218,7 +217,7 @@ class PreparedCall:
         """`run` behind this call's guard, as one function (FastCalls runs it first): inputs the guard
         refuses, another configuration or an open `bz.record()` go to the method `otherwise` refers
         to. None without a guard."""
-        if self.matches is _never:
+        if self.matches is None:
             return None
         if self._guarded is None:
             names: dict[str, object] = {"config": config, "settings": config_now, "otherwise": otherwise,
@@ -320,8 +319,8 @@ class PreparedCall:
         self.kept, self.kept_order = None, None
 
     def _copy_on_device(self, target: int, source: int, nbytes: int, stream: int) -> None:
-        """An output copied back into the input it replaces."""
-        cuda.copy_on_device(target, source, nbytes, stream)
+        """An output copied back into the input it replaces (a GPU's: a host call has none)."""
+        raise NotImplementedError
 
     def _begin_source(self, names: dict[str, object]) -> list[str]:
         """The generated call's lines setting `order`, the stream the call runs on (0 on the host),
@@ -486,7 +485,7 @@ class FastCalls:
         if key in self.prepared:  # prepared again (a loop kernel's arguments now overlap): the new call serves
             self._forget(key, self.prepared.pop(key))
         if prepared is not None:
-            prepared.matches = guard(inputs, self.scalar_positions) or _never
+            prepared.matches = guard(inputs, self.scalar_positions)
             prepared.entries[key] = prepared
         self.prepared[key] = prepared
         if len(self.prepared) > MAX_DESCRIPTIONS:
@@ -524,10 +523,6 @@ def _declined(*args: object, **kwargs: object) -> None:
     return None
 
 
-def _never(inputs: Sequence[object]) -> bool:
-    return False
-
-
 @dataclass(frozen=True)
 class Guard:
     """Whether later inputs are described as the ones it was made from are, by torch's C++ tensor
@@ -548,18 +543,6 @@ class Guard:
         names.update((f"scalar{n}", cls) for n, cls in self.scalars)
         return (f"len(inputs) == {self.count} and check({', '.join(f'inputs[{n}]' for n in self.arrays)})"
                 + "".join(f" and type(inputs[{n}]) is scalar{n}" for n, _ in self.scalars))
-
-    @functools.cached_property
-    def _test(self) -> Callable[[Sequence[object]], bool]:
-        """`condition` as a function of its own (the guarded call inlines the expression instead)."""
-        names: dict[str, object] = {}
-        source = (f"def matches(inputs):\n    try:\n        return bool({self.condition(names)})\n"
-                  "    except (TypeError, IndexError):\n        return False\n")
-        exec(source, names)  # noqa: S102  (built by `condition` from input positions only)
-        return names.pop("matches")
-
-    def __call__(self, inputs: Sequence[object]) -> bool:
-        return self._test(inputs)
 
 
 def guard(inputs: Sequence[object], scalar_positions: frozenset[int]) -> Guard | None:

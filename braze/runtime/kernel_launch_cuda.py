@@ -29,17 +29,15 @@ from braze.codegen.cuda_plan import sub_exprs
 from braze.errors import KernelAssertionError
 from braze.host.launch_jit import NativeLaunches, native_launches
 from braze.kir import nodes as k
-from braze.kir.layout import ArgLayout
 from braze.runtime import cuda_driver as cuda
-from braze.runtime.arrays import arguments_overlap, byte_span, overlaps_itself, pack_array
-from braze.runtime.backends.cpu import bounds_function
+from braze.runtime.arrays import arguments_overlap, byte_span, overlaps_itself
+from braze.runtime.backends.cpu import LoopArguments, bounds_function
 from braze.runtime.backends.cuda import CudaPreparedCall, PreparedLaunch, launch_specs, recorded_launch
 from braze.runtime.cuda_kernel import CudaCompiledKernel
 from braze.runtime.device_arrays import DeviceView
 from braze.runtime.fast_call import ArrayKind, CallPlan, ScalarSlot, gpu_array_kind
 from braze.runtime.graph import capture_stream
 from braze.runtime.record import RecordedLaunch, record_state, recording
-from braze.runtime.scalars import scalar_packer
 
 
 class CudaLoopKernel(CudaCompiledKernel):
@@ -86,12 +84,7 @@ class CudaKernelLauncher:
         self.kernel = compiled.kernel
         module = compiled.module(device)
         self.tasks = [self._task(module, t, f) for t, f in zip(self.kernel.tasks, compiled.generated.functions)]
-        layout = ArgLayout.of(self.kernel.params)
-        self.block_slots = max(layout.size, 1)
-        self.array_slots = [layout.slots[p.name] for p in arrays]
-        self.scalar_slots = [(layout.slots[p.name], scalar_packer(p, checked=True)) for p in scalars]
-        self.status_slot = layout.slots.get(k.ASSERT_STATUS)
-        self.messages = k.assert_messages(self.kernel)
+        self.arguments = LoopArguments(self.kernel, arrays, scalars, checked=True)
         self.bounds = bounds_function(self.kernel, arrays, scalars)
         # Bounds read from scalar arguments change from call to call; bounds of extents do not.
         self.bounds_read_scalars = any(isinstance(e, k.ScalarRef) for t in self.kernel.tasks
@@ -120,12 +113,9 @@ class CudaKernelLauncher:
                 overlapping: bool) -> PreparedKernelCall:
         """The cached call for arguments described as `views` (the scalars only fix the launch when
         the task bounds read them)."""
-        block = [0] * self.block_slots
-        for slot, view in zip(self.array_slots, views):  # the pointers are patched per call
-            pack_array(block, slot, 0, view.shape, view.strides, view.itemsize)
         readers = [gpu_array_kind(arguments[p]) for p in array_positions]
         launches = None if self.bounds_read_scalars else self.plan(self.bounds([v.shape for v in views], scalars))
-        return PreparedKernelCall(self, block, views, readers, list(array_positions), list(scalar_positions),
+        return PreparedKernelCall(self, views, readers, list(array_positions), list(scalar_positions),
                                   launches, overlapping)
 
 
@@ -139,18 +129,18 @@ class PreparedKernelCall(CudaPreparedCall):
     arguments, a debug kernel's checks and `bz.record()` take the launches from Python
     (`_launch_all`). A call answers [] (a loop kernel returns nothing), None to bind again."""
 
-    def __init__(self, launcher: CudaKernelLauncher, block: list[int], views: Sequence[DeviceView],
+    def __init__(self, launcher: CudaKernelLauncher, views: Sequence[DeviceView],
                  readers: list[ArrayKind], array_positions: list[int], scalar_positions: list[int],
                  launches: list[LoopTaskLaunch] | None, overlapping: bool) -> None:
         self.launcher, self.planned, self.overlapping = launcher, launches, overlapping
-        self.status = None
-        if launcher.status_slot is not None:
-            self.status = _StatusWord(launcher.device)
-            block[launcher.status_slot: launcher.status_slot + 3] = [self.status.address, 1, 1]
-        plan = CallPlan(block, [], [(slot, position, reader.pointer) for slot, position, reader in
-                                    zip(launcher.array_slots, array_positions, readers)], [], _no_buffer,
+        arguments = launcher.arguments
+        self.status = None if arguments.status_slot is None else _StatusWord(launcher.device)
+        # The pointers are patched per call.
+        block = arguments.block(views, [0] * len(views), self.status.address if self.status else 0)
+        plan = CallPlan(block, [(slot, position, reader.pointer) for slot, position, reader in
+                                zip(arguments.array_slots, array_positions, readers)],
                         [ScalarSlot(slot, position, pack) for (slot, pack), position in
-                         zip(launcher.scalar_slots, scalar_positions)], [], [], [])
+                         zip(arguments.scalar_slots, scalar_positions)])
         fixed = [] if launches is None or self.status is not None else [x for x in launches if x.grid]
         super().__init__(plan, [_prepared_launch(launcher.kernel.name, x) for x in fixed], readers[0],
                          array_positions[0], launcher.device)
@@ -191,22 +181,6 @@ class PreparedKernelCall(CudaPreparedCall):
         self.last_pointers = pointers
         return True
 
-    def run_bound(self, args: Sequence[object]) -> bool:
-        """Runs the kernel on arguments just bound, through Python whatever is recording; False
-        when another thread holds the block."""
-        if not self.busy.acquire(blocking=False):
-            return False
-        try:
-            pointers = tuple(read(args[position]) for _, position, read in self.plan.input_pointers)
-            if pointers != self.last_pointers and not self._repoint(pointers):
-                return False
-            for scalar in self.plan.scalars:
-                self.block[scalar.slot] = scalar.pack(args[scalar.position])
-            self._launch_all(args, self.stream(args[self.stream_input], self.device.index))
-            return True
-        finally:
-            self.busy.release()
-
     def _launch_all(self, args: Sequence[object], stream: int) -> None:
         """The general launch: grids that follow scalar arguments, debug checks, bz.record()."""
         launches = self.planned
@@ -235,7 +209,8 @@ class PreparedKernelCall(CudaPreparedCall):
         """After a task of a debug kernel: raise the first failed check's message, as the CPU does."""
         code = self.status.read(stream)
         if code:
-            raise KernelAssertionError(f"kernel {self.launcher.kernel.name!r}: {self.launcher.messages[code - 1]}")
+            messages = self.launcher.arguments.messages
+            raise KernelAssertionError(f"kernel {self.launcher.kernel.name!r}: {messages[code - 1]}")
 
 
 def _prepared_launch(kernel: str, x: LoopTaskLaunch) -> PreparedLaunch:
@@ -245,10 +220,6 @@ def _prepared_launch(kernel: str, x: LoopTaskLaunch) -> PreparedLaunch:
 
 
 _NO_SCALARS = (ctypes.c_int64 * 0)()
-
-
-def _no_buffer(buffer: object) -> int:
-    raise AssertionError("a loop kernel's call allocates no buffers")
 
 
 def views_overlap(views: Sequence[DeviceView]) -> bool:

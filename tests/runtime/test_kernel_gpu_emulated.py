@@ -325,7 +325,7 @@ class InterfaceArray:
 
 
 def test_a_read_only_gpu_array_is_not_written(gpu, monkeypatch):
-    monkeypatch.setattr(device_arrays, "_device_of_pointer", lambda pointer: 0)
+    monkeypatch.setattr(device_arrays.cuda, "device_of_pointer", lambda pointer: 0)
 
     @bz.kernel
     def copy(a: bz.Array[bz.float32, 1], b: bz.Array[bz.float32, 1]):

@@ -105,11 +105,7 @@ class KernelExecutor(CpuTasks):
 
     def ranges(self, scalars: dict[str, int]) -> list[TaskRange]:
         """Each task's (begin, end, work per index) for the extents in `scalars`."""
-        ranges = []
-        for bounds in self.bounds:
-            begin, end, work = bounds(scalars)
-            ranges.append((begin, end, max(work, 1)))
-        return ranges
+        return [(begin, end, max(work, 1)) for begin, end, work in (bounds(scalars) for bounds in self.bounds)]
 
     def run(self, block: np.ndarray, scalars: dict[str, int], arguments: Sequence[object] = ()) -> None:
         """Runs all tasks with the argument block `block` (int64 slots); `scalars` holds extent values.
@@ -152,30 +148,46 @@ def _work_per_index(stmts: tuple[k.Stmt, ...], weight: int = 1) -> int:
     return total
 
 
+class LoopArguments:
+    """Where a loop kernel's arguments go in its argument block (kir/layout.py), on every backend:
+    arrays and scalars in parameter order, and the word its debug checks write a failure into.
+    `checked`: a scalar out of its dtype's range raises OverflowError as it is packed."""
+
+    def __init__(self, kernel: k.Kernel, arrays: Sequence[k.ArrayParam], scalars: Sequence[k.ScalarParam],
+                 checked: bool = False) -> None:
+        layout = ArgLayout.of(kernel.params)
+        self.size = max(layout.size, 1)
+        self.array_slots = [layout.slots[p.name] for p in arrays]
+        self.scalar_slots = [(layout.slots[p.name], scalar_packer(p, checked)) for p in scalars]
+        self.status_slot = layout.slots.get(k.ASSERT_STATUS)
+        self.messages = k.assert_messages(kernel)
+
+    def block(self, arrays: Sequence, pointers: Sequence[int], status: int = 0) -> list[int]:
+        """The argument block with the arrays' pointers, extents and strides, and the status word's
+        address, in place (scalars are written per call)."""
+        block = [0] * self.size
+        for slot, array, pointer in zip(self.array_slots, arrays, pointers):
+            pack_array(block, slot, pointer, array.shape, array.strides, array.itemsize)
+        if self.status_slot is not None:
+            block[self.status_slot: self.status_slot + 3] = [status, 1, 1]
+        return block
+
+
 class KernelLauncher(CpuTasks):
     """Launches every task of one compiled loop kernel with arrays and scalars bound in parameter order."""
 
     def __init__(self, compiled: CompiledKernel, arrays: Sequence[k.ArrayParam],
                  scalars: Sequence[k.ScalarParam]) -> None:
         super().__init__(compiled, f"kernel {compiled.kernel.name!r}", MIN_PARALLEL_WORK)
-        layout = ArgLayout.of(self.kernel.params)
-        self.block_size = layout.size
-        self.array_slots = [layout.slots[p.name] for p in arrays]
-        self.scalar_slots = [(layout.slots[p.name], scalar_packer(p)) for p in scalars]
-        self.messages = k.assert_messages(self.kernel)
-        self.status_slot = layout.slots.get(k.ASSERT_STATUS)
+        self.arguments = LoopArguments(self.kernel, arrays, scalars)
         work = [max(1, _work_per_index(t.body)) for t in self.kernel.tasks]
         self.ranges = bounds_function(self.kernel, arrays, scalars, work)
 
     def pack(self, arrays: Sequence[np.ndarray]) -> PackedArgs:
         """The argument block with the arrays' pointers, extents and strides (scalars are written per run)."""
-        block = [0] * self.block_size
-        for slot, array in zip(self.array_slots, arrays):
-            pack_array(block, slot, array.__array_interface__["data"][0], array.shape, array.strides, array.itemsize)
-        status = None
-        if self.status_slot is not None:
-            status = np.zeros(1, np.int64)
-            block[self.status_slot: self.status_slot + 3] = [status.ctypes.data, 1, 1]
+        status = None if self.arguments.status_slot is None else np.zeros(1, np.int64)
+        block = self.arguments.block(arrays, [a.__array_interface__["data"][0] for a in arrays],
+                                     0 if status is None else status.ctypes.data)
         packed = np.array(block, dtype=np.int64)
         return PackedArgs(packed, packed.ctypes.data, tuple([a.shape for a in arrays]), status)
 
@@ -184,12 +196,12 @@ class KernelLauncher(CpuTasks):
         unchanged: the block holds their pointers, not the arrays). A `bz.graph()` recording the
         call keeps `arguments` (what the block points into) alive."""
         block = packed.block
-        for (slot, pack), value in zip(self.scalar_slots, scalars):
+        for (slot, pack), value in zip(self.arguments.scalar_slots, scalars):
             block[slot] = pack(value)
         if packed.status is not None:
             packed.status[0] = 0
         self.launch(block, packed.address, self.ranges(packed.shapes, scalars), arguments, packed.status,
-                    self.messages)
+                    self.arguments.messages)
 
 
 @dataclass(frozen=True)
