@@ -33,7 +33,7 @@ def main() -> None:
     fast = f.__dict__["_fast_calls"]
     key = fast.key(inputs)
     prepared = fast.prepared[key]
-    assert prepared.matches(inputs) and fast.run != fast.find, "no torch guard"
+    assert prepared.matches.function()(inputs) and fast.run != fast.find, "no torch guard"
     assert f.__dict__["_fast_calls"].native is not None, "no native call on torch tensors"
     stream = torch.cuda.current_stream().cuda_stream
     launch = prepared.launches[0]

@@ -544,6 +544,14 @@ class Guard:
         return (f"len(inputs) == {self.count} and check({', '.join(f'inputs[{n}]' for n in self.arrays)})"
                 + "".join(f" and type(inputs[{n}]) is scalar{n}" for n, _ in self.scalars))
 
+    def function(self) -> Callable[[Sequence[object]], bool]:
+        """The test as a function of `inputs`, a TypeError or IndexError a no (the guarded call
+        inlines the condition instead; this is for what checks or times the guard alone)."""
+        names: dict[str, object] = {}
+        exec(f"def matches(inputs):\n    try:\n        return bool({self.condition(names)})\n"
+             "    except (TypeError, IndexError):\n        return False\n", names)
+        return names["matches"]
+
 
 def guard(inputs: Sequence[object], scalar_positions: frozenset[int]) -> Guard | None:
     """The guard of calls described as `inputs` are; None where the arrays are not all torch

@@ -12,7 +12,6 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from guards import matcher
 from segments import alternating, reference
 
 import braze as bz
@@ -87,7 +86,7 @@ def test_alternating_descriptions_each_take_their_own_prepared_call() -> None:
         assert rec.compiles == [] and rec.entries == [] and len(rec.launches) == 1
         torch.testing.assert_close(out, torch.relu(inputs[0] * inputs[1] + inputs[2]).detach())
     fast = f.__dict__["_fast_calls"]
-    matches = matcher(fast.last.matches)
+    matches = fast.last.matches.function()
     assert matches(small) and not matches(strided) and not matches(grads) and not matches([small[0]] * 3)
     for inputs in (*descriptions, *descriptions):  # outside bz.record(): the last call's guarded run first
         (out,) = f.execute(inputs)
