@@ -539,14 +539,15 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter, Invari
         """Whether a row loop's vector path takes rows of any length, its last elements (fewer than a
         vector) an element at a time after the vectors: a vocabulary of 50257 is no multiple of 8.
         Rows the width divides keep a path of their own without the tail (batch_norm's statistics ran
-        7% slower through the tail's path on an H200).
+        7% slower through the tail's path on an H200). A loss's rows ("grid_rows": GPT-2's
+        cross_entropy over its vocabulary, then the mean) take it too.
         Loops that share a row cache keep whole vectors: the cache's rows start at multiples of the
         row's length, aligned for vectors only where the width divides it. So do an inner-outer
         task's loops: each row group's partial columns start at a multiple of the row's length too
         (rows of 7 misaligned the float4 accesses of the second group's)."""
         whole = isinstance(s.begin, k.Const) and isinstance(s.end, k.Const) \
             and (s.end.value - s.begin.value) % self.vectors[id(s)].width == 0  # no tail to take (RoPE's halves)
-        return (self.schedule.kind == "rows" and not whole and not config.disabled("vector_tails")
+        return (self.schedule.kind in ("rows", "grid_rows") and not whole and not config.disabled("vector_tails")
                 and self.inner_outer is None and not any(id(s) in cache.loops for cache in self.caches))
 
     def vector_tail_start(self, s: k.For, width: int) -> str:

@@ -14,7 +14,7 @@ def gather_one_hot_sums(kernel: k.Kernel) -> k.Kernel:
     """`kernel` with each loop that sums `where(r == t, v(r), 0)` over r (cross_entropy's picked
     log-probability) replaced by the one term it adds: `where(begin <= t < end, v(t), 0)`. The
     sum added zeros to that term, so the result is the same, without a pass over the row."""
-    return rewrite_rows(kernel, lambda stmts: tuple(_one_hot_term(s) or s for s in stmts))
+    return rewrite_rows(kernel, lambda stmts: tuple(t for s in stmts for t in (_one_hot_term(s) or (s,))))
 
 
 def rewrite_rows(kernel: k.Kernel, rewrite) -> k.Kernel:
@@ -36,11 +36,16 @@ def rewrite_rows(kernel: k.Kernel, rewrite) -> k.Kernel:
     return dataclasses.replace(kernel, tasks=tuple(tasks))
 
 
-def _one_hot_term(loop: k.Stmt) -> k.Assign | None:
-    """The single assignment replacing a one-hot sum loop (see gather_one_hot_sums), or None."""
-    if not isinstance(loop, k.For) or loop.step != 1 or len(loop.body) != 1 or not isinstance(loop.body[0], k.Assign):
+def _one_hot_term(loop: k.Stmt) -> tuple[k.Stmt, ...] | None:
+    """The statements replacing a one-hot sum loop (see gather_one_hot_sums): the loop's Lets that do
+    not read its index (a target's position from the row's, as a torch graph's sliced targets
+    give), then the single assignment; or None."""
+    if not isinstance(loop, k.For) or loop.step != 1 or not loop.body or not isinstance(loop.body[-1], k.Assign):
         return None
-    acc, fold = loop.body[0].var, loop.body[0].value
+    *lets, update = loop.body
+    if not all(isinstance(s, k.Let) and not _reads(s.value, loop.var) for s in lets):
+        return None
+    acc, fold = update.var, update.value
     if not (isinstance(fold, k.Binary) and fold.op == "reduce_add" and fold.a == acc):
         return None
     pick = fold.b
@@ -51,7 +56,7 @@ def _one_hot_term(loop: k.Stmt) -> k.Assign | None:
     sides = [pick.a.a, pick.a.b]
     index = [e for e in sides if e == r or isinstance(e, k.Cast) and e.x == r]
     target = [e for e in sides if not _reads(e, r)]
-    if len(index) != 1 or len(target) != 1 or _reads(pick, acc):
+    if len(index) != 1 or len(target) != 1 or _reads(pick, acc) or any(_reads(s.value, acc) for s in lets):
         return None
     t = target[0]
     if not t.dtype.is_integer:
@@ -59,8 +64,8 @@ def _one_hot_term(loop: k.Stmt) -> k.Assign | None:
     in_range = k.Binary("logical_and", k.Binary("ge", t, k.Cast(loop.begin, t.dtype), dt.bool_),
                         k.Binary("lt", t, k.Cast(loop.end, t.dtype), dt.bool_), dt.bool_)
     term = k.substitute(pick.b, r, k.Cast(t, r.dtype))  # read only in range: `where` evaluates one side
-    return k.Assign(acc, k.Binary("reduce_add", acc, k.Ternary("where", in_range, term, pick.c, pick.dtype),
-                                  fold.dtype))
+    return (*lets, k.Assign(acc, k.Binary("reduce_add", acc, k.Ternary("where", in_range, term, pick.c, pick.dtype),
+                                          fold.dtype)))
 
 
 def _reads(e: k.Expr, var: k.Var) -> bool:

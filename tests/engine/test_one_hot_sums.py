@@ -3,7 +3,11 @@ cross-entropy's picked log-probability, and the torch backend's gather of one in
 
 from __future__ import annotations
 
+import re
+
+import cuda_on_cpu
 import numpy as np
+import pytest
 
 import braze as bz
 from braze import engine
@@ -36,3 +40,67 @@ def test_the_cpu_cross_entropy_matches_numpy_with_targets_at_the_ends():
     shifted = wide - wide.max(1, keepdims=True)
     expected = np.log(np.exp(shifted).sum(1)) - shifted[np.arange(6), target]
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+
+
+def shifted_loss(batch: int, tokens: int, vocab: int) -> bz.Fusion:
+    """A language model's loss as a torch graph gives it: logits[:, :-1] against tokens[:, 1:], the
+    ignored targets (-100) masked, the picked log-probability a one-hot sum over the row."""
+    with bz.Fusion() as f:
+        mm = f.define_tensor((batch * tokens, vocab), dtype=bz.float32)
+        tok = f.define_tensor((batch, tokens), dtype=bz.int64)
+        rows = batch * (tokens - 1)
+        x = bz.ops.reshape(bz.ops.reshape(mm, (batch, tokens, vocab))[:, :-1], (rows, vocab))
+        t = bz.ops.reshape(tok[:, 1:], (rows,))
+        d = x - bz.ops.max(x, 1, keepdim=True)
+        log_p = d - bz.ops.log(bz.ops.sum(bz.ops.exp(d), 1, keepdim=True))
+        valid = t != -100
+        hit = bz.ops.arange(vocab, dtype=bz.int64)[None, :] == bz.ops.where(valid, t, 0)[:, None]
+        picked = bz.ops.sum(bz.ops.where(hit, log_p, 0.0), 1)
+        loss = bz.ops.where(valid, -picked, 0.0)
+        f.add_output(bz.ops.sum(loss, 0) / bz.ops.cast(bz.ops.sum(valid, 0), bz.float32))
+    return f
+
+
+def test_a_shifted_targets_picked_class_is_read_not_summed_over_the_row():
+    """The target's position comes from the row's through Lets inside the one-hot loop (the sliced
+    tokens): those move before the one read."""
+    rng = np.random.default_rng(1)
+    batch, tokens, vocab = 3, 7, 41
+    logits = rng.standard_normal((batch * tokens, vocab)).astype(np.float32)
+    tok = rng.integers(0, vocab, (batch, tokens))
+    tok[1, 3] = tok[2, 6] = -100
+    f = shifted_loss(batch, tokens, vocab)
+    kernel = engine.lower_fusion(f, engine.signature(f, bind_inputs(f, [logits, tok]))).kernel
+    text = kernel_text(kernel)
+    # Loops over the rows (twice: the loss, the count of valid targets), the max and the sum of
+    # exponentials; no comparison with each class is left.
+    assert text.count("for r") == 4 and " eq(" not in text and "(eq(" not in text
+    (got,) = f.execute([logits, tok])
+    x = logits.reshape(batch, tokens, vocab)[:, :-1].reshape(-1, vocab).astype(np.float64)
+    t = tok[:, 1:].reshape(-1)
+    log_p = x - x.max(1, keepdims=True)
+    log_p -= np.log(np.exp(log_p).sum(1, keepdims=True))
+    valid = t != -100
+    expected = -log_p[np.arange(len(t))[valid], t[valid]].sum() / valid.sum()
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+
+
+@pytest.mark.skipif(not cuda_on_cpu.available(), reason="needs g++")
+def test_the_gpu_loss_takes_vectors_over_rows_of_an_odd_vocabulary_then_a_tail():
+    """The loss's rows ("grid_rows") take the 16-byte path over whole vectors, then single elements,
+    where the vocabulary (41) is no multiple of the vector but the rows are aligned (a padded
+    stride, as the torch backend's padded matmul gives); run on the CPU against NumPy."""
+    rng = np.random.default_rng(2)
+    batch, tokens, vocab = 2, 9, 41
+    logits = np.zeros((batch * tokens, 44), np.float32)[:, :vocab]
+    logits[:] = rng.standard_normal(logits.shape)
+    tok = rng.integers(0, vocab, (batch, tokens))
+    f = shifted_loss(batch, tokens, vocab)
+    assert re.search(r"for \(int \w+ = \(\(41\) / 4\) \* 4 \+ lane;", engine.cuda_source(f, [logits, tok]).body)
+    with bz.config.scope(enable="poison_outputs"):
+        (got,), _ = cuda_on_cpu.run_on_cpu(f, [logits, tok])
+    x = logits.reshape(batch, tokens, vocab)[:, :-1].reshape(-1, vocab).astype(np.float64)
+    t = tok[:, 1:].reshape(-1)
+    log_p = x - x.max(1, keepdims=True)
+    log_p -= np.log(np.exp(log_p).sum(1, keepdims=True))
+    np.testing.assert_allclose(np.asarray(got), -log_p[np.arange(len(t)), t].mean(), rtol=1e-5)
