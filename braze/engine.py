@@ -35,7 +35,14 @@ from braze.kir.params import KernelParams
 from braze.lower.fusion_kernel import lower
 from braze.lower.values import NeedsCut
 from braze.passes.fold_rows import fold_row_producers
-from braze.passes.fuse_tasks import Decision, forward_stores, fuse_sibling_loops, fuse_tasks, merged_task
+from braze.passes.fuse_tasks import (
+    Decision,
+    forward_stores,
+    fuse_sibling_loops,
+    fuse_tasks,
+    merged_task,
+    remembered_walks,
+)
 from braze.passes.one_hot import gather_one_hot_sums
 from braze.passes.output_cache import cache_rows_in_outputs
 from braze.passes.simplify import reuse_reductions, simplify
@@ -336,10 +343,11 @@ def _merged_row_tasks(kernel: k.Kernel) -> k.Kernel:
         return (kind == schedule_kind(b) in ("rows", "columns") and (kind == "rows" or _stays_splittable(a, b))
                 and serial(a) == serial(b))  # a softmax merged with a scan would lose its lanes
 
-    kernel, _ = fuse_tasks(kernel, fits=lambda a, b: elementwise(a) and elementwise(b))
-    kernel, _ = fuse_tasks(kernel, raw=False, fits=same_kind)
-    kernel = replace(kernel, tasks=tuple(forward_stores(t) if elementwise(t)
-                                         else reuse_reductions(fuse_sibling_loops(t)) for t in kernel.tasks))
+    with remembered_walks():  # the same loops are asked about for every pair of tasks tried
+        kernel, _ = fuse_tasks(kernel, fits=lambda a, b: elementwise(a) and elementwise(b))
+        kernel, _ = fuse_tasks(kernel, raw=False, fits=same_kind)
+        kernel = replace(kernel, tasks=tuple(forward_stores(t) if elementwise(t)
+                                             else reuse_reductions(fuse_sibling_loops(t)) for t in kernel.tasks))
     return column_tasks_after_rows(kernel)  # where a row task can carry them (cuda_inner_outer)
 
 

@@ -19,7 +19,10 @@ Anything the analysis does not recognise rejects the pair, so the pass can only 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
+import functools
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -602,7 +605,8 @@ def fuse_sibling_loops(task: k.Task) -> k.Task:
     move after the merged loop when the later loop does not read their array. The merged loop's
     body is merged the same way, so two nests over the same ranges (batch_norm's sums over batch,
     height and width) stay one nest."""
-    body = _fused_siblings(list(task.body))
+    with remembered_walks():
+        body = _fused_siblings(list(task.body))
     return dataclasses.replace(task, body=body) if body != task.body else task
 
 
@@ -652,18 +656,54 @@ def _sibling_before(body: list[k.Stmt], j: int) -> int | None:
     return None
 
 
+# What the merge asks of a statement (each a walk of it), remembered per statement under
+# `remembered_walks()`: a GPU plan tries the merge on every pair of column tasks it considers
+# (engine._merged_row_tasks), each time over the same loops, and the merge scans its body again
+# after each join. GPT-2-small's backward took 700,000 walks there, most of its first step's compile
+# on the main thread. Kernel IR is immutable, so a statement's answers never change; a statement is
+# kept with its answer, so its id names no other while the memo lives.
+_WALKS: contextvars.ContextVar[dict | None] = contextvars.ContextVar("fuse_tasks_walks", default=None)
+
+
+@contextlib.contextmanager
+def remembered_walks():
+    """Within it, each statement's answers to the merge's questions are computed once."""
+    token = _WALKS.set(_WALKS.get() if _WALKS.get() is not None else {})
+    try:
+        yield
+    finally:
+        _WALKS.reset(token)
+
+
+def _remembered(question: Callable[[k.Stmt], object]) -> Callable[[k.Stmt], object]:
+    @functools.wraps(question)
+    def ask(s: k.Stmt) -> object:
+        memo = _WALKS.get()
+        if memo is None:
+            return question(s)
+        key = (question, id(s))
+        if key not in memo:
+            memo[key] = (s, question(s))
+        return memo[key][1]
+    return ask
+
+
+@_remembered
 def _folds_only(loop: k.Stmt) -> bool:
     return isinstance(loop, k.For) and not any(isinstance(n, _NOT_FOLDS) for s in loop.body for n in _walk(s))
 
 
-def _assigned(s: k.Stmt) -> set[k.Var]:
-    return {n.var for n in _walk(s) if isinstance(n, (k.Let, k.Assign, k.For))}
+@_remembered
+def _assigned(s: k.Stmt) -> frozenset[k.Var]:
+    return frozenset(n.var for n in _walk(s) if isinstance(n, (k.Let, k.Assign, k.For)))
 
 
-def _reads(s: k.Stmt) -> set[k.Var]:
+@_remembered
+def _reads(s: k.Stmt) -> frozenset[k.Var]:
     defined = {n.var for n in _walk(s) if isinstance(n, (k.Let, k.For))}
-    return {n for n in _walk(s) if isinstance(n, k.Var)} - defined
+    return frozenset(n for n in _walk(s) if isinstance(n, k.Var)) - defined
 
 
-def _loaded_arrays(s: k.Stmt) -> set[str]:
-    return {n.param.name for n in _walk(s) if isinstance(n, k.Load)}
+@_remembered
+def _loaded_arrays(s: k.Stmt) -> frozenset[str]:
+    return frozenset(n.param.name for n in _walk(s) if isinstance(n, k.Load))
