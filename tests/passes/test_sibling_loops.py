@@ -5,8 +5,11 @@ move after the merged loop; elementwise stores read back at the same index stay 
 
 from __future__ import annotations
 
+from unittest import mock
+
 from braze import dtypes as dt
 from braze.kir import nodes as k
+from braze.passes import fuse_tasks as fuse_tasks_module
 from braze.passes.fuse_tasks import forward_stores, fuse_sibling_loops
 
 F32, I32 = dt.float32, dt.int32
@@ -108,3 +111,37 @@ def test_a_definition_reading_an_array_stored_between_the_loops_keeps_them_apart
                  k.Let(c, k.Load(OUT, (ZERO,))), k.Let(b, zero), _sum_loop(b, j, scaled))
     # moving `c = out[0]` before the merged loop would read out[0] before `a` is stored there
     assert len(_loops(fuse_sibling_loops(task))) == 2
+
+
+def _chain_of_sums(count: int) -> k.Task:
+    """`count` sums over one range, each reading the one before (none merges with another)."""
+    body, previous = [], None
+    for n in range(count):
+        acc, var = k.Var(f"a{n}", F32), k.Var(f"i{n}", I32)
+        term = k.Load(X, (var,)) if previous is None else k.Binary("mul", k.Load(X, (var,)), previous, F32)
+        body += [k.Let(acc, k.Const(0.0, F32)), _sum_loop(acc, var, term)]
+        previous = acc
+    return _task(*body)
+
+
+def test_loops_asked_about_again_in_larger_tasks_are_walked_once():
+    """A GPU plan tries the merge on task after task holding the same loops (each candidate pair of
+    column tasks, the first one growing: engine._merged_row_tasks). Under remembered_walks() each
+    loop is walked once whatever the number of tries: the walks grow linearly with the loops, where
+    asking again each time grew them with their square."""
+    counted = []
+    real_walk = fuse_tasks_module._walk
+
+    def counting_walk(node):
+        counted.append(node)
+        return real_walk(node)
+
+    def walks(count: int) -> int:
+        body = _chain_of_sums(count).body
+        counted.clear()
+        with mock.patch.object(fuse_tasks_module, "_walk", counting_walk), fuse_tasks_module.remembered_walks():
+            for end in range(2, len(body) + 1, 2):
+                assert len(_loops(fuse_sibling_loops(_task(*body[:end])))) == end // 2
+        return len(counted)
+
+    assert walks(60) < 2.5 * walks(30)
