@@ -71,6 +71,8 @@ FEATURES = {
                          "barriers of its own, not all of them between one pair of barriers",
     "lane_scans": "disable: on a GPU, a scan (cumsum, cumprod, cummax, cummin) walks each row on one thread, not "
                   "a tile of the row at a time over its lanes",
+    "scan_vectors": "disable: on a GPU, a scan's lanes load their runs of four 4-byte elements one at a time, not "
+                    "as one 16-byte vector where the row allows",
     "scan_prefetch": "disable: on a GPU, a scan's row loads each tile's elements after the tile before is "
                      "stored, not during that tile's scan over the lanes",
     "flat_pointwise": "disable: on a GPU, a pointwise task over arrays all laid out row-major walks rows of its "

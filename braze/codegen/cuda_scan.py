@@ -14,7 +14,7 @@ the serial one (as NumPy's pairwise sums do).
 from __future__ import annotations
 
 from braze import config
-from braze.codegen.cuda_plan import LanePlan
+from braze.codegen.cuda_plan import VECTOR_TYPES, LanePlan, distinct_exprs, vector_component
 from braze.codegen.cuda_rows import c_type
 from braze.kir import nodes as k
 from braze.passes.simplify import _reads_any
@@ -133,13 +133,57 @@ class ScanWriter:
                        into: str) -> None:
         """`into[u]`: the combined value of each of a lane's `run` elements of the tile at `tile`, at
         the row's last element where the tile runs past it (so every lane reaches the shuffles and
-        barriers)."""
+        barriers). A run that is one aligned 16-byte vector of the row is read as one
+        (`_vector_load`)."""
         ty, ix, end = c_type(update.var.dtype), c_type(loop.var.dtype), self.expr(loop.end)
+        load = self._vector_load(loop, lets, update, run)
+        if load is not None:
+            base = k.Var("bz_base", loop.var.dtype)
+            address = f"&{self.expr(k.substitute(load, loop.var, base))}"
+            vector = VECTOR_TYPES[run][load.param.dtype.name]
+            aligned = f"(reinterpret_cast<unsigned long long>({address}) & 15) == 0"
+            self.line(f"const {ix} bz_base = {tile} + {run} * lane;")
+            self.line(f"if (bz_base + {run} <= {end} && {aligned}) {{")
+            self.depth += 1
+            self.line(f"const {vector} bz_vector = *reinterpret_cast<const {vector}*>({address});")
+            element = k.Var("bz_v", load.dtype)
+            for u in range(run):  # each element's value from its component, at its own index
+                at = k.Binary("add", base, k.Const(u, loop.var.dtype), loop.var.dtype)
+                value = k.substitute(k.substitute(update.value.b, load, element), loop.var, at)
+                self.line(f"{{ const {c_type(load.dtype)} bz_v = bz_vector.{vector_component(run, u)}; "
+                          f"{into}[{u}] = ({ty})({self.expr(value)}); }}")
+            self.depth -= 1
+            self.line("} else {")
+            self.depth += 1
         self._run_loop(run, f"const {ix} {loop.var.name} = {tile} + {run} * lane + bz_u < {end} ? "
                             f"{tile} + {run} * lane + bz_u : {end} - 1;")
         self.block(tuple(lets))
         self.line(f"{into}[bz_u] = ({ty})({self.expr(update.value.b)});")
         self._end_run_loop()
+        if load is not None:
+            self.depth -= 1
+            self.line("}")
+
+    def _vector_load(self, loop: k.For, lets: list[k.Stmt], update: k.Assign, run: int) -> k.Load | None:
+        """The one load along the scanned axis of the element's value, where a lane's run may read it
+        as one 16-byte vector: 4-byte elements laid out with stride 1, four to a run, the value
+        computed from that load and values the row does not change, with no Lets. The scans models
+        run (cumsum of probabilities, of a mask, of x * 2) are such; one vector load a run keeps
+        four times the bytes in flight of a scalar one (`BRAZE_DISABLE=scan_vectors`)."""
+        if lets or run != 4 or config.disabled("scan_vectors"):
+            return None
+        index = frozenset({loop.var})
+        along = {e for e in distinct_exprs(update.value.b) if isinstance(e, k.Load) and _reads_any(e, index)}
+        if len(along) != 1:
+            return None
+        (load,) = along
+        param = load.param
+        if param.dtype.itemsize != 4 or param.dtype.name not in VECTOR_TYPES[run] or param.static_strides[-1] != 1:
+            return None
+        *outer, last = load.indices
+        if last != loop.var or any(_reads_any(i, index) for i in outer):
+            return None
+        return load
 
     def _run_loop(self, run: int, first: str) -> None:
         self.line("#pragma unroll")
