@@ -12,7 +12,9 @@
 #include <thread>
 #include <vector>
 using std::signbit; using std::fmod; using std::floor; using std::copysign; using std::erf; using std::tanh;
-using std::exp; using std::log; using std::sqrt; using std::pow; using std::fabs;
+using std::exp; using std::log; using std::sqrt; using std::pow; using std::fabs; using std::isnan; using std::isinf;
+using std::isfinite; using std::exp2; using std::expm1; using std::log2; using std::log1p; using std::sin; using std::cos;
+using std::tan; using std::ceil; using std::rint; using std::trunc; using std::atan2;
 
 #define __device__
 #define __forceinline__ inline

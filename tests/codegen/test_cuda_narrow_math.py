@@ -2,7 +2,8 @@
 approximately (cuda_narrow.py, cuda_rules "narrow"): checked in the source (where the rule applies
 and where it must not), and by running the generated CUDA on the CPU (the prelude's C-library
 stand-ins for the approximate instructions, flushing alike) against NumPy in float64, over extreme
-values, within one rounding step of the narrow type.
+values, within one rounding step of the narrow type. The exact math calls (isnan, expm1, atan2, ...)
+run on the CPU too, against the reference.
 """
 
 from __future__ import annotations
@@ -102,3 +103,24 @@ def test_a_narrow_bfloat16_softmax_matches_numpy_on_the_cpu():
     (got,), _ = run_on_cpu(f, [x])
     e = np.exp(x.astype(np.float64) - x.astype(np.float64).max(-1, keepdims=True))
     np.testing.assert_allclose(got.astype(np.float64), e / e.sum(-1, keepdims=True), rtol=2 ** -7, atol=1e-30)
+
+
+EXACT_UNARY = ["isnan", "isinf", "isfinite", "exp2", "expm1", "log2", "log1p", "sin", "cos", "tan", "ceil",
+               "round", "trunc"]
+
+
+@pytest.mark.skipif(not available(), reason="needs g++")
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_every_math_call_of_the_cuda_rules_builds_and_matches_the_reference_on_the_cpu(dtype):
+    """The CUDA of each math op (C++ overloads g++ finds only in std:: for float) run on the CPU, an
+    argmax over halves (isnan) among them."""
+    with bz.Fusion() as f:
+        x = f.define_tensor((-1,), dtype=getattr(bz, dtype))
+        for name in EXACT_UNARY:
+            f.add_output(getattr(bz.ops, name)(x))
+        f.add_output(bz.ops.atan2(x, x + 1.0))
+        f.add_output(bz.ops.argmax(x, axes=[0]))
+    x = np.array([0.25, -1.5, 2.75, np.inf, -0.5, np.nan, 1.0], dtype=dtype)
+    got, _ = run_on_cpu(f, [x])
+    for name, g, w in zip([*EXACT_UNARY, "atan2", "argmax"], got, f.execute([x], backend="reference")):
+        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=1e-3, err_msg=name)
