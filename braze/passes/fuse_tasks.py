@@ -688,22 +688,44 @@ def _remembered(question: Callable[[k.Stmt], object]) -> Callable[[k.Stmt], obje
     return ask
 
 
+@dataclasses.dataclass(frozen=True)
+class _Summary:
+    """What the merge asks of a statement, gathered bottom-up: a statement's answer joins its own
+    expressions' with its child statements', so a loop a merge makes is answered from its children's
+    remembered answers, not by walking its whole body again."""
+
+    not_folds: bool  # a store, atomic, barrier, allocation, jump or while loop occurs in it
+    assigned: frozenset[k.Var]  # locals and loop indices it assigns
+    defined: frozenset[k.Var]  # locals and loop indices it declares (a Let's or a For's)
+    used: frozenset[k.Var]  # every local it mentions
+    loaded: frozenset[str]  # the arrays it loads from
+
+
 @_remembered
+def _summary(s: k.Stmt) -> _Summary:
+    parts = [_summary(c) for c in _children(s) if isinstance(c, k.Stmt)]
+    nodes = [n for c in _children(s) if isinstance(c, k.Expr) for n in _walk(c)]
+    own = frozenset({s.var}) if isinstance(s, (k.Let, k.Assign, k.For)) else frozenset()
+    return _Summary(
+        isinstance(s, _NOT_FOLDS) or any(p.not_folds for p in parts),
+        own.union(*(p.assigned for p in parts)),
+        (own if not isinstance(s, k.Assign) else frozenset()).union(*(p.defined for p in parts)),
+        frozenset(n for n in nodes if isinstance(n, k.Var)).union(*(p.used for p in parts)),
+        frozenset(n.param.name for n in nodes if isinstance(n, k.Load)).union(*(p.loaded for p in parts)))
+
+
 def _folds_only(loop: k.Stmt) -> bool:
-    return isinstance(loop, k.For) and not any(isinstance(n, _NOT_FOLDS) for s in loop.body for n in _walk(s))
+    return isinstance(loop, k.For) and not any(_summary(s).not_folds for s in loop.body)
 
 
-@_remembered
 def _assigned(s: k.Stmt) -> frozenset[k.Var]:
-    return frozenset(n.var for n in _walk(s) if isinstance(n, (k.Let, k.Assign, k.For)))
+    return _summary(s).assigned
 
 
-@_remembered
 def _reads(s: k.Stmt) -> frozenset[k.Var]:
-    defined = {n.var for n in _walk(s) if isinstance(n, (k.Let, k.For))}
-    return frozenset(n for n in _walk(s) if isinstance(n, k.Var)) - defined
+    summary = _summary(s)
+    return summary.used - summary.defined
 
 
-@_remembered
 def _loaded_arrays(s: k.Stmt) -> frozenset[str]:
-    return frozenset(n.param.name for n in _walk(s) if isinstance(n, k.Load))
+    return _summary(s).loaded
