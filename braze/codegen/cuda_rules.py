@@ -122,7 +122,7 @@ def _bitwise(op: str) -> Callable:
 BINARY_RULES = {
     "add": call("bz_add"), "sub": call("bz_sub"), "mul": call("bz_mul"), "truediv": call("bz_truediv"),
     "floordiv": call("bz_floordiv"), "remainder": call("bz_remainder"), "pow": call("bz_pow"),
-    "maximum": call("bz_maximum"), "minimum": call("bz_minimum"), "atan2": math("atan2"),
+    "maximum": call("bz_maximum"), "minimum": call("bz_minimum"), "atan2": math("atan2"), "copysign": math("copysign"),
     # C++ comparisons already are what NumPy's are: ordered, except != (true for NaN).
     "eq": _infix("=="), "ne": _infix("!="), "lt": _infix("<"), "le": _infix("<="), "gt": _infix(">"),
     "ge": _infix(">="),

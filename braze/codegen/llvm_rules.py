@@ -315,6 +315,7 @@ BINARY_RULES = {
     "maximum": by_kind(intrinsic("maximum"), _int_extreme(">"), _ib("or_")),
     "minimum": by_kind(intrinsic("minimum"), _int_extreme("<"), _ib("and_")),
     "atan2": libm("atan2"),
+    "copysign": intrinsic("copysign"),
     "eq": _compare("=="), "ne": _compare("!="), "lt": _compare("<"), "le": _compare("<="),
     "gt": _compare(">"), "ge": _compare(">="),
     "logical_and": _logical("and_"), "logical_or": _logical("or_"), "logical_xor": _logical("xor"),

@@ -37,7 +37,7 @@ STDLIB_MATH = {getattr(math, name): op for name, op in (
     ("sqrt", "sqrt"), ("exp", "exp"), ("log", "log"), ("log2", "log2"), ("log1p", "log1p"), ("expm1", "expm1"),
     ("sin", "sin"), ("cos", "cos"), ("tan", "tan"), ("tanh", "tanh"), ("floor", "floor"), ("ceil", "ceil"),
     ("trunc", "trunc"), ("fabs", "abs"), ("erf", "erf"), ("atan2", "atan2"), ("pow", "pow"), ("exp2", "exp2"),
-    ("isnan", "isnan"), ("isinf", "isinf"), ("isfinite", "isfinite"))
+    ("isnan", "isnan"), ("isinf", "isinf"), ("isfinite", "isfinite"), ("copysign", "copysign"))
     if hasattr(math, name)}
 
 

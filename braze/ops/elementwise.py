@@ -132,6 +132,7 @@ BINARY: dict[str, tuple[str, Callable, Callable]] = {
     "maximum": ("bif", SAME, np.maximum),  # NaN-propagating
     "minimum": ("bif", SAME, np.minimum),
     "atan2": ("bif", TO_FLOAT, np.arctan2),
+    "copysign": ("bif", TO_FLOAT, np.copysign),  # the magnitude of a with the sign of b, zeros and NaN too
     "eq": ("bif", TO_BOOL, np.equal),
     "ne": ("bif", TO_BOOL, np.not_equal),
     "lt": ("bif", TO_BOOL, np.less),

@@ -259,6 +259,9 @@ class RandomFusion:
             return self.power(a)
         if name in ("left_shift", "right_shift"):
             return self.shift(name, a)
+        if name == "copysign":  # the sign comes from b: an exact b, so no rounding flips it
+            b = self.partner(a, lambda n: ok(n) and n.exact)
+            return self.ew(name, [a, b], a.bound, a.err) if promoted_kind(kinds, [a, b]) else None
         b = self.partner(a, ok)
         if promoted_kind(kinds, [a, b]) is None:
             return None

@@ -146,13 +146,15 @@ def test_math_functions_and_builtins():
         for i in range(x.shape[0]):
             v = x[i]
             y[i] = bz.math.sin(v) + bz.math.atan2(v, 2.0) + math.sqrt(abs(v)) + max(v, 0.25, -v) + min(v, 1.0) \
-                + bz.math.where(v > 0, v, -2 * v) + bz.math.clamp(v, -0.5, 0.5) + math.pi
+                + bz.math.where(v > 0, v, -2 * v) + bz.math.clamp(v, -0.5, 0.5) + math.pi \
+                + math.copysign(2.0, -v)
 
     x = np.linspace(-2, 2, 17)
     y = np.zeros_like(x)
     k(x, y)
     expected = (np.sin(x) + np.arctan2(x, 2.0) + np.sqrt(np.abs(x)) + np.maximum(np.maximum(x, 0.25), -x)
-                + np.minimum(x, 1.0) + np.where(x > 0, x, -2 * x) + np.clip(x, -0.5, 0.5) + math.pi)
+                + np.minimum(x, 1.0) + np.where(x > 0, x, -2 * x) + np.clip(x, -0.5, 0.5) + math.pi
+                + np.copysign(2.0, -x))
     np.testing.assert_allclose(y, expected, rtol=1e-12)
 
 

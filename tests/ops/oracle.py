@@ -389,6 +389,8 @@ BINARY_ORACLE: dict[str, ElementwiseOracle] = {
     "minimum": _binary("same", _propagate_nan(lambda a, b: np.where(a < b, a, b)), min,
                        with_specials(full_range(), [math.nan]), with_specials(full_range(), [math.nan])),
     "atan2": _binary("float", np.arctan2, None, uniform(-3, 3), uniform(-3, 3)),
+    "copysign": _binary("float", np.copysign, None, with_specials(uniform(-3, 3), [0.0, -0.0, math.nan]),
+                        with_specials(uniform(-3, 3), [0.0, -0.0])),
     "eq": _compare(lambda a, b: a == b),
     "ne": _compare(lambda a, b: a != b),
     "lt": _compare(lambda a, b: a < b),

@@ -106,7 +106,7 @@ def _floats(x):  # clamps, powers, rounding, comparisons with scalars, casts bot
                         torch.pow(2.0, x), (x.abs() + 1).pow(0.5),
                         torch.atan2(x, x + 2), torch.round(x * 4), torch.trunc(x * 3), torch.sign(x),
                         torch.remainder(x, 0.75), x.double().float() * (x >= 0), x.half().float(),
-                        torch.lerp(x, x * x, 0.3), torch.addcmul(x, x, x, value=0.5)])
+                        torch.lerp(x, x * x, 0.3), torch.addcmul(x, x, x, value=0.5), torch.copysign(x + 1, -x)])
 
 
 def _views(x):  # reshapes, permutes, slices with steps, selects, padding (growing and cropping), expand
@@ -151,7 +151,7 @@ def _activations(x):  # the activations and helpers model code calls, decomposed
 @pytest.mark.parametrize("fn, fused", [
     (_ints, {"aten.div.Tensor_mode", "aten.remainder.Tensor", "aten.bitwise_and.Scalar", "aten.bitwise_xor.Tensor"}),
     (_floats, {"aten.clamp.default", "aten.pow.Tensor_Scalar", "aten.pow.Scalar", "aten.atan2.default",
-               "aten.round.default", "aten.sign.default", "aten._to_copy.default"}),
+               "aten.copysign.Tensor", "aten.round.default", "aten.sign.default", "aten._to_copy.default"}),
     (_views, {"aten.permute.default", "aten.slice.Tensor", "aten.constant_pad_nd.default", "aten.flip.default",
               "aten.cat.default", "aten.expand.default"}),
     (_reductions, {"aten.prod.default", "aten.var.correction", "aten.argmax.default", "aten.any.default",

@@ -83,7 +83,8 @@ UNARY = {  # ATen op -> braze op
 
 BINARY = {  # ATen op -> braze op; each with its .Tensor and .Scalar overloads where ATen has them
     "mul": "mul", "maximum": "maximum", "minimum": "minimum", "atan2": "atan2", "eq": "eq", "ne": "ne",
-    "lt": "lt", "le": "le", "gt": "gt", "ge": "ge", "logical_and": "logical_and", "logical_or": "logical_or",
+    "copysign": "copysign", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge", "logical_and": "logical_and",
+    "logical_or": "logical_or",
     "logical_xor": "logical_xor", "bitwise_and": "bitwise_and", "bitwise_or": "bitwise_or",
     "bitwise_xor": "bitwise_xor", "remainder": "remainder", "floor_divide": "floordiv",
 }
