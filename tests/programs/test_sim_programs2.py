@@ -741,3 +741,30 @@ def test_lattice_boltzmann_d2q9_over_constant_tables(where):
     fd, gd = where(f), where(np.full_like(f, np.nan))
     lbm_collide_and_stream(fd, gd, 0.8)
     np.testing.assert_allclose(where.host(gd), lbm_reference(f.astype(np.float64), 0.8), atol=2e-6)
+
+
+# --- reflective walls, one axis at a time ----------------------------------------------------------------
+@bz.kernel
+def bounce_in_box(x: bz.Array[bz.vec2, 1], v: bz.Array[bz.vec2, 1], dt: bz.float32, lo: bz.vec2, hi: bz.vec2):
+    for i in range(x.shape[0]):
+        p, vel = x[i] + v[i] * dt, v[i]
+        for d in range(2):  # a run-time loop over the axes, as Warp code has it
+            while p[d] < lo[d] or p[d] > hi[d]:
+                if p[d] < lo[d]:
+                    p[d] = 2 * lo[d] - p[d]
+                else:
+                    p[d] = 2 * hi[d] - p[d]
+                vel[d] = -vel[d]
+        x[i], v[i] = p, vel
+
+
+def test_particles_bounce_off_walls_axis_by_axis(where):
+    x, v = RNG.random((64, 2)).astype(np.float32), (3 * RNG.standard_normal((64, 2))).astype(np.float32)
+    p, vel, hi = x.astype(np.float64) + v.astype(np.float64) * 0.5, v.astype(np.float64), (1.0, 2.0)
+    xd, vd = where(x), where(v)
+    bounce_in_box(xd, vd, 0.5, (0.0, 0.0), hi)
+    for i, d in np.ndindex(64, 2):
+        while not 0.0 <= p[i, d] <= hi[d]:
+            p[i, d], vel[i, d] = (-p[i, d] if p[i, d] < 0 else 2 * hi[d] - p[i, d]), -vel[i, d]
+    np.testing.assert_allclose(where.host(xd), p, atol=1e-5)
+    np.testing.assert_array_equal(where.host(vd), vel)
