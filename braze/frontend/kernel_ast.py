@@ -346,7 +346,9 @@ class Translator(ExpressionTranslator, TargetTranslator):
             return getattr(builtins, node.id)
         if node.id in self.earlier_locals:
             self.error(node, f"'{node.id}' is a local of an earlier task; tasks share only arrays and parameters "
-                             "(assign it in this task, or keep it in an array element)")
+                             "(assign it in this task, or keep it in an array element; a top-level `for` is a "
+                             "parallel task: for a loop that carries a running value on one thread, as a prefix "
+                             "sum does, nest the local and the loop under a top-level `if` on a run-time value)")
         self.error(node, f"unknown name '{node.id}'")
 
     def resolve_callee(self, e: ast.expr, kernel_scope: bool = False):

@@ -9,7 +9,6 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
-import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -19,64 +18,26 @@ from braze import dtypes as dt
 from braze.dtypes import DType
 from braze.errors import Error, KernelTypeError
 from braze.frontend import kernel_lang as lang
+from braze.frontend import kernel_math as km
 from braze.frontend import kernel_types as ty
 from braze.frontend import kernel_vectors as vec
 from braze.frontend.kernel_random import RandomFunction
 from braze.frontend.kernel_scope import ArrayHandle, FunctionScope, Local, LocalArray, ShapeHandle, Source, VectorValue
 from braze.kir import nodes as k
+from braze.ops.elementwise import BINARY, TERNARY, UNARY
 
 if TYPE_CHECKING:
     from braze.frontend.kernel_ast import Translator
 
 # Builtins that run at compile time on compile-time arguments (for bz.static loops and constants).
-_FOLDABLE = (range, enumerate, zip, reversed, tuple, list, len, min, max, abs, int, float, bool, round, sum)
+_FOLDABLE = (range, enumerate, zip, reversed, tuple, list, len, min, max, abs, int, float, bool, round, sum, divmod)
 _ATOMICS = {lang.atomic_add: "add", lang.atomic_sub: "sub", lang.atomic_min: "min", lang.atomic_max: "max"}
 MAX_INLINE_DEPTH = 32  # nested @bz.func calls; deeper is taken for recursion
-# Python's math functions, as the ops they are.
-STDLIB_MATH = {getattr(math, name): op for name, op in (
-    ("sqrt", "sqrt"), ("exp", "exp"), ("log", "log"), ("log2", "log2"), ("log1p", "log1p"), ("expm1", "expm1"),
-    ("sin", "sin"), ("cos", "cos"), ("tan", "tan"), ("tanh", "tanh"), ("floor", "floor"), ("ceil", "ceil"),
-    ("trunc", "trunc"), ("fabs", "abs"), ("erf", "erf"), ("atan2", "atan2"), ("pow", "pow"), ("exp2", "exp2"),
-    ("isnan", "isnan"), ("isinf", "isinf"), ("isfinite", "isfinite"), ("copysign", "copysign"))
-    if hasattr(math, name)}
-
-
-def _one_minus_square(x):
-    """1 - x*x as (1 - x)(1 + x), exact near |x| = 1 where asin and acos need it."""
-    return ty.binary("mul", ty.binary("sub", 1.0, x), ty.binary("add", 1.0, x))
-
-
-def _sinh(x):
-    """(expm1(x) - expm1(-x)) / 2: expm1 keeps small arguments accurate, where exp(x) - exp(-x) cancels."""
-    return ty.binary("mul", ty.binary("sub", ty.unary("expm1", x), ty.unary("expm1", ty.unary("neg", x))), 0.5)
-
-
-def _fmod(x, y):
-    """C's fmod (the sign of the dividend): Python's remainder of the magnitudes, which is exact and is C's
-    there, given x's sign."""
-    r = ty.binary("remainder", ty.unary("abs", x), ty.unary("abs", y))
-    return ty.ternary("where", ty.binary("lt", x, 0), ty.unary("neg", r), r)
-
-
-# Python's math functions the op table has no op for, composed of ops that it has.
-COMPOSED_MATH: dict[Callable, Callable] = {
-    math.hypot: lambda x, y: ty.unary("sqrt", ty.binary("add", ty.binary("mul", x, x), ty.binary("mul", y, y))),
-    math.atan: lambda x: ty.binary("atan2", x, 1.0),
-    math.asin: lambda x: ty.binary("atan2", x, ty.unary("sqrt", _one_minus_square(x))),
-    math.acos: lambda x: ty.binary("atan2", ty.unary("sqrt", _one_minus_square(x)), x),
-    math.sinh: _sinh,
-    math.cosh: lambda x: ty.binary("mul", ty.binary("add", ty.unary("exp", x), ty.unary("exp", ty.unary("neg", x))),
-                                   0.5),
-    math.log10: lambda x: ty.binary("mul", ty.unary("log", x), 1 / math.log(10)),
-    math.fmod: _fmod,
-}
-
-
 def call(tr: Translator, node: ast.Call):
     callee = tr.resolve_callee(node.func)
     name = ast.unparse(node.func)
     if callee is None:
-        tr.error(node, f"call to unknown function '{name}'")
+        tr.error(node, f"call to unknown function '{name}'{_instead(name)}")
     if _lookup(_ATOMICS, callee):
         return _atomic(tr, node, _ATOMICS[callee])
     if callee is lang.static:
@@ -103,6 +64,21 @@ def call(tr: Translator, node: ast.Call):
         hint = " (decorate it with @bz.func to call it from a kernel)" if inspect.isfunction(callee) else ""
         tr.error(node, f"call to unknown function '{name}'{hint}")
     return tr.checked(node, lambda: rule(tr, node, args))
+
+
+_PYTHON_BUILTINS = ("min", "max", "abs", "round", "len", "divmod", "int", "float")
+
+
+def _instead(name: str) -> str:
+    """What to write for an unknown `bz.sqrt` or `ti.min`: the builtin or the `bz.math` function of that name."""
+    last = name.rsplit(".", 1)[-1]
+    if last in _PYTHON_BUILTINS:
+        return f"; write Python's {last}(...)"
+    if last == "select":
+        return "; write `a if condition else b`, or bz.math.where(condition, a, b)"
+    if hasattr(lang.math, last) and not name.startswith("bz.math."):
+        return f"; write bz.math.{last}(...)"
+    return ""
 
 
 def _vector_rule(callee, args: list) -> Callable | None:
@@ -149,22 +125,23 @@ def _rule_for(callee) -> Callable | None:
             return None
         return lambda tr, node, args: ty.convert(_one(node, args), target)
     if isinstance(callee, lang.MathFunction):
+        if callee.op in km.COMPOSED:
+            return lambda tr, node, args: km.composed(callee.op, args)
         return lambda tr, node, args: _op(callee.op, args)
     if _lookup(_BUILTIN_RULES, callee):
         return _BUILTIN_RULES[callee]
-    if _lookup(STDLIB_MATH, callee):
-        op = STDLIB_MATH[callee]
+    if _lookup(km.OP_OF, callee):
+        op = km.OP_OF[callee]
+        if callee in km.INTEGER_RESULT:  # Python's math.floor(x) is an int
+            return lambda tr, node, args: _integer_result(_op(op, args))
         return lambda tr, node, args: _op(op, args)
-    if _lookup(COMPOSED_MATH, callee):
-        return lambda tr, node, args: _composed(callee, args)
+    if _lookup(km.COMPOSED_OF, callee):
+        return lambda tr, node, args: km.composed(km.COMPOSED_OF[callee], args)
     return None
 
 
-def _composed(fn: Callable, args: list):
-    arity = len(inspect.signature(COMPOSED_MATH[fn]).parameters)
-    if len(args) != arity:
-        raise ty.TypeProblem(f"math.{fn.__name__}: expected {arity} argument(s), got {len(args)}")
-    return COMPOSED_MATH[fn](*args)
+def _integer_result(value):
+    return value if ty.type_of(value)[0].is_integer else ty.convert(value, dt.int64)
 
 
 def _one(node: ast.Call, args: list):
@@ -173,11 +150,16 @@ def _one(node: ast.Call, args: list):
     return args[0]
 
 
+_ARITIES = ((1, UNARY, ty.unary), (2, BINARY, ty.binary), (3, TERNARY, ty.ternary))
+
+
 def _op(op: str, args: list):
-    arity = {1: ty.unary, 2: ty.binary, 3: ty.ternary}
-    if len(args) not in arity:
-        raise ty.TypeProblem(f"{op}: expected 1 to 3 arguments, got {len(args)}")
-    return arity[len(args)](op, *args)
+    """The op `op` of the table for as many arguments as `args` has; the arity it takes if another."""
+    for count, table, apply in _ARITIES:
+        if op in table and len(args) == count:
+            return apply(op, *args)
+    expected = " or ".join(str(count) for count, table, _ in _ARITIES if op in table)
+    raise ty.TypeProblem(f"{op}: expected {expected} argument(s), got {len(args)}")
 
 
 def _extreme(op: str):
@@ -217,7 +199,15 @@ _BUILTIN_RULES: dict[Callable, Callable] = {
     min: _extreme("minimum"),
     max: _extreme("maximum"),
     len: _len,
+    divmod: lambda tr, node, args: _divmod(args),
 }
+
+
+def _divmod(args: list) -> tuple:
+    """Python's `divmod(a, b)`: (a // b, a % b), floored as Python floors them."""
+    if len(args) != 2:
+        raise ty.TypeProblem(f"divmod: expected 2 arguments, got {len(args)}")
+    return ty.binary("floordiv", *args), ty.binary("remainder", *args)
 
 
 # --- random numbers -------------------------------------------------------------------------------

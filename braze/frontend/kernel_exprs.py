@@ -9,6 +9,8 @@ from __future__ import annotations
 import ast
 import itertools
 
+import numpy as np
+
 from braze import dtypes as dt
 from braze.errors import KernelTypeError
 from braze.frontend import kernel_types as ty
@@ -19,7 +21,9 @@ from braze.kir import nodes as k
 
 _NO_CONTAINERS = "a kernel holds numbers, vectors and fixed-size arrays (`bz.local(dtype, n)`) only"
 # What a Taichi, Warp or NumPy habit becomes in a kernel, for the constructs braze does not take.
+MAX_TABLE_ENTRIES = 1024  # a chain of selects per read: a longer table belongs in an array
 INSTEAD = {
+    "NamedExpr": "assign the value on a line of its own, then test it",
     "List": "for a per-thread array write `v = bz.local(bz.float32, n)` and set its elements; for a small "
             "vector, `bz.vec3(x, y, z)`",
     "ListComp": "for a per-thread array write `v = bz.local(bz.float32, n)` and fill it in a `for` loop",
@@ -101,11 +105,40 @@ class ExpressionTranslator:
             for part in key if isinstance(key, tuple) else (key,):
                 base = self.component(node, base, part)
             return base
-        if isinstance(base, (tuple, list)):
+        if isinstance(base, (tuple, list, np.ndarray)):
             position = self.expr(node.slice)
-            if isinstance(position, int):
+            if isinstance(base, (tuple, list)) and isinstance(position, int):
                 return base[position]
+            return self.table_entry(node, base, position)
         self.error(node, "unsupported construct: subscript of a value that is not an array")
+
+    def table_entry(self, node: ast.Subscript, table, key):
+        """`W[q]` of a constant table (a global or closure tuple of numbers, or a NumPy array) at an index
+        known only at run time: a chain of selects over its entries. A tuple's entries are Python
+        literals, weak as literals are; a NumPy array's have its dtype. Checked under `debug=True`."""
+        values = np.asarray(table)
+        keys = key if isinstance(key, tuple) else (key,)
+        if values.dtype.kind not in "biuf" or len(keys) != values.ndim:
+            self.error(node, f"unsupported construct: subscript of a constant {type(table).__name__} of "
+                             f"shape {values.shape} and dtype {values.dtype} by {len(keys)} index(es); a table "
+                             "indexed at run time holds numbers and takes one index per axis (t[i, j], not t[i][j])",
+                       KernelTypeError)
+        if values.size > MAX_TABLE_ENTRIES:
+            self.error(node, f"a constant table of {values.size} entries indexed at run time: more than "
+                             f"{MAX_TABLE_ENTRIES}; pass it to the kernel as an array argument", KernelTypeError)
+        if all(isinstance(i, int) and not isinstance(i, bool) for i in keys):
+            if not all(-n <= i < n for i, n in zip(keys, values.shape)):
+                self.error(node, f"index {key!r} is out of range for a constant table of shape {values.shape}",
+                           KernelTypeError)
+            entry = values[keys].item()
+            return ty.literal(entry, dt.from_numpy(values.dtype)) if isinstance(table, np.ndarray) else entry
+        indices = [self.checked(node, lambda i=i: ty.index(i, "index of a constant table")) for i in keys]
+        if self.debug:
+            place, text = self.frames[-1].source.where(node)
+            for axis, (i, n) in enumerate(zip(indices, values.shape)):
+                inside = ty.binary("logical_and", ty.binary("ge", i, -n), ty.binary("lt", i, n))
+                self.emit(k.Assert(inside, f"{place}index out of bounds: axis {axis} of a constant table in {text}"))
+        return self.checked(node, lambda: ty.table_entry(values, indices, isinstance(table, np.ndarray)))
 
     def subscript(self, node: ast.Subscript) -> tuple[ArrayHandle, tuple[k.Expr, ...]]:
         handle = self.expr(node.value)
@@ -249,6 +282,8 @@ class ExpressionTranslator:
         if isinstance(a, VectorValue) or isinstance(b, VectorValue):
             return self.vector_choice(node, cond, branches, a, b)
         dtype = self.checked(node, lambda: ty.common_type(a, b))
+        if not any(branches) and ty.type_of(a)[1] == ty.type_of(b)[1] == 2:
+            return self.checked(node, lambda: ty.ternary("where", cond, a, b))  # between literals: weak as they are
         if not any(branches) and not _reads_memory(a) and not _reads_memory(b):
             return self.checked(node, lambda: ty.ternary("where", cond, ty.as_expr(a, dtype), ty.as_expr(b, dtype)))
         var = self.declare("select", dtype)

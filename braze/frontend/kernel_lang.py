@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math as pymath
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -15,6 +16,7 @@ import numpy as np
 from braze import dtypes as dt
 from braze.dtypes import DType
 from braze.errors import KernelSyntaxError
+from braze.frontend import kernel_math as km
 from braze.frontend.kernel_vectors import VectorType
 from braze.ops.elementwise import BINARY, TERNARY, UNARY
 
@@ -102,12 +104,19 @@ class MathFunction:
 
 
 class _MathNamespace:
-    """The op table's unary, binary and ternary functions, as `bz.math.sin`, `bz.math.atan2`, ..."""
+    """The op table's unary, binary and ternary functions, as `bz.math.sin`, `bz.math.atan2`, ...; the
+    functions of Python's `math` module the table composes (`bz.math.acos`, `bz.math.hypot`), `min` and
+    `max`, and Python's `math` constants (`bz.math.pi`), so that `bz.math` serves where `math` would."""
+
+    pi, e, tau, inf, nan = pymath.pi, pymath.e, pymath.tau, pymath.inf, pymath.nan
 
     def __init__(self) -> None:
         for table in (UNARY, BINARY, TERNARY):
             for name, (_, _, reference) in table.items():
                 setattr(self, name, MathFunction(name, reference))
+        for name, reference in km.REFERENCES.items():
+            setattr(self, name, MathFunction(name, reference))
+        self.min, self.max = MathFunction("minimum", np.minimum), MathFunction("maximum", np.maximum)
 
     def __repr__(self) -> str:
         return "bz.math"

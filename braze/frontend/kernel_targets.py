@@ -30,20 +30,33 @@ class Place:
     param: k.ArrayParam | None = None
     indices: tuple[k.Expr, ...] = ()
     local: k.Var | None = None  # a bz.local array (indices has one index)
+    # One of several places chosen at run time (`p[d]` of a local vector): choices[chooser], the last
+    # where no other matches, as a read of `p[d]` is.
+    choices: tuple[Place, ...] = ()
+    chooser: k.Expr | None = None
 
     def read(self) -> k.Expr:
+        if self.choices:
+            return vec.select_component(VectorValue(vec.type_of_shape((len(self.choices),), self.dtype),
+                                                    tuple(c.read() for c in self.choices)), self.chooser)
         if self.local is not None:
             return k.LoadLocal(self.local, self.indices[0], self.local.dtype)
         return self.var if self.var is not None else k.Load(self.param, self.indices)
 
     def write(self, value: k.Expr) -> k.Stmt:
+        if self.choices:
+            chosen = self.choices[-1].write(value)
+            for position in reversed(range(len(self.choices) - 1)):
+                chosen = k.If(ty.binary("eq", self.chooser, position), (self.choices[position].write(value),),
+                              (chosen,))
+            return chosen
         if self.local is not None:
             return k.StoreLocal(self.local, self.indices[0], value)
         return k.Assign(self.var, value) if self.var is not None else k.Store(self.param, self.indices, value)
 
     @property
     def dtype(self):
-        return (self.var or self.local or self.param).dtype
+        return self.choices[0].dtype if self.choices else (self.var or self.local or self.param).dtype
 
     @property
     def shared(self) -> bool:
@@ -122,10 +135,13 @@ class TargetTranslator:
             positions, shape = self.checked(node, lambda: vec.constant_positions(vtype, key))
             chosen = tuple(places.items[p] for p in positions)
             return Places(vec.type_of_shape(shape, vtype.dtype) if shape else None, chosen)
-        if not all(p.shared for p in places.items):
-            self.error(node, f"assignment to a component of a local {vtype!r} chosen at run time: index it with a "
-                             "constant (or keep the values in an array)", KernelTypeError)
         index = self.checked(node, lambda: ty.index(key, f"index of a {vtype!r}"))
+        if not all(p.shared for p in places.items):
+            if self.debug:
+                where, text = self.frames[-1].source.where(node)
+                inside = ty.binary("logical_and", ty.binary("ge", index, 0), ty.binary("lt", index, vtype.shape[0]))
+                self.emit(k.Assert(inside, f"{where}index out of bounds: a {vtype!r} component in {text}"))
+            return _chosen_places(places, index)
         first = places.items[0]
         prefix = first.indices[:len(first.indices) - len(vtype.shape)]
         return _places_below(first.param, (*prefix, index), vtype.shape[1:])
@@ -224,3 +240,14 @@ def _places_below(param: k.ArrayParam, indices: tuple[k.Expr, ...], shape: tuple
     combos = itertools.product(*(range(n) for n in shape))
     items = tuple(Place(param=param, indices=(*indices, *(k.Const(c, dt.int64) for c in combo))) for combo in combos)
     return Places(vec.type_of_shape(shape, param.dtype), items)
+
+
+def _chosen_places(places: Places, index: k.Expr) -> Places:
+    """The places of `v[index]` of a local vector or matrix, `index` known only at run time: for each
+    component of the part chosen (a matrix's row), the place among the rows that `index` picks."""
+    rows = places.type.shape[0]
+    width = len(places.items) // rows
+    items = tuple(Place(choices=tuple(places.items[r * width + c] for r in range(rows)), chooser=index)
+                  for c in range(width))
+    rest = places.type.shape[1:]
+    return Places(vec.type_of_shape(rest, places.type.dtype) if rest else None, items)

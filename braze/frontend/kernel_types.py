@@ -10,6 +10,7 @@ frontend adds the file, line and source.
 from __future__ import annotations
 
 import operator
+import weakref
 from collections.abc import Callable
 
 from braze import dtypes as dt
@@ -35,9 +36,26 @@ def is_value(v: object) -> bool:
     return isinstance(v, (k.Expr, *PYTHON_SCALARS))
 
 
+# Entries of constant tuples chosen at run time (`W[q]`, W a tuple of Python floats): expressions, but
+# as weak as the literals they choose among.
+_WEAK_EXPRESSIONS: weakref.WeakSet = weakref.WeakSet()
+_PYTHON_ZERO = {"b": False, "i": 0, "f": 0.0}
+# The types Python computes its literals in: between weak expressions alone, arithmetic stays as exact.
+_PYTHON_PRECISION = {"b": dt.bool_, "i": dt.int64, "f": dt.float64}
+
+
+def weak(expr: k.Expr) -> k.Expr:
+    """Marks `expr`, an expression of Python literals, as weak as a literal of its kind: it takes the
+    type of the typed operand it meets (a float32 one rounds it to float32), as `0.5` would."""
+    _WEAK_EXPRESSIONS.add(expr)
+    return expr
+
+
 def type_of(v: k.Expr | bool | int | float) -> tuple[DType, int]:
     """(dtype, weakness): typed expressions are strong (0), Python literals weak (2)."""
     if isinstance(v, k.Expr):
+        if v in _WEAK_EXPRESSIONS:
+            return dt.python_scalar_dtype(_PYTHON_ZERO[v.dtype.kind]), 2
         return v.dtype, 0
     if isinstance(v, VectorValue):
         raise TypeProblem(f"expected a scalar, got a {v.type_name} value; take a component (v.x, v[0]) or "
@@ -73,15 +91,19 @@ def _apply(op: str, table: dict, operands: list, make: Callable[[list[k.Expr], D
     for v in values:
         if isinstance(v, k.Expr):
             _check_kinds(op, v.dtype, kinds)
-    promoted = dt.result_type(*[type_of(v) for v in values])
+    types = [type_of(v) for v in values]
+    promoted = dt.result_type(*types)
+    literals_only = all(w == 2 for _, w in types)  # weak expressions and literals: as Python computes them
+    if literals_only:
+        promoted = _PYTHON_PRECISION[promoted.kind]
     _check_kinds(op, promoted, kinds)
     result = result_rule(promoted)
     compute = compute_type(promoted, result)
     conditions = [as_expr(c, dt.bool_) for c in operands[:first_value]]
     # Literals round to the promoted type first (float16 x + 0.1 adds float16(0.1)), then compute.
     converted = [cast(as_expr(v, promoted), compute) for v in values]
-    node = make(conditions + converted, dt.bool_ if result.is_bool else compute)
-    return cast(node, result)
+    node = cast(make(conditions + converted, dt.bool_ if result.is_bool else compute), result)
+    return weak(node) if literals_only else node
 
 
 _PYTHON_BINARY: dict[str, Callable] = {
@@ -155,3 +177,20 @@ def index(x, what: str) -> k.Expr:
 def common_type(a, b) -> DType:
     """The type of `a if c else b`."""
     return dt.result_type(type_of(a), type_of(b))
+
+
+def table_entry(values, indices: list[k.Expr], typed: bool) -> k.Expr:
+    """The entry of the constant array `values` at run-time `indices` (negative ones count from the end):
+    a chain of selects over its flattened entries, the last entry where no other matches. `typed`: the
+    entries have the array's dtype; otherwise they are Python literals, and the entry is weak."""
+    kind = {"b": "b", "f": "f"}.get(values.dtype.kind, "i")  # unsigned Python ints are ints too
+    dtype = dt.from_numpy(values.dtype) if typed else _PYTHON_PRECISION[kind]
+    flat: k.Expr | int = 0
+    for i, extent in zip(indices, values.shape):
+        wrapped = ternary("where", binary("lt", i, 0), binary("add", i, extent), i)
+        flat = binary("add", binary("mul", flat, extent), wrapped)
+    entries = [literal(v.item(), dtype) for v in values.reshape(-1)]
+    entry = entries[-1]
+    for position in reversed(range(len(entries) - 1)):
+        entry = k.Ternary("where", as_expr(binary("eq", flat, position)), entries[position], entry, dtype)
+    return entry if typed else weak(entry)

@@ -186,6 +186,37 @@ def test_components_read_and_written():
     np.testing.assert_array_equal(x[:, 0], 2 * x0[:, 0])
 
 
+
+@bz.kernel
+def reflect_into_box(x: bz.Array[bz.vec3, 1], v: bz.Array[bz.vec3, 1], m: bz.Array[bz.mat33, 1], hi: bz.vec3):
+    for i in range(x.shape[0]):
+        p, vel, a = x[i], v[i], m[i]
+        for d in range(3):  # d known only at run time: each write picks its component
+            while p[d] < 0.0 or p[d] > hi[d]:
+                p[d] = -p[d] if p[d] < 0.0 else 2.0 * hi[d] - p[d]
+                vel[d] = -vel[d]
+            a[d][(d + 1) % 3] += p[d]
+            a[d, d] = 0.0
+        x[i], v[i], m[i] = p, vel, a
+
+
+def test_components_of_locals_written_at_indices_known_only_at_run_time():
+    n = 40
+    x, v, m = floats(n, 3, low=-3.0, high=4.0), floats(n, 3), floats(n, 3, 3)
+    p, vel, a = (t.astype(np.float64) for t in (x, v, m))
+    hi = np.array([1.0, 2.0, 1.5])
+    reflect_into_box(x, v, m, tuple(hi))
+    for d in range(3):
+        while np.any(out := (p[:, d] < 0) | (p[:, d] > hi[d])):
+            p[out, d] = np.where(p[out, d] < 0, -p[out, d], 2 * hi[d] - p[out, d])
+            vel[out, d] = -vel[out, d]
+        a[:, d, (d + 1) % 3] += p[:, d]
+        a[:, d, d] = 0.0
+    np.testing.assert_allclose(x, p, atol=1e-5)
+    np.testing.assert_array_equal(v, vel)
+    np.testing.assert_allclose(m, a, atol=1e-5)
+
+
 @bz.kernel
 def scatter(x: bz.Array[bz.vec3, 1], bins: bz.Array[bz.vec3, 1], olds: bz.Array[bz.vec3, 1]):
     for i in range(x.shape[0]):

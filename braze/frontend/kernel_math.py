@@ -1,0 +1,106 @@
+"""The math functions a `@bz.kernel` body may call, by the names users know them under: Python's `math`
+module, NumPy's ufuncs (as Numba users write them) and `bz.math`. Each is an op of the op table, or a
+composition of such ops where the table has none (`math.acos`, `np.hypot`, ...).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from braze import dtypes as dt
+from braze.frontend import kernel_types as ty
+
+# Python's math functions and NumPy's ufuncs that are one op of the table.
+_SAME_OP = ("sqrt", "exp", "log2", "log1p", "expm1", "sin", "cos", "tan", "tanh", "floor", "ceil", "trunc",
+            "exp2", "isnan", "isinf", "isfinite", "sign")
+OP_OF: dict[Callable, str] = {
+    **{getattr(math, name): name for name in _SAME_OP if hasattr(math, name)},
+    **{getattr(np, name): name for name in _SAME_OP},
+    math.fabs: "abs", math.erf: "erf", math.atan2: "atan2", math.pow: "pow",
+    np.abs: "abs", np.fabs: "abs", np.arctan2: "atan2", np.power: "pow", np.minimum: "minimum",
+    np.maximum: "maximum", np.where: "where", np.clip: "clamp", np.round: "round", np.rint: "round",
+    np.log: "log",
+}
+# Python's math.floor, ceil and trunc give an int, as Python's do (NumPy's give a float).
+INTEGER_RESULT = frozenset({math.floor, math.ceil, math.trunc})
+
+
+def _one_minus_square(x):
+    """1 - x*x as (1 - x)(1 + x), exact near |x| = 1 where asin and acos need it."""
+    return ty.binary("mul", ty.binary("sub", 1.0, x), ty.binary("add", 1.0, x))
+
+
+def _sinh(x):
+    """(expm1(x) - expm1(-x)) / 2: expm1 keeps small arguments accurate, where exp(x) - exp(-x) cancels."""
+    return ty.binary("mul", ty.binary("sub", ty.unary("expm1", x), ty.unary("expm1", ty.unary("neg", x))), 0.5)
+
+
+def _fmod(x, y):
+    """C's fmod (the sign of the dividend): Python's remainder of the magnitudes, which is exact and is C's
+    there, given x's sign."""
+    r = ty.binary("remainder", ty.unary("abs", x), ty.unary("abs", y))
+    return ty.ternary("where", ty.binary("lt", x, 0), ty.unary("neg", r), r)
+
+
+def _copysign(x, y):
+    """|x| with the sign of y (-0.0 counts as negative, as C's copysign has it); integers are taken as
+    float64, as Python's math.copysign takes them."""
+    return ty.binary("copysign", _as_float(x), _as_float(y))
+
+
+def _as_float(x):
+    """An integer as float64, as Python's math functions take it; floats as they are."""
+    return x if ty.type_of(x)[0].is_floating else ty.convert(x, dt.float64)
+
+
+def _log(x, base=None):
+    """`math.log(x)`, or `math.log(x, base)`: log(x) / log(base)."""
+    if base is None:
+        return ty.unary("log", x)
+    return ty.binary("truediv", ty.unary("log", x), ty.unary("log", base))
+
+
+# Functions the op table has no op for (or not for Python's argument types), by name, composed of ops
+# that it has.
+COMPOSED: dict[str, Callable] = {
+    "hypot": lambda x, y: ty.unary("sqrt", ty.binary("add", ty.binary("mul", x, x), ty.binary("mul", y, y))),
+    "atan": lambda x: ty.binary("atan2", x, 1.0),
+    "asin": lambda x: ty.binary("atan2", x, ty.unary("sqrt", _one_minus_square(x))),
+    "acos": lambda x: ty.binary("atan2", ty.unary("sqrt", _one_minus_square(x)), x),
+    "sinh": _sinh,
+    "cosh": lambda x: ty.binary("mul", ty.binary("add", ty.unary("exp", x), ty.unary("exp", ty.unary("neg", x))), 0.5),
+    "log10": lambda x: ty.binary("mul", ty.unary("log", x), 1 / math.log(10)),
+    "fmod": _fmod,
+    "copysign": _copysign,
+    "degrees": lambda x: ty.binary("mul", x, 180 / math.pi),
+    "radians": lambda x: ty.binary("mul", x, math.pi / 180),
+    "log": _log,
+}
+# NumPy's names for them.
+_NUMPY_NAMES = {"hypot": "hypot", "arctan": "atan", "arcsin": "asin", "arccos": "acos", "sinh": "sinh",
+                "cosh": "cosh", "log10": "log10", "fmod": "fmod", "copysign": "copysign", "degrees": "degrees",
+                "radians": "radians", "rad2deg": "degrees", "deg2rad": "radians"}
+COMPOSED_OF: dict[Callable, str] = {
+    **{getattr(math, name): name for name in COMPOSED},
+    **{getattr(np, name): composed for name, composed in _NUMPY_NAMES.items()},
+}
+# NumPy references of the composed functions, for `bz.math.acos` and friends called outside a kernel.
+REFERENCES: dict[str, Callable] = {
+    "hypot": np.hypot, "atan": np.arctan, "asin": np.arcsin, "acos": np.arccos, "sinh": np.sinh,
+    "cosh": np.cosh, "log10": np.log10, "fmod": np.fmod, "copysign": np.copysign, "degrees": np.degrees,
+    "radians": np.radians,
+}
+
+
+def composed(name: str, args: list):
+    """The composition `name` of ops over `args`, with its arity checked."""
+    fn = COMPOSED[name]
+    arity = fn.__code__.co_argcount
+    least = arity - len(fn.__defaults__ or ())
+    if not least <= len(args) <= arity:
+        expected = str(arity) if least == arity else f"{least} or {arity}"
+        raise ty.TypeProblem(f"{name}: expected {expected} argument(s), got {len(args)}")
+    return fn(*args)
