@@ -44,6 +44,7 @@ from braze.frontend import (
     math,
     ndrange,
     random,
+    serial,
     static,
 )
 from braze.frontend.kernel_vectors import (
@@ -79,6 +80,9 @@ from braze.runtime.rng import manual_seed
 
 __version__ = "0.1.0"
 
+# `bz.bool`, as NumPy 2 has `np.bool` and torch `torch.bool` (nothing in this module calls the builtin).
+bool = bool_
+
 
 def __getattr__(name: str) -> object:
     # `braze.torch` (the torch.compile backend and `explain`) imports torch, so only when asked for.
@@ -92,9 +96,9 @@ __all__ = [
     "Array", "CompileError", "CudaError", "DType", "DeviceArray", "Error", "Fusion", "FusionDefinitionError",
     "Graph", "InputError", "KernelAssertionError", "KernelError", "KernelSyntaxError", "KernelTypeError",
     "OutOfMemoryError", "RtcKernel", "SerialLoopWarning", "TensorView", "TracerBoolConversionError", "UnsupportedError",
-    "atomic_add", "atomic_max", "atomic_min", "atomic_sub", "bfloat16", "bool_",
+    "atomic_add", "atomic_max", "atomic_min", "atomic_sub", "bfloat16", "bool", "bool_",
     "finfo", "float16", "float32", "float64", "func", "graph", "iinfo", "int8", "int32", "int64", "jit", "kernel",
     "local",
     "manual_seed", "math",
-    "ndrange", "ops", "random", "record", "static", *_VECTOR_NAMES,
+    "ndrange", "ops", "random", "record", "serial", "static", *_VECTOR_NAMES,
 ]

@@ -13,6 +13,7 @@ from braze.frontend.kernel_lang import (
     local,
     math,
     ndrange,
+    serial,
     static,
 )
 from braze.frontend.kernel_random import random
@@ -45,5 +46,5 @@ VECTOR_NAMES = ["vec2", "vec3", "vec4", "vec2d", "vec3d", "vec4d", "mat22", "mat
                 "mat44d", "dot", "cross", "length", "norm", "length_sq", "normalize", "outer", "transpose",
                 "determinant", "inverse"]
 __all__ = ["Array", "Fusion", "JitFunction", "KernelFunction", "atomic_add", "atomic_max", "atomic_min", "atomic_sub",
-           "func", "jit", "kernel", "local", "math", "ndrange", "random", "static",
+           "func", "jit", "kernel", "local", "math", "ndrange", "random", "serial", "static",
            *VECTOR_NAMES]

@@ -103,6 +103,7 @@ class KernelFunction:
         self._gpu = None  # a kernel_gpu.GpuCalls, made at the first call with GPU arrays
         self._array_index = {self.specs[p][0]: n for n, p in enumerate(self.array_positions)}
         self._bound_extents: list[tuple[str, int]] | None = None  # (array, axis) read by task bounds
+        self._warned: set[str] = set()  # warnings its translations gave: each is said once per kernel
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
         if kwargs or len(args) != self.arity:  # keywords, or parameters left to their defaults
@@ -253,7 +254,8 @@ class KernelFunction:
         overlapping, classes = next(parts), next(parts)
         fuse = self.fuse and not overlapping and next(parts)[0]
         source = Source.of(self.fn)
-        tasks = translate_kernel(self.fn.__name__, source, names, self.debug or config.current.debug)
+        tasks = translate_kernel(self.fn.__name__, source, names, self.debug or config.current.debug,
+                                 self._warned)
         if self._bound_extents is None:
             self._bound_extents = list(dict.fromkeys(x for t in tasks for bound in (t.begin, t.end)
                                                      for x in _extents_read(bound)))

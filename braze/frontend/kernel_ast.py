@@ -1,9 +1,10 @@
 """`@bz.kernel` bodies: Python AST -> Kernel IR.
 
 Each top-level `for` over `range` or `bz.ndrange` becomes a parallel task; runs of other
-top-level statements become serial tasks. Inside a task, Python statements map one to one onto
-Kernel IR statements; `bz.static` values, globals and closure values are folded at compile time
-and `@bz.func` helpers are inlined. Every error names the file and line with the offending source.
+top-level statements, `for` loops over `bz.serial(...)` among them, become serial tasks. Inside a
+task, Python statements map one to one onto Kernel IR statements; `bz.static` values, globals and
+closure values are folded at compile time and `@bz.func` helpers are inlined. Every error names the
+file and line with the offending source.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from braze.frontend.kernel_exprs import (
     is_pure_constant,
     unsupported,
 )
+from braze.frontend.kernel_iteration import IterationLocals
 from braze.frontend.kernel_scope import (
     ArrayHandle,
     FunctionScope,
@@ -53,25 +55,51 @@ class WidenLocal(Exception):  # noqa: N818  (a restart, not an error)
         self.key, self.dtype = key, dtype
 
 
-def translate_kernel(name: str, source: Source, params: dict[str, object], debug: bool) -> list[k.Task]:
+class KeepLocal(Exception):  # noqa: N818  (a restart, not an error)
+    """A serial task assigns a name that a top-level assignment made a launch-time value (`total = 0`
+    before `for c in bz.serial(range(n)): total = total + counts[c]`): translate again with that
+    assignment a statement of the serial task, so the name is one of its locals."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+def translate_kernel(name: str, source: Source, params: dict[str, object], debug: bool,
+                     warned: set[str] | None = None) -> list[k.Task]:
     """The tasks of a kernel. A local first set from a Python literal takes the widest dtype of its
     kind stored into it (`acc = 0.0` then `acc += x[i]` on float64 data accumulates in float64, not
-    in the literal's float32), found by translating again each time one widens."""
+    in the literal's float32), found by translating again each time one widens; likewise a top-level
+    name a serial task assigns is made a local of its serial task (KeepLocal). A warning whose message
+    is in `warned` is not given again; each one given is added to it."""
+    warned = set() if warned is None else warned
     widened: dict[tuple, DType] = {}
+    serial_locals: set[str] = set()
     while True:
+        translator = Translator(name, source, params, debug, widened, serial_locals)
         try:
-            return Translator(name, source, params, debug, widened).translate()
+            tasks = translator.translate()
         except WidenLocal as widen:
             widened[widen.key] = widen.dtype
+        except KeepLocal as keep:
+            serial_locals.add(keep.name)
+        else:
+            for message in translator.warnings:
+                if message not in warned:
+                    warned.add(message)
+                    warnings.warn(message, SerialLoopWarning, stacklevel=3)
+            return tasks
 
 
 class Translator(ExpressionTranslator, TargetTranslator):
     """Builds the tasks of one kernel from its Python source."""
 
     def __init__(self, name: str, source: Source, params: dict[str, object], debug: bool,
-                 widened: dict[tuple, DType] | None = None) -> None:
+                 widened: dict[tuple, DType] | None = None, serial_locals: set[str] | None = None) -> None:
         self.name, self.source, self.debug = name, source, debug
         self.widened = widened if widened is not None else {}  # local key -> its dtype (translate_kernel)
+        self.serial_locals = serial_locals if serial_locals is not None else set()  # never launch-time values
+        self.alias_names: set[str] = set()  # top-level names bound to launch-time values
         self.kernel_names: dict[str, object] = dict(params)
         self.tasks: list[k.Task] = []
         self.frames: list[FunctionScope] = []
@@ -83,6 +111,9 @@ class Translator(ExpressionTranslator, TargetTranslator):
         self.task_coordinates: list[k.Var] = []  # the parallel task's index (one per ndrange axis)
         self.earlier_locals: set[str] = set()
         self.serial: list[ast.stmt] = []
+        self.warnings: list[str] = []  # SerialLoopWarning messages, given once the translation succeeds
+        self.task_kind = ""  # "range_for" or "serial": the kind of the task being translated
+        self.iteration: IterationLocals | None = None  # a parallel task's locals set so far in its iteration
         self.discarded: ast.expr | None = None  # the call of an expression statement: its value goes unread
 
     # --- errors -------------------------------------------------------------------------------
@@ -128,6 +159,9 @@ class Translator(ExpressionTranslator, TargetTranslator):
     def is_static_call(self, e: ast.expr) -> bool:
         return isinstance(e, ast.Call) and self.resolve_callee(e.func, kernel_scope=True) is lang.static
 
+    def is_serial_call(self, e: ast.expr) -> bool:
+        return isinstance(e, ast.Call) and self.resolve_callee(e.func, kernel_scope=True) is lang.serial
+
     def try_alias(self, node: ast.stmt) -> bool:
         """`n = x.shape[0] - 1` at top level: a name for a launch-time value, shared by all tasks
         (also `rows, cols = x.shape` and `nx, ny = x.shape[0], x.shape[1]`)."""
@@ -137,11 +171,14 @@ class Translator(ExpressionTranslator, TargetTranslator):
         if isinstance(target, ast.Tuple) and all(isinstance(t, ast.Name) for t in target.elts):
             if isinstance(node.value, ast.Tuple) and len(node.value.elts) == len(target.elts):
                 return self.try_alias_each([t.id for t in target.elts], node.value.elts)
+            if any(t.id in self.serial_locals for t in target.elts):
+                return False
             value = self.in_scratch_task(lambda: self.expr(node.value))
             if not isinstance(value, ShapeHandle):
                 return False
             for t, extent in zip(target.elts, self.unpacked(node, value, len(target.elts))):
                 self.kernel_names[t.id] = extent
+            self.alias_names.update(t.id for t in target.elts)
             return True
         if not isinstance(target, ast.Name):
             return False
@@ -154,13 +191,14 @@ class Translator(ExpressionTranslator, TargetTranslator):
         if any(value is None for value in values):
             return False
         self.kernel_names.update(zip(names, values))
+        self.alias_names.update(names)
         return True
 
     def alias_value(self, name: str, e: ast.expr):
         """The launch-time value `name = e` would name at top level, or None if it is not one."""
         if name in self.kernel_names and isinstance(self.kernel_names[name], (ArrayHandle, k.ScalarRef)):
             return None  # reported as an assignment to a parameter
-        if name in self.updated_names:
+        if name in self.updated_names or name in self.serial_locals:
             return None  # `s = 0.0` before a serial loop that adds to it: a serial task's local
         value = self.in_scratch_task(lambda: self.expr(e))
         if isinstance(value, VectorValue) and not all(_reads_only_parameters(x) for x in value.items):
@@ -198,9 +236,11 @@ class Translator(ExpressionTranslator, TargetTranslator):
             self.frames, self.blocks, self.prologue, self.used_names = saved
 
     # --- tasks ------------------------------------------------------------------------------------
-    def begin_task(self) -> None:
+    def begin_task(self, kind: str) -> None:
         self.frames = [FunctionScope(self.source, {}, self.kernel_names)]
         self.blocks, self.prologue, self.used_names, self.depth = [[]], [], set(), 0
+        self.task_kind = kind
+        self.iteration = IterationLocals() if kind == "range_for" else None
 
     def end_task(self) -> tuple[k.Stmt, ...]:
         self.earlier_locals |= set(self.frames[0].names)
@@ -216,28 +256,40 @@ class Translator(ExpressionTranslator, TargetTranslator):
             return
         stmts, self.serial = self.serial, []
         self.warn_serial_loops(stmts)
-        self.begin_task()
+        self.begin_task("serial")
         self.loops = []
         self.statements(stmts)
         self.tasks.append(k.Task(self.task_name(), "serial", self.end_task()))
 
     def warn_serial_loops(self, stmts: list[ast.stmt]) -> None:
         """Only a top-level `for` is a parallel task: a loop nested under a top-level `if` or `while`
-        runs on one thread. Said once per loop, since that is rarely what was meant."""
+        runs on one thread. Said once per loop, since that is rarely what was meant; a loop over
+        `bz.serial(...)`, and what it holds, asks for one thread and is not warned about."""
         for node in stmts:
-            loop = next((n for n in ast.walk(node) if isinstance(n, ast.For)), None)
-            if loop is not None and not isinstance(node, ast.For):
+            if isinstance(node, ast.For):
+                continue
+            loop = next(self.unmarked_loops(node), None)
+            if loop is not None:
                 place, _ = self.source.where(loop)
-                warnings.warn(f"{place}kernel {self.name}: this loop is nested under a top-level "
-                              f"{type(node).__name__.lower()} and runs serially on one thread; to run it in "
-                              "parallel, make the loop top-level and test the condition inside it "
-                              "(or use bz.static(...) for a condition known at compile time)",
-                              SerialLoopWarning, stacklevel=2)
+                self.warnings.append(f"{place}kernel {self.name}: this loop is nested under a top-level "
+                                     f"{type(node).__name__.lower()} and runs serially on one thread; to run it "
+                                     "in parallel, make the loop top-level and test the condition inside it (or "
+                                     "use bz.static(...) for a condition known at compile time); to run it in "
+                                     "order on one thread, write it as `for ... in bz.serial(range(...))`")
+
+    def unmarked_loops(self, node: ast.AST):
+        """The `for` loops under `node` that no `bz.serial(...)` marks, outermost first."""
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.For) and self.is_serial_call(child.iter):
+                continue
+            if isinstance(child, ast.For):
+                yield child
+            yield from self.unmarked_loops(child)
 
     def parallel_task(self, node: ast.For) -> None:
         if node.orelse:
             self.error(node, "unsupported construct: for-else")
-        self.begin_task()
+        self.begin_task("range_for")
         begin, end, indices = self.parallel_indices(node)
         self.loops = ["parallel"]
         self.statements(node.body)
@@ -338,6 +390,8 @@ class Translator(ExpressionTranslator, TargetTranslator):
         frame = self.frames[-1] if self.frames and not kernel_scope else None
         for names in ((frame.names, frame.outer) if frame else (self.kernel_names,)):
             if node.id in names:
+                if frame is not None and names is frame.names:
+                    self.check_iteration_read(node, names[node.id])
                 return names[node.id]
         source = frame.source if frame else self.source
         if node.id in source.names:
@@ -348,8 +402,22 @@ class Translator(ExpressionTranslator, TargetTranslator):
             self.error(node, f"'{node.id}' is a local of an earlier task; tasks share only arrays and parameters "
                              "(assign it in this task, or keep it in an array element; a top-level `for` is a "
                              "parallel task: for a loop that carries a running value on one thread, as a prefix "
-                             "sum does, nest the local and the loop under a top-level `if` on a run-time value)")
+                             "sum does, write it as `for ... in bz.serial(range(...))` after the local's "
+                             "assignment)")
         self.error(node, f"unknown name '{node.id}'")
+
+    def check_iteration_read(self, node: ast.Name, value) -> None:
+        """Refuses a read of a parallel task's local that could see what an earlier iteration left
+        (braze/frontend/kernel_iteration.py): each iteration has its own locals."""
+        if self.iteration is None or len(self.frames) != 1 or not isinstance(value, (Local, VectorLocal)):
+            return
+        if isinstance(value, Local) and value.loop_index or self.iteration.may_read(node.id):
+            return
+        self.error(node, f"'{node.id}' may be read before this iteration of a parallel loop sets it, where Python "
+                         "would read what the previous iteration left; each iteration of a top-level `for` runs "
+                         "in parallel with locals of its own. Set it on every path before reading it, or, for a "
+                         "loop that carries a value from one iteration to the next, write "
+                         "`for ... in bz.serial(range(...))` to run it in order on one thread")
 
     def resolve_callee(self, e: ast.expr, kernel_scope: bool = False):
         try:
@@ -533,7 +601,11 @@ class Translator(ExpressionTranslator, TargetTranslator):
         if isinstance(bound, Local) and bound.loop_index:
             self.error(node, f"assignment to loop index '{name}'")
         if name not in frame.names and name in frame.outer:
+            if self.task_kind == "serial" and len(self.frames) == 1 and name in self.alias_names:
+                raise KeepLocal(name)
             self.error(node, f"assignment to '{name}', a top-level value every task reads; tasks share only arrays")
+        if self.iteration is not None and len(self.frames) == 1:
+            self.iteration.assigned(name)
         if isinstance(value, (ArrayHandle, ShapeHandle, LocalArray)):
             frame.names[name] = value  # another name for a parameter (or a local array)
             return
@@ -584,9 +656,15 @@ class Translator(ExpressionTranslator, TargetTranslator):
             self.statements(node.body if static else node.orelse)
             return
         cond = self.condition(node.test)
-        then = self.nested(lambda: self.statements(node.body))
-        orelse = self.nested(lambda: self.statements(node.orelse))
-        self.emit(k.If(cond, then, orelse))
+        blocks: list[tuple[k.Stmt, ...]] = []
+        translators = [(body, lambda body=body: blocks.append(self.nested(lambda: self.statements(body))))
+                       for body in (node.body, node.orelse)]
+        if self.iteration is None:
+            for _, translate in translators:
+                translate()
+        else:
+            self.iteration.branches(translators)
+        self.emit(k.If(cond, *blocks))
 
     def static_condition(self, test: ast.expr) -> bool | None:
         if isinstance(test, ast.Call) and self.resolve_callee(test.func) is lang.static:
@@ -604,7 +682,7 @@ class Translator(ExpressionTranslator, TargetTranslator):
         cond_box: list[k.Expr] = []
         setup = self.nested(lambda: cond_box.append(self.condition(node.test)))
         self.loops.append("serial")
-        body = self.nested(lambda: self.statements(node.body))
+        body = self.serial_body(node)
         self.loops.pop()
         if setup:  # the condition needed statements (bounds checks, short-circuits): test at the top
             exit_check = k.If(ty.unary("logical_not", cond_box[0]), (k.Break(),))
@@ -618,6 +696,9 @@ class Translator(ExpressionTranslator, TargetTranslator):
         if not isinstance(node.iter, ast.Call):
             self.error(node, "unsupported loop: iterate over range(...), bz.ndrange(...) or bz.static(...)")
         callee = self.resolve_callee(node.iter.func)
+        if callee is lang.serial:
+            node = self.serial_loop(node)
+            callee = self.resolve_callee(node.iter.func)
         if callee is lang.static:
             self.static_for(node)
         elif callee is range:
@@ -653,7 +734,7 @@ class Translator(ExpressionTranslator, TargetTranslator):
         for name, var in zip(names, variables):
             self.frames[-1].names[name] = Local(var, loop_index=True)
         self.loops.append("serial")
-        body = self.nested(lambda: self.statements(node.body))
+        body = self.serial_body(node, after=names)
         self.loops.pop()
         # Python leaves the name on the last value the loop took (or as it was, when the loop never
         # ran): each iteration copies its index there, a copy compilers sink out of the loop.
@@ -663,6 +744,26 @@ class Translator(ExpressionTranslator, TargetTranslator):
         self.emit(body[0])
         for name, after in zip(names, names_after):
             self.frames[-1].names[name] = Local(after)
+
+    def serial_loop(self, node: ast.For) -> ast.For:
+        """`for c in bz.serial(range(n))`: the loop over the range itself, which anywhere but at the top
+        level runs in order already (the top level makes it a serial task: braze/frontend/kernel_ast.py's
+        `top_level`)."""
+        it = node.iter
+        inner = it.args[0] if len(it.args) == 1 and not it.keywords else None
+        if not (isinstance(inner, ast.Call) and self.resolve_callee(inner.func) in (range, lang.ndrange)):
+            self.error(node, "bz.serial: expected one range(...) or bz.ndrange(...), as in "
+                             "`for i in bz.serial(range(n))`")
+        return ast.copy_location(ast.For(node.target, inner, node.body, node.orelse), node)
+
+    def serial_body(self, node: ast.For | ast.While, after: list[str] = ()) -> tuple[k.Stmt, ...]:
+        """The statements of a serial loop's body; in a parallel task, what the iteration has set is
+        followed through it (IterationLocals.loop)."""
+        if self.iteration is None:
+            return self.nested(lambda: self.statements(node.body))
+        body: list[tuple[k.Stmt, ...]] = []
+        self.iteration.loop(node, lambda: body.append(self.nested(lambda: self.statements(node.body))), after)
+        return body[0]
 
     def value_after_loop(self, node: ast.For, name: str) -> k.Var:
         """The variable `name` holds after a serial loop over it: the int64 local it already is, or a

@@ -42,6 +42,8 @@ def call(tr: Translator, node: ast.Call):
         return _atomic(tr, node, _ATOMICS[callee])
     if callee is lang.static:
         return tr.compile_time(node.args[0])
+    if callee is lang.serial:
+        tr.error(node, "bz.serial(...) marks a loop, as in `for i in bz.serial(range(n))`; it is not a value")
     if isinstance(callee, lang.KernelFunc):
         return inline(tr, node, callee)
     if isinstance(callee, RandomFunction):

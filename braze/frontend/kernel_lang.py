@@ -59,6 +59,13 @@ def ndrange(*extents) -> Iterator[tuple[int, ...]]:
     return itertools.product(*ranges)
 
 
+def serial(loop):
+    """`for c in bz.serial(range(n))` (or over a `bz.ndrange`): at the top level of a kernel, a loop that
+    runs in order on one thread, as a serial task, and sees the locals set before it, as a prefix sum's
+    running total needs; every other top-level loop is a parallel task. Outside a kernel, the loop itself."""
+    return loop
+
+
 def static(value):
     """Marks a value as known at compile time: `if bz.static(c)` picks a branch, `for v in bz.static(s)` unrolls."""
     return value

@@ -108,9 +108,8 @@ def test_an_atomic_update_of_a_dtype_without_atomics_is_refused():
 def test_an_update_in_a_serial_task_stays_plain():
     @bz.kernel
     def running_product(x: bz.Array[bz.float32, 1], out: bz.Array[bz.float32, 1]):
-        if x.shape[0] > 0:  # a loop under a top-level `if`: a serial task, one thread
-            for j in range(x.shape[0]):
-                out[0] *= x[j]
+        for j in bz.serial(range(x.shape[0])):  # a serial task: one thread
+            out[0] *= x[j]
 
     out = np.ones(1, np.float32)
     running_product(np.full(3, 2.0, np.float32), out)
