@@ -125,9 +125,8 @@ STEPS_A_SAMPLE = 5
 def median_ms(step: Callable[[], object], device: torch.device, warmup: int, repeats: int) -> float:
     """The median time of `step` after `warmup` steps: CUDA events on a GPU, wall time on the CPU.
     On a GPU a sample is STEPS_A_SAMPLE steps back to back, as a training or serving loop runs them:
-    a single step timed from an idle GPU also counts the host's start-up of the step (one H100 run of
-    GPT-2-small inference under braze: 6.2 to 8.2 ms a step timed alone, from process to process, with
-    20 steps back to back under 4 ms each)."""
+    a single step timed from an idle GPU also counts the host's start of the step, and varied from
+    process to process (braze's GPT-2-small inference on an H100: 6.2 to 8.2 ms a step)."""
     for _ in range(warmup):
         step()
     samples = []
