@@ -40,6 +40,8 @@ from braze.passes.fuse_tasks import (
     forward_stores,
     fuse_sibling_loops,
     fuse_tasks,
+    grouped_by_range,
+    loop_ranges,
     merged_task,
     remembered_walks,
 )
@@ -331,7 +333,8 @@ def _merged_row_tasks(kernel: k.Kernel) -> k.Kernel:
     each thread on the elements it had: elementwise tasks with no loop (one element a thread: the
     Adam update's three outputs, the later reading what the earlier wrote at its own index), and
     row or column tasks that share no written array (var and mean of the same rows, the weight and
-    bias gradients' column sums). Their loops over the same range then become one pass."""
+    bias gradients' column sums). Their loops over the same range then become one pass. Tasks over
+    one range are first brought together where nothing between them is in the way."""
     def elementwise(task: k.Task) -> bool:
         return not any(isinstance(s, (k.For, k.While, k.If)) for s in task.body) and schedule_kind(task) == "rows"
 
@@ -344,6 +347,7 @@ def _merged_row_tasks(kernel: k.Kernel) -> k.Kernel:
                 and serial(a) == serial(b))  # a softmax merged with a scan would lose its lanes
 
     with remembered_walks():  # the same loops are asked about for every pair of tasks tried
+        kernel = grouped_by_range(kernel, lambda task: (schedule_kind(task), loop_ranges(task)))
         kernel, _ = fuse_tasks(kernel, fits=lambda a, b: elementwise(a) and elementwise(b))
         kernel, _ = fuse_tasks(kernel, raw=False, fits=same_kind)
         kernel = replace(kernel, tasks=tuple(forward_stores(t) if elementwise(t)

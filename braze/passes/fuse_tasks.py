@@ -488,6 +488,52 @@ def decide(a: k.Task, b: k.Task, budget: int, raw: bool) -> tuple[str, str]:
     return (FUSED_RAW, f"on {', '.join(shared)}; {size} nodes") if shared else (FUSED_DISJOINT, f"{size} nodes")
 
 
+def grouped_by_range(kernel: k.Kernel, kind: Callable[[k.Task], object] = lambda task: None) -> k.Kernel:
+    """Each task moved up to just after the last earlier task over the same range and of the same
+    `kind` (a backend's schedule of it), past tasks that touch none of its arrays: fuse_tasks merges
+    adjacent tasks only, and a model's gradient region interleaves its column sums by width (GPT-2's
+    bias gradients: 768, 3072, 768 and 2304 columns a layer, 48 launches) and with row tasks (its
+    weight gradients cast to float32). A task sharing an array with one between stays (a norm
+    backward's column sum next to the row task that reads the same rows, which may carry it:
+    codegen/cuda_inner_outer.py). Moving a task past one it shares no array with assumes no more
+    than a merge of the two does: distinct arrays are distinct memory."""
+    grouped: list[k.Task] = []
+    keys: list[tuple] = []
+    for task in kernel.tasks:
+        key, at = (_range_of(task), kind(task)), len(grouped)
+        for i in range(len(grouped) - 1, -1, -1):
+            if keys[i] == key:
+                at = i + 1
+                break
+            if _shares_an_array(grouped[i], task):
+                break
+        grouped.insert(at, task)
+        keys.insert(at, key)
+    return kernel if grouped == list(kernel.tasks) else dataclasses.replace(kernel, tasks=tuple(grouped))
+
+
+def loop_ranges(task: k.Task) -> tuple:
+    """The ranges of the loops a task's body nests (each top-level loop's, then its own loops'): two
+    tasks with the same ones walk alike, so their loops can become one pass (fuse_sibling_loops)."""
+    def ranges(body: tuple[k.Stmt, ...]) -> tuple:
+        return tuple((s.begin, s.end, s.step, ranges(s.body)) for s in body if isinstance(s, k.For))
+    return ranges(task.body)
+
+
+def _range_of(task: k.Task) -> tuple:
+    return task.kind, task.begin, task.end, task.block_dim, task.var.dtype if task.var is not None else None
+
+
+def _shares_an_array(a: k.Task, b: k.Task) -> bool:
+    return bool(_arrays(a) & _arrays(b))
+
+
+def _arrays(task: k.Task) -> frozenset[str]:
+    """The arrays a task loads from, stores to or applies atomics to."""
+    stored = (n.param.name for s in task.body for n in _walk(s) if isinstance(n, (k.Store, k.AtomicRMW)))
+    return frozenset().union(*(_summary(s).loaded for s in task.body)) | frozenset(stored)
+
+
 def merged_task(a: k.Task, b: k.Task) -> k.Task:
     """`a` and then `b` as one task (what fuse_tasks makes of a pair it merges)."""
     return _merge(a, b)
