@@ -145,7 +145,7 @@ def _activations(x):  # the activations and helpers model code calls, decomposed
                         F.hardswish(x * 4), F.mish(x), F.hardsigmoid(x * 4), F.celu(x), F.selu(x),
                         F.relu6(x * 8), F.softsign(x), F.logsigmoid(x * 20), torch.nan_to_num(specials, posinf=5.0),
                         torch.logaddexp(x, x.flip(0)), torch.addcmul(x, x, x.flip(1), value=2),
-                        torch.addcdiv(x, x, x.abs() + 1, value=0.5)])
+                        torch.addcdiv(x, x, x.abs() + 1, value=0.5), torch.sign(specials), torch.sgn(specials)])
 
 
 @pytest.mark.parametrize("fn, fused", [

@@ -77,7 +77,7 @@ UNARY = {  # ATen op -> braze op
     "abs": "abs", "neg": "neg", "exp": "exp", "exp2": "exp2", "expm1": "expm1", "log": "log", "log2": "log2",
     "log1p": "log1p", "sqrt": "sqrt", "rsqrt": "rsqrt", "reciprocal": "reciprocal", "sin": "sin", "cos": "cos",
     "tan": "tan", "tanh": "tanh", "sigmoid": "sigmoid", "relu": "relu", "erf": "erf", "floor": "floor",
-    "ceil": "ceil", "round": "round", "trunc": "trunc", "sign": "sign", "isnan": "isnan", "isinf": "isinf",
+    "ceil": "ceil", "round": "round", "trunc": "trunc", "isnan": "isnan", "isinf": "isinf",
     "logical_not": "logical_not", "bitwise_not": "bitwise_not", "silu": "silu",
 }
 
@@ -122,6 +122,16 @@ for _name, _op in UNARY.items():
 for _name, _op in {**BINARY, "add": "add", "sub": "sub"}.items():
     if hasattr(prims, _name) and _name not in ("remainder", "floor_divide"):
         rule(getattr(prims, _name).default)(_binary(_op))
+
+
+@rule(*_overloads("sign", "default"), *_overloads("sgn", "default"), prims.sign.default)
+def _sign(b: RegionBuilder, node: fx.Node) -> TensorView:
+    """torch's sign of NaN is 0 ((x > 0) - (x < 0)); braze's `sign` keeps NumPy's NaN."""
+    x = b.tensor(node.args[0])
+    signed = bz_ops.elementwise("sign", x)
+    if x.dtype.is_floating:
+        signed = bz_ops.where(bz_ops.isnan(x), 0.0, signed)
+    return finish(node, signed)
 
 
 @rule(aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar)
