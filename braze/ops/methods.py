@@ -107,9 +107,14 @@ def install(cls: type = TensorView) -> None:
     cls.transpose = views.transpose
     cls.squeeze = views.squeeze
     cls.unsqueeze = views.unsqueeze
-    cls.flip = views.flip
+    cls.flip = _flip
     cls.astype = cast
     torch_methods.install(cls)
+
+
+def _flip(x: TensorView, *dims: int, **axes: object) -> TensorView:
+    """`x.flip(0, 1)` (torch's dims one by one) as well as `x.flip((0, 1))` and `x.flip(dims=...)`."""
+    return views.flip(x, dims if len(dims) > 1 else dims[0], **axes) if dims else views.flip(x, **axes)
 
 
 def _extent_operator(op: str, dunder: str, reflected: bool):
