@@ -204,7 +204,7 @@ class JitFunction:
         with Fusion(name=self.fn.__name__ if self.fn.__name__.isidentifier() else "jit") as f:
             traced_args = [self._define(f, sig, name, a) for sig, name, a in zip(key, self.names, args)]
             try:
-                result = self.fn(*traced_args)
+                result = self._call(traced_args)
             except (TypeError, Error) as error:
                 self._explain_runtime_scalars(error, key)
                 self._explain_options(error, args)
@@ -218,6 +218,16 @@ class JitFunction:
                     )
                 f.add_output(out)
         return f, returns_sequence
+
+    def _call(self, values: list[object]) -> object:
+        """fn on one value per parameter: keyword-only parameters (`def f(x, *, eps=1e-5)`) by name."""
+        positional, keywords = [], {}
+        for parameter, value in zip(self.signature.parameters.values(), values):
+            if parameter.kind is parameter.KEYWORD_ONLY:
+                keywords[parameter.name] = value
+            else:
+                positional.append(value)
+        return self.fn(*positional, **keywords)
 
     def _explain_runtime_scalars(self, error: Exception, key: tuple) -> None:
         """A number used as a shape, an axis or in an `if` fails while tracing: say how to bake it in."""

@@ -370,3 +370,13 @@ def test_numbers_left_at_their_defaults_are_baked_in():
 def test_a_function_of_star_args_is_refused_when_wrapped():
     with pytest.raises(bz.FusionDefinitionError, match=r"named parameters.*\*xs"):
         bz.jit(lambda *xs: xs[0])
+
+
+def test_keyword_only_parameters_are_passed_by_name():
+    @bz.jit
+    def scaled(x, *, scale=2.0, shift):
+        return x * scale + shift
+
+    x = np.arange(4, dtype=np.float32)
+    np.testing.assert_array_equal(scaled(x, shift=1.0), x * 2 + 1)
+    np.testing.assert_array_equal(scaled(x, scale=3.0, shift=0.5), x * 3 + 0.5)
