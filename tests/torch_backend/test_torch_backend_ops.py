@@ -201,6 +201,22 @@ def test_gather_and_scatter_of_one_index_a_row_along_any_dim() -> None:
     assert {"aten.gather.default", "aten.scatter.value"} <= fused
 
 
+def test_cross_entropy_over_symbolic_sizes_gathers_and_scatters_in_braze() -> None:
+    """Under dynamic=True the gather's row positions count to a symbolic number of classes."""
+    def loss(logits, target):
+        return F.cross_entropy(logits, target, label_smoothing=0.1)
+
+    compiled = torch.compile(loss, backend="braze", options=STRICT, dynamic=True)
+    generator = torch.Generator().manual_seed(3)
+    for rows, classes in ((6, 5), (9, 13)):
+        logits = torch.randn(rows, classes, requires_grad=True, generator=generator)
+        target = torch.randint(0, classes, (rows,), generator=generator)
+        target[1] = -100
+        value, expected = compiled(logits, target), loss(logits, target)
+        _close(value, expected)
+        _close(torch.autograd.grad(value, logits)[0], torch.autograd.grad(expected, logits)[0], "gradient")
+
+
 def test_a_slice_backward_scatters_in_braze() -> None:
     def rotate_half(x):
         return torch.cat([-x[..., 3:], x[..., :3]], -1) * x
@@ -274,18 +290,23 @@ def test_excluded_ops_and_small_regions_stay_in_pytorch() -> None:
     assert any("min_region_ops" in reason for _, reason in small.graphs[0].torch_ops)
 
 
-def test_a_region_braze_cannot_build_runs_in_pytorch_or_raises(monkeypatch) -> None:
+@pytest.mark.parametrize("error, reason", [
+    (bz.UnsupportedError("not today"), "UnsupportedError: not today"),
+    (TypeError("a defect"), r"an internal error of braze's \(please report it\): TypeError: a defect"),
+], ids=["unsupported", "internal"])
+def test_a_region_braze_cannot_build_runs_in_pytorch_or_raises(monkeypatch, error, reason) -> None:
     def refuse(self, rules):
-        raise bz.UnsupportedError("not today")
+        raise error
 
     monkeypatch.setattr(region_builder.RegionBuilder, "build", refuse)
     x = torch.randn(4, 4)
-    with pytest.warns(RuntimeWarning, match="runs in PyTorch; braze cannot build it: UnsupportedError: not today"):
+    torch._dynamo.reset()
+    with pytest.warns(RuntimeWarning, match=f"runs in PyTorch; braze cannot build it: {reason}"):
         _close(torch.compile(torch.tanh, backend="braze")(x), torch.tanh(x))
     torch._dynamo.reset()
     with pytest.raises(torch._dynamo.exc.BackendCompilerFailed) as failed:
         torch.compile(torch.tanh, backend="braze", options=STRICT)(x)
-    assert isinstance(failed.value.inner_exception, bz.UnsupportedError)
+    assert failed.value.inner_exception is error
 
 
 def test_a_region_that_fails_to_run_falls_back_to_pytorch_for_good(monkeypatch) -> None:
