@@ -169,6 +169,18 @@ def test_each_rule_family_matches_eager_and_runs_in_braze(fn, fused) -> None:
     assert fused <= fused_ops, f"left to PyTorch: {sorted(fused - fused_ops)}\n{explanation}"
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_floor_division_of_floats_follows_pythons_rule(dtype) -> None:
+    """torch's float floor division is Python's (1.0 // 0.1 == 9.0, inf // 0.7 is NaN), not floor(a / b)."""
+    def divide(x):
+        return torch.div(x, 0.1, rounding_mode="floor"), x // 0.7, torch.floor_divide(x, torch.full_like(x, -0.1))
+
+    x = torch.tensor([1.0, 3.0, -1.0, 7.0, 0.3, -0.0, float("inf"), float("nan")], dtype=dtype)
+    compiled = torch.compile(divide, backend="braze", options=STRICT)
+    for actual, expected in zip(compiled(x), divide(x), strict=True):
+        torch.testing.assert_close(actual, expected, rtol=0, atol=0, equal_nan=True)
+
+
 def test_cross_entropy_picks_and_scatters_its_class_in_braze() -> None:
     # nll_loss's decomposition: a gather of each row's target in the forward, a scatter of -1 at it
     # in the backward (a one-hot the size of the logits, written in place of a copy and a scatter).

@@ -159,7 +159,7 @@ def _div(b: RegionBuilder, node: fx.Node) -> TensorView:
     if mode is None:
         return finish(node, bz_ops.truediv(x, y))
     if mode == "floor":
-        return finish(node, bz_ops.floordiv(x, y) if is_int else bz_ops.floor(bz_ops.truediv(x, y)))
+        return finish(node, bz_ops.floordiv(x, y))  # for floats Python's rule, as torch's: 1.0 // 0.1 == 9
     if not is_int:
         return finish(node, bz_ops.trunc(bz_ops.truediv(x, y)))
     # Integer division toward zero: floor division, one up where the signs differ and it is inexact.
