@@ -38,6 +38,21 @@ class DType:
     def is_bool(self) -> bool:
         return self.kind == "b"
 
+    def __eq__(self, other: object) -> bool:
+        """Equal to another DType of the same name, and to the torch or NumPy dtype (or its name) of the
+        same type, so model code's `x.dtype == torch.float16` means under `@bz.jit` what it means in torch."""
+        if isinstance(other, DType):
+            return self.name == other.name
+        if type(other).__module__ == "torch" or isinstance(other, (np.dtype, str, type)):
+            try:
+                return as_dtype(other).name == self.name
+            except UnsupportedError:
+                return False
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
     def __repr__(self) -> str:
         return f"bz.{self.name}"
 

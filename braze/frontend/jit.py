@@ -103,6 +103,16 @@ def _static_positions(fn: Callable, names: list[str], argnums: Iterable[int],
     return frozenset(positions)
 
 
+def _check_named_parameters(fn: Callable, signature: inspect.Signature) -> None:
+    """A trace is keyed by each named parameter's argument: `*args` and `**kwargs` have no fixed list."""
+    for parameter in signature.parameters.values():
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            stars = "*" if parameter.kind is parameter.VAR_POSITIONAL else "**"
+            raise FusionDefinitionError(
+                f"jit: {getattr(fn, '__name__', 'fn')}: expected named parameters only, got {stars}{parameter.name}; "
+                f"write a function that names each input (def f(x, y): ...)")
+
+
 def _scalar_positions(args: tuple) -> frozenset[int]:
     return frozenset(i for i, a in enumerate(args) if type(a) in _RUNTIME_SCALAR_DTYPES)
 
@@ -116,6 +126,7 @@ class JitFunction:
         self.fn = fn
         self.backend = backend
         self.signature = inspect.signature(fn)
+        _check_named_parameters(fn, self.signature)
         self.names = list(self.signature.parameters)
         self.static = _static_positions(fn, self.names, static_argnums, static_argnames)
         self.fusions: OrderedDict[tuple, tuple[Fusion, bool]] = OrderedDict()  # the last MAX_TRACES used
@@ -132,8 +143,9 @@ class JitFunction:
             # Without keywords where none are needed: the fusion's native cached call takes none.
             outputs = fusion.execute(args) if self.backend is None else fusion.execute(args, backend=self.backend)
             return tuple(outputs) if returns_sequence else outputs[0]
-        args = self._bind(args, kwargs)
-        key = tuple(_arg_signature(a, n, i in self.static) for i, (a, n) in enumerate(zip(args, self.names)))
+        args, defaulted = self._bind(args, kwargs)
+        baked = self.static | defaulted
+        key = tuple(_arg_signature(a, n, i in baked) for i, (a, n) in enumerate(zip(args, self.names)))
         fusion, returns_sequence = self._traced(key, args)
         inputs = [_python_value(a) if sig[0] == "scalar" else a for a, sig in zip(args, key) if sig[0] != "const"]
         outputs = fusion.execute(inputs, backend=self.backend)
@@ -141,15 +153,20 @@ class JitFunction:
             self._remember(args, (fusion, returns_sequence))
         return tuple(outputs) if returns_sequence else outputs[0]
 
-    def _bind(self, args: tuple, kwargs: dict) -> tuple:
-        """Every parameter's value, in order, defaults applied."""
+    def _bind(self, args: tuple, kwargs: dict) -> tuple[tuple, frozenset[int]]:
+        """Every parameter's value, in order, defaults applied, and the positions of the numbers left at
+        their defaults. Those are baked in, as JAX does: a default is a constant of the function (the
+        `groups=2` of a GroupNorm, used as a shape), not a value the caller varies."""
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError:
             given = len(args) + len(kwargs)
             raise InputError(f"{self.fn.__name__}: expected {len(self.names)} arguments, got {given}") from None
+        given = set(bound.arguments)
         bound.apply_defaults()
-        return tuple(bound.arguments[name] for name in self.names)
+        defaulted = frozenset(i for i, name in enumerate(self.names)
+                              if name not in given and isinstance(bound.arguments[name], (int, float, np.number)))
+        return tuple(bound.arguments[name] for name in self.names), defaulted
 
     def _describe(self, args: tuple) -> tuple | None:
         positions = _scalar_positions(args)
@@ -187,7 +204,7 @@ class JitFunction:
         with Fusion(name=self.fn.__name__ if self.fn.__name__.isidentifier() else "jit") as f:
             traced_args = [self._define(f, sig, name, a) for sig, name, a in zip(key, self.names, args)]
             try:
-                result = self.fn(*traced_args)
+                result = self._call(traced_args)
             except (TypeError, Error) as error:
                 self._explain_runtime_scalars(error, key)
                 self._explain_options(error, args)
@@ -201,6 +218,16 @@ class JitFunction:
                     )
                 f.add_output(out)
         return f, returns_sequence
+
+    def _call(self, values: list[object]) -> object:
+        """fn on one value per parameter: keyword-only parameters (`def f(x, *, eps=1e-5)`) by name."""
+        positional, keywords = [], {}
+        for parameter, value in zip(self.signature.parameters.values(), values):
+            if parameter.kind is parameter.KEYWORD_ONLY:
+                keywords[parameter.name] = value
+            else:
+                positional.append(value)
+        return self.fn(*positional, **keywords)
 
     def _explain_runtime_scalars(self, error: Exception, key: tuple) -> None:
         """A number used as a shape, an axis or in an `if` fails while tracing: say how to bake it in."""

@@ -96,29 +96,66 @@ def rms_norm(x: TensorView, weight: TensorView | None = None, eps: float = 1e-6,
 
 
 @composite
-def cross_entropy(logits: TensorView, target: TensorView, reduction: str = "mean") -> TensorView:
-    """Negative log-likelihood of integer class `target` under softmax(logits) over the last axis.
+def cross_entropy(logits: TensorView, target: TensorView, reduction: str = "mean", *,
+                  weight: TensorView | None = None, ignore_index: int = -100,
+                  label_smoothing: float = 0.0) -> TensorView:
+    """Negative log-likelihood of integer class `target` under softmax(logits) over the last axis,
+    with torch's `F.cross_entropy` options for class indices:
 
-    `reduction` is "mean", "sum" or "none" (one loss per row).
+    - `reduction` is "mean", "sum" or "none" (one loss per row);
+    - rows whose target is `ignore_index` (-100 by default, the padding label of language models)
+      lose nothing and do not count in the mean: a mean over no counted row is NaN, as torch's;
+    - `weight` (one per class) scales each row's loss by its target's weight, and the mean divides
+      by the sum of those weights instead of the number of rows;
+    - `label_smoothing` in [0, 1] mixes the target with the uniform distribution over the classes.
     """
+    _check_cross_entropy(logits, target, reduction, weight, ignore_index, label_smoothing)
+    log_probs = log_softmax(logits, -1)
+    with defining(logits.fusion):
+        classes = arange(logits.shape[-1], dtype=target.dtype)
+    counted = elementwise("ne", target, ignore_index)
+    chosen = elementwise("eq", classes, unsqueeze(target, -1))
+    if ignore_index >= 0:  # a negative ignore_index never equals a class: the test above suffices
+        chosen = elementwise("logical_and", chosen, unsqueeze(counted, -1))
+    weighted = log_probs if weight is None else elementwise("mul", log_probs, weight)
+    loss = elementwise("neg", red.sum(elementwise("where", chosen, weighted, 0.0), -1))
+    if label_smoothing:
+        uniform = elementwise("where", counted, elementwise("neg", red.mean(weighted, -1)), 0.0)
+        loss = elementwise("add", elementwise("mul", loss, 1.0 - label_smoothing),
+                           elementwise("mul", uniform, label_smoothing))
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return red.sum(loss)
+    # The mean divides by what counted: the rows not ignored, or the weights of their targets.
+    counts = (cast(counted, dt.float32) if weight is None
+              else elementwise("where", chosen, cast(weight, dt.float32), 0.0))
+    total = red.sum(loss, dtype=dt.compute_dtype(loss.dtype))
+    return cast(elementwise("truediv", total, red.sum(counts)), loss.dtype)
+
+
+def _check_cross_entropy(logits: object, target: object, reduction: object, weight: object,
+                         ignore_index: object, label_smoothing: object) -> None:
     if reduction not in ("mean", "sum", "none"):
         raise FusionDefinitionError(f"cross_entropy: reduction: expected 'mean', 'sum' or 'none', got {reduction!r}")
-    if not isinstance(logits, TensorView):  # checked first: the rank check below reads logits.ndim
+    if not isinstance(logits, TensorView):  # checked first: the rank checks below read logits.ndim
         raise FusionDefinitionError(f"cross_entropy: logits: expected a TensorView, got {type(logits).__name__}")
     if not isinstance(target, TensorView) or not target.dtype.is_integer:
         got = target.dtype.name if isinstance(target, TensorView) else type(target).__name__
         raise FusionDefinitionError(f"cross_entropy: target: expected an integer tensor of class indices, got {got}")
     if target.ndim != logits.ndim - 1:
         raise FusionDefinitionError(
-            f"cross_entropy: target: expected rank {logits.ndim - 1} for logits of rank {logits.ndim}, "
-            f"got {target.ndim}"
+            f"cross_entropy: target: expected rank {logits.ndim - 1} for logits of rank {logits.ndim} "
+            f"(the classes along the last axis), got {target.ndim}"
         )
-    log_probs = log_softmax(logits, -1)
-    with defining(logits.fusion):
-        classes = arange(logits.shape[-1], dtype=target.dtype)
-    chosen = elementwise("eq", classes, unsqueeze(target, -1))
-    picked = red.sum(elementwise("where", chosen, log_probs, 0.0), -1)
-    loss = elementwise("neg", picked)
-    if reduction == "none":
-        return loss
-    return red.mean(loss) if reduction == "mean" else red.sum(loss)
+    if weight is not None and (not isinstance(weight, TensorView) or weight.ndim != 1
+                               or not weight.dtype.is_floating):
+        got = f"{weight.dtype.name} of rank {weight.ndim}" if isinstance(weight, TensorView) else type(weight).__name__
+        raise FusionDefinitionError(
+            f"cross_entropy: weight: expected a 1-D float tensor, one weight per class, got {got}")
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
+        raise FusionDefinitionError(f"cross_entropy: ignore_index: expected an int, got {ignore_index!r}")
+    if (isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float))
+            or not 0.0 <= label_smoothing <= 1.0):
+        raise FusionDefinitionError(
+            f"cross_entropy: label_smoothing: expected a number in [0, 1], got {label_smoothing!r}")

@@ -262,8 +262,18 @@ def check_fill(op: str, value: object, dtype: DType) -> None:
         raise FusionDefinitionError(f"{op}: value: expected a finite number for {dtype.name}, got {value!r}")
 
 
+# The keyword attributes an elementwise op takes; any other keyword is an error, never ignored
+# (torch's `x.add(y, alpha=2)` and `x.div(y, rounding_mode="floor")` have methods of their own).
+ATTRIBUTES: dict[str, frozenset[str]] = {"gelu": frozenset({"approximate"})}
+
+
 def elementwise(op: str, *operands: Operand, **attrs) -> TensorView:
     """Applies elementwise op `op`, broadcasting its operands with NumPy's rules."""
+    unknown = sorted(set(attrs) - ATTRIBUTES.get(op, frozenset()))
+    if unknown:
+        expected = ", ".join(sorted(ATTRIBUTES.get(op, ()))) or "none"
+        raise FusionDefinitionError(f"{op}: unexpected keyword argument {', '.join(map(repr, unknown))} "
+                                    f"(keywords it takes: {expected})")
     fusion = owning_fusion(op, operands)
     tensors = align_ranks([as_operand(op, fusion, x, i) for i, x in enumerate(operands)])
     tensors = broadcast_one_element_slices(op, tensors)

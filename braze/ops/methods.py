@@ -107,9 +107,21 @@ def install(cls: type = TensorView) -> None:
     cls.transpose = views.transpose
     cls.squeeze = views.squeeze
     cls.unsqueeze = views.unsqueeze
-    cls.flip = views.flip
+    cls.flip = _flip
+    cls.__float__ = _no_python_value("float({name})")
+    cls.__int__ = _no_python_value("int({name})")
+    cls.item = _no_python_value("{name}.item()")
+    cls.tolist = _no_python_value("{name}.tolist()")
+    cls.numpy = _no_python_value("{name}.numpy()")
+    cls.__setitem__ = _setitem
+    cls.__round__ = _round
     cls.astype = cast
     torch_methods.install(cls)
+
+
+def _flip(x: TensorView, *dims: int, **axes: object) -> TensorView:
+    """`x.flip(0, 1)` (torch's dims one by one) as well as `x.flip((0, 1))` and `x.flip(dims=...)`."""
+    return views.flip(x, dims if len(dims) > 1 else dims[0], **axes) if dims else views.flip(x, **axes)
 
 
 def _extent_operator(op: str, dunder: str, reflected: bool):
@@ -151,6 +163,39 @@ def _extent_float(self: Scalar) -> float:
         "(x.shape[-1] ** -0.5, bz.ops.sqrt(x.shape[-1])), or pass the size as an argument listed in static_argnames")
 
 
+def _extent_int(self: Scalar) -> int:
+    """`int(x.shape[0])`: a static extent's number; a symbolic one says how to bake the size in."""
+    if self.is_const:
+        return self.value
+    raise TracerBoolConversionError(
+        f"int(extent {self}): extents are symbolic while a fusion is defined (one compiled fusion serves "
+        "every size), so they have no Python int value; use the extent itself (x.reshape(x.shape[0], -1), "
+        "x.sum(1) / x.shape[1]), or pass the size as an argument listed in static_argnames")
+
+
+def _no_python_value(what: str):
+    def refuse(self, *args, **kwargs):
+        raise TracerBoolConversionError(
+            f"{what.format(name=self.name)}: expected a Python value, got a traced tensor: its data is only known "
+            "when the fusion runs; keep computing with it in the fusion (bz.ops.where for a choice per element), "
+            "or return it and read the result")
+
+    return refuse
+
+
+def _setitem(self, index, value):
+    raise UnsupportedError(
+        f"{self.describe()}[...] = ...: tensors of a fusion are values, not buffers; build the result instead: "
+        "bz.ops.where(mask, value, x), x.masked_fill(mask, value), or bz.ops.cat of the pieces")
+
+
+def _round(self, ndigits: int | None = None):
+    if ndigits is not None:
+        raise UnsupportedError(
+            f"round({self.describe()}, {ndigits!r}): only round(x), to the nearest integer (half to even)")
+    return elementwise("round", self)
+
+
 def install_extent_operators() -> None:
     """Lets extents (`x.shape[1]`) take part in float arithmetic: `x * (1.0 / x.shape[-1])`,
     `x.shape[-1] ** -0.5` (attention's scale)."""
@@ -159,3 +204,4 @@ def install_extent_operators() -> None:
             dunder = f"__{'r' * reflected}{op}__"
             setattr(Scalar, dunder, _extent_operator(op, dunder, reflected))
     Scalar.__float__ = _extent_float
+    Scalar.__int__ = _extent_int

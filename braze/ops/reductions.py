@@ -205,17 +205,23 @@ def cast_first(x: TensorView, dtype: object, op: str, floating: bool = False) ->
     return cast(x, target)
 
 
+def _as_asked(result: TensorView, dtype: object) -> TensorView:
+    """The result in the `dtype=` asked for: an int32 sum is int32 in torch, though integers accumulate
+    in int64 (the cast is a no-op where the reduction's own type is that dtype)."""
+    return result if dtype is None else cast(result, dt.as_dtype(dtype))
+
+
 @_AXES_ALIASES
 def sum(x: TensorView, axes=None, keepdim: bool = False, *, dtype: object = None) -> TensorView:  # noqa: A001
     """Sum over axes; integers and bools accumulate in int64, half types in float32. `dtype=` casts
     x to it first (torch's), so the result has that dtype."""
-    return reduce("sum", cast_first(x, dtype, "sum"), axes, keepdim)
+    return _as_asked(reduce("sum", cast_first(x, dtype, "sum"), axes, keepdim), dtype)
 
 
 @_AXES_ALIASES
 def prod(x: TensorView, axes=None, keepdim: bool = False, *, dtype: object = None) -> TensorView:
     """Product over axes; `dtype=` as for `sum`."""
-    return reduce("prod", cast_first(x, dtype, "prod"), axes, keepdim)
+    return _as_asked(reduce("prod", cast_first(x, dtype, "prod"), axes, keepdim), dtype)
 
 
 @_AXES_ALIASES

@@ -22,7 +22,7 @@ from braze.dtypes import DType
 from braze.errors import FusionDefinitionError
 from braze.ir.tensor import TensorView, normalize_axis
 from braze.ops.elementwise import SAME, cast
-from braze.ops.reductions import _SUM_TYPE, cast_first, keyword_aliases
+from braze.ops.reductions import _SUM_TYPE, _as_asked, cast_first, keyword_aliases
 from braze.ops.table import OpDef, RefContext, apply, register, reject_kinds
 
 # name: (result rule, accumulation of NumPy arrays along an axis)
@@ -80,14 +80,14 @@ _AXIS_ALIASES = keyword_aliases(axis=("dim",))
 def cumsum(x: TensorView, axis: int, *, dtype: object = None) -> TensorView:
     """Running sum along `axis`; integers and bools accumulate in int64, half types in float32.
     `dtype=` casts x to it first, as torch's does."""
-    return scan("cumsum", cast_first(x, dtype, "cumsum"), axis)
+    return _as_asked(scan("cumsum", cast_first(x, dtype, "cumsum"), axis), dtype)
 
 
 @_AXIS_ALIASES
 def cumprod(x: TensorView, axis: int, *, dtype: object = None) -> TensorView:
     """Running product along `axis`; integers and bools accumulate in int64, half types in float32.
     `dtype=` as for `cumsum`."""
-    return scan("cumprod", cast_first(x, dtype, "cumprod"), axis)
+    return _as_asked(scan("cumprod", cast_first(x, dtype, "cumprod"), axis), dtype)
 
 
 @_AXIS_ALIASES

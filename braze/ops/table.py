@@ -79,7 +79,10 @@ def apply(name: str, inputs: Sequence[TensorView], fusion: FusionGraph | None = 
     dtype = op.dtype(inputs, attrs)
     out = TensorView(fusion, op.shape(inputs, attrs), dtype)
     # Arithmetic on Python numbers alone stays as weak as they are (`x * (1 - beta)` keeps x's dtype).
-    out.python_scalar = op.category == "elementwise" and bool(inputs) and all(tv.weak == 2 for tv in inputs)
+    # Extents count as Python ints here, as torch's sizes are: attention's `x.shape[-1] ** -0.5` is a
+    # number, and a float16 `x` times it stays float16.
+    out.python_scalar = op.category == "elementwise" and bool(inputs) and all(
+        tv.weak == 2 or tv.scalar == "extent" for tv in inputs)
     fusion.add_expr(name, tuple(inputs), (out,), **attrs)
     return out
 

@@ -84,6 +84,68 @@ def _clamp(x: TensorView, min: object = None, max: object = None) -> TensorView:
     return elementwise("clamp", x, min, max)
 
 
+def _add_sub(op: str):
+    def method(self: TensorView, other: object, *, alpha: object = 1) -> TensorView:
+        """torch's `x.add(y, alpha=a)`: x + a * y (`sub` likewise)."""
+        if isinstance(alpha, TensorView):  # a runtime number of @bz.jit
+            return elementwise(op, self, elementwise("mul", other, alpha))
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
+            raise FusionDefinitionError(f"{op}: alpha: expected a number, got {type(alpha).__name__} {alpha!r}")
+        if alpha == 1:
+            return elementwise(op, self, other)
+        scaled = elementwise("mul", other, alpha) if isinstance(other, TensorView) else other * alpha
+        return elementwise(op, self, scaled)
+
+    method.__name__ = method.__qualname__ = op
+    return method
+
+
+def _div(x: TensorView, other: object, *, rounding_mode: str | None = None) -> TensorView:
+    """torch's `x.div(y, rounding_mode=...)`: true division (None), floor division ("floor", Python's
+    rule for floats as torch's), or the quotient rounded toward zero ("trunc")."""
+    if rounding_mode is None:
+        return elementwise("truediv", x, other)
+    if rounding_mode == "floor":
+        return elementwise("floordiv", x, other)
+    if rounding_mode != "trunc":
+        raise FusionDefinitionError(f"div: rounding_mode: expected None, 'floor' or 'trunc', got {rounding_mode!r}")
+    quotient = elementwise("truediv", x, other)
+    if quotient.dtype.is_floating and not (x.dtype.is_integer or x.dtype.is_bool):
+        return elementwise("trunc", quotient)
+    # integers: floor division, one up where it is inexact and the signs differ
+    floor, rest = elementwise("floordiv", x, other), elementwise("remainder", x, other)
+    inexact_negative = elementwise("logical_and", elementwise("ne", rest, 0),
+                                   elementwise("ne", elementwise("lt", x, 0), elementwise("lt", other, 0)))
+    return elementwise("where", inexact_negative, elementwise("add", floor, 1), floor)
+
+
+def _type(x: TensorView, dtype: object = None) -> object:
+    """torch's `x.type(dtype)`: x cast to dtype (a torch or braze dtype, or a name)."""
+    if dtype is None:
+        raise UnsupportedError("type(): the type name of a traced tensor; use x.dtype")
+    return cast(x, dt.as_dtype(dtype))
+
+
+def _in_place(name: str, instead: str):
+    def refuse(self: TensorView, *args: object, **kwargs: object) -> TensorView:
+        raise UnsupportedError(
+            f"{self.describe()}.{name}(...): a tensor of a fusion is a value, not a buffer, so it has no in-place "
+            f"methods; write {instead} instead")
+
+    refuse.__name__ = refuse.__qualname__ = name
+    return refuse
+
+
+_OUT_OF_PLACE = ("add", "sub", "mul", "div", "pow", "neg", "abs", "exp", "log", "sqrt", "rsqrt", "sigmoid", "tanh",
+                 "relu", "clamp", "clamp_min", "clamp_max", "masked_fill", "addcmul", "addcdiv", "lerp", "floor",
+                 "round", "sign", "erf", "nan_to_num", "reciprocal", "sin", "cos", "square")
+# torch's in-place methods model code calls, each with what to write in a fusion instead.
+IN_PLACE = {**{f"{name}_": f"x = x.{name}(...)" for name in _OUT_OF_PLACE},
+            "zero_": "x = bz.ops.zeros_like(x)", "fill_": "x = bz.ops.full_like(x, value)",
+            "copy_": "x = source (cast with .to(x.dtype) if needed)", "uniform_": "x = bz.ops.rand(...)",
+            "normal_": "x = bz.ops.randn(...)", "bernoulli_": "x = (bz.ops.rand(...) < p)"}
+
+
 class ValuesIndices(NamedTuple):
     """What torch's `x.max(dim=d)` and `x.min(dim=d)` return."""
 
@@ -96,6 +158,8 @@ def _values_or_pair(name: str):
     reduction, index = getattr(red, name), getattr(red, f"arg{name}")
 
     def method(self: TensorView, *args: object, **kwargs: object):
+        if len(args) == 1 and isinstance(args[0], TensorView) and not kwargs:  # torch's x.max(other)
+            return elementwise("maximum" if name == "max" else "minimum", self, args[0])
         if "dim" not in kwargs:
             return reduction(self, *args, **kwargs)
         dim = kwargs.pop("dim")
@@ -112,7 +176,7 @@ def _values_or_pair(name: str):
 
     method.__name__ = method.__qualname__ = name
     method.__doc__ = (f"NumPy's `{name}` over axes; with `dim=` (one axis) torch's: a `ValuesIndices` of "
-                      "the values and their (first) indices.")
+                      "the values and their (first) indices; of another tensor, torch's elementwise one.")
     return method
 
 
@@ -235,7 +299,13 @@ def install(cls: type = TensorView) -> None:
             setattr(cls, name, _op_method(name))
     for name, dtype in _CASTS.items():
         setattr(cls, name, _cast_method(name, dtype))
-    cls.div = _op_method("truediv")
+    cls.div = cls.divide = cls.true_divide = _div
+    cls.floor_divide = _op_method("floordiv")
+    cls.add, cls.sub = _add_sub("add"), _add_sub("sub")
+    cls.subtract = cls.sub
+    cls.type = _type
+    for name, instead in IN_PLACE.items():
+        setattr(cls, name, _in_place(name, instead))
     cls.expand = _expand
     cls.view = lambda self, *shape: views.reshape(self, sizes(shape))
     cls.flatten, cls.unflatten = vc.flatten, vc.unflatten

@@ -345,3 +345,38 @@ def test_options_are_baked_in_as_arguments_and_as_defaults():
     np.testing.assert_allclose(rows, 2 * per_row, rtol=1e-5)
     np.testing.assert_allclose(columns, x.sum(0), rtol=1e-5)
     np.testing.assert_allclose(by_row, x.sum(1), rtol=1e-5)
+
+
+def test_numbers_left_at_their_defaults_are_baked_in():
+    """A default (GroupNorm's `groups=2`, used as a shape) is a constant of the function, as in JAX;
+    the same number passed by the caller is a runtime value, one trace for every value."""
+
+    @bz.jit
+    def group_norm(x, groups=2, eps=1e-5):
+        h = x.reshape(x.shape[0], groups, -1)
+        y = (h - h.mean(-1, keepdim=True)) * (h.var(-1, keepdim=True) + eps).rsqrt()
+        return y.reshape(x.shape)
+
+    x = np.random.default_rng(0).standard_normal((2, 4, 3)).astype(np.float32)
+    h = x.astype(np.float64).reshape(2, 2, 6)
+    for eps in (1e-5, 0.5):
+        expected = ((h - h.mean(-1, keepdims=True)) / np.sqrt(h.var(-1, keepdims=True) + eps)).reshape(x.shape)
+        out = group_norm(x) if eps == 1e-5 else group_norm(x, eps=eps)
+        np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+    with pytest.raises(TypeError, match="static_argnames"):
+        group_norm(x, 2)  # passed: a runtime value, which cannot be a shape
+
+
+def test_a_function_of_star_args_is_refused_when_wrapped():
+    with pytest.raises(bz.FusionDefinitionError, match=r"named parameters.*\*xs"):
+        bz.jit(lambda *xs: xs[0])
+
+
+def test_keyword_only_parameters_are_passed_by_name():
+    @bz.jit
+    def scaled(x, *, scale=2.0, shift):
+        return x * scale + shift
+
+    x = np.arange(4, dtype=np.float32)
+    np.testing.assert_array_equal(scaled(x, shift=1.0), x * 2 + 1)
+    np.testing.assert_array_equal(scaled(x, scale=3.0, shift=0.5), x * 3 + 0.5)

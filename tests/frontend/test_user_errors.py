@@ -3,6 +3,8 @@ flow on traced values, masked arrays."""
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 
@@ -21,6 +23,42 @@ def test_data_dependent_control_flow_in_jit_says_traced_values_have_no_truth_val
         traced(np.ones(3, np.float32))
     assert isinstance(caught.value, bz.FusionDefinitionError) and isinstance(caught.value, TypeError)
     assert "bz.ops.where" in str(caught.value)
+
+
+@pytest.mark.parametrize("body, match", [
+    (lambda x: x * float(x.amax()), r"float\(T\d+\): expected a Python value, got a traced tensor"),
+    (lambda x: x / x.abs().max().item(), r"T\d+\.item\(\): expected a Python value"),
+    (lambda x: x + int(x.sum()), r"int\(T\d+\): expected a Python value"),
+    (lambda x: x.reshape(int(x.shape[0]), -1), r"int\(extent T0_s0\): extents are symbolic.*static_argnames"),
+], ids=["float", "item", "int", "int of an extent"])
+def test_python_values_of_traced_tensors_and_extents_say_why_there_are_none(body, match) -> None:
+    with pytest.raises(bz.TracerBoolConversionError, match=match):
+        bz.jit(body)(np.ones((2, 3), np.float32))
+
+
+def test_assigning_into_a_traced_tensor_names_what_to_write_instead() -> None:
+    def clear_first_column(x):
+        x[:, 0] = 0.0
+        return x
+
+    with pytest.raises(bz.UnsupportedError, match=r"\[\.\.\.\] = \.\.\.: .*masked_fill"):
+        bz.jit(clear_first_column)(np.ones((2, 3), np.float32))
+
+
+def test_model_code_on_dtypes_and_rounding_means_what_it_means_in_torch() -> None:
+    """`x.dtype == torch.float16` (or a NumPy dtype, or a name) compares the type, and round(x) rounds."""
+    torch = pytest.importorskip("torch")
+
+    @bz.jit
+    def upcast_halves(x):
+        h = x.float() if x.dtype == torch.float16 or x.dtype in (np.float16, "bfloat16") else x * 2
+        return round(h * 2.5)
+
+    assert upcast_halves(np.ones(2, np.float16)).dtype == np.float32
+    np.testing.assert_array_equal(upcast_halves(np.ones(2, np.float16)), [2.0, 2.0])
+    np.testing.assert_array_equal(upcast_halves(np.ones(2, np.float32)), [5.0, 5.0])
+    assert bz.float32 == torch.float32 and bz.float32 != torch.float16 and bz.bfloat16 == "bfloat16"
+    assert bz.int64 != 3 and {bz.float32: 1}[pickle.loads(pickle.dumps(bz.float32))] == 1
 
 
 def test_jit_still_branches_on_python_values() -> None:

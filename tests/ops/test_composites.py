@@ -63,6 +63,22 @@ def cross_entropy64(logits: np.ndarray, target: np.ndarray, reduction: str) -> n
     return {"none": loss, "sum": loss.sum(), "mean": loss.mean()}[reduction]
 
 
+def torch_cross_entropy64(logits: np.ndarray, target: np.ndarray, reduction: str, weight: np.ndarray | None,
+                          ignore_index: int, label_smoothing: float) -> np.ndarray:
+    """torch's F.cross_entropy over class indices, written out: ignored rows lose nothing and do not
+    count; the mean divides by the weights of the counted targets; smoothing mixes in the uniform."""
+    log_probs = log_softmax64(logits, -1)
+    w = np.ones(logits.shape[-1]) if weight is None else weight
+    counted = target != ignore_index
+    safe = np.where(counted, target, 0).astype(np.int64)
+    picked = -np.take_along_axis(log_probs * w, safe[..., None], -1)[..., 0]
+    uniform = -(log_probs * w).mean(-1)
+    loss = np.where(counted, (1 - label_smoothing) * picked + label_smoothing * uniform, 0.0)
+    with np.errstate(invalid="ignore"):
+        mean = loss.sum() / np.where(counted, w[safe], 0.0).sum()
+    return {"none": loss, "sum": loss.sum(), "mean": mean}[reduction]
+
+
 def f64(*arrays: np.ndarray | None) -> list[np.ndarray | None]:
     return [None if a is None else a.astype(np.float64) for a in arrays]
 
@@ -168,6 +184,37 @@ def test_cross_entropy_over_batched_rows():
         assert_matches(out, np.asarray(cross_entropy64(logits.astype(np.float64), target, reduction)), bz.float32)
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("options", [{}, {"label_smoothing": 0.2}, {"ignore_index": 3}, {"weighted": True},
+                                     {"weighted": True, "ignore_index": 0, "label_smoothing": 0.1}], ids=str)
+@pytest.mark.parametrize("dtype", [bz.float32, bz.bfloat16], ids=_id)
+def test_cross_entropy_takes_torchs_options(dtype, options, reduction):
+    """ignore_index (-100 by default: language models' padding), weight and label_smoothing as torch
+    has them: an ignored row adds nothing and does not count in the mean."""
+    rng = rng_for("ce-options", dtype.name, str(options), reduction)
+    logits = rng.uniform(-3, 3, (7, 5)).astype(dtype.numpy)
+    target = rng.integers(0, 5, 7)
+    target[[1, 4]] = options.get("ignore_index", -100)
+    weight = rng.uniform(0.2, 2.0, 5).astype(dtype.numpy) if options.get("weighted") else None
+    kwargs = {k: v for k, v in options.items() if k != "weighted"}
+
+    def build(f):
+        x, t = define(f, logits), define(f, target)
+        w = None if weight is None else define(f, weight)
+        return bz.ops.cross_entropy(x, t, reduction, weight=w, **kwargs)
+
+    (out,) = execute(build, [logits, target] + ([] if weight is None else [weight]))
+    expected = torch_cross_entropy64(*f64(logits), target, reduction, *f64(weight), kwargs.get("ignore_index", -100),
+                                     kwargs.get("label_smoothing", 0.0))
+    assert_matches(out, np.asarray(expected), dtype, k=K, what=f"cross_entropy {reduction} {options}")
+
+
+def test_cross_entropy_mean_over_only_ignored_rows_is_nan():
+    logits, target = np.zeros((3, 4), np.float32), np.full(3, -100)
+    (out,) = execute(lambda f: bz.ops.cross_entropy(define(f, logits), define(f, target)), [logits, target])
+    assert np.isnan(out)
+
+
 # --- definition errors ------------------------------------------------------------------------
 ERRORS = [
     ("softmax", lambda x, t: bz.ops.softmax(2.0)),
@@ -178,6 +225,9 @@ ERRORS = [
     ("cross_entropy.*target.*float32", lambda x, t: bz.ops.cross_entropy(x, x[:, 0])),
     ("cross_entropy.*target.*rank", lambda x, t: bz.ops.cross_entropy(x, t[None])),
     ("cross_entropy.*logits", lambda x, t: bz.ops.cross_entropy(2.0, t)),
+    ("cross_entropy.*weight.*1-D", lambda x, t: bz.ops.cross_entropy(x, t, weight=x)),
+    ("cross_entropy.*ignore_index", lambda x, t: bz.ops.cross_entropy(x, t, ignore_index=1.5)),
+    ("cross_entropy.*label_smoothing", lambda x, t: bz.ops.cross_entropy(x, t, label_smoothing=2.0)),
 ]
 
 

@@ -139,6 +139,21 @@ def test_an_extent_raised_to_a_power_is_attention_scale(backend: str) -> None:
     np.testing.assert_allclose(halved, x / 8.0, rtol=1e-6)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [bz.float16, bz.bfloat16], ids=str)
+def test_numbers_computed_from_extents_stay_weak(backend: str, dtype: bz.DType) -> None:
+    """torch's sizes are Python ints, so `x.shape[-1] ** -0.5` is a Python float there: a half `x`
+    times it stays half, as it does times a literal."""
+    x = np.random.default_rng(4).standard_normal((3, 16)).astype(dtype.numpy)
+    f = fusion(lambda t: [t * t.shape[-1] ** -0.5, t / (t.shape[0] * 0.5), t * bz.ops.sqrt(t.shape[-1]),
+                          t * 0.25], dtype)
+    outs = f.execute([x], backend=backend)
+    assert [o.dtype for o in outs] == [dtype.numpy] * 4
+    x64 = x.astype(np.float64)
+    for out, expected in zip(outs, [x64 / 4, x64 / 1.5, x64 * 4, x64 / 4]):
+        np.testing.assert_allclose(out.astype(np.float64), expected, rtol=1e-2)
+
+
 def test_float_of_a_symbolic_extent_says_what_to_write() -> None:
     import math
 

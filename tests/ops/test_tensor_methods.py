@@ -82,6 +82,15 @@ CASES = [
     ("clamp_min_method", lambda x, m: x.clamp_min(0.5), lambda x, m: np.maximum(x, 0.5)),
     ("clamp_max_method", lambda x, m: x.clamp_max(x[:1]), lambda x, m: np.minimum(x, x[:1])),
     ("swapaxes", lambda x, m: x.swapaxes(0, 1), lambda x, m: x.T),
+    ("add_alpha", lambda x, m: x.add(x * x, alpha=-0.5), lambda x, m: x - 0.5 * x * x),
+    ("sub_alpha", lambda x, m: x.sub(1.5, alpha=2), lambda x, m: x - 3.0),
+    ("div_floor", lambda x, m: x.div(0.7, rounding_mode="floor"), lambda x, m: np.floor_divide(x, 0.7)),
+    ("div_trunc", lambda x, m: x.div(x[:1] + 4, rounding_mode="trunc"), lambda x, m: np.trunc(x / (x[:1] + 4))),
+    ("true_divide", lambda x, m: x.true_divide(4), lambda x, m: x / 4),
+    ("floor_divide", lambda x, m: x.floor_divide(-0.3), lambda x, m: np.floor_divide(x, -0.3)),
+    ("type", lambda x, m: m.type(bz.float64) * x, lambda x, m: np.where(m, x, 0.0)),
+    ("max_of_two", lambda x, m: x.max(x[:1] * 0.5), lambda x, m: np.maximum(x, x[:1] * 0.5)),
+    ("min_of_two", lambda x, m: x.min(-x), lambda x, m: np.minimum(x, -x)),
 ]
 _DTYPES = {"to_dtype": np.float32, "float": np.float32, "to_tensor": np.bool_, "new_full_bool": np.bool_}
 
@@ -104,6 +113,26 @@ def test_torch_style_methods_match_numpy():
         np.testing.assert_allclose(got, expected, rtol=tolerance, atol=tolerance, err_msg=name)
 
 
+def test_integer_division_methods_round_as_torchs():
+    a, b = np.array([7, -7, 7, -7, 6, 0], np.int64), np.array([2, 2, -2, -2, -3, 5], np.int64)
+    trunc, floor, true = bz.jit(lambda a, b: (a.div(b, rounding_mode="trunc"), a.div(b, rounding_mode="floor"),
+                                              a.div(b)))(a, b)
+    np.testing.assert_array_equal(trunc, [3, -3, -3, 3, -2, 0])
+    np.testing.assert_array_equal(floor, [3, -4, -4, 3, -2, 0])
+    assert trunc.dtype == floor.dtype == np.int64 and true.dtype == np.float32
+
+
+def test_a_reductions_dtype_is_the_results():
+    """`x.sum(dim, dtype=torch.int32)` is int32 in torch, though integers accumulate in int64."""
+    x = np.array([[1, 2, 3], [4, 5, 6]], np.int32)
+    sums, running, products = bz.jit(lambda x: (x.sum(-1, dtype=bz.int32), x.cumsum(-1, dtype=bz.int32),
+                                                 (x > 2).prod(0, dtype=bz.int8)))(x)
+    assert (sums.dtype, running.dtype, products.dtype) == (np.int32, np.int32, np.int8)
+    np.testing.assert_array_equal(sums, [6, 15])
+    np.testing.assert_array_equal(running, np.cumsum(x, -1))
+    np.testing.assert_array_equal(products, [0, 0, 1])
+
+
 def test_size_and_dim_read_the_shape():
     with bz.Fusion() as f:
         x = f.define_tensor(shape=(-1, 5), dtype=bz.float32)
@@ -122,6 +151,11 @@ def test_size_and_dim_read_the_shape():
     (lambda x: x.std(1, unbiased=1), "std: unbiased: expected a bool, got int 1"),
     (lambda x: x.norm(p="nuc"), "norm: p: expected a number, 'fro', inf or -inf, got 'nuc'"),
     (lambda x: x[None].t(), "t: expected a tensor of at most 2 dimensions"),
+    (lambda x: x.mul(x, alpha=2), r"mul: unexpected keyword argument 'alpha' \(keywords it takes: none\)"),
+    (lambda x: x.div(2, rounding_mode="round"), "div: rounding_mode: expected None, 'floor' or 'trunc'"),
+    (lambda x: x.add_(1.0), r"add_\(\.\.\.\): a tensor of a fusion is a value.*x = x.add\(\.\.\.\)"),
+    (lambda x: x.masked_fill_(x > 0, 0.0), r"masked_fill_.*x = x.masked_fill\(\.\.\.\)"),
+    (lambda x: x.zero_(), r"zero_.*x = bz.ops.zeros_like\(x\)"),
 ])
 def test_torch_style_methods_reject_bad_arguments(call, message):
     with bz.Fusion() as f:

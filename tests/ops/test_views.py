@@ -76,6 +76,8 @@ CASES = [
     ("flip_all", (2, 3, 4), bz.ops.flip, np.flip),
     ("flip_axis", (2, 3, 4), lambda t: bz.ops.flip(t, 0), lambda a: np.flip(a, 0)),
     ("flip_axes", (2, 3, 4), lambda t: t.flip((0, -1)), lambda a: np.flip(a, (0, 2))),
+    ("flip_dims_one_by_one", (2, 3, 4), lambda t: t.flip(0, -1), lambda a: np.flip(a, (0, 2))),
+    ("flip_dims_keyword", (2, 3, 4), lambda t: t.flip(dims=[1]), lambda a: np.flip(a, 1)),
     ("broadcast", (3, 4), lambda t: bz.ops.broadcast(t, [True, False, True, False]), lambda a: a[None, :, None]),
     ("expand", (1, 3), lambda t: bz.ops.expand(t, (4, 3)), lambda a: np.broadcast_to(a, (4, 3))),
     ("expand_keep", (1, 3), lambda t: bz.ops.expand(t, (4, -1)), lambda a: np.broadcast_to(a, (4, 3))),

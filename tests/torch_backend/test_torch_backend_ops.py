@@ -145,7 +145,7 @@ def _activations(x):  # the activations and helpers model code calls, decomposed
                         F.hardswish(x * 4), F.mish(x), F.hardsigmoid(x * 4), F.celu(x), F.selu(x),
                         F.relu6(x * 8), F.softsign(x), F.logsigmoid(x * 20), torch.nan_to_num(specials, posinf=5.0),
                         torch.logaddexp(x, x.flip(0)), torch.addcmul(x, x, x.flip(1), value=2),
-                        torch.addcdiv(x, x, x.abs() + 1, value=0.5)])
+                        torch.addcdiv(x, x, x.abs() + 1, value=0.5), torch.sign(specials), torch.sgn(specials)])
 
 
 @pytest.mark.parametrize("fn, fused", [
@@ -167,6 +167,18 @@ def test_each_rule_family_matches_eager_and_runs_in_braze(fn, fused) -> None:
     explanation = bz.torch.explain(fn, x, options=STRICT)
     fused_ops = {op for region in explanation.regions for op in region.fused_ops}
     assert fused <= fused_ops, f"left to PyTorch: {sorted(fused - fused_ops)}\n{explanation}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_floor_division_of_floats_follows_pythons_rule(dtype) -> None:
+    """torch's float floor division is Python's (1.0 // 0.1 == 9.0, inf // 0.7 is NaN), not floor(a / b)."""
+    def divide(x):
+        return torch.div(x, 0.1, rounding_mode="floor"), x // 0.7, torch.floor_divide(x, torch.full_like(x, -0.1))
+
+    x = torch.tensor([1.0, 3.0, -1.0, 7.0, 0.3, -0.0, float("inf"), float("nan")], dtype=dtype)
+    compiled = torch.compile(divide, backend="braze", options=STRICT)
+    for actual, expected in zip(compiled(x), divide(x), strict=True):
+        torch.testing.assert_close(actual, expected, rtol=0, atol=0, equal_nan=True)
 
 
 def test_cross_entropy_picks_and_scatters_its_class_in_braze() -> None:
@@ -199,6 +211,22 @@ def test_gather_and_scatter_of_one_index_a_row_along_any_dim() -> None:
         _close(actual, expected)
     fused = {op for r in bz.torch.explain(pick, x, rows, columns, options=STRICT).regions for op in r.fused_ops}
     assert {"aten.gather.default", "aten.scatter.value"} <= fused
+
+
+def test_cross_entropy_over_symbolic_sizes_gathers_and_scatters_in_braze() -> None:
+    """Under dynamic=True the gather's row positions count to a symbolic number of classes."""
+    def loss(logits, target):
+        return F.cross_entropy(logits, target, label_smoothing=0.1)
+
+    compiled = torch.compile(loss, backend="braze", options=STRICT, dynamic=True)
+    generator = torch.Generator().manual_seed(3)
+    for rows, classes in ((6, 5), (9, 13)):
+        logits = torch.randn(rows, classes, requires_grad=True, generator=generator)
+        target = torch.randint(0, classes, (rows,), generator=generator)
+        target[1] = -100
+        value, expected = compiled(logits, target), loss(logits, target)
+        _close(value, expected)
+        _close(torch.autograd.grad(value, logits)[0], torch.autograd.grad(expected, logits)[0], "gradient")
 
 
 def test_a_slice_backward_scatters_in_braze() -> None:
@@ -274,18 +302,23 @@ def test_excluded_ops_and_small_regions_stay_in_pytorch() -> None:
     assert any("min_region_ops" in reason for _, reason in small.graphs[0].torch_ops)
 
 
-def test_a_region_braze_cannot_build_runs_in_pytorch_or_raises(monkeypatch) -> None:
+@pytest.mark.parametrize("error, reason", [
+    (bz.UnsupportedError("not today"), "UnsupportedError: not today"),
+    (TypeError("a defect"), r"an internal error of braze's \(please report it\): TypeError: a defect"),
+], ids=["unsupported", "internal"])
+def test_a_region_braze_cannot_build_runs_in_pytorch_or_raises(monkeypatch, error, reason) -> None:
     def refuse(self, rules):
-        raise bz.UnsupportedError("not today")
+        raise error
 
     monkeypatch.setattr(region_builder.RegionBuilder, "build", refuse)
     x = torch.randn(4, 4)
-    with pytest.warns(RuntimeWarning, match="runs in PyTorch; braze cannot build it: UnsupportedError: not today"):
+    torch._dynamo.reset()
+    with pytest.warns(RuntimeWarning, match=f"runs in PyTorch; braze cannot build it: {reason}"):
         _close(torch.compile(torch.tanh, backend="braze")(x), torch.tanh(x))
     torch._dynamo.reset()
     with pytest.raises(torch._dynamo.exc.BackendCompilerFailed) as failed:
         torch.compile(torch.tanh, backend="braze", options=STRICT)(x)
-    assert isinstance(failed.value.inner_exception, bz.UnsupportedError)
+    assert failed.value.inner_exception is error
 
 
 def test_a_region_that_fails_to_run_falls_back_to_pytorch_for_good(monkeypatch) -> None:

@@ -77,7 +77,7 @@ UNARY = {  # ATen op -> braze op
     "abs": "abs", "neg": "neg", "exp": "exp", "exp2": "exp2", "expm1": "expm1", "log": "log", "log2": "log2",
     "log1p": "log1p", "sqrt": "sqrt", "rsqrt": "rsqrt", "reciprocal": "reciprocal", "sin": "sin", "cos": "cos",
     "tan": "tan", "tanh": "tanh", "sigmoid": "sigmoid", "relu": "relu", "erf": "erf", "floor": "floor",
-    "ceil": "ceil", "round": "round", "trunc": "trunc", "sign": "sign", "isnan": "isnan", "isinf": "isinf",
+    "ceil": "ceil", "round": "round", "trunc": "trunc", "isnan": "isnan", "isinf": "isinf",
     "logical_not": "logical_not", "bitwise_not": "bitwise_not", "silu": "silu",
 }
 
@@ -125,6 +125,16 @@ for _name, _op in {**BINARY, "add": "add", "sub": "sub"}.items():
         rule(getattr(prims, _name).default)(_binary(_op))
 
 
+@rule(*_overloads("sign", "default"), *_overloads("sgn", "default"), prims.sign.default)
+def _sign(b: RegionBuilder, node: fx.Node) -> TensorView:
+    """torch's sign of NaN is 0 ((x > 0) - (x < 0)); braze's `sign` keeps NumPy's NaN."""
+    x = b.tensor(node.args[0])
+    signed = bz_ops.elementwise("sign", x)
+    if x.dtype.is_floating:
+        signed = bz_ops.where(bz_ops.isnan(x), 0.0, signed)
+    return finish(node, signed)
+
+
 @rule(aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar)
 def _add_sub(b: RegionBuilder, node: fx.Node) -> TensorView:
     args = bind(node)
@@ -150,7 +160,7 @@ def _div(b: RegionBuilder, node: fx.Node) -> TensorView:
     if mode is None:
         return finish(node, bz_ops.truediv(x, y))
     if mode == "floor":
-        return finish(node, bz_ops.floordiv(x, y) if is_int else bz_ops.floor(bz_ops.truediv(x, y)))
+        return finish(node, bz_ops.floordiv(x, y))  # for floats Python's rule, as torch's: 1.0 // 0.1 == 9
     if not is_int:
         return finish(node, bz_ops.trunc(bz_ops.truediv(x, y)))
     # Integer division toward zero: floor division, one up where the signs differ and it is inexact.

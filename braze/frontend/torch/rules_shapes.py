@@ -179,7 +179,7 @@ def _is_index(b: RegionBuilder, node: fx.Node) -> TensorView:
     args = bind(node)
     source, index = b.tensor(args["self"]), b.tensor(args["index"])
     dim = args["dim"] % source.ndim
-    position = bz_ops.arange(size_expr(meta(args["self"]).shape[dim]))
+    position = bz_ops.arange(source.shape[dim])  # braze's extent: a symbolic size stays symbolic
     position = bz_ops.broadcast(bz_ops.cast(position, index.dtype), [d != dim for d in range(source.ndim)])
     return bz_ops.eq(position, index)
 
