@@ -74,9 +74,10 @@ def shift(direction: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
         bits = a.dtype.itemsize * 8
         in_range = (s >= 0) & (s < bits)
         safe = np.where(in_range, s, 0).astype(a.dtype)
+        zero = np.zeros_like(a)  # a Python 0 or -1 would promote uint64 to float64
         if direction == "left":
-            return np.where(in_range, np.left_shift(a, safe), 0).astype(a.dtype)
-        return np.where(in_range, np.right_shift(a, safe), np.where(a < 0, -1, 0)).astype(a.dtype)
+            return np.where(in_range, np.left_shift(a, safe), zero)
+        return np.where(in_range, np.right_shift(a, safe), np.where(a < zero, ~zero, zero))
 
     return shifted
 
@@ -272,9 +273,13 @@ def check_literal_fits(op: str, value: object, dtype: DType, position: int) -> N
 
 
 def check_fill(op: str, value: object, dtype: DType) -> None:
-    """Raises unless `value` can fill a tensor of `dtype`: NaN and infinities have no integer value."""
+    """Raises unless `value` can fill a tensor of `dtype`: NaN and infinities have no integer value,
+    and an int must be in the dtype's range (`full((3,), -1, bz.uint8)` is an error, as in NumPy 2)."""
     if dtype.is_integer and isinstance(value, float) and not math.isfinite(value):
         raise FusionDefinitionError(f"{op}: value: expected a finite number for {dtype.name}, got {value!r}")
+    lo, hi = dt.int_bounds(dtype)
+    if dtype.is_integer and isinstance(value, int) and not lo <= value <= hi:
+        raise FusionDefinitionError(f"{op}: value: expected an int in [{lo}, {hi}] for {dtype.name}, got {value}")
 
 
 def elementwise(op: str, *operands: Operand, **attrs) -> TensorView:
