@@ -24,7 +24,7 @@ PYTHON_SCALARS = (bool, int, float)
 _KIND_NAMES = {"b": "bool", "i": "integer", "f": "floating"}
 _KIND_RANK = {"b": 0, "i": 1, "u": 1, "f": 2}
 
-ATOMIC_DTYPES = ("int32", "int64", "float32", "float64")  # what atomic updates take on every backend
+ATOMIC_DTYPES = ("int32", "int64", "uint32", "uint64", "float32", "float64")  # what atomic updates take on every backend
 ATOMIC_AUGMENTED = ("add", "sub")  # augmented assignments with an atomic form (`+=`, `-=`)
 
 
@@ -84,6 +84,17 @@ def _check_kinds(op: str, dtype: DType, kinds: str) -> None:
         raise TypeProblem(f"{op}: expected {expected} operands, got {dtype.name}")
 
 
+def _check_literal_fits(op: str, value: object, dtype: DType) -> None:
+    """A Python int must fit the integer type it meets (`h * 0x1_0000_0000` with a uint32 h is an
+    error, as in NumPy 2; mask first, `h & 0xFFFFFFFF`, or convert, `bz.uint64(h)`)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not dtype.is_integer:
+        return
+    lo, hi = dt.int_bounds(dtype)
+    if not lo <= value <= hi:
+        raise TypeProblem(f"{op}: the Python int {value} is out of range for {dtype.name} [{lo}, {hi}]; "
+                          f"convert the other operand to a wider type first, e.g. bz.int64(...)")
+
+
 def _apply(op: str, table: dict, operands: list, make: Callable[[list[k.Expr], DType], k.Expr]) -> k.Expr:
     kinds, result_rule, _ = table[op]
     first_value = 1 if op == "where" else 0
@@ -97,6 +108,8 @@ def _apply(op: str, table: dict, operands: list, make: Callable[[list[k.Expr], D
     if literals_only:
         promoted = _PYTHON_PRECISION[promoted.category]
     _check_kinds(op, promoted, kinds)
+    for v in values:
+        _check_literal_fits(op, v, promoted)
     result = result_rule(promoted)
     compute = compute_type(promoted, result)
     conditions = [as_expr(c, dt.bool_) for c in operands[:first_value]]
