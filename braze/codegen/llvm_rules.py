@@ -433,7 +433,8 @@ def _cast(cg, a, dts, out, attrs):
 def _float_to_int(cg: TaskEmitter, x: ir.Value, source: DType, out: DType) -> ir.Value:
     """Saturating: NaN gives 0, and (to an unsigned type) a negative value 0."""
     target = register_type(out)
-    name = f"llvm.fpto{'u' if out.is_unsigned else 's'}i.sat.i{target.width}.{ {'float16': 'f16', 'float32': 'f32', 'float64': 'f64'}[source.name]}"
+    suffix = {"float16": "f16", "float32": "f32", "float64": "f64"}[source.name]
+    name = f"llvm.fpto{'u' if out.is_unsigned else 's'}i.sat.i{target.width}.{suffix}"
     return cg.b.call(callee(cg, name, target, [x.type]), [x])
 
 
@@ -476,13 +477,17 @@ def _int_to_int(cg: TaskEmitter, x: ir.Value, source: DType, out: DType) -> ir.V
     return cg.b.zext(x, target) if source.is_unsigned else cg.b.sext(x, target)
 
 
+def _int_to_float(cg: TaskEmitter, x: ir.Value, source: DType, out: DType) -> ir.Value:
+    return (cg.b.uitofp if source.is_unsigned else cg.b.sitofp)(x, register_type(out))
+
+
 _CASTS = {
     ("b", "i"): lambda cg, x, s, o: cg.b.zext(x, register_type(o)),
     ("b", "f"): lambda cg, x, s, o: cg.b.uitofp(x, register_type(o)),
     ("i", "b"): lambda cg, x, s, o: truth(cg, x, s),
     ("f", "b"): lambda cg, x, s, o: truth(cg, x, s),
     ("i", "i"): _int_to_int,
-    ("i", "f"): lambda cg, x, s, o: (cg.b.uitofp if s.is_unsigned else cg.b.sitofp)(x, register_type(o)),
+    ("i", "f"): lambda cg, x, s, o: _int_to_float(cg, x, s, o),
     ("f", "i"): _float_to_int,
     ("f", "f"): _float_to_float,
 }

@@ -24,7 +24,8 @@ PYTHON_SCALARS = (bool, int, float)
 _KIND_NAMES = {"b": "bool", "i": "integer", "f": "floating"}
 _KIND_RANK = {"b": 0, "i": 1, "u": 1, "f": 2}
 
-ATOMIC_DTYPES = ("int32", "int64", "uint32", "uint64", "float32", "float64")  # what atomic updates take on every backend
+# What atomic updates take on every backend.
+ATOMIC_DTYPES = ("int32", "int64", "uint32", "uint64", "float32", "float64")
 ATOMIC_AUGMENTED = ("add", "sub")  # augmented assignments with an atomic form (`+=`, `-=`)
 
 
