@@ -11,8 +11,13 @@ from braze.dtypes import (
     float64,
     iinfo,
     int8,
+    int16,
     int32,
     int64,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
 )
 from braze.errors import (
     CompileError,
@@ -97,8 +102,10 @@ __all__ = [
     "Graph", "InputError", "KernelAssertionError", "KernelError", "KernelSyntaxError", "KernelTypeError",
     "OutOfMemoryError", "RtcKernel", "SerialLoopWarning", "TensorView", "TracerBoolConversionError", "UnsupportedError",
     "atomic_add", "atomic_max", "atomic_min", "atomic_sub", "bfloat16", "bool", "bool_",
-    "finfo", "float16", "float32", "float64", "func", "graph", "iinfo", "int8", "int32", "int64", "jit", "kernel",
+    "finfo", "float16", "float32", "float64", "func", "graph", "iinfo", "int8", "int16", "int32", "int64", "jit",
+    "kernel",
     "local",
     "manual_seed", "math",
-    "ndrange", "ops", "random", "record", "serial", "static", *_VECTOR_NAMES,
+    "ndrange", "ops", "random", "record", "serial", "static", "uint8", "uint16", "uint32", "uint64",
+    *_VECTOR_NAMES,
 ]

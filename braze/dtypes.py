@@ -9,13 +9,14 @@ import numpy as np
 
 from braze.errors import UnsupportedError
 
-# Category order for promotion across kinds: bool < integer < floating.
-_KIND_RANK = {"b": 0, "i": 1, "f": 2}
+# Category order for promotion across kinds: bool < integer < floating (unsigned integers are integers).
+_KIND_RANK = {"b": 0, "i": 1, "u": 1, "f": 2}
 
 
 @dataclass(frozen=True)
 class DType:
-    """A braze element type: a name, a kind (b: bool, i: signed integer, f: floating) and a size."""
+    """A braze element type: a name, a kind (NumPy's letters: b bool, i signed integer, u unsigned
+    integer, f floating) and a size in bytes."""
 
     name: str
     kind: str
@@ -32,7 +33,17 @@ class DType:
 
     @property
     def is_integer(self) -> bool:
-        return self.kind == "i"
+        """Signed or unsigned integer."""
+        return self.kind in "iu"
+
+    @property
+    def is_unsigned(self) -> bool:
+        return self.kind == "u"
+
+    @property
+    def category(self) -> str:
+        """The kind as the op table and promotion see it: 'b', 'i' (any integer) or 'f'."""
+        return "i" if self.kind == "u" else self.kind
 
     @property
     def is_bool(self) -> bool:
@@ -62,14 +73,20 @@ class DType:
 
 bool_ = DType("bool", "b", 1)
 int8 = DType("int8", "i", 1)
+int16 = DType("int16", "i", 2)
 int32 = DType("int32", "i", 4)
 int64 = DType("int64", "i", 8)
+uint8 = DType("uint8", "u", 1)
+uint16 = DType("uint16", "u", 2)
+uint32 = DType("uint32", "u", 4)
+uint64 = DType("uint64", "u", 8)
 float16 = DType("float16", "f", 2)
 bfloat16 = DType("bfloat16", "f", 2)
 float32 = DType("float32", "f", 4)
 float64 = DType("float64", "f", 8)
 
-ALL_DTYPES: tuple[DType, ...] = (bool_, int8, int32, int64, float16, bfloat16, float32, float64)
+ALL_DTYPES: tuple[DType, ...] = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64,
+                                 float16, bfloat16, float32, float64)
 FLOAT_DTYPES: tuple[DType, ...] = tuple(d for d in ALL_DTYPES if d.is_floating)
 INT_DTYPES: tuple[DType, ...] = tuple(d for d in ALL_DTYPES if d.is_integer)
 _BY_NAME = {d.name: d for d in ALL_DTYPES}
@@ -110,18 +127,29 @@ def from_numpy(dtype: np.dtype) -> DType:
     raise UnsupportedError(f"dtype: expected one of {_expected_names()}, got {dtype}")
 
 
+_SIGNED_BY_SIZE = {1: int8, 2: int16, 4: int32, 8: int64}
+
+
 def promote_types(a: DType, b: DType) -> DType:
     """Promotes two strong dtypes: the wider of one kind, the floating one across kinds.
 
     float16 with bfloat16 gives float32, as in torch and JAX; the array API leaves cross-kind
-    pairs to the implementation, and braze takes the higher kind's type as JAX does.
+    pairs to the implementation, and braze takes the higher kind's type as JAX does (so uint32
+    with float32 is float32, where NumPy gives float64). A signed and an unsigned integer promote
+    as in NumPy 2: to the smallest signed type that holds both (uint8 with int8 is int16), and
+    uint64 with any signed type, which no integer type holds, to float64.
     """
     if a == b:
         return a
-    if a.kind != b.kind:
+    if _KIND_RANK[a.kind] != _KIND_RANK[b.kind]:
         return a if _KIND_RANK[a.kind] > _KIND_RANK[b.kind] else b
     if {a, b} == {float16, bfloat16}:
         return float32
+    if a.kind != b.kind:  # one signed, one unsigned integer
+        signed, unsigned = (a, b) if a.kind == "i" else (b, a)
+        if signed.itemsize > unsigned.itemsize:
+            return signed
+        return _SIGNED_BY_SIZE.get(2 * unsigned.itemsize, float64)
     return a if a.itemsize > b.itemsize else b
 
 
@@ -140,7 +168,7 @@ def result_type(*operands: tuple[DType, bool | int]) -> DType:
         result = promote_types(result, d)
     for d in weak:
         if _KIND_RANK[d.kind] > _KIND_RANK[result.kind]:
-            result = _WEAK_DEFAULT[d.kind]
+            result = _WEAK_DEFAULT[d.category]
     return result
 
 
@@ -174,6 +202,36 @@ def iinfo(dtype: object) -> np.iinfo:
     if not target.is_integer:
         raise UnsupportedError(f"iinfo: expected an integer dtype, got {target.name} (bz.finfo takes floating ones)")
     return np.iinfo(target.numpy)
+
+
+def int_bounds(dtype: DType) -> tuple[int, int]:
+    """The smallest and largest value of an integer dtype (bool: 0 and 1)."""
+    if dtype.is_bool:
+        return 0, 1
+    bits = dtype.itemsize * 8
+    return (0, (1 << bits) - 1) if dtype.is_unsigned else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+
+
+def wrap_int(value: int, dtype: DType) -> int:
+    """`value` modulo 2^n into the range of integer `dtype`, as integer arithmetic and casts wrap."""
+    lo, hi = int_bounds(dtype)
+    return (int(value) - lo) % (hi - lo + 1) + lo
+
+
+def cast_values(values: np.ndarray, target: DType) -> np.ndarray:
+    """`values` converted to `target` as compiled code converts them: integers wrap modulo 2^n; floats
+    to integers truncate toward zero and saturate, NaN giving 0 and a negative float 0 of an unsigned
+    type (C and NumPy leave those undefined)."""
+    if target.is_integer and values.dtype.kind not in "biu":  # floats, bfloat16 among them
+        lo, hi = int_bounds(target)
+        finite = np.nan_to_num(values.astype(np.float64), nan=0.0)
+        truncated = np.clip(np.trunc(finite), float(lo), float(hi))
+        # float(hi) of a 64-bit type rounds up to 2^63 or 2^64, past the type: those saturate too
+        with np.errstate(all="ignore"):
+            return np.where(truncated >= float(hi), target.numpy.type(hi),
+                            truncated.astype(target.numpy)).astype(target.numpy)
+    with np.errstate(all="ignore"):
+        return values.astype(target.numpy)
 
 
 def finfo_eps(dtype: DType) -> float:

@@ -111,12 +111,17 @@ def const_text(value, dtype: DType) -> str:
     if dtype.is_floating:
         with np.errstate(over="ignore"):
             return _float_literal(float(dtype.numpy.type(value)), dtype)
-    value = int(value)
+    bits = dtype.itemsize * 8
+    value = int(value) % (1 << bits) if dtype.is_unsigned else int(value)
     if dtype.name == "int64":
         return f"{value}LL" if value != -(2**63) else "(-9223372036854775807LL - 1)"
     if dtype.name == "int32":
         return str(value) if value != -(2**31) else "(-2147483647 - 1)"
-    return f"((signed char){value})"
+    if dtype.name == "uint64":
+        return f"{value}ULL"
+    if dtype.name == "uint32":
+        return f"{value}u"
+    return f"(({c_type(dtype)}){value})"
 
 
 class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter, InvariantWriter, ScanWriter):
@@ -604,7 +609,9 @@ def task_variants(task: k.Task) -> tuple[k.Task, TaskSchedule, k.Task]:
 
 def scalar_from_slot(slot: str, dtype: DType) -> str:
     """A scalar parameter's value from its 8-byte slot (floats travel as their bits)."""
-    return {"bool": f"(({slot}) & 1) != 0", "int8": f"(signed char)({slot})", "int32": f"(int)({slot})",
+    if dtype.is_integer and dtype.name != "int64":
+        return f"({c_type(dtype)})({slot})"
+    return {"bool": f"(({slot}) & 1) != 0",
             "int64": slot, "float32": f"__int_as_float((int)({slot}))", "float64": f"__longlong_as_double({slot})",
             "float16": f"__ushort_as_half((unsigned short)({slot}))",
             "bfloat16": f"__ushort_as_bfloat16((unsigned short)({slot}))"}[dtype.name]

@@ -37,7 +37,9 @@ from braze.dtypes import DType
 from braze.kir import nodes as k
 from braze.passes.simplify import map_children
 
-C_TYPE = {"bool": "bool", "int8": "signed char", "int32": "int", "int64": "long long", "float16": "__half",
+C_TYPE = {"bool": "bool", "int8": "signed char", "int16": "short", "int32": "int", "int64": "long long",
+          "uint8": "unsigned char", "uint16": "unsigned short", "uint32": "unsigned", "uint64": "unsigned long long",
+          "float16": "__half",
           "bfloat16": "__nv_bfloat16", "float32": "float", "float64": "double"}
 
 

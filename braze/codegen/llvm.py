@@ -83,7 +83,9 @@ class TaskEmitter:
         return offset if offset is not None else I64(0)
 
     def to_i64(self, value: ir.Value, dtype: DType) -> ir.Value:
-        return value if dtype.itemsize == 8 else self.b.sext(value, I64)
+        if dtype.itemsize == 8:
+            return value
+        return self.b.zext(value, I64) if dtype.is_unsigned or dtype.is_bool else self.b.sext(value, I64)
 
     # --- expressions ----------------------------------------------------------------------------
     def expr(self, e: k.Expr) -> ir.Value:
@@ -99,7 +101,8 @@ class TaskEmitter:
         if dtype.is_floating:  # round through the dtype first: 1e6 as float16 is inf, not an error
             with np.errstate(over="ignore"):
                 return ir.Constant(ty, float(dtype.numpy.type(value)))
-        return ir.Constant(ty, int(value))
+        bits = dtype.itemsize * 8
+        return ir.Constant(ty, (int(value) + (1 << (bits - 1))) % (1 << bits) - (1 << (bits - 1)))  # the bit pattern
 
     def load_memory(self, pointer: ir.Value, dtype: DType) -> ir.Value:
         value = self.b.load(pointer)
@@ -222,6 +225,8 @@ def _emit_atomic(cg: TaskEmitter, s: k.AtomicRMW) -> None:
     floating = s.param.dtype.is_floating
     op = {("add", False): "add", ("sub", False): "sub", ("min", False): "min", ("max", False): "max",
           ("add", True): "fadd", ("sub", True): "fsub", ("min", True): "fmin", ("max", True): "fmax"}[(s.op, floating)]
+    if s.param.dtype.is_unsigned and op in ("min", "max"):
+        op = "u" + op
     if llvm_private.emit_private_update(cg, s, op, value):
         return
     old = cg.b.atomic_rmw(op, pointer, value, "seq_cst")

@@ -3,7 +3,9 @@
 Operands arrive in their compute type (float32 for half types: the lowering casts first), so
 the float rules see float32 or float64 only. Semantics match the reference rules: NaN-propagating
 maximum/minimum, Python-style floor division, integer division by zero giving 0, shifts defined
-for every amount, saturating float-to-int casts.
+for every amount, saturating float-to-int casts. Unsigned integers share the signed rules' LLVM
+types (i8 to i64); their rules pick the unsigned instructions (udiv, urem, lshr, icmp u*, uitofp,
+fptoui.sat, zext).
 """
 
 from __future__ import annotations
@@ -104,6 +106,12 @@ def _gelu(cg, a, dts, out, attrs):
     return b.fmul(b.fmul(fconst(0.5, x), x), b.fadd(fconst(1.0, x), erf))
 
 
+def icmp(cg: TaskEmitter, dtype: DType, predicate: str, x: ir.Value, y: ir.Value) -> ir.Value:
+    """An integer comparison, unsigned for unsigned dtypes (and bools)."""
+    unsigned = dtype.is_unsigned or dtype.is_bool
+    return (cg.b.icmp_unsigned if unsigned else cg.b.icmp_signed)(predicate, x, y)
+
+
 def _sign(cg, a, dts, out, attrs):
     x, b = a[0], cg.b
     if dts[0].is_floating:
@@ -111,7 +119,7 @@ def _sign(cg, a, dts, out, attrs):
         negative = b.uitofp(b.fcmp_ordered("<", x, fconst(0.0, x)), x.type)
         return b.select(b.fcmp_unordered("uno", x, x), x, b.fsub(positive, negative))
     zero = ir.Constant(x.type, 0)
-    return b.sub(b.zext(b.icmp_signed(">", x, zero), x.type), b.zext(b.icmp_signed("<", x, zero), x.type))
+    return b.sub(b.zext(icmp(cg, dts[0], ">", x, zero), x.type), b.zext(icmp(cg, dts[0], "<", x, zero), x.type))
 
 
 def truth(cg: TaskEmitter, x: ir.Value, dtype: DType) -> ir.Value:
@@ -125,6 +133,8 @@ def truth(cg: TaskEmitter, x: ir.Value, dtype: DType) -> ir.Value:
 
 def _int_abs(cg, a, dts, out, attrs):
     x = a[0]
+    if dts[0].is_unsigned:
+        return x
     return cg.b.select(cg.b.icmp_signed("<", x, ir.Constant(x.type, 0)), cg.b.neg(x), x)
 
 
@@ -167,7 +177,7 @@ UNARY_RULES = {
     # x > 0 or NaN keeps x (unordered compare); everything else, -inf and -0.0 included, gives +0.
     "relu": by_kind(lambda cg, a, d, o, t: cg.b.select(cg.b.fcmp_unordered(">", a[0], fconst(0.0, a[0])), a[0],
                                                        fconst(0.0, a[0])),
-                    lambda cg, a, d, o, t: cg.b.select(cg.b.icmp_signed(">", a[0], ir.Constant(a[0].type, 0)),
+                    lambda cg, a, d, o, t: cg.b.select(icmp(cg, d[0], ">", a[0], ir.Constant(a[0].type, 0)),
                                                        a[0], ir.Constant(a[0].type, 0))),
     "gelu": _gelu,
     "silu": lambda cg, a, d, o, t: cg.b.fmul(a[0], _sigmoid(cg, a[0])),
@@ -190,7 +200,19 @@ def _safe_divisor(cg: TaskEmitter, b_: ir.Value) -> tuple[ir.Value, ir.Value, ir
     return safe, is_zero, is_minus_one
 
 
+def _unsigned_divide(method: str):
+    """udiv or urem, where floor and truncation agree; by zero gives 0 (udiv traps)."""
+    def rule(cg, a, dts, out, attrs):
+        x, y, b = a[0], a[1], cg.b
+        zero, one = ir.Constant(x.type, 0), ir.Constant(x.type, 1)
+        is_zero = b.icmp_unsigned("==", y, zero)
+        return b.select(is_zero, zero, getattr(b, method)(x, b.select(is_zero, one, y)))
+    return rule
+
+
 def _int_floordiv(cg, a, dts, out, attrs):
+    if dts[0].is_unsigned:
+        return _unsigned_divide("udiv")(cg, a, dts, out, attrs)
     x, y, b = a[0], a[1], cg.b
     safe, is_zero, is_minus_one = _safe_divisor(cg, y)
     quotient, remainder = b.sdiv(x, safe), b.srem(x, safe)
@@ -202,6 +224,8 @@ def _int_floordiv(cg, a, dts, out, attrs):
 
 
 def _int_remainder(cg, a, dts, out, attrs):
+    if dts[0].is_unsigned:
+        return _unsigned_divide("urem")(cg, a, dts, out, attrs)
     x, y, b = a[0], a[1], cg.b
     safe, is_zero, is_minus_one = _safe_divisor(cg, y)
     remainder = b.srem(x, safe)
@@ -234,17 +258,17 @@ def _float_divmod(cg: TaskEmitter, x: ir.Value, y: ir.Value) -> tuple[ir.Value, 
 
 def _int_power(cg, a, dts, out, attrs):
     """Square-and-multiply in a helper function (wrap-around; negative exponents as the reference)."""
-    ty = a[0].type
-    name = f"braze_ipow_i{ty.width}"
+    ty, unsigned = a[0].type, dts[0].is_unsigned
+    name = f"braze_ipow_{'u' if unsigned else 'i'}{ty.width}"
     fn = cg.module.globals.get(name)
     if fn is None:
         fn = ir.Function(cg.module, ir.FunctionType(ty, [ty, ty]), name=name)
         fn.linkage = "internal"
-        _build_int_power(fn, ty)
+        _build_int_power(fn, ty, unsigned)
     return cg.b.call(fn, a)
 
 
-def _build_int_power(fn: ir.Function, ty: ir.IntType) -> None:
+def _build_int_power(fn: ir.Function, ty: ir.IntType, unsigned: bool) -> None:
     base, exponent = fn.args
     entry, loop, done = fn.append_basic_block("entry"), fn.append_basic_block("loop"), fn.append_basic_block("done")
     b = ir.IRBuilder(entry)
@@ -252,7 +276,7 @@ def _build_int_power(fn: ir.Function, ty: ir.IntType) -> None:
     odd_exponent = b.icmp_signed("!=", b.and_(exponent, one), zero)
     at_negative = b.select(b.icmp_signed("==", base, one), one,
                            b.select(b.icmp_signed("==", base, minus_one), b.select(odd_exponent, minus_one, one), zero))
-    negative = b.icmp_signed("<", exponent, zero)
+    negative = ir.Constant(I1, 0) if unsigned else b.icmp_signed("<", exponent, zero)
     b.cbranch(negative, done, loop)
     b.position_at_end(loop)
     result, b_, e = b.phi(ty), b.phi(ty), b.phi(ty)
@@ -273,10 +297,12 @@ def _shift(direction: str):
     def rule(cg, a, dts, out, attrs):
         x, s, b = a[0], a[1], cg.b
         bits = ir.Constant(x.type, x.type.width)
-        in_range = b.and_(b.icmp_signed(">=", s, ir.Constant(x.type, 0)), b.icmp_signed("<", s, bits))
+        in_range = b.icmp_unsigned("<", s, bits)  # a negative amount, seen unsigned, is past the width
         safe = b.select(in_range, s, ir.Constant(x.type, 0))
         if direction == "left":
             return b.select(in_range, b.shl(x, safe), ir.Constant(x.type, 0))
+        if dts[0].is_unsigned:  # logical: zeros come in
+            return b.select(in_range, b.lshr(x, safe), ir.Constant(x.type, 0))
         sign_fill = b.select(b.icmp_signed("<", x, ir.Constant(x.type, 0)), ir.Constant(x.type, -1),
                              ir.Constant(x.type, 0))
         return b.select(in_range, b.ashr(x, safe), sign_fill)
@@ -291,13 +317,12 @@ def _compare(op: str):
         if dts[0].is_floating:
             method = cg.b.fcmp_ordered if float_op[0] == "ordered" else cg.b.fcmp_unordered
             return method(float_op[1], a[0], a[1])
-        compare = cg.b.icmp_unsigned if dts[0].is_bool else cg.b.icmp_signed
-        return compare(op, a[0], a[1])
+        return icmp(cg, dts[0], op, a[0], a[1])
     return rule
 
 
 def _int_extreme(predicate: str):
-    return lambda cg, a, d, o, t: cg.b.select(cg.b.icmp_signed(predicate, a[0], a[1]), a[0], a[1])
+    return lambda cg, a, d, o, t: cg.b.select(icmp(cg, d[0], predicate, a[0], a[1]), a[0], a[1])
 
 
 def _logical(method: str):
@@ -402,12 +427,14 @@ def _cast(cg, a, dts, out, attrs):
     if out.name == "bfloat16":
         as_float = _cast(cg, [x], [source], dt.float32, attrs) if source != dt.float32 else x
         return float_to_bf16(cg, [as_float], [dt.float32], out, attrs)
-    return _CASTS[(source.kind, out.kind)](cg, x, source, out)
+    return _CASTS[(source.category, out.category)](cg, x, source, out)
 
 
 def _float_to_int(cg: TaskEmitter, x: ir.Value, source: DType, out: DType) -> ir.Value:
+    """Saturating: NaN gives 0, and (to an unsigned type) a negative value 0."""
     target = register_type(out)
-    name = f"llvm.fptosi.sat.i{target.width}.{ {'float16': 'f16', 'float32': 'f32', 'float64': 'f64'}[source.name]}"
+    suffix = {"float16": "f16", "float32": "f32", "float64": "f64"}[source.name]
+    name = f"llvm.fpto{'u' if out.is_unsigned else 's'}i.sat.i{target.width}.{suffix}"
     return cg.b.call(callee(cg, name, target, [x.type]), [x])
 
 
@@ -441,8 +468,17 @@ def _float64_to_float32_round_to_odd(cg: TaskEmitter, x: ir.Value) -> ir.Value:
 
 
 def _int_to_int(cg: TaskEmitter, x: ir.Value, source: DType, out: DType) -> ir.Value:
+    """Modulo 2^n, as C and NumPy: widening extends by the source's sign (int8 -1 is uint16 65535)."""
     target = register_type(out)
-    return cg.b.sext(x, target) if out.itemsize > source.itemsize else cg.b.trunc(x, target)
+    if out.itemsize == source.itemsize:
+        return x  # int32 <-> uint32: the same bits
+    if out.itemsize < source.itemsize:
+        return cg.b.trunc(x, target)
+    return cg.b.zext(x, target) if source.is_unsigned else cg.b.sext(x, target)
+
+
+def _int_to_float(cg: TaskEmitter, x: ir.Value, source: DType, out: DType) -> ir.Value:
+    return (cg.b.uitofp if source.is_unsigned else cg.b.sitofp)(x, register_type(out))
 
 
 _CASTS = {
@@ -451,7 +487,7 @@ _CASTS = {
     ("i", "b"): lambda cg, x, s, o: truth(cg, x, s),
     ("f", "b"): lambda cg, x, s, o: truth(cg, x, s),
     ("i", "i"): _int_to_int,
-    ("i", "f"): lambda cg, x, s, o: cg.b.sitofp(x, register_type(o)),
+    ("i", "f"): lambda cg, x, s, o: _int_to_float(cg, x, s, o),
     ("f", "i"): _float_to_int,
     ("f", "f"): _float_to_float,
 }

@@ -10,8 +10,12 @@ template <int N> struct BzArgs { long long s[N]; };
 
 template <typename T> struct bz_unsigned_of { typedef T type; };
 template <> struct bz_unsigned_of<signed char> { typedef unsigned char type; };
+template <> struct bz_unsigned_of<short> { typedef unsigned short type; };
 template <> struct bz_unsigned_of<int> { typedef unsigned int type; };
 template <> struct bz_unsigned_of<long long> { typedef unsigned long long type; };
+// Unsigned integers (unsigned char to unsigned long long) are their own unsigned type; they already
+// wrap, divide, compare and shift right as unsigned values in C++.
+template <typename T> constexpr bool bz_is_signed() { return T(-1) < T(0); }
 
 template <typename T> constexpr bool bz_is_float() { return sizeof(T) >= 4 && T(0.5) != T(0); }
 
@@ -69,15 +73,19 @@ template <> BZ_D float bz_minimum(float a, float b) {
 }
 #endif
 
-// Python's floor division and remainder; x // 0 and x % 0 give 0, MIN // -1 wraps.
+// Python's floor division and remainder; x // 0 and x % 0 give 0, MIN // -1 wraps. Unsigned
+// operands: C++'s division, which is the floor one, and a divisor of all ones is no -1.
 template <typename T> BZ_D T bz_int_floordiv(T x, T y) {
   if (y == T(0)) return T(0);
+  if constexpr (!bz_is_signed<T>()) return T(x / y);
   if (y == T(-1)) return bz_neg(x);
   T q = x / y, r = x % y;
   return (r != T(0) && ((r < T(0)) != (y < T(0)))) ? T(q - T(1)) : q;
 }
 template <typename T> BZ_D T bz_int_remainder(T x, T y) {
-  if (y == T(0) || y == T(-1)) return T(0);
+  if (y == T(0)) return T(0);
+  if constexpr (!bz_is_signed<T>()) return T(x % y);
+  if (y == T(-1)) return T(0);
   T r = x % y;
   return (r != T(0) && ((r < T(0)) != (y < T(0)))) ? T(r + y) : r;
 }
@@ -143,7 +151,7 @@ template <typename T> BZ_D T bz_remainder(T x, T y) {
 
 // Integer power by squaring (wrap-around); a negative exponent gives 1, -1 or 0 as the reference.
 template <typename T> BZ_D T bz_int_pow(T base, T e) {
-  if (e < T(0)) return base == T(1) ? T(1) : base == T(-1) ? ((e & T(1)) ? T(-1) : T(1)) : T(0);
+  if (bz_is_signed<T>() && e < T(0)) return base == T(1) ? T(1) : base == T(-1) ? ((e & T(1)) ? T(-1) : T(1)) : T(0);
   typedef typename bz_unsigned_of<T>::type U;
   T result = T(1);
   for (U bits = (U)e;; bits >>= 1) {
@@ -161,12 +169,15 @@ template <typename T> BZ_D T bz_left_shift(T x, T s) {
   typedef typename bz_unsigned_of<T>::type U;
   return (s >= T(0) && s < T(8 * sizeof(T))) ? (T)(U)((U)x << (int)s) : T(0);
 }
+// Arithmetic for signed x, logical for unsigned (C++'s >> on each); past the width, the sign fills.
 template <typename T> BZ_D T bz_right_shift(T x, T s) {
   return (s >= T(0) && s < T(8 * sizeof(T))) ? (T)(x >> (int)s) : (x < T(0) ? T(-1) : T(0));
 }
 
 template <typename T> BZ_D T bz_abs(T x) {
-  if constexpr (bz_is_float<T>()) return fabs(x); else return x < T(0) ? bz_neg(x) : x;
+  if constexpr (bz_is_float<T>()) return fabs(x);
+  else if constexpr (!bz_is_signed<T>()) return x;
+  else return x < T(0) ? bz_neg(x) : x;
 }
 template <typename T> BZ_D T bz_sign(T x) {
   if (x != x) return x;
@@ -209,11 +220,15 @@ template <typename T> BZ_D T bz_lerp(T start, T end, T weight) { return start + 
 template <typename T> BZ_D T bz_clamp(T x, T lo, T hi) { return bz_minimum(bz_maximum(x, lo), hi); }
 
 // --- casts ------------------------------------------------------------------------------------
-// Float to integer saturates, and NaN gives 0 (as LLVM's fptosi.sat).
+// Float to integer saturates, and NaN gives 0 (as LLVM's fptosi.sat and fptoui.sat): a negative
+// float gives 0 of an unsigned type. hi as F may round up past T's maximum (2^63 as a double): x at
+// or past it saturates before the conversion, which would be undefined there.
 template <typename T, typename F> BZ_D T bz_float_to_int(F x) {
   if (x != x) return T(0);
-  constexpr T lo = T(sizeof(T) == 8 ? (-9223372036854775807LL - 1) : sizeof(T) == 4 ? (-2147483647 - 1) : -128);
-  constexpr T hi = T(sizeof(T) == 8 ? 9223372036854775807LL : sizeof(T) == 4 ? 2147483647 : 127);
+  typedef typename bz_unsigned_of<T>::type U;
+  constexpr bool is_signed = bz_is_signed<T>();
+  constexpr T hi = T(is_signed ? U(~U(0)) >> 1 : U(~U(0)));
+  constexpr T lo = T(is_signed ? T(-hi - T(1)) : T(0));
   if (x <= F(lo)) return lo;
   if (x >= F(hi)) return hi;
   return T(x);

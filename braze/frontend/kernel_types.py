@@ -22,9 +22,10 @@ from braze.ops.elementwise import BINARY, TERNARY, UNARY, compute_type
 
 PYTHON_SCALARS = (bool, int, float)
 _KIND_NAMES = {"b": "bool", "i": "integer", "f": "floating"}
-_KIND_RANK = {"b": 0, "i": 1, "f": 2}
+_KIND_RANK = {"b": 0, "i": 1, "u": 1, "f": 2}
 
-ATOMIC_DTYPES = ("int32", "int64", "float32", "float64")  # what atomic updates take on every backend
+# What atomic updates take on every backend.
+ATOMIC_DTYPES = ("int32", "int64", "uint32", "uint64", "float32", "float64")
 ATOMIC_AUGMENTED = ("add", "sub")  # augmented assignments with an atomic form (`+=`, `-=`)
 
 
@@ -55,7 +56,7 @@ def type_of(v: k.Expr | bool | int | float) -> tuple[DType, int]:
     """(dtype, weakness): typed expressions are strong (0), Python literals weak (2)."""
     if isinstance(v, k.Expr):
         if v in _WEAK_EXPRESSIONS:
-            return dt.python_scalar_dtype(_PYTHON_ZERO[v.dtype.kind]), 2
+            return dt.python_scalar_dtype(_PYTHON_ZERO[v.dtype.category]), 2
         return v.dtype, 0
     if isinstance(v, VectorValue):
         raise TypeProblem(f"expected a scalar, got a {v.type_name} value; take a component (v.x, v[0]) or "
@@ -79,9 +80,20 @@ def as_expr(v: k.Expr | bool | int | float, dtype: DType | None = None) -> k.Exp
 
 
 def _check_kinds(op: str, dtype: DType, kinds: str) -> None:
-    if dtype.kind not in kinds:
+    if dtype.category not in kinds:
         expected = " or ".join(_KIND_NAMES[c] for c in kinds)
         raise TypeProblem(f"{op}: expected {expected} operands, got {dtype.name}")
+
+
+def _check_literal_fits(op: str, value: object, dtype: DType) -> None:
+    """A Python int must fit the integer type it meets (`h * 0x1_0000_0000` with a uint32 h is an
+    error, as in NumPy 2; mask first, `h & 0xFFFFFFFF`, or convert, `bz.uint64(h)`)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not dtype.is_integer:
+        return
+    lo, hi = dt.int_bounds(dtype)
+    if not lo <= value <= hi:
+        raise TypeProblem(f"{op}: the Python int {value} is out of range for {dtype.name} [{lo}, {hi}]; "
+                          f"convert the other operand to a wider type first, e.g. bz.int64(...)")
 
 
 def _apply(op: str, table: dict, operands: list, make: Callable[[list[k.Expr], DType], k.Expr]) -> k.Expr:
@@ -95,8 +107,10 @@ def _apply(op: str, table: dict, operands: list, make: Callable[[list[k.Expr], D
     promoted = dt.result_type(*types)
     literals_only = all(w == 2 for _, w in types)  # weak expressions and literals: as Python computes them
     if literals_only:
-        promoted = _PYTHON_PRECISION[promoted.kind]
+        promoted = _PYTHON_PRECISION[promoted.category]
     _check_kinds(op, promoted, kinds)
+    for v in values:
+        _check_literal_fits(op, v, promoted)
     result = result_rule(promoted)
     compute = compute_type(promoted, result)
     conditions = [as_expr(c, dt.bool_) for c in operands[:first_value]]

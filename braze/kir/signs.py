@@ -54,6 +54,8 @@ def _nonnegative(e: k.Expr, extents: frozenset[str], locals_: frozenset[k.Var], 
     if isinstance(e, k.Binary) and e.op == "sub":  # a ceiling division's `x + c - 1`, with c >= 1
         return _less_a_constant(e, recurse)
     if isinstance(e, k.Cast):  # a widening cast keeps the value
+        if e.x.dtype.is_unsigned:  # any unsigned value fits a wider signed type: uint32 -> int32 may not
+            return e.x.dtype.itemsize < e.dtype.itemsize
         return e.x.dtype.is_integer and e.x.dtype.itemsize <= e.dtype.itemsize and recurse(e.x)
     return False
 

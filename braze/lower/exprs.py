@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from braze import dtypes as dt
 from braze.dtypes import DType
 from braze.kir import nodes as k
 
@@ -22,10 +23,14 @@ def cast(e: k.Expr, dtype: DType) -> k.Expr:
         return e
     if isinstance(e, k.Const) and dtype.name != "bfloat16" and e.dtype.name != "bfloat16":
         # Fold, rounding as the cast would: 0.1 cast to float16 and back is not 0.1.
-        with np.errstate(all="ignore"):
-            value = np.asarray(e.value, dtype=e.dtype.numpy).astype(dtype.numpy).item()
-        return k.Const(value, dtype)
+        return k.Const(dt.cast_values(const_array(e), dtype).item(), dtype)
     return k.Cast(e, dtype)
+
+
+def const_array(c: k.Const) -> np.ndarray:
+    """A constant's value as a 0-d array of its dtype (an integer's value taken modulo 2^n)."""
+    value = dt.wrap_int(c.value, c.dtype) if c.dtype.is_integer else c.value
+    return np.asarray(value, dtype=c.dtype.numpy)
 
 
 def _is_const(e: k.Expr, value: int) -> bool:

@@ -21,8 +21,8 @@ def _extreme(dtype: DType, largest: bool) -> k.Const:
         return k.Const(float("inf") if largest else float("-inf"), dtype)
     if dtype.is_bool:
         return k.Const(largest, dtype)
-    bits = dtype.itemsize * 8
-    return k.Const(2 ** (bits - 1) - 1 if largest else -(2 ** (bits - 1)), dtype)
+    lo, hi = dt.int_bounds(dtype)
+    return k.Const(hi if largest else lo, dtype)
 
 
 # op: (initial value for an accumulator dtype, combine op name). The `reduce_*` combines may be

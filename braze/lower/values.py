@@ -141,6 +141,8 @@ class ValueEmitter:
     def _compute(self, tv: TensorView, idx: tuple[k.Expr, ...]) -> k.Expr:
         if tv.is_constant:  # a Python literal keeps its exact value until an op casts it
             dtype = dt.as_dtype(type(tv.value)) if tv.scalar == "literal" else tv.dtype
+            if dtype == dt.int64 and tv.value >= 2**63:  # a Python int only uint64 holds
+                dtype = dt.uint64
             return k.Const(tv.value, dtype) if dtype.name != "bfloat16" else cast(
                 k.Const(float(tv.value), dt.float32), dtype)
         if tv.scalar == "extent":  # an extent used as a value: computed from the extent parameters

@@ -64,7 +64,7 @@ def int_power(base: np.ndarray, exponent: np.ndarray) -> np.ndarray:
 
 
 def power(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return int_power(a, b) if a.dtype.kind == "i" else np.power(a, b)
+    return int_power(a, b) if a.dtype.kind in "iu" else np.power(a, b)
 
 
 def shift(direction: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
@@ -74,9 +74,10 @@ def shift(direction: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
         bits = a.dtype.itemsize * 8
         in_range = (s >= 0) & (s < bits)
         safe = np.where(in_range, s, 0).astype(a.dtype)
+        zero = np.zeros_like(a)  # a Python 0 or -1 would promote uint64 to float64
         if direction == "left":
-            return np.where(in_range, np.left_shift(a, safe), 0).astype(a.dtype)
-        return np.where(in_range, np.right_shift(a, safe), np.where(a < 0, -1, 0)).astype(a.dtype)
+            return np.where(in_range, np.left_shift(a, safe), zero)
+        return np.where(in_range, np.right_shift(a, safe), np.where(a < zero, ~zero, zero))
 
     return shifted
 
@@ -175,6 +176,9 @@ def _elementwise_entry(name: str, kinds: str, result: Callable, fn: Callable, va
             reject_kinds(name, tv, kinds if not tv.weak else "bif")
         promoted = operand_type(values)
         reject_kinds(name, _Typed(promoted, f"the promoted type {promoted.name}"), kinds)
+        for position, tv in enumerate(values, start=value_operands.start or 0):
+            if tv.scalar == "literal":
+                check_literal_fits(name, tv.value, promoted, position)
         return result(promoted)
 
     def reference(ctx: RefContext, args: Sequence[np.ndarray], out: TensorView, attrs: dict) -> np.ndarray:
@@ -231,8 +235,8 @@ def as_operand(op: str, fusion: FusionGraph, x: Operand, position: int) -> Tenso
         x = float(x)
     if isinstance(x, (bool, int, float, np.bool_, np.integer, np.floating)):
         value = x.item() if isinstance(x, np.generic) else x
-        if isinstance(value, int) and not -(2**63) <= value < 2**63:  # no braze dtype holds it
-            raise FusionDefinitionError(f"{op}: operand {position}: expected an int in [-2**63, 2**63), got {value}")
+        if isinstance(value, int) and not -(2**63) <= value < 2**64:  # no braze dtype holds it
+            raise FusionDefinitionError(f"{op}: operand {position}: expected an int in [-2**63, 2**64), got {value}")
         return TensorView(fusion, [], dt.python_scalar_dtype(value), scalar="literal", value=value)
     if isinstance(x, Scalar):
         return extent_operand(op, fusion, x, position)
@@ -256,10 +260,26 @@ def extent_operand(op: str, fusion: FusionGraph, extent: Scalar, position: int) 
     return TensorView(fusion, [], dt.int64, scalar="extent", value=extent)
 
 
+def check_literal_fits(op: str, value: object, dtype: DType, position: int) -> None:
+    """Raises unless a Python int operand fits the integer type the op computes in, as NumPy 2 asks
+    (`uint8_array + 300` and `uint8_array - 1` are errors, not silent wrap-around)."""
+    if not dtype.is_integer or isinstance(value, bool) or not isinstance(value, int):
+        return
+    lo, hi = dt.int_bounds(dtype)
+    if not lo <= value <= hi:
+        raise FusionDefinitionError(
+            f"{op}: operand {position}: expected a Python int in [{lo}, {hi}] (the range of {dtype.name}), "
+            f"got {value}; cast the tensor to a wider dtype first, or give the value as a tensor")
+
+
 def check_fill(op: str, value: object, dtype: DType) -> None:
-    """Raises unless `value` can fill a tensor of `dtype`: NaN and infinities have no integer value."""
+    """Raises unless `value` can fill a tensor of `dtype`: NaN and infinities have no integer value,
+    and an int must be in the dtype's range (`full((3,), -1, bz.uint8)` is an error, as in NumPy 2)."""
     if dtype.is_integer and isinstance(value, float) and not math.isfinite(value):
         raise FusionDefinitionError(f"{op}: value: expected a finite number for {dtype.name}, got {value!r}")
+    lo, hi = dt.int_bounds(dtype)
+    if dtype.is_integer and isinstance(value, int) and not lo <= value <= hi:
+        raise FusionDefinitionError(f"{op}: value: expected an int in [{lo}, {hi}] for {dtype.name}, got {value}")
 
 
 # The keyword attributes an elementwise op takes; any other keyword is an error, never ignored
@@ -281,7 +301,9 @@ def elementwise(op: str, *operands: Operand, **attrs) -> TensorView:
 
 
 def cast(x: TensorView, dtype: object) -> TensorView:
-    """Converts x to `dtype` (floats to integers truncate toward zero; to bool is `!= 0`)."""
+    """Converts x to `dtype`: integers to integers wrap modulo 2^n (int8 -1 is uint8 255), floats to
+    integers truncate toward zero and saturate (NaN gives 0, a negative float to an unsigned type 0,
+    where C and NumPy leave both undefined), anything to bool is `!= 0`."""
     target = dt.as_dtype(dtype)
     if not isinstance(x, TensorView):
         raise FusionDefinitionError(f"cast: expected a TensorView, got {type(x).__name__}")
@@ -289,8 +311,7 @@ def cast(x: TensorView, dtype: object) -> TensorView:
 
 
 def _cast_reference(ctx: RefContext, args, out: TensorView, attrs: dict) -> np.ndarray:
-    with np.errstate(all="ignore"):
-        return args[0].astype(out.dtype.numpy)
+    return dt.cast_values(args[0], out.dtype)
 
 
 register(OpDef("cast", "cast", lambda ins, a: [d.clone() for d in ins[0].visible], lambda ins, a: a["dtype"],

@@ -22,7 +22,8 @@ from braze.ops.broadcast import broadcast
 from braze.ops.elementwise import SAME, TO_BOOL, TO_FLOAT, TO_INT64, cast, elementwise
 from braze.ops.table import OpDef, RefContext, apply, register, reject_kinds
 
-_SUM_TYPE: Callable[[DType], DType] = lambda d: d if d.is_floating else dt.int64
+# NumPy's accumulation types: floats keep theirs, unsigned integers sum into uint64, others into int64.
+_SUM_TYPE: Callable[[DType], DType] = lambda d: d if d.is_floating else dt.uint64 if d.is_unsigned else dt.int64
 
 
 def _argreduce(fn: Callable) -> Callable:
@@ -57,10 +58,11 @@ REDUCTIONS: dict[str, tuple[str, Callable, Callable, bool]] = {
 
 
 def _accumulator(name: str, result: DType) -> DType | None:
-    """Floats accumulate in their compute type (float32 for half types), integer sums in int64."""
+    """Floats accumulate in their compute type (float32 for half types), integer sums in their
+    result type (int64 or uint64)."""
     if result.is_floating:
         return dt.compute_dtype(result)
-    return dt.int64 if name in ("sum", "prod") else None
+    return result if name in ("sum", "prod") else None
 
 
 def _reduction_shape(inputs: Sequence[TensorView], attrs: dict):
@@ -213,7 +215,8 @@ def _as_asked(result: TensorView, dtype: object) -> TensorView:
 
 @_AXES_ALIASES
 def sum(x: TensorView, axes=None, keepdim: bool = False, *, dtype: object = None) -> TensorView:  # noqa: A001
-    """Sum over axes; integers and bools accumulate in int64, half types in float32. `dtype=` casts
+    """Sum over axes; bools and signed integers accumulate in int64, unsigned integers in uint64 (as
+    NumPy does), half types in float32. `dtype=` casts
     x to it first (torch's), so the result has that dtype."""
     return _as_asked(reduce("sum", cast_first(x, dtype, "sum"), axes, keepdim), dtype)
 

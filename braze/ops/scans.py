@@ -2,7 +2,8 @@
 
 Element i of a scan along `axis` combines the input's elements 0..i of that axis. The output has the
 input's shape. Result dtypes follow the reductions of the same name (reductions.py): sums and
-products of integers and bools are int64 (NumPy's accumulation type on its default platform), floats
+products of integers and bools are int64, of unsigned integers uint64 (NumPy's accumulation types on
+its default platform), floats
 keep their dtype and half types accumulate in float32; running maxima and minima keep the dtype and
 propagate NaN, as NumPy's `np.maximum.accumulate` and torch's `cummax` do.
 
@@ -36,7 +37,7 @@ SCANS: dict[str, tuple[Callable[[DType], DType], Callable]] = {
 
 def scan_accumulator(result: DType) -> DType:
     """The type a scan's running value is kept in: the result's compute type (float32 for half
-    types; int64 sums and products are their result type already)."""
+    types; int64 and uint64 sums and products are their result type already)."""
     return dt.compute_dtype(result)
 
 
@@ -78,7 +79,8 @@ _AXIS_ALIASES = keyword_aliases(axis=("dim",))
 
 @_AXIS_ALIASES
 def cumsum(x: TensorView, axis: int, *, dtype: object = None) -> TensorView:
-    """Running sum along `axis`; integers and bools accumulate in int64, half types in float32.
+    """Running sum along `axis`; integers and bools accumulate in int64 (unsigned ones in uint64), half
+    types in float32.
     `dtype=` casts x to it first, as torch's does."""
     return _as_asked(scan("cumsum", cast_first(x, dtype, "cumsum"), axis), dtype)
 

@@ -88,8 +88,8 @@ def apply(name: str, inputs: Sequence[TensorView], fusion: FusionGraph | None = 
 
 
 def reject_kinds(op: str, tv: TensorView, allowed: str) -> None:
-    """Raises when `tv`'s dtype kind is not among `allowed` ('b', 'i', 'f')."""
-    if tv.dtype.kind not in allowed:
+    """Raises when `tv`'s dtype kind is not among `allowed` ('b', 'i', 'f'; 'i' takes unsigned integers too)."""
+    if tv.dtype.category not in allowed:
         names = {"b": "bool", "i": "integer", "f": "floating"}
         expected = " or ".join(names[k] for k in allowed)
         raise FusionDefinitionError(f"{op}: {tv.describe()}: expected {a_or_an(expected)} dtype, got {tv.dtype.name}")

@@ -31,6 +31,7 @@ from collections.abc import Callable
 import numpy as np
 
 from braze import config
+from braze import dtypes as dt
 from braze.kir import nodes as k
 
 # Exact ops NumPy evaluates as the generated code does (in the operands' dtype, wrapping integers).
@@ -47,7 +48,8 @@ _FOLD_UNARY: dict[str, Callable] = {"neg": np.negative, "abs": np.abs, "logical_
                                     "bitwise_not": np.invert}
 # bfloat16 and float16 values are computed in float32 by the code generators, and bfloat16 constants
 # travel as bits: their constants are left as they are.
-_FOLDABLE = frozenset({"bool", "int8", "int32", "int64", "float32", "float64"})
+_FOLDABLE = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                       "float32", "float64"})
 _COMPOUND = (k.Unary, k.Binary, k.Ternary, k.Cast, k.Philox)
 
 
@@ -88,7 +90,8 @@ def _same(new: object, old: object) -> bool:
 
 
 def _array(c: k.Const) -> np.ndarray:
-    return np.asarray(c.value, dtype=c.dtype.numpy)
+    value = dt.wrap_int(c.value, c.dtype) if c.dtype.is_integer else c.value
+    return np.asarray(value, dtype=c.dtype.numpy)
 
 
 def fold_constants(e: k.Expr) -> k.Expr:

@@ -49,7 +49,7 @@ def check_scalar_fits(value: object, dtype: dt.DType, where: str, error: type[Ex
     if not isinstance(value, (bool, int, float)):
         raise error(f"{where}: expected {a_or_an(dtype.name)} scalar, got {type(value).__name__}")
     kind = dt.python_scalar_dtype(value).kind
-    if "bif".index(kind) > "bif".index(dtype.kind):
+    if "bif".index(kind) > "bif".index(dtype.category):
         raise error(f"{where}: expected {a_or_an(dtype.name)} scalar, got {type(value).__name__} {value!r}")
     if dtype.is_integer and not isinstance(value, bool):
         info = np.iinfo(dtype.numpy)

@@ -35,7 +35,9 @@ from braze import dtypes as dt
 from braze.ir.tensor import TensorView
 from braze.ops.table import OPS
 
-ALL = dt.ALL_DTYPES
+# The dtypes the random fusion generator draws values and bounds for (random_fusions.LIMIT); the
+# unsigned integers and int16 are checked op by op in tests/ops.
+ALL = tuple(d for d in dt.ALL_DTYPES if d.kind != "u" and d is not dt.int16)
 # Values a node of each dtype may reach: far from overflow (int8 wraps at 128, float16 at 65504).
 LIMIT = {"bool": 1, "int8": 120, "int32": 2**30, "int64": 2**60, "float16": 1e4, "bfloat16": 1e4,
          "float32": 1e6, "float64": 1e6}

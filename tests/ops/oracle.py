@@ -57,7 +57,7 @@ def assert_matches(actual: np.ndarray, expected: np.ndarray, dtype: bz.DType, k:
     assert actual.dtype == dtype.numpy, f"{what}: dtype {actual.dtype}, expected {dtype.numpy}"
     assert actual.shape == expected.shape, f"{what}: shape {actual.shape}, expected {expected.shape}"
     if dtype.kind != "f":
-        mismatch = actual.astype(np.int64) != expected.astype(np.int64)
+        mismatch = python_ints(actual) != python_ints(expected)
         assert not mismatch.any(), f"{what}: {actual[mismatch][:8]} != expected {expected[mismatch][:8]}"
         return
     rtol, atol = tolerance(dtype, k)
@@ -136,20 +136,29 @@ def bits(dtype: bz.DType) -> int:
     return dtype.itemsize * 8
 
 
-def wrap(value: int, width: int) -> int:
-    """`value` wrapped to a signed integer of `width` bits (two's complement)."""
+def wrap(value: int, width: int, unsigned: bool = False) -> int:
+    """`value` wrapped to an integer of `width` bits: two's complement, or unsigned."""
+    if unsigned:
+        return value % (1 << width)
     half = 1 << (width - 1)
     return (value + half) % (1 << width) - half
 
 
+def wrap_to(value: int, dtype: bz.DType) -> int:
+    return wrap(value, bits(dtype), dtype.kind == "u")
+
+
 def python_ints(a: np.ndarray | int | float) -> np.ndarray:
-    """An object array of exact Python ints (bools as 0 and 1)."""
-    return np.asarray(a).astype(np.int64).astype(object)
+    """An object array of exact Python ints (bools as 0 and 1; uint64 values past int64 too)."""
+    a = np.asarray(a)
+    return (a if a.dtype.kind in "biuO" else a.astype(np.int64)).astype(object)
 
 
 def int_range(dtype: bz.DType) -> tuple[int, int]:
     if dtype.kind == "b":
         return 0, 1
+    if dtype.kind == "u":
+        return 0, (1 << bits(dtype)) - 1
     return -(1 << (bits(dtype) - 1)), (1 << (bits(dtype) - 1)) - 1
 
 
@@ -165,9 +174,13 @@ def uniform(lo: float, hi: float, ints: tuple[int, int] | None = None) -> Domain
     def draw(rng, dtype, shape):
         if dtype.kind == "b":
             return rng.integers(0, 2, shape).astype(bool)
-        if dtype.kind == "i":
+        if dtype.kind in "iu":
             low, high = int_range(dtype)
-            return rng.integers(max(int_lo, low), min(int_hi, high), shape, endpoint=True).astype(dtype.numpy)
+            low, high = max(int_lo, low), min(int_hi, high)
+            if low > high:  # a range of negative integers only: an unsigned type takes them modulo 2^n
+                low, high = int_lo, int_hi
+            values = rng.integers(low, high, shape, endpoint=True, dtype=np.uint64 if high >= 2**63 else np.int64)
+            return np.asarray(values).astype(dtype.numpy)
         return rng.uniform(lo, hi, shape).astype(dtype.numpy)
 
     return draw
@@ -175,7 +188,7 @@ def uniform(lo: float, hi: float, ints: tuple[int, int] | None = None) -> Domain
 
 def full_range(lo: float = -5, hi: float = 5) -> Domain:
     """Integers over the dtype's whole range (so wrap-around is exercised), floats in [lo, hi]."""
-    return uniform(lo, hi, ints=(-(1 << 63), (1 << 63) - 1))
+    return uniform(lo, hi, ints=(-(1 << 63), (1 << 64) - 1))
 
 
 def nonzero(lo: float, hi: float, ints: tuple[int, int] = (1, 9)) -> Domain:
@@ -184,8 +197,8 @@ def nonzero(lo: float, hi: float, ints: tuple[int, int] = (1, 9)) -> Domain:
     def draw(rng, dtype, shape):
         if dtype.kind == "b":
             return np.ones(shape, dtype=bool)
-        sign = rng.choice([-1, 1], shape)
-        if dtype.kind == "i":
+        sign = rng.choice([-1, 1], shape) if dtype.kind != "u" else np.ones(shape, np.int64)
+        if dtype.kind in "iu":
             return (sign * rng.integers(ints[0], ints[1], shape, endpoint=True)).astype(dtype.numpy)
         return (sign * rng.uniform(lo, hi, shape)).astype(dtype.numpy)
 
@@ -208,10 +221,10 @@ def choice(values: Sequence[float]) -> Domain:
 
 
 def shift_amounts(rng: np.random.Generator, dtype: bz.DType, shape: tuple[int, ...]) -> np.ndarray:
-    """Shift amounts from -2 to a little past the dtype's width, most of them inside it."""
+    """Shift amounts from -2 (0 for unsigned types) to a little past the dtype's width, most of them inside it."""
     width = bits(dtype)
     inside = rng.integers(0, width, shape)
-    outside = rng.integers(-2, width + 3, shape)
+    outside = rng.integers(-2 if dtype.kind == "i" else 0, width + 3, shape)
     return np.where(rng.random(shape) < 0.7, inside, outside).astype(dtype.numpy)
 
 
@@ -424,6 +437,14 @@ TERNARY_ORACLE: dict[str, ElementwiseOracle] = {
 
 ORACLE: dict[str, ElementwiseOracle] = {**UNARY_ORACLE, **BINARY_ORACLE, **TERNARY_ORACLE}
 
+# Where unsigned operands compute otherwise than their exact values would (operands arrive as their
+# non-negative Python ints, results are wrapped modulo 2^n): abs keeps the value, a right shift past
+# the width fills with zeros.
+UNSIGNED_INTEGER: dict[str, Callable] = {
+    "abs": lambda x: x,
+    "right_shift": lambda a, s: a >> s,
+}
+
 
 def value_operands(name: str, operands: Sequence) -> Sequence:
     """The operands that take part in type promotion (all but where's condition)."""
@@ -458,12 +479,13 @@ def expected_elementwise(name: str, operands: Sequence) -> np.ndarray:
             out = np.asarray(entry.floating(*args))
         return np.broadcast_to(out.astype(bool if result.kind == "b" else np.float64), shape)
     fn = entry.boolean if promoted.kind == "b" and entry.boolean is not None else entry.integer
+    if promoted.kind == "u":
+        fn = UNSIGNED_INTEGER.get(name, fn)
     args = [python_ints(x) for x in operands]
     exact = np.broadcast_to(np.frompyfunc(fn, len(args), 1)(*args), shape)
     if result.kind == "b":
         return np.asarray(exact != 0, dtype=bool).reshape(shape)
-    width = bits(result)
-    return np.asarray([wrap(int(v), width) for v in exact.reshape(-1)], dtype=np.int64).reshape(shape)
+    return np.asarray([wrap_to(int(v), result) for v in exact.reshape(-1)], dtype=object).reshape(shape)
 
 
 def elementwise_inputs(name: str, dtype: bz.DType, shapes: Sequence[tuple[int, ...]],

@@ -36,8 +36,8 @@ def _id(value: object) -> str:
 
 def _sample(dtype: bz.DType, shape: tuple[int, ...], *salt: object, scale: float = 8.0) -> np.ndarray:
     rng = rng_for("activation", dtype.name, shape, *salt)
-    if dtype.kind == "i":
-        return rng.integers(-9, 10, shape).astype(dtype.numpy)
+    if dtype.kind in "iu":
+        return rng.integers(-9 if dtype.kind == "i" else 0, 10, shape).astype(dtype.numpy)
     x = rng.uniform(-scale, scale, shape)
     if x.size >= 7:  # the pieces' edges and softplus's threshold
         x.flat[:7] = [0.0, -3.0, 3.0, 6.5, 25.0, -30.0, 0.5]

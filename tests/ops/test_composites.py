@@ -25,8 +25,8 @@ def _id(value: object) -> str:
 
 def _sample(dtype: bz.DType, shape: tuple[int, ...], *salt: object, scale: float = 3.0) -> np.ndarray:
     rng = rng_for("composite", dtype.name, shape, *salt)
-    if dtype.kind == "i":
-        return rng.integers(-5, 6, shape).astype(dtype.numpy)
+    if dtype.kind in "iu":
+        return rng.integers(-5 if dtype.kind == "i" else 0, 6, shape).astype(dtype.numpy)
     return rng.uniform(-scale, scale, shape).astype(dtype.numpy)
 
 

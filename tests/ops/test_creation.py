@@ -18,7 +18,7 @@ pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")
 
 OPS_COVERED = frozenset({"full", "arange", "rand", "randn"})
 SHAPES = [(), (3,), (2, 3), (0, 4)]
-FILL = {"b": True, "i": -7, "f": 2.5}
+FILL = {"b": True, "i": -7, "u": 7, "f": 2.5}
 
 
 def _id(value: object) -> str:

@@ -73,7 +73,7 @@ class ReductionOracle:
 
     def result_dtype(self, dtype: bz.DType) -> bz.DType:
         if self.result == "sum":
-            return dtype if dtype.kind == "f" else bz.int64
+            return dtype if dtype.kind == "f" else bz.uint64 if dtype.kind == "u" else bz.int64
         if self.result == "float":
             return dtype if dtype.kind == "f" else bz.float32
         return {"same": dtype, "bool": bz.bool_, "index": bz.int64}[self.result]
@@ -116,9 +116,9 @@ def expected_reduction(name: str, x: np.ndarray, axes: tuple[int, ...], keepdim:
     out = np.empty(rows.shape[:-1], dtype=object)
     for index in np.ndindex(out.shape):
         out[index] = entry.fn([v.item() if floating else v for v in values[index]], floating, **attrs)
-    if result == bz.int64 and name in ("sum", "prod"):
-        out = np.vectorize(lambda v: wrap(int(v), 64), otypes=[object])(out) if out.size else out
-    out = out.astype(np.float64 if result.kind == "f" else (bool if result.kind == "b" else np.int64))
+    if result in (bz.int64, bz.uint64) and name in ("sum", "prod"):
+        out = np.vectorize(lambda v: wrap(int(v), 64, result.kind == "u"), otypes=[object])(out) if out.size else out
+    out = out.astype(np.float64 if result.kind == "f" else (bool if result.kind == "b" else result.numpy))
     if keepdim:
         out = np.expand_dims(out, tuple(axes))
     return out

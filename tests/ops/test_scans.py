@@ -36,7 +36,9 @@ def _running(name: str, values: list, floating: bool) -> list:
 
 
 def result_dtype(name: str, dtype: bz.DType) -> bz.DType:
-    return dtype if name in ("cummax", "cummin") or dtype.kind == "f" else bz.int64
+    if name in ("cummax", "cummin") or dtype.kind == "f":
+        return dtype
+    return bz.uint64 if dtype.kind == "u" else bz.int64
 
 
 def expected_scan(name: str, x: np.ndarray, axis: int) -> np.ndarray:
@@ -47,9 +49,9 @@ def expected_scan(name: str, x: np.ndarray, axis: int) -> np.ndarray:
     for index in np.ndindex(moved.shape[:-1]):
         out[index] = _running(name, [v.item() if floating else v for v in values[index]], floating)
     result = result_dtype(name, bz.dtypes.from_numpy(x.dtype))
-    if result == bz.int64 and out.size:
-        out = np.vectorize(lambda v: wrap(int(v), 64), otypes=[object])(out)
-    out = out.astype(np.float64 if result.kind == "f" else (bool if result.kind == "b" else np.int64))
+    if result in (bz.int64, bz.uint64) and out.size:
+        out = np.vectorize(lambda v: wrap(int(v), 64, result.kind == "u"), otypes=[object])(out)
+    out = out.astype(np.float64 if result.kind == "f" else (bool if result.kind == "b" else result.numpy))
     return np.moveaxis(out, -1, axis)
 
 

@@ -25,8 +25,8 @@ def sample(dtype: bz.DType, shape: tuple[int, ...], *salt: object) -> np.ndarray
     rng = rng_for("views", dtype.name, shape, *salt)
     if dtype.kind == "b":
         return rng.integers(0, 2, shape).astype(bool)
-    if dtype.kind == "i":
-        return rng.integers(-100, 100, shape).astype(dtype.numpy)
+    if dtype.kind in "iu":
+        return rng.integers(-100 if dtype.kind == "i" else 0, 100, shape).astype(dtype.numpy)
     values = rng.uniform(-10, 10, shape)
     if values.size:
         values.reshape(-1)[0] = math.nan  # carried through bit for bit

@@ -373,3 +373,19 @@ def test_stride_orders_follow_torchs_layouts() -> None:
     assert region_builder.stride_order(x.permute(0, 2, 1).contiguous().permute(0, 2, 1)) == (2, 0, 1)
     assert region_builder.stride_order(torch.empty(2, 1, 4)) is None
     assert region_builder.stride_order(torch.empty(8, 3, 5, 5).to(memory_format=torch.channels_last)) == (3, 0, 2, 1)
+
+
+# --- unsigned integers -------------------------------------------------------------------------------
+def test_uint8_images_fuse_in_braze():
+    """uint8 images and masks: widening, clamping and narrowing back, masks and shifts, sums into int64,
+    division by a constant and conversion to float, all in braze (no fallback) and equal to eager."""
+    def normalize(x, mask):
+        brightened = (x.to(torch.int16) * 3 + 7).clamp(0, 255).to(torch.uint8)
+        return brightened, (x & mask) >> 2, x.sum(-1), x // 3, x.float() / 255
+
+    compiled = torch.compile(normalize, backend="braze", options=STRICT)
+    x = torch.randint(0, 256, (16, 33), dtype=torch.uint8)
+    mask = torch.full((33,), 0xF0, dtype=torch.uint8)
+    for got, want in zip(compiled(x, mask), normalize(x, mask)):
+        assert got.dtype == want.dtype
+        _close(got, want)

@@ -29,9 +29,10 @@ if TYPE_CHECKING:
 from braze.ir.scalar import Scalar
 from braze.ir.tensor import TensorView
 
+# uint16, uint32 and uint64 exist from torch 2.3 on (with few ops): mapped where this torch has them.
 TORCH_DTYPES: dict[torch.dtype, dt.DType] = {
-    torch.bool: dt.bool_, torch.int8: dt.int8, torch.int32: dt.int32, torch.int64: dt.int64,
-    torch.float16: dt.float16, torch.bfloat16: dt.bfloat16, torch.float32: dt.float32, torch.float64: dt.float64,
+    getattr(torch, d.name if d is not dt.bool_ else "bool"): d for d in dt.ALL_DTYPES
+    if hasattr(torch, d.name if d is not dt.bool_ else "bool")
 }
 
 

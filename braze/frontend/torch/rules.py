@@ -154,7 +154,7 @@ def _rounding_mode_known(node: fx.Node) -> str | None:
 def _div(b: RegionBuilder, node: fx.Node) -> TensorView:
     args = bind(node)
     x, y = promoted(b, [args.get("self", args.get("a")), args.get("other", args.get("b"))])
-    is_int = meta(node).dtype in (torch.int8, torch.int32, torch.int64)
+    is_int = not meta(node).dtype.is_floating_point and meta(node).dtype != torch.bool
     # prims.div divides floats truly and truncates integers, as C does
     mode = ("trunc" if is_int else None) if node.target is torch.ops.prims.div.default else args.get("rounding_mode")
     if mode is None:
