@@ -14,6 +14,7 @@ from braze.ops.activations import (
     addcmul,
     celu,
     elu,
+    fmod,
     hardsigmoid,
     hardswish,
     leaky_relu,
@@ -37,12 +38,14 @@ from braze.ops.scans import cummax, cummin, cumprod, cumsum
 from braze.ops.table import OPS, OpDef
 from braze.ops.view_composites import (
     chunk,
+    diff,
     flatten,
     masked_fill,
     narrow,
     repeat,
     repeat_interleave,
     roll,
+    select,
     split,
     stack,
     tile,
@@ -78,7 +81,7 @@ def gelu(x, approximate: str = "none"):
 
 
 _ACTIVATIONS_MODULE = (  # braze/ops/activations.py
-    "addcdiv", "addcmul", "celu", "elu", "hardsigmoid", "hardswish", "leaky_relu", "logaddexp", "logsigmoid",
+    "addcdiv", "addcmul", "celu", "elu", "fmod", "hardsigmoid", "hardswish", "leaky_relu", "logaddexp", "logsigmoid",
     "logsumexp", "mish", "nan_to_num", "one_hot", "relu6", "selu", "softplus", "softsign")
 slice = slice_tensor  # noqa: A001  (bz.ops.slice(x, [...]) reads like the other ops)
 
@@ -87,6 +90,7 @@ __all__ = sorted(
      "cast", "cat", "cross_entropy", "cummax", "cummin", "cumprod", "cumsum", "expand", "flip", "full",
      "layer_norm", "log_softmax", "max", "mean", "min", "ones", "pad", "permute", "prod", "rand", "randn", "reshape",
      "rms_norm", "slice", "softmax", "squeeze", "std", "sum", "transpose", "unsqueeze", "var", "zeros",
-     "chunk", "flatten", "masked_fill", "narrow", "repeat", "repeat_interleave", "roll", "split", "stack", "tile",
-     "tril", "triu", "unbind", "unflatten", "full_like", "ones_like", "zeros_like", *_ACTIVATIONS_MODULE]
+     "chunk", "diff", "flatten", "masked_fill", "narrow", "repeat", "repeat_interleave", "roll", "select", "split",
+     "stack", "tile", "tril", "triu", "unbind", "unflatten", "full_like", "ones_like", "zeros_like",
+     *_ACTIVATIONS_MODULE]
 )
