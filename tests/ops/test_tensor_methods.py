@@ -207,7 +207,7 @@ def test_squeeze_of_a_symbolic_extent_outside_jit_is_a_definition_error():
         f.execute([np.zeros((3, 4, 1), np.float32)])
 
 
-# --- fmod, select, diff against torch eager --------------------------------------------------------------
+# --- fmod, select, diff, logcumsumexp against torch eager ---------------------------------------------
 METHODS_VS_TORCH = [
     ("fmod_number", lambda x: x.fmod(1.3)),
     ("fmod_negative_number", lambda x: x.fmod(-0.7)),
@@ -219,10 +219,12 @@ METHODS_VS_TORCH = [
     ("diff_dim", lambda x: x.diff(dim=0)),
     ("diff_twice_prepend", lambda x: x.diff(2, 0, prepend=x[:1], append=x[-1:] * 2)),
     ("diff_bool", lambda x: (x > 0).diff()),
+    ("logcumsumexp", lambda x: (x * 100).logcumsumexp(1)),
+    ("logcumsumexp_dim_keyword", lambda x: x.logcumsumexp(dim=0)),
 ]
 
 
-def test_fmod_select_and_diff_match_torch():
+def test_fmod_select_diff_and_logcumsumexp_match_torch():
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(3)
     x = rng.uniform(-9, 9, (4, 6))
