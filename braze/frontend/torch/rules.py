@@ -80,19 +80,22 @@ def promoted(b: RegionBuilder, args: list[object], node: fx.Node | None = None) 
 # float32 (torch's "opmath" type) for some ops and round it to the tensor's dtype first for others, and
 # its CPU and CUDA kernels differ in which. `x // 0.1` divides by float32(0.1) on both, so 1.0 // 0.1 is
 # 9 (float16(0.1) would give 10); `x + 0.1` adds float16(0.1) on the CPU. Per device type, the ATen
-# ops that read a number second operand in float32 and compute in float32.
-NUMBER_IN_FLOAT32 = {
-    "cpu": frozenset({"mul", "div", "floor_divide"}),
-    "cuda": frozenset({"mul", "div", "floor_divide", "add", "sub", "remainder"}),
+# ops that read the number in float32 and compute in float32, with the operand positions where a
+# number is read so (the CPU kernels look only at the second operand).
+NUMBER_IN_FLOAT32: dict[str, dict[str, tuple[int, ...]]] = {
+    "cpu": {"mul": (1,), "div": (1,), "floor_divide": (1,)},
+    "cuda": {"mul": (0, 1), "div": (0, 1), "add": (0, 1), "sub": (0, 1), "remainder": (0, 1), "floor_divide": (1,)},
 }
 
 
 def _number_in_float32(node: fx.Node, args: list[object]) -> bool:
     value = meta(node)
-    if not isinstance(value, torch.Tensor) or len(args) < 2 or isinstance(meta(args[1]), torch.Tensor):
+    if not isinstance(value, torch.Tensor) or len(args) != 2:
         return False
     op = node.target._schema.name.removeprefix("aten::")
-    return op in NUMBER_IN_FLOAT32.get(value.device.type, ()) and isinstance(meta(args[0]), torch.Tensor)
+    positions = NUMBER_IN_FLOAT32.get(value.device.type, {}).get(op, ())
+    is_tensor = [isinstance(meta(a), torch.Tensor) for a in args]
+    return any(not is_tensor[p] and is_tensor[1 - p] for p in positions)
 
 
 # --- pointwise ----------------------------------------------------------------------------------------
