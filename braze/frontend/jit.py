@@ -254,7 +254,10 @@ class JitFunction:
             return scalar
         _, dtype, is_one, order, _kind = sig
         shape = [1 if one else -1 for one in is_one]
-        return f.define_tensor(shape, dtype, stride_order=order, name=name)
+        tv = f.define_tensor(shape, dtype, stride_order=order, name=name)
+        # The signature keys by which extents are 1, so this trace never sees a symbolic one that is.
+        f.extents_never_one.update(d.extent for d in tv.logical if not d.extent.is_const)
+        return tv
 
 
 def jit(fn: Callable | None = None, *, backend: str | None = None, static_argnums: int | Iterable[int] = (),

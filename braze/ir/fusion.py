@@ -77,6 +77,10 @@ class FusionGraph:
         # Extents of slices that keep one element of a long enough dimension (`x[:, :1]` of a symbolic
         # extent): an elementwise op broadcasts them as size-1 dimensions, checking the length at run time.
         self.one_element_extents: set[Scalar] = set()
+        # Symbolic extents its caller guarantees are never 1: @bz.jit traces an input extent of 1 as a
+        # broadcast dimension of a signature of its own, so its symbolic extents are the others.
+        # torch's `x.squeeze(dim)` leaves such a dimension alone.
+        self.extents_never_one: set[Scalar] = set()
         self._vals: list[Val] = []
         self.frozen_at: str | None = None  # where the definition ended; None while it is being defined
 

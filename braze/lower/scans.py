@@ -9,8 +9,10 @@ for the cut). On a GPU the row's lanes take the walk a tile at a time (braze/cod
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
+from braze import dtypes as dt
 from braze.dtypes import DType
 from braze.ir.tensor import TensorView
 from braze.kir import nodes as k
@@ -31,8 +33,29 @@ def _combine(op: str, acc: DType) -> str:
     return {"cumsum": "add", "cumprod": "mul", "cummax": "maximum", "cummin": "minimum"}[op]
 
 
+def _fold(op: str, acc: k.Expr, element: k.Expr, acc_dtype: DType) -> k.Expr:
+    """The running value with one more element folded in."""
+    if op == "logcumsumexp":
+        return _log_add_exp(acc, element, acc_dtype)
+    return k.Binary(_combine(op, acc_dtype), acc, element, acc_dtype)
+
+
+def _log_add_exp(a: k.Expr, b: k.Expr, dtype: DType) -> k.Expr:
+    """log(exp(a) + exp(b)) from the larger of the two, so that it neither overflows nor loses a small
+    running value to underflow; equal values (the same infinity too) give a + log 2, not NaN. It is
+    no single binary op, so on a GPU a thread walks each row (braze/codegen/cuda_scan.py spreads only
+    the binary combines over a row's lanes)."""
+    larger = k.Binary("maximum", a, b, dtype)
+    gap = k.Unary("neg", k.Unary("abs", k.Binary("sub", a, b, dtype), dtype), dtype)
+    general = k.Binary("add", larger, k.Unary("log1p", k.Unary("exp", gap, dtype), dtype), dtype)
+    same = k.Binary("add", larger, k.Const(math.log(2.0), dtype), dtype)
+    return k.Ternary("where", k.Binary("eq", a, b, dt.bool_), same, general, dtype)
+
+
 def _initial(op: str, acc: DType) -> k.Const:
     """The identity of the combine: the first element combined with it is that element."""
+    if op == "logcumsumexp":
+        return k.Const(float("-inf"), acc)
     if op == "cumsum":
         return k.Const(0, acc)
     if op == "cumprod":
@@ -63,7 +86,7 @@ def scan_task(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, name: str) 
     scopes.push("element", {j}).iteration.add(j)
     idx[axis] = j
     element = cast(em.value(x, tuple(idx)), acc_dtype)
-    scopes.emit(k.Assign(acc, k.Binary(_combine(op, acc_dtype), acc, element, acc_dtype)))
+    scopes.emit(k.Assign(acc, _fold(op, acc, element, acc_dtype)))
     scopes.emit(k.Store(param, tuple(idx), cast(acc, tv.dtype)))
     scopes.emit(k.For(j, em.zero, extents[axis], tuple(scopes.pop().stmts)))
     end = em.one

@@ -14,6 +14,7 @@ from braze.ops.activations import (
     addcmul,
     celu,
     elu,
+    fmod,
     hardsigmoid,
     hardswish,
     leaky_relu,
@@ -33,16 +34,18 @@ from braze.ops.composites import cross_entropy, layer_norm, log_softmax, rms_nor
 from braze.ops.creation import arange, full, full_like, ones, ones_like, rand, randn, zeros, zeros_like
 from braze.ops.elementwise import BINARY, TERNARY, UNARY, cast, elementwise
 from braze.ops.reductions import all, any, argmax, argmin, max, mean, min, prod, std, sum, var  # noqa: A004
-from braze.ops.scans import cummax, cummin, cumprod, cumsum
+from braze.ops.scans import cummax, cummin, cumprod, cumsum, logcumsumexp
 from braze.ops.table import OPS, OpDef
 from braze.ops.view_composites import (
     chunk,
+    diff,
     flatten,
     masked_fill,
     narrow,
     repeat,
     repeat_interleave,
     roll,
+    select,
     split,
     stack,
     tile,
@@ -78,15 +81,17 @@ def gelu(x, approximate: str = "none"):
 
 
 _ACTIVATIONS_MODULE = (  # braze/ops/activations.py
-    "addcdiv", "addcmul", "celu", "elu", "hardsigmoid", "hardswish", "leaky_relu", "logaddexp", "logsigmoid",
+    "addcdiv", "addcmul", "celu", "elu", "fmod", "hardsigmoid", "hardswish", "leaky_relu", "logaddexp", "logsigmoid",
     "logsumexp", "mish", "nan_to_num", "one_hot", "relu6", "selu", "softplus", "softsign")
 slice = slice_tensor  # noqa: A001  (bz.ops.slice(x, [...]) reads like the other ops)
 
 __all__ = sorted(
     [*_GENERATED, "OPS", "OpDef", "all", "any", "arange", "argmax", "argmin", "broadcast", "broadcast_in_dim",
      "cast", "cat", "cross_entropy", "cummax", "cummin", "cumprod", "cumsum", "expand", "flip", "full",
-     "layer_norm", "log_softmax", "max", "mean", "min", "ones", "pad", "permute", "prod", "rand", "randn", "reshape",
+     "layer_norm", "log_softmax", "logcumsumexp", "max", "mean", "min", "ones", "pad", "permute", "prod", "rand",
+     "randn", "reshape",
      "rms_norm", "slice", "softmax", "squeeze", "std", "sum", "transpose", "unsqueeze", "var", "zeros",
-     "chunk", "flatten", "masked_fill", "narrow", "repeat", "repeat_interleave", "roll", "split", "stack", "tile",
-     "tril", "triu", "unbind", "unflatten", "full_like", "ones_like", "zeros_like", *_ACTIVATIONS_MODULE]
+     "chunk", "diff", "flatten", "masked_fill", "narrow", "repeat", "repeat_interleave", "roll", "select", "split",
+     "stack", "tile", "tril", "triu", "unbind", "unflatten", "full_like", "ones_like", "zeros_like",
+     *_ACTIVATIONS_MODULE]
 )

@@ -1,6 +1,6 @@
 """Composites of elementwise ops that model code writes under torch's names: activations
 (`softplus`, `mish`, `hardswish`, `elu`, ...), `logaddexp` and `logsumexp`, `nan_to_num`,
-`addcmul` and `addcdiv`, and `one_hot`. Each is built from primitives, so the schedulers fuse its
+`addcmul` and `addcdiv`, `fmod`, and `one_hot`. Each is built from primitives, so the schedulers fuse its
 parts with the rest of the fusion.
 
 Half-precision inputs are computed in float32 and rounded once at the end, as torch does; integer
@@ -24,7 +24,7 @@ from braze.ops import reductions as red
 from braze.ops import views
 from braze.ops.composites import composite, in_compute_type
 from braze.ops.creation import arange
-from braze.ops.elementwise import Operand, cast, elementwise
+from braze.ops.elementwise import Operand, as_operand, cast, elementwise, operand_type, owning_fusion
 
 # SELU's constants (Klambauer et al., 2017), as torch spells them.
 SELU_ALPHA = 1.6732632423543772848170429916717
@@ -165,6 +165,29 @@ def softsign(x: TensorView) -> TensorView:
     """x / (1 + |x|)."""
     xf, result = in_compute_type(x, "softsign")
     return cast(elementwise("truediv", xf, elementwise("add", elementwise("abs", xf), 1.0)), result)
+
+
+# --- remainders ------------------------------------------------------------------------------------------
+@composite
+def fmod(x: Operand, y: Operand) -> TensorView:
+    """C's and torch's `fmod`: the remainder of x / y with the quotient rounded toward zero, so it has the
+    sign of x (`remainder`, Python's `%`, has the sign of y). Exact, as C's: floats take the remainder of
+    the magnitudes, which needs no correction, and give it x's sign; integers move `remainder` by y
+    where the signs differ. A float divisor of 0 gives NaN; an integer one gives 0."""
+    fusion = owning_fusion("fmod", (x, y))
+    promoted = operand_type([as_operand("fmod", fusion, v, i) for i, v in enumerate((x, y))])
+    if promoted.is_floating:
+        magnitude = elementwise("remainder", _magnitude(x), _magnitude(y))
+        sign = cast(x, promoted) if isinstance(x, TensorView) else x
+        return cast(elementwise("copysign", magnitude, sign), promoted)
+    rest = elementwise("remainder", x, y)
+    signs_differ = elementwise("ne", elementwise("lt", rest, 0), elementwise("lt", x, 0))
+    moved = elementwise("logical_and", elementwise("ne", rest, 0), signs_differ)
+    return elementwise("where", moved, elementwise("sub", rest, y), rest)
+
+
+def _magnitude(v: Operand) -> Operand:
+    return elementwise("abs", v) if isinstance(v, TensorView) else abs(v)
 
 
 # --- log-sum-exp ----------------------------------------------------------------------------------------

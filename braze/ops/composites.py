@@ -11,11 +11,11 @@ from collections.abc import Callable
 from braze import dtypes as dt
 from braze.errors import FusionDefinitionError
 from braze.ir.fusion import defining
-from braze.ir.tensor import TensorView
+from braze.ir.tensor import TensorView, normalize_axis
 from braze.ops import reductions as red
 from braze.ops.creation import arange
 from braze.ops.elementwise import cast, elementwise
-from braze.ops.views import unsqueeze
+from braze.ops.views import permute, unsqueeze
 
 
 def composite(fn: Callable[..., TensorView]) -> Callable[..., TensorView]:
@@ -98,9 +98,13 @@ def rms_norm(x: TensorView, weight: TensorView | None = None, eps: float = 1e-6,
 @composite
 def cross_entropy(logits: TensorView, target: TensorView, reduction: str = "mean", *,
                   weight: TensorView | None = None, ignore_index: int = -100,
-                  label_smoothing: float = 0.0) -> TensorView:
-    """Negative log-likelihood of integer class `target` under softmax(logits) over the last axis,
-    with torch's `F.cross_entropy` options for class indices:
+                  label_smoothing: float = 0.0, class_axis: int = -1) -> TensorView:
+    """Negative log-likelihood of integer class `target` under softmax(logits) over the classes, with
+    torch's `F.cross_entropy` options for class indices:
+
+    - the classes lie along `class_axis` of the logits, the last by default; `class_axis=1` takes
+      torch's layout, logits (N, C, d1, ...) with target (N, d1, ...). The target has the logits'
+      shape without that axis;
 
     - `reduction` is "mean", "sum" or "none" (one loss per row);
     - rows whose target is `ignore_index` (-100 by default, the padding label of language models)
@@ -110,6 +114,7 @@ def cross_entropy(logits: TensorView, target: TensorView, reduction: str = "mean
     - `label_smoothing` in [0, 1] mixes the target with the uniform distribution over the classes.
     """
     _check_cross_entropy(logits, target, reduction, weight, ignore_index, label_smoothing)
+    logits = _classes_last(logits, target, class_axis)
     log_probs = log_softmax(logits, -1)
     with defining(logits.fusion):
         classes = arange(logits.shape[-1], dtype=target.dtype)
@@ -134,6 +139,35 @@ def cross_entropy(logits: TensorView, target: TensorView, reduction: str = "mean
     return cast(elementwise("truediv", total, red.sum(counts)), loss.dtype)
 
 
+def _classes_last(logits: TensorView, target: TensorView, class_axis: int) -> TensorView:
+    """The logits with their class axis moved last, each other extent checked against the target's."""
+    axis = normalize_axis(class_axis, logits.ndim, "cross_entropy class_axis")
+    order = [a for a in range(logits.ndim) if a != axis] + [axis]
+    moved = permute(logits, order) if axis != logits.ndim - 1 else logits
+    if class_axis == -1 and logits.ndim > 2 and _static_mismatch(moved, target) and not _static_mismatch(
+            permute(logits, [0, *range(2, logits.ndim), 1]), target):
+        raise FusionDefinitionError(
+            f"cross_entropy: target {target.describe()} of shape {_shape_text(target)} fits logits "
+            f"{logits.describe()} of shape {_shape_text(logits)} with the classes along axis 1, torch's layout "
+            "(N, C, d1, ...); pass class_axis=1 (braze takes them along the last axis by default)")
+    hint = "; torch's layout (N, C, d1, ...) is class_axis=1" if axis != 1 and logits.ndim > 2 else ""
+    for position, (logit_extent, target_extent) in enumerate(zip(moved.shape[:-1], target.shape)):
+        logits.fusion.require_equal(
+            logit_extent, target_extent,
+            f"cross_entropy: dimension {order[position]} of logits {logits.describe()} and dimension {position} "
+            f"of target {target.describe()} must match (the target is the logits' shape without the class "
+            f"axis {axis}{hint})")
+    return moved
+
+
+def _static_mismatch(logits: TensorView, target: TensorView) -> bool:
+    return any(a.is_const and b.is_const and a.value != b.value for a, b in zip(logits.shape[:-1], target.shape))
+
+
+def _shape_text(x: TensorView) -> str:
+    return "(" + ", ".join(str(e) for e in x.shape) + ")"
+
+
 def _check_cross_entropy(logits: object, target: object, reduction: object, weight: object,
                          ignore_index: object, label_smoothing: object) -> None:
     if reduction not in ("mean", "sum", "none"):
@@ -146,7 +180,7 @@ def _check_cross_entropy(logits: object, target: object, reduction: object, weig
     if target.ndim != logits.ndim - 1:
         raise FusionDefinitionError(
             f"cross_entropy: target: expected rank {logits.ndim - 1} for logits of rank {logits.ndim} "
-            f"(the classes along the last axis), got {target.ndim}"
+            f"(the logits' rank without the class axis), got {target.ndim}"
         )
     if weight is not None and (not isinstance(weight, TensorView) or weight.ndim != 1
                                or not weight.dtype.is_floating):

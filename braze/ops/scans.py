@@ -1,4 +1,4 @@
-"""Cumulative ops (scans) along one axis: `cumsum`, `cumprod`, `cummax`, `cummin`.
+"""Cumulative ops (scans) along one axis: `cumsum`, `cumprod`, `cummax`, `cummin`, `logcumsumexp`.
 
 Element i of a scan along `axis` combines the input's elements 0..i of that axis. The output has the
 input's shape. Result dtypes follow the reductions of the same name (reductions.py): sums and
@@ -32,7 +32,9 @@ SCANS: dict[str, tuple[Callable[[DType], DType], Callable]] = {
     "cumprod": (_SUM_TYPE, np.cumprod),
     "cummax": (SAME, np.maximum.accumulate),
     "cummin": (SAME, np.minimum.accumulate),
+    "logcumsumexp": (SAME, np.logaddexp.accumulate),
 }
+_FLOATS_ONLY = frozenset({"logcumsumexp"})  # torch has no logcumsumexp of integers
 
 
 def scan_accumulator(result: DType) -> DType:
@@ -46,7 +48,7 @@ def _scan_entry(name: str, result: Callable[[DType], DType], accumulate: Callabl
         return [d.clone() for d in inputs[0].visible]
 
     def dtype_rule(inputs: Sequence[TensorView], attrs: dict) -> DType:
-        reject_kinds(name, inputs[0], "bif")
+        reject_kinds(name, inputs[0], "f" if name in _FLOATS_ONLY else "bif")
         return result(inputs[0].dtype)
 
     def reference(ctx: RefContext, args: Sequence[np.ndarray], out: TensorView, attrs: dict) -> np.ndarray:
@@ -69,7 +71,7 @@ def scan(op: str, x: TensorView, axis: int) -> TensorView:
         raise FusionDefinitionError(f"{op}: expected a TensorView, got {type(x).__name__}")
     if x.ndim == 0:  # torch scans a 0-d tensor along dim 0 or -1 as one element: itself
         normalize_axis(axis, 1, f"{op} axis")
-        reject_kinds(op, x, "bif")
+        reject_kinds(op, x, "f" if op in _FLOATS_ONLY else "bif")
         return cast(x, SCANS[op][0](x.dtype))
     return apply(op, [x], axis=normalize_axis(axis, x.ndim, f"{op} axis"))
 
@@ -102,3 +104,11 @@ def cummax(x: TensorView, axis: int) -> TensorView:
 def cummin(x: TensorView, axis: int) -> TensorView:
     """Running minimum along `axis` (the values only; NaN propagates)."""
     return scan("cummin", x, axis)
+
+
+@_AXIS_ALIASES
+def logcumsumexp(x: TensorView, axis: int) -> TensorView:
+    """Running log(sum(exp(x))) along `axis`, torch's `logcumsumexp`: each step adds the next element
+    from the larger of the two, so it neither overflows nor loses a prefix far below the rest to
+    underflow; -inf elements add nothing. Floats only; half types accumulate in float32."""
+    return scan("logcumsumexp", x, axis)

@@ -243,6 +243,33 @@ def _movedim(x: TensorView, source, destination) -> TensorView:
     return views.permute(x, [next(rest) if a is None else a for a in order])
 
 
+@red.keyword_aliases(dim=("axis", "axes"))
+def _squeeze(x: TensorView, dim: int | tuple[int, ...] | None = None) -> TensorView:
+    """torch's `x.squeeze(dim)`: drops those of the named dimensions (an int or a tuple) whose extent is
+    1 and leaves the others, where NumPy's squeeze (`bz.ops.squeeze`) requires each to be 1; with no
+    `dim`, every dimension of extent 1."""
+    if dim is None:
+        return views.squeeze(x)
+    ones = [axis for axis in red.normalize_axes(x, dim, "squeeze") if _extent_is_one(x, axis)]
+    return views.squeeze(x, ones) if ones else x
+
+
+def _extent_is_one(x: TensorView, axis: int) -> bool:
+    """Whether dimension `axis` of x has extent 1, decided when the fusion is defined: the rank of the
+    result depends on it, and one compiled fusion has one rank."""
+    extent = x.shape[axis]
+    if extent.is_const:
+        return extent.value == 1
+    if extent in x.fusion.one_element_extents:  # `x[:, :1]`: 1 wherever x has an element to give
+        return True
+    if extent in x.fusion.extents_never_one:
+        return False
+    raise FusionDefinitionError(
+        f"squeeze: dimension {axis} of {x.describe()}: expected an extent known to be 1 or not when the fusion "
+        f"is defined (torch's squeeze drops a dimension only where it is 1), got the symbolic extent {extent}; "
+        "define that dimension with extent 1 or a static extent, or call bz.ops.squeeze, which requires it to be 1")
+
+
 def _t(x: TensorView) -> TensorView:
     """torch's `x.t()`: a matrix transposed; 0-d and 1-d tensors as they are."""
     if x.ndim > 2:
@@ -342,6 +369,9 @@ def install(cls: type = TensorView) -> None:
     cls.clamp_min = lambda self, min: elementwise("maximum", self, min)  # noqa: A006
     cls.clamp_max = lambda self, max: elementwise("minimum", self, max)  # noqa: A006
     cls.swapaxes = cls.swapdims = views.transpose
+    cls.squeeze = _squeeze
+    cls.fmod = activations.fmod
+    cls.select, cls.diff = vc.select, vc.diff
     for name, why in _NOT_SUPPORTED.items():
         if not hasattr(cls, name):
             setattr(cls, name, _not_supported(name, why))

@@ -309,6 +309,33 @@ def matrix_transpose(x: TensorView) -> TensorView:
     return transpose(x, -2, -1)
 
 
+@keyword_aliases(axis=("dim",))
+def select(x: TensorView, axis: int, index: int) -> TensorView:
+    """torch's `x.select(dim, index)`: the slice at `index` along `axis` with that axis removed
+    (`x[:, index]` for axis 1); a negative index counts from the end. An index outside a symbolic
+    extent is an error at run time."""
+    axis = _axis("select", tensor_arg("select", x), axis)
+    if not isinstance(index, int) or isinstance(index, bool):
+        raise FusionDefinitionError(f"select: index: expected an int, got {type(index).__name__} {index!r}")
+    return x[(slice(None),) * axis + (index,)]
+
+
+@keyword_aliases(axis=("dim",))
+def diff(x: TensorView, n: int = 1, axis: int = -1, prepend: TensorView | None = None,
+         append: TensorView | None = None) -> TensorView:
+    """torch's and NumPy's `diff`: x[i + 1] - x[i] along `axis`, taken `n` times, after `prepend` and
+    `append` are joined to x along that axis. Bools give whether neighbours differ (their xor), as in
+    torch; an axis shorter than `n` + 1 gives an empty result."""
+    axis = _axis("diff", tensor_arg("diff", x), axis)
+    n = _count("diff", "n", n)
+    joined = [tensor_arg("diff", p) for p in (prepend, x, append) if p is not None]
+    x = cat(joined, axis) if len(joined) > 1 else x
+    for _ in range(n):
+        later, earlier = _along(x, axis, 1, None), _along(x, axis, 0, -1)
+        x = elementwise("logical_xor" if x.dtype.is_bool else "sub", later, earlier)
+    return x
+
+
 def masked_fill(x: TensorView, mask: TensorView, value: object) -> TensorView:
     """`value` where `mask` holds, else `x`, in x's dtype (as torch keeps it)."""
     return cast(elementwise("where", mask, value, tensor_arg("masked_fill", x)), x.dtype)

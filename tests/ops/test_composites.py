@@ -209,6 +209,32 @@ def test_cross_entropy_takes_torchs_options(dtype, options, reduction):
     assert_matches(out, np.asarray(expected), dtype, k=K, what=f"cross_entropy {reduction} {options}")
 
 
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+@pytest.mark.parametrize("shape", [(2, 5, 3), (2, 4, 3, 2), (6, 4)], ids=str)
+def test_cross_entropy_takes_torchs_layout_with_class_axis_1(shape, reduction):
+    """torch's logits (N, C, d1, ...) with target (N, d1, ...): the classes along axis 1."""
+    rng = rng_for("ce-layout", str(shape), reduction)
+    logits = rng.uniform(-3, 3, shape).astype(np.float32)
+    target = rng.integers(0, shape[1], (shape[0], *shape[2:]))
+    target.flat[1] = -100
+    weight = rng.uniform(0.2, 2.0, shape[1]).astype(np.float32)
+    out = bz.jit(lambda x, t, w: bz.ops.cross_entropy(x, t, reduction, weight=w, label_smoothing=0.1,
+                                                      class_axis=1))(logits, target, weight)
+    classes_last = np.moveaxis(logits.astype(np.float64), 1, -1)
+    expected = torch_cross_entropy64(classes_last, target, reduction, weight.astype(np.float64), -100, 0.1)
+    assert_matches(out, np.asarray(expected), bz.float32, k=K, what=f"cross_entropy class_axis=1 {shape}")
+
+
+def test_cross_entropy_in_torchs_layout_without_class_axis_names_it():
+    with bz.Fusion() as f:
+        x, t = f.define_tensor((2, 3, 4)), f.define_tensor((2, 4), bz.int64)
+        with pytest.raises(bz.FusionDefinitionError, match=r"classes along axis 1.*class_axis=1"):
+            bz.ops.cross_entropy(x, t)
+    logits, target = np.zeros((2, 3, 4), np.float32), np.zeros((2, 4), np.int64)
+    with pytest.raises(bz.InputError, match=r"cross_entropy: dimension 1 of logits .* class_axis=1"):
+        bz.jit(lambda x, t: bz.ops.cross_entropy(x, t))(logits, target)  # symbolic extents: checked at run time
+
+
 def test_cross_entropy_mean_over_only_ignored_rows_is_nan():
     logits, target = np.zeros((3, 4), np.float32), np.full(3, -100)
     (out,) = execute(lambda f: bz.ops.cross_entropy(define(f, logits), define(f, target)), [logits, target])
@@ -228,6 +254,7 @@ ERRORS = [
     ("cross_entropy.*weight.*1-D", lambda x, t: bz.ops.cross_entropy(x, t, weight=x)),
     ("cross_entropy.*ignore_index", lambda x, t: bz.ops.cross_entropy(x, t, ignore_index=1.5)),
     ("cross_entropy.*label_smoothing", lambda x, t: bz.ops.cross_entropy(x, t, label_smoothing=2.0)),
+    ("cross_entropy class_axis", lambda x, t: bz.ops.cross_entropy(x, t, class_axis=2)),
 ]
 
 

@@ -24,6 +24,8 @@ HELPERS_COVERED = {
     "transpose": "test_views", "unsqueeze": "test_views", "slice": "test_views (the 'slice' entry)",
     "broadcast_in_dim": "test_views", "zeros": "test_creation", "ones": "test_creation",
     "OPS": "this module", "OpDef": "this module",
+    "fmod": "test_tensor_methods (against torch)", "select": "test_tensor_methods (against torch)",
+    "diff": "test_tensor_methods (against torch)",
 }
 
 

@@ -1,4 +1,4 @@
-"""Every scan (cumsum, cumprod, cummax, cummin) against an exact oracle: running sums in float64 with
+"""Every scan (cumsum, cumprod, cummax, cummin, logcumsumexp) against an exact oracle: running sums in float64 with
 math.fsum, integer sums and products in Python ints wrapped to int64, running extremes that
 propagate NaN; on every dtype and axis, with half types accumulating in float32, empty and
 size-1 axes, non-contiguous inputs, and pointwise producers and consumers in the same fusion."""
@@ -28,6 +28,8 @@ def _running(name: str, values: list, floating: bool) -> list:
             out.append(math.fsum(prefix) if floating else sum(prefix))
         elif name == "cumprod":
             out.append(math.prod(prefix))
+        elif name == "logcumsumexp":
+            out.append(_log_sum_exp(prefix))
         elif floating and any(math.isnan(p) for p in prefix):
             out.append(math.nan)
         else:
@@ -35,8 +37,15 @@ def _running(name: str, values: list, floating: bool) -> list:
     return out
 
 
+def _log_sum_exp(values: list[float]) -> float:
+    top = max(values)
+    if any(math.isnan(v) for v in values) or math.isinf(top):
+        return math.nan if any(math.isnan(v) for v in values) else top
+    return top + math.log(math.fsum(math.exp(v - top) for v in values))
+
+
 def result_dtype(name: str, dtype: bz.DType) -> bz.DType:
-    if name in ("cummax", "cummin") or dtype.kind == "f":
+    if name in ("cummax", "cummin", "logcumsumexp") or dtype.kind == "f":
         return dtype
     return bz.uint64 if dtype.kind == "u" else bz.int64
 
@@ -57,6 +66,8 @@ def expected_scan(name: str, x: np.ndarray, axis: int) -> np.ndarray:
 
 def _scale(name: str, x: np.ndarray, axis: int) -> np.ndarray | float:
     """A running sum is small only through cancellation against the sum of magnitudes so far."""
+    if name == "logcumsumexp":  # an absolute error of the largest magnitude so far
+        return np.fmax.accumulate(np.where(np.isfinite(x), np.abs(x.astype(np.float64)), 0.0), axis=axis) + 1
     if name != "cumsum" or x.dtype.kind == "b":
         return 0.0
     return np.cumsum(np.abs(x.astype(np.float64)), axis=axis)
@@ -73,6 +84,8 @@ DOMAINS = {
     "cumprod": _factors,
     "cummax": choice([-2.0, -1.0, 0.0, 0.5, 1.0, 2.0, math.nan]),
     "cummin": choice([-2.0, -1.0, 0.0, 0.5, 1.0, 2.0, math.nan]),
+    # a prefix far below what follows (-1e4 against 30) must keep its value, not underflow to -inf
+    "logcumsumexp": choice([-1e4, -60.0, -2.0, -0.5, 0.0, 1.5, 30.0, -math.inf]),
 }
 
 
@@ -89,6 +102,10 @@ def check_scan(name: str, x: np.ndarray, axis: int, static: bool = False) -> Non
 @pytest.mark.parametrize("name", list(SCANS))
 def test_scan_values(name, dtype, axis):
     x = np.asarray(DOMAINS[name](rng_for("scan", name, dtype.name, axis), dtype, (3, 6, 5)))
+    if name == "logcumsumexp" and dtype.kind != "f":  # as in torch, which has none of integers
+        with bz.Fusion() as f, pytest.raises(FusionDefinitionError, match="logcumsumexp.*expected a floating dtype"):
+            bz.ops.logcumsumexp(define(f, x), axis)
+        return
     check_scan(name, x, axis)
 
 

@@ -182,3 +182,75 @@ def test_logsumexp_over_an_empty_axis_is_minus_infinity():
     with bz.config.scope(disable="logsumexp_pad"):  # its max over nothing then has no value
         with pytest.raises(bz.InputError, match=r"logsumexp \(its max\): .* empty dimension"):
             bz.jit(lambda x: x.logsumexp(-1))(np.zeros((3, 0), np.float32))
+
+
+# --- torch's squeeze: a dimension whose extent is not 1 stays ------------------------------------------
+def test_squeeze_of_a_dimension_that_is_not_1_leaves_it_as_torch_does():
+    x = np.arange(15, dtype=np.float32).reshape(3, 5)
+    squeezed = bz.jit(lambda x: (x.squeeze(0), x.squeeze((0, 1)), x[:, :1].squeeze(1), x[None].squeeze(dim=(0, 2)),
+                                 x.unsqueeze(1).squeeze(-2)))(x)
+    for got, expected in zip(squeezed, [x, x, x[:, 0], x, x], strict=True):
+        np.testing.assert_array_equal(got, expected)
+    row = x[:1]  # extent 1 traces a signature of its own, where squeeze(0) drops it
+    np.testing.assert_array_equal(bz.jit(lambda x: x.squeeze(0))(row), row[0])
+
+
+def test_squeeze_of_a_symbolic_extent_outside_jit_is_a_definition_error():
+    """A Fusion's -1 extent may be 1 or not at run time, and the result's rank depends on it."""
+    with bz.Fusion() as f:
+        x = f.define_tensor(shape=(-1, 4, 1))
+        assert x.squeeze(1) is x and x.squeeze(2).ndim == 2
+        with pytest.raises(bz.FusionDefinitionError, match=r"squeeze: dimension 0 .* symbolic extent .*bz.ops.squeeze"):
+            x.squeeze(0)
+        f.add_output(bz.ops.squeeze(x, 0))  # NumPy's squeeze: required to be 1, checked at run time
+    with pytest.raises(bz.InputError, match="squeeze"):
+        f.execute([np.zeros((3, 4, 1), np.float32)])
+
+
+# --- fmod, select, diff, logcumsumexp against torch eager ---------------------------------------------
+METHODS_VS_TORCH = [
+    ("fmod_number", lambda x: x.fmod(1.3)),
+    ("fmod_negative_number", lambda x: x.fmod(-0.7)),
+    ("fmod_tensor", lambda x: x.fmod(x[:1] * 0.5 - 1.0)),
+    ("fmod_by_zero", lambda x: x.fmod(0.0)),
+    ("select", lambda x: x.select(1, -2)),
+    ("select_dim_keyword", lambda x: x.select(dim=0, index=2)),
+    ("diff", lambda x: x.diff()),
+    ("diff_dim", lambda x: x.diff(dim=0)),
+    ("diff_twice_prepend", lambda x: x.diff(2, 0, prepend=x[:1], append=x[-1:] * 2)),
+    ("diff_bool", lambda x: (x > 0).diff()),
+    ("logcumsumexp", lambda x: (x * 100).logcumsumexp(1)),
+    ("logcumsumexp_dim_keyword", lambda x: x.logcumsumexp(dim=0)),
+]
+
+
+def test_fmod_select_diff_and_logcumsumexp_match_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-9, 9, (4, 6))
+    x[0, :3] = [0.0, -0.0, 2.6]
+    results = bz.jit(lambda x: tuple(method(x) for _, method in METHODS_VS_TORCH))(x)
+    for (name, method), got in zip(METHODS_VS_TORCH, results, strict=True):
+        expected = method(torch.from_numpy(x)).numpy()
+        assert got.dtype == expected.dtype and got.shape == expected.shape, name
+        np.testing.assert_allclose(got, expected, rtol=1e-14, atol=0, err_msg=name)
+        numbers = ~np.isnan(expected)  # fmod keeps x's sign, zeros too
+        np.testing.assert_array_equal(np.signbit(got[numbers]), np.signbit(expected[numbers]), err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint8, np.float16], ids=str)
+def test_fmod_rounds_toward_zero_in_every_dtype(dtype):
+    a = np.array([7, 7, 6, 0, 5, 1], dtype)
+    b = np.array([2, 3, 3, 5, 4, 7], dtype)
+    signed = np.dtype(dtype).kind != "u"
+    if signed:
+        a, b = a * np.array([-1, 1, -1, 1, -1, 1], dtype), b * np.array([1, -1, -1, 1, 1, -1], dtype)
+    got, by_number = bz.jit(lambda a, b: (a.fmod(b), bz.ops.fmod(a, 3)))(a, b)
+    assert got.dtype == dtype and by_number.dtype == dtype
+    np.testing.assert_array_equal(got, np.fmod(a, b))
+    np.testing.assert_array_equal(by_number, np.fmod(a, dtype(3)))
+
+
+def test_select_outside_a_symbolic_extent_fails_at_run_time():
+    with pytest.raises(bz.InputError, match="index 5"):
+        bz.jit(lambda x: x.select(0, 5))(np.zeros((3, 2), np.float32))

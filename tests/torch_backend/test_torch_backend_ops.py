@@ -181,6 +181,29 @@ def test_floor_division_of_floats_follows_pythons_rule(dtype) -> None:
         torch.testing.assert_close(actual, expected, rtol=0, atol=0, equal_nan=True)
 
 
+HALF_NUMBER_OPS = {
+    "floor_divide": lambda x: x // 0.1, "div_floor": lambda x: torch.div(x, -0.3, rounding_mode="floor"),
+    "div_trunc": lambda x: torch.div(x, 0.3, rounding_mode="trunc"), "div": lambda x: x / 0.1,
+    "mul": lambda x: x * 0.1, "add": lambda x: x + 0.1, "sub": lambda x: x - 1.7, "rsub": lambda x: 0.3 - x,
+    "remainder": lambda x: x % 0.1, "reciprocal_mul": lambda x: 0.1 / x,
+}
+
+
+@pytest.mark.parametrize("op", HALF_NUMBER_OPS)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_half_tensors_meet_python_numbers_as_in_eager(device, dtype, op) -> None:
+    """Eager reads the number in float32 for some ops (1.0 // 0.1 is 9, where float16(0.1) gives 10)
+    and in the tensor's dtype for others, per device: braze gives eager's values bit for bit."""
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs an NVIDIA GPU")
+    fn = HALF_NUMBER_OPS[op]
+    spread = torch.randn(400, generator=torch.Generator().manual_seed(5)) * 10
+    x = torch.cat([torch.tensor([1.0, 3.0, 0.7, 100.0, -2.5]), spread]).to(device=device, dtype=dtype)
+    compiled = torch.compile(fn, backend="braze", options=STRICT)
+    torch.testing.assert_close(compiled(x), fn(x), rtol=0, atol=0, equal_nan=True)
+
+
 def test_cross_entropy_picks_and_scatters_its_class_in_braze() -> None:
     # nll_loss's decomposition: a gather of each row's target in the forward, a scatter of -1 at it
     # in the backward (a one-hot the size of the logits, written in place of a copy and a scatter).

@@ -16,6 +16,7 @@ import torch
 from torch import fx
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
+from braze import dtypes as dt
 from braze import ops as bz_ops
 from braze.frontend.torch.region_builder import RegionBuilder, bind, braze_dtype, meta
 from braze.ir.tensor import TensorView
@@ -65,11 +66,36 @@ def promoted_dtype(args: list[object]) -> torch.dtype:
     return elementwise_dtypes(*stand_ins, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)[1]
 
 
-def promoted(b: RegionBuilder, args: list[object]) -> list[object]:
-    """The operands, tensors cast to their promoted dtype (numbers stay weak, as in torch)."""
+def promoted(b: RegionBuilder, args: list[object], node: fx.Node | None = None) -> list[object]:
+    """The operands, tensors cast to their promoted dtype (numbers stay weak, as in torch); of a `node`
+    whose eager kernel reads a number operand in float32, cast to float32 (`_number_in_float32`)."""
     dtype = braze_dtype(promoted_dtype(args))
+    if node is not None and dtype.is_floating and dtype.itemsize == 2 and _number_in_float32(node, args):
+        dtype = dt.float32
     operands = [b.operand(a) for a in args]
     return [bz_ops.cast(x, dtype) if isinstance(x, TensorView) else x for x in operands]
+
+
+# Eager PyTorch's kernels for a float16 or bfloat16 tensor and a Python number read the number in
+# float32 (torch's "opmath" type) for some ops and round it to the tensor's dtype first for others, and
+# its CPU and CUDA kernels differ in which. `x // 0.1` divides by float32(0.1) on both, so 1.0 // 0.1 is
+# 9 (float16(0.1) would give 10); `x + 0.1` adds float16(0.1) on the CPU. Per device type, the ATen
+# ops that read the number in float32 and compute in float32, with the operand positions where a
+# number is read so (the CPU kernels look only at the second operand).
+NUMBER_IN_FLOAT32: dict[str, dict[str, tuple[int, ...]]] = {
+    "cpu": {"mul": (1,), "div": (1,), "floor_divide": (1,)},
+    "cuda": {"mul": (0, 1), "div": (0, 1), "add": (0, 1), "sub": (0, 1), "remainder": (0, 1), "floor_divide": (1,)},
+}
+
+
+def _number_in_float32(node: fx.Node, args: list[object]) -> bool:
+    value = meta(node)
+    if not isinstance(value, torch.Tensor) or len(args) != 2:
+        return False
+    op = node.target._schema.name.removeprefix("aten::")
+    positions = NUMBER_IN_FLOAT32.get(value.device.type, {}).get(op, ())
+    is_tensor = [isinstance(meta(a), torch.Tensor) for a in args]
+    return any(not is_tensor[p] and is_tensor[1 - p] for p in positions)
 
 
 # --- pointwise ----------------------------------------------------------------------------------------
@@ -104,7 +130,7 @@ def _unary(braze_op: str) -> Convert:
 
 def _binary(braze_op: str) -> Convert:
     def convert(b: RegionBuilder, node: fx.Node) -> TensorView:
-        return finish(node, bz_ops.elementwise(braze_op, *promoted(b, list(node.args[:2]))))
+        return finish(node, bz_ops.elementwise(braze_op, *promoted(b, list(node.args[:2]), node)))
 
     return convert
 
@@ -138,7 +164,7 @@ def _sign(b: RegionBuilder, node: fx.Node) -> TensorView:
 @rule(aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar)
 def _add_sub(b: RegionBuilder, node: fx.Node) -> TensorView:
     args = bind(node)
-    x, y = promoted(b, [args["self"], args["other"]])
+    x, y = promoted(b, [args["self"], args["other"]], node)
     if args["alpha"] is not None and args["alpha"] != 1:
         y = bz_ops.mul(y, b.operand(args["alpha"]))
     return finish(node, bz_ops.elementwise("add" if node.target._schema.name == "aten::add" else "sub", x, y))
@@ -153,7 +179,7 @@ def _rounding_mode_known(node: fx.Node) -> str | None:
       accepts=_rounding_mode_known)
 def _div(b: RegionBuilder, node: fx.Node) -> TensorView:
     args = bind(node)
-    x, y = promoted(b, [args.get("self", args.get("a")), args.get("other", args.get("b"))])
+    x, y = promoted(b, [args.get("self", args.get("a")), args.get("other", args.get("b"))], node)
     is_int = not meta(node).dtype.is_floating_point and meta(node).dtype != torch.bool
     # prims.div divides floats truly and truncates integers, as C does
     mode = ("trunc" if is_int else None) if node.target is torch.ops.prims.div.default else args.get("rounding_mode")
