@@ -402,7 +402,8 @@ def test_bad_stride_order_on_an_output() -> None:
             f.add_output(x * 2, stride_order=(2, 0))
 
 
-@pytest.mark.parametrize("dtype, shown", [("complex64", "complex64"), (np.complex128, "complex128"), ("float33", "'float33'")])
+@pytest.mark.parametrize("dtype, shown", [("complex64", "complex64"), (np.complex128, "complex128"),
+                                          ("float33", "'float33'")])
 def test_bad_define_tensor_dtype(dtype, shown: str) -> None:
     with bz.Fusion() as f:
         with pytest.raises(bz.UnsupportedError, match=rf"^dtype: expected one of bool, .*float64, got {shown}$"):

@@ -101,7 +101,8 @@ def test_an_atomic_update_of_a_dtype_without_atomics_is_refused():
         for i in range(x.shape[0]):
             out[0] += x[i]
 
-    with pytest.raises(bz.KernelTypeError, match="expected an array of int32, int64, uint32, uint64, float32, float64, got int8"):
+    refused = "expected an array of int32, int64, uint32, uint64, float32, float64, got int8"
+    with pytest.raises(bz.KernelTypeError, match=refused):
         small_total(np.ones(4, np.int8), np.zeros(1, np.int8))
 
 
