@@ -155,6 +155,12 @@ def has_arg_pairs(plan: LanePlan) -> bool:
     return any(combine == ARG_INDEX for accumulators in plan.loops.values() for _, combine in accumulators)
 
 
+def _has_online_sums(plan: LanePlan) -> bool:
+    """Whether a lane loop keeps an online sum of exponentials with its maximum (cuda_online). Blocks
+    that meet in the workspace (cuda_grid) combine each accumulator on its own, never such a pair."""
+    return any(combine == ONLINE_ADD for accumulators in plan.loops.values() for _, combine in accumulators)
+
+
 def online_partner(accumulators: tuple[tuple[k.Var, str], ...]) -> dict[k.Var, k.Var]:
     """For a lane loop's accumulators: each online sum's maximum, and each such maximum's sum."""
     sums = [acc for acc, combine in accumulators if combine == ONLINE_ADD]
@@ -699,7 +705,9 @@ def plan_schedule(task: k.Task, plan: LanePlan) -> TaskSchedule:
         return TaskSchedule("tiles")
     if has_arg_pairs(plan):  # argmax / argmin pairs combine across the lanes of a row only
         return TaskSchedule()
-    if spans_grid(task, plan):
+    # An online sum and its maximum combine over the lanes of a row only: such a row spans no blocks.
+    splits = not _has_online_sums(plan)
+    if spans_grid(task, plan) and splits:
         loop = next(s for s in task.body if isinstance(s, k.For))
         accumulators = plan.loops[id(loop)]
         if not _initialized(task, accumulators):
@@ -716,7 +724,7 @@ def plan_schedule(task: k.Task, plan: LanePlan) -> TaskSchedule:
         splittable = (len(loops) == 1 and all(isinstance(s, (k.Let, k.Store)) for s in after)
                       and _initialized(task, plan.loops[id(loops[0])]))
         return TaskSchedule("columns", plan.loops[id(loops[0])] if splittable else (), splittable)
-    if _row_is_one_nest(task, plan):
+    if _row_is_one_nest(task, plan) and splits:
         loop = next(s for s in task.body if isinstance(s, k.For))
         return TaskSchedule("rows", plan.loops[id(loop)], splittable=True)
     return TaskSchedule()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+import cuda_on_cpu
 import ml_dtypes
 import numpy as np
 import pytest
@@ -327,3 +328,21 @@ def test_one_warp_a_row_launches_the_warp_function():
     assert (block.function, block.function_name, block.grid, block.shared) == ("block_function", "t", 67, 0)
     few = plan(16, 40)
     assert (few.function, few.shared, few.scalars[:2]) == ("block_function", 4096, (16, 40))
+
+
+def test_a_softmax_whose_row_is_the_whole_output_spans_no_blocks():
+    """A softmax over every element of a one-element output (`softmax(x, 0).reshape([1])`): its task is
+    one loop, which the planner once spread over blocks (a full reduction, or a split row). Blocks meet
+    in the workspace one accumulator at a time, which an online sum and its maximum cannot: code
+    generation failed (KeyError 'online_softmax_add'). The pair now combines over one row's lanes."""
+    with bz.Fusion() as f:
+        x = f.define_tensor((-1,), dtype=bz.float32)
+        f.add_output(bz.ops.reshape(bz.ops.softmax(x, axis=0), [1]))
+    x = np.array([0.75], np.float32)
+    source = engine.cuda_source(f, [x])
+    assert "bz_online_" in source.body
+    if nvrtc.available():
+        nvrtc.compile_ptx(cuda.with_prelude(source.body), "softmax_one_row", "sm_90")
+    if cuda_on_cpu.available():
+        (got,), _ = cuda_on_cpu.run_on_cpu(f, [x])
+        np.testing.assert_array_equal(got, [1.0])

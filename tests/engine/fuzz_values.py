@@ -35,12 +35,15 @@ from braze import dtypes as dt
 from braze.ir.tensor import TensorView
 from braze.ops.table import OPS
 
-# The dtypes the random fusion generator draws values and bounds for (random_fusions.LIMIT); the
-# unsigned integers and int16 are checked op by op in tests/ops.
-ALL = tuple(d for d in dt.ALL_DTYPES if d.kind != "u" and d is not dt.int16)
-# Values a node of each dtype may reach: far from overflow (int8 wraps at 128, float16 at 65504).
-LIMIT = {"bool": 1, "int8": 120, "int32": 2**30, "int64": 2**60, "float16": 1e4, "bfloat16": 1e4,
-         "float32": 1e6, "float64": 1e6}
+ALL = dt.ALL_DTYPES  # the dtypes the random fusion generator draws
+# Values a node of each dtype may reach. Signed and float types stay far from overflow (int8 wraps at 128,
+# float16 at 65504). An unsigned value lies in [0, bound]: its bound may be the whole range, as after a
+# subtraction that wraps (`uint8 3 - 5` is 254), which both backends compute exactly alike.
+LIMIT = {"bool": 1, "int8": 120, "int16": 30000, "int32": 2**30, "int64": 2**60,
+         **{d.name: int(np.iinfo(d.numpy).max) for d in dt.INT_DTYPES if d.is_unsigned},
+         "float16": 1e4, "bfloat16": 1e4, "float32": 1e6, "float64": 1e6}
+# Ops whose unsigned result wraps below zero: their bound is the type's whole range.
+WRAPPING_OPS = frozenset({"sub", "neg", "bitwise_not"})
 MAX_RANK, MAX_NUMEL = 4, 8200  # a node of more elements is left out of the program
 ODD_EXTENTS = (7, 9, 17, 31, 33, 63, 65, 127, 129)
 LARGE_EXTENTS = (255, 257, 1023, 1025, 2049, 4097)
@@ -105,7 +108,12 @@ class Node:
 
     @property
     def kind(self) -> str:
-        return self.tv.dtype.kind
+        """'b', 'i' (signed or unsigned integer) or 'f', as the op table's kinds."""
+        return self.tv.dtype.category
+
+    @property
+    def unsigned(self) -> bool:
+        return self.tv.dtype.is_unsigned
 
     @property
     def exact(self) -> bool:
@@ -146,10 +154,17 @@ def _typed(x: Operand) -> tuple[dt.DType, int]:
 def promoted_kind(kinds: str, values: list[Operand]) -> dt.DType | None:
     """The promoted type of an op's value operands, or None where the op rejects their kinds."""
     typed = [_typed(v) for v in values]
-    if any(w == 0 and d.kind not in kinds for d, w in typed):
+    if any(w == 0 and d.category not in kinds for d, w in typed):
         return None
     promoted = dt.result_type(*typed)
-    return promoted if promoted.kind in kinds else None
+    return promoted if promoted.category in kinds else None
+
+
+def literals_fit(values: list[Operand]) -> bool:
+    """Whether the op's Python int literals fit the type they meet: a negative one never fits an unsigned
+    type (`uint8_x - (-1)` is an error, as in NumPy 2)."""
+    promoted = dt.result_type(*[_typed(v) for v in values])
+    return not (promoted.is_unsigned and any(type(v) is int and v < 0 for v in values))
 
 
 def broadcast_shape(operands: list[Operand]) -> tuple[int, ...] | None:
@@ -185,22 +200,25 @@ class InputRecipe:
     grid: bool  # float values on a grid of quarters (ties, exact zeros) instead of uniform
     zero_unit_strides: bool = False  # stride 0 on dimensions of extent 1
     scalar: bool = False  # a define_scalar input, passed as a Python number
+    wide: bool = False  # unsigned values over the whole range (a uint8 image's 0-255) instead of 0-8
 
     def make(self, rng: np.random.Generator):
         d = self.dtype
         if self.scalar:
-            return {"b": True, "i": 3, "f": 0.75}[d.kind]
+            return {"b": True, "i": 3, "f": 0.75}[d.category]
         value_shape = tuple(1 if r else n for n, r in zip(self.shape, self.repeat))
         if d.is_bool:
             values = rng.random(value_shape) < 0.5
+        elif self.wide:
+            values = rng.integers(0, np.iinfo(d.numpy).max, value_shape, dtype=d.numpy, endpoint=True)
         elif d.is_integer:
-            values = rng.integers(-8, 9, value_shape)
+            values = rng.integers(0 if d.is_unsigned else -8, 9, value_shape)
         elif self.grid:
             values = rng.integers(-8, 9, value_shape) / 4
         else:
             values = rng.uniform(-2, 2, value_shape)
         values = np.broadcast_to(values.astype(d.numpy), self.shape)
-        garbage = {"b": True, "i": 99, "f": np.nan}[d.kind]  # what a wrong index reads
+        garbage = {"b": True, "i": 99, "f": np.nan}[d.category]  # what a wrong index reads
         buffer = np.full([self.shape[p] * self.steps[p] for p in self.perm], garbage, d.numpy)
         view = buffer[tuple(slice(None, None, self.steps[p]) for p in self.perm)].transpose(np.argsort(self.perm))
         view = view[tuple(slice(None, None, -1 if f else 1) for f in self.flips)]
@@ -227,6 +245,9 @@ def check_output(node: Node, got: np.ndarray, want: np.ndarray, what: str) -> No
     got, want = np.asarray(got), np.asarray(want)
     assert got.dtype == want.dtype == node.dtype.numpy, f"{what}: dtype {got.dtype}, reference {want.dtype}"
     assert got.shape == want.shape == node.shape, f"{what}: shape {got.shape}, reference {want.shape}"
+    if not node.dtype.is_floating:  # exact, compared as integers: float64 would round 64-bit values
+        check_integers(node, got, want, what)
+        return
     g, w = got.astype(np.float64), want.astype(np.float64)
     # Sanity of the generator's own bounds: the reference stays finite and within them.
     assert np.isfinite(w).all() and (np.abs(w) <= node.bound * 1.01 + 1e-9).all(), (
@@ -236,3 +257,11 @@ def check_output(node: Node, got: np.ndarray, want: np.ndarray, what: str) -> No
     assert not bad.any(), (
         f"{what}: {node.dtype.name} {'exact' if allowed == 0 else f'within {allowed:.3g}'}: got {g[bad][:6]}, "
         f"reference {w[bad][:6]} at {np.argwhere(bad)[:6].tolist()}")
+
+
+def check_integers(node: Node, got: np.ndarray, want: np.ndarray, what: str) -> None:
+    magnitude = np.abs(want.astype(object))  # Python ints: a uint64's bound is exact
+    assert np.all(magnitude <= node.bound), f"{what}: the generator's bound {node.bound} is wrong: reference {want}"
+    bad = np.asarray(got != want)
+    assert not bad.any(), (f"{what}: {node.dtype.name} exact: got {got[bad][:6]}, reference {want[bad][:6]} "
+                           f"at {np.argwhere(bad)[:6].tolist()}")

@@ -20,6 +20,7 @@ from fuzz_values import (
     MAX_NUMEL,
     MAX_RANK,
     ODD_EXTENTS,
+    WRAPPING_OPS,
     InputRecipe,
     Node,
     Operand,
@@ -32,6 +33,7 @@ from fuzz_values import (
     broadcast_shape,
     compute_ulp,
     exp_nesting,
+    literals_fit,
     promoted_kind,
     ulp,
 )
@@ -44,6 +46,11 @@ from braze import dtypes as dt
 from braze.ir.tensor import TensorView
 from braze.ops.elementwise import BINARY, TERNARY, UNARY
 from braze.ops.table import OPS
+
+
+def accumulation(d: dt.DType) -> dt.DType:
+    """The type a sum or product of d accumulates in (braze/ops/reductions.py)."""
+    return d if d.is_floating else dt.uint64 if d.is_unsigned else dt.int64
 
 
 @dataclass
@@ -85,7 +92,8 @@ class RandomFusion:
             if other is not None:
                 return other
         kind = self.choice("bif" if self.coin(0.3) else a.kind)
-        return {"b": lambda: self.coin(), "i": lambda: self.choice(INT_LITERALS),
+        ints = [n for n in INT_LITERALS if n >= 0 or not a.unsigned]  # -2 fits no unsigned type
+        return {"b": lambda: self.coin(), "i": lambda: self.choice(ints),
                 "f": lambda: self.choice(FLOAT_LITERALS)}[kind]()
 
     def exp_nesting(self, n: Node) -> int:
@@ -118,7 +126,11 @@ class RandomFusion:
         assert shape is not None
         if any(isinstance(x, Node) and bf16_chain(x.tv, self.chains) >= MAX_BF16_CHAIN for x in operands):
             return None
+        if not literals_fit(operands[1:] if op == "where" else operands):
+            return None
         tv = getattr(bz.ops, op)(*[_value(x) for x in operands], **attrs)
+        if tv.dtype.is_unsigned and op in WRAPPING_OPS:
+            bound = LIMIT[tv.dtype.name]
         if approx and tv.dtype.is_floating:
             err += APPROX_ULPS * compute_ulp(tv.dtype) * bound
         extra = "".join(f", {k}={v!r}" for k, v in attrs.items())
@@ -146,13 +158,14 @@ class RandomFusion:
                 repeat=tuple(e == -1 and n > 1 and self.coin(0.15) for e, n in zip(declared, extents)),
                 grid=self.coin(0.4),
                 zero_unit_strides=self.coin(0.3),
+                wide=dtype.is_unsigned and self.coin(0.3),
             )
             tv = self.f.define_tensor(shape=declared, dtype=dtype)
-            bound = {"b": 1, "i": 8, "f": 2}[dtype.kind]
+            bound = LIMIT[dtype.name] if recipe.wide else {"b": 1, "i": 8, "f": 2}[dtype.category]
             self.recipes.append(recipe)
             self.add(tv, shape, bound, 0.0, f"f.define_tensor(shape={tuple(declared)}, dtype=bz.{dtype.name})")
         if self.coin(0.15):
-            dtype = self.choice([d for d in (dt.bool_, dt.int32, dt.float32, dt.float64)])
+            dtype = self.choice([d for d in (dt.bool_, dt.int32, dt.float32, dt.float64, dt.uint32)])
             tv = self.f.define_scalar(dtype=dtype)
             self.recipes.append(InputRecipe(dtype, (), (), (), (), (), grid=False, scalar=True))
             value = self.recipes[-1].make(None)
@@ -192,7 +205,7 @@ class RandomFusion:
         """x clamped to [-limit, limit] where its bound is larger."""
         if x.bound <= limit:
             return x
-        lo, hi = (-limit, limit) if x.kind == "f" else (-int(limit), int(limit))
+        lo, hi = (-limit, limit) if x.kind == "f" else (0 if x.unsigned else -int(limit), int(limit))
         return self.ew("clamp", [x, lo, hi], limit, x.err)
 
     def unary(self) -> Node | None:
@@ -279,8 +292,9 @@ class RandomFusion:
     def int_division(self, name: str, a: Node) -> Node:
         """Integer floordiv and remainder by anything: division by 0 gives 0, by -1 cannot trap."""
         b = self.partner(a, lambda n: n.kind == "i")
-        if not (isinstance(b, Node) or type(b) is int):
-            b = self.choice((3, -2, 1, -1, 0, 7))
+        # uint64 with a signed type is float64 (discontinuous, and 1 / 0 is inf): a literal instead
+        if not (isinstance(b, Node) or type(b) is int) or promoted_kind("i", [a, b]) is None:
+            b = self.choice((3, 1, 0, 7) if a.unsigned else (3, -2, 1, -1, 0, 7))
         return self.ew(name, [a, b], a.bound if name == "floordiv" else _bound(b), 0.0)
 
     def division(self, name: str, a: Node) -> Node | None:
@@ -310,7 +324,8 @@ class RandomFusion:
     def power(self, a: Node) -> Node | None:
         if a.kind == "i" and self.coin(0.5):  # integer powers, negative exponents included
             exponent = self.partner(a, lambda n: n.kind == "i" and n.bound <= 3)
-            if isinstance(exponent, float) or _bound(exponent) > 3 or promoted_kind("if", [a, exponent]) is None:
+            # an integer power: uint64 with a signed type would be a float64 one
+            if isinstance(exponent, float) or _bound(exponent) > 3 or promoted_kind("i", [a, exponent]) is None:
                 exponent = self.choice((0, 1, 2, 3))
             return self.ew("pow", [a, exponent], max(a.bound, 1) ** max(_bound(exponent), 1), 0.0)
         base = self.positive(a)
@@ -350,6 +365,7 @@ class RandomFusion:
         if name == "clamp":
             if self.coin(0.6):
                 lo, hi = self.choice([(-1.0, 1.5), (0, 3), (-2, 0.5)] if x.kind == "f" else
+                                     [(1, 3), (0, 2), (5, 5)] if x.unsigned else
                                      [(-1, 3), (0, 2), (-5, 5)] if x.kind == "i" else [(False, True)])
             else:
                 lo, hi = self.partner(x), self.partner(x)
@@ -374,8 +390,10 @@ class RandomFusion:
             return None
         bound, err = x.bound, x.err
         if target.is_integer and x.kind == "f":
-            bound = math.floor(x.bound)  # truncates toward zero
-        if target.is_integer and x.kind == "i" and bound > LIMIT[target.name]:
+            bound = math.floor(x.bound)  # truncates toward zero (a negative float to an unsigned type saturates at 0)
+        if target.is_unsigned and x.kind == "i" and (not x.unsigned or bound > LIMIT[target.name]):
+            bound = LIMIT[target.name]  # wraps: int8 -1 is uint8 255
+        elif target.is_integer and x.kind == "i" and bound > LIMIT[target.name]:
             bound = 2 ** (8 * target.itemsize - 1)  # wraps
         if target.is_floating and x.kind == "i" and bound > 2 ** (3 if target.name == "bfloat16" else 11):
             err = ulp(target) * bound  # rounds, maybe differently through float32
@@ -428,7 +446,7 @@ class RandomFusion:
             exact = x.exact and (n == 1 or x.kind != "f" and n * b < 2**24)  # integer sums in float32 are exact
             err = 0.0 if exact else e + 2 * (n + 1) * acc * b
         elif name == "prod":
-            if n > 24 or max(b, 1) ** n > LIMIT["int64" if x.kind != "f" else x.dtype.name]:
+            if n > 24 or max(b, 1) ** n > LIMIT[accumulation(x.dtype).name]:
                 return None
             bound = max(b, 1) ** n
             err = 0.0 if exact else n * max(b, 1) ** (n - 1) * e + 2 * n * acc * bound
@@ -469,8 +487,9 @@ class RandomFusion:
         if self.coin(0.4):
             return self.moments()
         name = self.choice(["softmax", "log_softmax", "layer_norm", "rms_norm"])
+        # Integers past int64's LIMIT (a wrapped uint64) would square past float32's range in a norm.
         x = self.pick(lambda n: n.tv.ndim > 0 and n.kind != "b" and (n.exact or "norm" not in name)
-                      and ("norm" in name or self.exp_nesting(n) < MAX_EXP_NESTING))
+                      and ("norm" in name or self.exp_nesting(n) < MAX_EXP_NESTING) and n.bound <= LIMIT["int64"])
         if x is None:
             return None
         result = x.dtype if x.kind == "f" else dt.float32
@@ -552,7 +571,7 @@ class RandomFusion:
                              f"bz.ops.unsqueeze({x.name}, {axis})")
         if name == "pad":
             widths = [(self.choice((0, 0, 1, 2)), self.choice((0, 1))) for _ in shape]
-            value = {"b": True, "i": -3, "f": 1.5}[x.kind]
+            value = {"b": True, "i": 3 if x.unsigned else -3, "f": 1.5}[x.kind]
             new = [n + lo + hi for n, (lo, hi) in zip(shape, widths)]
             return self.same(x, bz.ops.pad(x.tv, widths, value), new, f"bz.ops.pad({x.name}, {widths}, {value!r})",
                              bound=max(x.bound, abs(value)))
@@ -595,7 +614,7 @@ class RandomFusion:
             bound = max(n, 1) * b
             err = 0.0 if exact else n * e + 2 * n * acc * bound
         else:
-            if n > 24 or max(b, 1) ** n > LIMIT["int64" if x.kind != "f" else x.dtype.name]:
+            if n > 24 or max(b, 1) ** n > LIMIT[accumulation(x.dtype).name]:
                 return None
             bound = max(b, 1) ** max(n, 1)
             err = 0.0 if exact else n * max(b, 1) ** max(n - 1, 0) * e + 2 * n * acc * bound
