@@ -18,6 +18,7 @@ import torch.nn.functional as F  # noqa: E402
 
 import braze as bz  # noqa: E402
 from braze.frontend.torch import region_builder  # noqa: E402
+from braze.frontend.torch.explain import Explanation  # noqa: E402
 from braze.frontend.torch.options import Options, parse_options  # noqa: E402
 
 STRICT = {"fallback": "error"}
@@ -98,7 +99,8 @@ def _ints(x):  # integer and bool arithmetic, division in each rounding mode, bi
     j = (x * 3).to(torch.int32) + 7
     return torch.stack([torch.div(i, j, rounding_mode="trunc").float(), torch.div(i, j, rounding_mode="floor").float(),
                         (i % j).float(), (i // j).float(), (i & 6 | 1).float(), (i ^ j).float(),
-                        ((i > 0) & (j < 9)).float(), (i.abs() + (~(i > 2)).long()).float()])
+                        ((i > 0) & (j < 9)).float(), (i.abs() + (~(i > 2)).long()).float(),
+                        torch.fmod(i, j).float(), torch.fmod(i, -3).float()])
 
 
 def _floats(x):  # clamps, powers, rounding, comparisons with scalars, casts both ways
@@ -106,7 +108,8 @@ def _floats(x):  # clamps, powers, rounding, comparisons with scalars, casts bot
                         torch.pow(2.0, x), (x.abs() + 1).pow(0.5),
                         torch.atan2(x, x + 2), torch.round(x * 4), torch.trunc(x * 3), torch.sign(x),
                         torch.remainder(x, 0.75), x.double().float() * (x >= 0), x.half().float(),
-                        torch.lerp(x, x * x, 0.3), torch.addcmul(x, x, x, value=0.5), torch.copysign(x + 1, -x)])
+                        torch.lerp(x, x * x, 0.3), torch.addcmul(x, x, x, value=0.5), torch.copysign(x + 1, -x),
+                        torch.fmod(x * 5, 0.75), torch.fmod(x, x.flip(0) - 0.5)])
 
 
 def _views(x):  # reshapes, permutes, slices with steps, selects, padding (growing and cropping), expand
@@ -130,7 +133,8 @@ def _scans(x):  # positions from a mask, a top-p style running probability, prod
     mask = x > 0
     positions = (mask.cumsum(-1) - 1) * mask
     running = torch.softmax(x, -1).cumsum(-1)
-    return positions.float() + running + (x * 0.5).cumprod(0) + mask.cumsum(0, dtype=torch.float32)
+    return (positions.float() + running + (x * 0.5).cumprod(0) + mask.cumsum(0, dtype=torch.float32)
+            + torch.logcumsumexp(x * 3, 0))
 
 
 def _creation(x):  # arange, full, ones and zeros likes, where with scalars
@@ -149,14 +153,16 @@ def _activations(x):  # the activations and helpers model code calls, decomposed
 
 
 @pytest.mark.parametrize("fn, fused", [
-    (_ints, {"aten.div.Tensor_mode", "aten.remainder.Tensor", "aten.bitwise_and.Scalar", "aten.bitwise_xor.Tensor"}),
+    (_ints, {"aten.div.Tensor_mode", "aten.remainder.Tensor", "aten.bitwise_and.Scalar", "aten.bitwise_xor.Tensor",
+             "aten.fmod.Tensor", "aten.fmod.Scalar"}),
     (_floats, {"aten.clamp.default", "aten.pow.Tensor_Scalar", "aten.pow.Scalar", "aten.atan2.default",
-               "aten.copysign.Tensor", "aten.round.default", "aten.sign.default", "aten._to_copy.default"}),
+               "aten.copysign.Tensor", "aten.round.default", "aten.sign.default", "aten._to_copy.default",
+               "aten.fmod.Scalar", "aten.fmod.Tensor"}),
     (_views, {"aten.permute.default", "aten.slice.Tensor", "aten.constant_pad_nd.default", "aten.flip.default",
               "aten.cat.default", "aten.expand.default"}),
     (_reductions, {"aten.prod.default", "aten.var.correction", "aten.argmax.default", "aten.any.default",
                    "aten.amax.default"}),
-    (_scans, {"aten.cumsum.default", "aten.cumprod.default"}),
+    (_scans, {"aten.cumsum.default", "aten.cumprod.default", "aten.logcumsumexp.default"}),
     (_creation, {"aten.arange.start_step", "aten.full_like.default", "aten.where.self"}),
     (_activations, {"aten.where.self", "aten.log1p.default", "aten.expm1.default", "aten.isnan.default"}),
 ], ids=lambda v: v.__name__.strip("_") if callable(v) else "")
@@ -185,7 +191,7 @@ HALF_NUMBER_OPS = {
     "floor_divide": lambda x: x // 0.1, "div_floor": lambda x: torch.div(x, -0.3, rounding_mode="floor"),
     "div_trunc": lambda x: torch.div(x, 0.3, rounding_mode="trunc"), "div": lambda x: x / 0.1,
     "mul": lambda x: x * 0.1, "add": lambda x: x + 0.1, "sub": lambda x: x - 1.7, "rsub": lambda x: 0.3 - x,
-    "remainder": lambda x: x % 0.1, "reciprocal_mul": lambda x: 0.1 / x,
+    "remainder": lambda x: x % 0.1, "reciprocal_mul": lambda x: 0.1 / x, "fmod": lambda x: torch.fmod(x, 0.3),
 }
 
 
@@ -318,6 +324,12 @@ def test_explain_lists_regions_their_ops_kernels_and_what_stayed_in_pytorch() ->
     text = str(explanation)
     assert "forward graph: 1 braze region(s)" in text and "kernels launched" in text and "aten.mm.default" in text
     assert x.grad is None and w.grad is None, "explain left gradients behind"
+
+
+def test_explain_says_so_when_no_graph_reaches_the_backend() -> None:
+    """A model whose frame Dynamo skips (a mixture-of-experts loop over torch.where's data-dependent
+    indices, say) runs as plain Python: the report says so instead of printing nothing."""
+    assert "no graph reached the braze backend" in str(Explanation([]))
 
 
 def test_excluded_ops_and_small_regions_stay_in_pytorch() -> None:

@@ -151,6 +151,12 @@ for _name, _op in {**BINARY, "add": "add", "sub": "sub"}.items():
         rule(getattr(prims, _name).default)(_binary(_op))
 
 
+@rule(*_overloads("fmod", "Tensor", "Scalar"))
+def _fmod(b: RegionBuilder, node: fx.Node) -> TensorView:
+    """C's fmod: the remainder with the quotient rounded toward zero (the sign of the dividend)."""
+    return finish(node, bz_ops.fmod(*promoted(b, list(node.args[:2]), node)))
+
+
 @rule(*_overloads("sign", "default"), *_overloads("sgn", "default"), prims.sign.default)
 def _sign(b: RegionBuilder, node: fx.Node) -> TensorView:
     """torch's sign of NaN is 0 ((x > 0) - (x < 0)); braze's `sign` keeps NumPy's NaN."""

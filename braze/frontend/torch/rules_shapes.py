@@ -256,10 +256,10 @@ rule(torch.ops.prims.amax.default)(_prims_reduce("max"))
 rule(torch.ops.prims.amin.default)(_prims_reduce("min"))
 
 
-@rule(aten.cumsum.default, aten.cumprod.default)
+@rule(aten.cumsum.default, aten.cumprod.default, aten.logcumsumexp.default)
 def _scan(b: RegionBuilder, node: fx.Node) -> TensorView:
-    """`cumsum` / `cumprod` along `dim`, in `dtype` when one is given (else int64 for integers and bools,
-    as braze's scans give)."""
+    """`cumsum` / `cumprod` / `logcumsumexp` along `dim`, in `dtype` when one is given (else int64 for
+    integers and bools, as braze's scans give; logcumsumexp takes floats only, as torch's)."""
     args = bind(node)
     x = b.tensor(args["self"])
     if args.get("dtype") is not None:
