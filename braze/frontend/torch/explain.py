@@ -24,9 +24,10 @@ class Explanation:
         return [r for g in self.graphs for r in g.regions]
 
     def __str__(self) -> str:
-        if not self.graphs:  # Dynamo skipped the code (data-dependent shapes, say): it ran as plain Python
+        if not self.graphs:  # Dynamo skipped the frame (a graph break in a loop, say): it ran as plain Python
             return ("no graph reached the braze backend: TorchDynamo ran this call as plain Python "
-                    "(torch._dynamo.explain(model)(*inputs) says why)")
+                    "(torch._dynamo.explain(model)(*inputs) says why; a loop over data-dependent indices "
+                    "needs torch._dynamo.config.capture_dynamic_output_shape_ops = True)")
         lines = []
         for g in self.graphs:
             lines.append(f"{g.graph} graph: {len(g.regions)} braze region(s), "
