@@ -27,6 +27,7 @@ from braze.frontend.torch import backend as braze_backend  # noqa: E402  (by fun
 from braze.frontend.torch.rng import draw_seed, philox_random  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "torch_backend"))
+import more_models  # noqa: E402
 import torch_zoo  # noqa: E402
 
 STRICT = {"fallback": "error"}
@@ -139,3 +140,12 @@ def test_a_gpt2_block_under_bf16_autocast_on_the_gpu() -> None:
     expected.square().mean().backward()
     for (param, p), p_ref in zip(model.named_parameters(), reference.parameters()):
         _close(p.grad, p_ref.grad, f"gradient of {param}", rtol=5e-2, atol=5e-2)
+
+
+@pytest.mark.parametrize("name", more_models.MODELS)
+def test_more_architectures_on_the_gpu_match_eager(name: str) -> None:
+    """tests/torch_backend/more_models.py on CUDA tensors against eager PyTorch on the same GPU (float32,
+    no TF32), static sizes and symbolic ones, braze's outputs poisoned before its kernels write them."""
+    for dynamic in (None, True):
+        torch._dynamo.reset()
+        more_models.check_against_eager(name, dynamic, device="cuda", tolerance=(1e-4, 1e-4))

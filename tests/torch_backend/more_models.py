@@ -7,11 +7,13 @@ layer scale), a grouped-query attention with complex RoPE (torch.polar, view_as_
 attention around torch.roll, a state-space scan (softplus, cumsum, logcumsumexp, erfinv), and a sum of
 the losses models train with. Random weights and inputs at small sizes: nothing is downloaded.
 
-MODELS maps a name to (a function making the model, a function making its inputs from a generator).
+MODELS maps a name to (a function making the model, a function making its inputs from a generator);
+`check_against_eager` runs one through the braze backend and eager PyTorch and compares them.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 
@@ -61,7 +63,7 @@ class T5Layer(nn.Module):
         b, t, d = x.shape
         y = self.norm(x)
         q, k, v = (m(y).view(b, t, self.heads, -1).transpose(1, 2) for m in (self.q, self.k, self.v))
-        position = torch.arange(t)
+        position = torch.arange(t, device=x.device)
         bias = self.relative(self.bucket(position[None, :] - position[:, None])).permute(2, 0, 1)[None]
         scores = q @ k.transpose(-1, -2) + bias
         attention = F.softmax(scores.float(), dim=-1).type_as(scores)
@@ -139,7 +141,7 @@ class Losses(nn.Module):
                 + (-(1 - pt) ** 2.0 * torch.log(pt.clamp_min(1e-6))).mean()  # focal loss
                 + F.smooth_l1_loss(z, regression, beta=0.5)
                 + (1 - F.cosine_similarity(z, regression, dim=-1)).mean()
-                + F.binary_cross_entropy_with_logits(z, labels, pos_weight=torch.full((5,), 2.0))
+                + F.binary_cross_entropy_with_logits(z, labels, pos_weight=torch.full((5,), 2.0, device=z.device))
                 + F.huber_loss(z, regression) + F.mse_loss(z, regression) + F.l1_loss(z, regression)
                 + F.nll_loss(F.log_softmax(z, -1), target, ignore_index=1))
 
@@ -157,11 +159,12 @@ class GroupedQueryAttention(nn.Module):
         k, v = self.kv(x).view(b, t, 2, self.kv_heads, hd).unbind(2)
         k = k.transpose(1, 2)[:, :, None].expand(b, self.kv_heads, groups, t, hd).reshape(b, self.heads, t, hd)
         v = v.transpose(1, 2).repeat_interleave(groups, dim=1)
-        angles = torch.outer(torch.arange(t).float(), 1.0 / (10000 ** (torch.arange(0, hd, 2).float() / hd)))
+        steps = torch.arange(0, hd, 2, device=x.device).float() / hd
+        angles = torch.outer(torch.arange(t, device=x.device).float(), 1.0 / (10000 ** steps))
         rotation = torch.polar(torch.ones_like(angles), angles)
         q = torch.view_as_real(torch.view_as_complex(q.float().reshape(b, self.heads, t, hd // 2, 2)) * rotation)
         q = q.flatten(3).type_as(x)
-        causal = torch.full((t, t), float("-inf")).triu(1)
+        causal = torch.full((t, t), float("-inf"), device=x.device).triu(1)
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(hd) + causal
         return self.o((scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, d))
 
@@ -218,3 +221,42 @@ MODELS: dict[str, tuple[Callable[[], nn.Module], Callable[[torch.Generator], tup
     "swin_windows": (SwinWindows, _of(_normal(2, 8, 8, 8))),
     "state_space_scan": (StateSpaceScan, _of(_normal(2, 10, 8))),
 }
+
+
+STRICT = {"fallback": "error"}
+# The mixture of experts loops over torch.where's indices: without this Dynamo skips the frame (a graph
+# break in a loop), and the model runs eagerly. With it, the expert batches are unbacked sizes.
+DATA_DEPENDENT = {"capture_dynamic_output_shape_ops": True}
+
+
+def outputs_and_gradients(model, inputs: tuple) -> tuple[list, list]:
+    """The model's outputs and the gradients of its parameters of a weighted sum of them (each output
+    its own weight, so a gradient mixed up between outputs shows)."""
+    out = model(*inputs)
+    outs = list(out) if isinstance(out, tuple) else [out]
+    total = sum(o.float().sum() * (i + 1) for i, o in enumerate(outs))
+    params = [p for p in model.parameters() if p.requires_grad]
+    grads = torch.autograd.grad(total, params, allow_unused=True)
+    return [o.detach() for o in outs], list(grads)
+
+
+def check_against_eager(name: str, dynamic: bool | None, device: str = "cpu",
+                        tolerance: tuple[float, float] = (1e-4, 1e-4)) -> None:
+    make_model, make_inputs = MODELS[name]
+    torch.manual_seed(0)
+    model = make_model().to(device)
+    reference = copy.deepcopy(model)
+    inputs = tuple(t.to(device) for t in make_inputs(torch.Generator().manual_seed(1)))
+    compiled = torch.compile(model, backend="braze", options=STRICT, dynamic=dynamic)
+    with torch._dynamo.config.patch(DATA_DEPENDENT):
+        outs, grads = outputs_and_gradients(compiled, inputs)
+    outs_ref, grads_ref = outputs_and_gradients(reference, inputs)
+    rtol, atol = tolerance
+    for n, (actual, expected) in enumerate(zip(outs, outs_ref, strict=True)):
+        torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, msg=lambda m, n=n: f"output {n}: {m}")
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    for param, actual, expected in zip(names, grads, grads_ref, strict=True):
+        assert (actual is None) == (expected is None), param
+        if expected is not None:
+            torch.testing.assert_close(actual, expected, rtol=rtol * 10, atol=atol,
+                                       msg=lambda m, param=param: f"gradient of {param}: {m}")
