@@ -10,8 +10,8 @@ from braze.errors import FusionDefinitionError, TracerBoolConversionError, Unsup
 from braze.ir.fusion import active_fusion
 from braze.ir.scalar import Scalar, as_scalar
 from braze.ir.tensor import TensorView
+from braze.ops import numpy_api, scans, torch_methods, views
 from braze.ops import reductions as red
-from braze.ops import scans, torch_methods, views
 from braze.ops.elementwise import cast, elementwise
 
 _BINARY_OPERATORS = {
@@ -104,7 +104,7 @@ def install(cls: type = TensorView) -> None:
     cls.T = property(lambda self: views.permute(self, tuple(reversed(range(self.ndim)))))
     cls.reshape = lambda self, *shape: views.reshape(self, torch_methods.sizes(shape))
     cls.permute = lambda self, *dims: views.permute(self, torch_methods.sizes(dims))
-    cls.transpose = views.transpose
+    cls.transpose = _transpose
     cls.squeeze = views.squeeze
     cls.unsqueeze = views.unsqueeze
     cls.flip = _flip
@@ -117,6 +117,20 @@ def install(cls: type = TensorView) -> None:
     cls.__round__ = _round
     cls.astype = cast
     torch_methods.install(cls)
+    numpy_api.install(cls)
+
+
+def _transpose(x: TensorView, *axes: object) -> TensorView:
+    """torch's `x.transpose(dim0, dim1)` swaps two axes; NumPy's `x.transpose()` reverses them all and
+    `x.transpose(2, 0, 1)` or `x.transpose((2, 0, 1))` permutes them (an axis each). Two axes of a
+    matrix swap either way, except `(0, 1)`: torch's spelling, it swaps."""
+    if not axes:
+        return views.permute(x, tuple(reversed(range(x.ndim))))
+    if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
+        return views.permute(x, tuple(axes[0]))
+    if len(axes) == x.ndim != 2:
+        return views.permute(x, axes)
+    return views.transpose(x, *axes)
 
 
 def _flip(x: TensorView, *dims: int, **axes: object) -> TensorView:

@@ -256,6 +256,7 @@ def _correction(op: str, correction: float | None, unbiased: bool | None) -> flo
 
 
 @_AXES_ALIASES
+@keyword_aliases(correction=("ddof",))
 def var(x: TensorView, axes=None, keepdim: bool = False, correction: float | None = None,
         unbiased: bool | None = None) -> TensorView:
     """Variance with `correction` degrees of freedom removed (0, the default: population; 1: sample);
@@ -285,6 +286,7 @@ def argmin(x: TensorView, axes=None, keepdim: bool = False) -> TensorView:
 
 
 @_AXES_ALIASES
+@keyword_aliases(correction=("ddof",))
 def std(x: TensorView, axes=None, keepdim: bool = False, correction: float | None = None,
         unbiased: bool | None = None) -> TensorView:
     """Standard deviation: sqrt(var(x, axes, correction=correction)), `unbiased=` as in `var`."""

@@ -1,0 +1,223 @@
+"""NumPy's ufuncs and functions on the tensors of a fusion being defined: `np.sqrt(x)`,
+`np.where(x > 0, x, 0.0)`, `np.sum(x, axis=0)`, `np.maximum.reduce(x, axis=1)`, so NumPy-style code
+traces under `@bz.jit` as it is written. TensorView takes NumPy's two protocols for array-like types
+(`__array_ufunc__` and `__array_function__`), installed by `braze/ops/methods.py`; each ufunc and
+function maps onto an op of braze.ops. What has no braze op (np.dot, np.sort, an `out=` argument, an
+ndarray operand, which a fusion cannot capture) raises UnsupportedError naming it, never NumPy's
+fallback to an object array.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from braze.errors import UnsupportedError
+from braze.ir.tensor import TensorView
+from braze.ops import activations, creation, scans, views
+from braze.ops import reductions as red
+from braze.ops import view_composites as vc
+from braze.ops.elementwise import BINARY, UNARY, cast, elementwise
+
+# --- ufuncs -------------------------------------------------------------------------------------------
+_RENAMED = {  # NumPy's ufunc name -> braze's elementwise op, where they differ
+    "absolute": "abs", "fabs": "abs", "negative": "neg", "subtract": "sub", "multiply": "mul",
+    "divide": "truediv", "true_divide": "truediv", "floor_divide": "floordiv", "mod": "remainder",
+    "power": "pow", "arctan2": "atan2", "equal": "eq", "not_equal": "ne", "less": "lt", "less_equal": "le",
+    "greater": "gt", "greater_equal": "ge", "invert": "bitwise_not", "bitwise_invert": "bitwise_not",
+    "rint": "round", "bitwise_left_shift": "left_shift", "bitwise_right_shift": "right_shift",
+}
+_COMPOSED: dict[str, Callable[..., TensorView]] = {
+    "positive": lambda x: x,
+    "square": lambda x: elementwise("mul", x, x),
+    "fmod": activations.fmod,
+    "logaddexp": activations.logaddexp,
+    "log10": lambda x: elementwise("mul", elementwise("log", x), 1 / math.log(10)),
+    "hypot": lambda x, y: elementwise("sqrt", elementwise("add", elementwise("mul", x, x), elementwise("mul", y, y))),
+    **dict.fromkeys(("degrees", "rad2deg"), lambda x: elementwise("mul", x, 180 / math.pi)),
+    **dict.fromkeys(("radians", "deg2rad"), lambda x: elementwise("mul", x, math.pi / 180)),
+}
+_REDUCE = {"add": red.sum, "multiply": red.prod, "maximum": red.max, "minimum": red.min,
+           "logical_and": red.all, "logical_or": red.any}
+_ACCUMULATE = {"add": scans.cumsum, "multiply": scans.cumprod, "maximum": scans.cummax, "minimum": scans.cummin}
+
+
+def _ufunc_op(name: str) -> Callable[..., TensorView] | None:
+    if name in _COMPOSED:
+        return _COMPOSED[name]
+    op = _RENAMED.get(name, name)
+    if op in UNARY or op in BINARY:
+        return lambda *operands: elementwise(op, *operands)
+    return None
+
+
+def array_ufunc(self: TensorView, ufunc: np.ufunc, method: str, *inputs: object, **kwargs: object) -> TensorView:
+    """NEP 13: `np.exp(x)`, `np.add(x, 1)`, `np.add.reduce(x, axis=0)`, `np.multiply.accumulate(x)`."""
+    what = f"np.{ufunc.__name__}" + ("" if method == "__call__" else f".{method}")
+    operands = [_operand(what, v) for v in inputs]
+    if kwargs.get("out") is not None or kwargs.get("where", True) is not True:
+        raise UnsupportedError(f"{what}: out= and where= arguments: a fusion's values are not buffers; "
+                               "use the result (and bz.ops.where to choose per element)")
+    dtype = kwargs.pop("dtype", None)
+    if dtype is not None:
+        operands = [cast(v, dtype) if isinstance(v, TensorView) else v for v in operands]
+    if method == "__call__" and (op := _ufunc_op(ufunc.__name__)) is not None:
+        return op(*operands)
+    if method == "reduce" and ufunc.__name__ in _REDUCE:
+        return _REDUCE[ufunc.__name__](operands[0], kwargs.get("axis", 0), bool(kwargs.get("keepdims", False)))
+    if method == "accumulate" and ufunc.__name__ in _ACCUMULATE:
+        return _ACCUMULATE[ufunc.__name__](operands[0], kwargs.get("axis", 0))
+    raise UnsupportedError(f"{what}: braze has no op for it in a fusion")
+
+
+def _operand(what: str, value: object) -> object:
+    """A tensor or a number (a 0-d array becomes its NumPy scalar, which braze takes as it takes one
+    written beside a tensor)."""
+    if isinstance(value, TensorView):
+        return value
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        return value[()]
+    if isinstance(value, np.ndarray):
+        raise UnsupportedError(
+            f"{what}: an ndarray operand of shape {value.shape} inside a traced function: a fusion does not "
+            "capture arrays as constants; pass it as an argument")
+    return value
+
+
+# --- functions ----------------------------------------------------------------------------------------
+def _reduction(reduce: Callable[..., TensorView]) -> Callable[..., TensorView]:
+    def numpy_reduction(a, axis=None, dtype=None, out=None, keepdims=False, **ignored):
+        _no_out(reduce.__name__, out)
+        x = a if dtype is None else cast(a, dtype)
+        return reduce(x, axis, bool(keepdims))
+
+    return numpy_reduction
+
+
+def _moments(reduce: Callable[..., TensorView]) -> Callable[..., TensorView]:
+    def numpy_moment(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **ignored):
+        _no_out(reduce.__name__, out)
+        x = a if dtype is None else cast(a, dtype)
+        return reduce(x, axis, bool(keepdims), correction=ddof)
+
+    return numpy_moment
+
+
+def _scan(scan: Callable[..., TensorView]) -> Callable[..., TensorView]:
+    def numpy_scan(a, axis=None, dtype=None, out=None):
+        _no_out(scan.__name__, out)
+        x = a if dtype is None else cast(a, dtype)
+        return scan(views.reshape(x, [-1]), 0) if axis is None else scan(x, axis)  # None: flattened, as NumPy
+
+    return numpy_scan
+
+
+def _no_out(name: str, out: object) -> None:
+    if out is not None:
+        raise UnsupportedError(f"np.{name}: out=: a fusion's values are not buffers; use the result")
+
+
+def _where(condition, x=None, y=None):
+    if x is None or y is None:
+        raise UnsupportedError("np.where(condition) alone gives indices of data-dependent count: braze has no op "
+                               "for it in a fusion; np.where(condition, x, y) chooses per element")
+    return elementwise("where", condition, x, y)
+
+
+def _round(a, decimals=0, out=None):
+    _no_out("round", out)
+    if decimals == 0:
+        return elementwise("round", a)
+    scale = 10.0 ** decimals  # as NumPy rounds: scale, round half to even, scale back
+    return elementwise("truediv", elementwise("round", elementwise("mul", a, scale)), scale)
+
+
+def _transpose(a, axes=None):
+    return views.permute(a, tuple(reversed(range(a.ndim))) if axes is None else tuple(axes))
+
+
+def _expand_dims(a, axis):
+    """NumPy's: each of `axis` is a position in the result, which has a dimension more per axis."""
+    positions = list(axis) if isinstance(axis, (tuple, list)) else [axis]
+    rank = a.ndim + len(positions)
+    for position in sorted(p % rank for p in positions):
+        a = views.unsqueeze(a, position)
+    return a
+
+
+def _norm(x, ord=None, axis=None, keepdims=False):  # noqa: A002  (NumPy's name)
+    """Vector norms (ord None or 2, 1, inf, -inf) over `axis`, or the Frobenius norm of all of x."""
+    magnitude = elementwise("abs", x)
+    if ord in (None, 2, "fro"):
+        return elementwise("sqrt", red.sum(elementwise("mul", x, x), axis, keepdims))
+    if ord == 1:
+        return red.sum(magnitude, axis, keepdims)
+    if ord in (math.inf, -math.inf):
+        return (red.max if ord > 0 else red.min)(magnitude, axis, keepdims)
+    raise UnsupportedError(f"np.linalg.norm: ord={ord!r}: braze takes None, 2, 'fro', 1, inf and -inf")
+
+
+def _pad(array, pad_width, mode="constant", constant_values=0):
+    if mode != "constant":
+        raise UnsupportedError(f"np.pad: mode={mode!r}: braze pads with a constant only")
+    widths = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (array.ndim, 2))
+    return views.pad(array, [tuple(int(w) for w in pair) for pair in widths], constant_values)
+
+
+def _broadcast_to(array, shape):
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    return array.expand(*shape)
+
+
+_FUNCTIONS: dict[Callable, Callable[..., TensorView]] = {
+    np.sum: _reduction(red.sum), np.prod: _reduction(red.prod), np.mean: _reduction(red.mean),
+    np.max: _reduction(red.max), np.amax: _reduction(red.max), np.min: _reduction(red.min),
+    np.amin: _reduction(red.min), np.any: _reduction(red.any), np.all: _reduction(red.all),
+    np.argmax: lambda a, axis=None, out=None, keepdims=False: _reduction(red.argmax)(a, axis, None, out, keepdims),
+    np.argmin: lambda a, axis=None, out=None, keepdims=False: _reduction(red.argmin)(a, axis, None, out, keepdims),
+    np.var: _moments(red.var), np.std: _moments(red.std),
+    np.cumsum: _scan(scans.cumsum), np.cumprod: _scan(scans.cumprod),
+    np.where: _where, np.clip: lambda a, a_min=None, a_max=None, out=None, **k: a.clip(a_min, a_max),
+    np.round: _round, np.around: _round,
+    np.concatenate: lambda arrays, axis=0, out=None, **k: views.cat(list(arrays), axis),
+    np.stack: lambda arrays, axis=0, out=None, **k: vc.stack(list(arrays), axis),
+    np.expand_dims: _expand_dims, np.squeeze: lambda a, axis=None: views.squeeze(a, axis),
+    np.transpose: _transpose, np.swapaxes: lambda a, axis1, axis2: views.transpose(a, axis1, axis2),
+    np.moveaxis: lambda a, source, destination: a.movedim(source, destination),
+    np.reshape: lambda a, shape=None, order="C", **k: views.reshape(a, _shape(shape if shape is not None
+                                                                                else k["newshape"])),
+    np.ravel: lambda a, order="C": views.reshape(a, [-1]), np.broadcast_to: _broadcast_to,
+    np.flip: lambda m, axis=None: views.flip(m, axis),
+    np.zeros_like: lambda a, dtype=None, **k: creation.zeros_like(a, dtype),
+    np.ones_like: lambda a, dtype=None, **k: creation.ones_like(a, dtype),
+    np.full_like: lambda a, fill_value, dtype=None, **k: creation.full_like(a, fill_value, dtype),
+    np.linalg.norm: _norm, np.pad: _pad, np.nan_to_num: lambda x, copy=True, nan=0.0, posinf=None, neginf=None:
+        activations.nan_to_num(x, nan, posinf, neginf),
+    np.roll: lambda a, shift, axis=None: vc.roll(a, shift, axis), np.tril: lambda m, k=0: vc.tril(m, k),
+    np.triu: lambda m, k=0: vc.triu(m, k), np.tile: lambda a, reps: vc.tile(a, reps),
+    np.repeat: lambda a, repeats, axis=None: vc.repeat_interleave(a, repeats, axis),
+    np.diff: lambda a, n=1, axis=-1, **k: vc.diff(a, n, axis),
+    np.logaddexp: activations.logaddexp,
+}
+
+
+def _shape(shape) -> list:
+    return [shape] if isinstance(shape, int) else list(shape)
+
+
+def array_function(self: TensorView, func: Callable, types: tuple, args: tuple, kwargs: dict) -> TensorView:
+    """NEP 18: `np.sum(x, axis=0)`, `np.where(m, x, y)`, `np.concatenate([x, y])`, ..."""
+    handler = _FUNCTIONS.get(func)
+    if handler is None:
+        name = getattr(func, "__name__", repr(func))
+        raise UnsupportedError(f"np.{name} on a traced tensor: braze has no op for it in a fusion "
+                               "(the ops braze has: braze.ops)")
+    args = tuple(_operand(f"np.{func.__name__}", a) if isinstance(a, np.ndarray) else a for a in args)
+    return handler(*args, **kwargs)
+
+
+def install(cls: type = TensorView) -> None:
+    cls.__array_ufunc__ = array_ufunc
+    cls.__array_function__ = array_function

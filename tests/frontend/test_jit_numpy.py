@@ -1,0 +1,110 @@
+"""NumPy-style code under `@bz.jit` (braze/ops/numpy_api.py): NumPy's ufuncs, their reduce and
+accumulate, and its functions on traced tensors give NumPy's float64 results on the llvm and reference
+backends; NumPy's spellings of methods (`x.transpose(2, 0, 1)`, `x.var(ddof=1)`); and what braze has no
+op for raises UnsupportedError naming the NumPy function, never an object array."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import braze as bz
+
+rng = np.random.default_rng(0)
+X = rng.standard_normal((6, 5)).astype(np.float32)
+Z = rng.standard_normal((2, 3, 4)).astype(np.float32)
+V = rng.standard_normal(5).astype(np.float32)
+
+# name: (function of NumPy arrays, its arguments); the same function is traced and run in NumPy.
+PROGRAMS = {
+    "ufuncs": (lambda a: np.sqrt(np.abs(a)) + np.exp(-a) * np.tanh(a) - np.log1p(np.square(a)), (X,)),
+    "binary_ufuncs": (lambda a, b: np.maximum(a, b) - np.minimum(a, 0.5) + np.power(np.abs(a), 1.5)
+                      + np.arctan2(a, b) + np.hypot(a, b) + np.copysign(1.0, a), (X, V)),
+    "comparisons": (lambda a: (np.greater(a, 0) & np.less_equal(a, 1)).astype(np.float32) + np.isnan(np.log(a)),
+                    (X,)),
+    "remainders": (lambda a: np.fmod(a * 7, 2.5) + np.remainder(a * 7, 2.5) + np.floor_divide(a * 7, 2.5), (X,)),
+    "rounding": (lambda a: np.round(a * 3) + np.around(a, 2) + np.floor(a) + np.ceil(a) + np.trunc(a) + np.rint(a),
+                 (X,)),
+    "angles_logs": (lambda a: np.degrees(a) + np.radians(a) + np.log10(np.abs(a) + 1) + np.logaddexp(a, -a), (X,)),
+    "reductions": (lambda a: np.sum(a, axis=0) + np.mean(a) + np.max(a, axis=0) - np.min(a, axis=0)
+                   + np.prod(a * 0.1 + 1, axis=0), (X,)),
+    "keepdims": (lambda a: np.sum(a, axis=(0, 2), keepdims=True) * np.amax(a, axis=1, keepdims=True), (Z,)),
+    "moments": (lambda a: np.var(a, axis=0, ddof=1) + np.std(a, axis=0) + a.var(axis=0, ddof=1), (X,)),
+    "ufunc_reduce": (lambda a: np.add.reduce(a, axis=1) * np.maximum.reduce(a) .sum() + np.minimum.reduce(a, axis=1),
+                     (X,)),
+    "ufunc_accumulate": (lambda a: np.add.accumulate(a, axis=1) + np.multiply.accumulate(a * 0.1 + 1), (X,)),
+    "scans": (lambda a: np.cumsum(a, axis=1) + np.cumsum(a).reshape(a.shape) + np.cumprod(a * 0.1 + 1, axis=0), (X,)),
+    "where_clip": (lambda a: np.where(a > 0, a, 0.1 * a) + np.clip(a, -0.5, 0.5) + np.nan_to_num(np.log(a)), (X,)),
+    "arg_reductions": (lambda a: (np.argmax(a, axis=1) + np.argmin(a, axis=0).sum() + np.argmax(a)).astype(np.float32),
+                       (X,)),
+    "any_all": (lambda a: (np.any(a > 1.5, axis=1) | np.all(a > -3, axis=1)).astype(np.float32), (X,)),
+    "joins": (lambda a: np.concatenate([a, a * 2], axis=1).sum(0) + np.stack([a, a + 1], -1).sum((0, 1)).sum(), (X,)),
+    "shapes": (lambda a: np.expand_dims(a, (0, 2)).squeeze((0, 2)) + np.transpose(np.transpose(a)) + np.ravel(a)
+               .reshape(6, 5) + np.reshape(a, (5, 6)).T, (X,)),
+    "axes": (lambda a: (np.swapaxes(a, 0, 2), np.moveaxis(a, 0, -1), a.transpose(2, 0, 1), a.transpose((1, 2, 0)),
+                        a.transpose()), (Z,)),
+    "broadcasts": (lambda a, v: np.broadcast_to(v, (6, 5)) * a + np.flip(a, 0) + np.roll(a, 2, axis=1)
+                   + np.tril(a) - np.triu(a, 1), (X, V)),
+    "likes": (lambda a: np.zeros_like(a) + np.ones_like(a) * 2 + np.full_like(a, 0.5) * a, (X,)),
+    "copies": (lambda a: np.tile(a[:2], (2, 1)).sum(0) + np.repeat(a, 2, axis=0)[::2].sum(0) + np.diff(a, axis=0)
+               .sum(0) + np.pad(a, ((1, 0), (0, 2)))[1:, :5].sum(0), (X,)),
+    "norms": (lambda a: np.linalg.norm(a, axis=1) + np.linalg.norm(a) + np.linalg.norm(a, 1, axis=1)
+              + np.linalg.norm(a, np.inf, axis=1), (X,)),
+}
+
+
+def _float64(args: tuple) -> tuple:
+    return tuple(a.astype(np.float64) for a in args)
+
+
+@pytest.mark.parametrize("backend", ["llvm", "reference"])
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_numpy_code_traces_and_gives_numpys_result(name: str, backend: str) -> None:
+    fn, args = PROGRAMS[name]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        expected = fn(*_float64(args))
+    actual = bz.jit(fn, backend=backend)(*args)
+    pairs = zip(actual, expected, strict=True) if isinstance(expected, tuple) else [(actual, expected)]
+    for got, want in pairs:
+        assert np.shape(got) == np.shape(want)
+        np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=2e-5, atol=2e-5)
+
+
+UNARY = ["sqrt", "exp", "log1p", "expm1", "sin", "cos", "tanh", "abs", "negative", "square", "sign", "floor",
+         "reciprocal", "exp2", "log2"]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.sampled_from(UNARY), min_size=1, max_size=5), st.integers(0, 2**31 - 1))
+def test_random_chains_of_ufuncs_give_numpys_result(chain: list[str], seed: int) -> None:
+    def program(a):
+        for name in chain:
+            a = getattr(np, name)(np.tanh(a))  # tanh keeps every step within each ufunc's domain
+        return a
+
+    x = np.random.default_rng(seed).standard_normal((3, 7)).astype(np.float32)
+    with np.errstate(all="ignore"):
+        expected = program(x.astype(np.float64))
+    np.testing.assert_allclose(bz.jit(program)(x), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("fn, named", [
+    (lambda a: np.dot(a, a.T), "np.dot"),
+    (lambda a: np.sort(a, axis=1), "np.sort"),
+    (lambda a: np.where(a > 0), "np.where(condition) alone"),
+    (lambda a: np.sum(a, axis=0, out=np.zeros(5, np.float32)), "out="),
+    (lambda a: np.sqrt(a, out=np.zeros((6, 5), np.float32)), "out="),
+    (lambda a: np.ones((6, 5)) + a, "an ndarray operand"),
+    (lambda a: np.arccosh(a), "np.arccosh"),
+    (lambda a: np.linalg.norm(a, 3, axis=1), "ord=3"),
+], ids=["dot", "sort", "where_indices", "reduction_out", "ufunc_out", "ndarray_operand", "no_op", "norm_ord"])
+def test_what_braze_has_no_op_for_is_named(fn, named: str) -> None:
+    with pytest.raises(bz.UnsupportedError, match=named.replace("(", r"\(").replace(")", r"\)")):
+        bz.jit(fn)(X)
+
+
+def test_two_axes_of_a_transpose_swap_as_in_torch() -> None:
+    """`x.transpose(0, 2)` is torch's spelling (NumPy's needs every axis): it swaps the two."""
+    np.testing.assert_array_equal(bz.jit(lambda a: a.transpose(0, 2))(Z), np.swapaxes(Z, 0, 2))
