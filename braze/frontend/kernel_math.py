@@ -12,6 +12,8 @@ import numpy as np
 
 from braze import dtypes as dt
 from braze.frontend import kernel_types as ty
+from braze.ops.math_compositions import NUMPY_NAMES, Builders, compositions
+from braze.ops.math_compositions import REFERENCES as COMPOSED_REFERENCES
 
 # Python's math functions and NumPy's ufuncs that are one op of the table.
 _SAME_OP = ("sqrt", "exp", "log2", "log1p", "expm1", "sin", "cos", "tan", "tanh", "floor", "ceil", "trunc",
@@ -26,16 +28,6 @@ OP_OF: dict[Callable, str] = {
 }
 # Python's math.floor, ceil and trunc give an int, as Python's do (NumPy's give a float).
 INTEGER_RESULT = frozenset({math.floor, math.ceil, math.trunc})
-
-
-def _one_minus_square(x):
-    """1 - x*x as (1 - x)(1 + x), exact near |x| = 1 where asin and acos need it."""
-    return ty.binary("mul", ty.binary("sub", 1.0, x), ty.binary("add", 1.0, x))
-
-
-def _sinh(x):
-    """(expm1(x) - expm1(-x)) / 2: expm1 keeps small arguments accurate, where exp(x) - exp(-x) cancels."""
-    return ty.binary("mul", ty.binary("sub", ty.unary("expm1", x), ty.unary("expm1", ty.unary("neg", x))), 0.5)
 
 
 def _fmod(x, y):
@@ -66,33 +58,19 @@ def _log(x, base=None):
 # Functions the op table has no op for (or not for Python's argument types), by name, composed of ops
 # that it has.
 COMPOSED: dict[str, Callable] = {
-    "hypot": lambda x, y: ty.unary("sqrt", ty.binary("add", ty.binary("mul", x, x), ty.binary("mul", y, y))),
-    "atan": lambda x: ty.binary("atan2", x, 1.0),
-    "asin": lambda x: ty.binary("atan2", x, ty.unary("sqrt", _one_minus_square(x))),
-    "acos": lambda x: ty.binary("atan2", ty.unary("sqrt", _one_minus_square(x)), x),
-    "sinh": _sinh,
-    "cosh": lambda x: ty.binary("mul", ty.binary("add", ty.unary("exp", x), ty.unary("exp", ty.unary("neg", x))), 0.5),
-    "log10": lambda x: ty.binary("mul", ty.unary("log", x), 1 / math.log(10)),
+    **compositions(Builders(ty.unary, ty.binary, ty.ternary)),  # braze/ops/math_compositions.py
     "fmod": _fmod,
     "copysign": _copysign,
-    "degrees": lambda x: ty.binary("mul", x, 180 / math.pi),
-    "radians": lambda x: ty.binary("mul", x, math.pi / 180),
     "log": _log,
 }
 # NumPy's names for them.
-_NUMPY_NAMES = {"hypot": "hypot", "arctan": "atan", "arcsin": "asin", "arccos": "acos", "sinh": "sinh",
-                "cosh": "cosh", "log10": "log10", "fmod": "fmod", "copysign": "copysign", "degrees": "degrees",
-                "radians": "radians", "rad2deg": "degrees", "deg2rad": "radians"}
+_NUMPY_NAMES = {**{name: name for name in COMPOSED if hasattr(np, name) and name != "log"}, **NUMPY_NAMES}
 COMPOSED_OF: dict[Callable, str] = {
     **{getattr(math, name): name for name in COMPOSED},
     **{getattr(np, name): composed for name, composed in _NUMPY_NAMES.items()},
 }
 # NumPy references of the composed functions, for `bz.math.acos` and friends called outside a kernel.
-REFERENCES: dict[str, Callable] = {
-    "hypot": np.hypot, "atan": np.arctan, "asin": np.arcsin, "acos": np.arccos, "sinh": np.sinh,
-    "cosh": np.cosh, "log10": np.log10, "fmod": np.fmod, "copysign": np.copysign, "degrees": np.degrees,
-    "radians": np.radians,
-}
+REFERENCES: dict[str, Callable] = {**COMPOSED_REFERENCES, "fmod": np.fmod, "copysign": np.copysign}
 
 
 def composed(name: str, args: list):

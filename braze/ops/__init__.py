@@ -33,6 +33,7 @@ from braze.ops.broadcast import broadcast, broadcast_in_dim, expand
 from braze.ops.composites import cross_entropy, layer_norm, log_softmax, rms_norm, softmax
 from braze.ops.creation import arange, full, full_like, ones, ones_like, rand, randn, zeros, zeros_like
 from braze.ops.elementwise import BINARY, TERNARY, UNARY, cast, elementwise
+from braze.ops.math_functions import FUNCTIONS as _MATH_FUNCTIONS
 from braze.ops.reductions import all, any, argmax, argmin, max, mean, min, prod, std, sum, var  # noqa: A004
 from braze.ops.scans import cummax, cummin, cumprod, cumsum, logcumsumexp
 from braze.ops.table import OPS, OpDef
@@ -69,6 +70,7 @@ def _elementwise_function(name: str, arity: int) -> Callable:
 _GENERATED = {name: _elementwise_function(name, arity)
               for table, arity in ((UNARY, 1), (BINARY, 2), (TERNARY, 3)) for name in table}
 globals().update(_GENERATED)
+globals().update(_MATH_FUNCTIONS)  # asin, sinh, log10, hypot, ...: braze/ops/math_functions.py
 _methods.install()
 _methods.install_extent_operators()
 
@@ -93,5 +95,5 @@ __all__ = sorted(
      "rms_norm", "slice", "softmax", "squeeze", "std", "sum", "transpose", "unsqueeze", "var", "zeros",
      "chunk", "diff", "flatten", "masked_fill", "narrow", "repeat", "repeat_interleave", "roll", "select", "split",
      "stack", "tile", "tril", "triu", "unbind", "unflatten", "full_like", "ones_like", "zeros_like",
-     *_ACTIVATIONS_MODULE]
+     *_ACTIVATIONS_MODULE, *_MATH_FUNCTIONS]
 )

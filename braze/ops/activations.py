@@ -37,7 +37,7 @@ def _number(op: str, name: str, value: object) -> float:
     return value
 
 
-def _operands_in_compute_type(op: str, operands: Sequence[Operand], floating: bool
+def operands_in_compute_type(op: str, operands: Sequence[Operand], floating: bool
                               ) -> tuple[list[Operand], dt.DType]:
     """The operands with their tensors cast to the compute type of their promoted dtype, and the dtype
     to return: the promoted one (float32 for integers when `floating`). Python numbers stay weak."""
@@ -195,7 +195,7 @@ def _magnitude(v: Operand) -> Operand:
 def logaddexp(x: Operand, y: Operand) -> TensorView:
     """log(exp(x) + exp(y)), from the larger of the two so that it cannot overflow; equal infinities
     give themselves (not NaN), NaN gives NaN."""
-    (xf, yf), result = _operands_in_compute_type("logaddexp", (x, y), floating=True)
+    (xf, yf), result = operands_in_compute_type("logaddexp", (x, y), floating=True)
     larger = elementwise("maximum", xf, yf)
     gap = elementwise("neg", elementwise("abs", elementwise("sub", xf, yf)))
     general = elementwise("add", larger, elementwise("log1p", elementwise("exp", gap)))
@@ -257,7 +257,7 @@ def nan_to_num(x: TensorView, nan: float = 0.0, posinf: float | None = None,
 def addcmul(x: Operand, a: Operand, b: Operand, value: float = 1) -> TensorView:
     """x + value * a * b, in the promoted dtype of the three (half types computed in float32)."""
     value = _number("addcmul", "value", value)
-    (xf, af, bf), result = _operands_in_compute_type("addcmul", (x, a, b), floating=False)
+    (xf, af, bf), result = operands_in_compute_type("addcmul", (x, a, b), floating=False)
     product = elementwise("mul", af, bf)
     product = elementwise("mul", product, value) if value != 1 else product
     return cast(elementwise("add", xf, product), result)
@@ -267,7 +267,7 @@ def addcmul(x: Operand, a: Operand, b: Operand, value: float = 1) -> TensorView:
 def addcdiv(x: Operand, a: Operand, b: Operand, value: float = 1) -> TensorView:
     """x + value * a / b (a true division: integer operands give float32)."""
     value = _number("addcdiv", "value", value)
-    (xf, af, bf), result = _operands_in_compute_type("addcdiv", (x, a, b), floating=True)
+    (xf, af, bf), result = operands_in_compute_type("addcdiv", (x, a, b), floating=True)
     quotient = elementwise("truediv", af, bf)
     quotient = elementwise("mul", quotient, value) if value != 1 else quotient
     return cast(elementwise("add", xf, quotient), result)

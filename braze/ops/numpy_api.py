@@ -20,6 +20,8 @@ from braze.ops import activations, creation, scans, views
 from braze.ops import reductions as red
 from braze.ops import view_composites as vc
 from braze.ops.elementwise import BINARY, UNARY, cast, elementwise
+from braze.ops.math_compositions import NUMPY_NAMES
+from braze.ops.math_functions import FUNCTIONS
 
 # --- ufuncs -------------------------------------------------------------------------------------------
 _RENAMED = {  # NumPy's ufunc name -> braze's elementwise op, where they differ
@@ -34,10 +36,8 @@ _COMPOSED: dict[str, Callable[..., TensorView]] = {
     "square": lambda x: elementwise("mul", x, x),
     "fmod": activations.fmod,
     "logaddexp": activations.logaddexp,
-    "log10": lambda x: elementwise("mul", elementwise("log", x), 1 / math.log(10)),
-    "hypot": lambda x, y: elementwise("sqrt", elementwise("add", elementwise("mul", x, x), elementwise("mul", y, y))),
-    **dict.fromkeys(("degrees", "rad2deg"), lambda x: elementwise("mul", x, 180 / math.pi)),
-    **dict.fromkeys(("radians", "deg2rad"), lambda x: elementwise("mul", x, math.pi / 180)),
+    **FUNCTIONS,  # asin, sinh, log10, hypot, ...: braze/ops/math_functions.py
+    **{numpy: FUNCTIONS[name] for numpy, name in NUMPY_NAMES.items()},
 }
 _REDUCE = {"add": red.sum, "multiply": red.prod, "maximum": red.max, "minimum": red.min,
            "logical_and": red.all, "logical_or": red.any}

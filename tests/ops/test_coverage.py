@@ -7,6 +7,7 @@ import test_activations
 import test_composites
 import test_creation
 import test_elementwise
+import test_math_functions
 import test_reductions
 import test_scans
 import test_view_composites
@@ -36,7 +37,7 @@ def test_every_table_op_is_tested():
 def test_every_public_op_is_tested():
     public = set(bz.ops.__all__)
     covered = (TABLE_OPS_COVERED | test_composites.COMPOSITES_COVERED | test_view_composites.COMPOSITES_COVERED
-               | test_activations.COMPOSITES_COVERED
+               | test_activations.COMPOSITES_COVERED | test_math_functions.MATH_FUNCTIONS_COVERED
                | set(HELPERS_COVERED))
     assert public == covered, f"untested: {sorted(public - covered)}, stale: {sorted(covered - public)}"
 

@@ -108,7 +108,10 @@ def _floats(x):  # clamps, powers, rounding, comparisons with scalars, casts bot
                         torch.atan2(x, x + 2), torch.round(x * 4), torch.trunc(x * 3), torch.sign(x),
                         torch.remainder(x, 0.75), x.double().float() * (x >= 0), x.half().float(),
                         torch.lerp(x, x * x, 0.3), torch.addcmul(x, x, x, value=0.5), torch.copysign(x + 1, -x),
-                        torch.fmod(x * 5, 0.75), torch.fmod(x, x.flip(0) - 0.5)])
+                        torch.fmod(x * 5, 0.75), torch.fmod(x, x.flip(0) - 0.5), torch.asin(x.clamp(-0.9, 0.9)),
+                        torch.acos(x.clamp(-0.9, 0.9)), torch.atan(x * 3), torch.sinh(x), torch.cosh(x),
+                        torch.asinh(x * 10), torch.acosh(x.abs() + 1), torch.atanh(x.clamp(-0.9, 0.9)),
+                        torch.log10(x.abs() + 0.5), torch.hypot(x, x.flip(1)), torch.deg2rad(x)])
 
 
 def _views(x):  # reshapes, permutes, slices with steps, selects, padding (growing and cropping), expand
@@ -125,7 +128,8 @@ def _reductions(x):  # every reduction, with dims, without, and keepdim
     return torch.stack([x.sum(), x.mean(), x.prod(), x.amax(), x.var(), x.std(), x.argmax().float(),
                         x.argmin(1).float().sum(), (x > 0).any().float(), (x > -9).all(1).float().sum(),
                         x.sum(0, keepdim=True).sum(), x.var(1, correction=0).sum(), x.max(), x.min(),
-                        x.logsumexp(1).sum()])
+                        x.logsumexp(1).sum(), F.normalize(x, dim=1).sum(), torch.linalg.vector_norm(x, 3, dim=0).sum(),
+                        F.cosine_similarity(x, x.flip(0), dim=1).sum()])
 
 
 def _scans(x):  # positions from a mask, a top-p style running probability, products, an explicit dtype
@@ -156,11 +160,12 @@ def _activations(x):  # the activations and helpers model code calls, decomposed
              "aten.fmod.Tensor", "aten.fmod.Scalar"}),
     (_floats, {"aten.clamp.default", "aten.pow.Tensor_Scalar", "aten.pow.Scalar", "aten.atan2.default",
                "aten.copysign.Tensor", "aten.round.default", "aten.sign.default", "aten._to_copy.default",
-               "aten.fmod.Scalar", "aten.fmod.Tensor"}),
+               "aten.fmod.Scalar", "aten.fmod.Tensor", "aten.asin.default", "aten.atanh.default",
+               "aten.hypot.default", "aten.log10.default"}),
     (_views, {"aten.permute.default", "aten.slice.Tensor", "aten.constant_pad_nd.default", "aten.flip.default",
               "aten.cat.default", "aten.expand.default"}),
     (_reductions, {"aten.prod.default", "aten.var.correction", "aten.argmax.default", "aten.any.default",
-                   "aten.amax.default"}),
+                   "aten.amax.default", "aten.linalg_vector_norm.default"}),
     (_scans, {"aten.cumsum.default", "aten.cumprod.default", "aten.logcumsumexp.default"}),
     (_creation, {"aten.arange.start_step", "aten.full_like.default", "aten.where.self"}),
     (_activations, {"aten.where.self", "aten.log1p.default", "aten.expm1.default", "aten.isnan.default"}),

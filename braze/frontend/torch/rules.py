@@ -151,6 +151,27 @@ for _name, _op in {**BINARY, "add": "add", "sub": "sub"}.items():
         rule(getattr(prims, _name).default)(_binary(_op))
 
 
+# ATen ops that are compositions in braze (braze/ops/math_functions.py): the inverse trigonometric and
+# hyperbolic functions, log10, hypot, and the angle conversions.
+MATH_FUNCTIONS = {"asin": "asin", "acos": "acos", "atan": "atan", "sinh": "sinh", "cosh": "cosh", "asinh": "asinh",
+                  "acosh": "acosh", "atanh": "atanh", "log10": "log10", "hypot": "hypot", "deg2rad": "radians",
+                  "rad2deg": "degrees"}
+
+
+def _math_function(name: str) -> Convert:
+    def convert(b: RegionBuilder, node: fx.Node) -> TensorView:
+        operands = [b.operand(a) for a in node.args[:2 if name == "hypot" else 1]]
+        return finish(node, getattr(bz_ops, name)(*operands))
+
+    return convert
+
+
+for _name, _function in MATH_FUNCTIONS.items():
+    rule(*_overloads(_name, "default"))(_math_function(_function))
+    if hasattr(prims, _name):
+        rule(getattr(prims, _name).default)(_math_function(_function))
+
+
 @rule(*_overloads("fmod", "Tensor", "Scalar"))
 def _fmod(b: RegionBuilder, node: fx.Node) -> TensorView:
     """C's fmod: the remainder with the quotient rounded toward zero (the sign of the dividend)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from torch import fx
 
+from braze import dtypes as dt
 from braze import ops as bz_ops
 from braze.frontend.torch.region_builder import RegionBuilder, bind, braze_dtype, meta
 from braze.frontend.torch.rng import philox_random
@@ -238,6 +239,21 @@ for _name in REDUCTIONS:
     _packet = getattr(aten, _name)
     rule(*[getattr(_packet, o) for o in _REDUCTION_OVERLOADS if o in _packet.overloads()],
          accepts=_whole_tensor_reduction)(_reduce)
+
+
+@rule(aten.linalg_vector_norm.default)
+def _vector_norm(b: RegionBuilder, node: fx.Node) -> TensorView:
+    """The vector `ord`-norm over `dim` (F.normalize, cosine_similarity and pairwise_distance call it);
+    half types in float32, as eager's kernel computes it."""
+    args = bind(node)
+    x = b.tensor(args["self"])
+    if args.get("dtype") is not None:
+        x = bz_ops.cast(x, braze_dtype(args["dtype"]))
+    elif x.dtype.is_floating and x.dtype.itemsize == 2:
+        x = bz_ops.cast(x, dt.float32)
+    dims = args.get("dim")
+    axes = None if dims is None or dims == [] else _dims(dims, x.ndim)
+    return finish(node, x.norm(args.get("ord", 2), axes, bool(args.get("keepdim") or False)))
 
 
 def _prims_reduce(op: str):

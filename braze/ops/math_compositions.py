@@ -1,0 +1,80 @@
+"""Math functions the op table has no op for, as compositions of ops it has: the inverse trigonometric
+and the hyperbolic functions, `log10`, `hypot`, degrees and radians. One table serves both frontends:
+fusions (`bz.ops.asin`, torch's `aten.asin`, NumPy's `np.arcsin`: braze/ops/math_functions.py) and loop
+kernels (`math.asin` in a `@bz.kernel`: braze/frontend/kernel_math.py), each passing the constructors of
+its own values.
+
+Each formula keeps float32 accurate to a few units in the last place where the direct one would not:
+`1 - x*x` as `(1 - x)(1 + x)` near |x| = 1, `expm1` for small arguments of sinh, `log1p` near the
+zeros of asinh, acosh and atanh (atanh as the difference of two, which never cancel), and `log(2|x|)`
+where `x*x` would overflow.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+
+
+class Builders(NamedTuple):
+    """How a frontend makes values: `unary(op, x)`, `binary(op, a, b)`, `ternary(op, a, b, c)`."""
+
+    unary: Callable
+    binary: Callable
+    ternary: Callable
+
+
+_LARGE = 1e8  # past it sqrt(x*x +- 1) is |x| to float64's precision; below it x*x stays finite in float32
+
+
+def compositions(b: Builders) -> dict[str, Callable]:
+    """The composed functions, by name, over the values `b` builds."""
+    def mul(x, y):
+        return b.binary("mul", x, y)
+
+    def one_minus_square(x):
+        return mul(b.binary("sub", 1.0, x), b.binary("add", 1.0, x))
+
+    def log_of_double(magnitude):  # log(2|x|): asinh and acosh of large arguments
+        return b.binary("add", b.unary("log", magnitude), math.log(2))
+
+    def asinh(x):
+        m = b.unary("abs", x)
+        small = b.binary("minimum", m, _LARGE)  # its branch is not taken past _LARGE; keep it finite there
+        near = b.unary("log1p", b.binary("add", small, b.binary("truediv", mul(small, small), b.binary(
+            "add", 1.0, b.unary("sqrt", b.binary("add", 1.0, mul(small, small)))))))
+        return b.binary("copysign", b.ternary("where", b.binary("gt", m, _LARGE), log_of_double(m), near), x)
+
+    def acosh(x):
+        t = b.binary("sub", x, 1.0)
+        near = b.unary("log1p", b.binary("add", t, b.unary("sqrt", mul(t, b.binary("add", x, 1.0)))))
+        return b.ternary("where", b.binary("gt", x, _LARGE), log_of_double(x), near)
+
+    return {
+        "atan": lambda x: b.binary("atan2", x, 1.0),
+        "asin": lambda x: b.binary("atan2", x, b.unary("sqrt", one_minus_square(x))),
+        "acos": lambda x: b.binary("atan2", b.unary("sqrt", one_minus_square(x)), x),
+        "sinh": lambda x: mul(b.binary("sub", b.unary("expm1", x), b.unary("expm1", b.unary("neg", x))), 0.5),
+        "cosh": lambda x: mul(b.binary("add", b.unary("exp", x), b.unary("exp", b.unary("neg", x))), 0.5),
+        "asinh": asinh,
+        "acosh": acosh,
+        "atanh": lambda x: mul(b.binary("sub", b.unary("log1p", x), b.unary("log1p", b.unary("neg", x))), 0.5),
+        "log10": lambda x: mul(b.unary("log", x), 1 / math.log(10)),
+        "hypot": lambda x, y: b.unary("sqrt", b.binary("add", mul(x, x), mul(y, y))),
+        "degrees": lambda x: mul(x, 180 / math.pi),
+        "radians": lambda x: mul(x, math.pi / 180),
+    }
+
+
+# NumPy's functions of the same names: the references the tests and `bz.math.<name>` outside a kernel use.
+REFERENCES: dict[str, Callable] = {
+    "atan": np.arctan, "asin": np.arcsin, "acos": np.arccos, "sinh": np.sinh, "cosh": np.cosh,
+    "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh, "log10": np.log10, "hypot": np.hypot,
+    "degrees": np.degrees, "radians": np.radians,
+}
+# NumPy's ufunc names for them, where they differ.
+NUMPY_NAMES = {"arctan": "atan", "arcsin": "asin", "arccos": "acos", "arcsinh": "asinh", "arccosh": "acosh",
+               "arctanh": "atanh", "rad2deg": "degrees", "deg2rad": "radians"}

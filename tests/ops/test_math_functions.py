@@ -1,0 +1,109 @@
+"""The compositions of braze/ops/math_functions.py (`bz.ops.asin`, `acos`, `atan`, `sinh`, `cosh`,
+`asinh`, `acosh`, `atanh`, `log10`, `hypot`, `degrees`, `radians`) against NumPy in float64, on half,
+single and double floats and on integers (computed in float32), over each function's domain with its
+edges (|x| near 1, arguments near each zero, large arguments whose square overflows float32) and the
+special values; and the same functions as NumPy ufuncs under `@bz.jit` and as `math.*` in loop kernels
+(one table of formulas serves both frontends)."""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+from oracle import FLOAT_DTYPES, assert_matches, define, execute, rng_for
+
+import braze as bz
+from braze.ops.math_compositions import REFERENCES
+
+MATH_FUNCTIONS_COVERED = frozenset(REFERENCES)
+K = 4  # a composition of a few correctly rounded steps, rounded once at the end
+
+# name: (lowest, highest, edges): samples drawn in [lowest, highest], the edges always among them.
+DOMAINS = {
+    "asin": (-1, 1, [-1.0, 1.0, 0.0, -0.0, 0.999, -0.999, 1e-6]),
+    "acos": (-1, 1, [-1.0, 1.0, 0.0, 0.999, -0.999, 1e-6]),
+    "atan": (-50, 50, [0.0, -0.0, 1e-6, 1e6, -1e30, np.inf, -np.inf]),
+    "sinh": (-8, 8, [0.0, -0.0, 1e-6, -1e-4, 80.0, -80.0, np.inf, -np.inf]),
+    "cosh": (-8, 8, [0.0, 1e-6, 80.0, -80.0, np.inf]),
+    "asinh": (-100, 100, [0.0, -0.0, 1e-6, -1e-3, 1e8, 2e8, -3e20, 1e30, np.inf, -np.inf]),
+    "acosh": (1, 100, [1.0, 1.0001, 1e8, 2e8, 3e20, np.inf]),
+    "atanh": (-1, 1, [-1.0, 1.0, 0.0, -0.0, 1e-6, 0.999, -0.999]),
+    "log10": (0, 1000, [0.0, 1.0, 10.0, 1e-6, 1e30, np.inf]),
+    "degrees": (-10, 10, [0.0, math.pi, -1e30]),
+    "radians": (-720, 720, [0.0, 180.0, -1e30]),
+}
+SHAPES = [(1,), (9,), (3, 7), (0, 4)]
+
+
+def _id(value: object) -> str:
+    return value.name if isinstance(value, bz.DType) else str(value)
+
+
+def _sample(name: str, dtype: bz.DType, shape: tuple[int, ...]) -> np.ndarray:
+    lowest, highest, edges = DOMAINS[name]
+    rng = rng_for("math", name, dtype.name, shape)
+    if dtype.kind == "i":
+        x = rng.integers(math.ceil(lowest), math.floor(highest) + 1, shape)
+        return np.clip(x, -8, 8).astype(dtype.numpy) if name in ("sinh", "cosh") else x.astype(dtype.numpy)
+    x = rng.uniform(lowest, highest, shape)
+    usable = [e for e in edges if np.isinf(e) or abs(e) <= float(ml_dtypes.finfo(dtype.numpy).max)]
+    x.flat[: min(x.size, len(usable))] = usable[: x.size]
+    return x.astype(dtype.numpy)
+
+
+def _reference(name: str, x: np.ndarray) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return REFERENCES[name](x.astype(np.float64))
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", (*FLOAT_DTYPES, bz.int32), ids=_id)
+@pytest.mark.parametrize("name", DOMAINS)
+def test_each_function_matches_float64_numpy(name: str, dtype: bz.DType, shape: tuple) -> None:
+    x = _sample(name, dtype, shape)
+    (got,) = execute(lambda f: getattr(bz.ops, name)(define(f, x)), [x])
+    result = dtype if dtype.kind == "f" else bz.float32
+    expected = _reference(name, x)
+    if dtype.itemsize == 2 or dtype.kind == "i":  # what float64 gives, rounded as the result is
+        with np.errstate(over="ignore"):  # cosh(80) is inf in float16, as braze gives
+            expected = expected.astype(result.numpy).astype(np.float64)
+    assert_matches(got, expected, result, k=K, what=f"{name}({dtype.name})")
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=_id)
+def test_hypot_of_tensors_and_numbers(dtype: bz.DType) -> None:
+    rng = rng_for("hypot", dtype.name)
+    x, y = (rng.uniform(-100, 100, (4, 6)).astype(dtype.numpy) for _ in range(2))
+    both, number, numbers_only = execute(lambda f: [bz.ops.hypot(a := define(f, x), define(f, y)),
+                                                    bz.ops.hypot(a, 3.0), bz.ops.hypot(2.0, a)], [x, y])
+    x64, y64 = x.astype(np.float64), y.astype(np.float64)
+    for got, want, what in ((both, np.hypot(x64, y64), "hypot(x, y)"), (number, np.hypot(x64, 3.0), "hypot(x, 3)"),
+                            (numbers_only, np.hypot(2.0, x64), "hypot(2, x)")):
+        assert_matches(got, want.astype(dtype.numpy).astype(np.float64), dtype, k=K, what=what)
+
+
+def test_nan_gives_nan() -> None:
+    x = np.array([np.nan, 0.5], np.float32)
+    outs = execute(lambda f: [getattr(bz.ops, name)(t) for t in [define(f, x)] for name in DOMAINS], [x])
+    for name, got in zip(DOMAINS, outs, strict=True):
+        assert np.isnan(got[0]), name
+
+
+def test_numpy_ufuncs_and_loop_kernels_use_the_same_formulas() -> None:
+    x = np.linspace(-0.9, 0.9, 11).astype(np.float32)
+    traced = bz.jit(lambda a: (np.arcsin(a), np.arccosh(a * a + 1), np.arctanh(a), np.sinh(a)))(x)
+
+    @bz.kernel
+    def loop(a: bz.Array[bz.float32, 1], out: bz.Array[bz.float32, 2]):
+        for i in range(a.shape[0]):
+            out[i, 0] = math.asin(a[i])
+            out[i, 1] = math.acosh(a[i] * a[i] + 1)
+            out[i, 2] = math.atanh(a[i])
+            out[i, 3] = math.sinh(a[i])
+
+    out = np.zeros((11, 4), np.float32)
+    loop(x, out)
+    for column, got in enumerate(traced):
+        np.testing.assert_array_equal(out[:, column], got)
