@@ -21,8 +21,8 @@ import numpy as np
 
 from braze import config
 from braze import dtypes as dt
+from braze.compile import cuda_driver as cuda
 from braze.errors import InputError, UnsupportedError
-from braze.runtime import cuda_driver as cuda
 from braze.runtime.arrays import is_torch_tensor
 
 _WRITABLE = SimpleNamespace(writeable=True)

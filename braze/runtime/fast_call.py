@@ -11,7 +11,7 @@ launch's grid, shared memory and launch scalars. A later call with the same desc
     2. a dict lookup;
     3. allocate the outputs and intermediates, from the prepared sizes;
     4. patch the pointers, scalar values and random seeds into the argument block;
-    5. launch, and copy in-place outputs back. On a GPU one native builtin (host/launch_jit.py)
+    5. launch, and copy in-place outputs back. On a GPU one native builtin (native/launch_jit.py)
        writes the pointers into the block and calls cuLaunchKernel for every kernel; on the host
        each task runs over its prepared range.
 
@@ -19,7 +19,7 @@ Anything the fast path does not cover (profiling, a `bz.graph()` recording, anot
 busy block on another thread, an unknown array type) answers `None`, and the caller takes the host
 program.
 
-On torch tensors the call taken last goes further: one native builtin (host/torch_call.py) does
+On torch tensors the call taken last goes further: one native builtin (native/torch_call.py) does
 all five steps, reading and making tensors through torch's C shim. `Fusion.execute` calls it first
 (`FastCalls.native`) until another call is taken; it answers None for what it declines, which goes
 on through `engine.execute` and the Python call described above. The fusion's own attributes and
@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from braze import config
-from braze.host.torch_call import describe_tensor
+from braze.native.torch_call import describe_tensor
+from braze.record import profiling, record_state
 from braze.runtime.graph import open_graphs
-from braze.runtime.record import profiling, record_state
 from braze.runtime.rng import next_seed_offset
 
 MAX_DESCRIPTIONS = 256  # prepared calls kept per fusion, @bz.jit function or @bz.kernel (beyond: the oldest goes)
@@ -534,7 +534,7 @@ class Guard:
     count: int
     arrays: tuple[int, ...]
     scalars: tuple[tuple[int, type], ...]
-    tensors: tuple[tuple, ...] = ()  # the tensors' descriptions for a native check (host/torch_call.py)
+    tensors: tuple[tuple, ...] = ()  # the tensors' descriptions for a native check (native/torch_call.py)
 
     def condition(self, names: dict[str, object]) -> str:
         """The test as an expression of `inputs` for generated code, adding the names it uses

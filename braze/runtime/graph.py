@@ -30,9 +30,9 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from braze.compile import cuda_driver as cuda
 from braze.errors import Error, UnsupportedError
-from braze.runtime import cuda_driver as cuda
-from braze.runtime.record import Recording, active_recordings, profiling, push_recording
+from braze.record import Recording, active_recordings, profiling, push_recording
 from braze.runtime.thread_pool import parallel_for
 
 # A host step: (function, begin, end, argument block address, work per index or None to run the
@@ -42,6 +42,8 @@ HostStep = tuple[Callable, int, int, int, "int | None", int]
 
 class Graph(Recording):
     """The launches recorded by `bz.graph()`, and `replay` to run them again."""
+
+    captures = True
 
     def __init__(self) -> None:
         super().__init__()

@@ -1,4 +1,4 @@
-"""A CUDA kernel of many tasks as several NVRTC programs (braze/runtime/cuda_programs.py): how the
+"""A CUDA kernel of many tasks as several NVRTC programs (braze/compile/cuda_programs.py): how the
 source splits (codegen/cuda.py, CudaSource.programs), each program compiled once even with threads
 racing, from the disk cache the second time, loaded as a module of its own behind the kernel, each
 task launched through its own module's function, and every module unloaded after the kernel's last
@@ -22,9 +22,10 @@ from test_cuda_resources import FakeDevice, FakeGpu, FakeModule
 
 from braze import config, engine
 from braze.codegen.cuda import CudaSource
-from braze.runtime import cuda_programs, nvrtc
-from braze.runtime.compiled_kernel import CompileParams
-from braze.runtime.cuda_kernel import CudaCompiledKernel, CudaExecutor
+from braze.compile import cuda_programs, nvrtc
+from braze.compile.compiled_kernel import CompileParams
+from braze.compile.cuda_kernel import CudaCompiledKernel
+from braze.runtime.backends.cuda import CudaExecutor
 from braze.runtime.inputs import bind_inputs
 
 TASKS = 3  # inputs of the fusion: 9 tasks

@@ -11,13 +11,18 @@ that comes before any worker took the kernel compiles it itself, the worker then
 from __future__ import annotations
 
 import functools
+import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 
 from braze import config
-from braze.runtime.compiled_kernel import CompilesOnce
-from braze.runtime.record import Recording, active_recordings, push_recording
-from braze.runtime.thread_pool import worker_count
+from braze.compile.compiled_kernel import CompilesOnce
+from braze.record import Recording, active_recordings, push_recording
+
+
+def worker_count() -> int:
+    """The cores this process may run on: the compile pool's workers, and the CPU runtime's."""
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
 @functools.cache

@@ -21,7 +21,7 @@ stream; for a stream without one the function launches nothing and returns NEW_S
 caller adds the stream's table and calls again.
 
 A prepared call with pointers to patch also gets `braze_launch_patched`, a CPython builtin
-(host/host_jit.py) over the same loop: `launch(stream, value, ...)` stores each value into the
+(native/host_jit.py) over the same loop: `launch(stream, value, ...)` stores each value into the
 argument block at the call's slots, then launches. One call from Python then patches and
 launches, where patching from Python costs a ctypes store per pointer and the ctypes call itself
 converts each argument (together about a third of the launch).
@@ -37,12 +37,12 @@ import ctypes
 import functools
 import threading
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
 
 from llvmlite import ir
 
 from braze import config
-from braze.host import host_jit
+from braze.compile.cuda_driver import DriverCalls
+from braze.native import host_jit
 
 I32, I64, I8P = ir.IntType(32), ir.IntType(64), ir.IntType(8).as_pointer()
 # The signature of cuLaunchKernel: function, grid x/y/z, block x/y/z, shared bytes, stream,
@@ -57,16 +57,6 @@ PATCHED_NAME = "braze_launch_patched"
 STREAM_TABLES = 16  # streams with a table of their own a call keeps (beyond: the oldest table goes)
 NEW_STREAM = -2  # the answer of a launch on a stream that has no table yet: nothing was launched
 _NO_STREAM = 2**64 - 1  # a stream slot being rewritten (no CUstream has this handle)
-
-
-class DriverCalls(NamedTuple):
-    """What native launches need of the driver: the addresses of `cuLaunchKernel`,
-    `cuCtxGetCurrent` and `cuCtxSetCurrent`, and the context the kernels were loaded in."""
-
-    launch: int
-    get_context: int
-    set_context: int
-    context: int
 
 
 class ContextCheck(ctypes.Structure):

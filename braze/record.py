@@ -10,9 +10,10 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 _local = threading.local()
-# Recordings open on any thread: native cached calls (host/torch_call.py) read it and leave a call
+# Recordings open on any thread: native cached calls (native/torch_call.py) read it and leave a call
 # to the Python path, which looks at this thread's recorders, while it is not zero.
 OPEN_RECORDINGS = ctypes.c_int64(0)
 _counting = threading.Lock()
@@ -34,6 +35,9 @@ class RecordedLaunch:
 
 @dataclass
 class Recording:
+    # A bz.graph() (runtime/graph.py): its GPU launches go to a stream under capture, where a module
+    # unload (compile/cuda_driver.py) would end the capture in error.
+    captures: ClassVar[bool] = False
     profile: bool = False
     launches: list[RecordedLaunch] = field(default_factory=list)
     compiles: list[str] = field(default_factory=list)  # kernels compiled (not found in any cache)

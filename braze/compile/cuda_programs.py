@@ -4,7 +4,7 @@ NVRTC compiles a translation unit on one core: a kernel of 124 tasks (GPT-2-smal
 gradients, 350 KB of CUDA) took 14 s alone on a 2-core machine, while the other kernels of the graph
 had long finished. Its tasks are independent functions, so the kernel's source splits into programs of a
 few tasks each (codegen/cuda.py, CudaSource.programs), each compiled on a worker thread of the
-compile-ahead pool (runtime/compile_ahead.py) and loaded as a module of its own; `ModuleGroup`
+compile-ahead pool (compile/compile_ahead.py) and loaded as a module of its own; `ModuleGroup`
 answers for them as the one module of the kernel. `BRAZE_DISABLE=split_programs` keeps one program.
 """
 
@@ -16,10 +16,9 @@ from collections.abc import Sequence
 
 from braze import config
 from braze.codegen.cuda import CudaProgram, CudaSource
-from braze.compile import disk_cache, elf
-from braze.runtime import nvrtc
-from braze.runtime.compile_ahead import compile_ahead
-from braze.runtime.compiled_kernel import CompileParams, CompilesOnce
+from braze.compile import disk_cache, elf, nvrtc
+from braze.compile.compile_ahead import compile_ahead
+from braze.compile.compiled_kernel import CompileParams, CompilesOnce
 
 # Characters of functions a program holds at most (the prelude aside). GPT-2-small's 17 kernels
 # (1 MB of CUDA) took 24.1 s of NVRTC one after another on a 2-core machine, 13.9 s of it the

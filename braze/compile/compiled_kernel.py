@@ -15,7 +15,7 @@ from braze.codegen import llvm as llvm_codegen
 from braze.compile import disk_cache, elf, llvm_toolchain
 from braze.kir import kernel_text
 from braze.kir import nodes as k
-from braze.runtime.record import note_compile
+from braze.record import note_compile
 
 
 @dataclass(frozen=True)
