@@ -25,8 +25,8 @@ from braze.codegen.cuda_plan import plan_lanes, plan_schedule, schedule_kind
 from braze.codegen.cuda_variance import one_pass_task
 from braze.codegen.source_text import CudaSourceText
 from braze.compile import cuda_driver
-from braze.compile.compile_ahead import compile_ahead as start_compile
 from braze.compile.compiled_kernel import CompiledKernel, CompileParams
+from braze.compile.compiled_kernel import compile_ahead as start_compile
 from braze.compile.cuda_kernel import CudaCompiledKernel, default_params
 from braze.dtypes import DType
 from braze.errors import InputError, UnsupportedError
@@ -409,7 +409,7 @@ class FusionCache:
 
     def compile_ahead(self, fusion: FusionGraph, bound: BoundInputs) -> None:
         """Lowers `fusion` for the signature of `bound` and starts compiling its kernel on a worker
-        thread (compile/compile_ahead.py); the first call of that signature takes both."""
+        thread (compile/compiled_kernel.py); the first call of that signature takes both."""
         key = signature(fusion, bound)
         place = (key, bound.device)
         with self.lock:

@@ -153,7 +153,7 @@ extern "C" void run_{name}(const long long* args, long long grid, long long bloc
 
 
 def _libraries(compiled: CudaCompiledKernel) -> dict[str, ctypes.CDLL]:
-    """A library of each of the kernel's programs (one, unless it is split: compile/cuda_programs.py),
+    """A library of each of the kernel's programs (one, unless it is split: compile/cuda_kernel.py),
     by the functions it defines."""
     with ThreadPoolExecutor(len(compiled.programs)) as pool:  # g++ runs as processes of their own
         built = list(pool.map(lambda program: _library(program.text, program.functions), compiled.programs))

@@ -378,6 +378,12 @@ def free(pointer: int, stream: int = 0) -> None:
     call("cuMemFreeAsync", driver().cuMemFreeAsync, pointer, stream)
 
 
+def free_on(device: Device, pointer: int, stream: int = 0) -> None:
+    """Frees in the device's context: stream 0 is the null stream of whichever context is current."""
+    with device.current():
+        free(pointer, stream)
+
+
 def device_of_pointer(pointer: int) -> int:
     """The ordinal of the device that owns a device address."""
     return _value(c_int, "cuPointerGetAttribute", driver().cuPointerGetAttribute, _POINTER_DEVICE_ORDINAL, pointer)

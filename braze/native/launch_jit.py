@@ -3,16 +3,12 @@ process:
 
     int32 braze_launch_all(const ContextCheck *context, const LaunchTables *tables, int32 count, CUstream stream)
 
-first makes the call's CUDA context current unless it already is (`cuCtxGetCurrent` is read on
-every call, not remembered: user code such as `torch.cuda.set_device` changes the current context
-between calls, and the kernels' handles belong to one context; the context it replaced is made
-current again at the end), then takes the stream's table of launches and calls each entry's
-`cuLaunchKernel` (its address, taken from the driver, is in the entry) with the entry's function
-handle, grid, block, shared memory and parameter array, in order, and returns 0, or
-`(n << 16) | code` when launch n failed with CUresult `code` (the caller raises the error naming
-it; a context that cannot be made current reads as launch 0 failing). One ctypes call from Python
-then runs every kernel of a fusion: a dozen launches cost one crossing into native code instead
-of a dozen. A prepared call only fills a table: nothing is compiled per fusion or per shape.
+makes the call's CUDA context current unless it is (`emit_context_check`: asked on every call, not
+remembered, since user code such as `torch.cuda.set_device` changes it), then calls each entry of
+the stream's table through `cuLaunchKernel`, in order, and returns 0, or `(n << 16) | code` when
+launch n failed with CUresult `code`. One ctypes call from Python then runs every kernel of a
+fusion: a dozen launches cost one crossing into native code instead of a dozen. A prepared call only
+fills a table: nothing is compiled per fusion or per shape.
 
 Most calls have one table for every stream. A call whose kernels take a grid reduction's
 workspace has a table per stream instead (the same launches, their parameters pointing into that

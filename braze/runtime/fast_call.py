@@ -2,28 +2,12 @@
 
 The first run of a fusion on inputs of one *description* (per array: its type, dtype, shape,
 strides and device; per scalar: its type) goes through the host program. Afterwards a
-`PreparedCall` holds everything such a run computes that the description fixes: the size and
-strides of every buffer, the argument block with every extent and stride filled in, and each
-launch's grid, shared memory and launch scalars. A later call with the same description does only
-
-    1. the key: the description of the inputs, read with the cheapest attribute of each library
-       (on torch tensors, the call taken last is tried first behind torch's C++ tensor guards);
-    2. a dict lookup;
-    3. allocate the outputs and intermediates, from the prepared sizes;
-    4. patch the pointers, scalar values and random seeds into the argument block;
-    5. launch, and copy in-place outputs back. On a GPU one native builtin (native/launch_jit.py)
-       writes the pointers into the block and calls cuLaunchKernel for every kernel; on the host
-       each task runs over its prepared range.
-
+`PreparedCall` holds everything such a run computes that the description fixes, and a later call
+with the same description reads the key (`FastCalls`), looks it up, allocates, patches and launches.
 Anything the fast path does not cover (profiling, a `bz.graph()` recording, another configuration, a
 busy block on another thread, an unknown array type) answers `None`, and the caller takes the host
-program.
-
-On torch tensors the call taken last goes further: one native builtin (native/torch_call.py) does
-all five steps, reading and making tensors through torch's C shim. `Fusion.execute` calls it first
-(`FastCalls.native`) until another call is taken; it answers None for what it declines, which goes
-on through `engine.execute` and the Python call described above. The fusion's own attributes and
-methods are never replaced.
+program. On torch tensors the call taken last is also one native builtin (native/torch_call.py) that
+`Fusion.execute` calls first (`FastCalls.native`); the fusion's own attributes are never replaced.
 """
 
 from __future__ import annotations

@@ -223,7 +223,7 @@ class _StatusWord:
             self.address = cuda.alloc(8)
             cuda.synchronize(0)  # allocated on the default stream; calls use others
         self.host = np.zeros(1, np.int64)
-        free = weakref.finalize(self, _free_on, device, self.address)
+        free = weakref.finalize(self, cuda.free_on, device, self.address)
         free.atexit = False  # the context's teardown frees it
 
     def reset(self, stream: int) -> None:
@@ -233,8 +233,3 @@ class _StatusWord:
         cuda.copy_to_host(self.host.ctypes.data, self.address, 8, stream)
         cuda.synchronize(stream)
         return int(self.host[0])
-
-
-def _free_on(device: cuda.Device, address: int) -> None:
-    with device.current():
-        cuda.free(address, 0)

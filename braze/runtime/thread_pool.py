@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from concurrent.futures import ThreadPoolExecutor
 
-from braze.compile.compile_ahead import worker_count
+from braze.compile.compiled_kernel import worker_count
 
 
 @functools.cache

@@ -1,4 +1,4 @@
-"""Kernels compiled ahead of their first call on a GPU (braze/compile/compile_ahead.py): a fusion planned
+"""Kernels compiled ahead of their first call on a GPU (braze/compile/compiled_kernel.py): a fusion planned
 for a stand-in that owns no memory, a model's regions compiled on worker threads when its graphs are;
 results against float64 with braze's outputs poisoned first, and each kernel compiled once.
 

@@ -1,4 +1,4 @@
-"""A kernel of many tasks compiled as several NVRTC programs (braze/compile/cuda_programs.py) on a GPU:
+"""A kernel of many tasks compiled as several NVRTC programs (braze/compile/cuda_kernel.py) on a GPU:
 each task runs from its own program's module, results against NumPy in float64 with braze's outputs
 poisoned first, the same as one program (`BRAZE_DISABLE=split_programs`), and every module of the
 kernel unloads after the fusion is dropped.
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from braze import config, engine
-from braze.compile import cuda_driver, cuda_programs
+from braze.compile import cuda_driver, cuda_kernel
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.cuda,
@@ -32,8 +32,8 @@ INPUTS = 4  # 12 tasks
 def program_sizes(monkeypatch) -> list[int]:
     """Programs of one task each; the program count of every kernel compiled from now on."""
     counts: list[int] = []
-    compile_side_by_side = cuda_programs.compile_side_by_side
-    monkeypatch.setattr(cuda_programs, "PROGRAM_CHARS", 1)
+    compile_side_by_side = cuda_kernel.compile_side_by_side
+    monkeypatch.setattr(cuda_kernel, "PROGRAM_CHARS", 1)
     monkeypatch.setattr("braze.compile.cuda_kernel.compile_side_by_side",
                         lambda units: (counts.append(len(units)), compile_side_by_side(units))[1])
     engine.forget_compiled_kernels()

@@ -1,7 +1,8 @@
 """The CUDA backend: a fusion's device (`CudaDevice`: buffers, launches and the cached call on the
 inputs' GPU and stream), the prepared call's launches on the inputs' stream, for fusions and loop
-kernels (runtime/kernel_launch_cuda.py) alike, and a launch under `bz.record()`: noted, and timed
-with CUDA events when profiling."""
+kernels (runtime/kernel_launch_cuda.py) alike, a launch under `bz.record()` (noted, and timed with
+CUDA events when profiling), the executor of a fusion's compiled kernel (`CudaExecutor`), and
+`RtcKernel` for a user's own CUDA source."""
 
 from __future__ import annotations
 
@@ -298,7 +299,10 @@ class CudaDevice(CpuDevice):
                                       *_layout(tv, numel, strides))
         if zero:  # in stream order with the launches: a graph replays it with them
             nbytes = numel * tv.dtype.itemsize if _laid_out_by_domain(tv) else view.size * view.itemsize
-            cuda.fill_bytes(view.ptr, 0, nbytes, _launch_stream(bound, (view,), f"buffer {tv.name}"))
+            # In the inputs' stream, or an open `bz.graph()`'s capture stream.
+            stream = capture_stream(bound.stream, cuda.device(bound.device), (view,), f"buffer {tv.name}") \
+                if recording() else bound.stream
+            cuda.fill_bytes(view.ptr, 0, nbytes, stream)
         return view
 
     def launch(self, executor: CudaExecutor, block: np.ndarray, frame: Frame) -> None:
@@ -357,11 +361,6 @@ def prepared_launches(executor: CudaExecutor, bindings: dict[str, int], stream: 
         launches.append(PreparedLaunch(int(planned.function), planned.grid, block, planned.shared, params, scalars,
                                        record, workspace))
     return launches
-
-
-def _launch_stream(bound: object, keep: tuple, what: str) -> int:
-    """The stream the inputs' work goes to: theirs, or an open `bz.graph()`'s capture stream."""
-    return capture_stream(bound.stream, cuda.device(bound.device), keep, what) if recording() else bound.stream
 
 
 def _layout(tv: TensorView, numel: int, strides: Sequence[int]) -> tuple:
