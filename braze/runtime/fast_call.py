@@ -35,10 +35,6 @@ UNSEEN = object()  # a memo not filled yet
 
 
 # --- describing the inputs ----------------------------------------------------------------------
-def _describe_torch(t) -> tuple:
-    return t.dtype, t.shape, t.stride(), t.get_device()
-
-
 def _numpy_pointer_reader() -> Callable[[np.ndarray], int]:
     """The fastest reader of an ndarray's data pointer. NumPy's C struct keeps `data` right
     after the object header (PyArrayObject_fields), so reading it there costs ~0.3 us where
@@ -89,7 +85,8 @@ def _kind_of_type(cls: type) -> ArrayKind | None:
     if library.__name__ == "torch" and issubclass(cls, library.Tensor) \
             and hasattr(library._C, "_cuda_getCurrentRawStream"):
         raw_stream = library._C._cuda_getCurrentRawStream
-        return ArrayKind(_describe_torch, library.Tensor.data_ptr, lambda t, device: raw_stream(device), raw_stream)
+        return ArrayKind(lambda t: (t.dtype, t.shape, t.stride(), t.get_device()), library.Tensor.data_ptr,
+                         lambda t, device: raw_stream(device), raw_stream)
     if library.__name__ == "cupy" and issubclass(cls, library.ndarray):
         return ArrayKind(operator.attrgetter("dtype", "shape", "strides", "data.device_id"), _cupy_pointer,
                          lambda a, device: library.cuda.get_current_stream().ptr)

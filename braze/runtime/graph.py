@@ -202,20 +202,17 @@ class _Capture:
     def end(self, failed: bool) -> None:
         """Closes the capture; unless the body failed, makes the executable graph."""
         with self.device.current():
-            self._end(failed)
-
-    def _end(self, failed: bool) -> None:
-        try:
-            captured = cuda.end_capture(self.stream)
-        finally:
-            cuda.destroy_stream(self.stream)
-        try:
-            if not failed:
-                self.nodes = cuda.graph_nodes(captured)
-                self.exec = cuda.instantiate_graph(captured)
-                weakref.finalize(self, cuda.destroy_graph_exec, self.exec)
-        finally:
-            cuda.destroy_graph(captured)
+            try:
+                captured = cuda.end_capture(self.stream)
+            finally:
+                cuda.destroy_stream(self.stream)
+            try:
+                if not failed:
+                    self.nodes = cuda.graph_nodes(captured)
+                    self.exec = cuda.instantiate_graph(captured)
+                    weakref.finalize(self, cuda.destroy_graph_exec, self.exec)
+            finally:
+                cuda.destroy_graph(captured)
 
     def launch(self) -> None:
         with self.device.current():

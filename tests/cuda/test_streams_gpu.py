@@ -1,4 +1,5 @@
-"""Streams and what braze gives back on a GPU (runtime/cuda_resources.py): one grid-reduction fusion
+"""Streams and what braze gives back on a GPU (runtime/cuda_resources.py, compile/cuda_driver.py): one
+grid-reduction fusion
 (a full sum and a column sum, whose blocks meet in a workspace) launched on four torch streams at
 once, from one thread and from four, through the host program, the cached call, the native torch
 call and a `bz.graph()`, each result against NumPy in float64; and a thousand fusions created,

@@ -1,5 +1,5 @@
-"""What braze holds on a GPU, checked without one (runtime/cuda_resources.py): the grid reductions'
-workspace is the stream's own, whichever path launches (the host program, a prepared call natively
+"""What braze holds on a GPU, checked without one (runtime/cuda_resources.py, compile/cuda_driver.py):
+the grid reductions' workspace is the stream's own, whichever path launches (the host program, a prepared call natively
 or through ctypes, a `bz.graph()`), and a CUDA module is unloaded once, in its device's context,
 when the last holder goes. The driver's memory, module and launch calls are fakes that record
 what they are asked; the kernels are a real reduction fusion's, generated but never compiled."""
