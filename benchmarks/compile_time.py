@@ -58,7 +58,7 @@ def stages(f: bz.Fusion, nvrtc: bool) -> dict[str, float]:
     seconds["cuda source"], source = timed(
         lambda: cuda.generate(engine.plan_kernel(f, key, views_on_host=False)[1], restrict=True))
     if nvrtc:
-        from braze.runtime import nvrtc as compiler
+        from braze.compile import nvrtc as compiler
 
         seconds["nvrtc ptx"], _ = timed(lambda: compiler.compile_ptx(cuda.with_prelude(source.body), "k", "sm_90", ()))
     return seconds

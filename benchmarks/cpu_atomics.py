@@ -17,7 +17,7 @@ import numpy as np
 from timing import median_ms
 
 import braze as bz
-from braze.runtime.thread_pool import worker_count
+from braze.compile.compiled_kernel import worker_count
 
 RESULTS = Path(__file__).parent / "results"
 N = 1 << 20

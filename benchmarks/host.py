@@ -26,9 +26,9 @@ import numpy as np
 
 import braze as bz
 from braze import config, engine
-from braze.host.host_jit import NativeShapeFunction
 from braze.host.program import Allocate, Launch
 from braze.host.shapes import PythonShapeFunction, ShapeProgram, infer_layout
+from braze.native.host_jit import NativeShapeFunction
 from braze.runtime.inputs import bind_inputs
 
 RESULTS = Path(__file__).parent / "results"

@@ -32,9 +32,9 @@ from pathlib import Path
 import torch
 
 import braze as bz
-from braze.host.host_jit import NativeShapeFunction
-from braze.host.launch_jit import NativeLaunches
 from braze.host.shapes import PythonShapeFunction, ShapeProgram, infer_layout
+from braze.native.host_jit import NativeShapeFunction
+from braze.native.launch_jit import NativeLaunches
 from braze.runtime import fast_call
 
 RESULTS = Path(__file__).parent / "results"

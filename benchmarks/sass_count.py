@@ -37,8 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import braze as bz  # noqa: E402
 from braze import engine  # noqa: E402
 from braze.codegen.cuda_launch import lanes_for  # noqa: E402
-from braze.runtime.compiled_kernel import CompileParams  # noqa: E402
-from braze.runtime.cuda_kernel import REGISTERS_PER_SM  # noqa: E402
+from braze.compile.compiled_kernel import CompileParams  # noqa: E402
+from braze.compile.cuda_kernel import REGISTERS_PER_SM  # noqa: E402
 
 
 # --- the workloads of benchmarks/gpu.py, on host arrays of the same row lengths -------------------------
@@ -215,7 +215,7 @@ def hot_loops(found: list[Loop]) -> list[Loop]:
 
 # --- compiling ------------------------------------------------------------------------------------------
 def cubin(fusion, inputs, arch: str) -> tuple[bytes, str]:
-    from braze.runtime.cuda_kernel import CudaCompiledKernel
+    from braze.compile.cuda_kernel import CudaCompiledKernel
     from braze.runtime.inputs import bind_inputs
 
     bound = bind_inputs(fusion, inputs)
@@ -269,7 +269,7 @@ def main() -> int:
               "environment, or pass --tool); nothing counted")
         return 0
     try:
-        from braze.runtime import nvrtc
+        from braze.compile import nvrtc
         if not nvrtc.available():
             raise RuntimeError("NVRTC or the CUDA headers are missing")
     except Exception as e:  # noqa: BLE001  (no NVRTC: nothing to count)

@@ -77,10 +77,10 @@ from braze.frontend.kernel_vectors import (
     vec4d,
 )
 from braze.ir.tensor import TensorView
-from braze.runtime.cuda_kernel import RtcKernel
+from braze.record import record
+from braze.runtime.backends.cuda import RtcKernel
 from braze.runtime.device_arrays import DeviceArray
 from braze.runtime.graph import Graph, graph
-from braze.runtime.record import record
 from braze.runtime.rng import manual_seed
 
 __version__ = "0.1.0"

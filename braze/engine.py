@@ -24,6 +24,10 @@ from braze.codegen.cuda_inner_outer import column_tasks_after_rows
 from braze.codegen.cuda_plan import plan_lanes, plan_schedule, schedule_kind
 from braze.codegen.cuda_variance import one_pass_task
 from braze.codegen.source_text import CudaSourceText
+from braze.compile import cuda_driver
+from braze.compile.compiled_kernel import CompiledKernel, CompileParams
+from braze.compile.compiled_kernel import compile_ahead as start_compile
+from braze.compile.cuda_kernel import CudaCompiledKernel, default_params
 from braze.dtypes import DType
 from braze.errors import InputError, UnsupportedError
 from braze.host.shapes import infer_layout
@@ -49,16 +53,13 @@ from braze.passes.one_hot import gather_one_hot_sums
 from braze.passes.output_cache import cache_rows_in_outputs
 from braze.passes.simplify import reuse_reductions, simplify
 from braze.passes.split_loops import split_loops
-from braze.runtime import cuda_driver, reference
+from braze.record import note_entry, note_segments
+from braze.runtime import reference
 from braze.runtime.arrays import to_kind
 from braze.runtime.backends.cpu import KernelExecutor, KernelLauncher
-from braze.runtime.backends.cuda import CudaDevice
-from braze.runtime.compile_ahead import compile_ahead as start_compile
-from braze.runtime.compiled_kernel import CompiledKernel, CompileParams
-from braze.runtime.cuda_kernel import CudaCompiledKernel, CudaExecutor, default_params
+from braze.runtime.backends.cuda import CudaDevice, CudaExecutor
 from braze.runtime.fusion_runtime import FusionRuntime
 from braze.runtime.inputs import BoundInputs, TensorSpec, bind_inputs
-from braze.runtime.record import note_entry, note_segments
 
 if TYPE_CHECKING:
     from braze.runtime.kernel_launch_cuda import CudaKernelLauncher
@@ -408,7 +409,7 @@ class FusionCache:
 
     def compile_ahead(self, fusion: FusionGraph, bound: BoundInputs) -> None:
         """Lowers `fusion` for the signature of `bound` and starts compiling its kernel on a worker
-        thread (runtime/compile_ahead.py); the first call of that signature takes both."""
+        thread (compile/compiled_kernel.py); the first call of that signature takes both."""
         key = signature(fusion, bound)
         place = (key, bound.device)
         with self.lock:
@@ -639,7 +640,7 @@ def compile_loop_kernel(kernel: k.Kernel, fuse: bool = True) -> tuple[CompiledKe
 def compile_loop_kernel_cuda(kernel: k.Kernel, device_index: int, fuse: bool = True, restrict: bool = False):
     """Task fusion, then CUDA for one GPU: (a compiled CudaLoopKernel, the fusion decisions). `restrict`:
     no two array arguments share memory. Kernels with the same Kernel IR after the passes share one."""
-    from braze.runtime.kernel_launch_cuda import CudaLoopKernel
+    from braze.compile.cuda_kernel import CudaLoopKernel
 
     device = cuda_driver.device(device_index)
     fused, decisions = _fused(kernel, fuse)

@@ -30,9 +30,10 @@ import numpy as np
 
 from braze import engine
 from braze.codegen.cuda import PRELUDE
-from braze.runtime import cuda_driver
-from braze.runtime.compiled_kernel import CompileParams
-from braze.runtime.cuda_kernel import CudaCompiledKernel, CudaExecutor
+from braze.compile import cuda_driver
+from braze.compile.compiled_kernel import CompileParams
+from braze.compile.cuda_kernel import CudaCompiledKernel
+from braze.runtime.backends.cuda import CudaExecutor
 from braze.runtime.fusion_runtime import FusionRuntime
 from braze.runtime.inputs import bind_inputs
 
@@ -152,7 +153,7 @@ extern "C" void run_{name}(const long long* args, long long grid, long long bloc
 
 
 def _libraries(compiled: CudaCompiledKernel) -> dict[str, ctypes.CDLL]:
-    """A library of each of the kernel's programs (one, unless it is split: runtime/cuda_programs.py),
+    """A library of each of the kernel's programs (one, unless it is split: compile/cuda_kernel.py),
     by the functions it defines."""
     with ThreadPoolExecutor(len(compiled.programs)) as pool:  # g++ runs as processes of their own
         built = list(pool.map(lambda program: _library(program.text, program.functions), compiled.programs))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ctypes
 
-from braze.host.launch_jit import DriverCalls
+from braze.compile.cuda_driver import DriverCalls
 
 CU_LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
                              ctypes.c_void_p, ctypes.c_void_p)

@@ -89,7 +89,7 @@ def test_info_shows_versions_backends_and_the_cache_folder(capsys, tmp_path):
 
 
 def test_info_says_why_cuda_is_not_usable_without_a_gpu(capsys, monkeypatch):
-    from braze.runtime import cuda_driver
+    from braze.compile import cuda_driver
 
     if cuda_driver.device_count():
         pytest.skip("a GPU is here")

@@ -10,9 +10,9 @@ import pytest
 
 import braze as bz
 from braze import config, engine
-from braze.runtime import nvrtc
-from braze.runtime.compiled_kernel import CompileParams
-from braze.runtime.cuda_kernel import CudaCompiledKernel
+from braze.compile import nvrtc
+from braze.compile.compiled_kernel import CompileParams
+from braze.compile.cuda_kernel import CudaCompiledKernel
 
 
 def test_every_field_of_the_config_has_one_knob():

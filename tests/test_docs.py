@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from braze.runtime import cuda_driver
+from braze.compile import cuda_driver
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

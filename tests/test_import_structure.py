@@ -21,10 +21,14 @@ import braze
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors",),
     ("dtypes", "config"),
+    ("record",),  # bz.record(): what the compile and run sides did on this thread
     ("ir", "kir"),
     ("ops",),
-    ("schedule", "passes", "compile"),
-    ("codegen", "host"),
+    ("schedule", "passes"),
+    ("codegen",),
+    ("compile",),  # Kernel IR -> source (codegen) -> binary -> loaded module; the LLVM toolchain, the disk cache
+    ("native",),  # what llvmlite builds at run time (the LLVM toolchain, the disk cache): builtins, launches
+    ("host",),  # the host program; its shape functions are native
     ("lower", "runtime"),
     ("engine",),
     ("frontend",),

@@ -78,7 +78,7 @@ def particle_step_demo() -> bool:
 
 def gpu_demo(args: argparse.Namespace) -> int:
     from braze.cli.gallery_gpu import ROWS_FACTOR, run_gpu_gallery
-    from braze.runtime import cuda_driver
+    from braze.compile import cuda_driver
 
     rows = run_gpu_gallery(with_compile=not args.no_compile)
     peers = sorted({p for r in rows for p in r.peers_us})
@@ -103,8 +103,8 @@ def _version(package: str) -> str:
 
 
 def _cuda_status() -> tuple[bool, str]:
+    from braze.compile import cuda_driver, nvrtc
     from braze.errors import Error, UnsupportedError
-    from braze.runtime import cuda_driver, nvrtc
 
     try:
         cuda_driver.driver()
@@ -136,7 +136,7 @@ def backend_status() -> dict[str, tuple[bool, str]]:
 
 
 def info(args: argparse.Namespace) -> int:
-    from braze.runtime import nvrtc
+    from braze.compile import nvrtc
 
     if args.knobs:
         return knobs()

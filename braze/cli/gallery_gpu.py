@@ -12,7 +12,7 @@ import numpy as np
 
 import braze as bz
 from braze.cli.gallery import GALLERY, GalleryEntry
-from braze.runtime import cuda_driver
+from braze.compile import cuda_driver
 
 ROWS_FACTOR = 32  # the GPU gallery stacks the CPU gallery's rows this many times, to be worth a GPU
 

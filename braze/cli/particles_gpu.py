@@ -18,7 +18,7 @@ import numpy as np
 
 import braze as bz
 from braze.cli.particles import DAMPING, GRAVITY, RESTITUTION, SIX_LOOPS, StepCase, recorded_steps
-from braze.runtime import cuda_driver
+from braze.compile import cuda_driver
 from braze.runtime.device_arrays import DeviceArray
 
 

@@ -1,2 +1,3 @@
-"""Compilation below the runtime: the LLVM toolchain, object-file checks and the disk cache of
-compiled code, shared by the kernel runtime and the host JIT."""
+"""Compilation in named stages, Kernel IR -> source (codegen) -> binary -> loaded module: compiled
+kernels for the CPU (LLVM) and CUDA (NVRTC), compiled ahead on worker threads, the CUDA driver that
+loads them, the LLVM toolchain, object-file checks and the disk cache of compiled code."""

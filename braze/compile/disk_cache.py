@@ -1,20 +1,10 @@
-"""The disk cache of compiled kernels (docs/architecture.md, "Runtime").
-
-Keys are sha256 hashes of named parts: the source, the compile params, the toolchain and a hash
-of braze's own source. The cache holds native code braze will run, so it is trusted exactly like
-the user's own files and checked like it could have been tampered with:
-
-- folders are created 0700 and files 0600 whatever the umask; a folder (the root, or one braze
-  uses in it) that another user owns or that group or others can write is refused, with one
-  warning, and the disk cache is off for that root for the rest of the process;
-- an entry records its full key and a sha256 of its payload; it is opened without following
-  links or blocking, must be a regular file the user owns of at most `MAX_ENTRY_BYTES`, and its
-  payload passes the caller's validator (`braze.compile.elf`) before it is returned;
-- writes are atomic (an exclusive temporary file, then a rename), so a corrupt, truncated or
-  foreign file reads as a miss, never a crash;
-- the entries' total size is capped (`BRAZE_CACHE_MAX_BYTES`): the least recently used go first
-  (a load touches its entry's mtime), and temporary files a killed writer left are removed once
-  they are an hour old.
+"""The disk cache of compiled kernels (docs/architecture.md, "Runtime": keys, trust, atomic writes,
+the size cap). It holds native code braze will run, so it is trusted exactly like the user's own
+files and checked like it could have been tampered with: a folder another user owns or others can
+write turns it off for that root for the rest of the process, with one warning; an entry is read
+without following links or blocking, and only a regular file the user owns, of bounded size, whose
+recorded key and payload digest match and whose payload the caller's validator (`braze.compile.elf`)
+accepts, is a hit. The least recently used entries go first (a load touches its entry's mtime).
 """
 
 from __future__ import annotations

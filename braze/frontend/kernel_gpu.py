@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 
 from braze import engine
 from braze.errors import Error, InputError
+from braze.record import note_entry
 from braze.runtime.device_arrays import DeviceView, as_device_view, is_device_array
 from braze.runtime.fast_call import FastCalls
 from braze.runtime.kernel_launch_cuda import views_overlap
-from braze.runtime.record import note_entry
 
 if TYPE_CHECKING:
     from braze.frontend.kernel import KernelFunction

@@ -20,8 +20,7 @@ import numpy as np
 
 from braze import config
 from braze.errors import OutOfMemoryError
-from braze.host.host_jit import shape_function
-from braze.host.shapes import Layout, ShapeProgram, infer_layout
+from braze.host.shapes import Layout, ShapeProgram, infer_layout, shape_function
 from braze.ir.scalar import Scalar
 from braze.ir.tensor import TensorView
 

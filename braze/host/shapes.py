@@ -8,21 +8,24 @@ Broadcast dimensions get stride 0; reduction dimensions are not allocated at all
 
 Everything here is symbolic (`Scalar`s over the input extents). `ShapeProgram` flattens the
 expressions of all of a fusion's allocated tensors into one straight-line program with shared
-subexpressions; `braze.host.host_jit` compiles it to native code, `PythonShapeFunction` runs it in
-Python.
+subexpressions; `braze.native.host_jit` compiles it to native code, `PythonShapeFunction` runs it in
+Python, and `shape_function` gives the one a host program calls: Python first, then native.
 """
 
 from __future__ import annotations
 
 import operator
+import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from braze import config
 from braze.errors import InputError, UnsupportedError
 from braze.ir.domain import IterDomain, Merge, Split
 from braze.ir.scalar import Scalar, as_scalar, ceildiv, const
 from braze.ir.tensor import TensorView
+from braze.native import host_jit
 
 _ONE = const(1)
 _ZERO = const(0)
@@ -366,3 +369,55 @@ class PythonShapeFunction:
             return self._run(extents)
         except ZeroDivisionError:
             raise self.program.explain_failure(extents) from None
+
+
+class TieredShapeFunction:
+    """A shape program run in Python on its first call and natively from the second on.
+
+    A host program's first run is its fusion's first call on a description, where latency counts
+    and one run gains nothing from native code: loading even a cached native function costs the
+    process an LLVM engine, about 2 ms. Later runs (new extents, multi-segment programs on every
+    call) take the native function, built at the second call."""
+
+    def __init__(self, program: ShapeProgram) -> None:
+        self.program = program
+        self._python = PythonShapeFunction(program)
+        self._called = False
+        # From the second call (no bound method of self here: the object would be in a cycle).
+        self._tiered: host_jit.NativeShapeFunction | PythonShapeFunction | None = None
+        self._tiering = threading.Lock()  # racing threads build the native function once
+
+    @property
+    def native(self) -> bool:
+        """Whether calls run native code (after the first call, unless the JIT failed)."""
+        return getattr(self._tiered, "native", False)
+
+    def __call__(self, extents: Sequence[int]) -> list[int]:
+        tiered = self._tiered
+        return tiered(extents) if tiered is not None else self._before_tiering(extents)
+
+    def _before_tiering(self, extents: Sequence[int]) -> list[int]:
+        if not self._called:
+            self._called = True
+            return self._python(extents)
+        with self._tiering:
+            if self._tiered is None:
+                self._tiered = native_or_python(self.program)
+        return self._tiered(extents)
+
+
+def native_or_python(program: ShapeProgram) -> host_jit.NativeShapeFunction | PythonShapeFunction:
+    """The native shape function for `program`, or the Python one where the JIT fails."""
+    try:
+        return host_jit.NativeShapeFunction(program)
+    except Exception as error:  # any JIT failure: the Python function computes the same values
+        host_jit.fall_back(f"the shapes of {program.name!r}", error)
+        return PythonShapeFunction(program)
+
+
+def shape_function(program: ShapeProgram) -> TieredShapeFunction | PythonShapeFunction:
+    """The shape function for `program`: tiered up to native code, unless the host JIT is disabled
+    or builtins are not made (a ctypes call would cost more than the Python function)."""
+    if config.disabled("host_jit") or not host_jit.builtins_available():
+        return PythonShapeFunction(program)
+    return TieredShapeFunction(program)

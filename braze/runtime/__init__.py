@@ -1,1 +1,2 @@
-"""Runtime: array interop, input binding, the reference backend and random state."""
+"""Runtime: the CPU and CUDA backends, executors and prepared calls, array interop, input binding,
+`bz.graph()`, the reference backend and random state."""

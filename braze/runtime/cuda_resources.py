@@ -1,5 +1,5 @@
 """What braze holds on a GPU besides the arrays it returns, and when it gives it back: the grid
-reductions' workspaces, one per stream, and the loaded CUDA modules of compiled kernels.
+reductions' workspaces, one per stream (the loaded modules of compiled kernels: compile/cuda_driver.py).
 
 **Workspaces.** A grid reduction's blocks leave partial results in device memory, and the last
 block of each group to finish (counted in a finished-block counter) combines them and resets its
@@ -10,28 +10,18 @@ a kernel needs more room); one dropped from there lives on while a prepared call
 still launches into it, and is then freed in order on its own stream (after the work queued
 there). A CuPy stream is destroyed with its object, so the workspace keeps that object: the
 stream outlives the free queued on it.
-
-**Modules.** A module is loaded once per device and binary (`loaded_module`) and unloaded when the
-last holder of its `Module` lets it go: the compiled kernel, the executors and launchers built on
-it, the prepared calls and graphs that launch its functions. The driver's unload waits for the
-module's kernels still queued (loading and unloading a module synchronize the context), so it is
-put off while a stream capture is open on the calling thread (a wait there would end the capture
-in error), and not done at all while the interpreter exits (the driver frees everything with the
-context).
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import sys
 import threading
 import weakref
-from collections import OrderedDict, deque
+from collections import OrderedDict
 
+from braze.compile import cuda_driver as cuda
 from braze.errors import CudaError
-from braze.runtime import cuda_driver as cuda
-from braze.runtime.graph import open_graphs
 
 STREAM_WORKSPACES = 64  # workspaces a device keeps, by stream (beyond: the least recently used goes)
 _ALIGNMENT = 256  # the partial results start on a boundary every access width meets
@@ -39,7 +29,6 @@ _ALIGNMENT = 256  # the partial results start on a boundary every access width m
 _log = logging.getLogger(__name__)
 
 
-# --- workspaces ---------------------------------------------------------------------------------
 class Workspace:
     """Device memory of one stream: the finished-block counters (zeroed when made), room for
     `partial_bytes` of grid reductions' partial results, then `pair_bytes` for inner-outer pairs.
@@ -128,66 +117,3 @@ def stream_workspaces(device: cuda.Device, counter_bytes: int) -> StreamWorkspac
         if key not in _workspaces:
             _workspaces[key] = StreamWorkspaces(device, counter_bytes)
         return _workspaces[key]
-
-
-# --- modules ------------------------------------------------------------------------------------
-# (device, cubin digest, functions) -> module, while anything holds it.
-_loaded_modules: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
-_loaded_modules_lock = threading.Lock()
-# (device, handle) of modules to unload, in order. No lock: a finalizer may append while this thread
-# drains, and deque's append and popleft are atomic.
-_retired: deque[tuple[cuda.Device, int]] = deque()
-
-
-def loaded_module(device: cuda.Device, binary: bytes, functions: tuple[str, ...]) -> cuda.Module:
-    """`binary` loaded on `device`: one module however many hold it, unloaded after the last."""
-    key = (device.index, hashlib.sha256(binary).digest(), functions)
-    with _loaded_modules_lock:
-        module = _loaded_modules.get(key)
-        if module is None:
-            module = _loaded_modules[key] = cuda.Module(device, binary, functions)
-            retire = weakref.finalize(module, _retire, device, module.handle)
-            retire.atexit = False  # the context's teardown unloads it
-    unload_retired()  # a load is a point where unloading is safe, if anything waits for it
-    return module
-
-
-def loaded_module_count() -> int:
-    """Modules loaded through `loaded_module` and not unloaded yet (those waiting included)."""
-    return len(_loaded_modules) + len(_retired)
-
-
-def _retire(device: cuda.Device, handle: int) -> None:
-    """The last holder of a module went: unload it now, or at the next safe point."""
-    _retired.append((device, handle))
-    unload_retired()
-
-
-def unload_retired() -> None:
-    """Unloads the modules whose last holder went, unless unloading is unsafe now."""
-    if not _retired or not _unloading_is_safe():
-        return
-    while _retired:
-        try:
-            device, handle = _retired.popleft()
-        except IndexError:  # another thread took the last
-            return
-        try:
-            with device.current():
-                cuda.unload_module(handle)
-        except CudaError as error:  # a context torn down already: its modules went with it
-            _log.debug("module %#x not unloaded: %s", handle, error)
-
-
-def _unloading_is_safe() -> bool:
-    """Not while the interpreter exits, nor while this thread captures a stream: a `bz.graph()`,
-    or torch's current stream (torch.cuda.graph)."""
-    if sys.is_finalizing() or open_graphs():
-        return False
-    torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_initialized():
-        return True
-    try:
-        return not torch.cuda.is_current_stream_capturing()
-    except Exception:  # noqa: BLE001  (a torch that cannot tell: it captures nothing braze can see)
-        return True

@@ -21,8 +21,8 @@ import numpy as np
 
 from braze import config
 from braze import dtypes as dt
+from braze.compile import cuda_driver as cuda
 from braze.errors import InputError, UnsupportedError
-from braze.runtime import cuda_driver as cuda
 from braze.runtime.arrays import is_torch_tensor
 
 _WRITABLE = SimpleNamespace(writeable=True)
@@ -125,7 +125,7 @@ class DeviceArray:
         owner = cuda.device(device)
         with owner.current():
             self.ptr = cuda.alloc(self.nbytes, stream)
-        self._free = weakref.finalize(self, _free, owner, self.ptr, stream)
+        self._free = weakref.finalize(self, cuda.free_on, owner, self.ptr, stream)
 
     ndim = property(lambda self: len(self.shape))
     size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
@@ -167,12 +167,6 @@ class DeviceArray:
 
     def __repr__(self) -> str:
         return f"DeviceArray(shape={self.shape}, dtype={self.dtype}, device=cuda:{self.device})"
-
-
-def _free(device: cuda.Device, pointer: int, stream: int) -> None:
-    """Frees in the device's context: stream 0 is the null stream of whichever context is current."""
-    with device.current():
-        cuda.free(pointer, stream)
 
 
 def span_bytes(shape, strides, itemsize: int) -> int:

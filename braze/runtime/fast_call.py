@@ -2,28 +2,12 @@
 
 The first run of a fusion on inputs of one *description* (per array: its type, dtype, shape,
 strides and device; per scalar: its type) goes through the host program. Afterwards a
-`PreparedCall` holds everything such a run computes that the description fixes: the size and
-strides of every buffer, the argument block with every extent and stride filled in, and each
-launch's grid, shared memory and launch scalars. A later call with the same description does only
-
-    1. the key: the description of the inputs, read with the cheapest attribute of each library
-       (on torch tensors, the call taken last is tried first behind torch's C++ tensor guards);
-    2. a dict lookup;
-    3. allocate the outputs and intermediates, from the prepared sizes;
-    4. patch the pointers, scalar values and random seeds into the argument block;
-    5. launch, and copy in-place outputs back. On a GPU one native builtin (host/launch_jit.py)
-       writes the pointers into the block and calls cuLaunchKernel for every kernel; on the host
-       each task runs over its prepared range.
-
+`PreparedCall` holds everything such a run computes that the description fixes, and a later call
+with the same description reads the key (`FastCalls`), looks it up, allocates, patches and launches.
 Anything the fast path does not cover (profiling, a `bz.graph()` recording, another configuration, a
 busy block on another thread, an unknown array type) answers `None`, and the caller takes the host
-program.
-
-On torch tensors the call taken last goes further: one native builtin (host/torch_call.py) does
-all five steps, reading and making tensors through torch's C shim. `Fusion.execute` calls it first
-(`FastCalls.native`) until another call is taken; it answers None for what it declines, which goes
-on through `engine.execute` and the Python call described above. The fusion's own attributes and
-methods are never replaced.
+program. On torch tensors the call taken last is also one native builtin (native/torch_call.py) that
+`Fusion.execute` calls first (`FastCalls.native`); the fusion's own attributes are never replaced.
 """
 
 from __future__ import annotations
@@ -41,9 +25,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from braze import config
-from braze.host.torch_call import describe_tensor
+from braze.native.torch_call import describe_tensor
+from braze.record import profiling, record_state
 from braze.runtime.graph import open_graphs
-from braze.runtime.record import profiling, record_state
 from braze.runtime.rng import next_seed_offset
 
 MAX_DESCRIPTIONS = 256  # prepared calls kept per fusion, @bz.jit function or @bz.kernel (beyond: the oldest goes)
@@ -51,10 +35,6 @@ UNSEEN = object()  # a memo not filled yet
 
 
 # --- describing the inputs ----------------------------------------------------------------------
-def _describe_torch(t) -> tuple:
-    return t.dtype, t.shape, t.stride(), t.get_device()
-
-
 def _numpy_pointer_reader() -> Callable[[np.ndarray], int]:
     """The fastest reader of an ndarray's data pointer. NumPy's C struct keeps `data` right
     after the object header (PyArrayObject_fields), so reading it there costs ~0.3 us where
@@ -105,7 +85,8 @@ def _kind_of_type(cls: type) -> ArrayKind | None:
     if library.__name__ == "torch" and issubclass(cls, library.Tensor) \
             and hasattr(library._C, "_cuda_getCurrentRawStream"):
         raw_stream = library._C._cuda_getCurrentRawStream
-        return ArrayKind(_describe_torch, library.Tensor.data_ptr, lambda t, device: raw_stream(device), raw_stream)
+        return ArrayKind(lambda t: (t.dtype, t.shape, t.stride(), t.get_device()), library.Tensor.data_ptr,
+                         lambda t, device: raw_stream(device), raw_stream)
     if library.__name__ == "cupy" and issubclass(cls, library.ndarray):
         return ArrayKind(operator.attrgetter("dtype", "shape", "strides", "data.device_id"), _cupy_pointer,
                          lambda a, device: library.cuda.get_current_stream().ptr)
@@ -534,7 +515,7 @@ class Guard:
     count: int
     arrays: tuple[int, ...]
     scalars: tuple[tuple[int, type], ...]
-    tensors: tuple[tuple, ...] = ()  # the tensors' descriptions for a native check (host/torch_call.py)
+    tensors: tuple[tuple, ...] = ()  # the tensors' descriptions for a native check (native/torch_call.py)
 
     def condition(self, names: dict[str, object]) -> str:
         """The test as an expression of `inputs` for generated code, adding the names it uses

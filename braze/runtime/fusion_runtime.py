@@ -31,6 +31,7 @@ from braze.kir.params import KernelParams
 from braze.ops.creation import draws_from_the_global_generator
 from braze.ops.reductions import check_empty_reductions, reductions_without_identity
 from braze.ops.table import RefContext, lookup
+from braze.record import note_entry
 from braze.runtime.arrays import pack_array
 from braze.runtime.backends.cpu import HostDevice, KernelExecutor
 from braze.runtime.device_arrays import DeviceView
@@ -43,7 +44,6 @@ from braze.runtime.fast_call import (
 )
 from braze.runtime.graph import refuse_random
 from braze.runtime.inputs import BoundInputs
-from braze.runtime.record import note_entry
 from braze.runtime.rng import next_seed_offset
 from braze.runtime.scalars import scalar_bits, scalar_packer
 

@@ -30,9 +30,9 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from braze.compile import cuda_driver as cuda
 from braze.errors import Error, UnsupportedError
-from braze.runtime import cuda_driver as cuda
-from braze.runtime.record import Recording, active_recordings, profiling, push_recording
+from braze.record import Recording, active_recordings, profiling, push_recording
 from braze.runtime.thread_pool import parallel_for
 
 # A host step: (function, begin, end, argument block address, work per index or None to run the
@@ -42,6 +42,8 @@ HostStep = tuple[Callable, int, int, int, "int | None", int]
 
 class Graph(Recording):
     """The launches recorded by `bz.graph()`, and `replay` to run them again."""
+
+    captures = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -200,20 +202,17 @@ class _Capture:
     def end(self, failed: bool) -> None:
         """Closes the capture; unless the body failed, makes the executable graph."""
         with self.device.current():
-            self._end(failed)
-
-    def _end(self, failed: bool) -> None:
-        try:
-            captured = cuda.end_capture(self.stream)
-        finally:
-            cuda.destroy_stream(self.stream)
-        try:
-            if not failed:
-                self.nodes = cuda.graph_nodes(captured)
-                self.exec = cuda.instantiate_graph(captured)
-                weakref.finalize(self, cuda.destroy_graph_exec, self.exec)
-        finally:
-            cuda.destroy_graph(captured)
+            try:
+                captured = cuda.end_capture(self.stream)
+            finally:
+                cuda.destroy_stream(self.stream)
+            try:
+                if not failed:
+                    self.nodes = cuda.graph_nodes(captured)
+                    self.exec = cuda.instantiate_graph(captured)
+                    weakref.finalize(self, cuda.destroy_graph_exec, self.exec)
+            finally:
+                cuda.destroy_graph(captured)
 
     def launch(self) -> None:
         with self.device.current():

@@ -1,16 +1,15 @@
-"""Loop kernels (`@bz.kernel`) on a GPU: the compiled kernel, its launcher, and the cached call.
+"""Loop kernels (`@bz.kernel`) on a GPU: the launcher and the cached call of a compiled loop kernel
+(compile/cuda_kernel.py, `CudaLoopKernel`).
 
-`CudaLoopKernel` is a CudaCompiledKernel whose source comes from the loop-kernel code generator
-(NVRTC, disk cache and dumps as for fusions). `CudaKernelLauncher` holds the loaded functions of
-one kernel on one device. `PreparedKernelCall` is the fusions' CUDA prepared call
-(runtime/backends/cuda.py) for arguments of one description, filed in the same call cache
-(`fast_call.FastCalls`): the argument block with every extent and stride filled in, and each
-task's grid. A call with that description only
+`CudaKernelLauncher` holds the loaded functions of one kernel on one device. `PreparedKernelCall` is
+the fusions' CUDA prepared call (runtime/backends/cuda.py) for arguments of one description, filed in
+the same call cache (`fast_call.FastCalls`): the argument block with every extent and stride filled
+in, and each task's grid. A call with that description only
 
     1. writes the scalars into the block;
     2. reads each array's data pointer (the block is patched only when one changed);
     3. launches every task on the stream of the arguments' library: through one native function
-       that calls cuLaunchKernel for each (host/launch_jit.py) when the grids are fixed, else task
+       that calls cuLaunchKernel for each (native/launch_jit.py) when the grids are fixed, else task
        by task with libcuda's cuLaunchKernel through ctypes.
 """
 from __future__ import annotations
@@ -23,32 +22,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from braze.codegen import cuda_loops
 from braze.codegen.cuda_launch import BLOCKS_PER_SM
 from braze.codegen.cuda_plan import sub_exprs
+from braze.compile import cuda_driver as cuda
+from braze.compile.cuda_kernel import CudaLoopKernel
 from braze.errors import KernelAssertionError
-from braze.host.launch_jit import NativeLaunches, native_launches
 from braze.kir import nodes as k
-from braze.runtime import cuda_driver as cuda
+from braze.native.launch_jit import NativeLaunches, native_launches
+from braze.record import RecordedLaunch, record_state, recording
 from braze.runtime.arrays import arguments_overlap, byte_span, overlaps_itself
 from braze.runtime.backends.cpu import LoopArguments, bounds_function
 from braze.runtime.backends.cuda import CudaPreparedCall, PreparedLaunch, launch_specs, recorded_launch
-from braze.runtime.cuda_kernel import CudaCompiledKernel
 from braze.runtime.device_arrays import DeviceView
 from braze.runtime.fast_call import ArrayKind, CallPlan, ScalarSlot, gpu_array_kind
 from braze.runtime.graph import capture_stream
-from braze.runtime.record import RecordedLaunch, record_state, recording
-
-
-class CudaLoopKernel(CudaCompiledKernel):
-    """A loop kernel compiled for one architecture. Float arithmetic is not contracted into fused
-    multiply-adds (unless fast math is on), so `+ - *` round as they do on the CPU."""
-
-    def generate(self) -> cuda_loops.LoopCudaSource:
-        return cuda_loops.generate(self.kernel, self.block_size, self.restrict)
-
-    def options(self) -> tuple[str, ...]:
-        return super().options() + (() if self.params.fast_math else ("--fmad=false",))
 
 
 @dataclass(frozen=True)
@@ -236,7 +223,7 @@ class _StatusWord:
             self.address = cuda.alloc(8)
             cuda.synchronize(0)  # allocated on the default stream; calls use others
         self.host = np.zeros(1, np.int64)
-        free = weakref.finalize(self, _free_on, device, self.address)
+        free = weakref.finalize(self, cuda.free_on, device, self.address)
         free.atexit = False  # the context's teardown frees it
 
     def reset(self, stream: int) -> None:
@@ -246,8 +233,3 @@ class _StatusWord:
         cuda.copy_to_host(self.host.ctypes.data, self.address, 8, stream)
         cuda.synchronize(stream)
         return int(self.host[0])
-
-
-def _free_on(device: cuda.Device, address: int) -> None:
-    with device.current():
-        cuda.free(address, 0)

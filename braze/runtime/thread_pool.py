@@ -7,12 +7,9 @@ worker threads run the native code truly in parallel.
 from __future__ import annotations
 
 import functools
-import os
 from concurrent.futures import ThreadPoolExecutor
 
-
-def worker_count() -> int:
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+from braze.compile.compiled_kernel import worker_count
 
 
 @functools.cache

@@ -23,10 +23,10 @@ from braze.cli.bench.cases import CASES
 from braze.cli.bench.check import Prepared
 from braze.codegen import cuda, cuda_inner_outer
 from braze.codegen.cuda_inner_outer import InnerOuter, plan_inner_outer
+from braze.compile import nvrtc
+from braze.compile.compiled_kernel import CompiledKernel
 from braze.kir import nodes as k
-from braze.runtime import nvrtc
 from braze.runtime.backends.cpu import KernelExecutor
-from braze.runtime.compiled_kernel import CompiledKernel
 from braze.runtime.fusion_runtime import FusionRuntime
 from braze.runtime.inputs import bind_inputs
 

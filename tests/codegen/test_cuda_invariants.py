@@ -16,8 +16,8 @@ import braze as bz
 from braze import config, engine
 from braze import dtypes as dt
 from braze.codegen.cuda_invariants import InvariantWriter, kernel_invariant
+from braze.compile import nvrtc
 from braze.kir import nodes as k
-from braze.runtime import nvrtc
 
 I32 = dt.int32
 N = k.ScalarRef(k.ScalarParam("T0_s0", I32))

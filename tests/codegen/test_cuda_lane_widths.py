@@ -20,7 +20,7 @@ from braze.cli.bench.cases import CASES
 from braze.cli.bench.check import build_fusion
 from braze.codegen import cuda
 from braze.codegen.cuda_launch import balanced_lanes, lanes_for
-from braze.runtime import nvrtc
+from braze.compile import nvrtc
 
 
 def rope_inputs(shape, dtype, seed: int = 0) -> list[np.ndarray]:

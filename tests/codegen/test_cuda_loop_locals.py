@@ -18,8 +18,8 @@ from cuda_on_cpu import available, run_on_cpu
 import braze as bz
 from braze import engine
 from braze.codegen.cuda_plan import vector_accesses
+from braze.compile import nvrtc
 from braze.kir import nodes as k
-from braze.runtime import nvrtc
 
 
 def shifted_loss(vocab: int) -> bz.Fusion:

@@ -19,12 +19,12 @@ from kernel_cases import all_cases
 import braze as bz
 from braze.codegen import cuda_loops
 from braze.codegen.cuda_names import Names, is_reserved
+from braze.compile import nvrtc
+from braze.compile.compiled_kernel import CompileParams
+from braze.compile.cuda_kernel import CudaLoopKernel
 from braze.errors import UnsupportedError
 from braze.frontend.kernel_lang import ArrayType
 from braze.kir import nodes as k
-from braze.runtime import nvrtc
-from braze.runtime.compiled_kernel import CompileParams
-from braze.runtime.kernel_launch_cuda import CudaLoopKernel
 
 needs_nvrtc = pytest.mark.skipif(not nvrtc.available(), reason="NVRTC is not installed")
 OPTIONS = ("--fmad=false",)  # as CudaLoopKernel compiles

@@ -13,7 +13,7 @@ from braze import engine
 from braze.cli.bench.cases import CASES
 from braze.cli.bench.check import build_fusion
 from braze.codegen.cuda import with_prelude
-from braze.runtime import nvrtc
+from braze.compile import nvrtc
 
 # The normalization task of each case and the extents of its rows: (n, c) over the task, H * W the row.
 TASKS = {"batch_norm": ("batch_norm_t2_", "bz_mul(T0_s0, T0_s1)"),

@@ -13,7 +13,7 @@ import pytest
 import braze as bz
 from braze import engine
 from braze.codegen import cuda
-from braze.runtime import nvrtc
+from braze.compile import nvrtc
 
 _NUMPY = {bz.float32: np.float32, bz.float64: np.float64, bz.float16: np.float16, bz.bfloat16: ml_dtypes.bfloat16,
           bz.int32: np.int32, bz.bool_: np.bool_}
@@ -271,8 +271,8 @@ def test_every_schedule_compiles_with_nvrtc():
 
 @pytest.mark.skipif(not nvrtc.available(), reason="NVRTC is not installed")
 def test_a_column_sum_compiles_optimized_for_a_smaller_block():
-    from braze.runtime.compiled_kernel import CompileParams
-    from braze.runtime.cuda_kernel import CudaCompiledKernel
+    from braze.compile.compiled_kernel import CompileParams
+    from braze.compile.cuda_kernel import CudaCompiledKernel
 
     with bz.Fusion(name="narrow") as f:
         f.add_output(bz.ops.sum(tensor(f, 2), axes=[0]))

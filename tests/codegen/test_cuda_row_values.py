@@ -20,7 +20,7 @@ import braze as bz
 from braze import engine
 from braze.cli.bench.cases import ATTENTION_SCALE, CASES
 from braze.cli.bench.check import Prepared
-from braze.runtime import nvrtc
+from braze.compile import nvrtc
 
 needs_gxx = pytest.mark.skipif(not available(), reason="needs g++")
 BF16 = ml_dtypes.bfloat16

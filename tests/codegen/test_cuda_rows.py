@@ -19,7 +19,7 @@ from braze.codegen import cuda
 from braze.codegen.cuda_launch import lanes_for
 from braze.codegen.cuda_plan import WARP
 from braze.codegen.cuda_rows import BLOCK_BARRIERS, barriers_in, vector_unroll
-from braze.runtime import nvrtc
+from braze.compile import nvrtc
 
 _NUMPY = {bz.float32: np.float32, bz.float64: np.float64, bz.float16: np.float16, bz.bfloat16: ml_dtypes.bfloat16,
           bz.bool_: np.bool_}

@@ -14,7 +14,7 @@ import braze as bz
 from braze import engine
 from braze.codegen import cuda
 from braze.codegen.cuda_launch import lanes_for
-from braze.runtime import nvrtc
+from braze.compile import nvrtc
 
 
 def source(build, *inputs: np.ndarray) -> cuda.CudaSource:
@@ -192,8 +192,8 @@ def test_kernels_are_named_after_their_fusion():
 
 @pytest.mark.skipif(not nvrtc.available(), reason="NVRTC is not installed")
 def test_cuda_to_file_writes_each_kernel_under_its_name(tmp_path):
-    from braze.runtime.compiled_kernel import CompileParams
-    from braze.runtime.cuda_kernel import CudaCompiledKernel
+    from braze.compile.compiled_kernel import CompileParams
+    from braze.compile.cuda_kernel import CudaCompiledKernel
 
     _, kernel, _ = engine.plan_kernel(_named_softmax(), (((False, True),), "int32", (True,)), views_on_host=False)
     with bz.config.scope(cache_dir=tmp_path, dump="cuda_to_file"):

@@ -18,8 +18,8 @@ from braze import engine
 from braze.codegen import cuda
 from braze.codegen.cuda_plan import plan_lanes, plan_row_caches, stored_rows
 from braze.codegen.cuda_random import philox_runs
+from braze.compile import nvrtc
 from braze.kir import nodes as k
-from braze.runtime import nvrtc
 
 _NUMPY = {bz.float32: np.float32, bz.bfloat16: ml_dtypes.bfloat16, bz.float16: np.float16, bz.float64: np.float64}
 

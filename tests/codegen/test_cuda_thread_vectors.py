@@ -20,7 +20,7 @@ from braze import config, engine
 from braze.cli.bench.cases import CASES
 from braze.cli.bench.check import build_fusion
 from braze.codegen import cuda
-from braze.runtime import nvrtc
+from braze.compile import nvrtc
 
 needs_nvrtc = pytest.mark.skipif(not nvrtc.available(), reason="NVRTC is not installed")
 needs_gxx = pytest.mark.skipif(not available(), reason="needs g++")

@@ -19,7 +19,7 @@ from braze import engine
 from braze.codegen import cuda
 from braze.codegen.cuda_launch import LaunchPlanner, task_launches
 from braze.codegen.cuda_tiles import PRELOAD_BYTES, TILE_SHARED_BYTES, pad, plan_tiles
-from braze.runtime import nvrtc
+from braze.compile import nvrtc
 from braze.runtime.inputs import bind_inputs
 
 needs_nvrtc = pytest.mark.skipif(not nvrtc.available(), reason="NVRTC is not installed")

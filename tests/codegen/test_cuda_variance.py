@@ -18,8 +18,8 @@ from braze.codegen import cuda
 from braze.codegen.cuda_launch import LaunchPlanner, task_launches
 from braze.codegen.cuda_plan import nest_vector_accesses, perfect_nest, vector_accesses
 from braze.codegen.cuda_variance import one_pass_task, one_pass_variance
+from braze.compile import nvrtc
 from braze.kir import nodes as k
-from braze.runtime import nvrtc
 from braze.runtime.fusion_runtime import FusionRuntime
 
 GROUPS = 32

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from braze.codegen.cuda import PRELUDE
-from braze.runtime import nvrtc
+from braze.compile import nvrtc
 
 U32 = 2**32
 EDGES = [0, 1, 2, 3, 5, 7, 8, 255, 256, 257, 65535, 65536, 65537, 2**31 - 1, 2**31, 2**31 + 1,

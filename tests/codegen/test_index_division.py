@@ -17,9 +17,9 @@ from braze import engine
 from braze.cli.bench.cases import CASES
 from braze.cli.bench.check import build_fusion
 from braze.codegen.cuda_rules import index_division
+from braze.compile import nvrtc
 from braze.kir import nodes as k
 from braze.kir.signs import index_signs
-from braze.runtime import nvrtc
 
 I32 = dt.int32
 N = k.ScalarParam("T0_s0", I32)  # an extent symbol

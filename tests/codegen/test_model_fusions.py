@@ -8,7 +8,7 @@ from model_fusions import MODEL_FUSIONS, assert_close, build, inputs, reference
 
 import braze as bz
 from braze import engine
-from braze.runtime import nvrtc
+from braze.compile import nvrtc
 
 
 @pytest.mark.skipif(not nvrtc.available(), reason="NVRTC is not installed")

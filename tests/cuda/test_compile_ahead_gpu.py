@@ -1,4 +1,4 @@
-"""Kernels compiled ahead of their first call on a GPU (braze/runtime/compile_ahead.py): a fusion planned
+"""Kernels compiled ahead of their first call on a GPU (braze/compile/compiled_kernel.py): a fusion planned
 for a stand-in that owns no memory, a model's regions compiled on worker threads when its graphs are;
 results against float64 with braze's outputs poisoned first, and each kernel compiled once.
 
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from braze import config
-from braze.runtime import cuda_driver
+from braze.compile import cuda_driver
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(cuda_driver.device_count() == 0, reason="needs an NVIDIA GPU")]
@@ -25,10 +25,10 @@ torch = pytest.importorskip("torch")
 
 import braze as bz  # noqa: E402
 from braze import engine  # noqa: E402
+from braze.compile import cuda_kernel  # noqa: E402
 from braze.frontend.torch import backend as braze_backend  # noqa: E402  (by function: braze may run uninstalled)
-from braze.runtime import cuda_kernel  # noqa: E402
+from braze.record import record  # noqa: E402
 from braze.runtime.device_arrays import DeviceView  # noqa: E402
-from braze.runtime.record import record  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "torch_backend"))
 import torch_zoo  # noqa: E402

@@ -14,8 +14,8 @@ from layouts import LAYOUTS, layout_fusion
 
 import braze as bz
 from braze import config, engine
-from braze.runtime import cuda_driver
-from braze.runtime.cuda_kernel import CudaExecutor
+from braze.compile import cuda_driver
+from braze.runtime.backends.cuda import CudaExecutor
 from braze.runtime.device_arrays import DeviceArray
 
 pytestmark = [pytest.mark.cuda,

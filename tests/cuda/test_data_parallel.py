@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from torchrun import run_data_parallel
 
-from braze.runtime import cuda_driver
+from braze.compile import cuda_driver
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(cuda_driver.device_count() < 2, reason="needs two NVIDIA GPUs")]

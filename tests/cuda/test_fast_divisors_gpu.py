@@ -16,7 +16,7 @@ import test_index_division_gpu as index_division  # the views' fusions and their
 import braze as bz
 from braze import config
 from braze.codegen.cuda import PRELUDE
-from braze.runtime import cuda_driver
+from braze.compile import cuda_driver
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(cuda_driver.device_count() == 0, reason="needs an NVIDIA GPU")]

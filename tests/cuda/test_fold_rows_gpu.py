@@ -15,7 +15,7 @@ from residual_norms import NORM_IDS, NORMS, SEED, P, build, reference
 
 import braze as bz
 from braze import config
-from braze.runtime import cuda_driver
+from braze.compile import cuda_driver
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.cuda,

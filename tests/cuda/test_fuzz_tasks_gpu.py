@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 import braze as bz
 from braze import config
-from braze.runtime import cuda_driver
+from braze.compile import cuda_driver
 from braze.runtime.device_arrays import DeviceArray
 
 pytestmark = [pytest.mark.cuda,

@@ -16,8 +16,8 @@ from segments import alternating, reference
 
 import braze as bz
 from braze import config
+from braze.compile import cuda_driver
 from braze.errors import InputError
-from braze.runtime import cuda_driver
 from braze.runtime.device_arrays import DeviceArray
 
 pytestmark = [pytest.mark.cuda,

@@ -19,7 +19,7 @@ from inner_outer_fusions import FUSIONS, fusion
 import braze as bz
 from braze import config
 from braze.codegen import cuda_inner_outer
-from braze.runtime import cuda_driver
+from braze.compile import cuda_driver
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(cuda_driver.device_count() == 0, reason="needs an NVIDIA GPU")]

@@ -21,7 +21,7 @@ from lifted_reductions import (
 )
 
 from braze import config
-from braze.runtime import cuda_driver
+from braze.compile import cuda_driver
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(cuda_driver.device_count() == 0, reason="needs an NVIDIA GPU")]

@@ -19,7 +19,7 @@ from kernel_cases import all_cases, poison
 
 import braze as bz
 from braze import config
-from braze.runtime import cuda_driver
+from braze.compile import cuda_driver
 from braze.runtime.device_arrays import DeviceArray
 
 pytestmark = [pytest.mark.cuda,

@@ -17,7 +17,7 @@ import row_quotients
 import braze as bz
 from braze import config
 from braze.cli.bench.cases import ATTENTION_SCALE
-from braze.runtime import cuda_driver
+from braze.compile import cuda_driver
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.cuda,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from runtime.test_memory_bounds import RSS_SLACK_MB, _run_measuring_rss
 
-from braze.runtime import cuda_driver
+from braze.compile import cuda_driver
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(cuda_driver.device_count() == 0, reason="needs an NVIDIA GPU")]

@@ -14,7 +14,7 @@ import braze as bz
 from braze import config
 from braze.cli.bench.cases import CASES
 from braze.cli.bench.check import reference
-from braze.runtime import cuda_driver
+from braze.compile import cuda_driver
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.cuda,

@@ -12,7 +12,7 @@ import pytest
 
 import braze as bz
 from braze import config
-from braze.runtime import cuda_driver
+from braze.compile import cuda_driver
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.cuda,

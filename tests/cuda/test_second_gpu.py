@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import braze as bz
+from braze.compile import cuda_driver
 from braze.errors import InputError
-from braze.runtime import cuda_driver
 from braze.runtime.device_arrays import DeviceArray
 
 pytestmark = [pytest.mark.cuda,

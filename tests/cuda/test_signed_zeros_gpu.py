@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import braze as bz
-from braze.runtime import cuda_driver
+from braze.compile import cuda_driver
 from braze.runtime.device_arrays import DeviceArray
 
 pytestmark = [pytest.mark.cuda,

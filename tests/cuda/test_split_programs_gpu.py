@@ -1,4 +1,4 @@
-"""A kernel of many tasks compiled as several NVRTC programs (braze/runtime/cuda_programs.py) on a GPU:
+"""A kernel of many tasks compiled as several NVRTC programs (braze/compile/cuda_kernel.py) on a GPU:
 each task runs from its own program's module, results against NumPy in float64 with braze's outputs
 poisoned first, the same as one program (`BRAZE_DISABLE=split_programs`), and every module of the
 kernel unloads after the fusion is dropped.
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from braze import config, engine
-from braze.runtime import cuda_driver, cuda_programs, cuda_resources
+from braze.compile import cuda_driver, cuda_kernel
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.cuda,
@@ -32,9 +32,9 @@ INPUTS = 4  # 12 tasks
 def program_sizes(monkeypatch) -> list[int]:
     """Programs of one task each; the program count of every kernel compiled from now on."""
     counts: list[int] = []
-    compile_side_by_side = cuda_programs.compile_side_by_side
-    monkeypatch.setattr(cuda_programs, "PROGRAM_CHARS", 1)
-    monkeypatch.setattr("braze.runtime.cuda_kernel.compile_side_by_side",
+    compile_side_by_side = cuda_kernel.compile_side_by_side
+    monkeypatch.setattr(cuda_kernel, "PROGRAM_CHARS", 1)
+    monkeypatch.setattr("braze.compile.cuda_kernel.compile_side_by_side",
                         lambda units: (counts.append(len(units)), compile_side_by_side(units))[1])
     engine.forget_compiled_kernels()
     return counts
@@ -62,7 +62,7 @@ def test_a_kernel_split_into_programs_computes_every_task(program_sizes, split) 
 
 def test_every_module_of_a_split_kernel_unloads_after_its_fusion(program_sizes) -> None:
     gc.collect()
-    modules = cuda_resources.loaded_module_count()
+    modules = cuda_driver.loaded_module_count()
     arrays = inputs(INPUTS, seed=4)
     got = run(arrays)
     for out, want in zip(got, reference(arrays), strict=True):
@@ -70,4 +70,4 @@ def test_every_module_of_a_split_kernel_unloads_after_its_fusion(program_sizes) 
     engine.forget_compiled_kernels()
     gc.collect()
     torch.cuda.synchronize()
-    assert set(program_sizes) == {3 * INPUTS} and cuda_resources.loaded_module_count() <= modules
+    assert set(program_sizes) == {3 * INPUTS} and cuda_driver.loaded_module_count() <= modules

@@ -1,4 +1,5 @@
-"""Streams and what braze gives back on a GPU (runtime/cuda_resources.py): one grid-reduction fusion
+"""Streams and what braze gives back on a GPU (runtime/cuda_resources.py, compile/cuda_driver.py): one
+grid-reduction fusion
 (a full sum and a column sum, whose blocks meet in a workspace) launched on four torch streams at
 once, from one thread and from four, through the host program, the cached call, the native torch
 call and a `bz.graph()`, each result against NumPy in float64; and a thousand fusions created,
@@ -19,7 +20,8 @@ import pytest
 
 import braze as bz
 from braze import config
-from braze.runtime import cuda_driver, cuda_resources
+from braze.compile import cuda_driver
+from braze.runtime import cuda_resources
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.cuda,
@@ -163,12 +165,12 @@ def test_a_thousand_fusions_give_their_modules_and_gpu_memory_back() -> None:
         assert np.isclose(total.item(), (1 << 20) * (n % 50 + 2), rtol=1e-6) and shifted[-1].item() == 1 + n % 50
 
     gc.collect()
-    modules = cuda_resources.loaded_module_count()
+    modules = cuda_driver.loaded_module_count()
     for n in range(50):
         run(n)
     gc.collect()
     torch.cuda.synchronize()
-    assert cuda_resources.loaded_module_count() <= modules + 2
+    assert cuda_driver.loaded_module_count() <= modules + 2
     # torch's count of its own bytes, not the device's free memory: the GPU suite runs in several
     # processes at once, whose allocations move that. The modules' memory is their count above.
     held = torch.cuda.memory_allocated()
@@ -176,7 +178,7 @@ def test_a_thousand_fusions_give_their_modules_and_gpu_memory_back() -> None:
         run(n)
     gc.collect()
     torch.cuda.synchronize()
-    assert cuda_resources.loaded_module_count() <= modules + 2
+    assert cuda_driver.loaded_module_count() <= modules + 2
     grown = (torch.cuda.memory_allocated() - held) / 2**20
     assert grown < 64, f"the outputs held grew {grown:.0f} MB over 1,000 fusions"
     assert len(cuda_resources._workspaces) <= 1  # one device's workspaces, not one set a fusion

@@ -15,7 +15,7 @@ import braze as bz
 from braze import config
 from braze.cli.bench.cases import CASES
 from braze.cli.bench.check import build_fusion
-from braze.runtime import cuda_driver
+from braze.compile import cuda_driver
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.cuda,

@@ -17,7 +17,7 @@ import pytest
 import braze as bz
 from braze import config, engine
 from braze.codegen import cuda
-from braze.runtime import cuda_driver
+from braze.compile import cuda_driver
 from braze.runtime.inputs import bind_inputs
 
 torch = pytest.importorskip("torch")

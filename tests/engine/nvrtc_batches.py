@@ -30,7 +30,7 @@ def renamed(body: str, functions: tuple[str, ...], suffix: str) -> str:
 
 def compile_sources(bodies: list[str]) -> None:
     from braze.codegen.cuda import with_prelude
-    from braze.runtime import nvrtc
+    from braze.compile import nvrtc
 
     nvrtc.compile_ptx(with_prelude("\n".join(bodies)), "fuzz", "sm_90", ("-G",))
 

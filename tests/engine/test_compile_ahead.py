@@ -1,5 +1,5 @@
 """engine.compile_ahead: a fusion planned for stand-ins of its inputs, its kernel compiled on a worker
-thread (braze/runtime/compile_ahead.py); the first call takes the plan and the kernel, and each kernel
+thread (braze/compile/compiled_kernel.py); the first call takes the plan and the kernel, and each kernel
 still compiles once whichever threads race on it."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import numpy as np
 
 import braze as bz
 from braze import engine
-from braze.runtime import compiled_kernel
-from braze.runtime.record import record
+from braze.compile import compiled_kernel
+from braze.record import record
 
 
 def _fusion() -> bz.Fusion:

@@ -20,10 +20,10 @@ import reuse_fusions as programs
 import braze as bz
 from braze import config, engine
 from braze.codegen import cuda, llvm
+from braze.compile import nvrtc
 from braze.kir import nodes as k
 from braze.kir.printer import kernel as kernel_text
 from braze.passes.fuse_tasks import fuse_tasks
-from braze.runtime import nvrtc
 
 
 def lazy_chain(ops, x, n: int):

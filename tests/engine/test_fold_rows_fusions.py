@@ -15,7 +15,7 @@ from residual_norms import EPS, NORM_IDS, NORMS, NUMPY, SEED, P, build, referenc
 
 import braze as bz
 from braze import config, engine
-from braze.runtime import nvrtc
+from braze.compile import nvrtc
 
 TOLERANCE = {bz.float32: 1e-5, bz.bfloat16: 2e-2, bz.float16: 2e-3, bz.float64: 1e-12}
 

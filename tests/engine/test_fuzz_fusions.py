@@ -34,7 +34,7 @@ import braze as bz
 from braze import config, engine
 from braze import dtypes as dt
 from braze.codegen.cuda import with_prelude
-from braze.runtime import cuda_driver, nvrtc
+from braze.compile import cuda_driver, nvrtc
 
 # Programs a run: 2 x LLVM_EXAMPLES on llvm (their CUDA compiled too) + NVRTC_EXAMPLES compiled only: 2,000
 # (GPU_EXAMPLES more on a GPU, each compiled optimized and run).

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import braze as bz
 from braze import config, engine
 from braze.codegen import cuda
-from braze.runtime import cuda_driver, nvrtc
+from braze.compile import cuda_driver, nvrtc
 
 REFERENCE = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}
 EXTENTS = [0, 1, 2, 3, 5, 17, 33, 64, 130]

@@ -16,7 +16,7 @@ from braze import config, engine
 from braze.cli.bench.cases import CASES
 from braze.cli.bench.check import build_fusion, reference
 from braze.codegen.cuda import with_prelude
-from braze.runtime import nvrtc
+from braze.compile import nvrtc
 
 BACKENDS = ["llvm", "reference"]
 

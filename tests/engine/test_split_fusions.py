@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 import braze as bz
 from braze import config, engine
 from braze.codegen import cuda
+from braze.compile import nvrtc
 from braze.kir import kernel_text
-from braze.runtime import nvrtc
 
 
 def rope(x, cos, sin, dtype=None):

@@ -167,7 +167,7 @@ def test_a_new_number_takes_the_prepared_call(library: str) -> None:
 
 @pytest.mark.cuda
 def test_numbers_are_runtime_values_on_the_gpu() -> None:
-    from braze.runtime import cuda_driver
+    from braze.compile import cuda_driver
 
     torch = pytest.importorskip("torch")
     if cuda_driver.device_count() == 0 or not torch.cuda.is_available():

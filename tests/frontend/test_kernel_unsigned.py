@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import braze as bz
-from braze.runtime import nvrtc
+from braze.compile import nvrtc
 
 
 @bz.kernel

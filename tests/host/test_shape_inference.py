@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import braze as bz
-from braze.host.host_jit import NativeShapeFunction
 from braze.host.shapes import Layout, PythonShapeFunction, ShapeProgram, infer_layout, same_product
 from braze.ir import Merge, Split, TensorView
 from braze.ir.scalar import symbol
+from braze.native.host_jit import NativeShapeFunction
 
 
 def _tensor(shape, dtype=bz.float32) -> TensorView:

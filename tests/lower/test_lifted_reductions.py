@@ -21,9 +21,9 @@ from lifted_reductions import MIXED, Program, broadcast_back, poisoned, programs
 import braze as bz
 from braze import engine
 from braze.codegen import cuda
+from braze.compile import nvrtc
 from braze.kir import kernel_text
 from braze.kir import nodes as k
-from braze.runtime import nvrtc
 
 
 def test_a_row_sum_padded_below_reads_no_row_past_its_input():

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 import braze as bz
 from braze import engine
+from braze.compile import nvrtc
 from braze.errors import FusionDefinitionError
 from braze.ir.scalar import symbol
-from braze.runtime import nvrtc
 
 BACKENDS = ["reference", "llvm"]
 

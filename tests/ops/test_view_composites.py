@@ -14,7 +14,7 @@ from oracle import assert_same, define, execute, rng_for, run
 import braze as bz
 from braze import engine
 from braze.codegen.cuda import with_prelude
-from braze.runtime import nvrtc
+from braze.compile import nvrtc
 
 # Compositions of slices, cat, broadcast and where: the op suite's NVRTC pass compiles their parts
 # already (and test_the_cuda_of_an_attention_shaped_fusion_compiles runs in the reference pass).

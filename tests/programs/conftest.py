@@ -20,7 +20,7 @@ import pytest
 
 import braze as bz
 from braze import config
-from braze.runtime import cuda_driver
+from braze.compile import cuda_driver
 from braze.runtime.device_arrays import DeviceArray
 
 BFLOAT16 = bz.bfloat16.numpy

@@ -13,8 +13,8 @@ import pytest
 from engine.nvrtc_batches import compile_sources, renamed
 
 import braze as bz
+from braze.compile import nvrtc
 from braze.frontend.kernel import KernelFunction
-from braze.runtime import nvrtc
 
 
 def argument_layout(value) -> tuple:

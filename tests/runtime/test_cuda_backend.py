@@ -5,9 +5,9 @@ over that time; an empty launch is noted and neither made nor timed."""
 from __future__ import annotations
 
 import braze as bz
-from braze.runtime import cuda_driver
+from braze.compile import cuda_driver
+from braze.record import RecordedLaunch
 from braze.runtime.backends.cuda import recorded_launch
-from braze.runtime.record import RecordedLaunch
 
 
 def test_a_launch_is_noted_and_timed_only_when_profiling(monkeypatch) -> None:

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import braze as bz
+from braze.compile import cuda_driver
 from braze.errors import UnsupportedError
-from braze.runtime import cuda_driver
 
 
 @pytest.fixture

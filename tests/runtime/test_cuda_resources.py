@@ -1,5 +1,5 @@
-"""What braze holds on a GPU, checked without one (runtime/cuda_resources.py): the grid reductions'
-workspace is the stream's own, whichever path launches (the host program, a prepared call natively
+"""What braze holds on a GPU, checked without one (runtime/cuda_resources.py, compile/cuda_driver.py):
+the grid reductions' workspace is the stream's own, whichever path launches (the host program, a prepared call natively
 or through ctypes, a `bz.graph()`), and a CUDA module is unloaded once, in its device's context,
 when the last holder goes. The driver's memory, module and launch calls are fakes that record
 what they are asked; the kernels are a real reduction fusion's, generated but never compiled."""
@@ -25,10 +25,11 @@ from fake_driver import FakeDriver
 
 import braze as bz
 from braze import config, engine
-from braze.runtime import cuda_driver, cuda_resources
-from braze.runtime.backends.cuda import CudaPreparedCall, prepared_launches
-from braze.runtime.compiled_kernel import CompileParams
-from braze.runtime.cuda_kernel import CudaCompiledKernel, CudaExecutor
+from braze.compile import cuda_driver
+from braze.compile.compiled_kernel import CompileParams
+from braze.compile.cuda_kernel import CudaCompiledKernel
+from braze.runtime import cuda_resources
+from braze.runtime.backends.cuda import CudaExecutor, CudaPreparedCall, prepared_launches
 from braze.runtime.fast_call import ArrayKind, CallPlan
 from braze.runtime.inputs import bind_inputs
 
@@ -102,8 +103,8 @@ class FakeGpu:
         monkeypatch.setattr(cuda_driver, "Module", FakeModule)
         # A test's workspaces and modules of its own.
         monkeypatch.setattr(cuda_resources, "_workspaces", {})
-        monkeypatch.setattr(cuda_resources, "_loaded_modules", cuda_resources.weakref.WeakValueDictionary())
-        monkeypatch.setattr(cuda_resources, "_retired", deque())
+        monkeypatch.setattr(cuda_driver, "_loaded_modules", cuda_driver.weakref.WeakValueDictionary())
+        monkeypatch.setattr(cuda_driver, "_retired", deque())
 
     def alloc(self, nbytes: int, stream: int = 0) -> int:
         address, self.next_address = self.next_address, self.next_address + 2**24
@@ -367,18 +368,18 @@ def test_a_graph_takes_the_workspace_of_the_stream_it_replays_on_and_keeps_it(ca
 # --- modules ----------------------------------------------------------------------------------------
 def test_a_module_is_loaded_once_per_device_and_binary_while_anything_holds_it(gpu) -> None:
     zero, one = FakeDevice(0), FakeDevice(1)
-    first = cuda_resources.loaded_module(zero, b"cubin of k", ("k_t0",))
-    assert cuda_resources.loaded_module(zero, b"cubin of k", ("k_t0",)) is first  # k's kernel made anew
-    others = [cuda_resources.loaded_module(one, b"cubin of k", ("k_t0",)),
-              cuda_resources.loaded_module(zero, b"cubin of j", ("j_t0",))]
+    first = cuda_driver.loaded_module(zero, b"cubin of k", ("k_t0",))
+    assert cuda_driver.loaded_module(zero, b"cubin of k", ("k_t0",)) is first  # k's kernel made anew
+    others = [cuda_driver.loaded_module(one, b"cubin of k", ("k_t0",)),
+              cuda_driver.loaded_module(zero, b"cubin of j", ("j_t0",))]
     assert FakeModule.loads == [(0, b"cubin of k", ("k_t0",)), (1, b"cubin of k", ("k_t0",)),
                                 (0, b"cubin of j", ("j_t0",))]
-    assert cuda_resources.loaded_module_count() == 3 and not gpu.of("unload") and others
+    assert cuda_driver.loaded_module_count() == 3 and not gpu.of("unload") and others
 
 
 def test_a_module_is_unloaded_once_in_its_devices_context_when_its_last_holder_goes(gpu) -> None:
     one = FakeDevice(1)
-    held = [cuda_resources.loaded_module(one, b"cubin", ("k_t0",)) for _ in range(2)]
+    held = [cuda_driver.loaded_module(one, b"cubin", ("k_t0",)) for _ in range(2)]
     handle = held[0].handle
     held.pop()
     gc.collect()
@@ -387,8 +388,8 @@ def test_a_module_is_unloaded_once_in_its_devices_context_when_its_last_holder_g
     held.pop()
     gc.collect()
     assert gpu.of("unload") == [("unload", handle)] and one.log == [("current", 1)]
-    assert cuda_resources.loaded_module_count() == 0
-    cuda_resources.loaded_module(one, b"cubin", ("k_t0",))  # wanted again: loaded again
+    assert cuda_driver.loaded_module_count() == 0
+    cuda_driver.loaded_module(one, b"cubin", ("k_t0",))  # wanted again: loaded again
     assert len(FakeModule.loads) == 2
 
 
@@ -410,18 +411,18 @@ def test_the_executors_prepared_calls_and_graphs_launching_a_module_keep_it_load
 
 
 def test_an_unload_waits_while_this_thread_captures_a_graph(capture) -> None:
-    module = cuda_resources.loaded_module(FakeDevice(0), b"cubin", ("k_t0",))
+    module = cuda_driver.loaded_module(FakeDevice(0), b"cubin", ("k_t0",))
     handle = module.handle
     with bz.graph():
         del module
         gc.collect()
-        assert not capture.of("unload") and cuda_resources.loaded_module_count() == 1
-    other = cuda_resources.loaded_module(FakeDevice(0), b"other cubin", ("j_t0",))  # the next safe point
-    assert capture.of("unload") == [("unload", handle)] and cuda_resources.loaded_module_count() == 1 and other
+        assert not capture.of("unload") and cuda_driver.loaded_module_count() == 1
+    other = cuda_driver.loaded_module(FakeDevice(0), b"other cubin", ("j_t0",))  # the next safe point
+    assert capture.of("unload") == [("unload", handle)] and cuda_driver.loaded_module_count() == 1 and other
 
 
 def test_nothing_is_unloaded_while_the_interpreter_exits(gpu, monkeypatch) -> None:
-    module = cuda_resources.loaded_module(FakeDevice(0), b"cubin", ("k_t0",))
+    module = cuda_driver.loaded_module(FakeDevice(0), b"cubin", ("k_t0",))
     ex = executor(FakeDevice(0))
     workspace = ex.workspace(A)
     monkeypatch.setattr(sys, "is_finalizing", lambda: True)
@@ -438,9 +439,9 @@ def test_modules_and_workspaces_held_at_exit_are_left_to_the_driver() -> None:
         sys.path.insert(0, "tests/runtime")
         import pytest
         from test_cuda_resources import FakeDevice, FakeGpu, executor, A
-        from braze.runtime import cuda_resources
+        from braze.compile import cuda_driver
         gpu = FakeGpu(pytest.MonkeyPatch())
-        module = cuda_resources.loaded_module(FakeDevice(0), b"cubin", ("k_t0",))
+        module = cuda_driver.loaded_module(FakeDevice(0), b"cubin", ("k_t0",))
         ex = executor(FakeDevice(0))
         workspace = ex.workspace(A)
         import atexit

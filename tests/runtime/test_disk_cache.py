@@ -19,13 +19,12 @@ import numpy as np
 import pytest
 
 from braze import config, engine, schedule
-from braze.compile import disk_cache, elf, llvm_toolchain
+from braze.compile import disk_cache, elf, llvm_toolchain, nvrtc
+from braze.compile.compiled_kernel import CompiledKernel, CompileParams
 from braze.frontend.fusion import Fusion
 from braze.kir import nodes as k
 from braze.lower.fusion_kernel import lower
-from braze.runtime import nvrtc
-from braze.runtime.compiled_kernel import CompiledKernel, CompileParams
-from braze.runtime.record import record
+from braze.record import record
 
 
 def _kernel(name: str = "keyed", scale: float = 2.0) -> k.Kernel:
@@ -245,7 +244,7 @@ def test_a_cubin_must_define_the_kernels_it_is_loaded_for():
 
 
 def test_cuda_to_file_replaces_a_planted_link_and_never_writes_through_it(tmp_path):
-    from braze.runtime.cuda_kernel import CudaCompiledKernel
+    from braze.compile.cuda_kernel import CudaCompiledKernel
 
     with Fusion(name="dumped_safely") as f:
         f.add_output(f.define_tensor((-1,)) * 2.0)
@@ -347,7 +346,7 @@ def test_a_cache_root_may_be_the_users_own_link_but_not_another_users(tmp_path):
 
 @pytest.mark.skipif(not nvrtc.available(), reason="NVRTC is not installed")
 def test_a_cached_cubin_passes_its_check_and_a_swapped_one_does_not(tmp_path):
-    from braze.runtime.cuda_kernel import CudaCompiledKernel
+    from braze.compile.cuda_kernel import CudaCompiledKernel
 
     def compiled(name: str) -> CudaCompiledKernel:
         with Fusion(name=name) as f:

@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from braze.runtime import cuda_driver
+from braze.compile import cuda_driver
 
 ROUND = textwrap.dedent("""
     import sys, threading

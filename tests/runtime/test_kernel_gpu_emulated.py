@@ -21,12 +21,13 @@ from kernel_cases import all_cases, poison
 import braze as bz
 from braze import engine
 from braze.codegen import cuda_loops
-from braze.host.launch_jit import DriverCalls
+from braze.compile import cuda_driver
+from braze.compile.compiled_kernel import CompiledKernel, CompileParams
+from braze.compile.cuda_driver import DriverCalls
 from braze.kir import nodes as k
 from braze.kir.layout import ArgLayout
 from braze.passes.fuse_tasks import fuse_tasks
-from braze.runtime import cuda_driver, device_arrays
-from braze.runtime.compiled_kernel import CompiledKernel, CompileParams
+from braze.runtime import device_arrays
 from braze.runtime.device_arrays import DeviceArray
 
 SMS = 2  # a small fake GPU, so that grids are capped and threads loop

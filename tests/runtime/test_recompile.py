@@ -16,8 +16,9 @@ from cuda_on_cpu import FakeDevice
 
 import braze as bz
 from braze import engine
-from braze.runtime.compiled_kernel import CompileParams
-from braze.runtime.cuda_kernel import CudaCompiledKernel, CudaExecutor, registers_for_block
+from braze.compile.compiled_kernel import CompileParams
+from braze.compile.cuda_kernel import CudaCompiledKernel, registers_for_block
+from braze.runtime.backends.cuda import CudaExecutor
 from braze.runtime.inputs import bind_inputs
 
 UNBOUNDED_REGISTERS = 255  # what a function takes when nothing caps it below that

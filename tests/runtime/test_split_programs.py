@@ -1,4 +1,4 @@
-"""A CUDA kernel of many tasks as several NVRTC programs (braze/runtime/cuda_programs.py): how the
+"""A CUDA kernel of many tasks as several NVRTC programs (braze/compile/cuda_kernel.py): how the
 source splits (codegen/cuda.py, CudaSource.programs), each program compiled once even with threads
 racing, from the disk cache the second time, loaded as a module of its own behind the kernel, each
 task launched through its own module's function, and every module unloaded after the kernel's last
@@ -22,9 +22,10 @@ from test_cuda_resources import FakeDevice, FakeGpu, FakeModule
 
 from braze import config, engine
 from braze.codegen.cuda import CudaSource
-from braze.runtime import cuda_programs, nvrtc
-from braze.runtime.compiled_kernel import CompileParams
-from braze.runtime.cuda_kernel import CudaCompiledKernel, CudaExecutor
+from braze.compile import cuda_kernel, nvrtc
+from braze.compile.compiled_kernel import CompileParams
+from braze.compile.cuda_kernel import CudaCompiledKernel
+from braze.runtime.backends.cuda import CudaExecutor
 from braze.runtime.inputs import bind_inputs
 
 TASKS = 3  # inputs of the fusion: 9 tasks
@@ -110,7 +111,7 @@ def test_programs_hold_consecutive_tasks_each_with_its_warp_function(tasks, most
 
 
 def test_the_split_programs_feature_keeps_one_program(monkeypatch) -> None:
-    monkeypatch.setattr(cuda_programs, "PROGRAM_CHARS", 1)
+    monkeypatch.setattr(cuda_kernel, "PROGRAM_CHARS", 1)
     assert len(compiled_kernel().programs) == 3 * TASKS
     with config.scope(disable="split_programs"):
         assert len(compiled_kernel().programs) == 1
@@ -147,9 +148,9 @@ def gpu(monkeypatch) -> Iterator[FakeGpu]:
 def split(gpu, monkeypatch) -> FakeNvrtc:
     """Programs of one task each, compiled by a fake NVRTC whose cubins the disk cache keeps."""
     fake = FakeNvrtc()
-    monkeypatch.setattr(cuda_programs, "PROGRAM_CHARS", 1)
+    monkeypatch.setattr(cuda_kernel, "PROGRAM_CHARS", 1)
     monkeypatch.setattr(nvrtc, "compile_cubin", fake.compile_cubin)
-    monkeypatch.setattr(cuda_programs.elf, "cubin_check",
+    monkeypatch.setattr(cuda_kernel.elf, "cubin_check",
                         lambda names: lambda data: data == ("cubin:" + ",".join(names)).encode())
     return fake
 
@@ -225,7 +226,7 @@ def test_every_module_of_a_split_kernel_unloads_after_its_last_holder(split, gpu
 @pytest.mark.skipif(not nvrtc.available(), reason="needs NVRTC")
 def test_each_program_of_a_split_kernel_compiles_alone(monkeypatch) -> None:
     """Every program is a whole translation unit: NVRTC compiles it to PTX defining its functions."""
-    monkeypatch.setattr(cuda_programs, "PROGRAM_CHARS", 1)
+    monkeypatch.setattr(cuda_kernel, "PROGRAM_CHARS", 1)
     compiled = one_input_kernel()
     assert len(compiled.programs) == 3
     for program in compiled.programs:
@@ -238,7 +239,7 @@ def test_a_kernel_split_into_programs_computes_every_task_run_on_the_cpu(monkeyp
     """Each program built alone (g++, tests/cuda_on_cpu.py) and each task run from its program's
     library, outputs against NumPy in float64."""
     sections = one_input_kernel().generated.sections
-    monkeypatch.setattr(cuda_programs, "PROGRAM_CHARS", -(-sum(map(len, sections)) // 2))  # two programs
+    monkeypatch.setattr(cuda_kernel, "PROGRAM_CHARS", -(-sum(map(len, sections)) // 2))  # two programs
     assert len(one_input_kernel().programs) == 2
     arrays = inputs(1, seed=5)
     outputs, launches = cuda_on_cpu.run_on_cpu(many_tasks(1), arrays)

@@ -14,8 +14,8 @@ from torch import nn  # noqa: E402
 from torch_zoo import check_step_against_eager  # noqa: E402  (tests/torch_backend, beside this file)
 
 from braze import config, engine  # noqa: E402
-from braze.runtime import compiled_kernel  # noqa: E402
-from braze.runtime.record import record  # noqa: E402
+from braze.compile import compiled_kernel  # noqa: E402
+from braze.record import record  # noqa: E402
 
 _COMPILE = compiled_kernel.CompiledKernel._compile
 

@@ -14,7 +14,7 @@ from torch_zoo import check_step_against_eager  # noqa: E402  (tests/torch_backe
 
 from braze.frontend.torch.carriers import Carrier  # noqa: E402
 from braze.frontend.torch.region_key import region_key  # noqa: E402
-from braze.runtime.record import record  # noqa: E402
+from braze.record import record  # noqa: E402
 
 
 def _region(constant: float = 1.0, stride: tuple = (4, 1), names: str = "a") -> fx.GraphModule:

@@ -12,7 +12,7 @@ from torch import fx
 from braze.errors import Error
 from braze.frontend.torch.options import Options
 from braze.frontend.torch.region_builder import BuiltRegion
-from braze.runtime.record import record
+from braze.record import record
 
 
 @dataclass

@@ -18,16 +18,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from braze import config
+from braze.compile.compiled_kernel import CompiledKernel
 from braze.errors import KernelAssertionError
 from braze.host.program import Alias, Allocate, CpuDevice, Frame, buffer_name, host_buffer
 from braze.kir import nodes as k
 from braze.kir.layout import ArgLayout
 from braze.kir.python import evaluable, python_function, scalar_by_name
+from braze.record import RecordedLaunch, dump_launch, note_launch, recording
 from braze.runtime.arrays import pack_array
-from braze.runtime.compiled_kernel import CompiledKernel
 from braze.runtime.fast_call import CallPlan, PreparedCall
 from braze.runtime.graph import host_block, host_copy, host_task
-from braze.runtime.record import RecordedLaunch, dump_launch, note_launch, recording
 from braze.runtime.scalars import scalar_packer
 from braze.runtime.thread_pool import MIN_CHUNK_WORK, parallel_for
 

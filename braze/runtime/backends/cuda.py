@@ -1,7 +1,8 @@
 """The CUDA backend: a fusion's device (`CudaDevice`: buffers, launches and the cached call on the
 inputs' GPU and stream), the prepared call's launches on the inputs' stream, for fusions and loop
-kernels (runtime/kernel_launch_cuda.py) alike, and a launch under `bz.record()`: noted, and timed
-with CUDA events when profiling."""
+kernels (runtime/kernel_launch_cuda.py) alike, a launch under `bz.record()` (noted, and timed with
+CUDA events when profiling), the executor of a fusion's compiled kernel (`CudaExecutor`), and
+`RtcKernel` for a user's own CUDA source."""
 
 from __future__ import annotations
 
@@ -13,24 +14,36 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from braze import config
-from braze.host import host_jit
-from braze.host.launch_jit import NEW_STREAM, STREAM_TABLES, LaunchSpec, NativeLaunches, native_launches
+from braze.codegen.cuda_launch import ROW_CACHE_BYTES, LaunchPlanner, PlannedLaunch, task_launches
+from braze.compile import cuda_driver as cuda
+from braze.compile import disk_cache, elf, nvrtc
+from braze.compile.cuda_kernel import CudaCompiledKernel
+from braze.errors import InputError
 from braze.host.program import Alias, Allocate, CpuDevice, Frame
-from braze.host.torch_call import Conditions, TorchApi, TorchCall, torch_api
 from braze.ir.tensor import TensorView
-from braze.runtime import cuda_driver as cuda
+from braze.kir import nodes as k
+from braze.kir.layout import ArgLayout
+from braze.native import host_jit
+from braze.native.launch_jit import NEW_STREAM, STREAM_TABLES, LaunchSpec, NativeLaunches, native_launches
+from braze.native.torch_call import Conditions, TorchApi, TorchCall, torch_api
+from braze.record import (
+    OPEN_RECORDINGS,
+    RecordedLaunch,
+    dump_kernel_args,
+    note_compile,
+    note_launch,
+    profiling,
+    record_state,
+    recording,
+)
 from braze.runtime import device_arrays
+from braze.runtime.cuda_resources import Workspace, stream_workspaces
 from braze.runtime.fast_call import UNSEEN, ArrayKind, CallPlan, PreparedCall, patch_lines
 from braze.runtime.graph import capture_stream
-from braze.runtime.record import OPEN_RECORDINGS, RecordedLaunch, note_launch, profiling, record_state, recording
-
-if TYPE_CHECKING:
-    from braze.runtime.cuda_kernel import CudaExecutor
 
 
 @dataclass
@@ -197,7 +210,7 @@ class CudaPreparedCall(PreparedCall):
 
     def native_execute(self, settings: config.Config, fallback: Callable[..., list]) -> Callable[..., list] | None:
         """This call as one native builtin that `Fusion.execute` calls first on torch tensors: the
-        checks, allocation, patching and launches (host/torch_call.py), `fallback` answering the
+        checks, allocation, patching and launches (native/torch_call.py), `fallback` answering the
         calls it declines. Made once; None where some of it must run in Python: scalars, seeds,
         buffers kept between calls, copies back, or outputs that are inputs."""
         if self._native_execute is UNSEEN:
@@ -286,7 +299,10 @@ class CudaDevice(CpuDevice):
                                       *_layout(tv, numel, strides))
         if zero:  # in stream order with the launches: a graph replays it with them
             nbytes = numel * tv.dtype.itemsize if _laid_out_by_domain(tv) else view.size * view.itemsize
-            cuda.fill_bytes(view.ptr, 0, nbytes, _launch_stream(bound, (view,), f"buffer {tv.name}"))
+            # In the inputs' stream, or an open `bz.graph()`'s capture stream.
+            stream = capture_stream(bound.stream, cuda.device(bound.device), (view,), f"buffer {tv.name}") \
+                if recording() else bound.stream
+            cuda.fill_bytes(view.ptr, 0, nbytes, stream)
         return view
 
     def launch(self, executor: CudaExecutor, block: np.ndarray, frame: Frame) -> None:
@@ -347,11 +363,6 @@ def prepared_launches(executor: CudaExecutor, bindings: dict[str, int], stream: 
     return launches
 
 
-def _launch_stream(bound: object, keep: tuple, what: str) -> int:
-    """The stream the inputs' work goes to: theirs, or an open `bz.graph()`'s capture stream."""
-    return capture_stream(bound.stream, cuda.device(bound.device), keep, what) if recording() else bound.stream
-
-
 def _layout(tv: TensorView, numel: int, strides: Sequence[int]) -> tuple:
     """(stride order, layout) of `tv`'s buffer for device_arrays.allocate and allocator."""
     return (None, (numel, tuple(strides))) if _laid_out_by_domain(tv) else (tv.stride_order, None)
@@ -361,3 +372,153 @@ def _laid_out_by_domain(tv: TensorView) -> bool:
     """An allocation domain of splits and merges: the host program's sizes and strides lay it out
     (a plain stride order is a dense layout the array libraries make themselves)."""
     return not tv.has_default_allocation and tv.stride_order is None
+
+
+# --- the executor of a fusion's kernel ---------------------------------------------------------------
+class CudaExecutor:
+    """Launches every task of one compiled kernel, in order, on one device and stream."""
+
+    def __init__(self, compiled: CudaCompiledKernel, device: cuda.Device, block: int | None = None) -> None:
+        """`block`: the threads a block of its launches has (by default the kernel's own); a kernel
+        whose functions cannot launch that many is recompiled for them (`for_block`)."""
+        self.block = block or compiled.block_size
+        compiled = compiled.for_block(device, self.block)
+        self.compiled, self.device = compiled, device
+        self.kernel = compiled.kernel
+        self.entries = weakref.WeakValueDictionary()  # per input description, its prepared call (runtime/fast_call.py)
+        module = self.module = compiled.module(device)
+        tasks = task_launches(self.kernel, compiled.generated, module.functions)
+        # The kernel recompiled for wider blocks, an executor by block, made on a first plan that
+        # takes one (LaunchPlanner._plan_own_or_wide); none for one of those itself.
+        wider = functools.partial(_wide_planner, compiled, device, {}, threading.Lock()) if block is None else None
+        self.planner = LaunchPlanner(tasks, self.block, device.sm_count, module.resident_blocks, wider)
+        for task in tasks:
+            if task.cache_itemsizes or task.schedule.kind == "inner_outer":
+                for name in filter(None, (task.name, task.warp_name)):
+                    module.allow_shared_memory(name, ROW_CACHE_BYTES)
+        self.layout = ArgLayout.of(self.kernel.params)
+        # Grid reductions' partial results (LaunchPlanner.partial_bytes) and a finished-block counter
+        # per strip, in the workspace of the stream a launch goes to (runtime/cuda_resources.py).
+        self.workspaces = stream_workspaces(device, 4 * self.planner.max_grid) if self.planner.partial_bytes else None
+        # Inner-outer pairs: their two launches go to a stream under its workspace's pair lock.
+        self.pairs = any(task.schedule.kind == "inner_outer" for task in tasks)
+
+    def workspace(self, stream: int, scalars: dict[str, int] | None = None) -> Workspace | None:
+        """The workspace the grid reductions of launches on `stream` take (None: the kernel has none),
+        with room for the inner-outer tasks' partial results at the extents in `scalars`."""
+        if self.workspaces is None:
+            return None
+        return self.workspaces.get(stream, self.planner.partial_bytes, self.planner.inner_outer_bytes(scalars or {}))
+
+    def run(self, block: np.ndarray, scalars: dict[str, int], stream: int, arguments: Sequence[object] = ()) -> None:
+        """Launches every task on `stream` (an open `bz.graph()`'s capture stream instead, which then
+        keeps `arguments`, what the block points into, alive). The launches are the prepared call's
+        (each with parameters of its own: threads racing on a first call launch at once), into the
+        workspace of `stream`, where a graph replays."""
+        launches = prepared_launches(self, scalars, stream)
+        for x in launches:
+            x.params[0] = block.ctypes.data
+        record = recording()
+        if record:
+            stream = capture_stream(stream, self.device, (*arguments, self, self.workspace(stream, scalars)),
+                                    f"fusion kernel {self.kernel.name!r}")
+
+        def launch(x: PreparedLaunch) -> None:
+            if config.current.dump:  # launch_params: plan() wrote each launch
+                dump_kernel_args(RecordedLaunch(*x.record), block, self.layout.slots)
+            if record:  # noted, and timed with CUDA events when profiling
+                recorded_launch(RecordedLaunch(*x.record), stream, functools.partial(x.launch, stream),
+                                functools.partial(self._argument_bytes, block))
+            else:
+                x.launch(stream)
+
+        launch_in_order(launches, stream, self.device, self.pairs, launch)
+
+    def plan(self, scalars: dict[str, int], workspace: Workspace | None) -> list[PlannedLaunch]:
+        """Each task's launch for the extents in `scalars` (LaunchPlanner.plan), grid reductions and
+        inner-outer pairs into `workspace` (`workspace(stream, scalars)` of the stream they go to)."""
+        if workspace is None:
+            return self.planner.plan(scalars)
+        return self.planner.plan(scalars, workspace.pointers, workspace.pair_pointer)
+
+    def _argument_bytes(self, block: np.ndarray) -> int:
+        """Bytes of the kernel's array arguments (extents from the argument block)."""
+        total = 0
+        for p in self.kernel.params:
+            if isinstance(p, k.ArrayParam):
+                at = self.layout.slots[p.name]
+                total += int(np.prod(block[at + 1: at + 1 + p.ndim])) * p.dtype.itemsize
+        return total
+
+
+def _wide_planner(compiled: CudaCompiledKernel, device: cuda.Device, executors: dict[int, CudaExecutor],
+                  lock: threading.Lock, block: int) -> LaunchPlanner:
+    """The planner of `compiled` recompiled for blocks of `block` threads on `device`: its executor's,
+    made once into `executors`. (Not a method of the executor asking: its planner would then hold
+    it, a cycle that keeps the loaded modules until the cycle collector runs.)"""
+    with lock:
+        wide = executors.get(block) or executors.setdefault(block, CudaExecutor(compiled, device, block))
+    return wide.planner
+
+
+# --- a user's own CUDA --------------------------------------------------------------------------
+class RtcKernel:
+    """A user's CUDA C++ `source`, compiled with NVRTC for the device, and its `__global__` `name`
+    (declared `extern "C"`). Arguments may be GPU arrays (passed as pointers), ints (as int64 unless
+    the kernel is told otherwise) and floats (as float32)."""
+
+    def __init__(self, source: str, name: str, device: int = 0, options: tuple[str, ...] = ()) -> None:
+        self.source, self.name, self.options = source, name, tuple(options)
+        self.device = cuda.device(device)
+        key = disk_cache.cache_key(source=source, name=name, arch=self.device.arch, options=self.options,
+                                   toolchain=nvrtc.toolchain_id())
+        binary = disk_cache.load(key, elf.cubin_check((name,)))
+        if binary is None:
+            binary = nvrtc.compile_cubin(source, name, self.device.arch, self.options)
+            note_compile(name)
+            disk_cache.store(key, binary)
+        self.module = cuda.loaded_module(self.device, binary, (name,))
+        self.function = self.module.functions[name]
+        self.parameter_sizes = cuda.parameter_sizes(self.function)
+
+    def launch(self, grid, block, args, shared_mem: int = 0, stream: int | None = None) -> None:
+        sizes = self.parameter_sizes
+        if sizes is not None and len(args) != len(sizes):
+            raise InputError(f"RtcKernel {self.name}: expected {len(sizes)} arguments, got {len(args)}")
+        holders = [_argument(a, self.name, i, sizes[i] if sizes else 0) for i, a in enumerate(args)]
+        pointers = (ctypes.c_void_p * max(len(holders), 1))(*[ctypes.addressof(h) for h in holders])
+        with self.device.current():
+            cuda.launch(self.function, _dim3(grid), _dim3(block), ctypes.addressof(pointers),
+                        _stream_of(args) if stream is None else int(stream), shared_mem, self.name)
+
+
+def _dim3(value) -> tuple[int, int, int]:
+    dims = (value,) if isinstance(value, int) else tuple(value)
+    return tuple(int(d) for d in (*dims, 1, 1, 1)[:3])
+
+
+_INTS = {1: ctypes.c_int8, 2: ctypes.c_int16, 4: ctypes.c_int32, 8: ctypes.c_int64}
+
+
+def _argument(value, kernel: str, position: int, size: int):
+    """A ctypes holder of one argument, sized as the kernel's parameter (4-byte ints, 8-byte
+    doubles); of unknown `size` (0), an int64 or a float32."""
+    if device_arrays.is_device_array(value):
+        return ctypes.c_void_p(device_arrays.as_device_view(value, f"{kernel} argument {position}").ptr)
+    if isinstance(value, (bool, np.bool_)):
+        return ctypes.c_bool(bool(value))
+    if isinstance(value, (int, np.integer)):
+        return _INTS.get(size, ctypes.c_int64)(int(value))
+    if isinstance(value, (float, np.floating)):
+        return ctypes.c_double(float(value)) if size == 8 else ctypes.c_float(float(value))
+    if isinstance(value, np.generic):
+        return np.ctypeslib.as_ctypes(np.asarray(value).reshape(1))[0]
+    raise InputError(f"RtcKernel {kernel} argument {position}: expected a GPU array, int or float, "
+                     f"got {type(value).__name__}")
+
+
+def _stream_of(args) -> int:
+    for a in args:
+        if device_arrays.is_device_array(a):
+            return device_arrays.as_device_view(a, "argument").stream
+    return 0

@@ -7,6 +7,13 @@ warm disk cache does, and the few calls braze makes have plain C signatures. Eac
 with cuGetProcAddress at the CUDA 12.0 ABI (so `cuMemcpyHtoDAsync` is the 64-bit `_v2` one). NVRTC
 still comes through `cuda.bindings.nvrtc`.
 
+A module is loaded once per device and binary (`loaded_module`) and unloaded when the last holder of
+its `Module` lets it go: the compiled kernel, the executors and launchers built on it, the prepared
+calls and graphs that launch its functions. The driver's unload waits for the module's kernels still
+queued (loading and unloading a module synchronize the context), so it is put off while a stream
+capture is open on the calling thread (a wait there would end the capture in error), and not done at
+all while the interpreter exits (the driver frees everything with the context).
+
 Every driver call goes through `call`, which checks the return code and names the call and the
 error. Importing this module needs no CUDA library; using it without one raises an error that
 says what to install.
@@ -16,14 +23,20 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
+import logging
 import sys
+import threading
+import weakref
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from ctypes import POINTER, c_char_p, c_float, c_int, c_size_t, c_ubyte, c_uint, c_uint64, c_void_p
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from braze.errors import CudaError, UnsupportedError
-from braze.host.launch_jit import DriverCalls
+from braze.record import active_recordings
 
 _LIBRARY = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
 _ABI_VERSION = 12000  # the CUDA version whose signatures the table below has...
@@ -78,6 +91,8 @@ _DEVICE_ATTRIBUTES = {"max_threads_per_block": 1, "sm_count": 16, "major": 75, "
 FUNCTION_ATTRIBUTES = {"MAX_THREADS_PER_BLOCK": 0, "SHARED_SIZE_BYTES": 1, "LOCAL_SIZE_BYTES": 3, "NUM_REGS": 4,
                        "MAX_DYNAMIC_SHARED_SIZE_BYTES": 8}
 _POINTER_DEVICE_ORDINAL = 9
+
+_log = logging.getLogger(__name__)
 
 
 class Driver:
@@ -150,6 +165,16 @@ def device_count() -> int:
         return 0
 
 
+class DriverCalls(NamedTuple):
+    """What native launches need of the driver: the addresses of `cuLaunchKernel`,
+    `cuCtxGetCurrent` and `cuCtxSetCurrent`, and the context the kernels were loaded in."""
+
+    launch: int
+    get_context: int
+    set_context: int
+    context: int
+
+
 @dataclass(frozen=True)
 class Device:
     """One GPU and its retained primary context."""
@@ -169,7 +194,7 @@ class Device:
         before it current again after, as torch's device guard does. The driver is asked each
         time, not a note of braze's own: user code (`torch.cuda.set_device`, another library)
         changes the current context between braze calls. Cached calls do the same in native code
-        (host/launch_jit.py)."""
+        (native/launch_jit.py)."""
         previous = _value(c_void_p, "cuCtxGetCurrent", driver().cuCtxGetCurrent)
         if previous == self.context:
             yield
@@ -206,9 +231,8 @@ def device(index: int = 0) -> Device:
 
 
 class Module:
-    """A cubin loaded into a device's context, and its functions (CUfunction handles) by name. It
-    stays loaded until `unload_module(handle)` (runtime/cuda_resources.py calls it when the last
-    holder goes)."""
+    """A cubin loaded into a device's context, and its functions (CUfunction handles) by name
+    (`loaded_module` loads each once and unloads it when the last holder goes)."""
 
     def __init__(self, dev: Device, cubin: bytes, names: tuple[str, ...]) -> None:
         d = driver()
@@ -238,9 +262,72 @@ class Module:
         return function_attribute(self.functions[name], "NUM_REGS")
 
 
+# --- modules, loaded once and unloaded after their last holder -----------------------------------
+# (device, cubin digest, functions) -> module, while anything holds it.
+_loaded_modules: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_loaded_modules_lock = threading.Lock()
+# (device, handle) of modules to unload, in order. No lock: a finalizer may append while this thread
+# drains, and deque's append and popleft are atomic.
+_retired: deque[tuple[Device, int]] = deque()
+
+
+def loaded_module(device: Device, binary: bytes, functions: tuple[str, ...]) -> Module:
+    """`binary` loaded on `device`: one module however many hold it, unloaded after the last."""
+    key = (device.index, hashlib.sha256(binary).digest(), functions)
+    with _loaded_modules_lock:
+        module = _loaded_modules.get(key)
+        if module is None:
+            module = _loaded_modules[key] = Module(device, binary, functions)
+            retire = weakref.finalize(module, _retire, device, module.handle)
+            retire.atexit = False  # the context's teardown unloads it
+    unload_retired()  # a load is a point where unloading is safe, if anything waits for it
+    return module
+
+
 def unload_module(handle: int) -> None:
     """cuModuleUnload, in the current context (the module's)."""
     call("cuModuleUnload", driver().cuModuleUnload, handle)
+
+
+def loaded_module_count() -> int:
+    """Modules loaded through `loaded_module` and not unloaded yet (those waiting included)."""
+    return len(_loaded_modules) + len(_retired)
+
+
+def _retire(device: Device, handle: int) -> None:
+    """The last holder of a module went: unload it now, or at the next safe point."""
+    _retired.append((device, handle))
+    unload_retired()
+
+
+def unload_retired() -> None:
+    """Unloads the modules whose last holder went, unless unloading is unsafe now."""
+    if not _retired or not _unloading_is_safe():
+        return
+    while _retired:
+        try:
+            device, handle = _retired.popleft()
+        except IndexError:  # another thread took the last
+            return
+        try:
+            with device.current():
+                unload_module(handle)
+        except CudaError as error:  # a context torn down already: its modules went with it
+            _log.debug("module %#x not unloaded: %s", handle, error)
+
+
+def _unloading_is_safe() -> bool:
+    """Not while the interpreter exits, nor while this thread captures a stream: a `bz.graph()`,
+    or torch's current stream (torch.cuda.graph)."""
+    if sys.is_finalizing() or any(r.captures for r in active_recordings()):
+        return False
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return True
+    try:
+        return not torch.cuda.is_current_stream_capturing()
+    except Exception:  # noqa: BLE001  (a torch that cannot tell: it captures nothing braze can see)
+        return True
 
 
 def function_attribute(function: int, name: str) -> int:
@@ -289,6 +376,12 @@ def alloc(nbytes: int, stream: int = 0) -> int:
 
 def free(pointer: int, stream: int = 0) -> None:
     call("cuMemFreeAsync", driver().cuMemFreeAsync, pointer, stream)
+
+
+def free_on(device: Device, pointer: int, stream: int = 0) -> None:
+    """Frees in the device's context: stream 0 is the null stream of whichever context is current."""
+    with device.current():
+        free(pointer, stream)
 
 
 def device_of_pointer(pointer: int) -> int:

@@ -1,4 +1,4 @@
-"""The native call on torch tensors' LLVM IR (`host/torch_call.py`), checked without torch: the
+"""The native call on torch tensors' LLVM IR (`native/torch_call.py`), checked without torch: the
 function verifies, and each struct it reads has the layout of the ctypes structure that fills it."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import ctypes
 import llvmlite.binding as llvm
 
 from braze.compile import llvm_toolchain
-from braze.host import torch_call
+from braze.native import torch_call
 
 
 def test_the_function_is_valid_llvm() -> None:

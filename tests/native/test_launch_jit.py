@@ -1,4 +1,4 @@
-"""The native launch sequence of a prepared call (`host/launch_jit.py`), checked without a GPU:
+"""The native launch sequence of a prepared call (`native/launch_jit.py`), checked without a GPU:
 its cuLaunchKernel is a Python callback with the same C signature that records every call."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from fake_driver import KERNELS_CONTEXT, FakeDriver
 
 from braze import config
-from braze.host.launch_jit import NEW_STREAM, STREAM_TABLES, native_launches
+from braze.native.launch_jit import NEW_STREAM, STREAM_TABLES, native_launches
 
 LAUNCHES = [(0x1000 + n, 10 + n, 128 * (n + 1), 16 * n, 0x9000 + 8 * n) for n in range(12)]
 

@@ -3,16 +3,12 @@ process:
 
     int32 braze_launch_all(const ContextCheck *context, const LaunchTables *tables, int32 count, CUstream stream)
 
-first makes the call's CUDA context current unless it already is (`cuCtxGetCurrent` is read on
-every call, not remembered: user code such as `torch.cuda.set_device` changes the current context
-between calls, and the kernels' handles belong to one context; the context it replaced is made
-current again at the end), then takes the stream's table of launches and calls each entry's
-`cuLaunchKernel` (its address, taken from the driver, is in the entry) with the entry's function
-handle, grid, block, shared memory and parameter array, in order, and returns 0, or
-`(n << 16) | code` when launch n failed with CUresult `code` (the caller raises the error naming
-it; a context that cannot be made current reads as launch 0 failing). One ctypes call from Python
-then runs every kernel of a fusion: a dozen launches cost one crossing into native code instead
-of a dozen. A prepared call only fills a table: nothing is compiled per fusion or per shape.
+makes the call's CUDA context current unless it is (`emit_context_check`: asked on every call, not
+remembered, since user code such as `torch.cuda.set_device` changes it), then calls each entry of
+the stream's table through `cuLaunchKernel`, in order, and returns 0, or `(n << 16) | code` when
+launch n failed with CUresult `code`. One ctypes call from Python then runs every kernel of a
+fusion: a dozen launches cost one crossing into native code instead of a dozen. A prepared call only
+fills a table: nothing is compiled per fusion or per shape.
 
 Most calls have one table for every stream. A call whose kernels take a grid reduction's
 workspace has a table per stream instead (the same launches, their parameters pointing into that
@@ -21,7 +17,7 @@ stream; for a stream without one the function launches nothing and returns NEW_S
 caller adds the stream's table and calls again.
 
 A prepared call with pointers to patch also gets `braze_launch_patched`, a CPython builtin
-(host/host_jit.py) over the same loop: `launch(stream, value, ...)` stores each value into the
+(native/host_jit.py) over the same loop: `launch(stream, value, ...)` stores each value into the
 argument block at the call's slots, then launches. One call from Python then patches and
 launches, where patching from Python costs a ctypes store per pointer and the ctypes call itself
 converts each argument (together about a third of the launch).
@@ -37,12 +33,12 @@ import ctypes
 import functools
 import threading
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
 
 from llvmlite import ir
 
 from braze import config
-from braze.host import host_jit
+from braze.compile.cuda_driver import DriverCalls
+from braze.native import host_jit
 
 I32, I64, I8P = ir.IntType(32), ir.IntType(64), ir.IntType(8).as_pointer()
 # The signature of cuLaunchKernel: function, grid x/y/z, block x/y/z, shared bytes, stream,
@@ -57,16 +53,6 @@ PATCHED_NAME = "braze_launch_patched"
 STREAM_TABLES = 16  # streams with a table of their own a call keeps (beyond: the oldest table goes)
 NEW_STREAM = -2  # the answer of a launch on a stream that has no table yet: nothing was launched
 _NO_STREAM = 2**64 - 1  # a stream slot being rewritten (no CUstream has this handle)
-
-
-class DriverCalls(NamedTuple):
-    """What native launches need of the driver: the addresses of `cuLaunchKernel`,
-    `cuCtxGetCurrent` and `cuCtxSetCurrent`, and the context the kernels were loaded in."""
-
-    launch: int
-    get_context: int
-    set_context: int
-    context: int
 
 
 class ContextCheck(ctypes.Structure):

@@ -1,4 +1,4 @@
-"""The native call on torch tensors (`host/torch_call.py`), checked on host tensors without a GPU:
+"""The native call on torch tensors (`native/torch_call.py`), checked on host tensors without a GPU:
 the driver's cuLaunchKernel and torch's CUDA stream are callbacks recording what the builtin does,
 and the outputs come from torch's host allocator. Needs torch (any build)."""
 
@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from braze import config
-from braze.host import torch_call
-from braze.host.launch_jit import NativeLaunches
+from braze.native import torch_call
+from braze.native.launch_jit import NativeLaunches
 
 torch = pytest.importorskip("torch")
 

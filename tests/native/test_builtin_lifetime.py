@@ -10,9 +10,9 @@ import weakref
 
 import pytest
 
-from braze.host import host_jit
 from braze.host.shapes import ShapeProgram, infer_layout
 from braze.ir import TensorView
+from braze.native import host_jit
 
 pytestmark = pytest.mark.skipif(not host_jit.builtins_available(), reason="native builtins are not made here")
 

@@ -15,9 +15,10 @@ import braze as bz
 from braze import config, engine
 from braze.compile import llvm_toolchain
 from braze.errors import HostJitWarning
-from braze.host import host_jit
+from braze.host import shapes
 from braze.host.shapes import PythonShapeFunction, ShapeProgram
 from braze.ir.scalar import Scalar, ceildiv, smax, smin, symbol
+from braze.native import host_jit
 
 A, B, C = symbol("a"), symbol("b"), symbol("c")
 
@@ -45,7 +46,7 @@ def _program() -> ShapeProgram:
 
 def test_native_matches_python() -> None:
     program = _program()
-    native, python = host_jit.native_or_python(program), PythonShapeFunction(program)
+    native, python = shapes.native_or_python(program), PythonShapeFunction(program)
     assert native.native and not python.native
     for extents in ([7, 3, 2], [0, 5, 9], [-7, 3, 1], [7, -3, 0], [-8, -3, 4]):
         assert native(extents) == python(extents) == program.evaluate(extents)
@@ -77,14 +78,14 @@ def test_native_matches_python_on_random_expressions(values, extents) -> None:
 
 def test_division_by_zero_names_the_expression() -> None:
     program = ShapeProgram.of("div", [A + 1, ceildiv(A, B)])
-    for fn in (host_jit.shape_function(program), PythonShapeFunction(program)):
+    for fn in (shapes.shape_function(program), PythonShapeFunction(program)):
         with pytest.raises(bz.InputError, match=r"^shapes of div: ceildiv\(a, b\) divides by zero with a = 5, b = 0$"):
             fn([5, 0])
 
 
 def test_shape_functions_run_in_python_first_then_natively() -> None:
     program = ShapeProgram.of("tiered", [A * B - 2, ceildiv(A, B)])
-    tiered = host_jit.shape_function(program)
+    tiered = shapes.shape_function(program)
     assert not tiered.native
     assert tiered([9, 4]) == [34, 3] and not tiered.native
     assert tiered([9, 4]) == [34, 3] and tiered.native
@@ -94,8 +95,8 @@ def test_shape_functions_run_in_python_first_then_natively() -> None:
 def test_a_jit_failure_falls_back_with_one_warning(monkeypatch, fresh_warning, uncached) -> None:
     monkeypatch.setattr(host_jit, "llvm_source", lambda program, name: "this is not LLVM IR")
     with pytest.warns(HostJitWarning, match="host JIT failed for the shapes of 'demo'") as caught:
-        first = host_jit.native_or_python(_program())
-        second = host_jit.native_or_python(_program())
+        first = shapes.native_or_python(_program())
+        second = shapes.native_or_python(_program())
     assert len(caught) == 1
     assert not first.native and not second.native
     assert first([7, 3, 2]) == _program().evaluate([7, 3, 2])
@@ -125,13 +126,13 @@ def test_disable_host_jit_runs_python_without_warning(fresh_warning) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with config.scope(disable="host_jit"):
-            fn = host_jit.shape_function(_program())
+            fn = shapes.shape_function(_program())
     assert not fn.native and fn([7, 3, 2]) == _program().evaluate([7, 3, 2])
 
 
 def test_dump_host_jit_prints_the_llvm_ir(capsys) -> None:
     with config.scope(dump="host_jit"):
-        host_jit.native_or_python(_program())
+        shapes.native_or_python(_program())
     err = capsys.readouterr().err
     assert err.startswith("===== braze dump: host_jit =====\n")
     assert 'define i32 @"braze_shapes_demo_' in err and "sdiv i64" in err
@@ -195,5 +196,5 @@ def test_native_shape_functions_run_as_builtins_and_agree_with_python(monkeypatc
     with pytest.raises(OverflowError):
         builtin([2**64, 3, 2])
     monkeypatch.setattr(host_jit, "builtins_available", lambda: False)  # no builtins: Python, not ctypes
-    assert isinstance(host_jit.shape_function(program), PythonShapeFunction)
+    assert isinstance(shapes.shape_function(program), PythonShapeFunction)
     assert builtin._builtin(1, 2) == -1  # a wrong count answers -1, never reads past its buffers

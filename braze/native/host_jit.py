@@ -5,10 +5,10 @@ reads the input extents in `ShapeProgram.symbols` order, writes every output val
 0, or `n + 1` when step n would divide by zero (the caller then raises an error naming it).
 Division follows Python's floor semantics, so native and Python results agree for any sign.
 
-A host program's shape function is tiered (`TieredShapeFunction`): Python on the program's first
-run, which is a fusion's first call on a description, and native from the second. Any failure to
-build the native function falls back to `PythonShapeFunction` with one warning per process;
-`BRAZE_DISABLE=host_jit` asks for Python directly, `BRAZE_DUMP=host_jit` prints the LLVM IR.
+A host program's shape function is tiered (host/shapes.py, `TieredShapeFunction`): Python on the
+program's first run, which is a fusion's first call on a description, and native from the second.
+Any failure to build the native function falls back to `PythonShapeFunction` with one warning per
+process; `BRAZE_DISABLE=host_jit` asks for Python directly, `BRAZE_DUMP=host_jit` prints the LLVM IR.
 
 Host functions are named after their content, so one process compiles each only once, and their
 object code goes to the disk cache like kernels: a later process loads it without running LLVM's
@@ -29,9 +29,9 @@ import hashlib
 import logging
 import re
 import sys
-import threading
 import warnings
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import llvmlite.binding as llvm
 from llvmlite import ir
@@ -39,7 +39,9 @@ from llvmlite import ir
 from braze import config
 from braze.compile import disk_cache, elf, llvm_toolchain
 from braze.errors import HostJitWarning
-from braze.host.shapes import PythonShapeFunction, ShapeProgram, Step
+
+if TYPE_CHECKING:
+    from braze.host.shapes import ShapeProgram, Step
 
 I32, I64 = ir.IntType(32), ir.IntType(64)
 _INT64_MIN = -(2**63)
@@ -344,58 +346,6 @@ class NativeShapeFunction:
         if values.__class__ is int:  # a step's failure code
             raise self.program.explain_failure(extents)
         return values
-
-
-class TieredShapeFunction:
-    """A shape program run in Python on its first call and natively from the second on.
-
-    A host program's first run is its fusion's first call on a description, where latency counts
-    and one run gains nothing from native code: loading even a cached native function costs the
-    process an LLVM engine, about 2 ms. Later runs (new extents, multi-segment programs on every
-    call) take the native function, built at the second call."""
-
-    def __init__(self, program: ShapeProgram) -> None:
-        self.program = program
-        self._python = PythonShapeFunction(program)
-        self._called = False
-        # From the second call (no bound method of self here: the object would be in a cycle).
-        self._tiered: NativeShapeFunction | PythonShapeFunction | None = None
-        self._tiering = threading.Lock()  # racing threads build the native function once
-
-    @property
-    def native(self) -> bool:
-        """Whether calls run native code (after the first call, unless the JIT failed)."""
-        return getattr(self._tiered, "native", False)
-
-    def __call__(self, extents: Sequence[int]) -> list[int]:
-        tiered = self._tiered
-        return tiered(extents) if tiered is not None else self._before_tiering(extents)
-
-    def _before_tiering(self, extents: Sequence[int]) -> list[int]:
-        if not self._called:
-            self._called = True
-            return self._python(extents)
-        with self._tiering:
-            if self._tiered is None:
-                self._tiered = native_or_python(self.program)
-        return self._tiered(extents)
-
-
-def native_or_python(program: ShapeProgram) -> NativeShapeFunction | PythonShapeFunction:
-    """The native shape function for `program`, or the Python one where the JIT fails."""
-    try:
-        return NativeShapeFunction(program)
-    except Exception as error:  # any JIT failure: the Python function computes the same values
-        fall_back(f"the shapes of {program.name!r}", error)
-        return PythonShapeFunction(program)
-
-
-def shape_function(program: ShapeProgram) -> TieredShapeFunction | PythonShapeFunction:
-    """The shape function for `program`: tiered up to native code, unless the host JIT is disabled
-    or builtins are not made (a ctypes call would cost more than the Python function)."""
-    if config.disabled("host_jit") or not builtins_available():
-        return PythonShapeFunction(program)
-    return TieredShapeFunction(program)
 
 
 def fall_back(what: str, error: Exception) -> None:

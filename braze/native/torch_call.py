@@ -4,13 +4,11 @@ the outputs, the patching and the launches, with no Python between them.
     braze_torch_call(inputs) -> [outputs]
 
 `Fusion.execute` calls it first on the fusion whose call was taken last (runtime/fast_call.py).
-It runs only for one positional argument, a tuple or list of tensors; under the configuration the
-call was prepared in; with no `bz.record()` open; and with the call's CUDA context current. For
-each tensor it checks the Python type, dtype, device, shape and strides against the description
-the call was prepared for, and reads its data pointer. It allocates each output through torch's
-caching allocator on the device's current stream, as `torch.empty_strided` does, takes that
-stream's launch table (host/launch_jit.py: declining where the stream has none yet), writes the
-pointers into the argument block and runs the launch loop.
+It runs only where `_Emitter.check_conditions` holds, checks each tensor against the description
+the call was prepared for (`check_input`), allocates each output through torch's caching allocator
+on the device's current stream, as `torch.empty_strided` does, takes that stream's launch table
+(native/launch_jit.py: declining where the stream has none yet), writes the pointers into the
+argument block and runs the launch loop.
 
 Where any check fails, or an output cannot be made, it drops what it made and calls the spec's
 `fallback` with its own arguments (the Python path, which says why where something is wrong);
@@ -39,8 +37,8 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from braze import config
-from braze.host import host_jit
-from braze.host.launch_jit import NativeLaunches, emit_launch_loop, emit_table_lookup, tables_type
+from braze.native import host_jit
+from braze.native.launch_jit import NativeLaunches, emit_launch_loop, emit_table_lookup, tables_type
 
 NAME = "braze_torch_call"
 I32, I64, I8P = ir.IntType(32), ir.IntType(64), ir.IntType(8).as_pointer()

@@ -10,9 +10,12 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import ClassVar
+
+from braze import config
 
 _local = threading.local()
-# Recordings open on any thread: native cached calls (host/torch_call.py) read it and leave a call
+# Recordings open on any thread: native cached calls (native/torch_call.py) read it and leave a call
 # to the Python path, which looks at this thread's recorders, while it is not zero.
 OPEN_RECORDINGS = ctypes.c_int64(0)
 _counting = threading.Lock()
@@ -34,6 +37,9 @@ class RecordedLaunch:
 
 @dataclass
 class Recording:
+    # A bz.graph() (runtime/graph.py): its GPU launches go to a stream under capture, where a module
+    # unload (compile/cuda_driver.py) would end the capture in error.
+    captures: ClassVar[bool] = False
     profile: bool = False
     launches: list[RecordedLaunch] = field(default_factory=list)
     compiles: list[str] = field(default_factory=list)  # kernels compiled (not found in any cache)
@@ -102,8 +108,6 @@ def profiling() -> bool:
 def dump_launch(launch: RecordedLaunch, block: object, slots: dict[str, int]) -> None:
     """`BRAZE_DUMP=launch_params` and `kernel_args` for a CPU launch outside a cached call: its index
     range and the threads it ran on, and the argument block slot by slot."""
-    from braze import config
-
     if config.dumping("launch_params"):
         config.dump("launch_params", f"{launch.kernel}.{launch.task}: [{launch.begin}, {launch.end}) over "
                                      f"{launch.chunks} chunk(s)")
@@ -112,8 +116,6 @@ def dump_launch(launch: RecordedLaunch, block: object, slots: dict[str, int]) ->
 
 def dump_kernel_args(launch: RecordedLaunch, block: object, slots: dict[str, int]) -> None:
     """`BRAZE_DUMP=kernel_args`: a launch's argument block slot by slot (a parameter's name at its first)."""
-    from braze import config
-
     if config.dumping("kernel_args"):
         names = {slot: name for name, slot in slots.items()}
         lines = [f"  {n:3d} {int(value):#x}{'  ' + names[n] if n in names else ''}" for n, value in enumerate(block)]
