@@ -730,9 +730,20 @@ def plan_schedule(task: k.Task, plan: LanePlan) -> TaskSchedule:
     return TaskSchedule()
 
 
+def task_schedule(task: k.Task) -> TaskSchedule:
+    """The schedule the task takes alone: `plan_schedule` of its own lane plan, kept on the task
+    beside that plan (the GPU's task merges ask it of each task for every neighbour it is tried with)."""
+    plan = plan_lanes(task)
+    kept = task.__dict__.get("_task_schedule")
+    if kept is None or kept[0] is not plan:  # planned for another lane plan (see plan_lanes)
+        kept = plan, plan_schedule(task, plan)
+        object.__setattr__(task, "_task_schedule", kept)
+    return kept[1]
+
+
 def schedule_kind(task: k.Task) -> str:
     """The kind of schedule the task takes alone (see TaskSchedule)."""
-    return plan_schedule(task, plan_lanes(task)).kind
+    return task_schedule(task).kind
 
 
 def schedule_bounds(task: k.Task, schedule: str, splittable_rows: bool = False) -> list[k.Expr]:
