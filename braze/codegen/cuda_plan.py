@@ -328,14 +328,28 @@ class StoredRow:
 
 
 def _accesses(stmts: tuple[k.Stmt, ...]) -> Iterator:
-    """Every load, store and atomic update in `stmts`."""
-    for s in walk(stmts):
+    """Every load, store and atomic update in `stmts`, each statement's kept on it: the statements of
+    a task recur in every task merged from it (engine._merged_row_tasks)."""
+    for s in stmts:
+        yield from k.kept(s, "_plan_accesses", _statement_accesses)
+
+
+def _statement_accesses(stmt: k.Stmt) -> tuple:
+    found = []
+    for s in walk((stmt,)):
         if isinstance(s, (k.Store, k.AtomicRMW)):
-            yield s
-        yield from (e for x in exprs_of(s) for e in distinct_exprs(x) if isinstance(e, k.Load))
+            found.append(s)
+        found += [e for x in exprs_of(s) for e in distinct_exprs(x) if isinstance(e, k.Load)]
+    return tuple(found)
 
 
 def stored_rows(task: k.Task) -> dict[tuple, StoredRow] | None:
+    """The rows a task stores in one top-level loop and reads back in later ones (see _stored_rows),
+    kept on the task: its lane plan, schedule and row caches each ask."""
+    return k.kept(task, "_stored_rows", _stored_rows)
+
+
+def _stored_rows(task: k.Task) -> dict[tuple, StoredRow] | None:
     """The rows a task stores in one top-level loop and reads back in later ones, by row cache key;
     None when an array the task writes is read back any other way.
 

@@ -590,10 +590,27 @@ def merged_task(a: k.Task, b: k.Task) -> k.Task:
 def _merge(a: k.Task, b: k.Task) -> k.Task:
     second = _renamed_second(a, b)
     merged = dataclasses.replace(a, name=_merged_name(a, b), body=a.body + second.body)
+    _keep_parts(merged, a, b, second)
     memo = _WALKS.get()
     if memo is not None:  # its sibling loops are then fused from where a's ended (_task_with_siblings_fused)
         memo[(_merge, "first", id(merged))] = (merged, a)
     return merged
+
+
+def _keep_parts(merged: k.Task, a: k.Task, b: k.Task, second: k.Task) -> None:
+    """Keeps on a merged task what decide asks of it, from its parts: B's locals are renamed apart
+    from A's, so each part's accesses (its single-assignment locals, hence its fingerprints), size
+    and names are the same within the merged task as alone. The next pair it is in reads them, not
+    a walk of a body that grows with every merge of a run."""
+    accesses, rejected = _kept(a, "_fuse_accesses", _accesses_or_reject), a
+    if not isinstance(accesses, str):  # the first access the walk of the merged body cannot attribute
+        rest, rejected = _kept(second, "_fuse_accesses", _accesses_or_reject), second
+        accesses = rest if isinstance(rest, str) else accesses + rest
+    if isinstance(accesses, str):
+        object.__setattr__(merged, "_fuse_reject_detail", rejected.__dict__["_fuse_reject_detail"])
+    object.__setattr__(merged, "_fuse_accesses", accesses)
+    object.__setattr__(merged, "_fuse_size", _size_of(a) + _size_of(b))  # renaming keeps the count of nodes
+    object.__setattr__(merged, "_fuse_var_names", _kept(a, "_fuse_var_names", _var_names) | _var_names(second))
 
 
 def fuse_tasks(kernel: k.Kernel, enabled: bool = True, raw: bool = True,
