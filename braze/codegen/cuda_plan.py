@@ -211,7 +211,12 @@ def _loop_accumulators(loop: k.For, task_vars: set[k.Var]) -> tuple[tuple[k.Var,
 def walks_unit_stride(loop: k.For) -> bool:
     """Whether the loop's index (or a value computed from it in the loop, as a reshape's index
     arithmetic is) addresses a unit-stride dimension of an array it reads or writes. For a nest the
-    lanes walk flat (lane_nest), the index that neighbouring lanes differ in: the innermost loop's."""
+    lanes walk flat (lane_nest), the index that neighbouring lanes differ in: the innermost loop's.
+    Kept on the loop, which every task merged from its task holds."""
+    return k.kept(loop, "_walks_unit_stride", _walks_unit_stride)
+
+
+def _walks_unit_stride(loop: k.For) -> bool:
     derived = {(lane_nest(loop) or [loop])[-1].var}
     for s in walk(loop.body):
         if isinstance(s, (k.Let, k.Assign)) and _vars_of(s.value) & derived:

@@ -132,14 +132,17 @@ def _map(node, fn: Callable, memo: dict | None = None):
 # `remembered_walks()`: a GPU plan tries the merge on every pair of column tasks it considers
 # (engine._merged_row_tasks), each time over the same loops, and the merge scans its body again
 # after each join. GPT-2-small's backward took 700,000 walks there, most of its first step's compile
-# on the main thread. Kernel IR is immutable, so a statement's answers never change; a statement is
-# kept with its answer, so its id names no other while the memo lives.
+# on the main thread. A pair's merge (`_merge`) and a task's sibling loops joined are remembered the
+# same way: the plan asks of a trial merge, then of the task fuse_tasks makes of the same pair.
+# Kernel IR is immutable, so a node's answers never change; the nodes asked about are kept with the
+# answer, so their ids name no others while the memo lives.
 _WALKS: contextvars.ContextVar[dict | None] = contextvars.ContextVar("fuse_tasks_walks", default=None)
 
 
 @contextlib.contextmanager
 def remembered_walks():
-    """Within it, each statement's answers to the merge's questions are computed once."""
+    """Within it, each statement's answers to the merge's questions are computed once, and each
+    pair of tasks is merged once."""
     token = _WALKS.set(_WALKS.get() if _WALKS.get() is not None else {})
     try:
         yield
