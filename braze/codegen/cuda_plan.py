@@ -172,7 +172,19 @@ def online_partner(accumulators: tuple[tuple[k.Var, str], ...]) -> dict[k.Var, k
 
 def _loop_accumulators(loop: k.For, task_vars: set[k.Var]) -> tuple[tuple[k.Var, str], ...] | None:
     """The (acc, combine) pairs a top-level loop folds into task-scope variables, or None when the
-    loop does something lanes cannot split (another write to a task variable, an atomic, a sync)."""
+    loop does something lanes cannot split (another write to a task variable, an atomic, a sync).
+    Kept on the loop by the task variables it assigns, the only ones the answer asks about: the loop
+    recurs in every task merged from its task, each with more variables."""
+    assigned = k.kept(loop, "_assigned", lambda loop: frozenset(
+        s.var for s in walk(loop.body) if isinstance(s, (k.Assign, k.Let))))
+    answers = k.kept(loop, "_accumulators", lambda loop: {})
+    key = assigned & frozenset(task_vars)
+    if key not in answers:
+        answers[key] = _folded_accumulators(loop, key)
+    return answers[key]
+
+
+def _folded_accumulators(loop: k.For, task_vars: frozenset[k.Var]) -> tuple[tuple[k.Var, str], ...] | None:
     found: dict[k.Var, str] = {}
     pairs = {}  # id(If) -> the argmax / argmin pair it updates
     for s in walk(loop.body):
@@ -677,13 +689,19 @@ def _walks_columns(task: k.Task, plan: LanePlan) -> bool:
     for s in task.body:
         if isinstance(s, k.Let) and _vars_of(s.value) & derived:
             derived.add(s.var)
-    loops = [s for s in task.body if isinstance(s, k.For)]
-    accesses = [s for loop in loops for s in walk(loop.body) if isinstance(s, k.Store)]
-    accesses += [e for loop in loops for s in walk(loop.body) for x in exprs_of(s) for e in distinct_exprs(x)
-                 if isinstance(e, k.Load)]
+    accesses = [a for loop in task.body if isinstance(loop, k.For) for a in _stores_and_loads_in(loop)]
     per_task = [a for a in accesses if any(_vars_of(i) & derived for i in a.indices)]
     unit = [i for a in per_task for axis, i in enumerate(a.indices) if a.param.static_stride(axis) == 1]
     return any(_vars_of(i) & derived for i in unit) and not any(_vars_of(i) - derived for i in unit)
+
+
+def _stores_and_loads_in(loop: k.For) -> tuple:
+    """The stores and loads of a loop's body, kept on the loop (which every task merged from its task holds)."""
+    def find(loop: k.For) -> tuple:
+        stores = [s for s in walk(loop.body) if isinstance(s, k.Store)]
+        return (*stores, *(e for s in walk(loop.body) for x in exprs_of(s) for e in distinct_exprs(x)
+                           if isinstance(e, k.Load)))
+    return k.kept(loop, "_stores_and_loads", find)
 
 
 def _row_is_one_nest(task: k.Task, plan: LanePlan) -> bool:
