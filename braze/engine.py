@@ -21,7 +21,7 @@ from braze import dtypes as dt
 from braze.codegen import cuda_rules  # noqa: F401  (the CUDA op rules, filled at import, not on a first call)
 from braze.codegen.cuda import inner_outer_pairs
 from braze.codegen.cuda_inner_outer import column_tasks_after_rows
-from braze.codegen.cuda_plan import plan_lanes, plan_schedule, schedule_kind
+from braze.codegen.cuda_plan import plan_lanes, schedule_kind, task_schedule
 from braze.codegen.cuda_variance import one_pass_task
 from braze.codegen.source_text import CudaSourceText
 from braze.compile import cuda_driver
@@ -361,10 +361,14 @@ def _stays_splittable(a: k.Task, b: k.Task) -> bool:
     fuse_sibling_loops) can still be split across blocks where either could. A merged task that
     cannot runs its columns on a few blocks, each walking every row: column sums over 768 columns
     of 8192 rows (a model's weight gradients) would run on 24 blocks."""
-    def splittable(task: k.Task) -> bool:  # as written, or with its variances in one pass (cuda_variance)
-        return any(plan_schedule(t, plan_lanes(t)).splittable for t in (task, one_pass_task(task)) if t is not None)
+    return _splittable(fuse_sibling_loops(merged_task(a, b))) or not (_splittable(a) or _splittable(b))
 
-    return splittable(fuse_sibling_loops(merged_task(a, b))) or not (splittable(a) or splittable(b))
+
+def _splittable(task: k.Task) -> bool:
+    """Whether a task's schedule may split its loops across blocks as written, or with its variances
+    in one pass (cuda_variance); kept on the task, which is asked once for each neighbour it is tried with."""
+    return k.kept(task, "_gpu_splittable", lambda task: any(
+        task_schedule(t).splittable for t in (task, one_pass_task(task)) if t is not None))
 
 
 def cuda_source(fusion: FusionGraph, inputs: Sequence[object]) -> CudaSourceText:

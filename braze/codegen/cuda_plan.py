@@ -172,7 +172,19 @@ def online_partner(accumulators: tuple[tuple[k.Var, str], ...]) -> dict[k.Var, k
 
 def _loop_accumulators(loop: k.For, task_vars: set[k.Var]) -> tuple[tuple[k.Var, str], ...] | None:
     """The (acc, combine) pairs a top-level loop folds into task-scope variables, or None when the
-    loop does something lanes cannot split (another write to a task variable, an atomic, a sync)."""
+    loop does something lanes cannot split (another write to a task variable, an atomic, a sync).
+    Kept on the loop by the task variables it assigns, the only ones the answer asks about: the loop
+    recurs in every task merged from its task, each with more variables."""
+    assigned = k.kept(loop, "_assigned", lambda loop: frozenset(
+        s.var for s in walk(loop.body) if isinstance(s, (k.Assign, k.Let))))
+    answers = k.kept(loop, "_accumulators", lambda loop: {})
+    key = assigned & frozenset(task_vars)
+    if key not in answers:
+        answers[key] = _folded_accumulators(loop, key)
+    return answers[key]
+
+
+def _folded_accumulators(loop: k.For, task_vars: frozenset[k.Var]) -> tuple[tuple[k.Var, str], ...] | None:
     found: dict[k.Var, str] = {}
     pairs = {}  # id(If) -> the argmax / argmin pair it updates
     for s in walk(loop.body):
@@ -211,7 +223,12 @@ def _loop_accumulators(loop: k.For, task_vars: set[k.Var]) -> tuple[tuple[k.Var,
 def walks_unit_stride(loop: k.For) -> bool:
     """Whether the loop's index (or a value computed from it in the loop, as a reshape's index
     arithmetic is) addresses a unit-stride dimension of an array it reads or writes. For a nest the
-    lanes walk flat (lane_nest), the index that neighbouring lanes differ in: the innermost loop's."""
+    lanes walk flat (lane_nest), the index that neighbouring lanes differ in: the innermost loop's.
+    Kept on the loop, which every task merged from its task holds."""
+    return k.kept(loop, "_walks_unit_stride", _walks_unit_stride)
+
+
+def _walks_unit_stride(loop: k.For) -> bool:
     derived = {(lane_nest(loop) or [loop])[-1].var}
     for s in walk(loop.body):
         if isinstance(s, (k.Let, k.Assign)) and _vars_of(s.value) & derived:
@@ -328,14 +345,28 @@ class StoredRow:
 
 
 def _accesses(stmts: tuple[k.Stmt, ...]) -> Iterator:
-    """Every load, store and atomic update in `stmts`."""
-    for s in walk(stmts):
+    """Every load, store and atomic update in `stmts`, each statement's kept on it: the statements of
+    a task recur in every task merged from it (engine._merged_row_tasks)."""
+    for s in stmts:
+        yield from k.kept(s, "_plan_accesses", _statement_accesses)
+
+
+def _statement_accesses(stmt: k.Stmt) -> tuple:
+    found = []
+    for s in walk((stmt,)):
         if isinstance(s, (k.Store, k.AtomicRMW)):
-            yield s
-        yield from (e for x in exprs_of(s) for e in distinct_exprs(x) if isinstance(e, k.Load))
+            found.append(s)
+        found += [e for x in exprs_of(s) for e in distinct_exprs(x) if isinstance(e, k.Load)]
+    return tuple(found)
 
 
 def stored_rows(task: k.Task) -> dict[tuple, StoredRow] | None:
+    """The rows a task stores in one top-level loop and reads back in later ones (see _stored_rows),
+    kept on the task: its lane plan, schedule and row caches each ask."""
+    return k.kept(task, "_stored_rows", _stored_rows)
+
+
+def _stored_rows(task: k.Task) -> dict[tuple, StoredRow] | None:
     """The rows a task stores in one top-level loop and reads back in later ones, by row cache key;
     None when an array the task writes is read back any other way.
 
@@ -658,13 +689,19 @@ def _walks_columns(task: k.Task, plan: LanePlan) -> bool:
     for s in task.body:
         if isinstance(s, k.Let) and _vars_of(s.value) & derived:
             derived.add(s.var)
-    loops = [s for s in task.body if isinstance(s, k.For)]
-    accesses = [s for loop in loops for s in walk(loop.body) if isinstance(s, k.Store)]
-    accesses += [e for loop in loops for s in walk(loop.body) for x in exprs_of(s) for e in distinct_exprs(x)
-                 if isinstance(e, k.Load)]
+    accesses = [a for loop in task.body if isinstance(loop, k.For) for a in _stores_and_loads_in(loop)]
     per_task = [a for a in accesses if any(_vars_of(i) & derived for i in a.indices)]
     unit = [i for a in per_task for axis, i in enumerate(a.indices) if a.param.static_stride(axis) == 1]
     return any(_vars_of(i) & derived for i in unit) and not any(_vars_of(i) - derived for i in unit)
+
+
+def _stores_and_loads_in(loop: k.For) -> tuple:
+    """The stores and loads of a loop's body, kept on the loop (which every task merged from its task holds)."""
+    def find(loop: k.For) -> tuple:
+        stores = [s for s in walk(loop.body) if isinstance(s, k.Store)]
+        return (*stores, *(e for s in walk(loop.body) for x in exprs_of(s) for e in distinct_exprs(x)
+                           if isinstance(e, k.Load)))
+    return k.kept(loop, "_stores_and_loads", find)
 
 
 def _row_is_one_nest(task: k.Task, plan: LanePlan) -> bool:
@@ -730,9 +767,20 @@ def plan_schedule(task: k.Task, plan: LanePlan) -> TaskSchedule:
     return TaskSchedule()
 
 
+def task_schedule(task: k.Task) -> TaskSchedule:
+    """The schedule the task takes alone: `plan_schedule` of its own lane plan, kept on the task
+    beside that plan (the GPU's task merges ask it of each task for every neighbour it is tried with)."""
+    plan = plan_lanes(task)
+    kept = task.__dict__.get("_task_schedule")
+    if kept is None or kept[0] is not plan:  # planned for another lane plan (see plan_lanes)
+        kept = plan, plan_schedule(task, plan)
+        object.__setattr__(task, "_task_schedule", kept)
+    return kept[1]
+
+
 def schedule_kind(task: k.Task) -> str:
     """The kind of schedule the task takes alone (see TaskSchedule)."""
-    return plan_schedule(task, plan_lanes(task)).kind
+    return task_schedule(task).kind
 
 
 def schedule_bounds(task: k.Task, schedule: str, splittable_rows: bool = False) -> list[k.Expr]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -313,6 +314,19 @@ class Assert(Stmt):
 
     cond: Expr
     message: str
+
+
+def kept(node: object, name: str, make: Callable[[Any], Any]) -> Any:
+    """`make(node)`, computed once and kept on `node` under `name`. Kernel IR is immutable, so what an
+    analysis finds in a node holds as long as the node lives, and planning asks the same questions of
+    the same tasks and statements many times. Only for answers that depend on the node alone: not on a
+    knob, nor on where the node is used. A node rebuilt with `dataclasses.replace` keeps nothing."""
+    try:
+        return node.__dict__[name]
+    except KeyError:
+        value = make(node)
+        object.__setattr__(node, name, value)
+        return value
 
 
 # --- kernels --------------------------------------------------------------------------------------

@@ -128,6 +128,41 @@ def _map(node, fn: Callable, memo: dict | None = None):
     return result
 
 
+# What the merge asks of a statement (each a walk of it), remembered per statement under
+# `remembered_walks()`: a GPU plan tries the merge on every pair of column tasks it considers
+# (engine._merged_row_tasks), each time over the same loops, and the merge scans its body again
+# after each join. GPT-2-small's backward took 700,000 walks there, most of its first step's compile
+# on the main thread. A pair's merge (`_merge`) and a task's sibling loops joined are remembered the
+# same way: the plan asks of a trial merge, then of the task fuse_tasks makes of the same pair.
+# Kernel IR is immutable, so a node's answers never change; the nodes asked about are kept with the
+# answer, so their ids name no others while the memo lives.
+_WALKS: contextvars.ContextVar[dict | None] = contextvars.ContextVar("fuse_tasks_walks", default=None)
+
+
+@contextlib.contextmanager
+def remembered_walks():
+    """Within it, each statement's answers to the merge's questions are computed once, and each
+    pair of tasks is merged once."""
+    token = _WALKS.set(_WALKS.get() if _WALKS.get() is not None else {})
+    try:
+        yield
+    finally:
+        _WALKS.reset(token)
+
+
+def _remembered(question: Callable[..., object]) -> Callable[..., object]:
+    @functools.wraps(question)
+    def ask(*nodes: object) -> object:
+        memo = _WALKS.get()
+        if memo is None:
+            return question(*nodes)
+        key = (question, *map(id, nodes))
+        if key not in memo:
+            memo[key] = (nodes, question(*nodes))
+        return memo[key][1]
+    return ask
+
+
 def body_size(body: tuple[k.Stmt, ...]) -> int:
     """Kernel IR nodes in a task body, an expression counted at each use (as its text repeats it):
     the cost guard's measure of a merged body. Each distinct expression's count is taken once."""
@@ -472,20 +507,28 @@ def decide(a: k.Task, b: k.Task, budget: int, raw: bool) -> tuple[str, str]:
         raise _Reject(REJECT_BOUNDS, f"[{_text(a.begin)}, {_text(a.end)}) vs [{_text(b.begin)}, {_text(b.end)})")
     if _has_task_level_jump(a.body):
         raise _Reject(REJECT_CONTINUE)
-    second = _renamed_second(a, b)
-    first_accesses, second_accesses = _collect(a), _collect(second)
+    # Which arrays B touches and writes, whether its accesses can all be attributed, and its size do
+    # not change when its locals are renamed: B's own answers, kept on B, serve every pair it is in.
+    # Only the addresses of arrays both share and one writes are compared, renamed into A's names.
+    first_accesses, second_accesses = _collect(a), _collect(b)
     touched_first = {x.resource for x in first_accesses}
     touched_second = {x.resource for x in second_accesses}
     written = {x.resource for x in first_accesses + second_accesses if x.writes}
     shared = sorted(touched_first & touched_second & written)
     if shared and not raw:
         raise _Reject(REJECT_RAW_OFF, ", ".join(shared))
+    if shared:
+        second_accesses = _collect(_renamed_second(a, b))
     for resource in shared:
         _check_shared(resource, [x for x in first_accesses + second_accesses if x.resource == resource], a.var)
-    size = _kept(a, "_fuse_size", lambda task: body_size(task.body)) + body_size(second.body)
+    size = _size_of(a) + _size_of(b)
     if size > budget:
         raise _Reject(REJECT_BUDGET, f"{size} nodes > {budget}")
     return (FUSED_RAW, f"on {', '.join(shared)}; {size} nodes") if shared else (FUSED_DISJOINT, f"{size} nodes")
+
+
+def _size_of(task: k.Task) -> int:
+    return _kept(task, "_fuse_size", lambda task: body_size(task.body))
 
 
 def grouped_by_range(kernel: k.Kernel, kind: Callable[[k.Task], object] = lambda task: None) -> k.Kernel:
@@ -529,19 +572,48 @@ def _shares_an_array(a: k.Task, b: k.Task) -> bool:
 
 
 def _arrays(task: k.Task) -> frozenset[str]:
-    """The arrays a task loads from, stores to or applies atomics to."""
+    """The arrays a task loads from, stores to or applies atomics to (kept on the task: grouping asks
+    it of each task for every task it moves past)."""
+    return _kept(task, "_fuse_arrays", _touched_arrays)
+
+
+def _touched_arrays(task: k.Task) -> frozenset[str]:
     stored = (n.param.name for s in task.body for n in _walk(s) if isinstance(n, (k.Store, k.AtomicRMW)))
     return frozenset().union(*(_summary(s).loaded for s in task.body)) | frozenset(stored)
 
 
 def merged_task(a: k.Task, b: k.Task) -> k.Task:
-    """`a` and then `b` as one task (what fuse_tasks makes of a pair it merges)."""
+    """`a` and then `b` as one task (what fuse_tasks makes of a pair it merges). Under
+    `remembered_walks()`, the same task each time it is asked: what a backend found trying the merge
+    (its schedule, its sibling loops fused) is kept on the task that fuse_tasks then makes."""
     return _merge(a, b)
 
 
+@_remembered
 def _merge(a: k.Task, b: k.Task) -> k.Task:
     second = _renamed_second(a, b)
-    return dataclasses.replace(a, name=_merged_name(a, b), body=a.body + second.body)
+    merged = dataclasses.replace(a, name=_merged_name(a, b), body=a.body + second.body)
+    _keep_parts(merged, a, b, second)
+    memo = _WALKS.get()
+    if memo is not None:  # its sibling loops are then fused from where a's ended (_task_with_siblings_fused)
+        memo[(_merge, "first", id(merged))] = (merged, a)
+    return merged
+
+
+def _keep_parts(merged: k.Task, a: k.Task, b: k.Task, second: k.Task) -> None:
+    """Keeps on a merged task what decide asks of it, from its parts: B's locals are renamed apart
+    from A's, so each part's accesses (its single-assignment locals, hence its fingerprints), size
+    and names are the same within the merged task as alone. The next pair it is in reads them, not
+    a walk of a body that grows with every merge of a run."""
+    accesses, rejected = _kept(a, "_fuse_accesses", _accesses_or_reject), a
+    if not isinstance(accesses, str):  # the first access the walk of the merged body cannot attribute
+        rest, rejected = _kept(second, "_fuse_accesses", _accesses_or_reject), second
+        accesses = rest if isinstance(rest, str) else accesses + rest
+    if isinstance(accesses, str):
+        object.__setattr__(merged, "_fuse_reject_detail", rejected.__dict__["_fuse_reject_detail"])
+    object.__setattr__(merged, "_fuse_accesses", accesses)
+    object.__setattr__(merged, "_fuse_size", _size_of(a) + _size_of(b))  # renaming keeps the count of nodes
+    object.__setattr__(merged, "_fuse_var_names", _kept(a, "_fuse_var_names", _var_names) | _var_names(second))
 
 
 def fuse_tasks(kernel: k.Kernel, enabled: bool = True, raw: bool = True,
@@ -650,28 +722,50 @@ def fuse_sibling_loops(task: k.Task) -> k.Task:
     before the first when they read nothing it computes; stores between them (the first's result)
     move after the merged loop when the later loop does not read their array. The merged loop's
     body is merged the same way, so two nests over the same ranges (batch_norm's sums over batch,
-    height and width) stay one nest."""
+    height and width) stay one nest. Under `remembered_walks()` a task is merged once, however often
+    it is asked (a GPU plan asks of a trial merge, then of the task made of it)."""
     with remembered_walks():
+        return _task_with_siblings_fused(task)
+
+
+@_remembered
+def _task_with_siblings_fused(task: k.Task) -> k.Task:
+    # A merge of tasks A and B (fuse_tasks) begins with A's body: the search over it goes as over A
+    # alone (see _fused_siblings), so it starts from A's answer, and a run of merges is not searched
+    # again from its first task at each one.
+    first = _WALKS.get().get((_merge, "first", id(task)), (None, None))[1]
+    if first is None:
         body = _fused_siblings(list(task.body))
+    else:
+        done = _task_with_siblings_fused(first).body
+        body = _fused_siblings([*done, *task.body[len(first.body):]], len(done))
     return dataclasses.replace(task, body=body) if body != task.body else task
 
 
-def _fused_siblings(body: list[k.Stmt]) -> tuple[k.Stmt, ...]:
+def _fused_siblings(body: list[k.Stmt], start: int = 0) -> tuple[k.Stmt, ...]:
+    """`body` with its sibling loops merged, to a fixed point. Whether a loop joins an earlier one
+    depends only on the statements up to it: where `body[:start]` is a fixed point already (the body
+    of a loop merged here, which a later sibling's body extends), no loop there needs asking again."""
     changed = True
     while changed:
         changed = False
-        for j, later in enumerate(body):
+        for j in range(start, len(body)):
+            later = body[j]
             i = _sibling_before(body, j)
             if i is not None:
                 first = body[i]
                 rename = lambda n, a=later.var, b=first.var: b if n is a else n  # noqa: E731
-                inner = _fused_siblings(list(first.body + tuple(_map(s, rename) for s in later.body)))
+                inner = _fused_siblings(list(first.body + tuple(_map(s, rename) for s in later.body)),
+                                        len(first.body) if first.__dict__.get("_siblings_fused") else 0)
                 merged = k.For(first.var, first.begin, first.end, inner, first.step, first.vectorize)
+                object.__setattr__(merged, "_siblings_fused", True)  # its body is a fixed point
                 between = body[i + 1:j]
                 lets = [s for s in between if isinstance(s, k.Let)]
                 stores = [s for s in between if not isinstance(s, k.Let)]
                 body = body[:i] + lets + [merged] + stores + body[j + 1:]
-                changed = True
+                # No loop before `later` had one to join, and the statements before `first` are as
+                # they were: the search goes on from where the merged loop's statements start.
+                start, changed = i, True
                 break
     return tuple(body)
 
@@ -700,38 +794,6 @@ def _sibling_before(body: list[k.Stmt], j: int) -> int | None:
         if not isinstance(first, (k.Let, k.Store)) or stored_later:
             return None
     return None
-
-
-# What the merge asks of a statement (each a walk of it), remembered per statement under
-# `remembered_walks()`: a GPU plan tries the merge on every pair of column tasks it considers
-# (engine._merged_row_tasks), each time over the same loops, and the merge scans its body again
-# after each join. GPT-2-small's backward took 700,000 walks there, most of its first step's compile
-# on the main thread. Kernel IR is immutable, so a statement's answers never change; a statement is
-# kept with its answer, so its id names no other while the memo lives.
-_WALKS: contextvars.ContextVar[dict | None] = contextvars.ContextVar("fuse_tasks_walks", default=None)
-
-
-@contextlib.contextmanager
-def remembered_walks():
-    """Within it, each statement's answers to the merge's questions are computed once."""
-    token = _WALKS.set(_WALKS.get() if _WALKS.get() is not None else {})
-    try:
-        yield
-    finally:
-        _WALKS.reset(token)
-
-
-def _remembered(question: Callable[[k.Stmt], object]) -> Callable[[k.Stmt], object]:
-    @functools.wraps(question)
-    def ask(s: k.Stmt) -> object:
-        memo = _WALKS.get()
-        if memo is None:
-            return question(s)
-        key = (question, id(s))
-        if key not in memo:
-            memo[key] = (s, question(s))
-        return memo[key][1]
-    return ask
 
 
 @dataclasses.dataclass(frozen=True)
