@@ -50,7 +50,7 @@ FEATURES = {
     "inner_outer_registers": "disable: an inner-outer row task of 2-byte elements keeps one vector a row cache in "
                              "registers (4096-long bfloat16 rows then go through shared memory), not two",
     "inner_outer_occupancy": "disable: an inner-outer row task runs at most 2 blocks an SM instead of as many as fit "
-                             "(up to 4)",
+                             "(up to 3)",
     "inner_outer_fold": "disable: the fold of an inner-outer task's partial results reads one column a thread, 32 "
                         "columns a block, instead of 16-byte vectors over enough blocks to fill the GPU",
     "dense_reductions": "disable: on a GPU, a full reduction over arrays dense in memory walks them an element "

@@ -34,12 +34,12 @@ MIN_COLUMNS_PER_BLOCK = 8
 # more on the blocks' combine than on reading.
 REDUCTION_ELEMENTS_PER_THREAD = 16
 # Inner-outer tasks (cuda_inner_outer): resident blocks an SM they take at most, as many as fit up to
-# this (the row task is compiled for 4 blocks of 256: cuda_plan.INNER_OUTER_THREADS_PER_SM). Every block
+# this (the row task is compiled for 3 blocks of 256: cuda_plan.INNER_OUTER_THREADS_PER_SM). Every block
 # writes a row of partial column results that the fold reads back: for rms_norm backward [8192, 4096]
-# bfloat16 four blocks an SM (528 on an H100) add 9% to the bytes that cross memory, where two left
+# bfloat16 three blocks an SM (396 on an H100) add 7% to the bytes that cross memory, where two left
 # the row task latency-bound (31% of DRAM bandwidth on an H200). `BRAZE_DISABLE=inner_outer_occupancy`:
 # at most INNER_OUTER_BLOCKS_PER_SM_BEFORE.
-INNER_OUTER_BLOCKS_PER_SM = 4
+INNER_OUTER_BLOCKS_PER_SM = 3
 INNER_OUTER_BLOCKS_PER_SM_BEFORE = 2
 # The fold of an inner-outer task's partial results: blocks an SM it aims for (a few MB to read, in
 # as many loads in flight as fill the GPU), and the fewest bytes of a row of them a block reads (two

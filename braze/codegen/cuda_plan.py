@@ -445,17 +445,19 @@ def plan_row_caches(task: k.Task, plan: LanePlan) -> tuple[RowCache, ...]:
 # covering long rows: for rms_norm [8192, 4096] bf16, 16 vectors of four a thread took 58 registers
 # and 76% of copy, 8 took 40 and 85%, 4 took 32 and 88% (longer rows take the shared-memory path).
 REGISTER_ROW_BYTES = {1: 16, 2: 32, 4: 128, 8: 128}
-# The same for an inner-outer row task (codegen/cuda_inner_outer.py), compiled for 64 registers a thread
+# The same for an inner-outer row task (codegen/cuda_inner_outer.py), compiled for 80 registers a thread
 # (INNER_OUTER_THREADS_PER_SM): 64 bytes of 2-byte rows. rms_norm backward's 4096-long bfloat16 dy and
 # x (16 elements a thread on 256 threads) then skip the shared-memory copy: 2.60 -> 2.89 TB/s on an
-# H200. 4-byte rows keep the general 128 bytes: layer_norm backward's 4096 float32 spill a few
-# registers at the 64-register bound, and still ran at 2.64 TB/s against 2.48 through shared memory.
+# H200. 4-byte rows keep the general 128 bytes: layer_norm backward's 4096 float32 x and dy a thread
+# holds then fit (at 64 registers they spilled: 143 MB of local loads a call on an H100).
 INNER_OUTER_REGISTER_ROW_BYTES = {**REGISTER_ROW_BYTES, 2: 64}
-# Threads of an SM an inner-outer row task is compiled to keep resident (__launch_bounds__): 4 blocks of
-# 256, 64 registers a thread. Its blocks walk their rows in a loop, a row at a time: more blocks an SM
+# Threads of an SM an inner-outer row task is compiled to keep resident (__launch_bounds__): 3 blocks of
+# 256, 80 registers a thread. Its blocks walk their rows in a loop, a row at a time: more blocks an SM
 # are more rows' loads in flight (2 blocks an SM left rms_norm backward's row task latency-bound, at
-# 31% of DRAM bandwidth on an H200).
-INNER_OUTER_THREADS_PER_SM = 1024
+# 31% of DRAM bandwidth on an H200), but 4 blocks' 64 registers spill the rows a thread keeps. On an
+# H100 (benchmarks/results/inner-outer-blocks-h100.md), layer_norm backward [8192, 4096] float32 ran at
+# 2.14 TB/s with 4 blocks, 2.47 with 3, 2.25 with 2; rms_norm backward bfloat16 at 2.33-2.38, 2.41, 2.20.
+INNER_OUTER_THREADS_PER_SM = 768
 # Per lane, the bytes of a row held in registers when one warp is the row (a function of its own,
 # whose registers the whole-block one does not pay for): 32 registers, as the whole-block path of
 # 4-byte rows takes, in a power of two of vectors (rows are mostly powers of two long: a vector past
