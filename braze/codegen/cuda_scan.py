@@ -20,8 +20,11 @@ from braze.kir import nodes as k
 from braze.passes.simplify import _reads_any
 
 # The scans' combines (braze/lower/scans.py) and their identities are the task's own `acc = init`.
-# The consecutive elements each lane takes of a tile (ScanWriter.emit_scan_loop).
+# The consecutive elements each lane takes of a tile (ScanWriter.emit_scan_loop): RUN, or VECTOR_RUN
+# where its elements load and store as 16-byte vectors of 4-byte elements (two vectors a lane: a
+# tile's barriers shared by twice the elements, twice the bytes in flight).
 RUN = 4
+VECTOR_RUN = 8
 SCAN_COMBINES = frozenset({"add", "mul", "maximum", "minimum", "logical_or", "logical_and"})
 
 
@@ -78,6 +81,9 @@ class ScanWriter:
         acc, ty, var = update.var, c_type(update.var.dtype), loop.var
         defined = frozenset(s.var for s in lets)
         run = 1 if any(_reads_any(e, defined) for e in (*store.indices, store.value)) else RUN
+        if run == RUN and self._vector_load(loop, lets, update, VECTOR_RUN) is not None \
+                and self._vector_store(loop, store, VECTOR_RUN):
+            run = VECTOR_RUN
         end, ix = self.expr(loop.end), c_type(var.dtype)
         a, b = k.Var("bz_a", acc.dtype), k.Var("bz_b", acc.dtype)
         combine = self.expr(k.Binary(update.value.op, a, b, acc.dtype))
@@ -114,17 +120,10 @@ class ScanWriter:
                       "bz_run[bz_u] = bz_u == 0 ? bz_element[0] : bz_op(bz_run[bz_u - 1], bz_element[bz_u]);")
         # Lanes past the row (the tile's last ones) feed only lanes past it and the final total.
         self.line(f"const {ty} bz_before = bz_lane_scan(bz_run[{run} - 1], {acc.name}, lanes32, bz_op);")
-        self._run_loop(run, f"const {ix} {var.name} = bz_tile + {run} * lane + bz_u;")
-        self.line(f"if ({var.name} < {end}) {{")
-        self.depth += 1
-        if run == 1:
-            self.block(tuple(lets))
-        self.line(f"const {ty} bz_scanned = bz_op(bz_before, bz_run[bz_u]);")
-        scanned = k.Var("bz_scanned", acc.dtype)
-        self.block((k.Store(store.param, store.indices, k.substitute(store.value, acc, scanned)),))
-        self.depth -= 1
-        self.line("}")
-        self._end_run_loop()
+        if self._vector_store(loop, store, run):
+            self._store_vectors(loop, store, acc, run)
+        else:
+            self._store_elements(loop, lets, store, acc, run)
         self.loop_depth -= 1
         self.depth -= 1
         self.line("}")
@@ -140,17 +139,18 @@ class ScanWriter:
         if load is not None:
             base = k.Var("bz_base", loop.var.dtype)
             address = f"&{self.expr(k.substitute(load, loop.var, base))}"
-            vector = VECTOR_TYPES[run][load.param.dtype.name]
+            vector = VECTOR_TYPES[4][load.param.dtype.name]
             aligned = f"(reinterpret_cast<unsigned long long>({address}) & 15) == 0"
             self.line(f"const {ix} bz_base = {tile} + {run} * lane;")
             self.line(f"if (bz_base + {run} <= {end} && {aligned}) {{")
             self.depth += 1
-            self.line(f"const {vector} bz_vector = *reinterpret_cast<const {vector}*>({address});")
+            for v in range(run // 4):
+                self.line(f"const {vector} bz_vector{v} = *reinterpret_cast<const {vector}*>({address} + {4 * v});")
             element = k.Var("bz_v", load.dtype)
             for u in range(run):  # each element's value from its component, at its own index
                 at = k.Binary("add", base, k.Const(u, loop.var.dtype), loop.var.dtype)
                 value = k.substitute(k.substitute(update.value.b, load, element), loop.var, at)
-                self.line(f"{{ const {c_type(load.dtype)} bz_v = bz_vector.{vector_component(run, u)}; "
+                self.line(f"{{ const {c_type(load.dtype)} bz_v = bz_vector{u // 4}.{vector_component(4, u % 4)}; "
                           f"{into}[{u}] = ({ty})({self.expr(value)}); }}")
             self.depth -= 1
             self.line("} else {")
@@ -170,7 +170,7 @@ class ScanWriter:
         computed from that load and values the row does not change, with no Lets. The scans models
         run (cumsum of probabilities, of a mask, of x * 2) are such; one vector load a run keeps
         four times the bytes in flight of a scalar one (`BRAZE_DISABLE=scan_vectors`)."""
-        if lets or run != 4 or config.disabled("scan_vectors"):
+        if lets or run % 4 or config.disabled("scan_vectors"):
             return None
         index = frozenset({loop.var})
         along = {e for e in distinct_exprs(update.value.b) if isinstance(e, k.Load) and _reads_any(e, index)}
@@ -178,12 +178,76 @@ class ScanWriter:
             return None
         (load,) = along
         param = load.param
-        if param.dtype.itemsize != 4 or param.dtype.name not in VECTOR_TYPES[run] or param.static_strides[-1] != 1:
+        if param.dtype.itemsize != 4 or param.dtype.name not in VECTOR_TYPES[4] or param.static_strides[-1] != 1:
             return None
         *outer, last = load.indices
         if last != loop.var or any(_reads_any(i, index) for i in outer):
             return None
         return load
+
+    def _vector_store(self, loop: k.For, store: k.Store, run: int) -> bool:
+        """Whether a lane's run of scanned elements may be stored as 16-byte vectors: 4-byte elements
+        laid out with stride 1 along the scanned axis, in runs of whole vectors."""
+        param = store.param
+        *outer, last = store.indices
+        return (run % 4 == 0 and not config.disabled("scan_vectors") and param.dtype.itemsize == 4
+                and param.dtype.name in VECTOR_TYPES[4] and param.static_strides[-1] == 1 and last == loop.var
+                and not any(_reads_any(i, frozenset({loop.var})) for i in outer))
+
+    def _scanned_values(self, loop: k.For, store: k.Store, acc: k.Var, run: int, into: str) -> None:
+        """`into[u]`: the value stored at each of the lane's elements, from the scan before them."""
+        ix, ty = c_type(loop.var.dtype), c_type(acc.dtype)
+        self._run_loop(run, f"const {ix} {loop.var.name} = bz_tile + {run} * lane + bz_u;")
+        self.line(f"const {ty} bz_scanned = bz_op(bz_before, bz_run[bz_u]);")
+        value = k.substitute(store.value, acc, k.Var("bz_scanned", acc.dtype))
+        self.line(f"{into}[bz_u] = ({c_type(store.param.dtype)})({self.expr(value)});")
+        self._end_run_loop()
+
+    def _store_vectors(self, loop: k.For, store: k.Store, acc: k.Var, run: int) -> None:
+        """The lane's run stored as 16-byte vectors where it lies whole in the row and aligned, else
+        element by element (a row's last tile, a misaligned row)."""
+        ix, end = c_type(loop.var.dtype), self.expr(loop.end)
+        self.line(f"{c_type(store.param.dtype)} bz_out[{run}];")
+        self._scanned_values(loop, store, acc, run, "bz_out")
+        base = k.Var("bz_store_base", loop.var.dtype)
+        address = f"&{self.expr(k.substitute(k.Load(store.param, store.indices), loop.var, base))}"
+        vector = VECTOR_TYPES[4][store.param.dtype.name]
+        self.line(f"const {ix} bz_store_base = bz_tile + {run} * lane;")
+        aligned = f"(reinterpret_cast<unsigned long long>({address}) & 15) == 0"
+        self.line(f"if (active && bz_store_base + {run} <= {end} && {aligned}) {{")
+        self.depth += 1
+        for v in range(run // 4):
+            parts = ", ".join(f"bz_out[{4 * v + u}]" for u in range(4))
+            self.line(f"*reinterpret_cast<{vector}*>({address} + {4 * v}) = {vector}{{{parts}}};")
+        self.depth -= 1
+        self.line("} else {")
+        self.depth += 1
+        self._run_loop(run, f"const {ix} {loop.var.name} = bz_store_base + bz_u;")
+        out = k.Var("bz_out_u", store.param.dtype)
+        self.line(f"if ({loop.var.name} < {end}) {{")
+        self.depth += 1
+        self.line(f"const {c_type(store.param.dtype)} bz_out_u = bz_out[bz_u];")
+        self.block((k.Store(store.param, store.indices, out),))
+        self.depth -= 1
+        self.line("}")
+        self._end_run_loop()
+        self.depth -= 1
+        self.line("}")
+
+    def _store_elements(self, loop: k.For, lets: list[k.Stmt], store: k.Store, acc: k.Var, run: int) -> None:
+        """Each of the lane's elements in the row stored on its own, from the scan before it."""
+        ix, ty, var, end = c_type(loop.var.dtype), c_type(acc.dtype), loop.var, self.expr(loop.end)
+        self._run_loop(run, f"const {ix} {var.name} = bz_tile + {run} * lane + bz_u;")
+        self.line(f"if ({var.name} < {end}) {{")
+        self.depth += 1
+        if run == 1:
+            self.block(tuple(lets))
+        self.line(f"const {ty} bz_scanned = bz_op(bz_before, bz_run[bz_u]);")
+        scanned = k.Var("bz_scanned", acc.dtype)
+        self.block((k.Store(store.param, store.indices, k.substitute(store.value, acc, scanned)),))
+        self.depth -= 1
+        self.line("}")
+        self._end_run_loop()
 
     def _run_loop(self, run: int, first: str) -> None:
         self.line("#pragma unroll")

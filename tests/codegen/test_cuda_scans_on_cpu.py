@@ -73,11 +73,13 @@ def test_tiles_load_ahead_of_the_scan_or_after_it(prefetch):
 @pytest.mark.parametrize("vectors", [True, False])
 @pytest.mark.parametrize("offset", [0, 1])
 def test_runs_load_as_vectors_where_the_row_is_aligned(vectors, offset):
-    """A lane's run of four float32 is one 16-byte load where it lies inside the row and aligned
-    (`scan_vectors`); rows one element off (every run misaligned) and the last part-full run take
-    the elements one at a time. Both agree with NumPy."""
+    """A lane's run of eight float32 is two 16-byte loads and two 16-byte stores where it lies inside
+    the row and aligned (`scan_vectors`); rows one element off (every run misaligned: the inputs here,
+    the outputs' rows after the first) and the last part-full run take the elements one at a time.
+    Both agree with NumPy."""
     x = np.random.default_rng(6).standard_normal((3, 2901 + offset)).astype(np.float32)[:, offset:]
     with bz.config.scope(enable={"poison_outputs"}, disable=set() if vectors else {"scan_vectors"}):
-        assert ("bz_vector" in engine.cuda_source(scan_fusion("cumsum", 1, 2), [x])) == vectors
+        source = engine.cuda_source(scan_fusion("cumsum", 1, 2), [x])
+        assert ("bz_vector1" in source and "float4{bz_out[4]" in source) == vectors
         (actual,), _ = run_on_cpu(scan_fusion("cumsum", 1, 2), [x], sm_count=2)
     np.testing.assert_allclose(actual, wanted("cumsum", x, 1), rtol=2e-5, atol=2e-4)

@@ -148,4 +148,4 @@ def test_more_architectures_on_the_gpu_match_eager(name: str) -> None:
     no TF32), static sizes and symbolic ones, braze's outputs poisoned before its kernels write them."""
     for dynamic in (None, True):
         torch._dynamo.reset()
-        more_models.check_against_eager(name, dynamic, device="cuda", tolerance=(1e-4, 1e-4))
+        more_models.check_against_eager(name, dynamic, device="cuda", tolerance=(1e-4, 1e-4), backend=braze_backend)

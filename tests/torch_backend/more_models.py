@@ -241,13 +241,14 @@ def outputs_and_gradients(model, inputs: tuple) -> tuple[list, list]:
 
 
 def check_against_eager(name: str, dynamic: bool | None, device: str = "cpu",
-                        tolerance: tuple[float, float] = (1e-4, 1e-4)) -> None:
+                        tolerance: tuple[float, float] = (1e-4, 1e-4), backend: object = "braze") -> None:
+    """`backend`: the backend's name, or its function where braze runs uninstalled (no entry point)."""
     make_model, make_inputs = MODELS[name]
     torch.manual_seed(0)
     model = make_model().to(device)
     reference = copy.deepcopy(model)
     inputs = tuple(t.to(device) for t in make_inputs(torch.Generator().manual_seed(1)))
-    compiled = torch.compile(model, backend="braze", options=STRICT, dynamic=dynamic)
+    compiled = torch.compile(model, backend=backend, options=STRICT, dynamic=dynamic)
     with torch._dynamo.config.patch(DATA_DEPENDENT):
         outs, grads = outputs_and_gradients(compiled, inputs)
     outs_ref, grads_ref = outputs_and_gradients(reference, inputs)
