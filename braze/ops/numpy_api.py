@@ -9,7 +9,6 @@ fallback to an object array.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
@@ -88,8 +87,11 @@ def _operand(what: str, value: object) -> object:
 
 # --- functions ----------------------------------------------------------------------------------------
 def _reduction(reduce: Callable[..., TensorView]) -> Callable[..., TensorView]:
-    def numpy_reduction(a, axis=None, dtype=None, out=None, keepdims=False, **ignored):
+    def numpy_reduction(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):
         _no_out(reduce.__name__, out)
+        if initial is not None or where is not True:
+            raise UnsupportedError(f"np.{reduce.__name__}: initial= and where=: braze reduces every element; "
+                                   "choose them first with np.where(mask, x, identity)")
         x = a if dtype is None else cast(a, dtype)
         return reduce(x, axis, bool(keepdims))
 
@@ -148,15 +150,13 @@ def _expand_dims(a, axis):
 
 
 def _norm(x, ord=None, axis=None, keepdims=False):  # noqa: A002  (NumPy's name)
-    """Vector norms (ord None or 2, 1, inf, -inf) over `axis`, or the Frobenius norm of all of x."""
-    magnitude = elementwise("abs", x)
-    if ord in (None, 2, "fro"):
-        return elementwise("sqrt", red.sum(elementwise("mul", x, x), axis, keepdims))
-    if ord == 1:
-        return red.sum(magnitude, axis, keepdims)
-    if ord in (math.inf, -math.inf):
-        return (red.max if ord > 0 else red.min)(magnitude, axis, keepdims)
-    raise UnsupportedError(f"np.linalg.norm: ord={ord!r}: braze takes None, 2, 'fro', 1, inf and -inf")
+    """Vector norms over one axis (or of a vector), and the Frobenius norm; NumPy's matrix norms (an
+    `ord` over two axes) have no braze op."""
+    matrix = (axis is None and x.ndim >= 2) or (isinstance(axis, (tuple, list)) and len(axis) == 2)
+    if matrix and ord not in (None, "fro"):
+        raise UnsupportedError(f"np.linalg.norm: ord={ord!r} over two axes is a matrix norm: braze has none "
+                               "(vector norms over one axis, and the Frobenius norm, it has)")
+    return x.norm(2 if ord is None else ord, axis, keepdims)  # braze/ops/torch_methods.py
 
 
 def _pad(array, pad_width, mode="constant", constant_values=0):
@@ -181,7 +181,8 @@ _FUNCTIONS: dict[Callable, Callable[..., TensorView]] = {
     np.cumsum: _scan(scans.cumsum), np.cumprod: _scan(scans.cumprod),
     np.where: _where, np.clip: lambda a, a_min=None, a_max=None, out=None, **k: a.clip(a_min, a_max),
     np.round: _round, np.around: _round,
-    np.concatenate: lambda arrays, axis=0, out=None, **k: views.cat(list(arrays), axis),
+    np.concatenate: lambda arrays, axis=0, out=None, **k: (views.cat(list(arrays), axis) if axis is not None
+                                                           else views.cat([views.reshape(a, [-1]) for a in arrays], 0)),
     np.stack: lambda arrays, axis=0, out=None, **k: vc.stack(list(arrays), axis),
     np.expand_dims: _expand_dims, np.squeeze: lambda a, axis=None: views.squeeze(a, axis),
     np.transpose: _transpose, np.swapaxes: lambda a, axis1, axis2: views.transpose(a, axis1, axis2),
@@ -199,7 +200,6 @@ _FUNCTIONS: dict[Callable, Callable[..., TensorView]] = {
     np.triu: lambda m, k=0: vc.triu(m, k), np.tile: lambda a, reps: vc.tile(a, reps),
     np.repeat: lambda a, repeats, axis=None: vc.repeat_interleave(a, repeats, axis),
     np.diff: lambda a, n=1, axis=-1, **k: vc.diff(a, n, axis),
-    np.logaddexp: activations.logaddexp,
 }
 
 

@@ -51,7 +51,9 @@ PROGRAMS = {
     "copies": (lambda a: np.tile(a[:2], (2, 1)).sum(0) + np.repeat(a, 2, axis=0)[::2].sum(0) + np.diff(a, axis=0)
                .sum(0) + np.pad(a, ((1, 0), (0, 2)))[1:, :5].sum(0), (X,)),
     "norms": (lambda a: np.linalg.norm(a, axis=1) + np.linalg.norm(a) + np.linalg.norm(a, 1, axis=1)
-              + np.linalg.norm(a, np.inf, axis=1), (X,)),
+              + np.linalg.norm(a, np.inf, axis=1) + np.linalg.norm(a, 0, axis=1) + np.linalg.norm(a, 3, axis=1)
+              + np.linalg.norm(a[0], 1), (X,)),
+    "flat_concatenate": (lambda a: np.concatenate([a, a[:2]], axis=None), (X,)),
 }
 
 
@@ -100,8 +102,10 @@ def test_random_chains_of_ufuncs_give_numpys_result(chain: list[str], seed: int)
     (lambda a: np.sqrt(a, out=np.zeros((6, 5), np.float32)), "out="),
     (lambda a: np.ones((6, 5)) + a, "an ndarray operand"),
     (lambda a: np.spacing(a), "np.spacing"),
-    (lambda a: np.linalg.norm(a, 3, axis=1), "ord=3"),
-], ids=["dot", "sort", "where_indices", "reduction_out", "ufunc_out", "ndarray_operand", "no_op", "norm_ord"])
+    (lambda a: np.linalg.norm(a, 1), "matrix norm"),
+    (lambda a: np.sum(a, where=a > 0), "where="),
+], ids=["dot", "sort", "where_indices", "reduction_out", "ufunc_out", "ndarray_operand", "no_op", "matrix_norm",
+        "reduction_where"])
 def test_what_braze_has_no_op_for_is_named(fn, named: str) -> None:
     with pytest.raises(bz.UnsupportedError, match=named.replace("(", r"\(").replace(")", r"\)")):
         bz.jit(fn)(X)
