@@ -1,7 +1,7 @@
 """The launch of each task of a compiled CUDA kernel for the extents of a call: its grid, the lanes a
 row takes, the row length its caches keep, dynamic shared memory, a wider block, rows split over
 blocks, column strips and inner-outer pairs. Scheduling knowledge, beside the task schedules and row
-plans of codegen/cuda_plan.py it reads, so it sits below the runtime: runtime/cuda_kernel.py's
+plans of codegen/cuda_plan.py it reads, so it sits below the runtime: runtime/backends/cuda.py's
 executor compiles, loads and launches, and asks a LaunchPlanner what to launch.
 """
 
@@ -47,7 +47,7 @@ INNER_OUTER_BLOCKS_PER_SM_BEFORE = 2
 FOLD_BLOCKS_PER_SM = 2
 FOLD_SEGMENT_BYTES = 64
 # Blocks wider than a kernel's own that a row task's launch may take (LaunchPlanner._wide_block), from
-# a recompile of the kernel for them made the first time one is planned (runtime/cuda_kernel.py,
+# a recompile of the kernel for them made the first time one is planned (compile/cuda_kernel.py,
 # CudaCompiledKernel.for_block).
 WIDE_BLOCKS = (512, 1024)
 

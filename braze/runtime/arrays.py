@@ -40,7 +40,7 @@ def as_host_array(obj: object, where: str) -> tuple[np.ndarray, str]:
         return _torch_to_numpy(obj, where), "torch"
     if hasattr(obj, "__cuda_array_interface__"):
         raise UnsupportedError(f"{where}: expected a host array, got a CUDA array ({type(obj).__name__}); "
-                               "the CUDA backend is not available in this build yet")
+                               "a call's arrays must all be on the host or all on one GPU")
     if hasattr(obj, "__array_interface__"):
         return np.asarray(obj), "numpy"
     if hasattr(obj, "__dlpack__"):
