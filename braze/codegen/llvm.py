@@ -14,7 +14,7 @@ import numpy as np
 from llvmlite import ir
 
 from braze import dtypes as dt
-from braze.codegen import llvm_math, llvm_private
+from braze.codegen import llvm_invariants, llvm_math, llvm_private
 from braze.codegen.llvm_pairwise import PairwiseSums, blocked_sums
 from braze.codegen.llvm_rules import RULES
 from braze.codegen.llvm_types import F32, I1, I8, I64, MEMORY_TYPE, VOID, register_type
@@ -42,6 +42,8 @@ class TaskEmitter:
         # value computed while a statement is emitted dominates the rest of that statement (operands
         # of `where`, `and`, `or` are all evaluated: select, and, or), so the map lives for one statement.
         self.values: dict[k.Expr, ir.Value] = {}
+        # Values computed once before the task's loop (llvm_invariants), for every statement in it.
+        self.invariants: dict[k.Expr, ir.Value] = {}
         self.loops: list[tuple[ir.Block, ir.Block]] = []  # (continue target, break target)
         self.pairwise = PairwiseSums(self, blocked_sums(task))
 
@@ -89,7 +91,9 @@ class TaskEmitter:
 
     # --- expressions ----------------------------------------------------------------------------
     def expr(self, e: k.Expr) -> ir.Value:
-        value = self.values.get(e)
+        value = self.invariants.get(e)
+        if value is None:
+            value = self.values.get(e)
         if value is None:
             value = self.values[e] = _EXPR[type(e)](self, e)
         return value
@@ -275,11 +279,29 @@ def emit_task(module: ir.Module, kernel: k.Kernel, task: k.Task, layout: ArgLayo
         begin = lo if index.itemsize == 8 else cg.b.trunc(lo, register_type(index))
         end = hi if index.itemsize == 8 else cg.b.trunc(hi, register_type(index))
         llvm_private.open_private_copies(cg, llvm_private.privatizable(task), lo, hi)
-        cg.loop(task.var, begin, end, 1, lambda: cg.block(task.body))
+        _loop_with_invariants(cg, task, begin, end)
         llvm_private.close_private_copies(cg)
     else:
         cg.block(task.body)
     cg.finish()
+
+
+def _loop_with_invariants(cg: TaskEmitter, task: k.Task, begin: ir.Value, end: ir.Value) -> None:
+    """The task's loop, its index-invariant values (llvm_invariants) computed once before it where
+    the range is not empty."""
+    hoisted = llvm_invariants.task_invariants(task)
+    if not hoisted:
+        cg.loop(task.var, begin, end, 1, lambda: cg.block(task.body))
+        return
+    before, done = cg.fn.append_basic_block("invariants"), cg.fn.append_basic_block("done")
+    cg.b.cbranch(cg.b.icmp_signed("<", begin, end), before, done)
+    cg.b.position_at_end(before)
+    cg.values = {}
+    for e in hoisted:
+        cg.invariants[e] = cg.expr(e)
+    cg.loop(task.var, begin, end, 1, lambda: cg.block(task.body))
+    cg.b.branch(done)
+    cg.b.position_at_end(done)
 
 
 def generate(kernel: k.Kernel, fast_math: bool = False) -> str:
