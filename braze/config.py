@@ -82,6 +82,8 @@ FEATURES = {
                 "evicted first)",
     "balanced_lanes": "disable: on a GPU, a pointwise task's rows of 1024 elements or more take a whole block "
                       "each, however many of its lanes the row's last step leaves idle",
+    "narrow_blocks": "disable: on a GPU, many rows of 2-byte elements that a block of 256 keeps in registers run "
+                     "on blocks of 256 threads, not of 128 keeping twice the elements a thread",
     "pad_mm": "disable: the torch backend leaves matrix multiplies with extents that break 16-byte alignment "
               "(an odd vocabulary) unpadded, as eager PyTorch runs them",
     "logsumexp_pad": "disable: logsumexp over an axis whose extent is not a static positive number takes the max "

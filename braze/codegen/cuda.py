@@ -42,6 +42,8 @@ from braze.codegen.cuda_plan import (
     ARG_INDEX,
     INNER_OUTER_REGISTER_ROW_BYTES,
     LANE_COMBINES,
+    NARROW_BLOCK,
+    NARROW_REGISTER_ROW_BYTES,
     ONLINE_ADD,
     REGISTER_ROW_BYTES,
     WARP,
@@ -193,10 +195,11 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter, Invari
 
     def register_budget(self) -> dict[int, int]:
         """Bytes of a row a thread may keep in registers, by element size: an inner-outer row
-        task's own where it is one (`BRAZE_DISABLE=inner_outer_registers`: every task's)."""
+        task's own where it is one (`BRAZE_DISABLE=inner_outer_registers`: every task's), a narrow
+        block's where the kernel is compiled for one."""
         if self.inner_outer is not None and not config.disabled("inner_outer_registers"):
             return INNER_OUTER_REGISTER_ROW_BYTES
-        return REGISTER_ROW_BYTES
+        return NARROW_REGISTER_ROW_BYTES if self.block_size == NARROW_BLOCK else REGISTER_ROW_BYTES
 
     # --- text --------------------------------------------------------------------------------------
     def line(self, text: str) -> None:

@@ -14,7 +14,7 @@ import numpy as np
 
 from braze import config
 from braze.codegen.cuda import DEFAULT_BLOCK_SIZE
-from braze.codegen.cuda_plan import WARP, TaskSchedule, nest_of, schedule_bounds
+from braze.codegen.cuda_plan import NARROW_BLOCK, WARP, TaskSchedule, nest_of, schedule_bounds
 from braze.errors import UnsupportedError
 from braze.kir import nodes as k
 from braze.kir.python import python_function, scalar_by_name
@@ -46,10 +46,13 @@ INNER_OUTER_BLOCKS_PER_SM_BEFORE = 2
 # 32-byte sectors).
 FOLD_BLOCKS_PER_SM = 2
 FOLD_SEGMENT_BYTES = 64
-# Blocks wider than a kernel's own that a row task's launch may take (LaunchPlanner._wide_block), from
+# Blocks wider than a kernel's own that a row task's launch may take (LaunchPlanner._row_block), from
 # a recompile of the kernel for them made the first time one is planned (compile/cuda_kernel.py,
 # CudaCompiledKernel.for_block).
 WIDE_BLOCKS = (512, 1024)
+# Narrow blocks (cuda_plan.NARROW_BLOCK) only for at least this many rows an SM: fewer leave SMs with
+# too few rows in flight to hide a row's latency.
+NARROW_MIN_ROWS_PER_SM = 8
 
 
 def lanes_for(row_length: int, block: int, warp_row: int = 0, per_lane: int = 4) -> int:
@@ -127,7 +130,7 @@ class PlannedLaunch:
     shared: int
     scalars: tuple[int, int, int, int]
     warp: bool = False  # launches the task's warp function (one warp a row)
-    block: int = 0  # threads a block, where wider than the planner's own (LaunchPlanner._wide_block)
+    block: int = 0  # threads a block, where wider than the planner's own (LaunchPlanner._row_block)
 
     @property
     def function(self) -> object:
@@ -177,7 +180,7 @@ class LaunchPlanner:
     """The launches of every task of one kernel compiled for blocks of `block` threads, on a GPU of
     `sm_count` SMs. `resident_blocks(function name, block, dynamic shared bytes)` answers the blocks
     of a function an SM holds at once (the loaded module's occupancy); `wider(block)` the planner of
-    the kernel recompiled for a wider block (_wide_block), made by whoever compiles (None: this
+    the kernel recompiled for a wider block (_row_block), made by whoever compiles (None: this
     planner's launches keep its own block, as a wider kernel's own planner does). The planner never
     compiles or launches."""
 
@@ -226,17 +229,18 @@ class LaunchPlanner:
 
     def _plan_own_or_wide(self, n: int, task: TaskLaunch, scalars: dict[str, int], pointers: tuple[int, int]
                           ) -> PlannedLaunch | None:
-        """Task `n`'s launch: in blocks of this planner's size, or of a wider one (_wide_block), from
+        """Task `n`'s launch: in blocks of this planner's size, or of a wider one (_row_block), from
         the kernel recompiled for it (`wider`'s planner)."""
-        block = self._wide_block(task, scalars)
+        block = self._row_block(task, scalars)
         if block == self.block:
             return self._plan_task(task, scalars, pointers)
         wide = self.wider(block)
         planned = wide._plan_task(wide.tasks[n], scalars, pointers)
         return None if planned is None else dataclasses.replace(planned, block=block)
 
-    def _wide_block(self, task: TaskLaunch, scalars: dict[str, int]) -> int:
-        """The threads a block of a row task's launch takes: this planner's, or the fewest of
+    def _row_block(self, task: TaskLaunch, scalars: dict[str, int]) -> int:
+        """The threads a block of a row task's launch takes: this planner's, NARROW_BLOCK for many
+        rows of 2-byte elements its block holds in registers (_narrow_rows), or the fewest of
         WIDE_BLOCKS that serve its rows better (measured on an H100: wide-blocks-h100.md in
         benchmarks/results):
         - rows read twice (through a row cache) that registers hold at a wider block and not at this
@@ -250,6 +254,8 @@ class LaunchPlanner:
         rows, row = end - begin, max(extents, default=0)
         if rows <= 0 or lanes_for(row, self.block) < self.block:
             return self.block
+        if self._narrow_rows(task, rows, row):
+            return NARROW_BLOCK
         if task.cache_itemsizes and task.register_row and rows >= self.sm_count:
             fits = [b for b in WIDE_BLOCKS if task.register_row < row <= task.register_row * b // self.block]
             if fits:
@@ -258,6 +264,15 @@ class LaunchPlanner:
         while block < WIDE_BLOCKS[-1] and 2 * rows * block <= threads:
             block *= 2
         return block
+
+    def _narrow_rows(self, task: TaskLaunch, rows: int, row: int) -> bool:
+        """Whether rows of `row` 2-byte elements run on blocks of NARROW_BLOCK threads (see
+        cuda_plan.NARROW_BLOCK): rows this planner's default block keeps in registers, so the narrow
+        block's twice the bytes a thread keep them too, and enough rows that the narrow blocks still
+        fill every SM several times over."""
+        return (self.block == DEFAULT_BLOCK_SIZE and bool(task.cache_itemsizes) and max(task.cache_itemsizes) == 2
+                and 0 < row <= task.register_row and rows >= NARROW_MIN_ROWS_PER_SM * self.sm_count
+                and not config.disabled("narrow_blocks"))
 
     def _plan_task(self, task: TaskLaunch, scalars: dict[str, int], pointers: tuple[int, int]
                    ) -> PlannedLaunch | None:

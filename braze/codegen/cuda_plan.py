@@ -451,6 +451,13 @@ REGISTER_ROW_BYTES = {1: 16, 2: 32, 4: 128, 8: 128}
 # H200. 4-byte rows keep the general 128 bytes: layer_norm backward's 4096 float32 x and dy a thread
 # holds then fit (at 64 registers they spilled: 143 MB of local loads a call on an H100).
 INNER_OUTER_REGISTER_ROW_BYTES = {**REGISTER_ROW_BYTES, 2: 64}
+# Rows of 2-byte elements that a block of 256 holds in registers run on blocks of NARROW_BLOCK threads
+# instead (cuda_launch.LaunchPlanner._row_block), each thread keeping twice the bytes: a row's setup
+# and its reductions' barriers are then spread over twice the elements. layer_norm over [8192, 4096]
+# bfloat16 (16 elements a thread on 256) was bound by instruction issue, not memory: 2.65 -> 3.35 TB/s
+# on an H200 (benchmarks/results/narrow-rows-h200.md).
+NARROW_BLOCK = 128
+NARROW_REGISTER_ROW_BYTES = {**REGISTER_ROW_BYTES, 2: 64}
 # Threads of an SM an inner-outer row task is compiled to keep resident (__launch_bounds__): 3 blocks of
 # 256, 80 registers a thread. Its blocks walk their rows in a loop, a row at a time: more blocks an SM
 # are more rows' loads in flight (2 blocks an SM left rms_norm backward's row task latency-bound, at

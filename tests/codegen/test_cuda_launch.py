@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
+import pytest
 
 import braze as bz
 from braze import engine
@@ -44,6 +45,51 @@ def test_a_wider_block_is_planned_by_the_planner_the_callback_returns() -> None:
     assert asked == [512] and (planned.block, planned.scalars[0], planned.grid) == (512, 512, 64)
     (own,) = planner(wider=None).plan(scalars)  # no recompile to ask for: the planner's own block
     assert (own.block, own.scalars[0]) == (0, 256)
+
+
+@functools.cache
+def bfloat16_layer_norm_rows(dtype=bz.bfloat16) -> tuple:
+    """The generated tasks of layer_norm over rows of 4096 (bfloat16 unless told), and extents of 64 rows."""
+    with bz.Fusion() as f:
+        f.add_output(bz.ops.layer_norm(f.define_tensor((-1, -1), dtype=dtype)))
+    bound = bind_inputs(f, [np.ones((64, 4096), dtype.numpy)])
+    _, kernel, _ = engine.plan_kernel(f, engine.signature(f, bound), views_on_host=False, gpu=True)
+    generated = cuda.generate(kernel, restrict=True)
+    return task_launches(kernel, generated, {name: name for name in generated.functions}), dict(bound.bindings)
+
+
+def narrow_planner(sm_count: int, dtype=bz.bfloat16, block: int = 256) -> tuple[LaunchPlanner, list[int]]:
+    """A planner of `bfloat16_layer_norm_rows`' tasks whose recompiles are recorded (the blocks asked)."""
+    asked: list[int] = []
+
+    def recompiled(block: int) -> LaunchPlanner:
+        asked.append(block)
+        return narrow_planner(sm_count, dtype, block)[0]
+
+    tasks, _ = bfloat16_layer_norm_rows(dtype)
+    return LaunchPlanner(tasks, block, sm_count, lambda name, block, shared: 1, recompiled), asked
+
+
+def test_many_rows_of_two_byte_elements_take_blocks_of_128() -> None:
+    """Rows of 4096 bfloat16 that 256 threads keep in registers (32 bytes a thread) run on blocks of
+    128 threads of 64 bytes each, where there are at least 8 rows an SM: 64 rows on 8 SMs."""
+    _, scalars = bfloat16_layer_norm_rows()
+    planner, asked = narrow_planner(sm_count=8)
+    (planned,) = planner.plan(scalars)
+    assert asked == [128] and (planned.block, planned.scalars[0], planned.grid) == (128, 128, 64)
+    assert planned.scalars[1] == 0  # the row stays in registers: no shared-memory row cache
+    with bz.config.scope(disable="narrow_blocks"):
+        planner, asked = narrow_planner(sm_count=8)
+        (planned,) = planner.plan(scalars)
+    assert asked == [] and (planned.block, planned.scalars[0]) == (0, 256)
+
+
+@pytest.mark.parametrize("sm_count, dtype", [(9, bz.bfloat16), (8, bz.float32)])
+def test_few_rows_or_four_byte_rows_keep_the_planners_block(sm_count, dtype) -> None:
+    _, scalars = bfloat16_layer_norm_rows(dtype)
+    planner, asked = narrow_planner(sm_count, dtype)
+    (planned,) = planner.plan(scalars)
+    assert asked == [] and (planned.block, planned.scalars[0]) == (0, 256)
 
 
 def test_launch_params_dump_names_each_launch_with_its_block(capsys) -> None:

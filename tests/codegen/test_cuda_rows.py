@@ -346,3 +346,21 @@ def test_a_softmax_whose_row_is_the_whole_output_spans_no_blocks():
     if cuda_on_cpu.available():
         (got,), _ = cuda_on_cpu.run_on_cpu(f, [x])
         np.testing.assert_array_equal(got, [1.0])
+
+
+@pytest.mark.parametrize("row", [4096, 2056, 2050])
+def test_a_narrow_block_keeps_bfloat16_rows_in_registers_and_normalizes_them(row):
+    """A kernel compiled for blocks of 128 threads (cuda_plan.NARROW_BLOCK) keeps 64 bytes of a
+    bfloat16 row a thread: 4 vectors of 8, so rows up to 4096 stay in registers. Rows the vectors do
+    not divide (2050) take the general path. Both match float64 layer_norm within bfloat16 rounding."""
+    with bz.Fusion() as f:
+        f.add_output(bz.ops.layer_norm(f.define_tensor((-1, -1), dtype=bz.bfloat16)))
+    x = np.random.default_rng(row).standard_normal((3, row)).astype(ml_dtypes.bfloat16)
+    executor, _, _ = cuda_on_cpu.cuda_executor(f, [x], block_size=128)
+    assert "bz_bfloat168 bz_rc0[4];" in executor.compiled.generated.body
+    if not cuda_on_cpu.available():
+        pytest.skip("no C++ compiler for the CUDA-on-CPU harness")
+    (got,), launches = cuda_on_cpu.run_on_cpu(f, [x], block_size=128)
+    x64 = x.astype(np.float64)
+    want = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-2, atol=1e-2)

@@ -197,3 +197,20 @@ def test_few_long_rows_take_wider_blocks(rows_count, length):
     x[0, 5] = x[0, length - 2] = 1e9
     (got,) = run(lambda t: [bz.ops.argmax(t, -1)], x)
     np.testing.assert_array_equal(got, np.argmax(as64(x), -1))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("op", list(OPS))
+@pytest.mark.parametrize("dtype", [bz.bfloat16, bz.float16], ids=str)
+def test_many_two_byte_rows_launch_blocks_of_128(capsys, op, dtype, layout):
+    """Rows of 2-byte elements that a block of 256 keeps in registers run on blocks of 128 threads
+    (cuda_plan.NARROW_BLOCK) where there are at least 8 rows an SM; their results are the same
+    normalizations. Lengths up to 4096, and 4100 past the register rows (a wider block instead)."""
+    rows_count = 8 * cuda_driver.device(0).sm_count + 3
+    for length in (2056, 4096, 4100):
+        with config.scope(dump="launch_params"):
+            check(op, dtype, layout, (rows_count, length))
+        launches = [line for line in capsys.readouterr().err.splitlines() if ": rows range=" in line]
+        assert len(launches) == 1
+        if op in ("softmax", "layer_norm", "rms_norm"):  # one row cache; a residual's two hold 2048 a block
+            assert (" block=128 " in launches[0]) == (length <= 4096), launches
