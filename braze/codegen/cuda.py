@@ -697,6 +697,8 @@ class CudaSource:
     lane_widths: tuple[int, ...] = ()
     # Per task: the indices a thread moves at a time (cuda_rows.write_thread_vectors; 1: one).
     thread_vector_widths: tuple[int, ...] = ()
+    # Per task: the fast divisors its threads each set up once (cuda_invariants.plan_divisors).
+    thread_divisors: tuple[int, ...] = ()
     # The text of each function, in the order of `functions` (the body is the header, then these).
     sections: tuple[str, ...] = ()
 
@@ -819,7 +821,7 @@ def generate(kernel: k.Kernel, block_size: int = DEFAULT_BLOCK_SIZE, restrict: b
                       tuple(register_row(w) for w in writers), tuple(w.launch_schedule for w in writers),
                       tuple(w.function if w is not None else "" for w in warps),
                       tuple(register_row(w) for w in warps), tuple(lane_width(w) for w in writers),
-                      tuple(thread_vector_width(w) for w in writers), sections)
+                      tuple(thread_vector_width(w) for w in writers), tuple(len(w.divisors) for w in writers), sections)
 
 
 def inner_outer_pairs(kernel: k.Kernel) -> list[tuple[str, str]]:

@@ -27,6 +27,9 @@ MAX_GRID = 2**31 - 1  # blocks of a launch (grid x)
 # (relu(x*y+z) on 64M float32 on an H100: 2971 GB/s at 4 a thread, 2949 at 1, 2859 resident;
 # benchmarks/pointwise_grid.py). A task whose threads move vectors of 4 or 8 takes one vector a thread.
 POINTWISE_ELEMENTS_PER_THREAD = 4
+# Elements a thread of a row task computed element by element takes at least, over as many rows as
+# that needs, where it sets up fast divisors before its first row (LaunchPlanner._rows_a_thread).
+DIVIDED_ELEMENTS_PER_THREAD = 64
 # Outer reductions: neighbouring columns a block owns (a warp's loads of a row: 128 bytes of float32).
 COLUMNS_PER_BLOCK = 32
 MIN_COLUMNS_PER_BLOCK = 8
@@ -111,6 +114,7 @@ class TaskLaunch:
     vector_width: int = 1
     nest_levels: int = 0  # splittable rows: the loops of the nest the split path walks (schedule_bounds)
     lane_combines: bool = True  # some loop's lanes combine their values (a reduction's): cuda_plan.LanePlan
+    thread_divisors: int = 0  # fast divisors each thread sets up once (cuda_invariants.plan_divisors)
 
     def shared_bytes(self, rows_per_block: int, row: int) -> int:
         """Dynamic shared memory for the row caches (each region rounded to 16 bytes)."""
@@ -169,11 +173,11 @@ def task_launches(kernel: k.Kernel, generated, functions: dict) -> list[TaskLaun
                        plan.coalesces, tuple(c.dtype.itemsize for c in caches), tuple(c.position for c in caches),
                        schedule, registers, functions[warp] if warp else None, warp, warp_registers, width,
                        thread_width, len(nest_of(t)) if _splits_rows(schedule) else 0,
-                       any(plan.loops.values()))
-            for t, plan, caches, schedule, registers, warp, warp_registers, width, thread_width in zip(
+                       any(plan.loops.values()), divisors)
+            for t, plan, caches, schedule, registers, warp, warp_registers, width, thread_width, divisors in zip(
                 kernel.tasks, generated.lane_plans, generated.row_caches, generated.schedules,
                 generated.register_rows, generated.warp_functions, generated.warp_register_rows,
-                generated.lane_widths, generated.thread_vector_widths, strict=True)]
+                generated.lane_widths, generated.thread_vector_widths, generated.thread_divisors, strict=True)]
 
 
 class LaunchPlanner:
@@ -326,8 +330,21 @@ class LaunchPlanner:
             # groups of rows, each new block starting as one ends, keeps more loads in flight than
             # resident blocks looping over the rows (on an H100, bias + tanh-GELU over [16384, 8192]
             # bfloat16 2512 -> 2900 GB/s, RoPE 2519 -> 2800).
-            grid = min(blocks, MAX_GRID)
+            grid = min(-(-blocks // self._rows_a_thread(task, lanes, extents)), MAX_GRID)
         return PlannedLaunch(task, begin, end, grid, shared, (lanes, cached if shared else 0, 0, 0))
+
+    @staticmethod
+    def _rows_a_thread(task: TaskLaunch, lanes: int, extents: list[int]) -> int:
+        """Rows each thread of a row task computed element by element walks: one, or, where its
+        threads each set up fast divisors first (about 30 instructions each), enough rows that the
+        setup is spread over DIVIDED_ELEMENTS_PER_THREAD elements. RoPE over [16, 2048, 32, 128]
+        bfloat16 (rows of 128 on 8 lanes: 16 elements a thread a row, two divisors) ran at 3.44 TB/s
+        on an H200 with a row a thread, 3.72 with 2, 3.87 with 4, 3.76 with 8
+        (benchmarks/results/rows-a-thread-h200.md); rows without divisors gain nothing."""
+        if not task.thread_divisors:
+            return 1
+        per_row = max(1, -(-sum(max(n, 0) for n in extents) // lanes))
+        return max(1, DIVIDED_ELEMENTS_PER_THREAD // per_row)
 
     def _lanes(self, task: TaskLaunch, rows: int, row_length: int) -> int:
         """Threads a row: lanes_for's, where the lanes coalesce or the rows are too few to give

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -98,3 +99,44 @@ def test_launch_params_dump_names_each_launch_with_its_block(capsys) -> None:
         planner(wider=lambda block: planner(block)).plan(scalars)
     text = capsys.readouterr().err
     assert "rows range=[0, 64) grid=64 block=512" in text and "lanes=512" in text
+
+
+def rope_launch(x_shape: tuple[int, ...]):
+    """The planned launch of RoPE (halves swapped by slices and cat, cos and sin broadcast over batch
+    and heads) over bfloat16 `x_shape`, on a planner of 4 SMs."""
+    d = x_shape[-1]
+    with bz.Fusion() as f:
+        x = bz.ops.cast(f.define_tensor((-1, -1, -1, d), dtype=bz.bfloat16), bz.float32)
+        cos, sin = (bz.ops.cast(f.define_tensor((1, -1, 1, d), dtype=bz.bfloat16), bz.float32) for _ in "cs")
+        rotated = bz.ops.cat([-x[..., d // 2:], x[..., :d // 2]], -1)
+        f.add_output(bz.ops.cast(x * cos + rotated * sin, bz.bfloat16))
+    table = np.ones((1, x_shape[1], 1, d), ml_dtypes.bfloat16)
+    bound = bind_inputs(f, [np.ones(x_shape, ml_dtypes.bfloat16), table, table])
+    _, kernel, _ = engine.plan_kernel(f, engine.signature(f, bound), views_on_host=False, gpu=True)
+    generated = cuda.generate(kernel, restrict=True)
+    tasks = task_launches(kernel, generated, {name: name for name in generated.functions})
+    (planned,) = LaunchPlanner(tasks, 256, 4, lambda name, block, shared: 1).plan(dict(bound.bindings))
+    return planned
+
+
+@pytest.mark.parametrize("d, rows_a_thread", [(128, 4), (2048, 4)])
+def test_rows_that_set_up_divisors_take_several_rows_a_thread(d, rows_a_thread):
+    """RoPE's rows split their index by two extents with fast divisors, set up once a thread: rows of
+    128 on 8 lanes (16 elements a thread a row) take 4 rows a thread, so the setup is spread over 64
+    elements, as rows of 2048 on 128 lanes do."""
+    planned = rope_launch((2, 64, 4, d))
+    assert planned.task.thread_divisors == 2
+    rows_a_block = 256 // planned.scalars[0]
+    assert planned.grid == -(-512 // (rows_a_block * rows_a_thread))
+
+
+def test_rows_without_divisors_take_a_row_a_thread():
+    """A bias added along rows needs no division: a block for each group of rows, as many as there are."""
+    with bz.Fusion() as f:
+        f.add_output(bz.ops.tanh(f.define_tensor((-1, -1)) + f.define_tensor((-1,))))
+    bound = bind_inputs(f, [np.ones((512, 128), np.float32), np.ones(128, np.float32)])
+    _, kernel, _ = engine.plan_kernel(f, engine.signature(f, bound), views_on_host=False, gpu=True)
+    generated = cuda.generate(kernel, restrict=True)
+    tasks = task_launches(kernel, generated, {name: name for name in generated.functions})
+    (planned,) = LaunchPlanner(tasks, 256, 4, lambda name, block, shared: 1).plan(dict(bound.bindings))
+    assert planned.task.thread_divisors == 0 and planned.grid == -(-512 // (256 // planned.scalars[0]))
