@@ -43,6 +43,9 @@ _WEAK_EXPRESSIONS: weakref.WeakSet = weakref.WeakSet()
 _PYTHON_ZERO = {"b": False, "i": 0, "f": 0.0}
 # The types Python computes its literals in: between weak expressions alone, arithmetic stays as exact.
 _PYTHON_PRECISION = {"b": dt.bool_, "i": dt.int64, "f": dt.float64}
+# Ops where Python takes bools as the ints 0 and 1 (`(x > 0) - (x < 0)` is -1, 0 or 1; NumPy's bool add
+# would be a logical or): their bool operands compute as Python ints.
+_BOOLS_AS_INTS = frozenset({"add", "sub", "mul", "floordiv", "remainder", "pow", "neg", "abs"})
 
 
 def weak(expr: k.Expr) -> k.Expr:
@@ -100,18 +103,23 @@ def _apply(op: str, table: dict, operands: list, make: Callable[[list[k.Expr], D
     kinds, result_rule, _ = table[op]
     first_value = 1 if op == "where" else 0
     values = operands[first_value:]
+    bools_as_ints = op in _BOOLS_AS_INTS
     for v in values:
         if isinstance(v, k.Expr):
-            _check_kinds(op, v.dtype, kinds)
+            _check_kinds(op, v.dtype, (kinds + "b") if bools_as_ints else kinds)
     types = [type_of(v) for v in values]
     promoted = dt.result_type(*types)
     literals_only = all(w == 2 for _, w in types)  # weak expressions and literals: as Python computes them
     if literals_only:
         promoted = _PYTHON_PRECISION[promoted.category]
+    if bools_as_ints and promoted.is_bool:
+        promoted = _PYTHON_PRECISION["i"]
     _check_kinds(op, promoted, kinds)
     for v in values:
         _check_literal_fits(op, v, promoted)
     result = result_rule(promoted)
+    if literals_only:  # math of literals alone is Python's, in float64: math.sqrt(2) or the log of a base
+        result = _PYTHON_PRECISION[result.category]
     compute = compute_type(promoted, result)
     conditions = [as_expr(c, dt.bool_) for c in operands[:first_value]]
     # Literals round to the promoted type first (float16 x + 0.1 adds float16(0.1)), then compute.

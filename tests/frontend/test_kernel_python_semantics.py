@@ -4,6 +4,7 @@ builtin `round`, and parameters left to their default values."""
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -224,3 +225,35 @@ def test_parameters_left_out_take_their_default_values():
     with pytest.raises(bz.InputError, match="kernel scaled: missing a required argument: 'x'"):
         scaled(factor=1.0)
     assert scaled.cuda_source(x) == scaled.cuda_source(x, 2.0, 1)  # CUDA source needs no GPU
+
+
+@bz.kernel
+def bools_as_ints(x: bz.Array[bz.float64, 1], out: bz.Array[bz.int64, 2]):
+    for i in range(x.shape[0]):
+        out[i, 0] = (x[i] > 0) + (x[i] > 1)  # a count, not a logical or
+        out[i, 1] = (x[i] > 0) - (x[i] < 0)  # the sign idiom
+        out[i, 2] = (x[i] > 0) * (x[i] > 1) * 3
+        out[i, 3] = -(x[i] > 0) + abs(x[i] < 0)
+
+
+def test_bools_in_arithmetic_are_the_ints_zero_and_one_as_in_python():
+    x = np.array([-2.0, 0.0, 0.5, 1.5])
+    out = np.zeros((4, 4), np.int64)
+    bools_as_ints(x, out)
+    expected = [[(v > 0) + (v > 1), (v > 0) - (v < 0), (v > 0) * (v > 1) * 3, -(v > 0) + abs(v < 0)]
+                for v in x.tolist()]
+    np.testing.assert_array_equal(out, expected)
+
+
+@bz.kernel
+def math_of_literals(x: bz.Array[bz.float64, 1], out: bz.Array[bz.float64, 1]):
+    out[0] = math.sqrt(2)
+    out[1] = math.exp(1) * x[0]
+    out[2] = math.log(x[0], 10)  # log(10) is a literal's: float64, as Python's
+    out[3] = math.atan2(1, 3)
+
+
+def test_math_functions_of_int_literals_compute_in_float64_as_python_does():
+    x, out = np.array([7.0]), np.zeros(4)
+    math_of_literals(x, out)
+    np.testing.assert_array_equal(out, [math.sqrt(2), math.e * 7.0, np.log(7.0) / np.log(10), math.atan2(1, 3)])
