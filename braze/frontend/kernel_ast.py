@@ -36,6 +36,7 @@ from braze.frontend.kernel_scope import (
     LocalArray,
     ShapeHandle,
     Source,
+    TableRow,
     VectorLocal,
     VectorValue,
     host_evaluable,
@@ -612,6 +613,9 @@ class Translator(ExpressionTranslator, TargetTranslator):
         if isinstance(value, VectorValue) or isinstance(frame.names.get(name), VectorLocal):
             self.assign_vector_name(name, value, node)
             return
+        if isinstance(value, TableRow):
+            self.error(node, "unsupported construct: a local holding a row of a constant table; index the table "
+                             "where the entry is used (t[q][0] or t[q, 0])")
         if not ty.is_value(value):
             self.error(node, f"unsupported construct: a local holding {type(value).__name__}")
         if name in frame.names and isinstance(frame.names[name], Local):

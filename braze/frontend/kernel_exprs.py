@@ -16,7 +16,7 @@ from braze.errors import KernelTypeError
 from braze.frontend import kernel_types as ty
 from braze.frontend import kernel_vectors as vec
 from braze.frontend.kernel_calls import call
-from braze.frontend.kernel_scope import ArrayHandle, Local, LocalArray, ShapeHandle, VectorLocal, VectorValue
+from braze.frontend.kernel_scope import ArrayHandle, Local, LocalArray, ShapeHandle, TableRow, VectorLocal, VectorValue
 from braze.kir import nodes as k
 
 _NO_CONTAINERS = "a kernel holds numbers, vectors and fixed-size arrays (`bz.local(dtype, n)`) only"
@@ -105,6 +105,10 @@ class ExpressionTranslator:
             for part in key if isinstance(key, tuple) else (key,):
                 base = self.component(node, base, part)
             return base
+        if isinstance(base, TableRow):  # E[q][0]: the rest of the index of E[q, 0]
+            position = self.expr(node.slice)
+            return self.table_entry(node, base.table, base.keys + (position if isinstance(position, tuple)
+                                                                   else (position,)))
         if isinstance(base, (tuple, list, np.ndarray)):
             position = self.expr(node.slice)
             if isinstance(base, (tuple, list)) and isinstance(position, int):
@@ -118,10 +122,12 @@ class ExpressionTranslator:
         literals, weak as literals are; a NumPy array's have its dtype. Checked under `debug=True`."""
         values = np.asarray(table)
         keys = key if isinstance(key, tuple) else (key,)
+        if values.dtype.kind in "biuf" and len(keys) < values.ndim:
+            return TableRow(table, keys)
         if values.dtype.kind not in "biuf" or len(keys) != values.ndim:
             self.error(node, f"unsupported construct: subscript of a constant {type(table).__name__} of "
                              f"shape {values.shape} and dtype {values.dtype} by {len(keys)} index(es); a table "
-                             "indexed at run time holds numbers and takes one index per axis (t[i, j], not t[i][j])",
+                             "indexed at run time holds numbers and takes one index per axis (t[i, j] or t[i][j])",
                        KernelTypeError)
         if values.size > MAX_TABLE_ENTRIES:
             self.error(node, f"a constant table of {values.size} entries indexed at run time: more than "

@@ -13,9 +13,11 @@ import operator
 import weakref
 from collections.abc import Callable
 
+import numpy as np
+
 from braze import dtypes as dt
 from braze.dtypes import DType
-from braze.frontend.kernel_scope import VectorValue
+from braze.frontend.kernel_scope import TableRow, VectorValue
 from braze.kir import nodes as k
 from braze.lower.values import cast
 from braze.ops.elementwise import BINARY, TERNARY, UNARY, compute_type
@@ -64,6 +66,11 @@ def type_of(v: k.Expr | bool | int | float) -> tuple[DType, int]:
     if isinstance(v, VectorValue):
         raise TypeProblem(f"expected a scalar, got a {v.type_name} value; take a component (v.x, v[0]) or "
                           "a scalar function of it (bz.length(v), bz.dot(v, w))")
+    if isinstance(v, TableRow):
+        raise TypeProblem(f"expected a number, got a row of a constant table of shape {np.shape(v.table)} indexed "
+                          f"by {len(v.keys)} index(es); index the rest too (t[q][0] or t[q, 0])")
+    if not isinstance(v, PYTHON_SCALARS):  # a compile-time value that is no number: a tuple, an array
+        raise TypeProblem(f"expected a number, got a constant {type(v).__name__}")
     return dt.python_scalar_dtype(v), 2
 
 
@@ -140,18 +147,21 @@ _PYTHON_UNARY: dict[str, Callable] = {"neg": operator.neg, "bitwise_not": operat
                                       "logical_not": operator.not_, "abs": abs}
 
 
+_RUN_TIME = (k.Expr, VectorValue, TableRow)  # what Python's operators cannot fold at compile time
+
+
 def binary(op: str, a, b):
     """`a <op> b`: folded when both are Python values, else typed Kernel IR."""
-    if not isinstance(a, (k.Expr, VectorValue)) and not isinstance(b, (k.Expr, VectorValue)) and op in _PYTHON_BINARY:
+    if not isinstance(a, _RUN_TIME) and not isinstance(b, _RUN_TIME) and op in _PYTHON_BINARY:
         try:
             return _PYTHON_BINARY[op](a, b)
-        except ArithmeticError as error:
+        except (ArithmeticError, TypeError) as error:
             raise TypeProblem(f"{op} of constants {a!r} and {b!r}: {error}") from None
     return _apply(op, BINARY, [a, b], lambda x, dtype: k.Binary(op, x[0], x[1], dtype))
 
 
 def unary(op: str, x, attrs: tuple = ()):
-    if not isinstance(x, (k.Expr, VectorValue)) and op in _PYTHON_UNARY:
+    if not isinstance(x, _RUN_TIME) and op in _PYTHON_UNARY:
         return _PYTHON_UNARY[op](x)
     return _apply(op, UNARY, [x], lambda v, dtype: k.Unary(op, v[0], dtype, attrs))
 
