@@ -63,12 +63,21 @@ def call(tr: Translator, node: ast.Call):
             tr.error(node, f"{name}: {error}", KernelTypeError)
     rule = _rule_for(callee)
     if rule is None:
-        hint = " (decorate it with @bz.func to call it from a kernel)" if inspect.isfunction(callee) else ""
-        tr.error(node, f"call to unknown function '{name}'{hint}")
+        tr.error(node, f"call to unknown function '{name}'{_callee_hint(callee)}")
     return tr.checked(node, lambda: rule(tr, node, args))
 
 
 _PYTHON_BUILTINS = ("min", "max", "abs", "round", "len", "divmod", "int", "float")
+
+
+def _callee_hint(callee) -> str:
+    """What to write instead of a call to a Python function, `print` or another kernel."""
+    if callee is print:
+        return " (a kernel prints nothing: write the values into an array, or check them with `assert` under " \
+               "debug=True)"
+    if hasattr(callee, "kernel_ir"):  # a @bz.kernel
+        return " (a @bz.kernel is launched from Python, not called from a kernel: put the shared code in a @bz.func)"
+    return " (decorate it with @bz.func to call it from a kernel)" if inspect.isfunction(callee) else ""
 
 
 def _instead(name: str) -> str:

@@ -231,11 +231,30 @@ def calls_numpy(a: F32):
         a[i] = np.linalg.norm(a[i])
 
 
+def prints(a: F32):
+    for i in range(a.shape[0]):
+        print(a[i])
+
+
+@bz.kernel
+def another_kernel(a: F32):
+    for i in range(a.shape[0]):
+        a[i] = 1.0
+
+
+def calls_a_kernel(a: F32):
+    for _ in range(1):
+        another_kernel(a)
+
+
 @pytest.mark.parametrize("fn, message, culprit", [
     (calls_an_undefined_function, "call to unknown function 'no_such_function'", "a[i] = no_such_function(1.0)"),
     (calls_a_plain_function, r"call to unknown function 'helper_without_decorator' \(decorate it with @bz.func",
      "a[i] = helper_without_decorator(a[i])"),
     (calls_numpy, "call to unknown function 'np.linalg.norm'", "a[i] = np.linalg.norm(a[i])"),
+    (prints, r"'print' \(a kernel prints nothing: write the values into an array", "print(a[i])"),
+    (calls_a_kernel, r"'another_kernel' \(a @bz.kernel is launched from Python, not called from a kernel: put the "
+                     r"shared code in a @bz.func\)", "another_kernel(a)"),
 ])
 def test_unknown_functions(fn, message, culprit):
     check(fn, [f32()], bz.KernelSyntaxError, message, culprit)
