@@ -812,8 +812,11 @@ class Translator(ExpressionTranslator, TargetTranslator):
         self.emit(stmt)
 
     def stmt_Return(self, node: ast.Return) -> None:
-        self.error(node, "unsupported construct: return (a kernel returns nothing; a @bz.func returns at its end "
-                         "or in if/else branches, never inside a loop)")
+        if len(self.frames) > 1:  # in a @bz.func: a return its inlining did not fold into a branch
+            self.error(node, "unsupported construct: return inside a loop of a @bz.func (it returns at its end or "
+                             "in if/else branches; in a loop, set a local and break)")
+        self.error(node, "unsupported construct: return in a kernel (a kernel returns nothing; to end an "
+                         "iteration of its loop early, write `continue`)")
 
     def stmt_Assert(self, node: ast.Assert) -> None:
         if not self.debug:

@@ -373,20 +373,27 @@ def _ends_in_return(branch: list[ast.stmt]) -> bool:
 
 
 def _fold_early_returns(stmts: list[ast.stmt]) -> list[ast.stmt]:
-    """`if c: return a` followed by more statements becomes `if c: return a / else: <the rest>`, so
-    every return is in tail position. A helper that returns nothing gets a `return` at its end first,
-    so `if i >= n: return` works in it too."""
+    """`if c: return a` followed by more statements becomes `if c: return a / else: <the rest>` (and a
+    branch that may return further in goes on to the rest inside it), so every return is in tail position.
+    A helper that returns nothing gets a `return` at its end first, so `if i >= n: return` works in it too."""
     if any(isinstance(s, ast.Return) and s.value is None for s in ast.walk(ast.Module(stmts, []))) \
             and not _ends_in_return(stmts):
         stmts = [*stmts, ast.copy_location(ast.Return(value=None), stmts[-1])]
     for index, stmt in enumerate(stmts[:-1]):
-        if isinstance(stmt, ast.If) and (_ends_in_return(stmt.body) or _ends_in_return(stmt.orelse)):
-            rest = stmts[index + 1:]
+        if isinstance(stmt, ast.If) and (_may_return(stmt.body) or _may_return(stmt.orelse)):
+            rest = stmts[index + 1:]  # copied into each branch that may go on to it
             body = stmt.body if _ends_in_return(stmt.body) else [*stmt.body, *rest]
             orelse = stmt.orelse if _ends_in_return(stmt.orelse) else [*stmt.orelse, *rest]
             folded = ast.If(test=stmt.test, body=_fold_early_returns(body), orelse=_fold_early_returns(orelse))
             return [*stmts[:index], ast.copy_location(folded, stmt)]
     return stmts
+
+
+def _may_return(branch: list[ast.stmt]) -> bool:
+    """Whether a branch returns somewhere in it, also under an `if` nested in it (`if c: return a` in a
+    branch that goes on), never inside a loop."""
+    return any(isinstance(s, ast.Return) or isinstance(s, ast.If) and (_may_return(s.body) or _may_return(s.orelse))
+               for s in branch)
 
 
 def _returns(node: ast.stmt) -> bool:
