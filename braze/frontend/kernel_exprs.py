@@ -252,13 +252,14 @@ class ExpressionTranslator:
         return result
 
     def expr_BoolOp(self, node: ast.BoolOp):
-        """`and`/`or` short-circuit: a right side that reads memory runs only when it must."""
+        """`and`/`or` short-circuit: a right side that reads memory runs only when it must. As in Python,
+        the value is an operand's (`x or 1.0` is x where x is nonzero, else 1.0), not a bool."""
         op = "logical_and" if isinstance(node.op, ast.And) else "logical_or"
         result = self.expr(node.values[0])
         for value_node in node.values[1:]:
             if not isinstance(result, k.Expr):  # a constant left side decides statically
                 if bool(result) == (op == "logical_or"):
-                    return bool(result)
+                    return result
                 result = self.expr(value_node)
                 continue
             result = self.short_circuit(op, result, value_node)
@@ -268,12 +269,19 @@ class ExpressionTranslator:
         right_box = []
         stmts = self.nested(lambda: right_box.append(self.expr(right_node)))
         right = right_box[0]
-        if not stmts and not _reads_memory(right):
+        dtype = self.checked(right_node, lambda: ty.common_type(left, right))
+        if dtype.is_bool and not stmts and not _reads_memory(right):
             return self.checked(right_node, lambda: ty.binary(op, left, right))
-        var = self.declare("cond", dt.bool_)
-        self.emit(k.Assign(var, ty.as_expr(ty.truth(left), dt.bool_)))
-        evaluate = stmts + (k.Assign(var, ty.as_expr(ty.truth(right), dt.bool_)),)
-        self.emit(k.If(var, evaluate) if op == "logical_and" else k.If(var, (), evaluate))
+        # `a or b` is a where a is true, else b; `a and b` is b where a is true, else a.
+        keep_left = ty.as_expr(ty.truth(left), dt.bool_)
+        if not stmts and not _reads_memory(right):
+            chosen = (right, left) if op == "logical_and" else (left, right)
+            return self.checked(right_node, lambda: ty.ternary("where", keep_left, *(ty.as_expr(v, dtype)
+                                                                                     for v in chosen)))
+        var = self.declare("cond" if dtype.is_bool else "either", dtype)
+        self.emit(k.Assign(var, ty.as_expr(left, dtype)))
+        evaluate = stmts + (k.Assign(var, ty.as_expr(right, dtype)),)
+        self.emit(k.If(keep_left, evaluate) if op == "logical_and" else k.If(keep_left, (), evaluate))
         return var
 
     def expr_IfExp(self, node: ast.IfExp):

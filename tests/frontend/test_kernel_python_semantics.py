@@ -1,6 +1,7 @@
 """Loop kernels follow Python where a user would notice: the loop variable after a loop, constant
 negative indices, shadowed loop indices (refused), loops that cannot run in parallel (warned), the
-builtin `round`, and parameters left to their default values."""
+builtin `round`, parameters left to their default values, bools in arithmetic, math functions of literals,
+and the values of `and` and `or`."""
 
 from __future__ import annotations
 
@@ -257,3 +258,23 @@ def test_math_functions_of_int_literals_compute_in_float64_as_python_does():
     x, out = np.array([7.0]), np.zeros(4)
     math_of_literals(x, out)
     np.testing.assert_array_equal(out, [math.sqrt(2), math.e * 7.0, np.log(7.0) / np.log(10), math.atan2(1, 3)])
+
+
+@bz.kernel(debug=True)
+def either(a: bz.Array[bz.float64, 1], n: bz.Array[bz.int64, 1], out: bz.Array[bz.float64, 2]):
+    for i in range(a.shape[0]):
+        out[i, 0] = a[i] or 7.0  # an operand's value, not a bool
+        out[i, 1] = a[i] and 3.0
+        out[i, 2] = n[i] or 5
+        out[i, 3] = (a[i] > 0) and n[i]
+        out[i, 4] = n[i] and a[n[i] - 1]  # read only where n[i] is nonzero (index -1 would fail the check)
+        out[i, 5] = 0 or a[i]
+
+
+def test_and_or_give_an_operands_value_as_python_does():
+    a, n = np.array([0.0, 2.5, -1.0, 0.0]), np.array([0, 3, 1, 4], np.int64)
+    out = np.zeros((4, 6))
+    either(a, n, out)
+    expected = [[x or 7.0, x and 3.0, m or 5, (x > 0) and m, m and a[m - 1], 0 or x]
+                for x, m in zip(a.tolist(), n.tolist())]
+    np.testing.assert_array_equal(out, expected)
