@@ -53,6 +53,7 @@ def call(tr: Translator, node: ast.Call):
     if node.keywords:
         tr.error(node, f"{name}: keyword arguments are not supported here")
     args = [tr.expr(a) for a in node.args]
+    tr.widen_literal_locals(args)  # math.atan2(w, x[i]) with a float64 x and `w = 0.5`
     vector_rule = _vector_rule(callee, args)
     if vector_rule is not None:
         return tr.checked(node, lambda: vector_rule(name, args))
@@ -282,7 +283,7 @@ def _atomic(tr: Translator, node: ast.Call, op: str) -> k.Var | VectorValue | No
     wanted = tr.discarded is not node
     olds = []
     for place, value in zip(places.items, values):
-        value = tr.checked(node, lambda v=value: ty.assignable(v, param.dtype, f"'{param.name}'"))
+        value = tr.stored(node, value, param.dtype, f"'{param.name}'")
         old = tr.new_var(f"{param.name}_old", param.dtype) if wanted else None
         if wanted:
             tr.prologue.append(k.Let(old, ty.as_expr(0, param.dtype)))

@@ -201,6 +201,7 @@ class ExpressionTranslator:
         if op == "matmul":
             self.error(node, "a @ b: expected vectors or matrices (bz.vec3, bz.mat33, ...) on both sides",
                        KernelTypeError)
+        self.widen_literal_locals((a, b))
         result = self.checked(node, lambda: ty.binary(op, a, b))
         if self.debug and op in ("floordiv", "remainder") and isinstance(b, k.Expr) and b.dtype.is_integer:
             # Integer `//` and `%` by zero give 0 on both backends; under debug=True, an error.
@@ -245,6 +246,7 @@ class ExpressionTranslator:
             if op is None:
                 self.error(node, f"unsupported comparison {type(op_node).__name__}")
             right = self.expr(right_node)
+            self.widen_literal_locals((left, right))
             test = self.checked(node, lambda op=op, a=left, b=right: ty.binary(op, a, b))
             result = test if result is None else self.checked(node, lambda t=test, r=result:
                                                               ty.binary("logical_and", r, t))
@@ -295,6 +297,7 @@ class ExpressionTranslator:
         a, b = boxes[0][0], boxes[1][0]
         if isinstance(a, VectorValue) or isinstance(b, VectorValue):
             return self.vector_choice(node, cond, branches, a, b)
+        self.widen_literal_locals((a, b))
         dtype = self.checked(node, lambda: ty.common_type(a, b))
         if not any(branches) and ty.type_of(a)[1] == ty.type_of(b)[1] == 2:
             return self.checked(node, lambda: ty.ternary("where", cond, a, b))  # between literals: weak as they are
