@@ -243,16 +243,16 @@ def _float_divmod(cg: TaskEmitter, x: ir.Value, y: ir.Value) -> tuple[ir.Value, 
     div = b.fdiv(b.fsub(x, mod), y)
     fix = b.and_(b.fcmp_ordered("!=", mod, zero),
                  b.icmp_unsigned("!=", b.fcmp_ordered("<", y, zero), b.fcmp_ordered("<", mod, zero)))
-    mod = b.select(fix, b.fadd(mod, y), mod)
+    copysign = callee(cg, f"llvm.copysign.{_suffix(x.type)}", x.type, [x.type, x.type])
+    # A zero remainder takes the divisor's sign, as Python's and NumPy's (-1.0 % 1.0 is 0.0, not -0.0).
+    mod = b.select(fix, b.fadd(mod, y), b.select(b.fcmp_ordered("==", mod, zero), b.call(copysign, [zero, y]), mod))
     div = b.select(fix, b.fsub(div, fconst(1.0, x)), div)
     floor = b.call(callee(cg, f"llvm.floor.{_suffix(x.type)}", x.type, [x.type]), [div])
     floor = b.select(b.fcmp_ordered(">", b.fsub(div, floor), fconst(0.5, x)), b.fadd(floor, fconst(1.0, x)), floor)
     # Division by zero: NumPy gives x / 0 (inf or nan) for the quotient and nan for the remainder.
     by_zero = b.fcmp_ordered("==", y, zero)
     quotient = b.select(by_zero, b.fdiv(x, y), b.select(b.fcmp_ordered("==", div, zero),
-                                                        b.call(callee(cg, f"llvm.copysign.{_suffix(x.type)}",
-                                                                      x.type, [x.type, x.type]),
-                                                               [zero, b.fdiv(x, y)]), floor))
+                                                        b.call(copysign, [zero, b.fdiv(x, y)]), floor))
     return quotient, mod
 
 

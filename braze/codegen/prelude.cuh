@@ -127,10 +127,11 @@ BZ_D int bz_fast_floordiv(int x, BzDivisor d) { return (int)bz_divide((unsigned)
 BZ_D int bz_fast_remainder(int x, BzDivisor d) {
   return d.divisor == 0u ? 0 : (int)((unsigned)x - bz_divide((unsigned)x, d) * d.divisor);
 }
-// NumPy's npy_divmod for floats.
+// NumPy's npy_divmod for floats; a zero remainder takes the divisor's sign.
 template <typename T> BZ_D T bz_float_remainder(T x, T y) {
   T mod = fmod(x, y);
-  return (mod != T(0) && ((y < T(0)) != (mod < T(0)))) ? mod + y : mod;
+  if (mod == T(0)) return copysign(T(0), y);
+  return ((y < T(0)) != (mod < T(0))) ? mod + y : mod;
 }
 template <typename T> BZ_D T bz_float_floordiv(T x, T y) {
   T mod = fmod(x, y);

@@ -36,6 +36,7 @@ from braze.frontend.kernel_scope import (
     LocalArray,
     ShapeHandle,
     Source,
+    TableRow,
     VectorLocal,
     VectorValue,
     host_evaluable,
@@ -98,6 +99,7 @@ class Translator(ExpressionTranslator, TargetTranslator):
                  widened: dict[tuple, DType] | None = None, serial_locals: set[str] | None = None) -> None:
         self.name, self.source, self.debug = name, source, debug
         self.widened = widened if widened is not None else {}  # local key -> its dtype (translate_kernel)
+        self.literal_locals: dict[k.Var, tuple] = {}  # the variable of a local first set from a literal -> its key
         self.serial_locals = serial_locals if serial_locals is not None else set()  # never launch-time values
         self.alias_names: set[str] = set()  # top-level names bound to launch-time values
         self.kernel_names: dict[str, object] = dict(params)
@@ -561,7 +563,7 @@ class Translator(ExpressionTranslator, TargetTranslator):
         if param.dtype.name not in ty.ATOMIC_DTYPES:
             self.error(node, f"{target} {symbol}= in a parallel loop needs an atomic update: expected "
                              f"an array of {', '.join(ty.ATOMIC_DTYPES)}, got {param.dtype.name}", KernelTypeError)
-        value = self.checked(node, lambda: ty.assignable(self.expr(node.value), param.dtype, target))
+        value = self.stored(node, self.expr(node.value), param.dtype, target)
         self.emit(k.AtomicRMW(op, param, indices, value, None))
 
     def stmt_AnnAssign(self, node: ast.AnnAssign) -> None:
@@ -584,7 +586,7 @@ class Translator(ExpressionTranslator, TargetTranslator):
             return
         if isinstance(target, ast.Subscript):
             handle, indices = self.subscript(target)
-            stored = self.checked(node, lambda: ty.assignable(value, handle.param.dtype, f"'{handle.param.name}'"))
+            stored = self.stored(node, value, handle.param.dtype, f"'{handle.param.name}'")
             self.emit(k.Store(handle.param, indices, stored))
             return
         if not isinstance(target, ast.Name):
@@ -612,6 +614,9 @@ class Translator(ExpressionTranslator, TargetTranslator):
         if isinstance(value, VectorValue) or isinstance(frame.names.get(name), VectorLocal):
             self.assign_vector_name(name, value, node)
             return
+        if isinstance(value, TableRow):
+            self.error(node, "unsupported construct: a local holding a row of a constant table; index the table "
+                             "where the entry is used (t[q][0] or t[q, 0])")
         if not ty.is_value(value):
             self.error(node, f"unsupported construct: a local holding {type(value).__name__}")
         if name in frame.names and isinstance(frame.names[name], Local):
@@ -632,6 +637,25 @@ class Translator(ExpressionTranslator, TargetTranslator):
             var = self.declare(name, dtype)
             self.emit(k.Assign(var, ty.as_expr(value, dtype)))
         frame.names[name] = Local(var, from_literal=from_literal)
+        if from_literal:
+            self.literal_locals[var] = self._local_key(name)
+
+    def widen_literal_locals(self, operands, *targets: DType) -> None:
+        """Restarts the translation (WidenLocal) when a local set from a literal meets a wider typed value of
+        its kind in an operation (`w = 0.1`, then `w * x[i]` of a float64 x) or is stored into a wider array
+        (`targets`): in Python the local is that literal, which either would take at the wider type, not
+        rounded to the local's."""
+        typed = [*targets, *(v.dtype for v in operands if isinstance(v, k.Expr) and ty.type_of(v)[1] == 0)]
+        for v in operands:
+            key = self.literal_locals.get(v) if isinstance(v, k.Var) else None
+            wider = [d for d in typed if key is not None and d.kind == v.dtype.kind and d.itemsize > v.dtype.itemsize]
+            if wider:
+                raise WidenLocal(key, max(wider, key=lambda d: d.itemsize))
+
+    def stored(self, node: ast.AST, value, dtype: DType, what: str) -> k.Expr:
+        """`value` converted for storing into an array element of `dtype`."""
+        self.widen_literal_locals((value,), dtype)
+        return self.checked(node, lambda: ty.assignable(value, dtype, what))
 
     def _local_key(self, name: str) -> tuple:
         source = self.frames[-1].source
@@ -808,8 +832,11 @@ class Translator(ExpressionTranslator, TargetTranslator):
         self.emit(stmt)
 
     def stmt_Return(self, node: ast.Return) -> None:
-        self.error(node, "unsupported construct: return (a kernel returns nothing; a @bz.func returns at its end "
-                         "or in if/else branches, never inside a loop)")
+        if len(self.frames) > 1:  # in a @bz.func: a return its inlining did not fold into a branch
+            self.error(node, "unsupported construct: return inside a loop of a @bz.func (it returns at its end or "
+                             "in if/else branches; in a loop, set a local and break)")
+        self.error(node, "unsupported construct: return in a kernel (a kernel returns nothing; to end an "
+                         "iteration of its loop early, write `continue`)")
 
     def stmt_Assert(self, node: ast.Assert) -> None:
         if not self.debug:

@@ -53,6 +53,7 @@ def call(tr: Translator, node: ast.Call):
     if node.keywords:
         tr.error(node, f"{name}: keyword arguments are not supported here")
     args = [tr.expr(a) for a in node.args]
+    tr.widen_literal_locals(args)  # math.atan2(w, x[i]) with a float64 x and `w = 0.5`
     vector_rule = _vector_rule(callee, args)
     if vector_rule is not None:
         return tr.checked(node, lambda: vector_rule(name, args))
@@ -63,12 +64,21 @@ def call(tr: Translator, node: ast.Call):
             tr.error(node, f"{name}: {error}", KernelTypeError)
     rule = _rule_for(callee)
     if rule is None:
-        hint = " (decorate it with @bz.func to call it from a kernel)" if inspect.isfunction(callee) else ""
-        tr.error(node, f"call to unknown function '{name}'{hint}")
+        tr.error(node, f"call to unknown function '{name}'{_callee_hint(callee)}")
     return tr.checked(node, lambda: rule(tr, node, args))
 
 
 _PYTHON_BUILTINS = ("min", "max", "abs", "round", "len", "divmod", "int", "float")
+
+
+def _callee_hint(callee) -> str:
+    """What to write instead of a call to a Python function, `print` or another kernel."""
+    if callee is print:
+        return " (a kernel prints nothing: write the values into an array, or check them with `assert` under " \
+               "debug=True)"
+    if hasattr(callee, "kernel_ir"):  # a @bz.kernel
+        return " (a @bz.kernel is launched from Python, not called from a kernel: put the shared code in a @bz.func)"
+    return " (decorate it with @bz.func to call it from a kernel)" if inspect.isfunction(callee) else ""
 
 
 def _instead(name: str) -> str:
@@ -273,7 +283,7 @@ def _atomic(tr: Translator, node: ast.Call, op: str) -> k.Var | VectorValue | No
     wanted = tr.discarded is not node
     olds = []
     for place, value in zip(places.items, values):
-        value = tr.checked(node, lambda v=value: ty.assignable(v, param.dtype, f"'{param.name}'"))
+        value = tr.stored(node, value, param.dtype, f"'{param.name}'")
         old = tr.new_var(f"{param.name}_old", param.dtype) if wanted else None
         if wanted:
             tr.prologue.append(k.Let(old, ty.as_expr(0, param.dtype)))
@@ -364,20 +374,27 @@ def _ends_in_return(branch: list[ast.stmt]) -> bool:
 
 
 def _fold_early_returns(stmts: list[ast.stmt]) -> list[ast.stmt]:
-    """`if c: return a` followed by more statements becomes `if c: return a / else: <the rest>`, so
-    every return is in tail position. A helper that returns nothing gets a `return` at its end first,
-    so `if i >= n: return` works in it too."""
+    """`if c: return a` followed by more statements becomes `if c: return a / else: <the rest>` (and a
+    branch that may return further in goes on to the rest inside it), so every return is in tail position.
+    A helper that returns nothing gets a `return` at its end first, so `if i >= n: return` works in it too."""
     if any(isinstance(s, ast.Return) and s.value is None for s in ast.walk(ast.Module(stmts, []))) \
             and not _ends_in_return(stmts):
         stmts = [*stmts, ast.copy_location(ast.Return(value=None), stmts[-1])]
     for index, stmt in enumerate(stmts[:-1]):
-        if isinstance(stmt, ast.If) and (_ends_in_return(stmt.body) or _ends_in_return(stmt.orelse)):
-            rest = stmts[index + 1:]
+        if isinstance(stmt, ast.If) and (_may_return(stmt.body) or _may_return(stmt.orelse)):
+            rest = stmts[index + 1:]  # copied into each branch that may go on to it
             body = stmt.body if _ends_in_return(stmt.body) else [*stmt.body, *rest]
             orelse = stmt.orelse if _ends_in_return(stmt.orelse) else [*stmt.orelse, *rest]
             folded = ast.If(test=stmt.test, body=_fold_early_returns(body), orelse=_fold_early_returns(orelse))
             return [*stmts[:index], ast.copy_location(folded, stmt)]
     return stmts
+
+
+def _may_return(branch: list[ast.stmt]) -> bool:
+    """Whether a branch returns somewhere in it, also under an `if` nested in it (`if c: return a` in a
+    branch that goes on), never inside a loop."""
+    return any(isinstance(s, ast.Return) or isinstance(s, ast.If) and (_may_return(s.body) or _may_return(s.orelse))
+               for s in branch)
 
 
 def _returns(node: ast.stmt) -> bool:

@@ -16,7 +16,7 @@ from braze.errors import KernelTypeError
 from braze.frontend import kernel_types as ty
 from braze.frontend import kernel_vectors as vec
 from braze.frontend.kernel_calls import call
-from braze.frontend.kernel_scope import ArrayHandle, Local, LocalArray, ShapeHandle, VectorLocal, VectorValue
+from braze.frontend.kernel_scope import ArrayHandle, Local, LocalArray, ShapeHandle, TableRow, VectorLocal, VectorValue
 from braze.kir import nodes as k
 
 _NO_CONTAINERS = "a kernel holds numbers, vectors and fixed-size arrays (`bz.local(dtype, n)`) only"
@@ -105,6 +105,10 @@ class ExpressionTranslator:
             for part in key if isinstance(key, tuple) else (key,):
                 base = self.component(node, base, part)
             return base
+        if isinstance(base, TableRow):  # E[q][0]: the rest of the index of E[q, 0]
+            position = self.expr(node.slice)
+            return self.table_entry(node, base.table, base.keys + (position if isinstance(position, tuple)
+                                                                   else (position,)))
         if isinstance(base, (tuple, list, np.ndarray)):
             position = self.expr(node.slice)
             if isinstance(base, (tuple, list)) and isinstance(position, int):
@@ -118,10 +122,12 @@ class ExpressionTranslator:
         literals, weak as literals are; a NumPy array's have its dtype. Checked under `debug=True`."""
         values = np.asarray(table)
         keys = key if isinstance(key, tuple) else (key,)
+        if values.dtype.kind in "biuf" and len(keys) < values.ndim:
+            return TableRow(table, keys)
         if values.dtype.kind not in "biuf" or len(keys) != values.ndim:
             self.error(node, f"unsupported construct: subscript of a constant {type(table).__name__} of "
                              f"shape {values.shape} and dtype {values.dtype} by {len(keys)} index(es); a table "
-                             "indexed at run time holds numbers and takes one index per axis (t[i, j], not t[i][j])",
+                             "indexed at run time holds numbers and takes one index per axis (t[i, j] or t[i][j])",
                        KernelTypeError)
         if values.size > MAX_TABLE_ENTRIES:
             self.error(node, f"a constant table of {values.size} entries indexed at run time: more than "
@@ -195,6 +201,7 @@ class ExpressionTranslator:
         if op == "matmul":
             self.error(node, "a @ b: expected vectors or matrices (bz.vec3, bz.mat33, ...) on both sides",
                        KernelTypeError)
+        self.widen_literal_locals((a, b))
         result = self.checked(node, lambda: ty.binary(op, a, b))
         if self.debug and op in ("floordiv", "remainder") and isinstance(b, k.Expr) and b.dtype.is_integer:
             # Integer `//` and `%` by zero give 0 on both backends; under debug=True, an error.
@@ -239,6 +246,7 @@ class ExpressionTranslator:
             if op is None:
                 self.error(node, f"unsupported comparison {type(op_node).__name__}")
             right = self.expr(right_node)
+            self.widen_literal_locals((left, right))
             test = self.checked(node, lambda op=op, a=left, b=right: ty.binary(op, a, b))
             result = test if result is None else self.checked(node, lambda t=test, r=result:
                                                               ty.binary("logical_and", r, t))
@@ -246,13 +254,14 @@ class ExpressionTranslator:
         return result
 
     def expr_BoolOp(self, node: ast.BoolOp):
-        """`and`/`or` short-circuit: a right side that reads memory runs only when it must."""
+        """`and`/`or` short-circuit: a right side that reads memory runs only when it must. As in Python,
+        the value is an operand's (`x or 1.0` is x where x is nonzero, else 1.0), not a bool."""
         op = "logical_and" if isinstance(node.op, ast.And) else "logical_or"
         result = self.expr(node.values[0])
         for value_node in node.values[1:]:
             if not isinstance(result, k.Expr):  # a constant left side decides statically
                 if bool(result) == (op == "logical_or"):
-                    return bool(result)
+                    return result
                 result = self.expr(value_node)
                 continue
             result = self.short_circuit(op, result, value_node)
@@ -262,12 +271,19 @@ class ExpressionTranslator:
         right_box = []
         stmts = self.nested(lambda: right_box.append(self.expr(right_node)))
         right = right_box[0]
-        if not stmts and not _reads_memory(right):
+        dtype = self.checked(right_node, lambda: ty.common_type(left, right))
+        if dtype.is_bool and not stmts and not _reads_memory(right):
             return self.checked(right_node, lambda: ty.binary(op, left, right))
-        var = self.declare("cond", dt.bool_)
-        self.emit(k.Assign(var, ty.as_expr(ty.truth(left), dt.bool_)))
-        evaluate = stmts + (k.Assign(var, ty.as_expr(ty.truth(right), dt.bool_)),)
-        self.emit(k.If(var, evaluate) if op == "logical_and" else k.If(var, (), evaluate))
+        # `a or b` is a where a is true, else b; `a and b` is b where a is true, else a.
+        keep_left = ty.as_expr(ty.truth(left), dt.bool_)
+        if not stmts and not _reads_memory(right):
+            chosen = (right, left) if op == "logical_and" else (left, right)
+            return self.checked(right_node, lambda: ty.ternary("where", keep_left, *(ty.as_expr(v, dtype)
+                                                                                     for v in chosen)))
+        var = self.declare("cond" if dtype.is_bool else "either", dtype)
+        self.emit(k.Assign(var, ty.as_expr(left, dtype)))
+        evaluate = stmts + (k.Assign(var, ty.as_expr(right, dtype)),)
+        self.emit(k.If(keep_left, evaluate) if op == "logical_and" else k.If(keep_left, (), evaluate))
         return var
 
     def expr_IfExp(self, node: ast.IfExp):
@@ -281,6 +297,7 @@ class ExpressionTranslator:
         a, b = boxes[0][0], boxes[1][0]
         if isinstance(a, VectorValue) or isinstance(b, VectorValue):
             return self.vector_choice(node, cond, branches, a, b)
+        self.widen_literal_locals((a, b))
         dtype = self.checked(node, lambda: ty.common_type(a, b))
         if not any(branches) and ty.type_of(a)[1] == ty.type_of(b)[1] == 2:
             return self.checked(node, lambda: ty.ternary("where", cond, a, b))  # between literals: weak as they are

@@ -77,6 +77,15 @@ class VectorValue:
 
 
 @dataclass(frozen=True)
+class TableRow:
+    """`E[q]` of a constant table of several axes at a run-time `q`: only its subscript (`E[q][0]`, the
+    Python spelling of `E[q, 0]` over a tuple of tuples) is a value."""
+
+    table: object
+    keys: tuple
+
+
+@dataclass(frozen=True)
 class VectorLocal:
     """A local variable holding a vector or matrix: one Kernel IR variable per component."""
 

@@ -165,7 +165,7 @@ class TargetTranslator:
     def write_places(self, node: ast.AST, places: Places, value, what: str) -> None:
         values = self.evaluated(self.checked(node, lambda: self.component_values(value, places, what)))
         for place, v in zip(places.items, values):
-            stored = self.checked(node, lambda p=place, v=v: ty.assignable(v, p.dtype, what))
+            stored = self.stored(node, v, place.dtype, what)
             self.emit(place.write(stored))
 
     def evaluated(self, values: list) -> list:
@@ -200,7 +200,7 @@ class TargetTranslator:
             VectorValue(places.type, (value,) * len(places.items))
         values = self.evaluated(self.checked(node, lambda: self.component_values(broadcast, places, what)))
         for place, v in zip(places.items, values):
-            v = self.checked(node, lambda p=place, v=v: ty.assignable(v, p.dtype, what))
+            v = self.stored(node, v, place.dtype, what)
             self.emit(k.AtomicRMW(op, place.param, place.indices, v, None))
 
     # --- vector locals ----------------------------------------------------------------------------

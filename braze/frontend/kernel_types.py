@@ -13,9 +13,11 @@ import operator
 import weakref
 from collections.abc import Callable
 
+import numpy as np
+
 from braze import dtypes as dt
 from braze.dtypes import DType
-from braze.frontend.kernel_scope import VectorValue
+from braze.frontend.kernel_scope import TableRow, VectorValue
 from braze.kir import nodes as k
 from braze.lower.values import cast
 from braze.ops.elementwise import BINARY, TERNARY, UNARY, compute_type
@@ -43,6 +45,9 @@ _WEAK_EXPRESSIONS: weakref.WeakSet = weakref.WeakSet()
 _PYTHON_ZERO = {"b": False, "i": 0, "f": 0.0}
 # The types Python computes its literals in: between weak expressions alone, arithmetic stays as exact.
 _PYTHON_PRECISION = {"b": dt.bool_, "i": dt.int64, "f": dt.float64}
+# Ops where Python takes bools as the ints 0 and 1 (`(x > 0) - (x < 0)` is -1, 0 or 1; NumPy's bool add
+# would be a logical or): their bool operands compute as Python ints.
+_BOOLS_AS_INTS = frozenset({"add", "sub", "mul", "floordiv", "remainder", "pow", "neg", "abs"})
 
 
 def weak(expr: k.Expr) -> k.Expr:
@@ -61,6 +66,11 @@ def type_of(v: k.Expr | bool | int | float) -> tuple[DType, int]:
     if isinstance(v, VectorValue):
         raise TypeProblem(f"expected a scalar, got a {v.type_name} value; take a component (v.x, v[0]) or "
                           "a scalar function of it (bz.length(v), bz.dot(v, w))")
+    if isinstance(v, TableRow):
+        raise TypeProblem(f"expected a number, got a row of a constant table of shape {np.shape(v.table)} indexed "
+                          f"by {len(v.keys)} index(es); index the rest too (t[q][0] or t[q, 0])")
+    if not isinstance(v, PYTHON_SCALARS):  # a compile-time value that is no number: a tuple, an array
+        raise TypeProblem(f"expected a number, got a constant {type(v).__name__}")
     return dt.python_scalar_dtype(v), 2
 
 
@@ -100,18 +110,23 @@ def _apply(op: str, table: dict, operands: list, make: Callable[[list[k.Expr], D
     kinds, result_rule, _ = table[op]
     first_value = 1 if op == "where" else 0
     values = operands[first_value:]
+    bools_as_ints = op in _BOOLS_AS_INTS
     for v in values:
         if isinstance(v, k.Expr):
-            _check_kinds(op, v.dtype, kinds)
+            _check_kinds(op, v.dtype, (kinds + "b") if bools_as_ints else kinds)
     types = [type_of(v) for v in values]
     promoted = dt.result_type(*types)
     literals_only = all(w == 2 for _, w in types)  # weak expressions and literals: as Python computes them
     if literals_only:
         promoted = _PYTHON_PRECISION[promoted.category]
+    if bools_as_ints and promoted.is_bool:
+        promoted = _PYTHON_PRECISION["i"]
     _check_kinds(op, promoted, kinds)
     for v in values:
         _check_literal_fits(op, v, promoted)
     result = result_rule(promoted)
+    if literals_only:  # math of literals alone is Python's, in float64: math.sqrt(2) or the log of a base
+        result = _PYTHON_PRECISION[result.category]
     compute = compute_type(promoted, result)
     conditions = [as_expr(c, dt.bool_) for c in operands[:first_value]]
     # Literals round to the promoted type first (float16 x + 0.1 adds float16(0.1)), then compute.
@@ -132,18 +147,21 @@ _PYTHON_UNARY: dict[str, Callable] = {"neg": operator.neg, "bitwise_not": operat
                                       "logical_not": operator.not_, "abs": abs}
 
 
+_RUN_TIME = (k.Expr, VectorValue, TableRow)  # what Python's operators cannot fold at compile time
+
+
 def binary(op: str, a, b):
     """`a <op> b`: folded when both are Python values, else typed Kernel IR."""
-    if not isinstance(a, (k.Expr, VectorValue)) and not isinstance(b, (k.Expr, VectorValue)) and op in _PYTHON_BINARY:
+    if not isinstance(a, _RUN_TIME) and not isinstance(b, _RUN_TIME) and op in _PYTHON_BINARY:
         try:
             return _PYTHON_BINARY[op](a, b)
-        except ArithmeticError as error:
+        except (ArithmeticError, TypeError) as error:
             raise TypeProblem(f"{op} of constants {a!r} and {b!r}: {error}") from None
     return _apply(op, BINARY, [a, b], lambda x, dtype: k.Binary(op, x[0], x[1], dtype))
 
 
 def unary(op: str, x, attrs: tuple = ()):
-    if not isinstance(x, (k.Expr, VectorValue)) and op in _PYTHON_UNARY:
+    if not isinstance(x, _RUN_TIME) and op in _PYTHON_UNARY:
         return _PYTHON_UNARY[op](x)
     return _apply(op, UNARY, [x], lambda v, dtype: k.Unary(op, v[0], dtype, attrs))
 

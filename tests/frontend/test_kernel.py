@@ -299,6 +299,31 @@ def test_func_early_returns_and_tuples_follow_python():
     np.testing.assert_allclose(out, expected, rtol=1e-12)
 
 
+@bz.func
+def piecewise(x):
+    if x > 0.0:
+        if x > 1.0:
+            return 2.0  # an early return in a branch that goes on
+        x = x * 5.0
+        if x > 4.0:
+            return -x
+    elif x < -1.0:
+        return -1.0
+    return x
+
+
+def test_func_returns_nested_in_branches_that_go_on_follow_python():
+    @bz.kernel
+    def k(x: bz.Array[bz.float64, 1]):
+        for i in range(x.shape[0]):
+            x[i] = piecewise(x[i])
+
+    x = np.array([-2.0, -0.5, 0.0, 0.5, 0.9, 1.5])
+    expected = [piecewise(v) for v in x.tolist()]  # a @bz.func runs as Python outside a kernel
+    k(x)
+    np.testing.assert_array_equal(x, expected)
+
+
 def test_math_functions_composed_of_ops_match_numpy():
     from kernel_cases import composed_math, composed_math_args
 

@@ -65,6 +65,19 @@ def returns(a: F32):
     return a
 
 
+@bz.func
+def first_negative(a, n):
+    for j in range(n):
+        if a[j] < 0.0:
+            return j
+    return -1
+
+
+def returns_in_a_helpers_loop(a: F32):
+    for i in range(a.shape[0]):
+        a[i] = first_negative(a, a.shape[0])
+
+
 def uses_a_list(a: F32):
     for i in range(a.shape[0]):
         v = [0.0, 1.0]
@@ -99,13 +112,20 @@ def steps_a_parallel_ndrange(a: F32):
     (raises, r"unsupported construct: Raise statement; use `assert condition`", 'raise ValueError("negative")'),
     (iterates_an_array, r"unsupported loop: iterate over range\(...\)", "for x in a:"),
     (slices, "unsupported construct: slices", "a[i] = a[1:3]"),
-    (returns, "unsupported construct: return", "return a"),
+    (returns, r"unsupported construct: return in a kernel \(.*to end an iteration of its loop early, write "
+              r"`continue`\)", "return a"),
     (breaks_a_parallel_loop, "unsupported construct: break outside a serial loop", "break"),
     (steps_a_parallel_ndrange, r"bz.ndrange: expected each dimension as n or \(lo, hi\), got a tuple of 3 \(a "
                                r"parallel loop with a step is range\(lo, hi, step\)", "for i, j in bz.ndrange("),
 ])
 def test_unsupported_constructs(fn, message, culprit):
     check(fn, [f32()], bz.KernelSyntaxError, message, culprit)
+
+
+def test_a_return_inside_a_helpers_loop_says_what_to_write():
+    with pytest.raises(bz.KernelSyntaxError, match=r"test_kernel_errors.py:\d+: unsupported construct: return inside "
+                                                   r"a loop of a @bz.func \(.*in a loop, set a local and break\)"):
+        bz.kernel(returns_in_a_helpers_loop)(f32())
 
 
 def test_a_parallel_range_step_must_be_an_integer():
@@ -231,11 +251,30 @@ def calls_numpy(a: F32):
         a[i] = np.linalg.norm(a[i])
 
 
+def prints(a: F32):
+    for i in range(a.shape[0]):
+        print(a[i])
+
+
+@bz.kernel
+def another_kernel(a: F32):
+    for i in range(a.shape[0]):
+        a[i] = 1.0
+
+
+def calls_a_kernel(a: F32):
+    for _ in range(1):
+        another_kernel(a)
+
+
 @pytest.mark.parametrize("fn, message, culprit", [
     (calls_an_undefined_function, "call to unknown function 'no_such_function'", "a[i] = no_such_function(1.0)"),
     (calls_a_plain_function, r"call to unknown function 'helper_without_decorator' \(decorate it with @bz.func",
      "a[i] = helper_without_decorator(a[i])"),
     (calls_numpy, "call to unknown function 'np.linalg.norm'", "a[i] = np.linalg.norm(a[i])"),
+    (prints, r"'print' \(a kernel prints nothing: write the values into an array", "print(a[i])"),
+    (calls_a_kernel, r"'another_kernel' \(a @bz.kernel is launched from Python, not called from a kernel: put the "
+                     r"shared code in a @bz.func\)", "another_kernel(a)"),
 ])
 def test_unknown_functions(fn, message, culprit):
     check(fn, [f32()], bz.KernelSyntaxError, message, culprit)

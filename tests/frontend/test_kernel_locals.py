@@ -1,5 +1,6 @@
 """A loop-kernel local first set from a Python literal (`acc = 0.0`) takes the widest dtype of its
-kind stored into it: float64 data accumulates in float64, not in the literal's float32."""
+kind stored into it, met in an operation or stored from it: float64 data accumulates in float64, and
+`w = 0.1` times a float64 is 0.1 times it, not the literal's float32 rounding."""
 
 from __future__ import annotations
 
@@ -53,3 +54,29 @@ def test_a_local_widened_in_a_branch_is_declared_wide_from_its_first_assignment(
     positive = np.where(x > 0, x, 0.0)
     want = positive.sum(axis=1) / np.maximum((x > 0).sum(axis=1), 1)
     np.testing.assert_allclose(out, want, rtol=1e-12)
+
+
+@bz.kernel
+def literal_locals_meet_wider_values(x: bz.Array, flags: bz.Array[bz.bool, 1], out: bz.Array):
+    for i in range(x.shape[0]):
+        w = 0.1
+        out[i, 0] = w * x[i]  # an operand of a wider type
+        third = 1.0 / 3.0
+        out[i, 1] = third  # stored into a wider array
+        out[i, 2] = math.atan2(w, x[i])  # an argument beside a wider one
+        out[i, 3] = w if flags[i] else x[i]
+        step = 0.0
+        step += 0.1
+        out[i, 4] = step < x[i]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_literal_local_is_the_literal_where_it_meets_a_wider_type(dtype) -> None:
+    x, flags = np.array([1.0, 0.1], dtype), np.array([True, False])
+    out = np.zeros((2, 5), dtype)
+    literal_locals_meet_wider_values(x, flags, out)
+    w = dtype(0.1)  # a float32 kernel keeps its float32 literals: no float64 math in it
+    want = [[w * v, dtype(1.0) / dtype(3.0), math.atan2(w, v), w if f else v, dtype(0.1) < v]
+            for v, f in zip(x.tolist(), flags.tolist())]
+    np.testing.assert_allclose(out, np.array(want, dtype), rtol=1e-15 if dtype == np.float64 else 1e-6)
+    assert ("float64" in literal_locals_meet_wider_values.kernel_ir()) == (dtype == np.float64)

@@ -129,7 +129,19 @@ def test_constant_tables_indexed_at_run_time():
 @bz.kernel
 def nested_table(q: bz.Array[bz.int32, 1], y: bz.Array[bz.int32, 1]):
     for i in range(q.shape[0]):
-        y[i] = NESTED[q[i]][0]
+        y[i] = NESTED[q[i]][0] + 10 * NESTED[q[i]][-1] + 100 * STEPS[q[i]][1]  # as t[i, j]
+
+
+@bz.kernel
+def table_row_as_a_number(q: bz.Array[bz.int32, 1], y: bz.Array[bz.int32, 1]):
+    for i in range(q.shape[0]):
+        y[i] = NESTED[q[i]] + 1
+
+
+@bz.kernel
+def tuple_as_a_number(y: bz.Array[bz.int32, 1]):
+    for i in range(y.shape[0]):
+        y[i] = NESTED[0] + 1
 
 
 @bz.kernel(debug=True)
@@ -138,9 +150,15 @@ def table_out_of_range(q: bz.Array[bz.int32, 1], y: bz.Array[bz.float32, 1]):
         y[i] = WEIGHTS[q[i]]
 
 
-def test_a_table_is_indexed_once_per_axis_and_checked_under_debug():
-    with pytest.raises(bz.KernelTypeError, match=r"one index per axis \(t\[i, j\], not t\[i\]\[j\]\)"):
-        nested_table(np.zeros(2, np.int32), np.zeros(2, np.int32))
+def test_a_table_takes_its_indices_at_once_or_in_turn_and_is_checked_under_debug():
+    q, y = np.array([0, 1, 1], np.int32), np.zeros(3, np.int32)
+    nested_table(q, y)
+    np.testing.assert_array_equal(y, [NESTED[v][0] + 10 * NESTED[v][-1] + 100 * STEPS[v][1] for v in q.tolist()])
+    with pytest.raises(bz.KernelTypeError, match=r"expected a number, got a row of a constant table of shape \(2, 2\) "
+                                                 r"indexed by 1 index\(es\); index the rest too"):
+        table_row_as_a_number(q, y)
+    with pytest.raises(bz.KernelTypeError, match=r"test_kernel_math_names.py:\d+: add of constants \(1, 2\) and 1"):
+        tuple_as_a_number(y)
     y = np.zeros(2, np.float32)
     table_out_of_range(np.array([0, -3], np.int32), y)
     assert y[1] == np.float32(WEIGHTS[0])

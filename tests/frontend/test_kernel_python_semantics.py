@@ -1,9 +1,11 @@
 """Loop kernels follow Python where a user would notice: the loop variable after a loop, constant
 negative indices, shadowed loop indices (refused), loops that cannot run in parallel (warned), the
-builtin `round`, and parameters left to their default values."""
+builtin `round`, parameters left to their default values, bools in arithmetic, math functions of literals,
+and the values of `and` and `or`."""
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -224,3 +226,55 @@ def test_parameters_left_out_take_their_default_values():
     with pytest.raises(bz.InputError, match="kernel scaled: missing a required argument: 'x'"):
         scaled(factor=1.0)
     assert scaled.cuda_source(x) == scaled.cuda_source(x, 2.0, 1)  # CUDA source needs no GPU
+
+
+@bz.kernel
+def bools_as_ints(x: bz.Array[bz.float64, 1], out: bz.Array[bz.int64, 2]):
+    for i in range(x.shape[0]):
+        out[i, 0] = (x[i] > 0) + (x[i] > 1)  # a count, not a logical or
+        out[i, 1] = (x[i] > 0) - (x[i] < 0)  # the sign idiom
+        out[i, 2] = (x[i] > 0) * (x[i] > 1) * 3
+        out[i, 3] = -(x[i] > 0) + abs(x[i] < 0)
+
+
+def test_bools_in_arithmetic_are_the_ints_zero_and_one_as_in_python():
+    x = np.array([-2.0, 0.0, 0.5, 1.5])
+    out = np.zeros((4, 4), np.int64)
+    bools_as_ints(x, out)
+    expected = [[(v > 0) + (v > 1), (v > 0) - (v < 0), (v > 0) * (v > 1) * 3, -(v > 0) + abs(v < 0)]
+                for v in x.tolist()]
+    np.testing.assert_array_equal(out, expected)
+
+
+@bz.kernel
+def math_of_literals(x: bz.Array[bz.float64, 1], out: bz.Array[bz.float64, 1]):
+    out[0] = math.sqrt(2)
+    out[1] = math.exp(1) * x[0]
+    out[2] = math.log(x[0], 10)  # log(10) is a literal's: float64, as Python's
+    out[3] = math.atan2(1, 3)
+
+
+def test_math_functions_of_int_literals_compute_in_float64_as_python_does():
+    x, out = np.array([7.0]), np.zeros(4)
+    math_of_literals(x, out)
+    np.testing.assert_array_equal(out, [math.sqrt(2), math.e * 7.0, np.log(7.0) / np.log(10), math.atan2(1, 3)])
+
+
+@bz.kernel(debug=True)
+def either(a: bz.Array[bz.float64, 1], n: bz.Array[bz.int64, 1], out: bz.Array[bz.float64, 2]):
+    for i in range(a.shape[0]):
+        out[i, 0] = a[i] or 7.0  # an operand's value, not a bool
+        out[i, 1] = a[i] and 3.0
+        out[i, 2] = n[i] or 5
+        out[i, 3] = (a[i] > 0) and n[i]
+        out[i, 4] = n[i] and a[n[i] - 1]  # read only where n[i] is nonzero (index -1 would fail the check)
+        out[i, 5] = 0 or a[i]
+
+
+def test_and_or_give_an_operands_value_as_python_does():
+    a, n = np.array([0.0, 2.5, -1.0, 0.0]), np.array([0, 3, 1, 4], np.int64)
+    out = np.zeros((4, 6))
+    either(a, n, out)
+    expected = [[x or 7.0, x and 3.0, m or 5, (x > 0) and m, m and a[m - 1], 0 or x]
+                for x, m in zip(a.tolist(), n.tolist())]
+    np.testing.assert_array_equal(out, expected)

@@ -289,6 +289,15 @@ def test_integer_division_rounds_down_and_wraps():
     np.testing.assert_array_equal(run_op(bz.ops.remainder, [a, b]), [0, 1, -1, -1])  # the divisor's sign
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_zero_float_remainder_takes_the_divisors_sign(dtype):
+    a = np.array([-1.0, 1.0, -3.0, 0.0, -0.0, 2.0], dtype)
+    b = np.array([1.0, -1.0, 1.5, -2.0, 2.0, 0.5], dtype)
+    out = run_op(bz.ops.remainder, [a, b])
+    np.testing.assert_array_equal(out, 0.0)
+    np.testing.assert_array_equal(np.signbit(out), np.signbit(np.remainder(a, b)))  # as Python: -1.0 % 1.0 is 0.0
+
+
 def test_integer_pow():
     base = np.array([2, -2, 1, -1, -1, 3, 0, 2], np.int64)
     exponent = np.array([10, 3, -5, -3, -4, -1, 0, 63], np.int64)
