@@ -282,6 +282,20 @@ def test_a_slice_backward_scatters_in_braze() -> None:
     _close(g, g_ref, "gradient")
 
 
+
+def test_a_slice_backward_with_symbolic_bounds_runs() -> None:
+    """The backward of x[:, :n - 1] over a symbolic n scatters between symbolic bounds: PyTorch's."""
+    def drop_last(x):
+        return torch.exp(x[:, : x.shape[1] - 1]) * 2
+
+    compiled = torch.compile(drop_last, backend="braze", options=STRICT, dynamic=True)
+    for cols in (5, 8):
+        x = torch.randn(3, cols, requires_grad=True)
+        (g,) = torch.autograd.grad(compiled(x).sum(), x)
+        (g_ref,) = torch.autograd.grad(drop_last(x).sum(), x)
+        _close(g, g_ref, "gradient")
+
+
 # --- autocast, symbolic sizes ----------------------------------------------------------------------------
 def test_bf16_autocast_regions_match_eager() -> None:
     def mlp(x, w):
