@@ -296,6 +296,19 @@ def test_a_slice_backward_with_symbolic_bounds_runs() -> None:
         _close(g, g_ref, "gradient")
 
 
+def test_a_value_and_its_contiguous_copy_leave_a_region_each_with_its_layout() -> None:
+    """y keeps its transposed strides and y.contiguous() is row-major, though braze computes them once:
+    PyTorch views the copy as a matrix, which needs row-major strides."""
+    def both(x, w):
+        y = torch.sigmoid(x.transpose(1, 2))
+        return y, y.contiguous().view(-1, 4) @ w, y.contiguous().view(-1, 4) * 2
+
+    x, w = torch.randn(2, 4, 6), torch.randn(4, 3)
+    compiled = torch.compile(both, backend="braze", options=STRICT)
+    for got, want in zip(compiled(x, w), both(x, w)):
+        assert got.stride() == want.stride()
+        _close(got, want)
+
 # --- autocast, symbolic sizes ----------------------------------------------------------------------------
 def test_bf16_autocast_regions_match_eager() -> None:
     def mlp(x, w):
