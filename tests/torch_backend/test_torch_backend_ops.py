@@ -93,13 +93,14 @@ def test_generated_programs_match_eager_values_and_gradients(steps, rows, cols, 
 
 
 # --- the rule families ---------------------------------------------------------------------------------
-def _ints(x):  # integer and bool arithmetic, division in each rounding mode, bit ops
+def _ints(x):  # integer and bool arithmetic, division in each rounding mode, bit ops and shifts
     i = (x * 10).to(torch.int64)
     j = (x * 3).to(torch.int32) + 7
     return torch.stack([torch.div(i, j, rounding_mode="trunc").float(), torch.div(i, j, rounding_mode="floor").float(),
                         (i % j).float(), (i // j).float(), (i & 6 | 1).float(), (i ^ j).float(),
                         ((i > 0) & (j < 9)).float(), (i.abs() + (~(i > 2)).long()).float(),
-                        torch.fmod(i, j).float(), torch.fmod(i, -3).float()])
+                        torch.fmod(i, j).float(), torch.fmod(i, -3).float(), ((i << 3) >> (j % 5)).float(),
+                        torch.bitwise_left_shift(1, j % 9).float()])
 
 
 def _floats(x):  # clamps, powers, rounding, comparisons with scalars, casts both ways
@@ -157,7 +158,8 @@ def _activations(x):  # the activations and helpers model code calls, decomposed
 
 @pytest.mark.parametrize("fn, fused", [
     (_ints, {"aten.div.Tensor_mode", "aten.remainder.Tensor", "aten.bitwise_and.Scalar", "aten.bitwise_xor.Tensor",
-             "aten.fmod.Tensor", "aten.fmod.Scalar"}),
+             "aten.fmod.Tensor", "aten.fmod.Scalar", "aten.__lshift__.Scalar", "aten.__rshift__.Tensor",
+             "aten.bitwise_left_shift.Scalar_Tensor"}),
     (_floats, {"aten.clamp.default", "aten.pow.Tensor_Scalar", "aten.pow.Scalar", "aten.atan2.default",
                "aten.copysign.Tensor", "aten.round.default", "aten.sign.default", "aten._to_copy.default",
                "aten.fmod.Scalar", "aten.fmod.Tensor", "aten.asin.default", "aten.atanh.default",

@@ -140,6 +140,13 @@ for _name, _op in UNARY.items():
 for _name, _op in BINARY.items():
     rule(*_overloads(_name, "Tensor", "Scalar", "default"))(_binary(_op))
 
+# Shifts: `x << 2` is aten.__lshift__.Scalar, torch.bitwise_left_shift(x, 2) its .Tensor_Scalar. Past the
+# bit width (or by a negative amount) torch and braze agree: left gives 0, right the sign.
+SHIFTS = {"__lshift__": "left_shift", "bitwise_left_shift": "left_shift", "__rshift__": "right_shift",
+          "bitwise_right_shift": "right_shift"}
+for _name, _op in SHIFTS.items():
+    rule(*_overloads(_name, "Tensor", "Scalar", "Tensor_Scalar", "Scalar_Tensor"))(_binary(_op))
+
 # prims (some of PyTorch's decompositions, batch norm's among them, reach down to them): the same
 # math without type promotion, so the same rules serve.
 prims = torch.ops.prims
