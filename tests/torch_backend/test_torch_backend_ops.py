@@ -285,6 +285,25 @@ def test_a_slice_backward_scatters_in_braze() -> None:
 
 
 
+def test_instance_norm_repeat_and_round_to_decimals_run_in_braze() -> None:
+    """PyTorch's instance norm repeats its weight once a sample (aten.repeat); both decompose into
+    what braze fuses, as does round(decimals=)."""
+    norm = torch.nn.InstanceNorm1d(3, affine=True)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+
+    def model(x):
+        return torch.round(norm(x) * 3, decimals=1) + x.repeat(1, 2, 1)[:, 1:4]
+
+    x = torch.randn(2, 3, 7, requires_grad=True)
+    compiled = torch.compile(model, backend="braze", options=STRICT)
+    _close(compiled(x), model(x))
+    (g,), (g_ref,) = (torch.autograd.grad(m(x).sum(), x) for m in (compiled, model))
+    _close(g, g_ref, "gradient")
+    explanation = bz.torch.explain(model, x, options=STRICT)
+    in_torch = {op for graph in explanation.graphs for op, reason in graph.torch_ops if "view" not in reason}
+    assert not in_torch, explanation
+
 def test_a_slice_backward_with_symbolic_bounds_runs() -> None:
     """The backward of x[:, :n - 1] over a symbolic n scatters between symbolic bounds: PyTorch's."""
     def drop_last(x):
