@@ -223,6 +223,18 @@ def test_half_tensors_meet_python_numbers_as_in_eager(device, dtype, op, request
     torch.testing.assert_close(compiled(x), fn(x), rtol=0, atol=0, equal_nan=True)
 
 
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_small_integer_powers_of_half_tensors_round_as_eagers_cpu_kernel(dtype) -> None:
+    """On the CPU eager multiplies out bfloat16's x ** 3 and x ** -2, rounding each product; braze too."""
+    def powers(x):
+        return x ** 3, x.pow(-2), x ** 4, x ** 2, x.pow(-1), x.pow(3.0)
+
+    x = (torch.randn(400, generator=torch.Generator().manual_seed(5)) * 3).to(dtype)
+    compiled = torch.compile(powers, backend="braze", options=STRICT)
+    for actual, expected in zip(compiled(x), powers(x), strict=True):
+        torch.testing.assert_close(actual, expected, rtol=0, atol=0)
+
 def test_cross_entropy_picks_and_scatters_its_class_in_braze() -> None:
     # nll_loss's decomposition: a gather of each row's target in the forward, a scatter of -1 at it
     # in the backward (a one-hot the size of the logits, written in place of a copy and a scatter).
