@@ -390,6 +390,19 @@ def test_explain_lists_regions_their_ops_kernels_and_what_stayed_in_pytorch() ->
     assert x.grad is None and w.grad is None, "explain left gradients behind"
 
 
+
+def test_explain_names_pooling_sorting_and_strided_views_left_to_pytorch() -> None:
+    def pooled(x):
+        a, b = x.chunk(2, -1)
+        top = torch.topk(torch.tanh(a) * 2, 2, dim=-1).values
+        return F.max_pool1d(torch.relu(b) + 1, 2), F.avg_pool1d(b * 3, 2), top, torch.sort(b * b, -1).values
+
+    explanation = bz.torch.explain(pooled, torch.randn(2, 3, 8))
+    reasons = {op.removeprefix("aten.").removesuffix(".default"): why for op, why in explanation.graphs[0].torch_ops}
+    assert reasons["max_pool2d_with_indices"] == reasons["avg_pool2d"] == "a pooling window: PyTorch runs it"
+    assert reasons["topk"] == reasons["sort"] == "sorting and selection: braze has none"
+    assert reasons["as_strided"] == "explicit strides (as_strided): PyTorch runs it"  # chunk's halves
+
 def test_excluded_ops_and_small_regions_stay_in_pytorch() -> None:
     def f(x):
         return F.gelu(x) + torch.sigmoid(x)
