@@ -403,6 +403,16 @@ def test_explain_names_pooling_sorting_and_strided_views_left_to_pytorch() -> No
     assert reasons["topk"] == reasons["sort"] == "sorting and selection: braze has none"
     assert reasons["as_strided"] == "explicit strides (as_strided): PyTorch runs it"  # chunk's halves
 
+
+def test_explain_says_torch_cond_is_a_higher_order_op_in_pytorch() -> None:
+    def branchy(x):
+        return torch.cond(x.sum() > 0, lambda t: torch.tanh(t), lambda t: torch.sigmoid(t) * 2, (x,))
+
+    x = torch.randn(4, 8)
+    _close(torch.compile(branchy, backend="braze", options=STRICT)(x), branchy(x))
+    reasons = {op: why for op, why in bz.torch.explain(branchy, x).graphs[0].torch_ops}
+    assert reasons["cond"].startswith("a higher-order op (cond: control flow"), reasons
+
 def test_excluded_ops_and_small_regions_stay_in_pytorch() -> None:
     def f(x):
         return F.gelu(x) + torch.sigmoid(x)

@@ -78,6 +78,8 @@ def _family_reason(target: object) -> str:
     for prefixes, reason in _TORCH_FAMILIES:
         if any(short.startswith(p) for p in prefixes):
             return reason
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        return f"a higher-order op ({name}: control flow or a wrapped subgraph): it runs in PyTorch, its subgraphs too"
     if not isinstance(target, torch._ops.OpOverload):
         return "a Python call on sizes or values, not an ATen op"
     return "braze has no rule for this op"
