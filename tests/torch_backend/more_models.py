@@ -4,7 +4,8 @@ in float32, relative position buckets from log and integer casts, an attention b
 of experts (softmax, topk, one_hot, torch.where's indices, index_add_), a ViT block (patch convolution,
 class token, nn.MultiheadAttention), a ConvNeXt block (depthwise convolution, channels-last LayerNorm,
 layer scale), a grouped-query attention with complex RoPE (torch.polar, view_as_complex), a Swin window
-attention around torch.roll, a state-space scan (softplus, cumsum, logcumsumexp, erfinv), and a sum of
+attention around torch.roll, a state-space scan (softplus, cumsum, logcumsumexp, erfinv), a Mamba-style
+selective scan (a causal depthwise conv1d, a decay from cumsum and exp under a masked tril), and a sum of
 the losses models train with. Random weights and inputs at small sizes: nothing is downloaded.
 
 MODELS maps a name to (a function making the model, a function making its inputs from a generator);
@@ -196,6 +197,33 @@ class StateSpaceScan(nn.Module):
         return h.logcumsumexp(1).mean() + F.logsigmoid(h).sum() + torch.erfinv(torch.tanh(h) * 0.9).sum()
 
 
+class SelectiveScan(nn.Module):
+    """Mamba's selective scan written without a loop: h_t = sum over s <= t of exp(A (D_t - D_s)) dt_s B_s x_s,
+    with D the running sum of dt. The conv1d's output, cropped to the sequence and transposed, is read
+    both as it is and through contiguous copies for the projections."""
+
+    def __init__(self, dim: int = 8, state: int = 4) -> None:
+        super().__init__()
+        self.inner = nn.Linear(dim, 2 * dim)
+        self.conv = nn.Conv1d(dim, dim, 4, groups=dim, padding=3)
+        self.dt, self.b, self.c = nn.Linear(dim, dim), nn.Linear(dim, state), nn.Linear(dim, state)
+        self.a_log = nn.Parameter(torch.log(torch.arange(1, state + 1).float()).repeat(dim, 1))
+        self.skip, self.out = nn.Parameter(torch.ones(dim)), nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        length = x.shape[1]
+        u, gate = self.inner(x).chunk(2, -1)
+        u = F.silu(self.conv(u.transpose(1, 2))[..., :length].transpose(1, 2))
+        dt = F.softplus(self.dt(u))
+        decay = torch.cumsum(dt[..., None] * -torch.exp(self.a_log), dim=1)  # (batch, time, dim, state)
+        causal = torch.tril(torch.ones(length, length, dtype=torch.bool, device=x.device))[None, :, :, None, None]
+        weights = torch.exp((decay[:, :, None] - decay[:, None, :]).masked_fill(~causal, -float("inf")))
+        inputs = (dt * u)[..., None] * self.b(u)[:, :, None, :]
+        h = (weights * inputs[:, None]).sum(2)
+        y = (h * self.c(u)[:, :, None, :]).sum(-1) + self.skip * u
+        return self.out(y * F.silu(gate))
+
+
 def _normal(*shape: int) -> Callable[[torch.Generator], torch.Tensor]:
     return lambda g: torch.randn(*shape, generator=g)
 
@@ -220,6 +248,7 @@ MODELS: dict[str, tuple[Callable[[], nn.Module], Callable[[torch.Generator], tup
     "gqa_complex_rope": (GroupedQueryAttention, _of(_normal(2, 7, 32))),
     "swin_windows": (SwinWindows, _of(_normal(2, 8, 8, 8))),
     "state_space_scan": (StateSpaceScan, _of(_normal(2, 10, 8))),
+    "selective_scan": (SelectiveScan, _of(_normal(2, 6, 8))),
 }
 
 

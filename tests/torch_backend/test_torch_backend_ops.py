@@ -93,13 +93,14 @@ def test_generated_programs_match_eager_values_and_gradients(steps, rows, cols, 
 
 
 # --- the rule families ---------------------------------------------------------------------------------
-def _ints(x):  # integer and bool arithmetic, division in each rounding mode, bit ops
+def _ints(x):  # integer and bool arithmetic, division in each rounding mode, bit ops and shifts
     i = (x * 10).to(torch.int64)
     j = (x * 3).to(torch.int32) + 7
     return torch.stack([torch.div(i, j, rounding_mode="trunc").float(), torch.div(i, j, rounding_mode="floor").float(),
                         (i % j).float(), (i // j).float(), (i & 6 | 1).float(), (i ^ j).float(),
                         ((i > 0) & (j < 9)).float(), (i.abs() + (~(i > 2)).long()).float(),
-                        torch.fmod(i, j).float(), torch.fmod(i, -3).float()])
+                        torch.fmod(i, j).float(), torch.fmod(i, -3).float(), ((i << 3) >> (j % 5)).float(),
+                        torch.bitwise_left_shift(1, j % 9).float()])
 
 
 def _floats(x):  # clamps, powers, rounding, comparisons with scalars, casts both ways
@@ -157,7 +158,8 @@ def _activations(x):  # the activations and helpers model code calls, decomposed
 
 @pytest.mark.parametrize("fn, fused", [
     (_ints, {"aten.div.Tensor_mode", "aten.remainder.Tensor", "aten.bitwise_and.Scalar", "aten.bitwise_xor.Tensor",
-             "aten.fmod.Tensor", "aten.fmod.Scalar"}),
+             "aten.fmod.Tensor", "aten.fmod.Scalar", "aten.__lshift__.Scalar", "aten.__rshift__.Tensor",
+             "aten.bitwise_left_shift.Scalar_Tensor"}),
     (_floats, {"aten.clamp.default", "aten.pow.Tensor_Scalar", "aten.pow.Scalar", "aten.atan2.default",
                "aten.copysign.Tensor", "aten.round.default", "aten.sign.default", "aten._to_copy.default",
                "aten.fmod.Scalar", "aten.fmod.Tensor", "aten.asin.default", "aten.atanh.default",
@@ -221,6 +223,18 @@ def test_half_tensors_meet_python_numbers_as_in_eager(device, dtype, op, request
     torch.testing.assert_close(compiled(x), fn(x), rtol=0, atol=0, equal_nan=True)
 
 
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_small_integer_powers_of_half_tensors_round_as_eagers_cpu_kernel(dtype) -> None:
+    """On the CPU eager multiplies out bfloat16's x ** 3 and x ** -2, rounding each product; braze too."""
+    def powers(x):
+        return x ** 3, x.pow(-2), x ** 4, x ** 2, x.pow(-1), x.pow(3.0)
+
+    x = (torch.randn(400, generator=torch.Generator().manual_seed(5)) * 3).to(dtype)
+    compiled = torch.compile(powers, backend="braze", options=STRICT)
+    for actual, expected in zip(compiled(x), powers(x), strict=True):
+        torch.testing.assert_close(actual, expected, rtol=0, atol=0)
+
 def test_cross_entropy_picks_and_scatters_its_class_in_braze() -> None:
     # nll_loss's decomposition: a gather of each row's target in the forward, a scatter of -1 at it
     # in the backward (a one-hot the size of the logits, written in place of a copy and a scatter).
@@ -282,6 +296,52 @@ def test_a_slice_backward_scatters_in_braze() -> None:
     _close(g, g_ref, "gradient")
 
 
+
+def test_instance_norm_repeat_and_round_to_decimals_run_in_braze() -> None:
+    """PyTorch's instance norm repeats its weight once a sample (aten.repeat); both decompose into
+    what braze fuses, as does round(decimals=)."""
+    norm = torch.nn.InstanceNorm1d(3, affine=True)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+
+    def model(x):
+        return torch.round(norm(x) * 3, decimals=1) + x.repeat(1, 2, 1)[:, 1:4]
+
+    x = torch.randn(2, 3, 7, requires_grad=True)
+    compiled = torch.compile(model, backend="braze", options=STRICT)
+    _close(compiled(x), model(x))
+    (g,), (g_ref,) = (torch.autograd.grad(m(x).sum(), x) for m in (compiled, model))
+    _close(g, g_ref, "gradient")
+    explanation = bz.torch.explain(model, x, options=STRICT)
+    in_torch = {op for graph in explanation.graphs for op, reason in graph.torch_ops if "view" not in reason}
+    assert not in_torch, explanation
+
+def test_a_slice_backward_with_symbolic_bounds_runs() -> None:
+    """The backward of x[:, :n - 1] over a symbolic n scatters between symbolic bounds: PyTorch's."""
+    def drop_last(x):
+        return torch.exp(x[:, : x.shape[1] - 1]) * 2
+
+    compiled = torch.compile(drop_last, backend="braze", options=STRICT, dynamic=True)
+    for cols in (5, 8):
+        x = torch.randn(3, cols, requires_grad=True)
+        (g,) = torch.autograd.grad(compiled(x).sum(), x)
+        (g_ref,) = torch.autograd.grad(drop_last(x).sum(), x)
+        _close(g, g_ref, "gradient")
+
+
+def test_a_value_and_its_contiguous_copy_leave_a_region_each_with_its_layout() -> None:
+    """y keeps its transposed strides and y.contiguous() is row-major, though braze computes them once:
+    PyTorch views the copy as a matrix, which needs row-major strides."""
+    def both(x, w):
+        y = torch.sigmoid(x.transpose(1, 2))
+        return y, y.contiguous().view(-1, 4) @ w, y.contiguous().view(-1, 4) * 2
+
+    x, w = torch.randn(2, 4, 6), torch.randn(4, 3)
+    compiled = torch.compile(both, backend="braze", options=STRICT)
+    for got, want in zip(compiled(x, w), both(x, w)):
+        assert got.stride() == want.stride()
+        _close(got, want)
+
 # --- autocast, symbolic sizes ----------------------------------------------------------------------------
 def test_bf16_autocast_regions_match_eager() -> None:
     def mlp(x, w):
@@ -329,6 +389,29 @@ def test_explain_lists_regions_their_ops_kernels_and_what_stayed_in_pytorch() ->
     assert "forward graph: 1 braze region(s)" in text and "kernels launched" in text and "aten.mm.default" in text
     assert x.grad is None and w.grad is None, "explain left gradients behind"
 
+
+
+def test_explain_names_pooling_sorting_and_strided_views_left_to_pytorch() -> None:
+    def pooled(x):
+        a, b = x.chunk(2, -1)
+        top = torch.topk(torch.tanh(a) * 2, 2, dim=-1).values
+        return F.max_pool1d(torch.relu(b) + 1, 2), F.avg_pool1d(b * 3, 2), top, torch.sort(b * b, -1).values
+
+    explanation = bz.torch.explain(pooled, torch.randn(2, 3, 8))
+    reasons = {op.removeprefix("aten.").removesuffix(".default"): why for op, why in explanation.graphs[0].torch_ops}
+    assert reasons["max_pool2d_with_indices"] == reasons["avg_pool2d"] == "a pooling window: PyTorch runs it"
+    assert reasons["topk"] == reasons["sort"] == "sorting and selection: braze has none"
+    assert reasons["as_strided"] == "explicit strides (as_strided): PyTorch runs it"  # chunk's halves
+
+
+def test_explain_says_torch_cond_is_a_higher_order_op_in_pytorch() -> None:
+    def branchy(x):
+        return torch.cond(x.sum() > 0, lambda t: torch.tanh(t), lambda t: torch.sigmoid(t) * 2, (x,))
+
+    x = torch.randn(4, 8)
+    _close(torch.compile(branchy, backend="braze", options=STRICT)(x), branchy(x))
+    reasons = {op: why for op, why in bz.torch.explain(branchy, x).graphs[0].torch_ops}
+    assert reasons["cond"].startswith("a higher-order op (cond: control flow"), reasons
 
 def test_excluded_ops_and_small_regions_stay_in_pytorch() -> None:
     def f(x):

@@ -59,7 +59,8 @@ EXTRA_DECOMPOSITIONS = [
     aten.tanh_backward, aten.threshold_backward, aten.gelu_backward, aten.silu_backward,
     aten._log_softmax_backward_data, aten._softmax_backward_data, aten.native_layer_norm_backward,
     aten.native_batch_norm_backward, aten.native_group_norm_backward, aten.select_scatter,
-    aten.masked_fill, aten.rsub, aten.clamp_min, aten.clamp_max, aten.zeros_like, aten.ones_like,
+    aten.masked_fill, aten.rsub, aten.clamp_min, aten.clamp_max, aten.zeros_like, aten.ones_like, aten.repeat,
+    aten.round.decimals,
 ]
 # Attention stays whole: PyTorch's fused kernel is faster than its pieces, and core ATen's CPU
 # decomposition of the forward does not give the logsumexp the fused backward reads (wrong gradients).

@@ -123,22 +123,26 @@ class RegionBuilder:
         return tv
 
     def _add_outputs(self, outputs: Sequence[fx.Node]) -> list[int]:
-        """Adds each distinct output once; `slots[i]` is the fusion output that is partition output i."""
+        """Adds each distinct output once; `slots[i]` is the fusion output that is partition output i.
+        Outputs are distinct by value and layout: a strided value and its contiguous clone are the
+        same TensorView, but PyTorch views each with the strides it recorded for it."""
         slots, added = [], {}
         for node in outputs:
-            tv = self.values[node]
-            if id(tv) not in added:
-                added[id(tv)] = len(added)
-                self._add_output(tv, meta(node))
-            slots.append(added[id(tv)])
+            tv, order = self.values[node], stride_order(meta(node))
+            if (id(tv), order) not in added:
+                added[id(tv), order] = len(added)
+                self._add_output(tv, order)
+            slots.append(added[id(tv), order])
         return slots
 
-    def _add_output(self, tv: TensorView, value: torch.Tensor) -> None:
+    def _add_output(self, tv: TensorView, order: tuple[int, ...] | None) -> None:
         # A region's outputs are dense tensors of their own (its views went to PyTorch), so an
         # output braze would give as a view of an input (a clone of a slice) is copied.
         if _is_view_of_input(tv):
             tv = bz_ops.elementwise("set", tv)
-        self.fusion.add_output(tv, stride_order=stride_order(value))
+        if order is None and tv.stride_order is not None:  # row-major, not the layout of an earlier output
+            order = tuple(range(tv.ndim - 1, -1, -1))
+        self.fusion.add_output(tv, stride_order=order)
 
     # --- operands -------------------------------------------------------------------------------
     def tensor(self, arg: object) -> TensorView:

@@ -140,6 +140,13 @@ for _name, _op in UNARY.items():
 for _name, _op in BINARY.items():
     rule(*_overloads(_name, "Tensor", "Scalar", "default"))(_binary(_op))
 
+# Shifts: `x << 2` is aten.__lshift__.Scalar, torch.bitwise_left_shift(x, 2) its .Tensor_Scalar. Past the
+# bit width (or by a negative amount) torch and braze agree: left gives 0, right the sign.
+SHIFTS = {"__lshift__": "left_shift", "bitwise_left_shift": "left_shift", "__rshift__": "right_shift",
+          "bitwise_right_shift": "right_shift"}
+for _name, _op in SHIFTS.items():
+    rule(*_overloads(_name, "Tensor", "Scalar", "Tensor_Scalar", "Scalar_Tensor"))(_binary(_op))
+
 # prims (some of PyTorch's decompositions, batch norm's among them, reach down to them): the same
 # math without type promotion, so the same rules serve.
 prims = torch.ops.prims
@@ -221,11 +228,19 @@ def _div(b: RegionBuilder, node: fx.Node) -> TensorView:
     return finish(node, bz_ops.where(bz_ops.logical_and(r != 0, (x < 0) != (y < 0)), q + 1, q))
 
 
+# Eager PyTorch's CPU kernel multiplies out x ** 3 and x ** -2 for bfloat16 tensors, each product
+# rounded to bfloat16; for float16 it computes the power in float32 and rounds once, as braze's pow.
+STEPWISE_POWERS: dict[str, dict[str, dict[float, Callable[[TensorView], TensorView]]]] = {
+    "cpu": {"bfloat16": {3: lambda x: x * x * x, -2: lambda x: bz_ops.reciprocal(x * x)}},
+}
+
+
 @rule(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar)
 def _pow(b: RegionBuilder, node: fx.Node) -> TensorView:
     base, exponent = promoted(b, list(node.args[:2]))
     if isinstance(base, TensorView) and base.dtype.is_floating and not isinstance(exponent, TensorView):
-        special = {2: lambda x: x * x, 1: lambda x: x, 0.5: bz_ops.sqrt, -1: bz_ops.reciprocal}
+        special = {2: lambda x: x * x, 1: lambda x: x, 0.5: bz_ops.sqrt, -1: bz_ops.reciprocal,
+                   **STEPWISE_POWERS.get(meta(node).device.type, {}).get(base.dtype.name, {})}
         if exponent in special:  # exact where torch is exact (x ** 2 is x * x there too)
             return finish(node, special[exponent](base))
     return finish(node, bz_ops.pow(base, exponent))

@@ -135,11 +135,15 @@ def _static_scatter(node: fx.Node) -> str | None:
     if args["step"] != 1:
         return f"step {args['step']}"
     dim = args["dim"] % len(meta(node).shape)
-    sizes = [size_expr(meta(node).shape[dim]), *[size_expr(v) if isinstance(v, fx.Node) else v
-                                                     for v in (args["start"], args["end"])]]
+    sizes = [size_expr(meta(node).shape[dim]), *[_bound(v) for v in (args["start"], args["end"])]]
     if not all(v is None or isinstance(v, int) for v in sizes):
         return "symbolic bounds"
     return None
+
+
+def _bound(value: object) -> object:
+    """A slice bound (None, an int, or a SymInt node: its recorded value) as None, an int or a sympy expression."""
+    return None if value is None else size_expr(meta(value))
 
 
 @rule(aten.slice_scatter.default, accepts=_static_scatter)
@@ -150,8 +154,7 @@ def _slice_scatter(b: RegionBuilder, node: fx.Node) -> TensorView:
     base, src = b.tensor(args["self"]), b.tensor(args["src"])
     dim = args["dim"] % base.ndim
     n = size_expr(meta(node).shape[dim])
-    start, end, _ = slice(*[size_expr(v) if isinstance(v, fx.Node) else v
-                            for v in (args["start"], args["end"])]).indices(n)
+    start, end, _ = slice(*[_bound(v) for v in (args["start"], args["end"])]).indices(n)
     end = max(end, start)
     widths = [(0, 0)] * base.ndim
     widths[dim] = (start, n - end)

@@ -32,6 +32,11 @@ _TORCH_FAMILIES: list[tuple[tuple[str, ...], str]] = [
     (("empty", "empty_strided", "empty_like", "new_empty"), "an allocation with no values: nothing to fuse"),
     (("native_dropout", "bernoulli", "randint", "random", "uniform", "normal", "randperm", "multinomial"),
      "a random op braze has no rule for"),
+    (("max_pool", "avg_pool", "adaptive_max_pool", "adaptive_avg_pool", "_adaptive_avg_pool", "fractional_max_pool",
+      "lp_pool"), "a pooling window: PyTorch runs it"),
+    (("sort", "topk", "kthvalue", "median", "nanmedian", "mode", "argsort", "msort", "unique"),
+     "sorting and selection: braze has none"),
+    (("as_strided",), "explicit strides (as_strided): PyTorch runs it"),
 ]
 
 # Views: in PyTorch they move no data. A region's last ops are left to PyTorch when they are views,
@@ -73,6 +78,8 @@ def _family_reason(target: object) -> str:
     for prefixes, reason in _TORCH_FAMILIES:
         if any(short.startswith(p) for p in prefixes):
             return reason
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        return f"a higher-order op ({name}: control flow or a wrapped subgraph): it runs in PyTorch, its subgraphs too"
     if not isinstance(target, torch._ops.OpOverload):
         return "a Python call on sizes or values, not an ATen op"
     return "braze has no rule for this op"
