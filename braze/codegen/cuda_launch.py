@@ -340,8 +340,9 @@ class LaunchPlanner:
         setup is spread over DIVIDED_ELEMENTS_PER_THREAD elements. RoPE over [16, 2048, 32, 128]
         bfloat16 (rows of 128 on 8 lanes: 16 elements a thread a row, two divisors) ran at 3.44 TB/s
         on an H200 with a row a thread, 3.72 with 2, 3.87 with 4, 3.76 with 8
-        (benchmarks/results/rows-a-thread-h200.md); rows without divisors gain nothing."""
-        if not task.thread_divisors:
+        (benchmarks/results/rows-a-thread-h200.md); rows without divisors gain nothing.
+        `BRAZE_DISABLE=divisor_rows`: a row a thread."""
+        if not task.thread_divisors or config.disabled("divisor_rows"):
             return 1
         per_row = max(1, -(-sum(max(n, 0) for n in extents) // lanes))
         return max(1, DIVIDED_ELEMENTS_PER_THREAD // per_row)

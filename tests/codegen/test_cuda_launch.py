@@ -128,6 +128,8 @@ def test_rows_that_set_up_divisors_take_several_rows_a_thread(d, rows_a_thread):
     assert planned.task.thread_divisors == 2
     rows_a_block = 256 // planned.scalars[0]
     assert planned.grid == -(-512 // (rows_a_block * rows_a_thread))
+    with bz.config.scope(disable="divisor_rows"):
+        assert rope_launch((2, 64, 4, d)).grid == -(-512 // rows_a_block)
 
 
 def test_rows_without_divisors_take_a_row_a_thread():
