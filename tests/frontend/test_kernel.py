@@ -1,5 +1,6 @@
 """The `@bz.kernel` loop language on the CPU: each feature against NumPy or plain Python."""
 
+import importlib.util
 import math
 
 import numpy as np
@@ -621,3 +622,39 @@ def test_numpy_scalar_types_convert():
     k(a, b)
     assert b.tolist() == [2, -5]
     np.testing.assert_array_equal(a, (np.array([1.25, -2.75]) / 3.0).astype(np.float32).astype(np.float64))
+
+
+def _guarded_helper(levels: int, folder):
+    """A @bz.func of `levels` ifs in a row, each returning under a nested if and going on otherwise,
+    written to a module in `folder` (braze reads a helper's source)."""
+    lines = ["import braze as bz", "", "", "@bz.func", "def guarded(x):"]
+    for n in range(levels):
+        lines += [f"    if x > {n}.0:", f"        if x > {100 * (n + 1)}.0:", f"            return {n + 1}.0",
+                  "    x = x * 2.0"]
+    path = folder / f"guarded{levels}.py"
+    path.write_text("\n".join([*lines, "    return x", ""]))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.guarded
+
+
+@pytest.mark.parametrize("levels, compiles", [(8, True), (10, False)])
+def test_nested_returns_that_would_copy_code_exponentially_are_refused(levels, compiles, tmp_path):
+    """Folding returns nested under ifs copies the statements after each such if into both branches:
+    2^levels copies. Eight fold (8,000 nodes); ten would copy 33,000 and are refused with what to write."""
+    guarded = _guarded_helper(levels, tmp_path)
+
+    @bz.kernel
+    def k(x: bz.Array[bz.float64, 1]):
+        for i in range(x.shape[0]):
+            x[i] = guarded(x[i])
+
+    x = np.linspace(-5.0, 500.0, 32)
+    if compiles:
+        expected = [guarded(v) for v in x.tolist()]
+        k(x)
+        np.testing.assert_array_equal(x, expected)
+    else:
+        with pytest.raises(bz.KernelSyntaxError, match="end each branch with its return"):
+            k(x)
