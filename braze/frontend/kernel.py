@@ -115,15 +115,15 @@ class KernelFunction:
         gpu = self._gpu
         if gpu is not None and gpu.calls.run(args) is not None:  # GPU arguments of a description seen before
             return
-        replay = getattr(self._last, "call", None)
-        if replay is not None and replay.matches(args):
-            # The same array objects as last time on this thread, unchanged in shape, strides, dtype
-            # and (where written) writability: their pointers are the same too (an array with a weak
-            # reference cannot be resized), so the packed block is replayed with only the scalars
-            # rewritten.
-            replay.entry.launcher.run(replay.packed, [self._scalar(n, s, args[i]) for i, n, s in self.scalar_specs],
-                                      args)
-            return
+        for replay in getattr(self._last, "calls", ()):
+            if replay.matches(args):
+                # The same array objects as a recent call on this thread, unchanged in shape, strides,
+                # dtype and (where written) writability: their pointers are the same too (an array with
+                # a weak reference cannot be resized), so its packed block is replayed with only the
+                # scalars rewritten.
+                replay.entry.launcher.run(replay.packed,
+                                          [self._scalar(n, s, args[i]) for i, n, s in self.scalar_specs], args)
+                return
         if self.array_positions and _on_gpu(self, args):
             if self._gpu is None:
                 self._gpu = GpuCalls(self)
@@ -137,7 +137,8 @@ class KernelFunction:
         self.check_writable(entry, arrays)
         packed = entry.launcher.pack(arrays)
         guard = replay_guard(args, arrays, self.array_positions, entry.written, config.current)
-        self._last.call = _Replay(entry, packed, guard) if guard is not None else None
+        if guard is not None:
+            self._last.calls = (_Replay(entry, packed, guard), *getattr(self._last, "calls", ())[:_RECENT_CALLS - 1])
         entry.launcher.run(packed, scalars, arrays)
 
     def check_writable(self, entry: engine.KernelEntry, arrays: Sequence[Any]) -> None:
@@ -380,9 +381,14 @@ def _with_equal_extents(tasks: list[k.Task], extents: list[tuple[str, int]], cla
     return [dataclasses.replace(t, begin=rewrite(t.begin), end=rewrite(t.end)) for t in tasks]
 
 
+# Calls remembered per thread for replay: a time loop that swaps two buffers (or rotates three, as a
+# wave equation's previous, current and next do) calls with each set of arrays every few steps.
+_RECENT_CALLS = 4
+
+
 @dataclass
 class _Replay:
-    """The last call on one thread: its entry, its packed block, and whether later arguments are
+    """A recent call on one thread: its entry, its packed block, and whether later arguments are
     the same arrays, unchanged. It holds no array: a weak reference each, in the guard."""
 
     entry: engine.KernelEntry

@@ -157,7 +157,13 @@ def binary(op: str, a, b):
             return _PYTHON_BINARY[op](a, b)
         except (ArithmeticError, TypeError) as error:
             raise TypeProblem(f"{op} of constants {a!r} and {b!r}: {error}") from None
+    if op == "pow" and _negative_int_literal(b) and isinstance(a, k.Expr) and not a.dtype.is_floating:
+        b = float(b)  # as in Python (and `bz.Fusion`'s `x ** -1`), n ** -1 is a float, not an integer power of 0
     return _apply(op, BINARY, [a, b], lambda x, dtype: k.Binary(op, x[0], x[1], dtype))
+
+
+def _negative_int_literal(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v < 0
 
 
 def unary(op: str, x, attrs: tuple = ()):

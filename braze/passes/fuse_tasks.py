@@ -37,7 +37,6 @@ FUSED_RAW = "same-thread read-after-write"
 REJECT_SERIAL = "serial task"
 REJECT_BOUNDS = "different bounds"
 REJECT_UNRECOGNISED = "unrecognised construct"
-REJECT_CONTINUE = "continue at task level"
 REJECT_INDIRECT = "indirect index"
 REJECT_NOT_INJECTIVE = "non-injective index"
 REJECT_ADDRESSES = "different addresses"
@@ -450,8 +449,22 @@ def _check_shared(resource: str, accesses: list[Access], t: k.Var) -> None:
         raise _Reject(REJECT_ATOMIC if atomic else REJECT_ADDRESSES, " vs ".join(texts))
 
 
+def _jumps_kept_inside(a: k.Task, second: k.Task) -> tuple[k.Stmt, ...]:
+    """A's body, ready for B's (`second`, renamed) to follow it: a continue or break at the task's level
+    (`if solid[i]: continue`) ends this index's part of A only, so such a body runs inside a loop of one
+    trip, which the jump leaves."""
+    if not _has_task_level_jump(a.body):
+        return a.body
+    taken = _kept(a, "_fuse_var_names", _var_names) | _var_names(second)
+    name, suffix = f"{a.var.name}_once", 1
+    while name in taken:
+        name, suffix = f"{a.var.name}_once{suffix}", suffix + 1
+    zero, one = k.Const(0, a.var.dtype), k.Const(1, a.var.dtype)
+    return (k.For(k.Var(name, a.var.dtype), zero, one, a.body),)
+
+
 def _has_task_level_jump(body: tuple[k.Stmt, ...]) -> bool:
-    """A continue/break outside any serial loop would skip the second body once merged."""
+    """A continue/break outside any serial loop, which would skip the second body if merged as it is."""
     for s in body:
         if isinstance(s, (k.Continue, k.Break)):
             return True
@@ -505,8 +518,6 @@ def decide(a: k.Task, b: k.Task, budget: int, raw: bool) -> tuple[str, str]:
         raise _Reject(REJECT_SERIAL)
     if (a.begin, a.end, a.block_dim, a.var.dtype) != (b.begin, b.end, b.block_dim, b.var.dtype):
         raise _Reject(REJECT_BOUNDS, f"[{_text(a.begin)}, {_text(a.end)}) vs [{_text(b.begin)}, {_text(b.end)})")
-    if _has_task_level_jump(a.body):
-        raise _Reject(REJECT_CONTINUE)
     # Which arrays B touches and writes, whether its accesses can all be attributed, and its size do
     # not change when its locals are renamed: B's own answers, kept on B, serve every pair it is in.
     # Only the addresses of arrays both share and one writes are compared, renamed into A's names.
@@ -592,7 +603,7 @@ def merged_task(a: k.Task, b: k.Task) -> k.Task:
 @_remembered
 def _merge(a: k.Task, b: k.Task) -> k.Task:
     second = _renamed_second(a, b)
-    merged = dataclasses.replace(a, name=_merged_name(a, b), body=a.body + second.body)
+    merged = dataclasses.replace(a, name=_merged_name(a, b), body=_jumps_kept_inside(a, second) + second.body)
     _keep_parts(merged, a, b, second)
     memo = _WALKS.get()
     if memo is not None:  # its sibling loops are then fused from where a's ended (_task_with_siblings_fused)

@@ -575,6 +575,34 @@ def test_repeated_calls_replay_the_packed_arguments_safely():
     assert y[:3].tolist() == [0.0, 5.0, 10.0]
 
 
+def test_swapped_and_rotated_buffers_replay_their_packed_arguments(monkeypatch):
+    """A time loop that swaps two buffers each step (or rotates three) calls with each set of arrays
+    every few steps: each set's packed block is replayed, not packed again at every call."""
+    from braze.runtime.backends.cpu import KernelLauncher
+
+    @bz.kernel
+    def blur(src: bz.Array[bz.float64, 1], dst: bz.Array[bz.float64, 1], w: float):
+        for i in range(1, src.shape[0] - 1):
+            dst[i] = src[i] + w * (src[i - 1] - 2 * src[i] + src[i + 1])
+
+    packs = []
+    pack = KernelLauncher.pack
+    monkeypatch.setattr(KernelLauncher, "pack", lambda self, arrays: packs.append(1) or pack(self, arrays))
+    a, b, c = np.zeros(8), np.zeros(8), np.zeros(8)
+    a[4] = b[4] = 1.0
+    expected = a.copy()
+    for step in range(6):
+        blur(a, b, 0.25 + step)
+        expected[1:-1] += (0.25 + step) * (expected[:-2] - 2 * expected[1:-1] + expected[2:])
+        a, b = b, a
+    np.testing.assert_array_equal(a, expected)
+    assert len(packs) == 2
+    for _ in range(6):
+        blur(a, b, 0.25)
+        a, b, c = b, c, a
+    assert len(packs) == 4  # (a, b) was packed before; (b, c) and (c, a) once each
+
+
 def test_kernel_ir_of_loop_kernels_generates_cuda_source():
     """The CUDA code generator reads the same Kernel IR (tests/codegen/test_cuda_loops.py compiles it)."""
     @bz.kernel

@@ -1,7 +1,7 @@
 """Loop kernels follow Python where a user would notice: the loop variable after a loop, constant
 negative indices, shadowed loop indices (refused), loops that cannot run in parallel (warned), the
 builtin `round`, parameters left to their default values, bools in arithmetic, math functions of literals,
-and the values of `and` and `or`."""
+the values of `and` and `or`, and an integer to a negative literal power."""
 
 from __future__ import annotations
 
@@ -278,3 +278,19 @@ def test_and_or_give_an_operands_value_as_python_does():
     expected = [[x or 7.0, x and 3.0, m or 5, (x > 0) and m, m and a[m - 1], 0 or x]
                 for x, m in zip(a.tolist(), n.tolist())]
     np.testing.assert_array_equal(out, expected)
+
+
+@bz.kernel
+def negative_powers(n: bz.Array[bz.int32, 1], out: bz.Array[bz.float64, 2]):
+    for i in range(n.shape[0]):
+        out[i, 0] = n[i] ** -1  # a float, as in Python: not the integer power 0
+        out[i, 1] = (n[i] != 0) ** -2
+        out[i, 2] = n[i] ** 2  # a non-negative literal keeps the integer power
+
+
+def test_an_integer_to_a_negative_literal_power_is_a_float_as_in_python():
+    n = np.array([5, -4, 1, 8], np.int32)
+    out = np.zeros((4, 3))
+    negative_powers(n, out)
+    expected = [[m ** -1, 1.0, m ** 2] for m in n.tolist()]
+    np.testing.assert_allclose(out, expected, rtol=1e-7)

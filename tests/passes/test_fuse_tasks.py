@@ -290,12 +290,34 @@ def task_level_continue(a: F32, b: F32, c: F32, ix: I64):
             continue
         a[i] = 1.0
     for i in range(N):
-        b[i] = 2.0
+        b[i] = a[i] + 2.0  # runs for every i, the skipped ones too
 
 
-def test_a_continue_in_the_first_task_rejects():
+def test_a_continue_in_the_first_task_ends_only_its_part_of_the_merged_task():
     d = only(run(task_level_continue)[0])
-    assert (d.fused, d.reason) == (False, ft.REJECT_CONTINUE)
+    assert (d.fused, d.reason) == (True, ft.FUSED_RAW)
+
+
+def task_level_jumps_in_a_chain(a: F32, b: F32, c: F32, ix: I64):
+    for i in range(N):
+        if c[i] > 0.5:
+            if c[i] > 1.0:
+                continue
+            a[i] = -1.0
+            continue
+        a[i] = 1.0
+    for i in range(N):
+        i_once = a[i] * 2.0  # a local named as the merged task's loop of one trip would be
+        if i_once < 0.0:
+            continue
+        b[i] = i_once
+    for i in range(N):
+        c[i] += a[i] + b[i]
+
+
+def test_continues_in_tasks_that_merge_in_a_chain():
+    decisions, fused, unfused = run(task_level_jumps_in_a_chain)
+    assert [d.fused for d in decisions] == [True, True] and (fused, unfused) == (1, 3)
 
 
 def serial_between(a: F32, b: F32, c: F32, ix: I64):
