@@ -92,6 +92,31 @@ def translate_kernel(name: str, source: Source, params: dict[str, object], debug
             return tasks
 
 
+def _offset(e: k.Expr) -> tuple[k.Expr | None, int]:
+    """`e` as (base, constant) where it is `base + c` or `base - c` (None: a constant alone)."""
+    if isinstance(e, k.Const):
+        return None, int(e.value)
+    if isinstance(e, k.Binary) and e.op in ("add", "sub") and isinstance(e.b, k.Const):
+        return e.a, int(e.b.value) * (1 if e.op == "add" else -1)
+    return e, 0
+
+
+def _unit_count(high: k.Expr, low: k.Expr) -> k.Expr:
+    """`len(range(low, high))`, `max(high - low, 0)`, with the constants of `n - 1` and `-1` folded and
+    the maximum left out where the count is an array extent: a loop over `range(n - 1, -1, -1)` then
+    has the same bounds as one over `range(n)`, and the two may merge (passes/fuse_tasks.py)."""
+    (high_base, high_c), (low_base, low_c) = _offset(high), _offset(low)
+    if low_base is None or low_base == high_base:
+        base = high_base if low_base is None else None
+        c = high_c - low_c
+        count = k.Const(c, dt.int64) if base is None else index_op("add", base, k.Const(c, dt.int64))
+        if base is None or isinstance(base, k.ArrayExtent) and c >= 0:
+            return k.Const(max(c, 0), dt.int64) if base is None else count
+    else:
+        count = index_op("sub", high, low)
+    return index_op("maximum", count, k.Const(0, dt.int64))
+
+
 class Translator(ExpressionTranslator, TargetTranslator):
     """Builds the tasks of one kernel from its Python source."""
 
@@ -335,6 +360,8 @@ class Translator(ExpressionTranslator, TargetTranslator):
         self.prologue.insert(0, k.Let(var, index_op("add", begin, index_op("mul", flat, step))))
         self.frames[0].names[name] = Local(var, loop_index=True)
         zero = k.Const(0, dt.int64)
+        if isinstance(step, k.Const) and step.value in (1, -1):  # range(n - 1, -1, -1): n, as range(n) has
+            return zero, _unit_count(*((end, begin) if step.value == 1 else (begin, end))), flat
         count = index_op("sub", zero, index_op("floordiv", index_op("sub", begin, end), step))
         return zero, index_op("maximum", count, zero), flat
 

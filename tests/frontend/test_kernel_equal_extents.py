@@ -4,6 +4,7 @@ equal at the call, so they may fuse; a call where they differ is another signatu
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -55,3 +56,28 @@ def test_another_axis_of_another_array_fuses_only_when_equal(rows, cols):
     np.testing.assert_array_equal(a, want_a)
     np.testing.assert_array_equal(b, want_b)
     assert [d.fused for d in shift_rows.decisions()] == [rows == cols]
+
+
+@bz.kernel
+def reverse_then_scale(a: bz.Array[bz.float64, 1], b: bz.Array[bz.float64, 1], out: bz.Array[bz.float64, 1],
+                       c: bz.Array[bz.float64, 1]):
+    n = a.shape[0]
+    for i in range(n - 1, -1, -1):  # a loop written backwards: the same n iterations as range(n)
+        out[i] = a[n - 1 - i]
+    for j in range(n):
+        b[j] = b[j] * 2.0
+    for m in range(n + 1, 0, -1):  # n + 1 iterations, as range(n + 1): bounds of its own
+        c[m - 1] = 2.0 * m
+
+
+@pytest.mark.parametrize("n", [0, 1, 7])
+def test_a_loop_over_a_reversed_range_has_the_bounds_of_the_forward_one(n):
+    """range(n - 1, -1, -1) runs n iterations, as range(n) does: the two loops merge into one launch.
+    The loop over range(n + 1, 0, -1) runs n + 1 iterations and stays apart."""
+    a, b = np.arange(n, dtype=np.float64), np.arange(n, dtype=np.float64) + 1.0
+    out, c = np.full(n, np.nan), np.full(n + 1, np.nan)
+    reverse_then_scale(a, b, out, c)
+    np.testing.assert_array_equal(out, a[::-1])
+    np.testing.assert_array_equal(b, (np.arange(n) + 1.0) * 2.0)
+    np.testing.assert_array_equal(c, 2.0 * np.arange(1, n + 2))
+    assert [d.fused for d in reverse_then_scale.decisions()] == [True, False]
