@@ -12,7 +12,7 @@ from braze.errors import FusionDefinitionError, TracerBoolConversionError, Unsup
 from braze.ir.fusion import active_fusion
 from braze.ir.scalar import Scalar, as_scalar
 from braze.ir.tensor import TensorView
-from braze.ops import numpy_api, scans, torch_methods, views
+from braze.ops import numpy_api, scans, torch_functions, torch_methods, views
 from braze.ops import reductions as red
 from braze.ops.elementwise import cast, elementwise
 
@@ -129,6 +129,7 @@ def install(cls: type = TensorView) -> None:
     cls.astype = _astype
     cls.__len__ = _len
     torch_methods.install(cls)
+    torch_functions.install(cls)
     numpy_api.install(cls)
 
 
