@@ -125,6 +125,18 @@ def test_a_symbolic_extent_as_a_python_int_says_what_to_write(fn, named: str) ->
         bz.jit(fn)(X)
 
 
+TABLE = np.linspace(0.0, 1.0, 5, dtype=np.float32)
+
+
+@pytest.mark.parametrize("fn, named", [
+    (lambda a: a * TABLE, r"mul: operand 1: .*got ndarray of shape \(5,\): .*pass it as an argument"),
+    (lambda a: a.sum() / a.size, r"got method \(a method of T0 \('a'\), not called\): .*x.numel\(\)"),
+], ids=["captured_array", "size_attribute"])
+def test_an_operand_given_by_mistake_says_what_was_meant(fn, named: str) -> None:
+    with pytest.raises(bz.FusionDefinitionError, match=named):
+        bz.jit(fn)(X)
+
+
 def test_two_axes_of_a_transpose_swap_as_in_torch() -> None:
     """`x.transpose(0, 2)` is torch's spelling (NumPy's needs every axis): it swaps the two."""
     np.testing.assert_array_equal(bz.jit(lambda a: a.transpose(0, 2))(Z), np.swapaxes(Z, 0, 2))
