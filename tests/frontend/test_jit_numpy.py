@@ -131,7 +131,8 @@ TABLE = np.linspace(0.0, 1.0, 5, dtype=np.float32)
 @pytest.mark.parametrize("fn, named", [
     (lambda a: a * TABLE, r"mul: operand 1: .*got ndarray of shape \(5,\): .*pass it as an argument"),
     (lambda a: a.sum() / a.size, r"got method \(a method of T0 \('a'\), not called\): .*x.numel\(\)"),
-], ids=["captured_array", "size_attribute"])
+    (lambda a: a - (a > 0), r"sub: T\d+: expected an integer or floating dtype, got bool; cast a mask to numbers"),
+], ids=["captured_array", "size_attribute", "mask_arithmetic"])
 def test_an_operand_given_by_mistake_says_what_was_meant(fn, named: str) -> None:
     with pytest.raises(bz.FusionDefinitionError, match=named):
         bz.jit(fn)(X)
