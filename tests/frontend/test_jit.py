@@ -393,3 +393,29 @@ def test_a_runtime_number_as_a_size_is_named(fn, named: str) -> None:
     with pytest.raises(bz.FusionDefinitionError, match=named) as caught:
         bz.jit(fn)(np.arange(6.0, dtype=np.float32), 2)
     assert "static_argnames" in "".join(getattr(caught.value, "__notes__", []))
+
+
+class _RMSNorm:
+    def __init__(self, eps: float) -> None:
+        self.eps = eps
+
+    @bz.jit(static_argnames="self")
+    def forward(self, x):
+        return x / np.sqrt((x * x).mean(-1, keepdims=True) + self.eps)
+
+    @bz.jit
+    def unbaked(self, x):
+        return x * self.eps
+
+
+def test_a_jitted_method_takes_its_instance_as_a_baked_argument():
+    """`model.forward(x)` binds the instance as functions do; it is baked in (one trace per instance),
+    and left unbaked it is refused by name rather than as a missing argument."""
+    x = np.arange(6.0, dtype=np.float32).reshape(2, 3)
+    for eps in (1e-5, 10.0):
+        expected = x / np.sqrt((x.astype(np.float64) ** 2).mean(-1, keepdims=True) + eps)
+        np.testing.assert_allclose(_RMSNorm(eps).forward(x), expected, rtol=1e-6)
+    np.testing.assert_allclose(_RMSNorm.forward(_RMSNorm(1e-5), x), _RMSNorm(1e-5).forward(x))
+    with pytest.raises(bz.InputError, match=r"unbaked: argument 'self': expected an array, got the method's instance "
+                                            r"\(_RMSNorm\); bz.jit\(static_argnames='self'\)"):
+        _RMSNorm(1.0).unbaked(x)
