@@ -124,6 +124,7 @@ def install(cls: type = TensorView) -> None:
     cls.item = _no_python_value("{name}.item()")
     cls.tolist = _no_python_value("{name}.tolist()")
     cls.numpy = _no_python_value("{name}.numpy()")
+    cls.__array__ = _no_python_value("np.asarray({name})")  # not an object array holding the tensor
     cls.__setitem__ = _setitem
     cls.__round__ = _round
     cls.astype = _astype

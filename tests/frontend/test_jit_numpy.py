@@ -119,7 +119,8 @@ def test_what_braze_has_no_op_for_is_named(fn, named: str) -> None:
 @pytest.mark.parametrize("fn, named", [
     (lambda a: a.sum(0) / len(a), r"extent T0_s0 as len\(T0\).*x.shape\[0\]"),
     (lambda a: np.ones(a.shape) + a, r"used as a Python int \(range\(\), np.ones\(x.shape\)"),
-], ids=["len", "numpy_creation"])
+    (lambda a: np.asarray(a) * 2, r"np.asarray\(T0\): expected a Python value, got a traced tensor"),
+], ids=["len", "numpy_creation", "asarray"])
 def test_a_symbolic_extent_as_a_python_int_says_what_to_write(fn, named: str) -> None:
     with pytest.raises(bz.TracerBoolConversionError, match=named):
         bz.jit(fn)(X)
