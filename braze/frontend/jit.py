@@ -153,6 +153,20 @@ class JitFunction:
             self._remember(args, (fusion, returns_sequence))
         return tuple(outputs) if returns_sequence else outputs[0]
 
+    def __get__(self, instance: object, owner: type | None = None) -> Any:
+        """`@bz.jit` on a method: `model.forward(x)` passes the instance as the first argument, which
+        must be baked in (`static_argnames="self"`): it is no array, and the method reads its attributes
+        while tracing."""
+        return self if instance is None else functools.partial(self._call_method, instance)
+
+    def _call_method(self, instance: object, *args: Any, **kwargs: Any) -> Any:
+        if 0 not in self.static:
+            raise InputError(
+                f"{self.fn.__name__}: argument {self.names[0]!r}: expected an array, got the method's instance "
+                f"({type(instance).__name__}); bz.jit(static_argnames={self.names[0]!r}) bakes it in, with the "
+                "attributes the method reads (one trace per instance)")
+        return self(instance, *args, **kwargs)
+
     def _bind(self, args: tuple, kwargs: dict) -> tuple[tuple, frozenset[int]]:
         """Every parameter's value, in order, defaults applied, and the positions of the numbers left at
         their defaults. Those are baked in, as JAX does: a default is a constant of the function (the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -15,9 +16,11 @@ if TYPE_CHECKING:
 
 
 def normalize_axis(axis: int, rank: int, what: str = "axis") -> int:
-    """Maps a possibly negative axis into [0, rank), or raises naming the axis and the rank."""
-    if not isinstance(axis, int) or isinstance(axis, bool):
+    """Maps a possibly negative axis into [0, rank), or raises naming the axis and the rank. NumPy's
+    integers are ints here (an axis from `np.argmax` or `np.int64(1)`); bools are not."""
+    if not isinstance(axis, numbers.Integral) or isinstance(axis, bool):
         raise FusionDefinitionError(f"{what}: expected an int, got {type(axis).__name__}")
+    axis = int(axis)
     if not -rank <= axis < rank:
         raise FusionDefinitionError(f"{what}: expected an axis in [{-rank}, {rank}), got {axis}")
     return axis % rank

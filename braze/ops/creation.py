@@ -53,7 +53,8 @@ register(OpDef("randn", "creation", _shape_domain, _attr_dtype, _random_referenc
 
 
 def _shape_arg(shape: Sequence[int | Scalar] | int, op: str) -> tuple[Scalar, ...]:
-    listed = [shape] if isinstance(shape, (int, Scalar)) else list(shape)
+    listed = [shape] if isinstance(shape, (int, np.integer, Scalar)) else list(shape)
+    listed = [int(e) if isinstance(e, np.integer) else e for e in listed]  # NumPy's ints are sizes too
     for i, e in enumerate(listed):
         if not isinstance(e, (int, Scalar)) or isinstance(e, bool) or (isinstance(e, int) and e < 0):
             raise FusionDefinitionError(f"{op}: shape[{i}]: expected a non-negative int or extent, got {e!r}")
@@ -112,14 +113,25 @@ def arange(start: int | Scalar, stop: int | Scalar | None = None, step: int = 1,
     """`start, start + step, ...` below `stop` (or `0 .. start` with one argument)."""
     if stop is None:
         start, stop = 0, start
-    if not isinstance(step, int) or isinstance(step, bool) or step == 0:
-        raise FusionDefinitionError(f"arange: step: expected a non-zero int, got {step!r}")
-    if not isinstance(start, int) or isinstance(start, bool):
-        raise FusionDefinitionError(f"arange: start: expected an int, got {start!r}")
+    start, step = _python_int(start, "start"), _python_int(step, "step")
+    if step == 0:
+        raise FusionDefinitionError("arange: step: expected a non-zero int, got 0")
+    if not isinstance(stop, Scalar):
+        stop = _python_int(stop, "stop")
     span = as_scalar(stop) - start if step > 0 else start - as_scalar(stop)
     extent = smax(ceildiv(span, abs(step)), 0)
     return apply("arange", [], active_fusion("arange"), start=start, step=step, extent=extent,
                  dtype=dt.as_dtype(dtype))
+
+
+def _python_int(value: object, what: str) -> int:
+    """An int (NumPy's too) fixed when the fusion is defined; a runtime number of `@bz.jit` is a value
+    of the fusion, which no extent can depend on."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return int(value)
+    got = (f"tensor {value.describe()} of type {value.type_text()}" if isinstance(value, TensorView)
+           else f"{type(value).__name__} {value!r}")
+    raise FusionDefinitionError(f"arange: {what}: expected an int{' or an extent' * (what == 'stop')}, got {got}")
 
 
 def draws_from_the_global_generator(expr) -> bool:

@@ -241,8 +241,20 @@ def as_operand(op: str, fusion: FusionGraph, x: Operand, position: int) -> Tenso
     if isinstance(x, Scalar):
         return extent_operand(op, fusion, x, position)
     raise FusionDefinitionError(
-        f"{op}: operand {position}: expected a TensorView or a Python scalar, got {type(x).__name__}"
+        f"{op}: operand {position}: expected a TensorView or a Python scalar, got {type(x).__name__}{_operand_hint(x)}"
     )
+
+
+def _operand_hint(x: object) -> str:
+    """What users meant by the operands they most often give by mistake."""
+    if hasattr(x, "__array_interface__") or hasattr(x, "__dlpack__"):
+        return (f" of shape {tuple(x.shape)}: a fusion does not capture arrays made outside it as constants; "
+                "pass it as an argument") if hasattr(x, "shape") else ""
+    owner = getattr(x, "__self__", None)
+    if isinstance(owner, TensorView):  # x.size, NumPy's attribute, is torch's method here
+        return (f" (a method of {owner.describe()}, not called): torch's x.size() gives the extents and "
+                "x.numel() the element count")
+    return ""
 
 
 def extent_operand(op: str, fusion: FusionGraph, extent: Scalar, position: int) -> TensorView:

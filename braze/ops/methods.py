@@ -6,11 +6,13 @@ op table loads keeps that rule.
 
 from __future__ import annotations
 
+import numpy as np
+
 from braze.errors import FusionDefinitionError, TracerBoolConversionError, UnsupportedError
 from braze.ir.fusion import active_fusion
 from braze.ir.scalar import Scalar, as_scalar
 from braze.ir.tensor import TensorView
-from braze.ops import numpy_api, scans, torch_methods, views
+from braze.ops import numpy_api, scans, torch_functions, torch_methods, views
 from braze.ops import reductions as red
 from braze.ops.elementwise import cast, elementwise
 
@@ -32,7 +34,7 @@ def _binary(op: str, reflected: bool = False):
 
 def _getitem(x: TensorView, index) -> TensorView:
     """Basic indexing: ints, slices, None (new axis) and one Ellipsis."""
-    items = list(index) if isinstance(index, tuple) else [index]
+    items = [_python_index(i) for i in (index if isinstance(index, tuple) else [index])]
     for position, item in enumerate(items):
         _check_index_item(x, position, item)
     if sum(i is Ellipsis for i in items) > 1:
@@ -63,6 +65,15 @@ def _getitem(x: TensorView, index) -> TensorView:
     for axis in new_axes:
         y = views.unsqueeze(y, axis)
     return y
+
+
+def _python_index(item: object) -> object:
+    """NumPy's integers index as ints do (`x[np.argmax(sizes)]`), in slices too."""
+    if isinstance(item, np.integer):
+        return int(item)
+    if isinstance(item, slice) and any(isinstance(v, np.integer) for v in (item.start, item.stop, item.step)):
+        return slice(*(int(v) if isinstance(v, np.integer) else v for v in (item.start, item.stop, item.step)))
+    return item
 
 
 def _check_index_item(x: TensorView, position: int, item: object) -> None:
@@ -113,11 +124,26 @@ def install(cls: type = TensorView) -> None:
     cls.item = _no_python_value("{name}.item()")
     cls.tolist = _no_python_value("{name}.tolist()")
     cls.numpy = _no_python_value("{name}.numpy()")
+    cls.__array__ = _no_python_value("np.asarray({name})")  # not an object array holding the tensor
     cls.__setitem__ = _setitem
     cls.__round__ = _round
-    cls.astype = cast
+    cls.astype = _astype
+    cls.__len__ = _len
     torch_methods.install(cls)
+    torch_functions.install(cls)
     numpy_api.install(cls)
+
+
+def _astype(x: TensorView, dtype: object, copy: bool = True) -> TensorView:
+    """NumPy's `x.astype(dtype, copy=False)`: a fusion's values are never buffers, so `copy` changes nothing."""
+    return cast(x, dtype)
+
+
+def _len(x: TensorView) -> int:
+    """`len(x)`: the first extent, as NumPy and torch give it, when the fusion knows it."""
+    if x.ndim == 0:
+        raise FusionDefinitionError(f"len({x.describe()}): a tensor of rank 0 has no length")
+    return _extent_index(x.shape[0], f"as len({x.name}) (the length of {x.describe()}); x.shape[0] keeps it symbolic")
 
 
 def _transpose(x: TensorView, *axes: object) -> TensorView:
@@ -210,6 +236,32 @@ def _round(self, ndigits: int | None = None):
     return elementwise("round", self)
 
 
+def _extent_index(self: Scalar, use: str = "used as a Python int (range(), np.ones(x.shape), ...)") -> int:
+    """`range(n)`, `np.ones(x.shape)`: a static extent is an index; a symbolic one says what to write
+    instead of Python's "cannot be interpreted as an integer"."""
+    if self.is_const:
+        return self.value
+    raise TracerBoolConversionError(
+        f"extent {self} {use}: extents are symbolic while a "
+        "fusion is defined (one compiled fusion serves every size); make tensors of a shape with braze's ops "
+        "(bz.ops.ones(x.shape), np.ones_like(x), bz.ops.arange(x.shape[0])), or pass the size as an argument "
+        "listed in static_argnames")
+
+
+def _extent_ufunc(self: Scalar, ufunc, method: str, *inputs: object, **kwargs: object) -> object:
+    """A NumPy ufunc on extents. Integer arithmetic stays an extent, as it was before NumPy asked
+    (`np.int64(2) * n`, through object arrays); what extents cannot compute (`np.sqrt(x.shape[-1])`,
+    attention's scale) becomes a value of the fusion being defined, as `bz.ops.sqrt` of an extent does."""
+    objects = [np.asarray(v, dtype=object) if isinstance(v, Scalar) else v for v in inputs]
+    try:
+        result = getattr(ufunc, method)(*objects, **kwargs)
+    except TypeError:
+        if not _defining():
+            raise
+        return numpy_api.array_ufunc(self, ufunc, method, *inputs, **kwargs)
+    return result[()] if isinstance(result, np.ndarray) and result.ndim == 0 else result
+
+
 def install_extent_operators() -> None:
     """Lets extents (`x.shape[1]`) take part in float arithmetic: `x * (1.0 / x.shape[-1])`,
     `x.shape[-1] ** -0.5` (attention's scale)."""
@@ -219,3 +271,5 @@ def install_extent_operators() -> None:
             setattr(Scalar, dunder, _extent_operator(op, dunder, reflected))
     Scalar.__float__ = _extent_float
     Scalar.__int__ = _extent_int
+    Scalar.__index__ = _extent_index
+    Scalar.__array_ufunc__ = _extent_ufunc

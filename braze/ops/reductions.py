@@ -146,7 +146,8 @@ def normalize_axes(x: TensorView, axes: int | Sequence[int] | None, op: str) -> 
     """Axes as sorted non-negative ints; None means all. Duplicates are an error."""
     if axes is None:
         return tuple(range(x.ndim))
-    listed = [axes] if isinstance(axes, int) else list(axes)
+    # One axis is any other value (np.int64(1) too); normalize_axis names what is not an int.
+    listed = list(axes) if isinstance(axes, (tuple, list, range)) else [axes]
     normalized = [normalize_axis(a, x.ndim, f"{op} axes") for a in listed]
     if len(set(normalized)) != len(normalized):
         raise FusionDefinitionError(f"{op}: expected distinct axes, got {listed}")

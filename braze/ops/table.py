@@ -92,4 +92,7 @@ def reject_kinds(op: str, tv: TensorView, allowed: str) -> None:
     if tv.dtype.category not in allowed:
         names = {"b": "bool", "i": "integer", "f": "floating"}
         expected = " or ".join(names[k] for k in allowed)
-        raise FusionDefinitionError(f"{op}: {tv.describe()}: expected {a_or_an(expected)} dtype, got {tv.dtype.name}")
+        # A mask in arithmetic (p - onehot, as torch refuses it too) is meant as 0 and 1 of the other operand
+        hint = "; cast a mask to numbers first (mask.astype(x.dtype), mask.float())" if tv.dtype.is_bool else ""
+        raise FusionDefinitionError(
+            f"{op}: {tv.describe()}: expected {a_or_an(expected)} dtype, got {tv.dtype.name}{hint}")

@@ -74,7 +74,7 @@ _entry(
 def reshape(x: TensorView, shape: Sequence[int | Scalar]) -> TensorView:
     """Same elements, row-major, in a new shape; one extent may be -1 (inferred)."""
     x = _check_tensor("reshape", x)
-    shape = list(shape)
+    shape = [_reshape_extent(e, i) for i, e in enumerate(shape)]
     inferred = [i for i, e in enumerate(shape) if isinstance(e, int) and e == -1]
     if len(inferred) > 1 or any(isinstance(e, int) and e < -1 for e in shape):
         raise FusionDefinitionError(f"reshape: expected non-negative extents and at most one -1, got {shape}")
@@ -89,6 +89,23 @@ def reshape(x: TensorView, shape: Sequence[int | Scalar]) -> TensorView:
     if len(extents) == x.ndim and all(a == b for a, b in zip(extents, x.shape)):
         return x
     return apply("reshape", [x], shape=extents)
+
+
+def _reshape_extent(extent: object, position: int) -> int | Scalar:
+    """An int (NumPy's too, as a Python int: `np.int64(-1)` infers) or an extent. A runtime number of
+    `@bz.jit` is a tensor of the fusion, whose value no shape can depend on."""
+    if isinstance(extent, Scalar):
+        return extent
+    if isinstance(extent, (int, np.integer)) and not isinstance(extent, (bool, np.bool_)):
+        return int(extent)
+    raise FusionDefinitionError(f"reshape: shape[{position}]: expected an int or an extent (x.shape[0]), "
+                                f"got {_describe_value(extent)}")
+
+
+def _describe_value(value: object) -> str:
+    if isinstance(value, TensorView):
+        return f"tensor {value.describe()} of type {value.type_text()}"
+    return f"{type(value).__name__} {value!r}"
 
 
 # --- squeeze / unsqueeze ------------------------------------------------------------------------

@@ -232,12 +232,15 @@ def test_axis_out_of_range_in_views() -> None:
             x.flip(7)
 
 
+MASK_HINT = r"; cast a mask to numbers first \(mask.astype\(x.dtype\), mask.float\(\)\)"
+
+
 @pytest.mark.parametrize("op, dtype, text", [
     (bz.ops.bitwise_and, bz.float32, "expected a bool or integer dtype, got float32"),
     (bz.ops.bitwise_or, bz.bfloat16, "expected a bool or integer dtype, got bfloat16"),
-    (bz.ops.left_shift, bz.bool_, "expected an integer dtype, got bool"),
-    (bz.ops.sub, bz.bool_, "expected an integer or floating dtype, got bool"),
-    (bz.ops.floordiv, bz.bool_, "expected an integer or floating dtype, got bool"),
+    (bz.ops.left_shift, bz.bool_, "expected an integer dtype, got bool" + MASK_HINT),
+    (bz.ops.sub, bz.bool_, "expected an integer or floating dtype, got bool" + MASK_HINT),
+    (bz.ops.floordiv, bz.bool_, "expected an integer or floating dtype, got bool" + MASK_HINT),
 ])
 def test_dtype_an_op_rejects(op, dtype: bz.DType, text: str) -> None:
     with bz.Fusion() as f:

@@ -363,7 +363,7 @@ def test_numbers_left_at_their_defaults_are_baked_in():
         expected = ((h - h.mean(-1, keepdims=True)) / np.sqrt(h.var(-1, keepdims=True) + eps)).reshape(x.shape)
         out = group_norm(x) if eps == 1e-5 else group_norm(x, eps=eps)
         np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
-    with pytest.raises(TypeError, match="static_argnames"):
+    with pytest.raises(bz.FusionDefinitionError, match="static_argnames"):
         group_norm(x, 2)  # passed: a runtime value, which cannot be a shape
 
 
@@ -380,3 +380,42 @@ def test_keyword_only_parameters_are_passed_by_name():
     x = np.arange(4, dtype=np.float32)
     np.testing.assert_array_equal(scaled(x, shift=1.0), x * 2 + 1)
     np.testing.assert_array_equal(scaled(x, scale=3.0, shift=0.5), x * 3 + 0.5)
+
+
+@pytest.mark.parametrize("fn, named", [
+    (lambda x, n: x.reshape(n, -1), r"reshape: shape\[0\]: expected an int or an extent .*got tensor T1 \('n'\)"),
+    (lambda x, n: x + bz.ops.arange(n), r"arange: stop: expected an int or an extent, got tensor T1 \('n'\)"),
+    (lambda x, n: x.reshape(2.0 * n, -1), r"reshape: shape\[0\]: expected an int or an extent"),
+], ids=["reshape", "arange", "reshape_value"])
+def test_a_runtime_number_as_a_size_is_named(fn, named: str) -> None:
+    """A runtime number is a value of the fusion: used as a size it is a braze error naming the argument
+    (not a TypeError from deep inside), with the note on static_argnames."""
+    with pytest.raises(bz.FusionDefinitionError, match=named) as caught:
+        bz.jit(fn)(np.arange(6.0, dtype=np.float32), 2)
+    assert "static_argnames" in "".join(getattr(caught.value, "__notes__", []))
+
+
+class _RMSNorm:
+    def __init__(self, eps: float) -> None:
+        self.eps = eps
+
+    @bz.jit(static_argnames="self")
+    def forward(self, x):
+        return x / np.sqrt((x * x).mean(-1, keepdims=True) + self.eps)
+
+    @bz.jit
+    def unbaked(self, x):
+        return x * self.eps
+
+
+def test_a_jitted_method_takes_its_instance_as_a_baked_argument():
+    """`model.forward(x)` binds the instance as functions do; it is baked in (one trace per instance),
+    and left unbaked it is refused by name rather than as a missing argument."""
+    x = np.arange(6.0, dtype=np.float32).reshape(2, 3)
+    for eps in (1e-5, 10.0):
+        expected = x / np.sqrt((x.astype(np.float64) ** 2).mean(-1, keepdims=True) + eps)
+        np.testing.assert_allclose(_RMSNorm(eps).forward(x), expected, rtol=1e-6)
+    np.testing.assert_allclose(_RMSNorm.forward(_RMSNorm(1e-5), x), _RMSNorm(1e-5).forward(x))
+    with pytest.raises(bz.InputError, match=r"unbaked: argument 'self': expected an array, got the method's instance "
+                                            r"\(_RMSNorm\); bz.jit\(static_argnames='self'\)"):
+        _RMSNorm(1.0).unbaked(x)

@@ -54,6 +54,11 @@ PROGRAMS = {
               + np.linalg.norm(a, np.inf, axis=1) + np.linalg.norm(a, 0, axis=1) + np.linalg.norm(a, 3, axis=1)
               + np.linalg.norm(a[0], 1), (X,)),
     "flat_concatenate": (lambda a: np.concatenate([a, a[:2]], axis=None), (X,)),
+    "numpy_ints": (lambda a: np.cumsum(a, axis=np.int64(1))[np.int64(2)] + a[np.int64(1):].sum(np.int64(0))
+                   + a.reshape(np.int64(5), np.int64(-1)).sum(axis=(np.int32(1),))[:np.int64(5)], (X,)),
+    "extent_ufuncs": (lambda a: a / np.sqrt(a.shape[-1]) + np.log(a.shape[0]) + np.float32(2) * a.shape[1]
+                      + a.reshape(-1, np.int64(2) * a.shape[1]).sum(1).sum(), (X,)),
+    "astype_copy": (lambda a: a.astype(np.float64, copy=False) * 2, (X,)),
 }
 
 
@@ -108,6 +113,29 @@ def test_random_chains_of_ufuncs_give_numpys_result(chain: list[str], seed: int)
         "reduction_where"])
 def test_what_braze_has_no_op_for_is_named(fn, named: str) -> None:
     with pytest.raises(bz.UnsupportedError, match=named.replace("(", r"\(").replace(")", r"\)")):
+        bz.jit(fn)(X)
+
+
+@pytest.mark.parametrize("fn, named", [
+    (lambda a: a.sum(0) / len(a), r"extent T0_s0 as len\(T0\).*x.shape\[0\]"),
+    (lambda a: np.ones(a.shape) + a, r"used as a Python int \(range\(\), np.ones\(x.shape\)"),
+    (lambda a: np.asarray(a) * 2, r"np.asarray\(T0\): expected a Python value, got a traced tensor"),
+], ids=["len", "numpy_creation", "asarray"])
+def test_a_symbolic_extent_as_a_python_int_says_what_to_write(fn, named: str) -> None:
+    with pytest.raises(bz.TracerBoolConversionError, match=named):
+        bz.jit(fn)(X)
+
+
+TABLE = np.linspace(0.0, 1.0, 5, dtype=np.float32)
+
+
+@pytest.mark.parametrize("fn, named", [
+    (lambda a: a * TABLE, r"mul: operand 1: .*got ndarray of shape \(5,\): .*pass it as an argument"),
+    (lambda a: a.sum() / a.size, r"got method \(a method of T0 \('a'\), not called\): .*x.numel\(\)"),
+    (lambda a: a - (a > 0), r"sub: T\d+: expected an integer or floating dtype, got bool; cast a mask to numbers"),
+], ids=["captured_array", "size_attribute", "mask_arithmetic"])
+def test_an_operand_given_by_mistake_says_what_was_meant(fn, named: str) -> None:
+    with pytest.raises(bz.FusionDefinitionError, match=named):
         bz.jit(fn)(X)
 
 

@@ -1,0 +1,64 @@
+"""torch's functions on traced tensors (`braze/ops/torch_functions.py`): each program is run by eager
+torch on float64 tensors and by `@bz.jit` on the same tensors; one fusion computes the whole table, so it
+costs one compile. What braze has no op for, and a torch tensor captured from outside, are refused by name."""
+
+from __future__ import annotations
+
+import pytest
+
+import braze as bz
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+# (name, function of (x, w, t)): x is (3, 4) float64, w (4,) float64, t (3,) int64 class ids with one -100.
+CASES = [
+    ("unary", lambda x, w, t: torch.rsqrt(torch.abs(x) + 1) + torch.exp(x) * torch.tanh(x)),
+    ("where_scalar", lambda x, w, t: torch.where(x > 0, x, 0.0)),
+    ("cat_stack", lambda x, w, t: torch.cat([x, x * 2], dim=-1).sum(0) + torch.stack([x, -x], 1).sum((0, 1)).repeat(2)),
+    ("likes", lambda x, w, t: torch.zeros_like(x) + torch.ones_like(x, dtype=torch.float64) * 2
+     + torch.full_like(x, 0.5)),
+    ("var_std_unbiased", lambda x, w, t: torch.var(x, 1) + torch.std(x, dim=1, keepdim=True).squeeze(1)
+     + torch.var(x, 1, unbiased=False)),
+    ("max_pair", lambda x, w, t: torch.max(x, 1)[0] + torch.min(x, dim=1).indices + torch.max(x)
+     + torch.max(x, -x).sum(1)),
+    ("clamp_logsumexp", lambda x, w, t: torch.clamp(x, min=-0.5) + torch.logsumexp(x, -1, keepdim=True)),
+    ("activations", lambda x, w, t: F.silu(x) + F.gelu(x, approximate="tanh") + F.gelu(x) + F.relu(x)
+     + F.leaky_relu(x, 0.2) + F.softplus(x, beta=2.0) + F.elu(x) + F.hardswish(x) + F.mish(x)),
+    ("softmaxes", lambda x, w, t: F.softmax(x, dim=0) + F.log_softmax(x, -1) + torch.softmax(x, 1)),
+    ("norms", lambda x, w, t: F.layer_norm(x, (4,), w, None, 1e-5) + F.rms_norm(x, [4], w)
+     + F.normalize(x, dim=-1)),
+    ("cross_entropy", lambda x, w, t: F.cross_entropy(x, t, label_smoothing=0.1)
+     + F.cross_entropy(x, t, reduction="none").sum()),
+    ("one_hot_pad_dropout", lambda x, w, t: F.one_hot(t.clamp(min=0), 4) * F.pad(x, (1, 0, 0, 1), value=-1.0)[:3, :4]
+     + F.dropout(x, 0.1, training=False)),
+]
+
+
+@bz.jit
+def _every_function(x, w, t):
+    return tuple(fn(x, w, t) for _, fn, in CASES)
+
+
+def test_torch_functions_on_traced_tensors_give_torchs_results():
+    generator = torch.Generator().manual_seed(3)
+    x, w = torch.randn(3, 4, generator=generator, dtype=torch.float64), torch.randn(4, generator=generator,
+                                                                                     dtype=torch.float64)
+    t = torch.tensor([0, 3, -100])
+    for (name, fn), got in zip(CASES, _every_function(x, w, t), strict=True):
+        expected = fn(x, w, t)
+        assert got.dtype == expected.dtype and got.shape == expected.shape, name
+        torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-9, msg=name)
+
+
+@pytest.mark.parametrize("fn, named", [
+    (lambda x: torch.einsum("ij->j", x), "torch.einsum on a traced tensor: braze has no op"),
+    (lambda x: F.kl_div(x, x), "torch.nn.functional.kl_div on a traced tensor"),
+    (lambda x: torch.ones(4) * x, "a torch tensor of shape \\(4,\\) inside a traced function"),
+    (lambda x: torch.where(x > 0), "torch.where\\(condition\\) alone"),
+    (lambda x: F.one_hot(x.long()), "num_classes=-1"),
+    (lambda x: F.dropout(x, 0.1), "training=True"),
+], ids=["no_op", "no_functional", "captured", "where_indices", "one_hot_count", "dropout"])
+def test_what_braze_has_no_op_for_is_named(fn, named: str) -> None:
+    with pytest.raises(bz.UnsupportedError, match=named):
+        bz.jit(fn)(torch.ones(3, 4))
