@@ -94,13 +94,24 @@ FEATURES = {
 }
 DUMP_NAMES = frozenset(DUMPS)
 FEATURE_NAMES = frozenset(FEATURES)
+# Each feature is switched by one variable only: `BRAZE_DISABLE=fast_math` would otherwise be a silent no-op.
+ENABLE_NAMES = frozenset(name for name, text in FEATURES.items() if text.startswith("enable:"))
+DISABLE_NAMES = FEATURE_NAMES - ENABLE_NAMES
+_SWITCHED_BY = {name: "BRAZE_ENABLE" if name in ENABLE_NAMES else "BRAZE_DISABLE" for name in FEATURE_NAMES}
 
 
-def _flag(value: str | None, default: bool) -> bool:
-    """An on/off knob: `0`, `false`, `off` and `no` turn it off; unset keeps the default."""
+_ON, _OFF = ("1", "true", "on", "yes"), ("0", "false", "off", "no")
+
+
+def _flag(name: str, value: str | None, default: bool) -> bool:
+    """An on/off knob: `1`, `true`, `on`, `yes` or `0`, `false`, `off`, `no`; unset keeps the default.
+    Anything else is an error: a typo (`flase`) must not leave the knob on."""
     if value is None or not value.strip():
         return default
-    return value.strip().lower() not in ("0", "false", "off", "no")
+    text = value.strip().lower()
+    if text not in _ON + _OFF:
+        raise InputError(f"{name}: expected 1 or 0 (or true/false, on/off, yes/no), got {value!r}")
+    return text in _ON
 
 
 def _byte_count(name: str, value: str | None, default: int) -> int:
@@ -136,7 +147,9 @@ def _known_names(knob: str, value: str | frozenset[str], known: frozenset[str]) 
     names = _names(value) if isinstance(value, str) else frozenset(value)
     unknown = sorted(names - known)
     if unknown:
-        raise InputError(f"{knob}: unknown name(s) {', '.join(unknown)}; expected some of {', '.join(sorted(known))}")
+        other = [f"{name} is a feature of {_SWITCHED_BY[name]}" for name in unknown if name in _SWITCHED_BY]
+        raise InputError(f"{knob}: unknown name(s) {', '.join(unknown)}; expected some of {', '.join(sorted(known))}"
+                         + "".join(f" ({note})" for note in other))
     return names
 
 
@@ -155,7 +168,7 @@ def _list_of(known: frozenset[str]) -> Callable[[str, str | None], frozenset[str
 
 
 def _switch(default: bool) -> Callable[[str, str | None], bool]:
-    return lambda env, text: _flag(text, default)
+    return lambda env, text: _flag(env, text, default)
 
 
 @dataclass(frozen=True)
@@ -183,10 +196,10 @@ class Config:
 _DEFAULTS = Config()
 KNOBS: tuple[Knob, ...] = (
     Knob("BRAZE_DUMP", "dump", _list_of(DUMP_NAMES), "comma list of dumps to write to stderr: " + ", ".join(DUMPS)),
-    Knob("BRAZE_ENABLE", "enable", _list_of(FEATURE_NAMES), "comma list of features to turn on: fast_math, "
-         "poison_outputs"),
-    Knob("BRAZE_DISABLE", "disable", _list_of(FEATURE_NAMES), "comma list of features to turn off: disk_cache, "
-         "host_jit, simplify, split_loops, fast_call, kernel_reuse, fold_rows, inner_outer"),
+    Knob("BRAZE_ENABLE", "enable", _list_of(ENABLE_NAMES), "comma list of features to turn on (the features "
+         "below)"),
+    Knob("BRAZE_DISABLE", "disable", _list_of(DISABLE_NAMES), "comma list of features to turn off (the features "
+         "below)"),
     Knob("BRAZE_CACHE_DIR", "cache_dir", lambda env, text: Path(text) if text else _DEFAULTS.cache_dir,
          "the disk cache's folder (default ~/.cache/braze)"),
     Knob("BRAZE_CACHE_MAX_BYTES", "cache_max_bytes", lambda env, text: _byte_count(env, text, 1 << 30),
@@ -202,7 +215,7 @@ KNOBS: tuple[Knob, ...] = (
          "process (default 256M); the least recently used call gives its buffers up first"),
     Knob("BRAZE_DEBUG", "debug", _switch(False), "1: every @bz.kernel checks its indices, as with debug=True"),
 )
-_CHECKED_LISTS = {"dump": DUMP_NAMES, "enable": FEATURE_NAMES, "disable": FEATURE_NAMES}
+_CHECKED_LISTS = {"dump": DUMP_NAMES, "enable": ENABLE_NAMES, "disable": DISABLE_NAMES}
 
 
 current: Config = Config.from_environment()
@@ -221,20 +234,20 @@ def scope(**overrides) -> Iterator[Config]:
         current = previous
 
 
-def _feature(name: str) -> str:
-    if name not in FEATURE_NAMES:
-        raise ValueError(f"unknown feature {name!r}; the features are {', '.join(sorted(FEATURE_NAMES))}")
+def _feature(name: str, known: frozenset[str], knob: str) -> str:
+    if name not in known:
+        raise ValueError(f"unknown feature {name!r} of {knob}; its features are {', '.join(sorted(known))}")
     return name
 
 
 def enabled(name: str) -> bool:
     """Whether `BRAZE_ENABLE` turns the feature `name` on."""
-    return _feature(name) in current.enable
+    return _feature(name, ENABLE_NAMES, "BRAZE_ENABLE") in current.enable
 
 
 def disabled(name: str) -> bool:
     """Whether `BRAZE_DISABLE` turns the feature `name` off."""
-    return _feature(name) in current.disable
+    return _feature(name, DISABLE_NAMES, "BRAZE_DISABLE") in current.disable
 
 
 def dumping(name: str) -> bool:

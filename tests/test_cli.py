@@ -154,3 +154,7 @@ def test_info_lists_every_knob(capsys):
     assert cli.main(["info", "--knobs"]) == 0
     out = capsys.readouterr().out
     assert all(k.env in out and k.help.split(":")[0] in out for k in config.KNOBS)
+    switched = {line.split()[0]: line.split()[1] for line in out.splitlines() if line.split()[1:2] in
+                (["BRAZE_ENABLE"], ["BRAZE_DISABLE"])}
+    assert switched == {name: "BRAZE_ENABLE" if name in config.ENABLE_NAMES else "BRAZE_DISABLE"
+                        for name in config.FEATURES}

@@ -36,10 +36,20 @@ def test_the_environment_is_read_by_the_table():
     ("BRAZE_ENABLE", "poison", r"BRAZE_ENABLE: unknown name\(s\) poison"),
     ("BRAZE_FUSE_TASKS_BUDGET", "many", "BRAZE_FUSE_TASKS_BUDGET: expected a whole number, got 'many'"),
     ("BRAZE_CACHE_MAX_BYTES", "lots", "BRAZE_CACHE_MAX_BYTES: expected a number of bytes"),
+    ("BRAZE_DISABLE", "fast_math", r"unknown name\(s\) fast_math; .* \(fast_math is a feature of BRAZE_ENABLE\)"),
+    ("BRAZE_ENABLE", "disk_cache", r"unknown name\(s\) disk_cache; .* \(disk_cache is a feature of BRAZE_DISABLE\)"),
+    ("BRAZE_FUSE_TASKS", "flase", r"BRAZE_FUSE_TASKS: expected 1 or 0 \(or true/false, on/off, yes/no\), got 'flase'"),
+    ("BRAZE_DEBUG", "2", "BRAZE_DEBUG: expected 1 or 0"),
 ])
 def test_a_typo_in_a_knob_is_an_error(variable, value, message):
     with pytest.raises(bz.InputError, match=message):
         config.Config.from_environment({variable: value})
+
+
+@pytest.mark.parametrize("text, on", [("1", True), ("yes", True), (" On ", True), ("0", False), ("false", False),
+                                      ("NO", False), ("", True)])
+def test_an_on_off_knob_reads_the_usual_spellings(text, on):
+    assert config.Config.from_environment({"BRAZE_FUSE_TASKS": text}).fuse_tasks is on
 
 
 def test_scope_checks_names_too():
@@ -50,6 +60,8 @@ def test_scope_checks_names_too():
 def test_asking_for_an_undeclared_feature_or_dump_is_a_bug():
     with pytest.raises(ValueError, match="unknown feature 'fastcall'"):
         config.disabled("fastcall")
+    with pytest.raises(ValueError, match="unknown feature 'fast_math' of BRAZE_DISABLE"):
+        config.disabled("fast_math")
     with pytest.raises(ValueError, match="unknown dump 'kernelir'"):
         config.dumping("kernelir")
 
@@ -91,7 +103,7 @@ def test_every_declared_dump_is_produced(tmp_path, capfd):
 def test_every_knob_name_in_the_source_is_declared():
     """A feature or dump named in braze's source is declared, even where no test reaches the line
     (`config.disabled("fastcall")` in a rare branch would raise only when that branch runs)."""
-    asks = {"enabled": config.FEATURE_NAMES, "disabled": config.FEATURE_NAMES, "dumping": config.DUMP_NAMES}
+    asks = {"enabled": config.ENABLE_NAMES, "disabled": config.DISABLE_NAMES, "dumping": config.DUMP_NAMES}
     found, unknown = 0, []
     for path in Path(bz.__file__).parent.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):

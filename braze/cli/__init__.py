@@ -152,9 +152,15 @@ def info(args: argparse.Namespace) -> int:
 
 
 def knobs() -> int:
-    """Every environment variable braze reads, its value in this process, and what it does."""
+    """Every environment variable braze reads, its value in this process, and what it does; then each
+    feature BRAZE_ENABLE or BRAZE_DISABLE switches, and what switching it does."""
     rows = [[k.env, _knob_value(getattr(config.current, k.field)), k.help] for k in config.KNOBS]
     print(_table(["variable", "value here", "what it does"], rows, numbers=False))
+    features = [[name, *text.split(": ", 1)] for name, text in config.FEATURES.items()]
+    variable = {"enable": "BRAZE_ENABLE", "disable": "BRAZE_DISABLE"}
+    print()
+    print(_table(["feature", "switched by", "what switching it does"],
+                 [[name, variable[which], what] for name, which, what in features], numbers=False))
     return 0
 
 
@@ -212,8 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     actions.add_parser("clear", help="remove every entry and leftover temporary file from the cache folder")
     cache_parser.set_defaults(run=cache, action="show")
     # The suite parses its own options (`braze bench --help` lists them).
-    commands.add_parser("bench", add_help=False, help="run the fusion suite (29 fusions from real models) against "
-                        "torch and torch.compile on a GPU, or NumPy on the CPU; writes a table, JSON and a plot")
+    commands.add_parser("bench", add_help=False, help="run the fusion suite (fusions from real models) against "
+                        "torch, torch.compile and JAX on a GPU, or NumPy on the CPU; writes a table, JSON and a plot")
     args, rest = parser.parse_known_args(argv)
     if args.command == "bench":
         from braze.cli.bench.suite import main as suite
