@@ -190,6 +190,11 @@ def defining(fusion: FusionGraph) -> Iterator[FusionGraph]:
         stack.pop()
 
 
+def defining_any() -> bool:
+    """Whether a fusion is being defined on this thread (a `with bz.Fusion()` body or a @bz.jit trace)."""
+    return bool(getattr(_active, "stack", None))
+
+
 def active_fusion(what: str) -> FusionGraph:
     """The fusion being defined on this thread, or an error naming the op that needed one."""
     stack = getattr(_active, "stack", [])

@@ -24,7 +24,15 @@ from braze.ops import reductions as red
 from braze.ops import views
 from braze.ops.composites import composite, in_compute_type
 from braze.ops.creation import arange
-from braze.ops.elementwise import Operand, as_operand, cast, elementwise, operand_type, owning_fusion
+from braze.ops.elementwise import (
+    Operand,
+    as_operand,
+    cast,
+    elementwise,
+    not_a_tensor,
+    operand_type,
+    owning_fusion,
+)
 
 # SELU's constants (Klambauer et al., 2017), as torch spells them.
 SELU_ALPHA = 1.6732632423543772848170429916717
@@ -43,6 +51,7 @@ def operands_in_compute_type(op: str, operands: Sequence[Operand], floating: boo
     to return: the promoted one (float32 for integers when `floating`). Python numbers stay weak."""
     tensors = [o for o in operands if isinstance(o, TensorView)]
     if not tensors:
+        owning_fusion(op, operands)  # an array given by mistake: says what ops are for
         raise FusionDefinitionError(f"{op}: expected at least one TensorView operand, got "
                                     f"{', '.join(type(o).__name__ for o in operands)}")
     promoted = dt.result_type(*[(t.dtype, t.weak) for t in tensors])
@@ -242,7 +251,7 @@ def nan_to_num(x: TensorView, nan: float = 0.0, posinf: float | None = None,
         if value is not None:
             _number("nan_to_num", name, value)
     if not isinstance(x, TensorView):
-        raise FusionDefinitionError(f"nan_to_num: expected a TensorView, got {type(x).__name__}")
+        raise not_a_tensor("nan_to_num", x)
     if not x.dtype.is_floating:
         return x
     big = _largest_finite(x.dtype)

@@ -14,7 +14,7 @@ from braze.ir.fusion import defining
 from braze.ir.tensor import TensorView, normalize_axis
 from braze.ops import reductions as red
 from braze.ops.creation import arange
-from braze.ops.elementwise import cast, elementwise
+from braze.ops.elementwise import cast, elementwise, not_a_tensor
 from braze.ops.views import permute, unsqueeze
 
 
@@ -37,7 +37,7 @@ def composite(fn: Callable[..., TensorView]) -> Callable[..., TensorView]:
 def in_compute_type(x: TensorView, op: str) -> tuple[TensorView, dt.DType]:
     """x in its compute type, and the type to return (floats keep theirs, integers become float32)."""
     if not isinstance(x, TensorView):
-        raise FusionDefinitionError(f"{op}: expected a TensorView, got {type(x).__name__}")
+        raise not_a_tensor(op, x)
     result = x.dtype if x.dtype.is_floating else dt.float32
     return cast(x, dt.compute_dtype(result)), result
 
@@ -173,7 +173,7 @@ def _check_cross_entropy(logits: object, target: object, reduction: object, weig
     if reduction not in ("mean", "sum", "none"):
         raise FusionDefinitionError(f"cross_entropy: reduction: expected 'mean', 'sum' or 'none', got {reduction!r}")
     if not isinstance(logits, TensorView):  # checked first: the rank checks below read logits.ndim
-        raise FusionDefinitionError(f"cross_entropy: logits: expected a TensorView, got {type(logits).__name__}")
+        raise not_a_tensor("cross_entropy: logits", logits)
     if not isinstance(target, TensorView) or not target.dtype.is_integer:
         got = target.dtype.name if isinstance(target, TensorView) else type(target).__name__
         raise FusionDefinitionError(f"cross_entropy: target: expected an integer tensor of class indices, got {got}")

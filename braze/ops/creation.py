@@ -13,7 +13,7 @@ from braze.ir.fusion import active_fusion, defining
 from braze.ir.scalar import Scalar, as_scalar, ceildiv, smax
 from braze.ir.tensor import TensorView
 from braze.ops import philox
-from braze.ops.elementwise import as_operand, check_fill
+from braze.ops.elementwise import as_operand, check_fill, not_a_tensor
 from braze.ops.table import OpDef, RefContext, apply, register
 
 _attr_dtype = lambda ins, a: a["dtype"]
@@ -104,7 +104,7 @@ def ones_like(x: TensorView, dtype: object = None) -> TensorView:
 
 def _like(op: str, x: TensorView, value: bool | int | float, dtype: object) -> TensorView:
     if not isinstance(x, TensorView):
-        raise FusionDefinitionError(f"{op}: expected a TensorView, got {type(x).__name__}")
+        raise not_a_tensor(op, x)
     with defining(x.fusion):
         return full(x.shape, value, x.dtype if dtype is None else dtype, _op=op)
 

@@ -16,7 +16,7 @@ import numpy as np
 from braze import dtypes as dt
 from braze.dtypes import DType
 from braze.errors import FusionDefinitionError
-from braze.ir.fusion import FusionGraph, active_fusion
+from braze.ir.fusion import FusionGraph, active_fusion, defining_any
 from braze.ir.scalar import Scalar
 from braze.ir.tensor import TensorView
 from braze.ops.broadcast import align_ranks, broadcast_domains, broadcast_one_element_slices
@@ -224,7 +224,16 @@ def owning_fusion(op: str, operands: Sequence[Operand]) -> FusionGraph:
         return fusion
     if any(isinstance(x, Scalar) for x in operands):  # reciprocal(x.shape[1]): the fusion being defined
         return active_fusion(op)
-    raise FusionDefinitionError(f"{op}: expected at least one TensorView operand, got only Python scalars")
+    arrays = [x for x in operands if not isinstance(x, (bool, int, float, np.generic))]
+    if arrays:
+        raise not_a_tensor(op, arrays[0])
+    raise FusionDefinitionError(f"{op}: expected at least one TensorView operand, got "
+                                f"{', '.join(type(x).__name__ for x in operands)}")
+
+
+def not_a_tensor(op: str, x: object) -> FusionDefinitionError:
+    """The error for an argument `x` of `op` that should be a TensorView."""
+    return FusionDefinitionError(f"{op}: expected a TensorView, got {type(x).__name__}{_operand_hint(x)}")
 
 
 def as_operand(op: str, fusion: FusionGraph, x: Operand, position: int) -> TensorView:
@@ -248,8 +257,11 @@ def as_operand(op: str, fusion: FusionGraph, x: Operand, position: int) -> Tenso
 def _operand_hint(x: object) -> str:
     """What users meant by the operands they most often give by mistake."""
     if hasattr(x, "__array_interface__") or hasattr(x, "__dlpack__"):
-        return (f" of shape {tuple(x.shape)}: a fusion does not capture arrays made outside it as constants; "
-                "pass it as an argument") if hasattr(x, "shape") else ""
+        shape = f" of shape {tuple(x.shape)}" if hasattr(x, "shape") else ""
+        if not defining_any():  # bz.ops.gelu(array), as NumPy, torch or JAX would compute it at once
+            return (f"{shape}: bz.ops functions build a fusion, they do not compute on arrays: call them in a "
+                    "@bz.jit function, or on the tensors that a `with bz.Fusion() as f:` block defines")
+        return f"{shape}: a fusion does not capture arrays made outside it as constants; pass it as an argument"
     owner = getattr(x, "__self__", None)
     if isinstance(owner, TensorView):  # x.size, NumPy's attribute, is torch's method here
         return (f" (a method of {owner.describe()}, not called): torch's x.size() gives the extents and "
@@ -318,7 +330,7 @@ def cast(x: TensorView, dtype: object) -> TensorView:
     where C and NumPy leave both undefined), anything to bool is `!= 0`."""
     target = dt.as_dtype(dtype)
     if not isinstance(x, TensorView):
-        raise FusionDefinitionError(f"cast: expected a TensorView, got {type(x).__name__}")
+        raise not_a_tensor("cast", x)
     return x if x.dtype == target else apply("cast", [x], dtype=target)
 
 

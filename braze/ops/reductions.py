@@ -19,7 +19,7 @@ from braze.ir.domain import IterType
 from braze.ir.fusion import Expr, FusionGraph
 from braze.ir.tensor import TensorView, normalize_axis
 from braze.ops.broadcast import broadcast
-from braze.ops.elementwise import SAME, TO_BOOL, TO_FLOAT, TO_INT64, cast, elementwise
+from braze.ops.elementwise import SAME, TO_BOOL, TO_FLOAT, TO_INT64, cast, elementwise, not_a_tensor
 from braze.ops.table import OpDef, RefContext, apply, register, reject_kinds
 
 # NumPy's accumulation types: floats keep theirs, unsigned integers sum into uint64, others into int64.
@@ -186,7 +186,7 @@ _AXES_ALIASES = keyword_aliases(axes=("axis", "dim"), keepdim=("keepdims",))
 def reduce(op: str, x: TensorView, axes=None, keepdim: bool = False, **attrs) -> TensorView:
     """Reduces x over `axes` with op; `keepdim` keeps them as size-1 dimensions."""
     if not isinstance(x, TensorView):
-        raise FusionDefinitionError(f"{op}: expected a TensorView, got {type(x).__name__}")
+        raise not_a_tensor(op, x)
     normalized = normalize_axes(x, axes, op)
     out = apply(op, [x], axes=normalized, **attrs)
     return broadcast(out, [i in normalized for i in range(x.ndim)]) if keepdim else out
@@ -198,7 +198,7 @@ def cast_first(x: TensorView, dtype: object, op: str, floating: bool = False) ->
     if dtype is None:
         return x
     if not isinstance(x, TensorView):
-        raise FusionDefinitionError(f"{op}: expected a TensorView, got {type(x).__name__}")
+        raise not_a_tensor(op, x)
     try:
         target = dt.as_dtype(dtype)
     except UnsupportedError as e:

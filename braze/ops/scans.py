@@ -20,9 +20,8 @@ import numpy as np
 
 from braze import dtypes as dt
 from braze.dtypes import DType
-from braze.errors import FusionDefinitionError
 from braze.ir.tensor import TensorView, normalize_axis
-from braze.ops.elementwise import SAME, cast
+from braze.ops.elementwise import SAME, cast, not_a_tensor
 from braze.ops.reductions import _SUM_TYPE, _as_asked, cast_first, keyword_aliases
 from braze.ops.table import OpDef, RefContext, apply, register, reject_kinds
 
@@ -68,7 +67,7 @@ for _name, _row in SCANS.items():
 def scan(op: str, x: TensorView, axis: int) -> TensorView:
     """`op` (cumsum, cumprod, cummax, cummin) of x along `axis` (negative counts from the end)."""
     if not isinstance(x, TensorView):
-        raise FusionDefinitionError(f"{op}: expected a TensorView, got {type(x).__name__}")
+        raise not_a_tensor(op, x)
     if x.ndim == 0:  # torch scans a 0-d tensor along dim 0 or -1 as one element: itself
         normalize_axis(axis, 1, f"{op} axis")
         reject_kinds(op, x, "f" if op in _FLOATS_ONLY else "bif")

@@ -22,7 +22,7 @@ from braze.ir.scalar import Scalar, as_scalar, ceildiv, smax, smin
 from braze.ir.tensor import TensorView, normalize_axis
 from braze.ops.broadcast import broadcast, expand
 from braze.ops.creation import arange
-from braze.ops.elementwise import cast, elementwise
+from braze.ops.elementwise import cast, elementwise, not_a_tensor
 from braze.ops.reductions import keyword_aliases
 from braze.ops.views import cat, reshape, slice_tensor, transpose, unsqueeze
 
@@ -30,7 +30,7 @@ from braze.ops.views import cat, reshape, slice_tensor, transpose, unsqueeze
 def tensor_arg(op: str, x: object) -> TensorView:
     """x, checked to be a TensorView of the fusion being defined (an argument of `op`)."""
     if not isinstance(x, TensorView):
-        raise FusionDefinitionError(f"{op}: expected a TensorView, got {type(x).__name__}")
+        raise not_a_tensor(op, x)
     return x
 
 

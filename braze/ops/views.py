@@ -13,7 +13,7 @@ from braze.ir.domain import IterDomain, IterType
 from braze.ir.scalar import Scalar, as_scalar, ceildiv, smax, smin
 from braze.ir.tensor import TensorView, normalize_axis
 from braze.ops.broadcast import broadcast
-from braze.ops.elementwise import as_operand, check_fill
+from braze.ops.elementwise import as_operand, check_fill, not_a_tensor
 from braze.ops.reductions import keyword_aliases, normalize_axes
 from braze.ops.table import OpDef, RefContext, apply, register
 
@@ -26,7 +26,7 @@ def _entry(name: str, shape, reference, dtype=_first_dtype) -> None:
 
 def _check_tensor(op: str, x: object) -> TensorView:
     if not isinstance(x, TensorView):
-        raise FusionDefinitionError(f"{op}: expected a TensorView, got {type(x).__name__}")
+        raise not_a_tensor(op, x)
     return x
 
 

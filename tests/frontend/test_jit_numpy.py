@@ -139,6 +139,22 @@ def test_an_operand_given_by_mistake_says_what_was_meant(fn, named: str) -> None
         bz.jit(fn)(X)
 
 
+@pytest.mark.parametrize("call", [
+    lambda a: bz.ops.exp(a), lambda a: bz.ops.gelu(a), lambda a: bz.ops.where(a > 0, a, 0.0),
+    lambda a: bz.ops.softmax(a, -1), lambda a: bz.ops.sum(a, axes=[1]), lambda a: bz.ops.reshape(a, (-1,)),
+    lambda a: bz.ops.cat([a, a]), lambda a: bz.ops.cast(a, bz.float16), lambda a: bz.ops.relu6(a),
+    lambda a: bz.ops.cumsum(a, axis=1), lambda a: bz.ops.asin(a),
+], ids=["exp", "gelu", "where", "softmax", "sum", "reshape", "cat", "cast", "relu6", "cumsum", "asin"])
+def test_an_op_on_an_array_outside_any_fusion_says_ops_build_fusions(call) -> None:
+    """`bz.ops.gelu(array)` computes at once in NumPy, torch or JAX; here it names the array and says
+    where ops run (it was 'got only Python scalars' or a bare 'got ndarray')."""
+    with pytest.raises(bz.FusionDefinitionError, match=r"got ndarray of shape \(6, 5\): bz.ops functions build a "
+                                                       r"fusion, .*@bz.jit"):
+        call(X)
+    with pytest.raises(bz.FusionDefinitionError, match=r"got ndarray of shape \(1, 5\): .*pass it as an argument"):
+        bz.jit(lambda a: a + call(TABLE[None]))(X)
+
+
 def test_two_axes_of_a_transpose_swap_as_in_torch() -> None:
     """`x.transpose(0, 2)` is torch's spelling (NumPy's needs every axis): it swaps the two."""
     np.testing.assert_array_equal(bz.jit(lambda a: a.transpose(0, 2))(Z), np.swapaxes(Z, 0, 2))
