@@ -48,7 +48,9 @@ def explain(model: torch.nn.Module | object, *inputs: object, backward: bool | N
     """Compiles `model` with the braze backend, runs it once on `inputs` (and a backward pass of the
     sum of its outputs when `backward` is True, or None and an output needs a gradient), and reports
     the regions: which ATen ops each fused, which ops stayed in PyTorch and why, and the kernels each
-    region launched. Gradients the backward pass adds to parameters and inputs are taken back off."""
+    region launched. Gradients the backward pass adds to parameters and inputs are taken back off.
+    `options` are the backend's, as `torch.compile(model, backend="braze", options=...)` takes them
+    (`{"exclude_ops": ["aten.gelu"]}`); keyword arguments go to the model."""
     reports: list[GraphReport] = []
     compiled = torch.compile(model, backend=make_backend(parse_options(options), reports, record_launches=True))
     saved = _saved_grads(model, inputs)
