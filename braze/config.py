@@ -234,6 +234,14 @@ def scope(**overrides) -> Iterator[Config]:
         current = previous
 
 
+def code_knobs() -> tuple:
+    """The knobs that change the code braze makes for a call, or how it runs it: the features switched
+    and task fusion's settings. Caches of compiled calls in memory key on them, so a knob changed
+    between two calls (`scope`) takes effect at the second."""
+    knobs = current
+    return knobs.enable, knobs.disable, knobs.fuse_tasks, knobs.fuse_tasks_raw, knobs.fuse_tasks_budget, knobs.debug
+
+
 def _feature(name: str, known: frozenset[str], knob: str) -> str:
     if name not in known:
         raise ValueError(f"unknown feature {name!r} of {knob}; its features are {', '.join(sorted(known))}")

@@ -391,18 +391,19 @@ class FusionCache:
 
     def __init__(self) -> None:
         self.entries: OrderedDict[tuple, FusionRuntime] = OrderedDict()
-        self.by_kernel: dict[tuple, FusionRuntime] = {}  # (device, Lowered.reuse_key) -> runtime
-        # (signature, device) -> what `compile_ahead` lowered, and its kernel (held while it compiles)
+        self.by_kernel: dict[tuple, FusionRuntime] = {}  # (device, knobs, Lowered.reuse_key) -> runtime
+        # (signature, device, knobs) -> what `compile_ahead` lowered, and its kernel (held while it compiles)
         self.ahead: dict[tuple, tuple[Lowered, object]] = {}
         self.lock = threading.RLock()  # a miss builds the runtime once, whichever threads race on it
 
     def runtime(self, fusion: FusionGraph, bound: BoundInputs) -> FusionRuntime:
         key = signature(fusion, bound)
-        place = (key, bound.device)  # the same signature on another device is another entry
+        # The same signature on another device, or under other knobs (config.scope), is another entry.
+        place = (key, bound.device, config.code_knobs())
         with self.lock:
             entry = self.entries.get(place)
             if entry is None:
-                entry = self.entries[place] = self._new_runtime(fusion, key, bound.device)
+                entry = self.entries[place] = self._new_runtime(fusion, key, place)
                 if len(self.entries) > CACHE_ENTRIES:
                     self.entries.popitem(last=False)
                     held = {id(r) for r in self.entries.values()}
@@ -415,7 +416,7 @@ class FusionCache:
         """Lowers `fusion` for the signature of `bound` and starts compiling its kernel on a worker
         thread (compile/compiled_kernel.py); the first call of that signature takes both."""
         key = signature(fusion, bound)
-        place = (key, bound.device)
+        place = (key, bound.device, config.code_knobs())
         with self.lock:
             if place in self.entries or place in self.ahead:
                 return
@@ -425,10 +426,11 @@ class FusionCache:
             self.ahead[place] = lowered, kernel
         start_compile(kernel)
 
-    def _new_runtime(self, fusion: FusionGraph, key: tuple, device: int | None) -> FusionRuntime:
-        ahead = self.ahead.pop((key, device), None)
+    def _new_runtime(self, fusion: FusionGraph, key: tuple, place: tuple) -> FusionRuntime:
+        _, device, knobs = place
+        ahead = self.ahead.pop(place, None)
         lowered = ahead[0] if ahead is not None else lower_fusion(fusion, key, device)
-        reuse_key = (device, lowered.reuse_key)
+        reuse_key = (device, knobs, lowered.reuse_key)
         runtime = None if config.disabled("kernel_reuse") else self.by_kernel.get(reuse_key)
         if runtime is None:
             note_entry(f"runtime {getattr(fusion, 'name', 'fusion')}")

@@ -70,6 +70,10 @@ def _pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=worker_count(), thread_name_prefix="braze-compile")
 
 
+if hasattr(os, "register_at_fork"):  # a forked child has none of the pool's threads: it makes its own
+    os.register_at_fork(after_in_child=_pool.cache_clear)
+
+
 def compile_ahead(kernel: CompilesOnce) -> Future:
     """Starts compiling `kernel` on a worker thread; the future gives the kernel. A failure is left
     to the first call, which compiles again and reports it."""

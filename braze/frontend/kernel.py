@@ -190,10 +190,10 @@ class KernelFunction:
 
     @staticmethod
     def knob_key() -> tuple:
-        """The fusion knobs, part of every signature (tests change them with config.scope)."""
+        """The fusion knobs first, then every knob that changes the code (fast_math, ...): part of every
+        signature, so a knob changed between calls (config.scope) takes effect."""
         knobs = config.current
-        return ((knobs.fuse_tasks, knobs.fuse_tasks_raw, knobs.fuse_tasks_budget, knobs.fuse_tasks_diag,
-                 knobs.debug),)
+        return ((knobs.fuse_tasks, knobs.fuse_tasks_diag, *config.code_knobs()),)
 
     def _array(self, name: str, spec: ArrayType, value: Any) -> np.ndarray:
         where = f"{self.label}: argument '{name}'"

@@ -389,7 +389,10 @@ class Describer:
         self.keys: dict[type, Callable[..., tuple] | None] = {}  # by the first array's type
 
     def key(self, inputs: Sequence[object]) -> tuple | None:
-        if len(inputs) <= self.first_array:
+        try:
+            if len(inputs) <= self.first_array:
+                return None
+        except TypeError:  # not a list (an iterator): the host program's binding says what it expected
             return None
         cls = type(inputs[self.first_array])
         read = self.keys.get(cls, UNSEEN)

@@ -19,7 +19,8 @@ launch of a fusion or a loop kernel in the body, what running it again takes:
 Replay reads and writes the buffers of the recording, as `torch.cuda.graph` does: change the
 inputs' contents in place between replays; new arrays or new scalar values need a new graph. The
 graph keeps every array and buffer it launches on alive. On a GPU only braze's launches are in the
-graph: other work in the body (a torch op) runs when it is called, before the recorded launches.
+graph: other work in the body (a torch op) runs when it is called, before the recorded launches. A
+replay in another graph's body is recorded there like any launch (a GPU graph's is refused there).
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ class Graph(Recording):
         if self.state != "ready":
             raise Error("bz.graph: nothing to replay: " + ("the graph's `with` body has not ended yet"
                                                            if self.state == "recording" else "its body raised"))
+        self._add_to_open_graphs()
         for fn, begin, end, address, work, min_work in self.steps:
             if work is None:
                 fn(begin, end, address)
@@ -70,6 +72,20 @@ class Graph(Recording):
                 parallel_for(fn, begin, end, address, work, min_work)
         if self.capture is not None:
             self.capture.launch()
+
+    def _add_to_open_graphs(self) -> None:
+        """A replay in another graph's body is one of that body's launches: the graphs open on this
+        thread take its host steps (and keep this graph, which keeps what they point into). Its GPU
+        graph cannot be launched into their capture."""
+        outer = open_graphs()
+        if not outer:
+            return
+        if self.capture is not None:
+            raise UnsupportedError("bz.graph: a graph of GPU launches cannot be replayed in another graph's body, "
+                                   "which would not hold them: replay it before or after that body")
+        for g in outer:
+            g.steps += self.steps
+            g.kept.append(self)
 
     def _finish(self, failed: bool) -> None:
         capture = self.capture

@@ -7,6 +7,7 @@ worker threads run the native code truly in parallel.
 from __future__ import annotations
 
 import functools
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 from braze.compile.compiled_kernel import worker_count
@@ -15,6 +16,12 @@ from braze.compile.compiled_kernel import worker_count
 @functools.cache
 def _pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=worker_count(), thread_name_prefix="braze-cpu")
+
+
+# A forked child (a data loader's worker) inherits the pool but none of its threads: a chunk handed
+# to it would wait forever. The child makes a pool of its own at its first parallel launch.
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_pool.cache_clear)
 
 
 # Elements of work a chunk needs before handing it to another thread pays: waking a pool thread

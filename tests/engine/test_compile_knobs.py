@@ -53,6 +53,27 @@ def test_the_fast_math_knob_compiles_a_kernel_of_its_own(tmp_path):
     np.testing.assert_allclose(z, x * y + 3, rtol=1e-6)
 
 
+def test_a_knob_changed_between_calls_of_one_fusion_or_kernel_takes_effect(tmp_path):
+    f = _fma("rescoped_fma")
+
+    @bz.kernel
+    def doubled(x: bz.Array[bz.float32, 1], y: bz.Array[bz.float32, 1]):
+        for i in range(x.shape[0]):
+            y[i] = x[i] * 2.0 + 1.0
+
+    x, y = np.linspace(-1, 1, 50, dtype=np.float32), np.ones(50, np.float32)  # the module's draws left as they were
+    with config.scope(cache_dir=tmp_path):
+        f.execute([x, y])
+        doubled(x, y)
+        with config.scope(enable="fast_math"):  # the same inputs: cached, but under other knobs
+            (z,) = f.execute([x, y])
+            doubled(x, y)
+    assert [r.executor.compiled.params.fast_math for r in engine._cache_of(f).entries.values()] == [False, True]
+    assert [e.launcher.compiled.params.fast_math for e in doubled.entries.values()] == [False, True]
+    np.testing.assert_allclose(z, x * y + 3, rtol=1e-6)
+    np.testing.assert_allclose(y, x * 2 + 1, rtol=1e-6)
+
+
 # --- one compiled kernel for fusions alike but for their names ----------------------------------------------
 def test_fusions_alike_but_for_their_names_share_one_compiled_kernel(tmp_path):
     engine.forget_compiled_kernels()  # none from an earlier test alike

@@ -207,15 +207,23 @@ def test_a_call_first_made_under_another_configuration_is_prepared_again() -> No
     f = pointwise()
     x = randn(32)
     with config.scope(disable="simplify"):
-        f.execute([x, x, x])  # prepared under this configuration only
+        f.execute([x, x, x])  # run and prepared under this configuration only
     with bz.record() as rec:
         f.execute([x, x, x])
-    assert rec.entries == ["prepared call relu_fma"]
+    assert rec.entries == ["runtime relu_fma", "prepared call relu_fma"]
     for _ in range(3):
         with bz.record() as rec:
             (out,) = f.execute([x, x, x])
         assert rec.entries == []
     np.testing.assert_array_equal(out, np.maximum(x * x + x, 0))
+
+
+def test_inputs_not_a_list_are_an_input_error_after_a_cached_call_too() -> None:
+    f = pointwise()
+    x = randn(8)
+    f.execute([x, x, x])
+    with pytest.raises(InputError, match="expected a list of 3 inputs, got list_iterator"):
+        f.execute(iter([x, x, x]))
 
 
 def test_a_prepared_call_not_taken_is_not_prepared_again() -> None:

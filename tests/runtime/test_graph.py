@@ -177,6 +177,28 @@ def test_a_record_inside_a_graph_sees_the_launches_too() -> None:
     np.testing.assert_array_equal(x, 2.0)
 
 
+def test_a_replay_in_another_graphs_body_is_recorded_there() -> None:
+    x, y = np.ones(4, np.float32), np.empty(4, np.float32)
+    with bz.graph() as inner:
+        scale(x, y, 2.0)
+    with bz.graph() as outer:
+        inner.replay()  # y = 2x
+        scale(y, x, 3.0)  # x = 3y
+    np.testing.assert_array_equal(x, 6)
+    outer.replay()
+    np.testing.assert_array_equal(y, 12)
+    np.testing.assert_array_equal(x, 36)
+
+
+def test_a_gpu_graph_replayed_in_another_graphs_body_is_refused() -> None:
+    from braze.runtime.graph import Graph
+
+    gpu = Graph()
+    gpu.state, gpu.capture = "ready", object()  # as a body of GPU launches leaves it (no GPU needed)
+    with bz.graph(), pytest.raises(bz.UnsupportedError, match="in another graph's body"):
+        gpu.replay()
+
+
 def test_what_a_graph_cannot_replay_is_refused() -> None:
     x = np.zeros(8, np.float32)
     debug = bz.kernel(checked.fn, debug=True)
