@@ -5,7 +5,7 @@ The lowering gives a scan one task index a row walking it serially:
 leaves most of the GPU idle (8 rows of a 32000-long vocabulary are 8 threads) and reads memory with
 a row's stride between neighbouring threads. Here the row's lanes take it a tile at a time, lane i
 the run of RUN elements from `tile + RUN * i`: each lane combines its run, the runs' totals are
-scanned over the lanes (bz_lane_scan: shuffles up to a warp, a block a row through shared memory),
+scanned over the lanes (bz_lane_scan: shuffles up to a warp, a row's warps through shared memory),
 the running `acc` of the tiles before combined in first and set to the tile's total. The combine is
 associative (add, mul, maximum, minimum, or, and); floating-point sums come out in a tree order, not
 the serial one (as NumPy's pairwise sums do).

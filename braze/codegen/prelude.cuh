@@ -462,6 +462,8 @@ BZ_D signed char bz_shfl_idx(signed char v, int lane, int width) {
 }
 // Each lane holds the combine `v` of its own run of consecutive elements of the tile: lane i gets
 // `carry` combined with lanes 0..i-1 (what comes before its run), and `carry` becomes the whole tile's.
+// `lanes` is a power of two; past a warp a row's lanes are whole warps, and a block may hold several
+// rows (balanced lanes of a long row: cuda_launch.balanced_lanes), so a row combines its own warps only.
 template <typename T, typename Op> BZ_D T bz_lane_scan(T v, T& carry, int lanes, Op op) {
   const int width = lanes < 32 ? lanes : 32, lane = threadIdx.x & (width - 1);
   for (int offset = 1; offset < width; offset <<= 1) {
@@ -478,9 +480,10 @@ template <typename T, typename Op> BZ_D T bz_lane_scan(T v, T& carry, int lanes,
   __syncthreads();  // the tile before's readers are done with the totals
   if (lane == 31) warp_totals[threadIdx.x >> 5] = v;
   __syncthreads();
+  const int first = (threadIdx.x & ~(unsigned)(lanes - 1)) >> 5, last = first + (lanes >> 5);
   T before = carry;
-  for (int w = 0; w < (int)(threadIdx.x >> 5); ++w) before = op(before, warp_totals[w]);
-  for (int w = 0; w < (int)(blockDim.x >> 5); ++w) carry = op(carry, warp_totals[w]);
+  for (int w = first; w < (int)(threadIdx.x >> 5); ++w) before = op(before, warp_totals[w]);
+  for (int w = first; w < last; ++w) carry = op(carry, warp_totals[w]);
   return lane == 0 ? before : op(before, prior);
 }
 

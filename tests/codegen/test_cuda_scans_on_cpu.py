@@ -83,3 +83,15 @@ def test_runs_load_as_vectors_where_the_row_is_aligned(vectors, offset):
         assert ("bz_vector1" in source and "float4{bz_out[4]" in source) == vectors
         (actual,), _ = run_on_cpu(scan_fusion("cumsum", 1, 2), [x], sm_count=2)
     np.testing.assert_allclose(actual, wanted("cumsum", x, 1), rtol=2e-5, atol=2e-4)
+
+
+@pytest.mark.parametrize("op, block", [("cumsum", 128), ("cummax", 256)])
+def test_rows_of_more_lanes_than_a_warp_and_fewer_than_the_block(op, block):
+    """Long rows whose tiles leave lanes idle take fewer lanes than the block (cuda_launch.balanced_lanes):
+    two or four rows a block, each over its own warps, whose totals its scan alone combines."""
+    x = np.random.default_rng(7).standard_normal((5, 4100)).astype(np.float32)
+    with bz.config.scope(enable={"poison_outputs"}):
+        (actual,), launches = run_on_cpu(scan_fusion(op, 1, 2), [x], sm_count=2, block_size=block)
+    np.testing.assert_allclose(actual, wanted(op, x, 1), rtol=2e-5, atol=2e-4)
+    (lanes, *_), = [arguments for *_, arguments in launches]
+    assert 32 < lanes < block
