@@ -273,3 +273,6 @@ def install_extent_operators() -> None:
     Scalar.__int__ = _extent_int
     Scalar.__index__ = _extent_index
     Scalar.__array_ufunc__ = _extent_ufunc
+    # torch parses `torch.reshape(x, (x.shape[0] * x.shape[1], -1))` before it dispatches: an extent in
+    # its list of ints must take torch's protocol too, or torch refuses it as "must be tuple of ints"
+    Scalar.__torch_function__ = classmethod(torch_functions.torch_function)

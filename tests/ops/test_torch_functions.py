@@ -62,3 +62,14 @@ def test_torch_functions_on_traced_tensors_give_torchs_results():
 def test_what_braze_has_no_op_for_is_named(fn, named: str) -> None:
     with pytest.raises(bz.UnsupportedError, match=named):
         bz.jit(fn)(torch.ones(3, 4))
+
+
+def test_traced_extents_in_a_torch_functions_list_of_ints() -> None:
+    """`torch.reshape(x, (x.shape[0] * x.shape[1], -1))`: torch parses the list of ints before it
+    dispatches, so an extent takes torch's protocol too (it was "must be tuple of ints, but found
+    element of type Scalar")."""
+    x = torch.arange(24.0, dtype=torch.float64).reshape(2, 3, 4)
+    merged = bz.jit(lambda x: torch.reshape(x, (x.shape[0] * x.shape[1], -1)) * 2)(x)
+    assert torch.equal(merged, x.reshape(6, 4) * 2)
+    flat = bz.jit(lambda x: torch.sum(torch.reshape(x, (x.shape[0], x.shape[1] * x.shape[2])), dim=1))(x)
+    assert torch.equal(flat, x.reshape(2, 12).sum(1))
