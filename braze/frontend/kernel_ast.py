@@ -670,6 +670,7 @@ class Translator(ExpressionTranslator, TargetTranslator):
             local = frame.names[name]
             self._widen_if_needed(local, name, value)
             var = local.var
+            self.widen_literal_locals((value,), var.dtype)  # `w = 0.5` into a float64 local is Python's 0.5
             self.emit(k.Assign(var, self.checked(node, lambda: ty.assignable(value, var.dtype, f"'{name}'",
                                                                               local=name))))
             return
