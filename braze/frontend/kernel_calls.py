@@ -442,13 +442,15 @@ def _tail_if(tr: Translator, node: ast.If):
     if any(v is None or not ty.is_value(v) for v in values):
         tr.error(node, "a @bz.func that returns in both branches must return a number (or a vector) in both")
     dtype = tr.checked(node, lambda: ty.common_type(*values))
-    # Literals alone on both paths (`return 0.5`, `return math.sqrt(2)`): the helper returns a Python
-    # float, so its result is a local set from a literal, which widens where it meets a wider value.
-    from_literals = all(ty.type_of(v)[1] == 2 for v in values)
+    # Literals alone on both paths (`return 0.5`, `return math.sqrt(2)`, or a nested if's result of them):
+    # the helper returns a Python float, so its result is a local set from a literal, which widens where
+    # it meets a wider value, and widens a nested if's result with it.
+    from_literals = all(ty.type_of(v)[1] == 2 or v in tr.literal_locals for v in values)
     source = tr.frames[-1].source
     key = (source.file, source.first_line, f"return at {node.lineno}:{node.col_offset}")
     if from_literals:
         dtype = tr.widened.get(key, dtype)
+        tr.widen_literal_locals(values, dtype)
     result = tr.declare("result", dtype)
     if from_literals:
         tr.literal_locals[result] = key
