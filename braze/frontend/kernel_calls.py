@@ -450,7 +450,7 @@ def _tail_if(tr: Translator, node: ast.If):
     key = (source.file, source.first_line, f"return at {node.lineno}:{node.col_offset}")
     if from_literals:
         dtype = tr.widened.get(key, dtype)
-        tr.widen_literal_locals(values, dtype)
+    tr.widen_literal_locals(values, dtype)  # a literal local returned beside a wider value: Python's, not rounded
     result = tr.declare("result", dtype)
     if from_literals:
         tr.literal_locals[result] = key

@@ -331,6 +331,8 @@ def literal_step(x):
         if x > 1.0:  # a nested if's result returned by the outer one
             return 1.0 / 3.0
         return 0.1
+    if x < -1.0:
+        return x  # beside a typed value
     return math.sqrt(2)
 
 
@@ -342,8 +344,8 @@ def test_func_returning_literals_alone_returns_them_at_the_type_they_meet():
             out[i] += literal_step(x[i]) * x[i]
 
     for dtype in (np.float64, np.float32):
-        x = np.array([-1.0, 0.5, 2.0], dtype)
-        out = np.zeros(3, dtype)
+        x = np.array([-1.0, 0.5, 2.0, -3.0], dtype)
+        out = np.zeros(4, dtype)
         k(x, out)
         steps = np.array([literal_step(v) for v in x.tolist()], dtype)  # float32 data rounds them, as literals
         np.testing.assert_array_equal(out, steps + steps * x)
