@@ -57,7 +57,8 @@ def call(tr: Translator, node: ast.Call):
     vector_rule = _vector_rule(callee, args)
     if vector_rule is not None:
         return tr.checked(node, lambda: vector_rule(name, args))
-    if all(not isinstance(a, k.Expr) and not _is_handle(a) for a in args) and _lookup(_FOLDABLE, callee):
+    # By identity: a dtype equals the Python type it stands for (bz.float64 == float), and is no function.
+    if all(not isinstance(a, k.Expr) and not _is_handle(a) for a in args) and any(callee is f for f in _FOLDABLE):
         try:
             return callee(*args)
         except Exception as error:  # noqa: BLE001  (any Python error of a constant expression)

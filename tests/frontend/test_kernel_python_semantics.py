@@ -296,3 +296,15 @@ def test_an_integer_to_a_negative_literal_power_is_a_float_as_in_python():
     negative_powers(n, out)
     expected = [[m ** -1, 1.0, m ** 2] for m in n.tolist()]
     np.testing.assert_allclose(out, expected, rtol=1e-7)
+
+
+@bz.kernel
+def typed_constants(out: bz.Array[bz.float64, 1], n: int):
+    for i in range(n):
+        out[i] = bz.float64(i) + bz.float64(0) + bz.float32(1) / 3  # a dtype of a literal: a typed constant
+
+
+def test_a_dtype_of_a_literal_is_a_typed_constant():
+    out = np.zeros(3)
+    typed_constants(out, 3)
+    np.testing.assert_array_equal(out, np.arange(3.0) + np.float64(np.float32(1) / np.float32(3)))
