@@ -53,12 +53,13 @@ INTEGRAL = ("b", "i")
 def mix(x: str, kx: str, y: str, ky: str) -> tuple[str, str, str]:
     """Two operands and the kind of their arithmetic: "b" bool, "i" int, "w" a float of literals alone (weak),
     "f" a float64 value. An int meeting a weak float is float32 in braze (Python scalars are weak and the
-    default float is float32, as an int8 tensor times 0.5 is float32); the generator writes `float(...)`
-    around the int there, as a user who wants float64 does."""
+    default float is float32, as an int8 tensor times 0.5 is float32); the generator writes `f64(...)`
+    around the int there, as a user who wants float64 does: `bz.float64` in the kernel, `float` in Python
+    (a kernel's `float(0)` is the literal 0.0, weak again)."""
     if kx in INTEGRAL and ky == "w":
-        x, kx = f"float({x})", "f"
+        x, kx = f"f64({x})", "f"
     if ky in INTEGRAL and kx == "w":
-        y, ky = f"float({y})", "f"
+        y, ky = f"f64({y})", "f"
     if kx in INTEGRAL and ky in INTEGRAL:
         return x, y, "i"
     return x, y, "f" if "f" in (kx, ky) else "w"
@@ -66,8 +67,8 @@ def mix(x: str, kx: str, y: str, ky: str) -> tuple[str, str, str]:
 
 def as_float(x: str, kx: str) -> tuple[str, str]:
     """An operand of a float function: an int's `math.sqrt(n)` or `n ** -1` is float32 in braze (the
-    default float), so ints go through `float(...)` first."""
-    return (f"float({x})", "f") if kx in INTEGRAL else (x, kx)
+    default float), so ints go through `f64(...)` first."""
+    return (f"f64({x})", "f") if kx in INTEGRAL else (x, kx)
 
 
 class Scope:
@@ -82,7 +83,7 @@ def leaves(draw, scope: Scope):
     kinds = ["literal", "literal", "local", "local"] + (["param"] * 2 if scope.helper else ["array"] * 3 + ["index"])
     kind = draw(st.sampled_from(kinds))
     if kind == "param":
-        return draw(st.sampled_from(["x", "y"])), "f"  # the callers pass floats
+        return draw(st.sampled_from(["x", "y"])), "w"  # floats, weak where a caller passes literals
     if kind == "local" and scope.locals:
         name = draw(st.sampled_from(sorted(scope.locals)))
         return name, scope.locals[name]
@@ -117,7 +118,7 @@ def expressions(draw, scope: Scope, depth: int = 0):
         if scope.helper or not draw(st.booleans()):
             return draw(leaves(scope))
         args = [as_float(*draw(sub))[0] for _ in range(2)]
-        return f"h{draw(st.integers(0, 1))}({', '.join(args)})", "f"
+        return f"h{draw(st.integers(0, 1))}({', '.join(args)})", "w"  # weak where it returns literals alone
     x, kx = draw(sub)
     if op == "neg":
         return f"-({x})", "i" if kx in INTEGRAL else kx
@@ -193,15 +194,20 @@ def statements(draw, scope: Scope, depth: int = 0):
 
 @st.composite
 def helpers(draw, name: str):
-    """A `@bz.func` of two values returning from `if`s nested two deep, or falling through."""
+    """A `@bz.func` of two values returning from `if`s nested two deep, or falling through. Its returns
+    are floats: a bool or an int returned beside a float literal is float32, as they meet in arithmetic."""
     scope = Scope(None, {}, helper=True)
+
+    def returned() -> str:
+        return as_float(*draw(expressions(scope)))[0]
+
     lines = ["@bz.func", f"def {name}(x, y):", f"    if {draw(expressions(scope))[0]}:"]
-    lines += [f"        if {draw(expressions(scope))[0]}:", f"            return {draw(expressions(scope))[0]}"]
+    lines += [f"        if {draw(expressions(scope))[0]}:", f"            return {returned()}"]
     if draw(st.booleans()):
-        lines += [f"        return {draw(expressions(scope))[0]}"]
+        lines += [f"        return {returned()}"]
     if draw(st.booleans()):
-        lines += [f"    elif {draw(expressions(scope))[0]}:", f"        return {draw(expressions(scope))[0]}"]
-    return lines + [f"    return {draw(expressions(scope))[0]}"]
+        lines += [f"    elif {draw(expressions(scope))[0]}:", f"        return {returned()}"]
+    return lines + [f"    return {returned()}"]
 
 
 @st.composite
@@ -220,10 +226,11 @@ def programs(draw) -> str:
     return "\n".join(lines) + "\n"
 
 
-def load(source: str):
+def load(source: str, python: bool):
     filename = f"<braze-python-fuzz {next(_counter)}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    namespace = {"bz": bz, "math": math, "F64": bz.Array[bz.float64, 1], "I64": bz.Array[bz.int64, 1]}
+    namespace = {"bz": bz, "math": math, "F64": bz.Array[bz.float64, 1], "I64": bz.Array[bz.int64, 1],
+                 "f64": float if python else bz.float64}
     exec(compile(source, filename, "exec"), namespace)
     return namespace["program"]
 
@@ -238,10 +245,10 @@ def inputs(seed: int) -> list:
 @given(programs(), st.integers(0, 2**31))
 def test_kernels_compute_what_python_computes(source, seed):
     note(source)
-    program = load(source)
+    program = load(source, python=False)
     fused, unfused = inputs(seed), inputs(seed)
     expected = [x.tolist() if isinstance(x, np.ndarray) else x for x in inputs(seed)]
-    program(*expected)
+    load(source, python=True)(*expected)
     bz.kernel(program)(*fused)
     with config.scope(fuse_tasks=False):
         bz.kernel(program)(*unfused)
