@@ -92,6 +92,26 @@ def translate_kernel(name: str, source: Source, params: dict[str, object], debug
             return tasks
 
 
+def _computed_from(value) -> set[k.Var]:
+    """The locals `value` computes in its own dtype (`w` in `w / 3`): a wider value meeting `w / 3`
+    meets `w` too, since in Python `w = 0.1` is a float64 and `w / 3` is one as well. Each shared
+    subexpression is visited once (Kernel IR is a DAG)."""
+    found: set[k.Var] = set()
+    seen: set[int] = set()
+    pending = [value] if isinstance(value, k.Expr) else []
+    while pending:
+        e = pending.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, k.Var):
+            found.add(e)
+        elif isinstance(e, (k.Unary, k.Binary, k.Ternary)):
+            children = (getattr(e, field) for field in ("x", "a", "b", "c") if hasattr(e, field))
+            pending += [child for child in children if child.dtype == e.dtype]
+    return found
+
+
 def _offset(e: k.Expr) -> tuple[k.Expr | None, int]:
     """`e` as (base, constant) where it is `base + c` or `base - c` (None: a constant alone)."""
     if isinstance(e, k.Const):
@@ -650,6 +670,7 @@ class Translator(ExpressionTranslator, TargetTranslator):
             local = frame.names[name]
             self._widen_if_needed(local, name, value)
             var = local.var
+            self.widen_literal_locals((value,), var.dtype)  # `w = 0.5` into a float64 local is Python's 0.5
             self.emit(k.Assign(var, self.checked(node, lambda: ty.assignable(value, var.dtype, f"'{name}'",
                                                                               local=name))))
             return
@@ -673,8 +694,8 @@ class Translator(ExpressionTranslator, TargetTranslator):
         (`targets`): in Python the local is that literal, which either would take at the wider type, not
         rounded to the local's."""
         typed = [*targets, *(v.dtype for v in operands if isinstance(v, k.Expr) and ty.type_of(v)[1] == 0)]
-        for v in operands:
-            key = self.literal_locals.get(v) if isinstance(v, k.Var) else None
+        for v in (var for operand in operands for var in _computed_from(operand)):
+            key = self.literal_locals.get(v)
             wider = [d for d in typed if key is not None and d.kind == v.dtype.kind and d.itemsize > v.dtype.itemsize]
             if wider:
                 raise WidenLocal(key, max(wider, key=lambda d: d.itemsize))

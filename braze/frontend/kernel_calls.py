@@ -57,7 +57,8 @@ def call(tr: Translator, node: ast.Call):
     vector_rule = _vector_rule(callee, args)
     if vector_rule is not None:
         return tr.checked(node, lambda: vector_rule(name, args))
-    if all(not isinstance(a, k.Expr) and not _is_handle(a) for a in args) and _lookup(_FOLDABLE, callee):
+    # By identity: a dtype equals the Python type it stands for (bz.float64 == float), and is no function.
+    if all(not isinstance(a, k.Expr) and not _is_handle(a) for a in args) and any(callee is f for f in _FOLDABLE):
         try:
             return callee(*args)
         except Exception as error:  # noqa: BLE001  (any Python error of a constant expression)
@@ -442,7 +443,18 @@ def _tail_if(tr: Translator, node: ast.If):
     if any(v is None or not ty.is_value(v) for v in values):
         tr.error(node, "a @bz.func that returns in both branches must return a number (or a vector) in both")
     dtype = tr.checked(node, lambda: ty.common_type(*values))
+    # Literals alone on both paths (`return 0.5`, `return math.sqrt(2)`, or a nested if's result of them):
+    # the helper returns a Python float, so its result is a local set from a literal, which widens where
+    # it meets a wider value, and widens a nested if's result with it.
+    from_literals = all(ty.type_of(v)[1] == 2 or v in tr.literal_locals for v in values)
+    source = tr.frames[-1].source
+    key = (source.file, source.first_line, f"return at {node.lineno}:{node.col_offset}")
+    if from_literals:
+        dtype = tr.widened.get(key, dtype)
+    tr.widen_literal_locals(values, dtype)  # a literal local returned beside a wider value: Python's, not rounded
     result = tr.declare("result", dtype)
+    if from_literals:
+        tr.literal_locals[result] = key
     tr.emit(k.If(cond, then + (k.Assign(result, ty.as_expr(values[0], dtype)),),
                  orelse + (k.Assign(result, ty.as_expr(values[1], dtype)),)))
     return result

@@ -46,8 +46,10 @@ _PYTHON_ZERO = {"b": False, "i": 0, "f": 0.0}
 # The types Python computes its literals in: between weak expressions alone, arithmetic stays as exact.
 _PYTHON_PRECISION = {"b": dt.bool_, "i": dt.int64, "f": dt.float64}
 # Ops where Python takes bools as the ints 0 and 1 (`(x > 0) - (x < 0)` is -1, 0 or 1; NumPy's bool add
-# would be a logical or): their bool operands compute as Python ints.
-_BOOLS_AS_INTS = frozenset({"add", "sub", "mul", "floordiv", "remainder", "pow", "neg", "abs"})
+# would be a logical or; `math.floor(x > 0)` and `round(x > 0)` are 0 or 1): their bool operands compute
+# as Python ints.
+_BOOLS_AS_INTS = frozenset({"add", "sub", "mul", "floordiv", "remainder", "pow", "neg", "abs", "floor", "ceil",
+                            "trunc", "round"})
 
 
 def weak(expr: k.Expr) -> k.Expr:

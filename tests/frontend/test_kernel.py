@@ -325,6 +325,32 @@ def test_func_returns_nested_in_branches_that_go_on_follow_python():
     np.testing.assert_array_equal(x, expected)
 
 
+@bz.func
+def literal_step(x):
+    if x > 0.0:
+        if x > 1.0:  # a nested if's result returned by the outer one
+            return 1.0 / 3.0
+        return 0.1
+    if x < -1.0:
+        return x  # beside a typed value
+    return math.sqrt(2)
+
+
+def test_func_returning_literals_alone_returns_them_at_the_type_they_meet():
+    @bz.kernel
+    def k(x: bz.Array, out: bz.Array):
+        for i in range(x.shape[0]):
+            out[i] = literal_step(x[i])  # stored into float64: Python's 0.1 and sqrt(2), not float32's
+            out[i] += literal_step(x[i]) * x[i]
+
+    for dtype in (np.float64, np.float32):
+        x = np.array([-1.0, 0.5, 2.0, -3.0], dtype)
+        out = np.zeros(4, dtype)
+        k(x, out)
+        steps = np.array([literal_step(v) for v in x.tolist()], dtype)  # float32 data rounds them, as literals
+        np.testing.assert_array_equal(out, steps + steps * x)
+
+
 def test_math_functions_composed_of_ops_match_numpy():
     from kernel_cases import composed_math, composed_math_args
 

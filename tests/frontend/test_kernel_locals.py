@@ -80,3 +80,26 @@ def test_a_literal_local_is_the_literal_where_it_meets_a_wider_type(dtype) -> No
             for v, f in zip(x.tolist(), flags.tolist())]
     np.testing.assert_allclose(out, np.array(want, dtype), rtol=1e-15 if dtype == np.float64 else 1e-6)
     assert ("float64" in literal_locals_meet_wider_values.kernel_ir()) == (dtype == np.float64)
+
+
+@bz.kernel
+def computed_from_literal_locals(x: bz.Array, out: bz.Array):
+    for i in range(x.shape[0]):
+        w = 0.5
+        out[i, 0] = w / 3  # stored from an expression of it
+        v = 0.1
+        out[i, 1] = (v + 0.2) * x[i]  # an expression of it meets a wider operand
+        u = 2.0
+        out[i, 2] = math.sqrt(u + 1.0)
+        total = 0.0
+        third = 1.0 / 3.0
+        total = third  # a literal local assigned into one that widens
+        out[i, 3] = total
+
+
+def test_an_expression_of_a_literal_local_is_computed_at_the_wider_type_it_meets() -> None:
+    x = np.array([1.0, 3.0])
+    out = np.zeros((2, 4))
+    computed_from_literal_locals(x, out)
+    want = [[0.5 / 3, (0.1 + 0.2) * v, math.sqrt(3.0), 1.0 / 3.0] for v in x.tolist()]
+    np.testing.assert_array_equal(out, np.array(want))

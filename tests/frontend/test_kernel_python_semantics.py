@@ -235,14 +235,16 @@ def bools_as_ints(x: bz.Array[bz.float64, 1], out: bz.Array[bz.int64, 2]):
         out[i, 1] = (x[i] > 0) - (x[i] < 0)  # the sign idiom
         out[i, 2] = (x[i] > 0) * (x[i] > 1) * 3
         out[i, 3] = -(x[i] > 0) + abs(x[i] < 0)
+        out[i, 4] = math.floor(x[i] > 0) + 2 * math.ceil(x[i] > 1)  # Python's math.floor(True) is 1
+        out[i, 5] = round(x[i] < 0) + 2 * math.trunc(x[i] >= 0)
 
 
 def test_bools_in_arithmetic_are_the_ints_zero_and_one_as_in_python():
     x = np.array([-2.0, 0.0, 0.5, 1.5])
-    out = np.zeros((4, 4), np.int64)
+    out = np.zeros((4, 6), np.int64)
     bools_as_ints(x, out)
-    expected = [[(v > 0) + (v > 1), (v > 0) - (v < 0), (v > 0) * (v > 1) * 3, -(v > 0) + abs(v < 0)]
-                for v in x.tolist()]
+    expected = [[(v > 0) + (v > 1), (v > 0) - (v < 0), (v > 0) * (v > 1) * 3, -(v > 0) + abs(v < 0),
+                 math.floor(v > 0) + 2 * math.ceil(v > 1), round(v < 0) + 2 * math.trunc(v >= 0)] for v in x.tolist()]
     np.testing.assert_array_equal(out, expected)
 
 
@@ -294,3 +296,15 @@ def test_an_integer_to_a_negative_literal_power_is_a_float_as_in_python():
     negative_powers(n, out)
     expected = [[m ** -1, 1.0, m ** 2] for m in n.tolist()]
     np.testing.assert_allclose(out, expected, rtol=1e-7)
+
+
+@bz.kernel
+def typed_constants(out: bz.Array[bz.float64, 1], n: int):
+    for i in range(n):
+        out[i] = bz.float64(i) + bz.float64(0) + bz.float32(1) / 3  # a dtype of a literal: a typed constant
+
+
+def test_a_dtype_of_a_literal_is_a_typed_constant():
+    out = np.zeros(3)
+    typed_constants(out, 3)
+    np.testing.assert_array_equal(out, np.arange(3.0) + np.float64(np.float32(1) / np.float32(3)))
