@@ -34,7 +34,20 @@ from braze.ops.composites import cross_entropy, layer_norm, log_softmax, rms_nor
 from braze.ops.creation import arange, full, full_like, ones, ones_like, rand, randn, zeros, zeros_like
 from braze.ops.elementwise import BINARY, TERNARY, UNARY, cast, elementwise
 from braze.ops.math_functions import FUNCTIONS as _MATH_FUNCTIONS
-from braze.ops.reductions import all, any, argmax, argmin, max, mean, min, prod, std, sum, var  # noqa: A004
+from braze.ops.reductions import (  # noqa: A004
+    all,
+    any,
+    argmax,
+    argmin,
+    max,
+    mean,
+    min,
+    prod,
+    std,
+    sum,
+    var,
+    var_mean,
+)
 from braze.ops.scans import cummax, cummin, cumprod, cumsum, logcumsumexp
 from braze.ops.table import OPS, OpDef
 from braze.ops.view_composites import (
@@ -92,7 +105,8 @@ __all__ = sorted(
      "cast", "cat", "cross_entropy", "cummax", "cummin", "cumprod", "cumsum", "expand", "flip", "full",
      "layer_norm", "log_softmax", "logcumsumexp", "max", "mean", "min", "ones", "pad", "permute", "prod", "rand",
      "randn", "reshape",
-     "rms_norm", "slice", "softmax", "squeeze", "std", "sum", "transpose", "unsqueeze", "var", "zeros",
+     "rms_norm", "slice", "softmax", "squeeze", "std", "sum", "transpose", "unsqueeze", "var", "var_mean",
+     "zeros",
      "chunk", "diff", "flatten", "masked_fill", "narrow", "repeat", "repeat_interleave", "roll", "select", "split",
      "stack", "tile", "tril", "triu", "unbind", "unflatten", "full_like", "ones_like", "zeros_like",
      *_ACTIVATIONS_MODULE, *_MATH_FUNCTIONS]

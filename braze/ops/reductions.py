@@ -155,9 +155,9 @@ def normalize_axes(x: TensorView, axes: int | Sequence[int] | None, op: str) -> 
 
 
 def keyword_aliases(**aliases: tuple[str, ...]) -> Callable[[Callable], Callable]:
-    """Lets a parameter also be passed by the names NumPy and torch users write (`axis=` and `dim=`
-    for `axes=`, `keepdims=` for `keepdim=`); one parameter given under two names is an error that
-    names both."""
+    """Lets a parameter also be passed by the names NumPy, torch and nvFuser users write (`axis=`,
+    `dim=` and `dims=` for `axes=`, `keepdims=` for `keepdim=`); one parameter given under two names is
+    an error that names both."""
 
     def wrap(fn: Callable) -> Callable:
         signature = inspect.signature(fn)
@@ -180,16 +180,26 @@ def keyword_aliases(**aliases: tuple[str, ...]) -> Callable[[Callable], Callable
     return wrap
 
 
-_AXES_ALIASES = keyword_aliases(axes=("axis", "dim"), keepdim=("keepdims",))
+_AXES_ALIASES = keyword_aliases(axes=("axis", "dim", "dims"), keepdim=("keepdims",))
 
 
 def reduce(op: str, x: TensorView, axes=None, keepdim: bool = False, **attrs) -> TensorView:
     """Reduces x over `axes` with op; `keepdim` keeps them as size-1 dimensions."""
     if not isinstance(x, TensorView):
         raise not_a_tensor(op, x)
+    check_keepdim(op, keepdim)
     normalized = normalize_axes(x, axes, op)
     out = apply(op, [x], axes=normalized, **attrs)
     return broadcast(out, [i in normalized for i in range(x.ndim)]) if keepdim else out
+
+
+def check_keepdim(op: str, keepdim: object) -> None:
+    """keepdim is a bool, as torch requires: nvFuser's `var(x, dims, correction, keepdim)` and torch's
+    `var(x, dim, unbiased)` put other parameters third, and an int there would silently keep dims."""
+    if not isinstance(keepdim, (bool, np.bool_)):
+        raise FusionDefinitionError(
+            f"{op}: keepdim: expected a bool, got {type(keepdim).__name__} {keepdim!r} (braze's reductions take "
+            f"(x, axes, keepdim); pass correction= and other options by keyword)")
 
 
 def cast_first(x: TensorView, dtype: object, op: str, floating: bool = False) -> TensorView:
@@ -292,3 +302,12 @@ def std(x: TensorView, axes=None, keepdim: bool = False, correction: float | Non
         unbiased: bool | None = None) -> TensorView:
     """Standard deviation: sqrt(var(x, axes, correction=correction)), `unbiased=` as in `var`."""
     return elementwise("sqrt", var(x, axes, keepdim, _correction("std", correction, unbiased)))
+
+
+@_AXES_ALIASES
+@keyword_aliases(correction=("ddof",))
+def var_mean(x: TensorView, axes=None, keepdim: bool = False, correction: float | None = None,
+             unbiased: bool | None = None) -> tuple[TensorView, TensorView]:
+    """(var, mean) over axes, as nvFuser's and torch's `var_mean` return them; `correction` and
+    `unbiased` as in `var` (0, NumPy's population variance, unless given)."""
+    return var(x, axes, keepdim, correction, unbiased), mean(x, axes, keepdim)

@@ -116,7 +116,7 @@ _entry(
 )
 
 
-@keyword_aliases(axes=("axis", "dim"))
+@keyword_aliases(axes=("axis", "dim", "dims"))
 def squeeze(x: TensorView, axes: int | Sequence[int] | None = None) -> TensorView:
     """Removes size-1 dimensions: the given ones (which must have extent 1), or all static ones."""
     x = _check_tensor("squeeze", x)

@@ -21,7 +21,7 @@ TABLE_OPS_COVERED = (test_elementwise.OPS_COVERED | test_reductions.OPS_COVERED 
 # Public functions that are no table entry of their own: each is tested where named.
 HELPERS_COVERED = {
     "gelu": "test_elementwise (table entry, plus the tanh form)",
-    "std": "test_reductions (var + sqrt)",
+    "std": "test_reductions (var + sqrt)", "var_mean": "test_reductions (var and mean)",
     "transpose": "test_views", "unsqueeze": "test_views", "slice": "test_views (the 'slice' entry)",
     "broadcast_in_dim": "test_views", "zeros": "test_creation", "ones": "test_creation",
     "OPS": "this module", "OpDef": "this module",

@@ -287,6 +287,35 @@ def test_numpy_and_torch_keyword_names_for_axes_and_keepdim():
         assert_matches(out, np.asarray(want), dtype, scale=4.0)
 
 
+def test_nvfusers_definitions_of_reductions():
+    """nvFuser's names: `dims=` for the axes, and `var_mean` returning (var, mean)."""
+    x = np.asarray(SIGNED(rng_for("nvfuser"), bz.float32, (3, 4, 5)))
+
+    def build(f):
+        t = define(f, x)
+        var, mean = bz.ops.var_mean(t, dims=[0, 2], correction=1, keepdim=True)
+        return [bz.ops.sum(t, dims=[1]), bz.ops.max(t, dims=[2], keepdim=True), var, mean,
+                *bz.ops.var_mean(t, [1]), bz.ops.squeeze(bz.ops.sum(t, dims=[1], keepdim=True), dims=[1])]
+
+    x64 = x.astype(np.float64)
+    expected = [x64.sum(1), x64.max(2, keepdims=True), x64.var((0, 2), ddof=1, keepdims=True),
+                x64.mean((0, 2), keepdims=True), x64.var(1), x64.mean(1), x64.sum(1)]
+    for out, want in zip(execute(build, [x]), expected, strict=True):
+        assert_matches(out, want, bz.float32, scale=4.0)
+
+
+@pytest.mark.parametrize("call", [
+    lambda x: bz.ops.var(x, [1], 1, False),  # nvFuser's order: (x, dims, correction, keepdim)
+    lambda x: bz.ops.var_mean(x, [1], 0),
+    lambda x: bz.ops.sum(x, 1, 1),
+])
+def test_keepdim_other_than_a_bool_is_refused(call):
+    with bz.Fusion() as f:
+        x = f.define_tensor(shape=(-1, -1))
+        with pytest.raises(bz.FusionDefinitionError, match="keepdim: expected a bool, got int"):
+            call(x)
+
+
 @pytest.mark.parametrize("call, names", [
     (lambda x: bz.ops.sum(x, axis=1, dim=1), "axis= and dim="),
     (lambda x: bz.ops.mean(x, 0, axis=1), "axes= and axis="),
