@@ -205,15 +205,27 @@ def _slice_reference(ctx: RefContext, args, out: TensorView, a: dict) -> np.ndar
 _entry("slice", _slice_shape, _slice_reference)
 
 
-def slice_tensor(x: TensorView, slices: Sequence[slice | tuple]) -> TensorView:
+def slice_tensor(x: TensorView, slices: Sequence[slice | tuple] | None = None,
+                 end_indices: Sequence[Bound] | None = None, strides: Sequence[int] | None = None, *,
+                 start_indices: Sequence[Bound] | None = None) -> TensorView:
     """`x[s0, s1, ...]` for Python slices (steps may be negative); missing trailing dims are kept.
     Start and stop may also be extent expressions (`y.shape[0]`, `n - 2`) with a positive step:
-    the slice's bounds then come from the inputs' extents on each run."""
+    the slice's bounds then come from the inputs' extents on each run. nvFuser's form,
+    `slice(x, start_indices, end_indices, strides=None)`, is `x[start:end:stride, ...]`."""
     x = _check_tensor("slice", x)
+    if start_indices is not None or end_indices is not None:
+        if start_indices is not None and slices is not None:
+            raise FusionDefinitionError("slice: expected slices or start_indices=, got both")
+        slices = _slices_from_indices(slices if start_indices is None else start_indices, end_indices, strides)
+    elif slices is None or strides is not None:
+        raise FusionDefinitionError("slice: expected slices, or start_indices and end_indices (nvFuser's form)")
     if len(slices) > x.ndim:
         raise FusionDefinitionError(f"slice: {x.describe()} has {x.ndim} dimensions, got {len(slices)} slices")
     triples = []
     for axis, s in enumerate(list(slices) + [slice(None)] * (x.ndim - len(slices))):
+        if not isinstance(s, slice) and not (isinstance(s, (tuple, list)) and len(s) == 3):
+            raise FusionDefinitionError(f"slice: dimension {axis}: expected a slice or a (start, stop, step) "
+                                        f"tuple, got {s!r} (nvFuser's form: slice(x, start_indices, end_indices))")
         start, stop, step = (s.start, s.stop, s.step) if isinstance(s, slice) else tuple(s)
         step = 1 if step is None else step
         for what, v in (("start", start), ("stop", stop)):
@@ -228,6 +240,22 @@ def slice_tensor(x: TensorView, slices: Sequence[slice | tuple]) -> TensorView:
     if all(is_whole(t) for t in triples):
         return x
     return apply("slice", [x], slices=tuple(triples))
+
+
+def _slices_from_indices(starts: Sequence[Bound] | None, ends: Sequence[Bound] | None,
+                         strides: Sequence[int] | None) -> list[slice]:
+    """nvFuser's (start_indices, end_indices, strides) as one Python slice per dimension."""
+    parts = {"start_indices": starts, "end_indices": ends}
+    if strides is not None:
+        parts["strides"] = strides
+    for what, values in parts.items():
+        if not isinstance(values, Sequence):
+            raise FusionDefinitionError(f"slice: {what}: expected one bound per dimension, got {values!r}")
+    lengths = {what: len(values) for what, values in parts.items()}
+    if len(set(lengths.values())) != 1:
+        raise FusionDefinitionError(f"slice: expected as many start_indices, end_indices and strides, got {lengths}")
+    steps = strides if strides is not None else [1] * len(starts)
+    return [slice(start, end, step) for start, end, step in zip(starts, ends, steps)]
 
 
 # --- pad --------------------------------------------------------------------------------------

@@ -239,6 +239,9 @@ ERRORS = [
     ("slice", lambda t: bz.ops.slice(t, [slice(None, None, 0)])),
     ("slice", lambda t: bz.ops.slice(t, [slice(None)] * 4)),
     ("slice", lambda t: bz.ops.slice(t, [slice(0.5, None)])),
+    ("slice: dimension 0: expected a slice", lambda t: bz.ops.slice(t, [0, 1])),  # nvFuser's starts alone
+    ("slice: expected as many", lambda t: bz.ops.slice(t, [0, 1], [2])),
+    ("slice: expected slices or start_indices", lambda t: bz.ops.slice(t, [0], start_indices=[0], end_indices=[1])),
     ("indexing", lambda t: t[..., 0, ...]),
     ("indexing", lambda t: t[0, 0, 0, 0]),
     ("index 5 of dimension 0", lambda t: t[5]),  # out of range: an int index selects no element
@@ -275,6 +278,14 @@ def test_symbolic_extents_checked_at_execute(build, bad_shape):
         f.add_output(build(f.define_tensor(shape=(-1, -1), name="x")))
     with pytest.raises(bz.InputError):
         run(f, [np.zeros(bad_shape, np.float32)])
+
+
+def test_nvfusers_slice_of_start_and_end_indices_and_strides():
+    x = sample(bz.float32, (5, 6))
+    outs = execute(lambda f: [bz.ops.slice(t := define(f, x), [0, 1], [4, 6], [1, 2]),
+                              bz.ops.slice(t, start_indices=[-3], end_indices=[t.shape[0]])], [x])
+    assert_same(outs[0], x[0:4, 1:6:2])
+    assert_same(outs[1], x[-3:])
 
 
 def test_torch_and_numpy_keyword_names_for_axes():
