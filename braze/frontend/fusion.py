@@ -45,10 +45,18 @@ class Fusion(ir.FusionGraph):
 
     # --- inputs --------------------------------------------------------------------------------
     def define_tensor(self, shape: Sequence[int], dtype: object = dt.float32,
-                      stride_order: Sequence[int] | None = None, name: str | None = None) -> TensorView:
-        """An input tensor. Extents: -1 symbolic, 1 broadcast, n static. `name` labels error messages."""
+                      stride_order: Sequence[int] | None = None, name: str | None = None, *,
+                      contiguity: bool | Sequence[bool | None] | None = None) -> TensorView:
+        """An input tensor. Extents: -1 symbolic, 1 broadcast, n static. `name` labels error messages.
+        `contiguity` (nvFuser's flags, one per dimension) is checked for form only: braze reads each
+        input's strides when it runs, so any layout is accepted."""
         self.check_definable("define_tensor")
         shape = _check_shape(shape)
+        if _is_contiguity(dtype):
+            raise FusionDefinitionError(
+                f"define_tensor: dtype: expected a dtype, got {dtype!r}; nvFuser's contiguity flags, the second "
+                f"positional argument there, go by keyword here: define_tensor(shape, dtype, contiguity=...)")
+        _check_contiguity(contiguity, len(shape))
         dtype = dt.as_dtype(dtype)
         tv = TensorView(self, [], dtype)
         tv.logical = [self._input_dim(tv, axis, e) for axis, e in enumerate(shape)]
@@ -136,6 +144,20 @@ class Fusion(ir.FusionGraph):
             if outputs is not None:
                 return outputs
         return engine.execute(self, inputs, backend=backend, device=device, stream=stream)
+
+
+def _is_contiguity(value: object) -> bool:
+    return isinstance(value, (list, tuple)) and all(v is None or isinstance(v, bool) for v in value)
+
+
+def _check_contiguity(contiguity: object, rank: int) -> None:
+    """nvFuser's contiguity: one bool, or a bool (None for a broadcast dimension) per dimension."""
+    if contiguity is None or isinstance(contiguity, bool):
+        return
+    if not _is_contiguity(contiguity) or len(contiguity) != rank:
+        raise FusionDefinitionError(
+            f"define_tensor: contiguity: expected a bool or one flag (True, False or None) for each of {rank} "
+            f"dimensions, got {contiguity!r}")
 
 
 def _check_shape(shape: Sequence[int]) -> tuple[int, ...]:

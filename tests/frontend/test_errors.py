@@ -405,6 +405,28 @@ def test_bad_stride_order_on_an_output() -> None:
             f.add_output(x * 2, stride_order=(2, 0))
 
 
+def test_nvfusers_contiguity_flags_are_taken_and_any_layout_runs() -> None:
+    with bz.Fusion() as f:
+        x = f.define_tensor((-1, -1), bz.float32, contiguity=[True, True], name="x")
+        b = f.define_tensor((1, -1), bz.float32, contiguity=[None, True])
+        f.add_output(x + b)
+    x_np, b_np = np.arange(12.0, dtype=np.float32).reshape(3, 4), np.ones((1, 3), np.float32)
+    (y,) = f.execute([x_np.T, b_np])  # flags are no promise braze relies on: a transposed x runs
+    np.testing.assert_array_equal(y, x_np.T + 1)
+
+
+@pytest.mark.parametrize("call, text", [
+    (lambda f: f.define_tensor((-1, -1), [True, True]), r"dtype: expected a dtype, got \[True, True\]; "
+                                                        r"nvFuser's contiguity flags"),
+    (lambda f: f.define_tensor((-1, -1), contiguity=[True]), r"contiguity: expected a bool or one .* 2 dimensions"),
+    (lambda f: f.define_tensor((-1,), contiguity=[1]), r"contiguity: expected a bool or one flag .*, got \[1\]"),
+])
+def test_bad_contiguity(call, text: str) -> None:
+    with bz.Fusion() as f:
+        with pytest.raises(bz.FusionDefinitionError, match=rf"^define_tensor: {text}"):
+            call(f)
+
+
 @pytest.mark.parametrize("dtype, shown", [("complex64", "complex64"), (np.complex128, "complex128"),
                                           ("float33", "'float33'")])
 def test_bad_define_tensor_dtype(dtype, shown: str) -> None:
