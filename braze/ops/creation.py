@@ -14,6 +14,7 @@ from braze.ir.scalar import Scalar, as_scalar, ceildiv, smax
 from braze.ir.tensor import TensorView
 from braze.ops import philox
 from braze.ops.elementwise import as_operand, check_fill, not_a_tensor
+from braze.ops.reductions import keyword_aliases
 from braze.ops.table import OpDef, RefContext, apply, register
 
 _attr_dtype = lambda ins, a: a["dtype"]
@@ -68,8 +69,10 @@ def _float_dtype(dtype: object, op: str) -> dt.DType:
     return d
 
 
+@keyword_aliases(value=("fill_value",))
 def full(shape, value: bool | int | float, dtype: object = None, *, _op: str = "full") -> TensorView:
-    """A tensor of `shape` filled with `value` (dtype defaults to the value's Python type)."""
+    """A tensor of `shape` filled with `value` (torch's and nvFuser's `fill_value=`; dtype defaults to
+    the value's Python type)."""
     fusion = active_fusion(_op)
     fill = as_operand(_op, fusion, value, 1)
     target = dt.as_dtype(dtype) if dtype is not None else fill.dtype
@@ -87,6 +90,7 @@ def ones(shape, dtype: object = dt.float32) -> TensorView:
     return full(shape, 1, dtype, _op="ones")
 
 
+@keyword_aliases(value=("fill_value",))
 def full_like(x: TensorView, value: bool | int | float, dtype: object = None) -> TensorView:
     """A tensor of x's shape filled with `value`, in x's dtype unless `dtype` is given (torch's)."""
     return _like("full_like", x, value, dtype)

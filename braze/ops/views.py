@@ -71,8 +71,9 @@ _entry(
 )
 
 
+@keyword_aliases(shape=("new_shape",))
 def reshape(x: TensorView, shape: Sequence[int | Scalar]) -> TensorView:
-    """Same elements, row-major, in a new shape; one extent may be -1 (inferred)."""
+    """Same elements, row-major, in a new shape (nvFuser's `new_shape=`); one extent may be -1 (inferred)."""
     x = _check_tensor("reshape", x)
     shape = [_reshape_extent(e, i) for i, e in enumerate(shape)]
     inferred = [i for i, e in enumerate(shape) if isinstance(e, int) and e == -1]

@@ -67,6 +67,15 @@ def test_full_with_symbolic_shape():
     assert_same(out, x + np.float32(0.5))
 
 
+def test_fill_value_and_new_shape_as_torch_and_nvfuser_name_them():
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    outs = execute(lambda f: [bz.ops.full(shape=(t := define(f, x)).shape, fill_value=0.5, dtype=bz.float32),
+                              bz.ops.full_like(t, fill_value=2), bz.ops.reshape(t, new_shape=[-1, 2])], [x])
+    for out, want in zip(outs, [np.full((3, 4), 0.5, np.float32), np.full((3, 4), 2, np.float32), x.reshape(-1, 2)],
+                         strict=True):
+        assert_same(out, want)
+
+
 # --- arange -----------------------------------------------------------------------------------------
 ARANGE = [(5,), (2, 9), (9, 2, -2), (0, 10, 3), (5, 5), (5, 2), (-3, 4, 2), (7, -8, -5), (0,)]
 
