@@ -31,7 +31,19 @@ from braze.ops.activations import (
 )
 from braze.ops.broadcast import broadcast, broadcast_in_dim, expand
 from braze.ops.composites import cross_entropy, layer_norm, log_softmax, rms_norm, softmax
-from braze.ops.creation import arange, full, full_like, ones, ones_like, rand, randn, zeros, zeros_like
+from braze.ops.creation import (
+    arange,
+    full,
+    full_like,
+    normal,
+    ones,
+    ones_like,
+    rand,
+    randn,
+    uniform,
+    zeros,
+    zeros_like,
+)
 from braze.ops.elementwise import BINARY, TERNARY, UNARY, cast, elementwise
 from braze.ops.math_functions import FUNCTIONS as _MATH_FUNCTIONS
 from braze.ops.reductions import (  # noqa: A004
@@ -103,11 +115,11 @@ slice = slice_tensor  # noqa: A001  (bz.ops.slice(x, [...]) reads like the other
 __all__ = sorted(
     [*_GENERATED, "OPS", "OpDef", "all", "any", "arange", "argmax", "argmin", "broadcast", "broadcast_in_dim",
      "cast", "cat", "cross_entropy", "cummax", "cummin", "cumprod", "cumsum", "expand", "flip", "full",
-     "layer_norm", "log_softmax", "logcumsumexp", "max", "mean", "min", "ones", "pad", "permute", "prod", "rand",
-     "randn", "reshape",
+     "layer_norm", "log_softmax", "logcumsumexp", "max", "mean", "min", "normal", "ones", "pad", "permute", "prod",
+     "rand", "randn", "reshape",
      "rms_norm", "slice", "softmax", "squeeze", "std", "sum", "transpose", "unsqueeze", "var", "var_mean",
      "zeros",
      "chunk", "diff", "flatten", "masked_fill", "narrow", "repeat", "repeat_interleave", "roll", "select", "split",
-     "stack", "tile", "tril", "triu", "unbind", "unflatten", "full_like", "ones_like", "zeros_like",
+     "stack", "tile", "tril", "triu", "unbind", "unflatten", "full_like", "ones_like", "zeros_like", "uniform",
      *_ACTIVATIONS_MODULE, *_MATH_FUNCTIONS]
 )

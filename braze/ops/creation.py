@@ -156,7 +156,9 @@ def _run_time_key(op: str, fusion, seed: TensorView, offset: int | TensorView) -
     return [seed, offset]
 
 
-def _random(op: str, shape, dtype, seed: int | TensorView | None, offset: int | TensorView) -> TensorView:
+def _random(op: str, shape, dtype, seed: int | TensorView | None, offset: int | TensorView,
+            table_op: str | None = None) -> TensorView:
+    """`table_op` (rand or randn) draws the numbers; `op` names the call in messages."""
     fusion = active_fusion(op)
     shape, dtype = _shape_arg(shape, op), _float_dtype(dtype, op)
     if isinstance(seed, TensorView) or isinstance(offset, TensorView):
@@ -166,13 +168,13 @@ def _random(op: str, shape, dtype, seed: int | TensorView | None, offset: int | 
             key = _run_time_key(op, fusion, seed, offset)
         except InputError as e:
             raise FusionDefinitionError(f"{op}: {e}") from None
-        return apply(op, key, fusion, shape=shape, dtype=dtype, seed=None, offset=None)
+        return apply(table_op or op, key, fusion, shape=shape, dtype=dtype, seed=None, offset=None)
     if seed is not None:
         try:
             philox.check_seed_offset(seed, offset)
         except InputError as e:  # a seed fixed in the definition is a definition error, not an input's
             raise FusionDefinitionError(f"{op}: {e}") from None
-    return apply(op, [], fusion, shape=shape, dtype=dtype, seed=seed, offset=offset)
+    return apply(table_op or op, [], fusion, shape=shape, dtype=dtype, seed=seed, offset=offset)
 
 
 def rand(shape, dtype: object = dt.float32, seed: int | TensorView | None = None,
@@ -189,3 +191,16 @@ def randn(shape, dtype: object = dt.float32, seed: int | TensorView | None = Non
           offset: int | TensorView = 0) -> TensorView:
     """Standard normal numbers (Box-Muller over Philox). `seed` and `offset` as for `rand`."""
     return _random("randn", shape, dtype, seed, offset)
+
+
+def uniform(minval: float | TensorView, maxval: float | TensorView, shape, dtype: object = dt.float32,
+            rng_seed: int | TensorView | None = None, rng_offset: int | TensorView = 0) -> TensorView:
+    """nvFuser's `uniform`: numbers in [minval, maxval), `minval + (maxval - minval) * rand(...)`;
+    `rng_seed` and `rng_offset` are `rand`'s `seed` and `offset`."""
+    return minval + (maxval - minval) * _random("uniform", shape, dtype, rng_seed, rng_offset, table_op="rand")
+
+
+def normal(mean: float | TensorView, std: float | TensorView, shape, dtype: object = dt.float32,
+           rng_seed: int | TensorView | None = None, rng_offset: int | TensorView = 0) -> TensorView:
+    """nvFuser's `normal`: `mean + std * randn(...)`; `rng_seed` and `rng_offset` as for `uniform`."""
+    return mean + std * _random("normal", shape, dtype, rng_seed, rng_offset, table_op="randn")

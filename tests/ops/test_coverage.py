@@ -27,6 +27,7 @@ HELPERS_COVERED = {
     "OPS": "this module", "OpDef": "this module",
     "fmod": "test_tensor_methods (against torch)", "select": "test_tensor_methods (against torch)",
     "diff": "test_tensor_methods (against torch)",
+    "uniform": "test_creation (rand scaled)", "normal": "test_creation (randn scaled)",
 }
 
 

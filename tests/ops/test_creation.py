@@ -121,6 +121,19 @@ def test_seeded_random_is_the_philox_stream(op, dtype, shape, offset):
     assert_same(again, first)  # the same seed and offset give the same numbers
 
 
+def test_nvfusers_uniform_and_normal_scale_the_philox_stream():
+    with bz.Fusion() as f:
+        x = f.define_tensor((-1, 3), bz.float32)
+        low = f.define_scalar(dtype=bz.float32)
+        f.add_output(bz.ops.uniform(low, 2.0, x.shape, rng_seed=7, rng_offset=1))
+        f.add_output(bz.ops.normal(1.0, 0.5, (4,), bz.float64, rng_seed=7))
+    uniform, normal = run(f, [np.zeros((5, 3), np.float32), -1.0])
+    expected = np.float32(-1.0) + np.float32(3.0) * philox.uniform((5, 3), np.float32, 7, 1)
+    assert_matches(uniform, expected, bz.float32)
+    assert uniform.min() >= -1.0 and uniform.max() < 2.0
+    assert_matches(normal, 1.0 + 0.5 * philox.normal((4,), np.float64, 7, 0), bz.float64)
+
+
 @pytest.mark.parametrize("op", ["rand", "randn"])
 def test_seed_and_offset_select_different_streams(op):
     fn = getattr(bz.ops, op)
