@@ -46,6 +46,7 @@ from braze.ops.creation import (
 )
 from braze.ops.elementwise import BINARY, TERNARY, UNARY, cast, elementwise
 from braze.ops.math_functions import FUNCTIONS as _MATH_FUNCTIONS
+from braze.ops.nvfuser_names import missing_op
 from braze.ops.reductions import (  # noqa: A004
     all,
     any,
@@ -123,3 +124,10 @@ __all__ = sorted(
      "stack", "tile", "tril", "triu", "unbind", "unflatten", "full_like", "ones_like", "zeros_like", "uniform",
      *_ACTIVATIONS_MODULE, *_MATH_FUNCTIONS]
 )
+
+
+def __getattr__(name: str) -> object:
+    error = missing_op(name)
+    if error is None:
+        raise AttributeError(f"module 'braze.ops' has no attribute {name!r}")
+    raise error

@@ -330,6 +330,21 @@ def test_matmul_is_not_yet_supported(build) -> None:
             build(x)
 
 
+@pytest.mark.parametrize("name, text", [("gather", "indexing by a tensor"), ("matmul", "matrix products"),
+                                        ("iota", r"write bz\.ops\.arange"), ("welford", r"bz\.ops\.var_mean")])
+def test_nvfusers_ops_braze_lacks_say_what_to_write(name: str, text: str) -> None:
+    with pytest.raises(bz.UnsupportedError, match=rf"^bz\.ops\.{name}: braze has no op of this name .*{text}"):
+        getattr(bz.ops, name)
+    assert not hasattr(bz.ops, name) and not hasattr(bz.ops, "no_such_op")  # an AttributeError too
+
+
+def test_the_spellings_suggested_for_nvfusers_ops_exist() -> None:
+    from braze.ops.nvfuser_names import SPELLED_OTHERWISE
+
+    suggested = {n for why in SPELLED_OTHERWISE.values() for n in re.findall(r"bz\.ops\.(\w+)", why)}
+    assert suggested and all(callable(getattr(bz.ops, n)) for n in suggested), suggested
+
+
 @pytest.mark.parametrize("op, name", [
     (lambda: bz.ops.arange(3), "arange"),
     (lambda: bz.ops.full((2,), 1.0), "full"),

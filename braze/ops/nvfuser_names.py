@@ -1,0 +1,43 @@
+"""nvFuser's op names that braze spells otherwise or has no op for. `bz.ops.<name>` raises an error
+saying what to write instead, rather than an AttributeError that reads like a typo."""
+
+from __future__ import annotations
+
+from braze.errors import UnsupportedError
+
+
+class MissingOpError(UnsupportedError, AttributeError):
+    """An nvFuser op braze has no function of that name for; an AttributeError too, so `hasattr` and
+    `getattr(bz.ops, name, default)` keep working."""
+
+
+_INDEXING = ("indexing by a tensor (a gather or scatter) is not supported: do it in the array library before "
+             "or after the fusion")
+_MATRIX = "matrix products are not supported: braze fuses the elementwise work around them"
+_SORTING = "sorting and selection are not supported: compute them outside the fusion and pass the result in"
+
+SPELLED_OTHERWISE = {
+    "bitwise_left_shift": "write bz.ops.left_shift (x << n)",
+    "bitwise_right_shift": "write bz.ops.right_shift (x >> n)",
+    "logical_right_shift": "write bz.ops.right_shift of x cast to an unsigned type (its >> is logical)",
+    "div": "write bz.ops.truediv (a / b) or bz.ops.floordiv (a // b)",
+    "mod": "write bz.ops.remainder (the divisor's sign, a % b) or bz.ops.fmod (the dividend's sign)",
+    "iota": "write bz.ops.arange(start, stop, step, dtype=...)",
+    "rand_like": "write bz.ops.rand(x.shape, x.dtype)",
+    "randn_like": "write bz.ops.randn(x.shape, x.dtype)",
+    "segment_set": "write bz.ops.set (braze cuts fusions into segments itself)",
+    "welford": "write bz.ops.var_mean",
+    "isneginf": "write x == -math.inf",
+    "isposinf": "write x == math.inf",
+    "signbit": "write bz.ops.copysign(1.0, x) < 0",
+    **dict.fromkeys(("gather", "index_select", "take_along_axis", "index_put_accumulate", "scatter",
+                     "embedding_fwd", "select_index"), _INDEXING),
+    **dict.fromkeys(("matmul", "linear", "sdpfa_fwd", "sdpfa_bwd", "grouped_mm"), _MATRIX),
+    **dict.fromkeys(("topk", "argsort", "sort"), _SORTING),
+}
+
+
+def missing_op(name: str) -> MissingOpError | None:
+    """The error for nvFuser's op `name`, or None for a name nvFuser does not have either."""
+    why = SPELLED_OTHERWISE.get(name)
+    return None if why is None else MissingOpError(f"bz.ops.{name}: braze has no op of this name (nvFuser's): {why}")
