@@ -114,6 +114,8 @@ def stepped_ranges(a: bz.Array[bz.float32, 1], b: bz.Array[bz.float32, 2], lo: i
         a[i] *= 3.0
     for i in range(a.shape[0] - 1, -1, -4):  # a negative step walks down, as Python's range does
         a[i] -= 0.5
+    for i in range(a.shape[0] - 2, lo - 1, -step):  # a step negated at run time
+        a[i] += 0.25
     for i in range(0, b.shape[0], 2):
         for j in range(b.shape[1]):
             b[i, j] = b[i + 1, j] * 2.0 if i + 1 < b.shape[0] else -b[i, j]

@@ -372,13 +372,36 @@ def _with_equal_extents(tasks: list[k.Task], extents: list[tuple[str, int]], cla
     if not same:
         return tasks
 
-    def rewrite(e: k.Expr) -> k.Expr:
-        if isinstance(e, k.ArrayExtent) and (e.param.name, e.axis) in same:
-            name, axis = same[(e.param.name, e.axis)]
-            return k.ArrayExtent(names[name].param, axis)
-        return map_children(e, rewrite)
+    memo: dict[k.Expr, k.Expr] = {}
 
-    return [dataclasses.replace(t, begin=rewrite(t.begin), end=rewrite(t.end)) for t in tasks]
+    def rewrite(e: k.Expr) -> k.Expr:
+        if e not in memo:
+            if isinstance(e, k.ArrayExtent) and (e.param.name, e.axis) in same:
+                name, axis = same[(e.param.name, e.axis)]
+                memo[e] = k.ArrayExtent(names[name].param, axis)
+            else:
+                memo[e] = map_children(e, rewrite)
+        return memo[e]
+
+    # The bodies too: the coordinates of a `bz.ndrange` over `q.shape` are split from the flat index by
+    # q's extents, and a loop over p's equal ones must index alike for task fusion to see the same cell.
+    return [dataclasses.replace(t, begin=rewrite(t.begin), end=rewrite(t.end),
+                                body=tuple(_rewritten_statement(s, rewrite) for s in t.body)) for t in tasks]
+
+
+def _rewritten_statement(s: k.Stmt, rewrite: Callable[[k.Expr], k.Expr]) -> k.Stmt:
+    """`s` with `rewrite` applied to every expression it holds, in nested bodies too."""
+    def part(value: object) -> object:
+        if isinstance(value, k.Expr):
+            return rewrite(value)
+        if isinstance(value, k.Stmt):
+            return _rewritten_statement(value, rewrite)
+        if isinstance(value, tuple):
+            return tuple(part(v) for v in value)
+        return value
+
+    changes = {f.name: part(getattr(s, f.name)) for f in dataclasses.fields(s)}
+    return dataclasses.replace(s, **changes)
 
 
 # Calls remembered per thread for replay: a time loop that swaps two buffers (or rotates three, as a

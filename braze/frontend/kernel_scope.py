@@ -168,4 +168,6 @@ def host_evaluable(e) -> bool:
         return e.dtype.is_integer and host_evaluable(e.x)
     if isinstance(e, k.Binary) and e.op in HOST_OPS:
         return host_evaluable(e.a) and host_evaluable(e.b)
+    if isinstance(e, k.Unary) and e.op == "neg":
+        return host_evaluable(e.x)
     return False

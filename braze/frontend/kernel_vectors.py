@@ -344,7 +344,10 @@ def _scalar_dtype(vector_dtype: DType, scalar) -> DType:
     return _common_float([vector_dtype, scalar.dtype]) if scalar.dtype.is_floating else vector_dtype
 
 
-_ELEMENTWISE = {"add": "+", "sub": "-", "mul": "*", "truediv": "/"}
+_ELEMENTWISE = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "pow": "**"}
+# Component by component on vectors, but a linear-algebra product on matrices: refused there.
+_MATRIX_PRODUCT = "a product of matrices is written a @ b"
+_NOT_FOR_MATRICES = {"mul": _MATRIX_PRODUCT, "truediv": _MATRIX_PRODUCT, "pow": "a power of a matrix is written a @ a"}
 
 
 def binary(op: str, a, b):
@@ -354,13 +357,14 @@ def binary(op: str, a, b):
     symbol = _ELEMENTWISE.get(op)
     if symbol is None:
         raise ty.TypeProblem(f"operator {op} is not defined for {describe(a)} and {describe(b)} (vectors take "
-                             "+ - * / @ and the functions bz.dot, bz.cross, bz.length, ...)")
+                             "+ - * / ** @ and the functions bz.dot, bz.cross, bz.length, ...)")
+    matrices = [v for v in (a, b) if isinstance(v, VectorValue) and v.type.is_matrix]
+    if op in _NOT_FOR_MATRICES and (len(matrices) == 2 or matrices and op == "pow"):
+        raise ty.TypeProblem(f"{describe(a)} {symbol} {describe(b)}: {_NOT_FOR_MATRICES[op]} (component by "
+                             "component: write the components)")
     if isinstance(a, VectorValue) and isinstance(b, VectorValue):
         if a.type.shape != b.type.shape:
             raise ty.TypeProblem(f"{describe(a)} {symbol} {describe(b)}: the shapes differ")
-        if a.type.is_matrix and op in ("mul", "truediv"):
-            raise ty.TypeProblem(f"{describe(a)} {symbol} {describe(b)}: a product of matrices is written "
-                                 "a @ b (component by component: write the components)")
         dtype = _common_float([a.type.dtype, b.type.dtype])
         pairs = zip(a.items, b.items)
     else:

@@ -43,6 +43,8 @@ def python_expression(e: k.Expr, leaf: Leaf) -> str:
     if isinstance(e, k.Cast) and e.dtype.is_integer:  # truncated toward zero, as a C cast does
         inner = python_expression(e.x, leaf)
         return inner if e.x.dtype.is_integer else f"int({inner})"
+    if isinstance(e, k.Unary) and e.op == "neg":  # a step written -s
+        return f"(-{python_expression(e.x, leaf)})"
     if isinstance(e, k.Binary) and e.op in _FORMATS:
         constant = isinstance(e.b, k.Const) and int(e.b.value) != 0
         form = _BY_CONSTANT[e.op] if constant and e.op in _BY_CONSTANT else _FORMATS[e.op]

@@ -81,3 +81,24 @@ def test_a_loop_over_a_reversed_range_has_the_bounds_of_the_forward_one(n):
     np.testing.assert_array_equal(b, (np.arange(n) + 1.0) * 2.0)
     np.testing.assert_array_equal(c, 2.0 * np.arange(1, n + 2))
     assert [d.fused for d in reverse_then_scale.decisions()] == [True, False]
+
+
+@bz.kernel
+def double_then_offset(p: bz.Array[bz.float64, 2], q: bz.Array[bz.float64, 2], r: bz.Array[bz.float64, 2]):
+    for i, j in bz.ndrange(p.shape[0], p.shape[1]):
+        q[i, j] = p[i, j] * 2.0
+    for i, j in bz.ndrange(q.shape[0], q.shape[1]):  # q's coordinates: split by q's extents, equal to p's
+        r[i, j] = q[i, j] + p[(i + 1) % p.shape[0], j]
+
+
+@pytest.mark.parametrize("q_shape", [(3, 5), (4, 5)])
+def test_ndrange_cells_over_equal_extents_of_different_arrays_are_the_same_cell(q_shape):
+    """Thread (i, j) of both loops is the same cell when q's extents equal p's, so the loops merge; with
+    other extents the bounds differ and they stay apart."""
+    p = np.arange(15, dtype=np.float64).reshape(3, 5)
+    q, r = np.full(q_shape, np.nan), np.full(q_shape, np.nan)
+    double_then_offset(p, q, r)
+    rows = min(q_shape[0], 3)
+    np.testing.assert_array_equal(q[:3], 2 * p[:q_shape[0]])
+    np.testing.assert_array_equal(r[:rows], 2 * p[:rows] + np.roll(p, -1, 0)[:rows])
+    assert [d.fused for d in double_then_offset.decisions()] == [q_shape == p.shape]

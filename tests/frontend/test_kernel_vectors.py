@@ -55,6 +55,25 @@ def test_operators_match_numpy_bit_for_bit():
 
 
 @bz.kernel
+def powers(a: bz.Array[bz.vec3, 1], b: bz.Array[bz.vec3, 1], n: int, out: bz.Array[bz.vec3, 2]):
+    for i in range(a.shape[0]):
+        out[i, 0] = 0.5 * (1.5 - a[i]) ** 2  # a quadratic B-spline weight, as MPM codes write it
+        out[i, 1] = abs(a[i]) ** b[i]
+        out[i, 2] = 2.0 ** a[i]
+        out[i, 3] = a[i] ** n
+
+
+def test_powers_of_vectors_are_component_by_component():
+    a, b = floats(33, 3), floats(33, 3)
+    out = np.zeros((33, 4, 3), np.float32)
+    powers(a, b, 3, out)
+    f = np.float32
+    expected = [f(0.5) * (f(1.5) - a) ** 2, np.abs(a) ** b, f(2) ** a, a ** 3]
+    for column, want in enumerate(expected):
+        np.testing.assert_allclose(out[:, column], want, rtol=2e-6, err_msg=f"column {column}")
+
+
+@bz.kernel
 def functions(a: bz.Array[bz.vec3, 1], b: bz.Array[bz.vec3, 1], m: bz.Array[bz.mat33, 1], p: bz.Array[bz.mat22, 1],
               q: bz.Array[bz.mat44, 1], scalars: bz.Array[bz.float32, 2], vectors: bz.Array[bz.vec3, 2],
               mats: bz.Array[bz.mat33, 2], small: bz.Array[bz.mat22, 1], big: bz.Array[bz.mat44, 1]):
@@ -386,6 +405,8 @@ V3 = "bz.Array[bz.vec3, 1]"
     (f"x: {V3}, out: {F32}", "out[i] = (x[i] + bz.vec2(1.0, 2.0)).x", "the shapes differ"),
     (f"x: {V3}, out: {F32}", "out[i] = x[i, 0, 1]", "'x' has 1 dimension\\(s\\) of bz.vec3, got 3 index"),
     (f"x: bz.Array[bz.mat33, 1], out: {F32}", "out[i] = (x[i] * x[i])[0, 0]", "a product of matrices is written a @ b"),
+    (f"x: bz.Array[bz.mat33, 1], out: {F32}", "out[i] = (x[i] ** 2)[0, 0]", "a power of a matrix is written a @ a"),
+    (f"x: {V3}, out: {F32}", "out[i] = (x[i] % 2.0).x", "operator remainder is not defined for bz.vec3"),
     (f"x: {V3}, out: {F32}", "out[i] = bz.float32(x[i])", "float32: expected scalar arguments, got bz.vec3"),
     (f"x: {V3}, out: {F32}", "out[i] = out[i] @ out[i]", "a @ b: expected vectors or matrices"),
 ])
