@@ -12,8 +12,9 @@ from __future__ import annotations
 import ast
 import builtins
 import functools
+import itertools
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from braze import dtypes as dt
 from braze.dtypes import DType
@@ -137,6 +138,18 @@ def _unit_count(high: k.Expr, low: k.Expr) -> k.Expr:
     return index_op("maximum", count, k.Const(0, dt.int64))
 
 
+def disjoint_places(places: set[tuple[k.Expr, ...]], coordinates: Sequence[k.Var]) -> bool:
+    """Whether updates at these indices, each injective in the task's index, meet only on one thread:
+    two places are apart by distinct constants in some coordinate (`f[i, 0]` and `f[i, 1]`), or share,
+    for each task coordinate, an index injective in it (`v[i, 1]` and `v[i, d]`)."""
+    def one_thread(p: tuple[k.Expr, ...], q: tuple[k.Expr, ...]) -> bool:
+        if any(isinstance(a, k.Const) and isinstance(b, k.Const) and a.value != b.value for a, b in zip(p, q)):
+            return True
+        return all(any(a == b and injective(a, t) for a, b in zip(p, q)) for t in coordinates)
+
+    return all(one_thread(p, q) for p, q in itertools.combinations(places, 2))
+
+
 class Translator(ExpressionTranslator, TargetTranslator):
     """Builds the tasks of one kernel from its Python source."""
 
@@ -162,6 +175,12 @@ class Translator(ExpressionTranslator, TargetTranslator):
         self.task_kind = ""  # "range_for" or "serial": the kind of the task being translated
         self.iteration: IterationLocals | None = None  # a parallel task's locals set so far in its iteration
         self.discarded: ast.expr | None = None  # the call of an expression statement: its value goes unread
+        # Arrays a parallel task updates in place (`a[j] += v`): those updated atomically somewhere in the
+        # task, the places of the updates of an element each thread owns, and the arrays whose every
+        # update is atomic.
+        self.atomic_updates: set[str] = set()
+        self.owned_updates: dict[str, set[tuple[k.Expr, ...]]] = {}
+        self.all_updates_atomic: frozenset[str] = frozenset()
 
     # --- errors -------------------------------------------------------------------------------
     def error(self, node: ast.AST, message: str, kind: type = KernelSyntaxError):
@@ -288,6 +307,7 @@ class Translator(ExpressionTranslator, TargetTranslator):
         self.blocks, self.prologue, self.used_names, self.depth = [[]], [], set(), 0
         self.task_kind = kind
         self.iteration = IterationLocals() if kind == "range_for" else None
+        self.atomic_updates, self.owned_updates = set(), {}
 
     def end_task(self) -> tuple[k.Stmt, ...]:
         self.earlier_locals |= set(self.frames[0].names)
@@ -336,11 +356,24 @@ class Translator(ExpressionTranslator, TargetTranslator):
     def parallel_task(self, node: ast.For) -> None:
         if node.orelse:
             self.error(node, "unsupported construct: for-else")
-        self.begin_task("range_for")
-        begin, end, indices = self.parallel_indices(node)
-        self.loops = ["parallel"]
-        self.statements(node.body)
-        self.tasks.append(k.Task(self.task_name(), "range_for", self.end_task(), indices, begin, end))
+        warnings = len(self.warnings)
+        while True:
+            self.begin_task("range_for")
+            begin, end, indices = self.parallel_indices(node)
+            self.loops = ["parallel"]
+            self.statements(node.body)
+            body = self.end_task()
+            mixed = {name for name, places in self.owned_updates.items()
+                     if name in self.atomic_updates or not disjoint_places(places, self.task_coordinates)}
+            if not mixed:
+                break
+            # `f[i] += s` and `f[i + 1] -= s` each reach an element per thread, but thread i - 1's second
+            # update meets thread i's first: two plain read-modify-writes of one element lose one.
+            # Translated again, with every update of such an array atomic.
+            self.all_updates_atomic |= mixed
+            del self.warnings[warnings:]
+        self.all_updates_atomic = frozenset()
+        self.tasks.append(k.Task(self.task_name(), "range_for", body, indices, begin, end))
 
     def parallel_indices(self, node: ast.For) -> tuple[k.Expr, k.Expr, k.Var]:
         """The task's bounds and loop index; `bz.ndrange` indices are split from one flat index."""
@@ -586,7 +619,7 @@ class Translator(ExpressionTranslator, TargetTranslator):
             return
         if isinstance(node.target, ast.Subscript) and self.loops[:1] == ["parallel"]:
             handle, indices = self.subscript(node.target)
-            if not self.owns(indices):
+            if self.updated_atomically(handle.param, indices):
                 self.atomic_update(node, op, handle.param, indices)
                 return
         current = self.expr(node.target)
@@ -597,6 +630,16 @@ class Translator(ExpressionTranslator, TargetTranslator):
         """Whether the element at `indices` is provably the current thread's alone: each coordinate of
         the task's index reaches it through an index injective in that coordinate."""
         return all(any(injective(index, var) for index in indices) for var in self.task_coordinates)
+
+    def updated_atomically(self, param: k.ArrayParam, indices: tuple[k.Expr, ...]) -> bool:
+        """Whether a parallel task's `param[indices] op= v` is atomic: where the element is not provably
+        the thread's own, or where another update in the task is atomic on the same array."""
+        atomic = param.name in self.all_updates_atomic or not self.owns(indices)
+        if atomic:
+            self.atomic_updates.add(param.name)
+        else:
+            self.owned_updates.setdefault(param.name, set()).add(indices)
+        return atomic
 
     def atomic_update(self, node: ast.AugAssign, op: str, param: k.ArrayParam, indices: tuple[k.Expr, ...]) -> None:
         """`a[j] += v` on an element other threads may update too (a sum, a histogram): atomic, as in

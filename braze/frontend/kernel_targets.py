@@ -188,7 +188,8 @@ class TargetTranslator:
             self.error(node, f"unsupported construct: augmented assignment to {type(node.target).__name__}")
         what = f"'{ast.unparse(node.target)}'"
         value = self.expr(node.value)
-        shared = [p for p in places.items if p.shared and self.loops[:1] == ["parallel"] and not self.owns(p.indices)]
+        parallel = self.loops[:1] == ["parallel"]
+        shared = [p for p in places.items if p.shared and parallel and self.updated_atomically(p.param, p.indices)]
         if not shared:
             self.write_places(node, places, self.binary(node, op, places.value(), value), what)
             return
@@ -200,6 +201,7 @@ class TargetTranslator:
             VectorValue(places.type, (value,) * len(places.items))
         values = self.evaluated(self.checked(node, lambda: self.component_values(broadcast, places, what)))
         for place, v in zip(places.items, values):
+            self.atomic_updates.add(place.param.name)
             v = self.stored(node, v, place.dtype, what)
             self.emit(k.AtomicRMW(op, place.param, place.indices, v, None))
 
