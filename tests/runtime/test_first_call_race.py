@@ -14,7 +14,8 @@ import pytest
 from braze.compile import cuda_driver
 
 ROUND = textwrap.dedent("""
-    import sys, threading
+    import faulthandler, sys, threading
+    faulthandler.dump_traceback_later(150, exit=True)  # a round that hangs shows where each thread waits
     import numpy as np
     import braze as bz
 
@@ -88,7 +89,7 @@ def race(round_: int, device: str, folder) -> None:
     result = subprocess.run([sys.executable, str(script), f"{1.25 + round_ / 64}", device], env=env,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and result.stdout.strip() == "ok", (
-        f"round {round_} on {device}: exit code {result.returncode}\n{result.stdout}\n{result.stderr[-3000:]}")
+        f"round {round_} on {device}: exit code {result.returncode}\n{result.stdout}\n{result.stderr[-20000:]}")
 
 
 @pytest.mark.parametrize("round_", range(20))
