@@ -209,7 +209,8 @@ def _rounding_mode_known(node: fx.Node) -> str | None:
     return None if mode in (None, "trunc", "floor") else f"rounding_mode={mode!r}"
 
 
-@rule(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode, torch.ops.prims.div.default,
+@rule(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode, aten.true_divide.Tensor,
+      torch.ops.prims.div.default,
       accepts=_rounding_mode_known)
 def _div(b: RegionBuilder, node: fx.Node) -> TensorView:
     args = bind(node)
