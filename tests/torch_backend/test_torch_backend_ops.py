@@ -531,3 +531,18 @@ def test_uint8_images_fuse_in_braze():
     for got, want in zip(compiled(x, mask), normalize(x, mask)):
         assert got.dtype == want.dtype
         _close(got, want)
+
+
+def test_floats_to_uint8_wrap_through_int64_as_in_eager():
+    """PyTorch takes a float to uint8 through int64 (as NumPy does): -1.5 gives 255 and 300.0 gives 44. braze's
+    own cast saturates (0 and 255), and a region gave that, for a cast and for a copy into a uint8 buffer."""
+    def quantize(x, buffer):
+        buffer.copy_(x * 2)
+        return (x * 255).to(torch.uint8), x.byte()
+
+    compiled = torch.compile(quantize, backend="braze", options=STRICT)
+    x = torch.tensor([-300.7, -129.5, -1.5, -0.7, 0.0, 0.6, 1.5, 127.9, 128.5, 255.9, 256.2, 300.0, 70000.0])
+    buffer, buffer_eager = (torch.zeros(x.shape, dtype=torch.uint8) for _ in range(2))
+    for got, want in zip([*compiled(x, buffer), buffer], [*quantize(x, buffer_eager), buffer_eager]):
+        assert got.dtype == want.dtype == torch.uint8
+        assert got.tolist() == want.tolist()
