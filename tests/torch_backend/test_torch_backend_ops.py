@@ -371,6 +371,25 @@ def test_a_size_no_region_input_has_is_carried_in() -> None:
         _close(compiled(x, w), project(x, w))
 
 
+def test_a_size_braze_cannot_compute_is_carried_in_computed_by_pytorch() -> None:
+    """Interpolating by a float scale over symbolic sizes makes sizes TruncToInt(1.5*ToFloat(s0)),
+    which braze's extents have no op for: the region that counts the source rows to that size takes it
+    as a carrier's dimension. It was an UnsupportedError. The scale's true_divide fuses too."""
+    def upsample(x):
+        return F.interpolate(x, scale_factor=1.5, mode="nearest") * 2
+
+    compiled = torch.compile(upsample, backend="braze", options=STRICT, dynamic=True)
+    for side in (4, 6, 7):
+        x = torch.randn(1, 2, side, side + 1)
+        torch.testing.assert_close(compiled(x), upsample(x), rtol=0, atol=0)
+    torch._dynamo.mark_dynamic(x, 2)
+    explanation = bz.torch.explain(upsample, x, options=STRICT)
+    assert all(region.runs_in == "braze" for region in explanation.regions)
+    in_torch = {op for op, _ in explanation.graphs[0].torch_ops}
+    assert any(op.startswith("aten.arange") for r in explanation.regions for op in r.fused_ops)
+    assert "aten.true_divide.Tensor" not in in_torch and "aten.index.Tensor" in in_torch
+
+
 # --- explain and options -------------------------------------------------------------------------------
 def test_explain_lists_regions_their_ops_kernels_and_what_stayed_in_pytorch() -> None:
     def block(x, w):
@@ -512,3 +531,18 @@ def test_uint8_images_fuse_in_braze():
     for got, want in zip(compiled(x, mask), normalize(x, mask)):
         assert got.dtype == want.dtype
         _close(got, want)
+
+
+def test_floats_to_uint8_wrap_through_int64_as_in_eager():
+    """PyTorch takes a float to uint8 through int64 (as NumPy does): -1.5 gives 255 and 300.0 gives 44. braze's
+    own cast saturates (0 and 255), and a region gave that, for a cast and for a copy into a uint8 buffer."""
+    def quantize(x, buffer):
+        buffer.copy_(x * 2)
+        return (x * 255).to(torch.uint8), x.byte()
+
+    compiled = torch.compile(quantize, backend="braze", options=STRICT)
+    x = torch.tensor([-300.7, -129.5, -1.5, -0.7, 0.0, 0.6, 1.5, 127.9, 128.5, 255.9, 256.2, 300.0, 70000.0])
+    buffer, buffer_eager = (torch.zeros(x.shape, dtype=torch.uint8) for _ in range(2))
+    for got, want in zip([*compiled(x, buffer), buffer], [*quantize(x, buffer_eager), buffer_eager]):
+        assert got.dtype == want.dtype == torch.uint8
+        assert got.tolist() == want.tolist()

@@ -111,3 +111,28 @@ def test_a_compiled_optimizer_step_updates_parameters_and_state_in_place(name: s
         for key in s:
             _close(s[key].float(), s_ref[key].float(), f"optimizer state {key}", **tolerance)
     assert rec.launches, "the updates did not run in braze"
+
+
+def test_foreach_ops_of_an_ema_and_a_clipped_step_fuse_in_braze() -> None:
+    """`torch._foreach_*` ops (an EMA with `_foreach_lerp_`, clip_grad_norm_'s per-tensor norms, a multi-tensor
+    update, what foreach optimizers call) become the op on each tensor of the list, and braze fuses them.
+    PyTorch has no decomposition of them: they all ran in PyTorch."""
+    def ema_and_clipped_step(ema, params, grads, lr):
+        torch._foreach_lerp_(ema, params, 0.01)
+        total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+        torch._foreach_mul_(grads, torch.clamp(1.0 / (total + 1e-6), max=1.0))
+        torch._foreach_addcdiv_(params, grads, torch._foreach_add(torch._foreach_abs(grads), 1.0), [-lr, -2 * lr])
+        torch._foreach_add_(params, grads, alpha=-lr)
+        return total
+
+    generator = torch.Generator().manual_seed(0)
+    state = [[torch.randn(shape, generator=generator) for shape in ((3, 4), (5,))] for _ in range(3)]
+    copies = [[[t.clone() for t in tensors] for tensors in state] for _ in range(2)]
+    explanation = bz.torch.explain(ema_and_clipped_step, *copies[0], 0.1, options=STRICT)
+    assert not [op for op, _ in explanation.graphs[0].torch_ops if "_foreach" in op], str(explanation)
+    compiled = torch.compile(ema_and_clipped_step, backend="braze", options=STRICT)
+    for lr in (0.1, 0.05):
+        _close(compiled(*state, lr), ema_and_clipped_step(*copies[1], lr), "total norm", rtol=1e-5, atol=1e-6)
+    for tensors, expected in zip(state, copies[1]):
+        for t, t_ref in zip(tensors, expected):
+            _close(t, t_ref, "updated tensor", rtol=1e-5, atol=1e-6)

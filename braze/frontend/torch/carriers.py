@@ -5,6 +5,8 @@ a size that none of its inputs has as a whole dimension: it reads a (s0*s1, 96) 
 as (s0, s1, 96). The graph then hands the region one more input that has the size as a dimension,
 its "carrier": a graph input with that dimension where there is one, else a zero-stride tensor
 expanded from the symbolic size itself. braze reads the carrier's extents and none of its elements.
+A size braze's extents cannot compute from the symbols (`TruncToInt(1.5*ToFloat(s0))`: symbols.py's
+atoms) is carried the same way, PyTorch computing it on the host.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import torch
 from torch import fx
 
 from braze.frontend.torch.region_builder import meta
-from braze.frontend.torch.symbols import size_expr
+from braze.frontend.torch.symbols import is_atom, size_atoms, size_expr
 
 _ZEROS: dict[torch.device, torch.Tensor] = {}
 
@@ -29,29 +31,26 @@ def extent_carrier(size: int, device: torch.device) -> torch.Tensor:
     return zero.expand(size)
 
 
-def _symbols(value: object) -> set[sympy.Symbol]:
+def _symbols(value: object) -> set[sympy.Expr]:
+    """The size atoms (symbols.size_atoms) of a value's sizes."""
     if isinstance(value, torch.Tensor):
-        found = set()
-        for size in value.shape:
-            expr = size_expr(size)
-            found |= set() if isinstance(expr, int) else expr.free_symbols
-        return found
+        return set().union(*(size_atoms(size_expr(size)) for size in value.shape))
     if isinstance(value, torch.SymInt):
-        expr = size_expr(value)
-        return set() if isinstance(expr, int) else expr.free_symbols
+        return size_atoms(size_expr(value))
     if isinstance(value, (list, tuple)):
         return set().union(*[_symbols(v) for v in value]) if value else set()
     return set()
 
 
-def _bare_symbols(value: object) -> set[sympy.Symbol]:
+def _bare_symbols(value: object) -> set[sympy.Expr]:
     if not isinstance(value, torch.Tensor):
         return set()
-    return {e for e in (size_expr(s) for s in value.shape) if isinstance(e, sympy.Symbol)}
+    return {e for e in (size_expr(s) for s in value.shape) if is_atom(e)}
 
 
-def missing_symbols(region: fx.GraphModule) -> set[sympy.Symbol]:
-    """The symbols a region's sizes use that no input tensor of it has as a whole dimension."""
+def missing_symbols(region: fx.GraphModule) -> set[sympy.Expr]:
+    """The size atoms (symbols, sizes braze cannot compute) a region's sizes use that no input tensor
+    of it has as a whole dimension."""
     known, needed = set(), set()
     for node in region.graph.nodes:
         if node.op == "placeholder":
@@ -71,7 +70,7 @@ class Carrier:
     dtype: torch.dtype
 
 
-def add_carriers(gm: fx.GraphModule, call: fx.Node, symbols: set[sympy.Symbol], device: torch.device
+def add_carriers(gm: fx.GraphModule, call: fx.Node, symbols: set[sympy.Expr], device: torch.device
                  ) -> list[Carrier]:
     """Adds a carrier of each symbol, on the region's `device`, to the region call's arguments (one
     graph input may carry several); returns them in that order."""
@@ -97,7 +96,7 @@ def add_device_anchor(gm: fx.GraphModule, call: fx.Node, device: torch.device) -
     return [Carrier((1,), torch.int8)]
 
 
-def _carrier(gm: fx.GraphModule, call: fx.Node, symbol: sympy.Symbol, device: torch.device
+def _carrier(gm: fx.GraphModule, call: fx.Node, symbol: sympy.Expr, device: torch.device
              ) -> tuple[fx.Node, Carrier] | None:
     # On the region's device: braze runs a fusion where its arrays live, all of them (a graph may
     # hold CPU tensors beside CUDA ones, like the seed of random ops).
@@ -106,7 +105,9 @@ def _carrier(gm: fx.GraphModule, call: fx.Node, symbol: sympy.Symbol, device: to
         value = meta(node)
         if symbol in _bare_symbols(value) and value.device == device:
             return node, Carrier(tuple(size_expr(s) for s in value.shape), value.dtype)
-    for node in placeholders:
+    # A size the graph computes (`trunc(1.5 * sym_float(s0))`) is an argument of the region call.
+    numbers = placeholders + [a for a in call.args if isinstance(a, fx.Node) and a.op == "call_function"]
+    for node in numbers:
         value = meta(node)
         if isinstance(value, torch.SymInt) and size_expr(value) == symbol:
             with gm.graph.inserting_before(call):

@@ -47,7 +47,16 @@ def rule(*ops: object, accepts: Accepts | None = None) -> Callable[[Convert], Co
 # --- dtypes -----------------------------------------------------------------------------------------
 def finish(node: fx.Node, tv: TensorView) -> TensorView:
     """The op's result in the dtype torch recorded for the node."""
-    return bz_ops.cast(tv, braze_dtype(meta(node).dtype))
+    return torch_cast(tv, braze_dtype(meta(node).dtype))
+
+
+def torch_cast(tv: TensorView, dtype: dt.DType) -> TensorView:
+    """`tv` cast to `dtype` as eager PyTorch casts. PyTorch (c10's TypeCast, on CPUs and GPUs alike) takes
+    a float to uint8 through int64, as NumPy does, so -1.0 gives 255 and 256.0 gives 0; braze's own cast
+    saturates there (0 and 255)."""
+    if dtype == dt.uint8 and tv.dtype.is_floating:
+        tv = bz_ops.cast(tv, dt.int64)
+    return bz_ops.cast(tv, dtype)
 
 
 def _dtype_stand_in(arg: object) -> object:
@@ -209,7 +218,8 @@ def _rounding_mode_known(node: fx.Node) -> str | None:
     return None if mode in (None, "trunc", "floor") else f"rounding_mode={mode!r}"
 
 
-@rule(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode, torch.ops.prims.div.default,
+@rule(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode, aten.true_divide.Tensor,
+      torch.ops.prims.div.default,
       accepts=_rounding_mode_known)
 def _div(b: RegionBuilder, node: fx.Node) -> TensorView:
     args = bind(node)
@@ -307,7 +317,7 @@ def _cast(b: RegionBuilder, node: fx.Node) -> TensorView:
 @rule(aten.copy.default)
 def _copy(b: RegionBuilder, node: fx.Node) -> TensorView:
     target, source = b.tensor(node.args[0]), b.tensor(node.args[1])
-    source = bz_ops.cast(source, target.dtype)
+    source = torch_cast(source, target.dtype)
     rank = len(meta(node).shape)
     source = bz_ops.broadcast(source, [True] * (rank - source.ndim) + [False] * source.ndim)
     return finish(node, bz_ops.expand(source, b.shape_of(node)))

@@ -5,6 +5,10 @@ environment's symbols) or plain ints. Each symbol that is a whole input dimensio
 dimension's braze extent; every other size of the region (a view's target shape, a slice bound, a
 created tensor's shape) is then the same expression over those extents, so a new batch size or
 sequence length runs the kernels already compiled.
+
+A size braze's extents cannot compute (`TruncToInt(1.5*ToFloat(s0))`, the output size of an
+interpolation by a float scale) is an atom of its own, like a symbol: a carrier (carriers.py) brings
+it into the region as one of its tensor's dimensions, computed by PyTorch.
 """
 
 from __future__ import annotations
@@ -60,17 +64,37 @@ def size_expr(size: object) -> sympy.Expr | int:
     return int(size)
 
 
+def size_atoms(expr: sympy.Expr | int) -> set[sympy.Expr]:
+    """What a region must be given to compute the size `expr`: its symbols, and each largest part of it
+    that braze's extents cannot compute (that part whole, not its symbols)."""
+    if isinstance(expr, int) or expr.is_Integer:
+        return set()
+    if isinstance(expr, sympy.Symbol):
+        return {expr}
+    if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and int(expr.exp) >= 0:
+        return size_atoms(expr.base)
+    if type(expr) in _COMBINE:
+        return set().union(*(size_atoms(a) for a in expr.args))
+    return {expr}
+
+
+def is_atom(expr: sympy.Expr | int) -> bool:
+    """Whether a size is one atom (`size_atoms`): a symbol, or a size braze's extents cannot compute."""
+    return not isinstance(expr, int) and size_atoms(expr) == {expr}
+
+
 class ExtentMap:
-    """Symbols of the shape environment -> the braze extents of a region's input dimensions."""
+    """Size atoms (`size_atoms`: symbols of the shape environment, sizes braze cannot compute) -> the
+    braze extents of a region's input dimensions."""
 
     def __init__(self) -> None:
-        self.symbols: dict[sympy.Symbol, Scalar] = {}
+        self.symbols: dict[sympy.Expr, Scalar] = {}
 
     def learn(self, shape: Sequence[object], extents: Sequence[Scalar]) -> None:
-        """Records each dimension of an input whose size is a bare symbol."""
+        """Records each dimension of an input whose size is one atom."""
         for size, extent in zip(shape, extents):
             expr = size_expr(size)
-            if isinstance(expr, sympy.Symbol):
+            if is_atom(expr):
                 self.symbols.setdefault(expr, extent)
 
     def extent(self, size: object) -> Extent:
@@ -84,15 +108,15 @@ class ExtentMap:
     def _translate(self, expr: sympy.Expr) -> Extent:
         if expr.is_Integer:
             return int(expr)
-        if isinstance(expr, sympy.Symbol):
-            if expr not in self.symbols:
-                raise UnsupportedError(f"size {expr} is not a dimension of any tensor the region reads")
+        if expr in self.symbols:
             return self.symbols[expr]
+        if isinstance(expr, sympy.Symbol):
+            raise UnsupportedError(f"size {expr} is not a dimension of any tensor the region reads")
         if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and int(expr.exp) >= 0:
             base = self._translate(expr.base)
             return _fold(operator.mul)([base] * int(expr.exp)) if int(expr.exp) else 1
         combine = _COMBINE.get(type(expr))
         if combine is None:
-            raise UnsupportedError(f"size {expr}: braze extents have no {type(expr).__name__}")
+            raise UnsupportedError(f"size {expr}: braze extents have no {type(expr).__name__}, and no tensor "
+                                   "the region reads has this size as a dimension")
         return combine([self._translate(a) for a in expr.args])
-
