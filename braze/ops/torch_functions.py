@@ -15,6 +15,7 @@ from braze import dtypes as dt
 from braze.errors import FusionDefinitionError, UnsupportedError
 from braze.ir.tensor import TensorView
 from braze.ops import activations, composites, creation, views
+from braze.ops import reductions as red
 from braze.ops import view_composites as vc
 from braze.ops.elementwise import elementwise
 
@@ -35,7 +36,7 @@ def _torch_moment(method: str) -> Callable[..., TensorView]:
             dim, unbiased = None, dim
         if unbiased is None and correction is None:
             correction = 1
-        return getattr(input, method)(dim, keepdim, correction=correction, unbiased=unbiased)
+        return getattr(red, method)(input, dim, keepdim, correction=correction, unbiased=unbiased)
 
     return moment
 

@@ -2,9 +2,11 @@
 `x.view(n, -1)`, `x.float()`, `x.clamp(min=0)`, `x.masked_fill(mask, 0.0)`, `x.chunk(3, dim=-1)`),
 each a thin wrapper of an op in `braze.ops`, installed by `braze/ops/methods.py`.
 
-Two names mean something else in braze already, and keep it where torch's spelling is ambiguous:
+Three names mean something else in braze already, and keep it where torch's spelling is ambiguous:
 - `x.max(1)` / `x.max(axis=1)` are NumPy's reductions (values); `x.max(dim=1)`, the spelling torch
   code uses, returns torch's (values, indices). The same for `min`.
+- `x.var(1)` is NumPy's population variance; `x.var(dim=1)` torch's sample variance; `x.var(1, True)`
+  (torch's unbiased, or keepdim) is refused as ambiguous. The same for `std`.
 - `x.split(axis, factor)` with two positional ints (the factor may be an extent) is the loop-domain
   split of `braze/ir/tensor.py`; one size or a list of sizes, or a `dim=`/`axis=` keyword, is
   torch's `split` into pieces."""
@@ -151,6 +153,24 @@ class ValuesIndices(NamedTuple):
 
     values: TensorView
     indices: TensorView
+
+
+def _moment(name: str):
+    """`x.var` and `x.std`: NumPy's population default, but torch's sample variance where torch's
+    spelling says so (`dim=`), and no guess where the two read one call differently."""
+    op = getattr(red, name)
+
+    def method(self: TensorView, *args: object, **kwargs: object) -> TensorView:
+        if len(args) > 1 and isinstance(args[1], bool):
+            raise FusionDefinitionError(
+                f"{name}: x.{name}({args[0]!r}, {args[1]}) is ambiguous: torch reads the bool as unbiased=, "
+                f"braze's x.{name} as keepdim=; pass it by keyword (unbiased={args[1]} or keepdim={args[1]})")
+        if "dim" in kwargs and not {"correction", "unbiased", "ddof"} & kwargs.keys():
+            kwargs["correction"] = 1  # torch's x.var(dim=1) removes a degree of freedom
+        return op(self, *args, **kwargs)
+
+    method.__name__ = method.__qualname__ = name
+    return method
 
 
 def _values_or_pair(name: str):
@@ -340,6 +360,7 @@ def install(cls: type = TensorView) -> None:
     cls.clamp = cls.clip = _clamp
     cls.masked_fill = vc.masked_fill
     cls.max, cls.min = _values_or_pair("max"), _values_or_pair("min")
+    cls.var, cls.std = _moment("var"), _moment("std")
     cls.split = _split
     cls.chunk, cls.unbind, cls.narrow = vc.chunk, vc.unbind, vc.narrow
     cls.repeat = lambda self, *sizes_: vc.repeat(self, sizes(sizes_))

@@ -40,6 +40,10 @@ CASES = [
     ("flatten_range", lambda x, m: x[None, :, :, None].flatten(1, 2), lambda x, m: x.reshape(1, 12, 1)),
     ("mean_dim", lambda x, m: x.mean(dim=-1, keepdim=True), lambda x, m: x.mean(-1, keepdims=True)),
     ("sum_dim", lambda x, m: x.sum(dim=0), lambda x, m: x.sum(0)),
+    ("var_axis_numpy", lambda x, m: x.var(1), lambda x, m: x.var(1)),
+    ("var_dim_torch", lambda x, m: x.var(dim=1), lambda x, m: x.var(1, ddof=1)),
+    ("std_dim_torch_keepdim", lambda x, m: x.std(dim=0, keepdim=True), lambda x, m: x.std(0, ddof=1, keepdims=True)),
+    ("var_dim_unbiased_false", lambda x, m: x.var(dim=1, unbiased=False), lambda x, m: x.var(1)),
     ("softmax", lambda x, m: x.softmax(-1), lambda x, m: _softmax(x, -1)),
     ("softmax_dim", lambda x, m: x.softmax(dim=0), lambda x, m: _softmax(x, 0)),
     ("log_softmax", lambda x, m: x.log_softmax(dim=1), lambda x, m: np.log(_softmax(x, 1))),
@@ -254,3 +258,13 @@ def test_fmod_rounds_toward_zero_in_every_dtype(dtype):
 def test_select_outside_a_symbolic_extent_fails_at_run_time():
     with pytest.raises(bz.InputError, match="index 5"):
         bz.jit(lambda x: x.select(0, 5))(np.zeros((3, 2), np.float32))
+
+
+def test_var_with_a_bool_after_the_axis_is_refused_as_ambiguous():
+    # torch's x.var(1, True) is unbiased=True; braze's method would read keepdim=True
+    with bz.Fusion() as f:
+        x = f.define_tensor((3, 4))
+        with pytest.raises(bz.FusionDefinitionError, match="ambiguous.*unbiased=True or keepdim=True"):
+            x.var(1, True)
+        with pytest.raises(bz.FusionDefinitionError, match="ambiguous"):
+            x.std(0, False)

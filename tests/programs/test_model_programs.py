@@ -513,7 +513,7 @@ def test_instance_and_batch_norm_with_running_statistics(where):
     @bz.jit
     def norms(x, running_mean, running_var, momentum):
         instance = (x - x.mean((2, 3), keepdim=True)) / (x.var((2, 3), keepdim=True) + 1e-5).sqrt()
-        mean, var = x.mean(dim=(0, 2, 3)), x.var(dim=(0, 2, 3))
+        mean, var = x.mean(dim=(0, 2, 3)), x.var(dim=(0, 2, 3), unbiased=False)
         batch = (x - mean[:, None, None]) / (var[:, None, None] + 1e-5).sqrt()
         unbiased = x.var(dim=(0, 2, 3), unbiased=True)
         return instance, batch, (1 - momentum) * running_mean + momentum * mean, \
