@@ -207,6 +207,12 @@ class ExpressionTranslator:
             # Integer `//` and `%` by zero give 0 on both backends; under debug=True, an error.
             place, text = self.frames[-1].source.where(node)
             self.emit(k.Assert(ty.binary("ne", b, 0), f"{place}integer division by zero in {text}"))
+        if self.debug and op == "pow" and result.dtype.is_integer and isinstance(b, k.Expr) \
+                and not b.dtype.is_unsigned:
+            # An integer to a negative integer power gives 0 (a float in Python; NumPy raises): under
+            # debug=True, an error.
+            place, text = self.frames[-1].source.where(node)
+            self.emit(k.Assert(ty.binary("ge", b, 0), f"{place}integer to a negative integer power in {text}"))
         return result
 
     def expr_UnaryOp(self, node: ast.UnaryOp):

@@ -184,6 +184,21 @@ def test_integer_division_by_zero_is_an_error_under_debug():
     np.testing.assert_array_equal(without, [7 // 2 + 5 % 2, 0])
 
 
+def test_debug_checks_an_integer_to_a_negative_integer_power():
+    @bz.kernel
+    def powers(a: bz.Array[bz.int64, 1], e: bz.Array[bz.int64, 1]):
+        for i in range(a.shape[0]):
+            a[i] = a[i] ** e[i]
+
+    a, e = np.array([2, 3], np.int64), np.array([3, -1], np.int64)
+    with bz.config.scope(debug=True):
+        with pytest.raises(bz.KernelAssertionError, match=r"integer to a negative integer power in a\[i\] = a\[i\] \*\* e"):
+            powers(a.copy(), e)
+        fine = a.copy()
+        powers(fine, np.array([3, 2], np.int64))
+        np.testing.assert_array_equal(fine, [8, 9])
+
+
 @bz.kernel
 def rounded(x: bz.Array[bz.float64, 1], whole: bz.Array[bz.int64, 1], cents: bz.Array[bz.float64, 1]):
     for i in range(x.shape[0]):
