@@ -192,7 +192,7 @@ def test_debug_checks_an_integer_to_a_negative_integer_power():
 
     a, e = np.array([2, 3], np.int64), np.array([3, -1], np.int64)
     with bz.config.scope(debug=True):
-        with pytest.raises(bz.KernelAssertionError, match=r"integer to a negative integer power in a\[i\] = a\[i\] \*\* e"):
+        with pytest.raises(bz.KernelAssertionError, match=r"negative integer power in a\[i\] = a\[i\] \*\* e"):
             powers(a.copy(), e)
         fine = a.copy()
         powers(fine, np.array([3, 2], np.int64))
