@@ -47,13 +47,14 @@ ROUND = textwrap.dedent("""
         return array.cpu().numpy() if on_gpu else array
 
     def work(seed, failures):
-        rng = np.random.default_rng(seed)
-        x = rng.standard_normal((64, 300)).astype(np.float32)
-        a = rng.standard_normal(5000).astype(np.float32)
-        out = np.full_like(a, np.nan)
-        xd, ad, outd = device(x), device(a), device(out)
-        barrier.wait()
         try:
+            rng = np.random.default_rng(seed)
+            x = rng.standard_normal((64, 300)).astype(np.float32)
+            a = rng.standard_normal(5000).astype(np.float32)
+            out = np.full_like(a, np.nan)
+            xd, ad, outd = device(x), device(a), device(out)
+            # A thread that fails before here breaks the barrier: the others stop too, not wait forever.
+            barrier.wait(timeout=120)
             soft, col = map(host, f.execute([xd]))
             y = host(gelu_shift(xd))
             scale(ad, outd)
@@ -68,6 +69,7 @@ ROUND = textwrap.dedent("""
                 failures.append(f"thread {seed}: wrong {wrong}; softmax error {np.abs(soft - want_soft).max()}, "
                                 f"column sum error {np.abs(col - want_col).max()}")
         except Exception as error:
+            barrier.abort()
             failures.append(f"thread {seed}: {type(error).__name__}: {error}")
 
     failures = []
