@@ -266,9 +266,10 @@ class JitFunction:
             scalar = f.define_scalar(dtype=_RUNTIME_SCALAR_DTYPES[sig[1]], name=name)
             scalar.python_scalar = True  # as weak as a Python literal, and rounded like one
             return scalar
-        _, dtype, is_one, order, _kind = sig
+        _, dtype, is_one, order, kind = sig
         shape = [1 if one else -1 for one in is_one]
         tv = f.define_tensor(shape, dtype, stride_order=order, name=name)
+        f.torch_promotion |= kind == "torch"
         # The signature keys by which extents are 1, so this trace never sees a symbolic one that is.
         f.extents_never_one.update(d.extent for d in tv.logical if not d.extent.is_const)
         return tv

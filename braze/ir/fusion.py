@@ -81,6 +81,10 @@ class FusionGraph:
         # broadcast dimension of a signature of its own, so its symbolic extents are the others.
         # torch's `x.squeeze(dim)` leaves such a dimension alone.
         self.extents_never_one: set[Scalar] = set()
+        # Type promotion as torch's, not NumPy's: @bz.jit traces torch tensors so. A 0-d tensor (a
+        # torch.tensor(2.0) argument, a full sum) is then as weak as a typed scalar: a tensor with
+        # dimensions decides the dtype over it, where NumPy 2 lets a 0-d array widen it.
+        self.torch_promotion = False
         self._vals: list[Val] = []
         self.frozen_at: str | None = None  # where the definition ended; None while it is being defined
 

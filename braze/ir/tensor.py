@@ -86,6 +86,8 @@ class TensorView(Val):
         Weak values never widen a stronger one's dtype."""
         if self.python_scalar:
             return 2
+        if self.scalar is None and getattr(self.fusion, "torch_promotion", False) and not self.visible:
+            return 1  # a 0-d tensor, under torch's promotion (Fusion.torch_promotion)
         return {None: 0, "input": 1, "const": 1, "extent": 1, "literal": 2}[self.scalar]
 
     @property

@@ -182,3 +182,23 @@ def test_numbers_are_runtime_values_on_the_gpu() -> None:
     assert rec.compiles == [] and out.device.type == "cuda" and len(ema.fusions) == 1
     half = ema(m.half(), g.half(), 0.9)
     assert half.dtype == torch.float16
+
+
+def test_a_zero_dim_torch_tensor_promotes_as_in_torch():
+    # torch: a tensor with dimensions decides the dtype over a 0-d one of the same kind (NumPy 2 lets
+    # the 0-d array widen it); a 0-d tensor of a higher kind still raises it.
+    torch = pytest.importorskip("torch")
+    x = torch.randn(4, 3).to(torch.bfloat16)
+    programs = [
+        (lambda x, s: x * s + 1, (x, torch.tensor(2.0))),
+        (lambda x, y: x * y.sum(), (x, torch.randn(5))),
+        (lambda i, s: i * s, (torch.arange(4), torch.tensor(2.5))),
+        (lambda s, t: s * t + 0.5, (torch.tensor(2.0), torch.tensor(3.0, dtype=torch.float64))),
+    ]
+    for fn, args in programs:
+        want = fn(*args)
+        got = bz.jit(fn)(*args)
+        assert got.dtype == want.dtype, (got.dtype, want.dtype)
+        torch.testing.assert_close(got.double(), want.double(), rtol=1e-2, atol=1e-2)
+    # NumPy 2 keeps its own rule: a float64 0-d array widens a float32 array.
+    assert bz.jit(lambda x, y: x * y.sum())(np.ones(3, np.float32), np.ones(3)).dtype == np.float64
