@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import operator
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -26,6 +27,8 @@ from braze.runtime.device_arrays import as_device_view, is_device_array
 from braze.runtime.fast_call import MAX_DESCRIPTIONS, Describer
 from braze.runtime.inputs import stride_order_of
 
+# A traced fusion and how a call builds the function's result (a tensor, a tuple, a dict) from its outputs.
+_Traced = tuple[Fusion, Callable[[list], object]]
 MAX_TRACES = 64  # fusions kept per jit function, one per signature
 # The dtype that carries a runtime Python number exactly; it stays weak in type promotion.
 _RUNTIME_SCALAR_DTYPES = {int: dt.int64, float: dt.float64}
@@ -129,29 +132,29 @@ class JitFunction:
         _check_named_parameters(fn, self.signature)
         self.names = list(self.signature.parameters)
         self.static = _static_positions(fn, self.names, static_argnums, static_argnames)
-        self.fusions: OrderedDict[tuple, tuple[Fusion, bool]] = OrderedDict()  # the last MAX_TRACES used
+        self.fusions: OrderedDict[tuple, _Traced] = OrderedDict()  # the last MAX_TRACES used
         # Calls by their arguments' full description (dtype, shape, strides and device of each array,
         # the type of each number), so a repeated call skips binding and signatures: the fusion's own
         # cached call does the rest. One describer per set of positions that hold numbers.
         self.describers: dict[frozenset[int], Callable[[Sequence[object]], tuple | None]] = {}
-        self.described: dict[tuple, tuple[Fusion, bool]] = {}
+        self.described: dict[tuple, _Traced] = {}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         known = self._known(args) if not kwargs and not self.static else None
         if known is not None:  # the fast path: arguments described before, in full
-            fusion, returns_sequence = known
+            fusion, rebuild = known
             # Without keywords where none are needed: the fusion's native cached call takes none.
             outputs = fusion.execute(args) if self.backend is None else fusion.execute(args, backend=self.backend)
-            return tuple(outputs) if returns_sequence else outputs[0]
+            return rebuild(outputs)
         args, defaulted = self._bind(args, kwargs)
         baked = self.static | defaulted
         key = tuple(_arg_signature(a, n, i in baked) for i, (a, n) in enumerate(zip(args, self.names)))
-        fusion, returns_sequence = self._traced(key, args)
+        fusion, rebuild = self._traced(key, args)
         inputs = [_python_value(a) if sig[0] == "scalar" else a for a, sig in zip(args, key) if sig[0] != "const"]
         outputs = fusion.execute(inputs, backend=self.backend)
         if not kwargs and not self.static and len(inputs) == len(args) == len(self.names):
-            self._remember(args, (fusion, returns_sequence))
-        return tuple(outputs) if returns_sequence else outputs[0]
+            self._remember(args, (fusion, rebuild))
+        return rebuild(outputs)
 
     def __get__(self, instance: object, owner: type | None = None) -> Any:
         """`@bz.jit` on a method: `model.forward(x)` passes the instance as the first argument, which
@@ -189,7 +192,7 @@ class JitFunction:
             describe = self.describers[positions] = Describer(len(self.names), positions).key
         return describe(args)
 
-    def _traced(self, key: tuple, args: tuple) -> tuple[Fusion, bool]:
+    def _traced(self, key: tuple, args: tuple) -> _Traced:
         """The fusion of signature `key`, traced on a miss; the least recently used beyond
         MAX_TRACES is dropped, with its compiled code and cached calls."""
         entry = self.fusions.get(key)
@@ -202,11 +205,11 @@ class JitFunction:
             self.described = {k: e for k, e in self.described.items() if e[0] is not dropped}
         return entry
 
-    def _known(self, args: tuple) -> tuple[Fusion, bool] | None:
+    def _known(self, args: tuple) -> _Traced | None:
         """The fusion of arguments (arrays and numbers) described before."""
         return self.described.get(self._describe(args)) if len(args) == len(self.names) else None
 
-    def _remember(self, args: tuple, entry: tuple[Fusion, bool]) -> None:
+    def _remember(self, args: tuple, entry: _Traced) -> None:
         key = self._describe(args)
         if key is None:
             return
@@ -214,7 +217,7 @@ class JitFunction:
             self.described.clear()
         self.described[key] = entry
 
-    def _trace(self, key: tuple, args: tuple) -> tuple[Fusion, bool]:
+    def _trace(self, key: tuple, args: tuple) -> _Traced:
         with Fusion(name=self.fn.__name__ if self.fn.__name__.isidentifier() else "jit") as f:
             traced_args = [self._define(f, sig, name, a) for sig, name, a in zip(key, self.names, args)]
             try:
@@ -223,15 +226,11 @@ class JitFunction:
                 self._explain_runtime_scalars(error, key)
                 self._explain_options(error, args)
                 raise
-            returns_sequence = isinstance(result, Sequence)
-            results = list(result) if returns_sequence else [result]
-            for position, out in enumerate(results):
-                if not isinstance(out, TensorView):
-                    raise FusionDefinitionError(
-                        f"{self.fn.__name__}: result {position}: expected a TensorView, got {type(out).__name__}"
-                    )
+            results: list[TensorView] = []
+            rebuild = _structure(_leaves(self.fn.__name__, result, None, results))
+            for out in results:
                 f.add_output(out)
-        return f, returns_sequence
+        return f, rebuild
 
     def _call(self, values: list[object]) -> object:
         """fn on one value per parameter: keyword-only parameters (`def f(x, *, eps=1e-5)`) by name."""
@@ -273,6 +272,43 @@ class JitFunction:
         # The signature keys by which extents are 1, so this trace never sees a symbolic one that is.
         f.extents_never_one.update(d.extent for d in tv.logical if not d.extent.is_const)
         return tv
+
+
+def _leaves(fn_name: str, value: object, path: str | None, leaves: list[TensorView]) -> object:
+    """The result's tensors appended to `leaves`, and its structure with each tensor replaced by its
+    position there: a tuple or list (a tuple), a dict (its keys in order), nested as the function wrote it."""
+    if isinstance(value, TensorView):
+        leaves.append(value)
+        return len(leaves) - 1
+    if isinstance(value, dict):
+        return {k: _leaves(fn_name, v, _item_path(path, repr(k)), leaves) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        return tuple(_leaves(fn_name, v, _item_path(path, str(i)), leaves) for i, v in enumerate(value))
+    raise FusionDefinitionError(
+        f"{fn_name}: result {path or 0}: expected a TensorView (or a tuple, list or dict of them), got "
+        f"{type(value).__name__}")
+
+
+def _item_path(path: str | None, item: str) -> str:
+    return item if path is None else f"{path}[{item}]"
+
+
+def _structure(tree: object) -> Callable[[list], object]:
+    """How a call builds its result from the fusion's outputs, in the structure `_leaves` found: the
+    cached call of a tensor or a flat tuple rebuilds nothing."""
+    if tree == 0:
+        return operator.itemgetter(0)
+    if isinstance(tree, tuple) and all(isinstance(t, int) for t in tree):
+        return tuple
+    return functools.partial(_rebuild, tree)
+
+
+def _rebuild(tree: object, outputs: list) -> object:
+    if isinstance(tree, int):
+        return outputs[tree]
+    if isinstance(tree, dict):
+        return {k: _rebuild(v, outputs) for k, v in tree.items()}
+    return tuple(_rebuild(v, outputs) for v in tree)
 
 
 def jit(fn: Callable | None = None, *, backend: str | None = None, static_argnums: int | Iterable[int] = (),

@@ -110,7 +110,7 @@ def install(cls: type = TensorView) -> None:
     for name in _REDUCTION_METHODS:
         setattr(cls, name, getattr(red, name))
     cls.std = red.std
-    for name in scans.SCANS:  # values only: cummax and cummin return no indices
+    for name in scans.SCANS:  # values only; torch_methods gives cummax(dim=) and cummin(dim=) indices too
         setattr(cls, name, getattr(scans, name))
     cls.T = property(lambda self: views.permute(self, tuple(reversed(range(self.ndim)))))
     cls.reshape = lambda self, *shape: views.reshape(self, torch_methods.sizes(shape))

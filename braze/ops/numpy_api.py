@@ -92,8 +92,7 @@ def _reduction(reduce: Callable[..., TensorView]) -> Callable[..., TensorView]:
         if initial is not None or where is not True:
             raise UnsupportedError(f"np.{reduce.__name__}: initial= and where=: braze reduces every element; "
                                    "choose them first with np.where(mask, x, identity)")
-        x = a if dtype is None else cast(a, dtype)
-        return reduce(x, axis, bool(keepdims))
+        return _in_dtype(reduce(_in_dtype(a, dtype), axis, bool(keepdims)), dtype)
 
     return numpy_reduction
 
@@ -110,10 +109,18 @@ def _moments(reduce: Callable[..., TensorView]) -> Callable[..., TensorView]:
 def _scan(scan: Callable[..., TensorView]) -> Callable[..., TensorView]:
     def numpy_scan(a, axis=None, dtype=None, out=None):
         _no_out(scan.__name__, out)
-        x = a if dtype is None else cast(a, dtype)
-        return scan(views.reshape(x, [-1]), 0) if axis is None else scan(x, axis)  # None: flattened, as NumPy
+        x = _in_dtype(a, dtype)
+        result = scan(views.reshape(x, [-1]), 0) if axis is None else scan(x, axis)  # None: flattened, as NumPy
+        return _in_dtype(result, dtype)
 
     return numpy_scan
+
+
+def _in_dtype(x: TensorView, dtype: object) -> TensorView:
+    """x in the `dtype=` a NumPy reduction or scan was given, which is its accumulator and its result's
+    dtype: np.sum(x, dtype=np.int32) is int32, though braze sums integers in int64 (the same sum, wrapped
+    as NumPy's)."""
+    return x if dtype is None else cast(x, dtype)
 
 
 def _no_out(name: str, out: object) -> None:

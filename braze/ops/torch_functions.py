@@ -17,7 +17,8 @@ from braze.ir.tensor import TensorView
 from braze.ops import activations, composites, creation, views
 from braze.ops import reductions as red
 from braze.ops import view_composites as vc
-from braze.ops.elementwise import elementwise
+from braze.ops.elementwise import cast, elementwise
+from braze.ops.torch_methods import cumulative_extreme
 
 # torch's keywords that mean nothing for a fusion's values: where they live and how they are stored.
 _PLACEMENT = ("device", "layout", "requires_grad", "memory_format", "pin_memory", "inplace")
@@ -29,16 +30,26 @@ def _like(make: Callable[..., TensorView]) -> Callable[..., TensorView]:
 
 
 def _torch_moment(method: str) -> Callable[..., TensorView]:
-    """torch.var and torch.std remove one degree of freedom unless told otherwise (the tensor methods
-    follow NumPy's population default, so the function says which it means)."""
-    def moment(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    """torch.var and torch.std (and var_mean, std_mean) remove one degree of freedom unless told otherwise
+    (`x.var(1)` follows NumPy's population default, so the function says which it means)."""
+    moment = _MOMENTS[method]
+
+    def torch_moment(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
         if isinstance(dim, bool):  # torch.var(x, False): the older spelling of unbiased
             dim, unbiased = None, dim
         if unbiased is None and correction is None:
             correction = 1
-        return getattr(red, method)(input, dim, keepdim, correction=correction, unbiased=unbiased)
+        return moment(input, dim, keepdim, correction=correction, unbiased=unbiased)
 
-    return moment
+    return torch_moment
+
+
+def _std_mean(x, axes, keepdim, correction=None, unbiased=None):
+    var, mean = red.var_mean(x, axes, keepdim, correction, unbiased)
+    return elementwise("sqrt", var), mean
+
+
+_MOMENTS = {"var": red.var, "std": red.std, "var_mean": red.var_mean, "std_mean": _std_mean}
 
 
 def _torch_extreme(method: str) -> Callable[..., TensorView]:
@@ -59,6 +70,25 @@ def _where(condition, input=None, other=None):  # noqa: A002  (torch's names)
     return elementwise("where", condition, input, other)
 
 
+def _norm(input, p="fro", dim=None, keepdim=False, out=None, dtype=None):
+    """torch.norm: the vector p-norm (the method's), of the input cast to `dtype` first where given."""
+    return (input if dtype is None else cast(input, dt.as_dtype(dtype))).norm(p, dim, keepdim)
+
+
+def _vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):  # noqa: A002  (torch's names)
+    return _norm(x, ord, dim, keepdim, dtype=dtype)
+
+
+def _linalg_norm(input, ord=None, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
+    """torch.linalg.norm: vector norms over one dim (or of a vector) and the Frobenius norm; a matrix
+    norm of another `ord` has no braze op."""
+    matrix = (dim is None and input.ndim >= 2) or (isinstance(dim, (tuple, list)) and len(dim) == 2)
+    if matrix and ord not in (None, "fro"):
+        raise UnsupportedError(f"torch.linalg.norm: ord={ord!r} over two dims is a matrix norm: braze has none "
+                               "(vector norms over one dim, and the Frobenius norm, it has)")
+    return _norm(input, 2 if ord is None else ord, dim, keepdim, dtype=dtype)
+
+
 _TORCH: dict[str, Callable[..., TensorView]] = {  # torch.<name> that is not the method of its name
     "where": _where,
     "cat": lambda tensors, dim=0: views.cat(list(tensors), dim),
@@ -67,9 +97,16 @@ _TORCH: dict[str, Callable[..., TensorView]] = {  # torch.<name> that is not the
     "stack": lambda tensors, dim=0: vc.stack(list(tensors), dim),
     "zeros_like": _like(creation.zeros_like), "empty_like": _like(creation.zeros_like),
     "ones_like": _like(creation.ones_like), "full_like": _like(creation.full_like),
-    "var": _torch_moment("var"), "std": _torch_moment("std"),
+    **{name: _torch_moment(name) for name in _MOMENTS},
     "max": _torch_extreme("max"), "min": _torch_extreme("min"),
+    "cummax": lambda input, dim: cumulative_extreme("cummax", input, dim),
+    "cummin": lambda input, dim: cumulative_extreme("cummin", input, dim),
+    "norm": _norm,
+    "pow": lambda input, exponent: elementwise("pow", input, exponent),  # torch.pow(2.0, x) too
 }
+_TORCH_MODULES = ("torch", "torch.functional")  # torch.norm is torch.functional's
+_LINALG = {"vector_norm": _vector_norm, "norm": _linalg_norm}  # torch.linalg.<name>
+_SPECIAL_RENAMED = {"expit": "sigmoid"}  # torch.special.<name> whose torch.<name> is spelled otherwise
 
 
 def _activation(op: Callable[..., TensorView]) -> Callable[..., TensorView]:
@@ -157,27 +194,42 @@ _FUNCTIONAL: dict[str, Callable[..., TensorView]] = {  # torch.nn.functional.<na
     "layer_norm": _layer_norm, "rms_norm": _rms_norm, "cross_entropy": _cross_entropy, "one_hot": _one_hot,
     "pad": _pad, "normalize": _normalize, "dropout": _dropout,
 }
+_FUNCTIONAL["log_sigmoid"] = _FUNCTIONAL["logsigmoid"]  # F.logsigmoid's own name, which torch dispatches under
 _FUNCTIONAL_MODULES = ("torch.nn.functional", "torch._C._nn")
 
 
 def torch_function(cls: type, func: Callable, types: tuple, args: tuple = (), kwargs: dict | None = None) -> object:
     """torch's `__torch_function__`: `torch.exp(x)`, `torch.cat([x, y], 1)`, `F.silu(x)`, ..."""
-    module, name = getattr(func, "__module__", None), func.__name__
-    functional = module in _FUNCTIONAL_MODULES
-    what = f"{'torch.nn.functional' if functional else 'torch'}.{name}"
+    what, handler = _handler(func, args)
     _refuse_captured_tensors(what, args, kwargs or {})
     kwargs = {k: v for k, v in (kwargs or {}).items() if k not in _PLACEMENT}
     if kwargs.get("out") is not None:
         raise UnsupportedError(f"{what}: out=: a fusion's values are not buffers; use the result")
     kwargs.pop("out", None)
-    handler = (_FUNCTIONAL if functional else _TORCH if module == "torch" else {}).get(name)
-    if handler is None and module in ("torch", "torch.functional") and args and isinstance(args[0], TensorView) \
-            and hasattr(TensorView, name) and not name.startswith("_"):
-        handler = getattr(TensorView, name)  # torch.exp(x, ...) is x.exp(...)
     if handler is None:
         raise UnsupportedError(f"{what} on a traced tensor: braze has no op for it in a fusion (the ops braze "
                                "has: braze.ops)")
     return handler(*args, **kwargs)
+
+
+def _handler(func: Callable, args: tuple) -> tuple[str, Callable[..., object] | None]:
+    """The name torch code calls `func` by (torch.special.expit, not its dispatch name special_expit) and
+    braze's handler for it, or None."""
+    module, name = getattr(func, "__module__", None), func.__name__
+    if module in _FUNCTIONAL_MODULES:
+        return f"torch.nn.functional.{name}", _FUNCTIONAL.get(name)
+    if module == "torch._C._linalg":
+        name = name.removeprefix("linalg_")
+        return f"torch.linalg.{name}", _LINALG.get(name)
+    what = f"torch.{name}"
+    if module == "torch._C._special":  # torch.special.<name> is torch.<name>, where torch has one
+        what, name = f"torch.special.{name.removeprefix('special_')}", name.removeprefix("special_")
+        name, module = _SPECIAL_RENAMED.get(name, name), "torch"
+    handler = _TORCH.get(name) if module in _TORCH_MODULES else None
+    if handler is None and module in _TORCH_MODULES and args and isinstance(args[0], TensorView) \
+            and hasattr(TensorView, name) and not name.startswith("_"):
+        handler = getattr(TensorView, name)  # torch.exp(x, ...) is x.exp(...)
+    return what, handler
 
 
 def _refuse_captured_tensors(what: str, args: tuple, kwargs: dict) -> None:

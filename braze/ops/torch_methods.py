@@ -20,11 +20,13 @@ from braze.errors import FusionDefinitionError, UnsupportedError
 from braze.ir.fusion import defining
 from braze.ir.scalar import Scalar, as_scalar
 from braze.ir.tensor import TensorView, normalize_axis
-from braze.ops import activations, composites, creation, views
+from braze.ops import activations, composites, creation, scans, views
 from braze.ops import reductions as red
 from braze.ops import view_composites as vc
 from braze.ops.broadcast import broadcast, expand
 from braze.ops.elementwise import BINARY, TERNARY, UNARY, cast, elementwise
+from braze.ops.math_compositions import NUMPY_NAMES
+from braze.ops.math_functions import FUNCTIONS
 
 # The op table's names that are not torch's method names, or that have a method of their own here.
 _NOT_METHODS = frozenset({"set", "clamp", "where", "truediv"})
@@ -149,7 +151,7 @@ IN_PLACE = {**{f"{name}_": f"x = x.{name}(...)" for name in _OUT_OF_PLACE},
 
 
 class ValuesIndices(NamedTuple):
-    """What torch's `x.max(dim=d)` and `x.min(dim=d)` return."""
+    """What torch's `x.max(dim=d)`, `x.min(dim=d)`, `x.cummax(dim=d)` and `x.cummin(dim=d)` return."""
 
     values: TensorView
     indices: TensorView
@@ -198,6 +200,47 @@ def _values_or_pair(name: str):
     method.__doc__ = (f"NumPy's `{name}` over axes; with `dim=` (one axis) torch's: a `ValuesIndices` of "
                       "the values and their (first) indices; of another tensor, torch's elementwise one.")
     return method
+
+
+def cumulative_extreme(name: str, x: TensorView, dim: int) -> ValuesIndices:
+    """torch's `cummax(x, dim)` and `cummin(x, dim)`: the running values and, for each, the index it came
+    from. Like torch, the last of equal values and a NaN (which then stays) take the index: element i
+    keeps its own index where it equals the running value or is NaN, and the running maximum of those
+    indices is the last one up to i."""
+    values = getattr(scans, name)(x, dim)
+    if x.ndim == 0:
+        with defining(x.fusion):
+            return ValuesIndices(values, creation.full((), 0, dt.int64))
+    axis = normalize_axis(dim, x.ndim, f"{name} dim")
+    with defining(x.fusion):
+        positions = broadcast(creation.arange(x.shape[axis]), [i != axis for i in range(x.ndim)])
+    reached = elementwise("logical_or", elementwise("eq", x, values), elementwise("ne", x, x))
+    return ValuesIndices(values, scans.cummax(elementwise("where", reached, positions, 0), axis))
+
+
+def _scan_values_or_pair(name: str):
+    """The values of the scan (`x.cummax(1)`, NumPy's `maximum.accumulate`), or with `dim=` torch's
+    (values, indices), as `x.max(dim=1)` is."""
+    values_only = getattr(scans, name)
+
+    def method(self: TensorView, *args: object, **kwargs: object):
+        if "dim" not in kwargs:
+            return values_only(self, *args, **kwargs)
+        if args or len(kwargs) > 1:
+            raise FusionDefinitionError(f"{name}: expected only dim= (torch's {name}(dim=) returns values and "
+                                        f"indices), got positional {args!r} and {sorted(kwargs)}")
+        return cumulative_extreme(name, self, kwargs["dim"])
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = (f"The running {name[3:]} along an axis (the values); with `dim=` torch's: a `ValuesIndices` "
+                      "of the values and their (last) indices.")
+    return method
+
+
+# torch's names of braze's composed math functions (braze/ops/math_functions.py): x.asin(), x.log10(),
+# x.hypot(y), x.arcsinh(), x.deg2rad(); torch has no degrees() or radians().
+MATH_FUNCTIONS = {**{name: FUNCTIONS[name] for name in FUNCTIONS if name not in ("degrees", "radians")},
+                  **{torch_name: FUNCTIONS[name] for torch_name, name in NUMPY_NAMES.items()}}
 
 
 _LOOP_SPLIT = TensorView.split  # taken before `install` puts `_split` in its place
@@ -361,6 +404,9 @@ def install(cls: type = TensorView) -> None:
     cls.masked_fill = vc.masked_fill
     cls.max, cls.min = _values_or_pair("max"), _values_or_pair("min")
     cls.var, cls.std = _moment("var"), _moment("std")
+    cls.cummax, cls.cummin = _scan_values_or_pair("cummax"), _scan_values_or_pair("cummin")
+    for name, function in MATH_FUNCTIONS.items():
+        setattr(cls, name, function)
     cls.split = _split
     cls.chunk, cls.unbind, cls.narrow = vc.chunk, vc.unbind, vc.narrow
     cls.repeat = lambda self, *sizes_: vc.repeat(self, sizes(sizes_))

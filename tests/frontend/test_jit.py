@@ -211,18 +211,38 @@ def test_returns_tuple_for_list_and_one_element_tuple() -> None:
 
 
 @pytest.mark.parametrize("body, position, kind", [
-    (lambda x: 1.0, 0, "float"),
-    (lambda x: None, 0, "NoneType"),
-    (lambda x: (x + 1, 2), 1, "int"),
-    (lambda x: [x, "y"], 1, "str"),
+    (lambda x: 1.0, "0", "float"),
+    (lambda x: None, "0", "NoneType"),
+    (lambda x: (x + 1, 2), "1", "int"),
+    (lambda x: [x, "y"], "1", "str"),
+    (lambda x: {"mean": x, "n": x.shape[0]}, "'n'", "Scalar"),
+    (lambda x: (x, {"a": [x, 1.5]}), r"1\['a'\]\[1\]", "float"),
 ])
-def test_non_tensor_result(body, position: int, kind: str) -> None:
+def test_non_tensor_result(body, position: str, kind: str) -> None:
     def bad(x):
         return body(x)
 
     g = bz.jit(bad)
-    with pytest.raises(bz.FusionDefinitionError, match=rf"^bad: result {position}: expected a TensorView, got {kind}$"):
+    with pytest.raises(bz.FusionDefinitionError, match=rf"^bad: result {position}: expected a TensorView \(or a "
+                                                       rf"tuple, list or dict of them\), got {kind}$"):
         g(f32(2))
+
+
+def test_dicts_and_nested_results_keep_their_structure() -> None:
+    """A dict of metrics, and tuples inside tuples, come back as the function wrote them (lists as
+    tuples), from the first call and the cached ones (a dict was refused as "result 0")."""
+    def body(x):
+        return {"mean": x.mean(), "rows": (x.max(1), [x.min(1)]), "x": x * 2}
+
+    metrics, x = Counted(body), f32(3, 4)
+    for _ in range(2):
+        out = metrics(x)
+        assert list(out) == ["mean", "rows", "x"] and isinstance(out["rows"], tuple)
+        np.testing.assert_allclose(out["mean"], x.mean(), rtol=1e-6)
+        np.testing.assert_array_equal(out["rows"][0], x.max(1))
+        np.testing.assert_array_equal(out["rows"][1][0], x.min(1))
+        np.testing.assert_array_equal(out["x"], x * 2)
+    assert metrics.traces == 1
 
 
 @pytest.mark.parametrize("args", [(), (f32(2),), (f32(2), 1.0, f32(2), 3)])

@@ -158,3 +158,17 @@ def test_an_op_on_an_array_outside_any_fusion_says_ops_build_fusions(call) -> No
 def test_two_axes_of_a_transpose_swap_as_in_torch() -> None:
     """`x.transpose(0, 2)` is torch's spelling (NumPy's needs every axis): it swaps the two."""
     np.testing.assert_array_equal(bz.jit(lambda a: a.transpose(0, 2))(Z), np.swapaxes(Z, 0, 2))
+
+
+def test_a_dtype_given_to_a_reduction_or_scan_is_the_results() -> None:
+    """`np.sum(x, dtype=np.int32)` is int32 in NumPy, wrapped where it overflows; braze sums integers in
+    int64 and gave that (int64 2**40, where NumPy gives int32 0)."""
+    x, flags = np.full((3, 1024), 2**30, np.int32), np.ones((2, 5), bool)
+
+    def program(x, flags):
+        return (np.sum(x, axis=-1, dtype=np.int32), np.cumsum(x, 1, dtype=np.int32), np.sum(flags, 1, dtype=np.int16),
+                np.prod(flags, dtype=np.uint8), np.mean(x, 1, dtype=np.float64), np.sum(x, axis=-1))
+
+    for got, want in zip(bz.jit(program)(x, flags), program(x, flags), strict=True):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)

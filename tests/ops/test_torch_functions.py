@@ -32,6 +32,19 @@ CASES = [
      + F.cross_entropy(x, t, reduction="none").sum()),
     ("one_hot_pad_dropout", lambda x, w, t: F.one_hot(t.clamp(min=0), 4) * F.pad(x, (1, 0, 0, 1), value=-1.0)[:3, :4]
      + F.dropout(x, 0.1, training=False)),
+    # braze's composed math functions under torch's names, as functions and methods (they were refused)
+    ("math_functions", lambda x, w, t: torch.asin(x.clamp(-1, 1)) + torch.log10(x.abs() + 1) + x.hypot(w)
+     + x.arcsinh() + torch.atanh(x.clamp(-0.5, 0.5)) + torch.deg2rad(x) + x.cosh()),
+    # torch.norm passes dtype= (it raised a TypeError); torch.linalg's norms were refused
+    ("vector_norms", lambda x, w, t: torch.norm(x, dim=1) + torch.norm(x, p=1, dim=1) + torch.norm(x)
+     + torch.linalg.vector_norm(x, ord=float("inf"), dim=-1) + torch.linalg.norm(x, dim=1) + torch.linalg.norm(x)),
+    # torch.special's functions dispatch as special_<name>; F.logsigmoid as log_sigmoid (it was refused)
+    ("special_and_logsigmoid", lambda x, w, t: torch.special.expit(x) + torch.special.logsumexp(x, 1, keepdim=True)
+     + torch.special.log1p(x.abs()) + F.logsigmoid(x) + torch.pow(2.0, x)),
+    ("moment_pairs", lambda x, w, t: sum(torch.var_mean(x, 1)) + sum(torch.std_mean(x, dim=1, correction=0))),
+    # torch's cummax and cummin are (values, indices); braze gave the values alone
+    ("cumulative_pairs", lambda x, w, t: torch.cummax(x, 1)[0] + torch.cummax(x, 1)[1] + x.cummin(dim=0).indices
+     + torch.cummin(x, dim=0).values),
 ]
 
 
@@ -62,6 +75,15 @@ def test_torch_functions_on_traced_tensors_give_torchs_results():
 def test_what_braze_has_no_op_for_is_named(fn, named: str) -> None:
     with pytest.raises(bz.UnsupportedError, match=named):
         bz.jit(fn)(torch.ones(3, 4))
+
+
+def test_cummax_and_cummin_indices_are_torchs_at_ties_and_nan() -> None:
+    """The last of equal values takes the index, and a NaN (which then stays the running value) does."""
+    x = torch.tensor([[1.0, 3, 3, 2, 3, float("nan"), 5, float("nan"), 1], [0, -1, -1, 4, 4, 4, 2, 9, 9]])
+    got = bz.jit(lambda x: (*torch.cummax(x, 1), *torch.cummin(x, dim=1), *x.nan_to_num(0.0).int().cummax(dim=0)))(x)
+    expected = (*torch.cummax(x, 1), *torch.cummin(x, dim=1), *x.nan_to_num(0.0).int().cummax(dim=0))
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e, equal_nan=True, rtol=0, atol=0)
 
 
 def test_traced_extents_in_a_torch_functions_list_of_ints() -> None:
