@@ -617,7 +617,7 @@ class Translator(ExpressionTranslator, TargetTranslator):
         if not isinstance(node.target, ast.Name) and not self.plain_array_target(node.target):
             self.aug_assign_target(node, op)  # a vector, or a component of one
             return
-        if isinstance(node.target, ast.Subscript) and self.loops[:1] == ["parallel"]:
+        if isinstance(node.target, ast.Subscript) and self.in_parallel_task():
             handle, indices = self.subscript(node.target)
             if self.updated_atomically(handle.param, indices):
                 self.atomic_update(node, op, handle.param, indices)
@@ -625,6 +625,11 @@ class Translator(ExpressionTranslator, TargetTranslator):
         current = self.expr(node.target)
         value = self.binary(node, op, current, self.expr(node.value))
         self.assign(node.target, value, node)
+
+    def in_parallel_task(self) -> bool:
+        """Whether the statement runs on a parallel task's threads: in the loop's body, or in a
+        @bz.func helper it calls (whose loops start afresh, for its break and continue)."""
+        return self.task_kind == "range_for"
 
     def owns(self, indices: tuple[k.Expr, ...]) -> bool:
         """Whether the element at `indices` is provably the current thread's alone: each coordinate of

@@ -116,6 +116,41 @@ def test_the_threads_own_element_is_atomic_where_a_neighbour_updates_it_atomical
     assert "atomic" in vector_springs.kernel_ir() and "force_x[i] = " not in vector_springs.kernel_ir()
 
 
+@bz.func
+def add_at(counts: bz.Array[bz.int64, 1], j: int, amount: int):
+    counts[j] += amount
+
+
+@bz.func
+def pull_next(force: bz.Array[bz.float64, 1], i: int, stretch: float):
+    force[i + 1] -= stretch
+
+
+def test_updates_in_a_helper_the_loop_calls_are_atomic_where_threads_share_the_element():
+    # A @bz.func's body runs on the loop's threads: a histogram through a helper, and a spring chain
+    # updating force[i] in the loop and force[i + 1] in the helper, were plain read-modify-writes.
+    @bz.kernel
+    def histogram_through_helper(ids: bz.Array[bz.int32, 1], counts: bz.Array[bz.int64, 1]):
+        for i in range(ids.shape[0]):
+            add_at(counts, ids[i], 1)
+
+    @bz.kernel
+    def springs_through_helper(x: bz.Array[bz.float64, 1], force: bz.Array[bz.float64, 1]):
+        for i in range(x.shape[0] - 1):
+            stretch = x[i + 1] - x[i]
+            force[i] += stretch
+            pull_next(force, i, stretch)
+
+    ids = np.random.default_rng(4).integers(0, 5, 300).astype(np.int32)
+    counts = np.zeros(5, np.int64)
+    histogram_through_helper(ids, counts)
+    np.testing.assert_array_equal(counts, np.bincount(ids, minlength=5))
+    assert "atomic_add(counts[" in histogram_through_helper.kernel_ir()
+    x = np.random.default_rng(5).standard_normal(9)
+    springs_through_helper(x, np.zeros_like(x))
+    assert springs_through_helper.kernel_ir().count("atomic_") == 2
+
+
 def test_updates_of_the_threads_own_row_at_several_places_stay_plain():
     @bz.kernel
     def damp(v: bz.Array[bz.float32, 2]):
