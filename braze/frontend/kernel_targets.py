@@ -189,7 +189,8 @@ class TargetTranslator:
         what = f"'{ast.unparse(node.target)}'"
         value = self.expr(node.value)
         parallel = self.in_parallel_task()
-        shared = [p for p in places.items if p.shared and parallel and self.updated_atomically(p.param, p.indices)]
+        shared = [p for p in places.items
+                  if p.shared and parallel and self.updated_atomically(p.param, p.indices, op)]
         if not shared:
             self.write_places(node, places, self.binary(node, op, places.value(), value), what)
             return
