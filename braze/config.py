@@ -31,6 +31,9 @@ DUMPS = {
 # What BRAZE_ENABLE / BRAZE_DISABLE switch, and what each does when switched.
 FEATURES = {
     "fast_math": "enable: fast-math flags in compiled kernels",
+    "reverse_parallel": "enable: on the CPU, each parallel loop runs its indices in decreasing order on one thread, "
+                        "so a kernel whose answer hangs on the order of its iterations (a race on a GPU) gives "
+                        "another answer than in increasing order",
     "poison_outputs": "enable: new outputs start as 0xFF bytes (NaN, -1), so an element no kernel writes shows",
     "disk_cache": "disable: no compiled code is read from or written to disk",
     "host_jit": "disable: shape functions run in Python instead of native code",

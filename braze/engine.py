@@ -25,7 +25,7 @@ from braze.codegen.cuda_plan import plan_lanes, schedule_kind, task_schedule
 from braze.codegen.cuda_variance import one_pass_task
 from braze.codegen.source_text import CudaSourceText
 from braze.compile import cuda_driver
-from braze.compile.compiled_kernel import CompiledKernel, CompileParams
+from braze.compile.compiled_kernel import CompiledKernel, host_params
 from braze.compile.compiled_kernel import compile_ahead as start_compile
 from braze.compile.cuda_kernel import CudaCompiledKernel, default_params
 from braze.dtypes import DType
@@ -272,7 +272,7 @@ def cpu_kernel(kernel: k.Kernel) -> CompiledKernel:
 
 
 def _cpu_kernel(kernel: k.Kernel) -> CompiledKernel:
-    params = CompileParams(fast_math=config.enabled("fast_math"))
+    params = host_params()
     return _filed_kernel((code_key(kernel), params), lambda: CompiledKernel(kernel, params))
 
 

@@ -271,7 +271,8 @@ def _emit_assert(cg: TaskEmitter, s: k.Assert) -> None:
     cg.b.position_at_end(ok)
 
 
-def emit_task(module: ir.Module, kernel: k.Kernel, task: k.Task, layout: ArgLayout, fast_math: bool) -> None:
+def emit_task(module: ir.Module, kernel: k.Kernel, task: k.Task, layout: ArgLayout, fast_math: bool,
+              reverse_order: bool = False) -> None:
     cg = TaskEmitter(module, kernel, task, layout, fast_math)
     lo, hi = cg.fn.args[0], cg.fn.args[1]
     if task.kind == "range_for":
@@ -279,19 +280,19 @@ def emit_task(module: ir.Module, kernel: k.Kernel, task: k.Task, layout: ArgLayo
         begin = lo if index.itemsize == 8 else cg.b.trunc(lo, register_type(index))
         end = hi if index.itemsize == 8 else cg.b.trunc(hi, register_type(index))
         llvm_private.open_private_copies(cg, llvm_private.privatizable(task), lo, hi)
-        _loop_with_invariants(cg, task, begin, end)
+        _loop_with_invariants(cg, task, begin, end, reverse_order)
         llvm_private.close_private_copies(cg)
     else:
         cg.block(task.body)
     cg.finish()
 
 
-def _loop_with_invariants(cg: TaskEmitter, task: k.Task, begin: ir.Value, end: ir.Value) -> None:
+def _loop_with_invariants(cg: TaskEmitter, task: k.Task, begin: ir.Value, end: ir.Value, reverse_order: bool) -> None:
     """The task's loop, its index-invariant values (llvm_invariants) computed once before it where
     the range is not empty."""
     hoisted = llvm_invariants.task_invariants(task)
     if not hoisted:
-        cg.loop(task.var, begin, end, 1, lambda: cg.block(task.body))
+        _task_loop(cg, task, begin, end, reverse_order)
         return
     before, done = cg.fn.append_basic_block("invariants"), cg.fn.append_basic_block("done")
     cg.b.cbranch(cg.b.icmp_signed("<", begin, end), before, done)
@@ -299,17 +300,28 @@ def _loop_with_invariants(cg: TaskEmitter, task: k.Task, begin: ir.Value, end: i
     cg.values = {}
     for e in hoisted:
         cg.invariants[e] = cg.expr(e)
-    cg.loop(task.var, begin, end, 1, lambda: cg.block(task.body))
+    _task_loop(cg, task, begin, end, reverse_order)
     cg.b.branch(done)
     cg.b.position_at_end(done)
 
 
-def generate(kernel: k.Kernel, fast_math: bool = False) -> str:
-    """The LLVM IR text of `kernel`: one function per task, named after the task."""
+def _task_loop(cg: TaskEmitter, task: k.Task, begin: ir.Value, end: ir.Value, reverse_order: bool) -> None:
+    """The loop over the task's indices [begin, end): from last to first under `reverse_parallel`,
+    the order no correct kernel's answer depends on and a race's usually does."""
+    if not reverse_order:
+        cg.loop(task.var, begin, end, 1, lambda: cg.block(task.body))
+        return
+    one = ir.Constant(begin.type, 1)
+    cg.loop(task.var, cg.b.sub(end, one), cg.b.sub(begin, one), -1, lambda: cg.block(task.body))
+
+
+def generate(kernel: k.Kernel, fast_math: bool = False, reverse_order: bool = False) -> str:
+    """The LLVM IR text of `kernel`: one function per task, named after the task; `reverse_order`:
+    each parallel task's loop runs its range from its last index to its first."""
     module = ir.Module(name=kernel.name)
     module.triple = ""  # the CPU runtime sets the host triple
     layout = ArgLayout.of(kernel.params)
     for task in kernel.tasks:
-        emit_task(module, kernel, task, layout, fast_math)
+        emit_task(module, kernel, task, layout, fast_math, reverse_order)
     llvm_math.isolate_tables(module)
     return str(module)

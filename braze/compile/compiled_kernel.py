@@ -39,6 +39,12 @@ class CompileParams:
     max_registers: int | None = None
     arch: str = "host"
     fast_math: bool = False
+    reverse_order: bool = False  # the CPU's parallel loops run their indices from last to first (a race check)
+
+
+def host_params() -> CompileParams:
+    """The CPU's compile params as the knobs set them."""
+    return CompileParams(fast_math=config.enabled("fast_math"), reverse_order=config.enabled("reverse_parallel"))
 
 
 class CompilesOnce:
@@ -98,9 +104,9 @@ class CompiledKernel(CompilesOnce):
 
     def __init__(self, kernel: k.Kernel, params: CompileParams | None = None) -> None:
         self.kernel = kernel
-        params = params or CompileParams(fast_math=config.enabled("fast_math"))
+        params = params or host_params()
         self.params = dataclasses.replace(params, index_type=kernel.index_type.name)  # the Kernel IR decides
-        self.source = llvm_codegen.generate(kernel, self.params.fast_math)
+        self.source = llvm_codegen.generate(kernel, self.params.fast_math, self.params.reverse_order)
         self.binary: bytes | None = None
         self.from_disk = False
         self._loaded: llvm_toolchain.LoadedObject | None = None

@@ -256,7 +256,7 @@ class KernelFunction:
         fuse = self.fuse and not overlapping and next(parts)[0]
         source = Source.of(self.fn)
         tasks = translate_kernel(self.fn.__name__, source, names, self.debug or config.current.debug,
-                                 self._warned)
+                                 self._warned, overlapping)
         if self._bound_extents is None:
             self._bound_extents = list(dict.fromkeys(x for t in tasks for bound in (t.begin, t.end)
                                                      for x in _extents_read(bound)))

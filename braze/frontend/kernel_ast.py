@@ -68,17 +68,18 @@ class KeepLocal(Exception):  # noqa: N818  (a restart, not an error)
 
 
 def translate_kernel(name: str, source: Source, params: dict[str, object], debug: bool,
-                     warned: set[str] | None = None) -> list[k.Task]:
+                     warned: set[str] | None = None, overlapping: bool = False) -> list[k.Task]:
     """The tasks of a kernel. A local first set from a Python literal takes the widest dtype of its
     kind stored into it (`acc = 0.0` then `acc += x[i]` on float64 data accumulates in float64, not
     in the literal's float32), found by translating again each time one widens; likewise a top-level
     name a serial task assigns is made a local of its serial task (KeepLocal). A warning whose message
-    is in `warned` is not given again; each one given is added to it."""
+    is in `warned` is not given again; each one given is added to it. `overlapping`: the call's arrays
+    may share memory, so its in-place updates are atomic wherever they have an atomic form."""
     warned = set() if warned is None else warned
     widened: dict[tuple, DType] = {}
     serial_locals: set[str] = set()
     while True:
-        translator = Translator(name, source, params, debug, widened, serial_locals)
+        translator = Translator(name, source, params, debug, widened, serial_locals, overlapping)
         try:
             tasks = translator.translate()
         except WidenLocal as widen:
@@ -154,8 +155,10 @@ class Translator(ExpressionTranslator, TargetTranslator):
     """Builds the tasks of one kernel from its Python source."""
 
     def __init__(self, name: str, source: Source, params: dict[str, object], debug: bool,
-                 widened: dict[tuple, DType] | None = None, serial_locals: set[str] | None = None) -> None:
+                 widened: dict[tuple, DType] | None = None, serial_locals: set[str] | None = None,
+                 overlapping: bool = False) -> None:
         self.name, self.source, self.debug = name, source, debug
+        self.overlapping = overlapping  # the call's arrays may share memory (kernel.py's signature)
         self.widened = widened if widened is not None else {}  # local key -> its dtype (translate_kernel)
         self.literal_locals: dict[k.Var, tuple] = {}  # the variable of a local first set from a literal -> its key
         self.serial_locals = serial_locals if serial_locals is not None else set()  # never launch-time values
@@ -617,24 +620,32 @@ class Translator(ExpressionTranslator, TargetTranslator):
         if not isinstance(node.target, ast.Name) and not self.plain_array_target(node.target):
             self.aug_assign_target(node, op)  # a vector, or a component of one
             return
-        if isinstance(node.target, ast.Subscript) and self.loops[:1] == ["parallel"]:
+        if isinstance(node.target, ast.Subscript) and self.in_parallel_task():
             handle, indices = self.subscript(node.target)
-            if self.updated_atomically(handle.param, indices):
+            if self.updated_atomically(handle.param, indices, op):
                 self.atomic_update(node, op, handle.param, indices)
                 return
         current = self.expr(node.target)
         value = self.binary(node, op, current, self.expr(node.value))
         self.assign(node.target, value, node)
 
+    def in_parallel_task(self) -> bool:
+        """Whether the statement runs on a parallel task's threads: in the loop's body, or in a
+        @bz.func helper it calls (whose loops start afresh, for its break and continue)."""
+        return self.task_kind == "range_for"
+
     def owns(self, indices: tuple[k.Expr, ...]) -> bool:
         """Whether the element at `indices` is provably the current thread's alone: each coordinate of
         the task's index reaches it through an index injective in that coordinate."""
         return all(any(injective(index, var) for index in indices) for var in self.task_coordinates)
 
-    def updated_atomically(self, param: k.ArrayParam, indices: tuple[k.Expr, ...]) -> bool:
+    def updated_atomically(self, param: k.ArrayParam, indices: tuple[k.Expr, ...], op: str) -> bool:
         """Whether a parallel task's `param[indices] op= v` is atomic: where the element is not provably
-        the thread's own, or where another update in the task is atomic on the same array."""
-        atomic = param.name in self.all_updates_atomic or not self.owns(indices)
+        the thread's own, or where another update in the task is atomic on the same array. Where the
+        call's arrays may share memory (`a[i, 1]` of a sliding window is `a[i + 1, 0]`; `a[i]` and
+        `b[i + 1]` of one array passed twice are one element), every update with an atomic form is."""
+        shared_memory = self.overlapping and op in ty.ATOMIC_AUGMENTED and param.dtype.name in ty.ATOMIC_DTYPES
+        atomic = param.name in self.all_updates_atomic or not self.owns(indices) or shared_memory
         if atomic:
             self.atomic_updates.add(param.name)
         else:
@@ -647,9 +658,10 @@ class Translator(ExpressionTranslator, TargetTranslator):
         target = f"'{param.name}[...]'"
         symbol = OPERATOR_SYMBOLS[op]
         if op not in ty.ATOMIC_AUGMENTED:
+            apart = " (the call's arrays share memory)" if self.overlapping else ""
             self.error(node, f"{target} {symbol}= in a parallel loop: the element is not provably this "
-                             "thread's own and there is no atomic form of this operator; compute the value "
-                             "per thread, or move the update into a serial loop")
+                             f"thread's own{apart} and there is no atomic form of this operator; compute the "
+                             "value per thread, or move the update into a serial loop")
         if param.dtype.name not in ty.ATOMIC_DTYPES:
             self.error(node, f"{target} {symbol}= in a parallel loop needs an atomic update: expected "
                              f"an array of {', '.join(ty.ATOMIC_DTYPES)}, got {param.dtype.name}", KernelTypeError)

@@ -78,7 +78,7 @@ class Places:
 
 class TargetTranslator:
     """The assignment half for vectors; relies on the Translator's expr, subscript, lookup, emit,
-    declare, new_var, owns, checked and error methods."""
+    declare, new_var, owns, in_parallel_task, updated_atomically, checked and error methods."""
 
     # --- resolving targets ------------------------------------------------------------------------
     def array_places(self, handle: ArrayHandle, indices: tuple[k.Expr, ...]) -> Places:
@@ -188,8 +188,9 @@ class TargetTranslator:
             self.error(node, f"unsupported construct: augmented assignment to {type(node.target).__name__}")
         what = f"'{ast.unparse(node.target)}'"
         value = self.expr(node.value)
-        parallel = self.loops[:1] == ["parallel"]
-        shared = [p for p in places.items if p.shared and parallel and self.updated_atomically(p.param, p.indices)]
+        parallel = self.in_parallel_task()
+        shared = [p for p in places.items
+                  if p.shared and parallel and self.updated_atomically(p.param, p.indices, op)]
         if not shared:
             self.write_places(node, places, self.binary(node, op, places.value(), value), what)
             return

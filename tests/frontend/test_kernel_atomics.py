@@ -116,6 +116,80 @@ def test_the_threads_own_element_is_atomic_where_a_neighbour_updates_it_atomical
     assert "atomic" in vector_springs.kernel_ir() and "force_x[i] = " not in vector_springs.kernel_ir()
 
 
+@bz.func
+def add_at(counts: bz.Array[bz.int64, 1], j: int, amount: int):
+    counts[j] += amount
+
+
+@bz.func
+def pull_next(force: bz.Array[bz.float64, 1], i: int, stretch: float):
+    force[i + 1] -= stretch
+
+
+def test_updates_in_a_helper_the_loop_calls_are_atomic_where_threads_share_the_element():
+    # A @bz.func's body runs on the loop's threads: a histogram through a helper, and a spring chain
+    # updating force[i] in the loop and force[i + 1] in the helper, were plain read-modify-writes.
+    @bz.kernel
+    def histogram_through_helper(ids: bz.Array[bz.int32, 1], counts: bz.Array[bz.int64, 1]):
+        for i in range(ids.shape[0]):
+            add_at(counts, ids[i], 1)
+
+    @bz.kernel
+    def springs_through_helper(x: bz.Array[bz.float64, 1], force: bz.Array[bz.float64, 1]):
+        for i in range(x.shape[0] - 1):
+            stretch = x[i + 1] - x[i]
+            force[i] += stretch
+            pull_next(force, i, stretch)
+
+    ids = np.random.default_rng(4).integers(0, 5, 300).astype(np.int32)
+    counts = np.zeros(5, np.int64)
+    histogram_through_helper(ids, counts)
+    np.testing.assert_array_equal(counts, np.bincount(ids, minlength=5))
+    assert "atomic_add(counts[" in histogram_through_helper.kernel_ir()
+    x = np.random.default_rng(5).standard_normal(9)
+    springs_through_helper(x, np.zeros_like(x))
+    assert springs_through_helper.kernel_ir().count("atomic_") == 2
+
+
+def test_updates_are_atomic_where_the_calls_arrays_share_memory():
+    # a[i, 1] of a sliding window is a[i + 1, 0], and a[i] and b[i + 1] of one array passed twice are one
+    # element: each thread's own by its indices, two plain read-modify-writes of it on a GPU.
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    @bz.kernel
+    def bump_pairs(a: bz.Array[bz.float64, 2]):
+        for i in range(a.shape[0]):
+            a[i, 0] += 1.0
+            a[i, 1] += 1.0
+
+    @bz.kernel
+    def bump_and_scale(a: bz.Array[bz.float64, 1], b: bz.Array[bz.float64, 1]):
+        for i in range(a.shape[0]):
+            a[i] *= 2.0  # no atomic form: the thread's own element, unless b is a
+            b[i] += 1.0
+            a[i] += 1.0
+
+    @bz.kernel
+    def bump_two(a: bz.Array[bz.float64, 1], b: bz.Array[bz.float64, 1]):
+        for i in range(a.shape[0] - 1):
+            a[i] += 1.0
+            b[i + 1] += 1.0
+
+    buffer = np.zeros(6)
+    bump_pairs(sliding_window_view(buffer, 2, writeable=True))
+    np.testing.assert_array_equal(buffer, [1, 2, 2, 2, 2, 1])
+    assert "atomic_add(a[i, 0]" in bump_pairs.kernel_ir() and "atomic_add(a[i, 1]" in bump_pairs.kernel_ir()
+    x = np.zeros(5)
+    bump_two(x, x)
+    np.testing.assert_array_equal(x, [1, 2, 2, 2, 1])
+    assert bump_two.kernel_ir().count("atomic_add") == 2
+    bump_two(np.zeros(5), np.zeros(5))  # apart: each thread's own elements
+    assert "atomic" not in bump_two.kernel_ir()
+    bump_and_scale(x, np.zeros(5))
+    with pytest.raises(bz.KernelSyntaxError, match=r"not provably this thread's own \(the call's arrays share memory"):
+        bump_and_scale(x, x)
+
+
 def test_updates_of_the_threads_own_row_at_several_places_stay_plain():
     @bz.kernel
     def damp(v: bz.Array[bz.float32, 2]):

@@ -142,6 +142,8 @@ def _evaluate(e: k.Expr, kernel: k.Kernel, slots) -> int:
         return slots[layout.slots[e.param.name]]
     if isinstance(e, k.Cast):
         return _evaluate(e.x, kernel, slots)
+    if isinstance(e, k.Unary) and e.op == "neg":  # range(n - 1, 0, -step)
+        return -_evaluate(e.x, kernel, slots)
     a, b = _evaluate(e.a, kernel, slots), _evaluate(e.b, kernel, slots)
     return {"add": a + b, "sub": a - b, "mul": a * b, "maximum": max(a, b), "minimum": min(a, b),
             "floordiv": a // b if b else 0, "remainder": a % b if b else 0}[e.op]

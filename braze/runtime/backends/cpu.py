@@ -48,6 +48,8 @@ class CpuTasks:
         self.functions = compiled.functions
         self.what, self.min_work = what, min_work
         self.one_chunk = 2 * min_work  # below it parallel_for makes one chunk: a cached call skips asking it
+        if compiled.params.reverse_order:  # decreasing order over the whole range: one chunk, whatever its work
+            self.one_chunk = float("inf")
 
     def launch(self, block: object, address: int, ranges: Sequence[TaskRange], arguments: Sequence[object] = (),
                status: np.ndarray | None = None, messages: Sequence[str] = ()) -> None:
