@@ -21,14 +21,16 @@ import numpy as np
 from braze import dtypes as dt
 from braze.errors import Error, FusionDefinitionError, InputError
 from braze.frontend.fusion import Fusion
+from braze.frontend.jit_numbers import number_check
 from braze.ir.tensor import TensorView
 from braze.runtime.arrays import as_host_array
 from braze.runtime.device_arrays import as_device_view, is_device_array
 from braze.runtime.fast_call import MAX_DESCRIPTIONS, Describer
 from braze.runtime.inputs import stride_order_of
 
-# A traced fusion and how a call builds the function's result (a tensor, a tuple, a dict) from its outputs.
-_Traced = tuple[Fusion, Callable[[list], object]]
+# A traced fusion, how a call builds the function's result (a tensor, a tuple, a dict) from its outputs,
+# and the check of the call's runtime ints where the trace narrows them (braze/frontend/jit_numbers.py).
+_Traced = tuple[Fusion, Callable[[list], object], Callable[[Sequence[object]], None] | None]
 MAX_TRACES = 64  # fusions kept per jit function, one per signature
 # The dtype that carries a runtime Python number exactly; it stays weak in type promotion.
 _RUNTIME_SCALAR_DTYPES = {int: dt.int64, float: dt.float64}
@@ -142,18 +144,22 @@ class JitFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         known = self._known(args) if not kwargs and not self.static else None
         if known is not None:  # the fast path: arguments described before, in full
-            fusion, rebuild = known
+            fusion, rebuild, check_numbers = known
+            if check_numbers is not None:
+                check_numbers(args)
             # Without keywords where none are needed: the fusion's native cached call takes none.
             outputs = fusion.execute(args) if self.backend is None else fusion.execute(args, backend=self.backend)
             return rebuild(outputs)
         args, defaulted = self._bind(args, kwargs)
         baked = self.static | defaulted
         key = tuple(_arg_signature(a, n, i in baked) for i, (a, n) in enumerate(zip(args, self.names)))
-        fusion, rebuild = self._traced(key, args)
+        fusion, rebuild, check_numbers = entry = self._traced(key, args)
+        if check_numbers is not None:
+            check_numbers(args)
         inputs = [_python_value(a) if sig[0] == "scalar" else a for a, sig in zip(args, key) if sig[0] != "const"]
         outputs = fusion.execute(inputs, backend=self.backend)
         if not kwargs and not self.static and len(inputs) == len(args) == len(self.names):
-            self._remember(args, (fusion, rebuild))
+            self._remember(args, entry)
         return rebuild(outputs)
 
     def __get__(self, instance: object, owner: type | None = None) -> Any:
@@ -201,7 +207,7 @@ class JitFunction:
             return entry
         entry = self.fusions[key] = self._trace(key, args)
         if len(self.fusions) > MAX_TRACES:
-            _, (dropped, _) = self.fusions.popitem(last=False)
+            _, (dropped, *_) = self.fusions.popitem(last=False)
             self.described = {k: e for k, e in self.described.items() if e[0] is not dropped}
         return entry
 
@@ -230,7 +236,8 @@ class JitFunction:
             rebuild = _structure(_leaves(self.fn.__name__, result, None, results))
             for out in results:
                 f.add_output(out)
-        return f, rebuild
+        positions = {id(a): i for i, a in enumerate(traced_args) if isinstance(a, TensorView)}
+        return f, rebuild, number_check(self.fn.__name__, self.names, f.narrowed_numbers, positions)
 
     def _call(self, values: list[object]) -> object:
         """fn on one value per parameter: keyword-only parameters (`def f(x, *, eps=1e-5)`) by name."""
@@ -316,7 +323,8 @@ def jit(fn: Callable | None = None, *, backend: str | None = None, static_argnum
     """Traces `fn` into a fusion once per input signature: `@bz.jit` or `@bz.jit(backend="reference")`.
 
     Python `int` and `float` arguments are runtime values (weak scalars: they never widen a
-    tensor's dtype), so a new value reuses the compiled fusion. `static_argnums` (positions) and
+    tensor's dtype), so a new value reuses the compiled fusion; an int must fit the integer dtype of
+    the tensors it meets, as in NumPy 2, or the call raises InputError. `static_argnums` (positions) and
     `static_argnames` (names) list arguments baked in as constants instead, traced once per value:
     those used as shapes, axes or in Python control flow. `bool`, `None`, string, dtype and tuple
     arguments (options such as `reduction="mean"`) are always baked.

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from braze.dtypes import DType
 from braze.errors import FusionDefinitionError
 from braze.ir.scalar import Scalar
 from braze.ir.tensor import TensorView, Val
@@ -66,6 +67,16 @@ class ExtentCheck:
     why: str  # "dimension 1 of T0 ('x') and dimension 0 of T1 ('b') must match"
 
 
+@dataclass(frozen=True)
+class NarrowedNumber:
+    """A runtime Python number (or an op over such numbers) that op `op` computes in `dtype`, an integer
+    type narrower than int64: its value must fit there."""
+
+    op: str
+    value: TensorView
+    dtype: DType
+
+
 class FusionGraph:
     """A graph of tensor ops: inputs, expressions in definition order, and outputs."""
 
@@ -85,6 +96,9 @@ class FusionGraph:
         # torch.tensor(2.0) argument, a full sum) is then as weak as a typed scalar: a tensor with
         # dimensions decides the dtype over it, where NumPy 2 lets a 0-d array widen it.
         self.torch_promotion = False
+        # Runtime Python numbers (@bz.jit's int arguments, and ops over them) that an op computes in a
+        # narrower integer type: the call checks each value fits, as NumPy 2 checks a Python int.
+        self.narrowed_numbers: list[NarrowedNumber] = []
         self._vals: list[Val] = []
         self.frozen_at: str | None = None  # where the definition ended; None while it is being defined
 

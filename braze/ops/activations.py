@@ -63,7 +63,10 @@ def operands_in_compute_type(op: str, operands: Sequence[Operand], floating: boo
 # --- softplus and its relatives ---------------------------------------------------------------------
 def _softplus(xf: TensorView, beta: float, threshold: float) -> TensorView:
     scaled = elementwise("mul", xf, beta) if beta != 1 else xf
-    soft = elementwise("log1p", elementwise("exp", scaled))
+    # max(s, 0) + log1p(exp(-|s|)), not log1p(exp(s)): exp(s) overflows past 88.7 in float32, where a
+    # threshold above it (or a large beta) still asks for log1p(exp(s)), which is s there
+    tail = elementwise("log1p", elementwise("exp", elementwise("neg", elementwise("abs", scaled))))
+    soft = elementwise("add", elementwise("maximum", scaled, 0.0), tail)
     soft = elementwise("truediv", soft, beta) if beta != 1 else soft
     return elementwise("where", elementwise("gt", scaled, threshold), xf, soft)
 

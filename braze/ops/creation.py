@@ -13,7 +13,7 @@ from braze.ir.fusion import active_fusion, defining
 from braze.ir.scalar import Scalar, as_scalar, ceildiv, smax
 from braze.ir.tensor import TensorView
 from braze.ops import philox
-from braze.ops.elementwise import as_operand, check_fill, not_a_tensor
+from braze.ops.elementwise import as_operand, check_fill, elementwise, not_a_tensor
 from braze.ops.reductions import keyword_aliases
 from braze.ops.table import OpDef, RefContext, apply, register
 
@@ -196,8 +196,11 @@ def randn(shape, dtype: object = dt.float32, seed: int | TensorView | None = Non
 def uniform(minval: float | TensorView, maxval: float | TensorView, shape, dtype: object = dt.float32,
             rng_seed: int | TensorView | None = None, rng_offset: int | TensorView = 0) -> TensorView:
     """nvFuser's `uniform`: numbers in [minval, maxval), `minval + (maxval - minval) * rand(...)`;
-    `rng_seed` and `rng_offset` are `rand`'s `seed` and `offset`."""
-    return minval + (maxval - minval) * _random("uniform", shape, dtype, rng_seed, rng_offset, table_op="rand")
+    `rng_seed` and `rng_offset` are `rand`'s `seed` and `offset`. A draw that rounds up to maxval in
+    `dtype` gives minval instead, as torch's CUDA `uniform_` does."""
+    value = minval + (maxval - minval) * _random("uniform", shape, dtype, rng_seed, rng_offset, table_op="rand")
+    # 1 + (1 - 2**-11) is 2.0 in float16 (a tie, to even): about one draw in 2000 of uniform(1, 2)
+    return elementwise("where", elementwise("ge", value, maxval), minval, value)
 
 
 def normal(mean: float | TensorView, std: float | TensorView, shape, dtype: object = dt.float32,

@@ -16,7 +16,7 @@ import numpy as np
 from braze import dtypes as dt
 from braze.dtypes import DType
 from braze.errors import FusionDefinitionError
-from braze.ir.fusion import FusionGraph, active_fusion, defining_any
+from braze.ir.fusion import FusionGraph, NarrowedNumber, active_fusion, defining_any
 from braze.ir.scalar import Scalar
 from braze.ir.tensor import TensorView
 from braze.ops.broadcast import align_ranks, broadcast_domains, broadcast_one_element_slices
@@ -179,6 +179,9 @@ def _elementwise_entry(name: str, kinds: str, result: Callable, fn: Callable, va
         for position, tv in enumerate(values, start=value_operands.start or 0):
             if tv.scalar == "literal":
                 check_literal_fits(name, tv.value, promoted, position)
+            elif tv.python_scalar and promoted.is_integer and promoted != dt.int64:
+                # A runtime number (of @bz.jit) is known only at the call, which checks it fits
+                tv.fusion.narrowed_numbers.append(NarrowedNumber(name, tv, promoted))
         return result(promoted)
 
     def reference(ctx: RefContext, args: Sequence[np.ndarray], out: TensorView, attrs: dict) -> np.ndarray:

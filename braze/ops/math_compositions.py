@@ -7,7 +7,8 @@ its own values.
 Each formula keeps float32 accurate to a few units in the last place where the direct one would not:
 `1 - x*x` as `(1 - x)(1 + x)` near |x| = 1, `expm1` for small arguments of sinh, `log1p` near the
 zeros of asinh, acosh and atanh (atanh as the difference of two, which never cancel), and `log(2|x|)`
-where `x*x` would overflow.
+where `x*x` would overflow. Nor does a finite result overflow or underflow on the way: sinh and cosh
+square exp(|x|/2) where exp(|x|) alone would overflow, and hypot scales by the larger side.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ class Builders(NamedTuple):
 
 
 _LARGE = 1e8  # past it sqrt(x*x +- 1) is |x| to float64's precision; below it x*x stays finite in float32
+# Past it e^-|x| is below half an ulp of e^|x| even in float64 (past 19), and below it exp(|x|) stays
+# finite in float32 (up to 88.7, where sinh and cosh are finite up to 89.4).
+_EXP_HALVED = 80.0
 
 
 def compositions(b: Builders) -> dict[str, Callable]:
@@ -50,23 +54,61 @@ def compositions(b: Builders) -> dict[str, Callable]:
 
     def acosh(x):
         t = b.binary("sub", x, 1.0)
-        near = b.unary("log1p", b.binary("add", t, b.unary("sqrt", mul(t, b.binary("add", x, 1.0)))))
+        # sqrt(t) * sqrt(x + 1), not sqrt(t * (x + 1)): below -1 both factors are negative and their
+        # product is not, where acosh is NaN
+        root = mul(b.unary("sqrt", t), b.unary("sqrt", b.binary("add", x, 1.0)))
+        near = b.unary("log1p", b.binary("add", t, root))
         return b.ternary("where", b.binary("gt", x, _LARGE), log_of_double(x), near)
 
     return {
         "atan": lambda x: b.binary("atan2", x, 1.0),
         "asin": lambda x: b.binary("atan2", x, b.unary("sqrt", one_minus_square(x))),
         "acos": lambda x: b.binary("atan2", b.unary("sqrt", one_minus_square(x)), x),
-        "sinh": lambda x: mul(b.binary("sub", b.unary("expm1", x), b.unary("expm1", b.unary("neg", x))), 0.5),
-        "cosh": lambda x: mul(b.binary("add", b.unary("exp", x), b.unary("exp", b.unary("neg", x))), 0.5),
         "asinh": asinh,
         "acosh": acosh,
         "atanh": lambda x: mul(b.binary("sub", b.unary("log1p", x), b.unary("log1p", b.unary("neg", x))), 0.5),
         "log10": lambda x: mul(b.unary("log", x), 1 / math.log(10)),
-        "hypot": lambda x, y: b.unary("sqrt", b.binary("add", mul(x, x), mul(y, y))),
+        **_without_overflow_on_the_way(b),
         "degrees": lambda x: mul(x, 180 / math.pi),
         "radians": lambda x: mul(x, math.pi / 180),
     }
+
+
+def _without_overflow_on_the_way(b: Builders) -> dict[str, Callable]:
+    """sinh, cosh and hypot, whose direct formulas overflow (or underflow) in between where the result
+    does not: exp(|x|) before sinh and cosh, the squares of the sides before hypot."""
+    def mul(x, y):
+        return b.binary("mul", x, y)
+
+    def half_exp_of_magnitude(x):  # e^|x| / 2 as (e^(|x|/2) / 2) * e^(|x|/2): finite wherever the result is
+        root = b.unary("exp", mul(b.unary("abs", x), 0.5))
+        return mul(mul(root, 0.5), root)
+
+    def large(x):
+        return b.binary("gt", b.unary("abs", x), _EXP_HALVED)
+
+    def sinh(x):
+        near = mul(b.binary("sub", b.unary("expm1", x), b.unary("expm1", b.unary("neg", x))), 0.5)
+        return b.ternary("where", large(x), b.binary("copysign", half_exp_of_magnitude(x), x), near)
+
+    def cosh(x):
+        near = mul(b.binary("add", b.unary("exp", x), b.unary("exp", b.unary("neg", x))), 0.5)
+        return b.ternary("where", large(x), half_exp_of_magnitude(x), near)
+
+    def hypot(x, y):
+        # big * sqrt(1 + (small / big)^2): the squares of the sides themselves overflow past 1.8e19 in
+        # float32 and underflow below 1e-19
+        big = b.binary("maximum", b.unary("abs", x), b.unary("abs", y))
+        small = b.binary("minimum", b.unary("abs", x), b.unary("abs", y))
+        ratio = b.binary("truediv", small, b.ternary("where", b.binary("eq", big, 0.0), 1.0, big))
+        scaled = mul(big, b.unary("sqrt", b.binary("add", 1.0, mul(ratio, ratio))))
+        # An infinite side gives inf, beside another (inf / inf) or a NaN too, as C's hypot
+        return b.ternary("where", is_infinite(x), math.inf, b.ternary("where", is_infinite(y), math.inf, scaled))
+
+    def is_infinite(x):
+        return b.binary("eq", b.unary("abs", x), math.inf)
+
+    return {"sinh": sinh, "cosh": cosh, "hypot": hypot}
 
 
 # NumPy's functions of the same names: the references the tests and `bz.math.<name>` outside a kernel use.

@@ -14,11 +14,13 @@ from braze.ops.composites import composite
 from braze.ops.elementwise import Operand, cast, elementwise
 from braze.ops.math_compositions import Builders, compositions
 
-_NUMBER_ARITHMETIC = {"mul": operator.mul, "add": operator.add, "sub": operator.sub, "truediv": operator.truediv}
+_NUMBER_ARITHMETIC = {"mul": operator.mul, "add": operator.add, "sub": operator.sub, "truediv": operator.truediv,
+                      "abs": abs, "maximum": max, "minimum": min, "eq": operator.eq}
 
 
 def _op(op: str, *operands: Operand) -> Operand:
-    """The op over tensors; over numbers alone (`hypot(x, 2.0)` squares the 2.0), Python's arithmetic."""
+    """The op over tensors; over numbers alone (`hypot(x, 2.0)` takes the 2.0's magnitude), Python's
+    arithmetic."""
     if not any(isinstance(o, TensorView) for o in operands) and op in _NUMBER_ARITHMETIC:
         return _NUMBER_ARITHMETIC[op](*operands)
     return elementwise(op, *operands)

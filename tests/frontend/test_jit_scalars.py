@@ -125,6 +125,26 @@ def test_an_int_beside_an_int8_tensor_wraps_as_a_baked_one_does() -> None:
     np.testing.assert_array_equal(add(x, 30), x + np.int8(30))
 
 
+def test_an_int_that_does_not_fit_the_integer_type_it_meets_is_refused() -> None:
+    """As NumPy 2 and torch refuse it, and braze refuses the int written in the function: converted, it
+    would wrap (2**40 as an int32 is 0). One trace still serves every int that fits."""
+    add, twice = bz.jit(lambda a, k: a + k), bz.jit(lambda a, k: a * (k * 2))
+    a = np.ones(3, np.int32)
+    np.testing.assert_array_equal(add(a, 5), a + 5)  # described: the next call takes the cached path
+    message = (r"^<lambda>: argument 'k': expected a Python int in \[-2147483648, 2147483647\] \(the range of int32, "
+               r"which add computes in\), got 1099511627776;")
+    with pytest.raises(bz.InputError, match=message):
+        add(a, 2**40)
+    with pytest.raises(bz.InputError, match=r"argument 'k': expected a Python int in \[0, 255\] .* got -1;"):
+        add(np.ones(3, np.uint8), -1)  # on its first call
+    np.testing.assert_array_equal(add(a, 2**31 - 1), a + np.int32(2**31 - 1))  # wraps in the tensor's arithmetic
+    np.testing.assert_array_equal(add(np.ones(3, np.int64), 2**40), np.full(3, 2**40 + 1))
+    with pytest.raises(bz.InputError, match=r"a number computed from argument 'k': .* int32, which mul .* 4294967294;"):
+        twice(a, 2**31 - 1)
+    np.testing.assert_array_equal(twice(a, 7), a * 14)
+    assert len(add.fusions) == 3  # int32, uint8 and int64 tensors
+
+
 def test_numpy_numbers_are_runtime_values_too() -> None:
     scale = bz.jit(lambda x, k: x * k)
     x = np.ones(3, np.float16)

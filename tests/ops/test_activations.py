@@ -55,6 +55,9 @@ def _elu64(x, alpha):
 ACTIVATIONS = {  # name: (braze, float64 reference)
     "softplus": (bz.ops.softplus, _softplus64),
     "softplus_beta": (lambda x: bz.ops.softplus(x, beta=2, threshold=5), lambda x: _softplus64(x, 2.0, 5.0)),
+    # beta * 25 = 100 is below the threshold, and exp(100) overflows float32: softplus is 25 there
+    "softplus_no_threshold": (lambda x: bz.ops.softplus(x, beta=4, threshold=1000),
+                              lambda x: _softplus64(x, 4.0, 1000.0)),
     "logsigmoid": (bz.ops.logsigmoid, lambda x: -np.logaddexp(0.0, -x)),
     "mish": (bz.ops.mish, lambda x: x * np.tanh(_softplus64(x))),
     "relu6": (bz.ops.relu6, lambda x: np.clip(x, 0, 6)),

@@ -134,6 +134,19 @@ def test_nvfusers_uniform_and_normal_scale_the_philox_stream():
     assert_matches(normal, 1.0 + 0.5 * philox.normal((4,), np.float64, 7, 0), bz.float64)
 
 
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=_id)
+def test_uniform_stays_below_maxval_after_rounding(dtype):
+    # In float16 1 + (1 - 2**-11) rounds to 2.0, in bfloat16 1 + (1 - 2**-8) does: a few of 4096 draws
+    low, high = execute(lambda f: [bz.ops.uniform(1.0, 2.0, (4096,), dtype, rng_seed=3),
+                                   bz.ops.uniform(-3.0, -2.0, (4096,), dtype, rng_seed=3)], [])
+    for got, lo, hi in ((low, 1.0, 2.0), (high, -3.0, -2.0)):
+        values = got.astype(np.float64)
+        assert values.min() >= lo and values.max() < hi, (dtype.name, values.min(), values.max())
+        # the draws that round up give minval, the others are the scaled stream
+        scaled = (lo + philox.uniform((4096,), dtype.numpy, 3, 0).astype(np.float64)).astype(dtype.numpy)
+        np.testing.assert_array_equal(got, np.where(scaled.astype(np.float64) >= hi, lo, scaled).astype(dtype.numpy))
+
+
 @pytest.mark.parametrize("op", ["rand", "randn"])
 def test_seed_and_offset_select_different_streams(op):
     fn = getattr(bz.ops, op)

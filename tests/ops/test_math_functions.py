@@ -25,16 +25,17 @@ DOMAINS = {
     "asin": (-1, 1, [-1.0, 1.0, 0.0, -0.0, 0.999, -0.999, 1e-6]),
     "acos": (-1, 1, [-1.0, 1.0, 0.0, 0.999, -0.999, 1e-6]),
     "atan": (-50, 50, [0.0, -0.0, 1e-6, 1e6, -1e30, np.inf, -np.inf]),
-    "sinh": (-8, 8, [0.0, -0.0, 1e-6, -1e-4, 80.0, -80.0, np.inf, -np.inf]),
-    "cosh": (-8, 8, [0.0, 1e-6, 80.0, -80.0, np.inf]),
+    # exp(|x|) overflows before sinh and cosh do: past 88.7 in float32 (sinh(89.3) = 3e38), 709.8 in float64
+    "sinh": (-8, 8, [0.0, -0.0, 1e-6, -1e-4, 80.0, -80.0, np.inf, -np.inf, 89.3, -88.8, 710.0]),
+    "cosh": (-8, 8, [0.0, 1e-6, 80.0, -80.0, np.inf, -89.3, 88.8, -710.0]),
     "asinh": (-100, 100, [0.0, -0.0, 1e-6, -1e-3, 1e8, 2e8, -3e20, 1e30, np.inf, -np.inf]),
-    "acosh": (1, 100, [1.0, 1.0001, 1e8, 2e8, 3e20, np.inf]),
+    "acosh": (1, 100, [1.0, 1.0001, 1e8, 2e8, 3e20, np.inf, -2.0, -1e4, -np.inf]),
     "atanh": (-1, 1, [-1.0, 1.0, 0.0, -0.0, 1e-6, 0.999, -0.999]),
     "log10": (0, 1000, [0.0, 1.0, 10.0, 1e-6, 1e30, np.inf]),
     "degrees": (-10, 10, [0.0, math.pi, -1e30]),
     "radians": (-720, 720, [0.0, 180.0, -1e30]),
 }
-SHAPES = [(1,), (9,), (3, 7), (0, 4)]
+SHAPES = [(1,), (11,), (3, 7), (0, 4)]
 
 
 def _id(value: object) -> str:
@@ -66,8 +67,8 @@ def test_each_function_matches_float64_numpy(name: str, dtype: bz.DType, shape: 
     (got,) = execute(lambda f: getattr(bz.ops, name)(define(f, x)), [x])
     result = dtype if dtype.kind == "f" else bz.float32
     expected = _reference(name, x)
-    if dtype.itemsize == 2 or dtype.kind == "i":  # what float64 gives, rounded as the result is
-        with np.errstate(over="ignore"):  # cosh(80) is inf in float16, as braze gives
+    if dtype != bz.float64:  # what float64 gives, rounded as the result is
+        with np.errstate(over="ignore"):  # cosh(80) is inf in float16, cosh(710) in float32, as braze gives
             expected = expected.astype(result.numpy).astype(np.float64)
     assert_matches(got, expected, result, k=K, what=f"{name}({dtype.name})")
 
@@ -82,6 +83,15 @@ def test_hypot_of_tensors_and_numbers(dtype: bz.DType) -> None:
     for got, want, what in ((both, np.hypot(x64, y64), "hypot(x, y)"), (number, np.hypot(x64, 3.0), "hypot(x, 3)"),
                             (numbers_only, np.hypot(2.0, x64), "hypot(2, x)")):
         assert_matches(got, want.astype(dtype.numpy).astype(np.float64), dtype, k=K, what=what)
+
+
+@pytest.mark.parametrize("dtype", (bz.float32, bz.float64), ids=_id)
+def test_hypot_neither_overflows_nor_underflows_on_the_way(dtype: bz.DType) -> None:
+    big, tiny = (1e30, 1e-30) if dtype == bz.float32 else (1e300, 1e-300)  # their squares are out of range
+    x = np.array([3 * big, big, 3 * tiny, 0.0, -0.0, np.inf, np.nan, np.inf, -np.inf, 5.0], dtype.numpy)
+    y = np.array([4 * big, -big, 4 * tiny, 0.0, 0.0, np.nan, np.inf, np.inf, 2.0, -12.0], dtype.numpy)
+    (got,) = execute(lambda f: bz.ops.hypot(define(f, x), define(f, y)), [x, y])
+    assert_matches(got, np.hypot(x.astype(np.float64), y.astype(np.float64)), dtype, k=K, what="hypot")
 
 
 def test_nan_gives_nan() -> None:
