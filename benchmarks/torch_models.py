@@ -305,7 +305,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu")
     parser.add_argument("--cpu", action="store_true", help="the same as --device cpu")
-    parser.add_argument("--backends", default=",".join(BACKENDS), 
+    parser.add_argument("--backends", default=",".join(BACKENDS),
                         help="comma list of eager, inductor, braze (the default), aot_eager")
     parser.add_argument("--models", default=None, help="comma list (default: all)")
     parser.add_argument("--quick", action="store_true", help="small sizes and few repeats: a smoke run")
