@@ -477,8 +477,8 @@ def kernel(fn: Callable | None = None, *, debug: bool = False, fuse_tasks: bool 
 
     Each top-level `for` over `range` or `bz.ndrange` runs in parallel; `+=` and `-=` on an element
     that is not provably the thread's own are atomic, as are all updates of an array the loop
-    updates at two places threads can share (`f[i] += s` beside `f[i + 1] -= s`). Integer `//` and `%` by zero give 0, as NumPy
-    does for integer arrays (without its warning).
+    updates at two places threads can share (`f[i] += s` beside `f[i + 1] -= s`). Integer `//` and
+    `%` by zero give 0, as NumPy does for integer arrays (without its warning).
     """
     if fn is None:
         return lambda f: KernelFunction(f, debug=debug, fuse_tasks=fuse_tasks)
