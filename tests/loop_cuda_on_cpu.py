@@ -5,7 +5,8 @@ The kernel goes the GPU path's way: the signature's Kernel IR (frontend/kernel.p
 the CUDA kernel and launcher of engine.loop_kernel_entry, for a small fake GPU (tests/cuda_on_cpu.py's
 FakeDevice); the launcher packs the argument block and plans each task's grid. Its functions are
 compiled with g++ against tests/cuda_on_cpu.h and launched with every thread of every block an OS
-thread, all started together, so threads that race on a GPU race here too.
+thread, all started together, each store yielding the core before it writes (`interleaved`), so
+threads that race on a GPU race here too.
 """
 
 from __future__ import annotations
