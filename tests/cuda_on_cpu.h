@@ -1,7 +1,9 @@
-// A CPU stand-in for what braze's generated CUDA uses (tests/cuda_on_cpu.py compiles kernels against
-// it with g++): a block's threads are OS threads, with a barrier for __syncthreads and one per warp
-// for its shuffles; blocks run one after another, so a function's `static` arrays are its block's
-// `__shared__` ones. Half types are their bits, converted by the prelude's own functions.
+// A CPU stand-in for what braze's generated CUDA uses (tests/cuda_on_cpu.py and
+// tests/loop_cuda_on_cpu.py compile kernels against it with g++): a block's threads are OS threads,
+// with a barrier for __syncthreads and one per warp for its shuffles; a fusion's blocks run one after
+// another (bz_launch), so a function's `static` arrays are its block's `__shared__` ones, while a loop
+// kernel's, which share nothing but global memory, all run at once (bz_launch_all). Atomics are
+// atomic across the OS threads. Half types are their bits, converted by the prelude's own functions.
 #include <atomic>
 #include <barrier>
 #include <cmath>
@@ -14,7 +16,8 @@
 using std::signbit; using std::fmod; using std::floor; using std::copysign; using std::erf; using std::tanh;
 using std::exp; using std::log; using std::sqrt; using std::pow; using std::fabs; using std::isnan; using std::isinf;
 using std::isfinite; using std::exp2; using std::expm1; using std::log2; using std::log1p; using std::sin; using std::cos;
-using std::tan; using std::ceil; using std::rint; using std::trunc; using std::atan2;
+using std::tan; using std::ceil; using std::rint; using std::trunc; using std::atan2; using std::fmax;
+using std::fmin;
 
 #define __device__
 #define __forceinline__ inline
@@ -110,6 +113,16 @@ template <typename T> T atomicAdd(T* p, T v) {
     return old;
   } else return a.fetch_add(v);
 }
+// CUDA's integer atomicMax and atomicMin (int, unsigned, long long, unsigned long long).
+template <typename T> T bz_atomic_update(T* p, T v, bool (*replaces)(T, T)) {
+  static_assert(std::is_integral_v<T> && sizeof(T) >= 4);
+  std::atomic_ref<T> a(*p);
+  T old = a.load();
+  while (replaces(v, old) && !a.compare_exchange_weak(old, v)) {}
+  return old;
+}
+template <typename T> T atomicMax(T* p, T v) { return bz_atomic_update<T>(p, v, [](T x, T y) { return x > y; }); }
+template <typename T> T atomicMin(T* p, T v) { return bz_atomic_update<T>(p, v, [](T x, T y) { return x < y; }); }
 
 // Runs `body` as `grid` blocks of `block` threads, the dynamic shared memory filled with 0xFF (NaN)
 // before each block.
@@ -132,6 +145,24 @@ inline void bz_launch(long long grid, long long block, long long shared, const s
         body();
         sync.arrive_and_wait();
       }
+    });
+  for (auto& t : threads) t.join();
+}
+
+// Runs `body` as the first `started` threads of `grid` blocks of `block` threads, all at once (a
+// loop kernel's task has no barrier and no shared memory): they start together, so threads that race
+// for an element on a GPU race here too.
+inline void bz_launch_all(long long grid, long long block, long long started, const std::function<void()>& body) {
+  blockDim = {(unsigned)block, 1, 1};
+  gridDim = {(unsigned)grid, 1, 1};
+  std::barrier<> start((std::ptrdiff_t)started);
+  std::vector<std::thread> threads;
+  for (long long n = 0; n < started; ++n)
+    threads.emplace_back([&, n] {
+      blockIdx = {(unsigned)(n / block), 0, 0};
+      threadIdx = {(unsigned)(n % block), 0, 0};
+      start.arrive_and_wait();
+      body();
     });
   for (auto& t : threads) t.join();
 }

@@ -2,6 +2,7 @@
 every atomic, every `bz.math` function, every dtype, C++ keywords as names, and the demo steps.
 
 `tests/codegen/test_cuda_loops.py` compiles each one's CUDA with NVRTC (no GPU needed);
+`tests/codegen/test_cuda_loops_on_cpu.py` runs a few of them as CUDA on the CPU (tests/loop_cuda_on_cpu.py);
 `tests/cuda/test_loop_kernels.py` runs each one on a GPU against the CPU.
 """
 
