@@ -319,6 +319,30 @@ def test_a_helper_may_return_vectors_from_both_branches():
     np.testing.assert_array_equal(v, want)
 
 
+@bz.func
+def unit_or_up(q):
+    n = bz.length(q)
+    if n < 1e-6:
+        return bz.vec4(0.0, 0.0, 0.0, 1.0), 0
+    return q / n, 1
+
+
+@bz.kernel
+def normalized_quaternions(q: bz.Array[bz.vec4, 1], flags: bz.Array[bz.int32, 1]):
+    for i in range(q.shape[0]):
+        q[i], flags[i] = unit_or_up(q[i])
+
+
+def test_a_helper_may_return_a_vector_and_a_number_from_both_branches():
+    q = floats(6, 4)
+    q[2] = 0
+    want = np.where(np.arange(6)[:, None] == 2, np.float32([0, 0, 0, 1]), bz.normalize(q))
+    flags = np.zeros(6, np.int32)
+    normalized_quaternions(q, flags)
+    np.testing.assert_array_equal(q, want)
+    np.testing.assert_array_equal(flags, [1, 1, 0, 1, 1, 1])
+
+
 def vector_parameters_reference(x, gravity, frame, k):
     """tests/kernel_cases.py's vector_parameters in NumPy, float64."""
     x, g, frame = x.astype(np.float64), np.array(gravity, np.float64), np.array(frame, np.float64)
