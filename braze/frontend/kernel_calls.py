@@ -269,14 +269,16 @@ def _local(tr: Translator, node: ast.Call) -> LocalArray:
 def _atomic(tr: Translator, node: ast.Call, op: str) -> k.Var | VectorValue | None:
     """`old = bz.atomic_add(a[i, j], value)`: the element's value before the update (None for a call
     whose value nothing reads)."""
-    if len(node.args) != 2 or not isinstance(node.args[0], ast.Subscript):
-        tr.error(node, f"atomic_{op}: expected (array[index], value)")
-    handle, indices = tr.subscript(node.args[0])
-    param = handle.param
+    # The element may be a component of an array of vectors: `v[i].y`, `v[i][1]`, `m[i][0, 1]`.
+    places = tr.target_places(node.args[0]) if len(node.args) == 2 and isinstance(
+        node.args[0], (ast.Subscript, ast.Attribute)) else None
+    if places is None or not all(p.shared for p in places.items):
+        tr.error(node, f"atomic_{op}: expected (array[index], value), an element of an array argument or a "
+                       f"component of one, got ({', '.join(ast.unparse(a) for a in node.args)})")
+    param = places.items[0].param
     if param.dtype.name not in ty.ATOMIC_DTYPES:
         tr.error(node, f"atomic_{op}: expected an array of {', '.join(ty.ATOMIC_DTYPES)}, got {param.dtype.name}",
                  KernelTypeError)
-    places = tr.array_places(handle, indices)
     values = tr.evaluated(tr.checked(node, lambda: tr.component_values(tr.expr(node.args[1]), places,
                                                                        f"'{param.name}[...]'")))
     # A statement of its own (`bz.atomic_add(e[0], ke)`) reads no old value: the CPU may then add

@@ -254,6 +254,36 @@ def test_updates_of_shared_vector_elements_are_atomic():
     assert sorted(olds[:, 0].tolist()) == list(range(n))
 
 
+@bz.kernel
+def component_atomics(x: bz.Array[bz.float64, 1], bins: bz.Array[bz.vec3d, 1], frames: bz.Array[bz.mat22d, 1],
+                      olds: bz.Array[bz.float64, 1]):
+    for i in range(x.shape[0]):
+        olds[i] = bz.atomic_add(bins[i % 2].y, x[i])
+        bz.atomic_max(bins[i % 2][2], x[i])
+        bz.atomic_sub(frames[0][1, 0], 1.0)
+
+
+def test_atomics_on_components_of_vector_and_matrix_elements():
+    x = np.arange(1.0, 9.0)
+    bins, frames, olds = np.zeros((2, 3)), np.zeros((1, 2, 2)), np.zeros(8)
+    component_atomics(x, bins, frames, olds)
+    np.testing.assert_array_equal(bins, [[0, 16, 7], [0, 20, 8]])
+    np.testing.assert_array_equal(frames[0], [[0, 0], [-8, 0]])
+    assert sorted(olds[::2].tolist()) == sorted(np.cumsum(x[::2])[:-1].tolist() + [0.0])
+
+
+def test_an_atomic_on_a_local_names_what_it_expects():
+    @bz.kernel
+    def local_atomic(x: bz.Array[bz.vec3, 1]):
+        for i in range(x.shape[0]):
+            p = x[i]
+            bz.atomic_add(p.y, 1.0)
+
+    with pytest.raises(bz.KernelSyntaxError, match=r"atomic_add: expected \(array\[index\], value\), an element of "
+                                                    r"an array argument or a component of one, got \(p.y, 1.0\)"):
+        local_atomic(floats(2, 3))
+
+
 # --- arrays of vectors ----------------------------------------------------------------------------
 @bz.kernel
 def integrate(x: bz.Array[bz.vec3, 1], v: bz.Array[bz.vec3, 1], dt: bz.float32):
