@@ -797,7 +797,10 @@ class Translator(ExpressionTranslator, TargetTranslator):
         if isinstance(test, ast.Call) and self.resolve_callee(test.func) is lang.static:
             return bool(self.compile_time(test.args[0]))
         value = self.expr(test) if is_pure_constant(test) else None
-        return None if value is None or isinstance(value, k.Expr) else bool(value)
+        # A name may stand for a vector or an array: a value of the kernel, never a constant (and with no
+        # truth: ty.truth says so), though Python would take the object for true.
+        run_time = (k.Expr, VectorValue, TableRow, ArrayHandle, LocalArray, ShapeHandle)
+        return None if value is None or isinstance(value, run_time) else bool(value)
 
     def condition(self, test: ast.expr) -> k.Expr:
         value = self.expr(test)

@@ -17,7 +17,7 @@ import numpy as np
 
 from braze import dtypes as dt
 from braze.dtypes import DType
-from braze.frontend.kernel_scope import TableRow, VectorValue
+from braze.frontend.kernel_scope import ArrayHandle, LocalArray, ShapeHandle, TableRow, VectorValue
 from braze.kir import nodes as k
 from braze.lower.values import cast
 from braze.ops.elementwise import BINARY, TERNARY, UNARY, compute_type
@@ -185,8 +185,11 @@ def convert(x, dtype: DType):
 
 def truth(x) -> k.Expr | bool:
     """A condition as a bool (nonzero is true, NaN too)."""
-    if isinstance(x, VectorValue):
+    if isinstance(x, (VectorValue, TableRow)):
         type_of(x)  # a TypeProblem: a vector is no condition
+    if isinstance(x, (ArrayHandle, LocalArray, ShapeHandle)):
+        raise TypeProblem("expected a number as a condition, got an array; compare an element (a[i] > 0) or "
+                          "an extent (a.shape[0] > 0)")
     return bool(x) if not isinstance(x, k.Expr) else cast(x, dt.bool_)
 
 
