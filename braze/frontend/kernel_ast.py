@@ -578,12 +578,16 @@ class Translator(ExpressionTranslator, TargetTranslator):
                 self.error(node, "tuple assignment: the two sides have different lengths")
             values = [self.temporary(self.expr(v)) for v in node.value.elts]
             for t, v in zip(target.elts, values):
-                self.assign(t, v, node)
+                self.assign_parts(t, v, node)
             return
-        value = self.expr(node.value)
+        self.assign_parts(target, self.expr(node.value), node)
+
+    def assign_parts(self, target: ast.expr, value, node: ast.Assign) -> None:
+        """`target = value`, a tuple target taking the value apart, nested ones too (`c, (a, b) = f(x)`
+        of a helper returning `c, (a, b)`)."""
         if isinstance(target, ast.Tuple):
             for t, v in zip(target.elts, self.unpacked(node, value, len(target.elts))):
-                self.assign(t, v, node)
+                self.assign_parts(t, v, node)
             return
         self.assign(target, value, node)
 
