@@ -578,12 +578,16 @@ class Translator(ExpressionTranslator, TargetTranslator):
                 self.error(node, "tuple assignment: the two sides have different lengths")
             values = [self.temporary(self.expr(v)) for v in node.value.elts]
             for t, v in zip(target.elts, values):
-                self.assign(t, v, node)
+                self.assign_parts(t, v, node)
             return
-        value = self.expr(node.value)
+        self.assign_parts(target, self.expr(node.value), node)
+
+    def assign_parts(self, target: ast.expr, value, node: ast.Assign) -> None:
+        """`target = value`, a tuple target taking the value apart, nested ones too (`c, (a, b) = f(x)`
+        of a helper returning `c, (a, b)`)."""
         if isinstance(target, ast.Tuple):
             for t, v in zip(target.elts, self.unpacked(node, value, len(target.elts))):
-                self.assign(t, v, node)
+                self.assign_parts(t, v, node)
             return
         self.assign(target, value, node)
 
@@ -797,7 +801,10 @@ class Translator(ExpressionTranslator, TargetTranslator):
         if isinstance(test, ast.Call) and self.resolve_callee(test.func) is lang.static:
             return bool(self.compile_time(test.args[0]))
         value = self.expr(test) if is_pure_constant(test) else None
-        return None if value is None or isinstance(value, k.Expr) else bool(value)
+        # A name may stand for a vector or an array: a value of the kernel, never a constant (and with no
+        # truth: ty.truth says so), though Python would take the object for true.
+        run_time = (k.Expr, VectorValue, TableRow, ArrayHandle, LocalArray, ShapeHandle)
+        return None if value is None or isinstance(value, run_time) else bool(value)
 
     def condition(self, test: ast.expr) -> k.Expr:
         value = self.expr(test)

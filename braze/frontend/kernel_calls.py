@@ -269,14 +269,16 @@ def _local(tr: Translator, node: ast.Call) -> LocalArray:
 def _atomic(tr: Translator, node: ast.Call, op: str) -> k.Var | VectorValue | None:
     """`old = bz.atomic_add(a[i, j], value)`: the element's value before the update (None for a call
     whose value nothing reads)."""
-    if len(node.args) != 2 or not isinstance(node.args[0], ast.Subscript):
-        tr.error(node, f"atomic_{op}: expected (array[index], value)")
-    handle, indices = tr.subscript(node.args[0])
-    param = handle.param
+    # The element may be a component of an array of vectors: `v[i].y`, `v[i][1]`, `m[i][0, 1]`.
+    places = tr.target_places(node.args[0]) if len(node.args) == 2 and isinstance(
+        node.args[0], (ast.Subscript, ast.Attribute)) else None
+    if places is None or not all(p.shared for p in places.items):
+        tr.error(node, f"atomic_{op}: expected (array[index], value), an element of an array argument or a "
+                       f"component of one, got ({', '.join(ast.unparse(a) for a in node.args)})")
+    param = places.items[0].param
     if param.dtype.name not in ty.ATOMIC_DTYPES:
         tr.error(node, f"atomic_{op}: expected an array of {', '.join(ty.ATOMIC_DTYPES)}, got {param.dtype.name}",
                  KernelTypeError)
-    places = tr.array_places(handle, indices)
     values = tr.evaluated(tr.checked(node, lambda: tr.component_values(tr.expr(node.args[1]), places,
                                                                        f"'{param.name}[...]'")))
     # A statement of its own (`bz.atomic_add(e[0], ke)`) reads no old value: the CPU may then add
@@ -436,10 +438,8 @@ def _tail_if(tr: Translator, node: ast.If):
     if all(v is None for v in values):  # a helper that returns nothing, early in one branch
         tr.emit(k.If(cond, then, orelse))
         return None
-    if all(isinstance(v, VectorValue) for v in values):
-        return _tail_if_vectors(tr, node, cond, then, orelse, values)
-    if all(isinstance(v, tuple) for v in values):
-        return _tail_if_tuples(tr, node, cond, then, orelse, values)
+    if any(isinstance(v, (VectorValue, tuple)) for v in values):
+        return _tail_if_values(tr, node, cond, then, orelse, values)
     if any(v is None or not ty.is_value(v) for v in values):
         tr.error(node, "a @bz.func that returns in both branches must return a number (or a vector) in both")
     dtype = tr.checked(node, lambda: ty.common_type(*values))
@@ -460,24 +460,39 @@ def _tail_if(tr: Translator, node: ast.If):
     return result
 
 
-def _tail_if_tuples(tr: Translator, node: ast.If, cond: k.Expr, then: tuple, orelse: tuple, values: list):
-    a, b = values
-    if len(a) != len(b) or not all(ty.is_value(x) for x in a + b):
-        tr.error(node, f"the branches return {len(a)} and {len(b)} values: a @bz.func that returns a tuple in "
-                       "both branches must return as many numbers in each", KernelTypeError)
-    dtypes = [tr.checked(node, lambda x=x, y=y: ty.common_type(x, y)) for x, y in zip(a, b)]
-    result = [tr.declare("result", dtype) for dtype in dtypes]
-    then_set, orelse_set = ([k.Assign(r, ty.as_expr(x, d)) for r, x, d in zip(result, v, dtypes)] for v in values)
+def _tail_if_values(tr: Translator, node: ast.If, cond: k.Expr, then: tuple, orelse: tuple, values: list):
+    """Both branches return vectors or tuples: their items go into locals set at the end of each."""
+    result, then_set, orelse_set = _joined(tr, node, *values)
     tr.emit(k.If(cond, then + tuple(then_set), orelse + tuple(orelse_set)))
-    return tuple(result)
+    return result
 
 
-def _tail_if_vectors(tr: Translator, node: ast.If, cond: k.Expr, then: tuple, orelse: tuple, values: list):
-    a, b = values
-    if a.type.shape != b.type.shape:
-        tr.error(node, f"the branches return a {a.type_name} and a {b.type_name}", KernelTypeError)
-    vtype = a.type if a.type.dtype == b.type.dtype else vec.type_of_shape(a.type.shape, dt.float64)
-    result = [tr.declare("result", vtype.dtype) for _ in a.items]
-    then_set, orelse_set = ([k.Assign(r, ty.as_expr(x, vtype.dtype)) for r, x in zip(result, v.items)] for v in values)
-    tr.emit(k.If(cond, then + tuple(then_set), orelse + tuple(orelse_set)))
-    return VectorValue(vtype, tuple(result))
+def _joined(tr: Translator, node: ast.If, a, b) -> tuple[object, list[k.Stmt], list[k.Stmt]]:
+    """The locals that hold what either branch returns (a number, a vector, or a tuple of these, as in
+    `return q / n, 1`), with the assignments that set them at the end of each branch."""
+    if isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b):
+        joined = [_joined(tr, node, x, y) for x, y in zip(a, b)]
+        return (tuple(j[0] for j in joined), [s for j in joined for s in j[1]], [s for j in joined for s in j[2]])
+    if isinstance(a, VectorValue) and isinstance(b, VectorValue):
+        if a.type.shape != b.type.shape:
+            tr.error(node, f"the branches return a {a.type_name} and a {b.type_name}", KernelTypeError)
+        vtype = a.type if a.type.dtype == b.type.dtype else vec.type_of_shape(a.type.shape, dt.float64)
+        result = [tr.declare("result", vtype.dtype) for _ in a.items]
+        then_set, orelse_set = ([k.Assign(r, ty.as_expr(x, vtype.dtype)) for r, x in zip(result, v.items)]
+                                for v in (a, b))
+        return VectorValue(vtype, tuple(result)), then_set, orelse_set
+    if ty.is_value(a) and ty.is_value(b):
+        dtype = tr.checked(node, lambda: ty.common_type(a, b))
+        result = tr.declare("result", dtype)
+        return result, [k.Assign(result, ty.as_expr(a, dtype))], [k.Assign(result, ty.as_expr(b, dtype))]
+    tr.error(node, f"the branches return {_described(a)} and {_described(b)}: a @bz.func that returns in both "
+                   "branches must return the same kind of value in each", KernelTypeError)
+
+
+def _described(value) -> str:
+    """What a branch returns, for an error: `2 values`, `a vec3`, `a number`."""
+    if isinstance(value, tuple):
+        return f"{len(value)} values"
+    if isinstance(value, VectorValue):
+        return f"a {value.type_name}"
+    return "a number" if ty.is_value(value) else "something else"

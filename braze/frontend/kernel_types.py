@@ -17,7 +17,7 @@ import numpy as np
 
 from braze import dtypes as dt
 from braze.dtypes import DType
-from braze.frontend.kernel_scope import TableRow, VectorValue
+from braze.frontend.kernel_scope import ArrayHandle, LocalArray, ShapeHandle, TableRow, VectorValue
 from braze.kir import nodes as k
 from braze.lower.values import cast
 from braze.ops.elementwise import BINARY, TERNARY, UNARY, compute_type
@@ -97,6 +97,18 @@ def _check_kinds(op: str, dtype: DType, kinds: str) -> None:
         raise TypeProblem(f"{op}: expected {expected} operands, got {dtype.name}")
 
 
+def _check_promoted_kind(op: str, promoted: DType, kinds: str, operands: list[DType]) -> None:
+    """Each operand is of a kind `op` takes, but they may promote to one it does not: uint64 and int64
+    to float64, as in NumPy (`x >> k` of a uint64 x and a loop index k)."""
+    if promoted.category in kinds or not all(t.category in kinds for t in operands):
+        _check_kinds(op, promoted, kinds)
+        return
+    expected = " or ".join(_KIND_NAMES[c] for c in kinds)
+    wide = max(operands, key=lambda t: t.itemsize)
+    raise TypeProblem(f"{op}: expected {expected} operands, and {' and '.join(t.name for t in operands)} promote to "
+                      f"{promoted.name} (as in NumPy); convert one first, e.g. bz.{wide.name}(...)")
+
+
 def _check_literal_fits(op: str, value: object, dtype: DType) -> None:
     """A Python int must fit the integer type it meets (`h * 0x1_0000_0000` with a uint32 h is an
     error, as in NumPy 2; mask first, `h & 0xFFFFFFFF`, or convert, `bz.uint64(h)`)."""
@@ -123,7 +135,7 @@ def _apply(op: str, table: dict, operands: list, make: Callable[[list[k.Expr], D
         promoted = _PYTHON_PRECISION[promoted.category]
     if bools_as_ints and promoted.is_bool:
         promoted = _PYTHON_PRECISION["i"]
-    _check_kinds(op, promoted, kinds)
+    _check_promoted_kind(op, promoted, kinds, [t for t, _ in types])
     for v in values:
         _check_literal_fits(op, v, promoted)
     result = result_rule(promoted)
@@ -185,8 +197,11 @@ def convert(x, dtype: DType):
 
 def truth(x) -> k.Expr | bool:
     """A condition as a bool (nonzero is true, NaN too)."""
-    if isinstance(x, VectorValue):
+    if isinstance(x, (VectorValue, TableRow)):
         type_of(x)  # a TypeProblem: a vector is no condition
+    if isinstance(x, (ArrayHandle, LocalArray, ShapeHandle)):
+        raise TypeProblem("expected a number as a condition, got an array; compare an element (a[i] > 0) or "
+                          "an extent (a.shape[0] > 0)")
     return bool(x) if not isinstance(x, k.Expr) else cast(x, dt.bool_)
 
 

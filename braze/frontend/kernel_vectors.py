@@ -39,7 +39,7 @@ from braze.frontend import kernel_types as ty
 from braze.frontend.kernel_scope import VectorValue
 from braze.kir import nodes as k
 
-_COMPONENT_NAMES = "xyzw"
+_COMPONENT_NAMES = ("x", "y", "z", "w")  # a tuple: `"xy" in "xyzw"` would hold
 
 
 class VectorType:

@@ -301,6 +301,25 @@ def test_func_early_returns_and_tuples_follow_python():
 
 
 @bz.func
+def nested_results(x, y):
+    return sorted_pair(x, y), polar(x, y)
+
+
+def test_nested_tuples_unpack_as_in_python():
+    @bz.kernel
+    def k(xy: bz.Array[bz.float64, 2], out: bz.Array[bz.float64, 2]):
+        for i in range(xy.shape[0]):
+            (out[i, 0], out[i, 1]), (r, t) = nested_results(xy[i, 0], xy[i, 1])
+            (out[i, 2], out[i, 3]), out[i, 4] = (t, r), 1.0
+
+    xy = np.random.default_rng(1).standard_normal((5, 2))
+    out = np.zeros((5, 5))
+    k(xy, out)
+    expected = np.array([(*sorted_pair(*p), *polar(*p)[::-1], 1.0) for p in xy])
+    np.testing.assert_allclose(out, expected, rtol=1e-12)
+
+
+@bz.func
 def piecewise(x):
     if x > 0.0:
         if x > 1.0:

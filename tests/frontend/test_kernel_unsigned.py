@@ -125,6 +125,19 @@ def test_out_of_range_literals_and_scalars_are_errors():
         wang_hash(_keys(3), -1, np.zeros(3, np.uint32))
 
 
+def test_a_uint64_shifted_by_a_loop_index_says_what_to_convert():
+    @bz.kernel
+    def bit_count(a: bz.Array[bz.uint64, 1], out: bz.Array[bz.uint64, 1]):
+        for i in range(a.shape[0]):
+            for k in range(64):
+                out[i] += (a[i] >> k) & 1
+
+    with pytest.raises(bz.KernelTypeError, match=r"right_shift: expected integer operands, and uint64 and int64 "
+                                                 r"promote to float64 \(as in NumPy\); convert one first, e.g. "
+                                                 r"bz.uint64\(...\)"):
+        bit_count(np.zeros(3, np.uint64), np.zeros(3, np.uint64))
+
+
 @pytest.mark.skipif(not nvrtc.available(), reason="NVRTC is not installed")
 @pytest.mark.parametrize("kernel, args", [
     (wang_hash, lambda: (_keys(8), 3, np.zeros(8, np.uint32))),

@@ -254,6 +254,36 @@ def test_updates_of_shared_vector_elements_are_atomic():
     assert sorted(olds[:, 0].tolist()) == list(range(n))
 
 
+@bz.kernel
+def component_atomics(x: bz.Array[bz.float64, 1], bins: bz.Array[bz.vec3d, 1], frames: bz.Array[bz.mat22d, 1],
+                      olds: bz.Array[bz.float64, 1]):
+    for i in range(x.shape[0]):
+        olds[i] = bz.atomic_add(bins[i % 2].y, x[i])
+        bz.atomic_max(bins[i % 2][2], x[i])
+        bz.atomic_sub(frames[0][1, 0], 1.0)
+
+
+def test_atomics_on_components_of_vector_and_matrix_elements():
+    x = np.arange(1.0, 9.0)
+    bins, frames, olds = np.zeros((2, 3)), np.zeros((1, 2, 2)), np.zeros(8)
+    component_atomics(x, bins, frames, olds)
+    np.testing.assert_array_equal(bins, [[0, 16, 7], [0, 20, 8]])
+    np.testing.assert_array_equal(frames[0], [[0, 0], [-8, 0]])
+    assert sorted(olds[::2].tolist()) == sorted(np.cumsum(x[::2])[:-1].tolist() + [0.0])
+
+
+def test_an_atomic_on_a_local_names_what_it_expects():
+    @bz.kernel
+    def local_atomic(x: bz.Array[bz.vec3, 1]):
+        for i in range(x.shape[0]):
+            p = x[i]
+            bz.atomic_add(p.y, 1.0)
+
+    with pytest.raises(bz.KernelSyntaxError, match=r"atomic_add: expected \(array\[index\], value\), an element of "
+                                                    r"an array argument or a component of one, got \(p.y, 1.0\)"):
+        local_atomic(floats(2, 3))
+
+
 # --- arrays of vectors ----------------------------------------------------------------------------
 @bz.kernel
 def integrate(x: bz.Array[bz.vec3, 1], v: bz.Array[bz.vec3, 1], dt: bz.float32):
@@ -317,6 +347,30 @@ def test_a_helper_may_return_vectors_from_both_branches():
     want = np.where(v[:, 1:] < 0, v * np.float32([1, -1]), v)
     bounce(v)
     np.testing.assert_array_equal(v, want)
+
+
+@bz.func
+def unit_or_up(q):
+    n = bz.length(q)
+    if n < 1e-6:
+        return bz.vec4(0.0, 0.0, 0.0, 1.0), 0
+    return q / n, 1
+
+
+@bz.kernel
+def normalized_quaternions(q: bz.Array[bz.vec4, 1], flags: bz.Array[bz.int32, 1]):
+    for i in range(q.shape[0]):
+        q[i], flags[i] = unit_or_up(q[i])
+
+
+def test_a_helper_may_return_a_vector_and_a_number_from_both_branches():
+    q = floats(6, 4)
+    q[2] = 0
+    want = np.where(np.arange(6)[:, None] == 2, np.float32([0, 0, 0, 1]), bz.normalize(q))
+    flags = np.zeros(6, np.int32)
+    normalized_quaternions(q, flags)
+    np.testing.assert_array_equal(q, want)
+    np.testing.assert_array_equal(flags, [1, 1, 0, 1, 1, 1])
 
 
 def vector_parameters_reference(x, gravity, frame, k):
@@ -397,6 +451,9 @@ V3 = "bz.Array[bz.vec3, 1]"
     (f"x: {V3}, out: {F32}", "out[i] = x[i]", "'out\\[i\\]' is a float32 scalar, the value is a bz.vec3"),
     (f"x: {V3}, out: {F32}", "out[i] = x[i] + 1.0 > 0.0", "expected a scalar, got a bz.vec3 value"),
     (f"x: {V3}, out: {F32}", "out[i] = x[i].w", "bz.vec3 has no component 'w'; it has components x, y, z"),
+    (f"x: {V3}, out: {F32}", "out[i] = x[i].xy", "bz.vec3 has no component 'xy'; it has components x, y, z"),
+    (f"x: {V3}, out: {F32}", "p = x[i]; out[i] = 1.0 if p else 0.0", "expected a scalar, got a bz.vec3 value"),
+    (f"x: {V3}, out: {F32}", "out[i] = 1.0 if x else 0.0", "expected a number as a condition, got an array"),
     (f"x: {V3}, out: {F32}", "x[i] = 1.0", "'x\\[i\\]' is a bz.vec3, the value is float"),
     (f"x: {V3}, out: {F32}", "x[i] = bz.vec2(1.0, 2.0)", "'x\\[i\\]' is a bz.vec3, the value is a bz.vec2"),
     (f"x: {V3}, out: {F32}", "out[i] = bz.dot(x[i], out[i])", "bz.dot: argument 2: expected a vector, got float32"),
