@@ -173,7 +173,18 @@ def binary(op: str, a, b):
             raise TypeProblem(f"{op} of constants {a!r} and {b!r}: {error}") from None
     if op == "pow" and _negative_int_literal(b) and isinstance(a, k.Expr) and not a.dtype.is_floating:
         b = float(b)  # as in Python (and `bz.Fusion`'s `x ** -1`), n ** -1 is a float, not an integer power of 0
+    if op in _SHIFTS and _typed_integer(a) and _typed_integer(b) and a.dtype != b.dtype:
+        # A shift keeps its left operand's type, as in C, Warp and Taichi: `h >> k` of a uint64 hash by
+        # an int32 index is uint64 (NumPy's promotion of the pair, float64, has no shift).
+        b = as_expr(b, a.dtype)
     return _apply(op, BINARY, [a, b], lambda x, dtype: k.Binary(op, x[0], x[1], dtype))
+
+
+_SHIFTS = frozenset({"left_shift", "right_shift"})
+
+
+def _typed_integer(v) -> bool:
+    return isinstance(v, k.Expr) and v.dtype.is_integer
 
 
 def _negative_int_literal(v) -> bool:

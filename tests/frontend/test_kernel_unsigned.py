@@ -125,17 +125,32 @@ def test_out_of_range_literals_and_scalars_are_errors():
         wang_hash(_keys(3), -1, np.zeros(3, np.uint32))
 
 
-def test_a_uint64_shifted_by_a_loop_index_says_what_to_convert():
+def test_a_shift_keeps_its_left_operands_type():
+    # As in C, Warp and Taichi: a uint64 shifted by an int64 loop index is uint64 (NumPy's promotion of
+    # the pair is float64, which has no shift).
     @bz.kernel
     def bit_count(a: bz.Array[bz.uint64, 1], out: bz.Array[bz.uint64, 1]):
         for i in range(a.shape[0]):
             for k in range(64):
                 out[i] += (a[i] >> k) & 1
 
-    with pytest.raises(bz.KernelTypeError, match=r"right_shift: expected integer operands, and uint64 and int64 "
+    a = np.array([0, 1, 2**63 + 5, 2**64 - 1], np.uint64)
+    out = np.zeros(4, np.uint64)
+    bit_count(a, out)
+    np.testing.assert_array_equal(out, [bin(int(v)).count("1") for v in a])
+
+
+def test_a_uint64_and_an_int64_in_a_bitwise_op_say_what_to_convert():
+    @bz.kernel
+    def masked(a: bz.Array[bz.uint64, 1], out: bz.Array[bz.uint64, 1]):
+        for i in range(a.shape[0]):
+            for k in range(64):
+                out[i] += a[i] & k
+
+    with pytest.raises(bz.KernelTypeError, match=r"bitwise_and: expected bool or integer operands, and uint64 and int64 "
                                                  r"promote to float64 \(as in NumPy\); convert one first, e.g. "
                                                  r"bz.uint64\(...\)"):
-        bit_count(np.zeros(3, np.uint64), np.zeros(3, np.uint64))
+        masked(np.zeros(3, np.uint64), np.zeros(3, np.uint64))
 
 
 @pytest.mark.skipif(not nvrtc.available(), reason="NVRTC is not installed")
