@@ -147,8 +147,8 @@ def test_a_uint64_and_an_int64_in_a_bitwise_op_say_what_to_convert():
             for k in range(64):
                 out[i] += a[i] & k
 
-    with pytest.raises(bz.KernelTypeError, match=r"bitwise_and: expected bool or integer operands, and uint64 and int64 "
-                                                 r"promote to float64 \(as in NumPy\); convert one first, e.g. "
+    with pytest.raises(bz.KernelTypeError, match=r"bitwise_and: expected bool or integer operands, and uint64 and "
+                                                 r"int64 promote to float64 \(as in NumPy\); convert one first, e.g. "
                                                  r"bz.uint64\(...\)"):
         masked(np.zeros(3, np.uint64), np.zeros(3, np.uint64))
 
