@@ -25,7 +25,7 @@ from braze.frontend.jit_numbers import number_check
 from braze.ir.tensor import TensorView
 from braze.runtime.arrays import as_host_array
 from braze.runtime.device_arrays import as_device_view, is_device_array
-from braze.runtime.fast_call import MAX_DESCRIPTIONS, Describer
+from braze.runtime.fast_call import MAX_DESCRIPTIONS, Describer, FastCalls
 from braze.runtime.inputs import stride_order_of
 
 # A traced fusion, how a call builds the function's result (a tensor, a tuple, a dict) from its outputs,
@@ -137,18 +137,23 @@ class JitFunction:
         self.fusions: OrderedDict[tuple, _Traced] = OrderedDict()  # the last MAX_TRACES used
         # Calls by their arguments' full description (dtype, shape, strides and device of each array,
         # the type of each number), so a repeated call skips binding and signatures: the fusion's own
-        # cached call does the rest. One describer per set of positions that hold numbers.
-        self.describers: dict[frozenset[int], Callable[[Sequence[object]], tuple | None]] = {}
-        self.described: dict[tuple, _Traced] = {}
+        # cached call does the rest. One describer per set of positions that hold numbers, found by the
+        # arguments' types (a tuple of types is quicker to make than the set of positions).
+        self.describers: dict[tuple[type, ...], Callable[[Sequence[object]], tuple | None]] = {}
+        # Per description, its trace and the fusion's cached calls where they file calls under that
+        # same description (they are then asked with it, not made to describe the arguments again).
+        self.described: dict[tuple, tuple[_Traced, FastCalls | None]] = {}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        known = self._known(args) if not kwargs and not self.static else None
+        key = self._describe(args) if not kwargs and not self.static and len(args) == len(self.names) else None
+        known = self.described.get(key) if key is not None else None
         if known is not None:  # the fast path: arguments described before, in full
-            fusion, rebuild, check_numbers = known
+            (fusion, rebuild, check_numbers), fast = known
             if check_numbers is not None:
                 check_numbers(args)
-            # Without keywords where none are needed: the fusion's native cached call takes none.
-            outputs = fusion.execute(args) if self.backend is None else fusion.execute(args, backend=self.backend)
+            outputs = fast.find(args, key) if fast is not None and fast.native is None else None
+            if outputs is None:  # without keywords where none are needed: the native cached call takes none
+                outputs = fusion.execute(args) if self.backend is None else fusion.execute(args, backend=self.backend)
             return rebuild(outputs)
         args, defaulted = self._bind(args, kwargs)
         baked = self.static | defaulted
@@ -192,10 +197,12 @@ class JitFunction:
         return tuple(bound.arguments[name] for name in self.names), defaulted
 
     def _describe(self, args: tuple) -> tuple | None:
-        positions = _scalar_positions(args)
-        describe = self.describers.get(positions)
+        types = tuple(map(type, args))
+        describe = self.describers.get(types)
         if describe is None:
-            describe = self.describers[positions] = Describer(len(self.names), positions).key
+            if len(self.describers) >= MAX_DESCRIPTIONS:
+                self.describers.clear()
+            describe = self.describers[types] = Describer(len(self.names), _scalar_positions(args)).key
         return describe(args)
 
     def _traced(self, key: tuple, args: tuple) -> _Traced:
@@ -208,12 +215,8 @@ class JitFunction:
         entry = self.fusions[key] = self._trace(key, args)
         if len(self.fusions) > MAX_TRACES:
             _, (dropped, *_) = self.fusions.popitem(last=False)
-            self.described = {k: e for k, e in self.described.items() if e[0] is not dropped}
+            self.described = {k: e for k, e in self.described.items() if e[0][0] is not dropped}
         return entry
-
-    def _known(self, args: tuple) -> _Traced | None:
-        """The fusion of arguments (arrays and numbers) described before."""
-        return self.described.get(self._describe(args)) if len(args) == len(self.names) else None
 
     def _remember(self, args: tuple, entry: _Traced) -> None:
         key = self._describe(args)
@@ -221,7 +224,8 @@ class JitFunction:
             return
         if len(self.described) >= MAX_DESCRIPTIONS:
             self.described.clear()
-        self.described[key] = entry
+        fast = entry[0].__dict__.get("_fast_calls") if self.backend is None else None
+        self.described[key] = entry, fast if fast is not None and fast.key(args) == key else None
 
     def _trace(self, key: tuple, args: tuple) -> _Traced:
         with Fusion(name=self.fn.__name__ if self.fn.__name__.isidentifier() else "jit") as f:

@@ -126,7 +126,8 @@ def _arg(largest: bool) -> Callable:
         value_dtype = dt.compute_dtype(tv.definition.inputs[0].dtype)
         value_dtype = dt.int32 if value_dtype.is_bool else value_dtype
         if em.cpu:
-            return _arg_by_folds(em, tv, idx, largest, value_dtype)
+            one_axis = len(tv.definition.attrs["axes"]) == 1
+            return (_arg_by_blocks if one_axis else _arg_by_folds)(em, tv, idx, largest, value_dtype)
         best = em.scopes.fresh("best", value_dtype)
         where = em.scopes.fresh("at", em.index)
         em.scopes.emit(k.Let(best, _extreme(value_dtype, largest=not largest)))
@@ -144,6 +145,79 @@ def _arg(largest: bool) -> Callable:
         ReductionLoops(em, tv, idx).run(consider)
         return cast(where, tv.dtype)
     return emit
+
+
+ARG_BLOCK = 512  # elements of a row whose extreme one fold finds before the row's best so far takes it
+
+
+def _row_loop(em: ValueEmitter, tv: TensorView, idx, begin: k.Expr, end: k.Expr,
+              body: Callable[[k.Expr, k.Var], None]) -> None:
+    """`for r in range(begin, end): body(element, r)` over the one reduced axis of `tv`'s input."""
+    x, (axis,) = tv.definition.inputs[0], tv.definition.attrs["axes"]
+    var = em.scopes.fresh("r", em.index)
+    em.scopes.push("reduction", {var})
+    kept = iter(idx)
+    body(em.value(x, tuple(var if a == axis else next(kept) for a in range(x.ndim))), var)
+    em.scopes.emit(k.For(var, begin, end, tuple(em.scopes.pop().stmts)))
+
+
+def _arg_by_blocks(em: ValueEmitter, tv: TensorView, idx, largest: bool, value_dtype: DType) -> k.Expr:
+    """argmax / argmin over one axis in blocks of ARG_BLOCK: a fold finds each block's extreme, and
+    only a block whose extreme beats the best so far (strictly, or as the first NaN: NumPy's first
+    occurrence) is read again, from the cache, for the first index holding it. Both folds vectorize,
+    and the row crosses memory once, where two folds over the whole row read it twice."""
+    x, (axis,) = tv.definition.inputs[0], tv.definition.attrs["axes"]
+    n = em.extent(x.visible[axis].extent)
+    if em.reduction_trips is not None:  # 0 or 1 (ValueEmitter.in_range)
+        n = index_op("mul", n, em.reduction_trips)
+    fold = "reduce_maximum" if largest else "reduce_minimum"
+    best, at = em.scopes.fresh("best", value_dtype), em.scopes.fresh("at", em.index)
+    em.scopes.emit(k.Let(best, _extreme(value_dtype, largest=not largest)))
+    em.scopes.emit(k.Let(at, em.zero))
+    block = em.scopes.fresh("rb", em.index)
+    em.scopes.push("reduction", {block})
+    lo, hi = em.scopes.fresh("lo", em.index), em.scopes.fresh("hi", em.index)
+    extreme = em.scopes.fresh("m", value_dtype)
+    em.scopes.emit(k.Let(lo, index_op("mul", block, em.const(ARG_BLOCK))))
+    em.scopes.emit(k.Let(hi, k.Binary("minimum", index_op("add", lo, em.const(ARG_BLOCK)), n, em.index)))
+    em.scopes.emit(k.Let(extreme, _extreme(value_dtype, largest=not largest)))
+    _row_loop(em, tv, idx, lo, hi, lambda v, r: em.scopes.emit(
+        k.Assign(extreme, k.Binary(fold, extreme, cast(v, value_dtype), value_dtype))))
+    better = _beats(extreme, best, largest, value_dtype)
+    em.scopes.push("branch")
+    first = em.scopes.fresh("first", em.index)
+    em.scopes.emit(k.Let(first, hi))
+
+    def find(v: k.Expr, r: k.Var) -> None:
+        hit = _holds(cast(v, value_dtype), extreme, value_dtype)
+        em.scopes.emit(k.Assign(first, k.Binary("reduce_minimum", first, k.Ternary("where", hit, r, hi, em.index),
+                                                 em.index)))
+
+    _row_loop(em, tv, idx, lo, hi, find)
+    em.scopes.emit(k.Assign(best, extreme))
+    em.scopes.emit(k.Assign(at, first))
+    em.scopes.emit(k.If(better, tuple(em.scopes.pop().stmts)))
+    blocks = index_op("floordiv", index_op("add", n, em.const(ARG_BLOCK - 1)), em.const(ARG_BLOCK))
+    em.scopes.emit(k.For(block, em.zero, blocks, tuple(em.scopes.pop().stmts)))
+    return cast(at, tv.dtype)
+
+
+def _beats(v: k.Expr, best: k.Expr, largest: bool, dtype: DType) -> k.Expr:
+    better = k.Binary("gt" if largest else "lt", v, best, dt.bool_)
+    if not dtype.is_floating:
+        return better
+    first_nan = k.Binary("logical_and", k.Unary("isnan", v, dt.bool_),
+                         k.Unary("logical_not", k.Unary("isnan", best, dt.bool_), dt.bool_), dt.bool_)
+    return k.Binary("logical_or", better, first_nan, dt.bool_)
+
+
+def _holds(v: k.Expr, extreme: k.Expr, dtype: DType) -> k.Expr:
+    """Whether `v` is `extreme` (a NaN where it is one)."""
+    hit = k.Binary("eq", v, extreme, dt.bool_)
+    if not dtype.is_floating:
+        return hit
+    both_nan = k.Binary("logical_and", k.Unary("isnan", v, dt.bool_), k.Unary("isnan", extreme, dt.bool_), dt.bool_)
+    return k.Binary("logical_or", hit, both_nan, dt.bool_)
 
 
 def _arg_by_folds(em: ValueEmitter, tv: TensorView, idx, largest: bool, value_dtype: DType) -> k.Expr:

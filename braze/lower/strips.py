@@ -23,7 +23,7 @@ from braze import dtypes as dt
 from braze.dtypes import DType
 from braze.ir.tensor import TensorView
 from braze.kir import nodes as k
-from braze.lower.reductions import _FOLDS
+from braze.lower.reductions import _FOLDS, _extreme
 from braze.lower.scope import Scope, free_vars
 from braze.lower.values import ValueEmitter, cast, index_op
 from braze.ops.reductions import _accumulator
@@ -31,7 +31,8 @@ from braze.ops.reductions import _accumulator
 if TYPE_CHECKING:
     from braze.schedule.loops import ScheduledLoops
 
-_FOLDS_AND_MOMENTS = frozenset(_FOLDS) | {"mean", "var"}
+_ARGS = frozenset({"argmax", "argmin"})
+_STRIP_OPS = frozenset(_FOLDS) | {"mean", "var"} | _ARGS
 SUM_BLOCK_ROWS = 64  # rows a lane sums serially before its partial joins the pairwise stack
 # One partial per level, shared by the task's sums (each runs whole before the next): 2**15 blocks of
 # rows (2M rows) before the last level starts absorbing partials; 256 KiB for the widest strip.
@@ -66,8 +67,7 @@ class StripLanes:
     def hoist(self, em: ValueEmitter, tv: TensorView, idx: tuple[k.Expr, ...]) -> k.Expr | None:
         """The value of reduction `tv` at `idx` read from its lane array (computed at the task's scope
         on first use), when `idx` varies with one strip column and otherwise only with the task."""
-        op = tv.definition.op
-        if op not in _FOLDS and op not in ("mean", "var"):
+        if tv.definition.op not in _STRIP_OPS:
             return None
         needed = set().union(*map(free_vars, idx)) if idx else set()
         lanes = needed & self.lane_vars
@@ -98,6 +98,8 @@ class StripLanes:
         idx = tuple(k.substitute(i, lane, column) for i in idx)
         if op == "var":
             return self._variance(em, tv, idx, column, acc_dtype)
+        if op in _ARGS:
+            return self._arg(em, tv, idx, column, largest=op == "argmax")
         if fold == "sum" and acc_dtype.is_floating:
             array = self._pairwise_sum(em, tv, idx, column, acc_dtype)
         else:
@@ -126,6 +128,33 @@ class StripLanes:
                            acc_dtype)
         return squares, lambda v: cast(k.Binary("truediv", v, divisor, acc_dtype), tv.dtype)
 
+    def _arg(self, em: ValueEmitter, tv: TensorView, idx: tuple[k.Expr, ...], column: k.Var, largest: bool):
+        """argmax / argmin in one pass over the rows: a lane takes a row's value and flat row index where
+        the value beats its best so far, strictly (the first of equal values stays) or as the first NaN
+        (NumPy's first occurrence), by selects that vectorize, where one strided column per task
+        walked each column twice (the extreme, then its first index) at a stride of a row."""
+        value_dtype = dt.compute_dtype(tv.definition.inputs[0].dtype)
+        value_dtype = dt.int32 if value_dtype.is_bool else value_dtype
+        best, at = self._alloc(em, value_dtype), self._alloc(em, em.index)
+        self._fill(em, best, _extreme(value_dtype, largest=not largest))
+        self._fill(em, at, em.zero)
+
+        def consider(j: k.Var, value: Callable[[], k.Expr], row: k.Expr) -> None:
+            v, old = cast(value(), value_dtype), k.LoadLocal(best, j, value_dtype)
+            better = k.Binary("gt" if largest else "lt", v, old, dt.bool_)
+            if value_dtype.is_floating:
+                first_nan = k.Binary("logical_and", k.Unary("isnan", v, dt.bool_),
+                                     k.Unary("logical_not", k.Unary("isnan", old, dt.bool_), dt.bool_), dt.bool_)
+                better = k.Binary("logical_or", better, first_nan, dt.bool_)
+            taken = em.scopes.fresh("better", dt.bool_)  # read before either store: the second must not see the first
+            em.scopes.emit(k.Let(taken, better))
+            em.scopes.emit(k.StoreLocal(best, j, k.Ternary("where", taken, v, old, value_dtype)))
+            em.scopes.emit(k.StoreLocal(at, j, k.Ternary("where", taken, row, k.LoadLocal(at, j, em.index),
+                                                         em.index)))
+
+        _row_loops(em, tv, idx, lambda value, row: self.lane_loop(em, lambda j: consider(j, value, row), column))
+        return at, lambda v: cast(v, tv.dtype)
+
     def _alloc(self, em: ValueEmitter, dtype: DType, levels: int = 1) -> k.Var:
         array = em.scopes.fresh("lanes", dtype)
         em.scopes.emit(k.Alloc(array, dtype, self.capacity * levels))
@@ -144,7 +173,7 @@ class StripLanes:
             update = k.Binary(combine, k.LoadLocal(array, j, acc_dtype), cast(value(), acc_dtype), acc_dtype)
             em.scopes.emit(k.StoreLocal(array, j, update))
 
-        _row_loops(em, tv, idx, lambda value: self.lane_loop(em, lambda j: accumulate(j, value), column))
+        _row_loops(em, tv, idx, lambda value, _: self.lane_loop(em, lambda j: accumulate(j, value), column))
         return array
 
     def _pairwise_sum(self, em, tv, idx, column, acc_dtype: DType,
@@ -166,7 +195,7 @@ class StripLanes:
             em.scopes.emit(k.StoreLocal(partial, j, update))
 
         self._fill(em, partial, k.Const(0.0, acc_dtype))  # each push leaves it zero for the next block
-        _row_loops(em, tv, idx, lambda value: self.lane_loop(em, lambda j: accumulate(j, value), column),
+        _row_loops(em, tv, idx, lambda value, _: self.lane_loop(em, lambda j: accumulate(j, value), column),
                    (lambda: None, lambda: self._push(em, partial, stack, (top, blocks), last)))
         return partial
 
@@ -235,8 +264,9 @@ def _count(em: ValueEmitter, tv: TensorView) -> k.Expr:
 
 def _row_loops(em: ValueEmitter, tv: TensorView, idx: tuple[k.Expr, ...], row: Callable[[Callable], None],
                blocks: tuple[Callable[[], None], Callable[[], None]] | None = None) -> None:
-    """Loops over the reduced axes of `tv`'s input (in axis order) with `row(value)` inside, where
-    value() is the input's element at the row and the output index `idx`. With `blocks` (start, end),
+    """Loops over the reduced axes of `tv`'s input (in axis order) with `row(value, flat)` inside, where
+    value() is the input's element at the row and the output index `idx`, and `flat` the row's index
+    over the reduced axes, row-major. With `blocks` (start, end),
     the innermost reduced axis runs in blocks of SUM_BLOCK_ROWS, start() before and end() after each.
 
     One row at a time: summing four rows per step (a quarter of the lane traffic) was 3x slower
@@ -248,7 +278,10 @@ def _row_loops(em: ValueEmitter, tv: TensorView, idx: tuple[k.Expr, ...], row: C
 
     def nest(level: int) -> None:
         if level == len(axes):
-            row(lambda: em.value(x, full))
+            flat = em.zero
+            for var, axis in zip(variables, axes):
+                flat = index_op("add", index_op("mul", flat, em.extent(x.visible[axis].extent)), var)
+            row(lambda: em.value(x, full), flat)
             return
         var, extent = variables[level], em.extent(x.visible[axes[level]].extent)
         if level == 0 and em.reduction_trips is not None:  # 0 or 1 (ValueEmitter.in_range)
@@ -343,7 +376,7 @@ def _reductions_under(tv: TensorView) -> list[TensorView]:
         if id(t) in seen or t.definition is None:
             continue
         seen.add(id(t))
-        if "axes" in t.definition.attrs and t.definition.op in _FOLDS_AND_MOMENTS:
+        if "axes" in t.definition.attrs and t.definition.op in _STRIP_OPS:
             found.append(t)
             continue
         stack.extend(t.definition.inputs)

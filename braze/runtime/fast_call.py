@@ -435,12 +435,12 @@ class FastCalls:
         # this object would put it in a reference cycle.
         self._find = weakref.WeakMethod(self.find)
 
-    def find(self, inputs: Sequence[object]) -> list | None:
-        """The outputs of the prepared call for the inputs' description, or None: take the host
-        program. That call is then tried first."""
+    def find(self, inputs: Sequence[object], key: tuple | None = None) -> list | None:
+        """The outputs of the prepared call for the inputs' description (`key`, where the caller has
+        it already: `@bz.jit`'s), or None: take the host program. That call is then tried first."""
         if config.current is not self.config:
             return None
-        prepared = self.prepared.get(self.key(inputs))
+        prepared = self.prepared.get(self.key(inputs) if key is None else key)
         if prepared is None:
             return None
         if prepared is not self.last:

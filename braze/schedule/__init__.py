@@ -26,9 +26,8 @@ from braze.schedule.transpose import ReadLayouts, transposed_reads
 
 # Ops through which a dimension keeps its position (so a broadcast dimension can be traced).
 _POSITIONAL = {"elementwise", "cast"}
-# Reductions the CPU's column strips accumulate lane by lane (braze/lower/strips.py); argmax and
-# argmin keep the loop-per-element schedule.
-STRIP_REDUCTIONS = frozenset({"sum", "prod", "max", "min", "mean", "var", "any", "all"})
+# Reductions the CPU's column strips accumulate lane by lane (braze/lower/strips.py).
+STRIP_REDUCTIONS = frozenset({"sum", "prod", "max", "min", "mean", "var", "any", "all", "argmax", "argmin"})
 # A GPU's tiles (codegen/cuda_tiles.py): 32 x 32, or 64 x 64 when every tensor read transposed has
 # elements of 2 bytes or less. A warp then reads 64 of them, a whole 128-byte line, along the tensor's
 # contiguous axis (32 would move 64 bytes a request), and each of a 256-thread block's threads has 16

@@ -61,6 +61,24 @@ def test_no_retrace_on_different_values() -> None:
     assert g.traces == 1
 
 
+def test_a_cached_call_describes_its_arguments_once() -> None:
+    # The fusion's cached calls are asked with the description @bz.jit made (the same key), not made to
+    # read every array's dtype, shape and strides again.
+    @bz.jit
+    def axpy(x, y, a):
+        return a * x + y
+
+    x, y = np.arange(6.0, dtype=np.float32), np.ones(6, np.float32)
+    axpy(x, y, 2.0)
+    ((fusion, *_), fast), = axpy.described.values()
+    assert fast is fusion._fast_calls
+    described = []
+    fast.key = lambda inputs, key=fast.key: described.append(inputs) or key(inputs)
+    for a in (2.0, 3.0):
+        np.testing.assert_array_equal(axpy(x, y, a), a * x + y)
+    assert described == []
+
+
 def test_retrace_on_dtype_change() -> None:
     g = Counted(axpb)
     g(f32(2, 3), 2, f32(3))

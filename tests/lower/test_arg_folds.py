@@ -9,6 +9,7 @@ import pytest
 import braze as bz
 from braze import engine
 from braze.kir import nodes as k
+from braze.lower import reductions
 
 
 def _fusion(op, dtype=bz.float32, axis=-1) -> bz.Fusion:
@@ -29,19 +30,43 @@ def _specials(rng: np.random.Generator, shape) -> np.ndarray:
     return x
 
 
-def test_the_cpu_kernel_has_no_update_under_an_if():
-    f = _fusion(bz.ops.argmax)
+def _walk(stmts):
+    for s in stmts:
+        yield s
+        for name in ("body", "then", "orelse"):
+            yield from _walk(getattr(s, name, ()))
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_the_cpu_kernel_loops_over_elements_with_no_update_under_an_if(axis):
+    # Over one axis, a row is folded in blocks: only a block whose extreme beats the best so far is read
+    # again for its index, under an If around the block's loop, never inside a loop over elements.
+    f = _fusion(bz.ops.argmax, axis=axis)
     x = np.ones((3, 5), np.float32)
     _, kernel, _ = engine.plan_kernel(f, engine.signature(f, engine.bind_inputs(f, [x])))
     body = [s for t in kernel.tasks for s in t.body]
+    element_loops = [s for s in _walk(body) if isinstance(s, k.For) and not any(isinstance(b, k.For) for b in s.body)]
+    assert element_loops and not any(isinstance(s, k.If) for loop in element_loops for s in _walk(loop.body))
 
-    def walk(stmts):
-        for s in stmts:
-            yield s
-            for name in ("body", "then", "orelse"):
-                yield from walk(getattr(s, name, ()))
 
-    assert not any(isinstance(s, k.If) for s in walk(body))
+def test_a_row_is_read_again_only_in_blocks_that_beat_the_best_so_far():
+    f = _fusion(bz.ops.argmax)
+    x = np.ones((3, 5), np.float32)
+    _, kernel, _ = engine.plan_kernel(f, engine.signature(f, engine.bind_inputs(f, [x])))
+    (task,) = kernel.tasks
+    branches = [s for s in _walk(task.body) if isinstance(s, k.If)]
+    assert len(branches) == 1 and any(isinstance(s, k.For) for s in branches[0].then)
+
+
+@pytest.mark.parametrize("name", ["argmax", "argmin"])
+def test_rows_over_several_blocks(name):
+    rng = np.random.default_rng(7)
+    x = rng.integers(-3, 4, (6, 3 * reductions.ARG_BLOCK + 5)).astype(np.float32)  # ties across blocks
+    x[1, reductions.ARG_BLOCK + 3] = np.nan
+    x[2, -1] = np.inf if name == "argmax" else -np.inf  # the last block's last element
+    x[3] = np.nan
+    (got,) = _fusion(getattr(bz.ops, name)).execute([x])
+    np.testing.assert_array_equal(got, getattr(np, name)(x, axis=-1))
 
 
 @pytest.mark.parametrize("shape", [(4, 1), (3, 7), (5, 33), (2, 1000), (1, 4099)], ids=str)

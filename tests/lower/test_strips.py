@@ -128,6 +128,8 @@ def test_columns_wider_than_a_strip_split_into_strips(shape):
     (lambda x: x.sum(1), 3, "outer_reduction", ()),
     (lambda x: bz.ops.softmax(x, 0), 2, "outer_normalization", (0,)),
     (lambda x: bz.ops.softmax(x, 1), 3, "outer_normalization", (1,)),
+    (lambda x: bz.ops.argmax(x, 0), 2, "outer_reduction", ()),
+    (lambda x: bz.ops.argmin(x, 1), 3, "outer_reduction", ()),
 ])
 def test_outer_reductions_and_normalizations_take_column_strips_on_the_cpu(build, rank, scheduler, serial):
     f = _fusion(rank, bz.float32, build)
@@ -154,6 +156,22 @@ def test_pointwise_ops_over_a_column_sum_take_column_strips(dtype):
     (got,) = f.execute([x])
     want = x.astype(np.float64).sum(0) * 0.5 + 1.0
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-2 if dtype == bz.bfloat16 else 1e-5)
+
+
+@pytest.mark.parametrize("name", ["argmax", "argmin"])
+@pytest.mark.parametrize(("shape", "axes"), [((70, 9), (0,)), ((3, 5, 7), (0, 1)), ((4, 66, 3), (1,))], ids=str)
+def test_strip_arg_reductions_take_the_first_occurrence_over_flattened_rows(name, shape, axes):
+    rng = np.random.default_rng(len(shape))
+    x = rng.integers(-2, 3, shape).astype(np.float32)  # many ties
+    x[rng.random(shape) < 0.05] = np.inf
+    x[rng.random(shape) < 0.05] = -np.inf
+    x[rng.random(shape) < 0.03] = np.nan
+    x[..., 0] = np.nan  # a column of NaNs
+    f = _fusion(len(shape), bz.float32, lambda t: getattr(bz.ops, name)(t, axes))
+    (got,) = f.execute([x], backend="llvm")
+    moved = np.moveaxis(x, axes, range(len(axes)))
+    rows = int(np.prod([shape[a] for a in axes]))
+    np.testing.assert_array_equal(got, getattr(np, name)(moved.reshape(rows, -1), axis=0).reshape(got.shape))
 
 
 def test_inner_reductions_keep_their_schedule():

@@ -44,6 +44,26 @@ def test_a_cached_call_builds_nothing_and_launches_the_same_tasks() -> None:
         np.testing.assert_array_equal(out, np.maximum(x * y + z, 0))
 
 
+def test_a_cached_host_call_runs_its_tasks_itself_unless_a_recorder_is_open(monkeypatch) -> None:
+    from braze.runtime import thread_pool
+    from braze.runtime.backends import cpu
+
+    f = pointwise()
+    small, large = [randn(1000)] * 3, [randn(1 << 21)] * 3
+    f.execute(small), f.execute(large)  # prepared
+    through_tasks, split = [], []
+    monkeypatch.setattr(cpu.CpuTasks, "launch", lambda self, *a, **kw: through_tasks.append(a))
+    real_parallel_for = thread_pool.parallel_for
+    monkeypatch.setattr(cpu, "parallel_for", lambda *a, **kw: split.append(a) or real_parallel_for(*a, **kw))
+    for inputs in (small, large):
+        (out,) = f.execute(inputs)
+        np.testing.assert_array_equal(out, np.maximum(inputs[0] * inputs[1] + inputs[2], 0))
+    assert through_tasks == [] and [a[2] for a in split] == [1 << 21]  # only the large call splits
+    with bz.record():
+        f.execute(small)
+    assert len(through_tasks) == 1  # noted by CpuTasks.launch, as the host program's launches are
+
+
 def test_each_call_gets_its_own_inputs_and_a_fresh_output() -> None:
     f = pointwise()
     outputs = []
