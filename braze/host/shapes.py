@@ -4,7 +4,9 @@ A tensor's allocation domain is derived from its logical domain by splits (the o
 a ceildiv, so a non-divisible extent is padded), merges (a product) and reorders. Memory is
 contiguous in allocation order; walking the transforms back gives each logical dimension its
 stride, so the tensor the user sees is a strided view of the (possibly padded) allocation.
-Broadcast dimensions get stride 0; reduction dimensions are not allocated at all.
+A broadcast dimension (extent 1, indexed at 0) takes its place in allocation order, and the stride
+that place gives it, as torch and NumPy give a size-1 dimension; reduction dimensions are not
+allocated at all.
 
 Everything here is symbolic (`Scalar`s over the input extents). `ShapeProgram` flattens the
 expressions of all of a fusion's allocated tensors into one straight-line program with shared
@@ -39,7 +41,7 @@ class Layout:
     allocation_sizes: tuple[Scalar, ...]  # allocation order, outermost first; reductions dropped
     allocation_strides: tuple[Scalar, ...]  # contiguous in allocation order
     sizes: tuple[Scalar, ...]  # the visible logical dimensions
-    strides: tuple[Scalar, ...]  # of the logical dimensions; 0 for broadcasts
+    strides: tuple[Scalar, ...]  # of the logical dimensions
     numel: Scalar  # elements to allocate, padding included
 
     @property
@@ -77,7 +79,9 @@ def infer_layout(tv: TensorView) -> Layout:
         allocation_sizes=sizes,
         allocation_strides=allocation_strides,
         sizes=tuple(d.extent for d in logical),
-        strides=tuple(_ZERO if d.is_broadcast else strides[id(d)] for d in logical),
+        # A broadcast keeps the stride of its place: a stride of 0 would read as another layout
+        # to whoever compares strides (Dynamo's guards recompile a graph fed a (0, 1)-strided [1, n]).
+        strides=tuple(strides.get(id(d), _ZERO) if d.is_broadcast else strides[id(d)] for d in logical),
         numel=numel,
     )
 

@@ -9,7 +9,7 @@ from braze.ir.scalar import Scalar, as_scalar, ceildiv
 
 
 class IterType(enum.Enum):
-    """What a dimension does: iterate, get reduced, or broadcast (extent 1, stride 0)."""
+    """What a dimension does: iterate, get reduced, or broadcast (extent 1, always indexed at 0)."""
 
     ITERATION = "i"
     REDUCTION = "r"

@@ -90,8 +90,8 @@ class ValueEmitter:
             return idx
         if not (self._row_major(tv) if row_major is None else row_major):
             return idx
-        # The position goes to the innermost axis that varies: an axis of extent 1 (a broadcast) has
-        # stride 0 in braze's allocations, so (h, w) over [H, 1] sits at (h, 0), not at (0, h).
+        # The position goes to the innermost axis that varies: an axis of extent 1 (a broadcast) is
+        # indexed at 0 whatever its stride (an input's may be 0), so (h, w) over [H, 1] is (h, 0), not (0, h).
         varying = [n for n, d in enumerate(tv.visible[rest:]) if not d.is_broadcast]
         if not varying:
             return idx

@@ -68,11 +68,13 @@ def test_merge_then_reorder_makes_the_first_logical_dimension_fastest() -> None:
     assert _evaluate(infer_layout(t), {"T0_s0": 2, "T0_s1": 3, "T0_s2": 4}) == ([2, 3, 4], [3, 1, 6], 24)
 
 
-def test_broadcast_dimensions_have_stride_zero_and_take_no_memory() -> None:
+def test_broadcast_dimensions_take_no_memory_and_the_stride_of_their_place() -> None:
+    """As torch and NumPy lay out a size-1 dimension: [3, 1, 5] is (5, 5, 1), not (5, 0, 1), which
+    torch would take for another layout (Dynamo's guards compare strides)."""
     t = _tensor((-1, 1, -1))
     t.split(0, 2)  # a split next to a broadcast keeps working
     t.set_allocation_domain(t.loop)
-    assert _evaluate(infer_layout(t), {"T0_s0": 3, "T0_s2": 5}) == ([3, 1, 5], [5, 0, 1], 20)
+    assert _evaluate(infer_layout(t), {"T0_s0": 3, "T0_s2": 5}) == ([3, 1, 5], [5, 5, 1], 20)
 
 
 def test_reduction_dimensions_are_not_allocated() -> None:
@@ -226,7 +228,6 @@ def test_inference_matches_brute_force(case) -> None:
     storage = np.arange(max(numel, 1), dtype=np.int64)
     view = np.lib.stride_tricks.as_strided(storage, sizes, [s * storage.itemsize for s in strides])
     np.testing.assert_array_equal(view, offsets)
-    assert all(s == 0 for s, d in zip(strides, t.visible) if d.is_broadcast)
 
 
 def _degenerate(t: TensorView, bindings: dict[str, int]) -> bool:

@@ -39,3 +39,25 @@ def test_a_frame_dynamo_skips_runs_eagerly_and_explain_says_so() -> None:
     make_model, make_inputs = MODELS["mixture_of_experts"]
     explanation = bz.torch.explain(make_model(), *make_inputs(torch.Generator().manual_seed(1)))
     assert explanation.graphs == [] and "no graph reached the braze backend" in str(explanation)
+
+
+class _GRUEncoder(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.enc = torch.nn.GRU(4, 4, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.enc(x)[1].tanh()
+
+
+def test_explain_names_the_recurrent_modules_dynamo_leaves_untraced() -> None:
+    """Dynamo skips a frame that calls nn.GRU (torch._dynamo.explain gives no reason): explain said only
+    that nothing reached braze, and pointed at data-dependent loops."""
+    x = torch.randn(2, 3, 4)
+    explanation = bz.torch.explain(_GRUEncoder(), x)
+    assert explanation.graphs == [] and explanation.untraced_rnns == ("enc (GRU)",)
+    assert "enc (GRU)" in str(explanation) and "torch._dynamo.config.allow_rnn = True" in str(explanation)
+    torch._dynamo.reset()  # Dynamo remembers the frame it skipped
+    with torch._dynamo.config.patch(allow_rnn=True):
+        explanation = bz.torch.explain(_GRUEncoder(), x, backward=False)
+    assert explanation.regions and explanation.untraced_rnns == () and "allow_rnn" not in str(explanation)

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch")
 
 import torch.nn.functional as F  # noqa: E402
+from torch._dynamo.utils import counters  # noqa: E402
 
 import braze as bz  # noqa: E402
 from braze.frontend.torch import region_builder  # noqa: E402
@@ -516,6 +517,25 @@ def test_stride_orders_follow_torchs_layouts() -> None:
     assert region_builder.stride_order(torch.empty(2, 1, 4)) is None
     assert region_builder.stride_order(torch.empty(8, 3, 5, 5).to(memory_format=torch.channels_last)) == (3, 0, 2, 1)
 
+
+
+def test_size_one_dimensions_of_outputs_have_eagers_strides_and_a_loop_feeding_them_back_compiles_once() -> None:
+    """A denoising loop at batch 1 feeds each step's output back in. Its size-1 dimensions had
+    stride 0 in braze's outputs ((0, 1) where eager gives (6, 1)), and Dynamo, whose guards compare
+    strides, compiled the graph again on the second step."""
+    def step(x, y):
+        return (x * 2 + y).sin(), x.sum(0, keepdim=True), x[:, :1] * 3
+
+    compiled = torch.compile(step, backend="braze", options=STRICT)
+    for shape in ((1, 6), (3, 6), (1, 1)):
+        x, y = torch.randn(shape), torch.randn(shape[1])
+        assert [o.stride() for o in compiled(x, y)] == [o.stride() for o in step(x, y)], shape
+    torch._dynamo.reset()
+    x, y = torch.randn(1, 6), torch.randn(6)
+    graphs = counters["stats"]["unique_graphs"]
+    for _ in range(3):
+        x = compiled(x, y)[0]
+    assert counters["stats"]["unique_graphs"] == graphs + 1
 
 # --- unsigned integers -------------------------------------------------------------------------------
 def test_uint8_images_fuse_in_braze():

@@ -15,20 +15,27 @@ from braze.frontend.torch.options import parse_options
 class Explanation:
     """The graphs the backend compiled for one call (forward, backward or inference), each with its
     regions (the ATen ops each fused, where it ran, the kernels it launched) and the ops that stayed
-    in PyTorch, with the reason. `str()` gives a readable report."""
+    in PyTorch, with the reason, and the model's recurrent modules that TorchDynamo left untraced.
+    `str()` gives a readable report."""
 
     graphs: list[GraphReport]
+    untraced_rnns: tuple[str, ...] = ()  # "enc (GRU)": nn.RNN, nn.LSTM and nn.GRU Dynamo did not trace
 
     @property
     def regions(self) -> list:
         return [r for g in self.graphs for r in g.regions]
 
     def __str__(self) -> str:
+        rnns = []
+        if self.untraced_rnns:  # torch._dynamo.explain gives no reason for these
+            rnns = [f"not traced: {', '.join(self.untraced_rnns)}: TorchDynamo leaves nn.RNN, nn.LSTM and nn.GRU "
+                    "to eager PyTorch unless torch._dynamo.config.allow_rnn = True"]
         if not self.graphs:  # Dynamo skipped the frame (a graph break in a loop, say): it ran as plain Python
-            return ("no graph reached the braze backend: TorchDynamo ran this call as plain Python "
-                    "(torch._dynamo.explain(model)(*inputs) says why; a loop over data-dependent indices "
-                    "needs torch._dynamo.config.capture_dynamic_output_shape_ops = True)")
-        lines = []
+            return "\n".join([
+                "no graph reached the braze backend: TorchDynamo ran this call as plain Python "
+                "(torch._dynamo.explain(model)(*inputs) says why; a loop over data-dependent indices "
+                "needs torch._dynamo.config.capture_dynamic_output_shape_ops = True)", *rnns])
+        lines = rnns
         for g in self.graphs:
             lines.append(f"{g.graph} graph: {len(g.regions)} braze region(s), "
                          f"{sum(g.torch_ops.values())} op(s) in PyTorch")
@@ -65,7 +72,16 @@ def explain(model: torch.nn.Module | object, *inputs: object, backward: bool | N
                 raise
             # Not asked for: the model ran its own backward already (a training step), and freed the graph.
     _restore_grads(saved)
-    return Explanation(reports)
+    return Explanation(reports, _untraced_rnns(model))
+
+
+def _untraced_rnns(model: object) -> tuple[str, ...]:
+    """The model's recurrent modules that Dynamo runs eagerly: all of them while `allow_rnn` is off
+    (a call through one breaks the graph, or skips the whole frame when nothing else is left)."""
+    if not isinstance(model, torch.nn.Module) or torch._dynamo.config.allow_rnn:
+        return ()
+    return tuple(f"{name or 'the model'} ({type(m).__name__})" for name, m in model.named_modules()
+                 if isinstance(m, torch.nn.RNNBase))
 
 
 def _saved_grads(model: object, inputs: tuple) -> list:
