@@ -145,7 +145,9 @@ class JitFunction:
         self.described: dict[tuple, tuple[_Traced, FastCalls | None]] = {}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        key = self._describe(args) if not kwargs and not self.static and len(args) == len(self.names) else None
+        # Positional arguments only, the parameters after them left to their defaults (baked in): one
+        # description of the arguments given finds the trace and its cached call.
+        key = self._describe(args) if not kwargs and not self.static and len(args) <= len(self.names) else None
         known = self.described.get(key) if key is not None else None
         if known is not None:  # the fast path: arguments described before, in full
             (fusion, rebuild, check_numbers), fast = known
@@ -155,6 +157,7 @@ class JitFunction:
             if outputs is None:  # without keywords where none are needed: the native cached call takes none
                 outputs = fusion.execute(args) if self.backend is None else fusion.execute(args, backend=self.backend)
             return rebuild(outputs)
+        given = len(args)
         args, defaulted = self._bind(args, kwargs)
         baked = self.static | defaulted
         key = tuple(_arg_signature(a, n, i in baked) for i, (a, n) in enumerate(zip(args, self.names)))
@@ -163,8 +166,8 @@ class JitFunction:
             check_numbers(args)
         inputs = [_python_value(a) if sig[0] == "scalar" else a for a, sig in zip(args, key) if sig[0] != "const"]
         outputs = fusion.execute(inputs, backend=self.backend)
-        if not kwargs and not self.static and len(inputs) == len(args) == len(self.names):
-            self._remember(args, entry)
+        if not kwargs and not self.static and len(inputs) == given and all(sig[0] != "const" for sig in key[:given]):
+            self._remember(args[:given], entry)  # the fusion's inputs are the arguments given, in order
         return rebuild(outputs)
 
     def __get__(self, instance: object, owner: type | None = None) -> Any:
@@ -202,7 +205,7 @@ class JitFunction:
         if describe is None:
             if len(self.describers) >= MAX_DESCRIPTIONS:
                 self.describers.clear()
-            describe = self.describers[types] = Describer(len(self.names), _scalar_positions(args)).key
+            describe = self.describers[types] = Describer(len(args), _scalar_positions(args)).key
         return describe(args)
 
     def _traced(self, key: tuple, args: tuple) -> _Traced:

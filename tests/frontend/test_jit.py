@@ -457,3 +457,14 @@ def test_a_jitted_method_takes_its_instance_as_a_baked_argument():
     with pytest.raises(bz.InputError, match=r"unbaked: argument 'self': expected an array, got the method's instance "
                                             r"\(_RMSNorm\); bz.jit\(static_argnames='self'\)"):
         _RMSNorm(1.0).unbaked(x)
+
+
+def test_a_call_leaving_parameters_to_their_defaults_takes_the_cached_path(monkeypatch):
+    # The defaults are baked in; the arguments given describe the call, as a call giving every one does.
+    scaled = bz.jit(lambda x, scale=2.0, axis=-1: bz.ops.argmax(x, axis) * scale)
+    x = np.random.default_rng(0).standard_normal((9, 33)).astype(np.float32)
+    np.testing.assert_array_equal(scaled(x), np.argmax(x, -1) * 2.0)
+    np.testing.assert_array_equal(scaled(x, 3.0), np.argmax(x, -1) * 3.0)
+    monkeypatch.setattr(type(scaled), "_bind", lambda *a: pytest.fail("a cached call bound its arguments again"))
+    np.testing.assert_array_equal(scaled(x), np.argmax(x, -1) * 2.0)
+    np.testing.assert_array_equal(scaled(x, 4.0), np.argmax(x, -1) * 4.0)
