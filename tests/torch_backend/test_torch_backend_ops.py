@@ -424,6 +424,13 @@ def test_explain_names_pooling_sorting_and_strided_views_left_to_pytorch() -> No
     assert reasons["as_strided"] == "explicit strides (as_strided): PyTorch runs it"  # chunk's halves
 
 
+def test_explain_calls_a_size_query_a_size_query() -> None:
+    from braze.frontend.torch.support import _family_reason
+
+    for op in (torch.ops.aten.sym_stride.int, torch.ops.aten.sym_storage_offset.default, torch.ops.aten.sym_size.int):
+        assert _family_reason(op) == "a size query: PyTorch answers it, there is nothing to compute", op
+
+
 def test_explain_says_torch_cond_is_a_higher_order_op_in_pytorch() -> None:
     def branchy(x):
         return torch.cond(x.sum() > 0, lambda t: torch.tanh(t), lambda t: torch.sigmoid(t) * 2, (x,))

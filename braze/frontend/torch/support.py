@@ -37,6 +37,8 @@ _TORCH_FAMILIES: list[tuple[tuple[str, ...], str]] = [
     (("sort", "topk", "kthvalue", "median", "nanmedian", "mode", "argsort", "msort", "unique"),
      "sorting and selection: braze has none"),
     (("as_strided",), "explicit strides (as_strided): PyTorch runs it"),
+    (("sym_size", "sym_stride", "sym_numel", "sym_storage_offset"),
+     "a size query: PyTorch answers it, there is nothing to compute"),
 ]
 
 # Views: in PyTorch they move no data. A region's last ops are left to PyTorch when they are views,
