@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import cache
@@ -140,15 +141,20 @@ extern "C" void run_{name}(const long long* args, long long grid, long long bloc
   std::memcpy(a.s, args, sizeof(a.s));
   bz_launch(grid, block, shared, [&]() {{ {name}(a, lanes, cached_row, (unsigned char*)partials, {last}last); }});
 }}''')
-    full = f"{text}\n" + "\n".join(launchers) + "\n"
-    library = _BUILD / f"{hashlib.sha256(full.encode()).hexdigest()[:20]}.so"
+    return shared_library(f"{text}\n" + "\n".join(launchers) + "\n", functions, 7)
+
+
+def shared_library(text: str, functions: Sequence[str], scalars: int, prefix: str = "") -> ctypes.CDLL:
+    """`text` built by g++ into a shared library (once: it is filed by its text's hash), whose
+    `run_<name>` of each function takes the argument block's address and `scalars` long longs."""
+    library = _BUILD / f"{prefix}{hashlib.sha256(text.encode()).hexdigest()[:20]}.so"
     if not library.exists():
         cpp = library.with_suffix(".cpp")
-        cpp.write_text(full)
+        cpp.write_text(text)
         subprocess.run([*_GXX, "-shared", "-o", str(library), str(cpp), "-lpthread"], check=True)
     lib = ctypes.CDLL(str(library))
     for name in functions:
-        getattr(lib, f"run_{name}").argtypes = [ctypes.c_void_p] + [ctypes.c_longlong] * 7
+        getattr(lib, f"run_{name}").argtypes = [ctypes.c_void_p] + [ctypes.c_longlong] * scalars
     return lib
 
 

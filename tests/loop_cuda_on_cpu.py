@@ -12,16 +12,14 @@ threads that race on a GPU race here too.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import re
-import subprocess
 from collections.abc import Sequence
 from contextlib import contextmanager
 from functools import cache
 from unittest import mock
 
 import numpy as np
-from cuda_on_cpu import _BUILD, _GXX, FakeDevice, FakeModule, _translation_unit, available  # noqa: F401
+from cuda_on_cpu import FakeDevice, FakeModule, _translation_unit, available, shared_library  # noqa: F401
 
 from braze import engine
 from braze.codegen.cuda import with_prelude
@@ -89,16 +87,7 @@ extern "C" void run_{name}(const long long* args, long long grid, long long bloc
   std::memcpy(a.s, args, sizeof(a.s));
   bz_launch_all(grid, block, started, [&]() {{ {name}(a); }});
 }}''')
-    full = f"{unit}\n" + "\n".join(launchers) + "\n"
-    library = _BUILD / f"loop-{hashlib.sha256(full.encode()).hexdigest()[:20]}.so"
-    if not library.exists():
-        cpp = library.with_suffix(".cpp")
-        cpp.write_text(full)
-        subprocess.run([*_GXX, "-shared", "-o", str(library), str(cpp), "-lpthread"], check=True)
-    lib = ctypes.CDLL(str(library))
-    for name in functions:
-        getattr(lib, f"run_{name}").argtypes = [ctypes.c_void_p] + [ctypes.c_longlong] * 3
-    return lib
+    return shared_library(f"{unit}\n" + "\n".join(launchers) + "\n", functions, 3, prefix="loop-")
 
 
 def run_on_cpu(kernel: KernelFunction, *args: object, sm_count: int = 2, resident: int = 1) -> list[tuple]:
