@@ -86,8 +86,8 @@ def test_the_threads_own_element_is_a_plain_update():
 
 
 def test_the_threads_own_element_is_atomic_where_a_neighbour_updates_it_atomically():
-    # Thread i's `force[i] += s` and thread i - 1's `force[i] -= s`: a plain read-modify-write beside the
-    # neighbour's atomic one loses its update when the two meet (a spring chain on a GPU drifted).
+    # Thread i's `force[i] += s` and thread i - 1's `force[i] -= s` each reach one element per thread, but
+    # the two meet: as plain read-modify-writes one of them is lost (a spring chain on a GPU drifted).
     @bz.kernel
     def springs(x: bz.Array[bz.float64, 1], force: bz.Array[bz.float64, 1]):
         for i in range(x.shape[0] - 1):
