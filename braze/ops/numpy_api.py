@@ -21,6 +21,7 @@ from braze.ops import view_composites as vc
 from braze.ops.elementwise import BINARY, UNARY, cast, elementwise
 from braze.ops.math_compositions import NUMPY_NAMES
 from braze.ops.math_functions import FUNCTIONS
+from braze.ops.numpy_compositions import NAN_REDUCTIONS, UFUNCS
 
 # --- ufuncs -------------------------------------------------------------------------------------------
 _RENAMED = {  # NumPy's ufunc name -> braze's elementwise op, where they differ
@@ -37,6 +38,7 @@ _COMPOSED: dict[str, Callable[..., TensorView]] = {
     "logaddexp": activations.logaddexp,
     **FUNCTIONS,  # asin, sinh, log10, hypot, ...: braze/ops/math_functions.py
     **{numpy: FUNCTIONS[name] for numpy, name in NUMPY_NAMES.items()},
+    **UFUNCS,  # fmax, heaviside, logaddexp2, ...: braze/ops/numpy_compositions.py
 }
 _REDUCE = {"add": red.sum, "multiply": red.prod, "maximum": red.max, "minimum": red.min,
            "logical_and": red.all, "logical_or": red.any}
@@ -207,6 +209,7 @@ _FUNCTIONS: dict[Callable, Callable[..., TensorView]] = {
     np.triu: lambda m, k=0: vc.triu(m, k), np.tile: lambda a, reps: vc.tile(a, reps),
     np.repeat: lambda a, repeats, axis=None: vc.repeat_interleave(a, repeats, axis),
     np.diff: lambda a, n=1, axis=-1, **k: vc.diff(a, n, axis),
+    **NAN_REDUCTIONS,
 }
 
 

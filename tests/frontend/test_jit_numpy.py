@@ -5,6 +5,8 @@ op for raises UnsupportedError naming the NumPy function, never an object array.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -172,3 +174,31 @@ def test_a_dtype_given_to_a_reduction_or_scan_is_the_results() -> None:
     for got, want in zip(bz.jit(program)(x, flags), program(x, flags), strict=True):
         assert got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
+
+
+R = np.random.default_rng(1)
+A = R.standard_normal((4, 5))
+A[0, 1], A[2, :], A[1, 2], A[3, 3] = np.nan, np.nan, -np.inf, 0.0  # a NaN, a row of NaNs, -inf, zero
+B = R.standard_normal((4, 5))
+B[1, 1], B[3, 3], B[0, 0] = np.nan, 0.0, -0.0
+
+# group: (function of float64 arrays giving a tuple, its arguments), traced once and run in NumPy; each
+# result must have NumPy's values, shape and dtype.
+COMPOSITIONS = {
+    "nan_reductions": (lambda a: (np.nansum(a, axis=1), np.nanprod(a, 0, keepdims=True), np.nanmax(a, 1),
+                                  np.nanmin(a), np.nanmean(a, 1), np.nanvar(a, 1, ddof=1), np.nanvar(a, 1, ddof=4),
+                                  np.nanstd(a, axis=(0, 1), keepdims=True)), (A,)),
+    "nan_ufuncs": (lambda a, b: (np.fmax(a, b), np.fmin(a, b), np.heaviside(a, b), np.logaddexp2(a, b),
+                                 np.logaddexp2(a, a), np.signbit(b), np.copysign(a, b)), (A, B)),
+}
+
+
+@pytest.mark.parametrize("group", COMPOSITIONS)
+def test_numpy_compositions_give_numpys_values_and_dtypes(group: str) -> None:
+    fn, args = COMPOSITIONS[group]
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # NumPy's all-NaN slices
+        expected = fn(*args)
+    for got, want in zip(bz.jit(fn)(*args), expected, strict=True):
+        assert (got.shape, got.dtype) == (want.shape, want.dtype)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)

@@ -1,0 +1,150 @@
+"""NumPy functions that are short compositions of braze's ops, with NumPy's argument names, defaults and
+NumPy 2's result dtypes: the NaN-ignoring reductions (`np.nanmean`, ...), `np.average`, `np.cov`,
+`np.corrcoef`, `np.ptp`, `np.gradient`, `np.trapezoid`, `np.outer`, `np.inner`, `np.isclose`,
+`np.count_nonzero`, `np.cross`, and the ufuncs `np.fmax`, `np.fmin`, `np.heaviside`, `np.logaddexp2`,
+`np.signbit` with the function `np.sinc`. braze/ops/numpy_api.py dispatches NumPy's calls to them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from braze import dtypes as dt
+from braze.errors import UnsupportedError
+from braze.ir.tensor import TensorView
+from braze.ops import activations, views
+from braze.ops import reductions as red
+from braze.ops.elementwise import cast, elementwise
+
+
+def _e(op: str, *operands: object) -> TensorView:
+    return elementwise(op, *operands)
+
+
+def _floating(x: TensorView) -> TensorView:
+    """x in a floating dtype as NumPy computes a mean: integers and bools in float64."""
+    return x if x.dtype.is_floating else cast(x, dt.float64)
+
+
+def _along(x: TensorView, axis: int, start: int | None, stop: int | None) -> TensorView:
+    return x[(slice(None),) * (axis % x.ndim) + (slice(start, stop),)]
+
+
+# --- ufuncs -------------------------------------------------------------------------------------------
+def _fmax_or_fmin(extreme: str) -> Callable[[object, object], TensorView]:
+    def numpy_ufunc(x1, x2):
+        """The extreme of the two, where a NaN gives the other operand (NaN only where both are)."""
+        chosen = _e(extreme, x1, x2)
+        if not isinstance(chosen, TensorView) or not chosen.dtype.is_floating:
+            return chosen
+        return _e("where", _e("isnan", x2), x1, _e("where", _e("isnan", x1), x2, chosen))
+
+    return numpy_ufunc
+
+
+def _heaviside(x1, x2):
+    """0 below zero, 1 above, x2 at zero; NaN gives NaN."""
+    above = _e("where", _e("gt", x1, 0), 1, _e("where", _e("lt", x1, 0), 0, x2))
+    return _e("where", _e("isnan", x1), x1, above) if _dtype_of(x1).is_floating else above
+
+
+def _dtype_of(x: object) -> dt.DType:
+    return x.dtype if isinstance(x, TensorView) else dt.float64
+
+
+def _logaddexp2(x1, x2):
+    """log2(2**x1 + 2**x2), from the larger as np.logaddexp, so that it cannot overflow."""
+    (a, b), result = activations.operands_in_compute_type("logaddexp2", (x1, x2), floating=True)
+    larger = _e("maximum", a, b)
+    gap = _e("neg", _e("abs", _e("sub", a, b)))
+    general = _e("add", larger, _e("mul", _e("log1p", _e("exp2", gap)), 1 / math.log(2.0)))
+    return cast(_e("where", _e("eq", a, b), _e("add", larger, 1.0), general), result)
+
+
+def _signbit(x):
+    """Whether the sign bit is set: -0.0 and -NaN too, as copysign reads it."""
+    if not x.dtype.is_floating:
+        return _e("lt", x, 0)
+    return _e("lt", _e("copysign", 1.0, x), 0)
+
+
+UFUNCS: dict[str, Callable[..., TensorView]] = {
+    "fmax": _fmax_or_fmin("maximum"), "fmin": _fmax_or_fmin("minimum"), "heaviside": _heaviside,
+    "logaddexp2": _logaddexp2, "signbit": _signbit,
+}
+
+
+# --- NaN-ignoring reductions --------------------------------------------------------------------------
+def _no_out(name: str, out: object) -> None:
+    if out is not None:
+        raise UnsupportedError(f"np.{name}: out=: a fusion's values are not buffers; use the result")
+
+
+def _nan_reduction(name: str, reduce: Callable[..., TensorView], identity: float,
+                   all_nan_is_nan: bool) -> Callable[..., TensorView]:
+    def numpy_nan_reduction(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):
+        _no_out(name, out)
+        if initial is not None or where is not True:
+            raise UnsupportedError(f"np.{name}: initial= and where=: braze reduces every element; choose them "
+                                   "first with np.where(mask, x, identity)")
+        x = a if dtype is None else cast(a, dtype)
+        if not x.dtype.is_floating:  # no NaNs to skip
+            return reduce(x, axis, bool(keepdims))
+        nan = _e("isnan", x)
+        result = reduce(_e("where", nan, identity, x), axis, bool(keepdims))
+        if all_nan_is_nan:  # NumPy's max of nothing but NaNs is NaN (with a warning)
+            result = _e("where", red.all(nan, axis, bool(keepdims)), math.nan, result)
+        return cast(result, x.dtype)
+
+    return numpy_nan_reduction
+
+
+def _count_and_sum(x: TensorView, axis, keepdims: bool) -> tuple[TensorView, TensorView, TensorView]:
+    """The values with NaNs zeroed, how many are not NaN and their sum, each over `axis`."""
+    present = _e("logical_not", _e("isnan", x))
+    zeroed = _e("where", present, x, 0.0)
+    count = cast(red.sum(present, axis, keepdims), x.dtype)
+    return zeroed, count, red.sum(zeroed, axis, keepdims)
+
+
+def _nanmean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
+    _no_out("nanmean", out)
+    x = _floating(a if dtype is None else cast(a, dtype))
+    _, count, total = _count_and_sum(x, axis, bool(keepdims))
+    return _e("truediv", total, count)
+
+
+def _nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=True, mean=None,
+            correction=None):
+    _no_out("nanvar", out)
+    ddof = ddof if correction is None else correction
+    x = _floating(a if dtype is None else cast(a, dtype))
+    zeroed, count, total = _count_and_sum(x, axis, True)
+    present = _e("logical_not", _e("isnan", x))
+    deviation = _e("where", present, _e("sub", zeroed, _e("truediv", total, count)), 0.0)
+    squares = red.sum(_e("mul", deviation, deviation), axis, True)
+    freedom = _e("sub", count, ddof)  # NumPy's variance with no degrees of freedom left is NaN
+    variance = _e("where", _e("le", freedom, 0), math.nan, _e("truediv", squares, freedom))
+    return variance if keepdims else views.squeeze(variance, _axes(axis, x.ndim))
+
+
+def _axes(axis, ndim: int) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(ndim))
+    return tuple(a % ndim for a in (axis if isinstance(axis, (tuple, list)) else (axis,)))
+
+
+def _nanstd(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **k):
+    return _e("sqrt", _nanvar(a, axis, dtype, out, ddof, keepdims, **k))
+
+
+NAN_REDUCTIONS: dict[Callable, Callable[..., TensorView]] = {
+    np.nansum: _nan_reduction("nansum", red.sum, 0.0, False),
+    np.nanprod: _nan_reduction("nanprod", red.prod, 1.0, False),
+    np.nanmax: _nan_reduction("nanmax", red.max, -math.inf, True),
+    np.nanmin: _nan_reduction("nanmin", red.min, math.inf, True),
+    np.nanmean: _nanmean, np.nanvar: _nanvar, np.nanstd: _nanstd,
+}
