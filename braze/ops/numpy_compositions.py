@@ -15,7 +15,7 @@ import numpy as np
 from braze import dtypes as dt
 from braze.errors import UnsupportedError
 from braze.ir.tensor import TensorView
-from braze.ops import activations, views
+from braze.ops import activations, creation, views
 from braze.ops import reductions as red
 from braze.ops.elementwise import cast, elementwise
 
@@ -147,4 +147,85 @@ NAN_REDUCTIONS: dict[Callable, Callable[..., TensorView]] = {
     np.nanmax: _nan_reduction("nanmax", red.max, -math.inf, True),
     np.nanmin: _nan_reduction("nanmin", red.min, math.inf, True),
     np.nanmean: _nanmean, np.nanvar: _nanvar, np.nanstd: _nanstd,
+}
+
+
+# --- statistics ---------------------------------------------------------------------------------------
+def _average(a, axis=None, weights=None, returned=False, *, keepdims=False):
+    """The weighted mean; 1-D weights lie along `axis`, as NumPy's."""
+    if weights is None:
+        average, total = red.mean(_floating(a), axis, bool(keepdims)), None
+    else:
+        if weights.ndim != a.ndim:
+            if weights.ndim != 1 or not isinstance(axis, int):
+                raise UnsupportedError(f"np.average: weights of rank {weights.ndim} for a of rank {a.ndim}: "
+                                       "expected a's shape, or a 1-D weights with an int axis")
+            weights = views.reshape(weights, [-1 if i == axis % a.ndim else 1 for i in range(a.ndim)])
+        total = red.sum(weights, axis, bool(keepdims))  # broadcasts against the weighted sum
+        average = _e("truediv", red.sum(_e("mul", _floating(a), weights), axis, bool(keepdims)), total)
+    if not returned:
+        return average
+    total = red.sum(creation.ones_like(a, average.dtype), axis, bool(keepdims)) if total is None else total
+    return average, _e("add", creation.zeros_like(average), total)  # the weights' sum in the average's shape
+
+
+def _centred_rows(name: str, m, y, rowvar: bool, dtype) -> tuple[TensorView, bool]:
+    """The variables as rows, less their means (NumPy's float64 unless `dtype`), and whether m was a
+    single 1-D variable (whose covariance NumPy gives as a 0-d array)."""
+    single = m.ndim == 1 and y is None
+    rows = []
+    for v in (m, y):
+        if v is None:
+            continue
+        if v.ndim > 2:
+            raise UnsupportedError(f"np.{name}: an array of rank {v.ndim}: expected rank 1 or 2")
+        v = views.reshape(v, [1, -1]) if v.ndim == 1 else (v if rowvar else views.permute(v, (1, 0)))
+        rows.append(cast(v, dt.float64 if dtype is None else dtype))  # NumPy: result_type(m, float64)
+    x = views.cat(rows, 0) if len(rows) > 1 else rows[0]
+    return _e("sub", x, red.mean(x, 1, True)), single
+
+
+def _products(centred: TensorView) -> TensorView:
+    """Every pair of rows' sum of products, by broadcasting (rows, 1, n) against (1, rows, n)."""
+    return red.sum(_e("mul", views.unsqueeze(centred, 1), views.unsqueeze(centred, 0)), 2, False)
+
+
+def _cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=None, *, dtype=None):
+    if fweights is not None or aweights is not None:
+        raise UnsupportedError("np.cov: fweights= and aweights=: braze's np.cov weighs observations equally")
+    centred, single = _centred_rows("cov", m, y, rowvar, dtype)
+    ddof = (0 if bias else 1) if ddof is None else ddof
+    covariance = _e("truediv", _products(centred), _e("sub", centred.shape[1], ddof))
+    return views.reshape(covariance, []) if single else views.squeeze(covariance)
+
+
+def _corrcoef(x, y=None, rowvar=True, *, dtype=None, **ignored):
+    centred, single = _centred_rows("corrcoef", x, y, rowvar, dtype)
+    products = _products(centred)
+    spread = _e("sqrt", red.sum(_e("mul", centred, centred), 1, False))
+    correlation = _e("truediv", products, _e("mul", views.unsqueeze(spread, 1), views.unsqueeze(spread, 0)))
+    correlation = _e("maximum", _e("minimum", correlation, 1.0), -1.0)  # as NumPy clips rounding's excess
+    return views.reshape(correlation, []) if single else views.squeeze(correlation)
+
+
+def _ptp(a, axis=None, out=None, keepdims=False):
+    _no_out("ptp", out)
+    return _e("sub", red.max(a, axis, bool(keepdims)), red.min(a, axis, bool(keepdims)))
+
+
+def _count_nonzero(a, axis=None, *, keepdims=False):
+    return red.sum(_e("ne", a, 0), axis, bool(keepdims))
+
+
+def _isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """NumPy's: |a - b| <= atol + rtol * |b| where b is finite, or a == b (equal infinities)."""
+    near = _e("logical_and", _e("le", _e("abs", _e("sub", a, b)), _e("add", atol, _e("mul", rtol, _e("abs", b)))),
+              _e("isfinite", b))
+    close = _e("logical_or", near, _e("eq", a, b))
+    return _e("logical_or", close, _e("logical_and", _e("isnan", a), _e("isnan", b))) if equal_nan else close
+
+
+STATISTICS: dict[Callable, Callable[..., TensorView]] = {
+    np.average: _average, np.cov: _cov, np.corrcoef: _corrcoef, np.ptp: _ptp, np.count_nonzero: _count_nonzero,
+    np.isclose: _isclose,
 }

@@ -181,6 +181,7 @@ A = R.standard_normal((4, 5))
 A[0, 1], A[2, :], A[1, 2], A[3, 3] = np.nan, np.nan, -np.inf, 0.0  # a NaN, a row of NaNs, -inf, zero
 B = R.standard_normal((4, 5))
 B[1, 1], B[3, 3], B[0, 0] = np.nan, 0.0, -0.0
+W, W1, C = R.random((4, 5)), R.random(5), R.standard_normal((4, 5))  # weights, and data without NaNs
 
 # group: (function of float64 arrays giving a tuple, its arguments), traced once and run in NumPy; each
 # result must have NumPy's values, shape and dtype.
@@ -190,6 +191,15 @@ COMPOSITIONS = {
                                   np.nanstd(a, axis=(0, 1), keepdims=True)), (A,)),
     "nan_ufuncs": (lambda a, b: (np.fmax(a, b), np.fmin(a, b), np.heaviside(a, b), np.logaddexp2(a, b),
                                  np.logaddexp2(a, a), np.signbit(b), np.copysign(a, b)), (A, B)),
+    "averages": (lambda a, w, v: (np.average(a), np.average(a, 1, w), np.average(a, axis=1, weights=v, keepdims=True),
+                                  np.average(a, 0, w, returned=True)[1], np.average(a, 1, v, returned=True)[1],
+                                  np.ptp(a, 1), np.ptp(a), np.count_nonzero(a > 0, axis=0), np.count_nonzero(a)),
+                 (A, W, W1)),
+    "covariances": (lambda c, w, v: (np.cov(c), np.cov(c, bias=True), np.cov(c, rowvar=False, ddof=2), np.cov(v),
+                                     np.cov(c[0], v), np.corrcoef(c), np.corrcoef(v), np.corrcoef(c, w, rowvar=False),
+                                     np.cov(c.astype(np.int64))), (C, W, W1)),
+    "isclose": (lambda a, b: (np.isclose(a, a + 1e-9), np.isclose(a, b, atol=0.5, equal_nan=True),
+                              np.isclose(a, a, equal_nan=True)), (A, B)),
 }
 
 
