@@ -21,7 +21,7 @@ from braze.ops import view_composites as vc
 from braze.ops.elementwise import BINARY, UNARY, cast, elementwise
 from braze.ops.math_compositions import NUMPY_NAMES
 from braze.ops.math_functions import FUNCTIONS
-from braze.ops.numpy_compositions import NAN_REDUCTIONS, STATISTICS, UFUNCS
+from braze.ops.numpy_compositions import CALCULUS, NAN_REDUCTIONS, STATISTICS, UFUNCS
 
 # --- ufuncs -------------------------------------------------------------------------------------------
 _RENAMED = {  # NumPy's ufunc name -> braze's elementwise op, where they differ
@@ -209,7 +209,7 @@ _FUNCTIONS: dict[Callable, Callable[..., TensorView]] = {
     np.triu: lambda m, k=0: vc.triu(m, k), np.tile: lambda a, reps: vc.tile(a, reps),
     np.repeat: lambda a, repeats, axis=None: vc.repeat_interleave(a, repeats, axis),
     np.diff: lambda a, n=1, axis=-1, **k: vc.diff(a, n, axis),
-    **NAN_REDUCTIONS, **STATISTICS,
+    **NAN_REDUCTIONS, **STATISTICS, **CALCULUS,
 }
 
 

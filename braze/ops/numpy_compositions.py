@@ -17,6 +17,7 @@ from braze.errors import UnsupportedError
 from braze.ir.tensor import TensorView
 from braze.ops import activations, creation, views
 from braze.ops import reductions as red
+from braze.ops import view_composites as vc
 from braze.ops.elementwise import cast, elementwise
 
 
@@ -228,4 +229,100 @@ def _isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
 STATISTICS: dict[Callable, Callable[..., TensorView]] = {
     np.average: _average, np.cov: _cov, np.corrcoef: _corrcoef, np.ptp: _ptp, np.count_nonzero: _count_nonzero,
     np.isclose: _isclose,
+}
+
+
+# --- calculus and products ----------------------------------------------------------------------------
+def _gradient(f, *varargs, axis=None, edge_order=1):
+    """Central differences inside, one-sided ones at the two ends, with a uniform spacing per axis (one
+    number, or one per axis); one array for one axis, a tuple for several, as NumPy's."""
+    axes = _axes(axis, f.ndim)
+    spacings = varargs if len(varargs) > 1 else varargs * len(axes) if varargs else (1.0,) * len(axes)
+    if len(spacings) != len(axes) or any(isinstance(h, TensorView) or np.ndim(h) for h in spacings):
+        raise UnsupportedError("np.gradient: braze takes a uniform spacing, one number or one per axis "
+                               "(coordinate arrays it does not)")
+    if edge_order not in (1, 2):
+        raise UnsupportedError(f"np.gradient: edge_order={edge_order!r}: expected 1 or 2")
+    x = _floating(f)
+    slopes = tuple(_slope(x, a, float(h), edge_order) for a, h in zip(axes, spacings, strict=True))
+    return slopes[0] if len(slopes) == 1 and (axis is not None or f.ndim == 1) else slopes
+
+
+def _slope(x: TensorView, axis: int, h: float, edge_order: int) -> TensorView:
+    def at(index):  # one slice along axis, kept as an axis of extent 1
+        return _along(x, axis, index, index + 1 or None)
+
+    inside = _e("truediv", _e("sub", _along(x, axis, 2, None), _along(x, axis, 0, -2)), 2 * h)
+    if edge_order == 1:
+        first = _e("truediv", _e("sub", at(1), at(0)), h)
+        last = _e("truediv", _e("sub", at(-1), at(-2)), h)
+    else:  # second-order one-sided differences
+        first = _e("truediv", _e("add", _e("mul", at(0), -1.5), _e("sub", _e("mul", at(1), 2.0),
+                                                                          _e("mul", at(2), 0.5))), h)
+        last = _e("truediv", _e("add", _e("mul", at(-1), 1.5), _e("sub", _e("mul", at(-3), 0.5),
+                                                                         _e("mul", at(-2), 2.0))), h)
+    return views.cat([first, inside, last], axis)
+
+
+def _trapezoid(y, x=None, dx=1.0, axis=-1):
+    """The trapezoidal rule along `axis`, over a uniform spacing `dx` or the sample points `x`."""
+    axis = axis % y.ndim
+    if x is None:
+        spacing = dx
+    else:
+        spacing = vc.diff(x, 1, -1 if x.ndim == 1 else axis)
+        if x.ndim == 1 and y.ndim > 1:
+            spacing = views.reshape(spacing, [-1 if i == axis else 1 for i in range(y.ndim)])
+    heights = _e("add", _along(y, axis, 1, None), _along(y, axis, None, -1))
+    return red.sum(_e("truediv", _e("mul", spacing, heights), 2.0), axis, False)
+
+
+def _outer(a, b, out=None):
+    _no_out("outer", out)
+    return _e("mul", views.reshape(a, [-1, 1]), views.reshape(b, [1, -1]))
+
+
+def _inner(a, b):
+    """The sum of products over the last axes: shape a.shape[:-1] + b.shape[:-1]."""
+    if not isinstance(a, TensorView) or not isinstance(b, TensorView) or a.ndim == 0 or b.ndim == 0:
+        return _e("mul", a, b)
+    a = views.reshape(a, list(a.shape[:-1]) + [1] * (b.ndim - 1) + [a.shape[-1]])
+    return red.sum(_e("mul", a, b), -1, False)
+
+
+def _cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
+    """3-vectors (or 2-vectors, whose cross product is a number) along the last axis; the vectors'
+    length decides the result's shape, so it must be a static extent."""
+    if axis is not None or (axisa, axisb, axisc) != (-1, -1, -1):
+        raise UnsupportedError("np.cross: axisa=, axisb=, axisc= and axis=: braze takes vectors along the last axis")
+    for v in (a, b):
+        if not v.shape[-1].is_const:
+            raise UnsupportedError(
+                f"np.cross: the last dimension of {v.describe()} is the symbolic extent {v.shape[-1]}: the vectors' "
+                "length (2 or 3) decides the result's shape, so it must be a static extent (a Fusion's "
+                "define_tensor((-1, 3)), not @bz.jit, whose extents are symbolic)")
+    size = max(a.shape[-1].value, b.shape[-1].value)
+    if size not in (2, 3):
+        raise UnsupportedError(f"np.cross: vectors of length {size}: expected 2 or 3")
+
+    def component(v, i):
+        return v[..., i] if v.shape[-1].value == size else v[..., 0]  # a length-1 axis broadcasts
+
+    def twist(i, j):
+        return _e("sub", _e("mul", component(a, i), component(b, j)), _e("mul", component(a, j), component(b, i)))
+
+    if size == 2:
+        return twist(0, 1)
+    return vc.stack([twist(1, 2), twist(2, 0), twist(0, 1)], -1)
+
+
+def _sinc(x):
+    """sin(pi x) / (pi x), 1 at 0."""
+    y = _e("mul", _floating(x), math.pi)
+    return _e("where", _e("eq", y, 0), 1.0, _e("truediv", _e("sin", y), _e("where", _e("eq", y, 0), 1.0, y)))
+
+
+CALCULUS: dict[Callable, Callable[..., TensorView]] = {
+    np.gradient: _gradient, np.trapezoid: _trapezoid, np.outer: _outer, np.inner: _inner, np.cross: _cross,
+    np.sinc: _sinc, **({np.trapz: _trapezoid} if hasattr(np, "trapz") else {}),
 }

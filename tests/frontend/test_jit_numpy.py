@@ -111,11 +111,28 @@ def test_random_chains_of_ufuncs_give_numpys_result(chain: list[str], seed: int)
     (lambda a: np.spacing(a), "np.spacing"),
     (lambda a: np.linalg.norm(a, 1), "matrix norm"),
     (lambda a: np.sum(a, where=a > 0), "where="),
+    (lambda a: np.cross(a, a), r"np.cross: .*must be a static extent"),
+    (lambda a: np.nanargmax(a), "np.nanargmax"),
 ], ids=["dot", "sort", "where_indices", "reduction_out", "ufunc_out", "ndarray_operand", "no_op", "matrix_norm",
-        "reduction_where"])
+        "reduction_where", "cross_of_symbolic_length", "nanargmax"])
 def test_what_braze_has_no_op_for_is_named(fn, named: str) -> None:
     with pytest.raises(bz.UnsupportedError, match=named.replace("(", r"\(").replace(")", r"\)")):
         bz.jit(fn)(X)
+
+
+def test_cross_products_of_vectors_of_a_static_length() -> None:
+    """np.cross of 3-vectors (one broadcast over rows) and of 2-vectors, whose length a fusion fixes."""
+    a3, b3, a2 = C[:, :3], C[:1, 2:], C[:, 3:]
+    with bz.Fusion() as f:
+        a = f.define_tensor((-1, 3), bz.float64)
+        b = f.define_tensor((1, 3), bz.float64)
+        c = f.define_tensor((-1, 2), bz.float64)
+        f.add_output(np.cross(a, b))
+        f.add_output(np.cross(c, c * 2 + 1))
+    got3, got2 = f.execute([a3, b3, a2])
+    np.testing.assert_allclose(got3, np.cross(a3, b3), rtol=1e-12)
+    np.testing.assert_allclose(got2, a2[:, 0] * (a2[:, 1] * 2 + 1) - a2[:, 1] * (a2[:, 0] * 2 + 1), rtol=1e-12)
+    assert got2.shape == (4,)
 
 
 @pytest.mark.parametrize("fn, named", [
@@ -198,6 +215,13 @@ COMPOSITIONS = {
     "covariances": (lambda c, w, v: (np.cov(c), np.cov(c, bias=True), np.cov(c, rowvar=False, ddof=2), np.cov(v),
                                      np.cov(c[0], v), np.corrcoef(c), np.corrcoef(v), np.corrcoef(c, w, rowvar=False),
                                      np.cov(c.astype(np.int64))), (C, W, W1)),
+    "calculus": (lambda c, v: (np.gradient(v), np.gradient(c, axis=1), np.gradient(c, 0.5, axis=0),
+                               np.gradient(v, 2.0, edge_order=2), np.gradient(c, 2.0, 3.0)[1], np.gradient(c)[0],
+                               np.gradient(c.astype(np.int64), axis=-1), np.trapezoid(c),
+                               np.trapezoid(c, dx=0.5, axis=0), np.trapezoid(c, v), np.trapezoid(v, v),
+                               np.trapezoid(c, c, axis=0)), (C, np.sort(W1))),
+    "products": (lambda c, v, z: (np.outer(v, v), np.outer(c, v), np.inner(v, v), np.inner(c, v), np.inner(c, c),
+                                  np.sinc(z), np.sinc(c)), (C, W1, np.array([0.0, 1.0, -2.5, 1e-30, np.nan]))),
     "isclose": (lambda a, b: (np.isclose(a, a + 1e-9), np.isclose(a, b, atol=0.5, equal_nan=True),
                               np.isclose(a, a, equal_nan=True)), (A, B)),
 }
