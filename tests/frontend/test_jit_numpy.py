@@ -222,6 +222,13 @@ COMPOSITIONS = {
                                np.trapezoid(c, c, axis=0)), (C, np.sort(W1))),
     "products": (lambda c, v, z: (np.outer(v, v), np.outer(c, v), np.inner(v, v), np.inner(c, v), np.inner(c, c),
                                   np.sinc(z), np.sinc(c)), (C, W1, np.array([0.0, 1.0, -2.5, 1e-30, np.nan]))),
+    # np.clip(x, min=0) was refused; diff's prepend= and append= were dropped (a shorter result); np.round of
+    # integers gave float32 (NumPy keeps the integers, rounding to tens for decimals=-1)
+    "clip_diff_round": (lambda c, i: (np.clip(c, min=0), np.clip(c, max=0.5), np.clip(c, None, 0.5), np.clip(c),
+                                      np.diff(c, n=2, axis=1, prepend=c[:, :1]), np.diff(c, append=c[:, -2:], n=3),
+                                      np.diff(c, axis=0, prepend=0.0, append=np.nan), np.diff(i, 2, prepend=1),
+                                      np.round(c * 1000, -2), np.round(i, 2), np.round(i, -2), np.around(i, -1)),
+                        (C, np.array([[-250, 350, 449, 12, -7]]))),
     "isclose": (lambda a, b: (np.isclose(a, a + 1e-9), np.isclose(a, b, atol=0.5, equal_nan=True),
                               np.isclose(a, a, equal_nan=True)), (A, B)),
 }
