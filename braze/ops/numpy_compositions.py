@@ -79,9 +79,11 @@ UFUNCS: dict[str, Callable[..., TensorView]] = {
 
 
 # --- NaN-ignoring reductions --------------------------------------------------------------------------
-def _no_out(name: str, out: object) -> None:
+def _no_out(name: str, out: object, where: object = True) -> None:
     if out is not None:
         raise UnsupportedError(f"np.{name}: out=: a fusion's values are not buffers; use the result")
+    if where is not True:
+        raise UnsupportedError(f"np.{name}: where=: braze reduces every element; mask them first with np.where")
 
 
 def _nan_reduction(name: str, reduce: Callable[..., TensorView], identity: float,
@@ -112,7 +114,7 @@ def _count_and_sum(x: TensorView, axis, keepdims: bool) -> tuple[TensorView, Ten
 
 
 def _nanmean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
-    _no_out("nanmean", out)
+    _no_out("nanmean", out, where)
     x = _floating(a if dtype is None else cast(a, dtype))
     _, count, total = _count_and_sum(x, axis, bool(keepdims))
     return _e("truediv", total, count)
@@ -120,7 +122,9 @@ def _nanmean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
 
 def _nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=True, mean=None,
             correction=None):
-    _no_out("nanvar", out)
+    _no_out("nanvar", out, where)
+    if mean is not None:
+        raise UnsupportedError("np.nanvar: mean=: braze computes the mean itself")
     ddof = ddof if correction is None else correction
     x = _floating(a if dtype is None else cast(a, dtype))
     zeroed, count, total = _count_and_sum(x, axis, True)

@@ -113,8 +113,9 @@ def test_random_chains_of_ufuncs_give_numpys_result(chain: list[str], seed: int)
     (lambda a: np.sum(a, where=a > 0), "where="),
     (lambda a: np.cross(a, a), r"np.cross: .*must be a static extent"),
     (lambda a: np.nanargmax(a), "np.nanargmax"),
+    (lambda a: np.nanmean(a, where=a > 0), "np.nanmean: where="),
 ], ids=["dot", "sort", "where_indices", "reduction_out", "ufunc_out", "ndarray_operand", "no_op", "matrix_norm",
-        "reduction_where", "cross_of_symbolic_length", "nanargmax"])
+        "reduction_where", "cross_of_symbolic_length", "nanargmax", "nanmean_where"])
 def test_what_braze_has_no_op_for_is_named(fn, named: str) -> None:
     with pytest.raises(bz.UnsupportedError, match=named.replace("(", r"\(").replace(")", r"\)")):
         bz.jit(fn)(X)
