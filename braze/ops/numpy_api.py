@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from braze import dtypes as dt
 from braze.errors import UnsupportedError
 from braze.ir.tensor import TensorView
 from braze.ops import activations, creation, scans, views
@@ -21,6 +22,7 @@ from braze.ops import view_composites as vc
 from braze.ops.elementwise import BINARY, UNARY, cast, elementwise
 from braze.ops.math_compositions import NUMPY_NAMES
 from braze.ops.math_functions import FUNCTIONS
+from braze.ops.numpy_compositions import CALCULUS, NAN_REDUCTIONS, STATISTICS, UFUNCS
 
 # --- ufuncs -------------------------------------------------------------------------------------------
 _RENAMED = {  # NumPy's ufunc name -> braze's elementwise op, where they differ
@@ -37,6 +39,7 @@ _COMPOSED: dict[str, Callable[..., TensorView]] = {
     "logaddexp": activations.logaddexp,
     **FUNCTIONS,  # asin, sinh, log10, hypot, ...: braze/ops/math_functions.py
     **{numpy: FUNCTIONS[name] for numpy, name in NUMPY_NAMES.items()},
+    **UFUNCS,  # fmax, heaviside, logaddexp2, ...: braze/ops/numpy_compositions.py
 }
 _REDUCE = {"add": red.sum, "multiply": red.prod, "maximum": red.max, "minimum": red.min,
            "logical_and": red.all, "logical_or": red.any}
@@ -137,10 +140,32 @@ def _where(condition, x=None, y=None):
 
 def _round(a, decimals=0, out=None):
     _no_out("round", out)
+    if not a.dtype.is_floating:  # integers keep their dtype: unchanged, or rounded to tens, hundreds, ...
+        return a if decimals >= 0 else cast(_round(cast(a, dt.float64), decimals), a.dtype)
     if decimals == 0:
         return elementwise("round", a)
+    if decimals < 0:  # as NumPy: divides by 10**-decimals, which is exact, where 10.0**decimals is not
+        scale = 10.0 ** -decimals
+        return elementwise("mul", elementwise("round", elementwise("truediv", a, scale)), scale)
     scale = 10.0 ** decimals  # as NumPy rounds: scale, round half to even, scale back
     return elementwise("truediv", elementwise("round", elementwise("mul", a, scale)), scale)
+
+
+def _clip(a, a_min=None, a_max=None, out=None, *, min=None, max=None, **kwargs):  # noqa: A002  (NumPy's names)
+    """NumPy 2's clip: the bounds by position or as `min=`/`max=`, either left out (both: a itself)."""
+    _no_out("clip", out)
+    lower, upper = (a_min if min is None else min), (a_max if max is None else max)
+    return a if lower is None and upper is None else a.clip(lower, upper)
+
+
+def _diff(a, n=1, axis=-1, prepend=None, append=None):
+    """NumPy's diff; a number to prepend or append is one slice of it along `axis`."""
+    def joined(value):
+        if value is None or isinstance(value, TensorView):
+            return value
+        return creation.full_like(vc.narrow(a, axis, 0, 1), value)
+
+    return vc.diff(a, n, axis, joined(prepend), joined(append))
 
 
 def _transpose(a, axes=None):
@@ -186,7 +211,7 @@ _FUNCTIONS: dict[Callable, Callable[..., TensorView]] = {
     np.argmin: lambda a, axis=None, out=None, keepdims=False: _reduction(red.argmin)(a, axis, None, out, keepdims),
     np.var: _moments(red.var), np.std: _moments(red.std),
     np.cumsum: _scan(scans.cumsum), np.cumprod: _scan(scans.cumprod),
-    np.where: _where, np.clip: lambda a, a_min=None, a_max=None, out=None, **k: a.clip(a_min, a_max),
+    np.where: _where, np.clip: _clip,
     np.round: _round, np.around: _round,
     np.concatenate: lambda arrays, axis=0, out=None, **k: (views.cat(list(arrays), axis) if axis is not None
                                                            else views.cat([views.reshape(a, [-1]) for a in arrays], 0)),
@@ -206,7 +231,8 @@ _FUNCTIONS: dict[Callable, Callable[..., TensorView]] = {
     np.roll: lambda a, shift, axis=None: vc.roll(a, shift, axis), np.tril: lambda m, k=0: vc.tril(m, k),
     np.triu: lambda m, k=0: vc.triu(m, k), np.tile: lambda a, reps: vc.tile(a, reps),
     np.repeat: lambda a, repeats, axis=None: vc.repeat_interleave(a, repeats, axis),
-    np.diff: lambda a, n=1, axis=-1, **k: vc.diff(a, n, axis),
+    np.diff: _diff,
+    **NAN_REDUCTIONS, **STATISTICS, **CALCULUS,
 }
 
 

@@ -5,6 +5,8 @@ op for raises UnsupportedError naming the NumPy function, never an object array.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -109,11 +111,29 @@ def test_random_chains_of_ufuncs_give_numpys_result(chain: list[str], seed: int)
     (lambda a: np.spacing(a), "np.spacing"),
     (lambda a: np.linalg.norm(a, 1), "matrix norm"),
     (lambda a: np.sum(a, where=a > 0), "where="),
+    (lambda a: np.cross(a, a), r"np.cross: .*must be a static extent"),
+    (lambda a: np.nanargmax(a), "np.nanargmax"),
+    (lambda a: np.nanmean(a, where=a > 0), "np.nanmean: where="),
 ], ids=["dot", "sort", "where_indices", "reduction_out", "ufunc_out", "ndarray_operand", "no_op", "matrix_norm",
-        "reduction_where"])
+        "reduction_where", "cross_of_symbolic_length", "nanargmax", "nanmean_where"])
 def test_what_braze_has_no_op_for_is_named(fn, named: str) -> None:
     with pytest.raises(bz.UnsupportedError, match=named.replace("(", r"\(").replace(")", r"\)")):
         bz.jit(fn)(X)
+
+
+def test_cross_products_of_vectors_of_a_static_length() -> None:
+    """np.cross of 3-vectors (one broadcast over rows) and of 2-vectors, whose length a fusion fixes."""
+    a3, b3, a2 = C[:, :3], C[:1, 2:], C[:, 3:]
+    with bz.Fusion() as f:
+        a = f.define_tensor((-1, 3), bz.float64)
+        b = f.define_tensor((1, 3), bz.float64)
+        c = f.define_tensor((-1, 2), bz.float64)
+        f.add_output(np.cross(a, b))
+        f.add_output(np.cross(c, c * 2 + 1))
+    got3, got2 = f.execute([a3, b3, a2])
+    np.testing.assert_allclose(got3, np.cross(a3, b3), rtol=1e-12)
+    np.testing.assert_allclose(got2, a2[:, 0] * (a2[:, 1] * 2 + 1) - a2[:, 1] * (a2[:, 0] * 2 + 1), rtol=1e-12)
+    assert got2.shape == (4,)
 
 
 @pytest.mark.parametrize("fn, named", [
@@ -172,3 +192,55 @@ def test_a_dtype_given_to_a_reduction_or_scan_is_the_results() -> None:
     for got, want in zip(bz.jit(program)(x, flags), program(x, flags), strict=True):
         assert got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
+
+
+R = np.random.default_rng(1)
+A = R.standard_normal((4, 5))
+A[0, 1], A[2, :], A[1, 2], A[3, 3] = np.nan, np.nan, -np.inf, 0.0  # a NaN, a row of NaNs, -inf, zero
+B = R.standard_normal((4, 5))
+B[1, 1], B[3, 3], B[0, 0] = np.nan, 0.0, -0.0
+W, W1, C = R.random((4, 5)), R.random(5), R.standard_normal((4, 5))  # weights, and data without NaNs
+
+# group: (function of float64 arrays giving a tuple, its arguments), traced once and run in NumPy; each
+# result must have NumPy's values, shape and dtype.
+COMPOSITIONS = {
+    "nan_reductions": (lambda a: (np.nansum(a, axis=1), np.nanprod(a, 0, keepdims=True), np.nanmax(a, 1),
+                                  np.nanmin(a), np.nanmean(a, 1), np.nanvar(a, 1, ddof=1), np.nanvar(a, 1, ddof=4),
+                                  np.nanstd(a, axis=(0, 1), keepdims=True)), (A,)),
+    "nan_ufuncs": (lambda a, b: (np.fmax(a, b), np.fmin(a, b), np.heaviside(a, b), np.logaddexp2(a, b),
+                                 np.logaddexp2(a, a), np.signbit(b), np.copysign(a, b)), (A, B)),
+    "averages": (lambda a, w, v: (np.average(a), np.average(a, 1, w), np.average(a, axis=1, weights=v, keepdims=True),
+                                  np.average(a, 0, w, returned=True)[1], np.average(a, 1, v, returned=True)[1],
+                                  np.ptp(a, 1), np.ptp(a), np.count_nonzero(a > 0, axis=0), np.count_nonzero(a)),
+                 (A, W, W1)),
+    "covariances": (lambda c, w, v: (np.cov(c), np.cov(c, bias=True), np.cov(c, rowvar=False, ddof=2), np.cov(v),
+                                     np.cov(c[0], v), np.corrcoef(c), np.corrcoef(v), np.corrcoef(c, w, rowvar=False),
+                                     np.cov(c.astype(np.int64))), (C, W, W1)),
+    "calculus": (lambda c, v: (np.gradient(v), np.gradient(c, axis=1), np.gradient(c, 0.5, axis=0),
+                               np.gradient(v, 2.0, edge_order=2), np.gradient(c, 2.0, 3.0)[1], np.gradient(c)[0],
+                               np.gradient(c.astype(np.int64), axis=-1), np.trapezoid(c),
+                               np.trapezoid(c, dx=0.5, axis=0), np.trapezoid(c, v), np.trapezoid(v, v),
+                               np.trapezoid(c, c, axis=0)), (C, np.sort(W1))),
+    "products": (lambda c, v, z: (np.outer(v, v), np.outer(c, v), np.inner(v, v), np.inner(c, v), np.inner(c, c),
+                                  np.sinc(z), np.sinc(c)), (C, W1, np.array([0.0, 1.0, -2.5, 1e-30, np.nan]))),
+    # np.clip(x, min=0) was refused; diff's prepend= and append= were dropped (a shorter result); np.round of
+    # integers gave float32 (NumPy keeps the integers, rounding to tens for decimals=-1)
+    "clip_diff_round": (lambda c, i: (np.clip(c, min=0), np.clip(c, max=0.5), np.clip(c, None, 0.5), np.clip(c),
+                                      np.diff(c, n=2, axis=1, prepend=c[:, :1]), np.diff(c, append=c[:, -2:], n=3),
+                                      np.diff(c, axis=0, prepend=0.0, append=np.nan), np.diff(i, 2, prepend=1),
+                                      np.round(c * 1000, -2), np.round(i, 2), np.round(i, -2), np.around(i, -1)),
+                        (C, np.array([[-250, 350, 449, 12, -7]]))),
+    "isclose": (lambda a, b: (np.isclose(a, a + 1e-9), np.isclose(a, b, atol=0.5, equal_nan=True),
+                              np.isclose(a, a, equal_nan=True)), (A, B)),
+}
+
+
+@pytest.mark.parametrize("group", COMPOSITIONS)
+def test_numpy_compositions_give_numpys_values_and_dtypes(group: str) -> None:
+    fn, args = COMPOSITIONS[group]
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # NumPy's all-NaN slices
+        expected = fn(*args)
+    for got, want in zip(bz.jit(fn)(*args), expected, strict=True):
+        assert (got.shape, got.dtype) == (want.shape, want.dtype)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
