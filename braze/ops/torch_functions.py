@@ -14,8 +14,9 @@ from collections.abc import Callable
 from braze import dtypes as dt
 from braze.errors import FusionDefinitionError, UnsupportedError
 from braze.ir.tensor import TensorView
-from braze.ops import activations, composites, creation, views
+from braze.ops import activations, composites, creation, losses, views
 from braze.ops import reductions as red
+from braze.ops import torch_math as tm
 from braze.ops import view_composites as vc
 from braze.ops.elementwise import cast, elementwise
 from braze.ops.torch_methods import cumulative_extreme
@@ -103,6 +104,8 @@ _TORCH: dict[str, Callable[..., TensorView]] = {  # torch.<name> that is not the
     "cummin": lambda input, dim: cumulative_extreme("cummin", input, dim),
     "norm": _norm,
     "pow": lambda input, exponent: elementwise("pow", input, exponent),  # torch.pow(2.0, x) too
+    "rsub": tm.rsub, "xlogy": tm.xlogy, "float_power": tm.float_power,  # a number first too
+    "cosine_similarity": losses.cosine_similarity, "pairwise_distance": losses.pairwise_distance,
 }
 _TORCH_MODULES = ("torch", "torch.functional")  # torch.norm is torch.functional's
 _LINALG = {"vector_norm": _vector_norm, "norm": _linalg_norm}  # torch.linalg.<name>
@@ -193,8 +196,13 @@ _FUNCTIONAL: dict[str, Callable[..., TensorView]] = {  # torch.nn.functional.<na
     "softmax": _softmax(composites.softmax), "log_softmax": _softmax(composites.log_softmax),
     "layer_norm": _layer_norm, "rms_norm": _rms_norm, "cross_entropy": _cross_entropy, "one_hot": _one_hot,
     "pad": _pad, "normalize": _normalize, "dropout": _dropout,
+    **{name: getattr(losses, name) for name in (
+        "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy_with_logits",
+        "binary_cross_entropy", "kl_div", "cosine_similarity", "pairwise_distance", "glu", "hardtanh", "softmin",
+        "tanhshrink", "softshrink", "hardshrink", "threshold", "prelu")},
 }
 _FUNCTIONAL["log_sigmoid"] = _FUNCTIONAL["logsigmoid"]  # F.logsigmoid's own name, which torch dispatches under
+_FUNCTIONAL["_threshold"] = _FUNCTIONAL["threshold"]  # F.threshold's dispatch name
 _FUNCTIONAL_MODULES = ("torch.nn.functional", "torch._C._nn")
 
 

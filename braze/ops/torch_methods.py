@@ -20,8 +20,9 @@ from braze.errors import FusionDefinitionError, UnsupportedError
 from braze.ir.fusion import defining
 from braze.ir.scalar import Scalar, as_scalar
 from braze.ir.tensor import TensorView, normalize_axis
-from braze.ops import activations, composites, creation, scans, views
+from braze.ops import activations, composites, creation, losses, scans, views
 from braze.ops import reductions as red
+from braze.ops import torch_math as tm
 from braze.ops import view_composites as vc
 from braze.ops.broadcast import broadcast, expand
 from braze.ops.elementwise import BINARY, TERNARY, UNARY, cast, elementwise
@@ -243,6 +244,10 @@ MATH_FUNCTIONS = {**{name: FUNCTIONS[name] for name in FUNCTIONS if name not in 
                   **{torch_name: FUNCTIONS[name] for torch_name, name in NUMPY_NAMES.items()}}
 
 
+# torch's methods composed in braze/ops/torch_math.py, each installed under its own name.
+TORCH_MATH = ("logit", "xlogy", "sinc", "signbit", "isclose", "frac", "heaviside", "float_power", "logaddexp2",
+              "fmax", "fmin", "outer", "fliplr", "flipud", "count_nonzero", "nansum", "nanmean", "aminmax")
+
 _LOOP_SPLIT = TensorView.split  # taken before `install` puts `_split` in its place
 
 
@@ -352,7 +357,7 @@ _NOT_SUPPORTED = {
                      "unique", "unique_consecutive", "nonzero", "searchsorted", "bincount", "histc"),
                     "sorting and selection are not supported: compute them outside the fusion and pass the "
                     "result in (sorted probabilities, for instance)"),
-    **dict.fromkeys(("matmul", "mm", "bmm", "mv", "dot", "inner", "outer", "einsum", "baddbmm", "addmm"),
+    **dict.fromkeys(("matmul", "mm", "bmm", "mv", "dot", "inner", "einsum", "baddbmm", "addmm"),
                     "matrix products are not supported: braze fuses the elementwise work around them"),
 }
 
@@ -439,6 +444,12 @@ def install(cls: type = TensorView) -> None:
     cls.squeeze = _squeeze
     cls.fmod = activations.fmod
     cls.select, cls.diff = vc.select, vc.diff
+    for name in TORCH_MATH:
+        setattr(cls, name, getattr(tm, name))
+    cls.ger = tm.outer
+    cls.fix, cls.sgn = _op_method("trunc"), _op_method("sign")  # sgn is sign for real tensors
+    cls.broadcast_to = lambda self, size: _expand(self, *sizes((size,)))
+    cls.hardshrink, cls.prelu = losses.hardshrink, losses.prelu
     for name, why in _NOT_SUPPORTED.items():
         if not hasattr(cls, name):
             setattr(cls, name, _not_supported(name, why))
