@@ -1,8 +1,10 @@
 """torch's elementwise functions and small reductions that are short compositions of braze's ops:
 `logit`, `xlogy`, `sinc`, `signbit`, `isclose`, `frac`, `heaviside`, `float_power`, `logaddexp2`,
-`fmax`/`fmin`, `rsub`, `outer`, `count_nonzero`, `nansum`, `nanmean`, `aminmax`, `fliplr` and `flipud`. `braze/ops/torch_methods.py` installs them as TensorView methods, so `x.logit()` and
+`fmax`/`fmin`, `rsub`, `outer`, `count_nonzero`, `nansum`, `nanmean`, `aminmax`, `fliplr` and
+`flipud`. `braze/ops/torch_methods.py` installs them as TensorView methods, so `x.logit()` and
 `torch.logit(x)` (through `braze/ops/torch_functions.py`) both work. Each follows torch's values at
-0, the infinities and NaN, and torch's result dtype (integer inputs of a floating function give float32).
+0, the infinities and NaN, and torch's result dtype (integer inputs of a floating function give
+float32).
 """
 
 from __future__ import annotations
