@@ -13,7 +13,7 @@
 #include <memory>
 #include <thread>
 #include <vector>
-using std::signbit; using std::fmod; using std::floor; using std::copysign; using std::erf; using std::tanh;
+using std::signbit; using std::fmod; using std::floor; using std::copysign; using std::erf; using std::erfc; using std::tanh;
 using std::exp; using std::log; using std::sqrt; using std::pow; using std::fabs; using std::isnan; using std::isinf;
 using std::isfinite; using std::exp2; using std::expm1; using std::log2; using std::log1p; using std::sin; using std::cos;
 using std::tan; using std::ceil; using std::rint; using std::trunc; using std::atan2; using std::fmax;

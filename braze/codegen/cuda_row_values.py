@@ -25,7 +25,7 @@ REGISTER_VALUE_BYTES = 128
 
 # Operations costlier than the registers that keep their result (an exponential is ten instructions).
 COSTLY_OPS = frozenset({"exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt", "rsqrt", "reciprocal", "sin",
-                        "cos", "tan", "tanh", "sigmoid", "gelu", "silu", "erf", "truediv", "pow", "atan2"})
+                        "cos", "tan", "tanh", "sigmoid", "gelu", "silu", "erf", "erfc", "truediv", "pow", "atan2"})
 
 
 @dataclass(frozen=True)

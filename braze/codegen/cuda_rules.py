@@ -97,7 +97,7 @@ UNARY_RULES = {
     "sigmoid": lambda a, d, o, t: f"bz_sigmoid{_narrow_suffix(d, t)}({a[0]})",
     "relu": call("bz_relu"), "gelu": _gelu,
     "silu": lambda a, d, o, t: f"({a[0]} * bz_sigmoid{_narrow_suffix(d, t)}({a[0]}))",
-    "erf": math("erf"),
+    "erf": math("erf"), "erfc": math("erfc"),
     "floor": by_kind(math("floor"), _identity), "ceil": by_kind(math("ceil"), _identity),
     "round": by_kind(math("rint"), _identity), "trunc": by_kind(math("trunc"), _identity),
     "sign": call("bz_sign"),

@@ -74,7 +74,7 @@ def _ib(method: str):
     return lambda cg, a, dts, out, attrs: getattr(cg.b, method)(a[0], a[1])
 
 
-# --- float32 exp, sin, cos, tanh, log, erf, ...: inline and branch-free (llvm_math), so loops vectorize ------
+# --- float32 exp, sin, cos, tanh, log, erf, erfc, ...: inline and branch-free (llvm_math), so loops vectorize ------
 def inline_math(name: str, fallback):
     """A float rule: the inline float32 function `name` of llvm_math, or `fallback` for float64 and
     for an inline function's result (nesting them made LLVM's optimizer exponential)."""
@@ -102,8 +102,9 @@ def _gelu(cg, a, dts, out, attrs):
         inner = b.fmul(fconst(math.sqrt(2 / math.pi), x), b.fadd(x, b.fmul(fconst(0.044715, x), cube)))
         tanh = UNARY_RULES["tanh"](cg, [inner], dts, out, attrs)
         return b.fmul(b.fmul(fconst(0.5, x), x), b.fadd(fconst(1.0, x), tanh))
-    erf = UNARY_RULES["erf"](cg, [b.fmul(x, fconst(1 / math.sqrt(2), x))], dts, out, attrs)
-    return b.fmul(b.fmul(fconst(0.5, x), x), b.fadd(fconst(1.0, x), erf))
+    # 1 + erf(x / sqrt 2) as erfc(-x / sqrt 2): no cancellation in the tail x < 0, where gelu is tiny
+    erfc = UNARY_RULES["erfc"](cg, [b.fmul(x, fconst(-1 / math.sqrt(2), x))], dts, out, attrs)
+    return b.fmul(b.fmul(fconst(0.5, x), x), erfc)
 
 
 def icmp(cg: TaskEmitter, dtype: DType, predicate: str, x: ir.Value, y: ir.Value) -> ir.Value:
@@ -182,6 +183,7 @@ UNARY_RULES = {
     "gelu": _gelu,
     "silu": lambda cg, a, d, o, t: cg.b.fmul(a[0], _sigmoid(cg, a[0])),
     "erf": inline_math("erf", libm("erf")),
+    "erfc": inline_math("erfc", libm("erfc")),
     "floor": _rounding("floor"), "ceil": _rounding("ceil"), "round": _rounding("roundeven"),
     "trunc": _rounding("trunc"),
     "sign": _sign,

@@ -186,7 +186,8 @@ template <typename T> BZ_D T bz_sign(T x) {
 }
 template <typename T> BZ_D T bz_relu(T x) { return (x > T(0) || x != x) ? x : T(0); }
 template <typename T> BZ_D T bz_sigmoid(T x) { return T(1) / (T(1) + exp(-x)); }
-template <typename T> BZ_D T bz_gelu_erf(T x) { return T(0.5) * x * (T(1) + erf(x * T(0.70710678118654752440))); }
+// 1 + erf(x / sqrt 2) as erfc(-x / sqrt 2): no cancellation in the tail x < 0, where gelu is tiny
+template <typename T> BZ_D T bz_gelu_erf(T x) { return T(0.5) * x * erfc(x * T(-0.70710678118654752440)); }
 template <typename T> BZ_D T bz_gelu_tanh(T x) {
   return T(0.5) * x * (T(1) + tanh(T(0.79788456080286535588) * (x + T(0.044715) * (x * x * x))));
 }

@@ -21,7 +21,7 @@ _SAME_OP = ("sqrt", "exp", "log2", "log1p", "expm1", "sin", "cos", "tan", "tanh"
 OP_OF: dict[Callable, str] = {
     **{getattr(math, name): name for name in _SAME_OP if hasattr(math, name)},
     **{getattr(np, name): name for name in _SAME_OP},
-    math.fabs: "abs", math.erf: "erf", math.atan2: "atan2", math.pow: "pow",
+    math.fabs: "abs", math.erf: "erf", math.erfc: "erfc", math.atan2: "atan2", math.pow: "pow",
     np.abs: "abs", np.fabs: "abs", np.arctan2: "atan2", np.power: "pow", np.minimum: "minimum",
     np.maximum: "maximum", np.where: "where", np.clip: "clamp", np.round: "round", np.rint: "round",
     np.log: "log",

@@ -31,11 +31,17 @@ TO_BOOL: Callable[[DType], DType] = lambda d: dt.bool_
 TO_INT64: Callable[[DType], DType] = lambda d: dt.int64
 
 _erf = np.frompyfunc(math.erf, 1, 1)
+_erfc = np.frompyfunc(math.erfc, 1, 1)
 
 
 def erf(x: np.ndarray) -> np.ndarray:
     """Elementwise erf (NumPy has none); exact to the double rounding of `math.erf`."""
     return np.asarray(_erf(x), dtype=x.dtype)  # asarray: on a 0-d array frompyfunc gives a Python float
+
+
+def erfc(x: np.ndarray) -> np.ndarray:
+    """Elementwise 1 - erf(x) without the cancellation: accurate where erf(x) is near 1 (`math.erfc`)."""
+    return np.asarray(_erfc(x), dtype=x.dtype)
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -46,7 +52,8 @@ def gelu(x: np.ndarray, approximate: str = "none") -> np.ndarray:
     if approximate == "tanh":
         inner = np.sqrt(x.dtype.type(2 / math.pi)) * (x + x.dtype.type(0.044715) * x * x * x)
         return x.dtype.type(0.5) * x * (1 + np.tanh(inner))
-    return x.dtype.type(0.5) * x * (1 + erf(x / x.dtype.type(math.sqrt(2))))
+    # 1 + erf(x / sqrt 2) as erfc(-x / sqrt 2): the same for x >= 0, and no cancellation in the tail x < 0
+    return x.dtype.type(0.5) * x * erfc(-x / x.dtype.type(math.sqrt(2)))
 
 
 def int_power(base: np.ndarray, exponent: np.ndarray) -> np.ndarray:
@@ -110,6 +117,7 @@ UNARY: dict[str, tuple[str, Callable, Callable]] = {
     "gelu": ("bif", TO_FLOAT, gelu),
     "silu": ("bif", TO_FLOAT, lambda x: x * sigmoid(x)),
     "erf": ("bif", TO_FLOAT, erf),
+    "erfc": ("bif", TO_FLOAT, erfc),
     "floor": ("if", SAME, lambda x: np.floor(x) if x.dtype.kind == "f" else x),
     "ceil": ("if", SAME, lambda x: np.ceil(x) if x.dtype.kind == "f" else x),
     "round": ("if", SAME, lambda x: np.round(x) if x.dtype.kind == "f" else x),  # halves to even

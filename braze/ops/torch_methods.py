@@ -143,7 +143,7 @@ def _in_place(name: str, instead: str):
 
 _OUT_OF_PLACE = ("add", "sub", "mul", "div", "pow", "neg", "abs", "exp", "log", "sqrt", "rsqrt", "sigmoid", "tanh",
                  "relu", "clamp", "clamp_min", "clamp_max", "masked_fill", "addcmul", "addcdiv", "lerp", "floor",
-                 "round", "sign", "erf", "nan_to_num", "reciprocal", "sin", "cos", "square")
+                 "round", "sign", "erf", "erfc", "nan_to_num", "reciprocal", "sin", "cos", "square")
 # torch's in-place methods model code calls, each with what to write in a fusion instead.
 IN_PLACE = {**{f"{name}_": f"x = x.{name}(...)" for name in _OUT_OF_PLACE},
             "zero_": "x = bz.ops.zeros_like(x)", "fill_": "x = bz.ops.full_like(x, value)",

@@ -14,9 +14,11 @@ from braze.codegen.llvm_math import reduction_table_row, two_over_pi_bits
 
 rng = np.random.default_rng(7)
 REFERENCE = {"sin": np.sin, "cos": np.cos, "tanh": np.tanh, "log": np.log, "exp": np.exp,
-             "erf": np.vectorize(math.erf, otypes=[np.float64]), "expm1": np.expm1, "log1p": np.log1p}
+             "erf": np.vectorize(math.erf, otypes=[np.float64]), "erfc": np.vectorize(math.erfc, otypes=[np.float64]),
+             "expm1": np.expm1, "log1p": np.log1p}
 # The C library's float32 functions are within 1 ulp, NumPy's SIMD ones within 4.
 MAX_ULPS = {"erf": 3.0, "log1p": 3.0}  # erf's polynomial rounds seven times; log1p rounds 1 + x, then corrects
+MAX_ULPS["erfc"] = 5.0  # the rounding of 1/x, the inline exp and the polynomial's add up in the tail
 DEFAULT_MAX_ULPS = 2.0
 
 
@@ -61,8 +63,8 @@ def test_sin_and_cos_reduce_any_argument_exactly(op):
     assert_within_ulps(op, rng.uniform(-10, 10, 100_000).astype(np.float32))
 
 
-@pytest.mark.parametrize("op", ["tanh", "exp", "erf", "expm1"])
-def test_tanh_exp_erf_and_expm1_are_accurate_everywhere(op):
+@pytest.mark.parametrize("op", ["tanh", "exp", "erf", "erfc", "expm1"])
+def test_tanh_exp_erf_erfc_and_expm1_are_accurate_everywhere(op):
     assert_within_ulps(op, every_exponent(200_000))
     assert_within_ulps(op, rng.uniform(-12, 12, 100_000).astype(np.float32))
 
@@ -83,7 +85,7 @@ SPECIALS = np.array([math.nan, math.inf, -math.inf, 0.0, -0.0, 1e-45, -1e-45, 2.
                      3.4e38, -3.4e38, 1.0, -1.0, 0.625, -0.625], np.float32)
 
 
-@pytest.mark.parametrize("op", ["sin", "cos", "tanh", "log", "exp", "erf", "expm1", "log1p"])
+@pytest.mark.parametrize("op", ["sin", "cos", "tanh", "log", "exp", "erf", "erfc", "expm1", "log1p"])
 def test_special_values_match_the_c_library(op):
     got = compiled(op, SPECIALS)
     with np.errstate(all="ignore"):
@@ -115,6 +117,7 @@ def test_nested_inline_math_calls_the_c_library_and_stays_correct():
 EXPRESSIONS = {
     "sin": lambda a, b: bz.ops.sin(a), "cos": lambda a, b: bz.ops.cos(a), "tanh": lambda a, b: bz.ops.tanh(a),
     "log": lambda a, b: bz.ops.log(a), "exp": lambda a, b: bz.ops.exp(a), "erf": lambda a, b: bz.ops.erf(a),
+    "erfc": lambda a, b: bz.ops.erfc(a),
     "expm1": lambda a, b: bz.ops.expm1(a), "log1p": lambda a, b: bz.ops.log1p(a),
     "gelu(a)": lambda a, b: bz.ops.gelu(a),
     "a*b - sin(a)": lambda a, b: a * b - bz.ops.sin(a),
@@ -132,6 +135,32 @@ def test_loops_with_inline_math_are_vectorized(name, capsys, tmp_path):
         f.execute([x, x], backend="llvm")
     ir_text = capsys.readouterr().err
     assert "x float>" in ir_text  # LLVM turned the loop into vector instructions
-    for libm in ("@sinf", "@cosf", "@tanhf", "@logf", "@expf", "@erff", "@expm1f", "@log1pf", "@llvm.sin.",
+    for libm in ("@sinf", "@cosf", "@tanhf", "@logf", "@expf", "@erff", "@erfcf", "@expm1f", "@log1pf", "@llvm.sin.",
                  "@llvm.cos.", "@llvm.log.", "@llvm.exp."):
         assert libm not in ir_text, f"{name}: the loop still calls {libm}"
+
+
+ERFC_SWEEP = np.concatenate([np.linspace(-10, 10, 801), [0.0, -0.0, math.inf, -math.inf, math.nan, 26.5, 27.5]])
+
+
+@pytest.mark.parametrize("backend", ["reference", "llvm"])
+def test_float64_erfc_matches_math_erfc_to_the_last_bits(backend):
+    with bz.Fusion() as f:
+        f.add_output(bz.ops.erfc(f.define_tensor((-1,), dtype=bz.float64)))
+    (got,) = f.execute([ERFC_SWEEP], backend=backend)
+    want = np.array([math.erfc(v) for v in ERFC_SWEEP])
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    finite = ~np.isnan(want)
+    assert np.all(np.abs(got[finite] - want[finite]) <= 4 * np.spacing(want[finite]))  # 0 at 27.5 included
+
+
+@pytest.mark.parametrize("backend", ["reference", "llvm"])
+@pytest.mark.parametrize("dtype", [bz.float32, bz.float64])
+def test_exact_gelu_keeps_its_relative_accuracy_in_the_left_tail(backend, dtype):
+    """1 + erf(x / sqrt 2) cancels for x < -3: float32 gelu(-5) was 4% off, float64 gelu(-10) was -0."""
+    x = np.array([-10.0, -7.0, -5.0, -3.0, -1.0, 0.0, 1.0, 5.0], dtype.numpy)
+    with bz.Fusion() as f:
+        f.add_output(bz.ops.gelu(f.define_tensor((-1,), dtype=dtype)))
+    (got,) = f.execute([x], backend=backend)
+    want = np.array([0.5 * v * math.erfc(-v / math.sqrt(2)) for v in x.astype(np.float64)])
+    np.testing.assert_allclose(got, want, rtol=2e-6 if dtype == bz.float32 else 1e-14, atol=0)

@@ -361,6 +361,7 @@ UNARY_ORACLE: dict[str, ElementwiseOracle] = {
     "gelu": _unary("float", _vectorized(_gelu), None, WIDE),
     "silu": _unary("float", lambda x: x / (1 + np.exp(-x)), None, WIDE),
     "erf": _unary("float", _vectorized(_erf), None, uniform(-3, 3)),
+    "erfc": _unary("float", _vectorized(math.erfc), None, uniform(-9, 9)),
     "floor": _unary("same", np.floor, lambda x: x, WITH_HALVES),
     "ceil": _unary("same", np.ceil, lambda x: x, WITH_HALVES),
     "round": _unary("same", _vectorized(_round_half_even), lambda x: x, WITH_HALVES),

@@ -111,7 +111,7 @@ def _number_in_float32(node: fx.Node, args: list[object]) -> bool:
 UNARY = {  # ATen op -> braze op
     "abs": "abs", "neg": "neg", "exp": "exp", "exp2": "exp2", "expm1": "expm1", "log": "log", "log2": "log2",
     "log1p": "log1p", "sqrt": "sqrt", "rsqrt": "rsqrt", "reciprocal": "reciprocal", "sin": "sin", "cos": "cos",
-    "tan": "tan", "tanh": "tanh", "sigmoid": "sigmoid", "relu": "relu", "erf": "erf", "floor": "floor",
+    "tan": "tan", "tanh": "tanh", "sigmoid": "sigmoid", "relu": "relu", "erf": "erf", "erfc": "erfc", "floor": "floor",
     "ceil": "ceil", "round": "round", "trunc": "trunc", "isnan": "isnan", "isinf": "isinf",
     "logical_not": "logical_not", "bitwise_not": "bitwise_not", "silu": "silu",
 }
