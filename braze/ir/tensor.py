@@ -63,6 +63,9 @@ class TensorView(Val):
         # A runtime Python number (an `@bz.jit` argument), or an elementwise op over such numbers and
         # literals only: as weak as a literal, and rounded to the promoted type first like one.
         self.python_scalar = False
+        # An elementwise op over scalars alone, one of them typed (`1 - momentum` of a define_scalar):
+        # a scalar still, as weak as a typed one, as nvFuser's scalar arithmetic gives a scalar.
+        self.scalar_arithmetic = False
 
     # --- what the user sees -------------------------------------------------------------------
     @property
@@ -86,6 +89,8 @@ class TensorView(Val):
         Weak values never widen a stronger one's dtype."""
         if self.python_scalar:
             return 2
+        if self.scalar_arithmetic:
+            return 1
         if self.scalar is None and getattr(self.fusion, "torch_promotion", False) and not self.visible:
             return 1  # a 0-d tensor, under torch's promotion (Fusion.torch_promotion)
         return {None: 0, "input": 1, "const": 1, "extent": 1, "literal": 2}[self.scalar]

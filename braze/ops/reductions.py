@@ -164,7 +164,13 @@ def keyword_aliases(**aliases: tuple[str, ...]) -> Callable[[Callable], Callable
 
         @functools.wraps(fn)
         def call(*args, **kwargs):
-            positional = signature.bind_partial(*args).arguments
+            try:
+                positional = signature.bind_partial(*args).arguments
+            except TypeError:
+                names = _positional_names(signature)
+                raise FusionDefinitionError(
+                    f"{fn.__name__}: expected at most {len(names)} positional arguments ({', '.join(names)}), "
+                    f"got {len(args)}; pass the others by keyword") from None
             for primary, names in aliases.items():
                 written = [n for n in (primary, *names) if n in kwargs or n in positional]
                 if len(written) > 1:
@@ -178,6 +184,11 @@ def keyword_aliases(**aliases: tuple[str, ...]) -> Callable[[Callable], Callable
         return call
 
     return wrap
+
+
+def _positional_names(signature: inspect.Signature) -> list[str]:
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return [p.name for p in signature.parameters.values() if p.kind in kinds]
 
 
 _AXES_ALIASES = keyword_aliases(axes=("axis", "dim", "dims"), keepdim=("keepdims",))
@@ -225,7 +236,7 @@ def _as_asked(result: TensorView, dtype: object) -> TensorView:
 
 
 @_AXES_ALIASES
-def sum(x: TensorView, axes=None, keepdim: bool = False, *, dtype: object = None) -> TensorView:  # noqa: A001
+def sum(x: TensorView, axes=None, keepdim: bool = False, dtype: object = None) -> TensorView:  # noqa: A001
     """Sum over axes; bools and signed integers accumulate in int64, unsigned integers in uint64 (as
     NumPy does), half types in float32. `dtype=` casts
     x to it first (torch's), so the result has that dtype."""
@@ -233,7 +244,7 @@ def sum(x: TensorView, axes=None, keepdim: bool = False, *, dtype: object = None
 
 
 @_AXES_ALIASES
-def prod(x: TensorView, axes=None, keepdim: bool = False, *, dtype: object = None) -> TensorView:
+def prod(x: TensorView, axes=None, keepdim: bool = False, dtype: object = None) -> TensorView:
     """Product over axes; `dtype=` as for `sum`."""
     return _as_asked(reduce("prod", cast_first(x, dtype, "prod"), axes, keepdim), dtype)
 
@@ -249,7 +260,7 @@ def min(x: TensorView, axes=None, keepdim: bool = False) -> TensorView:  # noqa:
 
 
 @_AXES_ALIASES
-def mean(x: TensorView, axes=None, keepdim: bool = False, *, dtype: object = None) -> TensorView:
+def mean(x: TensorView, axes=None, keepdim: bool = False, dtype: object = None) -> TensorView:
     """Mean over axes (integers give float32); `dtype=` (a floating one) casts x to it first."""
     return reduce("mean", cast_first(x, dtype, "mean", floating=True), axes, keepdim)
 

@@ -83,6 +83,9 @@ def apply(name: str, inputs: Sequence[TensorView], fusion: FusionGraph | None = 
     # number, and a float16 `x` times it stays float16.
     out.python_scalar = op.category == "elementwise" and bool(inputs) and all(
         tv.weak == 2 or tv.scalar == "extent" for tv in inputs)
+    # Arithmetic and casts on scalars alone, one of them typed, give a scalar as weak as a typed one.
+    out.scalar_arithmetic = (op.category in ("elementwise", "cast") and bool(inputs) and not out.python_scalar
+                             and all(tv.weak >= 1 and not tv.visible for tv in inputs))
     fusion.add_expr(name, tuple(inputs), (out,), **attrs)
     return out
 

@@ -228,6 +228,28 @@ def test_scalar_inputs_are_weak(dtype):
     assert_matches(biggest, np.maximum(x.astype(np.float64), value), dtype)
 
 
+def test_arithmetic_on_scalar_inputs_stays_weak():
+    # nvFuser's scalar arithmetic gives a scalar: a float32 running mean updated by a float64
+    # momentum, (1 - momentum) * mean, stays float32 and can be written in place into its input.
+    mean = np.array([1.0, -2.0, 0.5], np.float32)
+    with bz.Fusion() as f:
+        m = define(f, mean)
+        momentum = f.define_scalar(dtype=bz.float64)
+        keep = bz.ops.sub(1.0, momentum)
+        f.add_output(bz.ops.mul(m, keep) + bz.ops.mul(m, momentum * 0.5), alias=m)
+        f.add_output(m * bz.ops.cast(momentum, bz.float64))
+        f.add_output(bz.ops.cast(m, bz.float16) * bz.ops.cast(momentum, bz.float32))
+    _, scaled, half = run(f, [mean.copy(), 0.25])
+    assert scaled.dtype == np.float32 and half.dtype == np.float16
+    np.testing.assert_allclose(scaled, mean * 0.25)
+    with bz.Fusion() as f:
+        m = define(f, mean)
+        f.add_output(bz.ops.mul(m, bz.ops.sub(1.0, f.define_scalar(dtype=bz.float64))), alias=m)
+    updated = mean.copy()
+    f.execute([updated, 0.25])
+    np.testing.assert_allclose(updated, mean * np.float32(0.75))
+
+
 def test_python_ints_beyond_int64_are_refused():
     with bz.Fusion() as f:
         x = f.define_tensor(shape=(-1,), dtype=bz.int64)

@@ -304,6 +304,25 @@ def test_nvfusers_definitions_of_reductions():
         assert_matches(out, want, bz.float32, scale=4.0)
 
 
+def test_nvfusers_positional_dtype_of_sums():
+    # nvFuser's sum(x, dims, keepdim, dtype): the dtype fourth, as its python tests write it
+    x = np.asarray(SIGNED(rng_for("nvfuser"), bz.float16, (3, 4)))
+    outs = execute(lambda f: [bz.ops.sum(t := define(f, x), [1], False, bz.float64),
+                              bz.ops.mean(t, [0], True, bz.float32), bz.ops.prod(t, [1], False, bz.float32)], [x])
+    x64 = x.astype(np.float64)
+    for out, want, dtype in zip(outs, [x64.sum(1), x64.mean(0, keepdims=True), x64.prod(1)],
+                                [bz.float64, bz.float32, bz.float32], strict=True):
+        assert_matches(out, want, dtype, scale=4.0)
+
+
+def test_too_many_positional_arguments_name_the_parameters():
+    with bz.Fusion() as f:
+        x = f.define_tensor(shape=(-1, -1))
+        with pytest.raises(bz.FusionDefinitionError, match=r"max: expected at most 3 positional arguments "
+                                                            r"\(x, axes, keepdim\), got 4"):
+            bz.ops.max(x, [1], False, bz.float32)
+
+
 @pytest.mark.parametrize("call", [
     lambda x: bz.ops.var(x, [1], 1, False),  # nvFuser's order: (x, dims, correction, keepdim)
     lambda x: bz.ops.var_mean(x, [1], 0),
