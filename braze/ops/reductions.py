@@ -161,6 +161,10 @@ def keyword_aliases(**aliases: tuple[str, ...]) -> Callable[[Callable], Callable
 
     def wrap(fn: Callable) -> Callable:
         signature = inspect.signature(fn)
+        # Every name a keyword may take here: the parameters' and the aliases of this wrapper and the
+        # ones it wraps (`var` takes `axis=` from one and `ddof=` from another).
+        accepted = [*signature.parameters, *getattr(fn, "accepted_keywords", ()),
+                    *(n for names in aliases.values() for n in names)]
 
         @functools.wraps(fn)
         def call(*args, **kwargs):
@@ -179,8 +183,14 @@ def keyword_aliases(**aliases: tuple[str, ...]) -> Callable[[Callable], Callable
                         f"both {written[0]}= and {written[1]}=")
                 if written and written[0] != primary:
                     kwargs[primary] = kwargs.pop(written[0])
+            unknown = [n for n in kwargs if n not in accepted]
+            if unknown:
+                raise FusionDefinitionError(
+                    f"{fn.__name__}: unexpected keyword argument(s) {', '.join(f'{n}=' for n in unknown)}; expected "
+                    f"some of {', '.join(f'{n}=' for n in dict.fromkeys(accepted) if not n.startswith('_'))}")
             return fn(*args, **kwargs)
 
+        call.accepted_keywords = tuple(accepted)
         return call
 
     return wrap

@@ -361,3 +361,14 @@ def test_reduction_of_a_python_scalar_is_refused():
     with bz.Fusion():
         with pytest.raises(bz.FusionDefinitionError, match="sum"):
             bz.ops.sum(2.0)
+
+
+def test_a_misspelled_keyword_names_the_ones_the_reduction_takes():
+    with bz.Fusion() as f:
+        x = f.define_tensor((-1, -1))
+        with pytest.raises(bz.FusionDefinitionError, match=r"sum: unexpected keyword argument\(s\) axs=; expected "
+                                                           r"some of x=, axes=, keepdim=, dtype=, axis=, dim="):
+            bz.ops.sum(x, axs=1)
+        with pytest.raises(bz.FusionDefinitionError, match=r"var: unexpected keyword argument\(s\) keepdmi=.*ddof="):
+            bz.ops.var(x, 1, keepdmi=True)
+        assert bz.ops.var(x, axis=1, ddof=1, keepdims=True).ndim == 2  # every alias, from either wrapper
