@@ -19,6 +19,7 @@ ranks (benchmarks/data_parallel.py compares one GPU with two).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -147,6 +148,11 @@ def main() -> None:
         if rank == 0:
             print(json.dumps(result), flush=True)
     finally:
+        # The models (and their DDP reducers) are gone by now; the barrier keeps one rank from
+        # tearing the group down while its peer's last collective is still in flight, which
+        # gloo answers by aborting the process at exit.
+        gc.collect()
+        dist.barrier()
         dist.destroy_process_group()
 
 
