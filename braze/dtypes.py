@@ -153,22 +153,32 @@ def promote_types(a: DType, b: DType) -> DType:
     return a if a.itemsize > b.itemsize else b
 
 
-def result_type(*operands: tuple[DType, bool | int]) -> DType:
+def result_type(*operands: tuple[DType, bool | int] | tuple[DType, bool | int, bool]) -> DType:
     """The result dtype of an elementwise op over `(dtype, weakness)` operands.
 
     Weak operands never widen a stronger operand's dtype; they only raise its category (an integer
     tensor times 0.5 is float32). Weakness 0 (False) is a tensor, 1 (True) a typed scalar, 2 a
-    Python literal: among scalars alone, a typed scalar input decides over a literal.
+    Python literal: among scalars alone, a typed scalar input decides over a literal. A weak
+    operand marked `(dtype, weakness, True)` is a 0-d torch tensor: where it raises the category it
+    brings its own dtype, as in torch (an int64 tensor times a float64 0-d tensor is float64, times
+    the Python float 2.0 float32).
     """
-    strongest = min(int(w) for _, w in operands)
-    strong = [d for d, w in operands if int(w) == strongest]
-    weak = [d for d, w in operands if int(w) != strongest]
+    strongest = min(int(operand[1]) for operand in operands)
+    strong = [operand[0] for operand in operands if int(operand[1]) == strongest]
+    weak = [operand for operand in operands if int(operand[1]) != strongest]
     result = strong[0]
     for d in strong[1:]:
         result = promote_types(result, d)
-    for d in weak:
-        if _KIND_RANK[d.kind] > _KIND_RANK[result.kind]:
-            result = _WEAK_DEFAULT[d.category]
+    zero_dim = [operand[0] for operand in weak if len(operand) > 2 and operand[2]]
+    if zero_dim:  # first: a Python number of their category then no longer raises it
+        promoted = zero_dim[0]
+        for d in zero_dim[1:]:
+            promoted = promote_types(promoted, d)
+        if _KIND_RANK[promoted.kind] > _KIND_RANK[result.kind]:
+            result = promote_types(result, promoted)
+    for operand in weak:
+        if _KIND_RANK[operand[0].kind] > _KIND_RANK[result.kind]:
+            result = _WEAK_DEFAULT[operand[0].category]
     return result
 
 

@@ -96,6 +96,13 @@ class TensorView(Val):
         return {None: 0, "input": 1, "const": 1, "extent": 1, "literal": 2}[self.scalar]
 
     @property
+    def promotion(self) -> tuple[DType, int, bool]:
+        """The operand `dtypes.result_type` promotes: the dtype, the weakness, and whether it is a
+        0-d torch tensor (whose own dtype a category it raises takes, as in torch)."""
+        zero_dim = self.scalar is None and not self.visible and getattr(self.fusion, "torch_promotion", False)
+        return self.dtype, self.weak, zero_dim
+
+    @property
     def is_constant(self) -> bool:
         """A scalar whose value is known while defining (a Python literal or `define_scalar(v)`)."""
         return self.scalar in ("const", "literal")

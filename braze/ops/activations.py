@@ -54,7 +54,7 @@ def operands_in_compute_type(op: str, operands: Sequence[Operand], floating: boo
         owning_fusion(op, operands)  # an array given by mistake: says what ops are for
         raise FusionDefinitionError(f"{op}: expected at least one TensorView operand, got "
                                     f"{', '.join(type(o).__name__ for o in operands)}")
-    promoted = dt.result_type(*[(t.dtype, t.weak) for t in tensors])
+    promoted = dt.result_type(*[t.promotion for t in tensors])
     result = dt.float32 if floating and not promoted.is_floating else promoted
     compute = dt.compute_dtype(result)
     return [cast(o, compute) if isinstance(o, TensorView) else o for o in operands], result

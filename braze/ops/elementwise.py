@@ -168,7 +168,7 @@ TERNARY: dict[str, tuple[str, Callable, Callable]] = {
 
 def operand_type(tensors: Sequence[TensorView]) -> DType:
     """The promoted type of an op's value operands (weak scalars never widen it)."""
-    return dt.result_type(*[(t.dtype, t.weak) for t in tensors])
+    return dt.result_type(*[t.promotion for t in tensors])
 
 
 def compute_type(promoted: DType, result: DType) -> DType:

@@ -1,5 +1,5 @@
 """torch's elementwise functions and small reductions that are short compositions of braze's ops:
-`logit`, `xlogy`, `sinc`, `signbit`, `isclose`, `frac`, `heaviside`, `float_power`, `logaddexp2`,
+`sign` (0 for NaN), `logit`, `xlogy`, `sinc`, `signbit`, `isclose`, `frac`, `heaviside`, `float_power`, `logaddexp2`,
 `fmax`/`fmin`, `rsub`, `outer`, `count_nonzero`, `nansum`, `nanmean`, `aminmax`, `fliplr` and
 `flipud`. `braze/ops/torch_methods.py` installs them as TensorView methods, so `x.logit()` and
 `torch.logit(x)` (through `braze/ops/torch_functions.py`) both work. Each follows torch's values at
@@ -60,6 +60,14 @@ def sinc(x: TensorView) -> TensorView:
     scaled = elementwise("mul", xf, math.pi)
     quotient = elementwise("truediv", elementwise("sin", scaled), scaled)
     return cast(elementwise("where", elementwise("eq", xf, 0), 1.0, quotient), result)
+
+
+def sign(x: TensorView) -> TensorView:
+    """torch's sign, (x > 0) - (x < 0): 0 for NaN, where NumPy's (`np.sign`, `bz.ops.sign`) gives NaN."""
+    if not isinstance(x, TensorView):
+        raise not_a_tensor("sign", x)
+    signed = elementwise("sign", x)
+    return elementwise("where", elementwise("isnan", x), 0, signed) if x.dtype.is_floating else signed
 
 
 def signbit(x: TensorView) -> TensorView:

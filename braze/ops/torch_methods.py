@@ -245,7 +245,7 @@ MATH_FUNCTIONS = {**{name: FUNCTIONS[name] for name in FUNCTIONS if name not in 
 
 
 # torch's methods composed in braze/ops/torch_math.py, each installed under its own name.
-TORCH_MATH = ("logit", "xlogy", "sinc", "signbit", "isclose", "frac", "heaviside", "float_power", "logaddexp2",
+TORCH_MATH = ("logit", "xlogy", "sinc", "sign", "signbit", "isclose", "frac", "heaviside", "float_power", "logaddexp2",
               "fmax", "fmin", "outer", "fliplr", "flipud", "count_nonzero", "nansum", "nanmean", "aminmax")
 
 _LOOP_SPLIT = TensorView.split  # taken before `install` puts `_split` in its place
@@ -447,7 +447,7 @@ def install(cls: type = TensorView) -> None:
     for name in TORCH_MATH:
         setattr(cls, name, getattr(tm, name))
     cls.ger = tm.outer
-    cls.fix, cls.sgn = _op_method("trunc"), _op_method("sign")  # sgn is sign for real tensors
+    cls.fix, cls.sgn = _op_method("trunc"), tm.sign  # sgn is sign for real tensors
     cls.broadcast_to = lambda self, size: _expand(self, *sizes((size,)))
     cls.hardshrink, cls.prelu = losses.hardshrink, losses.prelu
     for name, why in _NOT_SUPPORTED.items():

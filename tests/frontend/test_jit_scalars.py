@@ -214,6 +214,11 @@ def test_a_zero_dim_torch_tensor_promotes_as_in_torch():
         (lambda x, y: x * y.sum(), (x, torch.randn(5))),
         (lambda i, s: i * s, (torch.arange(4), torch.tensor(2.5))),
         (lambda s, t: s * t + 0.5, (torch.tensor(2.0), torch.tensor(3.0, dtype=torch.float64))),
+        # a 0-d tensor that raises the kind brings its own dtype, where a Python float gives float32
+        (lambda i, s: i * s, (torch.arange(4), torch.tensor(2.5, dtype=torch.float64))),
+        (lambda i, s, t: i * s + t, (torch.arange(4, dtype=torch.int32), torch.tensor(2.5, dtype=torch.float16),
+                                     torch.tensor(0.5, dtype=torch.float64))),
+        (lambda b, s: b * s + 1.5, (torch.tensor([True, False]), torch.tensor(3, dtype=torch.int16))),
     ]
     for fn, args in programs:
         want = fn(*args)
