@@ -11,7 +11,7 @@ from braze.errors import FusionDefinitionError
 from braze.ir.domain import IterDomain, IterType
 from braze.ir.scalar import Scalar, as_scalar
 from braze.ir.tensor import TensorView
-from braze.ops.table import OpDef, RefContext, apply, register
+from braze.ops.table import OpDef, RefContext, apply, register, size_value
 
 
 def _same_dtype(inputs: Sequence[TensorView], attrs: dict):
@@ -80,6 +80,7 @@ def expand(x: TensorView, shape: Sequence[int | Scalar]) -> TensorView:
 
 
 def _extent_arg(value: int | Scalar, what: str) -> Scalar:
+    value = size_value(value, what)
     if isinstance(value, int) and not isinstance(value, bool) and value < 0:
         raise FusionDefinitionError(f"{what}: expected a non-negative extent or -1, got {value}")
     try:

@@ -15,7 +15,7 @@ from braze.ir.tensor import TensorView
 from braze.ops import philox
 from braze.ops.elementwise import as_operand, check_fill, elementwise, not_a_tensor
 from braze.ops.reductions import keyword_aliases
-from braze.ops.table import OpDef, RefContext, apply, register
+from braze.ops.table import OpDef, RefContext, apply, register, size_value
 
 _attr_dtype = lambda ins, a: a["dtype"]
 
@@ -55,6 +55,7 @@ register(OpDef("randn", "creation", _shape_domain, _attr_dtype, _random_referenc
 
 def _shape_arg(shape: Sequence[int | Scalar] | int, op: str) -> tuple[Scalar, ...]:
     listed = [shape] if isinstance(shape, (int, np.integer, Scalar)) else list(shape)
+    listed = [size_value(e, f"{op}: shape[{i}]") for i, e in enumerate(listed)]
     listed = [int(e) if isinstance(e, np.integer) else e for e in listed]  # NumPy's ints are sizes too
     for i, e in enumerate(listed):
         if not isinstance(e, (int, Scalar)) or isinstance(e, bool) or (isinstance(e, int) and e < 0):

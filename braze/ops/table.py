@@ -90,6 +90,21 @@ def apply(name: str, inputs: Sequence[TensorView], fusion: FusionGraph | None = 
     return out
 
 
+def size_value(value: object, what: str) -> object:
+    """A size given as nvFuser writes them, `define_scalar(2)` (a constant) or `t.size(0)` (an extent),
+    as its value: an int or a symbolic extent. Anything else is returned as it is, for the caller to check;
+    a scalar input raises, since no shape can depend on a value known only at execute()."""
+    if not isinstance(value, TensorView) or value.scalar is None or value.visible:
+        return value
+    if value.scalar in ("const", "literal", "extent") and value.dtype.is_integer:
+        return value.value
+    if value.scalar == "input":
+        raise FusionDefinitionError(
+            f"{what}: {value.describe()} is a scalar input, whose value no shape can depend on; define it with "
+            "its value (define_scalar(2)) or use an extent (x.shape[0])")
+    return value
+
+
 def reject_kinds(op: str, tv: TensorView, allowed: str) -> None:
     """Raises when `tv`'s dtype kind is not among `allowed` ('b', 'i', 'f'; 'i' takes unsigned integers too)."""
     if tv.dtype.category not in allowed:

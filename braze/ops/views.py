@@ -15,7 +15,7 @@ from braze.ir.tensor import TensorView, normalize_axis
 from braze.ops.broadcast import broadcast
 from braze.ops.elementwise import as_operand, check_fill, not_a_tensor
 from braze.ops.reductions import keyword_aliases, normalize_axes
-from braze.ops.table import OpDef, RefContext, apply, register
+from braze.ops.table import OpDef, RefContext, apply, register, size_value
 
 _first_dtype = lambda inputs, attrs: inputs[0].dtype
 
@@ -95,6 +95,7 @@ def reshape(x: TensorView, shape: Sequence[int | Scalar]) -> TensorView:
 def _reshape_extent(extent: object, position: int) -> int | Scalar:
     """An int (NumPy's too, as a Python int: `np.int64(-1)` infers) or an extent. A runtime number of
     `@bz.jit` is a tensor of the fusion, whose value no shape can depend on."""
+    extent = size_value(extent, f"reshape: shape[{position}]")
     if isinstance(extent, Scalar):
         return extent
     if isinstance(extent, (int, np.integer)) and not isinstance(extent, (bool, np.bool_)):
@@ -227,7 +228,8 @@ def slice_tensor(x: TensorView, slices: Sequence[slice | tuple] | None = None,
         if not isinstance(s, slice) and not (isinstance(s, (tuple, list)) and len(s) == 3):
             raise FusionDefinitionError(f"slice: dimension {axis}: expected a slice or a (start, stop, step) "
                                         f"tuple, got {s!r} (nvFuser's form: slice(x, start_indices, end_indices))")
-        start, stop, step = (s.start, s.stop, s.step) if isinstance(s, slice) else tuple(s)
+        start, stop, step = (size_value(v, f"slice: dimension {axis}")
+                             for v in ((s.start, s.stop, s.step) if isinstance(s, slice) else tuple(s)))
         step = 1 if step is None else step
         for what, v in (("start", start), ("stop", stop)):
             if v is not None and not isinstance(v, Scalar) and (not isinstance(v, int) or isinstance(v, bool)):
@@ -282,7 +284,7 @@ def pad(x: TensorView, widths: Sequence[tuple[int, int]], value: float | int | b
             f"pad: widths: expected (before, after) pairs, one per dimension from the first as NumPy's pad "
             f"takes them, got {widths!r}; torch's F.pad(x, (left, right)) starts from the last dimension: "
             f"write [(0, 0), ..., (left, right)]")
-    widths = [tuple(w) for w in widths]
+    widths = [tuple(size_value(v, "pad: widths") for v in w) for w in widths]
     if len(widths) > x.ndim or any(len(w) != 2 or min(w) < 0 for w in widths):
         raise FusionDefinitionError(
             f"pad: expected at most {x.ndim} pairs of non-negative (before, after) widths, got {widths}"

@@ -298,3 +298,27 @@ def test_torch_and_numpy_keyword_names_for_axes():
     with bz.Fusion() as f:
         with pytest.raises(bz.FusionDefinitionError, match="axis= and dim="):
             bz.ops.cat([define(f, x)], axis=0, dim=0)
+
+
+def test_sizes_given_as_nvfusers_scalars_constant_or_extent():
+    x, b = sample(bz.float32, (4, 6)), sample(bz.float32, (6,))
+
+    def build(f):
+        t, v = define(f, x), define(f, b)
+        four, one = f.define_scalar(4, dtype=bz.int64), f.define_scalar(1, dtype=bz.int64)
+        return [bz.ops.reshape(t, [t.size(1), four]),
+                t + bz.ops.broadcast_in_dim(v, shape=[four, t.size(1)], broadcast_dims=[1]),
+                bz.ops.full([four, 2], 1.5, dtype=bz.float32),
+                bz.ops.slice(t, [0, one], [four, t.size(1)]),
+                bz.ops.pad(t, [(0, 0), (one, 2)]),
+                bz.ops.expand(bz.ops.reshape(t, [4, 6, 1]), [4, 6, f.define_scalar(3, dtype=bz.int64)])]
+
+    outs = execute(build, [x, b])
+    expected = [x.reshape(6, 4), x + b, np.full((4, 2), 1.5, np.float32), x[:, 1:],
+                np.pad(x, [(0, 0), (1, 2)]), np.broadcast_to(x[:, :, None], (4, 6, 3))]
+    for out, want in zip(outs, expected, strict=True):
+        assert_same(out, want)
+    with bz.Fusion() as f:  # a scalar input's value is known only at execute(): no shape can depend on it
+        t, n = define(f, x), f.define_scalar(dtype=bz.int64)
+        with pytest.raises(bz.FusionDefinitionError, match="scalar input, whose value no shape"):
+            bz.ops.reshape(t, [n, -1])
