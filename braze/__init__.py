@@ -2,6 +2,7 @@
 
 from braze import ops
 from braze.dtypes import (
+    DataType,
     DType,
     bfloat16,
     bool_,
@@ -98,7 +99,8 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module 'braze' has no attribute {name!r}")
 
 __all__ = [
-    "Array", "CompileError", "CudaError", "DType", "DeviceArray", "Error", "Fusion", "FusionDefinitionError",
+    "Array", "CompileError", "CudaError", "DataType", "DType", "DeviceArray", "Error", "Fusion",
+    "FusionDefinitionError",
     "Graph", "InputError", "KernelAssertionError", "KernelError", "KernelSyntaxError", "KernelTypeError",
     "OutOfMemoryError", "RtcKernel", "SerialLoopWarning", "TensorView", "TracerBoolConversionError", "UnsupportedError",
     "atomic_add", "atomic_max", "atomic_min", "atomic_sub", "bfloat16", "bool", "bool_",

@@ -85,6 +85,15 @@ bfloat16 = DType("bfloat16", "f", 2)
 float32 = DType("float32", "f", 4)
 float64 = DType("float64", "f", 8)
 
+
+
+class DataType:
+    """nvFuser's names of the dtypes (`DataType.Float`, `DataType.BFloat16`), so a fusion definition
+    written for nvFuser reads as it is; each is the braze dtype of that name."""
+
+    Bool, Int32, Int, Half, BFloat16, Float, Double = bool_, int32, int64, float16, bfloat16, float32, float64
+
+
 ALL_DTYPES: tuple[DType, ...] = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64,
                                  float16, bfloat16, float32, float64)
 FLOAT_DTYPES: tuple[DType, ...] = tuple(d for d in ALL_DTYPES if d.is_floating)

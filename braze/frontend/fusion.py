@@ -26,7 +26,11 @@ class Fusion(ir.FusionGraph):
             x = f.define_tensor(shape=(-1, -1), dtype=bz.float32)
             f.add_output(bz.ops.exp(x))
         (y,) = f.execute([x_array])
+
+    `f.ops` is `bz.ops`, so a definition written for nvFuser (`fd.ops.add(t0, t1)`) reads as it is.
     """
+
+    ops = ops
 
     def __init__(self, name: str = "fusion") -> None:
         super().__init__()
@@ -46,11 +50,15 @@ class Fusion(ir.FusionGraph):
     # --- inputs --------------------------------------------------------------------------------
     def define_tensor(self, shape: Sequence[int], dtype: object = dt.float32,
                       stride_order: Sequence[int] | None = None, name: str | None = None, *,
-                      contiguity: bool | Sequence[bool | None] | None = None) -> TensorView:
+                      contiguity: bool | Sequence[bool | None] | None = None, is_cpu: bool = False) -> TensorView:
         """An input tensor. Extents: -1 symbolic, 1 broadcast, n static. `name` labels error messages.
         `contiguity` (nvFuser's flags, one per dimension) is checked for form only: braze reads each
-        input's strides when it runs, so any layout is accepted."""
+        input's strides when it runs, so any layout is accepted. nvFuser's `is_cpu=True` (a host 0-d tensor
+        in a GPU fusion) is a scalar here: `define_scalar(dtype=...)`."""
         self.check_definable("define_tensor")
+        if is_cpu:
+            raise FusionDefinitionError("define_tensor: is_cpu=True: a host value in a fusion is a scalar input "
+                                        "here, define_scalar(dtype=...), passed to execute() as a number")
         shape = _check_shape(shape)
         if _is_contiguity(dtype):
             raise FusionDefinitionError(

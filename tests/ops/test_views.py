@@ -322,3 +322,25 @@ def test_sizes_given_as_nvfusers_scalars_constant_or_extent():
         t, n = define(f, x), f.define_scalar(dtype=bz.int64)
         with pytest.raises(bz.FusionDefinitionError, match="scalar input, whose value no shape"):
             bz.ops.reshape(t, [n, -1])
+
+
+def test_a_definition_written_for_nvfuser_reads_as_it_is():
+    x = sample(bz.float32, (2, 8, 4, 16))
+    with bz.Fusion() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1, -1, -1], contiguity=[True] * 4, dtype=bz.DataType.Float,
+                              is_cpu=False, stride_order=[3, 2, 1, 0])
+        t1 = fd.ops.permute(t0, dims=[0, 2, 1, 3])
+        half = fd.ops.slice(t1, start_indices=[0, 0, 0, 8], end_indices=[2, 4, 8, 16], strides=[1, 1, 1, 1])
+        fd.add_output(fd.ops.cast(fd.ops.cat([fd.ops.neg(half), t1[..., :8]], dim=-1), dtype=bz.DataType.BFloat16))
+        var, mean = fd.ops.var_mean(t0, dims=[3], correction=0, keepdim=False)
+        fd.add_output(fd.ops.sub(t0, fd.ops.broadcast_in_dim(mean, shape=[2, 8, 4, 1], broadcast_dims=[0, 1, 2])))
+        fd.add_output(fd.ops.rsqrt(fd.ops.add(var, fd.define_scalar(1e-5))))
+    rope, centred, rstd = fd.execute([x])
+    moved = x.transpose(0, 2, 1, 3)
+    assert rope.dtype == bz.bfloat16.numpy
+    np.testing.assert_allclose(rope.astype(np.float64), np.concatenate([-moved[..., 8:], moved[..., :8]], -1),
+                               rtol=1e-2)
+    np.testing.assert_allclose(centred, x - x.mean(3, keepdims=True), atol=1e-6)
+    np.testing.assert_allclose(rstd, 1 / np.sqrt(x.var(3) + 1e-5), rtol=1e-5)
+    with bz.Fusion() as fd, pytest.raises(bz.FusionDefinitionError, match="is_cpu=True"):
+        fd.define_tensor(shape=[], is_cpu=True)
