@@ -331,7 +331,8 @@ def test_matmul_is_not_yet_supported(build) -> None:
 
 
 @pytest.mark.parametrize("name, text", [("gather", "indexing by a tensor"), ("matmul", "matrix products"),
-                                        ("iota", r"write bz\.ops\.arange"), ("welford", r"bz\.ops\.var_mean")])
+                                        ("iota", r"write bz\.ops\.arange"), ("welford", r"bz\.ops\.var_mean"),
+                                        ("size", r"x\.size\(dim\)"), ("erfinv", "outside the fusion")])
 def test_nvfusers_ops_braze_lacks_say_what_to_write(name: str, text: str) -> None:
     with pytest.raises(bz.UnsupportedError, match=rf"^bz\.ops\.{name}: braze has no op of this name .*{text}"):
         getattr(bz.ops, name)
