@@ -28,6 +28,12 @@ class DType:
         return _NUMPY[self.name]
 
     @property
+    def dtype(self) -> np.dtype:
+        """The NumPy dtype, under the attribute NumPy reads a dtype from: `np.zeros(n, x.dtype)` in a
+        `@bz.jit` function, where `x.dtype` is a braze dtype."""
+        return _NUMPY[self.name]
+
+    @property
     def is_floating(self) -> bool:
         return self.kind == "f"
 

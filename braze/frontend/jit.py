@@ -5,6 +5,14 @@ so one compiled fusion serves every learning rate or time step. `static_argnames
 `static_argnums` bake chosen arguments in as constants instead (one trace per value), as in JAX;
 `bool`, `None`, string, dtype and tuple arguments are always baked, since they are options that may
 steer the function's control flow (`reduction="mean"`, `weight=None`, `axes=(1, 2)`).
+
+Extents are symbolic, so one trace serves every size, until the function uses one as a Python number
+(`range(n)`, `np.arange(n)`, `torch.ones(n, n)`, `if n > 128`): it is then the call's size, and the
+trace serves the calls whose extents so used have the same values, as torch.compile specializes a
+size its code reads (`Trace.guard`). Arrays the function makes or reads from outside (a mask built
+with torch, a global table) are taken in as inputs of the fusion, passed on every call after the
+arguments (`Trace.captured`); an array is held, not copied, so writes into it show in later calls
+(what NumPy computed from it while tracing, `np.exp(table)` outside braze's ops, stays as computed).
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ import inspect
 import operator
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -22,16 +30,28 @@ from braze import dtypes as dt
 from braze.errors import Error, FusionDefinitionError, InputError
 from braze.frontend.fusion import Fusion
 from braze.frontend.jit_numbers import number_check
+from braze.ir.scalar import Scalar, concretizing
 from braze.ir.tensor import TensorView
-from braze.runtime.arrays import as_host_array
+from braze.runtime.arrays import as_host_array, is_torch_tensor
 from braze.runtime.device_arrays import as_device_view, is_device_array
 from braze.runtime.fast_call import MAX_DESCRIPTIONS, Describer, FastCalls
 from braze.runtime.inputs import stride_order_of
 
-# A traced fusion, how a call builds the function's result (a tensor, a tuple, a dict) from its outputs,
-# and the check of the call's runtime ints where the trace narrows them (braze/frontend/jit_numbers.py).
-_Traced = tuple[Fusion, Callable[[list], object], Callable[[Sequence[object]], None] | None]
-MAX_TRACES = 64  # fusions kept per jit function, one per signature
+
+class Trace(NamedTuple):
+    """A traced fusion and what a call needs besides it."""
+
+    fusion: Fusion
+    rebuild: Callable[[list], object]  # the function's result (a tensor, a tuple, a dict) from the outputs
+    check_numbers: Callable[[Sequence[object]], None] | None  # runtime ints the trace narrows (jit_numbers.py)
+    captured: tuple  # arrays the function made or read, the fusion's inputs after the arguments
+    guard: tuple[tuple[int, int, int], ...]  # (argument, axis, extent): sizes the function used as numbers
+
+    def serves(self, args: Sequence[object]) -> bool:
+        return all(args[position].shape[axis] == extent for position, axis, extent in self.guard)
+
+
+MAX_TRACES = 64  # fusions kept per jit function, one per signature (and per size its code used as a number)
 # The dtype that carries a runtime Python number exactly; it stays weak in type promotion.
 _RUNTIME_SCALAR_DTYPES = {int: dt.int64, float: dt.float64}
 
@@ -134,7 +154,7 @@ class JitFunction:
         _check_named_parameters(fn, self.signature)
         self.names = list(self.signature.parameters)
         self.static = _static_positions(fn, self.names, static_argnums, static_argnames)
-        self.fusions: OrderedDict[tuple, _Traced] = OrderedDict()  # the last MAX_TRACES used
+        self.fusions: OrderedDict[tuple, list[Trace]] = OrderedDict()  # the last MAX_TRACES used
         # Calls by their arguments' full description (dtype, shape, strides and device of each array,
         # the type of each number), so a repeated call skips binding and signatures: the fusion's own
         # cached call does the rest. One describer per set of positions that hold numbers, found by the
@@ -142,7 +162,7 @@ class JitFunction:
         self.describers: dict[tuple[type, ...], Callable[[Sequence[object]], tuple | None]] = {}
         # Per description, its trace and the fusion's cached calls where they file calls under that
         # same description (they are then asked with it, not made to describe the arguments again).
-        self.described: dict[tuple, tuple[_Traced, FastCalls | None]] = {}
+        self.described: dict[tuple, tuple[Trace, FastCalls | None]] = {}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # Positional arguments only, the parameters after them left to their defaults (baked in): one
@@ -150,25 +170,27 @@ class JitFunction:
         key = self._describe(args) if not kwargs and not self.static and len(args) <= len(self.names) else None
         known = self.described.get(key) if key is not None else None
         if known is not None:  # the fast path: arguments described before, in full
-            (fusion, rebuild, check_numbers), fast = known
-            if check_numbers is not None:
-                check_numbers(args)
+            trace, fast = known
+            if trace.check_numbers is not None:
+                trace.check_numbers(args)
             outputs = fast.find(args, key) if fast is not None and fast.native is None else None
             if outputs is None:  # without keywords where none are needed: the native cached call takes none
+                fusion = trace.fusion
                 outputs = fusion.execute(args) if self.backend is None else fusion.execute(args, backend=self.backend)
-            return rebuild(outputs)
+            return trace.rebuild(outputs)
         given = len(args)
         args, defaulted = self._bind(args, kwargs)
         baked = self.static | defaulted
         key = tuple(_arg_signature(a, n, i in baked) for i, (a, n) in enumerate(zip(args, self.names)))
-        fusion, rebuild, check_numbers = entry = self._traced(key, args)
-        if check_numbers is not None:
-            check_numbers(args)
+        trace = self._traced(key, args)
+        if trace.check_numbers is not None:
+            trace.check_numbers(args)
         inputs = [_python_value(a) if sig[0] == "scalar" else a for a, sig in zip(args, key) if sig[0] != "const"]
-        outputs = fusion.execute(inputs, backend=self.backend)
-        if not kwargs and not self.static and len(inputs) == given and all(sig[0] != "const" for sig in key[:given]):
-            self._remember(args[:given], entry)  # the fusion's inputs are the arguments given, in order
-        return rebuild(outputs)
+        outputs = trace.fusion.execute([*inputs, *trace.captured], backend=self.backend)
+        if not kwargs and not self.static and len(inputs) == given and not trace.captured \
+                and all(sig[0] != "const" for sig in key[:given]):
+            self._remember(args[:given], trace)  # the fusion's inputs are the arguments given, in order
+        return trace.rebuild(outputs)
 
     def __get__(self, instance: object, owner: type | None = None) -> Any:
         """`@bz.jit` on a method: `model.forward(x)` passes the instance as the first argument, which
@@ -208,43 +230,70 @@ class JitFunction:
             describe = self.describers[types] = Describer(len(args), _scalar_positions(args)).key
         return describe(args)
 
-    def _traced(self, key: tuple, args: tuple) -> _Traced:
-        """The fusion of signature `key`, traced on a miss; the least recently used beyond
-        MAX_TRACES is dropped, with its compiled code and cached calls."""
-        entry = self.fusions.get(key)
-        if entry is not None:
-            self.fusions.move_to_end(key)
-            return entry
-        entry = self.fusions[key] = self._trace(key, args)
-        if len(self.fusions) > MAX_TRACES:
-            _, (dropped, *_) = self.fusions.popitem(last=False)
-            self.described = {k: e for k, e in self.described.items() if e[0][0] is not dropped}
-        return entry
+    def _traced(self, key: tuple, args: tuple) -> Trace:
+        """The trace of signature `key` that serves `args`, traced on a miss; the least recently used
+        signature beyond MAX_TRACES is dropped, with its compiled code and cached calls."""
+        traces = self.fusions.get(key)
+        if traces is None:
+            traces = self.fusions[key] = []
+        self.fusions.move_to_end(key)
+        for trace in traces:
+            if trace.serves(args):
+                return trace
+        trace = self._trace(key, args)
+        traces.append(trace)
+        dropped = traces[:-MAX_TRACES] + (self.fusions.popitem(last=False)[1] if len(self.fusions) > MAX_TRACES else [])
+        del traces[:-MAX_TRACES]
+        if dropped:
+            fusions = {id(t.fusion) for t in dropped}
+            self.described = {k: e for k, e in self.described.items() if id(e[0].fusion) not in fusions}
+        return trace
 
-    def _remember(self, args: tuple, entry: _Traced) -> None:
+    def _remember(self, args: tuple, trace: Trace) -> None:
         key = self._describe(args)
         if key is None:
             return
         if len(self.described) >= MAX_DESCRIPTIONS:
             self.described.clear()
-        fast = entry[0].__dict__.get("_fast_calls") if self.backend is None else None
-        self.described[key] = entry, fast if fast is not None and fast.key(args) == key else None
+        fast = trace.fusion.__dict__.get("_fast_calls") if self.backend is None else None
+        self.described[key] = trace, fast if fast is not None and fast.key(args) == key else None
 
-    def _trace(self, key: tuple, args: tuple) -> _Traced:
+    def _trace(self, key: tuple, args: tuple) -> Trace:
         with Fusion(name=self.fn.__name__ if self.fn.__name__.isidentifier() else "jit") as f:
             traced_args = [self._define(f, sig, name, a) for sig, name, a in zip(key, self.names, args)]
+            sizes, size_places = _extent_values(traced_args, args)
+            captured: list[object] = []
+            f.capture_array = functools.partial(self._capture, f, args, sizes, captured, {})
             try:
-                result = self._call(traced_args)
+                with concretizing(sizes) as used:
+                    result = self._call(traced_args)
             except (TypeError, Error) as error:
                 self._explain_runtime_scalars(error, key)
                 self._explain_options(error, args)
                 raise
+            finally:
+                f.capture_array = None
             results: list[TensorView] = []
             rebuild = _structure(_leaves(self.fn.__name__, result, None, results))
             for out in results:
                 f.add_output(out)
         positions = {id(a): i for i, a in enumerate(traced_args) if isinstance(a, TensorView)}
-        return f, rebuild, number_check(self.fn.__name__, self.names, f.narrowed_numbers, positions)
+        guard = tuple(sorted((*size_places[s], sizes[s]) for s in used if s in size_places))
+        return Trace(f, rebuild, number_check(self.fn.__name__, self.names, f.narrowed_numbers, positions),
+                     tuple(captured), guard)
+
+    def _capture(self, f: Fusion, args: tuple, sizes: dict[str, int], captured: list, seen: dict,
+                 array: object) -> TensorView:
+        """An array the function made or read, as an input of the fusion (one input per array)."""
+        if id(array) in seen:
+            return seen[id(array)][1]
+        value = _beside_the_arguments(array, args)
+        sig = _arg_signature(value, f"array {len(captured)} made or read by {self.fn.__name__}", False)
+        tv = self._define(f, sig, f"captured{len(captured)}", value)
+        sizes.update(_extent_values([tv], [value])[0])  # its sizes are numbers in this trace too
+        captured.append(value)
+        seen[id(array)] = array, tv  # the array held: its id stays its own
+        return tv
 
     def _call(self, values: list[object]) -> object:
         """fn on one value per parameter: keyword-only parameters (`def f(x, *, eps=1e-5)`) by name."""
@@ -286,6 +335,32 @@ class JitFunction:
         # The signature keys by which extents are 1, so this trace never sees a symbolic one that is.
         f.extents_never_one.update(d.extent for d in tv.logical if not d.extent.is_const)
         return tv
+
+
+def _extent_values(traced: Sequence[object], values: Sequence[object]
+                   ) -> tuple[dict[str, int], dict[str, tuple[int, int]]]:
+    """Each symbolic extent of the traced tensors, by name: its size in this call, and its (argument, axis)."""
+    sizes, places = {}, {}
+    for position, (tv, value) in enumerate(zip(traced, values)):
+        if isinstance(tv, TensorView):
+            for axis, d in enumerate(tv.logical):
+                if not d.extent.is_const:
+                    (name,) = d.extent.free_symbols()
+                    sizes[name], places[name] = int(value.shape[axis]), (position, axis)
+    return sizes, places
+
+
+def _beside_the_arguments(array: object, args: Sequence[object]) -> object:
+    """A captured array where the arguments are: a torch tensor made on the CPU (`torch.ones(n, n)`) or
+    a NumPy array moves once to the device of the arguments' torch tensors."""
+    if isinstance(array, np.ndarray) and array.dtype == object:  # np.arange(n) of an extent n: its numbers
+        array = np.array([int(v) if isinstance(v, Scalar) else v for v in array.ravel()]).reshape(array.shape)
+    tensors = [a for a in args if is_torch_tensor(a)]
+    if not tensors or not (is_torch_tensor(array) or isinstance(array, np.ndarray)):
+        return array
+    import torch  # the arguments are torch tensors: torch is there
+
+    return torch.as_tensor(array).to(tensors[0].device)
 
 
 def _leaves(fn_name: str, value: object, path: str | None, leaves: list[TensorView]) -> object:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -96,6 +96,10 @@ class FusionGraph:
         # torch.tensor(2.0) argument, a full sum) is then as weak as a typed scalar: a tensor with
         # dimensions decides the dtype over it, where NumPy 2 lets a 0-d array widen it.
         self.torch_promotion = False
+        # How an array made outside the fusion becomes one of its inputs: @bz.jit's trace takes the arrays
+        # its function makes or reads (`torch.ones(n, n).tril()`, a module's buffer) so; a `bz.Fusion`
+        # builder has none and refuses them (arrays come in as define_tensor inputs).
+        self.capture_array: Callable[[object], TensorView] | None = None
         # Runtime Python numbers (@bz.jit's int arguments, and ops over them) that an op computes in a
         # narrower integer type: the call checks each value fits, as NumPy 2 checks a Python int.
         self.narrowed_numbers: list[NarrowedNumber] = []

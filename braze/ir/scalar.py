@@ -12,7 +12,9 @@ expressions built the same way print the same.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 
 from braze.errors import InputError, TracerBoolConversionError
 
@@ -153,10 +155,10 @@ class Scalar:
     def _order(self, other: object, symbol: str) -> bool:
         """`<` and friends on constants; a symbolic extent (`x.shape[0]` inside `@bz.jit`) has no
         value while the fusion is defined, so comparing it is an error that says what to do instead."""
-        if self.is_const and isinstance(other, (int, Scalar)) and not isinstance(other, bool):
-            other = as_scalar(other)
-            if other.is_const:
-                return _ORDER[symbol](self.value, other.value)
+        if isinstance(other, (int, Scalar)) and not isinstance(other, bool):
+            a, b = concrete_value(self), concrete_value(as_scalar(other))
+            if a is not None and b is not None:
+                return _ORDER[symbol](a, b)
         raise _symbolic_extent_error(self, symbol, other)
 
     def __lt__(self, other: object) -> bool:
@@ -260,7 +262,10 @@ class UnknownComparison:
         self._extent, self._symbol, self._other = extent, symbol, other
 
     def __bool__(self) -> bool:
-        raise _symbolic_extent_error(self._extent, self._symbol, self._other)
+        a, b = concrete_value(self._extent), concrete_value(self._other)
+        if a is None or b is None:
+            raise _symbolic_extent_error(self._extent, self._symbol, self._other)
+        return (a == b) == (self._symbol == "==")
 
     def __repr__(self) -> str:
         return f"UnknownComparison({self._extent} {self._symbol} {self._other})"
@@ -372,3 +377,33 @@ def _offset(x: Scalar, k: int) -> Scalar:
         return x
     return Scalar("+", (x, const(k))) if k > 0 else Scalar("-", (x, const(-k)))
 
+
+
+# While `@bz.jit` traces a call, the sizes of that call: an extent its Python code uses as a number
+# (`range(n)`, `np.ones(n)`, `if n > 128`) is that number, and the trace serves only calls whose
+# extents it so used have the same values (braze/frontend/jit.py keys its traces by them).
+_concrete = threading.local()
+
+
+@contextmanager
+def concretizing(bindings: Mapping[str, int]) -> Iterator[set[str]]:
+    """Within the block, `concrete_value` answers from `bindings`; yields the symbols it was asked for."""
+    outer = getattr(_concrete, "frame", None)
+    used: set[str] = set()
+    _concrete.frame = (bindings, used)
+    try:
+        yield used
+    finally:
+        _concrete.frame = outer
+
+
+def concrete_value(x: Scalar) -> int | None:
+    """A constant's value; a symbolic extent's value under `concretizing`, noting the symbols it used;
+    else None."""
+    if x.is_const:
+        return x.value
+    frame = getattr(_concrete, "frame", None)
+    if frame is None or not x.free_symbols() <= frame[0].keys():
+        return None
+    frame[1].update(x.free_symbols())
+    return x.evaluate(frame[0])

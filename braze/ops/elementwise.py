@@ -260,9 +260,16 @@ def as_operand(op: str, fusion: FusionGraph, x: Operand, position: int) -> Tenso
         return TensorView(fusion, [], dt.python_scalar_dtype(value), scalar="literal", value=value)
     if isinstance(x, Scalar):
         return extent_operand(op, fusion, x, position)
+    capture = getattr(fusion, "capture_array", None)
+    if capture is not None and _is_array(x):  # a @bz.jit trace takes arrays made outside it in as inputs
+        return capture(x)
     raise FusionDefinitionError(
         f"{op}: operand {position}: expected a TensorView or a Python scalar, got {type(x).__name__}{_operand_hint(x)}"
     )
+
+
+def _is_array(x: object) -> bool:
+    return any(hasattr(x, protocol) for protocol in ("__array_interface__", "__cuda_array_interface__", "__dlpack__"))
 
 
 def _operand_hint(x: object) -> str:

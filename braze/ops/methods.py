@@ -6,15 +6,19 @@ op table loads keeps that rule.
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable
+
 import numpy as np
 
 from braze.errors import FusionDefinitionError, TracerBoolConversionError, UnsupportedError
 from braze.ir.fusion import active_fusion
-from braze.ir.scalar import Scalar, as_scalar
+from braze.ir.scalar import Scalar, as_scalar, concrete_value
 from braze.ir.tensor import TensorView
 from braze.ops import numpy_api, scans, torch_functions, torch_methods, views
 from braze.ops import reductions as red
 from braze.ops.elementwise import cast, elementwise
+from braze.ops.table import size_number
 
 _BINARY_OPERATORS = {
     "add": "add", "sub": "sub", "mul": "mul", "truediv": "truediv", "floordiv": "floordiv",
@@ -119,8 +123,10 @@ def install(cls: type = TensorView) -> None:
     cls.squeeze = views.squeeze
     cls.unsqueeze = views.unsqueeze
     cls.flip = _flip
-    cls.__float__ = _no_python_value("float({name})")
-    cls.__int__ = _no_python_value("int({name})")
+    cls.__float__ = _number_or_refuse(float, "float({name})")
+    cls.__int__ = _number_or_refuse(int, "int({name})")
+    cls.__index__ = _number_or_refuse(operator.index, "{name} used as a Python int")
+    cls.__bool__ = _number_or_refuse(bool, "bool({name})", refuse=_TENSOR_BOOL)
     cls.item = _no_python_value("{name}.item()")
     cls.tolist = _no_python_value("{name}.tolist()")
     cls.numpy = _no_python_value("{name}.numpy()")
@@ -195,8 +201,9 @@ def _defining() -> bool:
 def _extent_float(self: Scalar) -> float:
     """A static extent is its number; a symbolic one has none while the fusion is defined, so
     `math.sqrt(x.shape[-1])` says how to compute with it instead of failing in `math`."""
-    if self.is_const:
-        return float(self.value)
+    value = concrete_value(self)  # a static extent, or one whose size a trace specializes on
+    if value is not None:
+        return float(value)
     raise TracerBoolConversionError(
         f"float(extent {self}): extents are symbolic while a fusion is defined (one compiled fusion serves "
         "every size), so they have no Python float value; compute with them in the fusion instead "
@@ -205,8 +212,9 @@ def _extent_float(self: Scalar) -> float:
 
 def _extent_int(self: Scalar) -> int:
     """`int(x.shape[0])`: a static extent's number; a symbolic one says how to bake the size in."""
-    if self.is_const:
-        return self.value
+    value = concrete_value(self)  # a static extent, or one whose size a trace specializes on
+    if value is not None:
+        return int(value)
     raise TracerBoolConversionError(
         f"int(extent {self}): extents are symbolic while a fusion is defined (one compiled fusion serves "
         "every size), so they have no Python int value; use the extent itself (x.reshape(x.shape[0], -1), "
@@ -221,6 +229,23 @@ def _no_python_value(what: str):
             "or return it and read the result")
 
     return refuse
+
+
+_TENSOR_BOOL = TensorView.__bool__  # what `if x:` says of a tensor (braze/ir/tensor.py)
+
+
+def _number_or_refuse(convert: Callable[[object], object], what: str, refuse: Callable | None = None):
+    """A value computed from sizes alone is a number where the sizes are (np.arange(n) divides n by its
+    step, then asks if the quotient is positive); any other tensor has no Python value."""
+    refuse = refuse or _no_python_value(what)
+
+    def number(self, *args, **kwargs):
+        value = size_number(self)
+        if value is None:
+            return refuse(self, *args, **kwargs)
+        return convert(value.item() if convert is operator.index else value)
+
+    return number
 
 
 def _setitem(self, index, value):
@@ -239,8 +264,9 @@ def _round(self, ndigits: int | None = None):
 def _extent_index(self: Scalar, use: str = "used as a Python int (range(), np.ones(x.shape), ...)") -> int:
     """`range(n)`, `np.ones(x.shape)`: a static extent is an index; a symbolic one says what to write
     instead of Python's "cannot be interpreted as an integer"."""
-    if self.is_const:
-        return self.value
+    value = concrete_value(self)  # a static extent, or one whose size a trace specializes on
+    if value is not None:
+        return int(value)
     raise TracerBoolConversionError(
         f"extent {self} {use}: extents are symbolic while a "
         "fusion is defined (one compiled fusion serves every size); make tensors of a shape with braze's ops "
@@ -252,6 +278,9 @@ def _extent_ufunc(self: Scalar, ufunc, method: str, *inputs: object, **kwargs: o
     """A NumPy ufunc on extents. Integer arithmetic stays an extent, as it was before NumPy asked
     (`np.int64(2) * n`, through object arrays); what extents cannot compute (`np.sqrt(x.shape[-1])`,
     attention's scale) becomes a value of the fusion being defined, as `bz.ops.sqrt` of an extent does."""
+    sizes = [concrete_value(v) if isinstance(v, Scalar) else v for v in inputs]
+    if None not in sizes:  # static extents, or sizes a @bz.jit trace specializes on (np.arange(n))
+        return getattr(ufunc, method)(*sizes, **kwargs)
     objects = [np.asarray(v, dtype=object) if isinstance(v, Scalar) else v for v in inputs]
     try:
         result = getattr(ufunc, method)(*objects, **kwargs)

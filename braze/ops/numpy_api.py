@@ -15,6 +15,7 @@ import numpy as np
 
 from braze import dtypes as dt
 from braze.errors import UnsupportedError
+from braze.ir.fusion import active_fusion, defining_any
 from braze.ir.tensor import TensorView
 from braze.ops import activations, creation, scans, views
 from braze.ops import reductions as red
@@ -81,6 +82,9 @@ def _operand(what: str, value: object) -> object:
         return value
     if isinstance(value, np.ndarray) and value.ndim == 0:
         return value[()]
+    capture = getattr(active_fusion(what), "capture_array", None) if defining_any() else None
+    if isinstance(value, np.ndarray) and capture is not None:  # a @bz.jit trace takes it in as an input
+        return capture(value)
     if isinstance(value, np.ndarray):
         raise UnsupportedError(
             f"{what}: an ndarray operand of shape {value.shape} inside a traced function: a fusion does not "

@@ -16,7 +16,7 @@ from braze.dtypes import DType
 from braze.errors import FusionDefinitionError, UnsupportedError, a_or_an
 from braze.ir.domain import IterDomain
 from braze.ir.fusion import FusionGraph, active_fusion
-from braze.ir.scalar import Scalar
+from braze.ir.scalar import Scalar, concrete_value
 from braze.ir.tensor import TensorView
 
 ShapeRule = Callable[[Sequence[TensorView], dict], list[IterDomain]]
@@ -88,6 +88,30 @@ def apply(name: str, inputs: Sequence[TensorView], fusion: FusionGraph | None = 
                              and all(tv.weak >= 1 and not tv.visible for tv in inputs))
     fusion.add_expr(name, tuple(inputs), (out,), **attrs)
     return out
+
+
+def size_number(tv: TensorView) -> np.ndarray | None:
+    """A scalar computed from sizes and numbers alone (`(stop - start) / step`, as `np.arange(n)` computes
+    it), as a 0-d array, where its sizes are numbers: static, or in a @bz.jit trace that specializes on
+    them (ir/scalar.py, `concretizing`); else None."""
+    if tv.visible or tv.scalar == "input":
+        return None
+    if tv.scalar == "extent":
+        value = concrete_value(tv.value)
+        return None if value is None else np.asarray(value, tv.dtype.numpy)
+    if tv.scalar is not None:  # a literal or a constant
+        return np.asarray(tv.value) if tv.scalar == "literal" else np.asarray(tv.value, tv.dtype.numpy)
+    expr = tv.definition
+    if expr is None or lookup(expr.op).category not in ("elementwise", "cast"):
+        return None
+    args = [size_number(operand) for operand in expr.inputs]
+    if any(a is None for a in args):
+        return None
+    return lookup(expr.op).reference(RefContext({}, _no_random_state), args, tv, expr.attrs)
+
+
+def _no_random_state() -> tuple[int, int]:
+    raise AssertionError("an elementwise op of numbers drew random numbers")
 
 
 def size_value(value: object, what: str) -> object:

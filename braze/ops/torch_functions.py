@@ -9,10 +9,13 @@ UnsupportedError naming it, never torch's "argument 'input' must be Tensor". tor
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from braze import dtypes as dt
 from braze.errors import FusionDefinitionError, UnsupportedError
+from braze.ir.fusion import active_fusion, defining_any
+from braze.ir.scalar import Scalar
 from braze.ir.tensor import TensorView
 from braze.ops import activations, composites, creation, losses, views
 from braze.ops import reductions as red
@@ -209,8 +212,19 @@ _FUNCTIONAL_MODULES = ("torch.nn.functional", "torch._C._nn")
 def torch_function(cls: type, func: Callable, types: tuple, args: tuple = (), kwargs: dict | None = None) -> object:
     """torch's `__torch_function__`: `torch.exp(x)`, `torch.cat([x, y], 1)`, `F.silu(x)`, ..."""
     what, handler = _handler(func, args)
-    _refuse_captured_tensors(what, args, kwargs or {})
-    kwargs = {k: v for k, v in (kwargs or {}).items() if k not in _PLACEMENT}
+    kwargs = kwargs or {}
+    capture = _capturing_fusion()
+    if capture is not None:  # a @bz.jit trace: torch's own tensors are data the fusion takes in
+        if handler is None and not _holds_tensor_views((*args, *kwargs.values())):
+            # torch.arange(n), torch.ones(n, n): a tensor of sizes alone, made at their sizes in this call
+            # (each extent its int in the call traced, which the trace then serves alone: braze/frontend/jit.py)
+            return func(*_each_item(_size_as_int, args), **_each_item(_size_as_int, kwargs))
+        captured = functools.partial(_captured, capture)
+        args, kwargs = _each_item(captured, args), _each_item(captured, kwargs)
+        what, handler = _handler(func, args)  # `torch.ones(4) * x`: the method of a tensor first now
+    else:
+        _refuse_captured_tensors(what, args, kwargs)
+    kwargs = {k: v for k, v in kwargs.items() if k not in _PLACEMENT}
     if kwargs.get("out") is not None:
         raise UnsupportedError(f"{what}: out=: a fusion's values are not buffers; use the result")
     kwargs.pop("out", None)
@@ -240,12 +254,42 @@ def _handler(func: Callable, args: tuple) -> tuple[str, Callable[..., object] | 
     return what, handler
 
 
+def _capturing_fusion() -> Callable[[object], TensorView] | None:
+    """The capture of the fusion a @bz.jit trace defines (None for a `with bz.Fusion()` block)."""
+    return getattr(active_fusion("torch function"), "capture_array", None) if defining_any() else None
+
+
+def _holds_tensor_views(values: tuple) -> bool:
+    return any(isinstance(item, TensorView) for value in values
+               for item in (value if isinstance(value, (list, tuple)) else (value,)))
+
+
+def _is_torch_tensor(value: object) -> bool:
+    return type(value).__module__.startswith("torch") and hasattr(value, "data_ptr")
+
+
+def _each_item(fn: Callable[[object], object], values: tuple | dict) -> tuple | dict:
+    """`fn` of each argument, and of each item of a list or tuple argument."""
+    def one(value):
+        return type(value)(map(fn, value)) if isinstance(value, (list, tuple)) else fn(value)
+    return {k: one(v) for k, v in values.items()} if isinstance(values, dict) else tuple(map(one, values))
+
+
+def _size_as_int(value: object) -> object:
+    return int(value) if isinstance(value, Scalar) else value  # torch would hand an extent back to braze
+
+
+def _captured(capture: Callable[[object], TensorView], value: object) -> object:
+    """A torch tensor made outside the fusion as an input of the fusion that holds it."""
+    return capture(value) if _is_torch_tensor(value) else value
+
+
 def _refuse_captured_tensors(what: str, args: tuple, kwargs: dict) -> None:
     """A torch tensor from outside the function (a module's buffer, a mask made once) is data the fusion
     would have to capture: it takes arrays only as arguments."""
     for value in (*args, *kwargs.values()):
         for item in (value if isinstance(value, (list, tuple)) else (value,)):
-            if type(item).__module__.startswith("torch") and hasattr(item, "data_ptr"):
+            if _is_torch_tensor(item):
                 raise UnsupportedError(
                     f"{what}: a torch tensor of shape {tuple(item.shape)} inside a traced function: a fusion does "
                     "not capture tensors as constants; pass it as an argument")

@@ -86,5 +86,6 @@ def test_jit_traces_still_define_their_fusions() -> None:
     a, s = scaled(x, y)
     np.testing.assert_allclose(a, np.exp(x.astype(np.float64)) * 0.5 + 1.0, rtol=1e-6)
     np.testing.assert_allclose(s, (x.astype(np.float64) * 0.5).sum(), rtol=1e-6)
-    ((fusion, *_),) = scaled.fusions.values()
+    ((trace,),) = scaled.fusions.values()  # one signature, one trace
+    fusion = trace.fusion
     assert fusion.frozen_at == "the end of its `with` block"

@@ -107,14 +107,13 @@ def test_random_chains_of_ufuncs_give_numpys_result(chain: list[str], seed: int)
     (lambda a: np.where(a > 0), "np.where(condition) alone"),
     (lambda a: np.sum(a, axis=0, out=np.zeros(5, np.float32)), "out="),
     (lambda a: np.sqrt(a, out=np.zeros((6, 5), np.float32)), "out="),
-    (lambda a: np.ones((6, 5)) + a, "an ndarray operand"),
     (lambda a: np.spacing(a), "np.spacing"),
     (lambda a: np.linalg.norm(a, 1), "matrix norm"),
     (lambda a: np.sum(a, where=a > 0), "where="),
     (lambda a: np.cross(a, a), r"np.cross: .*must be a static extent"),
     (lambda a: np.nanargmax(a), "np.nanargmax"),
     (lambda a: np.nanmean(a, where=a > 0), "np.nanmean: where="),
-], ids=["dot", "sort", "where_indices", "reduction_out", "ufunc_out", "ndarray_operand", "no_op", "matrix_norm",
+], ids=["dot", "sort", "where_indices", "reduction_out", "ufunc_out", "no_op", "matrix_norm",
         "reduction_where", "cross_of_symbolic_length", "nanargmax", "nanmean_where"])
 def test_what_braze_has_no_op_for_is_named(fn, named: str) -> None:
     with pytest.raises(bz.UnsupportedError, match=named.replace("(", r"\(").replace(")", r"\)")):
@@ -136,24 +135,18 @@ def test_cross_products_of_vectors_of_a_static_length() -> None:
     assert got2.shape == (4,)
 
 
-@pytest.mark.parametrize("fn, named", [
-    (lambda a: a.sum(0) / len(a), r"extent T0_s0 as len\(T0\).*x.shape\[0\]"),
-    (lambda a: np.ones(a.shape) + a, r"used as a Python int \(range\(\), np.ones\(x.shape\)"),
-    (lambda a: np.asarray(a) * 2, r"np.asarray\(T0\): expected a Python value, got a traced tensor"),
-], ids=["len", "numpy_creation", "asarray"])
-def test_a_symbolic_extent_as_a_python_int_says_what_to_write(fn, named: str) -> None:
-    with pytest.raises(bz.TracerBoolConversionError, match=named):
-        bz.jit(fn)(X)
+def test_a_traced_tensor_as_an_array_says_what_to_write() -> None:
+    with pytest.raises(bz.TracerBoolConversionError, match=r"np.asarray\(T0\): expected a Python value, got a traced"):
+        bz.jit(lambda a: np.asarray(a) * 2)(X)
 
 
 TABLE = np.linspace(0.0, 1.0, 5, dtype=np.float32)
 
 
 @pytest.mark.parametrize("fn, named", [
-    (lambda a: a * TABLE, r"mul: operand 1: .*got ndarray of shape \(5,\): .*pass it as an argument"),
     (lambda a: a.sum() / a.size, r"got method \(a method of T0 \('a'\), not called\): .*x.numel\(\)"),
     (lambda a: a - (a > 0), r"sub: T\d+: expected an integer or floating dtype, got bool; cast a mask to numbers"),
-], ids=["captured_array", "size_attribute", "mask_arithmetic"])
+], ids=["size_attribute", "mask_arithmetic"])
 def test_an_operand_given_by_mistake_says_what_was_meant(fn, named: str) -> None:
     with pytest.raises(bz.FusionDefinitionError, match=named):
         bz.jit(fn)(X)
@@ -171,8 +164,8 @@ def test_an_op_on_an_array_outside_any_fusion_says_ops_build_fusions(call) -> No
     with pytest.raises(bz.FusionDefinitionError, match=r"got ndarray of shape \(6, 5\): bz.ops functions build a "
                                                        r"fusion, .*@bz.jit"):
         call(X)
-    with pytest.raises(bz.FusionDefinitionError, match=r"got ndarray of shape \(1, 5\): .*pass it as an argument"):
-        bz.jit(lambda a: a + call(TABLE[None]))(X)
+    with bz.Fusion() as f, pytest.raises(bz.FusionDefinitionError, match=r"got ndarray of shape \(1, 5\): .*as an "):
+        f.define_tensor(shape=(-1, -1)) + call(TABLE[None])  # a builder takes arrays only as its inputs
 
 
 def test_two_axes_of_a_transpose_swap_as_in_torch() -> None:

@@ -194,7 +194,7 @@ def test_jit_keeps_the_fusions_of_its_most_recent_signatures(monkeypatch) -> Non
     fusions = []
     for dtype in dtypes:
         np.testing.assert_array_equal(double(np.arange(4, dtype=dtype)), np.arange(4) * 2)
-        fusions.append(weakref.ref(next(reversed(double.fusions.values()))[0]))
+        fusions.append(weakref.ref(next(reversed(double.fusions.values()))[0].fusion))
     gc.collect()
     assert len(double.fusions) == 3 and fusions[0]() is None and all(f() is not None for f in fusions[1:])
     double(np.arange(4, dtype=np.float32))  # traced again: float64's, the least recently used, goes

@@ -1,0 +1,69 @@
+"""`@bz.jit` on code that uses sizes as numbers (`np.arange(n)`, `torch.ones(t, t).tril()`, `len(x)`,
+`if n > 4`) and reads arrays made outside its arguments: the trace specializes on the sizes so used
+(one trace a size, as torch.compile does), and the arrays become inputs of the fusion
+(braze/frontend/jit.py, `Trace.guard` and `Trace.captured`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import braze as bz
+
+
+def _traces(fn) -> int:
+    return sum(len(traces) for traces in fn.fusions.values())
+
+
+def _sample(shape: tuple[int, ...]) -> np.ndarray:
+    return np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+
+
+def test_numpy_arrays_of_a_size_and_len_take_the_calls_size() -> None:
+    def program(x):
+        rows, cols = x.shape
+        ramp = np.arange(cols) * 0.5 + np.linspace(0.0, 1.0, cols)
+        lower = np.tri(rows, cols, dtype=x.dtype)
+        return x * lower + ramp + np.ones(cols, x.dtype) / len(x) + np.zeros(x.shape, x.dtype)
+
+    jitted = bz.jit(program)
+    for shape in [(3, 5), (4, 7), (3, 5)]:
+        x = _sample(shape)
+        np.testing.assert_allclose(jitted(x), program(x.astype(np.float64)), rtol=1e-5, atol=1e-6)
+    assert _traces(jitted) == 2
+
+
+def test_sizes_not_used_as_numbers_keep_one_trace() -> None:
+    jitted = bz.jit(lambda x: (x * 2).sum(-1) / x.shape[-1])
+    for shape in [(3, 5), (4, 7), (8, 2)]:
+        x = _sample(shape)
+        np.testing.assert_allclose(jitted(x), x.mean(-1) * 2, rtol=1e-5, atol=1e-6)
+    assert _traces(jitted) == 1
+
+
+def test_a_global_array_is_read_in_place_on_every_call() -> None:
+    table = np.linspace(0.0, 1.0, 5, dtype=np.float32)
+    offset = np.exp(table)  # NumPy's, at once: a constant of the trace like any array it reads
+    jitted = bz.jit(lambda x: x * table + offset)
+    x = _sample((2, 5))
+    np.testing.assert_allclose(jitted(x), x * table + offset, rtol=1e-6)
+    table[:] = 2.0  # held, not copied: the next call reads the new values
+    np.testing.assert_allclose(jitted(x), x * 2.0 + offset, rtol=1e-6)
+
+
+def test_torch_tensors_of_a_size_and_captured_tensors() -> None:
+    torch = pytest.importorskip("torch")
+    bias = torch.linspace(-1.0, 1.0, 6)
+
+    def causal_softmax(scores):
+        t = scores.shape[-1]
+        keep = torch.tril(torch.ones((t, t), dtype=torch.bool))
+        positions = torch.arange(t, dtype=torch.float32) + torch.full((t,), 0.5) + torch.eye(t)[0]
+        return torch.softmax(scores.masked_fill(~keep, float("-inf")) + positions, -1), scores[..., :6] * bias
+
+    jitted = bz.jit(causal_softmax)
+    for t in (6, 9, 6):
+        scores = torch.from_numpy(_sample((2, t, t)))
+        for got, want in zip(jitted(scores), causal_softmax(scores), strict=True):
+            torch.testing.assert_close(got, want)
+    assert _traces(jitted) == 2
