@@ -23,7 +23,7 @@ from braze import config
 from braze import dtypes as dt
 from braze.compile import cuda_driver as cuda
 from braze.errors import InputError, UnsupportedError
-from braze.runtime.arrays import is_torch_tensor
+from braze.runtime.arrays import check_torch_tensor, is_torch_tensor
 
 _WRITABLE = SimpleNamespace(writeable=True)
 
@@ -69,6 +69,7 @@ def as_device_view(obj: object, where: str) -> DeviceView:
             dtype = dt.as_dtype(name).numpy
         except Exception:  # noqa: BLE001
             raise InputError(f"{where}: expected a braze dtype, got torch.{name}") from None
+        check_torch_tensor(obj, where)
         index = obj.device.index or 0
         itemsize = obj.element_size()
         return DeviceView(obj.data_ptr(), tuple(obj.shape), tuple(s * itemsize for s in obj.stride()),

@@ -295,3 +295,38 @@ def test_torch_strided_output_layout_and_in_place() -> None:
     assert torch.equal(doubled, (torch.arange(6.0).reshape(3, 2).T) * 2)
     assert updated.data_ptr() == t.data_ptr()
     assert torch.equal(t, torch.arange(6.0).reshape(3, 2).T + 1)
+
+
+def _odd_torch_tensors(torch) -> dict:
+    """Tensors whose memory is not their values as a strided array braze can read, by the error each
+    gives (a bare torch error, or garbage, before)."""
+    values = torch.arange(3, dtype=torch.float64)
+    return {
+        r"expected a tensor without torch's lazy negation bit.*\.resolve_neg\(\)": torch._neg_view(values),
+        r"expected a dense \(strided\) tensor, got one of layout torch.sparse_coo": values.to_sparse(),
+        r"expected one of bool, .*, got torch.float8_e4m3fn": values.to(torch.float8_e4m3fn),
+        r"expected one of bool, .*, got torch.complex64": torch.ones(3, dtype=torch.complex64).conj(),
+        r"expected a tensor on the CPU or a CUDA GPU, got one on meta": torch.empty(3, device="meta"),
+    }
+
+
+def test_odd_torch_tensors_are_refused_by_name() -> None:
+    torch = pytest.importorskip("torch")
+    f = affine_fusion()
+    b = torch.ones(3, dtype=torch.float64)
+    f.execute([torch.ones(2, 3, dtype=torch.float64), b])  # a first call, so the odd ones come second
+    for message, odd in _odd_torch_tensors(torch).items():
+        with pytest.raises(bz.Error, match=r"input 1 \('b'\): " + message):
+            f.execute([torch.ones(2, 3, dtype=torch.float64), odd])
+
+
+def test_torch_tensor_subclasses_are_torch_tensors() -> None:
+    """A subclass of torch.Tensor is read as torch reads it (detached), and gives torch tensors back."""
+    torch = pytest.importorskip("torch")
+
+    class Tagged(torch.Tensor):
+        pass
+
+    x = torch.ones(2, 3, dtype=torch.float64, requires_grad=True).as_subclass(Tagged)
+    y, s = affine_fusion().execute([x, torch.ones(3, dtype=torch.float64)])
+    assert type(y) is torch.Tensor and torch.equal(y, torch.full((2, 3), 3.0, dtype=torch.float64))
