@@ -118,6 +118,11 @@ def _bind_tensor(tv: TensorView, value: object, where: str, bindings: dict[str, 
     return array, kind
 
 
+def input_label(position: int, tv: TensorView) -> str:
+    """How an error names input `position`: `input 1 ('b')`, by its name where it has one."""
+    return f"input {position} ({tv.label!r})" if tv.label else f"input {position} ({tv.name})"
+
+
 def bind_inputs(fusion: FusionGraph, values: Sequence[object]) -> BoundInputs:
     """Checks count, dtype, rank, static extents and layout of each input; binds extent symbols."""
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
@@ -126,7 +131,7 @@ def bind_inputs(fusion: FusionGraph, values: Sequence[object]) -> BoundInputs:
         raise InputError(f"inputs: expected {len(fusion.inputs)} inputs, got {len(values)}")
     arrays, bindings, kinds = [], {}, set()
     for position, (tv, value) in enumerate(zip(fusion.inputs, values)):
-        where = f"input {position} ({tv.label!r})" if tv.label else f"input {position} ({tv.name})"
+        where = input_label(position, tv)
         if tv.scalar is not None:
             arrays.append(_bind_scalar(tv, value, where))
             continue

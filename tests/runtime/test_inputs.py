@@ -216,6 +216,25 @@ def test_every_dtype_round_trips(dtype) -> None:
     np.testing.assert_array_equal(r, a[::-1])
 
 
+def test_a_record_field_written_in_place_is_refused() -> None:
+    """A field of a packed record array (strides of no whole element) is read from a copy, so an
+    output written into it in place would be lost in that copy: refused, as read-only arrays are."""
+    with bz.Fusion() as f:
+        x = f.define_tensor((-1,), dtype=bz.float32, name="x")
+        f.add_output(x * 2)
+    with bz.Fusion() as in_place:
+        x = in_place.define_tensor((-1,), dtype=bz.float32, name="x")
+        in_place.add_output(x + 1, alias=x)
+    records = np.zeros(4, np.dtype([("tag", "u1"), ("x", "f4")]))
+    records["x"] = np.arange(4)
+    (doubled,) = f.execute([records["x"]])  # only read: the copy serves
+    np.testing.assert_array_equal(doubled, np.arange(4) * 2)
+    with pytest.raises(bz.InputError, match=r"input 0 \('x'\): expected strides of whole 4-byte elements for an "
+                                            r"array an output is written into in place, got strides \(5,\)"):
+        in_place.execute([records["x"]])
+    np.testing.assert_array_equal(records["x"], np.arange(4))
+
+
 # --- torch --------------------------------------------------------------------------------------
 def test_torch_cpu_tensors_in_and_out() -> None:
     torch = pytest.importorskip("torch")
