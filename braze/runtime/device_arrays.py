@@ -61,6 +61,21 @@ def is_device_array(obj: object) -> bool:
 
 def as_device_view(obj: object, where: str) -> DeviceView:
     """A view of a GPU array `obj` (torch, CuPy, DeviceArray, or any __cuda_array_interface__)."""
+    return _in_whole_elements(_device_view(obj, where), where)
+
+
+def _in_whole_elements(view: DeviceView, where: str) -> DeviceView:
+    """GPU code reads an element at an address aligned to its size, a misaligned one being a fault that
+    ends the CUDA context, and steps by whole elements: a pointer or stride off that is refused (a
+    host array's is read from a copy instead, runtime/fusion_runtime.py)."""
+    size = view.itemsize
+    if view.ptr % size or any(s % size for s in view.strides):
+        raise InputError(f"{where}: expected a pointer and strides in whole {size}-byte elements, got pointer "
+                         f"{view.ptr:#x} and strides {view.strides}")
+    return view
+
+
+def _device_view(obj: object, where: str) -> DeviceView:
     if is_torch_tensor(obj):
         import torch
 
