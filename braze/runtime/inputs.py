@@ -102,7 +102,7 @@ def _bind_tensor(tv: TensorView, value: object, where: str, bindings: dict[str, 
     array, kind = _as_array(value, where)
     spec = TensorSpec.of(tv)
     if array.dtype != spec.numpy_dtype:
-        raise InputError(f"{where}: expected {spec.dtype.name}, got {array.dtype}")
+        raise InputError(f"{where}: expected {spec.dtype.name}, got {dt.numpy_dtype_text(array.dtype)}")
     if array.ndim != spec.ndim:
         raise InputError(f"{where}: expected rank {spec.ndim} (shape {spec.type_text}), got rank {array.ndim} "
                          f"(shape {array.shape})")

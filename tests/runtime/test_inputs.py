@@ -216,6 +216,29 @@ def test_every_dtype_round_trips(dtype) -> None:
     np.testing.assert_array_equal(r, a[::-1])
 
 
+@pytest.mark.parametrize("swapped", [np.arange(3, dtype=">f4"), np.arange(3, dtype="<f4").byteswap().view(">f4")],
+                         ids=["big-endian", "byteswapped view"])
+def test_the_other_byte_order_is_named_with_its_fix(swapped: np.ndarray) -> None:
+    """'>f4' is a float32 to whoever wrote it: every entry point says that its byte order is what
+    braze refuses, and how to get one it reads."""
+    with bz.Fusion() as f:
+        f.add_output(f.define_tensor((-1,), dtype=bz.float32, name="x") * 2)
+
+    @bz.kernel
+    def double(x: bz.Array[bz.float32, 1]):
+        for i in range(x.shape[0]):
+            x[i] *= 2.0
+
+    fix = r"got >f4 \(float32 in the other byte order; \.astype\('float32'\) makes a copy braze reads\)"
+    with pytest.raises(bz.InputError, match=r"input 0 \('x'\): expected float32, " + fix):
+        f.execute([swapped])
+    with pytest.raises(bz.UnsupportedError, match=r"argument 'x': dtype: expected one of .*, " + fix):
+        bz.jit(lambda x: x * 2)(swapped)
+    with pytest.raises(bz.InputError, match=r"argument 'x': expected float32, " + fix):
+        double(swapped)
+    np.testing.assert_array_equal(swapped, np.arange(3))
+
+
 def test_a_record_field_written_in_place_is_refused() -> None:
     """A field of a packed record array (strides of no whole element) is read from a copy, so an
     output written into it in place would be lost in that copy: refused, as read-only arrays are."""
