@@ -67,14 +67,24 @@ def as_host_array(obj: object, where: str) -> tuple[np.ndarray, str]:
         raise UnsupportedError(f"{where}: expected a host array, got a CUDA array ({type(obj).__name__}); "
                                "a call's arrays must all be on the host or all on one GPU")
     if hasattr(obj, "__array_interface__"):
-        return np.asarray(obj), "numpy"
+        return _read_through("__array_interface__", np.asarray, obj, where), "numpy"
     if hasattr(obj, "__dlpack__"):
         device = obj.__dlpack_device__()[0] if hasattr(obj, "__dlpack_device__") else _DLPACK_CPU
         if device != _DLPACK_CPU:
             raise UnsupportedError(f"{where}: expected a host array, got a DLPack array on device type {device}")
-        return np.from_dlpack(obj), "numpy"
+        return _read_through("__dlpack__", np.from_dlpack, obj, where), "numpy"
     raise InputError(f"{where}: expected an array (NumPy, torch, or with __array_interface__ or __dlpack__), "
                      f"got {type(obj).__name__}")
+
+
+def _read_through(protocol: str, read: Any, obj: object, where: str) -> np.ndarray:
+    """`read(obj)`, where an error of the object's protocol (a BufferError for what DLPack cannot carry: a
+    read-only array in its old version, the other byte order) names the input."""
+    try:
+        return read(obj)
+    except (BufferError, ValueError, TypeError, RuntimeError) as error:
+        raise InputError(f"{where}: could not read the array ({type(obj).__name__}) through {protocol}: "
+                         f"{type(error).__name__}: {error}") from None
 
 
 def to_kind(array: np.ndarray, kind: str) -> Any:

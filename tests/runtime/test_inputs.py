@@ -177,6 +177,20 @@ def test_array_protocol_objects_share_memory(wrap) -> None:
     assert np.shares_memory(updated, a) and np.shares_memory(view, a)
 
 
+def test_an_array_its_protocol_cannot_carry_is_an_input_error() -> None:
+    """What DLPack cannot carry (the other byte order) or a broken `__array_interface__` raised the
+    producer's or NumPy's bare error; now an InputError naming the input, with that error."""
+    broken = ArrayInterfaceOnly(base(3))
+    broken.__array_interface__ = {"shape": (3,), "typestr": "<f8", "data": (0, False), "version": 3}
+    f = affine_fusion()
+    with pytest.raises(bz.InputError, match=r"input 1 \('b'\): could not read the array \(DLPackOnly\) through "
+                                            r"__dlpack__: BufferError: .*byte order"):
+        f.execute([base(2, 3), DLPackOnly(base(3).astype(">f8"))])
+    with pytest.raises(bz.InputError, match=r"input 1 \('b'\): could not read the array \(ArrayInterfaceOnly\) "
+                                            r"through __array_interface__: ValueError: data is NULL"):
+        f.execute([base(2, 3), broken])
+
+
 def test_dlpack_on_another_device_is_unsupported() -> None:
     f = affine_fusion()
     with pytest.raises(bz.UnsupportedError, match=r"input 0 \('x'\): expected a host array, got a DLPack array on "
