@@ -139,7 +139,18 @@ def from_numpy(dtype: np.dtype) -> DType:
     for d in ALL_DTYPES:
         if _NUMPY[d.name] == dtype:
             return d
-    raise UnsupportedError(f"dtype: expected one of {_expected_names()}, got {dtype}")
+    raise UnsupportedError(f"dtype: expected one of {_expected_names()}, got {numpy_dtype_text(dtype)}")
+
+
+def numpy_dtype_text(dtype: np.dtype) -> str:
+    """A NumPy dtype as an error names it: one braze has but for its byte order says so, since
+    `>f4` is a float32 to whoever wrote it, and braze reads only the machine's own order."""
+    if not isinstance(dtype, np.dtype) or dtype.isnative:
+        return str(dtype)
+    native = dtype.newbyteorder("=")
+    if not any(_NUMPY[d.name] == native for d in ALL_DTYPES):
+        return str(dtype)
+    return f"{dtype} ({native} in the other byte order; .astype({native.name!r}) makes a copy braze reads)"
 
 
 _SIGNED_BY_SIZE = {1: int8, 2: int16, 4: int32, 8: int64}

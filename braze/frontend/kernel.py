@@ -211,7 +211,8 @@ class KernelFunction:
         if element is not None:
             _check_vector_layout(where, spec, braze_dtype, dtype, shape)
         elif braze_dtype is None or spec.dtype is not None and braze_dtype != spec.dtype:
-            raise InputError(f"{where}: expected {spec.dtype.name if spec.dtype else 'a braze dtype'}, got {dtype}")
+            expected = spec.dtype.name if spec.dtype else "a braze dtype"
+            raise InputError(f"{where}: expected {expected}, got {dt.numpy_dtype_text(dtype)}")
         elif spec.ndim is not None and ndim != spec.ndim:
             raise InputError(f"{where}: expected {spec.ndim} dimension(s), got {ndim}")
         if any(s % itemsize for s in strides):

@@ -91,6 +91,8 @@ def bind_arrays(fn: KernelFunction, args: Sequence[object]) -> list[DeviceView]:
 def _view(value: object, where: str) -> DeviceView:
     try:
         return as_device_view(value, where)
+    except Error:  # an InputError is a ValueError too: it names what is wrong already
+        raise
     except (KeyError, TypeError, ValueError) as error:
         raise InputError(f"{where}: could not read the GPU array ({type(value).__name__}): "
                          f"__cuda_array_interface__ is incomplete ({error!r})") from None

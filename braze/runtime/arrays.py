@@ -3,6 +3,7 @@ inputs' own kind (a torch tensor in, a torch tensor out)."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,18 +16,42 @@ _DLPACK_CPU = 1
 
 
 def is_torch_tensor(obj: object) -> bool:
-    """Whether `obj` is a torch tensor (or parameter), without importing torch."""
-    return type(obj).__module__.startswith("torch") and type(obj).__name__ in ("Tensor", "Parameter")
+    """Whether `obj` is a torch tensor (a parameter, or a subclass of the user's, too), without
+    importing torch: an object of it exists only where torch is imported."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(obj, torch.Tensor)
+
+
+def check_torch_tensor(t: Any, where: str) -> None:
+    """Refuses a tensor whose memory does not hold its values as a strided array of them: a sparse
+    one, or one with torch's lazy negation or conjugation bit set (read raw, its values would come
+    out negated or conjugated)."""
+    torch = sys.modules["torch"]
+    if t.layout is not torch.strided:
+        raise InputError(f"{where}: expected a dense (strided) tensor, got one of layout {t.layout}; "
+                         "pass `.to_dense()`")
+    if t.is_conj():  # only complex tensors have the bit, and braze has no complex dtype
+        raise _unsupported_dtype(where, t.dtype)
+    if t.is_neg():
+        raise InputError(f"{where}: expected a tensor without torch's lazy negation bit, got one with it set (as "
+                         "`z.conj().imag` gives); pass `.resolve_neg()`")
 
 
 def _torch_to_numpy(t: Any, where: str) -> np.ndarray:
-    if t.device.type != "cpu":
-        raise UnsupportedError(f"{where}: expected a CPU tensor, got one on {t.device}; the CUDA backend is not "
-                               "available in this build yet")
+    if t.device.type != "cpu":  # a CUDA tensor is a GPU array (device_arrays.is_device_array): not here
+        raise UnsupportedError(f"{where}: expected a tensor on the CPU or a CUDA GPU, got one on {t.device}")
+    check_torch_tensor(t, where)
     t = t.detach()
     if str(t.dtype) == "torch.bfloat16":  # NumPy has no bfloat16; reinterpret the bits
-        return t.view(__import__("torch").int16).numpy().view(dt.bfloat16.numpy)
-    return t.numpy()
+        return t.view(sys.modules["torch"].int16).numpy().view(dt.bfloat16.numpy)
+    try:
+        return t.numpy()
+    except TypeError:  # a dtype NumPy has no type for: float8, complex32, quantized, sub-byte integers
+        raise _unsupported_dtype(where, t.dtype) from None
+
+
+def _unsupported_dtype(where: str, dtype: object) -> UnsupportedError:
+    return UnsupportedError(f"{where}: expected one of {', '.join(d.name for d in dt.ALL_DTYPES)}, got {dtype}")
 
 
 def as_host_array(obj: object, where: str) -> tuple[np.ndarray, str]:
@@ -42,14 +67,24 @@ def as_host_array(obj: object, where: str) -> tuple[np.ndarray, str]:
         raise UnsupportedError(f"{where}: expected a host array, got a CUDA array ({type(obj).__name__}); "
                                "a call's arrays must all be on the host or all on one GPU")
     if hasattr(obj, "__array_interface__"):
-        return np.asarray(obj), "numpy"
+        return _read_through("__array_interface__", np.asarray, obj, where), "numpy"
     if hasattr(obj, "__dlpack__"):
         device = obj.__dlpack_device__()[0] if hasattr(obj, "__dlpack_device__") else _DLPACK_CPU
         if device != _DLPACK_CPU:
             raise UnsupportedError(f"{where}: expected a host array, got a DLPack array on device type {device}")
-        return np.from_dlpack(obj), "numpy"
+        return _read_through("__dlpack__", np.from_dlpack, obj, where), "numpy"
     raise InputError(f"{where}: expected an array (NumPy, torch, or with __array_interface__ or __dlpack__), "
                      f"got {type(obj).__name__}")
+
+
+def _read_through(protocol: str, read: Any, obj: object, where: str) -> np.ndarray:
+    """`read(obj)`, where an error of the object's protocol (a BufferError for what DLPack cannot carry: a
+    read-only array in its old version, the other byte order) names the input."""
+    try:
+        return read(obj)
+    except (BufferError, ValueError, TypeError, RuntimeError) as error:
+        raise InputError(f"{where}: could not read the array ({type(obj).__name__}) through {protocol}: "
+                         f"{type(error).__name__}: {error}") from None
 
 
 def to_kind(array: np.ndarray, kind: str) -> Any:

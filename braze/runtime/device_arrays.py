@@ -23,7 +23,7 @@ from braze import config
 from braze import dtypes as dt
 from braze.compile import cuda_driver as cuda
 from braze.errors import InputError, UnsupportedError
-from braze.runtime.arrays import is_torch_tensor
+from braze.runtime.arrays import check_torch_tensor, is_torch_tensor
 
 _WRITABLE = SimpleNamespace(writeable=True)
 
@@ -61,6 +61,21 @@ def is_device_array(obj: object) -> bool:
 
 def as_device_view(obj: object, where: str) -> DeviceView:
     """A view of a GPU array `obj` (torch, CuPy, DeviceArray, or any __cuda_array_interface__)."""
+    return _in_whole_elements(_device_view(obj, where), where)
+
+
+def _in_whole_elements(view: DeviceView, where: str) -> DeviceView:
+    """GPU code reads an element at an address aligned to its size, a misaligned one being a fault that
+    ends the CUDA context, and steps by whole elements: a pointer or stride off that is refused (a
+    host array's is read from a copy instead, runtime/fusion_runtime.py)."""
+    size = view.itemsize
+    if view.ptr % size or any(s % size for s in view.strides):
+        raise InputError(f"{where}: expected a pointer and strides in whole {size}-byte elements, got pointer "
+                         f"{view.ptr:#x} and strides {view.strides}")
+    return view
+
+
+def _device_view(obj: object, where: str) -> DeviceView:
     if is_torch_tensor(obj):
         import torch
 
@@ -69,6 +84,7 @@ def as_device_view(obj: object, where: str) -> DeviceView:
             dtype = dt.as_dtype(name).numpy
         except Exception:  # noqa: BLE001
             raise InputError(f"{where}: expected a braze dtype, got torch.{name}") from None
+        check_torch_tensor(obj, where)
         index = obj.device.index or 0
         itemsize = obj.element_size()
         return DeviceView(obj.data_ptr(), tuple(obj.shape), tuple(s * itemsize for s in obj.stride()),

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from braze import config
+from braze.errors import InputError, UnsupportedError
 from braze.host.program import (
     Alias,
     Allocate,
@@ -42,8 +43,8 @@ from braze.runtime.fast_call import (
     array_kind,
     buffer_pointer,
 )
-from braze.runtime.graph import refuse_random
-from braze.runtime.inputs import BoundInputs
+from braze.runtime.graph import open_graphs, refuse_random
+from braze.runtime.inputs import BoundInputs, input_label
 from braze.runtime.rng import next_seed_offset
 from braze.runtime.scalars import scalar_bits, scalar_packer
 
@@ -145,7 +146,7 @@ class FusionRuntime:
 
     def new_frame(self, bound: BoundInputs) -> Frame:
         """A run's frame: the inputs bound, every buffer sized, the random draws made."""
-        arrays = [a if isinstance(a, DeviceView) else _addressable(a) for a in bound.arrays]
+        arrays = [a if isinstance(a, DeviceView) else self._addressable(n, a) for n, a in enumerate(bound.arrays)]
         frame = self.program.new_frame(arrays, bound.bindings)
         self._check_empty_reductions(frame.extents, bound.bindings)  # before anything is allocated or drawn
         frame.bound = bound
@@ -154,6 +155,23 @@ class FusionRuntime:
         frame.rng = [next_seed_offset() for _ in self.random_ops]
         frame.context = RefContext(bound.bindings, next_seed_offset)
         return frame
+
+    def _addressable(self, position: int, array: np.ndarray) -> np.ndarray:
+        """An input whose strides are not whole elements (a field of a packed record array) is read
+        from a copy: refused where the copy would take what is meant for the array, an output written
+        into it in place, or a `bz.graph()` that would replay the copy after the array changed."""
+        if _whole_elements(array):
+            return array
+        tv = self.fusion.inputs[position]
+        where = input_label(position, tv)
+        if any(out.alias is AliasKind.REUSE_BUFFER and out.aliased_input is tv for out in self.fusion.outputs):
+            raise InputError(f"{where}: expected strides of whole {array.itemsize}-byte elements for an array an "
+                             f"output is written into in place, got strides {array.strides}")
+        if open_graphs():
+            raise UnsupportedError(f"bz.graph: {where} has strides {array.strides}, not whole {array.itemsize}-byte "
+                                   "elements, so each call reads a copy of it, and a replay would read that copy "
+                                   "again, not the array: record the graph on a copy (np.ascontiguousarray)")
+        return np.ascontiguousarray(array)
 
     # --- preparing the cached call (runtime/fast_call.py) ------------------------------------------
     def run_and_prepare(self, bound: BoundInputs, inputs: Sequence[object]) -> tuple[list, PreparedCall | None]:
@@ -242,8 +260,5 @@ def _view_ops(tv: TensorView) -> tuple[str, ...]:
     return tuple(reversed(ops))
 
 
-def _addressable(array: np.ndarray) -> np.ndarray:
-    """Arrays whose strides are not whole elements (views into records) are copied first."""
-    if all(s % array.itemsize == 0 for s in array.strides) or array.ndim == 0:
-        return array
-    return np.ascontiguousarray(array)
+def _whole_elements(array: np.ndarray) -> bool:
+    return array.ndim == 0 or all(s % array.itemsize == 0 for s in array.strides)

@@ -11,7 +11,7 @@ from braze import dtypes as dt
 from braze.errors import InputError, a_or_an
 from braze.ir.fusion import AliasKind, FusionGraph
 from braze.ir.tensor import TensorView
-from braze.runtime.arrays import as_host_array
+from braze.runtime.arrays import as_host_array, overlaps_itself
 from braze.runtime.device_arrays import DeviceView, as_device_view, is_device_array
 
 
@@ -102,7 +102,7 @@ def _bind_tensor(tv: TensorView, value: object, where: str, bindings: dict[str, 
     array, kind = _as_array(value, where)
     spec = TensorSpec.of(tv)
     if array.dtype != spec.numpy_dtype:
-        raise InputError(f"{where}: expected {spec.dtype.name}, got {array.dtype}")
+        raise InputError(f"{where}: expected {spec.dtype.name}, got {dt.numpy_dtype_text(array.dtype)}")
     if array.ndim != spec.ndim:
         raise InputError(f"{where}: expected rank {spec.ndim} (shape {spec.type_text}), got rank {array.ndim} "
                          f"(shape {array.shape})")
@@ -118,6 +118,11 @@ def _bind_tensor(tv: TensorView, value: object, where: str, bindings: dict[str, 
     return array, kind
 
 
+def input_label(position: int, tv: TensorView) -> str:
+    """How an error names input `position`: `input 1 ('b')`, by its name where it has one."""
+    return f"input {position} ({tv.label!r})" if tv.label else f"input {position} ({tv.name})"
+
+
 def bind_inputs(fusion: FusionGraph, values: Sequence[object]) -> BoundInputs:
     """Checks count, dtype, rank, static extents and layout of each input; binds extent symbols."""
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
@@ -126,7 +131,7 @@ def bind_inputs(fusion: FusionGraph, values: Sequence[object]) -> BoundInputs:
         raise InputError(f"inputs: expected {len(fusion.inputs)} inputs, got {len(values)}")
     arrays, bindings, kinds = [], {}, set()
     for position, (tv, value) in enumerate(zip(fusion.inputs, values)):
-        where = f"input {position} ({tv.label!r})" if tv.label else f"input {position} ({tv.name})"
+        where = input_label(position, tv)
         if tv.scalar is not None:
             arrays.append(_bind_scalar(tv, value, where))
             continue
@@ -160,13 +165,20 @@ def _common_device(fusion: FusionGraph, arrays: list) -> tuple[int | None, int]:
 
 
 def _check_writable(fusion: FusionGraph, arrays: list[np.ndarray]) -> None:
+    """An input an output is written into in place must be writable, with one address per element:
+    where two elements share one (a broadcast, a sliding window), the kernel would read what it
+    wrote for another element, as torch refuses such an in-place op."""
     for out in fusion.outputs:
         if out.alias is AliasKind.REUSE_BUFFER:
             position = next(i for i, tv in enumerate(fusion.inputs) if tv is out.aliased_input)
-            if not arrays[position].flags.writeable:
-                raise InputError(f"input {position} ({out.aliased_input.label or out.aliased_input.name!r}): "
-                                 "expected a writable array (an output is written into it in place), "
+            array, where = arrays[position], input_label(position, out.aliased_input)
+            if not array.flags.writeable:
+                raise InputError(f"{where}: expected a writable array (an output is written into it in place), "
                                  "got a read-only one")
+            if overlaps_itself(array.shape, array.strides, array.itemsize):
+                raise InputError(f"{where}: expected an array whose elements lie at distinct addresses (an output "
+                                 f"is written into it in place), got shape {array.shape} with strides "
+                                 f"{array.strides}, where several share one; pass a copy")
 
 
 def _check_extents(fusion: FusionGraph, bindings: dict[str, int]) -> None:

@@ -253,6 +253,21 @@ def test_reuse_buffer_into_a_read_only_input_is_an_input_error(make) -> None:
         f.execute([make()])
 
 
+@pytest.mark.parametrize("strides", [(4, 4), (0, 4)], ids=["sliding window", "broadcast"])
+def test_reuse_buffer_into_an_input_whose_elements_share_addresses_is_an_input_error(strides) -> None:
+    """The kernel would read what it wrote for another element (a sliding window gave 7 for
+    element (0, 1) of x * 2 + 1 over [0, 1, 2, 3]: (1 * 2 + 1) * 2 + 1), as torch refuses."""
+    with bz.Fusion() as f:
+        x = f.define_tensor((-1, -1), name="x")
+        f.add_output(x * 2 + 1, alias=x)
+    memory = np.arange(4, dtype=np.float32)
+    window = np.lib.stride_tricks.as_strided(memory, (2, 3), strides)  # writable
+    with pytest.raises(bz.InputError, match=r"input 0 \('x'\): expected an array whose elements lie at distinct "
+                                            rf"addresses .* got shape \(2, 3\) with strides \({strides[0]}, 4\)"):
+        f.execute([window])
+    np.testing.assert_array_equal(memory, np.arange(4))
+
+
 # --- hidden outputs ---------------------------------------------------------------------------
 def test_hidden_outputs_are_not_returned() -> None:
     with bz.Fusion() as f:

@@ -211,6 +211,17 @@ def test_what_a_graph_cannot_replay_is_refused() -> None:
         f.execute([np.zeros(4, np.float32)])
 
 
+def test_a_record_field_whose_copy_a_replay_would_read_is_refused() -> None:
+    """A field of a packed record array has strides of no whole element: each call reads a copy of it,
+    which a replay would read again, unchanged, after the array changed."""
+    records = np.zeros(4, np.dtype([("tag", "u1"), ("x", "f4")]))
+    f = axpy_fusion()
+    f.execute([records["x"], np.ones(4, np.float32)])  # outside a graph: read from a copy
+    with pytest.raises(bz.UnsupportedError, match=r"bz.graph: input 0 \(T0\) has strides \(5,\), not whole "
+                                                  r"4-byte elements"), bz.graph():
+        f.execute([records["x"], np.ones(4, np.float32)])
+
+
 def test_a_graph_replays_only_once_its_body_ended_without_error() -> None:
     x, y = np.arange(8, dtype=np.float32), np.zeros(8, np.float32)
     with bz.graph() as g:

@@ -177,6 +177,20 @@ def test_array_protocol_objects_share_memory(wrap) -> None:
     assert np.shares_memory(updated, a) and np.shares_memory(view, a)
 
 
+def test_an_array_its_protocol_cannot_carry_is_an_input_error() -> None:
+    """What DLPack cannot carry (the other byte order) or a broken `__array_interface__` raised the
+    producer's or NumPy's bare error; now an InputError naming the input, with that error."""
+    broken = ArrayInterfaceOnly(base(3))
+    broken.__array_interface__ = {"shape": (3,), "typestr": "<f8", "data": (0, False), "version": 3}
+    f = affine_fusion()
+    with pytest.raises(bz.InputError, match=r"input 1 \('b'\): could not read the array \(DLPackOnly\) through "
+                                            r"__dlpack__: BufferError: .*byte order"):
+        f.execute([base(2, 3), DLPackOnly(base(3).astype(">f8"))])
+    with pytest.raises(bz.InputError, match=r"input 1 \('b'\): could not read the array \(ArrayInterfaceOnly\) "
+                                            r"through __array_interface__: ValueError: data is NULL"):
+        f.execute([base(2, 3), broken])
+
+
 def test_dlpack_on_another_device_is_unsupported() -> None:
     f = affine_fusion()
     with pytest.raises(bz.UnsupportedError, match=r"input 0 \('x'\): expected a host array, got a DLPack array on "
@@ -214,6 +228,48 @@ def test_every_dtype_round_trips(dtype) -> None:
     assert y.dtype == a.dtype and r.dtype == a.dtype
     np.testing.assert_array_equal(y, a)
     np.testing.assert_array_equal(r, a[::-1])
+
+
+@pytest.mark.parametrize("swapped", [np.arange(3, dtype=">f4"), np.arange(3, dtype="<f4").byteswap().view(">f4")],
+                         ids=["big-endian", "byteswapped view"])
+def test_the_other_byte_order_is_named_with_its_fix(swapped: np.ndarray) -> None:
+    """'>f4' is a float32 to whoever wrote it: every entry point says that its byte order is what
+    braze refuses, and how to get one it reads."""
+    with bz.Fusion() as f:
+        f.add_output(f.define_tensor((-1,), dtype=bz.float32, name="x") * 2)
+
+    @bz.kernel
+    def double(x: bz.Array[bz.float32, 1]):
+        for i in range(x.shape[0]):
+            x[i] *= 2.0
+
+    fix = r"got >f4 \(float32 in the other byte order; \.astype\('float32'\) makes a copy braze reads\)"
+    with pytest.raises(bz.InputError, match=r"input 0 \('x'\): expected float32, " + fix):
+        f.execute([swapped])
+    with pytest.raises(bz.UnsupportedError, match=r"argument 'x': dtype: expected one of .*, " + fix):
+        bz.jit(lambda x: x * 2)(swapped)
+    with pytest.raises(bz.InputError, match=r"argument 'x': expected float32, " + fix):
+        double(swapped)
+    np.testing.assert_array_equal(swapped, np.arange(3))
+
+
+def test_a_record_field_written_in_place_is_refused() -> None:
+    """A field of a packed record array (strides of no whole element) is read from a copy, so an
+    output written into it in place would be lost in that copy: refused, as read-only arrays are."""
+    with bz.Fusion() as f:
+        x = f.define_tensor((-1,), dtype=bz.float32, name="x")
+        f.add_output(x * 2)
+    with bz.Fusion() as in_place:
+        x = in_place.define_tensor((-1,), dtype=bz.float32, name="x")
+        in_place.add_output(x + 1, alias=x)
+    records = np.zeros(4, np.dtype([("tag", "u1"), ("x", "f4")]))
+    records["x"] = np.arange(4)
+    (doubled,) = f.execute([records["x"]])  # only read: the copy serves
+    np.testing.assert_array_equal(doubled, np.arange(4) * 2)
+    with pytest.raises(bz.InputError, match=r"input 0 \('x'\): expected strides of whole 4-byte elements for an "
+                                            r"array an output is written into in place, got strides \(5,\)"):
+        in_place.execute([records["x"]])
+    np.testing.assert_array_equal(records["x"], np.arange(4))
 
 
 # --- torch --------------------------------------------------------------------------------------
@@ -295,3 +351,38 @@ def test_torch_strided_output_layout_and_in_place() -> None:
     assert torch.equal(doubled, (torch.arange(6.0).reshape(3, 2).T) * 2)
     assert updated.data_ptr() == t.data_ptr()
     assert torch.equal(t, torch.arange(6.0).reshape(3, 2).T + 1)
+
+
+def _odd_torch_tensors(torch) -> dict:
+    """Tensors whose memory is not their values as a strided array braze can read, by the error each
+    gives (a bare torch error, or garbage, before)."""
+    values = torch.arange(3, dtype=torch.float64)
+    return {
+        r"expected a tensor without torch's lazy negation bit.*\.resolve_neg\(\)": torch._neg_view(values),
+        r"expected a dense \(strided\) tensor, got one of layout torch.sparse_coo": values.to_sparse(),
+        r"expected one of bool, .*, got torch.float8_e4m3fn": values.to(torch.float8_e4m3fn),
+        r"expected one of bool, .*, got torch.complex64": torch.ones(3, dtype=torch.complex64).conj(),
+        r"expected a tensor on the CPU or a CUDA GPU, got one on meta": torch.empty(3, device="meta"),
+    }
+
+
+def test_odd_torch_tensors_are_refused_by_name() -> None:
+    torch = pytest.importorskip("torch")
+    f = affine_fusion()
+    b = torch.ones(3, dtype=torch.float64)
+    f.execute([torch.ones(2, 3, dtype=torch.float64), b])  # a first call, so the odd ones come second
+    for message, odd in _odd_torch_tensors(torch).items():
+        with pytest.raises(bz.Error, match=r"input 1 \('b'\): " + message):
+            f.execute([torch.ones(2, 3, dtype=torch.float64), odd])
+
+
+def test_torch_tensor_subclasses_are_torch_tensors() -> None:
+    """A subclass of torch.Tensor is read as torch reads it (detached), and gives torch tensors back."""
+    torch = pytest.importorskip("torch")
+
+    class Tagged(torch.Tensor):
+        pass
+
+    x = torch.ones(2, 3, dtype=torch.float64, requires_grad=True).as_subclass(Tagged)
+    y, s = affine_fusion().execute([x, torch.ones(3, dtype=torch.float64)])
+    assert type(y) is torch.Tensor and torch.equal(y, torch.full((2, 3), 3.0, dtype=torch.float64))

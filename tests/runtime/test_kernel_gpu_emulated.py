@@ -344,6 +344,34 @@ def test_a_read_only_gpu_array_is_not_written(gpu, monkeypatch):
     np.testing.assert_array_equal(b, a)
 
 
+def test_a_gpu_array_off_whole_elements_is_refused(monkeypatch):
+    """A GPU kernel reads an element at an address aligned to its size (a misaligned one faults and
+    ends the CUDA context) and steps by whole elements: a pointer or strides off that are refused by
+    name, in a loop kernel and a fusion alike (a fusion read them unchecked)."""
+    monkeypatch.setattr(device_arrays.cuda, "device_of_pointer", lambda pointer: 0)
+
+    @bz.kernel
+    def double(a: bz.Array[bz.float32, 1]):
+        for i in range(a.shape[0]):
+            a[i] *= 2.0
+
+    with bz.Fusion() as f:
+        x = f.define_tensor((-1,), bz.float32, name="x")
+        f.add_output(x * 2.0)
+    memory = np.zeros(64, np.uint8)
+    misaligned, odd_strides = InterfaceArray(memory[1:33].view(np.float32), True), InterfaceArray(memory[:32], True)
+    misaligned.__cuda_array_interface__["data"] = (memory.ctypes.data + 1, False)
+    odd_strides.__cuda_array_interface__.update(typestr="<f4", shape=(4,), strides=(6,))
+    for value, got in [(misaligned, r"got pointer 0x[0-9a-f]*[13579bdf] and strides \(4,\)"),
+                       (odd_strides, r"got pointer 0x[0-9a-f]+ and strides \(6,\)")]:
+        expected = r"expected a pointer and strides in whole 4-byte elements, " + got
+        with pytest.raises(bz.InputError, match=r"argument 'a': " + expected):
+            double(value)
+        with pytest.raises(bz.InputError, match=r"input 0 \('x'\): " + expected):
+            f.execute([value])
+    assert not memory.any()
+
+
 def test_scalars_are_checked_on_the_cached_call_too(gpu):
     @bz.kernel
     def add(a: bz.Array[bz.int32, 1], s: bz.int32):
