@@ -270,6 +270,7 @@ class JitFunction:
             except (TypeError, Error) as error:
                 self._explain_runtime_scalars(error, key)
                 self._explain_options(error, args)
+                _explain_braze_dtypes(error)
                 raise
             finally:
                 f.capture_array = None
@@ -332,9 +333,20 @@ class JitFunction:
         shape = [1 if one else -1 for one in is_one]
         tv = f.define_tensor(shape, dtype, stride_order=order, name=name)
         f.torch_promotion |= kind == "torch"
+        if kind == "torch" and isinstance(f.array_device, str):  # the first torch tensor's device
+            f.array_device = value.device
         # The signature keys by which extents are 1, so this trace never sees a symbolic one that is.
         f.extents_never_one.update(d.extent for d in tv.logical if not d.extent.is_const)
         return tv
+
+
+def _explain_braze_dtypes(error: Exception) -> None:
+    """torch's functions refuse braze's dtypes (`torch.finfo(x.dtype)`) in their own argument parser, before
+    braze sees the call: say what to write."""
+    if "not DType" in str(error) and hasattr(error, "add_note"):
+        error.add_note("x.dtype of a traced tensor is a braze dtype (bz.float32), which torch's own functions do "
+                       "not take: write bz.finfo(x.dtype) for torch.finfo(x.dtype), x.new_zeros(shape) or "
+                       "torch.zeros_like(x) for torch.zeros(shape, dtype=x.dtype), or name the dtype (torch.float32)")
 
 
 def _extent_values(traced: Sequence[object], values: Sequence[object]

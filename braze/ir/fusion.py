@@ -100,6 +100,8 @@ class FusionGraph:
         # its function makes or reads (`torch.ones(n, n).tril()`, a module's buffer) so; a `bz.Fusion`
         # builder has none and refuses them (arrays come in as define_tensor inputs).
         self.capture_array: Callable[[object], TensorView] | None = None
+        # What `x.device` answers: "cpu" (NumPy 2's), or the torch device of @bz.jit's torch arguments.
+        self.array_device: object = "cpu"
         # Runtime Python numbers (@bz.jit's int arguments, and ops over them) that an op computes in a
         # narrower integer type: the call checks each value fits, as NumPy 2 checks a Python int.
         self.narrowed_numbers: list[NarrowedNumber] = []

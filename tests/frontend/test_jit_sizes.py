@@ -67,3 +67,17 @@ def test_torch_tensors_of_a_size_and_captured_tensors() -> None:
         for got, want in zip(jitted(scores), causal_softmax(scores), strict=True):
             torch.testing.assert_close(got, want)
     assert _traces(jitted) == 2
+
+
+def test_torch_code_asks_its_tensors_for_their_device_and_kind() -> None:
+    torch = pytest.importorskip("torch")
+
+    def program(x):
+        ramp = torch.arange(x.shape[-1], device=x.device, dtype=torch.float32)
+        return (x + ramp) * x.element_size() if x.is_floating_point() and not x.is_complex() else x
+
+    x = torch.from_numpy(_sample((2, 5)))
+    torch.testing.assert_close(bz.jit(program)(x), program(x))
+    with pytest.raises(TypeError, match="not DType") as caught:  # torch's own parser, before braze sees it
+        bz.jit(lambda x: x.masked_fill(x > 0, torch.finfo(x.dtype).min))(x)
+    assert "bz.finfo(x.dtype)" in "".join(caught.value.__notes__)
