@@ -587,3 +587,16 @@ def test_python_ints_out_of_an_integer_dtypes_range_wrap_as_in_eager():
     u8, i32 = torch.arange(0, 256, 51, dtype=torch.uint8), torch.arange(-3, 3, dtype=torch.int32)
     for n, (got, want) in enumerate(zip(compiled(u8, i32), wrapping(u8, i32), strict=True)):
         assert got.dtype == want.dtype and got.tolist() == want.tolist(), (n, got, want)
+
+
+def test_add_and_sub_of_a_number_with_an_alpha_run_in_braze():
+    """`x.add_(0.5, alpha=4)` multiplied two numbers with braze's mul, which takes a tensor: the region fell
+    back to PyTorch. An integer product wraps as eager's kernel wraps it."""
+    def scaled(f, i32):
+        return (f.add(0.5, alpha=4), torch.sub(f, 1.5, alpha=-2.5), torch.add(i32, 2**30 + 1, alpha=6),
+                i32.sub(2, alpha=3))
+
+    compiled = torch.compile(scaled, backend="braze", options=STRICT)
+    f, i32 = torch.linspace(-1, 1, 6), torch.arange(-3, 3, dtype=torch.int32)
+    for n, (got, want) in enumerate(zip(compiled(f, i32), scaled(f, i32), strict=True)):
+        assert got.dtype == want.dtype and got.tolist() == want.tolist(), (n, got, want)

@@ -230,8 +230,18 @@ def _add_sub(b: RegionBuilder, node: fx.Node) -> TensorView:
     args = bind(node)
     x, y = promoted(b, [args["self"], args["other"]], node)
     if args["alpha"] is not None and args["alpha"] != 1:
-        y = bz_ops.mul(y, b.operand(args["alpha"]))
+        y = _times_alpha(y, b.operand(args["alpha"]), braze_dtype(meta(node).dtype))
     return finish(node, bz_ops.elementwise("add" if node.target._schema.name == "aten::add" else "sub", x, y))
+
+
+def _times_alpha(other: object, alpha: object, dtype: dt.DType) -> object:
+    """`other * alpha` of an add or sub. braze's ops take at least one tensor, so two numbers
+    (`x.add_(0.5, alpha=lr)`) are multiplied here, an integer product wrapped into `dtype` as eager's
+    integer kernel wraps it."""
+    if isinstance(other, TensorView) or isinstance(alpha, TensorView):
+        return bz_ops.mul(other, alpha)
+    product = other * alpha
+    return dt.wrap_int(product, dtype) if dtype.is_integer and isinstance(product, int) else product
 
 
 def _rounding_mode_known(node: fx.Node) -> str | None:
