@@ -431,6 +431,16 @@ def test_explain_calls_a_size_query_a_size_query() -> None:
         assert _family_reason(op) == "a size query: PyTorch answers it, there is nothing to compute", op
 
 
+def test_explain_calls_the_draws_of_gumbel_softmax_and_other_distributions_random_ops() -> None:
+    """F.gumbel_softmax draws with aten.exponential: explain said only that braze has no rule for it."""
+    from braze.frontend.torch.support import _family_reason
+
+    aten = torch.ops.aten
+    for op in (aten.exponential.default, aten.geometric.default, aten.cauchy.default, aten.log_normal.default,
+               aten.poisson.default, aten.binomial.default, aten._standard_gamma.default):
+        assert _family_reason(op) == "a random op braze has no rule for", op
+
+
 def test_explain_says_torch_cond_is_a_higher_order_op_in_pytorch() -> None:
     def branchy(x):
         return torch.cond(x.sum() > 0, lambda t: torch.tanh(t), lambda t: torch.sigmoid(t) * 2, (x,))
