@@ -588,10 +588,11 @@ def test_floats_to_uint8_wrap_through_int64_as_in_eager():
 def test_python_ints_out_of_an_integer_dtypes_range_wrap_as_in_eager():
     """Eager PyTorch converts a Python int operand to the integer tensor's dtype modulo 2^n: uint8 + -1
     adds 255, int32 + 2**31 adds -2**31, int32 == 2**32 compares with 0. braze's ops refuse such an int,
-    so the region fell back to PyTorch (under fallback='error', a FusionDefinitionError)."""
+    so the region fell back to PyTorch (under fallback='error', a FusionDefinitionError). A uint8 fill takes
+    a negative int down to -255 (`torch.where(mask, image, -1)` fills 255)."""
     def wrapping(u8, i32):
         return (u8 + (-1), u8 * 300, 300 - u8, u8 // 300, i32 + 2**31, (i32 == 2**32) | (i32 < 2**40),
-                i32 % (2**32 + 3), i32 - 2**33 + 5)
+                i32 % (2**32 + 3), i32 - 2**33 + 5, torch.where(u8 > 100, u8, -1), torch.full_like(u8, -255))
 
     compiled = torch.compile(wrapping, backend="braze", options=STRICT)
     u8, i32 = torch.arange(0, 256, 51, dtype=torch.uint8), torch.arange(-3, 3, dtype=torch.int32)
