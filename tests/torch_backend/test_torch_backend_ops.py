@@ -431,6 +431,16 @@ def test_explain_calls_a_size_query_a_size_query() -> None:
         assert _family_reason(op) == "a size query: PyTorch answers it, there is nothing to compute", op
 
 
+def test_explain_calls_the_draws_of_gumbel_softmax_and_other_distributions_random_ops() -> None:
+    """F.gumbel_softmax draws with aten.exponential: explain said only that braze has no rule for it."""
+    from braze.frontend.torch.support import _family_reason
+
+    aten = torch.ops.aten
+    for op in (aten.exponential.default, aten.geometric.default, aten.cauchy.default, aten.log_normal.default,
+               aten.poisson.default, aten.binomial.default, aten._standard_gamma.default):
+        assert _family_reason(op) == "a random op braze has no rule for", op
+
+
 def test_explain_says_torch_cond_is_a_higher_order_op_in_pytorch() -> None:
     def branchy(x):
         return torch.cond(x.sum() > 0, lambda t: torch.tanh(t), lambda t: torch.sigmoid(t) * 2, (x,))
@@ -573,3 +583,31 @@ def test_floats_to_uint8_wrap_through_int64_as_in_eager():
     for got, want in zip([*compiled(x, buffer), buffer], [*quantize(x, buffer_eager), buffer_eager]):
         assert got.dtype == want.dtype == torch.uint8
         assert got.tolist() == want.tolist()
+
+
+def test_python_ints_out_of_an_integer_dtypes_range_wrap_as_in_eager():
+    """Eager PyTorch converts a Python int operand to the integer tensor's dtype modulo 2^n: uint8 + -1
+    adds 255, int32 + 2**31 adds -2**31, int32 == 2**32 compares with 0. braze's ops refuse such an int,
+    so the region fell back to PyTorch (under fallback='error', a FusionDefinitionError). A uint8 fill takes
+    a negative int down to -255 (`torch.where(mask, image, -1)` fills 255)."""
+    def wrapping(u8, i32):
+        return (u8 + (-1), u8 * 300, 300 - u8, u8 // 300, i32 + 2**31, (i32 == 2**32) | (i32 < 2**40),
+                i32 % (2**32 + 3), i32 - 2**33 + 5, torch.where(u8 > 100, u8, -1), torch.full_like(u8, -255))
+
+    compiled = torch.compile(wrapping, backend="braze", options=STRICT)
+    u8, i32 = torch.arange(0, 256, 51, dtype=torch.uint8), torch.arange(-3, 3, dtype=torch.int32)
+    for n, (got, want) in enumerate(zip(compiled(u8, i32), wrapping(u8, i32), strict=True)):
+        assert got.dtype == want.dtype and got.tolist() == want.tolist(), (n, got, want)
+
+
+def test_add_and_sub_of_a_number_with_an_alpha_run_in_braze():
+    """`x.add_(0.5, alpha=4)` multiplied two numbers with braze's mul, which takes a tensor: the region fell
+    back to PyTorch. An integer product wraps as eager's kernel wraps it."""
+    def scaled(f, i32):
+        return (f.add(0.5, alpha=4), torch.sub(f, 1.5, alpha=-2.5), torch.add(i32, 2**30 + 1, alpha=6),
+                i32.sub(2, alpha=3))
+
+    compiled = torch.compile(scaled, backend="braze", options=STRICT)
+    f, i32 = torch.linspace(-1, 1, 6), torch.arange(-3, 3, dtype=torch.int32)
+    for n, (got, want) in enumerate(zip(compiled(f, i32), scaled(f, i32), strict=True)):
+        assert got.dtype == want.dtype and got.tolist() == want.tolist(), (n, got, want)

@@ -76,13 +76,34 @@ def promoted_dtype(args: list[object]) -> torch.dtype:
 
 
 def promoted(b: RegionBuilder, args: list[object], node: fx.Node | None = None) -> list[object]:
-    """The operands, tensors cast to their promoted dtype (numbers stay weak, as in torch); of a `node`
-    whose eager kernel reads a number operand in float32, cast to float32 (`_number_in_float32`)."""
+    """The operands, tensors cast to their promoted dtype (numbers stay weak, as in torch). Of a `node`
+    (an arithmetic, comparison or bitwise op): cast to float32 where its eager kernel reads a number
+    operand in float32 (`_number_in_float32`), and a Python int wrapped into an integer dtype as its
+    eager kernel reads it (`_int_as_eager_reads_it`)."""
     dtype = braze_dtype(promoted_dtype(args))
     if node is not None and dtype.is_floating and dtype.itemsize == 2 and _number_in_float32(node, args):
         dtype = dt.float32
     operands = [b.operand(a) for a in args]
+    if node is not None and dtype.is_integer:
+        operands = [_int_as_eager_reads_it(x, dtype, node, position) for position, x in enumerate(operands)]
     return [bz_ops.cast(x, dtype) if isinstance(x, TensorView) else x for x in operands]
+
+
+# Ops whose second operand divides: eager PyTorch raises ZeroDivisionError for an integer divisor of 0.
+DIVIDING = frozenset({"div", "floor_divide", "remainder", "fmod"})
+
+
+def _int_as_eager_reads_it(value: object, dtype: dt.DType, node: fx.Node, position: int) -> object:
+    """A Python int operand of an integer op converted to the op's dtype as eager PyTorch converts it,
+    modulo 2^n: an int32 tensor plus 2**31 adds -2**31, a uint8 one plus -1 adds 255, and an int32
+    tensor compared with 2**32 is compared with 0. braze's ops refuse an int out of the dtype's range.
+    A divisor that wraps to 0 is left as it is (refused, so PyTorch raises its ZeroDivisionError)."""
+    if type(value) is not int:
+        return value
+    wrapped = dt.wrap_int(value, dtype)
+    if wrapped == 0 and position == 1 and node.target._schema.name.split("::")[-1] in DIVIDING:
+        return value
+    return wrapped
 
 
 # Eager PyTorch's kernels for a float16 or bfloat16 tensor and a Python number read the number in
@@ -209,8 +230,18 @@ def _add_sub(b: RegionBuilder, node: fx.Node) -> TensorView:
     args = bind(node)
     x, y = promoted(b, [args["self"], args["other"]], node)
     if args["alpha"] is not None and args["alpha"] != 1:
-        y = bz_ops.mul(y, b.operand(args["alpha"]))
+        y = _times_alpha(y, b.operand(args["alpha"]), braze_dtype(meta(node).dtype))
     return finish(node, bz_ops.elementwise("add" if node.target._schema.name == "aten::add" else "sub", x, y))
+
+
+def _times_alpha(other: object, alpha: object, dtype: dt.DType) -> object:
+    """`other * alpha` of an add or sub. braze's ops take at least one tensor, so two numbers
+    (`x.add_(0.5, alpha=lr)`) are multiplied here, an integer product wrapped into `dtype` as eager's
+    integer kernel wraps it."""
+    if isinstance(other, TensorView) or isinstance(alpha, TensorView):
+        return bz_ops.mul(other, alpha)
+    product = other * alpha
+    return dt.wrap_int(product, dtype) if dtype.is_integer and isinstance(product, int) else product
 
 
 def _rounding_mode_known(node: fx.Node) -> str | None:

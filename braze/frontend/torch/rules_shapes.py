@@ -294,7 +294,17 @@ def _full(b: RegionBuilder, node: fx.Node) -> TensorView:
     fills = {"zeros": 0, "ones": 1, "zeros_like": 0, "ones_like": 1}
     args = bind(node)
     value = fills[name] if name in fills else b.operand(args.get("fill_value", args.get("s")))
-    return bz_ops.full(b.shape_of(node), value, braze_dtype(meta(node).dtype))
+    dtype = braze_dtype(meta(node).dtype)
+    return bz_ops.full(b.shape_of(node), _fill_as_eager_reads_it(value, dtype), dtype)
+
+
+def _fill_as_eager_reads_it(value: object, dtype: dt.DType) -> object:
+    """A fill value as eager PyTorch converts it: c10's overflow check lets a negative int down to -max
+    through to an unsigned dtype, wrapped (`torch.full((2,), -1, dtype=torch.uint8)` and
+    `torch.where(mask, uint8_image, -1)` give 255), where braze's `full` refuses it."""
+    if dtype.is_unsigned and type(value) is int and -dt.int_bounds(dtype)[1] <= value < 0:
+        return dt.wrap_int(value, dtype)
+    return value
 
 
 def _integer_range(node: fx.Node) -> str | None:
