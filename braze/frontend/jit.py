@@ -175,8 +175,8 @@ class JitFunction:
                 trace.check_numbers(args)
             outputs = fast.find(args, key) if fast is not None and fast.native is None else None
             if outputs is None:  # without keywords where none are needed: the native cached call takes none
-                fusion = trace.fusion
-                outputs = fusion.execute(args) if self.backend is None else fusion.execute(args, backend=self.backend)
+                inputs = [*args, *trace.captured] if trace.captured else args
+                outputs = trace.fusion.execute(inputs, **({} if self.backend is None else {"backend": self.backend}))
             return trace.rebuild(outputs)
         given = len(args)
         args, defaulted = self._bind(args, kwargs)
@@ -187,8 +187,7 @@ class JitFunction:
             trace.check_numbers(args)
         inputs = [_python_value(a) if sig[0] == "scalar" else a for a, sig in zip(args, key) if sig[0] != "const"]
         outputs = trace.fusion.execute([*inputs, *trace.captured], backend=self.backend)
-        if not kwargs and not self.static and len(inputs) == given and not trace.captured \
-                and all(sig[0] != "const" for sig in key[:given]):
+        if not kwargs and not self.static and len(inputs) == given and all(sig[0] != "const" for sig in key[:given]):
             self._remember(args[:given], trace)  # the fusion's inputs are the arguments given, in order
         return trace.rebuild(outputs)
 
@@ -255,7 +254,8 @@ class JitFunction:
             return
         if len(self.described) >= MAX_DESCRIPTIONS:
             self.described.clear()
-        fast = trace.fusion.__dict__.get("_fast_calls") if self.backend is None else None
+        # the fusion's cached calls file calls by all its inputs: captured arrays too, which `args` lacks
+        fast = trace.fusion.__dict__.get("_fast_calls") if self.backend is None and not trace.captured else None
         self.described[key] = trace, fast if fast is not None and fast.key(args) == key else None
 
     def _trace(self, key: tuple, args: tuple) -> Trace:
