@@ -7,7 +7,7 @@ so one compiled fusion serves every learning rate or time step. `static_argnames
 steer the function's control flow (`reduction="mean"`, `weight=None`, `axes=(1, 2)`).
 
 Extents are symbolic, so one trace serves every size, until the function uses one as a Python number
-(`range(n)`, `np.arange(n)`, `torch.ones(n, n)`, `if n > 128`): it is then the call's size, and the
+(`range(n)`, `np.arange(n)`, `torch.ones((n, n))`, `if n > 128`): it is then the call's size, and the
 trace serves the calls whose extents so used have the same values, as torch.compile specializes a
 size its code reads (`Trace.guard`). Arrays the function makes or reads from outside (a mask built
 with torch, a global table) are taken in as inputs of the fusion, passed on every call after the
