@@ -93,11 +93,27 @@ float64 = DType("float64", "f", 8)
 
 
 
-class DataType:
+# nvFuser's dtypes braze has no type for: the name says what it is, so the error can say so.
+_NVFUSER_ONLY_DTYPES = {"ComplexFloat": "complex64", "ComplexDouble": "complex128",
+                        **{name: "an 8-bit float" for name in ("Float8_e4m3fn", "Float8_e5m2", "Float8_e8m0fnu")},
+                        **{name: "a 4-bit float" for name in ("Float4_e2m1fn", "Float4_e2m1fn_x2")}}
+
+
+class _NvfuserDTypeNames(type):
+    def __getattr__(cls, name: str) -> object:
+        if name in _NVFUSER_ONLY_DTYPES:
+            raise UnsupportedError(f"DataType.{name}: braze has no {_NVFUSER_ONLY_DTYPES[name]} dtype; its dtypes are "
+                                   f"{_expected_names()}")
+        raise AttributeError(f"type object 'DataType' has no attribute {name!r}")
+
+
+class DataType(metaclass=_NvfuserDTypeNames):
     """nvFuser's names of the dtypes (`DataType.Float`, `DataType.BFloat16`), so a fusion definition
-    written for nvFuser reads as it is; each is the braze dtype of that name."""
+    written for nvFuser reads as it is; each is the braze dtype of that name. `DataType.Null` (nvFuser's
+    "no dtype given", as in `sum(x, dims, dtype=DataType.Null)`) is None."""
 
     Bool, Int32, Int, Half, BFloat16, Float, Double = bool_, int32, int64, float16, bfloat16, float32, float64
+    Index, UInt64, Null = int64, uint64, None
 
 
 ALL_DTYPES: tuple[DType, ...] = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64,

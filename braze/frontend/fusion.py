@@ -12,6 +12,7 @@ from braze.ir import fusion as ir
 from braze.ir.domain import IterDomain, IterType
 from braze.ir.scalar import symbol
 from braze.ir.tensor import TensorView
+from braze.ops import nvfuser as nvfuser_ops
 from braze.runtime.inputs import check_scalar_fits
 
 # Ops whose output is a strided view of their input: an output reached from an input through
@@ -27,10 +28,11 @@ class Fusion(ir.FusionGraph):
             f.add_output(bz.ops.exp(x))
         (y,) = f.execute([x_array])
 
-    `f.ops` is `bz.ops`, so a definition written for nvFuser (`fd.ops.add(t0, t1)`) reads as it is.
+    `f.ops` is `bz.ops` as nvFuser spells it (braze/ops/nvfuser.py), so a definition written for nvFuser
+    (`fd.ops.add(t0, t1)`, `fd.ops.var_mean(t0, [-1])`) reads as it is and means what it means there.
     """
 
-    ops = ops
+    ops = nvfuser_ops
 
     def __init__(self, name: str = "fusion") -> None:
         super().__init__()
@@ -48,22 +50,29 @@ class Fusion(ir.FusionGraph):
         self.freeze("the end of its `with` block")
 
     # --- inputs --------------------------------------------------------------------------------
-    def define_tensor(self, shape: Sequence[int], dtype: object = dt.float32,
+    def define_tensor(self, shape: Sequence[int] | None = None, dtype: object = dt.float32,
                       stride_order: Sequence[int] | None = None, name: str | None = None, *,
-                      contiguity: bool | Sequence[bool | None] | None = None, is_cpu: bool = False) -> TensorView:
+                      contiguity: bool | Sequence[bool | None] | None = None, is_cpu: bool = False,
+                      sizes: Sequence[int] | None = None, strides: Sequence[int] | None = None) -> TensorView:
         """An input tensor. Extents: -1 symbolic, 1 broadcast, n static. `name` labels error messages.
-        `contiguity` (nvFuser's flags, one per dimension) is checked for form only: braze reads each
-        input's strides when it runs, so any layout is accepted. nvFuser's `is_cpu=True` (a host 0-d tensor
-        in a GPU fusion) is a scalar here: `define_scalar(dtype=...)`."""
+        `contiguity` (nvFuser's flags, one per dimension; its second positional argument, as there, when
+        given as a list of flags) is checked for form only: braze reads each input's strides when it runs,
+        so any layout is accepted. nvFuser's `sizes=` and `strides=` (an example's, instead of `shape`) give
+        a symbolic extent for each size but 1. nvFuser's `is_cpu=True` (a host 0-d tensor in a GPU fusion)
+        is a scalar here: `define_scalar(dtype=...)`."""
         self.check_definable("define_tensor")
         if is_cpu:
             raise FusionDefinitionError("define_tensor: is_cpu=True: a host value in a fusion is a scalar input "
                                         "here, define_scalar(dtype=...), passed to execute() as a number")
+        if sizes is not None or strides is not None:
+            shape = _shape_of_sizes(shape, sizes, strides)
         shape = _check_shape(shape)
-        if _is_contiguity(dtype):
-            raise FusionDefinitionError(
-                f"define_tensor: dtype: expected a dtype, got {dtype!r}; nvFuser's contiguity flags, the second "
-                f"positional argument there, go by keyword here: define_tensor(shape, dtype, contiguity=...)")
+        if _is_contiguity(dtype):  # nvFuser's define_tensor(shape, contiguity, dtype)
+            if contiguity is not None:
+                raise FusionDefinitionError(f"define_tensor: expected one contiguity, got {dtype!r} in place of the "
+                                            f"dtype and contiguity={contiguity!r}")
+            contiguity, dtype = dtype, dt.float32 if stride_order is None else stride_order
+            stride_order = None
         _check_contiguity(contiguity, len(shape))
         dtype = dt.as_dtype(dtype)
         tv = TensorView(self, [], dtype)
@@ -73,6 +82,23 @@ class Fusion(ir.FusionGraph):
         if stride_order is not None:
             tv.set_stride_order(stride_order)
         return self.add_input(tv)
+
+    def from_pytorch(self, tensor: object, static_sizes: bool = False) -> TensorView:
+        """nvFuser's `from_pytorch(t)`: an input like `tensor` (a torch tensor, or any array braze reads):
+        its dtype and rank, each extent symbolic but 1 (or all as they are with `static_sizes=True`)."""
+        shape = getattr(tensor, "shape", None)
+        if shape is None or not hasattr(tensor, "dtype"):
+            raise FusionDefinitionError(f"from_pytorch: tensor: expected an array or a torch tensor, got "
+                                        f"{type(tensor).__name__}")
+        extents = [int(e) if static_sizes or e == 1 else -1 for e in shape]
+        return self.define_tensor(extents, dt.as_dtype(tensor.dtype))
+
+    def define_vector(self, size: int, dtype: object = None) -> None:
+        """nvFuser's vector of scalar inputs, a shape given at run time: refused, since no shape here depends
+        on a value known only at execute()."""
+        raise FusionDefinitionError(
+            f"define_vector({size!r}): a shape here cannot come from scalar inputs; write the sizes as a list of "
+            "ints, constants (define_scalar(2)) or extents of the inputs (x.shape[0], x.size(0))")
 
     @staticmethod
     def _input_dim(tv: TensorView, axis: int, extent: int) -> IterDomain:
@@ -98,10 +124,15 @@ class Fusion(ir.FusionGraph):
 
     # --- outputs -------------------------------------------------------------------------------
     def add_output(self, t: TensorView, alias: TensorView | None = None, hidden: bool = False,
-                   stride_order: Sequence[int] | None = None) -> None:
+                   stride_order: Sequence[int] | None = None, *, alias_input: TensorView | None = None) -> None:
         """Marks `t` an output. `alias=inp` writes it in place into input `inp` (reuse_buffer);
-        `hidden=True` computes it without returning it; `stride_order` sets its memory layout."""
+        `hidden=True` computes it without returning it; `stride_order` sets its memory layout.
+        nvFuser's `alias_input=inp` writes it into `inp` and does not return it, as there."""
         self.check_definable("add_output")
+        if alias_input is not None:
+            if alias is not None:
+                raise FusionDefinitionError("add_output: expected one of alias=, alias_input=, got both")
+            alias, hidden = alias_input, True
         self.check_owned(t, "add_output")
         if stride_order is not None:
             if t.definition is None or any(o.tv is t for o in self.outputs):
@@ -166,6 +197,19 @@ def _check_contiguity(contiguity: object, rank: int) -> None:
         raise FusionDefinitionError(
             f"define_tensor: contiguity: expected a bool or one flag (True, False or None) for each of {rank} "
             f"dimensions, got {contiguity!r}")
+
+
+def _shape_of_sizes(shape: object, sizes: Sequence[int] | None, strides: Sequence[int] | None) -> list[int]:
+    """nvFuser's `define_tensor(sizes=, strides=)`: a symbolic extent for each size but 1; the strides
+    are read from each input when it runs, so they are checked for form only."""
+    if sizes is None or shape is not None:
+        raise FusionDefinitionError("define_tensor: sizes=, strides=: expected sizes (and maybe strides) in place "
+                                    f"of shape, got shape={shape!r}, sizes={sizes!r}, strides={strides!r}")
+    sizes = list(_check_shape(sizes))
+    if strides is not None and (not isinstance(strides, Sequence) or len(strides) != len(sizes)):
+        raise FusionDefinitionError(f"define_tensor: strides: expected {len(sizes)} strides, one per size, "
+                                    f"got {strides!r}")
+    return [1 if e == 1 else -1 for e in sizes]
 
 
 def _check_shape(shape: Sequence[int]) -> tuple[int, ...]:

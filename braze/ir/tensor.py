@@ -26,6 +26,16 @@ def normalize_axis(axis: int, rank: int, what: str = "axis") -> int:
     return axis % rank
 
 
+class Shape(tuple):
+    """A tensor's extents: a tuple that may also be called, as nvFuser's `t.shape()` is a method, so a
+    definition written for nvFuser (`broadcast_in_dim(b, t.shape(), [1])`) reads as it is."""
+
+    __slots__ = ()
+
+    def __call__(self) -> Shape:
+        return self
+
+
 class Val:
     """A value of the fusion graph: produced by one `Expr` (its definition) or a fusion input."""
 
@@ -74,9 +84,9 @@ class TensorView(Val):
         return [d for d in self.logical if not d.is_reduction]
 
     @property
-    def shape(self) -> tuple[Scalar, ...]:
+    def shape(self) -> Shape:
         """Extents of the visible dimensions, as symbolic Scalars."""
-        return tuple(d.extent for d in self.visible)
+        return Shape(d.extent for d in self.visible)
 
     @property
     def ndim(self) -> int:

@@ -45,6 +45,17 @@ def _number(op: str, name: str, value: object) -> float:
     return value
 
 
+def _scale(op: str, value: object) -> float | TensorView:
+    """A number, or a scalar of the fusion (nvFuser's `addcmul(x, a, b, fd.define_scalar(0.1))`)."""
+    if isinstance(value, TensorView) and value.ndim == 0:
+        return value
+    return _number(op, "value", value)
+
+
+def _scaled(t: TensorView, value: float | TensorView) -> TensorView:
+    return t if isinstance(value, (int, float)) and value == 1 else elementwise("mul", t, value)
+
+
 def operands_in_compute_type(op: str, operands: Sequence[Operand], floating: bool
                               ) -> tuple[list[Operand], dt.DType]:
     """The operands with their tensors cast to the compute type of their promoted dtype, and the dtype
@@ -266,22 +277,23 @@ def nan_to_num(x: TensorView, nan: float = 0.0, posinf: float | None = None,
 
 
 @composite
-def addcmul(x: Operand, a: Operand, b: Operand, value: float = 1) -> TensorView:
-    """x + value * a * b, in the promoted dtype of the three (half types computed in float32)."""
-    value = _number("addcmul", "value", value)
+def addcmul(x: Operand, a: Operand, b: Operand, value: float | TensorView = 1) -> TensorView:
+    """x + value * a * b, in the promoted dtype of the three (half types computed in float32); `value` a
+    number or a scalar of the fusion."""
+    value = _scale("addcmul", value)
     (xf, af, bf), result = operands_in_compute_type("addcmul", (x, a, b), floating=False)
     product = elementwise("mul", af, bf)
-    product = elementwise("mul", product, value) if value != 1 else product
+    product = _scaled(product, value)
     return cast(elementwise("add", xf, product), result)
 
 
 @composite
-def addcdiv(x: Operand, a: Operand, b: Operand, value: float = 1) -> TensorView:
+def addcdiv(x: Operand, a: Operand, b: Operand, value: float | TensorView = 1) -> TensorView:
     """x + value * a / b (a true division: integer operands give float32)."""
-    value = _number("addcdiv", "value", value)
+    value = _scale("addcdiv", value)
     (xf, af, bf), result = operands_in_compute_type("addcdiv", (x, a, b), floating=True)
     quotient = elementwise("truediv", af, bf)
-    quotient = elementwise("mul", quotient, value) if value != 1 else quotient
+    quotient = _scaled(quotient, value)
     return cast(elementwise("add", xf, quotient), result)
 
 

@@ -276,6 +276,16 @@ _entry(
 )
 
 
+def _pad_width(width: object) -> int | Scalar:
+    """An int or an extent: a width computed in the fusion (a tensor) has no value when it is defined."""
+    width = size_value(width, "pad: widths")
+    if isinstance(width, Scalar):
+        return width
+    if isinstance(width, (int, np.integer)) and not isinstance(width, (bool, np.bool_)):
+        return int(width)
+    raise FusionDefinitionError(f"pad: widths: expected ints or extents (x.shape[0]), got {_describe_value(width)}")
+
+
 def pad(x: TensorView, widths: Sequence[tuple[int, int]], value: float | int | bool = 0) -> TensorView:
     """Pads with `value`: widths[i] = (before, after) for dimension i (missing leading dims get none)."""
     x = _check_tensor("pad", x)
@@ -284,7 +294,7 @@ def pad(x: TensorView, widths: Sequence[tuple[int, int]], value: float | int | b
             f"pad: widths: expected (before, after) pairs, one per dimension from the first as NumPy's pad "
             f"takes them, got {widths!r}; torch's F.pad(x, (left, right)) starts from the last dimension: "
             f"write [(0, 0), ..., (left, right)]")
-    widths = [tuple(size_value(v, "pad: widths") for v in w) for w in widths]
+    widths = [tuple(_pad_width(v) for v in w) for w in widths]
     if len(widths) > x.ndim or any(len(w) != 2 or min(w) < 0 for w in widths):
         raise FusionDefinitionError(
             f"pad: expected at most {x.ndim} pairs of non-negative (before, after) widths, got {widths}"

@@ -432,8 +432,10 @@ def test_nvfusers_contiguity_flags_are_taken_and_any_layout_runs() -> None:
 
 
 @pytest.mark.parametrize("call, text", [
-    (lambda f: f.define_tensor((-1, -1), [True, True]), r"dtype: expected a dtype, got \[True, True\]; "
-                                                        r"nvFuser's contiguity flags"),
+    (lambda f: f.define_tensor((-1, -1), [True, True], contiguity=True), r"expected one contiguity, got "
+                                                                          r"\[True, True\] in place of the dtype"),
+    (lambda f: f.define_tensor(sizes=(2, 1), strides=(1,)), r"strides: expected 2 strides, one per size, got \(1,\)"),
+    (lambda f: f.define_tensor((-1,), sizes=(2,)), r"sizes=, strides=: expected sizes .* in place of shape"),
     (lambda f: f.define_tensor((-1, -1), contiguity=[True]), r"contiguity: expected a bool or one .* 2 dimensions"),
     (lambda f: f.define_tensor((-1,), contiguity=[1]), r"contiguity: expected a bool or one flag .*, got \[1\]"),
 ])

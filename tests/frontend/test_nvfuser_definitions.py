@@ -1,0 +1,188 @@
+"""Fusion definitions as nvFuser's Python frontend writes them (`fd.ops.*`, `DataType.*`, `t.shape()`,
+`from_pytorch`) run on a `bz.Fusion` unchanged and mean what they mean in nvFuser."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import braze as bz
+
+DataType = bz.DataType
+RNG = np.random.default_rng(7)
+
+
+def sample(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def run(fd: bz.Fusion, inputs: list) -> list:
+    return fd.execute(inputs, backend="reference")
+
+
+def test_var_and_var_mean_default_to_the_sample_variance_as_in_nvfuser() -> None:
+    x = sample(3, 5)
+    with bz.Fusion() as fd:
+        t0 = fd.define_tensor([-1, -1])
+        var, mean = fd.ops.var_mean(t0, [-1])
+        fd.add_output(var)
+        fd.add_output(mean)
+        fd.add_output(fd.ops.var(t0, [0], 0))  # nvFuser's third argument is the correction
+        fd.add_output(fd.ops.var(t0, dims=[1], correction=0, keepdim=True))
+    var, mean, population, kept = run(fd, [x])
+    np.testing.assert_allclose(var, x.var(-1, ddof=1), rtol=1e-5)
+    np.testing.assert_allclose(mean, x.mean(-1), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(population, x.var(0), rtol=1e-5)
+    np.testing.assert_allclose(kept, x.var(1, keepdims=True), rtol=1e-5)
+
+
+def test_select_takes_the_index_before_the_dimension() -> None:
+    x = sample(4, 4, 4)
+    with bz.Fusion() as fd:
+        t0 = fd.define_tensor([-1, -1, -1])
+        fd.add_output(fd.ops.select(t0, 2, 1))
+        fd.add_output(fd.ops.select(t0, fd.define_scalar(3), dim=0))
+    middle, first = run(fd, [x])
+    np.testing.assert_array_equal(middle, x[:, 2])
+    np.testing.assert_array_equal(first, x[3])
+
+
+def test_pad_takes_flat_widths_from_the_last_dimension_as_nvfuser() -> None:
+    x = sample(1, 2, 3)
+    with bz.Fusion() as fd:
+        t0 = fd.define_tensor([1, -1, -1])
+        fd.add_output(fd.ops.pad(t0, [2, 3]))
+        fd.add_output(fd.ops.pad(t0, [0, 0, 1, 2], fd.define_scalar(2.0)))
+        with pytest.raises(bz.FusionDefinitionError, match=r"pad: pad_widths: expected an even number of widths"):
+            fd.ops.pad(t0, [1, 2, 3])
+    last, middle = run(fd, [x])
+    np.testing.assert_array_equal(last, np.pad(x, [(0, 0), (0, 0), (2, 3)]))
+    np.testing.assert_array_equal(middle, np.pad(x, [(0, 0), (1, 2), (0, 0)], constant_values=2.0))
+
+
+def test_a_pad_width_computed_in_the_fusion_is_a_clear_error() -> None:
+    with bz.Fusion() as fd:
+        t0 = fd.define_tensor([-1])
+        width = fd.ops.cast(fd.ops.mul(fd.define_scalar(2.5), fd.define_scalar(2)), DataType.Int)
+        with pytest.raises(bz.FusionDefinitionError, match=r"^pad: widths: expected ints or extents .*got tensor"):
+            fd.ops.pad(t0, [width, width])
+
+
+def test_welford_gives_mean_sum_of_squares_and_count() -> None:
+    x = sample(2, 6)
+    with bz.Fusion() as fd:
+        t0 = fd.define_tensor([-1, -1])
+        mean, var_sum, n = fd.ops.welford(t0, [-1])
+        fd.add_output(fd.ops.div(var_sum, n))
+        fd.add_output(mean)
+        fd.add_output(n)
+    var, mean, n = run(fd, [x])
+    np.testing.assert_allclose(var, x.var(-1), rtol=1e-5)
+    np.testing.assert_allclose(mean, x.mean(-1), rtol=1e-5, atol=1e-7)
+    assert n.dtype == np.int64 and (n == 6).all()
+
+
+def test_reductions_take_nvfusers_dtype_forms() -> None:
+    x = np.ones((2, 4, 8), np.float16)
+    with bz.Fusion() as fd:
+        t0 = fd.define_tensor([-1, -1, -1], DataType.Half)
+        fd.add_output(fd.ops.prod(t0, DataType.Float))  # every dimension, into that dtype
+        fd.add_output(fd.ops.sum(t0, [-1], False, DataType.Float))
+        fd.add_output(fd.ops.sum(t0, dims=[0], keepdim=False, dtype=DataType.Null))
+        fd.add_output(fd.ops.max(t0, dims=[1], keepdim=True, dtype=DataType.Null))
+    whole, rows, column, top = run(fd, [x])
+    assert whole.shape == () and whole.dtype == np.float32 and whole == 1
+    assert rows.dtype == np.float32 and (rows == 8).all()
+    assert column.dtype == np.float16 and (column == 2).all()
+    assert top.shape == (2, 1, 8) and (top == 1).all()
+
+
+def test_shapes_and_sizes_as_nvfuser_reads_them() -> None:
+    a, b = sample(2, 3, 4), sample(4)
+    with bz.Fusion() as fd:
+        t0, t1 = fd.from_pytorch(a), fd.from_pytorch(b)
+        fd.add_output(fd.ops.sub(t0, fd.ops.broadcast_in_dim(t1, t0.shape(), [2])))
+        fd.add_output(fd.ops.reshape(t0, [fd.ops.size(t0, 0), fd.ops.at(fd.ops.shape(t0), 1) * 4]))
+        fd.add_output(fd.ops.broadcast(t1, is_broadcast_dim=[True, False]))
+    centred, flat, row = run(fd, [a, b])
+    np.testing.assert_array_equal(centred, a - b)
+    np.testing.assert_array_equal(flat, a.reshape(2, 12))
+    np.testing.assert_array_equal(row, b[None])
+
+
+def test_nvfusers_names_of_braze_ops() -> None:
+    i, j = np.array([7, -7, 6, -1]), np.array([2, 2, -4, 3])
+    with bz.Fusion() as fd:
+        a, b = fd.define_tensor([-1], DataType.Int), fd.define_tensor([-1], DataType.Int)
+        fd.add_output(fd.ops.div(a, b))  # C's division: toward zero
+        fd.add_output(fd.ops.div(fd.ops.cast(a, DataType.Float), b))
+        fd.add_output(fd.ops.bitwise_left_shift(a, 2))
+        fd.add_output(fd.ops.bitwise_right_shift(a, 1))
+        fd.add_output(fd.ops.iota(fd.define_scalar(3), fd.define_scalar(100), fd.define_scalar(2), DataType.Int32))
+        fd.add_output(fd.ops.segment_set(fd.ops.neg(a)))
+    quotient, true_quotient, left, right, iota, negated = run(fd, [i, j])
+    np.testing.assert_array_equal(quotient, [3, -3, -1, 0])
+    np.testing.assert_allclose(true_quotient, i / j, rtol=1e-6)
+    np.testing.assert_array_equal(left, i << 2)
+    np.testing.assert_array_equal(right, i >> 1)
+    assert iota.dtype == np.int32 and iota.tolist() == [100, 102, 104]
+    np.testing.assert_array_equal(negated, -i)
+    with pytest.raises(bz.UnsupportedError, match="indexing by a tensor"):
+        fd.ops.gather  # noqa: B018  (still bz.ops's error for an op braze lacks)
+
+
+def test_stride_order_op_lays_out_the_output() -> None:
+    x = sample(2, 3, 4)
+    with bz.Fusion() as fd:
+        t0 = fd.define_tensor([-1, -1, -1])
+        fd.add_output(fd.ops.stride_order(fd.ops.add(t0, 3.0), [0, 1, 2]))
+    (y,) = fd.execute([x])
+    np.testing.assert_array_equal(y, x + 3)
+    assert y.strides == (4, 8, 24)  # dimension 0 fastest
+
+
+def test_dtype_names_nvfuser_has_and_braze_lacks() -> None:
+    assert DataType.Null is None and DataType.Index is bz.int64 and DataType.UInt64 is bz.uint64
+    with pytest.raises(bz.UnsupportedError, match=r"^DataType\.ComplexFloat: braze has no complex64 dtype"):
+        DataType.ComplexFloat  # noqa: B018
+    with pytest.raises(AttributeError, match="no attribute 'Floaty'"):
+        DataType.Floaty  # noqa: B018
+
+
+def test_inputs_as_nvfuser_defines_them() -> None:
+    x, b = sample(2, 3), sample(1, 3)
+    with bz.Fusion() as fd:
+        t0 = fd.define_tensor([-1, -1], [True, True], DataType.Double)  # shape, contiguity, dtype
+        t1 = fd.define_tensor(sizes=b.shape, strides=(3, 1))  # a size of 1 broadcasts
+        t2 = fd.define_tensor([-1, -1], [True, False])
+        fd.add_output(fd.ops.add(fd.ops.add(t0, t1), t2))
+        with pytest.raises(bz.FusionDefinitionError, match=r"^define_vector\(2\): a shape here cannot come from"):
+            fd.define_vector(2)
+    assert t1.shape[0] == 1
+    (y,) = run(fd, [x.astype(np.float64), b, x])
+    assert y.dtype == np.float64
+    np.testing.assert_allclose(y, x + b + x)
+
+
+def test_alias_input_writes_in_place_and_returns_nothing_as_in_nvfuser() -> None:
+    x = np.ones((4, 4), np.float32)
+    with bz.Fusion() as fd:
+        t0 = fd.define_tensor([-1, -1])
+        t1 = fd.ops.add(t0, fd.define_scalar(1.0))
+        fd.add_output(t1, alias_input=t0)
+        fd.add_output(fd.ops.add(t1, fd.define_scalar(2.0)))
+        with pytest.raises(bz.FusionDefinitionError, match="expected one of alias=, alias_input=, got both"):
+            fd.add_output(t1, t0, alias_input=t0)
+    (y,) = fd.execute([x])
+    assert (x == 2).all() and (y == 4).all()
+
+
+def test_addcmul_takes_a_scalar_of_the_fusion_as_its_value() -> None:
+    a, b, c = sample(4), sample(4), sample(4)
+    with bz.Fusion() as fd:
+        t0, t1, t2 = (fd.define_tensor([-1]) for _ in range(3))
+        fd.add_output(fd.ops.addcmul(t0, t1, t2, fd.define_scalar(0.5)))
+        fd.add_output(fd.ops.addcdiv(t0, t1, t2, fd.define_scalar(dtype=DataType.Float)))
+    product, quotient = run(fd, [a, b, c, 2.0])
+    np.testing.assert_allclose(product, a + 0.5 * b * c, rtol=1e-6)
+    np.testing.assert_allclose(quotient, a + 2.0 * b / c, rtol=1e-5)
