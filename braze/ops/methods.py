@@ -277,10 +277,8 @@ def _extent_index(self: Scalar, use: str = "used as a Python int (range(), np.on
 def _extent_ufunc(self: Scalar, ufunc, method: str, *inputs: object, **kwargs: object) -> object:
     """A NumPy ufunc on extents. Integer arithmetic stays an extent, as it was before NumPy asked
     (`np.int64(2) * n`, through object arrays); what extents cannot compute (`np.sqrt(x.shape[-1])`,
-    attention's scale) becomes a value of the fusion being defined, as `bz.ops.sqrt` of an extent does."""
-    sizes = [concrete_value(v) if isinstance(v, Scalar) else v for v in inputs]
-    if None not in sizes:  # static extents, or sizes a @bz.jit trace specializes on (np.arange(n))
-        return getattr(ufunc, method)(*sizes, **kwargs)
+    attention's scale) becomes a value of the fusion being defined, as `bz.ops.sqrt` of an extent does.
+    Neither asks for the extent's number, so a @bz.jit trace does not specialize on its size."""
     objects = [np.asarray(v, dtype=object) if isinstance(v, Scalar) else v for v in inputs]
     try:
         result = getattr(ufunc, method)(*objects, **kwargs)

@@ -81,3 +81,12 @@ def test_torch_code_asks_its_tensors_for_their_device_and_kind() -> None:
     with pytest.raises(TypeError, match="not DType") as caught:  # torch's own parser, before braze sees it
         bz.jit(lambda x: x.masked_fill(x > 0, torch.finfo(x.dtype).min))(x)
     assert "bz.finfo(x.dtype)" in "".join(caught.value.__notes__)
+
+
+def test_numpy_math_on_a_size_keeps_one_trace() -> None:
+    # attention's scale: a value of the fusion, not the call's number, so no trace per head size
+    jitted = bz.jit(lambda x: x / np.sqrt(x.shape[-1]) + np.log(x.shape[0]))
+    for shape in [(3, 4), (5, 9)]:
+        x = _sample(shape)
+        np.testing.assert_allclose(jitted(x), x / np.sqrt(shape[1]) + np.log(shape[0]), rtol=1e-5, atol=1e-6)
+    assert _traces(jitted) == 1
