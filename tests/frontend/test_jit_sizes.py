@@ -90,3 +90,33 @@ def test_numpy_math_on_a_size_keeps_one_trace() -> None:
         x = _sample(shape)
         np.testing.assert_allclose(jitted(x), x / np.sqrt(shape[1]) + np.log(shape[0]), rtol=1e-5, atol=1e-6)
     assert _traces(jitted) == 1
+
+
+def test_torch_checking_the_type_of_a_size_keeps_one_trace() -> None:
+    # torch's argument parser asks the first size of a list for __index__ before it dispatches
+    torch = pytest.importorskip("torch")
+
+    def program(x):
+        rows, cols = x.shape
+        flat = torch.reshape(x, (rows * cols,))
+        return torch.broadcast_to(flat, (2, rows * cols)) + torch.unflatten(flat, 0, (rows, cols)).sum()
+
+    jitted = bz.jit(program)
+    for shape in [(3, 4), (5, 2)]:
+        x = torch.from_numpy(_sample(shape))
+        torch.testing.assert_close(jitted(x), program(x))
+    assert _traces(jitted) == 1
+
+
+def test_a_size_used_just_before_a_torch_call_still_specializes() -> None:
+    torch = pytest.importorskip("torch")
+
+    def program(x):
+        rows = list(range(x.shape[0]))  # a number: nothing braze asks for comes between it and torch.exp
+        return torch.exp(x) + torch.tensor(rows)[:, None]
+
+    jitted = bz.jit(program)
+    for shape in [(3, 4), (5, 4), (3, 4)]:
+        x = torch.from_numpy(_sample(shape))
+        torch.testing.assert_close(jitted(x), program(x))
+    assert _traces(jitted) == 2
