@@ -120,3 +120,21 @@ def test_a_size_used_just_before_a_torch_call_still_specializes() -> None:
         x = torch.from_numpy(_sample(shape))
         torch.testing.assert_close(jitted(x), program(x))
     assert _traces(jitted) == 2
+
+
+
+def test_pieces_of_a_size_used_as_a_number() -> None:
+    torch = pytest.importorskip("torch")
+
+    def program(x):
+        half = x.shape[1] // 2
+        left, right = torch.split(x, [half, x.shape[1] - half], dim=1)
+        pairs = torch.split(x, 2, dim=1)  # as many pieces as the size gives
+        return left.sum(1) - right.sum(1) + sum(p.sum(1) for p in pairs) + sum(x.unbind(1)), x.narrow(1, 1, half)
+
+    jitted = bz.jit(program)
+    for shape in [(2, 4), (2, 5), (2, 4)]:
+        x = torch.from_numpy(_sample(shape))
+        for got, want in zip(jitted(x), program(x), strict=True):
+            torch.testing.assert_close(got, want)
+    assert _traces(jitted) == 2
