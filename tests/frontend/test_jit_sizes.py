@@ -138,3 +138,24 @@ def test_pieces_of_a_size_used_as_a_number() -> None:
         for got, want in zip(jitted(x), program(x), strict=True):
             torch.testing.assert_close(got, want)
     assert _traces(jitted) == 2
+
+
+def test_padding_to_a_multiple_of_the_size() -> None:
+    torch = pytest.importorskip("torch")
+
+    def program(x):
+        return torch.nn.functional.pad(x, (0, (-x.shape[-1]) % 4), value=1.0)
+
+    jitted = bz.jit(program)
+    for shape in [(2, 3), (2, 4), (2, 6), (2, 3)]:
+        x = torch.from_numpy(_sample(shape))
+        torch.testing.assert_close(jitted(x), program(x))
+    assert _traces(jitted) == 3
+    with bz.Fusion() as f:
+        x = f.define_tensor([-1])
+        with pytest.raises(bz.FusionDefinitionError, match="pad: widths: expected ints, got the symbolic extent"):
+            bz.ops.pad(x, [(0, x.shape[0])])
+        static = f.define_tensor([3])
+        f.add_output(bz.ops.pad(static, [(0, static.shape[0])]))  # a static extent is its number
+    np.testing.assert_array_equal(f.execute([np.ones(2, np.float32), np.ones(3, np.float32)])[0], [1, 1, 1, 0, 0, 0])
+
