@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import inspect
 import operator
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
@@ -271,6 +272,7 @@ class JitFunction:
                 self._explain_runtime_scalars(error, key)
                 self._explain_options(error, args)
                 _explain_braze_dtypes(error)
+                _explain_torch_sizes(error)
                 raise
             finally:
                 f.capture_array = None
@@ -347,6 +349,20 @@ def _explain_braze_dtypes(error: Exception) -> None:
         error.add_note("x.dtype of a traced tensor is a braze dtype (bz.float32), which torch's own functions do "
                        "not take: write bz.finfo(x.dtype) for torch.finfo(x.dtype), x.new_zeros(shape) or "
                        "torch.zeros_like(x) for torch.zeros(shape, dtype=x.dtype), or name the dtype (torch.float32)")
+
+
+# torch's words when its parser, given sizes one by one, takes an extent among them for a tensor argument.
+_TORCH_SIZES_ONE_BY_ONE = re.compile(r"^\w+\(\) takes 1 positional argument but \d+ were given$")
+
+
+def _explain_torch_sizes(error: Exception) -> None:
+    """`torch.ones(t, t)` or `mask.expand(b, t)` with an extent `t` fails in torch's argument parser, which
+    reads an object with `__torch_function__` (an extent has it) as the one argument it dispatches on:
+    say to give the sizes as one tuple."""
+    if isinstance(error, TypeError) and _TORCH_SIZES_ONE_BY_ONE.match(str(error)) and hasattr(error, "add_note"):
+        error.add_note("if a torch function or method was given sizes one by one, extents among them "
+                       "(torch.ones(t, t), mask.expand(b, t) with t = x.shape[-1]): give them as one tuple, "
+                       "torch.ones((t, t)) or mask.expand((b, t))")
 
 
 def _extent_values(traced: Sequence[object], values: Sequence[object]

@@ -122,7 +122,6 @@ def test_a_size_used_just_before_a_torch_call_still_specializes() -> None:
     assert _traces(jitted) == 2
 
 
-
 def test_pieces_of_a_size_used_as_a_number() -> None:
     torch = pytest.importorskip("torch")
 
@@ -159,3 +158,11 @@ def test_padding_to_a_multiple_of_the_size() -> None:
         f.add_output(bz.ops.pad(static, [(0, static.shape[0])]))  # a static extent is its number
     np.testing.assert_array_equal(f.execute([np.ones(2, np.float32), np.ones(3, np.float32)])[0], [1, 1, 1, 0, 0, 0])
 
+
+def test_torch_sizes_one_by_one_say_to_give_a_tuple() -> None:
+    # torch's parser reads the extent, which has __torch_function__, as the one argument it dispatches on
+    torch = pytest.importorskip("torch")
+    jitted = bz.jit(lambda x: x + torch.ones(x.shape[0], x.shape[1]))
+    with pytest.raises(TypeError) as caught:
+        jitted(torch.ones(2, 3))
+    assert "give them as one tuple, torch.ones((t, t))" in "\n".join(getattr(caught.value, "__notes__", []))
