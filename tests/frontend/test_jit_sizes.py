@@ -41,12 +41,14 @@ def test_sizes_not_used_as_numbers_keep_one_trace() -> None:
     assert _traces(jitted) == 1
 
 
-def test_a_global_array_is_read_in_place_on_every_call() -> None:
+def test_a_global_array_is_read_in_place_on_every_call(monkeypatch) -> None:
     table = np.linspace(0.0, 1.0, 5, dtype=np.float32)
     offset = np.exp(table)  # NumPy's, at once: a constant of the trace like any array it reads
     jitted = bz.jit(lambda x: x * table + offset)
     x = _sample((2, 5))
     np.testing.assert_allclose(jitted(x), x * table + offset, rtol=1e-6)
+    # a repeated call takes the cached path, the captured arrays passed after the arguments
+    monkeypatch.setattr(type(jitted), "_bind", lambda *a: pytest.fail("a cached call bound its arguments again"))
     table[:] = 2.0  # held, not copied: the next call reads the new values
     np.testing.assert_allclose(jitted(x), x * 2.0 + offset, rtol=1e-6)
 
