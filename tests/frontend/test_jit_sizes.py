@@ -168,3 +168,12 @@ def test_torch_sizes_one_by_one_say_to_give_a_tuple() -> None:
     with pytest.raises(TypeError) as caught:
         jitted(torch.ones(2, 3))
     assert "give them as one tuple, torch.ones((t, t))" in "\n".join(getattr(caught.value, "__notes__", []))
+
+
+def test_a_global_0d_array_is_read_in_place_by_numpy_functions() -> None:
+    floor = np.array(0.5, dtype=np.float32)
+    jitted = bz.jit(lambda x: np.maximum(x, floor) + np.where(x > 0, 0.0, floor))
+    x = _sample((2, 3))
+    np.testing.assert_allclose(jitted(x), np.maximum(x, 0.5) + np.where(x > 0, 0.0, 0.5), rtol=1e-6)
+    floor[()] = 2.0
+    np.testing.assert_allclose(jitted(x), np.maximum(x, 2.0) + np.where(x > 0, 0.0, 2.0), rtol=1e-6)
