@@ -21,6 +21,7 @@ import functools
 import inspect
 import operator
 import re
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
@@ -164,6 +165,9 @@ class JitFunction:
         # Per description, its trace and the fusion's cached calls where they file calls under that
         # same description (they are then asked with it, not made to describe the arguments again).
         self.described: dict[tuple, tuple[Trace, FastCalls | None]] = {}
+        # Threads calling with new signatures or sizes change both tables at once (one drops the traces
+        # another files calls under); a cached call only reads `described`, and takes no lock.
+        self._tables_lock = threading.RLock()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # Positional arguments only, the parameters after them left to their defaults (baked in): one
@@ -233,31 +237,34 @@ class JitFunction:
     def _traced(self, key: tuple, args: tuple) -> Trace:
         """The trace of signature `key` that serves `args`, traced on a miss; the least recently used
         signature beyond MAX_TRACES is dropped, with its compiled code and cached calls."""
-        traces = self.fusions.get(key)
-        if traces is None:
-            traces = self.fusions[key] = []
-        self.fusions.move_to_end(key)
-        for trace in traces:
-            if trace.serves(args):
-                return trace
-        trace = self._trace(key, args)
-        traces.append(trace)
-        dropped = traces[:-MAX_TRACES] + (self.fusions.popitem(last=False)[1] if len(self.fusions) > MAX_TRACES else [])
-        del traces[:-MAX_TRACES]
-        if dropped:
-            fusions = {id(t.fusion) for t in dropped}
-            self.described = {k: e for k, e in self.described.items() if id(e[0].fusion) not in fusions}
-        return trace
+        with self._tables_lock:
+            traces = self.fusions.get(key)
+            if traces is None:
+                traces = self.fusions[key] = []
+            self.fusions.move_to_end(key)
+            for trace in traces:
+                if trace.serves(args):
+                    return trace
+            trace = self._trace(key, args)
+            traces.append(trace)
+            dropped = traces[:-MAX_TRACES] + (self.fusions.popitem(last=False)[1]
+                                              if len(self.fusions) > MAX_TRACES else [])
+            del traces[:-MAX_TRACES]
+            if dropped:
+                fusions = {id(t.fusion) for t in dropped}
+                self.described = {k: e for k, e in self.described.items() if id(e[0].fusion) not in fusions}
+            return trace
 
     def _remember(self, args: tuple, trace: Trace) -> None:
         key = self._describe(args)
         if key is None:
             return
-        if len(self.described) >= MAX_DESCRIPTIONS:
-            self.described.clear()
         # the fusion's cached calls file calls by all its inputs: captured arrays too, which `args` lacks
         fast = trace.fusion.__dict__.get("_fast_calls") if self.backend is None and not trace.captured else None
-        self.described[key] = trace, fast if fast is not None and fast.key(args) == key else None
+        with self._tables_lock:
+            if len(self.described) >= MAX_DESCRIPTIONS:
+                self.described.clear()
+            self.described[key] = trace, fast if fast is not None and fast.key(args) == key else None
 
     def _trace(self, key: tuple, args: tuple) -> Trace:
         with Fusion(name=self.fn.__name__ if self.fn.__name__.isidentifier() else "jit") as f:

@@ -177,3 +177,30 @@ def test_a_global_0d_array_is_read_in_place_by_numpy_functions() -> None:
     np.testing.assert_allclose(jitted(x), np.maximum(x, 0.5) + np.where(x > 0, 0.0, 0.5), rtol=1e-6)
     floor[()] = 2.0
     np.testing.assert_allclose(jitted(x), np.maximum(x, 2.0) + np.where(x > 0, 0.0, 2.0), rtol=1e-6)
+
+
+def test_a_call_filed_while_another_thread_drops_traces(monkeypatch) -> None:
+    # many sizes drop traces often; a thread filing its call then must not break the one dropping them
+    import importlib
+    import threading
+
+    monkeypatch.setattr(importlib.import_module("braze.frontend.jit"), "MAX_TRACES", 1)
+    jitted = bz.jit(lambda x: x * len(x))
+    first, second, third = (np.ones((n, 2), np.float32) for n in (2, 3, 4))
+    jitted(first)
+    (trace,), = jitted.fusions.values()
+    filers = []
+
+    class FilingMidway(dict):
+        def items(self):
+            for i, item in enumerate(super().items()):
+                if i == 0:  # another thread files a call while the dropping thread walks the table
+                    filers.append(threading.Thread(target=jitted._remember, args=((third,), trace)))
+                    filers[0].start()
+                    filers[0].join(0.2)
+                yield item
+
+    jitted.described = FilingMidway(jitted.described)
+    np.testing.assert_array_equal(jitted(second), second * 3)
+    filers[0].join(5)
+    assert not filers[0].is_alive()
