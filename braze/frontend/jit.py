@@ -20,6 +20,8 @@ from __future__ import annotations
 import functools
 import inspect
 import operator
+import re
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
@@ -163,6 +165,9 @@ class JitFunction:
         # Per description, its trace and the fusion's cached calls where they file calls under that
         # same description (they are then asked with it, not made to describe the arguments again).
         self.described: dict[tuple, tuple[Trace, FastCalls | None]] = {}
+        # Threads calling with new signatures or sizes change both tables at once (one drops the traces
+        # another files calls under); a cached call only reads `described`, and takes no lock.
+        self._tables_lock = threading.RLock()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # Positional arguments only, the parameters after them left to their defaults (baked in): one
@@ -232,31 +237,34 @@ class JitFunction:
     def _traced(self, key: tuple, args: tuple) -> Trace:
         """The trace of signature `key` that serves `args`, traced on a miss; the least recently used
         signature beyond MAX_TRACES is dropped, with its compiled code and cached calls."""
-        traces = self.fusions.get(key)
-        if traces is None:
-            traces = self.fusions[key] = []
-        self.fusions.move_to_end(key)
-        for trace in traces:
-            if trace.serves(args):
-                return trace
-        trace = self._trace(key, args)
-        traces.append(trace)
-        dropped = traces[:-MAX_TRACES] + (self.fusions.popitem(last=False)[1] if len(self.fusions) > MAX_TRACES else [])
-        del traces[:-MAX_TRACES]
-        if dropped:
-            fusions = {id(t.fusion) for t in dropped}
-            self.described = {k: e for k, e in self.described.items() if id(e[0].fusion) not in fusions}
-        return trace
+        with self._tables_lock:
+            traces = self.fusions.get(key)
+            if traces is None:
+                traces = self.fusions[key] = []
+            self.fusions.move_to_end(key)
+            for trace in traces:
+                if trace.serves(args):
+                    return trace
+            trace = self._trace(key, args)
+            traces.append(trace)
+            dropped = traces[:-MAX_TRACES] + (self.fusions.popitem(last=False)[1]
+                                              if len(self.fusions) > MAX_TRACES else [])
+            del traces[:-MAX_TRACES]
+            if dropped:
+                fusions = {id(t.fusion) for t in dropped}
+                self.described = {k: e for k, e in self.described.items() if id(e[0].fusion) not in fusions}
+            return trace
 
     def _remember(self, args: tuple, trace: Trace) -> None:
         key = self._describe(args)
         if key is None:
             return
-        if len(self.described) >= MAX_DESCRIPTIONS:
-            self.described.clear()
         # the fusion's cached calls file calls by all its inputs: captured arrays too, which `args` lacks
         fast = trace.fusion.__dict__.get("_fast_calls") if self.backend is None and not trace.captured else None
-        self.described[key] = trace, fast if fast is not None and fast.key(args) == key else None
+        with self._tables_lock:
+            if len(self.described) >= MAX_DESCRIPTIONS:
+                self.described.clear()
+            self.described[key] = trace, fast if fast is not None and fast.key(args) == key else None
 
     def _trace(self, key: tuple, args: tuple) -> Trace:
         with Fusion(name=self.fn.__name__ if self.fn.__name__.isidentifier() else "jit") as f:
@@ -271,6 +279,7 @@ class JitFunction:
                 self._explain_runtime_scalars(error, key)
                 self._explain_options(error, args)
                 _explain_braze_dtypes(error)
+                _explain_torch_sizes(error)
                 raise
             finally:
                 f.capture_array = None
@@ -347,6 +356,20 @@ def _explain_braze_dtypes(error: Exception) -> None:
         error.add_note("x.dtype of a traced tensor is a braze dtype (bz.float32), which torch's own functions do "
                        "not take: write bz.finfo(x.dtype) for torch.finfo(x.dtype), x.new_zeros(shape) or "
                        "torch.zeros_like(x) for torch.zeros(shape, dtype=x.dtype), or name the dtype (torch.float32)")
+
+
+# torch's words when its parser, given sizes one by one, takes an extent among them for a tensor argument.
+_TORCH_SIZES_ONE_BY_ONE = re.compile(r"^\w+\(\) takes 1 positional argument but \d+ were given$")
+
+
+def _explain_torch_sizes(error: Exception) -> None:
+    """`torch.ones(t, t)` or `mask.expand(b, t)` with an extent `t` fails in torch's argument parser, which
+    reads an object with `__torch_function__` (an extent has it) as the one argument it dispatches on:
+    say to give the sizes as one tuple."""
+    if isinstance(error, TypeError) and _TORCH_SIZES_ONE_BY_ONE.match(str(error)) and hasattr(error, "add_note"):
+        error.add_note("if a torch function or method was given sizes one by one, extents among them "
+                       "(torch.ones(t, t), mask.expand(b, t) with t = x.shape[-1]): give them as one tuple, "
+                       "torch.ones((t, t)) or mask.expand((b, t))")
 
 
 def _extent_values(traced: Sequence[object], values: Sequence[object]

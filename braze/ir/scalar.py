@@ -12,6 +12,7 @@ expressions built the same way print the same.
 from __future__ import annotations
 
 import operator
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -385,25 +386,53 @@ def _offset(x: Scalar, k: int) -> Scalar:
 _concrete = threading.local()
 
 
+class _CallSizes:
+    """The sizes of the call a trace runs with, the symbols asked for, and the last `__index__` asked
+    (its call site, a Python frame and the instruction it was at, and the symbols it added), which
+    torch's argument parser may have asked only to check the type."""
+
+    def __init__(self, bindings: Mapping[str, int]) -> None:
+        self.bindings, self.used = bindings, set()
+        self.probe: tuple[object, frozenset[str]] | None = None
+
+
 @contextmanager
 def concretizing(bindings: Mapping[str, int]) -> Iterator[set[str]]:
     """Within the block, `concrete_value` answers from `bindings`; yields the symbols it was asked for."""
-    outer = getattr(_concrete, "frame", None)
-    used: set[str] = set()
-    _concrete.frame = (bindings, used)
+    outer = getattr(_concrete, "sizes", None)
+    _concrete.sizes = sizes = _CallSizes(bindings)
     try:
-        yield used
+        yield sizes.used
     finally:
-        _concrete.frame = outer
+        _concrete.sizes = outer
 
 
-def concrete_value(x: Scalar) -> int | None:
+def concrete_value(x: Scalar, site: object = None) -> int | None:
     """A constant's value; a symbolic extent's value under `concretizing`, noting the symbols it used;
-    else None."""
+    else None. `site` (where `__index__` was called from) lets `forget_type_probe` take the use back."""
     if x.is_const:
         return x.value
-    frame = getattr(_concrete, "frame", None)
-    if frame is None or not x.free_symbols() <= frame[0].keys():
+    sizes = getattr(_concrete, "sizes", None)
+    symbols = x.free_symbols()
+    if sizes is None or not symbols <= sizes.bindings.keys():
         return None
-    frame[1].update(x.free_symbols())
-    return x.evaluate(frame[0])
+    sizes.probe = None if site is None else (site, symbols - sizes.used)
+    sizes.used.update(symbols)
+    return x.evaluate(sizes.bindings)
+
+
+def caller_site() -> tuple[object, int]:
+    """Where the function that calls this was called from: the Python frame and the instruction it is at
+    (a C function such as torch's parser or `range` has no frame of its own: its caller's is the site)."""
+    frame = sys._getframe(2)
+    return frame, frame.f_lasti
+
+
+def forget_type_probe(site: object) -> None:
+    """torch's argument parser calls `__index__` on the first extent of a list of sizes (`torch.reshape(x,
+    (n * m, -1))`) only to check its type, then hands the extent itself to `__torch_function__`: the
+    symbols that call added, at the same call site with nothing asked in between, were not used."""
+    sizes = getattr(_concrete, "sizes", None)
+    if sizes is not None and sizes.probe is not None and sizes.probe[0] == site:
+        sizes.used.difference_update(sizes.probe[1])
+        sizes.probe = None

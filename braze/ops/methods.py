@@ -13,7 +13,7 @@ import numpy as np
 
 from braze.errors import FusionDefinitionError, TracerBoolConversionError, UnsupportedError
 from braze.ir.fusion import active_fusion
-from braze.ir.scalar import Scalar, as_scalar, concrete_value
+from braze.ir.scalar import Scalar, as_scalar, caller_site, concrete_value
 from braze.ir.tensor import TensorView
 from braze.ops import numpy_api, scans, torch_functions, torch_methods, views
 from braze.ops import reductions as red
@@ -264,7 +264,7 @@ def _round(self, ndigits: int | None = None):
 def _extent_index(self: Scalar, use: str = "used as a Python int (range(), np.ones(x.shape), ...)") -> int:
     """`range(n)`, `np.ones(x.shape)`: a static extent is an index; a symbolic one says what to write
     instead of Python's "cannot be interpreted as an integer"."""
-    value = concrete_value(self)  # a static extent, or one whose size a trace specializes on
+    value = concrete_value(self, caller_site())  # a static extent, or one whose size a trace specializes on
     if value is not None:
         return int(value)
     raise TracerBoolConversionError(
@@ -277,10 +277,8 @@ def _extent_index(self: Scalar, use: str = "used as a Python int (range(), np.on
 def _extent_ufunc(self: Scalar, ufunc, method: str, *inputs: object, **kwargs: object) -> object:
     """A NumPy ufunc on extents. Integer arithmetic stays an extent, as it was before NumPy asked
     (`np.int64(2) * n`, through object arrays); what extents cannot compute (`np.sqrt(x.shape[-1])`,
-    attention's scale) becomes a value of the fusion being defined, as `bz.ops.sqrt` of an extent does."""
-    sizes = [concrete_value(v) if isinstance(v, Scalar) else v for v in inputs]
-    if None not in sizes:  # static extents, or sizes a @bz.jit trace specializes on (np.arange(n))
-        return getattr(ufunc, method)(*sizes, **kwargs)
+    attention's scale) becomes a value of the fusion being defined, as `bz.ops.sqrt` of an extent does.
+    Neither asks for the extent's number, so a @bz.jit trace does not specialize on its size."""
     objects = [np.asarray(v, dtype=object) if isinstance(v, Scalar) else v for v in inputs]
     try:
         result = getattr(ufunc, method)(*objects, **kwargs)

@@ -76,15 +76,16 @@ def array_ufunc(self: TensorView, ufunc: np.ufunc, method: str, *inputs: object,
 
 
 def _operand(what: str, value: object) -> object:
-    """A tensor or a number (a 0-d array becomes its NumPy scalar, which braze takes as it takes one
-    written beside a tensor)."""
+    """A tensor or a number. A @bz.jit trace takes an array in as an input, a 0-d one too (held as any array
+    is, so writes into it show in later calls); elsewhere a 0-d array becomes its NumPy scalar, which braze
+    takes as it takes one written beside a tensor."""
     if isinstance(value, TensorView):
         return value
+    capture = getattr(active_fusion(what), "capture_array", None) if defining_any() else None
+    if isinstance(value, np.ndarray) and capture is not None:
+        return capture(value)
     if isinstance(value, np.ndarray) and value.ndim == 0:
         return value[()]
-    capture = getattr(active_fusion(what), "capture_array", None) if defining_any() else None
-    if isinstance(value, np.ndarray) and capture is not None:  # a @bz.jit trace takes it in as an input
-        return capture(value)
     if isinstance(value, np.ndarray):
         raise UnsupportedError(
             f"{what}: an ndarray operand of shape {value.shape} inside a traced function: a fusion does not "

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from braze import dtypes as dt
 from braze.errors import FusionDefinitionError, UnsupportedError
 from braze.ir.fusion import active_fusion, defining_any
-from braze.ir.scalar import Scalar
+from braze.ir.scalar import Scalar, caller_site, forget_type_probe
 from braze.ir.tensor import TensorView
 from braze.ops import activations, composites, creation, losses, views
 from braze.ops import reductions as red
@@ -215,6 +215,7 @@ def torch_function(cls: type, func: Callable, types: tuple, args: tuple = (), kw
     kwargs = kwargs or {}
     capture = _capturing_fusion()
     if capture is not None:  # a @bz.jit trace: torch's own tensors are data the fusion takes in
+        forget_type_probe(caller_site())  # torch checked an extent's type: the handler says if it needs its number
         if handler is None and not _holds_tensor_views((*args, *kwargs.values())):
             # torch.arange(n), torch.ones(n, n): a tensor of sizes alone, made at their sizes in this call
             # (each extent its int in the call traced, which the trace then serves alone: braze/frontend/jit.py)

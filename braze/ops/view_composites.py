@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from braze import dtypes as dt
 from braze.errors import FusionDefinitionError
 from braze.ir.fusion import defining
-from braze.ir.scalar import Scalar, as_scalar, ceildiv, smax, smin
+from braze.ir.scalar import Scalar, as_scalar, ceildiv, concrete_value, smax, smin
 from braze.ir.tensor import TensorView, normalize_axis
 from braze.ops.broadcast import broadcast, expand
 from braze.ops.creation import arange
@@ -35,7 +35,10 @@ def tensor_arg(op: str, x: object) -> TensorView:
 
 
 def _count(op: str, what: str, value: object, minimum: int = 0) -> int:
-    """An int argument of at least `minimum` (a size, a count, a repeat)."""
+    """An int argument of at least `minimum` (a size, a count, a repeat): an extent (`x.shape[1] // 2`) is
+    its number where it has one, as in a @bz.jit trace, which then serves that size alone."""
+    if isinstance(value, Scalar):
+        value = _number(value)
     if not isinstance(value, int) or isinstance(value, bool):
         raise FusionDefinitionError(f"{op}: {what}: expected an int, got {type(value).__name__} {value!r}")
     if value < minimum:
@@ -50,13 +53,18 @@ def _axis(op: str, x: TensorView, axis: int) -> int:
     return normalize_axis(axis, x.ndim, f"{op} axis")
 
 
+def _number(extent: Scalar) -> int | Scalar:
+    value = concrete_value(extent)  # a static extent, or one whose size a @bz.jit trace specializes on
+    return extent if value is None else value
+
+
 def _static_extent(op: str, x: TensorView, axis: int, why: str) -> int:
-    extent = x.shape[axis]
-    if not extent.is_const:
+    extent = _number(x.shape[axis])
+    if isinstance(extent, Scalar):
         raise FusionDefinitionError(
             f"{op}: dimension {axis} of {x.describe()}: expected an extent known when the fusion is defined "
             f"({why}), got the symbolic extent {extent}; define that dimension with a static extent")
-    return extent.value
+    return extent
 
 
 def _along(x: TensorView, axis: int, start: int | Scalar, stop: int | Scalar | None) -> TensorView:
@@ -240,6 +248,7 @@ def narrow(x: TensorView, axis: int, start: int, length: int) -> TensorView:
     range must lie inside the dimension (checked at run time for a symbolic extent)."""
     x = tensor_arg("narrow", x)
     axis = _axis("narrow", x, axis)
+    start = _number(start) if isinstance(start, Scalar) else start
     if not isinstance(start, int) or isinstance(start, bool):
         raise FusionDefinitionError(f"narrow: start: expected an int, got {type(start).__name__} {start!r}")
     length = _count("narrow", "length", length)

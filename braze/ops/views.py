@@ -10,7 +10,7 @@ import numpy as np
 from braze import dtypes as dt
 from braze.errors import FusionDefinitionError
 from braze.ir.domain import IterDomain, IterType
-from braze.ir.scalar import Scalar, as_scalar, ceildiv, smax, smin
+from braze.ir.scalar import Scalar, as_scalar, ceildiv, concrete_value, smax, smin
 from braze.ir.tensor import TensorView, normalize_axis
 from braze.ops.broadcast import broadcast
 from braze.ops.elementwise import as_operand, check_fill, not_a_tensor
@@ -276,11 +276,17 @@ _entry(
 )
 
 
-def _pad_width(width: object) -> int | Scalar:
-    """An int or an extent: a width computed in the fusion (a tensor) has no value when it is defined."""
+def _pad_width(width: object) -> int:
+    """An int. An extent (`x.shape[0]`, `(-n) % 8` padding to a multiple) is its number where it has one: a
+    static extent, or a size a @bz.jit trace specializes on; a width computed in the fusion (a tensor) has no
+    value when it is defined."""
     width = size_value(width, "pad: widths")
     if isinstance(width, Scalar):
-        return width
+        number = concrete_value(width)
+        if number is None:
+            raise FusionDefinitionError(f"pad: widths: expected ints, got the symbolic extent {width}; the widths "
+                                        "set the padded shape when the fusion is defined")
+        return number
     if isinstance(width, (int, np.integer)) and not isinstance(width, (bool, np.bool_)):
         return int(width)
     raise FusionDefinitionError(f"pad: widths: expected ints or extents (x.shape[0]), got {_describe_value(width)}")
