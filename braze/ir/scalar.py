@@ -275,8 +275,8 @@ class UnknownComparison:
 def _symbolic_extent_error(extent: Scalar, symbol: str, other: object) -> TracerBoolConversionError:
     return TracerBoolConversionError(
         f"extent {extent} {symbol} {other}: extents are symbolic while a fusion is defined (one compiled "
-        "fusion serves every size), so they cannot steer Python control flow; use bz.ops.where, or pass "
-        "the size as an argument listed in static_argnames")
+        "fusion serves every size), so they cannot steer Python control flow; use bz.ops.where, or give "
+        "the dimension a static size (define_tensor((4, -1))); a @bz.jit trace takes the call's size instead")
 
 
 def _binary(op: str, a: object, b: object) -> Scalar:

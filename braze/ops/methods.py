@@ -207,7 +207,7 @@ def _extent_float(self: Scalar) -> float:
     raise TracerBoolConversionError(
         f"float(extent {self}): extents are symbolic while a fusion is defined (one compiled fusion serves "
         "every size), so they have no Python float value; compute with them in the fusion instead "
-        "(x.shape[-1] ** -0.5, bz.ops.sqrt(x.shape[-1])), or pass the size as an argument listed in static_argnames")
+        "(x.shape[-1] ** -0.5, bz.ops.sqrt(x.shape[-1])), or give the dimension a static size")
 
 
 def _extent_int(self: Scalar) -> int:
@@ -218,7 +218,7 @@ def _extent_int(self: Scalar) -> int:
     raise TracerBoolConversionError(
         f"int(extent {self}): extents are symbolic while a fusion is defined (one compiled fusion serves "
         "every size), so they have no Python int value; use the extent itself (x.reshape(x.shape[0], -1), "
-        "x.sum(1) / x.shape[1]), or pass the size as an argument listed in static_argnames")
+        "x.sum(1) / x.shape[1]), or give the dimension a static size")
 
 
 def _no_python_value(what: str):
@@ -270,8 +270,7 @@ def _extent_index(self: Scalar, use: str = "used as a Python int (range(), np.on
     raise TracerBoolConversionError(
         f"extent {self} {use}: extents are symbolic while a "
         "fusion is defined (one compiled fusion serves every size); make tensors of a shape with braze's ops "
-        "(bz.ops.ones(x.shape), np.ones_like(x), bz.ops.arange(x.shape[0])), or pass the size as an argument "
-        "listed in static_argnames")
+        "(bz.ops.ones(x.shape), bz.ops.arange(x.shape[0])), or give the dimension a static size")
 
 
 def _extent_ufunc(self: Scalar, ufunc, method: str, *inputs: object, **kwargs: object) -> object:

@@ -170,13 +170,13 @@ def test_bool_raises() -> None:
 def test_order_of_constants_and_of_symbols() -> None:
     assert const(3) < 4 and const(3) <= 3 and const(4) > const(3) and 5 >= const(5)
     for compare in (lambda: a > 0, lambda: 0 < a, lambda: a + 1 <= const(2), lambda: const(1) >= a):
-        with pytest.raises(bz.TracerBoolConversionError, match="static_argnames"):
+        with pytest.raises(bz.TracerBoolConversionError, match="a static size"):
             compare()
 
 
 def test_equality_of_a_symbolic_extent_with_an_int_has_no_truth_value() -> None:
     for compare in (lambda: a == 4, lambda: a != 4, lambda: 4 == a, lambda: a + 1 == 1, lambda: 2 in (a, 3)):
-        with pytest.raises(bz.TracerBoolConversionError, match="static_argnames"):
+        with pytest.raises(bz.TracerBoolConversionError, match="a static size"):
             bool(compare())
     assert a.same_as(a) and not a.same_as(4) and const(4).same_as(4) and not const(4).same_as(True)
 
