@@ -65,6 +65,13 @@ def returns(a: F32):
     return a
 
 
+def returns_in_a_serial_loop(a: F32):
+    for i in range(a.shape[0]):
+        for j in range(3):
+            if a[i] > j:
+                return  # would end the serial loop and the parallel iteration both
+
+
 @bz.func
 def first_negative(a, n):
     for j in range(n):
@@ -112,8 +119,10 @@ def steps_a_parallel_ndrange(a: F32):
     (raises, r"unsupported construct: Raise statement; use `assert condition`", 'raise ValueError("negative")'),
     (iterates_an_array, r"unsupported loop: iterate over range\(...\)", "for x in a:"),
     (slices, "unsupported construct: slices", "a[i] = a[1:3]"),
-    (returns, r"unsupported construct: return in a kernel \(.*to end an iteration of its loop early, write "
-              r"`continue`\)", "return a"),
+    (returns, r"unsupported construct: return in a kernel \(.*a bare `return` ends an iteration of a parallel "
+              r"loop", "return a"),
+    (returns_in_a_serial_loop, r"return in a kernel \(.*outside the serial loops nested in it; there, set a flag "
+                               r"and break\)", "return"),
     (breaks_a_parallel_loop, "unsupported construct: break outside a serial loop", "break"),
     (steps_a_parallel_ndrange, r"bz.ndrange: expected each dimension as n or \(lo, hi\), got a tuple of 3 \(a "
                                r"parallel loop with a step is range\(lo, hi, step\)", "for i, j in bz.ndrange("),
