@@ -82,9 +82,26 @@ def _callee_hint(callee) -> str:
     return " (decorate it with @bz.func to call it from a kernel)" if inspect.isfunction(callee) else ""
 
 
+_NO_STATE = "; bz.random.uniform(seed, counter, offset) and bz.random.normal(...) are functions of their arguments, " \
+            "with no state to make or advance: give each draw a counter of its own"
+_NO_SWAP = "; braze's atomics are bz.atomic_add, atomic_sub, atomic_min and atomic_max: it has no compare-and-swap " \
+           "or exchange"
+# Warp's names (`wp.tid()`, `wp.mod`, ...) for what braze writes otherwise, or has not.
+_WARP_INSTEAD = {
+    "tid": "; a top-level `for i in range(n)` (or `for i, j in bz.ndrange(n, m)`) is the launch, and its index "
+           "the thread's",
+    "mod": "; write bz.math.fmod(a, b) (the sign of a, as C's fmod and Warp's wp.mod) or a % b (Python's)",
+    "atomic_cas": _NO_SWAP, "atomic_exch": _NO_SWAP,
+    "rand_init": _NO_STATE, "randf": _NO_STATE, "randn": _NO_STATE, "randi": _NO_STATE,
+}
+
+
 def _instead(name: str) -> str:
-    """What to write for an unknown `bz.sqrt` or `ti.min`: the builtin or the `bz.math` function of that name."""
+    """What to write for an unknown `bz.sqrt`, `ti.min` or `wp.tid`: the builtin, the `bz.math` function of
+    that name, or braze's way of saying what Warp says with it."""
     last = name.rsplit(".", 1)[-1]
+    if last in _WARP_INSTEAD:
+        return _WARP_INSTEAD[last]
     if last in _PYTHON_BUILTINS:
         return f"; write Python's {last}(...)"
     if last == "select":

@@ -276,7 +276,22 @@ def calls_a_kernel(a: F32):
         another_kernel(a)
 
 
+def spins_on_a_lock(a: F32):
+    for _i in range(a.shape[0]):
+        while bz.atomic_cas(a[0], 0.0, 1.0) == 1.0:
+            pass
+
+
+def asks_for_its_thread(a: F32):
+    for _ in range(1):
+        a[bz.tid()] = 1.0
+
+
 @pytest.mark.parametrize("fn, message, culprit", [
+    (spins_on_a_lock, r"unknown function 'bz.atomic_cas'; braze's atomics are bz.atomic_add, atomic_sub, "
+                      r"atomic_min and atomic_max: it has no compare-and-swap", "while bz.atomic_cas("),
+    (asks_for_its_thread, r"unknown function 'bz.tid'; a top-level `for i in range\(n\)`.* is the launch, and its "
+                          r"index the thread's", "a[bz.tid()] = 1.0"),
     (calls_an_undefined_function, "call to unknown function 'no_such_function'", "a[i] = no_such_function(1.0)"),
     (calls_a_plain_function, r"call to unknown function 'helper_without_decorator' \(decorate it with @bz.func",
      "a[i] = helper_without_decorator(a[i])"),
