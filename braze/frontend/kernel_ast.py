@@ -945,8 +945,13 @@ class Translator(ExpressionTranslator, TargetTranslator):
         if len(self.frames) > 1:  # in a @bz.func: a return its inlining did not fold into a branch
             self.error(node, "unsupported construct: return inside a loop of a @bz.func (it returns at its end or "
                              "in if/else branches; in a loop, set a local and break)")
-        self.error(node, "unsupported construct: return in a kernel (a kernel returns nothing; to end an "
-                         "iteration of its loop early, write `continue`)")
+        if node.value is None and self.loops[:1] == ["parallel"] and all(w == "static" for w in self.loops[1:]):
+            # A Warp or CUDA thread's early exit (`if i >= n: return`) ends its iteration of the parallel loop.
+            self.emit(k.Continue())
+            return
+        self.error(node, "unsupported construct: return in a kernel (a kernel returns nothing; a bare `return` ends "
+                         "an iteration of a parallel loop, outside the serial loops nested in it; there, set a flag "
+                         "and break)")
 
     def stmt_Assert(self, node: ast.Assert) -> None:
         if not self.debug:

@@ -82,9 +82,26 @@ def _callee_hint(callee) -> str:
     return " (decorate it with @bz.func to call it from a kernel)" if inspect.isfunction(callee) else ""
 
 
+_NO_STATE = "; bz.random.uniform(seed, counter, offset) and bz.random.normal(...) are functions of their arguments, " \
+            "with no state to make or advance: give each draw a counter of its own"
+_NO_SWAP = "; braze's atomics are bz.atomic_add, atomic_sub, atomic_min and atomic_max: it has no compare-and-swap " \
+           "or exchange"
+# Warp's names (`wp.tid()`, `wp.mod`, ...) for what braze writes otherwise, or has not.
+_WARP_INSTEAD = {
+    "tid": "; a top-level `for i in range(n)` (or `for i, j in bz.ndrange(n, m)`) is the launch, and its index "
+           "the thread's",
+    "mod": "; write bz.math.fmod(a, b) (the sign of a, as C's fmod and Warp's wp.mod) or a % b (Python's)",
+    "atomic_cas": _NO_SWAP, "atomic_exch": _NO_SWAP,
+    "rand_init": _NO_STATE, "randf": _NO_STATE, "randn": _NO_STATE, "randi": _NO_STATE,
+}
+
+
 def _instead(name: str) -> str:
-    """What to write for an unknown `bz.sqrt` or `ti.min`: the builtin or the `bz.math` function of that name."""
+    """What to write for an unknown `bz.sqrt`, `ti.min` or `wp.tid`: the builtin, the `bz.math` function of
+    that name, or braze's way of saying what Warp says with it."""
     last = name.rsplit(".", 1)[-1]
+    if last in _WARP_INSTEAD:
+        return _WARP_INSTEAD[last]
     if last in _PYTHON_BUILTINS:
         return f"; write Python's {last}(...)"
     if last == "select":
@@ -268,18 +285,19 @@ def _local(tr: Translator, node: ast.Call) -> LocalArray:
 # --- atomics --------------------------------------------------------------------------------------
 def _atomic(tr: Translator, node: ast.Call, op: str) -> k.Var | VectorValue | None:
     """`old = bz.atomic_add(a[i, j], value)`: the element's value before the update (None for a call
-    whose value nothing reads)."""
+    whose value nothing reads). Warp's spelling, `bz.atomic_add(a, i, j, value)`, is taken too."""
+    args = _element_argument(node.args)
     # The element may be a component of an array of vectors: `v[i].y`, `v[i][1]`, `m[i][0, 1]`.
-    places = tr.target_places(node.args[0]) if len(node.args) == 2 and isinstance(
-        node.args[0], (ast.Subscript, ast.Attribute)) else None
+    places = tr.target_places(args[0]) if len(args) == 2 and isinstance(
+        args[0], (ast.Subscript, ast.Attribute)) else None
     if places is None or not all(p.shared for p in places.items):
-        tr.error(node, f"atomic_{op}: expected (array[index], value), an element of an array argument or a "
-                       f"component of one, got ({', '.join(ast.unparse(a) for a in node.args)})")
+        tr.error(node, f"atomic_{op}: expected (array[index], value) or (array, index, ..., value), an element of "
+                       f"an array argument or a component of one, got ({', '.join(ast.unparse(a) for a in node.args)})")
     param = places.items[0].param
     if param.dtype.name not in ty.ATOMIC_DTYPES:
         tr.error(node, f"atomic_{op}: expected an array of {', '.join(ty.ATOMIC_DTYPES)}, got {param.dtype.name}",
                  KernelTypeError)
-    values = tr.evaluated(tr.checked(node, lambda: tr.component_values(tr.expr(node.args[1]), places,
+    values = tr.evaluated(tr.checked(node, lambda: tr.component_values(tr.expr(args[1]), places,
                                                                        f"'{param.name}[...]'")))
     # A statement of its own (`bz.atomic_add(e[0], ke)`) reads no old value: the CPU may then add
     # into a private copy per thread (codegen/llvm_private.py), as it does for `e[0] += ke`.
@@ -295,6 +313,20 @@ def _atomic(tr: Translator, node: ast.Call, op: str) -> k.Var | VectorValue | No
     if not wanted:
         return None
     return olds[0] if places.type is None else VectorValue(places.type, tuple(olds))
+
+
+def _element_argument(args: list[ast.expr]) -> list[ast.expr]:
+    """An atomic's arguments as (element, value): Warp writes the array, its indices and the value apart
+    (`wp.atomic_add(f, i, fs)`, `wp.atomic_add(grid, i, j, m)`), which is `(f[i], fs)` and `(grid[i, j], m)`."""
+    if len(args) < 3 or not isinstance(args[0], ast.Name):
+        return args
+    indices = args[1:-1]
+    index = indices[0] if len(indices) == 1 else ast.Tuple(elts=indices, ctx=ast.Load())
+    element = ast.Subscript(value=args[0], slice=index, ctx=ast.Load())
+    ast.copy_location(element, args[0])
+    ast.fix_missing_locations(element)
+    element.end_lineno, element.end_col_offset = indices[-1].end_lineno, indices[-1].end_col_offset
+    return [element, args[-1]]
 
 
 # --- @bz.func helpers -------------------------------------------------------------------------------

@@ -390,18 +390,30 @@ def _digit(e: k.Expr, t: k.Var) -> tuple[frozenset, k.Expr | None] | None:
 
 def _recovers_index(digits: set[tuple[frozenset, k.Expr | None]]) -> bool:
     """Whether the digits give back the loop index: `x // M` and `x % M` together give `x`."""
-    known = set(digits)
+    known = {_divisor(divisors) for divisors, modulus in digits if modulus is None}
+    splits = [(_divisor(divisors), _divisor(Counter(dict(divisors)) + Counter([modulus])))
+              for divisors, modulus in digits if modulus is not None]
     grew = True
     while grew:
         grew = False
-        for divisors, modulus in list(known):
-            if modulus is None:
-                continue
-            whole = frozenset((Counter(dict(divisors)) + Counter([modulus])).items())
-            if (whole, None) in known and (divisors, None) not in known:
-                known.add((divisors, None))
+        for part, whole in splits:
+            if whole in known and part not in known:
+                known.add(part)
                 grew = True
-    return (frozenset(), None) in known
+    return _divisor(Counter()) in known
+
+
+def _divisor(factors: frozenset | Counter) -> tuple[int, frozenset]:
+    """A divisor's factors with its constants multiplied into one: an ndrange of constant extents
+    (6, 6, 6) splits its index as `t // 36`, `t // 6 % 6` and `t % 6`, once constants are folded, and
+    36 is 6 * 6. The constants are positive (`_digit` takes no other), so `t // a // b` is `t // (a * b)`."""
+    product, rest = 1, Counter()
+    for factor, count in Counter(dict(factors)).items():
+        if isinstance(factor, k.Const):
+            product *= int(factor.value) ** count
+        else:
+            rest[factor] = count
+    return product, frozenset(rest.items())
 
 
 def _delinearized(indices: tuple[k.Expr, ...], t: k.Var) -> set[tuple]:

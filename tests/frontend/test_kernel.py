@@ -85,6 +85,31 @@ def test_serial_loops_while_break_continue_and_branches():
     assert odd.tolist() == [sum(j for j in range(1, 20, 2) if j <= 2 * x) for x in n]
 
 
+def test_a_bare_return_ends_the_parallel_iteration_as_in_warp():
+    """`if ...: return`, a Warp or CUDA thread's early exit, skips the rest of its iteration only: not the
+    loop fused after it, nor the other iterations; in a bz.static loop too."""
+    @bz.kernel
+    def steps_up_to(a: bz.Array[bz.float32, 1], out: bz.Array[bz.float32, 1]):
+        for i in range(a.shape[0]):
+            out[i] = -1.0
+            if a[i] < 0.0:
+                return
+            out[i] = 0.0
+            for _ in bz.static(range(3)):
+                if out[i] >= a[i]:
+                    return
+                out[i] += 1.0
+        for i in range(a.shape[0]):
+            a[i] = a[i] * 2.0
+
+    a = np.array([-2.0, 0.0, 0.5, 2.0, 7.0], np.float32)
+    out = np.full(5, np.nan, np.float32)
+    steps_up_to(a, out)
+    assert out.tolist() == [-1.0, 0.0, 1.0, 2.0, 3.0]
+    assert a.tolist() == [-4.0, 0.0, 1.0, 4.0, 14.0]
+    assert [d.fused for d in steps_up_to.decisions()] == [True]
+
+
 def test_locals_infer_types_and_augmented_assignment():
     @bz.kernel
     def k(a: bz.Array[bz.float64, 1], out: bz.Array[bz.int32, 1]):

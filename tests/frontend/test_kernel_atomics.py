@@ -305,3 +305,41 @@ def test_a_target_the_task_also_reads_stays_atomic():
     acc, seen = np.zeros(2, np.int64), np.zeros(1 << 20, np.int64)
     read_and_add(x, acc, seen)
     assert acc[0] == x.size and not seen.any()
+
+
+@bz.kernel
+def warp_spelled_atomics(x: bz.Array[bz.vec3, 1], ids: bz.Array[bz.int32, 1], grid: bz.Array[bz.float32, 2],
+                         top: bz.Array[bz.int32, 1], olds: bz.Array[bz.int32, 1]):
+    for t in range(ids.shape[0]):
+        bz.atomic_sub(x, ids[t], bz.vec3(1.0, 2.0, 3.0))  # Warp's wp.atomic_sub(f, i, fs)
+        bz.atomic_add(grid, ids[t], t % 2, 0.5)
+        olds[t] = bz.atomic_add(top, 0, 1)
+
+
+def test_warp_spelled_atomics_name_the_array_its_indices_and_the_value_apart():
+    """`bz.atomic_add(a, i, j, v)`, as Warp spells `bz.atomic_add(a[i, j], v)`, with the old value returned."""
+    ids = np.array([2, 0, 2, 1, 2], np.int32)
+    x, grid = np.zeros((3, 3), np.float32), np.zeros((3, 2), np.float32)
+    top, olds = np.zeros(1, np.int32), np.full(5, -1, np.int32)
+    warp_spelled_atomics(x, ids, grid, top, olds)
+    want_x, want_grid = np.zeros((3, 3)), np.zeros((3, 2))
+    np.subtract.at(want_x, ids, [1.0, 2.0, 3.0])
+    np.add.at(want_grid, (ids, np.arange(5) % 2), 0.5)
+    np.testing.assert_array_equal(x, want_x)
+    np.testing.assert_array_equal(grid, want_grid)
+    assert top[0] == 5 and sorted(olds) == [0, 1, 2, 3, 4]  # each thread saw the count before its own
+
+
+def test_warp_spelled_atomics_check_their_indices_and_target():
+    def too_few(x: bz.Array[bz.float32, 2]):
+        for i in range(x.shape[0]):
+            bz.atomic_add(x, i, 1.0)
+
+    def scalar_target(x: bz.Array[bz.float32, 1], s: bz.float32):
+        for i in range(x.shape[0]):
+            bz.atomic_add(s, i, 1.0)
+
+    with pytest.raises(bz.KernelTypeError, match="'x' has 2 dimension"):
+        bz.kernel(too_few)(np.zeros((2, 2), np.float32))
+    with pytest.raises(bz.KernelSyntaxError, match=r"or \(array, index, \.\.\., value\).*got \(s, i, 1.0\)"):
+        bz.kernel(scalar_target)(np.zeros(2, np.float32), 1.0)

@@ -65,6 +65,13 @@ def returns(a: F32):
     return a
 
 
+def returns_in_a_serial_loop(a: F32):
+    for i in range(a.shape[0]):
+        for j in range(3):
+            if a[i] > j:
+                return  # would end the serial loop and the parallel iteration both
+
+
 @bz.func
 def first_negative(a, n):
     for j in range(n):
@@ -112,8 +119,10 @@ def steps_a_parallel_ndrange(a: F32):
     (raises, r"unsupported construct: Raise statement; use `assert condition`", 'raise ValueError("negative")'),
     (iterates_an_array, r"unsupported loop: iterate over range\(...\)", "for x in a:"),
     (slices, "unsupported construct: slices", "a[i] = a[1:3]"),
-    (returns, r"unsupported construct: return in a kernel \(.*to end an iteration of its loop early, write "
-              r"`continue`\)", "return a"),
+    (returns, r"unsupported construct: return in a kernel \(.*a bare `return` ends an iteration of a parallel "
+              r"loop", "return a"),
+    (returns_in_a_serial_loop, r"return in a kernel \(.*outside the serial loops nested in it; there, set a flag "
+                               r"and break\)", "return"),
     (breaks_a_parallel_loop, "unsupported construct: break outside a serial loop", "break"),
     (steps_a_parallel_ndrange, r"bz.ndrange: expected each dimension as n or \(lo, hi\), got a tuple of 3 \(a "
                                r"parallel loop with a step is range\(lo, hi, step\)", "for i, j in bz.ndrange("),
@@ -267,7 +276,22 @@ def calls_a_kernel(a: F32):
         another_kernel(a)
 
 
+def spins_on_a_lock(a: F32):
+    for _i in range(a.shape[0]):
+        while bz.atomic_cas(a[0], 0.0, 1.0) == 1.0:
+            pass
+
+
+def asks_for_its_thread(a: F32):
+    for _ in range(1):
+        a[bz.tid()] = 1.0
+
+
 @pytest.mark.parametrize("fn, message, culprit", [
+    (spins_on_a_lock, r"unknown function 'bz.atomic_cas'; braze's atomics are bz.atomic_add, atomic_sub, "
+                      r"atomic_min and atomic_max: it has no compare-and-swap", "while bz.atomic_cas("),
+    (asks_for_its_thread, r"unknown function 'bz.tid'; a top-level `for i in range\(n\)`.* is the launch, and its "
+                          r"index the thread's", "a[bz.tid()] = 1.0"),
     (calls_an_undefined_function, "call to unknown function 'no_such_function'", "a[i] = no_such_function(1.0)"),
     (calls_a_plain_function, r"call to unknown function 'helper_without_decorator' \(decorate it with @bz.func",
      "a[i] = helper_without_decorator(a[i])"),

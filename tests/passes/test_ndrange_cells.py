@@ -73,3 +73,37 @@ def test_ndrange_cells_fuse_exactly_when_the_second_loop_reads_its_own_cell(prog
     assert decision.fused == (variant == "same cell"), (variant, read, decision)
     if variant == "same cell":
         assert decision.reason == ft.FUSED_RAW
+
+
+NX, NY, NZ = 3, 4, 5  # constant extents: their products fold into one constant divisor
+
+
+@bz.kernel
+def constant_cells(a: bz.Array[bz.float32, 3], b: bz.Array[bz.float32, 3]):
+    for i, j, k in bz.ndrange(NX, NY, NZ):
+        a[i, j, k] = a[i, j, k] * 2.0 + k
+    for i, j, k in bz.ndrange(NX, NY, NZ):
+        b[i, j, k] = a[i, j, k] + 1.0
+
+
+@bz.kernel
+def constant_neighbours(a: bz.Array[bz.float32, 3], b: bz.Array[bz.float32, 3]):
+    for i, j, k in bz.ndrange(NX, NY, NZ):
+        a[i, j, k] = a[i, j, k] * 2.0 + k
+    for i, j, k in bz.ndrange(NX, NY, NZ):
+        b[i, j, k] = a[i, j, NZ - 1 - k] + 1.0
+
+
+def test_a_cell_of_constant_extents_is_one_index_too():
+    """An ndrange of constant extents (a Warp launch over a fixed 3-d grid) splits its index as `t // 20`,
+    `t // 5 % 4` and `t % 5`: 20 is 5 * 4, so the cell is injective and a loop reading its own cell fuses;
+    one reading a neighbour's does not."""
+    for kernel, fused in ((constant_cells, True), (constant_neighbours, False)):
+        a = np.arange(NX * NY * NZ, dtype=np.float32).reshape(NX, NY, NZ)
+        b = np.zeros_like(a)
+        kernel(a, b)
+        a0, b0 = np.arange(a.size, dtype=np.float32).reshape(a.shape), np.zeros_like(a)
+        bz.kernel(fuse_tasks=False)(kernel.fn)(a0, b0)
+        np.testing.assert_array_equal(a, a0)
+        np.testing.assert_array_equal(b, b0)
+        assert [d.fused for d in kernel.decisions()] == [fused]
