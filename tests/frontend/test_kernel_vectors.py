@@ -279,8 +279,9 @@ def test_an_atomic_on_a_local_names_what_it_expects():
             p = x[i]
             bz.atomic_add(p.y, 1.0)
 
-    with pytest.raises(bz.KernelSyntaxError, match=r"atomic_add: expected \(array\[index\], value\), an element of "
-                                                    r"an array argument or a component of one, got \(p.y, 1.0\)"):
+    with pytest.raises(bz.KernelSyntaxError, match=r"atomic_add: expected \(array\[index\], value\) or \(array, index, "
+                                                    r"\.\.\., value\), an element of an array argument or a "
+                                                    r"component of one, got \(p.y, 1.0\)"):
         local_atomic(floats(2, 3))
 
 
