@@ -7,7 +7,7 @@ from contextlib import ExitStack
 
 from braze import dtypes as dt
 from braze import engine, ops
-from braze.errors import FusionDefinitionError
+from braze.errors import FusionDefinitionError, UnsupportedError
 from braze.ir import fusion as ir
 from braze.ir.domain import IterDomain, IterType
 from braze.ir.scalar import symbol
@@ -134,6 +134,9 @@ class Fusion(ir.FusionGraph):
                 raise FusionDefinitionError("add_output: expected one of alias=, alias_input=, got both")
             alias, hidden = alias_input, True
         self.check_owned(t, "add_output")
+        if t.overwritten:
+            raise UnsupportedError(f"add_output: {t.overwritten}, which NumPy's would see through and braze's "
+                                   "does not; take the view after the write, or copy it (.copy()) before")
         if stride_order is not None:
             if t.definition is None or any(o.tv is t for o in self.outputs):
                 t = ops.elementwise("set", t)  # a layout of its own, leaving the input's (or output's) alone

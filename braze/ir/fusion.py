@@ -160,6 +160,16 @@ class FusionGraph:
         if tv.fusion is not self:
             raise FusionDefinitionError(f"{what}: {tv.describe()} belongs to another fusion, not this one")
 
+    def rebind(self, held: TensorView, value: TensorView) -> None:
+        """The Python object `held` now stands for `value` (`x[1:-1] = v` gives x a new value, as NumPy code
+        writes an array in place); what used `held` before keeps its old value, which `value`'s object
+        takes. The two objects trade their states, and every expression of the graph its references."""
+        swapped = {id(held): value, id(value): held}
+        held.__dict__, value.__dict__ = value.__dict__, held.__dict__
+        for expr in self.exprs:
+            expr.inputs = tuple(swapped.get(id(t), t) for t in expr.inputs)
+            expr.outputs = tuple(swapped.get(id(t), t) for t in expr.outputs)
+
     def add_output_record(self, output: Output) -> None:
         self.check_definable("add_output")
         self.check_owned(output.tv, "add_output")

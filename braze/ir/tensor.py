@@ -70,6 +70,9 @@ class TensorView(Val):
         self.scalar = scalar
         self.value = value
         self.label: str | None = None  # the user's name for an input ('x'), for error messages
+        # Why a view may no longer be used: it was taken of a tensor written since (`x[0] = v`), and
+        # NumPy's view would show the write, which this one, a value, does not (ops/view_composites.py)
+        self.overwritten: str | None = None
         # A runtime Python number (an `@bz.jit` argument), or an elementwise op over such numbers and
         # literals only: as weak as a literal, and rounded to the promoted type first like one.
         self.python_scalar = False

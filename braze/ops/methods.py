@@ -15,7 +15,7 @@ from braze.errors import FusionDefinitionError, TracerBoolConversionError, Unsup
 from braze.ir.fusion import active_fusion
 from braze.ir.scalar import Scalar, as_scalar, caller_site, concrete_value
 from braze.ir.tensor import TensorView
-from braze.ops import numpy_api, scans, torch_functions, torch_methods, views
+from braze.ops import numpy_api, scans, torch_functions, torch_methods, view_composites, views
 from braze.ops import reductions as red
 from braze.ops.elementwise import cast, elementwise
 from braze.ops.table import size_number
@@ -131,7 +131,7 @@ def install(cls: type = TensorView) -> None:
     cls.tolist = _no_python_value("{name}.tolist()")
     cls.numpy = _no_python_value("{name}.numpy()")
     cls.__array__ = _no_python_value("np.asarray({name})")  # not an object array holding the tensor
-    cls.__setitem__ = _setitem
+    cls.__setitem__ = view_composites.assign
     cls.__round__ = _round
     cls.astype = _astype
     cls.__len__ = _len
@@ -246,12 +246,6 @@ def _number_or_refuse(convert: Callable[[object], object], what: str, refuse: Ca
         return convert(value.item() if convert is operator.index else value)
 
     return number
-
-
-def _setitem(self, index, value):
-    raise UnsupportedError(
-        f"{self.describe()}[...] = ...: tensors of a fusion are values, not buffers; build the result instead: "
-        "bz.ops.where(mask, value, x), x.masked_fill(mask, value), or bz.ops.cat of the pieces")
 
 
 def _round(self, ndigits: int | None = None):

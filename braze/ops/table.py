@@ -75,6 +75,9 @@ def apply(name: str, inputs: Sequence[TensorView], fusion: FusionGraph | None = 
         fusion = inputs[0].fusion if inputs else active_fusion(name)
     for tv in inputs:
         fusion.check_owned(tv, name)
+        if tv.overwritten:
+            raise UnsupportedError(f"{name}: {tv.overwritten}, which NumPy's would see through and braze's "
+                                   "does not; take the view after the write, or copy it (.copy()) before")
     fusion.check_definable(name)
     dtype = op.dtype(inputs, attrs)
     out = TensorView(fusion, op.shape(inputs, attrs), dtype)

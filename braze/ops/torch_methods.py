@@ -463,4 +463,6 @@ def install(cls: type = TensorView) -> None:
         setattr(cls, name, _new_filled(name, value))
     cls.new_full = _new_full
     # A fusion's tensors are values: no layout to make contiguous, no storage to share or copy, no graph.
-    cls.contiguous = cls.clone = cls.detach = lambda self: self
+    cls.contiguous = cls.detach = lambda self: self  # torch's share the tensor's memory, as this does
+    # copies: a write into one (x[0] = 0) leaves the original alone
+    cls.clone = cls.copy = lambda self, *args, **kwargs: elementwise("set", self)

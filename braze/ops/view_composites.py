@@ -15,8 +15,10 @@ import functools
 import operator
 from collections.abc import Sequence
 
+import numpy as np
+
 from braze import dtypes as dt
-from braze.errors import FusionDefinitionError
+from braze.errors import FusionDefinitionError, UnsupportedError
 from braze.ir.fusion import defining
 from braze.ir.scalar import Scalar, as_scalar, ceildiv, concrete_value, smax, smin
 from braze.ir.tensor import TensorView, normalize_axis
@@ -348,3 +350,107 @@ def diff(x: TensorView, n: int = 1, axis: int = -1, prepend: TensorView | None =
 def masked_fill(x: TensorView, mask: TensorView, value: object) -> TensorView:
     """`value` where `mask` holds, else `x`, in x's dtype (as torch keeps it)."""
     return cast(elementwise("where", mask, value, tensor_arg("masked_fill", x)), x.dtype)
+
+
+# --- x[index] = value: a new value for x ----------------------------------------------------------
+def assign(x: TensorView, index: object, value: object) -> None:
+    """`x[1:-1, 1:-1] = v`, `x[0] = 0.0`, `x[mask] = 0.0` as NumPy code writes arrays in place: `x` takes a
+    new value (the region replaced by `value`, cast to x's dtype, through slices and `cat`; a mask through
+    `where`); what used `x` before keeps the old one (FusionGraph.rebind). A fusion's inputs are the
+    caller's arrays, which it does not write, so writing one is refused; and a view taken of `x` before
+    the write would not see it, as NumPy's does, so such a view is refused from then on."""
+    _check_assignable(x)
+    if isinstance(index, TensorView) and index.dtype.is_bool:
+        new = cast(elementwise("where", index, value, x), x.dtype)
+    else:
+        bounds, kept = _assigned_region(x, index)
+        region = x
+        for axis, (start, stop) in enumerate(bounds):
+            region = region if start is None else _along(region, axis, start, stop)
+            if axis not in kept:  # an int index must write exactly one element, as NumPy's raises otherwise
+                x.fusion.require_equal(region.shape[axis], as_scalar(1),
+                                       f"{x.describe()}[...] = ...: index {start} of dimension {axis} must lie "
+                                       "within its extent")
+        if isinstance(value, TensorView) and value.ndim > len(kept):
+            raise FusionDefinitionError(f"{x.describe()}[...] = {value.describe()}: a value of {value.ndim} "
+                                        f"dimensions for a region of {len(kept)}")
+        filled = elementwise("where", True, value, region if len(kept) == x.ndim else _squeezed(region, kept))
+        filled = cast(filled, x.dtype)
+        for axis in range(x.ndim):
+            if axis not in kept:  # an int index: the value has no dimension there
+                filled = unsqueeze(filled, axis)
+        new = _replaced(x, bounds, filled, 0)
+    for view in _views_of(x):  # NumPy's would show the write; theirs is the old value: refuse their use
+        view.overwritten = f"{view.describe()} is a view of {x.describe()} taken before {x.describe()}[...] = ..."
+    x.fusion.rebind(x, new)
+
+
+def _views_of(x: TensorView) -> list[TensorView]:
+    """The tensors made from `x` by views alone (`x[1:]`, `x.T`, a view of such a view)."""
+    found, seen = [], {id(x)}
+    for expr in x.fusion.exprs:  # in definition order: a view of a view comes after it
+        if expr.op in _VIEW_OPS and id(expr.inputs[0]) in seen:
+            found += expr.outputs
+            seen.update(id(t) for t in expr.outputs)
+    return found
+
+
+def _check_assignable(x: TensorView) -> None:
+    if any(t is x for t in x.fusion.inputs):
+        raise UnsupportedError(
+            f"{x.describe()}[...] = ...: {x.describe()} is an input, the caller's array, which a fusion does not "
+            "write; copy it first (x = x.copy(), or x.clone()) and write the copy")
+    if any(o.tv is x for o in x.fusion.outputs):
+        raise UnsupportedError(f"{x.describe()}[...] = ...: {x.describe()} is already an output")
+
+
+_VIEW_OPS = frozenset({"slice", "permute", "reshape", "broadcast", "expand", "squeeze", "flip"})
+
+
+def _assigned_region(x: TensorView, index: object) -> tuple[list[tuple[object, object]], list[int]]:
+    """Per axis of x, the (start, stop) written (None, None where all of it), and the axes a value keeps
+    (an int index writes one element of its axis, which the value does not have)."""
+    items = list(index) if isinstance(index, tuple) else [index]
+    items = [int(i) if isinstance(i, np.integer) else i for i in items]
+    if sum(i is Ellipsis for i in items) > 1 or any(i is None for i in items):
+        raise UnsupportedError(f"{x.describe()}[{index!r}] = ...: expected ints, slices and one '...'")
+    if any(i is Ellipsis for i in items):
+        at = next(n for n, i in enumerate(items) if i is Ellipsis)
+        items[at:at + 1] = [slice(None)] * (x.ndim - len(items) + 1)
+    if len(items) > x.ndim:
+        raise FusionDefinitionError(f"{x.describe()}[...] = ...: {len(items)} indices for {x.ndim} dimensions")
+    items += [slice(None)] * (x.ndim - len(items))
+    bounds, kept = [], []
+    for axis, item in enumerate(items):
+        if isinstance(item, slice) and item.step not in (None, 1):
+            raise UnsupportedError(f"{x.describe()}[...] = ...: a step of {item.step} in dimension {axis}; write "
+                                   "the result with bz.ops.where and a mask instead")
+        if isinstance(item, slice):
+            bounds.append((None, None) if item.start is None and item.stop is None else
+                          (0 if item.start is None else item.start, item.stop))
+            kept.append(axis)
+        elif isinstance(item, (int, Scalar)) and not isinstance(item, bool):
+            bounds.append((item, None if isinstance(item, int) and item == -1 else item + 1))
+        else:
+            raise UnsupportedError(f"{x.describe()}[{index!r}] = ...: expected ints, slices and one '...', got "
+                                   f"{type(item).__name__} in dimension {axis}")
+    return bounds, kept
+
+
+def _squeezed(region: TensorView, kept: list[int]) -> TensorView:
+    return reshape(region, [region.shape[a] for a in kept])
+
+
+def _replaced(x: TensorView, bounds: list[tuple[object, object]], filled: TensorView, axis: int) -> TensorView:
+    """x with its region of `bounds` (from dimension `axis` on) replaced by `filled`: the region's slab
+    along the first bounded dimension, rebuilt inside, joined to what lies before and after it."""
+    while axis < x.ndim and bounds[axis][0] is None:
+        axis += 1
+    if axis == x.ndim:
+        return filled
+    start, stop = bounds[axis]
+    slab = _replaced(_along(x, axis, start, stop), bounds, filled, axis + 1)
+    pieces = [_along(x, axis, 0, start), slab] if not (isinstance(start, int) and start == 0) else [slab]
+    if stop is not None:
+        pieces.append(_along(x, axis, stop, None))
+    return cat(pieces, axis) if len(pieces) > 1 else slab

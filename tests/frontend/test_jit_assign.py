@@ -1,0 +1,93 @@
+"""`x[index] = value` in a traced function, as NumPy and torch code writes arrays in place: the tensor
+takes a new value, what used it before keeps the old one, and what braze cannot do as NumPy does (write
+the caller's array, show the write through a view taken before) is refused (braze/ops/view_composites.py,
+`assign`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import braze as bz
+
+
+def _laplacian_inside(u):
+    out = np.zeros_like(u)
+    out[1:-1, 1:-1] = u[2:, 1:-1] + u[:-2, 1:-1] + u[1:-1, 2:] + u[1:-1, :-2] - 4 * u[1:-1, 1:-1]
+    return out
+
+
+def _boundaries_and_clamp(u):
+    v = u * 2
+    v[0] = 0.0
+    v[:, -1] = u[:, 0]
+    v[u.shape[0] - 2, 0] = 3
+    v[v > 1.5] = 1.5
+    return v
+
+
+def _old_value_kept(u):
+    v = u.copy()
+    before = v * 3  # computed from the value before the write
+    v[2:4] = -1
+    v[..., 0] = v[..., 1] * 2  # a view read on the right of its own write
+    return v, before
+
+
+def _integers_take_the_cast(u):
+    counts = (u * 10).astype(np.int32)
+    counts[1:, :2] = 2.7  # NumPy casts on assignment
+    return counts
+
+
+@pytest.mark.parametrize("program", [_laplacian_inside, _boundaries_and_clamp, _old_value_kept,
+                                     _integers_take_the_cast])
+def test_writes_into_a_traced_array_give_numpys_values(program) -> None:
+    jitted = bz.jit(program)
+    for shape in [(5, 6), (7, 4)]:
+        u = np.random.default_rng(sum(shape)).random(shape)
+        want, got = program(u.copy()), jitted(u)
+        for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,),
+                        strict=True):
+            assert g.dtype == w.dtype
+            np.testing.assert_allclose(g, w, rtol=1e-12)
+
+
+def test_torch_code_writes_a_clone() -> None:
+    torch = pytest.importorskip("torch")
+
+    def masked(x):
+        y = x.clone()
+        y[:, 0] = 0
+        y[y > 0.5] = 0.5
+        return y, x  # the clone's writes leave x alone
+
+    x = torch.rand(4, 5, dtype=torch.float64)
+    for got, want in zip(bz.jit(masked)(x), masked(x), strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def test_what_numpy_would_do_otherwise_is_refused() -> None:
+    def view_then_write(u):
+        v = u + 0
+        tail = v[1:]
+        v[-1] = 5.0
+        return tail  # NumPy's view shows the 5; a fusion's value cannot
+
+    def out_of_range(u):
+        v = u + 0
+        v[5] = 1.0
+        return v
+
+    u = np.ones((3, 2))
+    with pytest.raises(bz.UnsupportedError, match=r"is a view of T\d+ taken before T\d+\[\.\.\.\] = "):
+        bz.jit(view_then_write)(u)
+    with pytest.raises(bz.InputError, match=r"index 5 of dimension 0 must lie within its extent"):
+        bz.jit(out_of_range)(u)
+    with pytest.raises(bz.UnsupportedError, match=r"a step of 2 in dimension 0"):
+        bz.jit(lambda u: _strided_write(u + 0))(u)
+
+
+def _strided_write(v):
+    v[::2] = 0.0
+    return v
