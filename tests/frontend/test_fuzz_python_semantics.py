@@ -25,6 +25,7 @@ import math
 import os
 
 import numpy as np
+from fuzz_scale import examples
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
@@ -32,7 +33,7 @@ import braze as bz
 from braze import config
 
 # BRAZE_FUZZ_LOOP_EXAMPLES=n runs n programs instead of 15 (a longer hunt).
-EXAMPLES = int(os.environ.get("BRAZE_FUZZ_LOOP_EXAMPLES", "15"))
+EXAMPLES = int(os.environ.get("BRAZE_FUZZ_LOOP_EXAMPLES") or examples(15))
 N = 9  # loop bound and array length: odd, so stepped and reversed ranges end on different parities
 OUTS = 2  # o0, o1: the arrays the tasks write
 READS = ["i", "n - 1 - i", "i // 2", "0", "(i + 3) % n"]

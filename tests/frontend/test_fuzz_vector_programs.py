@@ -17,6 +17,7 @@ import linecache
 import os
 
 import numpy as np
+from fuzz_scale import examples
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
@@ -24,7 +25,7 @@ import braze as bz
 from braze import config
 
 # BRAZE_FUZZ_LOOP_EXAMPLES=n runs n programs instead of 40 (a longer hunt).
-EXAMPLES = int(os.environ.get("BRAZE_FUZZ_LOOP_EXAMPLES", "40"))
+EXAMPLES = int(os.environ.get("BRAZE_FUZZ_LOOP_EXAMPLES") or examples(40))
 N = 12  # loop bound and array length
 READS = ["i", "n - 1 - i", "i // 2", "0", "i % 3"]  # owned, and not
 CONSTANTS = ["0.5", "-1.25", "2.0"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fuzz_scale import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -44,7 +45,7 @@ def test_a_sum_into_one_element_loses_no_update():
     assert "atomic_add(tot[0]" in total.kernel_ir()
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(st.integers(1, 200_000), st.integers(1, 40), st.integers(0, 2**32 - 1))
 def test_a_histogram_matches_bincount(n, bins, seed):
     ids = np.random.default_rng(seed).integers(0, bins, n).astype(np.int32)

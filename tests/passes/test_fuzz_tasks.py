@@ -13,6 +13,7 @@ import linecache
 import os
 
 import numpy as np
+from fuzz_scale import examples
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 from numpy.lib.stride_tricks import sliding_window_view
@@ -22,7 +23,7 @@ from braze import config
 
 # BRAZE_FUZZ_LOOP_EXAMPLES=n runs n programs instead of 50, here and in test_fuzz_vector_programs.py (a
 # longer hunt; split it over processes with different --hypothesis-seed values).
-EXAMPLES = int(os.environ.get("BRAZE_FUZZ_LOOP_EXAMPLES", "50"))
+EXAMPLES = int(os.environ.get("BRAZE_FUZZ_LOOP_EXAMPLES") or examples(50))
 N = 16  # loop bound; a power of two so i ^ 5 < N
 SIZE = 2 * N + 8  # every index form below stays in [0, SIZE)
 INDICES = ["i", "i + 3", "2 * i", "n - 1 - i", "i ^ 5", "i << 1",  # injective
