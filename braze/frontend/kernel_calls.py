@@ -316,9 +316,14 @@ def inline(tr: Translator, node: ast.Call, helper: lang.KernelFunc):
         tr.error(node, f"{helper.__name__}: {error}", KernelTypeError)
     bound.apply_defaults()
     frame = FunctionScope(source)
+    reassigned = _assigned_names(helper.fn)
     for name, value in bound.arguments.items():
         if isinstance(value, VectorValue):  # copied, as a scalar argument is: the helper may reassign it
             frame.names[name] = tr.vector_local(name, value)
+        elif isinstance(value, k.Expr) and name not in reassigned and _reads_no_memory(value):
+            # the argument itself (`i`, `n - 1 - i`), so that `o[j] *= v` of `helper(o, i, v)` is provably
+            # the thread's own element, as `o[i] *= v` written in the loop is
+            frame.names[name] = value
         elif isinstance(value, k.Expr) and not isinstance(value, k.Const):
             var = tr.new_var(name, value.dtype)  # a local of its own, so the helper may reassign it
             if tr.depth == 0:
@@ -335,6 +340,24 @@ def inline(tr: Translator, node: ast.Call, helper: lang.KernelFunc):
     finally:
         tr.frames.pop()
         tr.loops = loops
+
+
+@functools.lru_cache(maxsize=256)
+def _assigned_names(fn: Callable) -> frozenset[str]:
+    """The names a helper's body assigns (`j += 1`, `for j in ...`): its parameters among them need a local."""
+    tree = _source(fn).tree
+    return frozenset(n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
+
+
+_PURE = (k.Const, k.Var, k.ScalarRef, k.ArrayExtent, k.ArrayStride, k.Unary, k.Binary, k.Ternary, k.Cast)
+
+
+def _reads_no_memory(e: k.Expr) -> bool:
+    """Whether `e` is arithmetic of locals, parameters and extents alone: its value cannot change while a
+    helper runs (a load could, after the helper stores to that element)."""
+    if not isinstance(e, _PURE):
+        return False
+    return all(_reads_no_memory(getattr(e, f)) for f in ("x", "a", "b", "c") if isinstance(getattr(e, f, None), k.Expr))
 
 
 def _assign_declared(tr: Translator, var: k.Var, value: k.Expr) -> None:

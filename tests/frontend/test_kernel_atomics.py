@@ -152,6 +152,27 @@ def test_updates_in_a_helper_the_loop_calls_are_atomic_where_threads_share_the_e
     assert springs_through_helper.kernel_ir().count("atomic_") == 2
 
 
+@bz.func
+def scale_at(values: bz.Array[bz.float64, 1], j: int, factor: float):
+    values[j] *= factor
+
+
+def test_a_helper_updating_the_threads_own_element_makes_a_plain_update():
+    # The helper's j is the loop's i (or n - 1 - i), as if the update were written in the loop: `*=` there
+    # was refused as having no atomic form, and `+=` was an atomic.
+    @bz.kernel
+    def scale_and_count(values: bz.Array[bz.float64, 1], counts: bz.Array[bz.int64, 1]):
+        for i in range(values.shape[0]):
+            scale_at(values, values.shape[0] - 1 - i, 2.0)
+            add_at(counts, i, 3)
+
+    values, counts = np.arange(5.0), np.ones(5, np.int64)
+    scale_and_count(values, counts)
+    np.testing.assert_array_equal(values, np.arange(5.0) * 2)
+    np.testing.assert_array_equal(counts, np.full(5, 4))
+    assert "atomic" not in scale_and_count.kernel_ir()
+
+
 def test_updates_are_atomic_where_the_calls_arrays_share_memory():
     # a[i, 1] of a sliding window is a[i + 1, 0], and a[i] and b[i + 1] of one array passed twice are one
     # element: each thread's own by its indices, two plain read-modify-writes of it on a GPU.
