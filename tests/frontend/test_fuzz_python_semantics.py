@@ -26,7 +26,9 @@ import linecache
 import math
 import os
 
+import loop_cuda_on_cpu
 import numpy as np
+import pytest
 from fuzz_scale import examples
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
@@ -278,17 +280,37 @@ def inputs(seed: int) -> list:
     return [*quarters, rng.integers(-5, 6, N).astype(np.int64), np.zeros(N), np.zeros(N), N]
 
 
+def python_run(source: str, seed: int) -> list:
+    """The arrays the program leaves, run by Python over lists of Python numbers."""
+    expected = [x.tolist() if isinstance(x, np.ndarray) else x for x in inputs(seed)]
+    load(source, python=True)(*expected)
+    return expected
+
+
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(programs(), st.integers(0, 2**31))
 def test_kernels_compute_what_python_computes(source, seed):
     note(source)
     program = load(source, python=False)
     fused, unfused = inputs(seed), inputs(seed)
-    expected = [x.tolist() if isinstance(x, np.ndarray) else x for x in inputs(seed)]
-    load(source, python=True)(*expected)
+    expected = python_run(source, seed)
     bz.kernel(program)(*fused)
     with config.scope(fuse_tasks=False):
         bz.kernel(program)(*unfused)
     for out in (3, 4):
         np.testing.assert_array_equal(unfused[out], np.array(expected[out]), err_msg=f"o{out - 3}, unfused")
         np.testing.assert_array_equal(fused[out], unfused[out], err_msg=f"o{out - 3}, fused")
+
+
+@pytest.mark.skipif(not loop_cuda_on_cpu.available(), reason="needs g++")
+@settings(max_examples=examples(2), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs(), st.integers(0, 2**31))
+def test_the_kernels_cuda_computes_what_python_computes(source, seed):
+    """The same programs' generated CUDA, run on the CPU with a thread per CUDA thread
+    (tests/loop_cuda_on_cpu.py): g++ builds each, so CI runs two."""
+    note(source)
+    host = inputs(seed)
+    loop_cuda_on_cpu.run_on_cpu(bz.kernel(load(source, python=False)), *host, sm_count=2, resident=2)
+    expected = python_run(source, seed)
+    for out in (3, 4):
+        np.testing.assert_array_equal(host[out], np.array(expected[out]), err_msg=f"o{out - 3}")
