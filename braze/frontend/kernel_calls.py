@@ -22,7 +22,17 @@ from braze.frontend import kernel_math as km
 from braze.frontend import kernel_types as ty
 from braze.frontend import kernel_vectors as vec
 from braze.frontend.kernel_random import RandomFunction
-from braze.frontend.kernel_scope import ArrayHandle, FunctionScope, Local, LocalArray, ShapeHandle, Source, VectorValue
+from braze.frontend.kernel_scope import (
+    ArrayHandle,
+    FunctionScope,
+    Local,
+    LocalArray,
+    ShapeHandle,
+    Source,
+    VectorValue,
+    assignments,
+    reads_no_memory,
+)
 from braze.kir import nodes as k
 from braze.ops.elementwise import BINARY, TERNARY, UNARY
 
@@ -320,7 +330,7 @@ def inline(tr: Translator, node: ast.Call, helper: lang.KernelFunc):
     for name, value in bound.arguments.items():
         if isinstance(value, VectorValue):  # copied, as a scalar argument is: the helper may reassign it
             frame.names[name] = tr.vector_local(name, value)
-        elif isinstance(value, k.Expr) and name not in reassigned and _reads_no_memory(value):
+        elif isinstance(value, k.Expr) and name not in reassigned and reads_no_memory(value):
             # the argument itself (`i`, `n - 1 - i`), so that `o[j] *= v` of `helper(o, i, v)` is provably
             # the thread's own element, as `o[i] *= v` written in the loop is
             frame.names[name] = value
@@ -342,22 +352,9 @@ def inline(tr: Translator, node: ast.Call, helper: lang.KernelFunc):
         tr.loops = loops
 
 
-@functools.lru_cache(maxsize=256)
 def _assigned_names(fn: Callable) -> frozenset[str]:
     """The names a helper's body assigns (`j += 1`, `for j in ...`): its parameters among them need a local."""
-    tree = _source(fn).tree
-    return frozenset(n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
-
-
-_PURE = (k.Const, k.Var, k.ScalarRef, k.ArrayExtent, k.ArrayStride, k.Unary, k.Binary, k.Ternary, k.Cast)
-
-
-def _reads_no_memory(e: k.Expr) -> bool:
-    """Whether `e` is arithmetic of locals, parameters and extents alone: its value cannot change while a
-    helper runs (a load could, after the helper stores to that element)."""
-    if not isinstance(e, _PURE):
-        return False
-    return all(_reads_no_memory(getattr(e, f)) for f in ("x", "a", "b", "c") if isinstance(getattr(e, f, None), k.Expr))
+    return frozenset(assignments(_source(fn).tree))
 
 
 def _assign_declared(tr: Translator, var: k.Var, value: k.Expr) -> None:

@@ -173,6 +173,26 @@ def test_a_helper_updating_the_threads_own_element_makes_a_plain_update():
     assert "atomic" not in scale_and_count.kernel_ir()
 
 
+def test_a_local_set_once_to_the_index_names_the_threads_own_element():
+    # `r = n - 1 - i` set once: `values[r] *= 2` is `values[n - 1 - i] *= 2` (it was refused as having no
+    # atomic form); `c` is set twice, so `counts[c] += 1` stays atomic.
+    @bz.kernel
+    def mirrored(values: bz.Array[bz.float64, 1], counts: bz.Array[bz.int64, 1]):
+        for i in range(values.shape[0]):
+            r = values.shape[0] - 1 - i
+            values[r] *= 2.0
+            c = i
+            c = c // 2
+            counts[c] += 1
+
+    values, counts = np.arange(6.0), np.zeros(6, np.int64)
+    mirrored(values, counts)
+    np.testing.assert_array_equal(values, np.arange(6.0) * 2)
+    np.testing.assert_array_equal(counts, [2, 2, 2, 0, 0, 0])
+    assert "atomic_add(counts[" in mirrored.kernel_ir() and "atomic" not in mirrored.kernel_ir().replace(
+        "atomic_add(counts[", "")
+
+
 def test_updates_are_atomic_where_the_calls_arrays_share_memory():
     # a[i, 1] of a sliding window is a[i + 1, 0], and a[i] and b[i + 1] of one array passed twice are one
     # element: each thread's own by its indices, two plain read-modify-writes of it on a GPU.
