@@ -25,7 +25,8 @@ from jit_programs import Value, _broadcast, _Draw, _reduced_shape
 TORCH_ONLY = frozenset({
     "erfc", "gelu", "gelu_tanh", "softshrink", "tanhshrink", "hardtanh", "logit", "xlogy", "frac", "rsub",
     "glu", "softmin", "var_mean", "std_mean", "aminmax", "cummax_indices", "mse_loss", "l1_loss",
-    "smooth_l1_loss", "huber_loss", "bce_with_logits", "kl_div"})
+    "smooth_l1_loss", "huber_loss", "bce_with_logits", "kl_div", "cosine_similarity", "pairwise_distance",
+    "float_power", "hardshrink", "threshold"})
 LOSSES = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "bce_with_logits", "kl_div")
 
 
@@ -161,8 +162,8 @@ SHARED_STEPS = (_index_reduction, _running_extreme, _nan_aware, _tests_of_inputs
 # --- torch alone ----------------------------------------------------------------------------------------
 def _torch_unary(draw: _Draw) -> None:
     op = draw(st.sampled_from(("erfc", "gelu", "gelu_tanh", "softshrink", "tanhshrink", "hardtanh", "logit",
-                               "frac", "softmin", "glu")), "torch unary")
-    x = _input(draw, "input") if op in ("logit", "frac") else draw.pick("operand")
+                               "frac", "softmin", "glu", "float_power", "hardshrink", "threshold")), "torch unary")
+    x = _input(draw, "input") if op in ("logit", "frac", "hardshrink", "threshold") else draw.pick("operand")
     v = draw.value(x)
     if op in ("softmin", "glu"):
         if not v.shape:
@@ -175,7 +176,8 @@ def _torch_unary(draw: _Draw) -> None:
             shape[axis] //= 2
             draw.add(op, (x,), Value(tuple(shape), "float", v.bound, v.precise, derived=True), axis)
         return
-    bound = {"erfc": 2.0, "tanhshrink": v.bound + 1, "hardtanh": 1.0, "logit": 4.6, "frac": 1.0}.get(op, v.bound)
+    bound = {"erfc": 2.0, "tanhshrink": v.bound + 1, "hardtanh": 1.0, "logit": 4.6, "frac": 1.0,
+             "float_power": v.bound**2}.get(op, v.bound)
     draw.add(op, (x,), Value(v.shape, "float", bound, v.precise))
 
 
@@ -205,6 +207,20 @@ def _torch_binary(draw: _Draw) -> None:
     draw.add(op, (x, y), Value(() if reduction != "none" else shape, "float", bound), reduction, parameter)
 
 
+def _torch_distances(draw: _Draw) -> None:
+    """F.cosine_similarity and F.pairwise_distance of two inputs (near-zero vectors are ill-conditioned)."""
+    op = draw(st.sampled_from(("cosine_similarity", "pairwise_distance")), "distance")
+    x, y = _input(draw, "x1"), _input(draw, "x2")
+    shape = _broadcast(draw.value(x), draw.value(y))
+    if not shape:  # none, or a 0-d one: both reduce an axis
+        return
+    dim = draw(st.integers(-len(shape), len(shape) - 1), "dim") if op == "cosine_similarity" else -1
+    keepdim = op == "pairwise_distance" and draw(st.booleans(), "keepdim")
+    reduced = _reduced(shape, dim % len(shape), keepdim)
+    bound = 1.0 if op == "cosine_similarity" else 6 * math.sqrt(max(shape[dim], 1)) + 1
+    draw.add(op, (x, y), Value(reduced, "float", bound), dim, keepdim)
+
+
 def _torch_moments(draw: _Draw) -> None:
     """var_mean and std_mean with a correction, aminmax, and cummax's indices: one output of each."""
     op = draw(st.sampled_from(("var_mean", "std_mean", "aminmax", "cummax_indices")), "torch moment")
@@ -228,19 +244,29 @@ def _torch_moments(draw: _Draw) -> None:
              correction, which)
 
 
-TORCH_STEPS = (_torch_unary, _torch_binary, _torch_moments, _nan_ignoring("torch"))
+TORCH_STEPS = (_torch_unary, _torch_binary, _torch_distances, _torch_moments, _nan_ignoring("torch"))
 
 
 # --- NumPy alone ----------------------------------------------------------------------------------------
 def _numpy_statistics(draw: _Draw) -> None:
     """np.ptp, np.average with weights, np.trapezoid and np.cov."""
-    op = draw(st.sampled_from(("ptp", "average", "trapezoid", "cov")), "statistic")
-    x = draw.pick("operand")
+    op = draw(st.sampled_from(("ptp", "average", "trapezoid", "cov", "corrcoef", "inner")), "statistic")
+    x = _input(draw, "input") if op == "corrcoef" else draw.pick("operand")
     v = draw.value(x)
+    if op == "inner":
+        y = draw.pick("second")
+        w = draw.value(y)
+        if len(v.shape) == len(w.shape) == 1 and v.shape == w.shape:
+            draw.add(op, (x, y), Value((), "float", v.bound * w.bound * max(v.shape[0], 1), v.precise and w.precise))
+        return
+    if op == "corrcoef":  # of an input's rows: not near constant, where it is ill-conditioned
+        if len(v.shape) == 2 and v.shape[-1] >= 2:
+            draw.add(op, (x,), Value((v.shape[0],) * 2 if v.shape[0] != 1 else (), "float", 1.0))
+        return
     if op == "cov":
         if len(v.shape) in (1, 2) and v.shape[-1] >= 2:
-            rows = v.shape[0] if len(v.shape) == 2 else None
-            draw.add(op, (x,), Value((rows, rows) if rows is not None else (), "float", 4 * v.bound**2, v.precise),
+            rows = v.shape[0] if len(v.shape) == 2 else 1  # NumPy's covariance of one variable is 0-d
+            draw.add(op, (x,), Value((rows, rows) if rows != 1 else (), "float", 4 * v.bound**2, v.precise),
                      draw(st.booleans(), "bias"))
         return
     if op == "trapezoid":
@@ -327,6 +353,10 @@ def numpy_spelling(op: str, xs: list, params: tuple, f32: type):
             return np.trapezoid(x, dx=params[1], axis=params[0])
         case "cov":
             return np.cov(x, bias=params[0])
+        case "corrcoef":
+            return np.corrcoef(x)
+        case "inner":
+            return np.inner(x, xs[1])
         case "gradient":
             return np.gradient(x, axis=params[0], edge_order=params[1])
         case "diff":
@@ -382,8 +412,16 @@ def torch_spelling(op: str, xs: list, params: tuple, f32):
             return getattr(torch, op)(x, dim=dim, keepdim=params[1])
         case "gelu" | "gelu_tanh":
             return F.gelu(x, approximate="tanh" if op == "gelu_tanh" else "none")
-        case "softshrink" | "tanhshrink" | "hardtanh":
+        case "softshrink" | "tanhshrink" | "hardtanh" | "hardshrink":
             return getattr(F, op)(x)
+        case "threshold":
+            return F.threshold(x, 0.5, -1.0)
+        case "float_power":
+            return torch.float_power(x, 2)
+        case "cosine_similarity":
+            return F.cosine_similarity(x, xs[1], dim=params[0])
+        case "pairwise_distance":
+            return F.pairwise_distance(x, xs[1], keepdim=params[1])
         case "logit":
             return torch.logit(torch.sigmoid(x), eps=0.01)
         case "softmin" | "glu":
