@@ -248,11 +248,11 @@ def helpers(draw, name: str):
 
 
 @st.composite
-def programs(draw) -> str:
+def programs(draw, max_tasks: int = 4) -> str:
     lines = [line for h in range(2) for line in draw(helpers(f"h{h}"))]
     lines += [line for h in range(2) for line in draw(updaters(f"u{h}"))]
     lines.append("def program(a: F64, b: F64, k: I64, o0: F64, o1: F64, n: int):")
-    for _ in range(draw(st.integers(1, 4))):
+    for _ in range(draw(st.integers(1, max_tasks))):
         written = f"o{draw(st.integers(0, OUTS - 1))}"
         scope = Scope(written, {"t": "f", "c": "i"})
         lines.append(f"    for i in {draw(st.sampled_from(RANGES))}:")
@@ -303,11 +303,11 @@ def test_kernels_compute_what_python_computes(source, seed):
 
 
 @pytest.mark.skipif(not loop_cuda_on_cpu.available(), reason="needs g++")
-@settings(max_examples=examples(2), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(programs(), st.integers(0, 2**31))
+@settings(max_examples=examples(1), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs(max_tasks=2), st.integers(0, 2**31))
 def test_the_kernels_cuda_computes_what_python_computes(source, seed):
-    """The same programs' generated CUDA, run on the CPU with a thread per CUDA thread
-    (tests/loop_cuda_on_cpu.py): g++ builds each, so CI runs two."""
+    """Such programs' generated CUDA, run on the CPU with a thread per CUDA thread (tests/loop_cuda_on_cpu.py):
+    g++ builds each, so CI runs one, of at most two loops."""
     note(source)
     host = inputs(seed)
     loop_cuda_on_cpu.run_on_cpu(bz.kernel(load(source, python=False)), *host, sm_count=2, resident=2)
