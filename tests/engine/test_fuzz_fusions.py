@@ -109,7 +109,7 @@ def run_random_fusion(data: st.DataObject, dtypes: list[dt.DType], steps: int, m
                       reduction_odds: float = 0.12, backend: str = "llvm") -> None:
     """Builds a program and runs it on `backend` ("llvm", "cuda" or "nvrtc": CUDA compiled only)."""
     with bz.Fusion() as f:
-        program = RandomFusion(data, f, dtypes)
+        program = RandomFusion(data, f, dtypes, static_bf16_ones=backend != "gpu_plan")
         program.build(steps, max_reductions, reduction_odds)
     seed = data.draw(st.integers(0, 2**32 - 1))
     for attempt, rng in enumerate((np.random.default_rng(seed), np.random.default_rng(seed + 1))):
