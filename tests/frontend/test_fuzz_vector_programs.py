@@ -1,6 +1,6 @@
 """Generated loop programs over vectors and in-kernel random numbers: arrays of vec3, vector locals,
-components read and written, `bz.dot`/`cross`/`length`/`normalize`, an array of mat33 (a matrix or
-its transpose times a vector, determinants), `bz.random.uniform`/`normal`,
+components read and written, a local array of vec3 (`bz.local`), `bz.dot`/`cross`/`length`/`normalize`,
+an array of mat33 (a matrix or its transpose times a vector, determinants), `bz.random.uniform`/`normal`,
 atomic vector updates and `if`s, in 1 to 4 tasks.
 
 Each program runs three ways: fused, with `BRAZE_FUSE_TASKS=0`, and as plain Python over NumPy
@@ -104,7 +104,7 @@ def vectors(draw, arrays: int, depth: int = 0, local: bool = False):
 @st.composite
 def statements(draw, arrays: int, depth: int = 0):
     """Lines of one statement, as (kernel lines, Python lines)."""
-    kinds = ["store", "update", "component", "scalar", "local", "atomic"] + (["if"] if depth == 0 else [])
+    kinds = ["store", "update", "component", "scalar", "local", "atomic", "buffer"] + (["if"] if depth == 0 else [])
     kind = draw(st.sampled_from(kinds))
     target = f"x{draw(st.integers(0, arrays - 1))}[i]"
     if kind in ("store", "update"):
@@ -121,6 +121,12 @@ def statements(draw, arrays: int, depth: int = 0):
     if kind == "local":
         (k1, p1), (k2, p2) = draw(vectors(arrays)), draw(vectors(arrays, local=True))
         return [f"w = {k1}", f"{target} = {k2}"], [f"w = {p1}", f"{target} = {p2}"]
+    if kind == "buffer":  # through the task's local array of vec3s, a whole one or a component
+        k, p = draw(vectors(arrays))
+        slot, other = (draw(st.sampled_from(["0", "1", "i % 2"])) for _ in range(2))
+        c, (ks, ps) = draw(st.integers(0, 2)), draw(scalars(arrays))
+        return ([f"buf[{slot}] = {k}", f"buf[{other}].{'xyz'[c]} = {ks}", f"{target} += buf[{slot}]"],
+                [f"buf[{slot}] = {p}", f"buf[{other}][{c}] = {ps}", f"{target} += buf[{slot}]"])
     if kind == "atomic":
         k, p = draw(vectors(arrays))
         return [f"bins[i % 4] += {k}"], [f"bins[i % 4] += {p}"]
@@ -145,7 +151,7 @@ def render(arrays: int, tasks, python: bool) -> str:
     params = ", ".join(f"x{a}: V3" for a in range(arrays))
     lines = [f"def program({params}, s: F32, bins: V3, m: M33, seed: int, n: int):"]
     for kernel_lines, python_lines in tasks:
-        lines.append("    for i in range(n):")
+        lines += ["    for i in range(n):", "        buf = bz.local(bz.vec3, 2)"]
         lines += [f"        {line}" for line in (python_lines if python else kernel_lines)]
     return "\n".join(lines) + "\n"
 
