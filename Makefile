@@ -14,7 +14,7 @@ STAMP := $(VENV)/.installed
 endif
 PY := $(PYENV) $(PYBIN)
 
-.PHONY: demo test wheel-check docs lint gpu-test bench gpu-bench clean
+.PHONY: demo test fuzz wheel-check docs lint gpu-test bench gpu-bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,17 @@ JOBS ?= auto
 test: $(STAMP) wheel-check docs
 	$(PY) -m pytest -q $(if $(JOBS),-n $(JOBS)) tests
 	BRAZE_OPS_BACKEND=nvrtc $(PY) -m pytest -q $(if $(JOBS),-n $(JOBS)) tests/ops
+
+# The generative tests with SCALE times their CI examples (tests/fuzz_scale.py): a longer hunt for bugs,
+# off CI; their CI runs take about 4 CPU-minutes, so the default SCALE=10 about 40.
+SCALE ?= 10
+FUZZ_TESTS := tests/engine/test_fuzz_fusions.py tests/engine/test_fuzz_fusions_cuda_on_cpu.py \
+	tests/frontend/test_fuzz_jit_programs.py tests/frontend/test_fuzz_python_semantics.py \
+	tests/frontend/test_fuzz_vector_programs.py tests/passes/test_fuzz_tasks.py tests/frontend/test_kernel_atomics.py \
+	tests/frontend/test_kernel_random.py tests/frontend/test_kernel_replay.py tests/frontend/test_kernel_equal_extents.py \
+	tests/frontend/test_kernel_python_semantics.py
+fuzz: $(STAMP)
+	BRAZE_FUZZ_SCALE=$(SCALE) $(PY) -m pytest -q $(if $(JOBS),-n $(JOBS)) $(FUZZ_TESTS)
 
 # The documentation site (docs/, the API reference from the docstrings) into build/site; a warning
 # (a broken link, a docstring that does not parse) is an error.

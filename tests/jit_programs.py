@@ -44,6 +44,7 @@ class Value:
     bound: float  # |value| <= bound wherever it is finite
     precise: bool = False  # float64 in the program itself: no float32 rounding on its way
     derived: bool = False  # an extent was computed (a slice, pad, concatenate, reshape): see _broadcast
+    holes: bool = False  # NaN in places: read only by the NaN-aware steps of tests/jit_library_steps.py
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ class _Draw:
         return self.data.draw(strategy, label=label)
 
     def add(self, op: str, args: tuple[int, ...], value: Value, *params: object) -> int:
-        derived = op in DERIVING or any(self.program.values[a].derived for a in args)
+        derived = value.derived or op in DERIVING or any(self.program.values[a].derived for a in args)
         value = replace(value, derived=derived)
         self.program.steps.append(Step(op, args, params))
         self.program.values.append(value)
@@ -108,7 +109,7 @@ class _Draw:
 
     def pick(self, label: str, kind: str = "float") -> int | None:
         """A value of the pool of that kind, squashed when its bound has grown too large."""
-        pool = [i for i, v in enumerate(self.program.values) if v.kind == kind]
+        pool = [i for i, v in enumerate(self.program.values) if v.kind == kind and not v.holes]
         if not pool:
             return None
         index = self(st.sampled_from(pool), label)
@@ -274,7 +275,8 @@ def _concatenate(draw: _Draw) -> None:
     if not v.shape:
         return
     axis = draw(st.integers(0, len(v.shape) - 1), "axis")
-    fits = [i for i, w in enumerate(draw.program.values) if w.kind == "float" and len(w.shape) == len(v.shape)
+    fits = [i for i, w in enumerate(draw.program.values) if w.kind == "float" and not w.holes
+            and len(w.shape) == len(v.shape)
             and all(e == f for a, (e, f) in enumerate(zip(v.shape, w.shape, strict=True)) if a != axis)]
     y = draw(st.sampled_from(fits), "other")
     w = draw.value(y)
@@ -319,7 +321,12 @@ def _input_shape(draw: _Draw, base: tuple[int, ...]) -> tuple[int, ...]:
 
 
 @st.composite
-def programs(draw_fn, max_steps: int = 6) -> Program:
+def programs(draw_fn, max_steps: int = 6, library: str | None = None) -> Program:
+    """A random program; `library` ("numpy", "torch") adds the steps of tests/jit_library_steps.py that
+    its vocabulary has (None: only the steps both spell alike, as NumPy and torch functions)."""
+    from jit_library_steps import library_steps  # it builds on this module's values
+
+    steps = STEPS + library_steps(library)
     data = draw_fn(st.data())
     base = tuple(data.draw(st.lists(st.sampled_from(EXTENTS), min_size=1, max_size=MAX_RANK), label="base shape"))
     program = Program(inputs=[])
@@ -329,7 +336,7 @@ def programs(draw_fn, max_steps: int = 6) -> Program:
         program.inputs.append((shape, draw(st.sampled_from(LAYOUTS), "layout")))
         program.values.append(Value(shape, "float", 3.0))
     for _ in range(draw(st.integers(1, max_steps), "steps")):
-        draw(st.sampled_from(STEPS), "step")(draw)
+        draw(st.sampled_from(steps), "step")(draw)
     made = list(range(len(program.inputs), len(program.values)))
     if not made:  # every drawn step was invalid for its operands
         made = [draw.add("neg", (0,), program.values[0])]
@@ -430,7 +437,9 @@ def numpy_program(program: Program, float32: type = np.float32):
                 return np.pad(x, params[0], constant_values=params[1])
             case "slice":
                 return x[_slice_key(x.ndim, *params)]
-        raise AssertionError(op)
+        return numpy_spelling(op, xs, params, f32)
+
+    from jit_library_steps import numpy_spelling
 
     return _interpreter(program, run)
 
@@ -495,7 +504,9 @@ def torch_program(program: Program, float32=None):
                 return F.pad(x, [w for pair in reversed(params[0]) for w in pair], value=params[1])
             case "slice":
                 return x[_slice_key(x.ndim, *params)]
-        raise AssertionError(op)
+        return torch_spelling(op, xs, params, f32)
+
+    from jit_library_steps import torch_spelling
 
     return _interpreter(program, run)
 

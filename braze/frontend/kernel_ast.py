@@ -40,7 +40,9 @@ from braze.frontend.kernel_scope import (
     TableRow,
     VectorLocal,
     VectorValue,
+    assignments,
     host_evaluable,
+    reads_no_memory,
 )
 from braze.frontend.kernel_targets import TargetTranslator
 from braze.kir import nodes as k
@@ -311,6 +313,7 @@ class Translator(ExpressionTranslator, TargetTranslator):
         self.task_kind = kind
         self.iteration = IterationLocals() if kind == "range_for" else None
         self.atomic_updates, self.owned_updates = set(), {}
+        self.fixed_locals: dict[k.Var, k.Expr] = {}  # locals set once, to arithmetic of indices: their values
 
     def end_task(self) -> tuple[k.Stmt, ...]:
         self.earlier_locals |= set(self.frames[0].names)
@@ -649,12 +652,20 @@ class Translator(ExpressionTranslator, TargetTranslator):
         call's arrays may share memory (`a[i, 1]` of a sliding window is `a[i + 1, 0]`; `a[i]` and
         `b[i + 1]` of one array passed twice are one element), every update with an atomic form is."""
         shared_memory = self.overlapping and op in ty.ATOMIC_AUGMENTED and param.dtype.name in ty.ATOMIC_DTYPES
+        indices = tuple(self.known_value(index) for index in indices)
         atomic = param.name in self.all_updates_atomic or not self.owns(indices) or shared_memory
         if atomic:
             self.atomic_updates.add(param.name)
         else:
             self.owned_updates.setdefault(param.name, set()).add(indices)
         return atomic
+
+    def known_value(self, e: k.Expr) -> k.Expr:
+        """`e` with each local that is set once, to arithmetic of indices, read as that value: `r = i`, then
+        `a[r] *= 2` updates the thread's own element, as `a[i] *= 2` does."""
+        for var, value in self.fixed_locals.items():
+            e = k.substitute(e, var, value)
+        return e
 
     def atomic_update(self, node: ast.AugAssign, op: str, param: k.ArrayParam, indices: tuple[k.Expr, ...]) -> None:
         """`a[j] += v` on an element other threads may update too (a sum, a histogram): atomic, as in
@@ -740,6 +751,8 @@ class Translator(ExpressionTranslator, TargetTranslator):
         if self.depth == 0:
             var = self.new_var(name, dtype)
             self.emit(k.Let(var, ty.as_expr(value, dtype)))
+            if reads_no_memory(ty.as_expr(value, dtype)) and assignments(frame.source.tree)[name] == 1:
+                self.fixed_locals[var] = ty.as_expr(value, dtype)
         else:
             var = self.declare(name, dtype)
             self.emit(k.Assign(var, ty.as_expr(value, dtype)))

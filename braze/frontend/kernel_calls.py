@@ -22,7 +22,17 @@ from braze.frontend import kernel_math as km
 from braze.frontend import kernel_types as ty
 from braze.frontend import kernel_vectors as vec
 from braze.frontend.kernel_random import RandomFunction
-from braze.frontend.kernel_scope import ArrayHandle, FunctionScope, Local, LocalArray, ShapeHandle, Source, VectorValue
+from braze.frontend.kernel_scope import (
+    ArrayHandle,
+    FunctionScope,
+    Local,
+    LocalArray,
+    ShapeHandle,
+    Source,
+    VectorValue,
+    assignments,
+    reads_no_memory,
+)
 from braze.kir import nodes as k
 from braze.ops.elementwise import BINARY, TERNARY, UNARY
 
@@ -348,9 +358,14 @@ def inline(tr: Translator, node: ast.Call, helper: lang.KernelFunc):
         tr.error(node, f"{helper.__name__}: {error}", KernelTypeError)
     bound.apply_defaults()
     frame = FunctionScope(source)
+    reassigned = _assigned_names(helper.fn)
     for name, value in bound.arguments.items():
         if isinstance(value, VectorValue):  # copied, as a scalar argument is: the helper may reassign it
             frame.names[name] = tr.vector_local(name, value)
+        elif isinstance(value, k.Expr) and name not in reassigned and reads_no_memory(value):
+            # the argument itself (`i`, `n - 1 - i`), so that `o[j] *= v` of `helper(o, i, v)` is provably
+            # the thread's own element, as `o[i] *= v` written in the loop is
+            frame.names[name] = value
         elif isinstance(value, k.Expr) and not isinstance(value, k.Const):
             var = tr.new_var(name, value.dtype)  # a local of its own, so the helper may reassign it
             if tr.depth == 0:
@@ -367,6 +382,11 @@ def inline(tr: Translator, node: ast.Call, helper: lang.KernelFunc):
     finally:
         tr.frames.pop()
         tr.loops = loops
+
+
+def _assigned_names(fn: Callable) -> frozenset[str]:
+    """The names a helper's body assigns (`j += 1`, `for j in ...`): its parameters among them need a local."""
+    return frozenset(assignments(_source(fn).tree))
 
 
 def _assign_declared(tr: Translator, var: k.Var, value: k.Expr) -> None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import textwrap
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -153,6 +155,23 @@ class FunctionScope:
     source: Source
     names: dict = field(default_factory=dict)
     outer: dict = field(default_factory=dict)  # the kernel's parameters and aliases (tasks only)
+
+
+_PURE = (k.Const, k.Var, k.ScalarRef, k.ArrayExtent, k.ArrayStride, k.Unary, k.Binary, k.Ternary, k.Cast)
+
+
+def reads_no_memory(e: k.Expr) -> bool:
+    """Whether `e` is arithmetic of locals, parameters and extents alone: no store can change its value
+    (a load's value changes where the element is written)."""
+    if not isinstance(e, _PURE):
+        return False
+    return all(reads_no_memory(getattr(e, f)) for f in ("x", "a", "b", "c") if isinstance(getattr(e, f, None), k.Expr))
+
+
+@functools.lru_cache(maxsize=256)
+def assignments(tree: ast.AST) -> Counter:
+    """How many times the function `tree` assigns each name (`r = ...`, `r += ...`, `for r in ...`)."""
+    return Counter(n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
 
 
 HOST_OPS = ("add", "sub", "mul", "floordiv", "remainder", "minimum", "maximum")

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from braze.errors import FusionDefinitionError, UnsupportedError
 from braze.ir.tensor import TensorView, normalize_axis
 from braze.ops import activations, composites
+from braze.ops import broadcast as bc
 from braze.ops import reductions as red
 from braze.ops import view_composites as vc
 from braze.ops.composites import composite
@@ -136,8 +137,20 @@ def cosine_similarity(x1, x2, dim=1, eps=1e-8):
     """sum(x1 / max(|x1|, eps) * x2 / max(|x2|, eps)) over `dim`: each normalized first, as torch's."""
     if not isinstance(x1, TensorView):
         raise not_a_tensor("cosine_similarity", x1)
-    unit = [elementwise("truediv", x, elementwise("maximum", x.norm(2, dim, True), eps)) for x in (x1, x2)]
+    if not isinstance(x2, TensorView):
+        raise not_a_tensor("cosine_similarity", x2)
+    unit = [elementwise("truediv", x, elementwise("maximum", x.norm(2, dim, True), eps))
+            for x in _broadcast_together(x1, x2)]
     return red.sum(elementwise("mul", *unit), dim)
+
+
+def _broadcast_together(x1: TensorView, x2: TensorView) -> tuple[TensorView, TensorView]:
+    """Both expanded to their common shape, as torch's cosine_similarity takes them: its `dim` is one of
+    that shape's, and a norm over a dimension x2 broadcasts along counts each of its copies."""
+    rank = max(x1.ndim, x2.ndim)
+    a, b = (bc.broadcast(x, [True] * (rank - x.ndim) + [False] * x.ndim) for x in (x1, x2))
+    shape = [db.extent if da.is_broadcast else da.extent for da, db in zip(a.visible, b.visible)]
+    return bc.expand(a, shape), bc.expand(b, shape)
 
 
 @composite

@@ -164,11 +164,18 @@ def _clip(a, a_min=None, a_max=None, out=None, *, min=None, max=None, **kwargs):
 
 
 def _diff(a, n=1, axis=-1, prepend=None, append=None):
-    """NumPy's diff; a number to prepend or append is one slice of it along `axis`."""
+    """NumPy's diff; a number to prepend or append is one slice of it along `axis`, joined as NumPy joins
+    it: an array of the number (a Python float is float64), so float32 `a` with `prepend=0.5` is float64."""
+    numbers = [v for v in (prepend, append) if v is not None and not isinstance(v, TensorView)]
+    if numbers and isinstance(a, TensorView):
+        a = cast(a, dt.as_dtype(np.result_type(a.dtype.numpy, *(np.asarray(v).dtype for v in numbers))))
+
     def joined(value):
         if value is None or isinstance(value, TensorView):
             return value
-        return creation.full_like(vc.narrow(a, axis, 0, 1), value)
+        shape = list(a.shape)
+        shape[axis] = 1  # a slice of a's shape: made, not cut from a, which may have none along axis
+        return creation.full(shape, value, a.dtype)
 
     return vc.diff(a, n, axis, joined(prepend), joined(append))
 

@@ -183,6 +183,8 @@ def keyword_aliases(**aliases: tuple[str, ...]) -> Callable[[Callable], Callable
                         f"both {written[0]}= and {written[1]}=")
                 if written and written[0] != primary:
                     kwargs[primary] = kwargs.pop(written[0])
+                if written == ["dim"] and primary == "axes" and _empty_sequence(kwargs[primary]):
+                    kwargs[primary] = None  # torch's `x.sum(dim=())` reduces every dimension; NumPy's axis=() none
             unknown = [n for n in kwargs if n not in accepted]
             if unknown:
                 raise FusionDefinitionError(
@@ -194,6 +196,10 @@ def keyword_aliases(**aliases: tuple[str, ...]) -> Callable[[Callable], Callable
         return call
 
     return wrap
+
+
+def _empty_sequence(value: object) -> bool:
+    return isinstance(value, (tuple, list)) and len(value) == 0
 
 
 def _positional_names(signature: inspect.Signature) -> list[str]:

@@ -232,7 +232,25 @@ def torch_function(cls: type, func: Callable, types: tuple, args: tuple = (), kw
     if handler is None:
         raise UnsupportedError(f"{what} on a traced tensor: braze has no op for it in a fusion (the ops braze "
                                "has: braze.ops)")
+    if what.removeprefix("torch.") in _EMPTY_DIM_IS_EVERY_DIM:
+        args, kwargs = _every_dim_for_empty(args, kwargs)
     return handler(*args, **kwargs)
+
+
+# torch's reductions whose empty `dim` (`torch.sum(x, dim=())`, `dim=[]`) reduces every dimension, where
+# NumPy's empty `axis=()` reduces none (braze's methods and ops read it as NumPy does).
+_EMPTY_DIM_IS_EVERY_DIM = frozenset({"sum", "mean", "nansum", "nanmean", "var", "std", "var_mean", "std_mean",
+                                     "amax", "amin", "count_nonzero"})
+
+
+def _every_dim_for_empty(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The call with an empty `dim` (second positional or keyword) made None: every dimension."""
+    empty = lambda dim: isinstance(dim, (tuple, list)) and len(dim) == 0  # noqa: E731
+    if len(args) > 1 and empty(args[1]):
+        return (args[0], None, *args[2:]), kwargs
+    if empty(kwargs.get("dim")):
+        return args, {**kwargs, "dim": None}
+    return args, kwargs
 
 
 def _handler(func: Callable, args: tuple) -> tuple[str, Callable[..., object] | None]:

@@ -325,7 +325,11 @@ def _cat_shape(ins, a):
     total = as_scalar(0)
     for tv in ins:
         total = total + tv.shape[axis]
-    return [IterDomain(total) if i == axis else d.clone(IterType.ITERATION) for i, d in enumerate(first.visible)]
+    # An axis of extent 1 in every input stays a broadcast (it broadcasts against others as NumPy's does);
+    # one of extent 1 in some inputs only is known to be 1 at run time alone.
+    every_broadcast = [all(tv.visible[i].is_broadcast for tv in ins) for i in range(first.ndim)]
+    return [IterDomain(total) if i == axis else d.clone(None if every_broadcast[i] else IterType.ITERATION)
+            for i, d in enumerate(first.visible)]
 
 
 def _cat_reference(ctx: RefContext, args, out: TensorView, a: dict) -> np.ndarray:

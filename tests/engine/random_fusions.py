@@ -66,6 +66,9 @@ class RandomFusion:
     outputs: list[Node] = field(default_factory=list)
     nesting: dict[int, int] = field(default_factory=dict)  # exp_nesting's memo
     chains: dict[int, int] = field(default_factory=dict)  # bf16_chain's memo
+    # A GPU's plan compiled for the CPU (the gpu_plan backend) meets the same vectorizer blowup in a row
+    # loop of static extent 1 (log_softmax(abs(x) + 0.5) of a bfloat16 (1,) took 7 s): False keeps them out.
+    static_bf16_ones: bool = True
 
     # --- drawing ---------------------------------------------------------------------------------
     def draw(self, strategy):
@@ -147,7 +150,8 @@ class RandomFusion:
             # No static extents > 1 for bfloat16: the same loop-vectorizer blowup as MAX_BF16_CHAIN's, after
             # full unrolling (var(log_softmax(x)) of a bfloat16 (6,) takes 12 s to compile, (-1,) 0.2 s).
             # Static extents stay small: a large one is what full unrolling would take.
-            declared = [self.choice((-1, -1, n, 1) if dtype != dt.bfloat16 and 1 < n <= 8 else (-1, -1, 1))
+            symbolic = (-1, -1, 1) if dtype != dt.bfloat16 or self.static_bf16_ones else (-1, -1)
+            declared = [self.choice((-1, -1, n, 1) if dtype != dt.bfloat16 and 1 < n <= 8 else symbolic)
                         for n in extents]
             shape = tuple(1 if e == 1 else n for e, n in zip(declared, extents))
             recipe = InputRecipe(
@@ -224,9 +228,9 @@ class RandomFusion:
             return self.ew(op, [x], 1, e if op == "sign" else 0.0)
         if op == "bitwise_not":
             return self.ew(op, [x], b + 1, 0.0)
-        if op in ("sin", "cos", "tanh", "erf", "sigmoid"):
-            slope = {"erf": 2 / math.sqrt(math.pi), "sigmoid": 0.25}.get(op, 1.0)
-            return self.ew(op, [x], 1.0, slope * e, approx=True)
+        if op in ("sin", "cos", "tanh", "erf", "erfc", "sigmoid"):
+            slope = {"erf": 2 / math.sqrt(math.pi), "erfc": 2 / math.sqrt(math.pi), "sigmoid": 0.25}.get(op, 1.0)
+            return self.ew(op, [x], 2.0 if op == "erfc" else 1.0, slope * e, approx=True)
         if op in ("gelu", "silu"):
             attrs = {"approximate": "tanh"} if name == "gelu_tanh" else {}
             return self.ew(op, [x], b, 1.2 * e, approx=True, **attrs)
@@ -418,7 +422,8 @@ class RandomFusion:
         return axes, keepdim, n, shape
 
     def reduction(self) -> Node | None:
-        name = self.choice(["sum", "prod", "max", "min", "mean", "var", "any", "all", "argmax", "argmin"])
+        name = self.choice(["sum", "prod", "max", "min", "mean", "var", "any", "all", "argmax", "argmin", "std",
+                            "var_mean"])
         x = self.pick(lambda n: n.tv.ndim > 0 and (n.exact or name not in ("any", "all", "argmax", "argmin")))
         if x is None:
             return None
@@ -426,7 +431,7 @@ class RandomFusion:
 
     def reduce(self, name: str, x: Node, axes, keepdim: bool, n: int, shape: tuple) -> Node | None:
         """x reduced by `name` over `axes` (n elements each), its result `shape`, with its bounds."""
-        if n == 0 and name in ("mean", "var"):  # NaN: 0 / 0
+        if n == 0 and name in ("mean", "var", "std", "var_mean"):  # NaN: 0 / 0
             return None
         b, e = x.bound, x.err
         exact = x.exact and (x.kind != "f" or n == 1)
@@ -450,14 +455,21 @@ class RandomFusion:
                 return None
             bound = max(b, 1) ** n
             err = 0.0 if exact else n * max(b, 1) ** (n - 1) * e + 2 * n * acc * bound
-        else:  # var
+        else:  # var, std, and var_mean's var or mean
             correction = self.choice((0, 1)) if n > 1 else 0
             attrs["correction"] = correction
             text += f", correction={correction}"
             factor = n / (n - correction)
             bound = 4 * b * b * factor
             err = 0.0 if x.exact and n == 1 else 8 * b * e * factor + 4 * n * acc * bound
+            if name == "std":  # |sqrt(a) - sqrt(b)| <= sqrt(|a - b|): steep near a variance of 0
+                bound, err = math.sqrt(bound), math.sqrt(err)
         tv = getattr(bz.ops, name)(x.tv, axes=axes, keepdim=keepdim, **attrs)
+        if name == "var_mean":
+            which = self.choice((0, 1))
+            tv, text = tv[which], f"{text})[{which}"
+            if which:
+                bound, err = b, (0.0 if x.exact and n == 1 else e + 2 * (n + 1) * acc * b)
         node = self.add(tv, shape, bound, err, f"bz.ops.{name}({x.name}, {text})")
         if node is None or not keepdim or x.kind != "f" or node.kind != "f" or not self.coin(0.4):
             return node
@@ -529,7 +541,7 @@ class RandomFusion:
 
     def view_of(self, x: Node) -> Node | None:
         name = self.choice(["permute", "transpose", "slice", "getitem", "flip", "reshape", "squeeze", "unsqueeze",
-                            "pad", "cat", "expand", "broadcast_in_dim", *MODEL_VIEWS])
+                            "pad", "cat", "expand", "broadcast_in_dim", "nvfuser_slice", *MODEL_VIEWS])
         if name in MODEL_VIEWS:
             return model_view(self, name, x)
         rank, shape = x.tv.ndim, list(x.shape)
@@ -552,6 +564,8 @@ class RandomFusion:
             new = [len(range(n)[s]) for n, s in zip(shape, slices)]
             tv = x.tv[tuple(slices)] if name == "getitem" else bz.ops.slice(x.tv, slices)
             return self.same(x, tv, new, f"{x.name}[{', '.join(_slice_text(s) for s in slices)}]")
+        if name == "nvfuser_slice":
+            return self.nvfuser_slice(x)
         if name == "flip":
             axes = sorted(self.draw(st.sets(st.integers(0, rank - 1), min_size=1)))
             return self.same(x, bz.ops.flip(x.tv, axes), shape, f"bz.ops.flip({x.name}, {axes})")
@@ -596,6 +610,21 @@ class RandomFusion:
             return self.same(x, bz.ops.broadcast_in_dim(x.tv, out, dims), shape[:axis] + [extent] + shape[axis:],
                              f"bz.ops.broadcast_in_dim({x.name}, <{x.name}.shape with {extent} at {axis}>, {dims})")
         return None
+
+    def nvfuser_slice(self, x: Node) -> Node | None:
+        """nvFuser's slice(x, start_indices, end_indices, strides): ends a constant or an extent expression
+        of x (`x.shape[a] - 1`), which clamps to [0, extent] at run time."""
+        starts, ends, strides, texts, new = [], [], [], [], []
+        for axis, n in enumerate(x.shape):
+            start, stride = self.choice((0, 1, 2)), self.choice((1, 1, 2, 3))
+            end, end_text, end_at = {
+                "extent": (x.tv.shape[axis], f"{x.name}.shape[{axis}]", n),
+                "extent - 2": (x.tv.shape[axis] - 2, f"{x.name}.shape[{axis}] - 2", n - 2),
+                "constant": (5, "5", 5)}[self.choice(("extent", "extent - 2", "constant"))]
+            starts.append(start), ends.append(end), strides.append(stride), texts.append(end_text)
+            new.append(len(range(min(start, n), min(max(end_at, 0), n), stride)))
+        tv = bz.ops.slice(x.tv, starts, ends, strides)
+        return self.same(x, tv, new, f"bz.ops.slice({x.name}, {starts}, [{', '.join(texts)}], {strides})")
 
     def scan(self) -> Node | None:
         """A cumulative op along one axis (negative half the time), with the bounds of the reduction of

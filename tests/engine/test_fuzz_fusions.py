@@ -24,6 +24,7 @@ from contextlib import contextmanager
 
 import numpy as np
 import pytest
+from fuzz_scale import examples
 from fuzz_values import ALL, check_output, describe
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -38,8 +39,9 @@ from braze.compile import cuda_driver, nvrtc
 
 # Programs a run: 2 x LLVM_EXAMPLES on llvm (their CUDA compiled too) + NVRTC_EXAMPLES compiled only: 2,000
 # (GPU_EXAMPLES more on a GPU, each compiled optimized and run).
-# BRAZE_FUZZ_EXAMPLES=llvm,nvrtc,gpu changes the counts (a longer hunt, or a quick look).
-EXAMPLES = os.environ.get("BRAZE_FUZZ_EXAMPLES", "280,1440,200")
+# BRAZE_FUZZ_EXAMPLES=llvm,nvrtc,gpu changes the counts (a longer hunt, or a quick look); BRAZE_FUZZ_SCALE
+# (tests/fuzz_scale.py) scales them where it is unset.
+EXAMPLES = os.environ.get("BRAZE_FUZZ_EXAMPLES") or ",".join(str(examples(n)) for n in (280, 1440, 200))
 LLVM_EXAMPLES, NVRTC_EXAMPLES, GPU_EXAMPLES = (int(n) for n in EXAMPLES.split(","))
 batches: CudaBatches | None = None  # where the running test sends each program's CUDA
 
@@ -107,7 +109,7 @@ def run_random_fusion(data: st.DataObject, dtypes: list[dt.DType], steps: int, m
                       reduction_odds: float = 0.12, backend: str = "llvm") -> None:
     """Builds a program and runs it on `backend` ("llvm", "cuda" or "nvrtc": CUDA compiled only)."""
     with bz.Fusion() as f:
-        program = RandomFusion(data, f, dtypes)
+        program = RandomFusion(data, f, dtypes, static_bf16_ones=backend != "gpu_plan")
         program.build(steps, max_reductions, reduction_odds)
     seed = data.draw(st.integers(0, 2**32 - 1))
     for attempt, rng in enumerate((np.random.default_rng(seed), np.random.default_rng(seed + 1))):

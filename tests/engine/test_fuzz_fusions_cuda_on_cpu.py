@@ -1,13 +1,15 @@
 """Random fusions (tests/engine/random_fusions.py) through their generated CUDA run on the CPU
 (tests/cuda_on_cpu.py: g++, a thread per CUDA thread), launched as the executor plans them for a
 random small fake GPU (SMs, resident blocks, block size), against the reference backend within the
-generator's error bounds. A few examples a run: the harness builds each program with g++."""
+generator's error bounds. A few examples a run (BRAZE_FUZZ_SCALE, tests/fuzz_scale.py, draws more): the
+harness builds each program with g++."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from cuda_on_cpu import available, run_on_cpu
+from fuzz_scale import examples
 from fuzz_values import check_output
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -19,7 +21,7 @@ from braze import dtypes as dt
 pytestmark = pytest.mark.skipif(not available(), reason="needs g++")
 
 
-@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(4), deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.data())
 def test_random_float_fusions_on_a_fake_gpu_match_the_reference(data):
     dtypes = data.draw(st.lists(st.sampled_from(dt.FLOAT_DTYPES), min_size=1, max_size=2, unique=True))

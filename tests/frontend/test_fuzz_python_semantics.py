@@ -2,8 +2,10 @@
 bools, ints and floats (`(x > 0) + k[i]`, `a[i] or 7`, `x if c else y`, `%` and `//` of negative
 values, `n ** -1`, `math` functions of literals and of values, `round`, `int`), locals started from a
 literal and updated in serial loops and under `if`s, `@bz.func` helpers returning early from nested
-`if`s, `continue` under a condition, and several parallel loops per kernel over forward, reversed and
-stepped ranges.
+`if`s, `@bz.func` helpers that update the array they are given and return early, `while` loops that may
+`break`, a per-thread local array (`bz.local`) written and read at constant and run-time indices,
+`continue` under a condition, and several parallel loops per kernel over forward, reversed and stepped
+ranges.
 
 A kernel body and a `@bz.func` are Python, so the reference is the same function run by Python over
 lists of Python floats and ints: float64 arithmetic with Python's rules for bools, `and`/`or`, `%`
@@ -24,7 +26,10 @@ import linecache
 import math
 import os
 
+import loop_cuda_on_cpu
 import numpy as np
+import pytest
+from fuzz_scale import examples
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
@@ -32,7 +37,7 @@ import braze as bz
 from braze import config
 
 # BRAZE_FUZZ_LOOP_EXAMPLES=n runs n programs instead of 15 (a longer hunt).
-EXAMPLES = int(os.environ.get("BRAZE_FUZZ_LOOP_EXAMPLES", "15"))
+EXAMPLES = int(os.environ.get("BRAZE_FUZZ_LOOP_EXAMPLES") or examples(15))
 N = 9  # loop bound and array length: odd, so stepped and reversed ranges end on different parities
 OUTS = 2  # o0, o1: the arrays the tasks write
 READS = ["i", "n - 1 - i", "i // 2", "0", "(i + 3) % n"]
@@ -161,12 +166,20 @@ def expressions(draw, scope: Scope, depth: int = 0):
 @st.composite
 def statements(draw, scope: Scope, depth: int = 0):
     """Lines of one statement in a task's body."""
-    kinds = ["store", "store", "update", "local", "if"] + (["serial", "continue"] if depth == 0 else [])
+    kinds = ["store", "store", "update", "local", "if", "buffer", "updater"] + (
+        ["serial", "continue", "while"] if depth == 0 else [])
     kind = draw(st.sampled_from(kinds))
     value, value_kind = draw(expressions(scope))
     target = f"{scope.written}[i]"
     if kind == "store":
         return [f"{target} = {value}"]
+    if kind == "updater":  # a helper updating the task's own element
+        return [f"u{draw(st.integers(0, 1))}({scope.written}, i, {value})"]
+    if kind == "buffer":  # into the local array, then out of it into t (f64: a Python float in Python)
+        slot, other = (draw(st.sampled_from(["0", "1", "2", "c % 3", "(n - i) % 3"])) for _ in range(2))
+        return [f"buf[{slot}] {draw(st.sampled_from(['=', '+=']))} {value}", f"t += f64(buf[{other}])"]
+    if kind == "while":
+        return draw(while_loops(scope))
     if kind == "update":
         return [f"{target} {draw(st.sampled_from(['+=', '-=', '*=']))} {value}"]
     if kind == "local":
@@ -193,6 +206,30 @@ def statements(draw, scope: Scope, depth: int = 0):
 
 
 @st.composite
+def while_loops(draw, scope: Scope):
+    """A local updated in a `while` over a counter of its own, which a condition may `break` early."""
+    name = draw(st.sampled_from(sorted(scope.locals)))
+    inner = Scope(scope.written, {**scope.locals, "w": "i"})
+    step, step_kind = draw(expressions(inner))
+    if scope.locals[name] == "i" and step_kind not in INTEGRAL:
+        step = f"math.floor({step})"
+    lines = ["w = 0", f"while w < {draw(st.integers(0, 3))}:", f"    {name} += {step}", "    w += 1"]
+    if draw(st.booleans()):
+        lines += [f"    if {draw(expressions(inner))[0]}:", "        break"]
+    return lines
+
+
+@st.composite
+def updaters(draw, name: str):
+    """A `@bz.func` that updates element j of the array it is given, returning early under a condition."""
+    ops = st.sampled_from(["+=", "-=", "*=", "="])
+    value = draw(st.sampled_from(["v", "v * 0.5", "-v", "abs(v) + 1"]))
+    return ["@bz.func", f"def {name}(o, j, v):", f"    if v > {draw(st.sampled_from(LITERALS['f']))}:",
+            f"        o[j] {draw(ops)} {value}", "        return",
+            f"    o[j] {draw(ops)} {draw(st.sampled_from(LITERALS['f']))}"]
+
+
+@st.composite
 def helpers(draw, name: str):
     """A `@bz.func` of two values returning from `if`s nested two deep, or falling through. Its returns
     are floats: a bool or an int returned beside a float literal is float32, as they meet in arithmetic."""
@@ -211,15 +248,17 @@ def helpers(draw, name: str):
 
 
 @st.composite
-def programs(draw) -> str:
+def programs(draw, max_tasks: int = 4) -> str:
     lines = [line for h in range(2) for line in draw(helpers(f"h{h}"))]
+    lines += [line for h in range(2) for line in draw(updaters(f"u{h}"))]
     lines.append("def program(a: F64, b: F64, k: I64, o0: F64, o1: F64, n: int):")
-    for _ in range(draw(st.integers(1, 4))):
+    for _ in range(draw(st.integers(1, max_tasks))):
         written = f"o{draw(st.integers(0, OUTS - 1))}"
         scope = Scope(written, {"t": "f", "c": "i"})
         lines.append(f"    for i in {draw(st.sampled_from(RANGES))}:")
         lines.append(f"        t = {draw(st.sampled_from(LITERALS['f']))}")
         lines.append(f"        c = {draw(st.sampled_from(LITERALS['i']))}")
+        lines.append("        buf = bz.local(bz.float64, 3)")
         for _ in range(draw(st.integers(1, 4))):
             lines += [f"        {line}" for line in draw(statements(scope))]
         lines.append(f"        {written}[i] += {draw(st.sampled_from(['t', 'c', 't * c', 't - c']))}")
@@ -241,17 +280,37 @@ def inputs(seed: int) -> list:
     return [*quarters, rng.integers(-5, 6, N).astype(np.int64), np.zeros(N), np.zeros(N), N]
 
 
+def python_run(source: str, seed: int) -> list:
+    """The arrays the program leaves, run by Python over lists of Python numbers."""
+    expected = [x.tolist() if isinstance(x, np.ndarray) else x for x in inputs(seed)]
+    load(source, python=True)(*expected)
+    return expected
+
+
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(programs(), st.integers(0, 2**31))
 def test_kernels_compute_what_python_computes(source, seed):
     note(source)
     program = load(source, python=False)
     fused, unfused = inputs(seed), inputs(seed)
-    expected = [x.tolist() if isinstance(x, np.ndarray) else x for x in inputs(seed)]
-    load(source, python=True)(*expected)
+    expected = python_run(source, seed)
     bz.kernel(program)(*fused)
     with config.scope(fuse_tasks=False):
         bz.kernel(program)(*unfused)
     for out in (3, 4):
         np.testing.assert_array_equal(unfused[out], np.array(expected[out]), err_msg=f"o{out - 3}, unfused")
         np.testing.assert_array_equal(fused[out], unfused[out], err_msg=f"o{out - 3}, fused")
+
+
+@pytest.mark.skipif(not loop_cuda_on_cpu.available(), reason="needs g++")
+@settings(max_examples=examples(1), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs(max_tasks=2), st.integers(0, 2**31))
+def test_the_kernels_cuda_computes_what_python_computes(source, seed):
+    """Such programs' generated CUDA, run on the CPU with a thread per CUDA thread (tests/loop_cuda_on_cpu.py):
+    g++ builds each, so CI runs one, of at most two loops."""
+    note(source)
+    host = inputs(seed)
+    loop_cuda_on_cpu.run_on_cpu(bz.kernel(load(source, python=False)), *host, sm_count=2, resident=2)
+    expected = python_run(source, seed)
+    for out in (3, 4):
+        np.testing.assert_array_equal(host[out], np.array(expected[out]), err_msg=f"o{out - 3}")

@@ -1,5 +1,6 @@
 """Generated loop programs over vectors and in-kernel random numbers: arrays of vec3, vector locals,
-components read and written, `bz.dot`/`cross`/`length`/`normalize`, `bz.random.uniform`/`normal`,
+components read and written, a local array of vec3 (`bz.local`), `bz.dot`/`cross`/`length`/`normalize`,
+an array of mat33 (a matrix or its transpose times a vector, determinants), `bz.random.uniform`/`normal`,
 atomic vector updates and `if`s, in 1 to 4 tasks.
 
 Each program runs three ways: fused, with `BRAZE_FUSE_TASKS=0`, and as plain Python over NumPy
@@ -17,6 +18,7 @@ import linecache
 import os
 
 import numpy as np
+from fuzz_scale import examples
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
@@ -24,7 +26,7 @@ import braze as bz
 from braze import config
 
 # BRAZE_FUZZ_LOOP_EXAMPLES=n runs n programs instead of 40 (a longer hunt).
-EXAMPLES = int(os.environ.get("BRAZE_FUZZ_LOOP_EXAMPLES", "40"))
+EXAMPLES = int(os.environ.get("BRAZE_FUZZ_LOOP_EXAMPLES") or examples(40))
 N = 12  # loop bound and array length
 READS = ["i", "n - 1 - i", "i // 2", "0", "i % 3"]  # owned, and not
 CONSTANTS = ["0.5", "-1.25", "2.0"]
@@ -34,8 +36,8 @@ _counter = itertools.count()
 @st.composite
 def scalars(draw, arrays: int, depth: int = 0):
     """A float32 scalar expression, as (kernel text, Python text)."""
-    kind = draw(st.sampled_from(["const", "s", "random", "component", "dot", "length", "op"] if depth < 2 else
-                                ["const", "s", "random"]))
+    kind = draw(st.sampled_from(["const", "s", "random", "component", "dot", "length", "op", "determinant"]
+                                if depth < 2 else ["const", "s", "random"]))
     if kind == "const":
         text = draw(st.sampled_from(CONSTANTS))
         return text, text
@@ -45,6 +47,9 @@ def scalars(draw, arrays: int, depth: int = 0):
     if kind == "random":
         text = draw(st.sampled_from(["bz.random.uniform(seed, i)", "bz.random.normal(seed, 2 * i + 1, 3)",
                                      "bz.random.uniform(seed, n + i, 1)"]))
+        return text, text
+    if kind == "determinant":
+        text = f"bz.determinant(m[{draw(st.sampled_from(READS))}])"
         return text, text
     if kind == "component":
         k, p = draw(vectors(arrays, depth + 1))
@@ -65,7 +70,8 @@ def scalars(draw, arrays: int, depth: int = 0):
 def vectors(draw, arrays: int, depth: int = 0, local: bool = False):
     """A vec3 expression, as (kernel text, Python text)."""
     leaves = ["array", "array", "construct"] + (["local"] if local else [])
-    kind = draw(st.sampled_from(leaves + ["add", "sub", "scale", "neg", "cross", "normalize"] if depth < 2 else leaves))
+    kind = draw(st.sampled_from(leaves + ["add", "sub", "scale", "neg", "cross", "normalize", "matrix"] if depth < 2
+                                else leaves))
     if kind == "array":
         text = f"x{draw(st.integers(0, arrays - 1))}[{draw(st.sampled_from(READS))}]"
         return text, f"cp({text})"  # a copy: a NumPy row is a view, a kernel's vector a value
@@ -85,6 +91,10 @@ def vectors(draw, arrays: int, depth: int = 0, local: bool = False):
         k1, p1 = draw(vectors(arrays, depth + 1, local))
         return f"-({k1})", f"-({p1})"
     (k1, p1) = draw(vectors(arrays, depth + 1, local))
+    if kind == "matrix":  # a row of m, or its transpose, times the vector: each component a bz.dot of a row
+        row, transposed = draw(st.sampled_from(READS)), draw(st.booleans())
+        matrix = f"bz.transpose(m[{row}])" if transposed else f"m[{row}]"
+        return f"({matrix} @ {k1})", f"rows_times({matrix}, {p1})"
     if kind == "normalize":
         return f"bz.normalize({k1})", f"bz.normalize({p1})"
     k2, p2 = draw(vectors(arrays, depth + 1, local))
@@ -94,7 +104,7 @@ def vectors(draw, arrays: int, depth: int = 0, local: bool = False):
 @st.composite
 def statements(draw, arrays: int, depth: int = 0):
     """Lines of one statement, as (kernel lines, Python lines)."""
-    kinds = ["store", "update", "component", "scalar", "local", "atomic"] + (["if"] if depth == 0 else [])
+    kinds = ["store", "update", "component", "scalar", "local", "atomic", "buffer"] + (["if"] if depth == 0 else [])
     kind = draw(st.sampled_from(kinds))
     target = f"x{draw(st.integers(0, arrays - 1))}[i]"
     if kind in ("store", "update"):
@@ -111,6 +121,12 @@ def statements(draw, arrays: int, depth: int = 0):
     if kind == "local":
         (k1, p1), (k2, p2) = draw(vectors(arrays)), draw(vectors(arrays, local=True))
         return [f"w = {k1}", f"{target} = {k2}"], [f"w = {p1}", f"{target} = {p2}"]
+    if kind == "buffer":  # through the task's local array of vec3s, a whole one or a component
+        k, p = draw(vectors(arrays))
+        slot, other = (draw(st.sampled_from(["0", "1", "i % 2"])) for _ in range(2))
+        c, (ks, ps) = draw(st.integers(0, 2)), draw(scalars(arrays))
+        return ([f"buf[{slot}] = {k}", f"buf[{other}].{'xyz'[c]} = {ks}", f"{target} += buf[{slot}]"],
+                [f"buf[{slot}] = {p}", f"buf[{other}][{c}] = {ps}", f"{target} += buf[{slot}]"])
     if kind == "atomic":
         k, p = draw(vectors(arrays))
         return [f"bins[i % 4] += {k}"], [f"bins[i % 4] += {p}"]
@@ -133,17 +149,23 @@ def programs(draw):
 
 def render(arrays: int, tasks, python: bool) -> str:
     params = ", ".join(f"x{a}: V3" for a in range(arrays))
-    lines = [f"def program({params}, s: F32, bins: V3, seed: int, n: int):"]
+    lines = [f"def program({params}, s: F32, bins: V3, m: M33, seed: int, n: int):"]
     for kernel_lines, python_lines in tasks:
-        lines.append("    for i in range(n):")
+        lines += ["    for i in range(n):", "        buf = bz.local(bz.vec3, 2)"]
         lines += [f"        {line}" for line in (python_lines if python else kernel_lines)]
     return "\n".join(lines) + "\n"
+
+
+def rows_times(matrix: np.ndarray, vector: np.ndarray) -> np.ndarray:
+    """A matrix times a vector in Python, as a kernel computes it: a bz.dot of each row."""
+    return bz.vec3(*(bz.dot(row, vector) for row in matrix))
 
 
 def load(source: str):
     filename = f"<braze-vector-fuzz {next(_counter)}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    namespace = {"bz": bz, "np": np, "cp": np.array, "V3": bz.Array[bz.vec3, 1], "F32": bz.Array[bz.float32, 1]}
+    namespace = {"bz": bz, "np": np, "cp": np.array, "V3": bz.Array[bz.vec3, 1], "F32": bz.Array[bz.float32, 1],
+                 "M33": bz.Array[bz.mat33, 1], "rows_times": rows_times}
     exec(compile(source, filename, "exec"), namespace)
     return namespace["program"]
 
@@ -151,7 +173,8 @@ def load(source: str):
 def inputs(arrays: int, seed: int) -> list:
     rng = np.random.default_rng(seed)
     data = [rng.uniform(-2, 2, (N, 3)).astype(np.float32) for _ in range(arrays)]
-    return [*data, rng.uniform(-2, 2, N).astype(np.float32), np.zeros((4, 3), np.float32), seed, N]
+    matrices = rng.uniform(-1, 1, (N, 3, 3)).astype(np.float32)
+    return [*data, rng.uniform(-2, 2, N).astype(np.float32), np.zeros((4, 3), np.float32), matrices, seed, N]
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -166,6 +189,6 @@ def test_fused_unfused_and_python_agree(program, seed):
         bz.kernel(kernel_fn)(*unfused)
     with np.errstate(all="ignore"):
         load(render(arrays, tasks, python=True))(*expected)
-    for got, off, want in zip(fused[:-2], unfused[:-2], expected[:-2]):
+    for got, off, want in zip(fused[:-3], unfused[:-3], expected[:-3]):
         np.testing.assert_array_equal(off, want)
         np.testing.assert_array_equal(got, off)

@@ -223,6 +223,11 @@ COMPOSITIONS = {
                                       np.diff(c, axis=0, prepend=0.0, append=np.nan), np.diff(i, 2, prepend=1),
                                       np.round(c * 1000, -2), np.round(i, 2), np.round(i, -2), np.around(i, -1)),
                         (C, np.array([[-250, 350, 449, 12, -7]]))),
+    # a number joined by diff is an array of NumPy's dtype for it (0.5 is float64, so float32 x gives float64,
+    # where it gave float32), and an axis of extent 0 takes it too (it was cut from x, which had none there)
+    "diff_numbers": (lambda f, e, h: (np.diff(f, prepend=0.5), np.diff(e, axis=0, prepend=1.0, append=2.0),
+                                      np.diff(e, prepend=True), np.diff(h, append=2)),
+                     (np.linspace(-1, 1, 5, dtype=np.float32), np.ones((0, 2), np.float32), np.ones(3, np.float16))),
     "isclose": (lambda a, b: (np.isclose(a, a + 1e-9), np.isclose(a, b, atol=0.5, equal_nan=True),
                               np.isclose(a, a, equal_nan=True)), (A, B)),
 }

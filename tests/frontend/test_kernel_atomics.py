@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fuzz_scale import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -44,7 +45,7 @@ def test_a_sum_into_one_element_loses_no_update():
     assert "atomic_add(tot[0]" in total.kernel_ir()
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(st.integers(1, 200_000), st.integers(1, 40), st.integers(0, 2**32 - 1))
 def test_a_histogram_matches_bincount(n, bins, seed):
     ids = np.random.default_rng(seed).integers(0, bins, n).astype(np.int32)
@@ -149,6 +150,47 @@ def test_updates_in_a_helper_the_loop_calls_are_atomic_where_threads_share_the_e
     x = np.random.default_rng(5).standard_normal(9)
     springs_through_helper(x, np.zeros_like(x))
     assert springs_through_helper.kernel_ir().count("atomic_") == 2
+
+
+@bz.func
+def scale_at(values: bz.Array[bz.float64, 1], j: int, factor: float):
+    values[j] *= factor
+
+
+def test_a_helper_updating_the_threads_own_element_makes_a_plain_update():
+    # The helper's j is the loop's i (or n - 1 - i), as if the update were written in the loop: `*=` there
+    # was refused as having no atomic form, and `+=` was an atomic.
+    @bz.kernel
+    def scale_and_count(values: bz.Array[bz.float64, 1], counts: bz.Array[bz.int64, 1]):
+        for i in range(values.shape[0]):
+            scale_at(values, values.shape[0] - 1 - i, 2.0)
+            add_at(counts, i, 3)
+
+    values, counts = np.arange(5.0), np.ones(5, np.int64)
+    scale_and_count(values, counts)
+    np.testing.assert_array_equal(values, np.arange(5.0) * 2)
+    np.testing.assert_array_equal(counts, np.full(5, 4))
+    assert "atomic" not in scale_and_count.kernel_ir()
+
+
+def test_a_local_set_once_to_the_index_names_the_threads_own_element():
+    # `r = n - 1 - i` set once: `values[r] *= 2` is `values[n - 1 - i] *= 2` (it was refused as having no
+    # atomic form); `c` is set twice, so `counts[c] += 1` stays atomic.
+    @bz.kernel
+    def mirrored(values: bz.Array[bz.float64, 1], counts: bz.Array[bz.int64, 1]):
+        for i in range(values.shape[0]):
+            r = values.shape[0] - 1 - i
+            values[r] *= 2.0
+            c = i
+            c = c // 2
+            counts[c] += 1
+
+    values, counts = np.arange(6.0), np.zeros(6, np.int64)
+    mirrored(values, counts)
+    np.testing.assert_array_equal(values, np.arange(6.0) * 2)
+    np.testing.assert_array_equal(counts, [2, 2, 2, 0, 0, 0])
+    assert "atomic_add(counts[" in mirrored.kernel_ir() and "atomic" not in mirrored.kernel_ir().replace(
+        "atomic_add(counts[", "")
 
 
 def test_updates_are_atomic_where_the_calls_arrays_share_memory():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fuzz_scale import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -42,7 +43,7 @@ def test_equal_extents_of_different_arrays_fuse():
     assert [d.fused for d in step.decisions()] == [True]
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(st.integers(0, 6), st.integers(0, 6))
 def test_another_axis_of_another_array_fuses_only_when_equal(rows, cols):
     a = np.arange(max(rows, 1) * 2, dtype=np.float32).reshape(-1, 2)[:rows]

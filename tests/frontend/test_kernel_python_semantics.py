@@ -10,6 +10,7 @@ import warnings
 
 import numpy as np
 import pytest
+from fuzz_scale import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -53,7 +54,7 @@ def python_last(bounds):
     return results
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(st.lists(st.integers(-6, 12), min_size=1, max_size=8), st.integers(-3, 3))
 def test_the_loop_variable_keeps_the_last_value_taken(ends, start):
     trips = np.array(ends, np.int64)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fuzz_scale import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -55,7 +56,7 @@ def run_draws(counters: np.ndarray, seed: int, offset: int) -> list[np.ndarray]:
 int64s = st.integers(-2**63, 2**63 - 1)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(st.lists(int64s, min_size=1, max_size=20), int64s, int64s)
 def test_kernel_bits_are_philox4x32_10_word_for_word(counters, seed, offset):
     bits, uniform, normal, wide = run_draws(np.array(counters, np.int64), seed, offset)

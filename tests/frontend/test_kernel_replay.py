@@ -9,6 +9,7 @@ import weakref
 
 import numpy as np
 import pytest
+from fuzz_scale import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -96,7 +97,7 @@ _MUTATIONS = st.sampled_from(["call", "x read-only", "y read-only", "y writable"
                               "y 2-D", "y 1-D", "y reversed view"])
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.lists(_MUTATIONS, min_size=1, max_size=8))
 def test_a_replayed_call_does_what_a_first_call_does(steps: list[str]) -> None:
     """After any changes to the arrays, a call (which may replay) and a first call on the same

@@ -29,7 +29,11 @@ CASES = [
                                          F.kl_div(x, y, reduction="none", log_target=True),
                                          F.kl_div(x, q, reduction="sum"))),
     ("distances", lambda e, x, y, p, q, w: (F.cosine_similarity(x, y), torch.cosine_similarity(x, y, dim=0),
-                                            F.pairwise_distance(x, y), F.pairwise_distance(x, y, p=1.0, keepdim=True))),
+                                            F.pairwise_distance(x, y), F.pairwise_distance(x, y, p=1.0, keepdim=True),
+                                            # broadcast to one shape first, dim one of its: a row's norm over dim 0
+                                            # counts its 3 copies, and w's 0 is the shape's 1 (each once refused,
+                                            # or wrong)
+                                            F.cosine_similarity(x, y[:1], dim=0), F.cosine_similarity(x, w))),
     ("activations", lambda e, x, y, p, q, w: (F.glu(x), F.glu(x[:2], 0), F.hardtanh(e),
                                               F.softmin(x, 1), F.tanhshrink(x), F.softshrink(e), F.hardshrink(e, 1.0),
                                               torch.hardshrink(e), F.threshold(e, 0.1, 2.0), F.prelu(x, w),

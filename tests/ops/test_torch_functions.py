@@ -45,6 +45,9 @@ CASES = [
     # torch's cummax and cummin are (values, indices); braze gave the values alone
     ("cumulative_pairs", lambda x, w, t: torch.cummax(x, 1)[0] + torch.cummax(x, 1)[1] + x.cummin(dim=0).indices
      + torch.cummin(x, dim=0).values),
+    # torch's empty dim reduces every dimension (braze reduced none, as NumPy's axis=() does)
+    ("empty_dims", lambda x, w, t: torch.sum(x, dim=()) + torch.var_mean(x, ())[0] + x.mean(dim=[]) + x.std(dim=())
+     + torch.amax(x, dim=[]) + torch.nansum(x, dim=(), keepdim=True)),
 ]
 
 

@@ -226,6 +226,17 @@ def test_cat(case, static):
     assert_same(out, expected, f"cat {shapes}")
 
 
+def test_cat_of_broadcast_axes_broadcasts():
+    """An axis of extent 1 in every input stays one that broadcasts, as NumPy's concatenate gives it: the
+    sum with a (3, 4) once raised InputError 'must match: got extents 1 and 3'."""
+    with bz.Fusion() as f:
+        x, y = f.define_tensor((1, -1)), f.define_tensor((-1, -1))
+        f.add_output(bz.ops.cat([x, x * 2], 1) + y)
+    x, y = np.array([[1.0, 2.0]], np.float32), np.arange(12, dtype=np.float32).reshape(3, 4)
+    (out,) = f.execute([x, y], backend="llvm")
+    np.testing.assert_array_equal(out, np.concatenate([x, x * 2], 1) + y)
+
+
 # --- definition errors ------------------------------------------------------------------------
 ERRORS = [
     ("permute", lambda t: bz.ops.permute(t, (0, 0, 1))),

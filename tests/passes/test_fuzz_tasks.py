@@ -1,6 +1,7 @@
 """Differential fuzzing of task fusion: random loop programs of 2 to 8 tasks over 1 to 4 arrays (1-d to
 3-d; 2-d ones sometimes sliding windows over one buffer), with index expressions the fuser accepts
-and ones it must reject, random arithmetic and `if`s.
+and ones it must reject, random arithmetic and `if`s, and atomic adds, subtractions, minima and maxima
+(`bz.atomic_max(a0[0], ...)`) on elements every thread may share.
 
 Each program runs three ways: fused, with `BRAZE_FUSE_TASKS=0`, and as plain Python over NumPy
 (the kernel body is Python; its loops then run one index after another). All three must leave
@@ -13,6 +14,7 @@ import linecache
 import os
 
 import numpy as np
+from fuzz_scale import examples
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 from numpy.lib.stride_tricks import sliding_window_view
@@ -22,7 +24,7 @@ from braze import config
 
 # BRAZE_FUZZ_LOOP_EXAMPLES=n runs n programs instead of 50, here and in test_fuzz_vector_programs.py (a
 # longer hunt; split it over processes with different --hypothesis-seed values).
-EXAMPLES = int(os.environ.get("BRAZE_FUZZ_LOOP_EXAMPLES", "50"))
+EXAMPLES = int(os.environ.get("BRAZE_FUZZ_LOOP_EXAMPLES") or examples(50))
 N = 16  # loop bound; a power of two so i ^ 5 < N
 SIZE = 2 * N + 8  # every index form below stays in [0, SIZE)
 INDICES = ["i", "i + 3", "2 * i", "n - 1 - i", "i ^ 5", "i << 1",  # injective
@@ -69,8 +71,11 @@ def statements(draw, arrays: int, favourite: str, columns: int, depth: int = 0):
         return [f"{name} = {row}", f"a{draw(st.integers(0, arrays - 1))}[{name}{column}] = {value}"]
     if kind == "update":
         return [f"{target} += {value}"]
-    if kind == "atomic":
-        return [f"@atomic h[{draw(indices(favourite, False))}]"]
+    if kind == "atomic":  # counts into h, or a running min or max of values: either is the same in any order
+        if draw(st.booleans()):
+            op, amount = draw(st.sampled_from(["add", "sub", "min", "max"])), draw(st.sampled_from(["1", "3", "-2"]))
+            return [f"@atomic|{op}|h[{draw(indices(favourite, False))}]|{amount}"]
+        return [f"@atomic|{draw(st.sampled_from(['min', 'max']))}|{target}|{value}"]
     condition = f"{value} > {draw(expressions(arrays, favourite, columns))}"
     then = draw(statements(arrays, favourite, columns, depth + 1))
     orelse = draw(statements(arrays, favourite, columns, depth + 1))
@@ -92,6 +97,15 @@ def programs(draw):
     return arrays, columns, overlapping, tasks
 
 
+def atomic_update(op: str, target: str, value: str, atomics: bool) -> str:
+    """`bz.atomic_<op>(target, value)`, or what it does written in Python."""
+    if atomics:
+        return f"bz.atomic_{op}({target}, {value})"
+    if op in ("min", "max"):
+        return f"{target} = {op}({target}, {value})"
+    return f"{target} {'+' if op == 'add' else '-'}= {value}"
+
+
 def render(arrays: int, columns: int, tasks, atomics: bool) -> str:
     params = ", ".join(f"a{k}: {('F32', 'F32_2D', 'F32_3D')[columns]}" for k in range(arrays))
     lines = [f"def program({params}, ix: I64, h: I64, n: int):"]
@@ -100,9 +114,8 @@ def render(arrays: int, columns: int, tasks, atomics: bool) -> str:
         for line in body:
             indent = line[: len(line) - len(line.lstrip())]
             text = line.strip()
-            if text.startswith("@atomic "):
-                target = text.removeprefix("@atomic ")
-                text = f"bz.atomic_add({target}, 1)" if atomics else f"{target} += 1"
+            if text.startswith("@atomic|"):
+                text = atomic_update(*text.split("|")[1:], atomics)
             lines.append(f"        {indent}{text}")
     return "\n".join(lines) + "\n"
 
