@@ -29,8 +29,10 @@ from braze.ops.elementwise import BINARY, TERNARY, UNARY
 if TYPE_CHECKING:
     from braze.frontend.kernel_ast import Translator
 
-# Builtins that run at compile time on compile-time arguments (for bz.static loops and constants).
-_FOLDABLE = (range, enumerate, zip, reversed, tuple, list, len, min, max, abs, int, float, bool, round, sum, divmod)
+# Builtins that run at compile time on compile-time arguments (for bz.static loops and constants);
+# bz.ndrange among them, as Taichi's `for i, j in ti.static(ti.ndrange(3, 3))` unrolls a stencil.
+_FOLDABLE = (range, enumerate, zip, reversed, tuple, list, len, min, max, abs, int, float, bool, round, sum, divmod,
+             lang.ndrange)
 _ATOMICS = {lang.atomic_add: "add", lang.atomic_sub: "sub", lang.atomic_min: "min", lang.atomic_max: "max"}
 MAX_INLINE_DEPTH = 32  # nested @bz.func calls; deeper is taken for recursion
 def call(tr: Translator, node: ast.Call):

@@ -223,6 +223,23 @@ def test_static_branches_and_unrolled_loops():
     assert a.tolist() == [[0, 100, 2]] * 2
 
 
+
+def test_a_static_ndrange_unrolls_every_index_tuple():
+    """`for a, b in bz.static(bz.ndrange(3, (1, 3)))` unrolls, as Taichi's ti.static(ti.ndrange(3, 3)) over an
+    MPM stencil: the index tuples are constants (a static `if` and a constant index see them)."""
+    @bz.kernel
+    def k(a: bz.Array[bz.float32, 2]):
+        for i in range(a.shape[0]):
+            for p, q in bz.static(bz.ndrange(3, (1, 3))):
+                if bz.static(q == 2):
+                    a[i, p] += 10.0 * p
+                else:
+                    a[i, p] += 1.0
+
+    a = np.zeros((2, 3), np.float32)
+    k(a)
+    assert a.tolist() == [[1, 11, 21]] * 2
+
 @bz.func
 def clamp01(x):
     if x < 0.0:
