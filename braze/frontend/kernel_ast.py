@@ -35,6 +35,7 @@ from braze.frontend.kernel_scope import (
     FunctionScope,
     Local,
     LocalArray,
+    LocalTuple,
     ShapeHandle,
     Source,
     TableRow,
@@ -92,6 +93,13 @@ def translate_kernel(name: str, source: Source, params: dict[str, object], debug
                     warned.add(message)
                     warnings.warn(message, SerialLoopWarning, stacklevel=3)
             return tasks
+
+
+def _describe_held(value) -> str:
+    """What a local holds, or a value would make it hold, for an error naming both."""
+    if isinstance(value, LocalTuple):
+        return f"a tuple of {len(value.names)} values"
+    return "a single value" if isinstance(value, (Local, VectorLocal)) else f"a {type(value).__name__}"
 
 
 def _computed_from(value) -> set[k.Var]:
@@ -720,6 +728,9 @@ class Translator(ExpressionTranslator, TargetTranslator):
         if isinstance(value, VectorValue) or isinstance(frame.names.get(name), VectorLocal):
             self.assign_vector_name(name, value, node)
             return
+        if isinstance(value, tuple) or isinstance(frame.names.get(name), LocalTuple):
+            self.assign_tuple_name(name, value, node)
+            return
         if isinstance(value, TableRow):
             self.error(node, "unsupported construct: a local holding a row of a constant table; index the table "
                              "where the entry is used (t[q][0] or t[q, 0])")
@@ -746,6 +757,17 @@ class Translator(ExpressionTranslator, TargetTranslator):
         frame.names[name] = Local(var, from_literal=from_literal)
         if from_literal:
             self.literal_locals[var] = self._local_key(name)
+
+    def assign_tuple_name(self, name: str, value, node: ast.AST) -> None:
+        """`w = (a, b, c)` or `[a, b, c]`: each item a hidden local `w[0]`, ... (no Python name can take it)."""
+        bound = self.frames[-1].names.get(name)
+        items = LocalTuple(tuple(f"{name}[{i}]" for i in range(len(value)))) if isinstance(value, tuple) else None
+        if bound is not None and bound != items:
+            self.error(node, f"'{name}' holds {_describe_held(bound)}; it cannot take {_describe_held(items or value)}",
+                       KernelTypeError)
+        for item, part in zip(items.names, value):
+            self.assign_name(item, part, node)
+        self.frames[-1].names[name] = items
 
     def widen_literal_locals(self, operands, *targets: DType) -> None:
         """Restarts the translation (WidenLocal) when a local set from a literal meets a wider typed value of
