@@ -578,17 +578,19 @@ class Translator(ExpressionTranslator, TargetTranslator):
             self.discarded = None
 
     def stmt_Assign(self, node: ast.Assign) -> None:
-        if len(node.targets) != 1:
-            self.error(node, "unsupported construct: chained assignment")
         target = node.targets[0]
-        if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple):
+        if len(node.targets) == 1 and isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple):
             if len(target.elts) != len(node.value.elts):
                 self.error(node, "tuple assignment: the two sides have different lengths")
-            values = [self.temporary(self.expr(v)) for v in node.value.elts]
+            values = [self.held(self.expr(v)) for v in node.value.elts]  # `x[i], x[j] = x[j], x[i]` swaps
             for t, v in zip(target.elts, values):
                 self.assign_parts(t, v, node)
             return
-        self.assign_parts(target, self.expr(node.value), node)
+        value = self.expr(node.value)
+        if len(node.targets) > 1:  # `a[i] = b[i] = v`: v once, stored into each target from the left, as in Python
+            value = self.held(value)
+        for target in node.targets:
+            self.assign_parts(target, value, node)
 
     def assign_parts(self, target: ast.expr, value, node: ast.Assign) -> None:
         """`target = value`, a tuple target taking the value apart, nested ones too (`c, (a, b) = f(x)`
@@ -617,6 +619,15 @@ class Translator(ExpressionTranslator, TargetTranslator):
             self.error(node, f"'{value.param.name}.shape' has {value.ndim} extent(s), unpacked into {count} "
                              "name(s)", KernelTypeError)
         return [k.ArrayExtent(value.param, axis) for axis in range(count)]
+
+    def held(self, value):
+        """`value` read now, into temporaries (each component of a vector, each item of a tuple): a store
+        before its use leaves it alone."""
+        if isinstance(value, VectorValue):
+            return VectorValue(value.type, tuple(self.temporary(item) for item in value.items))
+        if isinstance(value, tuple):
+            return tuple(self.held(item) for item in value)
+        return self.temporary(value)
 
     def temporary(self, value):
         if not isinstance(value, k.Expr) or isinstance(value, k.Const):
