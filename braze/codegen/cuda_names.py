@@ -49,7 +49,10 @@ def is_reserved(name: str) -> bool:
 
 
 def _ascii(name: str) -> str:
-    return "".join(c if c.isascii() else f"_u{ord(c):04x}" for c in name)
+    """`name` in the characters of a C++ identifier: a non-ASCII letter spelled out, anything else
+    (the brackets of a tuple item's local `w[0]`) an underscore."""
+    spelled = "".join(c if c.isascii() else f"_u{ord(c):04x}" for c in name)
+    return re.sub(r"[^A-Za-z0-9_]", "_", spelled)
 
 
 class Names:

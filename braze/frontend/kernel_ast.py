@@ -35,6 +35,7 @@ from braze.frontend.kernel_scope import (
     FunctionScope,
     Local,
     LocalArray,
+    LocalTuple,
     ShapeHandle,
     Source,
     TableRow,
@@ -94,6 +95,13 @@ def translate_kernel(name: str, source: Source, params: dict[str, object], debug
                     warned.add(message)
                     warnings.warn(message, SerialLoopWarning, stacklevel=3)
             return tasks
+
+
+def _describe_held(value) -> str:
+    """What a local holds, or a value would make it hold, for an error naming both."""
+    if isinstance(value, LocalTuple):
+        return f"a tuple of {len(value.names)} values"
+    return "a single value" if isinstance(value, (Local, VectorLocal)) else f"a {type(value).__name__}"
 
 
 def _computed_from(value) -> set[k.Var]:
@@ -573,17 +581,19 @@ class Translator(ExpressionTranslator, TargetTranslator):
             self.discarded = None
 
     def stmt_Assign(self, node: ast.Assign) -> None:
-        if len(node.targets) != 1:
-            self.error(node, "unsupported construct: chained assignment")
         target = node.targets[0]
-        if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple):
+        if len(node.targets) == 1 and isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple):
             if len(target.elts) != len(node.value.elts):
                 self.error(node, "tuple assignment: the two sides have different lengths")
-            values = [self.temporary(self.expr(v)) for v in node.value.elts]
+            values = [self.held(self.expr(v)) for v in node.value.elts]  # `x[i], x[j] = x[j], x[i]` swaps
             for t, v in zip(target.elts, values):
                 self.assign_parts(t, v, node)
             return
-        self.assign_parts(target, self.expr(node.value), node)
+        value = self.expr(node.value)
+        if len(node.targets) > 1:  # `a[i] = b[i] = v`: v once, stored into each target from the left, as in Python
+            value = self.held(value)
+        for target in node.targets:
+            self.assign_parts(target, value, node)
 
     def assign_parts(self, target: ast.expr, value, node: ast.Assign) -> None:
         """`target = value`, a tuple target taking the value apart, nested ones too (`c, (a, b) = f(x)`
@@ -612,6 +622,15 @@ class Translator(ExpressionTranslator, TargetTranslator):
             self.error(node, f"'{value.param.name}.shape' has {value.ndim} extent(s), unpacked into {count} "
                              "name(s)", KernelTypeError)
         return [k.ArrayExtent(value.param, axis) for axis in range(count)]
+
+    def held(self, value):
+        """`value` read now, into temporaries (each component of a vector, each item of a tuple): a store
+        before its use leaves it alone."""
+        if isinstance(value, VectorValue):
+            return VectorValue(value.type, tuple(self.temporary(item) for item in value.items))
+        if isinstance(value, tuple):
+            return tuple(self.held(item) for item in value)
+        return self.temporary(value)
 
     def temporary(self, value):
         if not isinstance(value, k.Expr) or isinstance(value, k.Const):
@@ -731,6 +750,9 @@ class Translator(ExpressionTranslator, TargetTranslator):
         if isinstance(value, VectorValue) or isinstance(frame.names.get(name), VectorLocal):
             self.assign_vector_name(name, value, node)
             return
+        if isinstance(value, tuple) or isinstance(frame.names.get(name), LocalTuple):
+            self.assign_tuple_name(name, value, node)
+            return
         if isinstance(value, TableRow):
             self.error(node, "unsupported construct: a local holding a row of a constant table; index the table "
                              "where the entry is used (t[q][0] or t[q, 0])")
@@ -759,6 +781,17 @@ class Translator(ExpressionTranslator, TargetTranslator):
         frame.names[name] = Local(var, from_literal=from_literal)
         if from_literal:
             self.literal_locals[var] = self._local_key(name)
+
+    def assign_tuple_name(self, name: str, value, node: ast.AST) -> None:
+        """`w = (a, b, c)` or `[a, b, c]`: each item a hidden local `w[0]`, ... (no Python name can take it)."""
+        bound = self.frames[-1].names.get(name)
+        items = LocalTuple(tuple(f"{name}[{i}]" for i in range(len(value)))) if isinstance(value, tuple) else None
+        if bound is not None and bound != items:
+            self.error(node, f"'{name}' holds {_describe_held(bound)}; it cannot take {_describe_held(items or value)}",
+                       KernelTypeError)
+        for item, part in zip(items.names, value):
+            self.assign_name(item, part, node)
+        self.frames[-1].names[name] = items
 
     def widen_literal_locals(self, operands, *targets: DType) -> None:
         """Restarts the translation (WidenLocal) when a local set from a literal meets a wider typed value of

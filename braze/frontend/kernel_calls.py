@@ -39,8 +39,10 @@ from braze.ops.elementwise import BINARY, TERNARY, UNARY
 if TYPE_CHECKING:
     from braze.frontend.kernel_ast import Translator
 
-# Builtins that run at compile time on compile-time arguments (for bz.static loops and constants).
-_FOLDABLE = (range, enumerate, zip, reversed, tuple, list, len, min, max, abs, int, float, bool, round, sum, divmod)
+# Builtins that run at compile time on compile-time arguments (for bz.static loops and constants);
+# bz.ndrange among them, as Taichi's `for i, j in ti.static(ti.ndrange(3, 3))` unrolls a stencil.
+_FOLDABLE = (range, enumerate, zip, reversed, tuple, list, len, min, max, abs, int, float, bool, round, sum, divmod,
+             lang.ndrange)
 _ATOMICS = {lang.atomic_add: "add", lang.atomic_sub: "sub", lang.atomic_min: "min", lang.atomic_max: "max"}
 MAX_INLINE_DEPTH = 32  # nested @bz.func calls; deeper is taken for recursion
 def call(tr: Translator, node: ast.Call):
@@ -79,7 +81,7 @@ def call(tr: Translator, node: ast.Call):
     return tr.checked(node, lambda: rule(tr, node, args))
 
 
-_PYTHON_BUILTINS = ("min", "max", "abs", "round", "len", "divmod", "int", "float")
+_PYTHON_BUILTINS = ("min", "max", "abs", "round", "len", "divmod", "pow", "int", "float")
 
 
 def _callee_hint(callee) -> str:
@@ -240,7 +242,18 @@ _BUILTIN_RULES: dict[Callable, Callable] = {
     max: _extreme("maximum"),
     len: _len,
     divmod: lambda tr, node, args: _divmod(args),
+    pow: lambda tr, node, args: _pow(tr, node, args),
 }
+
+
+def _pow(tr: Translator, node: ast.Call, args: list):
+    """Python's `pow(a, b)`, as Taichi code writes `pow(1 - cos_i, 2)`: `a ** b`, vectors and debug checks
+    alike. The three-argument form (a power modulo m) is not a kernel's."""
+    if len(args) != 2:
+        raise ty.TypeProblem(f"pow: expected 2 arguments (pow(a, b) is a ** b), got {len(args)}")
+    if tr is None:  # a component of a vector (vec.elementwise): a float, with no debug check to make
+        return ty.binary("pow", *args)
+    return tr.binary(node, "pow", *args)
 
 
 def _divmod(args: list) -> tuple:

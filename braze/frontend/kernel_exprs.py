@@ -16,7 +16,16 @@ from braze.errors import KernelTypeError
 from braze.frontend import kernel_types as ty
 from braze.frontend import kernel_vectors as vec
 from braze.frontend.kernel_calls import call
-from braze.frontend.kernel_scope import ArrayHandle, Local, LocalArray, ShapeHandle, TableRow, VectorLocal, VectorValue
+from braze.frontend.kernel_scope import (
+    ArrayHandle,
+    Local,
+    LocalArray,
+    LocalTuple,
+    ShapeHandle,
+    TableRow,
+    VectorLocal,
+    VectorValue,
+)
 from braze.kir import nodes as k
 
 _NO_CONTAINERS = "a kernel holds numbers, vectors and fixed-size arrays (`bz.local(dtype, n)`) only"
@@ -24,8 +33,6 @@ _NO_CONTAINERS = "a kernel holds numbers, vectors and fixed-size arrays (`bz.loc
 MAX_TABLE_ENTRIES = 1024  # a chain of selects per read: a longer table belongs in an array
 INSTEAD = {
     "NamedExpr": "assign the value on a line of its own, then test it",
-    "List": "for a per-thread array write `v = bz.local(bz.float32, n)` and set its elements; for a small "
-            "vector, `bz.vec3(x, y, z)`",
     "ListComp": "for a per-thread array write `v = bz.local(bz.float32, n)` and fill it in a `for` loop",
     "Dict": _NO_CONTAINERS,
     "Set": _NO_CONTAINERS,
@@ -66,10 +73,16 @@ class ExpressionTranslator:
         value = self.lookup(node)
         if isinstance(value, VectorLocal):
             return value.value()
+        if isinstance(value, LocalTuple):
+            return tuple(self.expr_Name(ast.copy_location(ast.Name(id=item, ctx=ast.Load()), node))
+                         for item in value.names)
         return value.var if isinstance(value, Local) else value
 
     def expr_Tuple(self, node: ast.Tuple):
         return tuple(self.expr(e) for e in node.elts)
+
+    def expr_List(self, node: ast.List):
+        return tuple(self.expr(e) for e in node.elts)  # `w = [a, b, c]`, indexed by constants, as a tuple is
 
     def expr_Attribute(self, node: ast.Attribute):
         base = self.expr(node.value)
@@ -113,6 +126,9 @@ class ExpressionTranslator:
             position = self.expr(node.slice)
             if isinstance(base, (tuple, list)) and isinstance(position, int):
                 return base[position]
+            if isinstance(base, tuple) and any(isinstance(e, (k.Expr, VectorValue)) for e in base):
+                self.error(node, "a tuple or list of values is indexed by constants (w[0], or in a bz.static loop); "
+                                 "for an index known only at run time keep them in `bz.local(dtype, n)`")
             return self.table_entry(node, base, position)
         self.error(node, "unsupported construct: subscript of a value that is not an array")
 

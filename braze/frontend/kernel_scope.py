@@ -99,6 +99,14 @@ class VectorLocal:
 
 
 @dataclass(frozen=True)
+class LocalTuple:
+    """A local holding a tuple or list of values (Taichi's `w = [0.5 * (1.5 - fx) ** 2, ...]`): each item
+    is a hidden local of its own, so a later store to an array it was read from does not change it."""
+
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Local:
     """A local variable of a task (or of an inlined helper)."""
 

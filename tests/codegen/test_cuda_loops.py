@@ -97,7 +97,7 @@ def test_names_cpp_cannot_take_are_renamed():
 @pytest.mark.parametrize("name, expected", [("int", "v_int"), ("threadIdx", "v_threadIdx"), ("__x", "v_x"),
                                             ("_Up", "v_Up"), ("bz_begin", "v_bz_begin"), ("sqrtf", "v_sqrtf"),
                                             ("float4", "v_float4"), ("atomicAdd", "v_atomicAdd"),
-                                            ("\u03b1", "v_u03b1"), ("speed", "speed")])
+                                            ("\u03b1", "v_u03b1"), ("w[0]", "v_w_0_"), ("speed", "speed")])
 def test_reserved_names(name, expected):
     assert Names()(name) == expected
 

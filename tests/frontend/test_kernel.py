@@ -2,6 +2,7 @@
 
 import importlib.util
 import math
+import re
 
 import numpy as np
 import pytest
@@ -247,6 +248,82 @@ def test_static_branches_and_unrolled_loops():
     k(a)
     assert a.tolist() == [[0, 100, 2]] * 2
 
+
+
+def test_a_static_ndrange_unrolls_every_index_tuple():
+    """`for a, b in bz.static(bz.ndrange(3, (1, 3)))` unrolls, as Taichi's ti.static(ti.ndrange(3, 3)) over an
+    MPM stencil: the index tuples are constants (a static `if` and a constant index see them)."""
+    @bz.kernel
+    def k(a: bz.Array[bz.float32, 2]):
+        for i in range(a.shape[0]):
+            for p, q in bz.static(bz.ndrange(3, (1, 3))):
+                if bz.static(q == 2):
+                    a[i, p] += 10.0 * p
+                else:
+                    a[i, p] += 1.0
+
+    a = np.zeros((2, 3), np.float32)
+    k(a)
+    assert a.tolist() == [[1, 11, 21]] * 2
+
+
+def test_a_local_list_of_vectors_keeps_what_it_read():
+    """Taichi's MPM weights `w = [0.5 * (1.5 - fx) ** 2, ...]`, read at constant indices: each item is a
+    local of its own (a later store to the array it was read from leaves it alone), a tuple of the same
+    length may replace it in a branch, and its items unpack."""
+    @bz.kernel
+    def k(x: bz.Array[bz.vec2, 1], y: bz.Array[bz.float32, 2]):
+        for i in range(x.shape[0]):
+            fx = x[i]
+            w = [0.5 * (1.5 - fx) ** 2, 0.75 - (fx - 1) ** 2, 0.5 * (fx - 0.5) ** 2]
+            x[i] = bz.vec2(9.0)
+            if fx.x > 0.5:
+                w = (fx, 2.0 * fx, 3.0 * fx)
+            for a, b in bz.static(bz.ndrange(3, 3)):
+                y[i, 3 * a + b] = w[a].x * w[b].y
+            first, _, last = w
+            y[i, 9] = first.y + last.x
+
+    fx = np.random.default_rng(0).random((6, 2)).astype(np.float32)
+    x, y = fx.copy(), np.full((6, 10), np.nan, np.float32)
+    k(x, y)
+    f = fx.astype(np.float64)
+    w = [0.5 * (1.5 - f) ** 2, 0.75 - (f - 1) ** 2, 0.5 * (f - 0.5) ** 2]
+    w = [np.where(f[:, :1] > 0.5, (m + 1) * f, w[m]) for m in range(3)]
+    expected = [w[a][:, 0] * w[b][:, 1] for a in range(3) for b in range(3)] + [w[0][:, 1] + w[2][:, 0]]
+    np.testing.assert_allclose(y, np.stack(expected, 1), rtol=1e-6)
+    assert (x == 9).all()
+
+
+def tuple_then_number(y: bz.Array[bz.float32, 1]):
+    for i in range(y.shape[0]):
+        w = (1.0, 2.0)
+        w = 3.0
+        y[i] = w
+
+
+def number_then_tuple(y: bz.Array[bz.float32, 1]):
+    for i in range(y.shape[0]):
+        w = 3.0
+        w = (1.0, 2.0)
+        y[i] = w[0]
+
+
+def two_then_three(y: bz.Array[bz.float32, 1]):
+    for i in range(y.shape[0]):
+        w = [1.0, 2.0]
+        w = [1.0, 2.0, 3.0]
+        y[i] = w[0]
+
+
+@pytest.mark.parametrize("fn, message", [
+    (tuple_then_number, "'w' holds a tuple of 2 values; it cannot take a float"),
+    (number_then_tuple, "'w' holds a single value; it cannot take a tuple of 2 values"),
+    (two_then_three, "'w' holds a tuple of 2 values; it cannot take a tuple of 3 values"),
+])
+def test_a_local_tuple_keeps_its_length(fn, message):
+    with pytest.raises(bz.KernelTypeError, match=re.escape(message)):
+        bz.kernel(fn)(np.zeros(3, np.float32))
 
 @bz.func
 def clamp01(x):

@@ -85,10 +85,10 @@ def returns_in_a_helpers_loop(a: F32):
         a[i] = first_negative(a, a.shape[0])
 
 
-def uses_a_list(a: F32):
+def indexes_a_list_at_run_time(a: F32):
     for i in range(a.shape[0]):
-        v = [0.0, 1.0]
-        a[i] = v[1]
+        v = [a[i], 1.0]
+        a[i] = v[i % 2]
 
 
 def raises(a: F32):
@@ -115,7 +115,8 @@ def steps_a_parallel_ndrange(a: F32):
 @pytest.mark.parametrize("fn, message, culprit", [
     (uses_with, "unsupported construct: With statement; .*call the kernel inside the `with`", 'with open("x"):'),
     (uses_lambda, "unsupported construct: Lambda expression; .*@bz.func", "g = lambda x: x"),
-    (uses_a_list, r"unsupported construct: List expression; .*`v = bz.local\(bz.float32, n\)`", "v = [0.0, 1.0]"),
+    (indexes_a_list_at_run_time, r"a tuple or list of values is indexed by constants .*`bz.local\(dtype, n\)`",
+     "a[i] = v[i % 2]"),
     (raises, r"unsupported construct: Raise statement; use `assert condition`", 'raise ValueError("negative")'),
     (iterates_an_array, r"unsupported loop: iterate over range\(...\)", "for x in a:"),
     (slices, "unsupported construct: slices", "a[i] = a[1:3]"),

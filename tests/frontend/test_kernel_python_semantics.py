@@ -324,3 +324,28 @@ def test_a_dtype_of_a_literal_is_a_typed_constant():
     out = np.zeros(3)
     typed_constants(out, 3)
     np.testing.assert_array_equal(out, np.arange(3.0) + np.float64(np.float32(1) / np.float32(3)))
+
+
+@bz.kernel
+def powers(x: bz.Array[bz.float32, 1], v: bz.Array[bz.vec2, 1], n: bz.Array[bz.int64, 1]):
+    for i in range(x.shape[0]):
+        x[i] = pow(1 - x[i], 2)
+        v[i] = pow(v[i], 2.0)
+        n[i] = pow(n[i], 3)
+
+
+def test_builtin_pow_is_a_power():
+    """Python's pow(a, b), as Taichi's examples write pow(1 - cos_i, 2): a ** b, for numbers and vectors."""
+    x, v, n = np.float32([0.25, 3.0]), np.float32([[1, 2], [3, -4]]), np.int64([2, -3])
+    powers(x, v, n)
+    assert x.tolist() == [0.5625, 4.0] and v.tolist() == [[1, 4], [9, 16]] and n.tolist() == [8, -27]
+
+
+def pow_modulo(x: bz.Array[bz.int64, 1]):
+    for i in range(x.shape[0]):
+        x[i] = pow(x[i], 2, 5)
+
+
+def test_pow_modulo_is_refused():
+    with pytest.raises(bz.KernelTypeError, match=r"pow: expected 2 arguments \(pow\(a, b\) is a \*\* b\), got 3"):
+        bz.kernel(pow_modulo)(np.int64([3]))

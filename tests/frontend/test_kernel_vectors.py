@@ -486,3 +486,45 @@ def test_misuse_is_a_type_error_naming_the_line(params, body, message, tmp_path)
 def test_a_backing_array_of_the_wrong_shape_or_dtype_is_an_input_error(array, message):
     with pytest.raises(bz.InputError, match=message):
         integrate(array, np.zeros((8, 3), np.float32), np.float32(0.1))
+
+
+@bz.kernel
+def swap_ends(x: bz.Array[bz.vec2, 1]):
+    for i in range(x.shape[0] // 2):
+        j = x.shape[0] - 1 - i
+        x[i], x[j] = x[j], x[i]
+
+
+@bz.kernel
+def swap_locals(x: bz.Array[bz.vec2, 1]):
+    for i in range(x.shape[0]):
+        a, b = x[i], bz.vec2(-1.0, -2.0)
+        a, b = b, a
+        x[i] = a + 10.0 * b
+
+
+def test_a_tuple_assignment_swaps_vectors():
+    """Both sides are read before either is stored, for vectors as for numbers: the second store took the
+    vector the first had just written (x[j] got x[j] back, b got b)."""
+    x = np.arange(8, dtype=np.float32).reshape(4, 2)
+    swap_ends(x)
+    assert x.tolist() == [[6, 7], [4, 5], [2, 3], [0, 1]]
+    y = np.arange(4, dtype=np.float32).reshape(2, 2)
+    swap_locals(y)
+    assert y.tolist() == [[-1, 8], [19, 28]]
+
+
+@bz.kernel
+def chained(x: bz.Array[bz.vec2, 1], y: bz.Array[bz.vec2, 1], s: bz.Array[bz.float32, 1]):
+    for i in range(x.shape[0]):
+        x[i] = y[i] = x[i] * 2.0
+        a = b = s[i] + 1.0
+        s[i] = a + b
+
+
+def test_a_chained_assignment_stores_one_value_in_every_target():
+    """Taichi's `f_old[i, j] = f_new[i, j] = f_eq(i, j)`: the value is computed once, before the first
+    store (x[i] doubles once, and y[i] takes the same)."""
+    x, y, s = np.arange(4, dtype=np.float32).reshape(2, 2), np.zeros((2, 2), np.float32), np.float32([1, 2])
+    chained(x, y, s)
+    assert x.tolist() == y.tolist() == [[0, 2], [4, 6]] and s.tolist() == [4, 6]
