@@ -56,6 +56,7 @@ from braze.frontend import (
 from braze.frontend.kernel_vectors import (
     cross,
     determinant,
+    diag,
     dot,
     inverse,
     length,
@@ -69,6 +70,8 @@ from braze.frontend.kernel_vectors import (
     norm,
     normalize,
     outer,
+    skew,
+    trace,
     transpose,
     vec2,
     vec2d,

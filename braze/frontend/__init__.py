@@ -20,6 +20,7 @@ from braze.frontend.kernel_random import random
 from braze.frontend.kernel_vectors import (
     cross,
     determinant,
+    diag,
     dot,
     inverse,
     length,
@@ -33,6 +34,8 @@ from braze.frontend.kernel_vectors import (
     norm,
     normalize,
     outer,
+    skew,
+    trace,
     transpose,
     vec2,
     vec2d,
@@ -44,7 +47,7 @@ from braze.frontend.kernel_vectors import (
 
 VECTOR_NAMES = ["vec2", "vec3", "vec4", "vec2d", "vec3d", "vec4d", "mat22", "mat33", "mat44", "mat22d", "mat33d",
                 "mat44d", "dot", "cross", "length", "norm", "length_sq", "normalize", "outer", "transpose",
-                "determinant", "inverse"]
+                "determinant", "inverse", "trace", "diag", "skew"]
 __all__ = ["Array", "Fusion", "JitFunction", "KernelFunction", "atomic_add", "atomic_max", "atomic_min", "atomic_sub",
            "func", "jit", "kernel", "local", "math", "ndrange", "random", "serial", "static",
            *VECTOR_NAMES]

@@ -46,6 +46,9 @@ _FOLDABLE = (range, enumerate, zip, reversed, tuple, list, len, min, max, abs, i
 _ATOMICS = {lang.atomic_add: "add", lang.atomic_sub: "sub", lang.atomic_min: "min", lang.atomic_max: "max"}
 MAX_INLINE_DEPTH = 32  # nested @bz.func calls; deeper is taken for recursion
 def call(tr: Translator, node: ast.Call):
+    receiver = _vector_receiver(tr, node)
+    if receiver is not None:
+        return _vector_method(tr, node, receiver)
     callee = tr.resolve_callee(node.func)
     name = ast.unparse(node.func)
     if callee is None:
@@ -123,6 +126,36 @@ def _instead(name: str) -> str:
     return ""
 
 
+def _vector_receiver(tr: Translator, node: ast.Call) -> VectorValue | None:
+    """The vector or matrix `v` of a method call `v.norm()`, `x[i].dot(w)`, `(a - b).normalized()`; None
+    for any other call (`bz.math.dot(a, b)`, `np.max(x)`: a function reached through a module)."""
+    func = node.func
+    if not isinstance(func, ast.Attribute) or func.attr not in (*vec.METHODS, *vec.NOT_METHODS, "fill"):
+        return None
+    if isinstance(func.value, (ast.Name, ast.Attribute)) and (tr.resolve_callee(func) is not None or
+                                                              tr.resolve_callee(func.value) is None):
+        return None
+    receiver = tr.expr(func.value)
+    if isinstance(receiver, (k.Expr, Local)):
+        tr.error(node, f"'.{func.attr}()' is a method of vectors and matrices; '{ast.unparse(func.value)}' is a "
+                       f"{vec.describe(receiver)}", KernelTypeError)
+    return receiver if isinstance(receiver, VectorValue) else None
+
+
+def _vector_method(tr: Translator, node: ast.Call, receiver: VectorValue):
+    """`v.<name>(args)`: `bz.math.<name>(v, args)` by kernel_vectors.METHODS; `v.fill(x)` assigns v."""
+    name = node.func.attr
+    if node.keywords:
+        tr.error(node, f".{name}(): keyword arguments are not supported here")
+    if name in vec.NOT_METHODS:
+        tr.error(node, f"{vec.describe(receiver)} has no method '{name}': {vec.NOT_METHODS[name]}", KernelTypeError)
+    args = [tr.expr(a) for a in node.args]
+    if name == "fill":
+        tr.assign(node.func.value, tr.checked(node, lambda: vec.filled(receiver.type, args)), node)
+        return None
+    return tr.checked(node, lambda: vec.METHODS[name].in_kernel([receiver, *args]))
+
+
 def _vector_rule(callee, args: list) -> Callable | None:
     """The rule of a call that makes or takes vectors: a constructor (`bz.vec3(...)`), `bz.mat33.identity()`,
     a vector function (`bz.dot`), or a scalar function applied to each component (`bz.math.sqrt(v)`)."""
@@ -134,12 +167,19 @@ def _vector_rule(callee, args: list) -> Callable | None:
         return lambda name, args: callee.in_kernel(args)
     if not any(isinstance(a, VectorValue) for a in args):
         return None
+    if len(args) == 1 and _lookup(_REDUCTION_OF, callee):  # max(v): the largest component, as Python's max
+        return lambda name, args: _REDUCTION_OF[callee].in_kernel(args)
     if callee is len and len(args) == 1:
         return lambda name, args: args[0].type.shape[0]
     scalar_rule = _rule_for(callee)
     if scalar_rule is None or isinstance(callee, DType) or isinstance(callee, type) or callee in (int, float, bool):
         return lambda name, args: _no_vectors(name, args)
     return lambda name, args: vec.elementwise(name, lambda *parts: scalar_rule(None, None, list(parts)), args)
+
+
+# Python's builtins and bz.math's elementwise max and min, given one vector: its components combined.
+_REDUCTION_OF = {sum: vec.component_sum, max: vec.component_max, min: vec.component_min, any: vec.any_nonzero,
+                 all: vec.all_nonzero, lang.math.max: vec.component_max, lang.math.min: vec.component_min}
 
 
 def _no_vectors(name: str, args: list):

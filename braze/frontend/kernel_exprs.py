@@ -170,15 +170,31 @@ class ExpressionTranslator:
         if any(isinstance(r, ast.Slice) for r in raw):
             self.error(node, "unsupported construct: slices (index one element at a time)")
         param = handle.param
-        if not handle.ndim <= len(raw) <= param.ndim or handle.element is None and len(raw) != param.ndim:
+        values = self.index_values(node, raw, param)
+        if not handle.ndim <= len(values) <= param.ndim or handle.element is None and len(values) != param.ndim:
             of = f" of {handle.element!r}" if handle.element is not None else ""
             self.error(node, f"wrong number of indices: '{param.name}' has {handle.ndim} dimension(s){of}, "
-                             f"got {len(raw)} index(es)", KernelTypeError)
-        indices = tuple(self.checked(r, lambda r=r: ty.index(self.expr(r), f"index of '{param.name}'")) for r in raw)
+                             f"got {len(values)} index(es)", KernelTypeError)
+        indices = tuple(self.checked(r, lambda r=r, v=v: ty.index(v, f"index of '{param.name}'"))
+                        for r, v in zip(raw * len(values) if len(raw) == 1 else raw, values))
         indices = tuple(_from_the_end(param, axis, i) for axis, i in enumerate(indices))
         if self.debug:
             self.bounds_check(node, param, indices)
         return handle, indices
+
+    def index_values(self, node: ast.Subscript, raw: list, param: k.ArrayParam) -> tuple:
+        """The values of an array's indices: `a[I]` with I a tuple of integers (`I = (i, j)`, Taichi's
+        grid index) is `a[I[0], I[1]]`, as in NumPy."""
+        values = tuple(self.expr(r) for r in raw)
+        if len(values) == 1 and isinstance(values[0], tuple):
+            return values[0]
+        vectors = [v for v in values if isinstance(v, VectorValue)]
+        if vectors:
+            self.error(node, f"'{param.name}' is indexed by a {vec.describe(vectors[0])}: an index is one integer "
+                             "per axis, and braze's vectors hold floats (it has no integer vectors); write the "
+                             "integers, a[i + di, j + dj], or keep them in a tuple, I = (i, j), and write a[I]",
+                       KernelTypeError)
+        return values
 
     def local_index(self, node: ast.Subscript, array: LocalArray) -> k.Expr:
         """The index of `buf[j]`: a constant is checked now (a negative one counts from the end), any

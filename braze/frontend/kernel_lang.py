@@ -17,6 +17,7 @@ from braze import dtypes as dt
 from braze.dtypes import DType
 from braze.errors import KernelSyntaxError
 from braze.frontend import kernel_math as km
+from braze.frontend.kernel_vectors import METHODS as VECTOR_FUNCTIONS
 from braze.frontend.kernel_vectors import VectorType
 from braze.ops.elementwise import BINARY, TERNARY, UNARY
 
@@ -113,7 +114,8 @@ class MathFunction:
 class _MathNamespace:
     """The op table's unary, binary and ternary functions, as `bz.math.sin`, `bz.math.atan2`, ...; the
     functions of Python's `math` module the table composes (`bz.math.acos`, `bz.math.hypot`), `min` and
-    `max`, and Python's `math` constants (`bz.math.pi`), so that `bz.math` serves where `math` would."""
+    `max`, and Python's `math` constants (`bz.math.pi`), so that `bz.math` serves where `math` would; and the
+    vector and matrix functions (`bz.math.dot`, `bz.math.trace`, braze/frontend/kernel_vectors.py)."""
 
     pi, e, tau, inf, nan = pymath.pi, pymath.e, pymath.tau, pymath.inf, pymath.nan
 
@@ -124,6 +126,9 @@ class _MathNamespace:
         for name, reference in km.REFERENCES.items():
             setattr(self, name, MathFunction(name, reference))
         self.min, self.max = MathFunction("minimum", np.minimum), MathFunction("maximum", np.maximum)
+        for name, function in VECTOR_FUNCTIONS.items():  # bz.math.dot, bz.math.norm, ... (max and min of one
+            if not hasattr(self, name):                   # vector are its largest and smallest components)
+                setattr(self, name, function)
 
     def __repr__(self) -> str:
         return "bz.math"

@@ -178,8 +178,11 @@ def reads_no_memory(e: k.Expr) -> bool:
 
 @functools.lru_cache(maxsize=256)
 def assignments(tree: ast.AST) -> Counter:
-    """How many times the function `tree` assigns each name (`r = ...`, `r += ...`, `for r in ...`)."""
-    return Counter(n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
+    """How many times the function `tree` assigns each name (`r = ...`, `r += ...`, `for r in ...`, and
+    `v.fill(x)`, which assigns the vector v)."""
+    return Counter([n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)] +
+                   [n.func.value.id for n in ast.walk(tree) if isinstance(n, ast.Call) and
+                    isinstance(n.func, ast.Attribute) and n.func.attr == "fill" and isinstance(n.func.value, ast.Name)])
 
 
 HOST_OPS = ("add", "sub", "mul", "floordiv", "remainder", "minimum", "maximum")

@@ -134,6 +134,12 @@ class _KernelMath:
     sqrt = staticmethod(lambda a: ty.unary("sqrt", a))
     positive = staticmethod(lambda a: ty.binary("gt", a, 0))
     select = staticmethod(lambda c, a, b: ty.ternary("where", c, a, b))
+    maximum = staticmethod(lambda a, b: ty.binary("maximum", a, b))
+    minimum = staticmethod(lambda a, b: ty.binary("minimum", a, b))
+    nonzero = staticmethod(lambda a: ty.binary("ne", a, 0))
+    logical_or = staticmethod(lambda a, b: ty.binary("logical_or", a, b))
+    logical_and = staticmethod(lambda a, b: ty.binary("logical_and", a, b))
+    zero_like = staticmethod(lambda a: k.Const(0.0, a.dtype))
 
 
 class _NumpyMath:
@@ -143,13 +149,17 @@ class _NumpyMath:
     sqrt = staticmethod(np.sqrt)
     positive = staticmethod(lambda a: a > 0)
     select = staticmethod(np.where)
+    maximum, minimum = staticmethod(np.maximum), staticmethod(np.minimum)
+    nonzero = staticmethod(lambda a: a != 0)
+    logical_or, logical_and = staticmethod(np.logical_or), staticmethod(np.logical_and)
+    zero_like = staticmethod(np.zeros_like)
 
 
-def _sum(m, terms: Sequence) -> object:
-    """Left to right, as written: ((t0 + t1) + t2) + ..."""
+def _sum(m, terms: Sequence, combine: str = "add") -> object:
+    """Left to right, as written: ((t0 + t1) + t2) + ... (or another `combine` of `m`: maximum, ...)."""
     total = terms[0]
     for t in terms[1:]:
-        total = m.add(total, t)
+        total = getattr(m, combine)(total, t)
     return total
 
 
@@ -202,6 +212,18 @@ def determinant_items(m, a: Sequence, n: int):
     return total
 
 
+def diagonal_items(m, a: Sequence) -> list:
+    """The square matrix with `a` on its diagonal (Warp's diag)."""
+    n = len(a)
+    return [a[i] if i == j else m.zero_like(a[i]) for i in range(n) for j in range(n)]
+
+
+def skew_items(m, a: Sequence) -> list:
+    """The matrix of `a x`: skew(a) @ b == cross(a, b) (Warp's skew)."""
+    zero = m.zero_like(a[0])
+    return [zero, m.neg(a[2]), a[1], a[2], zero, m.neg(a[0]), m.neg(a[1]), a[0], zero]
+
+
 def inverse_items(m, a: Sequence, n: int) -> list:
     """The adjugate over the determinant (a singular matrix gives infinities or NaNs, as 1/0 does)."""
     det = determinant_items(m, a, n)
@@ -217,12 +239,13 @@ def inverse_items(m, a: Sequence, n: int) -> list:
 class VectorFunction:
     """`bz.dot`, `bz.length`, ...: a rule over components, applied to kernel values or NumPy arrays."""
 
-    def __init__(self, name: str, kinds: str, apply: Callable, doc: str) -> None:
+    def __init__(self, name: str, kinds: str, apply: Callable, doc: str, namespace: str = "bz") -> None:
         self.name, self.kinds, self.apply = name, kinds, apply  # kinds: "v" a vector, "m" a square matrix
         self.__name__, self.__doc__ = name, doc
+        self.qualified_name = f"{namespace}.{name}"
 
     def __repr__(self) -> str:
-        return f"bz.{self.name}"
+        return self.qualified_name
 
     def __call__(self, *args):
         """On NumPy arrays: vectors along the last axis, matrices along the last two."""
@@ -245,7 +268,7 @@ class VectorFunction:
 
     def _check_count(self, args) -> None:
         if len(args) != len(self.kinds):
-            raise ty.TypeProblem(f"bz.{self.name}: expected {len(self.kinds)} argument(s), got {len(args)}")
+            raise ty.TypeProblem(f"{self!r}: expected {len(self.kinds)} argument(s), got {len(args)}")
 
     def in_kernel(self, args: list):
         """The function on kernel values: a scalar expression or a VectorValue."""
@@ -253,7 +276,7 @@ class VectorFunction:
         for n, (a, kind) in enumerate(zip(args, self.kinds)):
             wanted = "a vector" if kind == "v" else "a square matrix"
             if not isinstance(a, VectorValue) or a.type.is_matrix != (kind == "m"):
-                raise ty.TypeProblem(f"bz.{self.name}: argument {n + 1}: expected {wanted}, got {describe(a)}")
+                raise ty.TypeProblem(f"{self!r}: argument {n + 1}: expected {wanted}, got {describe(a)}")
         dtype = _common_float([a.type.dtype for a in args])
         items = [[ty.as_expr(x, dtype) for x in a.items] for a in args]
         shape, result = self.apply(_KernelMath, items, [a.type.shape for a in args])
@@ -303,6 +326,23 @@ def _apply_transpose(m, items, shapes):
     return (n, n), transpose_items(items[0], n)
 
 
+def _trace(m, a: Sequence, n: int):
+    return _sum(m, [a[i * n + i] for i in range(n)])
+
+
+def _apply_skew(m, items, shapes):
+    _same_length("skew", shapes, (3,))
+    return (3, 3), skew_items(m, items[0])
+
+
+def _reduction(name: str, combine: str, doc: str, each: str | None = None) -> VectorFunction:
+    """A function of one vector that combines its components (each first passed through `each`)."""
+    def apply(m, items, shapes):
+        parts = items[0] if each is None else [getattr(m, each)(x) for x in items[0]]
+        return (), _sum(m, parts, combine)
+    return VectorFunction(name, "v", apply, doc, "bz.math")
+
+
 dot = VectorFunction("dot", "vv", _apply_dot, "a . b: the sum of the products of the components, left to right.")
 cross = VectorFunction("cross", "vv", _apply_cross, "a x b of two vec3 (a vec3), or of two vec2 (a scalar).")
 length = VectorFunction("length", "v", lambda m, items, shapes: ((), length_items(m, items[0])),
@@ -317,7 +357,30 @@ transpose = VectorFunction("transpose", "m", _apply_transpose, "The transposed m
 determinant = VectorFunction("determinant", "m", _apply_determinant, "The determinant (Laplace expansion).")
 inverse = VectorFunction("inverse", "m", _apply_inverse, "The inverse: the adjugate over the determinant.")
 
-FUNCTIONS = (dot, cross, length, norm, length_sq, normalize, outer, transpose, determinant, inverse)
+trace = VectorFunction("trace", "m", lambda m, items, shapes: ((), _trace(m, items[0], _square("trace", shapes[0]))),
+                       "The sum of the diagonal, top left to bottom right.")
+diag = VectorFunction("diag", "v", lambda m, items, shapes: ((len(items[0]),) * 2, diagonal_items(m, items[0])),
+                      "The square matrix with the vector on its diagonal and zeros elsewhere.")
+skew = VectorFunction("skew", "v", _apply_skew,
+                      "The matrix of the cross product by a vec3: skew(a) @ b == cross(a, b).")
+# Reductions over a vector's components, left to right: Taichi's v.sum(), v.max(), v.any(), ...; Warp's
+# wp.max(v); Python's sum(v), max(v), any(v). `bz.math.max` and `min` of two values stay elementwise.
+component_sum = _reduction("sum", "add", "The sum of the components, left to right.")
+component_max = _reduction("max", "maximum", "The largest component (NaN if any is NaN).")
+component_min = _reduction("min", "minimum", "The smallest component (NaN if any is NaN).")
+any_nonzero = _reduction("any", "logical_or", "Whether any component is nonzero (a bool).", "nonzero")
+all_nonzero = _reduction("all", "logical_and", "Whether every component is nonzero (a bool).", "nonzero")
+
+FUNCTIONS = (dot, cross, length, norm, length_sq, normalize, outer, transpose, determinant, inverse, trace, diag, skew)
+REDUCTIONS = (component_sum, component_max, component_min, any_nonzero, all_nonzero)
+# The one table of names: `v.<name>(...)` in a kernel is `bz.math.<name>(v, ...)`, under braze's and Warp's
+# names and Taichi's (norm_sqr, normalized, outer_product).
+METHODS: dict[str, VectorFunction] = {**{f.name: f for f in FUNCTIONS + REDUCTIONS}, "norm_sqr": length_sq,
+                                      "normalized": normalize, "outer_product": outer}
+# Methods braze has no function for, and what to write instead.
+NOT_METHODS = {
+    "cast": "braze's vectors hold floats (it has no integer vectors): convert each component, int(v[0])",
+}
 TYPES = tuple(_TYPES.values())
 
 
@@ -426,6 +489,13 @@ def construct(vtype: VectorType, args: list) -> VectorValue:
             raise ty.TypeProblem(f"{vtype!r}: expected numbers or vectors, got {describe(v)}")
         return ty.assignable(v, vtype.dtype, f"a component of {vtype!r}")
     return VectorValue(vtype, tuple(construct_items(vtype, args, convert)))
+
+
+def filled(vtype: VectorType, args: list) -> VectorValue:
+    """The value Taichi's `v.fill(x)` gives v: every component x, for matrices too."""
+    if len(args) != 1 or not ty.is_value(args[0]) or isinstance(args[0], VectorValue):
+        raise ty.TypeProblem(f"fill: expected one number, got {', '.join(describe(a) for a in args) or 'none'}")
+    return VectorValue(vtype, (ty.assignable(args[0], vtype.dtype, f"a component of {vtype!r}"),) * vtype.size)
 
 
 def identity(vtype: VectorType) -> VectorValue:
