@@ -130,13 +130,14 @@ def _vector_receiver(tr: Translator, node: ast.Call) -> VectorValue | None:
     """The vector or matrix `v` of a method call `v.norm()`, `x[i].dot(w)`, `(a - b).normalized()`; None
     for any other call (`bz.math.dot(a, b)`, `np.max(x)`: a function reached through a module)."""
     func = node.func
-    if not isinstance(func, ast.Attribute) or func.attr not in (*vec.METHODS, *vec.NOT_METHODS, "fill"):
+    if not isinstance(func, ast.Attribute):
         return None
     if isinstance(func.value, (ast.Name, ast.Attribute)) and (tr.resolve_callee(func) is not None or
                                                               tr.resolve_callee(func.value) is None):
         return None
     receiver = tr.expr(func.value)
-    if isinstance(receiver, (k.Expr, Local)):
+    known = func.attr in vec.METHODS or func.attr in vec.NOT_METHODS or func.attr == "fill"
+    if isinstance(receiver, (k.Expr, Local)) and known:
         tr.error(node, f"'.{func.attr}()' is a method of vectors and matrices; '{ast.unparse(func.value)}' is a "
                        f"{vec.describe(receiver)}", KernelTypeError)
     return receiver if isinstance(receiver, VectorValue) else None
@@ -149,6 +150,9 @@ def _vector_method(tr: Translator, node: ast.Call, receiver: VectorValue):
         tr.error(node, f".{name}(): keyword arguments are not supported here")
     if name in vec.NOT_METHODS:
         tr.error(node, f"{vec.describe(receiver)} has no method '{name}': {vec.NOT_METHODS[name]}", KernelTypeError)
+    if name not in vec.METHODS and name != "fill":
+        tr.error(node, f"{vec.describe(receiver)} has no method '{name}'; its methods are "
+                       f"{', '.join(sorted([*vec.METHODS, 'fill']))}", KernelTypeError)
     args = [tr.expr(a) for a in node.args]
     if name == "fill":
         tr.assign(node.func.value, tr.checked(node, lambda: vec.filled(receiver.type, args)), node)

@@ -18,7 +18,7 @@ from braze.dtypes import DType
 from braze.errors import KernelSyntaxError
 from braze.frontend import kernel_math as km
 from braze.frontend.kernel_vectors import METHODS as VECTOR_FUNCTIONS
-from braze.frontend.kernel_vectors import VectorType
+from braze.frontend.kernel_vectors import VectorType, component_max, component_min
 from braze.ops.elementwise import BINARY, TERNARY, UNARY
 
 
@@ -111,6 +111,11 @@ class MathFunction:
         return f"bz.math.{self.op}"
 
 
+def _one_or_two(pairwise: Callable, of_one_vector: Callable) -> Callable:
+    """`bz.math.max(a, b)` elementwise; `bz.math.max(v)` the largest component of v (as in kernels)."""
+    return lambda *args: of_one_vector(*args) if len(args) == 1 else pairwise(*args)
+
+
 class _MathNamespace:
     """The op table's unary, binary and ternary functions, as `bz.math.sin`, `bz.math.atan2`, ...; the
     functions of Python's `math` module the table composes (`bz.math.acos`, `bz.math.hypot`), `min` and
@@ -125,7 +130,8 @@ class _MathNamespace:
                 setattr(self, name, MathFunction(name, reference))
         for name, reference in km.REFERENCES.items():
             setattr(self, name, MathFunction(name, reference))
-        self.min, self.max = MathFunction("minimum", np.minimum), MathFunction("maximum", np.maximum)
+        self.min = MathFunction("minimum", _one_or_two(np.minimum, component_min))
+        self.max = MathFunction("maximum", _one_or_two(np.maximum, component_max))
         for name, function in VECTOR_FUNCTIONS.items():  # bz.math.dot, bz.math.norm, ... (max and min of one
             if not hasattr(self, name):                   # vector are its largest and smallest components)
                 setattr(self, name, function)
