@@ -22,6 +22,9 @@ Operators: `+ -` (vectors and matrices of one shape, or a scalar on either side)
 matrix-vector, vector-matrix; vector-vector is `dot`). `*` of two matrices is an error: write `@`.
 An integer scalar takes the vector's dtype; a float64 scalar with a float32 vector gives the
 float64 vector type.
+
+Functions (`bz.dot`, `bz.math.trace`, ...) are also methods under the names of METHODS, Taichi's among
+them: `v.norm()`, `v.dot(w)`, `v.normalized()`, `m.trace()`, `v.max()` (kernel_calls.py dispatches them).
 """
 
 from __future__ import annotations
