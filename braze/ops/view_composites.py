@@ -361,6 +361,10 @@ def assign(x: TensorView, index: object, value: object) -> None:
     the write would not see it, as NumPy's does, so such a view is refused from then on."""
     _check_assignable(x)
     if isinstance(index, TensorView) and index.dtype.is_bool:
+        if isinstance(value, TensorView) and value.ndim:  # NumPy's takes its elements in turn, one a True place
+            raise UnsupportedError(f"{x.describe()}[mask] = {value.describe()}: an array written through a mask "
+                                   "takes its elements in turn in NumPy; write bz.ops.where(mask, value, x) for a "
+                                   "value per element")
         new = cast(elementwise("where", index, value, x), x.dtype)
     else:
         bounds, kept = _assigned_region(x, index)

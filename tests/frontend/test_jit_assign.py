@@ -86,6 +86,14 @@ def test_what_numpy_would_do_otherwise_is_refused() -> None:
         bz.jit(out_of_range)(u)
     with pytest.raises(bz.UnsupportedError, match=r"a step of 2 in dimension 0"):
         bz.jit(lambda u: _strided_write(u + 0))(u)
+    with pytest.raises(bz.UnsupportedError, match=r"\[mask\] = T\d+: an array written through a mask"):
+        bz.jit(_masked_array_write)(u)
+
+
+def _masked_array_write(u):
+    v = u + 0
+    v[u > 0.5] = u * 2  # NumPy takes u * 2's elements in turn: its size must be the count of True places
+    return v
 
 
 def _strided_write(v):
