@@ -453,4 +453,10 @@ def _replaced(x: TensorView, bounds: list[tuple[object, object]], filled: Tensor
     pieces = [_along(x, axis, 0, start), slab] if not (isinstance(start, int) and start == 0) else [slab]
     if stop is not None:
         pieces.append(_along(x, axis, stop, None))
-    return cat(pieces, axis) if len(pieces) > 1 else slab
+    if len(pieces) == 1:
+        return slab
+    joined = cat(pieces, axis)
+    # The pieces tile x's axis, so the sum of their clamped extents is x's extent: say so, or each write
+    # nests the extent of the one before, and Jacobi sweeps in a Python loop grow it exponentially.
+    joined.visible[axis].extent = x.shape[axis]
+    return joined
