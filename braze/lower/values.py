@@ -24,6 +24,11 @@ from braze.ops.elementwise import compute_type, operand_type
 from braze.ops.table import lookup
 
 INDEX = dt.int64  # the index type of loop kernels, and of fusions too large for int32 (engine.index_type)
+# How many times one task may emit the branches of one pad or cat before it gets a task of its own. A
+# branch's statements are not shared with its siblings', so a stencil over a cat read at shifted
+# indices (Jacobi sweeps in a Python loop, each writing `un[1:-1, 1:-1]`) re-emits the cats it reads
+# once per read: code exponential in the number of sweeps. Materialized, each is a load.
+SELECTS_PER_TENSOR = 16
 
 
 class NeedsCut(Exception):
@@ -75,6 +80,7 @@ class ValueEmitter:
         # of those axes (outer first), each decomposed from the row position, that position, and the
         # extents of those axes.
         self.row: RowAxes | None = None
+        self.selects: dict[int, int] = {}  # id of a pad or cat -> how many times its branches were emitted
         # While a reduction lifted out of a branch is emitted (in_range): 1, or 0 where the reduced
         # tensor is empty, so that its loops run no iteration at an index it does not have.
         self.reduction_trips: k.Expr | None = None
@@ -218,6 +224,9 @@ class ValueEmitter:
     # --- conditional values (pad, cat): statements, so no out-of-bounds load is ever executed -------
     def select_value(self, tv: TensorView, cases: list[tuple[k.Expr | None, Callable[[], k.Expr]]]) -> k.Expr:
         """`if cond0: v0 elif cond1: v1 ... else: v_last` into a fresh variable."""
+        self.selects[id(tv)] = self.selects.get(id(tv), 0) + 1
+        if self.selects[id(tv)] > SELECTS_PER_TENSOR:
+            raise NeedsCut(tv)
         result = self.scopes.fresh("sel", tv.dtype)
         self.scopes.emit(k.Let(result, k.Const(0, tv.dtype) if tv.dtype.name != "bfloat16" else
                                  cast(k.Const(0.0, dt.float32), tv.dtype)))

@@ -204,10 +204,14 @@ def _norm(x, ord=None, axis=None, keepdims=False):  # noqa: A002  (NumPy's name)
 
 
 def _pad(array, pad_width, mode="constant", constant_values=0):
-    if mode != "constant":
-        raise UnsupportedError(f"np.pad: mode={mode!r}: braze pads with a constant only")
+    if mode != "constant" and mode not in vc.PAD_MODES:
+        raise UnsupportedError(f"np.pad: mode={mode!r}: braze pads with a constant or by mode "
+                               f"{', '.join(map(repr, vc.PAD_MODES))}")
     widths = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (array.ndim, 2))
-    return views.pad(array, [tuple(int(w) for w in pair) for pair in widths], constant_values)
+    widths = [tuple(int(w) for w in pair) for pair in widths]
+    if mode != "constant":
+        return vc.pad_from_slices(array, widths, mode)
+    return views.pad(array, widths, constant_values)
 
 
 def _broadcast_to(array, shape):
@@ -236,6 +240,8 @@ _FUNCTIONS: dict[Callable, Callable[..., TensorView]] = {
     np.ravel: lambda a, order="C": views.reshape(a, [-1]), np.broadcast_to: _broadcast_to,
     np.flip: lambda m, axis=None: views.flip(m, axis),
     np.zeros_like: lambda a, dtype=None, **k: creation.zeros_like(a, dtype),
+    # NumPy leaves empty_like's values unset; code that uses it writes every element it reads.
+    np.empty_like: lambda a, dtype=None, **k: creation.zeros_like(a, dtype),
     np.ones_like: lambda a, dtype=None, **k: creation.ones_like(a, dtype),
     np.full_like: lambda a, fill_value, dtype=None, **k: creation.full_like(a, fill_value, dtype),
     np.linalg.norm: _norm, np.pad: _pad, np.nan_to_num: lambda x, copy=True, nan=0.0, posinf=None, neginf=None:

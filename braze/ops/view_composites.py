@@ -26,7 +26,7 @@ from braze.ops.broadcast import broadcast, expand
 from braze.ops.creation import arange
 from braze.ops.elementwise import cast, elementwise, not_a_tensor
 from braze.ops.reductions import keyword_aliases
-from braze.ops.views import cat, reshape, slice_tensor, transpose, unsqueeze
+from braze.ops.views import cat, flip, reshape, slice_tensor, transpose, unsqueeze
 
 
 def tensor_arg(op: str, x: object) -> TensorView:
@@ -229,6 +229,8 @@ def roll(x: TensorView, shifts: int | Sequence[int], axis: int | Sequence[int] |
     no axis rolls the flattened tensor."""
     x = tensor_arg("roll", x)
     shift_list = list(shifts) if isinstance(shifts, (list, tuple)) else [shifts]
+    # A shift read from a NumPy table of directions (lattice Boltzmann's cx[i]) is a NumPy integer.
+    shift_list = [int(s) if isinstance(s, np.integer) else s for s in shift_list]
     for i, s in enumerate(shift_list):
         if not isinstance(s, int) or isinstance(s, bool):
             raise FusionDefinitionError(f"roll: shifts[{i}]: expected an int, got {type(s).__name__} {s!r}")
@@ -457,4 +459,36 @@ def _replaced(x: TensorView, bounds: list[tuple[object, object]], filled: Tensor
     pieces = [_along(x, axis, 0, start), slab] if not (isinstance(start, int) and start == 0) else [slab]
     if stop is not None:
         pieces.append(_along(x, axis, stop, None))
-    return cat(pieces, axis) if len(pieces) > 1 else slab
+    if len(pieces) == 1:
+        return slab
+    joined = cat(pieces, axis)
+    # The pieces tile x's axis, so the sum of their clamped extents is x's extent: say so, or each write
+    # nests the extent of the one before, and Jacobi sweeps in a Python loop grow it exponentially.
+    joined.visible[axis].extent = x.shape[axis]
+    return joined
+
+
+# np.pad's modes other than "constant", as slices of x next to it: (before, after) for widths (lo, hi).
+_PAD_PIECES = {
+    "edge": lambda x, a, lo, hi: ([_along(x, a, 0, 1)] * lo, [_along(x, a, -1, None)] * hi),
+    "wrap": lambda x, a, lo, hi: ([_along(x, a, -lo, None)] if lo else [], [_along(x, a, 0, hi)] if hi else []),
+    "reflect": lambda x, a, lo, hi: ([flip(_along(x, a, 1, lo + 1), a)] if lo else [],
+                                     [flip(_along(x, a, -hi - 1, -1), a)] if hi else []),
+    "symmetric": lambda x, a, lo, hi: ([flip(_along(x, a, 0, lo), a)] if lo else [],
+                                       [flip(_along(x, a, -hi, None), a)] if hi else []),
+}
+PAD_MODES = tuple(_PAD_PIECES)
+
+
+def pad_from_slices(x: TensorView, widths: Sequence[tuple[int, int]], mode: str) -> TensorView:
+    """NumPy's `np.pad(x, widths, mode)` for the modes of `PAD_MODES`, axis by axis. A width NumPy would
+    fill by wrapping or reflecting more than once (wider than the axis allows) is an error at run time."""
+    for axis, (lo, hi) in enumerate(widths):
+        before, after = _PAD_PIECES[mode](x, axis, lo, hi)
+        for piece, width in [*((p, 1 if mode == "edge" else lo) for p in before),
+                             *((p, 1 if mode == "edge" else hi) for p in after)]:
+            x.fusion.require_equal(piece.shape[axis], as_scalar(width),
+                                   f"np.pad: mode={mode!r}: a width of {width} needs that many elements in "
+                                   f"dimension {axis} of {x.describe()}")
+        x = cat([*before, x, *after], axis) if before or after else x
+    return x

@@ -242,3 +242,29 @@ def test_numpy_compositions_give_numpys_values_and_dtypes(group: str) -> None:
     for got, want in zip(bz.jit(fn)(*args), expected, strict=True):
         assert (got.shape, got.dtype) == (want.shape, want.dtype)
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("mode", ["edge", "wrap", "reflect", "symmetric"])
+def test_np_pad_by_mode_gives_numpys_values(mode) -> None:
+    def padded(u):
+        return np.pad(u, ((1, 2), (2, 0)), mode=mode)
+
+    jitted = bz.jit(padded)
+    for shape in [(3, 4), (5, 3)]:
+        u = np.random.default_rng(sum(shape)).random(shape)
+        np.testing.assert_array_equal(jitted(u), padded(u))
+    with pytest.raises(bz.Error, match="mode="):  # wider than the axis allows (NumPy wraps again, or fails)
+        jitted(np.ones((0, 1) if mode == "edge" else (1, 1)))
+
+
+def test_a_step_written_into_empty_like_with_shifts_from_a_numpy_table() -> None:
+    shifts = np.array([1, -1])  # a lattice's directions: NumPy integers
+
+    def step(u):
+        out = np.empty_like(u)
+        out[1:-1] = np.roll(u, shifts[0])[1:-1] + np.roll(u, shifts[1])[1:-1]
+        out[0], out[-1] = 0.0, 0.0
+        return out
+
+    u = np.random.default_rng(1).random(7)
+    np.testing.assert_allclose(bz.jit(step)(u), step(u), rtol=1e-12)
