@@ -455,10 +455,11 @@ def _replaced(x: TensorView, bounds: list[tuple[object, object]], filled: Tensor
     if axis == x.ndim:
         return filled
     start, stop = bounds[axis]
-    slab = _replaced(_along(x, axis, start, stop), bounds, filled, axis + 1)
+    region = _along(x, axis, start, stop)
+    slab = _replaced(region, bounds, filled, axis + 1)
     pieces = [_along(x, axis, 0, start), slab] if not (isinstance(start, int) and start == 0) else [slab]
-    if stop is not None:
-        pieces.append(_along(x, axis, stop, None))
+    if stop is not None:  # what follows the region: from its end, which an empty one (x[3:1]) has at its start
+        pieces.append(_along(_along(x, axis, start, None), axis, region.shape[axis], None))
     if len(pieces) == 1:
         return slab
     joined = cat(pieces, axis)

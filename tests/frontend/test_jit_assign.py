@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fuzz_scale import examples
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import braze as bz
 
@@ -127,3 +130,60 @@ def test_sweeps_in_a_python_loop_compile_in_time() -> None:
         u, f = rng.random((n, n)), rng.random((n, n))
         np.testing.assert_allclose(jitted(u, f), _jacobi_sweeps(u, f), rtol=1e-12)
     assert sum(len(v) for v in jitted.fusions.values()) == 1
+
+
+@st.composite
+def _writes(draw):
+    """A shape, and writes into a copy of an array of it as NumPy code makes them: each an index of ints,
+    step-1 slices (bounds negative, or empty ones) and maybe one '...', or a mask; and a value, a
+    number, an array of the region's shape, or a row broadcasting to it."""
+    shape = tuple(draw(st.lists(st.integers(1, 5), min_size=1, max_size=3)))
+    writes = []
+    for _ in range(draw(st.integers(1, 3))):
+        if draw(st.booleans()) and draw(st.booleans()):
+            writes.append(("mask", draw(st.floats(-1, 1, width=32)), draw(st.floats(-2, 2, width=32))))
+            continue
+        index = []
+        for extent in shape:
+            if draw(st.booleans()):
+                index.append(draw(st.integers(-extent, extent - 1)))
+            else:
+                # within the extent: x[n:n + 1] of an extent n is empty in NumPy and, as any one-element
+                # slice past its dimension, an InputError in braze (FusionGraph.one_element_extents)
+                bounds = st.none() | st.integers(-extent, extent)
+                index.append(slice(draw(bounds), draw(bounds)))
+        if draw(st.booleans()):  # a '...' for a run of full slices
+            at = draw(st.integers(0, len(index)))
+            index = index[:at] + [Ellipsis] + [i for i in index[at:] if i != slice(None, None)]
+        writes.append(("index", tuple(index), draw(st.sampled_from(["number", "region", "row"]))))
+    return shape, writes
+
+
+def _program(writes):
+    def program(u, w):
+        v = u * 1.0
+        for kind, index, value in writes:
+            if kind == "mask":
+                v[v > index] = value
+                continue
+            region = u[index]  # of the region's shape
+            v[index] = {"number": 0.5, "region": region * w, "row": np.ones(region.shape[-1:]) * w}[value]
+        return v
+    return program
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(_writes())
+def test_random_writes_give_numpys_values(case) -> None:
+    shape, writes = case
+    program = _program(writes)
+    rng = np.random.default_rng(len(writes))
+    for grow in (0, 1):  # the same writes at a second size: the trace serves it or traces again
+        u = rng.standard_normal(tuple(e + grow for e in shape))
+        try:
+            want = program(u.copy(), 2.0)
+        except (IndexError, ValueError):  # out of range, or shapes that do not broadcast: braze refuses too
+            with pytest.raises(bz.Error):
+                bz.jit(program)(u, 2.0)
+            continue
+        np.testing.assert_allclose(bz.jit(program)(u, 2.0), want, rtol=1e-12)
