@@ -19,6 +19,20 @@ def _sample(shape: tuple[int, ...]) -> np.ndarray:
     return np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
 
 
+def _torch_traces(program, shapes: list[tuple[int, ...]]) -> int:
+    """The traces `program` jitted takes over calls at `shapes`, each call checked against eager torch."""
+    torch = pytest.importorskip("torch")
+    jitted = bz.jit(program)
+    for shape in shapes:
+        x = torch.from_numpy(_sample(shape))
+        got, want = jitted(x), program(x)
+        if isinstance(want, torch.Tensor):
+            got, want = (got,), (want,)
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w)
+    return _traces(jitted)
+
+
 def test_numpy_arrays_of_a_size_and_len_take_the_calls_size() -> None:
     def program(x):
         rows, cols = x.shape
@@ -103,11 +117,7 @@ def test_torch_checking_the_type_of_a_size_keeps_one_trace() -> None:
         flat = torch.reshape(x, (rows * cols,))
         return torch.broadcast_to(flat, (2, rows * cols)) + torch.unflatten(flat, 0, (rows, cols)).sum()
 
-    jitted = bz.jit(program)
-    for shape in [(3, 4), (5, 2)]:
-        x = torch.from_numpy(_sample(shape))
-        torch.testing.assert_close(jitted(x), program(x))
-    assert _traces(jitted) == 1
+    assert _torch_traces(program, [(3, 4), (5, 2)]) == 1
 
 
 def test_a_size_used_just_before_a_torch_call_still_specializes() -> None:
@@ -117,11 +127,7 @@ def test_a_size_used_just_before_a_torch_call_still_specializes() -> None:
         rows = list(range(x.shape[0]))  # a number: nothing braze asks for comes between it and torch.exp
         return torch.exp(x) + torch.tensor(rows)[:, None]
 
-    jitted = bz.jit(program)
-    for shape in [(3, 4), (5, 4), (3, 4)]:
-        x = torch.from_numpy(_sample(shape))
-        torch.testing.assert_close(jitted(x), program(x))
-    assert _traces(jitted) == 2
+    assert _torch_traces(program, [(3, 4), (5, 4), (3, 4)]) == 2
 
 
 def test_pieces_of_a_size_used_as_a_number() -> None:
@@ -133,12 +139,7 @@ def test_pieces_of_a_size_used_as_a_number() -> None:
         pairs = torch.split(x, 2, dim=1)  # as many pieces as the size gives
         return left.sum(1) - right.sum(1) + sum(p.sum(1) for p in pairs) + sum(x.unbind(1)), x.narrow(1, 1, half)
 
-    jitted = bz.jit(program)
-    for shape in [(2, 4), (2, 5), (2, 4)]:
-        x = torch.from_numpy(_sample(shape))
-        for got, want in zip(jitted(x), program(x), strict=True):
-            torch.testing.assert_close(got, want)
-    assert _traces(jitted) == 2
+    assert _torch_traces(program, [(2, 4), (2, 5), (2, 4)]) == 2
 
 
 def test_padding_to_a_multiple_of_the_size() -> None:
@@ -147,11 +148,7 @@ def test_padding_to_a_multiple_of_the_size() -> None:
     def program(x):
         return torch.nn.functional.pad(x, (0, (-x.shape[-1]) % 4), value=1.0)
 
-    jitted = bz.jit(program)
-    for shape in [(2, 3), (2, 4), (2, 6), (2, 3)]:
-        x = torch.from_numpy(_sample(shape))
-        torch.testing.assert_close(jitted(x), program(x))
-    assert _traces(jitted) == 3
+    assert _torch_traces(program, [(2, 3), (2, 4), (2, 6), (2, 3)]) == 3
     with bz.Fusion() as f:
         x = f.define_tensor([-1])
         with pytest.raises(bz.FusionDefinitionError, match="pad: widths: expected ints, got the symbolic extent"):
