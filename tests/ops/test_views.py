@@ -11,7 +11,7 @@ import math
 import numpy as np
 import oracle
 import pytest
-from oracle import ALL_DTYPES, assert_same, define, execute, rng_for, run
+from oracle import ALL_DTYPES, assert_matches, assert_same, define, execute, rng_for, run
 
 import braze as bz
 
@@ -327,7 +327,8 @@ def test_sizes_given_as_nvfusers_scalars_constant_or_extent():
     outs = execute(build, [x, b])
     expected = [x.reshape(6, 4), x + b, np.full((4, 2), 1.5, np.float32), x[:, 1:],
                 np.pad(x, [(0, 0), (1, 2)]), np.broadcast_to(x[:, :, None], (4, 6, 3))]
-    for out, want in zip(outs, expected, strict=True):
+    assert_matches(outs[1], expected[1], bz.float32)  # arithmetic: a NaN's payload is the device's
+    for out, want in zip(outs[:1] + outs[2:], expected[:1] + expected[2:], strict=True):
         assert_same(out, want)
     with bz.Fusion() as f:  # a scalar input's value is known only at execute(): no shape can depend on it
         t, n = define(f, x), f.define_scalar(dtype=bz.int64)
