@@ -105,3 +105,13 @@ def test_group_norm_through_a_reshape_runs_in_linear_time(tmp_path):
         subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=15)
     except subprocess.TimeoutExpired:
         pytest.fail("group_norm of (2, 64, 32, 32) through a reshape took more than 15 s")
+
+
+def test_the_model_shapes_name_cases_and_each_builds_its_fusion_at_its_shape():
+    """`--models` runs every case that has a model shape; a misspelt name would drop its case unseen."""
+    from braze.cli.bench.cases import MODEL_SHAPES, selected
+    assert set(MODEL_SHAPES) <= {c.name for c in CASES}
+    chosen = selected(None, "models")
+    assert [c.name for c in chosen] == [c.name for c in CASES if c.name in MODEL_SHAPES]
+    for case in chosen:
+        assert suite_check.build_fusion(case, case.shape("models")) is not None

@@ -2,7 +2,8 @@
 `bz.Fusion` API), array math shared by the float64 reference, NumPy and JAX (`xp` is `numpy` or
 `jax.numpy`), and its inputs. The torch versions are in braze/cli/bench/torch_peers.py.
 
-Shapes: "gpu" is LLM-sized, "cpu" smaller for the llvm backend, "quick" small and odd (a smoke test).
+Shapes: "gpu" is LLM-sized, "cpu" smaller for the llvm backend, "quick" small and odd (a smoke test),
+"models" the shapes well-known models give each fusion (MODEL_SHAPES).
 Nothing here imports torch or JAX.
 """
 
@@ -460,13 +461,54 @@ def _grad_norm(f, shape, dtype):
     f.add_output(bz.ops.sqrt((g * g).sum()))
 
 
-def selected(names: str | None) -> list[Case]:
+# "models": each fusion at a shape a well-known model gives it, the awkward ones among them (GPT-2's
+# 768-wide rows and 50,257-word vocabulary, ResNet-50's 7 x 7 maps, Stable Diffusion's 320 channels,
+# a decode step's few rows): where a schedule tuned on the LLM-sized "gpu" shapes may fall behind.
+MODEL_SHAPES: dict[str, tuple[int, ...]] = {
+    "column_sum": (8192, 768),  # GPT-2 small: a bias gradient over batch 8 x 1024 tokens
+    "full_sum": (8192, 768),
+    "middle_sum": (8, 1024, 768),
+    "param_grads": (8, 1024, 768),
+    "add_transpose": (768, 3072),  # a GPT-2 MLP weight and its transpose
+    "relu_fma": (8 * 1024 * 3072,),
+    "cast_bf16": (50257, 768),  # GPT-2's embedding table
+    "bias_gelu": (8192, 3072),
+    "gelu_backward": (8192, 3072),
+    "swiglu": (2048, 11008),  # LLaMA-2 7B
+    "rope": (8, 1024, 16, 64),
+    "cross_entropy": (8192, 50257),
+    "log_softmax": (8192, 50257),
+    "cumsum": (64, 128256),  # top-p over LLaMA-3's vocabulary, 64 sequences
+    "argmax": (8, 50257),  # greedy decoding, batch 8
+    "softmax": (8 * 12 * 1024, 1024),  # GPT-2 attention scores
+    "layer_norm": (8192, 768),
+    "softmax_bf16": (8 * 12 * 1024, 1024),
+    "layer_norm_bf16": (8192, 768),
+    "rms_norm": (2048, 5120),  # LLaMA-2 13B
+    "add_rms_norm": (2048, 5120),
+    "softmax_backward": (8 * 12 * 256, 1024),
+    "layer_norm_backward": (8192, 768),
+    "rms_norm_backward": (2048, 5120),
+    "dropout_residual_layer_norm": (8192, 768),
+    "adam": (124_439_808,),  # GPT-2 small's parameters
+    "scaled_masked_softmax": (96, 512, 512),
+    "var_mean": (8192, 768),
+    "batch_norm": (32, 2048, 7, 7),  # ResNet-50's last stage
+    "group_norm": (2, 320, 64, 64),  # a Stable Diffusion UNet block
+    "grad_norm": (124_439_808,),
+}
+for _case in CASES:
+    if _case.name in MODEL_SHAPES:
+        _case.shapes["models"] = MODEL_SHAPES[_case.name]
+
+
+def selected(names: str | None, mode: str = "gpu") -> list[Case]:
     """The cases named in a comma list (all when None), in the suite's order."""
     if not names:
-        return list(CASES)
+        return [c for c in CASES if mode in c.shapes]
     wanted = [n.strip() for n in names.split(",") if n.strip()]
     known = {c.name for c in CASES}
     unknown = [n for n in wanted if n not in known]
     if unknown:
         raise SystemExit(f"--cases: unknown {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    return [c for c in CASES if c.name in wanted]
+    return [c for c in CASES if c.name in wanted and mode in c.shapes]

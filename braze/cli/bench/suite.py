@@ -193,15 +193,17 @@ def gpu_available() -> str | None:
     return None if torch.cuda.is_available() else "torch sees no CUDA device"
 
 
-def default_out(results: Path, device: str, cpu: bool, quick: bool) -> Path:
+def default_out(results: Path, device: str, cpu: bool, mode: str) -> Path:
     slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
-    return results / f"suite-{'cpu' if cpu else slug}{'-quick' if quick else ''}.json"
+    return results / f"suite-{'cpu' if cpu else slug}{'' if mode in ('gpu', 'cpu') else '-' + mode}.json"
 
 
 def main(argv: list[str] | None = None, results: Path = RESULTS, prog: str | None = None) -> int:
     """The suite's command line; the JSON and plot go to `results` unless --out names a file."""
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small, odd shapes: a smoke test")
+    parser.add_argument("--models", action="store_true",
+                        help="GPU: each fusion at a shape a well-known model gives it (cases.MODEL_SHAPES)")
     parser.add_argument("--cases", help="comma list of case names (default: all)")
     parser.add_argument("--cpu", action="store_true", help="the llvm backend on NumPy arrays against NumPy")
     parser.add_argument("--out", type=Path, help="the JSON file to write (the plot goes beside it)")
@@ -210,11 +212,11 @@ def main(argv: list[str] | None = None, results: Path = RESULTS, prog: str | Non
     parser.add_argument("--braze-only", action="store_true", help="GPU: no peers (a quick look at braze alone)")
     parser.add_argument("--launches", action="store_true", help="GPU: also time each kernel launch of a call")
     args = parser.parse_args(argv)
-    cases = selected(args.cases)
     if not args.cpu and (why := gpu_available()):
         print(f"no GPU section: {why}; running the CPU section (--cpu)")
         args.cpu = True
-    mode = "quick" if args.quick else ("cpu" if args.cpu else "gpu")
+    mode = "quick" if args.quick else ("cpu" if args.cpu else ("models" if args.models else "gpu"))
+    cases = selected(args.cases, mode)
     if args.cpu:
         result, peers = run_cpu(cases, mode, args.repeats), ("numpy",)
     else:
@@ -223,7 +225,7 @@ def main(argv: list[str] | None = None, results: Path = RESULTS, prog: str | Non
         peers = ("torch", "torch_compile", "jax")
     result.update(mode=mode, summary=report.summary(result["rows"], peers))
     print(report.table(result, peers))
-    out = args.out or default_out(results, result["device"], args.cpu, args.quick)
+    out = args.out or default_out(results, result["device"], args.cpu, mode)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {out}")
