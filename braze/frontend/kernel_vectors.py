@@ -242,8 +242,10 @@ def inverse_items(m, a: Sequence, n: int) -> list:
 class VectorFunction:
     """`bz.dot`, `bz.length`, ...: a rule over components, applied to kernel values or NumPy arrays."""
 
-    def __init__(self, name: str, kinds: str, apply: Callable, doc: str, namespace: str = "bz") -> None:
-        self.name, self.kinds, self.apply = name, kinds, apply  # kinds: "v" a vector, "m" a square matrix
+    def __init__(self, name: str, kinds: str, apply: Callable, doc: str, namespace: str = "bz",
+                 optional: int = 0) -> None:
+        # kinds: "v" a vector, "m" a square matrix, "s" a scalar; the last `optional` may be left out
+        self.name, self.kinds, self.apply, self.optional = name, kinds, apply, optional
         self.__name__, self.__doc__ = name, doc
         self.qualified_name = f"{namespace}.{name}"
 
@@ -260,7 +262,7 @@ class VectorFunction:
     def _on_arrays(self, args):
         self._check_count(args)
         arrays = [np.asarray(a) for a in args]
-        shapes = [a.shape[-1:] if kind == "v" else a.shape[-2:] for a, kind in zip(arrays, self.kinds)]
+        shapes = [{"v": a.shape[-1:], "m": a.shape[-2:], "s": ()}[kind] for a, kind in zip(arrays, self.kinds)]
         items = [[a[(..., *np.unravel_index(n, s))] for n in range(math.prod(s))] for a, s in zip(arrays, shapes)]
         with np.errstate(divide="ignore", invalid="ignore"):
             shape, result = self.apply(_NumpyMath, items, shapes)
@@ -270,19 +272,24 @@ class VectorFunction:
                                                                       zip(arrays, shapes)]), *shape)
 
     def _check_count(self, args) -> None:
-        if len(args) != len(self.kinds):
-            raise ty.TypeProblem(f"{self!r}: expected {len(self.kinds)} argument(s), got {len(args)}")
+        most = len(self.kinds)
+        if not most - self.optional <= len(args) <= most:
+            wanted = most if not self.optional else f"{most - self.optional} to {most}"
+            raise ty.TypeProblem(f"{self!r}: expected {wanted} argument(s), got {len(args)}")
 
     def in_kernel(self, args: list):
         """The function on kernel values: a scalar expression or a VectorValue."""
         self._check_count(args)
         for n, (a, kind) in enumerate(zip(args, self.kinds)):
-            wanted = "a vector" if kind == "v" else "a square matrix"
-            if not isinstance(a, VectorValue) or a.type.is_matrix != (kind == "m"):
+            wanted = {"v": "a vector", "m": "a square matrix", "s": "a number"}[kind]
+            if (kind == "s") == isinstance(a, VectorValue) or kind != "s" and a.type.is_matrix != (kind == "m"):
                 raise ty.TypeProblem(f"{self!r}: argument {n + 1}: expected {wanted}, got {describe(a)}")
-        dtype = _common_float([a.type.dtype for a in args])
-        items = [[ty.as_expr(x, dtype) for x in a.items] for a in args]
-        shape, result = self.apply(_KernelMath, items, [a.type.shape for a in args])
+        vectors = [a for a in args if isinstance(a, VectorValue)]
+        dtype = _common_float([a.type.dtype for a in vectors])
+        items = [[ty.as_expr(x, dtype) for x in a.items] if isinstance(a, VectorValue) else [ty.as_expr(a, dtype)]
+                 for a in args]
+        shape, result = self.apply(_KernelMath, items, [a.type.shape if isinstance(a, VectorValue) else ()
+                                                        for a in args])
         return result if shape == () else VectorValue(type_of_shape(shape, dtype), tuple(result))
 
 
@@ -350,7 +357,24 @@ dot = VectorFunction("dot", "vv", _apply_dot, "a . b: the sum of the products of
 cross = VectorFunction("cross", "vv", _apply_cross, "a x b of two vec3 (a vec3), or of two vec2 (a scalar).")
 length = VectorFunction("length", "v", lambda m, items, shapes: ((), length_items(m, items[0])),
                         "The Euclidean length sqrt(dot(a, a)).")
-norm = VectorFunction("norm", "v", length.apply, "The Euclidean length sqrt(dot(a, a)) (Taichi's name).")
+
+
+def _apply_norm(m, items, shapes):
+    squared = dot_items(m, items[0], items[0])
+    return (), m.sqrt(squared if len(items) == 1 else m.add(squared, items[1][0]))
+
+
+def _apply_normalized(m, items, shapes):
+    if len(items) == 1:
+        return shapes[0], normalize_items(m, items[0])
+    scale = m.add(length_items(m, items[0]), items[1][0])
+    return shapes[0], [m.div(x, scale) for x in items[0]]
+
+
+# Taichi's v.norm(eps) and v.normalized(eps) (Genesis writes n.norm(EPS), difftaichi v.normalized(1e-6)): the
+# epsilon keeps a zero vector's length and direction finite, as Taichi adds it.
+norm = VectorFunction("norm", "vs", _apply_norm, "The Euclidean length sqrt(dot(a, a)), or sqrt(dot(a, a) + eps) "
+                      "given eps (Taichi's name and epsilon).", optional=1)
 length_sq = VectorFunction("length_sq", "v", lambda m, items, shapes: ((), dot_items(m, items[0], items[0])),
                            "dot(a, a).")
 normalize = VectorFunction("normalize", "v", lambda m, items, shapes: (shapes[0], normalize_items(m, items[0])),
@@ -374,12 +398,16 @@ component_min = _reduction("min", "minimum", "The smallest component (NaN if any
 any_nonzero = _reduction("any", "logical_or", "Whether any component is nonzero (a bool).", "nonzero")
 all_nonzero = _reduction("all", "logical_and", "Whether every component is nonzero (a bool).", "nonzero")
 
+normalized = VectorFunction("normalized", "vs", _apply_normalized,
+                            "normalize(a), or a / (length(a) + eps) given eps (Taichi's name and epsilon).",
+                            "bz.math", optional=1)
+
 FUNCTIONS = (dot, cross, length, norm, length_sq, normalize, outer, transpose, determinant, inverse, trace, diag, skew)
 REDUCTIONS = (component_sum, component_max, component_min, any_nonzero, all_nonzero)
 # The one table of names: `v.<name>(...)` in a kernel is `bz.math.<name>(v, ...)`, under braze's and Warp's
 # names and Taichi's (norm_sqr, normalized, outer_product).
 METHODS: dict[str, VectorFunction] = {**{f.name: f for f in FUNCTIONS + REDUCTIONS}, "norm_sqr": length_sq,
-                                      "normalized": normalize, "outer_product": outer}
+                                      "normalized": normalized, "outer_product": outer}
 # Methods braze has no function for, and what to write instead.
 NOT_METHODS = {
     "cast": "braze's vectors hold floats (it has no integer vectors): convert each component, int(v[0])",

@@ -137,11 +137,35 @@ def test_methods_through_the_cuda_code_on_the_cpu():
 
 
 def test_the_functions_are_in_bz_math_under_each_name():
-    assert bz.math.dot is bz.dot and bz.math.normalized is bz.normalize and bz.math.outer_product is bz.outer
+    assert bz.math.dot is bz.dot and bz.math.outer_product is bz.outer
     a = np.array([[3.0, -4.0, 0.0]], np.float32)
+    np.testing.assert_array_equal(bz.math.normalized(a), bz.normalize(a))  # without Taichi's epsilon, the same
     np.testing.assert_array_equal(bz.math.skew(a)[0] @ np.float32([1, 2, 3]), np.cross(a[0], [1, 2, 3]))
     assert bz.math.max(np.float32(1), np.float32(2)) == 2  # two scalars: elementwise, as before
     assert bz.math.any(a).tolist() == [True] and bz.math.all(a).tolist() == [False]
+
+
+@bz.kernel
+def with_epsilons(a: bz.Array[bz.vec3d, 1], out: bz.Array[bz.float64, 2], eps: float):
+    for i in range(a.shape[0]):
+        out[i, 0] = a[i].norm(eps)
+        n = a[i].normalized(eps)
+        out[i, 1], out[i, 2], out[i, 3] = n.x, n.y, n.z
+        out[i, 4] = bz.math.normalized(a[i], 1e-6).x
+
+
+def test_norm_and_normalized_take_taichis_epsilon():
+    """Genesis writes `n / n.norm(EPS)` and difftaichi `ti.Vector.normalized(dist, 1e-6)`: sqrt(v.v + eps) and
+    v / (|v| + eps), finite for a zero vector (the second was an error naming the count of arguments)."""
+    a = np.array([[3.0, -4.0, 0.0], [0.0, 0.0, 0.0]])
+    out = np.full((2, 5), np.nan)
+    with_epsilons(a, out, 0.25)
+    length = np.linalg.norm(a, axis=1)
+    np.testing.assert_allclose(out[:, 0], np.sqrt(length ** 2 + 0.25), rtol=1e-15)
+    np.testing.assert_allclose(out[:, 1:4], a / (length + 0.25)[:, None], rtol=1e-15)
+    np.testing.assert_allclose(out[:, 4], a[:, 0] / (length + 1e-6), rtol=1e-15)
+    np.testing.assert_allclose(bz.norm(a, 0.25), out[:, 0], rtol=1e-15)
+    np.testing.assert_allclose(bz.math.normalized(a, 0.25), out[:, 1:4], rtol=1e-15)
 
 
 def _compile_error(body: str, tmp_path, annotation: str = "bz.Array[bz.vec3, 1]"):
@@ -163,6 +187,8 @@ def _compile_error(body: str, tmp_path, annotation: str = "bz.Array[bz.vec3, 1]"
     ("s[i, 0] = x[i].trace()", "bz.trace: argument 1: expected a square matrix, got bz.vec3"),
     ("x[i].fill(x[i])", "fill: expected one number, got bz.vec3"),
     ("s[i, 0] = x[i].dot(1.0)", "bz.dot: argument 2: expected a vector, got float"),
+    ("s[i, 0] = x[i].norm(x[i])", "bz.norm: argument 2: expected a number, got bz.vec3"),
+    ("s[i, 0] = x[i].normalized(1.0, 2.0).x", "bz.math.normalized: expected 1 to 2 argument(s), got 3"),
 ])
 def test_misused_methods_say_what_is_wrong(body, message, tmp_path):
     assert message in _compile_error(body, tmp_path)
