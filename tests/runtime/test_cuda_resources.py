@@ -29,6 +29,7 @@ from braze.compile import cuda_driver
 from braze.compile.compiled_kernel import CompileParams
 from braze.compile.cuda_kernel import CudaCompiledKernel
 from braze.runtime import cuda_resources
+from braze.runtime.backends import cuda as cuda_backend
 from braze.runtime.backends.cuda import CudaExecutor, CudaPreparedCall, prepared_launches
 from braze.runtime.fast_call import ArrayKind, CallPlan
 from braze.runtime.inputs import bind_inputs
@@ -318,6 +319,39 @@ def test_a_prepared_call_launches_into_the_workspace_of_the_stream_it_runs_on(gp
     assert all(pointers - {0} == {workspace[stream]} for stream, pointers in runs)
     if native:
         assert sorted(call.launch_all.streams()) == [A, B, C]
+
+
+def test_threads_taking_a_prepared_call_first_together_share_one_launcher(gpu, monkeypatch) -> None:
+    """Four threads on four streams took a call for the first time at once: each built native
+    launchers, a stream was filed in one's tables while another's launched, and that thread was
+    answered NEW_STREAM forever (a hang in the GPU suite)."""
+    device = FakeDevice(0)
+    monkeypatch.setattr(cuda_driver, "raw_launch_function", lambda: device.driver.launch)
+    built, build = [], cuda_backend.native_launches
+
+    def slow_build(*args, **kwargs):  # every thread inside the build at once, where nothing stops them
+        time.sleep(0.2)
+        built.append(build(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(cuda_backend, "native_launches", slow_build)
+    call, start = prepared_call(device), threading.Barrier(4)
+    results: list[object] = []
+
+    def work(stream: int) -> None:
+        start.wait()
+        for _ in range(3):
+            array = FakeArray(0x5000 + stream, stream)
+            results.append(call.run([array]) == [array])
+
+    threads = [threading.Thread(target=work, args=(0x10000 * n,), daemon=True) for n in range(1, 5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert not any(t.is_alive() for t in threads), "a thread kept filing its stream"
+    assert results == [True] * 12 and len(built) == 1
+    assert sorted(call.launch_all.streams()) == [A] + [0x10000 * n for n in range(1, 5)]
 
 
 def test_a_prepared_call_keeps_the_launches_of_its_latest_streams(gpu, monkeypatch) -> None:

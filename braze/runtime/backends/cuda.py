@@ -117,6 +117,7 @@ class CudaPreparedCall(PreparedCall):
     come between another thread's two launches of a pair."""
 
     _native_execute: Callable[..., list] | None | object = UNSEEN  # `native_execute`'s memo
+    _launch_all: NativeLaunches | None | object = UNSEEN  # `launch_all`'s memo
 
     def __init__(self, plan: CallPlan, launches: list[PreparedLaunch], kind: ArrayKind, stream_input: int,
                  device: cuda.Device, stream: int = 0,
@@ -130,7 +131,7 @@ class CudaPreparedCall(PreparedCall):
         self.per_stream, self.first_stream = per_stream, stream
         # Per stream its launches (where they differ by stream), the most recently filed last.
         self.stream_launches: OrderedDict[int, list[PreparedLaunch]] = OrderedDict()
-        self._streams_lock = threading.Lock()
+        self._streams_lock, self._build_lock = threading.Lock(), threading.Lock()
         self._file(stream, launches)
 
     def _file(self, stream: int, launches: list[PreparedLaunch]) -> None:
@@ -154,17 +155,27 @@ class CudaPreparedCall(PreparedCall):
                     self._file(stream, launches)
         return launches
 
-    def _new_stream(self, stream: int) -> None:
-        """Files `stream`'s launches in the native tables: its first native launch there."""
+    def _new_stream(self, native: NativeLaunches, stream: int) -> None:
+        """Files `stream`'s launches in the tables of `native`, the launcher that answered
+        NEW_STREAM: its first native launch there."""
         launches = self.launches_on(stream)
-        self.launch_all.add_stream(stream, launch_specs(launches), launches)
+        native.add_stream(stream, launch_specs(launches), launches)
 
-    @functools.cached_property
+    @property
     def launch_all(self) -> NativeLaunches | None:
         """The native launch functions over this call's tables, the patched one writing the input
         and buffer pointers (None where the host JIT is off or failed, or with an inner-outer pair:
         see the class docstring). Built when the call is first taken, not when it is prepared: the
-        fusion's first call then needs no LLVM engine."""
+        fusion's first call then needs no LLVM engine. Built once, under a lock: threads taking
+        the call for the first time together would otherwise each build launchers, and a stream
+        filed in one's tables while another's launched would answer NEW_STREAM forever."""
+        if self._launch_all is UNSEEN:
+            with self._build_lock:
+                if self._launch_all is UNSEEN:
+                    self._launch_all = self._build_launch_all()
+        return self._launch_all
+
+    def _build_launch_all(self) -> NativeLaunches | None:
         if self.pairs:
             return None
         slots = [slot for slot, _, _ in self.plan.input_pointers] + [slot for slot, _ in self.plan.buffer_pointers]
@@ -196,7 +207,7 @@ class CudaPreparedCall(PreparedCall):
             lines = [*patch_lines(pointers), launch]
         lines.append("if code:")
         if self.per_stream is not None:  # the first launch on a stream files its launches, then launches
-            names.update(new_stream=self._new_stream, NEW_STREAM=NEW_STREAM)
+            names.update(new_stream=functools.partial(self._new_stream, native), NEW_STREAM=NEW_STREAM)
             lines += ["    while code == NEW_STREAM:", "        new_stream(order)", f"        {launch}",
                       "    if code:", "        failed(code)"]
         else:
