@@ -25,6 +25,7 @@ from braze.ops.math_compositions import NUMPY_NAMES
 from braze.ops.math_functions import FUNCTIONS
 from braze.ops.numpy_compositions import CALCULUS, NAN_REDUCTIONS, STATISTICS, UFUNCS
 from braze.ops.numpy_einsum import einsum, matrix_product_error
+from braze.ops.numpy_signal import SIGNAL
 
 # --- ufuncs -------------------------------------------------------------------------------------------
 _RENAMED = {  # NumPy's ufunc name -> braze's elementwise op, where they differ
@@ -299,7 +300,7 @@ _FUNCTIONS: dict[Callable, Callable[..., TensorView]] = {
     np.repeat: lambda a, repeats, axis=None: vc.repeat_interleave(a, repeats, axis),
     np.diff: _diff, np.einsum: einsum, np.dot: _dot,
     np.ndim: lambda a: a.ndim, np.shape: lambda a: tuple(a.shape), np.size: _size,
-    **NAN_REDUCTIONS, **STATISTICS, **CALCULUS,
+    **NAN_REDUCTIONS, **STATISTICS, **CALCULUS, **SIGNAL,
 }
 
 
