@@ -244,6 +244,10 @@ _REFUSED: dict[str, str] = {
                      "argwhere", "flatnonzero", "extract", "compress", "trim_zeros"), _DATA_SIZED),
     "bincount": ("its length depends on the largest value: with k bins known, count by comparison, "
                  "(labels[:, None] == np.arange(k)).sum(0), which braze fuses"),
+    **dict.fromkeys(("histogram", "histogram2d", "histogramdd", "histogram_bin_edges", "digitize"),
+                    "binning has no braze op: with the edges known, find each value's bin with "
+                    "np.searchsorted(edges, x, side='right') - 1 and count by comparison with np.arange(bins), "
+                    "which braze fuses"),
     **dict.fromkeys(("take", "take_along_axis", "put", "put_along_axis", "choose", "select"),
                     "indexing by an array (a gather or scatter) has no braze op: do it outside the jitted function "
                     "(np.where chooses between two values per element)"),

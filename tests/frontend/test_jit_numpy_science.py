@@ -94,12 +94,13 @@ X = _rows(5)
     (lambda x: np.median(x, axis=0), "np.median on a traced tensor: sorting and selection"),
     (lambda x: np.unique(x), "np.unique on a traced tensor: its result's length depends on the values"),
     (lambda x: np.bincount(np.argmin(x, 1)), r"np.bincount on .*\(labels\[:, None\] == np.arange\(k\)\)"),
+    (lambda x: np.histogram(x, bins=4), r"np.histogram on .*np.searchsorted\(edges, x, side='right'\) - 1"),
     (lambda x: np.einsum("ij->k", x), "np.einsum: 'ij->k': output letter 'k'"),
     (lambda x: np.einsum("ijk->", x), r"np.einsum: 'ijk->': term 'ijk' names 3 axes of T0 \('x'\), which has 2"),
     (lambda x: np.convolve(x[0], np.ones(65)), "np.convolve: v: expected a kernel of 1 to 64 taps"),
     (lambda x: np.convolve(x, x[0]), r"np.convolve: a: expected a 1-D array, got T0 \('x'\) of rank 2"),
 ], ids=["matmul_operator", "dot", "matmul", "ndarray_matmul", "multi_dot", "sort", "percentile", "median", "unique",
-        "bincount", "einsum_output", "einsum_rank", "long_kernel", "convolve_rank"])
+        "bincount", "histogram", "einsum_output", "einsum_rank", "long_kernel", "convolve_rank"])
 def test_what_braze_has_no_op_for_says_what_to_write(fn, says: str) -> None:
     with pytest.raises(bz.UnsupportedError, match=says):
         bz.jit(fn)(X)
