@@ -190,7 +190,7 @@ def _elementwise_entry(name: str, kinds: str, result: Callable, fn: Callable, va
             elif tv.python_scalar and promoted.is_integer and promoted != dt.int64:
                 # A runtime number (of @bz.jit) is known only at the call, which checks it fits
                 tv.fusion.narrowed_numbers.append(NarrowedNumber(name, tv, promoted))
-        return result(promoted)
+        return _python_precision(inputs, result(promoted))
 
     def reference(ctx: RefContext, args: Sequence[np.ndarray], out: TensorView, attrs: dict) -> np.ndarray:
         promoted = operand_type(out.definition.inputs[value_operands])
@@ -205,6 +205,16 @@ def _elementwise_entry(name: str, kinds: str, result: Callable, fn: Callable, va
 
     shape_rule = lambda inputs, attrs: broadcast_domains(name, inputs)
     return OpDef(name, "elementwise", shape_rule, dtype_rule, reference)
+
+
+def _python_precision(inputs: Sequence[TensorView], result: DType) -> DType:
+    """Arithmetic on Python numbers and extents alone is Python's, whose floats are doubles: `1.0 / x.shape[0]`
+    and `T / x.shape[1]` are float64 (they were float32, the dtype a weak float takes alone, which rounded a
+    float64 program's step to 7 digits). The result stays as weak as a Python number, so a float32 tensor
+    times it stays float32."""
+    if result.is_floating and inputs and all(tv.weak == 2 or tv.scalar == "extent" for tv in inputs):
+        return dt.float64
+    return result
 
 
 class _Typed:

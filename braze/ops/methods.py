@@ -18,6 +18,7 @@ from braze.ir.tensor import TensorView
 from braze.ops import numpy_api, scans, torch_functions, torch_methods, view_composites, views
 from braze.ops import reductions as red
 from braze.ops.elementwise import cast, elementwise
+from braze.ops.numpy_einsum import matrix_product_error
 from braze.ops.table import size_number
 
 _BINARY_OPERATORS = {
@@ -96,7 +97,11 @@ def _check_index_item(x: TensorView, position: int, item: object) -> None:
 
 
 def _matmul(self, other):
-    raise UnsupportedError("matmul (@): not yet supported by braze")
+    raise matrix_product_error("matmul (@)", self, other)
+
+
+def _rmatmul(self, other):
+    raise matrix_product_error("matmul (@)", other, self)
 
 
 def install(cls: type = TensorView) -> None:
@@ -109,7 +114,7 @@ def install(cls: type = TensorView) -> None:
         setattr(cls, f"__{dunder}__", lambda self, op=op: elementwise(op, self))
     cls.__hash__ = object.__hash__  # __eq__ builds an expression; identity stays the hash
     cls.__pos__ = lambda self: self
-    cls.__matmul__ = cls.__rmatmul__ = _matmul
+    cls.__matmul__, cls.__rmatmul__ = _matmul, _rmatmul
     cls.__getitem__ = _getitem
     for name in _REDUCTION_METHODS:
         setattr(cls, name, getattr(red, name))

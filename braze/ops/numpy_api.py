@@ -3,8 +3,8 @@
 traces under `@bz.jit` as it is written. TensorView takes NumPy's two protocols for array-like types
 (`__array_ufunc__` and `__array_function__`), installed by `braze/ops/methods.py`; each ufunc and
 function maps onto an op of braze.ops. What has no braze op (np.dot, np.sort, an `out=` argument, an
-ndarray operand, which a fusion cannot capture) raises UnsupportedError naming it, never NumPy's
-fallback to an object array.
+ndarray operand, which a fusion cannot capture) raises UnsupportedError naming it and, where there is
+one, what to write instead (`_REFUSED`), never NumPy's fallback to an object array.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from braze.ops.elementwise import BINARY, UNARY, cast, elementwise
 from braze.ops.math_compositions import NUMPY_NAMES
 from braze.ops.math_functions import FUNCTIONS
 from braze.ops.numpy_compositions import CALCULUS, NAN_REDUCTIONS, STATISTICS, UFUNCS
+from braze.ops.numpy_einsum import einsum, matrix_product_error
+from braze.ops.numpy_signal import SIGNAL
 
 # --- ufuncs -------------------------------------------------------------------------------------------
 _RENAMED = {  # NumPy's ufunc name -> braze's elementwise op, where they differ
@@ -43,7 +45,7 @@ _COMPOSED: dict[str, Callable[..., TensorView]] = {
     **UFUNCS,  # fmax, heaviside, logaddexp2, ...: braze/ops/numpy_compositions.py
 }
 _REDUCE = {"add": red.sum, "multiply": red.prod, "maximum": red.max, "minimum": red.min,
-           "logical_and": red.all, "logical_or": red.any}
+           "logical_and": red.all, "logical_or": red.any, "logaddexp": activations.logsumexp}
 _ACCUMULATE = {"add": scans.cumsum, "multiply": scans.cumprod, "maximum": scans.cummax, "minimum": scans.cummin}
 
 
@@ -72,6 +74,8 @@ def array_ufunc(self: TensorView, ufunc: np.ufunc, method: str, *inputs: object,
         return _REDUCE[ufunc.__name__](operands[0], kwargs.get("axis", 0), bool(kwargs.get("keepdims", False)))
     if method == "accumulate" and ufunc.__name__ in _ACCUMULATE:
         return _ACCUMULATE[ufunc.__name__](operands[0], kwargs.get("axis", 0))
+    if ufunc.__name__ in _MATRIX_PRODUCTS:
+        raise matrix_product_error(what, *operands[:2])
     raise UnsupportedError(f"{what}: braze has no op for it in a fusion")
 
 
@@ -219,6 +223,55 @@ def _broadcast_to(array, shape):
     return array.expand(*shape)
 
 
+def _dot(a, b, out=None):
+    """np.dot of a number is a product; of arrays, a matrix product, which braze has no op for."""
+    _no_out("dot", out)
+    if not isinstance(a, TensorView) or not isinstance(b, TensorView) or a.ndim == 0 or b.ndim == 0:
+        return elementwise("mul", a, b)
+    raise matrix_product_error("np.dot", a, b)
+
+
+# NumPy functions braze has no op for, and what to write instead.
+_MATRIX_PRODUCTS = ("matmul", "vdot", "tensordot", "multi_dot", "kron", "matvec", "vecmat")
+_SORTING = ("sorting and selection have no braze op: call it outside the jitted function, on the arrays it "
+            "takes or on its result (np.median(f(x), axis=0))")
+_DATA_SIZED = ("its result's length depends on the values, which a fusion's extents cannot: compute it outside "
+               "the jitted function")
+_REFUSED: dict[str, str] = {
+    **dict.fromkeys(("sort", "argsort", "partition", "argpartition", "lexsort", "msort", "sort_complex", "median",
+                     "percentile", "quantile", "nanmedian", "nanpercentile", "nanquantile"), _SORTING),
+    **dict.fromkeys(("unique", "unique_values", "unique_counts", "unique_inverse", "unique_all", "nonzero",
+                     "argwhere", "flatnonzero", "extract", "compress", "trim_zeros"), _DATA_SIZED),
+    "bincount": ("its length depends on the largest value: with k bins known, count by comparison, "
+                 "(labels[:, None] == np.arange(k)).sum(0), which braze fuses"),
+    **dict.fromkeys(("histogram", "histogram2d", "histogramdd", "histogram_bin_edges", "digitize"),
+                    "binning has no braze op: with the edges known, find each value's bin with "
+                    "np.searchsorted(edges, x, side='right') - 1 and count by comparison with np.arange(bins), "
+                    "which braze fuses"),
+    **dict.fromkeys(("take", "take_along_axis", "put", "put_along_axis", "choose", "select"),
+                    "indexing by an array (a gather or scatter) has no braze op: do it outside the jitted function "
+                    "(np.where chooses between two values per element)"),
+}
+
+
+def _refused(name: str, func: Callable) -> UnsupportedError:
+    module = getattr(func, "__module__", "") or ""
+    qualified = "np.linalg." + name if module.endswith("linalg") else f"np.{name}"
+    if name in _MATRIX_PRODUCTS:
+        return UnsupportedError(f"{qualified} on a traced tensor: braze has no matrix-product op (it fuses the "
+                                "elementwise work around one): compute it outside the jitted function and pass it "
+                                "in, or write it as a broadcast and a sum with np.einsum")
+    if name in _REFUSED:
+        return UnsupportedError(f"{qualified} on a traced tensor: {_REFUSED[name]}")
+    return UnsupportedError(f"{qualified} on a traced tensor: braze has no op for it in a fusion "
+                            "(the ops braze has: braze.ops)")
+
+
+def _size(a, axis=None):
+    """NumPy's np.size: the element count, or one extent; a Python int where static, else symbolic."""
+    return a.numel() if axis is None else a.shape[axis]
+
+
 _FUNCTIONS: dict[Callable, Callable[..., TensorView]] = {
     np.sum: _reduction(red.sum), np.prod: _reduction(red.prod), np.mean: _reduction(red.mean),
     np.max: _reduction(red.max), np.amax: _reduction(red.max), np.min: _reduction(red.min),
@@ -249,8 +302,9 @@ _FUNCTIONS: dict[Callable, Callable[..., TensorView]] = {
     np.roll: lambda a, shift, axis=None: vc.roll(a, shift, axis), np.tril: lambda m, k=0: vc.tril(m, k),
     np.triu: lambda m, k=0: vc.triu(m, k), np.tile: lambda a, reps: vc.tile(a, reps),
     np.repeat: lambda a, repeats, axis=None: vc.repeat_interleave(a, repeats, axis),
-    np.diff: _diff,
-    **NAN_REDUCTIONS, **STATISTICS, **CALCULUS,
+    np.diff: _diff, np.einsum: einsum, np.dot: _dot,
+    np.ndim: lambda a: a.ndim, np.shape: lambda a: tuple(a.shape), np.size: _size,
+    **NAN_REDUCTIONS, **STATISTICS, **CALCULUS, **SIGNAL,
 }
 
 
@@ -262,11 +316,20 @@ def array_function(self: TensorView, func: Callable, types: tuple, args: tuple, 
     """NEP 18: `np.sum(x, axis=0)`, `np.where(m, x, y)`, `np.concatenate([x, y])`, ..."""
     handler = _FUNCTIONS.get(func)
     if handler is None:
-        name = getattr(func, "__name__", repr(func))
-        raise UnsupportedError(f"np.{name} on a traced tensor: braze has no op for it in a fusion "
-                               "(the ops braze has: braze.ops)")
-    args = tuple(_operand(f"np.{func.__name__}", a) if isinstance(a, np.ndarray) else a for a in args)
+        raise _refused(getattr(func, "__name__", repr(func)), func)
+    args = tuple(_arrays_as_operands(f"np.{func.__name__}", a) for a in args)
     return handler(*args, **kwargs)
+
+
+def _arrays_as_operands(what: str, arg: object) -> object:
+    """An ndarray argument as an operand, and those in a list or tuple of them (`np.concatenate([np.zeros(1),
+    x])` of a trace takes the array in as an input, where it was refused as an array made outside the
+    fusion)."""
+    if isinstance(arg, np.ndarray):
+        return _operand(what, arg)
+    if isinstance(arg, (list, tuple)) and any(isinstance(a, np.ndarray) for a in arg):
+        return type(arg)(_operand(what, a) if isinstance(a, np.ndarray) else a for a in arg)
+    return arg
 
 
 def install(cls: type = TensorView) -> None:

@@ -223,11 +223,19 @@ def _count_nonzero(a, axis=None, *, keepdims=False):
 
 
 def _isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
-    """NumPy's: |a - b| <= atol + rtol * |b| where b is finite, or a == b (equal infinities)."""
+    """NumPy's: |a - b| <= atol + rtol * |b| where b is finite, or a == b (equal infinities); either may be a
+    number (np.isclose(x, 0) took abs of the number as an op, and failed)."""
+    a, b = (v if isinstance(v, TensorView) else creation.full([], v, _number_dtype(other))
+            for v, other in ((a, b), (b, a)))
     near = _e("logical_and", _e("le", _e("abs", _e("sub", a, b)), _e("add", atol, _e("mul", rtol, _e("abs", b)))),
               _e("isfinite", b))
     close = _e("logical_or", near, _e("eq", a, b))
     return _e("logical_or", close, _e("logical_and", _e("isnan", a), _e("isnan", b))) if equal_nan else close
+
+
+def _number_dtype(other: object) -> dt.DType:
+    """The dtype a number compared with `other` takes: other's, where floating; else float64."""
+    return other.dtype if isinstance(other, TensorView) and other.dtype.is_floating else dt.float64
 
 
 STATISTICS: dict[Callable, Callable[..., TensorView]] = {

@@ -64,19 +64,19 @@ def test_layer_norm_backward_with_the_reciprocal_of_an_extent(backend: str) -> N
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_extents_are_weak_int64_scalars(backend: str) -> None:
     """An extent never widens a tensor: int32 + extent is int32, bfloat16 / extent bfloat16; an
-    integer tensor divided by an extent is float32, and the reciprocal of one float32."""
+    integer tensor divided by an extent is float32, and the reciprocal of one a Python float: float64."""
     ints = np.arange(12, dtype=np.int32).reshape(3, 4)
     halves = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
     f = fusion(lambda i, h: [i + i.shape[1], h / h.shape[0], i / i.shape[1], bz.ops.reciprocal(h.shape[1]),
                              i * (i.shape[0] * i.shape[1] - 2)], bz.int32, bz.bfloat16)
     added, scaled, divided, inverse, product = f.execute([ints, halves.astype(bz.bfloat16.numpy)], backend=backend)
     assert (added.dtype, scaled.dtype, divided.dtype, inverse.dtype, product.dtype) == (
-        np.int32, bz.bfloat16.numpy, np.float32, np.float32, np.int32)
+        np.int32, bz.bfloat16.numpy, np.float32, np.float64, np.int32)
     np.testing.assert_array_equal(added, ints + 4)
     np.testing.assert_allclose(scaled.astype(np.float32), halves.astype(bz.bfloat16.numpy).astype(np.float32) / 3,
                                rtol=8e-3)
     np.testing.assert_allclose(divided, ints / 4, rtol=1e-7)
-    assert inverse == np.float32(0.25)
+    assert inverse == 0.25
     np.testing.assert_array_equal(product, ints * 10)
 
 
@@ -97,6 +97,20 @@ def test_extents_in_float_arithmetic(backend: str) -> None:
     np.testing.assert_array_equal(scaled, np.full((2, 4), 0.5))
     np.testing.assert_array_equal(shifted, np.full((2, 4), 4.0))
     assert (difference, ratio, flat.shape) == (np.float32(0.5), np.float32(0.5), (8,))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_numbers_and_extents_alone_compute_in_python_s_double_precision(backend: str) -> None:
+    """`1.0 / n` and `t / n`, with t a runtime float, are Python floats: a float64 program scaled by one
+    gives NumPy's value to the last bit (float32 arithmetic gave 1/3 as 0.3333333432674408), and a
+    float32 tensor times one stays float32."""
+    def program(x, t):
+        return (1.0 / x.shape[0]) * x, np.sqrt(t / x.shape[1]) * x, x.astype(np.float32) * (1.0 / x.shape[0])
+
+    x = np.ones((3, 3))
+    for got, want in zip(bz.jit(program, backend=backend)(x, 1.0), program(x, 1.0), strict=True):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
 
 
 def test_an_extent_of_no_input_is_refused() -> None:
