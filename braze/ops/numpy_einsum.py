@@ -124,14 +124,16 @@ def _line_up(x: TensorView, labels: str, order_of_axes: list[str]) -> TensorView
     return x
 
 
-
 def matrix_product_error(name: str, a: object, b: object) -> UnsupportedError:
     """The error for `a @ b`, np.dot, np.matmul, ...: braze has no matrix-product op; it says which einsum
     writes the same product as a broadcast and a sum, for the operands' ranks."""
     ranks = [getattr(v, "ndim", 0) for v in (a, b)]
-    left, right = {0: "", 1: "j", 2: "ij"}.get(ranks[0], "...ij"), {0: "", 1: "j", 2: "jk"}.get(ranks[1], "...jk")
+    if 0 in ranks:  # NumPy's and torch's matmul refuse a scalar too
+        return UnsupportedError(f"{name}: a matrix product takes operands of rank 1 or more, got ranks "
+                                f"{ranks[0]} and {ranks[1]}; a product with a scalar is a * b")
+    left, right = {1: "j", 2: "ij"}.get(ranks[0], "...ij"), {1: "j", 2: "jk"}.get(ranks[1], "...jk")
     kept = ("..." if "..." in left + right else "") + (left + right).replace(".", "").replace("j", "")
     return UnsupportedError(
         f"{name}: braze has no matrix-product op (it fuses the elementwise work around one): compute the product "
-        f"outside the jitted function and pass it in, or, over a short inner axis, write it as a broadcast and a "
-        f"sum, which braze fuses: np.einsum('{left},{right}->{kept}', a, b)")
+        f"outside braze (with torch or NumPy) and pass it in, or, over a short inner axis, write it as a broadcast "
+        f"and a sum, which braze fuses: np.einsum('{left},{right}->{kept}', a, b)")
