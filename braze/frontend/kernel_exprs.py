@@ -92,6 +92,7 @@ class ExpressionTranslator:
             if node.attr == "ndim":
                 return base.ndim
             self.error(node, f"unsupported array attribute '{node.attr}' (shape and ndim are supported)")
+        base = vec.constant_vector(base) if node.attr in "xyzw" and isinstance(base, np.ndarray) else base
         if isinstance(base, VectorValue):
             return self.checked(node, lambda: base.items[vec.component_position(base.type, node.attr)])
         if isinstance(base, k.Expr):
@@ -176,7 +177,7 @@ class ExpressionTranslator:
             self.error(node, f"wrong number of indices: '{param.name}' has {handle.ndim} dimension(s){of}, "
                              f"got {len(values)} index(es)", KernelTypeError)
         indices = tuple(self.checked(r, lambda r=r, v=v: ty.index(v, f"index of '{param.name}'"))
-                        for r, v in zip(raw * len(values) if len(raw) == 1 else raw, values))
+                        for r, v in zip(raw if len(raw) == len(values) else [node] * len(values), values))
         indices = tuple(_from_the_end(param, axis, i) for axis, i in enumerate(indices))
         if self.debug:
             self.bounds_check(node, param, indices)
@@ -188,13 +189,15 @@ class ExpressionTranslator:
         values = tuple(self.expr(r) for r in raw)
         if len(values) == 1 and isinstance(values[0], tuple):
             return values[0]
-        vectors = [v for v in values if isinstance(v, VectorValue)]
-        if vectors:
-            self.error(node, f"'{param.name}' is indexed by a {vec.describe(vectors[0])}: an index is one integer "
-                             "per axis, and braze's vectors hold floats (it has no integer vectors); write the "
-                             "integers, a[i + di, j + dj], or keep them in a tuple, I = (i, j), and write a[I]",
-                       KernelTypeError)
-        return values
+        flat = []
+        for v in values:  # a[I], a[I, k] of an integer vector I (a bz.grouped loop's index): its components
+            v = vec.constant_vector(v) or v  # an offset of bz.static(bz.grouped(...))
+            if isinstance(v, VectorValue) and (v.type.is_matrix or not v.type.dtype.is_integer):
+                self.error(node, f"'{param.name}' is indexed by a {vec.describe(v)}: an index is one integer per "
+                                 "axis, or an integer vector of them (a[I]); convert a float vector first, "
+                                 "a[p.cast(int)] or a[bz.math.floor(p, int)]", KernelTypeError)
+            flat.extend(v.items if isinstance(v, VectorValue) else (v,))
+        return tuple(flat)
 
     def local_index(self, node: ast.Subscript, array: LocalArray) -> k.Expr:
         """The index of `buf[j]`: a constant is checked now (a negative one counts from the end), any
@@ -227,8 +230,9 @@ class ExpressionTranslator:
         return self.binary(node, op, a, b)
 
     def binary(self, node: ast.AST, op: str, a, b):
-        """`a <op> b` of scalars or of vectors (component by component, or `@`)."""
-        if isinstance(a, VectorValue) or isinstance(b, VectorValue):
+        """`a <op> b` of scalars or of vectors (component by component, or `@`); a constant vector (a global
+        `bz.vec3d(...)`) meeting a value of the kernel is a vector too."""
+        if isinstance(a, VectorValue) or isinstance(b, VectorValue) or _constant_meets_value(a, b):
             return self.checked(node, lambda: vec.binary(op, a, b))
         if op == "matmul":
             self.error(node, "a @ b: expected vectors or matrices (bz.vec3, bz.mat33, ...) on both sides",
@@ -285,9 +289,8 @@ class ExpressionTranslator:
                 self.error(node, f"unsupported comparison {type(op_node).__name__}")
             right = self.expr(right_node)
             self.widen_literal_locals((left, right))
-            test = self.checked(node, lambda op=op, a=left, b=right: ty.binary(op, a, b))
-            result = test if result is None else self.checked(node, lambda t=test, r=result:
-                                                              ty.binary("logical_and", r, t))
+            test = self.binary(node, op, left, right)  # of vectors, a vector of bools
+            result = test if result is None else self.binary(node, "logical_and", result, test)
             left = right
         return result
 
@@ -359,6 +362,13 @@ class ExpressionTranslator:
 
     def expr_Call(self, node: ast.Call):
         return call(self, node)
+
+
+def _constant_meets_value(a, b) -> bool:
+    """Whether a constant array of a vector's shape meets a value of the kernel in an operator (`p - UPPER`
+    of a global `UPPER = bz.vec3d(...)`): it is then a vector, as it is in NumPy."""
+    return any(isinstance(x, np.ndarray) and isinstance(y, k.Expr) and vec.constant_vector(x) is not None
+               for x, y in ((a, b), (b, a)))
 
 
 def _reads_memory(e) -> bool:
