@@ -645,7 +645,7 @@ def _joined(tr: Translator, node: ast.If, a, b) -> tuple[object, list[k.Stmt], l
     if isinstance(a, VectorValue) and isinstance(b, VectorValue):
         if a.type.shape != b.type.shape:
             tr.error(node, f"the branches return a {a.type_name} and a {b.type_name}", KernelTypeError)
-        vtype = a.type if a.type.dtype == b.type.dtype else vec.type_of_shape(a.type.shape, dt.float64)
+        vtype = vec.type_of_shape(a.type.shape, vec.common_dtype([a.type.dtype, b.type.dtype]))
         result = [tr.declare("result", vtype.dtype) for _ in a.items]
         then_set, orelse_set = ([k.Assign(r, ty.as_expr(x, vtype.dtype)) for r, x in zip(result, v.items)]
                                 for v in (a, b))

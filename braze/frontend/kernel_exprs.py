@@ -353,7 +353,7 @@ class ExpressionTranslator:
         """`a if c else b` of two vectors of one shape: one local per component, set in an `if`."""
         if not (isinstance(a, VectorValue) and isinstance(b, VectorValue) and a.type.shape == b.type.shape):
             self.error(node, f"the two branches differ: {vec.describe(a)} and {vec.describe(b)}", KernelTypeError)
-        vtype = a.type if a.type.dtype == b.type.dtype else vec.type_of_shape(a.type.shape, dt.float64)
+        vtype = vec.type_of_shape(a.type.shape, vec.common_dtype([a.type.dtype, b.type.dtype]))
         local = [self.declare("select", vtype.dtype) for _ in a.items]
         then, orelse = ([k.Assign(v, ty.as_expr(x, vtype.dtype)) for v, x in zip(local, value.items)]
                         for value in (a, b))

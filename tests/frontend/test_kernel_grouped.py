@@ -53,12 +53,12 @@ def test_grouped_loops_index_with_an_integer_vector():
 
 
 @bz.kernel
-def cells(x: bz.Array[bz.vec3, 1], inv_dx: bz.float32, base: bz.Array[bz.vec3i, 1], frac: bz.Array[bz.vec3, 1],
-          flags: bz.Array[bz.int32, 2]):
+def cells(x: bz.Array[bz.vec3, 1], inv_dx: bz.float32, shift: bz.vec3i, base: bz.Array[bz.vec3i, 1],
+          frac: bz.Array[bz.vec3, 1], flags: bz.Array[bz.int32, 2]):
     for i in bz.grouped(x):  # over a 1-D array: a 1-vector index
         p = x[i] * inv_dx
         b = bz.math.floor(p, int)  # Taichi's ti.floor(p, int): an integer vector
-        base[i] = b
+        base[i] = b + shift
         frac[i] = p - b  # a float vector with an integer one: the float's type
         c = (p - 0.5).cast(int)
         inside = (b >= 0) & (b < 4)
@@ -66,16 +66,17 @@ def cells(x: bz.Array[bz.vec3, 1], inv_dx: bz.float32, base: bz.Array[bz.vec3i, 
         flags[i, 1] = 1 if (c < 0).any() else 0
         flags[i, 2] = bz.cast(p.x * 2.0, bz.int32) + bz.math.max(b, c).sum() - min(b, bz.vec3i(1, 1, 1)).z
         flags[i, 3] = (b // 2 + b % 2 * 10).y + bz.cast(b * 0.5, int).x + abs(-b).max()
+        flags[i, 4] = (b.cast(bz.int32) if p.x > 2.0 else c).z  # int32 or int64: an int64 vector
 
 
 def test_integer_vectors_floor_cast_compare_and_combine():
     n = 16
     x = RNG.uniform(-1.0, 5.0, (n, 3)).astype(np.float32)
-    base, frac, flags = np.zeros((n, 3), np.int32), np.zeros((n, 3), np.float32), np.zeros((n, 4), np.int32)
-    cells(x, 1.0, base, frac, flags)
+    base, frac, flags = np.zeros((n, 3), np.int32), np.zeros((n, 3), np.float32), np.zeros((n, 5), np.int32)
+    cells(x, 1.0, (1, -2, 3), base, frac, flags)  # an integer vector parameter takes a tuple of ints
     p = x.astype(np.float32)
     b, c = np.floor(p).astype(np.int32), np.trunc(p - np.float32(0.5)).astype(np.int32)
-    np.testing.assert_array_equal(base, b)
+    np.testing.assert_array_equal(base, b + [1, -2, 3])
     np.testing.assert_array_equal(frac, p - b.astype(np.float32))
     np.testing.assert_array_equal(flags[:, 0], ((b >= 0) & (b < 4)).all(1))
     np.testing.assert_array_equal(flags[:, 1], (c < 0).any(1))
@@ -83,6 +84,7 @@ def test_integer_vectors_floor_cast_compare_and_combine():
                                   - np.minimum(b, 1)[:, 2])
     np.testing.assert_array_equal(flags[:, 3], (b // 2 + b % 2 * 10)[:, 1] + np.trunc(b * 0.5)[:, 0].astype(int)
                                   + np.abs(b).max(1))
+    np.testing.assert_array_equal(flags[:, 4], np.where(p[:, 0] > 2.0, b[:, 2], c[:, 2]))
     assert flags[:, 0].any() and not flags[:, 0].all() and flags[:, 1].any()  # both outcomes of each test
 
 
