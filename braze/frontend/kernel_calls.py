@@ -200,8 +200,7 @@ def _cast(tr: Translator, node: ast.Call):
     return tr.checked(node, lambda: ty.convert(value, dtype))
 
 
-# Taichi's ti.floor(x, int), ti.ceil(x, dt) and ti.round(x, dt): rounded, then converted to the dtype.
-_ROUNDINGS = {lang.math.floor: "floor", lang.math.ceil: "ceil", lang.math.round: "round", lang.math.trunc: "trunc"}
+_ROUNDINGS = {getattr(lang.math, op): op for op in lang.ROUNDINGS}  # bz.math.floor(p, int), ...
 
 
 def _rounded_to(callee, args: list):

@@ -125,10 +125,16 @@ class MathFunction:
         self.__name__ = op
 
     def __call__(self, *args):
+        if self.op in ROUNDINGS and len(args) == 2:  # bz.math.floor(p, int), as in kernels
+            return self.reference(np.asarray(args[0])).astype(dt.as_dtype(args[1]).numpy)
         return self.reference(*[np.asarray(a) for a in args])
 
     def __repr__(self) -> str:
         return f"bz.math.{self.op}"
+
+
+# Taichi's ti.floor(x, int), ti.ceil(x, dt) and ti.round(x, dt): rounded, then converted to the dtype.
+ROUNDINGS = ("floor", "ceil", "round", "trunc")
 
 
 def _one_or_two(pairwise: Callable, of_one_vector: Callable) -> Callable:

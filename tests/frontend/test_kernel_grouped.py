@@ -111,6 +111,7 @@ def test_the_python_side_of_grouped_cast_and_zero():
     assert [cell.tolist() for cell in bz.grouped(bz.ndrange(2, (1, 3)))] == [[0, 1], [0, 2], [1, 1], [1, 2]]
     assert [cell.tolist() for cell in bz.grouped(np.zeros((1, 2)))] == [[0, 0], [0, 1]]
     assert bz.cast(np.array([1.7, -1.7]), int).tolist() == [1, -1]
+    assert bz.math.floor(np.array([1.7, -1.7]), bz.int32).tolist() == [1, -2]
     assert bz.vec3.zero().tolist() == [0, 0, 0] and bz.mat22d.zero().dtype == np.float64
     assert bz.ivec3 is bz.vec3i and bz.vec3i(1, 2, 3).dtype == np.int32 and bz.vec2l(1, 2).dtype == np.int64
 
