@@ -172,7 +172,8 @@ def _vector_method(tr: Translator, node: ast.Call, receiver: VectorValue):
         if len(node.args) != 1:
             tr.error(node, f".cast(): expected one dtype, as in v.cast(int), got {len(node.args)} argument(s)",
                      KernelTypeError)
-        return vec.cast(receiver, _dtype_argument(tr, node.args[0], "cast"))
+        dtype = _dtype_argument(tr, node.args[0], "cast")
+        return tr.checked(node, lambda: vec.cast(receiver, dtype))
     args = [tr.expr(a) for a in node.args]
     if name == "fill":
         tr.assign(node.func.value, tr.checked(node, lambda: vec.filled(receiver.type, args)), node)

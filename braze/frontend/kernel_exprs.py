@@ -14,6 +14,7 @@ import numpy as np
 from braze import dtypes as dt
 from braze.errors import KernelTypeError
 from braze.frontend import kernel_types as ty
+from braze.frontend import kernel_vector_components as parts
 from braze.frontend import kernel_vectors as vec
 from braze.frontend.kernel_calls import call
 from braze.frontend.kernel_scope import (
@@ -94,7 +95,7 @@ class ExpressionTranslator:
             self.error(node, f"unsupported array attribute '{node.attr}' (shape and ndim are supported)")
         base = vec.constant_vector(base) if node.attr in "xyzw" and isinstance(base, np.ndarray) else base
         if isinstance(base, VectorValue):
-            return self.checked(node, lambda: base.items[vec.component_position(base.type, node.attr)])
+            return self.checked(node, lambda: base.items[parts.component_position(base.type, node.attr)])
         if isinstance(base, k.Expr):
             self.error(node, f"unsupported construct: attribute '{node.attr}' of a value")
         return self.compile_time(node)
@@ -264,7 +265,7 @@ class ExpressionTranslator:
         """`v[key]` for one index: a constant picks a component (a matrix's row); an index known only
         at run time loads from the array the value came from, or selects among a local's components."""
         if not isinstance(key, k.Expr):
-            positions, shape = self.checked(node, lambda: vec.constant_positions(value.type, key))
+            positions, shape = self.checked(node, lambda: parts.constant_positions(value.type, key))
             if not shape:
                 return value.items[positions[0]]
             origin = (value.origin[0], (*value.origin[1], k.Const(key % value.type.shape[0], dt.int64))) \
@@ -279,7 +280,7 @@ class ExpressionTranslator:
         if value.origin is not None:
             param, prefix = value.origin
             return self.checked(node, lambda: element_value(param, (*prefix, index), value.type))
-        return self.checked(node, lambda: vec.select_component(value, index))
+        return self.checked(node, lambda: parts.select_component(value, index))
 
     def expr_Compare(self, node: ast.Compare):
         result, left = None, self.expr(node.left)

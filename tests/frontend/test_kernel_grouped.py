@@ -160,6 +160,8 @@ def _compile_error(body: str, tmp_path, loop: str = "for i in range(x.shape[0]):
     ("for i in range(x.shape[0]):", "s[i, 0] = bz.math.floor(x[i], 2).x", "the second argument is a dtype"),
     ("for i in range(x.shape[0]):", "s[i, 0] = bz.cast(x[i])", "bz.cast: expected (value, dtype)"),
     ("for i in range(x.shape[0]):", "G = bz.grouped(s)", "bz.grouped(...) is iterated by a loop"),
+    ("for i in range(x.shape[0]):", "s[i, 0] = x[i].cast(bz.uint8)[0]", "no vector or matrix type of shape (3,) and "
+                                                                       "uint8"),
 ])
 def test_misused_grouped_loops_and_casts_say_what_to_write(loop, body, message, tmp_path):
     assert message in _compile_error(body, tmp_path, loop)
