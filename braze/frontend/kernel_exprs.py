@@ -126,6 +126,8 @@ class ExpressionTranslator:
                                                                    else (position,)))
         if isinstance(base, (tuple, list, np.ndarray)):
             position = self.expr(node.slice)
+            if isinstance(position, k.Const) and position.dtype.is_integer:  # w[off[0]] of a constant offset
+                position = int(position.value)
             if isinstance(base, (tuple, list)) and isinstance(position, int):
                 return base[position]
             if isinstance(base, tuple) and any(isinstance(e, (k.Expr, VectorValue)) for e in base):

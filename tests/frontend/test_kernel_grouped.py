@@ -53,6 +53,44 @@ def test_grouped_loops_index_with_an_integer_vector():
 
 
 @bz.kernel
+def particle_to_grid(x: bz.Array[bz.vec2, 1], v: bz.Array[bz.vec2, 1], C: bz.Array[bz.mat22, 1],
+                     grid_v: bz.Array[bz.vec2, 2], grid_m: bz.Array[bz.float32, 2], inv_dx: bz.float32, dx: bz.float32):
+    for cell in bz.grouped(grid_m):
+        grid_v[cell] = bz.vec2.zero()
+        grid_m[cell] = 0.0
+    for p in range(x.shape[0]):  # mpm88's P2G, as Taichi writes it
+        base = (x[p] * inv_dx - 0.5).cast(int)
+        fx = x[p] * inv_dx - base.cast(bz.float32)
+        w = [0.5 * (1.5 - fx) ** 2, 0.75 - (fx - 1) ** 2, 0.5 * (fx - 0.5) ** 2]
+        for offset in bz.static(bz.grouped(bz.ndrange(3, 3))):
+            dpos = (offset.cast(bz.float32) - fx) * dx
+            weight = w[offset[0]][0] * w[offset[1]][1]
+            grid_v[base + offset] += weight * (v[p] + C[p] @ dpos)
+            grid_m[base + offset] += weight
+
+
+def test_a_particle_to_grid_step_with_integer_vector_offsets():
+    n, size = 20, 8
+    dx = 1.0 / size
+    x = RNG.uniform(0.2, 0.8, (n, 2)).astype(np.float32)
+    v, affine = RNG.normal(size=(n, 2)).astype(np.float32), RNG.normal(size=(n, 2, 2)).astype(np.float32)
+    grid_v, grid_m = np.ones((size, size, 2), np.float32), np.ones((size, size), np.float32)
+    particle_to_grid(x, v, affine, grid_v, grid_m, 1.0 / dx, dx)
+    expected_v, expected_m = np.zeros((size, size, 2)), np.zeros((size, size))
+    for p in range(n):
+        base = (x[p] / dx - 0.5).astype(int)
+        fx = x[p].astype(np.float64) / dx - base
+        w = [0.5 * (1.5 - fx) ** 2, 0.75 - (fx - 1) ** 2, 0.5 * (fx - 0.5) ** 2]
+        for i, j in np.ndindex(3, 3):
+            weight = w[i][0] * w[j][1]
+            expected_v[tuple(base + (i, j))] += weight * (v[p] + affine[p] @ (((i, j) - fx) * dx))
+            expected_m[tuple(base + (i, j))] += weight
+    np.testing.assert_allclose(grid_v, expected_v, atol=1e-5)
+    np.testing.assert_allclose(grid_m, expected_m, atol=1e-5)
+    assert abs(grid_m.sum() - n) < 1e-4
+
+
+@bz.kernel
 def cells(x: bz.Array[bz.vec3, 1], inv_dx: bz.float32, shift: bz.vec3i, base: bz.Array[bz.vec3i, 1],
           frac: bz.Array[bz.vec3, 1], flags: bz.Array[bz.int32, 2]):
     for i in bz.grouped(x):  # over a 1-D array: a 1-vector index
