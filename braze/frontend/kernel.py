@@ -316,6 +316,8 @@ class VectorParam:
                              f"a NumPy array of shape {self.type.shape} or {self.type!r}(...), got {got}")
         if array.dtype.kind not in "biuf":
             raise InputError(f"{where}: expected real numbers, got {reprlib.repr(value)} (dtype {array.dtype})")
+        if not self.type.dtype.is_floating:  # an integer vector's components: Python ints, checked as int scalars
+            return array.reshape(-1).tolist()
         return array.astype(np.float64).reshape(-1).tolist()
 
 

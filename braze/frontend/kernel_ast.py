@@ -233,7 +233,7 @@ class Translator(ExpressionTranslator, TargetTranslator):
                 self.serial.append(node)
 
     def parallel_range(self, it: ast.expr) -> bool:
-        return isinstance(it, ast.Call) and self.resolve_callee(it.func, kernel_scope=True) in (range, lang.ndrange)
+        return isinstance(it, ast.Call) and self.resolve_callee(it.func, kernel_scope=True) in _RANGES
 
     def is_static_call(self, e: ast.expr) -> bool:
         return isinstance(e, ast.Call) and self.resolve_callee(e.func, kernel_scope=True) is lang.static
@@ -390,16 +390,25 @@ class Translator(ExpressionTranslator, TargetTranslator):
         self.tasks.append(k.Task(self.task_name(), "range_for", body, indices, begin, end))
 
     def parallel_indices(self, node: ast.For) -> tuple[k.Expr, k.Expr, k.Var]:
-        """The task's bounds and loop index; `bz.ndrange` indices are split from one flat index."""
+        """The task's bounds and loop index; `bz.ndrange` indices are split from one flat index, and
+        `bz.grouped`'s index vector holds them."""
+        vector = self.grouped_name(node)
         extents, step = self.range_extents(node.iter)
-        names = self.target_names(node.target, len(extents))
+        names = self.loop_names(node, len(extents), vector)
         if step is not None:
             return self.stepped_index(names[0], *extents[0], step)
         if len(extents) == 1:
             var = self.new_var(names[0], dt.int64)
             self.frames[0].names[names[0]] = Local(var, loop_index=True)
             self.task_coordinates = [var]
+            self.bind_index_vector(node, vector, names, [var])
             return extents[0][0], extents[0][1], var
+        bounds = self.split_flat_index(extents, names)
+        self.bind_index_vector(node, vector, names, list(reversed(self.task_coordinates)))
+        return bounds
+
+    def split_flat_index(self, extents: list[tuple[k.Expr, k.Expr]], names: list[str]) -> tuple[k.Expr, k.Expr, k.Var]:
+        """A task over every cell of `extents`: one flat index, split into each axis's index (`names`)."""
         self.task_coordinates = []
         sizes = [index_op("maximum", index_op("sub", hi, lo), k.Const(0, dt.int64)) for lo, hi in extents]
         flat = self.new_var("_".join(names) + "_flat", dt.int64)
@@ -433,9 +442,17 @@ class Translator(ExpressionTranslator, TargetTranslator):
         return zero, index_op("maximum", count, zero), flat
 
     def range_extents(self, it: ast.Call) -> tuple[list[tuple[k.Expr, k.Expr]], k.Expr | None]:
-        """[(begin, end)] of a top-level range or ndrange, and a range's step (None where it has none),
-        as host-evaluable int64 expressions."""
+        """[(begin, end)] of a top-level range, ndrange or grouped, and a range's step (None where it has
+        none), as host-evaluable int64 expressions."""
         callee = self.resolve_callee(it.func, kernel_scope=True)
+        if callee is lang.grouped:
+            inner = self.grouped_inner(it)
+            if isinstance(inner, ArrayHandle):
+                return [(k.Const(0, dt.int64), k.ArrayExtent(inner.param, axis)) for axis in range(inner.ndim)], None
+            extents, step = self.range_extents(inner)
+            if step is not None:
+                self.error(it, "bz.grouped: expected a range without a step, or a bz.ndrange")
+            return extents, None
         args = [self.expr(a) for a in it.args]
         step = None
         if callee is range:
@@ -466,6 +483,56 @@ class Translator(ExpressionTranslator, TargetTranslator):
             self.error(it, f"unsupported construct: {what} must be computed from scalar parameters, shapes "
                            "and constants")
         return value
+
+    # --- bz.grouped: the index as one integer vector ----------------------------------------------
+    def grouped_name(self, node: ast.For) -> str | None:
+        """The name of a `for I in bz.grouped(...)` loop's index vector; None for any other loop."""
+        it = node.iter
+        if not (isinstance(it, ast.Call) and self.resolve_callee(it.func, kernel_scope=not self.frames)
+                is lang.grouped):
+            return None
+        if not isinstance(node.target, ast.Name):
+            self.error(node.target, "bz.grouped: the loop takes one name, its index vector (for I in bz.grouped(...)); "
+                                    "to name each index, loop over the bz.ndrange itself")
+        return node.target.id
+
+    def grouped_inner(self, it: ast.Call) -> ast.Call | ArrayHandle:
+        """What `bz.grouped(...)` walks: a range or ndrange call, or an array (its indices)."""
+        inner = it.args[0] if len(it.args) == 1 and not it.keywords else None
+        if isinstance(inner, ast.Call) and self.resolve_callee(inner.func, kernel_scope=not self.frames) in \
+                (range, lang.ndrange):
+            return inner
+        handle = self.expr(inner) if inner is not None else None
+        if isinstance(handle, ArrayHandle):
+            return handle
+        self.error(it, "bz.grouped: expected one bz.ndrange(...), range(...) or array, as in "
+                       "`for I in bz.grouped(bz.ndrange(n, m))` or `for I in bz.grouped(a)`")
+
+    def grouped_ranges(self, it: ast.Call) -> list[tuple[k.Expr, k.Expr, int]]:
+        """(begin, end, step) of each axis of a nested (serial) `bz.grouped` loop."""
+        inner = self.grouped_inner(it)
+        if isinstance(inner, ArrayHandle):
+            return [(k.Const(0, dt.int64), k.ArrayExtent(inner.param, axis), 1) for axis in range(inner.ndim)]
+        if self.resolve_callee(inner.func) is range:
+            return [self.range_args(inner)]
+        return [self.range_args(a, ndrange=True) for a in inner.args]
+
+    def loop_names(self, node: ast.For, count: int, vector: str | None) -> list[str]:
+        """The names of a loop's indices: its targets, or a grouped loop's components (`I[0]`, ..., names
+        no Python code can take)."""
+        return [f"{vector}[{axis}]" for axis in range(count)] if vector else self.target_names(node.target, count)
+
+    def bind_index_vector(self, node: ast.For, vector: str | None, names: list[str], variables: list[k.Var]) -> None:
+        """`vector` names the integer vector of `variables`, the indices a grouped loop's `names` held."""
+        if vector is None:
+            return
+        if len(variables) > 4:
+            self.error(node, f"bz.grouped: an index vector has at most 4 components, got {len(variables)}",
+                       KernelTypeError)
+        for name in names:
+            self.frames[-1].names.pop(name, None)
+        vtype = vec.type_of_shape((len(variables),), dt.int64)
+        self.frames[-1].names[vector] = VectorValue(vtype, tuple(variables))
 
     def target_names(self, target: ast.expr, count: int) -> list[str]:
         elements = target.elts if isinstance(target, ast.Tuple) else [target]
@@ -716,6 +783,7 @@ class Translator(ExpressionTranslator, TargetTranslator):
         self.assign(node.target, self.checked(node, lambda: ty.convert(value, dt.as_dtype(annotation))), node)
 
     def assign(self, target: ast.expr, value, node: ast.AST) -> None:
+        value = vec.constant_vector(value) or value  # `p = UPPER` of a global vector: a vector local
         if isinstance(target, (ast.Subscript, ast.Attribute)) and (isinstance(value, VectorValue) or
                                                                    not self.plain_array_target(target)):
             self.assign_target(target, value, node)  # a vector, or a component of one
@@ -874,7 +942,8 @@ class Translator(ExpressionTranslator, TargetTranslator):
         if node.orelse:
             self.error(node, "unsupported construct: for-else")
         if not isinstance(node.iter, ast.Call):
-            self.error(node, "unsupported loop: iterate over range(...), bz.ndrange(...) or bz.static(...)")
+            self.error(node, "unsupported loop: iterate over range(...), bz.ndrange(...), bz.grouped(...) or "
+                             "bz.static(...)")
         callee = self.resolve_callee(node.iter.func)
         if callee is lang.serial:
             node = self.serial_loop(node)
@@ -885,8 +954,11 @@ class Translator(ExpressionTranslator, TargetTranslator):
             self.serial_for(node, [self.range_args(node.iter)])
         elif callee is lang.ndrange:
             self.serial_for(node, [self.range_args(a, ndrange=True) for a in node.iter.args])
+        elif callee is lang.grouped:
+            self.serial_for(node, self.grouped_ranges(node.iter), self.grouped_name(node))
         else:
-            self.error(node, "unsupported loop: iterate over range(...), bz.ndrange(...) or bz.static(...)")
+            self.error(node, "unsupported loop: iterate over range(...), bz.ndrange(...), bz.grouped(...) or "
+                             "bz.static(...)")
 
     def range_args(self, e: ast.expr, ndrange: bool = False) -> tuple[k.Expr, k.Expr, int]:
         if ndrange:
@@ -905,14 +977,16 @@ class Translator(ExpressionTranslator, TargetTranslator):
         lo, hi = (self.checked(e, lambda v=v: ty.index(v, "a range bound")) for v in (lo, hi))
         return lo, hi, step
 
-    def serial_for(self, node: ast.For, ranges: list[tuple[k.Expr, k.Expr, int]]) -> None:
-        names = self.target_names(node.target, len(ranges))
+    def serial_for(self, node: ast.For, ranges: list[tuple[k.Expr, k.Expr, int]], vector: str | None = None) -> None:
+        """A serial loop over `ranges` (one per axis); `vector` names a grouped loop's index vector."""
+        names = self.loop_names(node, len(ranges), vector)
         if len(ranges) > 1 and any(isinstance(n, ast.Break) for n in ast.walk(node)):
             self.error(node, "unsupported construct: break in a multi-dimensional bz.ndrange loop")
         names_after = [self.value_after_loop(node, n) for n in names]
         variables = [self.new_var(n, dt.int64) for n in names]
         for name, var in zip(names, variables):
             self.frames[-1].names[name] = Local(var, loop_index=True)
+        self.bind_index_vector(node, vector, names, variables)
         self.loops.append("serial")
         body = self.serial_body(node, after=names)
         self.loops.pop()
@@ -924,6 +998,7 @@ class Translator(ExpressionTranslator, TargetTranslator):
         self.emit(body[0])
         for name, after in zip(names, names_after):
             self.frames[-1].names[name] = Local(after)
+        self.bind_index_vector(node, vector, names, names_after)
 
     def serial_loop(self, node: ast.For) -> ast.For:
         """`for c in bz.serial(range(n))`: the loop over the range itself, which anywhere but at the top
@@ -931,8 +1006,8 @@ class Translator(ExpressionTranslator, TargetTranslator):
         `top_level`)."""
         it = node.iter
         inner = it.args[0] if len(it.args) == 1 and not it.keywords else None
-        if not (isinstance(inner, ast.Call) and self.resolve_callee(inner.func) in (range, lang.ndrange)):
-            self.error(node, "bz.serial: expected one range(...) or bz.ndrange(...), as in "
+        if not (isinstance(inner, ast.Call) and self.resolve_callee(inner.func) in _RANGES):
+            self.error(node, "bz.serial: expected one range(...), bz.ndrange(...) or bz.grouped(...), as in "
                              "`for i in bz.serial(range(n))`")
         return ast.copy_location(ast.For(node.target, inner, node.body, node.orelse), node)
 
@@ -1004,6 +1079,9 @@ class Translator(ExpressionTranslator, TargetTranslator):
             return
         place, text = self.frames[-1].source.where(node)
         self.emit(k.Assert(self.condition(node.test), f"{place}assertion failed: {text}"))
+
+
+_RANGES = (range, lang.ndrange, lang.grouped)  # what a loop a task or a serial loop runs may walk
 
 
 def _reads_only_parameters(e: k.Expr) -> bool:

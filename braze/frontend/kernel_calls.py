@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 # Builtins that run at compile time on compile-time arguments (for bz.static loops and constants);
 # bz.ndrange among them, as Taichi's `for i, j in ti.static(ti.ndrange(3, 3))` unrolls a stencil.
 _FOLDABLE = (range, enumerate, zip, reversed, tuple, list, len, min, max, abs, int, float, bool, round, sum, divmod,
-             lang.ndrange)
+             lang.ndrange, lang.grouped)
 _ATOMICS = {lang.atomic_add: "add", lang.atomic_sub: "sub", lang.atomic_min: "min", lang.atomic_max: "max"}
 MAX_INLINE_DEPTH = 32  # nested @bz.func calls; deeper is taken for recursion
 def call(tr: Translator, node: ast.Call):
@@ -59,6 +59,8 @@ def call(tr: Translator, node: ast.Call):
         return tr.compile_time(node.args[0])
     if callee is lang.serial:
         tr.error(node, "bz.serial(...) marks a loop, as in `for i in bz.serial(range(n))`; it is not a value")
+    if callee is lang.cast:
+        return _cast(tr, node)
     if isinstance(callee, lang.KernelFunc):
         return inline(tr, node, callee)
     if isinstance(callee, RandomFunction):
@@ -69,6 +71,13 @@ def call(tr: Translator, node: ast.Call):
         tr.error(node, f"{name}: keyword arguments are not supported here")
     args = [tr.expr(a) for a in node.args]
     tr.widen_literal_locals(args)  # math.atan2(w, x[i]) with a float64 x and `w = 0.5`
+    if callee is lang.grouped and any(isinstance(a, (k.Expr, VectorValue)) or _is_handle(a) for a in args):
+        tr.error(node, "bz.grouped(...) is iterated by a loop, as in `for I in bz.grouped(bz.ndrange(n, m))`; it is "
+                       "not a value")
+    if any(isinstance(a, (k.Expr, VectorValue)) for a in args):  # bz.math.min(p, UPPER) of a global UPPER vector
+        args = [vec.constant_vector(a) or a for a in args]
+    if _lookup(_ROUNDINGS, callee) and len(args) == 2:
+        return tr.checked(node, lambda: _rounded_to(callee, args))
     vector_rule = _vector_rule(callee, args)
     if vector_rule is not None:
         return tr.checked(node, lambda: vector_rule(name, args))
@@ -126,17 +135,24 @@ def _instead(name: str) -> str:
     return ""
 
 
+_OWN_METHODS = ("fill", "cast")  # methods beside kernel_vectors.METHODS: v.fill(x) assigns v, v.cast(int) converts
+
+
 def _vector_receiver(tr: Translator, node: ast.Call) -> VectorValue | None:
-    """The vector or matrix `v` of a method call `v.norm()`, `x[i].dot(w)`, `(a - b).normalized()`; None
-    for any other call (`bz.math.dot(a, b)`, `np.max(x)`: a function reached through a module)."""
+    """The vector or matrix `v` of a method call `v.norm()`, `x[i].dot(w)`, `(a - b).normalized()`,
+    `UPPER.norm()` of a global `UPPER = bz.vec3d(...)`; None for any other call (`bz.math.dot(a, b)`,
+    `np.max(x)`: a function reached through a module)."""
     func = node.func
     if not isinstance(func, ast.Attribute):
         return None
-    if isinstance(func.value, (ast.Name, ast.Attribute)) and (tr.resolve_callee(func) is not None or
-                                                              tr.resolve_callee(func.value) is None):
-        return None
+    known = func.attr in vec.METHODS or func.attr in _OWN_METHODS
+    if isinstance(func.value, (ast.Name, ast.Attribute)):
+        constant = vec.constant_vector(tr.resolve_callee(func.value)) if known else None
+        if constant is not None:
+            return constant
+        if tr.resolve_callee(func) is not None or tr.resolve_callee(func.value) is None:
+            return None
     receiver = tr.expr(func.value)
-    known = func.attr in vec.METHODS or func.attr in vec.NOT_METHODS or func.attr == "fill"
     if isinstance(receiver, (k.Expr, Local)) and known:
         tr.error(node, f"'.{func.attr}()' is a method of vectors and matrices; '{ast.unparse(func.value)}' is a "
                        f"{vec.describe(receiver)}", KernelTypeError)
@@ -144,20 +160,62 @@ def _vector_receiver(tr: Translator, node: ast.Call) -> VectorValue | None:
 
 
 def _vector_method(tr: Translator, node: ast.Call, receiver: VectorValue):
-    """`v.<name>(args)`: `bz.math.<name>(v, args)` by kernel_vectors.METHODS; `v.fill(x)` assigns v."""
+    """`v.<name>(args)`: `bz.math.<name>(v, args)` by kernel_vectors.METHODS; `v.fill(x)` assigns v, and
+    `v.cast(dtype)` is `bz.cast(v, dtype)`."""
     name = node.func.attr
     if node.keywords:
         tr.error(node, f".{name}(): keyword arguments are not supported here")
-    if name in vec.NOT_METHODS:
-        tr.error(node, f"{vec.describe(receiver)} has no method '{name}': {vec.NOT_METHODS[name]}", KernelTypeError)
-    if name not in vec.METHODS and name != "fill":
+    if name not in vec.METHODS and name not in _OWN_METHODS:
         tr.error(node, f"{vec.describe(receiver)} has no method '{name}'; its methods are "
-                       f"{', '.join(sorted([*vec.METHODS, 'fill']))}", KernelTypeError)
+                       f"{', '.join(sorted([*vec.METHODS, *_OWN_METHODS]))}", KernelTypeError)
+    if name == "cast":
+        if len(node.args) != 1:
+            tr.error(node, f".cast(): expected one dtype, as in v.cast(int), got {len(node.args)} argument(s)",
+                     KernelTypeError)
+        dtype = _dtype_argument(tr, node.args[0], "cast")
+        return tr.checked(node, lambda: vec.cast(receiver, dtype))
     args = [tr.expr(a) for a in node.args]
     if name == "fill":
         tr.assign(node.func.value, tr.checked(node, lambda: vec.filled(receiver.type, args)), node)
         return None
     return tr.checked(node, lambda: vec.METHODS[name].in_kernel([receiver, *args]))
+
+
+def _dtype_argument(tr: Translator, e: ast.expr, what: str) -> DType:
+    """A dtype given at compile time (`int`, `float`, `bz.int32`, `np.float32`)."""
+    try:
+        return dt.as_dtype(tr.compile_time(e))
+    except (Error, TypeError, ValueError):
+        tr.error(e, f"{what}: expected a dtype (int, float, bz.int32, ...), got {ast.unparse(e)}", KernelTypeError)
+
+
+def _cast(tr: Translator, node: ast.Call):
+    """`bz.cast(x, dtype)`: a number converted as `bz.int32(x)` converts it; a vector component by component."""
+    if len(node.args) != 2 or node.keywords:
+        tr.error(node, "bz.cast: expected (value, dtype), as in bz.cast(x, bz.int32)", KernelTypeError)
+    value = tr.expr(node.args[0])
+    value = vec.constant_vector(value) or value
+    dtype = _dtype_argument(tr, node.args[1], "bz.cast")
+    if isinstance(value, VectorValue):
+        return tr.checked(node, lambda: vec.cast(value, dtype))
+    return tr.checked(node, lambda: ty.convert(value, dtype))
+
+
+_ROUNDINGS = {getattr(lang.math, op): op for op in lang.ROUNDINGS}  # bz.math.floor(p, int), ...
+
+
+def _rounded_to(callee, args: list):
+    """`bz.math.floor(p, int)`: floor(p) converted to int64, for a number or a vector (an integer vector)."""
+    value, target = args
+    try:
+        dtype = dt.as_dtype(target)
+    except (Error, TypeError, ValueError):
+        raise ty.TypeProblem(f"{callee!r}: the second argument is a dtype, as in {callee!r}(x, int), got "
+                             f"{vec.describe(target)}") from None
+    value = vec.constant_vector(value) or value
+    if isinstance(value, VectorValue):
+        return vec.cast(vec.elementwise(repr(callee), lambda x: ty.unary(_ROUNDINGS[callee], x), [value]), dtype)
+    return ty.convert(ty.unary(_ROUNDINGS[callee], value), dtype)
 
 
 def _vector_rule(callee, args: list) -> Callable | None:
@@ -167,8 +225,10 @@ def _vector_rule(callee, args: list) -> Callable | None:
         return lambda name, args: vec.construct(callee, args)
     if getattr(callee, "__func__", None) is vec.VectorType.identity and callee.__self__.is_matrix and not args:
         return lambda name, args: vec.identity(callee.__self__)
+    if getattr(callee, "__func__", None) is vec.VectorType.zero and not args:
+        return lambda name, args: vec.zero(callee.__self__)
     if isinstance(callee, vec.VectorFunction):
-        return lambda name, args: callee.in_kernel(args)
+        return lambda name, args: callee.in_kernel([vec.constant_vector(a) or a for a in args])
     if not any(isinstance(a, VectorValue) for a in args):
         return None
     if len(args) == 1 and _lookup(_REDUCTION_OF, callee):  # max(v): the largest component, as Python's max
@@ -585,7 +645,7 @@ def _joined(tr: Translator, node: ast.If, a, b) -> tuple[object, list[k.Stmt], l
     if isinstance(a, VectorValue) and isinstance(b, VectorValue):
         if a.type.shape != b.type.shape:
             tr.error(node, f"the branches return a {a.type_name} and a {b.type_name}", KernelTypeError)
-        vtype = a.type if a.type.dtype == b.type.dtype else vec.type_of_shape(a.type.shape, dt.float64)
+        vtype = vec.type_of_shape(a.type.shape, vec.common_dtype([a.type.dtype, b.type.dtype]))
         result = [tr.declare("result", vtype.dtype) for _ in a.items]
         then_set, orelse_set = ([k.Assign(r, ty.as_expr(x, vtype.dtype)) for r, x in zip(result, v.items)]
                                 for v in (a, b))

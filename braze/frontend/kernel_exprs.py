@@ -14,6 +14,7 @@ import numpy as np
 from braze import dtypes as dt
 from braze.errors import KernelTypeError
 from braze.frontend import kernel_types as ty
+from braze.frontend import kernel_vector_components as parts
 from braze.frontend import kernel_vectors as vec
 from braze.frontend.kernel_calls import call
 from braze.frontend.kernel_scope import (
@@ -92,8 +93,9 @@ class ExpressionTranslator:
             if node.attr == "ndim":
                 return base.ndim
             self.error(node, f"unsupported array attribute '{node.attr}' (shape and ndim are supported)")
+        base = vec.constant_vector(base) if node.attr in "xyzw" and isinstance(base, np.ndarray) else base
         if isinstance(base, VectorValue):
-            return self.checked(node, lambda: base.items[vec.component_position(base.type, node.attr)])
+            return self.checked(node, lambda: base.items[parts.component_position(base.type, node.attr)])
         if isinstance(base, k.Expr):
             self.error(node, f"unsupported construct: attribute '{node.attr}' of a value")
         return self.compile_time(node)
@@ -124,6 +126,8 @@ class ExpressionTranslator:
                                                                    else (position,)))
         if isinstance(base, (tuple, list, np.ndarray)):
             position = self.expr(node.slice)
+            if isinstance(position, k.Const) and position.dtype.is_integer:  # w[off[0]] of a constant offset
+                position = int(position.value)
             if isinstance(base, (tuple, list)) and isinstance(position, int):
                 return base[position]
             if isinstance(base, tuple) and any(isinstance(e, (k.Expr, VectorValue)) for e in base):
@@ -176,7 +180,7 @@ class ExpressionTranslator:
             self.error(node, f"wrong number of indices: '{param.name}' has {handle.ndim} dimension(s){of}, "
                              f"got {len(values)} index(es)", KernelTypeError)
         indices = tuple(self.checked(r, lambda r=r, v=v: ty.index(v, f"index of '{param.name}'"))
-                        for r, v in zip(raw * len(values) if len(raw) == 1 else raw, values))
+                        for r, v in zip(raw if len(raw) == len(values) else [node] * len(values), values))
         indices = tuple(_from_the_end(param, axis, i) for axis, i in enumerate(indices))
         if self.debug:
             self.bounds_check(node, param, indices)
@@ -188,13 +192,15 @@ class ExpressionTranslator:
         values = tuple(self.expr(r) for r in raw)
         if len(values) == 1 and isinstance(values[0], tuple):
             return values[0]
-        vectors = [v for v in values if isinstance(v, VectorValue)]
-        if vectors:
-            self.error(node, f"'{param.name}' is indexed by a {vec.describe(vectors[0])}: an index is one integer "
-                             "per axis, and braze's vectors hold floats (it has no integer vectors); write the "
-                             "integers, a[i + di, j + dj], or keep them in a tuple, I = (i, j), and write a[I]",
-                       KernelTypeError)
-        return values
+        flat = []
+        for v in values:  # a[I], a[I, k] of an integer vector I (a bz.grouped loop's index): its components
+            v = vec.constant_vector(v) or v  # an offset of bz.static(bz.grouped(...))
+            if isinstance(v, VectorValue) and (v.type.is_matrix or not v.type.dtype.is_integer):
+                self.error(node, f"'{param.name}' is indexed by a {vec.describe(v)}: an index is one integer per "
+                                 "axis, or an integer vector of them (a[I]); convert a float vector first, "
+                                 "a[p.cast(int)] or a[bz.math.floor(p, int)]", KernelTypeError)
+            flat.extend(v.items if isinstance(v, VectorValue) else (v,))
+        return tuple(flat)
 
     def local_index(self, node: ast.Subscript, array: LocalArray) -> k.Expr:
         """The index of `buf[j]`: a constant is checked now (a negative one counts from the end), any
@@ -227,8 +233,9 @@ class ExpressionTranslator:
         return self.binary(node, op, a, b)
 
     def binary(self, node: ast.AST, op: str, a, b):
-        """`a <op> b` of scalars or of vectors (component by component, or `@`)."""
-        if isinstance(a, VectorValue) or isinstance(b, VectorValue):
+        """`a <op> b` of scalars or of vectors (component by component, or `@`); a constant vector (a global
+        `bz.vec3d(...)`) meeting a value of the kernel is a vector too."""
+        if isinstance(a, VectorValue) or isinstance(b, VectorValue) or _constant_meets_value(a, b):
             return self.checked(node, lambda: vec.binary(op, a, b))
         if op == "matmul":
             self.error(node, "a @ b: expected vectors or matrices (bz.vec3, bz.mat33, ...) on both sides",
@@ -260,7 +267,7 @@ class ExpressionTranslator:
         """`v[key]` for one index: a constant picks a component (a matrix's row); an index known only
         at run time loads from the array the value came from, or selects among a local's components."""
         if not isinstance(key, k.Expr):
-            positions, shape = self.checked(node, lambda: vec.constant_positions(value.type, key))
+            positions, shape = self.checked(node, lambda: parts.constant_positions(value.type, key))
             if not shape:
                 return value.items[positions[0]]
             origin = (value.origin[0], (*value.origin[1], k.Const(key % value.type.shape[0], dt.int64))) \
@@ -275,7 +282,7 @@ class ExpressionTranslator:
         if value.origin is not None:
             param, prefix = value.origin
             return self.checked(node, lambda: element_value(param, (*prefix, index), value.type))
-        return self.checked(node, lambda: vec.select_component(value, index))
+        return self.checked(node, lambda: parts.select_component(value, index))
 
     def expr_Compare(self, node: ast.Compare):
         result, left = None, self.expr(node.left)
@@ -285,9 +292,8 @@ class ExpressionTranslator:
                 self.error(node, f"unsupported comparison {type(op_node).__name__}")
             right = self.expr(right_node)
             self.widen_literal_locals((left, right))
-            test = self.checked(node, lambda op=op, a=left, b=right: ty.binary(op, a, b))
-            result = test if result is None else self.checked(node, lambda t=test, r=result:
-                                                              ty.binary("logical_and", r, t))
+            test = self.binary(node, op, left, right)  # of vectors, a vector of bools
+            result = test if result is None else self.binary(node, "logical_and", result, test)
             left = right
         return result
 
@@ -350,7 +356,7 @@ class ExpressionTranslator:
         """`a if c else b` of two vectors of one shape: one local per component, set in an `if`."""
         if not (isinstance(a, VectorValue) and isinstance(b, VectorValue) and a.type.shape == b.type.shape):
             self.error(node, f"the two branches differ: {vec.describe(a)} and {vec.describe(b)}", KernelTypeError)
-        vtype = a.type if a.type.dtype == b.type.dtype else vec.type_of_shape(a.type.shape, dt.float64)
+        vtype = vec.type_of_shape(a.type.shape, vec.common_dtype([a.type.dtype, b.type.dtype]))
         local = [self.declare("select", vtype.dtype) for _ in a.items]
         then, orelse = ([k.Assign(v, ty.as_expr(x, vtype.dtype)) for v, x in zip(local, value.items)]
                         for value in (a, b))
@@ -359,6 +365,13 @@ class ExpressionTranslator:
 
     def expr_Call(self, node: ast.Call):
         return call(self, node)
+
+
+def _constant_meets_value(a, b) -> bool:
+    """Whether a constant array of a vector's shape meets a value of the kernel in an operator (`p - UPPER`
+    of a global `UPPER = bz.vec3d(...)`): it is then a vector, as it is in NumPy."""
+    return any(isinstance(x, np.ndarray) and isinstance(y, k.Expr) and vec.constant_vector(x) is not None
+               for x, y in ((a, b), (b, a)))
 
 
 def _reads_memory(e) -> bool:

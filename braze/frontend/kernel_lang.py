@@ -1,5 +1,5 @@
-"""The names a `@bz.kernel` body uses: array parameter types, `ndrange`, `static`, atomics, `bz.math`
-and `@bz.func`. The AST frontend (braze.frontend.kernel_ast) recognises these objects; called from
+"""The names a `@bz.kernel` body uses: array parameter types, `ndrange`, `grouped`, `static`, atomics,
+`cast`, `bz.math` and `@bz.func`. The AST frontend (braze.frontend.kernel_ast) recognises these objects; called from
 plain Python, those that have a meaning outside a kernel work as Python.
 """
 
@@ -60,6 +60,26 @@ def ndrange(*extents) -> Iterator[tuple[int, ...]]:
     return itertools.product(*ranges)
 
 
+def grouped(loop) -> Iterator[np.ndarray]:
+    """`for I in bz.grouped(bz.ndrange(n, m))` (or over `range(n)`, or `bz.grouped(a)` over an array's
+    indices, Taichi's `ti.grouped`): I is the index as one integer vector (a `bz.vec2l`), so `a[I]`,
+    `I[0]` and `I + offset` work. At the top level of a kernel it is the parallel loop it wraps;
+    `bz.static(bz.grouped(bz.ndrange((-1, 2), (-1, 2))))` unrolls a stencil's offsets. Outside a
+    kernel, the indices as NumPy int64 arrays."""
+    if isinstance(loop, np.ndarray):
+        loop = ndrange(*loop.shape)
+    elif isinstance(loop, range):
+        loop = ((i,) for i in loop)
+    return (np.array(index, np.int64) for index in loop)
+
+
+def cast(value, dtype):
+    """`bz.cast(x, dtype)`: a number or vector converted to `dtype` (`int`, `float`, `bz.int32`, ...;
+    floats to integers truncate, as C's and Taichi's casts do); `v.cast(dtype)` in a kernel too.
+    Outside a kernel, NumPy's `astype`."""
+    return np.asarray(value).astype(dt.as_dtype(dtype).numpy)
+
+
 def serial(loop):
     """`for c in bz.serial(range(n))` (or over a `bz.ndrange`): at the top level of a kernel, a loop that
     runs in order on one thread, as a serial task, and sees the locals set before it, as a prefix sum's
@@ -105,10 +125,16 @@ class MathFunction:
         self.__name__ = op
 
     def __call__(self, *args):
+        if self.op in ROUNDINGS and len(args) == 2:  # bz.math.floor(p, int), as in kernels
+            return self.reference(np.asarray(args[0])).astype(dt.as_dtype(args[1]).numpy)
         return self.reference(*[np.asarray(a) for a in args])
 
     def __repr__(self) -> str:
         return f"bz.math.{self.op}"
+
+
+# Taichi's ti.floor(x, int), ti.ceil(x, dt) and ti.round(x, dt): rounded, then converted to the dtype.
+ROUNDINGS = ("floor", "ceil", "round", "trunc")
 
 
 def _one_or_two(pairwise: Callable, of_one_vector: Callable) -> Callable:

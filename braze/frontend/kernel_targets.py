@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from braze import dtypes as dt
 from braze.errors import KernelTypeError
 from braze.frontend import kernel_types as ty
+from braze.frontend import kernel_vector_components as parts
 from braze.frontend import kernel_vectors as vec
 from braze.frontend.kernel_scope import ArrayHandle, Local, LocalArray, VectorLocal, VectorValue
 from braze.kir import nodes as k
@@ -37,8 +38,8 @@ class Place:
 
     def read(self) -> k.Expr:
         if self.choices:
-            return vec.select_component(VectorValue(vec.type_of_shape((len(self.choices),), self.dtype),
-                                                    tuple(c.read() for c in self.choices)), self.chooser)
+            return parts.select_component(VectorValue(vec.type_of_shape((len(self.choices),), self.dtype),
+                                                      tuple(c.read() for c in self.choices)), self.chooser)
         if self.local is not None:
             return k.LoadLocal(self.local, self.indices[0], self.local.dtype)
         return self.var if self.var is not None else k.Load(self.param, self.indices)
@@ -123,7 +124,7 @@ class TargetTranslator:
             places = self.target_places(target.value)
             if places is None or places.type is None:
                 return None
-            position = self.checked(target, lambda: vec.component_position(places.type, target.attr))
+            position = self.checked(target, lambda: parts.component_position(places.type, target.attr))
             return Places(None, (places.items[position],))
         return None
 
@@ -132,7 +133,7 @@ class TargetTranslator:
             self.error(node, "subscript of a scalar", KernelTypeError)
         vtype = places.type
         if not isinstance(key, k.Expr):
-            positions, shape = self.checked(node, lambda: vec.constant_positions(vtype, key))
+            positions, shape = self.checked(node, lambda: parts.constant_positions(vtype, key))
             chosen = tuple(places.items[p] for p in positions)
             return Places(vec.type_of_shape(shape, vtype.dtype) if shape else None, chosen)
         index = self.checked(node, lambda: ty.index(key, f"index of a {vtype!r}"))

@@ -65,6 +65,9 @@ def type_of(v: k.Expr | bool | int | float) -> tuple[DType, int]:
         if v in _WEAK_EXPRESSIONS:
             return dt.python_scalar_dtype(_PYTHON_ZERO[v.dtype.category]), 2
         return v.dtype, 0
+    if isinstance(v, VectorValue) and v.type.dtype.is_bool:
+        raise TypeProblem(f"expected a scalar, got a {v.type_name} value: vectors compare component by component; "
+                          "combine the components with .all() or .any(), as in (a < b).all()")
     if isinstance(v, VectorValue):
         raise TypeProblem(f"expected a scalar, got a {v.type_name} value; take a component (v.x, v[0]) or "
                           "a scalar function of it (bz.length(v), bz.dot(v, w))")

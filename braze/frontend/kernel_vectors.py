@@ -1,5 +1,7 @@
 """Small vectors and matrices in `@bz.kernel`s: `bz.vec2/3/4`, `bz.mat22/33/44` (float32) and their
-float64 forms `bz.vec3d`, `bz.mat33d`, ..., as values and as array elements.
+float64 forms `bz.vec3d`, `bz.mat33d`, ..., as values and as array elements; integer vectors
+`bz.vec2i/3i/4i` (int32, also `bz.ivec2/3/4`) and `bz.vec2l/3l/4l` (int64: a `bz.grouped` loop's
+index, `v.cast(int)`), and the bool vectors `bz.vec2b/3b/4b` a comparison of vectors gives.
 
     @bz.kernel
     def fall(x: bz.Array[bz.vec3, 1], v: bz.Array[bz.vec3, 1], dt: bz.float32):
@@ -21,7 +23,9 @@ Operators: `+ -` (vectors and matrices of one shape, or a scalar on either side)
 (by a scalar; vectors also component by component), unary `-`, `@` (matrix-matrix,
 matrix-vector, vector-matrix; vector-vector is `dot`). `*` of two matrices is an error: write `@`.
 An integer scalar takes the vector's dtype; a float64 scalar with a float32 vector gives the
-float64 vector type.
+float64 vector type. Integer and bool vectors compute component by component as their scalars
+would (`I + 1`, `I // 2`, `I * 0.5`, `p - I` of a float vector p is p's type); comparisons give bool
+vectors (`(I >= 0).all()`).
 
 Functions (`bz.dot`, `bz.math.trace`, ...) are also methods under the names of METHODS, Taichi's among
 them: `v.norm()`, `v.dot(w)`, `v.normalized()`, `m.trace()`, `v.max()` (kernel_calls.py dispatches them).
@@ -41,8 +45,6 @@ from braze.errors import InputError
 from braze.frontend import kernel_types as ty
 from braze.frontend.kernel_scope import VectorValue
 from braze.kir import nodes as k
-
-_COMPONENT_NAMES = ("x", "y", "z", "w")  # a tuple: `"xy" in "xyzw"` would hold
 
 
 class VectorType:
@@ -69,6 +71,10 @@ class VectorType:
         except ty.TypeProblem as problem:
             raise InputError(str(problem)) from None
         return np.array(items, self.dtype.numpy).reshape(self.shape)
+
+    def zero(self) -> np.ndarray:
+        """The vector or matrix of zeros (Taichi's `vec3.zero()`; also `bz.vec3()`)."""
+        return np.zeros(self.shape, self.dtype.numpy)
 
     def identity(self) -> np.ndarray:
         """The identity matrix."""
@@ -114,6 +120,13 @@ vec2, vec3, vec4 = (_define(f"vec{n}", (n,), dt.float32) for n in (2, 3, 4))
 vec2d, vec3d, vec4d = (_define(f"vec{n}d", (n,), dt.float64) for n in (2, 3, 4))
 mat22, mat33, mat44 = (_define(f"mat{n}{n}", (n, n), dt.float32) for n in (2, 3, 4))
 mat22d, mat33d, mat44d = (_define(f"mat{n}{n}d", (n, n), dt.float64) for n in (2, 3, 4))
+vec2i, vec3i, vec4i = (_define(f"vec{n}i", (n,), dt.int32) for n in (2, 3, 4))  # Warp's names; Taichi's ivec3
+vec2l, vec3l, vec4l = (_define(f"vec{n}l", (n,), dt.int64) for n in (2, 3, 4))
+vec2b, vec3b, vec4b = (_define(f"vec{n}b", (n,), dt.bool_) for n in (2, 3, 4))
+ivec2, ivec3, ivec4 = vec2i, vec3i, vec4i
+# The index of `bz.grouped` over one axis (Taichi's 1-vector `I` of a 1-D field), and what it compares to.
+for _dtype, _suffix in ((dt.int32, "i"), (dt.int64, "l"), (dt.bool_, "b")):
+    _define(f"vec1{_suffix}", (1,), _dtype)
 
 
 def type_of_shape(shape: tuple[int, ...], dtype: DType) -> VectorType:
@@ -121,7 +134,8 @@ def type_of_shape(shape: tuple[int, ...], dtype: DType) -> VectorType:
     found = _TYPES.get((shape, dtype.name))
     if found is None:
         raise ty.TypeProblem(f"no vector or matrix type of shape {shape} and {dtype.name} (braze has "
-                             "vec2/3/4 and mat22/33/44, in float32 and float64)")
+                             "vec2/3/4 and mat22/33/44 in float32 and float64, and vec2/3/4 in int32, int64 "
+                             "and bool)")
     return found
 
 
@@ -285,12 +299,13 @@ class VectorFunction:
             if (kind == "s") == isinstance(a, VectorValue) or kind != "s" and a.type.is_matrix != (kind == "m"):
                 raise ty.TypeProblem(f"{self!r}: argument {n + 1}: expected {wanted}, got {describe(a)}")
         vectors = [a for a in args if isinstance(a, VectorValue)]
-        dtype = _common_float([a.type.dtype for a in vectors])
-        items = [[ty.as_expr(x, dtype) for x in a.items] if isinstance(a, VectorValue) else [ty.as_expr(a, dtype)]
-                 for a in args]
+        dtype = common_dtype([a.type.dtype for a in vectors])
+        # A scalar argument (an epsilon) takes a float vector's type; with integer vectors it stays as it is.
+        items = [[ty.as_expr(x, dtype) for x in a.items] if isinstance(a, VectorValue) else
+                 [ty.as_expr(a, dtype if dtype.is_floating else None)] for a in args]
         shape, result = self.apply(_KernelMath, items, [a.type.shape if isinstance(a, VectorValue) else ()
                                                         for a in args])
-        return result if shape == () else VectorValue(type_of_shape(shape, dtype), tuple(result))
+        return result if shape == () else _vector_of(shape, result)
 
 
 def _same_length(name: str, shapes, lengths: tuple[int, ...] = ()) -> int:
@@ -408,10 +423,6 @@ REDUCTIONS = (component_sum, component_max, component_min, any_nonzero, all_nonz
 # names and Taichi's (norm_sqr, normalized, outer_product).
 METHODS: dict[str, VectorFunction] = {**{f.name: f for f in FUNCTIONS + REDUCTIONS}, "norm_sqr": length_sq,
                                       "normalized": normalized, "outer_product": outer}
-# Methods braze has no function for, and what to write instead.
-NOT_METHODS = {
-    "cast": "braze's vectors hold floats (it has no integer vectors): convert each component, int(v[0])",
-}
 TYPES = tuple(_TYPES.values())
 
 
@@ -425,8 +436,20 @@ def describe(value) -> str:
     return type(value).__name__
 
 
-def _common_float(dtypes: list[DType]) -> DType:
-    return dt.float64 if any(d == dt.float64 for d in dtypes) else dtypes[0]
+def common_dtype(dtypes: list[DType]) -> DType:
+    """The type vectors of `dtypes` compute in together: the widest float among them (an integer vector
+    with a float one takes the float's type, as an integer scalar does), else their promoted integer
+    (or bool) type."""
+    floats = [d for d in dtypes if d.is_floating]
+    if floats:
+        return dt.float64 if dt.float64 in floats else floats[0]
+    return dt.result_type(*[(d, 0) for d in dtypes])
+
+
+def _vector_of(shape: tuple[int, ...], items: Sequence) -> VectorValue:
+    """The vector of `items`, of the type they compute in (an integer vector's `I / 2` holds floats)."""
+    dtype = common_dtype([ty.type_of(x)[0] for x in items])
+    return VectorValue(type_of_shape(shape, dtype), tuple(ty.as_expr(x, dtype) for x in items))
 
 
 def _scalar_dtype(vector_dtype: DType, scalar) -> DType:
@@ -435,31 +458,46 @@ def _scalar_dtype(vector_dtype: DType, scalar) -> DType:
         if not isinstance(scalar, (int, float)):
             raise ty.TypeProblem(f"expected a number or a vector, got {describe(scalar)}")
         return vector_dtype
-    return _common_float([vector_dtype, scalar.dtype]) if scalar.dtype.is_floating else vector_dtype
+    return common_dtype([vector_dtype, scalar.dtype]) if scalar.dtype.is_floating else vector_dtype
 
 
-_ELEMENTWISE = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "pow": "**"}
+_ELEMENTWISE = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "pow": "**", "floordiv": "//", "remainder": "%"}
+# Of integer and bool vectors, component by component (bool vectors: what comparisons give).
+_BITWISE = {"bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^", "logical_and": "and", "logical_or": "or"}
+_COMPARISONS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+_SYMBOLS = {**_ELEMENTWISE, **_BITWISE, **_COMPARISONS}
 # Component by component on vectors, but a linear-algebra product on matrices: refused there.
 _MATRIX_PRODUCT = "a product of matrices is written a @ b"
 _NOT_FOR_MATRICES = {"mul": _MATRIX_PRODUCT, "truediv": _MATRIX_PRODUCT, "pow": "a power of a matrix is written a @ a"}
 
 
 def binary(op: str, a, b):
-    """`a <op> b` where at least one side is a VectorValue."""
+    """`a <op> b` where at least one side is a VectorValue (the other may be a constant vector, a NumPy
+    array of a vector's shape: `pos - UPPER` of a global `UPPER = bz.vec3d(...)`)."""
+    a, b = (constant_vector(v) or v for v in (a, b))
     if op == "matmul":
         return matmul(a, b)
-    symbol = _ELEMENTWISE.get(op)
+    symbol = _SYMBOLS.get(op)
     if symbol is None:
         raise ty.TypeProblem(f"operator {op} is not defined for {describe(a)} and {describe(b)} (vectors take "
-                             "+ - * / ** @ and the functions bz.dot, bz.cross, bz.length, ...)")
+                             "+ - * / // % ** @, comparisons, & | ^ of integer and bool vectors, and the functions "
+                             "bz.dot, bz.cross, bz.length, ...)")
     matrices = [v for v in (a, b) if isinstance(v, VectorValue) and v.type.is_matrix]
     if op in _NOT_FOR_MATRICES and (len(matrices) == 2 or matrices and op == "pow"):
         raise ty.TypeProblem(f"{describe(a)} {symbol} {describe(b)}: {_NOT_FOR_MATRICES[op]} (component by "
                              "component: write the components)")
+    vectors = [v for v in (a, b) if isinstance(v, VectorValue)]
+    if len(vectors) == 2 and a.type.shape != b.type.shape:
+        raise ty.TypeProblem(f"{describe(a)} {symbol} {describe(b)}: the shapes differ")
+    if op in _ELEMENTWISE and all(v.type.dtype.is_floating for v in vectors):
+        return _float_binary(op, a, b, symbol)
+    return _componentwise(op, a, b, symbol)
+
+
+def _float_binary(op: str, a, b, symbol: str) -> VectorValue:
+    """Arithmetic of float vectors: an integer scalar takes the vector's type, a wider float widens it."""
     if isinstance(a, VectorValue) and isinstance(b, VectorValue):
-        if a.type.shape != b.type.shape:
-            raise ty.TypeProblem(f"{describe(a)} {symbol} {describe(b)}: the shapes differ")
-        dtype = _common_float([a.type.dtype, b.type.dtype])
+        dtype = common_dtype([a.type.dtype, b.type.dtype])
         pairs = zip(a.items, b.items)
     else:
         vector, scalar = (a, b) if isinstance(a, VectorValue) else (b, a)
@@ -471,6 +509,29 @@ def binary(op: str, a, b):
     vtype = type_of_shape((a if isinstance(a, VectorValue) else b).type.shape, dtype)
     items = tuple(ty.as_expr(ty.binary(op, _widen(x, dtype), _widen(y, dtype)), dtype) for x, y in pairs)
     return VectorValue(vtype, items)
+
+
+def _componentwise(op: str, a, b, symbol: str) -> VectorValue:
+    """`a <op> b` of integer or bool vectors, a comparison, or a float vector with an integer one: each
+    pair of components as scalars would compute it (a float vector's type where one is float)."""
+    vectors = [v for v in (a, b) if isinstance(v, VectorValue)]
+    for v in (a, b):
+        if not isinstance(v, VectorValue) and not ty.is_value(v):
+            raise ty.TypeProblem(f"{describe(a)} {symbol} {describe(b)}: expected a number or a vector, got "
+                                 f"{describe(v)}")
+    floats = [v.type.dtype for v in vectors if v.type.dtype.is_floating]
+    width = vectors[0].type.size
+    a_items, b_items = (_items_as(v, width, common_dtype(floats) if floats else None) for v in (a, b))
+    return _vector_of(vectors[0].type.shape, [ty.binary(op, x, y) for x, y in zip(a_items, b_items)])
+
+
+def _items_as(value, width: int, float_dtype: DType | None) -> list:
+    """A side's components (a scalar repeated), an integer vector's taken to `float_dtype` where given."""
+    if not isinstance(value, VectorValue):
+        return [value] * width
+    if float_dtype is None or value.type.dtype.is_floating:
+        return list(value.items)
+    return [ty.as_expr(x, float_dtype) for x in value.items]
 
 
 def _widen(x, dtype: DType):
@@ -486,31 +547,49 @@ def matmul(a, b):
     b_shape = b.type.shape if b.type.is_matrix else (b.type.shape[0], 1)
     if a_shape[1] != b_shape[0]:
         raise ty.TypeProblem(f"{describe(a)} @ {describe(b)}: the inner dimensions differ")
-    dtype = _common_float([a.type.dtype, b.type.dtype])
+    dtype = common_dtype([a.type.dtype, b.type.dtype])
     items = matmul_items(_KernelMath, [ty.as_expr(x, dtype) for x in a.items], a_shape,
                          [ty.as_expr(x, dtype) for x in b.items], b_shape)
     shape = (a_shape[0], b_shape[1]) if a.type.is_matrix and b.type.is_matrix else (len(items),)
     return VectorValue(type_of_shape(shape, dtype), tuple(items))
 
 
+_UNARY = ("neg", "bitwise_not", "logical_not")  # -v, ~b and `not` of integer and bool vectors too
+
+
 def unary(op: str, x: VectorValue) -> VectorValue:
-    if op != "neg":
+    if op not in _UNARY:
         raise ty.TypeProblem(f"operator {op} is not defined for {describe(x)}")
-    return VectorValue(x.type, tuple(ty.unary("neg", c) for c in x.items))
+    return _vector_of(x.type.shape, [ty.unary(op, c) for c in x.items])
 
 
 def elementwise(name: str, fn: Callable, args: list) -> VectorValue:
-    """A scalar function applied component by component (`bz.math.sin(v)`, `abs(v)`, `min(a, b)`)."""
+    """A scalar function applied component by component (`bz.math.sin(v)`, `abs(v)`, `min(a, b)`), to
+    float and integer vectors alike; a constant vector among the arguments (a global `bz.vec3d(...)`)
+    is taken as a vector."""
+    args = [constant_vector(a) or a for a in args]
     vectors = [a for a in args if isinstance(a, VectorValue)]
     shape = vectors[0].type.shape
     if any(v.type.shape != shape for v in vectors):
         raise ty.TypeProblem(f"{name}: the vector arguments differ in shape")
     columns = [a.items if isinstance(a, VectorValue) else [a] * len(vectors[0].items) for a in args]
-    items = tuple(fn(*parts) for parts in zip(*columns))
-    dtype = items[0].dtype if isinstance(items[0], k.Expr) else vectors[0].type.dtype
-    if not dtype.is_floating:
-        raise ty.TypeProblem(f"{name} of {describe(vectors[0])}: the result is {dtype.name}, not a vector of floats")
-    return VectorValue(type_of_shape(shape, dtype), tuple(ty.as_expr(c, dtype) for c in items))
+    return _vector_of(shape, [fn(*parts) for parts in zip(*columns)])
+
+
+def cast(value: VectorValue, dtype: DType) -> VectorValue:
+    """`v.cast(int)`, `bz.cast(v, bz.float32)`: each component converted (floats to integers truncate)."""
+    return VectorValue(type_of_shape(value.type.shape, dtype), tuple(ty.convert(x, dtype) for x in value.items))
+
+
+def constant_vector(value) -> VectorValue | None:
+    """A NumPy array of a vector's or matrix's shape and dtype (a global `UPPER = bz.vec3d(1, 2, 3)`, an
+    offset of `bz.static(bz.grouped(...))`) as a vector of constants; None for anything else."""
+    if not isinstance(value, np.ndarray) or value.dtype.kind not in "biuf":
+        return None
+    vtype = _TYPES.get((value.shape, dt.from_numpy(value.dtype).name))
+    if vtype is None:
+        return None
+    return VectorValue(vtype, tuple(ty.literal(x.item(), vtype.dtype) for x in value.reshape(-1)))
 
 
 def construct(vtype: VectorType, args: list) -> VectorValue:
@@ -529,56 +608,10 @@ def filled(vtype: VectorType, args: list) -> VectorValue:
     return VectorValue(vtype, (ty.assignable(args[0], vtype.dtype, f"a component of {vtype!r}"),) * vtype.size)
 
 
+def zero(vtype: VectorType) -> VectorValue:
+    return VectorValue(vtype, (ty.as_expr(0, vtype.dtype),) * vtype.size)
+
+
 def identity(vtype: VectorType) -> VectorValue:
     n = vtype.shape[0]
     return VectorValue(vtype, tuple(k.Const(1.0 if i == j else 0.0, vtype.dtype) for i in range(n) for j in range(n)))
-
-
-# --- components -----------------------------------------------------------------------------------
-def component_position(vtype: VectorType, name: str) -> int:
-    """The position of `.x`, `.y`, `.z` or `.w`."""
-    names = _COMPONENT_NAMES[:vtype.shape[0]]
-    if vtype.is_matrix or name not in names:
-        have = f"components {', '.join(names)}" if not vtype.is_matrix else "no named components (index it: m[i, j])"
-        raise ty.TypeProblem(f"{vtype!r} has no component '{name}'; it has {have}")
-    return names.index(name)
-
-
-def constant_positions(vtype: VectorType, key) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(positions, shape) of `v[key]` for a constant key: a vector's component, a matrix's row
-    (`m[i]`) or element (`m[i, j]`). Negative indices count from the end, as in Python."""
-    keys = key if isinstance(key, tuple) else (key,)
-    if len(keys) > len(vtype.shape) or not all(isinstance(i, int) and not isinstance(i, bool) for i in keys):
-        raise ty.TypeProblem(f"{vtype!r}: expected {len(vtype.shape)} integer index(es) or fewer, got {key!r}")
-    for i, n in zip(keys, vtype.shape):
-        if not -n <= i < n:
-            raise ty.TypeProblem(f"{vtype!r}: index {i} is out of range for an extent of {n}")
-    wrapped = [i % n for i, n in zip(keys, vtype.shape)]
-    rest = vtype.shape[len(keys):]
-    base = sum(i * math.prod(vtype.shape[a + 1:]) for a, i in enumerate(wrapped))
-    return tuple(base + j for j in range(math.prod(rest))), rest
-
-
-def select_component(value: VectorValue, index: k.Expr):
-    """`v[j]` of a local vector with j known only at run time: a chain of selects (j out of range
-    gives the last component; `debug=True` checks it)."""
-    rows = value.type.shape[0]
-    parts = [_row(value, r) for r in range(rows)]
-    result = parts[-1]
-    for r in reversed(range(rows - 1)):
-        test = ty.binary("eq", index, r)
-        result = _select(test, parts[r], result)
-    return result
-
-
-def _row(value: VectorValue, r: int):
-    if not value.type.is_matrix:
-        return value.items[r]
-    n = value.type.shape[1]
-    return VectorValue(type_of_shape((n,), value.type.dtype), value.items[r * n:(r + 1) * n])
-
-
-def _select(test, a, b):
-    if isinstance(a, VectorValue):
-        return VectorValue(a.type, tuple(ty.ternary("where", test, x, y) for x, y in zip(a.items, b.items)))
-    return ty.ternary("where", test, a, b)

@@ -161,7 +161,7 @@ def test_the_serial_loop_warning_names_bz_serial():
                                   "for c in bz.serial(bz.static(range(3))):\n        x[c] = 0"])
 def test_bz_serial_takes_one_range_or_ndrange(body):
     k = _kernel_from_source(f"def k(x: bz.Array[bz.int32, 1]):\n    {body}\n")
-    with pytest.raises(bz.KernelSyntaxError, match=r"bz\.serial: expected one range\(\.\.\.\) or bz\.ndrange"):
+    with pytest.raises(bz.KernelSyntaxError, match=r"bz\.serial: expected one range\(\.\.\.\), bz\.ndrange"):
         k(np.zeros(4, np.int32))
 
 

@@ -181,7 +181,7 @@ def _compile_error(body: str, tmp_path, annotation: str = "bz.Array[bz.vec3, 1]"
 
 @pytest.mark.parametrize("body, message", [
     ("s[x[i]] = 1.0", "indexed by a bz.vec3: an index is one integer per axis"),
-    ("s[i, 0] = x[i].cast(int)[0]", "no integer vectors"),
+    ("s[i, 0] = x[i].cast(3)[0]", "cast: expected a dtype (int, float, bz.int32, ...), got 3"),
     ("s[i, 0] = x[i].frobenius()", "bz.vec3 has no method 'frobenius'; its methods are"),
     ("s[i, 0] = s[i, 1].norm()", "'.norm()' is a method of vectors and matrices; 's[i, 1]' is a float32"),
     ("s[i, 0] = x[i].trace()", "bz.trace: argument 1: expected a square matrix, got bz.vec3"),

@@ -450,7 +450,9 @@ V3 = "bz.Array[bz.vec3, 1]"
 
 @pytest.mark.parametrize("params, body, message", [
     (f"x: {V3}, out: {F32}", "out[i] = x[i]", "'out\\[i\\]' is a float32 scalar, the value is a bz.vec3"),
-    (f"x: {V3}, out: {F32}", "out[i] = x[i] + 1.0 > 0.0", "expected a scalar, got a bz.vec3 value"),
+    (f"x: {V3}, out: {F32}", "out[i] = x[i] + 1.0", "the value is a bz.vec3"),
+    (f"x: {V3}, out: {F32}", "out[i] = 1.0 if x[i] > 0.0 else 0.0", "combine the components with .all\\(\\) or "
+                                                                    ".any\\(\\)"),
     (f"x: {V3}, out: {F32}", "out[i] = x[i].w", "bz.vec3 has no component 'w'; it has components x, y, z"),
     (f"x: {V3}, out: {F32}", "out[i] = x[i].xy", "bz.vec3 has no component 'xy'; it has components x, y, z"),
     (f"x: {V3}, out: {F32}", "p = x[i]; out[i] = 1.0 if p else 0.0", "expected a scalar, got a bz.vec3 value"),
@@ -464,7 +466,7 @@ V3 = "bz.Array[bz.vec3, 1]"
     (f"x: {V3}, out: {F32}", "out[i] = x[i, 0, 1]", "'x' has 1 dimension\\(s\\) of bz.vec3, got 3 index"),
     (f"x: bz.Array[bz.mat33, 1], out: {F32}", "out[i] = (x[i] * x[i])[0, 0]", "a product of matrices is written a @ b"),
     (f"x: bz.Array[bz.mat33, 1], out: {F32}", "out[i] = (x[i] ** 2)[0, 0]", "a power of a matrix is written a @ a"),
-    (f"x: {V3}, out: {F32}", "out[i] = (x[i] % 2.0).x", "operator remainder is not defined for bz.vec3"),
+    (f"x: {V3}, out: {F32}", "out[i] = (x[i] << 2).x", "operator left_shift is not defined for bz.vec3"),
     (f"x: {V3}, out: {F32}", "out[i] = bz.float32(x[i])", "float32: expected scalar arguments, got bz.vec3"),
     (f"x: {V3}, out: {F32}", "out[i] = out[i] @ out[i]", "a @ b: expected vectors or matrices"),
 ])
