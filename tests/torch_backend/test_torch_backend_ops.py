@@ -457,6 +457,17 @@ def test_explain_names_pooling_sorting_and_strided_views_left_to_pytorch() -> No
     assert reasons["as_strided"] == "explicit strides (as_strided): PyTorch runs it"  # chunk's halves
 
 
+def test_explain_calls_an_embedding_bag_indexing() -> None:
+    """nn.EmbeddingBag (DLRM's tables) gathers rows by index, forward and backward: explain said braze
+    had no rule for it, as for an op it might take."""
+    bag = torch.nn.EmbeddingBag(10, 4, mode="mean")
+    indices, offsets = torch.tensor([1, 2, 4, 5, 4, 3]), torch.tensor([0, 2])
+    explanation = bz.torch.explain(lambda i, o: bag(i, o).tanh(), indices, offsets)
+    reasons = {op: why for graph in explanation.graphs for op, why in graph.torch_ops if "embedding_bag" in op}
+    assert set(reasons) == {"aten._embedding_bag.default", "aten._embedding_bag_backward.default"}, explanation
+    assert set(reasons.values()) == {"indexing by a tensor (gather/scatter): braze has none"}
+
+
 def test_explain_calls_a_size_query_a_size_query() -> None:
     from braze.frontend.torch.support import _family_reason
 
