@@ -19,6 +19,7 @@ from torch._dynamo.utils import counters  # noqa: E402
 
 import braze as bz  # noqa: E402
 from braze.frontend.torch import region_builder  # noqa: E402
+from braze.frontend.torch.backend import make_backend  # noqa: E402
 from braze.frontend.torch.options import Options, parse_options  # noqa: E402
 
 STRICT = {"fallback": "error"}
@@ -317,6 +318,38 @@ def test_instance_norm_repeat_and_round_to_decimals_run_in_braze() -> None:
     in_torch = {op for graph in explanation.graphs for op, reason in graph.torch_ops if "view" not in reason}
     assert not in_torch, explanation
 
+def _diagonals(x):  # x: (2, 3, 5); offsets on, at the edge of and past the matrix, dims in either order
+    return (x.diagonal().exp(), torch.diagonal(x, 2, 1, 2) * 3, torch.diagonal(x, -1, 2, 1).sin(),
+            torch.diagonal(x, 4, 0, 2) + 1, torch.diagonal(x, 5, -2, -1) + 1)
+
+
+def test_diagonals_and_their_backwards_run_in_braze() -> None:
+    """x.diagonal() (a Hessian's Laplacian, a covariance's diagonal) is every (columns + 1)-th element of
+    the matrix flattened, and its backward's diagonal_scatter that slice's inverse: both ran in PyTorch."""
+    x = torch.randn(2, 3, 5, requires_grad=True)
+    compiled = torch.compile(_diagonals, backend="braze", options=STRICT)
+    outs, expected = compiled(x), _diagonals(x)
+    for n, (out, ref) in enumerate(zip(outs, expected, strict=True)):
+        _close(out, ref, f"output {n}")
+    # Each output weighted by its own number, so a gradient written to another's diagonal shows.
+    (g,), (g_ref,) = (torch.autograd.grad(sum(y.sum() * (n + 1) for n, y in enumerate(ys)), x)
+                      for ys in (outs, expected))
+    _close(g, g_ref, "gradient")
+    explanation = bz.torch.explain(_diagonals, x, options=STRICT)
+    fused = {op for r in explanation.regions for op in r.fused_ops}
+    assert {"aten.diagonal.default", "aten.diagonal_scatter.default"} <= fused, explanation
+
+
+def test_a_diagonal_of_symbolic_extent_stays_in_pytorch_and_says_why() -> None:
+    reports = []
+    backend = make_backend(parse_options(STRICT), reports)
+    compiled = torch.compile(lambda x: x.diagonal().exp(), backend=backend, dynamic=True)
+    x = torch.randn(4, 4)
+    _close(compiled(x), x.diagonal().exp())
+    reasons = {reason for report in reports for (op, reason) in report.torch_ops if op == "aten.diagonal.default"}
+    assert reasons == {"braze's rule does not take a diagonal of symbolic extent"}, reports
+
+
 def test_a_slice_backward_with_symbolic_bounds_runs() -> None:
     """The backward of x[:, :n - 1] over a symbolic n scatters between symbolic bounds: PyTorch's."""
     def drop_last(x):
@@ -422,6 +455,17 @@ def test_explain_names_pooling_sorting_and_strided_views_left_to_pytorch() -> No
     assert reasons["max_pool2d_with_indices"] == reasons["avg_pool2d"] == "a pooling window: PyTorch runs it"
     assert reasons["topk"] == reasons["sort"] == "sorting and selection: braze has none"
     assert reasons["as_strided"] == "explicit strides (as_strided): PyTorch runs it"  # chunk's halves
+
+
+def test_explain_calls_an_embedding_bag_indexing() -> None:
+    """nn.EmbeddingBag (DLRM's tables) gathers rows by index, forward and backward: explain said braze
+    had no rule for it, as for an op it might take."""
+    bag = torch.nn.EmbeddingBag(10, 4, mode="mean")
+    indices, offsets = torch.tensor([1, 2, 4, 5, 4, 3]), torch.tensor([0, 2])
+    explanation = bz.torch.explain(lambda i, o: bag(i, o).tanh(), indices, offsets)
+    reasons = {op: why for graph in explanation.graphs for op, why in graph.torch_ops if "embedding_bag" in op}
+    assert set(reasons) == {"aten._embedding_bag.default", "aten._embedding_bag_backward.default"}, explanation
+    assert set(reasons.values()) == {"indexing by a tensor (gather/scatter): braze has none"}
 
 
 def test_explain_calls_a_size_query_a_size_query() -> None:

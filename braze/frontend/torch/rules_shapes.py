@@ -165,6 +165,66 @@ def _slice_scatter(b: RegionBuilder, node: fx.Node) -> TensorView:
     return finish(node, bz_ops.where(inside, placed, base))
 
 
+def _static_matrix(node: fx.Node) -> str | None:
+    args = bind(node)
+    shape = meta(args["self"]).shape
+    dims = _dims([args["dim1"], args["dim2"]], len(shape))
+    return None if all(isinstance(size_expr(shape[d]), int) for d in dims) else "a diagonal of symbolic extent"
+
+
+def _diagonal_layout(node: fx.Node) -> tuple[list[int], int, int, int, int]:
+    """How `diagonal` and `diagonal_scatter` find a diagonal: the permutation that moves dim1 and dim2
+    last, the matrix's rows and columns, and where in the matrix flattened the diagonal starts and how
+    long it is. Flattened, element k of the diagonal is at start + k * (columns + 1)."""
+    args = bind(node)
+    shape = meta(args["self"]).shape
+    dim1, dim2 = _dims([args["dim1"], args["dim2"]], len(shape))
+    rows, cols = size_expr(shape[dim1]), size_expr(shape[dim2])
+    offset = args["offset"]
+    length = max(0, min(rows, cols - offset) if offset >= 0 else min(rows + offset, cols))
+    order = [d for d in range(len(shape)) if d not in (dim1, dim2)] + [dim1, dim2]
+    return order, rows, cols, (offset if offset >= 0 else -offset * cols) if length else 0, length
+
+
+@rule(aten.diagonal.default, accepts=_static_matrix)
+def _diagonal(b: RegionBuilder, node: fx.Node) -> TensorView:
+    """The elements (i, i + offset) of dim1 and dim2 as a last dimension: every (columns + 1)-th element
+    of the matrix flattened (the Laplacian of a Hessian, the diagonal of a covariance)."""
+    order, rows, cols, start, length = _diagonal_layout(node)
+    batch = b.shape_of(node)[:-1]
+    flat = bz_ops.reshape(bz_ops.permute(b.tensor(node.args[0]), order), [*batch, rows * cols])
+    stop = start + (length - 1) * (cols + 1) + 1 if length else start
+    return bz_ops.slice(flat, [slice(None)] * len(batch) + [slice(start, stop, cols + 1)])
+
+
+@rule(aten.diagonal_scatter.default, accepts=_static_matrix)
+def _diagonal_scatter(b: RegionBuilder, node: fx.Node) -> TensorView:
+    """`self` with `src` written over its diagonal (diagonal's backward): src's elements each followed
+    by `columns` zeros, flattened and shifted to the diagonal's start, are the matrix's diagonal."""
+    order, rows, cols, start, length = _diagonal_layout(node)
+    base = bz_ops.permute(b.tensor(node.args[0]), order)
+    batch = base.ndim - 2
+    if length == 0:
+        return bz_ops.permute(base, _inverse(order))
+    src = bz_ops.cast(b.tensor(node.args[1]), base.dtype)
+    spread = bz_ops.pad(bz_ops.unsqueeze(src, -1), [(0, 0)] * (batch + 1) + [(0, cols)], 0)
+    spread = bz_ops.reshape(spread, [*b.shape_of(node.args[1])[:-1], length * (cols + 1)])
+    after = rows * cols - start - length * (cols + 1)  # negative: the last element's zeros run past the end
+    if after < 0:
+        spread = bz_ops.slice(spread, [slice(None)] * batch + [slice(0, after)])
+    spread = bz_ops.pad(spread, [(0, 0)] * batch + [(start, max(after, 0))], 0)
+    placed = bz_ops.reshape(spread, [*base.shape[:-2], rows, cols])
+    row, col = bz_ops.arange(rows), bz_ops.arange(cols)
+    on_diagonal = bz_ops.eq(bz_ops.broadcast(col, [True, False]) - bz_ops.broadcast(row, [False, True]),
+                            bind(node)["offset"])
+    chosen = bz_ops.where(_align(on_diagonal, base.ndim), placed, base)
+    return finish(node, bz_ops.permute(chosen, _inverse(order)))
+
+
+def _inverse(order: list[int]) -> list[int]:
+    return sorted(range(len(order)), key=order.__getitem__)
+
+
 def _one_index_a_row(node: fx.Node) -> str | None:
     """gather and scatter with one index per row along `dim` (an index of extent 1 there, the input's
     extents elsewhere): a cross-entropy's picked log-probability and its gradient's one-hot."""
