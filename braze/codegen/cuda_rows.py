@@ -505,18 +505,6 @@ class RowLoopWriter:
             return f"bz_load_keep({address})"
         return f"bz_load_last({address})" if cache.loops[-1] == id(loop) else plain
 
-    def scalar_hinted_load(self, cache, loop: k.For, load: str) -> str:
-        """A row cache's load one element a lane (rows of an odd length, or misaligned): as
-        hinted_load's, for rows that shared memory does not hold (`cached_row` 0, known only at the
-        launch: the first loop tests it). log_softmax over GPT-2's 50257-word rows read each row
-        again from DRAM, its three loops' lines evicted by the rows of other blocks in between."""
-        plain_array = re.fullmatch(r"\w+\[[^\[\]]*\]", load)
-        if len(cache.loops) < 2 or plain_array is None or config.disabled("l2_hints"):
-            return load
-        if cache.loops[0] == id(loop):
-            return f"(cached_row ? {load} : bz_load_keep(&{load}))"
-        return f"bz_load_last(&{load})" if cache.loops[-1] == id(loop) else load
-
     def streams_stores(self, loop: k.For) -> bool:
         """Whether the loop's stores leave L2 first: it reads rows too long for shared memory for the
         last time, so L2 is better kept for the rows other blocks will read again (see hinted_load)."""
@@ -634,21 +622,15 @@ class RowLoopWriter:
             name, ty = f"cached{n}_{loop.var.name}", c_type(cache.dtype)
             if role == "value":  # the cache holds the updated value: the load itself is not needed
                 expression = occurrences(loop, cache.update)[0]
-                hinted = self.scalar_hinted_load(cache, loop, self.expr(load))
-                if load not in self.substitutions and hinted != self.expr(load):
-                    self.substitutions[load] = hinted
                 self.line(f"const {ty} {name} = cached_row ? {slot} : {self.expr(expression)};")
-                if self.substitutions.get(load) == hinted:
-                    del self.substitutions[load]
                 self.substitutions[expression] = name
                 continue
             if cache.loops[0] == id(loop):
-                self.line(f"const {ty} {name} = {self.scalar_hinted_load(cache, loop, self.expr(load))};")
+                self.line(f"const {ty} {name} = {self.expr(load)};")
                 if role == "load":
                     self.line(f"if (cached_row) {slot} = {name};")
             else:
-                self.line(f"const {ty} {name} = cached_row ? {slot} : "
-                          f"{self.scalar_hinted_load(cache, loop, self.expr(load))};")
+                self.line(f"const {ty} {name} = cached_row ? {slot} : {self.expr(load)};")
             self.substitutions[load] = name
             if role == "update":
                 expression = occurrences(loop, cache.update)[0]

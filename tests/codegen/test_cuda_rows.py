@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import braze as bz
-from braze import config, engine
+from braze import engine
 from braze.codegen import cuda
 from braze.codegen.cuda_launch import lanes_for
 from braze.codegen.cuda_plan import WARP
@@ -289,20 +289,6 @@ def test_bfloat16_rows_compile_to_16_byte_loads_and_stores():
         assert re.search(r"ld\.global\.(nc\.)?v4\.u32", text) and "st.global.v4.u32" in text
     assert "ld.global.L2::cache_hint.v4.u32" in ptx["rows_t0_T9"] and "st.global.cs.v4.u32" in ptx["rows_t0_T9"]
     assert "bar.sync" in ptx["rows_t0_T9"] and "bar.sync" not in ptx["rows_t0_T9_warp"]
-
-
-@needs_nvrtc
-def test_rows_read_one_element_a_lane_keep_their_lines_in_l2_between_loops():
-    """Rows of an odd length (GPT-2's 50257 words) or misaligned take the loops of one element a
-    lane: where shared memory does not hold the row, its first read asks L2 to keep the lines and the
-    last read lets them go, as the vector loops do."""
-    src = source(softmax, (bz.float32, 2))
-    assert re.search(r"cached_row \? T0_\[[^]]*\] : bz_load_keep\(&T0_\[", src.body)
-    assert re.search(r"cached_row \? row_cache0\[[^]]*\] : expf\(bz_sub\(bz_load_last\(&T0_\[", src.body)
-    ptx = _ptx_functions(src)
-    assert re.search(r"ld\.global\.L2::cache_hint\.u32", ptx["rows_t0_T7"])
-    with config.scope(disable="l2_hints"):
-        assert "bz_load_keep(&" not in source(softmax, (bz.float32, 2)).body
 
 
 @needs_nvrtc
