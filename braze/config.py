@@ -64,6 +64,9 @@ FEATURES = {
                          "a value an earlier loop of the task hoisted",
     "vector_tails": "disable: on a GPU, a row loop takes its 16-byte vector path only for rows whose length the "
                     "vector divides, not for any length with a tail of single elements",
+    "row_peel": "disable: on a GPU, a row loop whose rows start off a 16-byte boundary (rows of an odd length) "
+                "walks them an element at a time, not as a head of single elements up to the boundary, vectors "
+                "from there, then a tail",
     "uniform_alignment": "disable: on a GPU, the vector path of a row loop tests its arrays' alignment at every "
                          "row, not once a thread where the strides allow",
     "compile_ahead": "disable: the torch backend compiles each region's kernel at its first call, one after "

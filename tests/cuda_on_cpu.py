@@ -115,13 +115,19 @@ def _built_prelude_header() -> str:
     return f'#include "{header.name}"\n'
 
 
+# A cast of an address to a vector type's pointer in a kernel: the vector accesses, which the harness checks
+# aligned (bz_vector_cast of tests/cuda_on_cpu.h).
+_VECTOR_CAST = re.compile(r"reinterpret_cast<((?:const )?"
+                          r"(?:float4|int4|uint4|bz_(?:double|half|bfloat16|bool)\d)\*)>\(")
+
+
 def _translation_unit(text: str) -> str:
     """`text` (a program's source, the prelude first) as C++ for tests/cuda_on_cpu.h."""
     text = re.sub(r"extern __shared__ __align__\(16\) unsigned char (\w+)\[\];",
                   r"unsigned char* \1 = bz_dynamic_shared;", text)
     text = text.replace("#include <cuda_fp16.h>\n", "").replace("#include <cuda_bf16.h>\n", "")
     if text.startswith(PRELUDE):
-        return _prelude_header() + text[len(PRELUDE):]
+        return _prelude_header() + _VECTOR_CAST.sub(r"bz_vector_cast<\1>(", text[len(PRELUDE):])
     return f'#include "{HEADER.name}"\n{text}'
 
 
@@ -180,8 +186,13 @@ class _Executor:
         for planned in self.executor.plan(scalars, self.executor.workspace(0, scalars)):
             self.launches.append((planned.function_name, planned.task.schedule.kind, planned.grid, planned.shared,
                                   planned.scalars))
-            launch = getattr(self.libraries[planned.function_name], f"run_{planned.function_name}")
-            launch(block.ctypes.data, planned.grid, self.executor.block, planned.shared, *planned.scalars)
+            library = self.libraries[planned.function_name]
+            misaligned = ctypes.c_ulonglong.in_dll(library, "bz_misaligned_vectors")
+            misaligned.value = 0
+            getattr(library, f"run_{planned.function_name}")(block.ctypes.data, planned.grid, self.executor.block,
+                                                              planned.shared, *planned.scalars)
+            assert misaligned.value == 0, \
+                f"{planned.function_name}: {misaligned.value} vector accesses misaligned (a GPU faults on them)"
 
 
 _MEMORY = _HostMemory()

@@ -37,6 +37,7 @@ from braze.codegen.cuda_inner_outer import InnerOuter, InnerOuterWriter, fold_ta
 from braze.codegen.cuda_invariants import InvariantWriter
 from braze.codegen.cuda_narrow import always_narrow, narrow_locals, operand_is_narrow
 from braze.codegen.cuda_online import fuse_online_softmax
+from braze.codegen.cuda_peel import PeelWriter
 from braze.codegen.cuda_plan import (
     ARG_COMBINES,
     ARG_INDEX,
@@ -126,7 +127,7 @@ def const_text(value, dtype: DType) -> str:
     return f"(({c_type(dtype)}){value})"
 
 
-class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter, InvariantWriter, ScanWriter):
+class TaskWriter(RowLoopWriter, PeelWriter, GridWriter, TileWriter, InnerOuterWriter, InvariantWriter, ScanWriter):
     """Writes one task as one `__global__` function; with `warp`, its function for one warp a row
     (see the module docstring). With `inner_outer`, the task is a row task carrying a column task's
     partial results; with `fold_of`, it is that column task, folding them (cuda_inner_outer)."""
@@ -503,19 +504,7 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter, Invari
             return
         if self.warp and not self.in_registers:
             vector = None  # a warp function's rows outside its registers: the plain loops (module docstring)
-        if vector is not None:
-            self.line(f"if ({self.vector_condition(s)}) {{")
-            self.depth += 1
-            self.emit_unswitched_vector_loop(s, vector)
-            self.depth -= 1
-            if self.takes_vector_tail(s):  # rows the width does not divide: the whole vectors, then the rest
-                self.line(f"}} else if ({self.vector_condition(s, whole_vectors=False)}) {{")
-                self.depth += 1
-                self.emit_unswitched_vector_loop(s, vector, whole_vectors=False)
-                self.emit_lane_loop(s, var, self.vector_tail_start(s, vector.width), end)
-                self.depth -= 1
-            self.line("} else {")
-            self.depth += 1
+        opened = self.open_vector_paths(s, vector, var, end) if vector is not None else 0
         nest = lane_nest(s) if vector is None and not any(id(s) in cache.loops for cache in self.caches) else None
         if nest is not None and self.schedule.kind in ("rows", "columns"):
             (self.walk_lane_nest if self.schedule.kind == "rows" else self.walk_column_nest)(nest)
@@ -524,9 +513,7 @@ class TaskWriter(RowLoopWriter, GridWriter, TileWriter, InnerOuterWriter, Invari
         if self.schedule.kind == "columns":
             begin, end = self.column_range(s)
         self.emit_lane_loop(s, var, begin, end)
-        if vector is not None:
-            self.depth -= 1
-            self.line("}")
+        self.close_vector_paths(opened)
         self.lane_reduce(accumulators)
 
     def emit_lane_loop(self, s: k.For, var: str, begin: str, end: str) -> None:

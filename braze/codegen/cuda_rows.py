@@ -151,11 +151,13 @@ class RowLoopWriter:
             terms += self.with_aligned_rows(other, self.alignment_terms(other))
         return terms
 
-    def alignment_terms(self, loop: k.For) -> list[str]:
-        """Every vector access of the loop aligned to its vector at the loop's first index."""
+    def alignment_terms(self, loop: k.For, first: k.Expr | None = None) -> list[str]:
+        """Every vector access of the loop aligned to its vector at the loop's first index (or at
+        `first`, where its vectors start after a head: cuda_peel)."""
         vector, terms = self.vectors[id(loop)], []
         for access in (*vector.loads, *vector.stores):
-            start = tuple(self.inlined(i) for i in replace_var_in_access(access, loop.var, loop.begin))
+            at = loop.begin if first is None else first
+            start = tuple(self.inlined(i) for i in replace_var_in_access(access, loop.var, at))
             address = f"&{self.pointer(access.param)}[{self.offset(access.param, start)}]"
             mask = vector_alignment(access.param.dtype, vector.width) - 1
             terms.append(f"((reinterpret_cast<unsigned long long>({address}) & {mask}) == 0)")
@@ -330,9 +332,11 @@ class RowLoopWriter:
         return [load for load in vector.loads
                 if load not in covered or any(load in set(sub_exprs(x)) for x in uncovered)]
 
-    def emit_vector_loop(self, loop: k.For, vector: VectorAccesses, whole_vectors: bool = True) -> None:
+    def emit_vector_loop(self, loop: k.For, vector: VectorAccesses, whole_vectors: bool = True,
+                         start: str = "") -> None:
         """The row's vectors, each lane on every lanes32-th; without `whole_vectors`, only those that
-        end inside the row (the caller walks the rest an element at a time)."""
+        end inside the row (the caller walks the rest an element at a time). They start at the loop's
+        begin, or at `start` (after a head the caller walks: cuda_peel)."""
         v, width = loop.var.name, vector.width
         base = k.Var(f"{v}_{width}", loop.var.dtype)
         step = self.index_literal(width)
@@ -347,7 +351,8 @@ class RowLoopWriter:
             if unroll > 1:
                 self.line(f"#pragma unroll {unroll}")
             end = self.expr(loop.end) if whole_vectors else f"({self.expr(loop.end)}) - {width - 1}"
-            self.line(f"for ({self.index} {base.name} = {self.from_begin(loop)}{step} * lane; "
+            first = f"{start} + " if start else self.from_begin(loop)
+            self.line(f"for ({self.index} {base.name} = {first}{step} * lane; "
                       f"{base.name} < {end}; "
                       f"{base.name} += {step} * lanes32) {{")
         self.depth += 1

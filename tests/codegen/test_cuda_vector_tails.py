@@ -53,7 +53,8 @@ def test_a_row_sum_of_odd_length_runs_its_vectors_then_a_tail():
     (out,), _ = run_on_cpu(row_sums(), [rows])
     wanted = rows.astype(np.float64).sum(-1)  # rounded to bfloat16: 8 bits
     np.testing.assert_allclose(np.asarray(out, np.float64), wanted, rtol=2**-8, atol=2**-8)
-    tail = "((1003) / 8) * 8 + lane"
-    assert tail in engine.cuda_source(row_sums(), [rows])
+    tail = "((1003) / 8) * 8 + lane"  # after the vectors of rows aligned at their start
+    with config.scope(disable={"row_peel"}):  # rows off the alignment otherwise peel a head (test_cuda_row_peel.py)
+        assert tail in engine.cuda_source(row_sums(), [rows])
     with config.scope(disable={"vector_tails"}):
         assert tail not in engine.cuda_source(row_sums(), [rows])
