@@ -172,6 +172,54 @@ def test_the_forward_saves_the_seed_and_not_the_mask(random: str, autocast: bool
     assert len(seeds) == (0 if mask_saved else 1)
 
 
+# --- bernoulli masks -------------------------------------------------------------------------------------
+def _uniform(shape: tuple, seed: int, offset: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Philox (seed, offset) as the backend draws it, for a seed of `_seed_after`."""
+    return philox_random(torch.tensor(seed - 2**64 if seed >= 2**63 else seed), offset, list(shape), dtype,
+                         torch.device("cpu"), False)
+
+
+def _drop_path(x: torch.Tensor, keep: float = 0.75) -> torch.Tensor:
+    """timm's drop path: one in-place bernoulli draw per sample, a mask broadcast over the rest."""
+    mask = x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(keep)
+    return x * mask / keep
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_a_drop_paths_bernoulli_mask_is_braze_philox_below_p_in_forward_and_backward(dtype: torch.dtype) -> None:
+    compiled = torch.compile(_drop_path, backend="braze", options=STRICT)
+    x = torch.randn(2048, 3, 2, dtype=dtype, requires_grad=True)
+    grad_out = torch.randn(2048, 3, 2, dtype=dtype)
+    torch.manual_seed(12)
+    (grad,) = torch.autograd.grad(y := compiled(x), x, grad_out)
+    kept = (_uniform((2048, 1, 1), _seed_after(12), 0) < 0.75).to(dtype)
+    assert 0.72 < kept.float().mean().item() < 0.78, "the share of samples kept"
+    tolerance = {"rtol": 1e-5, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 1e-2, "atol": 1e-2}
+    _close(y.float(), (x.detach() * kept / 0.75).float(), "output", **tolerance)
+    _close(grad.float(), (grad_out * kept / 0.75).float(), "gradient: the forward's mask drawn again", **tolerance)
+    saved = _saved_by_forward(compiled, x)
+    assert [t.dtype for t in saved if t.numel() > 1] == [], "the forward saves the seed, not the mask"
+
+
+def test_bernoulli_of_a_probability_tensor_is_braze_philox_below_it() -> None:
+    """`torch.bernoulli(p)` (core ATen's decomposition) and `x.bernoulli_(p)` (aten.bernoulli.Tensor,
+    `p` broadcast to `x`) draw the braze stream, in the graph's order; explain shows them fused."""
+    def masks(x, p):
+        return torch.bernoulli(torch.full_like(x, 0.25)) + x.clone().bernoulli_(p) * 10
+
+    x, p = torch.zeros(64, 32, dtype=torch.float64), torch.linspace(0, 1, 32, dtype=torch.float64)
+    torch.manual_seed(13)
+    out = torch.compile(masks, backend="braze", options=STRICT)(x, p)
+    seed = _seed_after(13)
+    first, second = _uniform((64, 32), seed, 0), _uniform((64, 32), seed, 1, torch.float64)
+    assert torch.equal(out, (first < 0.25).double() + (second < p).double() * 10)
+    assert 0.2 < (out % 10).mean().item() < 0.3 and 0.4 < (out // 10).mean().item() < 0.6
+    explanation = bz.torch.explain(masks, x, p)
+    in_torch = [op for graph in explanation.graphs for op, _ in graph.torch_ops]
+    assert sum(r.fused_ops["philox_random"] for r in explanation.regions) == 2, explanation
+    assert not [op for op in in_torch if "bernoulli" in op], explanation
+
+
 # --- models ----------------------------------------------------------------------------------------------
 class PhiloxDropout(nn.Module):
     """Eager dropout with the masks the backend draws: call k of a forward keeps the elements whose

@@ -3,9 +3,10 @@ regions braze fuses, with PyTorch calls between them.
 
 AOTAutograd (through Dynamo's `aot_autograd` helper) traces the forward and the backward with
 PyTorch's core ATen decompositions plus the ones in `EXTRA_DECOMPOSITIONS`, which break norms,
-softmax and dropout into the pointwise ops and reductions braze fuses, and `foreach.py`'s, which break
-`torch._foreach_*` ops into the op on each tensor. Matrix multiplies whose extents
-break 16-byte alignment are padded (`pad_matmuls.py`), the pads fused into their producers' regions.
+softmax and dropout into the pointwise ops and reductions braze fuses, `foreach.py`'s, which break
+`torch._foreach_*` ops into the op on each tensor, and `rng.py`'s of bernoulli's masks. Matrix
+multiplies whose extents break 16-byte alignment are padded (`pad_matmuls.py`), the pads fused into
+their producers' regions.
 Random numbers are keyed by a seed from torch's generator, and dropout masks drawn again in the
 backward instead of saved (`rng.py`), before PyTorch's min-cut partition (or AOTAutograd's default
 one: `Options.partition`) splits the joint graph.
@@ -45,7 +46,7 @@ from braze.frontend.torch.partition import propose_partitions
 from braze.frontend.torch.region import BrazeRegion, RegionReport
 from braze.frontend.torch.region_builder import BuiltRegion, RegionBuilder, is_seed_input, op_name
 from braze.frontend.torch.region_key import region_key
-from braze.frontend.torch.rng import key_random_ops, replay_in_backward
+from braze.frontend.torch.rng import bernoulli_decompositions, key_random_ops, replay_in_backward
 from braze.frontend.torch.support import NON_COMPUTE_OPS, VIEW_OPS, BrazeSupport, graph_device, takes_random_node
 from braze.frontend.torch.table import RULES
 
@@ -68,7 +69,7 @@ EXTRA_DECOMPOSITIONS = [
 # decomposition of the forward does not give the logsumexp the fused backward reads (wrong gradients).
 KEPT_WHOLE = ("scaled_dot_product", "flash_attention", "efficient_attention")
 DECOMPOSITIONS = {op: fn for op, fn in {**core_aten_decompositions(), **get_decompositions(EXTRA_DECOMPOSITIONS),
-                                        **foreach_decompositions()}.items()
+                                        **foreach_decompositions(), **bernoulli_decompositions()}.items()
                   if not any(name in str(op) for name in KEPT_WHOLE)}
 
 REGION_PREFIX = "braze_region_"

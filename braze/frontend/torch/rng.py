@@ -1,8 +1,10 @@
 """braze's random numbers in torch graphs: keyed by a seed from torch's generator, replayed in backward.
 
-Dropout decomposes into `mask = rand_like(x) > p`, and its backward reads `mask`. Eager PyTorch and
-AOTAutograd's default partition save that mask from the forward for the backward: one byte per
-element of every dropped-out activation. The backend (with `options['random'] == 'braze'`) instead:
+Dropout decomposes into `mask = rand_like(x) > p` and `bernoulli` (timm's drop path,
+`x.new_empty(shape).bernoulli_(keep)`) into `mask = rand_like(x) < p` (`bernoulli_decompositions`); the
+backward reads `mask`. Eager PyTorch and AOTAutograd's default partition save that mask from the
+forward for the backward: one byte per element of every dropped-out activation. The backend (with
+`options['random'] == 'braze'`) instead:
 
 1. draws one seed per run of a graph from torch's default generator (`draw_seed`, a 0-d int64 CPU
    tensor), so `torch.manual_seed` makes runs repeat;
@@ -54,6 +56,33 @@ def philox_random(seed: torch.Tensor, offset: int, size: list[int], dtype: torch
     if dtype == torch.bfloat16:
         return torch.from_numpy(values.view(np.int16)).view(torch.bfloat16).to(device)
     return torch.from_numpy(values).to(device)
+
+
+def bernoulli_decompositions() -> dict:
+    """`aten.bernoulli.p` and `aten.bernoulli.Tensor` (the in-place `bernoulli_` functionalized) as a
+    uniform draw below `p`, in the tensor's dtype, so braze draws the mask as it does dropout's, and
+    the backward draws it again. `aten.bernoulli.default` has core ATen's decomposition of that form.
+    A draw from a `torch.Generator` of the user's, or a probability eager PyTorch refuses, stays an op
+    of PyTorch's."""
+    return {aten.bernoulli.p: _bernoulli_of_number, aten.bernoulli.Tensor: _bernoulli_of_tensor}
+
+
+def _bernoulli_of_number(x: torch.Tensor, p: float = 0.5, *, generator: object = None) -> object:
+    if generator is not None or not 0 <= p <= 1:
+        return NotImplemented
+    return (torch.rand_like(x, dtype=_uniform_dtype(x.dtype)) < p).to(x.dtype)
+
+
+def _bernoulli_of_tensor(x: torch.Tensor, p: torch.Tensor, *, generator: object = None) -> object:
+    if generator is not None or not p.dtype.is_floating_point:
+        return NotImplemented
+    # `p` broadcasts to `x`'s shape, not the other way (as eager's bernoulli_ expands it).
+    return (torch.rand_like(x, dtype=_uniform_dtype(p.dtype)) < p.expand_as(x)).to(x.dtype)
+
+
+def _uniform_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The uniform numbers' dtype: float32 (a float16 one is too coarse a probability) or float64."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def _example(node: fx.Node) -> object:
