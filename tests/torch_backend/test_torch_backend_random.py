@@ -220,6 +220,13 @@ def test_bernoulli_of_a_probability_tensor_is_braze_philox_below_it() -> None:
     assert not [op for op in in_torch if "bernoulli" in op], explanation
 
 
+def test_the_empty_tensor_a_bernoulli_mask_was_drawn_into_is_not_allocated() -> None:
+    with torch.no_grad():
+        explanation = bz.torch.explain(_drop_path, torch.randn(8, 3))
+    in_torch = [op for graph in explanation.graphs for op, _ in graph.torch_ops]
+    assert in_torch == ["draw_seed"], explanation
+
+
 # --- models ----------------------------------------------------------------------------------------------
 class PhiloxDropout(nn.Module):
     """Eager dropout with the masks the backend draws: call k of a forward keeps the elements whose

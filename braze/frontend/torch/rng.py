@@ -120,11 +120,20 @@ def key_random_ops(gm: fx.GraphModule, takes: Callable[[fx.Node], bool]) -> list
                                                          node.target in _NORMAL))
         new.meta = dict(node.meta)
         node.replace_all_uses_with(new)
+        like = node.args[0]
         gm.graph.erase_node(node)
+        _erase_if_unread(gm.graph, like)
         keyed.append(new)
     gm.graph.lint()
     gm.recompile()
     return keyed
+
+
+def _erase_if_unread(graph: fx.Graph, like: object) -> None:
+    """Erases the tensor a `rand_like` took its shape from when nothing else reads it: bernoulli's
+    `x.new_empty(shape)`, which PyTorch would otherwise allocate at every run for nothing."""
+    if isinstance(like, fx.Node) and like.op == "call_function" and not like.users and _pure(like):
+        graph.erase_node(like)
 
 
 def _fake_mode(graph: fx.Graph) -> FakeTensorMode:
