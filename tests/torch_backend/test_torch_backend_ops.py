@@ -468,6 +468,34 @@ def test_explain_calls_an_embedding_bag_indexing() -> None:
     assert set(reasons.values()) == {"indexing by a tensor (gather/scatter): braze has none"}
 
 
+def test_explain_names_pairwise_distances_triangle_indices_and_asserts_left_to_pytorch() -> None:
+    """cdist (forward and backward), triu_indices, tril_indices and _assert_async: explain said only that
+    braze had no rule for them, as for an op it might take."""
+    def f(a, b):
+        torch._assert_async((a > -100).all(), "a value below -100")
+        upper, lower = torch.triu_indices(3, 3, 1), torch.tril_indices(3, 3)
+        return torch.cdist(a, b).exp().sum() + a[upper[0], upper[1]].sum() + a[lower[0], lower[1]].sum()
+
+    explanation = bz.torch.explain(f, torch.randn(5, 3, requires_grad=True), torch.randn(4, 3))
+    reasons = {op: why for graph in explanation.graphs for op, why in graph.torch_ops}
+    distances = "pairwise distances (cdist, pdist): PyTorch runs them, as it does matrix multiplies"
+    assert reasons["aten._cdist_forward.default"] == reasons["aten._cdist_backward.default"] == distances
+    triangle = "a triangle's indices (triu_indices, tril_indices): braze has none"
+    assert reasons["aten.triu_indices.default"] == reasons["aten.tril_indices.default"] == triangle
+    check = "a check of values at run time (an assert): PyTorch runs it, there is nothing to fuse"
+    assert reasons["aten._assert_async.msg"] == check, explanation
+
+
+def test_explain_says_why_a_bernoulli_draw_stays_in_pytorch() -> None:
+    """braze draws bernoulli masks (test_torch_backend_random.py); one left to PyTorch (a generator of
+    the user's) was called a random op braze has no rule for."""
+    from braze.frontend.torch.support import _family_reason
+
+    aten = torch.ops.aten
+    for op in (aten.bernoulli.p, aten.bernoulli.Tensor, aten.bernoulli_.float, aten.bernoulli.default):
+        assert _family_reason(op).startswith("a bernoulli draw from a torch.Generator of the user's"), op
+
+
 def test_explain_calls_a_size_query_a_size_query() -> None:
     from braze.frontend.torch.support import _family_reason
 

@@ -31,7 +31,15 @@ _TORCH_FAMILIES: list[tuple[tuple[str, ...], str]] = [
       "_unsafe_index", "nll_loss", "masked_scatter", "scatter_add"),
      "indexing by a tensor (gather/scatter): braze has none"),
     (("empty", "empty_strided", "empty_like", "new_empty"), "an allocation with no values: nothing to fuse"),
-    (("native_dropout", "bernoulli", "randint", "random", "uniform", "normal", "randperm", "multinomial",
+    (("_cdist_forward", "_cdist_backward", "cdist", "_pdist_forward", "_pdist_backward", "pdist", "_euclidean_dist"),
+     "pairwise distances (cdist, pdist): PyTorch runs them, as it does matrix multiplies"),
+    (("triu_indices", "tril_indices"), "a triangle's indices (triu_indices, tril_indices): braze has none"),
+    (("_assert_", "_functional_assert_"),  # _assert_async, _assert_scalar, _assert_tensor_metadata
+     "a check of values at run time (an assert): PyTorch runs it, there is nothing to fuse"),
+    # braze draws bernoulli masks (rng.bernoulli_decompositions) but for these.
+    (("bernoulli",), "a bernoulli draw from a torch.Generator of the user's or of a probability out of [0, 1]: "
+                     "PyTorch draws it"),
+    (("native_dropout", "randint", "random", "uniform", "normal", "randperm", "multinomial",
       "exponential", "geometric", "cauchy", "log_normal", "poisson", "binomial", "_standard_gamma",
       "_sample_dirichlet"), "a random op braze has no rule for"),
     (("max_pool", "avg_pool", "adaptive_max_pool", "adaptive_avg_pool", "_adaptive_avg_pool", "fractional_max_pool",
