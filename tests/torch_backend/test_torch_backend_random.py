@@ -201,6 +201,22 @@ def test_a_drop_paths_bernoulli_mask_is_braze_philox_below_p_in_forward_and_back
     assert [t.dtype for t in saved if t.numel() > 1] == [], "the forward saves the seed, not the mask"
 
 
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_bernoulli_mask_of_a_full_probability_is_drawn_again_in_the_backward_not_saved(dynamic: bool) -> None:
+    def masked(x):
+        return x * torch.bernoulli(torch.full_like(x, 0.25))
+
+    compiled = torch.compile(masked, backend="braze", options=STRICT, dynamic=dynamic)
+    for rows in (3, 6):
+        x, grad_out = torch.randn(rows, 5, requires_grad=True), torch.randn(rows, 5)
+        torch.manual_seed(14)
+        (grad,) = torch.autograd.grad(y := compiled(x), x, grad_out)
+        kept = (_uniform((rows, 5), _seed_after(14), 0) < 0.25).float()
+        assert torch.equal(y, x.detach() * kept) and torch.equal(grad, grad_out * kept)
+        saved = _saved_by_forward(compiled, x)
+        assert [t.dtype for t in saved if t.numel() > 1] == [], "the forward saves the seed, not the mask"
+
+
 def test_bernoulli_of_a_probability_tensor_is_braze_philox_below_it() -> None:
     """`torch.bernoulli(p)` (core ATen's decomposition) and `x.bernoulli_(p)` (aten.bernoulli.Tensor,
     `p` broadcast to `x`) draw the braze stream, in the graph's order; explain shows them fused."""

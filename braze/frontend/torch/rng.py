@@ -189,10 +189,12 @@ def replay_in_backward(joint: fx.GraphModule, keyed: list[fx.Node]) -> int:
     def copy_of(node: fx.Node) -> fx.Node:
         if node not in copies:
             for argument in node.all_input_nodes:
-                if argument in derived:
+                if argument in derived or _is_fill(argument):
                     copy_of(argument)
+            sizes = _sizes_of_like(joint.graph, node) if node.target is aten.full_like.default else None
             with joint.graph.inserting_after(point[0]):
-                copies[node] = point[0] = joint.graph.node_copy(node, lambda a: copies.get(a, a))
+                copies[node] = point[0] = (joint.graph.node_copy(node, lambda a: copies.get(a, a)) if sizes is None
+                                           else _full_of_sizes(joint.graph, node, sizes))
             copies[node].meta["partitioner_tag"] = "is_backward"  # AOTAutograd's tag: where it belongs
             # The min-cut partition would compute a copy in the forward and save it (a mask), since it
             # never recomputes an op it does not know: the copies are the backward's own by policy.
@@ -205,6 +207,32 @@ def replay_in_backward(joint: fx.GraphModule, keyed: list[fx.Node]) -> int:
     joint.graph.lint()
     joint.recompile()
     return len(read_by_backward)
+
+
+# Tensors of one number: a mask drawn below `torch.full_like(x, p)` (`torch.bernoulli`'s form) is drawn
+# again in the backward with the fill made again there, from sizes alone.
+_FILLS = frozenset({aten.full.default, aten.full_like.default, aten.scalar_tensor.default})
+
+
+def _is_fill(node: fx.Node) -> bool:
+    return node.op == "call_function" and node.target in _FILLS
+
+
+def _sizes_of_like(graph: fx.Graph, full_like: fx.Node) -> list[int | fx.Node]:
+    """The sizes of a `full_like`'s tensor, read in the forward (where that tensor is): the backward's
+    copy of the fill reads these sizes, not the tensor."""
+    with graph.inserting_before(full_like):
+        return [_size_node(graph, full_like, d) for d in range(_example(full_like).dim())]
+
+
+def _full_of_sizes(graph: fx.Graph, full_like: fx.Node, sizes: list[int | fx.Node]) -> fx.Node:
+    """`full(sizes, value)`: the `full_like` made again with no tensor to read."""
+    value = _example(full_like)
+    full = graph.call_function(aten.full.default, (sizes, full_like.args[1]), {
+        "dtype": value.dtype, "layout": torch.strided, "device": value.device, "pin_memory": False})
+    with _fake_mode(graph):
+        full.meta["val"] = torch.empty(value.shape, dtype=value.dtype, device=value.device)
+    return full
 
 
 def _forward_nodes(graph: fx.Graph) -> set[fx.Node]:
@@ -220,11 +248,11 @@ def _forward_nodes(graph: fx.Graph) -> set[fx.Node]:
 
 def _derived_from(graph: fx.Graph, keyed: list[fx.Node], forward: set[fx.Node]) -> set[fx.Node]:
     """Forward nodes whose tensor inputs are all keyed random numbers or values derived from them
-    alone (numbers and sizes aside): what the backward can compute again from the seed."""
+    alone (numbers, sizes and fills aside): what the backward can compute again from the seed."""
     derived = set(keyed)
     for node in graph.nodes:
         if node in forward and node.op == "call_function" and node not in derived and _pure(node):
-            tensors = [a for a in node.all_input_nodes if isinstance(_example(a), torch.Tensor)]
+            tensors = [a for a in node.all_input_nodes if isinstance(_example(a), torch.Tensor) and not _is_fill(a)]
             if tensors and all(a in derived for a in tensors):
                 derived.add(node)
     return derived
