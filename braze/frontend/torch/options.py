@@ -21,9 +21,9 @@ class Options:
     - `exclude_ops`: ATen ops left to PyTorch, by name (`"aten.gelu"` or `"aten.gelu.default"`).
     - `min_region_ops`: the fewest fused ops (views not counted) a region needs to become a braze
       fusion; smaller ones stay in PyTorch.
-    - `random`: `"braze"` draws random tensors (dropout masks) inside the fused kernels, from braze's
-      Philox stream keyed by a seed drawn from torch's default generator at every run of a graph;
-      the backward draws a dropout mask again from that seed instead of saving it. After the same
+    - `random`: `"braze"` draws random tensors (dropout and bernoulli masks) inside the fused kernels,
+      from braze's Philox stream keyed by a seed drawn from torch's default generator at every run of
+      a graph; the backward draws a mask again from that seed instead of saving it. After the same
       `torch.manual_seed` a compiled model repeats itself exactly, but it drops other elements than
       eager PyTorch does (as under Inductor): the stream is braze's, not torch's
       (braze/frontend/torch/rng.py). `"torch"` leaves random ops to PyTorch's generator, and the
