@@ -97,11 +97,13 @@ MEMCHECK_TESTS := (test_cuda_runtime and not compile_error and not disk_cache an
 bench: $(STAMP)
 	$(PY) benchmarks/run.py
 
-# The four showcase fusions and first-call latency, then the fusion suite (29 fusions from real models
-# against torch eager, torch.compile and JAX; table, JSON and plot under benchmarks/results/).
+# The four showcase fusions and first-call latency, then the fusion suite (31 fusions from real models
+# against torch eager, torch.compile and JAX; table, JSON and plot under benchmarks/results/), at
+# LLM-sized shapes and then at the shapes well-known models give each fusion (--models).
 gpu-bench: $(STAMP)
 	$(PY) benchmarks/gpu.py
 	$(PY) benchmarks/suite.py
+	$(PY) benchmarks/suite.py --models --no-jax
 
 clean:
 	rm -rf $(VENV) build *.egg-info
