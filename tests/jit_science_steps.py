@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 from hypothesis import strategies as st
-from jit_programs import Value, _Draw
+from jit_programs import Value, _broadcast, _Draw
 
 TABLES = ((0.0,), (-1.0, 0.5, 2.0), (-2.5, -1.0, -1.0, 0.0, 1.5))  # sorted, with a repeated entry
 TABLE_VALUES = ((4.0,), (1.0, -3.0, 0.5), (0.5, 2.0, -1.0, 3.0, 0.0))
@@ -39,6 +39,15 @@ def _einsum(draw: _Draw) -> None:
     count = max(math.prod(summed), 1)
     shape = tuple(v.shape[letters.index(letter)] for letter in kept)
     implicit = "".join(sorted(letters)) == "".join(kept) and draw(st.booleans(), "implicit")
+    if draw(st.booleans(), "ellipsis"):  # '...a,...a->...': the leading axes broadcast, the last is summed
+        y = draw.pick("second")
+        w = draw.value(y)
+        shape = _broadcast(v, w)
+        if shape is None or not shape or (v.shape[-1:] != w.shape[-1:]):
+            return
+        draw.add("einsum2", (x, y), Value(shape[:-1], "float", v.bound * w.bound * max(shape[-1], 1),
+                                          v.precise and w.precise), "...a,...a->...")
+        return
     if draw(st.booleans(), "two operands"):
         same = [i for i, w in enumerate(draw.program.values) if w.kind == "float" and not w.holes
                 and w.shape == v.shape]
@@ -56,15 +65,22 @@ def _convolution(draw: _Draw) -> None:
     serves every length, where NumPy swaps the two)."""
     x = draw.pick("signal")
     v = draw.value(x)
-    kernel = draw(st.sampled_from(KERNELS), "kernel")
-    if len(v.shape) != 1 or v.shape[0] < len(kernel):
+    inputs = [i for i, (shape, _) in enumerate(draw.program.inputs) if len(shape) == 1 and 1 <= shape[0] <= 7]
+    traced = inputs and draw(st.booleans(), "traced kernel")  # an input's taps: their number is the trace's
+    kernel = draw(st.sampled_from(inputs), "kernel input") if traced else draw(st.sampled_from(KERNELS), "kernel")
+    k = draw.value(kernel).shape[0] if traced else len(kernel)
+    if len(v.shape) != 1 or v.shape[0] < k:
         return
     op = draw(st.sampled_from(("convolve", "correlate")), "op")
     mode = draw(st.sampled_from(("full", "same", "valid")), "mode")
-    n, k = v.shape[0], len(kernel)
+    n = v.shape[0]
     extent = {"full": n + k - 1, "same": n, "valid": n - k + 1}[mode]
-    draw.add(op, (x,), Value((extent,), "float", v.bound * sum(abs(t) for t in kernel), v.precise, derived=True),
-             kernel, mode)
+    weight = draw.value(kernel).bound * k if traced else sum(abs(t) for t in kernel)
+    value = Value((extent,), "float", v.bound * weight, v.precise, derived=True)
+    if traced:
+        draw.add(op, (x, kernel), value, None, mode)
+    else:
+        draw.add(op, (x,), value, kernel, mode)
 
 
 def _unwrap(draw: _Draw) -> None:
@@ -135,8 +151,9 @@ def _pad_mode(draw: _Draw) -> None:
 def _roll(draw: _Draw) -> None:
     x = draw.pick("operand")
     v = draw.value(x)
-    axis = draw(st.sampled_from([None, *range(len(v.shape))]), "axis")
-    shift = draw(st.integers(-3, 3), "shift")
+    axis = draw(st.sampled_from([None, *range(len(v.shape))] + ([(0, -1)] if len(v.shape) >= 2 else [])), "axis")
+    shift = draw(st.integers(-3, 3) if not isinstance(axis, tuple) else st.tuples(st.integers(-3, 3),
+                                                                                   st.integers(-8, 8)), "shift")
     draw.add("roll", (x,), v, shift, axis)
 
 
@@ -148,7 +165,7 @@ def _assign(draw: _Draw) -> None:
         return
     axis = draw(st.integers(0, len(v.shape) - 1), "axis")
     start, stop = draw(st.sampled_from(((0, 1), (1, None), (None, -1), (-2, None), (1, 3))), "bounds")
-    value = draw(st.sampled_from((0.5, -2.0, "twice")), "value")
+    value = draw(st.sampled_from((0.5, -2.0, "twice", "mask", "row")), "value")
     draw.add("assign", (x,), Value(v.shape, "float", 2 * v.bound + 2, v.precise), axis, start, stop, value)
 
 
@@ -164,7 +181,7 @@ def science_spelling(op: str, xs: list, params: tuple):
         case "einsum2":
             return np.einsum(params[0], x, xs[1])
         case "convolve" | "correlate":
-            return getattr(np, op)(x, np.array(params[0]), params[1])
+            return getattr(np, op)(x, xs[1] if params[0] is None else np.array(params[0]), params[1])
         case "unwrap":
             options = {k: v for k, v in zip(("period", "discont"), params[1:]) if v is not None}
             return np.unwrap(x, axis=params[0], **options)
@@ -185,6 +202,11 @@ def science_spelling(op: str, xs: list, params: tuple):
             axis, start, stop, value = params
             y = x.copy()
             key = (slice(None),) * axis + (slice(start, stop),)
-            y[key] = y[key] * 2 if value == "twice" else value
+            if value == "mask":  # a boolean mask of the value itself, as clamping code writes
+                y[y > 0.5] = 0.5
+            elif value == "row":  # the region's first slice along the axis, broadcast over it
+                y[key] = y[key][(slice(None),) * axis + (slice(0, 1),)]
+            else:
+                y[key] = y[key] * 2 if value == "twice" else value
             return y
     raise AssertionError(op)
