@@ -53,8 +53,8 @@ def _neighbour(draw, array: str) -> tuple[str, str]:
 def floats(draw, other: str, depth: int = 0):
     """A float32 expression, as (kernel text, Python text); `other` is the array read at neighbours."""
     kinds = ["const", "g", "neighbour", "index", "upper"]
-    kind = draw(st.sampled_from(kinds + ["op", "norm", "helper", "vector_helper", "select", "int"] if depth < 2
-                                else kinds))
+    kind = draw(st.sampled_from(kinds + ["op", "norm", "normalized", "helper", "vector_helper", "select", "int"]
+                                if depth < 2 else kinds))
     if kind == "const":
         return _pair(draw(st.sampled_from(CONSTANTS)))
     if kind == "g":
@@ -79,6 +79,9 @@ def floats(draw, other: str, depth: int = 0):
         zero = draw(st.booleans())
         return (f"(bz.vec2({k1}, {k2}){' + bz.vec2.zero()' if zero else ''}).norm({eps})",
                 f"norm_eps({p1}, {p2}, {eps})")
+    if kind == "normalized":
+        c, eps = draw(st.integers(0, 1)), draw(st.sampled_from(EPSILONS))
+        return f"bz.vec2({k1}, {k2}).normalized({eps})[{c}]", f"normalized_eps({p1}, {p2}, {eps})[{c}]"
     if kind == "helper":
         return f"blend({k1}, {k2})", f"blend({p1}, {p2})"
     if kind == "vector_helper":
@@ -123,7 +126,11 @@ def ints(draw, other: str, depth: int = 0):
 def bools(draw, other: str, depth: int = 0):
     """A condition: a comparison of index vectors combined by .all()/.any(), of the input with a
     constant (exact), or of an integer's parity."""
-    kind = draw(st.sampled_from(["all", "any", "input", "parity"]))
+    kind = draw(st.sampled_from(["all", "any", "input", "vector_input", "parity"]))
+    if kind == "vector_input":  # a float vector of exact values against a constant one
+        which = draw(st.sampled_from(["all", "any"]))
+        return (f"(bz.vec2(g[I], -g[I]) > UPPER).{which}()",
+                f"bool((vec2f(g[T(I)], -g[T(I)]) > UPPER).{which}())")
     if kind in ("all", "any"):
         op, bound = draw(st.sampled_from([">=", "<", "=="])), draw(st.sampled_from(["1", "bz.vec2i(2, 1)", "top"]))
         python_bound = "np.array([2, 1])" if bound.startswith("bz.") else bound
@@ -139,7 +146,7 @@ def bools(draw, other: str, depth: int = 0):
 def statements(draw, target: str, other: str, depth: int = 0):
     """Lines of one statement, as (kernel lines, Python lines)."""
     kind = draw(st.sampled_from(["store", "update", "flag", "atomic", "extreme", "local"]
-                                + (["if", "stencil"] if depth == 0 else [])))
+                                + (["if", "stencil", "walk"] if depth == 0 else [])))
     if kind in ("store", "update"):
         k, p = draw(floats(other))
         op = "=" if kind == "store" else "+="
@@ -157,6 +164,13 @@ def statements(draw, target: str, other: str, depth: int = 0):
         slot = draw(st.sampled_from(["4", "4 + I[1] % 2"] if which == "max" else ["6", "6 + I[1] % 2"]))
         k, p = draw(floats(other))
         return [f"bz.atomic_{which}(acc[{slot}], {k})"], [f"acc[{slot}] = {which}(acc[{slot}], np.float32({p}))"]
+    if kind == "walk":  # an integer vector local stepped in a loop, clamped back inside the grid
+        step = draw(st.sampled_from(["bz.vec2i(1, -1)", "bz.vec2i(-1, 0)", "I % 2"]))
+        python_step = {"bz.vec2i(1, -1)": "np.array([1, -1])", "bz.vec2i(-1, 0)": "np.array([-1, 0])"}.get(step, step)
+        return (["p = I + 0", "for _ in range(2):", f"    p = min(max(p + {step}, 0), top)",
+                 f"{target}[I] = g[p] + bz.cast(p.sum(), bz.float32)"],
+                ["p = I + 0", "for _ in range(2):", f"    p = np.minimum(np.maximum(p + {python_step}, 0), top)",
+                 f"{target}[T(I)] = g[T(p)] + np.float32(p.sum())"])
     if kind == "stencil":  # a neighbour loop, serial or unrolled, over an offset vector
         unrolled = draw(st.booleans())
         k, p = draw(floats(other, 1))
@@ -219,6 +233,12 @@ def norm_eps(x, y, eps) -> np.float32:
     return np.sqrt(x * x + y * y + np.float32(eps))
 
 
+def normalized_eps(x, y, eps) -> np.ndarray:
+    """Taichi's v.normalized(eps) in float32: v / (sqrt(x * x + y * y) + eps)."""
+    x, y = np.float32(x), np.float32(y)
+    return vec2f(x, y) / (np.sqrt(x * x + y * y) + np.float32(eps))
+
+
 def vec2f(x, y) -> np.ndarray:
     return np.array([x, y], np.float32)
 
@@ -227,6 +247,7 @@ def load(source: str, python: bool):
     filename = f"<braze-grid-fuzz {next(_counter)}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     namespace = {"bz": bz, "np": np, "UPPER": UPPER, "T": tuple, "norm_eps": norm_eps, "vec2f": vec2f,
+                 "normalized_eps": normalized_eps,
                  "blend": _blend if python else bz.func(_blend), "mix": _mix if python else bz.func(_mix),
                  "F2": bz.Array[bz.float32, 2],
                  "I2": bz.Array[bz.int32, 2], "F1": bz.Array[bz.float32, 1]}
