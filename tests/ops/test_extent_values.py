@@ -177,3 +177,17 @@ def test_float_of_a_symbolic_extent_says_what_to_write() -> None:
         with pytest.raises(bz.TracerBoolConversionError, match=r"float\(extent .*\*\* -0.5"):
             math.sqrt(x.shape[0])
         f.add_output(x)
+
+
+def test_abs_and_divmod_of_an_extent_are_extents() -> None:
+    """`abs(x.shape[0] - 5)` and `divmod(x.shape[0], 2)` in a trace raised Python's TypeError (a Scalar had
+    neither); they are the extent expressions they stand for, one trace serving every size."""
+    def program(x):
+        half, odd = divmod(x.shape[0], 2)
+        return x * abs(x.shape[0] - 5) + half - odd * divmod(7, x.shape[1])[1]
+
+    jitted = bz.jit(program)
+    for n in (2, 3, 8):
+        x = np.ones((n, 3), np.float32)
+        np.testing.assert_array_equal(jitted(x), program(x))
+    assert sum(len(traces) for traces in jitted.fusions.values()) == 1
