@@ -121,14 +121,17 @@ def _allclose(draw: _Draw) -> None:
 
 
 def _extent_arithmetic(draw: _Draw) -> None:
-    """A value times and plus numbers made of its own extents: `x * (x.shape[0] * 0.5) + x.size / 4`."""
+    """A value times and plus numbers made of its own extents: `x * (x.shape[0] * 0.5) + x.size / 4`,
+    `abs(n - 3)` and `divmod(n, 2)`, or a ramp `np.arange(n) / (n + 1)`."""
     x = draw.pick("operand")
     v = draw.value(x)
     if not v.shape:
         return
     axis = draw(st.integers(0, len(v.shape) - 1), "axis")
-    bound = v.bound * v.shape[axis] * 0.5 + math.prod(v.shape) / 4 + 1 / (v.shape[axis] + 1)
-    draw.add("extent_arithmetic", (x,), Value(v.shape, "float", bound, v.precise), axis)
+    form = draw(st.sampled_from(("scale", "abs_divmod", "ramp")), "form")
+    bound = {"scale": v.bound * v.shape[axis] * 0.5 + math.prod(v.shape) / 4 + 1,
+             "abs_divmod": v.bound * (v.shape[axis] + 3) + 1, "ramp": v.bound + 1}[form]
+    draw.add("extent_arithmetic", (x,), Value(v.shape, "float", bound, v.precise), axis, form)
 
 
 def _pad_mode(draw: _Draw) -> None:
@@ -193,7 +196,12 @@ def science_spelling(op: str, xs: list, params: tuple):
         case "allclose":
             return np.allclose(x, xs[1], atol=params[0])
         case "extent_arithmetic":
-            return x * (x.shape[params[0]] * 0.5) + x.size / 4 + 1 / (x.shape[params[0]] + 1)
+            n = x.shape[params[0]]
+            if params[1] == "abs_divmod":
+                return x * abs(n - 3) + divmod(n, 2)[1]
+            if params[1] == "ramp":  # a NumPy array made of an extent, cast to the value's dtype
+                return x + (np.arange(x.shape[-1]) / (x.shape[-1] + 1)).astype(x.dtype)
+            return x * (n * 0.5) + x.size / 4 + 1 / (n + 1)
         case "pad_mode":
             return np.pad(x, params[0], mode=params[1])
         case "roll":
