@@ -21,6 +21,7 @@ import math
 import numpy as np
 from hypothesis import strategies as st
 from jit_programs import Value, _broadcast, _Draw, _reduced_shape
+from jit_science_steps import SCIENCE_OPS, SCIENCE_STEPS, science_spelling
 
 TORCH_ONLY = frozenset({
     "erfc", "gelu", "gelu_tanh", "softshrink", "tanhshrink", "hardtanh", "logit", "xlogy", "frac", "rsub",
@@ -310,7 +311,7 @@ def _numpy_shapes(draw: _Draw) -> None:
     draw.add(op, (x,), Value(shape, "float", 2 * v.bound + 2, v.precise, derived=True), axis, prepend, append)
 
 
-NUMPY_STEPS = (_numpy_statistics, _numpy_shapes, _nan_ignoring("numpy"))
+NUMPY_STEPS = (_numpy_statistics, _numpy_shapes, _nan_ignoring("numpy"), *SCIENCE_STEPS)
 
 
 def library_steps(library: str | None) -> tuple:
@@ -323,6 +324,8 @@ def numpy_spelling(op: str, xs: list, params: tuple, f32: type):
     """The step in NumPy's functions (a torch-only one through torch, eagerly: never traced)."""
     if op in TORCH_ONLY:
         return _through_torch(op, xs, params)
+    if op in SCIENCE_OPS:
+        return science_spelling(op, xs, params)
     x = xs[0]
     match op:
         case "argmax" | "argmin" | "ptp":

@@ -82,7 +82,8 @@ def call(tr: Translator, node: ast.Call):
     if vector_rule is not None:
         return tr.checked(node, lambda: vector_rule(name, args))
     # By identity: a dtype equals the Python type it stands for (bz.float64 == float), and is no function.
-    if all(not isinstance(a, k.Expr) and not _is_handle(a) for a in args) and any(callee is f for f in _FOLDABLE):
+    if all(not isinstance(a, k.Expr) and not _is_handle(a) for a in args) and (
+            any(callee is f for f in _FOLDABLE) or _constant_array_method(callee)):
         try:
             return callee(*args)
         except Exception as error:  # noqa: BLE001  (any Python error of a constant expression)
@@ -91,6 +92,12 @@ def call(tr: Translator, node: ast.Call):
     if rule is None:
         tr.error(node, f"call to unknown function '{name}'{_callee_hint(callee)}")
     return tr.checked(node, lambda: rule(tr, node, args))
+
+
+def _constant_array_method(callee) -> bool:
+    """A method of a constant vector: a `bz.static` loop's offset (`(off == 0).all()` in an unrolled
+    stencil) or a module-level vector (`UPPER.sum()`), which Python computes at compile time."""
+    return isinstance(getattr(callee, "__self__", None), np.ndarray)
 
 
 _PYTHON_BUILTINS = ("min", "max", "abs", "round", "len", "divmod", "pow", "int", "float")

@@ -96,6 +96,9 @@ class FusionGraph:
         # torch.tensor(2.0) argument, a full sum) is then as weak as a typed scalar: a tensor with
         # dimensions decides the dtype over it, where NumPy 2 lets a 0-d array widen it.
         self.torch_promotion = False
+        # `x.size` as NumPy spells it, the element count, where @bz.jit traces NumPy (or CuPy) arrays and
+        # no torch tensor; elsewhere it is torch's method `x.size(dim)` (a Fusion builder's nvFuser code).
+        self.numpy_size = False
         # How an array made outside the fusion becomes one of its inputs: @bz.jit's trace takes the arrays
         # its function makes or reads (`torch.ones(n, n).tril()`, a module's buffer) so; a `bz.Fusion`
         # builder has none and refuses them (arrays come in as define_tensor inputs).

@@ -250,6 +250,16 @@ class Scalar:
     def __rmod__(self, other: int | Scalar) -> Scalar:
         return _binary("%", other, self)
 
+    # Python's abs() and divmod() of an extent (`abs(x.shape[0] - 5)`): the expressions they stand for.
+    def __abs__(self) -> Scalar:
+        return _make("max", self, -self)
+
+    def __divmod__(self, other: int | Scalar) -> tuple[Scalar, Scalar]:
+        return self // other, self % other
+
+    def __rdivmod__(self, other: int | Scalar) -> tuple[Scalar, Scalar]:
+        return other // self, other % self
+
 
 class UnknownComparison:
     """`n == 4` with a symbolic extent `n` (`x.shape[-1]` inside `@bz.jit`): its answer depends on the

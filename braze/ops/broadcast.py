@@ -9,7 +9,7 @@ import numpy as np
 
 from braze.errors import FusionDefinitionError
 from braze.ir.domain import IterDomain, IterType
-from braze.ir.scalar import Scalar, as_scalar
+from braze.ir.scalar import Scalar, as_scalar, smin
 from braze.ir.tensor import TensorView
 from braze.ops.table import OpDef, RefContext, apply, register, size_value
 
@@ -107,11 +107,17 @@ def align_ranks(tensors: Sequence[TensorView]) -> list[TensorView]:
     return [t if t.ndim in (0, rank) else broadcast(t, [True] * (rank - t.ndim) + [False] * t.ndim) for t in tensors]
 
 
-def _as_broadcast(op: str, x: TensorView, axis: int) -> TensorView:
+def _as_broadcast(op: str, x: TensorView, axis: int, against: Scalar | None) -> TensorView:
     """x with dimension `axis` (a one-element slice) made a size-1 broadcast dimension; its extent is
-    checked to be 1 at run time (an empty slice of too short a dimension would not broadcast)."""
-    x.fusion.require_equal(x.visible[axis].extent, as_scalar(1),
-                           f"{op}: dimension {axis - x.ndim} of {x.describe()}, one element of a slice, broadcast")
+    checked to be 1 at run time (an empty slice of too short a dimension would not broadcast), or 0 where
+    the extent `against` it broadcasts to is 0 too, as NumPy's (0,) meets (0,) (`x[1:] - x[1:][:1]` of an
+    empty x)."""
+    extent = x.visible[axis].extent
+    why = f"{op}: dimension {axis - x.ndim} of {x.describe()}, one element of a slice, broadcast"
+    if against is None:
+        x.fusion.require_equal(extent, as_scalar(1), why)
+    else:
+        x.fusion.require_equal(smin(extent, against), smin(1, against), why)
     squeezed = apply("squeeze", [x], axes=(axis,))
     return broadcast(squeezed, [i == axis for i in range(x.ndim)])
 
@@ -131,10 +137,12 @@ def broadcast_one_element_slices(op: str, tensors: Sequence[TensorView], extents
             full.add(extents[axis])
         if len(full) < 2 or not full & one_element:
             continue
+        # the extent they broadcast to, where one is no one-element slice (which broadcasts itself)
+        against = next((e for e in full if e not in one_element), None)
         for i in shaped:
             dim = tensors[i].visible[axis]
             if not dim.is_broadcast and dim.extent in one_element:
-                tensors[i] = _as_broadcast(op, tensors[i], axis)
+                tensors[i] = _as_broadcast(op, tensors[i], axis, against)
     return tensors
 
 

@@ -277,6 +277,10 @@ def _extent_ufunc(self: Scalar, ufunc, method: str, *inputs: object, **kwargs: o
     (`np.int64(2) * n`, through object arrays); what extents cannot compute (`np.sqrt(x.shape[-1])`,
     attention's scale) becomes a value of the fusion being defined, as `bz.ops.sqrt` of an extent does.
     Neither asks for the extent's number, so a @bz.jit trace does not specialize on its size."""
+    if _defining() and any(isinstance(v, np.ndarray) and v.ndim for v in inputs):
+        # `np.arange(n) / n`: through object arrays each element would become a value of its own, an array
+        # of them that no op takes; the array is an input of the fusion instead, divided there
+        return numpy_api.array_ufunc(self, ufunc, method, *inputs, **kwargs)
     objects = [np.asarray(v, dtype=object) if isinstance(v, Scalar) else v for v in inputs]
     try:
         result = getattr(ufunc, method)(*objects, **kwargs)

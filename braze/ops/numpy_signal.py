@@ -80,6 +80,8 @@ def _unwrap(p, discont=None, axis=-1, *, period=2 * math.pi):
     x = p if p.dtype.is_floating else cast(p, dt.float64)
     discont = period / 2 if discont is None else discont
     axis = axis % x.ndim
+    if x.visible[axis].is_broadcast:  # one element has no jump; as a slice and a join it would lose its size 1
+        return x
     jump = vc.diff(x, 1, axis)
     half = period / 2
     wrapped = _e("sub", _e("remainder", _e("add", jump, half), period), half)
@@ -87,7 +89,10 @@ def _unwrap(p, discont=None, axis=-1, *, period=2 * math.pi):
     correction = _e("where", _e("lt", _e("abs", jump), discont), 0.0, _e("sub", wrapped, jump))
     head = x[(slice(None),) * axis + (slice(0, 1),)]
     tail = _e("add", x[(slice(None),) * axis + (slice(1, None),)], scans.cumsum(correction, axis))
-    return views.cat([cast(head, tail.dtype), tail], axis)
+    unwrapped = views.cat([cast(head, tail.dtype), tail], axis)
+    # The head and tail tile p's axis: say the result has p's extent, not min(n, 1) + (n - min(n, 1)).
+    unwrapped.visible[axis].extent = x.shape[axis]
+    return unwrapped
 
 
 def _table(name: str, table: object, what: str) -> TensorView:

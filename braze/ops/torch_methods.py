@@ -13,6 +13,7 @@ Three names mean something else in braze already, and keep it where torch's spel
 
 from __future__ import annotations
 
+from types import MethodType
 from typing import NamedTuple
 
 from braze import dtypes as dt
@@ -283,6 +284,14 @@ def _norm(x: TensorView, p: float | str = 2, dim=None, keepdim: bool = False) ->
     return elementwise("pow", red.sum(elementwise("pow", magnitude, p), dim, keepdim), 1.0 / p)
 
 
+def _size_attribute(x: TensorView) -> int | Scalar | MethodType:
+    """`x.size`: NumPy's element count in a trace of NumPy arrays (`x * x.size`), torch's method
+    `x.size(dim)` elsewhere; as a bound method there, NumPy code reading it fails with a braze error."""
+    if getattr(x.fusion, "numpy_size", False):
+        return _numel(x)
+    return MethodType(_size, x)
+
+
 def _numel(x: TensorView) -> int | Scalar:
     """torch's `x.numel()`: a Python int when every extent is static, else a symbolic extent."""
     count = as_scalar(1)
@@ -435,7 +444,7 @@ def install(cls: type = TensorView) -> None:
     cls.t = _t
     cls.softmax = composites.softmax
     cls.log_softmax = composites.log_softmax
-    cls.size = _size
+    cls.size = property(_size_attribute)
     cls.dim = lambda self: self.ndim
     cls.is_floating_point = lambda self: self.dtype.is_floating
     cls.is_complex = lambda self: False

@@ -385,10 +385,21 @@ def assign(x: TensorView, index: object, value: object) -> None:
         for axis in range(x.ndim):
             if axis not in kept:  # an int index: the value has no dimension there
                 filled = unsqueeze(filled, axis)
-        new = _replaced(x, bounds, filled, 0)
+        new = _size_one_kept(x, _replaced(x, bounds, filled, 0))
     for view in _views_of(x):  # NumPy's would show the write; theirs is the old value: refuse their use
         view.overwritten = f"{view.describe()} is a view of {x.describe()} taken before {x.describe()}[...] = ..."
     x.fusion.rebind(x, new)
+
+
+def _size_one_kept(x: TensorView, new: TensorView) -> TensorView:
+    """`new` with x's size-1 dimensions size 1 again: rebuilt from slices and a cat, a written array's
+    dimension of one element was an extent of 1 that no longer broadcast against longer ones, as NumPy's
+    does (`y[0:1] = 0.5` of a (1, n) array, then y + an (m, n) one)."""
+    for axis, (before, after) in enumerate(zip(x.visible, new.visible, strict=True)):
+        if before.is_broadcast and not after.is_broadcast:
+            squeezed = reshape(new, [e for a, e in enumerate(new.shape) if a != axis])
+            new = broadcast(squeezed, [a == axis for a in range(new.ndim)])
+    return new
 
 
 def _views_of(x: TensorView) -> list[TensorView]:

@@ -154,7 +154,12 @@ def _slice_extent(n: Scalar, start: Bound, stop: Bound, step: int) -> tuple[Scal
         return smin(smax(n + i if i < 0 else as_scalar(i), low), high)
 
     if step > 0:
-        first, end = clamp(start, as_scalar(0), 0, n), clamp(stop, n, 0, n)
+        end = clamp(stop, n, 0, n)
+        if start is None or (isinstance(start, int) and start == 0):
+            # From the start of an extent (never negative): min(stop, n) elements, in the form a slice of it
+            # gives again (x[:1][:1] has x[:1]'s extent, which then need not broadcast against it).
+            return as_scalar(0), ceildiv(end, step)
+        first = clamp(start, as_scalar(0), 0, n)
         return first, smax(ceildiv(end - first, step), 0)
     first, end = clamp(start, n - 1, -1, n - 1), clamp(stop, as_scalar(-1), -1, n - 1)
     return first, smax(ceildiv(first - end, -step), 0)

@@ -187,3 +187,34 @@ def test_random_writes_give_numpys_values(case) -> None:
                 bz.jit(program)(u, 2.0)
             continue
         np.testing.assert_allclose(bz.jit(program)(u, 2.0), want, rtol=1e-12)
+
+
+def test_a_slice_of_a_one_element_slice_fills_it_on_an_empty_array() -> None:
+    """`y[:1] = y[:1][:1]` of an empty array: the slice of the slice had an extent written otherwise
+    (max(min(min(n, 1), 1) - ..., 0)), so the write broadcast it as one element and required it be 1."""
+    def first_again(x):
+        y = x.copy()
+        y[0:1] = y[0:1][0:1] * 2
+        return y
+
+    jitted = bz.jit(first_again)
+    for n in (0, 3):
+        x = np.arange(n, dtype=np.float32) + 1
+        np.testing.assert_array_equal(jitted(x), first_again(x))
+
+
+def test_a_written_array_keeps_its_size_one_dimension_broadcasting() -> None:
+    """`y[0:1] = 0.5` and `w[0, 1:] = -1` of a (1, n) array rebuilt it from slices and a cat whose extent
+    1 no longer broadcast: adding a (2, n) array said the extents 1 and 2 must match."""
+    def written(x, z):
+        y = x.copy()
+        y[0:1] = 0.5
+        w = x.copy()
+        w[0, 1:] = -1.0
+        return y + z, w * z, y
+
+    for n in (0, 3):
+        x, z = np.ones((1, n), np.float32), np.arange(2 * n, dtype=np.float32).reshape(2, n)
+        for got, want in zip(bz.jit(written)(x, z), written(x, z), strict=True):
+            assert got.shape == want.shape
+            np.testing.assert_array_equal(got, want)

@@ -104,3 +104,14 @@ X = _rows(5)
 def test_what_braze_has_no_op_for_says_what_to_write(fn, says: str) -> None:
     with pytest.raises(bz.UnsupportedError, match=says):
         bz.jit(fn)(X)
+
+
+def test_unwrap_of_one_element_along_its_axis_broadcasts_as_numpy_s() -> None:
+    """np.unwrap rebuilt an axis of one element as a slice and a join, whose size the trace no longer knew
+    was 1: adding it to a longer array said the extents must match."""
+    rows, phases = np.ones((3, 3)), np.array([[0.5, 4.0, -3.0]])
+    unwrap_rows = bz.jit(lambda p, y: (np.unwrap(p, axis=0) * y, np.unwrap(p) + y, np.unwrap(p[0, :1]) + y[0]))
+    for got, want in zip(unwrap_rows(phases, rows), (np.unwrap(phases, axis=0) * rows, np.unwrap(phases) + rows,
+                                                     np.unwrap(phases[0, :1]) + rows[0]), strict=True):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-12)

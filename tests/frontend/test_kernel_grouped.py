@@ -145,6 +145,26 @@ def test_a_module_level_constant_vector_is_a_vector_in_kernels():
                                rtol=1e-12)
 
 
+@bz.kernel
+def weighted_stencil(g: bz.Array[bz.float32, 2], out: bz.Array[bz.float32, 2]):
+    for cell in bz.grouped(g):
+        top = bz.vec2l(g.shape[0] - 1, g.shape[1] - 1)
+        s = UPPER.sum() + (1.0 if (UPPER > 2.5).any() else 0.0) + (2.0 if (UPPER > 1.5).all() else 0.0)
+        for off in bz.static(bz.grouped(bz.ndrange((-1, 2), (-1, 2)))):
+            s += g[min(max(cell + off, 0), top)] * (1.0 if (off == 0).all() else 0.5)
+        out[cell] = s
+
+
+def test_methods_of_constant_vectors_fold_an_unrolled_offset_s_all_and_a_module_vector_s_sum():
+    """`(off == 0).all()` of a bz.static loop's offset, and `UPPER.sum()`, were calls to unknown functions."""
+    g = RNG.uniform(-1, 1, (3, 4)).astype(np.float32)
+    out = np.zeros_like(g)
+    weighted_stencil(g, out)
+    padded = np.pad(g.astype(np.float64), 1, mode="edge")
+    expected = 7.0 + 0.5 * sum(padded[1 + a:4 + a, 1 + b:5 + b] for a in (-1, 0, 1) for b in (-1, 0, 1)) + 0.5 * g
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_the_python_side_of_grouped_cast_and_zero():
     assert [cell.tolist() for cell in bz.grouped(bz.ndrange(2, (1, 3)))] == [[0, 1], [0, 2], [1, 1], [1, 2]]
     assert [cell.tolist() for cell in bz.grouped(np.zeros((1, 2)))] == [[0, 0], [0, 1]]

@@ -122,3 +122,21 @@ def test_a_max_of_nothing_inside_a_composite_names_the_composite() -> None:
     for backend, result in run_everywhere(peak_to_peak, [x]).items():
         assert isinstance(result, bz.InputError), backend
         assert str(result).startswith("peak_to_peak (its max): T0 has an empty dimension among the reduced axes (0,)")
+
+
+def test_a_one_element_slice_of_an_empty_array_meets_an_empty_one_as_numpy_s() -> None:
+    """`x - x[:1]` and `y[1:] = y[1:][:1]` of an empty array: the one-element slice is empty there and
+    broadcasts against nothing, as NumPy's (0,) meets (0,); braze required it to hold one element."""
+    def shifted(x):
+        y = x.copy()
+        y[1:] = y[1:][0:1]
+        return y, x[1:] - x[1:][:1], x - x[:1]
+
+    jitted = bz.jit(shifted)
+    for n in (0, 1, 4):
+        x = np.arange(n, dtype=np.float32) + 1
+        for got, want in zip(jitted(x), shifted(x), strict=True):
+            assert got.shape == want.shape
+            np.testing.assert_array_equal(got, want)
+    with pytest.raises(bz.InputError, match=r"one element of a slice, broadcast: got extents 0 and 1"):
+        bz.jit(lambda x, y: x[:1] + y)(np.zeros(0), np.zeros(3))  # (0,) meets (3,): refused, as NumPy does

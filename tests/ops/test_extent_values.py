@@ -177,3 +177,28 @@ def test_float_of_a_symbolic_extent_says_what_to_write() -> None:
         with pytest.raises(bz.TracerBoolConversionError, match=r"float\(extent .*\*\* -0.5"):
             math.sqrt(x.shape[0])
         f.add_output(x)
+
+
+def test_abs_and_divmod_of_an_extent_are_extents() -> None:
+    """`abs(x.shape[0] - 5)` and `divmod(x.shape[0], 2)` in a trace raised Python's TypeError (a Scalar had
+    neither); they are the extent expressions they stand for, one trace serving every size."""
+    def program(x):
+        half, odd = divmod(x.shape[0], 2)
+        return x * abs(x.shape[0] - 5) + half - odd * divmod(7, x.shape[1])[1]
+
+    jitted = bz.jit(program)
+    for n in (2, 3, 8):
+        x = np.ones((n, 3), np.float32)
+        np.testing.assert_array_equal(jitted(x), program(x))
+    assert sum(len(traces) for traces in jitted.fusions.values()) == 1
+
+
+def test_a_numpy_array_divided_by_an_extent_is_an_input_divided_in_the_fusion() -> None:
+    """`np.arange(n) / n` went through object arrays, each element a value of its own, and adding the array
+    of them to a tensor was refused as a traced tensor turned into an array."""
+    def ramp(x):
+        return x + np.arange(x.shape[-1]) / x.shape[-1], x * (x.shape[0] * np.arange(x.shape[-1]))
+
+    x = np.linspace(-1, 1, 10, dtype=np.float32).reshape(2, 5)
+    for got, want in zip(bz.jit(ramp)(x), ramp(x), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
