@@ -358,6 +358,11 @@ class LaunchPlanner:
         if lanes == self.block and not task.lane_combines and not task.cache_itemsizes and not task.register_row \
                 and not config.disabled("balanced_lanes"):
             return balanced_lanes(row_length, per_lane, self.block)
+        if task.lane_combines and WARP < lanes < self.block:
+            # A row's lanes combine through shuffles (a warp or fewer) or the whole block's slots: rows of
+            # 64 or 128 lanes sharing a block would combine into each other's results.
+            raise AssertionError(f"CUDA launch of {task.name}: {lanes} lanes a row combine values, which takes "
+                                 f"a warp or fewer, or the whole block of {self.block}")
         return lanes
 
     def _plan_grid_reduction(self, task: TaskLaunch, extents: list[int], pointers: tuple[int, int]

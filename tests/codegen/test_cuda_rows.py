@@ -330,6 +330,21 @@ def test_one_warp_a_row_launches_the_warp_function():
     assert (few.function, few.shared, few.scalars[:2]) == ("block_function", 4096, (16, 40))
 
 
+def test_lanes_that_combine_are_a_warp_or_fewer_or_the_whole_block(monkeypatch):
+    """Rows of 64 or 128 combining lanes would share a block's slots (wrong results, seen when a sweep
+    forced them): the planner refuses to plan one."""
+    from braze.codegen import cuda_launch
+    from braze.codegen.cuda_launch import LaunchPlanner, TaskLaunch
+    from braze.codegen.cuda_plan import TaskSchedule
+
+    task = TaskLaunch("t", "block_function", None, True, True, (4,), (0,), TaskSchedule(), lane_combines=True)
+    planner = LaunchPlanner([task], 256, sm_count=1, resident_blocks=lambda name, block, shared: 1)
+    assert planner._lanes(task, 67, 4096) == 256 and planner._lanes(task, 67, 100) == 32
+    monkeypatch.setattr(cuda_launch, "lanes_for", lambda *args, **kwargs: 64)
+    with pytest.raises(AssertionError, match="64 lanes a row combine values"):
+        planner._lanes(task, 67, 4096)
+
+
 def test_a_softmax_whose_row_is_the_whole_output_spans_no_blocks():
     """A softmax over every element of a one-element output (`softmax(x, 0).reshape([1])`): its task is
     one loop, which the planner once spread over blocks (a full reduction, or a split row). Blocks meet
