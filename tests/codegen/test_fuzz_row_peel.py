@@ -7,7 +7,7 @@ small fake GPU (SMs, resident blocks, block size) whose row caches hold every ro
 block rows, warp rows and rows read twice from memory all run. Ops whose loops vectorize: softmax,
 log_softmax, layer_norm and rms_norm (with and without their weight and bias), a row sum and max,
 x * y + z of rows whose misalignments disagree, a residual add under a norm (two outputs), and a
-cross-entropy (max, sum of exp, the target's logit). A few examples a run (BRAZE_FUZZ_SCALE,
+cross-entropy (max, sum of exp, the target's logit), per row or its mean. A few examples a run (BRAZE_FUZZ_SCALE,
 tests/fuzz_scale.py, draws more): the harness builds each program with g++."""
 
 from __future__ import annotations
@@ -91,6 +91,9 @@ OPS = {
     "residual_rms_norm": _residual(lambda h: bz.ops.rms_norm(h, eps=EPS), rms_norm64, 0),
     "cross_entropy": RowOp(("row", "target"), lambda x, t: [bz.ops.cross_entropy(x, t, reduction="none")],
                            _cross_entropy64),
+    # A language model's loss: its rows meet across blocks ("grid_rows").
+    "cross_entropy_mean": RowOp(("row", "target"), lambda x, t: [bz.ops.cross_entropy(x, t)],
+                                lambda x, t, dtype: [_cross_entropy64(x, t, dtype)[0].mean()]),
 }
 
 
