@@ -992,25 +992,30 @@ def sm_update_v(v: bz.Array[bz.vec2d, 3], v_updated: bz.Array[bz.vec2d, 3], p: b
             v[t, y, x][1] = v_updated[t, y, x][1] - 0.5 * (p[a, y, inc_index(x, n)] - p[a, y, dec_index(x, n)]) / dx
 
 
+@bz.func
+def sm_bilerp(field, v, t_offset: int, t: int, y: int, x: int, n: int):
+    """field[t - 1] at (y, x) traced back along v, bilinear, wrapping at the edges (a scalar or a vector field)."""
+    center_x = y - v[t + t_offset, y, x][0]
+    center_y = x - v[t + t_offset, y, x][1]
+    left_ix = int(bz.math.floor(center_x))
+    top_ix = int(bz.math.floor(center_y))
+    rw = center_x - left_ix
+    bw = center_y - top_ix
+    left_ix = imod(left_ix, n)
+    right_ix = inc_index(left_ix, n)
+    top_ix = imod(top_ix, n)
+    bot_ix = inc_index(top_ix, n)
+    return ((1 - rw) * ((1 - bw) * field[t - 1, left_ix, top_ix] + bw * field[t - 1, left_ix, bot_ix])
+            + rw * ((1 - bw) * field[t - 1, right_ix, top_ix] + bw * field[t - 1, right_ix, bot_ix]))
+
+
 @bz.kernel
 def sm_advect(field: bz.Array[bz.float64, 3], field_out: bz.Array[bz.float64, 3], v: bz.Array[bz.vec2d, 3],
               t_offset: int, t: int):
     n = field.shape[1]
     for y in range(n):
         for x in range(n):
-            center_x = y - v[t + t_offset, y, x][0]
-            center_y = x - v[t + t_offset, y, x][1]
-            left_ix = int(bz.math.floor(center_x))
-            top_ix = int(bz.math.floor(center_y))
-            rw = center_x - left_ix
-            bw = center_y - top_ix
-            left_ix = imod(left_ix, n)
-            right_ix = inc_index(left_ix, n)
-            top_ix = imod(top_ix, n)
-            bot_ix = inc_index(top_ix, n)
-            field_out[t, y, x] = (
-                (1 - rw) * ((1 - bw) * field[t - 1, left_ix, top_ix] + bw * field[t - 1, left_ix, bot_ix])
-                + rw * ((1 - bw) * field[t - 1, right_ix, top_ix] + bw * field[t - 1, right_ix, bot_ix]))
+            field_out[t, y, x] = sm_bilerp(field, v, t_offset, t, y, x, n)
 
 
 @bz.kernel
@@ -1019,19 +1024,7 @@ def sm_advect_vec(field: bz.Array[bz.vec2d, 3], field_out: bz.Array[bz.vec2d, 3]
     n = field.shape[1]
     for y in range(n):
         for x in range(n):
-            center_x = y - v[t + t_offset, y, x][0]
-            center_y = x - v[t + t_offset, y, x][1]
-            left_ix = int(bz.math.floor(center_x))
-            top_ix = int(bz.math.floor(center_y))
-            rw = center_x - left_ix
-            bw = center_y - top_ix
-            left_ix = imod(left_ix, n)
-            right_ix = inc_index(left_ix, n)
-            top_ix = imod(top_ix, n)
-            bot_ix = inc_index(top_ix, n)
-            field_out[t, y, x] = (
-                (1 - rw) * ((1 - bw) * field[t - 1, left_ix, top_ix] + bw * field[t - 1, left_ix, bot_ix])
-                + rw * ((1 - bw) * field[t - 1, right_ix, top_ix] + bw * field[t - 1, right_ix, bot_ix]))
+            field_out[t, y, x] = sm_bilerp(field, v, t_offset, t, y, x, n)
 
 
 def np_advect(field, vel):

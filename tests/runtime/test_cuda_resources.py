@@ -354,6 +354,24 @@ def test_threads_taking_a_prepared_call_first_together_share_one_launcher(gpu, m
     assert sorted(call.launch_all.streams()) == [A] + [0x10000 * n for n in range(1, 5)]
 
 
+def test_a_new_stream_is_filed_in_the_launcher_that_answered_it(gpu, monkeypatch) -> None:
+    """Whatever launcher the call holds when a stream first comes (on Python 3.11 the race above could
+    not make two; the call's launcher may be another after `release`), the stream is filed where the
+    launch that answered NEW_STREAM looks it up; filed anywhere else, that launch retried forever."""
+    device = FakeDevice(0)
+    monkeypatch.setattr(cuda_driver, "raw_launch_function", lambda: device.driver.launch)
+    call = prepared_call(device)
+    assert call.run([FakeArray(0x5000, A)]) == [FakeArray(0x5000, A)]
+    answering = call.launch_all
+    call._launch_all = call._build_launch_all()  # another launcher than the generated call's
+    done: list[object] = []
+    thread = threading.Thread(target=lambda: done.append(call.run([FakeArray(0x6000, B)])), daemon=True)
+    thread.start()
+    thread.join(timeout=30)
+    assert not thread.is_alive(), "the launch on a new stream kept answering NEW_STREAM"
+    assert done == [[FakeArray(0x6000, B)]] and sorted(answering.streams()) == [A, B]
+
+
 def test_a_prepared_call_keeps_the_launches_of_its_latest_streams(gpu, monkeypatch) -> None:
     monkeypatch.setattr(cuda_resources, "STREAM_WORKSPACES", 100)
     device = FakeDevice(0)
