@@ -39,7 +39,11 @@ class Case:
     dropout: bool = False  # the math takes `keep`, the mask of braze's rand(seed=DROPOUT_SEED) >= p
 
     def shape(self, mode: str) -> tuple[int, ...]:
-        return self.shapes[mode]
+        return MODEL_SHAPES[self.name] if mode == "models" else self.shapes[mode]
+
+    def has(self, mode: str) -> bool:
+        """Whether the case has a shape for `mode` (every case has "gpu", "cpu" and "quick")."""
+        return self.name in MODEL_SHAPES if mode == "models" else mode in self.shapes
 
 
 # --- inputs -------------------------------------------------------------------------------------------
@@ -497,18 +501,15 @@ MODEL_SHAPES: dict[str, tuple[int, ...]] = {
     "group_norm": (2, 320, 64, 64),  # a Stable Diffusion UNet block
     "grad_norm": (124_439_808,),
 }
-for _case in CASES:
-    if _case.name in MODEL_SHAPES:
-        _case.shapes["models"] = MODEL_SHAPES[_case.name]
 
 
 def selected(names: str | None, mode: str = "gpu") -> list[Case]:
     """The cases named in a comma list (all when None), in the suite's order."""
     if not names:
-        return [c for c in CASES if mode in c.shapes]
+        return [c for c in CASES if c.has(mode)]
     wanted = [n.strip() for n in names.split(",") if n.strip()]
     known = {c.name for c in CASES}
     unknown = [n for n in wanted if n not in known]
     if unknown:
         raise SystemExit(f"--cases: unknown {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    return [c for c in CASES if c.name in wanted and mode in c.shapes]
+    return [c for c in CASES if c.name in wanted and c.has(mode)]
