@@ -64,6 +64,9 @@ FEATURES = {
                          "a value an earlier loop of the task hoisted",
     "vector_tails": "disable: on a GPU, a row loop takes its 16-byte vector path only for rows whose length the "
                     "vector divides, not for any length with a tail of single elements",
+    "channel_rows": "disable: on a GPU, a normalization over several axes (batch_norm's N, H and W) whose rows "
+                    "fit on chip is two tasks (the statistics, then the normalized output reading them), not one "
+                    "task a channel computing both",
     "row_peel": "disable: on a GPU, a row loop whose rows start off a 16-byte boundary (rows of an odd length) "
                 "walks them an element at a time, not as a head of single elements up to the boundary, vectors "
                 "from there, then a tail",

@@ -131,7 +131,8 @@ def index_type(fusion: FusionGraph, bound: BoundInputs) -> DType:
 
 def signature(fusion: FusionGraph, bound: BoundInputs) -> tuple:
     """The part of the inputs that changes the generated code: which strides are 1, the index type,
-    and which inputs are dense (see `_dense`).
+    which inputs are dense (see `_dense`), and whether a reduction over several axes apart takes a
+    task a channel (`channel_rows_fit`).
 
     Ranks and dtypes are fixed by the definition (the inputs were checked against it); extents
     stay symbolic, so new shapes reuse the compiled kernel while they keep the index type.
@@ -142,7 +143,19 @@ def signature(fusion: FusionGraph, bound: BoundInputs) -> tuple:
             broadcast = TensorSpec.of(tv).broadcast
             units.append(tuple(s == array.itemsize and not b for s, b in zip(array.strides, broadcast)))
             dense.append(_dense(array.shape, array.strides, array.itemsize, broadcast))
-    return tuple(units), index_type(fusion, bound).name, tuple(dense)
+    return tuple(units), index_type(fusion, bound).name, tuple(dense), channel_rows_fit(fusion, bound)
+
+
+def channel_rows_fit(fusion: FusionGraph, bound: BoundInputs) -> bool | None:
+    """Whether every reduction over several axes apart (batch_norm's) holds at most
+    schedule.CHANNEL_ROW_LIMIT elements a row for these inputs; None where the fusion has none."""
+    sizes = schedule.channel_row_sizes(fusion)
+    if not sizes:
+        return None
+    try:
+        return all(size.evaluate(bound.bindings) <= schedule.CHANNEL_ROW_LIMIT for size in sizes)
+    except ZeroDivisionError:  # the shape function reports it, naming the extents
+        return True
 
 
 def _dense(shape, strides, itemsize: int, broadcast) -> bool:
@@ -195,7 +208,8 @@ def plan_kernel(fusion: FusionGraph, key: tuple, views_on_host: bool = True, gpu
     cuts: set[int] = set()
     cpu = views_on_host and not gpu if cpu is None else cpu
     while True:
-        plan = schedule.plan(fusion, cuts, views_on_host, gpu, cpu, _unit_axes(fusion, key), _dense_inputs(fusion, key))
+        plan = schedule.plan(fusion, cuts, views_on_host, gpu, cpu, _unit_axes(fusion, key), _dense_inputs(fusion, key),
+                             channel_rows=key[3] is not False if len(key) > 3 else True)
         try:
             kernel, params = lower(fusion, plan.writes, plan.scheduled, _input_strides(fusion, key, plan),
                                    getattr(fusion, "name", "fusion"), dt.as_dtype(key[1]), _dense_inputs(fusion, key),

@@ -39,6 +39,7 @@ from braze import dtypes as dt
 from braze.codegen.cuda_plan import exprs_of, perfect_nest, sub_exprs, substituted, walk
 from braze.kir import nodes as k
 from braze.passes.fuse_tasks import fuse_sibling_loops
+from braze.passes.simplify import reuse_reductions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +61,9 @@ def one_pass_task(task: k.Task) -> k.Task | None:
     """`task` with its two-pass variances made one pass each (see the module docstring), or None
     when it has none."""
     body = one_pass_variance(task.body)
-    return None if body is None else dataclasses.replace(task, body=body)
+    # Two variances of the same rows (merged tasks': batch_norm's output and its running variance) are
+    # now the same shifted sums: one of each is kept.
+    return None if body is None else reuse_reductions(dataclasses.replace(task, body=body))
 
 
 def one_pass_variance(stmts: tuple[k.Stmt, ...]) -> tuple[k.Stmt, ...] | None:

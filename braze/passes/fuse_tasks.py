@@ -735,6 +735,9 @@ def forward_stores(task: k.Task) -> k.Task:
 
 # --- sibling loops of one task: one pass over the range where neither reads the other ----------
 _NOT_FOLDS = (k.Store, k.AtomicRMW, k.Sync, k.Alloc, k.Break, k.Continue, k.While)
+# Statements no loop moves across: a barrier or an atomic orders memory between threads, a jump or an
+# assertion decides whether what follows runs at all.
+_ORDERED = (k.Sync, k.AtomicRMW, k.Break, k.Continue, k.Assert)
 
 
 def fuse_sibling_loops(task: k.Task) -> k.Task:
@@ -774,8 +777,9 @@ def _fused_siblings(body: list[k.Stmt], start: int = 0) -> tuple[k.Stmt, ...]:
         changed = False
         for j in range(start, len(body)):
             later = body[j]
-            i = _sibling_before(body, j)
-            if i is not None:
+            found = _sibling_before(body, j)
+            if found is not None:
+                i, prelude = found
                 first = body[i]
                 rename = lambda n, a=later.var, b=first.var: b if n is a else n  # noqa: E731
                 inner = _fused_siblings(list(first.body + tuple(_map(s, rename) for s in later.body)),
@@ -783,9 +787,9 @@ def _fused_siblings(body: list[k.Stmt], start: int = 0) -> tuple[k.Stmt, ...]:
                 merged = k.For(first.var, first.begin, first.end, inner, first.step, first.vectorize)
                 object.__setattr__(merged, "_siblings_fused", True)  # its body is a fixed point
                 between = body[i + 1:j]
-                lets = [s for s in between if isinstance(s, k.Let)]
-                stores = [s for s in between if not isinstance(s, k.Let)]
-                body = body[:i] + lets + [merged] + stores + body[j + 1:]
+                moved = [s for n, s in enumerate(between) if n in prelude]
+                stay = [s for n, s in enumerate(between) if n not in prelude]
+                body = body[:i] + moved + [merged] + stay + body[j + 1:]
                 # No loop before `later` had one to join, and the statements before `first` are as
                 # they were: the search goes on from where the merged loop's statements start.
                 start, changed = i, True
@@ -793,30 +797,55 @@ def _fused_siblings(body: list[k.Stmt], start: int = 0) -> tuple[k.Stmt, ...]:
     return tuple(body)
 
 
-def _sibling_before(body: list[k.Stmt], j: int) -> int | None:
-    """The position of an earlier loop that the loop at `j` may join (see fuse_sibling_loops)."""
+def _sibling_before(body: list[k.Stmt], j: int) -> tuple[int, set[int]] | None:
+    """An earlier loop that the loop at `j` may join (see fuse_sibling_loops): its position, and the
+    positions (counted from just after it) of the statements between the two that move before the
+    merged loop, the definitions the later loop reads; the others stay after it. The later loop
+    moves up past statements it has no dependence on either way (batch_norm's output loop between
+    the statistics its channel task computes and the same statistics its running-mean output takes
+    again), so the two folds share one pass and then one result (reuse_reductions)."""
     later = body[j]
     if not _folds_only(later):
         return None
     for i in range(j - 1, -1, -1):
         first = body[i]
-        if isinstance(first, k.For):
-            same_range = (first.begin, first.end, first.step, first.var.dtype) == \
-                         (later.begin, later.end, later.step, later.var.dtype)
-            if not same_range or not _folds_only(first):
-                return None
-            computed = _assigned(first)
-            lets = [s for s in body[i + 1:j] if isinstance(s, k.Let)]
-            stored = {s.param.name for s in body[i + 1:j] if isinstance(s, k.Store)}
-            if any(_reads(s) & computed for s in (*lets, later)) or _reads(first) & _assigned(later):
-                return None
-            if any(_loaded_arrays(s) & stored for s in lets):  # the definitions move before the stores
-                return None
-            return i
-        stored_later = isinstance(first, k.Store) and first.param.name in _loaded_arrays(later)
-        if not isinstance(first, (k.Let, k.Store)) or stored_later:
+        if not (isinstance(first, k.For) and _folds_only(first)
+                and (first.begin, first.end, first.step, first.var.dtype)
+                == (later.begin, later.end, later.step, later.var.dtype)):
+            continue
+        if _reads(first) & _assigned(later):
             return None
+        prelude = _prelude(body[i + 1:j], later, _assigned(first))
+        if prelude is not None:
+            return i, prelude
+        if any(not isinstance(s, (k.Let, k.Store)) for s in body[i + 1:j]):
+            return None  # what kept this pair apart keeps any earlier loop from the later one too
     return None
+
+
+def _prelude(between: list[k.Stmt], later: k.For, computed: frozenset[k.Var]) -> set[int] | None:
+    """The positions in `between` of the definitions `later` reads (through each other), which move
+    before the merged loop; None where the loops cannot meet: a moved definition reads what the first
+    loop computes or what a statement left behind defines or stores, or `later` and a statement left
+    behind depend on each other (one reads what the other assigns, or loads what it stores), or one
+    left behind synchronizes threads (the later loop's loads would move across a barrier)."""
+    needed, prelude = set(_reads(later)), set()
+    for n in range(len(between) - 1, -1, -1):
+        s = between[n]
+        if isinstance(s, k.Let) and s.var in needed:
+            prelude.add(n)
+            needed |= _reads(s)
+    moved = [between[n] for n in prelude]
+    stay = [s for n, s in enumerate(between) if n not in prelude]
+    left_defines = frozenset().union(*(_summary(s).assigned | _summary(s).defined for s in stay))
+    left_stores = frozenset().union(*(_summary(s).stored for s in stay))
+    if any(_loaded_arrays(s) & left_stores for s in moved):
+        return None
+    if any(_reads(s) & _assigned(later) or _summary(s).syncs for s in stay):
+        return None
+    if needed & (computed | left_defines) or _loaded_arrays(later) & left_stores:
+        return None
+    return prelude
 
 
 @dataclasses.dataclass(frozen=True)
@@ -830,19 +859,25 @@ class _Summary:
     defined: frozenset[k.Var]  # locals and loop indices it declares (a Let's or a For's)
     used: frozenset[k.Var]  # every local it mentions
     loaded: frozenset[str]  # the arrays it loads from
+    stored: frozenset[str]  # the arrays it stores to or updates atomically
+    syncs: bool  # a barrier, an atomic, a jump or an assertion occurs in it (_ORDERED)
 
 
 @_remembered
 def _summary(s: k.Stmt) -> _Summary:
     parts = [_summary(c) for c in _children(s) if isinstance(c, k.Stmt)]
     nodes = [n for c in _children(s) if isinstance(c, k.Expr) for n in _walk(c)]
-    own = frozenset({s.var}) if isinstance(s, (k.Let, k.Assign, k.For)) else frozenset()
+    own = frozenset({s.var}) if isinstance(s, (k.Let, k.Assign, k.For, k.Alloc)) else frozenset()
+    if isinstance(s, k.StoreLocal) or (isinstance(s, k.AtomicRMW) and s.result is not None):
+        own = frozenset({s.array if isinstance(s, k.StoreLocal) else s.result})
     return _Summary(
         isinstance(s, _NOT_FOLDS) or any(p.not_folds for p in parts),
         own.union(*(p.assigned for p in parts)),
-        (own if not isinstance(s, k.Assign) else frozenset()).union(*(p.defined for p in parts)),
+        (own if isinstance(s, (k.Let, k.For, k.Alloc)) else frozenset()).union(*(p.defined for p in parts)),
         frozenset(n for n in nodes if isinstance(n, k.Var)).union(*(p.used for p in parts)),
-        frozenset(n.param.name for n in nodes if isinstance(n, k.Load)).union(*(p.loaded for p in parts)))
+        frozenset(n.param.name for n in nodes if isinstance(n, k.Load)).union(*(p.loaded for p in parts)),
+        frozenset({s.param.name} if isinstance(s, (k.Store, k.AtomicRMW)) else ()).union(*(p.stored for p in parts)),
+        isinstance(s, _ORDERED) or any(p.syncs for p in parts))
 
 
 def _folds_only(loop: k.Stmt) -> bool:

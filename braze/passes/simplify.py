@@ -392,7 +392,8 @@ def _perfect_nest(loop: k.For) -> list[k.For]:
     return nest
 
 
-def _loop_reductions(loop: k.For, initial: dict[k.Var, k.Expr], assignments: Counter) -> dict[k.Var, tuple]:
+def _loop_reductions(loop: k.For, initial: dict[k.Var, k.Expr], assignments: Counter,
+                     copies: dict[k.Var, k.Var]) -> dict[k.Var, tuple]:
     """acc -> what it computes, for each `acc = combine(acc, x)` in the innermost body of `loop`'s
     perfect nest where acc is defined before the loop (`initial`: its value), assigned nowhere else,
     read nowhere else in the loop, and x reads nothing the loop defines or assigns but the nest's
@@ -409,14 +410,30 @@ def _loop_reductions(loop: k.For, initial: dict[k.Var, k.Expr], assignments: Cou
         return e
 
     ranges = tuple(anonymous(e) for x in nest for e in (x.begin, x.end, k.Const(x.step, x.var.dtype)))
+    # The body's own definitions, read through: a one-pass variance folds `d = float64(x - shift)` and
+    # `d * d`, each named once in the body (codegen/cuda_variance.py).
+    local = {x.var: x.value for x in nest[-1].body if isinstance(x, k.Let) and assignments[x.var] == 0}
     found = {}
     for s in nest[-1].body:
         if not (isinstance(s, k.Assign) and s.var in initial and assignments[s.var] == 1
-                and isinstance(s.value, k.Binary) and s.value.a == s.var and not _reads_any(s.value.b, defined)
-                and not any(_statement_reads(x, s.var) for x in statements if x is not s)):
+                and isinstance(s.value, k.Binary) and s.value.a == s.var):
             continue
-        found[s.var] = (initial[s.var], s.var.dtype, ranges, s.value.op, anonymous(s.value.b))
+        x = _inlined(s.value.b, local)
+        if _reads_any(x, defined) or any(_statement_reads(y, s.var) for y in statements if y is not s):
+            continue
+        found[s.var] = (initial[s.var], s.var.dtype, ranges, s.value.op, _through_copies(anonymous(x), copies))
     return found
+
+
+def _inlined(e: k.Expr, local: dict[k.Var, k.Expr], memo: dict | None = None) -> k.Expr:
+    """`e` with the variables `local` defines replaced by their values (theirs in turn first)."""
+    memo = {} if memo is None else memo
+    for var, value in reversed(local.items()):
+        if _reads_any(e, frozenset({var})):
+            if var not in memo:
+                memo[var] = _inlined(value, local, memo)
+            e = _replace(e, var, memo[var])
+    return e
 
 
 def _without_updates(loop: k.For, dropped) -> k.For:
@@ -456,26 +473,30 @@ def _reuse_reductions(stmts: tuple[k.Stmt, ...], assignments: Counter) -> tuple[
     defined: dict[k.Expr, k.Var] = {}
     initial: dict[k.Var, k.Expr] = {}
     renamed: dict[k.Var, k.Var] = {}
+    copies: dict[k.Var, k.Var] = {}  # compared as the variable they copy
     assigned = frozenset(assignments)
     out: list[k.Stmt] = []
     for s in stmts:
         for old, new in renamed.items():
             s = _substitute_stmt(s, old, new)
         if isinstance(s, k.Let):
-            earlier = defined.get(s.value) if assignments[s.var] == 0 else None
+            if _copies(s, assigned):  # `int i2 = p1`: one merged task names the row index, the other not
+                copies[s.var] = copies.get(s.value, s.value)
+            value = _through_copies(s.value, copies)
+            earlier = defined.get(value) if assignments[s.var] == 0 else None
             if earlier is not None and earlier.dtype == s.var.dtype:
                 renamed[s.var] = earlier
                 continue
             initial[s.var] = s.value
             if assignments[s.var] == 0 and not _reads_any(s.value, assigned):
-                defined.setdefault(s.value, s.var)
+                defined.setdefault(value, s.var)
         if not isinstance(s, k.For):
             if _writes(s):
                 seen.clear()
                 defined.clear()
             out.append(s)
             continue
-        found = _loop_reductions(s, initial, assignments)
+        found = _loop_reductions(s, initial, assignments, copies)
         again = {}
         for acc, computes in found.items():
             if computes in seen:
@@ -493,6 +514,18 @@ def _reuse_reductions(stmts: tuple[k.Stmt, ...], assignments: Counter) -> tuple[
                 continue
         out.append(s)
     return tuple(out)
+
+
+def _copies(s: k.Let, assigned: frozenset[k.Var]) -> bool:
+    """Whether `s` only names another variable of its type, neither of them ever reassigned."""
+    return (isinstance(s.value, k.Var) and s.value.dtype == s.var.dtype and s.var not in assigned
+            and s.value not in assigned)
+
+
+def _through_copies(e: k.Expr, copies: dict[k.Var, k.Var]) -> k.Expr:
+    for var, copied in copies.items():
+        e = _replace(e, var, copied)
+    return e
 
 
 def reuse_reductions(task: k.Task) -> k.Task:

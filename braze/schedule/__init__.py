@@ -28,6 +28,14 @@ from braze.schedule.transpose import ReadLayouts, transposed_reads
 _POSITIONAL = {"elementwise", "cast"}
 # Reductions the CPU's column strips accumulate lane by lane (braze/lower/strips.py).
 STRIP_REDUCTIONS = frozenset({"sum", "prod", "max", "min", "mean", "var", "any", "all", "argmax", "argmin"})
+# A normalization over several axes takes a task a channel, computing the channel's statistics and then
+# its output, where a channel holds at most this many elements (the signature says: engine.signature).
+# Its second pass then reads the channel from L2, and 2048 channels of 32 x 7 x 7 (ResNet-50's last
+# stage) launch one kernel, not three. Longer channels are too few to fill a GPU a block each: their
+# statistics are tasks of their own, split across blocks, and the output a pointwise task. On an H200,
+# batch_norm over [32, 2048, 7, 7]: 46.7 -> 29.3 us; [32, 1024, 14, 14]: 51.7 -> 46.2; but
+# [32, 512, 28, 28] (25,088 a channel) 58.7 -> 71.5 and [32, 256, 56, 56] 101 -> 190.
+CHANNEL_ROW_LIMIT = 8192
 # A GPU's tiles (codegen/cuda_tiles.py): 32 x 32, or 64 x 64 when every tensor read transposed has
 # elements of 2 bytes or less. A warp then reads 64 of them, a whole 128-byte line, along the tensor's
 # contiguous axis (32 would move 64 bytes a request), and each of a 256-thread block's threads has 16
@@ -112,7 +120,7 @@ def _positional_path(source: TensorView, target: TensorView) -> bool:
 
 
 def heuristics_for(tv: TensorView, gpu: bool = False, cpu: bool = False, reads: ReadLayouts | None = None,
-                   flat: bool = True) -> Heuristics:
+                   flat: bool = True, channel_rows: bool = True) -> Heuristics:
     """Loop order: a chosen layout first; else the dimensions a reduction is broadcast along go inside.
 
     On a GPU (`gpu`), a task computing reductions with no axis they are broadcast back along (a sum
@@ -131,7 +139,9 @@ def heuristics_for(tv: TensorView, gpu: bool = False, cpu: bool = False, reads: 
     On a GPU, a task whose reductions are all among the tensors earlier tasks write (`reads.written`:
     group_norm's and batch_norm's normalization, reading statistics another task computed) is
     pointwise: its rows are the innermost axis, read 16 bytes at a time, whatever axes the statistics
-    were broadcast along.
+    were broadcast along. A normalization over several axes (batch_norm's N, H and W) is one row a
+    channel, its statistics computed in the task, where `channel_rows` (the signature's
+    `channel_rows_fit`); else its statistics are cut into tasks of their own.
 
     On both, a pointwise task's rows may span several trailing axes (`rows.row_axes`: per-channel
     statistics broadcast along H and W give rows of H * W). On a GPU, with `flat`, one whose arrays
@@ -162,6 +172,8 @@ def heuristics_for(tv: TensorView, gpu: bool = False, cpu: bool = False, reads: 
     if flat and gpu and scheduler == "pointwise" and reads is not None and flat_pointwise(tv, reads, cone):
         return Heuristics(scheduler, order, vectorize=False, flat=True)
     rows = row_axes(tv, reads, cone) if (cpu or gpu) and scheduler == "pointwise" and reads is not None else 1
+    if gpu and scheduler == "normalization" and len(inner) > 1 and channel_rows and not config.disabled("channel_rows"):
+        rows = len(inner)  # a task a channel: its statistics, then its output (see CHANNEL_ROW_LIMIT)
     return Heuristics(scheduler, order, vectorize, row_axes=rows)
 
 
@@ -231,11 +243,12 @@ def outputs_needing_kernels(fusion: FusionGraph, views_on_host: bool = True) -> 
 
 
 def plan(fusion: FusionGraph, cuts: set[int], views_on_host: bool = True, gpu: bool = False, cpu: bool = False,
-         unit_axes: dict[int, int | None] | None = None, dense: frozenset[int] = frozenset()) -> Plan:
+         unit_axes: dict[int, int | None] | None = None, dense: frozenset[int] = frozenset(),
+         channel_rows: bool = True) -> Plan:
     """Tasks for the cut intermediates (in definition order) and then for the outputs: scheduled for
     a GPU with `gpu`; with `cpu`, outer reductions and normalizations take the CPU's column strips.
     `unit_axes`: the unit-stride axis of each input (by id) at this signature, `dense`: the inputs (ids)
-    whose elements sit at their flat index (see ReadLayouts)."""
+    whose elements sit at their flat index (see ReadLayouts); `channel_rows`: see heuristics_for."""
     outputs = outputs_needing_kernels(fusion, views_on_host)
     output_ids = {id(t) for t in outputs}
     cut_tensors = [out for e in fusion.exprs for out in e.outputs if id(out) in cuts and id(out) not in output_ids]
@@ -243,12 +256,31 @@ def plan(fusion: FusionGraph, cuts: set[int], views_on_host: bool = True, gpu: b
     # Producers first, so a later task reads what an earlier one wrote instead of recomputing it.
     writes = tuple(sorted(cut_tensors + outputs, key=lambda t: position.get(id(t), -1)))
     layouts = [ReadLayouts(unit_axes or {}, frozenset(map(id, writes[:n])), dense) for n in range(len(writes))]
-    heuristics = tuple(heuristics_for(tv, gpu, cpu, reads) for tv, reads in zip(writes, layouts))
+    heuristics = tuple(heuristics_for(tv, gpu, cpu, reads, channel_rows=channel_rows)
+                       for tv, reads in zip(writes, layouts))
     if any(h.flat for h in heuristics) and (config.disabled("flat_pointwise") or not all(h.flat for h in heuristics)):
         # Flat tasks only where every task is one: a row task beside them (a norm of the sum they
         # write) takes their rows in instead (passes/fold_rows.py, engine._merged_row_tasks).
-        heuristics = tuple(heuristics_for(tv, gpu, cpu, reads, flat=False) for tv, reads in zip(writes, layouts))
+        heuristics = tuple(heuristics_for(tv, gpu, cpu, reads, flat=False, channel_rows=channel_rows)
+                           for tv, reads in zip(writes, layouts))
     return Plan(writes, heuristics, tuple(_loops_for(tv, h) for tv, h in zip(writes, heuristics)))
+
+
+def channel_row_sizes(fusion: FusionGraph) -> list:
+    """The elements a row holds, as extents of the inputs, for each reduction over several axes that
+    are not its input's innermost ones (batch_norm's statistics of a channel over N, H and W)."""
+    sizes = []
+    for expr in fusion.exprs:
+        if lookup(expr.op).category != "reduction" or not expr.inputs or expr.inputs[0].ndim < 3:
+            continue
+        x, axes = expr.inputs[0], sorted(expr.attrs.get("axes", ()))
+        if len(axes) < 2 or axes == list(range(x.ndim - len(axes), x.ndim)):
+            continue
+        size = x.shape[axes[0]]
+        for a in axes[1:]:
+            size = size * x.shape[a]
+        sizes.append(size)
+    return sizes
 
 
 def kernel_tensors(writes: tuple[TensorView, ...]) -> dict[int, TensorView]:

@@ -239,8 +239,8 @@ def _inner_outer_sources() -> list[cuda.CudaSource]:
         with bz.Fusion(name=f"io_{name}_int64") as f:
             for out in build(f):
                 f.add_output(out)
-        units, _, dense = engine.signature(f, bind_inputs(f, make(np.random.default_rng(0), 5, 12)))
-        _, kernel, _ = engine.plan_kernel(f, (units, "int64", dense), views_on_host=False, gpu=True)
+        units, _, *rest = engine.signature(f, bind_inputs(f, make(np.random.default_rng(0), 5, 12)))
+        _, kernel, _ = engine.plan_kernel(f, (units, "int64", *rest), views_on_host=False, gpu=True)
         sources.append(cuda.generate(kernel, restrict=True))
     with config.scope(disable=cuda_inner_outer.FEATURES), bz.Fusion(name="io_features_off") as f:
         build, make, _ = FUSIONS["rms_norm_backward"]  # the code each feature replaces

@@ -6,8 +6,10 @@ times, 16-byte accesses of flattened and nested rows, the launch each shape gets
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import defaultdict
 
+import cuda_on_cpu
 import numpy as np
 import pytest
 
@@ -194,7 +196,8 @@ def test_group_norm_takes_one_pass_for_its_statistics_and_a_pointwise_one_to_nor
 
 
 def test_batch_norm_statistics_take_one_pass_on_both_paths_over_16_byte_runs():
-    src = engine.cuda_source(fusion(batch_norm(32 * 56 * 56)), batch_norm_inputs((2, 8, 56, 56)))
+    with bz.config.scope(disable="channel_rows"):  # statistics of their own, as over longer channels
+        src = engine.cuda_source(fusion(batch_norm(32 * 56 * 56)), batch_norm_inputs((2, 8, 56, 56)))
     stats = src.schedules[0]
     assert stats.kind == "rows" and stats.splittable and not stats.split_reads_once
     assert not src.row_caches[0] and len(src.lane_plans[0].loops) == 1
@@ -208,7 +211,8 @@ def test_batch_norm_statistics_take_one_pass_on_both_paths_over_16_byte_runs():
 def test_nests_of_2_byte_elements_walk_eight_at_a_time():
     bf16 = __import__("ml_dtypes").bfloat16
     inputs = [a.astype(bf16) for a in batch_norm_inputs((2, 8, 56, 56))]
-    first = functions(engine.cuda_source(fusion(batch_norm(2 * 56 * 56, bz.bfloat16)), inputs))[0]
+    with bz.config.scope(disable="channel_rows"):  # statistics of their own, as over longer channels
+        first = functions(engine.cuda_source(fusion(batch_norm(2 * 56 * 56, bz.bfloat16)), inputs))[0]
     # The split path and the lanes' walk: eight elements (16 bytes) a thread where the innermost
     # extent is a multiple of 8 and the runs start 16-byte aligned, else one at a time.
     assert first.count("% 8 == 0)") == 2 and first.count("const bz_bfloat168 v0_r") == 2
@@ -348,3 +352,41 @@ def test_the_row_path_declares_what_the_split_path_declared_again():
         f.add_output(variance)
     body = engine.cuda_source(f, [np.zeros((3, 257), np.float32)]).body
     nvrtc.compile_ptx(cuda.with_prelude(body), "split_and_rows", "sm_90", ())
+
+
+# --- a task a channel ------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape, tasks", [
+    ((2, 8, 5, 7), 1),  # 70 elements a channel: statistics, output and running statistics in one task
+    ((32, 8, 7, 7), 1),  # ResNet-50's last stage, 1568 a channel
+    ((2, 8, 64, 72), 3),  # 9216 a channel (> schedule.CHANNEL_ROW_LIMIT): statistics of their own
+])
+def test_batch_norm_takes_a_task_a_channel_where_the_channel_is_short(shape, tasks):
+    n = shape[0] * shape[2] * shape[3]
+    f = fusion(batch_norm(n))
+    src = engine.cuda_source(f, batch_norm_inputs(shape))
+    assert len(src.schedules) == tasks
+    if tasks == 1:
+        # The output's statistics and the running statistics' are one pass and one set of sums:
+        # a float32 sum and the variance's two float64 shifted sums (cuda_variance), combined once.
+        (text,) = functions(src)
+        assert len(re.findall(r"bz_lane_put\(", text)) == 3
+        assert "unsigned bz_f_" in text  # the walk's digits divide in 32 bits (int32 indices)
+
+
+@pytest.mark.skipif(not cuda_on_cpu.available(), reason="needs a C++ compiler")
+@pytest.mark.parametrize("shape", [(2, 8, 5, 7), (3, 5, 1, 1), (1, 4, 9, 3), (4, 3, 8, 8)])
+def test_a_task_a_channel_matches_the_reference_on_a_fake_gpu(shape):
+    """Its CUDA run on the CPU, lanes and all, outputs poisoned first; 8 x 8 maps take 16-byte vectors."""
+    rng = np.random.default_rng(7)
+    n = shape[0] * shape[2] * shape[3]
+    x = rng.standard_normal(shape).astype(np.float32) * 3 + 5
+    w, b, rm, rv = (rng.standard_normal(shape[1]).astype(np.float32) for _ in range(4))
+    f = fusion(batch_norm(n))
+    with bz.config.scope(enable="poison_outputs"):
+        got, launched = cuda_on_cpu.run_on_cpu(f, [x, w, b, rm, rv], sm_count=2, resident=2)
+    assert len(launched) == 1
+    mean, var = x.astype(np.float64).mean((0, 2, 3)), x.astype(np.float64).var((0, 2, 3))
+    y = (x - mean[:, None, None]) / np.sqrt(var[:, None, None] + 1e-5) * w[:, None, None] + b[:, None, None]
+    want = [y, 0.9 * rm + 0.1 * mean, 0.9 * rv + var * (0.1 * n / max(n - 1, 1))]
+    for g, wnt in zip(got, want):
+        np.testing.assert_allclose(g, wnt, rtol=2e-5, atol=2e-5)

@@ -120,16 +120,19 @@ def test_extents_of_zero_and_one_reuse_the_compiled_kernel(pattern, shape):
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("name", ["batch_norm", "group_norm"])
+@pytest.mark.parametrize("name, channel_rows", [("batch_norm", False), ("batch_norm", True), ("group_norm", False)])
 @pytest.mark.parametrize("shape", [(2, 64, 3, 5), (3, 64, 7, 9), (2, 64, 1, 1), (2, 64, 8, 8)])
-def test_group_norm_and_batch_norm_planned_for_a_gpu_run_on_the_cpu(name, shape):
-    """The GPU's plan (a pointwise normalization reading the statistics earlier tasks wrote, its rows
-    of H * W) compiled for the CPU, at odd H * W and extents of 1."""
+def test_group_norm_and_batch_norm_planned_for_a_gpu_run_on_the_cpu(name, channel_rows, shape):
+    """The GPU's plans compiled for the CPU, at odd H * W and extents of 1: a pointwise normalization
+    reading the statistics earlier tasks wrote, its rows of H * W; or, for batch_norm's channels short
+    enough (schedule.CHANNEL_ROW_LIMIT), a task a channel, its row N x H x W."""
     case = next(c for c in CASES if c.name == name)
     f = build_fusion(case, shape)
     arrays = case.inputs(np.random.default_rng(2), shape, np.float32)
-    assert max(row_axes(f, arrays, gpu=True)) == 2
-    for got, want in zip(gpu_plan_on_cpu(f, arrays), reference(case, arrays, None)):
+    with config.scope(disable="" if channel_rows else "channel_rows"):
+        assert max(row_axes(f, arrays, gpu=True)) == (3 if channel_rows else 2)
+        results = gpu_plan_on_cpu(f, arrays)
+    for got, want in zip(results, reference(case, arrays, None)):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 

@@ -145,3 +145,52 @@ def test_loops_asked_about_again_in_larger_tasks_are_walked_once():
         return len(counted)
 
     assert walks(60) < 2.5 * walks(30)
+
+
+# --- a later fold moving up past statements it has no dependence on ------------------------------
+Y = k.ArrayParam("y", F32, 1, (1,))
+
+
+def _channel_task(between: tuple[k.Stmt, ...], later_term=None) -> k.Task:
+    """batch_norm's channel task: a sum, then a loop writing the output from it (`between`), then the
+    same sum again for the running mean, stored once folded."""
+    a, b, i, j = k.Var("a", F32), k.Var("b", F32), k.Var("i", I32), k.Var("j", I32)
+    zero = k.Const(0.0, F32)
+    return _task(k.Let(a, zero), _sum_loop(a, i), *between, k.Let(b, zero), _sum_loop(b, j, later_term),
+                 k.Store(OUT, (k.Const(1, I32),), b))
+
+
+def _output_loop(value_of) -> k.For:
+    m = k.Var("m", I32)
+    return k.For(m, ZERO, k.ScalarRef(N), (k.Store(Y, (m,), value_of(m)),))
+
+
+def test_a_fold_after_an_output_loop_joins_the_fold_before_it():
+    a = k.Var("a", F32)
+    scale = k.Var("scale", F32)
+    between = (k.Let(scale, k.Binary("mul", a, k.Const(2.0, F32), F32)),
+               _output_loop(lambda m: k.Binary("mul", k.Load(X, (m,)), scale, F32)))
+    merged = fuse_sibling_loops(_channel_task(between))
+    loops = _loops(merged)
+    assert len(loops) == 2 and len(loops[0].body) == 2  # both sums in the first pass, the output after
+    # The later sum's initial value moves before the merged loop; what read the first sum stays after it.
+    assert [type(s) for s in merged.body] == [k.Let, k.Let, k.For, k.Let, k.For, k.Store]
+    assert merged.body[3].var == scale
+
+
+def test_a_fold_stays_after_statements_it_depends_on_either_way():
+    a, b = k.Var("a", F32), k.Var("b", F32)
+    reads_y = lambda j: k.Load(Y, (j,))  # noqa: E731
+    # The later fold reads the array the output loop writes.
+    writes_y = (_output_loop(lambda m: k.Load(X, (m,))),)
+    assert len(_loops(fuse_sibling_loops(_channel_task(writes_y, reads_y(k.Var("j", I32)))))) == 3
+    # A statement between reads the later fold's accumulator (its initial value, there).
+    c = k.Var("c", F32)
+    reads_b = (k.Let(b, k.Const(0.0, F32)), k.Let(c, b), k.Store(OUT, (ZERO,), c))
+    task = _task(k.Let(a, k.Const(0.0, F32)), _sum_loop(a, k.Var("i", I32)), *reads_b,
+                 _sum_loop(b, k.Var("j", I32)))
+    assert len(_loops(fuse_sibling_loops(task))) == 2
+    # A barrier between: the later fold's loads would move across it.
+    assert len(_loops(fuse_sibling_loops(_channel_task((k.Sync(),))))) == 2
+    # A jump between decides whether the later fold runs at all.
+    assert len(_loops(fuse_sibling_loops(_channel_task((k.If(k.Var("flag", dt.bool_), (k.Continue(),)),))))) == 2
