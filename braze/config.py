@@ -67,6 +67,8 @@ FEATURES = {
     "channel_rows": "disable: on a GPU, a normalization over several axes (batch_norm's N, H and W) whose rows "
                     "fit on chip is two tasks (the statistics, then the normalized output reading them), not one "
                     "task a channel computing both",
+    "shared_blocks": "disable: on a GPU, a row of 1024 elements or more whose lanes combine values takes a "
+                     "whole block, not as few warps as give each lane a dozen elements, rows sharing the block",
     "row_peel": "disable: on a GPU, a row loop whose rows start off a 16-byte boundary (rows of an odd length) "
                 "walks them an element at a time, not as a head of single elements up to the boundary, vectors "
                 "from there, then a tail",

@@ -58,6 +58,10 @@ WIDE_BLOCKS = (512, 1024)
 NARROW_MIN_ROWS_PER_SM = 8
 
 
+# The fewest elements of a row each of its lanes walks where lanes combine values (shared_block_lanes).
+COMBINED_ROW_ELEMENTS = 12
+
+
 def lanes_for(row_length: int, block: int, warp_row: int = 0, per_lane: int = 4) -> int:
     """Threads per row: enough that each does a few elements, a power of two up to a warp; for long
     rows the whole block, or one warp while the task's warp function holds the row in registers
@@ -84,6 +88,19 @@ def balanced_lanes(row_length: int, per_lane: int, block: int) -> int:
     vectors = -(-row_length // per_lane)
     lanes = block
     while lanes > WARP and -(-vectors // lanes) * lanes * 16 > vectors * 17:
+        lanes //= 2
+    return lanes
+
+
+def shared_block_lanes(row_length: int, per_lane: int, block: int) -> int:
+    """Lanes for a long row whose lanes combine values and keep nothing in registers: enough that
+    each walks at least COMBINED_ROW_ELEMENTS of it (or a vector's worth, `per_lane`, if more), down
+    to a warp; rows of fewer lanes than the block share it, each combining over its own warps
+    (prelude.cuh, bz_lane_reduce). What a row costs once (its setup, the combine of its lanes, the
+    results) is then paid by fewer threads: batch_norm's channels of 32 x 7 x 7 (1568 elements)
+    took 8 warps a channel, 6 elements a lane."""
+    lanes = block
+    while lanes > WARP and lanes * max(COMBINED_ROW_ELEMENTS, per_lane) > row_length:
         lanes //= 2
     return lanes
 
@@ -358,11 +375,9 @@ class LaunchPlanner:
         if lanes == self.block and not task.lane_combines and not task.cache_itemsizes and not task.register_row \
                 and not config.disabled("balanced_lanes"):
             return balanced_lanes(row_length, per_lane, self.block)
-        if task.lane_combines and WARP < lanes < self.block:
-            # A row's lanes combine through shuffles (a warp or fewer) or the whole block's slots: rows of
-            # 64 or 128 lanes sharing a block would combine into each other's results.
-            raise AssertionError(f"CUDA launch of {task.name}: {lanes} lanes a row combine values, which takes "
-                                 f"a warp or fewer, or the whole block of {self.block}")
+        if lanes == self.block and task.lane_combines and not task.register_row \
+                and not config.disabled("shared_blocks"):
+            return shared_block_lanes(row_length, per_lane, self.block)
         return lanes
 
     def _plan_grid_reduction(self, task: TaskLaunch, extents: list[int], pointers: tuple[int, int]

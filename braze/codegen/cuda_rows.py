@@ -67,7 +67,7 @@ def joins_lane_reductions(accumulators: list) -> bool:
 
 def joint_lane_reduce(accumulators: list[tuple[str, str]], lanes: str) -> list[str]:
     """CUDA combining each (name, combine functor) accumulator of a row over its `lanes` (a power of
-    two, the block where over a warp) between one pair of barriers: bz_lane_put and bz_lane_take of
+    two; over a warp, whole warps of the block) between one pair of barriers: bz_lane_put and bz_lane_take of
     the prelude. One bz_lane_reduce each costs two barriers apiece; var_mean's row and a norm
     backward's hold two to four accumulators."""
     lines = [f"{{ unsigned long long* const bz_slots = bz_lane_slots<{len(accumulators)}>();",
@@ -76,7 +76,7 @@ def joint_lane_reduce(accumulators: list[tuple[str, str]], lanes: str) -> list[s
               for n, (name, functor) in enumerate(accumulators)]
     lines.append(f"  if ({lanes} > 32) {{")
     lines.append("    __syncthreads();  // every warp's values are in their slots")
-    lines += [f"    bz_lane_take({name}, {functor}(), bz_slots, {n});"
+    lines += [f"    bz_lane_take({name}, {lanes}, {functor}(), bz_slots, {n});"
               for n, (name, functor) in enumerate(accumulators)]
     lines += ["  }", "}"]
     return lines

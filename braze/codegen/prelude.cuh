@@ -412,9 +412,13 @@ template <typename T, typename Op> BZ_D T bz_shuffle_reduce(T v, int width, Op o
 // One warp a row (the tasks' `_warp` functions): shuffles only, so rows of one block need not agree.
 template <typename T, typename Op> BZ_D T bz_warp_reduce(T v, Op op) { return bz_shuffle_reduce(v, 32, op); }
 
+// The first warp of this thread's row of `lanes` threads (a power of two over a warp): a block of
+// 256 threads holds one row of 256 lanes, or two of 128, four of 64, each its own warps.
+BZ_D int bz_row_warp(int lanes) { return (int)(threadIdx.x & ~(unsigned)(lanes - 1)) >> 5; }
+
 // `lanes` threads (a power of two) share a row: up to a warp, a butterfly of shuffles; otherwise
-// the whole block is the row, and warps combine through shared memory in a fixed order, so the
-// result is the same from run to run. Every lane gets the result.
+// the row's warps combine through shared memory in a fixed order, so the result is the same from
+// run to run. Every lane gets the result. The block's threads all call it (its barriers).
 template <typename T, typename Op> BZ_D T bz_lane_reduce(T v, int lanes, Op op) {
   v = bz_shuffle_reduce(v, lanes < 32 ? lanes : 32, op);
   if (lanes <= 32) return v;
@@ -422,15 +426,16 @@ template <typename T, typename Op> BZ_D T bz_lane_reduce(T v, int lanes, Op op) 
   __syncthreads();  // an earlier reduction's readers are done with `partial`
   if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = v;
   __syncthreads();
-  T total = partial[0];
-  for (int w = 1; w < (int)(blockDim.x >> 5); ++w) total = op(total, partial[w]);
+  const int first = bz_row_warp(lanes);
+  T total = partial[first];
+  for (int w = 1; w < (lanes >> 5); ++w) total = op(total, partial[first + w]);
   return total;
 }
 
 // Several accumulators of a row combined over its lanes with two barriers in all, where a
 // bz_lane_reduce each would take two apiece (var_mean, the norms' statistics and backwards):
-// bz_lane_put folds each warp's lanes and, where the row is the whole block, leaves the warp's
-// value in slot i; after one barrier bz_lane_take combines slot i in warp order, as
+// bz_lane_put folds each warp's lanes and, where the row is over a warp, leaves the warp's
+// value in slot i; after one barrier bz_lane_take combines the row's warps' slots i in order, as
 // bz_lane_reduce does (the same bits). The caller brackets the puts with the two barriers.
 template <int N> BZ_D unsigned long long* bz_lane_slots() {
   __shared__ unsigned long long slots[32 * N];
@@ -441,10 +446,11 @@ template <typename T, typename Op> BZ_D void bz_lane_put(T& v, int lanes, Op op,
   v = bz_shuffle_reduce(v, lanes < 32 ? lanes : 32, op);
   if (lanes > 32 && (threadIdx.x & 31) == 0) reinterpret_cast<T*>(slots + 32 * i)[threadIdx.x >> 5] = v;
 }
-template <typename T, typename Op> BZ_D void bz_lane_take(T& v, Op op, const unsigned long long* slots, int i) {
-  const T* partial = reinterpret_cast<const T*>(slots + 32 * i);
+template <typename T, typename Op> BZ_D void bz_lane_take(T& v, int lanes, Op op, const unsigned long long* slots,
+                                                       int i) {
+  const T* partial = reinterpret_cast<const T*>(slots + 32 * i) + bz_row_warp(lanes);
   T total = partial[0];
-  for (int w = 1; w < (int)(blockDim.x >> 5); ++w) total = op(total, partial[w]);
+  for (int w = 1; w < (lanes >> 5); ++w) total = op(total, partial[w]);
   v = total;
 }
 
@@ -526,9 +532,10 @@ template <typename A, typename B, typename Combine> BZ_D void bz_pair_lane_reduc
     partial_b[threadIdx.x >> 5] = b;
   }
   __syncthreads();
-  a = partial_a[0];
-  b = partial_b[0];
-  for (int w = 1; w < (int)(blockDim.x >> 5); ++w) combine(a, b, partial_a[w], partial_b[w]);
+  const int first = bz_row_warp(lanes);
+  a = partial_a[first];
+  b = partial_b[first];
+  for (int w = 1; w < (lanes >> 5); ++w) combine(a, b, partial_a[first + w], partial_b[first + w]);
 }
 
 // A (maximum, sum) pair of bz_online_add.

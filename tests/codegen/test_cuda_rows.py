@@ -4,6 +4,7 @@ the rule that no copy of a row chosen row by row reaches a block barrier, and NV
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import cuda_on_cpu
@@ -330,19 +331,20 @@ def test_one_warp_a_row_launches_the_warp_function():
     assert (few.function, few.shared, few.scalars[:2]) == ("block_function", 4096, (16, 40))
 
 
-def test_lanes_that_combine_are_a_warp_or_fewer_or_the_whole_block(monkeypatch):
-    """Rows of 64 or 128 combining lanes would share a block's slots (wrong results, seen when a sweep
-    forced them): the planner refuses to plan one."""
-    from braze.codegen import cuda_launch
+def test_rows_whose_lanes_combine_share_a_block_where_each_lane_still_walks_a_dozen_elements():
+    """A row of 1568 elements (batch_norm's channel of 32 x 7 x 7) on 128 lanes, two rows a block of
+    256, each combining over its own warps (their results: tests/codegen/test_cuda_variance.py); a
+    row of 4096 on the whole block; one kept in registers always the whole block."""
     from braze.codegen.cuda_launch import LaunchPlanner, TaskLaunch
     from braze.codegen.cuda_plan import TaskSchedule
 
     task = TaskLaunch("t", "block_function", None, True, True, (4,), (0,), TaskSchedule(), lane_combines=True)
     planner = LaunchPlanner([task], 256, sm_count=1, resident_blocks=lambda name, block, shared: 1)
-    assert planner._lanes(task, 67, 4096) == 256 and planner._lanes(task, 67, 100) == 32
-    monkeypatch.setattr(cuda_launch, "lanes_for", lambda *args, **kwargs: 64)
-    with pytest.raises(AssertionError, match="64 lanes a row combine values"):
-        planner._lanes(task, 67, 4096)
+    assert [planner._lanes(task, 67, n) for n in (100, 1024, 1568, 3072, 4096)] == [32, 64, 128, 256, 256]
+    with bz.config.scope(disable="shared_blocks"):
+        assert planner._lanes(task, 67, 1568) == 256
+    in_registers = dataclasses.replace(task, register_row=4096)
+    assert planner._lanes(in_registers, 67, 1568) == 256
 
 
 def test_a_softmax_whose_row_is_the_whole_output_spans_no_blocks():

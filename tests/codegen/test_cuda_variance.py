@@ -374,9 +374,12 @@ def test_batch_norm_takes_a_task_a_channel_where_the_channel_is_short(shape, tas
 
 
 @pytest.mark.skipif(not cuda_on_cpu.available(), reason="needs a C++ compiler")
-@pytest.mark.parametrize("shape", [(2, 8, 5, 7), (3, 5, 1, 1), (1, 4, 9, 3), (4, 3, 8, 8)])
-def test_a_task_a_channel_matches_the_reference_on_a_fake_gpu(shape):
-    """Its CUDA run on the CPU, lanes and all, outputs poisoned first; 8 x 8 maps take 16-byte vectors."""
+@pytest.mark.parametrize("shape, lanes", [((2, 8, 5, 7), None), ((3, 5, 1, 1), None), ((1, 4, 9, 3), None),
+                                          ((4, 3, 8, 8), None), ((8, 5, 14, 14), 128), ((4, 3, 16, 16), 64)])
+def test_a_task_a_channel_matches_the_reference_on_a_fake_gpu(shape, lanes):
+    """Its CUDA run on the CPU, lanes and all, outputs poisoned first; 8 x 8 maps take 16-byte vectors.
+    Channels of 1568 and 1024 elements take 128 and 64 lanes, rows sharing a block of 256 (5 channels:
+    the last block's second row idle), each combining over its own warps."""
     rng = np.random.default_rng(7)
     n = shape[0] * shape[2] * shape[3]
     x = rng.standard_normal(shape).astype(np.float32) * 3 + 5
@@ -384,7 +387,8 @@ def test_a_task_a_channel_matches_the_reference_on_a_fake_gpu(shape):
     f = fusion(batch_norm(n))
     with bz.config.scope(enable="poison_outputs"):
         got, launched = cuda_on_cpu.run_on_cpu(f, [x, w, b, rm, rv], sm_count=2, resident=2)
-    assert len(launched) == 1
+    (launch,) = launched
+    assert lanes is None or launch[-1][0] == lanes, launch
     mean, var = x.astype(np.float64).mean((0, 2, 3)), x.astype(np.float64).var((0, 2, 3))
     y = (x - mean[:, None, None]) / np.sqrt(var[:, None, None] + 1e-5) * w[:, None, None] + b[:, None, None]
     want = [y, 0.9 * rm + 0.1 * mean, 0.9 * rv + var * (0.1 * n / max(n - 1, 1))]
