@@ -101,9 +101,9 @@ def test_launch_params_dump_names_each_launch_with_its_block(capsys) -> None:
     assert "rows range=[0, 64) grid=64 block=512" in text and "lanes=512" in text
 
 
-def rope_launch(x_shape: tuple[int, ...]):
+def rope_launch(x_shape: tuple[int, ...], sm_count: int = 4):
     """The planned launch of RoPE (halves swapped by slices and cat, cos and sin broadcast over batch
-    and heads) over bfloat16 `x_shape`, on a planner of 4 SMs."""
+    and heads) over bfloat16 `x_shape`, on a planner of `sm_count` SMs holding a block each."""
     d = x_shape[-1]
     with bz.Fusion() as f:
         x = bz.ops.cast(f.define_tensor((-1, -1, -1, d), dtype=bz.bfloat16), bz.float32)
@@ -115,7 +115,7 @@ def rope_launch(x_shape: tuple[int, ...]):
     _, kernel, _ = engine.plan_kernel(f, engine.signature(f, bound), views_on_host=False, gpu=True)
     generated = cuda.generate(kernel, restrict=True)
     tasks = task_launches(kernel, generated, {name: name for name in generated.functions})
-    (planned,) = LaunchPlanner(tasks, 256, 4, lambda name, block, shared: 1).plan(dict(bound.bindings))
+    (planned,) = LaunchPlanner(tasks, 256, sm_count, lambda name, block, shared: 1).plan(dict(bound.bindings))
     return planned
 
 
@@ -130,6 +130,13 @@ def test_rows_that_set_up_divisors_take_several_rows_a_thread(d, rows_a_thread):
     assert planned.grid == -(-512 // (rows_a_block * rows_a_thread))
     with bz.config.scope(disable="divisor_rows"):
         assert rope_launch((2, 64, 4, d)).grid == -(-512 // rows_a_block)
+
+
+def test_rows_a_thread_never_leave_the_gpu_less_than_full():
+    """On 16 SMs, RoPE's 16 blocks of rows (512 rows of 128 on 8 lanes) stay 16, a row a thread,
+    where 4 rows a thread would leave 12 SMs idle; on 8, 8 blocks of 2 rows a thread."""
+    assert rope_launch((2, 64, 4, 128), sm_count=16).grid == 16
+    assert rope_launch((2, 64, 4, 128), sm_count=8).grid == 8
 
 
 def test_rows_without_divisors_take_a_row_a_thread():
