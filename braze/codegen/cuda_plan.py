@@ -474,6 +474,12 @@ INNER_OUTER_THREADS_PER_SM = 768
 # at once (64 bytes of a 1024-long bfloat16 row, where a whole block of 256 gave each thread 8 bytes
 # and two barriers a reduction), and a block of 256 threads keeps 8 rows in flight.
 WARP_ROW_BYTES = 128
+# Rows of two or more 4-byte arrays (softmax backward's y and dy) take twice that, so rows of 1024
+# float32 still take a warp: on an H200, softmax backward over [24576, 1024] float32 took 86.2 us on
+# a block a row (8 warps' setup and barriers for 4 elements a lane), 73.4 on a warp (Inductor: 68.4).
+# Rows of one array lost by it (more registers for the same rows: layer_norm [8192, 768] 17.6 ->
+# 19.2 us, a bfloat16 softmax over 1024 100.6 -> 111.6), as did the masked softmax (40.0 -> 46.2).
+WIDE_WARP_ROW_BYTES = 256
 WARP = 32
 
 
@@ -495,7 +501,8 @@ def register_row_vectors(caches: tuple[RowCache, ...], vectors: dict[int, Vector
         return 0
     width, row_bytes = vectors[caches[0].loops[0]].width, sum(cache.dtype.itemsize for cache in caches)
     if warp:
-        return 1 << (max(1, WARP_ROW_BYTES // (width * row_bytes)).bit_length() - 1)
+        held = WIDE_WARP_ROW_BYTES if row_bytes >= 8 and len(caches) >= 2 else WARP_ROW_BYTES
+        return 1 << (max(1, held // (width * row_bytes)).bit_length() - 1)
     return max(1, budget[max(cache.dtype.itemsize for cache in caches)] // (width * row_bytes))
 
 

@@ -66,6 +66,10 @@ def layer_norm(x, w, b):
     return [bz.ops.layer_norm(x, w, b, eps=1e-5)]
 
 
+def softmax_backward(y, dy):
+    return [y * (dy - bz.ops.sum(y * dy, axes=[1], keepdim=True))]
+
+
 def masked_softmax(x, mask):
     scores = bz.ops.where(mask, bz.ops.cast(x, bz.float32) * 0.125, float("-inf"))
     return [bz.ops.cast(bz.ops.softmax(scores, -1), x.dtype)]
@@ -191,6 +195,9 @@ def test_masked_softmax_rows_of_1024_bfloat16_have_a_warp_function():
     (softmax, [(bz.float64, 2)], 512),
     (masked_softmax, [BF16_ROW, MASK], 1024),  # 24 bytes a vector: 4, a power of two
     (layer_norm, [BF16_ROW, BF16_ROW[:1] + (1,), BF16_ROW[:1] + (1,)], 2048),
+    # two float32 arrays: 256 bytes a lane (cuda_plan.WIDE_WARP_ROW_BYTES), so rows of 1024 take a warp
+    (softmax_backward, [(bz.float32, 2), (bz.float32, 2)], 1024),
+    (softmax_backward, [BF16_ROW, BF16_ROW], 1024),  # two bfloat16 arrays: 4 bytes an element, 128 a lane
 ])
 def test_warp_rows_hold_128_bytes_a_lane(build, dtypes, warp_row):
     src = source(build, *dtypes)
@@ -381,3 +388,18 @@ def test_a_narrow_block_keeps_bfloat16_rows_in_registers_and_normalizes_them(row
     x64 = x.astype(np.float64)
     want = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5)
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.skipif(not cuda_on_cpu.available(), reason="needs a C++ compiler")
+@pytest.mark.parametrize("shape", [(40, 1024), (9, 1000), (3, 1021)])
+def test_softmax_backward_rows_of_1024_on_a_warp_match_the_reference_on_a_fake_gpu(shape):
+    """y and dy held in a warp's registers (256 bytes a lane), run on the CPU, outputs poisoned first;
+    rows of 1021 are misaligned from the second on: the warp's plain loops."""
+    rng = np.random.default_rng(3)
+    y, dy = rng.random(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
+    with bz.config.scope(enable="poison_outputs"):
+        (got,), launched = cuda_on_cpu.run_on_cpu(fusion(softmax_backward, (bz.float32, 2), (bz.float32, 2)),
+                                                  [y, dy], sm_count=2, resident=2)
+    assert [name.endswith("_warp") for name, *_ in launched] == [True]
+    want = y.astype(np.float64) * (dy - (y.astype(np.float64) * dy).sum(1, keepdims=True))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
