@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from functools import partial
 
 from braze import config
-from braze.codegen.cuda_grid import SlotOrder
+from braze.codegen.cuda_grid import SLOT_BATCH
 from braze.codegen.cuda_plan import (
+    LANE_COMBINES,
     VECTOR_TYPES,
     VectorAccesses,
     _affine,
@@ -235,13 +236,46 @@ class ColumnVectorWriter:
         self.loop_depth -= 1
 
     def combine_column_splits(self, column: str, copies: list[dict[k.Var, k.Var]]) -> None:
-        """The splits of each of the thread's columns meeting in the workspace (cuda_grid.combine_blocks),
-        copy j at column `column` + j."""
-        ix = self.index
+        """The splits of the strip meeting in the workspace: each block's results of the thread's columns
+        to their slots (column `column` + j), then, in the strip's last block, row group g folds the
+        splits g, g + lanes32, ... (fold_split_columns) and the row groups combine in a fixed tree.
+        One row group folding every split took a round trip to L2 for each SLOT_BATCH splits of each
+        column, one after another."""
+        ix, region = self.index, "cached_row * columns"
+        accumulators = self.schedule.accumulators
         self.line("if (cached_row > 1) {")
         self.depth += 1
         self.line(f"const {ix} columns = task_end - task_begin;")
-        self.combine_blocks("cached_row * columns", f"split * columns + {column}", "bz_finished + strip",
-                            "cached_row", SlotOrder(ix, column, "cached_row * columns", "columns"), copies)
+        for j, names in enumerate(copies):
+            for n, (acc, _) in enumerate(accumulators):
+                slot = self.partial_slot(n, acc, region, f"split * columns + {column} + {j}")
+                self.line(f"if (lane == 0 && active) {slot} = {names[acc].name};")
+        self.line("if (!bz_last_of(bz_finished + strip, cached_row)) return;")
+        for n, (acc, combine) in enumerate(accumulators):
+            self.fold_split_columns(n, acc, combine, column, [names[acc].name for names in copies])
+        for names in copies:
+            self.lane_reduce([(names[acc], combine) for acc, combine in accumulators])
         self.depth -= 1
+        self.line("}")
+
+    def fold_split_columns(self, n: int, acc: k.Var, combine: str, column: str, names: list[str]) -> None:
+        """Accumulator `n`'s copies (`names`, the thread's columns) folded from their identity over the
+        splits of this row group, SLOT_BATCH splits of every column loaded before any is folded."""
+        ty, functor = c_type(acc.dtype), LANE_COMBINES[combine]
+        slots = f"((volatile {ty}*)(bz_partials + {n} * 8 * (cached_row * columns)))"
+        for name in names:
+            self.line(f"{name} = {self.expr(self.initial[acc])};")
+        within = "if (b + j * lanes32 < cached_row)"
+        self.line(f"for ({self.index} b = lane; b < cached_row; b += {SLOT_BATCH} * lanes32) {{")
+        self.line(f"  {ty} bz_slots[{SLOT_BATCH}][{len(names)}];")
+        self.line("  #pragma unroll")
+        self.line(f"  for (int j = 0; j < {SLOT_BATCH}; ++j) {within} {{")
+        for c in range(len(names)):
+            self.line(f"    bz_slots[j][{c}] = {slots}[(b + j * lanes32) * columns + {column} + {c}];")
+        self.line("  }")
+        self.line("  #pragma unroll")
+        self.line(f"  for (int j = 0; j < {SLOT_BATCH}; ++j) {within} {{")
+        for c, name in enumerate(names):
+            self.line(f"    {name} = {functor}()({name}, bz_slots[j][{c}]);")
+        self.line("  }")
         self.line("}")

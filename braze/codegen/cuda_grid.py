@@ -11,7 +11,6 @@ thread folds its share in order, then the threads combine in a fixed tree (prelu
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -59,43 +58,31 @@ class GridWriter(DenseWriter):
         """Slot `index` of accumulator `n`'s region of the workspace (`count` slots a region)."""
         return f"(({c_type(acc.dtype)}*)(bz_partials + {n} * 8 * ({count})))[{index}]"
 
-    def combine_blocks(self, region: str, index: str, counter: str, count: str, reader: SlotOrder,
-                       copies: list[dict[k.Var, k.Var]] | None = None) -> None:
+    def combine_blocks(self, region: str, index: str, counter: str, count: str, reader: SlotOrder) -> None:
         """Each block's accumulators to slot `index` of their workspace regions (`region` slots
         each; written by thread 0 or, for columns, by the first row group), then, in the last of
         the `count` blocks sharing `counter` only, the accumulators read back from the slots in
-        order (`reader`), SLOT_BATCH slots a thread loaded at a time. `copies`: the accumulators'
-        names in each column a thread owns (cuda_column_vectors), copy j at slot `index` + j and
-        read back from `reader.first` + j; by default one copy, the accumulators themselves."""
+        order (`reader`), SLOT_BATCH slots a thread loaded at a time."""
         accumulators = self.schedule.accumulators
         writer = "threadIdx.x == 0" if self.schedule.kind != "columns" else "lane == 0 && active"
-        copies = copies or [{}]
-        for j, names in enumerate(copies):
-            at = f"{index} + {j}" if j else index
-            for n, (acc, _) in enumerate(accumulators):
-                self.line(f"if ({writer}) {self.partial_slot(n, acc, region, at)} = {names.get(acc, acc).name};")
+        for n, (acc, _) in enumerate(accumulators):
+            self.line(f"if ({writer}) {self.partial_slot(n, acc, region, index)} = {acc.name};")
         self.line(f"if (!bz_last_of({counter}, {count})) return;")
-        for j, names in enumerate(copies):
-            first = dataclasses.replace(reader, first=f"{reader.first} + {j}") if j else reader
-            for n, (acc, combine) in enumerate(accumulators):
-                self.fold_slots(self.partial_slot(n, acc, region, f"b + j * ({reader.step})"), acc,
-                                names.get(acc, acc).name, combine, first)
-
-    def fold_slots(self, slot: str, acc: k.Var, name: str, combine: str, reader: SlotOrder) -> None:
-        """Accumulator `name` (a copy of `acc`) folded from its identity over the slots `reader` walks."""
-        ty = c_type(acc.dtype)
-        slot = slot.replace(f"(({ty}*)", f"((volatile {ty}*)")
-        within = f"if (b + j * ({reader.step}) < {reader.end})"
-        self.line(f"{name} = {self.expr(self.initial[acc])};")
-        self.line(f"for ({reader.index} b = {reader.first}; b < {reader.end}; "
-                  f"b += {SLOT_BATCH} * ({reader.step})) {{")
-        self.line(f"  {ty} bz_slots[{SLOT_BATCH}];")
-        self.line("  #pragma unroll")
-        self.line(f"  for (int j = 0; j < {SLOT_BATCH}; ++j) {within} bz_slots[j] = {slot};")
-        self.line("  #pragma unroll")
-        self.line(f"  for (int j = 0; j < {SLOT_BATCH}; ++j) {within} "
-                  f"{name} = {LANE_COMBINES[combine]}()({name}, bz_slots[j]);")
-        self.line("}")
+        for n, (acc, combine) in enumerate(accumulators):
+            ty = c_type(acc.dtype)
+            slot = self.partial_slot(n, acc, region, f"b + j * ({reader.step})").replace(f"(({ty}*)",
+                                                                                         f"((volatile {ty}*)")
+            within = f"if (b + j * ({reader.step}) < {reader.end})"
+            self.line(f"{acc.name} = {self.expr(self.initial[acc])};")
+            self.line(f"for ({reader.index} b = {reader.first}; b < {reader.end}; "
+                      f"b += {SLOT_BATCH} * ({reader.step})) {{")
+            self.line(f"  {ty} bz_slots[{SLOT_BATCH}];")
+            self.line("  #pragma unroll")
+            self.line(f"  for (int j = 0; j < {SLOT_BATCH}; ++j) {within} bz_slots[j] = {slot};")
+            self.line("  #pragma unroll")
+            self.line(f"  for (int j = 0; j < {SLOT_BATCH}; ++j) {within} "
+                      f"{acc.name} = {LANE_COMBINES[combine]}()({acc.name}, bz_slots[j]);")
+            self.line("}")
 
     @property
     def initial(self) -> dict[k.Var, k.Expr]:

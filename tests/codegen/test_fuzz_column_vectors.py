@@ -1,12 +1,12 @@
 """Random column fusions through their generated CUDA run on the CPU (tests/cuda_on_cpu.py: g++, a thread
 per CUDA thread; it fails any misaligned vector access), against float64 NumPy within the dtype's
-tolerance: column tasks whose threads own a vector of neighbouring columns (braze/codegen/cuda_column_vectors.py)
-or one column, over 1..70 columns, 0..40 or 100..600 rows, every float dtype, inputs that are views starting 0..7 elements
-off a 16-byte boundary or rows of a wider array, on a random small fake GPU whose splits of the rows
-across blocks vary. Ops: a column sum, mean, max, variance with its mean, a sum of products of two inputs
-whose misalignments disagree, a norm's weight gradient (per-row statistics read beside the columns), and
-a sum over the two outer axes of a 3-D input. A few examples a run (BRAZE_FUZZ_SCALE, tests/fuzz_scale.py,
-draws more)."""
+tolerance: column tasks whose threads own a vector of neighbouring columns
+(braze/codegen/cuda_column_vectors.py) or one column, over 1..70 columns, 0..40 or 100..600 rows, every
+float dtype, inputs that are views starting 0..7 elements off a 16-byte boundary or rows of a wider
+array, on a random small fake GPU whose splits of the rows across blocks vary. Ops: a column sum, mean,
+max, variance with its mean, a sum of products of two inputs whose misalignments disagree, a norm's
+weight gradient (per-row statistics read beside the columns), and a sum over the two outer axes of a
+3-D input. A few examples a run (BRAZE_FUZZ_SCALE, tests/fuzz_scale.py, draws more)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from cuda_on_cpu import available, run_on_cpu
 from fuzz_scale import examples
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+
 import braze as bz
 
 pytestmark = pytest.mark.skipif(not available(), reason="needs g++")
