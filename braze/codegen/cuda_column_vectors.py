@@ -43,6 +43,10 @@ from braze.codegen.cuda_plan import (
 from braze.codegen.cuda_rows import c_type
 from braze.kir import nodes as k
 
+# The bytes of partial results a thread of a strip's last block loads at a time, all its columns together:
+# eight splits of four float32 columns. A variance's eight bfloat16 columns of float64 sums took 206
+# registers a thread with eight splits of each.
+FOLD_SLOT_BYTES = 128
 # What a column task's body may hold outside its loops, and inside their innermost bodies.
 _OUTSIDE_LOOPS = (k.Let, k.Assign, k.Store, k.For)
 _INSIDE_LOOPS = (k.Let, k.Assign)
@@ -260,21 +264,23 @@ class ColumnVectorWriter:
 
     def fold_split_columns(self, n: int, acc: k.Var, combine: str, column: str, names: list[str]) -> None:
         """Accumulator `n`'s copies (`names`, the thread's columns) folded from their identity over the
-        splits of this row group, SLOT_BATCH splits of every column loaded before any is folded."""
+        splits of this row group, a batch of splits of every column loaded before any is folded (up to
+        SLOT_BATCH, as many as FOLD_SLOT_BYTES hold)."""
         ty, functor = c_type(acc.dtype), LANE_COMBINES[combine]
         slots = f"((volatile {ty}*)(bz_partials + {n} * 8 * (cached_row * columns)))"
         for name in names:
             self.line(f"{name} = {self.expr(self.initial[acc])};")
+        batch = max(1, min(SLOT_BATCH, FOLD_SLOT_BYTES // (len(names) * acc.dtype.itemsize)))
         within = "if (b + j * lanes32 < cached_row)"
-        self.line(f"for ({self.index} b = lane; b < cached_row; b += {SLOT_BATCH} * lanes32) {{")
-        self.line(f"  {ty} bz_slots[{SLOT_BATCH}][{len(names)}];")
+        self.line(f"for ({self.index} b = lane; b < cached_row; b += {batch} * lanes32) {{")
+        self.line(f"  {ty} bz_slots[{batch}][{len(names)}];")
         self.line("  #pragma unroll")
-        self.line(f"  for (int j = 0; j < {SLOT_BATCH}; ++j) {within} {{")
+        self.line(f"  for (int j = 0; j < {batch}; ++j) {within} {{")
         for c in range(len(names)):
             self.line(f"    bz_slots[j][{c}] = {slots}[(b + j * lanes32) * columns + {column} + {c}];")
         self.line("  }")
         self.line("  #pragma unroll")
-        self.line(f"  for (int j = 0; j < {SLOT_BATCH}; ++j) {within} {{")
+        self.line(f"  for (int j = 0; j < {batch}; ++j) {within} {{")
         for c, name in enumerate(names):
             self.line(f"    {name} = {functor}()({name}, bz_slots[j][{c}]);")
         self.line("  }")
