@@ -198,8 +198,23 @@ class ColumnVectorWriter:
                                                         vectors))
             self.depth -= 1
         self.line("}")
+        self.reduce_column_copies(self.lanes.loops[id(loop)], copies)
+
+    def reduce_column_copies(self, accumulators, copies: list[dict[k.Var, k.Var]]) -> None:
+        """Each column's accumulators combined over the row groups (lane_reduce); four float32 columns of
+        one accumulator as one float4 through one tree (BzEach4 of the prelude): its barriers once for the
+        four, not once each."""
+        joint = [(acc, combine) for acc, combine in accumulators
+                 if acc.dtype.name == "float32" and len(copies) == 4 and combine in LANE_COMBINES]
+        for acc, combine in joint:
+            names = [names[acc].name for names in copies]
+            functor = f"BzEach4<{LANE_COMBINES[combine]}>()"
+            self.line(f"{{ float4 bz_q = make_float4({', '.join(names)});")
+            self.line(f"  bz_q = bz_column_reduce<{self.block_size}>(bz_q, cols32, {functor});")
+            parts = " ".join(f"{name} = bz_q.{vector_component(4, c)};" for c, name in enumerate(names))
+            self.line(f"  {parts} }}")
         for names in copies:
-            self.lane_reduce([(names.get(acc, acc), combine) for acc, combine in self.lanes.loops[id(loop)]])
+            self.lane_reduce([(names[acc], combine) for acc, combine in accumulators if (acc, combine) not in joint])
 
     def walk_column_rows(self, loop: k.For, levels: list[k.For], step: Callable[[], None]) -> None:
         """`step()` at each row of the loop's range (its block's part) the thread's row group walks."""
@@ -257,8 +272,7 @@ class ColumnVectorWriter:
         self.line("if (!bz_last_of(bz_finished + strip, cached_row)) return;")
         for n, (acc, combine) in enumerate(accumulators):
             self.fold_split_columns(n, acc, combine, column, [names[acc].name for names in copies])
-        for names in copies:
-            self.lane_reduce([(names[acc], combine) for acc, combine in accumulators])
+        self.reduce_column_copies(accumulators, copies)
         self.depth -= 1
         self.line("}")
 
