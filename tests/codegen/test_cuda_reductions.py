@@ -269,6 +269,10 @@ def _grid_sources() -> list[cuda.CudaSource]:
 def test_every_schedule_compiles_with_nvrtc():
     sources = _grid_sources()
     assert {"columns", "flat", "grid_rows"} <= {k for s in sources for k in kinds(s)}
+    # The column tasks' vector paths among them (codegen/cuda_column_vectors.py), of every float dtype.
+    loaded = {vector for s in sources if "columns" in kinds(s)
+              for vector in re.findall(r"reinterpret_cast<const (\w+)\*>", s.body)}
+    assert {"float4", "bz_double4", "bz_half8", "bz_bfloat168"} <= loaded
     text = cuda.with_prelude("\n".join(s.body for s in sources))
     assert nvrtc.compile_ptx(text, "grid_schedules", "sm_90", ("-G",))
 
