@@ -26,13 +26,13 @@ from braze.codegen.cuda_plan import (
     LANE_COMBINES,
     VECTOR_TYPES,
     VectorAccesses,
-    _affine,
-    _unit_stride_position,
+    affine,
     exprs_of,
     lane_nest,
     sub_exprs,
     substituted,
     unconditional_loads,
+    unit_stride_position,
     vars_of,
     vector_alignment,
     vector_component,
@@ -59,10 +59,6 @@ class ColumnVectors:
 
     width: int
     loads: dict[int, tuple[k.Load, ...]]
-
-    @property
-    def all_loads(self) -> tuple[k.Load, ...]:
-        return tuple(load for loads in self.loads.values() for load in loads)
 
 
 def loop_levels(loop: k.For) -> list[k.For]:
@@ -95,8 +91,8 @@ def plan_column_vectors(task: k.Task, kind: str, index_type) -> ColumnVectors | 
         indices = {level.var for level in levels} | {task.var}
         found = dict.fromkeys(load for load in unconditional_loads(levels[-1].body, task.var)
                               if task.var in vars_of(load) and load.param.dtype.name in VECTOR_TYPES[4]
-                              and _unit_stride_position(load, task.var, locals_)
-                              and all(_affine(i, indices) for i in load.indices))
+                              and unit_stride_position(load, task.var, locals_)
+                              and all(affine(i, indices) for i in load.indices))
         loads[id(loop)] = tuple(found)
     reads = [e for s in walk(task.body) for x in exprs_of(s) for e in sub_exprs(x)]
     written = {s.param.name for s in walk(task.body) if isinstance(s, k.Store)}
