@@ -180,3 +180,19 @@ def test_the_suites_column_reductions_take_vectors_at_their_model_shapes(name):
     body = engine.cuda_source(p.fusion, [a[:2] for a in arrays]).body
     # One float4 load a row a thread; the four columns' sums meet over the row groups in one tree.
     assert "*reinterpret_cast<const float4*>" in body and "BzEach4<BzReduceAdd>" in body
+
+
+@pytest.mark.parametrize("first", [0, 1])
+def test_a_column_task_of_two_loops_takes_both_as_vectors(first):
+    # logsumexp over axis 0 unpadded: the maximum, then the sum of exponentials shifted by it (a value
+    # between the loops, one copy a column), not split across blocks.
+    with config.scope(disable="logsumexp_pad"), bz.Fusion(name="colvec_lse") as f:
+        f.add_output(bz.ops.logsumexp(f.define_tensor([-1, -1]), axes=[0]))
+    x = view((300, 41), bz.float32, seed=6)[:, first:first + 40]
+    with config.scope(disable="logsumexp_pad"):
+        assert engine.cuda_source(f, [x]).body.count("*reinterpret_cast<const float4*>") == 2
+        (got,), (launch,) = run_on_cpu(f, [x], sm_count=4)
+    wide = x.astype(np.float64)
+    top = wide.max(0)
+    assert strip_vectors(launch) == 8
+    np.testing.assert_allclose(got, top + np.log(np.exp(wide - top).sum(0)), rtol=1e-5, atol=1e-5)
