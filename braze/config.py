@@ -95,6 +95,8 @@ FEATURES = {
                       "each, however many of its lanes the row's last step leaves idle",
     "narrow_blocks": "disable: on a GPU, many rows of 2-byte elements that a block of 256 keeps in registers run "
                      "on blocks of 256 threads, not of 128 keeping twice the elements a thread",
+    "column_vectors": "disable: on a GPU, a column reduction over contiguous columns gives each thread one column "
+                      "loaded an element a row, not 16 bytes of neighbouring columns loaded as one vector a row",
     "divisor_rows": "disable: on a GPU, a row task computed element by element whose threads set up fast "
                     "divisors takes a row a thread, not enough rows to spread that setup over 64 elements",
     "pad_mm": "disable: the torch backend leaves matrix multiplies with extents that break 16-byte alignment "

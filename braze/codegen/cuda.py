@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from braze import config
+from braze.codegen.cuda_column_vectors import ColumnVectorWriter, plan_column_vectors
 from braze.codegen.cuda_grid import GridWriter
 from braze.codegen.cuda_inner_outer import InnerOuter, InnerOuterWriter, fold_task, plan_inner_outer
 from braze.codegen.cuda_invariants import InvariantWriter
@@ -127,7 +128,8 @@ def const_text(value, dtype: DType) -> str:
     return f"(({c_type(dtype)}){value})"
 
 
-class TaskWriter(RowLoopWriter, PeelWriter, GridWriter, TileWriter, InnerOuterWriter, InvariantWriter, ScanWriter):
+class TaskWriter(RowLoopWriter, PeelWriter, GridWriter, ColumnVectorWriter, TileWriter, InnerOuterWriter,
+                 InvariantWriter, ScanWriter):
     """Writes one task as one `__global__` function; with `warp`, its function for one warp a row
     (see the module docstring). With `inner_outer`, the task is a row task carrying a column task's
     partial results; with `fold_of`, it is that column task, folding them (cuda_inner_outer)."""
@@ -161,6 +163,9 @@ class TaskWriter(RowLoopWriter, PeelWriter, GridWriter, TileWriter, InnerOuterWr
             if self.schedule.kind == "rows" else 0
         # A task one index a thread that moves vectors instead: its body as a loop (write_thread_vectors).
         self.thread_vector = self.plan_thread_vector()
+        # A column task whose threads own several neighbouring columns, loaded as one vector a row.
+        self.column_vectors = plan_column_vectors(task, self.schedule.kind, kernel.index_type) \
+            if not (inner_outer or fold_of) else None
         # A scan's row runs over lanes (codegen/cuda_scan.py), its loop none of the plans above take.
         self.scan = scan_loop(task) if self.schedule.kind == "rows" and not warp else None
         if self.scan is not None:
@@ -688,6 +693,9 @@ class CudaSource:
     thread_divisors: tuple[int, ...] = ()
     # The text of each function, in the order of `functions` (the body is the header, then these).
     sections: tuple[str, ...] = ()
+    # Per task: the neighbouring columns a thread of a column task owns where the width divides their
+    # count (cuda_column_vectors; 1: one column a thread).
+    column_widths: tuple[int, ...] = ()
 
     @property
     def text(self) -> str:
@@ -808,7 +816,8 @@ def generate(kernel: k.Kernel, block_size: int = DEFAULT_BLOCK_SIZE, restrict: b
                       tuple(register_row(w) for w in writers), tuple(w.launch_schedule for w in writers),
                       tuple(w.function if w is not None else "" for w in warps),
                       tuple(register_row(w) for w in warps), tuple(lane_width(w) for w in writers),
-                      tuple(thread_vector_width(w) for w in writers), tuple(len(w.divisors) for w in writers), sections)
+                      tuple(thread_vector_width(w) for w in writers), tuple(len(w.divisors) for w in writers), sections,
+                      tuple(w.column_vectors.width if w.column_vectors is not None else 1 for w in writers))
 
 
 def inner_outer_pairs(kernel: k.Kernel) -> list[tuple[str, str]]:

@@ -11,6 +11,7 @@ thread folds its share in order, then the threads combine in a fixed tree (prelu
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from braze.codegen.cuda_dense import DenseNest, DenseWriter
@@ -110,6 +111,8 @@ class GridWriter(DenseWriter):
         sharing one strip (each a contiguous part of the loop's range; 1 unless splittable)."""
         ix = self.index
         self.line(f"const {ix} task_begin = {self.expr(self.task.begin)}, task_end = {self.expr(self.task.end)};")
+        if self.column_vectors is not None:
+            self.write_column_vectors()
         self.line("const int cols32 = (int)lanes, lane = threadIdx.x / cols32, lanes32 = blockDim.x / cols32;")
         self.line(f"const {ix} strips = (task_end - task_begin + cols32 - 1) / cols32;")
         self.line(f"const {ix} strip = ({ix})blockIdx.x % strips, split = ({ix})blockIdx.x / strips;")
@@ -145,11 +148,12 @@ class GridWriter(DenseWriter):
         self.line(f"const {ix} {v}_hi = bz_minimum(({ix})({end}), {v}_lo + {v}_chunk);")
         return f"{v}_lo", f"{v}_hi"
 
-    def walk_column_nest(self, nest: list[k.For]) -> None:
+    def walk_column_nest(self, nest: list[k.For], step: Callable[[], None] | None = None) -> None:
         """A column task's loop over a perfect nest of rows (a [batch, tokens, channels] sum over
         batch and tokens) as one flat index space: a split takes a contiguous chunk of all the rows
         and its row groups neighbouring ones, so the rows spread over blocks and lanes however short
-        the outer loop is (a split of the outer loop alone left 8 of 8192 rows to divide)."""
+        the outer loop is (a split of the outer loop alone left 8 of 8192 rows to divide). `step`:
+        what each row writes instead of the innermost body (walk_flat)."""
         tag = f"_{nest[0].var.name}_"
         self.declare_nest_extents(nest, tag)
         lo, hi = "0LL", f"bz_total{tag}"
@@ -158,7 +162,7 @@ class GridWriter(DenseWriter):
             self.line(f"const long long bz_chunk{tag} = (bz_total{tag} + cached_row - 1) / cached_row;")
             self.line(f"const long long {lo} = (long long)split * bz_chunk{tag}, "
                       f"{hi} = bz_minimum(bz_total{tag}, {lo} + bz_chunk{tag});")
-        self.walk_flat(nest, tag, f"{lo} + lane", "lanes32", hi)
+        self.walk_flat(nest, tag, f"{lo} + lane", "lanes32", hi, step=step)
 
     # --- flat: a perfect loop nest as one index space ------------------------------------------------
     def write_flat(self) -> None:
@@ -275,11 +279,12 @@ class GridWriter(DenseWriter):
                   f"{' * '.join(f'(long long)bz_n{tag}{n}' for n in range(len(nest)))};")
 
     def walk_flat(self, nest: list[k.For], tag: str, first: str, stride: str, end: str,
-                  vector: VectorAccesses | None = None) -> None:
+                  vector: VectorAccesses | None = None, step: Callable[[], None] | None = None) -> None:
         """The nest's body at flat indices first, first + stride, ... below `end`, in order. The
         nest's indices follow the flat index by carrying digits: no division per element. With
         `vector`, each index is the first of `vector.width` neighbouring elements of the innermost
-        loop, taken as vectors (walk_vectors decides when that holds)."""
+        loop, taken as vectors (walk_vectors decides when that holds); with `step`, what it writes
+        is each index's statements instead of the innermost body."""
         last, ix = len(nest) - 1, self.index
         f, d, st = f"bz_f{tag}", f"bz_d{tag}", f"bz_s{tag}"
         # Unsigned 32-bit where every index fits an int: the digits' divisions at the walk's start are
@@ -297,7 +302,9 @@ class GridWriter(DenseWriter):
             ty = c_type(level.var.dtype)
             name = f"{level.var.name}_{vector.width}" if vector is not None and n == last else level.var.name
             self.line(f"const {ty} {name} = ({ty})({self.expr(level.begin)}) + ({ty}){d}{n};")
-        if vector is not None:
+        if step is not None:
+            step()
+        elif vector is not None:
             self.emit_vector_step(nest[-1], vector, k.Var(f"{nest[-1].var.name}_{vector.width}", nest[-1].var.dtype),
                                   self.read_loads(nest[-1], vector))
         else:

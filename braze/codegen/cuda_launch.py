@@ -132,6 +132,8 @@ class TaskLaunch:
     nest_levels: int = 0  # splittable rows: the loops of the nest the split path walks (schedule_bounds)
     lane_combines: bool = True  # some loop's lanes combine their values (a reduction's): cuda_plan.LanePlan
     thread_divisors: int = 0  # fast divisors each thread sets up once (cuda_invariants.plan_divisors)
+    # A column task's columns a thread owns where this divides their count (codegen/cuda_column_vectors.py).
+    column_width: int = 1
 
     def shared_bytes(self, rows_per_block: int, row: int) -> int:
         """Dynamic shared memory for the row caches (each region rounded to 16 bytes)."""
@@ -190,11 +192,12 @@ def task_launches(kernel: k.Kernel, generated, functions: dict) -> list[TaskLaun
                        plan.coalesces, tuple(c.dtype.itemsize for c in caches), tuple(c.position for c in caches),
                        schedule, registers, functions[warp] if warp else None, warp, warp_registers, width,
                        thread_width, len(nest_of(t)) if _splits_rows(schedule) else 0,
-                       any(plan.loops.values()), divisors)
-            for t, plan, caches, schedule, registers, warp, warp_registers, width, thread_width, divisors in zip(
-                kernel.tasks, generated.lane_plans, generated.row_caches, generated.schedules,
-                generated.register_rows, generated.warp_functions, generated.warp_register_rows,
-                generated.lane_widths, generated.thread_vector_widths, generated.thread_divisors, strict=True)]
+                       any(plan.loops.values()), divisors, columns)
+            for t, plan, caches, schedule, registers, warp, warp_registers, width, thread_width, divisors, columns
+            in zip(kernel.tasks, generated.lane_plans, generated.row_caches, generated.schedules,
+                   generated.register_rows, generated.warp_functions, generated.warp_register_rows,
+                   generated.lane_widths, generated.thread_vector_widths, generated.thread_divisors,
+                   generated.column_widths, strict=True)]
 
 
 class LaunchPlanner:
@@ -214,8 +217,10 @@ class LaunchPlanner:
         self.max_grid = sm_count * BLOCKS_PER_SM
         accumulators = max((len(t.schedule.accumulators) for t in tasks), default=0)
         # Partial results: a slot per accumulator and block, or per accumulator, split and column of
-        # an outer reduction (splits * strips <= max_grid).
-        self.partial_bytes = 8 * accumulators * self.max_grid * COLUMNS_PER_BLOCK
+        # an outer reduction (splits * strips <= max_grid, a strip's columns at most COLUMNS_PER_BLOCK
+        # vectors of the task's column width).
+        widest = max((t.column_width for t in tasks), default=1)
+        self.partial_bytes = 8 * accumulators * self.max_grid * COLUMNS_PER_BLOCK * widest
         self.inner_outer_blocks = INNER_OUTER_BLOCKS_PER_SM_BEFORE if config.disabled("inner_outer_occupancy") \
             else INNER_OUTER_BLOCKS_PER_SM
 
@@ -425,9 +430,12 @@ class LaunchPlanner:
         outputs, leaving more row groups; down to MIN_COLUMNS_PER_BLOCK while the strips leave SMs
         idle and the rows cannot be split), and, when the task allows and the strips leave SMs idle,
         the rows split across up to that many more blocks, each split at least
-        REDUCTION_ELEMENTS_PER_THREAD rows a row group. `lanes` passes the columns a block,
-        `cached_row` the splits."""
-        columns = end - begin
+        REDUCTION_ELEMENTS_PER_THREAD rows a row group. Where the task's threads own several
+        neighbouring columns and their width divides the column count (its kernel then takes its
+        vector path: cuda_column_vectors), the columns are counted in vectors. `lanes` passes the
+        columns (or vectors) a block, `cached_row` the splits."""
+        width = task.column_width if (end - begin) % task.column_width == 0 else 1
+        columns = (end - begin) // width
         cols = 1
         while cols < COLUMNS_PER_BLOCK and cols < columns:
             cols *= 2
@@ -443,7 +451,8 @@ class LaunchPlanner:
             row_groups = self.block // cols
             splits = max(1, min(target // strips, rows // (row_groups * REDUCTION_ELEMENTS_PER_THREAD)))
         if strips * splits > MAX_GRID:
-            raise UnsupportedError(f"kernel {task.name}: {columns} columns need {strips} blocks, more than {MAX_GRID}")
+            raise UnsupportedError(f"kernel {task.name}: {end - begin} columns need {strips} blocks, "
+                                   f"more than {MAX_GRID}")
         return PlannedLaunch(task, begin, end, strips * splits, 0, (cols, splits, *pointers))
 
     def _plan_inner_outer(self, task: TaskLaunch, fold: TaskLaunch, scalars: dict[str, int],

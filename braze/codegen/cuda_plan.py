@@ -872,7 +872,7 @@ class VectorAccesses:
     width: int = 4
 
 
-def _unit_stride_position(access, var: k.Var, local: set[k.Var]) -> bool:
+def unit_stride_position(access, var: k.Var, local: set[k.Var]) -> bool:
     """`var` indexes exactly one axis of the access, with unit stride, as `var` plus an offset fixed
     for the loop (a part of a loop split at a cat's edge reads `x[j - 64]`), and no index reads the
     `local` variables the loop defines."""
@@ -912,7 +912,7 @@ def vector_accesses(loop: k.For) -> VectorAccesses | None:
     stores = [s for s in loop.body if isinstance(s, k.Store) and any(loop.var in set(sub_exprs(i)) for i in s.indices)]
     accesses = [*loads, *stores]
     local = {s.var for s in walk(loop.body) if isinstance(s, (k.Let, k.Assign))}
-    if not accesses or any(a.param.dtype.name not in VECTOR_TYPES[4] or not _unit_stride_position(a, loop.var, local)
+    if not accesses or any(a.param.dtype.name not in VECTOR_TYPES[4] or not unit_stride_position(a, loop.var, local)
                            for a in accesses):
         return None
     if not set(loads) <= set(unconditional_loads(loop.body, loop.var)):  # a load only some iterations make
@@ -955,20 +955,20 @@ def nest_vector_accesses(nest: list[k.For]) -> VectorAccesses | None:
     if vector is None:
         return None
     indices = {level.var for level in nest}
-    if not all(_affine(i, indices) for access in (*vector.loads, *vector.stores) for i in access.indices):
+    if not all(affine(i, indices) for access in (*vector.loads, *vector.stores) for i in access.indices):
         return None
     return dataclasses.replace(vector, width=vector_width([vector]))
 
 
-def _affine(e: k.Expr, variables: set[k.Var]) -> bool:
+def affine(e: k.Expr, variables: set[k.Var]) -> bool:
     """Whether `e` is an affine function of `variables` (integer index arithmetic)."""
     if not variables & vars_of(e) or isinstance(e, k.Var):
         return True
     if isinstance(e, k.Binary) and e.op in ("add", "sub"):
-        return _affine(e.a, variables) and _affine(e.b, variables)
+        return affine(e.a, variables) and affine(e.b, variables)
     if isinstance(e, k.Binary) and e.op == "mul":
-        return any(not variables & vars_of(c) and _affine(x, variables) for c, x in ((e.a, e.b), (e.b, e.a)))
-    return isinstance(e, k.Cast) and e.dtype.is_integer and e.x.dtype.is_integer and _affine(e.x, variables)
+        return any(not variables & vars_of(c) and affine(x, variables) for c, x in ((e.a, e.b), (e.b, e.a)))
+    return isinstance(e, k.Cast) and e.dtype.is_integer and e.x.dtype.is_integer and affine(e.x, variables)
 
 
 def plan_lanes(task: k.Task) -> LanePlan:

@@ -38,8 +38,8 @@ def run(shape, sm_count=8, transposed=False):
 def test_few_batches_of_many_tokens_split_across_blocks():
     (launch,) = run((2, 700, 40))
     kind, grid, (columns, splits, *_) = launch[1], launch[2], launch[4]
-    # Two columns strips; the 1,400 rows (not the 2 batches) decide the splits.
-    assert kind == "columns" and splits > 2 and grid == splits * -(-40 // columns)
+    # Ten vectors of four columns, in one strip; the 1,400 rows (not the 2 batches) decide the splits.
+    assert kind == "columns" and splits > 2 and grid == splits * -(-40 // 4 // columns)
 
 
 @pytest.mark.parametrize("shape", [(1, 1, 1), (3, 1, 5), (1, 129, 33), (5, 33, 40), (4, 0, 3)])

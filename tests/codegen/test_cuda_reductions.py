@@ -155,7 +155,9 @@ def test_var_mean_over_axis_0_takes_columns_split_over_rows_in_one_pass():
     # the var's (the same columns), its sum the var's own sum of x (passes/simplify.py reuses it).
     src = source(lambda f: var_and_mean(f), _inputs(2, bz.float32))
     assert kinds(src) == ["columns"] and src.schedules[0].splittable and len(src.schedules[0].accumulators) == 3
-    assert src.body.count("+= lanes32) {") == 1
+    # One pass on each path: the vector path (vectors, or its columns an element at a time) and one
+    # column a thread.
+    assert src.body.count("+= lanes32) {") == 3
     assert "bz_column_reduce" in src.body and "bz_last_of" in src.body
 
 
@@ -267,6 +269,10 @@ def _grid_sources() -> list[cuda.CudaSource]:
 def test_every_schedule_compiles_with_nvrtc():
     sources = _grid_sources()
     assert {"columns", "flat", "grid_rows"} <= {k for s in sources for k in kinds(s)}
+    # The column tasks' vector paths among them (codegen/cuda_column_vectors.py), of every float dtype.
+    loaded = {vector for s in sources if "columns" in kinds(s)
+              for vector in re.findall(r"reinterpret_cast<const (\w+)\*>", s.body)}
+    assert {"float4", "bz_double4", "bz_half8", "bz_bfloat168"} <= loaded
     text = cuda.with_prelude("\n".join(s.body for s in sources))
     assert nvrtc.compile_ptx(text, "grid_schedules", "sm_90", ("-G",))
 
