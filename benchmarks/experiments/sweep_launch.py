@@ -26,7 +26,8 @@ SWEEPS = {
     "REDUCTION_ELEMENTS_PER_THREAD": (4, 8, 32, 64),
     "NARROW_MIN_ROWS_PER_SM": (2, 32),
     "DIVIDED_ELEMENTS_PER_THREAD": (16, 256),
-    "MAX_LANES": (32,),  # 64 or 128 combining lanes a row are refused by the planner (the row code cannot)
+    "COMBINED_ROW_ELEMENTS": (8, 24, 48),
+    "MAX_LANES": (32, 128),
 }
 DEFAULT_CASES = ("column_sum,full_sum,middle_sum,param_grads,batch_norm,group_norm,var_mean,layer_norm,"
                  "layer_norm_bf16,rms_norm,add_rms_norm,rope,softmax_backward,scaled_masked_softmax")

@@ -412,9 +412,12 @@ template <typename T, typename Op> BZ_D T bz_shuffle_reduce(T v, int width, Op o
 // One warp a row (the tasks' `_warp` functions): shuffles only, so rows of one block need not agree.
 template <typename T, typename Op> BZ_D T bz_warp_reduce(T v, Op op) { return bz_shuffle_reduce(v, 32, op); }
 
-// The first warp of this thread's row of `lanes` threads (a power of two over a warp): a block of
-// 256 threads holds one row of 256 lanes, or two of 128, four of 64, each its own warps.
-BZ_D int bz_row_warp(int lanes) { return (int)(threadIdx.x & ~(unsigned)(lanes - 1)) >> 5; }
+// The first warp of this thread's row of `lanes` threads: a block of 256 threads holds one row of
+// 256 lanes, or two of 128, four of 64, each its own warps. A row of the whole block starts at warp 0
+// whatever the block's size (a loop kernel's block need not be a power of two).
+BZ_D int bz_row_warp(int lanes) {
+  return lanes >= (int)blockDim.x ? 0 : (int)(threadIdx.x & ~(unsigned)(lanes - 1)) >> 5;
+}
 
 // `lanes` threads (a power of two) share a row: up to a warp, a butterfly of shuffles; otherwise
 // the row's warps combine through shared memory in a fixed order, so the result is the same from
