@@ -209,7 +209,7 @@ def plan_kernel(fusion: FusionGraph, key: tuple, views_on_host: bool = True, gpu
     cpu = views_on_host and not gpu if cpu is None else cpu
     while True:
         plan = schedule.plan(fusion, cuts, views_on_host, gpu, cpu, _unit_axes(fusion, key), _dense_inputs(fusion, key),
-                             channel_rows=key[3] is not False if len(key) > 3 else True)
+                             channel_rows=len(key) > 3 and key[3] is True)
         try:
             kernel, params = lower(fusion, plan.writes, plan.scheduled, _input_strides(fusion, key, plan),
                                    getattr(fusion, "name", "fusion"), dt.as_dtype(key[1]), _dense_inputs(fusion, key),

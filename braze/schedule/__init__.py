@@ -120,7 +120,7 @@ def _positional_path(source: TensorView, target: TensorView) -> bool:
 
 
 def heuristics_for(tv: TensorView, gpu: bool = False, cpu: bool = False, reads: ReadLayouts | None = None,
-                   flat: bool = True, channel_rows: bool = True) -> Heuristics:
+                   flat: bool = True, channel_rows: bool = False) -> Heuristics:
     """Loop order: a chosen layout first; else the dimensions a reduction is broadcast along go inside.
 
     On a GPU (`gpu`), a task computing reductions with no axis they are broadcast back along (a sum
@@ -244,7 +244,7 @@ def outputs_needing_kernels(fusion: FusionGraph, views_on_host: bool = True) -> 
 
 def plan(fusion: FusionGraph, cuts: set[int], views_on_host: bool = True, gpu: bool = False, cpu: bool = False,
          unit_axes: dict[int, int | None] | None = None, dense: frozenset[int] = frozenset(),
-         channel_rows: bool = True) -> Plan:
+         channel_rows: bool = False) -> Plan:
     """Tasks for the cut intermediates (in definition order) and then for the outputs: scheduled for
     a GPU with `gpu`; with `cpu`, outer reductions and normalizations take the CPU's column strips.
     `unit_axes`: the unit-stride axis of each input (by id) at this signature, `dense`: the inputs (ids)
@@ -267,14 +267,15 @@ def plan(fusion: FusionGraph, cuts: set[int], views_on_host: bool = True, gpu: b
 
 
 def channel_row_sizes(fusion: FusionGraph) -> list:
-    """The elements a row holds, as extents of the inputs, for each reduction over several axes that
-    are not its input's innermost ones (batch_norm's statistics of a channel over N, H and W)."""
+    """The elements a row holds, as extents of the inputs, for each reduction over several axes
+    (batch_norm's statistics of a channel over N, H and W; a norm over the last two axes), whose
+    normalization takes a task a row only where the row is short (CHANNEL_ROW_LIMIT)."""
     sizes = []
     for expr in fusion.exprs:
-        if lookup(expr.op).category != "reduction" or not expr.inputs or expr.inputs[0].ndim < 3:
+        if lookup(expr.op).category != "reduction" or not expr.inputs:
             continue
-        x, axes = expr.inputs[0], sorted(expr.attrs.get("axes", ()))
-        if len(axes) < 2 or axes == list(range(x.ndim - len(axes), x.ndim)):
+        x, axes = expr.inputs[0], sorted(expr.attrs.get("axes") or ())
+        if len(axes) < 2:
             continue
         size = x.shape[axes[0]]
         for a in axes[1:]:
