@@ -229,8 +229,10 @@ def test_inner_outer_pairs_have_a_region_of_the_workspace_of_their_own(gpu) -> N
     compiled, bindings = inner_outer()
     pair, reducing = CudaExecutor(compiled, FakeDevice(0)), executor(FakeDevice(0))
     assert pair.pairs and not reducing.pairs
+    reducing.workspace(A)  # its grid reductions' room (four columns a thread: more than the pair's)
     workspace = pair.workspace(A, bindings)
     assert reducing.workspace(A) is workspace and workspace.pair_bytes > 0
+    assert workspace.partial_bytes >= max(reducing.planner.partial_bytes, pair.planner.partial_bytes)
     partials_end = workspace.pointers[0] + workspace.partial_bytes
     assert workspace.pointers[1] < workspace.pointers[0] < partials_end <= workspace.pair_pointer
     reducing.planner.partial_bytes *= 2  # a larger grid reduction: the pairs' room stays
