@@ -36,7 +36,9 @@ pytestmark = [pytest.mark.cuda,
 
 
 fuzz = sibling_tests.load("passes/test_fuzz_tasks.py")
-WRITE = re.compile(r"\s*(a\d)\[.*?\]\s*\+?= ")  # a store or an update (`if` lines only read)
+# A store, an update, or an atomic min or max into an array (`if` lines only read): an atomic is a write
+# too, which another thread's read of the same element races with (`atomic_min(a0[i], a0[i + 3])`).
+WRITE = re.compile(r"\s*(?:@atomic\|\w+\|)?(a\d)\[.*?\](?:\s*\+?= |\|)")
 ACCESS = re.compile(r"\b(a\d)\[([^\],]+)(?:, [^\]]+)?\]")
 OWNED_ROWS = set(fuzz.INDICES[:6])  # the injective row indices of the generator
 
