@@ -40,13 +40,10 @@ from braze.codegen.cuda_narrow import always_narrow, narrow_locals, operand_is_n
 from braze.codegen.cuda_online import fuse_online_softmax
 from braze.codegen.cuda_peel import PeelWriter
 from braze.codegen.cuda_plan import (
-    ARG_COMBINES,
-    ARG_INDEX,
     INNER_OUTER_REGISTER_ROW_BYTES,
     LANE_COMBINES,
     NARROW_BLOCK,
     NARROW_REGISTER_ROW_BYTES,
-    ONLINE_ADD,
     REGISTER_ROW_BYTES,
     WARP,
     LanePlan,
@@ -54,7 +51,7 @@ from braze.codegen.cuda_plan import (
     TaskSchedule,
     exprs_of,
     lane_nest,
-    online_partner,
+    paired_accumulators,
     plan_lanes,
     plan_row_caches,
     plan_schedule,
@@ -557,25 +554,19 @@ class TaskWriter(RowLoopWriter, PeelWriter, GridWriter, ColumnVectorWriter, Tile
     def lane_reduce(self, accumulators) -> None:
         """Each accumulator combined over the lanes of its row; in a warp function over one warp,
         by shuffles alone (the `warp` helpers of the prelude)."""
-        partner = online_partner(accumulators)
-        kind, lanes = ("warp", "") if self.warp else ("lane", ", lanes32")
-        plain = [(acc, combine) for acc, combine in accumulators if combine in LANE_COMBINES and acc not in partner]
-        if kind == "lane" and self.schedule.kind != "columns" and joins_lane_reductions(plain):
+        pairs = paired_accumulators(accumulators)
+        paired = {acc for pair in pairs for acc in pair[:2]}
+        plain = [(acc, combine) for acc, combine in accumulators if acc not in paired]
+        if not self.warp and self.schedule.kind != "columns" and joins_lane_reductions(plain):
             for line in joint_lane_reduce([(acc.name, LANE_COMBINES[c]) for acc, c in plain], "lanes32"):
                 self.line(line)
-            accumulators = [a for a in accumulators if a not in plain]
-        for n, (acc, combine) in enumerate(accumulators):
-            if combine in ARG_COMBINES.values():  # with its index, the next accumulator
-                largest = "true" if combine == ARG_COMBINES["gt"] else "false"
-                self.line(f"bz_arg_{kind}_reduce<{largest}>({acc.name}, {accumulators[n + 1][0].name}{lanes});")
-                continue
-            if combine == ARG_INDEX:
-                continue
-            if combine == ONLINE_ADD:  # the sum and its maximum, as pairs
-                self.line(f"bz_online_{kind}_reduce({partner[acc].name}, {acc.name}{lanes});")
-                continue
-            if acc in partner:  # the maximum of an online sum: combined with it
-                continue
+            plain = []
+        for first, second, functor in pairs:  # a warp's by shuffles alone
+            reduce = "bz_pair_shuffle_reduce" if self.warp else "bz_pair_lane_reduce"
+            lanes = "32" if self.warp else "lanes32"
+            self.line(f"{reduce}({first.name}, {second.name}, {lanes}, {functor});")
+        for acc, combine in plain:
+            kind, lanes = ("warp", "") if self.warp else ("lane", ", lanes32")
             functor = LANE_COMBINES[combine]
             if self.schedule.kind == "columns":  # over the row groups of each column
                 self.line(f"{acc.name} = bz_column_reduce<{self.block_size}>({acc.name}, cols32, {functor}());")

@@ -19,6 +19,7 @@ from braze.codegen.cuda_plan import (
     LANE_COMBINES,
     VectorAccesses,
     nest_vector_accesses,
+    paired_accumulators,
     perfect_nest,
     row_nest,
     substituted,
@@ -68,21 +69,38 @@ class GridWriter(DenseWriter):
         for n, (acc, _) in enumerate(accumulators):
             self.line(f"if ({writer}) {self.partial_slot(n, acc, region, index)} = {acc.name};")
         self.line(f"if (!bz_last_of({counter}, {count})) return;")
-        for n, (acc, combine) in enumerate(accumulators):
-            ty = c_type(acc.dtype)
-            slot = self.partial_slot(n, acc, region, f"b + j * ({reader.step})").replace(f"(({ty}*)",
-                                                                                         f"((volatile {ty}*)")
-            within = f"if (b + j * ({reader.step}) < {reader.end})"
+        pairs = paired_accumulators(accumulators)
+        paired = {acc for pair in pairs for acc in pair[:2]}
+        slot = {acc: n for n, (acc, _) in enumerate(accumulators)}
+        for acc, combine in accumulators:
+            if acc not in paired:
+                self.fold_slots([acc], f"{acc.name} = {LANE_COMBINES[combine]}()({acc.name}, bz_slots0[j]);",
+                                slot, region, reader)
+        for first, second, functor in pairs:
+            self.fold_slots([first, second], f"{functor}({first.name}, {second.name}, bz_slots0[j], bz_slots1[j]);",
+                            slot, region, reader)
+
+    def fold_slots(self, accumulators: list[k.Var], fold: str, slot: dict[k.Var, int], region: str,
+                   reader: SlotOrder) -> None:
+        """The accumulators reset, then `fold` (reading slot j's values of accumulator n as
+        `bz_slots<n>[j]`) of each workspace slot `reader` gives this thread, in order."""
+        within = f"if (b + j * ({reader.step}) < {reader.end})"
+        for acc in accumulators:
             self.line(f"{acc.name} = {self.expr(self.initial[acc])};")
-            self.line(f"for ({reader.index} b = {reader.first}; b < {reader.end}; "
-                      f"b += {SLOT_BATCH} * ({reader.step})) {{")
-            self.line(f"  {ty} bz_slots[{SLOT_BATCH}];")
-            self.line("  #pragma unroll")
-            self.line(f"  for (int j = 0; j < {SLOT_BATCH}; ++j) {within} bz_slots[j] = {slot};")
-            self.line("  #pragma unroll")
-            self.line(f"  for (int j = 0; j < {SLOT_BATCH}; ++j) {within} "
-                      f"{acc.name} = {LANE_COMBINES[combine]}()({acc.name}, bz_slots[j]);")
-            self.line("}")
+        self.line(f"for ({reader.index} b = {reader.first}; b < {reader.end}; "
+                  f"b += {SLOT_BATCH} * ({reader.step})) {{")
+        for n, acc in enumerate(accumulators):
+            self.line(f"  {c_type(acc.dtype)} bz_slots{n}[{SLOT_BATCH}];")
+        self.line("  #pragma unroll")
+        self.line(f"  for (int j = 0; j < {SLOT_BATCH}; ++j) {within} {{")
+        for n, acc in enumerate(accumulators):
+            ty = c_type(acc.dtype)
+            value = self.partial_slot(slot[acc], acc, region, f"b + j * ({reader.step})")
+            self.line(f"    bz_slots{n}[j] = {value.replace(f'(({ty}*)', f'((volatile {ty}*)')};")
+        self.line("  }")
+        self.line("  #pragma unroll")
+        self.line(f"  for (int j = 0; j < {SLOT_BATCH}; ++j) {within} {fold}")
+        self.line("}")
 
     @property
     def initial(self) -> dict[k.Var, k.Expr]:
@@ -96,6 +114,11 @@ class GridWriter(DenseWriter):
         if mask is not None:
             for acc, _ in accumulators:
                 self.line(f"{acc.name} = {mask} ? {acc.name} : {self.expr(self.initial[acc])};")
+        pairs = paired_accumulators(accumulators)
+        for first, second, functor in pairs:
+            self.line(f"bz_pair_lane_reduce({first.name}, {second.name}, (int)blockDim.x, {functor});")
+        paired = {acc for pair in pairs for acc in pair[:2]}
+        accumulators = [(acc, combine) for acc, combine in accumulators if acc not in paired]
         if joins_lane_reductions(accumulators):
             for line in joint_lane_reduce([(acc.name, LANE_COMBINES[c]) for acc, c in accumulators],
                                           "(int)blockDim.x"):

@@ -155,10 +155,10 @@ def has_arg_pairs(plan: LanePlan) -> bool:
     return any(combine == ARG_INDEX for accumulators in plan.loops.values() for _, combine in accumulators)
 
 
-def _has_online_sums(plan: LanePlan) -> bool:
-    """Whether a lane loop keeps an online sum of exponentials with its maximum (cuda_online). Blocks
-    that meet in the workspace (cuda_grid) combine each accumulator on its own, never such a pair."""
-    return any(combine == ONLINE_ADD for accumulators in plan.loops.values() for _, combine in accumulators)
+def _has_pairs(plan: LanePlan) -> bool:
+    """Whether a lane loop keeps accumulators that combine two at a time (paired_accumulators)."""
+    return has_arg_pairs(plan) or any(combine == ONLINE_ADD for accumulators in plan.loops.values()
+                                      for _, combine in accumulators)
 
 
 def online_partner(accumulators: tuple[tuple[k.Var, str], ...]) -> dict[k.Var, k.Var]:
@@ -168,6 +168,21 @@ def online_partner(accumulators: tuple[tuple[k.Var, str], ...]) -> dict[k.Var, k
     if not sums:
         return {}
     return {sums[0]: maxima[0], maxima[0]: sums[0]}
+
+
+def paired_accumulators(accumulators: tuple[tuple[k.Var, str], ...]) -> list[tuple[k.Var, k.Var, str]]:
+    """The accumulators that combine two at a time, as (first, second, the prelude's functor for
+    them): an argmax's or argmin's value and index (BzArgCombine), an online sum's maximum and sum
+    (BzOnlineCombine). Lanes, blocks and the workspace's slots all combine them so."""
+    partner = online_partner(accumulators)
+    pairs = []
+    for n, (acc, combine) in enumerate(accumulators):
+        if combine in ARG_COMBINES.values():  # its index is the next accumulator
+            largest = "true" if combine == ARG_COMBINES["gt"] else "false"
+            pairs.append((acc, accumulators[n + 1][0], f"BzArgCombine<{largest}>()"))
+        elif combine == ONLINE_ADD:
+            pairs.append((partner[acc], acc, "BzOnlineCombine()"))
+    return pairs
 
 
 def _loop_accumulators(loop: k.For, task_vars: set[k.Var]) -> tuple[tuple[k.Var, str], ...] | None:
@@ -720,6 +735,13 @@ def _stores_and_loads_in(loop: k.For) -> tuple:
     return k.kept(loop, "_stores_and_loads", find)
 
 
+def _flat(task: k.Task, plan: LanePlan) -> bool:
+    """Whether a task that spans the grid takes the "flat" schedule: its loop a perfect nest whose
+    accumulators start before it."""
+    loop = next(s for s in task.body if isinstance(s, k.For))
+    return _initialized(task, plan.loops[id(loop)]) and perfect_nest(loop) is not None
+
+
 def _row_is_one_nest(task: k.Task, plan: LanePlan) -> bool:
     """Whether a row task's row is one lane loop over a perfect nest with bounds the host can
     evaluate, between definitions and stores: its rows may be split across blocks (few long rows,
@@ -756,11 +778,10 @@ def plan_schedule(task: k.Task, plan: LanePlan) -> TaskSchedule:
     """The task's schedule (see TaskSchedule)."""
     if tile_loops(task) is not None:
         return TaskSchedule("tiles")
-    if has_arg_pairs(plan):  # argmax / argmin pairs combine across the lanes of a row only
-        return TaskSchedule()
-    # An online sum and its maximum combine over the lanes of a row only: such a row spans no blocks.
-    splits = not _has_online_sums(plan)
-    if spans_grid(task, plan) and splits:
+    # Pairs (an argmax's value and index, an online sum's maximum and sum) meet across blocks only
+    # where a nest splits over them ("flat", split rows); the other grid schedules combine lone values.
+    pairs = _has_pairs(plan)
+    if spans_grid(task, plan) and not (pairs and not _flat(task, plan)):
         loop = next(s for s in task.body if isinstance(s, k.For))
         accumulators = plan.loops[id(loop)]
         if not _initialized(task, accumulators):
@@ -771,13 +792,16 @@ def plan_schedule(task: k.Task, plan: LanePlan) -> TaskSchedule:
         if plan_lanes(row).loops and _rows_add_once(task, row):
             return TaskSchedule("grid_rows", accumulators, row_levels=len(row_nest(task)))
         return TaskSchedule("grid", accumulators)
-    if _walks_columns(task, plan) and not stored_rows(task):  # row groups would split a stored row
+    columns = _walks_columns(task, plan) and not stored_rows(task)  # row groups would split a stored row
+    if columns and has_arg_pairs(plan):  # a column's lanes would split its pairs: the row path
+        return TaskSchedule()
+    if columns:
         loops = [s for s in task.body if isinstance(s, (k.For, k.While))]
         after = task.body[task.body.index(loops[-1]) + 1:]
         splittable = (len(loops) == 1 and all(isinstance(s, (k.Let, k.Store)) for s in after)
                       and _initialized(task, plan.loops[id(loops[0])]))
         return TaskSchedule("columns", plan.loops[id(loops[0])] if splittable else (), splittable)
-    if _row_is_one_nest(task, plan) and splits:
+    if _row_is_one_nest(task, plan):
         loop = next(s for s in task.body if isinstance(s, k.For))
         return TaskSchedule("rows", plan.loops[id(loop)], splittable=True)
     return TaskSchedule()

@@ -50,8 +50,8 @@ def c_type(dtype: DType) -> str:
 # Prelude helpers that may reach __syncthreads, a barrier every thread of the block must reach: a copy
 # of a row's statements that calls one must be taken by all of a block's threads or by none
 # (tests/codegen/test_cuda_rows.py holds the list to the prelude).
-BLOCK_BARRIERS = ("__syncthreads", "bz_lane_reduce", "bz_pair_lane_reduce", "bz_online_lane_reduce",
-                  "bz_arg_lane_reduce", "bz_column_reduce", "bz_last_of", "bz_last_block", "bz_lane_scan")
+BLOCK_BARRIERS = ("__syncthreads", "bz_lane_reduce", "bz_pair_lane_reduce", "bz_column_reduce", "bz_last_of",
+                  "bz_last_block", "bz_lane_scan")
 
 
 def barriers_in(lines: list[str]) -> list[str]:

@@ -545,10 +545,6 @@ template <typename A, typename B, typename Combine> BZ_D void bz_pair_lane_reduc
 struct BzOnlineCombine {
   template <typename T> BZ_D void operator()(T& m, T& s, T m2, T s2) const { bz_online_combine(m, s, m2, s2); }
 };
-template <typename T> BZ_D void bz_online_lane_reduce(T& m, T& s, int lanes) {
-  bz_pair_lane_reduce(m, s, lanes, BzOnlineCombine());
-}
-template <typename T> BZ_D void bz_online_warp_reduce(T& m, T& s) { bz_pair_shuffle_reduce(m, s, 32, BzOnlineCombine()); }
 
 // argmax / argmin across lanes: each lane holds the (value, index) it found first among its
 // elements; of two, the first NaN wins, else the larger (smaller) value, the lower index on a tie:
@@ -564,12 +560,6 @@ template <bool Largest> struct BzArgCombine {
     }
   }
 };
-template <bool Largest, typename T, typename I> BZ_D void bz_arg_lane_reduce(T& v, I& i, int lanes) {
-  bz_pair_lane_reduce(v, i, lanes, BzArgCombine<Largest>());
-}
-template <bool Largest, typename T, typename I> BZ_D void bz_arg_warp_reduce(T& v, I& i) {
-  bz_pair_shuffle_reduce(v, i, 32, BzArgCombine<Largest>());
-}
 
 // An outer reduction's block: threads c + cols * g (cols a power of two) share column c, one per
 // row group g. Their values combine in a fixed tree over the row groups, through shared memory;

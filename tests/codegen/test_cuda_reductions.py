@@ -141,7 +141,7 @@ def test_layer_norm_backward_sums_its_weight_gradient_by_columns():
 def test_argmax_rows_spread_over_lanes_and_combine_value_index_pairs(op, largest):
     src = source(lambda f: [op(tensor(f, 2), 1)], _inputs(2, bz.float32))
     assert src.lane_plans[0].loops and src.lane_plans[0].coalesces
-    assert f"bz_arg_lane_reduce<{largest}>(best2, at3, lanes32);" in src.body
+    assert f"bz_pair_lane_reduce(best2, at3, lanes32, BzArgCombine<{largest}>());" in src.body
     assert "+= lanes32) {" in src.body
 
 
@@ -175,7 +175,8 @@ def test_cross_entropy_mean_runs_its_rows_over_lanes_and_meets_across_blocks():
     src = source(build, np.ones((4, 64), np.float32), np.zeros(4, np.int64))
     assert kinds(src) == ["grid_rows"] and src.lane_plans[0].coalesces
     body = src.body
-    assert "row0 += (int)gridDim.x * rows_per_block" in body and "bz_online_lane_reduce(acc5, acc7, lanes32)" in body
+    assert "row0 += (int)gridDim.x * rows_per_block" in body
+    assert "bz_pair_lane_reduce(acc5, acc7, lanes32, BzOnlineCombine())" in body
     assert re.search(r"if \(active\) acc1 = ", body)  # a clamped row past the end adds nothing
     assert "acc1 = lane == 0 ? acc1 : 0x0.0p+0f;" in body
 
@@ -196,7 +197,7 @@ def test_the_row_maximum_and_sum_of_exponentials_take_one_pass(name, build, inpu
     body = source(build, *inputs).body
     # One loop reads the row for both (the max loop and the sum loop were two), then the lanes
     # combine (max, sum) pairs; no loop is left that sums exp(x - max) alone.
-    assert body.count("bz_online_add(") >= 5 and "bz_online_lane_reduce(" in body  # 4 vector lanes + scalar
+    assert body.count("bz_online_add(") >= 5 and "BzOnlineCombine()" in body  # 4 vector lanes + scalar
     assert "BzReduceMax" not in body and "expf" not in body
 
 
@@ -227,7 +228,7 @@ def test_batched_cross_entropy_takes_its_rows_from_both_outer_loops():
     assert schedule.kind == "grid_rows" and schedule.row_levels == 2
     # Rows are the batch and token loops flattened: their indices come from the row, once per row.
     assert "task_end = bz_n0 * bz_n1;" in src.body and "bz_row /= bz_n1;" in src.body
-    assert "bz_online_lane_reduce(" in src.body
+    assert "BzOnlineCombine()" in src.body
 
 
 def test_a_load_under_a_condition_stays_out_of_the_16_byte_loop():

@@ -253,7 +253,7 @@ def test_block_barriers_name_every_prelude_function_that_reaches_syncthreads():
         reaching |= more
     assert reaching <= set(BLOCK_BARRIERS)
     assert set(BLOCK_BARRIERS) - {"__syncthreads"} <= set(defined)  # the list names no helper that is gone
-    assert {"bz_warp_reduce", "bz_online_warp_reduce", "bz_arg_warp_reduce"} <= set(defined) - reaching
+    assert {"bz_warp_reduce", "bz_pair_shuffle_reduce"} <= set(defined) - reaching
 
 
 def barriers_in_names(text: str, names: set[str]) -> bool:
