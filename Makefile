@@ -43,7 +43,8 @@ FUZZ_TESTS := tests/engine/test_fuzz_fusions.py tests/engine/test_fuzz_fusions_c
 	tests/frontend/test_kernel_random.py tests/frontend/test_kernel_replay.py tests/frontend/test_kernel_equal_extents.py \
 	tests/frontend/test_kernel_python_semantics.py tests/frontend/test_jit_assign.py \
 	tests/frontend/test_fuzz_grid_programs.py tests/codegen/test_fuzz_row_peel.py \
-	tests/codegen/test_fuzz_column_vectors.py tests/codegen/test_fuzz_channel_rows.py
+	tests/codegen/test_fuzz_column_vectors.py tests/codegen/test_fuzz_channel_rows.py \
+	tests/codegen/test_fuzz_split_pairs.py
 fuzz: $(STAMP)
 	BRAZE_FUZZ_SCALE=$(SCALE) $(PY) -m pytest -q $(if $(JOBS),-n $(JOBS)) $(FUZZ_TESTS)
 
