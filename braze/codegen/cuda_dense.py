@@ -105,6 +105,14 @@ def _variables(indices: tuple[k.Expr, ...]) -> set[k.Var]:
 class DenseWriter:
     """The dense walk of a "flat" task's writer (see the module docstring)."""
 
+    @property
+    def flat(self) -> str:
+        """The C type of flat indices into a nest (its total, chunks, the walk's index): unsigned
+        32-bit where every index fits an int (the kernel's sizes include every tensor the nest
+        walks), so a block's setup divides in a few instructions, not the ~70 of a 64-bit division
+        (a short row's or a split's setup was dominated by them)."""
+        return "unsigned" if self.index == "int" else "long long"
+
     def flat_dense(self) -> DenseNest | None:
         """How a "flat" task walks its arrays where they are dense (walk_dense), or None."""
         if self.schedule.kind != "flat" or config.disabled("dense_reductions"):
@@ -155,18 +163,19 @@ class DenseWriter:
             pointers[load] = f"bz_p{n}"
             first = self.offset(load.param, tuple(substituted(i, starts) for i in load.indices))
             self.line(f"const {c_type(load.param.dtype)}* const bz_p{n} = &{self.pointer(load.param)}[{first}];")
-        self.line(f"const long long bz_run = {width}LL * blockDim.x, bz_tile = {dense.vectors} * bz_run;")
-        self.line(f"const long long bz_chunk = ((bz_total + {parts} - 1) / {parts} + bz_run - 1) / bz_run * bz_run;")
-        self.line(f"const long long bz_lo = (long long)({part}) * bz_chunk, "
-                  "bz_hi = bz_minimum(bz_total, bz_lo + bz_chunk);")
+        fl = self.flat
+        self.line(f"const {fl} bz_run = ({fl}){width} * blockDim.x, bz_tile = {dense.vectors} * bz_run;")
+        self.line(f"const {fl} bz_chunk = ((bz_total + ({fl})({parts}) - 1) / ({fl})({parts}) + bz_run - 1) / bz_run "
+                  "* bz_run;")
+        self.line(f"const {fl} bz_lo = ({fl})({part}) * bz_chunk, bz_hi = bz_minimum(bz_total, bz_lo + bz_chunk);")
         names = [{acc: k.Var(f"{acc.name}_s{u}", acc.dtype) for acc, _ in self.schedule.accumulators} if u else {}
                  for u in range(slots)]
         bodies = [with_accumulators(inner.body, renamed) for renamed in names]
         for renamed in names[1:]:
             for acc, name in renamed.items():
                 self.line(f"{c_type(acc.dtype)} {name.name} = {self.expr(self.initial[acc])};")
-        self.line(f"const long long bz_thread = {width}LL * threadIdx.x;")
-        self.line("long long bz_b = bz_lo;")
+        self.line(f"const {fl} bz_thread = ({fl}){width} * threadIdx.x;")
+        self.line(f"{fl} bz_b = bz_lo;")
         self.line("#pragma unroll 1")
         self.line("for (; bz_b + bz_tile <= bz_hi; bz_b += bz_tile) {")
         self.dense_vectors(dense.vector, pointers, [bodies[u % slots] for u in range(dense.vectors)],
@@ -174,10 +183,10 @@ class DenseWriter:
                             for u in range(dense.vectors)])
         self.line("}")
         self.line("#pragma unroll 1")
-        self.line(f"for (long long bz_v = bz_b + bz_thread; bz_v + {width} <= bz_hi; bz_v += bz_run) {{")
+        self.line(f"for ({fl} bz_v = bz_b + bz_thread; bz_v + {width} <= bz_hi; bz_v += bz_run) {{")
         self.dense_vectors(dense.vector, pointers, bodies[:1], ["bz_v"])
         self.line("}")
-        self.line(f"for (long long bz_e = bz_maximum(bz_lo, bz_hi - bz_hi % {width}) + threadIdx.x; bz_e < bz_hi; "
+        self.line(f"for ({fl} bz_e = bz_maximum(bz_lo, bz_hi - bz_hi % {width}) + threadIdx.x; bz_e < bz_hi; "
                   "bz_e += blockDim.x) {")
         self.depth += 1
         self.substitutions.update({load: f"{pointer}[bz_e]" for load, pointer in pointers.items()})

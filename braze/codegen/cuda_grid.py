@@ -179,11 +179,11 @@ class GridWriter(DenseWriter):
         what each row writes instead of the innermost body (walk_flat)."""
         tag = f"_{nest[0].var.name}_"
         self.declare_nest_extents(nest, tag)
-        lo, hi = "0LL", f"bz_total{tag}"
+        lo, hi = f"({self.flat})0", f"bz_total{tag}"
         if self.schedule.splittable:
-            lo, hi = f"bz_lo{tag}", f"bz_hi{tag}"
-            self.line(f"const long long bz_chunk{tag} = (bz_total{tag} + cached_row - 1) / cached_row;")
-            self.line(f"const long long {lo} = (long long)split * bz_chunk{tag}, "
+            lo, hi, fl = f"bz_lo{tag}", f"bz_hi{tag}", self.flat
+            self.line(f"const {fl} bz_chunk{tag} = (bz_total{tag} + ({fl})cached_row - 1) / ({fl})cached_row;")
+            self.line(f"const {fl} {lo} = ({fl})split * bz_chunk{tag}, "
                       f"{hi} = bz_minimum(bz_total{tag}, {lo} + bz_chunk{tag});")
         self.walk_flat(nest, tag, f"{lo} + lane", "lanes32", hi, step=step)
 
@@ -227,14 +227,16 @@ class GridWriter(DenseWriter):
     def walk_nest_chunks(self, nest: list[k.For], part: str, parts: str, vectors: bool) -> None:
         """walk_nest's general path: any strides, the nest's digits carried per step."""
 
+        fl = self.flat
+
         def walk(width: int, vector: VectorAccesses | None) -> None:
             span = f"{width} * blockDim.x" if width > 1 else "blockDim.x"
             whole = f"({span})" if width > 1 else span
-            self.line(f"const long long bz_chunk = ((bz_total + {parts} - 1) / {parts} + {span} - 1) / {whole} "
-                      f"* {whole};")
-            self.line(f"const long long bz_hi = bz_minimum(bz_total, (long long)({part}) * bz_chunk + bz_chunk);")
-            first = f"(long long)({part}) * bz_chunk + {width} * threadIdx.x" if width > 1 else \
-                f"(long long)({part}) * bz_chunk + threadIdx.x"
+            self.line(f"const {fl} bz_chunk = ((bz_total + ({fl})({parts}) - 1) / ({fl})({parts}) + {span} - 1) "
+                      f"/ {whole} * {whole};")
+            self.line(f"const {fl} bz_hi = bz_minimum(bz_total, ({fl})({part}) * bz_chunk + bz_chunk);")
+            first = f"({fl})({part}) * bz_chunk + {width} * threadIdx.x" if width > 1 else \
+                f"({fl})({part}) * bz_chunk + threadIdx.x"
             self.walk_flat(nest, "", first, span, "bz_hi", vector)
         if vectors:
             self.walk_vectors(nest, "", walk)
@@ -250,8 +252,8 @@ class GridWriter(DenseWriter):
         self.declare_nest_extents(nest, tag)
 
         def walk(width: int, vector: VectorAccesses | None) -> None:
-            first, stride = (f"{width} * (long long)lane", f"{width} * lanes32") if width > 1 \
-                else ("(long long)lane", "lanes32")
+            first, stride = (f"{width} * ({self.flat})lane", f"{width} * lanes32") if width > 1 \
+                else (f"({self.flat})lane", "lanes32")
             self.walk_flat(nest, tag, first, stride, f"bz_total{tag}", vector)
         self.walk_vectors(nest, tag, walk)
 
@@ -298,8 +300,8 @@ class GridWriter(DenseWriter):
             count, nonzero = f"bz_n{tag}{n}", f"bz_m{tag}{n}"
             self.line(f"const {ix} {count} = bz_maximum(({ix})({self.expr(level.end)}) - "
                       f"({ix})({self.expr(level.begin)}), ({ix})0), {nonzero} = {count} > 0 ? {count} : 1;")
-        self.line(f"const long long bz_total{tag} = "
-                  f"{' * '.join(f'(long long)bz_n{tag}{n}' for n in range(len(nest)))};")
+        self.line(f"const {self.flat} bz_total{tag} = "
+                  f"{' * '.join(f'({self.flat})bz_n{tag}{n}' for n in range(len(nest)))};")
 
     def walk_flat(self, nest: list[k.For], tag: str, first: str, stride: str, end: str,
                   vector: VectorAccesses | None = None, step: Callable[[], None] | None = None) -> None:
@@ -308,11 +310,8 @@ class GridWriter(DenseWriter):
         `vector`, each index is the first of `vector.width` neighbouring elements of the innermost
         loop, taken as vectors (walk_vectors decides when that holds); with `step`, what it writes
         is each index's statements instead of the innermost body."""
-        last, ix = len(nest) - 1, self.index
+        last, ix, flat = len(nest) - 1, self.index, self.flat
         f, d, st = f"bz_f{tag}", f"bz_d{tag}", f"bz_s{tag}"
-        # Unsigned 32-bit where every index fits an int: the digits' divisions at the walk's start are
-        # a few instructions each there, against ~70 for a 64-bit one (a short row's setup dominated it).
-        flat = "unsigned" if ix == "int" else "long long"
         self.line(f"{flat} {f} = {first}, bz_q{tag} = {f}, bz_step{tag} = {stride};")
         for n in range(last, 0, -1):  # digits of the first index and of the step, innermost first
             self.line(f"{ix} {d}{n} = ({ix})(bz_q{tag} % bz_m{tag}{n}); bz_q{tag} /= bz_m{tag}{n};")

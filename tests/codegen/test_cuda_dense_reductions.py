@@ -117,7 +117,7 @@ def test_the_dense_path_compiles_with_nvrtc_for_every_dtype():
 
 
 # --- the kernels run on the CPU ------------------------------------------------------------------
-DENSE_MARK = "const long long bz_run = "  # the dense path's first statement
+DENSE_MARK = re.compile(r"const (?:unsigned|long long) bz_run = ")  # the dense path's first statement
 
 
 def run_counting_dense(reduction, dtype, arrays):
@@ -129,10 +129,10 @@ def run_counting_dense(reduction, dtype, arrays):
     opened, written = [], []
 
     def counting(source, functions):
-        written.append(DENSE_MARK in source)
-        marked = "extern \"C\" { long long bz_dense_blocks = 0; }\n" + source.replace(
-            DENSE_MARK, "if (threadIdx.x == 0) __atomic_fetch_add(&bz_dense_blocks, 1, __ATOMIC_RELAXED);\n    "
-            + DENSE_MARK)
+        written.append(DENSE_MARK.search(source) is not None)
+        marked = "extern \"C\" { long long bz_dense_blocks = 0; }\n" + DENSE_MARK.sub(
+            lambda mark: "if (threadIdx.x == 0) __atomic_fetch_add(&bz_dense_blocks, 1, __ATOMIC_RELAXED);\n    "
+            + mark.group(0), source)
         opened.append(library(marked, functions))
         return opened[-1]
 
