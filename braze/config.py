@@ -97,6 +97,8 @@ FEATURES = {
                      "on blocks of 256 threads, not of 128 keeping twice the elements a thread",
     "column_vectors": "disable: on a GPU, a column reduction over contiguous columns gives each thread one column "
                       "loaded an element a row, not 16 bytes of neighbouring columns loaded as one vector a row",
+    "narrow_warps": "disable: on a GPU, a warp a row keeps room for its longest row in registers however short "
+                    "the row, not a second function with half the room for rows that fit it",
     "divisor_rows": "disable: on a GPU, a row task computed element by element whose threads set up fast "
                     "divisors takes a row a thread, not enough rows to spread that setup over 64 elements",
     "pad_mm": "disable: the torch backend leaves matrix multiplies with extents that break 16-byte alignment "

@@ -125,6 +125,10 @@ class TaskLaunch:
     warp_function: object = None
     warp_name: str = ""
     warp_register_row: int = 0
+    # Its narrow warp function (cuda.narrow_warp: half the room in registers), the same three.
+    narrow_warp_function: object = None
+    narrow_warp_name: str = ""
+    narrow_warp_register_row: int = 0
     lane_width: int = 0  # the most elements a lane moves at once in the row's loops (0: no vectors)
     # Indices a thread moves at a time where the arrays are aligned (codegen/cuda_rows.py,
     # write_thread_vectors); 1 for a task of one index a thread.
@@ -154,14 +158,19 @@ class PlannedLaunch:
     scalars: tuple[int, int, int, int]
     warp: bool = False  # launches the task's warp function (one warp a row)
     block: int = 0  # threads a block, where wider than the planner's own (LaunchPlanner._row_block)
+    narrow: bool = False  # with `warp`, its narrow warp function
 
     @property
     def function(self) -> object:
-        return self.task.warp_function if self.warp else self.task.function
+        if self.warp:
+            return self.task.narrow_warp_function if self.narrow else self.task.warp_function
+        return self.task.function
 
     @property
     def function_name(self) -> str:
-        return self.task.warp_name if self.warp else self.task.name
+        if self.warp:
+            return self.task.narrow_warp_name if self.narrow else self.task.warp_name
+        return self.task.name
 
 
 def _scalar_function(exprs: list[k.Expr]) -> Callable[[dict[str, int]], tuple[int, ...]]:
@@ -188,16 +197,20 @@ def launch_text(planned: PlannedLaunch, block: int) -> str:
 def task_launches(kernel: k.Kernel, generated, functions: dict) -> list[TaskLaunch]:
     """What the planner needs of each task of `kernel` to plan its launches: from its generated
     source (a cuda.CudaSource) and its loaded `functions`, by name."""
+    narrows = zip(generated.narrow_warp_functions or ("",) * len(kernel.tasks),
+                  generated.narrow_warp_register_rows or (0,) * len(kernel.tasks), strict=True)
     return [TaskLaunch(t.name, functions[t.name], _scalar_function(_bounds(t, schedule)), bool(plan.loops),
                        plan.coalesces, tuple(c.dtype.itemsize for c in caches), tuple(c.position for c in caches),
-                       schedule, registers, functions[warp] if warp else None, warp, warp_registers, width,
+                       schedule, registers, functions[warp] if warp else None, warp, warp_registers,
+                       functions[narrow] if narrow else None, narrow, narrow_registers, width,
                        thread_width, len(nest_of(t)) if _splits_rows(schedule) else 0,
                        any(plan.loops.values()), divisors, columns)
-            for t, plan, caches, schedule, registers, warp, warp_registers, width, thread_width, divisors, columns
+            for t, plan, caches, schedule, registers, warp, warp_registers, width, thread_width, divisors, columns,
+            (narrow, narrow_registers)
             in zip(kernel.tasks, generated.lane_plans, generated.row_caches, generated.schedules,
                    generated.register_rows, generated.warp_functions, generated.warp_register_rows,
                    generated.lane_widths, generated.thread_vector_widths, generated.thread_divisors,
-                   generated.column_widths, strict=True)]
+                   generated.column_widths, narrows, strict=True)]
 
 
 class LaunchPlanner:
@@ -540,9 +553,11 @@ class LaunchPlanner:
         if grid > MAX_GRID:
             raise UnsupportedError(f"kernel {task.name}: {end - begin} rows need {grid} blocks, more than {MAX_GRID}")
         warp = lanes == WARP and task.warp_function is not None and cached <= task.warp_register_row
+        narrow = warp and task.narrow_warp_function is not None and cached <= task.narrow_warp_register_row
         if lanes == self.block and cached <= task.register_row:
             shared = 0
-        return PlannedLaunch(task, begin, end, grid, shared, (lanes, cached if shared else 0, 0, 0), warp)
+        return PlannedLaunch(task, begin, end, grid, shared, (lanes, cached if shared else 0, 0, 0), warp,
+                             narrow=narrow)
 
     def _resident(self, task: TaskLaunch, shared: int) -> int:
         key = (task.name, shared)

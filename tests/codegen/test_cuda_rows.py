@@ -48,7 +48,7 @@ def kernel_of(build, *dtypes):
     return kernel
 
 
-def writers(build, *dtypes) -> list[tuple[cuda.TaskWriter, cuda.TaskWriter | None]]:
+def writers(build, *dtypes) -> list[tuple[cuda.TaskWriter, cuda.TaskWriter | None, cuda.TaskWriter | None]]:
     return cuda.task_writers(kernel_of(build, *dtypes), restrict=True)
 
 
@@ -102,12 +102,15 @@ def test_float32_rows_keep_four_wide_vectors():
 def test_later_loops_over_a_register_row_of_half_types_widen_it_again():
     # bz_launder: the packed row stays live between the loops, not each element widened to float32.
     body = source(softmax, BF16_ROW).body
-    assert body.count("bz_launder<1>(bz_rc0[r7_k]);") == 2
+    assert body.count("bz_launder<1>(bz_rc0[r7_k]);") == 3  # the block's, the warp's and the narrow warp's
     # The last loop of the block's function reads the exponentials the sum's loop kept
-    # (cuda_row_values), not the row; the warp's holds 64 elements a lane, too many to keep them.
+    # (cuda_row_values), not the row; the warp's holds 64 elements a lane, too many to keep them; the
+    # narrow warp's 32 keeps them again.
     block, warp = body.split("_warp(")
+    warp, narrow = warp.split("_warp4(")
     assert "bz_launder<2>" not in block and "float rcp2 = bz_rv0[j3_k * 8 + 0];" in block
     assert "bz_launder<2>(bz_rc0[j3_k]);" in warp and "bz_rv0" not in warp
+    assert "float rcp2 = bz_rv0[j3_k * 8 + 0];" in narrow
     assert "(bz_rc0[r5_k])" not in body  # the first loop reads what it just loaded
     # beside float32 rows (a float32 task's mask), the code float32 tasks had
     assert "bz_launder" not in source(masked_softmax, (bz.float32, 2), MASK).body
@@ -127,9 +130,9 @@ def test_loops_sharing_a_row_cache_share_the_narrower_width():
 
 
 def test_unroll_keeps_about_32_bytes_of_loads_in_flight():
-    ((writer, _),) = writers(softmax, BF16_ROW)
+    ((writer, _, _),) = writers(softmax, BF16_ROW)
     assert [(v.width, vector_unroll(v)) for v in writer.vectors.values()] == [(8, 2)] * 3
-    ((writer, _),) = writers(softmax, (bz.float32, 2))
+    ((writer, _, _),) = writers(softmax, (bz.float32, 2))
     assert [(v.width, vector_unroll(v)) for v in writer.vectors.values()] == [(4, 2)] * 3
 
 
@@ -157,8 +160,8 @@ def row_programs(draw):
 @given(row_programs())
 def test_vector_width_is_eight_exactly_where_every_access_is_two_bytes_or_less(program):
     build, dtypes = program
-    for writer, warp in writers(build, *dtypes):
-        for each in filter(None, (writer, warp)):
+    for writer, warp, narrow in writers(build, *dtypes):
+        for each in filter(None, (writer, warp, narrow)):
             cache_loops = set(each.cache_loops())
             shared = {v.width for i, v in each.vectors.items() if i in cache_loops}
             assert len(shared) <= 1  # a lane reads back only the cache elements it wrote
@@ -176,7 +179,9 @@ def test_masked_softmax_rows_of_1024_bfloat16_have_a_warp_function():
     src = source(masked_softmax, BF16_ROW, MASK)
     assert src.warp_register_rows == (1024,) and src.register_rows == (2048,)
     (name,) = src.warp_functions
-    assert name == "rows_t0_T14_warp" and src.functions[-1] == name
+    # then the narrow warp function: half the room, for rows of up to 512 (cuda.narrow_warp)
+    assert src.narrow_warp_functions == ("rows_t0_T14_warp2",) and src.narrow_warp_register_rows == (512,)
+    assert name == "rows_t0_T14_warp" and src.functions[-2:] == (name, "rows_t0_T14_warp2")
     warp = functions(src)[name]
     assert "const int lanes32 = 32, lane = threadIdx.x & 31;" in warp
     # a lane holds 4 vectors of 8: the row's elements lane * 8 + k * 256
@@ -202,6 +207,21 @@ def test_masked_softmax_rows_of_1024_bfloat16_have_a_warp_function():
 def test_warp_rows_hold_128_bytes_a_lane(build, dtypes, warp_row):
     src = source(build, *dtypes)
     assert src.warp_register_rows == (warp_row,) and src.warp_functions[0].endswith("_warp")
+
+
+def test_rows_a_narrow_warp_function_holds_run_it_with_the_same_bits():
+    """Rows of 768 bfloat16 (GPT-2's layer_norm) take the narrow warp function, holding 1024 where the
+    warp function holds 2048; through their CUDA on the CPU the output is the same bits either way."""
+    x = (np.random.default_rng(3).standard_normal((40, 768)) * 3).astype(ml_dtypes.bfloat16)
+    w, b = (np.random.default_rng(n).standard_normal(768).astype(ml_dtypes.bfloat16) for n in (4, 5))
+    runs = {}
+    for knobs in ({}, {"disable": "narrow_warps"}):
+        with bz.config.scope(**knobs, enable="poison_outputs"):
+            f = fusion(layer_norm, BF16_ROW, (bz.bfloat16, 1), (bz.bfloat16, 1))
+            outputs, launches = cuda_on_cpu.run_on_cpu(f, [x, w, b], sm_count=2, resident=2)
+        runs[bool(knobs)] = outputs[0].view(np.uint16), [launch[0] for launch in launches]
+    assert runs[False][1] == ["rows_t0_T17_warp4"] and runs[True][1] == ["rows_t0_T17_warp"]
+    np.testing.assert_array_equal(runs[False][0], runs[True][0])
 
 
 def test_tasks_without_register_rows_have_no_warp_function():
@@ -262,7 +282,7 @@ def barriers_in_names(text: str, names: set[str]) -> bool:
 
 
 def test_a_row_by_row_copy_calling_a_barrier_is_refused():
-    ((writer, _),) = writers(softmax, (bz.float32, 2))
+    ((writer, _, _),) = writers(softmax, (bz.float32, 2))
     synced = ["acc = bz_lane_reduce(acc, lanes32, BzReduceAdd());"]
     writer.check_barriers(synced, uniform=True)  # one row a block: every thread takes the same copy
     writer.check_barriers(["acc = bz_warp_reduce(acc, BzReduceAdd());"], uniform=False)
@@ -292,11 +312,11 @@ def _ptx_functions(src: cuda.CudaSource) -> dict[str, str]:
 @needs_nvrtc
 def test_bfloat16_rows_compile_to_16_byte_loads_and_stores():
     ptx = _ptx_functions(source(softmax, BF16_ROW))
-    assert set(ptx) == {"rows_t0_T9", "rows_t0_T9_warp"}
+    assert set(ptx) == {"rows_t0_T9", "rows_t0_T9_warp", "rows_t0_T9_warp4"}
     for text in ptx.values():  # (rows too long for shared memory read with L2 hints: bz_load_keep)
         assert re.search(r"ld\.global\.(nc\.)?v4\.u32", text) and "st.global.v4.u32" in text
     assert "ld.global.L2::cache_hint.v4.u32" in ptx["rows_t0_T9"] and "st.global.cs.v4.u32" in ptx["rows_t0_T9"]
-    assert "bar.sync" in ptx["rows_t0_T9"] and "bar.sync" not in ptx["rows_t0_T9_warp"]
+    assert "bar.sync" in ptx["rows_t0_T9"] and "bar.sync" not in ptx["rows_t0_T9_warp"] + ptx["rows_t0_T9_warp4"]
 
 
 @needs_nvrtc
@@ -320,7 +340,8 @@ def test_one_warp_a_row_launches_the_warp_function():
     from braze.codegen.cuda_plan import TaskSchedule
 
     task = TaskLaunch("t", "block_function", None, True, True, (4,), (0,), TaskSchedule(), register_row=8192,
-                      warp_function="warp_function", warp_name="t_warp", warp_register_row=512)
+                      warp_function="warp_function", warp_name="t_warp", warp_register_row=512,
+                      narrow_warp_function="narrow_function", narrow_warp_name="t_warp4", narrow_warp_register_row=256)
     planner = LaunchPlanner([task], 256, sm_count=1, resident_blocks=lambda name, block, shared: 1)
 
     def plan(lanes: int, row: int):  # 67 rows; 4096 bytes of shared memory if the caches were used
@@ -329,6 +350,8 @@ def test_one_warp_a_row_launches_the_warp_function():
     held = plan(WARP, 512)  # rows the warp holds: 8 rows a block; misaligned ones use shared memory
     assert (held.function, held.function_name, held.grid, held.shared, held.scalars) == (
         "warp_function", "t_warp", 9, 4096, (WARP, 512, 0, 0))
+    narrow = plan(WARP, 200)  # rows the narrow warp function holds: that one
+    assert (narrow.function, narrow.function_name, narrow.scalars) == ("narrow_function", "t_warp4", (WARP, 200, 0, 0))
     longer = plan(WARP, 800)  # longer than a warp holds: the block function's general copy
     assert (longer.function, longer.function_name, longer.shared, longer.scalars[:2]) == (
         "block_function", "t", 4096, (WARP, 800))

@@ -31,4 +31,5 @@ def test_a_fusions_source_is_a_str_with_its_plans() -> None:
     source = engine.cuda_source(f, [np.zeros((4, 8), np.float32)])
     assert isinstance(source, str) and "__global__" in source and source.text.endswith(str(source))
     assert len(source.lane_plans) == len(source.warp_functions) == len(source.row_caches) == 1
-    assert source.functions == (*source.functions[:1], *source.warp_functions)  # task 0's, then its warp function
+    # task 0's, then its warp functions
+    assert source.functions == (*source.functions[:1], *source.warp_functions, *source.narrow_warp_functions)

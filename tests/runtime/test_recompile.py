@@ -127,10 +127,6 @@ def log_softmax(x):
     return bz.ops.log_softmax(x, -1)
 
 
-def argmax(x):
-    return bz.ops.argmax(x, -1)
-
-
 def test_rows_read_twice_that_registers_hold_only_at_a_wider_block_launch_its_recompile() -> None:
     # 256 threads hold 8192 float32 in registers, 512 hold 16384, 1024 hold 32768.
     for length, block in [(12000, 512), (32000, 1024)]:
@@ -143,12 +139,16 @@ def test_rows_read_twice_that_registers_hold_only_at_a_wider_block_launch_its_re
     assert longer.block == 0
 
 
+def logsumexp(x):
+    return bz.ops.logsumexp(x, -1)
+
+
 def test_rows_too_few_to_fill_the_gpu_a_block_each_take_wider_blocks() -> None:
     # 4 SMs hold 8192 threads; a block doubles while the rows' threads at it fill at most half of them.
-    assert [p.block for p in _planned_rows(argmax, (3, 100_003))] == [1024]
-    assert [p.block for p in _planned_rows(argmax, (12, 100_003))] == [512]
-    assert [p.block for p in _planned_rows(argmax, (40, 100_003))] == [0]
-    assert [p.block for p in _planned_rows(argmax, (3, 500))] == [0]  # short rows: lanes of a warp or fewer
+    assert [p.block for p in _planned_rows(logsumexp, (3, 100_003))] == [1024]
+    assert [p.block for p in _planned_rows(logsumexp, (12, 100_003))] == [512]
+    assert [p.block for p in _planned_rows(logsumexp, (40, 100_003))] == [0]
+    assert [p.block for p in _planned_rows(logsumexp, (3, 500))] == [0]  # short rows: lanes of a warp or fewer
 
 
 def test_an_executor_that_planned_a_wider_block_goes_with_its_last_reference() -> None:

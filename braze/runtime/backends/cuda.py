@@ -405,7 +405,7 @@ class CudaExecutor:
         self.planner = LaunchPlanner(tasks, self.block, device.sm_count, module.resident_blocks, wider)
         for task in tasks:
             if task.cache_itemsizes or task.schedule.kind == "inner_outer":
-                for name in filter(None, (task.name, task.warp_name)):
+                for name in filter(None, (task.name, task.warp_name, task.narrow_warp_name)):
                     module.allow_shared_memory(name, ROW_CACHE_BYTES)
         self.layout = ArgLayout.of(self.kernel.params)
         # Grid reductions' partial results (LaunchPlanner.partial_bytes) and a finished-block counter
