@@ -115,7 +115,8 @@ def masked_inputs(rows: int, length: int, seed: int = 0) -> tuple[np.ndarray, np
 
 
 @needs_gxx
-@pytest.mark.parametrize("length, function", [(1000, "_warp"), (1024, "_warp"), (2048, ""), (7, ""), (1, "")])
+@pytest.mark.parametrize("length, function", [(1000, "_warp"), (1024, "_warp"), (500, "_warp2"), (2048, ""), (7, ""),
+                                              (1, "")])
 def test_masked_softmax_rows_in_registers_match_numpy_on_the_cpu(length, function):
     x, mask = masked_inputs(3, length)
     (out,), launches = run_on_cpu(Prepared(next(c for c in CASES if c.name == "scaled_masked_softmax"),

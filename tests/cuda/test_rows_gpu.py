@@ -12,6 +12,7 @@ results against NumPy in float64.
 from __future__ import annotations
 
 import contextlib
+import re
 import warnings
 
 import numpy as np
@@ -152,7 +153,8 @@ def test_medium_rows_launch_the_warp_function(capsys, dtype, length, warp):
     with config.scope(dump="launch_params"):
         (got,) = run(OPS["softmax"][1], x)
     launches = [line for line in capsys.readouterr().err.splitlines() if ": rows range=" in line]
-    assert len(launches) == 1 and ("_warp: rows" in launches[0]) == warp
+    # the warp function, or its narrow one for rows that fit half its room (`_warp4`, `_warp2`...)
+    assert len(launches) == 1 and bool(re.search(r"_warp\d*: rows", launches[0])) == warp
     assert (" lanes=32 " in launches[0]) if warp else ("_warp" not in launches[0])
     close(got, softmax64(as64(x)), dtype, scale=1.0)
 
@@ -167,7 +169,7 @@ def test_prepared_calls_run_the_warp_function_with_the_same_bits_every_time():
     assert all(first.tobytes() == a.tobytes() for a in again)
     with bz.record() as recorded:
         f.execute([x])
-    assert [launch.task.endswith("_warp") for launch in recorded.launches] == [True]
+    assert [bool(re.search(r"_warp\d*$", launch.task)) for launch in recorded.launches] == [True]
 
 
 def log_softmax64(x: np.ndarray) -> np.ndarray:
