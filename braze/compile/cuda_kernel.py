@@ -162,10 +162,9 @@ class CudaCompiledKernel(CompilesOnce):
     def _program_compiles(self) -> list[ProgramCompile]:
         """A compile of each program; the one program of a kernel that is one goes by the kernel's
         name (and its cache key is the kernel's), those of a kernel split by `<kernel>_p<n>`."""
-        if len(self.programs) == 1:
-            return [ProgramCompile(self.programs[0], self.kernel.name, self.params, self.options())]
-        return [ProgramCompile(program, f"{self.kernel.name}_p{n}", self.params, self.options())
-                for n, program in enumerate(self.programs)]
+        split = len(self.programs) > 1
+        return [ProgramCompile(program, f"{self.kernel.name}_p{n}" if split else self.kernel.name, self.params,
+                               self.options()) for n, program in enumerate(self.programs)]
 
     def _dump_to_file(self) -> None:
         """Writes the source to `$BRAZE_CACHE_DIR/dump/<kernel>.cu` for each kernel: new files, never
