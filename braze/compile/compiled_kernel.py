@@ -51,8 +51,10 @@ class CompilesOnce:
     """A compiled kernel's `compile()`: the binary is filled once, under the kernel's own lock,
     whichever of the threads racing on a first call asks first; later calls take no lock."""
 
-    binary: bytes | None
-    _lock: threading.Lock
+    def __init__(self) -> None:
+        self.binary: bytes | tuple[bytes, ...] | None = None  # a CUDA kernel split in programs: one a program
+        self.from_disk = False
+        self._lock = threading.Lock()
 
     def compile(self):
         """Fills `binary` from the disk cache or by compiling, once; returns the kernel."""
@@ -103,14 +105,12 @@ class CompiledKernel(CompilesOnce):
     """
 
     def __init__(self, kernel: k.Kernel, params: CompileParams | None = None) -> None:
+        super().__init__()
         self.kernel = kernel
         params = params or host_params()
         self.params = dataclasses.replace(params, index_type=kernel.index_type.name)  # the Kernel IR decides
         self.source = llvm_codegen.generate(kernel, self.params.fast_math, self.params.reverse_order)
-        self.binary: bytes | None = None
-        self.from_disk = False
         self._loaded: llvm_toolchain.LoadedObject | None = None
-        self._lock = threading.Lock()
 
     @property
     def cache_key(self) -> str:

@@ -1,22 +1,18 @@
 """The CUDA driver layer: libcuda's C API through ctypes. Devices and their primary contexts (the
 ones torch and CuPy use too), modules, launches, stream-ordered memory, copies and events.
 
-libcuda is called directly rather than through `cuda.bindings.driver`: importing that module costs
-25-30 ms (its library finder and its enum tables), more than everything else a first call with a
-warm disk cache does, and the few calls braze makes have plain C signatures. Each function is taken
-with cuGetProcAddress at the CUDA 12.0 ABI (so `cuMemcpyHtoDAsync` is the 64-bit `_v2` one). NVRTC
-still comes through `cuda.bindings.nvrtc`.
+libcuda is called directly: importing `cuda.bindings.driver` costs 25-30 ms, more than everything else
+a first call with a warm disk cache does. Each function is taken with cuGetProcAddress at the CUDA 12.0
+ABI (so `cuMemcpyHtoDAsync` is the 64-bit `_v2` one). NVRTC still comes through `cuda.bindings.nvrtc`.
 
 A module is loaded once per device and binary (`loaded_module`) and unloaded when the last holder of
-its `Module` lets it go: the compiled kernel, the executors and launchers built on it, the prepared
-calls and graphs that launch its functions. The driver's unload waits for the module's kernels still
-queued (loading and unloading a module synchronize the context), so it is put off while a stream
-capture is open on the calling thread (a wait there would end the capture in error), and not done at
-all while the interpreter exits (the driver frees everything with the context).
+its `Module` (a compiled kernel, an executor, a prepared call, a graph) lets it go. The driver's unload
+waits for the module's queued kernels, so it is put off while a stream capture is open on the calling
+thread (a wait there would end the capture in error), and skipped while the interpreter exits (the
+driver frees everything with the context).
 
-Every driver call goes through `call`, which checks the return code and names the call and the
-error. Importing this module needs no CUDA library; using it without one raises an error that
-says what to install.
+Every driver call goes through `call`, which names the call and the error. Importing this module
+needs no CUDA library; using it without one raises an error that says what to install.
 """
 
 from __future__ import annotations

@@ -48,10 +48,8 @@ class ProgramCompile(CompilesOnce):
     thread and the kernel's compiling thread may both ask)."""
 
     def __init__(self, program: CudaProgram, name: str, params: CompileParams, options: tuple[str, ...]) -> None:
+        super().__init__()
         self.program, self.name, self.params, self.options = program, name, params, options
-        self.binary: bytes | None = None
-        self.from_disk = False
-        self._lock = threading.Lock()
 
     @property
     def cache_key(self) -> str:
@@ -111,19 +109,16 @@ class CudaCompiledKernel(CompilesOnce):
     it compiles once and loads once per device, under its own lock."""
 
     def __init__(self, kernel: k.Kernel, params: CompileParams, restrict: bool = False) -> None:
+        super().__init__()
         self.kernel, self.restrict = kernel, restrict
         self.params = dataclasses.replace(params, index_type=kernel.index_type.name)  # the Kernel IR decides
         self.generated = self.generate()
         self.source = self.generated.text
         self.programs = kernel_programs(self.generated)  # one, or several compiled side by side
-        # The cubin; one per program (a tuple) where the kernel is several.
-        self.binary: bytes | tuple[bytes, ...] | None = None
-        self.from_disk = False
         self._modules: dict[int, cuda.Module] = {}
         # Per (device index, block): this kernel where its functions launch blocks of that many
         # threads, else its recompile for them (`for_block`); the recompiles live as long as it does.
         self._for_block: dict[tuple[int, int], CudaCompiledKernel | None] = {}
-        self._lock = threading.Lock()
         self._for_block_lock = threading.Lock()  # (not `_lock`: `module` takes that one)
 
     def generate(self):
@@ -162,10 +157,9 @@ class CudaCompiledKernel(CompilesOnce):
     def _program_compiles(self) -> list[ProgramCompile]:
         """A compile of each program; the one program of a kernel that is one goes by the kernel's
         name (and its cache key is the kernel's), those of a kernel split by `<kernel>_p<n>`."""
-        if len(self.programs) == 1:
-            return [ProgramCompile(self.programs[0], self.kernel.name, self.params, self.options())]
-        return [ProgramCompile(program, f"{self.kernel.name}_p{n}", self.params, self.options())
-                for n, program in enumerate(self.programs)]
+        split = len(self.programs) > 1
+        return [ProgramCompile(program, f"{self.kernel.name}_p{n}" if split else self.kernel.name, self.params,
+                               self.options()) for n, program in enumerate(self.programs)]
 
     def _dump_to_file(self) -> None:
         """Writes the source to `$BRAZE_CACHE_DIR/dump/<kernel>.cu` for each kernel: new files, never

@@ -5,20 +5,14 @@ reads the input extents in `ShapeProgram.symbols` order, writes every output val
 0, or `n + 1` when step n would divide by zero (the caller then raises an error naming it).
 Division follows Python's floor semantics, so native and Python results agree for any sign.
 
-A host program's shape function is tiered (host/shapes.py, `TieredShapeFunction`): Python on the
-program's first run, which is a fusion's first call on a description, and native from the second.
-Any failure to build the native function falls back to `PythonShapeFunction` with one warning per
-process; `BRAZE_DISABLE=host_jit` asks for Python directly, `BRAZE_DUMP=host_jit` prints the LLVM IR.
+A host program's shape function runs in Python first and natively from its second run (host/shapes.py,
+`TieredShapeFunction`); any failure to build the native function falls back to Python with one warning
+per process. `BRAZE_DISABLE=host_jit` asks for Python directly, `BRAZE_DUMP=host_jit` prints the LLVM IR.
 
-Host functions are named after their content, so one process compiles each only once, and their
-object code goes to the disk cache like kernels: a later process loads it without running LLVM's
-code generator, whose first use in a process costs several milliseconds.
-
-Native functions are called through CPython builtins made here (METH_FASTCALL, taking and
-returning Python objects, ints for the shape and launch functions): a ctypes call costs about a
-microsecond on the GPU hosts before any work, more than a shape program's own work, where a
-builtin call costs a few dozen nanoseconds. Where builtins are not made (no CPython C API, or no
-GIL) shape functions stay in Python, which is then the faster of the two.
+Host functions are named after their content and cached on disk like kernels, so a later process loads
+them without LLVM's code generator (several milliseconds at its first use). They are called through
+CPython builtins made here (below); where builtins are not made (no CPython C API, or no GIL) shape
+functions stay in Python, which is then the faster of the two.
 """
 
 from __future__ import annotations
@@ -174,9 +168,9 @@ def compile_function(name: str, source: Callable[[], str]) -> int:
 
 # --- CPython builtins over native functions ----------------------------------------------------------
 # A ctypes call converts each argument and result through Python objects of its own: about a
-# microsecond a call on the GPU hosts, more than the launches and shape programs it runs take
-# beyond their own work. A builtin (a PyCFunction with METH_FASTCALL, its `self` a Python int
-# holding the address of a spec struct) takes Python ints and returns Python objects directly.
+# microsecond a call on the GPU hosts, more than a shape program or the launches it runs. A builtin
+# (a PyCFunction with METH_FASTCALL, its `self` a Python int holding the address of a spec struct)
+# takes Python ints and returns Python objects directly, in a few dozen nanoseconds.
 METH_FASTCALL = 0x0080  # PyMethodDef flag: (PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 METH_KEYWORDS = 0x0002  # with METH_FASTCALL: a fourth argument, the tuple of keyword names (or NULL)
 OBJECT = ir.IntType(8).as_pointer()  # PyObject *

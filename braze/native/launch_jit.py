@@ -104,10 +104,6 @@ class LaunchEntry(ctypes.Structure):
                 ("unused", ctypes.c_uint32)]
 
 
-def entry_type() -> ir.LiteralStructType:
-    return ir.LiteralStructType([_CU_LAUNCH.as_pointer(), I8P, I8P, I32, I32, I32, I32])
-
-
 class LaunchTables(ctypes.Structure):
     """A call's tables of launches: `every` serving any stream, or (where it is NULL) one table a
     stream, `tables[n]` for `streams[n]`, n < `count`; the same layout as the IR's `%tables`."""
@@ -117,7 +113,7 @@ class LaunchTables(ctypes.Structure):
 
 
 def tables_type() -> ir.LiteralStructType:
-    entry = entry_type().as_pointer()
+    entry = ir.LiteralStructType([_CU_LAUNCH.as_pointer(), I8P, I8P, I32, I32, I32, I32]).as_pointer()  # LaunchEntry
     return ir.LiteralStructType([entry, I64, ir.ArrayType(I64, STREAM_TABLES), ir.ArrayType(entry, STREAM_TABLES)])
 
 

@@ -1,27 +1,18 @@
-"""A prepared GPU call on torch tensors as one native function: the checks, the allocation of
-the outputs, the patching and the launches, with no Python between them.
+"""A prepared GPU call on torch tensors as one native function, `braze_torch_call(inputs) -> [outputs]`:
+the checks, the allocation of the outputs, the patching and the launches, with no Python between them.
 
-    braze_torch_call(inputs) -> [outputs]
+`Fusion.execute` calls it first on the fusion whose call was taken last (runtime/fast_call.py). It
+checks each tensor against the description the call was prepared for, allocates each output through
+torch's caching allocator on the device's current stream (as `torch.empty_strided` does) and runs that
+stream's launch table (native/launch_jit.py). What it declines goes to the spec's `fallback`, the
+Python path, which says why where something is wrong.
 
-`Fusion.execute` calls it first on the fusion whose call was taken last (runtime/fast_call.py).
-It runs only where `_Emitter.check_conditions` holds, checks each tensor against the description
-the call was prepared for (`check_input`), allocates each output through torch's caching allocator
-on the device's current stream, as `torch.empty_strided` does, takes that stream's launch table
-(native/launch_jit.py: declining where the stream has none yet), writes the pointers into the
-argument block and runs the launch loop.
-
-Where any check fails, or an output cannot be made, it drops what it made and calls the spec's
-`fallback` with its own arguments (the Python path, which says why where something is wrong);
-where a launch fails, the spec's `failed` with the launch loop's `(n << 16) | code`.
-
-Tensors are read and made through PyTorch's C shim (the `aoti_torch_*` functions libtorch
-exports with C linkage for compiled programs) and wrapped as Python objects by `THPVariable_Wrap`.
-A tensor's `at::Tensor` lies inside its Python object, right after the object header; `torch_api`
-checks that against `Tensor._cdata` (the address of its TensorImpl) and the shim's answers before
-any native code reads it, and where anything differs in this torch, no builtin is made.
-
-One function serves every prepared call (a spec struct describes each), compiled once per process
-and kept in the disk cache like the other host functions.
+Tensors are read and made through PyTorch's C shim (the `aoti_torch_*` functions libtorch exports
+with C linkage for compiled programs) and wrapped as Python objects by `THPVariable_Wrap`. A tensor's
+`at::Tensor` lies right after its Python object's header: `torch_api` checks that and the shim's
+answers before any native code reads one, and makes no builtin where anything differs in this torch.
+One function, compiled once per process and kept in the disk cache, serves every prepared call (a spec
+struct describes each).
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
 """What braze holds on a GPU besides the arrays it returns, and when it gives it back: the grid
 reductions' workspaces, one per stream (the loaded modules of compiled kernels: compile/cuda_driver.py).
 
-**Workspaces.** A grid reduction's blocks leave partial results in device memory, and the last
-block of each group to finish (counted in a finished-block counter) combines them and resets its
-counter. Launches on one stream run one after another, so every kernel launched on a stream can
-share one workspace; launches on two streams may run at once, so each stream has its own. A
-device keeps the workspaces of its STREAM_WORKSPACES most recently used streams (one grown when
-a kernel needs more room); one dropped from there lives on while a prepared call or a `bz.graph()`
-still launches into it, and is then freed in order on its own stream (after the work queued
-there). A CuPy stream is destroyed with its object, so the workspace keeps that object: the
-stream outlives the free queued on it.
+Launches on one stream run one after another, so every kernel launched on a stream can share one
+workspace; launches on two streams may run at once, so each stream has its own. A device keeps the
+workspaces of its STREAM_WORKSPACES most recently used streams (one grown when a kernel needs more
+room); one dropped from there lives on while a prepared call or a `bz.graph()` still launches into it,
+and is then freed in order on its own stream. A CuPy stream is destroyed with its object, so the
+workspace keeps that object: the stream outlives the free queued on it.
 """
 
 from __future__ import annotations
@@ -30,7 +27,8 @@ _log = logging.getLogger(__name__)
 
 
 class Workspace:
-    """Device memory of one stream: the finished-block counters (zeroed when made), room for
+    """Device memory of one stream: the finished-block counters (zeroed when made; the last block of
+    a group to finish combines the group's partial results and resets its counter), room for
     `partial_bytes` of grid reductions' partial results, then `pair_bytes` for inner-outer pairs.
     `pointers` is what the kernels take: (partials, counters); `pair_pointer` the pairs' region.
 

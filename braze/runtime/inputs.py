@@ -58,9 +58,7 @@ def check_scalar_fits(value: object, dtype: dt.DType, where: str, error: type[Ex
 
 
 def _bind_scalar(tv: TensorView, value: object, where: str) -> np.ndarray:
-    if isinstance(value, np.ndarray) and value.ndim == 0:
-        value = value.item()
-    if isinstance(value, np.generic):
+    if isinstance(value, (np.ndarray, np.generic)) and value.ndim == 0:
         value = value.item()
     check_scalar_fits(value, tv.dtype, where)
     return np.asarray(value, dtype=tv.dtype.numpy)

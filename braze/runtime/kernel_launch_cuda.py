@@ -1,16 +1,7 @@
-"""Loop kernels (`@bz.kernel`) on a GPU: the launcher and the cached call of a compiled loop kernel
-(compile/cuda_kernel.py, `CudaLoopKernel`).
-
-`CudaKernelLauncher` holds the loaded functions of one kernel on one device. `PreparedKernelCall` is
-the fusions' CUDA prepared call (runtime/backends/cuda.py) for arguments of one description, filed in
-the same call cache (`fast_call.FastCalls`): the argument block with every extent and stride filled
-in, and each task's grid. A call with that description only
-
-    1. writes the scalars into the block;
-    2. reads each array's data pointer (the block is patched only when one changed);
-    3. launches every task on the stream of the arguments' library: through one native function
-       that calls cuLaunchKernel for each (native/launch_jit.py) when the grids are fixed, else task
-       by task with libcuda's cuLaunchKernel through ctypes.
+"""Loop kernels (`@bz.kernel`) on a GPU: `CudaKernelLauncher` holds the loaded functions of one
+compiled loop kernel (compile/cuda_kernel.py, `CudaLoopKernel`) on one device, and
+`PreparedKernelCall` is its cached call for arguments of one description, filed in the fusions' call
+cache (`fast_call.FastCalls`).
 """
 from __future__ import annotations
 

@@ -26,6 +26,7 @@ from braze.kir.layout import ArgLayout
 from braze.kir.python import evaluable, python_function, scalar_by_name
 from braze.record import RecordedLaunch, dump_launch, note_launch, record_state, recording
 from braze.runtime.arrays import pack_array
+from braze.runtime.device_arrays import dense_strides
 from braze.runtime.fast_call import CallPlan, PreparedCall
 from braze.runtime.graph import host_block, host_copy, host_task
 from braze.runtime.scalars import scalar_packer
@@ -247,14 +248,6 @@ class CpuPreparedCall(PreparedCall):
                 *(f"    {line}" for line in direct or ["pass"])]
 
 
-def _row_major(sizes: Sequence[int]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for n in reversed(sizes):
-        strides.append(step)
-        step *= n
-    return tuple(reversed(strides))
-
-
 def _row_major_buffer(sizes: tuple[int, ...], dtype: np.dtype, name: str) -> np.ndarray:
     """A dense row-major buffer as `host_buffer` makes it, in one NumPy call: a third of the cost of a
     small cached call went into building the strided view."""
@@ -284,7 +277,7 @@ class HostDevice(CpuDevice):
     def allocator(self, frame: Frame, instruction: Allocate) -> Callable[[], object]:
         numel, sizes, strides = instruction.extents(frame)
         dtype, name = instruction.tv.dtype.numpy, buffer_name(instruction.tv)
-        if numel > 0 and strides == _row_major(sizes) and numel == np.prod(sizes) \
+        if numel > 0 and strides == tuple(dense_strides(sizes, 1)) and numel == np.prod(sizes) \
                 and not config.enabled("poison_outputs"):  # a prepared call keeps the configuration it was made in
             return functools.partial(_row_major_buffer, sizes, dtype, name)
         return functools.partial(host_buffer, dtype, numel, sizes, strides, name=name)
