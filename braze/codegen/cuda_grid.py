@@ -226,7 +226,6 @@ class GridWriter(DenseWriter):
 
     def walk_nest_chunks(self, nest: list[k.For], part: str, parts: str, vectors: bool) -> None:
         """walk_nest's general path: any strides, the nest's digits carried per step."""
-
         fl = self.flat
 
         def walk(width: int, vector: VectorAccesses | None) -> None:

@@ -13,10 +13,10 @@ grows (`bz_online_add` in prelude.cuh):
 
     s = 0;  for r: v = g(r); s = online_softmax_add(s, m, v); m = reduce_maximum(m, v)
 
-and the lanes of a row combine the (m, s) pairs (`BzOnlineCombine`), as do the blocks of a row split
-across blocks (cuda_grid). Only loops along a unit-stride axis are rewritten (rows spread over
-lanes), inside range_for tasks and inside the single loop of a serial task (cross_entropy's rows);
-and not where a later loop reads the exponentials again (softmax: see _exponentials_read_later).
+and the lanes of a row combine the (m, s) pairs (`BzOnlineCombine`). Only loops along a unit-stride
+axis are rewritten (rows spread over lanes), inside range_for tasks and inside the single loop of a
+serial task (cross_entropy's rows); and not where a later loop reads the exponentials again (softmax:
+see _exponentials_read_later).
 """
 
 from __future__ import annotations

@@ -155,10 +155,11 @@ def has_arg_pairs(plan: LanePlan) -> bool:
     return any(combine == ARG_INDEX for accumulators in plan.loops.values() for _, combine in accumulators)
 
 
-def _has_pairs(plan: LanePlan) -> bool:
-    """Whether a lane loop keeps accumulators that combine two at a time (paired_accumulators)."""
-    return has_arg_pairs(plan) or any(combine == ONLINE_ADD for accumulators in plan.loops.values()
-                                      for _, combine in accumulators)
+def _has_online_sums(plan: LanePlan) -> bool:
+    """Whether a lane loop keeps an online sum of exponentials with its maximum (cuda_online). Such a
+    row spans no blocks: its pairs combine across its lanes only (no program met so far takes the
+    split path with them, so none is written for them)."""
+    return any(combine == ONLINE_ADD for accumulators in plan.loops.values() for _, combine in accumulators)
 
 
 def online_partner(accumulators: tuple[tuple[k.Var, str], ...]) -> dict[k.Var, k.Var]:
@@ -173,7 +174,7 @@ def online_partner(accumulators: tuple[tuple[k.Var, str], ...]) -> dict[k.Var, k
 def paired_accumulators(accumulators: tuple[tuple[k.Var, str], ...]) -> list[tuple[k.Var, k.Var, str]]:
     """The accumulators that combine two at a time, as (first, second, the prelude's functor for
     them): an argmax's or argmin's value and index (BzArgCombine), an online sum's maximum and sum
-    (BzOnlineCombine). Lanes, blocks and the workspace's slots all combine them so."""
+    (BzOnlineCombine). Lanes combine them so, and blocks and the workspace's slots an argmax's."""
     partner = online_partner(accumulators)
     pairs = []
     for n, (acc, combine) in enumerate(accumulators):
@@ -778,10 +779,10 @@ def plan_schedule(task: k.Task, plan: LanePlan) -> TaskSchedule:
     """The task's schedule (see TaskSchedule)."""
     if tile_loops(task) is not None:
         return TaskSchedule("tiles")
-    # Pairs (an argmax's value and index, an online sum's maximum and sum) meet across blocks only
-    # where a nest splits over them ("flat", split rows); the other grid schedules combine lone values.
-    pairs = _has_pairs(plan)
-    if spans_grid(task, plan) and not (pairs and not _flat(task, plan)):
+    # An argmax's (value, index) pairs meet across blocks only where a nest splits over them ("flat",
+    # split rows); the other grid schedules combine lone values.
+    online = _has_online_sums(plan)
+    if spans_grid(task, plan) and not online and not (has_arg_pairs(plan) and not _flat(task, plan)):
         loop = next(s for s in task.body if isinstance(s, k.For))
         accumulators = plan.loops[id(loop)]
         if not _initialized(task, accumulators):
@@ -801,7 +802,7 @@ def plan_schedule(task: k.Task, plan: LanePlan) -> TaskSchedule:
         splittable = (len(loops) == 1 and all(isinstance(s, (k.Let, k.Store)) for s in after)
                       and _initialized(task, plan.loops[id(loops[0])]))
         return TaskSchedule("columns", plan.loops[id(loops[0])] if splittable else (), splittable)
-    if _row_is_one_nest(task, plan):
+    if _row_is_one_nest(task, plan) and not online:
         loop = next(s for s in task.body if isinstance(s, k.For))
         return TaskSchedule("rows", plan.loops[id(loop)], splittable=True)
     return TaskSchedule()

@@ -1,5 +1,5 @@
-"""Reductions whose lanes keep pairs (argmax and argmin: a value and its index; log-sum-exp: a
-maximum and an online sum) over few long rows or a whole tensor, through their generated CUDA run on
+"""argmax and argmin, whose lanes keep pairs (a value and its index), over few long rows or a whole
+tensor, through their generated CUDA run on
 the CPU (tests/cuda_on_cpu.py) with fake GPUs small enough that such rows split across blocks (the
 split path of "rows" and the "flat" schedule: the blocks' pairs meet in the workspace). Values are
 drawn from a few integers, so ties are common, with NaN and infinities mixed in: the result must be
@@ -90,3 +90,5 @@ def test_a_few_long_argmax_rows_and_a_whole_argmax_split_across_blocks(shape, ax
     assert launch.grid > (shape[0] if axes else 1)  # the rows (the tensor) span several blocks
     outs, _ = run_on_cpu(f, [x], **gpu)
     np.testing.assert_array_equal(outs[0], reference("argmax", x, axes))
+
+
