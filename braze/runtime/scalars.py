@@ -20,14 +20,14 @@ def scalar_bits(value: object, param: k.ScalarParam) -> int:
     return int(padded.view(np.int64)[0])
 
 
-def scalar_packer(param: k.ScalarParam, checked: bool = False) -> Callable[[object], int]:
-    """value -> the int64 slot holding it (floats by their bits; narrower types in the low bytes).
-    `checked`: an integer out of the dtype's range raises OverflowError."""
+def scalar_packer(param: k.ScalarParam) -> Callable[[object], int]:
+    """value -> the int64 slot holding it (floats by their bits; narrower types in the low bytes); an
+    integer out of the dtype's range raises OverflowError."""
     name = param.dtype.name
-    if param.dtype.is_integer and checked:
+    if param.dtype.is_integer:
         info = np.iinfo(param.dtype.numpy)
         return functools.partial(_checked_int, int(info.min), int(info.max))
-    if param.dtype.is_integer or param.dtype.is_bool:
+    if param.dtype.is_bool:
         return int
     if name == "float64":
         return lambda v: struct.unpack("<q", struct.pack("<d", v))[0]
