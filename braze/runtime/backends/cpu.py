@@ -288,9 +288,13 @@ class CpuPreparedKernelCall(CpuPreparedCall):
         self.verified: dict[tuple[int, ...], None] = {}  # pointer sets known to overlap as compiled for
 
     def _launch_source(self, names: dict[str, object], pointers: list[tuple[int, str]]) -> list[str]:
-        names.update(state=self, repoint=self._repoint, general=self._launch_general)
+        names.update(state=self, verified=self.verified, overlap_as_compiled=self._overlap_as_compiled,
+                     general=self._launch_general)
         lines = [f"pointers = ({''.join(f'{expression}, ' for _, expression in pointers)})",
-                 "if pointers != state.patched and not repoint(pointers):", "    return None"]
+                 "if pointers != state.patched:",
+                 "    if pointers not in verified and not overlap_as_compiled(pointers):", "        return None",
+                 f"    ({''.join(f'block[{slot}], ' for slot, _ in pointers)}) = pointers",
+                 "    state.patched = pointers"]
         for position in self.written:
             lines += [f"if not inputs[{position}].flags.writeable:", "    return None"]
         if self.self_overlapping:
@@ -300,18 +304,14 @@ class CpuPreparedKernelCall(CpuPreparedCall):
             return [*lines, "general(inputs)"]
         return [*lines, *self._direct_unless_recording(names, "general(inputs)")]
 
-    def _repoint(self, pointers: tuple[int, ...]) -> bool:
-        """Patches new data pointers into the block; False when the arrays' overlap is not the one the
-        kernel was compiled for (a set checked before is not checked again)."""
-        if pointers not in self.verified:
-            if arguments_overlap(pointers, self.spans, self.writable_self_overlap) != self.overlapping:
-                return False
-            if len(self.verified) >= _VERIFIED_POINTER_SETS:
-                self.verified.clear()
-            self.verified[pointers] = None
-        for (slot, _, _), address in zip(self.plan.input_pointers, pointers):
-            self.block[slot] = address
-        self.patched = pointers
+    def _overlap_as_compiled(self, pointers: tuple[int, ...]) -> bool:
+        """Whether arrays at `pointers` overlap as those the kernel was compiled for did (remembered
+        where they do: a set checked once is not checked again)."""
+        if arguments_overlap(pointers, self.spans, self.writable_self_overlap) != self.overlapping:
+            return False
+        if len(self.verified) >= _VERIFIED_POINTER_SETS:
+            self.verified.clear()
+        self.verified[pointers] = None
         return True
 
     def _launch_general(self, inputs: Sequence[object]) -> None:
