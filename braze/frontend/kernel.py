@@ -38,6 +38,7 @@ from braze.kir import kernel_text
 from braze.kir import nodes as k
 from braze.passes.fuse_tasks import Decision
 from braze.passes.simplify import map_children
+from braze.record import note_entry
 from braze.runtime.arrays import arguments_overlap, as_host_array, byte_span, overlaps_itself
 from braze.runtime.device_arrays import is_device_array
 from braze.runtime.fast_call import FastCalls
@@ -133,6 +134,7 @@ class KernelFunction:
         self.check_writable(entry, arrays)
         filed = self.calls.filed(args)
         if (filed is None or filed.executor is not entry.launcher) and _preparable(args, arrays, self.array_positions):
+            note_entry(f"prepared call {self.__name__}")
             overlapping = key[len(arrays)]  # (the key: each array's layout, then whether they overlap)
             prepared = entry.launcher.prepare(arrays, self.array_positions, [i for i, _, _ in self.scalar_specs],
                                               entry.written, overlapping)

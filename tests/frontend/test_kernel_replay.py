@@ -191,3 +191,21 @@ def test_a_cached_debug_call_raises_its_failed_check_and_runs_again_after() -> N
     with pytest.raises(bz.InputError, match="argument 'start': 18446744073709551616 does not fit in int64"):
         pick(x, out, 2 ** 64)
     assert len(pick.calls.prepared) == 1
+
+
+def test_a_recording_lists_the_prepared_call_and_every_launch() -> None:
+    @bz.kernel
+    def minus_one(x: bz.Array[bz.float32, 1], y: bz.Array[bz.float32, 1]):
+        for i in range(x.shape[0]):
+            y[i] = x[i] - 1.0
+
+    x, y, longer = np.ones(8, np.float32), np.zeros(8, np.float32), np.zeros(16, np.float32)
+    with bz.record() as first:
+        minus_one(x, y)
+    with bz.record() as again:
+        minus_one(x, y)
+        minus_one(x, y)
+        minus_one(np.ones(16, np.float32), longer)  # another description
+    assert first.entries == ["prepared call minus_one"] and len(first.launches) == 1
+    assert again.entries == ["prepared call minus_one"] and len(again.launches) == 3
+    np.testing.assert_array_equal(longer, 0.0)
