@@ -10,7 +10,9 @@ vectorize), plus whether any two arrays overlap in memory: the task-fusion analy
 parameters as distinct resources, so overlapping arguments get a kernel compiled without fusion.
 
 NumPy (and other host) arrays run on the CPU backend; GPU arrays (torch, CuPy, DeviceArray) run
-on their GPU, through `kernel_gpu` (the device is then part of the signature).
+on their GPU, through `kernel_gpu` (the device is then part of the signature). A call whose
+arguments are described as an earlier call's were takes that call's prepared call from the
+kernel's call cache (`KernelFunction.calls`, runtime/fast_call.py), on either.
 """
 
 from __future__ import annotations
