@@ -125,9 +125,8 @@ class KernelFunction:
 
     def _bind_and_run(self, args: Sequence[Any]) -> None:
         """A host call the call cache did not take: check the arguments, compile if needed, and run,
-        through a prepared call made for their description unless the cache holds one for this
-        kernel already (it refused these arguments for a reason of its own: then this call runs
-        outside the cache)."""
+        through a prepared call made for them unless the cache holds one for their kernel already
+        (it refused these arguments for a reason of its own: then this call runs outside the cache)."""
         arrays, scalars, key = self._bind(args)
         entry = self.entries.get(key)
         if entry is None:
@@ -135,12 +134,17 @@ class KernelFunction:
         self.last_entry = entry
         self.check_writable(entry, arrays)
         filed = self.calls.filed(args)
-        if (filed is None or filed.executor is not entry.launcher) and _preparable(args, arrays, self.array_positions):
+        # Within one description only the arrays' overlap picks the kernel: the filed call's or its pair's.
+        known = filed if filed is None or filed.executor is entry.launcher else filed.other
+        if known is None and _preparable(args, arrays, self.array_positions):
             note_entry(f"prepared call {self.__name__}")
             overlapping = key[len(arrays)]  # (the key: each array's layout, then whether they overlap)
             prepared = entry.launcher.prepare(arrays, self.array_positions, [i for i, _, _ in self.scalar_specs],
                                               entry.written, overlapping)
-            self.calls.learn(args, prepared)
+            if filed is None:
+                self.calls.learn(args, prepared)
+            else:
+                filed.pair(prepared)
             if prepared.run(args) is not None:
                 return
         entry.launcher.run(arrays, scalars, args)

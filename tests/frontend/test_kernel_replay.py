@@ -141,7 +141,7 @@ def add_then_double(a: bz.Array[bz.float32, 1], b: bz.Array[bz.float32, 1]):
         a[i] = b[i] * 2.0
 
 
-def test_arguments_of_a_cached_description_that_start_to_overlap_get_the_unfused_kernel() -> None:
+def test_arguments_of_a_cached_description_that_overlap_get_the_unfused_kernel_and_stay_cached(monkeypatch) -> None:
     x, y = np.arange(8, dtype=np.float32), np.zeros(8, np.float32)
     add_then_double(x, y)
     add_then_double(x, y)  # the cached call, on the fused kernel
@@ -149,9 +149,15 @@ def test_arguments_of_a_cached_description_that_start_to_overlap_get_the_unfused
     add_then_double(x, x)  # the same description, one array twice
     assert len(add_then_double.entries) == 2 and add_then_double.decisions() == []
     np.testing.assert_array_equal(x, ((np.arange(8) + 1) * 2 + 1) * 2 * 2 + 2)
-    add_then_double(x, y)  # apart again: the fused kernel
-    assert len(add_then_double.entries) == 2 and add_then_double.decisions()[0].fused
-    np.testing.assert_array_equal(y, x / 2)
+    bound = []  # the calls the call cache did not take
+    bind_and_run = type(add_then_double)._bind_and_run
+    monkeypatch.setattr(type(add_then_double), "_bind_and_run",
+                        lambda fn, args: bound.append(1) or bind_and_run(fn, args))
+    for _ in range(3):  # apart and together in turn: each way has its prepared call
+        add_then_double(x, y)
+        np.testing.assert_array_equal(y, x / 2)
+        add_then_double(x, x)
+    assert not bound and len(add_then_double.calls.prepared) == 1
 
 
 def test_threads_calling_one_kernel_at_once_get_their_own_results() -> None:

@@ -187,8 +187,8 @@ class KernelLauncher(CpuTasks):
 
     def run(self, arrays: Sequence[np.ndarray], scalars: Sequence[object], arguments: Sequence[object] = ()) -> None:
         """One call outside the call cache, on an argument block of its own (what the cache refuses: an
-        open `bz.graph()` or profile, a prepared call busy on another thread). A `bz.graph()`
-        recording the call keeps `arguments` (what the block points into) alive."""
+        open `bz.graph()` or profile, a prepared call busy on another thread, arrays of another
+        library). A `bz.graph()` recording the call keeps `arguments` (what the block points into) alive."""
         status = None if self.arguments.status_slot is None else np.zeros(1, np.int64)
         block = np.array(self.arguments.block(arrays, [numpy_pointer(a) for a in arrays],
                                               0 if status is None else status.ctypes.data), dtype=np.int64)
@@ -285,14 +285,27 @@ class CpuPreparedKernelCall(CpuPreparedCall):
         self.writable_self_overlap = any(a.flags.writeable for p, a in zip(array_positions, arrays)
                                          if p in self.self_overlapping)
         self.patched: tuple[int, ...] | None = None  # the pointers in the block
-        self.verified: dict[tuple[int, ...], None] = {}  # pointer sets known to overlap as compiled for
+        self.verified: dict[tuple[int, ...], bool] = {}  # pointer sets checked: whether they overlap as compiled for
+        self.other: CpuPreparedKernelCall | None = None  # the call for arrays that overlap the other way (`pair`)
+
+    def pair(self, other: CpuPreparedKernelCall) -> None:
+        """Makes `other`, the call of the same description whose kernel was compiled for arrays that
+        overlap the other way (`f(x, x)` beside `f(x, y)`), take the calls that overlap as its
+        arrays did, and back: a program calling both ways stays on cached calls."""
+        self.other, other.other = other, self
+
+    def release(self) -> None:
+        other, self.other = self.other, None
+        super().release()
+        if other is not None:
+            other.release()
 
     def _launch_source(self, names: dict[str, object], pointers: list[tuple[int, str]]) -> list[str]:
         names.update(state=self, verified=self.verified, overlap_as_compiled=self._overlap_as_compiled,
-                     general=self._launch_general)
+                     other=self._other_overlap, general=self._launch_general)
         lines = [f"pointers = ({''.join(f'{expression}, ' for _, expression in pointers)})",
-                 "if pointers != state.patched:",
-                 "    if pointers not in verified and not overlap_as_compiled(pointers):", "        return None",
+                 "if pointers != state.patched:", "    fits = verified.get(pointers)", "    if fits is None:",
+                 "        fits = overlap_as_compiled(pointers)", "    if not fits:", "        return other(inputs)",
                  f"    ({''.join(f'block[{slot}], ' for slot, _ in pointers)}) = pointers",
                  "    state.patched = pointers"]
         for position in self.written:
@@ -305,14 +318,19 @@ class CpuPreparedKernelCall(CpuPreparedCall):
         return [*lines, *self._direct_unless_recording(names, "general(inputs)")]
 
     def _overlap_as_compiled(self, pointers: tuple[int, ...]) -> bool:
-        """Whether arrays at `pointers` overlap as those the kernel was compiled for did (remembered
-        where they do: a set checked once is not checked again)."""
-        if arguments_overlap(pointers, self.spans, self.writable_self_overlap) != self.overlapping:
-            return False
+        """Whether arrays at `pointers` overlap as those the kernel was compiled for did (remembered:
+        a set checked once is not checked again)."""
+        fits = arguments_overlap(pointers, self.spans, self.writable_self_overlap) == self.overlapping
         if len(self.verified) >= _VERIFIED_POINTER_SETS:
             self.verified.clear()
-        self.verified[pointers] = None
-        return True
+        self.verified[pointers] = fits
+        return fits
+
+    def _other_overlap(self, inputs: Sequence[object]) -> list | None:
+        """The call of arguments that overlap otherwise than this call's kernel was compiled for: the
+        paired call's (None where there is none yet: the caller binds them, and pairs one)."""
+        other = self.other
+        return None if other is None else other.run(inputs)
 
     def _launch_general(self, inputs: Sequence[object]) -> None:
         """The launch through `CpuTasks.launch`: ranges that follow scalar arguments, debug checks,
