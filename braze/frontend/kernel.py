@@ -10,7 +10,9 @@ vectorize), plus whether any two arrays overlap in memory: the task-fusion analy
 parameters as distinct resources, so overlapping arguments get a kernel compiled without fusion.
 
 NumPy (and other host) arrays run on the CPU backend; GPU arrays (torch, CuPy, DeviceArray) run
-on their GPU, through `kernel_gpu` (the device is then part of the signature).
+on their GPU, through `kernel_gpu` (the device is then part of the signature). A call whose
+arguments are described as an earlier call's were takes that call's prepared call from the
+kernel's call cache (`KernelFunction.calls`, runtime/fast_call.py), on either.
 """
 
 from __future__ import annotations
@@ -19,8 +21,6 @@ import dataclasses
 import functools
 import inspect
 import reprlib
-import threading
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,9 +40,10 @@ from braze.kir import kernel_text
 from braze.kir import nodes as k
 from braze.passes.fuse_tasks import Decision
 from braze.passes.simplify import map_children
+from braze.record import note_entry
 from braze.runtime.arrays import arguments_overlap, as_host_array, byte_span, overlaps_itself
-from braze.runtime.backends.cpu import PackedArgs
 from braze.runtime.device_arrays import is_device_array
+from braze.runtime.fast_call import FastCalls
 
 _NUMPY_TO_DTYPE = {d.numpy: d for d in dt.ALL_DTYPES}
 _INT_RANGES = {d.name: (int(np.iinfo(d.numpy).min), int(np.iinfo(d.numpy).max)) for d in dt.INT_DTYPES}
@@ -97,7 +98,8 @@ class KernelFunction:
         _check_component_names(fn, [n for n, _ in self.specs])
         self.array_positions = [i for i, (_, s) in enumerate(self.specs) if isinstance(s, ArrayType)]
         self.scalar_specs = [(i, n, s) for i, (n, s) in enumerate(self.specs) if not isinstance(s, ArrayType)]
-        self._last = threading.local()
+        # Prepared calls by argument description, on the host and on GPUs (runtime/fast_call.py).
+        self.calls = FastCalls(len(self.specs), frozenset(i for i, _, _ in self.scalar_specs), any_scalar=True)
         self.entries: dict[tuple, engine.KernelEntry] = {}
         self.last_entry: engine.KernelEntry | None = None
         self._gpu = None  # a kernel_gpu.GpuCalls, made at the first call with GPU arrays
@@ -112,34 +114,40 @@ class KernelFunction:
             raise InputError(f"{self.label}: expected {self.arity} arguments, got {len(args)}")
         if self.vector_params:
             args = self._flat_arguments(args)
-        gpu = self._gpu
-        if gpu is not None and gpu.calls.run(args) is not None:  # GPU arguments of a description seen before
+        if self.calls.run(args) is not None:  # arguments of a description seen before, still as prepared
             return
-        for replay in getattr(self._last, "calls", ()):
-            if replay.matches(args):
-                # The same array objects as a recent call on this thread, unchanged in shape, strides,
-                # dtype and (where written) writability: their pointers are the same too (an array with
-                # a weak reference cannot be resized), so its packed block is replayed with only the
-                # scalars rewritten.
-                replay.entry.launcher.run(replay.packed,
-                                          [self._scalar(n, s, args[i]) for i, n, s in self.scalar_specs], args)
-                return
         if self.array_positions and _on_gpu(self, args):
             if self._gpu is None:
                 self._gpu = GpuCalls(self)
             self._gpu.bind_and_run(args)
             return
+        self._bind_and_run(args)
+
+    def _bind_and_run(self, args: Sequence[Any]) -> None:
+        """A host call the call cache did not take: check the arguments, compile if needed, and run,
+        through a prepared call made for them unless the cache holds one for their kernel already
+        (it refused these arguments for a reason of its own: then this call runs outside the cache)."""
         arrays, scalars, key = self._bind(args)
         entry = self.entries.get(key)
         if entry is None:
             entry = self.entries[key] = self._compile(key)
         self.last_entry = entry
         self.check_writable(entry, arrays)
-        packed = entry.launcher.pack(arrays)
-        guard = replay_guard(args, arrays, self.array_positions, entry.written, config.current)
-        if guard is not None:
-            self._last.calls = (_Replay(entry, packed, guard), *getattr(self._last, "calls", ())[:_RECENT_CALLS - 1])
-        entry.launcher.run(packed, scalars, arrays)
+        filed = self.calls.filed(args)
+        # Within one description only the arrays' overlap picks the kernel: the filed call's or its pair's.
+        known = filed if filed is None or filed.executor is entry.launcher else filed.other
+        if known is None and _preparable(args, arrays, self.array_positions):
+            note_entry(f"prepared call {self.__name__}")
+            overlapping = key[len(arrays)]  # (the key: each array's layout, then whether they overlap)
+            prepared = entry.launcher.prepare(arrays, self.array_positions, [i for i, _, _ in self.scalar_specs],
+                                              entry.written, overlapping)
+            if filed is None:
+                self.calls.learn(args, prepared)
+            else:
+                filed.pair(prepared)
+            if prepared.run(args) is not None:
+                return
+        entry.launcher.run(arrays, scalars, args)
 
     def check_writable(self, entry: engine.KernelEntry, arrays: Sequence[Any]) -> None:
         """An InputError where the kernel writes an array marked read-only (a NumPy flag, or the
@@ -407,53 +415,10 @@ def _rewritten_statement(s: k.Stmt, rewrite: Callable[[k.Expr], k.Expr]) -> k.St
     return dataclasses.replace(s, **changes)
 
 
-# Calls remembered per thread for replay: a time loop that swaps two buffers (or rotates three, as a
-# wave equation's previous, current and next do) calls with each set of arrays every few steps.
-_RECENT_CALLS = 4
-
-
-@dataclass
-class _Replay:
-    """A recent call on one thread: its entry, its packed block, and whether later arguments are
-    the same arrays, unchanged. It holds no array: a weak reference each, in the guard."""
-
-    entry: engine.KernelEntry
-    packed: PackedArgs
-    matches: Callable[[Sequence[Any]], bool]
-
-
-def replay_guard(args: Sequence[Any], arrays: Sequence[np.ndarray], positions: Sequence[int],
-                 written: tuple[int, ...], knobs: config.Config) -> Callable[[Sequence[Any]], bool] | None:
-    """Whether a later call's arguments may replay the packed block of `arrays` (`args` bound): the
-    same knobs, and at each position the same array object (a weak reference's), with the shape,
-    strides and dtype it was packed with, still writable where the kernel writes. One generated
-    expression: the first call's checks, at a few tens of nanoseconds an array. None where an
-    argument was not the NumPy array packed (a torch tensor read through a view of its own)."""
-    values: list[object] = [knobs]
-    for position, array in zip(positions, arrays):
-        if args[position] is not array:
-            return None
-        values += (weakref.ref(array), array.shape, array.strides, array.dtype)
-    return _guard_maker(tuple(positions), written)(*values)
-
-
-@functools.lru_cache(maxsize=1024)
-def _guard_maker(positions: tuple[int, ...], written: tuple[int, ...]) -> Callable[..., Callable]:
-    """A function of (knobs, then per array its weak reference, shape, strides and dtype) making
-    `replay_guard`'s guard: generated once per argument layout, since a call whose arrays differ
-    from the last (buffers swapped each step) makes a guard every time."""
-    names = [f"ref{n}, shape{n}, strides{n}, dtype{n}" for n in range(len(positions))]
-    reads = [f"a{n} = args[{position}]" for n, position in enumerate(positions)]
-    tests = ["config.current is knobs", *(f"ref{n}() is a{n}" for n in range(len(positions)))]
-    tests += [f"a{n}.shape == shape{n} and a{n}.strides == strides{n} and a{n}.dtype is dtype{n}"
-              for n in range(len(positions))]  # once each is known to be the array packed
-    tests += [f"a{n}.flags.writeable" for n in written]
-    source = (f"def make({', '.join(['knobs', *names])}):\n    def matches(args):\n"
-              + "".join(f"        {line}\n" for line in reads)
-              + f"        return {' and '.join(tests)}\n    return matches\n")
-    namespace: dict[str, object] = {"config": config}
-    exec(source, namespace)  # noqa: S102  (built above from argument positions only)
-    return namespace["make"]
+def _preparable(args: Sequence[Any], arrays: Sequence[np.ndarray], positions: Sequence[int]) -> bool:
+    """Whether a host call can have a prepared call: every array argument a NumPy array itself (not
+    a view braze made of another library's array, which the call cache would read again)."""
+    return all(type(array) is np.ndarray and args[p] is array for p, array in zip(positions, arrays))
 
 
 def _on_gpu(fn: KernelFunction, args: Sequence[Any]) -> bool:

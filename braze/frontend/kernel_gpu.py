@@ -15,7 +15,6 @@ from braze import engine
 from braze.errors import Error, InputError
 from braze.record import note_entry
 from braze.runtime.device_arrays import DeviceView, as_device_view, is_device_array
-from braze.runtime.fast_call import FastCalls
 from braze.runtime.kernel_launch_cuda import views_overlap
 
 if TYPE_CHECKING:
@@ -23,13 +22,13 @@ if TYPE_CHECKING:
 
 
 class GpuCalls:
-    """The GPU calls of one `@bz.kernel`: prepared calls by argument description, in the call cache
-    the fusions' cached calls use (runtime/fast_call.py)."""
+    """The GPU calls of one `@bz.kernel`: prepared calls by argument description, in the kernel's call
+    cache (`KernelFunction.calls`, which its host calls share: runtime/fast_call.py)."""
 
     def __init__(self, fn: KernelFunction) -> None:
         self.fn = fn
         # `calls.run(args)`: the cached call, [] where a prepared call ran `args`, else None (bind them).
-        self.calls = FastCalls(len(fn.specs), frozenset(i for i, _, _ in fn.scalar_specs), any_scalar=True)
+        self.calls = fn.calls
 
     @property
     def prepared(self) -> dict:

@@ -185,7 +185,7 @@ class PreparedCall:
         self.entries: dict[tuple, PreparedCall] = {}  # its kernel executor's entries, where it is filed
         self.executor: object = None  # the executor whose compiled code it launches, held while it lives
         self.busy = threading.Lock()  # the block is patched in place: one caller at a time
-        self.matches: Guard | None = None  # FastCalls.learn sets the guard
+        self.matches: Guard | NumpyGuard | None = None  # FastCalls.learn sets the guard
         self._guarded: Callable[[Sequence[object]], list | None] | None = None
 
     def run(self, inputs: Sequence[object]) -> list | None:
@@ -413,8 +413,9 @@ class FastCalls:
     executors finds it with one lookup from the inputs.
 
     `run` is the call taken last, behind its guard where the inputs' library has one (a check in
-    torch's C++ of every tensor's description: a third of the cost of reading the key), all in one
-    generated function; inputs it refuses go through the key (`find`). A loop kernel's calls are
+    torch's C++ of every tensor's description: a third of the cost of reading the key; NumPy
+    arrays' descriptions compared in line), all in one generated function; inputs it refuses go
+    through the key (`find`). A loop kernel's calls are
     filed here as a fusion's are, with `any_scalar` (its prepared call checks each scalar's value).
     """
 
@@ -455,6 +456,11 @@ class FastCalls:
         """Whether calls described like `inputs` were prepared, or found not to fit a prepared
         call, under the current configuration (the host program then runs without preparing)."""
         return config.current is self.config and self.key(inputs) in self.prepared
+
+    def filed(self, inputs: Sequence[object]) -> PreparedCall | None:
+        """The prepared call filed for calls described like `inputs` under the current configuration,
+        or None."""
+        return self.prepared.get(self.key(inputs)) if config.current is self.config else None
 
     def learn(self, inputs: Sequence[object], prepared: PreparedCall | None) -> None:
         """Keeps `prepared` for the description of `inputs` (after the host program ran them)."""
@@ -537,10 +543,38 @@ class Guard:
         return names["matches"]
 
 
-def guard(inputs: Sequence[object], scalar_positions: frozenset[int]) -> Guard | None:
-    """The guard of calls described as `inputs` are; None where the arrays are not all torch
-    tensors, or this torch has no such guards."""
+@dataclass(frozen=True)
+class NumpyGuard:
+    """Whether later inputs are described as the ones it was made from are, for NumPy arrays: each
+    array's type, dtype (the same object: another that equals it takes the key), shape and strides
+    compared in line, with no key built or hashed, plus the count of inputs and each scalar's type."""
+
+    count: int
+    arrays: tuple[tuple[int, np.dtype, tuple[int, ...], tuple[int, ...]], ...]  # (position, dtype, shape, strides)
+    scalars: tuple[tuple[int, type], ...]
+
+    def condition(self, names: dict[str, object]) -> str:
+        """The test as an expression of `inputs` for generated code, as `Guard.condition`."""
+        names["ndarray"] = np.ndarray
+        names.update((f"dtype{n}", dtype) for n, dtype, _, _ in self.arrays)
+        names.update((f"scalar{n}", cls) for n, cls in self.scalars)
+        return (f"len(inputs) == {self.count}"
+                + "".join(f" and type(inputs[{n}]) is ndarray and inputs[{n}].dtype is dtype{n}"
+                          f" and inputs[{n}].shape == {shape!r} and inputs[{n}].strides == {strides!r}"
+                          for n, _, shape, strides in self.arrays)
+                + "".join(f" and type(inputs[{n}]) is scalar{n}" for n, _ in self.scalars))
+
+    function = Guard.function
+
+
+def guard(inputs: Sequence[object], scalar_positions: frozenset[int]) -> Guard | NumpyGuard | None:
+    """The guard of calls described as `inputs` are; None where the arrays are neither all NumPy
+    arrays nor all torch tensors, or this torch has no such guards."""
     arrays = tuple(n for n in range(len(inputs)) if n not in scalar_positions)
+    scalars = tuple((n, type(inputs[n])) for n in sorted(scalar_positions))
+    if all(type(inputs[n]) is np.ndarray for n in arrays):
+        return NumpyGuard(len(inputs), tuple((n, inputs[n].dtype, inputs[n].shape, inputs[n].strides)
+                                             for n in arrays), scalars)
     torch = sys.modules.get("torch")
     if torch is None or not all(isinstance(inputs[n], torch.Tensor) for n in arrays):
         return None
@@ -557,7 +591,7 @@ def guard(inputs: Sequence[object], scalar_positions: frozenset[int]) -> Guard |
     except Exception:  # noqa: BLE001  (a private API: where it differs, the key alone decides)
         return None
     tensors = tuple(describe_tensor(n, inputs[n]) for n in arrays)
-    return Guard(check, len(inputs), arrays, tuple((n, type(inputs[n])) for n in sorted(scalar_positions)), tensors)
+    return Guard(check, len(inputs), arrays, scalars, tensors)
 
 
 _KEY_PARTS = {  # per library: what describes one of its arrays (its type comes first)

@@ -206,7 +206,7 @@ class FusionRuntime:
                             for tv_id, p in self.params.arrays.items()],
             buffer_pointers=[(slot[p.name], written[tv_id]) for tv_id, p in self.params.writes.items()],
             buffer_pointer=buffer_pointer(frame.bound.kind),
-            scalars=[ScalarSlot(slot[p.name], self.input_position[tv_id], scalar_packer(p, checked=True))
+            scalars=[ScalarSlot(slot[p.name], self.input_position[tv_id], scalar_packer(p))
                      for tv_id, p in self.params.scalars.items()],
             seeds=[self._seed_slots(tv) for tv in self.random_ops],
             copies_back=copies_back,

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from braze.codegen.cuda_launch import BLOCKS_PER_SM
-from braze.codegen.cuda_plan import sub_exprs
 from braze.compile import cuda_driver as cuda
 from braze.compile.cuda_kernel import CudaLoopKernel
 from braze.errors import KernelAssertionError
@@ -22,7 +21,7 @@ from braze.kir import nodes as k
 from braze.native.launch_jit import NativeLaunches, native_launches
 from braze.record import RecordedLaunch, record_state, recording
 from braze.runtime.arrays import arguments_overlap, byte_span, overlaps_itself
-from braze.runtime.backends.cpu import LoopArguments, bounds_function
+from braze.runtime.backends.cpu import LoopArguments, bounds_function, bounds_read_scalars
 from braze.runtime.backends.cuda import CudaPreparedCall, PreparedLaunch, launch_specs, recorded_launch
 from braze.runtime.device_arrays import DeviceView
 from braze.runtime.fast_call import ArrayKind, CallPlan, ScalarSlot, gpu_array_kind
@@ -62,11 +61,9 @@ class CudaKernelLauncher:
         self.kernel = compiled.kernel
         module = compiled.module(device)
         self.tasks = [self._task(module, t, f) for t, f in zip(self.kernel.tasks, compiled.generated.functions)]
-        self.arguments = LoopArguments(self.kernel, arrays, scalars, checked=True)
+        self.arguments = LoopArguments(self.kernel, arrays, scalars)
         self.bounds = bounds_function(self.kernel, arrays, scalars)
-        # Bounds read from scalar arguments change from call to call; bounds of extents do not.
-        self.bounds_read_scalars = any(isinstance(e, k.ScalarRef) for t in self.kernel.tasks
-                                       for bound in (t.begin, t.end) for e in sub_exprs(bound))
+        self.bounds_read_scalars = bounds_read_scalars(self.kernel)
 
     def _task(self, module: cuda.Module, task: k.Task, function: str) -> TaskFunction:
         handle = module.functions[function]

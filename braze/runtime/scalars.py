@@ -20,19 +20,19 @@ def scalar_bits(value: object, param: k.ScalarParam) -> int:
     return int(padded.view(np.int64)[0])
 
 
-def scalar_packer(param: k.ScalarParam, checked: bool = False) -> Callable[[object], int]:
-    """value -> the int64 slot holding it (floats by their bits; narrower types in the low bytes).
-    `checked`: an integer out of the dtype's range raises OverflowError."""
+def scalar_packer(param: k.ScalarParam) -> Callable[[object], int]:
+    """value -> the int64 slot holding it (floats by their bits; narrower types in the low bytes); an
+    integer out of the dtype's range raises OverflowError."""
     name = param.dtype.name
-    if param.dtype.is_integer and checked:
+    if param.dtype.is_integer:
         info = np.iinfo(param.dtype.numpy)
         return functools.partial(_checked_int, int(info.min), int(info.max))
-    if param.dtype.is_integer or param.dtype.is_bool:
+    if param.dtype.is_bool:
         return int
     if name == "float64":
-        return lambda v: struct.unpack("<q", struct.pack("<d", v))[0]
+        return _float64_bits
     if name == "float32":
-        return lambda v: _float32_bits(v, param)
+        return _float32_bits
     return lambda v: scalar_bits(v, param)
 
 
@@ -42,8 +42,16 @@ def _checked_int(low: int, high: int, value: int) -> int:
     return int(value)
 
 
-def _float32_bits(value: object, param: k.ScalarParam) -> int:
+# Compiled once: a cached call packs its float scalars with them (a format string is parsed per call).
+_FLOAT64, _INT64, _FLOAT32, _INT32 = (struct.Struct(f) for f in ("<d", "<q", "<f", "<i"))
+
+
+def _float64_bits(value: object) -> int:
+    return _INT64.unpack(_FLOAT64.pack(value))[0]
+
+
+def _float32_bits(value: object) -> int:
     try:
-        return struct.unpack("<i", struct.pack("<f", value))[0]
+        return _INT32.unpack(_FLOAT32.pack(value))[0]
     except OverflowError:  # beyond float32's range: round to infinity, as NumPy does
-        return scalar_bits(value, param)
+        return int(np.asarray(value, np.float32).view(np.int32))

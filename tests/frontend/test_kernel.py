@@ -700,7 +700,7 @@ def test_arguments_are_checked():
         k(readonly, 1)
 
 
-def test_repeated_calls_replay_the_packed_arguments_safely():
+def test_repeated_calls_take_the_cached_call_safely():
     @bz.kernel
     def axpy(x: bz.Array[bz.float64, 1], y: bz.Array[bz.float64, 1], a: float):
         for i in range(x.shape[0]):
@@ -708,13 +708,13 @@ def test_repeated_calls_replay_the_packed_arguments_safely():
 
     x, y = np.arange(6.0), np.zeros(6)
     axpy(x, y, 1.0)
-    axpy(x, y=y, a=2.0)        # replayed: only the scalar changes
+    axpy(x, y=y, a=2.0)        # the cached call: only the scalar changes
     assert y.tolist() == [3.0 * v for v in range(6)]
     other = np.zeros(6)
-    axpy(x, other, 1.0)        # another array: packed again
+    axpy(x, other, 1.0)        # another array: its pointer patched
     assert other.tolist() == list(np.arange(6.0))
     y.shape = (6,)
-    x.shape = (2, 3)           # the same object with a new shape is not replayed (and is now the wrong rank)
+    x.shape = (2, 3)           # the same object with a new shape is another description (and the wrong rank)
     with pytest.raises(bz.InputError, match="expected 1 dimension"):
         axpy(x, y, 1.0)
     x.shape = (6,)
@@ -722,19 +722,18 @@ def test_repeated_calls_replay_the_packed_arguments_safely():
     assert y[:3].tolist() == [0.0, 5.0, 10.0]
 
 
-def test_swapped_and_rotated_buffers_replay_their_packed_arguments(monkeypatch):
+def test_swapped_and_rotated_buffers_stay_on_the_cached_call(monkeypatch):
     """A time loop that swaps two buffers each step (or rotates three) calls with each set of arrays
-    every few steps: each set's packed block is replayed, not packed again at every call."""
-    from braze.runtime.backends.cpu import KernelLauncher
-
+    every few steps: every call after the first takes the one prepared call of their description, and
+    each set's pointers are checked for overlap once."""
     @bz.kernel
     def blur(src: bz.Array[bz.float64, 1], dst: bz.Array[bz.float64, 1], w: float):
         for i in range(1, src.shape[0] - 1):
             dst[i] = src[i] + w * (src[i - 1] - 2 * src[i] + src[i + 1])
 
-    packs = []
-    pack = KernelLauncher.pack
-    monkeypatch.setattr(KernelLauncher, "pack", lambda self, arrays: packs.append(1) or pack(self, arrays))
+    bound = []  # the calls the call cache did not take
+    bind_and_run = type(blur)._bind_and_run
+    monkeypatch.setattr(type(blur), "_bind_and_run", lambda fn, args: bound.append(1) or bind_and_run(fn, args))
     a, b, c = np.zeros(8), np.zeros(8), np.zeros(8)
     a[4] = b[4] = 1.0
     expected = a.copy()
@@ -743,11 +742,11 @@ def test_swapped_and_rotated_buffers_replay_their_packed_arguments(monkeypatch):
         expected[1:-1] += (0.25 + step) * (expected[:-2] - 2 * expected[1:-1] + expected[2:])
         a, b = b, a
     np.testing.assert_array_equal(a, expected)
-    assert len(packs) == 2
     for _ in range(6):
         blur(a, b, 0.25)
         a, b, c = b, c, a
-    assert len(packs) == 4  # (a, b) was packed before; (b, c) and (c, a) once each
+    (prepared,) = blur.calls.prepared.values()
+    assert len(bound) == 1 and len(prepared.verified) == 4  # (a, b), (b, a), then (b, c) and (c, a)
 
 
 def test_kernel_ir_of_loop_kernels_generates_cuda_source():

@@ -281,3 +281,20 @@ def test_each_prepared_call_is_its_kernel_executors_entry(monkeypatch) -> None:
     with config.scope(enable="poison_outputs"):  # another configuration: prepared again, the others dropped
         f.execute([randn(40)] * 3)
     assert filed() == dict(fast.prepared) and len(fast.prepared) == 1
+
+
+def test_the_numpy_guard_matches_the_same_description_only() -> None:
+    from braze.runtime.fast_call import guard
+
+    x, y = np.zeros((8, 4), np.float32), np.ones((8, 4), np.float32)
+    matches = guard([x, y, 2.0], frozenset({2})).function()
+    assert matches([np.ones((8, 4), np.float32), x, -1.5])
+    for other in ([x, y.astype(np.float64), 2.0],             # dtype
+                  [x, np.zeros((8, 5), np.float32), 2.0],     # shape
+                  [x, np.zeros((4, 8), np.float32).T, 2.0],   # strides
+                  [x, y, 2],                                  # a scalar's type
+                  [x, y],                                     # the count
+                  [x, y, 2.0, 3.0],
+                  [x, y.view(type('Sub', (np.ndarray,), {})), 2.0],  # a subclass
+                  [x, 1.0, 2.0]):
+        assert not matches(other), other

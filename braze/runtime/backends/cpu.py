@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -25,9 +24,9 @@ from braze.kir import nodes as k
 from braze.kir.layout import ArgLayout
 from braze.kir.python import evaluable, python_function, scalar_by_name
 from braze.record import RecordedLaunch, dump_launch, note_launch, record_state, recording
-from braze.runtime.arrays import pack_array
+from braze.runtime.arrays import arguments_overlap, byte_span, overlaps_itself, pack_array
 from braze.runtime.device_arrays import dense_strides
-from braze.runtime.fast_call import CallPlan, PreparedCall
+from braze.runtime.fast_call import CallPlan, PreparedCall, ScalarSlot, numpy_pointer
 from braze.runtime.graph import host_block, host_copy, host_task
 from braze.runtime.scalars import scalar_packer
 from braze.runtime.thread_pool import MIN_CHUNK_WORK, parallel_for
@@ -153,15 +152,14 @@ def _work_per_index(stmts: tuple[k.Stmt, ...], weight: int = 1) -> int:
 
 class LoopArguments:
     """Where a loop kernel's arguments go in its argument block (kir/layout.py), on every backend:
-    arrays and scalars in parameter order, and the word its debug checks write a failure into.
-    `checked`: a scalar out of its dtype's range raises OverflowError as it is packed."""
+    arrays and scalars in parameter order, and the word its debug checks write a failure into. A
+    scalar out of its dtype's range raises OverflowError as it is packed."""
 
-    def __init__(self, kernel: k.Kernel, arrays: Sequence[k.ArrayParam], scalars: Sequence[k.ScalarParam],
-                 checked: bool = False) -> None:
+    def __init__(self, kernel: k.Kernel, arrays: Sequence[k.ArrayParam], scalars: Sequence[k.ScalarParam]) -> None:
         layout = ArgLayout.of(kernel.params)
         self.size = max(layout.size, 1)
         self.array_slots = [layout.slots[p.name] for p in arrays]
-        self.scalar_slots = [(layout.slots[p.name], scalar_packer(p, checked)) for p in scalars]
+        self.scalar_slots = [(layout.slots[p.name], scalar_packer(p)) for p in scalars]
         self.status_slot = layout.slots.get(k.ASSERT_STATUS)
         self.messages = k.assert_messages(kernel)
 
@@ -185,37 +183,36 @@ class KernelLauncher(CpuTasks):
         self.arguments = LoopArguments(self.kernel, arrays, scalars)
         work = [max(1, _work_per_index(t.body)) for t in self.kernel.tasks]
         self.ranges = bounds_function(self.kernel, arrays, scalars, work)
+        self.bounds_read_scalars = bounds_read_scalars(self.kernel)
 
-    def pack(self, arrays: Sequence[np.ndarray]) -> PackedArgs:
-        """The argument block with the arrays' pointers, extents and strides (scalars are written per run)."""
+    def run(self, arrays: Sequence[np.ndarray], scalars: Sequence[object], arguments: Sequence[object] = ()) -> None:
+        """One call outside the call cache, on an argument block of its own (what the cache refuses: an
+        open `bz.graph()` or profile, a prepared call busy on another thread, arrays of another
+        library). A `bz.graph()` recording the call keeps `arguments` (what the block points into) alive."""
         status = None if self.arguments.status_slot is None else np.zeros(1, np.int64)
-        block = self.arguments.block(arrays, [a.__array_interface__["data"][0] for a in arrays],
-                                     0 if status is None else status.ctypes.data)
-        packed = np.array(block, dtype=np.int64)
-        return PackedArgs(packed, packed.ctypes.data, tuple([a.shape for a in arrays]), status)
-
-    def run(self, packed: PackedArgs, scalars: Sequence[object], arguments: Sequence[object] = ()) -> None:
-        """Runs the kernel on a packed block (kept by the caller while the same arrays come again,
-        unchanged: the block holds their pointers, not the arrays). A `bz.graph()` recording the
-        call keeps `arguments` (what the block points into) alive."""
-        block = packed.block
+        block = np.array(self.arguments.block(arrays, [numpy_pointer(a) for a in arrays],
+                                              0 if status is None else status.ctypes.data), dtype=np.int64)
         for (slot, pack), value in zip(self.arguments.scalar_slots, scalars):
             block[slot] = pack(value)
-        if packed.status is not None:
-            packed.status[0] = 0
-        self.launch(block, packed.address, self.ranges(packed.shapes, scalars), arguments, packed.status,
+        self.launch(block, block.ctypes.data, self.ranges([a.shape for a in arrays], scalars), arguments, status,
                     self.arguments.messages)
 
+    def prepare(self, arrays: Sequence[np.ndarray], array_positions: Sequence[int], scalar_positions: Sequence[int],
+                written: Sequence[int], overlapping: bool) -> CpuPreparedKernelCall:
+        """The cached call for NumPy arrays described as `arrays` are (runtime/fast_call.py), at their
+        positions among the arguments; `written`: the arrays the kernel writes (their indices in
+        `arrays`); `overlapping`: whether the kernel was compiled for arrays that share memory."""
+        return CpuPreparedKernelCall(self, arrays, list(array_positions), list(scalar_positions),
+                                     [array_positions[n] for n in written], overlapping)
 
-@dataclass(frozen=True)
-class PackedArgs:
-    """A packed argument block: the arrays' pointers, extents and strides. It holds no array: a
-    caller replaying it must make sure the same arrays, unchanged, are still alive."""
 
-    block: np.ndarray
-    address: int
-    shapes: tuple[tuple[int, ...], ...]  # per array argument its shape: what the task bounds read
-    status: np.ndarray | None  # the debug checks' status word
+def bounds_read_scalars(kernel: k.Kernel) -> bool:
+    """Whether a task's bounds read a scalar argument: a launch's ranges then change from call to call
+    (bounds of extents alone are fixed by the arrays' shapes)."""
+    def extent(e: k.Expr) -> str | None:
+        return "0" if isinstance(e, k.ArrayExtent) else None
+
+    return not all(evaluable(bound, extent) for t in kernel.tasks for bound in (t.begin, t.end))
 
 
 class CpuPreparedCall(PreparedCall):
@@ -235,6 +232,12 @@ class CpuPreparedCall(PreparedCall):
         lines = super()._launch_source(names, pointers)
         if config.current.dump:  # a prepared call serves one configuration: FastCalls checks it
             return lines
+        *patches, launch = lines
+        return [*patches, *self._direct_unless_recording(names, launch)]
+
+    def _direct_unless_recording(self, names: dict[str, object], general: str) -> list[str]:
+        """Lines running `general` (a statement launching through `CpuTasks.launch`) where a recorder
+        is open, else each task directly."""
         names.update(recorders=record_state(), parallel_for=parallel_for)
         direct = []
         for n, (fn, (begin, end, work)) in enumerate(zip(self.tasks.functions, self.ranges)):
@@ -243,9 +246,101 @@ class CpuPreparedCall(PreparedCall):
                 direct += [f"task{n}({begin}, {end}, {self.address})"] if end > begin else []
             else:
                 direct.append(f"parallel_for(task{n}, {begin}, {end}, {self.address}, {work}, {self.tasks.min_work})")
-        *patches, launch = lines
-        return [*patches, "if recorders.__dict__.get('stack'):", f"    {launch}", "else:",
+        return ["if recorders.__dict__.get('stack'):", f"    {general}", "else:",
                 *(f"    {line}" for line in direct or ["pass"])]
+
+
+# Pointer sets a loop kernel's prepared call remembers as checked for overlap: a time loop rotating a
+# few sets of buffers comes back to each every few steps.
+_VERIFIED_POINTER_SETS = 16
+
+
+class CpuPreparedKernelCall(CpuPreparedCall):
+    """A loop kernel's call on NumPy arrays of one description: the fusions' host call (one generated
+    function), with what loop kernels add. Each call packs the scalars (range-checked) and reads the
+    data pointers; a set of pointers not seen before is checked to overlap as the arrays the kernel
+    was compiled for did, and each array the kernel writes to be writable. A call that fails a check
+    answers None, and the caller binds the arguments, which says what is wrong or finds the kernel
+    they need. Ranges that follow scalar arguments and a debug kernel's checks take `_launch_general`."""
+
+    def __init__(self, launcher: KernelLauncher, arrays: Sequence[np.ndarray], array_positions: list[int],
+                 scalar_positions: list[int], written: list[int], overlapping: bool) -> None:
+        arguments = launcher.arguments
+        self.status = None if arguments.status_slot is None else np.zeros(1, np.int64)
+        block = arguments.block(arrays, [0] * len(arrays), 0 if self.status is None else self.status.ctypes.data)
+        plan = CallPlan(block, [(slot, position, numpy_pointer) for slot, position in
+                                zip(arguments.array_slots, array_positions)],
+                        [ScalarSlot(slot, position, pack) for (slot, pack), position in
+                         zip(arguments.scalar_slots, scalar_positions)])
+        self.shapes = [a.shape for a in arrays]
+        fixed = None if launcher.bounds_read_scalars else launcher.ranges(self.shapes, ())
+        super().__init__(plan, launcher, fixed)
+        self.executor = launcher  # its compiled code stays loaded while the call lives
+        self.scalar_positions, self.written, self.overlapping = scalar_positions, written, overlapping
+        self.spans = [byte_span(a.shape, a.strides, a.itemsize) for a in arrays]
+        # A view that overlaps itself counts as overlapping where it is writable (kernel.py's
+        # `_overlapping`): the call serves the writability it was prepared with.
+        self.self_overlapping = [p for p, a in zip(array_positions, arrays)
+                                 if overlaps_itself(a.shape, a.strides, a.itemsize)]
+        self.writable_self_overlap = any(a.flags.writeable for p, a in zip(array_positions, arrays)
+                                         if p in self.self_overlapping)
+        self.patched: tuple[int, ...] | None = None  # the pointers in the block
+        self.verified: dict[tuple[int, ...], bool] = {}  # pointer sets checked: whether they overlap as compiled for
+        self.other: CpuPreparedKernelCall | None = None  # the call for arrays that overlap the other way (`pair`)
+
+    def pair(self, other: CpuPreparedKernelCall) -> None:
+        """Makes `other`, the call of the same description whose kernel was compiled for arrays that
+        overlap the other way (`f(x, x)` beside `f(x, y)`), take the calls that overlap as its
+        arrays did, and back: a program calling both ways stays on cached calls."""
+        self.other, other.other = other, self
+
+    def release(self) -> None:
+        other, self.other = self.other, None
+        super().release()
+        if other is not None:
+            other.release()
+
+    def _launch_source(self, names: dict[str, object], pointers: list[tuple[int, str]]) -> list[str]:
+        names.update(state=self, verified=self.verified, overlap_as_compiled=self._overlap_as_compiled,
+                     other=self._other_overlap, general=self._launch_general)
+        lines = [f"pointers = ({''.join(f'{expression}, ' for _, expression in pointers)})",
+                 "if pointers != state.patched:", "    fits = verified.get(pointers)", "    if fits is None:",
+                 "        fits = overlap_as_compiled(pointers)", "    if not fits:", "        return other(inputs)",
+                 f"    ({''.join(f'block[{slot}], ' for slot, _ in pointers)}) = pointers",
+                 "    state.patched = pointers"]
+        for position in self.written:
+            lines += [f"if not inputs[{position}].flags.writeable:", "    return None"]
+        if self.self_overlapping:
+            writable = " or ".join(f"inputs[{p}].flags.writeable" for p in self.self_overlapping)
+            lines += [f"if ({writable}) is not {self.writable_self_overlap}:", "    return None"]
+        if self.ranges is None or self.status is not None or config.current.dump:
+            return [*lines, "general(inputs)"]
+        return [*lines, *self._direct_unless_recording(names, "general(inputs)")]
+
+    def _overlap_as_compiled(self, pointers: tuple[int, ...]) -> bool:
+        """Whether arrays at `pointers` overlap as those the kernel was compiled for did (remembered:
+        a set checked once is not checked again)."""
+        fits = arguments_overlap(pointers, self.spans, self.writable_self_overlap) == self.overlapping
+        if len(self.verified) >= _VERIFIED_POINTER_SETS:
+            self.verified.clear()
+        self.verified[pointers] = fits
+        return fits
+
+    def _other_overlap(self, inputs: Sequence[object]) -> list | None:
+        """The call of arguments that overlap otherwise than this call's kernel was compiled for: the
+        paired call's (None where there is none yet: the caller binds them, and pairs one)."""
+        other = self.other
+        return None if other is None else other.run(inputs)
+
+    def _launch_general(self, inputs: Sequence[object]) -> None:
+        """The launch through `CpuTasks.launch`: ranges that follow scalar arguments, debug checks,
+        `bz.record()`, dumps."""
+        ranges = self.ranges
+        if ranges is None:
+            ranges = self.tasks.ranges(self.shapes, [inputs[p] for p in self.scalar_positions])
+        if self.status is not None:
+            self.status[0] = 0
+        self.tasks.launch(self.block, self.address, ranges, inputs, self.status, self.tasks.arguments.messages)
 
 
 def _row_major_buffer(sizes: tuple[int, ...], dtype: np.dtype, name: str) -> np.ndarray:
