@@ -48,7 +48,7 @@ def reference(op: str, x: np.ndarray, axes) -> np.ndarray:
     return getattr(np, op)(moved, axis=-1)
 
 
-@settings(max_examples=examples(6), deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(4), deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.data())
 def test_argmax_and_argmin_over_rows_split_across_blocks(data):
     rank, axes = data.draw(st.sampled_from(LAYOUTS))
