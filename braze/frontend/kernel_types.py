@@ -136,13 +136,17 @@ def _apply(op: str, table: dict, operands: list, make: Callable[[list[k.Expr], D
     literals_only = all(w == 2 for _, w in types)  # weak expressions and literals: as Python computes them
     if literals_only:
         promoted = _PYTHON_PRECISION[promoted.category]
+    elif _ints_meet_a_float(types, promoted):
+        promoted = _PYTHON_PRECISION["f"]
     if bools_as_ints and promoted.is_bool:
         promoted = _PYTHON_PRECISION["i"]
     _check_promoted_kind(op, promoted, kinds, [t for t, _ in types])
     for v in values:
         _check_literal_fits(op, v, promoted)
     result = result_rule(promoted)
-    if literals_only:  # math of literals alone is Python's, in float64: math.sqrt(2) or the log of a base
+    if literals_only or result.is_floating and not promoted.is_floating:
+        # math of literals alone is Python's, in float64: math.sqrt(2) or the log of a base; and an
+        # integer's float result too, as Python's and NumPy's (math.sqrt(i), i / 3)
         result = _PYTHON_PRECISION[result.category]
     compute = compute_type(promoted, result)
     conditions = [as_expr(c, dt.bool_) for c in operands[:first_value]]
@@ -150,6 +154,14 @@ def _apply(op: str, table: dict, operands: list, make: Callable[[list[k.Expr], D
     converted = [cast(as_expr(v, promoted), compute) for v in values]
     node = cast(make(conditions + converted, dt.bool_ if result.is_bool else compute), result)
     return weak(node) if literals_only else node
+
+
+def _ints_meet_a_float(types: list[tuple[DType, int]], promoted: DType) -> bool:
+    """Whether typed integers (or bools) meet a Python float literal only: `i * 0.5`, `(i + 0.5) * h`
+    with a loop index i. Python and NumPy compute them in float64 (a fusion's tensors take torch's
+    float32 there: dtypes.result_type); a typed float operand keeps its own type (`x[i] * 0.5` of a
+    float32 x stays float32)."""
+    return promoted.is_floating and not any(t.is_floating for t, weakness in types if weakness != 2)
 
 
 _PYTHON_BINARY: dict[str, Callable] = {

@@ -167,7 +167,7 @@ def float_index(a: F32):
 
 
 @pytest.mark.parametrize("fn, args, message, culprit", [
-    (int_local_takes_a_float, [f32()], r"type mismatch: 'count' is int64, the value is float32; .*start it as a "
+    (int_local_takes_a_float, [f32()], r"type mismatch: 'count' is int64, the value is float64; .*start it as a "
      r"float \(count = 0.0, not count = 0\)", "count += 0.5"),
     (float_into_int_array, [f32(), np.zeros(4, np.int32)], "type mismatch: 'n' is int32, the value is float32",
      "n[i] = a[i] * 2.0"),

@@ -1,7 +1,8 @@
 """Loop kernels follow Python where a user would notice: the loop variable after a loop, constant
 negative indices, shadowed loop indices (refused), loops that cannot run in parallel (warned), the
 builtin `round`, parameters left to their default values, bools in arithmetic, math functions of literals,
-the values of `and` and `or`, and an integer to a negative literal power."""
+the values of `and` and `or`, an integer to a negative literal power, and integers meeting a float
+literal (float64, as in Python and NumPy, where a typed float would keep its own type)."""
 
 from __future__ import annotations
 
@@ -349,3 +350,30 @@ def pow_modulo(x: bz.Array[bz.int64, 1]):
 def test_pow_modulo_is_refused():
     with pytest.raises(bz.KernelTypeError, match=r"pow: expected 2 arguments \(pow\(a, b\) is a \*\* b\), got 3"):
         bz.kernel(pow_modulo)(np.int64([3]))
+
+
+SPACING = 0.001
+
+
+@bz.kernel
+def integers_meet_float_literals(out: bz.Array[bz.float64, 2], counts: bz.Array[bz.int32, 1],
+                                 narrow: bz.Array[bz.float32, 1]):
+    for i in range(out.shape[0]):
+        c = 0
+        out[i, 0] = i * SPACING  # a loop index times a module constant
+        out[i, 1] = (i + 0.5) * SPACING  # a cell's centre
+        out[i, 2] = c + math.sqrt(2)  # an int local and the math of a literal
+        out[i, 3] = math.sqrt(i)  # an integer's square root
+        out[i, 4] = i / 3  # true division of integers
+        out[i, 5] = counts[i] * 0.1  # an int32 array's element
+        out[i, 6] = narrow[i] * 0.1  # a float32 element keeps float32
+
+
+def test_integers_meeting_a_float_literal_compute_in_float64_as_python_does():
+    n = 7
+    out, counts = np.zeros((n, 7)), np.arange(n, dtype=np.int32) * 3
+    narrow = np.linspace(0.5, 2, n).astype(np.float32)
+    integers_meet_float_literals(out, counts, narrow)
+    want = [[i * SPACING, (i + 0.5) * SPACING, 0 + math.sqrt(2), math.sqrt(i), i / 3, int(counts[i]) * 0.1,
+             float(narrow[i] * np.float32(0.1))] for i in range(n)]
+    np.testing.assert_array_equal(out, np.array(want))
