@@ -51,12 +51,12 @@ from braze.codegen.cuda_plan import (
     TaskSchedule,
     exprs_of,
     lane_nest,
-    paired_accumulators,
     plan_lanes,
     plan_row_caches,
     plan_schedule,
     register_row_vectors,
     row_loop_task,
+    split_pairs,
     sub_exprs,
     walk,
 )
@@ -558,9 +558,7 @@ class TaskWriter(RowLoopWriter, PeelWriter, GridWriter, ColumnVectorWriter, Tile
     def lane_reduce(self, accumulators) -> None:
         """Each accumulator combined over the lanes of its row; in a warp function over one warp,
         by shuffles alone (the `warp` helpers of the prelude)."""
-        pairs = paired_accumulators(accumulators)
-        paired = {acc for pair in pairs for acc in pair[:2]}
-        plain = [(acc, combine) for acc, combine in accumulators if acc not in paired]
+        pairs, plain = split_pairs(accumulators)
         if not self.warp and self.schedule.kind != "columns" and joins_lane_reductions(plain):
             for line in joint_lane_reduce([(acc.name, LANE_COMBINES[c]) for acc, c in plain], "lanes32"):
                 self.line(line)

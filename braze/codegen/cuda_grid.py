@@ -19,9 +19,9 @@ from braze.codegen.cuda_plan import (
     LANE_COMBINES,
     VectorAccesses,
     nest_vector_accesses,
-    paired_accumulators,
     perfect_nest,
     row_nest,
+    split_pairs,
     substituted,
     vector_alignment,
 )
@@ -69,13 +69,11 @@ class GridWriter(DenseWriter):
         for n, (acc, _) in enumerate(accumulators):
             self.line(f"if ({writer}) {self.partial_slot(n, acc, region, index)} = {acc.name};")
         self.line(f"if (!bz_last_of({counter}, {count})) return;")
-        pairs = paired_accumulators(accumulators)
-        paired = {acc for pair in pairs for acc in pair[:2]}
+        pairs, plain = split_pairs(accumulators)
         slot = {acc: n for n, (acc, _) in enumerate(accumulators)}
-        for acc, combine in accumulators:
-            if acc not in paired:
-                self.fold_slots([acc], f"{acc.name} = {LANE_COMBINES[combine]}()({acc.name}, bz_slots0[j]);",
-                                slot, region, reader)
+        for acc, combine in plain:
+            self.fold_slots([acc], f"{acc.name} = {LANE_COMBINES[combine]}()({acc.name}, bz_slots0[j]);",
+                            slot, region, reader)
         for first, second, functor in pairs:
             self.fold_slots([first, second], f"{functor}({first.name}, {second.name}, bz_slots0[j], bz_slots1[j]);",
                             slot, region, reader)
@@ -114,11 +112,9 @@ class GridWriter(DenseWriter):
         if mask is not None:
             for acc, _ in accumulators:
                 self.line(f"{acc.name} = {mask} ? {acc.name} : {self.expr(self.initial[acc])};")
-        pairs = paired_accumulators(accumulators)
+        pairs, accumulators = split_pairs(accumulators)
         for first, second, functor in pairs:
             self.line(f"bz_pair_lane_reduce({first.name}, {second.name}, (int)blockDim.x, {functor});")
-        paired = {acc for pair in pairs for acc in pair[:2]}
-        accumulators = [(acc, combine) for acc, combine in accumulators if acc not in paired]
         if joins_lane_reductions(accumulators):
             for line in joint_lane_reduce([(acc.name, LANE_COMBINES[c]) for acc, c in accumulators],
                                           "(int)blockDim.x"):

@@ -171,10 +171,11 @@ def online_partner(accumulators: tuple[tuple[k.Var, str], ...]) -> dict[k.Var, k
     return {sums[0]: maxima[0], maxima[0]: sums[0]}
 
 
-def paired_accumulators(accumulators: tuple[tuple[k.Var, str], ...]) -> list[tuple[k.Var, k.Var, str]]:
+def split_pairs(accumulators) -> tuple[list[tuple[k.Var, k.Var, str]], list[tuple[k.Var, str]]]:
     """The accumulators that combine two at a time, as (first, second, the prelude's functor for
     them): an argmax's or argmin's value and index (BzArgCombine), an online sum's maximum and sum
-    (BzOnlineCombine). Lanes combine them so, and blocks and the workspace's slots an argmax's."""
+    (BzOnlineCombine); then the others, (acc, combine) each. Lanes combine the pairs so, and blocks
+    and the workspace's slots an argmax's."""
     partner = online_partner(accumulators)
     pairs = []
     for n, (acc, combine) in enumerate(accumulators):
@@ -183,7 +184,8 @@ def paired_accumulators(accumulators: tuple[tuple[k.Var, str], ...]) -> list[tup
             pairs.append((acc, accumulators[n + 1][0], f"BzArgCombine<{largest}>()"))
         elif combine == ONLINE_ADD:
             pairs.append((partner[acc], acc, "BzOnlineCombine()"))
-    return pairs
+    paired = {acc for first, second, _ in pairs for acc in (first, second)}
+    return pairs, [(acc, combine) for acc, combine in accumulators if acc not in paired]
 
 
 def _loop_accumulators(loop: k.For, task_vars: set[k.Var]) -> tuple[tuple[k.Var, str], ...] | None:
@@ -736,13 +738,6 @@ def _stores_and_loads_in(loop: k.For) -> tuple:
     return k.kept(loop, "_stores_and_loads", find)
 
 
-def _flat(task: k.Task, plan: LanePlan) -> bool:
-    """Whether a task that spans the grid takes the "flat" schedule: its loop a perfect nest whose
-    accumulators start before it."""
-    loop = next(s for s in task.body if isinstance(s, k.For))
-    return _initialized(task, plan.loops[id(loop)]) and perfect_nest(loop) is not None
-
-
 def _row_is_one_nest(task: k.Task, plan: LanePlan) -> bool:
     """Whether a row task's row is one lane loop over a perfect nest with bounds the host can
     evaluate, between definitions and stores: its rows may be split across blocks (few long rows,
@@ -779,20 +774,13 @@ def plan_schedule(task: k.Task, plan: LanePlan) -> TaskSchedule:
     """The task's schedule (see TaskSchedule)."""
     if tile_loops(task) is not None:
         return TaskSchedule("tiles")
-    # An argmax's (value, index) pairs meet across blocks only where a nest splits over them ("flat",
-    # split rows); the other grid schedules combine lone values.
     online = _has_online_sums(plan)
-    if spans_grid(task, plan) and not online and not (has_arg_pairs(plan) and not _flat(task, plan)):
-        loop = next(s for s in task.body if isinstance(s, k.For))
-        accumulators = plan.loops[id(loop)]
-        if not _initialized(task, accumulators):
-            return TaskSchedule("grid", accumulators)
-        if perfect_nest(loop) is not None:
-            return TaskSchedule("flat", accumulators)
-        row = row_loop_task(task)
-        if plan_lanes(row).loops and _rows_add_once(task, row):
-            return TaskSchedule("grid_rows", accumulators, row_levels=len(row_nest(task)))
-        return TaskSchedule("grid", accumulators)
+    if spans_grid(task, plan) and not online:
+        schedule = _grid_schedule(task, plan)
+        # An argmax's (value, index) pairs meet across blocks only where a nest splits over them
+        # ("flat", split rows); the other grid schedules combine lone values.
+        if schedule.kind == "flat" or not has_arg_pairs(plan):
+            return schedule
     columns = _walks_columns(task, plan) and not stored_rows(task)  # row groups would split a stored row
     if columns and has_arg_pairs(plan):  # a column's lanes would split its pairs: the row path
         return TaskSchedule()
@@ -806,6 +794,20 @@ def plan_schedule(task: k.Task, plan: LanePlan) -> TaskSchedule:
         loop = next(s for s in task.body if isinstance(s, k.For))
         return TaskSchedule("rows", plan.loops[id(loop)], splittable=True)
     return TaskSchedule()
+
+
+def _grid_schedule(task: k.Task, plan: LanePlan) -> TaskSchedule:
+    """The schedule of a serial task whose loop spans the grid (spans_grid)."""
+    loop = next(s for s in task.body if isinstance(s, k.For))
+    accumulators = plan.loops[id(loop)]
+    if not _initialized(task, accumulators):
+        return TaskSchedule("grid", accumulators)
+    if perfect_nest(loop) is not None:
+        return TaskSchedule("flat", accumulators)
+    row = row_loop_task(task)
+    if plan_lanes(row).loops and _rows_add_once(task, row):
+        return TaskSchedule("grid_rows", accumulators, row_levels=len(row_nest(task)))
+    return TaskSchedule("grid", accumulators)
 
 
 def task_schedule(task: k.Task) -> TaskSchedule:
