@@ -6,6 +6,7 @@ Shared by the fusion lowering (`values`, `reductions`, `strips`) and the loop-ke
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -58,7 +59,64 @@ _FOLD: dict[str, Callable[[int, int], int]] = {
 }
 
 
-def decompose(em: ValueEmitter, flat: k.Var, axes: list[int], extents: list[k.Expr], idx: list,
+@dataclass(frozen=True)
+class RowAxes:
+    """A row over several trailing axes: their indices (outer first), each decomposed from the row
+    position, that position, and their extents."""
+
+    positions: tuple[k.Var, ...]
+    position: k.Var
+    extents: tuple[k.Expr, ...]
+
+    def spans(self, idx: tuple[k.Expr, ...], extents) -> bool:
+        """Whether indices `idx` over `extents` are the row's: the same indices over the same extents
+        (the outermost aside: its index is in range either way), so their flat index is the position."""
+        return idx == self.positions and tuple(extents[1:]) == self.extents[1:]
+
+
+def trailing_run(axes: tuple[int, ...] | list[int], ndim: int) -> int:
+    """How many of `axes` (ascending) are the last axes of a tensor of `ndim` axes, in order: 2 for
+    batch_norm's (0, 2, 3) of [N, C, H, W]."""
+    run = 0
+    while run < len(axes) and axes[len(axes) - 1 - run] == ndim - 1 - run:
+        run += 1
+    return run
+
+
+def product(extents) -> k.Expr:
+    """The product of index expressions (an empty one is 1: `index_op` folds the leading 1 away)."""
+    total: k.Expr | None = None
+    for extent in extents:
+        total = extent if total is None else index_op("mul", total, extent)
+    return total
+
+
+def without_unread(stmts: list[k.Stmt], candidates: set[k.Var]) -> tuple[k.Stmt, ...]:
+    """`stmts` less the `Let`s of `candidates` that no other statement reads (a row axis's index that
+    every access reads through the row position instead)."""
+    read: set[k.Var] = set()
+    seen: set[int] = set()
+
+    def visit(node) -> None:  # Kernel IR is a DAG: each node once
+        if isinstance(node, tuple):
+            for child in node:
+                visit(child)
+            return
+        if not isinstance(node, (k.Expr, k.Stmt)) or id(node) in seen:
+            return
+        seen.add(id(node))
+        if isinstance(node, k.Var):
+            read.add(node)
+        for field in getattr(node, "__dataclass_fields__", {}):
+            visit(getattr(node, field))
+
+    kept = [s for s in stmts if not (isinstance(s, k.Let) and s.var in candidates)]
+    for stmt in kept:
+        visit(stmt)
+    return tuple(s for s in stmts if not (isinstance(s, k.Let) and s.var in candidates - read))
+
+
+def decompose(em: ValueEmitter, flat: k.Expr, axes: list[int], extents: list[k.Expr], idx: list,
               iteration: set, iterates: list[bool]) -> None:
     """Binds the index of each of `axes` (outer first) to its digit of `flat` over their extents."""
     rest: k.Expr = flat
@@ -69,3 +127,23 @@ def decompose(em: ValueEmitter, flat: k.Var, axes: list[int], extents: list[k.Ex
         iteration |= {position} if iterates[axis] else set()
         idx[axis] = position
         rest = index_op("floordiv", rest, extents[axis])
+
+
+def decompose_row(em: ValueEmitter, position: k.Var, axes: list[int], extents: list[k.Expr], idx: list,
+                  iteration: set, iterates: list[bool]) -> RowAxes:
+    """Binds the indices of `axes` (ascending, outer first) of a tensor of `len(idx)` axes from
+    `position`, their flat index, and gives the row a row-major tensor is read along: the axes among
+    them that end the tensor's. Where those are all of `axes`, the row's position is `position`
+    itself; where other axes come first (batch_norm's (n, h, w) of [N, C, H, W]), it is
+    q = position % (H * W), and (n, c, h, w) reads (n, c, 0, q): one division where each axis took one."""
+    run = trailing_run(axes, len(idx))
+    if run < 2 or run == len(axes):
+        decompose(em, position, axes, extents, idx, iteration, iterates)
+        return RowAxes(tuple(idx[a] for a in axes), position, tuple(extents[a] for a in axes))
+    tail, span = axes[-run:], product(extents[a] for a in axes[-run:])
+    inner = em.scopes.fresh("q", em.index)
+    em.scopes.emit(k.Let(inner, index_op("remainder", position, span)))
+    iteration |= {inner} if any(iterates[a] for a in tail) else set()
+    decompose(em, inner, tail, extents, idx, iteration, iterates)
+    decompose(em, index_op("floordiv", position, span), axes[:-run], extents, idx, iteration, iterates)
+    return RowAxes(tuple(idx[a] for a in tail), inner, tuple(extents[a] for a in tail))

@@ -17,12 +17,12 @@ from braze.ir.tensor import TensorView
 from braze.kir import nodes as k
 from braze.kir.params import KernelParams, equal_extents
 from braze.lower import random as _random  # noqa: F401  (registers rand/randn)
-from braze.lower.exprs import decompose
+from braze.lower.exprs import RowAxes, decompose, decompose_row, without_unread
 from braze.lower.scans import is_scan, scan_task
 from braze.lower.scope import ScopeStack
 from braze.lower.strips import strip_task
 from braze.lower.tiles import tile_task
-from braze.lower.values import INDEX, RowAxes, ValueEmitter, cast, index_op
+from braze.lower.values import INDEX, ValueEmitter, cast, index_op
 
 if TYPE_CHECKING:
     from braze.schedule.loops import ScheduledLoops
@@ -98,7 +98,9 @@ def _row_task(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, loops: Sche
     """A task whose row loop spans several trailing axes (schedule/rows.py): its index decomposed into
     the outer axes, a loop `j` over the product of the row's extents, and each row axis's index
     decomposed from `j`. A row-major tensor indexed by exactly those indices is read (and the output
-    written) at `j` itself (ValueEmitter.row_index), so those divisions are left unused."""
+    written) at `j` itself (ValueEmitter.row_index), so those divisions are left unused; where the row
+    spans axes that are not the tensor's last (a task a channel: n, h, w), at the position of the
+    trailing ones (exprs.decompose_row)."""
     scopes, extents, rows = em.scopes, em.shape(tv), loops.row_axes
     task_var = scopes.fresh("p", em.index)
     task_scope = scopes.push("task", {task_var})
@@ -108,8 +110,7 @@ def _row_task(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, loops: Sche
     j = scopes.fresh("j", em.index)
     row_scope = scopes.push("element", {j})
     row_scope.iteration |= {j} if any(iterates[a] for a in rows) else set()
-    decompose(em, j, list(rows), extents, idx, row_scope.iteration, iterates)
-    em.row = RowAxes(tuple(idx[a] for a in rows), j, tuple(extents[a] for a in rows))
+    em.row = decompose_row(em, j, list(rows), extents, idx, row_scope.iteration, iterates)
     written = em.row_index(tv, tuple(idx), row_major=tv.has_default_allocation)
     scopes.emit(k.Store(param, written, cast(em.value(tv, tuple(idx)), tv.dtype)))
     row_end, end = em.one, em.one
@@ -117,7 +118,7 @@ def _row_task(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, loops: Sche
         row_end = index_op("mul", row_end, extents[axis])
     for axis in loops.parallel_axes:
         end = index_op("mul", end, extents[axis])
-    body = _without_unread(scopes.pop().stmts, set(em.row.positions))
+    body = without_unread(scopes.pop().stmts, {idx[a] for a in rows})
     scopes.emit(k.For(j, em.zero, row_end, body, vectorize=True))
     em.row = None
     return k.Task(name, "range_for", tuple(scopes.pop().stmts), task_var, em.zero, end)
@@ -139,34 +140,9 @@ def _flat_task(em: ValueEmitter, tv: TensorView, param: k.ArrayParam, name: str)
     end = em.one
     for extent in extents:
         end = index_op("mul", end, extent)
-    body = _without_unread(scopes.pop().stmts, set(em.row.positions))
+    body = without_unread(scopes.pop().stmts, set(em.row.positions))
     em.row = None
     return k.Task(name, "range_for", body, task_var, em.zero, end)
-
-
-def _without_unread(stmts: list[k.Stmt], candidates: set[k.Var]) -> tuple[k.Stmt, ...]:
-    """`stmts` less the `Let`s of `candidates` that no other statement reads (a row axis's index that
-    every access reads through the row position instead)."""
-    read: set[k.Var] = set()
-    seen: set[int] = set()
-
-    def visit(node) -> None:  # Kernel IR is a DAG: each node once
-        if isinstance(node, tuple):
-            for child in node:
-                visit(child)
-            return
-        if not isinstance(node, (k.Expr, k.Stmt)) or id(node) in seen:
-            return
-        seen.add(id(node))
-        if isinstance(node, k.Var):
-            read.add(node)
-        for field in getattr(node, "__dataclass_fields__", {}):
-            visit(getattr(node, field))
-
-    kept = [s for s in stmts if not (isinstance(s, k.Let) and s.var in candidates)]
-    for stmt in kept:
-        visit(stmt)
-    return tuple(s for s in stmts if not (isinstance(s, k.Let) and s.var in candidates - read))
 
 
 def lower(fusion: FusionGraph, writes: Sequence[TensorView], scheduled: dict[int, ScheduledLoops],

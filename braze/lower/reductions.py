@@ -9,7 +9,7 @@ from braze import dtypes as dt
 from braze.dtypes import DType
 from braze.ir.tensor import TensorView
 from braze.kir import nodes as k
-from braze.lower.exprs import cast, index_op
+from braze.lower.exprs import cast, decompose_row, index_op, product, trailing_run, without_unread
 from braze.ops.reductions import _accumulator
 
 if TYPE_CHECKING:
@@ -54,23 +54,70 @@ class ReductionLoops:
         return n
 
     def run(self, body: Callable[[k.Expr, k.Expr], list[k.Stmt] | None]) -> None:
-        """Emits nested loops; `body(element, flat_index)` is called inside with the input's element."""
-        scopes = self.em.scopes
-        loop_vars = [scopes.fresh("r", self.em.index) for _ in self.axes]
+        """Emits nested loops; `body(element, flat_index)` is called inside with the input's element.
+
+        Reduced axes that end the input's axes (H and W of batch_norm's [N, C, H, W]) take one loop
+        over their product where every tensor the body reads lies row-major along them: each reads at
+        that loop's index (ValueEmitter.row_index), and no digit of theirs is walked or divided.
+        Where some read needs their own indices, the loops are emitted again, one an axis."""
+        run = trailing_run(self.axes, self.x.ndim)
+        # Reductions over the same extents take the same loops, which the code generators walk as
+        # one (cross_entropy's sum of losses and count of targets): the first one's choice holds.
+        key = (tuple(self.extents), run)
+        if run >= 2 and self.em.merged_loops.get(key, True):
+            selects = dict(self.em.selects)
+            loops = self._loops(body, run)
+            self.em.merged_loops[key] = loops is not None
+            if loops is not None:
+                self.em.scopes.current.stmts.extend(loops)
+                return
+            self.em.selects = selects  # the attempt's pads and cats are emitted again
+        self.em.scopes.current.stmts.extend(self._loops(body, 0))
+
+    def _loops(self, body, run: int) -> list[k.Stmt] | None:
+        """The loop nest with the last `run` reduced axes as one loop (0: one loop an axis; no loop
+        where no axis is reduced); None where a read in the merged loop's body still needs those
+        axes' own indices."""
+        em, scopes = self.em, self.em.scopes
+        outer = len(self.axes) - run
+        extents = self.extents[:outer] + ([product(self.extents[outer:])] if run else [])
+        loop_vars = [scopes.fresh("r", em.index) for _ in extents]
         for var in loop_vars:
             scopes.push("reduction", {var})
+        full: list[k.Expr | None] = [None] * self.x.ndim
         kept = iter(self.idx)
-        full = tuple(loop_vars[self.axes.index(a)] if a in self.axes else next(kept) for a in range(self.x.ndim))
-        ends = list(self.extents)
-        if self.em.reduction_trips is not None and ends:  # 0 or 1 (ValueEmitter.in_range)
-            ends[0] = index_op("mul", ends[0], self.em.reduction_trips)
-        flat = self.em.zero
-        for var, n in zip(loop_vars, self.extents):
+        for a in range(self.x.ndim):
+            if a not in self.axes:
+                full[a] = next(kept)
+            elif self.axes.index(a) < outer:
+                full[a] = loop_vars[self.axes.index(a)]
+        saved_row = em.row
+        if run:
+            shape = em.shape(self.x)
+            iterates = [not d.is_broadcast for d in self.x.visible]
+            em.row = decompose_row(em, loop_vars[-1], list(self.axes[outer:]), shape, full, set(), iterates)
+        ends = list(extents)
+        if em.reduction_trips is not None and ends:  # 0 or 1 (ValueEmitter.in_range)
+            ends[0] = index_op("mul", ends[0], em.reduction_trips)
+        flat = em.zero
+        for var, n in zip(loop_vars, extents):
             flat = index_op("add", index_op("mul", flat, n), var)
-        body(self.em.value(self.x, full), flat)
-        for var, n in reversed(list(zip(loop_vars, ends))):
-            inner = scopes.pop()
-            scopes.emit(k.For(var, self.em.zero, n, tuple(inner.stmts)))
+        try:
+            body(em.value(self.x, tuple(full)), flat)
+        finally:
+            em.row = saved_row
+        inner: list[k.Stmt] = []
+        for depth, (var, n) in enumerate(reversed(list(zip(loop_vars, ends)))):
+            stmts = scopes.pop().stmts
+            if depth == 0 and run:
+                positions = {full[a] for a in self.axes[outer:]}
+                stmts = list(without_unread(stmts, positions))
+                if any(isinstance(s, k.Let) and s.var in positions for s in stmts):
+                    for _ in loop_vars[1:]:
+                        scopes.pop()
+                    return None
+            inner = [k.For(var, em.zero, n, tuple(stmts + inner))]
+        return inner
 
 
 def _fold(em: ValueEmitter, tv: TensorView, idx, op: str, acc_dtype: DType) -> k.Var:

@@ -10,14 +10,13 @@ raises `NeedsCut`: the segmenter then materializes it as an intermediate tensor.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from braze import dtypes as dt
 from braze.ir.scalar import Scalar
 from braze.ir.tensor import TensorView
 from braze.kir import nodes as k
 from braze.lower import radix
-from braze.lower.exprs import cast, index_op
+from braze.lower.exprs import RowAxes, cast, index_op
 from braze.lower.reductions import emit_reduction
 from braze.lower.scope import ScopeStack
 from braze.ops.elementwise import compute_type, operand_type
@@ -43,21 +42,6 @@ _SCALAR_OPS = {"+": "add", "-": "sub", "*": "mul", "//": "floordiv", "%": "remai
                "max": "maximum"}
 
 
-@dataclass(frozen=True)
-class RowAxes:
-    """A row over several trailing axes: their indices (outer first), each decomposed from the row
-    position, that position, and their extents."""
-
-    positions: tuple[k.Var, ...]
-    position: k.Var
-    extents: tuple[k.Expr, ...]
-
-    def spans(self, idx: tuple[k.Expr, ...], extents) -> bool:
-        """Whether indices `idx` over `extents` are the row's: the same indices over the same extents
-        (the outermost aside: its index is in range either way), so their flat index is the position."""
-        return idx == self.positions and tuple(extents[1:]) == self.extents[1:]
-
-
 class ValueEmitter:
     """Emits values of one segment's tensors into a stack of scopes."""
 
@@ -80,6 +64,8 @@ class ValueEmitter:
         # of those axes (outer first), each decomposed from the row position, that position, and the
         # extents of those axes.
         self.row: RowAxes | None = None
+        # (reduced extents, how many trailing axes merged) -> whether those loops merged (reductions.py)
+        self.merged_loops: dict[tuple, bool] = {}
         self.selects: dict[int, int] = {}  # id of a pad or cat -> how many times its branches were emitted
         # While a reduction lifted out of a branch is emitted (in_range): 1, or 0 where the reduced
         # tensor is empty, so that its loops run no iteration at an index it does not have.

@@ -108,9 +108,19 @@ class _Hoister:
             return self.lets[e]
         return _map(e, self.expr)
 
+    def stmt(self, s: k.Stmt) -> k.Stmt:
+        """`s` with its invariant values hoisted, but for the bounds of a loop inside that read only
+        parameters (batch_norm's H * W): the code generator walks such a nest as one flat range whose
+        length the host computes from the bounds (cuda_plan.lane_nest)."""
+        if not isinstance(s, k.For):
+            return _stmt_exprs(s, self.expr)
+        begin, end = (e if not _vars(e) else self.expr(e) for e in (s.begin, s.end))
+        body = tuple(self.stmt(inner) for inner in s.body)
+        return dataclasses.replace(s, begin=begin, end=end, body=body)
+
     def loop(self, loop: k.For) -> list[k.Stmt]:
         moved = self.invariant_lets(loop)
-        body = tuple(_stmt_exprs(s, self.expr) for s in loop.body if s not in moved)
+        body = tuple(self.stmt(s) for s in loop.body if s not in moved)
         if not self.lets and not moved:
             return [dataclasses.replace(loop, body=body) if body != loop.body else loop]
         lets = [*moved, *(k.Let(var, value) for value, var in self.lets.items())]
