@@ -313,7 +313,8 @@ class GridWriter(DenseWriter):
             self.line(f"const {ix} {st}{n} = ({ix})(bz_step{tag} % bz_m{tag}{n}); bz_step{tag} /= bz_m{tag}{n};")
         self.line(f"{ix} {d}0 = ({ix})bz_q{tag}; const {ix} {st}0 = ({ix})bz_step{tag};")
         self.line(f"#pragma unroll {vector_unroll(vector) if vector is not None else 4}")
-        self.line(f"for (; {f} < {end}; {f} += {stride}) {{")
+        self.line(f"for ({flat} bz_left{tag} = bz_trips({f}, ({flat})({end}), {stride}); bz_left{tag} > 0; "
+                  f"--bz_left{tag}, {f} += {stride}) {{")
         self.depth += 1
         for n, level in enumerate(nest):
             ty = c_type(level.var.dtype)

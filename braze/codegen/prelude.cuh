@@ -41,6 +41,17 @@ BZ_D bool bz_mul(bool a, bool b) { return a && b; }
 template <typename T> BZ_D T bz_neg(T a) { if constexpr (bz_is_float<T>()) return -a; else return bz_sub(T(0), a); }
 template <typename T> BZ_D T bz_truediv(T a, T b) { return a / b; }
 
+// Iterations of `for (i = first; i < end; i += stride)`, counted before the loop: a loop counted so
+// unrolls with no exit test between its copies, so the copies' loads issue together (an exit test
+// between them made each wait for the one before). Strides are lanes or threads of a block: a power
+// of two takes a shift.
+template <typename T, typename E> BZ_D T bz_trips(T first, E end_of_range, unsigned stride) {
+  const T end = T(end_of_range);
+  if (!(first < end)) return T(0);
+  const T span = end - T(1) - first;
+  return ((stride & (stride - 1u)) == 0u ? T(span >> (31 - __clz(stride))) : T(span / T(stride))) + T(1);
+}
+
 template <typename T> BZ_D T bz_maximum(T a, T b) {
   if constexpr (bz_is_float<T>()) {
     if (a != a || b != b) return a + b;  // NaN wins
