@@ -178,8 +178,6 @@ class TaskWriter(RowLoopWriter, PeelWriter, GridWriter, ColumnVectorWriter, Tile
         self.substitutions: dict[k.Load, str] = {}  # loads read from a row cache in the current loop
         self.vector_stores: dict[int, str] = {}  # id(Store) -> the vector component it fills
         self.cache_stores: dict[int, list[str]] = {}  # id(Store) -> the row cache slots it also fills
-        self.stored_values = 0  # the values computed before their store's guard, each named once
-        self.unguarded = 0  # inside lane loops that idle rows skip whole (emit_lane_loop)
         self.preloaded: dict[k.Load, str] = {}  # in a register row's loop: loads issued before it (by array)
         # Whether the rows are cached, as the vector loops test it: "cached_row" at run time, or "true"
         # or "false" in each copy of a loop unswitched on it (no test per element then).
@@ -474,16 +472,10 @@ class TaskWriter(RowLoopWriter, PeelWriter, GridWriter, ColumnVectorWriter, Tile
             return
         value = self.expr(s.value)
         slots = self.cache_stores.get(id(s), ())
-        guard = self.store_guard()
-        # In a loop, the value is computed before the row's guard, not under it: an idle row's lanes
-        # read the clamped last row, so every load is in bounds, and the compiler may then issue the
-        # loads of several unrolled iterations at once (under the guard, each waited for its own).
-        if (slots or guard and self.loop_depth) and not isinstance(s.value, (k.Var, k.Const)):
-            self.stored_values += 1
-            name = f"{s.param.name}_stored{self.stored_values}"
-            self.line(f"const {c_type(s.param.dtype)} {name} = {value};")
-            value = name
-        self.line(f"{guard}{self.pointer(s.param)}[{self.offset(s.param, s.indices)}] = {value};")
+        if slots and not isinstance(s.value, (k.Var, k.Const)):
+            self.line(f"const {c_type(s.param.dtype)} {s.param.name}_stored = {value};")
+            value = f"{s.param.name}_stored"
+        self.line(f"{self.store_guard()}{self.pointer(s.param)}[{self.offset(s.param, s.indices)}] = {value};")
         for slot in slots:  # a row the later loops read back (RowCache.stored)
             self.line(f"if (cached_row) {slot} = {value};")
 
@@ -492,7 +484,7 @@ class TaskWriter(RowLoopWriter, PeelWriter, GridWriter, ColumnVectorWriter, Tile
         self.declared.add(s.var)
 
     def store_guard(self) -> str:
-        if self.schedule.kind == "tiles" or self.unguarded:  # in bounds already (emit_lane_loop)
+        if self.schedule.kind == "tiles":  # inside the test of the element's bounds
             return ""
         # A store outside every loop writes a row's single result: one lane does it.
         return "if (active) " if self.loop_depth else "if (active && lane == 0) "
@@ -531,24 +523,15 @@ class TaskWriter(RowLoopWriter, PeelWriter, GridWriter, ColumnVectorWriter, Tile
         self.lane_reduce(accumulators)
 
     def emit_lane_loop(self, s: k.For, var: str, begin: str, end: str) -> None:
-        """The lanes of a row on `s`'s range [begin, end), an element at a time, their iterations
-        counted up front (bz_trips). A row past the end (clamped to the last row) runs none: its
-        stores then need no guard, which kept each iteration's loads from moving ahead of the
-        stores before them. Rows that meet at a barrier inside the loop keep the guard."""
-        v = s.var.name
-        bounded = not any(isinstance(x, k.Sync) for x in walk(s.body))
-        last = f"active ? ({end}) : ({begin})" if bounded else end
+        """The lanes of a row on `s`'s range [begin, end), an element at a time."""
         self.line("#pragma unroll 4")
-        self.line(f"for ({var} = {begin} + lane, {v}_n = bz_trips({v}, {last}, lanes32); {v}_n > 0; "
-                  f"--{v}_n, {v} += lanes32) {{")
+        self.line(f"for ({var} = {begin} + lane; {s.var.name} < {end}; {s.var.name} += lanes32) {{")
         self.depth += 1
         self.loop_depth += 1
-        self.unguarded += bounded
         self.emit_cached_loads(s)
         self.block(s.body)
         self.substitutions.clear()
         self.cache_stores.clear()
-        self.unguarded -= bounded
         self.loop_depth -= 1
         self.depth -= 1
         self.line("}")

@@ -163,7 +163,7 @@ def test_var_mean_over_axis_0_takes_columns_split_over_rows_in_one_pass():
 
 def test_full_sum_walks_the_nest_as_one_flat_range_without_division_per_element():
     src = source(lambda f: [bz.ops.sum(tensor(f, 3))], _inputs(3, bz.float32))
-    loop = src.body[src.body.index("--bz_left, bz_f += blockDim.x) {"):src.body.index("bz_lane_reduce")]
+    loop = src.body[src.body.index("for (; bz_f < bz_hi; bz_f += blockDim.x) {"):src.body.index("bz_lane_reduce")]
     assert "/" not in loop and "%" not in loop
     assert "bz_last_of(bz_finished, gridDim.x)" in src.body
 
@@ -212,8 +212,8 @@ def test_cross_entropy_reads_the_picked_class_without_a_pass_over_the_row(reduct
     # Two loops were left of three: the online max and sum, and the picked class's where-sum. The
     # online loop's vector path (where the rows take one) starts with a head and ends in a tail of
     # single elements (codegen/cuda_peel.py).
-    tails = len(re.findall(r"for \(int \w+ = (bz_head_\w+) \+ \(\(\w+\) - \1\) / \d \* \d \+ lane,", body))
-    heads = len(re.findall(r"for \(int (\w+) = 0 \+ lane, \1_n = bz_trips\(\1, active \? \(bz_head_\1\)", body))
+    tails = len(re.findall(r"for \(int \w+ = (bz_head_\w+) \+ \(\(\w+\) - \1\) / \d \* \d \+ lane;", body))
+    heads = len(re.findall(r"for \(int (\w+) = 0 \+ lane; \1 < bz_head_\1;", body))
     assert tails == heads and body.count("#pragma unroll 4") == 1 + tails + heads
     assert "T0_[p1 * T0_st0 + ((int)(T1_[p1]))]" in body or "T0_[r2 * T0_st0 + ((int)(T1_[r2]))]" in body
     assert "(T1_[p1] >= ((long long)(0)))" in body or "(T1_[r2] >= ((long long)(0)))" in body
@@ -327,7 +327,7 @@ def test_batch_norm_statistics_take_two_flat_passes_in_one_task():
     src = source(lambda f: [bz.ops.mean(x := tensor(f, 4), axes=[0, 2, 3]), bz.ops.var(x, axes=[0, 2, 3])],
                  _inputs(4, bz.float32))
     assert kinds(src) == ["rows"]
-    assert src.body.count("= bz_trips(bz_f_") == 2 and not re.search(r"for \(int \w+ = 0 \+ lane,", src.body)
+    assert src.body.count("= bz_trips(bz_f_") == 2 and not re.search(r"for \(int \w+ = 0 \+ lane;", src.body)
 
 
 @pytest.mark.skipif(not nvrtc.available(), reason="NVRTC is not installed")

@@ -109,9 +109,9 @@ def test_the_peeled_loops_text():
     assert len(heads) == 2  # the row's max and sum, then its output
     for head in heads:
         var = head.removeprefix("bz_head_")
-        assert f"for (int {var} = 0 + lane, {var}_n = bz_trips({var}, active ? ({head}) : (0), lanes32);" in text
+        assert f"for (int {var} = 0 + lane; {var} < {head}; {var} += lanes32)" in text
         assert f"for (int {var}_4 = {head} + 4 * lane; {var}_4 < (T0_s1) - 3; {var}_4 += 4 * lanes32)" in text
-        assert f"for (int {var} = {head} + ((T0_s1) - {head}) / 4 * 4 + lane, {var}_n = bz_trips(" in text
+        assert f"for (int {var} = {head} + ((T0_s1) - {head}) / 4 * 4 + lane; {var} < T0_s1;" in text
     assert "(cached_row == 0) && ((reinterpret_cast<unsigned long long>(&T0_[" in text
     output = rf"&(T[1-9]\d*)_\[\w+ \* \1_st0 \+ {heads[1]}\]\) & 15\) == 0\)"
     assert re.search(output, text)  # the output aligned after the same head as the input

@@ -189,8 +189,7 @@ def test_masked_softmax_rows_of_1024_bfloat16_have_a_warp_function():
     assert "const int r5_8 = 8 * lane + r5_k * 256;" in warp and "if (((T0_s1) <= 1024) &&" in warp
     assert warp.count("bz_warp_reduce(") == 4 and not barriers_in([warp])
     # rows the registers do not take (misaligned, a length 8 does not divide): plain loops, no vectors
-    assert "for (int r5_8" not in warp
-    assert "for (int r5 = 0 + lane, r5_n = bz_trips(r5, active ? (T0_s1) : (0), lanes32);" in warp
+    assert "for (int r5_8" not in warp and "for (int r5 = 0 + lane; r5 < T0_s1; r5 += lanes32)" in warp
     block = functions(src)["rows_t0_T14"]
     assert "if ((lanes32 == 256) && ((T0_s1) <= 2048)" in block and "bz_warp_reduce" not in block
 

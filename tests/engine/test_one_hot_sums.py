@@ -97,7 +97,7 @@ def test_the_gpu_loss_takes_vectors_over_rows_of_an_odd_vocabulary_then_a_tail()
     logits[:] = rng.standard_normal(logits.shape)
     tok = rng.integers(0, vocab, (batch, tokens))
     f = shifted_loss(batch, tokens, vocab)
-    tail = r"for \(int \w+ = (bz_head_\w+) \+ \(\(41\) - \1\) / 4 \* 4 \+ lane,"
+    tail = r"for \(int \w+ = (bz_head_\w+) \+ \(\(41\) - \1\) / 4 \* 4 \+ lane;"
     assert re.search(tail, engine.cuda_source(f, [logits, tok]).body)
     with bz.config.scope(enable="poison_outputs"):
         (got,), _ = cuda_on_cpu.run_on_cpu(f, [logits, tok])
