@@ -426,8 +426,11 @@ def test_the_gpu_particle_benchmark_runs(gpu):
     assert (row.launches_fused, row.launches_unfused, row.max_error) == (1, 12, 0.0)
 
 
-def _only_prepared(fn):
-    (prepared,) = fn._gpu.prepared.values()
+def _prepared_for(fn, *args):
+    """The prepared call filed for calls like `args` (other tests in this process may have filed
+    others for the same kernel)."""
+    prepared = fn._gpu.calls.filed(args)
+    assert prepared is not None
     return prepared
 
 
@@ -438,7 +441,7 @@ def test_fixed_grids_launch_from_one_native_function(gpu):
     expected = [a.copy() for a in host]
     arrays = to_gpu(host)
     particle_step_unfused(*arrays, np.float32(1e-3))  # binds and prepares
-    prepared = _only_prepared(particle_step_unfused)
+    prepared = _prepared_for(particle_step_unfused, *arrays, np.float32(1e-3))
     assert prepared.launch_all is not None and prepared.launch_all.count == 6
     before = len(gpu.launches)
     particle_step_unfused(*arrays, np.float32(1e-3))  # the cached call: six launches, one native call
@@ -460,11 +463,11 @@ def test_scalar_bounds_and_debug_checks_launch_from_python(gpu):
         for i in range(a.shape[0]):
             b[i] = a[i]
 
-    a = np.zeros(8, np.float32)
-    fill(on_gpu(a), 5)
-    copy(on_gpu(a), on_gpu(np.zeros(8, np.float32)))
-    assert _only_prepared(fill).launch_all is None  # the grid follows `hi`, a scalar
-    assert _only_prepared(copy).launch_all is None  # the status word is read after each task
+    a, b = on_gpu(np.zeros(8, np.float32)), on_gpu(np.zeros(8, np.float32))
+    fill(a, 5)
+    copy(a, b)
+    assert _prepared_for(fill, a, 5).launch_all is None  # the grid follows `hi`, a scalar
+    assert _prepared_for(copy, a, b).launch_all is None  # the status word is read after each task
 
 
 def test_a_failed_native_launch_names_the_task(gpu, monkeypatch):
