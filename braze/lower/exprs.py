@@ -84,7 +84,7 @@ def trailing_run(axes: tuple[int, ...] | list[int], ndim: int) -> int:
 
 
 def product(extents) -> k.Expr:
-    """The product of index expressions (an empty one is 1: `index_op` folds the leading 1 away)."""
+    """The product of one or more index expressions, built as ReductionLoops.count builds it."""
     total: k.Expr | None = None
     for extent in extents:
         total = extent if total is None else index_op("mul", total, extent)
