@@ -385,3 +385,26 @@ def test_warp_spelled_atomics_check_their_indices_and_target():
         bz.kernel(too_few)(np.zeros((2, 2), np.float32))
     with pytest.raises(bz.KernelSyntaxError, match=r"or \(array, index, \.\.\., value\).*got \(s, i, 1.0\)"):
         bz.kernel(scalar_target)(np.zeros(2, np.float32), 1.0)
+
+
+@bz.kernel
+def extremes(x: bz.Array[bz.float32, 1], lo: bz.Array[bz.float32, 1], hi: bz.Array[bz.float32, 1]):
+    for i in range(x.shape[0]):
+        bz.atomic_min(lo[i % 2], x[i])
+        bz.atomic_max(hi[i % 2], x[i])
+
+
+@pytest.mark.parametrize("backend", ["llvm", "cuda_on_cpu"])
+def test_a_float_atomic_minimum_or_maximum_takes_the_number_over_nan(backend):
+    # As np.fmin and np.fmax (and CUDA's fminf): a NaN in the array or in the value loses to a number.
+    x = np.array([np.nan, 2.0, -1.0, np.nan, 3.0, np.nan], np.float32)
+    lo, hi = np.array([np.nan, 5.0], np.float32), np.array([np.nan, -5.0], np.float32)
+    if backend == "llvm":
+        extremes(x, lo, hi)
+    else:
+        loop_cuda_on_cpu = pytest.importorskip("loop_cuda_on_cpu")
+        if not loop_cuda_on_cpu.available():
+            pytest.skip("needs g++")
+        loop_cuda_on_cpu.run_on_cpu(extremes, x, lo, hi)
+    np.testing.assert_array_equal(lo, [-1.0, 2.0])
+    np.testing.assert_array_equal(hi, [3.0, 2.0])

@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 from fuzz_scale import examples
-from hypothesis import HealthCheck, event, given, note, settings
+from hypothesis import HealthCheck, event, example, given, note, settings
 from hypothesis import strategies as st
 from numpy.lib.stride_tricks import sliding_window_view
 
@@ -101,8 +101,8 @@ def atomic_update(op: str, target: str, value: str, atomics: bool) -> str:
     """`bz.atomic_<op>(target, value)`, or what it does written in Python."""
     if atomics:
         return f"bz.atomic_{op}({target}, {value})"
-    if op in ("min", "max"):
-        return f"{target} = {op}({target}, {value})"
+    if op in ("min", "max"):  # a float minimum or maximum takes the number where one side is NaN
+        return f"{target} = np.f{op}({target}, {value})"
     return f"{target} {'+' if op == 'add' else '-'}= {value}"
 
 
@@ -123,7 +123,7 @@ def render(arrays: int, columns: int, tasks, atomics: bool) -> str:
 def load(source: str):
     filename = f"<braze-fuzz {next(_counter)}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    namespace = {"bz": bz, "F32": bz.Array[bz.float32, 1], "F32_2D": bz.Array[bz.float32, 2],
+    namespace = {"bz": bz, "np": np, "F32": bz.Array[bz.float32, 1], "F32_2D": bz.Array[bz.float32, 2],
                  "F32_3D": bz.Array[bz.float32, 3],
                  "I64": bz.Array[bz.int64, 1]}
     exec(compile(source, filename, "exec"), namespace)
@@ -140,8 +140,15 @@ def inputs(arrays: int, columns: int, overlapping: bool, seed: int):
     return data + [rng.integers(0, SIZE, SIZE).astype(np.int64), np.zeros(SIZE, np.int64), N]
 
 
+# Squares overflow to inf, inf - inf is NaN, and the atomic minimum of NaN and 0.5 is 0.5 (as fmin).
+NAN_TARGET = (1, 0, False, [("1, n", ["a0[i % 2] = ((0.5 + a0[i % 2]) * (0.5 + a0[i % 2]))"]),
+                            ("1, n", ["a0[i % 2] = ((0.5 + 0.5) + (a0[i % 2] - a0[i % 2]))"]),
+                            ("1, n", ["@atomic|min|a0[i % 2]|0.5"])])
+
+
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(programs(), st.integers(0, 2**31))
+@example(NAN_TARGET, 0)
 def test_fused_unfused_and_python_agree(program, seed):
     arrays, columns, overlapping, tasks = program
     note(render(arrays, columns, tasks, atomics=True) + ("(sliding-window arguments)" if overlapping else ""))
