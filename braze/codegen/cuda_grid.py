@@ -232,7 +232,7 @@ class GridWriter(DenseWriter):
             self.line(f"const {fl} bz_hi = bz_minimum(bz_total, ({fl})({part}) * bz_chunk + bz_chunk);")
             first = f"({fl})({part}) * bz_chunk + {width} * threadIdx.x" if width > 1 else \
                 f"({fl})({part}) * bz_chunk + threadIdx.x"
-            self.walk_flat(nest, "", first, span, "bz_hi", vector)
+            self.walk_flat(nest, "", first, span, "bz_hi", vector, counted=True)
         if vectors:
             self.walk_vectors(nest, "", walk)
         else:
@@ -307,7 +307,9 @@ class GridWriter(DenseWriter):
         loop, taken as vectors (walk_vectors decides when that holds); with `step`, what it writes
         is each index's statements instead of the innermost body. `counted`: the steps are counted
         before the loop (bz_trips), so its unrolled copies have no exit test between them and their
-        loads issue together (a row's lanes on batch_norm's statistics: measured on an H200)."""
+        loads issue together. Measured on an H200: a row's lanes on batch_norm's statistics
+        (walk_lane_nest); a split row's part (walk_nest_chunks): argmax over 8 rows of 50257 float32
+        10.7 -> 8.4 us, group_norm's statistics over [2, 320, 64, 64] 20.1 -> 19.5."""
         last, ix, flat = len(nest) - 1, self.index, self.flat
         f, d, st = f"bz_f{tag}", f"bz_d{tag}", f"bz_s{tag}"
         self.line(f"{flat} {f} = {first}, bz_q{tag} = {f}, bz_step{tag} = {stride};")

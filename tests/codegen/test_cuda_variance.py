@@ -177,7 +177,7 @@ def test_a_row_variance_splits_in_one_pass_and_keeps_two_cached_passes_for_rows_
     assert src.row_caches[0] and len(src.lane_plans[0].loops) == 2  # the row path: two passes, cached
     split = _split_path(src.body)
     # One walk over the row, 16 bytes at a time where the row allows, else an element at a time.
-    assert split.count("for (; bz_f < bz_hi;") == 2 and split.count("const float4 v0_r") == 1
+    assert split.count("bz_left = bz_trips(bz_f, (unsigned)(bz_hi),") == 2 and split.count("const float4 v0_r") == 1
     assert split.count("(double)") == 5  # four elements of a vector, and one of the element-wise walk
 
 
