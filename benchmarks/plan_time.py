@@ -1,7 +1,7 @@
 """Planning time of a model's CUDA kernels, per stage: what braze does on the host before NVRTC.
 
     python benchmarks/plan_time.py [--layers 12] [--seq 128] [--repeat 3] [--json PATH] [--sources PATH]
-                                   [--profile PATH]
+                                   [--profile PATH] [--nvrtc]
 
 It runs one forward and backward of the GPT-2-small-sized language model of torch_models.py (d = 768,
 12 heads, hidden 3072, vocabulary 50257, bf16 autocast) through the braze backend on the CPU and
@@ -16,12 +16,17 @@ the pass before); the fastest counts, since the machine may be busy, and the fir
 It prints seconds per stage (each stage's own time, without the stages it calls) and writes them as
 JSON with `--json`. `--sources` writes the generated CUDA of every region, one after another, to check
 that a change to the planner leaves the code as it was; `--profile` writes a cProfile of the planning.
+`--nvrtc` then compiles each region's programs (the units a kernel compiles as, side by side on a GPU
+machine's cores: compile/cuda_kernel.kernel_programs) with NVRTC for sm_90, one after another, and
+prints each region's seconds and its longest program's: a cold compile on enough cores waits for the
+longest program of all.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import dataclasses
 import json
 import sys
 import tempfile
@@ -128,11 +133,11 @@ def collect_regions(layers: int, seq: int) -> list[tuple[object, list]]:
 
 
 def plan_all(regions: list[tuple[object, list]], profile: cProfile.Profile | None = None
-             ) -> tuple[dict[str, float], list[str]]:
-    """Seconds per stage over every region's `cuda_source`, and each region's source."""
+             ) -> tuple[dict[str, float], list[tuple[str, str]]]:
+    """Seconds per stage over every region's `cuda_source`, and each region's (name, source)."""
     clock = StageClock()
     undo = clock.install()
-    sources = []
+    sources: list[tuple[str, str]] = []
     try:
         for fusion, inputs in regions:
             started = time.perf_counter()
@@ -142,11 +147,29 @@ def plan_all(regions: list[tuple[object, list]], profile: cProfile.Profile | Non
             if profile is not None:
                 profile.disable()
             clock.seconds["total"] += time.perf_counter() - started
-            sources.append(f"// region {getattr(fusion, 'name', 'fusion')}\n{source}\n")
+            sources.append((getattr(fusion, "name", "fusion"), source))
     finally:
         undo()
     clock.seconds["other"] = clock.seconds["total"] - sum(s for name, s in clock.seconds.items() if name != "total")
     return dict(clock.seconds), sources
+
+
+def nvrtc_seconds(sources: list[tuple[str, str]]) -> list[tuple[str, float, float]]:
+    """(region, NVRTC's seconds for all its programs one after another, for its longest program)."""
+    from braze.compile import nvrtc
+    from braze.compile.cuda_kernel import kernel_programs
+
+    rows = []
+    for name, source in sources:
+        generated = cuda_codegen.CudaSource(**{field.name: getattr(source, field.name)
+                                               for field in dataclasses.fields(cuda_codegen.CudaSource)})
+        times = []
+        for program in kernel_programs(generated):
+            started = time.perf_counter()
+            nvrtc.compile_cubin(program.text, name, "sm_90")
+            times.append(time.perf_counter() - started)
+        rows.append((name, sum(times), max(times)))
+    return rows
 
 
 def main() -> None:
@@ -156,6 +179,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the seconds per stage here")
     parser.add_argument("--sources", type=Path, help="write every region's CUDA source here")
     parser.add_argument("--profile", type=Path, help="write a cProfile of the planning here")
+    parser.add_argument("--nvrtc", action="store_true", help="then time NVRTC on each region's programs")
     parser.add_argument("--repeat", type=int, default=3, help="plan every region this many times; the fastest "
                         "pass counts (the machine may be busy with other work)")
     args = parser.parse_args()
@@ -179,7 +203,14 @@ def main() -> None:
         args.json.write_text(json.dumps({"regions": len(regions), "first_pass": first, "seconds": seconds}, indent=2)
                              + "\n")
     if args.sources:
-        args.sources.write_text("".join(sources))
+        args.sources.write_text("".join(f"// region {name}\n{source}\n" for name, source in sources))
+    if args.nvrtc:
+        rows = nvrtc_seconds(sources)
+        print("NVRTC seconds, sm_90, one program after another:")
+        for name, total, longest in sorted(rows, key=lambda row: -row[1]):
+            print(f"{name:<24} {total:7.2f} s   longest program {longest:6.2f} s")
+        total, longest = sum(row[1] for row in rows), max(row[2] for row in rows)
+        print(f"{'all regions':<24} {total:7.2f} s   longest program {longest:6.2f} s")
 
 
 if __name__ == "__main__":

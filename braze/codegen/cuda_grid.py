@@ -47,6 +47,21 @@ BLOCK_ORDER = SlotOrder("unsigned", "threadIdx.x", "gridDim.x", "blockDim.x")
 SLOT_BATCH = 8
 
 
+def folds_together(accumulators: int, per_round: int) -> bool:
+    """Whether the last block folds its accumulators' slots in one loop over the slots, each slot of
+    `per_round` accumulators loaded before any is folded (fold_groups), rather than a loop each over
+    batches of slots: where there are at least twice that many accumulators (the bias gradients of a
+    12-layer model's backward, grouped into one task: 50). Round trips to L2 are then no more than a
+    loop each takes, and the code is one loop, where 50 loops of SLOT_BATCH copies made NVRTC spend
+    2 of that kernel's 5.2 s on them (`benchmarks/results/fold-groups-2026-11-27.md`)."""
+    return accumulators >= 2 * per_round
+
+
+def fold_groups(items: list, per_round: int) -> list[list]:
+    """`items` in consecutive groups of `per_round`: the slots loaded together in a round trip."""
+    return [items[n:n + per_round] for n in range(0, len(items), per_round)]
+
+
 class GridWriter(DenseWriter):
     """Multi-block reductions of a task writer (see the module docstring)."""
 
@@ -71,6 +86,9 @@ class GridWriter(DenseWriter):
         self.line(f"if (!bz_last_of({counter}, {count})) return;")
         pairs, plain = split_pairs(accumulators)
         slot = {acc: n for n, (acc, _) in enumerate(accumulators)}
+        if folds_together(len(plain), SLOT_BATCH):
+            self.fold_slots_together(plain, slot, region, reader)
+            plain = []
         for acc, combine in plain:
             self.fold_slots([acc], f"{acc.name} = {LANE_COMBINES[combine]}()({acc.name}, bz_slots0[j]);",
                             slot, region, reader)
@@ -98,6 +116,22 @@ class GridWriter(DenseWriter):
         self.line("  }")
         self.line("  #pragma unroll")
         self.line(f"  for (int j = 0; j < {SLOT_BATCH}; ++j) {within} {fold}")
+        self.line("}")
+
+    def fold_slots_together(self, plain: list, slot: dict[k.Var, int], region: str, reader: SlotOrder) -> None:
+        """Every accumulator of `plain` ((accumulator, combine) pairs) reset, then folded over the slots
+        `reader` gives this thread, in order, in one loop: each slot's values of SLOT_BATCH accumulators
+        loaded before any of them is folded (folds_together)."""
+        for acc, _ in plain:
+            self.line(f"{acc.name} = {self.expr(self.initial[acc])};")
+        self.line(f"for ({reader.index} b = {reader.first}; b < {reader.end}; b += {reader.step}) {{")
+        for group in fold_groups(plain, SLOT_BATCH):
+            for acc, _ in group:
+                ty = c_type(acc.dtype)
+                value = self.partial_slot(slot[acc], acc, region, "b").replace(f"(({ty}*)", f"((volatile {ty}*)")
+                self.line(f"  const {ty} bz_slot_{acc.name} = {value};")
+            for acc, combine in group:
+                self.line(f"  {acc.name} = {LANE_COMBINES[combine]}()({acc.name}, bz_slot_{acc.name});")
         self.line("}")
 
     @property

@@ -1,0 +1,81 @@
+"""A column task with many accumulators split over its rows (a model's bias gradients grouped into one
+task) folds the splits' partial results in one loop over the splits, a group of accumulators' slots
+loaded at a time (cuda_grid.folds_together), instead of a loop each: the same slots in the same order,
+so the same bits, in a tenth of the code. Each case runs its generated CUDA on the CPU
+(tests/cuda_on_cpu.py) with its rows split across blocks, against float64 NumPy and against the loop-each
+form, and on the CPU backend, outputs poisoned."""
+
+from __future__ import annotations
+
+from unittest import mock
+
+import numpy as np
+import pytest
+from cuda_on_cpu import available, run_on_cpu
+
+import braze as bz
+from braze import engine
+from braze.codegen import cuda_column_vectors, cuda_grid
+
+pytestmark = pytest.mark.skipif(not available(), reason="needs g++")
+
+
+def _column_sums(dtype, count: int) -> bz.Fusion:
+    with bz.Fusion() as f:
+        x = f.define_tensor([-1, -1], dtype=dtype)
+        for k in range(count):
+            f.add_output((x * float(k + 1) + float(k)).sum([0]))
+    return f
+
+
+def _split_runs(f: bz.Fusion, x: np.ndarray) -> list[np.ndarray]:
+    """The outputs of the fusion's CUDA run on the CPU, on a fake GPU small enough that the rows
+    split across blocks (checked: the launch's second scalar is the splits)."""
+    with bz.config.scope(enable="poison_outputs"):
+        outputs, launches = run_on_cpu(f, [x], sm_count=4, resident=2)
+    assert [launch[1] for launch in launches] == ["columns"] and launches[0][4][1] > 1
+    return [np.asarray(o) for o in outputs]
+
+
+def _loop_each(f: bz.Fusion, x: np.ndarray) -> list[np.ndarray]:
+    """The same run with every accumulator folded in a loop of its own (the form before)."""
+    with mock.patch.object(cuda_grid, "folds_together", lambda accumulators, per_round: False), \
+            mock.patch.object(cuda_column_vectors, "folds_together", lambda accumulators, per_round: False):
+        body = engine.cuda_source(f, [x]).body
+        assert "bz_slot_" not in body
+        return _split_runs(f, x)
+
+
+# (dtype, columns, accumulators, fold loops): the task's vector path (its columns a vector a thread) and
+# its path of a column a thread each fold in one loop where they have twice a group of accumulators.
+@pytest.mark.parametrize(("dtype", "columns", "count", "loops"), [
+    (bz.float32, 64, 20, 2),  # 4 columns a thread: groups of 8 accumulators; a column a thread: of 8
+    (bz.float32, 63, 20, 2),  # no vector divides the row: the column-a-thread path runs
+    (bz.bfloat16, 64, 10, 11),  # 8 columns a thread: groups of 4; a column a thread: a loop each
+])
+def test_many_accumulators_fold_their_splits_in_one_loop_to_the_same_bits(dtype, columns, count, loops):
+    x = np.random.default_rng(columns).standard_normal((2048, columns)).astype(dtype.numpy)
+    f = _column_sums(dtype, count)
+    body = engine.cuda_source(f, [x]).body
+    assert "bz_slot_" in body and body.count("for (int b = ") == loops
+    together = _split_runs(f, x)
+    x64, tolerance = x.astype(np.float64), 2e-3 if dtype == bz.float32 else 1e-2
+    for k, got in enumerate(together):
+        np.testing.assert_allclose(got.astype(np.float64), (x64 * (k + 1) + k).sum(0), rtol=tolerance, atol=2e-2)
+    for got, each in zip(together, _loop_each(f, x)):
+        assert got.tobytes() == each.tobytes()
+    with bz.config.scope(enable="poison_outputs"):
+        cpu = f.execute([x])
+    for k, got in enumerate(cpu):
+        np.testing.assert_allclose(np.asarray(got, np.float64), (x64 * (k + 1) + k).sum(0), rtol=tolerance, atol=2e-2)
+
+
+def test_few_accumulators_keep_a_loop_each_over_batches_of_splits():
+    x = np.random.default_rng(0).standard_normal((2048, 64)).astype(np.float32)
+    body = engine.cuda_source(_column_sums(bz.float32, 3), [x]).body
+    assert "bz_slot_" not in body and "bz_slots[" in body
+
+
+def test_groups_are_consecutive_and_together_takes_twice_a_group():
+    assert cuda_grid.fold_groups(list(range(10)), 4) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert not cuda_grid.folds_together(15, 8) and cuda_grid.folds_together(16, 8)
