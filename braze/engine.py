@@ -48,6 +48,7 @@ from braze.passes.fuse_tasks import (
     loop_ranges,
     merged_task,
     remembered_walks,
+    writes_apart,
 )
 from braze.passes.one_hot import gather_one_hot_sums
 from braze.passes.output_cache import cache_rows_in_outputs
@@ -363,6 +364,7 @@ def _merged_row_tasks(kernel: k.Kernel) -> k.Kernel:
 
     with remembered_walks():  # the same loops are asked about for every pair of tasks tried
         kernel = grouped_by_range(kernel, lambda task: (schedule_kind(task), loop_ranges(task)))
+        kernel = _merged_full_reductions(kernel)
         kernel, _ = fuse_tasks(kernel, fits=lambda a, b: elementwise(a) and elementwise(b))
         kernel, _ = fuse_tasks(kernel, raw=False, fits=same_kind)
         kernel = replace(kernel, tasks=tuple(forward_stores(t) if elementwise(t)
@@ -376,6 +378,32 @@ def _stays_splittable(a: k.Task, b: k.Task) -> bool:
     cannot runs its columns on a few blocks, each walking every row: column sums over 768 columns
     of 8192 rows (a model's weight gradients) would run on 24 blocks."""
     return _splittable(fuse_sibling_loops(merged_task(a, b))) or not (_splittable(a) or _splittable(b))
+
+
+def _merged_full_reductions(kernel: k.Kernel) -> k.Kernel:
+    """Adjacent full reductions (one task each, "flat") as one task where they walk their nest as one
+    pass (_one_flat_pass): a sum and a sum of squares of one tensor then read it once, in one launch,
+    where each read it in a launch of its own. fuse_tasks leaves them apart: each is a serial task
+    (its loop spans the grid), which that pass never merges."""
+    tasks: list[k.Task] = []
+    for task in kernel.tasks:
+        if tasks and _one_flat_pass(tasks[-1], task):
+            tasks[-1] = fuse_sibling_loops(merged_task(tasks[-1], task))
+        else:
+            tasks.append(task)
+    return replace(kernel, tasks=tuple(tasks))
+
+
+def _one_flat_pass(a: k.Task, b: k.Task) -> bool:
+    """Whether full reductions `a` then `b`, neither touching an array the other writes, merged
+    (fuse_sibling_loops) walk one nest in one loop, a full reduction still."""
+    if not (schedule_kind(a) == schedule_kind(b) == "flat" and (a.begin, a.end) == (b.begin, b.end)):
+        return False
+    if not writes_apart(a, b):
+        return False
+    merged = fuse_sibling_loops(merged_task(a, b))
+    return schedule_kind(merged) == "flat" and sum(isinstance(s, k.For) for s in merged.body) == 1
+
 
 
 def _splittable(task: k.Task) -> bool:

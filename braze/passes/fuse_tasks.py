@@ -490,9 +490,10 @@ def _var_names(task: k.Task) -> frozenset[str]:
 
 
 def _renamed_second(a: k.Task, b: k.Task) -> k.Task:
-    """B's body with its loop index renamed to A's and its locals renamed away from A's names."""
-    taken = set(_kept(a, "_fuse_var_names", _var_names)) | {a.var.name}
-    mapping: dict[k.Var, k.Var] = {b.var: a.var}
+    """B's body with its loop index renamed to A's and its locals renamed away from A's names (a
+    serial task, a full reduction, has no index)."""
+    taken = set(_kept(a, "_fuse_var_names", _var_names)) | ({a.var.name} if a.var is not None else set())
+    mapping: dict[k.Var, k.Var] = {b.var: a.var} if b.var is not None else {}
     defined = {n.var if not isinstance(n, k.AtomicRMW) else n.result for s in b.body for n in _walk(s)
                if isinstance(n, (k.Let, k.For, k.Alloc)) or isinstance(n, k.AtomicRMW) and n.result is not None}
     names_in_b = {n.name for s in b.body for n in _walk(s) if isinstance(n, k.Var)}
@@ -598,6 +599,15 @@ def _arrays(task: k.Task) -> frozenset[str]:
     """The arrays a task loads from, stores to or applies atomics to (kept on the task: grouping asks
     it of each task for every task it moves past)."""
     return _kept(task, "_fuse_arrays", _touched_arrays)
+
+
+def writes_apart(a: k.Task, b: k.Task) -> bool:
+    """Whether neither task touches an array the other writes."""
+    return not (_written_arrays(a) & _arrays(b) or _written_arrays(b) & _arrays(a))
+
+
+def _written_arrays(task: k.Task) -> frozenset[str]:
+    return frozenset(n.param.name for s in task.body for n in _walk(s) if isinstance(n, (k.Store, k.AtomicRMW)))
 
 
 def _touched_arrays(task: k.Task) -> frozenset[str]:

@@ -79,3 +79,24 @@ def test_few_accumulators_keep_a_loop_each_over_batches_of_splits():
 def test_groups_are_consecutive_and_together_takes_twice_a_group():
     assert cuda_grid.fold_groups(list(range(10)), 4) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
     assert not cuda_grid.folds_together(15, 8) and cuda_grid.folds_together(16, 8)
+
+
+def test_many_full_sums_of_one_tensor_fold_their_blocks_in_one_loop_to_the_same_bits():
+    # One task (engine._merged_full_reductions), 17 accumulators: the last block folds every block's
+    # slots of all of them in one loop over the blocks.
+    x = np.random.default_rng(7).standard_normal(200003).astype(np.float32)
+    with bz.Fusion() as f:
+        xt = f.define_tensor([-1])
+        for k in range(17):
+            f.add_output((xt * float(k + 1)).sum())
+    assert "bz_slot_" in engine.cuda_source(f, [x]).body
+    with bz.config.scope(enable="poison_outputs"):
+        together, launches = run_on_cpu(f, [x], sm_count=4, resident=2)
+    assert len(launches) == 1 and launches[0][2] > 1  # one launch, over several blocks
+    x64 = x.astype(np.float64)
+    for k, got in enumerate(together):
+        np.testing.assert_allclose(float(np.asarray(got)), (x64 * (k + 1)).sum(), rtol=1e-5, atol=1e-2)
+    with mock.patch.object(cuda_grid, "folds_together", lambda accumulators, per_round: False):
+        each, _ = run_on_cpu(f, [x], sm_count=4, resident=2)
+    for got, expected in zip(together, each):
+        assert np.asarray(got).tobytes() == np.asarray(expected).tobytes()
