@@ -73,21 +73,20 @@ def stores(form: str) -> None:
 def lane_loops(form: str) -> None:
     if form != "counted":
         raise SystemExit(f"lane_loops: 'counted', not {form!r}")
+    loop_by_default = cuda.TaskWriter.emit_lane_loop
 
     def emit_lane_loop(self, s, var, begin, end):
-        v = s.var.name
-        self.line("#pragma unroll 4")
-        self.line(f"for ({var} = {begin} + lane, {v}_left = bz_trips({v}, {end}, lanes32); {v}_left > 0; "
-                  f"--{v}_left, {v} += lanes32) {{")
-        self.depth += 1
-        self.loop_depth += 1
-        self.emit_cached_loads(s)
-        self.block(s.body)
-        self.substitutions.clear()
-        self.cache_stores.clear()
-        self.loop_depth -= 1
-        self.depth -= 1
-        self.line("}")
+        v, write = s.var.name, self.line
+        header = f"for ({var} = {begin} + lane; {v} < {end}; {v} += lanes32) {{"
+
+        def line(text):  # the loop's header counted, the rest as the default writes it
+            write(text if text != header else f"for ({var} = {begin} + lane, {v}_left = bz_trips({v}, {end}, "
+                  f"lanes32); {v}_left > 0; --{v}_left, {v} += lanes32) {{")
+        self.line = line
+        try:
+            loop_by_default(self, s, var, begin, end)
+        finally:
+            del self.line
     cuda.TaskWriter.emit_lane_loop = emit_lane_loop
 
 
