@@ -405,7 +405,6 @@ def _one_flat_pass(a: k.Task, b: k.Task) -> bool:
     return schedule_kind(merged) == "flat" and sum(isinstance(s, k.For) for s in merged.body) == 1
 
 
-
 def _splittable(task: k.Task) -> bool:
     """Whether a task's schedule may split its loops across blocks as written, or with its variances
     in one pass (cuda_variance); kept on the task, which is asked once for each neighbour it is tried with."""

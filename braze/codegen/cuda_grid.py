@@ -53,7 +53,7 @@ def folds_together(accumulators: int, per_round: int) -> bool:
     batches of slots: where there are at least twice that many accumulators (the bias gradients of a
     12-layer model's backward, grouped into one task: 50). Round trips to L2 are then no more than a
     loop each takes, and the code is one loop, where 50 loops of SLOT_BATCH copies made NVRTC spend
-    2 of that kernel's 5.2 s on them (`benchmarks/results/fold-groups-2026-11-27.md`)."""
+    3 of that function's 6 s on them (`benchmarks/results/fold-groups-2026-11-27.md`)."""
     return accumulators >= 2 * per_round
 
 

@@ -95,6 +95,12 @@ def vector_unroll(vector: VectorAccesses) -> int:
     return max(1, BYTES_IN_FLIGHT // (vector.width * widest))
 
 
+def _shorter_than(loop: k.For, width: int) -> bool:
+    """Whether the loop's range is constant and shorter than `width`."""
+    constant = isinstance(loop.begin, k.Const) and isinstance(loop.end, k.Const)
+    return constant and loop.end.value - loop.begin.value < width
+
+
 class RowLoopWriter:
     """Row loops of a task writer (see the module docstring)."""
 
@@ -127,8 +133,14 @@ class RowLoopWriter:
         widths = {id_: 4 if philox_runs(self.loops_by_id[id_], set()) else vector_width([v])
                   for id_, v in vectors.items()}
         shared_width = min((widths[id_] for id_ in vectors if id_ in shared), default=4)
-        return {id_: dataclasses.replace(v, width=shared_width if id_ in shared else widths[id_])
-                for id_, v in vectors.items()}
+        widths = {id_: shared_width if id_ in shared else width for id_, width in widths.items()}
+        # A loop shorter than its width, by constants (a row of one: a norm's saved statistic kept as
+        # [batch, tokens, 1]), never takes a vector: its vector paths would only be code for NVRTC to
+        # throw away (50 of them in a GPT-2 forward's grouped outputs).
+        short = {id_ for id_ in vectors if _shorter_than(self.loops_by_id[id_], widths[id_])}
+        if short & shared:
+            short |= shared
+        return {id_: dataclasses.replace(v, width=widths[id_]) for id_, v in vectors.items() if id_ not in short}
 
     def vector_condition(self, loop: k.For, whole_vectors: bool = True) -> str:
         """True for rows where the vector path is valid: lengths that the width divides (unless the

@@ -611,8 +611,7 @@ def _written_arrays(task: k.Task) -> frozenset[str]:
 
 
 def _touched_arrays(task: k.Task) -> frozenset[str]:
-    stored = (n.param.name for s in task.body for n in _walk(s) if isinstance(n, (k.Store, k.AtomicRMW)))
-    return frozenset().union(*(_summary(s).loaded for s in task.body)) | frozenset(stored)
+    return frozenset().union(*(_summary(s).loaded for s in task.body)) | _written_arrays(task)
 
 
 def merged_task(a: k.Task, b: k.Task) -> k.Task:
