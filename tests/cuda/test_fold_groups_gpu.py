@@ -41,3 +41,24 @@ def test_many_column_sums_over_split_rows_match_float64_and_repeat(dtype, column
         np.testing.assert_allclose(got, (x64 * (k + 1) + k).sum(0), rtol=tolerance, atol=tolerance * 200)
     for first, second in zip(*runs):
         assert first.tobytes() == second.tobytes()
+
+
+@pytest.mark.parametrize("count", [3, 17])
+def test_full_reductions_of_one_tensor_in_one_launch_match_float64_and_repeat(count):
+    # One task (engine._merged_full_reductions); with 17 accumulators the last block folds them together.
+    x = np.random.default_rng(count).standard_normal(1 << 22).astype(np.float32)
+    with bz.Fusion() as f:
+        xt = f.define_tensor([-1])
+        for k in range(count):
+            f.add_output(bz.ops.max(xt, [0]) if k == 1 else (xt * float(k + 1)).sum())
+    on_gpu = torch.from_numpy(x).cuda()
+    runs = []
+    for _ in range(2):
+        with config.scope(enable="poison_outputs"):
+            outputs = f.execute([on_gpu])
+        torch.cuda.synchronize()
+        runs.append([float(o.cpu()) for o in outputs])
+    x64 = x.astype(np.float64)
+    for k, got in enumerate(runs[0]):
+        np.testing.assert_allclose(got, x64.max() if k == 1 else (x64 * (k + 1)).sum(), rtol=1e-5, atol=1e-1)
+    assert runs[0] == runs[1]
