@@ -387,22 +387,24 @@ def _merged_full_reductions(kernel: k.Kernel) -> k.Kernel:
     (its loop spans the grid), which that pass never merges."""
     tasks: list[k.Task] = []
     for task in kernel.tasks:
-        if tasks and _one_flat_pass(tasks[-1], task):
-            tasks[-1] = fuse_sibling_loops(merged_task(tasks[-1], task))
+        merged = _one_flat_pass(tasks[-1], task) if tasks else None
+        if merged is not None:
+            tasks[-1] = merged
         else:
             tasks.append(task)
     return replace(kernel, tasks=tuple(tasks))
 
 
-def _one_flat_pass(a: k.Task, b: k.Task) -> bool:
-    """Whether full reductions `a` then `b`, neither touching an array the other writes, merged
-    (fuse_sibling_loops) walk one nest in one loop, a full reduction still."""
+def _one_flat_pass(a: k.Task, b: k.Task) -> k.Task | None:
+    """Full reductions `a` then `b` as one task walking one nest in one loop (fuse_sibling_loops), a
+    full reduction still, where neither touches an array the other writes; else None."""
     if not (schedule_kind(a) == schedule_kind(b) == "flat" and (a.begin, a.end) == (b.begin, b.end)):
-        return False
+        return None
     if not writes_apart(a, b):
-        return False
+        return None
     merged = fuse_sibling_loops(merged_task(a, b))
-    return schedule_kind(merged) == "flat" and sum(isinstance(s, k.For) for s in merged.body) == 1
+    one_loop = sum(isinstance(s, k.For) for s in merged.body) == 1
+    return merged if one_loop and schedule_kind(merged) == "flat" else None
 
 
 def _splittable(task: k.Task) -> bool:

@@ -3,7 +3,8 @@ task) folds the splits' partial results in one loop over the splits, a group of 
 loaded at a time (cuda_grid.folds_together), instead of a loop each: the same slots in the same order,
 so the same bits, in a tenth of the code. Each case runs its generated CUDA on the CPU
 (tests/cuda_on_cpu.py) with its rows split across blocks, against float64 NumPy and against the loop-each
-form, and on the CPU backend, outputs poisoned."""
+form, and on the CPU backend, outputs poisoned; a generated test draws the reductions (sums, maxima,
+minima) and how many."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ from unittest import mock
 import numpy as np
 import pytest
 from cuda_on_cpu import available, run_on_cpu
+from fuzz_scale import examples
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import braze as bz
 from braze import engine
@@ -100,3 +104,32 @@ def test_many_full_sums_of_one_tensor_fold_their_blocks_in_one_loop_to_the_same_
         each, _ = run_on_cpu(f, [x], sm_count=4, resident=2)
     for got, expected in zip(together, each):
         assert np.asarray(got).tobytes() == np.asarray(expected).tobytes()
+
+
+_COMBINES = {"sum": (lambda t, k: (t * float(k + 1) + float(k)).sum([0]), lambda x, k: (x * (k + 1) + k).sum(0)),
+             "max": (lambda t, k: bz.ops.max(t * float(k + 1), [0]), lambda x, k: (x * (k + 1)).max(0)),
+             "min": (lambda t, k: bz.ops.min(t - float(k), [0]), lambda x, k: (x - k).min(0))}
+
+
+@settings(max_examples=examples(2), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dtype=st.sampled_from([bz.float32, bz.bfloat16]), columns=st.sampled_from([63, 64, 96]),
+       combines=st.lists(st.sampled_from(sorted(_COMBINES)), min_size=1, max_size=24), seed=st.integers(0, 99))
+def test_random_column_reductions_fold_to_the_bits_of_a_loop_each(dtype, columns, combines, seed):
+    """Random sums, maxima and minima over the rows, as many as a loop a fold or a fold of groups takes:
+    the same bits either way, and float64 NumPy's values."""
+    x = np.random.default_rng(seed).standard_normal((2048, columns)).astype(dtype.numpy)
+    with bz.Fusion() as f:
+        xt = f.define_tensor([-1, -1], dtype=dtype)
+        for k, combine in enumerate(combines):
+            f.add_output(_COMBINES[combine][0](xt, k))
+    body = engine.cuda_source(f, [x]).body
+    if len(combines) >= 2 * cuda_grid.SLOT_BATCH:
+        assert "bz_slot_" in body
+    elif len(combines) < cuda_grid.SLOT_BATCH:
+        assert "bz_slot_" not in body
+    together = _split_runs(f, x)
+    x64, tolerance = x.astype(np.float64), 2e-3 if dtype == bz.float32 else 1e-2
+    for k, (combine, got) in enumerate(zip(combines, together, strict=True)):
+        np.testing.assert_allclose(got.astype(np.float64), _COMBINES[combine][1](x64, k), rtol=tolerance, atol=2e-2)
+    for got, each in zip(together, _loop_each(f, x)):
+        assert got.tobytes() == each.tobytes()
