@@ -9,12 +9,13 @@ one, what to write instead (`_REFUSED`), never NumPy's fallback to an object arr
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 
 import numpy as np
 
 from braze import dtypes as dt
-from braze.errors import UnsupportedError
+from braze.errors import FusionDefinitionError, UnsupportedError
 from braze.ir.fusion import active_fusion, defining_any
 from braze.ir.tensor import TensorView
 from braze.ops import activations, creation, scans, views
@@ -272,6 +273,26 @@ def _size(a, axis=None):
     return a.numel() if axis is None else a.shape[axis]
 
 
+def _split(ary, indices_or_sections, axis=0) -> list[TensorView]:
+    """NumPy's np.split: an int is that many equal pieces (an extent they do not divide is an error, at
+    run time where it is symbolic), a list the indices where the pieces after the first start."""
+    x = vc.tensor_arg("np.split", ary)
+    axis = vc._axis("np.split", x, axis)
+    if isinstance(indices_or_sections, (list, tuple)):
+        bounds = [0, *(operator.index(i) for i in indices_or_sections), None]
+        return [vc._along(x, axis, start, stop) for start, stop in zip(bounds, bounds[1:])]
+    sections = operator.index(indices_or_sections)
+    n = x.shape[axis]
+    why = (f"np.split: dimension {axis} of {x.describe()} into {sections} equal pieces: the extent must be a "
+           f"multiple of {sections}")
+    if sections < 1 or (n.is_const and n.value % sections):
+        raise FusionDefinitionError(f"{why}, got {n.value if n.is_const else n} ({sections} sections)")
+    size = n.value // sections if n.is_const else n // sections
+    if not n.is_const:
+        x.fusion.require_equal(size * sections, n, why)
+    return [vc._along(x, axis, size * i, size * (i + 1)) for i in range(sections)]
+
+
 _FUNCTIONS: dict[Callable, Callable[..., TensorView]] = {
     np.sum: _reduction(red.sum), np.prod: _reduction(red.prod), np.mean: _reduction(red.mean),
     np.max: _reduction(red.max), np.amax: _reduction(red.max), np.min: _reduction(red.min),
@@ -291,7 +312,7 @@ _FUNCTIONS: dict[Callable, Callable[..., TensorView]] = {
     np.reshape: lambda a, shape=None, order="C", **k: views.reshape(a, _shape(shape if shape is not None
                                                                                 else k["newshape"])),
     np.ravel: lambda a, order="C": views.reshape(a, [-1]), np.broadcast_to: _broadcast_to,
-    np.flip: lambda m, axis=None: views.flip(m, axis),
+    np.flip: lambda m, axis=None: views.flip(m, axis), np.split: _split,
     np.zeros_like: lambda a, dtype=None, **k: creation.zeros_like(a, dtype),
     # NumPy leaves empty_like's values unset; code that uses it writes every element it reads.
     np.empty_like: lambda a, dtype=None, **k: creation.zeros_like(a, dtype),

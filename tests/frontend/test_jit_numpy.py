@@ -61,6 +61,9 @@ PROGRAMS = {
     "extent_ufuncs": (lambda a: a / np.sqrt(a.shape[-1]) + np.log(a.shape[0]) + np.float32(2) * a.shape[1]
                       + a.reshape(-1, np.int64(2) * a.shape[1]).sum(1).sum(), (X,)),
     "astype_copy": (lambda a: a.astype(np.float64, copy=False) * 2, (X,)),
+    # a VAE's encoder output split into its mean and log-variance; pieces at given indices
+    "splits": (lambda a: (np.split(a, 2, axis=0)[1] * np.exp(np.split(a, 2, axis=0)[0]),
+                          *np.split(a, [1, 3], axis=1), np.split(a, [7], axis=0)[1]), (X,)),
 }
 
 
@@ -118,6 +121,30 @@ def test_random_chains_of_ufuncs_give_numpys_result(chain: list[str], seed: int)
 def test_what_braze_has_no_op_for_is_named(fn, named: str) -> None:
     with pytest.raises(bz.UnsupportedError, match=named.replace("(", r"\(").replace(")", r"\)")):
         bz.jit(fn)(X)
+
+
+def test_numbers_traced_at_run_time_are_only_blamed_where_a_constant_would_help() -> None:
+    """A number argument is a runtime value: where it is used as a shape the error says how to bake it in;
+    where braze has no op for what the function calls, no constant would change that, so no such note."""
+    with pytest.raises(bz.FusionDefinitionError) as shaped:
+        bz.jit(lambda a, n: a[:n])(X, 2)
+    assert any("static_argnames" in note for note in shaped.value.__notes__)
+    with pytest.raises(bz.UnsupportedError, match="np.sort") as unsupported:
+        bz.jit(lambda a, s: np.sort(a) * s)(X, 2.0)
+    assert not any("static_argnames" in note for note in getattr(unsupported.value, "__notes__", []))
+
+
+def test_split_into_equal_pieces_needs_an_extent_they_divide() -> None:
+    """np.split of a symbolic extent into sections it does not divide is an error at run time, as NumPy's
+    (a static extent: when the function is traced)."""
+    halves = bz.jit(lambda a: np.split(a, 2, axis=1)[0])
+    np.testing.assert_array_equal(halves(X[:, :4]), X[:, :2])
+    with pytest.raises(bz.InputError, match="np.split: .*multiple of 2"):
+        halves(X)
+    with bz.Fusion() as f:
+        x = f.define_tensor((-1, 5))
+        with pytest.raises(bz.FusionDefinitionError, match="np.split: .*multiple of 2"):
+            np.split(x, 2, axis=1)
 
 
 def test_cross_products_of_vectors_of_a_static_length() -> None:
