@@ -111,10 +111,19 @@ def _describe_value(value: object) -> str:
 
 
 # --- squeeze / unsqueeze ------------------------------------------------------------------------
+def _squeezed(array: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """np.squeeze, where an axis of extent 0 may be among `axes`: a one-element slice of an empty
+    dimension broadcast against another empty one (broadcast.py, `_as_broadcast`), whose result is
+    empty, so any value of the squeezed shape will do."""
+    if any(array.shape[axis] == 0 for axis in axes):
+        return np.zeros([n for i, n in enumerate(array.shape) if i not in axes], array.dtype)
+    return np.squeeze(array, axes) if axes else array
+
+
 _entry(
     "squeeze",
     lambda ins, a: [d.clone() for i, d in enumerate(ins[0].visible) if i not in a["axes"]],
-    lambda ctx, args, out, a: np.squeeze(args[0], a["axes"]) if a["axes"] else args[0],
+    lambda ctx, args, out, a: _squeezed(args[0], a["axes"]),
 )
 
 

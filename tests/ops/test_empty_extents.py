@@ -124,6 +124,20 @@ def test_a_max_of_nothing_inside_a_composite_names_the_composite() -> None:
         assert str(result).startswith("peak_to_peak (its max): T0 has an empty dimension among the reduced axes (0,)")
 
 
+def test_a_one_element_piece_of_an_empty_slice_broadcasts_on_every_backend() -> None:
+    """exp of the first piece of `split(x[:0], 1)` (a one-element slice, empty) added to an empty x: the
+    reference backend squeezed that empty dimension with NumPy, which refuses an axis of extent 0. Added
+    to 5 elements it is refused everywhere, as NumPy refuses (0,) against (5,)."""
+    def build(x):
+        return [bz.ops.exp(bz.ops.split(x.narrow(0, 0, 0), 1, 0)[0]) + x]
+
+    for backend, got in run_everywhere(build, [np.zeros(0, np.float32)]).items():
+        assert not isinstance(got, Exception), f"{backend}: {got}"
+        assert got[0].shape == (0,) and got[0].dtype == np.float32, backend
+    for backend, got in run_everywhere(build, [np.ones(5, np.float32)]).items():
+        assert isinstance(got, bz.InputError) and "one element of a slice" in str(got), f"{backend}: {got}"
+
+
 def test_a_one_element_slice_of_an_empty_array_meets_an_empty_one_as_numpy_s() -> None:
     """`x - x[:1]` and `y[1:] = y[1:][:1]` of an empty array: the one-element slice is empty there and
     broadcasts against nothing, as NumPy's (0,) meets (0,); braze required it to hold one element."""
