@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from braze import dtypes as dt
-from braze.errors import Error, FusionDefinitionError, InputError
+from braze.errors import Error, FusionDefinitionError, InputError, UnsupportedError
 from braze.frontend.fusion import Fusion
 from braze.frontend.jit_numbers import number_check
 from braze.ir.scalar import Scalar, concretizing
@@ -316,9 +316,10 @@ class JitFunction:
         return self.fn(*positional, **keywords)
 
     def _explain_runtime_scalars(self, error: Exception, key: tuple) -> None:
-        """A number used as a shape, an axis or in an `if` fails while tracing: say how to bake it in."""
+        """A number used as a shape, an axis or in an `if` fails while tracing: say how to bake it in
+        (not for what braze has no op for, which no constant changes)."""
         runtime = [name for name, sig in zip(self.names, key) if sig[0] == "scalar"]
-        if runtime and hasattr(error, "add_note"):  # Python 3.11+
+        if runtime and not isinstance(error, UnsupportedError) and hasattr(error, "add_note"):  # Python 3.11+
             error.add_note(f"{self.fn.__name__}: the numbers {', '.join(map(repr, runtime))} are traced as runtime "
                            f"values; bz.jit(static_argnames=(...)) bakes them in as constants")
 
