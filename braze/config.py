@@ -78,6 +78,8 @@ FEATURES = {
                      "another, not all of a graph's at once on worker threads when the graph is compiled",
     "split_programs": "disable: on a GPU, a kernel of many tasks compiles as one NVRTC program, not as several of "
                       "about 30 KB of CUDA each compiled side by side on worker threads",
+    "split_functions": "disable: on a GPU, a row task's path for rows split across blocks is a branch of its row "
+                       "function, not a function of its own (whose registers the row path then shares)",
     "joint_lane_reduce": "disable: on a GPU, each accumulator of a row is combined over a block's lanes with "
                          "barriers of its own, not all of them between one pair of barriers",
     "lane_scans": "disable: on a GPU, a scan (cumsum, cumprod, cummax, cummin) walks each row on one thread, not "

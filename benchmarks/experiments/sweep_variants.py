@@ -1,4 +1,4 @@
-"""Suite cases (braze alone, models shapes) under one variant of how the CUDA code generator writes a
+"""Suite cases (braze alone, models shapes unless told) under one variant of how the CUDA code generator writes a
 loop or how the launch planner sizes a launch, each variant a process of its own: forms measured and
 not kept (benchmarks/results/split-walks-h200-2026-11-27.md), and the form before a kept change.
 
@@ -12,6 +12,9 @@ Variants (several may be given; none: the tree as it is):
     vector_unroll=U     the unroll of every 16-byte flat walk
     stores=value_first  a lane loop's guarded store computes its value before the guard
     lane_loops=counted  a row's lane loops count their steps up front (bz_trips)
+    shapes=gpu          the suite's LLM-sized shapes instead of the models' (not a variant)
+
+A feature of braze/config.py is switched off as anywhere else: `BRAZE_DISABLE=split_functions python ...`.
 
 Each case's outputs are checked against the float64 reference before it is timed (the suite's own
 check), so a variant that computes wrongly shows as an error, not as a time.
@@ -20,6 +23,7 @@ check), so a variant that computes wrongly shows as an error, not as a time.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 
 from braze.codegen import cuda, cuda_grid, cuda_launch
@@ -98,7 +102,8 @@ VARIANTS = {"warp_block": lambda v: warp_block(int(v)), "rows_a_thread": lambda 
 def main(argv: list[str]) -> int:
     if not argv:
         raise SystemExit(__doc__)
-    cases, settings = argv[0], argv[1:]
+    cases, settings = argv[0], [s for s in argv[1:] if not s.startswith("shapes=")]
+    shapes = next((s.partition("=")[2] for s in argv[1:] if s.startswith("shapes=")), "models")
     for setting in settings:
         name, _, value = setting.partition("=")
         if name not in VARIANTS:
@@ -106,8 +111,9 @@ def main(argv: list[str]) -> int:
         VARIANTS[name](value)
     from braze.cli.bench.cases import selected
     from braze.cli.bench.suite import run_gpu
-    label = " ".join(settings) or "as is"
-    for row in run_gpu(selected(cases, "models"), "models", 10, None, peers=False)["rows"]:
+    label = " ".join(settings) or ("BRAZE_DISABLE=" + os.environ["BRAZE_DISABLE"] if os.environ.get("BRAZE_DISABLE")
+                                   else "as is")
+    for row in run_gpu(selected(cases, shapes), shapes, 10, None, peers=False)["rows"]:
         braze = row["braze"]
         print(f"{row['case']:<28} {label:<24} {braze.get('ms', float('nan')) * 1000:8.2f} us  "
               f"{braze.get('error', '')[:80]}", flush=True)

@@ -138,6 +138,10 @@ class TaskLaunch:
     thread_divisors: int = 0  # fast divisors each thread sets up once (cuda_invariants.plan_divisors)
     # A column task's columns a thread owns where this divides their count (codegen/cuda_column_vectors.py).
     column_width: int = 1
+    # Its function for rows split across blocks (cuda.split_function; None: its own function has
+    # that path), and that function's name.
+    split_function: object = None
+    split_name: str = ""
 
     def shared_bytes(self, rows_per_block: int, row: int) -> int:
         """Dynamic shared memory for the row caches (each region rounded to 16 bytes)."""
@@ -159,18 +163,19 @@ class PlannedLaunch:
     warp: bool = False  # launches the task's warp function (one warp a row)
     block: int = 0  # threads a block, where wider than the planner's own (LaunchPlanner._row_block)
     narrow: bool = False  # with `warp`, its narrow warp function
+    split: bool = False  # launches the task's function for rows split across blocks
 
     @property
     def function(self) -> object:
         if self.warp:
             return self.task.narrow_warp_function if self.narrow else self.task.warp_function
-        return self.task.function
+        return self.task.split_function if self.split else self.task.function
 
     @property
     def function_name(self) -> str:
         if self.warp:
             return self.task.narrow_warp_name if self.narrow else self.task.warp_name
-        return self.task.name
+        return self.task.split_name if self.split else self.task.name
 
 
 def _scalar_function(exprs: list[k.Expr]) -> Callable[[dict[str, int]], tuple[int, ...]]:
@@ -199,7 +204,7 @@ def task_launches(kernel: k.Kernel, generated, functions: dict) -> list[TaskLaun
     source (a cuda.CudaSource) and its loaded `functions`, by name."""
     narrows = zip(generated.narrow_warp_functions or ("",) * len(kernel.tasks),
                   generated.narrow_warp_register_rows or (0,) * len(kernel.tasks), strict=True)
-    return [TaskLaunch(t.name, functions[t.name], _scalar_function(_bounds(t, schedule)), bool(plan.loops),
+    launches = [TaskLaunch(t.name, functions[t.name], _scalar_function(_bounds(t, schedule)), bool(plan.loops),
                        plan.coalesces, tuple(c.dtype.itemsize for c in caches), tuple(c.position for c in caches),
                        schedule, registers, functions[warp] if warp else None, warp, warp_registers,
                        functions[narrow] if narrow else None, narrow, narrow_registers, width,
@@ -211,6 +216,10 @@ def task_launches(kernel: k.Kernel, generated, functions: dict) -> list[TaskLaun
                    generated.register_rows, generated.warp_functions, generated.warp_register_rows,
                    generated.lane_widths, generated.thread_vector_widths, generated.thread_divisors,
                    generated.column_widths, narrows, strict=True)]
+    for launch, split in zip(launches, generated.split_functions or ("",) * len(kernel.tasks), strict=True):
+        if split:
+            launch.split_function, launch.split_name = functions[split], split
+    return launches
 
 
 class LaunchPlanner:
@@ -287,9 +296,16 @@ class LaunchPlanner:
           GB/s), where 256 read it twice from DRAM (the rows in flight overflow the L2);
         - rows a block each too few to fill the GPU: argmax over 512 rows of 128256 float32 with
           512 threads (2545 -> 2843 GB/s)."""
-        if task.schedule.kind != "rows" or task.nest_levels or not task.lane_loops or self.wider is None:
+        if task.schedule.kind != "rows" or not task.lane_loops or self.wider is None:
             return self.block
         begin, end, *extents = task.bounds(scalars)
+        if task.nest_levels:
+            # Rows this planner may split across blocks (few rows; rows the row path would read
+            # twice) stay on its block; others, in a function of their own, may take a wider one.
+            if task.split_function is None or task.schedule.split_reads_once or \
+                    self._plan_split_rows(task, begin, end, extents[:task.nest_levels], (0, 0)) is not None:
+                return self.block
+            extents = extents[task.nest_levels:]
         rows, row = end - begin, max(extents, default=0)
         if rows <= 0 or lanes_for(row, self.block) < self.block:
             return self.block
@@ -424,12 +440,13 @@ class LaunchPlanner:
         path however many they are, a block a row (or more for few rows)."""
         rows, total = end - begin, int(np.prod([max(n, 0) for n in extents]))
         lanes = self._lanes(task, rows, max(total, 1))
-        target = self.sm_count * self._resident(task, 0)
+        target = self.sm_count * self._resident(task, 0, task.split_name or task.name)
         per_block = self.block * REDUCTION_ELEMENTS_PER_THREAD
         if rows > MAX_GRID or not whole_rows and (-(-rows * lanes // self.block) >= target // 2 or total < per_block):
             return None
         splits = max(1, min(target // rows, total // per_block))
-        return PlannedLaunch(task, begin, end, rows * splits, 0, (0, splits, *pointers))
+        return PlannedLaunch(task, begin, end, rows * splits, 0, (0, splits, *pointers),
+                             split=task.split_function is not None)
 
     def _keeps_rows(self, task: TaskLaunch, lanes: int, cached: int, shared: int) -> bool:
         """Whether the row path keeps its rows on chip between their passes: in shared memory, or
@@ -559,9 +576,10 @@ class LaunchPlanner:
         return PlannedLaunch(task, begin, end, grid, shared, (lanes, cached if shared else 0, 0, 0), warp,
                              narrow=narrow)
 
-    def _resident(self, task: TaskLaunch, shared: int) -> int:
-        key = (task.name, shared)
+    def _resident(self, task: TaskLaunch, shared: int, function: str = "") -> int:
+        """Blocks of the task's function (or of `function`, one of its others) an SM holds at once."""
+        key = (function or task.name, shared)
         if key not in self.occupancy:
-            self.occupancy[key] = max(1, min(BLOCKS_PER_SM, self.resident_blocks(task.name, self.block, shared)))
+            self.occupancy[key] = max(1, min(BLOCKS_PER_SM, self.resident_blocks(key[0], self.block, shared)))
         return self.occupancy[key]
 

@@ -48,7 +48,8 @@ def kernel_of(build, *dtypes):
     return kernel
 
 
-def writers(build, *dtypes) -> list[tuple[cuda.TaskWriter, cuda.TaskWriter | None, cuda.TaskWriter | None]]:
+def writers(build, *dtypes) -> list[tuple[cuda.TaskWriter, ...]]:
+    """Per task: its writer, and its warp, narrow warp and split functions' (or None)."""
     return cuda.task_writers(kernel_of(build, *dtypes), restrict=True)
 
 
@@ -130,9 +131,9 @@ def test_loops_sharing_a_row_cache_share_the_narrower_width():
 
 
 def test_unroll_keeps_about_32_bytes_of_loads_in_flight():
-    ((writer, _, _),) = writers(softmax, BF16_ROW)
+    ((writer, _, _, _),) = writers(softmax, BF16_ROW)
     assert [(v.width, vector_unroll(v)) for v in writer.vectors.values()] == [(8, 2)] * 3
-    ((writer, _, _),) = writers(softmax, (bz.float32, 2))
+    ((writer, _, _, _),) = writers(softmax, (bz.float32, 2))
     assert [(v.width, vector_unroll(v)) for v in writer.vectors.values()] == [(4, 2)] * 3
 
 
@@ -160,7 +161,7 @@ def row_programs(draw):
 @given(row_programs())
 def test_vector_width_is_eight_exactly_where_every_access_is_two_bytes_or_less(program):
     build, dtypes = program
-    for writer, warp, narrow in writers(build, *dtypes):
+    for writer, warp, narrow, _ in writers(build, *dtypes):
         for each in filter(None, (writer, warp, narrow)):
             cache_loops = set(each.cache_loops())
             shared = {v.width for i, v in each.vectors.items() if i in cache_loops}
@@ -225,8 +226,10 @@ def test_rows_a_narrow_warp_function_holds_run_it_with_the_same_bits():
 
 
 def test_tasks_without_register_rows_have_no_warp_function():
+    """A row sum has no warp function; its rows may split across blocks, a function of its own."""
     src = source(lambda x: [bz.ops.sum(x, axes=[1])], (bz.float32, 2))
-    assert src.warp_functions == ("",) and src.warp_register_rows == (0,) and len(src.functions) == 1
+    assert src.warp_functions == ("",) and src.warp_register_rows == (0,)
+    assert src.split_functions == (f"{src.functions[0]}_split",) and len(src.functions) == 2
 
 
 @pytest.mark.parametrize("row, warp_row, lanes", [
@@ -282,7 +285,7 @@ def barriers_in_names(text: str, names: set[str]) -> bool:
 
 
 def test_a_row_by_row_copy_calling_a_barrier_is_refused():
-    ((writer, _, _),) = writers(softmax, (bz.float32, 2))
+    ((writer, _, _, _),) = writers(softmax, (bz.float32, 2))
     synced = ["acc = bz_lane_reduce(acc, lanes32, BzReduceAdd());"]
     writer.check_barriers(synced, uniform=True)  # one row a block: every thread takes the same copy
     writer.check_barriers(["acc = bz_warp_reduce(acc, BzReduceAdd());"], uniform=False)

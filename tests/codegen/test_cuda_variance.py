@@ -78,6 +78,12 @@ def functions(src) -> list[str]:
     return src.body.split('extern "C" __global__')[1:]
 
 
+def first_task(src) -> str:
+    """The text of the first task's functions: its row function and its function for split rows."""
+    texts = functions(src)
+    return texts[0] + "".join(t for t in texts[1:] if f"{src.functions[0]}_split(" in t)
+
+
 def loops(task: k.Task) -> list[k.For]:
     return [s for s in task.body if isinstance(s, k.For)]
 
@@ -201,7 +207,7 @@ def test_batch_norm_statistics_take_one_pass_on_both_paths_over_16_byte_runs():
     stats = src.schedules[0]
     assert stats.kind == "rows" and stats.splittable and not stats.split_reads_once
     assert not src.row_caches[0] and len(src.lane_plans[0].loops) == 1
-    first = functions(src)[0]
+    first = first_task(src)
     # Both paths walk the nest 4 elements a thread at a time where the innermost extent allows and
     # every run of it starts aligned: the first element and one step of each outer index. H and W,
     # contiguous in the dense input, are one loop over H * W: no step of H is tested or walked.
@@ -214,7 +220,7 @@ def test_nests_of_2_byte_elements_walk_eight_at_a_time():
     bf16 = __import__("ml_dtypes").bfloat16
     inputs = [a.astype(bf16) for a in batch_norm_inputs((2, 8, 56, 56))]
     with bz.config.scope(disable="channel_rows"):  # statistics of their own, as over longer channels
-        first = functions(engine.cuda_source(fusion(batch_norm(2 * 56 * 56, bz.bfloat16)), inputs))[0]
+        first = first_task(engine.cuda_source(fusion(batch_norm(2 * 56 * 56, bz.bfloat16)), inputs))
     # The split path and the lanes' walk: eight elements (16 bytes) a thread where the innermost
     # extent is a multiple of 8 and the runs start 16-byte aligned, else one at a time.
     assert first.count("% 8 == 0)") == 2 and first.count("const bz_bfloat168 v0_r") == 2

@@ -93,3 +93,25 @@ def test_a_few_long_argmax_rows_and_a_whole_argmax_split_across_blocks(shape, ax
     np.testing.assert_array_equal(outs[0], reference("argmax", x, axes))
 
 
+
+
+def test_rows_split_across_blocks_run_a_function_of_their_own():
+    """The split path of a row task is a function of its own (its registers apart from the row
+    function's); the row function leaves it out. `BRAZE_DISABLE=split_functions`: one function with
+    both paths. Either way the same argmax and sum."""
+    x = np.random.default_rng(2).standard_normal((2, 3000)).astype(np.float32)
+    with bz.Fusion() as f:
+        t = f.define_tensor([-1, -1])
+        f.add_output(bz.ops.argmax(t, (1,)))
+        f.add_output(bz.ops.sum(t, (1,)))
+    gpu = {"sm_count": 8, "resident": 2, "block_size": 32}
+    for disabled, suffix in (((), "_split"), (("split_functions",), "")):
+        with bz.config.scope(disable=",".join(disabled)):
+            [launch] = planned_launches(f, [x], **gpu)
+            assert launch.scalars[0] == 0 and launch.grid > 2  # each row over several blocks
+            assert launch.function_name == launch.task.name + suffix
+            rows = bz.engine.cuda_source(f, [x]).body.split(f"\n{launch.task.name}(")[1].split("\n}\n")[0]
+            assert ("if (lanes == 0) {" in rows) == bool(disabled)
+            outs, _ = run_on_cpu(f, [x], **gpu)
+        np.testing.assert_array_equal(outs[0], x.argmax(1))
+        np.testing.assert_allclose(outs[1], x.astype(np.float64).sum(1), rtol=1e-5)
