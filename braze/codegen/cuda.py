@@ -806,22 +806,23 @@ def task_writers(kernel: k.Kernel, block_size: int = DEFAULT_BLOCK_SIZE, restric
     warps = [TaskWriter(kernel, w.task, layout, block_size, restrict, warp=True)
              if w.register_vectors and block_size > WARP and n not in carriers and n not in folds else None
              for n, w in enumerate(writers)]
-    return [(w, warp, narrow_warp(kernel, warp, layout, block_size, restrict),
-             split_function(kernel, task, w, layout, block_size, restrict))
-            for task, w, warp in zip(kernel.tasks, writers, warps)]
+    splits = [split_function(kernel, task, w, layout, block_size, restrict) for task, w in zip(kernel.tasks, writers)]
+    for w, split in zip(writers, splits):
+        w.split_apart = split is not None  # the row function then leaves the split path out
+    return [(w, warp, narrow_warp(kernel, warp, layout, block_size, restrict), split)
+            for w, warp, split in zip(writers, warps, splits)]
 
 
 def split_function(kernel: k.Kernel, task: k.Task, writer: TaskWriter, layout: ArgLayout, block_size: int,
                    restrict: bool) -> TaskWriter | None:
     """The writer of a function for the task's rows split across blocks alone, where its row function
-    would hold that path as a branch (None elsewhere; `writer`, the row function's, then leaves the
-    path out). A function's registers are the most any of its paths needs: argmax over 512 rows of
-    128256 float32 took 46 registers a thread on blocks of 512 with the split path beside its row
-    loop, 31 without it, and ran at 3.1 TB/s on an H200 where it had run at 3.8."""
+    (`writer`'s) would hold that path as a branch (None elsewhere). A function's registers are the
+    most any of its paths needs: argmax over 512 rows of 128256 float32 took 46 registers a thread on
+    blocks of 512 with the split path beside its row loop, 31 without it, and ran at 3.1 TB/s on an
+    H200 where it had run at 3.8."""
     if writer.inner_outer is not None or writer.fold_of is not None or writer.schedule.kind != "rows" \
             or not writer.schedule.splittable or config.disabled("split_functions"):
         return None
-    writer.split_apart = True
     return TaskWriter(kernel, task, layout, block_size, restrict, split=True)
 
 
