@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
+import ast
 from pathlib import Path
 
 import numpy as np
 import pytest
+from source_trees import parse_files
 
 import braze as bz
 from braze import config, engine
@@ -102,35 +101,20 @@ def test_every_declared_dump_is_produced(tmp_path, capfd):
         assert list((tmp_path / "dump").glob("*.cu"))
 
 
-# Run in a process of its own: CPython 3.11's ast.parse raised "SystemError: AST constructor recursion
-# depth mismatch" in a test worker whose earlier tests had left its interpreter's state behind (once,
-# under CI), never in a fresh interpreter.
-_KNOB_NAMES = """
-import ast, json, sys
-from pathlib import Path
-asks = json.loads(sys.argv[1])
-found, unknown = 0, []
-for path in Path(sys.argv[2]).rglob("*.py"):
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in asks \\
-                and isinstance(node.func.value, ast.Name) and node.func.value.id == "config":
-            name = node.args[0]
-            if not isinstance(name, ast.Constant):
-                unknown.append(f"{path}:{node.lineno}: a knob name that is not a literal")
-                continue
-            found += 1
-            if name.value not in asks[node.func.attr]:
-                unknown.append(f"{path}:{node.lineno}: {name.value!r}")
-print(json.dumps([found, unknown]))
-"""
-
-
 def test_every_knob_name_in_the_source_is_declared():
     """A feature or dump named in braze's source is declared, even where no test reaches the line
     (`config.disabled("fastcall")` in a rare branch would raise only when that branch runs)."""
-    asks = {"enabled": sorted(config.ENABLE_NAMES), "disabled": sorted(config.DISABLE_NAMES),
-            "dumping": sorted(config.DUMP_NAMES)}
-    scan = subprocess.run([sys.executable, "-c", _KNOB_NAMES, json.dumps(asks), str(Path(bz.__file__).parent)],
-                          capture_output=True, text=True, timeout=120, check=True)
-    found, unknown = json.loads(scan.stdout)
+    asks = {"enabled": config.ENABLE_NAMES, "disabled": config.DISABLE_NAMES, "dumping": config.DUMP_NAMES}
+    found, unknown = 0, []
+    for path, tree in parse_files(sorted(Path(bz.__file__).parent.rglob("*.py"))).items():
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in asks
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "config"):
+                continue
+            name = node.args[0]
+            if not isinstance(name, ast.Constant):
+                unknown.append(f"{path}:{node.lineno}: a knob name that is not a literal")
+            elif name.value not in asks[node.func.attr]:
+                unknown.append(f"{path}:{node.lineno}: {name.value!r}")
+            found += 1
     assert found > 20 and not unknown, unknown

@@ -13,6 +13,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from source_trees import parse_files
 
 import braze
 
@@ -87,8 +88,9 @@ def _resolve(name: str, known: dict[str, Path]) -> str | None:
 def import_graph(known: dict[str, Path]) -> dict[str, set[str]]:
     """Module -> the modules of the same package it imports."""
     graph = {}
+    trees = parse_files(list(known.values()))
     for module, path in known.items():
-        tree = ast.parse(path.read_text(), str(path))
+        tree = trees[path]
         skipped = _type_checking_only(tree)
         targets: set[str] = set()
         for node in ast.walk(tree):
@@ -201,8 +203,10 @@ SHARED_CLASS_NAMES = {"Expr"}
 
 def test_each_public_class_name_means_one_thing():
     defined: dict[str, list[str]] = {}
-    for module, path in modules(ROOT, "braze").items():
-        for node in ast.parse(path.read_text()).body:
+    known = modules(ROOT, "braze")
+    trees = parse_files(list(known.values()))
+    for module, path in known.items():
+        for node in trees[path].body:
             if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
                 defined.setdefault(node.name, []).append(module)
     twice = {name: where for name, where in defined.items() if len(where) > 1 and name not in SHARED_CLASS_NAMES}

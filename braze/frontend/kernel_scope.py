@@ -6,12 +6,18 @@ import ast
 import functools
 import inspect
 import textwrap
+import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from braze.errors import KernelSyntaxError
 from braze.kir import nodes as k
+
+
+# CPython 3.11's ast.parse keeps its recursion count in state shared by the interpreter: two threads
+# parsing at once (first calls of two kernels) can fail with "AST constructor recursion depth mismatch".
+_PARSING = threading.Lock()
 
 
 # --- what a name can stand for ----------------------------------------------------------------------
@@ -135,7 +141,8 @@ class Source:
                                     "compiles a kernel from its Python source: define it in a file (a module or "
                                     "a script), or in an IPython or Jupyter cell, not with `python -c` or at the "
                                     "plain interactive prompt") from None
-        tree = ast.parse(textwrap.dedent("".join(lines)))
+        with _PARSING:
+            tree = ast.parse(textwrap.dedent("".join(lines)))
         closure = {name: cell.cell_contents for name, cell in
                    zip(fn.__code__.co_freevars, fn.__closure__ or ()) if _filled(cell)}
         return Source(fn, tree.body[0], inspect.getsourcefile(fn) or "<unknown>", first, lines,
