@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from braze.errors import KernelSyntaxError
 from braze.kir import nodes as k
 
-
 # CPython 3.11's ast.parse keeps its recursion count in state shared by the interpreter: two threads
 # parsing at once (first calls of two kernels) can fail with "AST constructor recursion depth mismatch".
 _PARSING = threading.Lock()

@@ -165,6 +165,8 @@ TERNARY: dict[str, tuple[str, Callable, Callable]] = {
     "fma": ("if", SAME, lambda a, b, c: a * b + c),
 }
 
+ARITY = {**dict.fromkeys(UNARY, 1), **dict.fromkeys(BINARY, 2), **dict.fromkeys(TERNARY, 3)}
+
 
 def operand_type(tensors: Sequence[TensorView]) -> DType:
     """The promoted type of an op's value operands (weak scalars never widen it)."""
@@ -346,6 +348,9 @@ def elementwise(op: str, *operands: Operand, **attrs) -> TensorView:
         expected = ", ".join(sorted(ATTRIBUTES.get(op, ()))) or "none"
         raise FusionDefinitionError(f"{op}: unexpected keyword argument {', '.join(map(repr, unknown))} "
                                     f"(keywords it takes: {expected})")
+    arity = ARITY.get(op)
+    if arity is not None and len(operands) != arity:
+        raise FusionDefinitionError(f"{op}: expected {arity} operand{'s' if arity > 1 else ''}, got {len(operands)}")
     fusion = owning_fusion(op, operands)
     tensors = align_ranks([as_operand(op, fusion, x, i) for i, x in enumerate(operands)])
     tensors = broadcast_one_element_slices(op, tensors)

@@ -1,5 +1,5 @@
 """Math functions the op table has no op for, as compositions of ops it has: the inverse trigonometric
-and the hyperbolic functions, `log10`, `hypot`, degrees and radians. One table serves both frontends:
+and the hyperbolic functions, `log10`, `cbrt`, `hypot`, degrees and radians. One table serves both frontends:
 fusions (`bz.ops.asin`, torch's `aten.asin`, NumPy's `np.arcsin`: braze/ops/math_functions.py) and loop
 kernels (`math.asin` in a `@bz.kernel`: braze/frontend/kernel_math.py), each passing the constructors of
 its own values.
@@ -60,6 +60,15 @@ def compositions(b: Builders) -> dict[str, Callable]:
         near = b.unary("log1p", b.binary("add", t, root))
         return b.ternary("where", b.binary("gt", x, _LARGE), log_of_double(x), near)
 
+    def cbrt(x):
+        # |x|^(1/3) with x's sign (pow is NaN for a negative base and a fractional exponent), then one
+        # Newton step: 1/3 rounded to float32 leaves up to 8 ulp at large |x|; 0, inf and NaN stay as they are
+        m = b.unary("abs", x)
+        guess = b.binary("pow", m, 1 / 3)
+        refined = b.binary("sub", guess, mul(b.binary("sub", guess, b.binary("truediv", m, mul(guess, guess))), 1 / 3))
+        finite_nonzero = b.binary("logical_and", b.binary("gt", m, 0.0), b.binary("lt", m, math.inf))
+        return b.binary("copysign", b.ternary("where", finite_nonzero, refined, guess), x)
+
     return {
         "atan": lambda x: b.binary("atan2", x, 1.0),
         "asin": lambda x: b.binary("atan2", x, b.unary("sqrt", one_minus_square(x))),
@@ -69,6 +78,7 @@ def compositions(b: Builders) -> dict[str, Callable]:
         "atanh": lambda x: mul(b.binary("sub", b.unary("log1p", x), b.unary("log1p", b.unary("neg", x))), 0.5),
         "log10": lambda x: mul(b.unary("log", x), 1 / math.log(10)),
         **_without_overflow_on_the_way(b),
+        "cbrt": cbrt,
         "degrees": lambda x: mul(x, 180 / math.pi),
         "radians": lambda x: mul(x, math.pi / 180),
     }
@@ -115,7 +125,7 @@ def _without_overflow_on_the_way(b: Builders) -> dict[str, Callable]:
 REFERENCES: dict[str, Callable] = {
     "atan": np.arctan, "asin": np.arcsin, "acos": np.arccos, "sinh": np.sinh, "cosh": np.cosh,
     "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh, "log10": np.log10, "hypot": np.hypot,
-    "degrees": np.degrees, "radians": np.radians,
+    "degrees": np.degrees, "radians": np.radians, "cbrt": np.cbrt,
 }
 # NumPy's ufunc names for them, where they differ.
 NUMPY_NAMES = {"arctan": "atan", "arcsin": "asin", "arccos": "acos", "arcsinh": "asinh", "arccosh": "acosh",

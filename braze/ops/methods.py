@@ -121,6 +121,7 @@ def install(cls: type = TensorView) -> None:
     cls.std = red.std
     for name in scans.SCANS:  # values only; torch_methods gives cummax(dim=) and cummin(dim=) indices too
         setattr(cls, name, getattr(scans, name))
+    cls.cumsum, cls.cumprod = _flattening_scan(scans.cumsum), _flattening_scan(scans.cumprod)
     cls.T = property(lambda self: views.permute(self, tuple(reversed(range(self.ndim)))))
     cls.reshape = lambda self, *shape: views.reshape(self, torch_methods.sizes(shape))
     cls.permute = lambda self, *dims: views.permute(self, torch_methods.sizes(dims))
@@ -137,7 +138,12 @@ def install(cls: type = TensorView) -> None:
     cls.numpy = _no_python_value("{name}.numpy()")
     cls.__array__ = _no_python_value("np.asarray({name})")  # not an object array holding the tensor
     cls.__setitem__ = view_composites.assign
-    cls.__round__ = _round
+    cls.__round__ = cls.round = _round
+    cls.__divmod__ = _divmod
+    cls.__rdivmod__ = lambda self, other: _divmod(self, other, reflected=True)
+    cls.ravel = lambda self, order="C": views.reshape(self, [-1])
+    cls.itemsize = property(lambda self: self.dtype.itemsize)
+    cls.nbytes = property(lambda self: self.numel() * self.dtype.itemsize)
     cls.astype = _astype
     cls.__len__ = _len
     torch_methods.install(cls)
@@ -253,11 +259,29 @@ def _number_or_refuse(convert: Callable[[object], object], what: str, refuse: Ca
     return number
 
 
-def _round(self, ndigits: int | None = None):
-    if ndigits is not None:
-        raise UnsupportedError(
-            f"round({self.describe()}, {ndigits!r}): only round(x), to the nearest integer (half to even)")
-    return elementwise("round", self)
+def _round(self, decimals: int = 0, out: None = None) -> TensorView:
+    """`x.round(2)` (NumPy's), `x.round(decimals=2)` (torch's) and Python's `round(x, 2)`: half to even,
+    as both round."""
+    return numpy_api.round_decimals(self, 0 if decimals is None else operator.index(decimals), out)
+
+
+def _flattening_scan(scan: Callable[..., TensorView]) -> Callable[..., TensorView]:
+    """NumPy's `x.cumsum()`: with no axis, along the flattened array; torch's `x.cumsum(dim=1)` as it is."""
+    def method(self: TensorView, axis: int | None = None, *args: object, **kwargs: object) -> TensorView:
+        if axis is not None:
+            return scan(self, axis, *args, **kwargs)
+        if {"axis", "dim"} & kwargs.keys():
+            return scan(self, *args, **kwargs)
+        return scan(views.reshape(self, [-1]), 0, *args, **kwargs)
+
+    method.__name__ = method.__qualname__ = scan.__name__
+    method.__doc__ = scan.__doc__
+    return method
+
+
+def _divmod(self: TensorView, other: object, reflected: bool = False) -> tuple[TensorView, TensorView]:
+    a, b = (other, self) if reflected else (self, other)
+    return elementwise("floordiv", a, b), elementwise("remainder", a, b)
 
 
 def _extent_index(self: Scalar, use: str = "used as a Python int (range(), np.ones(x.shape), ...)") -> int:

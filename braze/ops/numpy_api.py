@@ -17,6 +17,7 @@ import numpy as np
 from braze import dtypes as dt
 from braze.errors import FusionDefinitionError, UnsupportedError
 from braze.ir.fusion import active_fusion, defining_any
+from braze.ir.scalar import concrete_value
 from braze.ir.tensor import TensorView
 from braze.ops import activations, creation, scans, views
 from braze.ops import reductions as red
@@ -99,15 +100,42 @@ def _operand(what: str, value: object) -> object:
 
 
 # --- functions ----------------------------------------------------------------------------------------
+# A reduction's identity, which a `where=` mask puts where it is False, and how `initial=` joins the result.
+_IDENTITY = {"sum": 0, "prod": 1, "any": False, "all": True, "mean": 0}
+_WITH_INITIAL = {"sum": "add", "prod": "mul", "max": "maximum", "min": "minimum"}
+
+
 def _reduction(reduce: Callable[..., TensorView]) -> Callable[..., TensorView]:
+    name = reduce.__name__
+
     def numpy_reduction(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):
-        _no_out(reduce.__name__, out)
-        if initial is not None or where is not True:
-            raise UnsupportedError(f"np.{reduce.__name__}: initial= and where=: braze reduces every element; "
-                                   "choose them first with np.where(mask, x, identity)")
-        return _in_dtype(reduce(_in_dtype(a, dtype), axis, bool(keepdims)), dtype)
+        _no_out(name, out)
+        x = _in_dtype(a, dtype)
+        if where is not True:
+            x = _masked(name, x, where, initial)
+        result = reduce(x, axis, bool(keepdims))
+        if name == "mean" and where is not True:  # the masked sum over the count of True
+            counted = elementwise("where", where, creation.ones_like(x), 0)
+            result = elementwise("truediv", red.sum(x, axis, bool(keepdims)), red.sum(counted, axis, bool(keepdims)))
+        if initial is not None:
+            if name not in _WITH_INITIAL:
+                raise UnsupportedError(f"np.{name}: initial= is for sum, prod, max and min")
+            result = elementwise(_WITH_INITIAL[name], result, initial)
+        return _in_dtype(result, dtype)
 
     return numpy_reduction
+
+
+def _masked(name: str, x: TensorView, where: object, initial: object) -> TensorView:
+    """x with the reduction's identity (max and min: `initial`) where `where` is False, as NumPy's `where=`
+    leaves those elements out."""
+    fill = _IDENTITY.get(name, initial)
+    if fill is None:
+        raise FusionDefinitionError(f"np.{name}: where= needs initial= (a {name} of no elements has no value), "
+                                    "as NumPy's")
+    if name not in _IDENTITY and name not in _WITH_INITIAL:
+        raise UnsupportedError(f"np.{name}: where= is for sum, prod, mean, max, min, any and all")
+    return elementwise("where", where, x, fill)
 
 
 def _moments(reduce: Callable[..., TensorView]) -> Callable[..., TensorView]:
@@ -148,10 +176,12 @@ def _where(condition, x=None, y=None):
     return elementwise("where", condition, x, y)
 
 
-def _round(a, decimals=0, out=None):
+def round_decimals(a, decimals=0, out=None):
+    """NumPy's np.round(a, decimals): half to even, at `decimals` digits after the point (before it where
+    negative)."""
     _no_out("round", out)
     if not a.dtype.is_floating:  # integers keep their dtype: unchanged, or rounded to tens, hundreds, ...
-        return a if decimals >= 0 else cast(_round(cast(a, dt.float64), decimals), a.dtype)
+        return a if decimals >= 0 else cast(round_decimals(cast(a, dt.float64), decimals), a.dtype)
     if decimals == 0:
         return elementwise("round", a)
     if decimals < 0:  # as NumPy: divides by 10**-decimals, which is exact, where 10.0**decimals is not
@@ -293,6 +323,46 @@ def _split(ary, indices_or_sections, axis=0) -> list[TensorView]:
     return [vc._along(x, axis, size * i, size * (i + 1)) for i in range(sections)]
 
 
+def _array_split(ary, indices_or_sections, axis=0) -> list[TensorView]:
+    """NumPy's np.array_split: as np.split, but n pieces of an extent n does not divide are allowed (the
+    first ones one longer); it needs the extent known when the function is traced."""
+    x = vc.tensor_arg("np.array_split", ary)
+    axis = vc._axis("np.array_split", x, axis)
+    if isinstance(indices_or_sections, (list, tuple)):
+        return _split(x, indices_or_sections, axis)
+    sections, n = operator.index(indices_or_sections), x.shape[axis]
+    if sections < 1:
+        raise FusionDefinitionError(f"np.array_split: expected a positive number of sections, got {sections}")
+    extent = concrete_value(n)  # under @bz.jit the trace specializes on it
+    if extent is None:
+        raise UnsupportedError(f"np.array_split: dimension {axis} of {x.describe()} is symbolic ({n}): its pieces' "
+                               "lengths would depend on it; use np.split into pieces that divide it")
+    size, longer = divmod(extent, sections)
+    bounds = [0]
+    for i in range(sections):
+        bounds.append(bounds[-1] + size + (i < longer))
+    return [vc._along(x, axis, start, stop) for start, stop in zip(bounds, bounds[1:])]
+
+
+def _at_least(ndim: int) -> Callable[..., TensorView | list[TensorView]]:
+    """np.atleast_1d, _2d, _3d: new axes of 1 where NumPy puts them (a vector becomes a row, and in 3-d
+    the middle of (1, n, 1))."""
+    def at_least(*arrays):
+        shaped = []
+        for a in arrays:
+            x = vc.tensor_arg(f"np.atleast_{ndim}d", a)
+            if x.ndim == 0:
+                x = views.reshape(x, [1] * ndim)
+            elif x.ndim == 1 and ndim > 1:
+                x = views.reshape(x, [1, x.shape[0], 1][:ndim])
+            elif x.ndim == 2 and ndim == 3:
+                x = views.reshape(x, [*x.shape, 1])
+            shaped.append(x)
+        return shaped[0] if len(shaped) == 1 else shaped
+
+    return at_least
+
+
 _FUNCTIONS: dict[Callable, Callable[..., TensorView]] = {
     np.sum: _reduction(red.sum), np.prod: _reduction(red.prod), np.mean: _reduction(red.mean),
     np.max: _reduction(red.max), np.amax: _reduction(red.max), np.min: _reduction(red.min),
@@ -302,7 +372,7 @@ _FUNCTIONS: dict[Callable, Callable[..., TensorView]] = {
     np.var: _moments(red.var), np.std: _moments(red.std),
     np.cumsum: _scan(scans.cumsum), np.cumprod: _scan(scans.cumprod),
     np.where: _where, np.clip: _clip,
-    np.round: _round, np.around: _round,
+    np.round: round_decimals, np.around: round_decimals,
     np.concatenate: lambda arrays, axis=0, out=None, **k: (views.cat(list(arrays), axis) if axis is not None
                                                            else views.cat([views.reshape(a, [-1]) for a in arrays], 0)),
     np.stack: lambda arrays, axis=0, out=None, **k: vc.stack(list(arrays), axis),
@@ -312,7 +382,8 @@ _FUNCTIONS: dict[Callable, Callable[..., TensorView]] = {
     np.reshape: lambda a, shape=None, order="C", **k: views.reshape(a, _shape(shape if shape is not None
                                                                                 else k["newshape"])),
     np.ravel: lambda a, order="C": views.reshape(a, [-1]), np.broadcast_to: _broadcast_to,
-    np.flip: lambda m, axis=None: views.flip(m, axis), np.split: _split,
+    np.flip: lambda m, axis=None: views.flip(m, axis), np.split: _split, np.array_split: _array_split,
+    np.atleast_1d: _at_least(1), np.atleast_2d: _at_least(2), np.atleast_3d: _at_least(3),
     np.zeros_like: lambda a, dtype=None, **k: creation.zeros_like(a, dtype),
     # NumPy leaves empty_like's values unset; code that uses it writes every element it reads.
     np.empty_like: lambda a, dtype=None, **k: creation.zeros_like(a, dtype),

@@ -396,6 +396,15 @@ def _cast_method(name: str, dtype: dt.DType):
     return method
 
 
+def _repeat(self: TensorView, *sizes_: object, axis: int | None = None) -> TensorView:
+    """torch's `x.repeat(2, 1)` tiles; NumPy's `x.repeat(2, axis=0)` repeats each element (its
+    `repeat_interleave`)."""
+    if axis is None:
+        return vc.repeat(self, sizes(sizes_))
+    (repeats,) = sizes_
+    return vc.repeat_interleave(self, repeats, axis)
+
+
 def install(cls: type = TensorView) -> None:
     """Puts the torch-style methods on TensorView; attributes it already has stay."""
     for name in (*UNARY, *BINARY, *TERNARY):
@@ -423,7 +432,7 @@ def install(cls: type = TensorView) -> None:
         setattr(cls, name, function)
     cls.split = _split
     cls.chunk, cls.unbind, cls.narrow = vc.chunk, vc.unbind, vc.narrow
-    cls.repeat = lambda self, *sizes_: vc.repeat(self, sizes(sizes_))
+    cls.repeat = _repeat
     cls.tile = lambda self, *reps: vc.tile(self, sizes(reps))
     cls.repeat_interleave = vc.repeat_interleave
     cls.roll, cls.tril, cls.triu = vc.roll, vc.tril, vc.triu

@@ -64,6 +64,19 @@ PROGRAMS = {
     # a VAE's encoder output split into its mean and log-variance; pieces at given indices
     "splits": (lambda a: (np.split(a, 2, axis=0)[1] * np.exp(np.split(a, 2, axis=0)[0]),
                           *np.split(a, [1, 3], axis=1), np.split(a, [7], axis=0)[1]), (X,)),
+    "masked_reductions": (lambda a: (np.sum(a, axis=1, where=a > 0), np.prod(a * 0.1 + 1, axis=0, where=a < 1),
+                                     np.max(a, axis=1, where=a < 0, initial=-5.0), np.min(a, initial=0.5),
+                                     np.mean(a, axis=0, where=a > -0.5), np.mean(a, axis=1, keepdims=True, where=a > 0),
+                                     np.any(a > 1, axis=1, where=a < 1.5), np.all(a > -1, axis=0, where=a < 0),
+                                     np.sum(a, axis=0, initial=2.0)), (X,)),
+    "cube_roots": (lambda a: np.cbrt(a * 1e6) + np.cbrt(-a) + np.cbrt(a * 1e-20), (X,)),
+    "ndarray_methods": (lambda a: (a.round(2), a.round(decimals=1), a.ravel(), a.cumsum(),
+                                   a.cumprod(axis=0), a.repeat(2, axis=1), divmod(a, 0.3)[0], divmod(a, 0.3)[1],
+                                   divmod(2.0, a + 4)[1]), (X,)),
+    "uneven_splits": (lambda a: (*np.array_split(a, 4, axis=0), *np.array_split(a, 3, axis=1),
+                                 np.array_split(a, [2], axis=1)[1]), (X,)),
+    "at_least": (lambda a: (np.atleast_1d(a.sum()), np.atleast_2d(a[0]), np.atleast_3d(a[0]), np.atleast_3d(a),
+                            np.atleast_2d(a.sum()), *np.atleast_2d(a[1], a)), (X,)),
 }
 
 
@@ -112,12 +125,12 @@ def test_random_chains_of_ufuncs_give_numpys_result(chain: list[str], seed: int)
     (lambda a: np.sqrt(a, out=np.zeros((6, 5), np.float32)), "out="),
     (lambda a: np.spacing(a), "np.spacing"),
     (lambda a: np.linalg.norm(a, 1), "matrix norm"),
-    (lambda a: np.sum(a, where=a > 0), "where="),
+    (lambda a: np.argmax(a, axis=0, keepdims=True, out=None) + np.median(a), "np.median"),
     (lambda a: np.cross(a, a), r"np.cross: .*must be a static extent"),
     (lambda a: np.nanargmax(a), "np.nanargmax"),
     (lambda a: np.nanmean(a, where=a > 0), "np.nanmean: where="),
 ], ids=["dot", "sort", "where_indices", "reduction_out", "ufunc_out", "no_op", "matrix_norm",
-        "reduction_where", "cross_of_symbolic_length", "nanargmax", "nanmean_where"])
+        "median", "cross_of_symbolic_length", "nanargmax", "nanmean_where"])
 def test_what_braze_has_no_op_for_is_named(fn, named: str) -> None:
     with pytest.raises(bz.UnsupportedError, match=named.replace("(", r"\(").replace(")", r"\)")):
         bz.jit(fn)(X)
@@ -145,6 +158,40 @@ def test_split_into_equal_pieces_needs_an_extent_they_divide() -> None:
         x = f.define_tensor((-1, 5))
         with pytest.raises(bz.FusionDefinitionError, match="np.split: .*multiple of 2"):
             np.split(x, 2, axis=1)
+
+
+def test_uneven_pieces_follow_each_new_extent() -> None:
+    """np.array_split's piece lengths depend on the extent: the trace specializes on it, and another
+    extent gives NumPy's other pieces; in a Fusion, where the extent is symbolic, it is an error."""
+    thirds = bz.jit(lambda a: np.array_split(a, 3, axis=0)[0] * 2)
+    for rows in (6, 5, 4, 2):
+        np.testing.assert_array_equal(thirds(X[:rows]), np.array_split(X[:rows], 3)[0] * 2)
+    with bz.Fusion() as f:
+        x = f.define_tensor((-1, 5))
+        with pytest.raises(bz.UnsupportedError, match="np.array_split: dimension 0 .* is symbolic"):
+            np.array_split(x, 3)
+
+
+def test_an_op_given_too_many_operands_is_an_error_at_definition() -> None:
+    """A method of an elementwise op given a second operand by mistake (`x.exp(2)`) is refused when
+    defined, not turned into an op of the wrong arity that the compiler rejects."""
+    with bz.Fusion() as f:
+        x = f.define_tensor((-1,))
+        with pytest.raises(bz.FusionDefinitionError, match="exp: expected 1 operand, got 2"):
+            x.exp(2)
+        with pytest.raises(bz.FusionDefinitionError, match="maximum: expected 2 operands, got 1"):
+            bz.ops.elementwise("maximum", x)
+
+
+def test_item_size_and_bytes_are_the_traced_dtype_s() -> None:
+    sizes = bz.jit(lambda a: a * 0 + a.itemsize * 1000 + a.nbytes)
+    np.testing.assert_array_equal(sizes(X), np.full(X.shape, 4000 + X.nbytes, np.float32))
+    np.testing.assert_array_equal(sizes(X.astype(np.float64)), np.full(X.shape, 8000 + 2 * X.nbytes))
+
+
+def test_a_max_of_masked_elements_needs_an_initial_value() -> None:
+    with pytest.raises(bz.FusionDefinitionError, match="np.max: where= needs initial="):
+        bz.jit(lambda a: np.max(a, axis=1, where=a > 0))(X)
 
 
 def test_cross_products_of_vectors_of_a_static_length() -> None:

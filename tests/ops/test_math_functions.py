@@ -1,5 +1,5 @@
 """The compositions of braze/ops/math_functions.py (`bz.ops.asin`, `acos`, `atan`, `sinh`, `cosh`,
-`asinh`, `acosh`, `atanh`, `log10`, `hypot`, `degrees`, `radians`) against NumPy in float64, on half,
+`asinh`, `acosh`, `atanh`, `log10`, `cbrt`, `hypot`, `degrees`, `radians`) against NumPy in float64, on half,
 single and double floats and on integers (computed in float32), over each function's domain with its
 edges (|x| near 1, arguments near each zero, large arguments whose square overflows float32) and the
 special values; and the same functions as NumPy ufuncs under `@bz.jit` and as `math.*` in loop kernels
@@ -32,6 +32,7 @@ DOMAINS = {
     "acosh": (1, 100, [1.0, 1.0001, 1e8, 2e8, 3e20, np.inf, -2.0, -1e4, -np.inf]),
     "atanh": (-1, 1, [-1.0, 1.0, 0.0, -0.0, 1e-6, 0.999, -0.999]),
     "log10": (0, 1000, [0.0, 1.0, 10.0, 1e-6, 1e30, np.inf]),
+    "cbrt": (-1000, 1000, [0.0, -0.0, 27.0, -8.0, 1e-30, 1e30, -3e38, 1e-40, 1e300, np.inf, -np.inf]),
     "degrees": (-10, 10, [0.0, math.pi, -1e30]),
     "radians": (-720, 720, [0.0, 180.0, -1e30]),
 }
