@@ -279,7 +279,7 @@ _REFUSED: dict[str, str] = {
                     "binning has no braze op: with the edges known, find each value's bin with "
                     "np.searchsorted(edges, x, side='right') - 1 and count by comparison with np.arange(bins), "
                     "which braze fuses"),
-    **dict.fromkeys(("take", "take_along_axis", "put", "put_along_axis", "choose", "select"),
+    **dict.fromkeys(("take", "put", "put_along_axis", "choose", "select"),
                     "indexing by an array (a gather or scatter) has no braze op: do it outside the jitted function "
                     "(np.where chooses between two values per element)"),
 }
@@ -395,6 +395,8 @@ _FUNCTIONS: dict[Callable, Callable[..., TensorView]] = {
     np.triu: lambda m, k=0: vc.triu(m, k), np.tile: lambda a, reps: vc.tile(a, reps),
     np.repeat: lambda a, repeats, axis=None: vc.repeat_interleave(a, repeats, axis),
     np.diff: _diff, np.einsum: einsum, np.dot: _dot,
+    np.take_along_axis: lambda arr, indices, axis: vc.take_along_axis(
+        views.reshape(arr, [-1]) if axis is None else arr, indices, 0 if axis is None else axis),
     np.ndim: lambda a: a.ndim, np.shape: lambda a: tuple(a.shape), np.size: _size,
     **NAN_REDUCTIONS, **STATISTICS, **CALCULUS, **SIGNAL,
 }

@@ -357,8 +357,8 @@ def _t(x: TensorView) -> TensorView:
 # torch methods with no braze op: data-dependent indexing, sorting and selection, and matrix products.
 # Each raises a braze error that says so, rather than an AttributeError that reads like a typo.
 _NOT_SUPPORTED = {
-    **dict.fromkeys(("gather", "scatter", "scatter_add", "scatter_reduce", "index_select", "index_add",
-                     "index_fill", "index_copy", "index_put", "take", "take_along_dim", "masked_select",
+    **dict.fromkeys(("scatter", "scatter_add", "scatter_reduce", "index_select", "index_add",
+                     "index_fill", "index_copy", "index_put", "take", "masked_select",
                      "masked_scatter", "embedding"),
                     "indexing by a tensor (a gather or scatter) is not supported: do it in the array library "
                     "before or after the fusion (the torch backend leaves it to PyTorch)"),
@@ -394,6 +394,13 @@ def _cast_method(name: str, dtype: dt.DType):
     method.__name__ = method.__qualname__ = name
     method.__doc__ = f"`self` cast to {dtype.name}."
     return method
+
+
+def _take_along_dim(self: TensorView, indices: TensorView, dim: int | None = None) -> TensorView:
+    """torch's `x.take_along_dim(indices, dim)`; with no dim, along the flattened tensor."""
+    if dim is None:
+        return vc.take_along_axis(views.reshape(self, [-1]), views.reshape(indices, [-1]), 0)
+    return vc.take_along_axis(self, indices, dim)
 
 
 def _repeat(self: TensorView, *sizes_: object, axis: int | None = None) -> TensorView:
@@ -436,6 +443,8 @@ def install(cls: type = TensorView) -> None:
     cls.tile = lambda self, *reps: vc.tile(self, sizes(reps))
     cls.repeat_interleave = vc.repeat_interleave
     cls.roll, cls.tril, cls.triu = vc.roll, vc.tril, vc.triu
+    cls.gather = vc.gather
+    cls.take_along_dim = _take_along_dim
     cls.mT = property(vc.matrix_transpose)
     cls.expand_as = lambda self, other: _expand(self, *vc.tensor_arg("expand_as", other).shape)
     cls.view_as = lambda self, other: views.reshape(self, vc.tensor_arg("view_as", other).shape)

@@ -1,7 +1,8 @@
 """Views that model code writes, each built from the primitive views of `braze/ops/views.py` (slice,
 cat, broadcast, expand, reshape) and `where`, so the pointwise scheduler fuses them with their
 neighbours: split, chunk, unbind, stack, repeat, tile, repeat_interleave, roll, tril, triu, narrow,
-flatten, unflatten, masked_fill and the matrix transpose (`x.mT`). Their torch-style method spellings are
+flatten, unflatten, masked_fill, take_along_axis (and torch's gather) and the matrix transpose
+(`x.mT`). Their torch-style method spellings are
 installed by `braze/ops/torch_methods.py`.
 
 Pieces (split, chunk, unbind) are slices. Their number is fixed when the fusion is defined, so a
@@ -22,11 +23,12 @@ from braze.errors import FusionDefinitionError, UnsupportedError
 from braze.ir.fusion import defining
 from braze.ir.scalar import Scalar, as_scalar, ceildiv, concrete_value, smax, smin
 from braze.ir.tensor import TensorView, normalize_axis
+from braze.ops import reductions as red
 from braze.ops.broadcast import broadcast, expand
 from braze.ops.creation import arange
 from braze.ops.elementwise import cast, elementwise, not_a_tensor
 from braze.ops.reductions import keyword_aliases
-from braze.ops.views import cat, flip, reshape, slice_tensor, transpose, unsqueeze
+from braze.ops.views import cat, flip, permute, reshape, slice_tensor, transpose, unsqueeze
 
 
 def tensor_arg(op: str, x: object) -> TensorView:
@@ -347,6 +349,66 @@ def diff(x: TensorView, n: int = 1, axis: int = -1, prepend: TensorView | None =
         later, earlier = _along(x, axis, 1, None), _along(x, axis, 0, -1)
         x = elementwise("logical_xor" if x.dtype.is_bool else "sub", later, earlier)
     return x
+
+
+def take_along_axis(x: TensorView, indices: TensorView, axis: int) -> TensorView:
+    """NumPy's `np.take_along_axis`: `out[..., j, ...] = x[..., indices[..., j, ...], ...]` along `axis`,
+    the other axes broadcast. An index may be negative (from the end); one out of range gives NaN for
+    floats, the most negative value for signed integers, the largest for unsigned ones and True for
+    bools (JAX's fill mode), where NumPy raises.
+
+    Each element is picked by comparing its index with every position of its row (as `cross_entropy`
+    picks the target's log-probability), which fuses with the ops around it: a few picks a row (a
+    target, the top few) cost about one pass over the row, but k picks cost k passes, so a gather of
+    whole rows (a permutation) belongs outside the fusion."""
+    x, indices = tensor_arg("take_along_axis", x), tensor_arg("take_along_axis", indices)
+    if not indices.dtype.is_integer:
+        raise FusionDefinitionError(f"take_along_axis: indices: expected an integer tensor, got {indices.describe()}")
+    if indices.ndim != x.ndim:
+        raise FusionDefinitionError(f"take_along_axis: indices: expected rank {x.ndim} (x's), got "
+                                    f"{indices.describe()} of rank {indices.ndim}")
+    axis = _axis("take_along_axis", x, axis)
+    for a in range(x.ndim):
+        sizes = concrete_value(x.shape[a]), concrete_value(indices.shape[a])
+        if a != axis and None not in sizes and 1 not in sizes and sizes[0] != sizes[1]:
+            raise FusionDefinitionError(f"take_along_axis: dimension {a} of x {x.describe()} and of indices "
+                                        f"{indices.describe()} must match or be 1: got extents {sizes[0]} and "
+                                        f"{sizes[1]}")
+    last = [a for a in range(x.ndim) if a != axis] + [axis]
+    rows, wanted = permute(x, last), cast(permute(indices, last), dt.int64)
+    length = x.shape[axis]
+    with defining(x.fusion):
+        positions = arange(length, dtype=dt.int64)
+    wanted = elementwise("where", elementwise("lt", wanted, 0), elementwise("add", wanted, length), wanted)
+    hits = elementwise("eq", unsqueeze(wanted, -1), positions)  # (..., picks, length)
+    lowest, fill = _pick_fills(x.dtype)
+    # A max over the row with everything else at its lowest: exact, -0.0 and NaN included, where a sum
+    # of zeros would turn -0.0 into +0.0.
+    picked = red.max(elementwise("where", hits, unsqueeze(rows, -2), lowest), -1)
+    picked = elementwise("where", red.any(hits, -1), picked, fill)
+    return permute(picked, [int(a) for a in np.argsort(last)])
+
+
+def gather(x: TensorView, axis: int, index: TensorView) -> TensorView:
+    """torch's `x.gather(dim, index)`: `take_along_axis` of x cut to index's extents on the other axes
+    (torch's index may be smaller than x there; it never broadcasts)."""
+    x, index = tensor_arg("gather", x), tensor_arg("gather", index)
+    axis = _axis("gather", x, axis)
+    if index.ndim != x.ndim:
+        raise FusionDefinitionError(f"gather: index: expected rank {x.ndim} (x's), got {index.describe()} of rank "
+                                    f"{index.ndim}")
+    cut = slice_tensor(x, [slice(None) if a == axis else slice(0, index.shape[a]) for a in range(x.ndim)])
+    return take_along_axis(cut, index, axis)
+
+
+def _pick_fills(dtype: dt.DType) -> tuple[object, object]:
+    """(the lowest value of `dtype`, what an index out of range gives)."""
+    if dtype.is_floating:
+        return -np.inf, np.nan
+    if dtype == dt.bool_:
+        return False, True
+    info = np.iinfo(dtype.numpy)
+    return int(info.min), (int(info.max) if info.min == 0 else int(info.min))
 
 
 def masked_fill(x: TensorView, mask: TensorView, value: object) -> TensorView:

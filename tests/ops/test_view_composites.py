@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(oracle.BACKEND == "nvrtc", reason="their parts' 
 # The public names of bz.ops this module tests (tests/ops/test_coverage.py): no op table entry of their own.
 COMPOSITES_COVERED = frozenset({"split", "chunk", "unbind", "stack", "repeat", "tile", "repeat_interleave", "roll",
                                 "tril", "triu", "narrow", "flatten", "unflatten",
-                                "masked_fill"})
+                                "masked_fill", "take_along_axis"})
 SHAPES = [(1, 1), (1, 5), (4, 1), (3, 5), (6, 4)]
 
 
@@ -121,6 +121,59 @@ def test_every_dtype_moves_bit_for_bit():
                     x[:, :2], x[:, 2:]]
         for out, want in zip(outs, expected, strict=True):
             assert_same(out, want, str(dtype))
+
+
+# (id, braze function of (x, ids), NumPy function); ids are int64 in [-n, n) along the axis, n the extent.
+TAKES = [
+    ("target_a_row", lambda t, i: bz.ops.take_along_axis(t, i[:, :1], 1),
+     lambda a, i: np.take_along_axis(a, i[:, :1], 1)),
+    ("three_a_row", lambda t, i: bz.ops.take_along_axis(t, i[:, :3], -1),
+     lambda a, i: np.take_along_axis(a, i[:, :3], -1)),
+    ("a_column", lambda t, i: bz.ops.take_along_axis(t, i[:1], 0), lambda a, i: np.take_along_axis(a, i[:1], 0)),
+    ("broadcast_indices", lambda t, i: bz.ops.take_along_axis(t, i[:1, :2], 1),
+     lambda a, i: np.take_along_axis(a, i[:1, :2], 1)),
+    ("gather", lambda t, i: t.gather(1, i[:, :2]), lambda a, i: np.take_along_axis(a, i[:, :2], 1)),
+    ("with_a_loss", lambda t, i: -bz.ops.take_along_axis(bz.ops.log_softmax(t, 1), i[:, :1], 1).mean(),
+     lambda a, i: -np.take_along_axis(a - np.log(np.exp(a).sum(1, keepdims=True)), i[:, :1], 1).mean()),
+]
+
+
+@pytest.mark.parametrize("shape", [(1, 3), (4, 5), (7, 3), (3, 130)], ids=str)
+@pytest.mark.parametrize("case", TAKES, ids=[c[0] for c in TAKES])
+def test_take_along_axis_picks_numpys_elements(case, shape):
+    """Negative indices count from the end; signed zeros and NaN come through as they are."""
+    name, bz_fn, np_fn = case
+    rng = rng_for("take_along_axis", name, shape)
+    x = rng.uniform(-5, 5, shape)
+    x.flat[:3] = [-0.0, np.nan, np.inf][:x.size]
+    axis = 0 if name == "a_column" else 1
+    ids = rng.integers(-shape[axis], shape[axis], (shape[0], max(shape[1], 3)))[:, :shape[1]]
+    ids = np.concatenate([ids, ids], 1) if ids.shape[1] < 3 else ids
+    outs = execute(lambda f: bz_fn(define(f, x), define(f, ids)), [x, ids])
+    with np.errstate(invalid="ignore"):
+        assert_same(outs[0], np_fn(x, ids), name)
+
+
+def test_take_along_axis_fills_an_index_out_of_range_as_jax():
+    x = np.array([[1.5, -2.0], [3.0, 4.0]])
+    ids = np.array([[2], [-3]])
+    for dtype, fill in [(np.float32, np.nan), (np.int16, -(2**15)), (np.uint8, 255), (np.bool_, True)]:
+        (out,) = execute(lambda f, dtype=dtype: bz.ops.take_along_axis(define(f, x.astype(dtype)), define(f, ids), 1),
+                         [x.astype(dtype), ids])
+        assert_same(out, np.full((2, 1), fill, dtype), str(dtype))
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda t, i: bz.ops.take_along_axis(t, t, 1), r"take_along_axis: indices: expected an integer tensor"),
+    (lambda t, i: bz.ops.take_along_axis(t, i[0], 1), r"take_along_axis: indices: expected rank 2"),
+    (lambda t, i: bz.ops.take_along_axis(t, i[:, :2], 0),
+     r"dimension 1 of x .* must match or be 1: got extents 3 and 2"),
+], ids=["float_indices", "rank", "extents"])
+def test_take_along_axis_names_a_bad_argument(build, message):
+    with bz.Fusion() as f:
+        t, i = f.define_tensor(shape=(4, 3), name="x"), f.define_tensor(shape=(4, 3), dtype=bz.int64, name="i")
+        with pytest.raises(bz.FusionDefinitionError, match=message):
+            build(t, i)
 
 
 def test_stack_promotes_as_cat():
