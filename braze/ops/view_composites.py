@@ -381,11 +381,15 @@ def take_along_axis(x: TensorView, indices: TensorView, axis: int) -> TensorView
         positions = arange(length, dtype=dt.int64)
     wanted = elementwise("where", elementwise("lt", wanted, 0), elementwise("add", wanted, length), wanted)
     hits = elementwise("eq", unsqueeze(wanted, -1), positions)  # (..., picks, length)
-    lowest, fill = _pick_fills(x.dtype)
-    # A max over the row with everything else at its lowest: exact, -0.0 and NaN included, where a sum
-    # of zeros would turn -0.0 into +0.0.
-    picked = red.max(elementwise("where", hits, unsqueeze(rows, -2), lowest), -1)
-    picked = elementwise("where", red.any(hits, -1), picked, fill)
+    rows = unsqueeze(rows, -2)
+    # A sum over the row of zeros and the one element hit: both backends read that element alone
+    # (passes/one_hot.py). The sum turns -0.0 into +0.0; the sign, picked the same way, restores it.
+    picked = red.sum(elementwise("where", hits, rows, 0), -1)
+    if x.dtype.is_floating:
+        sign = red.sum(elementwise("where", hits, elementwise("copysign", 1.0, rows), 0), -1)
+        picked = elementwise("copysign", picked, sign)
+    inside = elementwise("logical_and", elementwise("ge", wanted, 0), elementwise("lt", wanted, length))
+    picked = elementwise("where", inside, cast(picked, x.dtype), _out_of_range_fill(x.dtype))
     return permute(picked, [int(a) for a in np.argsort(last)])
 
 
@@ -401,14 +405,14 @@ def gather(x: TensorView, axis: int, index: TensorView) -> TensorView:
     return take_along_axis(cut, index, axis)
 
 
-def _pick_fills(dtype: dt.DType) -> tuple[object, object]:
-    """(the lowest value of `dtype`, what an index out of range gives)."""
+def _out_of_range_fill(dtype: dt.DType) -> object:
+    """What an index out of range picks: NaN, or the integer type's extreme (JAX's fill mode)."""
     if dtype.is_floating:
-        return -np.inf, np.nan
+        return np.nan
     if dtype == dt.bool_:
-        return False, True
+        return True
     info = np.iinfo(dtype.numpy)
-    return int(info.min), (int(info.max) if info.min == 0 else int(info.min))
+    return int(info.max) if info.min == 0 else int(info.min)
 
 
 def masked_fill(x: TensorView, mask: TensorView, value: object) -> TensorView:

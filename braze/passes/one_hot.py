@@ -39,12 +39,25 @@ def rewrite_rows(kernel: k.Kernel, rewrite) -> k.Kernel:
 def _one_hot_term(loop: k.Stmt) -> tuple[k.Stmt, ...] | None:
     """The statements replacing a one-hot sum loop (see gather_one_hot_sums): the loop's Lets that do
     not read its index (a target's position from the row's, as a torch graph's sliced targets
-    give), then the single assignment; or None."""
-    if not isinstance(loop, k.For) or loop.step != 1 or not loop.body or not isinstance(loop.body[-1], k.Assign):
+    give), then the one term of each sum it folds (several: a value and its sign, picked alike); or
+    None."""
+    if not isinstance(loop, k.For) or loop.step != 1 or not loop.body:
         return None
-    *lets, update = loop.body
+    updates = tuple(s for s in loop.body if isinstance(s, k.Assign))
+    lets = loop.body[:len(loop.body) - len(updates)]
+    if not updates or loop.body[len(lets):] != updates:
+        return None
     if not all(isinstance(s, k.Let) and not _reads(s.value, loop.var) for s in lets):
         return None
+    accumulators = [u.var for u in updates]
+    if len(set(accumulators)) != len(accumulators) or any(_reads(s.value, acc) for s in lets for acc in accumulators):
+        return None
+    terms = tuple(_picked_term(loop, update, accumulators) for update in updates)
+    return None if None in terms else (*lets, *terms)
+
+
+def _picked_term(loop: k.For, update: k.Assign, accumulators: list[k.Var]) -> k.Assign | None:
+    """`acc += where(begin <= t < end, v(t), 0)` for the loop's `acc += where(r == t, v(r), 0)`, or None."""
     acc, fold = update.var, update.value
     if not (isinstance(fold, k.Binary) and fold.op == "reduce_add" and fold.a == acc):
         return None
@@ -56,7 +69,7 @@ def _one_hot_term(loop: k.Stmt) -> tuple[k.Stmt, ...] | None:
     sides = [pick.a.a, pick.a.b]
     index = [e for e in sides if e == r or isinstance(e, k.Cast) and e.x == r]
     target = [e for e in sides if not _reads(e, r)]
-    if len(index) != 1 or len(target) != 1 or _reads(pick, acc) or any(_reads(s.value, acc) for s in lets):
+    if len(index) != 1 or len(target) != 1 or any(_reads(pick, other) for other in accumulators):
         return None
     t = target[0]
     if not t.dtype.is_integer:
@@ -64,8 +77,8 @@ def _one_hot_term(loop: k.Stmt) -> tuple[k.Stmt, ...] | None:
     in_range = k.Binary("logical_and", k.Binary("ge", t, k.Cast(loop.begin, t.dtype), dt.bool_),
                         k.Binary("lt", t, k.Cast(loop.end, t.dtype), dt.bool_), dt.bool_)
     term = k.substitute(pick.b, r, k.Cast(t, r.dtype))  # read only in range: `where` evaluates one side
-    return (*lets, k.Assign(acc, k.Binary("reduce_add", acc, k.Ternary("where", in_range, term, pick.c, pick.dtype),
-                                          fold.dtype)))
+    return k.Assign(acc, k.Binary("reduce_add", acc, k.Ternary("where", in_range, term, pick.c, pick.dtype),
+                                  fold.dtype))
 
 
 def _reads(e: k.Expr, var: k.Var) -> bool:

@@ -31,6 +31,20 @@ def test_the_picked_class_is_read_not_summed_over_the_row():
     assert text.count("for r") == 2 and "T0[p1, int32(T1[p1])]" in text  # the max and the sum; one read
 
 
+def test_take_along_axis_reads_its_value_and_sign_with_no_loop_over_the_row():
+    """take_along_axis folds two one-hot sums in one loop (the value, and its sign, which the sum of
+    zeros would lose on -0.0): both are read directly, and -0.0 comes back as -0.0."""
+    with bz.Fusion() as f:
+        x, ids = f.define_tensor(shape=(-1, -1)), f.define_tensor(shape=(-1, 1), dtype=bz.int64)
+        f.add_output(bz.ops.take_along_axis(x, ids, 1))
+    x, ids = np.array([[1.0, -0.0, 3.0], [4.0, 5.0, -6.0]], np.float32), np.array([[1], [-1]])
+    kernel = engine.lower_fusion(f, engine.signature(f, bind_inputs(f, [x, ids]))).kernel
+    assert "for r" not in kernel_text(kernel)
+    (out,) = f.execute([x, ids])
+    np.testing.assert_array_equal(out, [[-0.0], [-6.0]])
+    assert np.signbit(out[0, 0])
+
+
 def test_the_cpu_cross_entropy_matches_numpy_with_targets_at_the_ends():
     rng = np.random.default_rng(0)
     logits = rng.standard_normal((6, 37)).astype(np.float32)
