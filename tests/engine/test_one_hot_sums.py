@@ -40,6 +40,8 @@ def test_take_along_axis_reads_its_value_and_sign_with_no_loop_over_the_row():
     x, ids = np.array([[1.0, -0.0, 3.0], [4.0, 5.0, -6.0]], np.float32), np.array([[1], [-1]])
     kernel = engine.lower_fusion(f, engine.signature(f, bind_inputs(f, [x, ids]))).kernel
     assert "for r" not in kernel_text(kernel)
+    cuda = engine.cuda_source(f, [x, ids]).text  # its row task folds both sums in one loop
+    assert not re.search(r"for \(int r\d", cuda[cuda.index("__global__"):])
     (out,) = f.execute([x, ids])
     np.testing.assert_array_equal(out, [[-0.0], [-6.0]])
     assert np.signbit(out[0, 0])
