@@ -269,6 +269,28 @@ def test_gather_and_scatter_of_one_index_a_row_along_any_dim() -> None:
     assert {"aten.gather.default", "aten.scatter.value"} <= fused
 
 
+def test_gathers_of_several_indices_a_row_and_of_a_narrower_index_fuse() -> None:
+    """A MoE router's top-k probabilities gathered by index, a permutation of each row, and an index
+    narrower than the input (torch reads the input's corner): braze picks each element by a one-hot
+    sum, read directly by the code generators."""
+    def pick(probs, top, order, corner):
+        return (probs.gather(-1, top) / probs.gather(-1, top).sum(-1, keepdim=True), probs.gather(1, order) * 2,
+                torch.gather(probs, 0, corner) - 1)
+
+    generator = torch.Generator().manual_seed(4)
+    probs = torch.randn(6, 9, generator=generator).softmax(-1)
+    top = torch.randint(-9, 9, (6, 2), generator=generator)
+    order = torch.argsort(torch.randn(6, 9, generator=generator), -1)
+    corner = torch.randint(0, 6, (3, 4), generator=generator)
+    compiled = torch.compile(pick, backend="braze", options=STRICT)
+    for actual, expected in zip(compiled(probs, top % 9, order, corner), pick(probs, top % 9, order, corner),
+                                strict=True):
+        _close(actual, expected)
+    explanation = bz.torch.explain(pick, probs, top % 9, order, corner, options=STRICT)
+    assert all(r.runs_in == "braze" and r.fused_ops.get("aten.gather.default") for r in explanation.regions)
+    assert not any("gather" in op for g in explanation.graphs for op, _ in g.torch_ops), explanation
+
+
 def test_cross_entropy_over_symbolic_sizes_gathers_and_scatters_in_braze() -> None:
     """Under dynamic=True the gather's row positions count to a symbolic number of classes."""
     def loss(logits, target):

@@ -17,6 +17,7 @@ from braze.frontend.torch.rng import philox_random
 from braze.frontend.torch.rules import aten, finish, rule
 from braze.frontend.torch.symbols import size_expr
 from braze.ir.tensor import TensorView
+from braze.ops import view_composites
 
 _BIG = 2**62  # a slice end at or past this is "to the end" (torch writes sys.maxsize)
 
@@ -248,14 +249,18 @@ def _is_index(b: RegionBuilder, node: fx.Node) -> TensorView:
     return bz_ops.eq(position, index)
 
 
-@rule(aten.gather.default, accepts=_one_index_a_row)
-def _gather(b: RegionBuilder, node: fx.Node) -> TensorView:
-    """x[..., index, ...] along `dim`: the sum of the row where the position is the index (the GPU
-    code generator reads that one element: passes/one_hot.py)."""
+def _index_of_the_same_rank(node: fx.Node) -> str | None:
     args = bind(node)
-    source = b.tensor(args["self"])
-    picked = bz_ops.where(_is_index(b, node), source, 0)
-    return finish(node, bz_ops.sum(picked, axes=[args["dim"] % source.ndim], keepdim=True))
+    source, index = meta(args["self"]), meta(args["index"])
+    return None if source.dim() > 0 and index.dim() == source.dim() else "an index of another rank"
+
+
+@rule(aten.gather.default, accepts=_index_of_the_same_rank)
+def _gather(b: RegionBuilder, node: fx.Node) -> TensorView:
+    """x[..., index, ...] along `dim`, any number of indices a row: each a one-hot sum over its row,
+    which the code generators turn into a read of that element (passes/one_hot.py)."""
+    args = bind(node)
+    return finish(node, view_composites.gather(b.tensor(args["self"]), args["dim"], b.tensor(args["index"])))
 
 
 @rule(aten.scatter.value, accepts=_one_index_a_row)
