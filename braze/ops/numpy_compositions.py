@@ -14,6 +14,7 @@ import numpy as np
 
 from braze import dtypes as dt
 from braze.errors import UnsupportedError
+from braze.ir.scalar import concrete_value
 from braze.ir.tensor import TensorView
 from braze.ops import activations, creation, views
 from braze.ops import reductions as red
@@ -304,24 +305,27 @@ def _inner(a, b):
 
 def _cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
     """3-vectors (or 2-vectors, whose cross product is a number) along the last axis; the vectors'
-    length decides the result's shape, so it must be a static extent."""
+    length decides the result's shape, so it must be a static extent, or one a @bz.jit trace specializes
+    on."""
     if axis is not None or (axisa, axisb, axisc) != (-1, -1, -1):
         raise UnsupportedError("np.cross: axisa=, axisb=, axisc= and axis=: braze takes vectors along the last axis")
-    for v in (a, b):
-        if not v.shape[-1].is_const:
+    lengths = [concrete_value(v.shape[-1]) for v in (a, b)]  # under @bz.jit the trace specializes on them
+    for v, length in zip((a, b), lengths):
+        if length is None:
             raise UnsupportedError(
                 f"np.cross: the last dimension of {v.describe()} is the symbolic extent {v.shape[-1]}: the vectors' "
                 "length (2 or 3) decides the result's shape, so it must be a static extent (a Fusion's "
-                "define_tensor((-1, 3)), not @bz.jit, whose extents are symbolic)")
-    size = max(a.shape[-1].value, b.shape[-1].value)
+                "define_tensor((-1, 3)))")
+    size = max(lengths)
     if size not in (2, 3):
         raise UnsupportedError(f"np.cross: vectors of length {size}: expected 2 or 3")
 
-    def component(v, i):
-        return v[..., i] if v.shape[-1].value == size else v[..., 0]  # a length-1 axis broadcasts
+    def component(v, length, i):
+        return v[..., i] if length == size else v[..., 0]  # a length-1 axis broadcasts
 
     def twist(i, j):
-        return _e("sub", _e("mul", component(a, i), component(b, j)), _e("mul", component(a, j), component(b, i)))
+        (a_i, a_j), (b_i, b_j) = ([component(v, n, i), component(v, n, j)] for v, n in zip((a, b), lengths))
+        return _e("sub", _e("mul", a_i, b_j), _e("mul", a_j, b_i))
 
     if size == 2:
         return twist(0, 1)
