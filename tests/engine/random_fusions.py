@@ -498,6 +498,8 @@ class RandomFusion:
     def composite(self) -> Node | None:
         if self.coin(0.4):
             return self.moments()
+        if self.coin(0.2):
+            return self.take_along()
         name = self.choice(["softmax", "log_softmax", "layer_norm", "rms_norm"])
         # Integers past int64's LIMIT (a wrapped uint64) would square past float32's range in a norm.
         x = self.pick(lambda n: n.tv.ndim > 0 and n.kind != "b" and (n.exact or "norm" not in name)
@@ -527,6 +529,25 @@ class RandomFusion:
             else:
                 err = (2 * n + 8) * u * bound
         return self.add(tv, x.shape, bound, err, text)
+
+    def take_along(self) -> Node | None:
+        """x picked along an axis where an exact node of x's shape has its argmax (the argmax-gather of
+        greedy decoding), or where an index counted back from the end points: exact picks."""
+        x = self.pick(lambda n: n.tv.ndim > 0 and 0 not in n.shape)
+        if x is None:
+            return None
+        axis = self.draw(st.integers(0, x.tv.ndim - 1))
+        by = self.pick(lambda n: n.exact and n.shape == x.shape and n.tv.dtype.kind in "bif")
+        if by is not None and self.coin(0.7):
+            indices = bz.ops.argmax(by.tv, axes=axis, keepdim=True)
+            text = f"bz.ops.argmax({by.name}, axes={axis}, keepdim=True)"
+        else:
+            back = self.draw(st.integers(1, x.shape[axis]))
+            indices = bz.ops.full([1] * x.tv.ndim, -back, dtype=dt.int64)
+            text = f"bz.ops.full({[1] * x.tv.ndim}, {-back}, dtype=bz.int64)"
+        tv = bz.ops.take_along_axis(x.tv, indices, axis)
+        shape = tuple(1 if a == axis else e for a, e in enumerate(x.shape))
+        return self.add(tv, shape, x.bound, x.err, f"bz.ops.take_along_axis({x.name}, {text}, {axis})")
 
     # --- views -----------------------------------------------------------------------------------
     def view(self) -> Node | None:
