@@ -118,6 +118,8 @@ def install(cls: type = TensorView) -> None:
     cls.__getitem__ = _getitem
     for name in _REDUCTION_METHODS:
         setattr(cls, name, getattr(red, name))
+    for name in ("sum", "prod", "mean", "any", "all"):
+        setattr(cls, name, _numpy_keywords(getattr(red, name), numpy_api.reduction(name)))
     cls.std = red.std
     for name in scans.SCANS:  # values only; torch_methods gives cummax(dim=) and cummin(dim=) indices too
         setattr(cls, name, getattr(scans, name))
@@ -149,6 +151,19 @@ def install(cls: type = TensorView) -> None:
     torch_methods.install(cls)
     torch_functions.install(cls)
     numpy_api.install(cls)
+
+
+def _numpy_keywords(reduce: Callable[..., TensorView], numpy_reduce: Callable[..., TensorView]):
+    """`x.sum(axis=1, where=mask)`: a call with NumPy's `where=`, `initial=` or `out=` is NumPy's method;
+    the others braze's (which also takes torch's `dim=`)."""
+    def method(self: TensorView, *args: object, **kwargs: object) -> TensorView:
+        if {"where", "initial", "out"} & kwargs.keys():
+            return numpy_reduce(self, *args, **kwargs)
+        return reduce(self, *args, **kwargs)
+
+    method.__name__ = method.__qualname__ = reduce.__name__
+    method.__doc__ = reduce.__doc__
+    return method
 
 
 def _astype(x: TensorView, dtype: object, copy: bool = True) -> TensorView:

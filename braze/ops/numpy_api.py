@@ -126,6 +126,11 @@ def _reduction(reduce: Callable[..., TensorView]) -> Callable[..., TensorView]:
     return numpy_reduction
 
 
+def reduction(name: str) -> Callable[..., TensorView]:
+    """NumPy's reduction of that name (`np.sum`'s keywords: axis, dtype, out, keepdims, initial, where)."""
+    return _reduction(getattr(red, name))
+
+
 def _masked(name: str, x: TensorView, where: object, initial: object) -> TensorView:
     """x with the reduction's identity (max and min: `initial`) where `where` is False, as NumPy's `where=`
     leaves those elements out."""
