@@ -291,6 +291,24 @@ def test_gathers_of_several_indices_a_row_and_of_a_narrower_index_fuse() -> None
     assert not any("gather" in op for g in explanation.graphs for op, _ in g.torch_ops), explanation
 
 
+def test_a_value_scattered_at_a_few_indices_a_row_fuses() -> None:
+    """Banned tokens set to -inf before sampling, along the last dim and along a middle one."""
+    def ban(logits, banned, scores, columns):
+        return (logits.scatter(-1, banned, float("-inf")).softmax(-1), scores.scatter(1, columns, 0.5) * 2)
+
+    generator = torch.Generator().manual_seed(5)
+    logits, scores = torch.randn(4, 11, generator=generator), torch.randn(2, 5, 3, 4, generator=generator)
+    banned = torch.randint(0, 11, (4, 3), generator=generator)
+    banned[0] = 7  # the same index twice
+    columns = torch.randint(0, 5, (2, 2, 3, 4), generator=generator)
+    compiled = torch.compile(ban, backend="braze", options=STRICT)
+    for actual, expected in zip(compiled(logits, banned, scores, columns), ban(logits, banned, scores, columns),
+                                strict=True):
+        _close(actual, expected)
+    explanation = bz.torch.explain(ban, logits, banned, scores, columns, options=STRICT)
+    assert sum(r.fused_ops.get("aten.scatter.value", 0) for r in explanation.regions) == 2, explanation
+
+
 def test_cross_entropy_over_symbolic_sizes_gathers_and_scatters_in_braze() -> None:
     """Under dynamic=True the gather's row positions count to a symbolic number of classes."""
     def loss(logits, target):

@@ -226,27 +226,38 @@ def _inverse(order: list[int]) -> list[int]:
     return sorted(range(len(order)), key=order.__getitem__)
 
 
-def _one_index_a_row(node: fx.Node) -> str | None:
-    """gather and scatter with one index per row along `dim` (an index of extent 1 there, the input's
-    extents elsewhere): a cross-entropy's picked log-probability and its gradient's one-hot."""
+def _few_indices_a_row(node: fx.Node) -> str | None:
+    """scatter of a value at a few indices a row along `dim` (the input's extents elsewhere): a
+    cross-entropy gradient's one-hot, banned tokens set to -inf before sampling."""
     args = bind(node)
     source, index = meta(args["self"]), meta(args["index"])
     dim = args["dim"] % max(source.dim(), 1)
-    if source.dim() == 0 or index.dim() != source.dim() or index.shape[dim] != 1:
-        return "an index of more than one element a row"
+    if source.dim() == 0 or index.dim() != source.dim():
+        return "an index of another rank"
+    if not isinstance(index.shape[dim], int) or index.shape[dim] > MAX_SCATTERED_A_ROW:
+        return f"more than {MAX_SCATTERED_A_ROW} indices a row"
     if any(str(index.shape[d]) != str(source.shape[d]) for d in range(source.dim()) if d != dim):
         return "an index narrower than the input"
     return None
 
 
+# Each index a row costs a comparison at every element of the row.
+MAX_SCATTERED_A_ROW = 16
+
+
 def _is_index(b: RegionBuilder, node: fx.Node) -> TensorView:
-    """Where the element's position along `dim` is its row's index (index broadcast along dim)."""
+    """Where the element's position along `dim` is one of its row's indices."""
     args = bind(node)
     source, index = b.tensor(args["self"]), b.tensor(args["index"])
     dim = args["dim"] % source.ndim
     position = bz_ops.arange(source.shape[dim])  # braze's extent: a symbolic size stays symbolic
     position = bz_ops.broadcast(bz_ops.cast(position, index.dtype), [d != dim for d in range(source.ndim)])
-    return bz_ops.eq(position, index)
+    if index.shape[dim].is_const and index.shape[dim].value == 1:
+        return bz_ops.eq(position, index)
+    # Each position against each of its row's indices, which lie along a new last axis.
+    indices_last = bz_ops.permute(index, [d for d in range(source.ndim) if d != dim] + [dim])
+    hits = bz_ops.eq(bz_ops.unsqueeze(position, -1), bz_ops.unsqueeze(indices_last, dim))
+    return bz_ops.any(hits, axes=[-1])
 
 
 def _index_of_the_same_rank(node: fx.Node) -> str | None:
@@ -263,7 +274,7 @@ def _gather(b: RegionBuilder, node: fx.Node) -> TensorView:
     return finish(node, view_composites.gather(b.tensor(args["self"]), args["dim"], b.tensor(args["index"])))
 
 
-@rule(aten.scatter.value, accepts=_one_index_a_row)
+@rule(aten.scatter.value, accepts=_few_indices_a_row)
 def _scatter_value(b: RegionBuilder, node: fx.Node) -> TensorView:
     """`self` with `value` written at each row's index along `dim`."""
     args = bind(node)
