@@ -309,6 +309,29 @@ def test_a_value_scattered_at_a_few_indices_a_row_fuses() -> None:
     assert sum(r.fused_ops.get("aten.scatter.value", 0) for r in explanation.regions) == 2, explanation
 
 
+def test_sources_scattered_at_a_few_indices_a_row_fuse() -> None:
+    """A MoE router's gates: the renormalized top-k probabilities written at their experts' columns of
+    zeros; and int and bool sources along a middle dim, from a source larger than the index."""
+    def route(probs, experts, counts, where, flags):
+        top = probs.gather(-1, experts)
+        gates = torch.zeros_like(probs).scatter(-1, experts, top / top.sum(-1, keepdim=True))
+        return gates, counts.scatter(1, where, counts[:, :2] * 10), torch.zeros_like(counts, dtype=torch.bool).scatter(
+            1, where, flags)
+
+    generator = torch.Generator().manual_seed(6)
+    probs = torch.randn(8, 6, generator=generator).softmax(-1)
+    experts = torch.stack([torch.randperm(6, generator=generator)[:2] for _ in range(8)])
+    counts = torch.randint(-5, 5, (3, 5, 2), generator=generator)
+    where = torch.stack([torch.randperm(5, generator=generator)[:2] for _ in range(6)]).view(3, 2, 2).transpose(1, 2)
+    flags = torch.rand(3, 4, 2, generator=generator) > 0.5
+    compiled = torch.compile(route, backend="braze", options=STRICT)
+    for actual, expected in zip(compiled(probs, experts, counts, where, flags),
+                                route(probs, experts, counts, where, flags), strict=True):
+        _close(actual, expected)
+    explanation = bz.torch.explain(route, probs, experts, counts, where, flags, options=STRICT)
+    assert sum(r.fused_ops.get("aten.scatter.src", 0) for r in explanation.regions) == 3, explanation
+
+
 def test_cross_entropy_over_symbolic_sizes_gathers_and_scatters_in_braze() -> None:
     """Under dynamic=True the gather's row positions count to a symbolic number of classes."""
     def loss(logits, target):

@@ -7,6 +7,7 @@ the op's size arguments: the two agree, and the recorded one needs no arithmetic
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import fx
 
@@ -280,6 +281,36 @@ def _scatter_value(b: RegionBuilder, node: fx.Node) -> TensorView:
     args = bind(node)
     source = b.tensor(args["self"])
     return finish(node, bz_ops.where(_is_index(b, node), args["value"], source))
+
+
+def _few_sources_a_row(node: fx.Node) -> str | None:
+    """scatter of `src` at a few indices a row (a MoE router's gates at its top-k experts)."""
+    why = _few_indices_a_row(node)
+    if why is None and meta(bind(node)["src"]).dim() != meta(bind(node)["index"]).dim():
+        return "a source of another rank than the index"
+    return why
+
+
+@rule(aten.scatter.src, accepts=_few_sources_a_row)
+def _scatter_src(b: RegionBuilder, node: fx.Node) -> TensorView:
+    """`self` with `src[..., j, ...]` written where each row's index j points along `dim`: each element
+    compares its position with its row's indices; where two point at one element, the larger source
+    wins (torch leaves the choice open)."""
+    args = bind(node)
+    source, index = b.tensor(args["self"]), b.tensor(args["index"])
+    dim = args["dim"] % source.ndim
+    src = bz_ops.slice_tensor(b.tensor(args["src"]), [slice(0, e) for e in index.shape])  # torch reads its corner
+    position = bz_ops.arange(source.shape[dim])
+    position = bz_ops.broadcast(bz_ops.cast(position, index.dtype), [d != dim for d in range(source.ndim)])
+    last = [d for d in range(source.ndim) if d != dim] + [dim]
+    hits = bz_ops.eq(bz_ops.unsqueeze(position, -1), bz_ops.unsqueeze(bz_ops.permute(index, last), dim))
+    candidates = bz_ops.unsqueeze(bz_ops.permute(src, last), dim)
+    if src.dtype == dt.bool_:
+        written = bz_ops.any(bz_ops.where(hits, candidates, False), axes=[-1])
+    else:
+        lowest = -float("inf") if src.dtype.is_floating else int(np.iinfo(src.dtype.numpy).min)
+        written = bz_ops.max(bz_ops.where(hits, candidates, lowest), axes=[-1])
+    return finish(node, bz_ops.where(bz_ops.any(hits, axes=[-1]), bz_ops.cast(written, source.dtype), source))
 
 
 # --- reductions -----------------------------------------------------------------------------------
