@@ -78,6 +78,10 @@ def array_ufunc(self: TensorView, ufunc: np.ufunc, method: str, *inputs: object,
         return _ACCUMULATE[ufunc.__name__](operands[0], kwargs.get("axis", 0))
     if ufunc.__name__ in _MATRIX_PRODUCTS:
         raise matrix_product_error(what, *operands[:2])
+    if method == "at":
+        raise UnsupportedError(f"{what}: a write at indices given by data (a scatter) has no braze op in a fusion: "
+                               "write the loop as a @bz.kernel with bz.atomic_add(array, index, value), or, "
+                               "with k bins, count by comparison: (np.arange(k) == idx[:, None]).sum(0)")
     raise UnsupportedError(f"{what}: braze has no op for it in a fusion")
 
 

@@ -128,10 +128,11 @@ def test_random_chains_of_ufuncs_give_numpys_result(chain: list[str], seed: int)
     (lambda a: np.linalg.norm(a, 1), "matrix norm"),
     (lambda a: np.argmax(a, axis=0, keepdims=True, out=None) + np.median(a), "np.median"),
     (lambda a: np.cross(a, a), r"np.cross: vectors of length 5: expected 2 or 3"),
+    (lambda a: np.add.at(a, np.argmax(a, 1), 1.0), r"np.add.at: .* bz.atomic_add"),
     (lambda a: np.nanargmax(a), "np.nanargmax"),
     (lambda a: np.nanmean(a, where=a > 0), "np.nanmean: where="),
 ], ids=["dot", "sort", "where_indices", "reduction_out", "ufunc_out", "no_op", "matrix_norm",
-        "median", "cross_of_five", "nanargmax", "nanmean_where"])
+        "median", "cross_of_five", "add_at", "nanargmax", "nanmean_where"])
 def test_what_braze_has_no_op_for_is_named(fn, named: str) -> None:
     with pytest.raises(bz.UnsupportedError, match=named.replace("(", r"\(").replace(")", r"\)")):
         bz.jit(fn)(X)
