@@ -32,6 +32,7 @@ from braze import dtypes as dt
 from braze.errors import Error, FusionDefinitionError, InputError, UnsupportedError
 from braze.frontend.fusion import Fusion
 from braze.frontend.jit_numbers import number_check
+from braze.frontend.jit_trees import flatten, is_tree, unflatten
 from braze.ir.scalar import Scalar, concretizing
 from braze.ir.tensor import TensorView
 from braze.runtime.arrays import as_host_array, is_torch_tensor
@@ -168,6 +169,8 @@ class JitFunction:
         # Threads calling with new signatures or sizes change both tables at once (one drops the traces
         # another files calls under); a cached call only reads `described`, and takes no lock.
         self._tables_lock = threading.RLock()
+        # Per structure of arguments that hold arrays in containers, the jit function of their leaves.
+        self.trees: dict[tuple, JitFunction] = {}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # Positional arguments only, the parameters after them left to their defaults (baked in): one
@@ -186,6 +189,8 @@ class JitFunction:
         given = len(args)
         args, defaulted = self._bind(args, kwargs)
         baked = self.static | defaulted
+        if any(i not in baked and is_tree(a) for i, a in enumerate(args)):
+            return self._call_with_leaves(args, baked)
         key = tuple(_arg_signature(a, n, i in baked) for i, (a, n) in enumerate(zip(args, self.names)))
         trace = self._traced(key, args)
         if trace.check_numbers is not None:
@@ -224,6 +229,38 @@ class JitFunction:
         defaulted = frozenset(i for i, name in enumerate(self.names)
                               if name not in given and isinstance(bound.arguments[name], (int, float, np.number)))
         return tuple(bound.arguments[name] for name in self.names), defaulted
+
+    def _call_with_leaves(self, args: tuple, baked: frozenset[int]) -> Any:
+        """A call whose arguments hold arrays in lists, tuples or dicts (braze/frontend/jit_trees.py): a
+        jit function of their leaves, one per structure, runs it."""
+        structures, leaves, names, static = [], [], [], []
+        for i, (value, name) in enumerate(zip(args, self.names)):
+            if i in baked:
+                static.append(len(leaves))
+                leaves.append(value)
+                names.append(name)
+                structures.append(None)
+            else:
+                structures.append(flatten(value, name, leaves, names))
+        key = tuple(structures), tuple(static)
+        with self._tables_lock:
+            inner = self.trees.get(key)
+            if inner is None:
+                if len(self.trees) >= MAX_TRACES:
+                    self.trees.clear()
+                inner = self.trees[key] = JitFunction(self._of_leaves(structures, names), self.backend, static)
+        return inner(*leaves)
+
+    def _of_leaves(self, structures: list, names: list[str]) -> Callable:
+        """The function as a function of its arguments' leaves, each a parameter named after its place."""
+        def of_leaves(*leaves: object) -> object:
+            rest = iter(leaves)
+            return self._call([unflatten(structure, rest) for structure in structures])
+
+        of_leaves.__name__ = of_leaves.__qualname__ = self.fn.__name__
+        of_leaves.__signature__ = inspect.Signature(
+            [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in names])
+        return of_leaves
 
     def _describe(self, args: tuple) -> tuple | None:
         types = tuple(map(type, args))
@@ -402,17 +439,26 @@ def _beside_the_arguments(array: object, args: Sequence[object]) -> object:
 
 def _leaves(fn_name: str, value: object, path: str | None, leaves: list[TensorView]) -> object:
     """The result's tensors appended to `leaves`, and its structure with each tensor replaced by its
-    position there: a tuple or list (a tuple), a dict (its keys in order), nested as the function wrote it."""
+    position there: a tuple or list (a tuple), a namedtuple, a dict (its keys in order), nested as the
+    function wrote it."""
     if isinstance(value, TensorView):
         leaves.append(value)
         return len(leaves) - 1
     if isinstance(value, dict):
         return {k: _leaves(fn_name, v, _item_path(path, repr(k)), leaves) for k, v in value.items()}
     if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
-        return tuple(_leaves(fn_name, v, _item_path(path, str(i)), leaves) for i, v in enumerate(value))
+        items = tuple(_leaves(fn_name, v, _item_path(path, str(i)), leaves) for i, v in enumerate(value))
+        return _Container(type(value), items) if hasattr(type(value), "_fields") else items  # a namedtuple stays one
     raise FusionDefinitionError(
         f"{fn_name}: result {path or 0}: expected a TensorView (or a tuple, list or dict of them), got "
         f"{type(value).__name__}")
+
+
+class _Container(NamedTuple):
+    """A result's namedtuple, rebuilt as one."""
+
+    kind: type
+    items: tuple
 
 
 def _item_path(path: str | None, item: str) -> str:
@@ -434,6 +480,9 @@ def _rebuild(tree: object, outputs: list) -> object:
         return outputs[tree]
     if isinstance(tree, dict):
         return {k: _rebuild(v, outputs) for k, v in tree.items()}
+    if isinstance(tree, _Container):
+        values = [_rebuild(v, outputs) for v in tree.items]
+        return tree.kind(*values)
     return tuple(_rebuild(v, outputs) for v in tree)
 
 
