@@ -8,8 +8,11 @@ from collections import namedtuple
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import braze as bz
+from braze.frontend.jit_trees import is_tree
 
 rng = np.random.default_rng(7)
 Moments = namedtuple("Moments", "m v")
@@ -82,3 +85,49 @@ def test_lists_of_torch_tensors_come_back_as_torch_tensors():
 def test_a_bad_leaf_is_named_by_its_place():
     with pytest.raises(bz.InputError, match="argument 'params_b'.* got object"):
         bz.jit(lambda params: params["w"] * 2)({"w": np.ones(2), "b": object()})
+
+
+def _trees(leaves):
+    """Nested dicts, lists and tuples over `leaves`."""
+    return st.recursive(leaves, lambda inner: st.one_of(
+        st.lists(inner, min_size=1, max_size=3), st.tuples(inner, inner),
+        st.dictionaries(st.sampled_from(["a", "b.c", "0", "if", "x y"]), inner, min_size=1, max_size=3)),
+        max_leaves=6)
+
+
+def _scaled(tree, factor):
+    """Every array of `tree` times factor, in the same structure (lists and tuples alike, as a result's)."""
+    if isinstance(tree, dict):
+        return {k: _scaled(v, factor) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return tuple(_scaled(v, factor) for v in tree)
+    return tree * factor
+
+
+@settings(max_examples=25, deadline=None)
+@given(tree=_trees(st.integers(1, 4).map(lambda n: rng.standard_normal(n).astype(np.float32))),
+       factor=st.floats(-2, 2, width=32))
+def test_random_trees_of_arrays_come_back_scaled_in_their_structure(tree, factor):
+    if not is_tree(tree):
+        tree = [tree]
+    got = bz.jit(_scaled)(tree, factor)
+    expected = _scaled(tree, np.float32(factor))
+    assert _structure_of(got) == _structure_of(expected)
+    for g, e in zip(_leaves_of(got), _leaves_of(expected), strict=True):
+        np.testing.assert_allclose(g, e, rtol=1e-6)
+
+
+def _structure_of(tree):
+    if isinstance(tree, dict):
+        return {k: _structure_of(v) for k, v in tree.items()}
+    if isinstance(tree, tuple):
+        return tuple(_structure_of(v) for v in tree)
+    return tree.shape
+
+
+def _leaves_of(tree):
+    if isinstance(tree, dict):
+        return [leaf for v in tree.values() for leaf in _leaves_of(v)]
+    if isinstance(tree, tuple):
+        return [leaf for v in tree for leaf in _leaves_of(v)]
+    return [tree]
