@@ -251,14 +251,25 @@ def _is_index(b: RegionBuilder, node: fx.Node) -> TensorView:
     args = bind(node)
     source, index = b.tensor(args["self"]), b.tensor(args["index"])
     dim = args["dim"] % source.ndim
+    if index.shape[dim].is_const and index.shape[dim].value == 1:  # the one-hot passes/one_hot.py reads
+        return bz_ops.eq(_positions(source, index, dim), index)
+    return bz_ops.any(_hits(source, index, dim), axes=[-1])
+
+
+def _positions(source: TensorView, index: TensorView, dim: int) -> TensorView:
+    """Each element's position along `dim`, in the index's dtype."""
     position = bz_ops.arange(source.shape[dim])  # braze's extent: a symbolic size stays symbolic
-    position = bz_ops.broadcast(bz_ops.cast(position, index.dtype), [d != dim for d in range(source.ndim)])
-    if index.shape[dim].is_const and index.shape[dim].value == 1:
-        return bz_ops.eq(position, index)
-    # Each position against each of its row's indices, which lie along a new last axis.
-    indices_last = bz_ops.permute(index, [d for d in range(source.ndim) if d != dim] + [dim])
-    hits = bz_ops.eq(bz_ops.unsqueeze(position, -1), bz_ops.unsqueeze(indices_last, dim))
-    return bz_ops.any(hits, axes=[-1])
+    return bz_ops.broadcast(bz_ops.cast(position, index.dtype), [d != dim for d in range(source.ndim)])
+
+
+def _along_a_new_last_axis(x: TensorView, dim: int) -> TensorView:
+    """x's `dim` moved to a new last axis, a 1 left in its place."""
+    return bz_ops.unsqueeze(bz_ops.permute(x, [d for d in range(x.ndim) if d != dim] + [dim]), dim)
+
+
+def _hits(source: TensorView, index: TensorView, dim: int) -> TensorView:
+    """Each element's position against each of its row's indices, which lie along a new last axis."""
+    return bz_ops.eq(bz_ops.unsqueeze(_positions(source, index, dim), -1), _along_a_new_last_axis(index, dim))
 
 
 def _index_of_the_same_rank(node: fx.Node) -> str | None:
@@ -300,11 +311,7 @@ def _scatter_src(b: RegionBuilder, node: fx.Node) -> TensorView:
     source, index = b.tensor(args["self"]), b.tensor(args["index"])
     dim = args["dim"] % source.ndim
     src = bz_ops.slice_tensor(b.tensor(args["src"]), [slice(0, e) for e in index.shape])  # torch reads its corner
-    position = bz_ops.arange(source.shape[dim])
-    position = bz_ops.broadcast(bz_ops.cast(position, index.dtype), [d != dim for d in range(source.ndim)])
-    last = [d for d in range(source.ndim) if d != dim] + [dim]
-    hits = bz_ops.eq(bz_ops.unsqueeze(position, -1), bz_ops.unsqueeze(bz_ops.permute(index, last), dim))
-    candidates = bz_ops.unsqueeze(bz_ops.permute(src, last), dim)
+    hits, candidates = _hits(source, index, dim), _along_a_new_last_axis(src, dim)
     if src.dtype == dt.bool_:
         written = bz_ops.any(bz_ops.where(hits, candidates, False), axes=[-1])
     else:
