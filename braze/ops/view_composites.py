@@ -357,10 +357,9 @@ def take_along_axis(x: TensorView, indices: TensorView, axis: int) -> TensorView
     floats, the most negative value for signed integers, the largest for unsigned ones and True for
     bools (JAX's fill mode), where NumPy raises.
 
-    Each element is picked by comparing its index with every position of its row (as `cross_entropy`
-    picks the target's log-probability), which fuses with the ops around it: a few picks a row (a
-    target, the top few) cost about one pass over the row, but k picks cost k passes, so a gather of
-    whole rows (a permutation) belongs outside the fusion."""
+    Each element is picked as a one-hot sum over its row (as `cross_entropy` picks the target's
+    log-probability), which fuses with the ops around it; the compiled backends read the one element
+    the index points at instead of the row (passes/one_hot.py), where the sum is a loop of its own."""
     x, indices = tensor_arg("take_along_axis", x), tensor_arg("take_along_axis", indices)
     if not indices.dtype.is_integer:
         raise FusionDefinitionError(f"take_along_axis: indices: expected an integer tensor, got {indices.describe()}")
