@@ -14,7 +14,22 @@ def gather_one_hot_sums(kernel: k.Kernel) -> k.Kernel:
     """`kernel` with each loop that sums `where(r == t, v(r), 0)` over r (cross_entropy's picked
     log-probability) replaced by the one term it adds: `where(begin <= t < end, v(t), 0)`. The
     sum added zeros to that term, so the result is the same, without a pass over the row."""
-    return rewrite_rows(kernel, lambda stmts: tuple(t for s in stmts for t in (_one_hot_term(s) or (s,))))
+    return rewrite_rows(kernel, _with_one_hot_terms)
+
+
+def _with_one_hot_terms(stmts: tuple[k.Stmt, ...]) -> tuple[k.Stmt, ...]:
+    """`stmts` with each one-hot sum loop replaced by its term, in loops nested among them too (a gather of
+    several indices a row sums once for each, inside the loop over them)."""
+    rewritten = []
+    for stmt in stmts:
+        term = _one_hot_term(stmt)
+        if term is not None:
+            rewritten.extend(term)
+        elif isinstance(stmt, k.For) and (body := _with_one_hot_terms(stmt.body)) != stmt.body:
+            rewritten.append(dataclasses.replace(stmt, body=body))
+        else:
+            rewritten.append(stmt)
+    return tuple(rewritten)
 
 
 def rewrite_rows(kernel: k.Kernel, rewrite) -> k.Kernel:

@@ -47,6 +47,20 @@ def test_take_along_axis_reads_its_value_and_sign_with_no_loop_over_the_row():
     assert np.signbit(out[0, 0])
 
 
+def test_a_gather_of_every_index_a_row_reads_each_element_once():
+    """A permutation of each row (k = n picks a row): the one-hot sums nest in the loop over the picks,
+    and each is still read directly, or the gather would cost n passes over every row."""
+    with bz.Fusion() as f:
+        x, ids = f.define_tensor(shape=(-1, -1)), f.define_tensor(shape=(-1, -1), dtype=bz.int64)
+        f.add_output(bz.ops.take_along_axis(x, ids, 1))
+    rng = np.random.default_rng(1)
+    x, ids = rng.standard_normal((3, 40)).astype(np.float32), np.argsort(rng.random((3, 40)), 1)
+    kernel = engine.lower_fusion(f, engine.signature(f, bind_inputs(f, [x, ids]))).kernel
+    assert "for j" in kernel_text(kernel) and "for r" not in kernel_text(kernel)
+    (out,) = f.execute([x, ids])
+    np.testing.assert_array_equal(out, np.take_along_axis(x, ids, 1))
+
+
 def test_the_cpu_cross_entropy_matches_numpy_with_targets_at_the_ends():
     rng = np.random.default_rng(0)
     logits = rng.standard_normal((6, 37)).astype(np.float32)
