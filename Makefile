@@ -28,10 +28,10 @@ demo: $(STAMP)
 # The whole suite (the op suite on the reference backend), then the op suite again on the compiled
 # CPU backend (checked against the same oracle) while generating CUDA for every fusion and compiling
 # it with NVRTC (no GPU needed); each spread over the cores by pytest-xdist (JOBS= for one process).
-# The wheel check and the docs build come first (about a minute).
+# The wheel check and the docs build come first (about a minute). The 25 slowest tests close the log.
 JOBS ?= auto
 test: $(STAMP) wheel-check docs
-	$(PY) -m pytest -q $(if $(JOBS),-n $(JOBS)) tests
+	$(PY) -m pytest -q $(if $(JOBS),-n $(JOBS)) --durations=25 tests
 	BRAZE_OPS_BACKEND=nvrtc $(PY) -m pytest -q $(if $(JOBS),-n $(JOBS)) tests/ops
 
 # The generative tests with SCALE times their CI examples (tests/fuzz_scale.py): a longer hunt for bugs,
