@@ -117,10 +117,11 @@ def _reduction(reduce: Callable[..., TensorView]) -> Callable[..., TensorView]:
         x = _in_dtype(a, dtype)
         if where is not True:
             x = _masked(name, x, where, initial)
-        result = reduce(x, axis, bool(keepdims))
         if name == "mean" and where is not True:  # the masked sum over the count of True
             counted = elementwise("where", where, creation.ones_like(x), 0)
             result = elementwise("truediv", red.sum(x, axis, bool(keepdims)), red.sum(counted, axis, bool(keepdims)))
+        else:
+            result = reduce(x, axis, bool(keepdims))
         if initial is not None:
             if name not in _WITH_INITIAL:
                 raise UnsupportedError(f"np.{name}: initial= is for sum, prod, max and min")

@@ -118,6 +118,32 @@ def test_random_chains_of_ufuncs_give_numpys_result(chain: list[str], seed: int)
     np.testing.assert_allclose(bz.jit(program)(x), expected, rtol=1e-5, atol=1e-5)
 
 
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from(["sum", "prod", "mean", "max", "min", "any", "all"]), st.sampled_from([None, 0, 1, (0, 1)]),
+       st.booleans(), st.sampled_from([None, -0.75, 1.5]), st.integers(0, 2**31 - 1))
+def test_random_masked_reductions_give_numpys_result(name: str, axis, keepdims: bool, initial, seed: int) -> None:
+    """NumPy's where= and initial= over random masks (rows and columns left empty too), each axis."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((4, 6)).astype(np.float32)
+    mask = rng.random((4, 6)) < rng.choice([0.0, 0.3, 0.8, 1.0])
+    if name in ("any", "all"):
+        initial = None  # NumPy's any and all take no initial=
+    elif name in ("max", "min") and initial is None:
+        initial = 0.25  # a max or min over a mask needs one
+    if name == "mean":
+        initial = None
+    keywords = {"axis": axis, "keepdims": keepdims, "where": mask, **({} if initial is None else {"initial": initial})}
+
+    def program(a, m):
+        b = a > 0 if name in ("any", "all") else a
+        return getattr(np, name)(b, **{**keywords, "where": m})
+
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a mean of an empty slice is NaN, as braze's
+        expected = program(x.astype(np.float64), mask)
+    np.testing.assert_allclose(bz.jit(program)(x, mask), expected, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("fn, named", [
     (lambda a: np.dot(a, a.T), "np.dot"),
     (lambda a: np.sort(a, axis=1), "np.sort"),
