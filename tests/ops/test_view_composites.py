@@ -9,7 +9,7 @@ import model_views
 import numpy as np
 import oracle
 import pytest
-from oracle import assert_same, define, execute, rng_for, run
+from oracle import assert_matches, assert_same, define, execute, rng_for, run
 
 import braze as bz
 from braze import engine
@@ -141,17 +141,24 @@ TAKES = [
 @pytest.mark.parametrize("shape", [(1, 3), (4, 5), (7, 3), (3, 130)], ids=str)
 @pytest.mark.parametrize("case", TAKES, ids=[c[0] for c in TAKES])
 def test_take_along_axis_picks_numpys_elements(case, shape):
-    """Negative indices count from the end; signed zeros and NaN come through as they are."""
+    """Negative indices count from the end; signed zeros and NaN come through as they are. The loss
+    rounds (exp, log, a mean) on each backend in its own way: it takes finite logits and is compared
+    within float64's tolerance."""
     name, bz_fn, np_fn = case
     rng = rng_for("take_along_axis", name, shape)
     x = rng.uniform(-5, 5, shape)
-    x.flat[:3] = [-0.0, np.nan, np.inf][:x.size]
+    if name != "with_a_loss":
+        x.flat[:3] = [-0.0, np.nan, np.inf][:x.size]
     axis = 0 if name == "a_column" else 1
     ids = rng.integers(-shape[axis], shape[axis], (shape[0], max(shape[1], 3)))[:, :shape[1]]
     ids = np.concatenate([ids, ids], 1) if ids.shape[1] < 3 else ids
     outs = execute(lambda f: bz_fn(define(f, x), define(f, ids)), [x, ids])
     with np.errstate(invalid="ignore"):
-        assert_same(outs[0], np_fn(x, ids), name)
+        expected = np_fn(x, ids)
+    if name == "with_a_loss":
+        assert_matches(outs[0], expected, bz.float64, k=8, what=name)
+    else:
+        assert_same(outs[0], expected, name)
 
 
 def test_take_along_axis_fills_an_index_out_of_range_as_jax():
