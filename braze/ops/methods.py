@@ -38,7 +38,8 @@ def _binary(op: str, reflected: bool = False):
 
 
 def _getitem(x: TensorView, index) -> TensorView:
-    """Basic indexing: ints, slices, None (new axis) and one Ellipsis."""
+    """NumPy's indexing: ints, slices, None (new axis), one Ellipsis, and one integer array along one
+    axis (`x[:, [2, 1, 0]]`, `table[ids]`)."""
     items = [_python_index(i) for i in (index if isinstance(index, tuple) else [index])]
     for position, item in enumerate(items):
         _check_index_item(x, position, item)
@@ -50,8 +51,15 @@ def _getitem(x: TensorView, index) -> TensorView:
     if any(i is Ellipsis for i in items):  # by identity: `in` would compare tensors with ==
         at = next(n for n, i in enumerate(items) if i is Ellipsis)
         items[at : at + 1] = [slice(None)] * (x.ndim - consumed)
-    slices, new_axes, dropped, out_axis = [], [], [], 0
-    for item in items:
+    arrays = [n for n, item in enumerate(items) if _is_index_array(item)]
+    if len(arrays) > 1:
+        raise UnsupportedError(f"indexing {x.describe()}: indices {arrays[0]} and {arrays[1]} are both arrays: braze "
+                               "takes one integer array among the indices (index one axis at a time)")
+    picks = items[arrays[0]] if arrays else None
+    if arrays:
+        items[arrays[0]] = slice(None)
+    slices, new_axes, dropped, out_axis, picked_axis = [], [], [], 0, None
+    for n, item in enumerate(items):
         if item is None:
             new_axes.append(out_axis)
             out_axis += 1
@@ -60,6 +68,7 @@ def _getitem(x: TensorView, index) -> TensorView:
             slices.append(slice(item, stop, 1))
             dropped.append((len(slices) - 1, item))
         else:
+            picked_axis = out_axis if arrays and n == arrays[0] else picked_axis
             slices.append(item)
             out_axis += 1
     y = views.slice_tensor(x, slices)
@@ -69,7 +78,50 @@ def _getitem(x: TensorView, index) -> TensorView:
     y = views.squeeze(y, [axis for axis, _ in dropped]) if dropped else y
     for axis in new_axes:
         y = views.unsqueeze(y, axis)
-    return y
+    if picks is None:
+        return y
+    return _take_picks(x, y, picks, picked_axis, _picks_go_first(items, arrays[0]))
+
+
+def _is_index_array(item: object) -> bool:
+    return isinstance(item, (list, np.ndarray, TensorView))
+
+
+def _picks_go_first(items: list, array_at: int) -> bool:
+    """NumPy's rule: where ints (which index as arrays do) and the array are not side by side, the
+    array's axes come first in the result."""
+    advanced = [n for n, item in enumerate(items) if n == array_at or (isinstance(item, int) and
+                                                                    not isinstance(item, bool))]
+    return advanced[-1] - advanced[0] + 1 != len(advanced)
+
+
+def _take_picks(x: TensorView, y: TensorView, picks: object, axis: int, first: bool) -> TensorView:
+    """`y` with `axis` replaced by the elements `picks` names: a list of ints as slices joined (exact,
+    with no gather), an array or tensor of integers as a gather (`take`)."""
+    if isinstance(picks, list):
+        taken = _slices_joined(x, y, picks, axis)
+        ndim = 1
+    else:
+        if isinstance(picks, np.ndarray):
+            picks = numpy_api.trace_operand(f"indexing {x.describe()}", picks)
+        taken = view_composites.take(y, picks, axis)
+        ndim = picks.ndim
+    if not first or axis == 0:
+        return taken
+    order = [*range(axis, axis + ndim), *range(axis), *range(axis + ndim, taken.ndim)]
+    return views.permute(taken, order)
+
+
+def _slices_joined(x: TensorView, y: TensorView, picks: list, axis: int) -> TensorView:
+    if not picks:
+        raise UnsupportedError(f"indexing {x.describe()}: an empty list of indices")
+    pieces = []
+    for pick in map(int, picks):
+        piece = views.slice_tensor(y, [slice(None)] * axis + [slice(pick, pick + 1 if pick != -1 else None)])
+        why = f"indexing {x.describe()}: index {pick} of dimension {axis} must lie within its extent"
+        x.fusion.require_equal(piece.shape[axis], as_scalar(1), why)
+        pieces.append(piece)
+    return views.cat(pieces, axis) if len(pieces) > 1 else pieces[0]
 
 
 def _python_index(item: object) -> object:
@@ -82,18 +134,37 @@ def _python_index(item: object) -> object:
 
 
 def _check_index_item(x: TensorView, position: int, item: object) -> None:
-    """Basic indexing only: a tensor index (a gather, `table[ids]`) is refused by name."""
+    """Ints, slices, None, '...' and integer arrays (a list of ints, an integer ndarray or tensor); a
+    boolean mask, whose result's length depends on the data, is refused by name."""
     if item is None or item is Ellipsis or isinstance(item, slice):
         return
     if isinstance(item, int) and not isinstance(item, bool):
         return
+    kind = _index_array_kind(item)
+    if kind == "i":
+        return
+    what = (f"indexing {x.describe()}: index {position}: expected ints, slices, None, '...' or one integer array, "
+            "got ")
+    if kind == "b":
+        raise UnsupportedError(f"{what}a boolean mask: the result's length depends on the data, which a fusion's "
+                               "extents cannot; keep the shape and choose per element instead "
+                               "(np.where(mask, x, 0).sum() for x[mask].sum())")
+    shown = f"tensor {item.describe()} of type {item.type_text()}" if isinstance(item, TensorView) else \
+        f"{type(item).__name__} {item!r}"
+    raise UnsupportedError(f"{what}{shown}")
+
+
+def _index_array_kind(item: object) -> str | None:
+    """'i' for an integer array index, 'b' for a boolean one, None for anything else."""
     if isinstance(item, TensorView):
-        raise UnsupportedError(
-            f"indexing {x.describe()}: index {position}: expected ints, slices, None or '...', got tensor "
-            f"{item.describe()} of type {item.type_text()}: indexing by a tensor (a gather) is not supported")
-    raise UnsupportedError(
-        f"indexing {x.describe()}: index {position}: expected ints, slices, None or '...', got "
-        f"{type(item).__name__} {item!r}")
+        return "b" if item.dtype.name == "bool" else "i" if item.dtype.is_integer else None
+    if isinstance(item, np.ndarray):
+        return "b" if item.dtype == np.bool_ else "i" if item.dtype.kind in "iu" else None
+    if isinstance(item, list) and item and all(isinstance(v, (bool, np.bool_)) for v in item):
+        return "b"
+    if isinstance(item, list) and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in item):
+        return "i"
+    return None
 
 
 def _matmul(self, other):

@@ -22,10 +22,11 @@ from braze.ir.tensor import TensorView
 from braze.ops import activations, creation, scans, views
 from braze.ops import reductions as red
 from braze.ops import view_composites as vc
+from braze.ops.broadcast import expand
 from braze.ops.elementwise import BINARY, UNARY, cast, elementwise
 from braze.ops.math_compositions import NUMPY_NAMES
 from braze.ops.math_functions import FUNCTIONS
-from braze.ops.numpy_compositions import CALCULUS, NAN_REDUCTIONS, STATISTICS, UFUNCS
+from braze.ops.numpy_compositions import CALCULUS, CHOICES, NAN_REDUCTIONS, STATISTICS, UFUNCS
 from braze.ops.numpy_einsum import einsum, matrix_product_error
 from braze.ops.numpy_signal import SIGNAL
 
@@ -63,7 +64,7 @@ def _ufunc_op(name: str) -> Callable[..., TensorView] | None:
 def array_ufunc(self: TensorView, ufunc: np.ufunc, method: str, *inputs: object, **kwargs: object) -> TensorView:
     """NEP 13: `np.exp(x)`, `np.add(x, 1)`, `np.add.reduce(x, axis=0)`, `np.multiply.accumulate(x)`."""
     what = f"np.{ufunc.__name__}" + ("" if method == "__call__" else f".{method}")
-    operands = [_operand(what, v) for v in inputs]
+    operands = [trace_operand(what, v) for v in inputs]
     if kwargs.get("out") is not None or kwargs.get("where", True) is not True:
         raise UnsupportedError(f"{what}: out= and where= arguments: a fusion's values are not buffers; "
                                "use the result (and bz.ops.where to choose per element)")
@@ -85,7 +86,7 @@ def array_ufunc(self: TensorView, ufunc: np.ufunc, method: str, *inputs: object,
     raise UnsupportedError(f"{what}: braze has no op for it in a fusion")
 
 
-def _operand(what: str, value: object) -> object:
+def trace_operand(what: str, value: object) -> object:
     """A tensor or a number. A @bz.jit trace takes an array in as an input, a 0-d one too (held as any array
     is, so writes into it show in later calls); elsewhere a 0-d array becomes its NumPy scalar, which braze
     takes as it takes one written beside a tensor."""
@@ -289,7 +290,7 @@ _REFUSED: dict[str, str] = {
                     "binning has no braze op: with the edges known, find each value's bin with "
                     "np.searchsorted(edges, x, side='right') - 1 and count by comparison with np.arange(bins), "
                     "which braze fuses"),
-    **dict.fromkeys(("take", "put", "put_along_axis", "choose", "select"),
+    **dict.fromkeys(("put", "put_along_axis", "choose"),
                     "indexing by an array (a gather or scatter) has no braze op: do it outside the jitted function "
                     "(np.where chooses between two values per element)"),
 }
@@ -373,6 +374,64 @@ def _at_least(ndim: int) -> Callable[..., TensorView | list[TensorView]]:
     return at_least
 
 
+def _stacker(name: str, ndim: int, axis: int) -> Callable[..., TensorView]:
+    """np.hstack (1-d arrays end to end, else along axis 1), np.vstack (rows), np.dstack (depth) and
+    np.column_stack (1-d arrays as columns): each array made at least `ndim`-d as NumPy makes it, then
+    joined along `axis`."""
+    def join(tup, **kwargs):
+        arrays = [vc.tensor_arg(f"np.{name}", a) for a in tup]
+        if name == "column_stack":
+            arrays = [views.reshape(a, [a.shape[0], 1]) if a.ndim == 1 else a for a in arrays]
+        else:
+            arrays = [_at_least(ndim)(a) for a in arrays]
+        along = 0 if name == "hstack" and all(a.ndim == 1 for a in arrays) else axis
+        return views.cat(arrays, along)
+
+    return join
+
+
+def take(a, indices, axis=None, out=None, mode="raise"):
+    """np.take: indices given as a traced tensor, an array or a list (taken in as an input), or an int.
+    An index out of range gives what `take_along_axis` gives, whatever `mode` says."""
+    _no_out("take", out)
+    if isinstance(indices, (int, np.integer)) and not isinstance(indices, bool):
+        taken = vc.take(a, trace_operand("np.take", np.asarray([indices])), axis)
+        return views.squeeze(taken, [0 if axis is None else axis])
+    if isinstance(indices, (list, tuple, np.ndarray)):
+        indices = trace_operand("np.take", np.asarray(indices))
+    return vc.take(a, indices, axis)
+
+
+def _meshgrid(*xi, copy=True, sparse=False, indexing="xy"):
+    """np.meshgrid: the 1-d coordinates broadcast against each other ('xy': the first two axes swapped,
+    as NumPy's default is)."""
+    if indexing not in ("xy", "ij"):
+        raise FusionDefinitionError(f"np.meshgrid: indexing: expected 'xy' or 'ij', got {indexing!r}")
+    vectors = [views.reshape(vc.tensor_arg("np.meshgrid", x), [-1]) for x in xi]
+    n = len(vectors)
+    order = list(range(n))
+    if indexing == "xy" and n > 1:
+        order[0], order[1] = 1, 0
+    grids = [views.reshape(v, [-1 if order[i] == a else 1 for a in range(n)]) for i, v in enumerate(vectors)]
+    if sparse:
+        return grids
+    shape = [vectors[order.index(a)].shape[0] for a in range(n)]
+    return [expand(g, shape) for g in grids]
+
+
+def _unravel_index(indices, shape, order="C"):
+    """np.unravel_index of a traced flat index (an argmax): one index a dimension, row-major."""
+    if order != "C":
+        raise UnsupportedError(f"np.unravel_index: order: expected 'C', got {order!r}")
+    flat = vc.tensor_arg("np.unravel_index", indices)
+    shape = _shape(shape)
+    coordinates, rest = [], flat
+    for extent in reversed(shape[1:]):
+        coordinates.append(elementwise("remainder", rest, extent))
+        rest = elementwise("floordiv", rest, extent)
+    return (rest, *reversed(coordinates))
+
+
 _FUNCTIONS: dict[Callable, Callable[..., TensorView]] = {
     np.sum: _reduction(red.sum), np.prod: _reduction(red.prod), np.mean: _reduction(red.mean),
     np.max: _reduction(red.max), np.amax: _reduction(red.max), np.min: _reduction(red.min),
@@ -407,8 +466,11 @@ _FUNCTIONS: dict[Callable, Callable[..., TensorView]] = {
     np.diff: _diff, np.einsum: einsum, np.dot: _dot,
     np.take_along_axis: lambda arr, indices, axis: vc.take_along_axis(
         views.reshape(arr, [-1]) if axis is None else arr, indices, 0 if axis is None else axis),
+    np.take: take,
+    np.hstack: _stacker("hstack", 1, 1), np.vstack: _stacker("vstack", 2, 0), np.dstack: _stacker("dstack", 3, 2),
+    np.column_stack: _stacker("column_stack", 2, 1), np.meshgrid: _meshgrid, np.unravel_index: _unravel_index,
     np.ndim: lambda a: a.ndim, np.shape: lambda a: tuple(a.shape), np.size: _size,
-    **NAN_REDUCTIONS, **STATISTICS, **CALCULUS, **SIGNAL,
+    **NAN_REDUCTIONS, **STATISTICS, **CALCULUS, **SIGNAL, **CHOICES,
 }
 
 
@@ -430,9 +492,9 @@ def _arrays_as_operands(what: str, arg: object) -> object:
     x])` of a trace takes the array in as an input, where it was refused as an array made outside the
     fusion)."""
     if isinstance(arg, np.ndarray):
-        return _operand(what, arg)
+        return trace_operand(what, arg)
     if isinstance(arg, (list, tuple)) and any(isinstance(a, np.ndarray) for a in arg):
-        return type(arg)(_operand(what, a) if isinstance(a, np.ndarray) else a for a in arg)
+        return type(arg)(trace_operand(what, a) if isinstance(a, np.ndarray) else a for a in arg)
     return arg
 
 

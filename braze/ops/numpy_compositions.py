@@ -1,8 +1,9 @@
 """NumPy functions that are short compositions of braze's ops, with NumPy's argument names, defaults and
 NumPy 2's result dtypes: the NaN-ignoring reductions (`np.nanmean`, ...), `np.average`, `np.cov`,
 `np.corrcoef`, `np.ptp`, `np.gradient`, `np.trapezoid`, `np.outer`, `np.inner`, `np.isclose`,
-`np.count_nonzero`, `np.cross`, and the ufuncs `np.fmax`, `np.fmin`, `np.heaviside`, `np.logaddexp2`,
-`np.signbit` with the function `np.sinc`. braze/ops/numpy_api.py dispatches NumPy's calls to them.
+`np.count_nonzero`, `np.cross`, the choices `np.select`, `np.piecewise` and `np.isin`, and the ufuncs
+`np.fmax`, `np.fmin`, `np.heaviside`, `np.logaddexp2`, `np.signbit` with the function `np.sinc`.
+braze/ops/numpy_api.py dispatches NumPy's calls to them.
 """
 
 from __future__ import annotations
@@ -242,6 +243,61 @@ def _number_dtype(other: object) -> dt.DType:
 STATISTICS: dict[Callable, Callable[..., TensorView]] = {
     np.average: _average, np.cov: _cov, np.corrcoef: _corrcoef, np.ptp: _ptp, np.count_nonzero: _count_nonzero,
     np.isclose: _isclose,
+}
+
+
+# --- choices ----------------------------------------------------------------------------------------
+def _select(condlist, choicelist, default=0):
+    """np.select: the choice of the first condition that holds, else `default` (a chain of wheres)."""
+    if len(condlist) != len(choicelist):
+        raise UnsupportedError(f"np.select: expected as many conditions as choices, got {len(condlist)} and "
+                               f"{len(choicelist)}")
+    out = default
+    for condition, choice in reversed(list(zip(condlist, choicelist))):
+        out = _e("where", condition, choice, out)
+    return out if isinstance(out, TensorView) else creation.full_like(condlist[0], out)
+
+
+def _piecewise(x, condlist, funclist, *args, **kw):
+    """np.piecewise: each function (or value) where its condition holds, a later condition over an
+    earlier one, one more function where none does, 0 elsewhere; in x's dtype."""
+    conditions = list(condlist) if not isinstance(condlist, TensorView) else \
+        list(vc.unbind(condlist, 0)) if condlist.ndim > 1 else [condlist]  # NumPy reads rows as conditions
+    if len(funclist) not in (len(conditions), len(conditions) + 1):
+        raise UnsupportedError(f"np.piecewise: expected {len(conditions)} or {len(conditions) + 1} functions for "
+                               f"{len(conditions)} conditions, got {len(funclist)}")
+    value = lambda f: cast(f(x, *args, **kw), x.dtype) if callable(f) else f  # noqa: E731
+    out = creation.zeros_like(x)
+    if len(funclist) > len(conditions):
+        none_holds = _e("logical_not", _any_of(conditions))
+        out = _e("where", none_holds, value(funclist[-1]), out)
+    for condition, f in zip(conditions, funclist):
+        out = _e("where", condition, value(f), out)
+    return cast(out, x.dtype)
+
+
+def _any_of(conditions: list) -> TensorView:
+    held = conditions[0]
+    for condition in conditions[1:]:
+        held = _e("logical_or", held, condition)
+    return held
+
+
+def _isin(element, test_elements, assume_unique=False, invert=False, *, kind=None):
+    """np.isin: whether each element equals one of `test_elements` (numbers known when traced, one
+    comparison each; or an array, compared with every element of it)."""
+    if isinstance(test_elements, TensorView):
+        flat = views.reshape(test_elements, [-1])
+        found = red.any(_e("eq", views.unsqueeze(element, -1), flat), -1)
+    else:
+        values = list(dict.fromkeys(np.ravel(test_elements).tolist()))
+        found = _any_of([_e("eq", element, v) for v in values]) if values else \
+            creation.full_like(element, False, dt.bool_)
+    return _e("logical_not", found) if invert else found
+
+
+CHOICES: dict[Callable, Callable[..., TensorView]] = {
+    np.select: _select, np.piecewise: _piecewise, np.isin: _isin, np.copy: lambda a, order="K", subok=False: a,
 }
 
 

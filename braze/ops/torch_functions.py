@@ -190,6 +190,15 @@ def _dropout(input, p=0.5, training=True, inplace=False):
     return input
 
 
+def _embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
+               sparse=False):
+    """F.embedding: the rows of `weight` the ids name (padding_idx only matters to a gradient)."""
+    if max_norm is not None:
+        raise UnsupportedError("F.embedding with max_norm: it renormalizes the weight's rows in place; call it "
+                               "outside the fusion")
+    return vc.take(weight, input, 0)
+
+
 _FUNCTIONAL: dict[str, Callable[..., TensorView]] = {  # torch.nn.functional.<name>
     **{name: _activation(getattr(activations, name)) for name in (
         "softplus", "logsigmoid", "mish", "relu6", "hardsigmoid", "hardswish", "leaky_relu", "elu", "celu", "selu",
@@ -198,7 +207,7 @@ _FUNCTIONAL: dict[str, Callable[..., TensorView]] = {  # torch.nn.functional.<na
     "gelu": _gelu,
     "softmax": _softmax(composites.softmax), "log_softmax": _softmax(composites.log_softmax),
     "layer_norm": _layer_norm, "rms_norm": _rms_norm, "cross_entropy": _cross_entropy, "one_hot": _one_hot,
-    "pad": _pad, "normalize": _normalize, "dropout": _dropout,
+    "pad": _pad, "normalize": _normalize, "dropout": _dropout, "embedding": _embedding,
     **{name: getattr(losses, name) for name in (
         "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy_with_logits",
         "binary_cross_entropy", "kl_div", "cosine_similarity", "pairwise_distance", "glu", "hardtanh", "softmin",

@@ -21,7 +21,7 @@ from braze.errors import FusionDefinitionError, UnsupportedError
 from braze.ir.fusion import defining
 from braze.ir.scalar import Scalar, as_scalar
 from braze.ir.tensor import TensorView, normalize_axis
-from braze.ops import activations, composites, creation, losses, scans, views
+from braze.ops import activations, composites, creation, losses, numpy_api, scans, views
 from braze.ops import reductions as red
 from braze.ops import torch_math as tm
 from braze.ops import view_composites as vc
@@ -357,9 +357,8 @@ def _t(x: TensorView) -> TensorView:
 # torch methods with no braze op: data-dependent indexing, sorting and selection, and matrix products.
 # Each raises a braze error that says so, rather than an AttributeError that reads like a typo.
 _NOT_SUPPORTED = {
-    **dict.fromkeys(("scatter", "scatter_add", "scatter_reduce", "index_select", "index_add",
-                     "index_fill", "index_copy", "index_put", "take", "masked_select",
-                     "masked_scatter", "embedding"),
+    **dict.fromkeys(("scatter", "scatter_add", "scatter_reduce", "index_add", "index_fill", "index_copy",
+                     "index_put", "masked_select", "masked_scatter", "embedding"),
                     "indexing by a tensor (a gather or scatter) is not supported: do it in the array library "
                     "before or after the fusion (the torch backend leaves it to PyTorch)"),
     **dict.fromkeys(("topk", "sort", "argsort", "msort", "kthvalue", "median", "quantile", "nanmedian", "mode",
@@ -403,9 +402,27 @@ def _take_along_dim(self: TensorView, indices: TensorView, dim: int | None = Non
     return vc.take_along_axis(self, indices, dim)
 
 
+def _take(self: TensorView, indices: object, axis: int | None = None, out: None = None,
+          mode: str = "raise") -> TensorView:
+    """torch's `x.take(index)` (from the flattened x, in the index's shape) and NumPy's
+    `x.take(indices, axis=None)`; an integer array or list is taken in as an input of the trace."""
+    if out is not None:
+        raise UnsupportedError("take: out=: a fusion's values are not buffers; use the result")
+    return numpy_api.take(self, indices, axis)
+
+
+def _one_dimensional(op: str, index: TensorView) -> TensorView:
+    index = vc.tensor_arg(op, index)
+    if index.ndim > 1:
+        raise FusionDefinitionError(f"{op}: index: expected a tensor of at most 1 dimension, got {index.describe()}")
+    return index
+
+
 def _repeat(self: TensorView, *sizes_: object, axis: int | None = None) -> TensorView:
     """torch's `x.repeat(2, 1)` tiles; NumPy's `x.repeat(2, axis=0)` repeats each element (its
-    `repeat_interleave`)."""
+    `repeat_interleave`), and so does `x.repeat(2)` of a trace of NumPy arrays, over the flattened x."""
+    if axis is None and len(sizes_) == 1 and getattr(self.fusion, "numpy_size", False):  # NumPy's arrays
+        return vc.repeat_interleave(views.reshape(self, [-1]), sizes_[0], 0)
     if axis is None:
         return vc.repeat(self, sizes(sizes_))
     (repeats,) = sizes_
@@ -445,6 +462,8 @@ def install(cls: type = TensorView) -> None:
     cls.roll, cls.tril, cls.triu = vc.roll, vc.tril, vc.triu
     cls.gather = vc.gather
     cls.take_along_dim = _take_along_dim
+    cls.index_select = lambda self, dim, index: vc.take(self, _one_dimensional("index_select", index), dim)
+    cls.take = _take
     cls.mT = property(vc.matrix_transpose)
     cls.expand_as = lambda self, other: _expand(self, *vc.tensor_arg("expand_as", other).shape)
     cls.view_as = lambda self, other: views.reshape(self, vc.tensor_arg("view_as", other).shape)

@@ -392,6 +392,22 @@ def take_along_axis(x: TensorView, indices: TensorView, axis: int) -> TensorView
     return permute(picked, [int(a) for a in np.argsort(last)])
 
 
+def take(x: TensorView, indices: TensorView, axis: int | None = None) -> TensorView:
+    """NumPy's `np.take` (and `x[indices]` along one axis): `out[..., i..., ...] = x[..., indices[i...], ...]`,
+    the index's axes in place of `axis`; with `axis=None`, from the flattened x. An index may be
+    negative; one out of range gives what `take_along_axis` gives (JAX's fill), where NumPy raises."""
+    x, indices = tensor_arg("take", x), tensor_arg("take", indices)
+    if not indices.dtype.is_integer:
+        raise FusionDefinitionError(f"take: indices: expected an integer tensor, got {indices.describe()} of type "
+                                    f"{indices.type_text()}")
+    if axis is None:
+        x, axis = reshape(x, [-1]), 0
+    axis = _axis("take", x, axis)
+    picks = reshape(indices, [1] * axis + [-1] + [1] * (x.ndim - axis - 1))
+    picked = take_along_axis(x, picks, axis)
+    return reshape(picked, [*x.shape[:axis], *indices.shape, *x.shape[axis + 1:]])
+
+
 def gather(x: TensorView, axis: int, index: TensorView) -> TensorView:
     """torch's `x.gather(dim, index)`: `take_along_axis` of x cut to index's extents on the other axes
     (torch's index may be smaller than x there; it never broadcasts)."""

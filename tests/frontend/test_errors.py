@@ -511,15 +511,14 @@ def test_jit_unsupported_dtype_names_the_argument() -> None:
         double(np.ones(2, np.complex64))
 
 
-@pytest.mark.parametrize("index", [lambda ids: ids, lambda ids: (ids, ...), lambda ids: (slice(None), ids)])
-def test_indexing_by_a_tensor_is_refused_by_name(index) -> None:
-    """`table[ids]` (a gather) is not basic indexing: the error names the index and its type."""
+def test_indexing_by_a_mask_or_a_float_is_refused_by_name() -> None:
+    """`table[mask]` has a length the data decide, and a float is no index: each error names the index."""
     with bz.Fusion() as f:
         table = f.define_tensor((-1, -1), name="table")
-        ids = f.define_tensor((-1,), dtype=bz.int64, name="ids")
-        with pytest.raises(bz.UnsupportedError, match=r"^indexing T0 \('table'\): index \d: expected ints, slices, "
-                                                      r"None or '...', got tensor T1 \('ids'\) of type int64\[T1_s0\]: "
-                                                      r"indexing by a tensor \(a gather\) is not supported$"):
-            table[index(ids)]
-        with pytest.raises(bz.UnsupportedError, match=r"index 1: expected ints, slices, None or '...', got float 1.5$"):
+        mask = f.define_tensor((-1,), dtype=bz.bool_, name="mask")
+        with pytest.raises(bz.UnsupportedError, match=r"^indexing T0 \('table'\): index 0: expected ints, slices, "
+                                                      r"None, '...' or one integer array, got a boolean mask"):
+            table[mask]
+        with pytest.raises(bz.UnsupportedError, match=r"index 1: expected ints, slices, None, '...' or one integer "
+                                                      r"array, got float 1.5$"):
             table[..., 1.5]

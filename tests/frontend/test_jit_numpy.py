@@ -78,6 +78,27 @@ PROGRAMS = {
                                  np.array_split(a, [2], axis=1)[1]), (X,)),
     "at_least": (lambda a: (np.atleast_1d(a.sum()), np.atleast_2d(a[0]), np.atleast_3d(a[0]), np.atleast_3d(a),
                             np.atleast_2d(a.sum()), *np.atleast_2d(a[1], a)), (X,)),
+    "stacks": (lambda a, v: (np.hstack([a, a[:, :2]]), np.hstack([v, v[:2]]), np.vstack([v, v * 2]),
+                             np.vstack([a, v]), np.dstack([a, a + 1]), np.dstack([v, v]), np.column_stack([v, v * 3]),
+                             np.column_stack([a[:5], v])), (X, V)),
+    "meshgrids": (lambda a, v: (*np.meshgrid(v, a[0, :3]), *np.meshgrid(v, a[:2, 0], indexing="ij"),
+                                *np.meshgrid(v[:2], v[:3], v[:4], sparse=True), np.meshgrid(v)[0]), (X, V)),
+    # channel orders (BGR -> RGB), a permutation of rows, picks by a table of positions
+    "index_arrays": (lambda a: (a[:, [2, 1, 0]], a[[5, 0, -1]], a[np.array([1, 1, 4])], a[1, [0, 4]],
+                                a[np.array([[0, 2], [3, -2]])], a[..., np.array([4, 0])], a[None, [2, 3], 1:],
+                                a[1:4][[0, 2], ::2]), (X,)),
+    "takes": (lambda a: (np.take(a, [3, 0]), np.take(a, np.array([[1, 2], [0, 0]]), axis=1), np.take(a, 7),
+                         np.take(a, 2, axis=1), a.take([4, 1], axis=0), a.take(np.array([5, 2]))), (X,)),
+    "unravel": (lambda a: np.unravel_index(np.argmax(a), a.shape)[0] * 10 + np.unravel_index(np.argmin(a), a.shape)[1],
+                (X,)),
+    "numpy_repeat": (lambda a: (a.repeat(2), a[0].repeat(3), np.repeat(a, 2)), (X,)),
+    # a piecewise-linear schedule, Huber's two pieces, the classes kept by a label filter
+    "choices": (lambda a: (np.select([a > 1, a < -1, a > 0.5], [a * 2, a * 3, 9.0], default=-1.0),
+                           np.select([a > 0], [a]), np.piecewise(a, [a < 0, a >= 0], [lambda v: -v, lambda v: v ** 2]),
+                           np.piecewise(a, [a < -0.5, a > 0.5], [0.25, lambda v: v * 3, lambda v: np.sin(v)]),
+                           np.piecewise(a[0], a[0] > 0, [lambda v: v + 1]),
+                           np.isin(np.floor(a * 3), [0.0, 2, -1, 2]), np.isin(np.floor(a * 3), np.array([1.0, -2.0])),
+                           np.isin(np.floor(a), np.floor(a[0]), invert=True), np.isin(a, []), np.copy(a) * 2), (X,)),
 }
 
 

@@ -169,7 +169,7 @@ def test_torch_style_methods_reject_bad_arguments(call, message):
 
 
 @pytest.mark.parametrize("name, why", [
-    ("index_select", "indexing by a tensor"), ("topk", "sorting and selection"),
+    ("index_add", "indexing by a tensor"), ("topk", "sorting and selection"),
     ("sort", "sorting and selection"), ("nonzero", "sorting and selection"), ("matmul", "matrix products"),
     ("bmm", "matrix products"),
 ])
