@@ -37,13 +37,18 @@ def _along(x: TensorView, axis: int, start: int | None, stop: int | None) -> Ten
 
 
 # --- ufuncs -------------------------------------------------------------------------------------------
+def _nan_at(x: object) -> object:
+    """Where x is NaN: a tensor of it, or one bool for a number."""
+    return _e("isnan", x) if isinstance(x, TensorView) else bool(np.isnan(x))
+
+
 def _fmax_or_fmin(extreme: str) -> Callable[[object, object], TensorView]:
     def numpy_ufunc(x1, x2):
         """The extreme of the two, where a NaN gives the other operand (NaN only where both are)."""
         chosen = _e(extreme, x1, x2)
         if not isinstance(chosen, TensorView) or not chosen.dtype.is_floating:
             return chosen
-        return _e("where", _e("isnan", x2), x1, _e("where", _e("isnan", x1), x2, chosen))
+        return _e("where", _nan_at(x2), x1, _e("where", _nan_at(x1), x2, chosen))
 
     return numpy_ufunc
 

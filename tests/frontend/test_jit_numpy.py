@@ -92,6 +92,8 @@ PROGRAMS = {
     "unravel": (lambda a: np.unravel_index(np.argmax(a), a.shape)[0] * 10 + np.unravel_index(np.argmin(a), a.shape)[1],
                 (X,)),
     "numpy_repeat": (lambda a: (a.repeat(2), a[0].repeat(3), np.repeat(a, 2)), (X,)),
+    "nan_extremes_of_numbers": (lambda a: (np.fmax(np.log(a), 0.0), np.fmin(0.5, np.log(a)), np.fmax(a, np.nan),
+                                           np.fmin(np.nan, np.log(a))), (X,)),
     # a piecewise-linear schedule, Huber's two pieces, the classes kept by a label filter
     "choices": (lambda a: (np.select([a > 1, a < -1, a > 0.5], [a * 2, a * 3, 9.0], default=-1.0),
                            np.select([a > 0], [a]), np.piecewise(a, [a < 0, a >= 0], [lambda v: -v, lambda v: v ** 2]),
