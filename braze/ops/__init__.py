@@ -75,6 +75,7 @@ from braze.ops.view_composites import (
     select,
     split,
     stack,
+    take,
     take_along_axis,
     tile,
     tril,
@@ -122,7 +123,7 @@ __all__ = sorted(
      "rms_norm", "slice", "softmax", "squeeze", "std", "sum", "transpose", "unsqueeze", "var", "var_mean",
      "zeros",
      "chunk", "diff", "flatten", "masked_fill", "narrow", "repeat", "repeat_interleave", "roll", "select", "split",
-     "stack", "take_along_axis", "tile", "tril", "triu", "unbind", "unflatten", "full_like", "ones_like",
+     "stack", "take", "take_along_axis", "tile", "tril", "triu", "unbind", "unflatten", "full_like", "ones_like",
      "zeros_like", "uniform",
      *_ACTIVATIONS_MODULE, *_MATH_FUNCTIONS]
 )

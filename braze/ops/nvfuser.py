@@ -17,6 +17,7 @@ from braze import ops as _ops
 from braze.errors import FusionDefinitionError
 from braze.ir.tensor import Shape, TensorView, normalize_axis
 from braze.ops import reductions as _reductions
+from braze.ops import view_composites as _view_composites
 from braze.ops.elementwise import elementwise
 from braze.ops.reductions import keyword_aliases
 from braze.ops.table import size_value
@@ -96,6 +97,17 @@ def select(arg: TensorView, index: int | TensorView, dim: int) -> TensorView:
     """nvFuser's `select(arg, index, dim)`: the index before the dimension (torch's `x.select(dim,
     index)` and `bz.ops.select(x, axis, index)` put them the other way round)."""
     return _ops.select(arg, dim, size_value(index, "select: index"))
+
+
+def gather(arg: TensorView, index: TensorView, dim: int) -> TensorView:
+    """nvFuser's `gather(arg, index, dim)`: torch's `arg.gather(dim, index)` (the index's extents, at most
+    arg's, on the other dimensions)."""
+    return _view_composites.gather(arg, dim, index)
+
+
+def index_select(arg: TensorView, index: TensorView, dim: int) -> TensorView:
+    """nvFuser's `index_select(arg, index, dim)`: the slices of `dim` a 1-d index names, in its order."""
+    return _view_composites.take(arg, index, dim)
 
 
 def pad(arg: TensorView, pad_widths: Sequence[int | TensorView], value: object = None) -> TensorView:

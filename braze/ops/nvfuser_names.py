@@ -36,8 +36,9 @@ SPELLED_OTHERWISE = {
     "stride_order": "write f.add_output(t, stride_order=...) for an output's layout",
     **dict.fromkeys(("erfinv", "erfcinv", "lgamma", "digamma", "gcd", "nextafter", "real", "imag"),
                     "braze has no op for it: compute it outside the fusion and pass the result in"),
-    **dict.fromkeys(("gather", "index_select", "index_put_accumulate", "scatter",
-                     "embedding_fwd", "select_index"), _INDEXING),
+    "gather": "write bz.ops.take_along_axis(x, index, dim) (a bz.Fusion's f.ops.gather takes nvFuser's arguments)",
+    "index_select": "write bz.ops.take(x, index, dim) (a bz.Fusion's f.ops.index_select takes nvFuser's arguments)",
+    **dict.fromkeys(("index_put_accumulate", "scatter", "embedding_fwd", "select_index"), _INDEXING),
     **dict.fromkeys(("matmul", "linear", "sdpfa_fwd", "sdpfa_bwd", "grouped_mm"), _MATRIX),
     **dict.fromkeys(("topk", "argsort", "sort"), _SORTING),
 }

@@ -127,8 +127,27 @@ def test_nvfusers_names_of_braze_ops() -> None:
     np.testing.assert_array_equal(right, i >> 1)
     assert iota.dtype == np.int32 and iota.tolist() == [100, 102, 104]
     np.testing.assert_array_equal(negated, -i)
-    with pytest.raises(bz.UnsupportedError, match="indexing by a tensor"):
-        fd.ops.gather  # noqa: B018  (still bz.ops's error for an op braze lacks)
+    with pytest.raises(bz.UnsupportedError, match=r"write bz.ops.take_along_axis\(x, index, dim\)"):
+        bz.ops.gather  # noqa: B018  (braze's name differs: the error says which to write)
+
+
+def test_gathers_take_nvfusers_arguments() -> None:
+    """nvFuser's gather(arg, index, dim) is torch's arg.gather(dim, index); index_select(arg, index, dim)
+    and take_along_axis(arg, index, dim) as torch's and NumPy's."""
+    x = sample(4, 5)
+    rows = np.array([3, 0, 3], np.int64)
+    picks = np.array([[4, 0], [1, 1], [0, 2]], np.int64)
+    with bz.Fusion() as fd:
+        t0 = fd.define_tensor([-1, -1])
+        t1 = fd.define_tensor([-1], DataType.Int)
+        t2 = fd.define_tensor([-1, -1], DataType.Int)
+        fd.add_output(fd.ops.gather(t0, t2, 1))
+        fd.add_output(fd.ops.index_select(t0, t1, 0))
+        fd.add_output(fd.ops.take_along_axis(fd.ops.index_select(t0, t1, 0), t2, 1))
+    gathered, selected, taken = run(fd, [x, rows, picks])
+    np.testing.assert_array_equal(gathered, np.take_along_axis(x[:3], picks, 1))
+    np.testing.assert_array_equal(selected, x[rows])
+    np.testing.assert_array_equal(taken, np.take_along_axis(x[rows], picks, 1))
 
 
 def test_stride_order_op_lays_out_the_output() -> None:
