@@ -30,7 +30,7 @@ from braze.ops.activations import (
     softsign,
 )
 from braze.ops.broadcast import broadcast, broadcast_in_dim, expand
-from braze.ops.composites import cross_entropy, layer_norm, log_softmax, rms_norm, softmax
+from braze.ops.composites import cross_entropy, layer_norm, log_softmax, nll_loss, rms_norm, softmax
 from braze.ops.creation import (
     arange,
     full,
@@ -118,7 +118,8 @@ slice = slice_tensor  # noqa: A001  (bz.ops.slice(x, [...]) reads like the other
 __all__ = sorted(
     [*_GENERATED, "OPS", "OpDef", "all", "any", "arange", "argmax", "argmin", "broadcast", "broadcast_in_dim",
      "cast", "cat", "cross_entropy", "cummax", "cummin", "cumprod", "cumsum", "expand", "flip", "full",
-     "layer_norm", "log_softmax", "logcumsumexp", "max", "mean", "min", "normal", "ones", "pad", "permute", "prod",
+     "layer_norm", "log_softmax", "logcumsumexp", "max", "mean", "min", "nll_loss", "normal", "ones", "pad",
+     "permute", "prod",
      "rand", "randn", "reshape",
      "rms_norm", "slice", "softmax", "squeeze", "std", "sum", "transpose", "unsqueeze", "var", "var_mean",
      "zeros",

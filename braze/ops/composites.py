@@ -115,7 +115,23 @@ def cross_entropy(logits: TensorView, target: TensorView, reduction: str = "mean
     """
     _check_cross_entropy(logits, target, reduction, weight, ignore_index, label_smoothing)
     logits = _classes_last(logits, target, class_axis)
-    log_probs = log_softmax(logits, -1)
+    return _target_loss(log_softmax(logits, -1), target, reduction, weight, ignore_index, label_smoothing)
+
+
+@composite
+def nll_loss(log_probs: TensorView, target: TensorView, reduction: str = "mean", *,
+             weight: TensorView | None = None, ignore_index: int = -100, class_axis: int = -1) -> TensorView:
+    """Negative log-likelihood of integer class `target` given log-probabilities (torch's `F.nll_loss`):
+    `cross_entropy` without its log_softmax, with the same options."""
+    _check_cross_entropy(log_probs, target, reduction, weight, ignore_index, 0.0, "nll_loss", "log_probs")
+    log_probs = _classes_last(log_probs, target, class_axis)
+    return _target_loss(log_probs, target, reduction, weight, ignore_index, 0.0)
+
+
+def _target_loss(log_probs: TensorView, target: TensorView, reduction: str, weight: TensorView | None,
+                 ignore_index: int, label_smoothing: float) -> TensorView:
+    """-log_probs at each row's target (classes last), reduced as cross_entropy says."""
+    logits = log_probs
     with defining(logits.fusion):
         classes = arange(logits.shape[-1], dtype=target.dtype)
     counted = elementwise("ne", target, ignore_index)
@@ -169,26 +185,27 @@ def _shape_text(x: TensorView) -> str:
 
 
 def _check_cross_entropy(logits: object, target: object, reduction: object, weight: object,
-                         ignore_index: object, label_smoothing: object) -> None:
+                         ignore_index: object, label_smoothing: object, op: str = "cross_entropy",
+                         scores: str = "logits") -> None:
     if reduction not in ("mean", "sum", "none"):
-        raise FusionDefinitionError(f"cross_entropy: reduction: expected 'mean', 'sum' or 'none', got {reduction!r}")
+        raise FusionDefinitionError(f"{op}: reduction: expected 'mean', 'sum' or 'none', got {reduction!r}")
     if not isinstance(logits, TensorView):  # checked first: the rank checks below read logits.ndim
-        raise not_a_tensor("cross_entropy: logits", logits)
+        raise not_a_tensor(f"{op}: {scores}", logits)
     if not isinstance(target, TensorView) or not target.dtype.is_integer:
         got = target.dtype.name if isinstance(target, TensorView) else type(target).__name__
-        raise FusionDefinitionError(f"cross_entropy: target: expected an integer tensor of class indices, got {got}")
+        raise FusionDefinitionError(f"{op}: target: expected an integer tensor of class indices, got {got}")
     if target.ndim != logits.ndim - 1:
         raise FusionDefinitionError(
-            f"cross_entropy: target: expected rank {logits.ndim - 1} for logits of rank {logits.ndim} "
-            f"(the logits' rank without the class axis), got {target.ndim}"
+            f"{op}: target: expected rank {logits.ndim - 1} for {scores} of rank {logits.ndim} "
+            f"(the {scores}' rank without the class axis), got {target.ndim}"
         )
     if weight is not None and (not isinstance(weight, TensorView) or weight.ndim != 1
                                or not weight.dtype.is_floating):
         got = f"{weight.dtype.name} of rank {weight.ndim}" if isinstance(weight, TensorView) else type(weight).__name__
         raise FusionDefinitionError(
-            f"cross_entropy: weight: expected a 1-D float tensor, one weight per class, got {got}")
+            f"{op}: weight: expected a 1-D float tensor, one weight per class, got {got}")
     if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
-        raise FusionDefinitionError(f"cross_entropy: ignore_index: expected an int, got {ignore_index!r}")
+        raise FusionDefinitionError(f"{op}: ignore_index: expected an int, got {ignore_index!r}")
     if (isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float))
             or not 0.0 <= label_smoothing <= 1.0):
         raise FusionDefinitionError(

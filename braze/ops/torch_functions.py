@@ -17,11 +17,12 @@ from braze.errors import FusionDefinitionError, UnsupportedError
 from braze.ir.fusion import active_fusion, defining_any
 from braze.ir.scalar import Scalar, caller_site, forget_type_probe
 from braze.ir.tensor import TensorView
-from braze.ops import activations, composites, creation, losses, views
+from braze.ops import activations, composites, creation, losses, torch_nn, views
 from braze.ops import reductions as red
 from braze.ops import torch_math as tm
 from braze.ops import view_composites as vc
 from braze.ops.elementwise import cast, elementwise
+from braze.ops.numpy_einsum import einsum
 from braze.ops.torch_methods import cumulative_extreme
 
 # torch's keywords that mean nothing for a fusion's values: where they live and how they are stored.
@@ -93,6 +94,19 @@ def _linalg_norm(input, ord=None, dim=None, keepdim=False, *, dtype=None):  # no
     return _norm(input, 2 if ord is None else ord, dim, keepdim, dtype=dtype)
 
 
+def _cdist(x1, x2, p=2.0, compute_mode=None):
+    """torch.cdist: the p-norm distance of every row of x1 (..., P, M) to every row of x2 (..., R, M)."""
+    difference = elementwise("sub", views.unsqueeze(x1, -2), views.unsqueeze(x2, -3))
+    return _vector_norm(difference, p, -1)
+
+
+def _torch_einsum(equation, *operands):
+    """torch.einsum(equation, a, b) and torch.einsum(equation, [a, b])."""
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    return einsum(equation, *operands)
+
+
 _TORCH: dict[str, Callable[..., TensorView]] = {  # torch.<name> that is not the method of its name
     "where": _where,
     "cat": lambda tensors, dim=0: views.cat(list(tensors), dim),
@@ -109,6 +123,8 @@ _TORCH: dict[str, Callable[..., TensorView]] = {  # torch.<name> that is not the
     "pow": lambda input, exponent: elementwise("pow", input, exponent),  # torch.pow(2.0, x) too
     "rsub": tm.rsub, "xlogy": tm.xlogy, "float_power": tm.float_power,  # a number first too
     "cosine_similarity": losses.cosine_similarity, "pairwise_distance": losses.pairwise_distance,
+    "einsum": _torch_einsum, "cdist": _cdist, "entr": tm.entr,
+    **{name: pool for name, pool in torch_nn.FUNCTIONAL.items() if "pool" in name},  # torch.avg_pool1d is F's
 }
 _TORCH_MODULES = ("torch", "torch.functional")  # torch.norm is torch.functional's
 _LINALG = {"vector_norm": _vector_norm, "norm": _linalg_norm}  # torch.linalg.<name>
@@ -162,15 +178,27 @@ def _one_hot(tensor, num_classes=-1):
     return activations.one_hot(tensor, num_classes)
 
 
+_PAD_MODES = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}  # torch's -> NumPy's names
+
+
 def _pad(input, pad, mode="constant", value=None):
     """torch's pad lists (before, after) pairs from the last dimension backwards."""
-    if mode != "constant":
-        raise UnsupportedError(f"F.pad: mode={mode!r}: braze pads with a constant only")
+    if mode != "constant" and mode not in _PAD_MODES:
+        raise UnsupportedError(f"F.pad: mode={mode!r}: expected 'constant', 'reflect', 'replicate' or 'circular'")
     if len(pad) % 2 or len(pad) // 2 > input.ndim:
         raise FusionDefinitionError(f"F.pad: pad: expected pairs for at most {input.ndim} dimensions, got {tuple(pad)}")
     pairs = [(pad[i], pad[i + 1]) for i in range(0, len(pad), 2)]
     widths = [(0, 0)] * (input.ndim - len(pairs)) + pairs[::-1]
+    if mode != "constant":
+        return vc.pad_from_slices(input, widths, _PAD_MODES[mode])
     return views.pad(input, widths, 0 if value is None else value)
+
+
+def _nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"):
+    if size_average is not None or reduce is not None:
+        raise UnsupportedError("F.nll_loss: size_average= and reduce= (deprecated in torch): use reduction=")
+    return composites.nll_loss(input, target, reduction, weight=weight, ignore_index=ignore_index,
+                               class_axis=1 if input.ndim > 1 else 0)
 
 
 def _gelu(input, approximate="none"):
@@ -207,7 +235,8 @@ _FUNCTIONAL: dict[str, Callable[..., TensorView]] = {  # torch.nn.functional.<na
     "gelu": _gelu,
     "softmax": _softmax(composites.softmax), "log_softmax": _softmax(composites.log_softmax),
     "layer_norm": _layer_norm, "rms_norm": _rms_norm, "cross_entropy": _cross_entropy, "one_hot": _one_hot,
-    "pad": _pad, "normalize": _normalize, "dropout": _dropout, "embedding": _embedding,
+    "pad": _pad, "normalize": _normalize, "dropout": _dropout, "embedding": _embedding, "nll_loss": _nll_loss,
+    **torch_nn.FUNCTIONAL,
     **{name: getattr(losses, name) for name in (
         "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy_with_logits",
         "binary_cross_entropy", "kl_div", "cosine_similarity", "pairwise_distance", "glu", "hardtanh", "softmin",

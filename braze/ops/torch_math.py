@@ -54,6 +54,15 @@ def xlogy(x: Operand, y: Operand) -> TensorView:
 
 
 @composite
+def entr(x: TensorView) -> TensorView:
+    """torch.special.entr: -x * log(x), 0 at 0, -inf below 0 (NaN stays NaN)."""
+    xf, result = in_compute_type(x, "entr")
+    negative_log = elementwise("neg", elementwise("mul", xf, elementwise("log", xf)))
+    out = elementwise("where", elementwise("eq", xf, 0), 0.0, negative_log)
+    return cast(elementwise("where", elementwise("lt", xf, 0), -math.inf, out), result)
+
+
+@composite
 def sinc(x: TensorView) -> TensorView:
     """The normalized sinc, sin(pi x) / (pi x), and 1 at 0."""
     xf, result = in_compute_type(x, "sinc")

@@ -14,7 +14,7 @@ import braze as bz
 # NumPy warnings (overflow, invalid casts, empty means) must not leak out of braze.
 pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")
 
-COMPOSITES_COVERED = frozenset({"softmax", "log_softmax", "layer_norm", "rms_norm", "cross_entropy"})
+COMPOSITES_COVERED = frozenset({"softmax", "log_softmax", "layer_norm", "rms_norm", "cross_entropy", "nll_loss"})
 K = 2  # composites round the result once but compute several float32 steps before it
 DTYPES = (*FLOAT_DTYPES, bz.int32)
 
@@ -207,6 +207,41 @@ def test_cross_entropy_takes_torchs_options(dtype, options, reduction):
     expected = torch_cross_entropy64(*f64(logits), target, reduction, *f64(weight), kwargs.get("ignore_index", -100),
                                      kwargs.get("label_smoothing", 0.0))
     assert_matches(out, np.asarray(expected), dtype, k=K, what=f"cross_entropy {reduction} {options}")
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("options", [{}, {"ignore_index": 3}, {"weighted": True}, {"class_axis": 0}], ids=str)
+@pytest.mark.parametrize("dtype", [bz.float32, bz.bfloat16], ids=_id)
+def test_nll_loss_is_cross_entropy_of_given_log_probabilities(dtype, options, reduction):
+    """torch's F.nll_loss: -log_probs at the target, with cross_entropy's options (an ignored row adds
+    nothing and does not count; the mean divides by the counted targets' weights)."""
+    rng = rng_for("nll", dtype.name, str(options), reduction)
+    log_probs = log_softmax64(rng.uniform(-3, 3, (7, 5)), -1).astype(dtype.numpy)
+    target = rng.integers(0, 5, 7)
+    target[[1, 4]] = options.get("ignore_index", -100)
+    weight = rng.uniform(0.2, 2.0, 5).astype(dtype.numpy) if options.get("weighted") else None
+    scores = log_probs.T.copy() if "class_axis" in options else log_probs  # classes first, then rows
+
+    def build(f):
+        x, t = define(f, scores), define(f, target)
+        w = None if weight is None else define(f, weight)
+        return bz.ops.nll_loss(x, t, reduction, weight=w, ignore_index=options.get("ignore_index", -100),
+                               class_axis=options.get("class_axis", -1))
+
+    (out,) = execute(build, [scores, target] + ([] if weight is None else [weight]))
+    expected = _nll64(*f64(log_probs), target, reduction, *f64(weight), options.get("ignore_index", -100))
+    assert_matches(out, np.asarray(expected), dtype, k=K, what=f"nll_loss {reduction} {options}")
+
+
+def _nll64(log_probs: np.ndarray, target: np.ndarray, reduction: str, weight: np.ndarray | None,
+           ignore_index: int) -> np.ndarray:
+    w = np.ones(log_probs.shape[-1]) if weight is None else weight
+    counted = target != ignore_index
+    safe = np.where(counted, target, 0).astype(np.int64)
+    loss = np.where(counted, -np.take_along_axis(log_probs, safe[:, None], -1)[:, 0] * w[safe], 0.0)
+    with np.errstate(invalid="ignore"):
+        mean = loss.sum() / np.where(counted, w[safe], 0.0).sum()
+    return {"none": loss, "sum": loss.sum(), "mean": mean}[reduction]
 
 
 @pytest.mark.parametrize("reduction", ["mean", "none"])

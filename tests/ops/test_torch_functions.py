@@ -68,12 +68,16 @@ def test_torch_functions_on_traced_tensors_give_torchs_results():
 
 
 @pytest.mark.parametrize("fn, named", [
-    (lambda x: torch.einsum("ij->j", x), "torch.einsum on a traced tensor: braze has no op"),
-    (lambda x: F.interpolate(x[None], scale_factor=2.0), "torch.nn.functional.interpolate on a traced tensor"),
+    (lambda x: torch.erfinv(x), "torch.erfinv on a traced tensor: braze has no op"),
+    (lambda x: F.interpolate(x[None], scale_factor=2.0, mode="linear"), "mode='linear': braze upsamples by whole"),
+    (lambda x: F.interpolate(x[None], scale_factor=1.5), "scale_factor 1.5: braze upsamples by whole factors"),
+    (lambda x: F.max_pool1d(x, 2, return_indices=True), "return_indices=True"),
+    (lambda x: F.batch_norm(x[None], torch.zeros(3), torch.ones(3), training=True), "torch updates them in place"),
     (lambda x: torch.where(x > 0), "torch.where\\(condition\\) alone"),
     (lambda x: F.one_hot(x.long()), "num_classes=-1"),
     (lambda x: F.dropout(x, 0.1), "training=True"),
-], ids=["no_op", "no_functional", "where_indices", "one_hot_count", "dropout"])
+], ids=["no_op", "bilinear_like", "fractional_scale", "pool_indices", "batch_norm_running_stats", "where_indices",
+        "one_hot_count", "dropout"])
 def test_what_braze_has_no_op_for_is_named(fn, named: str) -> None:
     with pytest.raises(bz.UnsupportedError, match=named):
         bz.jit(fn)(torch.ones(3, 4))

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(oracle.BACKEND == "nvrtc", reason="their parts' 
 # The public names of bz.ops this module tests (tests/ops/test_coverage.py): no op table entry of their own.
 COMPOSITES_COVERED = frozenset({"split", "chunk", "unbind", "stack", "repeat", "tile", "repeat_interleave", "roll",
                                 "tril", "triu", "narrow", "flatten", "unflatten",
-                                "masked_fill", "take_along_axis"})
+                                "masked_fill", "take_along_axis", "take"})
 SHAPES = [(1, 1), (1, 5), (4, 1), (3, 5), (6, 4)]
 
 
@@ -159,6 +159,20 @@ def test_take_along_axis_picks_numpys_elements(case, shape):
         assert_matches(outs[0], expected, bz.float64, k=8, what=name)
     else:
         assert_same(outs[0], expected, name)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1, None], ids=str)
+@pytest.mark.parametrize("index_shape", [(1,), (4,), (2, 3)], ids=str)
+def test_take_picks_numpys_elements(axis, index_shape):
+    """NumPy's np.take: the index's axes in place of `axis` (from the flattened x with axis=None); negative
+    indices count from the end; signed zeros and NaN come through as they are."""
+    rng = rng_for("take", str(axis), str(index_shape))
+    x = rng.uniform(-5, 5, (3, 5))
+    x.flat[:3] = [-0.0, np.nan, np.inf]
+    n = x.size if axis is None else x.shape[axis]
+    ids = rng.integers(-n, n, index_shape)
+    outs = execute(lambda f: bz.ops.take(define(f, x), define(f, ids), axis), [x, ids])
+    assert_same(outs[0], np.take(x, ids, axis))
 
 
 def test_take_along_axis_fills_an_index_out_of_range_as_jax():
