@@ -7,8 +7,6 @@ Three names mean something else in braze already, and keep it where torch's spel
   code uses, returns torch's (values, indices). The same for `min`.
 - `x.var(1)` is NumPy's population variance; `x.var(dim=1)` torch's sample variance; `x.var(1, True)`
   (torch's unbiased, or keepdim) is refused as ambiguous. The same for `std`.
-In a @bz.jit trace of torch tensors the code is torch's, so `max`, `min`, `var` and `std` read as
-torch's: `x.max(1)` is (values, indices), `x.var()` and `x.std(1)` the sample variance.
 - `x.split(axis, factor)` with two positional ints (the factor may be an extent) is the loop-domain
   split of `braze/ir/tensor.py`; one size or a list of sizes, or a `dim=`/`axis=` keyword, is
   torch's `split` into pieces."""
@@ -161,28 +159,12 @@ class ValuesIndices(NamedTuple):
     indices: TensorView
 
 
-def traces_torch(x: TensorView) -> bool:
-    """Whether x's fusion is a @bz.jit trace of torch tensors, whose methods then read as torch's."""
-    return getattr(x.fusion, "torch_promotion", False)
-
-
 def _moment(name: str):
     """`x.var` and `x.std`: NumPy's population default, but torch's sample variance where torch's
     spelling says so (`dim=`), and no guess where the two read one call differently."""
     op = getattr(red, name)
 
-    def torch_moment(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
-        if isinstance(dim, bool):  # x.var(False): the older spelling of unbiased
-            dim, unbiased = None, dim
-        if isinstance(dim, (tuple, list)) and not dim:  # torch's empty dim: every dimension
-            dim = None
-        if unbiased is None and correction is None:
-            correction = 1
-        return op(self, dim, keepdim, correction=correction, unbiased=unbiased)
-
     def method(self: TensorView, *args: object, **kwargs: object) -> TensorView:
-        if traces_torch(self):  # torch's tensors: torch's reading, sample variance by default
-            return torch_moment(self, *args, **kwargs)
         if len(args) > 1 and isinstance(args[1], bool):
             raise FusionDefinitionError(
                 f"{name}: x.{name}({args[0]!r}, {args[1]}) is ambiguous: torch reads the bool as unbiased=, "
@@ -202,9 +184,6 @@ def _values_or_pair(name: str):
     def method(self: TensorView, *args: object, **kwargs: object):
         if len(args) == 1 and isinstance(args[0], TensorView) and not kwargs:  # torch's x.max(other)
             return elementwise("maximum" if name == "max" else "minimum", self, args[0])
-        if traces_torch(self) and args and isinstance(args[0], int) and not isinstance(args[0], bool):
-            kwargs = {"dim": args[0], **({"keepdim": args[1]} if len(args) > 1 else {}), **kwargs}  # torch's x.max(1)
-            args = ()
         if "dim" not in kwargs:
             return reduction(self, *args, **kwargs)
         dim = kwargs.pop("dim")
