@@ -246,6 +246,8 @@ class Translator(ExpressionTranslator, TargetTranslator):
         (also `rows, cols = x.shape` and `nx, ny = x.shape[0], x.shape[1]`)."""
         if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
             return False
+        if _names_read(node.value) & _names_stored(self.serial):
+            return False  # `dt = min(dt, 0.1)` after `dt = s[0] * h`: reads a local of the serial task before it
         target = node.targets[0]
         if isinstance(target, ast.Tuple) and all(isinstance(t, ast.Name) for t in target.elts):
             if isinstance(node.value, ast.Tuple) and len(node.value.elts) == len(target.elts):
@@ -1090,6 +1092,14 @@ def _reads_only_parameters(e: k.Expr) -> bool:
         return False
     return all(_reads_only_parameters(getattr(e, f)) for f in getattr(e, "__dataclass_fields__", {})
                if isinstance(getattr(e, f), k.Expr))
+
+
+def _names_read(e: ast.expr) -> set[str]:
+    return {n.id for n in ast.walk(e) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _names_stored(stmts: list[ast.stmt]) -> set[str]:
+    return {n.id for stmt in stmts for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
 
 
 def _is_docstring(node: ast.stmt) -> bool:
