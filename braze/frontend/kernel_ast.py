@@ -30,6 +30,7 @@ from braze.frontend.kernel_exprs import (
     unsupported,
 )
 from braze.frontend.kernel_iteration import IterationLocals
+from braze.frontend.kernel_loop_else import without_else
 from braze.frontend.kernel_scope import (
     ArrayHandle,
     FunctionScope,
@@ -371,7 +372,8 @@ class Translator(ExpressionTranslator, TargetTranslator):
 
     def parallel_task(self, node: ast.For) -> None:
         if node.orelse:
-            self.error(node, "unsupported construct: for-else")
+            self.error(node, "unsupported construct: for-else on a parallel loop (its iterations run in parallel "
+                             "and cannot break; write the else clause's statements after the loop)")
         warnings = len(self.warnings)
         while True:
             self.begin_task("range_for")
@@ -928,7 +930,8 @@ class Translator(ExpressionTranslator, TargetTranslator):
 
     def stmt_While(self, node: ast.While) -> None:
         if node.orelse:
-            self.error(node, "unsupported construct: while-else")
+            self.statements(without_else(node))
+            return
         cond_box: list[k.Expr] = []
         setup = self.nested(lambda: cond_box.append(self.condition(node.test)))
         self.loops.append("serial")
@@ -942,7 +945,8 @@ class Translator(ExpressionTranslator, TargetTranslator):
 
     def stmt_For(self, node: ast.For) -> None:
         if node.orelse:
-            self.error(node, "unsupported construct: for-else")
+            self.statements(without_else(node))
+            return
         if not isinstance(node.iter, ast.Call):
             self.error(node, "unsupported loop: iterate over range(...), bz.ndrange(...), bz.grouped(...) or "
                              "bz.static(...)")

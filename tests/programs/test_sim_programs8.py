@@ -1,6 +1,8 @@
 """Simulation programs of an eighth kind, written as loop kernels the way Taichi, Warp and Numba users
 write them: an adaptive time step whose top-level statements compute the step in several assignments,
-each reading the one before (a serial task between two parallel loops).
+each reading the one before (a serial task between two parallel loops); an implicit Euler step solved by
+Newton's method whose `while ... else` marks the solves that did not converge, and a search for the first
+obstacle along each particle's path by nested `for ... else` loops (a `continue` in the inner loop's else).
 
 Each runs a few steps from a Python loop, on the CPU backend (whose CUDA is also compiled with NVRTC: the
 fixture of tests/programs/test_sim_programs.py), through its generated CUDA run on the CPU
@@ -77,3 +79,77 @@ def test_adaptive_time_step_computed_by_top_level_statements(where):
     np.testing.assert_allclose(where.host(dts), dtr, rtol=1e-14)
     np.testing.assert_allclose(where.host(x), xr, rtol=1e-12, atol=1e-14)
     np.testing.assert_array_equal(where.host(v), vr)
+
+
+# --- implicit Euler by Newton's method, and the first obstacle along a path -------------------------------
+@bz.kernel
+def implicit_decay(y: bz.Array[bz.float64, 1], k: bz.Array[bz.float64, 1], status: bz.Array[bz.int32, 1],
+                   dt: float, max_iterations: int):
+    for i in range(y.shape[0]):
+        # solve z + dt * k z^3 = y for the step's z; the loop's else marks a solve that did not converge
+        z = y[i]
+        iterations = 0
+        while iterations < max_iterations:
+            residual = z + dt * k[i] * z * z * z - y[i]
+            z -= residual / (1.0 + 3.0 * dt * k[i] * z * z)
+            iterations += 1
+            if abs(residual) < 1e-12:
+                break
+        else:
+            iterations = -1
+        y[i] = z
+        status[i] = iterations
+
+
+@bz.kernel
+def first_obstacle(x: bz.Array[bz.float64, 2], v: bz.Array[bz.float64, 2], centres: bz.Array[bz.float64, 2],
+                   hit: bz.Array[bz.int32, 1], substeps: int, dt: float, radius: float):
+    for p in range(x.shape[0]):
+        hit[p] = -1  # never reached an obstacle within the substeps
+        for s in range(substeps):
+            px, py = x[p, 0] + s * dt * v[p, 0], x[p, 1] + s * dt * v[p, 1]
+            for c in range(centres.shape[0]):
+                if (px - centres[c, 0]) ** 2 + (py - centres[c, 1]) ** 2 < radius * radius:
+                    break
+            else:
+                continue  # inside none: the next substep
+            hit[p] = s * 100 + c
+            break
+        else:
+            hit[p] = -2  # every substep ran: the particle got through
+
+
+def test_loop_else_clauses_mark_unconverged_solves_and_particles_that_got_through(where):
+    n = 40
+    y0, k0 = RNG.random(n) * 4, RNG.random(n) * 50
+    k0[::7] = 1e6  # stiff: Newton needs more iterations than allowed
+    y, k, status = where(y0.copy()), where(k0), where(np.full(n, -9, np.int32))
+    launch(where, implicit_decay, y, k, status, 0.1, 12)
+    expected_y, expected_status = y0.copy(), np.zeros(n, np.int32)
+    for i in range(n):
+        z, iterations = y0[i], 0
+        while iterations < 12:
+            residual = z + 0.1 * k0[i] * z ** 3 - y0[i]
+            z -= residual / (1 + 0.3 * k0[i] * z * z)
+            iterations += 1
+            if abs(residual) < 1e-12:
+                break
+        else:
+            iterations = -1
+        expected_y[i], expected_status[i] = z, iterations
+    np.testing.assert_array_equal(where.host(status), expected_status)
+    assert (expected_status == -1).any() and (expected_status > 0).any()
+    np.testing.assert_allclose(where.host(y), expected_y, rtol=1e-12)
+
+    x0, v0, centres = RNG.random((n, 2)), RNG.random((n, 2)) - 0.5, RNG.random((5, 2))
+    hit = where(np.full(n, -9, np.int32))
+    launch(where, first_obstacle, where(x0), where(v0), where(centres), hit, 8, 0.2, 0.12)
+    expected = np.full(n, -2, np.int32)
+    for p in range(n):
+        for s in range(8):
+            inside = np.flatnonzero(((x0[p] + s * 0.2 * v0[p] - centres) ** 2).sum(1) < 0.12 ** 2)
+            if inside.size:
+                expected[p] = s * 100 + inside[0]
+                break
+    np.testing.assert_array_equal(where.host(hit), expected)
+    assert (expected == -2).any() and (expected >= 0).any()
