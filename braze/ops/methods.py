@@ -38,8 +38,12 @@ def _binary(op: str, reflected: bool = False):
 
 
 def _getitem(x: TensorView, index) -> TensorView:
-    """Basic indexing: ints, slices, None (new axis) and one Ellipsis."""
+    """Basic indexing: ints, slices, None (new axis) and one Ellipsis; and one list (or 1-D NumPy array)
+    of constant ints along an axis (`f[[0, 3, 4, 1, 2]]`), the elements it names stacked there."""
     items = [_python_index(i) for i in (index if isinstance(index, tuple) else [index])]
+    picks = [n for n, item in enumerate(items) if _constant_indices(item) is not None]
+    if picks:
+        return _pick(x, items, picks)
     for position, item in enumerate(items):
         _check_index_item(x, position, item)
     if sum(i is Ellipsis for i in items) > 1:
@@ -70,6 +74,36 @@ def _getitem(x: TensorView, index) -> TensorView:
     for axis in new_axes:
         y = views.unsqueeze(y, axis)
     return y
+
+
+def _constant_indices(item: object) -> list[int] | None:
+    """The ints of a non-empty list or 1-D integer NumPy array used as an index, else None."""
+    if isinstance(item, np.ndarray) and item.ndim == 1 and item.dtype.kind in "iu" and item.size:
+        return [int(v) for v in item]
+    if isinstance(item, list) and item and all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+                                               for v in item):
+        return [int(v) for v in item]
+    return None
+
+
+def _pick(x: TensorView, items: list, picks: list[int]) -> TensorView:
+    """`x[items]` where `items[picks[0]]` is a list of constant ints: each element it names taken by an
+    int index, the pieces stacked where NumPy puts the list's axis (in its place when the ints of the
+    index stand next to it, else first, NumPy's rule for advanced indices apart)."""
+    if len(picks) > 1:
+        raise UnsupportedError(f"indexing {x.describe()}: expected at most one list of indices, got {len(picks)} "
+                               f"(at indices {picks}; NumPy would broadcast them together): index one at a time")
+    at = picks[0]
+    if sum(i is Ellipsis for i in items) == 1:
+        consumed = sum(i is not None and i is not Ellipsis for i in items)
+        ellipsis = next(n for n, i in enumerate(items) if i is Ellipsis)
+        items = items[:ellipsis] + [slice(None)] * (x.ndim - consumed) + items[ellipsis + 1:]
+        at = next(n for n, i in enumerate(items) if _constant_indices(i) is not None)
+    advanced = [n for n, i in enumerate(items) if n == at or isinstance(i, int) and not isinstance(i, bool)]
+    adjacent = advanced == list(range(advanced[0], advanced[-1] + 1))
+    axis = sum(i is None or isinstance(i, slice) for i in items[:advanced[0]]) if adjacent else 0
+    pieces = [_getitem(x, tuple(items[:at] + [k] + items[at + 1:])) for k in _constant_indices(items[at])]
+    return view_composites.stack(pieces, axis)
 
 
 def _python_index(item: object) -> object:

@@ -2,7 +2,9 @@
 write them: an adaptive time step whose top-level statements compute the step in several assignments,
 each reading the one before (a serial task between two parallel loops); an implicit Euler step solved by
 Newton's method whose `while ... else` marks the solves that did not converge, and a search for the first
-obstacle along each particle's path by nested `for ... else` loops (a `continue` in the inner loop's else).
+obstacle along each particle's path by nested `for ... else` loops (a `continue` in the inner loop's else);
+and, in NumPy under `bz.jit`, a lattice Boltzmann step whose bounce-back indexes the populations by a list of
+opposite directions.
 
 Each runs a few steps from a Python loop, on the CPU backend (whose CUDA is also compiled with NVRTC: the
 fixture of tests/programs/test_sim_programs.py), through its generated CUDA run on the CPU
@@ -153,3 +155,63 @@ def test_loop_else_clauses_mark_unconverged_solves_and_particles_that_got_throug
                 break
     np.testing.assert_array_equal(where.host(hit), expected)
     assert (expected == -2).any() and (expected >= 0).any()
+
+
+# --- lattice Boltzmann in NumPy, under bz.jit ---------------------------------------------------------------
+D2Q9_E = np.array([[0, 0], [1, 0], [0, 1], [-1, 0], [0, -1], [1, 1], [-1, 1], [-1, -1], [1, -1]])
+D2Q9_W = np.array([4 / 9] + [1 / 9] * 4 + [1 / 36] * 4)
+D2Q9_OPPOSITE = [0, 3, 4, 1, 2, 7, 8, 5, 6]
+
+
+def lbm_collide(f, solid, tau):
+    """A BGK collision, with full-way bounce-back in solid cells: the populations swapped with their
+    opposite directions by a list index, as NumPy codes write it."""
+    rho = f.sum(axis=0)
+    ux = (f * D2Q9_E[:, 0, None, None]).sum(axis=0) / rho
+    uy = (f * D2Q9_E[:, 1, None, None]).sum(axis=0) / rho
+    eu = D2Q9_E[:, 0, None, None] * ux + D2Q9_E[:, 1, None, None] * uy
+    feq = D2Q9_W[:, None, None] * rho * (1 + 3 * eu + 4.5 * eu ** 2 - 1.5 * (ux ** 2 + uy ** 2))
+    return np.where(solid, f[D2Q9_OPPOSITE], f - (f - feq) / tau), rho
+
+
+def lbm_stream(f):
+    """Each population moved one cell along its direction, on a torus."""
+    return np.stack([np.roll(np.roll(f[q], D2Q9_E[q, 1], axis=0), D2Q9_E[q, 0], axis=1) for q in range(9)])
+
+
+@pytest.mark.parametrize("backend", ["reference", "llvm"])
+def test_lattice_boltzmann_bounce_back_by_a_list_of_opposite_directions(backend):
+    ny, nx = 6, 9
+    solid = np.zeros((ny, nx), bool)
+    solid[2:4, 3:5] = True
+    f0 = D2Q9_W[:, None, None] * (1 + 0.1 * RNG.random((9, ny, nx)))
+    collide, stream = bz.jit(lbm_collide, backend=backend), bz.jit(lbm_stream, backend=backend)
+    f, expected = f0, f0
+    for _ in range(4):
+        f, rho = collide(f, solid, 0.8)
+        f = stream(f)
+        expected, expected_rho = lbm_collide(expected, solid, 0.8)
+        expected = lbm_stream(expected)
+    np.testing.assert_allclose(f, expected, rtol=1e-12)
+    np.testing.assert_allclose(rho, expected_rho, rtol=1e-12)
+    np.testing.assert_allclose(f.sum(), f0.sum(), rtol=1e-12)  # collision, bounce-back and streaming keep the mass
+
+
+LIST_INDICES = [lambda f: f[[2, 0, 1, 1]], lambda f: f[:, [3, -1]], lambda f: f[..., [4, 0]], lambda f: f[1, [0, 2]],
+                lambda f: f[[1, 0], :, 2], lambda f: f[:, [1, 2], 0], lambda f: f[None, [0, 2], 1:3],
+                lambda f: f[np.array([2, 1])], lambda f: f[[1, 2], ..., None], lambda f: f[..., [1, 2], :]]
+
+
+@pytest.mark.parametrize("index", range(len(LIST_INDICES)))
+def test_a_list_index_places_its_axis_where_numpy_does(index):
+    """The list's axis stays in its place when the index's ints stand next to it, and comes first when
+    a slice stands between them (`f[[1, 0], :, 2]`)."""
+    f = RNG.random((3, 4, 5))
+    got = bz.jit(LIST_INDICES[index], backend="reference")(f)
+    assert got.shape == LIST_INDICES[index](f).shape
+    np.testing.assert_array_equal(got, LIST_INDICES[index](f))
+
+
+def test_two_list_indices_are_refused_by_name():
+    with pytest.raises(bz.UnsupportedError, match=r"expected at most one list of indices, got 2"):
+        bz.jit(lambda f: f[[0, 1], [1, 2]])(np.ones((3, 4)))
