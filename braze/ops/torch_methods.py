@@ -21,7 +21,7 @@ from braze.errors import FusionDefinitionError, UnsupportedError
 from braze.ir.fusion import defining
 from braze.ir.scalar import Scalar, as_scalar
 from braze.ir.tensor import TensorView, normalize_axis
-from braze.ops import activations, composites, creation, losses, scans, views
+from braze.ops import activations, composites, creation, losses, numpy_api, scans, views
 from braze.ops import reductions as red
 from braze.ops import torch_math as tm
 from braze.ops import view_composites as vc
@@ -184,6 +184,8 @@ def _values_or_pair(name: str):
     def method(self: TensorView, *args: object, **kwargs: object):
         if len(args) == 1 and isinstance(args[0], TensorView) and not kwargs:  # torch's x.max(other)
             return elementwise("maximum" if name == "max" else "minimum", self, args[0])
+        if {"where", "initial", "out"} & kwargs.keys():  # NumPy's x.max(initial=0.0, where=mask)
+            return numpy_api.reduction(name)(self, *args, **kwargs)
         if "dim" not in kwargs:
             return reduction(self, *args, **kwargs)
         dim = kwargs.pop("dim")

@@ -4,7 +4,8 @@ each reading the one before (a serial task between two parallel loops); an impli
 Newton's method whose `while ... else` marks the solves that did not converge, and a search for the first
 obstacle along each particle's path by nested `for ... else` loops (a `continue` in the inner loop's else);
 and, in NumPy under `bz.jit`, a lattice Boltzmann step whose bounce-back indexes the populations by a list of
-opposite directions, and a drift renormalized every step, whose np.roll rolls the roll of the step before.
+opposite directions, a drift renormalized every step, whose np.roll rolls the roll of the step before, and
+the CFL step of a particle set that may be empty (a max with `initial=`).
 
 Each runs a few steps from a Python loop, on the CPU backend (whose CUDA is also compiled with NVRTC: the
 fixture of tests/programs/test_sim_programs.py), through its generated CUDA run on the CPU
@@ -260,3 +261,24 @@ def test_a_roll_keeps_the_extent_it_rolls():
         got_rolled, got_halves = f.execute([a])
         np.testing.assert_array_equal(got_rolled, np.roll(np.roll(a, 1, 1), -3, 1))
         np.testing.assert_array_equal(got_halves, a)
+
+
+# --- a CFL step of a particle set that may be empty, in NumPy under bz.jit ------------------------------------
+def cfl_time_step(v, active, h, dt_max):
+    """The largest speed among the active particles (`initial=` for when there are none, the method's spelling
+    too) and the bounds of the velocities, as NumPy codes guard an empty set."""
+    speed = np.sqrt((v * v).sum(axis=1))
+    fastest = np.max(speed, where=active, initial=0.0)
+    dt = np.minimum(dt_max, 0.4 * h / np.maximum(fastest, 1e-12))
+    return dt, v.max(axis=0, initial=-np.inf), np.min(v, axis=0, initial=np.inf), speed.max(initial=0.0)
+
+
+@pytest.mark.parametrize("backend", ["reference", "llvm"])
+def test_cfl_time_step_of_a_particle_set_that_may_be_empty(backend):
+    step = bz.jit(cfl_time_step, backend=backend)
+    for n in (0, 1, 17):
+        v = RNG.random((n, 3)) - 0.5
+        active = RNG.random(n) > 0.3
+        got, expected = step(v, active, 0.05, 0.01), cfl_time_step(v, active, 0.05, 0.01)
+        for g, e in zip(got, expected):
+            np.testing.assert_allclose(g, e, rtol=1e-14)
