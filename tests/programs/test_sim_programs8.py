@@ -17,7 +17,7 @@ import pytest
 from cuda_on_cpu import available
 from loop_cuda_on_cpu import run_on_cpu
 from programs.conftest import CUDA, Place
-from programs.test_model_programs4 import CudaOnCpu
+from programs.test_model_programs4 import CudaOnCpu, call
 from programs.test_sim_programs import cuda_compiles  # noqa: F401  (an autouse fixture: NVRTC on the CPU run)
 
 import braze as bz
@@ -282,3 +282,17 @@ def test_cfl_time_step_of_a_particle_set_that_may_be_empty(backend):
         got, expected = step(v, active, 0.05, 0.01), cfl_time_step(v, active, 0.05, 0.01)
         for g, e in zip(got, expected):
             np.testing.assert_allclose(g, e, rtol=1e-14)
+
+
+def test_lattice_boltzmann_step_on_each_backend(where):
+    """The step above as the GPU runs it too (on the fake GPU, the fusion's CUDA run on the CPU)."""
+    solid = np.zeros((5, 7), bool)
+    solid[1:3, 2] = True
+    f0 = D2Q9_W[:, None, None] * (1 + 0.1 * RNG.random((9, 5, 7)))
+    step = bz.jit(lbm_step)
+    f, expected = f0, f0
+    for _ in range(2):  # the second step reads what the first wrote
+        f, rho = call(where, step, f, solid, 0.8)
+        expected, expected_rho = lbm_step(expected, solid, 0.8)
+    np.testing.assert_allclose(f, expected, rtol=1e-12)
+    np.testing.assert_allclose(rho, expected_rho, rtol=1e-12)
