@@ -30,6 +30,7 @@ from braze.frontend.kernel_exprs import (
     unsupported,
 )
 from braze.frontend.kernel_iteration import IterationLocals
+from braze.frontend.kernel_loop_else import without_else
 from braze.frontend.kernel_scope import (
     ArrayHandle,
     FunctionScope,
@@ -246,6 +247,8 @@ class Translator(ExpressionTranslator, TargetTranslator):
         (also `rows, cols = x.shape` and `nx, ny = x.shape[0], x.shape[1]`)."""
         if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
             return False
+        if _names_read(node.value) & _names_stored(self.serial):
+            return False  # `dt = min(dt, 0.1)` after `dt = s[0] * h`: reads a local of the serial task before it
         target = node.targets[0]
         if isinstance(target, ast.Tuple) and all(isinstance(t, ast.Name) for t in target.elts):
             if isinstance(node.value, ast.Tuple) and len(node.value.elts) == len(target.elts):
@@ -369,7 +372,8 @@ class Translator(ExpressionTranslator, TargetTranslator):
 
     def parallel_task(self, node: ast.For) -> None:
         if node.orelse:
-            self.error(node, "unsupported construct: for-else")
+            self.error(node, "unsupported construct: for-else on a parallel loop (its iterations run in parallel "
+                             "and cannot break; write the else clause's statements after the loop)")
         warnings = len(self.warnings)
         while True:
             self.begin_task("range_for")
@@ -926,7 +930,8 @@ class Translator(ExpressionTranslator, TargetTranslator):
 
     def stmt_While(self, node: ast.While) -> None:
         if node.orelse:
-            self.error(node, "unsupported construct: while-else")
+            self.statements(without_else(node))
+            return
         cond_box: list[k.Expr] = []
         setup = self.nested(lambda: cond_box.append(self.condition(node.test)))
         self.loops.append("serial")
@@ -940,7 +945,8 @@ class Translator(ExpressionTranslator, TargetTranslator):
 
     def stmt_For(self, node: ast.For) -> None:
         if node.orelse:
-            self.error(node, "unsupported construct: for-else")
+            self.statements(without_else(node))
+            return
         if not isinstance(node.iter, ast.Call):
             self.error(node, "unsupported loop: iterate over range(...), bz.ndrange(...), bz.grouped(...) or "
                              "bz.static(...)")
@@ -1090,6 +1096,14 @@ def _reads_only_parameters(e: k.Expr) -> bool:
         return False
     return all(_reads_only_parameters(getattr(e, f)) for f in getattr(e, "__dataclass_fields__", {})
                if isinstance(getattr(e, f), k.Expr))
+
+
+def _names_read(e: ast.expr) -> set[str]:
+    return {n.id for n in ast.walk(e) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _names_stored(stmts: list[ast.stmt]) -> set[str]:
+    return {n.id for stmt in stmts for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
 
 
 def _is_docstring(node: ast.stmt) -> bool:

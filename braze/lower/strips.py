@@ -76,6 +76,7 @@ class StripLanes:
         (lane,) = lanes
         key = (id(tv), tuple(k.substitute(i, lane, _LANE) for i in idx))
         if key not in self.arrays:
+            em.count_reduction(tv)
             # Computed for every column of the strip, also those a branch it was asked from (a pad's or
             # a cat's along the columns) leaves out: there `idx` is clamped (ValueEmitter.in_range).
             lifted = em.scopes.leaves_branch(em.scopes.home_of((lane,)))

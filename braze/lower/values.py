@@ -28,6 +28,12 @@ INDEX = dt.int64  # the index type of loop kernels, and of fusions too large for
 # indices (Jacobi sweeps in a Python loop, each writing `un[1:-1, 1:-1]`) re-emits the cats it reads
 # once per read: code exponential in the number of sweeps. Materialized, each is a load.
 SELECTS_PER_TENSOR = 16
+# How many times one kernel may emit the loops of one reduction, each at an index of its own, before
+# the reduction gets a task of its own. A reduction read through shifted views (a lattice Boltzmann
+# step's density and velocity, summed over the directions, then read by each direction's np.roll)
+# is otherwise reduced again at every shift of every view: as many loop nests, which LLVM takes
+# minutes to compile and each element runs. Materialized, each read is a load.
+REDUCTIONS_PER_TENSOR = 8
 
 
 class NeedsCut(Exception):
@@ -67,6 +73,7 @@ class ValueEmitter:
         # (reduced extents, how many trailing axes merged) -> whether those loops merged (reductions.py)
         self.merged_loops: dict[tuple, bool] = {}
         self.selects: dict[int, int] = {}  # id of a pad or cat -> how many times its branches were emitted
+        self.reductions: dict[int, int] = {}  # id of a reduction -> how many times its loops were emitted
         # While a reduction lifted out of a branch is emitted (in_range): 1, or 0 where the reduced
         # tensor is empty, so that its loops run no iteration at an index it does not have.
         self.reduction_trips: k.Expr | None = None
@@ -178,6 +185,7 @@ class ValueEmitter:
         home = self.scopes.home_of(idx)
         if self.scopes.recomputed(idx, home):
             raise NeedsCut(tv)
+        self.count_reduction(tv)
         leaves_branch = self.scopes.leaves_branch(home)
         saved, trips = self.scopes.scopes, self.reduction_trips
         self.scopes.scopes, self.reduction_trips = saved[: home + 1], None
@@ -187,6 +195,12 @@ class ValueEmitter:
             return emit_reduction(self, tv, idx)
         finally:
             self.scopes.scopes, self.reduction_trips = saved, trips
+
+    def count_reduction(self, tv: TensorView) -> None:
+        """Counts one more emission of reduction `tv`'s loops; past REDUCTIONS_PER_TENSOR, `NeedsCut`."""
+        self.reductions[id(tv)] = self.reductions.get(id(tv), 0) + 1
+        if self.reductions[id(tv)] > REDUCTIONS_PER_TENSOR:
+            raise NeedsCut(tv)
 
     def in_range(self, tv: TensorView, idx: tuple[k.Expr, ...]) -> tuple[tuple[k.Expr, ...], k.Expr | None]:
         """`idx` clamped into `tv`'s extents, and what the reduced loops' trip count is multiplied by:

@@ -18,7 +18,7 @@ from braze import dtypes as dt
 from braze.errors import FusionDefinitionError, UnsupportedError
 from braze.ir.fusion import active_fusion, defining_any
 from braze.ir.scalar import concrete_value
-from braze.ir.tensor import TensorView
+from braze.ir.tensor import TensorView, normalize_axis
 from braze.ops import activations, creation, scans, views
 from braze.ops import reductions as red
 from braze.ops import view_composites as vc
@@ -121,6 +121,8 @@ def _reduction(reduce: Callable[..., TensorView]) -> Callable[..., TensorView]:
         if name == "mean" and where is not True:  # the masked sum over the count of True
             counted = elementwise("where", where, creation.ones_like(x), 0)
             result = elementwise("truediv", red.sum(x, axis, bool(keepdims)), red.sum(counted, axis, bool(keepdims)))
+        elif name in ("max", "min") and initial is not None and _may_be_empty(x, axis):
+            return _in_dtype(reduce(_with_initial(x, axis, initial), axis, bool(keepdims)), dtype)
         else:
             result = reduce(x, axis, bool(keepdims))
         if initial is not None:
@@ -130,6 +132,24 @@ def _reduction(reduce: Callable[..., TensorView]) -> Callable[..., TensorView]:
         return _in_dtype(result, dtype)
 
     return numpy_reduction
+
+
+def _reduced_axes(x: TensorView, axis) -> set[int]:
+    axes = range(x.ndim) if axis is None else [axis] if isinstance(axis, int) else axis
+    return {normalize_axis(a, x.ndim, "axis") for a in axes}
+
+
+def _may_be_empty(x: TensorView, axis) -> bool:
+    """Whether a reduction of `x` over `axis` may reduce nothing: some reduced extent is not a known non-zero."""
+    return not all(x.shape[a].is_const and x.shape[a].value > 0 for a in _reduced_axes(x, axis))
+
+
+def _with_initial(x: TensorView, axis, initial: object) -> TensorView:
+    """`x` with one more element, `initial`, at the end of each reduced axis: a max or min over it is
+    NumPy's with `initial=`, also over an empty axis (`np.max(speeds, initial=0.0)` of no particles),
+    where a max of nothing would have no value."""
+    reduced = _reduced_axes(x, axis)
+    return views.pad(x, [(0, 1) if a in reduced else (0, 0) for a in range(x.ndim)], initial)
 
 
 def reduction(name: str) -> Callable[..., TensorView]:

@@ -184,6 +184,8 @@ def _values_or_pair(name: str):
     def method(self: TensorView, *args: object, **kwargs: object):
         if len(args) == 1 and isinstance(args[0], TensorView) and not kwargs:  # torch's x.max(other)
             return elementwise("maximum" if name == "max" else "minimum", self, args[0])
+        if {"where", "initial", "out"} & kwargs.keys():  # NumPy's x.max(initial=0.0, where=mask)
+            return numpy_api.reduction(name)(self, *args, **kwargs)
         if "dim" not in kwargs:
             return reduction(self, *args, **kwargs)
         dim = kwargs.pop("dim")

@@ -336,14 +336,40 @@ def _cat_shape(ins, a):
             if i != axis:
                 why = f"cat: dimension {i} of {first.describe()} and {tv.describe()} must match"
                 first.fusion.require_equal(first.shape[i], tv.shape[i], why)
-    total = as_scalar(0)
-    for tv in ins:
-        total = total + tv.shape[axis]
+    total = _whole_extent(ins, axis)
+    if total is None:
+        total = as_scalar(0)
+        for tv in ins:
+            total = total + tv.shape[axis]
     # An axis of extent 1 in every input stays a broadcast (it broadcasts against others as NumPy's does);
     # one of extent 1 in some inputs only is known to be 1 at run time alone.
     every_broadcast = [all(tv.visible[i].is_broadcast for tv in ins) for i in range(first.ndim)]
     return [IterDomain(total) if i == axis else d.clone(None if every_broadcast[i] else IterType.ITERATION)
             for i, d in enumerate(first.visible)]
+
+
+def _whole_extent(ins, axis: int) -> Scalar | None:
+    """The extent of `x` along `axis` when `ins` are `x[c:]` and `x[:c]` there (a roll), in either order:
+    their extents add up to it for any `c`, as Python clamps slice bounds. Summed symbolically they give
+    an expression that nests with each roll of a roll (`max(n - min(c, n), 0) + min(c, n)`), and so do
+    the indices of every read through them: a heat equation stepped by np.roll in a Python loop
+    compiled in minutes. None for any other cat."""
+    if len(ins) != 2 or any(tv.definition is None or tv.definition.op != "slice" for tv in ins):
+        return None
+    source = ins[0].definition.inputs[0]
+    if ins[1].definition.inputs[0] is not source:
+        return None
+    triples = [tv.definition.attrs["slices"] for tv in ins]
+    whole = (None, None, 1)
+    if any(t[n] != whole for t in triples for n in range(len(t)) if n != axis):
+        return None
+    tail, head = sorted((t[axis] for t in triples), key=lambda bounds: bounds[1] is not None)
+    (cut, tail_stop, tail_step), (head_start, head_stop, head_step) = tail, head
+    if tail_stop is not None or tail_step != 1 or head_step != 1 or head_start not in (None, 0):
+        return None
+    if cut is None or head_stop is None or not as_scalar(cut).same_as(head_stop):
+        return None
+    return source.shape[axis]
 
 
 def _cat_reference(ctx: RefContext, args, out: TensorView, a: dict) -> np.ndarray:
