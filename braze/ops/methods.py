@@ -95,9 +95,15 @@ def _picks_go_first(items: list, array_at: int) -> bool:
     return advanced[-1] - advanced[0] + 1 != len(advanced)
 
 
+# A list of more ints is a gather: as many joined slices would make as many pieces to compile.
+MOST_JOINED_SLICES = 16
+
+
 def _take_picks(x: TensorView, y: TensorView, picks: object, axis: int, first: bool) -> TensorView:
-    """`y` with `axis` replaced by the elements `picks` names: a list of ints as slices joined (exact,
-    with no gather), an array or tensor of integers as a gather (`take`)."""
+    """`y` with `axis` replaced by the elements `picks` names: a short list of ints as slices joined
+    (exact, with no gather), an array or tensor of integers (or a long list) as a gather (`take`)."""
+    if isinstance(picks, list) and len(picks) > MOST_JOINED_SLICES:
+        picks = np.asarray(picks, dtype=np.int64)
     if isinstance(picks, list):
         taken = _slices_joined(x, y, picks, axis)
         ndim = 1

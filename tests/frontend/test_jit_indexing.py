@@ -89,6 +89,13 @@ def test_indexing_braze_does_not_take_is_refused_by_name(index, message) -> None
         bz.jit(index)(np.ones((3, 3)))
 
 
+def test_a_long_list_of_indices_is_a_gather() -> None:
+    """40 ints are taken in as one index array, not joined as 40 slices."""
+    x = np.arange(120.0).reshape(2, 60)
+    order = list(range(59, 19, -1))
+    np.testing.assert_array_equal(bz.jit(lambda x: x[:, order] * 2)(x), x[:, order] * 2)
+
+
 def test_an_index_out_of_range_of_a_list_is_an_error() -> None:
     with pytest.raises(bz.Error, match=r"index 5 of dimension 0 must lie within its extent"):
         bz.jit(lambda x: x[[0, 5]])(np.ones((3, 2)))
