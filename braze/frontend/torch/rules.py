@@ -47,15 +47,28 @@ def rule(*ops: object, accepts: Accepts | None = None) -> Callable[[Convert], Co
 # --- dtypes -----------------------------------------------------------------------------------------
 def finish(node: fx.Node, tv: TensorView) -> TensorView:
     """The op's result in the dtype torch recorded for the node."""
-    return torch_cast(tv, braze_dtype(meta(node).dtype))
+    value = meta(node)
+    return torch_cast(tv, braze_dtype(value.dtype), value.device.type)
 
 
-def torch_cast(tv: TensorView, dtype: dt.DType) -> TensorView:
-    """`tv` cast to `dtype` as eager PyTorch casts. PyTorch (c10's TypeCast, on CPUs and GPUs alike) takes
-    a float to uint8 through int64, as NumPy does, so -1.0 gives 255 and 256.0 gives 0; braze's own cast
-    saturates there (0 and 255)."""
-    if dtype == dt.uint8 and tv.dtype.is_floating:
-        tv = bz_ops.cast(tv, dt.int64)
+# The integer type eager PyTorch takes a float through on its way to a narrower integer type, per
+# device type: the float is truncated to it, then wrapped to the narrow type's width. braze's own cast
+# saturates instead. c10's TypeCast takes floats to uint8 through int64 on every device, as NumPy does
+# (-1.0 gives 255, 256.0 gives 0); PyTorch's CPU kernels convert to int8 and int16 as C++ compilers do
+# on x86 and Arm alike, through int32 (300.0 gives int8 44, 70000.0 int16 4464), where its CUDA kernels
+# saturate (PTX's cvt clamps), as braze does. (A float beyond int32's range has no defined int8 value
+# in C++: x86 and Arm give different ones, and braze gives Arm's.)
+FLOAT_TO_INT_THROUGH: dict[str, dict[dt.DType, dt.DType]] = {
+    "cpu": {dt.uint8: dt.int64, dt.int8: dt.int32, dt.int16: dt.int32},
+    "cuda": {dt.uint8: dt.int64},
+}
+
+
+def torch_cast(tv: TensorView, dtype: dt.DType, device_type: str) -> TensorView:
+    """`tv` cast to `dtype` as eager PyTorch casts on `device_type` (`FLOAT_TO_INT_THROUGH`)."""
+    through = FLOAT_TO_INT_THROUGH.get(device_type, {}).get(dtype)
+    if through is not None and tv.dtype.is_floating:
+        tv = bz_ops.cast(tv, through)
     return bz_ops.cast(tv, dtype)
 
 
@@ -269,10 +282,18 @@ def _div(b: RegionBuilder, node: fx.Node) -> TensorView:
     return finish(node, bz_ops.where(bz_ops.logical_and(r != 0, (x < 0) != (y < 0)), q + 1, q))
 
 
-# Eager PyTorch's CPU kernel multiplies out x ** 3 and x ** -2 for bfloat16 tensors, each product
-# rounded to bfloat16; for float16 it computes the power in float32 and rounds once, as braze's pow.
-STEPWISE_POWERS: dict[str, dict[str, dict[float, Callable[[TensorView], TensorView]]]] = {
-    "cpu": {"bfloat16": {3: lambda x: x * x * x, -2: lambda x: bz_ops.reciprocal(x * x)}},
+# The powers of a float tensor by a number that eager PyTorch computes without `pow`, per device type
+# and dtype (`_OWN_OPS_POWERS` where neither is listed). Where they are not its own operations
+# they round as eager's do: its CPU kernels multiply out x ** 3 and x ** -2 (each product rounded to the
+# tensor's dtype), and take x ** -0.5 as rsqrt (-0.0 gives -inf and -inf NaN, where pow gives inf and
+# 0), for float32, float64 and bfloat16; float16 has only its exact ones there (pow of -inf to 0.5 is
+# inf, where sqrt gives NaN). The others compute in float32 and round once, as braze's pow.
+_EXACT_POWERS: dict[float, Callable[[TensorView], TensorView]] = {
+    2: lambda x: x * x, 1: lambda x: x, -1: bz_ops.reciprocal}
+_OWN_OPS_POWERS = {**_EXACT_POWERS, 0.5: bz_ops.sqrt}
+_CPU_POWERS = {**_OWN_OPS_POWERS, -0.5: bz_ops.rsqrt, 3: lambda x: x * x * x, -2: lambda x: bz_ops.reciprocal(x * x)}
+POWERS_WITHOUT_POW: dict[str, dict[str, dict[float, Callable[[TensorView], TensorView]]]] = {
+    "cpu": {"float32": _CPU_POWERS, "float64": _CPU_POWERS, "bfloat16": _CPU_POWERS, "float16": _EXACT_POWERS},
 }
 
 
@@ -280,9 +301,8 @@ STEPWISE_POWERS: dict[str, dict[str, dict[float, Callable[[TensorView], TensorVi
 def _pow(b: RegionBuilder, node: fx.Node) -> TensorView:
     base, exponent = promoted(b, list(node.args[:2]))
     if isinstance(base, TensorView) and base.dtype.is_floating and not isinstance(exponent, TensorView):
-        special = {2: lambda x: x * x, 1: lambda x: x, 0.5: bz_ops.sqrt, -1: bz_ops.reciprocal,
-                   **STEPWISE_POWERS.get(meta(node).device.type, {}).get(base.dtype.name, {})}
-        if exponent in special:  # exact where torch is exact (x ** 2 is x * x there too)
+        special = POWERS_WITHOUT_POW.get(meta(node).device.type, {}).get(base.dtype.name, _OWN_OPS_POWERS)
+        if exponent in special:
             return finish(node, special[exponent](base))
     return finish(node, bz_ops.pow(base, exponent))
 
@@ -348,7 +368,7 @@ def _cast(b: RegionBuilder, node: fx.Node) -> TensorView:
 @rule(aten.copy.default)
 def _copy(b: RegionBuilder, node: fx.Node) -> TensorView:
     target, source = b.tensor(node.args[0]), b.tensor(node.args[1])
-    source = torch_cast(source, target.dtype)
+    source = torch_cast(source, target.dtype, meta(node).device.type)
     rank = len(meta(node).shape)
     source = bz_ops.broadcast(source, [True] * (rank - source.ndim) + [False] * source.ndim)
     return finish(node, bz_ops.expand(source, b.shape_of(node)))

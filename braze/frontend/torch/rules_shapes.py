@@ -389,14 +389,25 @@ rule(torch.ops.prims.amax.default)(_prims_reduce("max"))
 rule(torch.ops.prims.amin.default)(_prims_reduce("min"))
 
 
+# Eager PyTorch's CPU scan kernels keep the running value in `acc_type<scalar_t, /*is_cuda=*/false>`:
+# float64 for a float32 scan, so a running sum over thousands of elements stays within an ulp or two of
+# the exact one (a float32 running value drifts ten times further). Its CUDA kernels keep float32's.
+# Per device type, the dtypes a scan's running value widens to (braze's scans keep float32's).
+SCAN_ACCUMULATORS: dict[str, dict[dt.DType, dt.DType]] = {"cpu": {dt.float32: dt.float64}}
+
+
 @rule(aten.cumsum.default, aten.cumprod.default, aten.logcumsumexp.default)
 def _scan(b: RegionBuilder, node: fx.Node) -> TensorView:
     """`cumsum` / `cumprod` / `logcumsumexp` along `dim`, in `dtype` when one is given (else int64 for
-    integers and bools, as braze's scans give; logcumsumexp takes floats only, as torch's)."""
+    integers and bools, as braze's scans give; logcumsumexp takes floats only, as torch's), the running
+    value as wide as eager's kernel on the node's device keeps it (`SCAN_ACCUMULATORS`)."""
     args = bind(node)
     x = b.tensor(args["self"])
     if args.get("dtype") is not None:
         x = bz_ops.cast(x, braze_dtype(args["dtype"]))
+    accumulator = SCAN_ACCUMULATORS.get(meta(node).device.type, {}).get(x.dtype)
+    if accumulator is not None:
+        x = bz_ops.cast(x, accumulator)
     return finish(node, getattr(bz_ops, node.target._schema.name.split("::")[1])(x, args["dim"]))
 
 
