@@ -3,7 +3,8 @@ with partial rotary embeddings read from cos/sin caches by position ids, Gemma's
 float32, GPT-J's interleaved rotary embeddings (stack and flatten), DINO's centered, sharpened teacher targets,
 LayerScale with per-sample drop path, a squeeze-and-excitation gate, GroupNorm and InstanceNorm over 5-D
 inputs, int64 attention masks made additive and fully masked softmax rows, activations and statistics of
-one tensor, and a sum of the losses models train with. Random weights at small sizes: nothing is downloaded.
+one tensor, a sum of the losses models train with, and weight-normed layers. Random weights at small sizes:
+nothing is downloaded.
 
 `check_against_eager` runs a module through `torch.compile(backend="braze")` and eager PyTorch and compares
 every output, the gradient of every parameter and of every float input.
@@ -245,6 +246,23 @@ def training_loss_inputs(g: torch.Generator, batch: int = 6) -> tuple:
     target[2] = -100
     return (torch.randn(batch, 8, generator=g), target, F.log_softmax(torch.randn(batch, 5, generator=g), -1),
             (torch.rand(batch, 5, generator=g) > 0.5).float(), torch.randn(batch, 5, generator=g))
+
+
+class WeightNormed(nn.Module):
+    """Layers under `nn.utils.parametrizations.weight_norm`: a linear layer (norm over dim 0), wav2vec2's
+    positional convolution (a grouped conv1d, norm over its last dim, dim=2) and a vocoder's conv1d."""
+
+    def __init__(self, dim: int = 8) -> None:
+        super().__init__()
+        weight_norm = nn.utils.parametrizations.weight_norm
+        self.fc = weight_norm(nn.Linear(dim, dim))
+        self.positional = weight_norm(nn.Conv1d(dim, dim, 3, padding=1, groups=2), dim=2)
+        self.conv = weight_norm(nn.Conv1d(dim, dim, 3, padding=1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc(x).transpose(1, 2)
+        h = h + F.gelu(self.positional(h))
+        return torch.tanh(self.conv(F.leaky_relu(h, 0.1)))
 
 
 def normal(*shape: int) -> Callable[[torch.Generator], tuple]:

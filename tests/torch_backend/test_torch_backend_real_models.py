@@ -22,12 +22,15 @@ from real_models import (  # noqa: E402  (beside this file)
     Statistics,
     TrainingLosses,
     VolumeNorms,
+    WeightNormed,
     check_against_eager,
     integer_mask_inputs,
     neox_inputs,
     normal,
     training_loss_inputs,
 )
+
+import braze as bz  # noqa: E402
 
 
 def _inputs(make, *seeds: int) -> list[tuple]:
@@ -50,6 +53,14 @@ MODELS = {
 def test_a_layer_matches_eager_forward_and_backward(name: str) -> None:
     make_model, make_inputs = MODELS[name]
     check_against_eager(make_model, make_inputs())
+
+
+def test_weight_norms_backward_matches_eager_and_runs_in_braze() -> None:
+    """PyTorch keeps `_weight_norm_interface_backward` whole; braze decomposes it and fuses the pieces."""
+    check_against_eager(WeightNormed, _inputs(normal(2, 5, 8), 1))
+    torch.manual_seed(0)
+    explanation = bz.torch.explain(WeightNormed(), torch.randn(2, 5, 8, requires_grad=True), options=STRICT)
+    assert "_weight_norm_interface_backward" not in str(explanation), explanation
 
 
 def test_activations_and_statistics_match_eager_over_three_batch_sizes() -> None:
