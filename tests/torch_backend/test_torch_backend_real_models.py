@@ -147,3 +147,17 @@ def test_powers_eager_computes_without_pow_give_its_values() -> None:
         exact = n >= 3
         torch.testing.assert_close(a, e, rtol=0 if exact else 2 * torch.finfo(e.dtype).eps,
                                    atol=0, equal_nan=True, msg=lambda m, n=n: f"power {n}: {m}")
+
+
+@pytest.mark.parametrize("divide", [
+    lambda i: (i * 2 + 1) // 0, lambda i: (i.to(torch.uint8) * 3) % 256 + 1, lambda i: torch.fmod(i * 2, 0) - 1,
+    lambda i: torch.div(i + 1, 0, rounding_mode="floor").abs(),
+], ids=["floor_divide", "uint8_remainder_by_256", "fmod", "div_floor"])
+def test_an_integer_division_by_a_number_that_is_zero_raises_as_in_eager(divide) -> None:
+    """Eager raises ZeroDivisionError; braze's integer division by 0 gives 0. The node stays in PyTorch,
+    which raises, and the ops around it still build (fallback='error')."""
+    i = torch.arange(-3, 9)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        divide(i)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        torch.compile(divide, backend="braze", options=STRICT)(i)

@@ -98,25 +98,35 @@ def promoted(b: RegionBuilder, args: list[object], node: fx.Node | None = None) 
         dtype = dt.float32
     operands = [b.operand(a) for a in args]
     if node is not None and dtype.is_integer:
-        operands = [_int_as_eager_reads_it(x, dtype, node, position) for position, x in enumerate(operands)]
+        operands = [_int_as_eager_reads_it(x, dtype) for x in operands]
     return [bz_ops.cast(x, dtype) if isinstance(x, TensorView) else x for x in operands]
+
+
+def _int_as_eager_reads_it(value: object, dtype: dt.DType) -> object:
+    """A Python int operand of an integer op converted to the op's dtype as eager PyTorch converts it,
+    modulo 2^n: an int32 tensor plus 2**31 adds -2**31, a uint8 one plus -1 adds 255, and an int32
+    tensor compared with 2**32 is compared with 0. braze's ops refuse an int out of the dtype's range.
+    (A divisor that wraps to 0 never gets here: `integer_division_by_zero`.)"""
+    return dt.wrap_int(value, dtype) if type(value) is int else value
 
 
 # Ops whose second operand divides: eager PyTorch raises ZeroDivisionError for an integer divisor of 0.
 DIVIDING = frozenset({"div", "floor_divide", "remainder", "fmod"})
 
 
-def _int_as_eager_reads_it(value: object, dtype: dt.DType, node: fx.Node, position: int) -> object:
-    """A Python int operand of an integer op converted to the op's dtype as eager PyTorch converts it,
-    modulo 2^n: an int32 tensor plus 2**31 adds -2**31, a uint8 one plus -1 adds 255, and an int32
-    tensor compared with 2**32 is compared with 0. braze's ops refuse an int out of the dtype's range.
-    A divisor that wraps to 0 is left as it is (refused, so PyTorch raises its ZeroDivisionError)."""
-    if type(value) is not int:
-        return value
-    wrapped = dt.wrap_int(value, dtype)
-    if wrapped == 0 and position == 1 and node.target._schema.name.split("::")[-1] in DIVIDING:
-        return value
-    return wrapped
+def integer_division_by_zero(node: fx.Node) -> str | None:
+    """Why braze leaves an integer op dividing by a Python int that is 0 in the op's dtype (`i // 0`, a
+    uint8 tensor `% 256`) to PyTorch: eager raises ZeroDivisionError for it, and so does the compiled
+    model then, where braze's integer division by 0 gives 0. (A tensor divisor's zeros are not known
+    before the kernel runs: braze's kernels give 0 for them.)"""
+    value, divisor = meta(node), node.args[1] if len(node.args) > 1 else None
+    if type(divisor) is not int or node.target._schema.name.split("::")[-1] not in DIVIDING:
+        return None
+    if not isinstance(value, torch.Tensor) or value.dtype.is_floating_point or value.dtype == torch.bool:
+        return None  # a true division of integers gives floats: x / 0 is inf, as in eager
+    if dt.wrap_int(divisor, braze_dtype(value.dtype)) != 0:
+        return None
+    return "an integer division by 0 (eager PyTorch raises ZeroDivisionError)"
 
 
 # Eager PyTorch's kernels for a float16 or bfloat16 tensor and a Python number read the number in
@@ -181,7 +191,8 @@ def _binary(braze_op: str) -> Convert:
 for _name, _op in UNARY.items():
     rule(*_overloads(_name, "default"))(_unary(_op))
 for _name, _op in BINARY.items():
-    rule(*_overloads(_name, "Tensor", "Scalar", "default"))(_binary(_op))
+    rule(*_overloads(_name, "Tensor", "Scalar", "default"),
+         accepts=integer_division_by_zero if _name in DIVIDING else None)(_binary(_op))
 
 # Shifts: `x << 2` is aten.__lshift__.Scalar, torch.bitwise_left_shift(x, 2) its .Tensor_Scalar. Past the
 # bit width (or by a negative amount) torch and braze agree: left gives 0, right the sign.
@@ -222,7 +233,7 @@ for _name, _function in MATH_FUNCTIONS.items():
         rule(getattr(prims, _name).default)(_math_function(_function))
 
 
-@rule(*_overloads("fmod", "Tensor", "Scalar"))
+@rule(*_overloads("fmod", "Tensor", "Scalar"), accepts=integer_division_by_zero)
 def _fmod(b: RegionBuilder, node: fx.Node) -> TensorView:
     """C's fmod: the remainder with the quotient rounded toward zero (the sign of the dividend)."""
     return finish(node, bz_ops.fmod(*promoted(b, list(node.args[:2]), node)))
@@ -257,14 +268,16 @@ def _times_alpha(other: object, alpha: object, dtype: dt.DType) -> object:
     return dt.wrap_int(product, dtype) if dtype.is_integer and isinstance(product, int) else product
 
 
-def _rounding_mode_known(node: fx.Node) -> str | None:
+def _known_mode_and_no_division_by_zero(node: fx.Node) -> str | None:
     mode = bind(node).get("rounding_mode")
-    return None if mode in (None, "trunc", "floor") else f"rounding_mode={mode!r}"
+    if mode not in (None, "trunc", "floor"):
+        return f"rounding_mode={mode!r}"
+    return integer_division_by_zero(node)
 
 
 @rule(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode, aten.true_divide.Tensor,
       torch.ops.prims.div.default,
-      accepts=_rounding_mode_known)
+      accepts=_known_mode_and_no_division_by_zero)
 def _div(b: RegionBuilder, node: fx.Node) -> TensorView:
     args = bind(node)
     x, y = promoted(b, [args.get("self", args.get("a")), args.get("other", args.get("b"))], node)
