@@ -161,3 +161,22 @@ def test_an_integer_division_by_a_number_that_is_zero_raises_as_in_eager(divide)
         divide(i)
     with pytest.raises(RuntimeError, match="ZeroDivisionError"):
         torch.compile(divide, backend="braze", options=STRICT)(i)
+
+
+def _symbolic_numbers(x: torch.Tensor, n: int, past: int) -> tuple:
+    positions = torch.arange(past, past + x.shape[1])  # a key/value cache's position ids
+    return (x * n + n, torch.full_like(x, n), x.clamp(min=n, max=n + 3), torch.where(x > 0, n, x),
+            positions * n, torch.arange(past, past + 2 * x.shape[1], 2) + x.shape[0], x.sum(-1) + past)
+
+
+@pytest.mark.parametrize("dynamic", [None, True], ids=["automatic", "dynamic"])
+def test_symbolic_int_arguments_read_as_numbers_take_any_sign(dynamic) -> None:
+    """Python ints Dynamo makes symbolic (on a second call with another value, or with dynamic=True) that
+    ops read as numbers: braze carried each into its region as the extent of a zero-stride tensor, which
+    a negative number cannot be ('negative dimensions are not allowed'). They are scalars of the fusion."""
+    compiled = torch.compile(_symbolic_numbers, backend="braze", options=STRICT, dynamic=dynamic)
+    for n, past, shape in ((2, 5, (2, 3)), (3, 7, (2, 3)), (-4, -2, (3, 4)), (-1, 100, (4, 2))):
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(n))
+        for k, (a, e) in enumerate(zip(compiled(x, n, past), _symbolic_numbers(x, n, past), strict=True)):
+            assert a.dtype == e.dtype, (n, past, k)
+            torch.testing.assert_close(a, e, msg=lambda m, k=k, n=n: f"n={n}, output {k}: {m}")

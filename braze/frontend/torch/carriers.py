@@ -57,9 +57,20 @@ def missing_symbols(region: fx.GraphModule) -> set[sympy.Expr]:
             known |= _bare_symbols(meta(node))
         elif node.op == "call_function":
             needed |= _symbols(meta(node))
-            for arg in node.args:
-                needed |= _symbols([meta(a) for a in arg] if isinstance(arg, (list, tuple)) else meta(arg))
+            for position, arg in enumerate(node.args):
+                if not _read_as_number(node, position, arg):
+                    needed |= _symbols([meta(a) for a in arg] if isinstance(arg, (list, tuple)) else meta(arg))
     return needed - known
+
+
+def _read_as_number(node: fx.Node, position: int, arg: object) -> bool:
+    """Whether an op reads a symbolic int argument as a number, not a size (`x + n`, `torch.full(shape, n)`:
+    its schema says `number`, or `Tensor` for a number it wraps): the region reads it as a scalar then,
+    needing no carrier, which could carry no negative number."""
+    schema = getattr(node.target, "_schema", None)
+    if not isinstance(meta(arg), torch.SymInt) or schema is None or position >= len(schema.arguments):
+        return False
+    return "int" not in str(schema.arguments[position].type)
 
 
 @dataclass(frozen=True)

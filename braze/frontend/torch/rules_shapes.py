@@ -444,13 +444,13 @@ def _integer_range(node: fx.Node) -> str | None:
 @rule(aten.arange.start_step, aten.arange.default, aten.arange.start, accepts=_integer_range)
 def _arange(b: RegionBuilder, node: fx.Node) -> TensorView:
     args = bind(node)
-    start, end, step = args.get("start") or 0, b.extent(args["end"]), args.get("step") or 1
-    start = b.extent(start)
-    if not isinstance(start, int):  # braze's arange starts at an int: shift a range from 0 instead
-        values = bz_ops.arange(0, end - start, step) + start
-    else:
-        values = bz_ops.arange(start, end, step)
-    return finish(node, values)
+    start, step = args.get("start") or 0, args.get("step") or 1
+    if isinstance(start, int):
+        return finish(node, bz_ops.arange(start, b.extent(args["end"]), step))
+    # braze's arange starts at an int: count from 0 and shift by the start, a number the region reads
+    # (its bounds are numbers to torch, which it may not have as a size: carriers.py)
+    steps = bz_ops.arange(0, b.shape_of(node)[0])
+    return finish(node, (steps * step if step != 1 else steps) + b.operand(start))
 
 
 @rule(philox_random)
