@@ -9,6 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import torch.nn.functional as F  # noqa: E402
 from real_models import (  # noqa: E402  (beside this file)
     BF16,
     STRICT,
@@ -180,3 +181,30 @@ def test_symbolic_int_arguments_read_as_numbers_take_any_sign(dynamic) -> None:
         for k, (a, e) in enumerate(zip(compiled(x, n, past), _symbolic_numbers(x, n, past), strict=True)):
             assert a.dtype == e.dtype, (n, past, k)
             torch.testing.assert_close(a, e, msg=lambda m, k=k, n=n: f"n={n}, output {k}: {m}")
+
+
+SLICES = {
+    "head": lambda x, n: x[:, :n] * 2,
+    "tail": lambda x, n: x[:, n:].sum(-1),
+    "padded_tail": lambda x, n: F.pad(x, (0, 1))[:, n:] + 1,
+    "select_and_roll": lambda x, n: x[:, n] + x[:, -2:-1].sum() + x.roll(n, 1).sum(-1),
+}
+
+
+@pytest.mark.parametrize("name", SLICES)
+def test_symbolic_slice_bounds_of_either_sign_match_eager_forward_and_backward(name) -> None:
+    """`x[:, :n]` with a symbolic n: a negative n counts from the end. braze carried n into the region
+    after the slice (its sizes are `s0 + n`) as a tensor's extent, which a negative number cannot be
+    ('negative dimensions are not allowed'), and read a negative start as one from the start (wrong
+    values); now its negation is carried where the guards say n < 0, and a slice by a bound that may be
+    negative stays in PyTorch."""
+    sliced = SLICES[name]
+    compiled = torch.compile(sliced, backend="braze", options=STRICT, dynamic=True)
+    for n, shape in ((2, (2, 5)), (-1, (3, 6)), (-3, (2, 5))):
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(abs(n)))
+        leaves = [x.clone().requires_grad_() for _ in range(2)]
+        actual, expected = compiled(leaves[0], n), sliced(leaves[1], n)
+        torch.testing.assert_close(actual, expected, msg=lambda m, n=n: f"n={n}: {m}")
+        actual.sum().backward()
+        expected.sum().backward()
+        torch.testing.assert_close(leaves[0].grad, leaves[1].grad, msg=lambda m, n=n: f"n={n}, gradient: {m}")

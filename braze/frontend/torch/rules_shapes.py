@@ -16,7 +16,7 @@ from braze import ops as bz_ops
 from braze.frontend.torch.region_builder import RegionBuilder, bind, braze_dtype, meta
 from braze.frontend.torch.rng import philox_random
 from braze.frontend.torch.rules import aten, finish, rule
-from braze.frontend.torch.symbols import size_expr
+from braze.frontend.torch.symbols import sign_range, size_expr
 from braze.ir.tensor import TensorView
 from braze.ops import view_composites
 
@@ -79,7 +79,18 @@ def _squeeze(b: RegionBuilder, node: fx.Node) -> TensorView:
     return bz_ops.squeeze(x, [d for d in dims if sizes[d] == 1])  # torch leaves other sizes alone
 
 
-@rule(aten.slice.Tensor)
+def _bounds_from_the_start(node: fx.Node) -> str | None:
+    """braze's slice reads a symbolic bound as a position from the start; a negative one counts from the
+    end in torch (`x[:, :n]` with n = -1), which the guards may not settle."""
+    args = bind(node)
+    for name in ("start", "end"):
+        bound = meta(args[name])
+        if isinstance(bound, torch.SymInt) and not sign_range(bound)[0]:
+            return f"a symbolic {name} that may be negative (counted from the end)"
+    return None
+
+
+@rule(aten.slice.Tensor, accepts=_bounds_from_the_start)
 def _slice(b: RegionBuilder, node: fx.Node) -> TensorView:
     args = bind(node)
     x = b.tensor(args["self"])
