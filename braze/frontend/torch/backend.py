@@ -4,7 +4,8 @@ regions braze fuses, with PyTorch calls between them.
 AOTAutograd (through Dynamo's `aot_autograd` helper) traces the forward and the backward with
 PyTorch's core ATen decompositions plus the ones in `EXTRA_DECOMPOSITIONS`, which break norms,
 softmax and dropout into the pointwise ops and reductions braze fuses, `foreach.py`'s, which break
-`torch._foreach_*` ops into the op on each tensor, and `rng.py`'s of bernoulli's masks. Matrix
+`torch._foreach_*` ops into the op on each tensor, `rng.py`'s of bernoulli's masks, and
+`decompositions.py`'s of ops PyTorch keeps whole (weight norm's backward). Matrix
 multiplies whose extents break 16-byte alignment are padded (`pad_matmuls.py`), the pads fused into
 their producers' regions.
 Random numbers are keyed by a seed from torch's generator, and dropout masks drawn again in the
@@ -39,6 +40,7 @@ from braze import config
 from braze.errors import Error
 from braze.frontend.torch.ahead import compile_regions_ahead
 from braze.frontend.torch.carriers import Carrier, add_carriers, add_device_anchor, missing_symbols
+from braze.frontend.torch.decompositions import braze_decompositions
 from braze.frontend.torch.foreach import foreach_decompositions
 from braze.frontend.torch.options import Options, parse_options
 from braze.frontend.torch.pad_matmuls import pad_matmuls
@@ -69,7 +71,8 @@ EXTRA_DECOMPOSITIONS = [
 # decomposition of the forward does not give the logsumexp the fused backward reads (wrong gradients).
 KEPT_WHOLE = ("scaled_dot_product", "flash_attention", "efficient_attention")
 DECOMPOSITIONS = {op: fn for op, fn in {**core_aten_decompositions(), **get_decompositions(EXTRA_DECOMPOSITIONS),
-                                        **foreach_decompositions(), **bernoulli_decompositions()}.items()
+                                        **foreach_decompositions(), **bernoulli_decompositions(),
+                                        **braze_decompositions()}.items()
                   if not any(name in str(op) for name in KEPT_WHOLE)}
 
 REGION_PREFIX = "braze_region_"

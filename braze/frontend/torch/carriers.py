@@ -11,6 +11,7 @@ atoms) is carried the same way, PyTorch computing it on the host.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import sympy
@@ -18,7 +19,7 @@ import torch
 from torch import fx
 
 from braze.frontend.torch.region_builder import meta
-from braze.frontend.torch.symbols import is_atom, size_atoms, size_expr
+from braze.frontend.torch.symbols import is_atom, sign_range, size_atoms, size_expr
 
 _ZEROS: dict[torch.device, torch.Tensor] = {}
 
@@ -57,9 +58,20 @@ def missing_symbols(region: fx.GraphModule) -> set[sympy.Expr]:
             known |= _bare_symbols(meta(node))
         elif node.op == "call_function":
             needed |= _symbols(meta(node))
-            for arg in node.args:
-                needed |= _symbols([meta(a) for a in arg] if isinstance(arg, (list, tuple)) else meta(arg))
+            for position, arg in enumerate(node.args):
+                if not _read_as_number(node, position, arg):
+                    needed |= _symbols([meta(a) for a in arg] if isinstance(arg, (list, tuple)) else meta(arg))
     return needed - known
+
+
+def _read_as_number(node: fx.Node, position: int, arg: object) -> bool:
+    """Whether an op reads a symbolic int argument as a number, not a size (`x + n`, `torch.full(shape, n)`:
+    its schema says `number`, or `Tensor` for a number it wraps): the region reads it as a scalar then,
+    needing no carrier, which could carry no negative number."""
+    schema = getattr(node.target, "_schema", None)
+    if not isinstance(meta(arg), torch.SymInt) or schema is None or position >= len(schema.arguments):
+        return False
+    return "int" not in str(schema.arguments[position].type)
 
 
 @dataclass(frozen=True)
@@ -110,7 +122,25 @@ def _carrier(gm: fx.GraphModule, call: fx.Node, symbol: sympy.Expr, device: torc
     for node in numbers:
         value = meta(node)
         if isinstance(value, torch.SymInt) and size_expr(value) == symbol:
-            with gm.graph.inserting_before(call):
-                carrier = gm.graph.call_function(extent_carrier, (node, device))
-            return carrier, Carrier((symbol,), torch.int8)
+            return _number_carrier(gm, call, node, symbol, device)
     return None  # the region build then names the size it cannot find
+
+
+def _number_carrier(gm: fx.GraphModule, call: fx.Node, number: fx.Node, symbol: sympy.Expr,
+                    device: torch.device) -> tuple[fx.Node, Carrier] | None:
+    """A carrier of a symbolic int the graph has as a number: the number itself where its range (the
+    shape environment's guards) has it never negative, its negation where always negative (`x[:, :n]`
+    with n = -1: a slice bound from the end, the slice's size `s0 + n`); None where it may be either,
+    as an extent can be neither (the region then stays in PyTorch)."""
+    never_negative, always_negative = sign_range(meta(number))
+    if never_negative:
+        carried, sizes = number, (symbol,)
+    elif always_negative:
+        with gm.graph.inserting_before(call):
+            carried = gm.graph.call_function(operator.neg, (number,))
+        sizes = (-symbol,)
+    else:
+        return None
+    with gm.graph.inserting_before(call):
+        carrier = gm.graph.call_function(extent_carrier, (carried, device))
+    return carrier, Carrier(sizes, torch.int8)

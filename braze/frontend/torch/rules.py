@@ -47,15 +47,28 @@ def rule(*ops: object, accepts: Accepts | None = None) -> Callable[[Convert], Co
 # --- dtypes -----------------------------------------------------------------------------------------
 def finish(node: fx.Node, tv: TensorView) -> TensorView:
     """The op's result in the dtype torch recorded for the node."""
-    return torch_cast(tv, braze_dtype(meta(node).dtype))
+    value = meta(node)
+    return torch_cast(tv, braze_dtype(value.dtype), value.device.type)
 
 
-def torch_cast(tv: TensorView, dtype: dt.DType) -> TensorView:
-    """`tv` cast to `dtype` as eager PyTorch casts. PyTorch (c10's TypeCast, on CPUs and GPUs alike) takes
-    a float to uint8 through int64, as NumPy does, so -1.0 gives 255 and 256.0 gives 0; braze's own cast
-    saturates there (0 and 255)."""
-    if dtype == dt.uint8 and tv.dtype.is_floating:
-        tv = bz_ops.cast(tv, dt.int64)
+# The integer type eager PyTorch takes a float through on its way to a narrower integer type, per
+# device type: the float is truncated to it, then wrapped to the narrow type's width. braze's own cast
+# saturates instead. c10's TypeCast takes floats to uint8 through int64 on every device, as NumPy does
+# (-1.0 gives 255, 256.0 gives 0); PyTorch's CPU kernels convert to int8 and int16 as C++ compilers do
+# on x86 and Arm alike, through int32 (300.0 gives int8 44, 70000.0 int16 4464), where its CUDA kernels
+# saturate (PTX's cvt clamps), as braze does. (A float beyond int32's range has no defined int8 value
+# in C++: x86 and Arm give different ones, and braze gives Arm's.)
+FLOAT_TO_INT_THROUGH: dict[str, dict[dt.DType, dt.DType]] = {
+    "cpu": {dt.uint8: dt.int64, dt.int8: dt.int32, dt.int16: dt.int32},
+    "cuda": {dt.uint8: dt.int64},
+}
+
+
+def torch_cast(tv: TensorView, dtype: dt.DType, device_type: str) -> TensorView:
+    """`tv` cast to `dtype` as eager PyTorch casts on `device_type` (`FLOAT_TO_INT_THROUGH`)."""
+    through = FLOAT_TO_INT_THROUGH.get(device_type, {}).get(dtype)
+    if through is not None and tv.dtype.is_floating:
+        tv = bz_ops.cast(tv, through)
     return bz_ops.cast(tv, dtype)
 
 
@@ -85,25 +98,35 @@ def promoted(b: RegionBuilder, args: list[object], node: fx.Node | None = None) 
         dtype = dt.float32
     operands = [b.operand(a) for a in args]
     if node is not None and dtype.is_integer:
-        operands = [_int_as_eager_reads_it(x, dtype, node, position) for position, x in enumerate(operands)]
+        operands = [_int_as_eager_reads_it(x, dtype) for x in operands]
     return [bz_ops.cast(x, dtype) if isinstance(x, TensorView) else x for x in operands]
+
+
+def _int_as_eager_reads_it(value: object, dtype: dt.DType) -> object:
+    """A Python int operand of an integer op converted to the op's dtype as eager PyTorch converts it,
+    modulo 2^n: an int32 tensor plus 2**31 adds -2**31, a uint8 one plus -1 adds 255, and an int32
+    tensor compared with 2**32 is compared with 0. braze's ops refuse an int out of the dtype's range.
+    (A divisor that wraps to 0 never gets here: `integer_division_by_zero`.)"""
+    return dt.wrap_int(value, dtype) if type(value) is int else value
 
 
 # Ops whose second operand divides: eager PyTorch raises ZeroDivisionError for an integer divisor of 0.
 DIVIDING = frozenset({"div", "floor_divide", "remainder", "fmod"})
 
 
-def _int_as_eager_reads_it(value: object, dtype: dt.DType, node: fx.Node, position: int) -> object:
-    """A Python int operand of an integer op converted to the op's dtype as eager PyTorch converts it,
-    modulo 2^n: an int32 tensor plus 2**31 adds -2**31, a uint8 one plus -1 adds 255, and an int32
-    tensor compared with 2**32 is compared with 0. braze's ops refuse an int out of the dtype's range.
-    A divisor that wraps to 0 is left as it is (refused, so PyTorch raises its ZeroDivisionError)."""
-    if type(value) is not int:
-        return value
-    wrapped = dt.wrap_int(value, dtype)
-    if wrapped == 0 and position == 1 and node.target._schema.name.split("::")[-1] in DIVIDING:
-        return value
-    return wrapped
+def integer_division_by_zero(node: fx.Node) -> str | None:
+    """Why braze leaves an integer op dividing by a Python int that is 0 in the op's dtype (`i // 0`, a
+    uint8 tensor `% 256`) to PyTorch: eager raises ZeroDivisionError for it, and so does the compiled
+    model then, where braze's integer division by 0 gives 0. (A tensor divisor's zeros are not known
+    before the kernel runs: braze's kernels give 0 for them.)"""
+    value, divisor = meta(node), node.args[1] if len(node.args) > 1 else None
+    if type(divisor) is not int or node.target._schema.name.split("::")[-1] not in DIVIDING:
+        return None
+    if not isinstance(value, torch.Tensor) or value.dtype.is_floating_point or value.dtype == torch.bool:
+        return None  # a true division of integers gives floats: x / 0 is inf, as in eager
+    if dt.wrap_int(divisor, braze_dtype(value.dtype)) != 0:
+        return None
+    return "an integer division by 0 (eager PyTorch raises ZeroDivisionError)"
 
 
 # Eager PyTorch's kernels for a float16 or bfloat16 tensor and a Python number read the number in
@@ -168,7 +191,8 @@ def _binary(braze_op: str) -> Convert:
 for _name, _op in UNARY.items():
     rule(*_overloads(_name, "default"))(_unary(_op))
 for _name, _op in BINARY.items():
-    rule(*_overloads(_name, "Tensor", "Scalar", "default"))(_binary(_op))
+    rule(*_overloads(_name, "Tensor", "Scalar", "default"),
+         accepts=integer_division_by_zero if _name in DIVIDING else None)(_binary(_op))
 
 # Shifts: `x << 2` is aten.__lshift__.Scalar, torch.bitwise_left_shift(x, 2) its .Tensor_Scalar. Past the
 # bit width (or by a negative amount) torch and braze agree: left gives 0, right the sign.
@@ -209,7 +233,7 @@ for _name, _function in MATH_FUNCTIONS.items():
         rule(getattr(prims, _name).default)(_math_function(_function))
 
 
-@rule(*_overloads("fmod", "Tensor", "Scalar"))
+@rule(*_overloads("fmod", "Tensor", "Scalar"), accepts=integer_division_by_zero)
 def _fmod(b: RegionBuilder, node: fx.Node) -> TensorView:
     """C's fmod: the remainder with the quotient rounded toward zero (the sign of the dividend)."""
     return finish(node, bz_ops.fmod(*promoted(b, list(node.args[:2]), node)))
@@ -244,14 +268,16 @@ def _times_alpha(other: object, alpha: object, dtype: dt.DType) -> object:
     return dt.wrap_int(product, dtype) if dtype.is_integer and isinstance(product, int) else product
 
 
-def _rounding_mode_known(node: fx.Node) -> str | None:
+def _known_mode_and_no_division_by_zero(node: fx.Node) -> str | None:
     mode = bind(node).get("rounding_mode")
-    return None if mode in (None, "trunc", "floor") else f"rounding_mode={mode!r}"
+    if mode not in (None, "trunc", "floor"):
+        return f"rounding_mode={mode!r}"
+    return integer_division_by_zero(node)
 
 
 @rule(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode, aten.true_divide.Tensor,
       torch.ops.prims.div.default,
-      accepts=_rounding_mode_known)
+      accepts=_known_mode_and_no_division_by_zero)
 def _div(b: RegionBuilder, node: fx.Node) -> TensorView:
     args = bind(node)
     x, y = promoted(b, [args.get("self", args.get("a")), args.get("other", args.get("b"))], node)
@@ -269,10 +295,18 @@ def _div(b: RegionBuilder, node: fx.Node) -> TensorView:
     return finish(node, bz_ops.where(bz_ops.logical_and(r != 0, (x < 0) != (y < 0)), q + 1, q))
 
 
-# Eager PyTorch's CPU kernel multiplies out x ** 3 and x ** -2 for bfloat16 tensors, each product
-# rounded to bfloat16; for float16 it computes the power in float32 and rounds once, as braze's pow.
-STEPWISE_POWERS: dict[str, dict[str, dict[float, Callable[[TensorView], TensorView]]]] = {
-    "cpu": {"bfloat16": {3: lambda x: x * x * x, -2: lambda x: bz_ops.reciprocal(x * x)}},
+# The powers of a float tensor by a number that eager PyTorch computes without `pow`, per device type
+# and dtype (`_OWN_OPS_POWERS` where neither is listed). Where they are not its own operations
+# they round as eager's do: its CPU kernels multiply out x ** 3 and x ** -2 (each product rounded to the
+# tensor's dtype), and take x ** -0.5 as rsqrt (-0.0 gives -inf and -inf NaN, where pow gives inf and
+# 0), for float32, float64 and bfloat16; float16 has only its exact ones there (pow of -inf to 0.5 is
+# inf, where sqrt gives NaN). The others compute in float32 and round once, as braze's pow.
+_EXACT_POWERS: dict[float, Callable[[TensorView], TensorView]] = {
+    2: lambda x: x * x, 1: lambda x: x, -1: bz_ops.reciprocal}
+_OWN_OPS_POWERS = {**_EXACT_POWERS, 0.5: bz_ops.sqrt}
+_CPU_POWERS = {**_OWN_OPS_POWERS, -0.5: bz_ops.rsqrt, 3: lambda x: x * x * x, -2: lambda x: bz_ops.reciprocal(x * x)}
+POWERS_WITHOUT_POW: dict[str, dict[str, dict[float, Callable[[TensorView], TensorView]]]] = {
+    "cpu": {"float32": _CPU_POWERS, "float64": _CPU_POWERS, "bfloat16": _CPU_POWERS, "float16": _EXACT_POWERS},
 }
 
 
@@ -280,9 +314,8 @@ STEPWISE_POWERS: dict[str, dict[str, dict[float, Callable[[TensorView], TensorVi
 def _pow(b: RegionBuilder, node: fx.Node) -> TensorView:
     base, exponent = promoted(b, list(node.args[:2]))
     if isinstance(base, TensorView) and base.dtype.is_floating and not isinstance(exponent, TensorView):
-        special = {2: lambda x: x * x, 1: lambda x: x, 0.5: bz_ops.sqrt, -1: bz_ops.reciprocal,
-                   **STEPWISE_POWERS.get(meta(node).device.type, {}).get(base.dtype.name, {})}
-        if exponent in special:  # exact where torch is exact (x ** 2 is x * x there too)
+        special = POWERS_WITHOUT_POW.get(meta(node).device.type, {}).get(base.dtype.name, _OWN_OPS_POWERS)
+        if exponent in special:
             return finish(node, special[exponent](base))
     return finish(node, bz_ops.pow(base, exponent))
 
@@ -348,7 +381,7 @@ def _cast(b: RegionBuilder, node: fx.Node) -> TensorView:
 @rule(aten.copy.default)
 def _copy(b: RegionBuilder, node: fx.Node) -> TensorView:
     target, source = b.tensor(node.args[0]), b.tensor(node.args[1])
-    source = torch_cast(source, target.dtype)
+    source = torch_cast(source, target.dtype, meta(node).device.type)
     rank = len(meta(node).shape)
     source = bz_ops.broadcast(source, [True] * (rank - source.ndim) + [False] * source.ndim)
     return finish(node, bz_ops.expand(source, b.shape_of(node)))

@@ -16,7 +16,7 @@ from braze import ops as bz_ops
 from braze.frontend.torch.region_builder import RegionBuilder, bind, braze_dtype, meta
 from braze.frontend.torch.rng import philox_random
 from braze.frontend.torch.rules import aten, finish, rule
-from braze.frontend.torch.symbols import size_expr
+from braze.frontend.torch.symbols import sign_range, size_expr
 from braze.ir.tensor import TensorView
 from braze.ops import view_composites
 
@@ -79,7 +79,18 @@ def _squeeze(b: RegionBuilder, node: fx.Node) -> TensorView:
     return bz_ops.squeeze(x, [d for d in dims if sizes[d] == 1])  # torch leaves other sizes alone
 
 
-@rule(aten.slice.Tensor)
+def _bounds_from_the_start(node: fx.Node) -> str | None:
+    """braze's slice reads a symbolic bound as a position from the start; a negative one counts from the
+    end in torch (`x[:, :n]` with n = -1), which the guards may not settle."""
+    args = bind(node)
+    for name in ("start", "end"):
+        bound = meta(args[name])
+        if isinstance(bound, torch.SymInt) and not sign_range(bound)[0]:
+            return f"a symbolic {name} that may be negative (counted from the end)"
+    return None
+
+
+@rule(aten.slice.Tensor, accepts=_bounds_from_the_start)
 def _slice(b: RegionBuilder, node: fx.Node) -> TensorView:
     args = bind(node)
     x = b.tensor(args["self"])
@@ -389,14 +400,25 @@ rule(torch.ops.prims.amax.default)(_prims_reduce("max"))
 rule(torch.ops.prims.amin.default)(_prims_reduce("min"))
 
 
+# Eager PyTorch's CPU scan kernels keep the running value in `acc_type<scalar_t, /*is_cuda=*/false>`:
+# float64 for a float32 scan, so a running sum over thousands of elements stays within an ulp or two of
+# the exact one (a float32 running value drifts ten times further). Its CUDA kernels keep float32's.
+# Per device type, the dtypes a scan's running value widens to (braze's scans keep float32's).
+SCAN_ACCUMULATORS: dict[str, dict[dt.DType, dt.DType]] = {"cpu": {dt.float32: dt.float64}}
+
+
 @rule(aten.cumsum.default, aten.cumprod.default, aten.logcumsumexp.default)
 def _scan(b: RegionBuilder, node: fx.Node) -> TensorView:
     """`cumsum` / `cumprod` / `logcumsumexp` along `dim`, in `dtype` when one is given (else int64 for
-    integers and bools, as braze's scans give; logcumsumexp takes floats only, as torch's)."""
+    integers and bools, as braze's scans give; logcumsumexp takes floats only, as torch's), the running
+    value as wide as eager's kernel on the node's device keeps it (`SCAN_ACCUMULATORS`)."""
     args = bind(node)
     x = b.tensor(args["self"])
     if args.get("dtype") is not None:
         x = bz_ops.cast(x, braze_dtype(args["dtype"]))
+    accumulator = SCAN_ACCUMULATORS.get(meta(node).device.type, {}).get(x.dtype)
+    if accumulator is not None:
+        x = bz_ops.cast(x, accumulator)
     return finish(node, getattr(bz_ops, node.target._schema.name.split("::")[1])(x, args["dim"]))
 
 
@@ -433,13 +455,13 @@ def _integer_range(node: fx.Node) -> str | None:
 @rule(aten.arange.start_step, aten.arange.default, aten.arange.start, accepts=_integer_range)
 def _arange(b: RegionBuilder, node: fx.Node) -> TensorView:
     args = bind(node)
-    start, end, step = args.get("start") or 0, b.extent(args["end"]), args.get("step") or 1
-    start = b.extent(start)
-    if not isinstance(start, int):  # braze's arange starts at an int: shift a range from 0 instead
-        values = bz_ops.arange(0, end - start, step) + start
-    else:
-        values = bz_ops.arange(start, end, step)
-    return finish(node, values)
+    start, step = args.get("start") or 0, args.get("step") or 1
+    if isinstance(start, int):
+        return finish(node, bz_ops.arange(start, b.extent(args["end"]), step))
+    # braze's arange starts at an int: count from 0 and shift by the start, a number the region reads
+    # (its bounds are numbers to torch, which it may not have as a size: carriers.py)
+    steps = bz_ops.arange(0, b.shape_of(node)[0])
+    return finish(node, (steps * step if step != 1 else steps) + b.operand(start))
 
 
 @rule(philox_random)

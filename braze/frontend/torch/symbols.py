@@ -64,6 +64,14 @@ def size_expr(size: object) -> sympy.Expr | int:
     return int(size)
 
 
+def sign_range(number: torch.SymInt) -> tuple[bool, bool]:
+    """(never negative, always negative): what the shape environment's guards say of a symbolic int's
+    sign (Dynamo guards it where torch branches on it: a slice bound counts from the end when negative)."""
+    node = number.node
+    ranges = node.shape_env.bound_sympy(node.expr)
+    return bool(ranges.lower >= 0), bool(ranges.upper < 0)
+
+
 def size_atoms(expr: sympy.Expr | int) -> set[sympy.Expr]:
     """What a region must be given to compute the size `expr`: its symbols, and each largest part of it
     that braze's extents cannot compute (that part whole, not its symbols)."""
@@ -91,11 +99,14 @@ class ExtentMap:
         self.symbols: dict[sympy.Expr, Scalar] = {}
 
     def learn(self, shape: Sequence[object], extents: Sequence[Scalar]) -> None:
-        """Records each dimension of an input whose size is one atom."""
+        """Records each dimension of an input whose size is one atom, or one atom negated (the carrier
+        of a number that is always negative: carriers.py)."""
         for size, extent in zip(shape, extents):
             expr = size_expr(size)
             if is_atom(expr):
                 self.symbols.setdefault(expr, extent)
+            elif is_atom(-expr):
+                self.symbols.setdefault(-expr, -extent)
 
     def extent(self, size: object) -> Extent:
         """A size (int, SymInt, or a sympy expression) as an int or a braze extent."""
