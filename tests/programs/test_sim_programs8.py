@@ -14,35 +14,19 @@ pure-Python float64 reference; arrays a program writes whole start as NaN or -1.
 
 import numpy as np
 import pytest
-from cuda_on_cpu import available
-from loop_cuda_on_cpu import run_on_cpu
 from programs.conftest import CUDA, Place
-from programs.test_model_programs4 import CudaOnCpu, call
+from programs.test_model_programs4 import call
 from programs.test_sim_programs import cuda_compiles  # noqa: F401  (an autouse fixture: NVRTC on the CPU run)
+from programs.test_sim_programs7 import FAKE_GPU, launch, nans
 
 import braze as bz
 
 RNG = np.random.default_rng(808)
 
-FAKE_GPU = pytest.param(CudaOnCpu("cuda_on_cpu"), id="cuda_on_cpu",
-                        marks=pytest.mark.skipif(not available(), reason="needs g++"))
-
 
 @pytest.fixture(params=[pytest.param(Place("cpu"), id="cpu"), FAKE_GPU, CUDA])
 def where(request) -> Place:
     return request.param
-
-
-def launch(where: Place, kernel, *args) -> None:
-    """`kernel(*args)`, or on the fake GPU its CUDA run on the CPU (the arrays updated in place)."""
-    if isinstance(where, CudaOnCpu):
-        run_on_cpu(kernel, *args)
-    else:
-        kernel(*args)
-
-
-def nans(*shape: int, dtype=np.float32) -> np.ndarray:
-    return np.full(shape, np.nan, dtype)
 
 
 # --- adaptive time step ---------------------------------------------------------------------------------
