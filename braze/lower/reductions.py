@@ -65,13 +65,13 @@ class ReductionLoops:
         # one (cross_entropy's sum of losses and count of targets): the first one's choice holds.
         key = (tuple(self.extents), run)
         if run >= 2 and self.em.merged_loops.get(key, True):
-            selects, reductions = dict(self.em.selects), dict(self.em.reductions)
+            counts = dict(self.em.selects), dict(self.em.reductions), dict(self.em.elementwise)
             loops = self._loops(body, run)
             self.em.merged_loops[key] = loops is not None
             if loops is not None:
                 self.em.scopes.current.stmts.extend(loops)
                 return
-            self.em.selects, self.em.reductions = selects, reductions  # the attempt's are emitted again
+            self.em.selects, self.em.reductions, self.em.elementwise = counts  # the attempt's are emitted again
         self.em.scopes.current.stmts.extend(self._loops(body, 0))
 
     def _loops(self, body, run: int) -> list[k.Stmt] | None:

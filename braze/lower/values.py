@@ -34,6 +34,13 @@ SELECTS_PER_TENSOR = 16
 # is otherwise reduced again at every shift of every view: as many loop nests, which LLVM takes
 # minutes to compile and each element runs. Materialized, each read is a load.
 REDUCTIONS_PER_TENSOR = 8
+# How many times one task may compute one elementwise tensor, each at an index (or in a branch) of its
+# own, before the tensor gets a task of its own. A tensor read through shifted views (a stencil's
+# np.roll or slices) is computed again at each shift, and a chain of stencils (the steps of a heat
+# equation under @bz.jit) multiplies the shifts of one step by those of the next: the task grew
+# exponentially with the steps (four steps compiled in 7.6 s, each one more doubling it). Materialized,
+# each read is a load. (Inductor realizes a buffer read more than 4 times.)
+ELEMENTWISE_PER_TENSOR = 8
 
 
 class NeedsCut(Exception):
@@ -74,6 +81,7 @@ class ValueEmitter:
         self.merged_loops: dict[tuple, bool] = {}
         self.selects: dict[int, int] = {}  # id of a pad or cat -> how many times its branches were emitted
         self.reductions: dict[int, int] = {}  # id of a reduction -> how many times its loops were emitted
+        self.elementwise: dict[int, int] = {}  # id of an elementwise tensor -> how many times it was computed
         # While a reduction lifted out of a branch is emitted (in_range): 1, or 0 where the reduced
         # tensor is empty, so that its loops run no iteration at an index it does not have.
         self.reduction_trips: k.Expr | None = None
@@ -152,6 +160,9 @@ class ValueEmitter:
         expr = tv.definition
         category = lookup(expr.op).category
         if category == "elementwise":
+            self.elementwise[id(tv)] = self.elementwise.get(id(tv), 0) + 1
+            if self.elementwise[id(tv)] > ELEMENTWISE_PER_TENSOR:
+                raise NeedsCut(tv)
             return self._elementwise(tv, idx)
         if category == "reduction":
             return self.reduction(tv, idx)

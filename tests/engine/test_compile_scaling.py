@@ -50,6 +50,8 @@ BUILDS = {
     "lazy_chain": lambda ops, x, row, n: [lazy_chain(ops, x, n)],
     "wide": lambda ops, x, row, n: programs.wide(ops, x, row, 8 * n),
     "rolls": lambda ops, x, row, n: [programs.rolls(ops, x, n)],
+    # each step read at three shifts gets a task of its own (lower/values.py, ELEMENTWISE_PER_TENSOR)
+    "stencil_steps": lambda ops, x, row, n: [programs.stencil_steps(ops, x, n)],
     "gradients": lambda ops, x, row, n: gradients(ops, x, row, 4 * n),  # 40 ops at n = 2
 }
 
@@ -146,7 +148,7 @@ def test_constants_equal_in_python_stay_distinct_nodes():
     assert k.Const(float("nan"), bz.float32) == k.Const(float("nan"), bz.float32)
 
 
-@pytest.mark.parametrize("program, n", [("chain", 40), ("lazy_chain", 40), ("wide", 25)])
+@pytest.mark.parametrize("program, n", [("chain", 40), ("lazy_chain", 40), ("wide", 25), ("stencil_steps", 12)])
 def test_reuse_heavy_fusions_compile_fast_and_match_numpy(program, n):
     f = fusion(BUILDS[program], n)
     x, row = inputs(64, 100)
