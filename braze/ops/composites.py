@@ -131,9 +131,8 @@ def nll_loss(log_probs: TensorView, target: TensorView, reduction: str = "mean",
 def _target_loss(log_probs: TensorView, target: TensorView, reduction: str, weight: TensorView | None,
                  ignore_index: int, label_smoothing: float) -> TensorView:
     """-log_probs at each row's target (classes last), reduced as cross_entropy says."""
-    logits = log_probs
-    with defining(logits.fusion):
-        classes = arange(logits.shape[-1], dtype=target.dtype)
+    with defining(log_probs.fusion):
+        classes = arange(log_probs.shape[-1], dtype=target.dtype)
     counted = elementwise("ne", target, ignore_index)
     chosen = elementwise("eq", classes, unsqueeze(target, -1))
     if ignore_index >= 0:  # a negative ignore_index never equals a class: the test above suffices

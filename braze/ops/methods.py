@@ -120,7 +120,8 @@ def _take_picks(x: TensorView, y: TensorView, picks: object, axis: int, first: b
 
 def _slices_joined(x: TensorView, y: TensorView, picks: list, axis: int) -> TensorView:
     if not picks:
-        raise UnsupportedError(f"indexing {x.describe()}: an empty list of indices")
+        raise UnsupportedError(f"indexing {x.describe()}: dimension {axis}: expected a non-empty list of indices, "
+                               "got [] (a result of extent 0 along it: slice it, x[..., :0, ...])")
     pieces = []
     for pick in map(int, picks):
         piece = views.slice_tensor(y, [slice(None)] * axis + [slice(pick, pick + 1 if pick != -1 else None)])

@@ -414,9 +414,9 @@ def take(a, indices, axis=None, out=None, mode="raise"):
     """np.take: indices given as a traced tensor, an array or a list (taken in as an input), or an int.
     An index out of range gives what `take_along_axis` gives, whatever `mode` says."""
     _no_out("take", out)
-    if isinstance(indices, (int, np.integer)) and not isinstance(indices, bool):
-        taken = vc.take(a, trace_operand("np.take", np.asarray([indices])), axis)
-        return views.squeeze(taken, [0 if axis is None else axis])
+    if isinstance(indices, (int, np.integer)) and not isinstance(indices, bool):  # one slice, no gather
+        x = vc.tensor_arg("np.take", a)
+        return vc.select(views.reshape(x, [-1]) if axis is None else x, 0 if axis is None else axis, int(indices))
     if isinstance(indices, (list, tuple, np.ndarray)):
         indices = trace_operand("np.take", np.asarray(indices))
     return vc.take(a, indices, axis)
