@@ -587,7 +587,8 @@ def _run_and_prepare(fusion: FusionGraph, bound: BoundInputs, inputs: Sequence[o
     from braze.runtime.fast_call import FastCalls
 
     runtime = _cache_of(fusion).runtime(fusion, bound)
-    if config.disabled("fast_call"):
+    if config.disabled("fast_call") or fusion.sizing_scalars:
+        # A prepared call keys on the inputs' types, not on the values that size these shapes.
         return runtime.run(bound)
     fast = fusion.__dict__.get("_fast_calls")
     if fast is None:

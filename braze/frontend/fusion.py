@@ -39,6 +39,7 @@ class Fusion(ir.FusionGraph):
         if not name.isidentifier():
             raise FusionDefinitionError(f"name: expected an identifier (it names the kernels), got {name!r}")
         self.name = name  # kernels are named after it: <name>_t<task>_<tensor>
+        self.vectors: list[tuple[TensorView, ...]] = []  # define_vector's scalar inputs, each vector's
         self._scope = ExitStack()
 
     def __enter__(self) -> Fusion:
@@ -93,12 +94,18 @@ class Fusion(ir.FusionGraph):
         extents = [int(e) if static_sizes or e == 1 else -1 for e in shape]
         return self.define_tensor(extents, dt.as_dtype(tensor.dtype))
 
-    def define_vector(self, size: int, dtype: object = None) -> None:
-        """nvFuser's vector of scalar inputs, a shape given at run time: refused, since no shape here depends
-        on a value known only at execute()."""
-        raise FusionDefinitionError(
-            f"define_vector({size!r}): a shape here cannot come from scalar inputs; write the sizes as a list of "
-            "ints, constants (define_scalar(2)) or extents of the inputs (x.shape[0], x.size(0))")
+    def define_vector(self, size: int, dtype: object = dt.int64) -> list[TensorView]:
+        """nvFuser's vector of `size` integer scalar inputs, a shape given at run time: execute() takes
+        them one by one, or as one list or tuple in their place."""
+        self.check_definable("define_vector")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise FusionDefinitionError(f"define_vector: size: expected a non-negative int, got {size!r}")
+        dtype = dt.as_dtype(dtype)
+        if not dtype.is_integer:
+            raise FusionDefinitionError(f"define_vector: dtype: expected an integer dtype, got {dtype.name}")
+        vector = [self.define_scalar(dtype=dtype) for _ in range(size)]
+        self.vectors.append(tuple(vector))
+        return vector
 
     @staticmethod
     def _input_dim(tv: TensorView, axis: int, extent: int) -> IterDomain:
@@ -110,8 +117,8 @@ class Fusion(ir.FusionGraph):
                       name: str | None = None) -> TensorView:
         """A weak scalar: a constant when `value` is given, else an input passed to execute()."""
         self.check_definable("define_scalar")
-        if value is None and dtype is None:
-            raise FusionDefinitionError("define_scalar: expected a value or a dtype, got neither")
+        if value is None and dtype is None:  # nvFuser's default: a double input
+            dtype = dt.float64
         if value is not None and not isinstance(value, (bool, int, float)):
             raise FusionDefinitionError(f"define_scalar: value: expected bool, int or float, got {value!r}")
         dtype = dt.as_dtype(dtype) if dtype is not None else dt.python_scalar_dtype(value)
@@ -185,7 +192,23 @@ class Fusion(ir.FusionGraph):
             outputs = (fast.native or fast.run)(inputs) if fast is not None else None
             if outputs is not None:
                 return outputs
+        if self.vectors:
+            inputs = self._spread_vectors(inputs)
         return engine.execute(self, inputs, backend=backend, device=device, stream=stream)
+
+    def _spread_vectors(self, values: Sequence[object]) -> Sequence[object]:
+        """The inputs with each define_vector's values given as one list or tuple spread in its place."""
+        if not isinstance(values, Sequence) or len(values) == len(self.inputs):
+            return values
+        lengths = {id(vector[0]): len(vector) for vector in self.vectors if vector}
+        spread: list[object] = []
+        for value in values:
+            at = self.inputs[len(spread)] if len(spread) < len(self.inputs) else None
+            if isinstance(value, (list, tuple)) and len(value) == lengths.get(id(at), -1):
+                spread.extend(value)
+            else:
+                spread.append(value)
+        return spread
 
 
 def _is_contiguity(value: object) -> bool:

@@ -11,8 +11,13 @@ from typing import Any
 
 from braze.dtypes import DType
 from braze.errors import FusionDefinitionError
-from braze.ir.scalar import Scalar
+from braze.ir.scalar import Scalar, symbol
 from braze.ir.tensor import TensorView, Val
+
+
+def value_symbol_name(tv: TensorView) -> str:
+    """The name of the symbol an integer scalar input's value binds (`FusionGraph.value_symbol`)."""
+    return f"{tv.name}_value"
 
 
 class AliasKind(enum.Enum):
@@ -85,6 +90,9 @@ class FusionGraph:
         self.exprs: list[Expr] = []
         self.outputs: list[Output] = []
         self.extent_checks: list[ExtentCheck] = []
+        # Integer scalar inputs whose values size a shape (nvFuser's `full((n, m), ...)`, `reshape(x, [d0, s1])`
+        # of scalar inputs): each is the symbol `value_symbol` names, bound from the value at every call.
+        self.sizing_scalars: list[TensorView] = []
         # Extents of slices that keep one element of a long enough dimension (`x[:, :1]` of a symbolic
         # extent): an elementwise op broadcasts them as size-1 dimensions, checking the length at run time.
         self.one_element_extents: set[Scalar] = set()
@@ -147,6 +155,12 @@ class FusionGraph:
             out.definition = expr
         self.exprs.append(expr)
         return expr
+
+    def value_symbol(self, tv: TensorView) -> Scalar:
+        """The symbolic extent an integer scalar input's value stands for where it sizes a shape."""
+        if not any(tv is t for t in self.sizing_scalars):
+            self.sizing_scalars.append(tv)
+        return symbol(value_symbol_name(tv))
 
     def require_equal(self, lhs: Scalar, rhs: Scalar, why: str) -> None:
         """Records that two extents must match; static mismatches fail now, symbolic ones at run time."""

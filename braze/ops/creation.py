@@ -121,6 +121,7 @@ def arange(start: int | Scalar, stop: int | Scalar | None = None, step: int = 1,
     start, step = _python_int(start, "start"), _python_int(step, "step")
     if step == 0:
         raise FusionDefinitionError("arange: step: expected a non-zero int, got 0")
+    stop = size_value(stop, "arange: stop")  # an integer scalar input's value: a symbolic extent
     if not isinstance(stop, Scalar):
         stop = _python_int(stop, "stop")
     span = as_scalar(stop) - start if step > 0 else start - as_scalar(stop)

@@ -63,6 +63,9 @@ def _getitem(x: TensorView, index) -> TensorView:
         if item is None:
             new_axes.append(out_axis)
             out_axis += 1
+        elif isinstance(item, Scalar):  # an integer scalar input's value (nvFuser's select): never negative
+            slices.append(slice(item, item + 1, 1))
+            dropped.append((len(slices) - 1, item))
         elif isinstance(item, int) and not isinstance(item, bool):
             stop = item + 1 if item != -1 else None
             slices.append(slice(item, stop, 1))
@@ -145,7 +148,7 @@ def _check_index_item(x: TensorView, position: int, item: object) -> None:
     boolean mask, whose result's length depends on the data, is refused by name."""
     if item is None or item is Ellipsis or isinstance(item, slice):
         return
-    if isinstance(item, int) and not isinstance(item, bool):
+    if isinstance(item, (int, Scalar)) and not isinstance(item, bool):
         return
     kind = _index_array_kind(item)
     if kind == "i":

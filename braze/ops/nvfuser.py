@@ -17,6 +17,7 @@ from braze import ops as _ops
 from braze.errors import FusionDefinitionError
 from braze.ir.tensor import Shape, TensorView, normalize_axis
 from braze.ops import reductions as _reductions
+from braze.ops import torch_math as _torch_math
 from braze.ops import view_composites as _view_composites
 from braze.ops.elementwise import elementwise
 from braze.ops.reductions import keyword_aliases
@@ -106,8 +107,60 @@ def gather(arg: TensorView, index: TensorView, dim: int) -> TensorView:
 
 
 def index_select(arg: TensorView, index: TensorView, dim: int) -> TensorView:
-    """nvFuser's `index_select(arg, index, dim)`: the slices of `dim` a 1-d index names, in its order."""
+    """nvFuser's `index_select(arg, index, dim)`: the slices of `dim` a 1-d index names, in its order; a 0-d
+    index keeps `dim`, of extent 1, as torch's `index_select` does."""
+    if isinstance(index, TensorView) and index.ndim == 0:
+        index = _ops.reshape(index, [1])
     return _view_composites.take(arg, index, dim)
+
+
+def embedding_fwd(input: TensorView, weight: TensorView, padding_idx: object = None,  # noqa: A002
+                  max_norm: object = None, norm_type: object = None, scale_grad_by_freq: object = None,
+                  sparse: object = None) -> TensorView:
+    """nvFuser's `embedding_fwd`: torch's `F.embedding`, the rows of `weight` that `input` names. With
+    `max_norm`, each row whose `norm_type`-norm (2 by default) exceeds it is scaled down to it, as torch's
+    renormalization does, in the result only (torch also rewrites those rows of `weight` in place).
+    `padding_idx`, `scale_grad_by_freq` and `sparse` change only the gradient."""
+    rows = _view_composites.take(weight, input, 0)
+    if max_norm is None:
+        return rows
+    p = 2.0 if norm_type is None else norm_type
+    wide = _ops.cast(rows, dt.float32) if rows.dtype.itemsize < 4 else rows
+    inverse = 1.0 / p if isinstance(p, (int, float)) else elementwise("truediv", 1.0, p)
+    norm = elementwise("pow", _ops.sum(elementwise("pow", _ops.abs(wide), p), -1, keepdims=True), inverse)
+    # torch's embedding_renorm_: scale by max_norm / (norm + 1e-7) where the norm exceeds max_norm
+    scale = elementwise("where", elementwise("gt", norm, max_norm),
+                        elementwise("truediv", max_norm, elementwise("add", norm, 1e-7)), 1.0)
+    return _ops.cast(elementwise("mul", wide, scale), rows.dtype)
+
+
+def signbit(arg: TensorView) -> TensorView:
+    """nvFuser's `signbit(arg)`: whether the sign bit is set (-0.0 too), torch's `signbit`."""
+    return _torch_math.signbit(arg)
+
+
+def logical_right_shift(lhs: TensorView, rhs: object) -> TensorView:
+    """nvFuser's `logical_right_shift(x, n)`: x >> n with zeros shifted in, whatever x's sign (x's bits
+    as the unsigned integer of its width, shifted, read back as x's dtype)."""
+    lhs = _view_composites.tensor_arg("logical_right_shift", lhs)
+    rhs = rhs if isinstance(rhs, TensorView) else _ops.full([], rhs, lhs.dtype)
+    if not lhs.dtype.is_integer:
+        raise FusionDefinitionError(f"logical_right_shift: {lhs.describe()}: expected an integer dtype, got "
+                                    f"{lhs.dtype.name}")
+    if lhs.dtype.is_unsigned:
+        return elementwise("right_shift", lhs, rhs)
+    bits = dt.as_dtype(f"uint{8 * lhs.dtype.itemsize}")
+    # integer casts between one width wrap, keeping the bits
+    return _ops.cast(elementwise("right_shift", _ops.cast(lhs, bits), _ops.cast(rhs, bits)), lhs.dtype)
+
+
+def slice(arg: TensorView, start_indices: Sequence[object] | None = None,  # noqa: A001
+          end_indices: Sequence[object] | None = None, strides: Sequence[int] | None = None,
+          manual_normalization: object = False) -> TensorView:
+    """nvFuser's `slice(arg, start_indices, end_indices, strides, manual_normalization)`; braze's bounds
+    follow Python's rules whatever `manual_normalization` says (nvFuser's normalization of negative
+    bounds and its clamping, done for it there)."""
+    return _ops.slice(arg, start_indices=start_indices, end_indices=end_indices, strides=strides)
 
 
 def pad(arg: TensorView, pad_widths: Sequence[int | TensorView], value: object = None) -> TensorView:
@@ -186,8 +239,14 @@ def iota(length: int | TensorView, start: object = None, step: object = None, dt
          ) -> TensorView:
     """nvFuser's `iota(length, start, step, dtype)`: `start, start + step, ...`, `length` of them."""
     length = size_value(length, "iota: length")
-    start, step = (0 if v is None else size_value(v, f"iota: {what}") for v, what in ((start, "start"), (step, "step")))
+    start, step = (0 if v is None else v if _is_scalar_input(v) else size_value(v, f"iota: {what}")
+                   for v, what in ((start, "start"), (step, "step")))
     return elementwise("add", elementwise("mul", _ops.arange(length, dtype=dtype), step), start)
+
+
+def _is_scalar_input(value: object) -> bool:
+    """A scalar passed to execute(): a value in the fusion, not a size."""
+    return isinstance(value, TensorView) and value.scalar == "input"
 
 
 def rand_like(arg: TensorView) -> TensorView:

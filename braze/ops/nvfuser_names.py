@@ -19,7 +19,6 @@ _SORTING = "sorting and selection are not supported: compute them outside the fu
 SPELLED_OTHERWISE = {
     "bitwise_left_shift": "write bz.ops.left_shift (x << n)",
     "bitwise_right_shift": "write bz.ops.right_shift (x >> n)",
-    "logical_right_shift": "write bz.ops.right_shift of x cast to an unsigned type (its >> is logical)",
     "div": "write bz.ops.truediv (a / b) or bz.ops.floordiv (a // b)",
     "mod": "write bz.ops.remainder (the divisor's sign, a % b) or bz.ops.fmod (the dividend's sign)",
     "iota": "write bz.ops.arange(start, stop, step, dtype=...)",
@@ -29,7 +28,6 @@ SPELLED_OTHERWISE = {
     "welford": "write bz.ops.var_mean",
     "isneginf": "write x == -math.inf",
     "isposinf": "write x == math.inf",
-    "signbit": "write bz.ops.copysign(1.0, x) < 0",
     "size": "write x.size(dim) (or x.shape[dim]): an extent that reshape, broadcast_in_dim and slice take",
     "shape": "write x.shape, a tuple of extents", "tensor_sizes": "write x.shape, a tuple of extents",
     "at": "write x.shape[i]",
@@ -38,7 +36,7 @@ SPELLED_OTHERWISE = {
                     "braze has no op for it: compute it outside the fusion and pass the result in"),
     "gather": "write bz.ops.take_along_axis(x, index, dim) (a bz.Fusion's f.ops.gather takes nvFuser's arguments)",
     "index_select": "write bz.ops.take(x, index, dim) (a bz.Fusion's f.ops.index_select takes nvFuser's arguments)",
-    **dict.fromkeys(("index_put_accumulate", "scatter", "embedding_fwd", "select_index"), _INDEXING),
+    **dict.fromkeys(("index_put_accumulate", "scatter", "select_index"), _INDEXING),
     **dict.fromkeys(("matmul", "linear", "sdpfa_fwd", "sdpfa_bwd", "grouped_mm"), _MATRIX),
     **dict.fromkeys(("topk", "argsort", "sort"), _SORTING),
 }

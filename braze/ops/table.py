@@ -118,17 +118,22 @@ def _no_random_state() -> tuple[int, int]:
 
 
 def size_value(value: object, what: str) -> object:
-    """A size given as nvFuser writes them, `define_scalar(2)` (a constant) or `t.size(0)` (an extent),
-    as its value: an int or a symbolic extent. Anything else is returned as it is, for the caller to check;
-    a scalar input raises, since no shape can depend on a value known only at execute()."""
-    if not isinstance(value, TensorView) or value.scalar is None or value.visible:
+    """A size given as nvFuser writes them, `define_scalar(2)` (a constant), `t.size(0)` (an extent) or an
+    integer scalar input (its value, a symbolic extent bound at every call), as its value: an int or a
+    symbolic extent; a size computed from constants alone (`cast(2.5 * 7, Int)`), its number. Anything else
+    is returned as it is, for the caller to check."""
+    if not isinstance(value, TensorView) or value.visible:
         return value
+    if value.scalar is None:  # computed in the fusion: a number where only constants and sizes went in
+        number = size_number(value) if value.dtype.is_integer else None
+        return value if number is None else int(number)
     if value.scalar in ("const", "literal", "extent") and value.dtype.is_integer:
         return value.value
+    if value.scalar == "input" and value.dtype.is_integer:
+        return value.fusion.value_symbol(value)
     if value.scalar == "input":
-        raise FusionDefinitionError(
-            f"{what}: {value.describe()} is a scalar input, whose value no shape can depend on; define it with "
-            "its value (define_scalar(2)) or use an extent (x.shape[0])")
+        raise FusionDefinitionError(f"{what}: expected an integer scalar, got {value.describe()} of type "
+                                    f"{value.dtype.name}")
     return value
 
 

@@ -328,9 +328,10 @@ def matrix_transpose(x: TensorView) -> TensorView:
 def select(x: TensorView, axis: int, index: int) -> TensorView:
     """torch's `x.select(dim, index)`: the slice at `index` along `axis` with that axis removed
     (`x[:, index]` for axis 1); a negative index counts from the end. An index outside a symbolic
-    extent is an error at run time."""
+    extent is an error at run time, as is a negative index given as a scalar input (nvFuser's select), whose
+    value the symbolic extent `index` stands for."""
     axis = _axis("select", tensor_arg("select", x), axis)
-    if not isinstance(index, int) or isinstance(index, bool):
+    if not isinstance(index, (int, Scalar)) or isinstance(index, bool):
         raise FusionDefinitionError(f"select: index: expected an int, got {type(index).__name__} {index!r}")
     return x[(slice(None),) * axis + (index,)]
 

@@ -86,7 +86,8 @@ def reshape(x: TensorView, shape: Sequence[int | Scalar]) -> TensorView:
             raise FusionDefinitionError(f"reshape: cannot infer -1 in {shape} when the other extents multiply to 0")
         shape[inferred[0]] = numel // known
     extents = tuple(as_scalar(e) for e in shape)
-    x.fusion.require_equal(numel, _product(extents), f"reshape of {x.describe()} to {shape}: element counts")
+    shown = "[" + ", ".join(str(e) for e in extents) + "]"
+    x.fusion.require_equal(numel, _product(extents), f"reshape of {x.describe()} to {shown}: element counts")
     if len(extents) == x.ndim and all(a == b for a, b in zip(extents, x.shape)):
         return x
     return apply("reshape", [x], shape=extents)

@@ -9,7 +9,7 @@ import numpy as np
 
 from braze import dtypes as dt
 from braze.errors import InputError, a_or_an
-from braze.ir.fusion import AliasKind, FusionGraph
+from braze.ir.fusion import AliasKind, FusionGraph, value_symbol_name
 from braze.ir.tensor import TensorView
 from braze.runtime.arrays import as_host_array, overlaps_itself
 from braze.runtime.device_arrays import DeviceView, as_device_view, is_device_array
@@ -116,6 +116,14 @@ def _bind_tensor(tv: TensorView, value: object, where: str, bindings: dict[str, 
     return array, kind
 
 
+def _size_of(value: np.ndarray, where: str) -> int:
+    """The value of an integer scalar input that sizes a shape (FusionGraph.sizing_scalars)."""
+    size = int(value)
+    if size < 0:
+        raise InputError(f"{where}: expected a non-negative integer (it sizes a shape of the fusion), got {size}")
+    return size
+
+
 def input_label(position: int, tv: TensorView) -> str:
     """How an error names input `position`: `input 1 ('b')`, by its name where it has one."""
     return f"input {position} ({tv.label!r})" if tv.label else f"input {position} ({tv.name})"
@@ -132,6 +140,8 @@ def bind_inputs(fusion: FusionGraph, values: Sequence[object]) -> BoundInputs:
         where = input_label(position, tv)
         if tv.scalar is not None:
             arrays.append(_bind_scalar(tv, value, where))
+            if any(tv is t for t in fusion.sizing_scalars):
+                bindings[value_symbol_name(tv)] = _size_of(arrays[-1], where)
             continue
         array, kind = _bind_tensor(tv, value, where, bindings)
         arrays.append(array)
