@@ -130,11 +130,13 @@ class Fusion(ir.FusionGraph):
         return self.add_input(tv)
 
     # --- outputs -------------------------------------------------------------------------------
-    def add_output(self, t: TensorView, alias: TensorView | None = None, hidden: bool = False,
-                   stride_order: Sequence[int] | None = None, *, alias_input: TensorView | None = None) -> None:
-        """Marks `t` an output. `alias=inp` writes it in place into input `inp` (reuse_buffer);
-        `hidden=True` computes it without returning it; `stride_order` sets its memory layout.
-        nvFuser's `alias_input=inp` writes it into `inp` and does not return it, as there."""
+    def add_output(self, t: TensorView, alias_input: TensorView | None = None, hidden: bool = False,
+                   stride_order: Sequence[int] | None = None, *, alias: TensorView | None = None) -> None:
+        """Marks `t` an output. `alias=inp` writes it in place into input `inp` (reuse_buffer) and returns
+        it; `hidden=True` computes it without returning it; `stride_order` sets its memory layout.
+        nvFuser's `add_output(t, inp)` (or `alias_input=inp`) writes it into `inp` and does not return it,
+        as there: the in-place updates of definitions written for nvFuser (running statistics, optimizer
+        states) read as they are."""
         self.check_definable("add_output")
         if alias_input is not None:
             if alias is not None:

@@ -10,6 +10,7 @@ another name. Read through `bz.ops`, the same call would mean something else or 
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Sequence
 
 from braze import dtypes as dt
@@ -165,13 +166,34 @@ def slice(arg: TensorView, start_indices: Sequence[object] | None = None,  # noq
 
 def pad(arg: TensorView, pad_widths: Sequence[int | TensorView], value: object = None) -> TensorView:
     """nvFuser's `pad(arg, pad_widths, value)`: widths flat and from the last dimension, as torch's
-    `F.pad` takes them (`[left, right, top, bottom]`); `value` 0 when not given."""
+    `F.pad` takes them (`[left, right, top, bottom]`); `value` 0 when not given. A negative width cuts
+    that many elements off, as in torch and nvFuser."""
     if not isinstance(pad_widths, Sequence) or len(pad_widths) % 2 or any(
             isinstance(w, Sequence) for w in pad_widths):
         raise FusionDefinitionError(f"pad: pad_widths: expected an even number of widths, (before, after) for the "
                                     f"last dimension first, got {pad_widths!r}")
-    pairs = [tuple(pad_widths[i:i + 2]) for i in range(0, len(pad_widths), 2)]
-    return _ops.pad(arg, pairs[::-1], 0 if value is None else value)
+    pairs = [tuple(size_value(w, "pad: widths") for w in pad_widths[i:i + 2]) for i in range(0, len(pad_widths), 2)]
+    pairs = pairs[::-1]
+    cuts = [(-lo if _negative(lo) else None, hi if _negative(hi) else None) for lo, hi in pairs]
+    if any(cut != (None, None) for cut in cuts):
+        whole = [builtins.slice(None)] * (arg.ndim - len(cuts))  # `slice` here is nvFuser's op
+        arg = _ops.slice(arg, whole + [builtins.slice(*cut) for cut in cuts])
+        pairs = [(0 if _negative(lo) else lo, 0 if _negative(hi) else hi) for lo, hi in pairs]
+    return _ops.pad(arg, pairs, 0 if value is None else value)
+
+
+def _negative(width: object) -> bool:
+    return isinstance(width, int) and width < 0
+
+
+def cat(tensors: Sequence[TensorView], dim: int = 0, manual_padding: object = False) -> TensorView:
+    """nvFuser's `cat(tensors, dim, manual_padding)`; how nvFuser lowers it (`manual_padding`) is its own."""
+    return _ops.cat(tensors, dim)
+
+
+def squeeze(arg: TensorView, dims: object = None, squeeze_expanded: object = False) -> TensorView:
+    """nvFuser's `squeeze(arg, dims, squeeze_expanded)`: the dims must have extent 1 (checked at run time)."""
+    return _ops.squeeze(arg, dims)
 
 
 def broadcast(arg: TensorView, is_broadcast_dim: Sequence[bool]) -> TensorView:

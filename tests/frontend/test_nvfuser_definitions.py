@@ -60,6 +60,22 @@ def test_pad_takes_flat_widths_from_the_last_dimension_as_nvfuser() -> None:
     np.testing.assert_array_equal(middle, np.pad(x, [(0, 0), (1, 2), (0, 0)], constant_values=2.0))
 
 
+def test_a_negative_pad_width_cuts_as_in_nvfuser_and_torch() -> None:
+    torch = pytest.importorskip("torch")
+    x = sample(2, 5, 6)
+    with bz.Fusion() as fd:
+        t0 = fd.define_tensor([-1, -1, -1])
+        fd.add_output(fd.ops.pad(t0, [-1, 2, 1, -2], fd.define_scalar(7.0)))
+        fd.add_output(fd.ops.cat([t0, t0], 1, manual_padding=True))
+        fd.add_output(fd.ops.squeeze(fd.ops.slice(t0, [0, 0, 0], [1, 5, 6]), [0], squeeze_expanded=True))
+    for backend in ("reference", "llvm"):
+        padded, joined, first = fd.execute([x], backend=backend)
+        want = torch.nn.functional.pad(torch.from_numpy(x), [-1, 2, 1, -2], value=7.0).numpy()
+        np.testing.assert_array_equal(padded, want)
+        np.testing.assert_array_equal(joined, np.concatenate([x, x], 1))
+        np.testing.assert_array_equal(first, x[0])
+
+
 def test_welford_gives_mean_sum_of_squares_and_count() -> None:
     x = sample(2, 6)
     with bz.Fusion() as fd:
@@ -181,9 +197,22 @@ def test_alias_input_writes_in_place_and_returns_nothing_as_in_nvfuser() -> None
         fd.add_output(t1, alias_input=t0)
         fd.add_output(fd.ops.add(t1, fd.define_scalar(2.0)))
         with pytest.raises(bz.FusionDefinitionError, match="expected one of alias=, alias_input=, got both"):
-            fd.add_output(t1, t0, alias_input=t0)
+            fd.add_output(t1, alias=t0, alias_input=t0)
     (y,) = fd.execute([x])
     assert (x == 2).all() and (y == 4).all()
+
+
+def test_an_input_given_second_to_add_output_is_written_in_place_as_in_nvfuser() -> None:
+    """nvFuser's `add_output(t, inp)`, as a running mean's update writes it: into `inp`, not returned."""
+    x, running = sample(8, 3), np.zeros(3, np.float32)
+    with bz.Fusion() as fd:
+        t0, mean = fd.define_tensor([-1, -1]), fd.define_tensor([-1])
+        batch = fd.ops.sum(t0, [0])
+        fd.add_output(fd.ops.add(fd.ops.mul(mean, 0.9), fd.ops.mul(batch, 0.1 / 8)), mean)
+        fd.add_output(batch)
+    (total,) = fd.execute([x, running])
+    np.testing.assert_allclose(total, x.sum(0), rtol=1e-5)
+    np.testing.assert_allclose(running, x.mean(0) * 0.1, rtol=1e-5, atol=1e-7)
 
 
 def test_addcmul_takes_a_scalar_of_the_fusion_as_its_value() -> None:
