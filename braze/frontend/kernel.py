@@ -41,7 +41,7 @@ from braze.kir import nodes as k
 from braze.passes.fuse_tasks import Decision
 from braze.passes.simplify import map_children
 from braze.record import note_entry
-from braze.runtime.arrays import arguments_overlap, as_host_array, byte_span, overlaps_itself
+from braze.runtime.arrays import OverlapCheck, as_host_array, writable
 from braze.runtime.device_arrays import is_device_array
 from braze.runtime.fast_call import FastCalls
 
@@ -431,9 +431,7 @@ def _overlapping(arrays: list[np.ndarray]) -> bool:
     data never do, unless passed twice)."""
     if all(a.base is None for a in arrays):
         return len({id(a) for a in arrays}) < len(arrays)
-    return arguments_overlap([a.__array_interface__["data"][0] for a in arrays],
-                             [byte_span(a.shape, a.strides, a.itemsize) for a in arrays],
-                             any(a.flags.writeable and overlaps_itself(a.shape, a.strides, a.itemsize) for a in arrays))
+    return OverlapCheck(arrays, writable)([a.__array_interface__["data"][0] for a in arrays])
 
 
 def kernel(fn: Callable | None = None, *, debug: bool = False, fuse_tasks: bool = True):

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 from braze import engine
 from braze.errors import Error, InputError
 from braze.record import note_entry
+from braze.runtime.arrays import OverlapCheck
 from braze.runtime.device_arrays import DeviceView, as_device_view, is_device_array
-from braze.runtime.kernel_launch_cuda import views_overlap
 
 if TYPE_CHECKING:
     from braze.frontend.kernel import KernelFunction
@@ -40,7 +40,7 @@ class GpuCalls:
         fn = self.fn
         views = bind_arrays(fn, args)
         scalars = [fn._scalar(n, s, args[i]) for i, n, s in fn.scalar_specs]
-        overlapping = views_overlap(views)
+        overlapping = OverlapCheck(views)([v.ptr for v in views])  # any view overlapping itself counts
         device = views[0].device
         described = tuple((v.dtype, v.ndim, v.ndim > 0 and v.strides[-1] == v.itemsize) for v in views)
         classes = fn.extent_classes((*described, overlapping), [v.shape for v in views])

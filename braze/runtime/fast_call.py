@@ -291,7 +291,7 @@ class PreparedCall:
     def release(self) -> None:
         """Drops the generated and native functions made from this call (they refer back to it), so
         that reference counting alone frees it once its owner (FastCalls) lets it go."""
-        for made in ("run", "_native_execute", "launch_all", "_launch_all"):
+        for made in ("run", "_native_execute", "_launch_all"):
             self.__dict__.pop(made, None)
         self._guarded = None
 

@@ -171,7 +171,7 @@ def test_a_loop_kernel_for_a_larger_block_runs_the_recompile(monkeypatch) -> Non
     dx, dy = DeviceArray.from_numpy(x), DeviceArray.from_numpy(np.full_like(x, np.nan))
     scaled(dx, dy, 3.0)
     launcher = scaled.last_entry.launcher
-    assert launcher.block_size == 1024 and launcher.compiled.params.block_size == 1024
+    assert launcher.block == 1024 and launcher.compiled.params.block_size == 1024
     # float32 a * x + 1, fused into one rounding or not: within a unit in the last place of the result
     np.testing.assert_allclose(dy.numpy(), 3.0 * x.astype(np.float64) + 1.0, rtol=2e-7, atol=2e-7)
 

@@ -24,7 +24,7 @@ from braze.kir import nodes as k
 from braze.kir.layout import ArgLayout
 from braze.kir.python import evaluable, python_function, scalar_by_name
 from braze.record import RecordedLaunch, dump_launch, note_launch, record_state, recording
-from braze.runtime.arrays import arguments_overlap, byte_span, overlaps_itself, pack_array
+from braze.runtime.arrays import OverlapCheck, overlaps_itself, pack_array, writable
 from braze.runtime.device_arrays import dense_strides
 from braze.runtime.fast_call import CallPlan, PreparedCall, ScalarSlot, numpy_pointer
 from braze.runtime.graph import host_block, host_copy, host_task
@@ -163,6 +163,17 @@ class LoopArguments:
         self.status_slot = layout.slots.get(k.ASSERT_STATUS)
         self.messages = k.assert_messages(kernel)
 
+    def plan(self, arrays: Sequence, array_positions: Sequence[int], readers: Sequence[Callable[[object], int]],
+             scalar_positions: Sequence[int], status: int = 0) -> CallPlan:
+        """A prepared call's plan for arrays described as `arrays`, at `array_positions` among the
+        arguments and each read by its pointer reader, and scalars at `scalar_positions`: the block's
+        pointers and scalars are patched per call."""
+        return CallPlan(self.block(arrays, [0] * len(arrays), status),
+                        [(slot, position, read) for slot, position, read in zip(self.array_slots, array_positions,
+                                                                                 readers)],
+                        [ScalarSlot(slot, position, pack) for (slot, pack), position in zip(self.scalar_slots,
+                                                                                           scalar_positions)])
+
     def block(self, arrays: Sequence, pointers: Sequence[int], status: int = 0) -> list[int]:
         """The argument block with the arrays' pointers, extents and strides, and the status word's
         address, in place (scalars are written per call)."""
@@ -265,25 +276,19 @@ class CpuPreparedKernelCall(CpuPreparedCall):
 
     def __init__(self, launcher: KernelLauncher, arrays: Sequence[np.ndarray], array_positions: list[int],
                  scalar_positions: list[int], written: list[int], overlapping: bool) -> None:
-        arguments = launcher.arguments
-        self.status = None if arguments.status_slot is None else np.zeros(1, np.int64)
-        block = arguments.block(arrays, [0] * len(arrays), 0 if self.status is None else self.status.ctypes.data)
-        plan = CallPlan(block, [(slot, position, numpy_pointer) for slot, position in
-                                zip(arguments.array_slots, array_positions)],
-                        [ScalarSlot(slot, position, pack) for (slot, pack), position in
-                         zip(arguments.scalar_slots, scalar_positions)])
+        self.status = None if launcher.arguments.status_slot is None else np.zeros(1, np.int64)
+        plan = launcher.arguments.plan(arrays, array_positions, [numpy_pointer] * len(arrays), scalar_positions,
+                                       0 if self.status is None else self.status.ctypes.data)
         self.shapes = [a.shape for a in arrays]
         fixed = None if launcher.bounds_read_scalars else launcher.ranges(self.shapes, ())
         super().__init__(plan, launcher, fixed)
         self.executor = launcher  # its compiled code stays loaded while the call lives
         self.scalar_positions, self.written, self.overlapping = scalar_positions, written, overlapping
-        self.spans = [byte_span(a.shape, a.strides, a.itemsize) for a in arrays]
         # A view that overlaps itself counts as overlapping where it is writable (kernel.py's
         # `_overlapping`): the call serves the writability it was prepared with.
+        self.overlap = OverlapCheck(arrays, writable)
         self.self_overlapping = [p for p, a in zip(array_positions, arrays)
                                  if overlaps_itself(a.shape, a.strides, a.itemsize)]
-        self.writable_self_overlap = any(a.flags.writeable for p, a in zip(array_positions, arrays)
-                                         if p in self.self_overlapping)
         self.patched: tuple[int, ...] | None = None  # the pointers in the block
         self.verified: dict[tuple[int, ...], bool] = {}  # pointer sets checked: whether they overlap as compiled for
         self.other: CpuPreparedKernelCall | None = None  # the call for arrays that overlap the other way (`pair`)
@@ -311,8 +316,8 @@ class CpuPreparedKernelCall(CpuPreparedCall):
         for position in self.written:
             lines += [f"if not inputs[{position}].flags.writeable:", "    return None"]
         if self.self_overlapping:
-            writable = " or ".join(f"inputs[{p}].flags.writeable" for p in self.self_overlapping)
-            lines += [f"if ({writable}) is not {self.writable_self_overlap}:", "    return None"]
+            flags = " or ".join(f"inputs[{p}].flags.writeable" for p in self.self_overlapping)
+            lines += [f"if ({flags}) is not {self.overlap.overlaps_itself}:", "    return None"]
         if self.ranges is None or self.status is not None or config.current.dump:
             return [*lines, "general(inputs)"]
         return [*lines, *self._direct_unless_recording(names, "general(inputs)")]
@@ -320,7 +325,7 @@ class CpuPreparedKernelCall(CpuPreparedCall):
     def _overlap_as_compiled(self, pointers: tuple[int, ...]) -> bool:
         """Whether arrays at `pointers` overlap as those the kernel was compiled for did (remembered:
         a set checked once is not checked again)."""
-        fits = arguments_overlap(pointers, self.spans, self.writable_self_overlap) == self.overlapping
+        fits = self.overlap(pointers) == self.overlapping
         if len(self.verified) >= _VERIFIED_POINTER_SETS:
             self.verified.clear()
         self.verified[pointers] = fits
