@@ -195,7 +195,7 @@ def gpu(monkeypatch):
     monkeypatch.setattr(cuda_driver, "destroy_graph_exec", lambda graph: None)
     monkeypatch.setattr(cuda_driver, "launch_graph", fake.launch_graph)
     # bz.record(profile=True) times launches with CUDA events; the fake GPU's take no time.
-    monkeypatch.setattr(cuda_driver, "event", object)
+    monkeypatch.setattr(cuda_driver, "Event", object)
     monkeypatch.setattr(cuda_driver, "record_event", lambda event, stream=0: None)
     monkeypatch.setattr(cuda_driver, "elapsed_ms", lambda start, end: 0.0)
     return fake
