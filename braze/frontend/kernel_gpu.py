@@ -53,7 +53,13 @@ class GpuCalls:
         note_entry(f"prepared call {fn.__name__}")
         prepared = entry.launcher.prepare(views, scalars, args, fn.array_positions,
                                           [i for i, _, _ in fn.scalar_specs], overlapping)
-        self.calls.learn(args, prepared)
+        # Within one description only the arrays' overlap picks the kernel: a call filed for the other
+        # kernel takes this one as its pair. Else (none, or the cache refused it) this call is filed.
+        filed = self.calls.filed(args)
+        if filed is not None and filed.executor is not entry.launcher and filed.other is None:
+            filed.pair(prepared)
+        else:
+            self.calls.learn(args, prepared)
         if prepared.run(args) is None:
             raise Error(f"kernel {fn.__name__}: a freshly prepared call refused its own arguments")
 

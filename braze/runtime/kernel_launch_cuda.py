@@ -20,12 +20,11 @@ from braze.errors import KernelAssertionError
 from braze.kir import nodes as k
 from braze.native.launch_jit import NativeLaunches, native_launches
 from braze.record import RecordedLaunch, record_state, recording
-from braze.runtime.arrays import OverlapCheck
-from braze.runtime.backends.cpu import LoopArguments, bounds_function, bounds_read_scalars
 from braze.runtime.backends.cuda import CudaPreparedCall, LoadedKernel, PreparedLaunch, launch_specs, recorded_launch
 from braze.runtime.device_arrays import DeviceView
 from braze.runtime.fast_call import ArrayKind, gpu_array_kind
 from braze.runtime.graph import capture_stream
+from braze.runtime.loop_calls import LoopArguments, LoopCall, bounds_function, bounds_read_scalars
 
 
 @dataclass(frozen=True)
@@ -88,42 +87,35 @@ class CudaKernelLauncher(LoadedKernel):
 
 
 # --- the cached call ----------------------------------------------------------------------------
-class PreparedKernelCall(CudaPreparedCall):
+class PreparedKernelCall(LoopCall, CudaPreparedCall):
     """A loop kernel's call for arguments of one description: the fusions' CUDA prepared call (one
     generated function packing the scalars and launching every task on the arguments' stream, from
-    one native function where the grids are fixed), with what loop kernels add. The data pointers
-    are read first and, where one changed, patched into the block after checking that the
-    arguments' overlap is still what the kernel was compiled for. Grids that follow scalar
-    arguments, a debug kernel's checks and `bz.record()` take the launches from Python
-    (`_launch_general`). A call answers [] (a loop kernel returns nothing), None to bind again."""
+    one native function where the grids are fixed), with what loop kernels add (runtime/loop_calls.py:
+    the data pointers are checked and patched from Python). Grids that follow scalar arguments, a
+    debug kernel's checks and `bz.record()` take the launches from Python (`_launch_general`). A call
+    answers [] (a loop kernel returns nothing), None to bind again."""
 
     def __init__(self, launcher: CudaKernelLauncher, views: Sequence[DeviceView],
                  readers: list[ArrayKind], array_positions: list[int], scalar_positions: list[int],
                  launches: list[LoopTaskLaunch] | None, overlapping: bool) -> None:
-        self.launcher, self.planned, self.overlapping = launcher, launches, overlapping
+        self.planned = launches
         self.status = None if launcher.arguments.status_slot is None else _StatusWord(launcher.device)
         plan = launcher.arguments.plan(views, array_positions, [reader.pointer for reader in readers],
                                        scalar_positions, self.status.address if self.status else 0)
-        fixed = [] if launches is None or self.status is not None else [x for x in launches if x.grid]
-        super().__init__(plan, [_prepared_launch(launcher.kernel.name, x) for x in fixed], readers[0],
-                         array_positions[0], launcher.device)
-        self.executor = launcher  # its module stays loaded while the call lives
         self.fixed_grids = launches is not None and self.status is None  # launched from one native function
+        super().__init__(plan, [_prepared_launch(launcher.kernel.name, x) for x in launches if x.grid]
+                         if self.fixed_grids else [], readers[0], array_positions[0], launcher.device)
+        self.bind_loop(launcher, views, scalar_positions, overlapping)  # (a GPU array has no read-only flag)
         self.params = (ctypes.c_void_p * 1)(self.address)  # the block is the one kernel parameter
         self.params_address = ctypes.addressof(self.params)
-        self.scalar_positions = scalar_positions
-        self.overlap = OverlapCheck(views)  # (a GPU array has no read-only flag: any view overlapping itself counts)
-        self.shapes = [v.shape for v in views]  # what the bounds function reads
-        self.last_pointers: tuple[int, ...] | None = None
 
     def _build_launch_all(self) -> NativeLaunches | None:
         """The native launch of fixed grids (the pointers are patched from Python: see the class)."""
         return native_launches(self.device.driver_calls, launch_specs(self.launches)) if self.fixed_grids else None
 
     def _launch_source(self, names: dict[str, object], pointers: list[tuple[int, str]]) -> list[str]:
-        names.update(state=self, repoint=self._repoint, general=self._launch_general, recorders=record_state())
-        lines = [f"pointers = ({''.join(f'{expression}, ' for _, expression in pointers)})",
-                 "if pointers != state.last_pointers and not repoint(pointers):", "    return None"]
+        names.update(general=self._launch_general, recorders=record_state())
+        lines = self._pointer_lines(names, pointers)
         native = self.launch_all
         if native is None:
             return [*lines, "general(inputs, order)"]
@@ -131,31 +123,21 @@ class PreparedKernelCall(CudaPreparedCall):
         return [*lines, "if recorders.__dict__.get('stack'):", "    general(inputs, order)", "else:",
                 "    code = launch_all(order)", "    if code:", "        failed(code)"]
 
-    def _repoint(self, pointers: tuple[int, ...]) -> bool:
-        """Patches new data pointers into the block; False when the arguments' overlap changed (the
-        kernel was compiled for arguments that do, or do not, share memory)."""
-        if self.overlap(pointers) != self.overlapping:
-            return False
-        for (slot, _, _), address in zip(self.plan.input_pointers, pointers):
-            self.block[slot] = address
-        self.last_pointers = pointers
-        return True
-
     def _launch_general(self, args: Sequence[object], stream: int) -> None:
         """The general launch: grids that follow scalar arguments, debug checks, bz.record()."""
         launches = self.planned
         if launches is None:
-            launches = self.launcher.plan(self.launcher.bounds(self.shapes, [args[p] for p in self.scalar_positions]))
+            launches = self.executor.plan(self.executor.bounds(self.shapes, self.scalars(args)))
         record = recording()
         with self.device.current():
             if record:  # an open bz.graph() takes the launches onto its capture stream, keeping their module loaded
-                stream = capture_stream(stream, self.device, (*args, self.launcher),
-                                        f"kernel {self.launcher.kernel.name!r}", self.status is not None)
+                stream = capture_stream(stream, self.device, (*args, self.executor),
+                                        f"kernel {self.executor.kernel.name!r}", self.status is not None)
             if self.status is not None:
                 self.status.reset(stream)
             for x in launches:
                 if record:
-                    recorded_launch(RecordedLaunch(self.launcher.kernel.name, x.task.name, x.begin, x.end, x.grid),
+                    recorded_launch(RecordedLaunch(self.executor.kernel.name, x.task.name, x.begin, x.end, x.grid),
                                     stream, functools.partial(self._launch_task, x, stream) if x.grid else None)
                 elif x.grid:
                     self._launch_task(x, stream)
@@ -169,8 +151,8 @@ class PreparedKernelCall(CudaPreparedCall):
         """After a task of a debug kernel: raise the first failed check's message, as the CPU does."""
         code = self.status.read(stream)
         if code:
-            messages = self.launcher.arguments.messages
-            raise KernelAssertionError(f"kernel {self.launcher.kernel.name!r}: {messages[code - 1]}")
+            messages = self.executor.arguments.messages
+            raise KernelAssertionError(f"kernel {self.executor.kernel.name!r}: {messages[code - 1]}")
 
 
 def _prepared_launch(kernel: str, x: LoopTaskLaunch) -> PreparedLaunch:

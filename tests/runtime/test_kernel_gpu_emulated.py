@@ -300,6 +300,28 @@ def test_arguments_that_start_to_overlap_get_the_unfused_kernel(gpu):
     np.testing.assert_array_equal(base, reference)
 
 
+def test_arguments_overlapping_in_turn_stay_on_cached_calls(gpu):
+    """As on the host (runtime/loop_calls.py, LoopCall): the call of one description pairs with the
+    call of its unfused kernel, and arguments apart and together in turn bind no more."""
+    @bz.kernel
+    def shift(a: bz.Array[bz.float32, 1], b: bz.Array[bz.float32, 1]):
+        for i in range(b.shape[0]):
+            b[i] = a[i] + 1.0
+        for i in range(b.shape[0]):
+            a[i] = b[i] * 2.0
+
+    base = np.zeros(11, np.float32)
+    x, y = on_gpu(base[1:]), on_gpu(base[:10])
+    apart = on_gpu(np.zeros(10, np.float32))
+    shift(x, apart), shift(x, y)  # prepared, then paired
+    with bz.record() as rec:
+        for _ in range(3):
+            shift(x, apart)
+            shift(x, y)
+    assert rec.entries == [] and len(shift.calls.prepared) == 1 and len(shift.entries) == 2
+    assert len(rec.launches) == 9  # the fused kernel one launch, the unfused two
+
+
 def test_host_and_gpu_arrays_do_not_mix_and_devices_must_agree(gpu):
     @bz.kernel
     def copy(a: bz.Array[bz.float32, 1], b: bz.Array[bz.float32, 1]):
@@ -445,7 +467,7 @@ def test_fixed_grids_launch_from_one_native_function(gpu):
     assert prepared.launch_all is not None and prepared.launch_all.count == 6
     before = len(gpu.launches)
     particle_step_unfused(*arrays, np.float32(1e-3))  # the cached call: six launches, one native call
-    assert [name for name, _, _ in gpu.launches[before:]] == [t.name for t in prepared.launcher.kernel.tasks]
+    assert [name for name, _, _ in gpu.launches[before:]] == [t.name for t in prepared.executor.kernel.tasks]
     for _ in range(2):  # the same two steps on the host, through the CPU backend
         particle_step_unfused(*expected, np.float32(1e-3))
     for got, want in zip(host, expected):
