@@ -27,7 +27,7 @@ from braze.compile import cuda_driver
 from braze.compile.cuda_kernel import CudaLoopKernel
 from braze.errors import KernelAssertionError
 from braze.frontend.kernel import KernelFunction
-from braze.runtime.kernel_launch_cuda import CudaKernelLauncher
+from braze.runtime.backends.cuda_loop_kernels import CudaKernelLauncher
 
 
 @contextmanager

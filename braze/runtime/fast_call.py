@@ -171,7 +171,7 @@ class PreparedCall:
     from one call to the next in the same stream order (`_begin_source` sets it): that order makes
     reusing them safe, and a call then allocates only what it returns. A backend's subclass
     launches the kernels (runtime/backends/cpu.py, runtime/backends/cuda.py; a loop kernel's on a
-    GPU: runtime/kernel_launch_cuda.py), a loop kernel's with runtime/loop_calls.py's `LoopCall`.
+    GPU: runtime/backends/cuda_loop_kernels.py), a loop kernel's with runtime/loop_calls.py's `LoopCall`.
     """
 
     def __init__(self, plan: CallPlan) -> None:

@@ -158,15 +158,15 @@ def test_an_executor_for_a_larger_block_runs_the_recompile_and_keeps_both(monkey
 
 
 def test_a_loop_kernel_for_a_larger_block_runs_the_recompile(monkeypatch) -> None:
-    from braze.runtime import kernel_launch_cuda
+    from braze.runtime.backends import cuda_loop_kernels
 
     @bz.kernel
     def scaled(x: bz.Array[bz.float32, 1], y: bz.Array[bz.float32, 1], a: bz.float32):
         for i in range(x.shape[0]):
             y[i] = a * x[i] + 1.0
 
-    monkeypatch.setattr(kernel_launch_cuda, "CudaKernelLauncher",
-                        functools.partial(kernel_launch_cuda.CudaKernelLauncher, block=1024))
+    monkeypatch.setattr(cuda_loop_kernels, "CudaKernelLauncher",
+                        functools.partial(cuda_loop_kernels.CudaKernelLauncher, block=1024))
     x = np.random.default_rng(2).standard_normal(100_000).astype(np.float32)
     dx, dy = DeviceArray.from_numpy(x), DeviceArray.from_numpy(np.full_like(x, np.nan))
     scaled(dx, dy, 3.0)

@@ -1,8 +1,8 @@
 """The CUDA backend: a fusion's device (`CudaDevice`: buffers, launches and the cached call on the
 inputs' GPU and stream), the prepared call's launches on the inputs' stream, for fusions and loop
-kernels (runtime/kernel_launch_cuda.py) alike, a launch under `bz.record()` (noted, and timed with
-CUDA events when profiling), the executor of a fusion's compiled kernel (`CudaExecutor`), and
-`RtcKernel` for a user's own CUDA source."""
+kernels (cuda_loop_kernels.py) alike, a launch under `bz.record()` (noted, and timed with CUDA
+events when profiling), a compiled kernel loaded on a device (`LoadedKernel`) and the executor of a
+fusion's (`CudaExecutor`), and `RtcKernel` for a user's own CUDA source."""
 
 from __future__ import annotations
 

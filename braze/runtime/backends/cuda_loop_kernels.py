@@ -1,7 +1,8 @@
 """Loop kernels (`@bz.kernel`) on a GPU: `CudaKernelLauncher` holds the loaded functions of one
-compiled loop kernel (compile/cuda_kernel.py, `CudaLoopKernel`) on one device, and
-`PreparedKernelCall` is its cached call for arguments of one description, filed in the fusions' call
-cache (`fast_call.FastCalls`).
+compiled loop kernel (compile/cuda_kernel.py, `CudaLoopKernel`) on one device and plans each task's
+grid, and `PreparedKernelCall` is its cached call for arguments of one description (the CUDA
+prepared call of cuda.py with runtime/loop_calls.py's `LoopCall`), filed in the fusions' call cache
+(`fast_call.FastCalls`).
 """
 from __future__ import annotations
 
