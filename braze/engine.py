@@ -63,7 +63,7 @@ from braze.runtime.fusion_runtime import FusionRuntime
 from braze.runtime.inputs import BoundInputs, TensorSpec, bind_inputs
 
 if TYPE_CHECKING:
-    from braze.runtime.kernel_launch_cuda import CudaKernelLauncher
+    from braze.runtime.backends.cuda_loop_kernels import CudaKernelLauncher
 
 Backend = Callable[[FusionGraph, BoundInputs], list[np.ndarray]]
 DEFAULT_BACKEND = "llvm"
@@ -657,7 +657,7 @@ def loop_kernel_entry(kernel: k.Kernel, arrays: Sequence[k.ArrayParam], scalars:
     if device_index is None:
         compiled, decisions = compile_loop_kernel(kernel, fuse=fuse)
         return KernelEntry(KernelLauncher(compiled, arrays, scalars), decisions, written)
-    from braze.runtime.kernel_launch_cuda import CudaKernelLauncher
+    from braze.runtime.backends.cuda_loop_kernels import CudaKernelLauncher
 
     compiled, decisions = compile_loop_kernel_cuda(kernel, device_index, fuse=fuse, restrict=restrict)
     return KernelEntry(CudaKernelLauncher(compiled, cuda_driver.device(device_index), arrays, scalars), decisions,

@@ -27,7 +27,7 @@ from braze.compile import cuda_driver
 from braze.compile.cuda_kernel import CudaLoopKernel
 from braze.errors import KernelAssertionError
 from braze.frontend.kernel import KernelFunction
-from braze.runtime.kernel_launch_cuda import CudaKernelLauncher
+from braze.runtime.backends.cuda_loop_kernels import CudaKernelLauncher
 
 
 @contextmanager
@@ -43,9 +43,9 @@ def _fake_gpu(device: FakeDevice, resident: int):
 
 def launcher(kernel: KernelFunction, args: Sequence[object], sm_count: int = 2,
              resident: int = 1) -> tuple[CudaKernelLauncher, list[np.ndarray], list]:
-    """The CUDA launcher GpuCalls would make for `args` (host arrays stand for GPU ones: the CUDA
-    depends on dtypes, ranks, layouts and overlap only) on a fake GPU of `sm_count` SMs holding
-    `resident` blocks each, made once a signature; the arrays and scalars bound."""
+    """The CUDA launcher a GPU call (kernel_gpu.bind_and_run) would make for `args` (host arrays stand
+    for GPU ones: the CUDA depends on dtypes, ranks, layouts and overlap only) on a fake GPU of
+    `sm_count` SMs holding `resident` blocks each, made once a signature; the arrays and scalars bound."""
     if kernel.vector_params:
         args = kernel._flat_arguments(args)
     arrays, scalars, key = kernel._bind(args)

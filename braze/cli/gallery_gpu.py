@@ -58,7 +58,7 @@ def _timer():
     from braze.runtime.device_arrays import DeviceArray
 
     def timed(fn: Callable[[], object]) -> float:
-        start, end = cuda_driver.event(), cuda_driver.event()
+        start, end = cuda_driver.Event(), cuda_driver.Event()
         cuda_driver.record_event(start)
         fn()
         cuda_driver.record_event(end)

@@ -421,10 +421,6 @@ class Event:
             driver().cuEventDestroy(self.handle)
 
 
-def event() -> Event:
-    return Event()
-
-
 def record_event(ev: Event, stream: int = 0) -> None:
     call("cuEventRecord", driver().cuEventRecord, ev.handle, stream)
 

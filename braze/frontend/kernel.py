@@ -31,8 +31,8 @@ from braze import config, engine
 from braze import dtypes as dt
 from braze.dtypes import DType
 from braze.errors import Error, InputError, KernelTypeError, a_or_an
+from braze.frontend import kernel_gpu
 from braze.frontend.kernel_ast import translate_kernel
-from braze.frontend.kernel_gpu import GpuCalls
 from braze.frontend.kernel_lang import ArrayType, _ArrayTypes
 from braze.frontend.kernel_scope import ArrayHandle, Source, VectorValue
 from braze.frontend.kernel_vectors import VectorType
@@ -41,7 +41,7 @@ from braze.kir import nodes as k
 from braze.passes.fuse_tasks import Decision
 from braze.passes.simplify import map_children
 from braze.record import note_entry
-from braze.runtime.arrays import arguments_overlap, as_host_array, byte_span, overlaps_itself
+from braze.runtime.arrays import OverlapCheck, as_host_array, writable
 from braze.runtime.device_arrays import is_device_array
 from braze.runtime.fast_call import FastCalls
 
@@ -102,7 +102,6 @@ class KernelFunction:
         self.calls = FastCalls(len(self.specs), frozenset(i for i, _, _ in self.scalar_specs), any_scalar=True)
         self.entries: dict[tuple, engine.KernelEntry] = {}
         self.last_entry: engine.KernelEntry | None = None
-        self._gpu = None  # a kernel_gpu.GpuCalls, made at the first call with GPU arrays
         self._array_index = {self.specs[p][0]: n for n, p in enumerate(self.array_positions)}
         self._bound_extents: list[tuple[str, int]] | None = None  # (array, axis) read by task bounds
         self._warned: set[str] = set()  # warnings its translations gave: each is said once per kernel
@@ -117,9 +116,7 @@ class KernelFunction:
         if self.calls.run(args) is not None:  # arguments of a description seen before, still as prepared
             return
         if self.array_positions and _on_gpu(self, args):
-            if self._gpu is None:
-                self._gpu = GpuCalls(self)
-            self._gpu.bind_and_run(args)
+            kernel_gpu.bind_and_run(self, args)
             return
         self._bind_and_run(args)
 
@@ -431,9 +428,7 @@ def _overlapping(arrays: list[np.ndarray]) -> bool:
     data never do, unless passed twice)."""
     if all(a.base is None for a in arrays):
         return len({id(a) for a in arrays}) < len(arrays)
-    return arguments_overlap([a.__array_interface__["data"][0] for a in arrays],
-                             [byte_span(a.shape, a.strides, a.itemsize) for a in arrays],
-                             any(a.flags.writeable and overlaps_itself(a.shape, a.strides, a.itemsize) for a in arrays))
+    return OverlapCheck(arrays, writable)([a.__array_interface__["data"][0] for a in arrays])
 
 
 def kernel(fn: Callable | None = None, *, debug: bool = False, fuse_tasks: bool = True):

@@ -14,53 +14,42 @@ from typing import TYPE_CHECKING
 from braze import engine
 from braze.errors import Error, InputError
 from braze.record import note_entry
+from braze.runtime.arrays import OverlapCheck
 from braze.runtime.device_arrays import DeviceView, as_device_view, is_device_array
-from braze.runtime.kernel_launch_cuda import views_overlap
 
 if TYPE_CHECKING:
     from braze.frontend.kernel import KernelFunction
 
 
-class GpuCalls:
-    """The GPU calls of one `@bz.kernel`: prepared calls by argument description, in the kernel's call
-    cache (`KernelFunction.calls`, which its host calls share: runtime/fast_call.py)."""
-
-    def __init__(self, fn: KernelFunction) -> None:
-        self.fn = fn
-        # `calls.run(args)`: the cached call, [] where a prepared call ran `args`, else None (bind them).
-        self.calls = fn.calls
-
-    @property
-    def prepared(self) -> dict:
-        return self.calls.prepared
-
-    def bind_and_run(self, args: Sequence[object]) -> None:
-        """A call the cache did not take: check the arguments, compile if needed, prepare (the first
-        call of a description) and run."""
-        fn = self.fn
-        views = bind_arrays(fn, args)
-        scalars = [fn._scalar(n, s, args[i]) for i, n, s in fn.scalar_specs]
-        overlapping = views_overlap(views)
-        device = views[0].device
-        described = tuple((v.dtype, v.ndim, v.ndim > 0 and v.strides[-1] == v.itemsize) for v in views)
-        classes = fn.extent_classes((*described, overlapping), [v.shape for v in views])
-        key = (*described, overlapping, classes, *fn.knob_key(), ("cuda", device))
-        entry = fn.entries.get(key)
-        if entry is None:
-            entry = fn.entries[key] = self.compile(key, device)
-        fn.last_entry = entry
-        fn.check_writable(entry, views)  # (read-only GPU arrays have no cached call: checked each call)
-        note_entry(f"prepared call {fn.__name__}")
-        prepared = entry.launcher.prepare(views, scalars, args, fn.array_positions,
-                                          [i for i, _, _ in fn.scalar_specs], overlapping)
-        self.calls.learn(args, prepared)
-        if prepared.run(args) is None:
-            raise Error(f"kernel {fn.__name__}: a freshly prepared call refused its own arguments")
-
-    def compile(self, key: tuple, device: int) -> engine.KernelEntry:
-        kernel, arrays, scalars, fuse, overlapping = self.fn.signature_ir(key)
-        return engine.loop_kernel_entry(kernel, arrays, scalars, fuse=fuse, device_index=device,
-                                        restrict=not overlapping)
+def bind_and_run(fn: KernelFunction, args: Sequence[object]) -> None:
+    """A GPU call the kernel's call cache (`KernelFunction.calls`, which its host calls share) did not
+    take: check the arguments, compile if needed, prepare (the first call of a description) and run."""
+    views = bind_arrays(fn, args)
+    scalars = [fn._scalar(n, s, args[i]) for i, n, s in fn.scalar_specs]
+    overlapping = OverlapCheck(views)([v.ptr for v in views])  # any view overlapping itself counts
+    device = views[0].device
+    described = tuple((v.dtype, v.ndim, v.ndim > 0 and v.strides[-1] == v.itemsize) for v in views)
+    classes = fn.extent_classes((*described, overlapping), [v.shape for v in views])
+    key = (*described, overlapping, classes, *fn.knob_key(), ("cuda", device))
+    entry = fn.entries.get(key)
+    if entry is None:
+        kernel, arrays, scalar_params, fuse, _ = fn.signature_ir(key)
+        entry = fn.entries[key] = engine.loop_kernel_entry(kernel, arrays, scalar_params, fuse=fuse,
+                                                           device_index=device, restrict=not overlapping)
+    fn.last_entry = entry
+    fn.check_writable(entry, views)  # (read-only GPU arrays have no cached call: checked each call)
+    note_entry(f"prepared call {fn.__name__}")
+    prepared = entry.launcher.prepare(views, scalars, args, fn.array_positions, [i for i, _, _ in fn.scalar_specs],
+                                      overlapping)
+    # Within one description only the arrays' overlap picks the kernel: a call filed for the other
+    # kernel takes this one as its pair. Else (none, or the cache refused it) this call is filed.
+    filed = fn.calls.filed(args)
+    if filed is not None and filed.executor is not entry.launcher and filed.other is None:
+        filed.pair(prepared)
+    else:
+        fn.calls.learn(args, prepared)
+    if prepared.run(args) is None:
+        raise Error(f"kernel {fn.__name__}: a freshly prepared call refused its own arguments")
 
 
 def bind_arrays(fn: KernelFunction, args: Sequence[object]) -> list[DeviceView]:

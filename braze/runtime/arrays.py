@@ -4,7 +4,7 @@ inputs' own kind (a torch tensor in, a torch tensor out)."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -140,13 +140,24 @@ def byte_span(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -
     return lo, hi + itemsize
 
 
-def arguments_overlap(pointers: Sequence[int], spans: Sequence[tuple[int, int] | None],
-                      self_overlapping: bool = False) -> bool:
-    """Whether two of a call's arrays (data pointers and `byte_span`s) may share memory, or
-    `self_overlapping` (the caller's `overlaps_itself` answer for the arrays that matter): the one
-    overlap check of loop-kernel calls on every backend. Task fusion treats parameters as distinct
-    resources, so such a call gets a kernel compiled without fusion."""
-    if self_overlapping:
-        return True
-    placed = sorted((p + span[0], p + span[1]) for p, span in zip(pointers, spans) if span is not None)
-    return any(later[0] < earlier[1] for earlier, later in zip(placed, placed[1:]))
+def writable(array: Any) -> bool:
+    """Whether a host array overlapping itself counts as overlapping: only where a kernel may write it."""
+    return array.flags.writeable
+
+
+class OverlapCheck:
+    """The one overlap check of loop-kernel calls on every backend: whether arrays of one
+    description (shapes and strides), at the data pointers a call gives, may share memory, or one
+    of them overlaps itself where `counts(array)` says that counts (on the host, a writable one).
+    Task fusion treats parameters as distinct resources, so such a call gets a kernel compiled
+    without fusion."""
+
+    def __init__(self, arrays: Sequence[Any], counts: Callable[[Any], bool] = lambda array: True) -> None:
+        self.spans = [byte_span(a.shape, a.strides, a.itemsize) for a in arrays]
+        self.overlaps_itself = any(counts(a) and overlaps_itself(a.shape, a.strides, a.itemsize) for a in arrays)
+
+    def __call__(self, pointers: Sequence[int]) -> bool:
+        if self.overlaps_itself:
+            return True
+        placed = sorted((p + span[0], p + span[1]) for p, span in zip(pointers, self.spans) if span is not None)
+        return any(later[0] < earlier[1] for earlier, later in zip(placed, placed[1:]))

@@ -171,7 +171,7 @@ class PreparedCall:
     from one call to the next in the same stream order (`_begin_source` sets it): that order makes
     reusing them safe, and a call then allocates only what it returns. A backend's subclass
     launches the kernels (runtime/backends/cpu.py, runtime/backends/cuda.py; a loop kernel's on a
-    GPU: runtime/kernel_launch_cuda.py).
+    GPU: runtime/backends/cuda_loop_kernels.py), a loop kernel's with runtime/loop_calls.py's `LoopCall`.
     """
 
     def __init__(self, plan: CallPlan) -> None:
@@ -185,7 +185,7 @@ class PreparedCall:
         self.entries: dict[tuple, PreparedCall] = {}  # its kernel executor's entries, where it is filed
         self.executor: object = None  # the executor whose compiled code it launches, held while it lives
         self.busy = threading.Lock()  # the block is patched in place: one caller at a time
-        self.matches: Guard | NumpyGuard | None = None  # FastCalls.learn sets the guard
+        self.matches: Guard | None = None  # FastCalls.learn sets the guard
         self._guarded: Callable[[Sequence[object]], list | None] | None = None
 
     def run(self, inputs: Sequence[object]) -> list | None:
@@ -291,7 +291,7 @@ class PreparedCall:
     def release(self) -> None:
         """Drops the generated and native functions made from this call (they refer back to it), so
         that reference counting alone frees it once its owner (FastCalls) lets it go."""
-        for made in ("run", "_native_execute", "launch_all", "_launch_all"):
+        for made in ("run", "_native_execute", "_launch_all"):
             self.__dict__.pop(made, None)
         self._guarded = None
 
@@ -515,24 +515,34 @@ def _declined(*args: object, **kwargs: object) -> None:
 
 @dataclass(frozen=True)
 class Guard:
-    """Whether later inputs are described as the ones it was made from are, by torch's C++ tensor
-    guards (dtype, device, shape, strides, and also the tensor type, dispatch keys, requires_grad
-    and that no object is passed twice, so it may say no where the key would match: that call
-    takes the key), plus the count of inputs and each scalar's type."""
+    """Whether later inputs are described as the ones it was made from are: the count of inputs,
+    each scalar's type, and the arrays. NumPy arrays: each one's type, dtype (the same object: another
+    that equals it takes the key), shape and strides compared in line, with no key built or hashed.
+    torch tensors: torch's C++ tensor guards (dtype, device, shape, strides, and also the tensor type,
+    dispatch keys, requires_grad and that no object is passed twice, so it may say no where the key
+    would match: that call takes the key)."""
 
-    check: Callable[..., bool]  # TensorGuards.check over the array inputs
     count: int
-    arrays: tuple[int, ...]
     scalars: tuple[tuple[int, type], ...]
+    arrays: tuple  # NumPy arrays: (position, dtype, shape, strides) each; torch tensors: their positions
+    check: Callable[..., bool] | None = None  # TensorGuards.check over the tensors (None: NumPy arrays)
     tensors: tuple[tuple, ...] = ()  # the tensors' descriptions for a native check (native/torch_call.py)
 
     def condition(self, names: dict[str, object]) -> str:
         """The test as an expression of `inputs` for generated code, adding the names it uses
         (it may raise TypeError or IndexError: the caller catches them as a no)."""
-        names["check"] = self.check
         names.update((f"scalar{n}", cls) for n, cls in self.scalars)
-        return (f"len(inputs) == {self.count} and check({', '.join(f'inputs[{n}]' for n in self.arrays)})"
-                + "".join(f" and type(inputs[{n}]) is scalar{n}" for n, _ in self.scalars))
+        if self.check is not None:
+            names["check"] = self.check
+            arrays = f" and check({', '.join(f'inputs[{n}]' for n in self.arrays)})"
+        else:
+            names["ndarray"] = np.ndarray
+            names.update((f"dtype{n}", dtype) for n, dtype, _, _ in self.arrays)
+            arrays = "".join(f" and type(inputs[{n}]) is ndarray and inputs[{n}].dtype is dtype{n}"
+                             f" and inputs[{n}].shape == {shape!r} and inputs[{n}].strides == {strides!r}"
+                             for n, _, shape, strides in self.arrays)
+        return f"len(inputs) == {self.count}{arrays}" + "".join(f" and type(inputs[{n}]) is scalar{n}"
+                                                               for n, _ in self.scalars)
 
     def function(self) -> Callable[[Sequence[object]], bool]:
         """The test as a function of `inputs`, a TypeError or IndexError a no (the guarded call
@@ -543,38 +553,14 @@ class Guard:
         return names["matches"]
 
 
-@dataclass(frozen=True)
-class NumpyGuard:
-    """Whether later inputs are described as the ones it was made from are, for NumPy arrays: each
-    array's type, dtype (the same object: another that equals it takes the key), shape and strides
-    compared in line, with no key built or hashed, plus the count of inputs and each scalar's type."""
-
-    count: int
-    arrays: tuple[tuple[int, np.dtype, tuple[int, ...], tuple[int, ...]], ...]  # (position, dtype, shape, strides)
-    scalars: tuple[tuple[int, type], ...]
-
-    def condition(self, names: dict[str, object]) -> str:
-        """The test as an expression of `inputs` for generated code, as `Guard.condition`."""
-        names["ndarray"] = np.ndarray
-        names.update((f"dtype{n}", dtype) for n, dtype, _, _ in self.arrays)
-        names.update((f"scalar{n}", cls) for n, cls in self.scalars)
-        return (f"len(inputs) == {self.count}"
-                + "".join(f" and type(inputs[{n}]) is ndarray and inputs[{n}].dtype is dtype{n}"
-                          f" and inputs[{n}].shape == {shape!r} and inputs[{n}].strides == {strides!r}"
-                          for n, _, shape, strides in self.arrays)
-                + "".join(f" and type(inputs[{n}]) is scalar{n}" for n, _ in self.scalars))
-
-    function = Guard.function
-
-
-def guard(inputs: Sequence[object], scalar_positions: frozenset[int]) -> Guard | NumpyGuard | None:
+def guard(inputs: Sequence[object], scalar_positions: frozenset[int]) -> Guard | None:
     """The guard of calls described as `inputs` are; None where the arrays are neither all NumPy
     arrays nor all torch tensors, or this torch has no such guards."""
     arrays = tuple(n for n in range(len(inputs)) if n not in scalar_positions)
     scalars = tuple((n, type(inputs[n])) for n in sorted(scalar_positions))
     if all(type(inputs[n]) is np.ndarray for n in arrays):
-        return NumpyGuard(len(inputs), tuple((n, inputs[n].dtype, inputs[n].shape, inputs[n].strides)
-                                             for n in arrays), scalars)
+        return Guard(len(inputs), scalars, tuple((n, inputs[n].dtype, inputs[n].shape, inputs[n].strides)
+                                                 for n in arrays))
     torch = sys.modules.get("torch")
     if torch is None or not all(isinstance(inputs[n], torch.Tensor) for n in arrays):
         return None
@@ -591,7 +577,7 @@ def guard(inputs: Sequence[object], scalar_positions: frozenset[int]) -> Guard |
     except Exception:  # noqa: BLE001  (a private API: where it differs, the key alone decides)
         return None
     tensors = tuple(describe_tensor(n, inputs[n]) for n in arrays)
-    return Guard(check, len(inputs), arrays, scalars, tensors)
+    return Guard(len(inputs), scalars, arrays, check, tensors)
 
 
 _KEY_PARTS = {  # per library: what describes one of its arrays (its type comes first)

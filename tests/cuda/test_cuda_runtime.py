@@ -158,20 +158,20 @@ def test_an_executor_for_a_larger_block_runs_the_recompile_and_keeps_both(monkey
 
 
 def test_a_loop_kernel_for_a_larger_block_runs_the_recompile(monkeypatch) -> None:
-    from braze.runtime import kernel_launch_cuda
+    from braze.runtime.backends import cuda_loop_kernels
 
     @bz.kernel
     def scaled(x: bz.Array[bz.float32, 1], y: bz.Array[bz.float32, 1], a: bz.float32):
         for i in range(x.shape[0]):
             y[i] = a * x[i] + 1.0
 
-    monkeypatch.setattr(kernel_launch_cuda, "CudaKernelLauncher",
-                        functools.partial(kernel_launch_cuda.CudaKernelLauncher, block=1024))
+    monkeypatch.setattr(cuda_loop_kernels, "CudaKernelLauncher",
+                        functools.partial(cuda_loop_kernels.CudaKernelLauncher, block=1024))
     x = np.random.default_rng(2).standard_normal(100_000).astype(np.float32)
     dx, dy = DeviceArray.from_numpy(x), DeviceArray.from_numpy(np.full_like(x, np.nan))
     scaled(dx, dy, 3.0)
     launcher = scaled.last_entry.launcher
-    assert launcher.block_size == 1024 and launcher.compiled.params.block_size == 1024
+    assert launcher.block == 1024 and launcher.compiled.params.block_size == 1024
     # float32 a * x + 1, fused into one rounding or not: within a unit in the last place of the result
     np.testing.assert_allclose(dy.numpy(), 3.0 * x.astype(np.float64) + 1.0, rtol=2e-7, atol=2e-7)
 

@@ -184,12 +184,12 @@ def test_a_cached_call_compiles_and_prepares_nothing():
 
     gpu = [torch.from_numpy(a).cuda() for a in particles(4096)]
     particle_step(*gpu, np.float32(1e-3))
-    prepared = dict(particle_step._gpu.prepared)
+    prepared = dict(particle_step.calls.prepared)
     with bz.record() as rec:
         particle_step(*gpu, np.float32(2e-3))
         particle_step(*[g.clone() for g in gpu], np.float32(2e-3))  # new pointers, same description
     assert rec.compiles == [] and rec.entries == [] and len(rec.launches) == 2
-    assert particle_step._gpu.prepared.keys() == prepared.keys()
+    assert particle_step.calls.prepared.keys() == prepared.keys()
 
 
 def test_torch_calls_take_the_guarded_call_fusions_take():
@@ -210,14 +210,14 @@ def test_torch_calls_take_the_guarded_call_fusions_take():
         pytest.skip("this torch has no C++ tensor guards")
     scale(x, y, 2.0)  # compiles and files its prepared call
     scale(x, y, 2.5)  # found by its key: from now on tried first, behind the guard
-    assert "run" in scale._gpu.calls.__dict__
+    assert "run" in scale.calls.__dict__
     with bz.record() as rec:
         scale(x, y, 3.0)
     assert rec.entries == [] and len(rec.launches) == 1
     np.testing.assert_array_equal(y.cpu().numpy(), 3.0 * np.arange(1000, dtype=np.float64))
     out = torch.full((500,), float("nan"), device="cuda")
     scale(x[::2], out, 0.5)
-    assert len(scale._gpu.prepared) == 2
+    assert len(scale.calls.prepared) == 2
     np.testing.assert_array_equal(out.cpu().numpy(), 0.5 * np.arange(0, 1000, 2, dtype=np.float64))
 
 

@@ -13,7 +13,8 @@ import braze as bz
 from braze import dtypes as dt
 from braze.kir import nodes as k
 from braze.kir.python import python_function, scalar_by_name
-from braze.runtime.backends.cpu import bounds_function, host_function
+from braze.runtime.backends.cpu import host_function
+from braze.runtime.loop_calls import bounds_function
 
 A, B = k.ScalarParam("a", dt.int64), k.ScalarParam("b", dt.int64)
 

@@ -12,7 +12,7 @@ from braze.runtime.backends.cuda import recorded_launch
 
 def test_a_launch_is_noted_and_timed_only_when_profiling(monkeypatch) -> None:
     events: list[tuple[str, int]] = []
-    monkeypatch.setattr(cuda_driver, "event", object)
+    monkeypatch.setattr(cuda_driver, "Event", object)
     monkeypatch.setattr(cuda_driver, "record_event", lambda event, stream=0: events.append(("event", stream)))
     monkeypatch.setattr(cuda_driver, "elapsed_ms", lambda start, end: 0.5)
     made = []

@@ -24,6 +24,7 @@ from braze.codegen import cuda_loops
 from braze.compile import cuda_driver
 from braze.compile.compiled_kernel import CompiledKernel, CompileParams
 from braze.compile.cuda_driver import DriverCalls
+from braze.frontend import kernel_gpu
 from braze.kir import nodes as k
 from braze.kir.layout import ArgLayout
 from braze.passes.fuse_tasks import fuse_tasks
@@ -195,7 +196,7 @@ def gpu(monkeypatch):
     monkeypatch.setattr(cuda_driver, "destroy_graph_exec", lambda graph: None)
     monkeypatch.setattr(cuda_driver, "launch_graph", fake.launch_graph)
     # bz.record(profile=True) times launches with CUDA events; the fake GPU's take no time.
-    monkeypatch.setattr(cuda_driver, "event", object)
+    monkeypatch.setattr(cuda_driver, "Event", object)
     monkeypatch.setattr(cuda_driver, "record_event", lambda event, stream=0: None)
     monkeypatch.setattr(cuda_driver, "elapsed_ms", lambda start, end: 0.0)
     return fake
@@ -244,20 +245,19 @@ def test_the_cached_call_patches_pointers_extents_and_scalars(gpu, monkeypatch):
     x, y = np.arange(3000.0), np.zeros(3000)
     gx, gy = on_gpu(x), on_gpu(y)
     axpy(gx, gy, 1.0)
-    assert len(axpy._gpu.prepared) == 1
+    assert len(axpy.calls.prepared) == 1
     bound = []  # the calls the call cache did not take
-    bind_and_run = type(axpy._gpu).bind_and_run
-    monkeypatch.setattr(type(axpy._gpu), "bind_and_run", lambda calls, args: bound.append(args) or
-                        bind_and_run(calls, args))
+    bind_and_run = kernel_gpu.bind_and_run
+    monkeypatch.setattr(kernel_gpu, "bind_and_run", lambda fn, args: bound.append(args) or bind_and_run(fn, args))
     axpy(gx, gy, 2.0)  # the cached call: only the scalar changes
     other = np.zeros(3000)
     axpy(gx, on_gpu(other), 1.0)  # the same description, another pointer
-    assert len(axpy._gpu.prepared) == 1 and len(gpu.launches) == 3 and not bound
+    assert len(axpy.calls.prepared) == 1 and len(gpu.launches) == 3 and not bound
     np.testing.assert_array_equal(y, 3 * x)
     np.testing.assert_array_equal(other, x)
     short = np.zeros(10)
     axpy(on_gpu(x[:10]), on_gpu(short), 5.0)  # new extents: a second prepared call, no recompile
-    assert len(axpy._gpu.prepared) == 2 and len(axpy.entries) == 1
+    assert len(axpy.calls.prepared) == 2 and len(axpy.entries) == 1
     np.testing.assert_array_equal(short, 5 * x[:10])
     assert gpu.launches[-1] == ("axpy_t0", 1, 256) and gpu.launches[0] == ("axpy_t0", SMS * 3, 256)
 
@@ -298,6 +298,14 @@ def test_arguments_that_start_to_overlap_get_the_unfused_kernel(gpu):
     reference = np.zeros(11, np.float32)
     shift(reference[1:], reference[:10])
     np.testing.assert_array_equal(base, reference)
+    # Apart and together in turn: the two kernels' calls of the description are paired
+    # (runtime/loop_calls.py, LoopCall), as on the host, and no call binds again.
+    apart = on_gpu(np.zeros(10, np.float32))
+    with bz.record() as rec:
+        for _ in range(3):
+            shift(on_gpu(a), apart)
+            shift(on_gpu(base[1:]), on_gpu(base[:10]))
+    assert rec.entries == [] and len(rec.launches) == 9  # the fused kernel one launch a call, the unfused two
 
 
 def test_host_and_gpu_arrays_do_not_mix_and_devices_must_agree(gpu):
@@ -429,7 +437,7 @@ def test_the_gpu_particle_benchmark_runs(gpu):
 def _prepared_for(fn, *args):
     """The prepared call filed for calls like `args` (other tests in this process may have filed
     others for the same kernel)."""
-    prepared = fn._gpu.calls.filed(args)
+    prepared = fn.calls.filed(args)
     assert prepared is not None
     return prepared
 
@@ -445,7 +453,7 @@ def test_fixed_grids_launch_from_one_native_function(gpu):
     assert prepared.launch_all is not None and prepared.launch_all.count == 6
     before = len(gpu.launches)
     particle_step_unfused(*arrays, np.float32(1e-3))  # the cached call: six launches, one native call
-    assert [name for name, _, _ in gpu.launches[before:]] == [t.name for t in prepared.launcher.kernel.tasks]
+    assert [name for name, _, _ in gpu.launches[before:]] == [t.name for t in prepared.executor.kernel.tasks]
     for _ in range(2):  # the same two steps on the host, through the CPU backend
         particle_step_unfused(*expected, np.float32(1e-3))
     for got, want in zip(host, expected):

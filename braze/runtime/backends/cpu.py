@@ -24,11 +24,11 @@ from braze.kir import nodes as k
 from braze.kir.layout import ArgLayout
 from braze.kir.python import evaluable, python_function, scalar_by_name
 from braze.record import RecordedLaunch, dump_launch, note_launch, record_state, recording
-from braze.runtime.arrays import arguments_overlap, byte_span, overlaps_itself, pack_array
+from braze.runtime.arrays import overlaps_itself, writable
 from braze.runtime.device_arrays import dense_strides
-from braze.runtime.fast_call import CallPlan, PreparedCall, ScalarSlot, numpy_pointer
+from braze.runtime.fast_call import CallPlan, PreparedCall, numpy_pointer
 from braze.runtime.graph import host_block, host_copy, host_task
-from braze.runtime.scalars import scalar_packer
+from braze.runtime.loop_calls import LoopArguments, LoopCall, bounds_function, bounds_read_scalars
 from braze.runtime.thread_pool import MIN_CHUNK_WORK, parallel_for
 
 MIN_PARALLEL_WORK = 1 << 20  # statement-indices (a vectorized statement costs well under 1 ns per index)
@@ -116,27 +116,6 @@ class KernelExecutor(CpuTasks):
 
 
 # --- loop kernels ---------------------------------------------------------------------------------
-def bounds_function(kernel: k.Kernel, arrays: Sequence[k.ArrayParam], scalars: Sequence[k.ScalarParam],
-                    work: Sequence[int] | None = None) -> Callable[[Sequence, Sequence], tuple]:
-    """`(shapes, scalars) -> ((begin, end) per task)`: Python compiled from the tasks' bounds
-    (kir/python.py), reading the array arguments' shapes and the scalars in parameter order. With
-    `work` (per task its work per index), `(begin, end, work)` per task: the ranges of a launch."""
-    array_index = {p.name: n for n, p in enumerate(arrays)}
-    scalar_index = {p.name: n for n, p in enumerate(scalars)}
-
-    def leaf(e: k.Expr) -> str | None:
-        if isinstance(e, k.ScalarRef):
-            return f"S[{scalar_index[e.param.name]}]"
-        if isinstance(e, k.ArrayExtent):
-            return f"A[{array_index[e.param.name]}][{e.axis}]"
-        return None
-
-    if work is None:
-        return python_function([(t.begin, t.end) for t in kernel.tasks], "A, S", leaf)
-    return python_function([(t.begin, t.end, k.Const(w, t.begin.dtype)) for t, w in zip(kernel.tasks, work)],
-                           "A, S", leaf)
-
-
 def _work_per_index(stmts: tuple[k.Stmt, ...], weight: int = 1) -> int:
     """A rough cost of one index of a task (statements, with serial loop bodies counted 8 times), in
     the units of `parallel_for`, so that small loops stay on the calling thread."""
@@ -148,30 +127,6 @@ def _work_per_index(stmts: tuple[k.Stmt, ...], weight: int = 1) -> int:
         elif isinstance(s, k.If):
             total += _work_per_index(s.then, weight) + _work_per_index(s.orelse, weight)
     return total
-
-
-class LoopArguments:
-    """Where a loop kernel's arguments go in its argument block (kir/layout.py), on every backend:
-    arrays and scalars in parameter order, and the word its debug checks write a failure into. A
-    scalar out of its dtype's range raises OverflowError as it is packed."""
-
-    def __init__(self, kernel: k.Kernel, arrays: Sequence[k.ArrayParam], scalars: Sequence[k.ScalarParam]) -> None:
-        layout = ArgLayout.of(kernel.params)
-        self.size = max(layout.size, 1)
-        self.array_slots = [layout.slots[p.name] for p in arrays]
-        self.scalar_slots = [(layout.slots[p.name], scalar_packer(p)) for p in scalars]
-        self.status_slot = layout.slots.get(k.ASSERT_STATUS)
-        self.messages = k.assert_messages(kernel)
-
-    def block(self, arrays: Sequence, pointers: Sequence[int], status: int = 0) -> list[int]:
-        """The argument block with the arrays' pointers, extents and strides, and the status word's
-        address, in place (scalars are written per call)."""
-        block = [0] * self.size
-        for slot, array, pointer in zip(self.array_slots, arrays, pointers):
-            pack_array(block, slot, pointer, array.shape, array.strides, array.itemsize)
-        if self.status_slot is not None:
-            block[self.status_slot: self.status_slot + 3] = [status, 1, 1]
-        return block
 
 
 class KernelLauncher(CpuTasks):
@@ -204,15 +159,6 @@ class KernelLauncher(CpuTasks):
         `arrays`); `overlapping`: whether the kernel was compiled for arrays that share memory."""
         return CpuPreparedKernelCall(self, arrays, list(array_positions), list(scalar_positions),
                                      [array_positions[n] for n in written], overlapping)
-
-
-def bounds_read_scalars(kernel: k.Kernel) -> bool:
-    """Whether a task's bounds read a scalar argument: a launch's ranges then change from call to call
-    (bounds of extents alone are fixed by the arrays' shapes)."""
-    def extent(e: k.Expr) -> str | None:
-        return "0" if isinstance(e, k.ArrayExtent) else None
-
-    return not all(evaluable(bound, extent) for t in kernel.tasks for bound in (t.begin, t.end))
 
 
 class CpuPreparedCall(PreparedCall):
@@ -250,94 +196,45 @@ class CpuPreparedCall(PreparedCall):
                 *(f"    {line}" for line in direct or ["pass"])]
 
 
-# Pointer sets a loop kernel's prepared call remembers as checked for overlap: a time loop rotating a
-# few sets of buffers comes back to each every few steps.
-_VERIFIED_POINTER_SETS = 16
-
-
-class CpuPreparedKernelCall(CpuPreparedCall):
+class CpuPreparedKernelCall(LoopCall, CpuPreparedCall):
     """A loop kernel's call on NumPy arrays of one description: the fusions' host call (one generated
-    function), with what loop kernels add. Each call packs the scalars (range-checked) and reads the
-    data pointers; a set of pointers not seen before is checked to overlap as the arrays the kernel
-    was compiled for did, and each array the kernel writes to be writable. A call that fails a check
-    answers None, and the caller binds the arguments, which says what is wrong or finds the kernel
-    they need. Ranges that follow scalar arguments and a debug kernel's checks take `_launch_general`."""
+    function), with what loop kernels add (runtime/loop_calls.py). Each call packs the scalars
+    (range-checked), checks the data pointers, and each array the kernel writes to be writable; a
+    call that fails a check answers None, and the caller binds the arguments, which says what is
+    wrong. Ranges that follow scalar arguments and a debug kernel's checks take `_launch_general`."""
 
     def __init__(self, launcher: KernelLauncher, arrays: Sequence[np.ndarray], array_positions: list[int],
                  scalar_positions: list[int], written: list[int], overlapping: bool) -> None:
-        arguments = launcher.arguments
-        self.status = None if arguments.status_slot is None else np.zeros(1, np.int64)
-        block = arguments.block(arrays, [0] * len(arrays), 0 if self.status is None else self.status.ctypes.data)
-        plan = CallPlan(block, [(slot, position, numpy_pointer) for slot, position in
-                                zip(arguments.array_slots, array_positions)],
-                        [ScalarSlot(slot, position, pack) for (slot, pack), position in
-                         zip(arguments.scalar_slots, scalar_positions)])
-        self.shapes = [a.shape for a in arrays]
-        fixed = None if launcher.bounds_read_scalars else launcher.ranges(self.shapes, ())
+        self.status = None if launcher.arguments.status_slot is None else np.zeros(1, np.int64)
+        plan = launcher.arguments.plan(arrays, array_positions, [numpy_pointer] * len(arrays), scalar_positions,
+                                       0 if self.status is None else self.status.ctypes.data)
+        fixed = None if launcher.bounds_read_scalars else launcher.ranges([a.shape for a in arrays], ())
         super().__init__(plan, launcher, fixed)
-        self.executor = launcher  # its compiled code stays loaded while the call lives
-        self.scalar_positions, self.written, self.overlapping = scalar_positions, written, overlapping
-        self.spans = [byte_span(a.shape, a.strides, a.itemsize) for a in arrays]
         # A view that overlaps itself counts as overlapping where it is writable (kernel.py's
         # `_overlapping`): the call serves the writability it was prepared with.
+        self.bind_loop(launcher, arrays, scalar_positions, overlapping, writable)
+        self.written = written
         self.self_overlapping = [p for p, a in zip(array_positions, arrays)
                                  if overlaps_itself(a.shape, a.strides, a.itemsize)]
-        self.writable_self_overlap = any(a.flags.writeable for p, a in zip(array_positions, arrays)
-                                         if p in self.self_overlapping)
-        self.patched: tuple[int, ...] | None = None  # the pointers in the block
-        self.verified: dict[tuple[int, ...], bool] = {}  # pointer sets checked: whether they overlap as compiled for
-        self.other: CpuPreparedKernelCall | None = None  # the call for arrays that overlap the other way (`pair`)
-
-    def pair(self, other: CpuPreparedKernelCall) -> None:
-        """Makes `other`, the call of the same description whose kernel was compiled for arrays that
-        overlap the other way (`f(x, x)` beside `f(x, y)`), take the calls that overlap as its
-        arrays did, and back: a program calling both ways stays on cached calls."""
-        self.other, other.other = other, self
-
-    def release(self) -> None:
-        other, self.other = self.other, None
-        super().release()
-        if other is not None:
-            other.release()
 
     def _launch_source(self, names: dict[str, object], pointers: list[tuple[int, str]]) -> list[str]:
-        names.update(state=self, verified=self.verified, overlap_as_compiled=self._overlap_as_compiled,
-                     other=self._other_overlap, general=self._launch_general)
-        lines = [f"pointers = ({''.join(f'{expression}, ' for _, expression in pointers)})",
-                 "if pointers != state.patched:", "    fits = verified.get(pointers)", "    if fits is None:",
-                 "        fits = overlap_as_compiled(pointers)", "    if not fits:", "        return other(inputs)",
-                 f"    ({''.join(f'block[{slot}], ' for slot, _ in pointers)}) = pointers",
-                 "    state.patched = pointers"]
+        names["general"] = self._launch_general
+        lines = self._pointer_lines(names, pointers)
         for position in self.written:
             lines += [f"if not inputs[{position}].flags.writeable:", "    return None"]
         if self.self_overlapping:
-            writable = " or ".join(f"inputs[{p}].flags.writeable" for p in self.self_overlapping)
-            lines += [f"if ({writable}) is not {self.writable_self_overlap}:", "    return None"]
+            flags = " or ".join(f"inputs[{p}].flags.writeable" for p in self.self_overlapping)
+            lines += [f"if ({flags}) is not {self.overlap.overlaps_itself}:", "    return None"]
         if self.ranges is None or self.status is not None or config.current.dump:
             return [*lines, "general(inputs)"]
         return [*lines, *self._direct_unless_recording(names, "general(inputs)")]
-
-    def _overlap_as_compiled(self, pointers: tuple[int, ...]) -> bool:
-        """Whether arrays at `pointers` overlap as those the kernel was compiled for did (remembered:
-        a set checked once is not checked again)."""
-        fits = arguments_overlap(pointers, self.spans, self.writable_self_overlap) == self.overlapping
-        if len(self.verified) >= _VERIFIED_POINTER_SETS:
-            self.verified.clear()
-        self.verified[pointers] = fits
-        return fits
-
-    def _other_overlap(self, inputs: Sequence[object]) -> list | None:
-        """The call of arguments that overlap otherwise than this call's kernel was compiled for: the
-        paired call's (None where there is none yet: the caller binds them, and pairs one)."""
-        other = self.other
-        return None if other is None else other.run(inputs)
 
     def _launch_general(self, inputs: Sequence[object]) -> None:
         """The launch through `CpuTasks.launch`: ranges that follow scalar arguments, debug checks,
         `bz.record()`, dumps."""
         ranges = self.ranges
         if ranges is None:
-            ranges = self.tasks.ranges(self.shapes, [inputs[p] for p in self.scalar_positions])
+            ranges = self.tasks.ranges(self.shapes, self.scalars(inputs))
         if self.status is not None:
             self.status[0] = 0
         self.tasks.launch(self.block, self.address, ranges, inputs, self.status, self.tasks.arguments.messages)

@@ -1,8 +1,8 @@
 """The CUDA backend: a fusion's device (`CudaDevice`: buffers, launches and the cached call on the
 inputs' GPU and stream), the prepared call's launches on the inputs' stream, for fusions and loop
-kernels (runtime/kernel_launch_cuda.py) alike, a launch under `bz.record()` (noted, and timed with
-CUDA events when profiling), the executor of a fusion's compiled kernel (`CudaExecutor`), and
-`RtcKernel` for a user's own CUDA source."""
+kernels (cuda_loop_kernels.py) alike, a launch under `bz.record()` (noted, and timed with CUDA
+events when profiling), a compiled kernel loaded on a device (`LoadedKernel`) and the executor of a
+fusion's (`CudaExecutor`), and `RtcKernel` for a user's own CUDA source."""
 
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ def recorded_launch(recorded: RecordedLaunch, stream: int, launch: Callable[[], 
     array arguments, where known) over that time is its bandwidth."""
     timed = launch is not None and profiling()
     if timed:
-        start, end = cuda.event(), cuda.event()
+        start, end = cuda.Event(), cuda.Event()
         cuda.record_event(start, stream)
     if launch is not None:
         launch()
@@ -386,18 +386,25 @@ def _laid_out_by_domain(tv: TensorView) -> bool:
 
 
 # --- the executor of a fusion's kernel ---------------------------------------------------------------
-class CudaExecutor:
+class LoadedKernel:
+    """A compiled kernel (a fusion's or a loop kernel's) loaded on one device for launches of `block`
+    threads a block (by default the kernel's own); a kernel whose functions cannot launch that many
+    is recompiled for them (`CudaCompiledKernel.for_block`)."""
+
+    def __init__(self, compiled: CudaCompiledKernel, device: cuda.Device, block: int | None = None) -> None:
+        self.block = block or compiled.block_size
+        self.compiled, self.device = compiled.for_block(device, self.block), device
+        self.kernel = self.compiled.kernel
+        self.module = self.compiled.module(device)
+
+
+class CudaExecutor(LoadedKernel):
     """Launches every task of one compiled kernel, in order, on one device and stream."""
 
     def __init__(self, compiled: CudaCompiledKernel, device: cuda.Device, block: int | None = None) -> None:
-        """`block`: the threads a block of its launches has (by default the kernel's own); a kernel
-        whose functions cannot launch that many is recompiled for them (`for_block`)."""
-        self.block = block or compiled.block_size
-        compiled = compiled.for_block(device, self.block)
-        self.compiled, self.device = compiled, device
-        self.kernel = compiled.kernel
+        super().__init__(compiled, device, block)
+        compiled, module = self.compiled, self.module
         self.entries = weakref.WeakValueDictionary()  # per input description, its prepared call (runtime/fast_call.py)
-        module = self.module = compiled.module(device)
         tasks = task_launches(self.kernel, compiled.generated, module.functions)
         # The kernel recompiled for wider blocks, an executor by block, made on a first plan that
         # takes one (LaunchPlanner._plan_own_or_wide); none for one of those itself.

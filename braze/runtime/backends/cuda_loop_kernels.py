@@ -1,7 +1,8 @@
 """Loop kernels (`@bz.kernel`) on a GPU: `CudaKernelLauncher` holds the loaded functions of one
-compiled loop kernel (compile/cuda_kernel.py, `CudaLoopKernel`) on one device, and
-`PreparedKernelCall` is its cached call for arguments of one description, filed in the fusions' call
-cache (`fast_call.FastCalls`).
+compiled loop kernel (compile/cuda_kernel.py, `CudaLoopKernel`) on one device and plans each task's
+grid, and `PreparedKernelCall` is its cached call for arguments of one description (the CUDA
+prepared call of cuda.py with runtime/loop_calls.py's `LoopCall`), filed in the fusions' call cache
+(`fast_call.FastCalls`).
 """
 from __future__ import annotations
 
@@ -20,12 +21,11 @@ from braze.errors import KernelAssertionError
 from braze.kir import nodes as k
 from braze.native.launch_jit import NativeLaunches, native_launches
 from braze.record import RecordedLaunch, record_state, recording
-from braze.runtime.arrays import arguments_overlap, byte_span, overlaps_itself
-from braze.runtime.backends.cpu import LoopArguments, bounds_function, bounds_read_scalars
-from braze.runtime.backends.cuda import CudaPreparedCall, PreparedLaunch, launch_specs, recorded_launch
+from braze.runtime.backends.cuda import CudaPreparedCall, LoadedKernel, PreparedLaunch, launch_specs, recorded_launch
 from braze.runtime.device_arrays import DeviceView
-from braze.runtime.fast_call import ArrayKind, CallPlan, ScalarSlot, gpu_array_kind
+from braze.runtime.fast_call import ArrayKind, gpu_array_kind
 from braze.runtime.graph import capture_stream
+from braze.runtime.loop_calls import LoopArguments, LoopCall, bounds_function, bounds_read_scalars
 
 
 @dataclass(frozen=True)
@@ -48,27 +48,20 @@ class LoopTaskLaunch:
     threads: int
 
 
-class CudaKernelLauncher:
+class CudaKernelLauncher(LoadedKernel):
     """Launches the tasks of one compiled loop kernel on one device, arguments in parameter order."""
 
     def __init__(self, compiled: CudaLoopKernel, device: cuda.Device, arrays: Sequence[k.ArrayParam],
                  scalars: Sequence[k.ScalarParam], block: int | None = None) -> None:
-        """`block`: the threads a block of its launches has (by default the kernel's own); a kernel
-        whose functions cannot launch that many is recompiled for them (`CudaCompiledKernel.for_block`)."""
-        self.block_size = block or compiled.block_size
-        compiled = compiled.for_block(device, self.block_size)
-        self.compiled, self.device = compiled, device
-        self.kernel = compiled.kernel
-        module = compiled.module(device)
-        self.tasks = [self._task(module, t, f) for t, f in zip(self.kernel.tasks, compiled.generated.functions)]
+        super().__init__(compiled, device, block)
+        self.tasks = [self._task(t, f) for t, f in zip(self.kernel.tasks, self.compiled.generated.functions)]
         self.arguments = LoopArguments(self.kernel, arrays, scalars)
         self.bounds = bounds_function(self.kernel, arrays, scalars)
         self.bounds_read_scalars = bounds_read_scalars(self.kernel)
 
-    def _task(self, module: cuda.Module, task: k.Task, function: str) -> TaskFunction:
-        handle = module.functions[function]
-        resident = max(1, min(BLOCKS_PER_SM, module.resident_blocks(function, self.block_size, 0)))
-        return TaskFunction(task.name, function, handle, task.kind != "range_for",
+    def _task(self, task: k.Task, function: str) -> TaskFunction:
+        resident = max(1, min(BLOCKS_PER_SM, self.module.resident_blocks(function, self.block, 0)))
+        return TaskFunction(task.name, function, self.module.functions[function], task.kind != "range_for",
                             self.device.sm_count * resident)
 
     def plan(self, bounds: Sequence[tuple[int, int]]) -> list[LoopTaskLaunch]:
@@ -79,8 +72,8 @@ class CudaKernelLauncher:
             if task.serial:
                 planned.append(LoopTaskLaunch(task, 0, 1, 1, 1))
                 continue
-            blocks = -(-(end - begin) // self.block_size) if end > begin else 0
-            planned.append(LoopTaskLaunch(task, begin, end, min(blocks, task.max_grid), self.block_size))
+            blocks = -(-(end - begin) // self.block) if end > begin else 0
+            planned.append(LoopTaskLaunch(task, begin, end, min(blocks, task.max_grid), self.block))
         return planned
 
     def prepare(self, views: Sequence[DeviceView], scalars: Sequence[object], arguments: Sequence[object],
@@ -95,50 +88,35 @@ class CudaKernelLauncher:
 
 
 # --- the cached call ----------------------------------------------------------------------------
-class PreparedKernelCall(CudaPreparedCall):
+class PreparedKernelCall(LoopCall, CudaPreparedCall):
     """A loop kernel's call for arguments of one description: the fusions' CUDA prepared call (one
     generated function packing the scalars and launching every task on the arguments' stream, from
-    one native function where the grids are fixed), with what loop kernels add. The data pointers
-    are read first and, where one changed, patched into the block after checking that the
-    arguments' overlap is still what the kernel was compiled for. Grids that follow scalar
-    arguments, a debug kernel's checks and `bz.record()` take the launches from Python
-    (`_launch_all`). A call answers [] (a loop kernel returns nothing), None to bind again."""
+    one native function where the grids are fixed), with what loop kernels add (runtime/loop_calls.py:
+    the data pointers are checked and patched from Python). Grids that follow scalar arguments, a
+    debug kernel's checks and `bz.record()` take the launches from Python (`_launch_general`). A call
+    answers [] (a loop kernel returns nothing), None to bind again."""
 
     def __init__(self, launcher: CudaKernelLauncher, views: Sequence[DeviceView],
                  readers: list[ArrayKind], array_positions: list[int], scalar_positions: list[int],
                  launches: list[LoopTaskLaunch] | None, overlapping: bool) -> None:
-        self.launcher, self.planned, self.overlapping = launcher, launches, overlapping
-        arguments = launcher.arguments
-        self.status = None if arguments.status_slot is None else _StatusWord(launcher.device)
-        # The pointers are patched per call.
-        block = arguments.block(views, [0] * len(views), self.status.address if self.status else 0)
-        plan = CallPlan(block, [(slot, position, reader.pointer) for slot, position, reader in
-                                zip(arguments.array_slots, array_positions, readers)],
-                        [ScalarSlot(slot, position, pack) for (slot, pack), position in
-                         zip(arguments.scalar_slots, scalar_positions)])
-        fixed = [] if launches is None or self.status is not None else [x for x in launches if x.grid]
-        super().__init__(plan, [_prepared_launch(launcher.kernel.name, x) for x in fixed], readers[0],
-                         array_positions[0], launcher.device)
-        self.executor = launcher  # its module stays loaded while the call lives
+        self.planned = launches
+        self.status = None if launcher.arguments.status_slot is None else _StatusWord(launcher.device)
+        plan = launcher.arguments.plan(views, array_positions, [reader.pointer for reader in readers],
+                                       scalar_positions, self.status.address if self.status else 0)
         self.fixed_grids = launches is not None and self.status is None  # launched from one native function
+        super().__init__(plan, [_prepared_launch(launcher.kernel.name, x) for x in launches if x.grid]
+                         if self.fixed_grids else [], readers[0], array_positions[0], launcher.device)
+        self.bind_loop(launcher, views, scalar_positions, overlapping)  # (a GPU array has no read-only flag)
         self.params = (ctypes.c_void_p * 1)(self.address)  # the block is the one kernel parameter
         self.params_address = ctypes.addressof(self.params)
-        self.scalar_positions = scalar_positions
-        self.spans = [byte_span(v.shape, v.strides, v.itemsize) for v in views]
-        # Fixed by the description (shapes and strides), whatever the pointers: a view overlapping itself.
-        self.overlaps_itself = any(overlaps_itself(v.shape, v.strides, v.itemsize) for v in views)
-        self.shapes = [v.shape for v in views]  # what the bounds function reads
-        self.last_pointers: tuple[int, ...] | None = None
 
-    @functools.cached_property
-    def launch_all(self) -> NativeLaunches | None:
+    def _build_launch_all(self) -> NativeLaunches | None:
         """The native launch of fixed grids (the pointers are patched from Python: see the class)."""
         return native_launches(self.device.driver_calls, launch_specs(self.launches)) if self.fixed_grids else None
 
     def _launch_source(self, names: dict[str, object], pointers: list[tuple[int, str]]) -> list[str]:
-        names.update(state=self, repoint=self._repoint, general=self._launch_all, recorders=record_state())
-        lines = [f"pointers = ({''.join(f'{expression}, ' for _, expression in pointers)})",
-                 "if pointers != state.last_pointers and not repoint(pointers):", "    return None"]
+        names.update(general=self._launch_general, recorders=record_state())
+        lines = self._pointer_lines(names, pointers)
         native = self.launch_all
         if native is None:
             return [*lines, "general(inputs, order)"]
@@ -146,31 +124,21 @@ class PreparedKernelCall(CudaPreparedCall):
         return [*lines, "if recorders.__dict__.get('stack'):", "    general(inputs, order)", "else:",
                 "    code = launch_all(order)", "    if code:", "        failed(code)"]
 
-    def _repoint(self, pointers: tuple[int, ...]) -> bool:
-        """Patches new data pointers into the block; False when the arguments' overlap changed (the
-        kernel was compiled for arguments that do, or do not, share memory)."""
-        if arguments_overlap(pointers, self.spans, self.overlaps_itself) != self.overlapping:
-            return False
-        for (slot, _, _), address in zip(self.plan.input_pointers, pointers):
-            self.block[slot] = address
-        self.last_pointers = pointers
-        return True
-
-    def _launch_all(self, args: Sequence[object], stream: int) -> None:
+    def _launch_general(self, args: Sequence[object], stream: int) -> None:
         """The general launch: grids that follow scalar arguments, debug checks, bz.record()."""
         launches = self.planned
         if launches is None:
-            launches = self.launcher.plan(self.launcher.bounds(self.shapes, [args[p] for p in self.scalar_positions]))
+            launches = self.executor.plan(self.executor.bounds(self.shapes, self.scalars(args)))
         record = recording()
         with self.device.current():
             if record:  # an open bz.graph() takes the launches onto its capture stream, keeping their module loaded
-                stream = capture_stream(stream, self.device, (*args, self.launcher),
-                                        f"kernel {self.launcher.kernel.name!r}", self.status is not None)
+                stream = capture_stream(stream, self.device, (*args, self.executor),
+                                        f"kernel {self.executor.kernel.name!r}", self.status is not None)
             if self.status is not None:
                 self.status.reset(stream)
             for x in launches:
                 if record:
-                    recorded_launch(RecordedLaunch(self.launcher.kernel.name, x.task.name, x.begin, x.end, x.grid),
+                    recorded_launch(RecordedLaunch(self.executor.kernel.name, x.task.name, x.begin, x.end, x.grid),
                                     stream, functools.partial(self._launch_task, x, stream) if x.grid else None)
                 elif x.grid:
                     self._launch_task(x, stream)
@@ -184,8 +152,8 @@ class PreparedKernelCall(CudaPreparedCall):
         """After a task of a debug kernel: raise the first failed check's message, as the CPU does."""
         code = self.status.read(stream)
         if code:
-            messages = self.launcher.arguments.messages
-            raise KernelAssertionError(f"kernel {self.launcher.kernel.name!r}: {messages[code - 1]}")
+            messages = self.executor.arguments.messages
+            raise KernelAssertionError(f"kernel {self.executor.kernel.name!r}: {messages[code - 1]}")
 
 
 def _prepared_launch(kernel: str, x: LoopTaskLaunch) -> PreparedLaunch:
@@ -195,12 +163,6 @@ def _prepared_launch(kernel: str, x: LoopTaskLaunch) -> PreparedLaunch:
 
 
 _NO_SCALARS = (ctypes.c_int64 * 0)()
-
-
-def views_overlap(views: Sequence[DeviceView]) -> bool:
-    """Whether two arrays share memory, or one overlaps itself (any: a GPU array has no read-only flag)."""
-    return arguments_overlap([v.ptr for v in views], [byte_span(v.shape, v.strides, v.itemsize) for v in views],
-                             any(overlaps_itself(v.shape, v.strides, v.itemsize) for v in views))
 
 
 class _StatusWord:
