@@ -66,7 +66,7 @@ COMPOSED: dict[str, Callable] = {
 # NumPy's names for them.
 _NUMPY_NAMES = {**{name: name for name in COMPOSED if hasattr(np, name) and name != "log"}, **NUMPY_NAMES}
 COMPOSED_OF: dict[Callable, str] = {
-    **{getattr(math, name): name for name in COMPOSED},
+    **{getattr(math, name): name for name in COMPOSED if hasattr(math, name)},  # math has no erfinv
     **{getattr(np, name): composed for name, composed in _NUMPY_NAMES.items()},
 }
 # NumPy references of the composed functions, for `bz.math.acos` and friends called outside a kernel.

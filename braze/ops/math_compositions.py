@@ -1,5 +1,6 @@
 """Math functions the op table has no op for, as compositions of ops it has: the inverse trigonometric
-and the hyperbolic functions, `log10`, `cbrt`, `hypot`, degrees and radians. One table serves both frontends:
+and the hyperbolic functions, `log10`, `cbrt`, `hypot`, degrees and radians, `lgamma` and `erfinv`. One table
+serves both frontends:
 fusions (`bz.ops.asin`, torch's `aten.asin`, NumPy's `np.arcsin`: braze/ops/math_functions.py) and loop
 kernels (`math.asin` in a `@bz.kernel`: braze/frontend/kernel_math.py), each passing the constructors of
 its own values.
@@ -78,6 +79,7 @@ def compositions(b: Builders) -> dict[str, Callable]:
         "atanh": lambda x: mul(b.binary("sub", b.unary("log1p", x), b.unary("log1p", b.unary("neg", x))), 0.5),
         "log10": lambda x: mul(b.unary("log", x), 1 / math.log(10)),
         **_without_overflow_on_the_way(b),
+        **_special_functions(b),
         "cbrt": cbrt,
         "degrees": lambda x: mul(x, 180 / math.pi),
         "radians": lambda x: mul(x, math.pi / 180),
@@ -121,11 +123,96 @@ def _without_overflow_on_the_way(b: Builders) -> dict[str, Callable]:
     return {"sinh": sinh, "cosh": cosh, "hypot": hypot}
 
 
+# Lanczos's approximation of the gamma function, g = 7 and nine terms (as in Numerical Recipes' gammln
+# and many libraries): about 1e-15 relative in float64 for x >= 0.5.
+_LANCZOS_G = 7.0
+_LANCZOS = (0.99999999999980993, 676.5203681218851, -1259.1392167224028, 771.32342877765313,
+            -176.61502916214059, 12.507343278686905, -0.13857109526572012, 9.9843695780195716e-6,
+            1.5056327351493116e-7)
+# Giles's single-precision erfinv ("Approximating the erfinv function", GPU Computing Gems, 2011): a
+# polynomial in w = -log(1 - y^2), one for the centre (w < 5) and one in sqrt(w) for the tails.
+_ERFINV_CENTRE = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
+                  -0.00125372503, -0.00417768164, 0.246640727, 1.50140941)
+_ERFINV_TAIL = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
+                -0.0076224613, 0.00943887047, 1.00167406, 2.83297682)
+
+
+def _special_functions(b: Builders) -> dict[str, Callable]:
+    """lgamma (torch's, math's) and erfinv (torch's), which the op table has no op for."""
+    def mul(x, y):
+        return b.binary("mul", x, y)
+
+    def horner(coefficients, w):
+        p = coefficients[0]
+        for c in coefficients[1:]:
+            p = b.binary("add", mul(p, w), c)
+        return p
+
+    def lgamma_right(x):  # x >= 0.5
+        z = b.binary("sub", x, 1.0)
+        series = _LANCZOS[0]
+        for i, c in enumerate(_LANCZOS[1:], 1):
+            series = b.binary("add", series, b.binary("truediv", c, b.binary("add", z, float(i))))
+        t = b.binary("add", z, _LANCZOS_G + 0.5)
+        return b.binary("add", b.binary("sub", mul(b.binary("add", z, 0.5), b.unary("log", t)), t),
+                        b.binary("add", b.unary("log", series), 0.5 * math.log(2 * math.pi)))
+
+    def lgamma(x):
+        # Below 0.5 the reflection Gamma(x) Gamma(1 - x) = pi / sin(pi x): log|Gamma| is
+        # log(pi / |sin(pi x)|) - lgamma(1 - x); the poles (0, -1, -2, ...) are +inf, as torch and C have it.
+        left = b.binary("lt", x, 0.5)
+        mirrored = b.ternary("where", left, b.binary("sub", 1.0, x), x)  # each branch sees an argument >= 0.5
+        right = lgamma_right(mirrored)
+        sine = b.unary("abs", b.unary("sin", mul(x, math.pi)))
+        reflected = b.binary("sub", b.unary("log", b.binary("truediv", math.pi, sine)), right)
+        pole = b.binary("logical_and", b.binary("le", x, 0.0), b.binary("eq", b.unary("floor", x), x))
+        infinite = b.binary("logical_or", pole, b.binary("eq", x, math.inf))  # inf - inf in Lanczos's terms
+        return b.ternary("where", infinite, math.inf, b.ternary("where", left, reflected, right))
+
+    def erfinv(y):
+        # Giles's estimate (float32's precision), then three steps to float64's: Halley's on erf(x) = |y|
+        # near 0 (erf'' = -2x erf'), Newton's on log(erfc(x)) = log(1 - |y|) from |y| = 0.5 on, which is
+        # nearly linear in x out in the tails, where erf(x) rounds to 1 and erfc keeps its precision.
+        a = b.unary("abs", y)
+        w = b.unary("neg", b.unary("log", mul(b.binary("sub", 1.0, a), b.binary("add", 1.0, a))))
+        centre = horner(_ERFINV_CENTRE, b.binary("sub", w, 2.5))
+        tail = horner(_ERFINV_TAIL, b.binary("sub", b.unary("sqrt", w), 3.0))
+        x = mul(b.ternary("where", b.binary("lt", w, 5.0), centre, tail), a)
+        near_zero, log_rest = b.binary("lt", a, 0.5), b.unary("log", b.binary("sub", 1.0, a))
+        for _ in range(3):
+            slope = mul(b.unary("exp", b.unary("neg", mul(x, x))), 2 / math.sqrt(math.pi))
+            d = b.binary("truediv", b.binary("sub", b.unary("erf", x), a), slope)
+            halley = b.binary("sub", x, b.binary("truediv", d, b.binary("add", 1.0, mul(x, d))))
+            rest = b.unary("erfc", x)
+            newton = b.binary("add", x, b.binary("truediv", mul(b.binary("sub", b.unary("log", rest), log_rest), rest),
+                                                  slope))
+            x = b.ternary("where", near_zero, halley, newton)
+        x = b.ternary("where", b.binary("gt", a, 1.0), math.nan, x)
+        x = b.ternary("where", b.binary("eq", a, 1.0), math.inf, x)
+        return b.binary("copysign", x, y)
+
+    return {"lgamma": lgamma, "erfinv": erfinv}
+
+
+def _erfinv_reference(y: np.ndarray) -> np.ndarray:
+    """erfinv in float64 by bisection on math.erf (NumPy has none): a reference, not fast."""
+    y = np.asarray(y, np.float64)
+    lo, hi = np.full(y.shape, -7.0), np.full(y.shape, 7.0)
+    erf = np.vectorize(math.erf, otypes=[np.float64])
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        below = erf(mid) < y
+        lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+    x = (lo + hi) / 2
+    return np.where(np.abs(y) == 1, np.copysign(np.inf, y), np.where(np.abs(y) > 1, np.nan, x))
+
+
 # NumPy's functions of the same names: the references the tests and `bz.math.<name>` outside a kernel use.
 REFERENCES: dict[str, Callable] = {
     "atan": np.arctan, "asin": np.arcsin, "acos": np.arccos, "sinh": np.sinh, "cosh": np.cosh,
     "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh, "log10": np.log10, "hypot": np.hypot,
     "degrees": np.degrees, "radians": np.radians, "cbrt": np.cbrt,
+    "lgamma": np.vectorize(math.lgamma, otypes=[np.float64]), "erfinv": _erfinv_reference,
 }
 # NumPy's ufunc names for them, where they differ.
 NUMPY_NAMES = {"arctan": "atan", "arcsin": "asin", "arccos": "acos", "arcsinh": "asinh", "arccosh": "acosh",

@@ -1,5 +1,5 @@
-"""`bz.ops.asin`, `acos`, `atan`, `sinh`, `cosh`, `asinh`, `acosh`, `atanh`, `log10`, `hypot`, `degrees`
-and `radians`: the compositions of braze/ops/math_compositions.py over a fusion's tensors. Integers
+"""`bz.ops.asin`, `acos`, `atan`, `sinh`, `cosh`, `asinh`, `acosh`, `atanh`, `log10`, `hypot`, `degrees`,
+`radians`, `lgamma` and `erfinv`: the compositions of braze/ops/math_compositions.py over a fusion's tensors. Integers
 compute in float32 and half types in float32, rounded once at the end, as torch computes them.
 """
 

@@ -32,7 +32,7 @@ SPELLED_OTHERWISE = {
     "shape": "write x.shape, a tuple of extents", "tensor_sizes": "write x.shape, a tuple of extents",
     "at": "write x.shape[i]",
     "stride_order": "write f.add_output(t, stride_order=...) for an output's layout",
-    **dict.fromkeys(("erfinv", "erfcinv", "lgamma", "digamma", "gcd", "nextafter", "real", "imag"),
+    **dict.fromkeys(("erfcinv", "digamma", "gcd", "nextafter", "real", "imag"),
                     "braze has no op for it: compute it outside the fusion and pass the result in"),
     "gather": "write bz.ops.take_along_axis(x, index, dim) (a bz.Fusion's f.ops.gather takes nvFuser's arguments)",
     "index_select": "write bz.ops.take(x, index, dim) (a bz.Fusion's f.ops.index_select takes nvFuser's arguments)",

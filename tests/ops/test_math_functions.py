@@ -1,5 +1,6 @@
 """The compositions of braze/ops/math_functions.py (`bz.ops.asin`, `acos`, `atan`, `sinh`, `cosh`,
-`asinh`, `acosh`, `atanh`, `log10`, `cbrt`, `hypot`, `degrees`, `radians`) against NumPy in float64, on half,
+`asinh`, `acosh`, `atanh`, `log10`, `cbrt`, `hypot`, `degrees`, `radians`, `lgamma`, `erfinv`) against
+NumPy (Python's math for lgamma, a bisection on erf for erfinv) in float64, on half,
 single and double floats and on integers (computed in float32), over each function's domain with its
 edges (|x| near 1, arguments near each zero, large arguments whose square overflows float32) and the
 special values; and the same functions as NumPy ufuncs under `@bz.jit` and as `math.*` in loop kernels
@@ -72,6 +73,57 @@ def test_each_function_matches_float64_numpy(name: str, dtype: bz.DType, shape: 
         with np.errstate(over="ignore"):  # cosh(80) is inf in float16, cosh(710) in float32, as braze gives
             expected = expected.astype(result.numpy).astype(np.float64)
     assert_matches(got, expected, result, k=K, what=f"{name}({dtype.name})")
+
+
+# lgamma: away from the poles, where float32's argument itself is off by half an ulp of a slope of 1/|x - n|;
+# the poles and +-inf are +inf. erfinv: over (-1, 1), its tails too, with +-1 giving +-inf and NaN past them.
+SPECIAL = {
+    "lgamma": (np.concatenate([np.linspace(-4.45, -0.05, 45), np.linspace(0.05, 30.0, 300), [0.5, 1.0, 2.0, 3.0,
+                                                                                              1e-6, 170.5]]),
+               [0.0, -1.0, -3.0, np.inf, -np.inf]),
+    "erfinv": (np.concatenate([np.linspace(-0.999, 0.999, 301), [0.0, -0.0, 1e-10, 0.5, -0.9999, 1 - 2**-20]]),
+               [1.0, -1.0, 1.5, -2.0]),
+}
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=_id)
+@pytest.mark.parametrize("name", SPECIAL)
+def test_lgamma_and_erfinv_match_float64(name: str, dtype: bz.DType) -> None:
+    finite, edges = SPECIAL[name]
+    x = np.concatenate([finite, edges]).astype(dtype.numpy)
+    x = x[np.isfinite(x.astype(np.float64)) | np.isin(x.astype(np.float64), edges)]
+    (got,) = execute(lambda f: getattr(bz.ops, name)(define(f, x)), [x])
+    x64 = x.astype(np.float64)
+    with np.errstate(all="ignore"):
+        pole = (x64 <= 0) & (np.floor(x64) == x64) if name == "lgamma" else np.zeros(x.shape, bool)
+        want = np.where(pole, np.inf, _reference(name, np.where(pole, 2.0, x64)))  # math.lgamma raises there
+    got64 = np.asarray(got, np.float64)
+    np.testing.assert_array_equal(np.isnan(got64), np.isnan(want), err_msg=name)
+    np.testing.assert_array_equal(got64[np.isinf(want)], want[np.isinf(want)], err_msg=name)
+    close = np.isfinite(want)
+    rtol, atol = {bz.float64: (1e-10, 1e-12), bz.float32: (3e-6, 1e-5)}.get(dtype, (1e-2, 1e-2))
+    # float32's lgamma near a pole: the argument's own rounding, times the slope there
+    atol = atol * np.where(name == "lgamma", 1 + 1 / np.maximum(np.abs(x64 - np.round(x64)), 1e-3) * 1e-2, 1.0)
+    ratio = np.abs(got64[close] - want[close]) / (atol[close] + rtol * np.abs(want[close]))
+    assert np.all(ratio <= 1), f"{name}({dtype.name}): {ratio.max():.2f} times the tolerance"
+
+
+def test_lgamma_and_erfinv_in_jit_and_kernels() -> None:
+    torch = pytest.importorskip("torch")
+    x = torch.linspace(0.1, 6.0, 40, dtype=torch.float64)
+    y = torch.linspace(-0.99, 0.99, 40, dtype=torch.float64)
+    lg, ei = bz.jit(lambda a, b: (torch.lgamma(a), torch.special.erfinv(b) + b.erfinv()))(x, y)
+    torch.testing.assert_close(lg, torch.lgamma(x), rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(ei, 2 * torch.erfinv(y), rtol=1e-10, atol=1e-12)
+
+    @bz.kernel
+    def loop(a: bz.Array[bz.float64, 1], out: bz.Array[bz.float64, 1]):
+        for i in range(a.shape[0]):
+            out[i] = math.lgamma(a[i])
+
+    out = np.zeros(40)
+    loop(x.numpy(), out)
+    np.testing.assert_allclose(out, torch.lgamma(x).numpy(), rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=_id)

@@ -213,10 +213,10 @@ for _name, _op in {**BINARY, "add": "add", "sub": "sub"}.items():
 
 
 # ATen ops that are compositions in braze (braze/ops/math_functions.py): the inverse trigonometric and
-# hyperbolic functions, log10, hypot, and the angle conversions.
+# hyperbolic functions, log10, hypot, the angle conversions, lgamma and erfinv.
 MATH_FUNCTIONS = {"asin": "asin", "acos": "acos", "atan": "atan", "sinh": "sinh", "cosh": "cosh", "asinh": "asinh",
                   "acosh": "acosh", "atanh": "atanh", "log10": "log10", "hypot": "hypot", "deg2rad": "radians",
-                  "rad2deg": "degrees"}
+                  "rad2deg": "degrees", "lgamma": "lgamma", "erfinv": "erfinv"}
 
 
 def _math_function(name: str) -> Convert:
