@@ -94,10 +94,13 @@ class Fusion(ir.FusionGraph):
         extents = [int(e) if static_sizes or e == 1 else -1 for e in shape]
         return self.define_tensor(extents, dt.as_dtype(tensor.dtype))
 
-    def define_vector(self, size: int, dtype: object = dt.int64) -> list[TensorView]:
-        """nvFuser's vector of `size` integer scalar inputs, a shape given at run time: execute() takes
-        them one by one, or as one list or tuple in their place."""
+    def define_vector(self, size: int | Sequence[int], dtype: object = dt.int64) -> list[TensorView]:
+        """nvFuser's vector of `size` integer scalar inputs (or as many as a list of values has, as nvFuser
+        takes one too), a shape given at run time: execute() takes them one by one, or as one list or
+        tuple in their place."""
         self.check_definable("define_vector")
+        if isinstance(size, (list, tuple)):
+            size = len(size)
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise FusionDefinitionError(f"define_vector: size: expected a non-negative int, got {size!r}")
         dtype = dt.as_dtype(dtype)
@@ -117,6 +120,8 @@ class Fusion(ir.FusionGraph):
                       name: str | None = None) -> TensorView:
         """A weak scalar: a constant when `value` is given, else an input passed to execute()."""
         self.check_definable("define_scalar")
+        if isinstance(value, dt.DType) and dtype is None:  # nvFuser's define_scalar(DataType.Int): an input
+            value, dtype = None, value
         if value is None and dtype is None:  # nvFuser's default: a double input
             dtype = dt.float64
         if value is not None and not isinstance(value, (bool, int, float)):

@@ -204,7 +204,7 @@ def _erfinv_reference(y: np.ndarray) -> np.ndarray:
         below = erf(mid) < y
         lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
     x = (lo + hi) / 2
-    return np.where(np.abs(y) == 1, np.copysign(np.inf, y), np.where(np.abs(y) > 1, np.nan, x))
+    return np.where(np.abs(y) == 1, np.copysign(np.inf, y), np.where((np.abs(y) > 1) | np.isnan(y), np.nan, x))
 
 
 # NumPy's functions of the same names: the references the tests and `bz.math.<name>` outside a kernel use.

@@ -140,6 +140,36 @@ def signbit(arg: TensorView) -> TensorView:
     return _torch_math.signbit(arg)
 
 
+def frac(arg: TensorView) -> TensorView:
+    """nvFuser's `frac(arg)`: x - trunc(x), the sign of x kept (torch's `frac`)."""
+    return _torch_math.frac(arg)
+
+
+def mod(lhs: object, rhs: object) -> TensorView:
+    """nvFuser's `mod(a, b)`: C's remainder, the dividend's sign (torch's `fmod`), for integers and floats."""
+    return _ops.fmod(lhs, rhs)
+
+
+def isposinf(arg: TensorView) -> TensorView:
+    """nvFuser's `isposinf(arg)`: x == +inf."""
+    return elementwise("eq", arg, float("inf"))
+
+
+def isneginf(arg: TensorView) -> TensorView:
+    """nvFuser's `isneginf(arg)`: x == -inf."""
+    return elementwise("eq", arg, float("-inf"))
+
+
+def isreal(arg: TensorView) -> TensorView:
+    """nvFuser's `isreal(arg)`: True everywhere, braze having no complex dtypes."""
+    return _ops.full_like(arg, True, dt.bool_)
+
+
+def erfcinv(arg: TensorView) -> TensorView:
+    """nvFuser's `erfcinv(arg)`: erfinv(1 - x)."""
+    return _ops.erfinv(elementwise("sub", 1.0, arg))
+
+
 def logical_right_shift(lhs: TensorView, rhs: object) -> TensorView:
     """nvFuser's `logical_right_shift(x, n)`: x >> n with zeros shifted in, whatever x's sign (x's bits
     as the unsigned integer of its width, shifted, read back as x's dtype)."""

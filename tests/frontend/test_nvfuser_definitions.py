@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import braze as bz
+from braze.ops.math_compositions import REFERENCES
 
 DataType = bz.DataType
 RNG = np.random.default_rng(7)
@@ -259,3 +260,28 @@ def test_signbit_logical_right_shift_and_a_zero_dimensional_index_as_nvfuser() -
         np.testing.assert_array_equal(shifted, (n.view(np.uint32) >> 3).view(np.int32))
         np.testing.assert_array_equal(all_out, np.zeros(5, np.int32))
         np.testing.assert_array_equal(picked, rows[2:3])  # torch's index_select keeps the dimension
+
+
+def test_nvfusers_small_elementwise_ops_and_a_dtype_given_first_to_define_scalar() -> None:
+    x = np.array([-2.5, -0.0, 1.75, np.inf, -np.inf, np.nan, 0.3], np.float32)
+    n = np.array([-7, 7, -8, 9], np.int64)
+    with bz.Fusion() as fd:
+        t, m = fd.define_tensor([-1]), fd.define_tensor([-1], dtype=DataType.Int)
+        k = fd.define_scalar(DataType.Int)  # nvFuser's: the dtype of a scalar input, given first
+        fd.add_output(fd.ops.frac(t))
+        fd.add_output(fd.ops.isposinf(t))
+        fd.add_output(fd.ops.isneginf(t))
+        fd.add_output(fd.ops.isreal(t))
+        fd.add_output(fd.ops.mod(m, k))
+        fd.add_output(fd.ops.erfcinv(fd.ops.abs(fd.ops.sin(t))))
+    assert k.dtype == bz.int64
+    for backend in ("reference", "llvm"):
+        frac, pos, neg, real, mod, inverse = fd.execute([x, n, 3], backend=backend)
+        np.testing.assert_array_equal(frac[:3], [-0.5, -0.0, 0.75])
+        np.testing.assert_array_equal(pos, np.isposinf(x))
+        np.testing.assert_array_equal(neg, np.isneginf(x))
+        assert real.dtype == np.bool_ and real.all()
+        np.testing.assert_array_equal(mod, np.fmod(n, 3))  # C's remainder: the dividend's sign
+        with np.errstate(invalid="ignore"):
+            want = REFERENCES["erfinv"](1 - np.abs(np.sin(x.astype(np.float64))))
+        np.testing.assert_allclose(inverse, want, rtol=1e-5, atol=1e-6)
