@@ -111,6 +111,44 @@ def _select(b: RegionBuilder, node: fx.Node) -> TensorView:
     return bz_ops.squeeze(bz_ops.slice(x, slices), [dim])
 
 
+def _slice_starts_and_steps(node: fx.Node) -> list[tuple[int, int]] | str:
+    """as_strided's view as a strided slice of its input, a (start, step) per dimension; or why it is none.
+    Functionalization replays `chunk` and `split` (an LSTM's four gates, a GLU's halves) as as_strided,
+    its offset counted from the storage's start: less the input's own offset, read as a position in
+    the input's strides, largest first."""
+    args = bind(node)
+    x, sizes, strides = meta(args["self"]), list(args["size"]), list(args["stride"])
+    offset = args.get("storage_offset") or 0
+    numbers = [*sizes, *strides, offset, *x.shape, *x.stride(), x.storage_offset()]
+    if not all(isinstance(v, int) for v in numbers):
+        return "symbolic sizes, strides or offset"
+    if len(sizes) != x.dim():
+        return "a view of another rank than its input"
+    rest, starts = offset - x.storage_offset(), [0] * x.dim()
+    for d in sorted(range(x.dim()), key=lambda d: -x.stride(d)):
+        if x.shape[d] > 1 and x.stride(d) > 0:
+            starts[d], rest = divmod(rest, x.stride(d)) if rest >= 0 else (0, rest)
+    steps = [1 if size == 1 else stride // x.stride(d) if x.stride(d) > 0 and stride % x.stride(d) == 0 else 0
+             for d, (size, stride) in enumerate(zip(sizes, strides))]
+    if rest != 0 or 0 in steps or any(size and start + (size - 1) * step >= extent
+                                      for start, step, size, extent in zip(starts, steps, sizes, x.shape)):
+        return "strides that are no slice of its input"
+    return list(zip(starts, steps))
+
+
+def _a_slice_of_its_input(node: fx.Node) -> str | None:
+    why = _slice_starts_and_steps(node)
+    return why if isinstance(why, str) else None
+
+
+@rule(aten.as_strided.default, accepts=_a_slice_of_its_input)
+def _as_strided(b: RegionBuilder, node: fx.Node) -> TensorView:
+    x = b.tensor(bind(node)["self"])
+    sizes = meta(node).shape
+    return bz_ops.slice(x, [slice(start, start + (size - 1) * step + 1, step)
+                            for (start, step), size in zip(_slice_starts_and_steps(node), sizes)])
+
+
 @rule(aten.cat.default)
 def _cat(b: RegionBuilder, node: fx.Node) -> TensorView:
     dtype = braze_dtype(meta(node).dtype)
@@ -297,6 +335,20 @@ def _gather(b: RegionBuilder, node: fx.Node) -> TensorView:
     return finish(node, view_composites.gather(b.tensor(args["self"]), args["dim"], b.tensor(args["index"])))
 
 
+def _a_tensor_to_select_from(node: fx.Node) -> str | None:
+    return None if meta(bind(node)["self"]).dim() > 0 else "a 0-d input"
+
+
+@rule(aten.index_select.default, accepts=_a_tensor_to_select_from)
+def _index_select(b: RegionBuilder, node: fx.Node) -> TensorView:
+    """The slices of `dim` a 1-d (or 0-d) index names, in its order: what `torch.roll` (Swin's shifted
+    windows) decomposes into, with the index computed beside it. Picked as gather picks (a one-hot
+    sum each backend reads as one element); an index out of range gives gather's fill where eager raises."""
+    args = bind(node)
+    x, index = b.tensor(args["self"]), b.tensor(args["index"])
+    return finish(node, view_composites.take(x, bz_ops.reshape(index, [-1]), _dims(args["dim"], x.ndim)[0]))
+
+
 @rule(aten.scatter.value, accepts=_few_indices_a_row)
 def _scatter_value(b: RegionBuilder, node: fx.Node) -> TensorView:
     """`self` with `value` written at each row's index along `dim`."""
@@ -446,9 +498,12 @@ def _fill_as_eager_reads_it(value: object, dtype: dt.DType) -> object:
 def _integer_range(node: fx.Node) -> str | None:
     args = bind(node)
     bounds = [args.get("start", 0), args.get("end"), args.get("step", 1)]
+    if any(isinstance(v, float) for v in bounds) and all(isinstance(v, (int, float)) for v in bounds):
+        # a float range has its length fixed by the trace (the node's shape)
+        return None if meta(node).dtype.is_floating_point else "a range with float bounds of integer dtype"
     if not all(isinstance(v, int) or (isinstance(v, fx.Node) and isinstance(meta(v), torch.SymInt))
                for v in bounds if v is not None):
-        return "a range with float bounds"
+        return "a range with symbolic float bounds"
     return None if isinstance(bounds[2], int) else "a symbolic step"
 
 
@@ -456,12 +511,22 @@ def _integer_range(node: fx.Node) -> str | None:
 def _arange(b: RegionBuilder, node: fx.Node) -> TensorView:
     args = bind(node)
     start, step = args.get("start") or 0, args.get("step") or 1
+    if isinstance(start, float) or isinstance(step, float) or isinstance(args["end"], float):
+        return finish(node, _float_range(b.shape_of(node)[0], start, step))
     if isinstance(start, int):
         return finish(node, bz_ops.arange(start, b.extent(args["end"]), step))
     # braze's arange starts at an int: count from 0 and shift by the start, a number the region reads
     # (its bounds are numbers to torch, which it may not have as a size: carriers.py)
     steps = bz_ops.arange(0, b.shape_of(node)[0])
     return finish(node, (steps * step if step != 1 else steps) + b.operand(start))
+
+
+def _float_range(length: int, start: float, step: float) -> TensorView:
+    """`torch.arange(0, 1, 0.25)`, a diffusion model's `arange(half) * -log(10000) / half` written with
+    floats: start + i * step in float64, as eager's CPU kernel accumulates a float range (in
+    `acc_type`), rounded once to the output's dtype by `finish`."""
+    steps = bz_ops.cast(bz_ops.arange(0, length), dt.float64)
+    return steps * float(step) + float(start)
 
 
 @rule(philox_random)

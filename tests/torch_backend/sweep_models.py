@@ -1,0 +1,100 @@
+"""Model code as its authors write it, for the torch backend's tests, beyond real_models.py and more_models.py:
+an LSTM cell unrolled over time steps (its gates split by `chunk`), a diffusion model's timestep embedding
+with a float `torch.arange`, Swin-style shifted windows by `torch.roll` with `index_select`, and PointNet's
+max over points by `torch.max(x, dim)` with a classifier's accuracy from `out.max(1)[1]`. Random weights at
+small sizes: nothing is downloaded. `real_models.check_against_eager` compares each with eager PyTorch,
+outputs and gradients.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class UnrolledLSTM(nn.Module):
+    """An LSTM written out over its time steps, as sequence models and tutorials write it: the four gates
+    from one projection, split by `chunk` (which AOTAutograd replays as `as_strided`), sigmoid and tanh."""
+
+    def __init__(self, dim: int = 6, hidden: int = 8) -> None:
+        super().__init__()
+        self.input_proj, self.hidden_proj = nn.Linear(dim, 4 * hidden), nn.Linear(hidden, 4 * hidden, bias=False)
+        self.hidden = hidden
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = c = x.new_zeros(x.shape[0], self.hidden)
+        outputs = []
+        for t in range(x.shape[1]):
+            i, f, g, o = (self.input_proj(x[:, t]) + self.hidden_proj(h)).chunk(4, 1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+            outputs.append(h)
+        return torch.stack(outputs, 1), c
+
+
+class TimestepEmbedding(nn.Module):
+    """A diffusion model's sinusoidal timestep embedding and its MLP, with the frequencies written over a
+    float range, a GLU's halves by `chunk`, and `torch.lerp` toward the input."""
+
+    def __init__(self, dim: int = 16) -> None:
+        super().__init__()
+        self.dim = dim
+        self.fc = nn.Linear(dim, 2 * dim)
+
+    def forward(self, t: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        half = self.dim // 2
+        freqs = torch.exp(-math.log(10000) * torch.arange(0.0, 1.0, 1 / half, dtype=torch.float32))
+        args = t[:, None].float() * freqs[None]
+        embedding = torch.cat([torch.cos(args), torch.sin(args)], dim=-1).to(x.dtype)
+        value, gate = self.fc(embedding).chunk(2, -1)
+        h = value * F.silu(gate)
+        return torch.lerp(h, x, 0.3), torch.arange(-1.5, 2.5, 0.5, dtype=x.dtype) * h[:, :8]
+
+
+def timestep_inputs(g: torch.Generator, batch: int = 4) -> tuple:
+    return torch.randint(0, 1000, (batch,), generator=g), torch.randn(batch, 16, generator=g)
+
+
+class ShiftedWindows(nn.Module):
+    """Swin's cyclic shift of a feature map by `torch.roll` before its windows and back after, a roll of
+    the flattened map, and `index_select` of positions by a 1-d and a 0-d index."""
+
+    def __init__(self, dim: int = 4, shift: int = 2) -> None:
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+        self.shift = shift
+
+    def forward(self, x: torch.Tensor, index: torch.Tensor) -> tuple:
+        shifted = torch.roll(self.fc(x), shifts=(-self.shift, -self.shift), dims=(1, 2))
+        h = torch.roll(F.gelu(shifted), shifts=(self.shift, self.shift), dims=(1, 2))
+        return h, torch.roll(h, 5), h.index_select(1, index), h.index_select(-1, index[0] % h.shape[-1])
+
+
+def shifted_window_inputs(g: torch.Generator, batch: int = 2, side: int = 6) -> tuple:
+    return torch.randn(batch, side, side, 4, generator=g), torch.tensor([3, 0, 0, side - 1])
+
+
+class PointNetMaxPool(nn.Module):
+    """PointNet's shared per-point MLP and its global feature, the max over points by `torch.max(h, 1)` (ReLU's
+    zeros tie), a min over the batch kept, and a classifier's accuracy from `logits.max(1)[1]`."""
+
+    def __init__(self, dim: int = 3, hidden: int = 8, classes: int = 5) -> None:
+        super().__init__()
+        self.point_mlp, self.head = nn.Linear(dim, hidden), nn.Linear(hidden, classes)
+
+    def forward(self, points: torch.Tensor, labels: torch.Tensor) -> tuple:
+        h = F.relu(self.point_mlp(points))
+        feature, critical = torch.max(h, 1)
+        lowest, _ = h.min(0, keepdim=True)
+        logits = self.head(feature)
+        accuracy = (logits.max(1)[1] == labels).float().mean()
+        return logits, lowest, accuracy, critical
+
+
+def point_inputs(g: torch.Generator, batch: int = 4, points: int = 6) -> tuple:
+    points_ = torch.randn(batch, points, 3, generator=g)
+    points_[0] = -5.0  # every feature of the first cloud is ReLU's zero: a tie at each
+    return points_, torch.randint(0, 5, (batch,), generator=g)

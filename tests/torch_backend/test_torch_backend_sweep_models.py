@@ -1,0 +1,75 @@
+"""Layers of tests/torch_backend/sweep_models.py through `torch.compile(backend="braze")` on CPU tensors against
+eager PyTorch, forward and backward, and the ops among them braze must fuse rather than leave to PyTorch:
+chunk's `as_strided` views, float ranges, `index_select` (torch.roll), and `torch.max(x, dim)`."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from real_models import STRICT, check_against_eager, normal  # noqa: E402  (beside this file)
+from sweep_models import (  # noqa: E402
+    PointNetMaxPool,
+    ShiftedWindows,
+    TimestepEmbedding,
+    UnrolledLSTM,
+    point_inputs,
+    shifted_window_inputs,
+    timestep_inputs,
+)
+
+import braze as bz  # noqa: E402
+
+
+def _inputs(make, *seeds: int) -> list[tuple]:
+    return [make(torch.Generator().manual_seed(seed)) for seed in seeds]
+
+
+def _left_to_pytorch(model, inputs: tuple) -> set[str]:
+    torch._dynamo.reset()
+    leaves = [t.detach().clone().requires_grad_(t.dtype.is_floating_point) for t in inputs]
+    explanation = bz.torch.explain(model, *leaves, options=STRICT)
+    torch._dynamo.reset()
+    return {op for g in explanation.graphs for op, _ in g.torch_ops}
+
+
+MODELS = {
+    "unrolled_lstm": (UnrolledLSTM, lambda: _inputs(normal(3, 4, 6), 1)),
+    "timestep_embedding": (TimestepEmbedding, lambda: _inputs(timestep_inputs, 1)),
+    "shifted_windows": (ShiftedWindows, lambda: _inputs(shifted_window_inputs, 1)),
+    "pointnet_max_pool": (PointNetMaxPool, lambda: _inputs(point_inputs, 1)),
+}
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_a_layer_matches_eager_forward_and_backward(name: str) -> None:
+    make_model, make_inputs = MODELS[name]
+    check_against_eager(make_model, make_inputs())
+
+
+def test_the_gates_chunk_splits_fuse_with_their_activations() -> None:
+    """AOTAutograd replays `chunk` and `split` as `as_strided` of the projection; each is a slice, which
+    braze fuses, so each time step is one region instead of one cut at every gate."""
+    torch.manual_seed(0)
+    assert "aten.as_strided.default" not in _left_to_pytorch(UnrolledLSTM(), _inputs(normal(3, 4, 6), 1)[0])
+
+
+def test_a_float_range_and_a_roll_run_in_braze() -> None:
+    torch.manual_seed(0)
+    left = _left_to_pytorch(TimestepEmbedding(), _inputs(timestep_inputs, 1)[0])
+    assert "aten.arange.start_step" not in left, left
+    left = _left_to_pytorch(ShiftedWindows(), _inputs(shifted_window_inputs, 1)[0])
+    assert "aten.index_select.default" not in left, left
+
+
+def test_shifted_windows_match_eager_over_sizes_under_dynamic_true() -> None:
+    check_against_eager(ShiftedWindows, [shifted_window_inputs(torch.Generator().manual_seed(s), b, side)
+                                         for s, (b, side) in enumerate(((2, 6), (3, 5)))], dynamic=True)
+
+
+def test_max_and_min_over_a_dim_with_their_indices_run_in_braze() -> None:
+    """`torch.max(x, dim)` gives values and indices, two results no region could take: it ran in PyTorch."""
+    torch.manual_seed(0)
+    left = _left_to_pytorch(PointNetMaxPool(), _inputs(point_inputs, 1)[0])
+    assert not {"aten.max.dim", "aten.min.dim"} & left, left
