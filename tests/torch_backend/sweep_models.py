@@ -1,7 +1,8 @@
 """Model code as its authors write it, for the torch backend's tests, beyond real_models.py and more_models.py:
 an LSTM cell unrolled over time steps (its gates split by `chunk`), a diffusion model's timestep embedding
 with a float `torch.arange`, Swin-style shifted windows by `torch.roll` with `index_select`, and PointNet's
-max over points by `torch.max(x, dim)` with a classifier's accuracy from `out.max(1)[1]`. Random weights at
+max over points by `torch.max(x, dim)` with a classifier's accuracy from `out.max(1)[1]`, a U-Net decoder's
+upsampling and a vocoder's reflect padding (advanced indexing), and CLIP's end-of-text pooling. Random weights at
 small sizes: nothing is downloaded. `real_models.check_against_eager` compares each with eager PyTorch,
 outputs and gradients.
 """
@@ -98,3 +99,25 @@ def point_inputs(g: torch.Generator, batch: int = 4, points: int = 6) -> tuple:
     points_ = torch.randn(batch, points, 3, generator=g)
     points_[0] = -5.0  # every feature of the first cloud is ReLU's zero: a tie at each
     return points_, torch.randint(0, 5, (batch,), generator=g)
+
+
+class UpsampleAndPad(nn.Module):
+    """A U-Net decoder's nearest and bilinear upsampling, an image generator's reflect and replicate padding
+    before a convolution (all advanced indexing, `aten.index`), and CLIP's text pooling: the feature at each
+    sequence's end-of-text token, `x[torch.arange(batch), tokens.argmax(-1)]`."""
+
+    def __init__(self, channels: int = 3) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, 3)
+        self.proj = nn.Linear(channels, channels)
+
+    def forward(self, x: torch.Tensor, tokens: torch.Tensor) -> tuple:
+        up = F.interpolate(x, scale_factor=2, mode="nearest") + F.interpolate(x, scale_factor=2, mode="bilinear")
+        h = self.conv(F.pad(F.silu(up), (1, 1, 1, 1), mode="reflect")) + F.pad(up, (0, 0, 1, 1), mode="replicate")[
+            :, :, 1:-1]
+        sequence = self.proj(h.flatten(2).transpose(1, 2))[:, :tokens.shape[1]]
+        return h, sequence[torch.arange(sequence.shape[0]), tokens.argmax(-1)]
+
+
+def upsample_inputs(g: torch.Generator, batch: int = 2, side: int = 4) -> tuple:
+    return torch.randn(batch, 3, side, side, generator=g), torch.randint(0, 100, (batch, 5), generator=g)

@@ -1,6 +1,7 @@
 """Layers of tests/torch_backend/sweep_models.py through `torch.compile(backend="braze")` on CPU tensors against
 eager PyTorch, forward and backward, and the ops among them braze must fuse rather than leave to PyTorch:
-chunk's `as_strided` views, float ranges, `index_select` (torch.roll), and `torch.max(x, dim)`."""
+chunk's `as_strided` views, float ranges, `index_select` (torch.roll), `torch.max(x, dim)` and advanced
+indexing (F.interpolate, reflect padding)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ from sweep_models import (  # noqa: E402
     ShiftedWindows,
     TimestepEmbedding,
     UnrolledLSTM,
+    UpsampleAndPad,
     point_inputs,
     shifted_window_inputs,
     timestep_inputs,
+    upsample_inputs,
 )
 
 import braze as bz  # noqa: E402
@@ -39,6 +42,7 @@ MODELS = {
     "timestep_embedding": (TimestepEmbedding, lambda: _inputs(timestep_inputs, 1)),
     "shifted_windows": (ShiftedWindows, lambda: _inputs(shifted_window_inputs, 1)),
     "pointnet_max_pool": (PointNetMaxPool, lambda: _inputs(point_inputs, 1)),
+    "upsample_and_pad": (UpsampleAndPad, lambda: _inputs(upsample_inputs, 1)),
 }
 
 
@@ -73,3 +77,23 @@ def test_max_and_min_over_a_dim_with_their_indices_run_in_braze() -> None:
     torch.manual_seed(0)
     left = _left_to_pytorch(PointNetMaxPool(), _inputs(point_inputs, 1)[0])
     assert not {"aten.max.dim", "aten.min.dim"} & left, left
+
+
+def test_upsampling_padding_and_picking_by_index_tensors_run_in_braze() -> None:
+    """F.interpolate, reflect and replicate padding and `x[arange, index]` index by tensors: they ran in PyTorch."""
+    torch.manual_seed(0)
+    left = _left_to_pytorch(UpsampleAndPad(), _inputs(upsample_inputs, 1)[0])
+    assert not {"aten.index.Tensor", "aten._unsafe_index.Tensor"} & left, left
+
+
+@pytest.mark.parametrize("index", [(slice(None), [[0, 2], [1, -1]], [1, 4]), ([1, 0], slice(None), [4, -5]),
+                                   ([[1], [0]], [0, 2, 1]), (1, slice(None), [2, 0])], ids=str)
+def test_advanced_indexing_puts_the_index_dims_where_numpy_does(index: tuple) -> None:
+    """Adjacent index tensors replace their dimensions; separated ones lead; a number among them indexes too."""
+    index = tuple(torch.tensor(i) if isinstance(i, list) else i for i in index)
+    x = torch.randn(2, 3, 5, dtype=torch.float64)
+    def pick(x):
+        return x[index] * 2
+
+    torch.testing.assert_close(torch.compile(pick, backend="braze", options=STRICT)(x), pick(x), rtol=0, atol=0)
+    assert "aten.index.Tensor" not in _left_to_pytorch(pick, (x,))

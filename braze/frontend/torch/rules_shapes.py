@@ -349,6 +349,49 @@ def _index_select(b: RegionBuilder, node: fx.Node) -> TensorView:
     return finish(node, view_composites.take(x, bz_ops.reshape(index, [-1]), _dims(args["dim"], x.ndim)[0]))
 
 
+def _integer_indices_of_static_dims(node: fx.Node) -> str | None:
+    args = bind(node)
+    source, indices = meta(args["self"]), list(args["indices"])
+    picked = [d for d, index in enumerate(indices) if index is not None]
+    if not picked:
+        return "no index tensor"
+    for d in picked:
+        if meta(indices[d]).dtype in (torch.bool, torch.uint8):
+            return "a boolean mask (its result's size depends on the values)"
+        if not isinstance(source.shape[d], int):
+            return "an indexed dimension of symbolic extent"
+    return None
+
+
+@rule(aten.index.Tensor, aten._unsafe_index.Tensor, accepts=_integer_indices_of_static_dims)
+def _index(b: RegionBuilder, node: fx.Node) -> TensorView:
+    """x[..., i, j, ...] with integer index tensors (NumPy's advanced indexing), what F.interpolate, reflect
+    and replicate padding and `x[torch.arange(n), last]` (CLIP's end-of-text token) decompose into: the
+    indexed dimensions merged into one, read at the linear position of each broadcast index tuple by
+    `take` (one element per output, as gather reads it). The broadcast indices replace the indexed
+    dimensions where these are adjacent, else lead, as in NumPy; an index out of range gives take's fill
+    where eager raises."""
+    args = bind(node)
+    x, indices = b.tensor(args["self"]), list(args["indices"])
+    picked = [d for d, index in enumerate(indices) if index is not None]
+    others = [d for d in range(x.ndim) if d not in picked]
+    extents = [meta(args["self"]).shape[d] for d in picked]
+    rank = max(len(meta(indices[d]).shape) for d in picked)
+    linear = None
+    for d, extent in zip(picked, extents):
+        index = _align(bz_ops.cast(b.tensor(indices[d]), dt.int64), rank)
+        index = bz_ops.where(index < 0, index + extent, index)
+        linear = index if linear is None else linear * extent + index
+    rows = bz_ops.reshape(bz_ops.permute(x, picked + others), [int(np.prod(extents)), *[x.shape[d] for d in others]])
+    taken = view_composites.take(rows, linear, 0)  # the broadcast index dims, then `others`
+    adjacent = picked == list(range(picked[0], picked[-1] + 1))
+    if not adjacent or picked[0] == 0:
+        return finish(node, taken)
+    before = picked[0]  # dims of x ahead of the indexed ones go back in front
+    order = [*range(rank, rank + before), *range(rank), *range(rank + before, taken.ndim)]
+    return finish(node, bz_ops.permute(taken, order))
+
+
 @rule(aten.scatter.value, accepts=_few_indices_a_row)
 def _scatter_value(b: RegionBuilder, node: fx.Node) -> TensorView:
     """`self` with `value` written at each row's index along `dim`."""
