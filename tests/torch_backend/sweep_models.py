@@ -2,7 +2,8 @@
 an LSTM cell unrolled over time steps (its gates split by `chunk`), a diffusion model's timestep embedding
 with a float `torch.arange`, Swin-style shifted windows by `torch.roll` with `index_select`, and PointNet's
 max over points by `torch.max(x, dim)` with a classifier's accuracy from `out.max(1)[1]`, a U-Net decoder's
-upsampling and a vocoder's reflect padding (advanced indexing), and CLIP's end-of-text pooling. Random weights at
+upsampling and a vocoder's reflect padding (advanced indexing), CLIP's end-of-text pooling, and BERT's
+embeddings with position ids from the attention mask. Random weights at
 small sizes: nothing is downloaded. `real_models.check_against_eager` compares each with eager PyTorch,
 outputs and gradients.
 """
@@ -121,3 +122,29 @@ class UpsampleAndPad(nn.Module):
 
 def upsample_inputs(g: torch.Generator, batch: int = 2, side: int = 4) -> tuple:
     return torch.randn(batch, 3, side, side, generator=g), torch.randint(0, 100, (batch, 5), generator=g)
+
+
+class BertEmbeddings(nn.Module):
+    """BERT's word (with a padding row), position and token-type embeddings and their LayerNorm, the position
+    ids counted from the attention mask as RoBERTa does (`mask.cumsum(-1) - 1`, padding at 1 by
+    `masked_fill_`), and the extended attention mask `(1 - mask) * finfo.min`."""
+
+    def __init__(self, vocab: int = 50, dim: int = 8, positions: int = 16) -> None:
+        super().__init__()
+        self.words = nn.Embedding(vocab, dim, padding_idx=0)
+        self.positions, self.types = nn.Embedding(positions, dim), nn.Embedding(2, dim)
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, ids: torch.Tensor, types: torch.Tensor, mask: torch.Tensor) -> tuple:
+        position_ids = mask.cumsum(-1) - 1
+        position_ids.masked_fill_(mask == 0, 1)
+        h = self.norm(self.words(ids) + self.positions(position_ids) + self.types(types))
+        extended = (1.0 - mask[:, None, None, :].to(h.dtype)) * torch.finfo(h.dtype).min
+        return h, extended
+
+
+def bert_embedding_inputs(g: torch.Generator, batch: int = 3, length: int = 7) -> tuple:
+    mask = torch.ones(batch, length, dtype=torch.int64)
+    mask[1, length - 3:] = 0
+    ids = torch.randint(1, 50, (batch, length), generator=g) * mask  # padding is token 0
+    return ids, torch.randint(0, 2, (batch, length), generator=g), mask

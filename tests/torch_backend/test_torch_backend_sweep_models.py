@@ -1,7 +1,7 @@
 """Layers of tests/torch_backend/sweep_models.py through `torch.compile(backend="braze")` on CPU tensors against
 eager PyTorch, forward and backward, and the ops among them braze must fuse rather than leave to PyTorch:
 chunk's `as_strided` views, float ranges, `index_select` (torch.roll), `torch.max(x, dim)` and advanced
-indexing (F.interpolate, reflect padding)."""
+indexing (F.interpolate, reflect padding), and embeddings."""
 
 from __future__ import annotations
 
@@ -11,11 +11,13 @@ torch = pytest.importorskip("torch")
 
 from real_models import STRICT, check_against_eager, normal  # noqa: E402  (beside this file)
 from sweep_models import (  # noqa: E402
+    BertEmbeddings,
     PointNetMaxPool,
     ShiftedWindows,
     TimestepEmbedding,
     UnrolledLSTM,
     UpsampleAndPad,
+    bert_embedding_inputs,
     point_inputs,
     shifted_window_inputs,
     timestep_inputs,
@@ -43,6 +45,7 @@ MODELS = {
     "shifted_windows": (ShiftedWindows, lambda: _inputs(shifted_window_inputs, 1)),
     "pointnet_max_pool": (PointNetMaxPool, lambda: _inputs(point_inputs, 1)),
     "upsample_and_pad": (UpsampleAndPad, lambda: _inputs(upsample_inputs, 1)),
+    "bert_embeddings": (BertEmbeddings, lambda: _inputs(bert_embedding_inputs, 1)),
 }
 
 
@@ -97,3 +100,12 @@ def test_advanced_indexing_puts_the_index_dims_where_numpy_does(index: tuple) ->
 
     torch.testing.assert_close(torch.compile(pick, backend="braze", options=STRICT)(x), pick(x), rtol=0, atol=0)
     assert "aten.index.Tensor" not in _left_to_pytorch(pick, (x,))
+
+
+def test_embeddings_and_their_layer_norm_make_one_region() -> None:
+    """`aten.embedding` ran in PyTorch, cutting BERT's embeddings from their sum and LayerNorm."""
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    explanation = bz.torch.explain(BertEmbeddings(), *_inputs(bert_embedding_inputs, 1)[0], options=STRICT)
+    forward = explanation.graphs[0]
+    assert not forward.torch_ops and len(forward.regions) == 1, explanation

@@ -392,6 +392,17 @@ def _index(b: RegionBuilder, node: fx.Node) -> TensorView:
     return finish(node, bz_ops.permute(taken, order))
 
 
+def _rows_of_static_count(node: fx.Node) -> str | None:
+    return None if isinstance(meta(node.args[0]).shape[0], int) else "a table of a symbolic number of rows"
+
+
+@rule(aten.embedding.default, accepts=_rows_of_static_count)
+def _embedding(b: RegionBuilder, node: fx.Node) -> TensorView:
+    """The table's rows at the indices (`padding_idx` matters to the backward only), read by `take`, so
+    BERT's word, position and type embeddings and their LayerNorm make one region."""
+    return finish(node, view_composites.take(b.tensor(node.args[0]), b.tensor(node.args[1]), 0))
+
+
 @rule(aten.scatter.value, accepts=_few_indices_a_row)
 def _scatter_value(b: RegionBuilder, node: fx.Node) -> TensorView:
     """`self` with `value` written at each row's index along `dim`."""
