@@ -3,7 +3,7 @@ an LSTM cell unrolled over time steps (its gates split by `chunk`), a diffusion 
 with a float `torch.arange`, Swin-style shifted windows by `torch.roll` with `index_select`, and PointNet's
 max over points by `torch.max(x, dim)` with a classifier's accuracy from `out.max(1)[1]`, a U-Net decoder's
 upsampling and a vocoder's reflect padding (advanced indexing), CLIP's end-of-text pooling, and BERT's
-embeddings with position ids from the attention mask. Random weights at
+embeddings with position ids from the attention mask, and patches and frames by `Tensor.unfold`. Random weights at
 small sizes: nothing is downloaded. `real_models.check_against_eager` compares each with eager PyTorch,
 outputs and gradients.
 """
@@ -148,3 +148,23 @@ def bert_embedding_inputs(g: torch.Generator, batch: int = 3, length: int = 7) -
     mask[1, length - 3:] = 0
     ids = torch.randint(1, 50, (batch, length), generator=g) * mask  # padding is token 0
     return ids, torch.randint(0, 2, (batch, length), generator=g), mask
+
+
+class PatchesAndFrames(nn.Module):
+    """A ViT's patches cut by `unfold` on both image axes and projected, and an audio model's overlapping frames
+    by `unfold` under a Hann window."""
+
+    def __init__(self, channels: int = 2, patch: int = 4, dim: int = 8) -> None:
+        super().__init__()
+        self.patch = patch
+        self.proj = nn.Linear(channels * patch * patch, dim)
+
+    def forward(self, image: torch.Tensor, audio: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        p = self.patch
+        patches = image.unfold(2, p, p).unfold(3, p, p).permute(0, 2, 3, 1, 4, 5).flatten(3).flatten(1, 2)
+        frames = audio.unfold(-1, 6, 3) * torch.hann_window(6, dtype=audio.dtype)
+        return self.proj(patches), frames.pow(2).mean(-1)
+
+
+def patch_inputs(g: torch.Generator) -> tuple:
+    return torch.randn(2, 2, 8, 12, generator=g), torch.randn(2, 20, generator=g)

@@ -1,7 +1,7 @@
 """Layers of tests/torch_backend/sweep_models.py through `torch.compile(backend="braze")` on CPU tensors against
 eager PyTorch, forward and backward, and the ops among them braze must fuse rather than leave to PyTorch:
 chunk's `as_strided` views, float ranges, `index_select` (torch.roll), `torch.max(x, dim)` and advanced
-indexing (F.interpolate, reflect padding), and embeddings."""
+indexing (F.interpolate, reflect padding), embeddings, and `Tensor.unfold`."""
 
 from __future__ import annotations
 
@@ -12,12 +12,14 @@ torch = pytest.importorskip("torch")
 from real_models import STRICT, check_against_eager, normal  # noqa: E402  (beside this file)
 from sweep_models import (  # noqa: E402
     BertEmbeddings,
+    PatchesAndFrames,
     PointNetMaxPool,
     ShiftedWindows,
     TimestepEmbedding,
     UnrolledLSTM,
     UpsampleAndPad,
     bert_embedding_inputs,
+    patch_inputs,
     point_inputs,
     shifted_window_inputs,
     timestep_inputs,
@@ -46,6 +48,7 @@ MODELS = {
     "pointnet_max_pool": (PointNetMaxPool, lambda: _inputs(point_inputs, 1)),
     "upsample_and_pad": (UpsampleAndPad, lambda: _inputs(upsample_inputs, 1)),
     "bert_embeddings": (BertEmbeddings, lambda: _inputs(bert_embedding_inputs, 1)),
+    "patches_and_frames": (PatchesAndFrames, lambda: _inputs(patch_inputs, 1)),
 }
 
 
@@ -82,11 +85,14 @@ def test_max_and_min_over_a_dim_with_their_indices_run_in_braze() -> None:
     assert not {"aten.max.dim", "aten.min.dim"} & left, left
 
 
-def test_upsampling_padding_and_picking_by_index_tensors_run_in_braze() -> None:
-    """F.interpolate, reflect and replicate padding and `x[arange, index]` index by tensors: they ran in PyTorch."""
+def test_upsampling_padding_picking_by_index_tensors_and_unfold_run_in_braze() -> None:
+    """F.interpolate, reflect and replicate padding and `x[arange, index]` index by tensors, and `Tensor.unfold`
+    had no rule: they ran in PyTorch."""
     torch.manual_seed(0)
     left = _left_to_pytorch(UpsampleAndPad(), _inputs(upsample_inputs, 1)[0])
     assert not {"aten.index.Tensor", "aten._unsafe_index.Tensor"} & left, left
+    left = _left_to_pytorch(PatchesAndFrames(), _inputs(patch_inputs, 1)[0])
+    assert "aten.unfold.default" not in left, left
 
 
 @pytest.mark.parametrize("index", [(slice(None), [[0, 2], [1, -1]], [1, 4]), ([1, 0], slice(None), [4, -5]),

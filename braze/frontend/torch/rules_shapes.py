@@ -403,6 +403,25 @@ def _embedding(b: RegionBuilder, node: fx.Node) -> TensorView:
     return finish(node, view_composites.take(b.tensor(node.args[0]), b.tensor(node.args[1]), 0))
 
 
+def _static_windows(node: fx.Node) -> str | None:
+    source, (dim, size, step) = meta(node.args[0]), node.args[1:4]
+    if source.dim() == 0 or not all(isinstance(v, int) for v in (source.shape[dim], size, step)):
+        return "a 0-d input or symbolic windows"
+    return None
+
+
+@rule(aten.unfold.default, accepts=_static_windows)
+def _unfold(b: RegionBuilder, node: fx.Node) -> TensorView:
+    """`x.unfold(dim, size, step)`, windows of `size` every `step` along `dim` in a new last dimension (a
+    ViT's patches, an audio model's frames): element k of window i is x[i * step + k], read by `take`."""
+    x, (dim, size, step) = b.tensor(node.args[0]), node.args[1:4]
+    dim = _dims(dim, x.ndim)[0]
+    windows = meta(node).shape[dim]
+    starts = bz_ops.unsqueeze(bz_ops.arange(0, windows * step, step), 1)
+    taken = view_composites.take(x, starts + bz_ops.unsqueeze(bz_ops.arange(0, size), 0), dim)
+    return finish(node, bz_ops.permute(taken, [d for d in range(taken.ndim) if d != dim + 1] + [dim + 1]))
+
+
 @rule(aten.scatter.value, accepts=_few_indices_a_row)
 def _scatter_value(b: RegionBuilder, node: fx.Node) -> TensorView:
     """`self` with `value` written at each row's index along `dim`."""
