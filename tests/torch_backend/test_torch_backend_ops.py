@@ -511,13 +511,15 @@ def test_explain_names_pooling_sorting_and_strided_views_left_to_pytorch() -> No
     def pooled(x):
         a, b = x.chunk(2, -1)
         top = torch.topk(torch.tanh(a) * 2, 2, dim=-1).values
-        return F.max_pool1d(torch.relu(b) + 1, 2), F.avg_pool1d(b * 3, 2), top, torch.sort(b * b, -1).values
+        windows = torch.as_strided(x * 2, (2, 3, 3), (24, 1, 1))  # overlapping: no slice of x
+        return (F.max_pool1d(torch.relu(b) + 1, 2), F.avg_pool1d(b * 3, 2), top, torch.sort(b * b, -1).values,
+                windows.exp())
 
     explanation = bz.torch.explain(pooled, torch.randn(2, 3, 8))
     reasons = {op.removeprefix("aten.").removesuffix(".default"): why for op, why in explanation.graphs[0].torch_ops}
     assert reasons["max_pool2d_with_indices"] == reasons["avg_pool2d"] == "a pooling window: PyTorch runs it"
     assert reasons["topk"] == reasons["sort"] == "sorting and selection: braze has none"
-    assert reasons["as_strided"] == "explicit strides (as_strided): PyTorch runs it"  # chunk's halves
+    assert reasons["as_strided"] == "braze's rule does not take strides that are no slice of its input"
 
 
 def test_explain_calls_an_embedding_bag_indexing() -> None:

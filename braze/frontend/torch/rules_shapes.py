@@ -1,13 +1,13 @@
 """Rules for the ATen ops that move, reduce or create elements: views, reductions, creation and
 braze's keyed random numbers (`rng.py`; the pointwise ops are in `rules.py`).
 
-Target shapes come from the node's recorded shape, translated into braze extents, rather than from
-the op's size arguments: the two agree, and the recorded one needs no arithmetic on symbolic sizes.
+Reads and writes by index tensors are in `rules_indexing.py`. Target shapes come from the node's recorded
+shape, translated into braze extents, rather than from the op's size arguments: the two agree, and the
+recorded one needs no arithmetic on symbolic sizes.
 """
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 from torch import fx
 
@@ -18,7 +18,6 @@ from braze.frontend.torch.rng import philox_random
 from braze.frontend.torch.rules import aten, finish, rule
 from braze.frontend.torch.symbols import sign_range, size_expr
 from braze.ir.tensor import TensorView
-from braze.ops import view_composites
 
 _BIG = 2**62  # a slice end at or past this is "to the end" (torch writes sys.maxsize)
 
@@ -109,6 +108,44 @@ def _select(b: RegionBuilder, node: fx.Node) -> TensorView:
     slices = [slice(None)] * x.ndim
     slices[dim] = slice(index, None if index == -1 else index + 1)
     return bz_ops.squeeze(bz_ops.slice(x, slices), [dim])
+
+
+def _slice_starts_and_steps(node: fx.Node) -> list[tuple[int, int]] | str:
+    """as_strided's view as a strided slice of its input, a (start, step) per dimension; or why it is none.
+    Functionalization replays `chunk` and `split` (an LSTM's four gates, a GLU's halves) as as_strided,
+    its offset counted from the storage's start: less the input's own offset, read as a position in
+    the input's strides, largest first."""
+    args = bind(node)
+    x, sizes, strides = meta(args["self"]), list(args["size"]), list(args["stride"])
+    offset = args.get("storage_offset") or 0
+    numbers = [*sizes, *strides, offset, *x.shape, *x.stride(), x.storage_offset()]
+    if not all(isinstance(v, int) for v in numbers):
+        return "symbolic sizes, strides or offset"
+    if len(sizes) != x.dim():
+        return "a view of another rank than its input"
+    rest, starts = offset - x.storage_offset(), [0] * x.dim()
+    for d in sorted(range(x.dim()), key=lambda d: -x.stride(d)):
+        if x.shape[d] > 1 and x.stride(d) > 0:
+            starts[d], rest = divmod(rest, x.stride(d)) if rest >= 0 else (0, rest)
+    steps = [1 if size == 1 else stride // x.stride(d) if x.stride(d) > 0 and stride % x.stride(d) == 0 else 0
+             for d, (size, stride) in enumerate(zip(sizes, strides))]
+    if rest != 0 or 0 in steps or any(size and start + (size - 1) * step >= extent
+                                      for start, step, size, extent in zip(starts, steps, sizes, x.shape)):
+        return "strides that are no slice of its input"
+    return list(zip(starts, steps))
+
+
+def _a_slice_of_its_input(node: fx.Node) -> str | None:
+    why = _slice_starts_and_steps(node)
+    return why if isinstance(why, str) else None
+
+
+@rule(aten.as_strided.default, accepts=_a_slice_of_its_input)
+def _as_strided(b: RegionBuilder, node: fx.Node) -> TensorView:
+    x = b.tensor(bind(node)["self"])
+    sizes = meta(node).shape
+    return bz_ops.slice(x, [slice(start, start + (size - 1) * step + 1, step)
+                            for (start, step), size in zip(_slice_starts_and_steps(node), sizes)])
 
 
 @rule(aten.cat.default)
@@ -238,99 +275,6 @@ def _inverse(order: list[int]) -> list[int]:
     return sorted(range(len(order)), key=order.__getitem__)
 
 
-def _few_indices_a_row(node: fx.Node) -> str | None:
-    """scatter of a value at a few indices a row along `dim` (the input's extents elsewhere): a
-    cross-entropy gradient's one-hot, banned tokens set to -inf before sampling."""
-    args = bind(node)
-    source, index = meta(args["self"]), meta(args["index"])
-    dim = args["dim"] % max(source.dim(), 1)
-    if source.dim() == 0 or index.dim() != source.dim():
-        return "an index of another rank"
-    if not isinstance(index.shape[dim], int) or index.shape[dim] > MAX_SCATTERED_A_ROW:
-        return f"more than {MAX_SCATTERED_A_ROW} indices a row"
-    if any(str(index.shape[d]) != str(source.shape[d]) for d in range(source.dim()) if d != dim):
-        return "an index narrower than the input"
-    return None
-
-
-# Each index a row costs a comparison at every element of the row.
-MAX_SCATTERED_A_ROW = 16
-
-
-def _is_index(b: RegionBuilder, node: fx.Node) -> TensorView:
-    """Where the element's position along `dim` is one of its row's indices."""
-    args = bind(node)
-    source, index = b.tensor(args["self"]), b.tensor(args["index"])
-    dim = args["dim"] % source.ndim
-    if index.shape[dim].is_const and index.shape[dim].value == 1:  # the one-hot passes/one_hot.py reads
-        return bz_ops.eq(_positions(source, index, dim), index)
-    return bz_ops.any(_hits(source, index, dim), axes=[-1])
-
-
-def _positions(source: TensorView, index: TensorView, dim: int) -> TensorView:
-    """Each element's position along `dim`, in the index's dtype."""
-    position = bz_ops.arange(source.shape[dim])  # braze's extent: a symbolic size stays symbolic
-    return bz_ops.broadcast(bz_ops.cast(position, index.dtype), [d != dim for d in range(source.ndim)])
-
-
-def _along_a_new_last_axis(x: TensorView, dim: int) -> TensorView:
-    """x's `dim` moved to a new last axis, a 1 left in its place."""
-    return bz_ops.unsqueeze(bz_ops.permute(x, [d for d in range(x.ndim) if d != dim] + [dim]), dim)
-
-
-def _hits(source: TensorView, index: TensorView, dim: int) -> TensorView:
-    """Each element's position against each of its row's indices, which lie along a new last axis."""
-    return bz_ops.eq(bz_ops.unsqueeze(_positions(source, index, dim), -1), _along_a_new_last_axis(index, dim))
-
-
-def _index_of_the_same_rank(node: fx.Node) -> str | None:
-    args = bind(node)
-    source, index = meta(args["self"]), meta(args["index"])
-    return None if source.dim() > 0 and index.dim() == source.dim() else "an index of another rank"
-
-
-@rule(aten.gather.default, accepts=_index_of_the_same_rank)
-def _gather(b: RegionBuilder, node: fx.Node) -> TensorView:
-    """x[..., index, ...] along `dim`, any number of indices a row: each a one-hot sum over its row,
-    which the code generators turn into a read of that element (passes/one_hot.py)."""
-    args = bind(node)
-    return finish(node, view_composites.gather(b.tensor(args["self"]), args["dim"], b.tensor(args["index"])))
-
-
-@rule(aten.scatter.value, accepts=_few_indices_a_row)
-def _scatter_value(b: RegionBuilder, node: fx.Node) -> TensorView:
-    """`self` with `value` written at each row's index along `dim`."""
-    args = bind(node)
-    source = b.tensor(args["self"])
-    return finish(node, bz_ops.where(_is_index(b, node), args["value"], source))
-
-
-def _few_sources_a_row(node: fx.Node) -> str | None:
-    """scatter of `src` at a few indices a row (a MoE router's gates at its top-k experts)."""
-    why = _few_indices_a_row(node)
-    if why is None and meta(bind(node)["src"]).dim() != meta(bind(node)["index"]).dim():
-        return "a source of another rank than the index"
-    return why
-
-
-@rule(aten.scatter.src, accepts=_few_sources_a_row)
-def _scatter_src(b: RegionBuilder, node: fx.Node) -> TensorView:
-    """`self` with `src[..., j, ...]` written where each row's index j points along `dim`: each element
-    compares its position with its row's indices; where two point at one element, the larger source
-    wins (torch leaves the choice open)."""
-    args = bind(node)
-    source, index = b.tensor(args["self"]), b.tensor(args["index"])
-    dim = args["dim"] % source.ndim
-    src = bz_ops.slice_tensor(b.tensor(args["src"]), [slice(0, e) for e in index.shape])  # torch reads its corner
-    hits, candidates = _hits(source, index, dim), _along_a_new_last_axis(src, dim)
-    if src.dtype == dt.bool_:
-        written = bz_ops.any(bz_ops.where(hits, candidates, False), axes=[-1])
-    else:
-        lowest = -float("inf") if src.dtype.is_floating else int(np.iinfo(src.dtype.numpy).min)
-        written = bz_ops.max(bz_ops.where(hits, candidates, lowest), axes=[-1])
-    return finish(node, bz_ops.where(bz_ops.any(hits, axes=[-1]), bz_ops.cast(written, source.dtype), source))
-
-
 # --- reductions -----------------------------------------------------------------------------------
 REDUCTIONS = {  # ATen op -> braze reduction
     "sum": "sum", "mean": "mean", "amax": "max", "amin": "min", "max": "max", "min": "min", "prod": "prod",
@@ -446,9 +390,12 @@ def _fill_as_eager_reads_it(value: object, dtype: dt.DType) -> object:
 def _integer_range(node: fx.Node) -> str | None:
     args = bind(node)
     bounds = [args.get("start", 0), args.get("end"), args.get("step", 1)]
+    if any(isinstance(v, float) for v in bounds) and all(isinstance(v, (int, float)) for v in bounds):
+        # a float range has its length fixed by the trace (the node's shape)
+        return None if meta(node).dtype.is_floating_point else "a range with float bounds of integer dtype"
     if not all(isinstance(v, int) or (isinstance(v, fx.Node) and isinstance(meta(v), torch.SymInt))
                for v in bounds if v is not None):
-        return "a range with float bounds"
+        return "a range with symbolic float bounds"
     return None if isinstance(bounds[2], int) else "a symbolic step"
 
 
@@ -456,12 +403,22 @@ def _integer_range(node: fx.Node) -> str | None:
 def _arange(b: RegionBuilder, node: fx.Node) -> TensorView:
     args = bind(node)
     start, step = args.get("start") or 0, args.get("step") or 1
+    if isinstance(start, float) or isinstance(step, float) or isinstance(args["end"], float):
+        return finish(node, _float_range(b.shape_of(node)[0], start, step))
     if isinstance(start, int):
         return finish(node, bz_ops.arange(start, b.extent(args["end"]), step))
     # braze's arange starts at an int: count from 0 and shift by the start, a number the region reads
     # (its bounds are numbers to torch, which it may not have as a size: carriers.py)
     steps = bz_ops.arange(0, b.shape_of(node)[0])
     return finish(node, (steps * step if step != 1 else steps) + b.operand(start))
+
+
+def _float_range(length: int, start: float, step: float) -> TensorView:
+    """`torch.arange(0, 1, 0.25)`, a diffusion model's frequencies over a float range: start + i * step in
+    float64, rounded once to the output's dtype by `finish`. (Eager's vectorized CPU kernel adds the
+    step to a base rounded per vector, so its values may differ from these in the last place.)"""
+    steps = bz_ops.cast(bz_ops.arange(0, length), dt.float64)
+    return steps * float(step) + float(start)
 
 
 @rule(philox_random)
