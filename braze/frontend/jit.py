@@ -380,7 +380,7 @@ class JitFunction:
         shape = [1 if one else -1 for one in is_one]
         tv = f.define_tensor(shape, dtype, stride_order=order, name=name)
         f.torch_promotion |= kind == "torch"
-        f.numpy_size = not f.torch_promotion
+        f.numpy_size = f.numpy_promotion = not f.torch_promotion
         if kind == "torch" and isinstance(f.array_device, str):  # the first torch tensor's device
             f.array_device = value.device
         # The signature keys by which extents are 1, so this trace never sees a symbolic one that is.

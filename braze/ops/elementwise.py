@@ -192,7 +192,7 @@ def _elementwise_entry(name: str, kinds: str, result: Callable, fn: Callable, va
             elif tv.python_scalar and promoted.is_integer and promoted != dt.int64:
                 # A runtime number (of @bz.jit) is known only at the call, which checks it fits
                 tv.fusion.narrowed_numbers.append(NarrowedNumber(name, tv, promoted))
-        return _python_precision(inputs, result(promoted))
+        return numpy_float_result(name, values, promoted, _python_precision(inputs, result(promoted)))
 
     def reference(ctx: RefContext, args: Sequence[np.ndarray], out: TensorView, attrs: dict) -> np.ndarray:
         promoted = operand_type(out.definition.inputs[value_operands])
@@ -217,6 +217,32 @@ def _python_precision(inputs: Sequence[TensorView], result: DType) -> DType:
     if result.is_floating and inputs and all(tv.weak == 2 or tv.scalar == "extent" for tv in inputs):
         return dt.float64
     return result
+
+
+def float_of_integers(fusion: object, promoted: DType) -> DType:
+    """The float a float function of integers or bools gives: NumPy's smallest exact one in a trace of
+    NumPy arrays (`numpy_float_result`), torch's float32 elsewhere."""
+    return dt.numpy_float_of(promoted) if getattr(fusion, "numpy_promotion", False) else dt.float32
+
+
+def numpy_float_result(name: str, values: Sequence[TensorView], promoted: DType, result: DType) -> DType:
+    """The float type of an op on integer tensors in a trace of NumPy arrays, which is NumPy's, not
+    torch's float32: true division gives float64, a float ufunc the smallest float that holds the
+    integers (np.sqrt of uint8 is float16, of int32 float64), and a Python float raises integers to
+    float64 (NEP 50: int64 `k * 0.5`). float32 there lost the low digits of every count and index."""
+    strong = [tv.dtype for tv in values if not tv.weak]
+    if not (result.is_floating and strong and getattr(values[0].fusion, "numpy_promotion", False)):
+        return result
+    integral = strong[0]
+    for d in strong[1:]:
+        integral = dt.promote_types(integral, d)
+    if integral.is_floating:
+        return result
+    if not promoted.is_floating:  # the op itself makes the float
+        return dt.float64 if name == "truediv" else float_of_integers(values[0].fusion, promoted)
+    raising = [dt.float64 if tv.weak == 2 else tv.dtype for tv in values if tv.weak and tv.dtype.is_floating]
+    numpy_types = [d.numpy for d in (integral, *raising) if d != dt.bfloat16]
+    return dt.from_numpy(np.result_type(*numpy_types)) if len(numpy_types) > 1 else result
 
 
 class _Typed:

@@ -143,7 +143,7 @@ def test_scalar_type_is_part_of_the_key() -> None:
     g = Counted(scale)
     i8 = np.arange(4, dtype=np.int8)
     assert g(i8, 2).dtype == np.int8
-    assert g(i8, 2.0).dtype == np.float32  # 2 == 2.0, but the float raises the category
+    assert g(i8, 2.0).dtype == np.float64  # 2 == 2.0, but the float raises the category (to NumPy's float64)
     assert g(i8, True).dtype == np.int8
     assert g.traces == 3
 
