@@ -28,6 +28,7 @@ from braze.ops.math_compositions import NUMPY_NAMES
 from braze.ops.math_functions import FUNCTIONS
 from braze.ops.numpy_compositions import CALCULUS, CHOICES, NAN_REDUCTIONS, STATISTICS, UFUNCS
 from braze.ops.numpy_einsum import einsum, matrix_product_error
+from braze.ops.numpy_matrices import MATRICES
 from braze.ops.numpy_signal import SIGNAL
 
 # --- ufuncs -------------------------------------------------------------------------------------------
@@ -61,6 +62,14 @@ def _ufunc_op(name: str) -> Callable[..., TensorView] | None:
     return None
 
 
+def _outer_operands(a: object, b: object) -> tuple[object, object]:
+    """`np.subtract.outer(a, b)`: `a` with one new axis of 1 for each of b's, so op(a, b) broadcasts to
+    a.shape + b.shape."""
+    if isinstance(a, TensorView) and isinstance(b, TensorView):
+        a = views.reshape(a, [*a.shape, *[1] * b.ndim])
+    return a, b
+
+
 def array_ufunc(self: TensorView, ufunc: np.ufunc, method: str, *inputs: object, **kwargs: object) -> TensorView:
     """NEP 13: `np.exp(x)`, `np.add(x, 1)`, `np.add.reduce(x, axis=0)`, `np.multiply.accumulate(x)`."""
     what = f"np.{ufunc.__name__}" + ("" if method == "__call__" else f".{method}")
@@ -75,6 +84,8 @@ def array_ufunc(self: TensorView, ufunc: np.ufunc, method: str, *inputs: object,
         return op(*operands)
     if method == "reduce" and ufunc.__name__ in _REDUCE:
         return _REDUCE[ufunc.__name__](operands[0], kwargs.get("axis", 0), bool(kwargs.get("keepdims", False)))
+    if method == "outer" and (op := _ufunc_op(ufunc.__name__)) is not None and len(operands) == 2:
+        return op(*_outer_operands(*operands))
     if method == "accumulate" and ufunc.__name__ in _ACCUMULATE:
         return _ACCUMULATE[ufunc.__name__](operands[0], kwargs.get("axis", 0))
     if ufunc.__name__ in _MATRIX_PRODUCTS:
@@ -490,7 +501,7 @@ _FUNCTIONS: dict[Callable, Callable[..., TensorView]] = {
     np.hstack: _stacker("hstack", 1, 1), np.vstack: _stacker("vstack", 2, 0), np.dstack: _stacker("dstack", 3, 2),
     np.column_stack: _stacker("column_stack", 2, 1), np.meshgrid: _meshgrid, np.unravel_index: _unravel_index,
     np.ndim: lambda a: a.ndim, np.shape: lambda a: tuple(a.shape), np.size: _size,
-    **NAN_REDUCTIONS, **STATISTICS, **CALCULUS, **SIGNAL, **CHOICES,
+    **NAN_REDUCTIONS, **STATISTICS, **CALCULUS, **SIGNAL, **CHOICES, **MATRICES,
 }
 
 
