@@ -31,6 +31,7 @@ from braze.ops.elementwise import (
     elementwise,
     float_of_integers,
     not_a_tensor,
+    numpy_float_result,
     operand_type,
     owning_fusion,
 )
@@ -69,6 +70,7 @@ def operands_in_compute_type(op: str, operands: Sequence[Operand], floating: boo
                                     f"{', '.join(type(o).__name__ for o in operands)}")
     promoted = dt.result_type(*[t.promotion for t in tensors])
     result = float_of_integers(tensors[0].fusion, promoted) if floating and not promoted.is_floating else promoted
+    result = numpy_float_result(op, tensors, promoted, result)  # NumPy's, in a trace of NumPy arrays
     compute = dt.compute_dtype(result)
     return [cast(o, compute) if isinstance(o, TensorView) else o for o in operands], result
 

@@ -228,11 +228,15 @@ def float_of_integers(fusion: object, promoted: DType) -> DType:
 def numpy_float_result(name: str, values: Sequence[TensorView], promoted: DType, result: DType) -> DType:
     """The float type of an op on integer tensors in a trace of NumPy arrays, which is NumPy's, not
     torch's float32: true division gives float64, a float ufunc the smallest float that holds the
-    integers (np.sqrt of uint8 is float16, of int32 float64), and a Python float raises integers to
-    float64 (NEP 50: int64 `k * 0.5`). float32 there lost the low digits of every count and index."""
+    integers (np.sqrt of uint8 is float16, of int32 float64), a Python float raises integers to float64
+    (NEP 50: int64 `k * 0.5`), and an integer array beside a float one gives NumPy's promotion of the two
+    (int32 or int64 with float32 is float64). float32 there lost the low digits of every count and index."""
     strong = [tv.dtype for tv in values if not tv.weak]
     if not (result.is_floating and strong and getattr(values[0].fusion, "numpy_promotion", False)):
         return result
+    if any(d.is_floating for d in strong) and any(not d.is_floating for d in strong):
+        # an integer array beside a float one: NumPy's promotion (int64 with float32 is float64)
+        return dt.from_numpy(np.result_type(*[d.numpy for d in strong])) if dt.bfloat16 not in strong else result
     integral = strong[0]
     for d in strong[1:]:
         integral = dt.promote_types(integral, d)
