@@ -22,7 +22,7 @@ from braze.ir.tensor import TensorView, normalize_axis
 from braze.ops import activations, creation, scans, views
 from braze.ops import reductions as red
 from braze.ops import view_composites as vc
-from braze.ops.broadcast import expand
+from braze.ops.broadcast import align_ranks, broadcast_domains, broadcast_one_element_slices, expand
 from braze.ops.elementwise import BINARY, UNARY, cast, elementwise
 from braze.ops.math_compositions import NUMPY_NAMES
 from braze.ops.math_functions import FUNCTIONS
@@ -421,6 +421,14 @@ def _stacker(name: str, ndim: int, axis: int) -> Callable[..., TensorView]:
     return join
 
 
+def _broadcast_arrays(*args, subok=False) -> tuple[TensorView, ...]:
+    """np.broadcast_arrays: each array expanded to the shape they broadcast to together."""
+    tensors = align_ranks([vc.tensor_arg("np.broadcast_arrays", trace_operand("np.broadcast_arrays", a)) for a in args])
+    tensors = broadcast_one_element_slices("np.broadcast_arrays", tensors)  # `x[:, :1]` broadcasts as NumPy's
+    shape = [d.extent for d in broadcast_domains("np.broadcast_arrays", tensors)]
+    return tuple(expand(t, shape) for t in tensors)
+
+
 def take(a, indices, axis=None, out=None, mode="raise"):
     """np.take: indices given as a traced tensor, an array or a list (taken in as an input), or an int.
     An index out of range gives what `take_along_axis` gives, whatever `mode` says."""
@@ -482,6 +490,7 @@ _FUNCTIONS: dict[Callable, Callable[..., TensorView]] = {
     np.reshape: lambda a, shape=None, order="C", **k: views.reshape(a, _shape(shape if shape is not None
                                                                                 else k["newshape"])),
     np.ravel: lambda a, order="C": views.reshape(a, [-1]), np.broadcast_to: _broadcast_to,
+    np.broadcast_arrays: _broadcast_arrays, np.fix: lambda x, out=None: elementwise("trunc", x),
     np.flip: lambda m, axis=None: views.flip(m, axis), np.split: _split, np.array_split: _array_split,
     np.atleast_1d: _at_least(1), np.atleast_2d: _at_least(2), np.atleast_3d: _at_least(3),
     np.zeros_like: lambda a, dtype=None, **k: creation.zeros_like(a, dtype),
