@@ -22,7 +22,7 @@ from braze.ir.tensor import TensorView, normalize_axis
 from braze.ops import activations, creation, scans, views
 from braze.ops import reductions as red
 from braze.ops import view_composites as vc
-from braze.ops.broadcast import align_ranks, broadcast_domains, broadcast_one_element_slices, expand
+from braze.ops.broadcast import broadcast_domains, broadcast_one_element_slices, expand
 from braze.ops.elementwise import BINARY, UNARY, cast, elementwise
 from braze.ops.math_compositions import NUMPY_NAMES
 from braze.ops.math_functions import FUNCTIONS
@@ -423,7 +423,12 @@ def _stacker(name: str, ndim: int, axis: int) -> Callable[..., TensorView]:
 
 def _broadcast_arrays(*args, subok=False) -> tuple[TensorView, ...]:
     """np.broadcast_arrays: each array expanded to the shape they broadcast to together."""
-    tensors = align_ranks([vc.tensor_arg("np.broadcast_arrays", trace_operand("np.broadcast_arrays", a)) for a in args])
+    arrays = [trace_operand("np.broadcast_arrays", a) for a in args]
+    arrays = [creation.full([], a, dt.from_numpy(np.asarray(a).dtype)) if isinstance(a, (bool, int, float, np.generic))
+              else a for a in arrays]  # a number is NumPy's 0-d array of it
+    tensors = [vc.tensor_arg("np.broadcast_arrays", a) for a in arrays]
+    rank = max(t.ndim for t in tensors)
+    tensors = [views.reshape(t, [1] * (rank - t.ndim) + list(t.shape)) for t in tensors]
     tensors = broadcast_one_element_slices("np.broadcast_arrays", tensors)  # `x[:, :1]` broadcasts as NumPy's
     shape = [d.extent for d in broadcast_domains("np.broadcast_arrays", tensors)]
     return tuple(expand(t, shape) for t in tensors)

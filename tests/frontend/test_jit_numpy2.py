@@ -58,6 +58,15 @@ def test_counts_divided_by_a_total_keep_float64_digits() -> None:
     np.testing.assert_array_equal(bz.jit(lambda c: c / c.sum())(counts), counts / counts.sum())
 
 
+@pytest.mark.parametrize("dtype", [np.int16, np.int32, np.int64, np.uint8])
+def test_an_integer_array_beside_a_float_one_promotes_as_numpy_s(dtype) -> None:
+    """float32 positions times int64 counts were float32 (JAX's promotion); NumPy's is float64 (float32 for
+    16-bit integers and below), in ops and in compositions."""
+    fn = lambda x, k: (x * k, x / k, np.where(k > 2, x, k), np.maximum(x, k), np.hypot(x, k), np.arctan2(k, x))  # noqa: E731
+    x, k = np.linspace(0.5, 3.0, 6, dtype=np.float32), np.arange(1, 7).astype(dtype)
+    _same(bz.jit(fn)(x, k), fn(x, k), rtol=1e-6)
+
+
 def test_a_trace_of_torch_tensors_keeps_torch_s_float32() -> None:
     k = torch.arange(6)
     got = bz.jit(lambda k: (k / 2, k * 0.5, k.float().mean()))(k)
@@ -119,6 +128,15 @@ PROGRAMS = {
                                      np.hypot(np.subtract.outer(x[:, 0], x[:, 0]), np.subtract.outer(x[:, 1], x[:, 1])),
                                      np.maximum.outer(x[0], y[1]), np.less.outer(x[:, 0], y[:, 0])),
                        None, lambda n: (_rows(n), _rows(n, seed=1))),
+    # two integer arrays were refused ("indices 0 and 1 are both arrays")
+    "advanced_indexing": (lambda logits, y, a, r, c: (
+        -np.mean((logits - np.log(np.exp(logits).sum(1, keepdims=True)))[np.arange(len(y)), y]),
+        logits[y[:, None] % 2, y[None, :]], a[:, r, c], a[r % 2, :, c], a[..., r[:2], -1 - c[:2]], a[r % 2, r, c]),
+        None, lambda n: (_rows(n, 5), np.arange(n) % 5, np.arange(2 * 3 * n).reshape(2, 3, n),
+                         np.array([0, 2, 1]), np.array([n - 1, 0, -2]))),
+    # np.broadcast_arrays and np.fix were refused
+    "broadcasts_and_fix": (lambda x, y: (*np.broadcast_arrays(x[:, :1], y[:1], 2.0), np.fix(x * 3)),
+                           None, lambda n: (_rows(n), _rows(n, seed=2))),
     # results known to the trace were refused ("expected a TensorView ..., got Scalar")
     "known_results": (lambda x: {"n": x.shape[0], "dx": 1.0 / x.shape[0], "grid": np.linspace(0, 1, 5, endpoint=False),
                                  "mean": x.mean(), "three": 3, "flag": True},
@@ -137,7 +155,14 @@ def test_a_program_traces_once_and_gives_numpys_results(name: str) -> None:
             assert got.keys() == want.keys()
             got, want = tuple(got.values()), tuple(np.asarray(v) for v in want.values())
         _same(got, want)
-    assert _traces(jitted) == 1
+    assert _traces(jitted) == (2 if name == "advanced_indexing" else 1)  # np.arange(len(y)): one per size
+
+
+def test_torch_tensors_made_in_a_trace_index_it() -> None:
+    logp, labels = torch.arange(20.0).reshape(4, 5), torch.tensor([1, 4, 0, 2])
+    fn = lambda logp, labels: (logp[torch.arange(4), labels], logp[torch.tensor([3, 1])])  # noqa: E731
+    for got, want in zip(bz.jit(fn)(logp, labels), fn(logp, labels), strict=True):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
 
 
 def test_a_known_array_result_is_fresh_at_each_call() -> None:
