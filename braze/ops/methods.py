@@ -252,7 +252,10 @@ def install(cls: type = TensorView) -> None:
     cls.item = _no_python_value("{name}.item()")
     cls.tolist = _no_python_value("{name}.tolist()")
     cls.numpy = _no_python_value("{name}.numpy()")
-    cls.__array__ = _no_python_value("np.asarray({name})")  # not an object array holding the tensor
+    cls.__array__ = _no_python_value(  # not an object array holding the tensor
+        "np.asarray({name})", "; to write it into a NumPy array the function made (out = np.zeros((n, 3)); "
+        "out[:, 0] = t), make that array from a traced one, out = np.zeros_like(x, shape=(n, 3)), or join the "
+        "pieces with np.stack")
     cls.__setitem__ = view_composites.assign
     cls.__round__ = cls.round = _round
     cls.__divmod__ = _divmod
@@ -361,12 +364,12 @@ def _extent_int(self: Scalar) -> int:
         "x.sum(1) / x.shape[1]), or give the dimension a static size")
 
 
-def _no_python_value(what: str):
+def _no_python_value(what: str, more: str = ""):
     def refuse(self, *args, **kwargs):
         raise TracerBoolConversionError(
             f"{what.format(name=self.name)}: expected a Python value, got a traced tensor: its data is only known "
             "when the fusion runs; keep computing with it in the fusion (bz.ops.where for a choice per element), "
-            "or return it and read the result")
+            f"or return it and read the result{more}")
 
     return refuse
 

@@ -17,7 +17,7 @@ import numpy as np
 from braze import dtypes as dt
 from braze.errors import FusionDefinitionError, UnsupportedError
 from braze.ir.fusion import active_fusion, defining_any
-from braze.ir.scalar import concrete_value
+from braze.ir.scalar import Scalar, concrete_value
 from braze.ir.tensor import TensorView, normalize_axis
 from braze.ops import activations, creation, scans, views
 from braze.ops import reductions as red
@@ -434,6 +434,14 @@ def _broadcast_arrays(*args, subok=False) -> tuple[TensorView, ...]:
     return tuple(expand(t, shape) for t in tensors)
 
 
+def _like(a: TensorView, value: object, dtype: object, shape: object) -> TensorView:
+    """np.zeros_like, ones_like, empty_like and full_like: a's shape and dtype, or those given (`shape=` is
+    how a function makes a new array of its own size to write into: np.zeros_like(x, shape=(n, 3)))."""
+    if shape is None:
+        return creation.full_like(vc.tensor_arg("np.full_like", a), value, dtype)
+    return creation.full(_shape(shape), value, a.dtype if dtype is None else dtype)
+
+
 def take(a, indices, axis=None, out=None, mode="raise"):
     """np.take: indices given as a traced tensor, an array or a list (taken in as an input), or an int.
     An index out of range gives what `take_along_axis` gives, whatever `mode` says."""
@@ -498,11 +506,12 @@ _FUNCTIONS: dict[Callable, Callable[..., TensorView]] = {
     np.broadcast_arrays: _broadcast_arrays, np.fix: lambda x, out=None: elementwise("trunc", x),
     np.flip: lambda m, axis=None: views.flip(m, axis), np.split: _split, np.array_split: _array_split,
     np.atleast_1d: _at_least(1), np.atleast_2d: _at_least(2), np.atleast_3d: _at_least(3),
-    np.zeros_like: lambda a, dtype=None, **k: creation.zeros_like(a, dtype),
+    np.zeros_like: lambda a, dtype=None, order="K", subok=True, shape=None, **k: _like(a, 0, dtype, shape),
     # NumPy leaves empty_like's values unset; code that uses it writes every element it reads.
-    np.empty_like: lambda a, dtype=None, **k: creation.zeros_like(a, dtype),
-    np.ones_like: lambda a, dtype=None, **k: creation.ones_like(a, dtype),
-    np.full_like: lambda a, fill_value, dtype=None, **k: creation.full_like(a, fill_value, dtype),
+    np.empty_like: lambda a, dtype=None, order="K", subok=True, shape=None, **k: _like(a, 0, dtype, shape),
+    np.ones_like: lambda a, dtype=None, order="K", subok=True, shape=None, **k: _like(a, 1, dtype, shape),
+    np.full_like: lambda a, fill_value, dtype=None, order="K", subok=True, shape=None, **k:
+        _like(a, fill_value, dtype, shape),
     np.linalg.norm: _norm, np.pad: _pad, np.nan_to_num: lambda x, copy=True, nan=0.0, posinf=None, neginf=None:
         activations.nan_to_num(x, nan, posinf, neginf),
     np.roll: lambda a, shift, axis=None: vc.roll(a, shift, axis), np.tril: lambda m, k=0: vc.tril(m, k),
@@ -520,7 +529,7 @@ _FUNCTIONS: dict[Callable, Callable[..., TensorView]] = {
 
 
 def _shape(shape) -> list:
-    return [shape] if isinstance(shape, int) else list(shape)
+    return [shape] if isinstance(shape, (int, np.integer, Scalar)) else list(shape)  # one extent, or a sequence
 
 
 def array_function(self: TensorView, func: Callable, types: tuple, args: tuple, kwargs: dict) -> TensorView:

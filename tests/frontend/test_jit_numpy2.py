@@ -165,6 +165,35 @@ def test_torch_tensors_made_in_a_trace_index_it() -> None:
         np.testing.assert_array_equal(got.numpy(), want.numpy())
 
 
+def _columns_written_into_a_new_array(x):
+    out = np.zeros_like(x, shape=(x.shape[0], 3))
+    out[:, 0] = x[:, 0] ** 2
+    out[:, 1] = np.sin(x[:, 1])
+    out[:, 2] += 1
+    out[out > 0.5] = 0.5
+    return out, np.ones_like(x, shape=(2,), dtype=np.int32), np.empty_like(x, shape=x.shape[0]) * 0
+
+
+def test_a_new_array_of_another_shape_made_like_a_traced_one() -> None:
+    """np.zeros_like(x, shape=...) gave x's shape (shape= was ignored)."""
+    jitted = bz.jit(_columns_written_into_a_new_array)
+    for n in (4, 6):
+        x = _rows(n)
+        _same(jitted(x), _columns_written_into_a_new_array(x))
+    assert _traces(jitted) == 1
+
+
+def test_writing_a_traced_tensor_into_a_numpy_array_says_what_to_write() -> None:
+    def step(x):
+        out = np.zeros((x.shape[0], 3))
+        out[:, 0] = x[:, 0]
+        return out
+
+    with pytest.raises(bz.TracerBoolConversionError, match=r"np.asarray\(T\d+\): .*out = np.zeros_like\(x, "
+                                                          r"shape=\(n, 3\)\), or join the pieces with np.stack"):
+        bz.jit(step)(np.ones((3, 2)))
+
+
 def test_a_known_array_result_is_fresh_at_each_call() -> None:
     grid = bz.jit(lambda x: (np.linspace(0, 1, 3), x + 1))
     first, _ = grid(np.zeros(2))
