@@ -405,18 +405,25 @@ def _at_least(ndim: int) -> Callable[..., TensorView | list[TensorView]]:
     return at_least
 
 
+def _as_dtype(joined: TensorView, dtype: object, out: object, what: str) -> TensorView:
+    """A join's result in the `dtype=` it was given (NumPy's joins take one; it was dropped)."""
+    if out is not None:
+        raise UnsupportedError(f"{what}: out=: a fusion's values are not buffers; use the result")
+    return joined if dtype is None else cast(joined, dtype)
+
+
 def _stacker(name: str, ndim: int, axis: int) -> Callable[..., TensorView]:
     """np.hstack (1-d arrays end to end, else along axis 1), np.vstack (rows), np.dstack (depth) and
     np.column_stack (1-d arrays as columns): each array made at least `ndim`-d as NumPy makes it, then
     joined along `axis`."""
-    def join(tup, **kwargs):
+    def join(tup, *, dtype=None, casting="same_kind"):
         arrays = [vc.tensor_arg(f"np.{name}", a) for a in tup]
         if name == "column_stack":
             arrays = [views.reshape(a, [a.shape[0], 1]) if a.ndim == 1 else a for a in arrays]
         else:
             arrays = [_at_least(ndim)(a) for a in arrays]
         along = 0 if name == "hstack" and all(a.ndim == 1 for a in arrays) else axis
-        return views.cat(arrays, along)
+        return _as_dtype(views.cat(arrays, along), dtype, None, f"np.{name}")
 
     return join
 
@@ -494,9 +501,11 @@ _FUNCTIONS: dict[Callable, Callable[..., TensorView]] = {
     np.cumsum: _scan(scans.cumsum), np.cumprod: _scan(scans.cumprod),
     np.where: _where, np.clip: _clip,
     np.round: round_decimals, np.around: round_decimals,
-    np.concatenate: lambda arrays, axis=0, out=None, **k: (views.cat(list(arrays), axis) if axis is not None
-                                                           else views.cat([views.reshape(a, [-1]) for a in arrays], 0)),
-    np.stack: lambda arrays, axis=0, out=None, **k: vc.stack(list(arrays), axis),
+    np.concatenate: lambda arrays, axis=0, out=None, dtype=None, casting="same_kind": _as_dtype(
+        views.cat(list(arrays), axis) if axis is not None else views.cat([views.reshape(a, [-1]) for a in arrays], 0),
+        dtype, out, "np.concatenate"),
+    np.stack: lambda arrays, axis=0, out=None, dtype=None, casting="same_kind": _as_dtype(
+        vc.stack(list(arrays), axis), dtype, out, "np.stack"),
     np.expand_dims: _expand_dims, np.squeeze: lambda a, axis=None: views.squeeze(a, axis),
     np.transpose: _transpose, np.swapaxes: lambda a, axis1, axis2: views.transpose(a, axis1, axis2),
     np.moveaxis: lambda a, source, destination: a.movedim(source, destination),

@@ -137,7 +137,11 @@ PROGRAMS = {
     # np.broadcast_arrays and np.fix were refused
     "broadcasts_and_fix": (lambda x, y: (*np.broadcast_arrays(x[:, :1], y[:1], 2.0), np.fix(x * 3)),
                            None, lambda n: (_rows(n), _rows(n, seed=2))),
-    # results known to the trace were refused ("expected a TensorView ..., got Scalar")
+# a join's dtype= was dropped
+    "joins_with_dtype": (lambda x: (np.concatenate([x, x], dtype=np.float32), np.stack([x, x], 1, dtype=np.float32),
+                                    np.hstack([x, x], dtype=np.float32), np.vstack((x, x), dtype=np.float32)),
+                         None, lambda n: (_rows(n),)),
+        # results known to the trace were refused ("expected a TensorView ..., got Scalar")
     "known_results": (lambda x: {"n": x.shape[0], "dx": 1.0 / x.shape[0], "grid": np.linspace(0, 1, 5, endpoint=False),
                                  "mean": x.mean(), "three": 3, "flag": True},
                       None, lambda n: (_rows(n),)),
