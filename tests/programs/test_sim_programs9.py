@@ -204,3 +204,40 @@ def test_particles_classified_by_nested_helpers_and_counted_by_atomics(where):
         cells = np.floor(p[out, 0] * 4.0).astype(np.int32)
         if count:
             assert where.host(box).tolist() == [cells.min(), cells.max()]
+
+
+# --- a time step computed by NumPy, torch or a @bz.jit reduction, given to a kernel -----------------------
+@bz.kernel
+def advect(x: bz.Array[bz.float64, 1], v: bz.Array[bz.float64, 1], dt: float, steps: bz.int32, reflect: bool):
+    for i in range(x.shape[0]):
+        for _ in range(steps):
+            x[i] += v[i] * dt
+            if reflect and (x[i] < 0.0 or x[i] > 1.0):
+                x[i] = -x[i] if x[i] < 0.0 else 2.0 - x[i]
+                v[i] = -v[i]
+
+
+@bz.jit
+def cfl_step(v, h):
+    return 0.5 * h / np.max(np.abs(v))
+
+
+def test_a_time_step_given_as_a_zero_dimensional_array():
+    """A 0-d array for a scalar parameter (a @bz.jit reduction's result, np.array(2), torch's v.abs().max())
+    was refused ("expected a float64 scalar, got ndarray"); it is its number."""
+    import torch
+
+    x0, v0 = RNG.random(40), RNG.random(40) - 0.5
+    for dt, steps, reflect in ((cfl_step(v0, 0.02), np.array(3), np.array(True)),
+                               (torch.tensor(v0).abs().max() * 0.01, torch.tensor(2), True), (0.01, 3, False)):
+        x, v = x0.copy(), v0.copy()
+        for _ in range(2):  # the second call takes the prepared call of the first
+            advect(x, v, dt, steps, reflect)
+        xr, vr = x0.copy(), v0.copy()
+        for _ in range(2 * int(steps)):
+            xr += vr * float(dt)
+            if bool(reflect):
+                out = (xr < 0) | (xr > 1)
+                xr[out], vr[out] = np.where(xr[out] < 0, -xr[out], 2 - xr[out]), -vr[out]
+        np.testing.assert_allclose(x, xr, rtol=1e-12)
+        np.testing.assert_allclose(v, vr, rtol=1e-12)
