@@ -68,9 +68,11 @@ def operands_in_compute_type(op: str, operands: Sequence[Operand], floating: boo
         owning_fusion(op, operands)  # an array given by mistake: says what ops are for
         raise FusionDefinitionError(f"{op}: expected at least one TensorView operand, got "
                                     f"{', '.join(type(o).__name__ for o in operands)}")
-    promoted = dt.result_type(*[t.promotion for t in tensors])
+    # the numbers as the weak operands they are: a Python float raises NumPy's integers to float64
+    typed = [as_operand(op, tensors[0].fusion, o, i) for i, o in enumerate(operands)]
+    promoted = dt.result_type(*[t.promotion for t in typed])
     result = float_of_integers(tensors[0].fusion, promoted) if floating and not promoted.is_floating else promoted
-    result = numpy_float_result(op, tensors, promoted, result)  # NumPy's, in a trace of NumPy arrays
+    result = numpy_float_result(op, typed, promoted, result)  # NumPy's, in a trace of NumPy arrays
     compute = dt.compute_dtype(result)
     return [cast(o, compute) if isinstance(o, TensorView) else o for o in operands], result
 

@@ -23,7 +23,7 @@ from braze.ops import activations, creation, scans, views
 from braze.ops import reductions as red
 from braze.ops import view_composites as vc
 from braze.ops.broadcast import broadcast_domains, broadcast_one_element_slices, expand
-from braze.ops.elementwise import BINARY, UNARY, cast, elementwise
+from braze.ops.elementwise import BINARY, UNARY, cast, elementwise, float_of_integers
 from braze.ops.math_compositions import NUMPY_NAMES
 from braze.ops.math_functions import FUNCTIONS
 from braze.ops.numpy_compositions import CALCULUS, CHOICES, NAN_REDUCTIONS, STATISTICS, UFUNCS
@@ -37,13 +37,15 @@ _RENAMED = {  # NumPy's ufunc name -> braze's elementwise op, where they differ
     "divide": "truediv", "true_divide": "truediv", "floor_divide": "floordiv", "mod": "remainder",
     "power": "pow", "arctan2": "atan2", "equal": "eq", "not_equal": "ne", "less": "lt", "less_equal": "le",
     "greater": "gt", "greater_equal": "ge", "invert": "bitwise_not", "bitwise_invert": "bitwise_not",
-    "rint": "round", "bitwise_left_shift": "left_shift", "bitwise_right_shift": "right_shift",
+"bitwise_left_shift": "left_shift", "bitwise_right_shift": "right_shift",
 }
 _COMPOSED: dict[str, Callable[..., TensorView]] = {
     "positive": lambda x: x,
     "square": lambda x: elementwise("mul", x, x),
     "fmod": activations.fmod,
     "logaddexp": activations.logaddexp,
+    "rint": lambda x: elementwise("round", x if _dtype(x).is_floating else  # a float ufunc: floats of integers
+                                  cast(x, float_of_integers(x.fusion, x.dtype))),
     **FUNCTIONS,  # asin, sinh, log10, hypot, ...: braze/ops/math_functions.py
     **{numpy: FUNCTIONS[name] for numpy, name in NUMPY_NAMES.items()},
     **UFUNCS,  # fmax, heaviside, logaddexp2, ...: braze/ops/numpy_compositions.py
@@ -51,6 +53,10 @@ _COMPOSED: dict[str, Callable[..., TensorView]] = {
 _REDUCE = {"add": red.sum, "multiply": red.prod, "maximum": red.max, "minimum": red.min,
            "logical_and": red.all, "logical_or": red.any, "logaddexp": activations.logsumexp}
 _ACCUMULATE = {"add": scans.cumsum, "multiply": scans.cumprod, "maximum": scans.cummax, "minimum": scans.cummin}
+
+
+def _dtype(x: object) -> dt.DType:
+    return x.dtype if isinstance(x, TensorView) else dt.float64
 
 
 def _ufunc_op(name: str) -> Callable[..., TensorView] | None:

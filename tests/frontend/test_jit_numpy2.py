@@ -36,7 +36,8 @@ def _same(got: object, want: object, rtol: float = 1e-12) -> None:
 FLOAT_OF_INTEGERS = {
     "true_divide": lambda k: (k / 3, k / k.sum(), 1 / (k + 1), np.true_divide(k, 2)),
     "float_ufuncs": lambda k: (np.sqrt(k), np.exp(k), np.log1p(k), np.sin(k), np.arctan2(k, 2)),
-    "compositions": lambda k: (np.hypot(k, k), np.cbrt(k), np.degrees(k), np.logaddexp(k, k), np.arcsinh(k)),
+    "compositions": lambda k: (np.hypot(k, k), np.cbrt(k), np.degrees(k), np.logaddexp(k, k), np.arcsinh(k),
+                               np.hypot(k, 2.5), np.heaviside(k - 3, 0.5), np.heaviside(k, k), np.rint(k)),
     "python_floats": lambda k: (k * 0.5, k + 1.5, np.power(k, 0.5), k // 2.0, np.where(k > 2, k, 0.5)),
     "moments": lambda k: (k.mean(), np.mean(k, axis=0), np.var(k), k.std(axis=1, ddof=1), (k > 2).mean()),
 }
@@ -51,6 +52,11 @@ def test_integers_become_the_floats_numpy_makes_of_them(name: str, dtype) -> Non
     fn = FLOAT_OF_INTEGERS[name]
     k = (np.arange(12) % 7 + 1).astype(dtype).reshape(3, 4)
     _same(bz.jit(fn)(k), fn(k), rtol=1e-3 if dtype in (np.int8, np.uint8) else 1e-6)
+
+
+def test_heaviside_of_float16_stays_float16() -> None:
+    x = np.array([-1.0, 0.0, 2.0], np.float16)
+    _same(bz.jit(lambda x: np.heaviside(x, 0.5))(x), np.heaviside(x, 0.5))
 
 
 def test_counts_divided_by_a_total_keep_float64_digits() -> None:
