@@ -63,8 +63,11 @@ def _param_spec(name: str, annotation: object, fn: Callable) -> ArrayType | DTyp
                           f"bz.Array[dtype, ndim], a braze dtype, int or float, got {got}")
 
 
-def _is_torch(value: object) -> bool:
-    return type(value).__module__.startswith("torch")
+def _zero_dim_array(value: object) -> bool:
+    """A 0-d NumPy array of numbers or a 0-d torch tensor (not a NumPy scalar, which is a number already)."""
+    if isinstance(value, np.ndarray):
+        return value.ndim == 0 and value.dtype.kind in "biuf"
+    return type(value).__module__.startswith("torch") and getattr(value, "ndim", None) == 0
 
 
 def _where(fn: Callable) -> str:
@@ -239,8 +242,7 @@ class KernelFunction:
         """`args` with each 0-d array given for a scalar parameter as its number: a time step computed by
         NumPy, by torch (`v.abs().max()`) or returned by a @bz.jit reduction is one (it was refused as an
         ndarray or a Tensor). `args` itself where there is none."""
-        found = [i for i, _, _ in self.scalar_specs if getattr(args[i], "ndim", None) == 0
-                 and getattr(getattr(args[i], "dtype", None), "kind", "b" if _is_torch(args[i]) else None) in "biuf"]
+        found = [i for i, _, _ in self.scalar_specs if _zero_dim_array(args[i])]
         if not found:
             return args
         numbers = list(args)
@@ -249,7 +251,7 @@ class KernelFunction:
         return numbers
 
     def _scalar(self, name: str, dtype: DType, value: Any):
-        if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):  # a 0-d array (_zero_dim_as_numbers)
+        if _zero_dim_array(value):  # (_zero_dim_as_numbers)
             value = value.item()
         allowed = (bool, np.bool_) if dtype.is_bool else (int, bool, np.integer, np.bool_) if dtype.is_integer \
             else (int, float, np.integer, np.floating)
