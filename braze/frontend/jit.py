@@ -444,7 +444,7 @@ def _each_leaf(fn: Callable[[object], object], value: object) -> object:
     """`value` with `fn` applied to each item of its tuples, lists and dicts, nested as written."""
     if isinstance(value, dict):
         return {k: _each_leaf(fn, v) for k, v in value.items()}
-    if isinstance(value, Sequence) and not isinstance(value, (str, bytes, TensorView)):
+    if isinstance(value, (list, tuple)):
         items = [_each_leaf(fn, v) for v in value]
         return type(value)(*items) if hasattr(type(value), "_fields") else type(value)(items)
     return fn(value)

@@ -39,7 +39,7 @@ def _binary(op: str, reflected: bool = False):
 
 def _getitem(x: TensorView, index) -> TensorView:
     """NumPy's indexing: ints, slices, None (new axis), one Ellipsis, and one integer array along one
-    axis (`x[:, [2, 1, 0]]`, `table[ids]`)."""
+    axis (`x[:, [2, 1, 0]]`, `table[ids]`) or several picking one element each (`_pick_elements`)."""
     items = [_python_index(i) for i in (index if isinstance(index, tuple) else [index])]
     capture = torch_functions._capturing_fusion()
     if capture is not None:  # `logp[torch.arange(n), labels]`: a torch tensor made in the trace is an input of it
