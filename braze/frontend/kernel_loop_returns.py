@@ -35,9 +35,10 @@ def _lifted(stmts: list[ast.stmt]) -> list[ast.stmt]:
     out: list[ast.stmt] = []
     for stmt in stmts:
         if isinstance(stmt, _LOOPS) and _returns_inside(stmt):
+            value = f"{_VALUE}_{stmt.lineno}"  # a local per loop: two loops may return values of two types
             loop = copy.copy(stmt)
-            loop.body = _breaking(stmt.body)
-            out += [loop, _node(ast.If(test=_name(_FOUND), body=[_node(ast.Return(_name(_VALUE)
+            loop.body = _breaking(stmt.body, value)
+            out += [loop, _node(ast.If(test=_name(_FOUND), body=[_node(ast.Return(_name(value)
                                                                                    if _returns_value(stmt) else None),
                                                                          stmt)], orelse=[]), stmt)]
         elif isinstance(stmt, ast.If):
@@ -49,22 +50,22 @@ def _lifted(stmts: list[ast.stmt]) -> list[ast.stmt]:
     return out
 
 
-def _breaking(stmts: list[ast.stmt]) -> list[ast.stmt]:
+def _breaking(stmts: list[ast.stmt], value: str) -> list[ast.stmt]:
     """A loop body with each `return v` as `value = v; found = True; break`, and each loop nested in it
     that returns followed by `if found: break`."""
     out: list[ast.stmt] = []
     for stmt in stmts:
         if isinstance(stmt, ast.Return):
             if stmt.value is not None:
-                out.append(_assign(_VALUE, stmt.value, stmt))
+                out.append(_assign(value, stmt.value, stmt))
             out += [_assign(_FOUND, ast.Constant(True), stmt), _node(ast.Break(), stmt)]
         elif isinstance(stmt, ast.If):
             branch = copy.copy(stmt)
-            branch.body, branch.orelse = _breaking(stmt.body), _breaking(stmt.orelse)
+            branch.body, branch.orelse = _breaking(stmt.body, value), _breaking(stmt.orelse, value)
             out.append(branch)
         elif isinstance(stmt, _LOOPS) and _returns_inside(stmt):
             loop = copy.copy(stmt)
-            loop.body = _breaking(stmt.body)
+            loop.body = _breaking(stmt.body, value)
             out += [loop, _node(ast.If(test=_name(_FOUND), body=[_node(ast.Break(), stmt)], orelse=[]), stmt)]
         else:
             out.append(stmt)

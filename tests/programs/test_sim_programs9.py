@@ -146,6 +146,33 @@ def test_helpers_return_from_inside_their_loops(where):
             np.testing.assert_allclose(where.host(got), want, rtol=1e-12)
 
 
+@bz.func
+def band_or_half(x: bz.Array[bz.float64, 1], i: int):
+    for band in range(3):
+        if x[i] > band:
+            return band  # an int from this loop
+    for depth in range(3):
+        if x[i] < -depth:
+            return x[i] * 0.5  # a float from this one
+    return 0.25
+
+
+@bz.kernel
+def bands(x: bz.Array[bz.float64, 1], out: bz.Array[bz.float64, 1]):
+    for i in range(x.shape[0]):
+        out[i] = band_or_half(x, i)
+
+
+def test_a_helper_whose_loops_return_values_of_two_types(where):
+    def band_or_half_ref(v):
+        return next((b for b in range(3) if v > b), next((v * 0.5 for d in range(3) if v < -d), 0.25))
+
+    x = np.array([2.5, -1.5, 0.0, -0.2, 1.5])
+    out = where(nans(5, dtype=np.float64))
+    launch(where, bands, where(x), out)
+    np.testing.assert_array_equal(where.host(out), [band_or_half_ref(v) for v in x])
+
+
 # --- particles classified by nested helpers, counted and allocated by integer atomics -------------------
 @bz.func
 def signed_distance(x: float, y: float) -> float:
