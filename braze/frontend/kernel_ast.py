@@ -1095,9 +1095,9 @@ class Translator(ExpressionTranslator, TargetTranslator):
 
     def stmt_Return(self, node: ast.Return) -> None:
         if len(self.frames) > 1:  # in a @bz.func: a return its inlining did not fold into a branch
-            self.error(node, "unsupported construct: return inside a bz.static loop or a loop's else clause of a "
-                             "@bz.func (unrolled, a static loop has no break to leave it by); set a local there and "
-                             "return it after the loop")
+            self.error(node, "unsupported construct: return inside a bz.static loop, a multi-dimensional bz.ndrange "
+                             "loop or a loop's else clause of a @bz.func (no break leaves the first two); set a local "
+                             "there and return it after the loop")
         if node.value is None and self.loops[:1] == ["parallel"] and all(w == "static" for w in self.loops[1:]):
             # A Warp or CUDA thread's early exit (`if i >= n: return`) ends its iteration of the parallel loop.
             self.emit(k.Continue())

@@ -11,8 +11,8 @@ and the helper.
 
 Each loop it is nested in breaks after it (`if found: break`), and the `return value` after the outermost
 loop is an early return like any other, which braze/frontend/kernel_calls.py folds into a branch. Returns
-in a `bz.static` loop (unrolled, where `break` has no meaning) or a loop's `else` clause are left as they
-are, and the translator says so."""
+in a `bz.static` loop (unrolled, where `break` has no meaning), a multi-dimensional `bz.ndrange` loop or a
+loop's `else` clause are left as they are, and the translator says so."""
 
 from __future__ import annotations
 
@@ -94,10 +94,12 @@ def _returns_value(stmt: ast.stmt) -> bool:
 
 
 def _is_static(loop: ast.stmt) -> bool:
-    """`for v in bz.static(...)`: unrolled at compile time."""
+    """`for v in bz.static(...)` (unrolled at compile time) or `for i, j in bz.ndrange(n, m)` (loops nested
+    as one, which no `break` leaves): loops a return cannot break out of."""
     call = loop.iter if isinstance(loop, ast.For) else None
     func = call.func if isinstance(call, ast.Call) else None
-    return isinstance(func, (ast.Attribute, ast.Name)) and getattr(func, "attr", getattr(func, "id", "")) == "static"
+    name = getattr(func, "attr", getattr(func, "id", "")) if isinstance(func, (ast.Attribute, ast.Name)) else ""
+    return name == "static" or name == "ndrange" and len(call.args) > 1
 
 
 def _name(name: str) -> ast.Name:

@@ -136,8 +136,9 @@ def test_a_return_inside_a_helpers_static_loop_says_what_to_write():
     """A return in a helper's serial loop breaks out of it (braze/frontend/kernel_loop_returns.py); an unrolled
     bz.static loop has no break."""
     with pytest.raises(bz.KernelSyntaxError, match=r"test_kernel_errors.py:\d+: unsupported construct: return inside "
-                                                   r"a bz.static loop or a loop's else clause of a @bz.func "
-                                                   r"\(unrolled, .*\); set a local there and return it after the loop"):
+                                                   r"a bz.static loop, a multi-dimensional bz.ndrange loop or "
+                                                   r"a loop's else clause of a @bz.func \(.*\); set a local "
+                                                   r"there and return it after the loop"):
         bz.kernel(returns_in_a_helpers_static_loop)(f32())
 
 

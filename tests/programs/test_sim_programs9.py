@@ -173,6 +173,32 @@ def test_a_helper_whose_loops_return_values_of_two_types(where):
     np.testing.assert_array_equal(where.host(out), [band_or_half_ref(v) for v in x])
 
 
+@bz.func
+def position_of(g: bz.Array[bz.int32, 2], v: int):
+    i = 0
+    while i < g.shape[0]:
+        j = 0
+        while j < g.shape[1]:
+            if g[i, j] == v:
+                return i * 100 + j  # out of both while loops
+            j += 1
+        i += 1
+    return -1
+
+
+@bz.kernel
+def positions(g: bz.Array[bz.int32, 2], queries: bz.Array[bz.int32, 1], out: bz.Array[bz.int32, 1]):
+    for t in range(queries.shape[0]):
+        out[t] = position_of(g, queries[t])
+
+
+def test_a_helper_returns_from_nested_while_loops(where):
+    g, queries = np.array([[1, 2, 3], [4, 2, 6]], np.int32), np.array([2, 6, 9, 4, 1], np.int32)
+    out = where(np.full(5, -7, np.int32))
+    launch(where, positions, where(g), where(queries), out)
+    np.testing.assert_array_equal(where.host(out), [1, 102, -1, 100, 0])
+
+
 # --- particles classified by nested helpers, counted and allocated by integer atomics -------------------
 @bz.func
 def signed_distance(x: float, y: float) -> float:
