@@ -219,6 +219,17 @@ def _python_precision(inputs: Sequence[TensorView], result: DType) -> DType:
     return result
 
 
+def numpy_arrays_of_numbers(fusion: object, numbers: Sequence[object]) -> list[object]:
+    """Python numbers that are all of an op's values (`np.where(c, 0.1, 0.3)`), in a trace of NumPy arrays,
+    as the 0-d arrays NumPy makes of them, of their common dtype (float64 for floats: as weak literals
+    alone they were float32, and 0.1 was rounded to 7 digits); anything else as it is."""
+    python = (bool, int, float)
+    if not getattr(fusion, "numpy_promotion", False) or not all(isinstance(v, python) for v in numbers):
+        return list(numbers)
+    dtype = dt.from_numpy(np.result_type(*numbers))
+    return [TensorView(fusion, [], dtype, scalar="const", value=v) for v in numbers]
+
+
 def float_of_integers(fusion: object, promoted: DType) -> DType:
     """The float a float function of integers or bools gives: NumPy's smallest exact one in a trace of
     NumPy arrays (`numpy_float_result`), torch's float32 elsewhere."""
@@ -229,10 +240,12 @@ def numpy_float_result(name: str, values: Sequence[TensorView], promoted: DType,
     """The float type of an op on integer tensors in a trace of NumPy arrays, which is NumPy's, not
     torch's float32: true division gives float64, a float ufunc the smallest float that holds the
     integers (np.sqrt of uint8 is float16, of int32 float64), a Python float raises integers to float64
-    (NEP 50: int64 `k * 0.5`), and an integer array beside a float one gives NumPy's promotion of the two
+    (NEP 50: int64 `k * 0.5`), an integer array beside a float one gives NumPy's promotion of the two
     (int32 or int64 with float32 is float64). float32 there lost the low digits of every count and index."""
+    if not (result.is_floating and values and getattr(values[0].fusion, "numpy_promotion", False)):
+        return result
     strong = [tv.dtype for tv in values if not tv.weak]
-    if not (result.is_floating and strong and getattr(values[0].fusion, "numpy_promotion", False)):
+    if not strong:
         return result
     if any(d.is_floating for d in strong) and any(not d.is_floating for d in strong):
         # an integer array beside a float one: NumPy's promotion (int64 with float32 is float64)

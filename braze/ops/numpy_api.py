@@ -23,7 +23,7 @@ from braze.ops import activations, creation, scans, views
 from braze.ops import reductions as red
 from braze.ops import view_composites as vc
 from braze.ops.broadcast import broadcast_domains, broadcast_one_element_slices, expand
-from braze.ops.elementwise import BINARY, UNARY, cast, elementwise, float_of_integers
+from braze.ops.elementwise import BINARY, UNARY, cast, elementwise, float_of_integers, numpy_arrays_of_numbers
 from braze.ops.math_compositions import NUMPY_NAMES
 from braze.ops.math_functions import FUNCTIONS
 from braze.ops.numpy_compositions import CALCULUS, CHOICES, NAN_REDUCTIONS, STATISTICS, UFUNCS
@@ -221,6 +221,8 @@ def _where(condition, x=None, y=None):
     if x is None or y is None:
         raise UnsupportedError("np.where(condition) alone gives indices of data-dependent count: braze has no op "
                                "for it in a fusion; np.where(condition, x, y) chooses per element")
+    if isinstance(condition, TensorView):
+        x, y = numpy_arrays_of_numbers(condition.fusion, (x, y))  # np.where(c, 0.1, 0.3) is float64
     return elementwise("where", condition, x, y)
 
 

@@ -20,7 +20,7 @@ from braze.ir.tensor import TensorView
 from braze.ops import activations, creation, views
 from braze.ops import reductions as red
 from braze.ops import view_composites as vc
-from braze.ops.elementwise import cast, elementwise
+from braze.ops.elementwise import cast, elementwise, numpy_arrays_of_numbers
 
 
 def _e(op: str, *operands: object) -> TensorView:
@@ -255,6 +255,8 @@ def _select(condlist, choicelist, default=0):
     if len(condlist) != len(choicelist):
         raise UnsupportedError(f"np.select: expected as many conditions as choices, got {len(condlist)} and "
                                f"{len(choicelist)}")
+    if condlist and isinstance(condlist[0], TensorView):  # numbers alone: NumPy's arrays of them (float64)
+        *choicelist, default = numpy_arrays_of_numbers(condlist[0].fusion, (*choicelist, default))
     out = default
     for condition, choice in reversed(list(zip(condlist, choicelist))):
         out = _e("where", condition, choice, out)

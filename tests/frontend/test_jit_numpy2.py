@@ -54,6 +54,13 @@ def test_integers_become_the_floats_numpy_makes_of_them(name: str, dtype) -> Non
     _same(bz.jit(fn)(k), fn(k), rtol=1e-3 if dtype in (np.int8, np.uint8) else 1e-6)
 
 
+def test_python_floats_chosen_by_a_mask_are_float64() -> None:
+    """np.where(c, 0.1, 0.3) was float32, so 0.1 was rounded to 7 digits before it met float64 values."""
+    fn = lambda x: (np.where(x > 0, 0.1, 0.3), x * np.where(x > 0, 0.1, 0.3), np.select([x > 0], [0.1], 0.3))  # noqa: E731
+    x = np.linspace(-1, 1, 5).astype(np.float32)
+    _same(bz.jit(fn)(x), fn(x))
+
+
 def test_heaviside_of_float16_stays_float16() -> None:
     x = np.array([-1.0, 0.0, 2.0], np.float16)
     _same(bz.jit(lambda x: np.heaviside(x, 0.5))(x), np.heaviside(x, 0.5))
