@@ -1,16 +1,16 @@
 """A `return` inside a loop of a `@bz.func` helper, written as Python runs it: it leaves the loops it is in
 and the helper.
 
-    for k in range(3):                        found = False
+    for k in range(3):                        found = 0
         if x > k:                             for k in range(3):
             return 10 + k          becomes        if x > k:
-    return 0                                          value = 10 + k; found = True; break
-                                              if found:
-                                                  return value
+    return 0                                          value_1 = 10 + k; found = 1; break
+                                              if found == 1:
+                                                  return value_1
                                               return 0
 
-Each loop it is nested in breaks after it (`if found: break`), and the `return value` after the outermost
-loop is an early return like any other, which braze/frontend/kernel_calls.py folds into a branch. Returns
+Each loop it is nested in breaks after it (`if found != 0: break`), and each `return value_k` after the
+outermost loop is an early return like any other, which braze/frontend/kernel_calls.py folds into a branch. Returns
 in a `bz.static` loop (unrolled, where `break` has no meaning), a multi-dimensional `bz.ndrange` loop or a
 loop's `else` clause are left as they are, and the translator says so."""
 
@@ -27,20 +27,21 @@ def without_loop_returns(stmts: list[ast.stmt]) -> list[ast.stmt]:
     """A helper body with each `return` inside a loop turned into a flag, a value and breaks."""
     if not any(_returns_inside(s) for s in stmts if isinstance(s, _LOOPS + (ast.If,))):
         return stmts
-    return [_assign(_FOUND, ast.Constant(False), stmts[0]), *_lifted(stmts)]
+    return [_assign(_FOUND, ast.Constant(0), stmts[0]), *_lifted(stmts)]
 
 
 def _lifted(stmts: list[ast.stmt]) -> list[ast.stmt]:
-    """`stmts` (not in a loop) with each loop that returns followed by the return it found."""
+    """`stmts` (not in a loop) with each loop that returns followed by the returns it may have taken."""
     out: list[ast.stmt] = []
     for stmt in stmts:
         if isinstance(stmt, _LOOPS) and _returns_inside(stmt):
-            value = f"{_VALUE}_{stmt.lineno}"  # a local per loop: two loops may return values of two types
+            sites: list[ast.Return] = []
             loop = copy.copy(stmt)
-            loop.body = _breaking(stmt.body, value)
-            out += [loop, _node(ast.If(test=_name(_FOUND), body=[_node(ast.Return(_name(value)
-                                                                                   if _returns_value(stmt) else None),
-                                                                         stmt)], orelse=[]), stmt)]
+            loop.body = _breaking(stmt.body, sites)
+            out.append(loop)
+            for number, site in enumerate(sites, start=1):  # `if found == k: return value_k`, an early return
+                returned = _node(ast.Return(None if site.value is None else _name(_value_name(site))), site)
+                out.append(_node(ast.If(test=_found_is(ast.Eq(), number), body=[returned], orelse=[]), site))
         elif isinstance(stmt, ast.If):
             branch = copy.copy(stmt)
             branch.body, branch.orelse = _lifted(stmt.body), _lifted(stmt.orelse)
@@ -50,26 +51,39 @@ def _lifted(stmts: list[ast.stmt]) -> list[ast.stmt]:
     return out
 
 
-def _breaking(stmts: list[ast.stmt], value: str) -> list[ast.stmt]:
-    """A loop body with each `return v` as `value = v; found = True; break`, and each loop nested in it
-    that returns followed by `if found: break`."""
+def _breaking(stmts: list[ast.stmt], sites: list[ast.Return]) -> list[ast.stmt]:
+    """A loop body with each `return v` as `value_k = v; found = k; break` (k numbers the return among
+    `sites`, and each has a local of its own: two returns may give values of two types, which the returns
+    after the loop then combine as any early returns), and each loop nested in it that returns followed by
+    `if found != 0: break`."""
     out: list[ast.stmt] = []
     for stmt in stmts:
         if isinstance(stmt, ast.Return):
+            sites.append(stmt)
             if stmt.value is not None:
-                out.append(_assign(value, stmt.value, stmt))
-            out += [_assign(_FOUND, ast.Constant(True), stmt), _node(ast.Break(), stmt)]
+                out.append(_assign(_value_name(stmt), stmt.value, stmt))
+            out += [_assign(_FOUND, ast.Constant(len(sites)), stmt), _node(ast.Break(), stmt)]
         elif isinstance(stmt, ast.If):
             branch = copy.copy(stmt)
-            branch.body, branch.orelse = _breaking(stmt.body, value), _breaking(stmt.orelse, value)
+            branch.body = _breaking(stmt.body, sites)
+            branch.orelse = _breaking(stmt.orelse, sites)
             out.append(branch)
         elif isinstance(stmt, _LOOPS) and _returns_inside(stmt):
             loop = copy.copy(stmt)
-            loop.body = _breaking(stmt.body, value)
-            out += [loop, _node(ast.If(test=_name(_FOUND), body=[_node(ast.Break(), stmt)], orelse=[]), stmt)]
+            loop.body = _breaking(stmt.body, sites)
+            out += [loop, _node(ast.If(test=_found_is(ast.NotEq(), 0), body=[_node(ast.Break(), stmt)], orelse=[]),
+                                stmt)]
         else:
             out.append(stmt)
     return out
+
+
+def _value_name(site: ast.Return) -> str:
+    return f"{_VALUE}_{site.lineno}_{site.col_offset}"
+
+
+def _found_is(op: ast.cmpop, number: int) -> ast.Compare:
+    return ast.Compare(left=_name(_FOUND), ops=[op], comparators=[ast.Constant(number)])
 
 
 def _returns_inside(stmt: ast.stmt) -> bool:
@@ -87,10 +101,6 @@ def _has_return(stmt: ast.stmt) -> bool:
     if isinstance(stmt, ast.If):
         return any(_has_return(s) for s in (*stmt.body, *stmt.orelse))
     return isinstance(stmt, _LOOPS) and _returns_inside(stmt)
-
-
-def _returns_value(stmt: ast.stmt) -> bool:
-    return any(isinstance(n, ast.Return) and n.value is not None for n in ast.walk(stmt))
 
 
 def _is_static(loop: ast.stmt) -> bool:

@@ -157,20 +157,34 @@ def band_or_half(x: bz.Array[bz.float64, 1], i: int):
     return 0.25
 
 
+@bz.func
+def band_or_half_in_one_loop(x: bz.Array[bz.float64, 1], i: int):
+    for band in range(3):
+        if x[i] > band:
+            return band
+        if x[i] < -band:
+            return x[i] * 0.5  # an int and a float from one loop
+    return 0.25
+
+
 @bz.kernel
-def bands(x: bz.Array[bz.float64, 1], out: bz.Array[bz.float64, 1]):
+def bands(x: bz.Array[bz.float64, 1], out: bz.Array[bz.float64, 2]):
     for i in range(x.shape[0]):
-        out[i] = band_or_half(x, i)
+        out[i, 0] = band_or_half(x, i)
+        out[i, 1] = band_or_half_in_one_loop(x, i)
 
 
 def test_a_helper_whose_loops_return_values_of_two_types(where):
     def band_or_half_ref(v):
         return next((b for b in range(3) if v > b), next((v * 0.5 for d in range(3) if v < -d), 0.25))
 
+    def in_one_loop_ref(v):
+        return next((b if v > b else v * 0.5 for b in range(3) if v > b or v < -b), 0.25)
+
     x = np.array([2.5, -1.5, 0.0, -0.2, 1.5])
-    out = where(nans(5, dtype=np.float64))
+    out = where(nans(5, 2, dtype=np.float64))
     launch(where, bands, where(x), out)
-    np.testing.assert_array_equal(where.host(out), [band_or_half_ref(v) for v in x])
+    np.testing.assert_array_equal(where.host(out), [[band_or_half_ref(v), in_one_loop_ref(v)] for v in x])
 
 
 @bz.func
