@@ -234,6 +234,12 @@ def python_scalar_dtype(value: object) -> DType:
     raise UnsupportedError(f"scalar: expected bool, int or float, got {type(value).__name__}")
 
 
+def numpy_float_of(dtype: DType) -> DType:
+    """The float type NumPy's float ufuncs (np.sqrt, np.exp, np.arctan2) give for an integer or bool
+    type: the smallest that holds each of its values exactly (float16 for 8 bits, float32 for 16)."""
+    return {1: float16, 2: float32}.get(dtype.itemsize, float64)
+
+
 def compute_dtype(dtype: DType) -> DType:
     """The type arithmetic is done in: float32 for the half types, the dtype itself otherwise."""
     return float32 if dtype in (float16, bfloat16) else dtype

@@ -33,8 +33,11 @@ from braze.errors import Error, FusionDefinitionError, InputError, UnsupportedEr
 from braze.frontend.fusion import Fusion
 from braze.frontend.jit_numbers import number_check
 from braze.frontend.jit_trees import flatten, is_tree, unflatten
+from braze.ir.fusion import active_fusion
 from braze.ir.scalar import Scalar, concretizing
 from braze.ir.tensor import TensorView
+from braze.ops.creation import full
+from braze.ops.elementwise import elementwise
 from braze.runtime.arrays import as_host_array, is_torch_tensor
 from braze.runtime.device_arrays import as_device_view, is_device_array
 from braze.runtime.fast_call import MAX_DESCRIPTIONS, Describer, FastCalls
@@ -311,7 +314,7 @@ class JitFunction:
             f.capture_array = functools.partial(self._capture, f, args, sizes, captured, {})
             try:
                 with concretizing(sizes) as used:
-                    result = self._call(traced_args)
+                    result = _each_leaf(_constant_as_tensor, self._call(traced_args))
             except (TypeError, Error) as error:
                 self._explain_runtime_scalars(error, key)
                 self._explain_options(error, args)
@@ -380,7 +383,7 @@ class JitFunction:
         shape = [1 if one else -1 for one in is_one]
         tv = f.define_tensor(shape, dtype, stride_order=order, name=name)
         f.torch_promotion |= kind == "torch"
-        f.numpy_size = not f.torch_promotion
+        f.numpy_size = f.numpy_promotion = not f.torch_promotion
         if kind == "torch" and isinstance(f.array_device, str):  # the first torch tensor's device
             f.array_device = value.device
         # The signature keys by which extents are 1, so this trace never sees a symbolic one that is.
@@ -435,6 +438,30 @@ def _beside_the_arguments(array: object, args: Sequence[object]) -> object:
     import torch  # the arguments are torch tensors: torch is there
 
     return torch.as_tensor(array).to(tensors[0].device)
+
+
+def _each_leaf(fn: Callable[[object], object], value: object) -> object:
+    """`value` with `fn` applied to each item of its tuples, lists and dicts, nested as written."""
+    if isinstance(value, dict):
+        return {k: _each_leaf(fn, v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        items = [_each_leaf(fn, v) for v in value]
+        return type(value)(*items) if hasattr(type(value), "_fields") else type(value)(items)
+    return fn(value)
+
+
+def _constant_as_tensor(value: object) -> object:
+    """A result the trace knows as a number or an array (`x.shape[0]`, `n * dx`, `np.linspace(0, 1, 5)`)
+    as a tensor of the fusion, NumPy's array of it, so that each call returns it fresh (an extent at the
+    call's size); anything else as it is (`_leaves` names what it cannot return)."""
+    if isinstance(value, Scalar):
+        return full([], value.value if value.is_const else value, dt.int64)
+    if isinstance(value, (bool, int, float, np.bool_, np.integer, np.floating)):
+        return full([], value, dt.from_numpy(np.asarray(value).dtype))
+    capture = active_fusion("result").capture_array
+    if (isinstance(value, np.ndarray) and value.dtype.kind in "biuf") or is_torch_tensor(value):
+        return elementwise("set", capture(value))  # its own buffer, not the array the trace holds
+    return value
 
 
 def _leaves(fn_name: str, value: object, path: str | None, leaves: list[TensorView]) -> object:

@@ -63,6 +63,13 @@ def _param_spec(name: str, annotation: object, fn: Callable) -> ArrayType | DTyp
                           f"bz.Array[dtype, ndim], a braze dtype, int or float, got {got}")
 
 
+def _zero_dim_array(value: object) -> bool:
+    """A 0-d NumPy array of numbers or a 0-d torch tensor (not a NumPy scalar, which is a number already)."""
+    if isinstance(value, np.ndarray):
+        return value.ndim == 0 and value.dtype.kind in "biuf"
+    return type(value).__module__.startswith("torch") and getattr(value, "ndim", None) == 0
+
+
 def _where(fn: Callable) -> str:
     return f"{inspect.getsourcefile(fn) or fn.__code__.co_filename}:{fn.__code__.co_firstlineno}"
 
@@ -115,6 +122,11 @@ class KernelFunction:
             args = self._flat_arguments(args)
         if self.calls.run(args) is not None:  # arguments of a description seen before, still as prepared
             return
+        numbers = self._zero_dim_as_numbers(args)
+        if numbers is not args:
+            args = numbers
+            if self.calls.run(args) is not None:
+                return
         if self.array_positions and _on_gpu(self, args):
             kernel_gpu.bind_and_run(self, args)
             return
@@ -223,7 +235,21 @@ class KernelFunction:
         if any(s % itemsize for s in strides):
             raise InputError(f"{where}: strides {strides} are not whole elements")
 
+    def _zero_dim_as_numbers(self, args: Sequence[Any]) -> Sequence[Any]:
+        """`args` with each 0-d array given for a scalar parameter as its number: a time step computed by
+        NumPy, by torch (`v.abs().max()`) or returned by a @bz.jit reduction is one (it was refused as an
+        ndarray or a Tensor). `args` itself where there is none."""
+        found = [i for i, _, _ in self.scalar_specs if _zero_dim_array(args[i])]
+        if not found:
+            return args
+        numbers = list(args)
+        for i in found:
+            numbers[i] = args[i].item()
+        return numbers
+
     def _scalar(self, name: str, dtype: DType, value: Any):
+        if _zero_dim_array(value):  # (_zero_dim_as_numbers)
+            value = value.item()
         allowed = (bool, np.bool_) if dtype.is_bool else (int, bool, np.integer, np.bool_) if dtype.is_integer \
             else (int, float, np.integer, np.floating)
         if not isinstance(value, allowed):

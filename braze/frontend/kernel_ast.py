@@ -172,6 +172,9 @@ class Translator(ExpressionTranslator, TargetTranslator):
         self.overlapping = overlapping  # the call's arrays may share memory (kernel.py's signature)
         self.widened = widened if widened is not None else {}  # local key -> its dtype (translate_kernel)
         self.literal_locals: dict[k.Var, tuple] = {}  # the variable of a local first set from a literal -> its key
+        # A local computed in its own dtype from literal locals (`mid = 0.5 * (lo + hi)` after `lo, hi = 0.0, 1.0`)
+        # -> their keys: a wider value meeting `mid` widens them, and so `mid` on the next translation.
+        self.literal_sources: dict[k.Var, frozenset[tuple]] = {}
         self.serial_locals = serial_locals if serial_locals is not None else set()  # never launch-time values
         self.alias_names: set[str] = set()  # top-level names bound to launch-time values
         self.kernel_names: dict[str, object] = dict(params)
@@ -835,6 +838,7 @@ class Translator(ExpressionTranslator, TargetTranslator):
             self._widen_if_needed(local, name, value)
             var = local.var
             self.widen_literal_locals((value,), var.dtype)  # `w = 0.5` into a float64 local is Python's 0.5
+            self._note_literal_sources(var, value)
             self.emit(k.Assign(var, self.checked(node, lambda: ty.assignable(value, var.dtype, f"'{name}'",
                                                                               local=name))))
             return
@@ -853,6 +857,25 @@ class Translator(ExpressionTranslator, TargetTranslator):
         frame.names[name] = Local(var, from_literal=from_literal)
         if from_literal:
             self.literal_locals[var] = self._local_key(name)
+        else:
+            self._note_literal_sources(var, value)
+
+    def _note_literal_sources(self, var: k.Var, value) -> None:
+        """Records the literal locals `value` computes from in `var`'s dtype as `var`'s sources: in Python
+        `mid = 0.5 * (lo + hi)` of float literals is a float64, so a float64 value meeting `mid` must widen
+        `lo` and `hi` (it rounded a bisection's every midpoint to float32 where it met a float64 array)."""
+        if isinstance(value, k.Expr) and value.dtype == var.dtype:
+            keys = self._literal_keys(_computed_from(value))
+            if keys:
+                self.literal_sources[var] = self.literal_sources.get(var, frozenset()) | keys
+
+    def _literal_keys(self, variables) -> frozenset[tuple]:
+        keys = set()
+        for v in variables:
+            if v in self.literal_locals:
+                keys.add(self.literal_locals[v])
+            keys |= self.literal_sources.get(v, frozenset())
+        return frozenset(keys)
 
     def assign_tuple_name(self, name: str, value, node: ast.AST) -> None:
         """`w = (a, b, c)` or `[a, b, c]`: each item a hidden local `w[0]`, ... (no Python name can take it)."""
@@ -872,10 +895,12 @@ class Translator(ExpressionTranslator, TargetTranslator):
         rounded to the local's."""
         typed = [*targets, *(v.dtype for v in operands if isinstance(v, k.Expr) and ty.type_of(v)[1] == 0)]
         for v in (var for operand in operands for var in _computed_from(operand)):
-            key = self.literal_locals.get(v)
-            wider = [d for d in typed if key is not None and d.kind == v.dtype.kind and d.itemsize > v.dtype.itemsize]
-            if wider:
-                raise WidenLocal(key, max(wider, key=lambda d: d.itemsize))
+            wider = max((d for d in typed if d.kind == v.dtype.kind and d.itemsize > v.dtype.itemsize),
+                        key=lambda d: d.itemsize, default=None)
+            keys = [key for key in self._literal_keys((v,)) if wider is not None and
+                    (key not in self.widened or self.widened[key].itemsize < wider.itemsize)]  # never the same twice
+            if keys:
+                raise WidenLocal(min(keys), wider)
 
     def stored(self, node: ast.AST, value, dtype: DType, what: str) -> k.Expr:
         """`value` converted for storing into an array element of `dtype`."""
@@ -1070,8 +1095,9 @@ class Translator(ExpressionTranslator, TargetTranslator):
 
     def stmt_Return(self, node: ast.Return) -> None:
         if len(self.frames) > 1:  # in a @bz.func: a return its inlining did not fold into a branch
-            self.error(node, "unsupported construct: return inside a loop of a @bz.func (it returns at its end or "
-                             "in if/else branches; in a loop, set a local and break)")
+            self.error(node, "unsupported construct: return inside a bz.static loop, a multi-dimensional bz.ndrange "
+                             "loop or a loop's else clause of a @bz.func (no break leaves the first two); set a local "
+                             "there and return it after the loop")
         if node.value is None and self.loops[:1] == ["parallel"] and all(w == "static" for w in self.loops[1:]):
             # A Warp or CUDA thread's early exit (`if i >= n: return`) ends its iteration of the parallel loop.
             self.emit(k.Continue())

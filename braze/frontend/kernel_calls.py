@@ -21,6 +21,7 @@ from braze.frontend import kernel_lang as lang
 from braze.frontend import kernel_math as km
 from braze.frontend import kernel_types as ty
 from braze.frontend import kernel_vectors as vec
+from braze.frontend.kernel_loop_returns import without_loop_returns
 from braze.frontend.kernel_random import RandomFunction
 from braze.frontend.kernel_scope import (
     ArrayHandle,
@@ -523,7 +524,7 @@ def _tail(tr: Translator, stmts: list[ast.stmt]):
     folded into branches); gives the returned value: a number, a vector, a tuple of them, or None."""
     docstrings = [s for s in stmts if isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)]
     try:
-        body = _fold_early_returns([s for s in stmts if s not in docstrings])
+        body = _fold_early_returns(without_loop_returns([s for s in stmts if s not in docstrings]))
     except _FoldTooLarge:
         tr.error(stmts[0], "unsupported construct: returns nested under ifs, each followed by more statements: "
                            "folding them copies the statements after each into both of its branches, here more "

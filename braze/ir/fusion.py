@@ -107,6 +107,10 @@ class FusionGraph:
         # `x.size` as NumPy spells it, the element count, where @bz.jit traces NumPy (or CuPy) arrays and
         # no torch tensor; elsewhere it is torch's method `x.size(dim)` (a Fusion builder's nvFuser code).
         self.numpy_size = False
+        # Integers become floats as NumPy makes them where @bz.jit traces NumPy (or CuPy) arrays and no
+        # torch tensor: `counts / n`, `np.sqrt(k)`, `k * 0.5` and `k.mean()` of int64 are float64 there
+        # (ops/elementwise.py, numpy_float_result); elsewhere float32, torch's default.
+        self.numpy_promotion = False
         # How an array made outside the fusion becomes one of its inputs: @bz.jit's trace takes the arrays
         # its function makes or reads (`torch.ones(n, n).tril()`, a module's buffer) so; a `bz.Fusion`
         # builder has none and refuses them (arrays come in as define_tensor inputs).

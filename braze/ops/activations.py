@@ -29,7 +29,9 @@ from braze.ops.elementwise import (
     as_operand,
     cast,
     elementwise,
+    float_of_integers,
     not_a_tensor,
+    numpy_float_result,
     operand_type,
     owning_fusion,
 )
@@ -59,14 +61,18 @@ def _scaled(t: TensorView, value: float | TensorView) -> TensorView:
 def operands_in_compute_type(op: str, operands: Sequence[Operand], floating: bool
                               ) -> tuple[list[Operand], dt.DType]:
     """The operands with their tensors cast to the compute type of their promoted dtype, and the dtype
-    to return: the promoted one (float32 for integers when `floating`). Python numbers stay weak."""
+    to return: the promoted one (for integers when `floating`, float32, or NumPy's float in a trace of NumPy
+    arrays). Python numbers stay weak."""
     tensors = [o for o in operands if isinstance(o, TensorView)]
     if not tensors:
         owning_fusion(op, operands)  # an array given by mistake: says what ops are for
         raise FusionDefinitionError(f"{op}: expected at least one TensorView operand, got "
                                     f"{', '.join(type(o).__name__ for o in operands)}")
-    promoted = dt.result_type(*[t.promotion for t in tensors])
-    result = dt.float32 if floating and not promoted.is_floating else promoted
+    # the numbers as the weak operands they are: a Python float raises NumPy's integers to float64
+    typed = [as_operand(op, tensors[0].fusion, o, i) for i, o in enumerate(operands)]
+    promoted = dt.result_type(*[t.promotion for t in typed])
+    result = float_of_integers(tensors[0].fusion, promoted) if floating and not promoted.is_floating else promoted
+    result = numpy_float_result(op, typed, promoted, result)  # NumPy's, in a trace of NumPy arrays
     compute = dt.compute_dtype(result)
     return [cast(o, compute) if isinstance(o, TensorView) else o for o in operands], result
 

@@ -14,7 +14,7 @@ from braze.ir.fusion import defining
 from braze.ir.tensor import TensorView, normalize_axis
 from braze.ops import reductions as red
 from braze.ops.creation import arange
-from braze.ops.elementwise import cast, elementwise, not_a_tensor
+from braze.ops.elementwise import cast, elementwise, float_of_integers, not_a_tensor
 from braze.ops.views import permute, unsqueeze
 
 
@@ -35,10 +35,11 @@ def composite(fn: Callable[..., TensorView]) -> Callable[..., TensorView]:
 
 
 def in_compute_type(x: TensorView, op: str) -> tuple[TensorView, dt.DType]:
-    """x in its compute type, and the type to return (floats keep theirs, integers become float32)."""
+    """x in its compute type, and the type to return (floats keep theirs, integers become float32, or
+    NumPy's float in a trace of NumPy arrays)."""
     if not isinstance(x, TensorView):
         raise not_a_tensor(op, x)
-    result = x.dtype if x.dtype.is_floating else dt.float32
+    result = x.dtype if x.dtype.is_floating else float_of_integers(x.fusion, x.dtype)
     return cast(x, dt.compute_dtype(result)), result
 
 

@@ -192,7 +192,7 @@ def _elementwise_entry(name: str, kinds: str, result: Callable, fn: Callable, va
             elif tv.python_scalar and promoted.is_integer and promoted != dt.int64:
                 # A runtime number (of @bz.jit) is known only at the call, which checks it fits
                 tv.fusion.narrowed_numbers.append(NarrowedNumber(name, tv, promoted))
-        return _python_precision(inputs, result(promoted))
+        return numpy_float_result(name, values, promoted, _python_precision(inputs, result(promoted)))
 
     def reference(ctx: RefContext, args: Sequence[np.ndarray], out: TensorView, attrs: dict) -> np.ndarray:
         promoted = operand_type(out.definition.inputs[value_operands])
@@ -217,6 +217,49 @@ def _python_precision(inputs: Sequence[TensorView], result: DType) -> DType:
     if result.is_floating and inputs and all(tv.weak == 2 or tv.scalar == "extent" for tv in inputs):
         return dt.float64
     return result
+
+
+def numpy_arrays_of_numbers(fusion: object, numbers: Sequence[object]) -> list[object]:
+    """Python numbers that are all of an op's values (`np.where(c, 0.1, 0.3)`), in a trace of NumPy arrays,
+    as the 0-d arrays NumPy makes of them, of their common dtype (float64 for floats: as weak literals
+    alone they were float32, and 0.1 was rounded to 7 digits); anything else as it is."""
+    python = (bool, int, float)
+    if not getattr(fusion, "numpy_promotion", False) or not all(isinstance(v, python) for v in numbers):
+        return list(numbers)
+    dtype = dt.from_numpy(np.result_type(*numbers))
+    return [TensorView(fusion, [], dtype, scalar="const", value=v) for v in numbers]
+
+
+def float_of_integers(fusion: object, promoted: DType) -> DType:
+    """The float a float function of integers or bools gives: NumPy's smallest exact one in a trace of
+    NumPy arrays (`numpy_float_result`), torch's float32 elsewhere."""
+    return dt.numpy_float_of(promoted) if getattr(fusion, "numpy_promotion", False) else dt.float32
+
+
+def numpy_float_result(name: str, values: Sequence[TensorView], promoted: DType, result: DType) -> DType:
+    """The float type of an op on integer tensors in a trace of NumPy arrays, which is NumPy's, not
+    torch's float32: true division gives float64, a float ufunc the smallest float that holds the
+    integers (np.sqrt of uint8 is float16, of int32 float64), a Python float raises integers to float64
+    (NEP 50: int64 `k * 0.5`), an integer array beside a float one gives NumPy's promotion of the two
+    (int32 or int64 with float32 is float64). float32 there lost the low digits of every count and index."""
+    if not (result.is_floating and values and getattr(values[0].fusion, "numpy_promotion", False)):
+        return result
+    strong = [tv.dtype for tv in values if not tv.weak]
+    if not strong:
+        return result
+    if any(d.is_floating for d in strong) and any(not d.is_floating for d in strong):
+        # an integer array beside a float one: NumPy's promotion (int64 with float32 is float64)
+        return dt.from_numpy(np.result_type(*[d.numpy for d in strong])) if dt.bfloat16 not in strong else result
+    integral = strong[0]
+    for d in strong[1:]:
+        integral = dt.promote_types(integral, d)
+    if integral.is_floating:
+        return result
+    if not promoted.is_floating:  # the op itself makes the float
+        return dt.float64 if name == "truediv" else float_of_integers(values[0].fusion, promoted)
+    raising = [dt.float64 if tv.weak == 2 else tv.dtype for tv in values if tv.weak and tv.dtype.is_floating]
+    numpy_types = [d.numpy for d in (integral, *raising) if d != dt.bfloat16]
+    return dt.from_numpy(np.result_type(*numpy_types)) if len(numpy_types) > 1 else result
 
 
 class _Typed:

@@ -39,8 +39,11 @@ def _binary(op: str, reflected: bool = False):
 
 def _getitem(x: TensorView, index) -> TensorView:
     """NumPy's indexing: ints, slices, None (new axis), one Ellipsis, and one integer array along one
-    axis (`x[:, [2, 1, 0]]`, `table[ids]`)."""
+    axis (`x[:, [2, 1, 0]]`, `table[ids]`) or several picking one element each (`_pick_elements`)."""
     items = [_python_index(i) for i in (index if isinstance(index, tuple) else [index])]
+    capture = torch_functions._capturing_fusion()
+    if capture is not None:  # `logp[torch.arange(n), labels]`: a torch tensor made in the trace is an input of it
+        items = [torch_functions._captured(capture, i) for i in items]
     for position, item in enumerate(items):
         _check_index_item(x, position, item)
     if sum(i is Ellipsis for i in items) > 1:
@@ -53,8 +56,7 @@ def _getitem(x: TensorView, index) -> TensorView:
         items[at : at + 1] = [slice(None)] * (x.ndim - consumed)
     arrays = [n for n, item in enumerate(items) if _is_index_array(item)]
     if len(arrays) > 1:
-        raise UnsupportedError(f"indexing {x.describe()}: indices {arrays[0]} and {arrays[1]} are both arrays: braze "
-                               "takes one integer array among the indices (index one axis at a time)")
+        return _pick_elements(x, items, arrays)
     picks = items[arrays[0]] if arrays else None
     if arrays:
         items[arrays[0]] = slice(None)
@@ -84,6 +86,40 @@ def _getitem(x: TensorView, index) -> TensorView:
     if picks is None:
         return y
     return _take_picks(x, y, picks, picked_axis, _picks_go_first(items, arrays[0]))
+
+
+def _pick_elements(x: TensorView, items: list, arrays: list[int]) -> TensorView:
+    """`x[rows, cols]` (`logp[np.arange(n), labels]`): several integer arrays, broadcast together, pick one
+    element each, as NumPy's advanced indexing does. Their axes are merged into one and each pick's flat
+    position there taken; the picks' axes stand where the picked ones were when those are side by side, else
+    first, as in NumPy. Negative indices count from the end; one out of its axis's range may land in
+    another row (NumPy raises)."""
+    what = f"indexing {x.describe()}"
+    if any(item is None or isinstance(item, int) and not isinstance(item, bool) for item in items):
+        raise UnsupportedError(f"{what}: indices {arrays[0]} and {arrays[1]} are integer arrays beside an int or "
+                               "None: braze takes several arrays with slices only (index the int first, x[k][rows, "
+                               "cols], or one axis at a time)")
+    picks = [_index_tensor(what, items[n]) for n in arrays]
+    y = views.slice_tensor(x, [slice(None) if n in arrays else item for n, item in enumerate(items)])
+    at = arrays[0] if arrays == list(range(arrays[0], arrays[0] + len(arrays))) else 0
+    rest = [a for a in range(y.ndim) if a not in arrays]
+    y = views.permute(y, rest[:at] + arrays + rest[at:])
+    extents = y.shape[at:at + len(arrays)]
+    flat, size = None, 1
+    for pick, extent in zip(picks, extents):
+        pick = cast(pick, "int64")
+        pick = elementwise("where", elementwise("lt", pick, 0), elementwise("add", pick, extent), pick)
+        flat = pick if flat is None else elementwise("add", elementwise("mul", flat, extent), pick)
+        size = size * extent
+    merged = views.reshape(y, [*y.shape[:at], size, *y.shape[at + len(arrays):]])
+    return view_composites.take(merged, flat, at)
+
+
+def _index_tensor(what: str, item: object) -> TensorView:
+    """An integer index array as a tensor of the trace (a list or ndarray taken in as an input)."""
+    if isinstance(item, list):
+        item = np.asarray(item, dtype=np.int64)
+    return numpy_api.trace_operand(what, item) if isinstance(item, np.ndarray) else item
 
 
 def _is_index_array(item: object) -> bool:
@@ -219,7 +255,10 @@ def install(cls: type = TensorView) -> None:
     cls.item = _no_python_value("{name}.item()")
     cls.tolist = _no_python_value("{name}.tolist()")
     cls.numpy = _no_python_value("{name}.numpy()")
-    cls.__array__ = _no_python_value("np.asarray({name})")  # not an object array holding the tensor
+    cls.__array__ = _no_python_value(  # not an object array holding the tensor
+        "np.asarray({name})", "; to write it into a NumPy array the function made (out = np.zeros((n, 3)); "
+        "out[:, 0] = t), make that array from a traced one, out = np.zeros_like(x, shape=(n, 3)), or join the "
+        "pieces with np.stack")
     cls.__setitem__ = view_composites.assign
     cls.__round__ = cls.round = _round
     cls.__divmod__ = _divmod
@@ -328,12 +367,12 @@ def _extent_int(self: Scalar) -> int:
         "x.sum(1) / x.shape[1]), or give the dimension a static size")
 
 
-def _no_python_value(what: str):
+def _no_python_value(what: str, more: str = ""):
     def refuse(self, *args, **kwargs):
         raise TracerBoolConversionError(
             f"{what.format(name=self.name)}: expected a Python value, got a traced tensor: its data is only known "
             "when the fusion runs; keep computing with it in the fusion (bz.ops.where for a choice per element), "
-            "or return it and read the result")
+            f"or return it and read the result{more}")
 
     return refuse
 

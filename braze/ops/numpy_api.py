@@ -17,17 +17,18 @@ import numpy as np
 from braze import dtypes as dt
 from braze.errors import FusionDefinitionError, UnsupportedError
 from braze.ir.fusion import active_fusion, defining_any
-from braze.ir.scalar import concrete_value
+from braze.ir.scalar import Scalar, concrete_value
 from braze.ir.tensor import TensorView, normalize_axis
 from braze.ops import activations, creation, scans, views
 from braze.ops import reductions as red
 from braze.ops import view_composites as vc
-from braze.ops.broadcast import expand
-from braze.ops.elementwise import BINARY, UNARY, cast, elementwise
+from braze.ops.broadcast import broadcast_domains, broadcast_one_element_slices, expand
+from braze.ops.elementwise import BINARY, UNARY, cast, elementwise, float_of_integers, numpy_arrays_of_numbers
 from braze.ops.math_compositions import NUMPY_NAMES
 from braze.ops.math_functions import FUNCTIONS
 from braze.ops.numpy_compositions import CALCULUS, CHOICES, NAN_REDUCTIONS, STATISTICS, UFUNCS
 from braze.ops.numpy_einsum import einsum, matrix_product_error
+from braze.ops.numpy_matrices import MATRICES
 from braze.ops.numpy_signal import SIGNAL
 
 # --- ufuncs -------------------------------------------------------------------------------------------
@@ -36,13 +37,15 @@ _RENAMED = {  # NumPy's ufunc name -> braze's elementwise op, where they differ
     "divide": "truediv", "true_divide": "truediv", "floor_divide": "floordiv", "mod": "remainder",
     "power": "pow", "arctan2": "atan2", "equal": "eq", "not_equal": "ne", "less": "lt", "less_equal": "le",
     "greater": "gt", "greater_equal": "ge", "invert": "bitwise_not", "bitwise_invert": "bitwise_not",
-    "rint": "round", "bitwise_left_shift": "left_shift", "bitwise_right_shift": "right_shift",
+"bitwise_left_shift": "left_shift", "bitwise_right_shift": "right_shift",
 }
 _COMPOSED: dict[str, Callable[..., TensorView]] = {
     "positive": lambda x: x,
     "square": lambda x: elementwise("mul", x, x),
     "fmod": activations.fmod,
     "logaddexp": activations.logaddexp,
+    "rint": lambda x: elementwise("round", x if _dtype(x).is_floating else  # a float ufunc: floats of integers
+                                  cast(x, float_of_integers(x.fusion, x.dtype))),
     **FUNCTIONS,  # asin, sinh, log10, hypot, ...: braze/ops/math_functions.py
     **{numpy: FUNCTIONS[name] for numpy, name in NUMPY_NAMES.items()},
     **UFUNCS,  # fmax, heaviside, logaddexp2, ...: braze/ops/numpy_compositions.py
@@ -52,6 +55,10 @@ _REDUCE = {"add": red.sum, "multiply": red.prod, "maximum": red.max, "minimum": 
 _ACCUMULATE = {"add": scans.cumsum, "multiply": scans.cumprod, "maximum": scans.cummax, "minimum": scans.cummin}
 
 
+def _dtype(x: object) -> dt.DType:
+    return x.dtype if isinstance(x, TensorView) else dt.float64
+
+
 def _ufunc_op(name: str) -> Callable[..., TensorView] | None:
     if name in _COMPOSED:
         return _COMPOSED[name]
@@ -59,6 +66,14 @@ def _ufunc_op(name: str) -> Callable[..., TensorView] | None:
     if op in UNARY or op in BINARY:
         return lambda *operands: elementwise(op, *operands)
     return None
+
+
+def _outer_operands(a: object, b: object) -> tuple[object, object]:
+    """`np.subtract.outer(a, b)`: `a` with one new axis of 1 for each of b's, so op(a, b) broadcasts to
+    a.shape + b.shape."""
+    if isinstance(a, TensorView) and isinstance(b, TensorView):
+        a = views.reshape(a, [*a.shape, *[1] * b.ndim])
+    return a, b
 
 
 def array_ufunc(self: TensorView, ufunc: np.ufunc, method: str, *inputs: object, **kwargs: object) -> TensorView:
@@ -75,6 +90,8 @@ def array_ufunc(self: TensorView, ufunc: np.ufunc, method: str, *inputs: object,
         return op(*operands)
     if method == "reduce" and ufunc.__name__ in _REDUCE:
         return _REDUCE[ufunc.__name__](operands[0], kwargs.get("axis", 0), bool(kwargs.get("keepdims", False)))
+    if method == "outer" and (op := _ufunc_op(ufunc.__name__)) is not None and len(operands) == 2:
+        return op(*_outer_operands(*operands))
     if method == "accumulate" and ufunc.__name__ in _ACCUMULATE:
         return _ACCUMULATE[ufunc.__name__](operands[0], kwargs.get("axis", 0))
     if ufunc.__name__ in _MATRIX_PRODUCTS:
@@ -204,6 +221,8 @@ def _where(condition, x=None, y=None):
     if x is None or y is None:
         raise UnsupportedError("np.where(condition) alone gives indices of data-dependent count: braze has no op "
                                "for it in a fusion; np.where(condition, x, y) chooses per element")
+    if isinstance(condition, TensorView):
+        x, y = numpy_arrays_of_numbers(condition.fusion, (x, y))  # np.where(c, 0.1, 0.3) is float64
     return elementwise("where", condition, x, y)
 
 
@@ -394,20 +413,48 @@ def _at_least(ndim: int) -> Callable[..., TensorView | list[TensorView]]:
     return at_least
 
 
+def _as_dtype(joined: TensorView, dtype: object, out: object, what: str) -> TensorView:
+    """A join's result in the `dtype=` it was given (NumPy's joins take one; it was dropped)."""
+    if out is not None:
+        raise UnsupportedError(f"{what}: out=: a fusion's values are not buffers; use the result")
+    return joined if dtype is None else cast(joined, dtype)
+
+
 def _stacker(name: str, ndim: int, axis: int) -> Callable[..., TensorView]:
     """np.hstack (1-d arrays end to end, else along axis 1), np.vstack (rows), np.dstack (depth) and
     np.column_stack (1-d arrays as columns): each array made at least `ndim`-d as NumPy makes it, then
     joined along `axis`."""
-    def join(tup, **kwargs):
+    def join(tup, *, dtype=None, casting="same_kind"):
         arrays = [vc.tensor_arg(f"np.{name}", a) for a in tup]
         if name == "column_stack":
             arrays = [views.reshape(a, [a.shape[0], 1]) if a.ndim == 1 else a for a in arrays]
         else:
             arrays = [_at_least(ndim)(a) for a in arrays]
         along = 0 if name == "hstack" and all(a.ndim == 1 for a in arrays) else axis
-        return views.cat(arrays, along)
+        return _as_dtype(views.cat(arrays, along), dtype, None, f"np.{name}")
 
     return join
+
+
+def _broadcast_arrays(*args, subok=False) -> tuple[TensorView, ...]:
+    """np.broadcast_arrays: each array expanded to the shape they broadcast to together."""
+    arrays = [trace_operand("np.broadcast_arrays", a) for a in args]
+    arrays = [creation.full([], a, dt.from_numpy(np.asarray(a).dtype)) if isinstance(a, (bool, int, float, np.generic))
+              else a for a in arrays]  # a number is NumPy's 0-d array of it
+    tensors = [vc.tensor_arg("np.broadcast_arrays", a) for a in arrays]
+    rank = max(t.ndim for t in tensors)
+    tensors = [views.reshape(t, [1] * (rank - t.ndim) + list(t.shape)) for t in tensors]
+    tensors = broadcast_one_element_slices("np.broadcast_arrays", tensors)  # `x[:, :1]` broadcasts as NumPy's
+    shape = [d.extent for d in broadcast_domains("np.broadcast_arrays", tensors)]
+    return tuple(expand(t, shape) for t in tensors)
+
+
+def _like(a: TensorView, value: object, dtype: object, shape: object) -> TensorView:
+    """np.zeros_like, ones_like, empty_like and full_like: a's shape and dtype, or those given (`shape=` is
+    how a function makes a new array of its own size to write into: np.zeros_like(x, shape=(n, 3)))."""
+    if shape is None:
+        return creation.full_like(vc.tensor_arg("np.full_like", a), value, dtype)
+    return creation.full(_shape(shape), value, a.dtype if dtype is None else dtype)
 
 
 def take(a, indices, axis=None, out=None, mode="raise"):
@@ -462,22 +509,26 @@ _FUNCTIONS: dict[Callable, Callable[..., TensorView]] = {
     np.cumsum: _scan(scans.cumsum), np.cumprod: _scan(scans.cumprod),
     np.where: _where, np.clip: _clip,
     np.round: round_decimals, np.around: round_decimals,
-    np.concatenate: lambda arrays, axis=0, out=None, **k: (views.cat(list(arrays), axis) if axis is not None
-                                                           else views.cat([views.reshape(a, [-1]) for a in arrays], 0)),
-    np.stack: lambda arrays, axis=0, out=None, **k: vc.stack(list(arrays), axis),
+    np.concatenate: lambda arrays, axis=0, out=None, dtype=None, casting="same_kind": _as_dtype(
+        views.cat(list(arrays), axis) if axis is not None else views.cat([views.reshape(a, [-1]) for a in arrays], 0),
+        dtype, out, "np.concatenate"),
+    np.stack: lambda arrays, axis=0, out=None, dtype=None, casting="same_kind": _as_dtype(
+        vc.stack(list(arrays), axis), dtype, out, "np.stack"),
     np.expand_dims: _expand_dims, np.squeeze: lambda a, axis=None: views.squeeze(a, axis),
     np.transpose: _transpose, np.swapaxes: lambda a, axis1, axis2: views.transpose(a, axis1, axis2),
     np.moveaxis: lambda a, source, destination: a.movedim(source, destination),
     np.reshape: lambda a, shape=None, order="C", **k: views.reshape(a, _shape(shape if shape is not None
                                                                                 else k["newshape"])),
     np.ravel: lambda a, order="C": views.reshape(a, [-1]), np.broadcast_to: _broadcast_to,
+    np.broadcast_arrays: _broadcast_arrays, np.fix: lambda x, out=None: elementwise("trunc", x),
     np.flip: lambda m, axis=None: views.flip(m, axis), np.split: _split, np.array_split: _array_split,
     np.atleast_1d: _at_least(1), np.atleast_2d: _at_least(2), np.atleast_3d: _at_least(3),
-    np.zeros_like: lambda a, dtype=None, **k: creation.zeros_like(a, dtype),
+    np.zeros_like: lambda a, dtype=None, order="K", subok=True, shape=None, **k: _like(a, 0, dtype, shape),
     # NumPy leaves empty_like's values unset; code that uses it writes every element it reads.
-    np.empty_like: lambda a, dtype=None, **k: creation.zeros_like(a, dtype),
-    np.ones_like: lambda a, dtype=None, **k: creation.ones_like(a, dtype),
-    np.full_like: lambda a, fill_value, dtype=None, **k: creation.full_like(a, fill_value, dtype),
+    np.empty_like: lambda a, dtype=None, order="K", subok=True, shape=None, **k: _like(a, 0, dtype, shape),
+    np.ones_like: lambda a, dtype=None, order="K", subok=True, shape=None, **k: _like(a, 1, dtype, shape),
+    np.full_like: lambda a, fill_value, dtype=None, order="K", subok=True, shape=None, **k:
+        _like(a, fill_value, dtype, shape),
     np.linalg.norm: _norm, np.pad: _pad, np.nan_to_num: lambda x, copy=True, nan=0.0, posinf=None, neginf=None:
         activations.nan_to_num(x, nan, posinf, neginf),
     np.roll: lambda a, shift, axis=None: vc.roll(a, shift, axis), np.tril: lambda m, k=0: vc.tril(m, k),
@@ -490,12 +541,12 @@ _FUNCTIONS: dict[Callable, Callable[..., TensorView]] = {
     np.hstack: _stacker("hstack", 1, 1), np.vstack: _stacker("vstack", 2, 0), np.dstack: _stacker("dstack", 3, 2),
     np.column_stack: _stacker("column_stack", 2, 1), np.meshgrid: _meshgrid, np.unravel_index: _unravel_index,
     np.ndim: lambda a: a.ndim, np.shape: lambda a: tuple(a.shape), np.size: _size,
-    **NAN_REDUCTIONS, **STATISTICS, **CALCULUS, **SIGNAL, **CHOICES,
+    **NAN_REDUCTIONS, **STATISTICS, **CALCULUS, **SIGNAL, **CHOICES, **MATRICES,
 }
 
 
 def _shape(shape) -> list:
-    return [shape] if isinstance(shape, int) else list(shape)
+    return [shape] if isinstance(shape, (int, np.integer, Scalar)) else list(shape)  # one extent, or a sequence
 
 
 def array_function(self: TensorView, func: Callable, types: tuple, args: tuple, kwargs: dict) -> TensorView:

@@ -20,7 +20,7 @@ from braze.ir.tensor import TensorView
 from braze.ops import activations, creation, views
 from braze.ops import reductions as red
 from braze.ops import view_composites as vc
-from braze.ops.elementwise import cast, elementwise
+from braze.ops.elementwise import cast, elementwise, numpy_arrays_of_numbers
 
 
 def _e(op: str, *operands: object) -> TensorView:
@@ -54,13 +54,11 @@ def _fmax_or_fmin(extreme: str) -> Callable[[object, object], TensorView]:
 
 
 def _heaviside(x1, x2):
-    """0 below zero, 1 above, x2 at zero; NaN gives NaN."""
+    """0 below zero, 1 above, x2 at zero; NaN gives NaN; in the float NumPy's ufunc gives (float16 stays
+    float16, integers become floats)."""
+    (x1, x2), result = activations.operands_in_compute_type("np.heaviside", (x1, x2), floating=True)
     above = _e("where", _e("gt", x1, 0), 1, _e("where", _e("lt", x1, 0), 0, x2))
-    return _e("where", _e("isnan", x1), x1, above) if _dtype_of(x1).is_floating else above
-
-
-def _dtype_of(x: object) -> dt.DType:
-    return x.dtype if isinstance(x, TensorView) else dt.float64
+    return cast(_e("where", _e("isnan", x1), x1, above), result)
 
 
 def _logaddexp2(x1, x2):
@@ -257,6 +255,8 @@ def _select(condlist, choicelist, default=0):
     if len(condlist) != len(choicelist):
         raise UnsupportedError(f"np.select: expected as many conditions as choices, got {len(condlist)} and "
                                f"{len(choicelist)}")
+    if condlist and isinstance(condlist[0], TensorView):  # numbers alone: NumPy's arrays of them (float64)
+        *choicelist, default = numpy_arrays_of_numbers(condlist[0].fusion, (*choicelist, default))
     out = default
     for condition, choice in reversed(list(zip(condlist, choicelist))):
         out = _e("where", condition, choice, out)

@@ -1,8 +1,9 @@
 """NumPy's signal and lookup functions as compositions of braze's ops: `np.convolve` and `np.correlate`
 with a short kernel (a sum of shifted slices, one per tap), `np.unwrap`, `np.searchsorted` and `np.interp`
-over a short table (by comparing every value with every entry), and `np.allclose` (a 0-d bool tensor,
-where NumPy gives a Python bool). braze/ops/numpy_api.py dispatches NumPy's calls
-to them.
+over a short table (by comparing every value with every entry), `np.polyval` of a few coefficients (Horner's
+rule, unrolled), and `np.allclose` (a 0-d bool tensor, where NumPy gives a Python bool). A kernel, table or
+coefficients may be written as a list of numbers (`np.convolve(x, [1, -1])`), as NumPy takes them.
+braze/ops/numpy_api.py dispatches NumPy's calls to them.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 
 from braze import dtypes as dt
 from braze.errors import UnsupportedError
+from braze.ir.fusion import active_fusion
 from braze.ir.scalar import concrete_value, smax
 from braze.ir.tensor import TensorView
 from braze.ops import creation, scans, views
@@ -27,6 +29,17 @@ MAX_TAPS = 64  # a kernel's taps are unrolled, one slice each
 
 def _e(op: str, *operands: object) -> TensorView:
     return elementwise(op, *operands)
+
+
+def _listed(name: str, value: object) -> object:
+    """A list or tuple of numbers given for an array (`np.convolve(x, [1, -1])`, `np.interp(x, [0, 1], fp)`)
+    as the array NumPy makes of it, taken into a @bz.jit trace as any array the function makes; anything
+    else as it is (the caller says what it expected)."""
+    numbers = (bool, int, float, np.bool_, np.integer, np.floating)
+    if not isinstance(value, (list, tuple)) or not value or not all(isinstance(v, numbers) for v in value):
+        return value
+    capture = getattr(active_fusion(f"np.{name}"), "capture_array", None)
+    return value if capture is None else capture(np.asarray(value))
 
 
 def _taps(name: str, a: TensorView, v: TensorView) -> int:
@@ -46,6 +59,7 @@ def _taps(name: str, a: TensorView, v: TensorView) -> int:
 def _convolve(a, v, mode="full"):
     """sum over k of a[n - k] * v[k]; `a` is the signal, at least as long as the kernel `v` for 'valid' and
     'same' (checked at run time), as NumPy's convolve would otherwise swap them."""
+    a, v = _listed("convolve", a), _listed("convolve", v)
     taps = _taps("convolve", a, v)
     if mode not in ("full", "same", "valid"):
         raise UnsupportedError(f"np.convolve: mode={mode!r}: expected 'full', 'same' or 'valid'")
@@ -71,6 +85,7 @@ def _shifted_sum(signal: TensorView, v: TensorView, taps: int, length) -> Tensor
 
 def _correlate(a, v, mode="valid"):
     """NumPy's: the convolution with the kernel reversed."""
+    a, v = _listed("correlate", a), _listed("correlate", v)
     _taps("correlate", a, v)
     return _convolve(a, views.flip(v, 0), mode)
 
@@ -96,6 +111,7 @@ def _unwrap(p, discont=None, axis=-1, *, period=2 * math.pi):
 
 
 def _table(name: str, table: object, what: str) -> TensorView:
+    table = _listed(name, table)
     if not isinstance(table, TensorView) or table.ndim != 1:
         raise UnsupportedError(f"np.{name}: {what}: expected a 1-D traced array, got "
                                f"{table.describe() if isinstance(table, TensorView) else type(table).__name__}")
@@ -141,6 +157,21 @@ def _interp(x, xp, fp, left=None, right=None, period=None):
     return _e("where", _e("isnan", x), math.nan, value)
 
 
+def _polyval(p, x):
+    """NumPy's: p[0] * x**(n-1) + ... + p[n-1] by Horner's rule, one step a coefficient (a number of the
+    trace, as a convolution's taps are), from zeros of x's dtype as NumPy starts."""
+    p = _listed("polyval", p)
+    if not isinstance(p, TensorView) or p.ndim != 1 or not 1 <= (concrete_value(p.shape[0]) or 0) <= MAX_TAPS:
+        got = f"{p.describe()} of shape {tuple(p.shape)}" if isinstance(p, TensorView) else type(p).__name__
+        raise UnsupportedError(f"np.polyval: p: expected 1 to {MAX_TAPS} coefficients in a 1-D array whose length "
+                               f"is known when tracing, got {got}")
+    x = x if isinstance(x, TensorView) else creation.full([], x, p.dtype)
+    y = creation.zeros_like(x)
+    for k in range(concrete_value(p.shape[0])):
+        y = _e("add", _e("mul", y, x), p[k])
+    return y
+
+
 def _allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     """Whether every pair is close, as a 0-d bool tensor (NumPy's Python bool needs the values: branch on it
     outside the jitted function, or choose with np.where)."""
@@ -149,5 +180,5 @@ def _allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
 
 SIGNAL: dict[Callable, Callable[..., TensorView]] = {
     np.convolve: _convolve, np.correlate: _correlate, np.unwrap: _unwrap, np.searchsorted: _searchsorted,
-    np.interp: _interp, np.allclose: _allclose,
+    np.interp: _interp, np.polyval: _polyval, np.allclose: _allclose,
 }

@@ -73,6 +73,9 @@ def _reduction_shape(inputs: Sequence[TensorView], attrs: dict):
 def _reduction_entry(name: str, kinds: str, result: Callable, fn: Callable, needs_values: bool) -> OpDef:
     def dtype_rule(inputs: Sequence[TensorView], attrs: dict) -> DType:
         reject_kinds(name, inputs[0], kinds)
+        integers = not inputs[0].dtype.is_floating
+        if result is TO_FLOAT and integers and getattr(inputs[0].fusion, "numpy_promotion", False):
+            return dt.float64  # NumPy's mean and var of integers, whatever their width
         return result(inputs[0].dtype)
 
     def reference(ctx: RefContext, args: Sequence[np.ndarray], out: TensorView, attrs: dict) -> np.ndarray:
@@ -80,7 +83,7 @@ def _reduction_entry(name: str, kinds: str, result: Callable, fn: Callable, need
         if needs_values and 0 in (x.shape[a] for a in axes):  # this module's `any` is the op
             # No output element reads it (check_empty_reductions ran first): any value will do.
             return np.zeros(ctx.shape(out.logical), out.dtype.numpy)
-        accumulator = _accumulator(name, result(dt.from_numpy(x.dtype)))
+        accumulator = _accumulator(name, out.dtype)
         x = x if accumulator is None else x.astype(accumulator.numpy)
         extra = {"correction": attrs["correction"]} if "correction" in attrs else {}
         # An empty mean or a correction >= n is NaN or inf by definition, not a warning to the user.

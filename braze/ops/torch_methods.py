@@ -21,7 +21,7 @@ from braze.errors import FusionDefinitionError, UnsupportedError
 from braze.ir.fusion import defining
 from braze.ir.scalar import Scalar, as_scalar
 from braze.ir.tensor import TensorView, normalize_axis
-from braze.ops import activations, composites, creation, losses, numpy_api, scans, views
+from braze.ops import activations, composites, creation, losses, numpy_api, numpy_matrices, scans, views
 from braze.ops import reductions as red
 from braze.ops import torch_math as tm
 from braze.ops import view_composites as vc
@@ -431,6 +431,12 @@ def _repeat(self: TensorView, *sizes_: object, axis: int | None = None) -> Tenso
     return vc.repeat_interleave(self, repeats, axis)
 
 
+def _diagonal(self: TensorView, offset: int = 0, axis1: int = 0, axis2: int = 1, *, dim1: int | None = None,
+              dim2: int | None = None) -> TensorView:
+    """NumPy's `x.diagonal(offset, axis1, axis2)` and torch's `x.diagonal(offset, dim1, dim2)`."""
+    return numpy_matrices.diagonal(self, offset, axis1 if dim1 is None else dim1, axis2 if dim2 is None else dim2)
+
+
 def install(cls: type = TensorView) -> None:
     """Puts the torch-style methods on TensorView; attributes it already has stay."""
     for name in (*UNARY, *BINARY, *TERNARY):
@@ -462,6 +468,8 @@ def install(cls: type = TensorView) -> None:
     cls.tile = lambda self, *reps: vc.tile(self, sizes(reps))
     cls.repeat_interleave = vc.repeat_interleave
     cls.roll, cls.tril, cls.triu = vc.roll, vc.tril, vc.triu
+    cls.diagonal, cls.trace = _diagonal, numpy_matrices.trace
+    cls.diag = lambda self, diagonal=0: numpy_matrices.diag(self, diagonal)  # torch's keyword
     cls.gather = vc.gather
     cls.take_along_dim = _take_along_dim
     cls.index_select = lambda self, dim, index: vc.take(self, _one_dimensional("index_select", index), dim)

@@ -143,7 +143,7 @@ def test_scalar_type_is_part_of_the_key() -> None:
     g = Counted(scale)
     i8 = np.arange(4, dtype=np.int8)
     assert g(i8, 2).dtype == np.int8
-    assert g(i8, 2.0).dtype == np.float32  # 2 == 2.0, but the float raises the category
+    assert g(i8, 2.0).dtype == np.float64  # 2 == 2.0, but the float raises the category (to NumPy's float64)
     assert g(i8, True).dtype == np.int8
     assert g.traces == 3
 
@@ -229,12 +229,9 @@ def test_returns_tuple_for_list_and_one_element_tuple() -> None:
 
 
 @pytest.mark.parametrize("body, position, kind", [
-    (lambda x: 1.0, "0", "float"),
     (lambda x: None, "0", "NoneType"),
-    (lambda x: (x + 1, 2), "1", "int"),
     (lambda x: [x, "y"], "1", "str"),
-    (lambda x: {"mean": x, "n": x.shape[0]}, "'n'", "Scalar"),
-    (lambda x: (x, {"a": [x, 1.5]}), r"1\['a'\]\[1\]", "float"),
+    (lambda x: (x, {"a": [x, slice(1)]}), r"1\['a'\]\[1\]", "slice"),
 ])
 def test_non_tensor_result(body, position: str, kind: str) -> None:
     def bad(x):

@@ -80,7 +80,7 @@ def test_an_index_array_follows_its_values_from_call_to_call() -> None:
 @pytest.mark.parametrize("index, message", [
     (lambda x: x[x > 0], r"index 0: .* got a boolean mask: the result's length depends on the data.*np\.where"),
     (lambda x: x[:, [True, False, True]], r"index 1: .* got a boolean mask"),
-    (lambda x: x[[0, 1], [1, 2]], r"indices 0 and 1 are both arrays"),
+    (lambda x: x[None, [0, 1], [1, 2]], r"indices 1 and 2 are integer arrays beside an int or None"),
     (lambda x: x[..., 1.5], r"index 1: expected ints, slices, None, '...' or one integer array, got float 1.5$"),
     (lambda x: x[[]], r"dimension 0: expected a non-empty list of indices, got \[\]"),
 ])

@@ -73,16 +73,16 @@ def returns_in_a_serial_loop(a: F32):
 
 
 @bz.func
-def first_negative(a, n):
-    for j in range(n):
-        if a[j] < 0.0:
-            return j
-    return -1
+def first_below(v):
+    for bound in bz.static((-1.0, 0.0, 1.0)):
+        if v < bound:
+            return bound
+    return 2.0
 
 
-def returns_in_a_helpers_loop(a: F32):
+def returns_in_a_helpers_static_loop(a: F32):
     for i in range(a.shape[0]):
-        a[i] = first_negative(a, a.shape[0])
+        a[i] = first_below(a[i])
 
 
 def indexes_a_list_at_run_time(a: F32):
@@ -132,10 +132,14 @@ def test_unsupported_constructs(fn, message, culprit):
     check(fn, [f32()], bz.KernelSyntaxError, message, culprit)
 
 
-def test_a_return_inside_a_helpers_loop_says_what_to_write():
+def test_a_return_inside_a_helpers_static_loop_says_what_to_write():
+    """A return in a helper's serial loop breaks out of it (braze/frontend/kernel_loop_returns.py); an unrolled
+    bz.static loop has no break."""
     with pytest.raises(bz.KernelSyntaxError, match=r"test_kernel_errors.py:\d+: unsupported construct: return inside "
-                                                   r"a loop of a @bz.func \(.*in a loop, set a local and break\)"):
-        bz.kernel(returns_in_a_helpers_loop)(f32())
+                                                   r"a bz.static loop, a multi-dimensional bz.ndrange loop or "
+                                                   r"a loop's else clause of a @bz.func \(.*\); set a local "
+                                                   r"there and return it after the loop"):
+        bz.kernel(returns_in_a_helpers_static_loop)(f32())
 
 
 def test_a_parallel_range_step_must_be_an_integer():

@@ -208,9 +208,11 @@ def test_a_list_index_places_its_axis_where_numpy_does(index):
     np.testing.assert_array_equal(got, LIST_INDICES[index](f))
 
 
-def test_two_list_indices_are_refused_by_name():
-    with pytest.raises(bz.UnsupportedError, match=r"indices 0 and 1 are both arrays"):
-        bz.jit(lambda f: f[[0, 1], [1, 2]])(np.ones((3, 4)))
+def test_two_list_indices_pick_one_element_each():
+    f = np.arange(12.0).reshape(3, 4)
+    np.testing.assert_array_equal(bz.jit(lambda f: f[[0, 1], [1, 2]])(f), f[[0, 1], [1, 2]])
+    with pytest.raises(bz.UnsupportedError, match=r"indices 1 and 2 are integer arrays beside an int or None"):
+        bz.jit(lambda f: f[0, [0, 1], [1, 2]])(np.ones((2, 3, 4)))
 
 
 # --- several steps of np.roll traced in one function --------------------------------------------------------
