@@ -39,7 +39,7 @@ class Fusion(ir.FusionGraph):
         if not name.isidentifier():
             raise FusionDefinitionError(f"name: expected an identifier (it names the kernels), got {name!r}")
         self.name = name  # kernels are named after it: <name>_t<task>_<tensor>
-        self.vectors: list[tuple[TensorView, ...]] = []  # define_vector's scalar inputs, each vector's
+        self.vectors: list[tuple[TensorView, ...]] = []  # define_vector's scalar inputs, a tuple a vector
         self._scope = ExitStack()
 
     def __enter__(self) -> Fusion:
