@@ -114,7 +114,10 @@ def _floats(x):  # clamps, powers, rounding, comparisons with scalars, casts bot
                         torch.fmod(x * 5, 0.75), torch.fmod(x, x.flip(0) - 0.5), torch.asin(x.clamp(-0.9, 0.9)),
                         torch.acos(x.clamp(-0.9, 0.9)), torch.atan(x * 3), torch.sinh(x), torch.cosh(x),
                         torch.asinh(x * 10), torch.acosh(x.abs() + 1), torch.atanh(x.clamp(-0.9, 0.9)),
-                        torch.log10(x.abs() + 0.5), torch.hypot(x, x.flip(1)), torch.deg2rad(x)])
+                        torch.log10(x.abs() + 0.5), torch.hypot(x, x.flip(1)), torch.deg2rad(x),
+                        torch.lgamma(x.abs() + 0.1), torch.special.erfinv(x.clamp(-0.95, 0.95)),
+                        torch.fmax(x, torch.where(x > 0.5, float("nan"), x.flip(0))), torch.fmin(x, x.flip(1)),
+                        torch.signbit(x * (x > 0)).float()])
 
 
 def _views(x):  # reshapes, permutes, slices with steps, selects, padding (growing and cropping), expand
@@ -165,7 +168,8 @@ def _activations(x):  # the activations and helpers model code calls, decomposed
     (_floats, {"aten.clamp.default", "aten.pow.Tensor_Scalar", "aten.pow.Scalar", "aten.atan2.default",
                "aten.copysign.Tensor", "aten.round.default", "aten.sign.default", "aten._to_copy.default",
                "aten.fmod.Scalar", "aten.fmod.Tensor", "aten.asin.default", "aten.atanh.default",
-               "aten.hypot.default", "aten.log10.default"}),
+               "aten.hypot.default", "aten.log10.default", "aten.lgamma.default", "aten.erfinv.default",
+               "aten.fmax.default", "aten.fmin.default", "aten.signbit.default"}),
     (_views, {"aten.permute.default", "aten.slice.Tensor", "aten.constant_pad_nd.default", "aten.flip.default",
               "aten.cat.default", "aten.expand.default"}),
     (_reductions, {"aten.prod.default", "aten.var.correction", "aten.argmax.default", "aten.any.default",

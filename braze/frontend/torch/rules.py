@@ -20,6 +20,7 @@ from braze import dtypes as dt
 from braze import ops as bz_ops
 from braze.frontend.torch.region_builder import RegionBuilder, bind, braze_dtype, meta
 from braze.ir.tensor import TensorView
+from braze.ops import torch_math
 
 aten = torch.ops.aten
 Convert = Callable[[RegionBuilder, fx.Node], object]
@@ -231,6 +232,19 @@ for _name, _function in MATH_FUNCTIONS.items():
     rule(*_overloads(_name, "default"))(_math_function(_function))
     if hasattr(prims, _name):
         rule(getattr(prims, _name).default)(_math_function(_function))
+
+
+@rule(*_overloads("signbit", "default"))
+def _signbit(b: RegionBuilder, node: fx.Node) -> TensorView:
+    """Whether the sign bit is set: -0.0 and -NaN too (braze/ops/torch_math.py)."""
+    return finish(node, torch_math.signbit(b.tensor(node.args[0])))
+
+
+@rule(*_overloads("fmax", "default"), *_overloads("fmin", "default"))
+def _nan_ignoring_extreme(b: RegionBuilder, node: fx.Node) -> TensorView:
+    """torch's fmax and fmin: the other operand where one is NaN (braze/ops/torch_math.py)."""
+    extreme = torch_math.fmax if node.target.__name__.startswith("fmax") else torch_math.fmin
+    return finish(node, extreme(*promoted(b, list(node.args[:2]), node)))
 
 
 @rule(*_overloads("fmod", "Tensor", "Scalar"), accepts=integer_division_by_zero)
