@@ -1,12 +1,16 @@
 """Sizes given at run time, as nvFuser's definitions give them: integer scalar inputs (`define_scalar(dtype=
 DataType.Int)`, `define_vector(n)`) as the extents of `reshape`, `full`, `slice`, `select` and `arange`,
-each a symbolic extent bound from the value at every call, so one compiled kernel serves every value."""
+each a symbolic extent bound from the value at every call, so one compiled kernel serves every value;
+hypothesis draws the sizes, bounds and indices of one such fusion against NumPy."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from cuda_on_cpu import available, run_on_cpu
+from fuzz_scale import examples
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import braze as bz
 from braze import engine
@@ -145,3 +149,42 @@ def test_jit_takes_a_runtime_int_as_a_size_without_tracing_again() -> None:
     for n in (2, 3, 4, 6):
         np.testing.assert_allclose(head(x, n), x[:n] * 2 + np.arange(n) + x.sum(), rtol=1e-6)
     assert len(traces) == 1
+
+
+def _runtime_sized_fusion() -> bz.Fusion:
+    """A reshape to three sizes, a slice to bounds and a select at an index, all given at run time."""
+    with bz.Fusion() as fd:
+        x = fd.define_tensor([-1, -1])
+        d0, d1, d2 = fd.define_vector(3)
+        starts, ends = fd.define_vector(2), fd.define_vector(2)
+        index = fd.define_scalar(dtype=DataType.Int)
+        fd.add_output(fd.ops.sum(fd.ops.reshape(x, [d0, d1, d2]), [1]))
+        fd.add_output(fd.ops.mul(fd.ops.slice(x, starts, ends), 2.0))
+        fd.add_output(fd.ops.select(x, index, 1))
+    return fd
+
+
+_FUSION = _runtime_sized_fusion()
+
+
+@st.composite
+def _sizes(draw):
+    rows, columns = draw(st.integers(1, 6)), draw(st.integers(1, 6))
+    count = rows * columns
+    d0 = draw(st.sampled_from([d for d in range(1, count + 1) if count % d == 0]))
+    d1 = draw(st.sampled_from([d for d in range(1, count // d0 + 1) if (count // d0) % d == 0]))
+    bounds = [sorted(draw(st.lists(st.integers(0, n), min_size=2, max_size=2))) for n in (rows, columns)]
+    return rows, columns, (d0, d1, count // d0 // d1), bounds, draw(st.integers(0, columns - 1))
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(_sizes())
+def test_random_sizes_given_at_run_time_match_numpy_on_one_compiled_kernel(sizes) -> None:
+    rows, columns, shape, ((r0, r1), (c0, c1)), index = sizes
+    x = RNG.standard_normal((rows, columns)).astype(np.float32)
+    inputs = [x, list(shape), [r0, c0], [r1, c1], index]
+    for backend in BACKENDS:
+        summed, sliced, picked = _FUSION.execute(inputs, backend=backend)
+        np.testing.assert_allclose(summed, x.reshape(shape).sum(1), rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(sliced, x[r0:r1, c0:c1] * 2)
+        np.testing.assert_array_equal(picked, x[:, index])
